@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Builds kvmesh and runs every test: a -Werror build, an ASan+UBSan build, a TSan build of the
+# threaded tests, and the libFuzzer targets (built with clang, each run briefly on its corpus).
+# Installs missing packages first (scripts/deps.sh). Exits non-zero when anything fails.
+#
+#   KVMESH_TEST_STAGES="werror asan tsan fuzz"   stages to run (default: all)
+#   KVMESH_JOBS=N                                 build/test parallelism (default: nproc)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+bash scripts/deps.sh || exit 1
+
+STAGES=${KVMESH_TEST_STAGES:-"werror asan tsan fuzz"}
+JOBS=${KVMESH_JOBS:-$(nproc)}
+failed_stages=()
+passed_stages=()
+
+stage() { # name builddir ctest-args cmake-args...
+  local name=$1 dir=$2 cargs=$3
+  shift 3
+  echo "=== stage $name: configure ($*)"
+  if ! cmake -S "$ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >"$dir.configure.log" 2>&1; then
+    cat "$dir.configure.log"; failed_stages+=("$name(configure)"); return
+  fi
+  echo "=== stage $name: build"
+  if ! cmake --build "$dir" -j "$JOBS" >"$dir.build.log" 2>&1; then
+    grep -E "error|warning" "$dir.build.log" | head -n 60; tail -n 20 "$dir.build.log"
+    failed_stages+=("$name(build)"); return
+  fi
+  echo "=== stage $name: test"
+  # shellcheck disable=SC2086
+  if (cd "$dir" && ctest --output-on-failure -j "$JOBS" $cargs); then
+    passed_stages+=("$name")
+  else
+    failed_stages+=("$name(test)")
+  fi
+}
+
+for s in $STAGES; do
+  case $s in
+  werror) stage werror build "" -DKVMESH_WERROR=ON ;;
+  asan)
+    export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    stage asan build-asan "" -DKVMESH_WERROR=ON "-DKVMESH_SANITIZE=address,undefined" ;;
+  tsan)
+    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+    stage tsan build-tsan "-L unit" -DKVMESH_WERROR=ON -DKVMESH_SANITIZE=thread ;;
+  fuzz)
+    stage fuzz build-fuzz "-L fuzz" -DCMAKE_C_COMPILER=clang -DKVMESH_FUZZ=ON \
+      "-DKVMESH_SANITIZE=address,undefined"
+    # A short libFuzzer run of every target on its corpus (bounded: 2,000 runs each).
+    for f in build-fuzz/bin/fuzz_*; do
+      [ -x "$f" ] || continue
+      n=$(basename "$f"); short=${n#fuzz_}
+      tmp=$(mktemp -d)
+      if "$f" -runs=2000 -max_total_time=20 "$tmp" "tests/fuzz/corpus/$short" >"$tmp.log" 2>&1; then
+        echo "fuzz $short: ok"
+      else
+        tail -n 30 "$tmp.log"; failed_stages+=("fuzz($short)")
+      fi
+      rm -rf "$tmp" "$tmp.log"
+    done ;;
+  *) echo "unknown stage $s"; failed_stages+=("$s") ;;
+  esac
+done
+
+echo
+echo "stages passed: ${passed_stages[*]:-none}"
+echo "stages failed: ${failed_stages[*]:-none}"
+echo "${#passed_stages[@]} passed, ${#failed_stages[@]} failed"
+[ ${#failed_stages[@]} -eq 0 ]
