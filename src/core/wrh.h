@@ -7,7 +7,7 @@
  * Score function (frozen: persisted ranks and authority sets depend on it):
  *   id_hash  = XXH3-64(candidate id bytes, seed KVM_HASH_SEED_CANDIDATE)   (wrh_id_hash*)
  *   h        = XXH3-64(key_hash as 8 little-endian bytes, seed id_hash)
- *   u        = ((h >> 11) + 0.5) / 2^53            -- in (0, 1), never 0 or 1
+ *   u        = ((h >> 12) + 0.5) / 2^52            -- in (0, 1), never 0 or 1 (exact)
  *   score    = weight / -ln(u)                     -- higher ranks first
  * -ln(u)/weight is Exp(weight)-distributed, so a candidate ranks first with probability
  * weight / sum(weights); ranks of other candidates are unaffected by adding or removing one
