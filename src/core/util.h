@@ -11,11 +11,11 @@
 
 #include "kvmesh.h"
 
-#define KVM_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define KVM_LIKELY(x)     __builtin_expect(!!(x), 1)
-#define KVM_UNLIKELY(x)   __builtin_expect(!!(x), 0)
-#define KVM_MIN(a, b)     ((a) < (b) ? (a) : (b))
-#define KVM_MAX(a, b)     ((a) > (b) ? (a) : (b))
+#define KVM_ARRAY_SIZE(a)                   (sizeof(a) / sizeof((a)[0]))
+#define KVM_LIKELY(x)                       __builtin_expect(!!(x), 1)
+#define KVM_UNLIKELY(x)                     __builtin_expect(!!(x), 0)
+#define KVM_MIN(a, b)                       ((a) < (b) ? (a) : (b))
+#define KVM_MAX(a, b)                       ((a) > (b) ? (a) : (b))
 #define KVM_CONTAINER_OF(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* Programmer errors abort, in every build type (cheap checks only). */
