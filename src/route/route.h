@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * route.h — the route service: lookup, fenced CAS and owner enumeration of object routes, the
+ * one boundary between the store runtime (src/store) and the route modes behind it:
+ *
+ *   ROUTE_MODE_EMBEDDED_WRH  (default) the peer authority mesh: keys map to logical shards;
+ *                            each shard's authority set is the WRH top-k of the live,
+ *                            route-capable, compatible members; the fenced primary applies CAS
+ *                            and mirrors synchronously to the set (route_mesh.c);
+ *   ROUTE_MODE_METADATA_ONLY routes stored directly in the metadata backend, for bring-up and
+ *                            compatibility testing (route_metaonly.c).
+ *
+ * The service is a sans-I/O state machine over the env (src/env/env.h): it sends peer messages
+ * with env_send() and receives them through route_on_message(); it uses the metadata plane
+ * (src/meta/meta.h) only for shard-authority records, the cluster route policy and (in
+ * MetadataOnly mode) routes — never for a steady-state EmbeddedWrh lookup or CAS.
+ *
+ * Membership is pushed in, not pulled: the runtime (or a simulator scenario) calls
+ * route_set_members() with each new live snapshot; the service never reads membership itself.
+ *
+ * Threading: a route_svc_t belongs to its env's loop thread; all calls and callbacks happen
+ * there. Ownership: inputs are copied before a call returns; routes passed to callbacks are
+ * valid only during the callback (kvm_route_copy what you keep).
+ */
+#ifndef KVMESH_ROUTE_ROUTE_H
+#define KVMESH_ROUTE_ROUTE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/ident.h"
+#include "core/route.h"
+#include "core/version.h"
+#include "env/env.h"
+#include "meta/meta.h"
+
+enum route_mode { ROUTE_MODE_EMBEDDED_WRH = 0, ROUTE_MODE_METADATA_ONLY = 1 };
+
+#define ROUTE_PROTOCOL_VERSION 1
+
+/* The cluster route policy: created once per deployment (create-if-absent in metadata); a later
+ * runtime whose policy differs refuses to start with an error naming the field. */
+typedef struct route_policy {
+    enum route_mode mode;
+    uint32_t top_k;            /* authorities per shard (1..WRH_MAX_K) */
+    uint32_t n_shards;         /* logical shards (1..KVM_MAX_LOGICAL_SHARDS) */
+    uint32_t protocol_version; /* ROUTE_PROTOCOL_VERSION */
+} route_policy_t;
+
+/* One member of a live membership snapshot, as the route service needs it. */
+typedef struct route_member {
+    kvm_runtime_t rt;       /* id + epoch of the live incarnation */
+    env_node_t node;        /* where env_send() reaches it */
+    double weight;          /* WRH weight (> 0) */
+    bool route_capable;     /* may be a route authority */
+    uint32_t route_version; /* highest route protocol version it speaks */
+} route_member_t;
+
+typedef struct route_svc route_svc_t;
+
+typedef struct route_svc_opts {
+    env_t *env;
+    meta_t *meta;      /* shard authority records, policy, MetadataOnly routes */
+    const char *deployment;
+    kvm_runtime_t self;
+    route_policy_t policy;
+    uint32_t shard_lease_ms;   /* authority lease length (0 = default) */
+    uint32_t request_timeout_ms; /* per lookup/CAS end to end (0 = default) */
+} route_svc_opts_t;
+
+/* Creates the service (and, when it is the first runtime, the cluster policy). Completes
+ * asynchronously: cb(arg, rc) runs once the policy has been checked against metadata;
+ * KVMESH_EINCOMPAT with a message naming the differing field when it does not match. */
+int route_svc_new(route_svc_t **out, const route_svc_opts_t *opts, void (*cb)(void *, int),
+                  void *arg);
+/* Stops serving, completes pending calls with KVMESH_ECANCELED, frees. */
+void route_svc_free(route_svc_t *svc);
+
+/* Pushes a new live membership snapshot (the generation increases with every change). */
+void route_set_members(route_svc_t *svc, uint64_t generation, const route_member_t *members,
+                       size_t n);
+/* Delivers a peer message of the route protocol (type in the ROUTE_MSG_* band). */
+void route_on_message(route_svc_t *svc, const env_msg_t *msg);
+#define ROUTE_MSG_BASE  0x100u
+#define ROUTE_MSG_LIMIT 0x1ffu
+
+/* Lookup. rc 0 with the route (a tombstone is returned as such), KVMESH_ENOENT when absent,
+ * KVMESH_EUNAVAILABLE when the shard has no valid authority set now, KVMESH_ECORRUPT on a
+ * protocol conflict (equal versions, different values), KVMESH_ETIMEDOUT. stale_generation
+ * answers are handled inside (refresh and retry, bounded). */
+typedef void (*route_lookup_cb)(void *arg, int rc, const kvm_route_t *route);
+int route_lookup(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb, void *arg);
+
+/* CAS: applies `next` (its version and predecessor_version are assigned by the authority) only
+ * if the current route's version equals `expected` (KVM_ROUTE_VERSION_NONE = the key has no
+ * route or a finalized tombstone whose retention passed). Results:
+ *   0                     applied; `route` is the published route with its new version;
+ *   KVMESH_ECONFLICT      not applied; `route` is the current route (NULL when absent);
+ *   KVMESH_EINDETERMINATE the primary applied it but mirroring did not complete: the outcome is
+ *                         unknown to the caller (repaired before the next mutation of the key);
+ *   KVMESH_EUNAVAILABLE, KVMESH_ETIMEDOUT: not known to be applied. */
+typedef void (*route_cas_cb)(void *arg, int rc, const kvm_route_t *route);
+int route_cas(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
+              route_cas_cb cb, void *arg);
+
+/* Owner-to-key enumeration, paginated: routes that reference `owner` in a hot replica. The
+ * cursor is opaque (NULL/0-length = start). `complete` is true only when every shard answered
+ * and nothing remains — a partial page never claims absence. */
+#define ROUTE_OWNER_PAGE_MAX 256
+typedef struct route_owner_page {
+    const kvm_route_t *routes;
+    size_t n;
+    const uint8_t *next_cursor; /* pass back to continue; valid during the callback */
+    size_t next_cursor_len;
+    bool complete;
+} route_owner_page_t;
+typedef void (*route_owner_cb)(void *arg, int rc, const route_owner_page_t *page);
+int route_owner_scan(route_svc_t *svc, const kvm_runtime_id_t *owner, const uint8_t *cursor,
+                     size_t cursor_len, uint32_t limit, route_owner_cb cb, void *arg);
+
+/* Counters for tests and metrics. */
+typedef struct route_stats {
+    uint64_t lookups, cas_applied, cas_conflict, cas_stale_generation, cas_indeterminate;
+    uint64_t read_repairs, protocol_conflicts, mirrors, state_transfers;
+    uint64_t meta_calls; /* metadata calls this service issued */
+} route_stats_t;
+void route_get_stats(const route_svc_t *svc, route_stats_t *out);
+
+#endif
