@@ -90,6 +90,7 @@ struct sim {
     rng_t world_rng, net_rng, bug_rng;
     /* nodes */
     sim_node_t nodes[SIM_MAX_NODES];
+    sim_node_t world; /* the world env: id SIM_WORLD, always UP, cannot send */
     uint32_t n_nodes;
     sim_start_fn start;
     sim_stop_fn stop;
@@ -379,6 +380,8 @@ static int net_send(sim_t *sim, uint32_t from, uint32_t to, uint32_t type, const
 static int op_send(env_t *env, env_node_t to, uint32_t type, const void *data, size_t len)
 {
     sim_node_t *n = node_of(env);
+    if (n->id == SIM_WORLD)
+        return KVMESH_ENOTSUP; /* the world env has no network address */
     if (!n->up)
         return 0;
     return net_send(n->sim, n->id, to, type, data, len);
@@ -535,6 +538,11 @@ void sim_heal(sim_t *sim)
 
 /* ---- nodes ---------------------------------------------------------------------------------- */
 
+env_t *sim_world_env(sim_t *sim)
+{
+    return &sim->world.env;
+}
+
 env_t *sim_env(sim_t *sim, uint32_t node)
 {
     KVM_ASSERT(node < sim->n_nodes);
@@ -658,6 +666,12 @@ sim_t *sim_new(const sim_config_t *cfg)
         uint64_t m = cfg->clock_skew_max_ms;
         n->skew_ms = m ? (int64_t)rng_range(&skew, 0, 2 * m) - (int64_t)m : 0;
     }
+    sim->world.env.ops = &sim_env_ops;
+    sim->world.env.impl = &sim->world;
+    sim->world.sim = sim;
+    sim->world.id = SIM_WORLD;
+    sim->world.up = true;
+    rng_derive(&sim->world.rng, cfg->seed, STREAM_NODE + ((uint64_t)SIM_WORLD << 8), 0);
     uint64_t w[2] = {cfg->seed, cfg->n_nodes};
     trace_words(sim, w, 2);
     return sim;
@@ -782,16 +796,40 @@ bool sim_buggify(sim_t *sim, const char *site, double p)
     return fire;
 }
 
+void sim_drain_defers(sim_t *sim, uint32_t node)
+{
+    KVM_ASSERT(node < sim->n_nodes);
+    sim_node_t *n = &sim->nodes[node];
+    for (uint32_t round = 0; round < SIM_DRAIN_MAX; round++) {
+        /* the earliest (by seq) runnable defer of this incarnation */
+        sim_ev_t *first = NULL;
+        for (size_t i = 0; i < sim->heap_len; i++) {
+            sim_ev_t *ev = sim->heap[i];
+            if (ev->kind == EV_DEFER && !ev->cancelled && ev->node == node && ev->inc == n->inc &&
+                (!first || ev->seq < first->seq))
+                first = ev;
+        }
+        if (!first)
+            return;
+        first->cancelled = true; /* consumed here; freed when popped */
+        uint64_t w[3] = {0xd2a1u, node, first->seq};
+        trace_words(sim, w, 3);
+        sim_log(sim, "n%u defer (drained)", node);
+        first->cb(first->arg);
+    }
+    sim_fail(sim, "sim_drain_defers: node n%u still deferring after %u callbacks", node,
+             SIM_DRAIN_MAX);
+}
+
 /* ---- running -------------------------------------------------------------------------------- */
 
 /* Whether ev may run now; drops events of other incarnations, cancelled timers, cut links. */
 static bool ev_live(sim_t *sim, sim_ev_t *ev)
 {
-    if (ev->kind == EV_TIMER) {
-        if (ev->cancelled)
-            return false;
+    if (ev->cancelled)
+        return false;
+    if (ev->kind == EV_TIMER)
         RB_REMOVE(sim_timer_tree, &sim->timers, ev);
-    }
     if (ev->node == SIM_WORLD)
         return true;
     sim_node_t *n = &sim->nodes[ev->node];

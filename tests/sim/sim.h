@@ -46,7 +46,8 @@
 #define SIM_EVENTS_MAX (4u * 1024 * 1024) /* pending events; beyond, the run fails */
 #define SIM_MSG_NS     1000000ull         /* 1 ms, for writing knobs */
 #define SIM_SEC_NS     1000000000ull
-#define SIM_WORLD      UINT32_MAX /* node id of world-level events */
+#define SIM_WORLD      UINT32_MAX /* node id of world-level events (== ENV_NODE_NONE) */
+#define SIM_DRAIN_MAX  100000u    /* callbacks one sim_drain_defers() may run */
 
 typedef struct sim sim_t;
 
@@ -132,7 +133,8 @@ void sim_set_invariant(sim_t *sim, sim_check_fn fn, void *ctx);
 
 typedef enum sim_stop {
     SIM_REACHED, /* virtual time reached the target (or the predicate became true) */
-    SIM_IDLE,    /* no event left before the target */
+    SIM_IDLE,    /* no event left before the target (sim_run_until), or the deadline passed
+                    before the predicate became true (sim_run_while_not) */
     SIM_FAILED,  /* sim_fail() was called, an invariant failed, or the step budget ran out */
 } sim_stop_t;
 
@@ -172,7 +174,21 @@ void sim_schedule_on(sim_t *sim, uint32_t node, uint64_t delay_ns, env_cb cb, vo
 
 /* ---- nodes and faults ----------------------------------------------------------------------- */
 
-env_t *sim_env(sim_t *sim, uint32_t node);       /* stable for the whole run */
+env_t *sim_env(sim_t *sim, uint32_t node); /* stable for the whole run */
+
+/* The world env: an env that never crashes and has no network address (env_send returns
+ * KVMESH_ENOTSUP, env_self returns SIM_WORLD). Host shared simulated services on it (e.g. a
+ * metadata store that every node reaches through calls with simulated latency). */
+env_t *sim_world_env(sim_t *sim);
+
+/*
+ * Runs, now and in order, the deferred callbacks (env_defer/env_post) queued on node's current
+ * incarnation, including those they defer in turn (at most SIM_DRAIN_MAX). For stop hooks:
+ * teardown code that completes its pending work through env_defer (e.g. closing a handle that
+ * cancels calls) can release that memory before the crash drops the queue. Timers and messages
+ * are not run.
+ */
+void sim_drain_defers(sim_t *sim, uint32_t node);
 void *sim_node_state(sim_t *sim, uint32_t node); /* start hook's result; NULL when DOWN */
 bool sim_node_up(const sim_t *sim, uint32_t node);
 uint32_t sim_node_incarnation(const sim_t *sim, uint32_t node);

@@ -302,6 +302,61 @@ static void test_crash_restart(void **state)
     assert_int_equal(res.crashes, 1);
 }
 
+typedef struct drain_ctx {
+    sim_t *sim;
+    int *owned; /* memory that only the deferred completion frees */
+    int completed;
+} drain_ctx_t;
+
+static void drain_complete(void *arg)
+{
+    drain_ctx_t *d = arg;
+    free(d->owned);
+    d->owned = NULL;
+    d->completed++;
+}
+
+static void drain_first(void *arg)
+{
+    drain_ctx_t *d = arg;
+    d->completed++;
+    env_defer(sim_env(d->sim, 0), drain_complete, d); /* chained: drained too */
+}
+
+static void drain_stop(void *ctx, sim_t *sim, uint32_t node, void *st)
+{
+    drain_ctx_t *d = ctx;
+    /* teardown that completes its work through defer, as a handle close would */
+    env_defer(sim_env(sim, node), drain_first, d);
+    sim_drain_defers(sim, node);
+}
+
+static void test_world_env_and_drain(void **state)
+{
+    (void)state;
+    sim_t *sim = mk(5, 1);
+    drain_ctx_t d = {.sim = sim};
+    d.owned = malloc(sizeof(int));
+    sim_set_node_hooks(sim, NULL, drain_stop, &d);
+    sim_start(sim);
+    env_t *w = sim_world_env(sim);
+    assert_int_equal(env_self(w), SIM_WORLD);
+    assert_int_equal(env_send(w, 0, 1, "x", 1), KVMESH_ENOTSUP);
+    log_t log = {.sim = sim};
+    tag_t t0 = {&log, 0}, t1 = {&log, 1};
+    env_timer_start(w, 20 * MS, logit, &t0);
+    env_timer_start(sim_env(sim, 0), 20 * MS, logit, &t1);
+    sim_run_for(sim, 5 * MS);
+    sim_crash(sim, 0); /* drops node 0's timer; the world's survives */
+    assert_int_equal(d.completed, 2);
+    assert_null(d.owned);
+    sim_run_for(sim, 50 * MS);
+    assert_int_equal(log.n, 1);
+    assert_int_equal(log.v[0], 0);
+    assert_int_equal(log.t[0], 20 * MS);
+    assert_int_equal(sim_finish(sim, NULL), 0);
+}
+
 static void forever(void *arg)
 {
     sim_t *sim = arg;
@@ -459,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_wall_clock_and_rng),
         cmocka_unit_test(test_network_knobs),
         cmocka_unit_test(test_crash_restart),
+        cmocka_unit_test(test_world_env_and_drain),
         cmocka_unit_test(test_budget_and_failures),
         cmocka_unit_test(test_buggify),
         cmocka_unit_test(test_history),
