@@ -20,7 +20,7 @@
  *     before op X started has a version < X's (X a write) or <= X's (X a read); a read returns
  *     exactly the value written with its version;
  *   - liveness: after the faults stop (heal, restart all, mild network) every client finishes
- *     its workload within LIVENESS_NS of virtual time.
+ *     its workload within LIVENESS_NS + (ops left) * TOY_OP_HEALED_NS of virtual time.
  *
  * Test-only variants (--variant): "broken" reads from a single replica without write-back (stale
  * reads); "dupcount" counts duplicated acks twice (a quorum of one replica); "noretry" never
@@ -36,9 +36,10 @@
 #define TOY_MAX_CLIENTS    3
 #define TOY_OPS_PER_CLIENT 25
 #define TOY_RTO_NS         (15 * SIM_MSG_NS)
-#define TOY_FAULT_NS       (300 * SIM_MSG_NS)
-#define LIVENESS_NS        (3 * SIM_SEC_NS)
-#define TOY_SLOW_MAX       8 /* delayed replies a replica holds at once */
+#define TOY_FAULT_PER_OP   (40 * SIM_MSG_NS)  /* fault window per op of a client's workload */
+#define LIVENESS_NS        (3 * SIM_SEC_NS)   /* after heal: the op in flight completes... */
+#define TOY_OP_HEALED_NS   (150 * SIM_MSG_NS) /* ...and each remaining op within this */
+#define TOY_SLOW_MAX       8                  /* delayed replies a replica holds at once */
 #define TOY_WRITTEN_MAX    4096
 
 enum { MSG_QUERY = 1, MSG_QUERY_REPLY = 2, MSG_STORE = 3, MSG_STORE_ACK = 4 };
@@ -527,16 +528,24 @@ static int toy_run(const sim_run_opts_t *ro, sim_result_t *res)
     sim_set_invariant(sim, toy_invariant, t);
     sim_start(sim);
     t->faults_on = true;
-    t->fault_end_ns = TOY_FAULT_NS * (ro->soak ? ro->soak : 1);
+    t->fault_end_ns = TOY_FAULT_PER_OP * t->ops_per_client;
     sim_schedule(sim, sim_rand_range(sim, 0, 10 * SIM_MSG_NS), nemesis, t);
     sim_schedule(sim, t->fault_end_ns, faults_end, t);
 
     sim_run_until(sim, t->fault_end_ns);
+    uint32_t ops_left = 0;
+    for (uint32_t i = 0; i < t->C; i++) {
+        const client_t *c = sim_node_state(sim, t->R + i);
+        ops_left = KVM_MAX(ops_left, c->ops_left);
+    }
+    uint64_t window = LIVENESS_NS + (uint64_t)ops_left * TOY_OP_HEALED_NS;
     if (!sim_failed(sim) &&
-        sim_run_while_not(sim, all_done, t, t->fault_end_ns + LIVENESS_NS) != SIM_REACHED &&
+        sim_run_while_not(sim, all_done, t, t->fault_end_ns + window) != SIM_REACHED &&
         !sim_failed(sim))
-        sim_fail(sim, "liveness: %u of %u clients finished %.0f ms after the faults stopped",
-                 t->clients_done, t->C, (double)LIVENESS_NS / 1e6);
+        sim_fail(sim,
+                 "liveness: %u of %u clients finished their workload (%u ops left at most) "
+                 "within %.0f ms after the faults stopped",
+                 t->clients_done, t->C, ops_left, (double)window / 1e6);
     if (sim_failed(sim) && ro->verbose)
         sim_hist_dump(t->hist, ro->out ? ro->out : stdout);
     int rc = sim_finish(sim, res);
