@@ -6,6 +6,7 @@
  *   kvmesh-sim --scenario NAME --seeds A..B [--soak N] [--variant V] [--verbose] [--hash]
  *   kvmesh-sim --scenario NAME --seed N ...
  *   kvmesh-sim --all --seeds A..B ...
+ *   kvmesh-sim ... --max-failures N     stop after N failing seeds
  *   kvmesh-sim ... --expect-failure     exit 0 only if at least one seed failed
  *
  * Prints every failing seed with the command that replays it, and ends with the line
@@ -44,12 +45,13 @@ static void usage(FILE *f, const char *argv0)
     fprintf(f,
             "usage: %s --list\n"
             "       %s (--scenario NAME | --all) [--seed N | --seeds A..B] [--soak N]\n"
-            "          [--variant V] [--verbose] [--hash] [--expect-failure]\n"
+            "          [--variant V] [--verbose] [--hash] [--max-failures N] [--expect-failure]\n"
             "  --seeds A..B      inclusive seed range (default 1..100)\n"
             "  --soak N          longer runs: multiply each scenario's workload by N\n"
             "  --variant V       scenario-defined test-only switch (e.g. a broken protocol)\n"
             "  --verbose         print the event trace and scenario logs\n"
             "  --hash            print each seed's trace hash\n"
+            "  --max-failures N  stop after N failing seeds\n"
             "  --expect-failure  succeed only if some seed fails (proves a checker can fail)\n",
             argv0, argv0);
 }
@@ -86,7 +88,7 @@ int main(int argc, char **argv)
 {
     const char *scenario = NULL, *variant = NULL;
     bool all = false, list = false, verbose = false, print_hash = false, expect_failure = false;
-    uint64_t seed_a = 1, seed_b = 100, soak = 1;
+    uint64_t seed_a = 1, seed_b = 100, soak = 1, max_failures = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -122,6 +124,12 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--soak") == 0 && v) {
             if (parse_u64(v, &soak) != 0 || soak == 0 || soak > 1000) {
                 fprintf(stderr, "kvmesh-sim: bad --soak '%s'; expected 1..1000\n", v);
+                return 2;
+            }
+            i++;
+        } else if (strcmp(a, "--max-failures") == 0 && v) {
+            if (parse_u64(v, &max_failures) != 0 || max_failures == 0) {
+                fprintf(stderr, "kvmesh-sim: bad --max-failures '%s'; expected N >= 1\n", v);
                 return 2;
             }
             i++;
@@ -161,7 +169,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     uint64_t passed = 0, failed = 0;
-    for (size_t si = 0; all ? sim_scenarios[si] != NULL : si == 0; si++) {
+    bool stop = false;
+    for (size_t si = 0; !stop && (all ? sim_scenarios[si] != NULL : si == 0); si++) {
         const sim_scenario_t *sc = all ? sim_scenarios[si] : one;
         for (uint64_t seed = seed_a;; seed++) {
             char extra[256] = "";
@@ -197,6 +206,10 @@ int main(int argc, char **argv)
                        sc->name, seed, res.failed ? "FAILED" : "passed", res.steps,
                        (double)res.end_ns / 1e6, res.msgs_sent, res.msgs_delivered,
                        res.msgs_dropped, res.msgs_duplicated, res.crashes, res.trace_hash);
+            if (max_failures && failed >= max_failures) {
+                stop = true;
+                break;
+            }
             if (seed == seed_b)
                 break;
         }

@@ -413,13 +413,95 @@ static void test_clock_and_rng(void **state)
     close_env(&loop, a);
 }
 
+typedef struct self_free {
+    env_t *env;
+    int ran;
+} self_free_t;
+
+static void free_from_callback(void *arg)
+{
+    self_free_t *f = arg;
+    f->ran++;
+    env_uv_free(f->env); /* allowed on the loop thread, also inside the env's own callbacks */
+    assert_int_equal(env_post(f->env, count_cb, &f->ran), KVMESH_ECLOSED);
+}
+
+static void test_free_inside_callbacks(void **state)
+{
+    (void)state;
+    /* from a timer callback, with another timer due in the same batch */
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    self_free_t f = {0};
+    int dropped = 0;
+    assert_int_equal(env_uv_new(&f.env, &loop, 0), 0);
+    env_timer_start(f.env, 1 * MS, free_from_callback, &f);
+    env_timer_start(f.env, 1 * MS, count_cb, &dropped); /* same deadline, later id: dropped */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(f.ran, 1);
+    assert_int_equal(dropped, 0);
+    assert_int_equal(uv_loop_close(&loop), 0);
+
+    /* from a defer callback, with more deferred work in the same batch */
+    uv_loop_init(&loop);
+    f = (self_free_t){0};
+    assert_int_equal(env_uv_new(&f.env, &loop, 0), 0);
+    assert_int_equal(env_defer(f.env, free_from_callback, &f), 0);
+    assert_int_equal(env_defer(f.env, count_cb, &dropped), 0); /* same batch: dropped */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(f.ran, 1);
+    assert_int_equal(dropped, 0);
+    assert_int_equal(uv_loop_close(&loop), 0);
+
+    /* from a posted callback, with more posted work queued */
+    uv_loop_init(&loop);
+    f = (self_free_t){0};
+    assert_int_equal(env_uv_new(&f.env, &loop, 0), 0);
+    assert_int_equal(env_post(f.env, free_from_callback, &f), 0);
+    assert_int_equal(env_post(f.env, count_cb, &dropped), 0); /* dropped */
+    uv_timer_t keepalive;
+    uv_timer_init(&loop, &keepalive);
+    uv_timer_start(&keepalive, noop_timer, 3600000, 0);
+    for (int turns = 0; f.ran == 0 && turns < 100; turns++)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    uv_close((uv_handle_t *)&keepalive, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(f.ran, 1);
+    assert_int_equal(dropped, 0);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static void test_zero_delay_timers(void **state)
+{
+    (void)state;
+    /* 0-delay timers and deferred work all run, timers in start order */
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    env_t *env;
+    assert_int_equal(env_uv_new(&env, &loop, 0), 0);
+    rec_t r = {.env = env, .start_ns = env_now_ns(env)};
+    tctx_t c[3] = {{&r, 0, 0}, {&r, 1, 0}, {&r, 2, 0}};
+    env_timer_start(env, 0, on_fire, &c[0]);
+    env_timer_start(env, 0, on_fire, &c[1]);
+    assert_int_equal(env_defer(env, on_fire, &c[2]), 0);
+    run_loop_to_end(&loop);
+    assert_int_equal(r.n, 3);
+    close_env(&loop, env);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_timer_order),  cmocka_unit_test(test_timer_cancel),
-        cmocka_unit_test(test_defer),        cmocka_unit_test(test_post_bounded),
-        cmocka_unit_test(test_post_threads), cmocka_unit_test(test_thread_timer_and_stop),
-        cmocka_unit_test(test_messages),     cmocka_unit_test(test_clock_and_rng),
+        cmocka_unit_test(test_timer_order),
+        cmocka_unit_test(test_timer_cancel),
+        cmocka_unit_test(test_defer),
+        cmocka_unit_test(test_post_bounded),
+        cmocka_unit_test(test_post_threads),
+        cmocka_unit_test(test_thread_timer_and_stop),
+        cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_clock_and_rng),
+        cmocka_unit_test(test_free_inside_callbacks),
+        cmocka_unit_test(test_zero_delay_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
