@@ -49,7 +49,8 @@ enum { OP_READ = 1, OP_WRITE = 2 };
  * Client op phases:
  *
  *   IDLE --start_op--> QUERY --majority--> STORE --majority--> IDLE (next op after think time)
- *                         \--(broken read)----------------------^
+ *                         |                                 \--(last op)--> DONE
+ *                         \--(variant broken: read done)--> IDLE / DONE
  */
 enum client_phase { PH_IDLE, PH_QUERY, PH_STORE, PH_DONE };
 
@@ -258,6 +259,19 @@ static int toy_invariant(void *ctx, sim_t *sim)
 
 static void client_start_op(void *arg);
 
+static const char *const phase_names[] = {"idle", "query", "store", "done"};
+
+/* The one place a client changes phase; asserts the transitions of the diagram above. */
+static void client_set_phase(client_t *c, enum client_phase to)
+{
+    enum client_phase from = c->phase;
+    bool ok = (from == PH_IDLE && to == PH_QUERY) || (from == PH_QUERY && to == PH_STORE) ||
+              ((from == PH_QUERY || from == PH_STORE) && (to == PH_IDLE || to == PH_DONE));
+    KVM_ASSERT(ok);
+    c->phase = to;
+    sim_log(c->toy->sim, "client %u: %s -> %s", c->cid, phase_names[from], phase_names[to]);
+}
+
 static void client_send_phase(client_t *c)
 {
     toy_t *t = c->toy;
@@ -287,7 +301,7 @@ static void client_rto(void *arg)
 
 static void client_enter(client_t *c, enum client_phase ph)
 {
-    c->phase = ph;
+    client_set_phase(c, ph);
     c->tag++;
     c->replied_mask = 0;
     c->replies = 0;
@@ -307,11 +321,11 @@ static void client_complete(client_t *c)
             (unsigned long long)c->op_val);
     check_op(t, op);
     if (--c->ops_left == 0) {
-        c->phase = PH_DONE;
+        client_set_phase(c, PH_DONE);
         t->clients_done++;
         return;
     }
-    c->phase = PH_IDLE;
+    client_set_phase(c, PH_IDLE);
     uint64_t think = env_rand_u64(c->env) % (20 * SIM_MSG_NS);
     c->rto = env_timer_start(c->env, think, client_start_op, c);
 }
