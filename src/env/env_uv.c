@@ -183,8 +183,10 @@ static void timer_rearm(env_uv_t *u)
     }
     uint64_t now = uv_hrtime();
     uint64_t ms = 0;
-    if (first->deadline_ns > now)
-        ms = (first->deadline_ns - now + 999999u) / 1000000u; /* round up: never fire early */
+    if (first->deadline_ns > now) {
+        uint64_t diff = first->deadline_ns - now;
+        ms = diff / 1000000u + (diff % 1000000u != 0); /* round up (no overflow): never early */
+    }
     /* uv_now() lags uv_hrtime() by up to a loop turn; uv timers measure from uv_now(), so after
      * uv_update_time() the delay above is exact enough and only ever rounds late. */
     uv_update_time(u->loop);

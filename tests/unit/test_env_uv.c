@@ -481,11 +481,19 @@ static void test_zero_delay_timers(void **state)
     assert_int_equal(env_uv_new(&env, &loop, 0), 0);
     rec_t r = {.env = env, .start_ns = env_now_ns(env)};
     tctx_t c[3] = {{&r, 0, 0}, {&r, 1, 0}, {&r, 2, 0}};
+    /* a timer at the end of time stays armed without disturbing the others */
+    env_timer_id never = env_timer_start(env, UINT64_MAX, on_fire, &c[0]);
+    assert_true(never != 0);
     env_timer_start(env, 0, on_fire, &c[0]);
     env_timer_start(env, 0, on_fire, &c[1]);
     assert_int_equal(env_defer(env, on_fire, &c[2]), 0);
-    run_loop_to_end(&loop);
+    for (int turns = 0; r.n < 3 && turns < 1000; turns++)
+        uv_run(&loop, UV_RUN_ONCE);
     assert_int_equal(r.n, 3);
+    assert_int_equal(env_uv_timer_count(env), 1);
+    env_timer_cancel(env, never);
+    assert_int_equal(env_uv_timer_count(env), 0);
+    run_loop_to_end(&loop); /* nothing armed: returns */
     close_env(&loop, env);
 }
 
