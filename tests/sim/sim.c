@@ -74,6 +74,7 @@ typedef struct sim_node {
     void *recv_ctx;
     rng_t rng;
     int64_t skew_ms;
+    bool stopping; /* inside its stop hook: a nested sim_crash is a no-op */
 } sim_node_t;
 
 struct sim {
@@ -581,8 +582,10 @@ static void node_bring_up(sim_t *sim, sim_node_t *n)
 
 static void node_bring_down(sim_t *sim, sim_node_t *n)
 {
+    n->stopping = true;
     if (sim->stop)
         sim->stop(sim->hook_ctx, sim, n->id, n->state);
+    n->stopping = false;
     n->state = NULL;
     n->up = false;
     n->inc++;
@@ -594,7 +597,7 @@ void sim_crash(sim_t *sim, uint32_t node)
 {
     KVM_ASSERT(node < sim->n_nodes);
     sim_node_t *n = &sim->nodes[node];
-    if (!n->up)
+    if (!n->up || n->stopping)
         return;
     sim_log(sim, "crash n%u (incarnation %u)", node, n->inc);
     uint64_t w[3] = {0xc2a5u, node, n->inc};
