@@ -521,6 +521,7 @@ static int toy_run(const sim_run_opts_t *ro, sim_result_t *res)
     sim_config_init(&cfg, ro);
     cfg.n_nodes = t->R + t->C;
     cfg.clock_skew_max_ms = 50;
+    cfg.clock_drift_max_ppm = 20000; /* 2%: RTO and think timers run on drifting clocks */
     sim_t *sim = sim_new(&cfg);
     KVM_ASSERT(sim != NULL);
     t->sim = sim;

@@ -74,7 +74,8 @@ typedef struct sim_node {
     void *recv_ctx;
     rng_t rng;
     int64_t skew_ms;
-    bool stopping; /* inside its stop hook: a nested sim_crash is a no-op */
+    int32_t drift_ppm; /* local clocks run at (1e6 + drift_ppm) / 1e6 of virtual time */
+    bool stopping;     /* inside its stop hook: a nested sim_crash is a no-op */
 } sim_node_t;
 
 struct sim {
@@ -313,15 +314,36 @@ static sim_node_t *node_of(env_t *env)
     return (sim_node_t *)env->impl;
 }
 
+/* The node's monotonic clock: virtual time scaled by its drift (world env: no drift). */
+static uint64_t local_ns(const sim_node_t *n, uint64_t t)
+{
+    if (n->drift_ppm == 0)
+        return t;
+    return (uint64_t)(((unsigned __int128)t * (uint64_t)(1000000 + n->drift_ppm)) / 1000000u);
+}
+
+/* Virtual time that must pass for d_ns to pass on the node's clock (rounded so that a timer
+ * never fires early by the node's own clock). */
+static uint64_t global_delay(const sim_node_t *n, uint64_t d_ns)
+{
+    if (n->drift_ppm == 0 || d_ns == 0)
+        return d_ns;
+    unsigned __int128 g = ((unsigned __int128)d_ns * 1000000u) / (uint64_t)(1000000 + n->drift_ppm);
+    g += 2; /* covers both floors of local_ns() */
+    return g > UINT64_MAX ? UINT64_MAX : (uint64_t)g;
+}
+
 static uint64_t op_now_ns(env_t *env)
 {
-    return node_of(env)->sim->now;
+    sim_node_t *n = node_of(env);
+    return local_ns(n, n->sim->now);
 }
 
 static uint64_t op_wall_ms(env_t *env)
 {
     sim_node_t *n = node_of(env);
-    int64_t ms = (int64_t)n->sim->cfg.wall_base_ms + (int64_t)(n->sim->now / 1000000u) + n->skew_ms;
+    int64_t ms = (int64_t)n->sim->cfg.wall_base_ms +
+                 (int64_t)(local_ns(n, n->sim->now) / 1000000u) + n->skew_ms;
     return ms < 0 ? 0 : (uint64_t)ms;
 }
 
@@ -338,7 +360,7 @@ static env_timer_id op_timer_start(env_t *env, uint64_t delay_ns, env_cb cb, voi
     env_timer_id id = sim->next_timer_id++;
     if (!n->up)
         return id; /* work of a DOWN node is lost */
-    sim_ev_t *ev = ev_add(sim, EV_TIMER, n->id, delay_ns);
+    sim_ev_t *ev = ev_add(sim, EV_TIMER, n->id, global_delay(n, delay_ns));
     if (!ev)
         return id;
     ev->timer_id = id;
@@ -635,6 +657,7 @@ sim_t *sim_new(const sim_config_t *cfg)
 {
     KVM_ASSERT(cfg->n_nodes >= 1 && cfg->n_nodes <= SIM_MAX_NODES);
     KVM_ASSERT(cfg->net.delay_min_ns <= cfg->net.delay_max_ns);
+    KVM_ASSERT(cfg->clock_drift_max_ppm <= SIM_DRIFT_MAX_PPM);
     sim_t *sim = calloc(1, sizeof(*sim));
     if (!sim)
         return NULL;
@@ -668,6 +691,8 @@ sim_t *sim_new(const sim_config_t *cfg)
         n->id = i;
         uint64_t m = cfg->clock_skew_max_ms;
         n->skew_ms = m ? (int64_t)rng_range(&skew, 0, 2 * m) - (int64_t)m : 0;
+        uint64_t d = cfg->clock_drift_max_ppm;
+        n->drift_ppm = d ? (int32_t)((int64_t)rng_range(&skew, 0, 2 * d) - (int64_t)d) : 0;
     }
     sim->world.env.ops = &sim_env_ops;
     sim->world.env.impl = &sim->world;

@@ -41,13 +41,14 @@
 
 #include "env/env.h"
 
-#define SIM_MAX_NODES  64u                /* nodes per world */
-#define SIM_MSG_MAX    (1u << 20)         /* bytes per simulated message */
-#define SIM_EVENTS_MAX (4u * 1024 * 1024) /* pending events; beyond, the run fails */
-#define SIM_MSG_NS     1000000ull         /* 1 ms, for writing knobs */
-#define SIM_SEC_NS     1000000000ull
-#define SIM_WORLD      UINT32_MAX /* node id of world-level events (== ENV_NODE_NONE) */
-#define SIM_DRAIN_MAX  100000u    /* callbacks one sim_drain_defers() may run */
+#define SIM_MAX_NODES     64u                /* nodes per world */
+#define SIM_MSG_MAX       (1u << 20)         /* bytes per simulated message */
+#define SIM_EVENTS_MAX    (4u * 1024 * 1024) /* pending events; beyond, the run fails */
+#define SIM_MSG_NS        1000000ull         /* 1 ms, for writing knobs */
+#define SIM_SEC_NS        1000000000ull
+#define SIM_WORLD         UINT32_MAX /* node id of world-level events (== ENV_NODE_NONE) */
+#define SIM_DRAIN_MAX     100000u    /* callbacks one sim_drain_defers() may run */
+#define SIM_DRIFT_MAX_PPM 100000u    /* 10%: bound of cfg.clock_drift_max_ppm */
 
 typedef struct sim sim_t;
 
@@ -74,10 +75,13 @@ typedef struct sim_config {
     uint64_t seed;
     uint32_t n_nodes; /* 1..SIM_MAX_NODES */
     sim_net_t net;
-    uint64_t max_steps;         /* step budget: the run fails when it is exhausted (0 = 10M) */
-    uint64_t wall_base_ms;      /* env_wall_ms() at virtual time 0 (0 = a fixed 2026 date) */
-    uint64_t clock_skew_max_ms; /* per-node wall clock offset drawn from [-max, +max] */
-    bool buggify;               /* enable SIM_BUGGIFY sites */
+    uint64_t max_steps;           /* step budget: the run fails when it is exhausted (0 = 10M) */
+    uint64_t wall_base_ms;        /* env_wall_ms() at virtual time 0 (0 = a fixed 2026 date) */
+    uint64_t clock_skew_max_ms;   /* per-node wall clock offset drawn from [-max, +max] */
+    uint32_t clock_drift_max_ppm; /* per-node clock rate error drawn from [-max, +max] ppm:
+                                     env_now_ns, env_wall_ms and timers of that node follow
+                                     its own clock (<= SIM_DRIFT_MAX_PPM) */
+    bool buggify;                 /* enable SIM_BUGGIFY sites */
     bool verbose;
     FILE *out;
 } sim_config_t;
@@ -158,7 +162,7 @@ bool sim_failed(const sim_t *sim);
 
 /* ---- time, randomness, scheduling ----------------------------------------------------------- */
 
-uint64_t sim_now(const sim_t *sim); /* virtual ns since the start of the run */
+uint64_t sim_now(const sim_t *sim); /* virtual ns since the start of the run (no drift) */
 uint64_t sim_steps(const sim_t *sim);
 uint32_t sim_n_nodes(const sim_t *sim);
 

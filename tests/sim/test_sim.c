@@ -124,6 +124,48 @@ static void test_wall_clock_and_rng(void **state)
     sim_free(sim);
 }
 
+typedef struct drift_timer {
+    env_t *env;
+    uint64_t start_local, fired_local;
+} drift_timer_t;
+
+static void drift_fire(void *arg)
+{
+    drift_timer_t *d = arg;
+    d->fired_local = env_now_ns(d->env);
+}
+
+static void test_clock_drift(void **state)
+{
+    (void)state;
+    sim_config_t cfg;
+    sim_config_init(&cfg, NULL);
+    cfg.n_nodes = 6;
+    cfg.clock_drift_max_ppm = 50000; /* 5% */
+    sim_t *sim = sim_new(&cfg);
+    sim_start(sim);
+    sim_run_until(sim, 1000 * MS);
+    bool differ = false;
+    drift_timer_t d[6];
+    for (uint32_t i = 0; i < 6; i++) {
+        env_t *e = sim_env(sim, i);
+        uint64_t t = env_now_ns(e);
+        assert_true(t >= 950 * MS && t <= 1050 * MS);
+        differ |= t != 1000 * MS;
+        d[i] = (drift_timer_t){.env = e, .start_local = t};
+        env_timer_start(e, 100 * MS + i, drift_fire, &d[i]);
+    }
+    assert_true(differ);
+    assert_int_equal(env_now_ns(sim_world_env(sim)), 1000 * MS); /* the world does not drift */
+    sim_run_until(sim, 2000 * MS);
+    for (uint32_t i = 0; i < 6; i++) {
+        uint64_t want = d[i].start_local + 100 * MS + i;
+        assert_true(d[i].fired_local >= want);      /* never early by the node's own clock */
+        assert_true(d[i].fired_local <= want + 10); /* and late only by rounding */
+    }
+    sim_free(sim);
+}
+
 typedef struct inbox {
     int n;
     uint32_t from[64];
@@ -512,6 +554,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_timers_and_defer),
         cmocka_unit_test(test_wall_clock_and_rng),
+        cmocka_unit_test(test_clock_drift),
         cmocka_unit_test(test_network_knobs),
         cmocka_unit_test(test_crash_restart),
         cmocka_unit_test(test_world_env_and_drain),
