@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * sim_scenarios.c — the scenario registry: every scenario kvmesh-sim knows, in --list order.
+ * To add one: define `const sim_scenario_t scen_NAME` in tests/sim/scen_NAME.c, declare it
+ * below and add it to the table (explicit on purpose: constructor registration would be dropped
+ * by the linker for objects nothing else references in a static library).
+ */
+#include "sim.h"
+
+#include <string.h>
+
+extern const sim_scenario_t scen_toy_register;
+#ifdef KVMESH_SIM_HAVE_META /* scenarios that need src/meta (see CMakeLists.txt) */
+extern const sim_scenario_t scen_meta_cas;
+#endif
+
+const sim_scenario_t *const sim_scenarios[] = {
+    &scen_toy_register,
+#ifdef KVMESH_SIM_HAVE_META
+    &scen_meta_cas,
+#endif
+    NULL,
+};
+
+const sim_scenario_t *sim_scenario_find(const char *name)
+{
+    for (size_t i = 0; sim_scenarios[i]; i++)
+        if (strcmp(sim_scenarios[i]->name, name) == 0)
+            return sim_scenarios[i];
+    return NULL;
+}
