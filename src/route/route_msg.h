@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * route_msg.h — the peer messages of the EmbeddedWrh route protocol and their compact binary
+ * codec (docs/protocol.md has the message table and the state machines that use them).
+ *
+ * Layout (all integers little-endian, fixed width):
+ *   u8 magic 'R' | u8 codec version (ROUTE_MSG_VERSION) | u16 kind | u64 req_id | u32 shard
+ *   | u64 generation | u64 token | i32 status | runtime target (16 id bytes + u64 epoch)
+ *   | kind-specific tail (see route_msg.c; every variable part is length-prefixed)
+ * Routes and identities inside are full core wire frames (wire.h), so every route a peer
+ * receives has passed kvm_route_validate.
+ *
+ * The env message type is ROUTE_MSG_BASE + kind; the decoder checks the two agree.
+ *
+ * Decoding never crashes: any malformed, truncated, oversized or inconsistent input returns
+ * KVMESH_EPROTO (or KVMESH_ETOOBIG / KVMESH_EINCOMPAT) with a message and leaves the output
+ * owning nothing. Ownership: a decoded route_msg_t owns its routes/ident (route_msg_clear).
+ * Pure functions; any thread.
+ */
+#ifndef KVMESH_ROUTE_ROUTE_MSG_H
+#define KVMESH_ROUTE_ROUTE_MSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/ident.h"
+#include "core/route.h"
+#include "core/version.h"
+#include "env/env.h"
+
+#define ROUTE_MSG_VERSION    1
+#define ROUTE_MSG_MAX_ROUTES 64         /* routes per transfer/owner page */
+#define ROUTE_MSG_MAX_SET    32         /* authority set members carried (== WRH_MAX_K) */
+#define ROUTE_MSG_MAX_LEN    (600u * 1024) /* bytes of one encoded message */
+
+enum route_msg_kind {
+    RMSG_CAS_REQ = 1,     /* client -> primary: expected version + next route */
+    RMSG_CAS_RESP = 2,    /* status; route = published (0) or current (ECONFLICT) */
+    RMSG_READ_REQ = 3,    /* client -> authority: ident */
+    RMSG_READ_RESP = 4,   /* status; route when present */
+    RMSG_MIRROR_REQ = 5,  /* primary -> secondary: one fenced route version */
+    RMSG_MIRROR_RESP = 6, /* status */
+    RMSG_GRANT_REQ = 7,   /* secondary -> primary: ask for a read lease */
+    RMSG_GRANT_RESP = 8,  /* status; remaining_ns of the primary's lease */
+    RMSG_FETCH_REQ = 9,   /* new primary -> previous authority: page of a shard (fences it) */
+    RMSG_FETCH_RESP = 10, /* routes; more */
+    RMSG_INSTALL_REQ = 11, /* new primary -> new set member: begin/pages/done of a transfer */
+    RMSG_INSTALL_RESP = 12,
+    RMSG_REPAIR = 13,      /* reader -> authority: a higher version it lacks (no reply) */
+    RMSG_OWNER_REQ = 14,   /* client -> authority: owner index page of a shard */
+    RMSG_OWNER_RESP = 15,
+    RMSG_KIND_MAX = 15,
+};
+
+/* Install flags */
+#define RMSG_INSTALL_BEGIN 1u /* drop what you hold for the shard; adopt the new set */
+#define RMSG_INSTALL_DONE  2u /* the transfer is complete */
+
+typedef struct route_msg_member {
+    kvm_runtime_t rt;
+    env_node_t node;
+} route_msg_member_t;
+
+typedef struct route_msg {
+    uint16_t kind;
+    uint64_t req_id;
+    uint32_t shard;
+    uint64_t generation;
+    uint64_t token;
+    int32_t status;
+    kvm_runtime_t target; /* the incarnation a request is addressed to (epoch fencing) */
+    /* CAS_REQ: expected; FETCH/OWNER: unused */
+    kvm_route_version_t expected;
+    /* READ_REQ, FETCH_REQ/OWNER_REQ cursor (has_ident false = from the start) */
+    bool has_ident;
+    kvm_ident_t ident;
+    /* OWNER_REQ */
+    kvm_runtime_id_t owner;
+    uint32_t limit;
+    /* GRANT_RESP */
+    uint64_t remaining_ns;
+    /* INSTALL_REQ */
+    uint32_t flags;
+    kvm_runtime_t primary;
+    env_node_t primary_node;
+    uint32_t n_set;
+    route_msg_member_t set[ROUTE_MSG_MAX_SET];
+    /* FETCH_RESP/OWNER_RESP */
+    bool more;
+    /* routes: CAS_REQ/RESP, READ_RESP, MIRROR, REPAIR: 0 or 1; pages: up to MAX_ROUTES */
+    uint32_t n_routes;
+    kvm_route_t *routes; /* owned array of n_routes (heap) when decoded */
+    const kvm_route_t *const *rptrs; /* encode only: when set, routes are taken from here */
+} route_msg_t;
+
+/* Zeroes m (owns nothing). */
+void route_msg_init(route_msg_t *m, uint16_t kind);
+/* Frees what a decoded (or caller-filled with owned routes) message owns; m is re-zeroed. */
+void route_msg_clear(route_msg_t *m);
+
+/* Encodes into buf (cap bytes); *out_len set. KVMESH_ETOOBIG when it does not fit,
+ * KVMESH_EINVAL for an invalid route/ident inside. Routes are borrowed (not freed). */
+int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out_len);
+/* Decodes a message received with env type `type`. */
+int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t *out);
+
+const char *route_msg_kind_name(uint16_t kind);
+
+#endif
