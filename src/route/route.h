@@ -60,11 +60,11 @@ typedef struct route_svc route_svc_t;
 
 typedef struct route_svc_opts {
     env_t *env;
-    meta_t *meta;      /* shard authority records, policy, MetadataOnly routes */
+    meta_t *meta; /* shard authority records, policy, MetadataOnly routes */
     const char *deployment;
     kvm_runtime_t self;
     route_policy_t policy;
-    uint32_t shard_lease_ms;   /* authority lease length (0 = default) */
+    uint32_t shard_lease_ms;     /* authority lease length (0 = default) */
     uint32_t request_timeout_ms; /* per lookup/CAS end to end (0 = default) */
 } route_svc_opts_t;
 

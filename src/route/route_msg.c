@@ -100,8 +100,7 @@ static uint64_t r_u64(rbuf_t *r)
 static uint32_t r_u32(rbuf_t *r)
 {
     const uint8_t *b = r_bytes(r, 4);
-    return b ? (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                   (uint32_t)b[3] << 24
+    return b ? (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24
              : 0;
 }
 
@@ -239,7 +238,8 @@ int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out
         if (w.overflow)
             break;
         size_t n;
-        int rc = wire_route_encode(m->rptrs ? m->rptrs[i] : &m->routes[i], w.p + w.len, w.cap - w.len, &n);
+        int rc = wire_route_encode(m->rptrs ? m->rptrs[i] : &m->routes[i], w.p + w.len,
+                                   w.cap - w.len, &n);
         if (rc == KVMESH_ETOOBIG) {
             w.overflow = true;
             break;

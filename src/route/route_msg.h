@@ -30,25 +30,25 @@
 #include "env/env.h"
 
 #define ROUTE_MSG_VERSION    1
-#define ROUTE_MSG_MAX_ROUTES 64         /* routes per transfer/owner page */
-#define ROUTE_MSG_MAX_SET    32         /* authority set members carried (== WRH_MAX_K) */
+#define ROUTE_MSG_MAX_ROUTES 64            /* routes per transfer/owner page */
+#define ROUTE_MSG_MAX_SET    32            /* authority set members carried (== WRH_MAX_K) */
 #define ROUTE_MSG_MAX_LEN    (600u * 1024) /* bytes of one encoded message */
 
 enum route_msg_kind {
-    RMSG_CAS_REQ = 1,     /* client -> primary: expected version + next route */
-    RMSG_CAS_RESP = 2,    /* status; route = published (0) or current (ECONFLICT) */
-    RMSG_READ_REQ = 3,    /* client -> authority: ident */
-    RMSG_READ_RESP = 4,   /* status; route when present */
-    RMSG_MIRROR_REQ = 5,  /* primary -> secondary: one fenced route version */
-    RMSG_MIRROR_RESP = 6, /* status */
-    RMSG_GRANT_REQ = 7,   /* secondary -> primary: ask for a read lease */
-    RMSG_GRANT_RESP = 8,  /* status; remaining_ns of the primary's lease */
-    RMSG_FETCH_REQ = 9,   /* new primary -> previous authority: page of a shard (fences it) */
-    RMSG_FETCH_RESP = 10, /* routes; more */
+    RMSG_CAS_REQ = 1,      /* client -> primary: expected version + next route */
+    RMSG_CAS_RESP = 2,     /* status; route = published (0) or current (ECONFLICT) */
+    RMSG_READ_REQ = 3,     /* client -> authority: ident */
+    RMSG_READ_RESP = 4,    /* status; route when present */
+    RMSG_MIRROR_REQ = 5,   /* primary -> secondary: one fenced route version */
+    RMSG_MIRROR_RESP = 6,  /* status */
+    RMSG_GRANT_REQ = 7,    /* secondary -> primary: ask for a read lease */
+    RMSG_GRANT_RESP = 8,   /* status; remaining_ns of the primary's lease */
+    RMSG_FETCH_REQ = 9,    /* new primary -> previous authority: page of a shard (fences it) */
+    RMSG_FETCH_RESP = 10,  /* routes; more */
     RMSG_INSTALL_REQ = 11, /* new primary -> new set member: begin/pages/done of a transfer */
     RMSG_INSTALL_RESP = 12,
-    RMSG_REPAIR = 13,      /* reader -> authority: a higher version it lacks (no reply) */
-    RMSG_OWNER_REQ = 14,   /* client -> authority: owner index page of a shard */
+    RMSG_REPAIR = 13,    /* reader -> authority: a higher version it lacks (no reply) */
+    RMSG_OWNER_REQ = 14, /* client -> authority: owner index page of a shard */
     RMSG_OWNER_RESP = 15,
     RMSG_KIND_MAX = 15,
 };
@@ -90,7 +90,7 @@ typedef struct route_msg {
     bool more;
     /* routes: CAS_REQ/RESP, READ_RESP, MIRROR, REPAIR: 0 or 1; pages: up to MAX_ROUTES */
     uint32_t n_routes;
-    kvm_route_t *routes; /* owned array of n_routes (heap) when decoded */
+    kvm_route_t *routes;             /* owned array of n_routes (heap) when decoded */
     const kvm_route_t *const *rptrs; /* encode only: when set, routes are taken from here */
 } route_msg_t;
 

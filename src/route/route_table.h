@@ -25,7 +25,7 @@ struct route_entry {
     kvm_route_t route;
     bool busy;  /* primary: a mirror of this key is in flight */
     bool dirty; /* primary: the last mirror was partial; re-mirror before the next mutation */
-    void *priv_tree[4];            /* tree links (route_table.c) */
+    void *priv_tree[4];                 /* tree links (route_table.c) */
     void *priv_owner[KVM_MAX_REPLICAS]; /* owner index refs (route_table.c) */
     unsigned n_owner_refs;
 };

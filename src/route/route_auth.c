@@ -1,0 +1,1040 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * route_auth.c — the shard authority: the primary state machine of route_int.h (acquire with a
+ * metadata CAS, state transfer, activation, serving, resignation) and the server side of every
+ * peer request (CAS, read, mirror, grant, fetch, install, repair, owner pages).
+ *
+ * Invariants (docs/protocol.md "Guarantees"):
+ *   - a runtime applies a CAS only in RP_ACTIVE, with a valid local lease deadline, and with the
+ *     request's token equal to the record token it activated and to its own fence (m_token);
+ *   - m_token never decreases; a request with an older token gets stale_generation and the
+ *     newest (generation, token) this runtime knows; a newer one gets unavailable;
+ *   - a member serves reads only while installed for its token and before its local read
+ *     deadline (the primary: its lease deadline; a secondary: a grant measured from its send);
+ *   - the primary replies success only after every other member of the set acknowledged the
+ *     mirror; a partial mirror marks the key dirty and is re-mirrored before its next mutation;
+ *   - an acquisition takes token + 1 only when the record is absent, RESIGNED, bound to an
+ *     expired lease, or bound to this runtime's own lease after its grants ran out; it serves
+ *     only after every new member installed the state of one member of the last ACTIVE set.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "core/wire.h"
+#include "meta/keyspace.h"
+#include "route/route_int.h"
+
+static bool legal(enum route_pstate from, enum route_pstate to)
+{
+    if (to == RP_IDLE)
+        return true;
+    switch (from) {
+    case RP_IDLE:
+        return to == RP_READ_REC;
+    case RP_READ_REC:
+        return to == RP_LEASE_CHECK || to == RP_ACQUIRE;
+    case RP_LEASE_CHECK:
+        return to == RP_ACQUIRE;
+    case RP_ACQUIRE:
+        return to == RP_FETCH || to == RP_INSTALL;
+    case RP_FETCH:
+        return to == RP_INSTALL;
+    case RP_INSTALL:
+        return to == RP_ACTIVATE;
+    case RP_ACTIVATE:
+        return to == RP_ACTIVE;
+    case RP_ACTIVE:
+        return to == RP_RESIGN;
+    case RP_RESIGN:
+        return to == RP_RESIGN_TXN || to == RP_READ_REC;
+    case RP_RESIGN_TXN:
+        return false;
+    }
+    return false;
+}
+
+static void xfer_reset(route_shard_t *sh)
+{
+    route_table_free(sh->xfer);
+    sh->xfer = NULL;
+    kvm_ident_free(&sh->fetch_after);
+    sh->fetch_started = false;
+    for (uint32_t i = 0; i < sh->n_inst; i++)
+        kvm_ident_free(&sh->inst[i].after);
+    memset(sh->inst, 0, sizeof(sh->inst));
+    sh->n_inst = 0;
+}
+
+static void set_pstate(route_svc_t *svc, route_shard_t *sh, enum route_pstate to)
+{
+    KVM_ASSERT(legal(sh->ps, to));
+    if (to == RP_IDLE) {
+        xfer_reset(sh);
+        sh->next_try_ns = route_now(svc) + svc->lease_ns / ROUTE_TICK_DIV;
+    }
+    sh->ps = to;
+}
+
+void route_shard_free(route_shard_t *sh)
+{
+    xfer_reset(sh);
+    route_table_free(sh->table);
+    route_table_free(sh->staging);
+    sh->table = sh->staging = NULL;
+}
+
+static bool is_self(route_svc_t *svc, const kvm_runtime_t *rt)
+{
+    return kvm_runtime_equal(rt, &svc->self);
+}
+
+bool route_auth_read_valid(route_svc_t *svc, route_shard_t *sh)
+{
+    uint64_t now = route_now(svc);
+    if (sh->ps == RP_ACTIVE && sh->rec.token == sh->m_token)
+        return sh->m_installed && now < svc->lease_deadline;
+    if (sh->ps != RP_IDLE && is_self(svc, &sh->m_primary))
+        return false; /* a primary that is not active serves nothing */
+    return sh->m_installed && now < sh->m_read_deadline;
+}
+
+void route_auth_lease_lost(route_svc_t *svc)
+{
+    for (uint32_t i = 0; i < svc->policy.n_shards; i++) {
+        route_shard_t *sh = &svc->shards[i];
+        if (sh->ps != RP_IDLE && !sh->meta_busy)
+            set_pstate(svc, sh, RP_IDLE);
+    }
+}
+
+/* Inserts r into t unless t holds a version >= r's. */
+static int put_if_newer(route_table_t *t, const kvm_route_t *r)
+{
+    route_entry_t *e = route_table_get(t, &r->ident);
+    if (e && kvm_route_version_cmp(&e->route.version, &r->version) >= 0)
+        return 0;
+    return route_table_put(t, r, NULL);
+}
+
+/* ---- replies -------------------------------------------------------------------------------- */
+
+static void reply(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req, uint16_t kind,
+                  route_shard_t *sh, int status, const kvm_route_t *const *routes, uint32_t n)
+{
+    route_msg_t m;
+    route_msg_init(&m, kind);
+    m.req_id = req->req_id;
+    m.shard = req->shard;
+    m.generation = sh->m_gen;
+    m.token = sh->m_token;
+    m.status = status;
+    m.target = svc->self;
+    m.rptrs = routes;
+    m.n_routes = n;
+    route_send(svc, raw->from, &m);
+}
+
+/* Common admission of a request addressed to this authority for token req->token. */
+static int admit(route_svc_t *svc, route_shard_t *sh, const route_msg_t *req, bool need_read)
+{
+    if (!is_self(svc, &req->target))
+        return KVMESH_EUNAVAILABLE; /* addressed to another incarnation: epoch fencing */
+    if (req->token < sh->m_token)
+        return KVMESH_ESTALE_GENERATION;
+    if (req->token > sh->m_token || !sh->m_installed)
+        return KVMESH_EUNAVAILABLE;
+    if (need_read && !route_auth_read_valid(svc, sh))
+        return KVMESH_EUNAVAILABLE;
+    return 0;
+}
+
+/* ---- mirroring ------------------------------------------------------------------------------ */
+
+typedef struct mirror_op {
+    uint32_t shard;
+    kvm_ident_t ident;
+    kvm_route_version_t version;
+    env_node_t reply_node; /* ENV_NODE_NONE: a repair re-mirror (no client) */
+    uint64_t reply_req;
+    uint32_t pending;
+    bool failed;
+} mirror_op_t;
+
+static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
+{
+    route_shard_t *sh = &svc->shards[op->shard];
+    KVM_ASSERT(sh->mirrors_inflight > 0);
+    sh->mirrors_inflight--;
+    route_entry_t *e = sh->table ? route_table_get(sh->table, &op->ident) : NULL;
+    bool current = e && kvm_route_version_equal(&e->route.version, &op->version);
+    if (current) {
+        e->busy = false;
+        e->dirty = op->failed;
+    }
+    if (op->reply_node != ENV_NODE_NONE) {
+        route_msg_t req;
+        route_msg_init(&req, RMSG_CAS_REQ);
+        req.req_id = op->reply_req;
+        req.shard = op->shard;
+        env_msg_t raw = {.from = op->reply_node};
+        const kvm_route_t *rp = current ? &e->route : NULL;
+        if (op->failed || !current) {
+            svc->stats.cas_indeterminate++;
+            reply(svc, &raw, &req, RMSG_CAS_RESP, sh, KVMESH_EINDETERMINATE, NULL, 0);
+        } else {
+            svc->stats.cas_applied++;
+            reply(svc, &raw, &req, RMSG_CAS_RESP, sh, 0, &rp, 1);
+        }
+    }
+    kvm_ident_free(&op->ident);
+    free(op);
+}
+
+static void on_mirror_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
+{
+    mirror_op_t *op = c->ctx;
+    if (svc->freeing) {
+        if (--op->pending == 0) {
+            kvm_ident_free(&op->ident);
+            free(op);
+        }
+        return;
+    }
+    if (!resp || resp->status != 0)
+        op->failed = true;
+    if (--op->pending == 0)
+        mirror_finish(svc, op);
+}
+
+/* Mirrors entry e to every other member of the active set. Returns the op (done if no peer). */
+static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
+                         env_node_t reply_node, uint64_t reply_req)
+{
+    mirror_op_t *op = calloc(1, sizeof(*op));
+    KVM_ASSERT(op != NULL);
+    op->shard = sh->id;
+    if (kvm_ident_copy(&op->ident, &e->route.ident) != 0)
+        KVM_ASSERT(!"out of memory");
+    op->version = e->route.version;
+    op->reply_node = reply_node;
+    op->reply_req = reply_req;
+    e->busy = true;
+    sh->mirrors_inflight++;
+    op->pending = 1; /* held until every call is issued */
+    for (uint32_t i = 0; i < sh->rec.n_set; i++) {
+        const route_msg_member_t *mb = &sh->rec.set[i];
+        if (is_self(svc, &mb->rt))
+            continue;
+        route_msg_t m;
+        route_msg_init(&m, RMSG_MIRROR_REQ);
+        m.shard = sh->id;
+        m.generation = sh->rec.generation;
+        m.token = sh->rec.token;
+        m.target = mb->rt;
+        const kvm_route_t *rp = &e->route;
+        m.rptrs = &rp;
+        m.n_routes = 1;
+        op->pending++;
+        if (!route_call(svc, mb->node, &m, RMSG_MIRROR_RESP, ROUTE_PEER_CALL_NS, true,
+                        on_mirror_resp, op)) {
+            op->pending--;
+            op->failed = true;
+        }
+        svc->stats.mirrors++;
+    }
+    if (--op->pending == 0)
+        mirror_finish(svc, op);
+}
+
+/* ---- request handlers ----------------------------------------------------------------------- */
+
+static bool expected_matches(route_svc_t *svc, const route_entry_t *e,
+                             const kvm_route_version_t *expected)
+{
+    if (!e)
+        return kvm_route_version_is_none(expected);
+    if (kvm_route_version_equal(&e->route.version, expected))
+        return true;
+    /* a finalized tombstone past its retention counts as absent */
+    return kvm_route_version_is_none(expected) && e->route.tomb == KVM_TOMB_FINALIZED &&
+           e->route.retain_until_ms <= env_wall_ms(svc->env);
+}
+
+static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
+                   route_shard_t *sh)
+{
+    const kvm_route_t *next = &req->routes[0];
+    bool as_primary = sh->ps == RP_ACTIVE && sh->rec.token == sh->m_token;
+    int st = admit(svc, sh, req, true);
+    if (st == 0 && !as_primary && !(svc->bugs & ROUTE_BUG_SECONDARY_CAS))
+        st = KVMESH_EUNAVAILABLE; /* secondaries never write */
+    if (st == 0 && kvm_ident_shard(&next->ident, svc->policy.n_shards) != sh->id)
+        st = KVMESH_EINVAL;
+    if (st != 0) {
+        if (st == KVMESH_ESTALE_GENERATION)
+            svc->stats.cas_stale_generation++;
+        reply(svc, raw, req, RMSG_CAS_RESP, sh, st, NULL, 0);
+        return;
+    }
+    route_entry_t *e = route_table_get(sh->table, &next->ident);
+    if (e && e->busy) {
+        reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_EAGAIN, NULL, 0);
+        return;
+    }
+    if (e && e->dirty && as_primary) {
+        mirror_start(svc, sh, e, ENV_NODE_NONE, 0); /* repair first; the client retries */
+        reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_EAGAIN, NULL, 0);
+        return;
+    }
+    if (!expected_matches(svc, e, &req->expected)) {
+        svc->stats.cas_conflict++;
+        const kvm_route_t *cur = e ? &e->route : NULL;
+        reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_ECONFLICT, cur ? &cur : NULL, cur ? 1 : 0);
+        return;
+    }
+    kvm_route_t nr;
+    kvm_route_init(&nr);
+    if (kvm_route_copy(&nr, next) != 0) {
+        reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_ENOMEM, NULL, 0);
+        return;
+    }
+    kvm_route_version_t cur_v = e ? e->route.version : KVM_ROUTE_VERSION_NONE;
+    uint64_t seq = as_primary ? ++sh->seq : cur_v.primary_sequence + 1; /* BUG variant: local */
+    nr.version = (kvm_route_version_t){sh->m_token, seq};
+    nr.predecessor_version = cur_v;
+    memset(&nr.predecessor_op, 0, sizeof(nr.predecessor_op));
+    if (e)
+        nr.predecessor_op = e->route.content_op;
+    if (kvm_op_id_equal(&nr.predecessor_op, &nr.content_op))
+        memset(&nr.predecessor_op, 0, sizeof(nr.predecessor_op));
+    kvm_tomb_state_t from = e ? e->route.tomb : KVM_TOMB_NONE;
+    int rc = kvm_route_version_cmp(&nr.version, &cur_v) > 0 ? 0 : KVMESH_ECONFLICT;
+    if (rc == 0 && !kvm_route_tomb_transition_ok(from, nr.tomb) && from != KVM_TOMB_NONE &&
+        nr.tomb != KVM_TOMB_NONE)
+        rc = KVMESH_EINVAL;
+    if (rc == 0)
+        rc = kvm_route_validate(&nr) == 0 ? 0 : KVMESH_EINVAL;
+    if (rc == 0)
+        rc = route_table_put(sh->table, &nr, &e);
+    kvm_route_free(&nr);
+    if (rc != 0) {
+        reply(svc, raw, req, RMSG_CAS_RESP, sh, rc, NULL, 0);
+        return;
+    }
+    if (!as_primary) { /* BUG variant: a secondary acknowledges its own write */
+        svc->stats.cas_applied++;
+        const kvm_route_t *rp = &e->route;
+        reply(svc, raw, req, RMSG_CAS_RESP, sh, 0, &rp, 1);
+        return;
+    }
+    mirror_start(svc, sh, e, raw->from, req->req_id);
+}
+
+static void on_read(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
+                    route_shard_t *sh)
+{
+    int st = admit(svc, sh, req, true);
+    if (st != 0) {
+        reply(svc, raw, req, RMSG_READ_RESP, sh, st, NULL, 0);
+        return;
+    }
+    route_entry_t *e = route_table_get(sh->table, &req->ident);
+    if (!e) {
+        reply(svc, raw, req, RMSG_READ_RESP, sh, KVMESH_ENOENT, NULL, 0);
+        return;
+    }
+    const kvm_route_t *rp = &e->route;
+    reply(svc, raw, req, RMSG_READ_RESP, sh, 0, &rp, 1);
+}
+
+static void on_mirror(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
+                      route_shard_t *sh)
+{
+    int st = admit(svc, sh, req, false);
+    if (st == 0 && req->routes[0].version.fencing_token != sh->m_token)
+        st = KVMESH_EPROTO;
+    if (st == 0)
+        st = put_if_newer(sh->table, &req->routes[0]);
+    reply(svc, raw, req, RMSG_MIRROR_RESP, sh, st, NULL, 0);
+}
+
+static void on_repair(route_svc_t *svc, const route_msg_t *req, route_shard_t *sh)
+{
+    if (admit(svc, sh, req, false) != 0)
+        return;
+    if (req->routes[0].version.fencing_token > sh->m_token)
+        return;
+    put_if_newer(sh->table, &req->routes[0]);
+}
+
+static void on_grant(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
+                     route_shard_t *sh)
+{
+    int st = admit(svc, sh, req, true);
+    if (st == 0 && !(sh->ps == RP_ACTIVE && sh->rec.token == sh->m_token))
+        st = KVMESH_EUNAVAILABLE;
+    route_msg_t m;
+    route_msg_init(&m, RMSG_GRANT_RESP);
+    m.req_id = req->req_id;
+    m.shard = sh->id;
+    m.generation = sh->m_gen;
+    m.token = sh->m_token;
+    m.status = st;
+    m.target = svc->self;
+    if (st == 0) {
+        uint64_t now = route_now(svc);
+        uint64_t rem = svc->lease_deadline - now;
+        if (rem > svc->lease_ns / ROUTE_GRANT_MAX_DIV)
+            rem = svc->lease_ns / ROUTE_GRANT_MAX_DIV;
+        if (now + rem > sh->max_grant_until)
+            sh->max_grant_until = now + rem;
+        m.remaining_ns = rem;
+    }
+    route_send(svc, raw->from, &m);
+}
+
+/* Adopts a newer token as this member's fence. */
+static void fence(route_shard_t *sh, uint64_t gen, uint64_t token)
+{
+    if (token > sh->m_token) {
+        sh->m_token = token;
+        sh->m_gen = gen;
+        sh->m_installed = false;
+        sh->m_read_deadline = 0;
+    }
+}
+
+static void on_fetch(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
+                     route_shard_t *sh)
+{
+    int st = 0;
+    if (!is_self(svc, &req->target))
+        st = KVMESH_EUNAVAILABLE;
+    else if (req->token < sh->m_token)
+        st = KVMESH_ESTALE_GENERATION;
+    if (st != 0) {
+        reply(svc, raw, req, RMSG_FETCH_RESP, sh, st, NULL, 0);
+        return;
+    }
+    fence(sh, req->generation, req->token);
+    const kvm_route_t *page[ROUTE_MSG_MAX_ROUTES];
+    uint32_t n = 0,
+             lim = req->limit ? KVM_MIN(req->limit, ROUTE_MSG_MAX_ROUTES) : ROUTE_MSG_MAX_ROUTES;
+    route_entry_t *e =
+        sh->table ? route_table_next(sh->table, req->has_ident ? &req->ident : NULL) : NULL;
+    for (; e && n < lim; e = route_table_next(sh->table, &e->route.ident))
+        page[n++] = &e->route;
+    route_msg_t m;
+    route_msg_init(&m, RMSG_FETCH_RESP);
+    m.req_id = req->req_id;
+    m.shard = sh->id;
+    m.generation = sh->m_gen;
+    m.token = sh->m_token;
+    m.target = svc->self;
+    m.more = e != NULL;
+    m.rptrs = page;
+    m.n_routes = n;
+    route_send(svc, raw->from, &m);
+}
+
+static void on_install(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
+                       route_shard_t *sh)
+{
+    int st = 0;
+    if (!is_self(svc, &req->target))
+        st = KVMESH_EUNAVAILABLE;
+    else if (req->token < sh->m_token)
+        st = KVMESH_ESTALE_GENERATION;
+    if (st != 0) {
+        reply(svc, raw, req, RMSG_INSTALL_RESP, sh, st, NULL, 0);
+        return;
+    }
+    if (req->token == sh->m_token && sh->m_installed) {
+        reply(svc, raw, req, RMSG_INSTALL_RESP, sh, 0, NULL, 0); /* a duplicate */
+        return;
+    }
+    fence(sh, req->generation, req->token);
+    sh->m_primary = req->primary;
+    sh->m_primary_node = req->primary_node;
+    sh->m_n_set = req->n_set;
+    memcpy(sh->m_set, req->set, req->n_set * sizeof(req->set[0]));
+    if (!sh->staging || sh->m_staging_token != req->token) {
+        route_table_free(sh->staging);
+        sh->staging = route_table_new();
+        sh->m_staging_token = req->token;
+        if (!sh->staging) {
+            reply(svc, raw, req, RMSG_INSTALL_RESP, sh, KVMESH_ENOMEM, NULL, 0);
+            return;
+        }
+    }
+    for (uint32_t i = 0; i < req->n_routes; i++)
+        if (put_if_newer(sh->staging, &req->routes[i]) != 0)
+            st = KVMESH_ENOMEM;
+    if (st == 0 && (req->flags & RMSG_INSTALL_DONE)) {
+        route_table_free(sh->table);
+        sh->table = sh->staging;
+        sh->staging = NULL;
+        sh->m_installed = true;
+        sh->m_read_deadline = 0;
+        sh->m_next_grant_ns = 0;
+    }
+    reply(svc, raw, req, RMSG_INSTALL_RESP, sh, st, NULL, 0);
+}
+
+static void on_owner(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
+                     route_shard_t *sh)
+{
+    int st = admit(svc, sh, req, true);
+    const kvm_route_t *page[ROUTE_MSG_MAX_ROUTES];
+    uint32_t n = 0;
+    route_entry_t *e = NULL;
+    if (st == 0) {
+        uint32_t lim =
+            req->limit ? KVM_MIN(req->limit, ROUTE_MSG_MAX_ROUTES) : ROUTE_MSG_MAX_ROUTES;
+        e = route_table_owner_next(sh->table, &req->owner, req->has_ident ? &req->ident : NULL);
+        for (; e && n < lim; e = route_table_owner_next(sh->table, &req->owner, &e->route.ident))
+            page[n++] = &e->route;
+    }
+    route_msg_t m;
+    route_msg_init(&m, RMSG_OWNER_RESP);
+    m.req_id = req->req_id;
+    m.shard = sh->id;
+    m.generation = sh->m_gen;
+    m.token = sh->m_token;
+    m.status = st;
+    m.target = svc->self;
+    m.more = e != NULL;
+    m.rptrs = page;
+    m.n_routes = n;
+    route_send(svc, raw->from, &m);
+}
+
+void route_auth_on_request(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *m)
+{
+    route_shard_t *sh = &svc->shards[m->shard];
+    if (!sh->table && !(sh->table = route_table_new()))
+        return;
+    switch (m->kind) {
+    case RMSG_CAS_REQ:
+        on_cas(svc, raw, m, sh);
+        break;
+    case RMSG_READ_REQ:
+        on_read(svc, raw, m, sh);
+        break;
+    case RMSG_MIRROR_REQ:
+        on_mirror(svc, raw, m, sh);
+        break;
+    case RMSG_GRANT_REQ:
+        on_grant(svc, raw, m, sh);
+        break;
+    case RMSG_FETCH_REQ:
+        on_fetch(svc, raw, m, sh);
+        break;
+    case RMSG_INSTALL_REQ:
+        on_install(svc, raw, m, sh);
+        break;
+    case RMSG_REPAIR:
+        on_repair(svc, m, sh);
+        break;
+    case RMSG_OWNER_REQ:
+        on_owner(svc, raw, m, sh);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- acquisition, transfer, activation, resignation ----------------------------------------- */
+
+static bool lease_ok(route_svc_t *svc)
+{
+    return svc->lease != 0 && route_now(svc) < svc->lease_deadline;
+}
+
+static void to_idle(route_svc_t *svc, route_shard_t *sh)
+{
+    set_pstate(svc, sh, RP_IDLE);
+}
+
+static int rec_txn(route_svc_t *svc, route_shard_t *sh, const route_rec_t *nr, route_mreq_fn fn)
+{
+    char key[KS_KEY_CAP];
+    uint8_t val[ROUTE_REC_MAX_LEN];
+    size_t vlen;
+    int rc = route_shard_meta_key(svc, sh->id, key, sizeof(key));
+    if (rc == 0)
+        rc = route_rec_encode(nr, val, sizeof(val), &vlen);
+    if (rc != 0)
+        return rc;
+    meta_cmp_t cmp =
+        sh->rec_mod_rev
+            ? (meta_cmp_t){.key = key,
+                           .target = META_CMP_MOD_REV,
+                           .op = META_EQ,
+                           .num = sh->rec_mod_rev}
+            : (meta_cmp_t){.key = key, .target = META_CMP_EXISTS, .op = META_EQ, .num = 0};
+    meta_op_t put = {.type = META_OP_PUT, .key = key, .value = val, .value_len = vlen};
+    route_mreq_t *q = route_mreq_new(svc, fn, NULL, sh->id);
+    if (!q)
+        return KVMESH_ENOMEM;
+    rc = meta_txn(svc->meta, &cmp, 1, &put, 1, NULL, 0, ROUTE_META_TIMEOUT_MS, route_mreq_cb, q);
+    if (rc != 0) {
+        q->svc = NULL;
+        route_mreq_cb(q, &(meta_result_t){.rc = rc, .errmsg = ""});
+        return rc;
+    }
+    sh->meta_busy = true;
+    return 0;
+}
+
+static void start_install(route_svc_t *svc, route_shard_t *sh);
+static void fetch_next(route_svc_t *svc, route_shard_t *sh);
+
+static void on_activate(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)
+{
+    route_shard_t *sh = &svc->shards[q->shard];
+    sh->meta_busy = false;
+    if (sh->ps != RP_ACTIVATE)
+        return;
+    if (res->rc != 0 || !res->succeeded || !lease_ok(svc)) {
+        to_idle(svc, sh);
+        return;
+    }
+    bool transferred = sh->rec.n_src > 0;
+    sh->rec.state = ROUTE_REC_ACTIVE;
+    sh->rec.n_src = sh->rec.n_set;
+    memcpy(sh->rec.src, sh->rec.set, sizeof(sh->rec.set));
+    sh->rec_mod_rev = res->rev;
+    sh->seq = 0;
+    if (transferred)
+        svc->stats.state_transfers++;
+    set_pstate(svc, sh, RP_ACTIVE);
+}
+
+static void activate(route_svc_t *svc, route_shard_t *sh)
+{
+    set_pstate(svc, sh, RP_ACTIVATE);
+    route_rec_t nr = sh->rec;
+    nr.state = ROUTE_REC_ACTIVE;
+    nr.n_src = nr.n_set;
+    memcpy(nr.src, nr.set, sizeof(nr.set));
+    if (rec_txn(svc, sh, &nr, on_activate) != 0)
+        to_idle(svc, sh);
+}
+
+static void install_page(route_svc_t *svc, route_shard_t *sh, uint32_t i);
+
+static void on_install_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
+{
+    if (svc->freeing)
+        return;
+    route_shard_t *sh = &svc->shards[c->idx];
+    if (sh->ps != RP_INSTALL || c->u64 != sh->rec.token)
+        return;
+    uint32_t i = (uint32_t)(uintptr_t)c->ctx;
+    route_install_peer_t *p = &sh->inst[i];
+    p->busy = false;
+    if (!resp || resp->status != 0) {
+        to_idle(svc, sh);
+        return;
+    }
+    if (p->done) {
+        for (uint32_t j = 0; j < sh->n_inst; j++)
+            if (!sh->inst[j].done || sh->inst[j].busy)
+                return;
+        activate(svc, sh);
+        return;
+    }
+    install_page(svc, sh, i);
+}
+
+static void install_page(route_svc_t *svc, route_shard_t *sh, uint32_t i)
+{
+    route_install_peer_t *p = &sh->inst[i];
+    const kvm_route_t *page[ROUTE_MSG_MAX_ROUTES];
+    uint32_t n = 0;
+    route_entry_t *e = route_table_next(sh->xfer, p->begun ? &p->after : NULL);
+    for (; e && n < ROUTE_MSG_MAX_ROUTES; e = route_table_next(sh->xfer, &e->route.ident))
+        page[n++] = &e->route;
+    route_msg_t m;
+    route_msg_init(&m, RMSG_INSTALL_REQ);
+    m.shard = sh->id;
+    m.generation = sh->rec.generation;
+    m.token = sh->rec.token;
+    m.target = p->m.rt;
+    m.flags = (p->begun ? 0 : RMSG_INSTALL_BEGIN) | (e ? 0 : RMSG_INSTALL_DONE);
+    m.primary = svc->self;
+    m.primary_node = svc->self_node;
+    m.n_set = sh->rec.n_set;
+    memcpy(m.set, sh->rec.set, sh->rec.n_set * sizeof(m.set[0]));
+    m.rptrs = page;
+    m.n_routes = n;
+    if (n) {
+        kvm_ident_free(&p->after);
+        if (kvm_ident_copy(&p->after, &page[n - 1]->ident) != 0) {
+            to_idle(svc, sh);
+            return;
+        }
+    }
+    p->begun = true;
+    p->done = e == NULL;
+    p->busy = true;
+    route_call_t *c = route_call(svc, p->m.node, &m, RMSG_INSTALL_RESP, ROUTE_PEER_CALL_NS, true,
+                                 on_install_resp, (void *)(uintptr_t)i);
+    if (!c) {
+        to_idle(svc, sh);
+        return;
+    }
+    c->idx = sh->id;
+    c->u64 = sh->rec.token;
+}
+
+static void start_install(route_svc_t *svc, route_shard_t *sh)
+{
+    set_pstate(svc, sh, RP_INSTALL);
+    if (!sh->xfer && !(sh->xfer = route_table_new())) {
+        to_idle(svc, sh);
+        return;
+    }
+    /* install on self first (a copy: the transfer table keeps feeding the others) */
+    route_table_t *mine = route_table_new();
+    if (!mine) {
+        to_idle(svc, sh);
+        return;
+    }
+    for (route_entry_t *e = route_table_next(sh->xfer, NULL); e;
+         e = route_table_next(sh->xfer, &e->route.ident))
+        if (route_table_put(mine, &e->route, NULL) != 0) {
+            route_table_free(mine);
+            to_idle(svc, sh);
+            return;
+        }
+    route_table_free(sh->table);
+    sh->table = mine;
+    sh->m_installed = true;
+    sh->n_inst = 0;
+    for (uint32_t i = 0; i < sh->rec.n_set; i++) {
+        if (is_self(svc, &sh->rec.set[i].rt))
+            continue;
+        memset(&sh->inst[sh->n_inst], 0, sizeof(sh->inst[0]));
+        sh->inst[sh->n_inst++].m = sh->rec.set[i];
+    }
+    if (sh->n_inst == 0) {
+        activate(svc, sh);
+        return;
+    }
+    for (uint32_t i = 0; i < sh->n_inst && sh->ps == RP_INSTALL; i++)
+        install_page(svc, sh, i);
+}
+
+static void on_fetch_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
+{
+    if (svc->freeing)
+        return;
+    route_shard_t *sh = &svc->shards[c->idx];
+    if (sh->ps != RP_FETCH || c->u64 != sh->rec.token)
+        return;
+    if (!resp || resp->status != 0) {
+        /* this source failed: start over from the next one */
+        route_table_clear(sh->xfer);
+        kvm_ident_free(&sh->fetch_after);
+        sh->fetch_started = false;
+        sh->fetch_src++;
+        fetch_next(svc, sh);
+        return;
+    }
+    for (uint32_t i = 0; i < resp->n_routes; i++)
+        if (put_if_newer(sh->xfer, &resp->routes[i]) != 0) {
+            to_idle(svc, sh);
+            return;
+        }
+    if (resp->n_routes) {
+        kvm_ident_free(&sh->fetch_after);
+        if (kvm_ident_copy(&sh->fetch_after, &resp->routes[resp->n_routes - 1].ident) != 0) {
+            to_idle(svc, sh);
+            return;
+        }
+        sh->fetch_started = true;
+    }
+    if (resp->more && resp->n_routes) {
+        fetch_next(svc, sh);
+        return;
+    }
+    start_install(svc, sh);
+}
+
+/* Fetches the next page from source rec.src[fetch_src] (or copies locally when it is us). */
+static void fetch_next(route_svc_t *svc, route_shard_t *sh)
+{
+    while (sh->fetch_src < sh->rec.n_src) {
+        const route_msg_member_t *src = &sh->rec.src[sh->fetch_src];
+        if (is_self(svc, &src->rt)) {
+            if (sh->table)
+                for (route_entry_t *e = route_table_next(sh->table, NULL); e;
+                     e = route_table_next(sh->table, &e->route.ident))
+                    if (put_if_newer(sh->xfer, &e->route) != 0) {
+                        to_idle(svc, sh);
+                        return;
+                    }
+            start_install(svc, sh);
+            return;
+        }
+        route_msg_t m;
+        route_msg_init(&m, RMSG_FETCH_REQ);
+        m.shard = sh->id;
+        m.generation = sh->rec.generation;
+        m.token = sh->rec.token;
+        m.target = src->rt;
+        m.limit = ROUTE_MSG_MAX_ROUTES;
+        if (sh->fetch_started) {
+            m.has_ident = true;
+            m.ident = sh->fetch_after; /* borrowed for the encode */
+        }
+        route_call_t *c = route_call(svc, src->node, &m, RMSG_FETCH_RESP, ROUTE_PEER_CALL_NS, true,
+                                     on_fetch_resp, NULL);
+        if (c) {
+            c->idx = sh->id;
+            c->u64 = sh->rec.token;
+            return;
+        }
+        sh->fetch_src++;
+    }
+    to_idle(svc, sh); /* no source answered: the shard stays unavailable */
+}
+
+static void on_acquire(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)
+{
+    route_shard_t *sh = &svc->shards[q->shard];
+    sh->meta_busy = false;
+    if (sh->ps != RP_ACQUIRE)
+        return;
+    if (res->rc != 0 || !res->succeeded) {
+        to_idle(svc, sh);
+        return;
+    }
+    sh->rec = sh->xfer_rec_pending;
+    sh->rec_mod_rev = res->rev;
+    /* this runtime is fenced at the new token too (it is a member of the new set) */
+    sh->m_token = sh->rec.token;
+    sh->m_gen = sh->rec.generation;
+    sh->m_installed = false;
+    sh->m_primary = svc->self;
+    sh->m_primary_node = svc->self_node;
+    sh->m_n_set = sh->rec.n_set;
+    memcpy(sh->m_set, sh->rec.set, sizeof(sh->m_set));
+    if (!(sh->xfer = route_table_new())) {
+        to_idle(svc, sh);
+        return;
+    }
+    if (sh->rec.n_src == 0 || (svc->bugs & ROUTE_BUG_SKIP_TRANSFER)) {
+        start_install(svc, sh);
+        return;
+    }
+    set_pstate(svc, sh, RP_FETCH);
+    sh->fetch_src = 0;
+    sh->fetch_started = false;
+    fetch_next(svc, sh);
+}
+
+static void acquire(route_svc_t *svc, route_shard_t *sh)
+{
+    route_msg_member_t set[ROUTE_MSG_MAX_SET];
+    uint32_t n;
+    route_desired_set(svc, sh->id, set, &n);
+    if (n == 0 || !is_self(svc, &set[0].rt) || !lease_ok(svc)) {
+        to_idle(svc, sh);
+        return;
+    }
+    set_pstate(svc, sh, RP_ACQUIRE);
+    route_rec_t nr;
+    memset(&nr, 0, sizeof(nr));
+    nr.generation = svc->generation;
+    nr.token = sh->rec.token + 1;
+    nr.state = ROUTE_REC_TRANSFERRING;
+    nr.primary = svc->self;
+    nr.primary_node = svc->self_node;
+    nr.lease = svc->lease;
+    nr.n_set = n;
+    memcpy(nr.set, set, n * sizeof(set[0]));
+    if (sh->rec_mod_rev) {
+        nr.n_src = sh->rec.n_src;
+        memcpy(nr.src, sh->rec.src, sizeof(nr.src));
+    }
+    if (nr.token <= sh->m_token && !(svc->bugs & ROUTE_BUG_SKIP_TRANSFER))
+        nr.token = sh->m_token + 1; /* never below a fence this runtime has seen */
+    sh->xfer_rec_pending = nr;
+    if (rec_txn(svc, sh, &nr, on_acquire) != 0)
+        to_idle(svc, sh);
+}
+
+static void on_lease_ttl(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)
+{
+    route_shard_t *sh = &svc->shards[q->shard];
+    sh->meta_busy = false;
+    if (sh->ps != RP_LEASE_CHECK)
+        return;
+    if (res->rc == KVMESH_ENOENT) {
+        acquire(svc, sh); /* the holder's lease expired in metadata */
+        return;
+    }
+    to_idle(svc, sh); /* alive (or unknown): poll again later */
+}
+
+static void on_read_rec(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)
+{
+    route_shard_t *sh = &svc->shards[q->shard];
+    sh->meta_busy = false;
+    if (sh->ps != RP_READ_REC)
+        return;
+    if (res->rc != 0) {
+        to_idle(svc, sh);
+        return;
+    }
+    if (!res->kv.found) {
+        memset(&sh->rec, 0, sizeof(sh->rec));
+        sh->rec_mod_rev = 0;
+        acquire(svc, sh);
+        return;
+    }
+    route_rec_t rec;
+    if (route_rec_decode(res->kv.value, res->kv.value_len, &rec) != 0) {
+        to_idle(svc, sh);
+        return;
+    }
+    sh->rec = rec;
+    sh->rec_mod_rev = res->kv.mod_rev;
+    route_client_view_from_rec(svc, sh, &rec);
+    bool mine = rec.lease == svc->lease && kvm_id128_equal(&rec.primary.id, &svc->self.id) &&
+                rec.primary.epoch == svc->self.epoch;
+    if (rec.state == ROUTE_REC_RESIGNED || (svc->bugs & ROUTE_BUG_SKIP_TRANSFER)) {
+        acquire(svc, sh);
+    } else if (mine) {
+        if (route_now(svc) > sh->max_grant_until)
+            acquire(svc, sh); /* re-acquire our own shard once our grants ran out */
+        else
+            to_idle(svc, sh);
+    } else {
+        set_pstate(svc, sh, RP_LEASE_CHECK);
+        route_mreq_t *q2 = route_mreq_new(svc, on_lease_ttl, NULL, sh->id);
+        if (!q2 ||
+            meta_lease_ttl(svc->meta, rec.lease, ROUTE_META_TIMEOUT_MS, route_mreq_cb, q2) != 0) {
+            if (q2) {
+                q2->svc = NULL;
+                route_mreq_cb(q2, &(meta_result_t){.rc = KVMESH_EUNAVAILABLE, .errmsg = ""});
+            }
+            to_idle(svc, sh);
+            return;
+        }
+        sh->meta_busy = true;
+    }
+}
+
+static void read_rec(route_svc_t *svc, route_shard_t *sh)
+{
+    char key[KS_KEY_CAP];
+    if (route_shard_meta_key(svc, sh->id, key, sizeof(key)) != 0)
+        return;
+    set_pstate(svc, sh, RP_READ_REC);
+    route_mreq_t *q = route_mreq_new(svc, on_read_rec, NULL, sh->id);
+    if (!q || meta_get(svc->meta, key, ROUTE_META_TIMEOUT_MS, route_mreq_cb, q) != 0) {
+        if (q) {
+            q->svc = NULL;
+            route_mreq_cb(q, &(meta_result_t){.rc = KVMESH_EUNAVAILABLE, .errmsg = ""});
+        }
+        to_idle(svc, sh);
+        return;
+    }
+    sh->meta_busy = true;
+}
+
+static void on_resign(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)
+{
+    route_shard_t *sh = &svc->shards[q->shard];
+    sh->meta_busy = false;
+    if (sh->ps == RP_RESIGN_TXN)
+        to_idle(svc, sh);
+}
+
+/* ---- grants (secondary side) ---------------------------------------------------------------- */
+
+static void on_grant_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
+{
+    if (svc->freeing)
+        return;
+    route_shard_t *sh = &svc->shards[c->idx];
+    sh->m_grant_busy = false;
+    uint64_t now = route_now(svc);
+    if (resp && resp->status == 0 && resp->token == sh->m_token && c->u64 == sh->m_token &&
+        sh->m_installed) {
+        uint64_t d = route_conservative_deadline(sh->m_grant_sent_ns, resp->remaining_ns);
+        if (d > sh->m_read_deadline)
+            sh->m_read_deadline = d;
+        sh->m_next_grant_ns = now + svc->lease_ns / ROUTE_GRANT_RENEW_DIV;
+    } else {
+        if (resp && resp->status == KVMESH_ESTALE_GENERATION && resp->token > sh->m_token)
+            fence(sh, resp->generation, resp->token);
+        sh->m_next_grant_ns = now + 2 * ROUTE_RETRY_NS;
+    }
+}
+
+static void grant_renew(route_svc_t *svc, route_shard_t *sh)
+{
+    uint64_t now = route_now(svc);
+    if (!sh->m_installed || sh->m_grant_busy || now < sh->m_next_grant_ns ||
+        is_self(svc, &sh->m_primary) || sh->m_primary_node == ENV_NODE_NONE)
+        return;
+    route_msg_t m;
+    route_msg_init(&m, RMSG_GRANT_REQ);
+    m.shard = sh->id;
+    m.generation = sh->m_gen;
+    m.token = sh->m_token;
+    m.target = sh->m_primary;
+    sh->m_grant_sent_ns = now;
+    route_call_t *c = route_call(svc, sh->m_primary_node, &m, RMSG_GRANT_RESP, ROUTE_ATTEMPT_NS,
+                                 false, on_grant_resp, NULL);
+    if (c) {
+        c->idx = sh->id;
+        c->u64 = sh->m_token;
+        sh->m_grant_busy = true;
+    }
+}
+
+/* ---- tick ----------------------------------------------------------------------------------- */
+
+void route_auth_tick(route_svc_t *svc, route_shard_t *sh)
+{
+    grant_renew(svc, sh);
+    if (sh->meta_busy)
+        return;
+    route_msg_member_t set[ROUTE_MSG_MAX_SET];
+    uint32_t n;
+    route_desired_set(svc, sh->id, set, &n);
+    bool desired = n > 0 && is_self(svc, &set[0].rt);
+    uint64_t now = route_now(svc);
+    switch (sh->ps) {
+    case RP_IDLE:
+        if (desired && lease_ok(svc) && now >= sh->next_try_ns)
+            read_rec(svc, sh);
+        break;
+    case RP_ACTIVE:
+        if (!desired || !route_set_eq(set, n, sh->rec.set, sh->rec.n_set))
+            set_pstate(svc, sh, RP_RESIGN); /* stop serving and granting at once */
+        break;
+    case RP_RESIGN:
+        if (now <= sh->max_grant_until || sh->mirrors_inflight)
+            break;
+        if (desired && lease_ok(svc)) {
+            read_rec(svc, sh);
+        } else {
+            set_pstate(svc, sh, RP_RESIGN_TXN);
+            route_rec_t nr = sh->rec;
+            nr.state = ROUTE_REC_RESIGNED;
+            if (rec_txn(svc, sh, &nr, on_resign) != 0)
+                to_idle(svc, sh);
+        }
+        break;
+    default:
+        break;
+    }
+}

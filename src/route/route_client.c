@@ -1,0 +1,639 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * route_client.c — the caller side of the route protocol: lookup, CAS and owner enumeration
+ * against a shard's authority set, with the shard view (generation, token, primary, set) cached
+ * per shard and refreshed from the shard-authority record in metadata only when an authority
+ * answers stale_generation/unavailable (never per request in steady state).
+ *
+ * Client operation life:  WAIT_VIEW <-> IN_FLIGHT -> (backoff) -> ... -> DONE
+ *   lookup: one READ to every member of the view's set; the attempt ends when all answered or
+ *           ROUTE_ATTEMPT_NS passed; any stale_generation -> refresh and retry; no valid answer
+ *           -> refresh and retry; else the highest version wins, equal versions with different
+ *           values fail the read (KVMESH_ECORRUPT, protocol_conflicts++), lower/missing copies
+ *           get a REPAIR;
+ *   CAS:    one CAS to the view's primary, never retransmitted (a duplicate could apply twice);
+ *           stale/unavailable/busy answers (not applied) retry; a lost reply is ETIMEDOUT;
+ *   owner:  one shard at a time from the cursor, from the shard primary's owner index.
+ * Every operation ends by its deadline (request_timeout_ms). An op is freed once it is done and
+ * none of its peer calls is pending.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "meta/keyspace.h"
+#include "route/route_int.h"
+
+enum op_kind { OP_LOOKUP, OP_CAS, OP_OWNER };
+
+struct route_op {
+    route_op_t *next, *prev;
+    route_svc_t *svc;
+    enum op_kind kind;
+    uint32_t shard;
+    kvm_ident_t ident;
+    kvm_route_t route; /* CAS: the next route */
+    kvm_route_version_t expected;
+    route_lookup_cb lcb;
+    route_cas_cb ccb;
+    route_owner_cb ocb;
+    void *arg;
+    uint64_t deadline;
+    uint64_t attempt;
+    uint32_t calls_pending;
+    bool done;
+    env_timer_id timer;
+    int last_rc;
+    /* read attempt */
+    uint32_t n_wait, n_members;
+    route_msg_member_t members[ROUTE_MSG_MAX_SET];
+    int st[ROUTE_MSG_MAX_SET];
+    bool has[ROUTE_MSG_MAX_SET];
+    kvm_route_t got[ROUTE_MSG_MAX_SET];
+    bool stale;
+    /* owner scan */
+    kvm_runtime_id_t owner;
+    uint32_t limit, n_page;
+    kvm_route_t *page;
+    bool has_after;
+    uint8_t cursor[8 + KVM_WIRE_MAX_RECORD_LEN];
+};
+
+static void op_step(void *arg);
+
+static void op_unlink(route_svc_t *svc, route_op_t *op)
+{
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        svc->ops = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    svc->n_ops--;
+}
+
+static void attempt_clear(route_op_t *op)
+{
+    for (uint32_t i = 0; i < ROUTE_MSG_MAX_SET; i++) {
+        if (op->has[i])
+            kvm_route_free(&op->got[i]);
+        op->has[i] = false;
+        op->st[i] = 0;
+    }
+    op->n_wait = 0;
+    op->stale = false;
+}
+
+static void op_free(route_op_t *op)
+{
+    attempt_clear(op);
+    kvm_ident_free(&op->ident);
+    kvm_route_free(&op->route);
+    if (op->page) {
+        for (uint32_t i = 0; i < op->n_page; i++)
+            kvm_route_free(&op->page[i]);
+        free(op->page);
+    }
+    free(op);
+}
+
+static void op_release(route_op_t *op)
+{
+    if (op->done && op->calls_pending == 0)
+        op_free(op);
+}
+
+static void finish(route_op_t *op, int rc, const kvm_route_t *r)
+{
+    route_svc_t *svc = op->svc;
+    KVM_ASSERT(!op->done);
+    op->done = true;
+    env_timer_cancel(svc->env, op->timer);
+    op->timer = 0;
+    op_unlink(svc, op);
+    switch (op->kind) {
+    case OP_LOOKUP:
+        op->lcb(op->arg, rc, r);
+        break;
+    case OP_CAS:
+        op->ccb(op->arg, rc, r);
+        break;
+    case OP_OWNER:
+        op->ocb(op->arg, rc, NULL);
+        break;
+    }
+    op_release(op);
+}
+
+void route_client_cancel_all(route_svc_t *svc)
+{
+    while (svc->ops)
+        finish(svc->ops, KVMESH_ECANCELED, NULL);
+}
+
+void route_client_view_from_rec(route_svc_t *svc, route_shard_t *sh, const route_rec_t *rec)
+{
+    if (sh->v_valid && rec->token < sh->view.token)
+        return;
+    sh->view = *rec;
+    sh->v_valid = rec->state == ROUTE_REC_ACTIVE;
+}
+
+static void on_view(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)
+{
+    route_shard_t *sh = &svc->shards[q->shard];
+    sh->v_refreshing = false;
+    route_rec_t rec;
+    if (res->rc == 0 && res->kv.found &&
+        route_rec_decode(res->kv.value, res->kv.value_len, &rec) == 0)
+        route_client_view_from_rec(svc, sh, &rec);
+}
+
+static void view_refresh(route_svc_t *svc, route_shard_t *sh)
+{
+    uint64_t now = route_now(svc);
+    if (sh->v_refreshing || now < sh->v_next_refresh_ns)
+        return;
+    char key[KS_KEY_CAP];
+    if (route_shard_meta_key(svc, sh->id, key, sizeof(key)) != 0)
+        return;
+    route_mreq_t *q = route_mreq_new(svc, on_view, NULL, sh->id);
+    if (!q)
+        return;
+    sh->v_next_refresh_ns = now + 2 * ROUTE_RETRY_NS;
+    if (meta_get(svc->meta, key, ROUTE_META_TIMEOUT_MS, route_mreq_cb, q) != 0) {
+        q->svc = NULL;
+        route_mreq_cb(q, &(meta_result_t){.rc = KVMESH_EUNAVAILABLE, .errmsg = ""});
+        return;
+    }
+    sh->v_refreshing = true;
+}
+
+static void invalidate_view(route_svc_t *svc, route_shard_t *sh)
+{
+    sh->v_valid = false;
+    view_refresh(svc, sh);
+}
+
+static void backoff(route_op_t *op, uint64_t ns)
+{
+    route_svc_t *svc = op->svc;
+    ns += env_rand_u64(svc->env) % ROUTE_RETRY_NS;
+    op->timer = env_timer_start(svc->env, ns, op_step, op);
+}
+
+/* ---- lookup --------------------------------------------------------------------------------- */
+
+static void lookup_evaluate(route_op_t *op)
+{
+    route_svc_t *svc = op->svc;
+    route_shard_t *sh = &svc->shards[op->shard];
+    env_timer_cancel(svc->env, op->timer);
+    op->timer = 0;
+    if (op->stale) {
+        invalidate_view(svc, sh);
+        backoff(op, 0);
+        return;
+    }
+    int best = -1;
+    bool any = false;
+    for (uint32_t i = 0; i < op->n_members; i++) {
+        if (op->st[i] == KVMESH_ENOENT)
+            any = true;
+        if (!op->has[i])
+            continue;
+        any = true;
+        if (best < 0) {
+            best = (int)i;
+            continue;
+        }
+        int c = kvm_route_version_cmp(&op->got[i].version, &op->got[best].version);
+        if (c == 0 && !kvm_route_equal(&op->got[i], &op->got[best])) {
+            svc->stats.protocol_conflicts++;
+            finish(op,
+                   kvm_errf(KVMESH_ECORRUPT,
+                            "route protocol conflict: two authorities hold version "
+                            "(%llu,%llu) with different values",
+                            (unsigned long long)op->got[i].version.fencing_token,
+                            (unsigned long long)op->got[i].version.primary_sequence),
+                   NULL);
+            return;
+        }
+        if (c > 0)
+            best = (int)i;
+    }
+    if (!any) {
+        op->last_rc = KVMESH_EUNAVAILABLE;
+        invalidate_view(svc, sh);
+        backoff(op, ROUTE_RETRY_NS);
+        return;
+    }
+    if (best >= 0) {
+        for (uint32_t i = 0; i < op->n_members; i++) {
+            bool lower = op->st[i] == KVMESH_ENOENT ||
+                         (op->has[i] &&
+                          kvm_route_version_cmp(&op->got[i].version, &op->got[best].version) < 0);
+            if (!lower)
+                continue;
+            route_msg_t m;
+            route_msg_init(&m, RMSG_REPAIR);
+            m.shard = op->shard;
+            m.generation = sh->view.generation;
+            m.token = sh->view.token;
+            m.target = op->members[i].rt;
+            const kvm_route_t *rp = &op->got[best];
+            m.rptrs = &rp;
+            m.n_routes = 1;
+            route_send(svc, op->members[i].node, &m);
+            svc->stats.read_repairs++;
+        }
+    }
+    finish(op, best >= 0 ? 0 : KVMESH_ENOENT, best >= 0 ? &op->got[best] : NULL);
+}
+
+static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
+{
+    route_op_t *op = c->ctx;
+    op->calls_pending--;
+    if (op->done || c->u64 != op->attempt || svc->freeing) {
+        op_release(op);
+        return;
+    }
+    uint32_t i = c->idx;
+    route_shard_t *sh = &svc->shards[op->shard];
+    if (resp) {
+        op->st[i] = resp->status;
+        if (resp->status == KVMESH_ESTALE_GENERATION && resp->token > sh->view.token)
+            op->stale = true;
+        if (resp->status == 0 && resp->n_routes == 1 &&
+            kvm_ident_equal(&resp->routes[0].ident, &op->ident) &&
+            kvm_route_copy(&op->got[i], &resp->routes[0]) == 0)
+            op->has[i] = true;
+    } else {
+        op->st[i] = KVMESH_ETIMEDOUT;
+    }
+    if (--op->n_wait == 0)
+        lookup_evaluate(op);
+}
+
+static void attempt_timeout(void *arg)
+{
+    route_op_t *op = arg;
+    op->timer = 0;
+    op->attempt++; /* late answers of this attempt are ignored */
+    if (op->kind == OP_LOOKUP)
+        lookup_evaluate(op);
+}
+
+static void lookup_send(route_op_t *op, route_shard_t *sh)
+{
+    route_svc_t *svc = op->svc;
+    attempt_clear(op);
+    op->attempt++;
+    op->n_members = sh->view.n_set;
+    memcpy(op->members, sh->view.set, sizeof(op->members));
+    for (uint32_t i = 0; i < op->n_members; i++) {
+        route_msg_t m;
+        route_msg_init(&m, RMSG_READ_REQ);
+        m.shard = op->shard;
+        m.generation = sh->view.generation;
+        m.token = sh->view.token;
+        m.target = op->members[i].rt;
+        m.has_ident = true;
+        m.ident = op->ident; /* borrowed */
+        route_call_t *c = route_call(svc, op->members[i].node, &m, RMSG_READ_RESP, ROUTE_ATTEMPT_NS,
+                                     true, on_read_resp, op);
+        if (!c) {
+            op->st[i] = KVMESH_EAGAIN;
+            continue;
+        }
+        c->idx = i;
+        c->u64 = op->attempt;
+        op->calls_pending++;
+        op->n_wait++;
+    }
+    if (op->n_wait == 0) {
+        backoff(op, ROUTE_RETRY_NS);
+        return;
+    }
+    op->timer = env_timer_start(svc->env, ROUTE_ATTEMPT_NS + ROUTE_RETRY_NS, attempt_timeout, op);
+}
+
+/* ---- CAS ------------------------------------------------------------------------------------ */
+
+static void on_cas_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
+{
+    route_op_t *op = c->ctx;
+    op->calls_pending--;
+    if (op->done || svc->freeing) {
+        op_release(op);
+        return;
+    }
+    route_shard_t *sh = &svc->shards[op->shard];
+    if (!resp) {
+        finish(op, KVMESH_ETIMEDOUT, NULL);
+        return;
+    }
+    const kvm_route_t *r = resp->n_routes ? &resp->routes[0] : NULL;
+    switch (resp->status) {
+    case 0:
+    case KVMESH_ECONFLICT:
+    case KVMESH_EINDETERMINATE:
+        finish(op, resp->status, r);
+        return;
+    case KVMESH_ESTALE_GENERATION:
+        op->last_rc = KVMESH_ESTALE_GENERATION;
+        invalidate_view(svc, sh);
+        backoff(op, 0);
+        return;
+    case KVMESH_EUNAVAILABLE:
+        op->last_rc = KVMESH_EUNAVAILABLE;
+        invalidate_view(svc, sh);
+        backoff(op, ROUTE_RETRY_NS);
+        return;
+    case KVMESH_EAGAIN:
+        backoff(op, ROUTE_RETRY_NS / 4);
+        return;
+    default:
+        finish(op, resp->status, NULL);
+        return;
+    }
+}
+
+static void cas_send(route_op_t *op, route_shard_t *sh)
+{
+    route_svc_t *svc = op->svc;
+    route_msg_member_t to = {.rt = sh->view.primary, .node = sh->view.primary_node};
+    if ((svc->bugs & ROUTE_BUG_SECONDARY_CAS) && sh->view.n_set > 0)
+        to = sh->view.set[env_rand_u64(svc->env) % sh->view.n_set];
+    route_msg_t m;
+    route_msg_init(&m, RMSG_CAS_REQ);
+    m.shard = op->shard;
+    m.generation = sh->view.generation;
+    m.token = sh->view.token;
+    m.target = to.rt;
+    m.expected = op->expected;
+    const kvm_route_t *rp = &op->route;
+    m.rptrs = &rp;
+    m.n_routes = 1;
+    route_call_t *c = route_call(svc, to.node, &m, RMSG_CAS_RESP,
+                                 ROUTE_PEER_CALL_NS + ROUTE_ATTEMPT_NS, false, on_cas_resp, op);
+    if (!c) {
+        backoff(op, ROUTE_RETRY_NS);
+        return;
+    }
+    op->calls_pending++;
+}
+
+/* ---- owner scan ----------------------------------------------------------------------------- */
+
+static void owner_finish_page(route_op_t *op, bool complete)
+{
+    route_svc_t *svc = op->svc;
+    size_t clen = 0;
+    if (!complete) {
+        /* cursor: u32 shard | u8 has_after | ident canonical bytes */
+        for (int i = 0; i < 4; i++)
+            op->cursor[i] = (uint8_t)(op->shard >> (8 * i));
+        op->cursor[4] = op->has_after ? 1 : 0;
+        clen = 5;
+        if (op->has_after) {
+            memcpy(op->cursor + 5, op->ident.enc, op->ident.enc_len);
+            clen += op->ident.enc_len;
+        }
+    }
+    route_owner_page_t pg = {.routes = op->page,
+                             .n = op->n_page,
+                             .next_cursor = complete ? NULL : op->cursor,
+                             .next_cursor_len = clen,
+                             .complete = complete};
+    op->done = true;
+    env_timer_cancel(svc->env, op->timer);
+    op->timer = 0;
+    op_unlink(svc, op);
+    op->ocb(op->arg, 0, &pg);
+    op_release(op);
+}
+
+static void on_owner_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
+{
+    route_op_t *op = c->ctx;
+    op->calls_pending--;
+    if (op->done || svc->freeing || c->u64 != op->attempt) {
+        op_release(op);
+        return;
+    }
+    route_shard_t *sh = &svc->shards[op->shard];
+    if (!resp || resp->status != 0) {
+        if (resp && resp->status == KVMESH_ESTALE_GENERATION)
+            op->last_rc = KVMESH_ESTALE_GENERATION;
+        invalidate_view(svc, sh);
+        backoff(op, ROUTE_RETRY_NS);
+        return;
+    }
+    for (uint32_t i = 0; i < resp->n_routes && op->n_page < op->limit; i++) {
+        kvm_route_init(&op->page[op->n_page]);
+        if (kvm_route_copy(&op->page[op->n_page], &resp->routes[i]) != 0) {
+            finish(op, KVMESH_ENOMEM, NULL);
+            return;
+        }
+        op->n_page++;
+        kvm_ident_free(&op->ident);
+        if (kvm_ident_copy(&op->ident, &resp->routes[i].ident) != 0) {
+            finish(op, KVMESH_ENOMEM, NULL);
+            return;
+        }
+        op->has_after = true;
+    }
+    if (!resp->more || resp->n_routes == 0) {
+        op->shard++;
+        op->has_after = false;
+        kvm_ident_free(&op->ident);
+    }
+    if (op->shard >= svc->policy.n_shards) {
+        owner_finish_page(op, true);
+        return;
+    }
+    if (op->n_page >= op->limit) {
+        owner_finish_page(op, false);
+        return;
+    }
+    op_step(op);
+}
+
+static void owner_send(route_op_t *op, route_shard_t *sh)
+{
+    route_svc_t *svc = op->svc;
+    route_msg_t m;
+    route_msg_init(&m, RMSG_OWNER_REQ);
+    m.shard = op->shard;
+    m.generation = sh->view.generation;
+    m.token = sh->view.token;
+    m.target = sh->view.primary;
+    m.owner = op->owner;
+    m.limit = op->limit - op->n_page;
+    if (op->has_after) {
+        m.has_ident = true;
+        m.ident = op->ident;
+    }
+    op->attempt++;
+    route_call_t *c = route_call(svc, sh->view.primary_node, &m, RMSG_OWNER_RESP, ROUTE_ATTEMPT_NS,
+                                 true, on_owner_resp, op);
+    if (!c) {
+        backoff(op, ROUTE_RETRY_NS);
+        return;
+    }
+    c->u64 = op->attempt;
+    op->calls_pending++;
+}
+
+/* ---- driver --------------------------------------------------------------------------------- */
+
+static void op_step(void *arg)
+{
+    route_op_t *op = arg;
+    route_svc_t *svc = op->svc;
+    op->timer = 0;
+    if (route_now(svc) >= op->deadline) {
+        int rc = op->last_rc ? op->last_rc : KVMESH_ETIMEDOUT;
+        if (rc == KVMESH_ESTALE_GENERATION)
+            rc = KVMESH_EUNAVAILABLE;
+        finish(op,
+               kvm_errf(rc,
+                        "route %s: shard %u has no serving authority set before the "
+                        "deadline; retry later",
+                        op->kind == OP_CAS      ? "cas"
+                        : op->kind == OP_LOOKUP ? "lookup"
+                                                : "scan",
+                        op->shard),
+               NULL);
+        return;
+    }
+    route_shard_t *sh = &svc->shards[op->shard];
+    if (!sh->v_valid || sh->view.n_set == 0) {
+        op->last_rc = KVMESH_EUNAVAILABLE;
+        view_refresh(svc, sh);
+        backoff(op, ROUTE_RETRY_NS);
+        return;
+    }
+    switch (op->kind) {
+    case OP_LOOKUP:
+        lookup_send(op, sh);
+        break;
+    case OP_CAS:
+        cas_send(op, sh);
+        break;
+    case OP_OWNER:
+        owner_send(op, sh);
+        break;
+    }
+}
+
+static route_op_t *op_new(route_svc_t *svc, enum op_kind kind, void *arg)
+{
+    if (!svc->ready || svc->n_ops >= ROUTE_MAX_OPS)
+        return NULL;
+    route_op_t *op = calloc(1, sizeof(*op));
+    if (!op)
+        return NULL;
+    op->svc = svc;
+    op->kind = kind;
+    op->arg = arg;
+    op->deadline = route_now(svc) + svc->timeout_ns;
+    kvm_route_init(&op->route);
+    return op;
+}
+
+static void op_start(route_svc_t *svc, route_op_t *op)
+{
+    op->next = svc->ops;
+    if (svc->ops)
+        svc->ops->prev = op;
+    svc->ops = op;
+    svc->n_ops++;
+    op->timer = env_timer_start(svc->env, 0, op_step, op);
+}
+
+int route_lookup(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb, void *arg)
+{
+    if (!ident || !ident->enc || !cb)
+        return kvm_errf(KVMESH_EINVAL, "route_lookup: ident and cb are required");
+    route_op_t *op = op_new(svc, OP_LOOKUP, arg);
+    if (!op)
+        return kvm_errf(KVMESH_EAGAIN, "route_lookup: service not ready or %d ops in flight",
+                        ROUTE_MAX_OPS);
+    if (kvm_ident_copy(&op->ident, ident) != 0) {
+        op_free(op);
+        return KVMESH_ENOMEM;
+    }
+    op->lcb = cb;
+    op->shard = kvm_ident_shard(ident, svc->policy.n_shards);
+    svc->stats.lookups++;
+    op_start(svc, op);
+    return 0;
+}
+
+int route_cas(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
+              route_cas_cb cb, void *arg)
+{
+    if (!expected || !next || !cb)
+        return kvm_errf(KVMESH_EINVAL, "route_cas: expected, next and cb are required");
+    route_op_t *op = op_new(svc, OP_CAS, arg);
+    if (!op)
+        return kvm_errf(KVMESH_EAGAIN, "route_cas: service not ready or %d ops in flight",
+                        ROUTE_MAX_OPS);
+    if (kvm_route_copy(&op->route, next) != 0) {
+        op_free(op);
+        return KVMESH_ENOMEM;
+    }
+    /* the authority assigns both versions; placeholders that pass validation travel */
+    op->route.version = (kvm_route_version_t){0, 1};
+    op->route.predecessor_version = KVM_ROUTE_VERSION_NONE;
+    memset(&op->route.predecessor_op, 0, sizeof(op->route.predecessor_op));
+    int rc = kvm_route_validate(&op->route);
+    if (rc != 0) {
+        op_free(op);
+        return rc;
+    }
+    op->ccb = cb;
+    op->expected = *expected;
+    op->shard = kvm_ident_shard(&next->ident, svc->policy.n_shards);
+    op_start(svc, op);
+    return 0;
+}
+
+int route_owner_scan(route_svc_t *svc, const kvm_runtime_id_t *owner, const uint8_t *cursor,
+                     size_t cursor_len, uint32_t limit, route_owner_cb cb, void *arg)
+{
+    if (!owner || !cb || limit == 0 || limit > ROUTE_OWNER_PAGE_MAX)
+        return kvm_errf(KVMESH_EINVAL, "route_owner_scan: owner, cb and limit 1..%d required",
+                        ROUTE_OWNER_PAGE_MAX);
+    route_op_t *op = op_new(svc, OP_OWNER, arg);
+    if (!op)
+        return kvm_errf(KVMESH_EAGAIN, "route_owner_scan: service not ready or busy");
+    op->ocb = cb;
+    op->owner = *owner;
+    op->limit = limit;
+    op->page = calloc(limit, sizeof(kvm_route_t));
+    if (!op->page) {
+        op_free(op);
+        return KVMESH_ENOMEM;
+    }
+    if (cursor && cursor_len) {
+        if (cursor_len < 5 || cursor[4] > 1) {
+            op_free(op);
+            return kvm_errf(KVMESH_EINVAL, "route_owner_scan: malformed cursor");
+        }
+        op->shard = (uint32_t)cursor[0] | (uint32_t)cursor[1] << 8 | (uint32_t)cursor[2] << 16 |
+                    (uint32_t)cursor[3] << 24;
+        if (op->shard >= svc->policy.n_shards ||
+            (cursor[4] && kvm_ident_from_canonical(&op->ident, cursor + 5, cursor_len - 5) != 0) ||
+            (!cursor[4] && cursor_len != 5)) {
+            op_free(op);
+            return kvm_errf(KVMESH_EINVAL, "route_owner_scan: malformed cursor");
+        }
+        op->has_after = cursor[4] != 0;
+    }
+    op_start(svc, op);
+    return 0;
+}

@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * route_int.h — internals of the EmbeddedWrh route service shared by its modules:
+ *   route_svc.c     service glue: policy bootstrap, runtime lease, membership, message
+ *                   dispatch, outgoing calls with retransmission, metadata call tracking;
+ *   route_auth.c    shard authority state machine (acquire, transfer, activate, serve, resign)
+ *                   and the server side of every peer request;
+ *   route_client.c  client side: lookup, CAS, owner enumeration, shard view refresh;
+ *   route_rec.c     the shard-authority record and cluster policy codecs;
+ *   route_msg.c     peer message codec;  route_table.c  per-shard route map + owner index.
+ * docs/protocol.md explains the protocol. Everything runs on the env's loop thread.
+ */
+#ifndef KVMESH_ROUTE_ROUTE_INT_H
+#define KVMESH_ROUTE_ROUTE_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "route/route.h"
+#include "route/route_msg.h"
+#include "route/route_table.h"
+
+/* ---- named limits and timing (docs/protocol.md "Timing") ------------------------------------ */
+#define ROUTE_DEFAULT_LEASE_MS    3000  /* runtime metadata lease ttl */
+#define ROUTE_DEFAULT_TIMEOUT_MS  2000  /* one lookup/CAS end to end */
+#define ROUTE_CLOCK_DRIFT_PPM     20000 /* assumed bound on any local clock's rate error (2%) */
+#define ROUTE_LEASE_MARGIN_NS     (20ull * 1000000) /* subtracted from every local deadline */
+#define ROUTE_KEEPALIVE_DIV       4                 /* runtime lease keepalive every lease/4 */
+#define ROUTE_GRANT_MAX_DIV       2 /* a secondary's read lease is at most lease/2 */
+#define ROUTE_GRANT_RENEW_DIV     6 /* secondaries renew every lease/6 */
+#define ROUTE_TICK_DIV            8 /* authority housekeeping every lease/8 */
+#define ROUTE_RETRY_NS            (40ull * 1000000)  /* retransmit idempotent requests */
+#define ROUTE_ATTEMPT_NS          (150ull * 1000000) /* one read / owner attempt */
+#define ROUTE_PEER_CALL_NS        (400ull * 1000000) /* mirror/fetch/install/grant call */
+#define ROUTE_META_TIMEOUT_MS     1000
+#define ROUTE_MAX_CALLS           8192 /* outgoing peer calls in flight */
+#define ROUTE_MAX_OPS             4096 /* client operations in flight */
+#define ROUTE_MAX_SHARD_STEPS     64   /* shards advanced per tick */
+#define ROUTE_CLIENT_MAX_ATTEMPTS 16
+#define ROUTE_REC_MAX_LEN         4096
+
+enum route_rec_state { ROUTE_REC_TRANSFERRING = 1, ROUTE_REC_ACTIVE = 2, ROUTE_REC_RESIGNED = 3 };
+
+/* The shard-authority record kept in metadata at ks_shard_key (unleased, so the token in it
+ * is monotonic; the lease that makes it valid is the primary's runtime lease `lease`). */
+typedef struct route_rec {
+    uint64_t generation;
+    uint64_t token;
+    uint8_t state;
+    kvm_runtime_t primary;
+    env_node_t primary_node;
+    int64_t lease;
+    uint32_t n_set;
+    route_msg_member_t set[ROUTE_MSG_MAX_SET];
+    uint32_t n_src; /* the last set that became ACTIVE: the state-transfer source */
+    route_msg_member_t src[ROUTE_MSG_MAX_SET];
+} route_rec_t;
+
+int route_rec_encode(const route_rec_t *r, uint8_t *buf, size_t cap, size_t *out_len);
+int route_rec_decode(const uint8_t *buf, size_t len, route_rec_t *out);
+int route_policy_encode(const route_policy_t *p, uint8_t *buf, size_t cap, size_t *out_len);
+int route_policy_decode(const uint8_t *buf, size_t len, route_policy_t *out);
+
+/* Authority (primary) state machine of one shard on one runtime:
+ *
+ *            tick: I am the WRH-first live member
+ *   IDLE ---------------------------------------> READ_REC --(lease alive, not mine)--> IDLE
+ *    ^  ^                                            |
+ *    |  |                       record absent / RESIGNED / lease expired / lease mine
+ *    |  |                                            v
+ *    |  +--(compare failed)---------------------- ACQUIRE (txn: token+1, TRANSFERRING)
+ *    |  +--(no source answers)------------------- FETCH   (pages from one previous authority)
+ *    |  +--(a member did not ack)---------------- INSTALL (pages to every new member)
+ *    |  +--(compare failed)---------------------- ACTIVATE (txn: ACTIVE, src = set)
+ *    |                                               |
+ *    |         lease lost                            v
+ *    +<------------------------------------------ ACTIVE (serves CAS, reads, grants)
+ *    |                                               | desired set/primary changed
+ *    |                                               v
+ *    +<--(txn RESIGNED, or re-acquire)----------- RESIGN (no serving; waits out its grants)
+ */
+enum route_pstate {
+    RP_IDLE,
+    RP_READ_REC,
+    RP_LEASE_CHECK,
+    RP_ACQUIRE,
+    RP_FETCH,
+    RP_INSTALL,
+    RP_ACTIVATE,
+    RP_ACTIVE,
+    RP_RESIGN,
+    RP_RESIGN_TXN,
+};
+
+typedef struct route_install_peer {
+    route_msg_member_t m;
+    kvm_ident_t after; /* last ident sent (owned) */
+    bool begun, done, busy;
+} route_install_peer_t;
+
+typedef struct route_shard {
+    uint32_t id;
+    /* --- membership in an authority set (any role) --- */
+    uint64_t m_gen, m_token; /* highest token adopted (fence) and its generation */
+    kvm_runtime_t m_primary;
+    env_node_t m_primary_node;
+    uint32_t m_n_set;
+    route_msg_member_t m_set[ROUTE_MSG_MAX_SET];
+    bool m_installed;         /* holds the complete state of m_token */
+    uint64_t m_read_deadline; /* local ns: may serve reads until then */
+    uint64_t m_grant_sent_ns; /* secondary: send time of the grant request in flight */
+    bool m_grant_busy;
+    uint64_t m_next_grant_ns;
+    route_table_t *table;   /* live routes */
+    route_table_t *staging; /* an install in progress (for m_staging_token) */
+    uint64_t m_staging_token;
+    /* --- primary role --- */
+    enum route_pstate ps;
+    bool meta_busy;
+    route_rec_t rec;     /* last record read or written */
+    int64_t rec_mod_rev; /* 0 = absent */
+    uint64_t seq;
+    uint64_t max_grant_until; /* local ns: every read lease this primary granted ends by then */
+    uint64_t next_try_ns;
+    uint32_t fetch_src; /* index into rec.src being fetched */
+    kvm_ident_t fetch_after;
+    bool fetch_started;
+    route_table_t *xfer;          /* state being transferred */
+    route_rec_t xfer_rec_pending; /* the record an acquisition txn is writing */
+    route_install_peer_t inst[ROUTE_MSG_MAX_SET];
+    uint32_t n_inst;
+    uint32_t mirrors_inflight;
+    /* --- client view --- */
+    bool v_valid, v_refreshing;
+    route_rec_t view;
+    uint64_t v_next_refresh_ns;
+} route_shard_t;
+
+/* An outgoing peer call awaiting a reply. */
+typedef struct route_call route_call_t;
+typedef void (*route_call_fn)(route_svc_t *svc, route_call_t *c, const route_msg_t *resp);
+struct route_call {
+    route_call_t *next, *prev;
+    uint64_t req_id;
+    env_node_t node;
+    uint16_t resp_kind;
+    route_call_fn fn; /* resp NULL = deadline passed */
+    void *ctx;
+    uint64_t u64; /* caller data */
+    uint32_t idx; /* caller data */
+    uint8_t *buf; /* encoded request, for retransmission (NULL = no retransmission) */
+    size_t len;
+    uint32_t type;
+    uint64_t deadline_ns;
+    env_timer_id timer;
+};
+
+/* A metadata call in flight; detached (svc NULL) when the service is freed first. */
+typedef struct route_mreq route_mreq_t;
+typedef void (*route_mreq_fn)(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res);
+struct route_mreq {
+    route_mreq_t *next, *prev;
+    route_svc_t *svc;
+    route_mreq_fn fn;
+    void *ctx;
+    uint32_t shard;
+    uint64_t u64;
+};
+
+typedef struct route_op route_op_t; /* client operation (route_client.c) */
+
+enum route_bug {
+    ROUTE_BUG_SECONDARY_CAS = 1u << 0, /* secondaries accept CAS; clients may send it there */
+    ROUTE_BUG_SKIP_TRANSFER = 1u << 1, /* acquire without lease expiry and without transfer */
+};
+
+struct route_svc {
+    env_t *env;
+    meta_t *meta;
+    char deployment[80];
+    kvm_runtime_t self;
+    env_node_t self_node;
+    route_policy_t policy;
+    uint64_t lease_ns, timeout_ns;
+    bool ready, freeing;
+    void (*start_cb)(void *, int);
+    void *start_arg;
+    /* runtime lease */
+    meta_lease_t lease;
+    uint64_t lease_deadline; /* local ns; 0 = none */
+    bool lease_busy;
+    uint64_t ka_sent_ns;
+    env_timer_id tick_timer;
+    uint64_t next_ka_ns;
+    /* membership */
+    uint64_t generation;
+    route_member_t *members;
+    size_t n_members;
+    route_shard_t *shards;
+    uint32_t tick_cursor;
+    /* calls */
+    route_call_t *calls;
+    uint32_t n_calls;
+    route_mreq_t *mreqs;
+    route_op_t *ops;
+    uint32_t n_ops;
+    uint64_t next_req_id;
+    route_stats_t stats;
+    unsigned bugs;
+};
+
+/* route_svc.c */
+uint64_t route_now(route_svc_t *svc);
+/* Local deadline after a lease of `remaining_ns` measured from `sent_ns` (conservative). */
+uint64_t route_conservative_deadline(uint64_t sent_ns, uint64_t remaining_ns);
+int route_send(route_svc_t *svc, env_node_t to, route_msg_t *m);
+/* Sends a request and tracks the reply (retransmitted until deadline when retransmit). */
+route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16_t resp_kind,
+                         uint64_t timeout_ns, bool retransmit, route_call_fn fn, void *ctx);
+void route_call_cancel(route_svc_t *svc, route_call_t *c);
+route_mreq_t *route_mreq_new(route_svc_t *svc, route_mreq_fn fn, void *ctx, uint32_t shard);
+void route_mreq_cb(void *arg, const meta_result_t *res); /* meta_cb for route_mreq_t */
+int route_shard_meta_key(route_svc_t *svc, uint32_t shard, char *out, size_t cap);
+/* Desired authority set of a shard from the current membership; *n = 0 when none. */
+void route_desired_set(route_svc_t *svc, uint32_t shard, route_msg_member_t *set, uint32_t *n);
+bool route_member_eq(const route_msg_member_t *a, const route_msg_member_t *b);
+bool route_set_eq(const route_msg_member_t *a, uint32_t na, const route_msg_member_t *b,
+                  uint32_t nb);
+
+/* route_auth.c */
+void route_auth_tick(route_svc_t *svc, route_shard_t *sh);
+void route_auth_on_request(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *m);
+void route_auth_lease_lost(route_svc_t *svc);
+void route_shard_free(route_shard_t *sh);
+bool route_auth_read_valid(route_svc_t *svc, route_shard_t *sh);
+
+/* route_client.c */
+void route_client_cancel_all(route_svc_t *svc);
+void route_client_view_from_rec(route_svc_t *svc, route_shard_t *sh, const route_rec_t *rec);
+
+#endif

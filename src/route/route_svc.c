@@ -1,0 +1,584 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * route_svc.c — the route service glue (route.h): cluster policy bootstrap, the runtime's
+ * metadata lease (the only steady-state metadata traffic: one keepalive per runtime every
+ * lease/ROUTE_KEEPALIVE_DIV), pushed membership, message dispatch, outgoing peer calls with
+ * bounded retransmission, and tracking of metadata calls so that freeing the service while a
+ * call is in flight is safe (the call is detached and its completion only frees the request).
+ *
+ * Service life:  STARTING --policy ok + lease granted--> READY --route_svc_free--> (freed)
+ *                STARTING --policy differs / error------> start callback with the error
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "core/wrh.h"
+#include "meta/keyspace.h"
+#include "route/route_int.h"
+#include "route/route_test.h"
+
+uint64_t route_now(route_svc_t *svc)
+{
+    return env_now_ns(svc->env);
+}
+
+uint64_t route_conservative_deadline(uint64_t sent_ns, uint64_t remaining_ns)
+{
+    /* the remaining time was measured on another clock (or the store's) and will elapse on
+     * ours: both may err by ROUTE_CLOCK_DRIFT_PPM, so shrink by twice that, then the margin */
+    uint64_t shrink = remaining_ns / 1000000u * (2u * ROUTE_CLOCK_DRIFT_PPM) +
+                      (remaining_ns % 1000000u) * (2u * ROUTE_CLOCK_DRIFT_PPM) / 1000000u;
+    uint64_t d = remaining_ns - shrink;
+    if (d <= ROUTE_LEASE_MARGIN_NS)
+        return sent_ns;
+    return sent_ns + d - ROUTE_LEASE_MARGIN_NS;
+}
+
+/* ---- metadata call tracking ----------------------------------------------------------------- */
+
+route_mreq_t *route_mreq_new(route_svc_t *svc, route_mreq_fn fn, void *ctx, uint32_t shard)
+{
+    route_mreq_t *q = calloc(1, sizeof(*q));
+    if (!q)
+        return NULL;
+    q->svc = svc;
+    q->fn = fn;
+    q->ctx = ctx;
+    q->shard = shard;
+    q->next = svc->mreqs;
+    if (svc->mreqs)
+        svc->mreqs->prev = q;
+    svc->mreqs = q;
+    svc->stats.meta_calls++;
+    return q;
+}
+
+static void mreq_unlink(route_svc_t *svc, route_mreq_t *q)
+{
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        svc->mreqs = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+}
+
+void route_mreq_cb(void *arg, const meta_result_t *res)
+{
+    route_mreq_t *q = arg;
+    route_svc_t *svc = q->svc;
+    if (svc) {
+        mreq_unlink(svc, q);
+        q->fn(svc, q, res);
+    }
+    free(q);
+}
+
+int route_shard_meta_key(route_svc_t *svc, uint32_t shard, char *out, size_t cap)
+{
+    return ks_shard_key(out, cap, svc->deployment, shard);
+}
+
+/* ---- peer calls ----------------------------------------------------------------------------- */
+
+int route_send(route_svc_t *svc, env_node_t to, route_msg_t *m)
+{
+    uint8_t *buf = malloc(ROUTE_MSG_MAX_LEN);
+    if (!buf)
+        return KVMESH_ENOMEM;
+    size_t len;
+    int rc = route_msg_encode(m, buf, ROUTE_MSG_MAX_LEN, &len);
+    if (rc == 0)
+        rc = env_send(svc->env, to, ROUTE_MSG_BASE + m->kind, buf, len);
+    free(buf);
+    return rc;
+}
+
+static void call_unlink(route_svc_t *svc, route_call_t *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        svc->calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    svc->n_calls--;
+}
+
+static void call_free(route_svc_t *svc, route_call_t *c)
+{
+    env_timer_cancel(svc->env, c->timer);
+    free(c->buf);
+    free(c);
+}
+
+void route_call_cancel(route_svc_t *svc, route_call_t *c)
+{
+    call_unlink(svc, c);
+    call_free(svc, c);
+}
+
+static void call_timer(void *arg);
+
+static void call_arm(route_svc_t *svc, route_call_t *c)
+{
+    uint64_t now = route_now(svc);
+    uint64_t next = c->buf ? now + ROUTE_RETRY_NS : c->deadline_ns;
+    if (next > c->deadline_ns)
+        next = c->deadline_ns;
+    c->timer = env_timer_start(svc->env, next > now ? next - now : 0, call_timer, c);
+}
+
+/* The service pointer of a call: kept in ctx-independent storage via the list head walk would
+ * be slow, so calls carry it implicitly: every call is created by one svc and freed with it. */
+typedef struct call_box {
+    route_call_t c;
+    route_svc_t *svc;
+} call_box_t;
+
+static void call_timer(void *arg)
+{
+    route_call_t *c = arg;
+    route_svc_t *svc = KVM_CONTAINER_OF(c, call_box_t, c)->svc;
+    c->timer = 0;
+    if (route_now(svc) >= c->deadline_ns) {
+        call_unlink(svc, c);
+        route_call_fn fn = c->fn;
+        fn(svc, c, NULL);
+        call_free(svc, c);
+        return;
+    }
+    if (c->buf)
+        env_send(svc->env, c->node, c->type, c->buf, c->len);
+    call_arm(svc, c);
+}
+
+route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16_t resp_kind,
+                         uint64_t timeout_ns, bool retransmit, route_call_fn fn, void *ctx)
+{
+    if (svc->n_calls >= ROUTE_MAX_CALLS)
+        return NULL;
+    call_box_t *b = calloc(1, sizeof(*b));
+    if (!b)
+        return NULL;
+    route_call_t *c = &b->c;
+    b->svc = svc;
+    c->req_id = ++svc->next_req_id;
+    m->req_id = c->req_id;
+    c->node = to;
+    c->resp_kind = resp_kind;
+    c->fn = fn;
+    c->ctx = ctx;
+    c->deadline_ns = route_now(svc) + timeout_ns;
+    c->type = ROUTE_MSG_BASE + m->kind;
+    uint8_t *buf = malloc(ROUTE_MSG_MAX_LEN);
+    size_t len = 0;
+    if (!buf || route_msg_encode(m, buf, ROUTE_MSG_MAX_LEN, &len) != 0) {
+        free(buf);
+        free(b);
+        return NULL;
+    }
+    env_send(svc->env, to, c->type, buf, len);
+    if (retransmit) {
+        c->buf = realloc(buf, len ? len : 1);
+        if (!c->buf)
+            c->buf = buf;
+        c->len = len;
+    } else {
+        free(buf);
+    }
+    c->next = svc->calls;
+    if (svc->calls)
+        svc->calls->prev = c;
+    svc->calls = c;
+    svc->n_calls++;
+    call_arm(svc, c);
+    return c;
+}
+
+static void on_response(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *m)
+{
+    for (route_call_t *c = svc->calls; c; c = c->next) {
+        if (c->req_id != m->req_id)
+            continue;
+        if (c->resp_kind != m->kind || c->node != raw->from)
+            return; /* not the answer to this call: ignore */
+        call_unlink(svc, c);
+        c->fn(svc, c, m);
+        call_free(svc, c);
+        return;
+    }
+}
+
+/* ---- membership ----------------------------------------------------------------------------- */
+
+bool route_member_eq(const route_msg_member_t *a, const route_msg_member_t *b)
+{
+    return kvm_runtime_equal(&a->rt, &b->rt) && a->node == b->node;
+}
+
+bool route_set_eq(const route_msg_member_t *a, uint32_t na, const route_msg_member_t *b,
+                  uint32_t nb)
+{
+    if (na != nb)
+        return false;
+    for (uint32_t i = 0; i < na; i++)
+        if (!route_member_eq(&a[i], &b[i]))
+            return false;
+    return true;
+}
+
+void route_desired_set(route_svc_t *svc, uint32_t shard, route_msg_member_t *set, uint32_t *n)
+{
+    *n = 0;
+    size_t nm = svc->n_members;
+    if (nm == 0)
+        return;
+    wrh_candidate_t *c = calloc(nm, sizeof(*c));
+    uint32_t idx[ROUTE_MSG_MAX_SET];
+    if (!c)
+        return;
+    for (size_t i = 0; i < nm; i++) {
+        const route_member_t *m = &svc->members[i];
+        bool ok =
+            m->route_capable && m->route_version >= svc->policy.protocol_version && m->weight > 0;
+        c[i].id_hash = wrh_id_hash(&m->rt.id);
+        c[i].weight = ok ? m->weight : 0;
+    }
+    size_t got = 0;
+    if (wrh_top_k(c, nm, wrh_shard_key(shard), svc->policy.top_k, idx, &got) == 0) {
+        for (size_t i = 0; i < got; i++) {
+            set[i].rt = svc->members[idx[i]].rt;
+            set[i].node = svc->members[idx[i]].node;
+        }
+        *n = (uint32_t)got;
+    }
+    free(c);
+}
+
+void route_set_members(route_svc_t *svc, uint64_t generation, const route_member_t *members,
+                       size_t n)
+{
+    if (generation < svc->generation)
+        return; /* an older snapshot delivered late */
+    route_member_t *copy = NULL;
+    if (n) {
+        copy = calloc(n, sizeof(*copy));
+        if (!copy)
+            return; /* keep the previous snapshot; the next push retries */
+        memcpy(copy, members, n * sizeof(*copy));
+    }
+    free(svc->members);
+    svc->members = copy;
+    svc->n_members = n;
+    svc->generation = generation;
+}
+
+/* ---- runtime lease and tick ----------------------------------------------------------------- */
+
+static void tick(void *arg);
+
+static void arm_tick(route_svc_t *svc)
+{
+    svc->tick_timer = env_timer_start(svc->env, svc->lease_ns / ROUTE_TICK_DIV, tick, svc);
+}
+
+static void on_lease(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)
+{
+    svc->lease_busy = false;
+    bool grant = q->u64 != 0;
+    if (res->rc == 0) {
+        uint64_t ttl = res->ttl_ms > 0 ? (uint64_t)res->ttl_ms * 1000000u : svc->lease_ns;
+        if (grant)
+            svc->lease = res->lease;
+        svc->lease_deadline = route_conservative_deadline(svc->ka_sent_ns, ttl);
+    } else if (!grant && res->rc == KVMESH_ENOENT) {
+        /* the lease expired in metadata: every shard it held is gone */
+        svc->lease = 0;
+        svc->lease_deadline = 0;
+        route_auth_lease_lost(svc);
+    }
+    if (!svc->ready && grant) {
+        void (*cb)(void *, int) = svc->start_cb;
+        svc->start_cb = NULL;
+        int rc = res->rc;
+        if (rc == 0) {
+            svc->ready = true;
+            arm_tick(svc);
+        }
+        if (cb)
+            cb(svc->start_arg,
+               rc == 0 ? 0 : kvm_errf(rc, "route service: lease grant: %s", res->errmsg));
+    }
+}
+
+static void lease_call(route_svc_t *svc)
+{
+    route_mreq_t *q = route_mreq_new(svc, on_lease, NULL, 0);
+    if (!q)
+        return;
+    svc->lease_busy = true;
+    svc->ka_sent_ns = route_now(svc);
+    int rc;
+    if (svc->lease == 0) {
+        q->u64 = 1;
+        rc = meta_lease_grant(svc->meta, (int64_t)(svc->lease_ns / 1000000u), ROUTE_META_TIMEOUT_MS,
+                              route_mreq_cb, q);
+    } else {
+        rc = meta_lease_keepalive(svc->meta, svc->lease, ROUTE_META_TIMEOUT_MS, route_mreq_cb, q);
+    }
+    if (rc != 0) {
+        mreq_unlink(svc, q);
+        free(q);
+        svc->lease_busy = false;
+    }
+}
+
+static void tick(void *arg)
+{
+    route_svc_t *svc = arg;
+    svc->tick_timer = 0;
+    uint64_t now = route_now(svc);
+    if (!svc->lease_busy && now >= svc->next_ka_ns) {
+        svc->next_ka_ns = now + svc->lease_ns / ROUTE_KEEPALIVE_DIV;
+        lease_call(svc);
+    }
+    for (uint32_t i = 0; i < svc->policy.n_shards; i++)
+        route_auth_tick(svc, &svc->shards[i]);
+    arm_tick(svc);
+}
+
+/* ---- policy bootstrap ----------------------------------------------------------------------- */
+
+static int policy_diff(const route_policy_t *want, const route_policy_t *have)
+{
+    if (want->mode != have->mode)
+        return kvm_errf(KVMESH_EINCOMPAT,
+                        "cluster route policy field 'mode' is %d in metadata, %d here; start "
+                        "this runtime with the deployment's policy",
+                        (int)have->mode, (int)want->mode);
+    if (want->top_k != have->top_k)
+        return kvm_errf(KVMESH_EINCOMPAT,
+                        "cluster route policy field 'top_k' is %u in metadata, %u here; start "
+                        "this runtime with the deployment's policy",
+                        have->top_k, want->top_k);
+    if (want->n_shards != have->n_shards)
+        return kvm_errf(KVMESH_EINCOMPAT,
+                        "cluster route policy field 'n_shards' is %u in metadata, %u here; "
+                        "start this runtime with the deployment's policy",
+                        have->n_shards, want->n_shards);
+    if (want->protocol_version != have->protocol_version)
+        return kvm_errf(KVMESH_EINCOMPAT,
+                        "cluster route policy field 'protocol_version' is %u in metadata, %u "
+                        "here; start this runtime with the deployment's policy",
+                        have->protocol_version, want->protocol_version);
+    return 0;
+}
+
+static void on_policy(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)
+{
+    int rc = res->rc;
+    if (rc != 0) {
+        rc = kvm_errf(rc, "route service: cluster policy txn failed: %s", res->errmsg);
+    } else if (!res->succeeded) {
+        route_policy_t have;
+        if (res->n_ops < 1 || !res->ops[0].found)
+            rc = kvm_errf(KVMESH_EUNAVAILABLE, "cluster route policy vanished; retry");
+        else if (route_policy_decode(res->ops[0].value, res->ops[0].value_len, &have) != 0)
+            rc = KVMESH_ECORRUPT;
+        else
+            rc = policy_diff(&svc->policy, &have);
+    }
+    if (rc != 0) {
+        void (*cb)(void *, int) = svc->start_cb;
+        svc->start_cb = NULL;
+        if (cb)
+            cb(svc->start_arg, rc);
+        return;
+    }
+    lease_call(svc);
+}
+
+int route_svc_new(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void *, int), void *arg)
+{
+    *out = NULL;
+    if (!o || !o->env || !o->meta || !o->deployment || !cb)
+        return kvm_errf(KVMESH_EINVAL, "route_svc_new: env, meta, deployment and cb are required");
+    if (ks_validate_deployment(o->deployment) != 0)
+        return KVMESH_EINVAL;
+    const route_policy_t *p = &o->policy;
+    if (p->mode != ROUTE_MODE_EMBEDDED_WRH && p->mode != ROUTE_MODE_METADATA_ONLY)
+        return kvm_errf(KVMESH_EINVAL, "route policy: unknown mode %d", (int)p->mode);
+    if (p->mode == ROUTE_MODE_METADATA_ONLY)
+        return kvm_errf(KVMESH_ENOTSUP, "route mode MetadataOnly is not built yet; use "
+                                        "EmbeddedWrh");
+    if (p->top_k < 1 || p->top_k > WRH_MAX_K || p->top_k > ROUTE_MSG_MAX_SET)
+        return kvm_errf(KVMESH_EINVAL, "route policy: top_k %u outside 1..%d", p->top_k, WRH_MAX_K);
+    if (p->n_shards < 1 || p->n_shards > KVM_MAX_LOGICAL_SHARDS)
+        return kvm_errf(KVMESH_EINVAL, "route policy: n_shards %u outside 1..%u", p->n_shards,
+                        KVM_MAX_LOGICAL_SHARDS);
+    if (p->protocol_version != ROUTE_PROTOCOL_VERSION)
+        return kvm_errf(KVMESH_EINCOMPAT, "route protocol version %u; this build speaks %d",
+                        p->protocol_version, ROUTE_PROTOCOL_VERSION);
+    if (o->self.epoch == 0 || kvm_id128_is_nil(&o->self.id))
+        return kvm_errf(KVMESH_EINVAL, "route_svc_new: self runtime id and epoch required");
+    route_svc_t *svc = calloc(1, sizeof(*svc));
+    if (!svc)
+        return KVMESH_ENOMEM;
+    svc->shards = calloc(p->n_shards, sizeof(route_shard_t));
+    if (!svc->shards) {
+        free(svc);
+        return KVMESH_ENOMEM;
+    }
+    for (uint32_t i = 0; i < p->n_shards; i++) {
+        svc->shards[i].id = i;
+        svc->shards[i].m_primary_node = ENV_NODE_NONE;
+    }
+    svc->env = o->env;
+    svc->meta = o->meta;
+    snprintf(svc->deployment, sizeof(svc->deployment), "%s", o->deployment);
+    svc->self = o->self;
+    svc->self_node = env_self(o->env);
+    svc->policy = *p;
+    svc->lease_ns =
+        (uint64_t)(o->shard_lease_ms ? o->shard_lease_ms : ROUTE_DEFAULT_LEASE_MS) * 1000000u;
+    if (svc->lease_ns < (uint64_t)META_LEASE_TTL_MIN_MS * 1000000u)
+        svc->lease_ns = (uint64_t)META_LEASE_TTL_MIN_MS * 1000000u;
+    svc->timeout_ns =
+        (uint64_t)(o->request_timeout_ms ? o->request_timeout_ms : ROUTE_DEFAULT_TIMEOUT_MS) *
+        1000000u;
+    svc->start_cb = cb;
+    svc->start_arg = arg;
+
+    char key[KS_KEY_CAP];
+    uint8_t val[64];
+    size_t vlen;
+    int rc = ks_cluster_policy_key(key, sizeof(key), svc->deployment);
+    if (rc == 0)
+        rc = route_policy_encode(p, val, sizeof(val), &vlen);
+    if (rc != 0)
+        goto fail;
+    meta_cmp_t cmp = {.key = key, .target = META_CMP_EXISTS, .op = META_EQ, .num = 0};
+    meta_op_t then_op = {.type = META_OP_PUT, .key = key, .value = val, .value_len = vlen};
+    meta_op_t else_op = {.type = META_OP_GET, .key = key};
+    route_mreq_t *q = route_mreq_new(svc, on_policy, NULL, 0);
+    if (!q) {
+        rc = KVMESH_ENOMEM;
+        goto fail;
+    }
+    rc = meta_txn(svc->meta, &cmp, 1, &then_op, 1, &else_op, 1, ROUTE_META_TIMEOUT_MS,
+                  route_mreq_cb, q);
+    if (rc != 0) {
+        mreq_unlink(svc, q);
+        free(q);
+        goto fail;
+    }
+    *out = svc;
+    return 0;
+fail:
+    free(svc->shards);
+    free(svc);
+    return rc;
+}
+
+void route_svc_free(route_svc_t *svc)
+{
+    if (!svc)
+        return;
+    svc->freeing = true;
+    env_timer_cancel(svc->env, svc->tick_timer);
+    route_client_cancel_all(svc);
+    while (svc->calls) { /* owners see svc->freeing and only release their context */
+        route_call_t *c = svc->calls;
+        call_unlink(svc, c);
+        c->fn(svc, c, NULL);
+        call_free(svc, c);
+    }
+    for (route_mreq_t *q = svc->mreqs; q; q = q->next)
+        q->svc = NULL; /* its completion frees it */
+    svc->mreqs = NULL;
+    for (uint32_t i = 0; i < svc->policy.n_shards; i++)
+        route_shard_free(&svc->shards[i]);
+    free(svc->shards);
+    free(svc->members);
+    if (svc->start_cb)
+        svc->start_cb(svc->start_arg, KVMESH_ECANCELED);
+    free(svc);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+void route_on_message(route_svc_t *svc, const env_msg_t *msg)
+{
+    if (!svc->ready || msg->type <= ROUTE_MSG_BASE || msg->type > ROUTE_MSG_LIMIT)
+        return;
+    route_msg_t m;
+    if (route_msg_decode(msg->type, msg->data, msg->len, &m) != 0)
+        return; /* malformed: dropped (counted by the transport) */
+    if (m.shard >= svc->policy.n_shards) {
+        route_msg_clear(&m);
+        return;
+    }
+    switch (m.kind) {
+    case RMSG_CAS_RESP:
+    case RMSG_READ_RESP:
+    case RMSG_MIRROR_RESP:
+    case RMSG_GRANT_RESP:
+    case RMSG_FETCH_RESP:
+    case RMSG_INSTALL_RESP:
+    case RMSG_OWNER_RESP:
+        on_response(svc, msg, &m);
+        break;
+    default:
+        route_auth_on_request(svc, msg, &m);
+        break;
+    }
+    route_msg_clear(&m);
+}
+
+void route_get_stats(const route_svc_t *svc, route_stats_t *out)
+{
+    *out = svc->stats;
+}
+
+/* ---- test hooks (route_test.h) -------------------------------------------------------------- */
+
+void route_test_set_bugs(route_svc_t *svc, unsigned bugs)
+{
+    svc->bugs = bugs;
+}
+
+bool route_test_is_primary(route_svc_t *svc, uint32_t shard, uint64_t *token)
+{
+    route_shard_t *sh = &svc->shards[shard];
+    if (token)
+        *token = sh->rec.token;
+    return sh->ps == RP_ACTIVE && route_auth_read_valid(svc, sh);
+}
+
+int route_test_plant(route_svc_t *svc, const kvm_route_t *r)
+{
+    uint32_t s = kvm_ident_shard(&r->ident, svc->policy.n_shards);
+    route_shard_t *sh = &svc->shards[s];
+    if (!sh->table && !(sh->table = route_table_new()))
+        return KVMESH_ENOMEM;
+    return route_table_put(sh->table, r, NULL);
+}
+
+int route_test_check(route_svc_t *svc)
+{
+    for (uint32_t i = 0; i < svc->policy.n_shards; i++) {
+        route_shard_t *sh = &svc->shards[i];
+        if (sh->table) {
+            int rc = route_table_check(sh->table);
+            if (rc)
+                return rc;
+        }
+        if (sh->ps == RP_ACTIVE && sh->rec.token != sh->m_token)
+            return kvm_errf(KVMESH_ECORRUPT, "shard %u: active with token %llu, fenced at %llu", i,
+                            (unsigned long long)sh->rec.token, (unsigned long long)sh->m_token);
+    }
+    return 0;
+}

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * route_test.h — test-only hooks of the route service (simulator scenarios and unit tests;
+ * never used by the runtime):
+ *   route_test_set_bugs    switch on a deliberately broken variant (enum route_bug in
+ *                          route_int.h: ROUTE_BUG_SECONDARY_CAS = 1, ROUTE_BUG_SKIP_TRANSFER = 2)
+ *                          so that tests prove the history checker can fail;
+ *   route_test_is_primary  whether this runtime is the serving fenced primary of a shard;
+ *   route_test_plant       writes a route straight into this authority's table (to create a
+ *                          protocol conflict: equal version, different value);
+ *   route_test_check       the service's invariants (route tables, fencing), for the
+ *                          simulator's per-step check; 0 or KVMESH_ECORRUPT with a message.
+ */
+#ifndef KVMESH_ROUTE_ROUTE_TEST_H
+#define KVMESH_ROUTE_ROUTE_TEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "route/route.h"
+
+#define ROUTE_TEST_BUG_SECONDARY_CAS 1u
+#define ROUTE_TEST_BUG_SKIP_TRANSFER 2u
+
+void route_test_set_bugs(route_svc_t *svc, unsigned bugs);
+bool route_test_is_primary(route_svc_t *svc, uint32_t shard, uint64_t *token);
+int route_test_plant(route_svc_t *svc, const kvm_route_t *r);
+int route_test_check(route_svc_t *svc);
+
+#endif
