@@ -38,6 +38,7 @@
 #define ROUTE_MAX_SHARD_STEPS     64   /* shards advanced per tick */
 #define ROUTE_CLIENT_MAX_ATTEMPTS 16
 #define ROUTE_REC_MAX_LEN         4096
+#define ROUTE_START_ATTEMPTS      20 /* transient metadata failures tolerated at start */
 
 enum route_rec_state { ROUTE_REC_TRANSFERRING = 1, ROUTE_REC_ACTIVE = 2, ROUTE_REC_RESIGNED = 3 };
 
@@ -183,6 +184,7 @@ struct route_svc {
     route_policy_t policy;
     uint64_t lease_ns, timeout_ns;
     bool ready, freeing;
+    uint32_t start_attempts;
     void (*start_cb)(void *, int);
     void *start_arg;
     /* runtime lease */

@@ -279,6 +279,7 @@ void route_set_members(route_svc_t *svc, uint64_t generation, const route_member
 /* ---- runtime lease and tick ----------------------------------------------------------------- */
 
 static void tick(void *arg);
+static bool start_retry(route_svc_t *svc, int rc);
 
 static void arm_tick(route_svc_t *svc)
 {
@@ -300,6 +301,8 @@ static void on_lease(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res
         svc->lease_deadline = 0;
         route_auth_lease_lost(svc);
     }
+    if (!svc->ready && grant && res->rc != 0 && start_retry(svc, res->rc))
+        return;
     if (!svc->ready && grant) {
         void (*cb)(void *, int) = svc->start_cb;
         svc->start_cb = NULL;
@@ -377,9 +380,23 @@ static int policy_diff(const route_policy_t *want, const route_policy_t *have)
     return 0;
 }
 
+static void start_policy(void *arg);
+
+static bool start_retry(route_svc_t *svc, int rc)
+{
+    if ((rc != KVMESH_EUNAVAILABLE && rc != KVMESH_ETIMEDOUT && rc != KVMESH_ECONN) ||
+        ++svc->start_attempts >= ROUTE_START_ATTEMPTS)
+        return false;
+    svc->tick_timer = env_timer_start(svc->env, ROUTE_RETRY_NS * svc->start_attempts,
+                                      start_policy, svc);
+    return svc->tick_timer != 0;
+}
+
 static void on_policy(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)
 {
     int rc = res->rc;
+    if (rc != 0 && start_retry(svc, rc))
+        return;
     if (rc != 0) {
         rc = kvm_errf(rc, "route service: cluster policy txn failed: %s", res->errmsg);
     } else if (!res->succeeded) {
@@ -399,6 +416,43 @@ static void on_policy(route_svc_t *svc, route_mreq_t *q, const meta_result_t *re
         return;
     }
     lease_call(svc);
+}
+
+static int policy_call(route_svc_t *svc)
+{
+    char key[KS_KEY_CAP];
+    uint8_t val[64];
+    size_t vlen;
+    int rc = ks_cluster_policy_key(key, sizeof(key), svc->deployment);
+    if (rc == 0)
+        rc = route_policy_encode(&svc->policy, val, sizeof(val), &vlen);
+    if (rc != 0)
+        return rc;
+    meta_cmp_t cmp = {.key = key, .target = META_CMP_EXISTS, .op = META_EQ, .num = 0};
+    meta_op_t then_op = {.type = META_OP_PUT, .key = key, .value = val, .value_len = vlen};
+    meta_op_t else_op = {.type = META_OP_GET, .key = key};
+    route_mreq_t *q = route_mreq_new(svc, on_policy, NULL, 0);
+    if (!q)
+        return KVMESH_ENOMEM;
+    rc = meta_txn(svc->meta, &cmp, 1, &then_op, 1, &else_op, 1, ROUTE_META_TIMEOUT_MS,
+                  route_mreq_cb, q);
+    if (rc != 0) {
+        mreq_unlink(svc, q);
+        free(q);
+    }
+    return rc;
+}
+
+static void start_policy(void *arg)
+{
+    route_svc_t *svc = arg;
+    svc->tick_timer = 0;
+    int rc = policy_call(svc);
+    if (rc != 0 && svc->start_cb) {
+        void (*cb)(void *, int) = svc->start_cb;
+        svc->start_cb = NULL;
+        cb(svc->start_arg, rc);
+    }
 }
 
 int route_svc_new(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void *, int), void *arg)
@@ -424,6 +478,7 @@ int route_svc_new(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void 
                         p->protocol_version, ROUTE_PROTOCOL_VERSION);
     if (o->self.epoch == 0 || kvm_id128_is_nil(&o->self.id))
         return kvm_errf(KVMESH_EINVAL, "route_svc_new: self runtime id and epoch required");
+    int rc;
     route_svc_t *svc = calloc(1, sizeof(*svc));
     if (!svc)
         return KVMESH_ENOMEM;
@@ -452,29 +507,9 @@ int route_svc_new(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void 
     svc->start_cb = cb;
     svc->start_arg = arg;
 
-    char key[KS_KEY_CAP];
-    uint8_t val[64];
-    size_t vlen;
-    int rc = ks_cluster_policy_key(key, sizeof(key), svc->deployment);
-    if (rc == 0)
-        rc = route_policy_encode(p, val, sizeof(val), &vlen);
+    rc = policy_call(svc);
     if (rc != 0)
         goto fail;
-    meta_cmp_t cmp = {.key = key, .target = META_CMP_EXISTS, .op = META_EQ, .num = 0};
-    meta_op_t then_op = {.type = META_OP_PUT, .key = key, .value = val, .value_len = vlen};
-    meta_op_t else_op = {.type = META_OP_GET, .key = key};
-    route_mreq_t *q = route_mreq_new(svc, on_policy, NULL, 0);
-    if (!q) {
-        rc = KVMESH_ENOMEM;
-        goto fail;
-    }
-    rc = meta_txn(svc->meta, &cmp, 1, &then_op, 1, &else_op, 1, ROUTE_META_TIMEOUT_MS,
-                  route_mreq_cb, q);
-    if (rc != 0) {
-        mreq_unlink(svc, q);
-        free(q);
-        goto fail;
-    }
     *out = svc;
     return 0;
 fail:

@@ -12,12 +12,26 @@
 extern const sim_scenario_t scen_toy_register;
 #ifdef KVMESH_SIM_HAVE_META /* scenarios that need src/meta (see CMakeLists.txt) */
 extern const sim_scenario_t scen_meta_cas;
+extern const sim_scenario_t scen_route_basic;
+extern const sim_scenario_t scen_route_crash;
+extern const sim_scenario_t scen_route_partition;
+extern const sim_scenario_t scen_route_membership;
+extern const sim_scenario_t scen_route_mirror;
+extern const sim_scenario_t scen_route_conflict;
+extern const sim_scenario_t scen_route_steady;
 #endif
 
 const sim_scenario_t *const sim_scenarios[] = {
     &scen_toy_register,
 #ifdef KVMESH_SIM_HAVE_META
     &scen_meta_cas,
+    &scen_route_basic,
+    &scen_route_crash,
+    &scen_route_partition,
+    &scen_route_membership,
+    &scen_route_mirror,
+    &scen_route_conflict,
+    &scen_route_steady,
 #endif
     NULL,
 };
