@@ -31,7 +31,7 @@ static bool legal(enum route_pstate from, enum route_pstate to)
         return true;
     switch (from) {
     case RP_IDLE:
-        return to == RP_READ_REC;
+        return to == RP_READ_REC || to == RP_RESIGN;
     case RP_READ_REC:
         return to == RP_LEASE_CHECK || to == RP_ACQUIRE;
     case RP_LEASE_CHECK:
@@ -93,7 +93,7 @@ bool route_auth_read_valid(route_svc_t *svc, route_shard_t *sh)
 {
     uint64_t now = route_now(svc);
     if (sh->ps == RP_ACTIVE && sh->rec.token == sh->m_token)
-        return sh->m_installed && now < svc->lease_deadline;
+        return sh->m_installed && sh->rec.lease == svc->lease && now < svc->lease_deadline;
     if (sh->ps != RP_IDLE && is_self(svc, &sh->m_primary))
         return false; /* a primary that is not active serves nothing */
     return sh->m_installed && now < sh->m_read_deadline;
@@ -597,7 +597,7 @@ static void on_activate(route_svc_t *svc, route_mreq_t *q, const meta_result_t *
     sh->meta_busy = false;
     if (sh->ps != RP_ACTIVATE)
         return;
-    if (res->rc != 0 || !res->succeeded || !lease_ok(svc)) {
+    if (res->rc != 0 || !res->succeeded || !lease_ok(svc) || sh->rec.lease != svc->lease) {
         to_idle(svc, sh);
         return;
     }
@@ -952,6 +952,13 @@ static void on_resign(route_svc_t *svc, route_mreq_t *q, const meta_result_t *re
 {
     route_shard_t *sh = &svc->shards[q->shard];
     sh->meta_busy = false;
+    if (res->rc == 0 && res->succeeded) {
+        sh->rec.state = ROUTE_REC_RESIGNED;
+        sh->rec_mod_rev = res->rev;
+    } else if (res->rc == 0) {
+        memset(&sh->rec, 0, sizeof(sh->rec)); /* someone else changed it: not ours any more */
+        sh->rec_mod_rev = 0;
+    }
     if (sh->ps == RP_RESIGN_TXN)
         to_idle(svc, sh);
 }
@@ -1016,8 +1023,16 @@ void route_auth_tick(route_svc_t *svc, route_shard_t *sh)
     case RP_IDLE:
         if (desired && lease_ok(svc) && now >= sh->next_try_ns)
             read_rec(svc, sh);
+        else if (!desired && sh->rec_mod_rev && sh->rec.state != ROUTE_REC_RESIGNED &&
+                 is_self(svc, &sh->rec.primary) && sh->rec.lease == svc->lease &&
+                 now >= sh->next_try_ns)
+            set_pstate(svc, sh, RP_RESIGN); /* release a record we hold but abandoned */
         break;
     case RP_ACTIVE:
+        if (sh->m_token > sh->rec.token) {
+            to_idle(svc, sh); /* fenced by a newer generation */
+            break;
+        }
         if (!desired || !route_set_eq(set, n, sh->rec.set, sh->rec.n_set))
             set_pstate(svc, sh, RP_RESIGN); /* stop serving and granting at once */
         break;

@@ -387,8 +387,8 @@ static bool start_retry(route_svc_t *svc, int rc)
     if ((rc != KVMESH_EUNAVAILABLE && rc != KVMESH_ETIMEDOUT && rc != KVMESH_ECONN) ||
         ++svc->start_attempts >= ROUTE_START_ATTEMPTS)
         return false;
-    svc->tick_timer = env_timer_start(svc->env, ROUTE_RETRY_NS * svc->start_attempts,
-                                      start_policy, svc);
+    svc->tick_timer =
+        env_timer_start(svc->env, ROUTE_RETRY_NS * svc->start_attempts, start_policy, svc);
     return svc->tick_timer != 0;
 }
 
@@ -602,6 +602,26 @@ int route_test_plant(route_svc_t *svc, const kvm_route_t *r)
     return route_table_put(sh->table, r, NULL);
 }
 
+int route_test_corrupt(route_svc_t *svc, const kvm_ident_t *ident)
+{
+    route_shard_t *sh = &svc->shards[kvm_ident_shard(ident, svc->policy.n_shards)];
+    route_entry_t *e = sh->table ? route_table_get(sh->table, ident) : NULL;
+    if (!e || e->route.content_op.seq > 1000000000ull)
+        return KVMESH_ENOENT;
+    kvm_route_t r;
+    kvm_route_init(&r);
+    if (kvm_route_copy(&r, &e->route) != 0)
+        return KVMESH_ENOMEM;
+    if (!kvm_route_is_tombstone(&r))
+        r.checksum ^= 0xdead;
+    for (uint32_t i = 0; i < r.n_replicas; i++)
+        r.replicas[i].checksum = r.checksum;
+    r.content_op.seq += 1000000000ull;
+    int rc = route_table_put(sh->table, &r, NULL);
+    kvm_route_free(&r);
+    return rc;
+}
+
 int route_test_check(route_svc_t *svc)
 {
     for (uint32_t i = 0; i < svc->policy.n_shards; i++) {
@@ -611,9 +631,36 @@ int route_test_check(route_svc_t *svc)
             if (rc)
                 return rc;
         }
-        if (sh->ps == RP_ACTIVE && sh->rec.token != sh->m_token)
+        if (sh->ps == RP_ACTIVE && sh->rec.token != sh->m_token && sh->rec.lease == svc->lease &&
+            route_now(svc) < svc->lease_deadline)
             return kvm_errf(KVMESH_ECORRUPT, "shard %u: active with token %llu, fenced at %llu", i,
                             (unsigned long long)sh->rec.token, (unsigned long long)sh->m_token);
     }
     return 0;
+}
+
+void route_test_dump(route_svc_t *svc, FILE *out)
+{
+    uint64_t now = route_now(svc);
+    fprintf(out, "  rt %llx epoch %llu node %u gen %llu lease %lld deadline %+lld ms\n",
+            (unsigned long long)svc->self.id.b[15], (unsigned long long)svc->self.epoch,
+            svc->self_node, (unsigned long long)svc->generation, (long long)svc->lease,
+            (long long)((int64_t)(svc->lease_deadline - now) / 1000000));
+    for (uint32_t i = 0; i < svc->policy.n_shards; i++) {
+        route_shard_t *sh = &svc->shards[i];
+        route_msg_member_t set[ROUTE_MSG_MAX_SET];
+        uint32_t n;
+        route_desired_set(svc, i, set, &n);
+        fprintf(out,
+                "   shard %u: ps %d rec(tok %llu st %u prim n%u lease %lld set %u src %u) m_tok "
+                "%llu inst %d prim n%u rd %+lld ms view(valid %d tok %llu) desired n%u/%u "
+                "maxgrant %+lld ms routes %zu\n",
+                i, sh->ps, (unsigned long long)sh->rec.token, sh->rec.state, sh->rec.primary_node,
+                (long long)sh->rec.lease, sh->rec.n_set, sh->rec.n_src,
+                (unsigned long long)sh->m_token, sh->m_installed, sh->m_primary_node,
+                (long long)((int64_t)(sh->m_read_deadline - now) / 1000000), sh->v_valid,
+                (unsigned long long)sh->view.token, n ? set[0].node : 99, n,
+                (long long)((int64_t)(sh->max_grant_until - now) / 1000000),
+                sh->table ? route_table_count(sh->table) : 0);
+    }
 }

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "route/route.h"
 
@@ -25,6 +26,11 @@
 void route_test_set_bugs(route_svc_t *svc, unsigned bugs);
 bool route_test_is_primary(route_svc_t *svc, uint32_t shard, uint64_t *token);
 int route_test_plant(route_svc_t *svc, const kvm_route_t *r);
+/* Changes this authority's copy of ident in place: same version, a different value (content op
+ * seq + 10^9, another checksum for a live route). KVMESH_ENOENT when it holds no copy. */
+int route_test_corrupt(route_svc_t *svc, const kvm_ident_t *ident);
 int route_test_check(route_svc_t *svc);
+/* Prints each shard's authority state (for failing simulator seeds in verbose mode). */
+void route_test_dump(route_svc_t *svc, FILE *out);
 
 #endif

@@ -39,25 +39,25 @@
 #include "route/route_test.h"
 #include "sim.h"
 
-#define RS_MAX_NODES        6
-#define RS_KEYS             6
-#define RS_MAX_OPS          20000
+#define RS_MAX_NODES         6
+#define RS_KEYS              6
+#define RS_MAX_OPS           20000
 #define ROUTE_SIM_LIVENESS_S 8
-#define RS_LEASE_MS         1000
-#define RS_TIMEOUT_MS       1500
-#define RS_KEEPALIVE_PER_S  5 /* the service renews every lease/4 = 250 ms, plus slack */
+#define RS_LEASE_MS          1000
+#define RS_TIMEOUT_MS        1500
+#define RS_KEEPALIVE_PER_S   5 /* the service renews every lease/4 = 250 ms, plus slack */
 
 enum { OPK_LOOKUP = 1, OPK_CAS = 2 };
 
 typedef struct rs_profile {
     const char *name;
-    uint32_t fault_s;     /* seconds of fault phase */
+    uint32_t fault_s; /* seconds of fault phase */
     bool crashes;
     bool partitions;
-    bool lag;             /* lagged membership pushes, joins */
-    bool mirror_faults;   /* one-way link cuts */
-    bool conflict;        /* plant a protocol conflict */
-    bool steady;          /* metadata call counting */
+    bool lag;           /* lagged membership pushes, joins */
+    bool mirror_faults; /* one-way link cuts */
+    bool conflict;      /* plant a protocol conflict */
+    bool steady;        /* metadata call counting */
 } rs_profile_t;
 
 typedef struct rs rs_t;
@@ -106,7 +106,6 @@ struct rs {
     /* conflict scenario */
     bool planted;
     uint32_t planted_key;
-    kvm_route_version_t planted_ver;
     kvm_route_t last_ok[RS_KEYS];
     bool has_last_ok[RS_KEYS];
     uint64_t corrupt_reads;
@@ -184,8 +183,8 @@ static void client_arm(rs_node_t *nd)
 {
     if (nd->stopping)
         return;
-    uint64_t d = nd->rs->prof->steady ? SIM_MSG_NS / 10
-                                      : sim_rand_range(nd->rs->sim, 2, 25) * SIM_MSG_NS;
+    uint64_t d =
+        nd->rs->prof->steady ? SIM_MSG_NS / 10 : sim_rand_range(nd->rs->sim, 2, 25) * SIM_MSG_NS;
     nd->think = env_timer_start(nd->env, d, client_next, nd);
 }
 
@@ -196,8 +195,8 @@ static void build_route(rs_t *rs, rs_node_t *nd, uint32_t key, uint64_t value, b
     int rc = kvm_ident_copy(&r->ident, &rs->keys[key]);
     KVM_ASSERT(rc == 0);
     r->version = (kvm_route_version_t){0, 1};
-    r->content_op = (kvm_op_id_t){.writer = rt_id(nd->id), .epoch = rs->epoch[nd->id],
-                                  .seq = value};
+    r->content_op =
+        (kvm_op_id_t){.writer = rt_id(nd->id), .epoch = rs->epoch[nd->id], .seq = value};
     if (tomb) {
         r->tomb = KVM_TOMB_PENDING;
         return;
@@ -342,7 +341,7 @@ static void client_next(void *arg)
         key = (uint32_t)sim_rand_range(rs->sim, 0, RS_KEYS - 1);
     double p = (double)(sim_rand_u64(rs->sim) >> 11) / 9007199254740992.0;
     if (rs->planted && key == rs->planted_key && rs->liveness)
-        start_cas(nd, key, &rs->planted_ver); /* a write over the conflict resolves it */
+        start_cas(nd, key, &rs->seen[nd->id][key]); /* a write over the conflict resolves it */
     else if (rs->planted && key == rs->planted_key)
         start_lookup(nd, key, false); /* keep the conflict in place until the liveness phase */
     else if (rs->liveness || p < 0.5)
@@ -359,8 +358,7 @@ static void on_ready(void *arg, int rc)
 {
     rs_node_t *nd = arg;
     if (rc != 0) {
-        sim_fail(nd->rs->sim, "n%u: route service failed to start: %s", nd->id,
-                 kvmesh_errname(rc));
+        sim_fail(nd->rs->sim, "n%u: route service failed to start: %s", nd->id, kvmesh_errname(rc));
         return;
     }
     nd->ready = true;
@@ -558,30 +556,37 @@ static void nemesis(void *arg)
 static void plant_conflict(void *arg)
 {
     rs_t *rs = arg;
-    for (uint32_t key = 0; key < RS_KEYS && !rs->planted; key++) {
-        if (!rs->has_last_ok[key] || kvm_route_is_tombstone(&rs->last_ok[key]))
+    if (rs->liveness)
+        return;
+    for (uint32_t key = 0; key < RS_KEYS; key++) {
+        if (rs->planted && key != rs->planted_key)
             continue;
-        kvm_route_t bad;
-        kvm_route_init(&bad);
-        if (kvm_route_copy(&bad, &rs->last_ok[key]) != 0)
+        if (!rs->has_last_ok[key])
             continue;
-        bad.checksum ^= 0xdead;
-        bad.content_op.seq += 1000000000ull; /* a value no client wrote: picking it is caught */
-        for (uint32_t i = 0; i < bad.n_replicas; i++)
-            bad.replicas[i].checksum = bad.checksum;
-        uint32_t shard = kvm_ident_shard(&bad.ident, rs->shards);
+        uint32_t shard = kvm_ident_shard(&rs->keys[key], rs->shards);
+        bool any = false;
         for (uint32_t i = 0; i < rs->n; i++) {
             rs_node_t *nd = sim_node_state(rs->sim, i);
+            int crc = -1;
             if (nd && nd->svc && !route_test_is_primary(nd->svc, shard, NULL))
-                route_test_plant(nd->svc, &bad);
+                crc = route_test_corrupt(nd->svc, &rs->keys[key]);
+            if (crc == 0) {
+                sim_log(rs->sim, "corrupted k%u on n%u", key, i);
+                any = true;
+            }
         }
-        rs->planted = true;
-        rs->planted_key = key;
-        rs->planted_ver = bad.version;
-        kvm_route_free(&bad);
+        if (any && !rs->planted) {
+            sim_log(rs->sim, "planted a conflict on k%u (shard %u)", key, shard);
+            rs->planted = true;
+            rs->planted_key = key;
+            for (uint32_t i = 0; i < rs->n; i++)
+                rs->seen[i][key] = rs->last_ok[key].version;
+        }
+        if (rs->planted)
+            break;
     }
-    if (!rs->planted)
-        sim_schedule(rs->sim, 100 * SIM_MSG_NS, plant_conflict, rs);
+    /* again later: a CAS that was in flight at the first plant may have overwritten it */
+    sim_schedule(rs->sim, 300 * SIM_MSG_NS, plant_conflict, rs);
 }
 
 /* ---- checks --------------------------------------------------------------------------------- */
@@ -598,8 +603,9 @@ static int rs_invariant(void *ctx, sim_t *sim)
             if (!nd || !nd->svc || !nd->ready || !route_test_is_primary(nd->svc, s, &t))
                 continue;
             if (who >= 0) {
-                sim_fail(sim, "shard %u: n%d (token %llu) and n%u (token %llu) both serve as "
-                              "fenced primary",
+                sim_fail(sim,
+                         "shard %u: n%d (token %llu) and n%u (token %llu) both serve as "
+                         "fenced primary",
                          s, who, (unsigned long long)tok, i, (unsigned long long)t);
                 return 1;
             }
@@ -662,8 +668,7 @@ static void check_history(rs_t *rs)
                     return;
                 }
                 if (a->out_a < b->out_a && b->out_b < a->out_a) {
-                    sim_fail(rs->sim,
-                             "k%llu: acknowledged %llx lost: %llx was applied over %llx",
+                    sim_fail(rs->sim, "k%llu: acknowledged %llx lost: %llx was applied over %llx",
                              (unsigned long long)a->in_a, (unsigned long long)a->out_a,
                              (unsigned long long)b->out_a, (unsigned long long)b->out_b);
                     return;
@@ -772,8 +777,7 @@ static void run_steady(rs_t *rs, const sim_run_opts_t *ro)
     rs->steady_target = ops0 + 5000 * ro->soak; /* acknowledged CAS, each after a lookup */
     for (uint32_t i = 0; i < rs->n; i++)
         client_arm(sim_node_state(sim, i));
-    if (sim_run_while_not(sim, steady_done, rs, sim_now(sim) + 600 * SIM_SEC_NS) !=
-        SIM_REACHED) {
+    if (sim_run_while_not(sim, steady_done, rs, sim_now(sim) + 600 * SIM_SEC_NS) != SIM_REACHED) {
         sim_fail(sim, "steady: workload did not finish");
         return;
     }
@@ -804,8 +808,7 @@ static void run_steady(rs_t *rs, const sim_run_opts_t *ro)
     uint64_t ka_bound = rs->n * (secs * RS_KEEPALIVE_PER_S + 2);
     if (ka > ka_bound || calls != ka)
         sim_fail(sim, "steady: %llu keepalives (bound %llu), %llu route metadata calls",
-                 (unsigned long long)ka, (unsigned long long)ka_bound,
-                 (unsigned long long)calls);
+                 (unsigned long long)ka, (unsigned long long)ka_bound, (unsigned long long)calls);
     if (lookups + cas < 10000u * ro->soak)
         sim_fail(sim, "steady: only %llu lookups + %llu CAS", (unsigned long long)lookups,
                  (unsigned long long)cas);
@@ -937,15 +940,21 @@ static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result
             conflicts += st.protocol_conflicts;
         }
         if (!rs->planted || rs->corrupt_reads == 0 || conflicts == 0)
-            sim_fail(sim, "conflict: planted %d, %llu conflicting reads, %llu counted",
-                     rs->planted, (unsigned long long)rs->corrupt_reads,
-                     (unsigned long long)conflicts);
+            sim_fail(sim, "conflict: planted %d, %llu conflicting reads, %llu counted", rs->planted,
+                     (unsigned long long)rs->corrupt_reads, (unsigned long long)conflicts);
     }
 out:
     if (!sim_failed(sim))
         check_history(rs);
-    if (sim_failed(sim) && ro->verbose && ro->out)
+    if (sim_failed(sim) && ro->verbose && ro->out) {
         sim_hist_dump(rs->hist, ro->out);
+        for (uint32_t i = 0; i < rs->n; i++) {
+            rs_node_t *nd = sim_node_state(sim, i);
+            fprintf(ro->out, "n%u:\n", i);
+            if (nd && nd->svc)
+                route_test_dump(nd->svc, ro->out);
+        }
+    }
     for (uint32_t i = 0; i < rs->n; i++)
         sim_crash(sim, i);
     for (uint32_t i = 0; i < rs->n; i++)
@@ -963,7 +972,7 @@ out:
 }
 
 #define RS_SCENARIO(NAME, DESC, ...)                                                               \
-    static const rs_profile_t prof_##NAME = {.name = #NAME, __VA_ARGS__};                         \
+    static const rs_profile_t prof_##NAME = {.name = #NAME, __VA_ARGS__};                          \
     static int run_##NAME(const sim_run_opts_t *ro, sim_result_t *res)                             \
     {                                                                                              \
         return rs_run(&prof_##NAME, ro, res);                                                      \
