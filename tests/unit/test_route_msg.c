@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_route_msg.c — the route protocol codecs (route_msg.c, route_rec.c) and the per-shard
+ * route table (route_table.c): round trips of every message kind, rejection of every truncation,
+ * of trailing bytes, of a type/kind mismatch, of route counts a kind may not carry and of a
+ * newer codec version; shard record and policy round trips and rejections; table ordering,
+ * replacement and the owner-to-key index (paginated, exact).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvmesh.h"
+#include "route/route_int.h"
+#include "route/route_msg.h"
+#include "route/route_table.h"
+
+static void mk_route(kvm_route_t *r, const char *key, uint64_t owner, uint64_t seq)
+{
+    kvm_route_init(r);
+    assert_int_equal(kvm_ident_init(&r->ident, "tenant", NULL, key, strlen(key)), 0);
+    r->version = (kvm_route_version_t){3, seq};
+    r->content_op = (kvm_op_id_t){.writer = kvm_id128_from_u64(1, 2), .epoch = 1, .seq = seq};
+    r->length = 100;
+    r->checksum = 77 + seq;
+    r->n_replicas = 1;
+    r->replicas[0] = (kvm_hot_replica_t){.owner = kvm_id128_from_u64(9, owner),
+                                         .segment = 1,
+                                         .offset = seq * 100,
+                                         .length = 100,
+                                         .checksum = r->checksum};
+}
+
+static void test_roundtrip_all_kinds(void **state)
+{
+    (void)state;
+    kvm_route_t routes[3];
+    for (int i = 0; i < 3; i++) {
+        char k[8];
+        snprintf(k, sizeof(k), "k%d", i);
+        mk_route(&routes[i], k, 1, (uint64_t)i + 1);
+    }
+    uint8_t *buf = malloc(ROUTE_MSG_MAX_LEN);
+    for (uint16_t kind = 1; kind <= RMSG_KIND_MAX; kind++) {
+        route_msg_t m;
+        route_msg_init(&m, kind);
+        m.req_id = 42 + kind;
+        m.shard = 7;
+        m.generation = 5;
+        m.token = 9;
+        m.status = KVMESH_ESTALE_GENERATION;
+        m.target = (kvm_runtime_t){.id = kvm_id128_from_u64(1, 1), .epoch = 4};
+        m.expected = (kvm_route_version_t){2, 8};
+        m.remaining_ns = 123456789;
+        m.flags = RMSG_INSTALL_BEGIN;
+        m.n_set = 2;
+        m.set[1].node = 3;
+        m.set[1].rt.epoch = 2;
+        uint32_t lo = 0, hi = 0;
+        if (kind == RMSG_CAS_REQ || kind == RMSG_MIRROR_REQ || kind == RMSG_REPAIR)
+            lo = hi = 1;
+        else if (kind == RMSG_CAS_RESP || kind == RMSG_READ_RESP)
+            hi = 1;
+        else if (kind == RMSG_FETCH_RESP || kind == RMSG_OWNER_RESP || kind == RMSG_INSTALL_REQ)
+            hi = 3;
+        m.n_routes = hi;
+        m.routes = routes;
+        if (kind == RMSG_READ_REQ || kind == RMSG_FETCH_REQ) {
+            m.has_ident = true;
+            m.ident = routes[0].ident;
+        }
+        size_t len;
+        assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), 0);
+        route_msg_t d;
+        assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + kind, buf, len, &d), 0);
+        assert_int_equal(d.kind, kind);
+        assert_int_equal(d.req_id, m.req_id);
+        assert_int_equal(d.shard, 7);
+        assert_int_equal(d.token, 9);
+        assert_int_equal(d.status, KVMESH_ESTALE_GENERATION);
+        assert_true(kvm_runtime_equal(&d.target, &m.target));
+        assert_int_equal(d.remaining_ns, 123456789);
+        assert_int_equal(d.n_set, 2);
+        assert_int_equal(d.set[1].node, 3);
+        assert_int_equal(d.n_routes, hi);
+        for (uint32_t i = 0; i < hi; i++)
+            assert_true(kvm_route_equal(&d.routes[i], &routes[i]));
+        assert_int_equal(d.has_ident, m.has_ident);
+        route_msg_clear(&d);
+        /* every truncation is rejected, never a crash */
+        for (size_t cut = 0; cut < len; cut++)
+            assert_int_not_equal(route_msg_decode(ROUTE_MSG_BASE + kind, buf, cut, &d), 0);
+        /* a trailing byte, and a type that does not match the kind */
+        buf[len] = 0;
+        assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + kind, buf, len + 1, &d), KVMESH_EPROTO);
+        assert_int_equal(
+            route_msg_decode(ROUTE_MSG_BASE + (kind % RMSG_KIND_MAX) + 1, buf, len, &d),
+            KVMESH_EPROTO);
+        /* route counts outside the kind's bounds are refused by the encoder */
+        m.n_routes = hi + 1;
+        assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), KVMESH_EINVAL);
+        (void)lo;
+    }
+    /* a newer codec version */
+    route_msg_t m;
+    route_msg_init(&m, RMSG_GRANT_REQ);
+    size_t len;
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), 0);
+    buf[1] = ROUTE_MSG_VERSION + 1;
+    route_msg_t d;
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_GRANT_REQ, buf, len, &d),
+                     KVMESH_EINCOMPAT);
+    /* a too-small buffer */
+    assert_int_equal(route_msg_encode(&m, buf, 10, &len), KVMESH_ETOOBIG);
+    free(buf);
+    for (int i = 0; i < 3; i++)
+        kvm_route_free(&routes[i]);
+}
+
+static void test_record_and_policy(void **state)
+{
+    (void)state;
+    route_rec_t r;
+    memset(&r, 0, sizeof(r));
+    r.generation = 4;
+    r.token = 11;
+    r.state = ROUTE_REC_ACTIVE;
+    r.primary = (kvm_runtime_t){.id = kvm_id128_from_u64(1, 5), .epoch = 3};
+    r.primary_node = 2;
+    r.lease = 99;
+    r.n_set = 3;
+    r.set[2].node = 7;
+    r.n_src = 1;
+    r.src[0].rt.epoch = 8;
+    uint8_t buf[ROUTE_REC_MAX_LEN];
+    size_t len;
+    assert_int_equal(route_rec_encode(&r, buf, sizeof(buf), &len), 0);
+    route_rec_t d;
+    assert_int_equal(route_rec_decode(buf, len, &d), 0);
+    assert_memory_equal(&d, &r, sizeof(r));
+    for (size_t cut = 0; cut < len; cut++)
+        assert_int_equal(route_rec_decode(buf, cut, &d), KVMESH_EPROTO);
+    buf[18] = 9; /* state byte: unknown state */
+    assert_int_equal(route_rec_decode(buf, len, &d), KVMESH_EPROTO);
+
+    route_policy_t p = {ROUTE_MODE_EMBEDDED_WRH, 3, 64, ROUTE_PROTOCOL_VERSION}, q;
+    assert_int_equal(route_policy_encode(&p, buf, sizeof(buf), &len), 0);
+    assert_int_equal(route_policy_decode(buf, len, &q), 0);
+    assert_memory_equal(&p, &q, sizeof(p));
+    assert_int_equal(route_policy_decode(buf, len - 1, &q), KVMESH_EPROTO);
+}
+
+static void test_table_and_owner_index(void **state)
+{
+    (void)state;
+    route_table_t *t = route_table_new();
+    kvm_route_t r;
+    /* 20 keys; owner (key index % 3) */
+    for (int i = 0; i < 20; i++) {
+        char k[8];
+        snprintf(k, sizeof(k), "k%02d", i);
+        mk_route(&r, k, (uint64_t)(i % 3), 1);
+        assert_int_equal(route_table_put(t, &r, NULL), 0);
+        kvm_route_free(&r);
+    }
+    assert_int_equal(route_table_count(t), 20);
+    assert_int_equal(route_table_check(t), 0);
+    /* ordered walk */
+    int n = 0;
+    const kvm_ident_t *prev = NULL;
+    for (route_entry_t *e = route_table_next(t, NULL); e;
+         e = route_table_next(t, &e->route.ident)) {
+        if (prev)
+            assert_true(kvm_ident_cmp(prev, &e->route.ident) < 0);
+        prev = &e->route.ident;
+        n++;
+    }
+    assert_int_equal(n, 20);
+    /* owner 1 holds k01 k04 ... k19 (7 keys); page through it two at a time */
+    kvm_runtime_id_t o1 = kvm_id128_from_u64(9, 1);
+    n = 0;
+    route_entry_t *e = route_table_owner_next(t, &o1, NULL);
+    while (e) {
+        assert_true(kvm_id128_equal(&e->route.replicas[0].owner, &o1));
+        n++;
+        e = route_table_owner_next(t, &o1, &e->route.ident);
+    }
+    assert_int_equal(n, 7);
+    /* moving k01 to owner 2 removes it from owner 1's index */
+    mk_route(&r, "k01", 2, 2);
+    assert_int_equal(route_table_put(t, &r, NULL), 0);
+    kvm_route_free(&r);
+    assert_int_equal(route_table_check(t), 0);
+    n = 0;
+    for (e = route_table_owner_next(t, &o1, NULL); e;
+         e = route_table_owner_next(t, &o1, &e->route.ident))
+        n++;
+    assert_int_equal(n, 6);
+    kvm_runtime_id_t o7 = kvm_id128_from_u64(9, 7);
+    assert_null(route_table_owner_next(t, &o7, NULL));
+    route_table_del(t, route_table_next(t, NULL));
+    assert_int_equal(route_table_count(t), 19);
+    assert_int_equal(route_table_check(t), 0);
+    route_table_free(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_all_kinds),
+        cmocka_unit_test(test_record_and_policy),
+        cmocka_unit_test(test_table_and_owner_index),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

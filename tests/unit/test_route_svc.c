@@ -1,0 +1,350 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_route_svc.c — the route service on the real env binding (env_uv, libuv) with the
+ * in-memory metadata backend:
+ *   - cluster route policy bootstrap: the first runtime creates the policy; a runtime with the
+ *     same policy starts; one that differs in top_k, n_shards or mode refuses to start with
+ *     KVMESH_EINCOMPAT and a message naming the field; bad options are refused synchronously;
+ *   - one runtime as the whole authority set (top_k 1, 8 shards; peer messages loop back through
+ *     the env's sender hook): lookup of an absent key, create, lookup, CAS conflict with the
+ *     current route returned, overwrite, tombstone, and owner enumeration through pages of 3
+ *     that ends complete with every route of the owner exactly once.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "env/env_uv.h"
+#include "kvmesh.h"
+#include "meta/meta.h"
+#include "route/route.h"
+
+typedef struct fx {
+    uv_loop_t loop;
+    env_t *env;
+    meta_t *meta;
+} fx_t;
+
+typedef struct loopback {
+    env_t *env;
+    env_msg_t msg;
+    uint8_t data[];
+} loopback_t;
+
+static void deliver(void *arg)
+{
+    loopback_t *lb = arg;
+    lb->msg.data = lb->data;
+    env_uv_deliver(lb->env, &lb->msg);
+    free(lb);
+}
+
+static int sender(void *ctx, env_node_t to, uint32_t type, const void *data, size_t len)
+{
+    env_t *env = ctx;
+    loopback_t *lb = malloc(sizeof(*lb) + len);
+    if (!lb)
+        return KVMESH_ENOMEM;
+    lb->env = env;
+    lb->msg = (env_msg_t){.from = env_self(env), .to = to, .type = type, .len = len};
+    memcpy(lb->data, data, len);
+    return env_defer(env, deliver, lb);
+}
+
+static void fx_open(fx_t *f, const char *url)
+{
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    assert_int_equal(env_uv_new(&f->env, &f->loop, 0), 0);
+    env_uv_set_sender(f->env, sender, f->env);
+    assert_int_equal(meta_open(&f->meta, f->env, url, NULL), 0);
+}
+
+static void fx_close(fx_t *f)
+{
+    meta_close(f->meta);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    env_uv_free(f->env);
+    while (uv_run(&f->loop, UV_RUN_NOWAIT))
+        ;
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+}
+
+typedef struct waitv {
+    bool done;
+    int rc;
+    char msg[256];
+    kvm_route_t route;
+    bool has_route;
+    kvm_route_t page[64];
+    size_t n;
+    bool complete;
+    uint8_t cursor[2048];
+    size_t cursor_len;
+} waitv_t;
+
+static void run_until(fx_t *f, waitv_t *w)
+{
+    for (int i = 0; i < 200000 && !w->done; i++)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_true(w->done);
+}
+
+static void on_start(void *arg, int rc)
+{
+    waitv_t *w = arg;
+    w->done = true;
+    w->rc = rc;
+    snprintf(w->msg, sizeof(w->msg), "%s", rc ? kvmesh_last_error() : "");
+}
+
+static route_svc_t *start(fx_t *f, uint64_t id, route_policy_t p, waitv_t *w)
+{
+    route_svc_opts_t o = {.env = f->env,
+                          .meta = f->meta,
+                          .deployment = "unit",
+                          .self = {.id = kvm_id128_from_u64(7, id), .epoch = 1},
+                          .policy = p,
+                          .shard_lease_ms = 1000,
+                          .request_timeout_ms = 3000};
+    route_svc_t *svc = NULL;
+    memset(w, 0, sizeof(*w));
+    assert_int_equal(route_svc_new(&svc, &o, on_start, w), 0);
+    run_until(f, w);
+    return svc;
+}
+
+static const route_policy_t POLICY = {ROUTE_MODE_EMBEDDED_WRH, 1, 8, ROUTE_PROTOCOL_VERSION};
+
+static void test_policy_bootstrap(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, "memory://route-unit-policy");
+    waitv_t w;
+    route_svc_t *a = start(&f, 1, POLICY, &w);
+    assert_int_equal(w.rc, 0);
+    route_svc_t *b = start(&f, 2, POLICY, &w);
+    assert_int_equal(w.rc, 0);
+    route_policy_t p = POLICY;
+    p.top_k = 2;
+    route_svc_t *c = start(&f, 3, p, &w);
+    assert_int_equal(w.rc, KVMESH_EINCOMPAT);
+    assert_non_null(strstr(w.msg, "'top_k'"));
+    route_svc_free(c);
+    p = POLICY;
+    p.n_shards = 16;
+    c = start(&f, 4, p, &w);
+    assert_int_equal(w.rc, KVMESH_EINCOMPAT);
+    assert_non_null(strstr(w.msg, "'n_shards'"));
+    route_svc_free(c);
+    /* synchronous refusals */
+    route_svc_opts_t o = {.env = f.env,
+                          .meta = f.meta,
+                          .deployment = "unit",
+                          .self = {.id = kvm_id128_from_u64(7, 5), .epoch = 1},
+                          .policy = POLICY};
+    o.policy.top_k = 0;
+    assert_int_equal(route_svc_new(&c, &o, on_start, &w), KVMESH_EINVAL);
+    o.policy = POLICY;
+    o.policy.protocol_version = 99;
+    assert_int_equal(route_svc_new(&c, &o, on_start, &w), KVMESH_EINCOMPAT);
+    o.policy = POLICY;
+    o.self.epoch = 0;
+    assert_int_equal(route_svc_new(&c, &o, on_start, &w), KVMESH_EINVAL);
+    route_svc_free(a);
+    route_svc_free(b);
+    fx_close(&f);
+}
+
+static void on_route(void *arg, int rc, const kvm_route_t *r)
+{
+    waitv_t *w = arg;
+    w->done = true;
+    w->rc = rc;
+    w->has_route = r != NULL;
+    if (r) {
+        kvm_route_init(&w->route);
+        assert_int_equal(kvm_route_copy(&w->route, r), 0);
+    }
+}
+
+static void on_page(void *arg, int rc, const route_owner_page_t *pg)
+{
+    waitv_t *w = arg;
+    w->done = true;
+    w->rc = rc;
+    if (rc)
+        return;
+    for (size_t i = 0; i < pg->n; i++) {
+        kvm_route_init(&w->page[w->n]);
+        assert_int_equal(kvm_route_copy(&w->page[w->n++], &pg->routes[i]), 0);
+    }
+    w->complete = pg->complete;
+    w->cursor_len = pg->next_cursor_len;
+    if (pg->next_cursor_len)
+        memcpy(w->cursor, pg->next_cursor, pg->next_cursor_len);
+}
+
+static void mk(kvm_route_t *r, const char *key, uint64_t owner, uint64_t seq)
+{
+    kvm_route_init(r);
+    assert_int_equal(kvm_ident_init(&r->ident, "tenant", NULL, key, strlen(key)), 0);
+    r->version = (kvm_route_version_t){0, 1};
+    r->content_op = (kvm_op_id_t){.writer = kvm_id128_from_u64(1, 2), .epoch = 1, .seq = seq};
+    r->length = 100;
+    r->checksum = seq;
+    r->n_replicas = 1;
+    r->replicas[0] = (kvm_hot_replica_t){.owner = kvm_id128_from_u64(9, owner),
+                                         .segment = 1,
+                                         .offset = seq * 100,
+                                         .length = 100,
+                                         .checksum = seq};
+}
+
+static void push_self(route_svc_t *svc, uint64_t id)
+{
+    route_member_t m = {.rt = {.id = kvm_id128_from_u64(7, id), .epoch = 1},
+                        .node = 0,
+                        .weight = 1,
+                        .route_capable = true,
+                        .route_version = ROUTE_PROTOCOL_VERSION};
+    route_set_members(svc, 1, &m, 1);
+}
+
+static void cas(fx_t *f, route_svc_t *svc, kvm_route_version_t exp, kvm_route_t *next, waitv_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    assert_int_equal(route_cas(svc, &exp, next, on_route, w), 0);
+    run_until(f, w);
+}
+
+static void lookup(fx_t *f, route_svc_t *svc, const kvm_ident_t *id, waitv_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    assert_int_equal(route_lookup(svc, id, on_route, w), 0);
+    run_until(f, w);
+}
+
+static void test_single_runtime_ops(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, "memory://route-unit-ops");
+    waitv_t w;
+    route_svc_t *svc = start(&f, 1, POLICY, &w);
+    assert_int_equal(w.rc, 0);
+    env_set_recv(f.env, (env_recv_fn)route_on_message, svc);
+    push_self(svc, 1);
+    kvm_route_t r;
+    mk(&r, "a", 1, 1);
+    lookup(&f, svc, &r.ident, &w);
+    assert_int_equal(w.rc, KVMESH_ENOENT);
+    cas(&f, svc, KVM_ROUTE_VERSION_NONE, &r, &w);
+    assert_int_equal(w.rc, 0);
+    kvm_route_version_t v1 = w.route.version;
+    assert_int_equal(v1.fencing_token, 1);
+    assert_int_equal(v1.primary_sequence, 1);
+    kvm_route_free(&w.route);
+    lookup(&f, svc, &r.ident, &w);
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(w.route.checksum, 1);
+    kvm_route_free(&w.route);
+    /* the same predecessor again: conflict, with the current route */
+    cas(&f, svc, KVM_ROUTE_VERSION_NONE, &r, &w);
+    assert_int_equal(w.rc, KVMESH_ECONFLICT);
+    assert_true(w.has_route);
+    assert_true(kvm_route_version_equal(&w.route.version, &v1));
+    kvm_route_free(&w.route);
+    kvm_route_free(&r);
+    /* overwrite, then tombstone with its accounting op and predecessor */
+    mk(&r, "a", 1, 2);
+    cas(&f, svc, v1, &r, &w);
+    assert_int_equal(w.rc, 0);
+    assert_true(kvm_route_version_equal(&w.route.predecessor_version, &v1));
+    kvm_route_version_t v2 = w.route.version;
+    kvm_route_free(&w.route);
+    kvm_route_free(&r);
+    kvm_route_init(&r);
+    assert_int_equal(kvm_ident_init(&r.ident, "tenant", NULL, "a", 1), 0);
+    r.version = (kvm_route_version_t){0, 1};
+    r.content_op = (kvm_op_id_t){.writer = kvm_id128_from_u64(1, 2), .epoch = 1, .seq = 3};
+    r.tomb = KVM_TOMB_PENDING;
+    cas(&f, svc, v2, &r, &w);
+    assert_int_equal(w.rc, 0);
+    assert_true(kvm_route_is_tombstone(&w.route));
+    assert_int_equal(w.route.predecessor_op.seq, 2);
+    kvm_route_free(&w.route);
+    lookup(&f, svc, &r.ident, &w);
+    assert_int_equal(w.rc, 0);
+    assert_true(kvm_route_is_tombstone(&w.route));
+    kvm_route_free(&w.route);
+    kvm_route_free(&r);
+
+    /* owner enumeration: 10 routes of owner 5 and 4 of owner 6, pages of 3 */
+    for (int i = 0; i < 14; i++) {
+        char k[8];
+        snprintf(k, sizeof(k), "o%02d", i);
+        mk(&r, k, i < 10 ? 5 : 6, 10 + (uint64_t)i);
+        cas(&f, svc, KVM_ROUTE_VERSION_NONE, &r, &w);
+        assert_int_equal(w.rc, 0);
+        kvm_route_free(&w.route);
+        kvm_route_free(&r);
+    }
+    kvm_runtime_id_t owner = kvm_id128_from_u64(9, 5);
+    bool seen[10] = {0};
+    uint8_t cursor[2048];
+    size_t clen = 0;
+    int pages = 0;
+    for (;;) {
+        memset(&w, 0, sizeof(w));
+        assert_int_equal(route_owner_scan(svc, &owner, cursor, clen, 3, on_page, &w), 0);
+        run_until(&f, &w);
+        assert_int_equal(w.rc, 0);
+        assert_true(w.n <= 3);
+        pages++;
+        for (size_t i = 0; i < w.n; i++) {
+            int idx = atoi((const char *)kvm_ident_key(&w.page[i].ident) + 1);
+            assert_true(idx >= 0 && idx < 10);
+            assert_false(seen[idx]);
+            seen[idx] = true;
+            kvm_route_free(&w.page[i]);
+        }
+        if (w.complete)
+            break;
+        assert_true(w.cursor_len > 0); /* an incomplete page always continues */
+        memcpy(cursor, w.cursor, w.cursor_len);
+        clen = w.cursor_len;
+        assert_true(pages < 20);
+    }
+    for (int i = 0; i < 10; i++)
+        assert_true(seen[i]);
+    assert_true(pages >= 4);
+    /* a malformed cursor is refused */
+    uint8_t bad[3] = {1, 2, 3};
+    assert_int_equal(route_owner_scan(svc, &owner, bad, sizeof(bad), 3, on_page, &w),
+                     KVMESH_EINVAL);
+    route_stats_t st;
+    route_get_stats(svc, &st);
+    assert_true(st.lookups >= 3);
+    assert_true(st.cas_applied >= 17);
+    assert_int_equal(st.cas_conflict, 1);
+    env_set_recv(f.env, NULL, NULL); /* loopback messages still queued go nowhere */
+    route_svc_free(svc);
+    fx_close(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_policy_bootstrap),
+        cmocka_unit_test(test_single_runtime_ops),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
