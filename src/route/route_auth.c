@@ -1021,12 +1021,17 @@ void route_auth_tick(route_svc_t *svc, route_shard_t *sh)
     uint64_t now = route_now(svc);
     switch (sh->ps) {
     case RP_IDLE:
-        if (desired && lease_ok(svc) && now >= sh->next_try_ns)
+        if (svc->tick_budget == 0)
+            break;
+        if (desired && lease_ok(svc) && now >= sh->next_try_ns) {
+            svc->tick_budget--;
             read_rec(svc, sh);
-        else if (!desired && sh->rec_mod_rev && sh->rec.state != ROUTE_REC_RESIGNED &&
-                 is_self(svc, &sh->rec.primary) && sh->rec.lease == svc->lease &&
-                 now >= sh->next_try_ns)
+        } else if (!desired && sh->rec_mod_rev && sh->rec.state != ROUTE_REC_RESIGNED &&
+                   is_self(svc, &sh->rec.primary) && sh->rec.lease == svc->lease &&
+                   now >= sh->next_try_ns) {
+            svc->tick_budget--;
             set_pstate(svc, sh, RP_RESIGN); /* release a record we hold but abandoned */
+        }
         break;
     case RP_ACTIVE:
         if (sh->m_token > sh->rec.token) {

@@ -200,6 +200,7 @@ struct route_svc {
     size_t n_members;
     route_shard_t *shards;
     uint32_t tick_cursor;
+    uint32_t tick_budget;
     /* calls */
     route_call_t *calls;
     uint32_t n_calls;

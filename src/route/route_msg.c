@@ -185,6 +185,15 @@ static void kind_route_bounds(uint16_t kind, uint32_t *lo, uint32_t *hi)
     }
 }
 
+size_t route_msg_size_bound(const route_msg_t *m)
+{
+    size_t n = 256 + (size_t)m->n_set * 32;
+    if (m->has_ident)
+        n += 4 + KVM_WIRE_MAX_RECORD_LEN;
+    n += (size_t)m->n_routes * (4 + KVM_WIRE_MAX_RECORD_LEN);
+    return KVM_MIN(n, (size_t)ROUTE_MSG_MAX_LEN);
+}
+
 int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out_len)
 {
     uint32_t lo, hi;

@@ -102,6 +102,8 @@ void route_msg_clear(route_msg_t *m);
 /* Encodes into buf (cap bytes); *out_len set. KVMESH_ETOOBIG when it does not fit,
  * KVMESH_EINVAL for an invalid route/ident inside. Routes are borrowed (not freed). */
 int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out_len);
+/* An upper bound of the encoded size of m (to size the encode buffer). */
+size_t route_msg_size_bound(const route_msg_t *m);
 /* Decodes a message received with env type `type`. */
 int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t *out);
 

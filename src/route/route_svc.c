@@ -85,11 +85,12 @@ int route_shard_meta_key(route_svc_t *svc, uint32_t shard, char *out, size_t cap
 
 int route_send(route_svc_t *svc, env_node_t to, route_msg_t *m)
 {
-    uint8_t *buf = malloc(ROUTE_MSG_MAX_LEN);
+    size_t cap = route_msg_size_bound(m);
+    uint8_t *buf = malloc(cap);
     if (!buf)
         return KVMESH_ENOMEM;
     size_t len;
-    int rc = route_msg_encode(m, buf, ROUTE_MSG_MAX_LEN, &len);
+    int rc = route_msg_encode(m, buf, cap, &len);
     if (rc == 0)
         rc = env_send(svc->env, to, ROUTE_MSG_BASE + m->kind, buf, len);
     free(buf);
@@ -173,9 +174,10 @@ route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16
     c->ctx = ctx;
     c->deadline_ns = route_now(svc) + timeout_ns;
     c->type = ROUTE_MSG_BASE + m->kind;
-    uint8_t *buf = malloc(ROUTE_MSG_MAX_LEN);
+    size_t cap = route_msg_size_bound(m);
+    uint8_t *buf = malloc(cap);
     size_t len = 0;
-    if (!buf || route_msg_encode(m, buf, ROUTE_MSG_MAX_LEN, &len) != 0) {
+    if (!buf || route_msg_encode(m, buf, cap, &len) != 0) {
         free(buf);
         free(b);
         return NULL;
@@ -348,8 +350,12 @@ static void tick(void *arg)
         svc->next_ka_ns = now + svc->lease_ns / ROUTE_KEEPALIVE_DIV;
         lease_call(svc);
     }
-    for (uint32_t i = 0; i < svc->policy.n_shards; i++)
-        route_auth_tick(svc, &svc->shards[i]);
+    svc->tick_budget = ROUTE_MAX_SHARD_STEPS; /* shards that may start metadata work now */
+    for (uint32_t i = 0; i < svc->policy.n_shards; i++) {
+        uint32_t s = (svc->tick_cursor + i) % svc->policy.n_shards;
+        route_auth_tick(svc, &svc->shards[s]);
+    }
+    svc->tick_cursor = (svc->tick_cursor + 1) % svc->policy.n_shards;
     arm_tick(svc);
 }
 
