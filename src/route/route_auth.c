@@ -609,6 +609,7 @@ static void on_activate(route_svc_t *svc, route_mreq_t *q, const meta_result_t *
     sh->seq = 0;
     if (transferred)
         svc->stats.state_transfers++;
+    xfer_reset(sh); /* the transfer is complete */
     set_pstate(svc, sh, RP_ACTIVE);
 }
 
@@ -823,6 +824,7 @@ static void on_acquire(route_svc_t *svc, route_mreq_t *q, const meta_result_t *r
     sh->m_primary_node = svc->self_node;
     sh->m_n_set = sh->rec.n_set;
     memcpy(sh->m_set, sh->rec.set, sizeof(sh->m_set));
+    xfer_reset(sh);
     if (!(sh->xfer = route_table_new())) {
         to_idle(svc, sh);
         return;

@@ -110,6 +110,9 @@ struct rs {
     bool has_last_ok[RS_KEYS];
     uint64_t corrupt_reads;
     uint64_t steps_checked;
+    /* world events in flight when the run ends are dropped: their args are freed at the end */
+    void **allocs;
+    size_t n_allocs, cap_allocs;
     /* steady scenario */
     uint64_t steady_ops, steady_target;
 };
@@ -122,6 +125,19 @@ static uint64_t vpack(const kvm_route_version_t *v)
 static kvm_runtime_id_t rt_id(uint32_t node)
 {
     return kvm_id128_from_u64(0x6b766d657368ull, node + 1);
+}
+
+static void *rs_alloc(rs_t *rs, size_t size)
+{
+    if (rs->n_allocs == rs->cap_allocs) {
+        rs->cap_allocs = rs->cap_allocs ? 2 * rs->cap_allocs : 64;
+        rs->allocs = realloc(rs->allocs, rs->cap_allocs * sizeof(void *));
+        KVM_ASSERT(rs->allocs != NULL);
+    }
+    void *p = calloc(1, size);
+    KVM_ASSERT(p != NULL);
+    rs->allocs[rs->n_allocs++] = p;
+    return p;
 }
 
 /* ---- membership ----------------------------------------------------------------------------- */
@@ -144,7 +160,6 @@ static void push_deliver(void *arg)
         if (nd && nd->svc)
             route_set_members(nd->svc, p->gen, p->m, p->n);
     }
-    free(p);
 }
 
 static void push_members(rs_t *rs, bool lag)
@@ -153,8 +168,7 @@ static void push_members(rs_t *rs, bool lag)
     for (uint32_t i = 0; i < rs->n; i++) {
         if (!sim_node_up(rs->sim, i))
             continue;
-        rs_push_t *p = calloc(1, sizeof(*p));
-        KVM_ASSERT(p != NULL);
+        rs_push_t *p = rs_alloc(rs, sizeof(*p));
         p->rs = rs;
         p->node = i;
         p->inc = sim_node_incarnation(rs->sim, i);
@@ -429,8 +443,7 @@ typedef struct rs_ev {
 
 static rs_ev_t *ev(rs_t *rs, uint32_t node)
 {
-    rs_ev_t *e = malloc(sizeof(*e));
-    KVM_ASSERT(e != NULL);
+    rs_ev_t *e = rs_alloc(rs, sizeof(*e));
     e->rs = rs;
     e->node = node;
     return e;
@@ -444,7 +457,6 @@ static void drop_member(void *arg)
         rs->in_members[e->node] = false;
         push_members(rs, rs->prof->lag);
     }
-    free(e);
 }
 
 static void restart_node(void *arg)
@@ -456,7 +468,6 @@ static void restart_node(void *arg)
         rs->in_members[e->node] = true;
         push_members(rs, rs->prof->lag);
     }
-    free(e);
 }
 
 static void heal_node(void *arg)
@@ -469,7 +480,6 @@ static void heal_node(void *arg)
         rs->in_members[e->node] = sim_node_up(rs->sim, e->node);
         push_members(rs, rs->prof->lag);
     }
-    free(e);
 }
 
 static void unblock(void *arg)
@@ -477,7 +487,6 @@ static void unblock(void *arg)
     rs_ev_t *e = arg;
     rs_t *rs = e->rs;
     sim_block(rs->sim, e->node >> 8, e->node & 0xff, false);
-    free(e);
 }
 
 static uint32_t down_count(rs_t *rs)
@@ -962,6 +971,9 @@ out:
     meta_close(rs->world_m);
     int out = sim_finish(sim, res);
     sim_hist_free(rs->hist);
+    for (size_t i = 0; i < rs->n_allocs; i++)
+        free(rs->allocs[i]);
+    free(rs->allocs);
     for (uint32_t k = 0; k < RS_KEYS; k++) {
         kvm_ident_free(&rs->keys[k]);
         if (rs->has_last_ok[k])

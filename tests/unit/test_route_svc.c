@@ -310,7 +310,9 @@ static void test_single_runtime_ops(void **state)
         assert_true(w.n <= 3);
         pages++;
         for (size_t i = 0; i < w.n; i++) {
-            int idx = atoi((const char *)kvm_ident_key(&w.page[i].ident) + 1);
+            const uint8_t *key = kvm_ident_key(&w.page[i].ident); /* "oNN", not terminated */
+            assert_int_equal(w.page[i].ident.key_len, 3);
+            int idx = (key[1] - '0') * 10 + (key[2] - '0');
             assert_true(idx >= 0 && idx < 10);
             assert_false(seen[idx]);
             seen[idx] = true;
