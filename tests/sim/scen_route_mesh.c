@@ -642,6 +642,18 @@ static bool acked(const sim_op_t *o)
 static void check_history(rs_t *rs)
 {
     size_t n = sim_hist_len(rs->hist);
+    /* per-key lists of completed operations, so that the pairwise checks stay per key */
+    const sim_op_t **by_key[RS_KEYS];
+    size_t n_key[RS_KEYS] = {0};
+    for (uint32_t k = 0; k < RS_KEYS; k++) {
+        by_key[k] = calloc(n ? n : 1, sizeof(*by_key[k]));
+        KVM_ASSERT(by_key[k] != NULL);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const sim_op_t *o = sim_hist_get(rs->hist, i);
+        if (o->done && o->in_a < RS_KEYS)
+            by_key[o->in_a][n_key[o->in_a]++] = o;
+    }
     for (size_t i = 0; i < n && !sim_failed(rs->sim); i++) {
         const sim_op_t *a = sim_hist_get(rs->hist, i);
         if (!a->done)
@@ -650,17 +662,19 @@ static void check_history(rs_t *rs)
             !(rs->planted && a->in_a == rs->planted_key)) {
             sim_fail(rs->sim, "lookup of k%llu failed with a protocol conflict",
                      (unsigned long long)a->in_a);
-            return;
+            goto out;
         }
         if (acked(a) && a->out_a <= a->out_b) {
             sim_fail(rs->sim, "CAS on k%llu acknowledged version %llx not above expected %llx",
                      (unsigned long long)a->in_a, (unsigned long long)a->out_a,
                      (unsigned long long)a->out_b);
-            return;
+            goto out;
         }
-        for (size_t j = 0; j < n; j++) {
-            const sim_op_t *b = sim_hist_get(rs->hist, j);
-            if (i == j || !b->done || b->in_a != a->in_a)
+        if (!acked(a))
+            continue;
+        for (size_t j = 0; j < n_key[a->in_a] && !sim_failed(rs->sim); j++) {
+            const sim_op_t *b = by_key[a->in_a][j];
+            if (a == b)
                 continue;
             if (acked(a) && acked(b)) {
                 if (a->out_b == b->out_b) {
@@ -669,24 +683,24 @@ static void check_history(rs_t *rs)
                              "%llu)",
                              (unsigned long long)a->in_a, (unsigned long long)a->out_b,
                              (unsigned long long)a->in_b, (unsigned long long)b->in_b);
-                    return;
+                    goto out;
                 }
                 if (a->out_a == b->out_a) {
                     sim_fail(rs->sim, "k%llu: two acknowledged CAS produced version %llx",
                              (unsigned long long)a->in_a, (unsigned long long)a->out_a);
-                    return;
+                    goto out;
                 }
                 if (a->out_a < b->out_a && b->out_b < a->out_a) {
                     sim_fail(rs->sim, "k%llu: acknowledged %llx lost: %llx was applied over %llx",
                              (unsigned long long)a->in_a, (unsigned long long)a->out_a,
                              (unsigned long long)b->out_a, (unsigned long long)b->out_b);
-                    return;
+                    goto out;
                 }
                 if (a->end_ns < b->start_ns && a->out_a > b->out_a) {
                     sim_fail(rs->sim, "k%llu: real-time order violated (%llx before %llx)",
                              (unsigned long long)a->in_a, (unsigned long long)a->out_a,
                              (unsigned long long)b->out_a);
-                    return;
+                    goto out;
                 }
             }
             if (acked(a) && b->kind == OPK_LOOKUP &&
@@ -700,19 +714,21 @@ static void check_history(rs_t *rs)
                              (unsigned long long)b->out_a, (unsigned long long)a->out_a,
                              (unsigned long long)a->in_b,
                              (unsigned long long)(a->end_ns / SIM_MSG_NS));
-                    return;
+                    goto out;
                 }
                 if (b->out_a == a->out_a && b->out_b != a->in_b) {
                     sim_fail(rs->sim, "k%llu: version %llx read with value %llu, written %llu",
                              (unsigned long long)a->in_a, (unsigned long long)a->out_a,
                              (unsigned long long)b->out_b, (unsigned long long)a->in_b);
-                    return;
+                    goto out;
                 }
             }
         }
     }
+out:
+    for (uint32_t k = 0; k < RS_KEYS; k++)
+        free(by_key[k]);
 }
-
 static bool live_done(void *ctx)
 {
     rs_t *rs = ctx;
