@@ -48,7 +48,7 @@ static const struct meta_scheme {
      "TLS not available in this build (hiredis is built without TLS); use redis:// on a trusted "
      "network or a local TLS tunnel (e.g. stunnel)"},
     /* {"redis", &meta_redis_ops, NULL}, -- added by the Redis backend */
-    /* {"etcd", &meta_etcd_ops, NULL},   -- added by the etcd backend */
+    {"etcd", &meta_etcd_ops, NULL},
 };
 
 /* The call being submitted on this thread (for the "never synchronously" rule). */
