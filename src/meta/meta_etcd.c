@@ -74,6 +74,7 @@ typedef struct etcd_req {
     char *resp;
     size_t resp_len, resp_cap;
     bool resp_too_big;
+    bool sent_any; /* bytes of this attempt's request reached a socket (any connection) */
     char errbuf[CURL_ERROR_SIZE];
     unsigned attempt, max_attempts;
     size_t start_ep, ep;
@@ -345,6 +346,18 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
+/* curl reports every byte it writes to a socket here (CURLOPT_VERBOSE routes it to us instead of
+ * stderr). This is how a request is known to be unsent: curl silently re-sends a request whose
+ * reused connection died, so the final error code alone (e.g. connection refused on the re-send)
+ * does not prove that no earlier copy reached the server. */
+static int debug_cb(CURL *e, curl_infotype type, char *data, size_t size, void *arg)
+{
+    etcd_req_t *r = arg;
+    if (type == CURLINFO_HEADER_OUT || type == CURLINFO_DATA_OUT)
+        r->sent_any = true;
+    return 0;
+}
+
 static void start_attempt(etcd_req_t *r)
 {
     etcd_be_t *b = r->b;
@@ -376,6 +389,7 @@ static void start_attempt(etcd_req_t *r)
     snprintf(url, sizeof(url), "%s%s", b->base[r->ep], r->path);
     r->resp_len = 0;
     r->resp_too_big = false;
+    r->sent_any = false;
     r->errbuf[0] = '\0';
     int bad = 0;
     bad |= curl_easy_setopt(e, CURLOPT_URL, url);
@@ -389,6 +403,9 @@ static void start_attempt(etcd_req_t *r)
     bad |= curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
     bad |= curl_easy_setopt(e, CURLOPT_PRIVATE, r);
     bad |= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
+    bad |= curl_easy_setopt(e, CURLOPT_DEBUGFUNCTION, debug_cb);
+    bad |= curl_easy_setopt(e, CURLOPT_DEBUGDATA, (void *)r);
+    bad |= curl_easy_setopt(e, CURLOPT_VERBOSE, 1L);
     bad |= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, attempt_ms);
     bad |= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
                             attempt_ms < ETCD_CONNECT_TIMEOUT_MS ? attempt_ms
@@ -420,12 +437,9 @@ static void handle_done(etcd_req_t *r, CURLcode cc)
                    kind_name(r->kind), b->name[r->ep], (size_t)ETCD_RESPONSE_MAX);
             return;
         }
-        curl_off_t sent = 0;
-        long req_size = 0;
-        curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &req_size);
-        curl_easy_getinfo(r->easy, CURLINFO_SIZE_UPLOAD_T, &sent);
-        bool not_sent = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
-                        (req_size == 0 && sent == 0);
+        /* unsent only if no byte of it ever reached a socket; a refused connect after a
+         * silent re-send does not count */
+        bool not_sent = !r->sent_any;
         note_tried(r, r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc));
         if (r->retry_safe || not_sent) {
             retry_or_fail(r, KVMESH_ECONN);
