@@ -19,6 +19,7 @@
  * argv[1] selects one test ("basic", "failover", "unreachable", "killrestart", "stopped",
  * "cluster"); no argument runs them all.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -149,6 +150,41 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Waits (bounded) until every thread of pid is in the stopped state: SIGSTOP takes effect
+ * asynchronously, and a request must not slip in before it does. */
+static void wait_stopped(pid_t pid)
+{
+    uint64_t end = now_ms() + 5000;
+    for (;;) {
+        char dir[64];
+        snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+        DIR *d = opendir(dir);
+        CHECK(d != NULL);
+        bool all = true;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            if (de->d_name[0] == '.')
+                continue;
+            char path[384], buf[512];
+            snprintf(path, sizeof(path), "%s/%s/stat", dir, de->d_name);
+            FILE *f = fopen(path, "r");
+            if (!f)
+                continue;
+            size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+            fclose(f);
+            buf[n] = '\0';
+            const char *rp = strrchr(buf, ')');
+            if (rp && rp[1] == ' ' && rp[2] != 'T' && rp[2] != 't')
+                all = false;
+        }
+        closedir(d);
+        if (all)
+            return;
+        CHECK(now_ms() < end);
+        usleep(2000);
+    }
+}
+
 static void start_etcd(testsrv_t **s)
 {
     int rc = testsrv_start_etcd(s);
@@ -229,6 +265,14 @@ static void test_basic(void)
             break;
     }
     CHECK(seen == 7);
+    r = do_range(&t, "page/", "page0", 3); /* start_after beyond the prefix: empty */
+    CHECK_RC(r, 0);
+    CHECK(r->n_kvs == 0 && !r->more && r->rev > rev0);
+    meta_result_free(r);
+    r = do_range(&t, "page/", "pag", 3); /* start_after below the prefix: from the start */
+    CHECK_RC(r, 0);
+    CHECK(r->n_kvs == 3 && r->more && strcmp(r->kvs[0].key, "page/00") == 0);
+    meta_result_free(r);
 
     /* leases: grant, bind, keepalive, ttl, revoke -> key gone, then ENOENT */
     w = (waiter_t){0};
@@ -434,6 +478,49 @@ static void test_killrestart(void)
         meta_result_free(mr.w[i].res);
     }
     printf("killrestart: %d ok, %d refused (not applied), %d indeterminate\n", ok, conn, indet);
+
+    /* deterministic in-flight case: the server is stopped, txns are sent (the kernel accepts
+     * them), then the server dies: each txn was sent and got no reply, so it must be reported
+     * EINDETERMINATE (never ECONN, never success); a concurrent read fails over and names the
+     * member. The server never read them: after restart none is applied. */
+    CHECK(testsrv_kill(s, SIGSTOP) == 0);
+    wait_stopped(testsrv_pid(s));
+    enum { INF = 4 };
+    waiter_t wi[INF + 1];
+    memset(wi, 0, sizeof(wi));
+    for (int i = 0; i < INF; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "kr/inflight/%d", i);
+        meta_op_t op = {
+            .type = META_OP_PUT, .key = k, .value = (const uint8_t *)"v", .value_len = 1};
+        CHECK(meta_txn(t.m, NULL, 0, &op, 1, NULL, 0, 5000, wait_cb, &wi[i]) == 0);
+    }
+    uint64_t until = now_ms() + 200;
+    while (now_ms() < until)
+        uv_run(&t.loop, UV_RUN_NOWAIT); /* let curl connect and write the requests */
+    for (int i = 0; i < INF; i++)
+        CHECK(!wi[i].done);
+    CHECK(testsrv_kill(s, SIGKILL) == 0);
+    CHECK(meta_get(t.m, "kr/durable", 5000, wait_cb, &wi[INF]) == 0);
+    for (int i = 0; i <= INF; i++) {
+        r = wait_for(&t, &wi[i], 0);
+        if (i < INF) {
+            CHECK_RC(r, KVMESH_EINDETERMINATE);
+        } else {
+            CHECK_RC(r, KVMESH_ECONN);
+        }
+        CHECK(strstr(r->errmsg, testsrv_url(s) + strlen("etcd://")) != NULL);
+        meta_result_free(r);
+    }
+    CHECK(testsrv_restart(s) == 0);
+    for (int i = 0; i < INF; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "kr/inflight/%d", i);
+        r = do_get(&t, k, 0);
+        CHECK_RC(r, 0);
+        CHECK(!r->kv.found);
+        meta_result_free(r);
+    }
     CHECK(ok >= MID_N - (MID_RESTART_AT - MID_KILL_AT) - 4); /* all before kill / after restart */
     CHECK(conn > 0);                                         /* the outage was observed */
     tl_close(&t);
