@@ -1023,7 +1023,7 @@ static void test_quota_txn(void **state)
 static bool is_outage_rc(int rc)
 {
     return rc == KVMESH_ECONN || rc == KVMESH_ETIMEDOUT || rc == KVMESH_EUNAVAILABLE ||
-           rc == KVMESH_EBACKEND || rc == KVMESH_EIO;
+           rc == KVMESH_EBACKEND || rc == KVMESH_EIO || rc == KVMESH_EINDETERMINATE;
 }
 
 /* A call against a dead/partitioned backend must fail with a named error within its deadline. */
