@@ -80,6 +80,25 @@ static void wait_cb(void *arg, const meta_result_t *res)
     w->done = true;
 }
 
+typedef struct close_waiter {
+    tloop_t *t;
+    bool done;
+    int rc;
+} close_waiter_t;
+
+/* The first successful answer closes the handle from inside its callback. */
+static void close_cb(void *arg, const meta_result_t *res)
+{
+    close_waiter_t *w = arg;
+    w->done = true;
+    w->rc = res->rc;
+    if (res->rc == 0 && w->t->m) {
+        meta_t *m = w->t->m;
+        w->t->m = NULL;
+        meta_close(m);
+    }
+}
+
 static meta_result_t *fake_result(int rc)
 {
     static const meta_result_t r0;
@@ -330,6 +349,37 @@ static void test_basic(void)
         CHECK_RC(r, 0);
         CHECK(r->kv.found);
         meta_result_free(r);
+    }
+
+    /* close from inside a callback while other calls are in flight and queued */
+    {
+        tloop_t t2;
+        tl_open(&t2, testsrv_url(s));
+        static close_waiter_t cw[100];
+        memset(cw, 0, sizeof(cw));
+        for (int i = 0; i < 100; i++) {
+            cw[i].t = &t2;
+            CHECK(meta_get(t2.m, "basic/a", 0, close_cb, &cw[i]) == 0);
+        }
+        int done = 0;
+        while (done < 100) {
+            uv_run(&t2.loop, UV_RUN_ONCE);
+            done = 0;
+            for (int i = 0; i < 100; i++)
+                done += cw[i].done;
+        }
+        int ok = 0, canceled = 0;
+        for (int i = 0; i < 100; i++) {
+            CHECK(cw[i].rc == 0 || cw[i].rc == KVMESH_ECANCELED);
+            ok += cw[i].rc == 0;
+            canceled += cw[i].rc == KVMESH_ECANCELED;
+        }
+        CHECK(ok >= 1 && canceled >= 1);
+        for (int i = 0; i < 10; i++) /* the deferred release of the closed handle runs */
+            uv_run(&t2.loop, UV_RUN_NOWAIT);
+        env_uv_free(t2.env);
+        uv_run(&t2.loop, UV_RUN_DEFAULT);
+        CHECK(uv_loop_close(&t2.loop) == 0); /* every handle of the backend was closed */
     }
 
     /* close with calls in flight: each completes with ECANCELED */
