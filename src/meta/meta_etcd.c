@@ -272,6 +272,14 @@ static const char *kind_name(enum etcd_resp_kind k)
     return "?";
 }
 
+/* The member of this attempt failed: later requests start at the next one. */
+static void demote_member(etcd_req_t *r)
+{
+    etcd_be_t *b = r->b;
+    if (b->cur == r->ep)
+        b->cur = (r->ep + 1) % b->url.n_eps;
+}
+
 static void backoff_cb(void *arg)
 {
     etcd_req_t *r = arg;
@@ -285,8 +293,7 @@ static void retry_or_fail(etcd_req_t *r, int rc)
 {
     etcd_be_t *b = r->b;
     size_t n = b->url.n_eps;
-    if (b->cur == r->ep)
-        b->cur = (r->ep + 1) % n; /* later requests start at the next member */
+    demote_member(r);
     r->attempt++;
     if (r->attempt >= r->max_attempts) {
         finish(r, NULL, rc, "etcd %s failed on every member (%u attempts); tried: %s",
@@ -426,6 +433,8 @@ static void handle_done(etcd_req_t *r, CURLcode cc)
 {
     etcd_be_t *b = r->b;
     if (meta_call_abandoned(r->call)) {
+        if (cc != CURLE_OK)
+            demote_member(r); /* e.g. a hung member: later requests try the next one */
         finish(r, NULL, KVMESH_ETIMEDOUT, "etcd %s: no reply before the deadline",
                kind_name(r->kind));
         return;
@@ -445,6 +454,7 @@ static void handle_done(etcd_req_t *r, CURLcode cc)
             retry_or_fail(r, KVMESH_ECONN);
             return;
         }
+        demote_member(r);
         finish(r, NULL, KVMESH_EINDETERMINATE,
                "etcd %s sent to %s got no reply (%s): the outcome is unknown; read back to "
                "learn it",
@@ -467,6 +477,7 @@ static void handle_done(etcd_req_t *r, CURLcode cc)
             retry_or_fail(r, KVMESH_EUNAVAILABLE);
             return;
         }
+        demote_member(r);
         finish(r, NULL, KVMESH_EINDETERMINATE,
                "etcd %s on %s failed after it may have been applied (%s): the outcome is "
                "unknown; read back to learn it",

@@ -601,6 +601,41 @@ static void test_stopped(void)
     CHECK(r->kv.found);
     meta_result_free(r);
     tl_close(&t);
+
+    /* a hung member listed first: a txn sent to it times out (its outcome is unknown, so it is
+     * not retried elsewhere), and the member stops being preferred, so the next txn goes to the
+     * other listed member. (Two independent single-member etcds stand in for two members: only
+     * the client's routing is under test.) */
+    testsrv_t *s2;
+    start_etcd(&s2);
+    char url[128];
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%u,127.0.0.1:%u", testsrv_port(s),
+             testsrv_port(s2));
+    tl_open(&t, url);
+    r = do_put(&t, "st/warm", "v", 0, 3000); /* pools a connection to the first member */
+    CHECK_RC(r, 0);
+    meta_result_free(r);
+    CHECK(testsrv_kill(s, SIGSTOP) == 0);
+    wait_stopped(testsrv_pid(s));
+    r = do_put(&t, "st/hung", "v", 0, 300);
+    CHECK(r->rc == KVMESH_ETIMEDOUT || r->rc == KVMESH_EINDETERMINATE);
+    meta_result_free(r);
+    /* the abandoned attempt ends shortly after the deadline; then the member is demoted */
+    uint64_t until = now_ms() + 200;
+    while (now_ms() < until)
+        uv_run(&t.loop, UV_RUN_NOWAIT);
+    r = do_put(&t, "st/after", "v", 0, 3000);
+    CHECK_RC(r, 0);
+    meta_result_free(r);
+    tl_close(&t);
+    CHECK(testsrv_kill(s, SIGCONT) == 0);
+    tl_open(&t, testsrv_url(s2));
+    r = do_get(&t, "st/after", 3000);
+    CHECK_RC(r, 0);
+    CHECK(r->kv.found); /* it went to the second member */
+    meta_result_free(r);
+    tl_close(&t);
+    testsrv_stop(s2);
     testsrv_stop(s);
     printf("stopped: ok\n");
 }
