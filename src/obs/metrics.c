@@ -68,23 +68,39 @@ struct obs_family {
 
 static const struct obs_family obs_families[] = {
 #define OBS_X_C(id, help, d1, d2)                                                                  \
-    {#id,         "kvmesh_" #id, help, OBS_KIND_COUNTER, 0, OBS_DIM_##d1, OBS_DIM_##d2,            \
-     offsetof(struct obs_counter_slots, id), 0},
+    {#id, "kvmesh_" #id, help,         OBS_KIND_COUNTER,                                           \
+     0,   OBS_DIM_##d1,  OBS_DIM_##d2, offsetof(struct obs_counter_slots, id),                     \
+     0},
     OBS_COUNTER_LIST(OBS_X_C)
 #undef OBS_X_C
 #define OBS_X_G(id, help, mode, d1, d2)                                                            \
-    {#id,         "kvmesh_" #id, help, OBS_KIND_GAUGE, OBS_GMODE_##mode, OBS_DIM_##d1,             \
-     OBS_DIM_##d2, offsetof(struct obs_gauge_slots, id), 0},
+    {#id,                                                                                          \
+     "kvmesh_" #id,                                                                                \
+     help,                                                                                         \
+     OBS_KIND_GAUGE,                                                                               \
+     OBS_GMODE_##mode,                                                                             \
+     OBS_DIM_##d1,                                                                                 \
+     OBS_DIM_##d2,                                                                                 \
+     offsetof(struct obs_gauge_slots, id),                                                         \
+     0},
         OBS_GAUGE_LIST(OBS_X_G)
 #undef OBS_X_G
 #define OBS_X_H(id, help, layout, d1, d2)                                                          \
-    {#id,         "kvmesh_" #id, help, OBS_KIND_HIST, OBS_LAYOUT_##layout, OBS_DIM_##d1,           \
-     OBS_DIM_##d2, offsetof(struct obs_hist_slots, id), offsetof(struct obs_hist_slots, id##__sum)},
+    {#id,                                                                                          \
+     "kvmesh_" #id,                                                                                \
+     help,                                                                                         \
+     OBS_KIND_HIST,                                                                                \
+     OBS_LAYOUT_##layout,                                                                          \
+     OBS_DIM_##d1,                                                                                 \
+     OBS_DIM_##d2,                                                                                 \
+     offsetof(struct obs_hist_slots, id),                                                          \
+     offsetof(struct obs_hist_slots, id##__sum)},
             OBS_HIST_LIST(OBS_X_H)
 #undef OBS_X_H
 #define OBS_X_T(id, help)                                                                          \
-    {#id, "kvmesh_" #id, help, OBS_KIND_TENANT, 0, OBS_DIM_none, OBS_DIM_none,                     \
-     offsetof(struct obs_tenant_slots, id), 0},
+    {#id, "kvmesh_" #id, help,         OBS_KIND_TENANT,                                            \
+     0,   OBS_DIM_none,  OBS_DIM_none, offsetof(struct obs_tenant_slots, id),                      \
+     0},
                 OBS_TENANT_COUNTER_LIST(OBS_X_T)
 #undef OBS_X_T
 };
@@ -116,10 +132,10 @@ const char *const *obs_metrics_family_names(size_t *n)
 /* ---- bucket layouts ---------------------------------------------------------------------- */
 
 static const uint64_t obs_lat_bounds_ns[OBS_LAT_BUCKETS] = {
-    5000ull,       10000ull,      25000ull,      50000ull,       100000ull,
-    250000ull,     500000ull,     1000000ull,    2500000ull,     5000000ull,
-    10000000ull,   25000000ull,   50000000ull,   100000000ull,   250000000ull,
-    500000000ull,  1000000000ull, 2500000000ull, 5000000000ull, 10000000000ull};
+    5000ull,      10000ull,      25000ull,      50000ull,      100000ull,
+    250000ull,    500000ull,     1000000ull,    2500000ull,    5000000ull,
+    10000000ull,  25000000ull,   50000000ull,   100000000ull,  250000000ull,
+    500000000ull, 1000000000ull, 2500000000ull, 5000000000ull, 10000000000ull};
 
 unsigned obs_lat_bucket(uint64_t ns)
 {
@@ -177,9 +193,8 @@ struct obs_shard *obs_shard_get_slow(void)
     pthread_mutex_lock(&shards_mu);
     for (struct obs_shard *it = obs_shards; it; it = it->next) {
         int zero = 0;
-        if (!it->shared &&
-            __atomic_compare_exchange_n(&it->owned, &zero, 1, false, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_ACQUIRE)) {
+        if (!it->shared && __atomic_compare_exchange_n(&it->owned, &zero, 1, false,
+                                                       __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
             s = it;
             break;
         }
@@ -580,9 +595,9 @@ int obs_metrics_read(const char *id, unsigned i1, unsigned i2, int64_t *out)
             (f->kind == OBS_KIND_GAUGE && f->mode_or_layout == OBS_GMODE_add)) {
             *out = obs_sum(f->kind, f->off + idx * 8);
         } else if (f->kind == OBS_KIND_GAUGE) {
-            *out = __atomic_load_n((const int64_t *)((const char *)&obs_global_gauges + f->off) +
-                                       idx,
-                                   __ATOMIC_RELAXED);
+            *out =
+                __atomic_load_n((const int64_t *)((const char *)&obs_global_gauges + f->off) + idx,
+                                __ATOMIC_RELAXED);
         } else {
             unsigned nb = obs_layout_nb(f->mode_or_layout);
             int64_t c = 0;
@@ -611,9 +626,9 @@ int obs_process_read(struct obs_process_stats *out)
         char *p = strrchr(buf, ')');
         unsigned long utime = 0, stime = 0;
         long threads = 0;
-        if (p && sscanf(p + 2,
-                        "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %ld",
-                        &utime, &stime, &threads) == 3) {
+        if (p &&
+            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %ld",
+                   &utime, &stime, &threads) == 3) {
             long hz = sysconf(_SC_CLK_TCK);
             out->cpu_seconds = (double)(utime + stime) / (double)(hz > 0 ? hz : 100);
             out->threads = (uint64_t)threads;

@@ -169,8 +169,8 @@
     X(alloc, "result", OBS_ALLOC_VALUES)                                                           \
     X(spanres, "result", OBS_SPANRES_VALUES)
 
-#define OBS_X_ENUM_V(name, str) name,
-#define OBS_X_DIM_ENUM(d, label, VALUES) enum obs_dim_##d { VALUES(OBS_X_ENUM_V) OBS__N_##d };
+#define OBS_X_ENUM_V(name, str)          name,
+#define OBS_X_DIM_ENUM(d, label, VALUES) enum obs_dim_##d{VALUES(OBS_X_ENUM_V) OBS__N_##d};
 OBS_DIM_LIST(OBS_X_DIM_ENUM)
 #undef OBS_X_DIM_ENUM
 
@@ -211,8 +211,7 @@ enum obs_dim_id {
     X(membership_refreshes_total, "Membership snapshot refreshes, by result.", outcome, none)      \
     X(lease_heartbeats_total, "Runtime lease heartbeats to the metadata backend, by result.",      \
       outcome, none)                                                                               \
-    X(trace_spans_total, "Sampled spans handed to the trace exporters, by outcome.", spanres,      \
-      none)
+    X(trace_spans_total, "Sampled spans handed to the trace exporters, by outcome.", spanres, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
     X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \
@@ -222,8 +221,8 @@ enum obs_dim_id {
       none)                                                                                        \
     X(membership_last_refresh_timestamp_seconds,                                                   \
       "Unix time of the last successful membership refresh.", set, none, none)                     \
-    X(lease_healthy, "1 when this runtime's lease was renewed within its TTL, else 0.", set,       \
-      none, none)
+    X(lease_healthy, "1 when this runtime's lease was renewed within its TTL, else 0.", set, none, \
+      none)
 
 #define OBS_HIST_LIST(X)                                                                           \
     X(request_duration_seconds, "API request latency, by operation.", latency, op, none)           \

@@ -217,8 +217,8 @@ void obs_span_start(struct obs_tracer *t, struct obs_span *parent, const char *n
         cnt(&t->n_sampled, 1);
 }
 
-void obs_span_start_remote(struct obs_tracer *t, const struct obs_trace_ctx *ctx,
-                           const char *name, struct obs_span *out)
+void obs_span_start_remote(struct obs_tracer *t, const struct obs_trace_ctx *ctx, const char *name,
+                           struct obs_span *out)
 {
     span_init(t, name, out);
     if (!ctx || !obs_trace_ctx_present(ctx)) {
@@ -389,13 +389,15 @@ static void jsonl_line(struct obs_tracer *t, const struct obs_span_rec *r, struc
 static void otlp_body(struct obs_tracer *t, const struct obs_span_rec *recs, size_t n,
                       struct obs_buf *b)
 {
-    obs_buf_append(b, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[{\"key\":\"service.name\","
-                      "\"value\":{\"stringValue\":",
+    obs_buf_append(b,
+                   "{\"resourceSpans\":[{\"resource\":{\"attributes\":[{\"key\":\"service.name\","
+                   "\"value\":{\"stringValue\":",
                    strlen("{\"resourceSpans\":[{\"resource\":{\"attributes\":[{\"key\":\"service."
                           "name\",\"value\":{\"stringValue\":"));
     obs_buf_json_str(b, t->service, strlen(t->service));
-    obs_buf_printf(b, "}}]},\"scopeSpans\":[{\"scope\":{\"name\":\"kvmesh\",\"version\":\"%s\"},"
-                      "\"spans\":[",
+    obs_buf_printf(b,
+                   "}}]},\"scopeSpans\":[{\"scope\":{\"name\":\"kvmesh\",\"version\":\"%s\"},"
+                   "\"spans\":[",
                    kvmesh_version());
     for (size_t k = 0; k < n; k++) {
         const struct obs_span_rec *r = &recs[k];
@@ -721,8 +723,7 @@ void obs_tracer_stats(struct obs_tracer *t, struct obs_tracer_stats *o)
     o->sample_rate = obs_tracer_sample_rate(t);
 }
 
-static const char *const stage_names[OBS_STAGE__COUNT] = {"store", "control", "data",
-                                                          "metadata"};
+static const char *const stage_names[OBS_STAGE__COUNT] = {"store", "control", "data", "metadata"};
 
 void obs_tracer_breakdown_json(struct obs_tracer *t, unsigned limit, struct obs_buf *b)
 {
@@ -756,8 +757,7 @@ void obs_tracer_status_json(struct obs_tracer *t, struct obs_buf *b)
     pthread_mutex_lock(&t->cap_mu);
     snprintf(path, sizeof(path), "%s", t->cap_path);
     pthread_mutex_unlock(&t->cap_mu);
-    obs_buf_printf(b,
-                   "{\"sample_rate\":%.6f,\"capturing\":%s,\"capture_file\":", s.sample_rate,
+    obs_buf_printf(b, "{\"sample_rate\":%.6f,\"capturing\":%s,\"capture_file\":", s.sample_rate,
                    s.capturing ? "true" : "false");
     obs_buf_json_str(b, path, strlen(path));
     obs_buf_printf(b,

@@ -68,8 +68,13 @@ void obs_trace_ctx_inject(const struct obs_trace_ctx *ctx, uint8_t out[OBS_TRACE
 int obs_trace_ctx_extract(const uint8_t in[OBS_TRACE_CTX_WIRE_LEN], struct obs_trace_ctx *ctx);
 bool obs_trace_ctx_present(const struct obs_trace_ctx *ctx);
 
-enum obs_stage { OBS_STAGE_STORE, OBS_STAGE_CONTROL, OBS_STAGE_DATA, OBS_STAGE_METADATA,
-                 OBS_STAGE__COUNT };
+enum obs_stage {
+    OBS_STAGE_STORE,
+    OBS_STAGE_CONTROL,
+    OBS_STAGE_DATA,
+    OBS_STAGE_METADATA,
+    OBS_STAGE__COUNT
+};
 
 struct obs_span_attr {
     const char *key; /* static */
@@ -93,7 +98,7 @@ struct obs_span {
     uint64_t start_unix_ns, start_mono_ns, end_unix_ns;
     unsigned nattrs;
     struct obs_span_attr attrs[OBS_SPAN_MAX_ATTRS];
-    struct obs_span *root; /* local root (itself for a root); breakdown accumulators */
+    struct obs_span *root;              /* local root (itself for a root); breakdown accumulators */
     int64_t stage_ns[OBS_STAGE__COUNT]; /* in the local root: exclusive time per stage */
 };
 
@@ -125,8 +130,8 @@ void obs_span_start(struct obs_tracer *t, struct obs_span *parent, const char *n
                     struct obs_span *out);
 /* Starts a span whose parent is the remote span in ctx (from obs_trace_ctx_extract); an
  * absent context starts a new root. The span is a local root for the breakdown ring. */
-void obs_span_start_remote(struct obs_tracer *t, const struct obs_trace_ctx *ctx,
-                           const char *name, struct obs_span *out);
+void obs_span_start_remote(struct obs_tracer *t, const struct obs_trace_ctx *ctx, const char *name,
+                           struct obs_span *out);
 /* The context to put in an outgoing frame: this span's trace id and span id, and flags. */
 void obs_span_context(const struct obs_span *s, struct obs_trace_ctx *ctx);
 static inline bool obs_span_sampled(const struct obs_span *s)
