@@ -60,9 +60,9 @@ bool obs_secret_equal(const char *given, size_t given_len, const char *expected,
 
 static void json_error(struct obs_buf *b, const char *msg)
 {
-    obs_buf_append(b, "{\"error\":", 9);
+    obs_buf_puts(b, "{\"error\":");
     obs_buf_json_str(b, msg, strlen(msg));
-    obs_buf_append(b, "}\n", 2);
+    obs_buf_puts(b, "}\n");
 }
 
 static int render_health(struct obs_http *h, const struct obs_query *q, struct obs_buf *b)
@@ -81,10 +81,10 @@ static int render_health(struct obs_http *h, const struct obs_query *q, struct o
                    hl.ready ? "true" : "false");
     for (unsigned i = 0; i < hl.nreasons && i < OBS_HEALTH_REASONS_MAX; i++) {
         if (i)
-            obs_buf_append(b, ",", 1);
+            obs_buf_puts(b, ",");
         obs_buf_json_str(b, hl.reasons[i], strnlen(hl.reasons[i], OBS_HEALTH_REASON_LEN));
     }
-    obs_buf_append(b, "]}\n", 3);
+    obs_buf_puts(b, "]}\n");
     return ok ? 200 : 503;
 }
 
@@ -101,17 +101,17 @@ static void counters_json(struct obs_buf *b, const struct obs_tenant_counters *c
 
 static int render_stats_tenant(struct obs_http *h, const struct obs_query *q, struct obs_buf *b)
 {
-    obs_buf_append(b, "{\"schema\":1,\"tenant\":", 21);
+    obs_buf_puts(b, "{\"schema\":1,\"tenant\":");
     obs_buf_json_str(b, q->tenant, q->tenant_len);
     struct obs_tenant_counters c;
     if (h->prov.tenants &&
         obs_tenant_table_lookup(h->prov.tenants, q->tenant, q->tenant_len, &c) == 0) {
-        obs_buf_append(b, ",\"tracked\":true,\"counters\":", 28);
+        obs_buf_puts(b, ",\"tracked\":true,\"counters\":");
         counters_json(b, &c);
     } else {
-        obs_buf_append(b, ",\"tracked\":false,\"counters\":null", 33);
+        obs_buf_puts(b, ",\"tracked\":false,\"counters\":null");
     }
-    obs_buf_append(b, "}\n", 2);
+    obs_buf_puts(b, "}\n");
     return 200;
 }
 
@@ -136,7 +136,7 @@ static int render_stats(struct obs_http *h, const struct obs_query *q, struct ob
     memset(&rs, 0, sizeof(rs));
     if (h->prov.runtime_stats)
         h->prov.runtime_stats(h->prov.ctx, &rs);
-    obs_buf_append(b, "{\"schema\":1,\"runtime\":{\"id\":", 28);
+    obs_buf_puts(b, "{\"schema\":1,\"runtime\":{\"id\":");
     obs_buf_json_str(b, rs.runtime_id, strnlen(rs.runtime_id, sizeof(rs.runtime_id)));
     obs_buf_printf(
         b,
@@ -158,7 +158,7 @@ static int render_stats(struct obs_http *h, const struct obs_query *q, struct ob
                        (long long)rd_metric("request_bytes_total", op, 0),
                        (long long)rd_metric("requests_in_flight", op, 0));
     }
-    obs_buf_append(b, "},\"tenants\":", 12);
+    obs_buf_puts(b, "},\"tenants\":");
     if (h->prov.tenants) {
         struct obs_tenant_table_info ti;
         obs_tenant_table_info(h->prov.tenants, &ti);
@@ -170,22 +170,22 @@ static int render_stats(struct obs_http *h, const struct obs_query *q, struct ob
         counters_json(b, &ti.untracked);
         obs_buf_printf(b, ",\"top_by_bytes\":[");
         for (size_t i = 0; i < k; i++) {
-            obs_buf_append(b, i ? ",{\"tenant\":" : "{\"tenant\":", i ? 12 : 11);
+            obs_buf_puts(b, i ? ",{\"tenant\":" : "{\"tenant\":");
             obs_buf_json_str(b, top[i].id, strlen(top[i].id));
-            obs_buf_append(b, ",\"counters\":", 12);
+            obs_buf_puts(b, ",\"counters\":");
             counters_json(b, &top[i].c);
-            obs_buf_append(b, "}", 1);
+            obs_buf_puts(b, "}");
         }
-        obs_buf_append(b, "]}", 2);
+        obs_buf_puts(b, "]}");
     } else {
-        obs_buf_append(b, "null", 4);
+        obs_buf_puts(b, "null");
     }
-    obs_buf_append(b, ",\"tracing\":", 11);
+    obs_buf_puts(b, ",\"tracing\":");
     if (h->tracer)
         obs_tracer_status_json(h->tracer, b);
     else
-        obs_buf_append(b, "null", 4);
-    obs_buf_append(b, "}\n", 2);
+        obs_buf_puts(b, "null");
+    obs_buf_puts(b, "}\n");
     return 200;
 }
 
@@ -247,11 +247,11 @@ int obs_http_render(struct obs_http *h, const char *method, const char *uri, con
     case OBS_EP_BREAKDOWN:
         obs_tracer_breakdown_json(h->tracer,
                                   (q.present & OBS_Q_LIMIT) ? q.limit : OBS_BREAKDOWN_DEFAULT, b);
-        obs_buf_append(b, "\n", 1);
+        obs_buf_puts(b, "\n");
         break;
     case OBS_EP_TRACE:
         obs_tracer_status_json(h->tracer, b);
-        obs_buf_append(b, "\n", 1);
+        obs_buf_puts(b, "\n");
         break;
     case OBS_EP_TRACE_SAMPLING:
         if (obs_tracer_set_sample_rate(h->tracer, q.rate) != 0) {
@@ -259,7 +259,7 @@ int obs_http_render(struct obs_http *h, const char *method, const char *uri, con
             return 400;
         }
         obs_tracer_status_json(h->tracer, b);
-        obs_buf_append(b, "\n", 1);
+        obs_buf_puts(b, "\n");
         break;
     case OBS_EP_TRACE_CAPTURE: {
         int rc = 0;
@@ -272,7 +272,7 @@ int obs_http_render(struct obs_http *h, const char *method, const char *uri, con
             return rc == KVMESH_EINVAL ? 400 : rc == KVMESH_ENOTSUP ? 409 : 500;
         }
         obs_tracer_status_json(h->tracer, b);
-        obs_buf_append(b, "\n", 1);
+        obs_buf_puts(b, "\n");
         break;
     }
     default:

@@ -403,7 +403,7 @@ void obs_buf_printf(struct obs_buf *b, const char *fmt, ...)
 
 void obs_buf_json_str(struct obs_buf *b, const char *s, size_t n)
 {
-    obs_buf_append(b, "\"", 1);
+    obs_buf_puts(b, "\"");
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
@@ -415,7 +415,7 @@ void obs_buf_json_str(struct obs_buf *b, const char *s, size_t n)
             obs_buf_append(b, (const char *)&s[i], 1);
         }
     }
-    obs_buf_append(b, "\"", 1);
+    obs_buf_puts(b, "\"");
 }
 
 /* ---- exposition -------------------------------------------------------------------------- */
@@ -424,9 +424,9 @@ static void obs_help_escaped(struct obs_buf *b, const char *s)
 {
     for (; *s; s++) {
         if (*s == '\\')
-            obs_buf_append(b, "\\\\", 2);
+            obs_buf_puts(b, "\\\\");
         else if (*s == '\n')
-            obs_buf_append(b, "\\n", 2);
+            obs_buf_puts(b, "\\n");
         else
             obs_buf_append(b, s, 1);
     }
@@ -436,11 +436,11 @@ static void obs_label_escaped(struct obs_buf *b, const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         if (s[i] == '\\')
-            obs_buf_append(b, "\\\\", 2);
+            obs_buf_puts(b, "\\\\");
         else if (s[i] == '"')
-            obs_buf_append(b, "\\\"", 2);
+            obs_buf_puts(b, "\\\"");
         else if (s[i] == '\n')
-            obs_buf_append(b, "\\n", 2);
+            obs_buf_puts(b, "\\n");
         else
             obs_buf_append(b, &s[i], 1);
     }
@@ -459,7 +459,7 @@ static void obs_labels(struct obs_buf *b, const struct obs_family *f, size_t i1,
 {
     const struct obs_dim_desc *a = &obs_dims[f->d1], *c = &obs_dims[f->d2];
     int n = 0;
-    obs_buf_append(b, "{", 1);
+    obs_buf_puts(b, "{");
     if (f->d1 != OBS_DIM_none) {
         obs_buf_printf(b, "%s=\"%s\"", a->label, a->values[i1]);
         n++;
@@ -475,7 +475,7 @@ static void obs_labels(struct obs_buf *b, const struct obs_family *f, size_t i1,
     if (n == 0)
         b->len--, b->data[b->len] = '\0'; /* drop the "{" again */
     else
-        obs_buf_append(b, "}", 1);
+        obs_buf_puts(b, "}");
 }
 
 static void obs_fmt_seconds(char *out, size_t n, uint64_t ns)
@@ -500,7 +500,7 @@ static void obs_render_family(struct obs_buf *b, const struct obs_family *f)
             if (i < t->n)
                 obs_label_escaped(b, t->ids[i], t->lens[i]);
             else
-                obs_buf_append(b, "other", 5);
+                obs_buf_puts(b, "other");
             obs_buf_printf(b, "\"} %lld\n",
                            (long long)obs_sum(OBS_KIND_TENANT, f->off + slot * sizeof(uint64_t)));
         }

@@ -431,6 +431,10 @@ struct obs_buf {
 void obs_buf_init(struct obs_buf *b, size_t limit);
 void obs_buf_free(struct obs_buf *b);
 void obs_buf_append(struct obs_buf *b, const char *s, size_t n);
+static inline void obs_buf_puts(struct obs_buf *b, const char *s)
+{
+    obs_buf_append(b, s, __builtin_strlen(s));
+}
 void obs_buf_printf(struct obs_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends s as a JSON string literal (with quotes), escaping as RFC 8259 requires. */
 void obs_buf_json_str(struct obs_buf *b, const char *s, size_t n);

@@ -364,9 +364,9 @@ static void jsonl_line(struct obs_tracer *t, const struct obs_span_rec *r, struc
     obs_hex(r->parent_id, 8, pid);
     obs_buf_printf(b, "{\"trace_id\":\"%s\",\"span_id\":\"%s\",\"parent_span_id\":\"%s\",", tid,
                    sid, all_zero(r->parent_id, 8) ? "" : pid);
-    obs_buf_append(b, "\"name\":", 7);
+    obs_buf_puts(b, "\"name\":");
     obs_buf_json_str(b, r->name, strlen(r->name));
-    obs_buf_append(b, ",\"service\":", 11);
+    obs_buf_puts(b, ",\"service\":");
     obs_buf_json_str(b, t->service, strlen(t->service));
     obs_buf_printf(b,
                    ",\"start_unix_nano\":%llu,\"end_unix_nano\":%llu,\"status\":\"%s\","
@@ -375,15 +375,15 @@ static void jsonl_line(struct obs_tracer *t, const struct obs_span_rec *r, struc
                    r->status ? "error" : "ok", r->status ? kvmesh_errname(r->status) : "");
     for (unsigned i = 0; i < r->nattrs; i++) {
         if (i)
-            obs_buf_append(b, ",", 1);
+            obs_buf_puts(b, ",");
         obs_buf_json_str(b, r->attrs[i].key, strlen(r->attrs[i].key));
-        obs_buf_append(b, ":", 1);
+        obs_buf_puts(b, ":");
         if (r->attrs[i].is_str)
             obs_buf_json_str(b, r->attrs[i].s, strlen(r->attrs[i].s));
         else
             obs_buf_printf(b, "%lld", (long long)r->attrs[i].i);
     }
-    obs_buf_append(b, "}}\n", 3);
+    obs_buf_puts(b, "}}\n");
 }
 
 static void otlp_body(struct obs_tracer *t, const struct obs_span_rec *recs, size_t n,
@@ -407,7 +407,7 @@ static void otlp_body(struct obs_tracer *t, const struct obs_span_rec *recs, siz
         obs_hex(r->parent_id, 8, pid);
         obs_buf_printf(b, "%s{\"traceId\":\"%s\",\"spanId\":\"%s\",\"parentSpanId\":\"%s\",",
                        k ? "," : "", tid, sid, all_zero(r->parent_id, 8) ? "" : pid);
-        obs_buf_append(b, "\"name\":", 7);
+        obs_buf_puts(b, "\"name\":");
         obs_buf_json_str(b, r->name, strlen(r->name));
         obs_buf_printf(b,
                        ",\"kind\":%d,\"startTimeUnixNano\":\"%llu\",\"endTimeUnixNano\":\"%llu\","
@@ -416,19 +416,19 @@ static void otlp_body(struct obs_tracer *t, const struct obs_span_rec *recs, siz
                        (unsigned long long)r->start_unix_ns, (unsigned long long)r->end_unix_ns,
                        r->status ? 2 : 1);
         for (unsigned i = 0; i < r->nattrs; i++) {
-            obs_buf_append(b, i ? ",{\"key\":" : "{\"key\":", i ? 8 : 7);
+            obs_buf_puts(b, i ? ",{\"key\":" : "{\"key\":");
             obs_buf_json_str(b, r->attrs[i].key, strlen(r->attrs[i].key));
             if (r->attrs[i].is_str) {
-                obs_buf_append(b, ",\"value\":{\"stringValue\":", 24);
+                obs_buf_puts(b, ",\"value\":{\"stringValue\":");
                 obs_buf_json_str(b, r->attrs[i].s, strlen(r->attrs[i].s));
-                obs_buf_append(b, "}}", 2);
+                obs_buf_puts(b, "}}");
             } else {
                 obs_buf_printf(b, ",\"value\":{\"intValue\":\"%lld\"}}", (long long)r->attrs[i].i);
             }
         }
-        obs_buf_append(b, "]}", 2);
+        obs_buf_puts(b, "]}");
     }
-    obs_buf_append(b, "]}]}]}", 6);
+    obs_buf_puts(b, "]}]}]}");
 }
 
 /* ---- exporter thread --------------------------------------------------------------------- */
@@ -743,9 +743,9 @@ void obs_tracer_breakdown_json(struct obs_tracer *t, unsigned limit, struct obs_
         for (int i = 0; i < OBS_STAGE__COUNT; i++)
             obs_buf_printf(b, "%s\"%s\":%.3f", i ? "," : "", stage_names[i],
                            (double)e->stage_ns[i] / 1e3);
-        obs_buf_append(b, "}}", 2);
+        obs_buf_puts(b, "}}");
     }
-    obs_buf_append(b, "]}", 2);
+    obs_buf_puts(b, "]}");
     pthread_mutex_unlock(&t->mu);
 }
 
