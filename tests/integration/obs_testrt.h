@@ -68,7 +68,7 @@ struct trt {
 /* frame header: magic(4) op(1) ctx(25) keylen(2) size(4) then key; reply: status(4) */
 #define TRT_HDR_LEN (4 + 1 + OBS_TRACE_CTX_WIRE_LEN + 2 + 4)
 
-static int trt_io(int fd, void *buf, size_t n, bool wr)
+static inline int trt_io(int fd, void *buf, size_t n, bool wr)
 {
     size_t off = 0;
     while (off < n) {
@@ -92,8 +92,9 @@ static uint64_t trt_now_ns(void)
 }
 
 /* Local store operation (on the owner): data.* span with a metadata.* child. */
-static int trt_apply(struct trt *rt, struct obs_span *parent, const struct obs_trace_ctx *remote,
-                     int op, const char *key, uint32_t size)
+static inline int trt_apply(struct trt *rt, struct obs_span *parent,
+                            const struct obs_trace_ctx *remote, int op, const char *key,
+                            uint32_t size)
 {
     struct obs_span d, m;
     if (remote)
@@ -153,7 +154,7 @@ static int trt_apply(struct trt *rt, struct obs_span *parent, const struct obs_t
     return rc;
 }
 
-static void *trt_server(void *arg)
+static inline void *trt_server(void *arg)
 {
     struct trt *rt = arg;
     for (;;) {
@@ -187,7 +188,7 @@ static void *trt_server(void *arg)
     }
 }
 
-static void trt_health(void *ctx, struct obs_health *h)
+static inline void trt_health(void *ctx, struct obs_health *h)
 {
     struct trt *rt = ctx;
     if (!__atomic_load_n(&rt->ready, __ATOMIC_RELAXED)) {
@@ -197,7 +198,7 @@ static void trt_health(void *ctx, struct obs_health *h)
     }
 }
 
-static void trt_runtime_stats(void *ctx, struct obs_runtime_stats *s)
+static inline void trt_runtime_stats(void *ctx, struct obs_runtime_stats *s)
 {
     struct trt *rt = ctx;
     snprintf(s->runtime_id, sizeof(s->runtime_id), "%s", rt->name);
@@ -210,7 +211,7 @@ static void trt_runtime_stats(void *ctx, struct obs_runtime_stats *s)
     s->dram_capacity_bytes = 4ull << 30;
 }
 
-static void trt_before_scrape(void *ctx)
+static inline void trt_before_scrape(void *ctx)
 {
     (void)ctx;
     obs_gauge_set(segment_capacity_bytes, OBS_TIER_DRAM, OBS_NONE, 4ull << 30);
@@ -228,7 +229,7 @@ struct trt_config {
     size_t tenant_capacity;
 };
 
-static int trt_open(const struct trt_config *cfg, struct trt **out)
+static inline int trt_open(const struct trt_config *cfg, struct trt **out)
 {
     struct trt *rt = calloc(1, sizeof(*rt));
     if (!rt)
@@ -283,7 +284,7 @@ static int trt_open(const struct trt_config *cfg, struct trt **out)
     return 0;
 }
 
-static void trt_close(struct trt *rt)
+static inline void trt_close(struct trt *rt)
 {
     obs_http_stop(rt->http);
     shutdown(rt->listen_fd, SHUT_RDWR);
@@ -301,14 +302,14 @@ static void trt_close(struct trt *rt)
     free(rt);
 }
 
-static uint16_t trt_port(const struct trt *rt)
+static inline uint16_t trt_port(const struct trt *rt)
 {
     return obs_http_port(rt->http);
 }
 
 /* Sends one frame to the peer over the persistent connection; returns the peer's status. */
-static int trt_rpc(struct trt *rt, struct trt *peer, struct obs_span *parent, int op,
-                   const char *key, uint32_t size)
+static inline int trt_rpc(struct trt *rt, struct trt *peer, struct obs_span *parent, int op,
+                          const char *key, uint32_t size)
 {
     struct obs_span r;
     obs_span_start(rt->tracer, parent, op == 1 ? "control.rpc_put" : "control.rpc_get", &r);
@@ -351,8 +352,8 @@ static int trt_rpc(struct trt *rt, struct trt *peer, struct obs_span *parent, in
 }
 
 /* One API request: op 1 = put, 2 = get; peer NULL = the object lives here. */
-static int trt_request(struct trt *rt, struct trt *peer, int op, const char *tenant,
-                       const char *key, uint32_t size)
+static inline int trt_request(struct trt *rt, struct trt *peer, int op, const char *tenant,
+                              const char *key, uint32_t size)
 {
     int obs_op = op == 1 ? OBS_OP_PUT : OBS_OP_GET;
     uint64_t t0 = trt_now_ns();
@@ -395,20 +396,20 @@ static int trt_request(struct trt *rt, struct trt *peer, int op, const char *ten
     return rc;
 }
 
-static int trt_put(struct trt *rt, struct trt *peer, const char *tenant, const char *key,
-                   uint32_t size)
+static inline int trt_put(struct trt *rt, struct trt *peer, const char *tenant, const char *key,
+                          uint32_t size)
 {
     return trt_request(rt, peer, 1, tenant, key, size);
 }
 
-static int trt_get(struct trt *rt, struct trt *peer, const char *tenant, const char *key,
-                   uint32_t size)
+static inline int trt_get(struct trt *rt, struct trt *peer, const char *tenant, const char *key,
+                          uint32_t size)
 {
     return trt_request(rt, peer, 2, tenant, key, size);
 }
 
 /* Background duties a runtime does periodically (membership refresh, lease heartbeat). */
-static void trt_tick(struct trt *rt)
+static inline void trt_tick(struct trt *rt)
 {
     (void)rt;
     obs_count(membership_refreshes_total, OBS_OUTCOME_OK, OBS_NONE, 1);
@@ -425,7 +426,7 @@ struct trt_body {
     size_t len;
 };
 
-static size_t trt_body_sink(char *p, size_t sz, size_t n, void *u)
+static inline size_t trt_body_sink(char *p, size_t sz, size_t n, void *u)
 {
     struct trt_body *b = u;
     char *d = realloc(b->data, b->len + sz * n + 1);
@@ -439,8 +440,8 @@ static size_t trt_body_sink(char *p, size_t sz, size_t n, void *u)
 }
 
 /* Fetches http://127.0.0.1:port<path>; returns the HTTP status (or -1). Caller frees body. */
-static long trt_http(uint16_t port, const char *method, const char *path, const char *auth,
-                     struct trt_body *body)
+static inline long trt_http(uint16_t port, const char *method, const char *path, const char *auth,
+                            struct trt_body *body)
 {
     char url[2600];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", (unsigned)port, path);
