@@ -177,6 +177,14 @@ static uint8_t stage_of(const char *name)
                     __LINE__, name);
 }
 
+/* Unix time = monotonic + offset, sampled once per process: one clock read per span edge. */
+static int64_t unix_offset_ns;
+static pthread_once_t unix_offset_once = PTHREAD_ONCE_INIT;
+static void unix_offset_init(void)
+{
+    unix_offset_ns = (int64_t)clock_ns(CLOCK_REALTIME) - (int64_t)clock_ns(CLOCK_MONOTONIC);
+}
+
 static void span_init(struct obs_tracer *t, const char *name, struct obs_span *s)
 {
     memset(s, 0, offsetof(struct obs_span, attrs));
@@ -186,9 +194,17 @@ static void span_init(struct obs_tracer *t, const char *name, struct obs_span *s
     s->name = name;
     s->stage = stage_of(name);
     rand_id(s->span_id, 8);
-    s->start_unix_ns = clock_ns(CLOCK_REALTIME);
-    s->start_mono_ns = clock_ns(CLOCK_MONOTONIC);
     cnt(&t->n_started, 1);
+}
+
+/* Clocks are read only for sampled spans: an unsampled span costs no clock read. */
+static void span_clock(struct obs_span *s)
+{
+    if (!obs_span_sampled(s))
+        return;
+    pthread_once(&unix_offset_once, unix_offset_init);
+    s->start_mono_ns = clock_ns(CLOCK_MONOTONIC);
+    s->start_unix_ns = (uint64_t)((int64_t)s->start_mono_ns + unix_offset_ns);
 }
 
 static void start_root(struct obs_tracer *t, struct obs_span *s)
@@ -213,6 +229,7 @@ void obs_span_start(struct obs_tracer *t, struct obs_span *parent, const char *n
         out->parent_stage = parent->stage;
         out->root = parent->root ? parent->root : parent;
     }
+    span_clock(out);
     if (obs_span_sampled(out))
         cnt(&t->n_sampled, 1);
 }
@@ -230,6 +247,7 @@ void obs_span_start_remote(struct obs_tracer *t, const struct obs_trace_ctx *ctx
         out->remote_parent = true;
         out->root = out;
     }
+    span_clock(out);
     if (obs_span_sampled(out))
         cnt(&t->n_sampled, 1);
 }
@@ -317,10 +335,10 @@ static void ring_push(struct obs_tracer *t, const struct obs_span *s, int64_t to
 void obs_span_end(struct obs_span *s)
 {
     struct obs_tracer *t = s->tracer;
-    uint64_t dur = clock_ns(CLOCK_MONOTONIC) - s->start_mono_ns;
-    s->end_unix_ns = s->start_unix_ns + dur;
     if (!obs_span_sampled(s))
         return;
+    uint64_t dur = clock_ns(CLOCK_MONOTONIC) - s->start_mono_ns;
+    s->end_unix_ns = s->start_unix_ns + dur;
     struct obs_span *root = s->root;
     __atomic_fetch_add(&root->stage_ns[s->stage], (int64_t)dur, __ATOMIC_RELAXED);
     if (root != s)
@@ -459,7 +477,10 @@ static bool otlp_post(struct obs_tracer *t, CURL *c, const struct obs_buf *body)
     return rc == CURLE_OK && code >= 200 && code < 300;
 }
 
-static void export_batch(struct obs_tracer *t, CURL *c, const struct obs_span_rec *recs, size_t n)
+/* Returns false when the OTLP export failed (the batch is dropped and counted). When skip_otlp
+ * is set (stopping after a failure) the batch is dropped without trying. */
+static bool export_batch(struct obs_tracer *t, CURL *c, const struct obs_span_rec *recs, size_t n,
+                         bool skip_otlp)
 {
     struct obs_buf b;
     pthread_mutex_lock(&t->cap_mu);
@@ -473,11 +494,14 @@ static void export_batch(struct obs_tracer *t, CURL *c, const struct obs_span_re
     }
     pthread_mutex_unlock(&t->cap_mu);
     if (!t->otlp_url)
-        return;
-    obs_buf_init(&b, (size_t)32 << 20);
-    otlp_body(t, recs, n, &b);
-    bool ok = c && !b.overflow && otlp_post(t, c, &b);
-    obs_buf_free(&b);
+        return true;
+    bool ok = false;
+    if (!skip_otlp) {
+        obs_buf_init(&b, (size_t)32 << 20);
+        otlp_body(t, recs, n, &b);
+        ok = c && !b.overflow && otlp_post(t, c, &b);
+        obs_buf_free(&b);
+    }
     if (ok) {
         cnt(&t->n_otlp, n);
         cnt(&t->n_bok, 1);
@@ -487,6 +511,15 @@ static void export_batch(struct obs_tracer *t, CURL *c, const struct obs_span_re
         cnt(&t->n_bfail, 1);
         obs_count(trace_spans_total, OBS_SPANRES_DROPPED_EXPORT_FAILED, OBS_NONE, n);
     }
+    return ok;
+}
+
+static void deadline_in(struct timespec *ts, uint32_t ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    uint64_t ns = (uint64_t)ts->tv_nsec + (uint64_t)ms * 1000000ull;
+    ts->tv_sec += (time_t)(ns / 1000000000ull);
+    ts->tv_nsec = (long)(ns % 1000000000ull);
 }
 
 static void *exporter_main(void *arg)
@@ -495,8 +528,18 @@ static void *exporter_main(void *arg)
     CURL *c = t->otlp_url ? curl_easy_init() : NULL;
     struct obs_span_rec *batch = calloc(t->batch_max, sizeof(*batch));
     KVM_ASSERT(batch != NULL);
+    bool failed = false;
     pthread_mutex_lock(&t->mu);
     for (;;) {
+        if (failed && !t->stop && !t->flush_req) {
+            /* back off after a failed export: a dead collector must not make this thread spin
+             * on the queue lock; meanwhile the bounded queue fills and producers drop */
+            struct timespec ts;
+            deadline_in(&ts, t->flush_interval_ms);
+            while (!t->stop && !t->flush_req &&
+                   pthread_cond_timedwait(&t->cv_work, &t->mu, &ts) != ETIMEDOUT)
+                ;
+        }
         if (t->qlen == 0) {
             if (t->stop)
                 break;
@@ -505,10 +548,7 @@ static void *exporter_main(void *arg)
         }
         if (t->qlen < t->batch_max && !t->stop && !t->flush_req) {
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)t->flush_interval_ms * 1000000ull;
-            ts.tv_sec += (time_t)(ns / 1000000000ull);
-            ts.tv_nsec = (long)(ns % 1000000000ull);
+            deadline_in(&ts, t->flush_interval_ms);
             int w = pthread_cond_timedwait(&t->cv_work, &t->mu, &ts);
             if (w != ETIMEDOUT && t->qlen < t->batch_max && !t->stop && !t->flush_req)
                 continue;
@@ -520,8 +560,9 @@ static void *exporter_main(void *arg)
             batch[i] = t->q[(t->qhead + i) % t->qcap];
         t->qhead = (t->qhead + n) % t->qcap;
         t->qlen -= n;
+        bool skip = failed && t->stop; /* do not hold up shutdown on a dead collector */
         pthread_mutex_unlock(&t->mu);
-        export_batch(t, c, batch, n);
+        failed = !export_batch(t, c, batch, n, skip);
         pthread_mutex_lock(&t->mu);
         t->done_seq += n;
         pthread_cond_broadcast(&t->cv_done);

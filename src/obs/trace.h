@@ -94,8 +94,8 @@ struct obs_span {
     uint8_t flags;
     bool remote_parent;
     uint8_t stage, parent_stage;
-    int status; /* 0 or a KVMESH_E* code */
-    uint64_t start_unix_ns, start_mono_ns, end_unix_ns;
+    int status;                                         /* 0 or a KVMESH_E* code */
+    uint64_t start_unix_ns, start_mono_ns, end_unix_ns; /* sampled spans only (else 0) */
     unsigned nattrs;
     struct obs_span_attr attrs[OBS_SPAN_MAX_ATTRS];
     struct obs_span *root;              /* local root (itself for a root); breakdown accumulators */
