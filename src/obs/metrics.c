@@ -570,7 +570,7 @@ void obs_metrics_render(struct obs_buf *b)
     size_t k = 0;
 #define OBS_X_P(id, type, help)                                                                    \
     obs_header(b, "kvmesh_" #id, #type, help);                                                     \
-    obs_buf_printf(b, "kvmesh_" #id " %.17g\n", pv[k++]);
+    obs_buf_printf(b, "kvmesh_" #id " %.12g\n", pv[k++]);
     OBS_PROCESS_LIST(OBS_X_P)
 #undef OBS_X_P
 }

@@ -464,8 +464,8 @@ struct obs_process_stats {
 };
 int obs_process_read(struct obs_process_stats *out);
 
-/* Frees the tenant tables and unused shards; only for leak-checked tests at process end, with
- * no thread updating metrics any more. */
+/* Frees the tenant label tables (shards stay: they are reachable and reused for the life of the
+ * process). For tests at process end, with no thread updating tenant metrics any more. */
 void obs_metrics_shutdown(void);
 
 #endif

@@ -29,6 +29,7 @@ struct obs_tenant_table {
     size_t ntop;
     struct obs_tenant_counters untracked;
     uint64_t refused;
+    uint64_t lookups, lookup_probes;
 };
 
 int obs_tenant_table_create(size_t capacity, struct obs_tenant_table **out)
@@ -68,12 +69,14 @@ void obs_tenant_table_destroy(struct obs_tenant_table *t)
     free(t);
 }
 
-/* Returns the hash slot holding id, or the empty slot where it would go. Caller holds mu. */
-static size_t probe(const struct obs_tenant_table *t, const char *id, size_t len)
+/* Returns the hash slot holding id, or the empty slot where it would go; adds the number of
+ * slots inspected to *probes. Caller holds mu. */
+static size_t probe(const struct obs_tenant_table *t, const char *id, size_t len, uint64_t *probes)
 {
     size_t h = XXH3_64bits(id, len) & t->mask;
     for (;; h = (h + 1) & t->mask) {
         int32_t j = t->hash[h];
+        (*probes)++;
         if (j < 0)
             return h;
         if (t->ents[j].len == len && memcmp(t->ents[j].id, id, len) == 0)
@@ -129,8 +132,9 @@ int obs_tenant_table_record(struct obs_tenant_table *t, const char *id, size_t l
     if (len == 0 || len > OBS_TENANT_ID_MAX)
         return kvm_errf(KVMESH_EINVAL, "tenant id must be 1..%d bytes", OBS_TENANT_ID_MAX);
     int rc = 0;
+    uint64_t probes = 0;
     pthread_mutex_lock(&t->mu);
-    size_t h = probe(t, id, len);
+    size_t h = probe(t, id, len, &probes);
     int32_t j = t->hash[h];
     if (j < 0) {
         if (t->tracked >= t->capacity) {
@@ -160,7 +164,8 @@ int obs_tenant_table_lookup(struct obs_tenant_table *t, const char *id, size_t l
         return KVMESH_ENOENT;
     int rc = 0;
     pthread_mutex_lock(&t->mu);
-    int32_t j = t->hash[probe(t, id, len)];
+    t->lookups++;
+    int32_t j = t->hash[probe(t, id, len, &t->lookup_probes)];
     if (j < 0)
         rc = KVMESH_ENOENT;
     else
@@ -189,5 +194,7 @@ void obs_tenant_table_info(struct obs_tenant_table *t, struct obs_tenant_table_i
     out->tracked = t->tracked;
     out->untracked = t->untracked;
     out->untracked_requests_from_new_tenants = t->refused;
+    out->lookups = t->lookups;
+    out->lookup_probes = t->lookup_probes;
     pthread_mutex_unlock(&t->mu);
 }

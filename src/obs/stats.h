@@ -64,6 +64,7 @@ struct obs_tenant_table_info {
     size_t capacity, tracked;
     struct obs_tenant_counters untracked;
     uint64_t untracked_requests_from_new_tenants; /* records refused for lack of room */
+    uint64_t lookups, lookup_probes; /* exact lookups and hash slots they inspected in total */
 };
 void obs_tenant_table_info(struct obs_tenant_table *t, struct obs_tenant_table_info *out);
 

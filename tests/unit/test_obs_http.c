@@ -185,6 +185,40 @@ static void test_tenant_table(void **state)
     obs_tenant_table_destroy(t);
 }
 
+/* A full table of the largest capacity: an exact lookup inspects a handful of slots, never the
+ * table (hits and misses alike). */
+static void test_tenant_lookup_is_not_a_scan(void **state)
+{
+    (void)state;
+    struct obs_tenant_table *t;
+    assert_int_equal(obs_tenant_table_create(OBS_TENANT_TABLE_MAX, &t), 0);
+    struct obs_tenant_counters d = {.requests = 1};
+    char id[32];
+    for (unsigned k = 0; k < OBS_TENANT_TABLE_MAX; k++) {
+        int n = snprintf(id, sizeof(id), "tenant-%u", k);
+        assert_int_equal(obs_tenant_table_record(t, id, (size_t)n, &d), 0);
+    }
+    int n = snprintf(id, sizeof(id), "late-tenant");
+    assert_int_equal(obs_tenant_table_record(t, id, (size_t)n, &d), KVMESH_ENOSPC);
+    struct obs_tenant_counters c;
+    uint64_t worst = 0;
+    struct obs_tenant_table_info before, after;
+    for (unsigned k = 0; k < 2000; k++) {
+        obs_tenant_table_info(t, &before);
+        n = snprintf(id, sizeof(id), k % 2 ? "tenant-%u" : "absent-%u", k * 31);
+        int rc = obs_tenant_table_lookup(t, id, (size_t)n, &c);
+        assert_int_equal(rc, k % 2 ? 0 : KVMESH_ENOENT);
+        obs_tenant_table_info(t, &after);
+        assert_int_equal(after.lookups - before.lookups, 1);
+        uint64_t p = after.lookup_probes - before.lookup_probes;
+        worst = p > worst ? p : worst;
+    }
+    obs_tenant_table_info(t, &after);
+    assert_true((double)after.lookup_probes / (double)after.lookups < 4.0);
+    assert_true(worst < 64); /* vs. 65,536 entries */
+    obs_tenant_table_destroy(t);
+}
+
 static void test_render_status_codes(void **state)
 {
     (void)state;
@@ -239,9 +273,12 @@ static void test_render_status_codes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_query_accepts),       cmocka_unit_test(test_query_rejects),
-        cmocka_unit_test(test_paths_and_secret),    cmocka_unit_test(test_tenant_table),
+        cmocka_unit_test(test_query_accepts),
+        cmocka_unit_test(test_query_rejects),
+        cmocka_unit_test(test_paths_and_secret),
+        cmocka_unit_test(test_tenant_table),
         cmocka_unit_test(test_render_status_codes),
+        cmocka_unit_test(test_tenant_lookup_is_not_a_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
