@@ -295,7 +295,7 @@ static void *uri_logger(void *cls, const char *uri, struct MHD_Connection *con)
 {
     (void)cls;
     (void)con;
-    struct obs_http_req *r = calloc(1, sizeof(*r));
+    struct obs_http_req *r = obs_calloc(1, sizeof(*r));
     if (!r)
         return NULL;
     size_t n = strlen(uri);
@@ -379,10 +379,10 @@ int obs_http_start(const struct obs_http_config *cfg, struct obs_http **out)
     const char *addr = cfg->bind_addr ? cfg->bind_addr : "127.0.0.1";
     if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
         return kvm_errf(KVMESH_EINVAL, "admin bind address '%s' is not an IPv4 literal", addr);
-    struct obs_http *h = calloc(1, sizeof(*h));
+    struct obs_http *h = obs_calloc(1, sizeof(*h));
     if (!h)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for the admin server");
-    if (cfg->secret && cfg->secret[0] && !(h->secret = strdup(cfg->secret))) {
+    if (cfg->secret && cfg->secret[0] && !(h->secret = obs_strdup(cfg->secret))) {
         free(h);
         return kvm_errf(KVMESH_ENOMEM, "out of memory for the admin server");
     }

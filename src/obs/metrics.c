@@ -281,7 +281,7 @@ int obs_metrics_set_tenants(const char *const *ids, size_t n, size_t cap)
     if (cap > OBS_TENANT_LABEL_CAP_MAX)
         return kvm_errf(KVMESH_EINVAL, "tenant label cap %zu exceeds the maximum %d", cap,
                         OBS_TENANT_LABEL_CAP_MAX);
-    struct obs_tenant_table *t = calloc(1, sizeof(*t));
+    struct obs_tenant_table *t = obs_calloc(1, sizeof(*t));
     if (!t)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for the tenant label table");
     memset(t->hash, 0xff, sizeof(t->hash));
@@ -332,6 +332,42 @@ unsigned obs_tenant_slot(const char *id, size_t len)
     }
 }
 
+/* ---- allocation ------------------------------------------------------------------------- */
+
+static _Thread_local int obs_fail_countdown = -1;
+
+void obs_test_fail_alloc_after(int n)
+{
+    obs_fail_countdown = n;
+}
+
+static bool obs_alloc_fault(void)
+{
+    if (KVM_LIKELY(obs_fail_countdown < 0))
+        return false;
+    return obs_fail_countdown-- == 0;
+}
+
+void *obs_malloc(size_t n)
+{
+    return obs_alloc_fault() ? NULL : malloc(n);
+}
+
+void *obs_calloc(size_t n, size_t size)
+{
+    return obs_alloc_fault() ? NULL : calloc(n, size);
+}
+
+void *obs_realloc(void *p, size_t n)
+{
+    return obs_alloc_fault() ? NULL : realloc(p, n);
+}
+
+char *obs_strdup(const char *s)
+{
+    return obs_alloc_fault() ? NULL : strdup(s);
+}
+
 /* ---- buffer ------------------------------------------------------------------------------ */
 
 void obs_buf_init(struct obs_buf *b, size_t limit)
@@ -361,7 +397,7 @@ static bool obs_buf_reserve(struct obs_buf *b, size_t n)
         nc *= 2;
     if (nc > b->limit)
         nc = b->limit;
-    char *d = realloc(b->data, nc);
+    char *d = obs_realloc(b->data, nc);
     if (!d) {
         b->overflow = true;
         return false;

@@ -419,6 +419,17 @@ int obs_metrics_set_tenants(const char *const *ids, size_t n, size_t cap);
 #define OBS_TENANT_OTHER OBS_TENANT_LABEL_CAP_MAX
 unsigned obs_tenant_slot(const char *id, size_t len);
 
+/* ---- allocation (with a fault-injection hook for tests) ---------------------------------- */
+
+/* Every fallible allocation in src/obs goes through these. */
+void *obs_malloc(size_t n);
+void *obs_calloc(size_t n, size_t size);
+void *obs_realloc(void *p, size_t n);
+char *obs_strdup(const char *s);
+/* Test hook (SQLite-style OOM loops): on the calling thread, the next n obs allocations succeed
+ * and the one after fails (once); n < 0 disarms. Other threads are unaffected. */
+void obs_test_fail_alloc_after(int n);
+
 /* ---- output buffer ----------------------------------------------------------------------- */
 
 /* A growable byte buffer with a hard cap: appends past the cap set `overflow` and are dropped,

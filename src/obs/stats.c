@@ -37,14 +37,14 @@ int obs_tenant_table_create(size_t capacity, struct obs_tenant_table **out)
     *out = NULL;
     if (capacity == 0 || capacity > OBS_TENANT_TABLE_MAX)
         return kvm_errf(KVMESH_EINVAL, "tenant table capacity must be 1..%d", OBS_TENANT_TABLE_MAX);
-    struct obs_tenant_table *t = calloc(1, sizeof(*t));
+    struct obs_tenant_table *t = obs_calloc(1, sizeof(*t));
     if (!t)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for the tenant table");
     size_t slots = 2;
     while (slots < 2 * capacity)
         slots *= 2;
-    t->hash = malloc(slots * sizeof(*t->hash));
-    t->ents = calloc(capacity, sizeof(*t->ents));
+    t->hash = obs_malloc(slots * sizeof(*t->hash));
+    t->ents = obs_calloc(capacity, sizeof(*t->ents));
     if (!t->hash || !t->ents) {
         free(t->hash);
         free(t->ents);

@@ -53,6 +53,7 @@ struct obs_tracer {
     pthread_mutex_t mu; /* queue, seqs, breakdown ring, stop */
     pthread_cond_t cv_work, cv_done;
     struct obs_span_rec *q;
+    struct obs_span_rec *batch; /* exporter thread's working copy (batch_max records) */
     size_t qcap, qhead, qlen;
     uint64_t enq_seq, done_seq;
     bool flush_req, stop;
@@ -526,8 +527,7 @@ static void *exporter_main(void *arg)
 {
     struct obs_tracer *t = arg;
     CURL *c = t->otlp_url ? curl_easy_init() : NULL;
-    struct obs_span_rec *batch = calloc(t->batch_max, sizeof(*batch));
-    KVM_ASSERT(batch != NULL);
+    struct obs_span_rec *batch = t->batch;
     bool failed = false;
     pthread_mutex_lock(&t->mu);
     for (;;) {
@@ -569,7 +569,6 @@ static void *exporter_main(void *arg)
     }
     pthread_cond_broadcast(&t->cv_done);
     pthread_mutex_unlock(&t->mu);
-    free(batch);
     if (c)
         curl_easy_cleanup(c);
     return NULL;
@@ -658,7 +657,7 @@ int obs_tracer_create(const struct obs_tracer_config *cfg, struct obs_tracer **o
     if (!(cfg->sample_rate >= 0.0 && cfg->sample_rate <= 1.0))
         return kvm_errf(KVMESH_EINVAL, "sample rate must be within [0, 1]");
     pthread_once(&curl_once, curl_init_once);
-    struct obs_tracer *t = calloc(1, sizeof(*t));
+    struct obs_tracer *t = obs_calloc(1, sizeof(*t));
     if (!t)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for a tracer");
     snprintf(t->service, sizeof(t->service), "%s", cfg->service);
@@ -674,10 +673,12 @@ int obs_tracer_create(const struct obs_tracer_config *cfg, struct obs_tracer **o
     pthread_mutex_init(&t->cap_mu, NULL);
     pthread_cond_init(&t->cv_work, NULL);
     pthread_cond_init(&t->cv_done, NULL);
-    t->q = calloc(t->qcap, sizeof(*t->q));
-    t->capture_dir = cfg->capture_dir ? strdup(cfg->capture_dir) : NULL;
-    t->otlp_url = cfg->otlp_url ? strdup(cfg->otlp_url) : NULL;
-    if (!t->q || (cfg->capture_dir && !t->capture_dir) || (cfg->otlp_url && !t->otlp_url)) {
+    t->q = obs_calloc(t->qcap, sizeof(*t->q));
+    t->batch = obs_calloc(t->batch_max, sizeof(*t->batch));
+    t->capture_dir = cfg->capture_dir ? obs_strdup(cfg->capture_dir) : NULL;
+    t->otlp_url = cfg->otlp_url ? obs_strdup(cfg->otlp_url) : NULL;
+    if (!t->q || !t->batch || (cfg->capture_dir && !t->capture_dir) ||
+        (cfg->otlp_url && !t->otlp_url)) {
         rc = kvm_errf(KVMESH_ENOMEM, "out of memory for a tracer");
         goto fail;
     }
@@ -692,6 +693,7 @@ int obs_tracer_create(const struct obs_tracer_config *cfg, struct obs_tracer **o
 fail:
     obs_tracer_capture_stop(t);
     free(t->q);
+    free(t->batch);
     free(t->capture_dir);
     free(t->otlp_url);
     pthread_mutex_destroy(&t->mu);
@@ -713,6 +715,7 @@ void obs_tracer_destroy(struct obs_tracer *t)
     pthread_join(t->thr, NULL);
     obs_tracer_capture_stop(t);
     free(t->q);
+    free(t->batch);
     free(t->capture_dir);
     free(t->otlp_url);
     pthread_mutex_destroy(&t->mu);

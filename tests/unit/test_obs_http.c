@@ -270,6 +270,53 @@ static void test_render_status_codes(void **state)
     assert_int_equal(obs_http_start(&bad, &h), KVMESH_EINVAL);
 }
 
+/* OOM loops over the tenant table, the admin server and a rendered response. */
+static void test_alloc_failures(void **state)
+{
+    (void)state;
+    int n;
+    for (n = 0; n < 20; n++) {
+        struct obs_tenant_table *t = NULL;
+        obs_test_fail_alloc_after(n);
+        int rc = obs_tenant_table_create(1000, &t);
+        obs_test_fail_alloc_after(-1);
+        if (rc == 0) {
+            obs_tenant_table_destroy(t);
+            break;
+        }
+        assert_int_equal(rc, KVMESH_ENOMEM);
+        assert_null(t);
+    }
+    assert_int_equal(n, 3);
+    struct obs_http_config hc = {.secret = "k"};
+    for (n = 0; n < 20; n++) {
+        struct obs_http *h = NULL;
+        obs_test_fail_alloc_after(n);
+        int rc = obs_http_start(&hc, &h);
+        obs_test_fail_alloc_after(-1);
+        if (rc == 0) {
+            obs_http_stop(h);
+            break;
+        }
+        assert_int_equal(rc, KVMESH_ENOMEM);
+        assert_null(h);
+    }
+    assert_int_equal(n, 2);
+    /* a response whose buffer cannot grow is a 500, never a truncated 200 */
+    struct obs_http *h;
+    assert_int_equal(obs_http_start(&hc, &h), 0);
+    struct obs_buf b;
+    obs_buf_init(&b, OBS_METRICS_TEXT_LIMIT);
+    const char *ct;
+    obs_test_fail_alloc_after(1);
+    int code = obs_http_render(h, "GET", "/metrics", NULL, &b, &ct);
+    obs_test_fail_alloc_after(-1);
+    assert_int_equal(code, 500);
+    assert_non_null(strstr(b.data, "error"));
+    obs_buf_free(&b);
+    obs_http_stop(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -279,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_tenant_table),
         cmocka_unit_test(test_render_status_codes),
         cmocka_unit_test(test_tenant_lookup_is_not_a_scan),
+        cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -262,6 +262,40 @@ static void test_config_errors(void **state)
     assert_int_equal(obs_tracer_create(&c, &t), KVMESH_EIO);
 }
 
+/* OOM loop: every allocation of tracer creation fails once in turn; each failure is a clean
+ * KVMESH_ENOMEM (ASan checks nothing leaks), and the loop ends in a working tracer. */
+static void test_create_alloc_failures(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kvmesh-obs-oom-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    struct obs_tracer_config c = {.service = "oom",
+                                  .sample_rate = 1.0,
+                                  .capture_dir = dir,
+                                  .capture_name = "x.jsonl",
+                                  .otlp_url = "http://127.0.0.1:9/v1/traces"};
+    int n;
+    for (n = 0; n < 50; n++) {
+        struct obs_tracer *t = NULL;
+        obs_test_fail_alloc_after(n);
+        int rc = obs_tracer_create(&c, &t);
+        obs_test_fail_alloc_after(-1);
+        if (rc == 0) {
+            struct obs_span s;
+            obs_span_start(t, NULL, "store.put", &s);
+            obs_span_end(&s);
+            obs_tracer_destroy(t);
+            break;
+        }
+        assert_int_equal(rc, KVMESH_ENOMEM);
+        assert_null(t);
+    }
+    assert_true(n >= 4 && n < 50); /* tracer, queue, batch, two strings */
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -270,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_debug_records_and_jsonl),
         cmocka_unit_test(test_breakdown_exclusive),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_create_alloc_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
