@@ -66,7 +66,7 @@ struct obs_tracer {
 
     pthread_t thr;
     /* counters (atomic) */
-    uint64_t n_started, n_sampled, n_enq, n_otlp, n_jsonl, n_drop_q, n_drop_x, n_bok, n_bfail;
+    uint64_t n_sampled, n_enq, n_otlp, n_jsonl, n_drop_q, n_drop_x, n_bok, n_bfail;
 };
 
 static inline void cnt(uint64_t *p, uint64_t v)
@@ -195,7 +195,6 @@ static void span_init(struct obs_tracer *t, const char *name, struct obs_span *s
     s->name = name;
     s->stage = stage_of(name);
     rand_id(s->span_id, 8);
-    cnt(&t->n_started, 1);
 }
 
 /* Clocks are read only for sampled spans: an unsampled span costs no clock read. */
@@ -750,7 +749,6 @@ int obs_tracer_flush(struct obs_tracer *t, uint32_t timeout_ms)
 void obs_tracer_stats(struct obs_tracer *t, struct obs_tracer_stats *o)
 {
     memset(o, 0, sizeof(*o));
-    o->spans_started = rd(&t->n_started);
     o->spans_sampled = rd(&t->n_sampled);
     o->spans_enqueued = rd(&t->n_enq);
     o->exported_otlp = rd(&t->n_otlp);
@@ -805,13 +803,12 @@ void obs_tracer_status_json(struct obs_tracer *t, struct obs_buf *b)
                    s.capturing ? "true" : "false");
     obs_buf_json_str(b, path, strlen(path));
     obs_buf_printf(b,
-                   ",\"otlp\":%s,\"spans_started\":%llu,\"spans_sampled\":%llu,"
+                   ",\"otlp\":%s,\"spans_sampled\":%llu,"
                    "\"spans_enqueued\":%llu,\"exported_otlp\":%llu,\"exported_jsonl\":%llu,"
                    "\"dropped_queue_full\":%llu,\"dropped_export_failed\":%llu,"
                    "\"queue_len\":%zu,\"queue_cap\":%zu}",
-                   t->otlp_url ? "true" : "false", (unsigned long long)s.spans_started,
-                   (unsigned long long)s.spans_sampled, (unsigned long long)s.spans_enqueued,
-                   (unsigned long long)s.exported_otlp, (unsigned long long)s.exported_jsonl,
-                   (unsigned long long)s.dropped_queue_full,
+                   t->otlp_url ? "true" : "false", (unsigned long long)s.spans_sampled,
+                   (unsigned long long)s.spans_enqueued, (unsigned long long)s.exported_otlp,
+                   (unsigned long long)s.exported_jsonl, (unsigned long long)s.dropped_queue_full,
                    (unsigned long long)s.dropped_export_failed, s.queue_len, s.queue_cap);
 }

@@ -160,7 +160,7 @@ void obs_tracer_capture_stop(struct obs_tracer *t);
 int obs_tracer_flush(struct obs_tracer *t, uint32_t timeout_ms);
 
 struct obs_tracer_stats {
-    uint64_t spans_started, spans_sampled, spans_enqueued;
+    uint64_t spans_sampled, spans_enqueued; /* sampled spans started; queued for export */
     uint64_t exported_otlp, exported_jsonl;
     uint64_t dropped_queue_full, dropped_export_failed;
     uint64_t batches_ok, batches_failed;
