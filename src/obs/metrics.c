@@ -494,6 +494,8 @@ static void obs_labels(struct obs_buf *b, const struct obs_family *f, size_t i1,
                        const char *extra_name, const char *extra_val)
 {
     const struct obs_dim_desc *a = &obs_dims[f->d1], *c = &obs_dims[f->d2];
+    if (f->d1 == OBS_DIM_none && f->d2 == OBS_DIM_none && !extra_name)
+        return; /* no labels: no braces */
     int n = 0;
     obs_buf_puts(b, "{");
     if (f->d1 != OBS_DIM_none) {
@@ -504,14 +506,9 @@ static void obs_labels(struct obs_buf *b, const struct obs_family *f, size_t i1,
         obs_buf_printf(b, "%s%s=\"%s\"", n ? "," : "", c->label, c->values[i2]);
         n++;
     }
-    if (extra_name) {
+    if (extra_name)
         obs_buf_printf(b, "%s%s=\"%s\"", n ? "," : "", extra_name, extra_val);
-        n++;
-    }
-    if (n == 0)
-        b->len--, b->data[b->len] = '\0'; /* drop the "{" again */
-    else
-        obs_buf_puts(b, "}");
+    obs_buf_puts(b, "}");
 }
 
 static void obs_fmt_seconds(char *out, size_t n, uint64_t ns)

@@ -192,8 +192,8 @@ enum obs_dim_id {
     X(route_lookups_total, "Route lookups at the shard authority set, by result.", lookup, none)   \
     X(route_cas_total, "Route compare-and-set outcomes at the fenced primary.", cas, none)         \
     X(route_repairs_total, "Route repair attempts, by outcome.", repair, none)                     \
-    X(route_mirror_total, "Route mirror publications to the top-k mirror set, by outcome.",        \
-      mirror, none)                                                                                \
+    X(route_mirror_publications_total,                                                             \
+      "Route mirror publications to the top-k mirror set, by outcome.", mirror, none)              \
     X(metadata_operations_total, "Metadata backend calls, by backend and call.", backend, mcall)   \
     X(metadata_errors_total, "Metadata backend calls that failed, by backend and call.", backend,  \
       mcall)                                                                                       \

@@ -131,7 +131,7 @@ static inline int trt_apply(struct trt *rt, struct obs_span *parent,
         rt->nobjs++;
         rt->used_bytes += size;
         obs_count(route_cas_total, OBS_CAS_APPLIED, OBS_NONE, 1);
-        obs_count(route_mirror_total, OBS_MIRROR_ACKED, OBS_NONE, 1);
+        obs_count(route_mirror_publications_total, OBS_MIRROR_ACKED, OBS_NONE, 1);
         obs_gauge_set(segment_used_bytes, OBS_TIER_DRAM, OBS_NONE, rt->used_bytes);
     } else {
         rc = KVMESH_ENOENT;
