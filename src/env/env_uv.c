@@ -1,0 +1,677 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * env_uv.c — the real environment binding on libuv (see env_uv.h for the contract).
+ *
+ * Invariants:
+ *   - every armed timer is in both trees: by_deadline (ordered by (deadline, id)) and by_id;
+ *     the uv timer is armed for the earliest deadline whenever by_deadline is non-empty;
+ *   - a fired or cancelled timer is removed from both trees and freed before its callback runs,
+ *     so a callback may start and cancel timers freely (including its own, now stale, id);
+ *   - the idle handle is active exactly while the defer list is non-empty;
+ *   - post_q holds at most ENV_UV_POST_CAP entries and is touched only under post_mu;
+ *   - the env memory is freed only after all three handles reported their close callbacks.
+ */
+#include "env/env_uv.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <bsd/sys/tree.h>
+
+#include "core/util.h"
+
+typedef struct uvtimer {
+    RB_ENTRY(uvtimer) by_deadline;
+    RB_ENTRY(uvtimer) by_id;
+    uint64_t deadline_ns;
+    env_timer_id id;
+    env_cb cb;
+    void *arg;
+} uvtimer_t;
+
+static int cmp_deadline(const uvtimer_t *a, const uvtimer_t *b)
+{
+    if (a->deadline_ns != b->deadline_ns)
+        return a->deadline_ns < b->deadline_ns ? -1 : 1;
+    return a->id < b->id ? -1 : (a->id > b->id ? 1 : 0);
+}
+
+static int cmp_id(const uvtimer_t *a, const uvtimer_t *b)
+{
+    return a->id < b->id ? -1 : (a->id > b->id ? 1 : 0);
+}
+
+RB_HEAD(deadline_tree, uvtimer);
+RB_HEAD(id_tree, uvtimer);
+/* libbsd's RB_GENERATE_STATIC expands to an undefined __unused; spell the attribute out */
+#define ENV_UV_RB_ATTR __attribute__((unused)) static
+RB_GENERATE_INTERNAL(deadline_tree, uvtimer, by_deadline, cmp_deadline, ENV_UV_RB_ATTR)
+RB_GENERATE_INTERNAL(id_tree, uvtimer, by_id, cmp_id, ENV_UV_RB_ATTR)
+
+typedef struct defer_item {
+    struct defer_item *next;
+    env_cb cb;
+    void *arg;
+} defer_item_t;
+
+typedef struct post_item {
+    env_cb cb;
+    void *arg;
+} post_item_t;
+
+typedef struct env_uv {
+    env_t env;
+    uv_loop_t *loop;
+    env_node_t self;
+    uint64_t rng[4];
+
+    /* timers */
+    uv_timer_t timer;
+    struct deadline_tree by_deadline;
+    struct id_tree by_id;
+    env_timer_id next_timer_id;
+    size_t n_timers;
+
+    /* defer */
+    uv_idle_t idle;
+    defer_item_t *defer_head, *defer_tail;
+    size_t n_defer;
+
+    /* post (post_mu guards post_q, post_head, post_count, post_closed) */
+    uv_async_t async;
+    pthread_mutex_t post_mu;
+    post_item_t *post_q;
+    uint32_t post_head, post_count;
+    bool post_closed;
+
+    /* messages */
+    env_uv_sender_fn sender;
+    void *sender_ctx;
+    env_recv_fn recv;
+    void *recv_ctx;
+
+    int open_handles; /* handles not yet closed; memory freed when it reaches 0 after free */
+    bool freeing;
+} env_uv_t;
+
+static env_uv_t *to_uv(env_t *env)
+{
+    return (env_uv_t *)env->impl;
+}
+
+/* ---- rng: xoshiro256** seeded through splitmix64 -------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static void rng_seed(env_uv_t *u, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        u->rng[i] = splitmix64(&seed);
+}
+
+static uint64_t rng_next(env_uv_t *u)
+{
+    uint64_t *s = u->rng;
+    uint64_t r = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+static uint64_t seed_from_os(void)
+{
+    uint64_t seed = 0;
+    ssize_t n = getrandom(&seed, sizeof(seed), 0);
+    if (n != (ssize_t)sizeof(seed)) {
+        /* getrandom cannot fail for 8 bytes after boot; keep a usable fallback anyway */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)uv_hrtime();
+    }
+    return seed;
+}
+
+/* ---- ops ------------------------------------------------------------------------------------ */
+
+static uint64_t op_now_ns(env_t *env)
+{
+    (void)env;
+    return uv_hrtime();
+}
+
+static uint64_t op_wall_ms(env_t *env)
+{
+    (void)env;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t op_rand_u64(env_t *env)
+{
+    return rng_next(to_uv(env));
+}
+
+static void on_uv_timer(uv_timer_t *h);
+
+static void timer_rearm(env_uv_t *u)
+{
+    uvtimer_t *first = RB_MIN(deadline_tree, &u->by_deadline);
+    if (!first) {
+        uv_timer_stop(&u->timer);
+        return;
+    }
+    uint64_t now = uv_hrtime();
+    uint64_t ms = 0;
+    if (first->deadline_ns > now)
+        ms = (first->deadline_ns - now + 999999u) / 1000000u; /* round up: never fire early */
+    /* uv_now() lags uv_hrtime() by up to a loop turn; uv timers measure from uv_now(), so after
+     * uv_update_time() the delay above is exact enough and only ever rounds late. */
+    uv_update_time(u->loop);
+    uv_timer_start(&u->timer, on_uv_timer, ms, 0);
+}
+
+static void timer_unlink(env_uv_t *u, uvtimer_t *t)
+{
+    RB_REMOVE(deadline_tree, &u->by_deadline, t);
+    RB_REMOVE(id_tree, &u->by_id, t);
+    u->n_timers--;
+}
+
+static void on_uv_timer(uv_timer_t *h)
+{
+    env_uv_t *u = h->data;
+    uint64_t now = uv_hrtime();
+    /* Timers armed by the callbacks of this batch wait for the next turn, even with delay 0. */
+    env_timer_id id_limit = u->next_timer_id;
+    for (;;) {
+        uvtimer_t *t = RB_MIN(deadline_tree, &u->by_deadline);
+        if (!t || t->deadline_ns > now || t->id >= id_limit)
+            break;
+        timer_unlink(u, t);
+        env_cb cb = t->cb;
+        void *arg = t->arg;
+        free(t);
+        cb(arg);
+        if (u->freeing)
+            return;
+    }
+    timer_rearm(u);
+}
+
+static env_timer_id op_timer_start(env_t *env, uint64_t delay_ns, env_cb cb, void *arg)
+{
+    env_uv_t *u = to_uv(env);
+    KVM_ASSERT(cb != NULL);
+    KVM_ASSERT(!u->freeing);
+    uvtimer_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return 0;
+    uint64_t now = uv_hrtime();
+    t->deadline_ns = delay_ns > UINT64_MAX - now ? UINT64_MAX : now + delay_ns;
+    t->id = u->next_timer_id++;
+    t->cb = cb;
+    t->arg = arg;
+    RB_INSERT(deadline_tree, &u->by_deadline, t);
+    RB_INSERT(id_tree, &u->by_id, t);
+    u->n_timers++;
+    if (RB_MIN(deadline_tree, &u->by_deadline) == t)
+        timer_rearm(u);
+    return t->id;
+}
+
+static void op_timer_cancel(env_t *env, env_timer_id id)
+{
+    env_uv_t *u = to_uv(env);
+    if (id == 0)
+        return;
+    uvtimer_t key = {.id = id};
+    uvtimer_t *t = RB_FIND(id_tree, &u->by_id, &key);
+    if (!t)
+        return;
+    bool was_first = RB_MIN(deadline_tree, &u->by_deadline) == t;
+    timer_unlink(u, t);
+    free(t);
+    if (was_first)
+        timer_rearm(u);
+}
+
+static void on_uv_idle(uv_idle_t *h)
+{
+    env_uv_t *u = h->data;
+    /* Run the batch present now; callbacks deferred meanwhile go to the next turn. */
+    defer_item_t *it = u->defer_head;
+    u->defer_head = u->defer_tail = NULL;
+    while (it) {
+        defer_item_t *next = it->next;
+        env_cb cb = it->cb;
+        void *arg = it->arg;
+        free(it);
+        u->n_defer--;
+        cb(arg);
+        it = next;
+        if (u->freeing) {
+            /* env_uv_free() ran inside a callback: drop the rest of the batch */
+            while (it) {
+                next = it->next;
+                free(it);
+                it = next;
+            }
+            return;
+        }
+    }
+    if (!u->defer_head)
+        uv_idle_stop(&u->idle);
+}
+
+static int op_defer(env_t *env, env_cb cb, void *arg)
+{
+    env_uv_t *u = to_uv(env);
+    KVM_ASSERT(cb != NULL);
+    if (u->freeing)
+        return KVMESH_ECLOSED;
+    if (u->n_defer >= ENV_UV_DEFER_MAX)
+        return KVMESH_EAGAIN;
+    defer_item_t *it = malloc(sizeof(*it));
+    if (!it)
+        return KVMESH_ENOMEM;
+    it->next = NULL;
+    it->cb = cb;
+    it->arg = arg;
+    if (u->defer_tail)
+        u->defer_tail->next = it;
+    else
+        u->defer_head = it;
+    u->defer_tail = it;
+    u->n_defer++;
+    uv_idle_start(&u->idle, on_uv_idle); /* no-op when already active */
+    return 0;
+}
+
+static void on_uv_async(uv_async_t *h)
+{
+    env_uv_t *u = h->data;
+    post_item_t batch[ENV_UV_POST_BATCH];
+    uint32_t n = 0;
+    bool more;
+    pthread_mutex_lock(&u->post_mu);
+    while (n < ENV_UV_POST_BATCH && u->post_count > 0) {
+        batch[n++] = u->post_q[u->post_head];
+        u->post_head = (u->post_head + 1) % ENV_UV_POST_CAP;
+        u->post_count--;
+    }
+    more = u->post_count > 0;
+    pthread_mutex_unlock(&u->post_mu);
+    for (uint32_t i = 0; i < n; i++) {
+        batch[i].cb(batch[i].arg);
+        if (u->freeing)
+            return;
+    }
+    if (more)
+        uv_async_send(&u->async); /* bounded work per turn: continue on the next one */
+}
+
+static int op_post(env_t *env, env_cb cb, void *arg)
+{
+    env_uv_t *u = to_uv(env);
+    KVM_ASSERT(cb != NULL);
+    int rc = 0;
+    pthread_mutex_lock(&u->post_mu);
+    if (u->post_closed) {
+        rc = KVMESH_ECLOSED;
+    } else if (u->post_count >= ENV_UV_POST_CAP) {
+        rc = KVMESH_EAGAIN;
+    } else {
+        u->post_q[(u->post_head + u->post_count) % ENV_UV_POST_CAP] = (post_item_t){cb, arg};
+        u->post_count++;
+        /* sent under the lock: env_uv_free() closes the handle only after taking post_mu */
+        uv_async_send(&u->async);
+    }
+    pthread_mutex_unlock(&u->post_mu);
+    return rc;
+}
+
+static int op_send(env_t *env, env_node_t to, uint32_t type, const void *data, size_t len)
+{
+    env_uv_t *u = to_uv(env);
+    if (!u->sender)
+        return KVMESH_EUNAVAILABLE;
+    return u->sender(u->sender_ctx, to, type, data, len);
+}
+
+static void op_set_recv(env_t *env, env_recv_fn fn, void *ctx)
+{
+    env_uv_t *u = to_uv(env);
+    u->recv = fn;
+    u->recv_ctx = ctx;
+}
+
+static env_node_t op_self(env_t *env)
+{
+    return to_uv(env)->self;
+}
+
+static void *op_uv_loop(env_t *env)
+{
+    return to_uv(env)->loop;
+}
+
+static const struct env_ops env_uv_ops = {
+    .now_ns = op_now_ns,
+    .wall_ms = op_wall_ms,
+    .rand_u64 = op_rand_u64,
+    .timer_start = op_timer_start,
+    .timer_cancel = op_timer_cancel,
+    .defer = op_defer,
+    .post = op_post,
+    .send = op_send,
+    .set_recv = op_set_recv,
+    .self = op_self,
+    .uv_loop = op_uv_loop,
+};
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+static void release(env_uv_t *u)
+{
+    pthread_mutex_destroy(&u->post_mu);
+    free(u->post_q);
+    free(u);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    env_uv_t *u = h->data;
+    if (--u->open_handles == 0 && u->freeing)
+        release(u);
+}
+
+int env_uv_new(env_t **out, uv_loop_t *loop, env_node_t self)
+{
+    KVM_ASSERT(out != NULL && loop != NULL);
+    *out = NULL;
+    env_uv_t *u = calloc(1, sizeof(*u));
+    if (!u)
+        return KVMESH_ENOMEM;
+    u->post_q = calloc(ENV_UV_POST_CAP, sizeof(*u->post_q));
+    if (!u->post_q) {
+        free(u);
+        return KVMESH_ENOMEM;
+    }
+    if (pthread_mutex_init(&u->post_mu, NULL) != 0) {
+        free(u->post_q);
+        free(u);
+        return KVMESH_ENOMEM;
+    }
+    u->env.ops = &env_uv_ops;
+    u->env.impl = u;
+    u->loop = loop;
+    u->self = self;
+    u->next_timer_id = 1;
+    RB_INIT(&u->by_deadline);
+    RB_INIT(&u->by_id);
+    rng_seed(u, seed_from_os());
+
+    /* uv_timer_init and uv_idle_init cannot fail; uv_async_init can (eventfd) */
+    uv_timer_init(loop, &u->timer);
+    u->timer.data = u;
+    u->open_handles++;
+    uv_idle_init(loop, &u->idle);
+    u->idle.data = u;
+    u->open_handles++;
+    int rc = uv_async_init(loop, &u->async, on_uv_async);
+    if (rc != 0) {
+        u->freeing = true;
+        uv_close((uv_handle_t *)&u->timer, on_handle_closed);
+        uv_close((uv_handle_t *)&u->idle, on_handle_closed);
+        /* the memory is released by the close callbacks on the next loop turn */
+        return kvm_errf(KVMESH_EIO, "uv_async_init failed: %s; check the fd limit",
+                        uv_strerror(rc));
+    }
+    u->async.data = u;
+    uv_unref((uv_handle_t *)&u->async);
+    u->open_handles++;
+    *out = &u->env;
+    return 0;
+}
+
+void env_uv_free(env_t *env)
+{
+    if (!env)
+        return;
+    env_uv_t *u = to_uv(env);
+    KVM_ASSERT(!u->freeing);
+    u->freeing = true;
+    uvtimer_t *t;
+    while ((t = RB_MIN(deadline_tree, &u->by_deadline)) != NULL) {
+        timer_unlink(u, t);
+        free(t);
+    }
+    defer_item_t *it = u->defer_head;
+    while (it) {
+        defer_item_t *next = it->next;
+        free(it);
+        it = next;
+    }
+    u->defer_head = u->defer_tail = NULL;
+    u->n_defer = 0;
+    pthread_mutex_lock(&u->post_mu);
+    u->post_closed = true;
+    u->post_count = 0;
+    pthread_mutex_unlock(&u->post_mu);
+    uv_close((uv_handle_t *)&u->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&u->idle, on_handle_closed);
+    uv_close((uv_handle_t *)&u->async, on_handle_closed);
+}
+
+void env_uv_set_sender(env_t *env, env_uv_sender_fn fn, void *ctx)
+{
+    env_uv_t *u = to_uv(env);
+    u->sender = fn;
+    u->sender_ctx = ctx;
+}
+
+int env_uv_deliver(env_t *env, const env_msg_t *msg)
+{
+    env_uv_t *u = to_uv(env);
+    KVM_ASSERT(msg != NULL);
+    if (!u->recv)
+        return KVMESH_EUNAVAILABLE;
+    u->recv(u->recv_ctx, msg);
+    return 0;
+}
+
+void env_uv_seed(env_t *env, uint64_t seed)
+{
+    rng_seed(to_uv(env), seed);
+}
+
+size_t env_uv_timer_count(env_t *env)
+{
+    return to_uv(env)->n_timers;
+}
+
+/* ---- private loop thread -------------------------------------------------------------------- */
+
+/*
+ * Thread states:
+ *
+ *   RUNNING --env_uv_thread_stop()--> STOPPING --loop returned, joined--> (freed)
+ *
+ * stop_async is referenced, so the loop stays alive while RUNNING; on_stop (loop thread) frees
+ * the env and closes stop_async, after which uv_run() returns once user handles are closed.
+ */
+struct env_uv_thread {
+    uv_loop_t loop;
+    env_t *env;
+    uv_thread_t tid;      /* as returned by uv_thread_create (for join) */
+    uv_thread_t loop_tid; /* written by the loop thread before `started` is posted */
+    uv_sem_t started;
+    uv_async_t stop_async;
+    pthread_mutex_t mu; /* guards stopping */
+    bool stopping;
+};
+
+static void thread_main(void *arg)
+{
+    env_uv_thread_t *t = arg;
+    t->loop_tid = uv_thread_self();
+    uv_sem_post(&t->started);
+    uv_run(&t->loop, UV_RUN_DEFAULT);
+}
+
+static void on_stop(uv_async_t *h)
+{
+    env_uv_thread_t *t = h->data;
+    env_uv_free(t->env);
+    uv_close((uv_handle_t *)&t->stop_async, NULL);
+}
+
+int env_uv_thread_start(env_uv_thread_t **out, env_node_t self)
+{
+    KVM_ASSERT(out != NULL);
+    *out = NULL;
+    env_uv_thread_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return KVMESH_ENOMEM;
+    int rc = uv_loop_init(&t->loop);
+    if (rc != 0) {
+        free(t);
+        return kvm_errf(KVMESH_EIO, "uv_loop_init failed: %s", uv_strerror(rc));
+    }
+    rc = env_uv_new(&t->env, &t->loop, self);
+    if (rc != 0)
+        goto fail_loop;
+    rc = uv_async_init(&t->loop, &t->stop_async, on_stop);
+    if (rc != 0) {
+        env_uv_free(t->env);
+        rc = kvm_errf(KVMESH_EIO, "uv_async_init failed: %s", uv_strerror(rc));
+        goto fail_loop;
+    }
+    t->stop_async.data = t;
+    pthread_mutex_init(&t->mu, NULL);
+    if (uv_sem_init(&t->started, 0) != 0) {
+        pthread_mutex_destroy(&t->mu);
+        env_uv_free(t->env);
+        uv_close((uv_handle_t *)&t->stop_async, NULL);
+        rc = kvm_errf(KVMESH_EIO, "uv_sem_init failed");
+        goto fail_loop;
+    }
+    rc = uv_thread_create(&t->tid, thread_main, t);
+    if (rc != 0) {
+        uv_sem_destroy(&t->started);
+        pthread_mutex_destroy(&t->mu);
+        env_uv_free(t->env);
+        uv_close((uv_handle_t *)&t->stop_async, NULL);
+        rc = kvm_errf(KVMESH_EIO, "uv_thread_create failed: %s", uv_strerror(rc));
+        goto fail_loop;
+    }
+    uv_sem_wait(&t->started);
+    *out = t;
+    return 0;
+fail_loop:
+    uv_run(&t->loop, UV_RUN_DEFAULT); /* runs pending close callbacks */
+    uv_loop_close(&t->loop);
+    free(t);
+    return rc;
+}
+
+void env_uv_thread_stop(env_uv_thread_t *t)
+{
+    if (!t)
+        return;
+    KVM_ASSERT(!env_uv_thread_is_current(t));
+    pthread_mutex_lock(&t->mu);
+    KVM_ASSERT(!t->stopping);
+    t->stopping = true;
+    pthread_mutex_unlock(&t->mu);
+    uv_async_send(&t->stop_async);
+    uv_thread_join(&t->tid);
+    int rc = uv_loop_close(&t->loop);
+    KVM_ASSERT(rc == 0); /* a handle left open on the loop is a programmer error */
+    uv_sem_destroy(&t->started);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+env_t *env_uv_thread_env(env_uv_thread_t *t)
+{
+    return t->env;
+}
+
+bool env_uv_thread_is_current(env_uv_thread_t *t)
+{
+    uv_thread_t self = uv_thread_self();
+    return uv_thread_equal(&self, &t->loop_tid) != 0;
+}
+
+typedef struct thread_call {
+    env_cb cb;
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+} thread_call_t;
+
+static void thread_call_tramp(void *arg)
+{
+    thread_call_t *c = arg;
+    c->cb(c->arg);
+    pthread_mutex_lock(&c->mu);
+    c->done = true;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+int env_uv_thread_call(env_uv_thread_t *t, env_cb cb, void *arg)
+{
+    KVM_ASSERT(t != NULL && cb != NULL);
+    if (env_uv_thread_is_current(t)) {
+        cb(arg);
+        return 0;
+    }
+    pthread_mutex_lock(&t->mu);
+    bool stopping = t->stopping;
+    pthread_mutex_unlock(&t->mu);
+    if (stopping)
+        return KVMESH_ECLOSED;
+    thread_call_t c = {.cb = cb, .arg = arg};
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    int rc;
+    for (int tries = 0;; tries++) {
+        rc = env_post(t->env, thread_call_tramp, &c);
+        if (rc != KVMESH_EAGAIN || tries >= 1000)
+            break;
+        uv_sleep(1);
+    }
+    if (rc == 0) {
+        pthread_mutex_lock(&c.mu);
+        while (!c.done)
+            pthread_cond_wait(&c.cv, &c.mu);
+        pthread_mutex_unlock(&c.mu);
+    }
+    pthread_cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.mu);
+    return rc;
+}
