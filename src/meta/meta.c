@@ -47,7 +47,7 @@ static const struct meta_scheme {
     {"rediss", NULL,
      "TLS not available in this build (hiredis is built without TLS); use redis:// on a trusted "
      "network or a local TLS tunnel (e.g. stunnel)"},
-    /* {"redis", &meta_redis_ops, NULL}, -- added by the Redis backend */
+    {"redis", &meta_redis_ops, NULL},
     /* {"etcd", &meta_etcd_ops, NULL},   -- added by the etcd backend */
 };
 

@@ -34,8 +34,12 @@
     "local function lsk(id) return P .. 'lk:' .. id end\n" \
     "local T = redis.call('TIME')\n" \
     "local NOW = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)\n" \
-    "local function cur_rev() return tonumber(redis.call('GET', REV) or '0') end\n" \
-    "local function bump() return redis.call('INCR', REV) end\n" \
+    "-- Like etcd, an empty store is at revision 1; the first change makes it 2.\n" \
+    "local function cur_rev() return tonumber(redis.call('GET', REV) or '1') end\n" \
+    "local function bump()\n" \
+    "  redis.call('SET', REV, 1, 'NX')\n" \
+    "  return redis.call('INCR', REV)\n" \
+    "end\n" \
     "local function unindex(k)\n" \
     "  redis.call('DEL', kk(k))\n" \
     "  redis.call('ZREM', KSET, k)\n" \
