@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * meta_redis.c — Redis-specific integration tests of the redis:// metadata backend, against real
+ * redis-server processes on free loopback ports (tests/support/testsrv). The backend-independent
+ * semantics are covered by the conformance suite (meta_conformance redis); these tests cover what
+ * only the Redis backend has:
+ *   - NOSCRIPT reload: SCRIPT FLUSH between calls, the next calls still succeed;
+ *   - ACL user/password: a good user works; a bad password or a missing one fails with
+ *     KVMESH_EAUTH and a message naming the user and the server;
+ *   - the lease reaper removes an expired lease's keys from Redis (checked with a raw client)
+ *     without any kvmesh call touching them, and advances the revision;
+ *   - reconnect after a restart: calls during the outage fail with KVMESH_ECONN naming
+ *     host:port, calls after it succeed on the same handle, data (AOF) is still there;
+ *   - an unreachable server: KVMESH_ECONN naming host:port;
+ *   - the URL's /db and ?ns= place the data (raw client check) and namespaces are isolated.
+ * Every wait is bounded (deadline loops of a few seconds).
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "kvmesh.h"
+#include "meta/meta.h"
+#include "testsrv.h"
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void nap_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000u, (long)(ms % 1000u) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static testsrv_t *start_redis(const char *conf)
+{
+    testsrv_t *s = NULL;
+    int rc = testsrv_start_redis(&s, conf);
+    if (rc)
+        print_error("testsrv_start_redis: %s (%s)\n", kvmesh_strerror(rc), kvmesh_last_error());
+    assert_int_equal(rc, 0);
+    return s;
+}
+
+static meta_sync_t *open_url(const char *url)
+{
+    meta_sync_t *s = NULL;
+    meta_opts_t o = {.default_timeout_ms = 3000, .name = "itest"};
+    int rc = meta_sync_open(&s, url, &o);
+    if (rc)
+        print_error("meta_sync_open(%s): %s\n", url, kvmesh_last_error());
+    assert_int_equal(rc, 0);
+    return s;
+}
+
+/* Raw client (for checks and for SCRIPT FLUSH); authenticates when user is set. */
+static redisContext *raw(const testsrv_t *srv, const char *user, const char *pass)
+{
+    redisContext *c = redisConnect("127.0.0.1", testsrv_port(srv));
+    assert_non_null(c);
+    assert_int_equal(c->err, 0);
+    if (user) {
+        redisReply *r = redisCommand(c, "AUTH %s %s", user, pass);
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+    return c;
+}
+
+static long long raw_int(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    assert_non_null(r);
+    long long v = -1;
+    if (r->type == REDIS_REPLY_INTEGER)
+        v = r->integer;
+    else if (r->type == REDIS_REPLY_STRING)
+        v = atoll(r->str);
+    else if (r->type == REDIS_REPLY_NIL)
+        v = 0;
+    else
+        print_error("unexpected raw reply type %d (%s)\n", r->type,
+                    r->type == REDIS_REPLY_ERROR ? r->str : "");
+    freeReplyObject(r);
+    return v;
+}
+
+static int put(meta_sync_t *s, const char *key, const char *val, meta_lease_t lease,
+               meta_result_t **out)
+{
+    meta_op_t op = {.type = META_OP_PUT,
+                    .key = key,
+                    .value = (const uint8_t *)val,
+                    .value_len = strlen(val),
+                    .lease = lease};
+    return meta_sync_txn(s, NULL, 0, &op, 1, NULL, 0, out);
+}
+
+static void put_ok(meta_sync_t *s, const char *key, const char *val, meta_lease_t lease)
+{
+    meta_result_t *r = NULL;
+    int rc = put(s, key, val, lease, &r);
+    if (rc)
+        print_error("put %s: %s\n", key, r ? r->errmsg : "?");
+    assert_int_equal(rc, 0);
+    assert_true(r->succeeded);
+    meta_result_free(r);
+}
+
+static void check_value(meta_sync_t *s, const char *key, const char *val)
+{
+    meta_result_t *r = NULL;
+    int rc = meta_sync_get(s, key, &r);
+    if (rc)
+        print_error("get %s: %s\n", key, r ? r->errmsg : "?");
+    assert_int_equal(rc, 0);
+    if (val) {
+        assert_true(r->kv.found);
+        assert_int_equal(r->kv.value_len, strlen(val));
+        assert_memory_equal(r->kv.value, val, strlen(val));
+    } else {
+        assert_false(r->kv.found);
+    }
+    meta_result_free(r);
+}
+
+/* SCRIPT FLUSH between calls: the backend gets NOSCRIPT, reloads and retries transparently. */
+static void test_noscript_reload(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis(NULL);
+    meta_sync_t *s = open_url(testsrv_url(srv));
+    redisContext *c = raw(srv, NULL, NULL);
+    put_ok(s, "a", "1", 0);
+    for (int round = 0; round < 3; round++) {
+        redisReply *r = redisCommand(c, "SCRIPT FLUSH");
+        assert_non_null(r);
+        freeReplyObject(r);
+        /* a read, a write and a lease call, each first hitting NOSCRIPT */
+        check_value(s, "a", "1");
+        char v[8];
+        snprintf(v, sizeof(v), "v%d", round);
+        put_ok(s, "b", v, 0);
+        check_value(s, "b", v);
+        redisReply *f = redisCommand(c, "SCRIPT FLUSH");
+        freeReplyObject(f);
+        meta_result_t *g = NULL;
+        assert_int_equal(meta_sync_lease_grant(s, 5000, &g), 0);
+        assert_true(g->lease > 0);
+        meta_result_free(g);
+    }
+    /* the calls above really met NOSCRIPT (6 times: get, put and grant after each flush of 3
+     * rounds) and recovered from it */
+    redisReply *es = redisCommand(c, "INFO errorstats");
+    assert_non_null(es);
+    const char *ns = strstr(es->str, "errorstat_NOSCRIPT:count=");
+    if (!ns || atoi(ns + strlen("errorstat_NOSCRIPT:count=")) < 6) {
+        print_error("INFO errorstats: %s\n", es->str);
+        fail();
+    }
+    freeReplyObject(es);
+    /* the scripts are back in the cache after the reload (SCRIPT LOAD, then EVALSHA) */
+    redisReply *info = redisCommand(c, "INFO memory");
+    assert_non_null(info);
+    assert_non_null(strstr(info->str, "number_of_cached_scripts:"));
+    assert_null(strstr(info->str, "number_of_cached_scripts:0\r"));
+    freeReplyObject(info);
+    redisFree(c);
+    meta_sync_close(s);
+    testsrv_stop(srv);
+}
+
+static void test_acl(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis("user alice on >s3cret ~* &* +@all\nuser default off\n");
+    uint16_t port = testsrv_port(srv);
+    char url[256];
+
+    /* good user/password */
+    snprintf(url, sizeof(url), "redis://alice:s3cret@127.0.0.1:%u", port);
+    meta_sync_t *s = open_url(url);
+    put_ok(s, "k", "v", 0);
+    check_value(s, "k", "v");
+    meta_sync_close(s);
+
+    /* wrong password: EAUTH naming the user and the server */
+    snprintf(url, sizeof(url), "redis://alice:wrong@127.0.0.1:%u", port);
+    s = open_url(url);
+    meta_result_t *r = NULL;
+    assert_int_equal(meta_sync_get(s, "k", &r), KVMESH_EAUTH);
+    char where[64];
+    snprintf(where, sizeof(where), "127.0.0.1:%u", port);
+    if (!strstr(r->errmsg, "authentication failed for user 'alice'") || !strstr(r->errmsg, where)) {
+        print_error("message: %s\n", r->errmsg);
+        fail();
+    }
+    meta_result_free(r);
+    meta_sync_close(s);
+
+    /* unknown user */
+    snprintf(url, sizeof(url), "redis://mallory:s3cret@127.0.0.1:%u", port);
+    s = open_url(url);
+    assert_int_equal(meta_sync_get(s, "k", &r), KVMESH_EAUTH);
+    assert_non_null(strstr(r->errmsg, "user 'mallory'"));
+    meta_result_free(r);
+    meta_sync_close(s);
+
+    /* no credentials while the default user is off */
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
+    s = open_url(url);
+    assert_int_equal(meta_sync_get(s, "k", &r), KVMESH_EAUTH);
+    assert_non_null(strstr(r->errmsg, where));
+    assert_non_null(strstr(r->errmsg, "user:password@"));
+    meta_result_free(r);
+    meta_sync_close(s);
+    testsrv_stop(srv);
+}
+
+/* An expired lease's keys vanish from Redis without any client reading them. */
+static void test_reaper(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis(NULL);
+    meta_sync_t *s = open_url(testsrv_url(srv));
+    redisContext *c = raw(srv, NULL, NULL);
+    meta_result_t *g = NULL;
+    assert_int_equal(meta_sync_lease_grant(s, 1000, &g), 0);
+    meta_lease_t lease = g->lease;
+    meta_result_free(g);
+    put_ok(s, "eph/1", "x", lease);
+    put_ok(s, "eph/2", "y", lease);
+    put_ok(s, "keep", "z", 0);
+    long long rev0 = raw_int(c, "GET kvm:{kvmesh}:rev");
+    assert_int_equal(raw_int(c, "EXISTS kvm:{kvmesh}:k:eph/1"), 1);
+    assert_int_equal(raw_int(c, "ZCARD kvm:{kvmesh}:keys"), 3);
+    /* no kvmesh call from here on: only the handle's background reaper runs */
+    uint64_t deadline = now_ms() + 6000;
+    while (raw_int(c, "EXISTS kvm:{kvmesh}:k:eph/1 kvm:{kvmesh}:k:eph/2") != 0 &&
+           now_ms() < deadline)
+        nap_ms(50);
+    assert_int_equal(raw_int(c, "EXISTS kvm:{kvmesh}:k:eph/1 kvm:{kvmesh}:k:eph/2"), 0);
+    assert_int_equal(raw_int(c, "ZCARD kvm:{kvmesh}:keys"), 1);
+    assert_int_equal(raw_int(c, "ZCARD kvm:{kvmesh}:ldl"), 0);
+    assert_int_equal(raw_int(c, "EXISTS kvm:{kvmesh}:l:%lld kvm:{kvmesh}:lk:%lld", (long long)lease,
+                             (long long)lease),
+                     0);
+    /* both keys went in one step: exactly one revision */
+    assert_int_equal(raw_int(c, "GET kvm:{kvmesh}:rev"), rev0 + 1);
+    check_value(s, "keep", "z");
+    meta_result_t *r = NULL;
+    assert_int_equal(meta_sync_lease_keepalive(s, lease, &r), KVMESH_ENOENT);
+    meta_result_free(r);
+    redisFree(c);
+    meta_sync_close(s);
+    testsrv_stop(srv);
+}
+
+/* Restart the server under an open handle: calls fail with ECONN while it is down and succeed
+ * after it is back, on the same handle; AOF keeps the data. */
+static void test_reconnect_after_restart(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis("appendonly yes\nappendfsync always\n");
+    meta_sync_t *s = open_url(testsrv_url(srv));
+    put_ok(s, "persist", "before", 0);
+    char where[64];
+    snprintf(where, sizeof(where), "127.0.0.1:%u", testsrv_port(srv));
+
+    assert_int_equal(testsrv_kill(srv, SIGKILL), 0);
+    meta_result_t *r = NULL;
+    int rc = meta_sync_get(s, "persist", &r);
+    assert_int_equal(rc, KVMESH_ECONN);
+    if (!strstr(r->errmsg, where)) {
+        print_error("message: %s\n", r->errmsg);
+        fail();
+    }
+    meta_result_free(r);
+
+    assert_int_equal(testsrv_restart(srv), 0);
+    uint64_t deadline = now_ms() + 10000;
+    do {
+        r = NULL;
+        rc = meta_sync_get(s, "persist", &r);
+        if (rc == 0)
+            break;
+        assert_true(rc == KVMESH_ECONN || rc == KVMESH_ETIMEDOUT);
+        meta_result_free(r);
+        nap_ms(50);
+    } while (now_ms() < deadline);
+    assert_int_equal(rc, 0);
+    assert_true(r->kv.found);
+    assert_memory_equal(r->kv.value, "before", 6);
+    meta_result_free(r);
+    put_ok(s, "persist", "after", 0);
+    check_value(s, "persist", "after");
+    meta_sync_close(s);
+    testsrv_stop(srv);
+}
+
+static void test_unreachable(void **state)
+{
+    (void)state;
+    uint16_t port = testsrv_free_port();
+    assert_true(port != 0);
+    char url[64], where[64];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
+    snprintf(where, sizeof(where), "127.0.0.1:%u", port);
+    meta_sync_t *s = open_url(url);
+    meta_result_t *r = NULL;
+    uint64_t t0 = now_ms();
+    assert_int_equal(meta_sync_get(s, "k", &r), KVMESH_ECONN);
+    if (!strstr(r->errmsg, where)) {
+        print_error("message: %s\n", r->errmsg);
+        fail();
+    }
+    meta_result_free(r);
+    assert_int_equal(meta_sync_lease_grant(s, 2000, &r), KVMESH_ECONN);
+    meta_result_free(r);
+    /* refused connections are reported at once, not at the deadline */
+    assert_true(now_ms() - t0 < 2900);
+    meta_sync_close(s);
+}
+
+static void test_db_and_namespace(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis(NULL);
+    char url[128];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%u/3?ns=teamA", testsrv_port(srv));
+    meta_sync_t *a = open_url(url);
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%u/3?ns=teamB", testsrv_port(srv));
+    meta_sync_t *b = open_url(url);
+    put_ok(a, "shared/name", "from-a", 0);
+    check_value(b, "shared/name", NULL);
+    put_ok(b, "shared/name", "from-b", 0);
+    check_value(a, "shared/name", "from-a");
+    redisContext *c = raw(srv, NULL, NULL);
+    assert_int_equal(raw_int(c, "DBSIZE"), 0); /* nothing in db 0 */
+    redisReply *sel = redisCommand(c, "SELECT 3");
+    freeReplyObject(sel);
+    assert_int_equal(raw_int(c, "EXISTS kvm:{teamA}:k:shared/name kvm:{teamB}:k:shared/name"), 2);
+    redisFree(c);
+    meta_sync_close(a);
+    meta_sync_close(b);
+    testsrv_stop(srv);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_noscript_reload), cmocka_unit_test(test_acl),
+        cmocka_unit_test(test_reaper),          cmocka_unit_test(test_reconnect_after_restart),
+        cmocka_unit_test(test_unreachable),     cmocka_unit_test(test_db_and_namespace),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
