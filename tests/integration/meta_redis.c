@@ -12,7 +12,9 @@
  *   - reconnect after a restart: calls during the outage fail with KVMESH_ECONN naming
  *     host:port, calls after it succeed on the same handle, data (AOF) is still there;
  *   - an unreachable server: KVMESH_ECONN naming host:port;
- *   - the URL's /db and ?ns= place the data (raw client check) and namespaces are isolated.
+ *   - the URL's /db and ?ns= place the data (raw client check) and namespaces are isolated;
+ *   - a seeded random differential run against the memory backend: every txn/range/get/lease
+ *     result (values, revisions, versions, pages, more, errors) must be identical.
  * Every wait is bounded (deadline loops of a few seconds).
  */
 #include <setjmp.h>
@@ -29,6 +31,7 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
+#include "core/util.h"
 #include "kvmesh.h"
 #include "meta/meta.h"
 #include "testsrv.h"
@@ -364,12 +367,174 @@ static void test_db_and_namespace(void **state)
     testsrv_stop(srv);
 }
 
+/* ---- differential test against the memory backend ------------------------------------------ */
+
+static uint64_t rng_next(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static void same_kv(const meta_kv_t *a, const meta_kv_t *b, const char *what, int step)
+{
+    if (a->found != b->found || a->create_rev != b->create_rev || a->mod_rev != b->mod_rev ||
+        a->version != b->version || a->lease != b->lease || a->value_len != b->value_len ||
+        (a->value_len && memcmp(a->value, b->value, a->value_len) != 0) ||
+        (a->found && strcmp(a->key, b->key) != 0)) {
+        print_error("step %d %s: memory {found %d key %s c %lld m %lld ver %lld lease %lld} vs "
+                    "redis {found %d key %s c %lld m %lld ver %lld lease %lld}\n",
+                    step, what, a->found, a->found ? a->key : "-", (long long)a->create_rev,
+                    (long long)a->mod_rev, (long long)a->version, (long long)a->lease, b->found,
+                    b->found ? b->key : "-", (long long)b->create_rev, (long long)b->mod_rev,
+                    (long long)b->version, (long long)b->lease);
+        fail();
+    }
+}
+
+static void same_result(int rca, const meta_result_t *a, int rcb, const meta_result_t *b,
+                        const char *what, int step)
+{
+    if (rca != rcb || (rca == 0 && a->rev != b->rev)) {
+        print_error("step %d %s: memory rc %d rev %lld (%s) vs redis rc %d rev %lld (%s)\n", step,
+                    what, rca, (long long)a->rev, a->errmsg, rcb, (long long)b->rev, b->errmsg);
+        fail();
+    }
+    if (rca)
+        return;
+    same_kv(&a->kv, &b->kv, what, step);
+    assert_int_equal(a->n_kvs, b->n_kvs);
+    assert_int_equal(a->more, b->more);
+    for (size_t i = 0; i < a->n_kvs; i++)
+        same_kv(&a->kvs[i], &b->kvs[i], what, step);
+    assert_int_equal(a->succeeded, b->succeeded);
+    assert_int_equal(a->n_deleted, b->n_deleted);
+    assert_int_equal(a->n_ops, b->n_ops);
+    for (size_t i = 0; i < a->n_ops; i++)
+        same_kv(&a->ops[i], &b->ops[i], what, step);
+    assert_int_equal(a->lease, b->lease);
+}
+
+/* A seeded random mix of txns (compares on every target, put/del/get, leases), ranges with
+ * prefixes, start_after and small limits, and lease grant/revoke/keepalive, run on memory:// and
+ * on redis://; every result must be identical (values, revisions, versions, pages, more). */
+static void test_matches_memory_backend(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis(NULL);
+    meta_sync_t *r = open_url(testsrv_url(srv));
+    meta_sync_t *m = open_url("memory://itest_meta_redis_diff");
+    static const char *const keys[] = {"a",          "a/1", "a/2", "a/10", "ab",   "b",
+                                       "b/\xc3\xa9", "b/z", "c",   "\x7f", "\xff", "\xff\xff"};
+    static const char *const prefixes[] = {"", "a", "a/", "b/", "c", "\xff", "zz"};
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    meta_lease_t leases[8];
+    size_t n_leases = 0;
+    const int steps = (int)testsrv_env_ms("KVMESH_META_REDIS_DIFF_STEPS", 600);
+    for (int step = 0; step < steps; step++) {
+        meta_result_t *ra = NULL, *rb = NULL;
+        int rca, rcb;
+        uint64_t x = rng_next(&seed);
+        unsigned kind = (unsigned)(x % 10);
+        if (kind < 6) {
+            meta_cmp_t cmps[3];
+            meta_op_t then_ops[3], else_ops[2];
+            char vals[5][8];
+            size_t nc = rng_next(&seed) % 3, nt = 1 + rng_next(&seed) % 3, ne = rng_next(&seed) % 3;
+            for (size_t i = 0; i < nc; i++) {
+                meta_cmp_t *c = &cmps[i];
+                memset(c, 0, sizeof(*c));
+                c->key = keys[rng_next(&seed) % KVM_ARRAY_SIZE(keys)];
+                c->target = (enum meta_cmp_target)(rng_next(&seed) % 6);
+                c->op = (enum meta_cmp_op)(rng_next(&seed) % 4);
+                c->num = (int64_t)(rng_next(&seed) % 8);
+                if (c->target == META_CMP_EXISTS) {
+                    c->op = META_EQ;
+                    c->num = (int64_t)(rng_next(&seed) % 2);
+                } else if (c->target == META_CMP_VALUE) {
+                    c->op = rng_next(&seed) % 2 ? META_EQ : META_NE;
+                    snprintf(vals[i], sizeof(vals[i]), "v%u", (unsigned)(rng_next(&seed) % 4));
+                    c->value = (const uint8_t *)vals[i];
+                    c->value_len = strlen(vals[i]);
+                } else if (c->target == META_CMP_LEASE) {
+                    c->num = n_leases ? leases[rng_next(&seed) % n_leases] : 0;
+                }
+            }
+            for (size_t br = 0; br < 2; br++) {
+                meta_op_t *ops = br ? else_ops : then_ops;
+                size_t n = br ? ne : nt;
+                for (size_t i = 0; i < n; i++) {
+                    meta_op_t *o = &ops[i];
+                    memset(o, 0, sizeof(*o));
+                    o->key = keys[rng_next(&seed) % KVM_ARRAY_SIZE(keys)];
+                    unsigned t = (unsigned)(rng_next(&seed) % 5);
+                    o->type = t < 3 ? META_OP_PUT : t == 3 ? META_OP_DEL : META_OP_GET;
+                    if (o->type == META_OP_PUT) {
+                        char *v = vals[2 + (br ? 0 : i % 3)];
+                        snprintf(v, 8, "v%u", (unsigned)(rng_next(&seed) % 4));
+                        o->value = (const uint8_t *)v;
+                        o->value_len = strlen(v) - (rng_next(&seed) % 7 == 0 ? strlen(v) : 0);
+                        if (n_leases && rng_next(&seed) % 4 == 0)
+                            o->lease = leases[rng_next(&seed) % n_leases];
+                    }
+                }
+            }
+            rca = meta_sync_txn(m, cmps, nc, then_ops, nt, else_ops, ne, &ra);
+            rcb = meta_sync_txn(r, cmps, nc, then_ops, nt, else_ops, ne, &rb);
+            same_result(rca, ra, rcb, rb, "txn", step);
+        } else if (kind < 8) {
+            const char *pfx = prefixes[rng_next(&seed) % KVM_ARRAY_SIZE(prefixes)];
+            const char *after =
+                rng_next(&seed) % 2 ? keys[rng_next(&seed) % KVM_ARRAY_SIZE(keys)] : NULL;
+            uint32_t limit = 1 + (uint32_t)(rng_next(&seed) % 4);
+            rca = meta_sync_range(m, pfx, after, limit, &ra);
+            rcb = meta_sync_range(r, pfx, after, limit, &rb);
+            same_result(rca, ra, rcb, rb, "range", step);
+        } else if (kind == 8) {
+            const char *k = keys[rng_next(&seed) % KVM_ARRAY_SIZE(keys)];
+            rca = meta_sync_get(m, k, &ra);
+            rcb = meta_sync_get(r, k, &rb);
+            same_result(rca, ra, rcb, rb, "get", step);
+        } else {
+            unsigned w = (unsigned)(rng_next(&seed) % 3);
+            if (w == 0 || n_leases == 0) {
+                rca = meta_sync_lease_grant(m, 60000, &ra);
+                rcb = meta_sync_lease_grant(r, 60000, &rb);
+                same_result(rca, ra, rcb, rb, "grant", step);
+                if (rca == 0 && n_leases < KVM_ARRAY_SIZE(leases))
+                    leases[n_leases++] = ra->lease;
+            } else {
+                meta_lease_t l = leases[rng_next(&seed) % n_leases];
+                if (w == 1) {
+                    rca = meta_sync_lease_revoke(m, l, &ra);
+                    rcb = meta_sync_lease_revoke(r, l, &rb);
+                    same_result(rca, ra, rcb, rb, "revoke", step);
+                } else {
+                    rca = meta_sync_lease_keepalive(m, l, &ra);
+                    rcb = meta_sync_lease_keepalive(r, l, &rb);
+                    same_result(rca, ra, rcb, rb, "keepalive", step);
+                }
+            }
+        }
+        meta_result_free(ra);
+        meta_result_free(rb);
+    }
+    meta_sync_close(m);
+    meta_sync_close(r);
+    testsrv_stop(srv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_noscript_reload), cmocka_unit_test(test_acl),
-        cmocka_unit_test(test_reaper),          cmocka_unit_test(test_reconnect_after_restart),
-        cmocka_unit_test(test_unreachable),     cmocka_unit_test(test_db_and_namespace),
+        cmocka_unit_test(test_noscript_reload),
+        cmocka_unit_test(test_acl),
+        cmocka_unit_test(test_reaper),
+        cmocka_unit_test(test_reconnect_after_restart),
+        cmocka_unit_test(test_unreachable),
+        cmocka_unit_test(test_db_and_namespace),
+        cmocka_unit_test(test_matches_memory_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
