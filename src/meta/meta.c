@@ -47,8 +47,11 @@ static const struct meta_scheme {
     {"rediss", NULL,
      "TLS not available in this build (hiredis is built without TLS); use redis:// on a trusted "
      "network or a local TLS tunnel (e.g. stunnel)"},
+    /* Redis backend: its line goes below this comment (one line). */
     {"redis", &meta_redis_ops, NULL},
-    /* {"etcd", &meta_etcd_ops, NULL},   -- added by the etcd backend */
+    /* ---- */
+    /* etcd backend: its line goes below this comment (one line). */
+    /* {"etcd", &meta_etcd_ops, NULL}, */
 };
 
 /* The call being submitted on this thread (for the "never synchronously" rule). */
