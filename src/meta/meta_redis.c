@@ -529,6 +529,9 @@ static void conn_start(meta_redis_t *b)
         conn_lost(b, false, KVMESH_ECONN, msg);
         return;
     }
+    /* TCP keepalive (hiredis: idle 15 s, then probes) so that a peer that vanished without a
+     * reset is noticed even when no call is in flight; deadlines bound the calls meanwhile. */
+    (void)redisEnableKeepAlive(&ac->c);
     b->ac = ac;
     ac->data = b;
     redisAsyncSetConnectCallback(ac, on_connect);
