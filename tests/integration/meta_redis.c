@@ -7,6 +7,8 @@
  *   - NOSCRIPT reload: SCRIPT FLUSH between calls, the next calls still succeed;
  *   - ACL user/password: a good user works; a bad password or a missing one fails with
  *     KVMESH_EAUTH and a message naming the user and the server;
+ *   - expiry inside the scripts: with no reaper running, the first call that meets a key of an
+ *     expired lease sees it absent and drops the lease's keys in one revision;
  *   - the lease reaper removes an expired lease's keys from Redis (checked with a raw client)
  *     without any kvmesh call touching them, and advances the revision;
  *   - reconnect after a restart: calls during the outage fail with KVMESH_ECONN naming
@@ -277,6 +279,44 @@ static void test_reaper(void **state)
     testsrv_stop(srv);
 }
 
+/* Expiry is enforced inside the scripts: with no reaper running (the only handle that could reap
+ * is closed), a key of an expired lease is still stored in Redis, yet the first call that meets
+ * it treats it as absent and drops the lease with all its keys in one revision. */
+static void test_expiry_inside_scripts(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis(NULL);
+    redisContext *c = raw(srv, NULL, NULL);
+    meta_sync_t *s = open_url(testsrv_url(srv));
+    meta_result_t *g = NULL;
+    assert_int_equal(meta_sync_lease_grant(s, 1000, &g), 0);
+    meta_lease_t lease = g->lease;
+    meta_result_free(g);
+    put_ok(s, "x/1", "a", lease);
+    put_ok(s, "x/2", "b", lease);
+    put_ok(s, "x/3", "c", 0);
+    meta_sync_close(s); /* no reaper from here on */
+    long long rev0 = raw_int(c, "GET kvm:{kvmesh}:rev");
+    nap_ms(1300);
+    /* expired by Redis's clock, still stored */
+    assert_int_equal(raw_int(c, "EXISTS kvm:{kvmesh}:k:x/1 kvm:{kvmesh}:k:x/2"), 2);
+    s = open_url(testsrv_url(srv));
+    meta_result_t *r = NULL;
+    assert_int_equal(meta_sync_range(s, "x/", NULL, 10, &r), 0); /* first call of the handle */
+    assert_int_equal(r->n_kvs, 1);
+    assert_string_equal(r->kvs[0].key, "x/3");
+    assert_false(r->more);
+    assert_int_equal(r->rev, rev0 + 1); /* both keys went in one step */
+    meta_result_free(r);
+    assert_int_equal(raw_int(c, "EXISTS kvm:{kvmesh}:k:x/1 kvm:{kvmesh}:k:x/2"), 0);
+    assert_int_equal(raw_int(c, "ZCARD kvm:{kvmesh}:keys"), 1);
+    assert_int_equal(meta_sync_lease_ttl(s, lease, &r), KVMESH_ENOENT);
+    meta_result_free(r);
+    redisFree(c);
+    meta_sync_close(s);
+    testsrv_stop(srv);
+}
+
 /* Restart the server under an open handle: calls fail with ECONN while it is down and succeed
  * after it is back, on the same handle; AOF keeps the data. */
 static void test_reconnect_after_restart(void **state)
@@ -531,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_noscript_reload),
         cmocka_unit_test(test_acl),
         cmocka_unit_test(test_reaper),
+        cmocka_unit_test(test_expiry_inside_scripts),
         cmocka_unit_test(test_reconnect_after_restart),
         cmocka_unit_test(test_unreachable),
         cmocka_unit_test(test_db_and_namespace),
