@@ -469,8 +469,12 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *priv)
     if (!b)
         return;
     redisReply *r = reply;
-    intptr_t step = (intptr_t)priv; /* -2 AUTH, -1 SELECT, >= 0 SCRIPT LOAD of that script */
-    const char *what = step == -2 ? "AUTH" : step == -1 ? "SELECT" : "SCRIPT LOAD";
+    /* -3 CLIENT SETNAME, -2 AUTH, -1 SELECT, >= 0 SCRIPT LOAD of that script */
+    intptr_t step = (intptr_t)priv;
+    const char *what = step == -3   ? "CLIENT SETNAME"
+                       : step == -2 ? "AUTH"
+                       : step == -1 ? "SELECT"
+                                    : "SCRIPT LOAD";
     if (!r) {
         char msg[META_REDIS_MSG_MAX];
         snprintf(msg, sizeof(msg), "connection to redis at %s:%u lost during %s: %s", b->url.host,
@@ -478,7 +482,7 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *priv)
         conn_lost(b, false, KVMESH_ECONN, msg);
         return;
     }
-    if (r->type == REDIS_REPLY_ERROR) {
+    if (r->type == REDIS_REPLY_ERROR && step != -3) { /* the name is only a courtesy */
         handshake_error(b, what, r->str);
         return;
     }
@@ -550,6 +554,16 @@ static void conn_start(meta_redis_t *b)
         snprintf(db, sizeof(db), "%d", b->url.db);
         const char *a[] = {"SELECT", db};
         bad |= hs_send(b, -1, 2, a);
+    }
+    {
+        /* CLIENT LIST shows "kvmesh" or "kvmesh:NAME" (NAME from meta_opts; no spaces allowed) */
+        char name[80];
+        int n = snprintf(name, sizeof(name), "kvmesh%s%s", b->m->name[0] ? ":" : "", b->m->name);
+        for (int i = 0; i < n && name[i]; i++)
+            if ((unsigned char)name[i] <= 0x20 || (unsigned char)name[i] >= 0x7f)
+                name[i] = '_';
+        const char *a[] = {"CLIENT", "SETNAME", name};
+        bad |= hs_send(b, -3, 3, a);
     }
     for (int i = 0; i < MR_S_COUNT; i++) {
         const char *a[] = {"SCRIPT", "LOAD", mr_script_src[i]};

@@ -182,6 +182,11 @@ static void test_noscript_reload(void **state)
         fail();
     }
     freeReplyObject(es);
+    /* the handle names its connection after meta_opts.name */
+    redisReply *cl = redisCommand(c, "CLIENT LIST");
+    assert_non_null(cl);
+    assert_non_null(strstr(cl->str, "name=kvmesh:itest "));
+    freeReplyObject(cl);
     /* the scripts are back in the cache after the reload (SCRIPT LOAD, then EVALSHA) */
     redisReply *info = redisCommand(c, "INFO memory");
     assert_non_null(info);
