@@ -201,7 +201,9 @@ static void test_noscript_reload(void **state)
 static void test_acl(void **state)
 {
     (void)state;
-    testsrv_t *srv = start_redis("user alice on >s3cret ~* &* +@all\nuser default off\n");
+    testsrv_t *srv = start_redis("user alice on >s3cret ~* &* +@all\n"
+                                 "user bob on >pw ~kvm:* +@all -client\n"
+                                 "user default off\n");
     uint16_t port = testsrv_port(srv);
     char url[256];
 
@@ -210,6 +212,13 @@ static void test_acl(void **state)
     meta_sync_t *s = open_url(url);
     put_ok(s, "k", "v", 0);
     check_value(s, "k", "v");
+    meta_sync_close(s);
+
+    /* a user confined to kvm:* keys and without CLIENT (SETNAME refused, which is ignored) */
+    snprintf(url, sizeof(url), "redis://bob:pw@127.0.0.1:%u?ns=bobs", port);
+    s = open_url(url);
+    put_ok(s, "k", "bob", 0);
+    check_value(s, "k", "bob");
     meta_sync_close(s);
 
     /* wrong password: EAUTH naming the user and the server */
