@@ -217,7 +217,7 @@ static void preload(void)
         redisAppendCommand(rc, "ZADD raw:idx 0 raw:%s", key);
         redisAppendCommand(rc, "HSET raw:h:raw:%s v %s c 1 m 1 ver 1 l 0", key, "value-0123456789");
     }
-    for (long i = 0; i < 3 * BENCH_KEYS; i++) {
+    for (long i = 0; i < 3L * BENCH_KEYS; i++) {
         redisReply *r;
         if (redisGetReply(rc, (void **)&r) != REDIS_OK)
             die("preload", rc->errstr);
@@ -233,8 +233,8 @@ static void preload(void)
 
 int main(int argc, char **argv)
 {
-    g_ops = argc > 1 ? atol(argv[1]) : 20000;
-    int threads = argc > 2 ? atoi(argv[2]) : 4;
+    g_ops = argc > 1 ? strtol(argv[1], NULL, 10) : 20000;
+    int threads = argc > 2 ? (int)strtol(argv[2], NULL, 10) : 4;
     if (g_ops < 100 || threads < 1 || threads > BENCH_THREADS_MAX) {
         fprintf(stderr, "usage: bench_meta_redis [ops_per_case >= 100] [threads 1..%d]\n",
                 BENCH_THREADS_MAX);

@@ -29,8 +29,10 @@
  *   - when the connection is lost, every queued and in-flight call fails with KVMESH_ECONN (or
  *     the handshake's error, e.g. KVMESH_EAUTH) naming host:port; a reconnect follows after an
  *     exponential backoff (META_REDIS_BACKOFF_MIN_MS .. META_REDIS_BACKOFF_MAX_MS, jittered);
- *   - the backend never touches itself after completing a call from a path where the user's
- *     callback may close the handle (calls to fail are moved to a local list first).
+ *   - failing many calls at once needs no memory: the calls are first recorded in a buffer
+ *     preallocated for META_REDIS_PENDING_MAX (the bound on queued + in-flight calls); user
+ *     callbacks that run meanwhile may submit, but never close the backend synchronously (the
+ *     dispatcher defers a meta_close() made inside a callback).
  *
  * Threading: everything runs on the env's loop thread (hiredis callbacks come from the libuv
  * poll handle on that loop, see ev_attach).
@@ -114,8 +116,10 @@ struct meta_redis {
     unsigned attempts;
     env_timer_id t_connect, t_backoff, t_reap;
     bool reap_inflight;
-    mr_list_t queue;    /* waiting for READY */
-    mr_list_t inflight; /* sent on ac */
+    mr_list_t queue;       /* waiting for READY */
+    mr_list_t inflight;    /* sent on ac */
+    meta_call_t **failbuf; /* META_REDIS_PENDING_MAX entries, see detach_all */
+    bool failing;
 };
 
 /* ---- small helpers -------------------------------------------------------------------------- */
@@ -144,6 +148,22 @@ static void list_del(mr_list_t *l, mr_req_t *r)
         l->tail = r->prev;
     r->next = r->prev = NULL;
     l->n--;
+}
+
+/* Removes and returns the first request, or NULL. */
+static mr_req_t *list_pop(mr_list_t *l)
+{
+    mr_req_t *r = l->head;
+    if (!r)
+        return NULL;
+    l->head = r->next;
+    if (l->head)
+        l->head->prev = NULL;
+    else
+        l->tail = NULL;
+    r->next = r->prev = NULL;
+    l->n--;
+    return r;
 }
 
 static void req_free(mr_req_t *r)
@@ -193,53 +213,48 @@ static void sha1_hex(const char *s, char out[41])
     unsigned int n = 0;
     int ok = EVP_Digest(s, strlen(s), md, &n, EVP_sha1(), NULL);
     KVM_ASSERT(ok == 1 && n == 20);
-    for (unsigned i = 0; i < 20; i++)
+    for (size_t i = 0; i < 20; i++)
         snprintf(out + 2 * i, 3, "%02x", md[i]);
 }
 
 /* ---- failing calls safely ------------------------------------------------------------------- */
 
-/* Detaches every queued and in-flight request from b into *out (the calls still to complete).
- * In-flight requests stay allocated until hiredis runs their callback; queued ones are freed
- * here. */
-typedef struct mr_failset {
-    meta_call_t **calls;
-    size_t n;
-} mr_failset_t;
-
-static void detach_all(meta_redis_t *b, mr_failset_t *out)
+/*
+ * Detaches every queued and in-flight request from b and records their calls in b->failbuf
+ * (preallocated for META_REDIS_PENDING_MAX calls, so failing never needs memory). In-flight
+ * requests stay allocated until hiredis runs their callback (which then only frees them);
+ * queued ones are freed here. Returns the number of calls recorded.
+ */
+static size_t detach_all(meta_redis_t *b)
 {
-    size_t total = b->queue.n + b->inflight.n;
-    out->n = 0;
-    out->calls = total ? calloc(total, sizeof(*out->calls)) : NULL;
+    KVM_ASSERT(!b->failing);
+    size_t n = 0;
     mr_req_t *r;
-    while ((r = b->inflight.head)) {
-        list_del(&b->inflight, r);
+    while ((r = list_pop(&b->inflight))) {
+        KVM_ASSERT(n < META_REDIS_PENDING_MAX);
+        b->failbuf[n++] = r->call;
         r->b = NULL;
-        if (out->calls)
-            out->calls[out->n++] = r->call;
-        else
-            meta_call_fail(r->call, KVMESH_ENOMEM, "out of memory while failing calls");
         r->call = NULL;
     }
-    while ((r = b->queue.head)) {
-        list_del(&b->queue, r);
-        if (out->calls)
-            out->calls[out->n++] = r->call;
-        else
-            meta_call_fail(r->call, KVMESH_ENOMEM, "out of memory while failing calls");
+    while ((r = list_pop(&b->queue))) {
+        KVM_ASSERT(n < META_REDIS_PENDING_MAX);
+        b->failbuf[n++] = r->call;
         req_free(r);
     }
+    return n;
 }
 
-/* Completes the detached calls; b must not be used afterwards by the caller. */
-static void failset_run(mr_failset_t *fs, int rc, const char *msg)
+/*
+ * Completes the n calls recorded by detach_all. User callbacks may run here; they may submit new
+ * calls (queued or sent, never recorded in failbuf) but never close the backend: the dispatcher
+ * defers a meta_close() made inside a callback to a later loop turn.
+ */
+static void failbuf_run(meta_redis_t *b, size_t n, int rc, const char *msg)
 {
-    for (size_t i = 0; i < fs->n; i++)
-        meta_call_fail(fs->calls[i], rc, "%s", msg);
-    free(fs->calls);
-    fs->calls = NULL;
-    fs->n = 0;
+    b->failing = true;
+    for (size_t i = 0; i < n; i++)
+        meta_call_fail(b->failbuf[i], rc, "%s", msg);
+    b->failing = false;
 }
 
 /* ---- event-loop binding --------------------------------------------------------------------- */
@@ -365,8 +380,8 @@ static void conn_lost(meta_redis_t *b, bool free_ctx, int rc, const char *msg)
     b->reap_inflight = false;
     env_timer_cancel(b->env, b->t_connect);
     b->t_connect = 0;
-    mr_failset_t fs;
-    detach_all(b, &fs); /* before freeing: the callbacks hiredis runs now find them detached */
+    size_t n =
+        detach_all(b); /* before freeing: the callbacks hiredis runs now find them detached */
     if (ac) {
         ac->data = NULL;
         if (free_ctx)
@@ -374,7 +389,7 @@ static void conn_lost(meta_redis_t *b, bool free_ctx, int rc, const char *msg)
     }
     set_state(b, MR_BACKOFF);
     arm_backoff(b);
-    failset_run(&fs, rc, msg);
+    failbuf_run(b, n, rc, msg);
 }
 
 static void on_connect_timeout(void *arg)
@@ -422,8 +437,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 static void flush_queue(meta_redis_t *b)
 {
     mr_req_t *r;
-    while (b->state == MR_READY && (r = b->queue.head)) {
-        list_del(&b->queue, r);
+    while (b->state == MR_READY && (r = list_pop(&b->queue))) {
         send_req(b, r);
     }
 }
@@ -470,7 +484,7 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *priv)
         return;
     redisReply *r = reply;
     /* -3 CLIENT SETNAME, -2 AUTH, -1 SELECT, >= 0 SCRIPT LOAD of that script */
-    intptr_t step = (intptr_t)priv;
+    int step = *(const int *)priv;
     const char *what = step == -3   ? "CLIENT SETNAME"
                        : step == -2 ? "AUTH"
                        : step == -1 ? "SELECT"
@@ -505,9 +519,14 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *priv)
     flush_queue(b);
 }
 
-static int hs_send(meta_redis_t *b, intptr_t step, int argc, const char **argv)
+/* Handshake steps, passed to on_handshake as pointers into this table (never written). */
+static int hs_step_ids[] = {-3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+KVM_STATIC_ASSERT(KVM_ARRAY_SIZE(hs_step_ids) == 3 + MR_S_COUNT, "one id per handshake step");
+
+static int hs_send(meta_redis_t *b, int step, int argc, const char **argv)
 {
-    if (redisAsyncCommandArgv(b->ac, on_handshake, (void *)step, argc, argv, NULL) != REDIS_OK)
+    void *priv = &hs_step_ids[step + 3];
+    if (redisAsyncCommandArgv(b->ac, on_handshake, priv, argc, argv, NULL) != REDIS_OK)
         return -1;
     b->hs_pending++;
     return 0;
@@ -875,6 +894,7 @@ static int req_build(meta_redis_t *b, meta_call_t *c, mr_req_t **out)
     case META_CALL_RANGE: {
         /* lower bound: the larger of "[prefix" and "(start_after" (bytewise); upper bound: keys
          * below the prefix's successor (strip trailing 0xff, increment the last byte). */
+        KVM_ASSERT(r->own != NULL);
         char *lo = r->own + oi;
         if (c->start_after && strcmp(c->start_after, c->prefix) >= 0)
             oi += (size_t)sprintf(lo, "(%s", c->start_after) + 1;
@@ -1014,6 +1034,11 @@ static int mr_open(meta_t *m, const char *url)
     meta_redis_t *b = calloc(1, sizeof(*b));
     if (!b)
         return kvm_errf(KVMESH_ENOMEM, "out of memory opening the redis backend");
+    b->failbuf = calloc(META_REDIS_PENDING_MAX, sizeof(meta_call_t *));
+    if (!b->failbuf) {
+        free(b);
+        return kvm_errf(KVMESH_ENOMEM, "out of memory opening the redis backend");
+    }
     b->m = m;
     b->env = m->env;
     b->url = u;
@@ -1040,14 +1065,14 @@ static void mr_close(meta_t *m)
     set_state(b, MR_CLOSED);
     redisAsyncContext *ac = b->ac;
     b->ac = NULL;
-    mr_failset_t fs;
-    detach_all(b, &fs);
+    size_t n = detach_all(b);
     if (ac) {
         ac->data = NULL;
         redisAsyncFree(ac); /* runs detached callbacks, which only free their requests */
     }
+    failbuf_run(b, n, KVMESH_ECANCELED, "metadata handle closed");
+    free(b->failbuf);
     free(b);
-    failset_run(&fs, KVMESH_ECANCELED, "metadata handle closed");
 }
 
 static void mr_submit(meta_t *m, meta_call_t *call)

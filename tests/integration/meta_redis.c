@@ -98,7 +98,7 @@ static long long raw_int(redisContext *c, const char *fmt, ...)
     if (r->type == REDIS_REPLY_INTEGER)
         v = r->integer;
     else if (r->type == REDIS_REPLY_STRING)
-        v = atoll(r->str);
+        v = strtoll(r->str, NULL, 10);
     else if (r->type == REDIS_REPLY_NIL)
         v = 0;
     else
@@ -126,6 +126,10 @@ static void put_ok(meta_sync_t *s, const char *key, const char *val, meta_lease_
     if (rc)
         print_error("put %s: %s\n", key, r ? r->errmsg : "?");
     assert_int_equal(rc, 0);
+    if (!r) {
+        fail();
+        return;
+    }
     assert_true(r->succeeded);
     meta_result_free(r);
 }
@@ -137,6 +141,10 @@ static void check_value(meta_sync_t *s, const char *key, const char *val)
     if (rc)
         print_error("get %s: %s\n", key, r ? r->errmsg : "?");
     assert_int_equal(rc, 0);
+    if (!r) {
+        fail();
+        return;
+    }
     if (val) {
         assert_true(r->kv.found);
         assert_int_equal(r->kv.value_len, strlen(val));
@@ -177,7 +185,7 @@ static void test_noscript_reload(void **state)
     redisReply *es = redisCommand(c, "INFO errorstats");
     assert_non_null(es);
     const char *ns = strstr(es->str, "errorstat_NOSCRIPT:count=");
-    if (!ns || atoi(ns + strlen("errorstat_NOSCRIPT:count=")) < 6) {
+    if (!ns || strtol(ns + strlen("errorstat_NOSCRIPT:count="), NULL, 10) < 6) {
         print_error("INFO errorstats: %s\n", es->str);
         fail();
     }
