@@ -11,6 +11,9 @@
  *     expired lease sees it absent and drops the lease's keys in one revision;
  *   - the lease reaper removes an expired lease's keys from Redis (checked with a raw client)
  *     without any kvmesh call touching them, and advances the revision;
+ *   - a backlog of expired leases larger than one reaper call drains (one revision per lease);
+ *   - the limits of meta.h (1 MiB value of every byte value, META_KEY_MAX key of bytes
+ *     0x01..0xff, a full META_RANGE_MAX page) pass through the scripts unchanged;
  *   - reconnect after a restart: calls during the outage fail with KVMESH_ECONN naming
  *     host:port, calls after it succeed on the same handle, data (AOF) is still there;
  *   - an unreachable server: KVMESH_ECONN naming host:port;
@@ -339,6 +342,99 @@ static void test_expiry_inside_scripts(void **state)
     testsrv_stop(srv);
 }
 
+/* A backlog of expired leases larger than one reaper call (META_REDIS_REAP_MAX = 64) drains with
+ * no client reading the keys; each lease goes in its own revision. */
+static void test_reaper_backlog(void **state)
+{
+    (void)state;
+    enum { N = 150 };
+    testsrv_t *srv = start_redis(NULL);
+    meta_sync_t *s = open_url(testsrv_url(srv));
+    redisContext *c = raw(srv, NULL, NULL);
+    for (int i = 0; i < N; i++) {
+        meta_result_t *g = NULL;
+        assert_int_equal(meta_sync_lease_grant(s, 1000, &g), 0);
+        char key[32];
+        snprintf(key, sizeof(key), "many/%03d", i);
+        put_ok(s, key, "v", g->lease);
+        meta_result_free(g);
+    }
+    long long rev0 = raw_int(c, "GET kvm:{kvmesh}:rev");
+    uint64_t deadline = now_ms() + 8000;
+    while (raw_int(c, "ZCARD kvm:{kvmesh}:keys") != 0 && now_ms() < deadline)
+        nap_ms(50);
+    assert_int_equal(raw_int(c, "ZCARD kvm:{kvmesh}:keys"), 0);
+    assert_int_equal(raw_int(c, "ZCARD kvm:{kvmesh}:ldl"), 0);
+    assert_int_equal(raw_int(c, "GET kvm:{kvmesh}:rev"), rev0 + N);
+    redisFree(c);
+    meta_sync_close(s);
+    testsrv_stop(srv);
+}
+
+/* Extremes of meta.h's limits survive the trip through Lua unchanged: a 1 MiB value holding
+ * every byte value, a key of META_KEY_MAX bytes 0x01..0xff, a full page of META_RANGE_MAX. */
+static void test_limits_and_bytes(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis(NULL);
+    meta_sync_t *s = open_url(testsrv_url(srv));
+    uint8_t *val = malloc(META_VALUE_MAX);
+    assert_non_null(val);
+    for (size_t i = 0; i < META_VALUE_MAX; i++)
+        val[i] = (uint8_t)(i * 7 + (i >> 8));
+    char key[META_KEY_MAX + 1];
+    for (size_t i = 0; i < META_KEY_MAX; i++)
+        key[i] = (char)(1 + i % 255);
+    key[META_KEY_MAX] = '\0';
+    meta_op_t op = {.type = META_OP_PUT, .key = key, .value = val, .value_len = META_VALUE_MAX};
+    meta_result_t *r = NULL;
+    assert_int_equal(meta_sync_txn(s, NULL, 0, &op, 1, NULL, 0, &r), 0);
+    meta_result_free(r);
+    assert_int_equal(meta_sync_get(s, key, &r), 0);
+    assert_true(r->kv.found);
+    assert_int_equal(r->kv.value_len, META_VALUE_MAX);
+    assert_memory_equal(r->kv.value, val, META_VALUE_MAX);
+    meta_result_free(r);
+    /* the value compare sees the same bytes */
+    meta_cmp_t cmp = {.key = key,
+                      .target = META_CMP_VALUE,
+                      .op = META_EQ,
+                      .value = val,
+                      .value_len = META_VALUE_MAX};
+    meta_op_t get = {.type = META_OP_GET, .key = key};
+    assert_int_equal(meta_sync_txn(s, &cmp, 1, &get, 1, NULL, 0, &r), 0);
+    assert_true(r->succeeded);
+    assert_int_equal(r->n_ops, 1);
+    assert_int_equal(r->ops[0].value_len, META_VALUE_MAX);
+    meta_result_free(r);
+    free(val);
+    /* META_RANGE_MAX + 1 keys: one full page with more, then the last one */
+    for (int i = 0; i <= META_RANGE_MAX; i += 50) {
+        meta_op_t ops[50];
+        char keys[50][32];
+        int n = 0;
+        for (; n < 50 && i + n <= META_RANGE_MAX; n++) {
+            snprintf(keys[n], sizeof(keys[n]), "page/%05d", i + n);
+            ops[n] = (meta_op_t){
+                .type = META_OP_PUT, .key = keys[n], .value = (const uint8_t *)"p", .value_len = 1};
+        }
+        assert_int_equal(meta_sync_txn(s, NULL, 0, ops, (size_t)n, NULL, 0, &r), 0);
+        meta_result_free(r);
+    }
+    assert_int_equal(meta_sync_range(s, "page/", NULL, META_RANGE_MAX, &r), 0);
+    assert_int_equal(r->n_kvs, META_RANGE_MAX);
+    assert_true(r->more);
+    assert_string_equal(r->kvs[META_RANGE_MAX - 1].key, "page/00999");
+    meta_result_free(r);
+    assert_int_equal(meta_sync_range(s, "page/", "page/00999", META_RANGE_MAX, &r), 0);
+    assert_int_equal(r->n_kvs, 1);
+    assert_false(r->more);
+    assert_string_equal(r->kvs[0].key, "page/01000");
+    meta_result_free(r);
+    meta_sync_close(s);
+    testsrv_stop(srv);
+}
+
 /* Restart the server under an open handle: calls fail with ECONN while it is down and succeed
  * after it is back, on the same handle; AOF keeps the data. */
 static void test_reconnect_after_restart(void **state)
@@ -594,6 +690,8 @@ int main(void)
         cmocka_unit_test(test_acl),
         cmocka_unit_test(test_reaper),
         cmocka_unit_test(test_expiry_inside_scripts),
+        cmocka_unit_test(test_reaper_backlog),
+        cmocka_unit_test(test_limits_and_bytes),
         cmocka_unit_test(test_reconnect_after_restart),
         cmocka_unit_test(test_unreachable),
         cmocka_unit_test(test_db_and_namespace),
