@@ -381,7 +381,8 @@ static void answer(meta_call_t *c, const meta_result_t *res)
         m->stats.errors++;
         if (!r.errmsg || !r.errmsg[0])
             r.errmsg = kvmesh_strerror(r.rc);
-        kvm_errf(r.rc, "%s", r.errmsg);
+        if (r.errmsg != kvmesh_last_error()) /* no overlapping copy into the same buffer */
+            kvm_errf(r.rc, "%s", r.errmsg);
     } else if (!r.errmsg) {
         r.errmsg = "";
     }

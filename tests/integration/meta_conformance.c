@@ -511,7 +511,7 @@ static size_t scan_all(meta_sync_t *s, const char *prefix, uint32_t limit, int n
 
 struct churn {
     const char *url;
-    volatile bool stop;
+    _Atomic bool stop;
     uint64_t inserts, deletes;
 };
 
@@ -672,7 +672,7 @@ static void test_lease_expiry(void **state)
 
 struct watcher {
     const char *url;
-    volatile bool stop;
+    _Atomic bool stop;
     uint64_t observations, partial;
     size_t counts_seen[3]; /* 0 keys, all keys, other */
 };
@@ -1023,7 +1023,7 @@ static void test_quota_txn(void **state)
 static bool is_outage_rc(int rc)
 {
     return rc == KVMESH_ECONN || rc == KVMESH_ETIMEDOUT || rc == KVMESH_EUNAVAILABLE ||
-           rc == KVMESH_EBACKEND || rc == KVMESH_EIO;
+           rc == KVMESH_EBACKEND || rc == KVMESH_EIO || rc == KVMESH_EINDETERMINATE;
 }
 
 /* A call against a dead/partitioned backend must fail with a named error within its deadline. */
@@ -1072,7 +1072,7 @@ static void expect_recovery(meta_sync_t *s)
 
 struct bg_load {
     meta_sync_t *s;
-    volatile bool stop;
+    _Atomic bool stop;
     uint64_t ok, failed, max_ms;
 };
 
