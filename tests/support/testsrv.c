@@ -261,15 +261,20 @@ static void build_argv(struct testsrv *s, char **argv, char store[][PATH_MAX + 6
 static int spawn(struct testsrv *s)
 {
     char *argv[TESTSRV_MAX_ARGS];
-    static _Thread_local char store[TESTSRV_MAX_ARGS][PATH_MAX + 64];
+    char(*store)[PATH_MAX + 64] = calloc(TESTSRV_MAX_ARGS, PATH_MAX + 64);
+    if (!store)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory");
     build_argv(s, argv, store);
 
     int logfd = open(s->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (logfd < 0)
+    if (logfd < 0) {
+        free(store);
         return kvm_errf(KVMESH_EIO, "cannot open server log %s: %s", s->log, strerror(errno));
+    }
     int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nullfd < 0) {
         close(logfd);
+        free(store);
         return kvm_errf(KVMESH_EIO, "cannot open /dev/null: %s", strerror(errno));
     }
     pid_t parent = getpid();
@@ -278,6 +283,7 @@ static int spawn(struct testsrv *s)
         int e = errno;
         close(logfd);
         close(nullfd);
+        free(store);
         return kvm_errf(KVMESH_EIO, "fork failed: %s", strerror(e));
     }
     if (pid == 0) {
@@ -307,6 +313,7 @@ static int spawn(struct testsrv *s)
     }
     close(logfd);
     close(nullfd);
+    free(store); /* the child has its own copy */
     s->pid = pid;
     return 0;
 }
