@@ -180,11 +180,15 @@ void testsrv_sweep_stale(void)
         FILE *f = fopen(owner, "r");
         if (!f)
             continue; /* not ours to judge */
-        int pid = 0;
-        unsigned long long start = 0;
-        int got = fscanf(f, "%d %llu", &pid, &start);
+        char line[64] = "";
+        char *ok = fgets(line, sizeof(line), f);
         fclose(f);
-        if (got == 2 && pid > 0 && proc_start(pid) != start)
+        char *end = NULL;
+        long pid = ok ? strtol(line, &end, 10) : 0;
+        if (pid <= 0 || !end || *end != ' ')
+            continue;
+        unsigned long long start = strtoull(end + 1, NULL, 10);
+        if (proc_start((pid_t)pid) != start)
             rm_tree(path);
     }
     closedir(d);
