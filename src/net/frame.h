@@ -55,14 +55,14 @@ enum frame_kind {
 /* Why a fixed header was rejected. FRAME_OK is 0. */
 enum frame_error {
     FRAME_OK = 0,
-    FRAME_ERR_MAGIC,        /* not a kvmesh frame (garbage) */
-    FRAME_ERR_VERSION,      /* kvmesh frame of an unsupported protocol version */
-    FRAME_ERR_KIND,         /* unknown frame kind */
-    FRAME_ERR_RESERVED,     /* reserved bits/bytes not zero */
-    FRAME_ERR_HEADER_SIZE,  /* header_len > FRAME_MAX_HEADER_BYTES */
-    FRAME_ERR_TOO_BIG,      /* total frame length > max_frame_bytes */
-    FRAME_ERR_SHAPE,        /* lengths not allowed for this kind (e.g. a CANCEL with payload) */
-    FRAME_ERR_SHORT,        /* fewer than FRAME_FIXED_SIZE bytes given */
+    FRAME_ERR_MAGIC,       /* not a kvmesh frame (garbage) */
+    FRAME_ERR_VERSION,     /* kvmesh frame of an unsupported protocol version */
+    FRAME_ERR_KIND,        /* unknown frame kind */
+    FRAME_ERR_RESERVED,    /* reserved bits/bytes not zero */
+    FRAME_ERR_HEADER_SIZE, /* header_len > FRAME_MAX_HEADER_BYTES */
+    FRAME_ERR_TOO_BIG,     /* total frame length > max_frame_bytes */
+    FRAME_ERR_SHAPE,       /* lengths not allowed for this kind (e.g. a CANCEL with payload) */
+    FRAME_ERR_SHORT,       /* fewer than FRAME_FIXED_SIZE bytes given */
 };
 
 struct frame_trace {
@@ -82,7 +82,8 @@ struct frame_header {
     struct frame_trace trace;
 };
 
-/* Writes the fixed header into out (FRAME_FIXED_SIZE bytes). The header must be valid (asserted). */
+/* Writes the fixed header into out (FRAME_FIXED_SIZE bytes). The header must be valid (asserted).
+ */
 void frame_encode(const struct frame_header *h, uint8_t out[FRAME_FIXED_SIZE]);
 
 /*

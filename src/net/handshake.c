@@ -60,7 +60,8 @@ int hs_descriptor_validate(const struct hs_descriptor *d)
         return kvm_errf(KVMESH_EINVAL, "runtime id must be 1..%d printable ASCII bytes", HS_ID_MAX);
     for (int i = 0; i < HS_PROTO_COUNT; i++)
         if (d->proto[i].min == 0 || d->proto[i].min > d->proto[i].max)
-            return kvm_errf(KVMESH_EINVAL, "%s protocol range [%u,%u] invalid; need 1 <= min <= max",
+            return kvm_errf(KVMESH_EINVAL,
+                            "%s protocol range [%u,%u] invalid; need 1 <= min <= max",
                             hs_protocol_name(i), d->proto[i].min, d->proto[i].max);
     return 0;
 }
@@ -136,15 +137,15 @@ out:
     return 0;
 }
 
-enum hs_reason hs_check_compat(const struct hs_descriptor *local, const struct hs_descriptor *remote,
-                               const char *expect_runtime_id, struct hs_negotiated *neg, char *msg,
-                               size_t msg_len)
+enum hs_reason hs_check_compat(const struct hs_descriptor *local,
+                               const struct hs_descriptor *remote, const char *expect_runtime_id,
+                               struct hs_negotiated *neg, char *msg, size_t msg_len)
 {
     if (msg_len)
         msg[0] = 0;
     if (strcmp(local->deployment_id, remote->deployment_id) != 0) {
-        snprintf(msg, msg_len, "deployment id '%s' differs from local '%s'",
-                 remote->deployment_id, local->deployment_id);
+        snprintf(msg, msg_len, "deployment id '%s' differs from local '%s'", remote->deployment_id,
+                 local->deployment_id);
         return HS_DEPLOYMENT_MISMATCH;
     }
     if (strcmp(local->runtime_id, remote->runtime_id) == 0) {
@@ -187,8 +188,7 @@ int hs_mac(const uint8_t *secret, size_t secret_len, char role, const uint8_t no
     static const char label[] = "kvmesh-rpc-auth-v1";
     KVM_ASSERT(role == 'S' || role == 'C');
     if (!secret || secret_len < HS_SECRET_MIN || secret_len > HS_SECRET_MAX)
-        return kvm_errf(KVMESH_EINVAL, "secret must be %d..%d bytes", HS_SECRET_MIN,
-                        HS_SECRET_MAX);
+        return kvm_errf(KVMESH_EINVAL, "secret must be %d..%d bytes", HS_SECRET_MIN, HS_SECRET_MAX);
     if (desc_c_len > HS_MAX_ENCODED || desc_s_len > HS_MAX_ENCODED)
         return kvm_errf(KVMESH_EINVAL, "descriptor too large for a proof");
     /* The transcript is bounded (< 9 KiB), so it is built in one buffer for one-shot HMAC. */

@@ -24,13 +24,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HS_ID_MAX        64 /* deployment and runtime id: 1..64 printable ASCII bytes */
-#define HS_NONCE_LEN     32
-#define HS_MAC_LEN       32
-#define HS_MSG_MAX       512 /* verdict message bound */
-#define HS_MAX_ENCODED   4096 /* bound of any encoded handshake message */
-#define HS_SECRET_MIN    16
-#define HS_SECRET_MAX    256
+#define HS_ID_MAX      64 /* deployment and runtime id: 1..64 printable ASCII bytes */
+#define HS_NONCE_LEN   32
+#define HS_MAC_LEN     32
+#define HS_MSG_MAX     512  /* verdict message bound */
+#define HS_MAX_ENCODED 4096 /* bound of any encoded handshake message */
+#define HS_SECRET_MIN  16
+#define HS_SECRET_MAX  256
 
 /* The protocols a compatibility descriptor advertises. */
 #define HS_PROTOCOL_LIST(X)                                                                        \
@@ -113,9 +113,9 @@ int hs_descriptor_decode(const uint8_t *buf, size_t len, struct hs_descriptor *o
  * every protocol's version ranges overlap. Returns HS_OK and fills *neg (may be NULL) or a
  * refusal reason with a readable explanation in msg (msg_len bytes, always terminated).
  */
-enum hs_reason hs_check_compat(const struct hs_descriptor *local, const struct hs_descriptor *remote,
-                               const char *expect_runtime_id, struct hs_negotiated *neg, char *msg,
-                               size_t msg_len);
+enum hs_reason hs_check_compat(const struct hs_descriptor *local,
+                               const struct hs_descriptor *remote, const char *expect_runtime_id,
+                               struct hs_negotiated *neg, char *msg, size_t msg_len);
 
 /* Computes a proof (see the top of this file). role is 'S' or 'C'. */
 int hs_mac(const uint8_t *secret, size_t secret_len, char role, const uint8_t nonce_c[HS_NONCE_LEN],
