@@ -261,6 +261,255 @@ static void test_deadline_fires(void **state)
     fx_free(f);
 }
 
+static void test_cancel_and_unknown_type(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    /* Cancel before the connection exists: the frame is never written. */
+    struct result r0 = {0}, r1 = {0}, r2 = {0};
+    rpc_call_t *h0, *h1;
+    struct rpc_msg m = {.type = T_HOLD, .timeout_ms = 10000};
+    assert_int_equal(rpc_call(p, &m, result_cb, &r0, &h0), 0);
+    rpc_cancel(h0);
+    assert_true(run_until(&f->loop, pred_result, &r0, 1000));
+    assert_int_equal(r0.status, KVMESH_ECANCELED);
+    /* Cancel after the server received it: the server learns through a CANCEL frame. */
+    assert_int_equal(rpc_call(p, &m, result_cb, &r1, &h1), 0);
+    int want[2] = {0, 1};
+    (void)want;
+    for (int g = 0; g < 1000 && f->held.n < 1; g++)
+        run_for(&f->loop, 2);
+    assert_int_equal(f->held.n, 1);
+    assert_false(rpc_reply_canceled(f->held.r[0]));
+    rpc_cancel(h1);
+    assert_true(run_until(&f->loop, pred_result, &r1, 1000));
+    assert_int_equal(r1.status, KVMESH_ECANCELED);
+    for (int g = 0; g < 1000 && !rpc_reply_canceled(f->held.r[0]); g++)
+        run_for(&f->loop, 2);
+    assert_true(rpc_reply_canceled(f->held.r[0]));
+    held_drop_all(&f->held);
+    /* A type without a handler answers KVMESH_ENOTSUP. */
+    struct rpc_msg u = {.type = 999, .timeout_ms = 5000};
+    assert_int_equal(rpc_call(p, &u, result_cb, &r2, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r2, 5000));
+    assert_int_equal(r2.status, KVMESH_ENOTSUP);
+    assert_non_null(strstr(r2.error, "no handler"));
+    struct rpc_stats cs;
+    rpc_get_stats(f->cli, &cs);
+    assert_int_equal(cs.calls_canceled, 2);
+    fx_free(f);
+}
+
+struct notes {
+    int n;
+    size_t bytes;
+    uint8_t last[64];
+    int one_way;
+    int sent_ok;
+};
+
+static void note_handler(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    struct notes *nt = arg;
+    assert_null(reply);
+    nt->n++;
+    nt->one_way = req->one_way;
+    nt->bytes += req->payload_len;
+    if (req->payload_len <= sizeof(nt->last))
+        memcpy(nt->last, req->payload, req->payload_len);
+}
+
+static void note_sent(int status, void *arg)
+{
+    struct notes *nt = arg;
+    if (status == 0)
+        nt->sent_ok++;
+}
+
+static int pred_notes(void *arg)
+{
+    struct notes *nt = arg;
+    return nt->n >= 100 && nt->sent_ok >= 50;
+}
+
+static void test_notifications_env_type(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    struct notes nt = {0};
+    rpc_register_handler(f->srv, RPC_TYPE_ENV_MESSAGE, note_handler, &nt);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    static uint8_t fixed[32];
+    for (int i = 0; i < 100; i++) {
+        uint8_t tmp[32];
+        memset(tmp, i, sizeof(tmp));
+        memset(fixed, i, sizeof(fixed));
+        uv_buf_t b = uv_buf_init((char *)(i % 2 ? tmp : fixed), sizeof(tmp));
+        struct rpc_msg m = {.type = RPC_TYPE_ENV_MESSAGE, .iov = &b, .niov = 1};
+        /* Odd: copied (NULL callback, stack buffer reused at once); even: zero-copy. */
+        if (i % 2)
+            assert_int_equal(rpc_notify(p, &m, NULL, NULL), 0);
+        else {
+            assert_int_equal(rpc_notify(p, &m, note_sent, &nt), 0);
+            assert_true(run_until(&f->loop, pred_never, NULL, 0) == 0);
+            /* wait for the zero-copy buffer to be released before reusing it */
+            for (int g = 0; g < 1000 && nt.sent_ok < i / 2 + 1; g++)
+                run_for(&f->loop, 1);
+            assert_int_equal(nt.sent_ok, i / 2 + 1);
+        }
+    }
+    assert_true(run_until(&f->loop, pred_notes, &nt, 5000));
+    assert_int_equal(nt.n, 100);
+    assert_int_equal(nt.bytes, 100 * 32);
+    assert_int_equal(nt.one_way, 1);
+    assert_int_equal(nt.last[0], 99);
+    struct rpc_stats ss;
+    rpc_get_stats(f->srv, &ss);
+    assert_int_equal(ss.notifies_received, 100);
+    fx_free(f);
+}
+
+static void test_backpressure_and_frame_limit(void **state)
+{
+    (void)state;
+    struct rpc_config cc;
+    cfg_make(&cc, "dep", "cli", NULL);
+    cc.max_queue_msgs = 4;
+    cc.max_queue_bytes = 1u << 20;
+    struct fx *f = fx_new(&cc, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    /* Before the connection is up every frame waits in the queue: the 5th is refused. */
+    struct result r[6];
+    memset(r, 0, sizeof(r));
+    struct rpc_msg m = {.type = T_ECHO, .timeout_ms = 5000};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(rpc_call(p, &m, result_cb, &r[i], NULL), 0);
+    assert_int_equal(rpc_call(p, &m, result_cb, &r[4], NULL), KVMESH_EAGAIN);
+    assert_int_equal(rpc_notify(p, &m, NULL, NULL), KVMESH_EAGAIN);
+    for (int i = 0; i < 4; i++) {
+        assert_true(run_until(&f->loop, pred_result, &r[i], 5000));
+        assert_int_equal(r[i].status, 0);
+    }
+    assert_false(r[4].done);
+    /* Byte bound: 768 KiB fits the empty queue, a second one does not. */
+    size_t big = 768u << 10;
+    uint8_t *buf = calloc(1, big);
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)big);
+    struct rpc_msg mb = {.type = T_ECHO, .iov = &b, .niov = 1, .timeout_ms = 5000};
+    memset(r, 0, sizeof(r));
+    assert_int_equal(rpc_call(p, &mb, result_cb, &r[0], NULL), 0);
+    int rc = rpc_call(p, &mb, result_cb, &r[1], NULL);
+    /* The first may already be fully written to the socket; then the second fits too. */
+    struct rpc_stats cs;
+    rpc_get_stats(f->cli, &cs);
+    if (rc == KVMESH_EAGAIN)
+        assert_true(cs.eagain >= 3);
+    else
+        assert_int_equal(rc, 0);
+    assert_true(run_until(&f->loop, pred_result, &r[0], 5000));
+    assert_int_equal(r[0].status, 0);
+    if (rc == 0) {
+        assert_true(run_until(&f->loop, pred_result, &r[1], 5000));
+        result_free(&r[1]);
+    }
+    result_free(&r[0]);
+    free(buf);
+    /* Frame limit on send: refused locally. */
+    struct rpc_config sc;
+    cfg_make(&sc, "dep", "small", NULL);
+    sc.max_frame_bytes = 64u << 10;
+    rpc_endpoint *small;
+    assert_int_equal(rpc_endpoint_new(&f->loop, &sc, &small), 0);
+    rpc_peer *sp;
+    assert_int_equal(rpc_peer_get(small, "srv", f->addr, &sp), 0);
+    uint8_t *big2 = calloc(1, 128u << 10);
+    uv_buf_t b2 = uv_buf_init((char *)big2, 128u << 10);
+    struct rpc_msg m2 = {.type = T_ECHO, .iov = &b2, .niov = 1};
+    assert_int_equal(rpc_call(sp, &m2, result_cb, &r[2], NULL), KVMESH_ETOOBIG);
+    ep_close_wait(&f->loop, small);
+    free(big2);
+    fx_free(f);
+}
+
+static void test_oversized_received_frame_closes(void **state)
+{
+    (void)state;
+    struct rpc_config scfg;
+    cfg_make(&scfg, "dep", "srv", NULL);
+    scfg.max_frame_bytes = 256u << 10;
+    struct fx *f = fx_new(NULL, &scfg);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result r = {0};
+    do_echo(f, p, 1000, &r);
+    result_free(&r);
+    uint8_t *buf = calloc(1, 1u << 20);
+    uv_buf_t b = uv_buf_init((char *)buf, 1u << 20);
+    struct rpc_msg m = {.type = T_ECHO, .iov = &b, .niov = 1, .timeout_ms = 5000};
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(rpc_call(p, &m, result_cb, &r, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r, 5000));
+    assert_int_equal(r.status, KVMESH_ECONN);
+    struct rpc_stats ss;
+    rpc_get_stats(f->srv, &ss);
+    assert_int_equal(ss.close[RPC_CLOSE_OVERSIZED], 1);
+    assert_int_equal(f->echo_count, 1);
+    /* The peer reconnects on the next call and works again. */
+    do_echo(f, p, 1000, &r);
+    result_free(&r);
+    struct rpc_stats cs;
+    rpc_get_stats(f->cli, &cs);
+    assert_int_equal(cs.conns_connected, 2);
+    free(buf);
+    fx_free(f);
+}
+
+static void test_reconnect_after_restart(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result r;
+    do_echo(f, p, 100, &r);
+    result_free(&r);
+    /* Stop the server: the client notices, calls fail with ECONN (connect refused). */
+    ep_close_wait(&f->loop, f->srv);
+    struct result r1 = {0};
+    struct rpc_msg m = {.type = T_ECHO, .timeout_ms = 5000};
+    assert_int_equal(rpc_call(p, &m, result_cb, &r1, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r1, 5000));
+    assert_int_equal(r1.status, KVMESH_ECONN);
+    assert_non_null(strstr(rpc_peer_last_error(p), "connect"));
+    /* The next attempt waits for the backoff (>= reconnect_min_ms) and fails again. */
+    struct result r2 = {0};
+    uint64_t t0 = uv_now(&f->loop);
+    assert_int_equal(rpc_call(p, &m, result_cb, &r2, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r2, 5000));
+    assert_int_equal(r2.status, KVMESH_ECONN);
+    assert_true(uv_now(&f->loop) - t0 >= RPC_DEFAULT_RECONNECT_MIN);
+    /* Restart the server on the same port: the same peer object reconnects. */
+    struct rpc_config sc;
+    cfg_make(&sc, "dep", "srv", NULL);
+    assert_int_equal(rpc_endpoint_new(&f->loop, &sc, &f->srv), 0);
+    int port2;
+    assert_int_equal(rpc_listen_tcp(f->srv, "127.0.0.1", f->port, &port2), 0);
+    assert_int_equal(port2, f->port);
+    rpc_register_handler(f->srv, T_ECHO, echo_handler, &f->echo_count);
+    rpc_register_handler(f->srv, T_HOLD, hold_handler, &f->held);
+    do_echo(f, p, 100, &r);
+    result_free(&r);
+    struct rpc_stats cs;
+    rpc_get_stats(f->cli, &cs);
+    assert_int_equal(cs.conns_connected, 2);
+    assert_true(cs.close[RPC_CLOSE_CONNECT_FAILED] >= 2);
+    fx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -269,6 +518,11 @@ int main(void)
         cmocka_unit_test(test_ipv6_and_unix),
         cmocka_unit_test(test_concurrent_out_of_order),
         cmocka_unit_test(test_deadline_fires),
+        cmocka_unit_test(test_cancel_and_unknown_type),
+        cmocka_unit_test(test_notifications_env_type),
+        cmocka_unit_test(test_backpressure_and_frame_limit),
+        cmocka_unit_test(test_oversized_received_frame_closes),
+        cmocka_unit_test(test_reconnect_after_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
