@@ -869,7 +869,8 @@ static int kind_allowed(const struct rpc_conn *c, uint8_t kind)
         return c->inbound ? kind == FRAME_HELLO
                           : (kind == FRAME_HELLO_ACK || kind == FRAME_VERDICT);
     case CONN_HS_AUTH:
-        return c->inbound ? kind == FRAME_AUTH : kind == FRAME_VERDICT;
+        /* A client that refuses the server's HelloAck says why with a VERDICT. */
+        return c->inbound ? (kind == FRAME_AUTH || kind == FRAME_VERDICT) : kind == FRAME_VERDICT;
     case CONN_READY:
         if (c->inbound)
             return kind == FRAME_REQUEST || kind == FRAME_NOTIFY || kind == FRAME_CANCEL;
@@ -1188,7 +1189,7 @@ static void handle_verdict(struct rpc_conn *c, struct rpc_rx *rx)
         return;
     }
     if (r == HS_OK) {
-        if (c->state != CONN_HS_AUTH) {
+        if (c->state != CONN_HS_AUTH || c->inbound) {
             conn_close(c, RPC_CLOSE_UNEXPECTED);
             return;
         }
@@ -1198,8 +1199,9 @@ static void handle_verdict(struct rpc_conn *c, struct rpc_rx *rx)
     ep->st.refused_remote[r]++;
     snprintf(ep->last_refusal, sizeof(ep->last_refusal), "refused by peer: %s: %s",
              hs_reason_name(r), msg);
-    snprintf(c->peer->last_error, sizeof(c->peer->last_error), "refused by peer: %s: %s",
-             hs_reason_name(r), msg);
+    if (c->peer)
+        snprintf(c->peer->last_error, sizeof(c->peer->last_error), "refused by peer: %s: %s",
+                 hs_reason_name(r), msg);
     conn_close(c, RPC_CLOSE_REFUSED_BY_PEER);
 }
 
