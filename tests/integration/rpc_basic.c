@@ -198,8 +198,11 @@ static void test_concurrent_out_of_order(void **state)
     for (int i = 0; i < NCONC; i++) {
         rpc_reply *rep = f->held.r[i];
         const struct rpc_request *rq = rpc_reply_request(rep);
-        if (i == 0)
-            first_id = atoi((const char *)rq->body + 4);
+        if (i == 0) {
+            char num[16] = {0};
+            memcpy(num, rq->body + 4, rq->body_len - 4 < 15 ? rq->body_len - 4 : 15);
+            first_id = atoi(num);
+        }
         struct rpc_msg m = {.body = rq->body, .body_len = rq->body_len};
         assert_int_equal(rpc_reply_send(rep, 0, NULL, &m, NULL, NULL), 0);
         /* Let some responses travel between batches so completion interleaves. */
