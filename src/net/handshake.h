@@ -58,14 +58,15 @@ enum hs_protocol {
     X(HS_AUTH_REQUIRED, 5, "auth_required")                                                        \
     X(HS_AUTH_FAILED, 6, "auth_failed")                                                            \
     X(HS_BAD_MESSAGE, 7, "bad_message")                                                            \
-    X(HS_AUTH_UNEXPECTED, 8, "auth_unexpected")
+    X(HS_AUTH_UNEXPECTED, 8, "auth_unexpected")                                                    \
+    X(HS_STALE_EPOCH, 9, "stale_epoch")
 
 enum hs_reason {
 #define HS_X(n, v, s) n = v,
     HS_REASON_LIST(HS_X)
 #undef HS_X
 };
-#define HS_REASON_MAX 8
+#define HS_REASON_MAX 9
 
 struct hs_range {
     uint32_t min, max; /* 1 <= min <= max */

@@ -146,11 +146,13 @@ struct rpc_conn {
     rpc_peer *peer; /* outbound only */
     int inbound;
     enum conn_state state;
+    enum hs_reason refusal; /* why the handshake was refused (either side), HS_OK if not */
     struct rpc_timer hs_timer;
     uint8_t nonce_c[HS_NONCE_LEN], nonce_s[HS_NONCE_LEN];
     uint8_t *peer_desc_raw;
     size_t peer_desc_len;
     char peer_runtime_id[HS_ID_MAX + 1];
+    uint64_t peer_epoch;
     /* receive */
     uint8_t *rbuf;
     size_t rlen, rpos;
@@ -180,6 +182,7 @@ struct rpc_peer {
     struct rpc_timer retry;
     uint64_t next_attempt;
     uint32_t backoff;
+    uint64_t epoch; /* highest runtime epoch seen from this peer, 0 = never connected */
     char last_error[HS_MSG_MAX + 128];
 };
 LIST_HEAD(rpc_peer_list, rpc_peer);
@@ -724,15 +727,22 @@ static void conn_close(struct rpc_conn *c, enum rpc_close_reason reason)
         if (reason != RPC_CLOSE_REFUSED && reason != RPC_CLOSE_REFUSED_BY_PEER)
             snprintf(p->last_error, sizeof(p->last_error), "%s", why);
         else
-            status = strstr(why, "auth") ? KVMESH_EAUTH : KVMESH_EINCOMPAT;
+            status = (c->refusal == HS_AUTH_REQUIRED || c->refusal == HS_AUTH_FAILED ||
+                      c->refusal == HS_AUTH_UNEXPECTED)
+                         ? KVMESH_EAUTH
+                         : KVMESH_EINCOMPAT;
         p->conn = NULL;
-        /* Backoff: reset after a successful handshake, doubled after each failed attempt. */
-        if (was_ready)
-            p->backoff = ep->cfg.reconnect_min_ms;
-        else
-            p->backoff = KVM_MIN(KVM_MAX(p->backoff * 2, ep->cfg.reconnect_min_ms),
-                                 ep->cfg.reconnect_max_ms);
-        p->next_attempt = uv_now(ep->loop) + (was_ready ? 0 : p->backoff);
+        /*
+         * Backoff: a lost established connection may be redialled at once; after a failed
+         * attempt wait p->backoff (starting at reconnect_min_ms), then double it up to
+         * reconnect_max_ms. A successful handshake resets it (conn_ready).
+         */
+        if (was_ready) {
+            p->next_attempt = uv_now(ep->loop);
+        } else {
+            p->next_attempt = uv_now(ep->loop) + p->backoff;
+            p->backoff = KVM_MIN(p->backoff * 2, ep->cfg.reconnect_max_ms);
+        }
     }
     rpc_call_t *call;
     while ((call = RB_MIN(rpc_call_tree, &c->pending)) != NULL)
@@ -788,6 +798,7 @@ static struct rpc_conn *conn_new(rpc_endpoint *ep, int is_unix)
 static void refuse(struct rpc_conn *c, enum hs_reason reason, const char *msg)
 {
     rpc_endpoint *ep = c->ep;
+    c->refusal = reason;
     ep->st.refused_local[reason]++;
     snprintf(ep->last_refusal, sizeof(ep->last_refusal), "refused peer: %s: %s",
              hs_reason_name(reason), msg);
@@ -1095,6 +1106,12 @@ static void handle_ack(struct rpc_conn *c, struct rpc_rx *rx)
     }
     enum hs_reason r =
         hs_check_compat(&ep->cfg.local, &h->desc, c->peer->runtime_id, NULL, msg, sizeof(msg));
+    if (r == HS_OK && h->desc.runtime_epoch < c->peer->epoch) {
+        r = HS_STALE_EPOCH;
+        snprintf(msg, sizeof(msg), "runtime '%s' epoch %llu is older than epoch %llu seen before",
+                 h->desc.runtime_id, (unsigned long long)h->desc.runtime_epoch,
+                 (unsigned long long)c->peer->epoch);
+    }
     if (r == HS_OK && ep->cfg.secret && !h->auth_required) {
         r = HS_AUTH_UNEXPECTED;
         snprintf(msg, sizeof(msg), "peer did not prove knowledge of the deployment secret");
@@ -1114,6 +1131,7 @@ static void handle_ack(struct rpc_conn *c, struct rpc_rx *rx)
         return;
     }
     snprintf(c->peer_runtime_id, sizeof(c->peer_runtime_id), "%s", h->desc.runtime_id);
+    c->peer_epoch = h->desc.runtime_epoch;
     uint8_t *pb = NULL;
     size_t n = 0;
     rc = 0;
@@ -1140,6 +1158,7 @@ static void conn_ready(struct rpc_conn *c)
     if (c->peer) {
         c->peer->backoff = ep->cfg.reconnect_min_ms;
         c->peer->last_error[0] = 0;
+        c->peer->epoch = c->peer_epoch;
         conn_flush_waiting(c);
     }
 }
@@ -1196,6 +1215,7 @@ static void handle_verdict(struct rpc_conn *c, struct rpc_rx *rx)
         conn_ready(c);
         return;
     }
+    c->refusal = r;
     ep->st.refused_remote[r]++;
     snprintf(ep->last_refusal, sizeof(ep->last_refusal), "refused by peer: %s: %s",
              hs_reason_name(r), msg);
@@ -1631,9 +1651,10 @@ int rpc_endpoint_new(uv_loop_t *loop, const struct rpc_config *cfg, rpc_endpoint
     if (cfg->secret && (cfg->secret_len < HS_SECRET_MIN || cfg->secret_len > HS_SECRET_MAX))
         return kvm_errf(KVMESH_EINVAL, "deployment secret is %zu bytes; need %d..%d",
                         cfg->secret_len, HS_SECRET_MIN, HS_SECRET_MAX);
-    if (cfg->max_frame_bytes < 4096 || cfg->max_queue_msgs == 0 || cfg->max_queue_bytes == 0 ||
-        cfg->handshake_timeout_ms == 0 || cfg->reconnect_min_ms == 0 ||
-        cfg->reconnect_max_ms < cfg->reconnect_min_ms || cfg->max_conns == 0)
+    if (cfg->max_frame_bytes < 4096 || cfg->max_frame_bytes > RPC_MAX_FRAME_LIMIT ||
+        cfg->max_queue_msgs == 0 || cfg->max_queue_bytes == 0 || cfg->handshake_timeout_ms == 0 ||
+        cfg->reconnect_min_ms == 0 || cfg->reconnect_max_ms < cfg->reconnect_min_ms ||
+        cfg->max_conns == 0)
         return kvm_errf(KVMESH_EINVAL, "rpc config limits invalid; start from rpc_config_init()");
     rpc_endpoint *ep = calloc(1, sizeof(*ep));
     if (!ep)
@@ -1755,6 +1776,11 @@ int rpc_peer_get(rpc_endpoint *ep, const char *runtime_id, const char *address, 
 const char *rpc_peer_last_error(const rpc_peer *p)
 {
     return p->last_error;
+}
+
+uint64_t rpc_peer_epoch(const rpc_peer *p)
+{
+    return p->epoch;
 }
 
 int rpc_peer_connected(const rpc_peer *p)

@@ -30,8 +30,9 @@
 #include "net/frame.h"
 #include "net/handshake.h"
 
-#define RPC_MAX_IOV               16                             /* payload iovecs per message */
-#define RPC_MAX_ERROR_LEN         512                            /* response error text bound */
+#define RPC_MAX_IOV               16           /* payload iovecs per message */
+#define RPC_MAX_FRAME_LIMIT       (1ull << 31) /* upper bound of max_frame_bytes */
+#define RPC_MAX_ERROR_LEN         512          /* response error text bound */
 #define RPC_DEFAULT_MAX_FRAME     ((64ull << 20) + (1ull << 20)) /* 64 MiB payload + headers */
 #define RPC_DEFAULT_QUEUE_BYTES   (256ull << 20)
 #define RPC_DEFAULT_QUEUE_MSGS    4096
@@ -179,6 +180,11 @@ int rpc_peer_get(rpc_endpoint *ep, const char *runtime_id, const char *address, 
 
 /* The last handshake refusal or connection error seen for this peer ("" when none). */
 const char *rpc_peer_last_error(const rpc_peer *p);
+/*
+ * The runtime epoch the peer announced at its last accepted handshake (0 = never connected). A
+ * higher value after a reconnect means the peer restarted; a lower one is refused (stale_epoch).
+ */
+uint64_t rpc_peer_epoch(const rpc_peer *p);
 /* 1 when the peer's connection finished its handshake. */
 int rpc_peer_connected(const rpc_peer *p);
 

@@ -494,10 +494,30 @@ static void test_reconnect_after_restart(void **state)
     assert_int_equal(rpc_call(p, &m, result_cb, &r2, NULL), 0);
     assert_true(run_until(&f->loop, pred_result, &r2, 5000));
     assert_int_equal(r2.status, KVMESH_ECONN);
-    assert_true(uv_now(&f->loop) - t0 >= RPC_DEFAULT_RECONNECT_MIN);
-    /* Restart the server on the same port: the same peer object reconnects. */
+    assert_true(uv_now(&f->loop) - t0 + 2 >= RPC_DEFAULT_RECONNECT_MIN);
+    /* The backoff doubled: the third attempt waits about twice as long. */
+    struct result r3 = {0};
+    t0 = uv_now(&f->loop);
+    assert_int_equal(rpc_call(p, &m, result_cb, &r3, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r3, 5000));
+    assert_int_equal(r3.status, KVMESH_ECONN);
+    assert_true(uv_now(&f->loop) - t0 + 2 >= 2 * RPC_DEFAULT_RECONNECT_MIN);
+    assert_int_equal(rpc_peer_epoch(p), 1);
+    /* Restart the server on the same port with an older epoch: refused as a stale incarnation. */
     struct rpc_config sc;
     cfg_make(&sc, "dep", "srv", NULL);
+    sc.local.runtime_epoch = 0;
+    assert_int_equal(rpc_endpoint_new(&f->loop, &sc, &f->srv), 0);
+    int port0;
+    assert_int_equal(rpc_listen_tcp(f->srv, "127.0.0.1", f->port, &port0), 0);
+    struct result r4 = {0};
+    assert_int_equal(rpc_call(p, &m, result_cb, &r4, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r4, 5000));
+    assert_int_equal(r4.status, KVMESH_EINCOMPAT);
+    assert_non_null(strstr(r4.error, "stale_epoch"));
+    ep_close_wait(&f->loop, f->srv);
+    /* Restart with a newer epoch (a restarted runtime): the same peer object reconnects. */
+    sc.local.runtime_epoch = 2;
     assert_int_equal(rpc_endpoint_new(&f->loop, &sc, &f->srv), 0);
     int port2;
     assert_int_equal(rpc_listen_tcp(f->srv, "127.0.0.1", f->port, &port2), 0);
@@ -506,10 +526,12 @@ static void test_reconnect_after_restart(void **state)
     rpc_register_handler(f->srv, T_HOLD, hold_handler, &f->held);
     do_echo(f, p, 100, &r);
     result_free(&r);
+    assert_int_equal(rpc_peer_epoch(p), 2);
     struct rpc_stats cs;
     rpc_get_stats(f->cli, &cs);
-    assert_int_equal(cs.conns_connected, 2);
-    assert_true(cs.close[RPC_CLOSE_CONNECT_FAILED] >= 2);
+    assert_int_equal(cs.conns_connected, 3);
+    assert_int_equal(cs.refused_local[HS_STALE_EPOCH], 1);
+    assert_true(cs.close[RPC_CLOSE_CONNECT_FAILED] >= 3);
     fx_free(f);
 }
 

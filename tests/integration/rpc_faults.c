@@ -155,6 +155,109 @@ static void test_bad_frames_counted_and_survived(void **state)
     srv_stop(&f);
 }
 
+/* Appends a frame (fixed header + protobuf part + payload) to out; returns its length. */
+static size_t put_frame(uint8_t *out, uint8_t kind, uint16_t type, uint64_t id, const uint8_t *pb,
+                        size_t pb_len, const uint8_t *payload, size_t payload_len)
+{
+    struct frame_header h = {.kind = kind,
+                             .type = type,
+                             .request_id = id,
+                             .header_len = (uint32_t)pb_len,
+                             .payload_len = payload_len};
+    frame_encode(&h, out);
+    memcpy(out + FRAME_FIXED_SIZE, pb, pb_len);
+    if (payload_len)
+        memcpy(out + FRAME_FIXED_SIZE + pb_len, payload, payload_len);
+    return FRAME_FIXED_SIZE + pb_len + payload_len;
+}
+
+/*
+ * Builds a pipelined handshake as a raw client (HELLO + AUTH, no secret) followed by a valid
+ * REQUEST, so that bytes appended after it reach a connection in the READY state.
+ */
+static size_t handshake_and_request(uint8_t *buf)
+{
+    struct hs_descriptor d;
+    memset(&d, 0, sizeof(d));
+    snprintf(d.deployment_id, sizeof(d.deployment_id), "dep");
+    snprintf(d.runtime_id, sizeof(d.runtime_id), "raw");
+    for (int i = 0; i < HS_PROTO_COUNT; i++) {
+        d.proto[i].min = 1;
+        d.proto[i].max = 2;
+    }
+    uint8_t *draw, *pb, nonce[HS_NONCE_LEN] = {1};
+    size_t dn, n, off = 0;
+    assert_int_equal(hs_descriptor_encode(&d, &draw, &dn), 0);
+    assert_int_equal(hs_hello_encode(draw, dn, nonce, "srv", &pb, &n), 0);
+    off += put_frame(buf + off, FRAME_HELLO, 0, 0, pb, n, NULL, 0);
+    free(pb);
+    free(draw);
+    assert_int_equal(hs_auth_encode(NULL, &pb, &n), 0);
+    off += put_frame(buf + off, FRAME_AUTH, 0, 0, pb, n, NULL, 0);
+    free(pb);
+    /* RpcHeader with an empty body encodes to zero bytes. */
+    off += put_frame(buf + off, FRAME_REQUEST, T_ECHO, 1, NULL, 0, (const uint8_t *)"abc", 3);
+    return off;
+}
+
+static void test_bad_frames_after_handshake(void **state)
+{
+    (void)state;
+    struct srvfx f;
+    srv_start(&f, NULL);
+    uint8_t buf[4096];
+    struct rpc_stats st;
+
+    /* Garbage in the READY state. */
+    size_t off = handshake_and_request(buf);
+    memset(buf + off, 0xA5, 100);
+    expect_close(&f, buf, off + 100, 0, RPC_CLOSE_BAD_MAGIC);
+    assert_int_equal(f.echo_count, 1);
+    rpc_get_stats(f.srv, &st);
+    assert_int_equal(st.handshakes_ok, 1);
+
+    /* Wrong version in the READY state. */
+    off = handshake_and_request(buf);
+    off += put_frame(buf + off, FRAME_REQUEST, T_ECHO, 2, NULL, 0, NULL, 0);
+    buf[off - FRAME_FIXED_SIZE + 4] = 7;
+    expect_close(&f, buf, off, 0, RPC_CLOSE_BAD_VERSION);
+    assert_int_equal(f.echo_count, 2);
+
+    /* A request announcing more than the frame limit: refused before allocating. */
+    off = handshake_and_request(buf);
+    struct frame_header big = {
+        .kind = FRAME_REQUEST, .type = T_ECHO, .request_id = 2, .payload_len = 1ull << 33};
+    frame_encode(&big, buf + off);
+    off += FRAME_FIXED_SIZE;
+    expect_close(&f, buf, off, 0, RPC_CLOSE_OVERSIZED);
+
+    /* A request truncated inside its payload. */
+    off = handshake_and_request(buf);
+    uint8_t pay[100] = {0};
+    off += put_frame(buf + off, FRAME_REQUEST, T_ECHO, 2, NULL, 0, pay, sizeof(pay));
+    expect_close(&f, buf, off - 40, 1, RPC_CLOSE_TRUNCATED);
+
+    /* An undecodable protobuf header. */
+    off = handshake_and_request(buf);
+    uint8_t junk[8];
+    memset(junk, 0xff, sizeof(junk));
+    off += put_frame(buf + off, FRAME_REQUEST, T_ECHO, 2, junk, sizeof(junk), NULL, 0);
+    expect_close(&f, buf, off, 0, RPC_CLOSE_BAD_HEADER);
+
+    /* A request id reused while the first is still being served. */
+    off = handshake_and_request(buf);
+    off += put_frame(buf + off, FRAME_REQUEST, T_HOLD, 9, NULL, 0, NULL, 0);
+    off += put_frame(buf + off, FRAME_REQUEST, T_HOLD, 9, NULL, 0, NULL, 0);
+    expect_close(&f, buf, off, 0, RPC_CLOSE_UNEXPECTED);
+    assert_int_equal(f.held.calls, 1);
+    assert_true(rpc_reply_canceled(f.held.r[0])); /* its connection is gone */
+    assert_int_equal(rpc_reply_send(f.held.r[0], 0, NULL, NULL, NULL, NULL), KVMESH_ECONN);
+    f.held.n = 0;
+
+    healthy_echo(&f, NULL);
+    srv_stop(&f);
+}
+
 static void test_handshake_timeout(void **state)
 {
     (void)state;
@@ -453,6 +556,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_frames_counted_and_survived),
+        cmocka_unit_test(test_bad_frames_after_handshake),
         cmocka_unit_test(test_handshake_timeout),
         cmocka_unit_test(test_incompatible_peers_refused),
         cmocka_unit_test(test_authentication),

@@ -200,6 +200,7 @@ struct raw {
     uv_tcp_t tcp;
     uv_connect_t creq;
     uv_write_t wr;
+    uv_shutdown_t sreq;
     uint8_t *data;
     size_t len;
     int close_after_write;
@@ -235,8 +236,9 @@ static inline void raw_written(uv_write_t *w, int status)
 {
     struct raw *r = w->data;
     (void)status;
+    /* Half-close (FIN) and keep reading: closing with unread data would send a reset. */
     if (r->close_after_write && !uv_is_closing((uv_handle_t *)&r->tcp))
-        uv_close((uv_handle_t *)&r->tcp, raw_close_cb);
+        uv_shutdown(&r->sreq, (uv_stream_t *)&r->tcp, NULL);
 }
 
 static inline void raw_connected(uv_connect_t *c, int status)
