@@ -387,7 +387,8 @@ static int out_new(uint8_t kind, uint64_t id, const struct rpc_msg *m, int statu
         }
         size_t off = 0;
         for (unsigned i = 0; i < niov; i++) {
-            memcpy(o->owned_payload + off, m->iov[i].base, m->iov[i].len);
+            if (m->iov[i].len)
+                memcpy(o->owned_payload + off, m->iov[i].base, m->iov[i].len);
             off += m->iov[i].len;
         }
         o->bufs[o->nbufs++] = uv_buf_init((char *)o->owned_payload, (unsigned)plen);

@@ -165,7 +165,8 @@ static size_t put_frame(uint8_t *out, uint8_t kind, uint16_t type, uint64_t id, 
                              .header_len = (uint32_t)pb_len,
                              .payload_len = payload_len};
     frame_encode(&h, out);
-    memcpy(out + FRAME_FIXED_SIZE, pb, pb_len);
+    if (pb_len)
+        memcpy(out + FRAME_FIXED_SIZE, pb, pb_len);
     if (payload_len)
         memcpy(out + FRAME_FIXED_SIZE + pb_len, payload, payload_len);
     return FRAME_FIXED_SIZE + pb_len + payload_len;
