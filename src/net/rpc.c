@@ -29,6 +29,7 @@
 #include "net/rpc.h"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
 #ifndef __unused
 #define __unused __attribute__((__unused__)) /* libbsd tree.h static generators */
 #endif
@@ -1568,6 +1569,39 @@ static void on_connection(uv_stream_t *server, int status)
     }
     set_state(c, CONN_HS_HELLO);
     conn_start_read(c);
+}
+
+int rpc_accept_fd(rpc_endpoint *ep, int fd)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof(sa);
+    int type = 0;
+    socklen_t tlen = sizeof(type);
+    if (ep->closing)
+        return kvm_errf(KVMESH_ECLOSED, "endpoint is closing");
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM ||
+        (sa.ss_family != AF_UNIX && sa.ss_family != AF_INET && sa.ss_family != AF_INET6))
+        return kvm_errf(KVMESH_EINVAL, "fd %d is not a connected stream socket", fd);
+    int is_unix = sa.ss_family == AF_UNIX;
+    struct rpc_conn *c = conn_new(ep, is_unix);
+    if (!c)
+        return KVMESH_ENOMEM;
+    c->inbound = 1;
+    ep->ninbound++;
+    int rc = is_unix ? uv_pipe_open(&c->u.pipe, fd) : uv_tcp_open(&c->u.tcp, fd);
+    if (rc != 0) {
+        conn_close(c, RPC_CLOSE_IO_ERROR);
+        return kvm_errf(KVMESH_EIO, "cannot adopt fd %d: %s", fd, uv_strerror(rc));
+    }
+    ep->st.conns_accepted++;
+    if (ep->ninbound > ep->cfg.max_conns) {
+        conn_close(c, RPC_CLOSE_CONN_LIMIT);
+        return 0;
+    }
+    set_state(c, CONN_HS_HELLO);
+    conn_start_read(c);
+    return 0;
 }
 
 static int listener_new(rpc_endpoint *ep, int is_unix, struct rpc_listener **out)

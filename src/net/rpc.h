@@ -168,6 +168,13 @@ int rpc_listen_tcp(rpc_endpoint *ep, const char *ip, int port, int *bound_port);
 /* Listens on a unix socket path (the file must not exist). */
 int rpc_listen_unix(rpc_endpoint *ep, const char *path);
 
+/*
+ * Serves an already-connected stream socket (TCP or unix; e.g. from socket activation or a
+ * socketpair) as an inbound connection. On 0 the endpoint owns fd (closes it); on error the
+ * caller keeps it.
+ */
+int rpc_accept_fd(rpc_endpoint *ep, int fd);
+
 /* Registers fn for type (replacing any previous). Unhandled requests get KVMESH_ENOTSUP. */
 int rpc_register_handler(rpc_endpoint *ep, uint16_t type, rpc_handler_fn fn, void *arg);
 
