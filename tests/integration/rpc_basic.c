@@ -248,6 +248,9 @@ static void test_deadline_fires(void **state)
     assert_int_equal(r.status, KVMESH_ETIMEDOUT);
     assert_true(el >= 140 && el < 3000);
     assert_int_equal(f->held.calls, 1);
+    /* The server saw the caller's remaining budget in the fixed header. */
+    uint32_t seen = rpc_reply_request(f->held.r[0])->deadline_ms;
+    assert_true(seen > 0 && seen <= 150);
     struct rpc_stats cs;
     rpc_get_stats(f->cli, &cs);
     assert_int_equal(cs.calls_timed_out, 1);
