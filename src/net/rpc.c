@@ -189,8 +189,10 @@ struct rpc_peer {
 LIST_HEAD(rpc_peer_list, rpc_peer);
 
 struct rpc_handler_slot {
-    rpc_handler_fn fn;
+    rpc_handler_fn fn; /* requests */
     void *arg;
+    rpc_handler_fn nfn; /* notifications */
+    void *narg;
 };
 
 struct rpc_listener {
@@ -1341,8 +1343,10 @@ static void handle_request(struct rpc_conn *c, struct rpc_rx *rx)
     struct rpc_handler_slot *slot = &ep->handlers[rx->fh.type];
     if (req.one_way) {
         ep->st.notifies_received++;
-        if (slot->fn)
-            slot->fn(NULL, &req, slot->arg);
+        if (slot->nfn)
+            slot->nfn(NULL, &req, slot->narg);
+        else
+            ep->st.notifies_dropped++;
         free(req.payload);
         kvmesh__rpc__rpc_header__free_unpacked(h, NULL);
         return;
@@ -1728,6 +1732,15 @@ int rpc_register_handler(rpc_endpoint *ep, uint16_t type, rpc_handler_fn fn, voi
         return kvm_errf(KVMESH_EINVAL, "message type 0 is reserved");
     ep->handlers[type].fn = fn;
     ep->handlers[type].arg = arg;
+    return 0;
+}
+
+int rpc_register_notify_handler(rpc_endpoint *ep, uint16_t type, rpc_handler_fn fn, void *arg)
+{
+    if (type == 0)
+        return kvm_errf(KVMESH_EINVAL, "message type 0 is reserved");
+    ep->handlers[type].nfn = fn;
+    ep->handlers[type].narg = arg;
     return 0;
 }
 

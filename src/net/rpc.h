@@ -134,9 +134,9 @@ struct rpc_request {
 };
 
 /*
- * A handler. For requests `reply` is a handle the handler completes now or later with
- * rpc_reply_send/rpc_reply_drop; `req` stays valid until then. For notifications reply is NULL
- * and req is valid during the call only.
+ * A handler. Request handlers (rpc_register_handler) get a reply handle they complete now or
+ * later with rpc_reply_send/rpc_reply_drop; `req` stays valid until then. Notification handlers
+ * (rpc_register_notify_handler) get reply == NULL and req valid during the call only.
  */
 typedef void (*rpc_handler_fn)(rpc_reply *reply, struct rpc_request *req, void *arg);
 
@@ -146,7 +146,7 @@ struct rpc_stats {
     uint64_t refused_remote[HS_REASON_MAX + 1]; /* handshakes the peer refused, by hs_reason */
     uint64_t conns_accepted, conns_connected, conns_open, handshakes_ok;
     uint64_t calls_started, calls_ok, calls_failed, calls_timed_out, calls_canceled;
-    uint64_t requests_received, replies_sent, notifies_sent, notifies_received;
+    uint64_t requests_received, replies_sent, notifies_sent, notifies_received, notifies_dropped;
     uint64_t responses_late; /* for an unknown/cancelled/timed-out request id: dropped */
     uint64_t eagain;         /* submissions refused by backpressure */
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
@@ -175,8 +175,17 @@ int rpc_listen_unix(rpc_endpoint *ep, const char *path);
  */
 int rpc_accept_fd(rpc_endpoint *ep, int fd);
 
-/* Registers fn for type (replacing any previous). Unhandled requests get KVMESH_ENOTSUP. */
+/*
+ * Registers the request handler for type (replacing any previous; fn NULL removes it). Requests
+ * of a type without one are answered with KVMESH_ENOTSUP. Request handlers always get a reply
+ * handle; notifications never reach them.
+ */
 int rpc_register_handler(rpc_endpoint *ep, uint16_t type, rpc_handler_fn fn, void *arg);
+/*
+ * Registers the notification handler for type (reply is always NULL). Notifications of a type
+ * without one are dropped and counted (notifies_dropped).
+ */
+int rpc_register_notify_handler(rpc_endpoint *ep, uint16_t type, rpc_handler_fn fn, void *arg);
 
 /*
  * The peer (runtime_id, address) — created on first use, then the same object (one connection,

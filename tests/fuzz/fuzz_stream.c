@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rpc_endpoint *ep;
     KVM_ASSERT(rpc_endpoint_new(&loop, &c, &ep) == 0);
     rpc_register_handler(ep, 10, echo, NULL);
-    rpc_register_handler(ep, RPC_TYPE_ENV_MESSAGE, note, NULL);
+    rpc_register_notify_handler(ep, RPC_TYPE_ENV_MESSAGE, note, NULL);
     int sv[2];
     KVM_ASSERT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
     int big = 1 << 20;

@@ -345,7 +345,7 @@ static void test_notifications_env_type(void **state)
     (void)state;
     struct fx *f = fx_new(NULL, NULL);
     struct notes nt = {0};
-    rpc_register_handler(f->srv, RPC_TYPE_ENV_MESSAGE, note_handler, &nt);
+    rpc_register_notify_handler(f->srv, RPC_TYPE_ENV_MESSAGE, note_handler, &nt);
     rpc_peer *p;
     assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
     static uint8_t fixed[32];
@@ -375,6 +375,19 @@ static void test_notifications_env_type(void **state)
     struct rpc_stats ss;
     rpc_get_stats(f->srv, &ss);
     assert_int_equal(ss.notifies_received, 100);
+    /* A notification of a type that only has a request handler is dropped and counted; the
+     * request handler never sees a NULL reply handle. */
+    struct rpc_msg en = {.type = T_ECHO};
+    assert_int_equal(rpc_notify(p, &en, NULL, NULL), 0);
+    for (int g = 0; g < 2000 && ss.notifies_dropped == 0; g++) {
+        run_for(&f->loop, 1);
+        rpc_get_stats(f->srv, &ss);
+    }
+    assert_int_equal(ss.notifies_dropped, 1);
+    assert_int_equal(f->echo_count, 0);
+    struct result r;
+    do_echo(f, p, 10, &r);
+    result_free(&r);
     fx_free(f);
 }
 
