@@ -1540,6 +1540,39 @@ int rpc_notify(rpc_peer *p, const struct rpc_msg *m, rpc_sent_cb sent_cb, void *
     return 0;
 }
 
+int rpc_env_notify(rpc_peer *p, uint32_t from_node, uint32_t env_type, const void *data, size_t len)
+{
+    uint8_t body[8];
+    for (int i = 0; i < 4; i++) {
+        body[i] = (uint8_t)(from_node >> (24 - 8 * i));
+        body[4 + i] = (uint8_t)(env_type >> (24 - 8 * i));
+    }
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+    struct rpc_msg m = {.type = RPC_TYPE_ENV_MESSAGE,
+                        .body = body,
+                        .body_len = sizeof(body),
+                        .iov = &b,
+                        .niov = len ? 1 : 0};
+    if (len > UINT32_MAX)
+        return kvm_errf(KVMESH_ETOOBIG, "env message of %zu bytes", len);
+    return rpc_notify(p, &m, NULL, NULL); /* NULL callback: payload copied */
+}
+
+int rpc_env_decode(const struct rpc_request *req, uint32_t *from_node, uint32_t *env_type)
+{
+    if (req->type != RPC_TYPE_ENV_MESSAGE || req->body_len != 8)
+        return kvm_errf(KVMESH_EPROTO, "not an env message (type %u, %zu body bytes)",
+                        (unsigned)req->type, req->body_len);
+    uint32_t f = 0, t = 0;
+    for (int i = 0; i < 4; i++) {
+        f = (f << 8) | req->body[i];
+        t = (t << 8) | req->body[4 + i];
+    }
+    *from_node = f;
+    *env_type = t;
+    return 0;
+}
+
 /* ---- listeners ----------------------------------------------------------------------------- */
 
 static void listener_close_cb(uv_handle_t *h)

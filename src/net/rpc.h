@@ -233,6 +233,16 @@ const struct rpc_request *rpc_reply_request(const rpc_reply *r);
 /* 1 when the client cancelled the request or its connection closed. */
 int rpc_reply_canceled(const rpc_reply *r);
 
+/*
+ * Environment messages (the real env binding's env_send): a notification of type
+ * RPC_TYPE_ENV_MESSAGE whose body is 8 bytes (sender node id, env message type; big-endian u32
+ * each) and whose payload is the message bytes, copied before this returns. Errors as rpc_notify.
+ */
+int rpc_env_notify(rpc_peer *p, uint32_t from_node, uint32_t env_type, const void *data,
+                   size_t len);
+/* Reads the sender node and env type of a received env message; KVMESH_EPROTO if malformed. */
+int rpc_env_decode(const struct rpc_request *req, uint32_t *from_node, uint32_t *env_type);
+
 void rpc_get_stats(const rpc_endpoint *ep, struct rpc_stats *out);
 const char *rpc_close_reason_name(int reason);
 /* The last handshake refusal at this endpoint, either direction ("" when none). */

@@ -322,6 +322,10 @@ static void note_handler(rpc_reply *reply, struct rpc_request *req, void *arg)
     assert_null(reply);
     nt->n++;
     nt->one_way = req->one_way;
+    uint32_t from, type;
+    assert_int_equal(rpc_env_decode(req, &from, &type), 0);
+    assert_int_equal(from, 7);
+    assert_int_equal(type, 0x10000 + (uint32_t)req->payload[0]);
     nt->bytes += req->payload_len;
     if (req->payload_len <= sizeof(nt->last))
         memcpy(nt->last, req->payload, req->payload_len);
@@ -354,10 +358,12 @@ static void test_notifications_env_type(void **state)
         memset(tmp, i, sizeof(tmp));
         memset(fixed, i, sizeof(fixed));
         uv_buf_t b = uv_buf_init((char *)(i % 2 ? tmp : fixed), sizeof(tmp));
-        struct rpc_msg m = {.type = RPC_TYPE_ENV_MESSAGE, .iov = &b, .niov = 1};
-        /* Odd: copied (NULL callback, stack buffer reused at once); even: zero-copy. */
+        uint8_t envb[8] = {0, 0, 0, 7, 0, 1, 0, (uint8_t)i};
+        struct rpc_msg m = {
+            .type = RPC_TYPE_ENV_MESSAGE, .body = envb, .body_len = 8, .iov = &b, .niov = 1};
+        /* Odd: rpc_env_notify (copied, stack buffer reused at once); even: zero-copy notify. */
         if (i % 2)
-            assert_int_equal(rpc_notify(p, &m, NULL, NULL), 0);
+            assert_int_equal(rpc_env_notify(p, 7, 0x10000 + (uint32_t)i, tmp, sizeof(tmp)), 0);
         else {
             assert_int_equal(rpc_notify(p, &m, note_sent, &nt), 0);
             assert_true(run_until(&f->loop, pred_never, NULL, 0) == 0);
