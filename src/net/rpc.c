@@ -560,8 +560,12 @@ int rpc_reply_send(rpc_reply *r, int status, const char *error, const struct rpc
         status = KVMESH_EINTERNAL;
     if (m && (rc = msg_check(ep, m, &plen)) != 0)
         goto consumed;
-    if (!c || c->state != CONN_READY || r->canceled) {
+    if (!c || c->state != CONN_READY) {
         rc = KVMESH_ECONN;
+        goto consumed;
+    }
+    if (r->canceled) {
+        rc = KVMESH_ECANCELED; /* the caller no longer waits: nothing is sent */
         goto consumed;
     }
     rc = sendq_admit(ep, &c->sq, plen);

@@ -221,8 +221,9 @@ int rpc_notify(rpc_peer *p, const struct rpc_msg *m, rpc_sent_cb sent_cb, void *
 /*
  * Completes a request. status 0 or a negative KVMESH_E*; error text optional; m may be NULL
  * (type ignored). Returns 0 (consumed; sent_cb runs once), KVMESH_EAGAIN (NOT consumed: retry
- * or drop), or another error (consumed, nothing sent, sent_cb not called; e.g. KVMESH_ECONN
- * when the connection is gone, which is not a bug: the caller failed already).
+ * or drop), or another error (consumed, nothing sent, sent_cb not called): KVMESH_ECONN when
+ * the connection is gone, KVMESH_ECANCELED when the caller cancelled (neither is a bug: the
+ * caller's call has completed already).
  */
 int rpc_reply_send(rpc_reply *r, int status, const char *error, const struct rpc_msg *m,
                    rpc_sent_cb sent_cb, void *arg);
