@@ -298,8 +298,7 @@ int seg_grant(struct seg_registry *reg, uint64_t seg_id, uint64_t offset, uint64
               uint32_t rights, uint64_t ttl_ns, struct seg_grant *out)
 {
     if (rights == 0 || (rights & ~(uint32_t)(SEG_READ | SEG_WRITE)))
-        return kvm_errf(KVMESH_EINVAL, "grant rights %#x invalid; use SEG_READ|SEG_WRITE",
-                        rights);
+        return kvm_errf(KVMESH_EINVAL, "grant rights %#x invalid; use SEG_READ|SEG_WRITE", rights);
     struct seg_grant_ent *e = calloc(1, sizeof(*e));
     if (!e)
         return kvm_errf(KVMESH_ENOMEM, "grant allocation failed");
@@ -380,9 +379,8 @@ static const struct seg_grant *grant_find_locked(struct seg_registry *reg, uint6
     return NULL;
 }
 
-int seg_grant_allows(const struct seg_grant *g, uint64_t seg_id, uint64_t map_size,
-                     uint64_t offset, uint64_t length, uint32_t op, uint64_t now_ns,
-                     enum seg_reason *reason)
+int seg_grant_allows(const struct seg_grant *g, uint64_t seg_id, uint64_t map_size, uint64_t offset,
+                     uint64_t length, uint32_t op, uint64_t now_ns, enum seg_reason *reason)
 {
     enum seg_reason r = SEG_OK;
     int rc = 0;
@@ -437,8 +435,7 @@ int seg_grant_lookup(struct seg_registry *reg, uint64_t seg_id, uint64_t token,
 }
 
 int seg_check(struct seg_registry *reg, uint64_t seg_id, uint64_t offset, uint64_t length,
-              uint32_t op, uint64_t token, uint8_t **ptr, struct seg **pin,
-              enum seg_reason *reason)
+              uint32_t op, uint64_t token, uint8_t **ptr, struct seg **pin, enum seg_reason *reason)
 {
     pthread_mutex_lock(&reg->mu);
     struct seg *s = find_locked(reg, seg_id, NULL);
@@ -455,8 +452,7 @@ int seg_check(struct seg_registry *reg, uint64_t seg_id, uint64_t offset, uint64
         rc = KVMESH_EAUTH;
         goto out;
     }
-    rc = seg_grant_allows(g, seg_id, s->size, offset, length, op, reg->clock(reg->clock_arg),
-                          &r);
+    rc = seg_grant_allows(g, seg_id, s->size, offset, length, op, reg->clock(reg->clock_arg), &r);
     if (rc)
         goto out;
     s->refs++;
@@ -488,8 +484,7 @@ static struct seg_remote *remote_find_locked(struct seg_registry *reg, const cha
     return NULL;
 }
 
-struct seg_remote *seg_remote_find(struct seg_registry *reg, const char *owner,
-                                   uint64_t seg_id)
+struct seg_remote *seg_remote_find(struct seg_registry *reg, const char *owner, uint64_t seg_id)
 {
     pthread_mutex_lock(&reg->mu);
     struct seg_remote *r = remote_find_locked(reg, owner, seg_id);
@@ -515,8 +510,7 @@ int seg_remote_map(struct seg_registry *reg, const char *owner, uint64_t seg_id,
         goto out_close;
     }
     if (size == 0 || size > SEG_MAX_SIZE) {
-        rc = kvm_errf(KVMESH_EPROTO, "remote segment size %llu invalid",
-                      (unsigned long long)size);
+        rc = kvm_errf(KVMESH_EPROTO, "remote segment size %llu invalid", (unsigned long long)size);
         goto out_close;
     }
     pthread_mutex_lock(&reg->mu);

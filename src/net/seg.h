@@ -25,11 +25,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEG_MAX_LOCAL     1024              /* local segments per registry */
-#define SEG_MAX_REMOTE    1024              /* remote mappings per registry */
-#define SEG_MAX_GRANTS    65536             /* live grants per registry */
-#define SEG_MAX_SIZE      (1ull << 40)      /* one segment: 1 TiB */
-#define SEG_OWNER_KEY_MAX 160               /* owner key of a remote mapping, with NUL */
+#define SEG_MAX_LOCAL     1024         /* local segments per registry */
+#define SEG_MAX_REMOTE    1024         /* remote mappings per registry */
+#define SEG_MAX_GRANTS    65536        /* live grants per registry */
+#define SEG_MAX_SIZE      (1ull << 40) /* one segment: 1 TiB */
+#define SEG_OWNER_KEY_MAX 160          /* owner key of a remote mapping, with NUL */
 #define SEG_HUGE_2M       (2ull << 20)
 
 enum seg_flags {
@@ -130,17 +130,15 @@ void seg_unpin(struct seg_registry *reg, struct seg *pin);
 
 /* Pure check of an access against a grant descriptor and a mapping size (used client-side by
  * the shm transport). now_ns is the same host's CLOCK_MONOTONIC. Same errors as seg_check. */
-int seg_grant_allows(const struct seg_grant *g, uint64_t seg_id, uint64_t map_size,
-                     uint64_t offset, uint64_t length, uint32_t op, uint64_t now_ns,
-                     enum seg_reason *reason);
+int seg_grant_allows(const struct seg_grant *g, uint64_t seg_id, uint64_t map_size, uint64_t offset,
+                     uint64_t length, uint32_t op, uint64_t now_ns, enum seg_reason *reason);
 
 /* Maps a remote segment's fd once per (owner, seg_id). Takes ownership of fd in every case
  * (closed after mmap, or immediately if the mapping already exists). *out is owned by the
  * registry, valid until seg_registry_free. */
 int seg_remote_map(struct seg_registry *reg, const char *owner, uint64_t seg_id, int fd,
                    uint64_t size, struct seg_remote **out);
-struct seg_remote *seg_remote_find(struct seg_registry *reg, const char *owner,
-                                   uint64_t seg_id);
+struct seg_remote *seg_remote_find(struct seg_registry *reg, const char *owner, uint64_t seg_id);
 size_t seg_remote_count(struct seg_registry *reg);
 
 const char *seg_reason_str(enum seg_reason r);

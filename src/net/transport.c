@@ -100,8 +100,9 @@ int tp_addr_parse(const char *s, struct tp_addr *out)
 {
     memset(out, 0, sizeof(*out));
     if (!s || strncmp(s, "kvt1;", 5) != 0 || strlen(s) >= TP_ADDR_MAX)
-        return kvm_errf(KVMESH_EINVAL, "transport address \"%s\" malformed; expected "
-                                       "\"kvt1;host=...;tcp=IP:PORT;shm=NAME\"",
+        return kvm_errf(KVMESH_EINVAL,
+                        "transport address \"%s\" malformed; expected "
+                        "\"kvt1;host=...;tcp=IP:PORT;shm=NAME\"",
                         s ? s : "(null)");
     char buf[TP_ADDR_MAX];
     snprintf(buf, sizeof(buf), "%s", s + 5);
@@ -159,8 +160,8 @@ int tp_engine_new(const struct tp_config *cfg, struct seg_registry *reg, struct 
         return kvm_errf(KVMESH_ECONFIG, "transport kind %d unknown; use auto, tcp or shm",
                         (int)cfg->kind);
     if (cfg->conns_per_peer > TP_MAX_CONNS)
-        return kvm_errf(KVMESH_ECONFIG, "conns_per_peer %u above the limit %d",
-                        cfg->conns_per_peer, TP_MAX_CONNS);
+        return kvm_errf(KVMESH_ECONFIG, "conns_per_peer %u above the limit %d", cfg->conns_per_peer,
+                        TP_MAX_CONNS);
     struct tp_engine *e = calloc(1, sizeof(*e));
     if (!e)
         return kvm_errf(KVMESH_ENOMEM, "transport engine allocation failed");
@@ -281,8 +282,9 @@ int tp_open_segment(struct tp_engine *e, const char *owner_addr, uint64_t seg_id
     if (k == TP_AUTO)
         k = same_host ? TP_SHM : TP_TCP;
     if (k == TP_SHM && !same_host)
-        return kvm_errf(KVMESH_EINCOMPAT, "shm transport forced but %s is not on this host "
-                                          "(or serves no shm); use tcp or auto",
+        return kvm_errf(KVMESH_EINCOMPAT,
+                        "shm transport forced but %s is not on this host "
+                        "(or serves no shm); use tcp or auto",
                         owner_addr);
     if (k == TP_TCP && !a.tcp_port)
         return kvm_errf(KVMESH_EINCOMPAT, "peer %s serves no tcp data port", owner_addr);
@@ -328,8 +330,7 @@ enum tp_kind tp_segment_kind(const struct tp_segment *s)
 int tp_batch_new(struct tp_engine *e, unsigned capacity, struct tp_batch **out)
 {
     if (capacity == 0 || capacity > TP_MAX_BATCH)
-        return kvm_errf(KVMESH_EINVAL, "batch capacity %u outside [1, %d]", capacity,
-                        TP_MAX_BATCH);
+        return kvm_errf(KVMESH_EINVAL, "batch capacity %u outside [1, %d]", capacity, TP_MAX_BATCH);
     struct tp_batch *b = calloc(1, sizeof(*b));
     struct tp_slot *slots = calloc(capacity, sizeof(*slots));
     if (!b || !slots) {
@@ -460,8 +461,9 @@ int tp_submit(struct tp_batch *b, const struct tp_request *reqs, unsigned n)
         else if (!r->segment || r->segment->e != b->e)
             rc = kvm_errf(KVMESH_EINVAL, "request %u: segment not opened by this engine", idx);
         else if (!r->local || !local_registered(b->e, r->local, r->length))
-            rc = kvm_errf(KVMESH_EINVAL, "request %u: local buffer not registered memory; call "
-                                         "tp_register_memory first",
+            rc = kvm_errf(KVMESH_EINVAL,
+                          "request %u: local buffer not registered memory; call "
+                          "tp_register_memory first",
                           idx);
         else if (tp_batch_canceled(b))
             rc = KVMESH_ECANCELED;

@@ -31,14 +31,14 @@
 
 #include "net/seg.h"
 
-#define TP_ADDR_MAX        256         /* engine address string, with NUL */
-#define TP_MAX_BATCH       1024        /* requests in one batch */
-#define TP_MAX_CONNS       16          /* data connections per tcp peer */
-#define TP_MAX_PEERS       256         /* peers an engine connects to (tcp and shm each) */
+#define TP_ADDR_MAX        256          /* engine address string, with NUL */
+#define TP_MAX_BATCH       1024         /* requests in one batch */
+#define TP_MAX_CONNS       16           /* data connections per tcp peer */
+#define TP_MAX_PEERS       256          /* peers an engine connects to (tcp and shm each) */
 #define TP_MAX_REQ_LEN     (1ull << 32) /* one request: 4 GiB */
-#define TP_MAX_REGIONS     256         /* registered local memory regions */
-#define TP_MAX_SERVER_CONN 256         /* accepted data connections served at once */
-#define TP_STATUS_PENDING  1           /* request status while not complete */
+#define TP_MAX_REGIONS     256          /* registered local memory regions */
+#define TP_MAX_SERVER_CONN 256          /* accepted data connections served at once */
+#define TP_STATUS_PENDING  1            /* request status while not complete */
 
 enum tp_kind { TP_AUTO = 0, TP_TCP = 1, TP_SHM = 2 };
 enum tp_op { TP_READ = 1, TP_WRITE = 2 }; /* READ: remote -> local; WRITE: local -> remote */

@@ -259,8 +259,7 @@ static int shm_exchange(struct shm_peer *p, uint64_t seg_id, uint64_t token, boo
         goto out;
     }
     uint8_t qb[TPW_SHMQ_SIZE], rb[TPW_SHMR_SIZE + 8];
-    struct tpw_shmq q = {.flags = want_fd ? TPW_SHMQ_WANT_FD : 0, .seg_id = seg_id,
-                         .token = token};
+    struct tpw_shmq q = {.flags = want_fd ? TPW_SHMQ_WANT_FD : 0, .seg_id = seg_id, .token = token};
     tpw_shmq_encode(&q, qb);
     if (send(p->fd, qb, sizeof(qb), MSG_NOSIGNAL) != (ssize_t)sizeof(qb)) {
         rc = KVMESH_ECONN;
@@ -292,8 +291,7 @@ static int shm_exchange(struct shm_peer *p, uint64_t seg_id, uint64_t token, boo
         }
     }
     if (n <= 0) {
-        rc = (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) ? KVMESH_ETIMEDOUT
-                                                                   : KVMESH_ECONN;
+        rc = (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) ? KVMESH_ETIMEDOUT : KVMESH_ECONN;
         goto broken;
     }
     if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || tpw_shmr_decode(rb, (size_t)n, rep) != 0) {
@@ -368,8 +366,7 @@ static int shm_peer_get(struct tp_engine *e, const struct tp_addr *a, const char
         } else if ((fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) < 0) {
             rc = kvm_errf(KVMESH_EIO, "socket: %s", strerror(errno));
         } else if (connect(fd, (struct sockaddr *)&sa, sl) != 0) {
-            rc = kvm_errf(KVMESH_ECONN, "cannot reach shm owner @%s: %s", a->shm,
-                          strerror(errno));
+            rc = kvm_errf(KVMESH_ECONN, "cannot reach shm owner @%s: %s", a->shm, strerror(errno));
             close(fd);
         } else if (!(found = calloc(1, sizeof(*found)))) {
             rc = kvm_errf(KVMESH_ENOMEM, "shm peer allocation failed");

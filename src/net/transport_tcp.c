@@ -307,8 +307,7 @@ static void tcp_peer_kill_locked(struct tcp_peer *p)
     pthread_cond_broadcast(&p->cv);
 }
 
-static int tcp_run_chunk(struct tcp_conn *c, struct tcp_chunk *k, uint64_t req_id,
-                         uint8_t *reason)
+static int tcp_run_chunk(struct tcp_conn *c, struct tcp_chunk *k, uint64_t req_id, uint8_t *reason)
 {
     uint8_t hb[TPW_REQ_SIZE], rb[TPW_RESP_SIZE];
     struct tpw_req q = {.op = k->op,

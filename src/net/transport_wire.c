@@ -163,8 +163,8 @@ int tpw_shmr_decode(const uint8_t *buf, size_t len, struct tpw_shmr *out)
         return KVMESH_EPROTO;
     if (r.status == 0) {
         if (r.grant.rights == 0 || (r.grant.rights & ~3u) || r.seg_size == 0 ||
-            r.seg_size > SEG_MAX_SIZE || r.grant.length == 0 ||
-            r.grant.offset > r.seg_size || r.grant.length > r.seg_size - r.grant.offset)
+            r.seg_size > SEG_MAX_SIZE || r.grant.length == 0 || r.grant.offset > r.seg_size ||
+            r.grant.length > r.seg_size - r.grant.offset)
             return KVMESH_EPROTO;
     }
     *out = r;

@@ -17,17 +17,17 @@
 
 #include "net/seg.h"
 
-#define TPW_VERSION       1
-#define TPW_REQ_MAGIC     0x4454564bu /* "KVTD" */
-#define TPW_RESP_MAGIC    0x5254564bu /* "KVTR" */
-#define TPW_SHMQ_MAGIC    0x5153564bu /* "KVSQ" */
-#define TPW_SHMR_MAGIC    0x5253564bu /* "KVSR" */
-#define TPW_REQ_SIZE      48
-#define TPW_RESP_SIZE     32
-#define TPW_SHMQ_SIZE     24
-#define TPW_SHMR_SIZE     72
-#define TPW_SHMQ_WANT_FD  1u
-#define TPW_MAX_LEN       (1ull << 32)
+#define TPW_VERSION      1
+#define TPW_REQ_MAGIC    0x4454564bu /* "KVTD" */
+#define TPW_RESP_MAGIC   0x5254564bu /* "KVTR" */
+#define TPW_SHMQ_MAGIC   0x5153564bu /* "KVSQ" */
+#define TPW_SHMR_MAGIC   0x5253564bu /* "KVSR" */
+#define TPW_REQ_SIZE     48
+#define TPW_RESP_SIZE    32
+#define TPW_SHMQ_SIZE    24
+#define TPW_SHMR_SIZE    72
+#define TPW_SHMQ_WANT_FD 1u
+#define TPW_MAX_LEN      (1ull << 32)
 
 struct tpw_req {
     uint8_t op; /* TP_READ / TP_WRITE */
