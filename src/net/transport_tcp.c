@@ -3,7 +3,8 @@
  * transport_tcp.c — the tcp data-plane transport.
  *
  * Owner side (server): one listening socket and an accept thread; each accepted data
- * connection is served by its own thread with blocking I/O (at most TP_MAX_SERVER_CONN). A
+ * connection is served by its own thread with blocking I/O (at most TP_MAX_SERVER_CONN; idle
+ * connections wait without limit, a started request is bounded by io_timeout_ms). A
  * request header is checked against the segment registry (seg_check: grant, rights, range,
  * bounds) before any payload moves: a READ is answered with sendmsg(header, segment memory), a
  * WRITE's payload is received straight into segment memory. A refused WRITE's payload is read
@@ -27,6 +28,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +81,12 @@ static int tcp_discard(int fd, uint64_t len)
 static int tcp_serve_one(struct tp_engine *e, int fd)
 {
     uint8_t hb[TPW_REQ_SIZE], rb[TPW_RESP_SIZE];
+    /* idle connections wait for their next request without limit; once a request starts,
+     * every socket operation is bounded by io_timeout_ms (a stalled client frees the thread) */
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    while (poll(&pf, 1, -1) < 0)
+        if (errno != EINTR)
+            return KVMESH_ECONN;
     int rc = tp_io_recv_all(fd, hb, sizeof(hb));
     if (rc)
         return rc;
@@ -162,7 +170,7 @@ static void *tcp_accept_main(void *arg)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        tp_io_set_timeout(fd, 0); /* the server waits for requests indefinitely */
+        tp_io_set_timeout(fd, srv->e->io_timeout_ms);
         pthread_mutex_lock(&srv->mu);
         tcp_reap_locked(srv);
         struct tcp_sconn *c = NULL;

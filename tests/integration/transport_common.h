@@ -486,6 +486,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_integrity_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+#ifdef TPT_EXTRA_TESTS
+        TPT_EXTRA_TESTS
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
