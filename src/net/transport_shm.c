@@ -237,9 +237,9 @@ static bool shm_peer_alive(struct shm_peer *p)
 {
     if (__atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
         return false;
-    struct pollfd pf = {.fd = p->fd, .events = POLLIN | POLLRDHUP};
-    if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLIN))) {
-        /* the owner never sends unsolicited messages: readable means closed or broken */
+    /* hang-up or error only: a reply to another thread's exchange may be readable meanwhile */
+    struct pollfd pf = {.fd = p->fd, .events = POLLRDHUP};
+    if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLRDHUP | POLLERR))) {
         __atomic_store_n(&p->dead, 1, __ATOMIC_RELEASE);
         return false;
     }

@@ -10,6 +10,7 @@
  * and insufficient-rights requests with their reason, the owner's memory and service unaffected;
  * an owner killed mid-transfer makes pending requests fail promptly with KVMESH_ECONN.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -310,6 +311,67 @@ static void test_cancel(void **state)
     tp_batch_free(b);
 }
 
+/* ---- several application threads submitting at once -------------------------------------- */
+
+struct submitter {
+    struct fixture *f;
+    unsigned id;
+    int failures;
+};
+
+static void *submitter_main(void *arg)
+{
+    struct submitter *sm = arg;
+    struct fixture *f = sm->f;
+    enum { ROUNDS = 40, N = 4, PIECE = 256 << 10 };
+    uint8_t *local = f->buf + (uint64_t)sm->id * N * PIECE;
+    for (unsigned round = 0; round < ROUNDS; round++) {
+        /* a fresh grant per round: the shm client asks the owner for every one of them */
+        struct seg_grant g;
+        uint64_t base = (uint64_t)((sm->id * ROUNDS + round) % 32) * N * PIECE;
+        if (seg_grant(f->oreg, f->seg->id, base, N * PIECE, SEG_READ, 0, &g) != 0) {
+            sm->failures++;
+            continue;
+        }
+        struct tp_request r[N];
+        for (unsigned i = 0; i < N; i++)
+            r[i] = (struct tp_request){.op = TP_READ,
+                                       .local = local + i * PIECE,
+                                       .length = PIECE,
+                                       .segment = f->rs,
+                                       .remote_offset = base + i * PIECE,
+                                       .token = g.token};
+        struct tp_batch *b;
+        if (tp_batch_new(f->client, N, &b) != 0) {
+            sm->failures++;
+            continue;
+        }
+        if (tp_submit(b, r, N) != 0 || tp_batch_wait(b, 20000) != 0 || tp_batch_result(b) != 0 ||
+            XXH3_64bits(local, N * PIECE) != XXH3_64bits(f->seg->base + base, N * PIECE))
+            sm->failures++;
+        tp_batch_free(b);
+        seg_revoke(f->oreg, g.token);
+    }
+    return NULL;
+}
+
+static void test_concurrent_submitters(void **state)
+{
+    struct fixture *f = *state;
+    enum { T = 4 };
+    fill(f->seg->base, 32u << 20, 21);
+    struct submitter sm[T];
+    pthread_t th[T];
+    for (unsigned i = 0; i < T; i++) {
+        sm[i] = (struct submitter){.f = f, .id = i};
+        assert_int_equal(pthread_create(&th[i], NULL, submitter_main, &sm[i]), 0);
+    }
+    for (unsigned i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(sm[i].failures, 0);
+    }
+}
+
 /* ---- an owner process killed with SIGKILL mid-transfer -------------------------------------- */
 
 static void child_owner(int wfd)
@@ -486,6 +548,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_integrity_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_submitters, setup, teardown),
 #ifdef TPT_EXTRA_TESTS
         TPT_EXTRA_TESTS
 #endif
