@@ -311,6 +311,41 @@ static void test_cancel(void **state)
     tp_batch_free(b);
 }
 
+/* ---- a segment destroyed by its owner ------------------------------------------------------ */
+
+static void test_destroyed_segment(void **state)
+{
+    struct fixture *f = *state;
+    struct seg *s2;
+    struct seg_grant g2;
+    assert_int_equal(seg_create(f->oreg, 1u << 20, 0, &s2), 0);
+    assert_int_equal(seg_grant(f->oreg, s2->id, 0, s2->size, SEG_READ | SEG_WRITE, 0, &g2), 0);
+    struct tp_segment *rs2;
+    /* shm needs a valid grant to be handed the fd; tcp checks on every request */
+    if (TPT_KIND == TP_SHM)
+        assert_int_equal(
+            tp_open_segment(f->client, tp_engine_address(f->owner), s2->id, g2.token ^ 1, &rs2),
+            KVMESH_EAUTH);
+    assert_int_equal(
+        tp_open_segment(f->client, tp_engine_address(f->owner), s2->id, g2.token, &rs2), 0);
+    memset(s2->base, 0x77, 4096);
+    struct tp_segment *keep = f->rs;
+    f->rs = rs2;
+    assert_int_equal(run1(f, TP_READ, f->buf, 0, 4096, g2.token, NULL), 0);
+    assert_int_equal(f->buf[4095], 0x77);
+    uint64_t id2 = s2->id;
+    assert_int_equal(seg_destroy(f->oreg, id2), 0);
+    usleep(150 * 1000); /* shm clients re-ask the owner after TP_SHM_GRANT_RECHECK */
+    enum seg_reason why;
+    int st = run1(f, TP_WRITE, f->buf, 0, 4096, g2.token, &why);
+    assert_int_equal(st, KVMESH_ENOENT);
+    assert_int_equal(why, SEG_R_NOSEG);
+    f->rs = keep;
+    tp_close_segment(rs2);
+    /* the other segment is still served */
+    assert_int_equal(run1(f, TP_READ, f->buf, 0, 4096, f->g.token, NULL), 0);
+}
+
 /* ---- several application threads submitting at once -------------------------------------- */
 
 struct submitter {
@@ -549,6 +584,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_submitters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_destroyed_segment, setup, teardown),
 #ifdef TPT_EXTRA_TESTS
         TPT_EXTRA_TESTS
 #endif
