@@ -536,9 +536,11 @@ static void test_owner_killed(void **state)
     assert_int_equal(tp_status(b, 0, NULL), KVMESH_ECONN);
     assert_true(now_ms() - t0 < 1000);
     tp_batch_free(b);
-    /* and reopening is refused cleanly */
+    /* and reopening is refused cleanly (shm only: the dead owner's tcp port may already belong
+     * to another process on this shared machine) */
     struct tp_segment *rs2 = NULL;
-    assert_int_equal(tp_open_segment(e, addr, sid, tok, &rs2), KVMESH_ECONN);
+    if (TPT_KIND == TP_SHM)
+        assert_int_equal(tp_open_segment(e, addr, sid, tok, &rs2), KVMESH_ECONN);
     tp_close_segment(rs);
     tp_engine_free(e);
     seg_registry_free(reg);
