@@ -174,7 +174,7 @@ static void *tcp_accept_main(void *arg)
         pthread_mutex_lock(&srv->mu);
         tcp_reap_locked(srv);
         struct tcp_sconn *c = NULL;
-        if (srv->nconns < TP_MAX_SERVER_CONN && (c = calloc(1, sizeof(*c))) != NULL) {
+        if (srv->nconns < TP_MAX_SERVER_CONN && (c = seg_calloc(1, sizeof(*c))) != NULL) {
             c->srv = srv;
             c->fd = fd;
             if (pthread_create(&c->th, NULL, tcp_sconn_main, c) == 0) {
@@ -203,7 +203,7 @@ static int tcp_server_start(struct tp_engine *e)
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(e->cfg.listen_port)};
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
         return kvm_errf(KVMESH_ECONFIG, "tcp listen host \"%s\" is not an IPv4 address", host);
-    struct tp_tcp_server *srv = calloc(1, sizeof(*srv));
+    struct tp_tcp_server *srv = seg_calloc(1, sizeof(*srv));
     if (!srv)
         return kvm_errf(KVMESH_ENOMEM, "tcp server allocation failed");
     srv->e = e;
@@ -437,7 +437,7 @@ static int tcp_connect(const struct tp_addr *a, int timeout_ms, int *fd_out)
 static int tcp_peer_new(struct tp_engine *e, const struct tp_addr *a, const char *key,
                         struct tcp_peer **out)
 {
-    struct tcp_peer *p = calloc(1, sizeof(*p));
+    struct tcp_peer *p = seg_calloc(1, sizeof(*p));
     if (!p)
         return kvm_errf(KVMESH_ENOMEM, "tcp peer allocation failed");
     snprintf(p->key, sizeof(p->key), "%s", key);
@@ -469,7 +469,7 @@ static int tcp_open(struct tp_engine *e, const struct tp_addr *a, struct tp_segm
 {
     pthread_mutex_lock(&e->mu);
     if (!e->tcp_cli) {
-        e->tcp_cli = calloc(1, sizeof(*e->tcp_cli));
+        e->tcp_cli = seg_calloc(1, sizeof(*e->tcp_cli));
         if (!e->tcp_cli) {
             pthread_mutex_unlock(&e->mu);
             return kvm_errf(KVMESH_ENOMEM, "tcp client allocation failed");
@@ -545,7 +545,7 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
     nk = (r->length + piece - 1) / piece;
     struct tcp_chunk *ks[TP_MAX_CONNS];
     for (uint64_t i = 0; i < nk; i++) {
-        ks[i] = malloc(sizeof(*ks[i]));
+        ks[i] = seg_calloc(1, sizeof(*ks[i]));
         if (!ks[i]) {
             for (uint64_t j = 0; j < i; j++)
                 free(ks[j]);

@@ -407,6 +407,83 @@ static void test_concurrent_submitters(void **state)
     }
 }
 
+/* ---- allocation failures injected by count ------------------------------------------------- */
+
+/* One whole session (owner, client, open, a batch of 3, teardown); every step may fail cleanly.
+ * Returns 0 when everything succeeded and the data arrived intact. */
+static int alloc_session(uint8_t *buf, size_t buflen)
+{
+    struct seg_registry *oreg = NULL, *creg = NULL;
+    struct tp_engine *owner = NULL, *client = NULL;
+    struct tp_segment *rs = NULL;
+    struct tp_batch *b = NULL;
+    struct seg *s;
+    struct seg_grant g;
+    int rc;
+    if ((rc = seg_registry_new(&oreg)) || (rc = seg_registry_new(&creg)))
+        goto out;
+    struct tp_config oc = {0}, cc = client_cfg();
+    if ((rc = tp_engine_new(&oc, oreg, &owner)) || (rc = tp_engine_new(&cc, creg, &client)))
+        goto out;
+    if ((rc = seg_create(oreg, buflen, 0, &s)) ||
+        (rc = seg_grant(oreg, s->id, 0, buflen, SEG_READ | SEG_WRITE, 0, &g)))
+        goto out;
+    fill(s->base, buflen, 8);
+    if ((rc = tp_open_segment(client, tp_engine_address(owner), s->id, g.token, &rs)) ||
+        (rc = tp_register_memory(client, buf, buflen)) || (rc = tp_batch_new(client, 3, &b)))
+        goto out;
+    uint64_t third = buflen / 3;
+    struct tp_request r[3];
+    for (unsigned i = 0; i < 3; i++)
+        r[i] = (struct tp_request){.op = TP_READ,
+                                   .local = buf + i * third,
+                                   .length = third,
+                                   .segment = rs,
+                                   .remote_offset = i * third,
+                                   .token = g.token};
+    if ((rc = tp_submit(b, r, 3)) || (rc = tp_batch_wait(b, 10000)) || (rc = tp_batch_result(b)))
+        goto out;
+    if (XXH3_64bits(buf, 3 * third) != XXH3_64bits(s->base, 3 * third))
+        rc = KVMESH_ECHECKSUM;
+out:
+    tp_batch_free(b);
+    tp_close_segment(rs);
+    tp_engine_free(client);
+    tp_engine_free(owner);
+    seg_registry_free(creg);
+    seg_registry_free(oreg);
+    return rc;
+}
+
+static void test_alloc_faults(void **state)
+{
+    (void)state;
+    size_t len = 3u << 20;
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    unsigned failed = 0, n;
+    for (n = 1; n <= 200; n++) {
+        seg_fault_alloc_after(n);
+        int rc = alloc_session(buf, len);
+        bool hit = !seg_fault_armed();
+        seg_fault_alloc_after(0);
+        if (!hit) { /* the session needed fewer than n allocations: all failure points seen */
+            assert_int_equal(rc, 0);
+            break;
+        }
+        if (rc != 0) {
+            /* a failed allocation surfaces as ENOMEM, or as a lost connection when it hit a
+             * server thread (the owner drops that connection) */
+            assert_true(rc == KVMESH_ENOMEM || rc == KVMESH_ECONN);
+            failed++;
+        }
+    }
+    assert_true(n <= 200);
+    assert_true(failed >= 5);
+    assert_int_equal(alloc_session(buf, len), 0);
+    free(buf);
+}
+
 /* ---- an owner process killed with SIGKILL mid-transfer -------------------------------------- */
 
 static void child_owner(int wfd)
@@ -587,6 +664,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_submitters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroyed_segment, setup, teardown),
+        cmocka_unit_test(test_alloc_faults),
 #ifdef TPT_EXTRA_TESTS
         TPT_EXTRA_TESTS
 #endif
