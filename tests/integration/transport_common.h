@@ -492,11 +492,14 @@ static void child_owner(int wfd)
     struct tp_engine *e;
     struct seg *s;
     struct seg_grant g;
-    if (seg_registry_new(&reg) || tp_engine_new(NULL, reg, &e) ||
-        seg_create(reg, 64ull << 20, 0, &s) ||
-        seg_grant(reg, s->id, 0, s->size, SEG_READ | SEG_WRITE, 0, &g))
+    /* the segment is filled before the engine's threads exist, so the server threads are
+     * ordered after the fill (ThreadSanitizer runs in this child too) */
+    if (seg_registry_new(&reg) || seg_create(reg, 64ull << 20, 0, &s))
         _exit(3);
     memset(s->base, 0x3c, s->size);
+    if (tp_engine_new(NULL, reg, &e) ||
+        seg_grant(reg, s->id, 0, s->size, SEG_READ | SEG_WRITE, 0, &g))
+        _exit(3);
     char line[TP_ADDR_MAX + 64];
     int n = snprintf(line, sizeof(line), "%llx %llx %s\n", (unsigned long long)s->id,
                      (unsigned long long)g.token, tp_engine_address(e));
