@@ -128,7 +128,8 @@ struct sim_tp {
     sim_tp_stats_t st;
 };
 
-/* ---- random stream (xoshiro256**, seeded once from the world stream) -------------------------- */
+/* ---- random stream (xoshiro256**, seeded once from the world stream) --------------------------
+ */
 
 static uint64_t stp_rotl(uint64_t x, int k)
 {
@@ -291,6 +292,7 @@ static void stp_purge(sim_tp_t *tp, uint32_t node)
         if (r->owner == node && r->state == RQ_AT_OWNER) {
             r->pin = NULL; /* the memory goes with the process */
             r->gen++;      /* the scheduled end-of-copy leg is stale */
+            tp->st.owner_lost++;
             sim_log(tp->sim, "tp req %llu: owner n%u crashed mid-transfer",
                     (unsigned long long)r->id, node);
             stp_reply(r, KVMESH_ECONN, SEG_OK);
@@ -373,8 +375,7 @@ static void stp_unpin(stp_node_t *n, stp_seg_t *s)
 
 /* ---- owner side ----------------------------------------------------------------------------- */
 
-int sim_tp_seg_create(sim_tp_t *tp, uint32_t node, uint64_t size, uint64_t *seg_id,
-                      uint8_t **base)
+int sim_tp_seg_create(sim_tp_t *tp, uint32_t node, uint64_t size, uint64_t *seg_id, uint8_t **base)
 {
     stp_node_t *n = stp_enter(tp, node);
     if (size == 0 || size > SIM_TP_MAX_SEG)
@@ -532,8 +533,8 @@ static bool stp_registered(stp_node_t *n, const void *p, uint64_t len)
         if (stp_in(n->regions[i].addr, n->regions[i].len, (uintptr_t)p, len))
             return true;
     for (size_t i = 0; i < n->nsegs; i++)
-        if (!n->segs[i]->dead && stp_in((uintptr_t)n->segs[i]->mem, n->segs[i]->size,
-                                        (uintptr_t)p, len))
+        if (!n->segs[i]->dead &&
+            stp_in((uintptr_t)n->segs[i]->mem, n->segs[i]->size, (uintptr_t)p, len))
             return true;
     return false;
 }
@@ -617,8 +618,8 @@ int sim_tp_status(const sim_tp_batch_t *b, unsigned i, enum seg_reason *reason)
 {
     int st = i < b->n ? b->slots[i].status : KVMESH_EINVAL;
     if (reason)
-        *reason = i < b->n && st != TP_STATUS_PENDING ? (enum seg_reason)b->slots[i].reason
-                                                      : SEG_OK;
+        *reason =
+            i < b->n && st != TP_STATUS_PENDING ? (enum seg_reason)b->slots[i].reason : SEG_OK;
     return st;
 }
 
@@ -643,8 +644,8 @@ int sim_tp_batch_result(const sim_tp_batch_t *b)
 /* ---- completion ----------------------------------------------------------------------------- */
 
 /* Completes slot idx of b with status (exactly once); runs the callback when nothing is pending. */
-static void stp_slot_done(sim_tp_batch_t *b, unsigned idx, int status, uint8_t reason,
-                          uint64_t id, uint64_t moved, const uint8_t *bytes)
+static void stp_slot_done(sim_tp_batch_t *b, unsigned idx, int status, uint8_t reason, uint64_t id,
+                          uint64_t moved, const uint8_t *bytes)
 {
     sim_tp_t *tp = b->tp;
     stp_slot_t *s = &b->slots[idx];
@@ -652,8 +653,8 @@ static void stp_slot_done(sim_tp_batch_t *b, unsigned idx, int status, uint8_t r
     s->status = status;
     s->reason = reason;
     s->done_ns = sim_now(tp->sim);
-    uint64_t w[8] = {0x5e7a0001u, id,    b->client, idx, (uint64_t)(int64_t)status, reason,
-                     moved,       s->done_ns};
+    uint64_t w[8] = {0x5e7a0001u, id,    b->client, idx, (uint64_t)(int64_t)status,
+                     reason,      moved, s->done_ns};
     sim_trace_mix(tp->sim, w, sizeof(w));
     if (bytes && moved)
         sim_trace_mix(tp->sim, bytes, moved);
@@ -775,8 +776,8 @@ static void stp_at_owner(stp_req_t *r)
     }
     enum seg_reason reason = SEG_OK;
     int rc = seg_grant_allows(&g, r->seg_id, s->size, r->offset, r->length,
-                              r->op == TP_READ ? SEG_READ : SEG_WRITE,
-                              stp_owner_now(tp, r->owner), &reason);
+                              r->op == TP_READ ? SEG_READ : SEG_WRITE, stp_owner_now(tp, r->owner),
+                              &reason);
     if (rc) {
         stp_reply(r, rc, reason);
         return;
@@ -806,6 +807,7 @@ static void stp_copied(stp_req_t *r)
         /* the client's connection died mid-payload: a random prefix landed */
         r->moved = stp_range(tp, 0, r->length);
         memcpy(mem, r->data, r->moved);
+        tp->st.client_lost_writes++;
         uint64_t w[3] = {0x5e7a0002u, r->id, r->moved};
         sim_trace_mix(tp->sim, w, sizeof(w));
         sim_log(tp->sim, "tp req %llu: client gone, %llu of %llu bytes landed",
@@ -923,8 +925,8 @@ int sim_tp_submit(sim_tp_batch_t *b, const sim_tp_req_t *reqs, unsigned n)
     unsigned first = b->n;
     uint64_t now = sim_now(tp->sim);
     for (unsigned i = 0; i < n; i++)
-        b->slots[first + i] = (stp_slot_t){.status = TP_STATUS_PENDING,
-                                           .deadline_ns = now + tp->k.timeout_ns};
+        b->slots[first + i] =
+            (stp_slot_t){.status = TP_STATUS_PENDING, .deadline_ns = now + tp->k.timeout_ns};
     b->n += n;
     b->pending += n;
     for (unsigned i = 0; i < n; i++) {

@@ -70,11 +70,11 @@ typedef struct sim_tp sim_tp_t;
 typedef struct sim_tp_batch sim_tp_batch_t;
 
 typedef struct sim_tp_knobs {
-    double fail_p;            /* connection breaks before any payload moved (KVMESH_ECONN) */
-    double torn_p;            /* connection breaks mid-payload: strict prefix moved, ECONN */
-    uint64_t timeout_ns;      /* deadline of every request after its submit (0 = 1 s) */
-    uint64_t retrans_ns;      /* retransmission / retry interval of a leg (0 = 50 ms) */
-    uint64_t bytes_per_sec;   /* owner-side copy speed (0 = no copy time) */
+    double fail_p;          /* connection breaks before any payload moved (KVMESH_ECONN) */
+    double torn_p;          /* connection breaks mid-payload: strict prefix moved, ECONN */
+    uint64_t timeout_ns;    /* deadline of every request after its submit (0 = 1 s) */
+    uint64_t retrans_ns;    /* retransmission / retry interval of a leg (0 = 50 ms) */
+    uint64_t bytes_per_sec; /* owner-side copy speed (0 = no copy time) */
     /* Test-only faults of the transport itself (to prove a checker catches them): */
     bool bug_no_range_check;  /* the owner skips the grant-range check (bounds still hold) */
     bool bug_no_expiry_check; /* the owner ignores grant expiry */
@@ -88,7 +88,9 @@ void sim_tp_knobs_init(sim_tp_knobs_t *k);
 /* Counters of one data plane (for scenario logs and tests). */
 typedef struct sim_tp_stats {
     uint64_t submitted, ok, refused, conn_failed, timed_out, canceled, torn, invalid;
-    uint64_t dropped_completions; /* completions for a crashed client or a freed batch */
+    uint64_t dropped_completions;       /* completions for a crashed client or a freed batch */
+    uint64_t owner_lost;                /* requests failed by their owner's crash mid-copy */
+    uint64_t client_lost_writes;        /* WRITEs whose client died or gave up mid-payload */
     uint64_t bytes_written, bytes_read; /* bytes moved by successful requests */
 } sim_tp_stats_t;
 
@@ -110,8 +112,7 @@ void sim_tp_node_down(sim_tp_t *tp, uint32_t node);
 
 /* Creates a zeroed segment of `size` bytes (1..SIM_TP_MAX_SEG) on node. *base (may be NULL) is
  * the owner's own view of its memory, valid until destroy or the node's crash. */
-int sim_tp_seg_create(sim_tp_t *tp, uint32_t node, uint64_t size, uint64_t *seg_id,
-                      uint8_t **base);
+int sim_tp_seg_create(sim_tp_t *tp, uint32_t node, uint64_t size, uint64_t *seg_id, uint8_t **base);
 /* Removes a segment and revokes its grants (KVMESH_ENOENT if unknown). A request the owner is
  * copying meanwhile completes (the real owner keeps a pinned segment mapped). */
 int sim_tp_seg_destroy(sim_tp_t *tp, uint32_t node, uint64_t seg_id);
@@ -147,9 +148,9 @@ int sim_tp_open_segment(sim_tp_t *tp, uint32_t client, uint32_t owner, uint64_t 
                         uint64_t token, sim_tp_seg_t *out);
 
 typedef struct sim_tp_req {
-    enum tp_op op;             /* TP_READ: remote -> local; TP_WRITE: local -> remote */
-    void *local;               /* registered memory of the client */
-    uint64_t length;           /* 1 .. SIM_TP_MAX_SEG */
+    enum tp_op op;               /* TP_READ: remote -> local; TP_WRITE: local -> remote */
+    void *local;                 /* registered memory of the client */
+    uint64_t length;             /* 1 .. SIM_TP_MAX_SEG */
     const sim_tp_seg_t *segment; /* copied at submit */
     uint64_t remote_offset;
     uint64_t token;

@@ -127,8 +127,12 @@ static void test_roundtrip(void **state)
     assert_int_equal(sim_tp_open_segment(f.tp, CLIENT, OWNER, f.seg, g.token, &h), 0);
     fill(f.buf, 5000, 7);
     sim_tp_batch_t *b = fx_batch(&f);
-    sim_tp_req_t w = {.op = TP_WRITE, .local = f.buf, .length = 5000, .segment = &h,
-                      .remote_offset = 4100, .token = g.token};
+    sim_tp_req_t w = {.op = TP_WRITE,
+                      .local = f.buf,
+                      .length = 5000,
+                      .segment = &h,
+                      .remote_offset = 4100,
+                      .token = g.token};
     uint64_t t0 = sim_now(f.sim);
     assert_int_equal(sim_tp_submit(b, &w, 1), 0);
     assert_int_equal(sim_tp_status(b, 0, NULL), TP_STATUS_PENDING);
@@ -138,8 +142,12 @@ static void test_roundtrip(void **state)
     assert_int_equal(f.cb_ns - t0, 2 * SIM_MSG_NS); /* two legs of exactly 1 ms */
     assert_memory_equal(f.base + 4100, f.buf, 5000);
     assert_true(all_equal(f.base, 4100, 0));
-    sim_tp_req_t r = {.op = TP_READ, .local = f.buf + 65536, .length = 5000, .segment = &h,
-                      .remote_offset = 4100, .token = g.token};
+    sim_tp_req_t r = {.op = TP_READ,
+                      .local = f.buf + 65536,
+                      .length = 5000,
+                      .segment = &h,
+                      .remote_offset = 4100,
+                      .token = g.token};
     assert_int_equal(sim_tp_submit(b, &r, 1), 0);
     sim_run_for(f.sim, SIM_SEC_NS);
     assert_int_equal(f.cb_count, 2);
@@ -162,13 +170,11 @@ static void test_refusals(void **state)
     uint64_t seg2;
     assert_int_equal(sim_tp_seg_create(f.tp, OWNER, 4096, &seg2, NULL), 0);
     struct seg_grant rw, ro, other, shortg, revoked;
-    assert_int_equal(sim_tp_grant(f.tp, OWNER, f.seg, 8192, 4096, SEG_READ | SEG_WRITE, 0, &rw),
-                     0);
+    assert_int_equal(sim_tp_grant(f.tp, OWNER, f.seg, 8192, 4096, SEG_READ | SEG_WRITE, 0, &rw), 0);
     assert_int_equal(sim_tp_grant(f.tp, OWNER, f.seg, 0, 4096, SEG_READ, 0, &ro), 0);
     assert_int_equal(sim_tp_grant(f.tp, OWNER, seg2, 0, 4096, SEG_WRITE, 0, &other), 0);
     /* expiry on the owner's clock: arrives exactly 1 ms later, when now >= expiry */
-    assert_int_equal(sim_tp_grant(f.tp, OWNER, f.seg, 0, 4096, SEG_WRITE, SIM_MSG_NS, &shortg),
-                     0);
+    assert_int_equal(sim_tp_grant(f.tp, OWNER, f.seg, 0, 4096, SEG_WRITE, SIM_MSG_NS, &shortg), 0);
     assert_int_equal(sim_tp_grant(f.tp, OWNER, f.seg, 0, 4096, SEG_WRITE, 0, &revoked), 0);
     assert_int_equal(sim_tp_revoke(f.tp, OWNER, revoked.token), 0);
     assert_int_equal(sim_tp_revoke(f.tp, OWNER, revoked.token), KVMESH_ENOENT);
@@ -243,10 +249,10 @@ static void test_submit_validation(void **state)
     assert_int_equal(sim_tp_open_segment(f.tp, OTHER, OWNER, f.seg, g.token, &hother), 0);
     uint8_t unreg[64];
     sim_tp_req_t reqs[4] = {
-        {TP_WRITE, unreg, 64, &h, 0, g.token},          /* unregistered local memory */
-        {TP_WRITE, f.buf, 0, &h, 0, g.token},           /* length 0 */
+        {TP_WRITE, unreg, 64, &h, 0, g.token},             /* unregistered local memory */
+        {TP_WRITE, f.buf, 0, &h, 0, g.token},              /* length 0 */
         {TP_WRITE, f.buf + BUFSZ - 8, 64, &h, 0, g.token}, /* runs past the region */
-        {TP_WRITE, f.buf, 64, &hother, 0, g.token},     /* another node's handle */
+        {TP_WRITE, f.buf, 64, &hother, 0, g.token},        /* another node's handle */
     };
     sim_tp_batch_t *b = NULL;
     assert_int_equal(sim_tp_batch_new(f.tp, CLIENT, 4, &b), 0);
@@ -292,7 +298,7 @@ static void test_partition(void **state)
     assert_int_equal(f.cb_count, 1);
     assert_int_equal(sim_tp_status(b, 0, NULL), KVMESH_ETIMEDOUT);
     assert_int_equal(sim_tp_done_ns(b, 0), t0 + k.timeout_ns); /* exactly at the deadline */
-    assert_true(all_equal(f.base, 1000, 0));                    /* never reached the owner */
+    assert_true(all_equal(f.base, 1000, 0));                   /* never reached the owner */
     /* a cut shorter than the deadline only delays: the stream retries */
     sim_heal(f.sim);
     sim_block(f.sim, OWNER, CLIENT, true);
@@ -374,8 +380,8 @@ static void test_client_crash(void **state)
         fx_t f;
         fx_init(&f, 6, NULL, hooks);
         struct seg_grant g;
-        assert_int_equal(
-            sim_tp_grant(f.tp, OWNER, f.seg, 0, SEGSZ, SEG_READ | SEG_WRITE, 0, &g), 0);
+        assert_int_equal(sim_tp_grant(f.tp, OWNER, f.seg, 0, SEGSZ, SEG_READ | SEG_WRITE, 0, &g),
+                         0);
         sim_tp_seg_t h;
         assert_int_equal(sim_tp_open_segment(f.tp, CLIENT, OWNER, f.seg, g.token, &h), 0);
         sim_tp_batch_t *b = fx_batch(&f);
@@ -417,8 +423,8 @@ static void test_fail_and_torn(void **state)
         fx_t f;
         fx_init(&f, 7 + (uint64_t)mode, &k, false);
         struct seg_grant g;
-        assert_int_equal(
-            sim_tp_grant(f.tp, OWNER, f.seg, 0, SEGSZ, SEG_READ | SEG_WRITE, 0, &g), 0);
+        assert_int_equal(sim_tp_grant(f.tp, OWNER, f.seg, 0, SEGSZ, SEG_READ | SEG_WRITE, 0, &g),
+                         0);
         sim_tp_seg_t h;
         assert_int_equal(sim_tp_open_segment(f.tp, CLIENT, OWNER, f.seg, g.token, &h), 0);
         fill(f.buf, 4096, 17);
@@ -490,7 +496,7 @@ static void test_bug_knobs(void **state)
     sim_tp_seg_t h;
     assert_int_equal(sim_tp_open_segment(f.tp, CLIENT, OWNER, f.seg, g.token, &h), 0);
     sim_tp_batch_t *b = fx_batch(&f);
-    sim_tp_req_t rs[3] = {{TP_WRITE, f.buf, 500, &h, 50, g.token},       /* outside the grant */
+    sim_tp_req_t rs[3] = {{TP_WRITE, f.buf, 500, &h, 50, g.token},        /* outside the grant */
                           {TP_READ, f.buf, 100, &h, SEGSZ - 50, g.token}, /* outside the segment */
                           {TP_READ, f.buf, 10, &h, 0, e.token}};          /* expired */
     assert_int_equal(sim_tp_submit(b, rs, 3), 0);
@@ -592,11 +598,11 @@ static void test_determinism(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),     cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_roundtrip),         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_submit_validation), cmocka_unit_test(test_partition),
-        cmocka_unit_test(test_owner_crash),   cmocka_unit_test(test_client_crash),
-        cmocka_unit_test(test_fail_and_torn), cmocka_unit_test(test_cancel),
-        cmocka_unit_test(test_bug_knobs),     cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_owner_crash),       cmocka_unit_test(test_client_crash),
+        cmocka_unit_test(test_fail_and_torn),     cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_bug_knobs),         cmocka_unit_test(test_determinism),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
