@@ -9,6 +9,7 @@
  *            leg 1                     checks ok                copy done
  *   submit ---------> TO_OWNER --arrive--> AT_OWNER ---------------------> TO_CLIENT
  *                        |   \ refused / owner gone / fail_p -----------> TO_CLIENT
+ *                        | \ owner crash ----------------------------->  |
  *                        |                    | owner crash (node_down)   |  leg 2
  *                        |                    +-------------------------> |
  *                        | client gave up (deadline, cancel): dropped     v
@@ -289,7 +290,11 @@ static void stp_purge(sim_tp_t *tp, uint32_t node)
     stp_node_t *n = &tp->nodes[node];
     /* owner side: requests being copied fail now (the reset travels back as leg 2) */
     for (stp_req_t *r = tp->reqs; r; r = r->next) {
-        if (r->owner == node && r->state == RQ_AT_OWNER) {
+        if (r->owner == node && r->state == RQ_TO_OWNER && r->owner_inc == n->inc &&
+            !r->completed) {
+            r->gen++; /* on its way to a dead connection: the reset comes back now */
+            stp_reply(r, KVMESH_ECONN, SEG_OK);
+        } else if (r->owner == node && r->state == RQ_AT_OWNER) {
             r->pin = NULL; /* the memory goes with the process */
             r->gen++;      /* the scheduled end-of-copy leg is stale */
             tp->st.owner_lost++;
@@ -747,7 +752,9 @@ static void stp_at_owner(stp_req_t *r)
         stp_schedule(r, tp->k.retrans_ns, false); /* cut link: the stream retries */
         return;
     }
-    stp_sync(tp, r->owner);
+    stp_sync(tp, r->owner); /* may fail r itself: a lazily noticed crash of its owner */
+    if (r->state != RQ_TO_OWNER)
+        return;
     if (!sim_node_up(tp->sim, r->owner) ||
         sim_node_incarnation(tp->sim, r->owner) != r->owner_inc) {
         stp_reply(r, KVMESH_ECONN, SEG_OK); /* reset: no such connection any more */

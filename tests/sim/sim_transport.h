@@ -28,7 +28,8 @@
  *   - knobs.torn_p: the connection breaks mid-payload: KVMESH_ECONN and a strict prefix of the
  *     bytes moved (into the segment for a WRITE, into the local buffer for a READ);
  *   - owner crashed or restarted since the segment was opened: KVMESH_ECONN (the reset travels
- *     back as leg 2); a crash while the owner copies fails the request at once the same way;
+ *     back as leg 2); an owner crash fails its pending requests at once the same way, those it
+ *     is copying and those still on their way to it;
  *   - client crashed: its completions are dropped (statuses stay pending, no callback); a WRITE
  *     still being received by the owner lands as a random prefix, as when a connection dies.
  *   - deadline reached while the owner is copying a WRITE: a random prefix lands (the client gave

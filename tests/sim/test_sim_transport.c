@@ -373,6 +373,35 @@ static void test_owner_crash(void **state)
     fx_done(&f);
 }
 
+static void test_owner_crash_in_flight(void **state)
+{
+    (void)state;
+    for (int hooks = 0; hooks < 2; hooks++) {
+        fx_t f;
+        fx_init(&f, 12, NULL, hooks);
+        struct seg_grant g;
+        assert_int_equal(sim_tp_grant(f.tp, OWNER, f.seg, 0, SEGSZ, SEG_READ | SEG_WRITE, 0, &g),
+                         0);
+        sim_tp_seg_t h;
+        assert_int_equal(sim_tp_open_segment(f.tp, CLIENT, OWNER, f.seg, g.token, &h), 0);
+        sim_tp_batch_t *b = fx_batch(&f);
+        fill(f.buf, 100, 29);
+        sim_tp_req_t w = {TP_WRITE, f.buf, 100, &h, 0, g.token};
+        uint64_t t0 = sim_now(f.sim);
+        assert_int_equal(sim_tp_submit(b, &w, 1), 0);
+        sim_run_for(f.sim, SIM_MSG_NS / 2);
+        sim_crash(f.sim, OWNER); /* the request is still on its way */
+        sim_run_for(f.sim, SIM_SEC_NS);
+        assert_int_equal(sim_tp_status(b, 0, NULL), KVMESH_ECONN);
+        /* with the stop hook: the reset leaves at the crash; without: when the request arrives */
+        assert_int_equal(sim_tp_done_ns(b, 0),
+                         t0 + (hooks ? SIM_MSG_NS / 2 + SIM_MSG_NS : 2 * SIM_MSG_NS));
+        assert_int_equal(f.cb_count, 1);
+        sim_tp_batch_free(b);
+        fx_done(&f);
+    }
+}
+
 static void test_client_crash(void **state)
 {
     (void)state;
@@ -598,11 +627,17 @@ static void test_determinism(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),         cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_submit_validation), cmocka_unit_test(test_partition),
-        cmocka_unit_test(test_owner_crash),       cmocka_unit_test(test_client_crash),
-        cmocka_unit_test(test_fail_and_torn),     cmocka_unit_test(test_cancel),
-        cmocka_unit_test(test_bug_knobs),         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_submit_validation),
+        cmocka_unit_test(test_partition),
+        cmocka_unit_test(test_owner_crash),
+        cmocka_unit_test(test_owner_crash_in_flight),
+        cmocka_unit_test(test_client_crash),
+        cmocka_unit_test(test_fail_and_torn),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_bug_knobs),
+        cmocka_unit_test(test_determinism),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
