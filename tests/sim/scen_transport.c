@@ -25,7 +25,8 @@
  *
  * Test-only variants (--variant) break the transport, and must be caught: nobounds (the owner
  * skips the grant-range check), tornok (a torn transfer reports success), noexpiry (expired
- * grants are honoured), nodeadline (a request may stay pending past its deadline).
+ * grants are honoured), nodeadline (a request may stay pending past its deadline), cancelland
+ * (a canceled request still reaches the owner: a canceled WRITE, which must never land, does).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,7 @@
 #define TT_FAULT_NS    (2000ull * SIM_MSG_NS)
 #define TT_LIVE_NS     (3000ull * SIM_MSG_NS)
 #define TT_TIMEOUT_NS  (150ull * SIM_MSG_NS)
-#define TT_GOOD_TTL_NS (60ull * SIM_SEC_NS)
+#define TT_GOOD_TTL_NS (2 * TT_TIMEOUT_NS) /* outlives every request made with it */
 #define TT_BLOB_MIN    64u
 
 enum tt_slot_state { SLOT_ZERO = 0, SLOT_KNOWN, SLOT_POISONED };
@@ -110,7 +111,8 @@ typedef struct tt_client {
     uint32_t node, cid;
     env_t *env;
     env_timer_id timer;
-    uint8_t *mem; /* registered: TT_BATCH areas of TT_SLOT bytes */
+    env_timer_id cancel_timer; /* cancels the batch in flight (some batches) */
+    uint8_t *mem;              /* registered: TT_BATCH areas of TT_SLOT bytes */
     sim_tp_batch_t *batch;
     tt_req_t req[TT_BATCH];
     unsigned nreq;
@@ -130,6 +132,7 @@ struct tt {
     bool final;
     bool verified[TT_MAX_CLIENTS][TT_OWNERS][TT_SLOTS];
     uint64_t zero_hash;
+    uint64_t cancels;
     uint64_t batches, checked_writes, checked_reads, refusals, bad_failed_otherwise;
     const char *variant;
     tt_node_arg_t node_arg[TT_OWNERS + TT_MAX_CLIENTS];
@@ -294,8 +297,14 @@ static bool build(tt_client_t *c, unsigned i, enum tt_kind k, uint32_t o, uint32
 
 /* ---- checking completions ------------------------------------------------------------------- */
 
-/* Releases the model's in-flight marks of request r; ok = the request succeeded. */
-static void release(tt_t *tt, tt_req_t *r, bool ok)
+enum tt_outcome {
+    OUT_OK,       /* succeeded */
+    OUT_FAILED,   /* failed: a WRITE may have landed partly, or may still land */
+    OUT_CANCELED, /* canceled before it reached the owner: a WRITE never lands */
+};
+
+/* Releases the model's in-flight marks of request r. */
+static void release(tt_t *tt, tt_req_t *r, enum tt_outcome out)
 {
     tt_owner_t *ow = &tt->own[r->owner];
     if (ow->inc != r->owner_inc)
@@ -303,13 +312,13 @@ static void release(tt_t *tt, tt_req_t *r, bool ok)
     tt_slot_t *s = &ow->slot[r->slot];
     if (r->kind == K_WRITE) {
         s->writing = false;
-        if (ok) {
+        if (out == OUT_OK) {
             s->state = SLOT_KNOWN;
             s->len = r->len;
             s->hash = r->hash;
-        } else {
-            s->state = SLOT_POISONED; /* may have landed partly, or may still land */
-        }
+        } else if (out == OUT_FAILED) {
+            s->state = SLOT_POISONED;
+        } /* OUT_CANCELED: the slot keeps its content, which reads and the audit verify */
     } else if (r->kind == K_READ) {
         KVM_ASSERT(s->readers > 0);
         s->readers--;
@@ -322,7 +331,7 @@ static void check_req(tt_client_t *c, unsigned i, int st, enum seg_reason reason
     tt_req_t *r = &c->req[i];
     const uint8_t *buf = c->mem + (size_t)i * TT_SLOT;
     const char *kn = kind_names[r->kind];
-    bool net_fail = st == KVMESH_ECONN || st == KVMESH_ETIMEDOUT;
+    bool net_fail = st == KVMESH_ECONN || st == KVMESH_ETIMEDOUT || st == KVMESH_ECANCELED;
     if (r->kind == K_WRITE || r->kind == K_READ) {
         if (st != 0 && !net_fail) {
             sim_fail(tt->sim, "client %u %s owner %u slot %u: valid access refused: %s %s", c->cid,
@@ -355,7 +364,7 @@ static void check_req(tt_client_t *c, unsigned i, int st, enum seg_reason reason
             if (tt->final && slot_writer(tt, r->slot) == c->cid)
                 tt->verified[c->cid][r->owner][r->slot] = true;
         }
-        release(tt, r, st == 0);
+        release(tt, r, st == 0 ? OUT_OK : st == KVMESH_ECANCELED ? OUT_CANCELED : OUT_FAILED);
         return;
     }
     /* a bad request */
@@ -409,6 +418,8 @@ static void on_batch(sim_tp_batch_t *b, void *arg)
     }
     c->nreq = 0;
     c->busy = false;
+    env_timer_cancel(c->env, c->cancel_timer);
+    c->cancel_timer = 0;
     c->timer = env_timer_start(c->env, crand(c, 5) * SIM_MSG_NS, client_next, c);
 }
 
@@ -424,6 +435,16 @@ static bool client_final_done(const tt_t *tt, uint32_t cid)
     return true;
 }
 
+static void client_cancel(void *arg)
+{
+    tt_client_t *c = arg;
+    c->cancel_timer = 0;
+    if (c->busy && c->batch) {
+        c->tt->cancels++;
+        sim_tp_cancel(c->batch); /* may complete the batch (and run on_batch) right here */
+    }
+}
+
 static void client_submit(tt_client_t *c, sim_tp_req_t *q, unsigned n)
 {
     tt_t *tt = c->tt;
@@ -436,6 +457,8 @@ static void client_submit(tt_client_t *c, sim_tp_req_t *q, unsigned n)
     tt->batches++;
     rc = sim_tp_submit(c->batch, q, n);
     KVM_ASSERT(rc == 0);
+    if (!tt->final && crand(c, 100) < 5)
+        c->cancel_timer = env_timer_start(c->env, crand(c, 4 * SIM_MSG_NS), client_cancel, c);
 }
 
 static void client_next(void *arg)
@@ -522,8 +545,9 @@ static void tt_stop(void *ctx, sim_t *sim, uint32_t node, void *state)
         tt_client_t *c = state;
         if (c->busy) /* its requests will never complete: a WRITE may still land */
             for (unsigned i = 0; i < c->nreq; i++)
-                release(tt, &c->req[i], false);
+                release(tt, &c->req[i], OUT_FAILED);
         env_timer_cancel(c->env, c->timer);
+        env_timer_cancel(c->env, c->cancel_timer);
         sim_tp_batch_free(c->batch);
         tt->cl[c->cid] = NULL;
         free(c->mem);
@@ -658,11 +682,14 @@ static int tt_run(const sim_run_opts_t *ro, sim_result_t *res)
         k.bug_no_expiry_check = true;
     else if (strcmp(v, "nodeadline") == 0)
         k.bug_no_deadline = true;
+    else if (strcmp(v, "cancelland") == 0)
+        k.bug_cancel_lands = true;
     else if (*v) {
         memset(res, 0, sizeof(*res));
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
-                 "unknown variant '%s' (transport knows nobounds, tornok, noexpiry, nodeadline)",
+                 "unknown variant '%s' (transport knows nobounds, tornok, noexpiry, nodeadline, "
+                 "cancelland)",
                  v);
         return 1;
     }
@@ -710,14 +737,14 @@ static int tt_run(const sim_run_opts_t *ro, sim_result_t *res)
             "transport: %llu batches, %llu requests: %llu ok, %llu refused, %llu conn, %llu "
             "timeout, %llu torn, %llu owner lost mid-copy, %llu dropped completions; checked %llu "
             "writes %llu reads, %llu "
-            "bad requests refused, %llu failed otherwise",
+            "bad requests refused, %llu failed otherwise, %llu cancels",
             (unsigned long long)tt->batches, (unsigned long long)st.submitted,
             (unsigned long long)st.ok, (unsigned long long)st.refused,
             (unsigned long long)st.conn_failed, (unsigned long long)st.timed_out,
             (unsigned long long)st.torn, (unsigned long long)st.owner_lost,
             (unsigned long long)st.dropped_completions, (unsigned long long)tt->checked_writes,
             (unsigned long long)tt->checked_reads, (unsigned long long)tt->refusals,
-            (unsigned long long)tt->bad_failed_otherwise);
+            (unsigned long long)tt->bad_failed_otherwise, (unsigned long long)tt->cancels);
     uint64_t w[4] = {tt->checked_writes, tt->checked_reads, tt->refusals, st.submitted};
     sim_trace_mix(sim, w, sizeof(w));
     int out = sim_finish(sim, res); /* stop hooks still use tt->tp */

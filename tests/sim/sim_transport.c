@@ -96,6 +96,7 @@ struct stp_req {
     enum stp_state state;
     uint32_t gen;
     bool completed;
+    bool canceled;
     unsigned live;
     stp_ticket_t tk[STP_TICKETS];
 };
@@ -744,7 +745,8 @@ static void stp_reply(stp_req_t *r, int rc, enum seg_reason reason)
 static void stp_at_owner(stp_req_t *r)
 {
     sim_tp_t *tp = r->tp;
-    if (r->completed) { /* the client gave up before the request got there */
+    if (r->completed && !(r->canceled && tp->k.bug_cancel_lands)) { /* BUG knob */
+        /* the client gave up before the request got there */
         r->state = RQ_GONE;
         return;
     }
@@ -999,7 +1001,9 @@ void sim_tp_cancel(sim_tp_batch_t *b)
     b->canceled = true;
     for (unsigned i = 0; i < b->n; i++) {
         stp_req_t *r = b->slots[i].req;
-        if (r && r->state == RQ_TO_OWNER && !r->completed)
+        if (r && r->state == RQ_TO_OWNER && !r->completed) {
+            r->canceled = true;
             stp_complete(r, KVMESH_ECANCELED, SEG_OK);
+        }
     }
 }

@@ -81,6 +81,7 @@ typedef struct sim_tp_knobs {
     bool bug_no_expiry_check; /* the owner ignores grant expiry */
     bool bug_torn_ok;         /* a torn transfer reports success */
     bool bug_no_deadline;     /* no deadline: a request may hang past timeout_ns */
+    bool bug_cancel_lands;    /* a canceled request still reaches the owner and runs */
 } sim_tp_knobs_t;
 
 /* Defaults: no injected failures, 1 s deadline, 50 ms retransmission, no copy time. */
