@@ -5,9 +5,9 @@
  * blobs (XXH3) into the slots they own on both owners through fresh grants, read slots back,
  * and mix in deliberately bad requests (outside the grant, offset overflow, wrong rights, wrong
  * or revoked token, expired grant, another segment's grant, unknown segment), under message
- * delays/drops/reorders, injected transport failures and torn transfers, partitions, one-way
- * cuts, isolation and crashes/restarts of owners and clients. After the fault phase every
- * client reads its blobs back.
+ * delays/drops/reorders, injected transport failures and torn transfers, canceled batches,
+ * partitions, one-way cuts, isolation and crashes/restarts of owners and clients. After the fault
+ * phase every client reads its blobs back.
  *
  * Checks:
  *   - a WRITE reported successful put exactly its bytes into the owner's segment (XXH3 of the
@@ -20,8 +20,9 @@
  *   - after the faults stop, every client reads all of its blobs back within TT_LIVE_NS, and a
  *     final audit of the owners' memory matches the model (acknowledged blobs, untouched zeros).
  * A failed WRITE (connection lost, timeout, client crash) may have landed partly or later: its
- * slot is "poisoned" for the owner's incarnation (never verified nor rewritten); an owner crash
- * loses its memory: its slots restart as zeros.
+ * slot is "poisoned" for the owner's incarnation (never verified nor rewritten); a canceled WRITE
+ * never reached the owner, so its slot keeps its verified content; an owner crash loses its
+ * memory: its slots restart as zeros.
  *
  * Test-only variants (--variant) break the transport, and must be caught: nobounds (the owner
  * skips the grant-range check), tornok (a torn transfer reports success), noexpiry (expired
