@@ -733,6 +733,9 @@ static uint64_t stp_leg_delay(sim_tp_t *tp)
 
 static void stp_reply(stp_req_t *r, int rc, enum seg_reason reason)
 {
+    if (rc)
+        sim_log(r->tp->sim, "tp req %llu: n%u answers %s%s%s", (unsigned long long)r->id, r->owner,
+                kvmesh_errname(rc), reason ? " " : "", reason ? seg_reason_str(reason) : "");
     r->result = rc;
     r->reason = (uint8_t)reason;
     if (rc)
@@ -989,6 +992,10 @@ int sim_tp_submit(sim_tp_batch_t *b, const sim_tp_req_t *reqs, unsigned n)
         b->slots[idx].req = r;
         uint64_t w[7] = {0x5e7a0004u, id, r->client, r->owner, r->op, r->offset, r->length};
         sim_trace_mix(tp->sim, w, sizeof(w));
+        sim_log(tp->sim, "tp req %llu: n%u -> n%u %s seg %#llx [%llu, +%llu) (batch slot %u)",
+                (unsigned long long)id, r->client, r->owner, r->op == TP_READ ? "READ" : "WRITE",
+                (unsigned long long)r->seg_id, (unsigned long long)r->offset,
+                (unsigned long long)r->length, idx);
         if (!tp->k.bug_no_deadline) /* BUG knob: no deadline */
             stp_schedule(r, tp->k.timeout_ns, true);
         stp_schedule(r, stp_leg_delay(tp), false);

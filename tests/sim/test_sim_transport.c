@@ -402,6 +402,37 @@ static void test_owner_crash_in_flight(void **state)
     }
 }
 
+static void test_destroy_while_copying(void **state)
+{
+    (void)state;
+    sim_tp_knobs_t k;
+    sim_tp_knobs_init(&k);
+    k.bytes_per_sec = 1000000;
+    fx_t f;
+    fx_init(&f, 13, &k, false);
+    struct seg_grant g;
+    assert_int_equal(sim_tp_grant(f.tp, OWNER, f.seg, 0, SEGSZ, SEG_READ | SEG_WRITE, 0, &g), 0);
+    sim_tp_seg_t h;
+    assert_int_equal(sim_tp_open_segment(f.tp, CLIENT, OWNER, f.seg, g.token, &h), 0);
+    sim_tp_batch_t *b = fx_batch(&f);
+    fill(f.buf, SEGSZ, 31);
+    sim_tp_req_t w = {TP_WRITE, f.buf, SEGSZ, &h, 0, g.token};
+    assert_int_equal(sim_tp_submit(b, &w, 1), 0);
+    sim_run_for(f.sim, 10 * SIM_MSG_NS);
+    /* destroyed while the owner copies: the pinned segment finishes the request (as seg_check's
+     * pin does), later requests find no segment */
+    assert_int_equal(sim_tp_seg_destroy(f.tp, OWNER, f.seg), 0);
+    assert_int_equal(sim_tp_seg_mem(f.tp, OWNER, f.seg, NULL, NULL), KVMESH_ENOENT);
+    assert_int_equal(sim_tp_submit(b, &w, 1), 0);
+    sim_run_for(f.sim, SIM_SEC_NS);
+    enum seg_reason reason;
+    assert_int_equal(sim_tp_status(b, 0, NULL), 0);
+    assert_int_equal(sim_tp_status(b, 1, &reason), KVMESH_ENOENT);
+    assert_int_equal(reason, SEG_R_NOSEG);
+    sim_tp_batch_free(b);
+    fx_done(&f);
+}
+
 static void test_client_crash(void **state)
 {
     (void)state;
@@ -633,6 +664,7 @@ int main(void)
         cmocka_unit_test(test_partition),
         cmocka_unit_test(test_owner_crash),
         cmocka_unit_test(test_owner_crash_in_flight),
+        cmocka_unit_test(test_destroy_while_copying),
         cmocka_unit_test(test_client_crash),
         cmocka_unit_test(test_fail_and_torn),
         cmocka_unit_test(test_cancel),
