@@ -47,8 +47,8 @@
  * a request naming them is pending on a live client. Segment handles (sim_tp_seg_t) are plain
  * values: nothing to close.
  *
- * Threading: the simulator's single thread. Callbacks run as world events of the simulator (or
- * inside sim_tp_submit for requests refused at once, like the real engine).
+ * Threading: the simulator's single thread. Callbacks run as world events of the simulator, or
+ * inside sim_tp_submit (requests refused at once, like the real engine) and sim_tp_cancel.
  */
 #ifndef KVMESH_SIM_TRANSPORT_H
 #define KVMESH_SIM_TRANSPORT_H
