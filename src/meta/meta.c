@@ -48,10 +48,10 @@ static const struct meta_scheme {
      "TLS not available in this build (hiredis is built without TLS); use redis:// on a trusted "
      "network or a local TLS tunnel (e.g. stunnel)"},
     /* Redis backend: its line goes below this comment (one line). */
-    /* {"redis", &meta_redis_ops, NULL}, */
+    {"redis", &meta_redis_ops, NULL},
     /* ---- */
     /* etcd backend: its line goes below this comment (one line). */
-    /* {"etcd", &meta_etcd_ops, NULL}, */
+    {"etcd", &meta_etcd_ops, NULL},
 };
 
 /* The call being submitted on this thread (for the "never synchronously" rule). */
@@ -704,8 +704,8 @@ int meta_open(meta_t **out, env_t *env, const char *url, const meta_opts_t *opts
     *out = NULL;
     const struct meta_backend_ops *ops = NULL;
     int rc = find_backend(url, &ops);
-    if (rc)
-        return rc;
+    if (rc || !ops)
+        return rc ? rc : kvm_errf(KVMESH_EURL, "no backend for this metadata URL");
     meta_t *m = calloc(1, sizeof(*m));
     if (!m)
         return kvm_errf(KVMESH_ENOMEM, "out of memory opening metadata handle");

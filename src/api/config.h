@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * config.h — the runtime configuration behind kvmesh_config_t (include/kvmesh.h).
+ *
+ * One table (config.c) names every field with its type, default, bounds and help; the public
+ * setter kvmesh_config_set(), the daemon's YAML loader, the CLI flags, the Python package and
+ * docs/configuration.md all go through it, so a field is validated the same way everywhere.
+ * The struct is plain data (no heap): copying it with `=` is a deep copy.
+ */
+#ifndef KVMESH_API_CONFIG_H
+#define KVMESH_API_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvmesh.h"
+
+#define KVM_CFG_STR_MAX 512
+
+enum kvm_transport_choice { KVM_TRANSPORT_AUTO = 0, KVM_TRANSPORT_TCP, KVM_TRANSPORT_SHM };
+
+struct kvmesh_config {
+    char metadata_url[KVM_CFG_STR_MAX]; /* memory://default | redis://… | etcd://… */
+    char deployment[64];                /* [A-Za-z0-9_.-]{1,63}: metadata key prefix */
+    char runtime_id[33];                /* 32 hex digits, or "" = generate */
+    char listen[128];                   /* host:port for RPC and tcp transport (port 0 = any) */
+    char advertise[128];                /* address peers use ("" = listen address) */
+    char admin_listen[128];             /* host:port of the HTTP admin endpoints ("" = off) */
+    char secret[256];                   /* deployment secret for peer auth ("" = none) */
+    char default_tenant[65];            /* fallback scope for tools */
+    uint64_t memory_size;               /* bytes contributed (0 = client-only runtime) */
+    uint64_t segment_size;              /* bytes per memfd segment */
+    uint64_t max_object_size;           /* bytes */
+    uint32_t replicas;                  /* default replica count (1..KVM_MAX_REPLICAS) */
+    uint32_t route_mode;                /* enum route_mode (src/route/route.h) */
+    uint32_t top_k;                     /* route authorities per shard */
+    uint32_t shards;                    /* logical route shards */
+    enum kvm_transport_choice transport;
+    double weight;                      /* WRH weight of this runtime (> 0) */
+    uint32_t lease_ttl_ms;              /* membership lease */
+    uint32_t request_timeout_ms;        /* end-to-end per request */
+    uint32_t drain_timeout_ms;
+    uint32_t reclaim_grace_ms;          /* before freed bytes may be reused */
+    double evict_high_watermark;        /* fraction of memory_size that starts eviction */
+    double evict_low_watermark;         /* fraction eviction brings usage back to */
+    uint32_t io_threads;                /* transport I/O threads */
+    bool hugepages;                     /* try MFD_HUGETLB segments */
+};
+
+/* Fills cfg with every default (what kvmesh_config_new returns). */
+void kvm_config_defaults(struct kvmesh_config *cfg);
+/* Cross-field checks (watermarks ordered, segment_size <= memory_size, …); KVMESH_ECONFIG with a
+ * message naming the fields. kvmesh_open calls it. */
+int kvm_config_validate(const struct kvmesh_config *cfg);
+
+#endif
