@@ -17,8 +17,9 @@
  *              older than an acknowledged write that completed before it began, and a version
  *              that an acknowledged write produced carries that write's value; no read fails
  *              with a protocol conflict (except in route_conflict, where it must);
- *   liveness   after the faults stop (heal, restart, full membership) every key gets an
- *              acknowledged CAS within ROUTE_SIM_LIVENESS_S; a final lookup of every key then
+ *   liveness   after the faults stop (heal, restart, full membership) every key (and so every
+ *              shard: key k lives in shard k % shards) gets an acknowledged CAS within
+ *              ROUTE_SIM_LIVENESS_S; a final lookup of every key then
  *              must see the newest acknowledged version (no acknowledged write lost).
  *
  * Scenarios (one profile each): route_basic, route_crash, route_partition, route_membership,
@@ -898,11 +899,17 @@ static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         rs->in_members[i] = true;
         rs->epoch[i] = 1;
     }
+    /* key k lives in shard k % shards, so that the liveness phase covers every shard */
     for (uint32_t k = 0; k < RS_KEYS; k++) {
-        char key[16];
-        int len = snprintf(key, sizeof(key), "k%u", k);
-        rc = kvm_ident_init(&rs->keys[k], "tenant", NULL, key, (size_t)len);
-        KVM_ASSERT(rc == 0);
+        for (uint32_t j = 0;; j++) {
+            char key[32];
+            int len = snprintf(key, sizeof(key), "k%u-%u", k, j);
+            rc = kvm_ident_init(&rs->keys[k], "tenant", NULL, key, (size_t)len);
+            KVM_ASSERT(rc == 0);
+            if (kvm_ident_shard(&rs->keys[k], rs->shards) == k % rs->shards)
+                break;
+            kvm_ident_free(&rs->keys[k]);
+        }
     }
     rs->hist = sim_hist_new(sim, RS_MAX_OPS * (prof->steady ? 2 * ro->soak : ro->soak));
     sim_set_node_hooks(sim, rs_start, rs_stop, rs);
