@@ -122,7 +122,8 @@ int route_owner_scan(route_svc_t *svc, const kvm_runtime_id_t *owner, const uint
 typedef struct route_stats {
     uint64_t lookups, cas_applied, cas_conflict, cas_stale_generation, cas_indeterminate;
     uint64_t read_repairs, protocol_conflicts, mirrors, state_transfers;
-    uint64_t meta_calls; /* metadata calls this service issued */
+    uint64_t meta_calls;    /* metadata calls this service issued */
+    uint64_t stale_answers; /* stale_generation answers this service's own calls received */
 } route_stats_t;
 void route_get_stats(const route_svc_t *svc, route_stats_t *out);
 

@@ -263,8 +263,11 @@ static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *r
     route_shard_t *sh = &svc->shards[op->shard];
     if (resp) {
         op->st[i] = resp->status;
-        if (resp->status == KVMESH_ESTALE_GENERATION && resp->token > sh->view.token)
-            op->stale = true;
+        if (resp->status == KVMESH_ESTALE_GENERATION) {
+            svc->stats.stale_answers++;
+            if (resp->token > sh->view.token)
+                op->stale = true;
+        }
         if (resp->status == 0 && resp->n_routes == 1 &&
             kvm_ident_equal(&resp->routes[0].ident, &op->ident) &&
             kvm_route_copy(&op->got[i], &resp->routes[0]) == 0)
@@ -342,6 +345,7 @@ static void on_cas_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *re
         finish(op, resp->status, r);
         return;
     case KVMESH_ESTALE_GENERATION:
+        svc->stats.stale_answers++;
         op->last_rc = KVMESH_ESTALE_GENERATION;
         invalidate_view(svc, sh);
         backoff(op, 0);
@@ -425,8 +429,10 @@ static void on_owner_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *
     }
     route_shard_t *sh = &svc->shards[op->shard];
     if (!resp || resp->status != 0) {
-        if (resp && resp->status == KVMESH_ESTALE_GENERATION)
+        if (resp && resp->status == KVMESH_ESTALE_GENERATION) {
+            svc->stats.stale_answers++;
             op->last_rc = KVMESH_ESTALE_GENERATION;
+        }
         invalidate_view(svc, sh);
         backoff(op, ROUTE_RETRY_NS);
         return;

@@ -23,7 +23,8 @@
  *              must see the newest acknowledged version (no acknowledged write lost).
  *
  * Scenarios (one profile each): route_basic, route_crash, route_partition, route_membership,
- * route_mirror, route_conflict, route_steady (metadata call counting). Variants (test-only,
+ * route_mirror, route_conflict, route_stale (scripted rollover with a stale client),
+ * route_steady (metadata call counting). Variants (test-only,
  * must be caught): secondary_cas (secondaries accept CAS and clients send there),
  * skip_transfer (acquire without waiting for the lease and without state transfer).
  */
@@ -34,6 +35,7 @@
 #include "core/ident.h"
 #include "core/route.h"
 #include "core/util.h"
+#include "core/wrh.h"
 #include "meta/meta.h"
 #include "meta/meta_memory.h"
 #include "route/route.h"
@@ -59,6 +61,7 @@ typedef struct rs_profile {
     bool mirror_faults; /* one-way link cuts */
     bool conflict;      /* plant a protocol conflict */
     bool steady;        /* metadata call counting */
+    bool stale;         /* scripted rollover with a stale client */
 } rs_profile_t;
 
 typedef struct rs rs_t;
@@ -259,7 +262,7 @@ static void start_cas(rs_node_t *nd, uint32_t key, const kvm_route_version_t *ex
 {
     rs_t *rs = nd->rs;
     uint64_t value = ++rs->next_value;
-    bool tomb = !rs->prof->steady && sim_chance(rs->sim, 0.1);
+    bool tomb = !rs->prof->steady && !rs->prof->stale && sim_chance(rs->sim, 0.1);
     kvm_route_t r;
     build_route(rs, nd, key, value, tomb, &r);
     rs_req_t *q = calloc(1, sizeof(*q));
@@ -345,7 +348,7 @@ static void client_next(void *arg)
     rs_node_t *nd = arg;
     rs_t *rs = nd->rs;
     nd->think = 0;
-    if (nd->busy || !nd->ready || nd->stopping || rs->final_started)
+    if (nd->busy || !nd->ready || nd->stopping || rs->final_started || rs->prof->stale)
         return;
     if (rs->prof->steady && rs->steady_target && rs->steady_ops >= rs->steady_target)
         return;
@@ -851,6 +854,110 @@ static void run_steady(rs_t *rs, const sim_run_opts_t *ro)
                 (unsigned long long)ka, (unsigned long long)ka_bound);
 }
 
+/* ---- scripted rollover with a stale client (route_stale) ------------------------------------ */
+
+typedef struct rs_probe {
+    rs_t *rs;
+    uint32_t node;
+    uint64_t min_token;
+} rs_probe_t;
+
+static bool probe_primary(void *ctx)
+{
+    rs_probe_t *p = ctx;
+    rs_node_t *nd = sim_node_state(p->rs->sim, p->node);
+    uint64_t t = 0;
+    return nd && nd->svc && nd->ready && route_test_is_primary(nd->svc, 0, &t) && t >= p->min_token;
+}
+
+static const sim_op_t *last_op(rs_t *rs, uint32_t client, uint32_t kind)
+{
+    for (size_t i = sim_hist_len(rs->hist); i-- > 0;) {
+        const sim_op_t *o = sim_hist_get(rs->hist, i);
+        if (o->client == client && o->kind == kind)
+            return o;
+    }
+    return NULL;
+}
+
+static kvm_route_version_t vunpack(uint64_t v)
+{
+    return (kvm_route_version_t){v >> 32, v & 0xffffffffu};
+}
+
+/* One shard, k = 3, five runtimes; N (the WRH-first runtime) joins late. X (not an authority)
+ * caches the view of generation 1 {A, B, C}; N joins, the set becomes {N, A, B} under a new token
+ * and A writes a new value; X's lookup must get stale_generation from the old primary A and the
+ * old secondary B, refresh, retry and return the new value; its CAS from the old version must
+ * conflict. */
+static void run_stale(rs_t *rs)
+{
+    sim_t *sim = rs->sim;
+    uint32_t rank[RS_MAX_NODES];
+    size_t got = 0;
+    wrh_candidate_t c[RS_MAX_NODES];
+    for (uint32_t i = 0; i < rs->n; i++) {
+        kvm_runtime_id_t id = rt_id(i);
+        c[i] = (wrh_candidate_t){.id_hash = wrh_id_hash(&id), .weight = 1.0};
+    }
+    KVM_ASSERT(wrh_top_k(c, rs->n, wrh_shard_key(0), rs->n, rank, &got) == 0 && got == rs->n);
+    uint32_t N = rank[0], A = rank[1], X = rank[4];
+    rs_probe_t p = {rs, A, 1};
+    if (sim_run_while_not(sim, probe_primary, &p, 5 * SIM_SEC_NS) != SIM_REACHED) {
+        sim_fail(sim, "stale: n%u did not become primary", A);
+        return;
+    }
+    rs_node_t *x = sim_node_state(sim, X), *a = sim_node_state(sim, A);
+    start_lookup(x, 0, true);
+    sim_run_while_not(sim, all_busy_free, rs, sim_now(sim) + 5 * SIM_SEC_NS);
+    const sim_op_t *w1 = last_op(rs, X, OPK_CAS);
+    if (!w1 || w1->status != 0) {
+        sim_fail(sim, "stale: first write failed (%d)", w1 ? w1->status : 0);
+        return;
+    }
+    uint64_t t1 = w1->out_a >> 32;
+    route_stats_t st0, st1;
+    route_get_stats(x->svc, &st0);
+    rs->in_members[N] = true;
+    push_members(rs, false);
+    p = (rs_probe_t){rs, N, t1 + 1};
+    if (sim_run_while_not(sim, probe_primary, &p, sim_now(sim) + 10 * SIM_SEC_NS) != SIM_REACHED) {
+        sim_fail(sim, "stale: n%u did not take over the shard after joining", N);
+        return;
+    }
+    start_lookup(a, 0, true);
+    sim_run_while_not(sim, all_busy_free, rs, sim_now(sim) + 5 * SIM_SEC_NS);
+    const sim_op_t *w2 = last_op(rs, A, OPK_CAS);
+    if (!w2 || w2->status != 0 || (w2->out_a >> 32) <= t1) {
+        sim_fail(sim, "stale: new-generation write failed (%d)", w2 ? w2->status : 0);
+        return;
+    }
+    start_lookup(x, 0, false);
+    sim_run_while_not(sim, all_busy_free, rs, sim_now(sim) + 5 * SIM_SEC_NS);
+    const sim_op_t *r = last_op(rs, X, OPK_LOOKUP);
+    route_get_stats(x->svc, &st1);
+    if (!r || r->status != 0 || r->out_a != w2->out_a ||
+        st1.stale_answers < st0.stale_answers + 2) {
+        sim_fail(sim,
+                 "stale: stale client's lookup returned %d version %llx (want %llx) after %llu "
+                 "stale_generation answers (want >= 2: old primary and old secondary)",
+                 r ? r->status : 0, r ? (unsigned long long)r->out_a : 0ull,
+                 (unsigned long long)w2->out_a,
+                 (unsigned long long)(st1.stale_answers - st0.stale_answers));
+        return;
+    }
+    kvm_route_version_t old = vunpack(w1->out_a);
+    start_cas(x, 0, &old);
+    sim_run_while_not(sim, all_busy_free, rs, sim_now(sim) + 5 * SIM_SEC_NS);
+    const sim_op_t *w3 = last_op(rs, X, OPK_CAS);
+    if (!w3 || w3->status != KVMESH_ECONFLICT)
+        sim_fail(sim, "stale: CAS from the pre-rollover version answered %d, want a conflict",
+                 w3 ? w3->status : 0);
+    sim_log(sim, "stale: n%u saw %llu stale_generation answers, then read %llx", X,
+            (unsigned long long)(st1.stale_answers - st0.stale_answers),
+            (unsigned long long)r->out_a);
+}
+
 static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result_t *res)
 {
     const char *v = ro->variant ? ro->variant : "";
@@ -872,9 +979,9 @@ static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     rs->bugs = bugs;
     sim_config_t cfg;
     sim_config_init(&cfg, ro);
-    rs->n = prof->steady ? 3 : 4 + (uint32_t)(ro->seed % 2);
-    rs->shards = prof->steady ? 4 : 2 + (uint32_t)(ro->seed % 3);
-    rs->k = prof->steady ? 3 : 2 + (uint32_t)((ro->seed / 3) % 2);
+    rs->n = prof->steady ? 3 : prof->stale ? 5 : 4 + (uint32_t)(ro->seed % 2);
+    rs->shards = prof->steady ? 4 : prof->stale ? 1 : 2 + (uint32_t)(ro->seed % 3);
+    rs->k = prof->steady || prof->stale ? 3 : 2 + (uint32_t)((ro->seed / 3) % 2);
     cfg.n_nodes = rs->n;
     cfg.clock_drift_max_ppm = 10000;
     cfg.clock_skew_max_ms = 200;
@@ -883,7 +990,7 @@ static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     sim_t *sim = sim_new(&cfg);
     KVM_ASSERT(sim != NULL);
     rs->sim = sim;
-    bool noisy = !prof->steady && !prof->conflict;
+    bool noisy = !prof->steady && !prof->conflict && !prof->stale;
     sim_set_net(sim, &(sim_net_t){.delay_min_ns = SIM_MSG_NS,
                                   .delay_max_ns = 5 * SIM_MSG_NS,
                                   .drop_p = noisy ? 0.01 : 0,
@@ -914,10 +1021,25 @@ static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     rs->hist = sim_hist_new(sim, RS_MAX_OPS * (prof->steady ? 2 * ro->soak : ro->soak));
     sim_set_node_hooks(sim, rs_start, rs_stop, rs);
     sim_set_invariant(sim, rs_invariant, rs);
+    if (prof->stale) { /* the WRH-first runtime of shard 0 joins later */
+        uint32_t rank[RS_MAX_NODES];
+        size_t got = 0;
+        wrh_candidate_t c[RS_MAX_NODES];
+        for (uint32_t i = 0; i < rs->n; i++) {
+            kvm_runtime_id_t id = rt_id(i);
+            c[i] = (wrh_candidate_t){.id_hash = wrh_id_hash(&id), .weight = 1.0};
+        }
+        KVM_ASSERT(wrh_top_k(c, rs->n, wrh_shard_key(0), 1, rank, &got) == 0 && got == 1);
+        rs->in_members[rank[0]] = false;
+    }
     sim_start(sim);
     push_members(rs, false);
     if (prof->steady) {
         run_steady(rs, ro);
+        goto out;
+    }
+    if (prof->stale) {
+        run_stale(rs);
         goto out;
     }
     if (prof->crashes || prof->partitions || prof->mirror_faults || prof->lag)
@@ -1031,6 +1153,10 @@ RS_SCENARIO(route_mirror, "route mesh: one-way link cuts: partial mirrors, repai
 RS_SCENARIO(route_conflict,
             "route mesh: a planted equal-version/different-value copy fails reads, is counted",
             .fault_s = 3, .conflict = true)
+RS_SCENARIO(route_stale,
+            "route mesh: a stale client after rollover gets stale_generation from the old "
+            "primary and secondary, refreshes, retries",
+            .stale = true)
 RS_SCENARIO(route_steady,
             "route mesh: 10,000 lookups+CAS in steady state make no metadata route call",
             .steady = true)

@@ -19,6 +19,7 @@ extern const sim_scenario_t scen_route_partition;
 extern const sim_scenario_t scen_route_membership;
 extern const sim_scenario_t scen_route_mirror;
 extern const sim_scenario_t scen_route_conflict;
+extern const sim_scenario_t scen_route_stale;
 extern const sim_scenario_t scen_route_steady;
 #endif
 
@@ -33,6 +34,7 @@ const sim_scenario_t *const sim_scenarios[] = {
     &scen_route_membership,
     &scen_route_mirror,
     &scen_route_conflict,
+    &scen_route_stale,
     &scen_route_steady,
 #endif
     NULL,
