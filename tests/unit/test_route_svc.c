@@ -8,7 +8,9 @@
  *   - one runtime as the whole authority set (top_k 1, 8 shards; peer messages loop back through
  *     the env's sender hook): lookup of an absent key, create, lookup, CAS conflict with the
  *     current route returned, overwrite, tombstone, and owner enumeration through pages of 3
- *     that ends complete with every route of the owner exactly once.
+ *     that ends complete with every route of the owner exactly once;
+ *   - with no serving authority, owner enumeration fails instead of claiming absence, and
+ *     lookups and CAS are unavailable.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -112,7 +114,7 @@ static route_svc_t *start(fx_t *f, uint64_t id, route_policy_t p, waitv_t *w)
                           .self = {.id = kvm_id128_from_u64(7, id), .epoch = 1},
                           .policy = p,
                           .shard_lease_ms = 1000,
-                          .request_timeout_ms = 3000};
+                          .request_timeout_ms = 800};
     route_svc_t *svc = NULL;
     memset(w, 0, sizeof(*w));
     assert_int_equal(route_svc_new(&svc, &o, on_start, w), 0);
@@ -342,11 +344,47 @@ static void test_single_runtime_ops(void **state)
     fx_close(&f);
 }
 
+/* No shard has a serving authority (the only member is not route-capable): owner enumeration
+ * must fail, never answer an empty "complete" page, and lookups/CAS are unavailable. */
+static void test_no_authority_never_claims_absence(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, "memory://route-unit-noauth");
+    waitv_t w;
+    route_svc_t *svc = start(&f, 1, POLICY, &w);
+    assert_int_equal(w.rc, 0);
+    env_set_recv(f.env, (env_recv_fn)route_on_message, svc);
+    route_member_t m = {.rt = {.id = kvm_id128_from_u64(7, 1), .epoch = 1},
+                        .node = 0,
+                        .weight = 1,
+                        .route_capable = false,
+                        .route_version = ROUTE_PROTOCOL_VERSION};
+    route_set_members(svc, 1, &m, 1);
+    kvm_runtime_id_t owner = kvm_id128_from_u64(9, 5);
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(route_owner_scan(svc, &owner, NULL, 0, 10, on_page, &w), 0);
+    run_until(&f, &w);
+    assert_true(w.rc == KVMESH_EUNAVAILABLE || w.rc == KVMESH_ETIMEDOUT);
+    assert_false(w.complete);
+    kvm_route_t r;
+    mk(&r, "a", 1, 1);
+    lookup(&f, svc, &r.ident, &w);
+    assert_true(w.rc == KVMESH_EUNAVAILABLE || w.rc == KVMESH_ETIMEDOUT);
+    cas(&f, svc, KVM_ROUTE_VERSION_NONE, &r, &w);
+    assert_true(w.rc == KVMESH_EUNAVAILABLE || w.rc == KVMESH_ETIMEDOUT);
+    kvm_route_free(&r);
+    env_set_recv(f.env, NULL, NULL);
+    route_svc_free(svc);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policy_bootstrap),
         cmocka_unit_test(test_single_runtime_ops),
+        cmocka_unit_test(test_no_authority_never_claims_absence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
