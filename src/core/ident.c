@@ -87,6 +87,7 @@ int kvm_ident_init_n(kvm_ident_t *out, const char *tenant, size_t tenant_len, co
         return rc;
     if (!domain)
         domain_len = 0;
+    KVM_ASSERT(tenant != NULL && key != NULL); /* the checks above reject NULL */
     size_t n = 1 + 1 + tenant_len + 1 + domain_len + 2 + key_len;
     uint8_t *enc = malloc(n);
     if (!enc)

@@ -104,7 +104,7 @@ static int proto_err(const char *ctx)
 
 static ProtobufCBinaryData bin(const void *p, size_t n)
 {
-    return (ProtobufCBinaryData){n, (uint8_t *)(uintptr_t)p};
+    return (ProtobufCBinaryData){n, (uint8_t *)p}; /* pack only reads it */
 }
 
 static ProtobufCBinaryData bin_id(const kvm_id128_t *id)

@@ -191,9 +191,9 @@ static void test_add_candidate(void **state)
     }
     double frac = (double)moved / KEYS;
     print_message("moved %.5f of keys (want %.5f); top-%d sets changed on %.5f\n", frac, 1.0 / 11,
-                  K, (double)topk_changed / (KEYS / 8));
+                  K, (double)topk_changed / (KEYS / 8.0));
     assert_true(fabs(frac * 11 - 1) < 0.10);
-    double tk = (double)topk_changed / (KEYS / 8);
+    double tk = (double)topk_changed / (KEYS / 8.0);
     assert_true(fabs(tk / (3.0 / 11) - 1) < 0.10); /* P(new in top-3 of 11) = 3/11 */
 }
 
