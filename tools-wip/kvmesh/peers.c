@@ -108,6 +108,9 @@ int peer_start(enum peer_kind kind, peer_proc_t **out, char *err, size_t err_cap
             execlp(bin, bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
                    "no", "--protected-mode", "no", "--dir", p->dir, "--daemonize", "no",
                    (char *)NULL);
+        else if (geteuid() == 0) /* memcached refuses to run as root without -u */
+            execlp(bin, bin, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", mem, "-I",
+                   PEER_MC_ITEM_MAX, "-t", "2", "-u", "root", (char *)NULL);
         else
             execlp(bin, bin, "-l", "127.0.0.1", "-p", port, "-U", "0", "-m", mem, "-I",
                    PEER_MC_ITEM_MAX, "-t", "2", (char *)NULL);
