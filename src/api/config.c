@@ -415,6 +415,38 @@ void kvm_config_allowed(const kvm_cfg_field_t *f, char *buf, size_t cap)
     }
 }
 
+static size_t md_append(char *buf, size_t cap, size_t off, const char *s, bool escape)
+{
+    for (; *s && off + 2 < cap; s++) {
+        if (escape && *s == '|')
+            buf[off++] = '\\';
+        buf[off++] = *s;
+    }
+    buf[off] = '\0';
+    return off;
+}
+
+void kvm_config_markdown_row(const kvm_cfg_field_t *f, char *buf, size_t cap)
+{
+    char allowed[320];
+    kvm_config_allowed(f, allowed, sizeof(allowed));
+    size_t off = 0;
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+    off = md_append(buf, cap, off, "| `", false);
+    off = md_append(buf, cap, off, f->name, false);
+    off = md_append(buf, cap, off, "` | ", false);
+    off = md_append(buf, cap, off, kvm_config_type_name(f->type), false);
+    off = md_append(buf, cap, off, f->default_value[0] ? " | `" : " | `\"\"", false);
+    off = md_append(buf, cap, off, f->default_value, true);
+    off = md_append(buf, cap, off, "` | ", false);
+    off = md_append(buf, cap, off, allowed, true);
+    off = md_append(buf, cap, off, " | ", false);
+    off = md_append(buf, cap, off, f->help, true);
+    md_append(buf, cap, off, " |", false);
+}
+
 /* ---- set / get ------------------------------------------------------------------------------ */
 
 static int bad(const kvm_cfg_field_t *f, const char *value, const char *problem)

@@ -58,6 +58,12 @@ void kvm_config_allowed(const kvm_cfg_field_t *f, char *buf, size_t cap);
 const char *kvm_config_type_name(enum kvm_cfg_type t);
 /* Parses a size with optional unit into *out. 0 or KVMESH_ECONFIG (message names `what`). */
 int kvm_config_parse_size(const char *what, const char *s, uint64_t *out);
+/* The row of the docs/configuration.md field table for f ("| `name` | type | `default` | allowed
+ * | help |", '|' escaped), NUL-terminated, truncated at cap. The header is
+ * KVM_CONFIG_MARKDOWN_HEADER. */
+#define KVM_CONFIG_MARKDOWN_HEADER                                                                 \
+    "| field | type | default | allowed | meaning |\n| --- | --- | --- | --- | --- |\n"
+void kvm_config_markdown_row(const kvm_cfg_field_t *f, char *buf, size_t cap);
 /* Formats a byte count in the largest exact binary unit ("256MiB", "1536", "0"). */
 void kvm_config_format_size(uint64_t v, char *buf, size_t cap);
 

@@ -289,6 +289,33 @@ static void test_allowed_text(void **state)
     assert_string_equal(kvm_config_type_name(KVM_CFG_SIZE), "size");
 }
 
+/* docs/configuration.md carries the field table exactly as the table generates it
+ * (`kvmesh config markdown`), so the documentation cannot drift from the code. */
+static void test_docs_match_table(void **state)
+{
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/docs/configuration.md", KVMESH_SOURCE_DIR);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char doc[1 << 18];
+    size_t len = fread(doc, 1, sizeof(doc) - 1, f);
+    fclose(f);
+    doc[len] = '\0';
+    assert_non_null(strstr(doc, KVM_CONFIG_MARKDOWN_HEADER));
+    size_t n;
+    const kvm_cfg_field_t *t = kvm_config_table(&n);
+    char row[1100];
+    for (size_t i = 0; i < n; i++) {
+        kvm_config_markdown_row(&t[i], row, sizeof(row) - 1);
+        strcat(row, "\n");
+        if (!strstr(doc, row))
+            fail_msg("docs/configuration.md lacks or has a stale row for %s; regenerate the "
+                     "table with `kvmesh config markdown`; expected:\n%s",
+                     t[i].name, row);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -299,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_sizes_and_values),
         cmocka_unit_test(test_validate_cross_fields),
         cmocka_unit_test(test_allowed_text),
+        cmocka_unit_test(test_docs_match_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -341,16 +341,6 @@ out:
     return rc;
 }
 
-static void print_md_escaped(const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '|')
-            fputs("\\|", stdout);
-        else
-            putchar(*s);
-    }
-}
-
 int cmd_config(int argc, char **argv)
 {
     struct verb_ctx v;
@@ -377,15 +367,11 @@ int cmd_config(int argc, char **argv)
         return 0;
     }
     if (strcmp(v.pos[0], "markdown") == 0) {
-        printf("| field | type | default | allowed | meaning |\n| --- | --- | --- | --- | --- |\n");
+        char row[1024];
+        printf("%s", KVM_CONFIG_MARKDOWN_HEADER);
         for (size_t i = 0; i < n; i++) {
-            kvm_config_allowed(&t[i], allowed, sizeof(allowed));
-            printf("| `%s` | %s | `%s` | ", t[i].name, kvm_config_type_name(t[i].type),
-                   t[i].default_value);
-            print_md_escaped(allowed);
-            printf(" | ");
-            print_md_escaped(t[i].help);
-            printf(" |\n");
+            kvm_config_markdown_row(&t[i], row, sizeof(row));
+            printf("%s\n", row);
         }
         return 0;
     }
