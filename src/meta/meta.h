@@ -44,10 +44,11 @@
 
 #include "env/env.h"
 
-#define META_KEY_MAX            1024          /* bytes, excluding NUL */
-#define META_VALUE_MAX          (1024 * 1024) /* bytes */
-#define META_RANGE_MAX          1000          /* entries per range page */
-#define META_TXN_MAX_OPS        64            /* compares, and ops per branch */
+#define META_KEY_MAX            1024                         /* bytes, excluding NUL */
+#define META_VALUE_MAX          (1024 * 1024)                /* bytes */
+#define META_RANGE_MAX          1000                         /* entries per range page */
+#define META_TXN_MAX_OPS        64                           /* compares, and ops per branch */
+#define META_TXN_MAX_BYTES      (META_VALUE_MAX + 64 * 1024) /* key+value bytes in one txn */
 #define META_DEFAULT_TIMEOUT_MS 5000
 #define META_LEASE_TTL_MIN_MS   1000 /* etcd grants whole seconds: ttl is rounded up to 1 s */
 
@@ -96,9 +97,9 @@ typedef struct meta_op {
 } meta_op_t;
 
 typedef struct meta_result {
-    int rc;      /* 0 or a negative KVMESH_E*; on error only rc/errmsg are meaningful */
+    int rc;             /* 0 or a negative KVMESH_E*; on error only rc/errmsg are meaningful */
     const char *errmsg; /* human-readable detail when rc != 0 (never NULL) */
-    int64_t rev; /* revision of the store after the operation */
+    int64_t rev;        /* revision of the store after the operation */
     /* get */
     meta_kv_t kv;
     /* range */
@@ -106,10 +107,10 @@ typedef struct meta_result {
     size_t n_kvs;
     bool more;
     /* txn */
-    bool succeeded;        /* then-branch applied */
-    const meta_kv_t *ops;  /* one entry per op of the applied branch; GET fills kv, others !found */
+    bool succeeded;       /* then-branch applied */
+    const meta_kv_t *ops; /* one entry per op of the applied branch; GET fills kv, others !found */
     size_t n_ops;
-    int64_t n_deleted;     /* keys removed by DEL ops of the applied branch */
+    int64_t n_deleted; /* keys removed by DEL ops of the applied branch */
     /* lease grant / keepalive / ttl */
     meta_lease_t lease;
     int64_t ttl_ms; /* remaining ttl; keepalive/ttl of an expired or unknown lease: rc ENOENT */
@@ -141,8 +142,7 @@ int meta_txn(meta_t *m, const meta_cmp_t *cmps, size_t n_cmps, const meta_op_t *
              size_t n_then, const meta_op_t *else_ops, size_t n_else, uint32_t timeout_ms,
              meta_cb cb, void *arg);
 int meta_lease_grant(meta_t *m, int64_t ttl_ms, uint32_t timeout_ms, meta_cb cb, void *arg);
-int meta_lease_keepalive(meta_t *m, meta_lease_t lease, uint32_t timeout_ms, meta_cb cb,
-                         void *arg);
+int meta_lease_keepalive(meta_t *m, meta_lease_t lease, uint32_t timeout_ms, meta_cb cb, void *arg);
 int meta_lease_revoke(meta_t *m, meta_lease_t lease, uint32_t timeout_ms, meta_cb cb, void *arg);
 int meta_lease_ttl(meta_t *m, meta_lease_t lease, uint32_t timeout_ms, meta_cb cb, void *arg);
 

@@ -10,6 +10,11 @@
  * KVMESH_ECANCELED) and the backend's later completion is dropped; the call's memory is freed
  * only after both sides are done with it (reference count), so a backend may keep the pointer
  * until it completes. Backends may check meta_call_abandoned() to skip useless work.
+ *
+ * meta_call_complete() may run the user's callback, and that callback may call meta_close():
+ * the dispatcher then defers the backend's close() and the handle's free to a later loop turn,
+ * so a backend's state stays valid until its completion path returns. A completion made inside
+ * submit() is delivered to the user on a later loop turn (callbacks never run inside meta_*()).
  */
 #ifndef KVMESH_META_META_IMPL_H
 #define KVMESH_META_META_IMPL_H
@@ -92,5 +97,13 @@ void meta_call_fail(meta_call_t *call, int rc, const char *fmt, ...)
 /* True once the user has already been answered (deadline or close): work may be skipped, but
  * the backend must still call meta_call_complete() (or meta_call_fail()) to drop its ref. */
 bool meta_call_abandoned(const meta_call_t *call);
+
+/* Splits the scheme off a metadata URL into scheme (lower-cased, NUL-terminated); KVMESH_EURL
+ * with a message for malformed URLs (no "://", bad characters, over META_URL_MAX bytes). */
+int meta_url_scheme(const char *url, char *scheme, size_t cap);
+
+/* The ttl every backend grants for a requested ttl_ms (meta.c applies it before submit()):
+ * at least META_LEASE_TTL_MIN_MS, rounded up to whole seconds. */
+int64_t meta_lease_ttl_round(int64_t ttl_ms);
 
 #endif
