@@ -48,7 +48,7 @@ static const struct meta_scheme {
      "TLS not available in this build (hiredis is built without TLS); use redis:// on a trusted "
      "network or a local TLS tunnel (e.g. stunnel)"},
     /* Redis backend: its line goes below this comment (one line). */
-    /* {"redis", &meta_redis_ops, NULL}, */
+    {"redis", &meta_redis_ops, NULL},
     /* ---- */
     /* etcd backend: its line goes below this comment (one line). */
     /* {"etcd", &meta_etcd_ops, NULL}, */
