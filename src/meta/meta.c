@@ -51,7 +51,7 @@ static const struct meta_scheme {
     {"redis", &meta_redis_ops, NULL},
     /* ---- */
     /* etcd backend: its line goes below this comment (one line). */
-    /* {"etcd", &meta_etcd_ops, NULL}, */
+    {"etcd", &meta_etcd_ops, NULL},
 };
 
 /* The call being submitted on this thread (for the "never synchronously" rule). */

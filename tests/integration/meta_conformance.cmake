@@ -13,4 +13,4 @@ kvmesh_meta_conformance(memory)
 kvmesh_meta_conformance(redis)
 
 # etcd backend: uncomment the next line.
-# kvmesh_meta_conformance(etcd)
+kvmesh_meta_conformance(etcd)
