@@ -1,0 +1,482 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * metrics.h — the process-wide metrics registry: counters, gauges and histograms declared in
+ * one X-macro list per family kind, from which metrics.c generates the storage, the per-thread
+ * aggregation and the Prometheus text exposition.
+ *
+ * Declaring a family: add one line to OBS_COUNTER_LIST, OBS_GAUGE_LIST or OBS_HIST_LIST below.
+ *   X(id, help, dim1, dim2)                  counters (id is the name without "kvmesh_")
+ *   X(id, help, mode, dim1, dim2)            gauges; mode is set (absolute) or add (up/down)
+ *   X(id, help, layout, dim1, dim2)          histograms; layout is latency or bytes
+ * Each dimension is a closed label set from OBS_DIM_LIST (`none` for no label). A family has at
+ * most two dimensions. Label values are compile-time enum constants: a key, domain, route
+ * version, request id or peer address can never become a label value by construction.
+ *
+ * Updating (hot path, any thread):
+ *   obs_count(requests_total, OBS_OP_PUT, OBS_RES_OK, 1);
+ *   obs_gauge_add(requests_in_flight, OBS_OP_PUT, OBS_NONE, +1);
+ *   obs_gauge_set(segment_capacity_bytes, OBS_TIER_DRAM, OBS_NONE, bytes);
+ *   obs_observe(request_duration_seconds, OBS_OP_PUT, OBS_NONE, elapsed_ns);
+ *   obs_tenant_count(tenant_requests_total, obs_tenant_slot(tenant_id, len), 1);
+ * Out-of-range label indices are programmer errors (KVM_ASSERT).
+ *
+ * Threading and cost: every thread updates its own shard (a cache-aligned block holding every
+ * series) with a relaxed load + relaxed store, no lock, no read-modify-write instruction; a
+ * scrape sums all shards. A shard is taken on a thread's first update and handed back at thread
+ * exit (pthread key destructor) for the next new thread to reuse, so counters stay monotonic and
+ * shard memory is bounded by the peak thread count. Beyond OBS_MAX_SHARDS live threads, the
+ * extra threads share one overflow shard updated with atomic adds. Set-mode gauges live in one
+ * global array of relaxed atomics. The registry is per process: runtimes sharing one process
+ * share its counters.
+ *
+ * Histogram layouts (fixed; `le` values in base units):
+ *   latency: observations in nanoseconds, exposed in seconds, upper bounds
+ *            5us 10us 25us 50us 100us 250us 500us 1ms 2.5ms 5ms 10ms 25ms 50ms 100ms 250ms 500ms
+ *            1s 2.5s 5s 10s, then +Inf (20 finite buckets)
+ *   bytes:   observations in bytes, upper bounds 1KiB 4KiB 16KiB 64KiB 256KiB 1MiB 4MiB 16MiB
+ *            64MiB 256MiB 1GiB, then +Inf (11 finite buckets, powers of 4)
+ *
+ * Per-tenant labels: the tenant_* families carry a `tenant` label only for the deployment's
+ * finite bootstrap policy set, up to a configured cap (obs_metrics_set_tenants, at most
+ * OBS_TENANT_LABEL_CAP_MAX); every other tenant id falls into the `other` series. With no set
+ * configured (the default) the tenant families have no series: request counters aggregate
+ * across tenants and per-tenant diagnosis goes through /stats?tenant=.
+ */
+#ifndef KVMESH_OBS_METRICS_H
+#define KVMESH_OBS_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/util.h"
+
+/* ---- closed label sets ------------------------------------------------------------------- */
+
+#define OBS_NONE_VALUES(V) V(OBS_NONE, "")
+
+/* operation on the public API */
+#define OBS_OP_VALUES(V)                                                                           \
+    V(OBS_OP_PUT, "put")                                                                           \
+    V(OBS_OP_GET, "get")                                                                           \
+    V(OBS_OP_REMOVE, "remove")                                                                     \
+    V(OBS_OP_EXIST, "exist")                                                                       \
+    V(OBS_OP_BATCH_PUT, "batch_put")                                                               \
+    V(OBS_OP_BATCH_GET, "batch_get")                                                               \
+    V(OBS_OP_BATCH_REMOVE, "batch_remove")
+
+/* outcome of an API request */
+#define OBS_RES_VALUES(V)                                                                          \
+    V(OBS_RES_OK, "ok")                                                                            \
+    V(OBS_RES_NOT_FOUND, "not_found")                                                              \
+    V(OBS_RES_INVALID, "invalid")                                                                  \
+    V(OBS_RES_QUOTA, "quota")                                                                      \
+    V(OBS_RES_TIMEOUT, "timeout")                                                                  \
+    V(OBS_RES_UNAVAILABLE, "unavailable")                                                          \
+    V(OBS_RES_ERROR, "error")
+
+/* simple success/failure outcome */
+#define OBS_OUTCOME_VALUES(V)                                                                      \
+    V(OBS_OUTCOME_OK, "ok")                                                                        \
+    V(OBS_OUTCOME_ERROR, "error")
+
+/* route lookup outcome */
+#define OBS_LOOKUP_VALUES(V)                                                                       \
+    V(OBS_LOOKUP_FOUND, "found")                                                                   \
+    V(OBS_LOOKUP_NOT_FOUND, "not_found")                                                           \
+    V(OBS_LOOKUP_ERROR, "error")
+
+/* route CAS outcome at the fenced primary */
+#define OBS_CAS_VALUES(V)                                                                          \
+    V(OBS_CAS_APPLIED, "applied")                                                                  \
+    V(OBS_CAS_CONFLICT, "conflict")                                                                \
+    V(OBS_CAS_STALE_GENERATION, "stale_generation")                                                \
+    V(OBS_CAS_INDETERMINATE, "indeterminate")
+
+/* route repair outcome */
+#define OBS_REPAIR_VALUES(V)                                                                       \
+    V(OBS_REPAIR_REPAIRED, "repaired")                                                             \
+    V(OBS_REPAIR_NOOP, "noop")                                                                     \
+    V(OBS_REPAIR_FAILED, "failed")
+
+/* mirror publication outcome (primary -> top-k mirror set) */
+#define OBS_MIRROR_VALUES(V)                                                                       \
+    V(OBS_MIRROR_ACKED, "acked")                                                                   \
+    V(OBS_MIRROR_FAILED, "failed")                                                                 \
+    V(OBS_MIRROR_TIMEOUT, "timeout")
+
+/* metadata backend */
+#define OBS_BACKEND_VALUES(V)                                                                      \
+    V(OBS_BACKEND_MEMORY, "memory")                                                                \
+    V(OBS_BACKEND_REDIS, "redis")                                                                  \
+    V(OBS_BACKEND_ETCD, "etcd")
+
+/* metadata call */
+#define OBS_MCALL_VALUES(V)                                                                        \
+    V(OBS_MCALL_GET, "get")                                                                        \
+    V(OBS_MCALL_PUT, "put")                                                                        \
+    V(OBS_MCALL_CAS, "cas")                                                                        \
+    V(OBS_MCALL_DELETE, "delete")                                                                  \
+    V(OBS_MCALL_LIST, "list")                                                                      \
+    V(OBS_MCALL_TXN, "txn")                                                                        \
+    V(OBS_MCALL_LEASE, "lease")                                                                    \
+    V(OBS_MCALL_WATCH, "watch")
+
+/* data-plane transport */
+#define OBS_TRANSPORT_VALUES(V)                                                                    \
+    V(OBS_TRANSPORT_TCP, "tcp")                                                                    \
+    V(OBS_TRANSPORT_SHM, "shm")                                                                    \
+    V(OBS_TRANSPORT_LOCAL, "local")
+
+/* transport operation */
+#define OBS_XOP_VALUES(V)                                                                          \
+    V(OBS_XOP_READ, "read")                                                                        \
+    V(OBS_XOP_WRITE, "write")                                                                      \
+    V(OBS_XOP_RPC, "rpc")
+
+/* storage tier */
+#define OBS_TIER_VALUES(V)                                                                         \
+    V(OBS_TIER_DRAM, "dram")                                                                       \
+    V(OBS_TIER_COLD, "cold")
+
+/* allocation outcome */
+#define OBS_ALLOC_VALUES(V)                                                                        \
+    V(OBS_ALLOC_OK, "ok")                                                                          \
+    V(OBS_ALLOC_NO_SPACE, "no_space")                                                              \
+    V(OBS_ALLOC_ERROR, "error")
+
+/* span export outcome (tracing pipeline health) */
+#define OBS_SPANRES_VALUES(V)                                                                      \
+    V(OBS_SPANRES_EXPORTED, "exported")                                                            \
+    V(OBS_SPANRES_DROPPED_QUEUE_FULL, "dropped_queue_full")                                        \
+    V(OBS_SPANRES_DROPPED_EXPORT_FAILED, "dropped_export_failed")
+
+/* X(dim, label name, value list) */
+#define OBS_DIM_LIST(X)                                                                            \
+    X(none, "", OBS_NONE_VALUES)                                                                   \
+    X(op, "operation", OBS_OP_VALUES)                                                              \
+    X(res, "result", OBS_RES_VALUES)                                                               \
+    X(outcome, "result", OBS_OUTCOME_VALUES)                                                       \
+    X(lookup, "result", OBS_LOOKUP_VALUES)                                                         \
+    X(cas, "result", OBS_CAS_VALUES)                                                               \
+    X(repair, "result", OBS_REPAIR_VALUES)                                                         \
+    X(mirror, "result", OBS_MIRROR_VALUES)                                                         \
+    X(backend, "backend", OBS_BACKEND_VALUES)                                                      \
+    X(mcall, "operation", OBS_MCALL_VALUES)                                                        \
+    X(transport, "transport", OBS_TRANSPORT_VALUES)                                                \
+    X(xop, "operation", OBS_XOP_VALUES)                                                            \
+    X(tier, "tier", OBS_TIER_VALUES)                                                               \
+    X(alloc, "result", OBS_ALLOC_VALUES)                                                           \
+    X(spanres, "result", OBS_SPANRES_VALUES)
+
+#define OBS_X_ENUM_V(name, str)          name,
+#define OBS_X_DIM_ENUM(d, label, VALUES) enum obs_dim_##d{VALUES(OBS_X_ENUM_V) OBS__N_##d};
+OBS_DIM_LIST(OBS_X_DIM_ENUM)
+#undef OBS_X_DIM_ENUM
+
+enum obs_dim_id {
+#define OBS_X_DIM_ID(d, label, VALUES) OBS_DIM_##d,
+    OBS_DIM_LIST(OBS_X_DIM_ID)
+#undef OBS_X_DIM_ID
+        OBS_DIM__COUNT
+};
+
+/* ---- families ---------------------------------------------------------------------------- */
+
+#define OBS_COUNTER_LIST(X)                                                                        \
+    X(requests_total, "API requests completed, by operation and result.", op, res)                 \
+    X(request_errors_total, "API requests that failed (any result but ok and not_found).", op,     \
+      none)                                                                                        \
+    X(request_bytes_total, "Payload bytes moved by API requests (put: written, get: read).", op,   \
+      none)                                                                                        \
+    X(route_lookups_total, "Route lookups at the shard authority set, by result.", lookup, none)   \
+    X(route_cas_total, "Route compare-and-set outcomes at the fenced primary.", cas, none)         \
+    X(route_repairs_total, "Route repair attempts, by outcome.", repair, none)                     \
+    X(route_mirror_publications_total,                                                             \
+      "Route mirror publications to the top-k mirror set, by outcome.", mirror, none)              \
+    X(metadata_operations_total, "Metadata backend calls, by backend and call.", backend, mcall)   \
+    X(metadata_errors_total, "Metadata backend calls that failed, by backend and call.", backend,  \
+      mcall)                                                                                       \
+    X(transport_operations_total, "Data-plane transport operations, by transport and operation.",  \
+      transport, xop)                                                                              \
+    X(transport_bytes_total, "Bytes moved by data-plane transports, by transport and operation.",  \
+      transport, xop)                                                                              \
+    X(transport_failures_total, "Data-plane transport operations that failed.", transport, xop)    \
+    X(allocations_total, "Segment allocation attempts, by tier and result.", tier, alloc)          \
+    X(allocated_bytes_total, "Bytes reserved by successful allocations, by tier.", tier, none)     \
+    X(evictions_total, "Objects evicted, by tier.", tier, none)                                    \
+    X(evicted_bytes_total, "Bytes evicted, by tier.", tier, none)                                  \
+    X(reclaimed_bytes_total, "Bytes returned to segments by reclaim after the grace window.",      \
+      tier, none)                                                                                  \
+    X(membership_refreshes_total, "Membership snapshot refreshes, by result.", outcome, none)      \
+    X(lease_heartbeats_total, "Runtime lease heartbeats to the metadata backend, by result.",      \
+      outcome, none)                                                                               \
+    X(trace_spans_total, "Sampled spans handed to the trace exporters, by outcome.", spanres, none)
+
+#define OBS_GAUGE_LIST(X)                                                                          \
+    X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \
+    X(segment_capacity_bytes, "Registered segment capacity, by tier.", set, tier, none)            \
+    X(segment_used_bytes, "Segment bytes currently allocated, by tier.", set, tier, none)          \
+    X(membership_live_members, "Live runtimes in the current membership snapshot.", set, none,     \
+      none)                                                                                        \
+    X(membership_last_refresh_timestamp_seconds,                                                   \
+      "Unix time of the last successful membership refresh.", set, none, none)                     \
+    X(lease_healthy, "1 when this runtime's lease was renewed within its TTL, else 0.", set, none, \
+      none)
+
+#define OBS_HIST_LIST(X)                                                                           \
+    X(request_duration_seconds, "API request latency, by operation.", latency, op, none)           \
+    X(request_payload_bytes, "API request payload size, by operation.", bytes, op, none)           \
+    X(metadata_duration_seconds, "Metadata backend call latency, by backend and call.", latency,   \
+      backend, mcall)                                                                              \
+    X(transport_duration_seconds, "Data-plane transport operation latency.", latency, transport,   \
+      xop)
+
+/* Per-tenant families (label `tenant`, bootstrap set only, `other` overflow). X(id, help) */
+#define OBS_TENANT_COUNTER_LIST(X)                                                                 \
+    X(tenant_requests_total, "API requests by tenant (bootstrap policy set only; others in "       \
+                             "tenant=\"other\").")                                                 \
+    X(tenant_request_bytes_total, "API payload bytes by tenant (bootstrap policy set only).")      \
+    X(tenant_request_errors_total, "Failed API requests by tenant (bootstrap policy set only).")
+
+/* Collected at scrape time from /proc/self. X(id, type, help) */
+#define OBS_PROCESS_LIST(X)                                                                        \
+    X(process_cpu_seconds_total, counter, "User and system CPU time consumed by the process.")     \
+    X(process_resident_memory_bytes, gauge, "Resident set size of the process.")                   \
+    X(process_open_fds, gauge, "Open file descriptors of the process.")                            \
+    X(process_max_fds, gauge, "Soft limit on open file descriptors.")                              \
+    X(process_threads, gauge, "Threads in the process.")
+
+/* ---- generated storage ------------------------------------------------------------------- */
+
+#define OBS_DIMN(d) ((size_t)OBS__N_##d)
+
+#define OBS_LAT_BUCKETS   20
+#define OBS_BYTES_BUCKETS 11
+#define OBS_NB_latency    OBS_LAT_BUCKETS
+#define OBS_NB_bytes      OBS_BYTES_BUCKETS
+
+/* Limits. */
+#define OBS_MAX_SHARDS           256 /* live threads with a private shard */
+#define OBS_TENANT_LABEL_CAP_MAX 64  /* largest configurable per-tenant label set */
+#define OBS_TENANT_ID_MAX        128 /* bytes in a tenant id (labels and stats) */
+
+struct obs_counter_slots {
+#define OBS_X_C(id, help, d1, d2) uint64_t id[OBS_DIMN(d1) * OBS_DIMN(d2)];
+    OBS_COUNTER_LIST(OBS_X_C)
+#undef OBS_X_C
+};
+
+struct obs_gauge_slots {
+#define OBS_X_G(id, help, mode, d1, d2) int64_t id[OBS_DIMN(d1) * OBS_DIMN(d2)];
+    OBS_GAUGE_LIST(OBS_X_G)
+#undef OBS_X_G
+};
+
+struct obs_hist_slots {
+#define OBS_X_H(id, help, layout, d1, d2)                                                          \
+    uint64_t id[OBS_DIMN(d1) * OBS_DIMN(d2)][OBS_NB_##layout + 1];                                 \
+    uint64_t id##__sum[OBS_DIMN(d1) * OBS_DIMN(d2)];
+    OBS_HIST_LIST(OBS_X_H)
+#undef OBS_X_H
+};
+
+struct obs_tenant_slots {
+#define OBS_X_T(id, help) uint64_t id[OBS_TENANT_LABEL_CAP_MAX + 1];
+    OBS_TENANT_COUNTER_LIST(OBS_X_T)
+#undef OBS_X_T
+};
+
+/* Family descriptors (per-family compile-time constants used by the update macros). */
+enum {
+#define OBS_X_C(id, help, d1, d2) OBS__C1_##id = OBS__N_##d1, OBS__C2_##id = OBS__N_##d2,
+    OBS_COUNTER_LIST(OBS_X_C)
+#undef OBS_X_C
+#define OBS_X_G(id, help, mode, d1, d2)                                                            \
+    OBS__G1_##id = OBS__N_##d1, OBS__G2_##id = OBS__N_##d2, OBS__GM_##id = OBS_GMODE_##mode,
+        OBS_GMODE_set = 1,
+    OBS_GMODE_add = 2,
+    OBS_GAUGE_LIST(OBS_X_G)
+#undef OBS_X_G
+#define OBS_X_H(id, help, layout, d1, d2)                                                          \
+    OBS__H1_##id = OBS__N_##d1, OBS__H2_##id = OBS__N_##d2, OBS__HL_##id = OBS_LAYOUT_##layout,
+        OBS_LAYOUT_latency = 1,
+    OBS_LAYOUT_bytes = 2,
+    OBS_HIST_LIST(OBS_X_H)
+#undef OBS_X_H
+};
+
+/* A per-thread shard. Only its owning thread writes (relaxed store), scrapes read (relaxed
+ * load); the overflow shard (shared != 0) is written with atomic adds. */
+struct obs_shard {
+    struct obs_counter_slots c;
+    struct obs_gauge_slots g;
+    struct obs_hist_slots h;
+    struct obs_tenant_slots t;
+    int shared;
+    int owned; /* atomic: 1 while a live thread holds it */
+    struct obs_shard *next;
+} __attribute__((aligned(64)));
+
+struct obs_shard *obs_shard_get_slow(void);
+extern _Thread_local struct obs_shard *obs_tls_shard;
+extern struct obs_gauge_slots obs_global_gauges; /* set-mode gauges, relaxed atomics */
+
+static inline struct obs_shard *obs_shard_self(void)
+{
+    struct obs_shard *s = obs_tls_shard;
+    return KVM_LIKELY(s != NULL) ? s : obs_shard_get_slow();
+}
+
+static inline void obs_slot_add_u64(struct obs_shard *s, uint64_t *p, uint64_t v)
+{
+    if (KVM_LIKELY(!s->shared))
+        __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+    else
+        __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+static inline void obs_slot_add_i64(struct obs_shard *s, int64_t *p, int64_t v)
+{
+    if (KVM_LIKELY(!s->shared))
+        __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+    else
+        __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+#define OBS_IDX2(n1, n2, i1, i2)                                                                   \
+    (KVM_ASSERT((size_t)(i1) < (size_t)(n1) && (size_t)(i2) < (size_t)(n2)),                       \
+     (size_t)(i1) * (size_t)(n2) + (size_t)(i2))
+
+/* counters: add v to series (i1, i2) of family id */
+#define obs_count(id, i1, i2, v)                                                                   \
+    do {                                                                                           \
+        struct obs_shard *obs_s_ = obs_shard_self();                                               \
+        obs_slot_add_u64(obs_s_, &obs_s_->c.id[OBS_IDX2(OBS__C1_##id, OBS__C2_##id, i1, i2)],      \
+                         (uint64_t)(v));                                                           \
+    } while (0)
+
+/* add-mode gauges: add a signed delta */
+#define obs_gauge_add(id, i1, i2, delta)                                                           \
+    do {                                                                                           \
+        KVM_STATIC_ASSERT(OBS__GM_##id == OBS_GMODE_add, "gauge " #id " is not add-mode");         \
+        struct obs_shard *obs_s_ = obs_shard_self();                                               \
+        obs_slot_add_i64(obs_s_, &obs_s_->g.id[OBS_IDX2(OBS__G1_##id, OBS__G2_##id, i1, i2)],      \
+                         (int64_t)(delta));                                                        \
+    } while (0)
+
+/* set-mode gauges: store an absolute value */
+#define obs_gauge_set(id, i1, i2, value)                                                           \
+    do {                                                                                           \
+        KVM_STATIC_ASSERT(OBS__GM_##id == OBS_GMODE_set, "gauge " #id " is not set-mode");         \
+        __atomic_store_n(&obs_global_gauges.id[OBS_IDX2(OBS__G1_##id, OBS__G2_##id, i1, i2)],      \
+                         (int64_t)(value), __ATOMIC_RELAXED);                                      \
+    } while (0)
+
+unsigned obs_lat_bucket(uint64_t ns);
+unsigned obs_bytes_bucket(uint64_t bytes);
+
+static inline unsigned obs_layout_bucket(int layout, uint64_t v)
+{
+    return layout == OBS_LAYOUT_latency ? obs_lat_bucket(v) : obs_bytes_bucket(v);
+}
+
+/* histograms: record one observation (ns for latency layouts, bytes for bytes layouts) */
+#define obs_observe(id, i1, i2, v)                                                                 \
+    do {                                                                                           \
+        struct obs_shard *obs_s_ = obs_shard_self();                                               \
+        size_t obs_i_ = OBS_IDX2(OBS__H1_##id, OBS__H2_##id, i1, i2);                              \
+        uint64_t obs_v_ = (uint64_t)(v);                                                           \
+        obs_slot_add_u64(obs_s_, &obs_s_->h.id[obs_i_][obs_layout_bucket(OBS__HL_##id, obs_v_)],   \
+                         1);                                                                       \
+        obs_slot_add_u64(obs_s_, &obs_s_->h.id##__sum[obs_i_], obs_v_);                            \
+    } while (0)
+
+/* per-tenant counters: slot from obs_tenant_slot() */
+#define obs_tenant_count(id, slot, v)                                                              \
+    do {                                                                                           \
+        struct obs_shard *obs_s_ = obs_shard_self();                                               \
+        unsigned obs_t_ = (slot);                                                                  \
+        KVM_ASSERT(obs_t_ <= OBS_TENANT_LABEL_CAP_MAX);                                            \
+        obs_slot_add_u64(obs_s_, &obs_s_->t.id[obs_t_], (uint64_t)(v));                            \
+    } while (0)
+
+/* ---- per-tenant label set ---------------------------------------------------------------- */
+
+/*
+ * Configures the per-tenant label set: the first min(n, cap) ids of the bootstrap policy set get
+ * their own series; all other tenants map to `other`. cap 0 (the default) disables the tenant
+ * families. Call once at startup, before traffic; a later call replaces the set (the old table
+ * stays allocated until obs_metrics_shutdown, so concurrent lookups stay valid) and resets
+ * nothing: series of a replaced slot continue counting under the new name, so change it only
+ * across restarts. Copies the ids. Errors: KVMESH_EINVAL (cap too large, id empty/too long or
+ * with characters outside [A-Za-z0-9._:-], duplicate ids).
+ */
+int obs_metrics_set_tenants(const char *const *ids, size_t n, size_t cap);
+
+/* Slot of a tenant id for obs_tenant_count: 0..cap-1 for a labelled tenant, OBS_TENANT_OTHER
+ * otherwise. Lock-free (reads an immutable hash table). */
+#define OBS_TENANT_OTHER OBS_TENANT_LABEL_CAP_MAX
+unsigned obs_tenant_slot(const char *id, size_t len);
+
+/* ---- allocation (with a fault-injection hook for tests) ---------------------------------- */
+
+/* Every fallible allocation in src/obs goes through these. */
+void *obs_malloc(size_t n);
+void *obs_calloc(size_t n, size_t size);
+void *obs_realloc(void *p, size_t n);
+char *obs_strdup(const char *s);
+/* Test hook (SQLite-style OOM loops): on the calling thread, the next n obs allocations succeed
+ * and the one after fails (once); n < 0 disarms. Other threads are unaffected. */
+void obs_test_fail_alloc_after(int n);
+
+/* ---- output buffer ----------------------------------------------------------------------- */
+
+/* A growable byte buffer with a hard cap: appends past the cap set `overflow` and are dropped,
+ * so a response can never grow without bound. The owner frees with obs_buf_free. */
+struct obs_buf {
+    char *data;
+    size_t len, cap, limit;
+    bool overflow;
+};
+void obs_buf_init(struct obs_buf *b, size_t limit);
+void obs_buf_free(struct obs_buf *b);
+void obs_buf_append(struct obs_buf *b, const char *s, size_t n);
+static inline void obs_buf_puts(struct obs_buf *b, const char *s)
+{
+    obs_buf_append(b, s, __builtin_strlen(s));
+}
+void obs_buf_printf(struct obs_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends s as a JSON string literal (with quotes), escaping as RFC 8259 requires. */
+void obs_buf_json_str(struct obs_buf *b, const char *s, size_t n);
+
+/* ---- exposition and reading -------------------------------------------------------------- */
+
+/* Largest /metrics body; the closed label sets keep the real size far below it. */
+#define OBS_METRICS_TEXT_LIMIT (1u << 20)
+
+/* Appends the Prometheus text format (version 0.0.4) of every family, including the process
+ * families read from /proc/self, to b. Safe from any thread, concurrently with updates. */
+void obs_metrics_render(struct obs_buf *b);
+
+/* Sum over shards of one counter series / add-gauge / histogram count, by family name (the id,
+ * without "kvmesh_") and label indices. Returns KVMESH_ENOENT for an unknown name. For the
+ * /stats endpoint and tests. */
+int obs_metrics_read(const char *id, unsigned i1, unsigned i2, int64_t *out);
+
+/* Names of every family ("kvmesh_..."), in exposition order; *n receives the count. Static. */
+const char *const *obs_metrics_family_names(size_t *n);
+
+/* Process figures from /proc/self. */
+struct obs_process_stats {
+    double cpu_seconds;
+    uint64_t resident_bytes;
+    uint64_t open_fds, max_fds, threads;
+};
+int obs_process_read(struct obs_process_stats *out);
+
+/* Frees the tenant label tables (shards stay: they are reachable and reused for the life of the
+ * process). For tests at process end, with no thread updating tenant metrics any more. */
+void obs_metrics_shutdown(void);
+
+#endif
