@@ -64,8 +64,7 @@ void kvm_member_set_state(kvm_rt_t *rt, enum kvm_member_state to)
     enum kvm_member_state from = rt->state;
     bool ok = (from == KVM_MS_STANDBY && (to == KVM_MS_ACTIVE || to == KVM_MS_GONE)) ||
               (from == KVM_MS_ACTIVE && (to == KVM_MS_DRAINING || to == KVM_MS_GONE)) ||
-              (from == KVM_MS_DRAINING && (to == KVM_MS_GONE || to == KVM_MS_ACTIVE)) ||
-              from == to;
+              (from == KVM_MS_DRAINING && (to == KVM_MS_GONE || to == KVM_MS_ACTIVE)) || from == to;
     KVM_ASSERT(ok);
     rt->state = to;
 }
@@ -139,12 +138,12 @@ static char *record_json(kvm_rt_t *rt)
         snprintf(hex[1], sizeof(hex[1]), "%016" PRIx64, si[i].read_token);
         json_array_append_new(segs, json_pack("[s,I,s]", hex[0], (json_int_t)si[i].size, hex[1]));
     }
-    json_t *o = json_pack("{s:I,s:s,s:f,s:I,s:I,s:s,s:s,s:I,s:o}", "epoch",
-                          (json_int_t)rt->self.epoch, "state", kvm_member_state_name(rt->state),
-                          "weight", rt->cfg.weight, "cap", (json_int_t)rt->capacity, "used",
-                          (json_int_t)rt->used, "rpc", rt->rpc_addr, "data",
-                          rt->tp && rt->capacity ? tp_engine_address(rt->tp) : "", "hb",
-                          (json_int_t)rt->heartbeat, "segs", segs);
+    json_t *o =
+        json_pack("{s:I,s:s,s:f,s:I,s:I,s:s,s:s,s:I,s:o}", "epoch", (json_int_t)rt->self.epoch,
+                  "state", kvm_member_state_name(rt->state), "weight", rt->cfg.weight, "cap",
+                  (json_int_t)rt->capacity, "used", (json_int_t)rt->used, "rpc", rt->rpc_addr,
+                  "data", rt->tp && rt->capacity ? tp_engine_address(rt->tp) : "", "hb",
+                  (json_int_t)rt->heartbeat, "segs", segs);
     if (!o)
         return NULL;
     char *s = json_dumps(o, JSON_COMPACT);
@@ -170,8 +169,8 @@ static int record_parse(kvm_rt_t *rt, const meta_kv_t *kv, struct kvm_member *m)
     json_t *segs = NULL;
     int rc = KVMESH_EPROTO;
     if (json_unpack(o, "{s:I,s:s,s:F,s:I,s:I,s:s,s:s,s:I,s:o}", "epoch", &epoch, "state", &state,
-                    "weight", &weight, "cap", &cap, "used", &used, "rpc", &rpc, "data", &data,
-                    "hb", &hb, "segs", &segs) != 0 ||
+                    "weight", &weight, "cap", &cap, "used", &used, "rpc", &rpc, "data", &data, "hb",
+                    &hb, "segs", &segs) != 0 ||
         epoch < 1 || state_parse(state, &m->state) != 0 || !json_is_array(segs) ||
         json_array_size(segs) > STORE_MAX_SEGS)
         goto out;
@@ -202,7 +201,8 @@ out:
     return rc;
 }
 
-/* ---- register / publish / leave --------------------------------------------------------------- */
+/* ---- register / publish / leave ---------------------------------------------------------------
+ */
 
 struct mcall {
     kvm_rt_t *rt;
@@ -245,8 +245,11 @@ static void publish_with(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
     c->cb = cb;
     c->set_epoch = set_epoch;
     rt->heartbeat++;
-    meta_op_t put = {.type = META_OP_PUT, .key = key, .value = (const uint8_t *)val,
-                     .value_len = strlen(val), .lease = rt->lease};
+    meta_op_t put = {.type = META_OP_PUT,
+                     .key = key,
+                     .value = (const uint8_t *)val,
+                     .value_len = strlen(val),
+                     .lease = rt->lease};
     rc = meta_txn(rt->meta, NULL, 0, &put, 1, NULL, 0, 0, publish_done, c);
     free(val);
     if (rc) {
@@ -337,8 +340,8 @@ static void keepalive_fire(void *arg);
 static void keepalive_arm(kvm_rt_t *rt)
 {
     uint64_t period = rt->cfg.lease_ttl_ms / 3;
-    rt->keepalive_timer = env_timer_start(rt->env, (period ? period : 1) * 1000000ull,
-                                          keepalive_fire, rt);
+    rt->keepalive_timer =
+        env_timer_start(rt->env, (period ? period : 1) * 1000000ull, keepalive_fire, rt);
 }
 
 static void keepalive_published(kvm_rt_t *rt, int rc, const char *err)

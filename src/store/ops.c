@@ -152,7 +152,8 @@ static void hit_record(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
         rt->hit_timer = env_timer_start(rt->env, STORE_HIT_FLUSH_MS * 1000000ull, hits_flush, rt);
 }
 
-/* ---- placement -------------------------------------------------------------------------------- */
+/* ---- placement --------------------------------------------------------------------------------
+ */
 
 static bool item_excluded(const struct kvm_item *it, const kvm_runtime_id_t *id)
 {
@@ -276,6 +277,7 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
     c->op = op;
     c->it = it;
     c->owner = m->rt;
+    item_exclude(it, &m->rt.id); /* one reservation per owner: replicas on distinct owners */
     it->placing++;
     uint32_t ttl = rt->cfg.request_timeout_ms * 2;
     if (kvm_id128_equal(&m->rt.id, &rt->self.id)) {
@@ -285,11 +287,13 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
     rpc_peer *p = kvm_rt_peer(rt, m);
     uint8_t body[64 + KVM_IDENT_ENC_MAX_LEN];
     size_t len = 0;
-    store_reserve_req_t req = {.target_epoch = m->rt.epoch, .length = it->len, .ttl_ms = ttl,
-                               .ident = it->ident};
+    store_reserve_req_t req = {
+        .target_epoch = m->rt.epoch, .length = it->len, .ttl_ms = ttl, .ident = it->ident};
     int rc = p ? store_reserve_req_encode(&req, body, sizeof(body), &len) : KVMESH_ECONN;
     if (!rc) {
-        struct rpc_msg msg = {.type = STORE_RPC_RESERVE, .body = body, .body_len = len,
+        struct rpc_msg msg = {.type = STORE_RPC_RESERVE,
+                              .body = body,
+                              .body_len = len,
                               .timeout_ms = rt->cfg.request_timeout_ms};
         rc = rpc_call(p, &msg, rpc_reserved, c, NULL);
     }
@@ -304,7 +308,7 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
     it->in_place++;
     while (it->n_res + it->placing < it->want && it->tries < STORE_PLACE_TRIES * it->want) {
         const struct kvm_member *m = next_candidate(op->rt, op, it);
-        if (!m)
+        if (!m || it->exclude_n == KVM_ARRAY_SIZE(it->exclude))
             break;
         it->tries++;
         place_start(op, it, m);
@@ -320,10 +324,10 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
     uint32_t got = it->n_res;
     release_res(op->rt, it);
     int rc = it->rc && it->rc != KVMESH_ECONN && it->rc != KVMESH_ETIMEDOUT ? it->rc
-                                                                             : KVMESH_EUNAVAILABLE;
+                                                                            : KVMESH_EUNAVAILABLE;
     item_fail(op, it, rc,
-              "placed %u of %u replicas of a %" PRIu64 "-byte object (%zu live members%s)%s%s",
-              got, it->want, it->len, op->rt->n_members, op->hard_pin ? ", hard pin" : "",
+              "placed %u of %u replicas of a %" PRIu64 "-byte object (%zu live members%s)%s%s", got,
+              it->want, it->len, op->rt->n_members, op->hard_pin ? ", hard pin" : "",
               op->lasterr[0] ? "; last error: " : "", op->lasterr);
 }
 
@@ -461,8 +465,9 @@ static void published(void *arg, int rc, const kvm_route_t *r)
     }
     if (rc == KVMESH_EINDETERMINATE) {
         /* Maybe published: keep the reservations; their TTL expiry asks the route. */
-        item_fail(op, it, rc, "route publication is indeterminate; the write may or may not be "
-                              "visible (repair pending); retry the put");
+        item_fail(op, it, rc,
+                  "route publication is indeterminate; the write may or may not be "
+                  "visible (repair pending); retry the put");
         return;
     }
     release_res(rt, it);
@@ -511,8 +516,7 @@ static void publish_looked_up(void *arg, int rc, const kvm_route_t *r)
     free(c);
     if (rc != 0 && rc != KVMESH_ENOENT) {
         release_res(op->rt, it);
-        item_fail(op, it, rc, "route lookup before publication failed: %s",
-                  kvmesh_strerror(rc));
+        item_fail(op, it, rc, "route lookup before publication failed: %s", kvmesh_strerror(rc));
         return;
     }
     if (rc == 0 && r) {

@@ -42,7 +42,7 @@ struct kvm_slot {
     kvm_ident_t ident;
     uint64_t token;
     uint64_t deadline_ns;
-    uint64_t seq; /* commit order (drain cursor) */
+    uint64_t seq;                   /* commit order (drain cursor) */
     struct kvm_slot *qnext, *qprev; /* reserved or reclaim queue */
     struct kvm_slot *cnext, *cprev; /* clock ring */
     bool ref, busy, queued, in_clock;
@@ -358,7 +358,8 @@ static void waiters_run(kvm_rt_t *rt)
     }
 }
 
-/* ---- commit / release / hit ------------------------------------------------------------------- */
+/* ---- commit / release / hit -------------------------------------------------------------------
+ */
 
 static void slot_to_reclaim(kvm_rt_t *rt, struct kvm_slot *s)
 {
@@ -412,8 +413,8 @@ void kvm_owner_hit(kvm_rt_t *rt, uint64_t seg, uint64_t off)
 
 static bool route_has_slot(const kvm_rt_t *rt, const kvm_route_t *r, const struct kvm_slot *s)
 {
-    kvm_hot_replica_t rep = {.owner = rt->self.id, .segment = rt->segs[s->segi].seg->id,
-                             .offset = s->off};
+    kvm_hot_replica_t rep = {
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
     return r && !kvm_route_is_tombstone(r) && kvm_route_find_replica(r, &rep) >= 0;
 }
 
@@ -496,8 +497,8 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
         evict_back(rt, s);
         return;
     }
-    kvm_hot_replica_t rep = {.owner = rt->self.id, .segment = rt->segs[s->segi].seg->id,
-                             .offset = s->off};
+    kvm_hot_replica_t rep = {
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
     kvm_route_remove_replica(&next, &rep);
     if (next.n_replicas == 0 && next.cold.kind != KVM_COLD_MATERIALIZED) {
         /* The last copy: the object leaves the cache (a tombstone, like a delete). */
@@ -637,7 +638,8 @@ void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
     st->fragmentation = fr ? 1.0 - (double)lf / (double)fr : 0;
 }
 
-/* ---- RPC handlers ----------------------------------------------------------------------------- */
+/* ---- RPC handlers -----------------------------------------------------------------------------
+ */
 
 struct rpc_reserve_ctx {
     rpc_reply *reply;
@@ -686,7 +688,8 @@ static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
     (void)reply;
     kvm_rt_t *rt = arg;
     store_slot_msg_t m;
-    if (store_slot_msg_decode(req->body, req->body_len, &m) != 0 || m.target_epoch != rt->self.epoch)
+    if (store_slot_msg_decode(req->body, req->body_len, &m) != 0 ||
+        m.target_epoch != rt->self.epoch)
         return;
     if (req->type == STORE_RPC_COMMIT)
         kvm_owner_commit(rt, m.seg, m.offset);

@@ -81,8 +81,7 @@ static uint64_t get_u64(struct rbuf *r)
 static uint32_t get_u32(struct rbuf *r)
 {
     const uint8_t *b = get_bytes(r, 4);
-    return b ? (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                   (uint32_t)b[3] << 24
+    return b ? (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24
              : 0;
 }
 

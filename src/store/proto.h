@@ -57,8 +57,7 @@ typedef struct store_hit_msg {
 /* Encoders write into buf (cap bytes) and set *len; KVMESH_ETOOBIG when it does not fit. */
 int store_reserve_req_encode(const store_reserve_req_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_reserve_req_decode(const uint8_t *buf, size_t len, store_reserve_req_t *out);
-int store_reserve_resp_encode(const store_reserve_resp_t *m, uint8_t *buf, size_t cap,
-                              size_t *len);
+int store_reserve_resp_encode(const store_reserve_resp_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_reserve_resp_decode(const uint8_t *buf, size_t len, store_reserve_resp_t *out);
 int store_slot_msg_encode(const store_slot_msg_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_slot_msg_decode(const uint8_t *buf, size_t len, store_slot_msg_t *out);

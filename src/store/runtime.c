@@ -361,7 +361,8 @@ static void open_finish(kvm_rt_t *rt, int rc, const char *err)
     pthread_mutex_lock(&rt->mu);
     rt->open_rc = rc;
     if (rc)
-        snprintf(rt->open_err, sizeof(rt->open_err), "%s", err && err[0] ? err : kvmesh_strerror(rc));
+        snprintf(rt->open_err, sizeof(rt->open_err), "%s",
+                 err && err[0] ? err : kvmesh_strerror(rc));
     rt->open_done = true;
     pthread_cond_broadcast(&rt->open_cv);
     pthread_mutex_unlock(&rt->mu);
@@ -402,8 +403,8 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
 {
     char msg[600];
     if (rc) {
-        snprintf(msg, sizeof(msg), "cannot register with metadata at %s: %s",
-                 rt->cfg.metadata_url, err);
+        snprintf(msg, sizeof(msg), "cannot register with metadata at %s: %s", rt->cfg.metadata_url,
+                 err);
         open_finish(rt, rc, msg);
         return;
     }

@@ -128,15 +128,15 @@ struct kvm_item {
 };
 
 enum kvm_op_type {
-    KVM_OP_PLACE,     /* reserve replicas for every item */
-    KVM_OP_PUBLISH,   /* CAS the routes of every item; commit; release obsolete replicas */
-    KVM_OP_ABORT,     /* release the reservations of every item */
-    KVM_OP_LOOKUP,    /* routes + access info */
-    KVM_OP_REMOVE,    /* tombstone every item */
-    KVM_OP_HANDOFF,   /* drain: replace item->moving by item->res[0] in the route */
-    KVM_OP_REPORT,    /* a replica failed its read: quarantine its owner */
-    KVM_OP_HITS,      /* best-effort read hits */
-    KVM_OP_MEMBERS,   /* copy the snapshot */
+    KVM_OP_PLACE,   /* reserve replicas for every item */
+    KVM_OP_PUBLISH, /* CAS the routes of every item; commit; release obsolete replicas */
+    KVM_OP_ABORT,   /* release the reservations of every item */
+    KVM_OP_LOOKUP,  /* routes + access info */
+    KVM_OP_REMOVE,  /* tombstone every item */
+    KVM_OP_HANDOFF, /* drain: replace item->moving by item->res[0] in the route */
+    KVM_OP_REPORT,  /* a replica failed its read: quarantine its owner */
+    KVM_OP_HITS,    /* best-effort read hits */
+    KVM_OP_MEMBERS, /* copy the snapshot */
     KVM_OP_DRAIN_BEGIN,
     KVM_OP_DRAIN_LIST, /* list local committed replicas (bounded page) */
     KVM_OP_DRAIN_END,
@@ -245,7 +245,7 @@ typedef struct kvm_rt {
     struct kvm_node_map {
         kvm_runtime_id_t id;
         env_node_t node;
-    } *nodes;
+    } * nodes;
     size_t n_nodes, cap_nodes;
     struct kvm_suspect {
         kvm_runtime_id_t id;
@@ -273,7 +273,6 @@ typedef struct kvm_rt {
     int open_rc;
     char open_err[512];
 } kvm_rt_t;
-
 
 /* ---- runtime.c ---------------------------------------------------------------------------- */
 int kvm_rt_open(kvm_rt_t **out, const struct kvmesh_config *cfg);
@@ -305,9 +304,9 @@ rpc_peer *kvm_rt_peer(kvm_rt_t *rt, const struct kvm_member *m);
 
 /* ---- member.c [loop] ---------------------------------------------------------------------- */
 typedef void (*kvm_done_cb)(kvm_rt_t *rt, int rc, const char *err);
-void kvm_member_register(kvm_rt_t *rt, kvm_done_cb cb);  /* lease + standby record + epoch */
-void kvm_member_publish(kvm_rt_t *rt, kvm_done_cb cb);   /* writes the record now */
-void kvm_member_refresh(kvm_rt_t *rt, kvm_done_cb cb);   /* one snapshot refresh */
+void kvm_member_register(kvm_rt_t *rt, kvm_done_cb cb); /* lease + standby record + epoch */
+void kvm_member_publish(kvm_rt_t *rt, kvm_done_cb cb);  /* writes the record now */
+void kvm_member_refresh(kvm_rt_t *rt, kvm_done_cb cb);  /* one snapshot refresh */
 void kvm_member_start_timers(kvm_rt_t *rt);
 void kvm_member_stop(kvm_rt_t *rt);
 void kvm_member_set_state(kvm_rt_t *rt, enum kvm_member_state to);
@@ -319,8 +318,8 @@ bool kvm_member_is_suspect(kvm_rt_t *rt, const kvm_runtime_id_t *id);
 void kvm_member_quarantine(kvm_rt_t *rt, const kvm_runtime_id_t *id);
 
 /* ---- owner.c [loop] ----------------------------------------------------------------------- */
-int kvm_owner_init(kvm_rt_t *rt);   /* segments + allocators (any thread, before the loop) */
-void kvm_owner_fini(kvm_rt_t *rt);  /* after the loop stopped */
+int kvm_owner_init(kvm_rt_t *rt);  /* segments + allocators (any thread, before the loop) */
+void kvm_owner_fini(kvm_rt_t *rt); /* after the loop stopped */
 void kvm_owner_register_rpc(kvm_rt_t *rt);
 void kvm_owner_start(kvm_rt_t *rt); /* housekeeping timer */
 void kvm_owner_stop(kvm_rt_t *rt);
