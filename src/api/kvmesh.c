@@ -199,6 +199,8 @@ static int get_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, s
     if (rc == KVMESH_ETOOBIG)
         rc = kvm_errf(rc, "the object is %llu bytes; the buffer holds %llu",
                       (unsigned long long)o->out_len, (unsigned long long)o->cap);
+    else if (rc == KVMESH_ENOENT)
+        rc = kvm_errf(rc, "no object with this key in this tenant/domain");
     return rc;
 }
 
@@ -277,7 +279,10 @@ int kvmesh_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, si
     int item = 0;
     rc = kvm_store_remove(kv->rt, &id, 1, &item);
     kvm_ident_free(&id);
-    return rc ? rc : item;
+    rc = rc ? rc : item;
+    if (rc == KVMESH_ENOENT)
+        rc = kvm_errf(rc, "no object with this key in this tenant/domain");
+    return rc;
 }
 
 static int lookup_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -290,7 +295,10 @@ static int lookup_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key
     int item = 0;
     rc = kvm_store_lookup(kv->rt, &id, 1, route, &item);
     kvm_ident_free(&id);
-    return rc ? rc : item;
+    rc = rc ? rc : item;
+    if (rc == KVMESH_ENOENT)
+        rc = kvm_errf(rc, "no object with this key in this tenant/domain");
+    return rc;
 }
 
 int kvmesh_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,

@@ -118,7 +118,10 @@ static void op_enter(void *arg)
         kvm_op_complete(op, 0);
         return;
     }
+    /* Items may all finish synchronously inside kvm_ops_run: keep op alive until it returns. */
+    atomic_fetch_add(&op->refs, 1);
     kvm_ops_run(op);
+    kvm_op_unref(op);
 }
 
 int kvm_op_run(kvm_op_t *op)
