@@ -48,7 +48,7 @@ static const struct meta_scheme {
      "TLS not available in this build (hiredis is built without TLS); use redis:// on a trusted "
      "network or a local TLS tunnel (e.g. stunnel)"},
     /* Redis backend: its line goes below this comment (one line). */
-    /* {"redis", &meta_redis_ops, NULL}, */
+    {"redis", &meta_redis_ops, NULL},
     /* ---- */
     /* etcd backend: its line goes below this comment (one line). */
     {"etcd", &meta_etcd_ops, NULL},
@@ -381,7 +381,8 @@ static void answer(meta_call_t *c, const meta_result_t *res)
         m->stats.errors++;
         if (!r.errmsg || !r.errmsg[0])
             r.errmsg = kvmesh_strerror(r.rc);
-        kvm_errf(r.rc, "%s", r.errmsg);
+        if (r.errmsg != kvmesh_last_error()) /* no overlapping copy into the same buffer */
+            kvm_errf(r.rc, "%s", r.errmsg);
     } else if (!r.errmsg) {
         r.errmsg = "";
     }

@@ -511,7 +511,7 @@ static size_t scan_all(meta_sync_t *s, const char *prefix, uint32_t limit, int n
 
 struct churn {
     const char *url;
-    volatile bool stop;
+    _Atomic bool stop;
     uint64_t inserts, deletes;
 };
 
@@ -672,7 +672,7 @@ static void test_lease_expiry(void **state)
 
 struct watcher {
     const char *url;
-    volatile bool stop;
+    _Atomic bool stop;
     uint64_t observations, partial;
     size_t counts_seen[3]; /* 0 keys, all keys, other */
 };
@@ -1072,7 +1072,7 @@ static void expect_recovery(meta_sync_t *s)
 
 struct bg_load {
     meta_sync_t *s;
-    volatile bool stop;
+    _Atomic bool stop;
     uint64_t ok, failed, max_ms;
 };
 

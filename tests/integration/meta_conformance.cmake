@@ -10,7 +10,7 @@ endfunction()
 kvmesh_meta_conformance(memory)
 
 # Redis backend: uncomment the next line.
-# kvmesh_meta_conformance(redis)
+kvmesh_meta_conformance(redis)
 
 # etcd backend: uncomment the next line.
 kvmesh_meta_conformance(etcd)

@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * transport.c (bench_transport) — data-plane transport throughput.
+ *
+ * Measures, in one run on this machine: memcpy bandwidth (64 MiB buffers), a plain loopback TCP
+ * stream (one sender thread, one receiver thread, 1 MiB send/recv calls), and kvmesh's tcp and
+ * shm transports for READ and WRITE at 64 KiB, 1 MiB, 4 MiB and 64 MiB, with single submission
+ * (one request per batch, waited) and batched submission (up to 64 requests per batch). The
+ * owner and the client are two engines in this process with separate registries (the tcp
+ * transport goes through real loopback sockets; the shm one maps the owner's memfd a second
+ * time). Ratios: tcp against the loopback stream, shm against memcpy. Every cell checks payload
+ * integrity (XXH3) of its last transfer.
+ *
+ * Usage: bench_transport [--quick] [--secs S]
+ *   --quick  one transfer per cell, sizes up to 4 MiB, integrity only (the ctest smoke run)
+ *   --secs   seconds per cell (default 0.3)
+ *   --xprt   only this transport (tcp or shm), e.g. for perf record
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "core/util.h"
+#include "net/seg.h"
+#include "net/transport.h"
+
+#define MiB    (1ull << 20)
+#define SEG_SZ (128 * MiB)
+#define MAX_K  64
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void fill(uint8_t *p, uint64_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (uint64_t i = 0; i + 8 <= n; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(p + i, &x, 8);
+    }
+}
+
+/* memcpy of an n-byte buffer into another, repeated (same footprint as a transfer cell). */
+/* peer buffers, SEG_SZ each, allocated and faulted in once (peer_init) */
+static uint8_t *peer_a, *peer_b;
+
+static void peer_init(void)
+{
+    peer_a = malloc(SEG_SZ);
+    peer_b = malloc(SEG_SZ);
+    KVM_ASSERT(peer_a && peer_b);
+    memset(peer_a, 1, SEG_SZ);
+    memset(peer_b, 2, SEG_SZ);
+}
+
+static double bench_memcpy(uint64_t n, double secs)
+{
+    uint8_t *a = peer_a, *b = peer_b;
+    uint64_t bytes = 0;
+    double t0 = now_s(), t;
+    do {
+        memcpy(b, a, n);
+        bytes += n;
+        t = now_s();
+    } while (t - t0 < secs);
+    return (double)bytes / (t - t0) / 1e9;
+}
+
+struct stream_arg {
+    int fd;
+    uint64_t bufsz;
+    int stop; /* atomic */
+};
+
+static void *stream_sender(void *arg)
+{
+    struct stream_arg *s = arg;
+    uint8_t *buf = peer_a;
+    uint64_t pos = 0;
+    while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+        ssize_t n = send(s->fd, buf + pos, s->bufsz - pos, MSG_NOSIGNAL);
+        if (n <= 0)
+            break;
+        pos = (pos + (uint64_t)n) % s->bufsz;
+    }
+    shutdown(s->fd, SHUT_WR);
+    return NULL;
+}
+
+/* A plain loopback TCP sender/receiver pair: the sender streams an n-byte buffer, the receiver
+ * receives into an n-byte buffer (the same footprint as a transfer cell), for `secs`. */
+static double bench_loopback(uint64_t n, double secs)
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    KVM_ASSERT(bind(l, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(l, 1) == 0);
+    getsockname(l, (struct sockaddr *)&sa, &sl);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    KVM_ASSERT(connect(c, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    int r = accept(l, NULL, NULL);
+    KVM_ASSERT(r >= 0);
+    uint8_t *buf = peer_b;
+    struct stream_arg a = {.fd = c, .bufsz = n};
+    pthread_t th;
+    pthread_create(&th, NULL, stream_sender, &a);
+    /* warm up: one buffer's worth (at most 16 MiB) before the clock starts */
+    uint64_t got = 0, pos = 0, warm = KVM_MIN(n, 16 * MiB);
+    while (got < warm) {
+        ssize_t m = recv(r, buf + pos, n - pos, 0);
+        KVM_ASSERT(m > 0);
+        got += (uint64_t)m;
+        pos = (pos + (uint64_t)m) % n;
+    }
+    got = 0;
+    double t0 = now_s(), t = t0;
+    while (t - t0 < secs) {
+        ssize_t m = recv(r, buf + pos, n - pos, 0);
+        KVM_ASSERT(m > 0);
+        got += (uint64_t)m;
+        pos = (pos + (uint64_t)m) % n;
+        t = now_s();
+    }
+    __atomic_store_n(&a.stop, 1, __ATOMIC_RELEASE);
+    while (recv(r, buf, n, 0) > 0) /* drain until the sender's shutdown */
+        ;
+    pthread_join(th, NULL);
+    close(c);
+    close(r);
+    close(l);
+    return (double)got / (t - t0) / 1e9;
+}
+
+struct ctx {
+    struct seg_registry *oreg, *creg;
+    struct tp_engine *owner, *client;
+    struct seg *seg;
+    struct seg_grant g;
+    struct tp_segment *rs;
+    uint8_t *local;
+};
+
+static int cell(struct ctx *c, enum tp_op op, uint64_t size, unsigned k, double secs, bool quick,
+                double *gbps)
+{
+    struct tp_request r[MAX_K];
+    for (unsigned i = 0; i < k; i++)
+        r[i] = (struct tp_request){.op = op,
+                                   .local = c->local + i * size,
+                                   .length = size,
+                                   .segment = c->rs,
+                                   .remote_offset = i * size,
+                                   .token = c->g.token};
+    if (op == TP_WRITE)
+        fill(c->local, size * k, size + k);
+    uint64_t bytes = 0;
+    double t0 = now_s(), t;
+    do {
+        struct tp_batch *b;
+        if (tp_batch_new(c->client, k, &b) || tp_submit(b, r, k) || tp_batch_wait(b, 60000))
+            return -1;
+        int rc = tp_batch_result(b);
+        tp_batch_free(b);
+        if (rc) {
+            fprintf(stderr, "transfer failed: %s\n", kvmesh_strerror(rc));
+            return -1;
+        }
+        bytes += size * k;
+        t = now_s();
+    } while (!quick && t - t0 < secs);
+    *gbps = (double)bytes / (t - t0) / 1e9;
+    /* integrity of the last transfer */
+    if (XXH3_64bits(c->local, size * k) != XXH3_64bits(c->seg->base, size * k)) {
+        fprintf(stderr, "integrity check failed (%s %llu x %u)\n", op == TP_READ ? "READ" : "WRITE",
+                (unsigned long long)size, k);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bool quick = false;
+    double secs = 0.3;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = true;
+        else if (strcmp(argv[i], "--xprt") == 0 && i + 1 < argc)
+            only = argv[++i];
+        else if (strcmp(argv[i], "--secs") == 0 && i + 1 < argc)
+            secs = atof(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--quick] [--secs S] [--xprt tcp|shm]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (!quick)
+        printf("cores online: %ld; each cell: peer and transport alternated 3 times with the same "
+               "footprint (bytes per batch), best of each\n\n",
+               sysconf(_SC_NPROCESSORS_ONLN));
+
+    static const uint64_t sizes[] = {64 << 10, 1 * MiB, 4 * MiB, 64 * MiB};
+    static const enum tp_kind kinds[] = {TP_TCP, TP_SHM};
+    int fails = 0;
+    printf("%-4s %-5s %-7s %-7s %4s %9s %9s %7s %-8s %s\n", "xprt", "op", "size", "submit", "k",
+           "GB/s", "peer GB/s", "ratio", "peer", "target");
+    if (!quick)
+        peer_init();
+    for (size_t ki = 0; ki < KVM_ARRAY_SIZE(kinds); ki++) {
+        if (only && strcmp(only, tp_kind_name(kinds[ki])) != 0)
+            continue;
+        struct ctx c = {0};
+        struct tp_config oc = {.kind = TP_AUTO};
+        struct tp_config cc = {.kind = kinds[ki], .no_server = true};
+        if (seg_registry_new(&c.oreg) || seg_registry_new(&c.creg) ||
+            tp_engine_new(&oc, c.oreg, &c.owner) || tp_engine_new(&cc, c.creg, &c.client) ||
+            seg_create(c.oreg, SEG_SZ, 0, &c.seg) ||
+            seg_grant(c.oreg, c.seg->id, 0, c.seg->size, SEG_READ | SEG_WRITE, 0, &c.g) ||
+            tp_open_segment(c.client, tp_engine_address(c.owner), c.seg->id, c.g.token, &c.rs)) {
+            fprintf(stderr, "setup failed: %s\n", kvmesh_last_error());
+            return 1;
+        }
+        c.local = malloc(SEG_SZ);
+        KVM_ASSERT(c.local);
+        tp_register_memory(c.client, c.local, SEG_SZ);
+        fill(c.seg->base, SEG_SZ, 99);
+        memset(c.local, 0, SEG_SZ);
+        for (size_t si = 0; si < KVM_ARRAY_SIZE(sizes); si++) {
+            uint64_t size = sizes[si];
+            if (quick && size > 4 * MiB)
+                continue;
+            for (int opi = 0; opi < 2; opi++) {
+                enum tp_op op = opi ? TP_WRITE : TP_READ;
+                for (int batched = 0; batched < 2; batched++) {
+                    unsigned k = 1;
+                    if (batched) {
+                        k = (unsigned)KVM_MIN((uint64_t)MAX_K, KVM_MAX(2, 64 * MiB / size));
+                        if (size * k > SEG_SZ)
+                            k = (unsigned)(SEG_SZ / size);
+                    }
+                    double g = 0;
+                    if (cell(&c, op, size, k, secs, true, &g)) { /* warm-up + integrity */
+                        fails++;
+                        continue;
+                    }
+                    double base = 1;
+                    if (!quick) { /* alternate peer and transport, keep the best of each */
+                        base = 0;
+                        g = 0;
+                        for (int rep = 0; rep < 3; rep++) {
+                            double pg = kinds[ki] == TP_TCP ? bench_loopback(size * k, secs / 3)
+                                                            : bench_memcpy(size * k, secs / 3);
+                            double tg = 0;
+                            if (cell(&c, op, size, k, secs / 3, quick, &tg)) {
+                                fails++;
+                                break;
+                            }
+                            base = KVM_MAX(base, pg);
+                            g = KVM_MAX(g, tg);
+                        }
+                    }
+                    double ratio = g / base;
+                    const char *target = "-";
+                    if (size >= MiB)
+                        target = kinds[ki] == TP_TCP
+                                     ? (ratio >= 0.8 ? ">=80% met" : ">=80% MISSED")
+                                     : (ratio >= 0.6 ? ">=60% met" : ">=60% MISSED");
+                    char sz[16];
+                    if (size >= MiB)
+                        snprintf(sz, sizeof(sz), "%lluM", (unsigned long long)(size / MiB));
+                    else
+                        snprintf(sz, sizeof(sz), "%lluK", (unsigned long long)(size >> 10));
+                    if (quick)
+                        printf("%-4s %-5s %-7s %-7s %4u %9s %9s %7s %-8s %s\n",
+                               tp_kind_name(kinds[ki]), op == TP_READ ? "READ" : "WRITE", sz,
+                               batched ? "batch" : "single", k, "ok", "-", "-", "-", "integrity");
+                    else
+                        printf("%-4s %-5s %-7s %-7s %4u %9.2f %9.2f %6.0f%% %-8s %s\n",
+                               tp_kind_name(kinds[ki]), op == TP_READ ? "READ" : "WRITE", sz,
+                               batched ? "batch" : "single", k, g, base, ratio * 100,
+                               kinds[ki] == TP_TCP ? "loopback" : "memcpy", target);
+                    fflush(stdout);
+                }
+            }
+        }
+        tp_close_segment(c.rs);
+        tp_engine_free(c.client);
+        tp_engine_free(c.owner);
+        seg_registry_free(c.creg);
+        seg_registry_free(c.oreg);
+        free(c.local);
+    }
+    free(peer_a);
+    free(peer_b);
+    if (fails)
+        fprintf(stderr, "%d cells failed\n", fails);
+    return fails ? 1 : 0;
+}

@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * rpc.h — the kvmesh peer RPC control plane on a libuv loop: framed messages (frame.h), a
+ * compatibility/authentication handshake (handshake.h), request/response with deadlines and
+ * cancellation, one-way notifications, one reused connection per peer with reconnect backoff,
+ * bounded send queues with backpressure (KVMESH_EAGAIN), a maximum frame size enforced before
+ * any allocation, and per-reason connection close counters. docs/rpc.md is the reference.
+ *
+ * Threading: an endpoint belongs to one loop thread. Every function here must be called on that
+ * thread, and every callback runs on it. Other threads hand work to the loop through their own
+ * queue + uv_async_t (the runtime's hand-off, not this module's concern).
+ *
+ * Ownership summary:
+ *  - rpc_msg.body bytes are copied at submit; rpc_msg.iov payload buffers are NOT copied (they go
+ *    to uv_write as iovecs) and must stay valid until the call's callback (rpc_call) or the
+ *    sent callback (rpc_notify / rpc_reply_send) has run. With a NULL sent callback the payload
+ *    is copied instead.
+ *  - Received payloads are malloc'd buffers of the announced length; a callback/handler may
+ *    take one by setting ->payload = NULL after saving the pointer (then it must free() it).
+ *  - rpc_call handles stay valid until their callback returns; rpc_reply handles until
+ *    rpc_reply_send() consumes them or rpc_reply_drop().
+ */
+#ifndef KVMESH_NET_RPC_H
+#define KVMESH_NET_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "net/frame.h"
+#include "net/handshake.h"
+
+#define RPC_MAX_IOV               16           /* payload iovecs per message */
+#define RPC_MAX_FRAME_LIMIT       (1ull << 31) /* upper bound of max_frame_bytes */
+#define RPC_MAX_ERROR_LEN         512          /* response error text bound */
+#define RPC_DEFAULT_MAX_FRAME     ((64ull << 20) + (1ull << 20)) /* 64 MiB payload + headers */
+#define RPC_DEFAULT_QUEUE_BYTES   (256ull << 20)
+#define RPC_DEFAULT_QUEUE_MSGS    4096
+#define RPC_DEFAULT_HANDSHAKE_MS  5000
+#define RPC_DEFAULT_RECONNECT_MIN 20
+#define RPC_DEFAULT_RECONNECT_MAX 2000
+#define RPC_DEFAULT_MAX_CONNS     1024 /* inbound connections */
+#define RPC_MAX_PEERS             4096
+#define RPC_MAX_ADDRESS           256
+#define RPC_RX_STAGING            (64u << 10) /* small-frame staging buffer per connection */
+#define RPC_TIMERS_PER_TURN       1024        /* bounded deadline expiries per timer callback */
+
+/* Reserved message type for runtime environment messages (env_send), payload opaque. */
+#define RPC_TYPE_ENV_MESSAGE 1
+
+/* Why a connection was closed. Counted per reason (rpc_stats.close). Never renumber. */
+#define RPC_CLOSE_REASON_LIST(X)                                                                   \
+    X(RPC_CLOSE_LOCAL, "local")                                                                    \
+    X(RPC_CLOSE_PEER_EOF, "peer_eof")                                                              \
+    X(RPC_CLOSE_TRUNCATED, "truncated")                                                            \
+    X(RPC_CLOSE_IO_ERROR, "io_error")                                                              \
+    X(RPC_CLOSE_CONNECT_FAILED, "connect_failed")                                                  \
+    X(RPC_CLOSE_BAD_MAGIC, "bad_magic")                                                            \
+    X(RPC_CLOSE_BAD_VERSION, "bad_version")                                                        \
+    X(RPC_CLOSE_BAD_FRAME, "bad_frame")                                                            \
+    X(RPC_CLOSE_OVERSIZED, "oversized")                                                            \
+    X(RPC_CLOSE_BAD_HEADER, "bad_header")                                                          \
+    X(RPC_CLOSE_UNEXPECTED, "unexpected_frame")                                                    \
+    X(RPC_CLOSE_HANDSHAKE_TIMEOUT, "handshake_timeout")                                            \
+    X(RPC_CLOSE_REFUSED, "refused")                                                                \
+    X(RPC_CLOSE_REFUSED_BY_PEER, "refused_by_peer")                                                \
+    X(RPC_CLOSE_NOMEM, "no_memory")                                                                \
+    X(RPC_CLOSE_CONN_LIMIT, "conn_limit")
+
+enum rpc_close_reason {
+#define RPC_X(n, s) n,
+    RPC_CLOSE_REASON_LIST(RPC_X)
+#undef RPC_X
+        RPC_CLOSE_COUNT
+};
+
+typedef struct rpc_endpoint rpc_endpoint;
+typedef struct rpc_peer rpc_peer;
+typedef struct rpc_call rpc_call_t;
+typedef struct rpc_reply rpc_reply;
+
+struct rpc_config {
+    struct hs_descriptor local; /* this runtime's compatibility descriptor (required) */
+    const uint8_t *secret;      /* deployment secret, HS_SECRET_MIN..MAX bytes; NULL = no auth */
+    size_t secret_len;          /* copied by rpc_endpoint_new */
+    uint64_t max_frame_bytes;   /* 64 + header + payload bound on send and receive */
+    uint64_t max_queue_bytes;   /* per connection: bytes submitted and not yet written */
+    uint32_t max_queue_msgs;    /* per connection: messages submitted and not yet written */
+    uint32_t handshake_timeout_ms;
+    uint32_t reconnect_min_ms, reconnect_max_ms; /* backoff after failed attempts, doubling */
+    uint32_t max_conns;                          /* inbound connections */
+};
+
+/* Fills defaults (descriptor and secret left zero: the caller must set local). */
+void rpc_config_init(struct rpc_config *c);
+
+struct rpc_msg {
+    uint16_t type;                   /* message type (method), 1..65535 */
+    const uint8_t *body;             /* method message, copied */
+    size_t body_len;                 /* <= FRAME_MAX_HEADER_BYTES - 64 */
+    const uv_buf_t *iov;             /* payload, not copied (see ownership above) */
+    unsigned niov;                   /* <= RPC_MAX_IOV */
+    uint32_t timeout_ms;             /* rpc_call only: 0 = no deadline */
+    const struct frame_trace *trace; /* NULL = zero trace context */
+};
+
+/* Result of a call, valid during the callback only (payload may be taken, see above). */
+struct rpc_result {
+    int status;        /* 0, a KVMESH_E* from the peer, or local: ETIMEDOUT, ECANCELED, ECONN,
+                          EINCOMPAT, EAUTH, ECLOSED, EPROTO */
+    const char *error; /* detail, never NULL ("" when none) */
+    const uint8_t *body;
+    size_t body_len;
+    uint8_t *payload;
+    size_t payload_len;
+    struct frame_trace trace;
+};
+
+typedef void (*rpc_call_cb)(rpc_call_t *call, struct rpc_result *res, void *arg);
+typedef void (*rpc_sent_cb)(int status, void *arg); /* 0 = written, or KVMESH_ECONN/ECLOSED */
+
+/* A received request or notification. */
+struct rpc_request {
+    uint16_t type;
+    int one_way;          /* notification: no reply handle */
+    uint64_t request_id;  /* 0 for notifications */
+    uint32_t deadline_ms; /* the caller's remaining budget when sent, 0 = none */
+    struct frame_trace trace;
+    const uint8_t *body;
+    size_t body_len;
+    uint8_t *payload;
+    size_t payload_len;
+    const char *peer_runtime_id;
+};
+
+/*
+ * A handler. Request handlers (rpc_register_handler) get a reply handle they complete now or
+ * later with rpc_reply_send/rpc_reply_drop; `req` stays valid until then. Notification handlers
+ * (rpc_register_notify_handler) get reply == NULL and req valid during the call only.
+ */
+typedef void (*rpc_handler_fn)(rpc_reply *reply, struct rpc_request *req, void *arg);
+
+struct rpc_stats {
+    uint64_t close[RPC_CLOSE_COUNT];            /* connections closed, by reason */
+    uint64_t refused_local[HS_REASON_MAX + 1];  /* handshakes we refused, by hs_reason */
+    uint64_t refused_remote[HS_REASON_MAX + 1]; /* handshakes the peer refused, by hs_reason */
+    uint64_t conns_accepted, conns_connected, conns_open, handshakes_ok;
+    uint64_t calls_started, calls_ok, calls_failed, calls_timed_out, calls_canceled;
+    uint64_t requests_received, replies_sent, notifies_sent, notifies_received, notifies_dropped;
+    uint64_t responses_late; /* for an unknown/cancelled/timed-out request id: dropped */
+    uint64_t eagain;         /* submissions refused by backpressure */
+    uint64_t frames_in, frames_out, bytes_in, bytes_out;
+    uint64_t queued_bytes, queued_msgs; /* gauges: all connections */
+};
+
+/* Creates an endpoint on loop. cfg is copied. */
+int rpc_endpoint_new(uv_loop_t *loop, const struct rpc_config *cfg, rpc_endpoint **out);
+
+/*
+ * Closes every connection and listener, fails outstanding calls with KVMESH_ECLOSED (callbacks
+ * run), and frees the endpoint once all handles closed and all reply handles were completed;
+ * then closed_cb (may be NULL) runs. No other call on ep after this.
+ */
+void rpc_endpoint_close(rpc_endpoint *ep, void (*closed_cb)(void *arg), void *arg);
+
+/* Listens on TCP ip ("127.0.0.1", "::1", ...) and port (0 = any; *bound_port receives it). */
+int rpc_listen_tcp(rpc_endpoint *ep, const char *ip, int port, int *bound_port);
+/* Listens on a unix socket path (the file must not exist). */
+int rpc_listen_unix(rpc_endpoint *ep, const char *path);
+
+/*
+ * Serves an already-connected stream socket (TCP or unix; e.g. from socket activation or a
+ * socketpair) as an inbound connection. On 0 the endpoint owns fd (closes it); on error the
+ * caller keeps it.
+ */
+int rpc_accept_fd(rpc_endpoint *ep, int fd);
+
+/*
+ * Registers the request handler for type (replacing any previous; fn NULL removes it). Requests
+ * of a type without one are answered with KVMESH_ENOTSUP. Request handlers always get a reply
+ * handle; notifications never reach them.
+ */
+int rpc_register_handler(rpc_endpoint *ep, uint16_t type, rpc_handler_fn fn, void *arg);
+/*
+ * Registers the notification handler for type (reply is always NULL). Notifications of a type
+ * without one are dropped and counted (notifies_dropped).
+ */
+int rpc_register_notify_handler(rpc_endpoint *ep, uint16_t type, rpc_handler_fn fn, void *arg);
+
+/*
+ * The peer (runtime_id, address) — created on first use, then the same object (one connection,
+ * reused). address: "tcp:IP:PORT", "tcp:[IPv6]:PORT" or "unix:PATH". Lives until endpoint close.
+ * The handshake refuses a server whose runtime id differs from runtime_id.
+ */
+int rpc_peer_get(rpc_endpoint *ep, const char *runtime_id, const char *address, rpc_peer **out);
+
+/* The last handshake refusal or connection error seen for this peer ("" when none). */
+const char *rpc_peer_last_error(const rpc_peer *p);
+/*
+ * The runtime epoch the peer announced at its last accepted handshake (0 = never connected). A
+ * higher value after a reconnect means the peer restarted; a lower one is refused (stale_epoch).
+ */
+uint64_t rpc_peer_epoch(const rpc_peer *p);
+/* 1 when the peer's connection finished its handshake. */
+int rpc_peer_connected(const rpc_peer *p);
+
+/*
+ * Sends a request. On 0, cb runs exactly once (later, never inside rpc_call); *out (may be NULL)
+ * receives the handle for rpc_cancel. Errors (cb not called): KVMESH_EAGAIN (send queue full),
+ * KVMESH_EINVAL/ETOOBIG (bad message), KVMESH_ECLOSED.
+ */
+int rpc_call(rpc_peer *p, const struct rpc_msg *m, rpc_call_cb cb, void *arg, rpc_call_t **out);
+
+/* Cancels a call: its callback runs with KVMESH_ECANCELED (deferred until its payload write
+ * finished); the server is told (CANCEL frame) when the request was already sent. */
+void rpc_cancel(rpc_call_t *c);
+
+/* One-way notification. sent_cb (may be NULL: payload copied) runs once. Errors as rpc_call. */
+int rpc_notify(rpc_peer *p, const struct rpc_msg *m, rpc_sent_cb sent_cb, void *arg);
+
+/*
+ * Completes a request. status 0 or a negative KVMESH_E*; error text optional; m may be NULL
+ * (type ignored). Returns 0 (consumed; sent_cb runs once), KVMESH_EAGAIN (NOT consumed: retry
+ * or drop), or another error (consumed, nothing sent, sent_cb not called; e.g. KVMESH_ECONN
+ * when the connection is gone, which is not a bug: the caller failed already).
+ */
+int rpc_reply_send(rpc_reply *r, int status, const char *error, const struct rpc_msg *m,
+                   rpc_sent_cb sent_cb, void *arg);
+/* Completes a request without a response (the caller will time out or was cancelled). */
+void rpc_reply_drop(rpc_reply *r);
+/* The request a reply handle answers (valid until the handle is consumed). */
+const struct rpc_request *rpc_reply_request(const rpc_reply *r);
+/* 1 when the client cancelled the request or its connection closed. */
+int rpc_reply_canceled(const rpc_reply *r);
+
+void rpc_get_stats(const rpc_endpoint *ep, struct rpc_stats *out);
+const char *rpc_close_reason_name(int reason);
+/* The last handshake refusal at this endpoint, either direction ("" when none). */
+const char *rpc_last_refusal(const rpc_endpoint *ep);
+/* Milliseconds of the loop clock (uv_now). */
+uint64_t rpc_now(const rpc_endpoint *ep);
+
+#endif

@@ -1,0 +1,526 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * transport.c — the transport engine: configuration, the engine address, registered local
+ * memory, the automatic choice of transport per opened segment, batches and the completion
+ * path shared by the transports (see transport.h and transport_int.h).
+ *
+ * Invariants: a batch's pending count equals the number of submitted requests whose status is
+ * still TP_STATUS_PENDING; the callback runs once per transition of pending to 0 and
+ * tp_batch_wait/free wait for it to return (cb_running), so a batch is never freed under a
+ * running callback or a chunk still in a transport queue.
+ */
+#include "net/transport.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "net/transport_int.h"
+
+const char *tp_kind_name(enum tp_kind k)
+{
+    switch (k) {
+    case TP_AUTO:
+        return "auto";
+    case TP_TCP:
+        return "tcp";
+    case TP_SHM:
+        return "shm";
+    }
+    return "?";
+}
+
+/* ---- socket helpers ------------------------------------------------------------------------ */
+
+static int io_errno_to_rc(int e)
+{
+    return (e == EAGAIN || e == EWOULDBLOCK) ? KVMESH_ETIMEDOUT : KVMESH_ECONN;
+}
+
+int tp_io_send_all(int fd, struct iovec *iov, int iovcnt)
+{
+    while (iovcnt > 0) {
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
+        ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return io_errno_to_rc(errno);
+        }
+        size_t left = (size_t)n;
+        while (iovcnt > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            iovcnt--;
+        }
+        if (iovcnt > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    return 0;
+}
+
+int tp_io_recv_all(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, MSG_WAITALL);
+        if (n == 0)
+            return KVMESH_ECONN;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return io_errno_to_rc(errno);
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+void tp_io_set_timeout(int fd, int timeout_ms)
+{
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* ---- addresses ----------------------------------------------------------------------------- */
+
+int tp_addr_parse(const char *s, struct tp_addr *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!s || strncmp(s, "kvt1;", 5) != 0 || strlen(s) >= TP_ADDR_MAX)
+        return kvm_errf(KVMESH_EINVAL,
+                        "transport address \"%s\" malformed; expected "
+                        "\"kvt1;host=...;tcp=IP:PORT;shm=NAME\"",
+                        s ? s : "(null)");
+    char buf[TP_ADDR_MAX];
+    snprintf(buf, sizeof(buf), "%s", s + 5);
+    char *save = NULL;
+    for (char *f = strtok_r(buf, ";", &save); f; f = strtok_r(NULL, ";", &save)) {
+        if (strncmp(f, "host=", 5) == 0 && strlen(f + 5) < sizeof(out->host)) {
+            snprintf(out->host, sizeof(out->host), "%s", f + 5);
+        } else if (strncmp(f, "tcp=", 4) == 0) {
+            char *colon = strrchr(f + 4, ':');
+            if (!colon || (size_t)(colon - (f + 4)) >= sizeof(out->tcp_ip))
+                goto bad;
+            char *end = NULL;
+            long port = strtol(colon + 1, &end, 10);
+            if (*end || port <= 0 || port > 65535)
+                goto bad;
+            memcpy(out->tcp_ip, f + 4, (size_t)(colon - (f + 4)));
+            out->tcp_port = (uint16_t)port;
+        } else if (strncmp(f, "shm=", 4) == 0 && strlen(f + 4) < sizeof(out->shm)) {
+            snprintf(out->shm, sizeof(out->shm), "%s", f + 4);
+        } else {
+            goto bad;
+        }
+    }
+    if (!out->host[0])
+        goto bad;
+    return 0;
+bad:
+    return kvm_errf(KVMESH_EINVAL, "transport address \"%s\" has a malformed field", s);
+}
+
+static void read_host_id(char *out, size_t len)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    out[0] = 0;
+    if (f) {
+        if (fgets(out, (int)len, f))
+            out[strcspn(out, "\n")] = 0;
+        fclose(f);
+    }
+    if (!out[0]) {
+        char h[64] = "unknown";
+        gethostname(h, sizeof(h) - 1);
+        snprintf(out, len, "%s", h);
+    }
+}
+
+/* ---- engine -------------------------------------------------------------------------------- */
+
+int tp_engine_new(const struct tp_config *cfg, struct seg_registry *reg, struct tp_engine **out)
+{
+    struct tp_config def = {0};
+    if (!cfg)
+        cfg = &def;
+    if (cfg->kind != TP_AUTO && cfg->kind != TP_TCP && cfg->kind != TP_SHM)
+        return kvm_errf(KVMESH_ECONFIG, "transport kind %d unknown; use auto, tcp or shm",
+                        (int)cfg->kind);
+    if (cfg->conns_per_peer > TP_MAX_CONNS)
+        return kvm_errf(KVMESH_ECONFIG, "conns_per_peer %u above the limit %d", cfg->conns_per_peer,
+                        TP_MAX_CONNS);
+    struct tp_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return kvm_errf(KVMESH_ENOMEM, "transport engine allocation failed");
+    e->cfg = *cfg;
+    e->cfg.listen_host = NULL; /* not kept: copied below */
+    e->cfg.host_id = NULL;
+    e->reg = reg;
+    pthread_mutex_init(&e->mu, NULL);
+    if (cfg->host_id)
+        snprintf(e->host_id, sizeof(e->host_id), "%s", cfg->host_id);
+    else
+        read_host_id(e->host_id, sizeof(e->host_id));
+    if (cfg->conns_per_peer) {
+        e->nconns = cfg->conns_per_peer;
+    } else {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        e->nconns = (unsigned)KVM_MIN(KVM_MAX(n, 2), 8);
+    }
+    e->stripe_min = cfg->stripe_min ? cfg->stripe_min : (256u << 10);
+    e->io_timeout_ms = cfg->io_timeout_ms > 0 ? cfg->io_timeout_ms : 10000;
+    snprintf(e->tcp_listen, sizeof(e->tcp_listen), "%s:0",
+             cfg->listen_host ? cfg->listen_host : "127.0.0.1");
+    int rc = 0;
+    if (!cfg->no_server) {
+        if ((rc = tp_tcp_ops.server_start(e)) != 0)
+            goto fail;
+        if ((rc = tp_shm_ops.server_start(e)) != 0)
+            goto fail;
+    }
+    int n = snprintf(e->addr, sizeof(e->addr), "kvt1;host=%s", e->host_id);
+    if (!cfg->no_server)
+        snprintf(e->addr + n, sizeof(e->addr) - (size_t)n, ";tcp=%s;shm=%s", e->tcp_listen,
+                 e->shm_name);
+    *out = e;
+    return 0;
+fail:
+    tp_shm_ops.server_stop(e);
+    tp_tcp_ops.server_stop(e);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+    return rc;
+}
+
+void tp_engine_free(struct tp_engine *e)
+{
+    if (!e)
+        return;
+    tp_shm_ops.server_stop(e);
+    tp_tcp_ops.server_stop(e);
+    tp_tcp_ops.client_stop(e);
+    tp_shm_ops.client_stop(e);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+const char *tp_engine_address(const struct tp_engine *e)
+{
+    return e->addr;
+}
+
+struct seg_registry *tp_engine_registry(const struct tp_engine *e)
+{
+    return e->reg;
+}
+
+int tp_register_memory(struct tp_engine *e, void *addr, size_t len)
+{
+    if (!addr || len == 0)
+        return kvm_errf(KVMESH_EINVAL, "cannot register an empty or NULL region");
+    pthread_mutex_lock(&e->mu);
+    int rc = 0;
+    if (e->nregions >= TP_MAX_REGIONS)
+        rc = kvm_errf(KVMESH_ENOSPC, "too many registered regions (max %d)", TP_MAX_REGIONS);
+    else
+        e->regions[e->nregions++] = (struct tp_region){(uintptr_t)addr, len};
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int tp_unregister_memory(struct tp_engine *e, void *addr)
+{
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < e->nregions; i++) {
+        if (e->regions[i].addr == (uintptr_t)addr) {
+            e->regions[i] = e->regions[--e->nregions];
+            pthread_mutex_unlock(&e->mu);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return kvm_errf(KVMESH_ENOENT, "region %p is not registered", addr);
+}
+
+static bool local_registered(struct tp_engine *e, const void *p, uint64_t len)
+{
+    uintptr_t a = (uintptr_t)p;
+    bool ok = false;
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < e->nregions && !ok; i++) {
+        const struct tp_region *r = &e->regions[i];
+        ok = a >= r->addr && a - r->addr <= r->len && len <= r->len - (a - r->addr);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return ok || seg_local_contains(e->reg, p, len);
+}
+
+/* ---- segments ------------------------------------------------------------------------------ */
+
+int tp_open_segment(struct tp_engine *e, const char *owner_addr, uint64_t seg_id, uint64_t token,
+                    struct tp_segment **out)
+{
+    struct tp_addr a;
+    int rc = tp_addr_parse(owner_addr, &a);
+    if (rc)
+        return rc;
+    enum tp_kind k = e->cfg.kind;
+    bool same_host = strcmp(a.host, e->host_id) == 0 && a.shm[0];
+    if (k == TP_AUTO)
+        k = same_host ? TP_SHM : TP_TCP;
+    if (k == TP_SHM && !same_host)
+        return kvm_errf(KVMESH_EINCOMPAT,
+                        "shm transport forced but %s is not on this host "
+                        "(or serves no shm); use tcp or auto",
+                        owner_addr);
+    if (k == TP_TCP && !a.tcp_port)
+        return kvm_errf(KVMESH_EINCOMPAT, "peer %s serves no tcp data port", owner_addr);
+    struct tp_segment *s = calloc(1, sizeof(*s));
+    if (!s)
+        return kvm_errf(KVMESH_ENOMEM, "segment handle allocation failed");
+    s->e = e;
+    s->kind = k;
+    s->ops = k == TP_SHM ? &tp_shm_ops : &tp_tcp_ops;
+    s->seg_id = seg_id;
+    s->token = token;
+    pthread_mutex_init(&s->mu, NULL);
+    if (k == TP_SHM)
+        snprintf(s->owner, sizeof(s->owner), "%s/%s", a.host, a.shm);
+    else
+        snprintf(s->owner, sizeof(s->owner), "%s:%u", a.tcp_ip, a.tcp_port);
+    rc = s->ops->open(e, &a, s);
+    if (rc) {
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void tp_close_segment(struct tp_segment *s)
+{
+    if (!s)
+        return;
+    s->ops->close(s);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+enum tp_kind tp_segment_kind(const struct tp_segment *s)
+{
+    return s->kind;
+}
+
+/* ---- batches ------------------------------------------------------------------------------- */
+
+int tp_batch_new(struct tp_engine *e, unsigned capacity, struct tp_batch **out)
+{
+    if (capacity == 0 || capacity > TP_MAX_BATCH)
+        return kvm_errf(KVMESH_EINVAL, "batch capacity %u outside [1, %d]", capacity, TP_MAX_BATCH);
+    struct tp_batch *b = calloc(1, sizeof(*b));
+    struct tp_slot *slots = calloc(capacity, sizeof(*slots));
+    if (!b || !slots) {
+        free(b);
+        free(slots);
+        return kvm_errf(KVMESH_ENOMEM, "batch allocation failed");
+    }
+    b->e = e;
+    b->cap = capacity;
+    b->slots = slots;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    *out = b;
+    return 0;
+}
+
+void tp_batch_free(struct tp_batch *b)
+{
+    if (!b)
+        return;
+    tp_cancel(b);
+    tp_batch_wait(b, -1);
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b->slots);
+    free(b);
+}
+
+void tp_batch_set_callback(struct tp_batch *b, tp_batch_cb cb, void *arg)
+{
+    pthread_mutex_lock(&b->mu);
+    b->cb = cb;
+    b->cb_arg = arg;
+    pthread_mutex_unlock(&b->mu);
+}
+
+unsigned tp_batch_count(const struct tp_batch *b)
+{
+    struct tp_batch *mb = (struct tp_batch *)b;
+    pthread_mutex_lock(&mb->mu);
+    unsigned n = b->n;
+    pthread_mutex_unlock(&mb->mu);
+    return n;
+}
+
+int tp_batch_canceled(const struct tp_batch *b)
+{
+    return __atomic_load_n(&b->canceled, __ATOMIC_ACQUIRE);
+}
+
+void tp_cancel(struct tp_batch *b)
+{
+    __atomic_store_n(&b->canceled, 1, __ATOMIC_RELEASE);
+}
+
+void tp_slot_set_chunks(struct tp_batch *b, unsigned idx, uint32_t chunks)
+{
+    pthread_mutex_lock(&b->mu);
+    b->slots[idx].chunks_left = chunks;
+    pthread_mutex_unlock(&b->mu);
+}
+
+void tp_chunk_done(struct tp_batch *b, unsigned idx, int status, uint8_t reason)
+{
+    pthread_mutex_lock(&b->mu);
+    struct tp_slot *s = &b->slots[idx];
+    KVM_ASSERT(s->chunks_left > 0);
+    if (status && !s->first_err) {
+        s->first_err = status;
+        s->reason = reason;
+    }
+    if (--s->chunks_left > 0) {
+        pthread_mutex_unlock(&b->mu);
+        return;
+    }
+    __atomic_store_n(&s->status, s->first_err, __ATOMIC_RELEASE);
+    KVM_ASSERT(b->pending > 0);
+    if (--b->pending == 0) {
+        if (b->cb) {
+            tp_batch_cb cb = b->cb;
+            void *arg = b->cb_arg;
+            b->cb_running++;
+            pthread_mutex_unlock(&b->mu);
+            cb(b, arg);
+            pthread_mutex_lock(&b->mu);
+            b->cb_running--;
+        }
+        pthread_cond_broadcast(&b->cv);
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
+int tp_submit(struct tp_batch *b, const struct tp_request *reqs, unsigned n)
+{
+    if (n == 0)
+        return 0;
+    if (!reqs)
+        return kvm_errf(KVMESH_EINVAL, "NULL request array");
+    pthread_mutex_lock(&b->mu);
+    if (n > b->cap - b->n) {
+        unsigned have = b->cap - b->n;
+        pthread_mutex_unlock(&b->mu);
+        return kvm_errf(KVMESH_ETOOBIG, "batch has room for %u more requests, %u submitted", have,
+                        n);
+    }
+    unsigned first = b->n;
+    for (unsigned i = 0; i < n; i++) {
+        struct tp_slot *s = &b->slots[first + i];
+        memset(s, 0, sizeof(*s));
+        s->r = reqs[i];
+        s->status = TP_STATUS_PENDING;
+        s->chunks_left = 1;
+    }
+    b->n += n;
+    b->pending += n;
+    pthread_mutex_unlock(&b->mu);
+    for (unsigned i = 0; i < n; i++) {
+        unsigned idx = first + i;
+        const struct tp_request *r = &reqs[i];
+        enum seg_reason reason = SEG_OK;
+        int rc = 0;
+        if (r->op != TP_READ && r->op != TP_WRITE)
+            rc = kvm_errf(KVMESH_EINVAL, "request %u: op %d is neither READ nor WRITE", idx,
+                          (int)r->op);
+        else if (r->length == 0 || r->length > TP_MAX_REQ_LEN)
+            rc = kvm_errf(KVMESH_EINVAL, "request %u: length %llu outside [1, %llu]", idx,
+                          (unsigned long long)r->length, (unsigned long long)TP_MAX_REQ_LEN);
+        else if (!r->segment || r->segment->e != b->e)
+            rc = kvm_errf(KVMESH_EINVAL, "request %u: segment not opened by this engine", idx);
+        else if (!r->local || !local_registered(b->e, r->local, r->length))
+            rc = kvm_errf(KVMESH_EINVAL,
+                          "request %u: local buffer not registered memory; call "
+                          "tp_register_memory first",
+                          idx);
+        else if (tp_batch_canceled(b))
+            rc = KVMESH_ECANCELED;
+        else
+            rc = r->segment->ops->submit(b, idx, &reason);
+        if (rc)
+            tp_chunk_done(b, idx, rc, (uint8_t)reason);
+    }
+    return 0;
+}
+
+int tp_status(const struct tp_batch *b, unsigned i, enum seg_reason *reason)
+{
+    struct tp_batch *mb = (struct tp_batch *)b;
+    pthread_mutex_lock(&mb->mu);
+    int st = i < b->n ? b->slots[i].status : KVMESH_EINVAL;
+    if (reason)
+        *reason = i < b->n && st != TP_STATUS_PENDING ? b->slots[i].reason : SEG_OK;
+    pthread_mutex_unlock(&mb->mu);
+    return st;
+}
+
+int tp_batch_result(const struct tp_batch *b)
+{
+    struct tp_batch *mb = (struct tp_batch *)b;
+    int rc = 0;
+    pthread_mutex_lock(&mb->mu);
+    for (unsigned i = 0; i < b->n && !rc; i++)
+        if (b->slots[i].status != 0)
+            rc = b->slots[i].status;
+    pthread_mutex_unlock(&mb->mu);
+    return rc;
+}
+
+int tp_batch_wait(struct tp_batch *b, int timeout_ms)
+{
+    struct timespec dl;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += timeout_ms / 1000;
+        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+    }
+    int rc = 0;
+    pthread_mutex_lock(&b->mu);
+    while (b->pending > 0 || b->cb_running > 0) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&b->cv, &b->mu);
+        } else if (pthread_cond_timedwait(&b->cv, &b->mu, &dl) == ETIMEDOUT) {
+            rc = kvm_errf(KVMESH_ETIMEDOUT, "%u requests still pending after %d ms", b->pending,
+                          timeout_ms);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}

@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * transport.h — the data-plane transport interface (shaped like Mooncake Transfer Engine's C
+ * API: register memory, open a remote segment, submit a batch of READ/WRITE requests, poll
+ * status or get a completion callback, cancel) and the engine that chooses a transport.
+ *
+ * One engine per runtime. It serves the runtime's own segments (a TCP data server and a unix
+ * socket for same-host peers) and opens segments of other runtimes. Transports behind it:
+ *   - tcp (transport_tcp.c): N data connections per peer, one I/O thread per connection;
+ *     payload moves between sockets and registered memory directly;
+ *   - shm (transport_shm.c): same host only; the owner passes the segment's memfd over a unix
+ *     socket (SCM_RIGHTS); the client maps it once and READ/WRITE are memcpy's done by the
+ *     submitting thread, with no work on the owner.
+ * Choice per opened segment: config kind TP_AUTO picks shm when the owner's address carries the
+ * same host id (boot id), tcp otherwise; TP_TCP / TP_SHM force one.
+ *
+ * Ownership: the engine borrows the seg_registry (it must outlive the engine). Segment handles
+ * and batches are owned by the caller and freed with tp_close_segment / tp_batch_free before
+ * tp_engine_free. Local buffers named in requests must stay valid until the request completes.
+ *
+ * Threading: every function may be called from any thread. Completion callbacks run on a
+ * transport I/O thread (tcp) or on the submitting thread (shm): keep them short, never block,
+ * never call tp_batch_free from them.
+ */
+#ifndef KVMESH_NET_TRANSPORT_H
+#define KVMESH_NET_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "net/seg.h"
+
+#define TP_ADDR_MAX        256          /* engine address string, with NUL */
+#define TP_MAX_BATCH       1024         /* requests in one batch */
+#define TP_MAX_CONNS       16           /* data connections per tcp peer */
+#define TP_MAX_PEERS       256          /* peers an engine connects to (tcp and shm each) */
+#define TP_MAX_REQ_LEN     (1ull << 32) /* one request: 4 GiB */
+#define TP_MAX_REGIONS     256          /* registered local memory regions */
+#define TP_MAX_SERVER_CONN 256          /* accepted data connections served at once */
+#define TP_STATUS_PENDING  1            /* request status while not complete */
+
+enum tp_kind { TP_AUTO = 0, TP_TCP = 1, TP_SHM = 2 };
+enum tp_op { TP_READ = 1, TP_WRITE = 2 }; /* READ: remote -> local; WRITE: local -> remote */
+
+struct tp_config {
+    enum tp_kind kind;       /* how opened segments are reached (TP_AUTO by default) */
+    const char *listen_host; /* tcp data server address; NULL = "127.0.0.1" */
+    uint16_t listen_port;    /* 0 = ephemeral */
+    bool no_server;          /* client-only engine: serve no segments */
+    unsigned conns_per_peer; /* tcp data connections per peer; 0 = sized to the machine */
+    uint64_t stripe_min;     /* requests above this are split across connections; 0 = 256 KiB */
+    int io_timeout_ms;       /* per-socket-operation timeout; 0 = 10000 */
+    const char *host_id;     /* override of the host identity (tests); NULL = boot id */
+};
+
+struct tp_engine;
+struct tp_segment;
+struct tp_batch;
+
+struct tp_request {
+    enum tp_op op;
+    void *local;                /* registered local memory (tp_register_memory or a segment) */
+    uint64_t length;            /* 1 .. TP_MAX_REQ_LEN */
+    struct tp_segment *segment; /* opened remote segment */
+    uint64_t remote_offset;
+    uint64_t token; /* grant token issued by the owner for this range */
+};
+
+/* Called once when every request submitted so far in the batch has completed. */
+typedef void (*tp_batch_cb)(struct tp_batch *b, void *arg);
+
+/* Creates an engine (starts its servers unless cfg->no_server). */
+int tp_engine_new(const struct tp_config *cfg, struct seg_registry *reg, struct tp_engine **out);
+/* Stops servers and I/O threads; every segment handle and batch must be freed first. */
+void tp_engine_free(struct tp_engine *e);
+/* The engine's address for peers ("kvt1;host=...;tcp=IP:PORT;shm=NAME"). Static per engine. */
+const char *tp_engine_address(const struct tp_engine *e);
+struct seg_registry *tp_engine_registry(const struct tp_engine *e);
+
+/* Registers [addr, addr+len) as a local source/destination of transfers. Local segments of the
+ * engine's registry are registered implicitly. */
+int tp_register_memory(struct tp_engine *e, void *addr, size_t len);
+int tp_unregister_memory(struct tp_engine *e, void *addr);
+
+/*
+ * Opens segment seg_id of the runtime at owner_addr. token: a grant on that segment (the shm
+ * transport needs it to be handed the segment's fd; tcp ignores it). *out is owned by the
+ * caller. Remote mappings are made once per process and kept until the registry is freed.
+ */
+int tp_open_segment(struct tp_engine *e, const char *owner_addr, uint64_t seg_id, uint64_t token,
+                    struct tp_segment **out);
+void tp_close_segment(struct tp_segment *s);
+enum tp_kind tp_segment_kind(const struct tp_segment *s);
+
+/* A batch holds up to `capacity` (<= TP_MAX_BATCH) requests across one or more submits. */
+int tp_batch_new(struct tp_engine *e, unsigned capacity, struct tp_batch **out);
+/* Cancels what is not started and waits for the rest, then frees. */
+void tp_batch_free(struct tp_batch *b);
+void tp_batch_set_callback(struct tp_batch *b, tp_batch_cb cb, void *arg);
+/*
+ * Appends n requests (indexes are assigned in order from the batch's count). Validation errors
+ * of the whole call (capacity) return an error and submit nothing; a request that cannot be
+ * started (unregistered local memory, dead peer, bad length) completes at once with its error.
+ */
+int tp_submit(struct tp_batch *b, const struct tp_request *reqs, unsigned n);
+unsigned tp_batch_count(const struct tp_batch *b);
+/* Status of request i: TP_STATUS_PENDING, 0 done, or a negative KVMESH_E*. reason (may be NULL)
+ * receives the seg_reason of an access refusal (SEG_OK otherwise). */
+int tp_status(const struct tp_batch *b, unsigned i, enum seg_reason *reason);
+/* Waits until every submitted request completed. 0, or KVMESH_ETIMEDOUT (timeout_ms < 0:
+ * forever). Returns 0 even when requests failed: look at tp_status. */
+int tp_batch_wait(struct tp_batch *b, int timeout_ms);
+/* First failing request's status, or 0 (only meaningful after tp_batch_wait). */
+int tp_batch_result(const struct tp_batch *b);
+/* Requests not yet started complete with KVMESH_ECANCELED; started ones run to completion. */
+void tp_cancel(struct tp_batch *b);
+
+const char *tp_kind_name(enum tp_kind k);
+
+#endif

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * transport_int.h — what the engine (transport.c) shares with the transports behind it
+ * (transport_tcp.c, transport_shm.c): the vtable, the engine, segment handles, batches and the
+ * completion path. Not for use outside src/net/transport*.
+ *
+ * Completion: a request is split by its transport into chunks (tcp stripes it across data
+ * connections; shm uses one chunk). slot.chunks_left is set before the first chunk can
+ * complete; every chunk calls tp_chunk_done exactly once; the last one fixes the request's
+ * status (first error wins) and, when the batch has nothing pending, runs the callback.
+ */
+#ifndef KVMESH_NET_TRANSPORT_INT_H
+#define KVMESH_NET_TRANSPORT_INT_H
+
+#include <pthread.h>
+
+#include "net/transport.h"
+
+struct tp_addr {
+    char host[64];
+    char tcp_ip[64];
+    uint16_t tcp_port; /* 0: no tcp server */
+    char shm[64];      /* abstract unix socket name, "" when none */
+};
+
+/* Parses "kvt1;host=H;tcp=IP:PORT;shm=NAME" (fields in any order, tcp/shm optional). */
+int tp_addr_parse(const char *s, struct tp_addr *out);
+
+struct tp_ops {
+    const char *name;
+    int (*server_start)(struct tp_engine *e);
+    void (*server_stop)(struct tp_engine *e);
+    void (*client_stop)(struct tp_engine *e); /* closes peers, joins I/O threads */
+    int (*open)(struct tp_engine *e, const struct tp_addr *a, struct tp_segment *s);
+    void (*close)(struct tp_segment *s);
+    /* Starts request idx (length/local already validated). 0: it will complete through
+     * tp_chunk_done; error: nothing was started, the caller completes it with the error. */
+    int (*submit)(struct tp_batch *b, unsigned idx, enum seg_reason *reason);
+};
+
+extern const struct tp_ops tp_tcp_ops;
+extern const struct tp_ops tp_shm_ops;
+
+struct tp_region {
+    uintptr_t addr;
+    size_t len;
+};
+
+struct tp_engine {
+    struct tp_config cfg;
+    struct seg_registry *reg;
+    char addr[TP_ADDR_MAX];
+    char host_id[64];
+    unsigned nconns;
+    uint64_t stripe_min;
+    int io_timeout_ms;
+    pthread_mutex_t mu; /* regions */
+    struct tp_region regions[TP_MAX_REGIONS];
+    size_t nregions;
+    /* transport-private state */
+    struct tp_tcp_server *tcp_srv;
+    struct tp_tcp_client *tcp_cli;
+    struct tp_shm_server *shm_srv;
+    struct tp_shm_client *shm_cli;
+    char tcp_listen[80]; /* "IP:PORT" once the tcp server runs */
+    char shm_name[64];   /* once the shm server runs */
+};
+
+#define TP_SHM_GRANT_CACHE   64
+#define TP_SHM_GRANT_RECHECK (100ull * 1000000ull) /* re-ask the owner after 100 ms */
+#define TP_SHM_COPY_STEP     (4u << 20)            /* owner liveness/cancel checked between steps */
+
+struct tp_segment {
+    struct tp_engine *e;
+    const struct tp_ops *ops;
+    enum tp_kind kind;
+    uint64_t seg_id;
+    uint64_t token; /* the token the segment was opened with */
+    char owner[SEG_OWNER_KEY_MAX];
+    void *peer; /* transport's peer object */
+    /* shm only */
+    struct seg_remote *map;
+    pthread_mutex_t mu;
+    struct seg_grant grants[TP_SHM_GRANT_CACHE];
+    uint64_t grant_fetched[TP_SHM_GRANT_CACHE];
+    unsigned ngrants, grant_next;
+};
+
+struct tp_slot {
+    struct tp_request r;
+    int status; /* atomic: TP_STATUS_PENDING, 0, or error */
+    uint8_t reason;
+    int first_err;
+    uint32_t chunks_left;
+};
+
+struct tp_batch {
+    struct tp_engine *e;
+    unsigned cap, n;
+    struct tp_slot *slots;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned pending;
+    unsigned cb_running;
+    int canceled; /* atomic */
+    tp_batch_cb cb;
+    void *cb_arg;
+};
+
+/* Sets the number of chunks request idx will complete with (before any can complete). */
+void tp_slot_set_chunks(struct tp_batch *b, unsigned idx, uint32_t chunks);
+/* One chunk of request idx finished with status (0 or error) and refusal reason. */
+void tp_chunk_done(struct tp_batch *b, unsigned idx, int status, uint8_t reason);
+int tp_batch_canceled(const struct tp_batch *b);
+
+/* Socket helpers shared by both transports: full-length I/O that retries EINTR and partial
+ * transfers. Return 0, KVMESH_ECONN (peer closed / reset) or KVMESH_ETIMEDOUT. */
+int tp_io_send_all(int fd, struct iovec *iov, int iovcnt);
+int tp_io_recv_all(int fd, void *buf, size_t len);
+void tp_io_set_timeout(int fd, int timeout_ms);
+
+#endif

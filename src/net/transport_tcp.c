@@ -1,0 +1,613 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * transport_tcp.c — the tcp data-plane transport.
+ *
+ * Owner side (server): one listening socket and an accept thread; each accepted data
+ * connection is served by its own thread with blocking I/O (at most TP_MAX_SERVER_CONN; idle
+ * connections wait without limit, a started request is bounded by io_timeout_ms). A
+ * request header is checked against the segment registry (seg_check: grant, rights, range,
+ * bounds) before any payload moves: a READ is answered with sendmsg(header, segment memory), a
+ * WRITE's payload is received straight into segment memory. A refused WRITE's payload is read
+ * and dropped (bounded by the header's length) so the stream stays in step.
+ *
+ * Client side: one peer per owner address with N data connections (tp_engine.nconns), each
+ * with its own I/O thread and a FIFO of chunks. A request longer than stripe_min is split into
+ * up to N chunks; each chunk goes to the connection with the fewest queued bytes. Chunks on one
+ * connection run one at a time (request, then response). READ payload is received directly into
+ * the caller's registered buffer, WRITE payload is sent from it: no intermediate buffer.
+ *
+ * Peer state (one per peer, guarded by peer.mu):
+ *
+ *     LIVE --(any I/O error, EOF, timeout, protocol error)--> DEAD --(last segment closed,
+ *                                                                   engine stop)--> freed
+ *
+ * On LIVE -> DEAD every connection is shut down, so threads blocked in recv/send wake at once;
+ * queued chunks fail with KVMESH_ECONN, new submits fail at once. A later tp_open_segment to the
+ * same address makes a new peer.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "net/transport_int.h"
+#include "net/transport_wire.h"
+
+#define TCP_DISCARD_BUF (64u << 10)
+#define TCP_CHUNK_ALIGN 4096u
+
+/* ---- server -------------------------------------------------------------------------------- */
+
+struct tcp_sconn {
+    struct tp_tcp_server *srv;
+    int fd;
+    pthread_t th;
+    int done; /* atomic: thread finished */
+    struct tcp_sconn *next;
+};
+
+struct tp_tcp_server {
+    struct tp_engine *e;
+    int lfd;
+    pthread_t accept_th;
+    pthread_mutex_t mu;
+    struct tcp_sconn *conns;
+    unsigned nconns;
+    int stopping; /* atomic */
+};
+
+static int tcp_discard(int fd, uint64_t len)
+{
+    char buf[4096];
+    while (len > 0) {
+        size_t n = (size_t)KVM_MIN(len, (uint64_t)sizeof(buf));
+        int rc = tp_io_recv_all(fd, buf, n);
+        if (rc)
+            return rc;
+        len -= n;
+    }
+    return 0;
+}
+
+/* Serves one request; returns non-zero when the connection must close. */
+static int tcp_serve_one(struct tp_engine *e, int fd)
+{
+    uint8_t hb[TPW_REQ_SIZE], rb[TPW_RESP_SIZE];
+    /* idle connections wait for their next request without limit; once a request starts,
+     * every socket operation is bounded by io_timeout_ms (a stalled client frees the thread) */
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    while (poll(&pf, 1, -1) < 0)
+        if (errno != EINTR)
+            return KVMESH_ECONN;
+    int rc = tp_io_recv_all(fd, hb, sizeof(hb));
+    if (rc)
+        return rc;
+    struct tpw_req q;
+    if ((rc = tpw_req_decode(hb, sizeof(hb), &q)) != 0)
+        return rc; /* a stream we cannot parse cannot be resynchronized */
+    uint8_t *ptr = NULL;
+    struct seg *pin = NULL;
+    enum seg_reason reason = SEG_OK;
+    uint32_t op = q.op == TP_READ ? SEG_READ : SEG_WRITE;
+    int st = seg_check(e->reg, q.seg_id, q.offset, q.length, op, q.token, &ptr, &pin, &reason);
+    struct tpw_resp resp = {.status = st, .reason = (uint8_t)reason, .req_id = q.req_id};
+    if (st) {
+        if (q.op == TP_WRITE && (rc = tcp_discard(fd, q.length)) != 0)
+            return rc;
+        tpw_resp_encode(&resp, rb);
+        struct iovec iov[1] = {{rb, sizeof(rb)}};
+        return tp_io_send_all(fd, iov, 1);
+    }
+    if (q.op == TP_READ) {
+        resp.length = q.length;
+        tpw_resp_encode(&resp, rb);
+        struct iovec iov[2] = {{rb, sizeof(rb)}, {ptr, q.length}};
+        rc = tp_io_send_all(fd, iov, 2);
+        seg_unpin(e->reg, pin);
+        return rc;
+    }
+    rc = tp_io_recv_all(fd, ptr, q.length);
+    seg_unpin(e->reg, pin);
+    if (rc)
+        return rc;
+    tpw_resp_encode(&resp, rb);
+    struct iovec iov[1] = {{rb, sizeof(rb)}};
+    return tp_io_send_all(fd, iov, 1);
+}
+
+static void *tcp_sconn_main(void *arg)
+{
+    struct tcp_sconn *c = arg;
+    while (!__atomic_load_n(&c->srv->stopping, __ATOMIC_ACQUIRE)) {
+        if (tcp_serve_one(c->srv->e, c->fd) != 0)
+            break;
+    }
+    shutdown(c->fd, SHUT_RDWR);
+    __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Joins finished connection threads (called with srv->mu held). */
+static void tcp_reap_locked(struct tp_tcp_server *srv)
+{
+    struct tcp_sconn **pp = &srv->conns;
+    while (*pp) {
+        struct tcp_sconn *c = *pp;
+        if (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE)) {
+            *pp = c->next;
+            pthread_join(c->th, NULL);
+            close(c->fd);
+            free(c);
+            srv->nconns--;
+        } else {
+            pp = &c->next;
+        }
+    }
+}
+
+static void *tcp_accept_main(void *arg)
+{
+    struct tp_tcp_server *srv = arg;
+    for (;;) {
+        int fd = accept4(srv->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE)) {
+            if (fd >= 0)
+                close(fd);
+            break;
+        }
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE)
+                continue;
+            break;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        tp_io_set_timeout(fd, srv->e->io_timeout_ms);
+        pthread_mutex_lock(&srv->mu);
+        tcp_reap_locked(srv);
+        struct tcp_sconn *c = NULL;
+        if (srv->nconns < TP_MAX_SERVER_CONN && (c = calloc(1, sizeof(*c))) != NULL) {
+            c->srv = srv;
+            c->fd = fd;
+            if (pthread_create(&c->th, NULL, tcp_sconn_main, c) == 0) {
+                c->next = srv->conns;
+                srv->conns = c;
+                srv->nconns++;
+            } else {
+                free(c);
+                c = NULL;
+            }
+        }
+        pthread_mutex_unlock(&srv->mu);
+        if (!c)
+            close(fd); /* over the limit: the client sees EOF and fails its requests */
+    }
+    return NULL;
+}
+
+static int tcp_server_start(struct tp_engine *e)
+{
+    char host[sizeof(e->tcp_listen)];
+    memcpy(host, e->tcp_listen, sizeof(host));
+    char *colon = strrchr(host, ':');
+    KVM_ASSERT(colon);
+    *colon = 0;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(e->cfg.listen_port)};
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        return kvm_errf(KVMESH_ECONFIG, "tcp listen host \"%s\" is not an IPv4 address", host);
+    struct tp_tcp_server *srv = calloc(1, sizeof(*srv));
+    if (!srv)
+        return kvm_errf(KVMESH_ENOMEM, "tcp server allocation failed");
+    srv->e = e;
+    pthread_mutex_init(&srv->mu, NULL);
+    int one = 1, rc = 0;
+    srv->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (srv->lfd < 0) {
+        rc = kvm_errf(KVMESH_EIO, "socket: %s", strerror(errno));
+        goto fail;
+    }
+    setsockopt(srv->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(srv->lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(srv->lfd, 128) != 0) {
+        rc = kvm_errf(KVMESH_EIO, "tcp data server cannot listen on %s:%u: %s", host,
+                      e->cfg.listen_port, strerror(errno));
+        goto fail;
+    }
+    socklen_t sl = sizeof(sa);
+    getsockname(srv->lfd, (struct sockaddr *)&sa, &sl);
+    snprintf(e->tcp_listen, sizeof(e->tcp_listen), "%s:%u", host, ntohs(sa.sin_port));
+    if (pthread_create(&srv->accept_th, NULL, tcp_accept_main, srv) != 0) {
+        rc = kvm_errf(KVMESH_ENOMEM, "cannot start the tcp accept thread");
+        goto fail;
+    }
+    e->tcp_srv = srv;
+    return 0;
+fail:
+    if (srv->lfd >= 0)
+        close(srv->lfd);
+    pthread_mutex_destroy(&srv->mu);
+    free(srv);
+    return rc;
+}
+
+static void tcp_server_stop(struct tp_engine *e)
+{
+    struct tp_tcp_server *srv = e->tcp_srv;
+    if (!srv)
+        return;
+    __atomic_store_n(&srv->stopping, 1, __ATOMIC_RELEASE);
+    shutdown(srv->lfd, SHUT_RDWR); /* wakes accept() */
+    pthread_join(srv->accept_th, NULL);
+    close(srv->lfd);
+    pthread_mutex_lock(&srv->mu);
+    for (struct tcp_sconn *c = srv->conns; c; c = c->next)
+        shutdown(c->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&srv->mu);
+    for (struct tcp_sconn *c = srv->conns, *n; c; c = n) {
+        n = c->next;
+        pthread_join(c->th, NULL);
+        close(c->fd);
+        free(c);
+    }
+    pthread_mutex_destroy(&srv->mu);
+    free(srv);
+    e->tcp_srv = NULL;
+}
+
+/* ---- client -------------------------------------------------------------------------------- */
+
+struct tcp_chunk {
+    struct tp_batch *b;
+    unsigned idx;
+    uint8_t op;
+    uint8_t *local;
+    uint64_t seg_id, offset, length, token;
+    struct tcp_chunk *next;
+};
+
+struct tcp_peer;
+
+struct tcp_conn {
+    struct tcp_peer *p;
+    int fd;
+    pthread_t th;
+    bool started;
+    struct tcp_chunk *head, *tail;
+    uint64_t qbytes; /* bytes queued or in flight */
+};
+
+struct tcp_peer {
+    char key[SEG_OWNER_KEY_MAX];
+    struct tp_engine *e;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int dead;
+    int stopping;
+    unsigned refs; /* open segments */
+    unsigned n;
+    uint64_t next_req_id;
+    struct tcp_conn conns[TP_MAX_CONNS];
+    struct tcp_peer *next;
+};
+
+struct tp_tcp_client {
+    pthread_mutex_t mu;
+    struct tcp_peer *peers;
+    unsigned npeers;
+};
+
+/* Marks the peer dead and wakes every connection thread (called with p->mu held). */
+static void tcp_peer_kill_locked(struct tcp_peer *p)
+{
+    if (!p->dead) {
+        p->dead = 1;
+        for (unsigned i = 0; i < p->n; i++)
+            if (p->conns[i].fd >= 0)
+                shutdown(p->conns[i].fd, SHUT_RDWR);
+    }
+    pthread_cond_broadcast(&p->cv);
+}
+
+static int tcp_run_chunk(struct tcp_conn *c, struct tcp_chunk *k, uint64_t req_id, uint8_t *reason)
+{
+    uint8_t hb[TPW_REQ_SIZE], rb[TPW_RESP_SIZE];
+    struct tpw_req q = {.op = k->op,
+                        .req_id = req_id,
+                        .seg_id = k->seg_id,
+                        .offset = k->offset,
+                        .length = k->length,
+                        .token = k->token};
+    tpw_req_encode(&q, hb);
+    struct iovec iov[2] = {{hb, sizeof(hb)}, {k->local, k->length}};
+    int rc = tp_io_send_all(c->fd, iov, k->op == TP_WRITE ? 2 : 1);
+    if (rc)
+        return rc;
+    if ((rc = tp_io_recv_all(c->fd, rb, sizeof(rb))) != 0)
+        return rc;
+    struct tpw_resp resp;
+    if ((rc = tpw_resp_decode(rb, sizeof(rb), &resp)) != 0 || resp.req_id != req_id)
+        return KVMESH_EPROTO;
+    if (resp.status) {
+        *reason = resp.reason;
+        return resp.status; /* refused by the owner; the connection stays usable */
+    }
+    if (k->op == TP_WRITE)
+        return resp.length == 0 ? 0 : KVMESH_EPROTO;
+    if (resp.length != k->length)
+        return KVMESH_EPROTO;
+    return tp_io_recv_all(c->fd, k->local, k->length);
+}
+
+static bool rc_breaks_stream(int rc)
+{
+    return rc == KVMESH_ECONN || rc == KVMESH_ETIMEDOUT || rc == KVMESH_EPROTO;
+}
+
+static void *tcp_conn_main(void *arg)
+{
+    struct tcp_conn *c = arg;
+    struct tcp_peer *p = c->p;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!c->head && !p->dead && !p->stopping)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->dead || (p->stopping && !c->head)) {
+            /* fail what is queued here, outside the lock (callbacks may submit) */
+            struct tcp_chunk *list = c->head;
+            c->head = c->tail = NULL;
+            c->qbytes = 0;
+            pthread_mutex_unlock(&p->mu);
+            while (list) {
+                struct tcp_chunk *n = list->next;
+                tp_chunk_done(list->b, list->idx, KVMESH_ECONN, 0);
+                free(list);
+                list = n;
+            }
+            pthread_mutex_lock(&p->mu);
+            if (!c->head)
+                break;
+            continue;
+        }
+        struct tcp_chunk *k = c->head;
+        c->head = k->next;
+        if (!c->head)
+            c->tail = NULL;
+        uint64_t req_id = ++p->next_req_id;
+        pthread_mutex_unlock(&p->mu);
+        uint8_t reason = 0;
+        int rc = tp_batch_canceled(k->b) ? KVMESH_ECANCELED : tcp_run_chunk(c, k, req_id, &reason);
+        pthread_mutex_lock(&p->mu);
+        c->qbytes -= k->length;
+        if (rc_breaks_stream(rc))
+            tcp_peer_kill_locked(p);
+        pthread_mutex_unlock(&p->mu);
+        tp_chunk_done(k->b, k->idx, rc, reason);
+        free(k);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void tcp_peer_free(struct tcp_peer *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->stopping = 1;
+    tcp_peer_kill_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    for (unsigned i = 0; i < p->n; i++) {
+        if (p->conns[i].started)
+            pthread_join(p->conns[i].th, NULL);
+        if (p->conns[i].fd >= 0)
+            close(p->conns[i].fd);
+    }
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+static int tcp_connect(const struct tp_addr *a, int timeout_ms, int *fd_out)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(a->tcp_port)};
+    if (inet_pton(AF_INET, a->tcp_ip, &sa.sin_addr) != 1)
+        return kvm_errf(KVMESH_EINVAL, "tcp address %s is not IPv4", a->tcp_ip);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return kvm_errf(KVMESH_EIO, "socket: %s", strerror(errno));
+    tp_io_set_timeout(fd, timeout_ms); /* also bounds connect() */
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        int err = errno;
+        close(fd);
+        return kvm_errf(KVMESH_ECONN, "cannot connect to %s:%u: %s", a->tcp_ip, a->tcp_port,
+                        strerror(err));
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    *fd_out = fd;
+    return 0;
+}
+
+static int tcp_peer_new(struct tp_engine *e, const struct tp_addr *a, const char *key,
+                        struct tcp_peer **out)
+{
+    struct tcp_peer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return kvm_errf(KVMESH_ENOMEM, "tcp peer allocation failed");
+    snprintf(p->key, sizeof(p->key), "%s", key);
+    p->e = e;
+    p->n = e->nconns;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    for (unsigned i = 0; i < p->n; i++)
+        p->conns[i].fd = -1;
+    int rc = 0;
+    for (unsigned i = 0; i < p->n; i++) {
+        p->conns[i].p = p;
+        if ((rc = tcp_connect(a, e->io_timeout_ms, &p->conns[i].fd)) != 0)
+            goto fail;
+        if (pthread_create(&p->conns[i].th, NULL, tcp_conn_main, &p->conns[i]) != 0) {
+            rc = kvm_errf(KVMESH_ENOMEM, "cannot start a tcp I/O thread");
+            goto fail;
+        }
+        p->conns[i].started = true;
+    }
+    *out = p;
+    return 0;
+fail:
+    tcp_peer_free(p);
+    return rc;
+}
+
+static int tcp_open(struct tp_engine *e, const struct tp_addr *a, struct tp_segment *s)
+{
+    pthread_mutex_lock(&e->mu);
+    if (!e->tcp_cli) {
+        e->tcp_cli = calloc(1, sizeof(*e->tcp_cli));
+        if (!e->tcp_cli) {
+            pthread_mutex_unlock(&e->mu);
+            return kvm_errf(KVMESH_ENOMEM, "tcp client allocation failed");
+        }
+        pthread_mutex_init(&e->tcp_cli->mu, NULL);
+    }
+    struct tp_tcp_client *cl = e->tcp_cli;
+    pthread_mutex_unlock(&e->mu);
+
+    pthread_mutex_lock(&cl->mu);
+    struct tcp_peer *found = NULL, *reap = NULL;
+    for (struct tcp_peer **pp = &cl->peers; *pp;) {
+        struct tcp_peer *p = *pp;
+        pthread_mutex_lock(&p->mu);
+        bool dead = p->dead, unused = p->refs == 0;
+        if (!dead && strcmp(p->key, s->owner) == 0) {
+            p->refs++;
+            found = p;
+        }
+        pthread_mutex_unlock(&p->mu);
+        if (dead && unused) { /* reap dead peers nobody uses */
+            *pp = p->next;
+            cl->npeers--;
+            p->next = reap;
+            reap = p;
+            continue;
+        }
+        pp = &p->next;
+    }
+    int rc = 0;
+    if (!found) {
+        if (cl->npeers >= TP_MAX_PEERS) {
+            rc = kvm_errf(KVMESH_ENOSPC, "too many tcp peers (max %d)", TP_MAX_PEERS);
+        } else if ((rc = tcp_peer_new(e, a, s->owner, &found)) == 0) {
+            found->refs = 1;
+            found->next = cl->peers;
+            cl->peers = found;
+            cl->npeers++;
+        }
+    }
+    pthread_mutex_unlock(&cl->mu);
+    while (reap) {
+        struct tcp_peer *n = reap->next;
+        tcp_peer_free(reap);
+        reap = n;
+    }
+    if (rc)
+        return rc;
+    s->peer = found;
+    return 0;
+}
+
+static void tcp_close(struct tp_segment *s)
+{
+    struct tcp_peer *p = s->peer;
+    pthread_mutex_lock(&p->mu);
+    KVM_ASSERT(p->refs > 0);
+    p->refs--;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
+{
+    const struct tp_request *r = &b->slots[idx].r;
+    struct tp_segment *s = r->segment;
+    struct tcp_peer *p = s->peer;
+    struct tp_engine *e = b->e;
+    uint64_t nk = 1;
+    if (r->length > e->stripe_min)
+        nk = KVM_MIN((uint64_t)p->n, (r->length + e->stripe_min - 1) / e->stripe_min);
+    uint64_t piece = (r->length + nk - 1) / nk;
+    piece = (piece + TCP_CHUNK_ALIGN - 1) / TCP_CHUNK_ALIGN * TCP_CHUNK_ALIGN;
+    nk = (r->length + piece - 1) / piece;
+    struct tcp_chunk *ks[TP_MAX_CONNS];
+    for (uint64_t i = 0; i < nk; i++) {
+        ks[i] = malloc(sizeof(*ks[i]));
+        if (!ks[i]) {
+            for (uint64_t j = 0; j < i; j++)
+                free(ks[j]);
+            return kvm_errf(KVMESH_ENOMEM, "chunk allocation failed");
+        }
+        uint64_t off = i * piece;
+        *ks[i] = (struct tcp_chunk){.b = b,
+                                    .idx = idx,
+                                    .op = (uint8_t)r->op,
+                                    .local = (uint8_t *)r->local + off,
+                                    .seg_id = s->seg_id,
+                                    .offset = r->remote_offset + off,
+                                    .length = KVM_MIN(piece, r->length - off),
+                                    .token = r->token};
+    }
+    pthread_mutex_lock(&p->mu);
+    if (p->dead) {
+        pthread_mutex_unlock(&p->mu);
+        for (uint64_t i = 0; i < nk; i++)
+            free(ks[i]);
+        (void)reason;
+        return kvm_errf(KVMESH_ECONN, "connection to %s lost; reopen the segment", p->key);
+    }
+    tp_slot_set_chunks(b, idx, (uint32_t)nk);
+    for (uint64_t i = 0; i < nk; i++) {
+        struct tcp_conn *best = &p->conns[0];
+        for (unsigned j = 1; j < p->n; j++)
+            if (p->conns[j].qbytes < best->qbytes)
+                best = &p->conns[j];
+        best->qbytes += ks[i]->length;
+        ks[i]->next = NULL;
+        if (best->tail)
+            best->tail->next = ks[i];
+        else
+            best->head = ks[i];
+        best->tail = ks[i];
+    }
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+static void tcp_client_stop(struct tp_engine *e)
+{
+    struct tp_tcp_client *cl = e->tcp_cli;
+    if (!cl)
+        return;
+    for (struct tcp_peer *p = cl->peers, *n; p; p = n) {
+        n = p->next;
+        tcp_peer_free(p);
+    }
+    pthread_mutex_destroy(&cl->mu);
+    free(cl);
+    e->tcp_cli = NULL;
+}
+
+const struct tp_ops tp_tcp_ops = {
+    .name = "tcp",
+    .server_start = tcp_server_start,
+    .server_stop = tcp_server_stop,
+    .client_stop = tcp_client_stop,
+    .open = tcp_open,
+    .close = tcp_close,
+    .submit = tcp_submit,
+};

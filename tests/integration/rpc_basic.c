@@ -1,0 +1,569 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * rpc_basic.c — RPC over real loopback sockets (TCP IPv4/IPv6, unix): echo with body, payload
+ * iovecs and trace context; many concurrent requests completed out of order on one reused
+ * connection; deadlines; cancellation; notifications; backpressure; frame size limits; large
+ * payloads; reconnect after the server restarts.
+ */
+#include "rpc_testutil.h"
+
+#include <unistd.h>
+
+struct fx {
+    uv_loop_t loop;
+    rpc_endpoint *srv, *cli;
+    int port;
+    char addr[64];
+    struct held held;
+    int echo_count;
+};
+
+static struct fx *fx_new(const struct rpc_config *ccfg, const struct rpc_config *scfg)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    struct rpc_config a, b;
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    cfg_make(&a, "dep", "srv", NULL);
+    cfg_make(&b, "dep", "cli", NULL);
+    assert_int_equal(rpc_endpoint_new(&f->loop, scfg ? scfg : &a, &f->srv), 0);
+    assert_int_equal(rpc_endpoint_new(&f->loop, ccfg ? ccfg : &b, &f->cli), 0);
+    assert_int_equal(rpc_listen_tcp(f->srv, "127.0.0.1", 0, &f->port), 0);
+    snprintf(f->addr, sizeof(f->addr), "tcp:127.0.0.1:%d", f->port);
+    rpc_register_handler(f->srv, T_ECHO, echo_handler, &f->echo_count);
+    rpc_register_handler(f->srv, T_HOLD, hold_handler, &f->held);
+    return f;
+}
+
+static void fx_free(struct fx *f)
+{
+    held_drop_all(&f->held);
+    ep_close_wait(&f->loop, f->cli);
+    ep_close_wait(&f->loop, f->srv);
+    loop_finish(&f->loop);
+    free(f);
+}
+
+static void do_echo(struct fx *f, rpc_peer *p, size_t payload_len, struct result *r)
+{
+    uint8_t *a = malloc(payload_len / 2 + 1), *b = malloc(payload_len - payload_len / 2 + 1);
+    for (size_t i = 0; i < payload_len / 2; i++)
+        a[i] = (uint8_t)(i * 7);
+    for (size_t i = 0; i < payload_len - payload_len / 2; i++)
+        b[i] = (uint8_t)(i * 13 + 1);
+    uv_buf_t iov[2] = {uv_buf_init((char *)a, (unsigned)(payload_len / 2)),
+                       uv_buf_init((char *)b, (unsigned)(payload_len - payload_len / 2))};
+    struct frame_trace tr = {.flags = FRAME_TRACE_SAMPLED};
+    for (int i = 0; i < 16; i++)
+        tr.trace_id[i] = (uint8_t)(0xA0 + i);
+    for (int i = 0; i < 8; i++)
+        tr.span_id[i] = (uint8_t)(0x10 + i);
+    struct rpc_msg m = {.type = T_ECHO,
+                        .body = (const uint8_t *)"hello-body",
+                        .body_len = 10,
+                        .iov = iov,
+                        .niov = 2,
+                        .timeout_ms = 10000,
+                        .trace = &tr};
+    memset(r, 0, sizeof(*r));
+    assert_int_equal(rpc_call(p, &m, result_cb, r, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, r, 15000));
+    if (r->status)
+        fprintf(stderr, "call failed: %s\n", r->error);
+    assert_int_equal(r->status, 0);
+    assert_int_equal(r->body_len, 10);
+    assert_memory_equal(r->body, "hello-body", 10);
+    assert_int_equal(r->payload_len, payload_len);
+    if (payload_len) {
+        assert_memory_equal(r->payload, a, payload_len / 2);
+        assert_memory_equal(r->payload + payload_len / 2, b, payload_len - payload_len / 2);
+    }
+    assert_memory_equal(&r->trace, &tr, sizeof(tr));
+    free(a);
+    free(b);
+}
+
+static void test_echo_ipv4_reuses_connection(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p, *p2;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p2), 0);
+    assert_ptr_equal(p, p2);
+    struct result r;
+    for (int i = 0; i < 3; i++) {
+        do_echo(f, p, 1000 + (size_t)i, &r);
+        result_free(&r);
+    }
+    do_echo(f, p, 0, &r);
+    result_free(&r);
+    struct rpc_stats cs, ss;
+    rpc_get_stats(f->cli, &cs);
+    rpc_get_stats(f->srv, &ss);
+    assert_int_equal(cs.conns_connected, 1);
+    assert_int_equal(ss.conns_accepted, 1);
+    assert_int_equal(cs.calls_ok, 4);
+    assert_int_equal(f->echo_count, 4);
+    assert_true(rpc_peer_connected(p));
+    fx_free(f);
+}
+
+static void test_large_payload(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result r;
+    do_echo(f, p, 24u << 20, &r);
+    result_free(&r);
+    fx_free(f);
+}
+
+static void test_ipv6_and_unix(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    int port6;
+    assert_int_equal(rpc_listen_tcp(f->srv, "::1", 0, &port6), 0);
+    char path[64], addr[96];
+    snprintf(path, sizeof(path), "/tmp/kvmesh-rpc-%d.sock", (int)getpid());
+    unlink(path);
+    assert_int_equal(rpc_listen_unix(f->srv, path), 0);
+    rpc_peer *p6, *pu;
+    snprintf(addr, sizeof(addr), "tcp:[::1]:%d", port6);
+    assert_int_equal(rpc_peer_get(f->cli, "srv", addr, &p6), 0);
+    snprintf(addr, sizeof(addr), "unix:%s", path);
+    assert_int_equal(rpc_peer_get(f->cli, "srv", addr, &pu), 0);
+    assert_ptr_not_equal(p6, pu);
+    struct result r;
+    do_echo(f, p6, 5000, &r);
+    result_free(&r);
+    do_echo(f, pu, 200000, &r);
+    result_free(&r);
+    fx_free(f);
+    unlink(path);
+}
+
+#define NCONC 1000
+
+struct conc {
+    struct result r[NCONC];
+    int counter;
+    int done_count;
+};
+
+static int pred_conc_done(void *arg)
+{
+    struct conc *c = arg;
+    for (int i = 0; i < NCONC; i++)
+        if (!c->r[i].done)
+            return 0;
+    return 1;
+}
+
+static void test_concurrent_out_of_order(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct conc *c = calloc(1, sizeof(*c));
+    for (int i = 0; i < NCONC; i++) {
+        char body[16];
+        int n = snprintf(body, sizeof(body), "req-%d", i);
+        struct rpc_msg m = {
+            .type = T_HOLD, .body = (uint8_t *)body, .body_len = (size_t)n, .timeout_ms = 15000};
+        c->r[i].order_counter = &c->counter;
+        assert_int_equal(rpc_call(p, &m, result_cb, &c->r[i], NULL), 0);
+    }
+    /* Wait until the server holds every request, then answer them in a shuffled order. */
+    int want[2] = {0, NCONC};
+    (void)want;
+    for (int guard = 0; f->held.calls < NCONC && guard < 3000; guard++)
+        run_for(&f->loop, 5);
+    assert_int_equal(f->held.n, NCONC);
+    struct rpc_stats ss;
+    rpc_get_stats(f->srv, &ss);
+    assert_int_equal(ss.conns_accepted, 1);
+    unsigned seed = 12345;
+    for (int i = NCONC - 1; i > 0; i--) {
+        seed = seed * 1103515245u + 12345u;
+        int j = (int)((seed >> 8) % (unsigned)(i + 1));
+        rpc_reply *t = f->held.r[i];
+        f->held.r[i] = f->held.r[j];
+        f->held.r[j] = t;
+    }
+    int first_id = -1;
+    for (int i = 0; i < NCONC; i++) {
+        rpc_reply *rep = f->held.r[i];
+        const struct rpc_request *rq = rpc_reply_request(rep);
+        if (i == 0) {
+            char num[16] = {0};
+            memcpy(num, rq->body + 4, rq->body_len - 4 < 15 ? rq->body_len - 4 : 15);
+            first_id = atoi(num);
+        }
+        struct rpc_msg m = {.body = rq->body, .body_len = rq->body_len};
+        assert_int_equal(rpc_reply_send(rep, 0, NULL, &m, NULL, NULL), 0);
+        /* Let some responses travel between batches so completion interleaves. */
+        if (i % 100 == 99)
+            run_for(&f->loop, 1);
+    }
+    f->held.n = 0;
+    assert_true(run_until(&f->loop, pred_conc_done, c, 15000));
+    int out_of_order = 0;
+    for (int i = 0; i < NCONC; i++) {
+        char want_body[16];
+        int n = snprintf(want_body, sizeof(want_body), "req-%d", i);
+        assert_int_equal(c->r[i].status, 0);
+        assert_int_equal(c->r[i].body_len, (size_t)n);
+        assert_memory_equal(c->r[i].body, want_body, (size_t)n);
+        if (c->r[i].order != i)
+            out_of_order++;
+        result_free(&c->r[i]);
+    }
+    assert_true(out_of_order > NCONC / 2);
+    assert_int_equal(c->r[first_id].order, 0); /* the first answered completed first */
+    struct rpc_stats cs;
+    rpc_get_stats(f->cli, &cs);
+    assert_int_equal(cs.conns_connected, 1);
+    assert_int_equal(cs.calls_ok, NCONC);
+    (void)want;
+    free(c);
+    fx_free(f);
+}
+
+static void test_deadline_fires(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result r = {0};
+    struct rpc_msg m = {.type = T_HOLD, .timeout_ms = 150};
+    uint64_t t0 = uv_now(&f->loop);
+    assert_int_equal(rpc_call(p, &m, result_cb, &r, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r, 5000));
+    uint64_t el = uv_now(&f->loop) - t0;
+    assert_int_equal(r.status, KVMESH_ETIMEDOUT);
+    assert_true(el >= 140 && el < 3000);
+    assert_int_equal(f->held.calls, 1);
+    /* The server saw the caller's remaining budget in the fixed header. */
+    uint32_t seen = rpc_reply_request(f->held.r[0])->deadline_ms;
+    assert_true(seen > 0 && seen <= 150);
+    struct rpc_stats cs;
+    rpc_get_stats(f->cli, &cs);
+    assert_int_equal(cs.calls_timed_out, 1);
+    /* A late reply is dropped and counted, the connection stays healthy. */
+    assert_int_equal(rpc_reply_send(f->held.r[0], 0, NULL, NULL, NULL, NULL), 0);
+    f->held.n = 0;
+    int want[2] = {0, 1};
+    (void)want;
+    run_for(&f->loop, 100);
+    rpc_get_stats(f->cli, &cs);
+    assert_int_equal(cs.responses_late, 1);
+    do_echo(f, p, 10, &r);
+    result_free(&r);
+    fx_free(f);
+}
+
+static void test_cancel_and_unknown_type(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    /* Cancel before the connection exists: the frame is never written. */
+    struct result r0 = {0}, r1 = {0}, r2 = {0};
+    rpc_call_t *h0, *h1;
+    struct rpc_msg m = {.type = T_HOLD, .timeout_ms = 10000};
+    assert_int_equal(rpc_call(p, &m, result_cb, &r0, &h0), 0);
+    rpc_cancel(h0);
+    assert_true(run_until(&f->loop, pred_result, &r0, 1000));
+    assert_int_equal(r0.status, KVMESH_ECANCELED);
+    /* Cancel after the server received it: the server learns through a CANCEL frame. */
+    assert_int_equal(rpc_call(p, &m, result_cb, &r1, &h1), 0);
+    int want[2] = {0, 1};
+    (void)want;
+    for (int g = 0; g < 1000 && f->held.n < 1; g++)
+        run_for(&f->loop, 2);
+    assert_int_equal(f->held.n, 1);
+    assert_false(rpc_reply_canceled(f->held.r[0]));
+    rpc_cancel(h1);
+    assert_true(run_until(&f->loop, pred_result, &r1, 1000));
+    assert_int_equal(r1.status, KVMESH_ECANCELED);
+    for (int g = 0; g < 1000 && !rpc_reply_canceled(f->held.r[0]); g++)
+        run_for(&f->loop, 2);
+    assert_true(rpc_reply_canceled(f->held.r[0]));
+    held_drop_all(&f->held);
+    /* A type without a handler answers KVMESH_ENOTSUP. */
+    struct rpc_msg u = {.type = 999, .timeout_ms = 5000};
+    assert_int_equal(rpc_call(p, &u, result_cb, &r2, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r2, 5000));
+    assert_int_equal(r2.status, KVMESH_ENOTSUP);
+    assert_non_null(strstr(r2.error, "no handler"));
+    struct rpc_stats cs;
+    rpc_get_stats(f->cli, &cs);
+    assert_int_equal(cs.calls_canceled, 2);
+    fx_free(f);
+}
+
+struct notes {
+    int n;
+    size_t bytes;
+    uint8_t last[64];
+    int one_way;
+    int sent_ok;
+};
+
+static void note_handler(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    struct notes *nt = arg;
+    assert_null(reply);
+    nt->n++;
+    nt->one_way = req->one_way;
+    nt->bytes += req->payload_len;
+    if (req->payload_len <= sizeof(nt->last))
+        memcpy(nt->last, req->payload, req->payload_len);
+}
+
+static void note_sent(int status, void *arg)
+{
+    struct notes *nt = arg;
+    if (status == 0)
+        nt->sent_ok++;
+}
+
+static int pred_notes(void *arg)
+{
+    struct notes *nt = arg;
+    return nt->n >= 100 && nt->sent_ok >= 50;
+}
+
+static void test_notifications_env_type(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    struct notes nt = {0};
+    rpc_register_notify_handler(f->srv, RPC_TYPE_ENV_MESSAGE, note_handler, &nt);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    static uint8_t fixed[32];
+    for (int i = 0; i < 100; i++) {
+        uint8_t tmp[32];
+        memset(tmp, i, sizeof(tmp));
+        memset(fixed, i, sizeof(fixed));
+        uv_buf_t b = uv_buf_init((char *)(i % 2 ? tmp : fixed), sizeof(tmp));
+        struct rpc_msg m = {.type = RPC_TYPE_ENV_MESSAGE, .iov = &b, .niov = 1};
+        /* Odd: copied (NULL callback, stack buffer reused at once); even: zero-copy. */
+        if (i % 2)
+            assert_int_equal(rpc_notify(p, &m, NULL, NULL), 0);
+        else {
+            assert_int_equal(rpc_notify(p, &m, note_sent, &nt), 0);
+            assert_true(run_until(&f->loop, pred_never, NULL, 0) == 0);
+            /* wait for the zero-copy buffer to be released before reusing it */
+            for (int g = 0; g < 1000 && nt.sent_ok < i / 2 + 1; g++)
+                run_for(&f->loop, 1);
+            assert_int_equal(nt.sent_ok, i / 2 + 1);
+        }
+    }
+    assert_true(run_until(&f->loop, pred_notes, &nt, 5000));
+    assert_int_equal(nt.n, 100);
+    assert_int_equal(nt.bytes, 100 * 32);
+    assert_int_equal(nt.one_way, 1);
+    assert_int_equal(nt.last[0], 99);
+    struct rpc_stats ss;
+    rpc_get_stats(f->srv, &ss);
+    assert_int_equal(ss.notifies_received, 100);
+    /* A notification of a type that only has a request handler is dropped and counted; the
+     * request handler never sees a NULL reply handle. */
+    struct rpc_msg en = {.type = T_ECHO};
+    assert_int_equal(rpc_notify(p, &en, NULL, NULL), 0);
+    for (int g = 0; g < 2000 && ss.notifies_dropped == 0; g++) {
+        run_for(&f->loop, 1);
+        rpc_get_stats(f->srv, &ss);
+    }
+    assert_int_equal(ss.notifies_dropped, 1);
+    assert_int_equal(f->echo_count, 0);
+    struct result r;
+    do_echo(f, p, 10, &r);
+    result_free(&r);
+    fx_free(f);
+}
+
+static void test_backpressure_and_frame_limit(void **state)
+{
+    (void)state;
+    struct rpc_config cc;
+    cfg_make(&cc, "dep", "cli", NULL);
+    cc.max_queue_msgs = 4;
+    cc.max_queue_bytes = 1u << 20;
+    struct fx *f = fx_new(&cc, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    /* Before the connection is up every frame waits in the queue: the 5th is refused. */
+    struct result r[6];
+    memset(r, 0, sizeof(r));
+    struct rpc_msg m = {.type = T_ECHO, .timeout_ms = 5000};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(rpc_call(p, &m, result_cb, &r[i], NULL), 0);
+    assert_int_equal(rpc_call(p, &m, result_cb, &r[4], NULL), KVMESH_EAGAIN);
+    assert_int_equal(rpc_notify(p, &m, NULL, NULL), KVMESH_EAGAIN);
+    for (int i = 0; i < 4; i++) {
+        assert_true(run_until(&f->loop, pred_result, &r[i], 5000));
+        assert_int_equal(r[i].status, 0);
+    }
+    assert_false(r[4].done);
+    /* Byte bound: 768 KiB fits the empty queue, a second one does not. */
+    size_t big = 768u << 10;
+    uint8_t *buf = calloc(1, big);
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)big);
+    struct rpc_msg mb = {.type = T_ECHO, .iov = &b, .niov = 1, .timeout_ms = 5000};
+    memset(r, 0, sizeof(r));
+    assert_int_equal(rpc_call(p, &mb, result_cb, &r[0], NULL), 0);
+    int rc = rpc_call(p, &mb, result_cb, &r[1], NULL);
+    /* The first may already be fully written to the socket; then the second fits too. */
+    struct rpc_stats cs;
+    rpc_get_stats(f->cli, &cs);
+    if (rc == KVMESH_EAGAIN)
+        assert_true(cs.eagain >= 3);
+    else
+        assert_int_equal(rc, 0);
+    assert_true(run_until(&f->loop, pred_result, &r[0], 5000));
+    assert_int_equal(r[0].status, 0);
+    if (rc == 0) {
+        assert_true(run_until(&f->loop, pred_result, &r[1], 5000));
+        result_free(&r[1]);
+    }
+    result_free(&r[0]);
+    free(buf);
+    /* Frame limit on send: refused locally. */
+    struct rpc_config sc;
+    cfg_make(&sc, "dep", "small", NULL);
+    sc.max_frame_bytes = 64u << 10;
+    rpc_endpoint *small;
+    assert_int_equal(rpc_endpoint_new(&f->loop, &sc, &small), 0);
+    rpc_peer *sp;
+    assert_int_equal(rpc_peer_get(small, "srv", f->addr, &sp), 0);
+    uint8_t *big2 = calloc(1, 128u << 10);
+    uv_buf_t b2 = uv_buf_init((char *)big2, 128u << 10);
+    struct rpc_msg m2 = {.type = T_ECHO, .iov = &b2, .niov = 1};
+    assert_int_equal(rpc_call(sp, &m2, result_cb, &r[2], NULL), KVMESH_ETOOBIG);
+    ep_close_wait(&f->loop, small);
+    free(big2);
+    fx_free(f);
+}
+
+static void test_oversized_received_frame_closes(void **state)
+{
+    (void)state;
+    struct rpc_config scfg;
+    cfg_make(&scfg, "dep", "srv", NULL);
+    scfg.max_frame_bytes = 256u << 10;
+    struct fx *f = fx_new(NULL, &scfg);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result r = {0};
+    do_echo(f, p, 1000, &r);
+    result_free(&r);
+    uint8_t *buf = calloc(1, 1u << 20);
+    uv_buf_t b = uv_buf_init((char *)buf, 1u << 20);
+    struct rpc_msg m = {.type = T_ECHO, .iov = &b, .niov = 1, .timeout_ms = 5000};
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(rpc_call(p, &m, result_cb, &r, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r, 5000));
+    assert_int_equal(r.status, KVMESH_ECONN);
+    struct rpc_stats ss;
+    rpc_get_stats(f->srv, &ss);
+    assert_int_equal(ss.close[RPC_CLOSE_OVERSIZED], 1);
+    assert_int_equal(f->echo_count, 1);
+    /* The peer reconnects on the next call and works again. */
+    do_echo(f, p, 1000, &r);
+    result_free(&r);
+    struct rpc_stats cs;
+    rpc_get_stats(f->cli, &cs);
+    assert_int_equal(cs.conns_connected, 2);
+    free(buf);
+    fx_free(f);
+}
+
+static void test_reconnect_after_restart(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result r;
+    do_echo(f, p, 100, &r);
+    result_free(&r);
+    /* Stop the server: the client notices, calls fail with ECONN (connect refused). */
+    ep_close_wait(&f->loop, f->srv);
+    struct result r1 = {0};
+    struct rpc_msg m = {.type = T_ECHO, .timeout_ms = 5000};
+    assert_int_equal(rpc_call(p, &m, result_cb, &r1, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r1, 5000));
+    assert_int_equal(r1.status, KVMESH_ECONN);
+    assert_non_null(strstr(rpc_peer_last_error(p), "connect"));
+    /* The next attempt waits for the backoff (>= reconnect_min_ms) and fails again. */
+    struct result r2 = {0};
+    uint64_t t0 = uv_now(&f->loop);
+    assert_int_equal(rpc_call(p, &m, result_cb, &r2, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r2, 5000));
+    assert_int_equal(r2.status, KVMESH_ECONN);
+    assert_true(uv_now(&f->loop) - t0 + 2 >= RPC_DEFAULT_RECONNECT_MIN);
+    /* The backoff doubled: the third attempt waits about twice as long. */
+    struct result r3 = {0};
+    t0 = uv_now(&f->loop);
+    assert_int_equal(rpc_call(p, &m, result_cb, &r3, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r3, 5000));
+    assert_int_equal(r3.status, KVMESH_ECONN);
+    assert_true(uv_now(&f->loop) - t0 + 2 >= 2 * RPC_DEFAULT_RECONNECT_MIN);
+    assert_int_equal(rpc_peer_epoch(p), 1);
+    /* Restart the server on the same port with an older epoch: refused as a stale incarnation. */
+    struct rpc_config sc;
+    cfg_make(&sc, "dep", "srv", NULL);
+    sc.local.runtime_epoch = 0;
+    assert_int_equal(rpc_endpoint_new(&f->loop, &sc, &f->srv), 0);
+    int port0;
+    assert_int_equal(rpc_listen_tcp(f->srv, "127.0.0.1", f->port, &port0), 0);
+    struct result r4 = {0};
+    assert_int_equal(rpc_call(p, &m, result_cb, &r4, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r4, 5000));
+    assert_int_equal(r4.status, KVMESH_EINCOMPAT);
+    assert_non_null(strstr(r4.error, "stale_epoch"));
+    ep_close_wait(&f->loop, f->srv);
+    /* Restart with a newer epoch (a restarted runtime): the same peer object reconnects. */
+    sc.local.runtime_epoch = 2;
+    assert_int_equal(rpc_endpoint_new(&f->loop, &sc, &f->srv), 0);
+    int port2;
+    assert_int_equal(rpc_listen_tcp(f->srv, "127.0.0.1", f->port, &port2), 0);
+    assert_int_equal(port2, f->port);
+    rpc_register_handler(f->srv, T_ECHO, echo_handler, &f->echo_count);
+    rpc_register_handler(f->srv, T_HOLD, hold_handler, &f->held);
+    do_echo(f, p, 100, &r);
+    result_free(&r);
+    assert_int_equal(rpc_peer_epoch(p), 2);
+    struct rpc_stats cs;
+    rpc_get_stats(f->cli, &cs);
+    assert_int_equal(cs.conns_connected, 3);
+    assert_int_equal(cs.refused_local[HS_STALE_EPOCH], 1);
+    assert_true(cs.close[RPC_CLOSE_CONNECT_FAILED] >= 3);
+    fx_free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_echo_ipv4_reuses_connection),
+        cmocka_unit_test(test_large_payload),
+        cmocka_unit_test(test_ipv6_and_unix),
+        cmocka_unit_test(test_concurrent_out_of_order),
+        cmocka_unit_test(test_deadline_fires),
+        cmocka_unit_test(test_cancel_and_unknown_type),
+        cmocka_unit_test(test_notifications_env_type),
+        cmocka_unit_test(test_backpressure_and_frame_limit),
+        cmocka_unit_test(test_oversized_received_frame_closes),
+        cmocka_unit_test(test_reconnect_after_restart),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

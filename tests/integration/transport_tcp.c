@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * transport_tcp.c — integration tests of the tcp data-plane transport (the shared body is in
+ * transport_common.h), plus tcp-only checks of a raw, buggy peer: a malformed header closes
+ * only that connection, a stalled request is cut after io_timeout_ms, and the owner keeps
+ * serving well-behaved clients throughout.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+
+#include "net/transport_wire.h"
+
+static void test_raw_buggy_peer(void **state);
+#define TPT_EXTRA_TESTS cmocka_unit_test(test_raw_buggy_peer),
+
+#define TPT_KIND TP_TCP
+#include "transport_common.h"
+
+static int raw_connect(const char *addr)
+{
+    const char *t = strstr(addr, "tcp=");
+    assert_non_null(t);
+    char ip[64];
+    unsigned port;
+    assert_int_equal(sscanf(t + 4, "%63[^:]:%u", ip, &port), 2);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    assert_int_equal(inet_pton(AF_INET, ip, &sa.sin_addr), 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+static void test_raw_buggy_peer(void **state)
+{
+    (void)state;
+    struct seg_registry *reg;
+    struct tp_engine *owner;
+    struct seg *s;
+    struct seg_grant g;
+    assert_int_equal(seg_registry_new(&reg), 0);
+    struct tp_config oc = {.io_timeout_ms = 300};
+    assert_int_equal(tp_engine_new(&oc, reg, &owner), 0);
+    assert_int_equal(seg_create(reg, 1u << 20, 0, &s), 0);
+    assert_int_equal(seg_grant(reg, s->id, 0, s->size, SEG_READ | SEG_WRITE, 0, &g), 0);
+    fill(s->base, s->size, 5);
+    XXH64_hash_t before = XXH3_64bits(s->base, s->size);
+    char byte;
+
+    /* garbage header: the owner closes this connection */
+    int bad = raw_connect(tp_engine_address(owner));
+    uint8_t junk[TPW_REQ_SIZE];
+    memset(junk, 0xee, sizeof(junk));
+    assert_int_equal(send(bad, junk, sizeof(junk), 0), (ssize_t)sizeof(junk));
+    assert_int_equal(recv(bad, &byte, 1, 0), 0);
+    close(bad);
+
+    /* a refused WRITE (wrong token) with its payload: error response, connection still usable */
+    int fd = raw_connect(tp_engine_address(owner));
+    struct tpw_req q = {.op = TP_WRITE,
+                        .req_id = 9,
+                        .seg_id = s->id,
+                        .offset = 0,
+                        .length = 4096,
+                        .token = g.token + 1};
+    uint8_t hb[TPW_REQ_SIZE + 4096];
+    tpw_req_encode(&q, hb);
+    memset(hb + TPW_REQ_SIZE, 0x11, 4096);
+    assert_int_equal(send(fd, hb, sizeof(hb), 0), (ssize_t)sizeof(hb));
+    uint8_t rb[TPW_RESP_SIZE];
+    assert_int_equal(recv(fd, rb, sizeof(rb), MSG_WAITALL), (ssize_t)sizeof(rb));
+    struct tpw_resp resp;
+    assert_int_equal(tpw_resp_decode(rb, sizeof(rb), &resp), 0);
+    assert_int_equal(resp.status, KVMESH_EAUTH);
+    assert_int_equal(resp.reason, SEG_R_NOGRANT);
+    assert_int_equal(resp.req_id, 9);
+    /* a stalled request (half a header) is cut after io_timeout_ms */
+    uint64_t t0 = now_ms();
+    assert_int_equal(send(fd, hb, 10, 0), 10);
+    assert_int_equal(recv(fd, &byte, 1, 0), 0);
+    assert_true(now_ms() - t0 < 3000);
+    close(fd);
+
+    /* the owner is unaffected and still serves a proper client */
+    assert_true(XXH3_64bits(s->base, s->size) == before);
+    struct seg_registry *creg;
+    struct tp_engine *cl;
+    struct tp_segment *rs;
+    assert_int_equal(seg_registry_new(&creg), 0);
+    struct tp_config cc = client_cfg();
+    assert_int_equal(tp_engine_new(&cc, creg, &cl), 0);
+    assert_int_equal(tp_open_segment(cl, tp_engine_address(owner), s->id, g.token, &rs), 0);
+    uint8_t *buf = malloc(s->size);
+    assert_non_null(buf);
+    assert_int_equal(tp_register_memory(cl, buf, s->size), 0);
+    struct tp_batch *b;
+    struct tp_request r = {
+        .op = TP_READ, .local = buf, .length = s->size, .segment = rs, .token = g.token};
+    assert_int_equal(tp_batch_new(cl, 1, &b), 0);
+    assert_int_equal(tp_submit(b, &r, 1), 0);
+    assert_int_equal(tp_batch_wait(b, 10000), 0);
+    assert_int_equal(tp_status(b, 0, NULL), 0);
+    assert_true(XXH3_64bits(buf, s->size) == before);
+    tp_batch_free(b);
+    tp_close_segment(rs);
+    tp_engine_free(cl);
+    seg_registry_free(creg);
+    free(buf);
+    tp_engine_free(owner);
+    seg_registry_free(reg);
+}

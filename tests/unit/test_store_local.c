@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Store runtime in one process: several runtimes on one memory:// metadata store (MetadataOnly
+ * routes), real RPC and transports over loopback. put/get/remove/exists/size/route query,
+ * overwrite with reclaim, replication on distinct owners, preferred owners and hard pins,
+ * scatter/gather, registered buffers, batches, membership view. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kvmesh.h"
+
+#define NRT 3
+
+static kvmesh_t *rts[NRT];
+static const kvmesh_scope_t scope = {"tenant-a", NULL};
+
+static kvmesh_config_t *mkcfg(const char *mem, const char *memsize)
+{
+    kvmesh_config_t *c = kvmesh_config_new();
+    assert_non_null(c);
+    assert_int_equal(kvmesh_config_set(c, "metadata_url", mem), 0);
+    assert_int_equal(kvmesh_config_set(c, "route_mode", "metadata_only"), 0);
+    assert_int_equal(kvmesh_config_set(c, "memory_size", memsize), 0);
+    assert_int_equal(kvmesh_config_set(c, "segment_size", memsize), 0);
+    assert_int_equal(kvmesh_config_set(c, "max_object_size", memsize), 0);
+    assert_int_equal(kvmesh_config_set(c, "lease_ttl_ms", "2000"), 0);
+    return c;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    for (int i = 0; i < NRT; i++) {
+        kvmesh_config_t *c = mkcfg("memory://store_local", "67108864");
+        int rc = kvmesh_open(&rts[i], c);
+        if (rc)
+            fprintf(stderr, "open: %s: %s\n", kvmesh_errname(rc), kvmesh_last_error());
+        assert_int_equal(rc, 0);
+        kvmesh_config_free(c);
+    }
+    /* wait until everyone sees everyone */
+    for (int t = 0; t < 100; t++) {
+        size_t n = 0;
+        kvmesh_members(rts[0], NULL, 0, &n);
+        if (n == NRT)
+            break;
+        usleep(50000);
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (int i = 0; i < NRT; i++)
+        kvmesh_close(rts[i]);
+    return 0;
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)((i * 2654435761u + seed) >> 13);
+}
+
+static void test_put_get_remove(void **state)
+{
+    (void)state;
+    size_t sizes[] = {1, 7, 4096, 256 << 10, 3 << 20};
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        size_t len = sizes[s];
+        uint8_t *v = malloc(len);
+        fill(v, len, (uint32_t)s);
+        char key[32];
+        snprintf(key, sizeof(key), "obj-%zu", len);
+        int rc = kvmesh_put(rts[s % NRT], &scope, key, strlen(key), v, len, NULL);
+        if (rc)
+            fprintf(stderr, "put: %s: %s\n", kvmesh_errname(rc), kvmesh_last_error());
+        assert_int_equal(rc, 0);
+        for (int r = 0; r < NRT; r++) {
+            void *out = NULL;
+            size_t out_len = 0;
+            rc = kvmesh_get(rts[r], &scope, key, strlen(key), &out, &out_len);
+            if (rc)
+                fprintf(stderr, "get: %s: %s\n", kvmesh_errname(rc), kvmesh_last_error());
+            assert_int_equal(rc, 0);
+            assert_int_equal(out_len, len);
+            assert_memory_equal(out, v, len);
+            kvmesh_free(out);
+            bool ex = false;
+            assert_int_equal(kvmesh_exists(rts[r], &scope, key, strlen(key), &ex), 0);
+            assert_true(ex);
+            uint64_t sz = 0;
+            assert_int_equal(kvmesh_size(rts[r], &scope, key, strlen(key), &sz), 0);
+            assert_int_equal(sz, len);
+        }
+        assert_int_equal(kvmesh_remove(rts[(s + 1) % NRT], &scope, key, strlen(key)), 0);
+        void *out = NULL;
+        size_t out_len = 0;
+        assert_int_equal(kvmesh_get(rts[s % NRT], &scope, key, strlen(key), &out, &out_len),
+                         KVMESH_ENOENT);
+        assert_int_equal(kvmesh_remove(rts[s % NRT], &scope, key, strlen(key)), KVMESH_ENOENT);
+        bool ex = true;
+        assert_int_equal(kvmesh_exists(rts[2], &scope, key, strlen(key), &ex), 0);
+        assert_false(ex);
+        free(v);
+    }
+}
+
+static void test_replicas_and_overwrite(void **state)
+{
+    (void)state;
+    uint8_t a[1000], b[3000];
+    fill(a, sizeof(a), 1);
+    fill(b, sizeof(b), 2);
+    kvmesh_put_opts_t o = {.replicas = 3};
+    assert_int_equal(kvmesh_put(rts[0], &scope, "rep", 3, a, sizeof(a), &o), 0);
+    kvmesh_route_info_t ri;
+    assert_int_equal(kvmesh_route_query(rts[1], &scope, "rep", 3, &ri), 0);
+    assert_int_equal(ri.n_replicas, 3);
+    assert_int_equal(ri.length, sizeof(a));
+    for (uint32_t i = 0; i < 3; i++)
+        for (uint32_t j = i + 1; j < 3; j++)
+            assert_string_not_equal(ri.replicas[i].owner, ri.replicas[j].owner);
+    uint64_t v1 = ri.primary_sequence;
+    /* overwrite with a different size */
+    o.replicas = 2;
+    assert_int_equal(kvmesh_put(rts[2], &scope, "rep", 3, b, sizeof(b), &o), 0);
+    assert_int_equal(kvmesh_route_query(rts[0], &scope, "rep", 3, &ri), 0);
+    assert_int_equal(ri.n_replicas, 2);
+    assert_true(ri.primary_sequence > v1);
+    uint8_t buf[4000];
+    size_t n = 0;
+    assert_int_equal(kvmesh_get_into(rts[1], &scope, "rep", 3, buf, sizeof(buf), &n), 0);
+    assert_int_equal(n, sizeof(b));
+    assert_memory_equal(buf, b, sizeof(b));
+    /* too small a buffer: ETOOBIG, size reported, buffer untouched */
+    memset(buf, 0xAB, sizeof(buf));
+    assert_int_equal(kvmesh_get_into(rts[1], &scope, "rep", 3, buf, 100, &n), KVMESH_ETOOBIG);
+    assert_int_equal(n, sizeof(b));
+    assert_int_equal(buf[0], 0xAB);
+    /* more replicas than owners */
+    o.replicas = 4;
+    assert_int_equal(kvmesh_put(rts[0], &scope, "rep4", 4, a, sizeof(a), &o), KVMESH_EUNAVAILABLE);
+    assert_true(strstr(kvmesh_last_error(), "replicas") != NULL);
+}
+
+static void test_pins(void **state)
+{
+    (void)state;
+    char id[KVMESH_ID_HEX_LEN + 1];
+    uint64_t ep;
+    assert_int_equal(kvmesh_self(rts[2], id, &ep), 0);
+    assert_true(ep >= 1);
+    const char *pref[] = {id};
+    kvmesh_put_opts_t o = {
+        .replicas = 1, .preferred_owners = pref, .n_preferred = 1, .hard_pin = true};
+    uint8_t v[100];
+    fill(v, sizeof(v), 9);
+    assert_int_equal(kvmesh_put(rts[0], &scope, "pinned", 6, v, sizeof(v), &o), 0);
+    kvmesh_route_info_t ri;
+    assert_int_equal(kvmesh_route_query(rts[0], &scope, "pinned", 6, &ri), 0);
+    assert_string_equal(ri.replicas[0].owner, id);
+    const char *bogus[] = {"0123456789abcdef0123456789abcdef"};
+    o.preferred_owners = bogus;
+    assert_int_equal(kvmesh_put(rts[0], &scope, "pinned2", 7, v, sizeof(v), &o),
+                     KVMESH_EUNAVAILABLE);
+    o.hard_pin = false; /* a hint falls back */
+    assert_int_equal(kvmesh_put(rts[0], &scope, "pinned2", 7, v, sizeof(v), &o), 0);
+}
+
+static void test_scatter_gather_registered(void **state)
+{
+    (void)state;
+    uint8_t p1[5000], p2[1], p3[70000];
+    fill(p1, sizeof(p1), 3);
+    fill(p2, sizeof(p2), 4);
+    fill(p3, sizeof(p3), 5);
+    struct iovec in[3] = {{p1, sizeof(p1)}, {p2, sizeof(p2)}, {p3, sizeof(p3)}};
+    kvmesh_put_opts_t o = {.replicas = 2};
+    assert_int_equal(kvmesh_putv(rts[1], &scope, "sg", 2, in, 3, &o), 0);
+    size_t total = sizeof(p1) + sizeof(p2) + sizeof(p3);
+    uint8_t *reg = malloc(total + 10);
+    assert_int_equal(kvmesh_register_buffer(rts[0], reg, total + 10), 0);
+    assert_int_equal(kvmesh_register_buffer(rts[0], reg, total + 10), KVMESH_EEXIST);
+    struct iovec out[2] = {{reg, 10}, {reg + 10, total}};
+    size_t n = 0;
+    assert_int_equal(kvmesh_getv(rts[0], &scope, "sg", 2, out, 2, &n), 0);
+    assert_int_equal(n, total);
+    assert_memory_equal(reg, p1, sizeof(p1));
+    assert_memory_equal(reg + sizeof(p1), p2, 1);
+    assert_memory_equal(reg + sizeof(p1) + 1, p3, sizeof(p3));
+    assert_int_equal(kvmesh_unregister_buffer(rts[0], reg), 0);
+    assert_int_equal(kvmesh_unregister_buffer(rts[0], reg), KVMESH_ENOENT);
+    free(reg);
+}
+
+static void test_batches(void **state)
+{
+    (void)state;
+    enum { N = 100 };
+    kvmesh_batch_item_t it[N];
+    char keys[N][16];
+    uint8_t vals[N][300];
+    uint8_t outb[N][400];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "b%03d", i);
+        fill(vals[i], sizeof(vals[i]), (uint32_t)i);
+        it[i] = (kvmesh_batch_item_t){
+            .key = keys[i], .key_len = strlen(keys[i]), .buf = vals[i], .len = 100 + (size_t)i};
+    }
+    it[7].key_len = 0; /* a bad key fails only its own item */
+    assert_int_equal(kvmesh_batch_put(rts[0], &scope, it, N, NULL), KVMESH_EBADKEY);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(it[i].rc, i == 7 ? KVMESH_EBADKEY : 0);
+    for (int i = 0; i < N; i++)
+        it[i].buf = outb[i], it[i].len = sizeof(outb[i]);
+    it[7].key_len = strlen(keys[7]);
+    assert_int_equal(kvmesh_batch_get(rts[1], &scope, it, N), KVMESH_ENOENT);
+    for (int i = 0; i < N; i++) {
+        if (i == 7) {
+            assert_int_equal(it[i].rc, KVMESH_ENOENT);
+            continue;
+        }
+        assert_int_equal(it[i].rc, 0);
+        assert_int_equal(it[i].out_len, 100 + (size_t)i);
+        assert_memory_equal(outb[i], vals[i], 100 + (size_t)i);
+    }
+    assert_int_equal(kvmesh_batch_exists(rts[2], &scope, it, N), KVMESH_ENOENT);
+    assert_int_equal(it[3].rc, 0);
+    assert_int_equal(it[3].out_len, 103);
+    assert_int_equal(kvmesh_batch_remove(rts[2], &scope, it, N), KVMESH_ENOENT);
+    assert_int_equal(kvmesh_batch_exists(rts[0], &scope, it, N), KVMESH_ENOENT);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(it[i].rc, KVMESH_ENOENT);
+}
+
+static void test_members_and_scopes(void **state)
+{
+    (void)state;
+    kvmesh_member_info_t m[8];
+    size_t n = 0;
+    assert_int_equal(kvmesh_members(rts[0], m, 8, &n), 0);
+    assert_int_equal(n, NRT);
+    for (size_t i = 0; i < n; i++) {
+        assert_string_equal(m[i].state, "active");
+        assert_true(m[i].capacity_bytes >= 64 << 20);
+    }
+    /* same key, different tenant/domain: independent objects */
+    kvmesh_scope_t s2 = {"tenant-b", NULL}, s3 = {"tenant-a", "d1"};
+    assert_int_equal(kvmesh_put(rts[0], &scope, "k", 1, "A", 1, NULL), 0);
+    assert_int_equal(kvmesh_put(rts[0], &s2, "k", 1, "B", 1, NULL), 0);
+    assert_int_equal(kvmesh_put(rts[0], &s3, "k", 1, "C", 1, NULL), 0);
+    char c = 0;
+    size_t len = 0;
+    assert_int_equal(kvmesh_get_into(rts[1], &s2, "k", 1, &c, 1, &len), 0);
+    assert_int_equal(c, 'B');
+    assert_int_equal(kvmesh_get_into(rts[1], &s3, "k", 1, &c, 1, &len), 0);
+    assert_int_equal(c, 'C');
+    assert_int_equal(kvmesh_get_into(rts[1], &scope, "k", 1, &c, 1, &len), 0);
+    assert_int_equal(c, 'A');
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_get_remove), cmocka_unit_test(test_replicas_and_overwrite),
+        cmocka_unit_test(test_pins),           cmocka_unit_test(test_scatter_gather_registered),
+        cmocka_unit_test(test_batches),        cmocka_unit_test(test_members_and_scopes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
