@@ -387,7 +387,7 @@ static int open_pair(const char *transport, kvmesh_t **server, kvmesh_t **client
     for (size_t i = 0; i < sets->n; i++)
         if (cli_apply_set(cfg, sets->items[i], "bench") != 0)
             goto out;
-    int e = kvmesh_open(server, cfg);
+    int e = cli_open_runtime(server, cfg, "bench");
     if (e) {
         cli_report("bench", "opening the storage runtime", e);
         goto out;

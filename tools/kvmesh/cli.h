@@ -84,6 +84,10 @@ int cli_build_config(const struct cli_common *c, kvmesh_config_t *cfg, const cha
  * metadata URL) and returns non-zero on failure. */
 int cli_open_client(const struct cli_common *c, const char *verb, kvmesh_t **out,
                     kvmesh_config_t **cfg_out);
+/* kvmesh_open for the demo and the bench: when this build lacks the configured embedded_wrh
+ * route mode (KVMESH_ENOTSUP naming route_mode), says so once on stderr, switches cfg to
+ * metadata_only and retries. Returns kvmesh_open's result. */
+int cli_open_runtime(kvmesh_t **out, kvmesh_config_t *cfg, const char *verb);
 /* Applies one "field=value" to cfg; prints and returns non-zero on error. */
 int cli_apply_set(kvmesh_config_t *cfg, const char *item, const char *verb);
 

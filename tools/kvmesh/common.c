@@ -16,6 +16,7 @@
 #include "api/config_table.h"
 #include "api/yaml_config.h"
 #include "cli.h"
+#include "route/route.h"
 
 size_t cli_common_opts(struct cli_common *c, cli_opt_t *opts, size_t n, size_t cap)
 {
@@ -259,6 +260,22 @@ int cli_open_client(const struct cli_common *c, const char *verb, kvmesh_t **out
     return 0;
 fail:
     kvmesh_config_free(cfg);
+    return rc;
+}
+
+int cli_open_runtime(kvmesh_t **out, kvmesh_config_t *cfg, const char *verb)
+{
+    int rc = kvmesh_open(out, cfg);
+    if (rc == KVMESH_ENOTSUP && cfg->route_mode == ROUTE_MODE_EMBEDDED_WRH &&
+        strstr(kvmesh_last_error(), "route_mode")) {
+        static bool noted;
+        if (!noted)
+            fprintf(stderr, "kvmesh %s: note: %s; using route_mode metadata_only\n", verb,
+                    kvmesh_last_error());
+        noted = true;
+        kvmesh_config_set(cfg, "route_mode", "metadata_only");
+        rc = kvmesh_open(out, cfg);
+    }
     return rc;
 }
 

@@ -194,14 +194,17 @@ static void do_remove(struct demo *d, struct demo_obj *o)
     d->remove_errors++;
 }
 
-static int open_runtime(struct demo *d, int i)
+/* Opens runtime i; a reopen retries while the deployment still holds the previous
+ * incarnation (bounded by DEMO_REOPEN_TRIES). */
+static int open_runtime(struct demo *d, int i, bool reopen)
 {
     int rc = 0;
-    for (int t = 0; t < DEMO_REOPEN_TRIES; t++) {
-        rc = kvmesh_open(&d->rt[i], d->cfg[i]);
+    for (int t = 0; t < (reopen ? DEMO_REOPEN_TRIES : 1); t++) {
+        rc = cli_open_runtime(&d->rt[i], d->cfg[i], "demo");
         if (rc == 0)
             return 0;
-        if (rc == KVMESH_ECONFIG || rc == KVMESH_EURL || rc == KVMESH_EINVAL)
+        if (rc == KVMESH_ECONFIG || rc == KVMESH_EURL || rc == KVMESH_EINVAL ||
+            rc == KVMESH_ENOTSUP || rc == KVMESH_EINCOMPAT)
             break;
         sleep_ms(DEMO_RETRY_SLEEP_MS);
     }
@@ -329,7 +332,7 @@ int cmd_demo(int argc, char **argv)
     fflush(stdout);
     rc = CLI_EXIT_FAIL;
     for (int i = 0; i < DEMO_RUNTIMES; i++)
-        if (open_runtime(d, i) != 0)
+        if (open_runtime(d, i, false) != 0)
             goto out;
     d->scope.tenant = d->cfg[0]->default_tenant;
     d->scope.domain = NULL;
@@ -364,7 +367,7 @@ int cmd_demo(int argc, char **argv)
         if (r == reopen_at && d->killed >= 0) {
             int k = d->killed;
             cli_progress_done(&prog);
-            if (open_runtime(d, k) != 0) {
+            if (open_runtime(d, k, true) != 0) {
                 free(req_first);
                 goto out;
             }
