@@ -598,7 +598,7 @@ int kvm_store_drain(kvm_rt_t *rt, uint32_t timeout_ms, size_t *moved, size_t *fa
     while (empty_passes < 2) {
         clock_gettime(CLOCK_MONOTONIC, &t);
         uint64_t el =
-            (uint64_t)(t.tv_sec - t0.tv_sec) * 1000 + (uint64_t)(t.tv_nsec - t0.tv_nsec) / 1000000;
+            (uint64_t)(((int64_t)(t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec)) / 1000000);
         if (el > timeout_ms) {
             rc = kvm_errf(KVMESH_ETIMEDOUT, "drain did not finish in %u ms (%zu moved)", timeout_ms,
                           *moved);
