@@ -18,6 +18,8 @@
 #include "cli.h"
 #include "route/route.h"
 
+#define CLI_HELP_WIDTH 100
+
 size_t cli_common_opts(struct cli_common *c, cli_opt_t *opts, size_t n, size_t cap)
 {
     const cli_opt_t common[] = {
@@ -166,7 +168,29 @@ void cli_usage(FILE *out, const char *verb, const char *synopsis, const char *de
         char left[64];
         snprintf(left, sizeof(left), "--%s%s%s", opts[i].name, opts[i].arg ? " " : "",
                  opts[i].arg ? opts[i].arg : "");
-        fprintf(out, "  %-26s %s\n", left, opts[i].help);
+        /* Wrap the help at CLI_HELP_WIDTH columns under its own column. */
+        const char *h = opts[i].help;
+        int col = fprintf(out, "  %-26s ", left);
+        if (col > 29) {
+            fprintf(out, "\n%29s", "");
+        }
+        size_t width = CLI_HELP_WIDTH - 29;
+        while (*h) {
+            size_t n = strlen(h);
+            if (n > width) {
+                n = width;
+                while (n > 0 && h[n] != ' ')
+                    n--;
+                if (n == 0)
+                    n = width;
+            }
+            fprintf(out, "%.*s\n", (int)n, h);
+            h += n;
+            while (*h == ' ')
+                h++;
+            if (*h)
+                fprintf(out, "%29s", "");
+        }
     }
 }
 
