@@ -43,6 +43,12 @@
 #define DEMO_BLOCK_MAX      (4u << 20)
 #define DEMO_REOPEN_TRIES   100 /* x DEMO_RETRY_SLEEP_MS */
 #define DEMO_MAX_REQUESTS   100000
+/* Memory per runtime and reclaim grace: the live data (about 130 MiB at 2 replicas) plus the
+ * removed blocks awaiting reclaim (write rate x grace) must fit on the two runtimes left while
+ * one is down; otherwise eviction legitimately drops cached blocks and the demo would report
+ * them lost. */
+#define DEMO_MEMORY_DEFAULT (512ull << 20)
+#define DEMO_RECLAIM_GRACE  "200"
 
 static const uint32_t demo_sizes[] = {256u << 10, 512u << 10, 1u << 20, 2u << 20, 4u << 20};
 
@@ -232,7 +238,7 @@ static void progress(struct demo *d, cli_progress_t *p, long r, long nreq, doubl
 int cmd_demo(int argc, char **argv)
 {
     const char *metadata = NULL, *deployment = NULL;
-    uint64_t requests = 240, seed = 0, replicas = 2, memory = 256ull << 20;
+    uint64_t requests = 1000, seed = 0, replicas = 2, memory = DEMO_MEMORY_DEFAULT;
     bool no_kill = false, help = false;
     struct cli_sets sets = {0};
     const cli_opt_t opts[] = {
@@ -240,10 +246,12 @@ int cmd_demo(int argc, char **argv)
          "metadata backend (default: memory://kvmesh-demo, embedded in this process; or "
          "redis://HOST:PORT, etcd://HOST:PORT)"},
         {"deployment", "NAME", CLI_STR, &deployment, "deployment name (default: demo-PID)"},
-        {"requests", "N", CLI_U64, &requests, "workload requests (default 240; 1..100000)"},
+        {"requests", "N", CLI_U64, &requests, "workload requests (default 1000; 1..100000)"},
         {"replicas", "N", CLI_U64, &replicas,
          "replicas per object (default 2, so the kill loses nothing)"},
-        {"memory-size", "SIZE", CLI_SIZE, &memory, "memory per runtime (default 256MiB)"},
+        {"memory-size", "SIZE", CLI_SIZE, &memory,
+         "memory per runtime (default 512MiB: the live blocks plus the bytes awaiting reclaim "
+         "fit on two runtimes, so eviction never has to drop a block while one is down)"},
         {"seed", "N", CLI_U64, &seed, "workload seed (default: from the clock)"},
         {"no-kill", NULL, CLI_FLAG, &no_kill, "do not kill and restart a runtime"},
         {"set", "FIELD=VALUE", CLI_SET, &sets, "set any configuration field of every runtime"},
@@ -312,7 +320,8 @@ int cmd_demo(int argc, char **argv)
         kvm_config_format_size(memory, mem, sizeof(mem));
         if (kvmesh_config_set(c, "metadata_url", url) || kvmesh_config_set(c, "deployment", dep) ||
             kvmesh_config_set(c, "runtime_id", d->id[i]) || kvmesh_config_set(c, "replicas", v) ||
-            kvmesh_config_set(c, "memory_size", mem)) {
+            kvmesh_config_set(c, "memory_size", mem) ||
+            kvmesh_config_set(c, "reclaim_grace_ms", DEMO_RECLAIM_GRACE)) {
             fprintf(stderr, "kvmesh demo: %s\n", kvmesh_last_error());
             rc = CLI_EXIT_USAGE;
             goto out;
@@ -432,14 +441,37 @@ int cmd_demo(int argc, char **argv)
     free(req_first);
 
     /* Final pass: every acknowledged object must read back intact. */
-    uint64_t acked = 0, verified = 0;
+    uint64_t acked = 0, verified = 0, under = 0;
     for (size_t i = 0; i < d->nobjs; i++) {
         struct demo_obj *o = &d->objs[i];
         if (!o->acked)
             continue;
         acked++;
-        if (do_get(d, o, false) == 0)
+        {
+            kvmesh_route_info_t ri;
+            memset(&ri, 0, sizeof(ri));
+            if (kvmesh_route_query(pick(d), &d->scope, o->key, strlen(o->key), &ri) == 0 &&
+                ri.n_replicas < d->cfg[0]->replicas)
+                under++;
+        }
+        if (do_get(d, o, false) == 0) {
             verified++;
+        } else {
+            /* Say where the route points, to tell a lost copy from a stale route. */
+            kvmesh_route_info_t ri;
+            memset(&ri, 0, sizeof(ri));
+            int e = kvmesh_route_query(pick(d), &d->scope, o->key, strlen(o->key), &ri);
+            fprintf(stderr, "demo: LOST %s (%u bytes): route %s:", o->key, o->len,
+                    e ? kvmesh_strerror(e) : "ok");
+            for (uint32_t r = 0; !e && r < ri.n_replicas && r < KVMESH_MAX_REPLICAS; r++) {
+                int who = -1;
+                for (int k = 0; k < DEMO_RUNTIMES; k++)
+                    if (strcmp(ri.replicas[r].owner, d->id[k]) == 0)
+                        who = k;
+                fprintf(stderr, " replica on runtime %d (%s)", who, ri.replicas[r].owner);
+            }
+            fprintf(stderr, "\n");
+        }
         if (acked % 16 == 0)
             cli_progress(&prog, false, "[demo] verifying %" PRIu64 " objects read back", acked);
     }
@@ -467,6 +499,9 @@ int cmd_demo(int argc, char **argv)
                d->reopen_epoch_after);
     else
         printf("  kill/restart: none (--no-kill)\n");
+    printf("  replication:  %" PRIu64 " of %" PRIu64 " objects below %" PRIu64
+           " replicas at the end\n",
+           under, acked, replicas);
     printf("  time:         %.1f s\n", el);
     printf("acknowledged: %" PRIu64 ", verified: %" PRIu64 ", lost: %" PRIu64 "\n", acked, verified,
            lost);
