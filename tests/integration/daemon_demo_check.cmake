@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-# Runs `kvmesh demo` (bounded: 120 requests) and checks the exit status and that the last line
+# Runs `kvmesh demo` (bounded: 200 requests) and checks the exit status and that the last line
 # of its output is "acknowledged: N, verified: N, lost: 0" with the same N (N > 0).
-execute_process(COMMAND ${KVMESH} demo --requests 120 --seed 42
+execute_process(COMMAND ${KVMESH} demo --requests 200 --seed 42
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 500)
 message("${out}")
 if(NOT rc EQUAL 0)
