@@ -511,76 +511,118 @@ static int simple_op(kvm_rt_t *rt, enum kvm_op_type t)
     return rc;
 }
 
-/* Moves one local replica to another owner. */
-static int handoff_one(kvm_rt_t *rt, const kvm_hot_replica_t *rep, const kvm_ident_t *id)
+/* Moves a page of local replicas to other owners: one PLACE op, one transport batch, one
+ * HANDOFF op (route CAS per item). */
+static void handoff_page(kvm_rt_t *rt, const kvm_hot_replica_t *reps, const kvm_ident_t *ids,
+                         size_t n, size_t *moved, size_t *failed)
 {
-    kvm_op_t *place = kvm_op_new(rt, KVM_OP_PLACE, 1);
-    if (!place)
-        return KVMESH_ENOMEM;
+    kvm_op_t *place = kvm_op_new(rt, KVM_OP_PLACE, n);
+    if (!place) {
+        *failed += n;
+        return;
+    }
     place->replicas = 1;
-    struct kvm_item *it = &place->items[0];
-    int rc = kvm_ident_copy(&it->ident, id);
-    it->len = rep->length;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        rc = kvm_ident_copy(&place->items[i].ident, &ids[i]);
+        place->items[i].len = reps[i].length;
+    }
     if (!rc)
         rc = kvm_op_run(place);
-    if (!rc)
-        rc = it->rc;
     if (rc) {
+        *failed += n;
         kvm_op_unref(place);
-        return rc;
+        return;
     }
-    /* Source: our own segment (registered implicitly with the engine). */
-    uint8_t *src;
-    struct seg *pin;
-    enum seg_reason why;
-    uint64_t read_token = 0;
-    for (uint32_t s = 0; s < rt->n_segs; s++)
-        if (rt->segs[s].seg->id == rep->segment)
-            read_token = rt->segs[s].read_token;
-    struct kvm_res *res = &it->res[0];
-    rc = seg_check(rt->reg, rep->segment, rep->offset, rep->length, SEG_READ, read_token, &src,
-                   &pin, &why);
-    if (!rc) {
+    struct tp_batch *b = NULL;
+    struct seg *pins[64] = {0};
+    int slot_of[64];
+    if (tp_batch_new(rt->tp, TP_MAX_BATCH, &b) != 0)
+        b = NULL;
+    for (size_t i = 0; i < n; i++) {
+        struct kvm_item *it = &place->items[i];
+        slot_of[i] = -1;
+        if (it->rc || !b)
+            continue;
+        struct kvm_res *res = &it->res[0];
+        uint64_t read_token = 0;
+        for (uint32_t s = 0; s < rt->n_segs; s++)
+            if (rt->segs[s].seg->id == reps[i].segment)
+                read_token = rt->segs[s].read_token;
+        uint8_t *src;
+        enum seg_reason why;
         struct tp_segment *seg;
-        struct tp_batch *b = NULL;
-        rc = res->data_addr
-                 ? kvm_rt_seg_open(rt, res->data_addr, res->seg, res->seg_read_token, &seg)
-                 : KVMESH_EUNAVAILABLE;
-        if (!rc)
-            rc = tp_batch_new(rt->tp, 1, &b);
-        if (!rc) {
+        int e = seg_check(rt->reg, reps[i].segment, reps[i].offset, reps[i].length, SEG_READ,
+                          read_token, &src, &pins[i], &why);
+        if (!e)
+            e = res->data_addr
+                    ? kvm_rt_seg_open(rt, res->data_addr, res->seg, res->seg_read_token, &seg)
+                    : KVMESH_EUNAVAILABLE;
+        if (!e) {
             struct tp_request rq = {.op = TP_WRITE,
                                     .local = src,
-                                    .length = rep->length,
+                                    .length = reps[i].length,
                                     .segment = seg,
                                     .remote_offset = res->offset,
                                     .token = res->token};
-            rc = tp_submit(b, &rq, 1);
-            if (!rc)
-                rc = tp_batch_wait(b, (int)rt->cfg.request_timeout_ms);
-            if (!rc)
-                rc = tp_status(b, 0, NULL);
+            slot_of[i] = (int)tp_batch_count(b);
+            e = tp_submit(b, &rq, 1);
         }
-        if (b)
-            tp_batch_free(b);
-        seg_unpin(rt->reg, pin);
+        if (e)
+            it->rc = e;
     }
-    kvm_op_t *next = kvm_op_new(rt, rc ? KVM_OP_ABORT : KVM_OP_HANDOFF, 1);
-    if (next) {
-        struct kvm_item *d = &next->items[0];
+    if (b) {
+        tp_batch_wait(b, (int)rt->cfg.request_timeout_ms);
+        for (size_t i = 0; i < n; i++)
+            if (slot_of[i] >= 0 && tp_status(b, (unsigned)slot_of[i], NULL) != 0)
+                place->items[i].rc = KVMESH_EIO;
+        tp_batch_free(b);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (pins[i])
+            seg_unpin(rt->reg, pins[i]);
+    size_t n_ok = 0, n_bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (place->items[i].rc == 0)
+            n_ok++;
+        else if (place->items[i].n_res)
+            n_bad++;
+    }
+    kvm_op_t *ho = n_ok ? kvm_op_new(rt, KVM_OP_HANDOFF, n_ok) : NULL;
+    kvm_op_t *ab = n_bad ? kvm_op_new(rt, KVM_OP_ABORT, n_bad) : NULL;
+    size_t k = 0, j = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct kvm_item *it = &place->items[i];
+        kvm_op_t *dst = it->rc == 0 ? ho : it->n_res ? ab : NULL;
+        if (!dst)
+            continue;
+        struct kvm_item *d = &dst->items[dst == ho ? k++ : j++];
         d->ident = it->ident;
         memset(&it->ident, 0, sizeof(it->ident));
         d->len = it->len;
         d->n_res = 1;
-        d->res[0] = *res;
-        d->moving = *rep;
-        int r2 = kvm_op_run(next);
-        if (!rc)
-            rc = r2 ? r2 : d->rc;
-        kvm_op_unref(next);
+        d->res[0] = it->res[0];
+        d->moving = reps[i];
+    }
+    if (ab) {
+        kvm_op_run(ab);
+        kvm_op_unref(ab);
+    }
+    *failed += n - n_ok;
+    if (ho) {
+        if (kvm_op_run(ho) != 0) {
+            *failed += n_ok;
+        } else {
+            for (size_t i = 0; i < n_ok; i++) {
+                if (ho->items[i].rc == 0)
+                    (*moved)++;
+                else
+                    (*failed)++;
+            }
+        }
+        kvm_op_unref(ho);
     }
     kvm_op_unref(place);
-    return rc;
 }
 
 int kvm_store_drain(kvm_rt_t *rt, uint32_t timeout_ms, size_t *moved, size_t *failed)
@@ -617,12 +659,8 @@ int kvm_store_drain(kvm_rt_t *rt, uint32_t timeout_ms, size_t *moved, size_t *fa
         rc = kvm_op_run(op);
         size_t got = op->list_n;
         cursor = op->list_cursor;
-        for (size_t i = 0; !rc && i < got; i++) {
-            if (handoff_one(rt, &reps[i], &ids[i]) == 0)
-                (*moved)++;
-            else
-                (*failed)++;
-        }
+        if (!rc && got)
+            handoff_page(rt, reps, ids, got, moved, failed);
         kvm_op_unref(op); /* frees ids */
         if (rc)
             break;
