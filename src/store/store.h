@@ -36,6 +36,7 @@
 #include "net/rpc.h"
 #include "net/transport.h"
 #include "route/route.h"
+#include "obs/http.h"
 #include "store/alloc.h"
 
 #define STORE_MAX_MEMBERS      256  /* members in a live snapshot */
@@ -266,6 +267,11 @@ typedef struct kvm_rt {
     struct kvm_hitbuf *hitbufs;
     size_t n_hitbufs;
     struct kvm_rt_stats stats;
+    /* [any] mirrors for the admin endpoints (written by the loop) */
+    _Atomic uint64_t a_used, a_members;
+    atomic_int a_state;
+    uint64_t start_ms;
+    struct obs_http *admin;
     kvm_op_t *state_op; /* the drain step waiting for its record write */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
@@ -287,6 +293,8 @@ bool kvm_rt_is_registered(kvm_rt_t *rt, const void *p, size_t len);
 int kvm_rt_register(kvm_rt_t *rt, void *addr, size_t len);
 int kvm_rt_unregister(kvm_rt_t *rt, void *addr);
 kvm_op_id_t kvm_rt_next_op_id(kvm_rt_t *rt);
+/* Bound port of the admin HTTP endpoints (0 when admin_listen is off). */
+uint16_t kvm_rt_admin_port(kvm_rt_t *rt);
 
 /* ops hand-off */
 kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n);

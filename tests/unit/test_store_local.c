@@ -15,6 +15,10 @@
 #include <cmocka.h>
 
 #include "kvmesh.h"
+#include "obs/http.h"
+#include "store/store.h"
+
+kvm_rt_t *kvmesh_runtime_of(kvmesh_t *kv);
 
 #define NRT 3
 
@@ -268,12 +272,50 @@ static void test_members_and_scopes(void **state)
     assert_int_equal(c, 'A');
 }
 
+static void test_admin_endpoints(void **state)
+{
+    (void)state;
+    kvmesh_config_t *c = mkcfg("memory://store_local", "16777216");
+    assert_int_equal(kvmesh_config_set(c, "admin_listen", "127.0.0.1:0"), 0);
+    kvmesh_t *kv = NULL;
+    assert_int_equal(kvmesh_open(&kv, c), 0);
+    kvmesh_config_free(c);
+    kvm_rt_t *rt = kvmesh_runtime_of(kv);
+    assert_true(kvm_rt_admin_port(rt) > 0);
+    assert_int_equal(kvmesh_put(kv, &scope, "adm", 3, "xyz", 3, NULL), 0);
+    char out[8];
+    size_t n;
+    assert_int_equal(kvmesh_get_into(kv, &scope, "adm", 3, out, sizeof(out), &n), 0);
+    struct obs_buf b;
+    const char *ct;
+    obs_buf_init(&b, 1 << 20);
+    assert_int_equal(obs_http_render(rt->admin, "GET", "/healthz", NULL, &b, &ct), 200);
+    obs_buf_free(&b);
+    obs_buf_init(&b, 4 << 20);
+    assert_int_equal(obs_http_render(rt->admin, "GET", "/metrics", NULL, &b, &ct), 200);
+    assert_non_null(strstr(b.data, "kvmesh_requests_total{operation=\"put\",result=\"ok\"}"));
+    assert_non_null(strstr(b.data, "kvmesh_segment_capacity_bytes"));
+    obs_buf_free(&b);
+    obs_buf_init(&b, 1 << 20);
+    assert_int_equal(obs_http_render(rt->admin, "GET", "/stats", NULL, &b, &ct), 200);
+    char id[KVMESH_ID_HEX_LEN + 1];
+    uint64_t ep;
+    kvmesh_self(kv, id, &ep);
+    assert_non_null(strstr(b.data, id));
+    obs_buf_free(&b);
+    kvmesh_close(kv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_put_get_remove), cmocka_unit_test(test_replicas_and_overwrite),
-        cmocka_unit_test(test_pins),           cmocka_unit_test(test_scatter_gather_registered),
-        cmocka_unit_test(test_batches),        cmocka_unit_test(test_members_and_scopes),
+        cmocka_unit_test(test_put_get_remove),
+        cmocka_unit_test(test_replicas_and_overwrite),
+        cmocka_unit_test(test_pins),
+        cmocka_unit_test(test_scatter_gather_registered),
+        cmocka_unit_test(test_batches),
+        cmocka_unit_test(test_members_and_scopes),
+        cmocka_unit_test(test_admin_endpoints),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
