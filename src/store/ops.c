@@ -351,7 +351,7 @@ void kvm_ops_fill_access(kvm_rt_t *rt, struct kvm_item *it)
             struct kvm_access a = {.local = local, .suspect = suspect};
             if (local) {
                 for (uint32_t s = 0; s < rt->n_segs; s++)
-                    if (rt->segs[s].seg->id == rep->segment) {
+                    if (rt->segs[s].seg && rt->segs[s].seg->id == rep->segment) {
                         a.known = true;
                         a.seg_read_token = rt->segs[s].read_token;
                     }
@@ -807,9 +807,28 @@ void kvm_ops_run(kvm_op_t *op)
         kvm_member_publish(rt, state_published);
         return;
     case KVM_OP_DRAIN_LIST:
-        op->list_n = kvm_owner_list(rt, &op->list_cursor, op->list, op->list_ident, op->list_cap);
+        op->list_n = kvm_owner_list(rt, op->seg_arg, &op->list_cursor, op->list, op->list_ident,
+                                    op->list_tokens, op->list_cap);
         kvm_op_complete(op, 0);
         return;
+    case KVM_OP_SEG_ADD:
+    case KVM_OP_SEG_RETIRE:
+    case KVM_OP_SEG_REMOVE: {
+        int rc = op->type == KVM_OP_SEG_ADD ? kvm_owner_add_segment(rt, op->seg_arg, &op->seg_arg)
+                 : op->type == KVM_OP_SEG_RETIRE ? kvm_owner_retire_segment(rt, op->seg_arg)
+                                                 : kvm_owner_remove_segment(rt, op->seg_arg);
+        if (rc || op->type == KVM_OP_SEG_RETIRE || rt->state_op) {
+            if (rc)
+                kvm_op_fail(op, NULL, rc, "%s", kvmesh_last_error());
+            kvm_op_complete(op, rc);
+            if (!rc && rt->state_op == NULL)
+                kvm_member_publish(rt, NULL);
+            return;
+        }
+        rt->state_op = op; /* completes once the record lists the new segment set */
+        kvm_member_publish(rt, state_published);
+        return;
+    }
     }
     (void)item_index;
 }

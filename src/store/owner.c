@@ -189,6 +189,8 @@ void kvm_owner_fini(kvm_rt_t *rt)
     }
     kvm_owner_fail_waiters(rt);
     for (uint32_t i = 0; i < rt->n_segs; i++) {
+        if (!rt->segs[i].seg)
+            continue;
         alloc_free(rt->segs[i].alloc);
         seg_destroy(rt->reg, rt->segs[i].seg->id);
     }
@@ -211,8 +213,8 @@ void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n)
 {
     uint32_t k = 0;
     for (uint32_t i = 0; i < rt->n_segs; i++) {
-        if (rt->segs[i].retiring)
-            continue;
+        if (!rt->segs[i].seg)
+            continue; /* removed; a retiring segment stays listed: its replicas are readable */
         out[k++] = (struct kvm_seg_info){rt->segs[i].seg->id, rt->segs[i].seg->size,
                                          rt->segs[i].read_token};
     }
@@ -222,7 +224,7 @@ void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n)
 static int seg_index(kvm_rt_t *rt, uint64_t seg_id)
 {
     for (uint32_t i = 0; i < rt->n_segs; i++)
-        if (rt->segs[i].seg->id == seg_id)
+        if (rt->segs[i].seg && rt->segs[i].seg->id == seg_id)
             return (int)i;
     return -1;
 }
@@ -248,7 +250,7 @@ static int try_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
 {
     for (uint32_t i = 0; i < rt->n_segs; i++) {
         struct kvm_local_seg *ls = &rt->segs[i];
-        if (ls->retiring || !alloc_can_fit(ls->alloc, len))
+        if (!ls->seg || ls->retiring || !alloc_can_fit(ls->alloc, len))
             continue;
         struct kvm_slot *s = calloc(1, sizeof(*s));
         if (!s)
@@ -598,8 +600,8 @@ void kvm_owner_stop(kvm_rt_t *rt)
     rt->tick_timer = 0;
 }
 
-size_t kvm_owner_list(kvm_rt_t *rt, uint64_t *cursor, kvm_hot_replica_t *out, kvm_ident_t *ids,
-                      size_t cap)
+size_t kvm_owner_list(kvm_rt_t *rt, uint64_t seg_filter, uint64_t *cursor, kvm_hot_replica_t *out,
+                      kvm_ident_t *ids, uint64_t *read_tokens, size_t cap)
 {
     /* The cap smallest commit sequences above the cursor (insertion into a sorted array). */
     struct kvm_slot *sel[64];
@@ -608,7 +610,7 @@ size_t kvm_owner_list(kvm_rt_t *rt, uint64_t *cursor, kvm_hot_replica_t *out, kv
         cap = KVM_ARRAY_SIZE(sel);
     struct kvm_slot *s = rt->clock_hand;
     for (size_t i = 0; s && i < rt->n_clock; i++, s = s->cnext) {
-        if (s->seq <= *cursor)
+        if (s->seq <= *cursor || (seg_filter && rt->segs[s->segi].seg->id != seg_filter))
             continue;
         if (n == cap && s->seq >= sel[n - 1]->seq)
             continue;
@@ -627,9 +629,46 @@ size_t kvm_owner_list(kvm_rt_t *rt, uint64_t *cursor, kvm_hot_replica_t *out, kv
                                        .segment = rt->segs[sel[i]->segi].seg->id,
                                        .offset = sel[i]->off,
                                        .length = sel[i]->len};
+        read_tokens[k - 1] = rt->segs[sel[i]->segi].read_token;
         *cursor = sel[i]->seq;
     }
     return k;
+}
+
+int kvm_owner_add_segment(kvm_rt_t *rt, uint64_t size, uint64_t *seg_id)
+{
+    int rc = seg_add(rt, size);
+    if (!rc)
+        *seg_id = rt->segs[rt->n_segs - 1].seg->id;
+    return rc;
+}
+
+int kvm_owner_retire_segment(kvm_rt_t *rt, uint64_t seg_id)
+{
+    int i = seg_index(rt, seg_id);
+    if (i < 0)
+        return kvm_errf(KVMESH_ENOENT, "no segment %016" PRIx64 " on this runtime", seg_id);
+    rt->segs[i].retiring = true;
+    return 0;
+}
+
+int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id)
+{
+    int i = seg_index(rt, seg_id);
+    if (i < 0)
+        return kvm_errf(KVMESH_ENOENT, "no segment %016" PRIx64 " on this runtime", seg_id);
+    struct kvm_local_seg *ls = &rt->segs[i];
+    alloc_stats_t a;
+    alloc_stats(ls->alloc, &a);
+    if (!ls->retiring || a.n_used)
+        return kvm_errf(KVMESH_EAGAIN, "segment %016" PRIx64 " still holds %" PRIu64 " slots",
+                        seg_id, a.n_used);
+    rt->capacity -= ls->seg->size;
+    alloc_free(ls->alloc);
+    seg_destroy(rt->reg, ls->seg->id);
+    ls->alloc = NULL;
+    ls->seg = NULL;
+    return 0;
 }
 
 void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
@@ -639,6 +678,8 @@ void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
     st->used = rt->used;
     uint64_t fr = 0, lf = 0;
     for (uint32_t i = 0; i < rt->n_segs; i++) {
+        if (!rt->segs[i].seg)
+            continue;
         alloc_stats_t a;
         alloc_stats(rt->segs[i].alloc, &a);
         fr += a.free;

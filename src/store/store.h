@@ -142,6 +142,9 @@ enum kvm_op_type {
     KVM_OP_DRAIN_LIST, /* list local committed replicas (bounded page) */
     KVM_OP_DRAIN_END,
     KVM_OP_STATS,
+    KVM_OP_SEG_ADD,    /* seg_arg = size; result seg_arg = segment id; record republished */
+    KVM_OP_SEG_RETIRE, /* seg_arg = segment id */
+    KVM_OP_SEG_REMOVE, /* seg_arg = segment id; record republished */
 };
 
 struct kvm_rt;
@@ -174,6 +177,8 @@ typedef struct kvm_op {
     /* drain list */
     kvm_hot_replica_t *list;
     kvm_ident_t *list_ident;
+    uint64_t *list_tokens;
+    uint64_t seg_arg;
     size_t list_cap, list_n;
     uint64_t list_cursor;
     /* stats */
@@ -340,8 +345,13 @@ void kvm_owner_commit(kvm_rt_t *rt, uint64_t seg, uint64_t off);
 void kvm_owner_release(kvm_rt_t *rt, uint64_t seg, uint64_t off);
 void kvm_owner_hit(kvm_rt_t *rt, uint64_t seg, uint64_t off);
 /* Drain: committed local replicas from cursor (slot order), at most cap. */
-size_t kvm_owner_list(kvm_rt_t *rt, uint64_t *cursor, kvm_hot_replica_t *out, kvm_ident_t *ids,
-                      size_t cap);
+size_t kvm_owner_list(kvm_rt_t *rt, uint64_t seg_filter, uint64_t *cursor, kvm_hot_replica_t *out,
+                      kvm_ident_t *ids, uint64_t *read_tokens, size_t cap);
+/* Storage resize: add a segment; retire one (no new slots; still readable); remove a retired,
+ * empty segment (KVMESH_EAGAIN while it holds slots). */
+int kvm_owner_add_segment(kvm_rt_t *rt, uint64_t size, uint64_t *seg_id);
+int kvm_owner_retire_segment(kvm_rt_t *rt, uint64_t seg_id);
+int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id);
 void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n);
 void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st);
 

@@ -16,7 +16,7 @@
 
 #include "kvmesh.h"
 #include "obs/http.h"
-#include "store/store.h"
+#include "store/data.h"
 
 kvm_rt_t *kvmesh_runtime_of(kvmesh_t *kv);
 
@@ -306,6 +306,68 @@ static void test_admin_endpoints(void **state)
     kvmesh_close(kv);
 }
 
+static uint64_t capacity_seen(kvmesh_t *observer, const char *id)
+{
+    kvmesh_member_info_t m[8];
+    size_t n = 0;
+    assert_int_equal(kvmesh_members(observer, m, 8, &n), 0);
+    for (size_t i = 0; i < n && i < 8; i++)
+        if (strcmp(m[i].id, id) == 0)
+            return m[i].capacity_bytes;
+    return 0;
+}
+
+static void test_storage_resize(void **state)
+{
+    (void)state;
+    char id[KVMESH_ID_HEX_LEN + 1];
+    uint64_t ep;
+    assert_int_equal(kvmesh_self(rts[0], id, &ep), 0);
+    kvm_rt_t *rt = kvmesh_runtime_of(rts[0]);
+    const char *pref[] = {id};
+    kvmesh_put_opts_t o = {
+        .replicas = 1, .preferred_owners = pref, .n_preferred = 1, .hard_pin = true};
+    uint8_t v[20][5000];
+    uint64_t old_seg = 0;
+    for (int i = 0; i < 20; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "rsz%d", i);
+        fill(v[i], sizeof(v[i]), (uint32_t)i + 500);
+        assert_int_equal(kvmesh_put(rts[1], &scope, key, strlen(key), v[i], sizeof(v[i]), &o), 0);
+        kvmesh_route_info_t ri;
+        assert_int_equal(kvmesh_route_query(rts[1], &scope, key, strlen(key), &ri), 0);
+        old_seg = ri.replicas[0].segment;
+    }
+    uint64_t before = capacity_seen(rts[2], id), new_seg = 0;
+    assert_int_equal(kvm_store_add_segment(rt, 16 << 20, &new_seg), 0);
+    for (int t = 0; t < 100 && capacity_seen(rts[2], id) != before + (16 << 20); t++)
+        usleep(20000);
+    assert_int_equal(capacity_seen(rts[2], id), before + (16 << 20));
+    /* retire the original segment: its replicas move into the new one, then it leaves */
+    int rc = kvm_store_retire_segment(rt, old_seg, 20000);
+    if (rc)
+        fprintf(stderr, "retire: %s\n", kvmesh_last_error());
+    assert_int_equal(rc, 0);
+    for (int t = 0; t < 100 && capacity_seen(rts[2], id) != (16 << 20); t++)
+        usleep(20000);
+    assert_int_equal(capacity_seen(rts[2], id), 16 << 20);
+    for (int i = 0; i < 20; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "rsz%d", i);
+        kvmesh_route_info_t ri;
+        assert_int_equal(kvmesh_route_query(rts[2], &scope, key, strlen(key), &ri), 0);
+        assert_int_equal(ri.n_replicas, 1);
+        assert_string_equal(ri.replicas[0].owner, id);
+        assert_int_equal(ri.replicas[0].segment, new_seg);
+        uint8_t out[5000];
+        size_t n = 0;
+        assert_int_equal(kvmesh_get_into(rts[2], &scope, key, strlen(key), out, sizeof(out), &n),
+                         0);
+        assert_memory_equal(out, v[i], sizeof(out));
+    }
+    assert_int_equal(kvm_store_retire_segment(rt, old_seg, 1000), KVMESH_ENOENT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +378,7 @@ int main(void)
         cmocka_unit_test(test_batches),
         cmocka_unit_test(test_members_and_scopes),
         cmocka_unit_test(test_admin_endpoints),
+        cmocka_unit_test(test_storage_resize),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
