@@ -657,8 +657,8 @@ static int move_all(kvm_rt_t *rt, uint64_t seg_filter, uint32_t timeout_ms, size
      * passes a snapshot period apart find nothing new. */
     while (empty_passes < 2) {
         clock_gettime(CLOCK_MONOTONIC, &t);
-        uint64_t el =
-            (uint64_t)(t.tv_sec - t0.tv_sec) * 1000 + (uint64_t)(t.tv_nsec - t0.tv_nsec) / 1000000;
+        uint64_t el = (uint64_t)(((int64_t)t.tv_sec - (int64_t)t0.tv_sec) * 1000 +
+                                 ((int64_t)t.tv_nsec - (int64_t)t0.tv_nsec) / 1000000);
         if (el > timeout_ms) {
             rc = kvm_errf(KVMESH_ETIMEDOUT, "drain did not finish in %u ms (%zu moved)", timeout_ms,
                           *moved);
@@ -741,8 +741,8 @@ int kvm_store_retire_segment(kvm_rt_t *rt, uint64_t seg_id, uint32_t timeout_ms)
         if (!rc && (rc = seg_op(rt, KVM_OP_SEG_REMOVE, &arg)) != KVMESH_EAGAIN)
             return rc;
         clock_gettime(CLOCK_MONOTONIC, &t);
-        uint64_t el =
-            (uint64_t)(t.tv_sec - t0.tv_sec) * 1000 + (uint64_t)(t.tv_nsec - t0.tv_nsec) / 1000000;
+        uint64_t el = (uint64_t)(((int64_t)t.tv_sec - (int64_t)t0.tv_sec) * 1000 +
+                                 ((int64_t)t.tv_nsec - (int64_t)t0.tv_nsec) / 1000000);
         if (el > timeout_ms)
             return kvm_errf(KVMESH_ETIMEDOUT,
                             "segment %016" PRIx64 " still holds slots after %u ms", seg_id,

@@ -139,8 +139,8 @@ int kvm_op_run(kvm_op_t *op)
             break;
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        uint64_t ms = (uint64_t)(now.tv_sec - start.tv_sec) * 1000 +
-                      (uint64_t)(now.tv_nsec - start.tv_nsec) / 1000000;
+        uint64_t ms = (uint64_t)(((int64_t)now.tv_sec - (int64_t)start.tv_sec) * 1000 +
+                                 ((int64_t)now.tv_nsec - (int64_t)start.tv_nsec) / 1000000);
         if (ms >= rt->cfg.request_timeout_ms)
             break;
         usleep(200);
