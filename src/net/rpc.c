@@ -786,6 +786,8 @@ static struct rpc_conn *conn_new(rpc_endpoint *ep, int is_unix)
         free(c);
         return NULL;
     }
+    if (!is_unix)
+        uv_tcp_nodelay(&c->u.tcp, 1);
     c->u.h.data = c;
     c->ep = ep;
     c->state = CONN_CONNECTING;

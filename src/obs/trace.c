@@ -210,7 +210,7 @@ static void span_clock(struct obs_span *s)
 static void start_root(struct obs_tracer *t, struct obs_span *s)
 {
     rand_id(s->trace_id, 16);
-    uint64_t ppm = __atomic_load_n(&t->sample_ppm, __ATOMIC_RELAXED);
+    uint64_t ppm = t ? __atomic_load_n(&t->sample_ppm, __ATOMIC_RELAXED) : 0;
     if (ppm >= 1000000 || (ppm > 0 && rng_next() % 1000000 < ppm))
         s->flags = OBS_TRACE_FLAG_SAMPLED;
     s->root = s;
@@ -229,6 +229,8 @@ void obs_span_start(struct obs_tracer *t, struct obs_span *parent, const char *n
         out->parent_stage = parent->stage;
         out->root = parent->root ? parent->root : parent;
     }
+    if (!t)
+        out->flags = 0; /* tracing off: never sampled, context still propagated */
     span_clock(out);
     if (obs_span_sampled(out))
         cnt(&t->n_sampled, 1);
@@ -247,6 +249,8 @@ void obs_span_start_remote(struct obs_tracer *t, const struct obs_trace_ctx *ctx
         out->remote_parent = true;
         out->root = out;
     }
+    if (!t)
+        out->flags = 0; /* tracing off: never sampled, context still propagated */
     span_clock(out);
     if (obs_span_sampled(out))
         cnt(&t->n_sampled, 1);

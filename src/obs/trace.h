@@ -125,7 +125,8 @@ int obs_tracer_create(const struct obs_tracer_config *cfg, struct obs_tracer **o
 void obs_tracer_destroy(struct obs_tracer *t);
 
 /* Starts a span: a child of `parent` (same tracer or another one in the process), or a new
- * root when parent is NULL (head sampling happens here). Never fails. */
+ * root when parent is NULL (head sampling happens here). Never fails. t may be NULL (tracing
+ * off): the span is never sampled but still carries ids, so contexts keep propagating. */
 void obs_span_start(struct obs_tracer *t, struct obs_span *parent, const char *name,
                     struct obs_span *out);
 /* Starts a span whose parent is the remote span in ctx (from obs_trace_ctx_extract); an

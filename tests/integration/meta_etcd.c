@@ -586,6 +586,7 @@ static void test_stopped(void)
     tl_open(&t, testsrv_url(s));
     meta_result_free(do_put(&t, "st/k", "v", 0, 0));
     CHECK(testsrv_kill(s, SIGSTOP) == 0);
+    wait_stopped(testsrv_pid(s));
     uint64_t t0 = now_ms();
     meta_result_t *r = do_get(&t, "st/k", 300);
     uint64_t el = now_ms() - t0;
@@ -620,8 +621,8 @@ static void test_stopped(void)
     r = do_put(&t, "st/hung", "v", 0, 300);
     CHECK(r->rc == KVMESH_ETIMEDOUT || r->rc == KVMESH_EINDETERMINATE);
     meta_result_free(r);
-    /* the abandoned attempt ends shortly after the deadline; then the member is demoted */
-    uint64_t until = now_ms() + 200;
+    /* the abandoned attempt ends 50 ms after the deadline; then the member is demoted */
+    uint64_t until = now_ms() + 1000;
     while (now_ms() < until)
         uv_run(&t.loop, UV_RUN_NOWAIT);
     r = do_put(&t, "st/after", "v", 0, 3000);

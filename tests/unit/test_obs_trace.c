@@ -113,6 +113,16 @@ static void test_sampling(void **state)
     assert_memory_not_equal(r.trace_id, none.trace_id, 16);
     obs_span_end(&r);
     obs_tracer_destroy(t);
+    /* no tracer: spans are never sampled, even under a sampled remote context */
+    struct obs_span n1, n2;
+    obs_span_start(NULL, NULL, "store.put", &n1);
+    assert_false(obs_span_sampled(&n1));
+    ctx.flags = OBS_TRACE_FLAG_SAMPLED;
+    obs_span_start_remote(NULL, &ctx, "data.write", &n2);
+    assert_false(obs_span_sampled(&n2));
+    obs_span_set_key(&n2, "k", 1);
+    obs_span_end(&n2);
+    obs_span_end(&n1);
 }
 
 static json_t *last_line(const char *path)
