@@ -59,8 +59,6 @@ struct kvm_wait {
     void *arg;
 };
 
-static uint64_t slot_seq_counter;
-
 /* ---- queues ---------------------------------------------------------------------------------- */
 
 static void q_push(struct kvm_slot **head, struct kvm_slot **tail, struct kvm_slot *s)
@@ -389,7 +387,7 @@ static void slot_commit(kvm_rt_t *rt, struct kvm_slot *s)
     seg_revoke(rt->reg, s->token);
     s->state = SLOT_COMMITTED;
     s->ref = true;
-    s->seq = ++slot_seq_counter;
+    s->seq = ++rt->slot_seq;
     clock_add(rt, s);
 }
 

@@ -267,6 +267,7 @@ typedef struct kvm_rt {
     struct kvm_slot *clock_hand;                    /* circular list of committed slots */
     size_t n_clock;
     uint32_t evict_inflight;
+    uint64_t slot_seq; /* commit order of slots (drain cursor) */
     struct kvm_wait *waiters;
     size_t n_waiters;
     struct kvm_hitbuf *hitbufs;
