@@ -213,6 +213,11 @@ struct reserve_ctx {
     kvm_op_t *op;
     struct kvm_item *it;
     kvm_runtime_t owner;
+    /* the owner's transport address and segments as the snapshot had them when the reservation
+     * started (a refresh may replace the snapshot before the reply arrives) */
+    const char *data_addr;
+    uint32_t n_segs;
+    struct kvm_seg_info segs[STORE_MAX_SEGS];
 };
 
 static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off, uint64_t token)
@@ -231,12 +236,17 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
         r->offset = off;
         r->token = token;
         const struct kvm_member *m = kvm_member_find(rt, &c->owner.id);
-        if (m) {
-            r->data_addr = m->data_addr;
-            for (uint32_t i = 0; i < m->n_segs; i++)
-                if (m->segs[i].id == seg)
-                    r->seg_read_token = m->segs[i].read_token;
+        const struct kvm_seg_info *segs = c->segs;
+        uint32_t n_segs = c->n_segs;
+        r->data_addr = c->data_addr;
+        if (m && kvm_runtime_equal(&m->rt, &c->owner)) {
+            /* a segment added since the reservation started is in the newer snapshot */
+            segs = m->segs;
+            n_segs = m->n_segs;
         }
+        for (uint32_t i = 0; i < n_segs; i++)
+            if (segs[i].id == seg)
+                r->seg_read_token = segs[i].read_token;
     } else {
         item_exclude(it, &c->owner.id);
         if (rc == KVMESH_ECONN || rc == KVMESH_ETIMEDOUT)
@@ -277,6 +287,9 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
     c->op = op;
     c->it = it;
     c->owner = m->rt;
+    c->data_addr = m->data_addr;
+    c->n_segs = m->n_segs;
+    memcpy(c->segs, m->segs, m->n_segs * sizeof(m->segs[0]));
     item_exclude(it, &m->rt.id); /* one reservation per owner: replicas on distinct owners */
     it->placing++;
     uint32_t ttl = rt->cfg.request_timeout_ms * 2;
