@@ -12,12 +12,14 @@
  * is malloc'd and freed with kvmesh_free().
  */
 #include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/config.h"
 #include "core/util.h"
+#include "obs/metrics.h"
 #include "store/data.h"
 
 struct kvmesh {
@@ -98,6 +100,64 @@ static int check_iov(const struct iovec *iov, int iovcnt, uint64_t *total)
     return 0;
 }
 
+/* ---- request metrics ---------------------------------------------------------------------------
+ */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static int res_of(int rc)
+{
+    switch (rc) {
+    case 0:
+        return OBS_RES_OK;
+    case KVMESH_ENOENT:
+        return OBS_RES_NOT_FOUND;
+    case KVMESH_EINVAL:
+    case KVMESH_EBADKEY:
+    case KVMESH_EBADTENANT:
+    case KVMESH_EBADDOMAIN:
+    case KVMESH_ETOOBIG:
+        return OBS_RES_INVALID;
+    case KVMESH_EQUOTA:
+        return OBS_RES_QUOTA;
+    case KVMESH_ETIMEDOUT:
+        return OBS_RES_TIMEOUT;
+    case KVMESH_EUNAVAILABLE:
+    case KVMESH_ENOSPC:
+        return OBS_RES_UNAVAILABLE;
+    default:
+        return OBS_RES_ERROR;
+    }
+}
+
+/* Counts one API request (requests, errors, bytes, latency, payload size) and returns rc. */
+static int rec(int op, uint64_t t0, uint64_t bytes, int rc)
+{
+    int res = res_of(rc);
+    obs_count(requests_total, op, res, 1);
+    if (rc && rc != KVMESH_ENOENT)
+        obs_count(request_errors_total, op, OBS_NONE, 1);
+    if (!rc && bytes) {
+        obs_count(request_bytes_total, op, OBS_NONE, bytes);
+        obs_observe(request_payload_bytes, op, OBS_NONE, bytes);
+    }
+    obs_observe(request_duration_seconds, op, OBS_NONE, mono_ns() - t0);
+    return rc;
+}
+
+static uint64_t iov_total(const struct iovec *iov, int iovcnt)
+{
+    uint64_t t = 0;
+    for (int i = 0; iov && i < iovcnt && i <= KVMESH_IOV_MAX; i++)
+        t += iov[i].iov_len;
+    return t;
+}
+
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
 int kvmesh_open(kvmesh_t **out, const kvmesh_config_t *cfg)
@@ -163,8 +223,9 @@ static int put_sg(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, si
     return rc ? rc : item_rc;
 }
 
-int kvmesh_put(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-               const void *value, size_t len, const kvmesh_put_opts_t *opts)
+static int put_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+                    const void *value, size_t len, const kvmesh_put_opts_t *opts)
+
 {
     int rc = check_handle(kv);
     if (rc)
@@ -175,14 +236,33 @@ int kvmesh_put(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_
     return put_sg(kv, scope, key, key_len, &iov, 1, len, opts);
 }
 
-int kvmesh_putv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-                const struct iovec *iov, int iovcnt, const kvmesh_put_opts_t *opts)
+int kvmesh_put(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+               const void *value, size_t len, const kvmesh_put_opts_t *opts)
+
+{
+    uint64_t t0 = mono_ns();
+    int rc = put_impl(kv, scope, key, key_len, value, len, opts);
+    return rec(OBS_OP_PUT, t0, rc ? 0 : (uint64_t)(len), rc);
+}
+
+static int putv_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+                     const struct iovec *iov, int iovcnt, const kvmesh_put_opts_t *opts)
+
 {
     int rc = check_handle(kv);
     uint64_t len = 0;
     if (rc || (rc = check_iov(iov, iovcnt, &len)))
         return rc;
     return put_sg(kv, scope, key, key_len, iov, iovcnt, len, opts);
+}
+
+int kvmesh_putv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+                const struct iovec *iov, int iovcnt, const kvmesh_put_opts_t *opts)
+
+{
+    uint64_t t0 = mono_ns();
+    int rc = putv_impl(kv, scope, key, key_len, iov, iovcnt, opts);
+    return rec(OBS_OP_PUT, t0, rc ? 0 : (uint64_t)(iov_total(iov, iovcnt)), rc);
 }
 
 static int get_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -204,8 +284,9 @@ static int get_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, s
     return rc;
 }
 
-int kvmesh_get(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-               void **out, size_t *out_len)
+static int get_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+                    void **out, size_t *out_len)
+
 {
     int rc = check_handle(kv);
     if (rc)
@@ -229,8 +310,18 @@ int kvmesh_get(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_
     return rc;
 }
 
-int kvmesh_get_into(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-                    void *buf, size_t cap, size_t *out_len)
+int kvmesh_get(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+               void **out, size_t *out_len)
+
+{
+    uint64_t t0 = mono_ns();
+    int rc = get_impl(kv, scope, key, key_len, out, out_len);
+    return rec(OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
+}
+
+static int get_into_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+                         void *buf, size_t cap, size_t *out_len)
+
 {
     int rc = check_handle(kv);
     if (rc)
@@ -249,8 +340,18 @@ int kvmesh_get_into(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, 
     return rc;
 }
 
-int kvmesh_getv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-                const struct iovec *iov, int iovcnt, size_t *out_len)
+int kvmesh_get_into(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+                    void *buf, size_t cap, size_t *out_len)
+
+{
+    uint64_t t0 = mono_ns();
+    int rc = get_into_impl(kv, scope, key, key_len, buf, cap, out_len);
+    return rec(OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
+}
+
+static int getv_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+                     const struct iovec *iov, int iovcnt, size_t *out_len)
+
 {
     int rc = check_handle(kv);
     uint64_t cap = 0;
@@ -270,7 +371,17 @@ int kvmesh_getv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size
     return rc;
 }
 
-int kvmesh_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len)
+int kvmesh_getv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+                const struct iovec *iov, int iovcnt, size_t *out_len)
+
+{
+    uint64_t t0 = mono_ns();
+    int rc = getv_impl(kv, scope, key, key_len, iov, iovcnt, out_len);
+    return rec(OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
+}
+
+static int remove_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len)
+
 {
     int rc = check_handle(kv);
     kvm_ident_t id;
@@ -283,6 +394,14 @@ int kvmesh_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, si
     if (rc == KVMESH_ENOENT)
         rc = kvm_errf(rc, "no object with this key in this tenant/domain");
     return rc;
+}
+
+int kvmesh_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len)
+
+{
+    uint64_t t0 = mono_ns();
+    int rc = remove_impl(kv, scope, key, key_len);
+    return rec(OBS_OP_REMOVE, t0, rc ? 0 : (uint64_t)(0), rc);
 }
 
 static int lookup_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -301,8 +420,9 @@ static int lookup_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key
     return rc;
 }
 
-int kvmesh_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-                  bool *out)
+static int exists_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+                       bool *out)
+
 {
     if (!out)
         return kvm_errf(KVMESH_EINVAL, "out is required");
@@ -314,6 +434,15 @@ int kvmesh_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, si
     }
     *out = rc == 0;
     return rc;
+}
+
+int kvmesh_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+                  bool *out)
+
+{
+    uint64_t t0 = mono_ns();
+    int rc = exists_impl(kv, scope, key, key_len, out);
+    return rec(OBS_OP_EXIST, t0, rc ? 0 : (uint64_t)(0), rc);
 }
 
 int kvmesh_size(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -492,25 +621,33 @@ out:
 int kvmesh_batch_put(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
                      size_t n, const kvmesh_put_opts_t *opts)
 {
-    return batch(kv, B_PUT, scope, items, n, opts);
+    uint64_t t0 = mono_ns();
+    int rc = batch(kv, B_PUT, scope, items, n, opts);
+    return rec(OBS_OP_BATCH_PUT, t0, 0, rc);
 }
 
 int kvmesh_batch_get(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
                      size_t n)
 {
-    return batch(kv, B_GET, scope, items, n, NULL);
+    uint64_t t0 = mono_ns();
+    int rc = batch(kv, B_GET, scope, items, n, NULL);
+    return rec(OBS_OP_BATCH_GET, t0, 0, rc);
 }
 
 int kvmesh_batch_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
                         size_t n)
 {
-    return batch(kv, B_REMOVE, scope, items, n, NULL);
+    uint64_t t0 = mono_ns();
+    int rc = batch(kv, B_REMOVE, scope, items, n, NULL);
+    return rec(OBS_OP_BATCH_REMOVE, t0, 0, rc);
 }
 
 int kvmesh_batch_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
                         size_t n)
 {
-    return batch(kv, B_EXISTS, scope, items, n, NULL);
+    uint64_t t0 = mono_ns();
+    int rc = batch(kv, B_EXISTS, scope, items, n, NULL);
+    return rec(OBS_OP_EXIST, t0, 0, rc);
 }
 
 /* ---- cluster view ------------------------------------------------------------------------------

@@ -511,84 +511,144 @@ static int simple_op(kvm_rt_t *rt, enum kvm_op_type t)
     return rc;
 }
 
-/* Moves one local replica to another owner. */
-static int handoff_one(kvm_rt_t *rt, const kvm_hot_replica_t *rep, const kvm_ident_t *id)
+/* Moves a page of local replicas to other owners: one PLACE op, one transport batch, one
+ * HANDOFF op (route CAS per item). */
+static void handoff_page(kvm_rt_t *rt, const kvm_hot_replica_t *reps, const kvm_ident_t *ids,
+                         const uint64_t *read_tokens, size_t n, size_t *moved, size_t *failed)
 {
-    kvm_op_t *place = kvm_op_new(rt, KVM_OP_PLACE, 1);
-    if (!place)
-        return KVMESH_ENOMEM;
+    kvm_op_t *place = kvm_op_new(rt, KVM_OP_PLACE, n);
+    if (!place) {
+        *failed += n;
+        return;
+    }
     place->replicas = 1;
-    struct kvm_item *it = &place->items[0];
-    int rc = kvm_ident_copy(&it->ident, id);
-    it->len = rep->length;
+    int rc = 0;
+    /* Owners that already hold a replica of the object are not candidates (distinct owners). */
+    kvm_op_t *look = kvm_op_new(rt, KVM_OP_LOOKUP, n);
+    if (!look)
+        rc = KVMESH_ENOMEM;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
+    if (!rc)
+        rc = kvm_op_run(look);
+    for (size_t i = 0; i < n && !rc; i++) {
+        struct kvm_item *it = &place->items[i];
+        rc = kvm_ident_copy(&it->ident, &ids[i]);
+        it->len = reps[i].length;
+        const kvm_route_t *r = &look->items[i].route;
+        for (uint32_t j = 0; look->items[i].rc == 0 && j < r->n_replicas; j++)
+            if (!kvm_id128_equal(&r->replicas[j].owner, &rt->self.id) &&
+                it->exclude_n < KVM_ARRAY_SIZE(it->exclude))
+                it->exclude[it->exclude_n++] = r->replicas[j].owner;
+    }
+    kvm_op_unref(look);
     if (!rc)
         rc = kvm_op_run(place);
-    if (!rc)
-        rc = it->rc;
     if (rc) {
+        *failed += n;
         kvm_op_unref(place);
-        return rc;
+        return;
     }
-    /* Source: our own segment (registered implicitly with the engine). */
-    uint8_t *src;
-    struct seg *pin;
-    enum seg_reason why;
-    uint64_t read_token = 0;
-    for (uint32_t s = 0; s < rt->n_segs; s++)
-        if (rt->segs[s].seg->id == rep->segment)
-            read_token = rt->segs[s].read_token;
-    struct kvm_res *res = &it->res[0];
-    rc = seg_check(rt->reg, rep->segment, rep->offset, rep->length, SEG_READ, read_token, &src,
-                   &pin, &why);
-    if (!rc) {
+    struct tp_batch *b = NULL;
+    struct seg *pins[64] = {0};
+    int slot_of[64];
+    if (tp_batch_new(rt->tp, TP_MAX_BATCH, &b) != 0)
+        b = NULL;
+    for (size_t i = 0; i < n; i++) {
+        struct kvm_item *it = &place->items[i];
+        slot_of[i] = -1;
+        if (it->rc || !b)
+            continue;
+        struct kvm_res *res = &it->res[0];
+        uint8_t *src;
+        enum seg_reason why;
         struct tp_segment *seg;
-        struct tp_batch *b = NULL;
-        rc = res->data_addr
-                 ? kvm_rt_seg_open(rt, res->data_addr, res->seg, res->seg_read_token, &seg)
-                 : KVMESH_EUNAVAILABLE;
-        if (!rc)
-            rc = tp_batch_new(rt->tp, 1, &b);
-        if (!rc) {
+        int e = seg_check(rt->reg, reps[i].segment, reps[i].offset, reps[i].length, SEG_READ,
+                          read_tokens[i], &src, &pins[i], &why);
+        if (!e && res->local) { /* another segment of this runtime (segment retirement) */
+            struct iovec v = {src, reps[i].length};
+            e = local_copy(rt, SEG_WRITE, res->seg, res->offset, reps[i].length, res->token, &v, 1);
+            if (e)
+                it->rc = e;
+            continue;
+        }
+        if (!e)
+            e = res->data_addr
+                    ? kvm_rt_seg_open(rt, res->data_addr, res->seg, res->seg_read_token, &seg)
+                    : KVMESH_EUNAVAILABLE;
+        if (!e) {
             struct tp_request rq = {.op = TP_WRITE,
                                     .local = src,
-                                    .length = rep->length,
+                                    .length = reps[i].length,
                                     .segment = seg,
                                     .remote_offset = res->offset,
                                     .token = res->token};
-            rc = tp_submit(b, &rq, 1);
-            if (!rc)
-                rc = tp_batch_wait(b, (int)rt->cfg.request_timeout_ms);
-            if (!rc)
-                rc = tp_status(b, 0, NULL);
+            slot_of[i] = (int)tp_batch_count(b);
+            e = tp_submit(b, &rq, 1);
         }
-        if (b)
-            tp_batch_free(b);
-        seg_unpin(rt->reg, pin);
+        if (e)
+            it->rc = e;
     }
-    kvm_op_t *next = kvm_op_new(rt, rc ? KVM_OP_ABORT : KVM_OP_HANDOFF, 1);
-    if (next) {
-        struct kvm_item *d = &next->items[0];
+    if (b) {
+        tp_batch_wait(b, (int)rt->cfg.request_timeout_ms);
+        for (size_t i = 0; i < n; i++)
+            if (slot_of[i] >= 0 && tp_status(b, (unsigned)slot_of[i], NULL) != 0)
+                place->items[i].rc = KVMESH_EIO;
+        tp_batch_free(b);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (pins[i])
+            seg_unpin(rt->reg, pins[i]);
+    size_t n_ok = 0, n_bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (place->items[i].rc == 0)
+            n_ok++;
+        else if (place->items[i].n_res)
+            n_bad++;
+    }
+    kvm_op_t *ho = n_ok ? kvm_op_new(rt, KVM_OP_HANDOFF, n_ok) : NULL;
+    kvm_op_t *ab = n_bad ? kvm_op_new(rt, KVM_OP_ABORT, n_bad) : NULL;
+    size_t k = 0, j = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct kvm_item *it = &place->items[i];
+        kvm_op_t *dst = it->rc == 0 ? ho : it->n_res ? ab : NULL;
+        if (!dst)
+            continue;
+        struct kvm_item *d = &dst->items[dst == ho ? k++ : j++];
         d->ident = it->ident;
         memset(&it->ident, 0, sizeof(it->ident));
         d->len = it->len;
         d->n_res = 1;
-        d->res[0] = *res;
-        d->moving = *rep;
-        int r2 = kvm_op_run(next);
-        if (!rc)
-            rc = r2 ? r2 : d->rc;
-        kvm_op_unref(next);
+        d->res[0] = it->res[0];
+        d->moving = reps[i];
+    }
+    if (ab) {
+        kvm_op_run(ab);
+        kvm_op_unref(ab);
+    }
+    *failed += n - n_ok;
+    if (ho) {
+        if (kvm_op_run(ho) != 0) {
+            *failed += n_ok;
+        } else {
+            for (size_t i = 0; i < n_ok; i++) {
+                if (ho->items[i].rc == 0)
+                    (*moved)++;
+                else
+                    (*failed)++;
+            }
+        }
+        kvm_op_unref(ho);
     }
     kvm_op_unref(place);
-    return rc;
 }
 
-int kvm_store_drain(kvm_rt_t *rt, uint32_t timeout_ms, size_t *moved, size_t *failed)
+/* Moves every committed local replica (of segment seg_filter, or all when 0) elsewhere, until
+ * two passes find nothing new or timeout_ms passed. */
+static int move_all(kvm_rt_t *rt, uint64_t seg_filter, uint32_t timeout_ms, size_t *moved,
+                    size_t *failed)
 {
-    *moved = *failed = 0;
-    int rc = simple_op(rt, KVM_OP_DRAIN_BEGIN);
-    if (rc)
-        return rc;
+    int rc = 0;
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     uint64_t cursor = 0;
@@ -597,8 +657,8 @@ int kvm_store_drain(kvm_rt_t *rt, uint32_t timeout_ms, size_t *moved, size_t *fa
      * passes a snapshot period apart find nothing new. */
     while (empty_passes < 2) {
         clock_gettime(CLOCK_MONOTONIC, &t);
-        uint64_t el =
-            (uint64_t)(((int64_t)(t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec)) / 1000000);
+        uint64_t el = (uint64_t)(((int64_t)t.tv_sec - (int64_t)t0.tv_sec) * 1000 +
+                                 ((int64_t)t.tv_nsec - (int64_t)t0.tv_nsec) / 1000000);
         if (el > timeout_ms) {
             rc = kvm_errf(KVMESH_ETIMEDOUT, "drain did not finish in %u ms (%zu moved)", timeout_ms,
                           *moved);
@@ -610,32 +670,85 @@ int kvm_store_drain(kvm_rt_t *rt, uint32_t timeout_ms, size_t *moved, size_t *fa
         memset(ids, 0, sizeof(ids));
         if (!op)
             return KVMESH_ENOMEM;
+        uint64_t tokens[64];
         op->list = reps;
         op->list_ident = ids;
+        op->list_tokens = tokens;
+        op->seg_arg = seg_filter;
         op->list_cap = 64;
         op->list_cursor = cursor;
         rc = kvm_op_run(op);
         size_t got = op->list_n;
         cursor = op->list_cursor;
-        for (size_t i = 0; !rc && i < got; i++) {
-            if (handoff_one(rt, &reps[i], &ids[i]) == 0)
-                (*moved)++;
-            else
-                (*failed)++;
-        }
+        if (!rc && got)
+            handoff_page(rt, reps, ids, tokens, got, moved, failed);
         kvm_op_unref(op); /* frees ids */
         if (rc)
             break;
         if (got == 0) {
             empty_passes++;
-            usleep(600 * 1000);
+            if (empty_passes < 2)
+                usleep(seg_filter ? 50 * 1000 : 600 * 1000);
         }
     }
     if (!rc && *failed)
-        rc = kvm_errf(KVMESH_EUNAVAILABLE, "drain could not move %zu replicas (%zu moved)", *failed,
+        rc = kvm_errf(KVMESH_EUNAVAILABLE, "could not move %zu replicas (%zu moved)", *failed,
                       *moved);
+    return rc;
+}
+
+int kvm_store_drain(kvm_rt_t *rt, uint32_t timeout_ms, size_t *moved, size_t *failed)
+{
+    *moved = *failed = 0;
+    int rc = simple_op(rt, KVM_OP_DRAIN_BEGIN);
+    if (rc)
+        return rc;
+    rc = move_all(rt, 0, timeout_ms, moved, failed);
     int r2 = simple_op(rt, KVM_OP_DRAIN_END);
     return rc ? rc : r2;
+}
+
+static int seg_op(kvm_rt_t *rt, enum kvm_op_type t, uint64_t *arg)
+{
+    kvm_op_t *op = kvm_op_new(rt, t, 0);
+    if (!op)
+        return KVMESH_ENOMEM;
+    op->seg_arg = *arg;
+    int rc = kvm_op_run(op);
+    *arg = op->seg_arg;
+    kvm_op_unref(op);
+    return rc;
+}
+
+int kvm_store_add_segment(kvm_rt_t *rt, uint64_t size, uint64_t *seg_id)
+{
+    *seg_id = size;
+    return seg_op(rt, KVM_OP_SEG_ADD, seg_id);
+}
+
+int kvm_store_retire_segment(kvm_rt_t *rt, uint64_t seg_id, uint32_t timeout_ms)
+{
+    uint64_t arg = seg_id;
+    int rc = seg_op(rt, KVM_OP_SEG_RETIRE, &arg);
+    if (rc)
+        return rc;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        size_t moved = 0, failed = 0;
+        rc = move_all(rt, seg_id, timeout_ms, &moved, &failed);
+        arg = seg_id;
+        if (!rc && (rc = seg_op(rt, KVM_OP_SEG_REMOVE, &arg)) != KVMESH_EAGAIN)
+            return rc;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        uint64_t el = (uint64_t)(((int64_t)t.tv_sec - (int64_t)t0.tv_sec) * 1000 +
+                                 ((int64_t)t.tv_nsec - (int64_t)t0.tv_nsec) / 1000000);
+        if (el > timeout_ms)
+            return kvm_errf(KVMESH_ETIMEDOUT,
+                            "segment %016" PRIx64 " still holds slots after %u ms", seg_id,
+                            timeout_ms);
+        usleep(50 * 1000); /* reserved or reclaiming slots finish within TTL / grace */
+    }
 }
 
 int kvm_store_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)

@@ -42,5 +42,10 @@ int kvm_store_lookup(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, kvm_route_t
 int kvm_store_remove(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, int *rcs);
 int kvm_store_drain(kvm_rt_t *rt, uint32_t timeout_ms, size_t *moved, size_t *failed);
 int kvm_store_stats(kvm_rt_t *rt, struct kvm_rt_stats *st);
+/* Storage resize at run time: a new segment of `size` bytes joins the record; a retired segment
+ * takes no new slots, its replicas move (to other segments or owners, routes CAS'ed), then it is
+ * removed from the record and unmapped. */
+int kvm_store_add_segment(kvm_rt_t *rt, uint64_t size, uint64_t *seg_id);
+int kvm_store_retire_segment(kvm_rt_t *rt, uint64_t seg_id, uint32_t timeout_ms);
 
 #endif

@@ -67,6 +67,7 @@ void kvm_member_set_state(kvm_rt_t *rt, enum kvm_member_state to)
               (from == KVM_MS_DRAINING && (to == KVM_MS_GONE || to == KVM_MS_ACTIVE)) || from == to;
     KVM_ASSERT(ok);
     rt->state = to;
+    atomic_store(&rt->a_state, (int)to);
 }
 
 /* ---- nodes and lookups -------------------------------------------------------------------- */
@@ -356,6 +357,8 @@ static void keepalive_done(void *arg, const meta_result_t *res)
     kvm_rt_t *rt = arg;
     if (atomic_load(&rt->closing) || res->rc == KVMESH_ECANCELED)
         return;
+    obs_count(lease_heartbeats_total, res->rc ? OBS_OUTCOME_ERROR : OBS_OUTCOME_OK, OBS_NONE, 1);
+    obs_gauge_set(lease_healthy, OBS_NONE, OBS_NONE, res->rc ? 0 : 1);
     if (res->rc == KVMESH_ENOENT)
         grant_and_publish(rt, keepalive_published, false); /* lease lost: a fresh one */
     else
@@ -408,6 +411,8 @@ static void snapshot_install(kvm_rt_t *rt)
         else
             i++;
     }
+    atomic_store(&rt->a_members, rt->n_members);
+    obs_gauge_set(membership_live_members, OBS_NONE, OBS_NONE, (int64_t)rt->n_members);
     if (!changed)
         return;
     rt->generation++;
@@ -438,6 +443,8 @@ static void refresh_done(void *arg, const meta_result_t *res)
 {
     struct refresh_call *c = arg;
     kvm_rt_t *rt = c->rt;
+    obs_count(membership_refreshes_total, res->rc ? OBS_OUTCOME_ERROR : OBS_OUTCOME_OK, OBS_NONE,
+              1);
     if (res->rc) {
         rt->refreshing = false;
         kvm_done_cb cb = c->cb;

@@ -213,6 +213,11 @@ struct reserve_ctx {
     kvm_op_t *op;
     struct kvm_item *it;
     kvm_runtime_t owner;
+    /* the owner's transport address and segments as the snapshot had them when the reservation
+     * started (a refresh may replace the snapshot before the reply arrives) */
+    const char *data_addr;
+    uint32_t n_segs;
+    struct kvm_seg_info segs[STORE_MAX_SEGS];
 };
 
 static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off, uint64_t token)
@@ -231,12 +236,17 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
         r->offset = off;
         r->token = token;
         const struct kvm_member *m = kvm_member_find(rt, &c->owner.id);
-        if (m) {
-            r->data_addr = m->data_addr;
-            for (uint32_t i = 0; i < m->n_segs; i++)
-                if (m->segs[i].id == seg)
-                    r->seg_read_token = m->segs[i].read_token;
+        const struct kvm_seg_info *segs = c->segs;
+        uint32_t n_segs = c->n_segs;
+        r->data_addr = c->data_addr;
+        if (m && kvm_runtime_equal(&m->rt, &c->owner)) {
+            /* a segment added since the reservation started is in the newer snapshot */
+            segs = m->segs;
+            n_segs = m->n_segs;
         }
+        for (uint32_t i = 0; i < n_segs; i++)
+            if (segs[i].id == seg)
+                r->seg_read_token = segs[i].read_token;
     } else {
         item_exclude(it, &c->owner.id);
         if (rc == KVMESH_ECONN || rc == KVMESH_ETIMEDOUT)
@@ -277,6 +287,9 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
     c->op = op;
     c->it = it;
     c->owner = m->rt;
+    c->data_addr = m->data_addr;
+    c->n_segs = m->n_segs;
+    memcpy(c->segs, m->segs, m->n_segs * sizeof(m->segs[0]));
     item_exclude(it, &m->rt.id); /* one reservation per owner: replicas on distinct owners */
     it->placing++;
     uint32_t ttl = rt->cfg.request_timeout_ms * 2;
@@ -351,7 +364,7 @@ void kvm_ops_fill_access(kvm_rt_t *rt, struct kvm_item *it)
             struct kvm_access a = {.local = local, .suspect = suspect};
             if (local) {
                 for (uint32_t s = 0; s < rt->n_segs; s++)
-                    if (rt->segs[s].seg->id == rep->segment) {
+                    if (rt->segs[s].seg && rt->segs[s].seg->id == rep->segment) {
                         a.known = true;
                         a.seg_read_token = rt->segs[s].read_token;
                     }
@@ -807,9 +820,28 @@ void kvm_ops_run(kvm_op_t *op)
         kvm_member_publish(rt, state_published);
         return;
     case KVM_OP_DRAIN_LIST:
-        op->list_n = kvm_owner_list(rt, &op->list_cursor, op->list, op->list_ident, op->list_cap);
+        op->list_n = kvm_owner_list(rt, op->seg_arg, &op->list_cursor, op->list, op->list_ident,
+                                    op->list_tokens, op->list_cap);
         kvm_op_complete(op, 0);
         return;
+    case KVM_OP_SEG_ADD:
+    case KVM_OP_SEG_RETIRE:
+    case KVM_OP_SEG_REMOVE: {
+        int rc = op->type == KVM_OP_SEG_ADD ? kvm_owner_add_segment(rt, op->seg_arg, &op->seg_arg)
+                 : op->type == KVM_OP_SEG_RETIRE ? kvm_owner_retire_segment(rt, op->seg_arg)
+                                                 : kvm_owner_remove_segment(rt, op->seg_arg);
+        if (rc || op->type == KVM_OP_SEG_RETIRE || rt->state_op) {
+            if (rc)
+                kvm_op_fail(op, NULL, rc, "%s", kvmesh_last_error());
+            kvm_op_complete(op, rc);
+            if (!rc && rt->state_op == NULL)
+                kvm_member_publish(rt, NULL);
+            return;
+        }
+        rt->state_op = op; /* completes once the record lists the new segment set */
+        kvm_member_publish(rt, state_published);
+        return;
+    }
     }
     (void)item_index;
 }

@@ -59,8 +59,6 @@ struct kvm_wait {
     void *arg;
 };
 
-static uint64_t slot_seq_counter;
-
 /* ---- queues ---------------------------------------------------------------------------------- */
 
 static void q_push(struct kvm_slot **head, struct kvm_slot **tail, struct kvm_slot *s)
@@ -189,6 +187,8 @@ void kvm_owner_fini(kvm_rt_t *rt)
     }
     kvm_owner_fail_waiters(rt);
     for (uint32_t i = 0; i < rt->n_segs; i++) {
+        if (!rt->segs[i].seg)
+            continue;
         alloc_free(rt->segs[i].alloc);
         seg_destroy(rt->reg, rt->segs[i].seg->id);
     }
@@ -211,8 +211,8 @@ void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n)
 {
     uint32_t k = 0;
     for (uint32_t i = 0; i < rt->n_segs; i++) {
-        if (rt->segs[i].retiring)
-            continue;
+        if (!rt->segs[i].seg)
+            continue; /* removed; a retiring segment stays listed: its replicas are readable */
         out[k++] = (struct kvm_seg_info){rt->segs[i].seg->id, rt->segs[i].seg->size,
                                          rt->segs[i].read_token};
     }
@@ -222,7 +222,7 @@ void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n)
 static int seg_index(kvm_rt_t *rt, uint64_t seg_id)
 {
     for (uint32_t i = 0; i < rt->n_segs; i++)
-        if (rt->segs[i].seg->id == seg_id)
+        if (rt->segs[i].seg && rt->segs[i].seg->id == seg_id)
             return (int)i;
     return -1;
 }
@@ -248,7 +248,7 @@ static int try_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
 {
     for (uint32_t i = 0; i < rt->n_segs; i++) {
         struct kvm_local_seg *ls = &rt->segs[i];
-        if (ls->retiring || !alloc_can_fit(ls->alloc, len))
+        if (!ls->seg || ls->retiring || !alloc_can_fit(ls->alloc, len))
             continue;
         struct kvm_slot *s = calloc(1, sizeof(*s));
         if (!s)
@@ -275,6 +275,8 @@ static int try_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
         s->deadline_ns = now_ns(rt) + (uint64_t)ttl_ms * 1000000ull;
         q_push(&rt->reserved_head, &rt->reserved_tail, s);
         rt->used += len;
+        obs_count(allocations_total, OBS_TIER_DRAM, OBS_ALLOC_OK, 1);
+        obs_count(allocated_bytes_total, OBS_TIER_DRAM, OBS_NONE, len);
         *seg = ls->seg->id;
         *off = s->off;
         *token = g.token;
@@ -325,6 +327,7 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
         }
         free(w);
     }
+    obs_count(allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
     char msg[256];
     snprintf(msg, sizeof(msg),
              "owner %s has no room for %" PRIu64 " bytes (%" PRIu64 " of %" PRIu64
@@ -384,7 +387,7 @@ static void slot_commit(kvm_rt_t *rt, struct kvm_slot *s)
     seg_revoke(rt->reg, s->token);
     s->state = SLOT_COMMITTED;
     s->ref = true;
-    s->seq = ++slot_seq_counter;
+    s->seq = ++rt->slot_seq;
     clock_add(rt, s);
 }
 
@@ -463,6 +466,8 @@ static void evict_cas_done(void *arg, int rc, const kvm_route_t *r)
     (void)r;
     if (rc == 0) {
         rt->stats.evictions++;
+        obs_count(evictions_total, OBS_TIER_DRAM, OBS_NONE, 1);
+        obs_count(evicted_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
         s->busy = false;
         rt->evict_inflight--;
         slot_to_reclaim(rt, s);
@@ -556,6 +561,7 @@ static void tick(void *arg)
         }
         rt->stats.reclaim_bytes -= s->len;
         rt->stats.reclaimed++;
+        obs_count(reclaimed_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
         slot_free(rt, s);
     }
     budget = STORE_TICK_BUDGET;
@@ -573,6 +579,9 @@ static void tick(void *arg)
     uint64_t high = (uint64_t)((double)rt->capacity * rt->cfg.evict_high_watermark);
     if (rt->used > high || rt->waiters)
         evict_some(rt, 0);
+    atomic_store(&rt->a_used, rt->used);
+    obs_gauge_set(segment_used_bytes, OBS_TIER_DRAM, OBS_NONE, (int64_t)rt->used);
+    obs_gauge_set(segment_capacity_bytes, OBS_TIER_DRAM, OBS_NONE, (int64_t)rt->capacity);
     if (!atomic_load(&rt->closing))
         rt->tick_timer = env_timer_start(rt->env, STORE_TICK_MS * 1000000ull, tick, rt);
 }
@@ -589,8 +598,8 @@ void kvm_owner_stop(kvm_rt_t *rt)
     rt->tick_timer = 0;
 }
 
-size_t kvm_owner_list(kvm_rt_t *rt, uint64_t *cursor, kvm_hot_replica_t *out, kvm_ident_t *ids,
-                      size_t cap)
+size_t kvm_owner_list(kvm_rt_t *rt, uint64_t seg_filter, uint64_t *cursor, kvm_hot_replica_t *out,
+                      kvm_ident_t *ids, uint64_t *read_tokens, size_t cap)
 {
     /* The cap smallest commit sequences above the cursor (insertion into a sorted array). */
     struct kvm_slot *sel[64];
@@ -599,7 +608,7 @@ size_t kvm_owner_list(kvm_rt_t *rt, uint64_t *cursor, kvm_hot_replica_t *out, kv
         cap = KVM_ARRAY_SIZE(sel);
     struct kvm_slot *s = rt->clock_hand;
     for (size_t i = 0; s && i < rt->n_clock; i++, s = s->cnext) {
-        if (s->seq <= *cursor)
+        if (s->seq <= *cursor || (seg_filter && rt->segs[s->segi].seg->id != seg_filter))
             continue;
         if (n == cap && s->seq >= sel[n - 1]->seq)
             continue;
@@ -618,9 +627,46 @@ size_t kvm_owner_list(kvm_rt_t *rt, uint64_t *cursor, kvm_hot_replica_t *out, kv
                                        .segment = rt->segs[sel[i]->segi].seg->id,
                                        .offset = sel[i]->off,
                                        .length = sel[i]->len};
+        read_tokens[k - 1] = rt->segs[sel[i]->segi].read_token;
         *cursor = sel[i]->seq;
     }
     return k;
+}
+
+int kvm_owner_add_segment(kvm_rt_t *rt, uint64_t size, uint64_t *seg_id)
+{
+    int rc = seg_add(rt, size);
+    if (!rc)
+        *seg_id = rt->segs[rt->n_segs - 1].seg->id;
+    return rc;
+}
+
+int kvm_owner_retire_segment(kvm_rt_t *rt, uint64_t seg_id)
+{
+    int i = seg_index(rt, seg_id);
+    if (i < 0)
+        return kvm_errf(KVMESH_ENOENT, "no segment %016" PRIx64 " on this runtime", seg_id);
+    rt->segs[i].retiring = true;
+    return 0;
+}
+
+int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id)
+{
+    int i = seg_index(rt, seg_id);
+    if (i < 0)
+        return kvm_errf(KVMESH_ENOENT, "no segment %016" PRIx64 " on this runtime", seg_id);
+    struct kvm_local_seg *ls = &rt->segs[i];
+    alloc_stats_t a;
+    alloc_stats(ls->alloc, &a);
+    if (!ls->retiring || a.n_used)
+        return kvm_errf(KVMESH_EAGAIN, "segment %016" PRIx64 " still holds %" PRIu64 " slots",
+                        seg_id, a.n_used);
+    rt->capacity -= ls->seg->size;
+    alloc_free(ls->alloc);
+    seg_destroy(rt->reg, ls->seg->id);
+    ls->alloc = NULL;
+    ls->seg = NULL;
+    return 0;
 }
 
 void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
@@ -630,6 +676,8 @@ void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
     st->used = rt->used;
     uint64_t fr = 0, lf = 0;
     for (uint32_t i = 0; i < rt->n_segs; i++) {
+        if (!rt->segs[i].seg)
+            continue;
         alloc_stats_t a;
         alloc_stats(rt->segs[i].alloc, &a);
         fr += a.free;

@@ -139,8 +139,8 @@ int kvm_op_run(kvm_op_t *op)
             break;
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
-        uint64_t ms = (uint64_t)(now.tv_sec - start.tv_sec) * 1000 +
-                      (uint64_t)(now.tv_nsec - start.tv_nsec) / 1000000;
+        uint64_t ms = (uint64_t)(((int64_t)now.tv_sec - (int64_t)start.tv_sec) * 1000 +
+                                 ((int64_t)now.tv_nsec - (int64_t)start.tv_nsec) / 1000000);
         if (ms >= rt->cfg.request_timeout_ms)
             break;
         usleep(200);
@@ -518,8 +518,58 @@ static void close_start(void *arg)
         close_left(rt, 0, "");
 }
 
+static void admin_health(void *ctx, struct obs_health *out)
+{
+    kvm_rt_t *rt = ctx;
+    int st = atomic_load(&rt->a_state);
+    out->live = !atomic_load(&rt->closing);
+    out->ready = out->live && st == KVM_MS_ACTIVE;
+    if (!out->ready)
+        obs_health_reason(out, "runtime is %s", kvm_member_state_name((enum kvm_member_state)st));
+    if (atomic_load(&rt->a_members) == 0) {
+        out->ready = false;
+        obs_health_reason(out, "no membership snapshot yet");
+    }
+}
+
+static void admin_stats(void *ctx, struct obs_runtime_stats *out)
+{
+    kvm_rt_t *rt = ctx;
+    snprintf(out->runtime_id, sizeof(out->runtime_id), "%s", rt->idhex);
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    out->uptime_seconds = ((uint64_t)t.tv_sec * 1000 - rt->start_ms) / 1000;
+    out->live_members = (uint32_t)atomic_load(&rt->a_members);
+    out->dram_capacity_bytes = rt->capacity;
+    out->dram_used_bytes = atomic_load(&rt->a_used);
+}
+
+static int admin_start(kvm_rt_t *rt)
+{
+    char host[128];
+    int port = 0;
+    int rc = split_hostport(rt->cfg.admin_listen, host, sizeof(host), &port);
+    if (rc)
+        return kvm_errf(KVMESH_ECONFIG, "admin_listen: '%s' is not host:port",
+                        rt->cfg.admin_listen);
+    struct obs_http_config hc = {
+        .bind_addr = host,
+        .port = (uint16_t)port,
+        .secret = rt->cfg.secret,
+        .provider = {.ctx = rt, .health = admin_health, .runtime_stats = admin_stats},
+    };
+    return obs_http_start(&hc, &rt->admin);
+}
+
+uint16_t kvm_rt_admin_port(kvm_rt_t *rt)
+{
+    return rt->admin ? obs_http_port(rt->admin) : 0;
+}
+
 static void rt_free(kvm_rt_t *rt)
 {
+    obs_http_stop(rt->admin);
+    rt->admin = NULL;
     if (rt->thread)
         env_uv_thread_stop(rt->thread);
     for (size_t i = 0; i < rt->n_seg_cache; i++)
@@ -565,6 +615,9 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvmesh_config *cfg)
     if (!rt)
         return KVMESH_ENOMEM;
     rt->cfg = *cfg;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rt->start_ms = (uint64_t)t0.tv_sec * 1000;
     pthread_mutex_init(&rt->mu, NULL);
     pthread_cond_init(&rt->open_cv, NULL);
     rt->members = calloc(STORE_MAX_MEMBERS, sizeof(*rt->members));
@@ -625,6 +678,8 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvmesh_config *cfg)
         kvm_rt_close(rt, false);
         return kvm_errf(rc, "kvmesh_open: %s", err);
     }
+    if (cfg->admin_listen[0] && (rc = admin_start(rt)) != 0)
+        goto fail;
     *out = rt;
     return 0;
 fail:;

@@ -36,6 +36,7 @@
 #include "net/rpc.h"
 #include "net/transport.h"
 #include "route/route.h"
+#include "obs/http.h"
 #include "store/alloc.h"
 
 #define STORE_MAX_MEMBERS      256  /* members in a live snapshot */
@@ -141,6 +142,9 @@ enum kvm_op_type {
     KVM_OP_DRAIN_LIST, /* list local committed replicas (bounded page) */
     KVM_OP_DRAIN_END,
     KVM_OP_STATS,
+    KVM_OP_SEG_ADD,    /* seg_arg = size; result seg_arg = segment id; record republished */
+    KVM_OP_SEG_RETIRE, /* seg_arg = segment id */
+    KVM_OP_SEG_REMOVE, /* seg_arg = segment id; record republished */
 };
 
 struct kvm_rt;
@@ -173,6 +177,8 @@ typedef struct kvm_op {
     /* drain list */
     kvm_hot_replica_t *list;
     kvm_ident_t *list_ident;
+    uint64_t *list_tokens;
+    uint64_t seg_arg;
     size_t list_cap, list_n;
     uint64_t list_cursor;
     /* stats */
@@ -261,11 +267,17 @@ typedef struct kvm_rt {
     struct kvm_slot *clock_hand;                    /* circular list of committed slots */
     size_t n_clock;
     uint32_t evict_inflight;
+    uint64_t slot_seq; /* commit order of slots (drain cursor) */
     struct kvm_wait *waiters;
     size_t n_waiters;
     struct kvm_hitbuf *hitbufs;
     size_t n_hitbufs;
     struct kvm_rt_stats stats;
+    /* [any] mirrors for the admin endpoints (written by the loop) */
+    _Atomic uint64_t a_used, a_members;
+    atomic_int a_state;
+    uint64_t start_ms;
+    struct obs_http *admin;
     kvm_op_t *state_op; /* the drain step waiting for its record write */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
@@ -287,6 +299,8 @@ bool kvm_rt_is_registered(kvm_rt_t *rt, const void *p, size_t len);
 int kvm_rt_register(kvm_rt_t *rt, void *addr, size_t len);
 int kvm_rt_unregister(kvm_rt_t *rt, void *addr);
 kvm_op_id_t kvm_rt_next_op_id(kvm_rt_t *rt);
+/* Bound port of the admin HTTP endpoints (0 when admin_listen is off). */
+uint16_t kvm_rt_admin_port(kvm_rt_t *rt);
 
 /* ops hand-off */
 kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n);
@@ -332,8 +346,13 @@ void kvm_owner_commit(kvm_rt_t *rt, uint64_t seg, uint64_t off);
 void kvm_owner_release(kvm_rt_t *rt, uint64_t seg, uint64_t off);
 void kvm_owner_hit(kvm_rt_t *rt, uint64_t seg, uint64_t off);
 /* Drain: committed local replicas from cursor (slot order), at most cap. */
-size_t kvm_owner_list(kvm_rt_t *rt, uint64_t *cursor, kvm_hot_replica_t *out, kvm_ident_t *ids,
-                      size_t cap);
+size_t kvm_owner_list(kvm_rt_t *rt, uint64_t seg_filter, uint64_t *cursor, kvm_hot_replica_t *out,
+                      kvm_ident_t *ids, uint64_t *read_tokens, size_t cap);
+/* Storage resize: add a segment; retire one (no new slots; still readable); remove a retired,
+ * empty segment (KVMESH_EAGAIN while it holds slots). */
+int kvm_owner_add_segment(kvm_rt_t *rt, uint64_t size, uint64_t *seg_id);
+int kvm_owner_retire_segment(kvm_rt_t *rt, uint64_t seg_id);
+int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id);
 void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n);
 void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st);
 
