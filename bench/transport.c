@@ -33,9 +33,10 @@
 #include "net/seg.h"
 #include "net/transport.h"
 
-#define MiB    (1ull << 20)
-#define SEG_SZ (128 * MiB)
-#define MAX_K  64
+#define MiB             (1ull << 20)
+#define SEG_SZ          (128 * MiB)
+#define MAX_K           64
+#define QUICK_FOOTPRINT (8 * MiB) /* --quick: bytes per batch at most */
 
 static double now_s(void)
 {
@@ -239,8 +240,9 @@ int main(int argc, char **argv)
         c.local = malloc(SEG_SZ);
         KVM_ASSERT(c.local);
         tp_register_memory(c.client, c.local, SEG_SZ);
-        fill(c.seg->base, SEG_SZ, 99);
-        memset(c.local, 0, SEG_SZ);
+        uint64_t used = quick ? QUICK_FOOTPRINT : SEG_SZ;
+        fill(c.seg->base, used, 99);
+        memset(c.local, 0, used);
         for (size_t si = 0; si < KVM_ARRAY_SIZE(sizes); si++) {
             uint64_t size = sizes[si];
             if (quick && size > 4 * MiB)
@@ -253,6 +255,8 @@ int main(int argc, char **argv)
                         k = (unsigned)KVM_MIN((uint64_t)MAX_K, KVM_MAX(2, 64 * MiB / size));
                         if (size * k > SEG_SZ)
                             k = (unsigned)(SEG_SZ / size);
+                        if (quick && size * k > QUICK_FOOTPRINT)
+                            k = (unsigned)KVM_MAX(2, QUICK_FOOTPRINT / size);
                     }
                     double g = 0;
                     if (cell(&c, op, size, k, secs, true, &g)) { /* warm-up + integrity */

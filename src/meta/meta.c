@@ -704,8 +704,8 @@ int meta_open(meta_t **out, env_t *env, const char *url, const meta_opts_t *opts
     *out = NULL;
     const struct meta_backend_ops *ops = NULL;
     int rc = find_backend(url, &ops);
-    if (rc)
-        return rc;
+    if (rc || !ops)
+        return rc ? rc : kvm_errf(KVMESH_EURL, "no backend for this metadata URL");
     meta_t *m = calloc(1, sizeof(*m));
     if (!m)
         return kvm_errf(KVMESH_ENOMEM, "out of memory opening metadata handle");

@@ -626,7 +626,7 @@ static void mm_submit(meta_t *m, meta_call_t *c)
 
 static int mm_open(meta_t *m, const char *url)
 {
-    char name[META_MEMORY_NAME_MAX + 1];
+    char name[META_MEMORY_NAME_MAX + 1] = "";
     int rc = meta_memory_parse_url(url, name, sizeof(name));
     if (rc)
         return rc;

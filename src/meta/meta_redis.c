@@ -11,7 +11,7 @@
  *
  * Connection state machine (one connection at a time; calls are sent only in READY):
  *
- *      open            connected, AUTH/SELECT/SCRIPT LOAD all ok
+ *      open            connected, AUTH/SELECT/SETNAME/SCRIPT LOAD ok
  *   IDLE ---> CONNECTING -------------------------------------------> READY
  *                 |   ^                                                  |
  *   refused,      |   | backoff timer                connection lost     |
@@ -380,8 +380,8 @@ static void conn_lost(meta_redis_t *b, bool free_ctx, int rc, const char *msg)
     b->reap_inflight = false;
     env_timer_cancel(b->env, b->t_connect);
     b->t_connect = 0;
-    size_t n =
-        detach_all(b); /* before freeing: the callbacks hiredis runs now find them detached */
+    /* detach before freeing: the callbacks hiredis runs during the free find them detached */
+    size_t n = detach_all(b);
     if (ac) {
         ac->data = NULL;
         if (free_ctx)

@@ -2,54 +2,26 @@
 /*
  * rpc.c — peer RPC endpoint on one libuv loop (see rpc.h, docs/rpc.md).
  *
- * Owns: listeners, connections (inbound and one outbound per peer), the handshake driver, the
- * per-connection receive state machine, send queues, calls awaiting responses, server reply
- * handles, one deadline tree (calls, handshake timeouts, reconnect backoff) driven by a single
- * uv_timer, and the stats.
- *
- * Connection states:
- *
- *     CONNECTING --connected--> HS_HELLO --(ack sent | ack received, auth sent)--> HS_AUTH
- *         |                        |                                                 |
- *         |                        |                         verdict accepted        v
- *         +------------------------+--------------------------------------------> READY
- *         |                        |                                                 |
- *         v                        v                                                 v
- *                         CLOSING (uv_close issued; freed in the close callback)
- *
- * Inbound connections start in HS_HELLO. No REQUEST/RESPONSE/NOTIFY/CANCEL frame is accepted
- * before READY (a peer without the secret can issue nothing), and handshake frames are bounded
- * to HS_MAX_ENCODED bytes before allocation.
+ * Owns: the endpoint (config, handler table, stats), listeners, peers (one outbound connection
+ * each, reconnect backoff, the queue of frames waiting for the handshake), calls awaiting
+ * responses, server reply handles, outgoing frame construction and send-queue accounting, and
+ * one deadline tree (calls, handshake timeouts, reconnect backoff) driven by a single uv_timer.
+ * Connections themselves (write path, receive state machine, handshake) are in rpc_conn.c; the
+ * shared structures are in rpc_impl.h.
  *
  * Invariants: a call is in exactly one place (peer waiting queue with its frame, a connection's
  * pending tree, or finishing); its callback runs once and only after its payload write ended;
  * queued bytes/messages of a connection never exceed the configured bounds except for CANCEL and
  * handshake frames (fixed size) and a single message into an empty queue.
  */
-#include "net/rpc.h"
+#include "net/rpc_impl.h"
 
 #include <arpa/inet.h>
-#include <sys/socket.h>
-#ifndef __unused
-#define __unused __attribute__((__unused__)) /* libbsd tree.h static generators */
-#endif
-#include <bsd/sys/queue.h>
-#include <bsd/sys/tree.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
-#include "rpc.pb-c.h"
-
-/* ---- data structures ------------------------------------------------------------------------ */
-
-struct rpc_timer {
-    RB_ENTRY(rpc_timer) node;
-    uint64_t due, seq;
-    int armed;
-    void (*fire)(struct rpc_timer *t);
-};
 
 static int timer_cmp(struct rpc_timer *a, struct rpc_timer *b)
 {
@@ -57,180 +29,20 @@ static int timer_cmp(struct rpc_timer *a, struct rpc_timer *b)
         return a->due < b->due ? -1 : 1;
     return a->seq < b->seq ? -1 : (a->seq > b->seq);
 }
-RB_HEAD(rpc_timer_tree, rpc_timer);
-RB_GENERATE_STATIC(rpc_timer_tree, rpc_timer, node, timer_cmp)
-
-struct rpc_sendq {
-    uint64_t bytes;
-    uint32_t msgs;
-};
-
-/* One received frame (ownership moves with it). */
-struct rpc_rx {
-    struct frame_header fh;
-    uint8_t *pb;
-    uint8_t *payload;
-};
-
-TAILQ_HEAD(rpc_out_q, rpc_out);
-struct rpc_out {
-    TAILQ_ENTRY(rpc_out) q;
-    struct rpc_out_q *inq; /* the waiting queue holding it, NULL once submitted */
-    uv_write_t wr;
-    struct rpc_conn *conn;
-    struct rpc_sendq *sq;
-    uint64_t bytes;
-    uint8_t *head; /* fixed header + protobuf header */
-    size_t head_len;
-    uv_buf_t bufs[1 + RPC_MAX_IOV];
-    unsigned nbufs;
-    uint8_t *owned_payload;
-    rpc_call_t *call;
-    rpc_sent_cb sent_cb;
-    void *sent_arg;
-    uint8_t close_after; /* refusal verdict: close the connection once written */
-};
-
-struct rpc_call {
-    RB_ENTRY(rpc_call) node; /* conn->pending */
-    struct rpc_timer tmo;
-    rpc_endpoint *ep;
-    rpc_peer *peer;
-    struct rpc_conn *conn; /* while in conn->pending */
-    uint64_t id;
-    uint64_t deadline;   /* loop ms, 0 = none */
-    struct rpc_out *out; /* while waiting or being written */
-    int done;            /* result decided */
-    int status;
-    char *error;
-    struct rpc_rx *rx; /* deferred response */
-    rpc_call_cb cb;
-    void *arg;
-};
 
 static int call_cmp(rpc_call_t *a, rpc_call_t *b)
 {
     return a->id < b->id ? -1 : (a->id > b->id);
 }
-RB_HEAD(rpc_call_tree, rpc_call);
-RB_GENERATE_STATIC(rpc_call_tree, rpc_call, node, call_cmp)
-
-struct rpc_reply {
-    RB_ENTRY(rpc_reply) node; /* conn->replies */
-    struct rpc_conn *conn;    /* NULL once the connection closed */
-    rpc_endpoint *ep;
-    struct rpc_request req;
-    Kvmesh__Rpc__RpcHeader *hdr;
-    int canceled;
-};
 
 static int reply_cmp(rpc_reply *a, rpc_reply *b)
 {
     return a->req.request_id < b->req.request_id ? -1 : (a->req.request_id > b->req.request_id);
 }
-RB_HEAD(rpc_reply_tree, rpc_reply);
-RB_GENERATE_STATIC(rpc_reply_tree, rpc_reply, node, reply_cmp)
 
-enum conn_state { CONN_CONNECTING, CONN_HS_HELLO, CONN_HS_AUTH, CONN_READY, CONN_CLOSING };
-enum rx_state { RX_FIXED, RX_PB, RX_PAYLOAD };
-
-struct rpc_conn {
-    union {
-        uv_handle_t h;
-        uv_stream_t s;
-        uv_tcp_t tcp;
-        uv_pipe_t pipe;
-    } u;
-    uv_connect_t creq;
-    LIST_ENTRY(rpc_conn) link;
-    rpc_endpoint *ep;
-    rpc_peer *peer; /* outbound only */
-    int inbound;
-    enum conn_state state;
-    enum hs_reason refusal; /* why the handshake was refused (either side), HS_OK if not */
-    struct rpc_timer hs_timer;
-    uint8_t nonce_c[HS_NONCE_LEN], nonce_s[HS_NONCE_LEN];
-    uint8_t *peer_desc_raw;
-    size_t peer_desc_len;
-    char peer_runtime_id[HS_ID_MAX + 1];
-    uint64_t peer_epoch;
-    /* receive */
-    uint8_t *rbuf;
-    size_t rlen, rpos;
-    enum rx_state rxs;
-    struct rpc_rx rx;
-    size_t pb_got;
-    uint64_t pay_got;
-    /* send */
-    struct rpc_sendq sq;
-    unsigned writes; /* uv_write requests in flight */
-    struct rpc_call_tree pending;
-    struct rpc_reply_tree replies;
-};
-LIST_HEAD(rpc_conn_list, rpc_conn);
-
-struct rpc_peer {
-    LIST_ENTRY(rpc_peer) link;
-    rpc_endpoint *ep;
-    char runtime_id[HS_ID_MAX + 1];
-    char address[RPC_MAX_ADDRESS];
-    struct sockaddr_storage sa;
-    int is_unix;
-    char path[RPC_MAX_ADDRESS];
-    struct rpc_conn *conn;
-    struct rpc_out_q waiting; /* frames submitted before READY */
-    struct rpc_sendq sq;
-    struct rpc_timer retry;
-    uint64_t next_attempt;
-    uint32_t backoff;
-    uint64_t epoch; /* highest runtime epoch seen from this peer, 0 = never connected */
-    char last_error[HS_MSG_MAX + 128];
-};
-LIST_HEAD(rpc_peer_list, rpc_peer);
-
-struct rpc_handler_slot {
-    rpc_handler_fn fn; /* requests */
-    void *arg;
-    rpc_handler_fn nfn; /* notifications */
-    void *narg;
-};
-
-struct rpc_listener {
-    union {
-        uv_handle_t h;
-        uv_stream_t s;
-        uv_tcp_t tcp;
-        uv_pipe_t pipe;
-    } u;
-    LIST_ENTRY(rpc_listener) link;
-    rpc_endpoint *ep;
-    int is_unix;
-};
-LIST_HEAD(rpc_listener_list, rpc_listener);
-
-struct rpc_endpoint {
-    uv_loop_t *loop;
-    struct rpc_config cfg;
-    uint8_t secret[HS_SECRET_MAX];
-    uint8_t *desc_raw;
-    size_t desc_raw_len;
-    uv_timer_t timer;
-    struct rpc_timer_tree timers;
-    uint64_t timer_seq;
-    uint64_t next_id;
-    struct rpc_listener_list listeners;
-    struct rpc_conn_list conns;
-    struct rpc_peer_list peers;
-    unsigned npeers, ninbound;
-    struct rpc_handler_slot *handlers; /* 65536 slots */
-    struct rpc_stats st;
-    char last_refusal[HS_MSG_MAX + 64];
-    int closing;
-    unsigned handles; /* open uv handles */
-    unsigned live_replies;
-    void (*closed_cb)(void *);
-    void *closed_arg;
-};
+RB_GENERATE(rpc_timer_tree, rpc_timer, node, timer_cmp)
+RB_GENERATE(rpc_call_tree, rpc_call, node, call_cmp)
+RB_GENERATE(rpc_reply_tree, rpc_reply, node, reply_cmp)
 
 /* ---- small helpers -------------------------------------------------------------------------- */
 
@@ -263,11 +75,6 @@ void rpc_config_init(struct rpc_config *c)
     c->max_conns = RPC_DEFAULT_MAX_CONNS;
 }
 
-static void ep_maybe_free(rpc_endpoint *ep);
-static void conn_close(struct rpc_conn *c, enum rpc_close_reason reason);
-static void peer_connect(rpc_peer *p);
-static void conn_flush_waiting(struct rpc_conn *c);
-
 /* ---- deadline tree ------------------------------------------------------------------------- */
 
 static void timers_rearm(rpc_endpoint *ep);
@@ -298,7 +105,7 @@ static void timers_rearm(rpc_endpoint *ep)
     uv_timer_start(&ep->timer, timer_cb, t->due > now ? t->due - now : 0, 0);
 }
 
-static void timer_arm(rpc_endpoint *ep, struct rpc_timer *t, uint64_t due)
+void rpc_timer_arm(rpc_endpoint *ep, struct rpc_timer *t, uint64_t due)
 {
     KVM_ASSERT(!t->armed);
     t->due = due;
@@ -309,7 +116,7 @@ static void timer_arm(rpc_endpoint *ep, struct rpc_timer *t, uint64_t due)
         timers_rearm(ep);
 }
 
-static void timer_disarm(rpc_endpoint *ep, struct rpc_timer *t)
+void rpc_timer_disarm(rpc_endpoint *ep, struct rpc_timer *t)
 {
     if (!t->armed)
         return;
@@ -406,7 +213,7 @@ static int out_new(uint8_t kind, uint64_t id, const struct rpc_msg *m, int statu
 }
 
 /* A handshake or cancel frame (no protobuf RpcHeader). Takes ownership of pb (malloc'd). */
-static struct rpc_out *out_raw(uint8_t kind, uint64_t id, uint8_t *pb, size_t pb_len)
+struct rpc_out *rpc_out_raw(uint8_t kind, uint64_t id, uint8_t *pb, size_t pb_len)
 {
     struct rpc_out *o = calloc(1, sizeof(*o));
     uint8_t *head = malloc(FRAME_FIXED_SIZE + pb_len);
@@ -429,7 +236,7 @@ static struct rpc_out *out_raw(uint8_t kind, uint64_t id, uint8_t *pb, size_t pb
     return o;
 }
 
-static void out_free(struct rpc_out *o)
+void rpc_out_free(struct rpc_out *o)
 {
     free(o->head);
     free(o->owned_payload);
@@ -457,7 +264,7 @@ static void sendq_add(rpc_endpoint *ep, struct rpc_out *o, struct rpc_sendq *sq)
     ep->st.queued_bytes += o->bytes;
 }
 
-static void sendq_remove(rpc_endpoint *ep, struct rpc_out *o)
+void rpc_sendq_remove(rpc_endpoint *ep, struct rpc_out *o)
 {
     if (!o->sq)
         return;
@@ -466,73 +273,6 @@ static void sendq_remove(rpc_endpoint *ep, struct rpc_out *o)
     ep->st.queued_msgs--;
     ep->st.queued_bytes -= o->bytes;
     o->sq = NULL;
-}
-
-static void call_deliver(rpc_call_t *c);
-
-static void write_cb(uv_write_t *wr, int status)
-{
-    struct rpc_out *o = wr->data;
-    struct rpc_conn *c = o->conn;
-    rpc_endpoint *ep = c->ep;
-    c->writes--;
-    sendq_remove(ep, o);
-    if (status == 0) {
-        ep->st.frames_out++;
-        ep->st.bytes_out += o->bytes;
-    }
-    rpc_call_t *call = o->call;
-    rpc_sent_cb scb = o->sent_cb;
-    void *sarg = o->sent_arg;
-    int close_after = o->close_after;
-    out_free(o);
-    if (call) {
-        call->out = NULL;
-        if (call->done)
-            call_deliver(call);
-    }
-    if (scb)
-        scb(status == 0 ? 0 : KVMESH_ECONN, sarg);
-    if (status != 0 && c->state != CONN_CLOSING)
-        conn_close(c, RPC_CLOSE_IO_ERROR);
-    else if (close_after && c->state != CONN_CLOSING)
-        conn_close(c, RPC_CLOSE_REFUSED);
-}
-
-/* Hands a frame to libuv. The caller accounted it in a send queue already (or not: raw frames). */
-static void conn_submit(struct rpc_conn *c, struct rpc_out *o)
-{
-    rpc_endpoint *ep = c->ep;
-    o->conn = c;
-    if (o->call && o->call->deadline) {
-        /* Remaining budget at send time travels in the fixed header (bytes 16..19). */
-        uint64_t now = uv_now(ep->loop);
-        uint64_t left = o->call->deadline > now ? o->call->deadline - now : 1;
-        if (left > UINT32_MAX)
-            left = UINT32_MAX;
-        for (int i = 0; i < 4; i++)
-            o->head[16 + i] = (uint8_t)(left >> (24 - 8 * i));
-    }
-    o->wr.data = o;
-    c->writes++;
-    int rc = uv_write(&o->wr, &c->u.s, o->bufs, o->nbufs, write_cb);
-    if (rc != 0) {
-        /* Not queued in libuv: complete it as failed right away. */
-        write_cb(&o->wr, rc);
-    }
-}
-
-static int conn_send_raw(struct rpc_conn *c, uint8_t kind, uint8_t *pb, size_t pb_len,
-                         int close_after)
-{
-    struct rpc_out *o = out_raw(kind, 0, pb, pb_len);
-    if (!o) {
-        conn_close(c, RPC_CLOSE_NOMEM);
-        return KVMESH_ENOMEM;
-    }
-    o->close_after = (uint8_t)close_after;
-    conn_submit(c, o);
-    return 0;
 }
 
 /* ---- calls --------------------------------------------------------------------------------- */
@@ -549,7 +289,7 @@ static void call_free(rpc_call_t *c)
 }
 
 /* Runs the callback once the result is decided and the payload write ended. */
-static void call_deliver(rpc_call_t *c)
+void rpc_call_deliver(rpc_call_t *c)
 {
     KVM_ASSERT(c->done && !c->out);
     rpc_endpoint *ep = c->ep;
@@ -589,7 +329,7 @@ static void call_deliver(rpc_call_t *c)
 }
 
 /* Decides a call's result (first decision wins) and detaches it from every index. */
-static void call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx *rx)
+void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx *rx)
 {
     if (c->done) {
         if (rx) {
@@ -604,7 +344,7 @@ static void call_finish(rpc_call_t *c, int status, const char *error, struct rpc
     c->rx = rx;
     if (error && *error)
         c->error = strdup(error);
-    timer_disarm(c->ep, &c->tmo);
+    rpc_timer_disarm(c->ep, &c->tmo);
     if (c->conn) {
         RB_REMOVE(rpc_call_tree, &c->conn->pending, c);
         c->conn = NULL;
@@ -612,12 +352,12 @@ static void call_finish(rpc_call_t *c, int status, const char *error, struct rpc
     if (c->out && c->out->inq) {
         /* Still in a waiting queue: never written, drop the frame. */
         TAILQ_REMOVE(c->out->inq, c->out, q);
-        sendq_remove(c->ep, c->out);
-        out_free(c->out);
+        rpc_sendq_remove(c->ep, c->out);
+        rpc_out_free(c->out);
         c->out = NULL;
     }
     if (!c->out)
-        call_deliver(c);
+        rpc_call_deliver(c);
     /* else: write_cb delivers once libuv released the payload buffers. */
 }
 
@@ -625,7 +365,7 @@ static void call_timeout(struct rpc_timer *t)
 {
     rpc_call_t *c = KVM_CONTAINER_OF(t, struct rpc_call, tmo);
     c->ep->st.calls_timed_out++;
-    call_finish(c, KVMESH_ETIMEDOUT, "deadline exceeded before a response arrived", NULL);
+    rpc_call_finish(c, KVMESH_ETIMEDOUT, "deadline exceeded before a response arrived", NULL);
 }
 
 void rpc_cancel(rpc_call_t *c)
@@ -635,45 +375,18 @@ void rpc_cancel(rpc_call_t *c)
     c->ep->st.calls_canceled++;
     struct rpc_conn *conn = c->conn;
     uint64_t id = c->id;
-    call_finish(c, KVMESH_ECANCELED, "cancelled by the caller", NULL);
+    rpc_call_finish(c, KVMESH_ECANCELED, "cancelled by the caller", NULL);
     if (conn && conn->state == CONN_READY) {
         /* Best effort: tell the server (fixed-size frame, outside the queue bounds). */
-        struct rpc_out *o = out_raw(FRAME_CANCEL, id, NULL, 0);
+        struct rpc_out *o = rpc_out_raw(FRAME_CANCEL, id, NULL, 0);
         if (o)
-            conn_submit(conn, o);
+            rpc_conn_submit(conn, o);
     }
 }
 
 /* ---- peers and connections ----------------------------------------------------------------- */
 
-static void set_state(struct rpc_conn *c, enum conn_state to)
-{
-    static const int legal[5][5] = {
-        /* from CONNECTING */ {0, 1, 0, 0, 1},
-        /* from HS_HELLO   */ {0, 0, 1, 0, 1},
-        /* from HS_AUTH    */ {0, 0, 0, 1, 1},
-        /* from READY      */ {0, 0, 0, 0, 1},
-        /* from CLOSING    */ {0, 0, 0, 0, 0},
-    };
-    KVM_ASSERT(legal[c->state][to]);
-    c->state = to;
-}
-
-static void conn_close_cb(uv_handle_t *h)
-{
-    struct rpc_conn *c = h->data;
-    rpc_endpoint *ep = c->ep;
-    KVM_ASSERT(c->writes == 0);
-    free(c->rbuf);
-    free(c->rx.pb);
-    free(c->rx.payload);
-    free(c->peer_desc_raw);
-    free(c);
-    ep->handles--;
-    ep_maybe_free(ep);
-}
-
-static void peer_fail_waiting(rpc_peer *p, int status, const char *why)
+void rpc_peer_fail_waiting(rpc_peer *p, int status, const char *why)
 {
     /* Detach the queue first: callbacks may submit new work to this peer. */
     struct rpc_out_q local = TAILQ_HEAD_INITIALIZER(local);
@@ -683,13 +396,13 @@ static void peer_fail_waiting(rpc_peer *p, int status, const char *why)
     o->inq = &local;
     while ((o = TAILQ_FIRST(&local)) != NULL) {
         if (o->call) {
-            call_finish(o->call, status, why, NULL); /* removes and frees o */
+            rpc_call_finish(o->call, status, why, NULL); /* removes and frees o */
         } else {
             TAILQ_REMOVE(&local, o, q);
-            sendq_remove(p->ep, o);
+            rpc_sendq_remove(p->ep, o);
             rpc_sent_cb scb = o->sent_cb;
             void *sarg = o->sent_arg;
-            out_free(o);
+            rpc_out_free(o);
             if (scb)
                 scb(status, sarg);
         }
@@ -700,606 +413,9 @@ static void peer_retry(struct rpc_timer *t)
 {
     rpc_peer *p = KVM_CONTAINER_OF(t, rpc_peer, retry);
     if (!p->conn && !TAILQ_EMPTY(&p->waiting) && !p->ep->closing)
-        peer_connect(p);
+        rpc_conn_dial(p);
 }
 
-static void conn_close(struct rpc_conn *c, enum rpc_close_reason reason)
-{
-    if (c->state == CONN_CLOSING)
-        return;
-    rpc_endpoint *ep = c->ep;
-    int was_ready = c->state == CONN_READY;
-    set_state(c, CONN_CLOSING);
-    ep->st.close[reason]++;
-    ep->st.conns_open--;
-    timer_disarm(ep, &c->hs_timer);
-    LIST_REMOVE(c, link);
-    if (c->inbound)
-        ep->ninbound--;
-    uv_read_stop(&c->u.s);
-    int status = ep->closing ? KVMESH_ECLOSED : KVMESH_ECONN;
-    char why[HS_MSG_MAX + 128];
-    rpc_peer *p = c->peer;
-    if (p && reason == RPC_CLOSE_REFUSED_BY_PEER)
-        snprintf(why, sizeof(why), "%s", p->last_error);
-    else if (p && reason == RPC_CLOSE_REFUSED)
-        snprintf(why, sizeof(why), "%s", p->last_error);
-    else
-        snprintf(why, sizeof(why), "connection %s: %s", was_ready ? "lost" : "failed",
-                 rpc_close_reason_name(reason));
-    if (p) {
-        if (reason != RPC_CLOSE_REFUSED && reason != RPC_CLOSE_REFUSED_BY_PEER)
-            snprintf(p->last_error, sizeof(p->last_error), "%s", why);
-        else
-            status = (c->refusal == HS_AUTH_REQUIRED || c->refusal == HS_AUTH_FAILED ||
-                      c->refusal == HS_AUTH_UNEXPECTED)
-                         ? KVMESH_EAUTH
-                         : KVMESH_EINCOMPAT;
-        p->conn = NULL;
-        /*
-         * Backoff: a lost established connection may be redialled at once; after a failed
-         * attempt wait p->backoff (starting at reconnect_min_ms), then double it up to
-         * reconnect_max_ms. A successful handshake resets it (conn_ready).
-         */
-        if (was_ready) {
-            p->next_attempt = uv_now(ep->loop);
-        } else {
-            p->next_attempt = uv_now(ep->loop) + p->backoff;
-            p->backoff = KVM_MIN(p->backoff * 2, ep->cfg.reconnect_max_ms);
-        }
-    }
-    rpc_call_t *call;
-    while ((call = RB_MIN(rpc_call_tree, &c->pending)) != NULL)
-        call_finish(call, status, why, NULL);
-    rpc_reply *r;
-    while ((r = RB_MIN(rpc_reply_tree, &c->replies)) != NULL) {
-        RB_REMOVE(rpc_reply_tree, &c->replies, r);
-        r->conn = NULL;
-        r->canceled = 1;
-    }
-    if (p && !was_ready)
-        peer_fail_waiting(p, status, why);
-    else if (p && !p->conn && !p->retry.armed && !TAILQ_EMPTY(&p->waiting) && !ep->closing)
-        timer_arm(ep, &p->retry, p->next_attempt);
-    uv_close(&c->u.h, conn_close_cb);
-}
-
-static void hs_timeout(struct rpc_timer *t)
-{
-    struct rpc_conn *c = KVM_CONTAINER_OF(t, struct rpc_conn, hs_timer);
-    conn_close(c, RPC_CLOSE_HANDSHAKE_TIMEOUT);
-}
-
-static struct rpc_conn *conn_new(rpc_endpoint *ep, int is_unix)
-{
-    struct rpc_conn *c = calloc(1, sizeof(*c));
-    if (!c)
-        return NULL;
-    c->rbuf = malloc(RPC_RX_STAGING);
-    if (!c->rbuf) {
-        free(c);
-        return NULL;
-    }
-    int rc = is_unix ? uv_pipe_init(ep->loop, &c->u.pipe, 0) : uv_tcp_init(ep->loop, &c->u.tcp);
-    if (rc) {
-        free(c->rbuf);
-        free(c);
-        return NULL;
-    }
-    if (!is_unix)
-        uv_tcp_nodelay(&c->u.tcp, 1);
-    c->u.h.data = c;
-    c->ep = ep;
-    c->state = CONN_CONNECTING;
-    c->hs_timer.fire = hs_timeout;
-    RB_INIT(&c->pending);
-    RB_INIT(&c->replies);
-    ep->handles++;
-    ep->st.conns_open++;
-    LIST_INSERT_HEAD(&ep->conns, c, link);
-    timer_arm(ep, &c->hs_timer, uv_now(ep->loop) + ep->cfg.handshake_timeout_ms);
-    return c;
-}
-
-static void refuse(struct rpc_conn *c, enum hs_reason reason, const char *msg)
-{
-    rpc_endpoint *ep = c->ep;
-    c->refusal = reason;
-    ep->st.refused_local[reason]++;
-    snprintf(ep->last_refusal, sizeof(ep->last_refusal), "refused peer: %s: %s",
-             hs_reason_name(reason), msg);
-    if (c->peer)
-        snprintf(c->peer->last_error, sizeof(c->peer->last_error), "refused peer: %s: %s",
-                 hs_reason_name(reason), msg);
-    uint8_t *pb;
-    size_t n;
-    if (hs_verdict_encode(reason, msg, &pb, &n) != 0) {
-        conn_close(c, RPC_CLOSE_REFUSED);
-        return;
-    }
-    uv_read_stop(&c->u.s);
-    conn_send_raw(c, FRAME_VERDICT, pb, n, 1);
-}
-
-/* ---- receive ------------------------------------------------------------------------------- */
-
-static void handle_hello(struct rpc_conn *c, struct rpc_rx *rx);
-static void handle_ack(struct rpc_conn *c, struct rpc_rx *rx);
-static void handle_auth(struct rpc_conn *c, struct rpc_rx *rx);
-static void handle_verdict(struct rpc_conn *c, struct rpc_rx *rx);
-static void handle_request(struct rpc_conn *c, struct rpc_rx *rx);
-static void handle_response(struct rpc_conn *c, struct rpc_rx *rx);
-
-static void rx_free(struct rpc_rx *rx)
-{
-    free(rx->pb);
-    free(rx->payload);
-    rx->pb = NULL;
-    rx->payload = NULL;
-}
-
-/* A complete frame: dispatch (takes ownership of the rx buffers). */
-static void frame_complete(struct rpc_conn *c)
-{
-    struct rpc_rx rx = c->rx;
-    memset(&c->rx, 0, sizeof(c->rx));
-    c->rxs = RX_FIXED;
-    c->ep->st.frames_in++;
-    switch (rx.fh.kind) {
-    case FRAME_HELLO:
-        handle_hello(c, &rx);
-        break;
-    case FRAME_HELLO_ACK:
-        handle_ack(c, &rx);
-        break;
-    case FRAME_AUTH:
-        handle_auth(c, &rx);
-        break;
-    case FRAME_VERDICT:
-        handle_verdict(c, &rx);
-        break;
-    case FRAME_REQUEST:
-    case FRAME_NOTIFY:
-        handle_request(c, &rx);
-        break;
-    case FRAME_RESPONSE:
-        handle_response(c, &rx);
-        break;
-    case FRAME_CANCEL: {
-        rpc_reply key = {.req.request_id = rx.fh.request_id};
-        rpc_reply *r = RB_FIND(rpc_reply_tree, &c->replies, &key);
-        if (r)
-            r->canceled = 1;
-        rx_free(&rx);
-        break;
-    }
-    default:
-        KVM_ASSERT(0);
-    }
-}
-
-/* Which frame kinds a connection accepts in its state (checked before any allocation). */
-static int kind_allowed(const struct rpc_conn *c, uint8_t kind)
-{
-    switch (c->state) {
-    case CONN_HS_HELLO:
-        return c->inbound ? kind == FRAME_HELLO
-                          : (kind == FRAME_HELLO_ACK || kind == FRAME_VERDICT);
-    case CONN_HS_AUTH:
-        /* A client that refuses the server's HelloAck says why with a VERDICT. */
-        return c->inbound ? (kind == FRAME_AUTH || kind == FRAME_VERDICT) : kind == FRAME_VERDICT;
-    case CONN_READY:
-        if (c->inbound)
-            return kind == FRAME_REQUEST || kind == FRAME_NOTIFY || kind == FRAME_CANCEL;
-        return kind == FRAME_RESPONSE;
-    default:
-        return 0;
-    }
-}
-
-static enum rpc_close_reason frame_err_reason(enum frame_error e)
-{
-    switch (e) {
-    case FRAME_ERR_MAGIC:
-        return RPC_CLOSE_BAD_MAGIC;
-    case FRAME_ERR_VERSION:
-        return RPC_CLOSE_BAD_VERSION;
-    case FRAME_ERR_HEADER_SIZE:
-    case FRAME_ERR_TOO_BIG:
-        return RPC_CLOSE_OVERSIZED;
-    default:
-        return RPC_CLOSE_BAD_FRAME;
-    }
-}
-
-/* Consumes staged bytes. Returns 0, or -1 when the connection was closed. */
-static int rx_process(struct rpc_conn *c)
-{
-    rpc_endpoint *ep = c->ep;
-    while (c->state != CONN_CLOSING) {
-        size_t avail = c->rlen - c->rpos;
-        uint8_t *p = c->rbuf + c->rpos;
-        if (c->rxs == RX_FIXED) {
-            if (avail < FRAME_FIXED_SIZE)
-                return 0;
-            enum frame_error fe = frame_decode(p, avail, ep->cfg.max_frame_bytes, &c->rx.fh);
-            if (fe != FRAME_OK) {
-                conn_close(c, frame_err_reason(fe));
-                return -1;
-            }
-            if (!kind_allowed(c, c->rx.fh.kind)) {
-                conn_close(c, RPC_CLOSE_UNEXPECTED);
-                return -1;
-            }
-            if (c->state != CONN_READY && c->rx.fh.header_len > HS_MAX_ENCODED) {
-                conn_close(c, RPC_CLOSE_OVERSIZED);
-                return -1;
-            }
-            c->rpos += FRAME_FIXED_SIZE;
-            c->pb_got = 0;
-            c->pay_got = 0;
-            if (c->rx.fh.header_len) {
-                c->rx.pb = malloc(c->rx.fh.header_len);
-                if (!c->rx.pb) {
-                    conn_close(c, RPC_CLOSE_NOMEM);
-                    return -1;
-                }
-            }
-            if (c->rx.fh.payload_len) {
-                c->rx.payload = malloc(c->rx.fh.payload_len);
-                if (!c->rx.payload) {
-                    conn_close(c, RPC_CLOSE_NOMEM);
-                    return -1;
-                }
-            }
-            c->rxs = RX_PB;
-        } else if (c->rxs == RX_PB) {
-            size_t need = c->rx.fh.header_len - c->pb_got;
-            size_t n = KVM_MIN(need, avail);
-            if (n)
-                memcpy(c->rx.pb + c->pb_got, p, n);
-            c->pb_got += n;
-            c->rpos += n;
-            if (c->pb_got < c->rx.fh.header_len)
-                return 0;
-            c->rxs = RX_PAYLOAD;
-        } else {
-            uint64_t need = c->rx.fh.payload_len - c->pay_got;
-            size_t n = (size_t)KVM_MIN(need, (uint64_t)avail);
-            if (n)
-                memcpy(c->rx.payload + c->pay_got, p, n);
-            c->pay_got += n;
-            c->rpos += n;
-            if (c->pay_got < c->rx.fh.payload_len)
-                return 0;
-            frame_complete(c);
-        }
-    }
-    return -1;
-}
-
-static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-    struct rpc_conn *c = h->data;
-    if (c->rxs == RX_PAYLOAD && c->rpos == c->rlen &&
-        c->rx.fh.payload_len - c->pay_got >= RPC_RX_STAGING) {
-        /* Large payload: read straight into its final buffer. */
-        uint64_t left = c->rx.fh.payload_len - c->pay_got;
-        if (left > (1u << 30))
-            left = 1u << 30;
-        *buf = uv_buf_init((char *)c->rx.payload + c->pay_got, (unsigned)left);
-        return;
-    }
-    if (c->rpos == c->rlen) {
-        c->rpos = c->rlen = 0;
-    } else if (c->rpos > 0 && RPC_RX_STAGING - c->rlen < FRAME_FIXED_SIZE) {
-        memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
-        c->rlen -= c->rpos;
-        c->rpos = 0;
-    }
-    *buf = uv_buf_init((char *)c->rbuf + c->rlen, (unsigned)(RPC_RX_STAGING - c->rlen));
-}
-
-static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-    struct rpc_conn *c = s->data;
-    rpc_endpoint *ep = c->ep;
-    if (c->state == CONN_CLOSING)
-        return;
-    if (nread < 0) {
-        int mid = c->rxs != RX_FIXED || c->rpos != c->rlen;
-        if (nread == UV_EOF)
-            conn_close(c, mid ? RPC_CLOSE_TRUNCATED : RPC_CLOSE_PEER_EOF);
-        else
-            conn_close(c, RPC_CLOSE_IO_ERROR);
-        return;
-    }
-    if (nread == 0)
-        return;
-    ep->st.bytes_in += (uint64_t)nread;
-    if ((uint8_t *)buf->base != c->rbuf + c->rlen) {
-        /* Direct payload read. */
-        c->pay_got += (uint64_t)nread;
-        if (c->pay_got == c->rx.fh.payload_len)
-            frame_complete(c);
-        if (c->state != CONN_CLOSING)
-            rx_process(c);
-        return;
-    }
-    c->rlen += (size_t)nread;
-    rx_process(c);
-}
-
-static void conn_start_read(struct rpc_conn *c)
-{
-    if (uv_read_start(&c->u.s, alloc_cb, read_cb) != 0)
-        conn_close(c, RPC_CLOSE_IO_ERROR);
-}
-
-/* ---- handshake ----------------------------------------------------------------------------- */
-
-static void handle_hello(struct rpc_conn *c, struct rpc_rx *rx)
-{
-    rpc_endpoint *ep = c->ep;
-    struct hs_hello *h = malloc(sizeof(*h));
-    char msg[HS_MSG_MAX];
-    if (!h) {
-        rx_free(rx);
-        conn_close(c, RPC_CLOSE_NOMEM);
-        return;
-    }
-    if (hs_hello_decode(rx->pb, rx->fh.header_len, h) != 0) {
-        rx_free(rx);
-        free(h);
-        refuse(c, HS_BAD_MESSAGE, "hello could not be decoded");
-        return;
-    }
-    rx_free(rx);
-    enum hs_reason r = hs_check_compat(&ep->cfg.local, &h->desc, NULL, NULL, msg, sizeof(msg));
-    if (r == HS_OK && h->expect_runtime_id[0] &&
-        strcmp(h->expect_runtime_id, ep->cfg.local.runtime_id) != 0) {
-        r = HS_RUNTIME_MISMATCH;
-        snprintf(msg, sizeof(msg), "client expected runtime '%s' but this is '%s'",
-                 h->expect_runtime_id, ep->cfg.local.runtime_id);
-    }
-    if (r != HS_OK) {
-        free(h);
-        refuse(c, r, msg);
-        return;
-    }
-    snprintf(c->peer_runtime_id, sizeof(c->peer_runtime_id), "%s", h->desc.runtime_id);
-    memcpy(c->nonce_c, h->nonce, HS_NONCE_LEN);
-    c->peer_desc_raw = malloc(h->desc_raw_len);
-    uint8_t mac[HS_MAC_LEN];
-    uint8_t *pb = NULL;
-    size_t n = 0;
-    int rc = c->peer_desc_raw ? hs_nonce(c->nonce_s) : KVMESH_ENOMEM;
-    if (!rc) {
-        memcpy(c->peer_desc_raw, h->desc_raw, h->desc_raw_len);
-        c->peer_desc_len = h->desc_raw_len;
-    }
-    if (!rc && ep->cfg.secret)
-        rc = hs_mac(ep->secret, ep->cfg.secret_len, 'S', c->nonce_c, c->nonce_s, c->peer_desc_raw,
-                    c->peer_desc_len, ep->desc_raw, ep->desc_raw_len, mac);
-    if (!rc)
-        rc = hs_ack_encode(ep->desc_raw, ep->desc_raw_len, c->nonce_s, ep->cfg.secret != NULL,
-                           ep->cfg.secret ? mac : NULL, &pb, &n);
-    free(h);
-    if (rc) {
-        conn_close(c, RPC_CLOSE_NOMEM);
-        return;
-    }
-    set_state(c, CONN_HS_AUTH);
-    conn_send_raw(c, FRAME_HELLO_ACK, pb, n, 0);
-}
-
-static void handle_ack(struct rpc_conn *c, struct rpc_rx *rx)
-{
-    rpc_endpoint *ep = c->ep;
-    struct hs_hello *h = malloc(sizeof(*h));
-    char msg[HS_MSG_MAX];
-    if (!h) {
-        rx_free(rx);
-        conn_close(c, RPC_CLOSE_NOMEM);
-        return;
-    }
-    int rc = hs_ack_decode(rx->pb, rx->fh.header_len, h);
-    rx_free(rx);
-    if (rc) {
-        free(h);
-        refuse(c, HS_BAD_MESSAGE, "hello ack could not be decoded");
-        return;
-    }
-    enum hs_reason r =
-        hs_check_compat(&ep->cfg.local, &h->desc, c->peer->runtime_id, NULL, msg, sizeof(msg));
-    if (r == HS_OK && h->desc.runtime_epoch < c->peer->epoch) {
-        r = HS_STALE_EPOCH;
-        snprintf(msg, sizeof(msg), "runtime '%s' epoch %llu is older than epoch %llu seen before",
-                 h->desc.runtime_id, (unsigned long long)h->desc.runtime_epoch,
-                 (unsigned long long)c->peer->epoch);
-    }
-    if (r == HS_OK && ep->cfg.secret && !h->auth_required) {
-        r = HS_AUTH_UNEXPECTED;
-        snprintf(msg, sizeof(msg), "peer did not prove knowledge of the deployment secret");
-    }
-    uint8_t mac[HS_MAC_LEN];
-    if (r == HS_OK && ep->cfg.secret) {
-        rc = hs_mac(ep->secret, ep->cfg.secret_len, 'S', c->nonce_c, h->nonce, ep->desc_raw,
-                    ep->desc_raw_len, h->desc_raw, h->desc_raw_len, mac);
-        if (rc || !hs_mac_equal(mac, h->mac)) {
-            r = HS_AUTH_FAILED;
-            snprintf(msg, sizeof(msg), "server proof does not match the deployment secret");
-        }
-    }
-    if (r != HS_OK) {
-        free(h);
-        refuse(c, r, msg);
-        return;
-    }
-    snprintf(c->peer_runtime_id, sizeof(c->peer_runtime_id), "%s", h->desc.runtime_id);
-    c->peer_epoch = h->desc.runtime_epoch;
-    uint8_t *pb = NULL;
-    size_t n = 0;
-    rc = 0;
-    if (ep->cfg.secret)
-        rc = hs_mac(ep->secret, ep->cfg.secret_len, 'C', c->nonce_c, h->nonce, ep->desc_raw,
-                    ep->desc_raw_len, h->desc_raw, h->desc_raw_len, mac);
-    if (!rc)
-        rc = hs_auth_encode(ep->cfg.secret ? mac : NULL, &pb, &n);
-    free(h);
-    if (rc) {
-        conn_close(c, RPC_CLOSE_NOMEM);
-        return;
-    }
-    set_state(c, CONN_HS_AUTH);
-    conn_send_raw(c, FRAME_AUTH, pb, n, 0);
-}
-
-static void conn_ready(struct rpc_conn *c)
-{
-    rpc_endpoint *ep = c->ep;
-    set_state(c, CONN_READY);
-    timer_disarm(ep, &c->hs_timer);
-    ep->st.handshakes_ok++;
-    if (c->peer) {
-        c->peer->backoff = ep->cfg.reconnect_min_ms;
-        c->peer->last_error[0] = 0;
-        c->peer->epoch = c->peer_epoch;
-        conn_flush_waiting(c);
-    }
-}
-
-static void handle_auth(struct rpc_conn *c, struct rpc_rx *rx)
-{
-    rpc_endpoint *ep = c->ep;
-    uint8_t mac[HS_MAC_LEN], want[HS_MAC_LEN];
-    int has_mac = 0;
-    int rc = hs_auth_decode(rx->pb, rx->fh.header_len, mac, &has_mac);
-    rx_free(rx);
-    if (rc) {
-        refuse(c, HS_BAD_MESSAGE, "auth could not be decoded");
-        return;
-    }
-    if (ep->cfg.secret) {
-        if (!has_mac) {
-            refuse(c, HS_AUTH_REQUIRED, "this deployment requires peer authentication");
-            return;
-        }
-        rc = hs_mac(ep->secret, ep->cfg.secret_len, 'C', c->nonce_c, c->nonce_s, c->peer_desc_raw,
-                    c->peer_desc_len, ep->desc_raw, ep->desc_raw_len, want);
-        if (rc || !hs_mac_equal(mac, want)) {
-            refuse(c, HS_AUTH_FAILED, "client proof does not match the deployment secret");
-            return;
-        }
-    }
-    uint8_t *pb;
-    size_t n;
-    if (hs_verdict_encode(HS_OK, "", &pb, &n) != 0) {
-        conn_close(c, RPC_CLOSE_NOMEM);
-        return;
-    }
-    conn_ready(c);
-    conn_send_raw(c, FRAME_VERDICT, pb, n, 0);
-}
-
-static void handle_verdict(struct rpc_conn *c, struct rpc_rx *rx)
-{
-    rpc_endpoint *ep = c->ep;
-    enum hs_reason r = HS_BAD_MESSAGE;
-    char msg[HS_MSG_MAX];
-    int rc = hs_verdict_decode(rx->pb, rx->fh.header_len, &r, msg, sizeof(msg));
-    rx_free(rx);
-    if (rc) {
-        conn_close(c, RPC_CLOSE_BAD_HEADER);
-        return;
-    }
-    if (r == HS_OK) {
-        if (c->state != CONN_HS_AUTH || c->inbound) {
-            conn_close(c, RPC_CLOSE_UNEXPECTED);
-            return;
-        }
-        conn_ready(c);
-        return;
-    }
-    c->refusal = r;
-    ep->st.refused_remote[r]++;
-    snprintf(ep->last_refusal, sizeof(ep->last_refusal), "refused by peer: %s: %s",
-             hs_reason_name(r), msg);
-    if (c->peer)
-        snprintf(c->peer->last_error, sizeof(c->peer->last_error), "refused by peer: %s: %s",
-                 hs_reason_name(r), msg);
-    conn_close(c, RPC_CLOSE_REFUSED_BY_PEER);
-}
-
-static void connect_cb(uv_connect_t *req, int status)
-{
-    struct rpc_conn *c = req->data;
-    rpc_endpoint *ep = c->ep;
-    if (c->state == CONN_CLOSING)
-        return;
-    if (status != 0) {
-        if (c->peer)
-            snprintf(c->peer->last_error, sizeof(c->peer->last_error), "connect to %s failed: %s",
-                     c->peer->address, uv_strerror(status));
-        conn_close(c, RPC_CLOSE_CONNECT_FAILED);
-        return;
-    }
-    ep->st.conns_connected++;
-    set_state(c, CONN_HS_HELLO);
-    uint8_t *pb;
-    size_t n;
-    if (hs_nonce(c->nonce_c) != 0 || hs_hello_encode(ep->desc_raw, ep->desc_raw_len, c->nonce_c,
-                                                     c->peer->runtime_id, &pb, &n) != 0) {
-        conn_close(c, RPC_CLOSE_NOMEM);
-        return;
-    }
-    conn_start_read(c);
-    if (c->state != CONN_CLOSING)
-        conn_send_raw(c, FRAME_HELLO, pb, n, 0);
-    else
-        free(pb);
-}
-
-static void peer_connect(rpc_peer *p)
-{
-    rpc_endpoint *ep = p->ep;
-    KVM_ASSERT(!p->conn);
-    struct rpc_conn *c = conn_new(ep, p->is_unix);
-    if (!c) {
-        peer_fail_waiting(p, KVMESH_ENOMEM, "out of memory creating a connection");
-        return;
-    }
-    c->peer = p;
-    p->conn = c;
-    c->creq.data = c;
-    if (p->is_unix) {
-        uv_pipe_connect(&c->creq, &c->u.pipe, p->path, connect_cb);
-        return;
-    }
-    int rc = uv_tcp_connect(&c->creq, &c->u.tcp, (const struct sockaddr *)&p->sa, connect_cb);
-    if (rc != 0) {
-        snprintf(p->last_error, sizeof(p->last_error), "connect to %s failed: %s", p->address,
-                 uv_strerror(rc));
-        conn_close(c, RPC_CLOSE_CONNECT_FAILED);
-    }
-}
-
-static void conn_flush_waiting(struct rpc_conn *c)
-{
-    rpc_peer *p = c->peer;
-    struct rpc_out *o;
-    while (c->state == CONN_READY && (o = TAILQ_FIRST(&p->waiting)) != NULL) {
-        TAILQ_REMOVE(&p->waiting, o, q);
-        o->inq = NULL;
-        if (o->call) {
-            o->call->conn = c;
-            RB_INSERT(rpc_call_tree, &c->pending, o->call);
-        }
-        conn_submit(c, o);
-    }
-}
-
-/* Queues a frame on the peer: written now when READY, else after the handshake. */
 static void peer_enqueue(rpc_peer *p, struct rpc_out *o)
 {
     rpc_endpoint *ep = p->ep;
@@ -1308,17 +424,17 @@ static void peer_enqueue(rpc_peer *p, struct rpc_out *o)
     o->inq = &p->waiting;
     if (p->conn) {
         if (p->conn->state == CONN_READY)
-            conn_flush_waiting(p->conn);
+            rpc_conn_flush_waiting(p->conn);
         return;
     }
     /* Connect from the timer (never inside rpc_call), no earlier than the backoff allows. */
     if (!p->retry.armed)
-        timer_arm(ep, &p->retry, KVM_MAX(uv_now(ep->loop), p->next_attempt));
+        rpc_timer_arm(ep, &p->retry, KVM_MAX(uv_now(ep->loop), p->next_attempt));
 }
 
 /* ---- requests, responses, notifications ---------------------------------------------------- */
 
-static void handle_request(struct rpc_conn *c, struct rpc_rx *rx)
+void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
 {
     rpc_endpoint *ep = c->ep;
     Kvmesh__Rpc__RpcHeader *h =
@@ -1327,7 +443,7 @@ static void handle_request(struct rpc_conn *c, struct rpc_rx *rx)
     rx->pb = NULL;
     if (!h) {
         free(rx->payload);
-        conn_close(c, RPC_CLOSE_BAD_HEADER);
+        rpc_conn_close(c, RPC_CLOSE_BAD_HEADER);
         return;
     }
     struct rpc_request req = {
@@ -1358,7 +474,7 @@ static void handle_request(struct rpc_conn *c, struct rpc_rx *rx)
     if (!r) {
         free(req.payload);
         kvmesh__rpc__rpc_header__free_unpacked(h, NULL);
-        conn_close(c, RPC_CLOSE_NOMEM);
+        rpc_conn_close(c, RPC_CLOSE_NOMEM);
         return;
     }
     r->req = req;
@@ -1370,7 +486,7 @@ static void handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         free(req.payload);
         kvmesh__rpc__rpc_header__free_unpacked(h, NULL);
         free(r);
-        conn_close(c, RPC_CLOSE_UNEXPECTED);
+        rpc_conn_close(c, RPC_CLOSE_UNEXPECTED);
         return;
     }
     r->req.peer_runtime_id = strdup(c->peer_runtime_id);
@@ -1385,23 +501,23 @@ static void handle_request(struct rpc_conn *c, struct rpc_rx *rx)
     slot->fn(r, &r->req, slot->arg);
 }
 
-static void handle_response(struct rpc_conn *c, struct rpc_rx *rx)
+void rpc_handle_response(struct rpc_conn *c, struct rpc_rx *rx)
 {
     struct rpc_call key = {.id = rx->fh.request_id};
     rpc_call_t *call = RB_FIND(rpc_call_tree, &c->pending, &key);
     if (!call) {
         c->ep->st.responses_late++;
-        rx_free(rx);
+        rpc_rx_free(rx);
         return;
     }
     struct rpc_rx *own = malloc(sizeof(*own));
     if (!own) {
-        rx_free(rx);
-        call_finish(call, KVMESH_ENOMEM, "out of memory receiving a response", NULL);
+        rpc_rx_free(rx);
+        rpc_call_finish(call, KVMESH_ENOMEM, "out of memory receiving a response", NULL);
         return;
     }
     *own = *rx;
-    call_finish(call, 0, NULL, own);
+    rpc_call_finish(call, 0, NULL, own);
 }
 
 static void reply_free(rpc_reply *r)
@@ -1414,7 +530,7 @@ static void reply_free(rpc_reply *r)
     kvmesh__rpc__rpc_header__free_unpacked(r->hdr, NULL);
     free(r);
     ep->live_replies--;
-    ep_maybe_free(ep);
+    rpc_ep_maybe_free(ep);
 }
 
 const struct rpc_request *rpc_reply_request(const rpc_reply *r)
@@ -1444,8 +560,12 @@ int rpc_reply_send(rpc_reply *r, int status, const char *error, const struct rpc
         status = KVMESH_EINTERNAL;
     if (m && (rc = msg_check(ep, m, &plen)) != 0)
         goto consumed;
-    if (!c || c->state != CONN_READY || r->canceled) {
+    if (!c || c->state != CONN_READY) {
         rc = KVMESH_ECONN;
+        goto consumed;
+    }
+    if (r->canceled) {
+        rc = KVMESH_ECANCELED; /* the caller no longer waits: nothing is sent */
         goto consumed;
     }
     rc = sendq_admit(ep, &c->sq, plen);
@@ -1460,7 +580,7 @@ int rpc_reply_send(rpc_reply *r, int status, const char *error, const struct rpc
     sendq_add(ep, o, &c->sq);
     ep->st.replies_sent++;
     reply_free(r);
-    conn_submit(c, o);
+    rpc_conn_submit(c, o);
     return 0;
 consumed:
     reply_free(r);
@@ -1509,7 +629,7 @@ int rpc_call(rpc_peer *p, const struct rpc_msg *m, rpc_call_cb cb, void *arg, rp
     ep->st.calls_started++;
     if (m->timeout_ms) {
         c->deadline = uv_now(ep->loop) + m->timeout_ms;
-        timer_arm(ep, &c->tmo, c->deadline);
+        rpc_timer_arm(ep, &c->tmo, c->deadline);
     }
     if (out)
         *out = c;
@@ -1542,6 +662,39 @@ int rpc_notify(rpc_peer *p, const struct rpc_msg *m, rpc_sent_cb sent_cb, void *
     return 0;
 }
 
+int rpc_env_notify(rpc_peer *p, uint32_t from_node, uint32_t env_type, const void *data, size_t len)
+{
+    uint8_t body[8];
+    for (int i = 0; i < 4; i++) {
+        body[i] = (uint8_t)(from_node >> (24 - 8 * i));
+        body[4 + i] = (uint8_t)(env_type >> (24 - 8 * i));
+    }
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+    struct rpc_msg m = {.type = RPC_TYPE_ENV_MESSAGE,
+                        .body = body,
+                        .body_len = sizeof(body),
+                        .iov = &b,
+                        .niov = len ? 1 : 0};
+    if (len > UINT32_MAX)
+        return kvm_errf(KVMESH_ETOOBIG, "env message of %zu bytes", len);
+    return rpc_notify(p, &m, NULL, NULL); /* NULL callback: payload copied */
+}
+
+int rpc_env_decode(const struct rpc_request *req, uint32_t *from_node, uint32_t *env_type)
+{
+    if (req->type != RPC_TYPE_ENV_MESSAGE || req->body_len != 8)
+        return kvm_errf(KVMESH_EPROTO, "not an env message (type %u, %zu body bytes)",
+                        (unsigned)req->type, req->body_len);
+    uint32_t f = 0, t = 0;
+    for (int i = 0; i < 4; i++) {
+        f = (f << 8) | req->body[i];
+        t = (t << 8) | req->body[4 + i];
+    }
+    *from_node = f;
+    *env_type = t;
+    return 0;
+}
+
 /* ---- listeners ----------------------------------------------------------------------------- */
 
 static void listener_close_cb(uv_handle_t *h)
@@ -1550,64 +703,7 @@ static void listener_close_cb(uv_handle_t *h)
     rpc_endpoint *ep = l->ep;
     free(l);
     ep->handles--;
-    ep_maybe_free(ep);
-}
-
-static void on_connection(uv_stream_t *server, int status)
-{
-    struct rpc_listener *l = server->data;
-    rpc_endpoint *ep = l->ep;
-    if (status != 0 || ep->closing)
-        return;
-    struct rpc_conn *c = conn_new(ep, l->is_unix);
-    if (!c)
-        return;
-    c->inbound = 1;
-    ep->ninbound++;
-    if (uv_accept(server, &c->u.s) != 0) {
-        conn_close(c, RPC_CLOSE_IO_ERROR);
-        return;
-    }
-    ep->st.conns_accepted++;
-    if (ep->ninbound > ep->cfg.max_conns) {
-        conn_close(c, RPC_CLOSE_CONN_LIMIT);
-        return;
-    }
-    set_state(c, CONN_HS_HELLO);
-    conn_start_read(c);
-}
-
-int rpc_accept_fd(rpc_endpoint *ep, int fd)
-{
-    struct sockaddr_storage sa;
-    socklen_t len = sizeof(sa);
-    int type = 0;
-    socklen_t tlen = sizeof(type);
-    if (ep->closing)
-        return kvm_errf(KVMESH_ECLOSED, "endpoint is closing");
-    if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0 ||
-        getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM ||
-        (sa.ss_family != AF_UNIX && sa.ss_family != AF_INET && sa.ss_family != AF_INET6))
-        return kvm_errf(KVMESH_EINVAL, "fd %d is not a connected stream socket", fd);
-    int is_unix = sa.ss_family == AF_UNIX;
-    struct rpc_conn *c = conn_new(ep, is_unix);
-    if (!c)
-        return KVMESH_ENOMEM;
-    c->inbound = 1;
-    ep->ninbound++;
-    int rc = is_unix ? uv_pipe_open(&c->u.pipe, fd) : uv_tcp_open(&c->u.tcp, fd);
-    if (rc != 0) {
-        conn_close(c, RPC_CLOSE_IO_ERROR);
-        return kvm_errf(KVMESH_EIO, "cannot adopt fd %d: %s", fd, uv_strerror(rc));
-    }
-    ep->st.conns_accepted++;
-    if (ep->ninbound > ep->cfg.max_conns) {
-        conn_close(c, RPC_CLOSE_CONN_LIMIT);
-        return 0;
-    }
-    set_state(c, CONN_HS_HELLO);
-    conn_start_read(c);
-    return 0;
+    rpc_ep_maybe_free(ep);
 }
 
 static int listener_new(rpc_endpoint *ep, int is_unix, struct rpc_listener **out)
@@ -1649,7 +745,7 @@ int rpc_listen_tcp(rpc_endpoint *ep, const char *ip, int port, int *bound_port)
         return rc;
     rc = uv_tcp_bind(&l->u.tcp, (const struct sockaddr *)&sa, 0);
     if (!rc)
-        rc = uv_listen(&l->u.s, 128, on_connection);
+        rc = uv_listen(&l->u.s, 128, rpc_conn_on_connection);
     if (rc) {
         listener_fail(l);
         return kvm_errf(KVMESH_EIO, "listen on %s:%d: %s", ip, port, uv_strerror(rc));
@@ -1674,7 +770,7 @@ int rpc_listen_unix(rpc_endpoint *ep, const char *path)
         return rc;
     rc = uv_pipe_bind(&l->u.pipe, path);
     if (!rc)
-        rc = uv_listen(&l->u.s, 128, on_connection);
+        rc = uv_listen(&l->u.s, 128, rpc_conn_on_connection);
     if (rc) {
         listener_fail(l);
         return kvm_errf(KVMESH_EIO, "listen on unix:%s: %s", path, uv_strerror(rc));
@@ -1852,10 +948,10 @@ static void ep_timer_close_cb(uv_handle_t *h)
 {
     rpc_endpoint *ep = h->data;
     ep->handles--;
-    ep_maybe_free(ep);
+    rpc_ep_maybe_free(ep);
 }
 
-static void ep_maybe_free(rpc_endpoint *ep)
+void rpc_ep_maybe_free(rpc_endpoint *ep)
 {
     if (!ep->closing || ep->handles || ep->live_replies)
         return;
@@ -1887,12 +983,12 @@ void rpc_endpoint_close(rpc_endpoint *ep, void (*closed_cb)(void *arg), void *ar
     }
     struct rpc_conn *c;
     while ((c = LIST_FIRST(&ep->conns)) != NULL)
-        conn_close(c, RPC_CLOSE_LOCAL);
+        rpc_conn_close(c, RPC_CLOSE_LOCAL);
     rpc_peer *p;
     LIST_FOREACH(p, &ep->peers, link)
     {
-        timer_disarm(ep, &p->retry);
-        peer_fail_waiting(p, KVMESH_ECLOSED, "endpoint closed");
+        rpc_timer_disarm(ep, &p->retry);
+        rpc_peer_fail_waiting(p, KVMESH_ECLOSED, "endpoint closed");
     }
     /* Anything still armed now belongs to calls whose payload write is being cancelled. */
     uv_timer_stop(&ep->timer);

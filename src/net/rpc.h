@@ -221,8 +221,9 @@ int rpc_notify(rpc_peer *p, const struct rpc_msg *m, rpc_sent_cb sent_cb, void *
 /*
  * Completes a request. status 0 or a negative KVMESH_E*; error text optional; m may be NULL
  * (type ignored). Returns 0 (consumed; sent_cb runs once), KVMESH_EAGAIN (NOT consumed: retry
- * or drop), or another error (consumed, nothing sent, sent_cb not called; e.g. KVMESH_ECONN
- * when the connection is gone, which is not a bug: the caller failed already).
+ * or drop), or another error (consumed, nothing sent, sent_cb not called): KVMESH_ECONN when
+ * the connection is gone, KVMESH_ECANCELED when the caller cancelled (neither is a bug: the
+ * caller's call has completed already).
  */
 int rpc_reply_send(rpc_reply *r, int status, const char *error, const struct rpc_msg *m,
                    rpc_sent_cb sent_cb, void *arg);
@@ -232,6 +233,16 @@ void rpc_reply_drop(rpc_reply *r);
 const struct rpc_request *rpc_reply_request(const rpc_reply *r);
 /* 1 when the client cancelled the request or its connection closed. */
 int rpc_reply_canceled(const rpc_reply *r);
+
+/*
+ * Environment messages (the real env binding's env_send): a notification of type
+ * RPC_TYPE_ENV_MESSAGE whose body is 8 bytes (sender node id, env message type; big-endian u32
+ * each) and whose payload is the message bytes, copied before this returns. Errors as rpc_notify.
+ */
+int rpc_env_notify(rpc_peer *p, uint32_t from_node, uint32_t env_type, const void *data,
+                   size_t len);
+/* Reads the sender node and env type of a received env message; KVMESH_EPROTO if malformed. */
+int rpc_env_decode(const struct rpc_request *req, uint32_t *from_node, uint32_t *env_type);
 
 void rpc_get_stats(const rpc_endpoint *ep, struct rpc_stats *out);
 const char *rpc_close_reason_name(int reason);

@@ -60,6 +60,32 @@ static uint64_t mono_ns(void *arg)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static unsigned fault_countdown; /* atomic */
+
+void seg_fault_alloc_after(unsigned n)
+{
+    __atomic_store_n(&fault_countdown, n, __ATOMIC_SEQ_CST);
+}
+
+bool seg_fault_armed(void)
+{
+    return __atomic_load_n(&fault_countdown, __ATOMIC_SEQ_CST) != 0;
+}
+
+void *seg_calloc(size_t n, size_t size)
+{
+    unsigned v = __atomic_load_n(&fault_countdown, __ATOMIC_SEQ_CST);
+    while (v != 0) {
+        if (__atomic_compare_exchange_n(&fault_countdown, &v, v - 1, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST)) {
+            if (v == 1)
+                return NULL;
+            break;
+        }
+    }
+    return calloc(n, size);
+}
+
 const char *seg_reason_str(enum seg_reason r)
 {
     switch (r) {
@@ -86,7 +112,7 @@ const char *seg_reason_str(enum seg_reason r)
 
 int seg_registry_new(struct seg_registry **out)
 {
-    struct seg_registry *reg = calloc(1, sizeof(*reg));
+    struct seg_registry *reg = seg_calloc(1, sizeof(*reg));
     if (!reg)
         return kvm_errf(KVMESH_ENOMEM, "segment registry allocation failed");
     pthread_mutex_init(&reg->mu, NULL);
@@ -195,7 +221,7 @@ int seg_create(struct seg_registry *reg, uint64_t size, unsigned flags, struct s
     if (size == 0 || size > SEG_MAX_SIZE)
         return kvm_errf(KVMESH_EINVAL, "segment size %llu outside [1, %llu]",
                         (unsigned long long)size, (unsigned long long)SEG_MAX_SIZE);
-    struct seg *s = calloc(1, sizeof(*s));
+    struct seg *s = seg_calloc(1, sizeof(*s));
     if (!s)
         return kvm_errf(KVMESH_ENOMEM, "segment allocation failed");
     int rc = seg_open_memfd(size, flags, &s->fd, &s->base, &s->size, &s->huge);
@@ -299,7 +325,7 @@ int seg_grant(struct seg_registry *reg, uint64_t seg_id, uint64_t offset, uint64
 {
     if (rights == 0 || (rights & ~(uint32_t)(SEG_READ | SEG_WRITE)))
         return kvm_errf(KVMESH_EINVAL, "grant rights %#x invalid; use SEG_READ|SEG_WRITE", rights);
-    struct seg_grant_ent *e = calloc(1, sizeof(*e));
+    struct seg_grant_ent *e = seg_calloc(1, sizeof(*e));
     if (!e)
         return kvm_errf(KVMESH_ENOMEM, "grant allocation failed");
     pthread_mutex_lock(&reg->mu);
@@ -532,7 +558,7 @@ int seg_remote_map(struct seg_registry *reg, const char *owner, uint64_t seg_id,
         rc = kvm_errf(KVMESH_ENOMEM, "mmap of remote segment failed: %s", strerror(errno));
         goto out_close;
     }
-    r = calloc(1, sizeof(*r));
+    r = seg_calloc(1, sizeof(*r));
     if (!r) {
         munmap(p, size);
         rc = kvm_errf(KVMESH_ENOMEM, "remote mapping allocation failed");

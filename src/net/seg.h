@@ -143,4 +143,14 @@ size_t seg_remote_count(struct seg_registry *reg);
 
 const char *seg_reason_str(enum seg_reason r);
 
+/*
+ * Allocation fault injection (tests), process-wide: after seg_fault_alloc_after(n), n >= 1, the
+ * n-th allocation made by src/net/seg* and src/net/transport* fails once; 0 disarms.
+ * seg_fault_armed() says whether the countdown has not reached its failure yet.
+ */
+void seg_fault_alloc_after(unsigned n);
+bool seg_fault_armed(void);
+/* calloc honouring the injected fault; free with free(). */
+void *seg_calloc(size_t n, size_t size);
+
 #endif

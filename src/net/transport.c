@@ -162,7 +162,7 @@ int tp_engine_new(const struct tp_config *cfg, struct seg_registry *reg, struct 
     if (cfg->conns_per_peer > TP_MAX_CONNS)
         return kvm_errf(KVMESH_ECONFIG, "conns_per_peer %u above the limit %d", cfg->conns_per_peer,
                         TP_MAX_CONNS);
-    struct tp_engine *e = calloc(1, sizeof(*e));
+    struct tp_engine *e = seg_calloc(1, sizeof(*e));
     if (!e)
         return kvm_errf(KVMESH_ENOMEM, "transport engine allocation failed");
     e->cfg = *cfg;
@@ -181,6 +181,7 @@ int tp_engine_new(const struct tp_config *cfg, struct seg_registry *reg, struct 
         e->nconns = (unsigned)KVM_MIN(KVM_MAX(n, 2), 8);
     }
     e->stripe_min = cfg->stripe_min ? cfg->stripe_min : (256u << 10);
+    e->chunk_max = cfg->chunk_max ? KVM_MAX(cfg->chunk_max, 4096u) : (512u << 10);
     e->io_timeout_ms = cfg->io_timeout_ms > 0 ? cfg->io_timeout_ms : 10000;
     snprintf(e->tcp_listen, sizeof(e->tcp_listen), "%s:0",
              cfg->listen_host ? cfg->listen_host : "127.0.0.1");
@@ -288,7 +289,7 @@ int tp_open_segment(struct tp_engine *e, const char *owner_addr, uint64_t seg_id
                         owner_addr);
     if (k == TP_TCP && !a.tcp_port)
         return kvm_errf(KVMESH_EINCOMPAT, "peer %s serves no tcp data port", owner_addr);
-    struct tp_segment *s = calloc(1, sizeof(*s));
+    struct tp_segment *s = seg_calloc(1, sizeof(*s));
     if (!s)
         return kvm_errf(KVMESH_ENOMEM, "segment handle allocation failed");
     s->e = e;
@@ -331,8 +332,8 @@ int tp_batch_new(struct tp_engine *e, unsigned capacity, struct tp_batch **out)
 {
     if (capacity == 0 || capacity > TP_MAX_BATCH)
         return kvm_errf(KVMESH_EINVAL, "batch capacity %u outside [1, %d]", capacity, TP_MAX_BATCH);
-    struct tp_batch *b = calloc(1, sizeof(*b));
-    struct tp_slot *slots = calloc(capacity, sizeof(*slots));
+    struct tp_batch *b = seg_calloc(1, sizeof(*b));
+    struct tp_slot *slots = seg_calloc(capacity, sizeof(*slots));
     if (!b || !slots) {
         free(b);
         free(slots);

@@ -50,6 +50,7 @@ struct tp_config {
     bool no_server;          /* client-only engine: serve no segments */
     unsigned conns_per_peer; /* tcp data connections per peer; 0 = sized to the machine */
     uint64_t stripe_min;     /* requests above this are split across connections; 0 = 256 KiB */
+    uint64_t chunk_max;      /* largest piece on one connection at a time; 0 = 512 KiB */
     int io_timeout_ms;       /* per-socket-operation timeout; 0 = 10000 */
     const char *host_id;     /* override of the host identity (tests); NULL = boot id */
 };

@@ -53,6 +53,7 @@ struct tp_engine {
     char host_id[64];
     unsigned nconns;
     uint64_t stripe_min;
+    uint64_t chunk_max;
     int io_timeout_ms;
     pthread_mutex_t mu; /* regions */
     struct tp_region regions[TP_MAX_REGIONS];

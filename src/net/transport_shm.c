@@ -160,7 +160,7 @@ static void *shm_server_main(void *arg)
 
 static int shm_server_start(struct tp_engine *e)
 {
-    struct tp_shm_server *srv = calloc(1, sizeof(*srv));
+    struct tp_shm_server *srv = seg_calloc(1, sizeof(*srv));
     if (!srv)
         return kvm_errf(KVMESH_ENOMEM, "shm server allocation failed");
     srv->e = e;
@@ -331,7 +331,7 @@ static int shm_peer_get(struct tp_engine *e, const struct tp_addr *a, const char
 {
     pthread_mutex_lock(&e->mu);
     if (!e->shm_cli) {
-        e->shm_cli = calloc(1, sizeof(*e->shm_cli));
+        e->shm_cli = seg_calloc(1, sizeof(*e->shm_cli));
         if (!e->shm_cli) {
             pthread_mutex_unlock(&e->mu);
             return kvm_errf(KVMESH_ENOMEM, "shm client allocation failed");
@@ -368,7 +368,7 @@ static int shm_peer_get(struct tp_engine *e, const struct tp_addr *a, const char
         } else if (connect(fd, (struct sockaddr *)&sa, sl) != 0) {
             rc = kvm_errf(KVMESH_ECONN, "cannot reach shm owner @%s: %s", a->shm, strerror(errno));
             close(fd);
-        } else if (!(found = calloc(1, sizeof(*found)))) {
+        } else if (!(found = seg_calloc(1, sizeof(*found)))) {
             rc = kvm_errf(KVMESH_ENOMEM, "shm peer allocation failed");
             close(fd);
         } else {

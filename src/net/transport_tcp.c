@@ -11,8 +11,9 @@
  * and dropped (bounded by the header's length) so the stream stays in step.
  *
  * Client side: one peer per owner address with N data connections (tp_engine.nconns), each
- * with its own I/O thread and a FIFO of chunks. A request longer than stripe_min is split into
- * up to N chunks; each chunk goes to the connection with the fewest queued bytes. Chunks on one
+ * with its own I/O thread and a FIFO of chunks. A request longer than stripe_min is split over
+ * the N connections in chunks of at most chunk_max bytes; each chunk goes to the connection with
+ * the fewest queued bytes. Chunks on one
  * connection run one at a time (request, then response). READ payload is received directly into
  * the caller's registered buffer, WRITE payload is sent from it: no intermediate buffer.
  *
@@ -43,6 +44,7 @@
 
 #define TCP_DISCARD_BUF (64u << 10)
 #define TCP_CHUNK_ALIGN 4096u
+#define TCP_MAX_CHUNKS  8192u /* pieces of one request */
 
 /* ---- server -------------------------------------------------------------------------------- */
 
@@ -174,7 +176,7 @@ static void *tcp_accept_main(void *arg)
         pthread_mutex_lock(&srv->mu);
         tcp_reap_locked(srv);
         struct tcp_sconn *c = NULL;
-        if (srv->nconns < TP_MAX_SERVER_CONN && (c = calloc(1, sizeof(*c))) != NULL) {
+        if (srv->nconns < TP_MAX_SERVER_CONN && (c = seg_calloc(1, sizeof(*c))) != NULL) {
             c->srv = srv;
             c->fd = fd;
             if (pthread_create(&c->th, NULL, tcp_sconn_main, c) == 0) {
@@ -203,7 +205,7 @@ static int tcp_server_start(struct tp_engine *e)
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(e->cfg.listen_port)};
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
         return kvm_errf(KVMESH_ECONFIG, "tcp listen host \"%s\" is not an IPv4 address", host);
-    struct tp_tcp_server *srv = calloc(1, sizeof(*srv));
+    struct tp_tcp_server *srv = seg_calloc(1, sizeof(*srv));
     if (!srv)
         return kvm_errf(KVMESH_ENOMEM, "tcp server allocation failed");
     srv->e = e;
@@ -437,7 +439,7 @@ static int tcp_connect(const struct tp_addr *a, int timeout_ms, int *fd_out)
 static int tcp_peer_new(struct tp_engine *e, const struct tp_addr *a, const char *key,
                         struct tcp_peer **out)
 {
-    struct tcp_peer *p = calloc(1, sizeof(*p));
+    struct tcp_peer *p = seg_calloc(1, sizeof(*p));
     if (!p)
         return kvm_errf(KVMESH_ENOMEM, "tcp peer allocation failed");
     snprintf(p->key, sizeof(p->key), "%s", key);
@@ -469,7 +471,7 @@ static int tcp_open(struct tp_engine *e, const struct tp_addr *a, struct tp_segm
 {
     pthread_mutex_lock(&e->mu);
     if (!e->tcp_cli) {
-        e->tcp_cli = calloc(1, sizeof(*e->tcp_cli));
+        e->tcp_cli = seg_calloc(1, sizeof(*e->tcp_cli));
         if (!e->tcp_cli) {
             pthread_mutex_unlock(&e->mu);
             return kvm_errf(KVMESH_ENOMEM, "tcp client allocation failed");
@@ -537,51 +539,66 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
     struct tp_segment *s = r->segment;
     struct tcp_peer *p = s->peer;
     struct tp_engine *e = b->e;
+    /* pieces: spread over the connections, at most chunk_max each (small pieces keep the
+     * bytes in flight cache-resident; see docs/performance.md), at most TCP_MAX_CHUNKS */
     uint64_t nk = 1;
     if (r->length > e->stripe_min)
         nk = KVM_MIN((uint64_t)p->n, (r->length + e->stripe_min - 1) / e->stripe_min);
     uint64_t piece = (r->length + nk - 1) / nk;
+    if (piece > e->chunk_max)
+        piece = KVM_MAX(e->chunk_max, (r->length + TCP_MAX_CHUNKS - 1) / TCP_MAX_CHUNKS);
     piece = (piece + TCP_CHUNK_ALIGN - 1) / TCP_CHUNK_ALIGN * TCP_CHUNK_ALIGN;
     nk = (r->length + piece - 1) / piece;
-    struct tcp_chunk *ks[TP_MAX_CONNS];
+    KVM_ASSERT(nk >= 1 && nk <= TCP_MAX_CHUNKS);
+    struct tcp_chunk *list = NULL, **tailp = &list;
     for (uint64_t i = 0; i < nk; i++) {
-        ks[i] = malloc(sizeof(*ks[i]));
-        if (!ks[i]) {
-            for (uint64_t j = 0; j < i; j++)
-                free(ks[j]);
+        struct tcp_chunk *k = seg_calloc(1, sizeof(*k));
+        if (!k) {
+            while (list) {
+                struct tcp_chunk *n = list->next;
+                free(list);
+                list = n;
+            }
             return kvm_errf(KVMESH_ENOMEM, "chunk allocation failed");
         }
         uint64_t off = i * piece;
-        *ks[i] = (struct tcp_chunk){.b = b,
-                                    .idx = idx,
-                                    .op = (uint8_t)r->op,
-                                    .local = (uint8_t *)r->local + off,
-                                    .seg_id = s->seg_id,
-                                    .offset = r->remote_offset + off,
-                                    .length = KVM_MIN(piece, r->length - off),
-                                    .token = r->token};
+        *k = (struct tcp_chunk){.b = b,
+                                .idx = idx,
+                                .op = (uint8_t)r->op,
+                                .local = (uint8_t *)r->local + off,
+                                .seg_id = s->seg_id,
+                                .offset = r->remote_offset + off,
+                                .length = KVM_MIN(piece, r->length - off),
+                                .token = r->token};
+        *tailp = k;
+        tailp = &k->next;
     }
     pthread_mutex_lock(&p->mu);
     if (p->dead) {
         pthread_mutex_unlock(&p->mu);
-        for (uint64_t i = 0; i < nk; i++)
-            free(ks[i]);
+        while (list) {
+            struct tcp_chunk *n = list->next;
+            free(list);
+            list = n;
+        }
         (void)reason;
         return kvm_errf(KVMESH_ECONN, "connection to %s lost; reopen the segment", p->key);
     }
     tp_slot_set_chunks(b, idx, (uint32_t)nk);
-    for (uint64_t i = 0; i < nk; i++) {
+    while (list) {
+        struct tcp_chunk *k = list;
+        list = k->next;
+        k->next = NULL;
         struct tcp_conn *best = &p->conns[0];
         for (unsigned j = 1; j < p->n; j++)
             if (p->conns[j].qbytes < best->qbytes)
                 best = &p->conns[j];
-        best->qbytes += ks[i]->length;
-        ks[i]->next = NULL;
+        best->qbytes += k->length;
         if (best->tail)
-            best->tail->next = ks[i];
+            best->tail->next = k;
         else
-            best->head = ks[i];
-        best->tail = ks[i];
+            best->head = k;
+        best->tail = k;
     }
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);

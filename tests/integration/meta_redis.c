@@ -16,7 +16,8 @@
  *     0x01..0xff, a full META_RANGE_MAX page) pass through the scripts unchanged;
  *   - reconnect after a restart: calls during the outage fail with KVMESH_ECONN naming
  *     host:port, calls after it succeed on the same handle, data (AOF) is still there;
- *   - an unreachable server: KVMESH_ECONN naming host:port;
+ *   - an unreachable server: KVMESH_ECONN naming host:port, at once; a server that accepts but
+ *     never answers: KVMESH_ECONN at the connect timeout, then recovery on the same handle;
  *   - the URL's /db and ?ns= place the data (raw client check) and namespaces are isolated;
  *   - a seeded random differential run against the memory backend: every txn/range/get/lease
  *     result (values, revisions, versions, pages, more, errors) must be identical.
@@ -477,6 +478,45 @@ static void test_reconnect_after_restart(void **state)
     testsrv_stop(srv);
 }
 
+/* A server that accepts connections but never answers (stopped with SIGSTOP): the attempt ends
+ * at the connect timeout with KVMESH_ECONN naming host:port, before the call's deadline; once
+ * the server runs again the same handle reconnects. */
+static void test_connect_timeout(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis(NULL);
+    assert_int_equal(testsrv_kill(srv, SIGSTOP), 0);
+    meta_sync_t *s = NULL;
+    meta_opts_t o = {.default_timeout_ms = 8000, .name = "itest"};
+    assert_int_equal(meta_sync_open(&s, testsrv_url(srv), &o), 0);
+    char where[64];
+    snprintf(where, sizeof(where), "127.0.0.1:%u", testsrv_port(srv));
+    uint64_t t0 = now_ms();
+    meta_result_t *r = NULL;
+    assert_int_equal(meta_sync_get(s, "k", &r), KVMESH_ECONN);
+    uint64_t took = now_ms() - t0;
+    if (!strstr(r->errmsg, where) || !strstr(r->errmsg, "no connection within")) {
+        print_error("message: %s\n", r->errmsg);
+        fail();
+    }
+    meta_result_free(r);
+    assert_true(took >= 2500 && took < 7500);
+    assert_int_equal(testsrv_kill(srv, SIGCONT), 0);
+    int rc;
+    uint64_t deadline = now_ms() + 10000;
+    do {
+        r = NULL;
+        rc = meta_sync_get(s, "k", &r);
+        meta_result_free(r);
+        if (rc == 0)
+            break;
+        nap_ms(50);
+    } while (now_ms() < deadline);
+    assert_int_equal(rc, 0);
+    meta_sync_close(s);
+    testsrv_stop(srv);
+}
+
 static void test_unreachable(void **state)
 {
     (void)state;
@@ -693,6 +733,7 @@ int main(void)
         cmocka_unit_test(test_reaper_backlog),
         cmocka_unit_test(test_limits_and_bytes),
         cmocka_unit_test(test_reconnect_after_restart),
+        cmocka_unit_test(test_connect_timeout),
         cmocka_unit_test(test_unreachable),
         cmocka_unit_test(test_db_and_namespace),
         cmocka_unit_test(test_matches_memory_backend),

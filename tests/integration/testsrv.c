@@ -222,10 +222,17 @@ static void test_server_dies_with_parent(void **state)
         if (!dead)
             usleep(10000);
     }
-    char cmd[4100];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", msg.dir);
-    assert_int_equal(system(cmd), 0);
     assert_true(dead);
+    /* the dead owner's temporary dir is swept by the next run; live owners' dirs are kept */
+    assert_true(dir_exists(msg.dir));
+    testsrv_t *live = NULL;
+    if (testsrv_start_redis(&live, NULL))
+        fail_msg("start redis: %s", kvmesh_last_error());
+    testsrv_sweep_stale();
+    assert_false(dir_exists(msg.dir));
+    assert_true(dir_exists(testsrv_dir(live)));
+    assert_int_equal(testsrv_kill(live, SIGCONT), 0); /* still running */
+    testsrv_stop(live);
 }
 
 static void test_missing_binary(void **state)

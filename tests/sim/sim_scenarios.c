@@ -10,12 +10,14 @@
 #include <string.h>
 
 extern const sim_scenario_t scen_toy_register;
+extern const sim_scenario_t scen_transport;
 #ifdef KVMESH_SIM_HAVE_META /* scenarios that need src/meta (see CMakeLists.txt) */
 extern const sim_scenario_t scen_meta_cas;
 #endif
 
 const sim_scenario_t *const sim_scenarios[] = {
     &scen_toy_register,
+    &scen_transport,
 #ifdef KVMESH_SIM_HAVE_META
     &scen_meta_cas,
 #endif

@@ -12,6 +12,7 @@
 #include "testsrv.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -118,9 +119,85 @@ static void exit_handler(void)
     pthread_mutex_unlock(&reg_lock);
 }
 
+/* Start time of a process (clock ticks since boot, /proc/PID/stat field 22), 0 if gone. */
+static unsigned long long proc_start(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    p++;
+    for (int field = 3; field <= 22 && p; field++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+        if (field == 22 && p)
+            return strtoull(p, NULL, 10);
+    }
+    return 0;
+}
+
+/* Records the owning process in dir/owner so a later run can sweep the dir if this process
+ * dies without cleaning up (SIGKILL, ctest timeout). */
+static void write_owner(const char *dir)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/owner", dir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%d %llu\n", (int)getpid(), proc_start(getpid()));
+        fclose(f);
+    }
+}
+
+/* Removes kvmesh-{redis,etcd}-* temporary dirs whose owner process no longer exists (its
+ * servers died with it through PR_SET_PDEATHSIG). Dirs of live owners are never touched. */
+void testsrv_sweep_stale(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    DIR *d = opendir(tmp);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, "kvmesh-redis-", 13) != 0 &&
+            strncmp(de->d_name, "kvmesh-etcd-", 12) != 0)
+            continue;
+        char path[PATH_MAX], owner[PATH_MAX + 16];
+        snprintf(path, sizeof(path), "%s/%s", tmp, de->d_name);
+        snprintf(owner, sizeof(owner), "%s/owner", path);
+        FILE *f = fopen(owner, "r");
+        if (!f)
+            continue; /* not ours to judge */
+        char line[64] = "";
+        char *ok = fgets(line, sizeof(line), f);
+        fclose(f);
+        char *end = NULL;
+        long pid = ok ? strtol(line, &end, 10) : 0;
+        if (pid <= 0 || !end || *end != ' ')
+            continue;
+        unsigned long long start = strtoull(end + 1, NULL, 10);
+        if (proc_start((pid_t)pid) != start)
+            rm_tree(path);
+    }
+    closedir(d);
+}
+
 static void reg_init(void)
 {
     atexit(exit_handler);
+    testsrv_sweep_stale();
 }
 
 static void reg_add(struct testsrv *s)
@@ -261,15 +338,20 @@ static void build_argv(struct testsrv *s, char **argv, char store[][PATH_MAX + 6
 static int spawn(struct testsrv *s)
 {
     char *argv[TESTSRV_MAX_ARGS];
-    static _Thread_local char store[TESTSRV_MAX_ARGS][PATH_MAX + 64];
+    char(*store)[PATH_MAX + 64] = calloc(TESTSRV_MAX_ARGS, PATH_MAX + 64);
+    if (!store)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory");
     build_argv(s, argv, store);
 
     int logfd = open(s->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (logfd < 0)
+    if (logfd < 0) {
+        free(store);
         return kvm_errf(KVMESH_EIO, "cannot open server log %s: %s", s->log, strerror(errno));
+    }
     int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (nullfd < 0) {
         close(logfd);
+        free(store);
         return kvm_errf(KVMESH_EIO, "cannot open /dev/null: %s", strerror(errno));
     }
     pid_t parent = getpid();
@@ -278,6 +360,7 @@ static int spawn(struct testsrv *s)
         int e = errno;
         close(logfd);
         close(nullfd);
+        free(store);
         return kvm_errf(KVMESH_EIO, "fork failed: %s", strerror(e));
     }
     if (pid == 0) {
@@ -307,6 +390,7 @@ static int spawn(struct testsrv *s)
     }
     close(logfd);
     close(nullfd);
+    free(store); /* the child has its own copy */
     s->pid = pid;
     return 0;
 }
@@ -430,6 +514,7 @@ static int start_common(testsrv_t **out, enum testsrv_kind kind, const char *ext
         s->dir[0] = '\0';
         goto fail;
     }
+    write_owner(s->dir);
     snprintf(s->log, sizeof(s->log), "%s/server.log", s->dir);
     snprintf(s->conf, sizeof(s->conf), "%s/redis.conf", s->dir);
     snprintf(s->data, sizeof(s->data), "%s/data", s->dir);

@@ -70,6 +70,11 @@ int testsrv_restart(testsrv_t *s);
 /* Kills the server (SIGTERM, then SIGKILL), reaps it, removes the temporary dir, frees s. */
 void testsrv_stop(testsrv_t *s);
 
+/* Removes temporary dirs left by test processes that died without cleaning up (their servers
+ * died with them): every kvmesh-{redis,etcd}-* dir under $TMPDIR (or /tmp) whose "owner" file
+ * names a process that no longer exists. Runs automatically at the first start in a process. */
+void testsrv_sweep_stale(void);
+
 /* A port on 127.0.0.1 that was free a moment ago (bind to port 0), or 0 on failure. */
 uint16_t testsrv_free_port(void);
 

@@ -18,6 +18,7 @@
 
 #include "kvmesh.h"
 #include "meta/meta.h"
+#include "meta/meta_impl.h"
 #include "meta/meta_memory.h"
 
 /* ---- a tiny deterministic env: virtual clock, timers in (due, id) order ---------------------- */
@@ -657,6 +658,113 @@ static void test_result_dup(void **state)
     assert_null(meta_result_dup(NULL));
 }
 
+/* ---- the dispatcher with a fake backend ------------------------------------------------------ */
+
+static meta_call_t *fake_held;
+
+static void fake_submit_sync(meta_t *m, meta_call_t *c)
+{
+    char key[8] = "x";
+    meta_result_t r;
+    memset(&r, 0, sizeof(r));
+    r.kv.found = true;
+    r.kv.key = key; /* backend-owned storage, gone after this function */
+    r.rev = 42;
+    meta_call_complete(c, &r);
+    key[0] = 'Z';
+}
+
+static void fake_submit_hold(meta_t *m, meta_call_t *c)
+{
+    fake_held = c;
+}
+
+static int fake_open(meta_t *m, const char *url)
+{
+    return 0;
+}
+
+static void fake_close(meta_t *m)
+{
+    if (fake_held) {
+        meta_call_t *c = fake_held;
+        fake_held = NULL;
+        meta_call_fail(c, KVMESH_ECANCELED, "fake: closed");
+    }
+}
+
+static meta_t *fake_handle(struct tenv *t, void (*submit)(meta_t *, meta_call_t *))
+{
+    static struct meta_backend_ops ops;
+    ops = (struct meta_backend_ops){
+        .name = "fake", .open = fake_open, .close = fake_close, .submit = submit};
+    meta_t *m = calloc(1, sizeof(*m));
+    m->ops = &ops;
+    m->env = &t->env;
+    m->default_timeout_ms = 1000;
+    return m;
+}
+
+/* A backend completing inside submit(): the user is answered on a later turn, with a copy. */
+static void test_sync_completion_is_deferred(void **state)
+{
+    (void)state;
+    struct tenv *t = tenv_new();
+    meta_t *m = fake_handle(t, fake_submit_sync);
+    struct cap cp = {.t = t};
+    assert_int_equal(meta_get(m, "k", 0, on_res, &cp), 0);
+    assert_int_equal(cp.calls, 0);
+    cp.submitted = true;
+    run_idle(t);
+    assert_int_equal(cp.calls, 1);
+    assert_string_equal(cp.res->kv.key, "x");
+    assert_int_equal(cp.res->rev, 42);
+    cap_reset(&cp);
+    meta_close(m);
+    run_idle(t);
+    free(t);
+}
+
+/* A backend answering after the deadline: the user got ETIMEDOUT once; the late answer is
+ * dropped and the call freed once (ASan checks the memory); abandoned() tells the backend. */
+static void test_late_backend_completion(void **state)
+{
+    (void)state;
+    struct tenv *t = tenv_new();
+    meta_t *m = fake_handle(t, fake_submit_hold);
+    struct cap cp = {.t = t};
+    assert_int_equal(meta_get(m, "k", 50, on_res, &cp), 0);
+    cp.submitted = true;
+    assert_non_null(fake_held);
+    assert_false(meta_call_abandoned(fake_held));
+    run_idle(t);
+    assert_int_equal(cp.calls, 1);
+    assert_int_equal(cp.res->rc, KVMESH_ETIMEDOUT);
+    assert_non_null(strstr(cp.res->errmsg, "timed out"));
+    assert_int_equal(cp.at, 50 * MS);
+    assert_true(meta_call_abandoned(fake_held));
+    meta_call_t *c = fake_held;
+    fake_held = NULL;
+    meta_result_t r;
+    memset(&r, 0, sizeof(r));
+    meta_call_complete(c, &r);
+    run_idle(t);
+    assert_int_equal(cp.calls, 1);
+    cap_reset(&cp);
+    /* a call still held at close: the user gets ECANCELED, the backend's close releases it */
+    cp.t = t;
+    assert_int_equal(meta_get(m, "k", 0, on_res, &cp), 0);
+    cp.submitted = true;
+    meta_close(m);
+    assert_int_equal(cp.calls, 1);
+    assert_int_equal(cp.res->rc, KVMESH_ECANCELED);
+    assert_null(fake_held);
+    cap_reset(&cp);
+    run_idle(t);
+    assert_int_equal(t->n, 0);
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -668,6 +776,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_validation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_urls_and_sharing, setup, teardown),
         cmocka_unit_test(test_result_dup),
+        cmocka_unit_test(test_sync_completion_is_deferred),
+        cmocka_unit_test(test_late_backend_completion),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * rpc_impl.h — internal to the RPC module (rpc.c: endpoint, peers, calls, replies, timers,
+ * listeners; rpc_conn.c: one connection's write path, receive state machine and handshake
+ * driver). Not for use outside src/net/rpc*.c. All functions run on the endpoint's loop thread.
+ */
+#ifndef KVMESH_NET_RPC_IMPL_H
+#define KVMESH_NET_RPC_IMPL_H
+
+#ifndef __unused
+#define __unused __attribute__((__unused__)) /* libbsd tree.h generators */
+#endif
+#include <bsd/sys/queue.h>
+#include <bsd/sys/tree.h>
+#include <sys/socket.h>
+
+#include "net/rpc.h"
+#include "rpc.pb-c.h"
+
+struct rpc_timer {
+    RB_ENTRY(rpc_timer) node;
+    uint64_t due, seq;
+    int armed;
+    void (*fire)(struct rpc_timer *t);
+};
+
+RB_HEAD(rpc_timer_tree, rpc_timer);
+RB_PROTOTYPE(rpc_timer_tree, rpc_timer, node, timer_cmp)
+
+struct rpc_sendq {
+    uint64_t bytes;
+    uint32_t msgs;
+};
+
+/* One received frame (ownership moves with it). */
+struct rpc_rx {
+    struct frame_header fh;
+    uint8_t *pb;
+    uint8_t *payload;
+};
+
+TAILQ_HEAD(rpc_out_q, rpc_out);
+struct rpc_out {
+    TAILQ_ENTRY(rpc_out) q;
+    struct rpc_out_q *inq; /* the waiting queue holding it, NULL once submitted */
+    uv_write_t wr;
+    struct rpc_conn *conn;
+    struct rpc_sendq *sq;
+    uint64_t bytes;
+    uint8_t *head; /* fixed header + protobuf header */
+    size_t head_len;
+    uv_buf_t bufs[1 + RPC_MAX_IOV];
+    unsigned nbufs;
+    uint8_t *owned_payload;
+    rpc_call_t *call;
+    rpc_sent_cb sent_cb;
+    void *sent_arg;
+    uint8_t close_after; /* refusal verdict: close the connection once written */
+};
+
+struct rpc_call {
+    RB_ENTRY(rpc_call) node; /* conn->pending */
+    struct rpc_timer tmo;
+    rpc_endpoint *ep;
+    rpc_peer *peer;
+    struct rpc_conn *conn; /* while in conn->pending */
+    uint64_t id;
+    uint64_t deadline;   /* loop ms, 0 = none */
+    struct rpc_out *out; /* while waiting or being written */
+    int done;            /* result decided */
+    int status;
+    char *error;
+    struct rpc_rx *rx; /* deferred response */
+    rpc_call_cb cb;
+    void *arg;
+};
+
+RB_HEAD(rpc_call_tree, rpc_call);
+RB_PROTOTYPE(rpc_call_tree, rpc_call, node, call_cmp)
+
+struct rpc_reply {
+    RB_ENTRY(rpc_reply) node; /* conn->replies */
+    struct rpc_conn *conn;    /* NULL once the connection closed */
+    rpc_endpoint *ep;
+    struct rpc_request req;
+    Kvmesh__Rpc__RpcHeader *hdr;
+    int canceled;
+};
+
+RB_HEAD(rpc_reply_tree, rpc_reply);
+RB_PROTOTYPE(rpc_reply_tree, rpc_reply, node, reply_cmp)
+
+enum conn_state { CONN_CONNECTING, CONN_HS_HELLO, CONN_HS_AUTH, CONN_READY, CONN_CLOSING };
+enum rx_state { RX_FIXED, RX_PB, RX_PAYLOAD };
+
+struct rpc_conn {
+    union {
+        uv_handle_t h;
+        uv_stream_t s;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } u;
+    uv_connect_t creq;
+    LIST_ENTRY(rpc_conn) link;
+    rpc_endpoint *ep;
+    rpc_peer *peer; /* outbound only */
+    int inbound;
+    enum conn_state state;
+    enum hs_reason refusal; /* why the handshake was refused (either side), HS_OK if not */
+    struct rpc_timer hs_timer;
+    uint8_t nonce_c[HS_NONCE_LEN], nonce_s[HS_NONCE_LEN];
+    uint8_t *peer_desc_raw;
+    size_t peer_desc_len;
+    char peer_runtime_id[HS_ID_MAX + 1];
+    uint64_t peer_epoch;
+    /* receive */
+    uint8_t *rbuf;
+    size_t rlen, rpos;
+    enum rx_state rxs;
+    struct rpc_rx rx;
+    size_t pb_got;
+    uint64_t pay_got;
+    /* send */
+    struct rpc_sendq sq;
+    unsigned writes; /* uv_write requests in flight */
+    struct rpc_call_tree pending;
+    struct rpc_reply_tree replies;
+};
+LIST_HEAD(rpc_conn_list, rpc_conn);
+
+struct rpc_peer {
+    LIST_ENTRY(rpc_peer) link;
+    rpc_endpoint *ep;
+    char runtime_id[HS_ID_MAX + 1];
+    char address[RPC_MAX_ADDRESS];
+    struct sockaddr_storage sa;
+    int is_unix;
+    char path[RPC_MAX_ADDRESS];
+    struct rpc_conn *conn;
+    struct rpc_out_q waiting; /* frames submitted before READY */
+    struct rpc_sendq sq;
+    struct rpc_timer retry;
+    uint64_t next_attempt;
+    uint32_t backoff;
+    uint64_t epoch; /* highest runtime epoch seen from this peer, 0 = never connected */
+    char last_error[HS_MSG_MAX + 128];
+};
+LIST_HEAD(rpc_peer_list, rpc_peer);
+
+struct rpc_handler_slot {
+    rpc_handler_fn fn; /* requests */
+    void *arg;
+    rpc_handler_fn nfn; /* notifications */
+    void *narg;
+};
+
+struct rpc_listener {
+    union {
+        uv_handle_t h;
+        uv_stream_t s;
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } u;
+    LIST_ENTRY(rpc_listener) link;
+    rpc_endpoint *ep;
+    int is_unix;
+};
+LIST_HEAD(rpc_listener_list, rpc_listener);
+
+struct rpc_endpoint {
+    uv_loop_t *loop;
+    struct rpc_config cfg;
+    uint8_t secret[HS_SECRET_MAX];
+    uint8_t *desc_raw;
+    size_t desc_raw_len;
+    uv_timer_t timer;
+    struct rpc_timer_tree timers;
+    uint64_t timer_seq;
+    uint64_t next_id;
+    struct rpc_listener_list listeners;
+    struct rpc_conn_list conns;
+    struct rpc_peer_list peers;
+    unsigned npeers, ninbound;
+    struct rpc_handler_slot *handlers; /* 65536 slots */
+    struct rpc_stats st;
+    char last_refusal[HS_MSG_MAX + 64];
+    int closing;
+    unsigned handles; /* open uv handles */
+    unsigned live_replies;
+    void (*closed_cb)(void *);
+    void *closed_arg;
+};
+
+/* ---- rpc.c ---- */
+void rpc_timer_arm(rpc_endpoint *ep, struct rpc_timer *t, uint64_t due);
+void rpc_timer_disarm(rpc_endpoint *ep, struct rpc_timer *t);
+void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx *rx);
+void rpc_call_deliver(rpc_call_t *c);
+void rpc_peer_fail_waiting(rpc_peer *p, int status, const char *why);
+void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx);
+void rpc_handle_response(struct rpc_conn *c, struct rpc_rx *rx);
+struct rpc_out *rpc_out_raw(uint8_t kind, uint64_t id, uint8_t *pb, size_t pb_len);
+void rpc_out_free(struct rpc_out *o);
+void rpc_sendq_remove(rpc_endpoint *ep, struct rpc_out *o);
+void rpc_ep_maybe_free(rpc_endpoint *ep);
+
+/* ---- rpc_conn.c ---- */
+void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o);
+void rpc_conn_close(struct rpc_conn *c, enum rpc_close_reason reason);
+void rpc_conn_dial(rpc_peer *p);
+void rpc_conn_flush_waiting(struct rpc_conn *c);
+void rpc_conn_on_connection(uv_stream_t *server, int status);
+void rpc_rx_free(struct rpc_rx *rx);
+
+#endif
