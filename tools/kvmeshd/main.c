@@ -15,11 +15,8 @@
  *
  * The drain runs on its own thread (kvmesh_drain) so the main thread keeps answering signals.
  *
- * Admin HTTP: the runtime (kvmesh_open) does not start the obs module's admin server yet, so
- * when admin_listen is set the daemon starts it itself (obs_http_start: /healthz, /metrics,
- * /stats, ...) with a provider reading the runtime through the public API: live while the
- * process runs, ready while joined and not draining, runtime stats from kvmesh_members. When
- * the runtime serves admin_listen itself, this section goes away.
+ * Admin HTTP (/healthz, /metrics, /stats, ...): served by the runtime itself on admin_listen
+ * (kvmesh_open starts the obs module's server); /healthz turns not-ready while draining.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -36,9 +33,7 @@
 
 #include "api/config_table.h"
 #include "api/yaml_config.h"
-#include "core/util.h"
 #include "kvmesh.h"
-#include "obs/http.h"
 
 #define D_EXIT_OK       0
 #define D_EXIT_FAIL     1
@@ -222,77 +217,6 @@ static int parse_args(int argc, char **argv, struct dopts *o)
     return -1;
 }
 
-/* ---- admin server -------------------------------------------------------------------------- */
-
-struct admin_ctx {
-    kvmesh_t *kv;
-    atomic_int state; /* 0 joined, 1 draining */
-    uint64_t started_ns;
-};
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void admin_health(void *ctx, struct obs_health *out)
-{
-    struct admin_ctx *a = ctx;
-    if (atomic_load(&a->state) != 0) {
-        out->ready = false;
-        obs_health_reason(out, "draining: replicas are moving to other runtimes");
-    }
-}
-
-static void admin_stats(void *ctx, struct obs_runtime_stats *out)
-{
-    struct admin_ctx *a = ctx;
-    char id[KVMESH_ID_HEX_LEN + 1] = "";
-    uint64_t epoch = 0;
-    if (kvmesh_self(a->kv, id, &epoch) == 0)
-        snprintf(out->runtime_id, sizeof(out->runtime_id), "%s", id);
-    out->uptime_seconds = (mono_ns() - a->started_ns) / 1000000000ull;
-    kvmesh_member_info_t m[64];
-    size_t n = 0;
-    if (kvmesh_members(a->kv, m, 64, &n) == 0) {
-        out->live_members = (uint32_t)n;
-        for (size_t i = 0; i < n && i < 64; i++) {
-            if (strcmp(m[i].id, id) == 0) {
-                out->dram_capacity_bytes = m[i].capacity_bytes;
-                out->dram_used_bytes = m[i].used_bytes;
-            }
-        }
-    }
-}
-
-/* Starts the admin server on admin_listen (IPv4 literal or "localhost"); NULL when off. */
-static int admin_start(const struct kvmesh_config *cfg, struct admin_ctx *a, struct obs_http **out)
-{
-    *out = NULL;
-    if (!cfg->admin_listen[0])
-        return 0;
-    char host[128];
-    snprintf(host, sizeof(host), "%s", cfg->admin_listen);
-    char *colon = strrchr(host, ':');
-    if (!colon)
-        return kvm_errf(KVMESH_ECONFIG, "admin_listen: \"%s\" is not host:port", host);
-    *colon = '\0';
-    unsigned port = (unsigned)atoi(colon + 1);
-    struct obs_http_config hc = {
-        .bind_addr = strcmp(host, "localhost") == 0 ? "127.0.0.1" : host,
-        .port = (uint16_t)port,
-        .secret = cfg->secret,
-        .provider = {.ctx = a, .health = admin_health, .runtime_stats = admin_stats},
-    };
-    int rc = obs_http_start(&hc, out);
-    if (rc)
-        return rc;
-    dlog("admin http on %s:%u (/healthz, /metrics, /stats)", hc.bind_addr, obs_http_port(*out));
-    return 0;
-}
-
 /* ---- drain thread ------------------------------------------------------------------------------
  */
 
@@ -392,18 +316,6 @@ int main(int argc, char **argv)
     kvmesh_self(kv, id, &epoch);
     dlog("ready: runtime %s epoch %" PRIu64 " joined deployment %s%s%s", id, epoch, cfg->deployment,
          cfg->admin_listen[0] ? ", admin http on " : "", cfg->admin_listen);
-    struct admin_ctx admin = {.kv = kv, .started_ns = mono_ns()};
-    struct obs_http *http = NULL;
-    int ae = admin_start(cfg, &admin, &http);
-    if (ae != 0) {
-        const char *d = kvmesh_last_error();
-        dlog("cannot serve admin http on %s: %s%s%s", cfg->admin_listen, kvmesh_strerror(ae),
-             d[0] ? ": " : "", d);
-        kvmesh_close(kv);
-        kv = NULL;
-        rc = D_EXIT_FAIL;
-        goto out;
-    }
     if (o->ready_file && write_ready_file(o->ready_file, id, epoch) != 0)
         dlog("warning: cannot write ready file %s: %s", o->ready_file, strerror(errno));
 
@@ -441,7 +353,6 @@ int main(int argc, char **argv)
                 break;
             }
             draining = true;
-            atomic_store(&admin.state, 1);
         } else if (sig == SIGINT) {
             dlog("second SIGINT: exiting immediately without finishing the drain");
             _exit(D_EXIT_SIGINT);
@@ -449,7 +360,6 @@ int main(int argc, char **argv)
             dlog("SIGTERM during drain ignored; SIGINT exits immediately");
         }
     }
-    obs_http_stop(http);
     kvmesh_close(kv);
     kv = NULL;
 out:
