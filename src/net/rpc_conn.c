@@ -203,6 +203,10 @@ static struct rpc_conn *conn_new(rpc_endpoint *ep, int is_unix)
         free(c);
         return NULL;
     }
+    /* Small request/response frames: without TCP_NODELAY, Nagle + delayed ACK hold each
+     * follow-up frame ~40 ms (measured: kvmesh bench put 23 -> 5400 ops/s at 256 KiB). */
+    if (!is_unix)
+        uv_tcp_nodelay(&c->u.tcp, 1);
     c->u.h.data = c;
     c->ep = ep;
     c->state = CONN_CONNECTING;

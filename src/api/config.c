@@ -1,0 +1,744 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * config.c — the configuration field table and everything driven by it: defaults, the public
+ * setter/getter by name, the field list, and the cross-field validation kvmesh_open runs.
+ *
+ * Invariants:
+ *   - ONE table (kvm_cfg_fields below) names every field of struct kvmesh_config with its type,
+ *     default (as the string a user would write), bounds or allowed words, and help. Defaults
+ *     are applied by parsing the default strings through the same setter, so a default is
+ *     always a legal value (the unit test checks every field round-trips).
+ *   - kvmesh_config_set either stores a fully validated value or leaves the config unchanged
+ *     and fails with KVMESH_ECONFIG and a message `FIELD: "VALUE" PROBLEM; allowed ALLOWED`.
+ *   - Cross-field rules live only in kvm_config_validate.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/config_table.h"
+#include "core/limits.h"
+#include "core/util.h"
+#include "route/route.h"
+
+#define MSZ(m) sizeof(((struct kvmesh_config *)0)->m)
+#define OFF(m) offsetof(struct kvmesh_config, m)
+
+#define KIB (1024ull)
+#define MIB (1024ull * KIB)
+#define GIB (1024ull * MIB)
+#define TIB (1024ull * GIB)
+
+/* Limits of the configurable ranges (named so docs and tests can cite them). */
+#define KVM_CFG_MEMORY_MAX     (4ull * TIB)
+#define KVM_CFG_SEGMENT_MIN    (1ull * MIB)
+#define KVM_CFG_SEGMENT_MAX    (64ull * GIB)
+#define KVM_CFG_OBJECT_MIN     (4ull * KIB)
+#define KVM_CFG_OBJECT_MAX     (16ull * GIB)
+#define KVM_CFG_IO_THREADS_MAX 64u
+#define KVM_CFG_TIMEOUT_MAX_MS 3600000u  /* one hour */
+#define KVM_CFG_DRAIN_MAX_MS   86400000u /* one day */
+#define KVM_CFG_VALUE_ECHO_MAX 96        /* bytes of a bad value quoted in an error */
+
+#define F_STR(n, def, syn, h)                                                                      \
+    {                                                                                              \
+        .name = #n, .type = KVM_CFG_STRING, .offset = OFF(n), .size = MSZ(n),                      \
+        .default_value = def, .syntax = syn, .help = h                                             \
+    }
+#define F_SIZE(n, def, lo, hi, h)                                                                  \
+    {                                                                                              \
+        .name = #n, .type = KVM_CFG_SIZE, .offset = OFF(n), .size = MSZ(n), .default_value = def,  \
+        .min = lo, .max = hi, .help = h                                                            \
+    }
+#define F_UINT(n, def, lo, hi, h)                                                                  \
+    {                                                                                              \
+        .name = #n, .type = KVM_CFG_UINT, .offset = OFF(n), .size = MSZ(n), .default_value = def,  \
+        .min = lo, .max = hi, .help = h                                                            \
+    }
+#define F_DBL(n, def, lo, hi, h)                                                                   \
+    {                                                                                              \
+        .name = #n, .type = KVM_CFG_DOUBLE, .offset = OFF(n), .size = MSZ(n),                      \
+        .default_value = def, .dmin = lo, .dmax = hi, .help = h                                    \
+    }
+#define F_BOOL(n, def, h)                                                                          \
+    {                                                                                              \
+        .name = #n, .type = KVM_CFG_BOOL, .offset = OFF(n), .size = MSZ(n), .default_value = def,  \
+        .help = h                                                                                  \
+    }
+#define F_ENUM(n, def, h, ...)                                                                     \
+    {                                                                                              \
+        .name = #n, .type = KVM_CFG_ENUM, .offset = OFF(n), .size = MSZ(n), .default_value = def,  \
+        .words = {__VA_ARGS__, NULL}, .help = h                                                    \
+    }
+
+/* The table. Enum word order = stored value (route_mode: enum route_mode; transport: enum
+ * kvm_transport_choice). */
+static const kvm_cfg_field_t kvm_cfg_fields[] = {
+    F_STR(metadata_url, "memory://default", KVM_CFG_SYN_URL,
+          "Metadata backend: memory://NAME (in-process, one store per NAME), "
+          "redis://[user:pass@]host:port[/db], or etcd://host:port[,host:port...]."),
+    F_STR(deployment, "default", KVM_CFG_SYN_NAME,
+          "Deployment name: the metadata key prefix; runtimes of one deployment form one "
+          "cluster."),
+    F_STR(runtime_id, "", KVM_CFG_SYN_HEXID_OPT,
+          "This runtime's id as 32 hex digits; empty = generate a fresh one at open."),
+    F_STR(listen, "127.0.0.1:0", KVM_CFG_SYN_HOSTPORT,
+          "host:port for peer RPC and the tcp data transport (port 0 = any free port)."),
+    F_STR(advertise, "", KVM_CFG_SYN_HOSTPORT_OPT,
+          "host:port that peers use to reach this runtime; empty = the bound listen address."),
+    F_STR(admin_listen, "", KVM_CFG_SYN_HOSTPORT_OPT,
+          "host:port of the HTTP admin endpoints (/healthz, /metrics, status page); empty = "
+          "off."),
+    F_STR(secret, "", KVM_CFG_SYN_ANY,
+          "Deployment secret for peer authentication; empty = no authentication."),
+    F_STR(default_tenant, "default", KVM_CFG_SYN_TENANT,
+          "Tenant used by the tools when no --tenant is given."),
+    F_SIZE(memory_size, "256MiB", 0, KVM_CFG_MEMORY_MAX,
+           "Bytes of memory this runtime contributes to the cluster; 0 = client-only runtime "
+           "(stores nothing, issues requests)."),
+    F_SIZE(segment_size, "64MiB", KVM_CFG_SEGMENT_MIN, KVM_CFG_SEGMENT_MAX,
+           "Bytes per memory segment (one memfd each); memory_size is carved into segments."),
+    F_SIZE(max_object_size, "64MiB", KVM_CFG_OBJECT_MIN, KVM_CFG_OBJECT_MAX,
+           "Largest value accepted by put; an object lives in one segment, so at most "
+           "segment_size."),
+    F_UINT(replicas, "1", 1, KVM_MAX_REPLICAS,
+           "Default number of hot replicas per object (a put may override)."),
+    F_ENUM(route_mode, "embedded_wrh",
+           "Route mode of the deployment: embedded_wrh (routes held by runtimes, no metadata "
+           "call on the hot path) or metadata_only (routes stored in the metadata backend).",
+           "embedded_wrh", "metadata_only"),
+    F_UINT(top_k, "3", 1, WRH_MAX_K, "Route authorities per shard (primary plus mirrors)."),
+    F_UINT(shards, "64", 1, KVM_MAX_LOGICAL_SHARDS,
+           "Logical route shards of the deployment (fixed at bootstrap)."),
+    F_ENUM(transport, "auto",
+           "Data-plane transport: auto (shared memory between runtimes on one host, tcp "
+           "otherwise), tcp, or shm.",
+           "auto", "tcp", "shm"),
+    F_DBL(weight, "1.0", 0.001, 1000000.0,
+          "WRH placement weight of this runtime relative to the others."),
+    F_UINT(lease_ttl_ms, "5000", 100, 600000,
+           "Membership lease time to live in milliseconds; a runtime silent this long is "
+           "considered gone."),
+    F_UINT(request_timeout_ms, "5000", 1, KVM_CFG_TIMEOUT_MAX_MS,
+           "End-to-end deadline of one request in milliseconds."),
+    F_UINT(drain_timeout_ms, "30000", 1, KVM_CFG_DRAIN_MAX_MS,
+           "Upper bound of a graceful drain (kvmesh_drain with 0, SIGTERM of kvmeshd) in "
+           "milliseconds."),
+    F_UINT(reclaim_grace_ms, "2000", 0, 600000,
+           "Milliseconds a freed replica's bytes stay untouched before reuse (readers in flight "
+           "finish)."),
+    F_DBL(evict_high_watermark, "0.90", 0.01, 1.0,
+          "Fraction of memory_size in use at which eviction starts."),
+    F_DBL(evict_low_watermark, "0.80", 0.0, 0.99,
+          "Fraction of memory_size eviction brings usage back to (below the high watermark)."),
+    F_UINT(io_threads, "2", 1, KVM_CFG_IO_THREADS_MAX, "Transport I/O threads."),
+    F_BOOL(hugepages, "false",
+           "Try huge-page backed segments (MFD_HUGETLB), falling back to normal pages."),
+};
+
+const kvm_cfg_field_t *kvm_config_table(size_t *n)
+{
+    *n = KVM_ARRAY_SIZE(kvm_cfg_fields);
+    return kvm_cfg_fields;
+}
+
+const kvm_cfg_field_t *kvm_config_lookup(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(kvm_cfg_fields); i++)
+        if (strcmp(kvm_cfg_fields[i].name, name) == 0)
+            return &kvm_cfg_fields[i];
+    return NULL;
+}
+
+const char *kvm_config_type_name(enum kvm_cfg_type t)
+{
+    switch (t) {
+    case KVM_CFG_STRING:
+        return "string";
+    case KVM_CFG_SIZE:
+        return "size";
+    case KVM_CFG_UINT:
+        return "uint";
+    case KVM_CFG_DOUBLE:
+        return "double";
+    case KVM_CFG_BOOL:
+        return "bool";
+    case KVM_CFG_ENUM:
+        return "enum";
+    }
+    return "?";
+}
+
+/* ---- sizes -------------------------------------------------------------------------------- */
+
+static const struct {
+    const char *suffix;
+    uint64_t mult;
+} size_units[] = {
+    {"", 1},
+    {"B", 1},
+    {"K", KIB},
+    {"KiB", KIB},
+    {"KB", 1000ull},
+    {"M", MIB},
+    {"MiB", MIB},
+    {"MB", 1000000ull},
+    {"G", GIB},
+    {"GiB", GIB},
+    {"GB", 1000000000ull},
+    {"T", TIB},
+    {"TiB", TIB},
+    {"TB", 1000000000000ull},
+};
+
+#define SIZE_UNITS_TEXT                                                                            \
+    "a byte count with optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB"
+
+static void echo_value(const char *v, char *buf, size_t cap)
+{
+    /* Quote at most KVM_CFG_VALUE_ECHO_MAX bytes, control characters as '?'. */
+    size_t n = 0;
+    for (; v[n] && n + 4 < cap && n < KVM_CFG_VALUE_ECHO_MAX; n++)
+        buf[n] = (unsigned char)v[n] < 0x20 || (unsigned char)v[n] == 0x7f ? '?' : v[n];
+    if (v[n] && n + 4 < cap) {
+        buf[n++] = '.';
+        buf[n++] = '.';
+        buf[n++] = '.';
+    }
+    buf[n] = '\0';
+}
+
+static int parse_size_raw(const char *s, uint64_t *out)
+{
+    const char *p = s;
+    if (!isdigit((unsigned char)*p))
+        return -1;
+    uint64_t v = 0;
+    for (; isdigit((unsigned char)*p); p++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return -2;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    while (*p == ' ')
+        p++;
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(size_units); i++) {
+        if (strcmp(p, size_units[i].suffix) == 0) {
+            if (v != 0 && size_units[i].mult > UINT64_MAX / v)
+                return -2;
+            *out = v * size_units[i].mult;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int kvm_config_parse_size(const char *what, const char *s, uint64_t *out)
+{
+    char echo[KVM_CFG_VALUE_ECHO_MAX + 8];
+    if (!s)
+        return kvm_errf(KVMESH_ECONFIG, "%s: missing value; allowed %s", what, SIZE_UNITS_TEXT);
+    echo_value(s, echo, sizeof(echo));
+    int r = parse_size_raw(s, out);
+    if (r == -2)
+        return kvm_errf(KVMESH_ECONFIG, "%s: \"%s\" overflows 64 bits; allowed %s", what, echo,
+                        SIZE_UNITS_TEXT);
+    if (r != 0)
+        return kvm_errf(KVMESH_ECONFIG, "%s: \"%s\" is not a size; allowed %s", what, echo,
+                        SIZE_UNITS_TEXT);
+    return 0;
+}
+
+void kvm_config_format_size(uint64_t v, char *buf, size_t cap)
+{
+    static const struct {
+        const char *u;
+        uint64_t m;
+    } units[] = {{"TiB", TIB}, {"GiB", GIB}, {"MiB", MIB}, {"KiB", KIB}};
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(units); i++) {
+        if (v != 0 && v % units[i].m == 0) {
+            snprintf(buf, cap, "%" PRIu64 "%s", v / units[i].m, units[i].u);
+            return;
+        }
+    }
+    snprintf(buf, cap, "%" PRIu64, v);
+}
+
+/* ---- string syntax ------------------------------------------------------------------------- */
+
+static bool name_char(char c)
+{
+    return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-';
+}
+
+static bool valid_hostport(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s)
+        return false;
+    size_t hl = (size_t)(colon - s);
+    if (s[0] == '[') { /* [v6]:port */
+        if (hl < 3 || s[hl - 1] != ']')
+            return false;
+    } else {
+        for (size_t i = 0; i < hl; i++)
+            if (!name_char(s[i]))
+                return false;
+    }
+    const char *p = colon + 1;
+    if (!*p || strlen(p) > 5)
+        return false;
+    unsigned long port = 0;
+    for (; *p; p++) {
+        if (!isdigit((unsigned char)*p))
+            return false;
+        port = port * 10 + (unsigned long)(*p - '0');
+    }
+    return port <= 65535;
+}
+
+static bool valid_url(const char *s)
+{
+    static const char *schemes[] = {"memory://", "redis://", "etcd://"};
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(schemes); i++) {
+        size_t n = strlen(schemes[i]);
+        if (strncmp(s, schemes[i], n) == 0 && s[n] != '\0') {
+            for (const char *p = s + n; *p; p++)
+                if ((unsigned char)*p <= 0x20 || (unsigned char)*p == 0x7f)
+                    return false;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool syntax_ok(enum kvm_cfg_syntax syn, const char *v)
+{
+    size_t n = strlen(v);
+    switch (syn) {
+    case KVM_CFG_SYN_ANY:
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)v[i] < 0x20 || (unsigned char)v[i] == 0x7f)
+                return false;
+        return true;
+    case KVM_CFG_SYN_URL:
+        return valid_url(v);
+    case KVM_CFG_SYN_NAME:
+        if (n < 1 || n > 63)
+            return false;
+        for (size_t i = 0; i < n; i++)
+            if (!name_char(v[i]))
+                return false;
+        return true;
+    case KVM_CFG_SYN_HEXID_OPT:
+        if (n == 0)
+            return true;
+        if (n != KVMESH_ID_HEX_LEN)
+            return false;
+        for (size_t i = 0; i < n; i++)
+            if (!isxdigit((unsigned char)v[i]))
+                return false;
+        return true;
+    case KVM_CFG_SYN_HOSTPORT:
+        return valid_hostport(v);
+    case KVM_CFG_SYN_HOSTPORT_OPT:
+        return n == 0 || valid_hostport(v);
+    case KVM_CFG_SYN_TENANT:
+        if (n < 1 || n > KVM_TENANT_MAX_LEN || !isalnum((unsigned char)v[0]))
+            return false;
+        for (size_t i = 0; i < n; i++)
+            if (!name_char(v[i]))
+                return false;
+        return true;
+    }
+    return false;
+}
+
+static const char *syntax_text(enum kvm_cfg_syntax syn)
+{
+    switch (syn) {
+    case KVM_CFG_SYN_ANY:
+        return "printable characters";
+    case KVM_CFG_SYN_URL:
+        return "memory://NAME, redis://[user:pass@]host:port[/db] or etcd://host:port[,...]";
+    case KVM_CFG_SYN_NAME:
+        return "1..63 characters of [A-Za-z0-9_.-]";
+    case KVM_CFG_SYN_HEXID_OPT:
+        return "empty or 32 hex digits";
+    case KVM_CFG_SYN_HOSTPORT:
+        return "host:port with port 0..65535";
+    case KVM_CFG_SYN_HOSTPORT_OPT:
+        return "empty or host:port with port 0..65535";
+    case KVM_CFG_SYN_TENANT:
+        return "1..64 characters of [A-Za-z0-9_.-], first alphanumeric";
+    }
+    return "?";
+}
+
+void kvm_config_allowed(const kvm_cfg_field_t *f, char *buf, size_t cap)
+{
+    char a[32], b[32];
+    size_t off = 0;
+    switch (f->type) {
+    case KVM_CFG_STRING:
+        snprintf(buf, cap, "%s, at most %zu bytes", syntax_text(f->syntax), f->size - 1);
+        return;
+    case KVM_CFG_SIZE:
+        kvm_config_format_size(f->min, a, sizeof(a));
+        kvm_config_format_size(f->max, b, sizeof(b));
+        snprintf(buf, cap, "%s..%s (%s)", a, b, SIZE_UNITS_TEXT);
+        return;
+    case KVM_CFG_UINT:
+        snprintf(buf, cap, "%" PRIu64 "..%" PRIu64, f->min, f->max);
+        return;
+    case KVM_CFG_DOUBLE:
+        snprintf(buf, cap, "%g..%g", f->dmin, f->dmax);
+        return;
+    case KVM_CFG_BOOL:
+        snprintf(buf, cap, "true|false (also yes|no, on|off, 1|0)");
+        return;
+    case KVM_CFG_ENUM:
+        buf[0] = '\0';
+        for (size_t i = 0; f->words[i] && off < cap; i++) {
+            int w = snprintf(buf + off, cap - off, "%s%s", i ? "|" : "", f->words[i]);
+            if (w < 0)
+                break;
+            off += (size_t)w;
+        }
+        return;
+    }
+}
+
+static size_t md_append(char *buf, size_t cap, size_t off, const char *s, bool escape)
+{
+    for (; *s && off + 2 < cap; s++) {
+        if (escape && *s == '|')
+            buf[off++] = '\\';
+        buf[off++] = *s;
+    }
+    buf[off] = '\0';
+    return off;
+}
+
+void kvm_config_markdown_row(const kvm_cfg_field_t *f, char *buf, size_t cap)
+{
+    char allowed[320];
+    kvm_config_allowed(f, allowed, sizeof(allowed));
+    size_t off = 0;
+    if (cap == 0)
+        return;
+    buf[0] = '\0';
+    off = md_append(buf, cap, off, "| `", false);
+    off = md_append(buf, cap, off, f->name, false);
+    off = md_append(buf, cap, off, "` | ", false);
+    off = md_append(buf, cap, off, kvm_config_type_name(f->type), false);
+    off = md_append(buf, cap, off, f->default_value[0] ? " | `" : " | `\"\"", false);
+    off = md_append(buf, cap, off, f->default_value, true);
+    off = md_append(buf, cap, off, "` | ", false);
+    off = md_append(buf, cap, off, allowed, true);
+    off = md_append(buf, cap, off, " | ", false);
+    off = md_append(buf, cap, off, f->help, true);
+    md_append(buf, cap, off, " |", false);
+}
+
+/* ---- set / get ------------------------------------------------------------------------------ */
+
+static int bad(const kvm_cfg_field_t *f, const char *value, const char *problem)
+{
+    char echo[KVM_CFG_VALUE_ECHO_MAX + 8], allowed[256];
+    echo_value(value, echo, sizeof(echo));
+    kvm_config_allowed(f, allowed, sizeof(allowed));
+    return kvm_errf(KVMESH_ECONFIG, "%s: \"%s\" %s; allowed %s", f->name, echo, problem, allowed);
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+    static const char *yes[] = {"true", "yes", "on", "1"};
+    static const char *no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(yes); i++) {
+        if (strcasecmp(v, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(v, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int field_set(struct kvmesh_config *cfg, const kvm_cfg_field_t *f, const char *v)
+{
+    char *dst = (char *)cfg + f->offset;
+    switch (f->type) {
+    case KVM_CFG_STRING: {
+        size_t n = strlen(v);
+        if (n >= f->size) {
+            char what[64];
+            snprintf(what, sizeof(what), "is too long (%zu bytes)", n);
+            return bad(f, v, what);
+        }
+        if (!syntax_ok(f->syntax, v))
+            return bad(f, v, "is invalid");
+        memcpy(dst, v, n + 1);
+        return 0;
+    }
+    case KVM_CFG_SIZE: {
+        uint64_t x;
+        int r = parse_size_raw(v, &x);
+        if (r == -2)
+            return bad(f, v, "overflows 64 bits");
+        if (r != 0)
+            return bad(f, v, "is not a size");
+        if (x < f->min || x > f->max)
+            return bad(f, v, "is out of range");
+        KVM_ASSERT(f->size == sizeof(uint64_t));
+        memcpy(dst, &x, sizeof(x));
+        return 0;
+    }
+    case KVM_CFG_UINT: {
+        if (!isdigit((unsigned char)v[0]))
+            return bad(f, v, "is not an unsigned integer");
+        errno = 0;
+        char *end;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (*end != '\0')
+            return bad(f, v, "is not an unsigned integer");
+        if (errno == ERANGE || x < f->min || x > f->max)
+            return bad(f, v, "is out of range");
+        uint32_t u = (uint32_t)x;
+        KVM_ASSERT(f->size == sizeof(uint32_t));
+        memcpy(dst, &u, sizeof(u));
+        return 0;
+    }
+    case KVM_CFG_DOUBLE: {
+        if (!v[0] || isspace((unsigned char)v[0]))
+            return bad(f, v, "is not a number");
+        errno = 0;
+        char *end;
+        double x = strtod(v, &end);
+        if (*end != '\0' || end == v)
+            return bad(f, v, "is not a number");
+        if (!isfinite(x) || errno == ERANGE || x < f->dmin || x > f->dmax)
+            return bad(f, v, "is out of range");
+        KVM_ASSERT(f->size == sizeof(double));
+        memcpy(dst, &x, sizeof(x));
+        return 0;
+    }
+    case KVM_CFG_BOOL: {
+        bool b;
+        if (parse_bool(v, &b) != 0)
+            return bad(f, v, "is not a boolean");
+        KVM_ASSERT(f->size == sizeof(bool));
+        memcpy(dst, &b, sizeof(b));
+        return 0;
+    }
+    case KVM_CFG_ENUM:
+        for (uint32_t i = 0; f->words[i]; i++) {
+            if (strcmp(f->words[i], v) == 0) {
+                KVM_ASSERT(f->size == sizeof(uint32_t));
+                memcpy(dst, &i, sizeof(i));
+                return 0;
+            }
+        }
+        return bad(f, v, "is not allowed");
+    }
+    return kvm_errf(KVMESH_EINTERNAL, "%s: unknown field type", f->name);
+}
+
+static int field_get(const struct kvmesh_config *cfg, const kvm_cfg_field_t *f, char *buf,
+                     size_t cap)
+{
+    const char *src = (const char *)cfg + f->offset;
+    char tmp[KVM_CFG_STR_MAX + 8];
+    switch (f->type) {
+    case KVM_CFG_STRING:
+        snprintf(tmp, sizeof(tmp), "%s", src);
+        break;
+    case KVM_CFG_SIZE: {
+        uint64_t x;
+        memcpy(&x, src, sizeof(x));
+        kvm_config_format_size(x, tmp, sizeof(tmp));
+        break;
+    }
+    case KVM_CFG_UINT: {
+        uint32_t x;
+        memcpy(&x, src, sizeof(x));
+        snprintf(tmp, sizeof(tmp), "%" PRIu32, x);
+        break;
+    }
+    case KVM_CFG_DOUBLE: {
+        double x;
+        memcpy(&x, src, sizeof(x));
+        snprintf(tmp, sizeof(tmp), "%g", x);
+        if (strtod(tmp, NULL) != x)
+            snprintf(tmp, sizeof(tmp), "%.17g", x);
+        break;
+    }
+    case KVM_CFG_BOOL: {
+        bool b;
+        memcpy(&b, src, sizeof(b));
+        snprintf(tmp, sizeof(tmp), "%s", b ? "true" : "false");
+        break;
+    }
+    case KVM_CFG_ENUM: {
+        uint32_t x;
+        memcpy(&x, src, sizeof(x));
+        size_t nw = 0;
+        while (f->words[nw])
+            nw++;
+        if (x >= nw)
+            return kvm_errf(KVMESH_EINTERNAL, "%s: stored value %" PRIu32 " is not a word", f->name,
+                            x);
+        snprintf(tmp, sizeof(tmp), "%s", f->words[x]);
+        break;
+    }
+    default:
+        return kvm_errf(KVMESH_EINTERNAL, "%s: unknown field type", f->name);
+    }
+    size_t n = strlen(tmp);
+    if (n >= cap)
+        return kvm_errf(KVMESH_ERANGE, "%s: value needs %zu bytes, buffer has %zu", f->name, n + 1,
+                        cap);
+    memcpy(buf, tmp, n + 1);
+    return 0;
+}
+
+static int unknown_field(const char *field)
+{
+    char echo[KVM_CFG_VALUE_ECHO_MAX + 8];
+    echo_value(field, echo, sizeof(echo));
+    /* Suggest the field with the longest common prefix when there is one. */
+    size_t best = 0, bl = 0;
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(kvm_cfg_fields); i++) {
+        size_t l = 0;
+        const char *a = kvm_cfg_fields[i].name;
+        while (a[l] && field[l] && tolower((unsigned char)a[l]) == tolower((unsigned char)field[l]))
+            l++;
+        if (l > bl) {
+            bl = l;
+            best = i;
+        }
+    }
+    if (bl >= 3)
+        return kvm_errf(KVMESH_ECONFIG,
+                        "unknown configuration field \"%s\" (did you mean \"%s\"?); see "
+                        "docs/configuration.md for the field list",
+                        echo, kvm_cfg_fields[best].name);
+    return kvm_errf(KVMESH_ECONFIG,
+                    "unknown configuration field \"%s\"; see docs/configuration.md for the field "
+                    "list",
+                    echo);
+}
+
+int kvmesh_config_set(kvmesh_config_t *cfg, const char *field, const char *value)
+{
+    if (!cfg || !field)
+        return kvm_errf(KVMESH_EINVAL, "kvmesh_config_set: cfg and field must not be NULL");
+    const kvm_cfg_field_t *f = kvm_config_lookup(field);
+    if (!f)
+        return unknown_field(field);
+    if (!value)
+        return kvm_errf(KVMESH_ECONFIG, "%s: missing value (NULL)", field);
+    /* field_set writes only after the value passed every check: a failure leaves cfg as it was. */
+    return field_set(cfg, f, value);
+}
+
+int kvmesh_config_get(const kvmesh_config_t *cfg, const char *field, char *buf, size_t cap)
+{
+    if (!cfg || !field || !buf || cap == 0)
+        return kvm_errf(KVMESH_EINVAL, "kvmesh_config_get: cfg, field and buf must be set");
+    const kvm_cfg_field_t *f = kvm_config_lookup(field);
+    if (!f)
+        return unknown_field(field);
+    return field_get(cfg, f, buf, cap);
+}
+
+void kvm_config_defaults(struct kvmesh_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(kvm_cfg_fields); i++) {
+        int r = field_set(cfg, &kvm_cfg_fields[i], kvm_cfg_fields[i].default_value);
+        KVM_ASSERT(r == 0); /* a default that fails its own rule is a table bug */
+    }
+    kvm_err_clear();
+}
+
+kvmesh_config_t *kvmesh_config_new(void)
+{
+    struct kvmesh_config *cfg = malloc(sizeof(*cfg));
+    if (!cfg)
+        return NULL;
+    kvm_config_defaults(cfg);
+    return cfg;
+}
+
+void kvmesh_config_free(kvmesh_config_t *cfg)
+{
+    free(cfg);
+}
+
+static kvmesh_config_field_t pub_fields[KVM_ARRAY_SIZE(kvm_cfg_fields)];
+static pthread_once_t pub_once = PTHREAD_ONCE_INIT;
+
+static void pub_init(void)
+{
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(kvm_cfg_fields); i++) {
+        pub_fields[i].name = kvm_cfg_fields[i].name;
+        pub_fields[i].default_value = kvm_cfg_fields[i].default_value;
+        pub_fields[i].help = kvm_cfg_fields[i].help;
+    }
+}
+
+const kvmesh_config_field_t *kvmesh_config_fields(size_t *n)
+{
+    pthread_once(&pub_once, pub_init);
+    if (n)
+        *n = KVM_ARRAY_SIZE(kvm_cfg_fields);
+    return pub_fields;
+}
+
+int kvm_config_validate(const struct kvmesh_config *cfg)
+{
+    char a[32], b[32];
+    if (!cfg)
+        return kvm_errf(KVMESH_EINVAL, "kvm_config_validate: cfg must not be NULL");
+    /* Re-check every field (a struct filled by hand must obey the same table). */
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(kvm_cfg_fields); i++) {
+        char v[KVM_CFG_STR_MAX + 8];
+        struct kvmesh_config tmp = *cfg;
+        int r = field_get(cfg, &kvm_cfg_fields[i], v, sizeof(v));
+        if (r == 0)
+            r = field_set(&tmp, &kvm_cfg_fields[i], v);
+        if (r != 0)
+            return r;
+    }
+    if (cfg->evict_low_watermark >= cfg->evict_high_watermark)
+        return kvm_errf(KVMESH_ECONFIG,
+                        "evict_low_watermark (%g) must be below evict_high_watermark (%g)",
+                        cfg->evict_low_watermark, cfg->evict_high_watermark);
+    if (cfg->max_object_size > cfg->segment_size) {
+        kvm_config_format_size(cfg->max_object_size, a, sizeof(a));
+        kvm_config_format_size(cfg->segment_size, b, sizeof(b));
+        return kvm_errf(KVMESH_ECONFIG,
+                        "max_object_size (%s) must not exceed segment_size (%s): an object lives "
+                        "in one segment; raise segment_size or lower max_object_size",
+                        a, b);
+    }
+    if (cfg->memory_size != 0 && cfg->memory_size < cfg->segment_size) {
+        kvm_config_format_size(cfg->memory_size, a, sizeof(a));
+        kvm_config_format_size(cfg->segment_size, b, sizeof(b));
+        return kvm_errf(KVMESH_ECONFIG,
+                        "memory_size (%s) is smaller than segment_size (%s); set memory_size to "
+                        "0 (client-only) or at least one segment",
+                        a, b);
+    }
+    return 0;
+}

@@ -1,0 +1,528 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * route_metaonly.c — MetadataOnly route mode (see route_metaonly.h for the semantics).
+ *
+ * Owns: the pending-call list (every metadata call in flight has one mo_call), the counters.
+ * Invariants: a user callback runs exactly once per accepted call: with the result, or with
+ * KVMESH_ECANCELED from route_mo_free (the metadata callback that arrives later only frees the
+ * call record). A written route always passes kvm_route_validate.
+ */
+#include "route/route_metaonly.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "core/wire.h"
+#include "meta/keyspace.h"
+
+enum mo_kind { MO_POLICY, MO_LOOKUP, MO_CAS_GET, MO_CAS_TXN, MO_SCAN };
+
+struct mo_call {
+    struct mo_call *next, *prev;
+    route_mo_t *mo; /* NULL once cancelled by route_mo_free */
+    enum mo_kind kind;
+    char key[KS_KEY_CAP];
+    void (*policy_cb)(void *, int);
+    route_lookup_cb lookup_cb;
+    route_cas_cb cas_cb;
+    route_owner_cb scan_cb;
+    void *arg;
+    /* CAS */
+    kvm_route_version_t expected;
+    kvm_route_t next_route; /* owned copy */
+    kvm_route_t written;    /* the route the txn writes */
+    unsigned retries;
+    /* scan */
+    kvm_runtime_id_t owner;
+};
+
+struct route_mo {
+    env_t *env;
+    meta_t *meta;
+    char deployment[KS_DEPLOYMENT_MAX + 1];
+    route_policy_t policy;
+    uint32_t timeout_ms;
+    struct mo_call *calls; /* pending */
+    route_stats_t stats;
+};
+
+int route_policy_format(const route_policy_t *p, char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap, "mode=%u top_k=%u shards=%u proto=%u", (unsigned)p->mode, p->top_k,
+                     p->n_shards, p->protocol_version);
+    return n < 0 || (size_t)n >= cap ? KVMESH_ETOOBIG : 0;
+}
+
+int route_policy_parse(const char *s, size_t len, route_policy_t *out)
+{
+    char tmp[128];
+    if (len >= sizeof(tmp))
+        return kvm_errf(KVMESH_ECORRUPT, "cluster policy record is %zu bytes", len);
+    memcpy(tmp, s, len);
+    tmp[len] = 0;
+    unsigned mode, k, shards, proto;
+    int used = 0;
+    if (sscanf(tmp, "mode=%u top_k=%u shards=%u proto=%u%n", &mode, &k, &shards, &proto, &used) !=
+            4 ||
+        (size_t)used != len || mode > 1)
+        return kvm_errf(KVMESH_ECORRUPT, "malformed cluster policy record '%s'", tmp);
+    out->mode = (enum route_mode)mode;
+    out->top_k = k;
+    out->n_shards = shards;
+    out->protocol_version = proto;
+    return 0;
+}
+
+static struct mo_call *call_new(route_mo_t *mo, enum mo_kind kind, void *arg)
+{
+    struct mo_call *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->mo = mo;
+    c->kind = kind;
+    c->arg = arg;
+    c->next = mo->calls;
+    if (mo->calls)
+        mo->calls->prev = c;
+    mo->calls = c;
+    return c;
+}
+
+/* Unlinks (when still linked) and frees. */
+static void call_free(struct mo_call *c)
+{
+    if (c->mo) {
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            c->mo->calls = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+    }
+    kvm_route_free(&c->next_route);
+    kvm_route_free(&c->written);
+    free(c);
+}
+
+static int route_key_of(route_mo_t *mo, const kvm_ident_t *id, char *out, size_t cap)
+{
+    char tenant[KVM_TENANT_MAX_LEN + 1], domain[KVM_DOMAIN_MAX_LEN + 1], key[KVM_KEY_MAX_LEN + 1];
+    memcpy(tenant, kvm_ident_tenant(id), id->tenant_len);
+    tenant[id->tenant_len] = 0;
+    if (id->domain_len)
+        memcpy(domain, kvm_ident_domain(id), id->domain_len);
+    domain[id->domain_len] = 0;
+    memcpy(key, kvm_ident_key(id), id->key_len);
+    key[id->key_len] = 0;
+    return ks_route_key(out, cap, mo->deployment, tenant, domain, key);
+}
+
+/* A finalized tombstone past its retention reads as absent. */
+static bool route_gone(route_mo_t *mo, const kvm_route_t *r)
+{
+    return r->tomb == KVM_TOMB_FINALIZED && r->retain_until_ms <= env_wall_ms(mo->env);
+}
+
+/* ---- policy -------------------------------------------------------------------------------- */
+
+static void policy_done(void *arg, const meta_result_t *res)
+{
+    struct mo_call *c = arg;
+    route_mo_t *mo = c->mo;
+    if (!mo) {
+        call_free(c);
+        return;
+    }
+    int rc = res->rc;
+    if (!rc && !res->succeeded) {
+        const meta_kv_t *kv = &res->ops[0];
+        route_policy_t have;
+        if (!kv->found)
+            rc = kvm_errf(KVMESH_EBACKEND, "cluster policy vanished while being checked");
+        else if ((rc = route_policy_parse((const char *)kv->value, kv->value_len, &have)) == 0) {
+            const route_policy_t *want = &mo->policy;
+            if (have.mode != want->mode)
+                rc = kvm_errf(KVMESH_EINCOMPAT,
+                              "route_mode: deployment uses %u, this runtime asks for %u",
+                              (unsigned)have.mode, (unsigned)want->mode);
+            else if (have.top_k != want->top_k)
+                rc = kvm_errf(KVMESH_EINCOMPAT, "top_k: deployment uses %u, this runtime %u",
+                              have.top_k, want->top_k);
+            else if (have.n_shards != want->n_shards)
+                rc = kvm_errf(KVMESH_EINCOMPAT, "shards: deployment uses %u, this runtime %u",
+                              have.n_shards, want->n_shards);
+            else if (have.protocol_version != want->protocol_version)
+                rc = kvm_errf(KVMESH_EINCOMPAT,
+                              "route protocol: deployment uses %u, this runtime %u",
+                              have.protocol_version, want->protocol_version);
+        }
+    } else if (rc) {
+        rc = kvm_errf(rc, "cluster policy check failed: %s", res->errmsg);
+    }
+    void (*cb)(void *, int) = c->policy_cb;
+    void *cb_arg = c->arg;
+    call_free(c);
+    cb(cb_arg, rc);
+}
+
+int route_mo_new(route_mo_t **out, const route_svc_opts_t *opts, void (*cb)(void *, int), void *arg)
+{
+    *out = NULL;
+    if (!opts || !opts->env || !opts->meta || !opts->deployment)
+        return kvm_errf(KVMESH_EINVAL, "route_mo_new: env, meta and deployment are required");
+    int rc = ks_validate_deployment(opts->deployment);
+    if (rc)
+        return rc;
+    route_mo_t *mo = calloc(1, sizeof(*mo));
+    if (!mo)
+        return KVMESH_ENOMEM;
+    mo->env = opts->env;
+    mo->meta = opts->meta;
+    snprintf(mo->deployment, sizeof(mo->deployment), "%s", opts->deployment);
+    mo->policy = opts->policy;
+    mo->timeout_ms = opts->request_timeout_ms;
+
+    char key[KS_KEY_CAP], val[128];
+    if ((rc = ks_cluster_policy_key(key, sizeof(key), mo->deployment)) ||
+        (rc = route_policy_format(&mo->policy, val, sizeof(val))))
+        goto fail;
+    struct mo_call *c = call_new(mo, MO_POLICY, arg);
+    if (!c) {
+        rc = KVMESH_ENOMEM;
+        goto fail;
+    }
+    c->policy_cb = cb;
+    meta_cmp_t cmp = {.key = key, .target = META_CMP_EXISTS, .op = META_EQ, .num = 0};
+    meta_op_t put = {
+        .type = META_OP_PUT, .key = key, .value = (const uint8_t *)val, .value_len = strlen(val)};
+    meta_op_t get = {.type = META_OP_GET, .key = key};
+    mo->stats.meta_calls++;
+    rc = meta_txn(mo->meta, &cmp, 1, &put, 1, &get, 1, mo->timeout_ms, policy_done, c);
+    if (rc) {
+        call_free(c);
+        goto fail;
+    }
+    *out = mo;
+    return 0;
+fail:
+    free(mo);
+    return rc;
+}
+
+void route_mo_free(route_mo_t *mo)
+{
+    if (!mo)
+        return;
+    /* Detach every pending call first, then complete them: a callback may not reach mo. */
+    struct mo_call *list = mo->calls;
+    mo->calls = NULL;
+    for (struct mo_call *c = list; c; c = c->next) {
+        c->mo = NULL;
+        switch (c->kind) {
+        case MO_POLICY:
+            c->policy_cb(c->arg, KVMESH_ECANCELED);
+            break;
+        case MO_LOOKUP:
+            c->lookup_cb(c->arg, KVMESH_ECANCELED, NULL);
+            break;
+        case MO_CAS_GET:
+        case MO_CAS_TXN:
+            c->cas_cb(c->arg, KVMESH_ECANCELED, NULL);
+            break;
+        case MO_SCAN:
+            c->scan_cb(c->arg, KVMESH_ECANCELED, NULL);
+            break;
+        }
+    }
+    free(mo);
+}
+
+void route_mo_set_members(route_mo_t *mo, uint64_t generation, const route_member_t *members,
+                          size_t n)
+{
+    (void)mo, (void)generation, (void)members, (void)n; /* routes do not depend on membership */
+}
+
+void route_mo_on_message(route_mo_t *mo, const env_msg_t *msg)
+{
+    (void)mo, (void)msg; /* no peer protocol in this mode */
+}
+
+/* ---- lookup -------------------------------------------------------------------------------- */
+
+static void lookup_done(void *arg, const meta_result_t *res)
+{
+    struct mo_call *c = arg;
+    route_mo_t *mo = c->mo;
+    if (!mo) {
+        call_free(c);
+        return;
+    }
+    int rc = res->rc;
+    kvm_route_t r;
+    kvm_route_init(&r);
+    if (rc)
+        rc = kvm_errf(rc == KVMESH_ETIMEDOUT ? rc : KVMESH_EUNAVAILABLE,
+                      "route lookup in metadata failed: %s", res->errmsg);
+    else if (!res->kv.found)
+        rc = KVMESH_ENOENT;
+    else if ((rc = wire_route_decode(res->kv.value, res->kv.value_len, &r)) != 0)
+        rc = kvm_errf(KVMESH_ECORRUPT, "route record at %s does not decode", c->key);
+    else if (route_gone(mo, &r))
+        rc = KVMESH_ENOENT;
+    route_lookup_cb cb = c->lookup_cb;
+    void *cb_arg = c->arg;
+    call_free(c);
+    cb(cb_arg, rc, rc ? NULL : &r);
+    kvm_route_free(&r);
+}
+
+int route_mo_lookup(route_mo_t *mo, const kvm_ident_t *ident, route_lookup_cb cb, void *arg)
+{
+    struct mo_call *c = call_new(mo, MO_LOOKUP, arg);
+    if (!c)
+        return KVMESH_ENOMEM;
+    c->lookup_cb = cb;
+    int rc = route_key_of(mo, ident, c->key, sizeof(c->key));
+    if (!rc) {
+        mo->stats.lookups++;
+        mo->stats.meta_calls++;
+        rc = meta_get(mo->meta, c->key, mo->timeout_ms, lookup_done, c);
+    }
+    if (rc)
+        call_free(c);
+    return rc;
+}
+
+/* ---- CAS ----------------------------------------------------------------------------------- */
+
+static int cas_read(struct mo_call *c);
+
+static void cas_finish(struct mo_call *c, int rc, const kvm_route_t *r)
+{
+    route_cas_cb cb = c->cas_cb;
+    void *cb_arg = c->arg;
+    kvm_route_t keep;
+    kvm_route_init(&keep);
+    if (r && kvm_route_copy(&keep, r) != 0 && !rc)
+        rc = KVMESH_ENOMEM;
+    call_free(c);
+    cb(cb_arg, rc, r ? &keep : NULL);
+    kvm_route_free(&keep);
+}
+
+static void cas_txn_done(void *arg, const meta_result_t *res)
+{
+    struct mo_call *c = arg;
+    route_mo_t *mo = c->mo;
+    if (!mo) {
+        call_free(c);
+        return;
+    }
+    if (res->rc) {
+        /* The txn may or may not have been applied. */
+        int rc = res->rc == KVMESH_EINDETERMINATE || res->rc == KVMESH_ETIMEDOUT
+                     ? KVMESH_EINDETERMINATE
+                     : KVMESH_EUNAVAILABLE;
+        mo->stats.cas_indeterminate += rc == KVMESH_EINDETERMINATE;
+        cas_finish(c, kvm_errf(rc, "route CAS in metadata failed: %s", res->errmsg), NULL);
+        return;
+    }
+    if (!res->succeeded) {
+        if (++c->retries > ROUTE_MO_CAS_RETRIES) {
+            cas_finish(c, kvm_errf(KVMESH_EUNAVAILABLE, "route CAS: key kept changing"), NULL);
+            return;
+        }
+        kvm_route_free(&c->written);
+        int rc = cas_read(c);
+        if (rc)
+            cas_finish(c, rc, NULL);
+        return;
+    }
+    mo->stats.cas_applied++;
+    kvm_route_t w = c->written;
+    kvm_route_init(&c->written);
+    cas_finish(c, 0, &w);
+    kvm_route_free(&w);
+}
+
+static void cas_get_done(void *arg, const meta_result_t *res)
+{
+    struct mo_call *c = arg;
+    route_mo_t *mo = c->mo;
+    if (!mo) {
+        call_free(c);
+        return;
+    }
+    if (res->rc) {
+        cas_finish(c,
+                   kvm_errf(res->rc == KVMESH_ETIMEDOUT ? res->rc : KVMESH_EUNAVAILABLE,
+                            "route read before CAS failed: %s", res->errmsg),
+                   NULL);
+        return;
+    }
+    kvm_route_t cur;
+    kvm_route_init(&cur);
+    bool present = false;
+    uint64_t seq = 0;
+    int64_t mod_rev = 0;
+    int rc;
+    if (res->kv.found) {
+        if (wire_route_decode(res->kv.value, res->kv.value_len, &cur) != 0) {
+            cas_finish(c, kvm_errf(KVMESH_ECORRUPT, "route record at %s does not decode", c->key),
+                       NULL);
+            return;
+        }
+        seq = cur.version.primary_sequence;
+        mod_rev = res->kv.mod_rev;
+        present = !route_gone(mo, &cur);
+    }
+    kvm_route_version_t effective = present ? cur.version : KVM_ROUTE_VERSION_NONE;
+    if (!kvm_route_version_equal(&effective, &c->expected)) {
+        mo->stats.cas_conflict++;
+        cas_finish(c, KVMESH_ECONFLICT, present ? &cur : NULL);
+        kvm_route_free(&cur);
+        return;
+    }
+    if (present && !kvm_route_tomb_transition_ok(cur.tomb, c->next_route.tomb)) {
+        rc = kvm_errf(KVMESH_EINVAL, "route CAS: tombstone %s -> %s is not a legal transition",
+                      kvm_tomb_state_name(cur.tomb), kvm_tomb_state_name(c->next_route.tomb));
+        kvm_route_free(&cur);
+        cas_finish(c, rc, NULL);
+        return;
+    }
+    kvm_route_free(&cur);
+    if ((rc = kvm_route_copy(&c->written, &c->next_route)) != 0) {
+        cas_finish(c, rc, NULL);
+        return;
+    }
+    c->written.predecessor_version = effective;
+    c->written.version = (kvm_route_version_t){ROUTE_MO_TOKEN, seq + 1};
+    uint8_t buf[KVM_WIRE_MAX_RECORD_LEN];
+    size_t len = 0;
+    if ((rc = kvm_route_validate(&c->written)) != 0 ||
+        (rc = wire_route_encode(&c->written, buf, sizeof(buf), &len)) != 0) {
+        cas_finish(c, kvm_errf(KVMESH_EINVAL, "route CAS: invalid route: %s", kvmesh_last_error()),
+                   NULL);
+        return;
+    }
+    c->kind = MO_CAS_TXN;
+    meta_cmp_t cmp = {.key = c->key, .target = META_CMP_MOD_REV, .op = META_EQ, .num = mod_rev};
+    meta_op_t put = {.type = META_OP_PUT, .key = c->key, .value = buf, .value_len = len};
+    mo->stats.meta_calls++;
+    rc = meta_txn(mo->meta, &cmp, 1, &put, 1, NULL, 0, mo->timeout_ms, cas_txn_done, c);
+    if (rc)
+        cas_finish(c, rc, NULL);
+}
+
+static int cas_read(struct mo_call *c)
+{
+    c->kind = MO_CAS_GET;
+    c->mo->stats.meta_calls++;
+    return meta_get(c->mo->meta, c->key, c->mo->timeout_ms, cas_get_done, c);
+}
+
+int route_mo_cas(route_mo_t *mo, const kvm_route_version_t *expected, const kvm_route_t *next,
+                 route_cas_cb cb, void *arg)
+{
+    struct mo_call *c = call_new(mo, MO_CAS_GET, arg);
+    if (!c)
+        return KVMESH_ENOMEM;
+    c->cas_cb = cb;
+    c->expected = *expected;
+    int rc = kvm_route_copy(&c->next_route, next);
+    if (!rc)
+        rc = route_key_of(mo, &next->ident, c->key, sizeof(c->key));
+    if (!rc)
+        rc = cas_read(c);
+    if (rc)
+        call_free(c);
+    return rc;
+}
+
+/* ---- owner scan ---------------------------------------------------------------------------- */
+
+static void scan_done(void *arg, const meta_result_t *res)
+{
+    struct mo_call *c = arg;
+    route_mo_t *mo = c->mo;
+    if (!mo) {
+        call_free(c);
+        return;
+    }
+    route_owner_cb cb = c->scan_cb;
+    void *cb_arg = c->arg;
+    if (res->rc) {
+        int rc = kvm_errf(KVMESH_EUNAVAILABLE, "owner scan failed: %s", res->errmsg);
+        call_free(c);
+        cb(cb_arg, rc, NULL);
+        return;
+    }
+    kvm_route_t *routes = calloc(res->n_kvs ? res->n_kvs : 1, sizeof(*routes));
+    if (!routes) {
+        call_free(c);
+        cb(cb_arg, KVMESH_ENOMEM, NULL);
+        return;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < res->n_kvs; i++) {
+        kvm_route_t *r = &routes[n];
+        if (wire_route_decode(res->kvs[i].value, res->kvs[i].value_len, r) != 0)
+            continue; /* a corrupt record is skipped; lookups report it */
+        bool hit = false;
+        for (uint32_t j = 0; j < r->n_replicas && !hit; j++)
+            hit = kvm_id128_equal(&r->replicas[j].owner, &c->owner);
+        if (hit)
+            n++;
+        else
+            kvm_route_free(r);
+    }
+    const char *last = res->n_kvs ? res->kvs[res->n_kvs - 1].key : NULL;
+    route_owner_page_t page = {
+        .routes = routes,
+        .n = n,
+        .next_cursor = (const uint8_t *)last,
+        .next_cursor_len = last ? strlen(last) : 0,
+        .complete = !res->more,
+    };
+    call_free(c);
+    cb(cb_arg, 0, &page);
+    for (size_t i = 0; i < n; i++)
+        kvm_route_free(&routes[i]);
+    free(routes);
+}
+
+int route_mo_owner_scan(route_mo_t *mo, const kvm_runtime_id_t *owner, const uint8_t *cursor,
+                        size_t cursor_len, uint32_t limit, route_owner_cb cb, void *arg)
+{
+    if (limit == 0 || limit > ROUTE_OWNER_PAGE_MAX)
+        limit = ROUTE_OWNER_PAGE_MAX;
+    if (cursor_len >= KS_KEY_CAP)
+        return kvm_errf(KVMESH_EINVAL, "owner scan cursor is %zu bytes", cursor_len);
+    struct mo_call *c = call_new(mo, MO_SCAN, arg);
+    if (!c)
+        return KVMESH_ENOMEM;
+    c->scan_cb = cb;
+    c->owner = *owner;
+    char after[KS_KEY_CAP];
+    if (cursor_len)
+        memcpy(after, cursor, cursor_len);
+    after[cursor_len] = 0;
+    int rc = ks_prefix(c->key, sizeof(c->key), mo->deployment, KS_ROUTE, NULL, 0);
+    if (!rc) {
+        mo->stats.meta_calls++;
+        rc = meta_range(mo->meta, c->key, cursor_len ? after : NULL, limit, mo->timeout_ms,
+                        scan_done, c);
+    }
+    if (rc)
+        call_free(c);
+    return rc;
+}
+
+void route_mo_get_stats(const route_mo_t *mo, route_stats_t *out)
+{
+    *out = mo->stats;
+}

@@ -1,0 +1,763 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * data.c — the application-thread side of object operations: the payload path.
+ *
+ *   put:    checksum (XXH3-64 over the gather list) -> PLACE op (loop reserves replicas) ->
+ *           payload written by this thread: memcpy into a local segment (write grant checked
+ *           by seg_check) or one transport batch of WRITEs into remote reserved ranges ->
+ *           PUBLISH op (route CAS) for the items whose writes all succeeded, ABORT op for the
+ *           others;
+ *   get:    LOOKUP op (route + replica access, local first) -> reads in rounds: round r reads
+ *           every unfinished item from its r-th replica (local memcpy, or one transport batch of
+ *           READs straight into the caller's buffers) -> checksum verified; a failed or corrupt
+ *           replica is reported (its owner quarantined) and the next round tries the next one;
+ *           when every replica failed a checksum the route is read once more (an overwrite may
+ *           have raced) before giving up;
+ *   drain:  the runtime's committed replicas are copied to other owners and the routes CAS'ed
+ *           to the new replica, page by page (kvm_store_drain).
+ *
+ * Payload bytes never pass through the loop thread. Caller buffers that were not registered
+ * with kvmesh_register_buffer are registered for the duration of the transfer (one span per
+ * item), which keeps the transfer zero-copy.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "core/hash.h"
+#include "core/util.h"
+#include "store/data.h"
+
+#define DATA_CHUNK 16 /* items per transport round (bounds temporary registrations) */
+
+static uint64_t sg_checksum(const struct iovec *iov, int iovcnt)
+{
+    if (iovcnt == 1)
+        return kvm_checksum(iov[0].iov_base, iov[0].iov_len);
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+        return 0;
+    XXH3_64bits_reset_withSeed(st, KVM_HASH_SEED_CHECKSUM);
+    for (int i = 0; i < iovcnt; i++)
+        XXH3_64bits_update(st, iov[i].iov_base, iov[i].iov_len);
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h;
+}
+
+/* Temporary registration of one item's buffers (their covering span). */
+struct tmpreg {
+    void *addr;
+};
+
+static int reg_span(kvm_rt_t *rt, const struct iovec *iov, int iovcnt, struct tmpreg *out)
+{
+    out->addr = NULL;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    bool all_reg = true;
+    for (int i = 0; i < iovcnt; i++) {
+        if (!iov[i].iov_len)
+            continue;
+        uintptr_t a = (uintptr_t)iov[i].iov_base;
+        lo = a < lo ? a : lo;
+        hi = a + iov[i].iov_len > hi ? a + iov[i].iov_len : hi;
+        if (!kvm_rt_is_registered(rt, iov[i].iov_base, iov[i].iov_len) &&
+            !seg_local_contains(rt->reg, iov[i].iov_base, iov[i].iov_len))
+            all_reg = false;
+    }
+    if (all_reg || hi == 0)
+        return 0;
+    for (int tries = 0;; tries++) {
+        int rc = tp_register_memory(rt->tp, (void *)lo, hi - lo);
+        if (rc == 0) {
+            out->addr = (void *)lo;
+            return 0;
+        }
+        if (rc != KVMESH_ENOSPC || tries > 5000)
+            return rc;
+        usleep(1000); /* other threads hold every registration slot: wait for one */
+    }
+}
+
+static void reg_drop(kvm_rt_t *rt, struct tmpreg *r)
+{
+    if (r->addr)
+        tp_unregister_memory(rt->tp, r->addr);
+    r->addr = NULL;
+}
+
+/* Adds the requests moving [remote_off, +len) of a segment to/from the iov list. */
+static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, int iovcnt,
+                    struct tp_segment *seg, uint64_t remote_off, uint64_t token)
+{
+    struct tp_request reqs[KVMESH_IOV_MAX];
+    unsigned n = 0;
+    uint64_t pos = 0;
+    for (int i = 0; i < iovcnt; i++) {
+        if (!iov[i].iov_len)
+            continue;
+        reqs[n++] = (struct tp_request){.op = op,
+                                        .local = iov[i].iov_base,
+                                        .length = iov[i].iov_len,
+                                        .segment = seg,
+                                        .remote_offset = remote_off + pos,
+                                        .token = token};
+        pos += iov[i].iov_len;
+    }
+    return tp_submit(b, reqs, n);
+}
+
+static int local_copy(kvm_rt_t *rt, uint32_t op, uint64_t seg_id, uint64_t off, uint64_t len,
+                      uint64_t token, const struct iovec *iov, int iovcnt)
+{
+    uint8_t *p;
+    struct seg *pin;
+    enum seg_reason why;
+    int rc = seg_check(rt->reg, seg_id, off, len, op, token, &p, &pin, &why);
+    if (rc)
+        return kvm_errf(rc, "local replica access refused: %s", seg_reason_str(why));
+    uint64_t pos = 0;
+    for (int i = 0; i < iovcnt; i++) {
+        if (op == SEG_WRITE)
+            memcpy(p + pos, iov[i].iov_base, iov[i].iov_len);
+        else
+            memcpy(iov[i].iov_base, p + pos, iov[i].iov_len);
+        pos += iov[i].iov_len;
+    }
+    seg_unpin(rt->reg, pin);
+    return 0;
+}
+
+static void report_bad(kvm_rt_t *rt, const kvm_runtime_id_t *owner)
+{
+    kvm_op_t *op = kvm_op_new(rt, KVM_OP_REPORT, 0);
+    if (!op)
+        return;
+    op->bad_owner = *owner;
+    kvm_op_run(op);
+    kvm_op_unref(op);
+}
+
+/* ---- put ------------------------------------------------------------------------------------ */
+
+int kvm_store_put(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs, size_t n,
+                  const kvmesh_put_opts_t *opts, int *rcs)
+{
+    kvm_op_t *place = kvm_op_new(rt, KVM_OP_PLACE, n);
+    if (!place)
+        return KVMESH_ENOMEM;
+    int rc = 0;
+    place->replicas = opts && opts->replicas ? opts->replicas : rt->cfg.replicas;
+    place->hard_pin = opts && opts->hard_pin;
+    for (size_t i = 0; opts && opts->preferred_owners && i < opts->n_preferred &&
+                       place->n_pref < KVM_MAX_REPLICAS;
+         i++)
+        if (kvm_id128_parse(opts->preferred_owners[i], &place->pref[place->n_pref]) == 0)
+            place->n_pref++;
+    for (size_t i = 0; i < n; i++) {
+        struct kvm_item *it = &place->items[i];
+        if ((rc = kvm_ident_copy(&it->ident, &ids[i])) != 0)
+            goto out;
+        it->len = sgs[i].len;
+        it->checksum = sg_checksum(sgs[i].iov, sgs[i].iovcnt);
+    }
+    if ((rc = kvm_op_run(place)) != 0)
+        goto out;
+
+    /* Payload: in chunks, one transport batch each. */
+    for (size_t base = 0; base < n; base += DATA_CHUNK) {
+        size_t end = base + DATA_CHUNK < n ? base + DATA_CHUNK : n;
+        struct tmpreg regs[DATA_CHUNK] = {{0}};
+        struct tp_batch *b = NULL;
+        unsigned first[DATA_CHUNK][KVM_MAX_REPLICAS], count[DATA_CHUNK][KVM_MAX_REPLICAS];
+        memset(count, 0, sizeof(count));
+        for (size_t i = base; i < end; i++) {
+            struct kvm_item *it = &place->items[i];
+            if (it->rc)
+                continue;
+            for (uint32_t r = 0; r < it->n_res && !it->rc; r++) {
+                struct kvm_res *res = &it->res[r];
+                if (res->local) {
+                    it->rc = local_copy(rt, SEG_WRITE, res->seg, res->offset, it->len, res->token,
+                                        sgs[i].iov, sgs[i].iovcnt);
+                    continue;
+                }
+                struct tp_segment *seg;
+                int e = res->data_addr ? kvm_rt_seg_open(rt, res->data_addr, res->seg,
+                                                         res->seg_read_token, &seg)
+                                       : KVMESH_EUNAVAILABLE;
+                if (!e && !regs[i - base].addr)
+                    e = reg_span(rt, sgs[i].iov, sgs[i].iovcnt, &regs[i - base]);
+                if (!e && !b)
+                    e = tp_batch_new(rt->tp, TP_MAX_BATCH, &b);
+                if (!e && tp_batch_count(b) + (unsigned)sgs[i].iovcnt > TP_MAX_BATCH)
+                    e = KVMESH_ETOOBIG;
+                if (!e) {
+                    first[i - base][r] = tp_batch_count(b);
+                    e = add_reqs(b, TP_WRITE, sgs[i].iov, sgs[i].iovcnt, seg, res->offset,
+                                 res->token);
+                    count[i - base][r] = tp_batch_count(b) - first[i - base][r];
+                }
+                if (e)
+                    it->rc = kvm_errf(e, "payload write to %s failed: %s",
+                                      res->data_addr ? res->data_addr : "?", kvmesh_last_error());
+            }
+        }
+        if (b) {
+            tp_batch_wait(b, (int)rt->cfg.request_timeout_ms);
+            for (size_t i = base; i < end; i++) {
+                struct kvm_item *it = &place->items[i];
+                for (uint32_t r = 0; r < it->n_res && !it->rc; r++)
+                    for (unsigned k = 0; k < count[i - base][r]; k++) {
+                        int st = tp_status(b, first[i - base][r] + k, NULL);
+                        if (st != 0) {
+                            it->rc = kvm_errf(st == TP_STATUS_PENDING ? KVMESH_ETIMEDOUT : st,
+                                              "payload write to a replica failed: %s",
+                                              kvmesh_strerror(st));
+                            report_bad(rt, &it->res[r].owner.id);
+                            break;
+                        }
+                    }
+            }
+            tp_batch_free(b);
+        }
+        for (size_t i = base; i < end; i++)
+            reg_drop(rt, &regs[i - base]);
+    }
+
+    /* Publish what was written; abort the rest. */
+    size_t n_ok = 0, n_bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (place->items[i].rc == 0)
+            n_ok++;
+        else if (place->items[i].n_res)
+            n_bad++;
+    }
+    kvm_op_t *pub = n_ok ? kvm_op_new(rt, KVM_OP_PUBLISH, n_ok) : NULL;
+    kvm_op_t *ab = n_bad ? kvm_op_new(rt, KVM_OP_ABORT, n_bad) : NULL;
+    if ((n_ok && !pub) || (n_bad && !ab)) {
+        kvm_op_unref(pub);
+        kvm_op_unref(ab);
+        rc = KVMESH_ENOMEM;
+        goto out;
+    }
+    size_t k = 0, j = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct kvm_item *it = &place->items[i];
+        kvm_op_t *dst = it->rc == 0 ? pub : it->n_res ? ab : NULL;
+        if (!dst)
+            continue;
+        struct kvm_item *d = &dst->items[dst == pub ? k++ : j++];
+        d->ident = it->ident; /* moved */
+        memset(&it->ident, 0, sizeof(it->ident));
+        d->len = it->len;
+        d->checksum = it->checksum;
+        d->n_res = it->n_res;
+        memcpy(d->res, it->res, sizeof(it->res));
+    }
+    char saved_err[512] = "";
+    if (ab) {
+        kvm_op_run(ab);
+        kvm_op_unref(ab);
+    }
+    if (pub) {
+        rc = kvm_op_run(pub);
+        if (pub->err_set)
+            snprintf(saved_err, sizeof(saved_err), "%s", pub->err);
+    }
+    k = 0;
+    int first_rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct kvm_item *it = &place->items[i];
+        int r = it->rc;
+        if (r == 0)
+            r = rc ? rc : pub->items[k++].rc;
+        rcs[i] = r;
+        if (r && !first_rc)
+            first_rc = r;
+    }
+    kvm_op_unref(pub);
+    if (first_rc && !rc) {
+        if (saved_err[0])
+            kvm_errf(first_rc, "%s", saved_err);
+        else if (place->err_set)
+            kvm_errf(first_rc, "%s", place->err);
+    }
+    rc = rc ? rc : first_rc;
+    kvm_op_unref(place);
+    return rc;
+out:
+    for (size_t i = 0; i < n; i++)
+        rcs[i] = rc;
+    kvm_op_unref(place);
+    return rc;
+}
+
+/* ---- get ------------------------------------------------------------------------------------ */
+
+static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n, uint32_t round,
+                     bool *bad_sum)
+{
+    int progress = 0;
+    for (size_t base = 0; base < n; base += DATA_CHUNK) {
+        size_t end = base + DATA_CHUNK < n ? base + DATA_CHUNK : n;
+        struct tmpreg regs[DATA_CHUNK] = {{0}};
+        struct tp_batch *b = NULL;
+        unsigned first[DATA_CHUNK] = {0}, count[DATA_CHUNK] = {0};
+        bool tried[DATA_CHUNK] = {0};
+        for (size_t i = base; i < end; i++) {
+            struct kvm_item *it = &look->items[i];
+            struct kvm_sgout *o = &outs[i];
+            if (o->rc != KVMESH_EAGAIN || round >= it->route.n_replicas)
+                continue;
+            const kvm_hot_replica_t *rep = &it->route.replicas[round];
+            const struct kvm_access *a = &it->acc[round];
+            if (!a->known)
+                continue;
+            tried[i - base] = true;
+            if (a->local) {
+                int e = local_copy(rt, SEG_READ, rep->segment, rep->offset, it->route.length,
+                                   a->seg_read_token, o->iov, o->iovcnt);
+                count[i - base] = e ? 1u : 0u; /* marks a failed local read */
+                continue;
+            }
+            struct tp_segment *seg;
+            int e = kvm_rt_seg_open(rt, a->data_addr, rep->segment, a->seg_read_token, &seg);
+            if (!e)
+                e = reg_span(rt, o->iov, o->iovcnt, &regs[i - base]);
+            if (!e && !b)
+                e = tp_batch_new(rt->tp, TP_MAX_BATCH, &b);
+            if (!e && tp_batch_count(b) + (unsigned)o->iovcnt > TP_MAX_BATCH)
+                e = KVMESH_ETOOBIG;
+            if (!e) {
+                first[i - base] = tp_batch_count(b);
+                e = add_reqs(b, TP_READ, o->iov, o->iovcnt, seg, rep->offset, a->seg_read_token);
+                count[i - base] = tp_batch_count(b) - first[i - base];
+            }
+            if (e) {
+                tried[i - base] = false;
+                report_bad(rt, &rep->owner);
+            }
+        }
+        if (b)
+            tp_batch_wait(b, (int)rt->cfg.request_timeout_ms);
+        for (size_t i = base; i < end; i++) {
+            if (!tried[i - base])
+                continue;
+            struct kvm_item *it = &look->items[i];
+            struct kvm_sgout *o = &outs[i];
+            const kvm_hot_replica_t *rep = &it->route.replicas[round];
+            bool ok = true;
+            if (it->acc[round].local) {
+                ok = count[i - base] == 0;
+            } else {
+                for (unsigned k = 0; k < count[i - base] && ok; k++)
+                    ok = tp_status(b, first[i - base] + k, NULL) == 0;
+            }
+            if (ok && sg_checksum(o->iov, o->iovcnt) != it->route.checksum) {
+                ok = false;
+                *bad_sum = true;
+            }
+            if (ok) {
+                o->rc = 0;
+                progress++;
+            } else {
+                report_bad(rt, &rep->owner);
+            }
+        }
+        if (b)
+            tp_batch_free(b);
+        for (size_t i = base; i < end; i++)
+            reg_drop(rt, &regs[i - base]);
+    }
+    return progress;
+}
+
+int kvm_store_get(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs, size_t n)
+{
+    int rc = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        size_t todo = 0;
+        for (size_t i = 0; i < n; i++)
+            todo += attempt == 0 || outs[i].rc == KVMESH_ECHECKSUM;
+        if (!todo)
+            break;
+        kvm_op_t *look = kvm_op_new(rt, KVM_OP_LOOKUP, n);
+        if (!look)
+            return KVMESH_ENOMEM;
+        for (size_t i = 0; i < n && !rc; i++)
+            rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
+        if (rc || (rc = kvm_op_run(look)) != 0) {
+            kvm_op_unref(look);
+            return rc;
+        }
+        for (size_t i = 0; i < n; i++) {
+            struct kvm_item *it = &look->items[i];
+            struct kvm_sgout *o = &outs[i];
+            if (attempt == 1 && o->rc != KVMESH_ECHECKSUM)
+                continue;
+            if (it->rc) {
+                o->rc = it->rc;
+                continue;
+            }
+            o->out_len = it->route.length;
+            if (o->alloc) {
+                free(o->alloc_buf);
+                o->alloc_buf = malloc(it->route.length ? it->route.length : 1);
+                if (!o->alloc_buf) {
+                    o->rc = KVMESH_ENOMEM;
+                    continue;
+                }
+                o->one.iov_base = o->alloc_buf;
+                o->one.iov_len = it->route.length;
+                o->iov = &o->one;
+                o->iovcnt = 1;
+                o->cap = it->route.length;
+            }
+            if (o->cap < it->route.length) {
+                o->rc = KVMESH_ETOOBIG;
+                continue;
+            }
+            /* Trim the scatter list to the object length. */
+            uint64_t left = it->route.length;
+            int cnt = 0;
+            for (; cnt < o->iovcnt_in && left; cnt++) {
+                o->trim[cnt] = o->iov_in ? o->iov_in[cnt] : o->one;
+                if (o->trim[cnt].iov_len > left)
+                    o->trim[cnt].iov_len = left;
+                left -= o->trim[cnt].iov_len;
+            }
+            if (!o->alloc) {
+                o->iov = o->trim;
+                o->iovcnt = cnt;
+            }
+            o->rc = KVMESH_EAGAIN; /* to read */
+        }
+        bool bad_sum = false;
+        for (uint32_t round = 0; round < KVM_MAX_REPLICAS; round++)
+            get_round(rt, look, outs, n, round, &bad_sum);
+        for (size_t i = 0; i < n; i++)
+            if (outs[i].rc == KVMESH_EAGAIN)
+                outs[i].rc = bad_sum ? KVMESH_ECHECKSUM : KVMESH_EUNAVAILABLE;
+        kvm_op_unref(look);
+    }
+    int first = 0;
+    for (size_t i = 0; i < n && !first; i++)
+        if (outs[i].rc && outs[i].rc != KVMESH_ENOENT && outs[i].rc != KVMESH_ETOOBIG)
+            first = outs[i].rc;
+    if (first == KVMESH_ECHECKSUM)
+        return kvm_errf(first, "every replica failed its checksum (reported to their owners)");
+    if (first == KVMESH_EUNAVAILABLE)
+        return kvm_errf(first, "no replica of the object could be read (owners unreachable)");
+    return first;
+}
+
+/* ---- route info / remove ---------------------------------------------------------------- */
+
+int kvm_store_lookup(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, kvm_route_t *routes, int *rcs)
+{
+    kvm_op_t *look = kvm_op_new(rt, KVM_OP_LOOKUP, n);
+    if (!look)
+        return KVMESH_ENOMEM;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
+    if (!rc)
+        rc = kvm_op_run(look);
+    for (size_t i = 0; i < n; i++) {
+        rcs[i] = rc ? rc : look->items[i].rc;
+        if (!rcs[i] && routes)
+            rcs[i] = kvm_route_copy(&routes[i], &look->items[i].route);
+    }
+    kvm_op_unref(look);
+    return rc;
+}
+
+int kvm_store_remove(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, int *rcs)
+{
+    kvm_op_t *op = kvm_op_new(rt, KVM_OP_REMOVE, n);
+    if (!op)
+        return KVMESH_ENOMEM;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = kvm_ident_copy(&op->items[i].ident, &ids[i]);
+    if (!rc)
+        rc = kvm_op_run(op);
+    int first = 0;
+    for (size_t i = 0; i < n; i++) {
+        rcs[i] = rc ? rc : op->items[i].rc;
+        if (rcs[i] && !first)
+            first = rcs[i];
+    }
+    if (!rc && first && op->err_set)
+        kvm_errf(first, "%s", op->err);
+    kvm_op_unref(op);
+    return rc ? rc : first;
+}
+
+/* ---- drain ---------------------------------------------------------------------------------- */
+
+static int simple_op(kvm_rt_t *rt, enum kvm_op_type t)
+{
+    kvm_op_t *op = kvm_op_new(rt, t, 0);
+    if (!op)
+        return KVMESH_ENOMEM;
+    int rc = kvm_op_run(op);
+    kvm_op_unref(op);
+    return rc;
+}
+
+/* Moves a page of local replicas to other owners: one PLACE op, one transport batch, one
+ * HANDOFF op (route CAS per item). */
+static void handoff_page(kvm_rt_t *rt, const kvm_hot_replica_t *reps, const kvm_ident_t *ids,
+                         const uint64_t *read_tokens, size_t n, size_t *moved, size_t *failed)
+{
+    kvm_op_t *place = kvm_op_new(rt, KVM_OP_PLACE, n);
+    if (!place) {
+        *failed += n;
+        return;
+    }
+    place->replicas = 1;
+    int rc = 0;
+    /* Owners that already hold a replica of the object are not candidates (distinct owners). */
+    kvm_op_t *look = kvm_op_new(rt, KVM_OP_LOOKUP, n);
+    if (!look)
+        rc = KVMESH_ENOMEM;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
+    if (!rc)
+        rc = kvm_op_run(look);
+    for (size_t i = 0; i < n && !rc; i++) {
+        struct kvm_item *it = &place->items[i];
+        rc = kvm_ident_copy(&it->ident, &ids[i]);
+        it->len = reps[i].length;
+        const kvm_route_t *r = &look->items[i].route;
+        for (uint32_t j = 0; look->items[i].rc == 0 && j < r->n_replicas; j++)
+            if (!kvm_id128_equal(&r->replicas[j].owner, &rt->self.id) &&
+                it->exclude_n < KVM_ARRAY_SIZE(it->exclude))
+                it->exclude[it->exclude_n++] = r->replicas[j].owner;
+    }
+    kvm_op_unref(look);
+    if (!rc)
+        rc = kvm_op_run(place);
+    if (rc) {
+        *failed += n;
+        kvm_op_unref(place);
+        return;
+    }
+    struct tp_batch *b = NULL;
+    struct seg *pins[64] = {0};
+    int slot_of[64];
+    if (tp_batch_new(rt->tp, TP_MAX_BATCH, &b) != 0)
+        b = NULL;
+    for (size_t i = 0; i < n; i++) {
+        struct kvm_item *it = &place->items[i];
+        slot_of[i] = -1;
+        if (it->rc || !b)
+            continue;
+        struct kvm_res *res = &it->res[0];
+        uint8_t *src;
+        enum seg_reason why;
+        struct tp_segment *seg;
+        int e = seg_check(rt->reg, reps[i].segment, reps[i].offset, reps[i].length, SEG_READ,
+                          read_tokens[i], &src, &pins[i], &why);
+        if (!e && res->local) { /* another segment of this runtime (segment retirement) */
+            struct iovec v = {src, reps[i].length};
+            e = local_copy(rt, SEG_WRITE, res->seg, res->offset, reps[i].length, res->token, &v, 1);
+            if (e)
+                it->rc = e;
+            continue;
+        }
+        if (!e)
+            e = res->data_addr
+                    ? kvm_rt_seg_open(rt, res->data_addr, res->seg, res->seg_read_token, &seg)
+                    : KVMESH_EUNAVAILABLE;
+        if (!e) {
+            struct tp_request rq = {.op = TP_WRITE,
+                                    .local = src,
+                                    .length = reps[i].length,
+                                    .segment = seg,
+                                    .remote_offset = res->offset,
+                                    .token = res->token};
+            slot_of[i] = (int)tp_batch_count(b);
+            e = tp_submit(b, &rq, 1);
+        }
+        if (e)
+            it->rc = e;
+    }
+    if (b) {
+        tp_batch_wait(b, (int)rt->cfg.request_timeout_ms);
+        for (size_t i = 0; i < n; i++)
+            if (slot_of[i] >= 0 && tp_status(b, (unsigned)slot_of[i], NULL) != 0)
+                place->items[i].rc = KVMESH_EIO;
+        tp_batch_free(b);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (pins[i])
+            seg_unpin(rt->reg, pins[i]);
+    size_t n_ok = 0, n_bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (place->items[i].rc == 0)
+            n_ok++;
+        else if (place->items[i].n_res)
+            n_bad++;
+    }
+    kvm_op_t *ho = n_ok ? kvm_op_new(rt, KVM_OP_HANDOFF, n_ok) : NULL;
+    kvm_op_t *ab = n_bad ? kvm_op_new(rt, KVM_OP_ABORT, n_bad) : NULL;
+    size_t k = 0, j = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct kvm_item *it = &place->items[i];
+        kvm_op_t *dst = it->rc == 0 ? ho : it->n_res ? ab : NULL;
+        if (!dst)
+            continue;
+        struct kvm_item *d = &dst->items[dst == ho ? k++ : j++];
+        d->ident = it->ident;
+        memset(&it->ident, 0, sizeof(it->ident));
+        d->len = it->len;
+        d->n_res = 1;
+        d->res[0] = it->res[0];
+        d->moving = reps[i];
+    }
+    if (ab) {
+        kvm_op_run(ab);
+        kvm_op_unref(ab);
+    }
+    *failed += n - n_ok;
+    if (ho) {
+        if (kvm_op_run(ho) != 0) {
+            *failed += n_ok;
+        } else {
+            for (size_t i = 0; i < n_ok; i++) {
+                if (ho->items[i].rc == 0)
+                    (*moved)++;
+                else
+                    (*failed)++;
+            }
+        }
+        kvm_op_unref(ho);
+    }
+    kvm_op_unref(place);
+}
+
+/* Moves every committed local replica (of segment seg_filter, or all when 0) elsewhere, until
+ * two passes find nothing new or timeout_ms passed. */
+static int move_all(kvm_rt_t *rt, uint64_t seg_filter, uint32_t timeout_ms, size_t *moved,
+                    size_t *failed)
+{
+    int rc = 0;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t cursor = 0;
+    int empty_passes = 0;
+    /* Writers that placed here before they saw DRAINING may still commit: list until two
+     * passes a snapshot period apart find nothing new. */
+    while (empty_passes < 2) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        uint64_t el = (uint64_t)(((int64_t)t.tv_sec - (int64_t)t0.tv_sec) * 1000 +
+                                 ((int64_t)t.tv_nsec - (int64_t)t0.tv_nsec) / 1000000);
+        if (el > timeout_ms) {
+            rc = kvm_errf(KVMESH_ETIMEDOUT, "drain did not finish in %u ms (%zu moved)", timeout_ms,
+                          *moved);
+            break;
+        }
+        kvm_op_t *op = kvm_op_new(rt, KVM_OP_DRAIN_LIST, 0);
+        kvm_hot_replica_t reps[64];
+        kvm_ident_t ids[64];
+        memset(ids, 0, sizeof(ids));
+        if (!op)
+            return KVMESH_ENOMEM;
+        uint64_t tokens[64];
+        op->list = reps;
+        op->list_ident = ids;
+        op->list_tokens = tokens;
+        op->seg_arg = seg_filter;
+        op->list_cap = 64;
+        op->list_cursor = cursor;
+        rc = kvm_op_run(op);
+        size_t got = op->list_n;
+        cursor = op->list_cursor;
+        if (!rc && got)
+            handoff_page(rt, reps, ids, tokens, got, moved, failed);
+        kvm_op_unref(op); /* frees ids */
+        if (rc)
+            break;
+        if (got == 0) {
+            empty_passes++;
+            if (empty_passes < 2)
+                usleep(seg_filter ? 50 * 1000 : 600 * 1000);
+        }
+    }
+    if (!rc && *failed)
+        rc = kvm_errf(KVMESH_EUNAVAILABLE, "could not move %zu replicas (%zu moved)", *failed,
+                      *moved);
+    return rc;
+}
+
+int kvm_store_drain(kvm_rt_t *rt, uint32_t timeout_ms, size_t *moved, size_t *failed)
+{
+    *moved = *failed = 0;
+    int rc = simple_op(rt, KVM_OP_DRAIN_BEGIN);
+    if (rc)
+        return rc;
+    rc = move_all(rt, 0, timeout_ms, moved, failed);
+    int r2 = simple_op(rt, KVM_OP_DRAIN_END);
+    return rc ? rc : r2;
+}
+
+static int seg_op(kvm_rt_t *rt, enum kvm_op_type t, uint64_t *arg)
+{
+    kvm_op_t *op = kvm_op_new(rt, t, 0);
+    if (!op)
+        return KVMESH_ENOMEM;
+    op->seg_arg = *arg;
+    int rc = kvm_op_run(op);
+    *arg = op->seg_arg;
+    kvm_op_unref(op);
+    return rc;
+}
+
+int kvm_store_add_segment(kvm_rt_t *rt, uint64_t size, uint64_t *seg_id)
+{
+    *seg_id = size;
+    return seg_op(rt, KVM_OP_SEG_ADD, seg_id);
+}
+
+int kvm_store_retire_segment(kvm_rt_t *rt, uint64_t seg_id, uint32_t timeout_ms)
+{
+    uint64_t arg = seg_id;
+    int rc = seg_op(rt, KVM_OP_SEG_RETIRE, &arg);
+    if (rc)
+        return rc;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        size_t moved = 0, failed = 0;
+        rc = move_all(rt, seg_id, timeout_ms, &moved, &failed);
+        arg = seg_id;
+        if (!rc && (rc = seg_op(rt, KVM_OP_SEG_REMOVE, &arg)) != KVMESH_EAGAIN)
+            return rc;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        uint64_t el = (uint64_t)(((int64_t)t.tv_sec - (int64_t)t0.tv_sec) * 1000 +
+                                 ((int64_t)t.tv_nsec - (int64_t)t0.tv_nsec) / 1000000);
+        if (el > timeout_ms)
+            return kvm_errf(KVMESH_ETIMEDOUT,
+                            "segment %016" PRIx64 " still holds slots after %u ms", seg_id,
+                            timeout_ms);
+        usleep(50 * 1000); /* reserved or reclaiming slots finish within TTL / grace */
+    }
+}
+
+int kvm_store_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
+{
+    kvm_op_t *op = kvm_op_new(rt, KVM_OP_STATS, 0);
+    if (!op)
+        return KVMESH_ENOMEM;
+    op->stats = st;
+    int rc = kvm_op_run(op);
+    kvm_op_unref(op);
+    return rc;
+}

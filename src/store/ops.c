@@ -1,0 +1,847 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ops.c — the loop side of object operations (spec "Write path", "Read path", "Delete and
+ * reclaim"): placement and reservation, route publication by fenced CAS, lookups with replica
+ * access information, tombstones, drain handoff, and the release of replicas a route no longer
+ * references. Every function runs on the loop thread; it reads only the cached membership
+ * snapshot (never metadata) and reaches routes only through route.h.
+ *
+ * Per item of an op: finished exactly once (kvm_op_item_done); the op completes when every item
+ * finished. Reservations of a failed put are released here (or by their TTL when the outcome of
+ * the publication is indeterminate: the owner then asks the route).
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "core/wrh.h"
+#include "store/proto.h"
+#include "store/store.h"
+
+#define STORE_TOMB_RETAIN_MS 60000u
+
+struct kvm_hitbuf {
+    kvm_runtime_id_t owner;
+    store_hit_msg_t msg;
+};
+
+static size_t item_index(kvm_op_t *op, struct kvm_item *it)
+{
+    return (size_t)(it - op->items);
+}
+
+static void item_finish(kvm_op_t *op, struct kvm_item *it)
+{
+    KVM_ASSERT(!it->finished);
+    it->finished = true;
+    kvm_op_item_done(op);
+}
+
+static void item_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void item_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    kvm_op_fail(op, it, rc, "%s", msg);
+    item_finish(op, it);
+}
+
+/* ---- notifications to owners ----------------------------------------------------------------- */
+
+static void notify_slot(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id_t *owner, uint64_t seg,
+                        uint64_t off)
+{
+    if (kvm_id128_equal(owner, &rt->self.id)) {
+        if (type == STORE_RPC_COMMIT)
+            kvm_owner_commit(rt, seg, off);
+        else
+            kvm_owner_release(rt, seg, off);
+        return;
+    }
+    const struct kvm_member *m = kvm_member_find(rt, owner);
+    rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
+    if (!p)
+        return; /* owner gone: its memory went with it; a restarted incarnation has new segments */
+    uint8_t body[64];
+    size_t len = 0;
+    store_slot_msg_t sm = {m->rt.epoch, seg, off};
+    store_slot_msg_encode(&sm, body, sizeof(body), &len);
+    struct rpc_msg msg = {.type = type, .body = body, .body_len = len};
+    rpc_notify(p, &msg, NULL, NULL); /* best effort: TTL expiry asks the route when lost */
+}
+
+void kvm_ops_release_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
+{
+    notify_slot(rt, STORE_RPC_RELEASE, &rep->owner, rep->segment, rep->offset);
+}
+
+static void release_res(kvm_rt_t *rt, struct kvm_item *it)
+{
+    for (uint32_t i = 0; i < it->n_res; i++)
+        notify_slot(rt, STORE_RPC_RELEASE, &it->res[i].owner.id, it->res[i].seg, it->res[i].offset);
+    it->n_res = 0;
+}
+
+/* Releases the replicas of `old` that `now` does not list. */
+static void release_obsolete(kvm_rt_t *rt, const kvm_route_t *old, const kvm_route_t *now)
+{
+    for (uint32_t i = 0; i < old->n_replicas; i++)
+        if (!now || kvm_route_find_replica(now, &old->replicas[i]) < 0)
+            kvm_ops_release_replica(rt, &old->replicas[i]);
+}
+
+/* ---- hits ------------------------------------------------------------------------------------ */
+
+static void hits_flush(void *arg)
+{
+    kvm_rt_t *rt = arg;
+    rt->hit_timer = 0;
+    for (size_t i = 0; i < rt->n_hitbufs; i++) {
+        struct kvm_hitbuf *hb = &rt->hitbufs[i];
+        const struct kvm_member *m = kvm_member_find(rt, &hb->owner);
+        rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
+        if (p && hb->msg.n) {
+            uint8_t *body = malloc(STORE_PROTO_MAX);
+            size_t len = 0;
+            if (body && store_hit_msg_encode(&hb->msg, body, STORE_PROTO_MAX, &len) == 0) {
+                struct rpc_msg msg = {.type = STORE_RPC_HIT, .body = body, .body_len = len};
+                rpc_notify(p, &msg, NULL, NULL);
+            }
+            free(body);
+        }
+        hb->msg.n = 0;
+    }
+    rt->n_hitbufs = 0;
+}
+
+static void hit_record(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
+{
+    if (kvm_id128_equal(&rep->owner, &rt->self.id)) {
+        kvm_owner_hit(rt, rep->segment, rep->offset);
+        return;
+    }
+    if (!rt->hitbufs) {
+        rt->hitbufs = calloc(16, sizeof(*rt->hitbufs));
+        if (!rt->hitbufs)
+            return;
+    }
+    struct kvm_hitbuf *hb = NULL;
+    for (size_t i = 0; i < rt->n_hitbufs && !hb; i++)
+        if (kvm_id128_equal(&rt->hitbufs[i].owner, &rep->owner))
+            hb = &rt->hitbufs[i];
+    if (!hb) {
+        if (rt->n_hitbufs == 16)
+            return; /* best effort */
+        hb = &rt->hitbufs[rt->n_hitbufs++];
+        hb->owner = rep->owner;
+        hb->msg.n = 0;
+    }
+    if (hb->msg.n < STORE_HIT_MAX) {
+        hb->msg.slots[hb->msg.n].seg = rep->segment;
+        hb->msg.slots[hb->msg.n].offset = rep->offset;
+        hb->msg.n++;
+    }
+    if (!rt->hit_timer)
+        rt->hit_timer = env_timer_start(rt->env, STORE_HIT_FLUSH_MS * 1000000ull, hits_flush, rt);
+}
+
+/* ---- placement --------------------------------------------------------------------------------
+ */
+
+static bool item_excluded(const struct kvm_item *it, const kvm_runtime_id_t *id)
+{
+    for (uint32_t i = 0; i < it->exclude_n; i++)
+        if (kvm_id128_equal(&it->exclude[i], id))
+            return true;
+    for (uint32_t i = 0; i < it->n_res; i++)
+        if (kvm_id128_equal(&it->res[i].owner.id, id))
+            return true;
+    return false;
+}
+
+static void item_exclude(struct kvm_item *it, const kvm_runtime_id_t *id)
+{
+    if (it->exclude_n < KVM_ARRAY_SIZE(it->exclude))
+        it->exclude[it->exclude_n++] = *id;
+}
+
+static bool storage_member(kvm_rt_t *rt, const struct kvm_member *m)
+{
+    return m->state == KVM_MS_ACTIVE && m->n_segs > 0 && m->data_addr[0] != 0 &&
+           !kvm_member_is_suspect(rt, &m->rt.id);
+}
+
+/* The next owner for item `it`: preferred owners, then this runtime (local first), then the
+ * rest by weighted rendezvous rank of the object's hash. NULL when none is left. */
+static const struct kvm_member *next_candidate(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it)
+{
+    for (size_t i = 0; i < op->n_pref; i++) {
+        const struct kvm_member *m = kvm_member_find(rt, &op->pref[i]);
+        if (m && storage_member(rt, m) && !item_excluded(it, &m->rt.id))
+            return m;
+    }
+    if (op->hard_pin)
+        return NULL;
+    const struct kvm_member *self = kvm_member_find(rt, &rt->self.id);
+    if (self && storage_member(rt, self) && !item_excluded(it, &self->rt.id))
+        return self;
+    const struct kvm_member *best = NULL;
+    double best_score = -1;
+    for (size_t i = 0; i < rt->n_members; i++) {
+        const struct kvm_member *m = &rt->members[i];
+        if (!storage_member(rt, m) || item_excluded(it, &m->rt.id))
+            continue;
+        double s = wrh_score(wrh_id_hash(&m->rt.id), m->weight, it->ident.hash);
+        if (s > best_score) {
+            best_score = s;
+            best = m;
+        }
+    }
+    return best;
+}
+
+static void place_item(kvm_op_t *op, struct kvm_item *it);
+
+struct reserve_ctx {
+    kvm_op_t *op;
+    struct kvm_item *it;
+    kvm_runtime_t owner;
+    /* the owner's transport address and segments as the snapshot had them when the reservation
+     * started (a refresh may replace the snapshot before the reply arrives) */
+    const char *data_addr;
+    uint32_t n_segs;
+    struct kvm_seg_info segs[STORE_MAX_SEGS];
+};
+
+static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off, uint64_t token)
+{
+    struct reserve_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_rt_t *rt = op->rt;
+    it->placing--;
+    if (rc == 0) {
+        struct kvm_res *r = &it->res[it->n_res++];
+        memset(r, 0, sizeof(*r));
+        r->owner = c->owner;
+        r->local = kvm_id128_equal(&c->owner.id, &rt->self.id);
+        r->seg = seg;
+        r->offset = off;
+        r->token = token;
+        const struct kvm_member *m = kvm_member_find(rt, &c->owner.id);
+        const struct kvm_seg_info *segs = c->segs;
+        uint32_t n_segs = c->n_segs;
+        r->data_addr = c->data_addr;
+        if (m && kvm_runtime_equal(&m->rt, &c->owner)) {
+            /* a segment added since the reservation started is in the newer snapshot */
+            segs = m->segs;
+            n_segs = m->n_segs;
+        }
+        for (uint32_t i = 0; i < n_segs; i++)
+            if (segs[i].id == seg)
+                r->seg_read_token = segs[i].read_token;
+    } else {
+        item_exclude(it, &c->owner.id);
+        if (rc == KVMESH_ECONN || rc == KVMESH_ETIMEDOUT)
+            kvm_member_quarantine(rt, &c->owner.id);
+        snprintf(op->lasterr, sizeof(op->lasterr), "%s", err ? err : "");
+        it->rc = rc;
+    }
+    free(c);
+    if (it->in_place == 0)
+        place_item(op, it);
+}
+
+static void rpc_reserved(rpc_call_t *call, struct rpc_result *res, void *arg)
+{
+    (void)call;
+    store_reserve_resp_t r = {0};
+    int rc = res->status;
+    if (!rc && store_reserve_resp_decode(res->body, res->body_len, &r) != 0)
+        rc = KVMESH_EPROTO;
+    char err[300];
+    struct reserve_ctx *c = arg;
+    snprintf(err, sizeof(err), "reservation on %s failed: %s%s%s",
+             kvm_member_find(c->op->rt, &c->owner.id)
+                 ? kvm_member_find(c->op->rt, &c->owner.id)->idhex
+                 : "(gone)",
+             kvmesh_strerror(rc), res->error[0] ? ": " : "", res->error);
+    reserved(arg, rc, err, r.seg, r.offset, r.token);
+}
+
+static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_member *m)
+{
+    kvm_rt_t *rt = op->rt;
+    struct reserve_ctx *c = calloc(1, sizeof(*c));
+    if (!c) {
+        item_exclude(it, &m->rt.id);
+        return;
+    }
+    c->op = op;
+    c->it = it;
+    c->owner = m->rt;
+    c->data_addr = m->data_addr;
+    c->n_segs = m->n_segs;
+    memcpy(c->segs, m->segs, m->n_segs * sizeof(m->segs[0]));
+    item_exclude(it, &m->rt.id); /* one reservation per owner: replicas on distinct owners */
+    it->placing++;
+    uint32_t ttl = rt->cfg.request_timeout_ms * 2;
+    if (kvm_id128_equal(&m->rt.id, &rt->self.id)) {
+        kvm_owner_reserve(rt, &it->ident, it->len, ttl, reserved, c);
+        return;
+    }
+    rpc_peer *p = kvm_rt_peer(rt, m);
+    uint8_t body[64 + KVM_IDENT_ENC_MAX_LEN];
+    size_t len = 0;
+    store_reserve_req_t req = {
+        .target_epoch = m->rt.epoch, .length = it->len, .ttl_ms = ttl, .ident = it->ident};
+    int rc = p ? store_reserve_req_encode(&req, body, sizeof(body), &len) : KVMESH_ECONN;
+    if (!rc) {
+        struct rpc_msg msg = {.type = STORE_RPC_RESERVE,
+                              .body = body,
+                              .body_len = len,
+                              .timeout_ms = rt->cfg.request_timeout_ms};
+        rc = rpc_call(p, &msg, rpc_reserved, c, NULL);
+    }
+    if (rc)
+        reserved(c, rc, "cannot send the reservation", 0, 0, 0);
+}
+
+static void place_item(kvm_op_t *op, struct kvm_item *it)
+{
+    if (it->finished)
+        return;
+    it->in_place++;
+    while (it->n_res + it->placing < it->want && it->tries < STORE_PLACE_TRIES * it->want) {
+        const struct kvm_member *m = next_candidate(op->rt, op, it);
+        if (!m || it->exclude_n == KVM_ARRAY_SIZE(it->exclude))
+            break;
+        it->tries++;
+        place_start(op, it, m);
+    }
+    it->in_place--;
+    if (it->in_place || it->placing)
+        return;
+    if (it->n_res == it->want) {
+        it->rc = 0;
+        item_finish(op, it);
+        return;
+    }
+    uint32_t got = it->n_res;
+    release_res(op->rt, it);
+    int rc = it->rc && it->rc != KVMESH_ECONN && it->rc != KVMESH_ETIMEDOUT ? it->rc
+                                                                            : KVMESH_EUNAVAILABLE;
+    item_fail(op, it, rc,
+              "placed %u of %u replicas of a %" PRIu64 "-byte object (%zu live members%s)%s%s", got,
+              it->want, it->len, op->rt->n_members, op->hard_pin ? ", hard pin" : "",
+              op->lasterr[0] ? "; last error: " : "", op->lasterr);
+}
+
+/* ---- lookups ------------------------------------------------------------------------------- */
+
+void kvm_ops_fill_access(kvm_rt_t *rt, struct kvm_item *it)
+{
+    kvm_route_t *r = &it->route;
+    /* Order: local first, then healthy remotes, quarantined owners last. */
+    kvm_hot_replica_t reps[KVM_MAX_REPLICAS];
+    struct kvm_access acc[KVM_MAX_REPLICAS];
+    uint32_t n = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        for (uint32_t i = 0; i < r->n_replicas; i++) {
+            const kvm_hot_replica_t *rep = &r->replicas[i];
+            bool local = kvm_id128_equal(&rep->owner, &rt->self.id);
+            bool suspect = !local && kvm_member_is_suspect(rt, &rep->owner);
+            int want_pass = local ? 0 : suspect ? 2 : 1;
+            if (want_pass != pass)
+                continue;
+            struct kvm_access a = {.local = local, .suspect = suspect};
+            if (local) {
+                for (uint32_t s = 0; s < rt->n_segs; s++)
+                    if (rt->segs[s].seg && rt->segs[s].seg->id == rep->segment) {
+                        a.known = true;
+                        a.seg_read_token = rt->segs[s].read_token;
+                    }
+            } else {
+                const struct kvm_member *m = kvm_member_find(rt, &rep->owner);
+                for (uint32_t s = 0; m && s < m->n_segs; s++)
+                    if (m->segs[s].id == rep->segment) {
+                        a.known = true;
+                        a.seg_read_token = m->segs[s].read_token;
+                        a.data_addr = m->data_addr;
+                    }
+            }
+            reps[n] = *rep;
+            acc[n++] = a;
+        }
+    }
+    memcpy(r->replicas, reps, n * sizeof(reps[0]));
+    memcpy(it->acc, acc, n * sizeof(acc[0]));
+    for (uint32_t i = 0; i < n; i++)
+        if (acc[i].known) {
+            hit_record(rt, &reps[i]);
+            break;
+        }
+}
+
+struct item_ctx {
+    kvm_op_t *op;
+    struct kvm_item *it;
+};
+
+static struct item_ctx *ictx(kvm_op_t *op, struct kvm_item *it)
+{
+    struct item_ctx *c = malloc(sizeof(*c));
+    if (c) {
+        c->op = op;
+        c->it = it;
+    }
+    return c;
+}
+
+static void looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct item_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    free(c);
+    if (rc == 0 && r && !kvm_route_is_tombstone(r)) {
+        if (kvm_route_copy(&it->route, r) != 0) {
+            item_fail(op, it, KVMESH_ENOMEM, "out of memory");
+            return;
+        }
+        it->have_route = true;
+        kvm_ops_fill_access(op->rt, it);
+        it->rc = 0;
+        item_finish(op, it);
+    } else if (rc == 0 || rc == KVMESH_ENOENT) {
+        it->rc = KVMESH_ENOENT;
+        item_finish(op, it);
+    } else {
+        item_fail(op, it, rc, "route lookup failed: %s", kvmesh_strerror(rc));
+    }
+}
+
+static void start_lookup(kvm_op_t *op, struct kvm_item *it, route_lookup_cb cb)
+{
+    struct item_ctx *c = ictx(op, it);
+    int rc = c ? route_lookup(op->rt->route, &it->ident, cb, c) : KVMESH_ENOMEM;
+    if (rc) {
+        free(c);
+        item_fail(op, it, rc, "route lookup could not start: %s", kvmesh_strerror(rc));
+    }
+}
+
+/* ---- publish -------------------------------------------------------------------------------- */
+
+static void publish_cas(kvm_op_t *op, struct kvm_item *it);
+
+static void published(void *arg, int rc, const kvm_route_t *r)
+{
+    struct item_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_rt_t *rt = op->rt;
+    free(c);
+    if (rc == 0) {
+        for (uint32_t i = 0; i < it->n_res; i++)
+            notify_slot(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
+                        it->res[i].offset);
+        if (it->have_route && !kvm_route_is_tombstone(&it->cur))
+            release_obsolete(rt, &it->cur, r);
+        kvm_route_free(&it->route);
+        if (kvm_route_copy(&it->route, r) == 0)
+            it->have_route = true;
+        it->rc = 0;
+        item_finish(op, it);
+        return;
+    }
+    if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
+        kvm_route_free(&it->cur);
+        it->have_route = false;
+        if (r) {
+            if (kvm_route_copy(&it->cur, r) != 0) {
+                release_res(rt, it);
+                item_fail(op, it, KVMESH_ENOMEM, "out of memory");
+                return;
+            }
+            it->have_route = true;
+        }
+        publish_cas(op, it);
+        return;
+    }
+    if (rc == KVMESH_EINDETERMINATE) {
+        /* Maybe published: keep the reservations; their TTL expiry asks the route. */
+        item_fail(op, it, rc,
+                  "route publication is indeterminate; the write may or may not be "
+                  "visible (repair pending); retry the put");
+        return;
+    }
+    release_res(rt, it);
+    item_fail(op, it, rc, "route publication failed: %s", kvmesh_strerror(rc));
+}
+
+static void publish_cas(kvm_op_t *op, struct kvm_item *it)
+{
+    kvm_rt_t *rt = op->rt;
+    kvm_route_t next;
+    kvm_route_init(&next);
+    int rc = kvm_ident_copy(&next.ident, &it->ident);
+    if (rc) {
+        release_res(rt, it);
+        item_fail(op, it, rc, "out of memory");
+        return;
+    }
+    next.content_op = kvm_rt_next_op_id(rt);
+    if (it->have_route && kvm_op_id_is_valid(&it->cur.content_op))
+        next.predecessor_op = it->cur.content_op;
+    next.length = it->len;
+    next.checksum = it->checksum;
+    next.tomb = KVM_TOMB_NONE;
+    for (uint32_t i = 0; i < it->n_res; i++)
+        next.replicas[next.n_replicas++] = (kvm_hot_replica_t){.owner = it->res[i].owner.id,
+                                                               .segment = it->res[i].seg,
+                                                               .offset = it->res[i].offset,
+                                                               .length = it->len,
+                                                               .checksum = it->checksum};
+    kvm_route_version_t expected = it->have_route ? it->cur.version : KVM_ROUTE_VERSION_NONE;
+    struct item_ctx *c = ictx(op, it);
+    rc = c ? route_cas(rt->route, &expected, &next, published, c) : KVMESH_ENOMEM;
+    kvm_route_free(&next);
+    if (rc) {
+        free(c);
+        release_res(rt, it);
+        item_fail(op, it, rc, "route CAS could not start: %s", kvmesh_last_error());
+    }
+}
+
+static void publish_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct item_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    free(c);
+    if (rc != 0 && rc != KVMESH_ENOENT) {
+        release_res(op->rt, it);
+        item_fail(op, it, rc, "route lookup before publication failed: %s", kvmesh_strerror(rc));
+        return;
+    }
+    if (rc == 0 && r) {
+        if (kvm_route_copy(&it->cur, r) != 0) {
+            release_res(op->rt, it);
+            item_fail(op, it, KVMESH_ENOMEM, "out of memory");
+            return;
+        }
+        it->have_route = true;
+    }
+    it->tries = 0;
+    publish_cas(op, it);
+}
+
+/* ---- remove ------------------------------------------------------------------------------- */
+
+static void tomb_finalized(void *arg, int rc, const kvm_route_t *r)
+{
+    (void)arg, (void)rc, (void)r; /* best effort: a pending tombstone reads as absent too */
+}
+
+static void remove_cas(kvm_op_t *op, struct kvm_item *it);
+
+static void removed(void *arg, int rc, const kvm_route_t *r)
+{
+    struct item_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_rt_t *rt = op->rt;
+    free(c);
+    if (rc == 0) {
+        release_obsolete(rt, &it->cur, NULL);
+        /* No quota accounting to wait for: finalize the tombstone at once (best effort). */
+        kvm_route_t fin;
+        kvm_route_init(&fin);
+        if (kvm_route_copy(&fin, r) == 0) {
+            fin.tomb = KVM_TOMB_FINALIZED;
+            fin.retain_until_ms = env_wall_ms(rt->env) + STORE_TOMB_RETAIN_MS;
+            route_cas(rt->route, &r->version, &fin, tomb_finalized, NULL);
+        }
+        kvm_route_free(&fin);
+        it->rc = 0;
+        item_finish(op, it);
+        return;
+    }
+    if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
+        kvm_route_free(&it->cur);
+        if (!r || kvm_route_is_tombstone(r)) {
+            it->rc = KVMESH_ENOENT;
+            item_finish(op, it);
+            return;
+        }
+        if (kvm_route_copy(&it->cur, r) != 0) {
+            item_fail(op, it, KVMESH_ENOMEM, "out of memory");
+            return;
+        }
+        remove_cas(op, it);
+        return;
+    }
+    item_fail(op, it, rc, "tombstone publication failed: %s", kvmesh_strerror(rc));
+}
+
+static void remove_cas(kvm_op_t *op, struct kvm_item *it)
+{
+    kvm_route_t next;
+    kvm_route_init(&next);
+    int rc = kvm_ident_copy(&next.ident, &it->ident);
+    if (!rc) {
+        next.content_op = kvm_rt_next_op_id(op->rt);
+        next.predecessor_op = it->cur.content_op;
+        next.tomb = KVM_TOMB_PENDING;
+        struct item_ctx *c = ictx(op, it);
+        rc = c ? route_cas(op->rt->route, &it->cur.version, &next, removed, c) : KVMESH_ENOMEM;
+        if (rc)
+            free(c);
+    }
+    kvm_route_free(&next);
+    if (rc)
+        item_fail(op, it, rc, "tombstone CAS could not start: %s", kvmesh_strerror(rc));
+}
+
+static void remove_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct item_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    free(c);
+    if (rc == KVMESH_ENOENT || (rc == 0 && kvm_route_is_tombstone(r))) {
+        it->rc = KVMESH_ENOENT;
+        item_finish(op, it);
+        return;
+    }
+    if (rc) {
+        item_fail(op, it, rc, "route lookup failed: %s", kvmesh_strerror(rc));
+        return;
+    }
+    if (kvm_route_copy(&it->cur, r) != 0) {
+        item_fail(op, it, KVMESH_ENOMEM, "out of memory");
+        return;
+    }
+    it->have_route = true;
+    it->tries = 0;
+    remove_cas(op, it);
+}
+
+/* ---- drain handoff ------------------------------------------------------------------------- */
+
+static void handoff_start(kvm_op_t *op, struct kvm_item *it);
+
+static void handed_off(void *arg, int rc, const kvm_route_t *r)
+{
+    struct item_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_rt_t *rt = op->rt;
+    free(c);
+    (void)r;
+    if (rc == 0) {
+        notify_slot(rt, STORE_RPC_COMMIT, &it->res[0].owner.id, it->res[0].seg, it->res[0].offset);
+        kvm_ops_release_replica(rt, &it->moving);
+        it->rc = 0;
+        item_finish(op, it);
+    } else if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
+        handoff_start(op, it);
+    } else if (rc == KVMESH_EINDETERMINATE) {
+        item_fail(op, it, rc, "handoff publication indeterminate");
+    } else {
+        release_res(rt, it);
+        item_fail(op, it, rc, "handoff CAS failed: %s", kvmesh_strerror(rc));
+    }
+}
+
+static void handoff_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct item_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_rt_t *rt = op->rt;
+    free(c);
+    if (rc != 0 && rc != KVMESH_ENOENT) {
+        release_res(rt, it);
+        item_fail(op, it, rc, "route lookup for handoff failed: %s", kvmesh_strerror(rc));
+        return;
+    }
+    if (rc == KVMESH_ENOENT || kvm_route_is_tombstone(r) ||
+        kvm_route_find_replica(r, &it->moving) < 0) {
+        /* Nothing references the replica any more: drop the copy and the original. */
+        release_res(rt, it);
+        kvm_ops_release_replica(rt, &it->moving);
+        it->rc = 0;
+        item_finish(op, it);
+        return;
+    }
+    kvm_route_t next;
+    kvm_route_init(&next);
+    if (kvm_route_copy(&next, r) != 0) {
+        release_res(rt, it);
+        item_fail(op, it, KVMESH_ENOMEM, "out of memory");
+        return;
+    }
+    kvm_route_remove_replica(&next, &it->moving);
+    kvm_hot_replica_t nr = {.owner = it->res[0].owner.id,
+                            .segment = it->res[0].seg,
+                            .offset = it->res[0].offset,
+                            .length = r->length,
+                            .checksum = r->checksum};
+    kvm_route_add_replica(&next, &nr);
+    struct item_ctx *c2 = ictx(op, it);
+    rc = c2 ? route_cas(rt->route, &r->version, &next, handed_off, c2) : KVMESH_ENOMEM;
+    kvm_route_free(&next);
+    if (rc) {
+        free(c2);
+        release_res(rt, it);
+        item_fail(op, it, rc, "handoff CAS could not start");
+    }
+}
+
+static void handoff_start(kvm_op_t *op, struct kvm_item *it)
+{
+    start_lookup(op, it, handoff_looked_up);
+}
+
+/* ---- members ------------------------------------------------------------------------------- */
+
+static void members_copy(kvm_op_t *op)
+{
+    kvm_rt_t *rt = op->rt;
+    op->members_n = rt->n_members;
+    for (size_t i = 0; i < rt->n_members && i < op->members_cap; i++) {
+        const struct kvm_member *m = &rt->members[i];
+        kvmesh_member_info_t *o = &op->members[i];
+        memset(o, 0, sizeof(*o));
+        snprintf(o->id, sizeof(o->id), "%s", m->idhex);
+        o->epoch = m->rt.epoch;
+        snprintf(o->address, sizeof(o->address), "%s", m->rpc_addr);
+        snprintf(o->state, sizeof(o->state), "%s", kvm_member_state_name(m->state));
+        o->weight = m->weight;
+        o->capacity_bytes = m->capacity;
+        o->used_bytes = kvm_id128_equal(&m->rt.id, &rt->self.id) ? rt->used : m->used;
+    }
+}
+
+static void state_published(kvm_rt_t *rt, int rc, const char *err)
+{
+    kvm_op_t *op = rt->state_op;
+    rt->state_op = NULL;
+    if (!op)
+        return;
+    if (rc)
+        kvm_op_fail(op, NULL, rc, "member record update failed: %s", err);
+    kvm_op_complete(op, rc);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+void kvm_ops_run(kvm_op_t *op)
+{
+    kvm_rt_t *rt = op->rt;
+    switch (op->type) {
+    case KVM_OP_PLACE:
+        for (size_t i = 0; i < op->n; i++) {
+            struct kvm_item *it = &op->items[i];
+            it->want = op->replicas;
+            place_item(op, it);
+        }
+        return;
+    case KVM_OP_PUBLISH:
+        for (size_t i = 0; i < op->n; i++)
+            start_lookup(op, &op->items[i], publish_looked_up);
+        return;
+    case KVM_OP_ABORT:
+        for (size_t i = 0; i < op->n; i++) {
+            release_res(rt, &op->items[i]);
+            item_finish(op, &op->items[i]);
+        }
+        return;
+    case KVM_OP_LOOKUP:
+        for (size_t i = 0; i < op->n; i++)
+            start_lookup(op, &op->items[i], looked_up);
+        return;
+    case KVM_OP_REMOVE:
+        for (size_t i = 0; i < op->n; i++)
+            start_lookup(op, &op->items[i], remove_looked_up);
+        return;
+    case KVM_OP_HANDOFF:
+        for (size_t i = 0; i < op->n; i++)
+            handoff_start(op, &op->items[i]);
+        return;
+    case KVM_OP_REPORT:
+        kvm_member_quarantine(rt, &op->bad_owner);
+        kvm_op_complete(op, 0);
+        return;
+    case KVM_OP_HITS:
+        kvm_op_complete(op, 0);
+        return;
+    case KVM_OP_MEMBERS:
+        members_copy(op);
+        kvm_op_complete(op, 0);
+        return;
+    case KVM_OP_STATS: {
+        kvm_owner_stats(rt, op->stats);
+        op->stats->generation = rt->generation;
+        op->stats->n_members = rt->n_members;
+        meta_stats_t ms;
+        meta_get_stats(rt->meta, &ms);
+        op->stats->meta_calls = ms.gets + ms.ranges + ms.txns + ms.lease_grants +
+                                ms.lease_keepalives + ms.lease_revokes + ms.lease_ttls;
+        route_stats_t rs;
+        route_get_stats(rt->route, &rs);
+        op->stats->route_meta_calls = rs.meta_calls;
+        kvm_op_complete(op, 0);
+        return;
+    }
+    case KVM_OP_DRAIN_BEGIN:
+    case KVM_OP_DRAIN_END:
+        if (rt->state_op) {
+            kvm_op_fail(op, NULL, KVMESH_EAGAIN, "another drain step is in flight");
+            kvm_op_complete(op, KVMESH_EAGAIN);
+            return;
+        }
+        if (op->type == KVM_OP_DRAIN_BEGIN) {
+            if (rt->state == KVM_MS_ACTIVE)
+                kvm_member_set_state(rt, KVM_MS_DRAINING);
+        } else {
+            kvm_member_set_state(rt, KVM_MS_GONE);
+        }
+        rt->state_op = op;
+        kvm_member_publish(rt, state_published);
+        return;
+    case KVM_OP_DRAIN_LIST:
+        op->list_n = kvm_owner_list(rt, op->seg_arg, &op->list_cursor, op->list, op->list_ident,
+                                    op->list_tokens, op->list_cap);
+        kvm_op_complete(op, 0);
+        return;
+    case KVM_OP_SEG_ADD:
+    case KVM_OP_SEG_RETIRE:
+    case KVM_OP_SEG_REMOVE: {
+        int rc = op->type == KVM_OP_SEG_ADD ? kvm_owner_add_segment(rt, op->seg_arg, &op->seg_arg)
+                 : op->type == KVM_OP_SEG_RETIRE ? kvm_owner_retire_segment(rt, op->seg_arg)
+                                                 : kvm_owner_remove_segment(rt, op->seg_arg);
+        if (rc || op->type == KVM_OP_SEG_RETIRE || rt->state_op) {
+            if (rc)
+                kvm_op_fail(op, NULL, rc, "%s", kvmesh_last_error());
+            kvm_op_complete(op, rc);
+            if (!rc && rt->state_op == NULL)
+                kvm_member_publish(rt, NULL);
+            return;
+        }
+        rt->state_op = op; /* completes once the record lists the new segment set */
+        kvm_member_publish(rt, state_published);
+        return;
+    }
+    }
+    (void)item_index;
+}

@@ -1,0 +1,765 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * owner.c — the storage owner: this runtime's segments, their allocators and the replica slots
+ * carved from them (spec "Write path" 3, "Delete and reclaim", DRAM eviction).
+ *
+ * Slot life (one allocation in one segment):
+ *
+ *   reserve            commit (route published)       release / evicted by route CAS
+ *   ------> RESERVED -------------------------> COMMITTED ---------------------------> RECLAIM
+ *              |  TTL passed: the route is read: it references the slot -> COMMITTED,   |
+ *              |  otherwise -> RECLAIM                                                  | grace
+ *              +--------------------------------------------------------------------> freed
+ *
+ * Invariants:
+ *   - bytes become reusable only from RECLAIM, and only after cfg.reclaim_grace_ms passed since
+ *     the slot entered RECLAIM, so a slow writer or reader never touches reused memory (a
+ *     reader that still races a reuse fails its checksum and retries);
+ *   - a COMMITTED slot is freed only after a route CAS removed it from the route (eviction) or
+ *     a writer that replaced the route released it: never while a route references it;
+ *   - a RESERVED slot's write grant expires with its TTL and is revoked at commit/release;
+ *   - a slot with a route lookup or CAS in flight (busy) is never freed.
+ *
+ * Eviction is a CLOCK over COMMITTED slots: read hits (reported in batches by readers) set the
+ * reference bit; when used bytes exceed the high watermark (or a reservation waits for space)
+ * the hand evicts until used bytes fall to the low watermark.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "store/proto.h"
+#include "store/store.h"
+
+enum slot_state { SLOT_RESERVED, SLOT_COMMITTED, SLOT_RECLAIM };
+
+struct kvm_slot {
+    uint32_t segi;
+    uint64_t off, len;
+    enum slot_state state;
+    kvm_ident_t ident;
+    uint64_t token;
+    uint64_t deadline_ns;
+    uint64_t seq;                   /* commit order (drain cursor) */
+    struct kvm_slot *qnext, *qprev; /* reserved or reclaim queue */
+    struct kvm_slot *cnext, *cprev; /* clock ring */
+    bool ref, busy, queued, in_clock;
+    kvm_rt_t *rt;
+};
+
+struct kvm_wait {
+    struct kvm_wait *next;
+    kvm_ident_t ident;
+    uint64_t len;
+    uint32_t ttl_ms;
+    uint64_t deadline_ns;
+    kvm_reserve_cb cb;
+    void *arg;
+};
+
+/* ---- queues ---------------------------------------------------------------------------------- */
+
+static void q_push(struct kvm_slot **head, struct kvm_slot **tail, struct kvm_slot *s)
+{
+    KVM_ASSERT(!s->queued);
+    s->qnext = NULL;
+    s->qprev = *tail;
+    if (*tail)
+        (*tail)->qnext = s;
+    else
+        *head = s;
+    *tail = s;
+    s->queued = true;
+}
+
+static void q_del(struct kvm_slot **head, struct kvm_slot **tail, struct kvm_slot *s)
+{
+    KVM_ASSERT(s->queued);
+    if (s->qprev)
+        s->qprev->qnext = s->qnext;
+    else
+        *head = s->qnext;
+    if (s->qnext)
+        s->qnext->qprev = s->qprev;
+    else
+        *tail = s->qprev;
+    s->qnext = s->qprev = NULL;
+    s->queued = false;
+}
+
+static void clock_add(kvm_rt_t *rt, struct kvm_slot *s)
+{
+    KVM_ASSERT(!s->in_clock);
+    if (!rt->clock_hand) {
+        s->cnext = s->cprev = s;
+        rt->clock_hand = s;
+    } else {
+        struct kvm_slot *h = rt->clock_hand;
+        s->cnext = h;
+        s->cprev = h->cprev;
+        h->cprev->cnext = s;
+        h->cprev = s;
+    }
+    s->in_clock = true;
+    rt->n_clock++;
+}
+
+static void clock_del(kvm_rt_t *rt, struct kvm_slot *s)
+{
+    KVM_ASSERT(s->in_clock);
+    if (s->cnext == s) {
+        rt->clock_hand = NULL;
+    } else {
+        s->cprev->cnext = s->cnext;
+        s->cnext->cprev = s->cprev;
+        if (rt->clock_hand == s)
+            rt->clock_hand = s->cnext;
+    }
+    s->cnext = s->cprev = NULL;
+    s->in_clock = false;
+    rt->n_clock--;
+}
+
+/* ---- segments ------------------------------------------------------------------------------ */
+
+static int seg_add(kvm_rt_t *rt, uint64_t size)
+{
+    if (rt->n_segs == STORE_MAX_SEGS)
+        return kvm_errf(KVMESH_ENOSPC, "at most %d segments per runtime", STORE_MAX_SEGS);
+    struct kvm_local_seg *ls = &rt->segs[rt->n_segs];
+    memset(ls, 0, sizeof(*ls));
+    int rc = seg_create(rt->reg, size, rt->cfg.hugepages ? SEG_F_HUGE : 0, &ls->seg);
+    if (rc)
+        return rc;
+    struct seg_grant g;
+    if ((rc = alloc_new(&ls->alloc, ls->seg->size)) != 0 ||
+        (rc = seg_grant(rt->reg, ls->seg->id, 0, ls->seg->size, SEG_READ, 0, &g)) != 0) {
+        alloc_free(ls->alloc);
+        seg_destroy(rt->reg, ls->seg->id);
+        return rc;
+    }
+    ls->read_token = g.token;
+    rt->capacity += ls->seg->size;
+    rt->n_segs++;
+    return 0;
+}
+
+int kvm_owner_init(kvm_rt_t *rt)
+{
+    uint64_t left = rt->cfg.memory_size;
+    while (left > 0) {
+        uint64_t sz = left < rt->cfg.segment_size ? left : rt->cfg.segment_size;
+        int rc = seg_add(rt, sz);
+        if (rc)
+            return rc;
+        left -= sz;
+    }
+    return 0;
+}
+
+static void slot_free(kvm_rt_t *rt, struct kvm_slot *s)
+{
+    alloc_release(rt->segs[s->segi].alloc, s->off);
+    rt->used -= s->len;
+    kvm_ident_free(&s->ident);
+    free(s);
+}
+
+void kvm_owner_fini(kvm_rt_t *rt)
+{
+    /* Every slot is in exactly one of: reserved queue, reclaim queue, clock ring. */
+    while (rt->reserved_head) {
+        struct kvm_slot *s = rt->reserved_head;
+        q_del(&rt->reserved_head, &rt->reserved_tail, s);
+        slot_free(rt, s);
+    }
+    while (rt->reclaim_head) {
+        struct kvm_slot *s = rt->reclaim_head;
+        q_del(&rt->reclaim_head, &rt->reclaim_tail, s);
+        slot_free(rt, s);
+    }
+    while (rt->clock_hand) {
+        struct kvm_slot *s = rt->clock_hand;
+        clock_del(rt, s);
+        slot_free(rt, s);
+    }
+    kvm_owner_fail_waiters(rt);
+    for (uint32_t i = 0; i < rt->n_segs; i++) {
+        if (!rt->segs[i].seg)
+            continue;
+        alloc_free(rt->segs[i].alloc);
+        seg_destroy(rt->reg, rt->segs[i].seg->id);
+    }
+    rt->n_segs = 0;
+}
+
+void kvm_owner_fail_waiters(kvm_rt_t *rt)
+{
+    while (rt->waiters) {
+        struct kvm_wait *w = rt->waiters;
+        rt->waiters = w->next;
+        rt->n_waiters--;
+        w->cb(w->arg, KVMESH_ECLOSED, "runtime closed", 0, 0, 0);
+        kvm_ident_free(&w->ident);
+        free(w);
+    }
+}
+
+void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < rt->n_segs; i++) {
+        if (!rt->segs[i].seg)
+            continue; /* removed; a retiring segment stays listed: its replicas are readable */
+        out[k++] = (struct kvm_seg_info){rt->segs[i].seg->id, rt->segs[i].seg->size,
+                                         rt->segs[i].read_token};
+    }
+    *n = k;
+}
+
+static int seg_index(kvm_rt_t *rt, uint64_t seg_id)
+{
+    for (uint32_t i = 0; i < rt->n_segs; i++)
+        if (rt->segs[i].seg && rt->segs[i].seg->id == seg_id)
+            return (int)i;
+    return -1;
+}
+
+static struct kvm_slot *slot_find(kvm_rt_t *rt, uint64_t seg_id, uint64_t off)
+{
+    int i = seg_index(rt, seg_id);
+    void *u = NULL;
+    if (i < 0 || alloc_lookup(rt->segs[i].alloc, off, &u, NULL) != 0)
+        return NULL;
+    return u;
+}
+
+/* ---- reserve ------------------------------------------------------------------------------- */
+
+static uint64_t now_ns(kvm_rt_t *rt)
+{
+    return env_now_ns(rt->env);
+}
+
+static int try_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32_t ttl_ms,
+                       uint64_t *seg, uint64_t *off, uint64_t *token)
+{
+    for (uint32_t i = 0; i < rt->n_segs; i++) {
+        struct kvm_local_seg *ls = &rt->segs[i];
+        if (!ls->seg || ls->retiring || !alloc_can_fit(ls->alloc, len))
+            continue;
+        struct kvm_slot *s = calloc(1, sizeof(*s));
+        if (!s)
+            return KVMESH_ENOMEM;
+        if (kvm_ident_copy(&s->ident, id) != 0 || alloc_reserve(ls->alloc, len, s, &s->off) != 0) {
+            kvm_ident_free(&s->ident);
+            free(s);
+            continue;
+        }
+        struct seg_grant g;
+        int rc = seg_grant(rt->reg, ls->seg->id, s->off, len, SEG_WRITE,
+                           (uint64_t)ttl_ms * 1000000ull, &g);
+        if (rc) {
+            alloc_release(ls->alloc, s->off);
+            kvm_ident_free(&s->ident);
+            free(s);
+            return rc;
+        }
+        s->rt = rt;
+        s->segi = i;
+        s->len = len;
+        s->token = g.token;
+        s->state = SLOT_RESERVED;
+        s->deadline_ns = now_ns(rt) + (uint64_t)ttl_ms * 1000000ull;
+        q_push(&rt->reserved_head, &rt->reserved_tail, s);
+        rt->used += len;
+        obs_count(allocations_total, OBS_TIER_DRAM, OBS_ALLOC_OK, 1);
+        obs_count(allocated_bytes_total, OBS_TIER_DRAM, OBS_NONE, len);
+        *seg = ls->seg->id;
+        *off = s->off;
+        *token = g.token;
+        return 0;
+    }
+    return KVMESH_ENOSPC;
+}
+
+static bool anything_evictable(kvm_rt_t *rt)
+{
+    return rt->n_clock > 0 || rt->evict_inflight > 0 || rt->reclaim_head != NULL;
+}
+
+static void evict_some(kvm_rt_t *rt, uint64_t need);
+
+void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32_t ttl_ms,
+                       kvm_reserve_cb cb, void *arg)
+{
+    uint64_t seg = 0, off = 0, token = 0;
+    if (rt->state != KVM_MS_ACTIVE) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "owner %s is %s and takes no new replicas", rt->idhex,
+                 kvm_member_state_name(rt->state));
+        cb(arg, KVMESH_EUNAVAILABLE, msg, 0, 0, 0);
+        return;
+    }
+    int rc = rt->waiters ? KVMESH_ENOSPC : try_reserve(rt, id, len, ttl_ms, &seg, &off, &token);
+    if (rc == 0) {
+        cb(arg, 0, "", seg, off, token);
+        return;
+    }
+    if (rc == KVMESH_ENOSPC && anything_evictable(rt) && rt->n_waiters < STORE_RESERVE_WAIT_MAX) {
+        struct kvm_wait *w = calloc(1, sizeof(*w));
+        if (w && kvm_ident_copy(&w->ident, id) == 0) {
+            w->len = len;
+            w->ttl_ms = ttl_ms;
+            w->deadline_ns = now_ns(rt) + (uint64_t)rt->cfg.request_timeout_ms * 500000ull;
+            w->cb = cb;
+            w->arg = arg;
+            struct kvm_wait **pp = &rt->waiters;
+            while (*pp)
+                pp = &(*pp)->next;
+            *pp = w;
+            rt->n_waiters++;
+            rt->stats.reserve_waits++;
+            evict_some(rt, len);
+            return;
+        }
+        free(w);
+    }
+    obs_count(allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
+    char msg[256];
+    snprintf(msg, sizeof(msg),
+             "owner %s has no room for %" PRIu64 " bytes (%" PRIu64 " of %" PRIu64
+             " bytes used, nothing evictable)",
+             rt->idhex, len, rt->used, rt->capacity);
+    cb(arg, rc, msg, 0, 0, 0);
+}
+
+static void waiters_run(kvm_rt_t *rt)
+{
+    uint64_t now = now_ns(rt);
+    while (rt->waiters) {
+        struct kvm_wait *w = rt->waiters;
+        uint64_t seg = 0, off = 0, token = 0;
+        int rc = try_reserve(rt, &w->ident, w->len, w->ttl_ms, &seg, &off, &token);
+        if (rc == KVMESH_ENOSPC && now < w->deadline_ns && anything_evictable(rt)) {
+            evict_some(rt, w->len);
+            return; /* keep FIFO order */
+        }
+        rt->waiters = w->next;
+        rt->n_waiters--;
+        char msg[256] = "";
+        if (rc)
+            snprintf(msg, sizeof(msg),
+                     "owner %s could not free %" PRIu64 " bytes by eviction in time (%" PRIu64
+                     " of %" PRIu64 " used)",
+                     rt->idhex, w->len, rt->used, rt->capacity);
+        w->cb(w->arg, rc, msg, seg, off, token);
+        kvm_ident_free(&w->ident);
+        free(w);
+    }
+}
+
+/* ---- commit / release / hit -------------------------------------------------------------------
+ */
+
+static void slot_to_reclaim(kvm_rt_t *rt, struct kvm_slot *s)
+{
+    if (s->state == SLOT_RECLAIM)
+        return;
+    if (s->state == SLOT_RESERVED)
+        q_del(&rt->reserved_head, &rt->reserved_tail, s);
+    else if (s->in_clock)
+        clock_del(rt, s);
+    seg_revoke(rt->reg, s->token);
+    s->state = SLOT_RECLAIM;
+    s->deadline_ns = now_ns(rt) + (uint64_t)rt->cfg.reclaim_grace_ms * 1000000ull;
+    q_push(&rt->reclaim_head, &rt->reclaim_tail, s);
+    rt->stats.reclaim_bytes += s->len;
+}
+
+static void slot_commit(kvm_rt_t *rt, struct kvm_slot *s)
+{
+    if (s->state != SLOT_RESERVED)
+        return;
+    q_del(&rt->reserved_head, &rt->reserved_tail, s);
+    seg_revoke(rt->reg, s->token);
+    s->state = SLOT_COMMITTED;
+    s->ref = true;
+    s->seq = ++rt->slot_seq;
+    clock_add(rt, s);
+}
+
+void kvm_owner_commit(kvm_rt_t *rt, uint64_t seg, uint64_t off)
+{
+    struct kvm_slot *s = slot_find(rt, seg, off);
+    if (s)
+        slot_commit(rt, s);
+}
+
+void kvm_owner_release(kvm_rt_t *rt, uint64_t seg, uint64_t off)
+{
+    struct kvm_slot *s = slot_find(rt, seg, off);
+    if (s)
+        slot_to_reclaim(rt, s);
+}
+
+void kvm_owner_hit(kvm_rt_t *rt, uint64_t seg, uint64_t off)
+{
+    struct kvm_slot *s = slot_find(rt, seg, off);
+    if (s && s->state == SLOT_COMMITTED)
+        s->ref = true;
+}
+
+/* ---- TTL expiry: the route decides ---------------------------------------------------------- */
+
+static bool route_has_slot(const kvm_rt_t *rt, const kvm_route_t *r, const struct kvm_slot *s)
+{
+    kvm_hot_replica_t rep = {
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
+    return r && !kvm_route_is_tombstone(r) && kvm_route_find_replica(r, &rep) >= 0;
+}
+
+static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct kvm_slot *s = arg;
+    kvm_rt_t *rt = s->rt;
+    s->busy = false;
+    if (rc == KVMESH_ECANCELED)
+        return;
+    if (s->state != SLOT_RESERVED)
+        return; /* committed or released meanwhile */
+    if (rc == 0 && route_has_slot(rt, r, s)) {
+        slot_commit(rt, s);
+    } else if (rc == 0 || rc == KVMESH_ENOENT) {
+        rt->stats.reservations_expired++;
+        slot_to_reclaim(rt, s);
+    } else {
+        /* Unknown: ask again later. */
+        q_del(&rt->reserved_head, &rt->reserved_tail, s);
+        s->deadline_ns = now_ns(rt) + 1000000000ull;
+        q_push(&rt->reserved_head, &rt->reserved_tail, s);
+    }
+}
+
+/* ---- eviction ------------------------------------------------------------------------------ */
+
+struct evict_ctx {
+    struct kvm_slot *s;
+};
+
+static void evict_back(kvm_rt_t *rt, struct kvm_slot *s)
+{
+    s->busy = false;
+    rt->evict_inflight--;
+    if (s->state == SLOT_COMMITTED && !s->in_clock) {
+        s->ref = false;
+        clock_add(rt, s);
+    }
+}
+
+static void evict_cas_done(void *arg, int rc, const kvm_route_t *r)
+{
+    struct kvm_slot *s = arg;
+    kvm_rt_t *rt = s->rt;
+    (void)r;
+    if (rc == 0) {
+        rt->stats.evictions++;
+        obs_count(evictions_total, OBS_TIER_DRAM, OBS_NONE, 1);
+        obs_count(evicted_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
+        s->busy = false;
+        rt->evict_inflight--;
+        slot_to_reclaim(rt, s);
+        return;
+    }
+    rt->stats.evict_conflicts++;
+    evict_back(rt, s);
+}
+
+static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct kvm_slot *s = arg;
+    kvm_rt_t *rt = s->rt;
+    if (s->state != SLOT_COMMITTED || rc == KVMESH_ECANCELED) {
+        evict_back(rt, s);
+        return;
+    }
+    if ((rc == 0 && !route_has_slot(rt, r, s)) || rc == KVMESH_ENOENT) {
+        /* No route references the slot: nothing to unpublish. */
+        s->busy = false;
+        rt->evict_inflight--;
+        slot_to_reclaim(rt, s);
+        return;
+    }
+    if (rc) {
+        evict_back(rt, s);
+        return;
+    }
+    kvm_route_t next;
+    kvm_route_init(&next);
+    if (kvm_route_copy(&next, r) != 0) {
+        evict_back(rt, s);
+        return;
+    }
+    kvm_hot_replica_t rep = {
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
+    kvm_route_remove_replica(&next, &rep);
+    if (next.n_replicas == 0 && next.cold.kind != KVM_COLD_MATERIALIZED) {
+        /* The last copy: the object leaves the cache (a tombstone, like a delete). */
+        next.predecessor_op = r->content_op;
+        next.content_op = kvm_rt_next_op_id(rt);
+        next.tomb = KVM_TOMB_PENDING;
+        next.length = next.checksum = 0;
+        memset(&next.cold, 0, sizeof(next.cold));
+    }
+    if (route_cas(rt->route, &r->version, &next, evict_cas_done, s) != 0)
+        evict_back(rt, s);
+    kvm_route_free(&next);
+}
+
+static void evict_some(kvm_rt_t *rt, uint64_t need)
+{
+    uint64_t low = (uint64_t)((double)rt->capacity * rt->cfg.evict_low_watermark);
+    uint64_t pending = rt->stats.reclaim_bytes;
+    size_t scanned = 0, limit = 2 * rt->n_clock + 1;
+    while (rt->clock_hand && rt->evict_inflight < STORE_EVICT_INFLIGHT && scanned++ < limit) {
+        uint64_t target_used = rt->used > pending ? rt->used - pending : 0;
+        if (target_used <= low && need == 0)
+            break;
+        struct kvm_slot *s = rt->clock_hand;
+        if (s->ref) {
+            s->ref = false;
+            rt->clock_hand = s->cnext;
+            continue;
+        }
+        clock_del(rt, s);
+        s->busy = true;
+        rt->evict_inflight++;
+        pending += s->len;
+        need = need > s->len ? need - s->len : 0;
+        if (route_lookup(rt->route, &s->ident, evict_looked_up, s) != 0)
+            evict_back(rt, s);
+    }
+}
+
+/* ---- housekeeping -------------------------------------------------------------------------- */
+
+static void tick(void *arg)
+{
+    kvm_rt_t *rt = arg;
+    rt->tick_timer = 0;
+    uint64_t now = now_ns(rt);
+    unsigned budget = STORE_TICK_BUDGET;
+    while (rt->reclaim_head && rt->reclaim_head->deadline_ns <= now && budget--) {
+        struct kvm_slot *s = rt->reclaim_head;
+        q_del(&rt->reclaim_head, &rt->reclaim_tail, s);
+        if (s->busy) { /* a lookup still holds it: later */
+            s->deadline_ns = now + (uint64_t)rt->cfg.reclaim_grace_ms * 1000000ull;
+            q_push(&rt->reclaim_head, &rt->reclaim_tail, s);
+            continue;
+        }
+        rt->stats.reclaim_bytes -= s->len;
+        rt->stats.reclaimed++;
+        obs_count(reclaimed_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
+        slot_free(rt, s);
+    }
+    budget = STORE_TICK_BUDGET;
+    for (struct kvm_slot *s = rt->reserved_head; s && s->deadline_ns <= now && budget--;) {
+        struct kvm_slot *n = s->qnext;
+        if (!s->busy) {
+            s->busy = true;
+            if (route_lookup(rt->route, &s->ident, expiry_looked_up, s) != 0)
+                s->busy = false;
+        }
+        s = n;
+    }
+    if (rt->waiters)
+        waiters_run(rt);
+    uint64_t high = (uint64_t)((double)rt->capacity * rt->cfg.evict_high_watermark);
+    if (rt->used > high || rt->waiters)
+        evict_some(rt, 0);
+    atomic_store(&rt->a_used, rt->used);
+    obs_gauge_set(segment_used_bytes, OBS_TIER_DRAM, OBS_NONE, (int64_t)rt->used);
+    obs_gauge_set(segment_capacity_bytes, OBS_TIER_DRAM, OBS_NONE, (int64_t)rt->capacity);
+    if (!atomic_load(&rt->closing))
+        rt->tick_timer = env_timer_start(rt->env, STORE_TICK_MS * 1000000ull, tick, rt);
+}
+
+void kvm_owner_start(kvm_rt_t *rt)
+{
+    if (rt->n_segs)
+        rt->tick_timer = env_timer_start(rt->env, STORE_TICK_MS * 1000000ull, tick, rt);
+}
+
+void kvm_owner_stop(kvm_rt_t *rt)
+{
+    env_timer_cancel(rt->env, rt->tick_timer);
+    rt->tick_timer = 0;
+}
+
+size_t kvm_owner_list(kvm_rt_t *rt, uint64_t seg_filter, uint64_t *cursor, kvm_hot_replica_t *out,
+                      kvm_ident_t *ids, uint64_t *read_tokens, size_t cap)
+{
+    /* The cap smallest commit sequences above the cursor (insertion into a sorted array). */
+    struct kvm_slot *sel[64];
+    size_t n = 0;
+    if (cap > KVM_ARRAY_SIZE(sel))
+        cap = KVM_ARRAY_SIZE(sel);
+    struct kvm_slot *s = rt->clock_hand;
+    for (size_t i = 0; s && i < rt->n_clock; i++, s = s->cnext) {
+        if (s->seq <= *cursor || (seg_filter && rt->segs[s->segi].seg->id != seg_filter))
+            continue;
+        if (n == cap && s->seq >= sel[n - 1]->seq)
+            continue;
+        size_t j = n < cap ? n++ : n - 1;
+        while (j > 0 && sel[j - 1]->seq > s->seq) {
+            sel[j] = sel[j - 1];
+            j--;
+        }
+        sel[j] = s;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (kvm_ident_copy(&ids[k], &sel[i]->ident) != 0)
+            break;
+        out[k++] = (kvm_hot_replica_t){.owner = rt->self.id,
+                                       .segment = rt->segs[sel[i]->segi].seg->id,
+                                       .offset = sel[i]->off,
+                                       .length = sel[i]->len};
+        read_tokens[k - 1] = rt->segs[sel[i]->segi].read_token;
+        *cursor = sel[i]->seq;
+    }
+    return k;
+}
+
+int kvm_owner_add_segment(kvm_rt_t *rt, uint64_t size, uint64_t *seg_id)
+{
+    int rc = seg_add(rt, size);
+    if (!rc)
+        *seg_id = rt->segs[rt->n_segs - 1].seg->id;
+    return rc;
+}
+
+int kvm_owner_retire_segment(kvm_rt_t *rt, uint64_t seg_id)
+{
+    int i = seg_index(rt, seg_id);
+    if (i < 0)
+        return kvm_errf(KVMESH_ENOENT, "no segment %016" PRIx64 " on this runtime", seg_id);
+    rt->segs[i].retiring = true;
+    return 0;
+}
+
+int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id)
+{
+    int i = seg_index(rt, seg_id);
+    if (i < 0)
+        return kvm_errf(KVMESH_ENOENT, "no segment %016" PRIx64 " on this runtime", seg_id);
+    struct kvm_local_seg *ls = &rt->segs[i];
+    alloc_stats_t a;
+    alloc_stats(ls->alloc, &a);
+    if (!ls->retiring || a.n_used)
+        return kvm_errf(KVMESH_EAGAIN, "segment %016" PRIx64 " still holds %" PRIu64 " slots",
+                        seg_id, a.n_used);
+    rt->capacity -= ls->seg->size;
+    alloc_free(ls->alloc);
+    seg_destroy(rt->reg, ls->seg->id);
+    ls->alloc = NULL;
+    ls->seg = NULL;
+    return 0;
+}
+
+void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
+{
+    *st = rt->stats;
+    st->capacity = rt->capacity;
+    st->used = rt->used;
+    uint64_t fr = 0, lf = 0;
+    for (uint32_t i = 0; i < rt->n_segs; i++) {
+        if (!rt->segs[i].seg)
+            continue;
+        alloc_stats_t a;
+        alloc_stats(rt->segs[i].alloc, &a);
+        fr += a.free;
+        lf = a.largest_free > lf ? a.largest_free : lf;
+    }
+    st->fragmentation = fr ? 1.0 - (double)lf / (double)fr : 0;
+}
+
+/* ---- RPC handlers -----------------------------------------------------------------------------
+ */
+
+struct rpc_reserve_ctx {
+    rpc_reply *reply;
+};
+
+static void rpc_reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
+                         uint64_t token)
+{
+    rpc_reply *reply = arg;
+    if (rc) {
+        if (rpc_reply_send(reply, rc, err, NULL, NULL, NULL) == KVMESH_EAGAIN)
+            rpc_reply_drop(reply);
+        return;
+    }
+    uint8_t body[64];
+    size_t len = 0;
+    store_reserve_resp_t resp = {seg, off, token};
+    store_reserve_resp_encode(&resp, body, sizeof(body), &len);
+    struct rpc_msg m = {.type = STORE_RPC_RESERVE, .body = body, .body_len = len};
+    if (rpc_reply_send(reply, 0, NULL, &m, NULL, NULL) == KVMESH_EAGAIN)
+        rpc_reply_drop(reply); /* the caller times out; the reservation expires by TTL */
+}
+
+static void on_reserve(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    kvm_rt_t *rt = arg;
+    store_reserve_req_t m;
+    int rc = store_reserve_req_decode(req->body, req->body_len, &m);
+    if (rc) {
+        rpc_reply_send(reply, rc, kvmesh_last_error(), NULL, NULL, NULL);
+        return;
+    }
+    if (m.target_epoch != rt->self.epoch) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "reservation for epoch %" PRIu64 " reached epoch %" PRIu64,
+                 m.target_epoch, rt->self.epoch);
+        rpc_reply_send(reply, KVMESH_EUNAVAILABLE, msg, NULL, NULL, NULL);
+    } else {
+        kvm_owner_reserve(rt, &m.ident, m.length, m.ttl_ms, rpc_reserved, reply);
+    }
+    kvm_ident_free(&m.ident);
+}
+
+static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    (void)reply;
+    kvm_rt_t *rt = arg;
+    store_slot_msg_t m;
+    if (store_slot_msg_decode(req->body, req->body_len, &m) != 0 ||
+        m.target_epoch != rt->self.epoch)
+        return;
+    if (req->type == STORE_RPC_COMMIT)
+        kvm_owner_commit(rt, m.seg, m.offset);
+    else
+        kvm_owner_release(rt, m.seg, m.offset);
+}
+
+static void on_hit(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    (void)reply;
+    kvm_rt_t *rt = arg;
+    store_hit_msg_t *m = malloc(sizeof(*m));
+    if (m && store_hit_msg_decode(req->body, req->body_len, m) == 0)
+        for (uint16_t i = 0; i < m->n; i++)
+            kvm_owner_hit(rt, m->slots[i].seg, m->slots[i].offset);
+    free(m);
+}
+
+void kvm_owner_register_rpc(kvm_rt_t *rt)
+{
+    rpc_register_handler(rt->ep, STORE_RPC_RESERVE, on_reserve, rt);
+    rpc_register_notify_handler(rt->ep, STORE_RPC_COMMIT, on_slot, rt);
+    rpc_register_notify_handler(rt->ep, STORE_RPC_RELEASE, on_slot, rt);
+    rpc_register_notify_handler(rt->ep, STORE_RPC_HIT, on_hit, rt);
+}

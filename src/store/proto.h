@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * proto.h — the store's peer messages on the RPC control plane (rpc.h), their type numbers and
+ * their body codecs. Bodies are little-endian fixed fields, versioned by a leading byte; every
+ * decoder checks lengths and bounds and returns KVMESH_EPROTO on malformed input (fuzzed by
+ * tests/fuzz/fuzz_store_proto.c).
+ *
+ *   STORE_RPC_RESERVE  request   ver | target epoch u64 | length u64 | ttl_ms u32 | ident
+ *                      response  seg u64 | offset u64 | write token u64
+ *   STORE_RPC_COMMIT   notify    ver | target epoch u64 | seg u64 | offset u64
+ *   STORE_RPC_RELEASE  notify    ver | target epoch u64 | seg u64 | offset u64
+ *   STORE_RPC_HIT      notify    ver | n u16 | n * (seg u64 | offset u64)   (n <= STORE_HIT_MAX)
+ *   STORE_RPC_ENV      notify    env message type u32 | bytes (route protocol, env_send)
+ *
+ * Payload bytes never travel in these messages: the transports move them.
+ */
+#ifndef KVMESH_STORE_PROTO_H
+#define KVMESH_STORE_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/ident.h"
+
+#define STORE_PROTO_VERSION 1
+#define STORE_RPC_ENV       1 /* = RPC_TYPE_ENV_MESSAGE */
+#define STORE_RPC_RESERVE   0x201
+#define STORE_RPC_COMMIT    0x202
+#define STORE_RPC_RELEASE   0x203
+#define STORE_RPC_HIT       0x204
+#define STORE_HIT_MAX       512 /* slots per hit report */
+#define STORE_PROTO_MAX     (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
+
+typedef struct store_reserve_req {
+    uint64_t target_epoch;
+    uint64_t length;
+    uint32_t ttl_ms;
+    kvm_ident_t ident; /* decode: owned (kvm_ident_free); encode: borrowed */
+} store_reserve_req_t;
+
+typedef struct store_reserve_resp {
+    uint64_t seg, offset, token;
+} store_reserve_resp_t;
+
+typedef struct store_slot_msg {
+    uint64_t target_epoch;
+    uint64_t seg, offset;
+} store_slot_msg_t;
+
+typedef struct store_hit_msg {
+    uint16_t n;
+    struct {
+        uint64_t seg, offset;
+    } slots[STORE_HIT_MAX];
+} store_hit_msg_t;
+
+/* Encoders write into buf (cap bytes) and set *len; KVMESH_ETOOBIG when it does not fit. */
+int store_reserve_req_encode(const store_reserve_req_t *m, uint8_t *buf, size_t cap, size_t *len);
+int store_reserve_req_decode(const uint8_t *buf, size_t len, store_reserve_req_t *out);
+int store_reserve_resp_encode(const store_reserve_resp_t *m, uint8_t *buf, size_t cap, size_t *len);
+int store_reserve_resp_decode(const uint8_t *buf, size_t len, store_reserve_resp_t *out);
+int store_slot_msg_encode(const store_slot_msg_t *m, uint8_t *buf, size_t cap, size_t *len);
+int store_slot_msg_decode(const uint8_t *buf, size_t len, store_slot_msg_t *out);
+int store_hit_msg_encode(const store_hit_msg_t *m, uint8_t *buf, size_t cap, size_t *len);
+int store_hit_msg_decode(const uint8_t *buf, size_t len, store_hit_msg_t *out);
+
+#endif

@@ -1,0 +1,690 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * runtime.c — one kvmesh runtime: how env, metadata, RPC, transport, route and the store's own
+ * parts are glued together, and how application threads reach them.
+ *
+ *   loop thread (env_uv_thread): owns meta_t, rpc_endpoint, route_svc_t, the membership
+ *       snapshot and the owner bookkeeping. Route peer messages: env_send(node) -> the sender
+ *       hook maps the node to a member -> rpc_notify(STORE_RPC_ENV) to its address; inbound
+ *       STORE_RPC_ENV notifications -> env_uv_deliver (from = the sender's node) ->
+ *       route_on_message.
+ *   application threads: submit ops through env_post (bounded queue; a full queue is retried
+ *       until the request deadline) and wait on the op's condition variable; they move payload
+ *       bytes themselves with the transport engine (tp_*, thread-safe) or memcpy into local
+ *       segments, so payload never passes through the loop.
+ *   transport engine (tp_engine): its own I/O threads serve this runtime's segments to peers.
+ *
+ * Open: [app] segments + engine -> [loop] meta_open -> lease + member record (epoch) -> RPC
+ * endpoint (handshake carries the epoch) -> route service (policy check) -> record ACTIVE ->
+ * first snapshot -> timers. Close: [loop] fail waiters, stop timers, free the route service,
+ * revoke the lease, close the endpoint, close meta -> [app] stop the loop thread, close segment
+ * handles, free the engine, the allocators and the segments.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "store/proto.h"
+#include "store/store.h"
+
+/* ---- ops ------------------------------------------------------------------------------------ */
+
+kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n)
+{
+    kvm_op_t *op = calloc(1, sizeof(*op));
+    if (!op)
+        return NULL;
+    if (n && !(op->items = calloc(n, sizeof(*op->items)))) {
+        free(op);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kvm_route_init(&op->items[i].route);
+        kvm_route_init(&op->items[i].cur);
+    }
+    op->n = n;
+    op->type = type;
+    op->rt = rt;
+    atomic_init(&op->refs, 1);
+    pthread_mutex_init(&op->mu, NULL);
+    pthread_cond_init(&op->cv, NULL);
+    return op;
+}
+
+void kvm_op_unref(kvm_op_t *op)
+{
+    if (!op || atomic_fetch_sub(&op->refs, 1) != 1)
+        return;
+    for (size_t i = 0; i < op->n; i++) {
+        kvm_ident_free(&op->items[i].ident);
+        kvm_route_free(&op->items[i].route);
+        kvm_route_free(&op->items[i].cur);
+    }
+    if (op->list_ident)
+        for (size_t i = 0; i < op->list_n; i++)
+            kvm_ident_free(&op->list_ident[i]);
+    pthread_mutex_destroy(&op->mu);
+    pthread_cond_destroy(&op->cv);
+    free(op->items);
+    free(op);
+}
+
+void kvm_op_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...)
+{
+    if (it)
+        it->rc = rc;
+    if (op->err_set)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(op->err, sizeof(op->err), fmt, ap);
+    va_end(ap);
+    op->err_set = true;
+}
+
+void kvm_op_complete(kvm_op_t *op, int rc)
+{
+    pthread_mutex_lock(&op->mu);
+    op->rc = rc;
+    op->done = true;
+    pthread_cond_signal(&op->cv);
+    pthread_mutex_unlock(&op->mu);
+    kvm_op_unref(op); /* the loop's reference */
+}
+
+void kvm_op_item_done(kvm_op_t *op)
+{
+    KVM_ASSERT(op->pending > 0);
+    if (--op->pending == 0)
+        kvm_op_complete(op, 0);
+}
+
+static void op_enter(void *arg)
+{
+    kvm_op_t *op = arg;
+    if (atomic_load(&op->rt->closing)) {
+        kvm_op_fail(op, NULL, KVMESH_ECLOSED, "the runtime is closing");
+        kvm_op_complete(op, KVMESH_ECLOSED);
+        return;
+    }
+    op->pending = op->n;
+    if (op->n == 0 && op->type <= KVM_OP_HANDOFF) {
+        kvm_op_complete(op, 0);
+        return;
+    }
+    /* Items may all finish synchronously inside kvm_ops_run: keep op alive until it returns. */
+    atomic_fetch_add(&op->refs, 1);
+    kvm_ops_run(op);
+    kvm_op_unref(op);
+}
+
+int kvm_op_run(kvm_op_t *op)
+{
+    kvm_rt_t *rt = op->rt;
+    if (atomic_load(&rt->closing))
+        return kvm_errf(KVMESH_ECLOSED, "the runtime is closed");
+    atomic_fetch_add(&op->refs, 1);
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    int rc;
+    for (;;) {
+        rc = env_post(rt->env, op_enter, op);
+        if (rc != KVMESH_EAGAIN)
+            break;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        uint64_t ms = (uint64_t)(((int64_t)now.tv_sec - (int64_t)start.tv_sec) * 1000 +
+                                 ((int64_t)now.tv_nsec - (int64_t)start.tv_nsec) / 1000000);
+        if (ms >= rt->cfg.request_timeout_ms)
+            break;
+        usleep(200);
+    }
+    if (rc) {
+        atomic_fetch_sub(&op->refs, 1);
+        return kvm_errf(rc == KVMESH_EAGAIN ? KVMESH_ETIMEDOUT : rc,
+                        "the runtime's request queue stayed full for %u ms",
+                        rt->cfg.request_timeout_ms);
+    }
+    pthread_mutex_lock(&op->mu);
+    while (!op->done)
+        pthread_cond_wait(&op->cv, &op->mu);
+    pthread_mutex_unlock(&op->mu);
+    if (op->rc)
+        return kvm_errf(op->rc, "%s", op->err);
+    if (op->err_set)
+        kvm_errf(KVMESH_EINTERNAL, "%s", op->err); /* per-item failures: message for the caller */
+    return 0;
+}
+
+/* ---- helpers for application threads -------------------------------------------------------- */
+
+const char *kvm_rt_intern(kvm_rt_t *rt, const char *s)
+{
+    pthread_mutex_lock(&rt->mu);
+    const char *found = NULL;
+    for (size_t i = 0; i < rt->n_interned && !found; i++)
+        if (strcmp(rt->interned[i], s) == 0)
+            found = rt->interned[i];
+    if (!found) {
+        if (rt->n_interned == rt->cap_interned) {
+            size_t nc = rt->cap_interned ? rt->cap_interned * 2 : 16;
+            char **p = realloc(rt->interned, nc * sizeof(*p));
+            if (p) {
+                rt->interned = p;
+                rt->cap_interned = nc;
+            }
+        }
+        char *d = rt->n_interned < rt->cap_interned ? strdup(s) : NULL;
+        if (d)
+            rt->interned[rt->n_interned++] = d;
+        found = d;
+    }
+    pthread_mutex_unlock(&rt->mu);
+    return found;
+}
+
+int kvm_rt_seg_open(kvm_rt_t *rt, const char *data_addr, uint64_t seg_id, uint64_t token,
+                    struct tp_segment **out)
+{
+    pthread_mutex_lock(&rt->mu);
+    for (size_t i = 0; i < rt->n_seg_cache; i++)
+        if (rt->seg_cache[i].data_addr == data_addr && rt->seg_cache[i].seg_id == seg_id) {
+            *out = rt->seg_cache[i].h;
+            pthread_mutex_unlock(&rt->mu);
+            return 0;
+        }
+    int rc = 0;
+    if (rt->n_seg_cache == STORE_SEG_CACHE_MAX) {
+        rc = kvm_errf(KVMESH_ENOSPC, "more than %d remote segments opened", STORE_SEG_CACHE_MAX);
+    } else {
+        if (!rt->seg_cache)
+            rt->seg_cache = calloc(STORE_SEG_CACHE_MAX, sizeof(*rt->seg_cache));
+        if (!rt->seg_cache)
+            rc = KVMESH_ENOMEM;
+        else if ((rc = tp_open_segment(rt->tp, data_addr, seg_id, token, out)) == 0)
+            rt->seg_cache[rt->n_seg_cache++] =
+                (struct kvm_seg_handle){.data_addr = data_addr, .seg_id = seg_id, .h = *out};
+    }
+    pthread_mutex_unlock(&rt->mu);
+    return rc;
+}
+
+bool kvm_rt_is_registered(kvm_rt_t *rt, const void *p, size_t len)
+{
+    uintptr_t a = (uintptr_t)p;
+    bool ok = false;
+    pthread_mutex_lock(&rt->mu);
+    for (size_t i = 0; i < rt->n_regs && !ok; i++) {
+        uintptr_t b = (uintptr_t)rt->regs[i].addr;
+        ok = a >= b && a - b <= rt->regs[i].len && len <= rt->regs[i].len - (a - b);
+    }
+    pthread_mutex_unlock(&rt->mu);
+    return ok;
+}
+
+int kvm_rt_register(kvm_rt_t *rt, void *addr, size_t len)
+{
+    pthread_mutex_lock(&rt->mu);
+    int rc = 0;
+    for (size_t i = 0; i < rt->n_regs; i++)
+        if (rt->regs[i].addr == addr)
+            rc = kvm_errf(KVMESH_EEXIST, "buffer %p is already registered", addr);
+    if (!rc && rt->n_regs == rt->cap_regs) {
+        size_t nc = rt->cap_regs ? rt->cap_regs * 2 : 8;
+        void *p = realloc(rt->regs, nc * sizeof(*rt->regs));
+        if (!p)
+            rc = KVMESH_ENOMEM;
+        else {
+            rt->regs = p;
+            rt->cap_regs = nc;
+        }
+    }
+    if (!rc && (rc = tp_register_memory(rt->tp, addr, len)) == 0)
+        rt->regs[rt->n_regs++] = (struct kvm_reg_buf){addr, len};
+    pthread_mutex_unlock(&rt->mu);
+    return rc;
+}
+
+int kvm_rt_unregister(kvm_rt_t *rt, void *addr)
+{
+    pthread_mutex_lock(&rt->mu);
+    int rc = kvm_errf(KVMESH_ENOENT, "buffer %p is not registered", addr);
+    for (size_t i = 0; i < rt->n_regs; i++)
+        if (rt->regs[i].addr == addr) {
+            rt->regs[i] = rt->regs[--rt->n_regs];
+            tp_unregister_memory(rt->tp, addr);
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&rt->mu);
+    if (!rc)
+        kvm_err_clear();
+    return rc;
+}
+
+kvm_op_id_t kvm_rt_next_op_id(kvm_rt_t *rt)
+{
+    return (kvm_op_id_t){.writer = rt->self.id,
+                         .epoch = rt->self.epoch,
+                         .seq = atomic_fetch_add(&rt->op_seq, 1) + 1};
+}
+
+/* ---- RPC glue ------------------------------------------------------------------------------- */
+
+rpc_peer *kvm_rt_peer(kvm_rt_t *rt, const struct kvm_member *m)
+{
+    rpc_peer *p = NULL;
+    if (!rt->ep || !m->rpc_addr[0] || rpc_peer_get(rt->ep, m->idhex, m->rpc_addr, &p) != 0)
+        return NULL;
+    return p;
+}
+
+static int env_sender(void *ctx, env_node_t to, uint32_t type, const void *data, size_t len)
+{
+    kvm_rt_t *rt = ctx;
+    const struct kvm_member *m = kvm_member_by_node(rt, to);
+    rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
+    if (!p)
+        return KVMESH_EUNAVAILABLE;
+    uint8_t *body = malloc(4 + len);
+    if (!body)
+        return KVMESH_ENOMEM;
+    body[0] = (uint8_t)type;
+    body[1] = (uint8_t)(type >> 8);
+    body[2] = (uint8_t)(type >> 16);
+    body[3] = (uint8_t)(type >> 24);
+    if (len)
+        memcpy(body + 4, data, len);
+    struct rpc_msg msg = {.type = STORE_RPC_ENV, .body = body, .body_len = 4 + len};
+    int rc = rpc_notify(p, &msg, NULL, NULL);
+    free(body);
+    return rc;
+}
+
+static void on_env_msg(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    (void)reply;
+    kvm_rt_t *rt = arg;
+    kvm_runtime_id_t from;
+    if (req->body_len < 4 || !req->peer_runtime_id ||
+        kvm_id128_parse(req->peer_runtime_id, &from) != 0)
+        return;
+    env_msg_t msg = {
+        .from = kvm_member_node_of(rt, &from),
+        .to = 0,
+        .type = (uint32_t)req->body[0] | (uint32_t)req->body[1] << 8 |
+                (uint32_t)req->body[2] << 16 | (uint32_t)req->body[3] << 24,
+        .data = req->body + 4,
+        .len = req->body_len - 4,
+    };
+    env_uv_deliver(rt->env, &msg);
+}
+
+static void env_recv(void *ctx, const env_msg_t *msg)
+{
+    kvm_rt_t *rt = ctx;
+    if (rt->route && msg->type >= ROUTE_MSG_BASE && msg->type <= ROUTE_MSG_LIMIT)
+        route_on_message(rt->route, msg);
+}
+
+/* Splits "host:port" / "[v6]:port". */
+static int split_hostport(const char *s, char *host, size_t cap, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s)
+        return kvm_errf(KVMESH_ECONFIG, "listen: '%s' is not host:port", s);
+    const char *h = s;
+    size_t hl = (size_t)(colon - s);
+    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    if (hl >= cap)
+        return kvm_errf(KVMESH_ECONFIG, "listen: host of '%s' is too long", s);
+    memcpy(host, h, hl);
+    host[hl] = 0;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p < 0 || p > 65535)
+        return kvm_errf(KVMESH_ECONFIG, "listen: port of '%s' is not 0..65535", s);
+    *port = (int)p;
+    return 0;
+}
+
+/* ---- open ---------------------------------------------------------------------------------- */
+
+static void open_finish(kvm_rt_t *rt, int rc, const char *err)
+{
+    pthread_mutex_lock(&rt->mu);
+    rt->open_rc = rc;
+    if (rc)
+        snprintf(rt->open_err, sizeof(rt->open_err), "%s",
+                 err && err[0] ? err : kvmesh_strerror(rc));
+    rt->open_done = true;
+    pthread_cond_broadcast(&rt->open_cv);
+    pthread_mutex_unlock(&rt->mu);
+}
+
+static void open_refreshed(kvm_rt_t *rt, int rc, const char *err)
+{
+    if (rc) {
+        open_finish(rt, rc, err);
+        return;
+    }
+    kvm_member_start_timers(rt);
+    kvm_owner_start(rt);
+    open_finish(rt, 0, "");
+}
+
+static void open_published(kvm_rt_t *rt, int rc, const char *err)
+{
+    if (rc) {
+        open_finish(rt, rc, err);
+        return;
+    }
+    kvm_member_refresh(rt, open_refreshed);
+}
+
+static void open_route_ready(void *arg, int rc)
+{
+    kvm_rt_t *rt = arg;
+    if (rc) {
+        open_finish(rt, rc, kvmesh_last_error());
+        return;
+    }
+    kvm_member_set_state(rt, KVM_MS_ACTIVE);
+    kvm_member_publish(rt, open_published);
+}
+
+static void open_registered(kvm_rt_t *rt, int rc, const char *err)
+{
+    char msg[600];
+    if (rc) {
+        snprintf(msg, sizeof(msg), "cannot register with metadata at %s: %s", rt->cfg.metadata_url,
+                 err);
+        open_finish(rt, rc, msg);
+        return;
+    }
+    struct rpc_config rc_cfg;
+    rpc_config_init(&rc_cfg);
+    snprintf(rc_cfg.local.deployment_id, sizeof(rc_cfg.local.deployment_id), "%s",
+             rt->cfg.deployment);
+    snprintf(rc_cfg.local.runtime_id, sizeof(rc_cfg.local.runtime_id), "%s", rt->idhex);
+    rc_cfg.local.runtime_epoch = rt->self.epoch;
+    for (int i = 0; i < HS_PROTO_COUNT; i++)
+        rc_cfg.local.proto[i] = (struct hs_range){1, 1};
+    if (rt->cfg.secret[0]) {
+        rc_cfg.secret = (const uint8_t *)rt->cfg.secret;
+        rc_cfg.secret_len = strlen(rt->cfg.secret);
+    }
+    char host[128];
+    int port = 0, bound = 0;
+    uv_loop_t *loop = env_uv_loop(rt->env);
+    if ((rc = split_hostport(rt->cfg.listen, host, sizeof(host), &port)) != 0 ||
+        (rc = rpc_endpoint_new(loop, &rc_cfg, &rt->ep)) != 0 ||
+        (rc = rpc_listen_tcp(rt->ep, host, port, &bound)) != 0) {
+        snprintf(msg, sizeof(msg), "cannot listen on %s: %s", rt->cfg.listen, kvmesh_last_error());
+        open_finish(rt, rc, msg);
+        return;
+    }
+    if (rt->cfg.advertise[0])
+        snprintf(rt->rpc_addr, sizeof(rt->rpc_addr), "tcp:%s", rt->cfg.advertise);
+    else
+        snprintf(rt->rpc_addr, sizeof(rt->rpc_addr), "tcp:%s:%d", host, bound);
+    rpc_register_notify_handler(rt->ep, STORE_RPC_ENV, on_env_msg, rt);
+    kvm_owner_register_rpc(rt);
+    env_uv_set_sender(rt->env, env_sender, rt);
+    env_set_recv(rt->env, env_recv, rt);
+
+    route_svc_opts_t ro = {
+        .env = rt->env,
+        .meta = rt->meta,
+        .deployment = rt->cfg.deployment,
+        .self = rt->self,
+        .policy = {.mode = (enum route_mode)rt->cfg.route_mode,
+                   .top_k = rt->cfg.top_k,
+                   .n_shards = rt->cfg.shards,
+                   .protocol_version = ROUTE_PROTOCOL_VERSION},
+        .request_timeout_ms = rt->cfg.request_timeout_ms,
+    };
+    rc = route_svc_new(&rt->route, &ro, open_route_ready, rt);
+    if (rc)
+        open_finish(rt, rc, kvmesh_last_error());
+}
+
+static void open_start(void *arg)
+{
+    kvm_rt_t *rt = arg;
+    meta_opts_t mo = {.default_timeout_ms = rt->cfg.request_timeout_ms, .name = rt->idhex};
+    int rc = meta_open(&rt->meta, rt->env, rt->cfg.metadata_url, &mo);
+    if (rc) {
+        open_finish(rt, rc, kvmesh_last_error());
+        return;
+    }
+    kvm_member_register(rt, open_registered);
+}
+
+/* ---- close --------------------------------------------------------------------------------- */
+
+static void close_signal(void *arg)
+{
+    kvm_rt_t *rt = arg;
+    if (rt->meta) {
+        meta_close(rt->meta);
+        rt->meta = NULL;
+    }
+    pthread_mutex_lock(&rt->mu);
+    rt->close_done = true;
+    pthread_cond_broadcast(&rt->open_cv);
+    pthread_mutex_unlock(&rt->mu);
+}
+
+static void close_left(kvm_rt_t *rt, int rc, const char *err)
+{
+    (void)rc, (void)err;
+    if (rt->ep) {
+        rpc_endpoint *ep = rt->ep;
+        rt->ep = NULL;
+        rpc_endpoint_close(ep, close_signal, rt);
+    } else {
+        close_signal(rt);
+    }
+}
+
+static void close_start(void *arg)
+{
+    kvm_rt_t *rt = arg;
+    kvm_member_stop(rt);
+    kvm_owner_stop(rt);
+    env_timer_cancel(rt->env, rt->hit_timer);
+    rt->hit_timer = 0;
+    /* Reservations waiting for space fail now, while their reply handles can still answer. */
+    kvm_owner_fail_waiters(rt);
+    if (rt->route) {
+        route_svc_t *r = rt->route;
+        rt->route = NULL;
+        route_svc_free(r);
+    }
+    env_uv_set_sender(rt->env, NULL, NULL);
+    if (rt->meta && rt->lease)
+        kvm_member_leave(rt, close_left);
+    else
+        close_left(rt, 0, "");
+}
+
+static void admin_health(void *ctx, struct obs_health *out)
+{
+    kvm_rt_t *rt = ctx;
+    int st = atomic_load(&rt->a_state);
+    out->live = !atomic_load(&rt->closing);
+    out->ready = out->live && st == KVM_MS_ACTIVE;
+    if (!out->ready)
+        obs_health_reason(out, "runtime is %s", kvm_member_state_name((enum kvm_member_state)st));
+    if (atomic_load(&rt->a_members) == 0) {
+        out->ready = false;
+        obs_health_reason(out, "no membership snapshot yet");
+    }
+}
+
+static void admin_stats(void *ctx, struct obs_runtime_stats *out)
+{
+    kvm_rt_t *rt = ctx;
+    snprintf(out->runtime_id, sizeof(out->runtime_id), "%s", rt->idhex);
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    out->uptime_seconds = ((uint64_t)t.tv_sec * 1000 - rt->start_ms) / 1000;
+    out->live_members = (uint32_t)atomic_load(&rt->a_members);
+    out->dram_capacity_bytes = rt->capacity;
+    out->dram_used_bytes = atomic_load(&rt->a_used);
+}
+
+static int admin_start(kvm_rt_t *rt)
+{
+    char host[128];
+    int port = 0;
+    int rc = split_hostport(rt->cfg.admin_listen, host, sizeof(host), &port);
+    if (rc)
+        return kvm_errf(KVMESH_ECONFIG, "admin_listen: '%s' is not host:port",
+                        rt->cfg.admin_listen);
+    struct obs_http_config hc = {
+        .bind_addr = host,
+        .port = (uint16_t)port,
+        .secret = rt->cfg.secret,
+        .provider = {.ctx = rt, .health = admin_health, .runtime_stats = admin_stats},
+    };
+    return obs_http_start(&hc, &rt->admin);
+}
+
+uint16_t kvm_rt_admin_port(kvm_rt_t *rt)
+{
+    return rt->admin ? obs_http_port(rt->admin) : 0;
+}
+
+static void rt_free(kvm_rt_t *rt)
+{
+    obs_http_stop(rt->admin);
+    rt->admin = NULL;
+    if (rt->thread)
+        env_uv_thread_stop(rt->thread);
+    for (size_t i = 0; i < rt->n_seg_cache; i++)
+        tp_close_segment(rt->seg_cache[i].h);
+    free(rt->seg_cache);
+    if (rt->tp)
+        tp_engine_free(rt->tp);
+    kvm_owner_fini(rt);
+    if (rt->reg)
+        seg_registry_free(rt->reg);
+    for (size_t i = 0; i < rt->n_interned; i++)
+        free(rt->interned[i]);
+    free(rt->interned);
+    free(rt->regs);
+    free(rt->nodes);
+    free(rt->members);
+    free(rt->next_members);
+    free(rt->hitbufs);
+    pthread_mutex_destroy(&rt->mu);
+    pthread_cond_destroy(&rt->open_cv);
+    free(rt);
+}
+
+void kvm_rt_close(kvm_rt_t *rt, bool drain_first)
+{
+    (void)drain_first;
+    if (!rt)
+        return;
+    atomic_store(&rt->closing, true);
+    if (rt->thread && env_uv_thread_call(rt->thread, close_start, rt) == 0) {
+        pthread_mutex_lock(&rt->mu);
+        while (!rt->close_done)
+            pthread_cond_wait(&rt->open_cv, &rt->mu);
+        pthread_mutex_unlock(&rt->mu);
+    }
+    rt_free(rt);
+}
+
+int kvm_rt_open(kvm_rt_t **out, const struct kvmesh_config *cfg)
+{
+    *out = NULL;
+    kvm_rt_t *rt = calloc(1, sizeof(*rt));
+    if (!rt)
+        return KVMESH_ENOMEM;
+    rt->cfg = *cfg;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rt->start_ms = (uint64_t)t0.tv_sec * 1000;
+    pthread_mutex_init(&rt->mu, NULL);
+    pthread_cond_init(&rt->open_cv, NULL);
+    rt->members = calloc(STORE_MAX_MEMBERS, sizeof(*rt->members));
+    rt->next_members = calloc(STORE_MAX_MEMBERS, sizeof(*rt->next_members));
+    int rc = 0;
+    if (!rt->members || !rt->next_members) {
+        rc = KVMESH_ENOMEM;
+        goto fail;
+    }
+    if (cfg->runtime_id[0]) {
+        if ((rc = kvm_id128_parse(cfg->runtime_id, &rt->self.id)) != 0) {
+            rc = kvm_errf(KVMESH_ECONFIG, "runtime_id '%s' is not 32 hex digits", cfg->runtime_id);
+            goto fail;
+        }
+    } else {
+        FILE *f = fopen("/dev/urandom", "rb");
+        if (!f || fread(rt->self.id.b, 1, sizeof(rt->self.id.b), f) != sizeof(rt->self.id.b)) {
+            if (f)
+                fclose(f);
+            rc = kvm_errf(KVMESH_EIO, "cannot read /dev/urandom for a runtime id");
+            goto fail;
+        }
+        fclose(f);
+        rt->self.id.b[0] |= 1; /* never nil */
+    }
+    kvm_id128_fmt(&rt->self.id, rt->idhex);
+
+    /* Segments and the transport engine are thread-safe; set them up before the loop. */
+    if ((rc = seg_registry_new(&rt->reg)) != 0 || (rc = kvm_owner_init(rt)) != 0)
+        goto fail;
+    char host[128];
+    int port;
+    if ((rc = split_hostport(cfg->listen, host, sizeof(host), &port)) != 0)
+        goto fail;
+    struct tp_config tc = {
+        .kind = cfg->transport == KVM_TRANSPORT_TCP   ? TP_TCP
+                : cfg->transport == KVM_TRANSPORT_SHM ? TP_SHM
+                                                      : TP_AUTO,
+        .listen_host = host,
+        .no_server = rt->n_segs == 0,
+        .conns_per_peer = cfg->io_threads,
+    };
+    if ((rc = tp_engine_new(&tc, rt->reg, &rt->tp)) != 0)
+        goto fail;
+    if ((rc = env_uv_thread_start(&rt->thread, 0)) != 0)
+        goto fail;
+    rt->env = env_uv_thread_env(rt->thread);
+    if ((rc = env_uv_thread_call(rt->thread, open_start, rt)) != 0)
+        goto fail;
+    pthread_mutex_lock(&rt->mu);
+    while (!rt->open_done)
+        pthread_cond_wait(&rt->open_cv, &rt->mu);
+    rc = rt->open_rc;
+    pthread_mutex_unlock(&rt->mu);
+    if (rc) {
+        char err[512];
+        snprintf(err, sizeof(err), "%s", rt->open_err);
+        kvm_rt_close(rt, false);
+        return kvm_errf(rc, "kvmesh_open: %s", err);
+    }
+    if (cfg->admin_listen[0] && (rc = admin_start(rt)) != 0)
+        goto fail;
+    *out = rt;
+    return 0;
+fail:;
+    char err[512];
+    snprintf(err, sizeof(err), "%s", kvmesh_last_error());
+    kvm_rt_close(rt, false);
+    return kvm_errf(rc, "kvmesh_open: %s", err);
+}

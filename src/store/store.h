@@ -1,0 +1,364 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * store.h — the store runtime's internal interface, shared by its files:
+ *
+ *   runtime.c  open/close, the loop thread, the RPC endpoint, env <-> RPC message glue, the
+ *              application-thread hand-off (ops), the data-path helpers used by app threads
+ *              (segment handles, temporary registration), membership queries;
+ *   member.c   membership: registration under a lease with a metadata-assigned epoch, keepalive,
+ *              the live snapshot refreshed in the background, states, quarantine;
+ *   owner.c    storage owner: segments and allocators, reservations with a TTL, commit,
+ *              reclaim after the grace window, CLOCK eviction with watermarks, hit reports;
+ *   ops.c      loop side of object operations: placement, reservation, route publication by
+ *              CAS, lookup, tombstones, release of obsolete replicas;
+ *   data.c     application-thread side: payload writes and reads through the transports,
+ *              checksum verification, replica failover, batches, drain handoff.
+ *
+ * Threads: everything in struct kvm_rt marked [loop] is touched only on the loop thread;
+ * [any] fields are immutable after open or protected by rt->mu. Application threads reach the
+ * loop only through kvm_op_submit (env_post) and wait on the op's completion.
+ */
+#ifndef KVMESH_STORE_STORE_H
+#define KVMESH_STORE_STORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "api/config.h"
+#include "core/ident.h"
+#include "core/route.h"
+#include "env/env_uv.h"
+#include "meta/keyspace.h"
+#include "meta/meta.h"
+#include "net/rpc.h"
+#include "net/transport.h"
+#include "route/route.h"
+#include "obs/http.h"
+#include "store/alloc.h"
+
+#define STORE_MAX_MEMBERS      256  /* members in a live snapshot */
+#define STORE_MAX_SEGS         64   /* segments per runtime */
+#define STORE_ADDR_MAX         160  /* rpc address string */
+#define STORE_SEG_CACHE_MAX    4096 /* opened remote segment handles per runtime */
+#define STORE_PLACE_TRIES      8    /* owners tried per replica */
+#define STORE_CAS_RETRIES      8    /* publish attempts after a conflict */
+#define STORE_TICK_MS          20   /* owner housekeeping period */
+#define STORE_TICK_BUDGET      256  /* slots examined per housekeeping turn */
+#define STORE_EVICT_INFLIGHT   64   /* eviction CAS in flight per owner */
+#define STORE_RESERVE_WAIT_MAX 512  /* reservations waiting for eviction to free space */
+#define STORE_HIT_FLUSH_MS     100  /* hit reports are batched this long */
+#define STORE_MEMBER_PAGE      256  /* member records per range page */
+
+/* ---- membership states ------------------------------------------------------------------ *
+ *
+ *    register      open done        kvmesh_drain       handoff done / close
+ *   --------> STANDBY -----> ACTIVE ----------> DRAINING ----------------------> GONE
+ *                 \____________________________________________________________/^
+ *                                         close without drain
+ */
+enum kvm_member_state {
+    KVM_MS_STANDBY = 0,
+    KVM_MS_ACTIVE = 1,
+    KVM_MS_DRAINING = 2,
+    KVM_MS_GONE = 3,
+};
+const char *kvm_member_state_name(enum kvm_member_state s);
+
+struct kvm_seg_info {
+    uint64_t id, size, read_token;
+};
+
+/* One member of the live snapshot. Address strings are interned (kvm_rt_intern): immutable and
+ * valid until the runtime closes, so app threads may keep the pointers during a request. */
+struct kvm_member {
+    kvm_runtime_t rt;
+    char idhex[KVM_ID128_HEX_LEN + 1];
+    enum kvm_member_state state;
+    double weight;
+    uint64_t capacity, used;
+    const char *rpc_addr;  /* interned "tcp:IP:PORT" */
+    const char *data_addr; /* interned transport address ("" for a client-only runtime) */
+    uint32_t n_segs;
+    struct kvm_seg_info segs[STORE_MAX_SEGS];
+    uint64_t heartbeat;
+    env_node_t node; /* local env node number (never reused within this process) */
+};
+
+/* A reservation of one replica slot. */
+struct kvm_res {
+    kvm_runtime_t owner;
+    bool local;
+    uint64_t seg, offset, token; /* token: the write grant */
+    uint64_t seg_read_token;     /* to open the segment */
+    const char *data_addr;       /* interned */
+};
+
+/* Where and how to read one replica (filled by lookup). */
+struct kvm_access {
+    bool local, known; /* known: the owner is a live member with this segment */
+    bool suspect;      /* the owner is quarantined: try it last */
+    uint64_t seg_read_token;
+    const char *data_addr; /* interned */
+};
+
+/* One object of an operation (an op carries 1..KVMESH_BATCH_MAX items). */
+struct kvm_item {
+    kvm_ident_t ident;
+    uint64_t len, checksum;
+    int rc;
+    /* place/publish */
+    uint32_t n_res;
+    struct kvm_res res[KVM_MAX_REPLICAS];
+    uint32_t placing; /* reservations in flight */
+    uint32_t want;
+    uint32_t tries;
+    uint32_t exclude_n;
+    kvm_runtime_id_t exclude[2 * KVM_MAX_REPLICAS];
+    bool finished;
+    int in_place;
+    /* lookup / publish */
+    bool have_route;
+    kvm_route_t route; /* lookup: the route; publish: the published route */
+    kvm_route_t cur;   /* publish: the route being replaced */
+    struct kvm_access acc[KVM_MAX_REPLICAS];
+    /* handoff: the replica slot being replaced (owner = self) */
+    kvm_hot_replica_t moving;
+};
+
+enum kvm_op_type {
+    KVM_OP_PLACE,   /* reserve replicas for every item */
+    KVM_OP_PUBLISH, /* CAS the routes of every item; commit; release obsolete replicas */
+    KVM_OP_ABORT,   /* release the reservations of every item */
+    KVM_OP_LOOKUP,  /* routes + access info */
+    KVM_OP_REMOVE,  /* tombstone every item */
+    KVM_OP_HANDOFF, /* drain: replace item->moving by item->res[0] in the route */
+    KVM_OP_REPORT,  /* a replica failed its read: quarantine its owner */
+    KVM_OP_HITS,    /* best-effort read hits */
+    KVM_OP_MEMBERS, /* copy the snapshot */
+    KVM_OP_DRAIN_BEGIN,
+    KVM_OP_DRAIN_LIST, /* list local committed replicas (bounded page) */
+    KVM_OP_DRAIN_END,
+    KVM_OP_STATS,
+    KVM_OP_SEG_ADD,    /* seg_arg = size; result seg_arg = segment id; record republished */
+    KVM_OP_SEG_RETIRE, /* seg_arg = segment id */
+    KVM_OP_SEG_REMOVE, /* seg_arg = segment id; record republished */
+};
+
+struct kvm_rt;
+
+typedef struct kvm_op {
+    enum kvm_op_type type;
+    struct kvm_rt *rt;
+    atomic_int refs; /* app thread + loop */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int rc;
+    char err[512]; /* message of the first failure */
+    bool err_set;
+    char lasterr[300]; /* [loop] last reservation error, for the placement message */
+    size_t n;
+    struct kvm_item *items;
+    size_t pending; /* [loop] items not finished */
+    uint64_t deadline_ns;
+    /* put options */
+    uint32_t replicas;
+    bool hard_pin;
+    size_t n_pref;
+    kvm_runtime_id_t pref[KVM_MAX_REPLICAS];
+    /* report / hits */
+    kvm_runtime_id_t bad_owner;
+    /* members */
+    kvmesh_member_info_t *members;
+    size_t members_cap, members_n;
+    /* drain list */
+    kvm_hot_replica_t *list;
+    kvm_ident_t *list_ident;
+    uint64_t *list_tokens;
+    uint64_t seg_arg;
+    size_t list_cap, list_n;
+    uint64_t list_cursor;
+    /* stats */
+    struct kvm_rt_stats *stats;
+} kvm_op_t;
+
+struct kvm_rt_stats {
+    uint64_t capacity, used, reserved_bytes, reclaim_bytes;
+    uint64_t evictions, evict_conflicts, reclaimed, reservations_expired, reserve_waits;
+    uint64_t route_meta_calls, meta_calls;
+    uint64_t generation;
+    size_t n_members;
+    double fragmentation;
+};
+
+struct kvm_slot;
+
+struct kvm_local_seg {
+    struct seg *seg;
+    alloc_t *alloc;
+    uint64_t read_token;
+    bool retiring;
+};
+
+struct kvm_seg_handle { /* app-thread cache of opened remote segments */
+    const char *data_addr;
+    uint64_t seg_id;
+    struct tp_segment *h;
+};
+
+struct kvm_reg_buf {
+    void *addr;
+    size_t len;
+};
+
+typedef struct kvm_rt {
+    /* [any] immutable after open */
+    struct kvmesh_config cfg;
+    kvm_runtime_t self;
+    char idhex[KVM_ID128_HEX_LEN + 1];
+    char rpc_addr[STORE_ADDR_MAX];
+    env_uv_thread_t *thread;
+    env_t *env;
+    struct seg_registry *reg;
+    struct tp_engine *tp;
+    /* [any] under mu */
+    pthread_mutex_t mu;
+    struct kvm_seg_handle *seg_cache;
+    size_t n_seg_cache;
+    struct kvm_reg_buf *regs;
+    size_t n_regs, cap_regs;
+    char **interned;
+    size_t n_interned, cap_interned;
+    atomic_bool closing;
+    atomic_uint_fast64_t op_seq; /* content op sequence */
+    /* [loop] */
+    meta_t *meta;
+    rpc_endpoint *ep;
+    route_svc_t *route;
+    enum kvm_member_state state;
+    meta_lease_t lease;
+    uint64_t heartbeat;
+    env_timer_id keepalive_timer, refresh_timer, tick_timer, hit_timer;
+    bool refreshing;
+    char refresh_after[KS_KEY_CAP];
+    struct kvm_member *members, *next_members; /* snapshot, next being read */
+    size_t n_members, n_next;
+    uint64_t generation;
+    env_node_t next_node;
+    struct kvm_node_map {
+        kvm_runtime_id_t id;
+        env_node_t node;
+    } * nodes;
+    size_t n_nodes, cap_nodes;
+    struct kvm_suspect {
+        kvm_runtime_id_t id;
+        uint64_t heartbeat; /* member heartbeat seen when quarantined */
+    } suspects[STORE_MAX_MEMBERS];
+    size_t n_suspects;
+    /* owner */
+    struct kvm_local_seg segs[STORE_MAX_SEGS];
+    uint32_t n_segs;
+    uint64_t capacity, used;
+    struct kvm_slot *reserved_head, *reserved_tail; /* FIFO by expiry */
+    struct kvm_slot *reclaim_head, *reclaim_tail;   /* FIFO by reclaim time */
+    struct kvm_slot *clock_hand;                    /* circular list of committed slots */
+    size_t n_clock;
+    uint32_t evict_inflight;
+    uint64_t slot_seq; /* commit order of slots (drain cursor) */
+    struct kvm_wait *waiters;
+    size_t n_waiters;
+    struct kvm_hitbuf *hitbufs;
+    size_t n_hitbufs;
+    struct kvm_rt_stats stats;
+    /* [any] mirrors for the admin endpoints (written by the loop) */
+    _Atomic uint64_t a_used, a_members;
+    atomic_int a_state;
+    uint64_t start_ms;
+    struct obs_http *admin;
+    kvm_op_t *state_op; /* the drain step waiting for its record write */
+    /* open/close synchronisation */
+    pthread_cond_t open_cv;
+    bool open_done, close_done;
+    int open_rc;
+    char open_err[512];
+} kvm_rt_t;
+
+/* ---- runtime.c ---------------------------------------------------------------------------- */
+int kvm_rt_open(kvm_rt_t **out, const struct kvmesh_config *cfg);
+void kvm_rt_close(kvm_rt_t *rt, bool drain_first);
+/* Interns an address string: the returned pointer is immutable until close ([any]). */
+const char *kvm_rt_intern(kvm_rt_t *rt, const char *s);
+/* Opened remote segment handle from the cache ([any], thread-safe). */
+int kvm_rt_seg_open(kvm_rt_t *rt, const char *data_addr, uint64_t seg_id, uint64_t token,
+                    struct tp_segment **out);
+/* Was [p, p+len) registered with kvmesh_register_buffer? ([any]) */
+bool kvm_rt_is_registered(kvm_rt_t *rt, const void *p, size_t len);
+int kvm_rt_register(kvm_rt_t *rt, void *addr, size_t len);
+int kvm_rt_unregister(kvm_rt_t *rt, void *addr);
+kvm_op_id_t kvm_rt_next_op_id(kvm_rt_t *rt);
+/* Bound port of the admin HTTP endpoints (0 when admin_listen is off). */
+uint16_t kvm_rt_admin_port(kvm_rt_t *rt);
+
+/* ops hand-off */
+kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n);
+void kvm_op_unref(kvm_op_t *op);
+/* App thread: hands the op to the loop, waits for completion. Returns op->rc; on failure the
+ * calling thread's kvmesh_last_error() carries op->err. */
+int kvm_op_run(kvm_op_t *op);
+/* [loop] completion helpers */
+void kvm_op_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void kvm_op_item_done(kvm_op_t *op);
+void kvm_op_complete(kvm_op_t *op, int rc);
+/* [loop] RPC peer of a member (created on first use). */
+rpc_peer *kvm_rt_peer(kvm_rt_t *rt, const struct kvm_member *m);
+
+/* ---- member.c [loop] ---------------------------------------------------------------------- */
+typedef void (*kvm_done_cb)(kvm_rt_t *rt, int rc, const char *err);
+void kvm_member_register(kvm_rt_t *rt, kvm_done_cb cb); /* lease + standby record + epoch */
+void kvm_member_publish(kvm_rt_t *rt, kvm_done_cb cb);  /* writes the record now */
+void kvm_member_refresh(kvm_rt_t *rt, kvm_done_cb cb);  /* one snapshot refresh */
+void kvm_member_start_timers(kvm_rt_t *rt);
+void kvm_member_stop(kvm_rt_t *rt);
+void kvm_member_set_state(kvm_rt_t *rt, enum kvm_member_state to);
+void kvm_member_leave(kvm_rt_t *rt, kvm_done_cb cb); /* revoke the lease */
+const struct kvm_member *kvm_member_find(kvm_rt_t *rt, const kvm_runtime_id_t *id);
+const struct kvm_member *kvm_member_by_node(kvm_rt_t *rt, env_node_t node);
+env_node_t kvm_member_node_of(kvm_rt_t *rt, const kvm_runtime_id_t *id);
+bool kvm_member_is_suspect(kvm_rt_t *rt, const kvm_runtime_id_t *id);
+void kvm_member_quarantine(kvm_rt_t *rt, const kvm_runtime_id_t *id);
+
+/* ---- owner.c [loop] ----------------------------------------------------------------------- */
+int kvm_owner_init(kvm_rt_t *rt);  /* segments + allocators (any thread, before the loop) */
+void kvm_owner_fini(kvm_rt_t *rt); /* after the loop stopped */
+void kvm_owner_register_rpc(kvm_rt_t *rt);
+void kvm_owner_start(kvm_rt_t *rt); /* housekeeping timer */
+void kvm_owner_stop(kvm_rt_t *rt);
+void kvm_owner_fail_waiters(kvm_rt_t *rt);
+typedef void (*kvm_reserve_cb)(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
+                               uint64_t token);
+void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32_t ttl_ms,
+                       kvm_reserve_cb cb, void *arg);
+void kvm_owner_commit(kvm_rt_t *rt, uint64_t seg, uint64_t off);
+void kvm_owner_release(kvm_rt_t *rt, uint64_t seg, uint64_t off);
+void kvm_owner_hit(kvm_rt_t *rt, uint64_t seg, uint64_t off);
+/* Drain: committed local replicas from cursor (slot order), at most cap. */
+size_t kvm_owner_list(kvm_rt_t *rt, uint64_t seg_filter, uint64_t *cursor, kvm_hot_replica_t *out,
+                      kvm_ident_t *ids, uint64_t *read_tokens, size_t cap);
+/* Storage resize: add a segment; retire one (no new slots; still readable); remove a retired,
+ * empty segment (KVMESH_EAGAIN while it holds slots). */
+int kvm_owner_add_segment(kvm_rt_t *rt, uint64_t size, uint64_t *seg_id);
+int kvm_owner_retire_segment(kvm_rt_t *rt, uint64_t seg_id);
+int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id);
+void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n);
+void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st);
+
+/* ---- ops.c [loop] ------------------------------------------------------------------------- */
+void kvm_ops_run(kvm_op_t *op);
+void kvm_ops_release_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep);
+void kvm_ops_fill_access(kvm_rt_t *rt, struct kvm_item *it);
+
+#endif

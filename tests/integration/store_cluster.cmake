@@ -1,0 +1,7 @@
+# SPDX-License-Identifier: Apache-2.0
+# Multi-process store tests: 3+ runtime processes (the test binary re-executed with --runtime)
+# and in-process clients, against a real redis-server and a real etcd started by the test.
+add_test(NAME store_cluster_redis COMMAND ${exe} redis)
+add_test(NAME store_cluster_etcd COMMAND ${exe} etcd)
+set_tests_properties(store_cluster_redis store_cluster_etcd PROPERTIES LABELS integration
+  TIMEOUT 300 ENVIRONMENT "${KVMESH_TEST_ENV}")

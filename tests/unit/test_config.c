@@ -1,0 +1,332 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_config.c — the configuration table: defaults, every field rejecting a bad value with a
+ * message naming the field, the value and what is allowed, sizes with units, get/set round
+ * trips, and the cross-field rules of kvm_config_validate.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "api/config_table.h"
+#include "core/util.h"
+#include "route/route.h"
+
+/* One bad value per field with the exact message it must produce. Every field of the table
+ * must appear here (test_every_field_has_a_bad_value_case enforces it). */
+static const struct {
+    const char *field, *value, *message;
+} bad_cases[] = {
+    {"metadata_url", "mysql://x",
+     "metadata_url: \"mysql://x\" is invalid; allowed memory://NAME, "
+     "redis://[user:pass@]host:port[/db] "
+     "or etcd://host:port[,...], at most 511 bytes"},
+    {"deployment", "a b",
+     "deployment: \"a b\" is invalid; allowed 1..63 characters of [A-Za-z0-9_.-], at most 63 "
+     "bytes"},
+    {"runtime_id", "xyz",
+     "runtime_id: \"xyz\" is invalid; allowed empty or 32 hex digits, at most 32 bytes"},
+    {"listen", "localhost",
+     "listen: \"localhost\" is invalid; allowed host:port with port 0..65535, at most 127 bytes"},
+    {"advertise", "h:70000",
+     "advertise: \"h:70000\" is invalid; allowed empty or host:port with port 0..65535, at most "
+     "127 bytes"},
+    {"admin_listen", ":80",
+     "admin_listen: \":80\" is invalid; allowed empty or host:port with port 0..65535, at most 127 "
+     "bytes"},
+    {"secret", "a\nb",
+     "secret: \"a?b\" is invalid; allowed printable characters, at most 255 bytes"},
+    {"default_tenant", "-x",
+     "default_tenant: \"-x\" is invalid; allowed 1..64 characters of [A-Za-z0-9_.-], first "
+     "alphanumeric, at most 64 bytes"},
+    {"memory_size", "5TiB",
+     "memory_size: \"5TiB\" is out of range; allowed 0..4TiB (a byte count with optional unit B, "
+     "KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    {"segment_size", "12XB",
+     "segment_size: \"12XB\" is not a size; allowed 1MiB..64GiB (a byte count with optional unit "
+     "B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    {"max_object_size", "1KiB",
+     "max_object_size: \"1KiB\" is out of range; allowed 4KiB..16GiB (a byte count with optional "
+     "unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    {"replicas", "0", "replicas: \"0\" is out of range; allowed 1..8"},
+    {"route_mode", "wrh", "route_mode: \"wrh\" is not allowed; allowed embedded_wrh|metadata_only"},
+    {"top_k", "33", "top_k: \"33\" is out of range; allowed 1..32"},
+    {"shards", "-1", "shards: \"-1\" is not an unsigned integer; allowed 1..1048576"},
+    {"transport", "udp", "transport: \"udp\" is not allowed; allowed auto|tcp|shm"},
+    {"weight", "0", "weight: \"0\" is out of range; allowed 0.001..1e+06"},
+    {"lease_ttl_ms", "50", "lease_ttl_ms: \"50\" is out of range; allowed 100..600000"},
+    {"request_timeout_ms", "5s",
+     "request_timeout_ms: \"5s\" is not an unsigned integer; allowed 1..3600000"},
+    {"drain_timeout_ms", "0", "drain_timeout_ms: \"0\" is out of range; allowed 1..86400000"},
+    {"reclaim_grace_ms", "99999999999999999999999",
+     "reclaim_grace_ms: \"99999999999999999999999\" is out of range; allowed 0..600000"},
+    {"evict_high_watermark", "1.5",
+     "evict_high_watermark: \"1.5\" is out of range; allowed 0.01..1"},
+    {"evict_low_watermark", "nan", "evict_low_watermark: \"nan\" is out of range; allowed 0..0.99"},
+    {"io_threads", "", "io_threads: \"\" is not an unsigned integer; allowed 1..64"},
+    {"hugepages", "maybe",
+     "hugepages: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, 1|0)"},
+};
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    kvmesh_config_t *c = kvmesh_config_new();
+    assert_non_null(c);
+    assert_string_equal(c->metadata_url, "memory://default");
+    assert_string_equal(c->deployment, "default");
+    assert_string_equal(c->listen, "127.0.0.1:0");
+    assert_string_equal(c->runtime_id, "");
+    assert_string_equal(c->admin_listen, "");
+    assert_string_equal(c->default_tenant, "default");
+    assert_int_equal(c->memory_size, 256ull << 20);
+    assert_int_equal(c->segment_size, 64ull << 20);
+    assert_int_equal(c->max_object_size, 64ull << 20);
+    assert_int_equal(c->replicas, 1);
+    assert_int_equal(c->route_mode, ROUTE_MODE_EMBEDDED_WRH);
+    assert_int_equal(c->top_k, 3);
+    assert_int_equal(c->shards, 64);
+    assert_int_equal(c->transport, KVM_TRANSPORT_AUTO);
+    assert_true(c->weight == 1.0);
+    assert_int_equal(c->lease_ttl_ms, 5000);
+    assert_int_equal(c->request_timeout_ms, 5000);
+    assert_int_equal(c->drain_timeout_ms, 30000);
+    assert_int_equal(c->reclaim_grace_ms, 2000);
+    assert_true(c->evict_high_watermark == 0.90);
+    assert_true(c->evict_low_watermark == 0.80);
+    assert_int_equal(c->io_threads, 2);
+    assert_false(c->hugepages);
+    assert_int_equal(kvm_config_validate(c), 0);
+    kvmesh_config_free(c);
+}
+
+static void test_every_field_rejects_a_bad_value(void **state)
+{
+    (void)state;
+    kvmesh_config_t *c = kvmesh_config_new();
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(bad_cases); i++) {
+        struct kvmesh_config before = *c;
+        int rc = kvmesh_config_set(c, bad_cases[i].field, bad_cases[i].value);
+        if (rc != KVMESH_ECONFIG || strcmp(kvmesh_last_error(), bad_cases[i].message) != 0)
+            fail_msg("field %s value \"%s\": rc %d message\n  got:  %s\n  want: %s",
+                     bad_cases[i].field, bad_cases[i].value, rc, kvmesh_last_error(),
+                     bad_cases[i].message);
+        /* A rejected value leaves the config unchanged. */
+        assert_memory_equal(&before, c, sizeof(before));
+    }
+    kvmesh_config_free(c);
+}
+
+static void test_every_field_has_a_bad_value_case(void **state)
+{
+    (void)state;
+    size_t n;
+    const kvm_cfg_field_t *t = kvm_config_table(&n);
+    size_t np;
+    const kvmesh_config_field_t *pub = kvmesh_config_fields(&np);
+    assert_int_equal(n, np);
+    for (size_t i = 0; i < n; i++) {
+        bool found = false;
+        for (size_t j = 0; j < KVM_ARRAY_SIZE(bad_cases); j++)
+            found |= strcmp(bad_cases[j].field, t[i].name) == 0;
+        if (!found)
+            fail_msg("field %s has no bad-value case", t[i].name);
+        assert_string_equal(pub[i].name, t[i].name);
+        assert_string_equal(pub[i].default_value, t[i].default_value);
+        assert_true(strlen(pub[i].help) > 10);
+        assert_ptr_equal(kvm_config_lookup(t[i].name), &t[i]);
+    }
+}
+
+static void test_roundtrip_every_field(void **state)
+{
+    (void)state;
+    size_t n;
+    const kvm_cfg_field_t *t = kvm_config_table(&n);
+    kvmesh_config_t *c = kvmesh_config_new();
+    kvmesh_config_t *d = kvmesh_config_new();
+    char buf[KVM_CFG_STR_MAX + 8];
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(kvmesh_config_get(c, t[i].name, buf, sizeof(buf)), 0);
+        assert_int_equal(kvmesh_config_set(d, t[i].name, buf), 0);
+    }
+    assert_memory_equal(c, d, sizeof(*c));
+    /* The default strings read back as written (sizes canonicalised). */
+    assert_int_equal(kvmesh_config_get(c, "memory_size", buf, sizeof(buf)), 0);
+    assert_string_equal(buf, "256MiB");
+    assert_int_equal(kvmesh_config_get(c, "weight", buf, sizeof(buf)), 0);
+    assert_string_equal(buf, "1");
+    assert_int_equal(kvmesh_config_get(c, "transport", buf, sizeof(buf)), 0);
+    assert_string_equal(buf, "auto");
+    assert_int_equal(kvmesh_config_set(c, "weight", "0.1"), 0);
+    assert_int_equal(kvmesh_config_get(c, "weight", buf, sizeof(buf)), 0);
+    assert_int_equal(kvmesh_config_set(d, "weight", buf), 0);
+    assert_true(c->weight == d->weight);
+    /* Buffer too small. */
+    assert_int_equal(kvmesh_config_get(c, "metadata_url", buf, 4), KVMESH_ERANGE);
+    kvmesh_config_free(c);
+    kvmesh_config_free(d);
+}
+
+static void test_sizes_and_values(void **state)
+{
+    (void)state;
+    kvmesh_config_t *c = kvmesh_config_new();
+    static const struct {
+        const char *s;
+        uint64_t v;
+    } ok[] = {{"0", 0},           {"4096", 4096},        {"1KiB", 1024},   {"1K", 1024},
+              {"1KB", 1000},      {"2 MiB", 2ull << 20}, {"3MB", 3000000}, {"1GiB", 1ull << 30},
+              {"1G", 1ull << 30}, {"2TiB", 2ull << 40},  {"512B", 512}};
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(ok); i++) {
+        uint64_t v = 0;
+        assert_int_equal(kvm_config_parse_size("x", ok[i].s, &v), 0);
+        assert_int_equal(v, ok[i].v);
+    }
+    uint64_t v;
+    assert_int_equal(kvm_config_parse_size("x", "18446744073709551616", &v), KVMESH_ECONFIG);
+    assert_non_null(strstr(kvmesh_last_error(), "overflows"));
+    assert_int_equal(kvm_config_parse_size("x", "99999999TiB", &v), KVMESH_ECONFIG);
+    assert_int_equal(kvm_config_parse_size("x", "1.5GiB", &v), KVMESH_ECONFIG);
+    assert_int_equal(kvm_config_parse_size("x", "GiB", &v), KVMESH_ECONFIG);
+    assert_int_equal(kvm_config_parse_size("x", "-1", &v), KVMESH_ECONFIG);
+    assert_int_equal(kvm_config_parse_size("x", "1 gib", &v), KVMESH_ECONFIG);
+
+    assert_int_equal(kvmesh_config_set(c, "memory_size", "1GiB"), 0);
+    assert_int_equal(c->memory_size, 1ull << 30);
+    assert_int_equal(kvmesh_config_set(c, "memory_size", "0"), 0);
+    assert_int_equal(c->memory_size, 0);
+    assert_int_equal(kvmesh_config_set(c, "metadata_url", "redis://127.0.0.1:6379/2"), 0);
+    assert_int_equal(kvmesh_config_set(c, "metadata_url", "etcd://h1:2379,h2:2379"), 0);
+    assert_int_equal(kvmesh_config_set(c, "metadata_url", "memory://"), KVMESH_ECONFIG);
+    assert_int_equal(kvmesh_config_set(c, "runtime_id", "0123456789abcdef0123456789ABCDEF"), 0);
+    assert_int_equal(kvmesh_config_set(c, "listen", "[::1]:7000"), 0);
+    assert_int_equal(kvmesh_config_set(c, "advertise", ""), 0);
+    assert_int_equal(kvmesh_config_set(c, "transport", "shm"), 0);
+    assert_int_equal(c->transport, KVM_TRANSPORT_SHM);
+    assert_int_equal(kvmesh_config_set(c, "route_mode", "metadata_only"), 0);
+    assert_int_equal(c->route_mode, ROUTE_MODE_METADATA_ONLY);
+    assert_int_equal(kvmesh_config_set(c, "hugepages", "yes"), 0);
+    assert_true(c->hugepages);
+    assert_int_equal(kvmesh_config_set(c, "replicas", "8"), 0);
+    assert_int_equal(kvmesh_config_set(c, "replicas", "9"), KVMESH_ECONFIG);
+    assert_int_equal(kvmesh_config_set(c, "replicas", "2x"), KVMESH_ECONFIG);
+    assert_int_equal(kvmesh_config_set(c, "weight", "1e3"), 0);
+    assert_int_equal(kvmesh_config_set(c, "weight", " 1"), KVMESH_ECONFIG);
+    assert_int_equal(kvmesh_config_set(c, "weight", "inf"), KVMESH_ECONFIG);
+
+    /* Too long string. */
+    char longv[600];
+    memset(longv, 'a', sizeof(longv) - 1);
+    longv[sizeof(longv) - 1] = '\0';
+    assert_int_equal(kvmesh_config_set(c, "secret", longv), KVMESH_ECONFIG);
+    assert_non_null(strstr(kvmesh_last_error(), "secret: \"aaaa"));
+    assert_non_null(strstr(kvmesh_last_error(), "is too long (599 bytes)"));
+
+    /* Unknown field, NULL arguments. */
+    assert_int_equal(kvmesh_config_set(c, "replica", "1"), KVMESH_ECONFIG);
+    assert_string_equal(kvmesh_last_error(),
+                        "unknown configuration field \"replica\" (did you mean \"replicas\"?); "
+                        "see docs/configuration.md for the field list");
+    assert_int_equal(kvmesh_config_set(c, "zz", "1"), KVMESH_ECONFIG);
+    assert_int_equal(kvmesh_config_set(c, "replicas", NULL), KVMESH_ECONFIG);
+    assert_int_equal(kvmesh_config_set(NULL, "replicas", "1"), KVMESH_EINVAL);
+    char buf[8];
+    assert_int_equal(kvmesh_config_get(c, "nope", buf, sizeof(buf)), KVMESH_ECONFIG);
+    kvmesh_config_free(c);
+    kvmesh_config_free(NULL);
+}
+
+static void test_validate_cross_fields(void **state)
+{
+    (void)state;
+    kvmesh_config_t *c = kvmesh_config_new();
+    assert_int_equal(kvmesh_config_set(c, "evict_low_watermark", "0.95"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_string_equal(kvmesh_last_error(),
+                        "evict_low_watermark (0.95) must be below evict_high_watermark (0.9)");
+    kvm_config_defaults(c);
+    assert_int_equal(kvmesh_config_set(c, "max_object_size", "128MiB"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_non_null(strstr(kvmesh_last_error(), "max_object_size (128MiB) must not exceed "
+                                                "segment_size (64MiB)"));
+    kvm_config_defaults(c);
+    assert_int_equal(kvmesh_config_set(c, "memory_size", "32MiB"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_non_null(strstr(kvmesh_last_error(), "memory_size (32MiB) is smaller than"));
+    assert_int_equal(kvmesh_config_set(c, "memory_size", "0"), 0);
+    assert_int_equal(kvm_config_validate(c), 0);
+    /* A struct filled by hand is held to the table. */
+    kvm_config_defaults(c);
+    c->replicas = 0;
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_string_equal(kvmesh_last_error(), "replicas: \"0\" is out of range; allowed 1..8");
+    kvm_config_defaults(c);
+    c->transport = (enum kvm_transport_choice)7;
+    assert_int_equal(kvm_config_validate(c), KVMESH_EINTERNAL);
+    kvm_config_defaults(c);
+    strcpy(c->deployment, "bad name");
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_int_equal(kvm_config_validate(NULL), KVMESH_EINVAL);
+    kvmesh_config_free(c);
+}
+
+static void test_allowed_text(void **state)
+{
+    (void)state;
+    char buf[256];
+    kvm_config_allowed(kvm_config_lookup("transport"), buf, sizeof(buf));
+    assert_string_equal(buf, "auto|tcp|shm");
+    kvm_config_allowed(kvm_config_lookup("replicas"), buf, sizeof(buf));
+    assert_string_equal(buf, "1..8");
+    kvm_config_format_size(1536, buf, sizeof(buf));
+    assert_string_equal(buf, "1536");
+    kvm_config_format_size(3ull << 30, buf, sizeof(buf));
+    assert_string_equal(buf, "3GiB");
+    assert_string_equal(kvm_config_type_name(KVM_CFG_SIZE), "size");
+}
+
+/* docs/configuration.md carries the field table exactly as the table generates it
+ * (`kvmesh config markdown`), so the documentation cannot drift from the code. */
+static void test_docs_match_table(void **state)
+{
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/docs/configuration.md", KVMESH_SOURCE_DIR);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char doc[1 << 18];
+    size_t len = fread(doc, 1, sizeof(doc) - 1, f);
+    fclose(f);
+    doc[len] = '\0';
+    assert_non_null(strstr(doc, KVM_CONFIG_MARKDOWN_HEADER));
+    size_t n;
+    const kvm_cfg_field_t *t = kvm_config_table(&n);
+    char row[1100];
+    for (size_t i = 0; i < n; i++) {
+        kvm_config_markdown_row(&t[i], row, sizeof(row) - 1);
+        strcat(row, "\n");
+        if (!strstr(doc, row))
+            fail_msg("docs/configuration.md lacks or has a stale row for %s; regenerate the "
+                     "table with `kvmesh config markdown`; expected:\n%s",
+                     t[i].name, row);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_every_field_rejects_a_bad_value),
+        cmocka_unit_test(test_every_field_has_a_bad_value_case),
+        cmocka_unit_test(test_roundtrip_every_field),
+        cmocka_unit_test(test_sizes_and_values),
+        cmocka_unit_test(test_validate_cross_fields),
+        cmocka_unit_test(test_allowed_text),
+        cmocka_unit_test(test_docs_match_table),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

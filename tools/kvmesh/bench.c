@@ -1,0 +1,625 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bench.c — `kvmesh bench`: put, get, batch put and batch get of 4 KiB..16 MiB values on a
+ * 2-runtime loopback cluster in this process (a storage runtime and a client-only runtime, so
+ * every replica is remote to the client), over shm and over tcp, and the same workload against
+ * redis-server and memcached started on free loopback ports; prints throughput (GB/s, ops/s),
+ * p50/p99 latency (per operation; per call for batches) and the ratios kvmesh/peer per row, plus
+ * kvmesh/memcpy.
+ *
+ * Method per (system, size): W keys (W * size <= BENCH_WORKING_SET, W >= batch) are written
+ * once unmeasured, then each operation runs for a time budget (bounded also by op count):
+ * puts overwrite keys round-robin (steady state of a cache), gets read them round-robin.
+ * Values come from a pool of pre-filled buffers with a 16-byte (key, generation) header, so
+ * --verify can check every byte read (and detect stale versions) without generating data on
+ * the measured path. Every system gets one client connection driven by one thread.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/config_table.h"
+#include "cli.h"
+#include "peers.h"
+
+#define BENCH_MAX_SIZES     8
+#define BENCH_WORKING_SET   (128ull << 20) /* bytes of distinct keys per size */
+#define BENCH_MAX_KEYS      8192
+#define BENCH_MIN_KEYS      4
+#define BENCH_BATCH_BYTES   (16ull << 20) /* bytes per batch call (batch = clamp(this/size)) */
+#define BENCH_BATCH_MAX     128
+#define BENCH_BATCH_MIN     2
+#define BENCH_MAX_OPS       2000000 /* per row */
+#define BENCH_MAX_ROW_BYTES (8ull << 30)
+#define BENCH_HDR           16
+
+enum bench_op { OP_PUT, OP_GET, OP_BPUT, OP_BGET, OP__N };
+static const char *op_names[OP__N] = {"put", "get", "batch_put", "batch_get"};
+
+enum bench_sys { SYS_KVMESH_SHM, SYS_KVMESH_TCP, SYS_REDIS, SYS_MEMCACHED, SYS__N };
+static const char *sys_names[SYS__N] = {"kvmesh/shm", "kvmesh/tcp", "redis", "memcached"};
+
+struct row {
+    bool done;
+    double secs;
+    uint64_t ops, calls, bytes, bad, failed;
+    uint64_t p50, p99; /* ns */
+};
+
+struct bench {
+    bool quick, verify, markdown;
+    uint64_t row_ms;
+    size_t nsizes;
+    uint64_t sizes[BENCH_MAX_SIZES];
+    struct row rows[SYS__N][BENCH_MAX_SIZES][OP__N];
+    double memcpy_gbs[BENCH_MAX_SIZES];
+    cli_progress_t prog;
+    uint64_t total_bad, total_failed;
+    /* current system */
+    kvmesh_t *kv;
+    kvmesh_scope_t scope;
+    peer_client_t *pc;
+    enum bench_sys sys;
+    /* data for the current size */
+    uint64_t size;
+    size_t nkeys, batch, npool;
+    uint8_t **pool;
+    uint8_t **dst;
+    uint32_t *gen;
+    uint16_t *src;
+    char (*keys)[48];
+};
+
+static size_t keys_for(const struct bench *b, uint64_t size)
+{
+    size_t w = (size_t)(BENCH_WORKING_SET / size);
+    if (b->quick)
+        w = 8;
+    if (w > BENCH_MAX_KEYS)
+        w = BENCH_MAX_KEYS;
+    if (w < BENCH_MIN_KEYS)
+        w = BENCH_MIN_KEYS;
+    return w;
+}
+
+static size_t batch_for(const struct bench *b, uint64_t size)
+{
+    size_t n = (size_t)(BENCH_BATCH_BYTES / size);
+    if (n > BENCH_BATCH_MAX)
+        n = BENCH_BATCH_MAX;
+    if (n < BENCH_BATCH_MIN)
+        n = BENCH_BATCH_MIN;
+    if (b->quick && n > 4)
+        n = 4;
+    return n;
+}
+
+static void data_free(struct bench *b)
+{
+    for (size_t i = 0; b->pool && i < b->npool; i++)
+        free(b->pool[i]);
+    for (size_t i = 0; b->dst && i < b->batch; i++)
+        free(b->dst[i]);
+    free(b->pool);
+    free(b->dst);
+    free(b->gen);
+    free(b->src);
+    free(b->keys);
+    b->pool = b->dst = NULL;
+    b->gen = NULL;
+    b->src = NULL;
+    b->keys = NULL;
+}
+
+static int data_init(struct bench *b, uint64_t size)
+{
+    b->size = size;
+    b->nkeys = keys_for(b, size);
+    b->batch = batch_for(b, size);
+    if (b->batch > b->nkeys)
+        b->nkeys = b->batch;
+    b->npool = b->batch < 4 ? 4 : b->batch;
+    b->pool = calloc(b->npool, sizeof(*b->pool));
+    b->dst = calloc(b->batch, sizeof(*b->dst));
+    b->gen = calloc(b->nkeys, sizeof(*b->gen));
+    b->src = calloc(b->nkeys, sizeof(*b->src));
+    b->keys = calloc(b->nkeys, sizeof(*b->keys));
+    if (!b->pool || !b->dst || !b->gen || !b->src || !b->keys)
+        return -1;
+    for (size_t i = 0; i < b->npool; i++) {
+        if (!(b->pool[i] = malloc(size)))
+            return -1;
+        cli_fill(b->pool[i], size, 0x5eed0000ull + i);
+    }
+    for (size_t i = 0; i < b->batch; i++) {
+        if (!(b->dst[i] = malloc(size)))
+            return -1;
+        memset(b->dst[i], 0, size); /* fault the pages in before measuring */
+    }
+    for (size_t k = 0; k < b->nkeys; k++)
+        snprintf(b->keys[k], sizeof(b->keys[k]), "bench/%" PRIu64 "/%zu", size, k);
+    return 0;
+}
+
+/* Prepares pool buffer p as the next value of key k. */
+static void stamp(struct bench *b, size_t k, size_t p)
+{
+    b->gen[k]++;
+    b->src[k] = (uint16_t)p;
+    uint64_t h[2] = {k, b->gen[k]};
+    memcpy(b->pool[p], h, BENCH_HDR);
+}
+
+static bool check(struct bench *b, size_t k, const uint8_t *buf, size_t len)
+{
+    if (len != b->size)
+        return false;
+    uint64_t h[2];
+    memcpy(h, buf, BENCH_HDR);
+    if (h[0] != k || h[1] != b->gen[k])
+        return false;
+    return memcmp(buf + BENCH_HDR, b->pool[b->src[k]] + BENCH_HDR, len - BENCH_HDR) == 0;
+}
+
+/* ---- one system's operations ---------------------------------------------------------------- */
+
+static int sys_put(struct bench *b, size_t k, size_t p)
+{
+    stamp(b, k, p);
+    if (b->kv)
+        return kvmesh_put(b->kv, &b->scope, b->keys[k], strlen(b->keys[k]), b->pool[p], b->size,
+                          NULL);
+    return peer_put(b->pc, b->keys[k], strlen(b->keys[k]), b->pool[p], b->size);
+}
+
+static int sys_get(struct bench *b, size_t k, uint8_t *dst, size_t *out)
+{
+    if (b->kv)
+        return kvmesh_get_into(b->kv, &b->scope, b->keys[k], strlen(b->keys[k]), dst, b->size, out);
+    return peer_get(b->pc, b->keys[k], strlen(b->keys[k]), dst, b->size, out);
+}
+
+/* Batch of n keys starting at k0 (wrapping). Returns the number of failed items. */
+static size_t sys_batch(struct bench *b, bool put, size_t k0, size_t n, size_t *bad)
+{
+    kvmesh_batch_item_t ki[BENCH_BATCH_MAX];
+    peer_item_t pi[BENCH_BATCH_MAX];
+    size_t failed = 0;
+    for (size_t j = 0; j < n; j++) {
+        size_t k = (k0 + j) % b->nkeys;
+        if (put)
+            stamp(b, k, j);
+        void *buf = put ? b->pool[j] : b->dst[j];
+        if (b->kv)
+            ki[j] = (kvmesh_batch_item_t){
+                .key = b->keys[k], .key_len = strlen(b->keys[k]), .buf = buf, .len = b->size};
+        else
+            pi[j] = (peer_item_t){
+                .key = b->keys[k], .key_len = strlen(b->keys[k]), .buf = buf, .len = b->size};
+    }
+    if (b->kv) {
+        if (put)
+            kvmesh_batch_put(b->kv, &b->scope, ki, n, NULL);
+        else
+            kvmesh_batch_get(b->kv, &b->scope, ki, n);
+    } else {
+        if (put)
+            peer_batch_put(b->pc, pi, n);
+        else
+            peer_batch_get(b->pc, pi, n);
+    }
+    for (size_t j = 0; j < n; j++) {
+        int rc = b->kv ? ki[j].rc : pi[j].rc;
+        size_t ol = b->kv ? ki[j].out_len : pi[j].out_len;
+        if (rc != 0) {
+            failed++;
+            continue;
+        }
+        if (!put && b->verify && !check(b, (k0 + j) % b->nkeys, b->dst[j], ol))
+            (*bad)++;
+    }
+    return failed;
+}
+
+static void report_failure(struct bench *b, const char *what)
+{
+    if (b->kv)
+        fprintf(stderr, "\nkvmesh bench: %s %s: %s\n", sys_names[b->sys], what,
+                kvmesh_last_error());
+    else
+        fprintf(stderr, "\nkvmesh bench: %s %s: %s\n", sys_names[b->sys], what, peer_error(b->pc));
+}
+
+/* Writes every key once (unmeasured) so gets find them. */
+static int populate(struct bench *b)
+{
+    size_t bad = 0;
+    for (size_t k = 0; k < b->nkeys; k += b->batch) {
+        size_t n = b->nkeys - k < b->batch ? b->nkeys - k : b->batch;
+        if (sys_batch(b, true, k, n, &bad) != 0) {
+            report_failure(b, "populate");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void run_row(struct bench *b, size_t si, enum bench_op op)
+{
+    struct row *r = &b->rows[b->sys][si][op];
+    cli_lat_t lat;
+    cli_lat_init(&lat);
+    uint64_t budget = b->row_ms * 1000000ull;
+    uint64_t max_ops = b->quick ? 2 * b->nkeys : BENCH_MAX_OPS;
+    uint64_t min_ops = b->quick ? b->nkeys : 4;
+    bool batch = op == OP_BPUT || op == OP_BGET;
+    bool put = op == OP_PUT || op == OP_BPUT;
+    uint64_t t0 = cli_now_ns(), ops = 0, calls = 0, bytes = 0;
+    size_t bad = 0, failed = 0, k = 0;
+    bool reported = false;
+    while (ops < max_ops && bytes < BENCH_MAX_ROW_BYTES) {
+        uint64_t now = cli_now_ns();
+        if (now - t0 >= budget && ops >= min_ops)
+            break;
+        uint64_t s = now;
+        size_t n = batch ? b->batch : 1;
+        size_t f = 0;
+        if (batch) {
+            f = sys_batch(b, put, k, n, &bad);
+        } else if (put) {
+            f = sys_put(b, k, ops % b->npool) != 0;
+        } else {
+            size_t got = 0;
+            f = sys_get(b, k, b->dst[0], &got) != 0;
+            if (!f && b->verify && !check(b, k, b->dst[0], got))
+                bad++;
+        }
+        uint64_t e = cli_now_ns();
+        cli_lat_add(&lat, e - s);
+        if (f && !reported) {
+            report_failure(b, op_names[op]);
+            reported = true;
+        }
+        failed += f;
+        ops += n;
+        bytes += (n - f) * b->size;
+        calls++;
+        k = (k + n) % b->nkeys;
+        cli_progress(&b->prog, false, "[bench] %-10s %6" PRIu64 " KiB %-9s %8" PRIu64 " ops",
+                     sys_names[b->sys], b->size >> 10, op_names[op], ops);
+    }
+    r->secs = (double)(cli_now_ns() - t0) / 1e9;
+    r->ops = ops;
+    r->calls = calls;
+    r->bytes = bytes;
+    r->bad = bad;
+    r->failed = failed;
+    r->p50 = cli_lat_pct(&lat, 50);
+    r->p99 = cli_lat_pct(&lat, 99);
+    r->done = true;
+    cli_lat_free(&lat);
+    if (bad)
+        fprintf(stderr, "\nkvmesh bench: %s %" PRIu64 " KiB %s: %zu values read back WRONG\n",
+                sys_names[b->sys], b->size >> 10, op_names[op], bad);
+    b->total_bad += bad;
+    b->total_failed += failed;
+}
+
+static int run_system_size(struct bench *b, size_t si)
+{
+    if (data_init(b, b->sizes[si]) != 0) {
+        fprintf(stderr, "kvmesh bench: out of memory for %" PRIu64 "-byte values\n", b->sizes[si]);
+        data_free(b);
+        return -1;
+    }
+    if (b->kv) {
+        for (size_t i = 0; i < b->npool; i++)
+            kvmesh_register_buffer(b->kv, b->pool[i], b->size);
+        for (size_t i = 0; i < b->batch; i++)
+            kvmesh_register_buffer(b->kv, b->dst[i], b->size);
+    }
+    int rc = populate(b);
+    for (int op = 0; rc == 0 && op < OP__N; op++)
+        run_row(b, si, (enum bench_op)op);
+    /* Free the space for the next size. */
+    if (b->kv) {
+        for (size_t k = 0; k < b->nkeys; k++)
+            kvmesh_remove(b->kv, &b->scope, b->keys[k], strlen(b->keys[k]));
+        for (size_t i = 0; i < b->npool; i++)
+            kvmesh_unregister_buffer(b->kv, b->pool[i]);
+        for (size_t i = 0; i < b->batch; i++)
+            kvmesh_unregister_buffer(b->kv, b->dst[i]);
+    } else {
+        peer_flush(b->pc);
+    }
+    data_free(b);
+    return rc;
+}
+
+static void measure_memcpy(struct bench *b, size_t si)
+{
+    uint64_t size = b->sizes[si];
+    uint8_t *s = malloc(size), *d = malloc(size);
+    if (!s || !d) {
+        free(s);
+        free(d);
+        return;
+    }
+    memset(s, 1, size);
+    memset(d, 0, size);
+    memcpy(d, s, size); /* warm: both buffers faulted in and cached as far as they fit */
+    uint64_t budget = (b->quick ? 5 : 200) * 1000000ull, t0 = cli_now_ns(), bytes = 0;
+    do {
+        memcpy(d, s, size);
+        __asm__ __volatile__("" : : "r"(d) : "memory");
+        bytes += size;
+    } while (cli_now_ns() - t0 < budget);
+    b->memcpy_gbs[si] = (double)bytes / ((double)(cli_now_ns() - t0));
+    free(s);
+    free(d);
+}
+
+/* ---- the kvmesh cluster -----------------------------------------------------------------------
+ */
+
+static int open_pair(const char *transport, kvmesh_t **server, kvmesh_t **client,
+                     const struct cli_sets *sets)
+{
+    char url[96];
+    snprintf(url, sizeof(url), "memory://kvmesh-bench-%ld-%s", (long)getpid(), transport);
+    kvmesh_config_t *cfg = kvmesh_config_new();
+    int rc = -1;
+    if (!cfg)
+        return -1;
+    /* The storage runtime: room for the working set, its overwrites in flight, and 16 MiB
+     * values; reclaimed bytes reusable after a short grace. */
+    if (kvmesh_config_set(cfg, "metadata_url", url) ||
+        kvmesh_config_set(cfg, "deployment", "bench") ||
+        kvmesh_config_set(cfg, "transport", transport) ||
+        kvmesh_config_set(cfg, "memory_size", "1GiB") ||
+        kvmesh_config_set(cfg, "segment_size", "256MiB") ||
+        kvmesh_config_set(cfg, "max_object_size", "64MiB") ||
+        kvmesh_config_set(cfg, "reclaim_grace_ms", "100") ||
+        kvmesh_config_set(cfg, "request_timeout_ms", "30000")) {
+        fprintf(stderr, "kvmesh bench: %s\n", kvmesh_last_error());
+        goto out;
+    }
+    for (size_t i = 0; i < sets->n; i++)
+        if (cli_apply_set(cfg, sets->items[i], "bench") != 0)
+            goto out;
+    int e = cli_open_runtime(server, cfg, "bench");
+    if (e) {
+        cli_report("bench", "opening the storage runtime", e);
+        goto out;
+    }
+    kvmesh_config_set(cfg, "memory_size", "0"); /* client-only: every replica is remote */
+    e = kvmesh_open(client, cfg);
+    if (e) {
+        cli_report("bench", "opening the client runtime", e);
+        kvmesh_close(*server);
+        *server = NULL;
+        goto out;
+    }
+    rc = 0;
+out:
+    kvmesh_config_free(cfg);
+    return rc;
+}
+
+/* ---- output ------------------------------------------------------------------------------------
+ */
+
+static double gbs(const struct row *r)
+{
+    return r->done && r->secs > 0 ? (double)r->bytes / r->secs / 1e9 : 0;
+}
+
+static double opss(const struct row *r)
+{
+    return r->done && r->secs > 0 ? (double)(r->ops - r->failed) / r->secs : 0;
+}
+
+static void fmt_ratio(char *buf, size_t cap, double a, double b)
+{
+    if (a > 0 && b > 0)
+        snprintf(buf, cap, "%.2fx", a / b);
+    else
+        snprintf(buf, cap, "-");
+}
+
+static void fmt_sys(char *buf, size_t cap, const struct row *r)
+{
+    if (!r->done)
+        snprintf(buf, cap, "-");
+    else
+        snprintf(buf, cap, "%.2f GB/s %.0f op/s %.0f/%.0f us", gbs(r), opss(r), r->p50 / 1e3,
+                 r->p99 / 1e3);
+}
+
+static void print_table(struct bench *b, bool with_peers, const bool *systems)
+{
+    const char *sep = b->markdown ? " | " : "  ";
+    if (b->markdown)
+        printf("| transport | size | op | kvmesh GB/s | kvmesh ops/s | kvmesh p50/p99 us | redis "
+               "| memcached | kvmesh/redis | kvmesh/memcached | kvmesh/memcpy |\n"
+               "| --- | --- | --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
+    else
+        printf("%-9s %7s %-9s %10s %10s %15s  %-34s  %-34s %8s %8s %8s\n", "transport", "size",
+               "op", "GB/s", "ops/s", "p50/p99 us", "redis", "memcached", "x redis", "x memc",
+               "x memcpy");
+    for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
+        if (!systems[s])
+            continue;
+        for (size_t si = 0; si < b->nsizes; si++) {
+            for (int op = 0; op < OP__N; op++) {
+                const struct row *k = &b->rows[s][si][op];
+                const struct row *rr = &b->rows[SYS_REDIS][si][op];
+                const struct row *mr = &b->rows[SYS_MEMCACHED][si][op];
+                char sz[32], rs[64], ms[64], x1[16], x2[16], x3[16], lat[32];
+                kvm_config_format_size(b->sizes[si], sz, sizeof(sz));
+                fmt_sys(rs, sizeof(rs), rr);
+                fmt_sys(ms, sizeof(ms), mr);
+                fmt_ratio(x1, sizeof(x1), gbs(k), with_peers ? gbs(rr) : 0);
+                fmt_ratio(x2, sizeof(x2), gbs(k), with_peers ? gbs(mr) : 0);
+                fmt_ratio(x3, sizeof(x3), gbs(k), b->memcpy_gbs[si]);
+                snprintf(lat, sizeof(lat), "%.0f/%.0f", k->p50 / 1e3, k->p99 / 1e3);
+                const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
+                if (b->markdown)
+                    printf("| %s | %s | %s | %.2f | %.0f | %s | %s | %s | %s | %s | %s |\n", tr, sz,
+                           op_names[op], gbs(k), opss(k), lat, rs, ms, x1, x2, x3);
+                else
+                    printf("%-9s %7s %-9s %10.2f %10.0f %15s%s%-34s%s%-34s %8s %8s %8s\n", tr, sz,
+                           op_names[op], gbs(k), opss(k), lat, sep, rs, sep, ms, x1, x2, x3);
+            }
+        }
+    }
+    printf("%smemcpy (one thread, same sizes):", b->markdown ? "\n" : "");
+    for (size_t si = 0; si < b->nsizes; si++) {
+        char sz[32];
+        kvm_config_format_size(b->sizes[si], sz, sizeof(sz));
+        printf(" %s %.2f GB/s%s", sz, b->memcpy_gbs[si], si + 1 < b->nsizes ? "," : "\n");
+    }
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    struct bench *b = calloc(1, sizeof(*b));
+    if (!b)
+        return CLI_EXIT_FAIL;
+    const char *transports = "shm,tcp", *sizes = "4KiB,256KiB,1MiB,16MiB";
+    bool no_peers = false, help = false;
+    struct cli_sets sets = {0};
+    b->row_ms = 500;
+    const cli_opt_t opts[] = {
+        {"quick", NULL, CLI_FLAG, &b->quick,
+         "smoke run: 8 keys per size, a few operations per row (for ctest; use with --verify)"},
+        {"verify", NULL, CLI_FLAG, &b->verify,
+         "check every byte read (header with key and generation + payload) for every system"},
+        {"transports", "LIST", CLI_CSV, &transports, "kvmesh transports to run (default shm,tcp)"},
+        {"sizes", "LIST", CLI_CSV, &sizes, "value sizes (default 4KiB,256KiB,1MiB,16MiB)"},
+        {"row-ms", "MS", CLI_U64, &b->row_ms, "time budget per table row (default 500)"},
+        {"no-peers", NULL, CLI_FLAG, &no_peers, "do not start redis-server and memcached"},
+        {"markdown", NULL, CLI_FLAG, &b->markdown, "print the table as Markdown"},
+        {"set", "FIELD=VALUE", CLI_SET, &sets,
+         "set a configuration field of both kvmesh runtimes (e.g. io_threads=4)"},
+        {"help", NULL, CLI_FLAG, &help, "show this help"},
+    };
+    const size_t nopts = sizeof(opts) / sizeof(opts[0]);
+    const char *pos[1];
+    size_t npos;
+    int rc = cli_parse("bench", opts, nopts, argc, argv, pos, 0, &npos);
+    if (rc)
+        goto out;
+    if (help) {
+        cli_usage(stdout, "bench", "[options]",
+                  "Measures put, get, batch put and batch get on a 2-runtime loopback cluster in "
+                  "this process\n(a storage runtime and a client-only runtime, so replicas are "
+                  "remote to the client),\nover shm and tcp, and the same workload against a "
+                  "redis-server (hiredis, pipelined\nbatches) and a memcached (text protocol, "
+                  "pipelined sets, get_multi) that it starts on\nfree loopback ports and stops "
+                  "at the end. Prints GB/s, ops/s, p50/p99 latency (per\noperation; per call for "
+                  "batches) and the ratios kvmesh/redis, kvmesh/memcached and\nkvmesh/memcpy per "
+                  "row. Exit status 1 when any operation failed or --verify found a\nwrong byte.",
+                  opts, nopts);
+        goto out;
+    }
+    bool systems[SYS__N] = {false};
+    systems[SYS_REDIS] = systems[SYS_MEMCACHED] = !no_peers;
+    {
+        char tmp[128];
+        snprintf(tmp, sizeof(tmp), "%s", transports);
+        for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            if (strcmp(t, "shm") == 0)
+                systems[SYS_KVMESH_SHM] = true;
+            else if (strcmp(t, "tcp") == 0)
+                systems[SYS_KVMESH_TCP] = true;
+            else {
+                fprintf(stderr, "kvmesh bench: --transports: \"%s\" is not shm or tcp\n", t);
+                rc = CLI_EXIT_USAGE;
+                goto out;
+            }
+        }
+        snprintf(tmp, sizeof(tmp), "%s", sizes);
+        for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            uint64_t v;
+            if (b->nsizes >= BENCH_MAX_SIZES) {
+                fprintf(stderr, "kvmesh bench: at most %d sizes\n", BENCH_MAX_SIZES);
+                rc = CLI_EXIT_USAGE;
+                goto out;
+            }
+            if (kvm_config_parse_size("--sizes", t, &v) != 0 || v < 4096 || v > (64ull << 20)) {
+                fprintf(stderr, "kvmesh bench: --sizes: \"%s\" must be a size in 4KiB..64MiB\n", t);
+                rc = CLI_EXIT_USAGE;
+                goto out;
+            }
+            b->sizes[b->nsizes++] = v;
+        }
+    }
+    if (b->quick && b->row_ms == 500)
+        b->row_ms = 20;
+    cli_progress_init(&b->prog, stderr, 2000);
+    printf("kvmesh bench: %zu sizes, %s%s, row budget %" PRIu64 " ms%s\n", b->nsizes, transports,
+           no_peers ? "" : ", vs redis-server and memcached", b->row_ms,
+           b->verify ? ", verifying every byte read" : "");
+    fflush(stdout);
+    for (size_t si = 0; si < b->nsizes; si++)
+        measure_memcpy(b, si);
+
+    /* Peers. */
+    for (int s = SYS_REDIS; s <= SYS_MEMCACHED; s++) {
+        if (!systems[s])
+            continue;
+        peer_proc_t *pp = NULL;
+        char err[256];
+        b->sys = (enum bench_sys)s;
+        b->kv = NULL;
+        if (peer_start(s == SYS_REDIS ? PEER_REDIS : PEER_MEMCACHED, &pp, err, sizeof(err)) ||
+            peer_connect(pp, &b->pc, err, sizeof(err))) {
+            fprintf(stderr, "kvmesh bench: %s: %s (use --no-peers to run without peers)\n",
+                    sys_names[s], err);
+            peer_stop(pp);
+            rc = CLI_EXIT_FAIL;
+            goto out;
+        }
+        for (size_t si = 0; si < b->nsizes; si++)
+            if (run_system_size(b, si) != 0)
+                b->total_failed++;
+        peer_close(b->pc);
+        b->pc = NULL;
+        peer_stop(pp);
+    }
+    /* kvmesh over each transport. */
+    for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
+        if (!systems[s])
+            continue;
+        kvmesh_t *server = NULL, *client = NULL;
+        if (open_pair(s == SYS_KVMESH_SHM ? "shm" : "tcp", &server, &client, &sets) != 0) {
+            rc = CLI_EXIT_FAIL;
+            goto out;
+        }
+        b->sys = (enum bench_sys)s;
+        b->kv = client;
+        b->scope.tenant = "bench";
+        b->scope.domain = NULL;
+        for (size_t si = 0; si < b->nsizes; si++)
+            if (run_system_size(b, si) != 0)
+                b->total_failed++;
+        b->kv = NULL;
+        kvmesh_close(client);
+        kvmesh_close(server);
+    }
+    cli_progress_done(&b->prog);
+    print_table(b, !no_peers, systems);
+    printf("latency is per operation for put/get and per call for batches; batch sizes:");
+    for (size_t si = 0; si < b->nsizes; si++)
+        printf(" %zu", batch_for(b, b->sizes[si]));
+    printf(" items\n");
+    printf("integrity: %s; failed operations: %" PRIu64 ", wrong values: %" PRIu64 "\n",
+           b->verify ? "every byte read verified" : "not verified (use --verify)", b->total_failed,
+           b->total_bad);
+    rc = (b->total_bad || b->total_failed) ? CLI_EXIT_FAIL : 0;
+out:
+    free(b);
+    return rc;
+}

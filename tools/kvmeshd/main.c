@@ -1,0 +1,369 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * main.c — kvmeshd: one kvmesh runtime as a daemon.
+ *
+ * Configuration: defaults, then the YAML file (--config FILE), then the command-line overrides
+ * in the order given (--set FIELD=VALUE, or --FIELD VALUE for every field of the table; dashes
+ * and underscores are interchangeable). Cross-field checks run before anything starts. Logs go
+ * to stderr, one line per event, with a UTC timestamp.
+ *
+ * Signals (handled synchronously by sigtimedwait in the main thread; every thread blocks them):
+ *
+ *   running --SIGTERM/SIGINT--> draining --drain done--> exit 0 (exit 1 if the drain failed)
+ *   draining --SIGINT--> exit 130 immediately (no further drain; the lease expires)
+ *   draining --SIGTERM--> logged, ignored (the drain is already bounded by drain_timeout_ms)
+ *
+ * The drain runs on its own thread (kvmesh_drain) so the main thread keeps answering signals.
+ *
+ * Admin HTTP (/healthz, /metrics, /stats, ...): served by the runtime itself on admin_listen
+ * (kvmesh_open starts the obs module's server); /healthz turns not-ready while draining.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/config_table.h"
+#include "api/yaml_config.h"
+#include "kvmesh.h"
+
+#define D_EXIT_OK       0
+#define D_EXIT_FAIL     1
+#define D_EXIT_USAGE    2
+#define D_EXIT_SIGINT   130
+#define D_MAX_OVERRIDES 128
+
+static void dlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void dlog(const char *fmt, ...)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    gmtime_r(&tv.tv_sec, &tm);
+    char ts[32];
+    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s.%03ldZ kvmeshd[%ld]: %s\n", ts, (long)(tv.tv_usec / 1000), (long)getpid(),
+            msg);
+    fflush(stderr);
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvmeshd [--config FILE] [--set FIELD=VALUE]... [--FIELD VALUE]... [options]\n"
+            "\n"
+            "kvmeshd %s runs one kvmesh runtime as a daemon: it joins the deployment named by\n"
+            "metadata_url and deployment, contributes memory_size bytes of memory, serves peers\n"
+            "on listen, and (when admin_listen is set) HTTP /healthz, /metrics and a status\n"
+            "page. Logs go to stderr.\n"
+            "\n"
+            "Configuration is applied in this order: built-in defaults, the YAML file given with\n"
+            "--config (a strict subset: `field: value` lines; an error names the line and the\n"
+            "field), then the command-line overrides in the order given. See\n"
+            "docs/configuration.md and examples/kvmeshd.yaml.\n"
+            "\n"
+            "options:\n"
+            "  --config FILE          read configuration fields from a YAML file\n"
+            "  --set FIELD=VALUE      set a configuration field (repeatable)\n"
+            "  --FIELD VALUE          the same for each field below (--memory-size 1GiB)\n"
+            "  --check-config         validate the configuration, print it as YAML, and exit\n"
+            "  --ready-file PATH      write \"ID EPOCH\\n\" to PATH once the runtime has joined\n"
+            "  --help, -h             show this help\n"
+            "  --version              print the version\n"
+            "\n"
+            "signals:\n"
+            "  SIGTERM                graceful drain (replicas move to other runtimes, bounded\n"
+            "                         by drain_timeout_ms), then exit 0 (1 if the drain failed)\n"
+            "  SIGINT                 the same; a second SIGINT exits immediately (status 130)\n"
+            "\n"
+            "configuration fields (flag, default, allowed values):\n",
+            kvmesh_version());
+    size_t n;
+    const kvm_cfg_field_t *t = kvm_config_table(&n);
+    for (size_t i = 0; i < n; i++) {
+        char flag[64], allowed[320];
+        snprintf(flag, sizeof(flag), "--%s", t[i].name);
+        for (char *p = flag + 2; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        kvm_config_allowed(&t[i], allowed, sizeof(allowed));
+        fprintf(out, "  %-24s default \"%s\"; %s\n  %-24s %s\n", flag, t[i].default_value, allowed,
+                "", t[i].help);
+    }
+    fprintf(out, "\nexit status: 0 after a clean drain, 1 on failure, 2 on a bad command line or "
+                 "configuration,\n130 after a second SIGINT.\n");
+}
+
+/* ---- command line ------------------------------------------------------------------------------
+ */
+
+struct override {
+    char field[64];
+    const char *value;
+    const char *origin; /* the flag as written, for messages */
+};
+
+struct dopts {
+    const char *config;
+    const char *ready_file;
+    bool check;
+    size_t n;
+    struct override ov[D_MAX_OVERRIDES];
+};
+
+static int add_override(struct dopts *o, const char *field, size_t flen, const char *value,
+                        const char *origin)
+{
+    if (o->n >= D_MAX_OVERRIDES) {
+        fprintf(stderr, "kvmeshd: at most %d configuration overrides\n", D_MAX_OVERRIDES);
+        return -1;
+    }
+    struct override *v = &o->ov[o->n];
+    if (flen >= sizeof(v->field)) {
+        fprintf(stderr, "kvmeshd: %s: unknown configuration field; see kvmeshd --help\n", origin);
+        return -1;
+    }
+    memcpy(v->field, field, flen);
+    v->field[flen] = '\0';
+    for (char *p = v->field; *p; p++)
+        if (*p == '-')
+            *p = '_';
+    v->value = value;
+    v->origin = origin;
+    o->n++;
+    return 0;
+}
+
+/* Returns -1 to continue, or an exit status. */
+static int parse_args(int argc, char **argv, struct dopts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return D_EXIT_OK;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("kvmeshd %s\n", kvmesh_version());
+            return D_EXIT_OK;
+        }
+        if (strcmp(a, "--check-config") == 0) {
+            o->check = true;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "kvmeshd: unexpected argument \"%s\"; see kvmeshd --help\n", a);
+            return D_EXIT_USAGE;
+        }
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t nl = eq ? (size_t)(eq - name) : strlen(name);
+        const char *val = eq ? eq + 1 : NULL;
+        bool is_config = nl == 6 && strncmp(name, "config", 6) == 0;
+        bool is_set = nl == 3 && strncmp(name, "set", 3) == 0;
+        bool is_ready = nl == 10 && strncmp(name, "ready-file", 10) == 0;
+        char field[64];
+        bool is_field = false;
+        if (!is_config && !is_set && !is_ready && nl < sizeof(field)) {
+            memcpy(field, name, nl);
+            field[nl] = '\0';
+            for (char *p = field; *p; p++)
+                if (*p == '-')
+                    *p = '_';
+            is_field = kvm_config_lookup(field) != NULL;
+        }
+        if (!is_config && !is_set && !is_ready && !is_field) {
+            fprintf(stderr,
+                    "kvmeshd: unknown option \"--%.*s\"; see kvmeshd --help for the "
+                    "options and configuration fields\n",
+                    (int)nl, name);
+            return D_EXIT_USAGE;
+        }
+        if (!val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "kvmeshd: option --%.*s needs a value\n", (int)nl, name);
+                return D_EXIT_USAGE;
+            }
+            val = argv[++i];
+        }
+        if (is_config) {
+            o->config = val;
+        } else if (is_ready) {
+            o->ready_file = val;
+        } else if (is_set) {
+            const char *e = strchr(val, '=');
+            if (!e) {
+                fprintf(stderr, "kvmeshd: --set \"%s\" is not FIELD=VALUE\n", val);
+                return D_EXIT_USAGE;
+            }
+            if (add_override(o, val, (size_t)(e - val), e + 1, a) != 0)
+                return D_EXIT_USAGE;
+        } else if (add_override(o, field, strlen(field), val, a) != 0) {
+            return D_EXIT_USAGE;
+        }
+    }
+    return -1;
+}
+
+/* ---- drain thread ------------------------------------------------------------------------------
+ */
+
+struct drain_ctx {
+    kvmesh_t *kv;
+    atomic_int done; /* 0 running, 1 finished */
+    int rc;
+    char err[512];
+};
+
+static void *drain_main(void *arg)
+{
+    struct drain_ctx *d = arg;
+    d->rc = kvmesh_drain(d->kv, 0);
+    if (d->rc)
+        snprintf(d->err, sizeof(d->err), "%s", kvmesh_last_error());
+    atomic_store(&d->done, 1);
+    return NULL;
+}
+
+static int write_ready_file(const char *path, const char *id, uint64_t epoch)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "%s %" PRIu64 "\n", id, epoch);
+    if (fclose(f) != 0)
+        return -1;
+    return rename(tmp, path);
+}
+
+int main(int argc, char **argv)
+{
+    struct dopts *o = calloc(1, sizeof(*o));
+    kvmesh_config_t *cfg = kvmesh_config_new();
+    kvmesh_t *kv = NULL;
+    int rc = D_EXIT_FAIL;
+    if (!o || !cfg) {
+        fprintf(stderr, "kvmeshd: out of memory\n");
+        goto out;
+    }
+    rc = parse_args(argc, argv, o);
+    if (rc >= 0)
+        goto out;
+    rc = D_EXIT_USAGE;
+    if (o->config && kvm_config_load_file(cfg, o->config) != 0) {
+        fprintf(stderr, "kvmeshd: %s\n", kvmesh_last_error());
+        goto out;
+    }
+    for (size_t i = 0; i < o->n; i++) {
+        if (kvmesh_config_set(cfg, o->ov[i].field, o->ov[i].value) != 0) {
+            fprintf(stderr, "kvmeshd: %s: %s\n", o->ov[i].origin, kvmesh_last_error());
+            goto out;
+        }
+    }
+    if (kvm_config_validate(cfg) != 0) {
+        fprintf(stderr, "kvmeshd: %s\n", kvmesh_last_error());
+        goto out;
+    }
+    if (o->check) {
+        static char buf[1 << 16];
+        size_t len = kvm_config_dump_yaml(cfg, buf, sizeof(buf));
+        fwrite(buf, 1, len < sizeof(buf) ? len : sizeof(buf) - 1, stdout);
+        fprintf(stderr, "kvmeshd: configuration OK\n");
+        rc = D_EXIT_OK;
+        goto out;
+    }
+
+    /* Every thread the runtime starts inherits this mask: signals reach only sigtimedwait. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char mem[32];
+    kvm_config_format_size(cfg->memory_size, mem, sizeof(mem));
+    dlog("starting: deployment %s, metadata %s, memory %s, listen %s, transport %s",
+         cfg->deployment, cfg->metadata_url, mem, cfg->listen,
+         cfg->transport == KVM_TRANSPORT_TCP   ? "tcp"
+         : cfg->transport == KVM_TRANSPORT_SHM ? "shm"
+                                               : "auto");
+    int e = kvmesh_open(&kv, cfg);
+    if (e) {
+        const char *d = kvmesh_last_error();
+        dlog("cannot join deployment %s at %s: %s%s%s", cfg->deployment, cfg->metadata_url,
+             kvmesh_strerror(e), d[0] ? ": " : "", d);
+        rc = D_EXIT_FAIL;
+        goto out;
+    }
+    char id[KVMESH_ID_HEX_LEN + 1] = "";
+    uint64_t epoch = 0;
+    kvmesh_self(kv, id, &epoch);
+    dlog("ready: runtime %s epoch %" PRIu64 " joined deployment %s%s%s", id, epoch, cfg->deployment,
+         cfg->admin_listen[0] ? ", admin http on " : "", cfg->admin_listen);
+    if (o->ready_file && write_ready_file(o->ready_file, id, epoch) != 0)
+        dlog("warning: cannot write ready file %s: %s", o->ready_file, strerror(errno));
+
+    struct drain_ctx dc = {.kv = kv};
+    pthread_t drain_thread;
+    bool draining = false;
+    for (;;) {
+        struct timespec tick = {.tv_sec = 0, .tv_nsec = 100000000L};
+        siginfo_t si;
+        int sig = sigtimedwait(&set, &si, &tick);
+        if (draining && atomic_load(&dc.done)) {
+            pthread_join(drain_thread, NULL);
+            if (dc.rc == 0) {
+                dlog("drained: replicas moved, left the deployment; exiting");
+                rc = D_EXIT_OK;
+            } else {
+                dlog("drain failed: %s: %s; exiting", kvmesh_strerror(dc.rc), dc.err);
+                rc = D_EXIT_FAIL;
+            }
+            break;
+        }
+        if (sig < 0)
+            continue; /* timeout or EINTR */
+        if (sig == SIGHUP) {
+            dlog("SIGHUP ignored (configuration is read at start only)");
+            continue;
+        }
+        if (!draining) {
+            dlog("%s: draining (bounded by drain_timeout_ms %" PRIu32 ")%s",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->drain_timeout_ms,
+                 sig == SIGINT ? "; SIGINT again to exit immediately" : "");
+            if (pthread_create(&drain_thread, NULL, drain_main, &dc) != 0) {
+                dlog("cannot start the drain thread; closing without a drain");
+                rc = D_EXIT_FAIL;
+                break;
+            }
+            draining = true;
+        } else if (sig == SIGINT) {
+            dlog("second SIGINT: exiting immediately without finishing the drain");
+            _exit(D_EXIT_SIGINT);
+        } else {
+            dlog("SIGTERM during drain ignored; SIGINT exits immediately");
+        }
+    }
+    kvmesh_close(kv);
+    kv = NULL;
+out:
+    kvmesh_config_free(cfg);
+    free(o);
+    return rc;
+}
