@@ -23,6 +23,7 @@
 #include "core/util.h"
 #include "meta/keyspace.h"
 #include "route/route_int.h"
+#include "route/route_metaonly.h"
 
 enum op_kind { OP_LOOKUP, OP_CAS, OP_OWNER };
 
@@ -562,6 +563,8 @@ static void op_start(route_svc_t *svc, route_op_t *op)
 
 int route_lookup(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb, void *arg)
 {
+    if (svc->mo)
+        return route_mo_lookup(svc->mo, ident, cb, arg);
     if (!ident || !ident->enc || !cb)
         return kvm_errf(KVMESH_EINVAL, "route_lookup: ident and cb are required");
     route_op_t *op = op_new(svc, OP_LOOKUP, arg);
@@ -582,6 +585,8 @@ int route_lookup(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb,
 int route_cas(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
               route_cas_cb cb, void *arg)
 {
+    if (svc->mo)
+        return route_mo_cas(svc->mo, expected, next, cb, arg);
     if (!expected || !next || !cb)
         return kvm_errf(KVMESH_EINVAL, "route_cas: expected, next and cb are required");
     route_op_t *op = op_new(svc, OP_CAS, arg);
@@ -611,6 +616,8 @@ int route_cas(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_r
 int route_owner_scan(route_svc_t *svc, const kvm_runtime_id_t *owner, const uint8_t *cursor,
                      size_t cursor_len, uint32_t limit, route_owner_cb cb, void *arg)
 {
+    if (svc->mo)
+        return route_mo_owner_scan(svc->mo, owner, cursor, cursor_len, limit, cb, arg);
     if (!owner || !cb || limit == 0 || limit > ROUTE_OWNER_PAGE_MAX)
         return kvm_errf(KVMESH_EINVAL, "route_owner_scan: owner, cb and limit 1..%d required",
                         ROUTE_OWNER_PAGE_MAX);

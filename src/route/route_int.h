@@ -176,6 +176,9 @@ enum route_bug {
 };
 
 struct route_svc {
+    /* MetadataOnly mode: every route.h entry point forwards to this implementation and the
+     * mesh state below stays unused. NULL in EmbeddedWrh mode. */
+    struct route_mo *mo;
     env_t *env;
     meta_t *meta;
     char deployment[80];

@@ -17,6 +17,7 @@
 #include "core/wrh.h"
 #include "meta/keyspace.h"
 #include "route/route_int.h"
+#include "route/route_metaonly.h"
 #include "route/route_test.h"
 
 uint64_t route_now(route_svc_t *svc)
@@ -263,6 +264,10 @@ void route_desired_set(route_svc_t *svc, uint32_t shard, route_msg_member_t *set
 void route_set_members(route_svc_t *svc, uint64_t generation, const route_member_t *members,
                        size_t n)
 {
+    if (svc->mo) {
+        route_mo_set_members(svc->mo, generation, members, n);
+        return;
+    }
     if (generation < svc->generation)
         return; /* an older snapshot delivered late */
     route_member_t *copy = NULL;
@@ -461,6 +466,24 @@ static void start_policy(void *arg)
     }
 }
 
+/* MetadataOnly mode: a thin service whose entry points forward to route_metaonly.c. */
+static int new_metaonly(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void *, int),
+                        void *arg)
+{
+    route_svc_t *svc = calloc(1, sizeof(*svc));
+    if (!svc)
+        return KVMESH_ENOMEM;
+    svc->policy = o->policy;
+    svc->env = o->env;
+    int rc = route_mo_new(&svc->mo, o, cb, arg);
+    if (rc != 0) {
+        free(svc);
+        return rc;
+    }
+    *out = svc;
+    return 0;
+}
+
 int route_svc_new(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void *, int), void *arg)
 {
     *out = NULL;
@@ -472,8 +495,7 @@ int route_svc_new(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void 
     if (p->mode != ROUTE_MODE_EMBEDDED_WRH && p->mode != ROUTE_MODE_METADATA_ONLY)
         return kvm_errf(KVMESH_EINVAL, "route policy: unknown mode %d", (int)p->mode);
     if (p->mode == ROUTE_MODE_METADATA_ONLY)
-        return kvm_errf(KVMESH_ENOTSUP, "route mode MetadataOnly is not built yet; use "
-                                        "EmbeddedWrh");
+        return new_metaonly(out, o, cb, arg);
     if (p->top_k < 1 || p->top_k > WRH_MAX_K || p->top_k > ROUTE_MSG_MAX_SET)
         return kvm_errf(KVMESH_EINVAL, "route policy: top_k %u outside 1..%d", p->top_k, WRH_MAX_K);
     if (p->n_shards < 1 || p->n_shards > KVM_MAX_LOGICAL_SHARDS)
@@ -528,6 +550,11 @@ void route_svc_free(route_svc_t *svc)
 {
     if (!svc)
         return;
+    if (svc->mo) {
+        route_mo_free(svc->mo);
+        free(svc);
+        return;
+    }
     svc->freeing = true;
     env_timer_cancel(svc->env, svc->tick_timer);
     route_client_cancel_all(svc);
@@ -553,6 +580,10 @@ void route_svc_free(route_svc_t *svc)
 
 void route_on_message(route_svc_t *svc, const env_msg_t *msg)
 {
+    if (svc->mo) {
+        route_mo_on_message(svc->mo, msg);
+        return;
+    }
     if (!svc->ready || msg->type <= ROUTE_MSG_BASE || msg->type > ROUTE_MSG_LIMIT)
         return;
     route_msg_t m;
@@ -581,6 +612,10 @@ void route_on_message(route_svc_t *svc, const env_msg_t *msg)
 
 void route_get_stats(const route_svc_t *svc, route_stats_t *out)
 {
+    if (svc->mo) {
+        route_mo_get_stats(svc->mo, out);
+        return;
+    }
     *out = svc->stats;
 }
 
