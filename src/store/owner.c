@@ -303,6 +303,19 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
         cb(arg, KVMESH_EUNAVAILABLE, msg, 0, 0, 0);
         return;
     }
+    uint64_t largest = 0;
+    for (uint32_t i = 0; i < rt->n_segs; i++)
+        if (rt->segs[i].seg && !rt->segs[i].retiring && rt->segs[i].seg->size > largest)
+            largest = rt->segs[i].seg->size;
+    if (len > largest) { /* eviction cannot help: no segment is that large */
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "owner %s has no segment large enough for %" PRIu64 " bytes (largest %" PRIu64 ")",
+                 rt->idhex, len, largest);
+        obs_count(allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
+        cb(arg, KVMESH_ENOSPC, msg, 0, 0, 0);
+        return;
+    }
     int rc = rt->waiters ? KVMESH_ENOSPC : try_reserve(rt, id, len, ttl_ms, &seg, &off, &token);
     if (rc == 0) {
         cb(arg, 0, "", seg, off, token);
