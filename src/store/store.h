@@ -316,6 +316,12 @@ void kvm_op_complete(kvm_op_t *op, int rc);
 /* [loop] RPC peer of a member (created on first use). */
 rpc_peer *kvm_rt_peer(kvm_rt_t *rt, const struct kvm_member *m);
 
+/* Decodes a member record (key + JSON value) without interning its addresses (they go to rpc
+ * and data). Pure; KVMESH_EPROTO with a message for anything malformed (fuzzed). */
+int kvm_member_record_decode(const char *key, const uint8_t *value, size_t len,
+                             struct kvm_member *m, char *rpc, size_t rpc_cap, char *data,
+                             size_t data_cap);
+
 /* ---- member.c [loop] ---------------------------------------------------------------------- */
 typedef void (*kvm_done_cb)(kvm_rt_t *rt, int rc, const char *err);
 void kvm_member_register(kvm_rt_t *rt, kvm_done_cb cb); /* lease + standby record + epoch */
