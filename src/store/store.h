@@ -278,7 +278,8 @@ typedef struct kvm_rt {
     atomic_int a_state;
     uint64_t start_ms;
     struct obs_http *admin;
-    kvm_op_t *state_op; /* the drain step waiting for its record write */
+    struct self_msg *self_msgs; /* [loop] env messages to self awaiting delivery */
+    kvm_op_t *state_op;         /* the drain step waiting for its record write */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;
