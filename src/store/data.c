@@ -380,6 +380,7 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
 int kvm_store_get(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs, size_t n)
 {
     int rc = 0;
+    char lookup_err[512] = "";
     for (int attempt = 0; attempt < 2; attempt++) {
         size_t todo = 0;
         for (size_t i = 0; i < n; i++)
@@ -402,6 +403,7 @@ int kvm_store_get(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs, 
                 continue;
             if (it->rc) {
                 o->rc = it->rc;
+                o->read_failed = false;
                 continue;
             }
             o->out_len = it->route.length;
@@ -441,14 +443,23 @@ int kvm_store_get(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs, 
         for (uint32_t round = 0; round < KVM_MAX_REPLICAS; round++)
             get_round(rt, look, outs, n, round, &bad_sum);
         for (size_t i = 0; i < n; i++)
-            if (outs[i].rc == KVMESH_EAGAIN)
+            if (outs[i].rc == KVMESH_EAGAIN) {
                 outs[i].rc = bad_sum ? KVMESH_ECHECKSUM : KVMESH_EUNAVAILABLE;
+                outs[i].read_failed = true;
+            }
+        if (look->err_set)
+            snprintf(lookup_err, sizeof(lookup_err), "%s", look->err);
         kvm_op_unref(look);
     }
-    int first = 0;
-    for (size_t i = 0; i < n && !first; i++)
+    size_t fi = n;
+    for (size_t i = 0; i < n && fi == n; i++)
         if (outs[i].rc && outs[i].rc != KVMESH_ENOENT && outs[i].rc != KVMESH_ETOOBIG)
-            first = outs[i].rc;
+            fi = i;
+    if (fi == n)
+        return 0;
+    int first = outs[fi].rc;
+    if (!outs[fi].read_failed)
+        return kvm_errf(first, "%s", lookup_err[0] ? lookup_err : kvmesh_strerror(first));
     if (first == KVMESH_ECHECKSUM)
         return kvm_errf(first, "every replica failed its checksum (reported to their owners)");
     if (first == KVMESH_EUNAVAILABLE)

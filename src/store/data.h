@@ -23,8 +23,9 @@ struct kvm_sg { /* a put's value: concatenation of iov */
 struct kvm_sgout {              /* a get's destination */
     const struct iovec *iov_in; /* caller's list (NULL: `one`) */
     int iovcnt_in;
-    uint64_t cap; /* total capacity */
-    bool alloc;   /* allocate alloc_buf of the object's size instead */
+    uint64_t cap;     /* total capacity */
+    bool alloc;       /* allocate alloc_buf of the object's size instead */
+    bool read_failed; /* rc comes from the replica reads (not from the route lookup) */
     void *alloc_buf;
     struct iovec one;
     struct iovec trim[KVMESH_IOV_MAX];

@@ -152,47 +152,55 @@ static char *record_json(kvm_rt_t *rt)
     return s;
 }
 
-static int record_parse(kvm_rt_t *rt, const meta_kv_t *kv, struct kvm_member *m)
+static int hex_u64(const char *s, uint64_t *out)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 16 || strspn(s, "0123456789abcdefABCDEF") != n)
+        return KVMESH_EPROTO;
+    *out = strtoull(s, NULL, 16);
+    return 0;
+}
+
+int kvm_member_record_decode(const char *key, const uint8_t *value, size_t len,
+                             struct kvm_member *m, char *rpc, size_t rpc_cap, char *data,
+                             size_t data_cap)
 {
     memset(m, 0, sizeof(*m));
     ks_parsed_t pk;
-    if (ks_parse(kv->key, &pk) != 0 || pk.family != KS_MEMBER ||
-        kvm_id128_parse(pk.parts[0].s, &m->rt.id) != 0)
-        return KVMESH_EPROTO;
+    if (ks_parse(key, &pk) != 0 || pk.family != KS_MEMBER ||
+        kvm_id128_parse(pk.parts[0].s, &m->rt.id) != 0 || kvm_id128_is_nil(&m->rt.id))
+        return kvm_errf(KVMESH_EPROTO, "member key '%.80s' does not name a runtime", key);
     kvm_id128_fmt(&m->rt.id, m->idhex);
     json_error_t jerr;
-    json_t *o = json_loadb((const char *)kv->value, kv->value_len, 0, &jerr);
+    json_t *o = json_loadb((const char *)value, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!o)
-        return KVMESH_EPROTO;
+        return kvm_errf(KVMESH_EPROTO, "member record of %s is not JSON: %s", m->idhex, jerr.text);
     json_int_t epoch = 0, cap = 0, used = 0, hb = 0;
-    const char *state = NULL, *rpc = NULL, *data = NULL;
+    const char *state = NULL, *rpc_s = NULL, *data_s = NULL;
     double weight = 0;
     json_t *segs = NULL;
-    int rc = KVMESH_EPROTO;
+    int rc = kvm_errf(KVMESH_EPROTO, "member record of %s is malformed", m->idhex);
     if (json_unpack(o, "{s:I,s:s,s:F,s:I,s:I,s:s,s:s,s:I,s:o}", "epoch", &epoch, "state", &state,
-                    "weight", &weight, "cap", &cap, "used", &used, "rpc", &rpc, "data", &data, "hb",
-                    &hb, "segs", &segs) != 0 ||
-        epoch < 1 || state_parse(state, &m->state) != 0 || !json_is_array(segs) ||
-        json_array_size(segs) > STORE_MAX_SEGS)
+                    "weight", &weight, "cap", &cap, "used", &used, "rpc", &rpc_s, "data", &data_s,
+                    "hb", &hb, "segs", &segs) != 0 ||
+        epoch < 1 || cap < 0 || used < 0 || hb < 0 || !(weight > 0 && weight < 1e12) ||
+        state_parse(state, &m->state) != 0 || !json_is_array(segs) ||
+        json_array_size(segs) > STORE_MAX_SEGS || strlen(rpc_s) >= rpc_cap ||
+        strlen(data_s) >= data_cap)
         goto out;
     m->rt.epoch = (uint64_t)epoch;
     m->weight = weight;
     m->capacity = (uint64_t)cap;
     m->used = (uint64_t)used;
     m->heartbeat = (uint64_t)hb;
-    m->rpc_addr = kvm_rt_intern(rt, rpc);
-    m->data_addr = kvm_rt_intern(rt, data);
-    if (!m->rpc_addr || !m->data_addr) {
-        rc = KVMESH_ENOMEM;
-        goto out;
-    }
+    snprintf(rpc, rpc_cap, "%s", rpc_s);
+    snprintf(data, data_cap, "%s", data_s);
     for (size_t i = 0; i < json_array_size(segs); i++) {
         const char *id = NULL, *tok = NULL;
         json_int_t size = 0;
-        if (json_unpack(json_array_get(segs, i), "[s,I,s]", &id, &size, &tok) != 0)
+        if (json_unpack(json_array_get(segs, i), "[s,I,s]", &id, &size, &tok) != 0 || size <= 0 ||
+            hex_u64(id, &m->segs[i].id) != 0 || hex_u64(tok, &m->segs[i].read_token) != 0)
             goto out;
-        m->segs[i].id = strtoull(id, NULL, 16);
-        m->segs[i].read_token = strtoull(tok, NULL, 16);
         m->segs[i].size = (uint64_t)size;
     }
     m->n_segs = (uint32_t)json_array_size(segs);
@@ -200,6 +208,18 @@ static int record_parse(kvm_rt_t *rt, const meta_kv_t *kv, struct kvm_member *m)
 out:
     json_decref(o);
     return rc;
+}
+
+static int record_parse(kvm_rt_t *rt, const meta_kv_t *kv, struct kvm_member *m)
+{
+    char rpc[STORE_ADDR_MAX], data[TP_ADDR_MAX];
+    int rc = kvm_member_record_decode(kv->key, kv->value, kv->value_len, m, rpc, sizeof(rpc), data,
+                                      sizeof(data));
+    if (rc)
+        return rc;
+    m->rpc_addr = kvm_rt_intern(rt, rpc);
+    m->data_addr = kvm_rt_intern(rt, data);
+    return m->rpc_addr && m->data_addr ? 0 : KVMESH_ENOMEM;
 }
 
 /* ---- register / publish / leave ---------------------------------------------------------------

@@ -292,6 +292,16 @@ static bool anything_evictable(kvm_rt_t *rt)
 
 static void evict_some(kvm_rt_t *rt, uint64_t need);
 
+/* Bytes eviction must free for a waiting reservation of len bytes: what replicas already in
+ * RECLAIM (freed when their grace window ends) will not give back. Objects are not evicted for
+ * space that is already on its way out; if fragmentation keeps the reservation waiting once the
+ * reclaim happened, the next housekeeping turn asks again with nothing pending. */
+static uint64_t evict_need(const kvm_rt_t *rt, uint64_t len)
+{
+    uint64_t pending = rt->stats.reclaim_bytes;
+    return len > pending ? len - pending : 0;
+}
+
 void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32_t ttl_ms,
                        kvm_reserve_cb cb, void *arg)
 {
@@ -301,6 +311,19 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
         snprintf(msg, sizeof(msg), "owner %s is %s and takes no new replicas", rt->idhex,
                  kvm_member_state_name(rt->state));
         cb(arg, KVMESH_EUNAVAILABLE, msg, 0, 0, 0);
+        return;
+    }
+    uint64_t largest = 0;
+    for (uint32_t i = 0; i < rt->n_segs; i++)
+        if (rt->segs[i].seg && !rt->segs[i].retiring && rt->segs[i].seg->size > largest)
+            largest = rt->segs[i].seg->size;
+    if (len > largest) { /* eviction cannot help: no segment is that large */
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "owner %s has no segment large enough for %" PRIu64 " bytes (largest %" PRIu64 ")",
+                 rt->idhex, len, largest);
+        obs_count(allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
+        cb(arg, KVMESH_ENOSPC, msg, 0, 0, 0);
         return;
     }
     int rc = rt->waiters ? KVMESH_ENOSPC : try_reserve(rt, id, len, ttl_ms, &seg, &off, &token);
@@ -322,7 +345,7 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
             *pp = w;
             rt->n_waiters++;
             rt->stats.reserve_waits++;
-            evict_some(rt, len);
+            evict_some(rt, evict_need(rt, len));
             return;
         }
         free(w);
@@ -344,7 +367,7 @@ static void waiters_run(kvm_rt_t *rt)
         uint64_t seg = 0, off = 0, token = 0;
         int rc = try_reserve(rt, &w->ident, w->len, w->ttl_ms, &seg, &off, &token);
         if (rc == KVMESH_ENOSPC && now < w->deadline_ns && anything_evictable(rt)) {
-            evict_some(rt, w->len);
+            evict_some(rt, evict_need(rt, w->len));
             return; /* keep FIFO order */
         }
         rt->waiters = w->next;

@@ -285,9 +285,61 @@ rpc_peer *kvm_rt_peer(kvm_rt_t *rt, const struct kvm_member *m)
     return p;
 }
 
+/* A message to this runtime itself: delivered on a later loop turn (never inside env_send, so
+ * a protocol never re-enters itself), without a connection (the handshake refuses self). */
+struct self_msg {
+    kvm_rt_t *rt;
+    struct self_msg *next, *prev; /* rt->self_msgs: freed at close if the loop dropped them */
+    uint32_t type;
+    size_t len;
+    uint8_t data[];
+};
+
+static void self_unlink(struct self_msg *sm)
+{
+    if (sm->prev)
+        sm->prev->next = sm->next;
+    else
+        sm->rt->self_msgs = sm->next;
+    if (sm->next)
+        sm->next->prev = sm->prev;
+}
+
+static void self_deliver(void *arg)
+{
+    struct self_msg *sm = arg;
+    self_unlink(sm);
+    if (!atomic_load(&sm->rt->closing)) {
+        env_msg_t msg = {.from = 0, .to = 0, .type = sm->type, .data = sm->data, .len = sm->len};
+        env_uv_deliver(sm->rt->env, &msg);
+    }
+    free(sm);
+}
+
 static int env_sender(void *ctx, env_node_t to, uint32_t type, const void *data, size_t len)
 {
     kvm_rt_t *rt = ctx;
+    if (to == env_self(rt->env)) {
+        struct self_msg *sm = malloc(sizeof(*sm) + len);
+        if (!sm)
+            return KVMESH_ENOMEM;
+        sm->rt = rt;
+        sm->type = type;
+        sm->len = len;
+        if (len)
+            memcpy(sm->data, data, len);
+        sm->prev = NULL;
+        sm->next = rt->self_msgs;
+        if (sm->next)
+            sm->next->prev = sm;
+        rt->self_msgs = sm;
+        int rc = env_defer(rt->env, self_deliver, sm);
+        if (rc) {
+            self_unlink(sm);
+            free(sm);
+        }
+        return rc;
+    }
     const struct kvm_member *m = kvm_member_by_node(rt, to);
     rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
     if (!p)
@@ -572,6 +624,11 @@ static void rt_free(kvm_rt_t *rt)
     rt->admin = NULL;
     if (rt->thread)
         env_uv_thread_stop(rt->thread);
+    while (rt->self_msgs) { /* deferred self-messages the stopped loop dropped */
+        struct self_msg *sm = rt->self_msgs;
+        rt->self_msgs = sm->next;
+        free(sm);
+    }
     for (size_t i = 0; i < rt->n_seg_cache; i++)
         tp_close_segment(rt->seg_cache[i].h);
     free(rt->seg_cache);

@@ -278,7 +278,8 @@ typedef struct kvm_rt {
     atomic_int a_state;
     uint64_t start_ms;
     struct obs_http *admin;
-    kvm_op_t *state_op; /* the drain step waiting for its record write */
+    struct self_msg *self_msgs; /* [loop] env messages to self awaiting delivery */
+    kvm_op_t *state_op;         /* the drain step waiting for its record write */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;
@@ -315,6 +316,12 @@ void kvm_op_item_done(kvm_op_t *op);
 void kvm_op_complete(kvm_op_t *op, int rc);
 /* [loop] RPC peer of a member (created on first use). */
 rpc_peer *kvm_rt_peer(kvm_rt_t *rt, const struct kvm_member *m);
+
+/* Decodes a member record (key + JSON value) without interning its addresses (they go to rpc
+ * and data). Pure; KVMESH_EPROTO with a message for anything malformed (fuzzed). */
+int kvm_member_record_decode(const char *key, const uint8_t *value, size_t len,
+                             struct kvm_member *m, char *rpc, size_t rpc_cap, char *data,
+                             size_t data_cap);
 
 /* ---- member.c [loop] ---------------------------------------------------------------------- */
 typedef void (*kvm_done_cb)(kvm_rt_t *rt, int rc, const char *err);

@@ -126,8 +126,48 @@ static void test_evict_3x(void **state)
         kvmesh_close(rt[i]);
 }
 
+/* A put that no owner can ever hold fails with KVMESH_ENOSPC and says why. */
+static void test_enospc(void **state)
+{
+    (void)state;
+    kvmesh_t *owner, *client;
+    kvmesh_config_t *c = kvmesh_config_new();
+    assert_int_equal(kvmesh_config_set(c, "metadata_url", "memory://evict-nospc"), 0);
+    assert_int_equal(kvmesh_config_set(c, "route_mode", "metadata_only"), 0);
+    assert_int_equal(kvmesh_config_set(c, "memory_size", "4194304"), 0);
+    assert_int_equal(kvmesh_config_set(c, "segment_size", "4194304"), 0);
+    assert_int_equal(kvmesh_config_set(c, "max_object_size", "4194304"), 0);
+    assert_int_equal(kvmesh_open(&owner, c), 0);
+    assert_int_equal(kvmesh_config_set(c, "memory_size", "0"), 0);
+    assert_int_equal(kvmesh_config_set(c, "segment_size", "8388608"), 0);
+    assert_int_equal(kvmesh_config_set(c, "max_object_size", "8388608"), 0);
+    assert_int_equal(kvmesh_open(&client, c), 0);
+    kvmesh_config_free(c);
+    for (int t = 0; t < 100; t++) {
+        size_t n = 0;
+        kvmesh_members(client, NULL, 0, &n);
+        if (n == 2)
+            break;
+        usleep(50000);
+    }
+    const kvmesh_scope_t sc = {"ev", NULL};
+    uint8_t *v = calloc(1, 6 << 20);
+    assert_int_equal(kvmesh_put(client, &sc, "small", 5, v, 3 << 20, NULL), 0);
+    assert_int_equal(kvmesh_put(client, &sc, "huge", 4, v, 6 << 20, NULL), KVMESH_ENOSPC);
+    print_message("%s\n", kvmesh_last_error());
+    assert_non_null(strstr(kvmesh_last_error(), "no segment large enough"));
+    /* the small object is untouched */
+    size_t n = 0;
+    assert_int_equal(kvmesh_get_into(client, &sc, "small", 5, v, 6 << 20, &n), 0);
+    assert_int_equal(n, 3 << 20);
+    free(v);
+    kvmesh_close(client);
+    kvmesh_close(owner);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_evict_3x)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_evict_3x),
+                                       cmocka_unit_test(test_enospc)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

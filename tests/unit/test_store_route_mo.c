@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* MetadataOnly route mode (src/route/route_metaonly.c, through route.h): policy check, lookup,
+ * CAS (absent/expected/conflict, monotone versions, tombstone transitions), owner scan pages.
+ * Runs on a real env loop thread with the memory:// metadata backend. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "env/env_uv.h"
+#include "kvmesh.h"
+#include "route/route.h"
+
+struct ctx {
+    env_uv_thread_t *th;
+    meta_t *meta;
+    route_svc_t *svc;
+    int rc;
+    bool done;
+    kvm_route_t route;
+    bool have;
+    size_t page_n;
+    bool complete;
+    char cursor[1100];
+    size_t cursor_len;
+    route_policy_t policy;
+};
+
+static struct ctx C;
+
+static void wait_done(void)
+{
+    for (int i = 0; i < 5000 && !__atomic_load_n(&C.done, __ATOMIC_ACQUIRE); i++)
+        usleep(1000);
+    assert_true(__atomic_load_n(&C.done, __ATOMIC_ACQUIRE));
+}
+
+static void set_done(int rc)
+{
+    C.rc = rc;
+    __atomic_store_n(&C.done, true, __ATOMIC_RELEASE);
+}
+
+static void opened(void *arg, int rc)
+{
+    (void)arg;
+    set_done(rc);
+}
+
+static void do_open(void *arg)
+{
+    (void)arg;
+    env_t *env = env_uv_thread_env(C.th);
+    if (!C.meta)
+        assert_int_equal(meta_open(&C.meta, env, "memory://route_mo", NULL), 0);
+    route_svc_opts_t o = {.env = env,
+                          .meta = C.meta,
+                          .deployment = "rmo",
+                          .self = {kvm_id128_from_u64(1, 2), 1},
+                          .policy = C.policy};
+    int rc = route_svc_new(&C.svc, &o, opened, NULL);
+    if (rc)
+        set_done(rc);
+}
+
+static void do_free(void *arg)
+{
+    (void)arg;
+    route_svc_free(C.svc);
+    C.svc = NULL;
+}
+
+static void do_close(void *arg)
+{
+    (void)arg;
+    meta_close(C.meta);
+    C.meta = NULL;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&C, 0, sizeof(C));
+    C.policy = (route_policy_t){ROUTE_MODE_METADATA_ONLY, 3, 64, ROUTE_PROTOCOL_VERSION};
+    assert_int_equal(env_uv_thread_start(&C.th, 0), 0);
+    assert_int_equal(env_uv_thread_call(C.th, do_open, NULL), 0);
+    wait_done();
+    assert_int_equal(C.rc, 0);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    env_uv_thread_call(C.th, do_free, NULL);
+    env_uv_thread_call(C.th, do_close, NULL);
+    env_uv_thread_stop(C.th);
+    kvm_route_free(&C.route);
+    return 0;
+}
+
+static void on_route(void *arg, int rc, const kvm_route_t *r)
+{
+    (void)arg;
+    kvm_route_free(&C.route);
+    C.have = r != NULL;
+    if (r)
+        kvm_route_copy(&C.route, r);
+    set_done(rc);
+}
+
+struct call {
+    int kind;
+    kvm_ident_t *id;
+    kvm_route_version_t expected;
+    kvm_route_t *next;
+    kvm_runtime_id_t owner;
+    uint32_t limit;
+};
+
+static void on_page(void *arg, int rc, const route_owner_page_t *p)
+{
+    (void)arg;
+    if (p) {
+        C.page_n = p->n;
+        C.complete = p->complete;
+        C.cursor_len = p->next_cursor_len;
+        memcpy(C.cursor, p->next_cursor, p->next_cursor_len);
+    }
+    set_done(rc);
+}
+
+static void do_call(void *arg)
+{
+    struct call *c = arg;
+    int rc;
+    if (c->kind == 0)
+        rc = route_lookup(C.svc, c->id, on_route, NULL);
+    else if (c->kind == 1)
+        rc = route_cas(C.svc, &c->expected, c->next, on_route, NULL);
+    else
+        rc = route_owner_scan(C.svc, &c->owner, (const uint8_t *)C.cursor, C.cursor_len, c->limit,
+                              on_page, NULL);
+    if (rc)
+        set_done(rc);
+}
+
+static int run(struct call *c)
+{
+    C.done = false;
+    assert_int_equal(env_uv_thread_call(C.th, do_call, c), 0);
+    wait_done();
+    return C.rc;
+}
+
+static void mkroute(kvm_route_t *r, const char *key, uint64_t owner, uint64_t seq)
+{
+    kvm_route_init(r);
+    assert_int_equal(kvm_ident_init(&r->ident, "t", NULL, key, strlen(key)), 0);
+    r->content_op = (kvm_op_id_t){kvm_id128_from_u64(9, 9), 1, seq};
+    r->length = 10;
+    r->checksum = 77;
+    r->n_replicas = 1;
+    r->replicas[0] = (kvm_hot_replica_t){kvm_id128_from_u64(0, owner), 1, 64 * seq, 10, 77};
+}
+
+static void test_cas_and_lookup(void **state)
+{
+    (void)state;
+    kvm_route_t r;
+    mkroute(&r, "k1", 5, 1);
+    struct call look = {.kind = 0, .id = &r.ident};
+    assert_int_equal(run(&look), KVMESH_ENOENT);
+    struct call cas = {.kind = 1, .expected = KVM_ROUTE_VERSION_NONE, .next = &r};
+    assert_int_equal(run(&cas), 0);
+    kvm_route_version_t v1 = C.route.version;
+    assert_true(v1.primary_sequence >= 1);
+    /* the same expected again: conflict with the current route */
+    assert_int_equal(run(&cas), KVMESH_ECONFLICT);
+    assert_true(C.have);
+    assert_true(kvm_route_version_equal(&C.route.version, &v1));
+    assert_int_equal(run(&look), 0);
+    assert_int_equal(C.route.replicas[0].offset, 64);
+    /* overwrite with the right expected version: the version grows */
+    kvm_route_t r2;
+    mkroute(&r2, "k1", 6, 2);
+    cas.expected = v1;
+    cas.next = &r2;
+    assert_int_equal(run(&cas), 0);
+    assert_true(kvm_route_version_cmp(&C.route.version, &v1) > 0);
+    assert_true(kvm_route_version_equal(&C.route.predecessor_version, &v1));
+    kvm_route_version_t v2 = C.route.version;
+    /* tombstone, then an illegal transition (PENDING -> PENDING is fine, -> FINALIZED ok) */
+    kvm_route_t t;
+    kvm_route_init(&t);
+    kvm_ident_copy(&t.ident, &r.ident);
+    t.content_op = (kvm_op_id_t){kvm_id128_from_u64(9, 9), 1, 3};
+    t.tomb = KVM_TOMB_PENDING;
+    cas.expected = v2;
+    cas.next = &t;
+    assert_int_equal(run(&cas), 0);
+    assert_int_equal(C.route.tomb, KVM_TOMB_PENDING);
+    kvm_route_version_t v3 = C.route.version;
+    /* a finalized tombstone whose retention passed reads as absent and accepts expected NONE */
+    t.tomb = KVM_TOMB_FINALIZED;
+    t.retain_until_ms = 1; /* long past */
+    cas.expected = v3;
+    assert_int_equal(run(&cas), 0);
+    assert_int_equal(run(&look), KVMESH_ENOENT);
+    kvm_route_t r3;
+    mkroute(&r3, "k1", 7, 4);
+    cas.expected = KVM_ROUTE_VERSION_NONE;
+    cas.next = &r3;
+    assert_int_equal(run(&cas), 0);
+    assert_true(kvm_route_version_cmp(&C.route.version, &v3) > 0); /* monotone across delete */
+    /* an invalid route is refused */
+    kvm_route_t bad;
+    mkroute(&bad, "k1", 7, 5);
+    bad.n_replicas = 0; /* live route without replicas */
+    cas.expected = C.route.version;
+    cas.next = &bad;
+    assert_int_equal(run(&cas), KVMESH_EINVAL);
+    kvm_route_free(&r);
+    kvm_route_free(&r2);
+    kvm_route_free(&r3);
+    kvm_route_free(&t);
+    kvm_route_free(&bad);
+}
+
+static void test_owner_scan(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 30; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "scan%02d", i);
+        kvm_route_t r;
+        mkroute(&r, key, i % 3 == 0 ? 100 : 101, (uint64_t)i + 1);
+        struct call cas = {.kind = 1, .expected = KVM_ROUTE_VERSION_NONE, .next = &r};
+        assert_int_equal(run(&cas), 0);
+        kvm_route_free(&r);
+    }
+    struct call scan = {.kind = 2, .owner = kvm_id128_from_u64(0, 100), .limit = 7};
+    C.cursor_len = 0;
+    size_t total = 0;
+    for (int pages = 0; pages < 20; pages++) {
+        assert_int_equal(run(&scan), 0);
+        total += C.page_n;
+        if (C.complete)
+            break;
+    }
+    assert_true(C.complete);
+    assert_int_equal(total, 10);
+}
+
+static void test_policy_mismatch(void **state)
+{
+    (void)state;
+    route_svc_t *keep = C.svc;
+    C.policy.n_shards = 65;
+    C.done = false;
+    assert_int_equal(env_uv_thread_call(C.th, do_open, NULL), 0);
+    wait_done();
+    assert_int_equal(C.rc, KVMESH_EINCOMPAT);
+    env_uv_thread_call(C.th, do_free, NULL);
+    C.svc = keep;
+    C.policy.n_shards = 64;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cas_and_lookup),
+        cmocka_unit_test(test_owner_scan),
+        cmocka_unit_test(test_policy_mismatch),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
