@@ -645,6 +645,8 @@ static int decode(meta_redis_t *b, mr_req_t *q, redisReply *r, meta_result_t *re
             rc = KVMESH_EAUTH;
         else if (strncmp(r->str, "OOM", 3) == 0)
             rc = KVMESH_ENOSPC;
+        else if (strncmp(r->str, "ERANGE", 6) == 0) /* a number would leave 2^53-1 */
+            rc = KVMESH_ERANGE;
         else if (strncmp(r->str, "BUSY", 4) == 0 || strncmp(r->str, "LOADING", 7) == 0 ||
                  strncmp(r->str, "MASTERDOWN", 10) == 0 || strncmp(r->str, "READONLY", 8) == 0)
             rc = KVMESH_EUNAVAILABLE;

@@ -723,6 +723,75 @@ static void test_matches_memory_backend(void **state)
     testsrv_stop(srv);
 }
 
+/* Numbers inside Lua are doubles. Lease ids from 1e14 on used to be written into key names by
+ * Lua's tostring ("1e+14"), so a granted lease was unknown to keepalive; revisions beyond 2^53-1
+ * would round (two writes with one mod_rev). Lease ids stay exact up to 2^53-1 and a write that
+ * would take the revision beyond 2^53-1 is refused with KVMESH_ERANGE, changing nothing. */
+static void test_large_numbers(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis(NULL);
+    redisContext *c = raw(srv, NULL, NULL);
+    meta_sync_t *s = open_url(testsrv_url(srv));
+    meta_result_t *r = NULL;
+
+    /* lease ids at 1e14 - 1, 1e14, 1e14 + 1 (the first decimal ids Lua would print as 1e+14) */
+    freeReplyObject(redisCommand(c, "SET kvm:{kvmesh}:lid 99999999999998"));
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(meta_sync_lease_grant(s, 30000, &r), 0);
+        meta_lease_t l = r->lease;
+        assert_int_equal(l, 99999999999999LL + i);
+        meta_result_free(r);
+        int rc = meta_sync_lease_keepalive(s, l, &r);
+        if (rc)
+            print_error("keepalive of lease %lld: %s\n", (long long)l, r->errmsg);
+        assert_int_equal(rc, 0);
+        assert_int_equal(r->lease, l);
+        meta_result_free(r);
+        put_ok(s, "big/leased", "v", l);
+        assert_int_equal(meta_sync_get(s, "big/leased", &r), 0);
+        assert_int_equal(r->kv.lease, l);
+        meta_result_free(r);
+        assert_int_equal(meta_sync_lease_revoke(s, l, &r), 0);
+        meta_result_free(r);
+        check_value(s, "big/leased", NULL);
+    }
+
+    /* revisions up to 2^53-1 are exact; the write beyond is refused and applies nothing */
+    const long long top = 9007199254740991LL; /* 2^53 - 1 */
+    freeReplyObject(redisCommand(c, "SET kvm:{kvmesh}:rev %lld", top - 3));
+    for (long long want = top - 2; want <= top; want++) {
+        char k[32];
+        snprintf(k, sizeof(k), "big/%lld", want);
+        meta_result_t *w = NULL;
+        assert_int_equal(put(s, k, "v", 0, &w), 0);
+        assert_int_equal(w->rev, want);
+        meta_result_free(w);
+        assert_int_equal(meta_sync_get(s, k, &r), 0);
+        assert_int_equal(r->kv.mod_rev, want);
+        assert_int_equal(r->kv.create_rev, want);
+        assert_int_equal(r->rev, want);
+        meta_result_free(r);
+    }
+    int rc = put(s, "big/over", "v", 0, &r);
+    assert_int_equal(rc, KVMESH_ERANGE);
+    assert_non_null(strstr(r->errmsg, "2^53"));
+    meta_result_free(r);
+    check_value(s, "big/over", NULL);
+    assert_int_equal(raw_int(c, "GET kvm:{kvmesh}:rev"), top);
+    assert_int_equal(raw_int(c, "EXISTS kvm:{kvmesh}:k:big/over"), 0);
+    /* reads and compare-only txns still work at the limit */
+    check_value(s, "big/9007199254740991", "v");
+    meta_cmp_t cmp = {
+        .key = "big/9007199254740991", .target = META_CMP_MOD_REV, .op = META_EQ, .num = top};
+    assert_int_equal(meta_sync_txn(s, &cmp, 1, NULL, 0, NULL, 0, &r), 0);
+    assert_true(r->succeeded);
+    meta_result_free(r);
+    redisFree(c);
+    meta_sync_close(s);
+    testsrv_stop(srv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -737,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_unreachable),
         cmocka_unit_test(test_db_and_namespace),
         cmocka_unit_test(test_matches_memory_backend),
+        cmocka_unit_test(test_large_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
