@@ -418,6 +418,13 @@ static void start_attempt(etcd_req_t *r)
                             attempt_ms < ETCD_CONNECT_TIMEOUT_MS ? attempt_ms
                                                                  : (long)ETCD_CONNECT_TIMEOUT_MS);
     bad |= curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    /* libcurl silently re-sends a request whose REUSED connection died before any reply byte,
+     * on a fresh connection to the same URL: for a txn or revoke that reached a member (or a
+     * proxy) which applied it and then went away, the copy would apply a second time and the
+     * caller would learn only the second outcome. A request that is not safe to repeat
+     * therefore always goes on a connection of its own (curl retries only reused ones); its
+     * connection still joins the pool for later reads. */
+    bad |= curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, r->retry_safe ? 0L : 1L);
     if (bad) {
         finish(r, NULL, KVMESH_EINTERNAL, "etcd: cannot configure the HTTP request");
         return;
