@@ -1285,6 +1285,64 @@ static void test_cas_threads(void **state)
     assert_int_equal((uint64_t) final, sum);
 }
 
+/* One meta_sync handle shared by several threads (meta_sync is documented usable from any
+ * thread): each thread's results are its own, and CAS increments add up exactly. */
+struct shared_writer {
+    int id;
+    uint64_t ok, errors, mismatches;
+};
+
+static void *shared_thread(void *arg)
+{
+    struct shared_writer *w = arg;
+    char mine[64];
+    snprintf(mine, sizeof(mine), "conf/shared/own/%d", w->id);
+    for (int i = 0; i < 150; i++) {
+        char v[32];
+        snprintf(v, sizeof(v), "%d-%d", w->id, i);
+        meta_op_t p = put_op(mine, v);
+        meta_op_t g = get_op(mine);
+        meta_op_t ops[2] = {p, g};
+        meta_result_t *r = NULL;
+        if (meta_sync_txn(g_m, NULL, 0, ops, 2, NULL, 0, &r) != 0)
+            w->errors++;
+        else if (!value_is(&r->ops[1], v))
+            w->mismatches++; /* another thread's answer */
+        meta_result_free(r);
+        uint64_t dummy = 0;
+        w->ok += cas_loop(g_m, "conf/shared/counter", 1, &dummy);
+        w->errors += dummy;
+    }
+    return NULL;
+}
+
+static void test_shared_handle(void **state)
+{
+    (void)state;
+    enum { N = 4 };
+    struct shared_writer w[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        w[i] = (struct shared_writer){.id = i};
+        assert_int_equal(pthread_create(&th[i], NULL, shared_thread, &w[i]), 0);
+    }
+    uint64_t ok = 0, errs = 0, mism = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        ok += w[i].ok;
+        errs += w[i].errors;
+        mism += w[i].mismatches;
+    }
+    meta_result_t *r = get(g_m, "conf/shared/counter");
+    long final = parse_long(&r->kv);
+    meta_result_free(r);
+    LOG("shared handle: %d threads, %" PRIu64 " increments, %" PRIu64 " errors", N, ok, errs);
+    assert_int_equal(errs, 0);
+    assert_int_equal(mism, 0);
+    assert_true(ok > 0);
+    assert_int_equal((uint64_t) final, ok);
+}
+
 static int cas_writer_main(const char *url, const char *key, const char *ms)
 {
     snprintf(g_url, sizeof(g_url), "%s", url);
@@ -1741,6 +1799,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lease_revisions),
         cmocka_unit_test(test_range_edges),
         cmocka_unit_test(test_cas_threads),
+        cmocka_unit_test(test_shared_handle),
         cmocka_unit_test(test_cas_processes),
         cmocka_unit_test(test_quota_txn),
         cmocka_unit_test(test_bad_urls),
