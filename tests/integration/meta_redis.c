@@ -23,6 +23,7 @@
  *     result (values, revisions, versions, pages, more, errors) must be identical.
  * Every wait is bounded (deadline loops of a few seconds).
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -806,6 +807,71 @@ static void test_large_numbers(void **state)
     testsrv_stop(srv);
 }
 
+/* A txn that was handed to the connection when it broke may or may not have run: the caller must
+ * be told KVMESH_EINDETERMINATE (as the etcd backend does), not KVMESH_ECONN, which callers read
+ * as "not applied". Writes are paused (CLIENT PAUSE WRITE) so the txn waits inside Redis, then
+ * the connection is killed. Calls made while the connection is down (never sent) stay ECONN. */
+struct paused_txn {
+    meta_sync_t *s;
+    int rc;
+    char msg[256];
+};
+
+static void *paused_txn_main(void *arg)
+{
+    struct paused_txn *p = arg;
+    meta_result_t *r = NULL;
+    p->rc = put(p->s, "ind/k", "v", 0, &r);
+    snprintf(p->msg, sizeof(p->msg), "%s", r ? r->errmsg : "");
+    meta_result_free(r);
+    return NULL;
+}
+
+static void test_inflight_txn_indeterminate(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis(NULL);
+    redisContext *c = raw(srv, NULL, NULL);
+    meta_sync_t *s = open_url(testsrv_url(srv));
+    put_ok(s, "ind/warm", "x", 0); /* connected, scripts loaded */
+    freeReplyObject(redisCommand(c, "CLIENT PAUSE 3000 WRITE"));
+    struct paused_txn p = {.s = s};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, paused_txn_main, &p), 0);
+    /* wait until the txn is blocked inside Redis */
+    uint64_t end = now_ms() + 2000;
+    while (now_ms() < end) {
+        redisReply *i = redisCommand(c, "INFO clients");
+        bool blocked = i && i->type == REDIS_REPLY_STRING && strstr(i->str, "blocked_clients:1");
+        freeReplyObject(i);
+        if (blocked)
+            break;
+        nap_ms(10);
+    }
+    freeReplyObject(redisCommand(c, "CLIENT KILL TYPE normal SKIPME yes"));
+    pthread_join(th, NULL);
+    freeReplyObject(redisCommand(c, "CLIENT UNPAUSE"));
+    if (p.rc != KVMESH_EINDETERMINATE)
+        print_error("in-flight txn on a killed connection: %s (%s)\n", kvmesh_errname(p.rc), p.msg);
+    assert_int_equal(p.rc, KVMESH_EINDETERMINATE);
+    assert_non_null(strstr(p.msg, "unknown"));
+    /* the handle reconnects; here the txn did not run (it was still paused) */
+    end = now_ms() + 5000;
+    meta_result_t *r = NULL;
+    int rc;
+    while ((rc = meta_sync_get(s, "ind/k", &r)) != 0 && now_ms() < end) {
+        meta_result_free(r);
+        r = NULL;
+        nap_ms(50);
+    }
+    assert_int_equal(rc, 0);
+    assert_false(r->kv.found);
+    meta_result_free(r);
+    redisFree(c);
+    meta_sync_close(s);
+    testsrv_stop(srv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -821,6 +887,7 @@ int main(void)
         cmocka_unit_test(test_db_and_namespace),
         cmocka_unit_test(test_matches_memory_backend),
         cmocka_unit_test(test_large_numbers),
+        cmocka_unit_test(test_inflight_txn_indeterminate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
