@@ -772,12 +772,10 @@ static int decode(meta_redis_t *b, mr_req_t *q, redisReply *r, meta_result_t *re
                 int64_t found;
                 if (!rep_int(f[0], &found))
                     goto proto;
-                if (found) {
-                    if (ops[i].type != META_OP_GET || !rep_kv(f + 1, ops[i].key, &(*alloc)[i]))
-                        goto proto;
-                } else {
-                    (*alloc)[i].key = ops[i].key;
-                }
+                /* not found (and every PUT/DEL entry): all fields stay zero (meta.h) */
+                if (found &&
+                    (ops[i].type != META_OP_GET || !rep_kv(f + 1, ops[i].key, &(*alloc)[i])))
+                    goto proto;
             }
         }
         res->ops = *alloc;

@@ -29,6 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <uv.h>
+
+#include "env/env_uv.h"
 #include "kvmesh.h"
 #include "meta/meta.h"
 #include "meta/meta_memory.h"
@@ -1200,6 +1203,90 @@ static void test_range_edges(void **state)
     meta_result_free(r);
 }
 
+/* ---- results as the callback sees them (before any copy) ------------------------------------ */
+
+/* meta.h: a meta_kv_t with found == false has every other field zero. meta_sync hands out deep
+ * copies (which normalise that), so this test looks at the result inside the callback of a
+ * meta_t on a loop driven by the test thread. */
+struct raw_check {
+    bool done;
+    int rc;
+    size_t n_ops, bad_entries;
+    bool found[4];
+};
+
+static bool kv_zero_unless_found(const meta_kv_t *kv)
+{
+    return kv->found || (!kv->key && !kv->value && !kv->value_len && !kv->create_rev &&
+                         !kv->mod_rev && !kv->version && !kv->lease);
+}
+
+static void raw_txn_cb(void *arg, const meta_result_t *res)
+{
+    struct raw_check *c = arg;
+    c->done = true;
+    c->rc = res->rc;
+    c->n_ops = res->n_ops;
+    for (size_t i = 0; i < res->n_ops && i < 4; i++) {
+        c->found[i] = res->ops[i].found;
+        if (!kv_zero_unless_found(&res->ops[i]))
+            c->bad_entries++;
+    }
+    if (!kv_zero_unless_found(&res->kv))
+        c->bad_entries++;
+}
+
+static void raw_get_cb(void *arg, const meta_result_t *res)
+{
+    struct raw_check *c = arg;
+    c->done = true;
+    c->rc = res->rc;
+    c->found[0] = res->kv.found;
+    if (!kv_zero_unless_found(&res->kv))
+        c->bad_entries++;
+}
+
+static void test_raw_results(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    env_t *env = NULL;
+    assert_int_equal(env_uv_new(&env, &loop, 0), 0);
+    meta_t *m = NULL;
+    if (meta_open(&m, env, g_url, NULL) != 0)
+        fail_msg("[%s] meta_open: %s", g_backend, kvmesh_last_error());
+    meta_op_t ops[4] = {put_op("conf/raw/a", "1"), get_op("conf/raw/absent"),
+                        del_op("conf/raw/absent"), get_op("conf/raw/a")};
+    struct raw_check c = {0};
+    assert_int_equal(meta_txn(m, NULL, 0, ops, 4, NULL, 0, 10000, raw_txn_cb, &c), 0);
+    uint64_t end = now_ms() + 15000;
+    while (!c.done && now_ms() < end)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_true(c.done);
+    assert_int_equal(c.rc, 0);
+    assert_int_equal(c.n_ops, 4);
+    assert_false(c.found[0]);
+    assert_false(c.found[1]);
+    assert_false(c.found[2]);
+    assert_true(c.found[3]);
+    if (c.bad_entries)
+        fail_msg("[%s] %zu not-found txn entries carry a key, value or numbers", g_backend,
+                 c.bad_entries);
+    struct raw_check g = {0};
+    assert_int_equal(meta_get(m, "conf/raw/absent", 10000, raw_get_cb, &g), 0);
+    while (!g.done && now_ms() < end)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_true(g.done);
+    assert_int_equal(g.rc, 0);
+    assert_false(g.found[0]);
+    assert_int_equal(g.bad_entries, 0);
+    meta_close(m);
+    env_uv_free(env);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 /* ---- atomicity under concurrent writers ------------------------------------------------------ */
 
 static long parse_long(const meta_kv_t *kv)
@@ -1798,6 +1885,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_txn_branches),
         cmocka_unit_test(test_lease_revisions),
         cmocka_unit_test(test_range_edges),
+        cmocka_unit_test(test_raw_results),
         cmocka_unit_test(test_cas_threads),
         cmocka_unit_test(test_shared_handle),
         cmocka_unit_test(test_cas_processes),
