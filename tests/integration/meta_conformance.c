@@ -517,7 +517,7 @@ static size_t scan_all(meta_sync_t *s, const char *prefix, uint32_t limit, int n
 struct churn {
     const char *url;
     _Atomic bool stop;
-    uint64_t inserts, deletes;
+    _Atomic uint64_t inserts, deletes;
 };
 
 static void *churn_main(void *arg)
@@ -600,7 +600,12 @@ static void test_range_pagination(void **state)
     struct churn c = {.url = g_url};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, churn_main, &c), 0);
-    sleep_ms(100);
+    /* the writer must be writing before the walk starts (its handle may take a while to connect
+     * on a loaded machine) */
+    uint64_t wait_end = now_ms() + 20000;
+    while (c.inserts == 0 && now_ms() < wait_end)
+        sleep_ms(10);
+    assert_true(c.inserts > 0);
     size_t pages;
     size_t n = scan_all(s, "conf/range/p/", 97, RANGE_KEYS, &pages);
     c.stop = true;
@@ -727,7 +732,7 @@ static void test_lease_expiry(void **state)
 struct watcher {
     const char *url;
     _Atomic bool stop;
-    uint64_t observations, partial;
+    _Atomic uint64_t observations, partial;
     size_t counts_seen[3]; /* 0 keys, all keys, other */
 };
 
@@ -787,7 +792,11 @@ static void test_lease_revoke_atomic(void **state)
     struct watcher w = {.url = g_url};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, watch_main, &w), 0);
-    sleep_ms(200);
+    /* the watcher must have seen the full set before the revoke (its handle may take a while to
+     * connect on a loaded machine) */
+    uint64_t wait_end = now_ms() + 20000;
+    while (w.observations == 0 && now_ms() < wait_end)
+        sleep_ms(10);
     int64_t before = current_rev(s);
     OK(meta_sync_lease_revoke(s, lease, &r), r);
     assert_true(r->rev > before);
