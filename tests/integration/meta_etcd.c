@@ -549,7 +549,7 @@ static void test_killrestart(void)
             .type = META_OP_PUT, .key = k, .value = (const uint8_t *)"v", .value_len = 1};
         CHECK(meta_txn(t.m, NULL, 0, &op, 1, NULL, 0, 5000, wait_cb, &wi[i]) == 0);
     }
-    uint64_t until = now_ms() + 200;
+    uint64_t until = now_ms() + 1000; /* generous: a loaded 2-core machine */
     while (now_ms() < until)
         uv_run(&t.loop, UV_RUN_NOWAIT); /* let curl connect and write the requests */
     for (int i = 0; i < INF; i++)
