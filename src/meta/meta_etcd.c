@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <uv.h>
 
 #include "core/util.h"
@@ -365,6 +366,18 @@ static int debug_cb(CURL *e, curl_infotype type, char *data, size_t size, void *
     return 0;
 }
 
+/* Sockets of requests that are not retry-safe: close with RST (SO_LINGER 0) once done, after
+ * the whole reply was read. */
+static int no_linger_cb(void *arg, curl_socket_t fd, curlsocktype purpose)
+{
+    (void)arg;
+    if (purpose == CURLSOCKTYPE_IPCXN) {
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    }
+    return CURL_SOCKOPT_OK;
+}
+
 static void start_attempt(etcd_req_t *r)
 {
     etcd_be_t *b = r->b;
@@ -425,6 +438,11 @@ static void start_attempt(etcd_req_t *r)
      * therefore always goes on a connection of its own (curl retries only reused ones); its
      * connection still joins the pool for later reads. */
     bad |= curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, r->retry_safe ? 0L : 1L);
+    /* ... and is closed after its reply instead of joining the pool (it would evict a reusable
+     * connection), with an abortive close so that no TIME_WAIT entry stays behind: one per txn
+     * would exhaust the ephemeral ports at a few hundred txns per second. */
+    bad |= curl_easy_setopt(e, CURLOPT_FORBID_REUSE, r->retry_safe ? 0L : 1L);
+    bad |= curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, r->retry_safe ? NULL : no_linger_cb);
     if (bad) {
         finish(r, NULL, KVMESH_EINTERNAL, "etcd: cannot configure the HTTP request");
         return;

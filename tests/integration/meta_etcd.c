@@ -617,7 +617,7 @@ static void test_stopped(void)
     snprintf(url, sizeof(url), "etcd://127.0.0.1:%u,127.0.0.1:%u", testsrv_port(s),
              testsrv_port(s2));
     tl_open(&t, url);
-    r = do_put(&t, "st/warm", "v", 0, 3000); /* pools a connection to the first member */
+    r = do_put(&t, "st/warm", "v", 0, 3000); /* the first member answers */
     CHECK_RC(r, 0);
     meta_result_free(r);
     CHECK(testsrv_kill(s, SIGSTOP) == 0);
@@ -1009,6 +1009,49 @@ static void test_resend(void)
     printf("resend: ok (a txn whose connection died unanswered was sent once: indeterminate)\n");
 }
 
+/* TIME_WAIT sockets to or from port (from /proc/net/tcp). */
+static int time_wait_count(uint16_t port)
+{
+    FILE *f = fopen("/proc/net/tcp", "r");
+    CHECK(f != NULL);
+    char line[512];
+    int n = 0;
+    CHECK(fgets(line, sizeof(line), f) != NULL); /* header */
+    while (fgets(line, sizeof(line), f)) {
+        unsigned lp = 0, rp = 0, st = 0;
+        if (sscanf(line, " %*d: %*8x:%x %*8x:%x %x", &lp, &rp, &st) == 3 && st == 0x06 &&
+            (lp == port || rp == port))
+            n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* A connection per txn (no silent re-send, see test_resend) must not leave a TIME_WAIT entry per
+ * txn behind (the ephemeral ports would run out at a few hundred txns per second). */
+static void test_txn_sockets(void)
+{
+    testsrv_t *s;
+    start_etcd(&s);
+    tloop_t t;
+    tl_open(&t, testsrv_url(s));
+    int before = time_wait_count(testsrv_port(s));
+    enum { N = 200 };
+    for (int i = 0; i < N; i++) {
+        meta_result_t *r = do_put(&t, "tw/k", "v", 0, 5000);
+        CHECK_RC(r, 0);
+        meta_result_free(r);
+    }
+    int after = time_wait_count(testsrv_port(s));
+    tl_close(&t);
+    testsrv_stop(s);
+    if (after - before > 16) {
+        fprintf(stderr, "txn_sockets: %d txns left %d TIME_WAIT sockets\n", N, after - before);
+        exit(1);
+    }
+    printf("txn_sockets: ok (%d txns, %d TIME_WAIT sockets)\n", N, after - before);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1024,6 +1067,7 @@ int main(int argc, char **argv)
         {"stopped", test_stopped},
         {"cluster", test_cluster},
         {"resend", test_resend},
+        {"txn_sockets", test_txn_sockets},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
