@@ -18,7 +18,9 @@
  *   - retries: a request is retried on the next listed member only when that is safe: reads,
  *     lease grant (an orphaned lease just expires), keepalive and timetolive always; txn and
  *     revoke only when the request provably never reached a server (connect/resolve failure,
- *     or "no leader" refusal). Otherwise the outcome is unknown: KVMESH_EINDETERMINATE.
+ *     or "no leader" refusal). Otherwise the outcome is unknown: KVMESH_EINDETERMINATE. Such
+ *     requests use a connection of their own, closed after the reply, so that libcurl never
+ *     re-sends them silently (it does so only on reused connections).
  *     Attempts are bounded (ETCD_MAX_ROUNDS passes over the members) and by the call deadline;
  *     errors name every endpoint tried and why it failed;
  *   - the backend struct outlives meta_close() until libuv has closed its handles.
@@ -435,8 +437,7 @@ static void start_attempt(etcd_req_t *r)
      * on a fresh connection to the same URL: for a txn or revoke that reached a member (or a
      * proxy) which applied it and then went away, the copy would apply a second time and the
      * caller would learn only the second outcome. A request that is not safe to repeat
-     * therefore always goes on a connection of its own (curl retries only reused ones); its
-     * connection still joins the pool for later reads. */
+     * therefore always goes on a connection of its own (curl retries only reused ones). */
     bad |= curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, r->retry_safe ? 0L : 1L);
     /* ... and is closed after its reply instead of joining the pool (it would evict a reusable
      * connection), with an abortive close so that no TIME_WAIT entry stays behind: one per txn
