@@ -18,7 +18,9 @@
  *   - retries: a request is retried on the next listed member only when that is safe: reads,
  *     lease grant (an orphaned lease just expires), keepalive and timetolive always; txn and
  *     revoke only when the request provably never reached a server (connect/resolve failure,
- *     or "no leader" refusal). Otherwise the outcome is unknown: KVMESH_EINDETERMINATE.
+ *     or "no leader" refusal). Otherwise the outcome is unknown: KVMESH_EINDETERMINATE. Such
+ *     requests use a connection of their own, closed after the reply, so that libcurl never
+ *     re-sends them silently (it does so only on reused connections).
  *     Attempts are bounded (ETCD_MAX_ROUNDS passes over the members) and by the call deadline;
  *     errors name every endpoint tried and why it failed;
  *   - the backend struct outlives meta_close() until libuv has closed its handles.
@@ -38,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <uv.h>
 
 #include "core/util.h"
@@ -365,6 +368,18 @@ static int debug_cb(CURL *e, curl_infotype type, char *data, size_t size, void *
     return 0;
 }
 
+/* Sockets of requests that are not retry-safe: close with RST (SO_LINGER 0) once done, after
+ * the whole reply was read. */
+static int no_linger_cb(void *arg, curl_socket_t fd, curlsocktype purpose)
+{
+    (void)arg;
+    if (purpose == CURLSOCKTYPE_IPCXN) {
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    }
+    return CURL_SOCKOPT_OK;
+}
+
 static void start_attempt(etcd_req_t *r)
 {
     etcd_be_t *b = r->b;
@@ -418,6 +433,17 @@ static void start_attempt(etcd_req_t *r)
                             attempt_ms < ETCD_CONNECT_TIMEOUT_MS ? attempt_ms
                                                                  : (long)ETCD_CONNECT_TIMEOUT_MS);
     bad |= curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    /* libcurl silently re-sends a request whose REUSED connection died before any reply byte,
+     * on a fresh connection to the same URL: for a txn or revoke that reached a member (or a
+     * proxy) which applied it and then went away, the copy would apply a second time and the
+     * caller would learn only the second outcome. A request that is not safe to repeat
+     * therefore always goes on a connection of its own (curl retries only reused ones). */
+    bad |= curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, r->retry_safe ? 0L : 1L);
+    /* ... and is closed after its reply instead of joining the pool (it would evict a reusable
+     * connection), with an abortive close so that no TIME_WAIT entry stays behind: one per txn
+     * would exhaust the ephemeral ports at a few hundred txns per second. */
+    bad |= curl_easy_setopt(e, CURLOPT_FORBID_REUSE, r->retry_safe ? 0L : 1L);
+    bad |= curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, r->retry_safe ? NULL : no_linger_cb);
     if (bad) {
         finish(r, NULL, KVMESH_EINTERNAL, "etcd: cannot configure the HTTP request");
         return;

@@ -219,23 +219,53 @@ static void sha1_hex(const char *s, char out[41])
 
 /* ---- failing calls safely ------------------------------------------------------------------- */
 
+/* A request whose effect on the store may have happened when its connection broke: a txn with a
+ * write in either branch, or a revoke. (A lost grant leaves an unused lease that expires; reads,
+ * keepalive and ttl change nothing the caller could miss.) */
+static bool req_unsafe(const mr_req_t *r)
+{
+    const meta_call_t *c = r->call;
+    if (!c)
+        return false;
+    if (c->kind == META_CALL_LEASE_REVOKE)
+        return true;
+    if (c->kind != META_CALL_TXN)
+        return false;
+    for (size_t i = 0; i < c->n_then; i++)
+        if (c->then_ops[i].type != META_OP_GET)
+            return true;
+    for (size_t i = 0; i < c->n_else; i++)
+        if (c->else_ops[i].type != META_OP_GET)
+            return true;
+    return false;
+}
+
 /*
  * Detaches every queued and in-flight request from b and records their calls in b->failbuf
  * (preallocated for META_REDIS_PENDING_MAX calls, so failing never needs memory). In-flight
  * requests stay allocated until hiredis runs their callback (which then only frees them);
- * queued ones are freed here. Returns the number of calls recorded.
+ * queued ones are freed here. Returns the number of calls recorded; the first *n_unsafe of them
+ * were in flight and may have taken effect (req_unsafe).
  */
-static size_t detach_all(meta_redis_t *b)
+static size_t detach_all(meta_redis_t *b, size_t *n_unsafe)
 {
     KVM_ASSERT(!b->failing);
-    size_t n = 0;
+    size_t n = 0, u = 0;
     mr_req_t *r;
+    /* in-flight calls whose effect may have happened come first: failbuf[0..u) */
+    for (r = b->inflight.head; r; r = r->next)
+        if (req_unsafe(r))
+            u++;
+    size_t iu = 0, is = u;
     while ((r = list_pop(&b->inflight))) {
         KVM_ASSERT(n < META_REDIS_PENDING_MAX);
-        b->failbuf[n++] = r->call;
+        b->failbuf[req_unsafe(r) ? iu++ : is++] = r->call;
+        n++;
         r->b = NULL;
         r->call = NULL;
     }
+    KVM_ASSERT(iu == u && is == n);
+    *n_unsafe = u;
     while ((r = list_pop(&b->queue))) {
         KVM_ASSERT(n < META_REDIS_PENDING_MAX);
         b->failbuf[n++] = r->call;
@@ -254,6 +284,23 @@ static void failbuf_run(meta_redis_t *b, size_t n, int rc, const char *msg)
     b->failing = true;
     for (size_t i = 0; i < n; i++)
         meta_call_fail(b->failbuf[i], rc, "%s", msg);
+    b->failing = false;
+}
+
+/* As failbuf_run, but the first n_unsafe calls (sent writes) fail with KVMESH_EINDETERMINATE:
+ * the server may have applied them before the connection broke. */
+static void failbuf_run_lost(meta_redis_t *b, size_t n, size_t n_unsafe, int rc, const char *msg)
+{
+    b->failing = true;
+    for (size_t i = 0; i < n; i++) {
+        if (i < n_unsafe)
+            meta_call_fail(b->failbuf[i], KVMESH_EINDETERMINATE,
+                           "%s; this write was sent and its outcome is unknown: read back to "
+                           "learn it",
+                           msg);
+        else
+            meta_call_fail(b->failbuf[i], rc, "%s", msg);
+    }
     b->failing = false;
 }
 
@@ -381,7 +428,8 @@ static void conn_lost(meta_redis_t *b, bool free_ctx, int rc, const char *msg)
     env_timer_cancel(b->env, b->t_connect);
     b->t_connect = 0;
     /* detach before freeing: the callbacks hiredis runs during the free find them detached */
-    size_t n = detach_all(b);
+    size_t n_unsafe = 0;
+    size_t n = detach_all(b, &n_unsafe);
     if (ac) {
         ac->data = NULL;
         if (free_ctx)
@@ -389,7 +437,7 @@ static void conn_lost(meta_redis_t *b, bool free_ctx, int rc, const char *msg)
     }
     set_state(b, MR_BACKOFF);
     arm_backoff(b);
-    failbuf_run(b, n, rc, msg);
+    failbuf_run_lost(b, n, n_unsafe, rc, msg);
 }
 
 static void on_connect_timeout(void *arg)
@@ -645,6 +693,8 @@ static int decode(meta_redis_t *b, mr_req_t *q, redisReply *r, meta_result_t *re
             rc = KVMESH_EAUTH;
         else if (strncmp(r->str, "OOM", 3) == 0)
             rc = KVMESH_ENOSPC;
+        else if (strncmp(r->str, "ERANGE", 6) == 0) /* a number would leave 2^53-1 */
+            rc = KVMESH_ERANGE;
         else if (strncmp(r->str, "BUSY", 4) == 0 || strncmp(r->str, "LOADING", 7) == 0 ||
                  strncmp(r->str, "MASTERDOWN", 10) == 0 || strncmp(r->str, "READONLY", 8) == 0)
             rc = KVMESH_EUNAVAILABLE;
@@ -722,12 +772,10 @@ static int decode(meta_redis_t *b, mr_req_t *q, redisReply *r, meta_result_t *re
                 int64_t found;
                 if (!rep_int(f[0], &found))
                     goto proto;
-                if (found) {
-                    if (ops[i].type != META_OP_GET || !rep_kv(f + 1, ops[i].key, &(*alloc)[i]))
-                        goto proto;
-                } else {
-                    (*alloc)[i].key = ops[i].key;
-                }
+                /* not found (and every PUT/DEL entry): all fields stay zero (meta.h) */
+                if (found &&
+                    (ops[i].type != META_OP_GET || !rep_kv(f + 1, ops[i].key, &(*alloc)[i])))
+                    goto proto;
             }
         }
         res->ops = *alloc;
@@ -795,10 +843,8 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
     }
     if (!r) { /* hiredis is tearing the connection down */
         char msg[META_REDIS_MSG_MAX];
-        snprintf(msg, sizeof(msg),
-                 "connection to redis at %s:%u lost: %s; the outcome of calls in flight is "
-                 "unknown",
-                 b->url.host, b->url.port, ac->errstr[0] ? ac->errstr : "closed");
+        snprintf(msg, sizeof(msg), "connection to redis at %s:%u lost: %s", b->url.host,
+                 b->url.port, ac->errstr[0] ? ac->errstr : "closed");
         conn_lost(b, false, KVMESH_ECONN, msg); /* detaches q too */
         req_free(q);
         return;
@@ -1065,7 +1111,8 @@ static void mr_close(meta_t *m)
     set_state(b, MR_CLOSED);
     redisAsyncContext *ac = b->ac;
     b->ac = NULL;
-    size_t n = detach_all(b);
+    size_t n_unsafe = 0; /* closing: every call is answered ECANCELED */
+    size_t n = detach_all(b, &n_unsafe);
     if (ac) {
         ac->data = NULL;
         redisAsyncFree(ac); /* runs detached callbacks, which only free their requests */

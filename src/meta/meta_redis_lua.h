@@ -36,7 +36,14 @@
     "local NOW = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)\n" \
     "-- Like etcd, an empty store is at revision 1; the first change makes it 2.\n" \
     "local function cur_rev() return tonumber(redis.call('GET', REV) or '1') end\n" \
+    "-- Lua numbers are doubles: revisions and lease ids are exact up to 2^53-1 only. A change\n" \
+    "-- that would go beyond is refused before anything is written (scripts do not roll back,\n" \
+    "-- so bump() is always called before the writes it accounts for).\n" \
+    "local NUM_MAX = 9007199254740991\n" \
     "local function bump()\n" \
+    "  if cur_rev() >= NUM_MAX then\n" \
+    "    error({err = 'ERANGE the revision reached 2^53-1, the largest the Lua scripts keep exact'})\n" \
+    "  end\n" \
     "  redis.call('SET', REV, 1, 'NX')\n" \
     "  return redis.call('INCR', REV)\n" \
     "end\n" \
@@ -47,14 +54,13 @@
     "-- Removes lease id and every key still bound to it in one step; one revision if keys went.\n" \
     "local function lease_drop(id)\n" \
     "  local ms = redis.call('SMEMBERS', lsk(id))\n" \
-    "  local n = 0\n" \
+    "  local gone = {}\n" \
     "  for _, k in ipairs(ms) do\n" \
-    "    if redis.call('HGET', kk(k), 'l') == id then\n" \
-    "      unindex(k)\n" \
-    "      n = n + 1\n" \
-    "    end\n" \
+    "    if redis.call('HGET', kk(k), 'l') == id then gone[#gone + 1] = k end\n" \
     "  end\n" \
+    "  local n = #gone\n" \
     "  if n > 0 then bump() end\n" \
+    "  for _, k in ipairs(gone) do unindex(k) end\n" \
     "  redis.call('DEL', lk(id), lsk(id))\n" \
     "  redis.call('ZREM', LDL, id)\n" \
     "  return n\n" \
@@ -72,8 +78,8 @@
     "  if not h[2] then return nil end\n" \
     "  if h[5] ~= '0' and not lease_alive(h[5]) then\n" \
     "    if redis.call('EXISTS', kk(k)) == 1 then\n" \
-    "      unindex(k)\n" \
     "      bump()\n" \
+    "      unindex(k)\n" \
     "    end\n" \
     "    return nil\n" \
     "  end\n" \
@@ -212,10 +218,15 @@ static const char meta_redis_lua_txn[] = META_REDIS_LUA_PRELUDE
 static const char meta_redis_lua_grant[] = META_REDIS_LUA_PRELUDE
     "-- ARGV: ttl_ms. Reply {0, rev, id, ttl_ms}\n"
     "local ttl = tonumber(ARGV[1])\n"
+    "if tonumber(redis.call('GET', P .. 'lid') or '0') >= NUM_MAX then\n"
+    "  return redis.error_reply('ERANGE lease ids reached 2^53-1, the largest the Lua scripts keep exact')\n"
+    "end\n"
     "local id = redis.call('INCR', P .. 'lid')\n"
+    "-- the id as the decimal string every other script gets in ARGV (tostring would give 1e+14)\n"
+    "local sid = string.format('%d', id)\n"
     "local exp = NOW + ttl\n"
-    "redis.call('HSET', lk(id), 'ttl', ttl, 'exp', exp)\n"
-    "redis.call('ZADD', LDL, exp, id)\n"
+    "redis.call('HSET', lk(sid), 'ttl', ttl, 'exp', exp)\n"
+    "redis.call('ZADD', LDL, exp, sid)\n"
     "return {0, cur_rev(), id, ttl}\n";
 
 static const char meta_redis_lua_keepalive[] = META_REDIS_LUA_PRELUDE

@@ -29,14 +29,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <uv.h>
+
+#include "env/env_uv.h"
 #include "kvmesh.h"
 #include "meta/meta.h"
 #include "meta/meta_memory.h"
 #include "testsrv.h"
 
-#define N_WRITERS        8
-#define RANGE_KEYS       10000
-#define CALL_SLACK_MS    1500 /* a failing call must answer within its deadline plus this */
+#define N_WRITERS  8
+#define RANGE_KEYS 10000
+#define CALL_SLACK_MS                                                                              \
+    3000                      /* a failing call must answer within its deadline plus this          \
+                                     (scheduling slack of a loaded 2-core machine) */
 #define FAIL_TIMEOUT_MS  2000 /* deadline used by the failure tests */
 #define RECOVER_BOUND_MS 20000
 
@@ -512,7 +517,7 @@ static size_t scan_all(meta_sync_t *s, const char *prefix, uint32_t limit, int n
 struct churn {
     const char *url;
     _Atomic bool stop;
-    uint64_t inserts, deletes;
+    _Atomic uint64_t inserts, deletes;
 };
 
 static void *churn_main(void *arg)
@@ -595,7 +600,12 @@ static void test_range_pagination(void **state)
     struct churn c = {.url = g_url};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, churn_main, &c), 0);
-    sleep_ms(100);
+    /* the writer must be writing before the walk starts (its handle may take a while to connect
+     * on a loaded machine) */
+    uint64_t wait_end = now_ms() + 20000;
+    while (c.inserts == 0 && now_ms() < wait_end)
+        sleep_ms(10);
+    assert_true(c.inserts > 0);
     size_t pages;
     size_t n = scan_all(s, "conf/range/p/", 97, RANGE_KEYS, &pages);
     c.stop = true;
@@ -609,56 +619,91 @@ static void test_range_pagination(void **state)
 
 /* ---- leases --------------------------------------------------------------------------------- */
 
+/*
+ * Timing on a loaded machine: the server applies a keepalive after we send it, so the lease lives
+ * at least until (send time + ttl) by the server's clock; a GET answered before that instant must
+ * find the key. A GET answered later proves nothing (the test thread may have stalled), so it is
+ * not judged. The ttl (4 s) leaves room for stalls of several seconds between keepalives.
+ */
+#define LEASE_TTL_MS     4000
+#define LEASE_MARGIN_MS  100   /* clock granularity between us and the server (ms resolution) */
+#define LEASE_GONE_BOUND 10000 /* after the ttl, expiry must have removed the key by then */
+
 static void test_lease_expiry(void **state)
 {
     (void)state;
     meta_sync_t *s = g_m;
     meta_result_t *r = NULL;
-    OK(meta_sync_lease_grant(s, 1500, &r), r); /* rounded up to 2 s */
+    OK(meta_sync_lease_grant(s, LEASE_TTL_MS - 500, &r), r); /* rounded up to 4 s */
     meta_lease_t lease = r->lease;
     assert_true(lease > 0);
-    assert_int_equal(r->ttl_ms, 2000);
+    assert_int_equal(r->ttl_ms, LEASE_TTL_MS);
     meta_result_free(r);
+    uint64_t ka_sent = now_ms(); /* the grant counts as the first keepalive */
     put(s, "conf/lease/k", "alive", lease);
     r = get(s, "conf/lease/k");
     assert_int_equal(r->kv.lease, lease);
     meta_result_free(r);
-    /* keepalives for 3 s (> ttl): the key never vanishes */
-    uint64_t end = now_ms() + 3000;
+    /* keepalives for 6 s (> ttl): the key never vanishes */
+    uint64_t end = now_ms() + LEASE_TTL_MS + 2000;
+    unsigned judged = 0, stalls = 0;
     while (now_ms() < end) {
+        uint64_t sent = now_ms();
         OK(meta_sync_lease_keepalive(s, lease, &r), r);
-        assert_int_equal(r->ttl_ms, 2000);
+        assert_int_equal(r->ttl_ms, LEASE_TTL_MS);
         meta_result_free(r);
-        r = get(s, "conf/lease/k");
-        assert_true(r->kv.found);
-        meta_result_free(r);
+        ka_sent = sent;
         sleep_ms(400);
+        r = get(s, "conf/lease/k");
+        uint64_t answered = now_ms();
+        if (answered + LEASE_MARGIN_MS < ka_sent + LEASE_TTL_MS) {
+            if (!r->kv.found)
+                fail_msg("[%s] leased key vanished %" PRIu64 " ms after a keepalive (ttl %d)",
+                         g_backend, answered - ka_sent, LEASE_TTL_MS);
+            judged++;
+        } else {
+            stalls++;
+        }
+        meta_result_free(r);
     }
+    assert_true(judged > 0);
+    uint64_t last_sent = now_ms();
     OK(meta_sync_lease_keepalive(s, lease, &r), r);
     meta_result_free(r);
     uint64_t last_ka = now_ms();
     OK(meta_sync_lease_ttl(s, lease, &r), r);
-    assert_true(r->ttl_ms > 0 && r->ttl_ms <= 2000);
+    assert_true(r->ttl_ms > 0 && r->ttl_ms <= LEASE_TTL_MS);
     meta_result_free(r);
     sleep_ms(700);
     r = get(s, "conf/lease/k");
-    assert_true(r->kv.found); /* well inside the ttl */
+    if (now_ms() + LEASE_MARGIN_MS < last_sent + LEASE_TTL_MS)
+        assert_true(r->kv.found); /* inside the ttl */
     meta_result_free(r);
-    /* then it disappears within ttl + 1 s */
+    /* then it disappears: not before the ttl, and within a bound after it */
     bool gone = false;
-    while (!gone && now_ms() < last_ka + 2000 + 1000 + 200) {
+    uint64_t gone_at = 0;
+    while (!gone && now_ms() < last_ka + LEASE_TTL_MS + LEASE_GONE_BOUND) {
+        uint64_t sent = now_ms();
         r = get(s, "conf/lease/k");
         gone = !r->kv.found;
         meta_result_free(r);
-        if (!gone)
+        if (gone) {
+            gone_at = sent;
+            /* the GET was sent after the server applied the keepalive; it saw the key gone,
+             * so the server judged the lease expired: at least ttl after the keepalive */
+            if (sent + LEASE_MARGIN_MS < last_sent + LEASE_TTL_MS)
+                fail_msg("[%s] leased key gone %" PRIu64 " ms after the last keepalive (ttl %d)",
+                         g_backend, sent - last_sent, LEASE_TTL_MS);
+        } else {
             sleep_ms(50);
+        }
     }
-    uint64_t after = now_ms() - last_ka;
     if (!gone)
         fail_msg("[%s] leased key still present %" PRIu64 " ms after the last keepalive", g_backend,
-                 after);
-    assert_true(after <= 3000 + 200);
-    LOG("lease: key vanished %" PRIu64 " ms after the last keepalive (ttl 2000)", after);
+                 now_ms() - last_ka);
+    LOG("lease: key vanished %" PRIu64 " ms after the last keepalive (ttl %d); %u checks inside "
+        "the ttl, %u skipped after stalls",
+        gone_at > last_ka ? gone_at - last_ka : 0, LEASE_TTL_MS, judged, stalls);
     int rc = meta_sync_lease_keepalive(s, lease, &r);
     assert_int_equal(rc, KVMESH_ENOENT);
     meta_result_free(r);
@@ -668,12 +713,26 @@ static void test_lease_expiry(void **state)
     meta_result_free(r);
     assert_int_equal(meta_sync_lease_grant(s, 0, &r), KVMESH_ERANGE);
     meta_result_free(r);
+    /* ttl rounding is the same everywhere: at least 1 s, whole seconds */
+    OK(meta_sync_lease_grant(s, 1, &r), r);
+    assert_int_equal(r->ttl_ms, 1000);
+    meta_lease_t l1 = r->lease;
+    meta_result_free(r);
+    OK(meta_sync_lease_grant(s, 2001, &r), r);
+    assert_int_equal(r->ttl_ms, 3000);
+    meta_lease_t l3 = r->lease;
+    meta_result_free(r);
+    OK(meta_sync_lease_revoke(s, l3, &r), r);
+    meta_result_free(r);
+    rc = meta_sync_lease_revoke(s, l1, &r); /* may already have expired on a slow machine */
+    assert_true(rc == 0 || rc == KVMESH_ENOENT);
+    meta_result_free(r);
 }
 
 struct watcher {
     const char *url;
     _Atomic bool stop;
-    uint64_t observations, partial;
+    _Atomic uint64_t observations, partial;
     size_t counts_seen[3]; /* 0 keys, all keys, other */
 };
 
@@ -733,7 +792,11 @@ static void test_lease_revoke_atomic(void **state)
     struct watcher w = {.url = g_url};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, watch_main, &w), 0);
-    sleep_ms(200);
+    /* the watcher must have seen the full set before the revoke (its handle may take a while to
+     * connect on a loaded machine) */
+    uint64_t wait_end = now_ms() + 20000;
+    while (w.observations == 0 && now_ms() < wait_end)
+        sleep_ms(10);
     int64_t before = current_rev(s);
     OK(meta_sync_lease_revoke(s, lease, &r), r);
     assert_true(r->rev > before);
@@ -752,6 +815,485 @@ static void test_lease_revoke_atomic(void **state)
     meta_result_free(r);
     LOG("revoke: %" PRIu64 " snapshots: %zu full, %zu empty, %zu partial", w.observations,
         w.counts_seen[1], w.counts_seen[0], w.counts_seen[2]);
+}
+
+/* ---- contract edges (branches, counts, revisions, re-bound leases) ----------------------------
+ */
+
+static meta_lease_t grant(meta_sync_t *s, int64_t ttl_ms)
+{
+    meta_result_t *r = NULL;
+    OK(meta_sync_lease_grant(s, ttl_ms, &r), r);
+    meta_lease_t l = r->lease;
+    assert_true(l > 0);
+    meta_result_free(r);
+    return l;
+}
+
+static void test_txn_branches(void **state)
+{
+    (void)state;
+    meta_sync_t *s = g_m;
+    const char *k = "conf/br/k", *gone = "conf/br/gone", *d1 = "conf/br/d1";
+    put(s, k, "old", 0);
+    put(s, d1, "x", 0);
+    meta_result_t *r = get(s, k);
+    int64_t kmod = r->kv.mod_rev, kcre = r->kv.create_rev;
+    meta_result_free(r);
+
+    /* then branch: GET before and after a PUT of the same key, GET of an absent key, a DEL of an
+     * existing and of an absent key: n_deleted counts only what existed */
+    meta_cmp_t c = {.key = k,
+                    .target = META_CMP_VALUE,
+                    .op = META_EQ,
+                    .value = (const uint8_t *)"old",
+                    .value_len = 3};
+    meta_op_t t[6] = {get_op(k),    put_op(k, "new"), get_op(k),
+                      get_op(gone), del_op(d1),       del_op("conf/br/never")};
+    meta_op_t e[2] = {get_op(k), put_op("conf/br/else", "e")};
+    int64_t before = current_rev(s);
+    OK(meta_sync_txn(s, &c, 1, t, 6, e, 2, &r), r);
+    assert_true(r->succeeded);
+    assert_int_equal(r->rev, before + 1); /* one revision for the PUT and the DEL together */
+    assert_int_equal(r->n_ops, 6);
+    assert_int_equal(r->n_deleted, 1);
+    assert_true(value_is(&r->ops[0], "old"));
+    assert_int_equal(r->ops[0].mod_rev, kmod);
+    assert_int_equal(r->ops[0].version, 1);
+    assert_false(r->ops[1].found);
+    assert_true(value_is(&r->ops[2], "new"));
+    assert_string_equal(r->ops[2].key, k);
+    assert_int_equal(r->ops[2].mod_rev, before + 1);
+    assert_int_equal(r->ops[2].create_rev, kcre);
+    assert_int_equal(r->ops[2].version, 2);
+    assert_false(r->ops[3].found);
+    assert_false(r->ops[4].found);
+    assert_false(r->ops[5].found);
+    meta_result_free(r);
+    r = get(s, d1);
+    assert_false(r->kv.found);
+    meta_result_free(r);
+
+    /* else branch: the same compare now fails; its GETs see the store, its DEL counts */
+    put(s, d1, "x", 0);
+    meta_op_t e2[4] = {get_op(k), del_op(d1), get_op(d1), get_op(gone)};
+    before = current_rev(s);
+    OK(meta_sync_txn(s, &c, 1, t, 6, e2, 4, &r), r);
+    assert_false(r->succeeded);
+    assert_int_equal(r->rev, before + 1);
+    assert_int_equal(r->n_ops, 4);
+    assert_int_equal(r->n_deleted, 1);
+    assert_true(value_is(&r->ops[0], "new"));
+    assert_int_equal(r->ops[0].version, 2);
+    assert_false(r->ops[1].found);
+    assert_false(r->ops[2].found); /* deleted by the op before it */
+    assert_false(r->ops[3].found);
+    meta_result_free(r);
+    r = get(s, k);
+    assert_true(value_is(&r->kv, "new")); /* the then branch did not run */
+    meta_result_free(r);
+
+    /* a failed compare with an empty else branch changes nothing: no revision */
+    before = current_rev(s);
+    OK(meta_sync_txn(s, &c, 1, t, 6, NULL, 0, &r), r);
+    assert_false(r->succeeded);
+    assert_int_equal(r->n_ops, 0);
+    assert_int_equal(r->n_deleted, 0);
+    assert_int_equal(r->rev, before);
+    meta_result_free(r);
+    /* a branch whose only writes delete absent keys changes nothing either */
+    meta_op_t nd[2] = {del_op("conf/br/never"), get_op(k)};
+    OK(meta_sync_txn(s, NULL, 0, nd, 2, NULL, 0, &r), r);
+    assert_int_equal(r->n_deleted, 0);
+    assert_int_equal(r->rev, before);
+    meta_result_free(r);
+    assert_int_equal(current_rev(s), before);
+    /* a txn without compares or ops succeeds and changes nothing */
+    OK(meta_sync_txn(s, NULL, 0, NULL, 0, NULL, 0, &r), r);
+    assert_true(r->succeeded);
+    assert_int_equal(r->rev, before);
+    meta_result_free(r);
+
+    /* compares of every numeric target with every op against an absent key (all zero), and
+     * negative numbers */
+    const char *absent = "conf/br/absent";
+    const struct cmp_case cases[] = {
+        {absent, META_CMP_VERSION, META_LT, 1, NULL, true},
+        {absent, META_CMP_VERSION, META_GT, 0, NULL, false},
+        {absent, META_CMP_VERSION, META_GT, -1, NULL, true},
+        {absent, META_CMP_VERSION, META_NE, 0, NULL, false},
+        {absent, META_CMP_MOD_REV, META_LT, 1, NULL, true},
+        {absent, META_CMP_MOD_REV, META_GT, 0, NULL, false},
+        {absent, META_CMP_MOD_REV, META_NE, 0, NULL, false},
+        {absent, META_CMP_CREATE_REV, META_LT, 1, NULL, true},
+        {absent, META_CMP_CREATE_REV, META_GT, 0, NULL, false},
+        {absent, META_CMP_CREATE_REV, META_NE, 0, NULL, false},
+        {absent, META_CMP_LEASE, META_GT, 0, NULL, false},
+        {absent, META_CMP_LEASE, META_LT, 1, NULL, true},
+        {absent, META_CMP_LEASE, META_NE, 0, NULL, false},
+        {k, META_CMP_CREATE_REV, META_GT, kcre - 1, NULL, true},
+        {k, META_CMP_CREATE_REV, META_LT, kcre, NULL, false},
+        {k, META_CMP_LEASE, META_LT, 1, NULL, true},
+        {k, META_CMP_LEASE, META_GT, 0, NULL, false},
+        {k, META_CMP_LEASE, META_NE, 0, NULL, false},
+        {k, META_CMP_VALUE, META_EQ, 0, "ne", false},
+        {k, META_CMP_VALUE, META_NE, 0, "", true},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        run_cmp_case(s, &cases[i], 1000 + (int)i);
+    /* the empty value equals only the empty value */
+    put(s, "conf/br/empty", "", 0);
+    const struct cmp_case ecases[] = {
+        {"conf/br/empty", META_CMP_VALUE, META_EQ, 0, "", true},
+        {"conf/br/empty", META_CMP_VALUE, META_NE, 0, "", false},
+        {"conf/br/empty", META_CMP_VALUE, META_EQ, 0, "x", false},
+        {"conf/br/empty", META_CMP_EXISTS, META_EQ, 1, NULL, true},
+    };
+    for (size_t i = 0; i < sizeof(ecases) / sizeof(ecases[0]); i++)
+        run_cmp_case(s, &ecases[i], 2000 + (int)i);
+
+    /* LEASE compares on a key re-bound from one lease to another, then to none */
+    meta_lease_t l1 = grant(s, 30000), l2 = grant(s, 30000);
+    put(s, "conf/br/l", "a", l1);
+    put(s, "conf/br/l", "b", l2);
+    const struct cmp_case lcases[] = {
+        {"conf/br/l", META_CMP_LEASE, META_EQ, l2, NULL, true},
+        {"conf/br/l", META_CMP_LEASE, META_EQ, l1, NULL, false},
+        {"conf/br/l", META_CMP_LEASE, META_GT, l1, NULL, l2 > l1},
+        {"conf/br/l", META_CMP_LEASE, META_LT, l1, NULL, l2 < l1},
+    };
+    for (size_t i = 0; i < sizeof(lcases) / sizeof(lcases[0]); i++)
+        run_cmp_case(s, &lcases[i], 3000 + (int)i);
+    put(s, "conf/br/l", "c", 0);
+    struct cmp_case none = {"conf/br/l", META_CMP_LEASE, META_EQ, 0, NULL, true};
+    run_cmp_case(s, &none, 3100);
+    /* revoking the leases no longer touches the key: no key removed, no revision */
+    before = current_rev(s);
+    OK(meta_sync_lease_revoke(s, l1, &r), r);
+    meta_result_free(r);
+    OK(meta_sync_lease_revoke(s, l2, &r), r);
+    assert_int_equal(r->rev, before);
+    meta_result_free(r);
+    r = get(s, "conf/br/l");
+    assert_true(value_is(&r->kv, "c"));
+    assert_int_equal(r->kv.version, 3);
+    meta_result_free(r);
+}
+
+/* Waits (bounded) until key is gone; returns the result of the GET that saw it gone. */
+static meta_result_t *wait_gone(meta_sync_t *s, const char *key, uint64_t bound_ms)
+{
+    uint64_t end = now_ms() + bound_ms;
+    for (;;) {
+        meta_result_t *r = get(s, key);
+        if (!r->kv.found)
+            return r;
+        meta_result_free(r);
+        if (now_ms() > end)
+            fail_msg("[%s] '%s' still present %" PRIu64 " ms later", g_backend, key, bound_ms);
+        sleep_ms(50);
+    }
+}
+
+static void test_lease_revisions(void **state)
+{
+    (void)state;
+    meta_sync_t *s = g_m;
+    meta_result_t *r = NULL;
+    /* grant, keepalive, ttl, and revoking a lease without keys change no key: no revision */
+    int64_t before = current_rev(s);
+    meta_lease_t empty = grant(s, 30000);
+    OK(meta_sync_lease_keepalive(s, empty, &r), r);
+    assert_int_equal(r->rev, before);
+    meta_result_free(r);
+    OK(meta_sync_lease_revoke(s, empty, &r), r);
+    assert_int_equal(r->rev, before);
+    meta_result_free(r);
+    assert_int_equal(current_rev(s), before);
+
+    /* revoke of a lease with keys: exactly one revision for all of them */
+    meta_lease_t lr = grant(s, 30000);
+    meta_op_t ops[3] = {put_op("conf/lrev/r1", "1"), put_op("conf/lrev/r2", "2"),
+                        put_op("conf/lrev/r3", "3")};
+    for (int i = 0; i < 3; i++)
+        ops[i].lease = lr;
+    OK(meta_sync_txn(s, NULL, 0, ops, 3, NULL, 0, &r), r);
+    int64_t wrev = r->rev;
+    meta_result_free(r);
+    OK(meta_sync_lease_revoke(s, lr, &r), r);
+    assert_int_equal(r->rev, wrev + 1);
+    meta_result_free(r);
+    assert_int_equal(current_rev(s), wrev + 1);
+
+    /* expiry of a lease with keys: the keys go in one step and the revision advances by exactly
+     * one; a key moved to no lease, and one moved to another lease, survive it */
+    meta_lease_t le = grant(s, 1000), keep = grant(s, 60000);
+    meta_op_t eops[4] = {put_op("conf/lexp/a", "1"), put_op("conf/lexp/b", "2"),
+                         put_op("conf/lexp/detached", "3"), put_op("conf/lexp/moved", "4")};
+    for (int i = 0; i < 4; i++)
+        eops[i].lease = le;
+    OK(meta_sync_txn(s, NULL, 0, eops, 4, NULL, 0, &r), r);
+    meta_result_free(r);
+    meta_op_t rebind[2] = {put_op("conf/lexp/detached", "3b"), put_op("conf/lexp/moved", "4b")};
+    rebind[1].lease = keep;
+    OK(meta_sync_txn(s, NULL, 0, rebind, 2, NULL, 0, &r), r);
+    int64_t erev = r->rev;
+    meta_result_free(r);
+    r = wait_gone(s, "conf/lexp/a", 1000 + LEASE_GONE_BOUND); /* generous: loaded CI */
+    assert_int_equal(r->rev, erev + 1);
+    meta_result_free(r);
+    r = get(s, "conf/lexp/b");
+    assert_false(r->kv.found);
+    assert_int_equal(r->rev, erev + 1);
+    meta_result_free(r);
+    r = get(s, "conf/lexp/detached");
+    assert_true(value_is(&r->kv, "3b"));
+    assert_int_equal(r->kv.lease, 0);
+    assert_int_equal(r->kv.version, 2);
+    meta_result_free(r);
+    r = get(s, "conf/lexp/moved");
+    assert_true(value_is(&r->kv, "4b"));
+    assert_int_equal(r->kv.lease, keep);
+    meta_result_free(r);
+    /* the expired lease is unknown; putting a key with it fails the whole txn */
+    assert_int_equal(meta_sync_lease_keepalive(s, le, &r), KVMESH_ENOENT);
+    meta_result_free(r);
+    meta_op_t late = put_op("conf/lexp/late", "x");
+    late.lease = le;
+    assert_int_equal(meta_sync_txn(s, NULL, 0, &late, 1, NULL, 0, &r), KVMESH_ENOENT);
+    meta_result_free(r);
+    assert_int_equal(current_rev(s), erev + 1);
+    OK(meta_sync_lease_revoke(s, keep, &r), r);
+    meta_result_free(r);
+    r = get(s, "conf/lexp/moved");
+    assert_false(r->kv.found);
+    meta_result_free(r);
+
+    /* a key re-created after its delete starts over: version 1, new create_rev, no lease */
+    meta_lease_t lv = grant(s, 30000);
+    put(s, "conf/lexp/re", "1", lv);
+    put(s, "conf/lexp/re", "2", lv);
+    del(s, "conf/lexp/re", NULL);
+    int64_t rr = put(s, "conf/lexp/re", "3", 0);
+    r = get(s, "conf/lexp/re");
+    assert_int_equal(r->kv.version, 1);
+    assert_int_equal(r->kv.create_rev, rr);
+    assert_int_equal(r->kv.lease, 0);
+    meta_result_free(r);
+    OK(meta_sync_lease_revoke(s, lv, &r), r);
+    assert_int_equal(r->rev, rr); /* its old binding is gone with the delete */
+    meta_result_free(r);
+    r = get(s, "conf/lexp/re");
+    assert_true(value_is(&r->kv, "3"));
+    meta_result_free(r);
+}
+
+/* Pages through prefix with limit from start_after; returns the keys seen, joined by '|'. */
+static void range_walk(meta_sync_t *s, const char *prefix, const char *start_after, uint32_t limit,
+                       char *out, size_t cap)
+{
+    char last[META_KEY_MAX + 1];
+    bool have = start_after != NULL;
+    if (have)
+        snprintf(last, sizeof(last), "%s", start_after);
+    out[0] = '\0';
+    for (int pages = 0;; pages++) {
+        assert_true(pages < 100);
+        meta_result_t *r = NULL;
+        OK(meta_sync_range(s, prefix, have ? last : NULL, limit, &r), r);
+        assert_true(r->n_kvs <= limit);
+        for (size_t i = 0; i < r->n_kvs; i++) {
+            size_t u = strlen(out);
+            snprintf(out + u, cap - u, "%s%s", u ? "|" : "", r->kvs[i].key);
+            snprintf(last, sizeof(last), "%s", r->kvs[i].key);
+            have = true;
+        }
+        bool more = r->more;
+        if (more)
+            assert_int_equal(r->n_kvs, limit);
+        meta_result_free(r);
+        if (!more)
+            break;
+    }
+}
+
+static void test_range_edges(void **state)
+{
+    (void)state;
+    meta_sync_t *s = g_m;
+    /* keys sharing prefixes, and bytes 0x7f-0xff, in bytewise order */
+    static const char *const keys[] = {
+        "conf/re/a",         "conf/re/a/b",   "conf/re/a\x7f", "conf/re/a\x80",
+        "conf/re/a\xc3\xa9", "conf/re/a\xfe", "conf/re/a\xff", "conf/re/a\xff\x01",
+        "conf/re/a\xff\xff", "conf/re/b",
+    };
+    const size_t n = sizeof(keys) / sizeof(keys[0]);
+    meta_op_t ops[16];
+    for (size_t i = 0; i < n; i++)
+        ops[i] = put_op(keys[i], keys[i]);
+    meta_result_t *r = NULL;
+    OK(meta_sync_txn(s, NULL, 0, ops, n, NULL, 0, &r), r);
+    meta_result_free(r);
+    put(s, "conf/re", "outside", 0);
+    put(s, "conf/rf", "outside", 0);
+    for (size_t i = 0; i < n; i++) {
+        r = get(s, keys[i]);
+        assert_true(value_is(&r->kv, keys[i]));
+        meta_result_free(r);
+    }
+    char all[2048], want[2048];
+    want[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        size_t u = strlen(want);
+        snprintf(want + u, sizeof(want) - u, "%s%s", u ? "|" : "", keys[i]);
+    }
+    /* every page size, so that every key is once a page boundary (start_after) */
+    for (uint32_t limit = 1; limit <= n + 1; limit++) {
+        range_walk(s, "conf/re/", NULL, limit, all, sizeof(all));
+        if (strcmp(all, want) != 0)
+            fail_msg("[%s] range conf/re/ limit %u: got '%s'", g_backend, limit, all);
+    }
+    /* prefixes that end in 0x7f..0xff and prefixes of other keys */
+    struct {
+        const char *prefix, *start_after, *want;
+    } cases[] = {
+        {"conf/re/a", NULL,
+         "conf/re/a|conf/re/a/b|conf/re/a\x7f|conf/re/a\x80|conf/re/a\xc3\xa9|conf/re/a\xfe|"
+         "conf/re/a\xff|conf/re/a\xff\x01|conf/re/a\xff\xff"},
+        {"conf/re/a\xff", NULL, "conf/re/a\xff|conf/re/a\xff\x01|conf/re/a\xff\xff"},
+        {"conf/re/a\xff\xff", NULL, "conf/re/a\xff\xff"},
+        {"conf/re/a\xff\xff\xff", NULL, ""},
+        {"conf/re/a\x7f", NULL, "conf/re/a\x7f"},
+        {"conf/re/a\xc3", NULL, "conf/re/a\xc3\xa9"},
+        {"conf/re/a\xff", "conf/re/a\xff", "conf/re/a\xff\x01|conf/re/a\xff\xff"},
+        {"conf/re/a\xff", "conf/re/a\xff\xff", ""},
+        {"conf/re/a", "conf/re/a/b",
+         "conf/re/a\x7f|conf/re/a\x80|conf/re/a\xc3\xa9|conf/re/a\xfe|"
+         "conf/re/a\xff|conf/re/a\xff\x01|conf/re/a\xff\xff"},
+        /* start_after before the prefix: from the prefix's first key */
+        {"conf/re/a\xfe", "conf/re/a", "conf/re/a\xfe"},
+        {"conf/re/b", "conf/", "conf/re/b"},
+        /* start_after after the prefix's keys, or beyond the prefix altogether */
+        {"conf/re/a", "conf/re/a\xff\xff\xff", ""},
+        {"conf/re/a", "conf/re/b", ""},
+        {"conf/re/", "conf/re/a\xfe\xff",
+         "conf/re/a\xff|conf/re/a\xff\x01|conf/re/a\xff\xff|"
+         "conf/re/b"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (uint32_t limit = 1; limit <= 3; limit += 2) {
+            range_walk(s, cases[i].prefix, cases[i].start_after, limit, all, sizeof(all));
+            if (strcmp(all, cases[i].want) != 0)
+                fail_msg("[%s] range case %zu limit %u: got '%s', want '%s'", g_backend, i, limit,
+                         all, cases[i].want);
+        }
+    }
+    /* the empty prefix: every key; start_after near the top of the key space */
+    put(s, "\xfe\xff", "top1", 0);
+    put(s, "\xff", "top2", 0);
+    put(s, "\xff\xff\xff", "top3", 0);
+    for (uint32_t limit = 1; limit <= 4; limit++) {
+        range_walk(s, "", "\xfe", limit, all, sizeof(all));
+        if (strcmp(all, "\xfe\xff|\xff|\xff\xff\xff") != 0)
+            fail_msg("[%s] empty-prefix range after 0xfe, limit %u: got '%s'", g_backend, limit,
+                     all);
+    }
+    range_walk(s, "\xff", NULL, 1, all, sizeof(all));
+    assert_string_equal(all, "\xff|\xff\xff\xff");
+    OK(meta_sync_range(s, "", NULL, 2, &r), r);
+    assert_int_equal(r->n_kvs, 2);
+    assert_true(r->more);
+    assert_true(strcmp(r->kvs[0].key, r->kvs[1].key) < 0);
+    meta_result_free(r);
+    /* clean the top of the key space for later tests */
+    meta_op_t d[3] = {del_op("\xfe\xff"), del_op("\xff"), del_op("\xff\xff\xff")};
+    OK(meta_sync_txn(s, NULL, 0, d, 3, NULL, 0, &r), r);
+    assert_int_equal(r->n_deleted, 3);
+    meta_result_free(r);
+}
+
+/* ---- results as the callback sees them (before any copy) ------------------------------------ */
+
+/* meta.h: a meta_kv_t with found == false has every other field zero. meta_sync hands out deep
+ * copies (which normalise that), so this test looks at the result inside the callback of a
+ * meta_t on a loop driven by the test thread. */
+struct raw_check {
+    bool done;
+    int rc;
+    size_t n_ops, bad_entries;
+    bool found[4];
+};
+
+static bool kv_zero_unless_found(const meta_kv_t *kv)
+{
+    return kv->found || (!kv->key && !kv->value && !kv->value_len && !kv->create_rev &&
+                         !kv->mod_rev && !kv->version && !kv->lease);
+}
+
+static void raw_txn_cb(void *arg, const meta_result_t *res)
+{
+    struct raw_check *c = arg;
+    c->done = true;
+    c->rc = res->rc;
+    c->n_ops = res->n_ops;
+    for (size_t i = 0; i < res->n_ops && i < 4; i++) {
+        c->found[i] = res->ops[i].found;
+        if (!kv_zero_unless_found(&res->ops[i]))
+            c->bad_entries++;
+    }
+    if (!kv_zero_unless_found(&res->kv))
+        c->bad_entries++;
+}
+
+static void raw_get_cb(void *arg, const meta_result_t *res)
+{
+    struct raw_check *c = arg;
+    c->done = true;
+    c->rc = res->rc;
+    c->found[0] = res->kv.found;
+    if (!kv_zero_unless_found(&res->kv))
+        c->bad_entries++;
+}
+
+static void test_raw_results(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    env_t *env = NULL;
+    assert_int_equal(env_uv_new(&env, &loop, 0), 0);
+    meta_t *m = NULL;
+    if (meta_open(&m, env, g_url, NULL) != 0)
+        fail_msg("[%s] meta_open: %s", g_backend, kvmesh_last_error());
+    meta_op_t ops[4] = {put_op("conf/raw/a", "1"), get_op("conf/raw/absent"),
+                        del_op("conf/raw/absent"), get_op("conf/raw/a")};
+    struct raw_check c = {0};
+    assert_int_equal(meta_txn(m, NULL, 0, ops, 4, NULL, 0, 10000, raw_txn_cb, &c), 0);
+    uint64_t end = now_ms() + 15000;
+    while (!c.done && now_ms() < end)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_true(c.done);
+    assert_int_equal(c.rc, 0);
+    assert_int_equal(c.n_ops, 4);
+    assert_false(c.found[0]);
+    assert_false(c.found[1]);
+    assert_false(c.found[2]);
+    assert_true(c.found[3]);
+    if (c.bad_entries)
+        fail_msg("[%s] %zu not-found txn entries carry a key, value or numbers", g_backend,
+                 c.bad_entries);
+    struct raw_check g = {0};
+    assert_int_equal(meta_get(m, "conf/raw/absent", 10000, raw_get_cb, &g), 0);
+    while (!g.done && now_ms() < end)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_true(g.done);
+    assert_int_equal(g.rc, 0);
+    assert_false(g.found[0]);
+    assert_int_equal(g.bad_entries, 0);
+    meta_close(m);
+    env_uv_free(env);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
 }
 
 /* ---- atomicity under concurrent writers ------------------------------------------------------ */
@@ -837,6 +1379,64 @@ static void test_cas_threads(void **state)
     assert_int_equal(errs, 0);
     assert_true(sum > 0);
     assert_int_equal((uint64_t) final, sum);
+}
+
+/* One meta_sync handle shared by several threads (meta_sync is documented usable from any
+ * thread): each thread's results are its own, and CAS increments add up exactly. */
+struct shared_writer {
+    int id;
+    uint64_t ok, errors, mismatches;
+};
+
+static void *shared_thread(void *arg)
+{
+    struct shared_writer *w = arg;
+    char mine[64];
+    snprintf(mine, sizeof(mine), "conf/shared/own/%d", w->id);
+    for (int i = 0; i < 150; i++) {
+        char v[32];
+        snprintf(v, sizeof(v), "%d-%d", w->id, i);
+        meta_op_t p = put_op(mine, v);
+        meta_op_t g = get_op(mine);
+        meta_op_t ops[2] = {p, g};
+        meta_result_t *r = NULL;
+        if (meta_sync_txn(g_m, NULL, 0, ops, 2, NULL, 0, &r) != 0)
+            w->errors++;
+        else if (!value_is(&r->ops[1], v))
+            w->mismatches++; /* another thread's answer */
+        meta_result_free(r);
+        uint64_t dummy = 0;
+        w->ok += cas_loop(g_m, "conf/shared/counter", 1, &dummy);
+        w->errors += dummy;
+    }
+    return NULL;
+}
+
+static void test_shared_handle(void **state)
+{
+    (void)state;
+    enum { N = 4 };
+    struct shared_writer w[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        w[i] = (struct shared_writer){.id = i};
+        assert_int_equal(pthread_create(&th[i], NULL, shared_thread, &w[i]), 0);
+    }
+    uint64_t ok = 0, errs = 0, mism = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        ok += w[i].ok;
+        errs += w[i].errors;
+        mism += w[i].mismatches;
+    }
+    meta_result_t *r = get(g_m, "conf/shared/counter");
+    long final = parse_long(&r->kv);
+    meta_result_free(r);
+    LOG("shared handle: %d threads, %" PRIu64 " increments, %" PRIu64 " errors", N, ok, errs);
+    assert_int_equal(errs, 0);
+    assert_int_equal(mism, 0);
+    assert_true(ok > 0);
+    assert_int_equal((uint64_t) final, ok);
 }
 
 static int cas_writer_main(const char *url, const char *key, const char *ms)
@@ -1291,7 +1891,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_range_pagination),
         cmocka_unit_test(test_lease_expiry),
         cmocka_unit_test(test_lease_revoke_atomic),
+        cmocka_unit_test(test_txn_branches),
+        cmocka_unit_test(test_lease_revisions),
+        cmocka_unit_test(test_range_edges),
+        cmocka_unit_test(test_raw_results),
         cmocka_unit_test(test_cas_threads),
+        cmocka_unit_test(test_shared_handle),
         cmocka_unit_test(test_cas_processes),
         cmocka_unit_test(test_quota_txn),
         cmocka_unit_test(test_bad_urls),

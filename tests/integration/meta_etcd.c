@@ -27,10 +27,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <time.h>
 #include <unistd.h>
@@ -545,7 +549,7 @@ static void test_killrestart(void)
             .type = META_OP_PUT, .key = k, .value = (const uint8_t *)"v", .value_len = 1};
         CHECK(meta_txn(t.m, NULL, 0, &op, 1, NULL, 0, 5000, wait_cb, &wi[i]) == 0);
     }
-    uint64_t until = now_ms() + 200;
+    uint64_t until = now_ms() + 1000; /* generous: a loaded 2-core machine */
     while (now_ms() < until)
         uv_run(&t.loop, UV_RUN_NOWAIT); /* let curl connect and write the requests */
     for (int i = 0; i < INF; i++)
@@ -613,7 +617,7 @@ static void test_stopped(void)
     snprintf(url, sizeof(url), "etcd://127.0.0.1:%u,127.0.0.1:%u", testsrv_port(s),
              testsrv_port(s2));
     tl_open(&t, url);
-    r = do_put(&t, "st/warm", "v", 0, 3000); /* pools a connection to the first member */
+    r = do_put(&t, "st/warm", "v", 0, 3000); /* the first member answers */
     CHECK_RC(r, 0);
     meta_result_free(r);
     CHECK(testsrv_kill(s, SIGSTOP) == 0);
@@ -844,6 +848,210 @@ static void test_cluster(void)
     printf("cluster: ok (leader m%d killed; %d writes retried during the election)\n", lead, indet);
 }
 
+/* ---- curl's silent re-send of a request on a reused connection ----------------------------- */
+
+/*
+ * A fake etcd gateway on a thread: answers range requests (keep-alive), reads the FIRST txn to
+ * its end and then closes the connection without a reply (as a member that applied it and died,
+ * or a proxy in front of a failing-over cluster, would), and answers later txns with success.
+ * libcurl re-sends a request whose REUSED connection died before any reply byte, on a fresh
+ * connection to the same URL: for a txn that copy would be applied a second time, and the caller
+ * would be told the outcome of the second copy only.
+ */
+typedef struct fake_gw {
+    int lfd;
+    uint16_t port;
+    _Atomic int txns_seen;
+    _Atomic int ranges_seen;
+    _Atomic bool stop;
+    pthread_t th;
+} fake_gw_t;
+
+/* Reads one HTTP request (headers + Content-Length body); returns 1, 0 on EOF, -1 on error. */
+static int gw_read_request(int fd, char *path, size_t cap)
+{
+    char buf[65536];
+    size_t n = 0;
+    char *hdr_end = NULL;
+    while (!hdr_end) {
+        if (n == sizeof(buf) - 1)
+            return -1;
+        ssize_t k = read(fd, buf + n, sizeof(buf) - 1 - n);
+        if (k <= 0)
+            return k == 0 && n == 0 ? 0 : -1;
+        n += (size_t)k;
+        buf[n] = '\0';
+        hdr_end = strstr(buf, "\r\n\r\n");
+    }
+    size_t body_have = n - (size_t)(hdr_end + 4 - buf);
+    const char *cl = strcasestr(buf, "content-length:");
+    size_t body_len = cl ? (size_t)strtoul(cl + 15, NULL, 10) : 0;
+    if (sscanf(buf, "POST %255s", path) != 1 || cap < 256)
+        return -1;
+    while (body_have < body_len) {
+        char tmp[4096];
+        ssize_t k = read(fd, tmp, sizeof(tmp));
+        if (k <= 0)
+            return -1;
+        body_have += (size_t)k;
+    }
+    return 1;
+}
+
+static void gw_reply(int fd, const char *json)
+{
+    char out[1024];
+    int n = snprintf(out, sizeof(out),
+                     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                     "%zu\r\n\r\n%s",
+                     strlen(json), json);
+    CHECK(write(fd, out, (size_t)n) == n);
+}
+
+static void *gw_main(void *arg)
+{
+    fake_gw_t *g = arg;
+    uint64_t end = now_ms() + 20000;
+    struct pollfd p[9];
+    int n = 1; /* p[0] listens, p[1..] are connections */
+    p[0] = (struct pollfd){.fd = g->lfd, .events = POLLIN};
+    while (!g->stop && now_ms() < end) {
+        if (poll(p, (nfds_t)n, 50) <= 0)
+            continue;
+        for (int i = n - 1; i >= 1; i--) {
+            if (!p[i].revents)
+                continue;
+            char path[256];
+            bool drop = gw_read_request(p[i].fd, path, sizeof(path)) != 1;
+            if (!drop && strcmp(path, "/v3/kv/txn") == 0) {
+                if (++g->txns_seen == 1)
+                    drop = true; /* read to the end, "applied", then gone without a reply */
+                else
+                    gw_reply(p[i].fd,
+                             "{\"header\":{\"revision\":\"7\"},\"succeeded\":true,\"responses\":"
+                             "[{\"response_put\":{\"header\":{\"revision\":\"7\"}}}]}");
+            } else if (!drop) {
+                g->ranges_seen++;
+                gw_reply(p[i].fd, "{\"header\":{\"revision\":\"6\"},\"count\":\"0\"}");
+            }
+            if (drop) {
+                close(p[i].fd);
+                p[i] = p[--n];
+            }
+        }
+        if (p[0].revents && n < 9) {
+            int fd = accept(g->lfd, NULL, NULL);
+            if (fd >= 0)
+                p[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+        }
+    }
+    for (int i = 1; i < n; i++)
+        close(p[i].fd);
+    return NULL;
+}
+
+static void gw_start(fake_gw_t *g)
+{
+    memset(g, 0, sizeof(*g));
+    g->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(g->lfd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(bind(g->lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    CHECK(listen(g->lfd, 16) == 0);
+    socklen_t al = sizeof(a);
+    CHECK(getsockname(g->lfd, (struct sockaddr *)&a, &al) == 0);
+    g->port = ntohs(a.sin_port);
+    CHECK(pthread_create(&g->th, NULL, gw_main, g) == 0);
+}
+
+static void gw_stop(fake_gw_t *g)
+{
+    g->stop = true;
+    pthread_join(g->th, NULL);
+    close(g->lfd);
+}
+
+static void test_resend(void)
+{
+    fake_gw_t g;
+    gw_start(&g);
+    char url[64];
+    snprintf(url, sizeof(url), "etcd://127.0.0.1:%u", g.port);
+    tloop_t t;
+    tl_open(&t, url);
+    /* a read first, so that an idle kept-alive connection waits in curl's pool */
+    meta_result_t *r = do_get(&t, "rs/k", 3000);
+    CHECK_RC(r, 0);
+    CHECK(!r->kv.found && r->rev == 6);
+    meta_result_free(r);
+    CHECK(g.ranges_seen == 1);
+    /* the txn reaches the server once, which goes away without a reply: the outcome is unknown,
+     * and the txn must not have been sent a second time */
+    r = do_put(&t, "rs/k", "v", 0, 3000);
+    int copies = g.txns_seen;
+    if (copies != 1 || r->rc != KVMESH_EINDETERMINATE) {
+        fprintf(stderr, "resend: the txn reached the server %d times; result %s (%s)\n", copies,
+                kvmesh_errname(r->rc), r->errmsg);
+        exit(1);
+    }
+    meta_result_free(r);
+    /* reads after it are answered, and a later txn is sent once */
+    r = do_get(&t, "rs/k", 3000);
+    CHECK_RC(r, 0);
+    meta_result_free(r);
+    r = do_put(&t, "rs/k", "v2", 0, 3000);
+    CHECK_RC(r, 0);
+    CHECK(r->succeeded && r->rev == 7);
+    meta_result_free(r);
+    CHECK(g.txns_seen == 2);
+    tl_close(&t);
+    gw_stop(&g);
+    printf("resend: ok (a txn whose connection died unanswered was sent once: indeterminate)\n");
+}
+
+/* TIME_WAIT sockets to or from port (from /proc/net/tcp). */
+static int time_wait_count(uint16_t port)
+{
+    FILE *f = fopen("/proc/net/tcp", "r");
+    CHECK(f != NULL);
+    char line[512];
+    int n = 0;
+    CHECK(fgets(line, sizeof(line), f) != NULL); /* header */
+    while (fgets(line, sizeof(line), f)) {
+        unsigned lp = 0, rp = 0, st = 0;
+        if (sscanf(line, " %*d: %*8x:%x %*8x:%x %x", &lp, &rp, &st) == 3 && st == 0x06 &&
+            (lp == port || rp == port))
+            n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* A connection per txn (no silent re-send, see test_resend) must not leave a TIME_WAIT entry per
+ * txn behind (the ephemeral ports would run out at a few hundred txns per second). */
+static void test_txn_sockets(void)
+{
+    testsrv_t *s;
+    start_etcd(&s);
+    tloop_t t;
+    tl_open(&t, testsrv_url(s));
+    int before = time_wait_count(testsrv_port(s));
+    enum { N = 200 };
+    for (int i = 0; i < N; i++) {
+        meta_result_t *r = do_put(&t, "tw/k", "v", 0, 5000);
+        CHECK_RC(r, 0);
+        meta_result_free(r);
+    }
+    int after = time_wait_count(testsrv_port(s));
+    tl_close(&t);
+    testsrv_stop(s);
+    if (after - before > 16) {
+        fprintf(stderr, "txn_sockets: %d txns left %d TIME_WAIT sockets\n", N, after - before);
+        exit(1);
+    }
+    printf("txn_sockets: ok (%d txns, %d TIME_WAIT sockets)\n", N, after - before);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -858,6 +1066,8 @@ int main(int argc, char **argv)
         {"killrestart", test_killrestart},
         {"stopped", test_stopped},
         {"cluster", test_cluster},
+        {"resend", test_resend},
+        {"txn_sockets", test_txn_sockets},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {

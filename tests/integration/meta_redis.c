@@ -23,6 +23,7 @@
  *     result (values, revisions, versions, pages, more, errors) must be identical.
  * Every wait is bounded (deadline loops of a few seconds).
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -274,17 +275,27 @@ static void test_reaper(void **state)
     meta_sync_t *s = open_url(testsrv_url(srv));
     redisContext *c = raw(srv, NULL, NULL);
     meta_result_t *g = NULL;
-    assert_int_equal(meta_sync_lease_grant(s, 1000, &g), 0);
+    put_ok(s, "keep", "z", 0);
+    assert_int_equal(meta_sync_lease_grant(s, 2000, &g), 0);
     meta_lease_t lease = g->lease;
     meta_result_free(g);
-    put_ok(s, "eph/1", "x", lease);
-    put_ok(s, "eph/2", "y", lease);
-    put_ok(s, "keep", "z", 0);
-    long long rev0 = raw_int(c, "GET kvm:{kvmesh}:rev");
-    assert_int_equal(raw_int(c, "EXISTS kvm:{kvmesh}:k:eph/1"), 1);
-    assert_int_equal(raw_int(c, "ZCARD kvm:{kvmesh}:keys"), 3);
+    /* both keys in one txn, so that the revision after it is known even if the lease expires
+     * right away on a stalled machine */
+    meta_op_t two[2] = {{.type = META_OP_PUT,
+                         .key = "eph/1",
+                         .value = (const uint8_t *)"x",
+                         .value_len = 1,
+                         .lease = lease},
+                        {.type = META_OP_PUT,
+                         .key = "eph/2",
+                         .value = (const uint8_t *)"y",
+                         .value_len = 1,
+                         .lease = lease}};
+    assert_int_equal(meta_sync_txn(s, NULL, 0, two, 2, NULL, 0, &g), 0);
+    long long rev0 = g->rev;
+    meta_result_free(g);
     /* no kvmesh call from here on: only the handle's background reaper runs */
-    uint64_t deadline = now_ms() + 6000;
+    uint64_t deadline = now_ms() + 15000;
     while (raw_int(c, "EXISTS kvm:{kvmesh}:k:eph/1 kvm:{kvmesh}:k:eph/2") != 0 &&
            now_ms() < deadline)
         nap_ms(50);
@@ -315,15 +326,15 @@ static void test_expiry_inside_scripts(void **state)
     redisContext *c = raw(srv, NULL, NULL);
     meta_sync_t *s = open_url(testsrv_url(srv));
     meta_result_t *g = NULL;
-    assert_int_equal(meta_sync_lease_grant(s, 1000, &g), 0);
+    put_ok(s, "x/3", "c", 0);
+    assert_int_equal(meta_sync_lease_grant(s, 2000, &g), 0);
     meta_lease_t lease = g->lease;
     meta_result_free(g);
     put_ok(s, "x/1", "a", lease);
     put_ok(s, "x/2", "b", lease);
-    put_ok(s, "x/3", "c", 0);
     meta_sync_close(s); /* no reaper from here on */
     long long rev0 = raw_int(c, "GET kvm:{kvmesh}:rev");
-    nap_ms(1300);
+    nap_ms(2300);
     /* expired by Redis's clock, still stored */
     assert_int_equal(raw_int(c, "EXISTS kvm:{kvmesh}:k:x/1 kvm:{kvmesh}:k:x/2"), 2);
     s = open_url(testsrv_url(srv));
@@ -352,21 +363,25 @@ static void test_reaper_backlog(void **state)
     testsrv_t *srv = start_redis(NULL);
     meta_sync_t *s = open_url(testsrv_url(srv));
     redisContext *c = raw(srv, NULL, NULL);
+    /* the revision before the first write: early leases may already expire (and be reaped)
+     * while later ones are still being written on a slow machine */
+    long long rev0 = raw_int(c, "GET kvm:{kvmesh}:rev");
+    if (rev0 == 0)
+        rev0 = 1; /* an empty store is at revision 1 */
     for (int i = 0; i < N; i++) {
         meta_result_t *g = NULL;
-        assert_int_equal(meta_sync_lease_grant(s, 1000, &g), 0);
+        assert_int_equal(meta_sync_lease_grant(s, 2000, &g), 0);
         char key[32];
         snprintf(key, sizeof(key), "many/%03d", i);
         put_ok(s, key, "v", g->lease);
         meta_result_free(g);
     }
-    long long rev0 = raw_int(c, "GET kvm:{kvmesh}:rev");
-    uint64_t deadline = now_ms() + 8000;
+    uint64_t deadline = now_ms() + 20000;
     while (raw_int(c, "ZCARD kvm:{kvmesh}:keys") != 0 && now_ms() < deadline)
         nap_ms(50);
     assert_int_equal(raw_int(c, "ZCARD kvm:{kvmesh}:keys"), 0);
     assert_int_equal(raw_int(c, "ZCARD kvm:{kvmesh}:ldl"), 0);
-    assert_int_equal(raw_int(c, "GET kvm:{kvmesh}:rev"), rev0 + N);
+    assert_int_equal(raw_int(c, "GET kvm:{kvmesh}:rev"), rev0 + N + N); /* N puts, N expiries */
     redisFree(c);
     meta_sync_close(s);
     testsrv_stop(srv);
@@ -723,6 +738,140 @@ static void test_matches_memory_backend(void **state)
     testsrv_stop(srv);
 }
 
+/* Numbers inside Lua are doubles. Lease ids from 1e14 on used to be written into key names by
+ * Lua's tostring ("1e+14"), so a granted lease was unknown to keepalive; revisions beyond 2^53-1
+ * would round (two writes with one mod_rev). Lease ids stay exact up to 2^53-1 and a write that
+ * would take the revision beyond 2^53-1 is refused with KVMESH_ERANGE, changing nothing. */
+static void test_large_numbers(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis(NULL);
+    redisContext *c = raw(srv, NULL, NULL);
+    meta_sync_t *s = open_url(testsrv_url(srv));
+    meta_result_t *r = NULL;
+
+    /* lease ids at 1e14 - 1, 1e14, 1e14 + 1 (the first decimal ids Lua would print as 1e+14) */
+    freeReplyObject(redisCommand(c, "SET kvm:{kvmesh}:lid 99999999999998"));
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(meta_sync_lease_grant(s, 30000, &r), 0);
+        meta_lease_t l = r->lease;
+        assert_int_equal(l, 99999999999999LL + i);
+        meta_result_free(r);
+        int rc = meta_sync_lease_keepalive(s, l, &r);
+        if (rc)
+            print_error("keepalive of lease %lld: %s\n", (long long)l, r->errmsg);
+        assert_int_equal(rc, 0);
+        assert_int_equal(r->lease, l);
+        meta_result_free(r);
+        put_ok(s, "big/leased", "v", l);
+        assert_int_equal(meta_sync_get(s, "big/leased", &r), 0);
+        assert_int_equal(r->kv.lease, l);
+        meta_result_free(r);
+        assert_int_equal(meta_sync_lease_revoke(s, l, &r), 0);
+        meta_result_free(r);
+        check_value(s, "big/leased", NULL);
+    }
+
+    /* revisions up to 2^53-1 are exact; the write beyond is refused and applies nothing */
+    const long long top = 9007199254740991LL; /* 2^53 - 1 */
+    freeReplyObject(redisCommand(c, "SET kvm:{kvmesh}:rev %lld", top - 3));
+    for (long long want = top - 2; want <= top; want++) {
+        char k[32];
+        snprintf(k, sizeof(k), "big/%lld", want);
+        meta_result_t *w = NULL;
+        assert_int_equal(put(s, k, "v", 0, &w), 0);
+        assert_int_equal(w->rev, want);
+        meta_result_free(w);
+        assert_int_equal(meta_sync_get(s, k, &r), 0);
+        assert_int_equal(r->kv.mod_rev, want);
+        assert_int_equal(r->kv.create_rev, want);
+        assert_int_equal(r->rev, want);
+        meta_result_free(r);
+    }
+    int rc = put(s, "big/over", "v", 0, &r);
+    assert_int_equal(rc, KVMESH_ERANGE);
+    assert_non_null(strstr(r->errmsg, "2^53"));
+    meta_result_free(r);
+    check_value(s, "big/over", NULL);
+    assert_int_equal(raw_int(c, "GET kvm:{kvmesh}:rev"), top);
+    assert_int_equal(raw_int(c, "EXISTS kvm:{kvmesh}:k:big/over"), 0);
+    /* reads and compare-only txns still work at the limit */
+    check_value(s, "big/9007199254740991", "v");
+    meta_cmp_t cmp = {
+        .key = "big/9007199254740991", .target = META_CMP_MOD_REV, .op = META_EQ, .num = top};
+    assert_int_equal(meta_sync_txn(s, &cmp, 1, NULL, 0, NULL, 0, &r), 0);
+    assert_true(r->succeeded);
+    meta_result_free(r);
+    redisFree(c);
+    meta_sync_close(s);
+    testsrv_stop(srv);
+}
+
+/* A txn that was handed to the connection when it broke may or may not have run: the caller must
+ * be told KVMESH_EINDETERMINATE (as the etcd backend does), not KVMESH_ECONN, which callers read
+ * as "not applied". Writes are paused (CLIENT PAUSE WRITE) so the txn waits inside Redis, then
+ * the connection is killed. Calls made while the connection is down (never sent) stay ECONN. */
+struct paused_txn {
+    meta_sync_t *s;
+    int rc;
+    char msg[256];
+};
+
+static void *paused_txn_main(void *arg)
+{
+    struct paused_txn *p = arg;
+    meta_result_t *r = NULL;
+    p->rc = put(p->s, "ind/k", "v", 0, &r);
+    snprintf(p->msg, sizeof(p->msg), "%s", r ? r->errmsg : "");
+    meta_result_free(r);
+    return NULL;
+}
+
+static void test_inflight_txn_indeterminate(void **state)
+{
+    (void)state;
+    testsrv_t *srv = start_redis(NULL);
+    redisContext *c = raw(srv, NULL, NULL);
+    meta_sync_t *s = open_url(testsrv_url(srv));
+    put_ok(s, "ind/warm", "x", 0); /* connected, scripts loaded */
+    freeReplyObject(redisCommand(c, "CLIENT PAUSE 3000 WRITE"));
+    struct paused_txn p = {.s = s};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, paused_txn_main, &p), 0);
+    /* wait until the txn is blocked inside Redis */
+    uint64_t end = now_ms() + 2000;
+    while (now_ms() < end) {
+        redisReply *i = redisCommand(c, "INFO clients");
+        bool blocked = i && i->type == REDIS_REPLY_STRING && strstr(i->str, "blocked_clients:1");
+        freeReplyObject(i);
+        if (blocked)
+            break;
+        nap_ms(10);
+    }
+    freeReplyObject(redisCommand(c, "CLIENT KILL TYPE normal SKIPME yes"));
+    pthread_join(th, NULL);
+    freeReplyObject(redisCommand(c, "CLIENT UNPAUSE"));
+    if (p.rc != KVMESH_EINDETERMINATE)
+        print_error("in-flight txn on a killed connection: %s (%s)\n", kvmesh_errname(p.rc), p.msg);
+    assert_int_equal(p.rc, KVMESH_EINDETERMINATE);
+    assert_non_null(strstr(p.msg, "unknown"));
+    /* the handle reconnects; here the txn did not run (it was still paused) */
+    end = now_ms() + 5000;
+    meta_result_t *r = NULL;
+    int rc;
+    while ((rc = meta_sync_get(s, "ind/k", &r)) != 0 && now_ms() < end) {
+        meta_result_free(r);
+        r = NULL;
+        nap_ms(50);
+    }
+    assert_int_equal(rc, 0);
+    assert_false(r->kv.found);
+    meta_result_free(r);
+    redisFree(c);
+    meta_sync_close(s);
+    testsrv_stop(srv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -737,6 +886,8 @@ int main(void)
         cmocka_unit_test(test_unreachable),
         cmocka_unit_test(test_db_and_namespace),
         cmocka_unit_test(test_matches_memory_backend),
+        cmocka_unit_test(test_large_numbers),
+        cmocka_unit_test(test_inflight_txn_indeterminate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
