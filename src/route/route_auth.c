@@ -904,6 +904,7 @@ static void on_read_rec(route_svc_t *svc, route_mreq_t *q, const meta_result_t *
         to_idle(svc, sh);
         return;
     }
+    route_localize_rec(svc, &rec);
     sh->rec = rec;
     sh->rec_mod_rev = res->kv.mod_rev;
     route_client_view_from_rec(svc, sh, &rec);

@@ -146,8 +146,10 @@ static void on_view(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)
     sh->v_refreshing = false;
     route_rec_t rec;
     if (res->rc == 0 && res->kv.found &&
-        route_rec_decode(res->kv.value, res->kv.value_len, &rec) == 0)
+        route_rec_decode(res->kv.value, res->kv.value_len, &rec) == 0) {
+        route_localize_rec(svc, &rec);
         route_client_view_from_rec(svc, sh, &rec);
+    }
 }
 
 static void view_refresh(route_svc_t *svc, route_shard_t *sh)

@@ -229,6 +229,16 @@ void route_mreq_cb(void *arg, const meta_result_t *res); /* meta_cb for route_mr
 int route_shard_meta_key(route_svc_t *svc, uint32_t shard, char *out, size_t cap);
 /* Desired authority set of a shard from the current membership; *n = 0 when none. */
 void route_desired_set(route_svc_t *svc, uint32_t shard, route_msg_member_t *set, uint32_t *n);
+/*
+ * Node numbers are local to each process's env (the real runtime numbers peers as it meets
+ * them), so a node number read from a metadata record or a peer message written by another
+ * runtime means nothing here. These translate every member named in a decoded record or message
+ * to this runtime's own node for that runtime id (from the pushed membership snapshot); an id
+ * not in the snapshot keeps the number it came with (a send there is fenced by the target
+ * incarnation check, so it can only fail, never reach the wrong authority).
+ */
+void route_localize_rec(route_svc_t *svc, route_rec_t *rec);
+void route_localize_msg(route_svc_t *svc, route_msg_t *m);
 bool route_member_eq(const route_msg_member_t *a, const route_msg_member_t *b);
 bool route_set_eq(const route_msg_member_t *a, uint32_t na, const route_msg_member_t *b,
                   uint32_t nb);

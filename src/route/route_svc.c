@@ -466,6 +466,32 @@ static void start_policy(void *arg)
     }
 }
 
+static void localize(route_svc_t *svc, const kvm_runtime_t *rt, env_node_t *node)
+{
+    for (size_t i = 0; i < svc->n_members; i++)
+        if (kvm_id128_equal(&svc->members[i].rt.id, &rt->id)) {
+            *node = svc->members[i].node;
+            return;
+        }
+}
+
+void route_localize_rec(route_svc_t *svc, route_rec_t *rec)
+{
+    localize(svc, &rec->primary, &rec->primary_node);
+    for (uint32_t i = 0; i < rec->n_set; i++)
+        localize(svc, &rec->set[i].rt, &rec->set[i].node);
+    for (uint32_t i = 0; i < rec->n_src; i++)
+        localize(svc, &rec->src[i].rt, &rec->src[i].node);
+}
+
+void route_localize_msg(route_svc_t *svc, route_msg_t *m)
+{
+    if (m->primary_node != ENV_NODE_NONE && !kvm_id128_is_nil(&m->primary.id))
+        localize(svc, &m->primary, &m->primary_node);
+    for (uint32_t i = 0; i < m->n_set; i++)
+        localize(svc, &m->set[i].rt, &m->set[i].node);
+}
+
 /* MetadataOnly mode: a thin service whose entry points forward to route_metaonly.c. */
 static int new_metaonly(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void *, int),
                         void *arg)
@@ -589,6 +615,7 @@ void route_on_message(route_svc_t *svc, const env_msg_t *msg)
     route_msg_t m;
     if (route_msg_decode(msg->type, msg->data, msg->len, &m) != 0)
         return; /* malformed: dropped (counted by the transport) */
+    route_localize_msg(svc, &m);
     if (m.shard >= svc->policy.n_shards) {
         route_msg_clear(&m);
         return;
