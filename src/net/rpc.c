@@ -293,6 +293,7 @@ void rpc_call_deliver(rpc_call_t *c)
 {
     KVM_ASSERT(c->done && !c->out);
     rpc_endpoint *ep = c->ep;
+    rpc_timer_disarm(ep, &c->tmo); /* kept armed while a decided call's write was in flight */
     struct rpc_result res;
     memset(&res, 0, sizeof(res));
     res.status = c->status;
@@ -344,7 +345,6 @@ void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx
     c->rx = rx;
     if (error && *error)
         c->error = strdup(error);
-    rpc_timer_disarm(c->ep, &c->tmo);
     if (c->conn) {
         RB_REMOVE(rpc_call_tree, &c->conn->pending, c);
         c->conn = NULL;
@@ -358,14 +358,30 @@ void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx
     }
     if (!c->out)
         rpc_call_deliver(c);
-    /* else: write_cb delivers once libuv released the payload buffers. */
+    /*
+     * else: write_cb delivers once libuv released the payload buffers. The deadline timer stays
+     * armed meanwhile: if the frame is still being written at the deadline (the peer stopped
+     * reading), call_timeout closes the connection so the write ends and the callback runs.
+     */
 }
 
 static void call_timeout(struct rpc_timer *t)
 {
     rpc_call_t *c = KVM_CONTAINER_OF(t, struct rpc_call, tmo);
-    c->ep->st.calls_timed_out++;
-    rpc_call_finish(c, KVMESH_ETIMEDOUT, "deadline exceeded before a response arrived", NULL);
+    /* The frame is handed to libuv (not in a waiting queue) and its write has not ended. */
+    struct rpc_out *o = c->out && !c->out->inq ? c->out : NULL;
+    if (!c->done) {
+        c->ep->st.calls_timed_out++;
+        rpc_call_finish(c, KVMESH_ETIMEDOUT, "deadline exceeded before a response arrived", NULL);
+    }
+    /*
+     * A half-written frame cannot be withdrawn from the stream and its payload buffers belong to
+     * libuv until the write ends: close the connection (its writes end with UV_ECANCELED, then
+     * write_cb delivers), so a peer that stops reading cannot hold a call past its deadline.
+     * Here c is still alive when o is set (delivery waits for write_cb).
+     */
+    if (o)
+        rpc_conn_close(o->conn, RPC_CLOSE_WRITE_TIMEOUT);
 }
 
 void rpc_cancel(rpc_call_t *c)

@@ -65,7 +65,8 @@
     X(RPC_CLOSE_REFUSED, "refused")                                                                \
     X(RPC_CLOSE_REFUSED_BY_PEER, "refused_by_peer")                                                \
     X(RPC_CLOSE_NOMEM, "no_memory")                                                                \
-    X(RPC_CLOSE_CONN_LIMIT, "conn_limit")
+    X(RPC_CLOSE_CONN_LIMIT, "conn_limit")                                                          \
+    X(RPC_CLOSE_WRITE_TIMEOUT, "write_timeout")
 
 enum rpc_close_reason {
 #define RPC_X(n, s) n,
