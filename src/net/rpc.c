@@ -279,6 +279,8 @@ void rpc_sendq_remove(rpc_endpoint *ep, struct rpc_out *o)
 
 static void call_free(rpc_call_t *c)
 {
+    KVM_ASSERT(c->peer->ncalls > 0);
+    c->peer->ncalls--;
     if (c->rx) {
         free(c->rx->pb);
         free(c->rx->payload);
@@ -486,6 +488,23 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         return;
     }
     ep->st.requests_received++;
+    if (c->nreplies >= RPC_MAX_REQUESTS_PER_CONN) {
+        /* Too many requests in service on this connection: answer busy, run no handler. */
+        char e[96];
+        snprintf(e, sizeof(e), "%u requests in service on this connection (limit %d)", c->nreplies,
+                 RPC_MAX_REQUESTS_PER_CONN);
+        uint64_t id = rx->fh.request_id;
+        free(req.payload);
+        kvmesh__rpc__rpc_header__free_unpacked(h, NULL);
+        struct rpc_out *o;
+        if (sendq_admit(ep, &c->sq, 0) == 0 &&
+            out_new(FRAME_RESPONSE, id, NULL, KVMESH_EAGAIN, e, 1, &o) == 0) {
+            sendq_add(ep, o, &c->sq);
+            ep->st.replies_sent++;
+            rpc_conn_submit(c, o);
+        }
+        return;
+    }
     rpc_reply *r = calloc(1, sizeof(*r));
     if (!r) {
         free(req.payload);
@@ -505,6 +524,7 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         rpc_conn_close(c, RPC_CLOSE_UNEXPECTED);
         return;
     }
+    c->nreplies++;
     r->req.peer_runtime_id = strdup(c->peer_runtime_id);
     ep->live_replies++;
     if (!slot->fn) {
@@ -539,8 +559,10 @@ void rpc_handle_response(struct rpc_conn *c, struct rpc_rx *rx)
 static void reply_free(rpc_reply *r)
 {
     rpc_endpoint *ep = r->ep;
-    if (r->conn)
+    if (r->conn) {
         RB_REMOVE(rpc_reply_tree, &r->conn->replies, r);
+        r->conn->nreplies--;
+    }
     free(r->req.payload);
     free((char *)r->req.peer_runtime_id);
     kvmesh__rpc__rpc_header__free_unpacked(r->hdr, NULL);
@@ -628,6 +650,11 @@ int rpc_call(rpc_peer *p, const struct rpc_msg *m, rpc_call_cb cb, void *arg, rp
     int rc = msg_check(ep, m, &plen);
     if (rc)
         return rc;
+    if (p->ncalls >= RPC_MAX_PENDING_CALLS) {
+        ep->st.eagain++;
+        return kvm_errf(KVMESH_EAGAIN, "%u calls to %s outstanding (limit %d); retry later",
+                        p->ncalls, p->runtime_id, RPC_MAX_PENDING_CALLS);
+    }
     rc = sendq_admit(ep, &p->sq, plen);
     if (rc)
         return rc;
@@ -640,6 +667,7 @@ int rpc_call(rpc_peer *p, const struct rpc_msg *m, rpc_call_cb cb, void *arg, rp
         free(c);
         return rc;
     }
+    p->ncalls++;
     o->call = c;
     c->out = o;
     ep->st.calls_started++;

@@ -141,7 +141,7 @@ static void test_ipv6_and_unix(void **state)
     result_free(&r);
     do_echo(f, pu, 200000, &r);
     result_free(&r);
-    unlink(path); /* connected already; the name is no longer needed */
+    unlink(path);            /* connected already; the name is no longer needed */
     do_echo(f, pu, 100, &r); /* the established unix connection is reused */
     result_free(&r);
     fx_free(f);
@@ -560,6 +560,107 @@ static void test_reconnect_after_restart(void **state)
     fx_free(f);
 }
 
+/* Held-call helpers for the bound tests. */
+struct heldwait {
+    struct held *h;
+    int want;
+};
+
+static int pred_held(void *arg)
+{
+    struct heldwait *w = arg;
+    return w->h->n >= w->want;
+}
+
+/*
+ * Calls outstanding per peer are bounded (RPC_MAX_PENDING_CALLS), not only the unwritten send
+ * queue: a server that never answers cannot make a client grow without limit.
+ */
+static void test_pending_calls_bounded(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result *r = calloc(RPC_MAX_PENDING_CALLS + 1, sizeof(*r));
+    struct rpc_msg m = {.type = T_HOLD}; /* no deadline: only an answer would end them */
+    int n = 0;
+    for (int g = 0; g < 20000 && n < RPC_MAX_PENDING_CALLS; g++) {
+        while (n < RPC_MAX_PENDING_CALLS) {
+            int rc = rpc_call(p, &m, result_cb, &r[n], NULL);
+            if (rc == KVMESH_EAGAIN)
+                break; /* send queue full: let it drain */
+            assert_int_equal(rc, 0);
+            n++;
+        }
+        run_for(&f->loop, 2);
+    }
+    assert_int_equal(n, RPC_MAX_PENDING_CALLS);
+    struct heldwait w = {&f->held, RPC_MAX_PENDING_CALLS};
+    assert_true(run_until(&f->loop, pred_held, &w, 30000));
+    struct rpc_stats st;
+    rpc_get_stats(f->cli, &st);
+    assert_int_equal(st.queued_msgs, 0); /* everything written: only the pending bound is left */
+    assert_int_equal(rpc_call(p, &m, result_cb, &r[n], NULL), KVMESH_EAGAIN);
+    /* One answer frees one slot. */
+    assert_int_equal(rpc_reply_send(f->held.r[0], 0, NULL, NULL, NULL, NULL), 0);
+    f->held.r[0] = f->held.r[--f->held.n];
+    assert_true(run_until(&f->loop, pred_result, &r[0], 30000));
+    assert_int_equal(r[0].status, 0);
+    assert_int_equal(rpc_call(p, &m, result_cb, &r[n], NULL), 0);
+    assert_true(run_until(&f->loop, pred_held, &w, 30000)); /* held: fx_free drops it */
+    fx_free(f);
+    free(r);
+}
+
+/*
+ * Requests in service per inbound connection are bounded (RPC_MAX_REQUESTS_PER_CONN): a client
+ * that cancels calls its server still holds, and calls again, gets KVMESH_EAGAIN answers once
+ * the bound is reached, and the handler does not run for them.
+ */
+static void test_server_requests_bounded(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result junk;
+    rpc_call_t *wave[1024];
+    struct rpc_msg m = {.type = T_HOLD};
+    for (int g = 0; g < 1000 && f->held.n < RPC_MAX_REQUESTS_PER_CONN; g++) {
+        int k = 0, want = RPC_MAX_REQUESTS_PER_CONN - f->held.n;
+        if (want > 1024)
+            want = 1024;
+        while (k < want) {
+            memset(&junk, 0, sizeof(junk));
+            int rc = rpc_call(p, &m, result_cb, &junk, &wave[k]);
+            if (rc == KVMESH_EAGAIN)
+                break;
+            assert_int_equal(rc, 0);
+            k++;
+        }
+        struct heldwait w = {&f->held, f->held.n + k};
+        assert_true(run_until(&f->loop, pred_held, &w, 30000));
+        for (int i = 0; i < k; i++)
+            rpc_cancel(wave[i]); /* the client forgets them; the server still holds them */
+    }
+    assert_int_equal(f->held.n, RPC_MAX_REQUESTS_PER_CONN);
+    int calls = f->held.calls;
+    struct result last = {0};
+    assert_int_equal(rpc_call(p, &m, result_cb, &last, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &last, 30000));
+    assert_int_equal(last.status, KVMESH_EAGAIN);
+    assert_int_equal(f->held.calls, calls);
+    /* Replies free slots: the next request reaches the handler again. */
+    held_drop_all(&f->held);
+    struct result again = {0};
+    struct rpc_msg e = {.type = T_ECHO, .timeout_ms = 30000};
+    assert_int_equal(rpc_call(p, &e, result_cb, &again, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &again, 30000));
+    assert_int_equal(again.status, 0);
+    fx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -573,6 +674,8 @@ int main(void)
         cmocka_unit_test(test_backpressure_and_frame_limit),
         cmocka_unit_test(test_oversized_received_frame_closes),
         cmocka_unit_test(test_reconnect_after_restart),
+        cmocka_unit_test(test_pending_calls_bounded),
+        cmocka_unit_test(test_server_requests_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -83,8 +83,10 @@ static inline void run_for(uv_loop_t *loop, uint64_t ms)
 
 /* ---- server handlers ---- */
 
+#define HELD_MAX 16384
+
 struct held {
-    rpc_reply *r[4096];
+    rpc_reply *r[HELD_MAX];
     int n;
     int calls;
 };
@@ -110,7 +112,7 @@ static inline void hold_handler(rpc_reply *reply, struct rpc_request *req, void 
     struct held *h = arg;
     (void)req;
     h->calls++;
-    assert_true(h->n < 4096);
+    assert_true(h->n < HELD_MAX);
     h->r[h->n++] = reply;
 }
 
