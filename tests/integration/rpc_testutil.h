@@ -42,6 +42,12 @@ static inline void cfg_make(struct rpc_config *c, const char *deployment, const 
     }
 }
 
+/*
+ * Upper bound of every "wait until it happens" in these tests: generous, because a loaded 2-core
+ * CI host running ThreadSanitizer can be slow; a passing test never waits for it.
+ */
+#define T_WAIT 30000
+
 typedef int (*until_fn)(void *arg);
 
 static inline void until_tick(uv_timer_t *t)
@@ -139,7 +145,7 @@ static inline void ep_close_wait(uv_loop_t *loop, rpc_endpoint *ep)
 {
     int done = 0;
     rpc_endpoint_close(ep, closed_flag, &done);
-    assert_true(run_until(loop, pred_flag, &done, 5000));
+    assert_true(run_until(loop, pred_flag, &done, T_WAIT));
 }
 
 static inline void loop_finish(uv_loop_t *loop)
