@@ -279,6 +279,8 @@ void rpc_sendq_remove(rpc_endpoint *ep, struct rpc_out *o)
 
 static void call_free(rpc_call_t *c)
 {
+    KVM_ASSERT(c->peer->ncalls > 0);
+    c->peer->ncalls--;
     if (c->rx) {
         free(c->rx->pb);
         free(c->rx->payload);
@@ -293,6 +295,7 @@ void rpc_call_deliver(rpc_call_t *c)
 {
     KVM_ASSERT(c->done && !c->out);
     rpc_endpoint *ep = c->ep;
+    rpc_timer_disarm(ep, &c->tmo); /* kept armed while a decided call's write was in flight */
     struct rpc_result res;
     memset(&res, 0, sizeof(res));
     res.status = c->status;
@@ -344,7 +347,6 @@ void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx
     c->rx = rx;
     if (error && *error)
         c->error = strdup(error);
-    rpc_timer_disarm(c->ep, &c->tmo);
     if (c->conn) {
         RB_REMOVE(rpc_call_tree, &c->conn->pending, c);
         c->conn = NULL;
@@ -358,14 +360,30 @@ void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx
     }
     if (!c->out)
         rpc_call_deliver(c);
-    /* else: write_cb delivers once libuv released the payload buffers. */
+    /*
+     * else: write_cb delivers once libuv released the payload buffers. The deadline timer stays
+     * armed meanwhile: if the frame is still being written at the deadline (the peer stopped
+     * reading), call_timeout closes the connection so the write ends and the callback runs.
+     */
 }
 
 static void call_timeout(struct rpc_timer *t)
 {
     rpc_call_t *c = KVM_CONTAINER_OF(t, struct rpc_call, tmo);
-    c->ep->st.calls_timed_out++;
-    rpc_call_finish(c, KVMESH_ETIMEDOUT, "deadline exceeded before a response arrived", NULL);
+    /* The frame is handed to libuv (not in a waiting queue) and its write has not ended. */
+    struct rpc_out *o = c->out && !c->out->inq ? c->out : NULL;
+    if (!c->done) {
+        c->ep->st.calls_timed_out++;
+        rpc_call_finish(c, KVMESH_ETIMEDOUT, "deadline exceeded before a response arrived", NULL);
+    }
+    /*
+     * A half-written frame cannot be withdrawn from the stream and its payload buffers belong to
+     * libuv until the write ends: close the connection (its writes end with UV_ECANCELED, then
+     * write_cb delivers), so a peer that stops reading cannot hold a call past its deadline.
+     * Here c is still alive when o is set (delivery waits for write_cb).
+     */
+    if (o)
+        rpc_conn_close(o->conn, RPC_CLOSE_WRITE_TIMEOUT);
 }
 
 void rpc_cancel(rpc_call_t *c)
@@ -470,6 +488,23 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         return;
     }
     ep->st.requests_received++;
+    if (c->nreplies >= RPC_MAX_REQUESTS_PER_CONN) {
+        /* Too many requests in service on this connection: answer busy, run no handler. */
+        char e[96];
+        snprintf(e, sizeof(e), "%u requests in service on this connection (limit %d)", c->nreplies,
+                 RPC_MAX_REQUESTS_PER_CONN);
+        uint64_t id = rx->fh.request_id;
+        free(req.payload);
+        kvmesh__rpc__rpc_header__free_unpacked(h, NULL);
+        struct rpc_out *o;
+        if (sendq_admit(ep, &c->sq, 0) == 0 &&
+            out_new(FRAME_RESPONSE, id, NULL, KVMESH_EAGAIN, e, 1, &o) == 0) {
+            sendq_add(ep, o, &c->sq);
+            ep->st.replies_sent++;
+            rpc_conn_submit(c, o);
+        }
+        return;
+    }
     rpc_reply *r = calloc(1, sizeof(*r));
     if (!r) {
         free(req.payload);
@@ -489,6 +524,7 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         rpc_conn_close(c, RPC_CLOSE_UNEXPECTED);
         return;
     }
+    c->nreplies++;
     r->req.peer_runtime_id = strdup(c->peer_runtime_id);
     ep->live_replies++;
     if (!slot->fn) {
@@ -523,8 +559,10 @@ void rpc_handle_response(struct rpc_conn *c, struct rpc_rx *rx)
 static void reply_free(rpc_reply *r)
 {
     rpc_endpoint *ep = r->ep;
-    if (r->conn)
+    if (r->conn) {
         RB_REMOVE(rpc_reply_tree, &r->conn->replies, r);
+        r->conn->nreplies--;
+    }
     free(r->req.payload);
     free((char *)r->req.peer_runtime_id);
     kvmesh__rpc__rpc_header__free_unpacked(r->hdr, NULL);
@@ -612,6 +650,11 @@ int rpc_call(rpc_peer *p, const struct rpc_msg *m, rpc_call_cb cb, void *arg, rp
     int rc = msg_check(ep, m, &plen);
     if (rc)
         return rc;
+    if (p->ncalls >= RPC_MAX_PENDING_CALLS) {
+        ep->st.eagain++;
+        return kvm_errf(KVMESH_EAGAIN, "%u calls to %s outstanding (limit %d); retry later",
+                        p->ncalls, p->runtime_id, RPC_MAX_PENDING_CALLS);
+    }
     rc = sendq_admit(ep, &p->sq, plen);
     if (rc)
         return rc;
@@ -624,6 +667,7 @@ int rpc_call(rpc_peer *p, const struct rpc_msg *m, rpc_call_cb cb, void *arg, rp
         free(c);
         return rc;
     }
+    p->ncalls++;
     o->call = c;
     c->out = o;
     ep->st.calls_started++;

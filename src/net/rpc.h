@@ -41,6 +41,8 @@
 #define RPC_DEFAULT_RECONNECT_MAX 2000
 #define RPC_DEFAULT_MAX_CONNS     1024 /* inbound connections */
 #define RPC_MAX_PEERS             4096
+#define RPC_MAX_PENDING_CALLS     8192 /* calls outstanding per peer (queued, written, unanswered) */
+#define RPC_MAX_REQUESTS_PER_CONN 8192 /* requests in service per inbound connection */
 #define RPC_MAX_ADDRESS           256
 #define RPC_RX_STAGING            (64u << 10) /* small-frame staging buffer per connection */
 #define RPC_TIMERS_PER_TURN       1024        /* bounded deadline expiries per timer callback */
@@ -65,7 +67,8 @@
     X(RPC_CLOSE_REFUSED, "refused")                                                                \
     X(RPC_CLOSE_REFUSED_BY_PEER, "refused_by_peer")                                                \
     X(RPC_CLOSE_NOMEM, "no_memory")                                                                \
-    X(RPC_CLOSE_CONN_LIMIT, "conn_limit")
+    X(RPC_CLOSE_CONN_LIMIT, "conn_limit")                                                          \
+    X(RPC_CLOSE_WRITE_TIMEOUT, "write_timeout")
 
 enum rpc_close_reason {
 #define RPC_X(n, s) n,

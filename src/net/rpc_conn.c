@@ -174,6 +174,7 @@ void rpc_conn_close(struct rpc_conn *c, enum rpc_close_reason reason)
         r->conn = NULL;
         r->canceled = 1;
     }
+    c->nreplies = 0;
     if (p && !was_ready)
         rpc_peer_fail_waiting(p, status, why);
     else if (p && !p->conn && !p->retry.armed && !TAILQ_EMPTY(&p->waiting) && !ep->closing)

@@ -125,6 +125,7 @@ struct rpc_conn {
     unsigned writes; /* uv_write requests in flight */
     struct rpc_call_tree pending;
     struct rpc_reply_tree replies;
+    unsigned nreplies; /* in `replies`, <= RPC_MAX_REQUESTS_PER_CONN */
 };
 LIST_HEAD(rpc_conn_list, rpc_conn);
 
@@ -142,7 +143,8 @@ struct rpc_peer {
     struct rpc_timer retry;
     uint64_t next_attempt;
     uint32_t backoff;
-    uint64_t epoch; /* highest runtime epoch seen from this peer, 0 = never connected */
+    uint64_t epoch;  /* highest runtime epoch seen from this peer, 0 = never connected */
+    unsigned ncalls; /* calls not yet delivered, <= RPC_MAX_PENDING_CALLS */
     char last_error[HS_MSG_MAX + 128];
 };
 LIST_HEAD(rpc_peer_list, rpc_peer);

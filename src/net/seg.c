@@ -9,6 +9,7 @@
 #include "net/seg.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/memfd.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -170,15 +171,27 @@ uint64_t seg_now_ns(struct seg_registry *reg)
     return t;
 }
 
+/*
+ * Seals a segment's size: same-host peers map the fd, and a file shrunk under their mapping would
+ * make their copies fault (SIGBUS). seg_remote_map refuses fds without SEG_SIZE_SEALS.
+ */
+#define SEG_SIZE_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
+
+static int seal_size(int fd)
+{
+    return fcntl(fd, F_ADD_SEALS, SEG_SIZE_SEALS | F_SEAL_SEAL);
+}
+
 static int seg_open_memfd(uint64_t size, unsigned flags, int *fd_out, uint8_t **base_out,
                           uint64_t *size_out, bool *huge_out)
 {
     long pg = sysconf(_SC_PAGESIZE);
     if ((flags & SEG_F_HUGE) && size <= SEG_MAX_SIZE - SEG_HUGE_2M) {
-        int fd = memfd_create("kvmesh-seg", MFD_CLOEXEC | MFD_HUGETLB | MFD_HUGE_2MB);
+        int fd = memfd_create("kvmesh-seg",
+                              MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB | MFD_HUGE_2MB);
         if (fd >= 0) {
             uint64_t sz = (size + SEG_HUGE_2M - 1) & ~(SEG_HUGE_2M - 1);
-            if (ftruncate(fd, (off_t)sz) == 0) {
+            if (ftruncate(fd, (off_t)sz) == 0 && seal_size(fd) == 0) {
                 void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
                 if (p != MAP_FAILED) {
                     *fd_out = fd;
@@ -193,7 +206,7 @@ static int seg_open_memfd(uint64_t size, unsigned flags, int *fd_out, uint8_t **
         /* fall back to normal pages */
     }
     uint64_t sz = (size + (uint64_t)pg - 1) & ~((uint64_t)pg - 1);
-    int fd = memfd_create("kvmesh-seg", MFD_CLOEXEC);
+    int fd = memfd_create("kvmesh-seg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return kvm_errf(KVMESH_EIO, "memfd_create failed: %s", strerror(errno));
     if (ftruncate(fd, (off_t)sz) != 0) {
@@ -201,6 +214,11 @@ static int seg_open_memfd(uint64_t size, unsigned flags, int *fd_out, uint8_t **
         close(fd);
         return kvm_errf(KVMESH_ENOSPC, "ftruncate of a %llu-byte segment failed: %s",
                         (unsigned long long)sz, strerror(e));
+    }
+    if (seal_size(fd) != 0) {
+        int e = errno;
+        close(fd);
+        return kvm_errf(KVMESH_EIO, "sealing a segment's size failed: %s", strerror(e));
     }
     void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
@@ -546,7 +564,13 @@ int seg_remote_map(struct seg_registry *reg, const char *owner, uint64_t seg_id,
         *out = r;
         goto out_close;
     }
-    /* the fd's real size must cover what the owner announced, or a copy would fault */
+    /* the size must be sealed (the owner cannot shrink it under the mapping: SIGBUS) ... */
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & SEG_SIZE_SEALS) != SEG_SIZE_SEALS) {
+        rc = kvm_errf(KVMESH_EPROTO, "remote segment fd is not sealed against resizing");
+        goto out_close;
+    }
+    /* ... and the fd's real size must cover what the owner announced, or a copy would fault */
     off_t real = lseek(fd, 0, SEEK_END);
     if (real < 0 || (uint64_t)real < size) {
         rc = kvm_errf(KVMESH_EPROTO, "remote segment fd is %lld bytes, owner announced %llu",

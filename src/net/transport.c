@@ -45,9 +45,33 @@ static int io_errno_to_rc(int e)
     return (e == EAGAIN || e == EWOULDBLOCK) ? KVMESH_ETIMEDOUT : KVMESH_ECONN;
 }
 
+uint64_t tp_io_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static bool io_past(uint64_t deadline_ms)
+{
+    return deadline_ms && tp_io_now_ms() >= deadline_ms;
+}
+
 int tp_io_send_all(int fd, struct iovec *iov, int iovcnt)
 {
+    return tp_io_send_all_by(fd, iov, iovcnt, 0);
+}
+
+int tp_io_recv_all(int fd, void *buf, size_t len)
+{
+    return tp_io_recv_all_by(fd, buf, len, 0);
+}
+
+int tp_io_send_all_by(int fd, struct iovec *iov, int iovcnt, uint64_t deadline_ms)
+{
     while (iovcnt > 0) {
+        if (io_past(deadline_ms))
+            return KVMESH_ETIMEDOUT;
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
         ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL);
         if (n < 0) {
@@ -69,10 +93,12 @@ int tp_io_send_all(int fd, struct iovec *iov, int iovcnt)
     return 0;
 }
 
-int tp_io_recv_all(int fd, void *buf, size_t len)
+int tp_io_recv_all_by(int fd, void *buf, size_t len, uint64_t deadline_ms)
 {
     char *p = buf;
     while (len > 0) {
+        if (io_past(deadline_ms))
+            return KVMESH_ETIMEDOUT;
         ssize_t n = recv(fd, p, len, MSG_WAITALL);
         if (n == 0)
             return KVMESH_ECONN;

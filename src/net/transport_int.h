@@ -118,6 +118,12 @@ int tp_batch_canceled(const struct tp_batch *b);
  * transfers. Return 0, KVMESH_ECONN (peer closed / reset) or KVMESH_ETIMEDOUT. */
 int tp_io_send_all(int fd, struct iovec *iov, int iovcnt);
 int tp_io_recv_all(int fd, void *buf, size_t len);
+/* The same with an overall deadline (tp_io_now_ms() clock; 0 = none): a peer that trickles
+ * bytes so that no single operation times out still fails with KVMESH_ETIMEDOUT, at most one
+ * socket timeout after the deadline. */
+int tp_io_send_all_by(int fd, struct iovec *iov, int iovcnt, uint64_t deadline_ms);
+int tp_io_recv_all_by(int fd, void *buf, size_t len, uint64_t deadline_ms);
+uint64_t tp_io_now_ms(void);
 void tp_io_set_timeout(int fd, int timeout_ms);
 
 #endif

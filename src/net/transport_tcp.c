@@ -45,6 +45,18 @@
 #define TCP_DISCARD_BUF (64u << 10)
 #define TCP_CHUNK_ALIGN 4096u
 #define TCP_MAX_CHUNKS  8192u /* pieces of one request */
+/*
+ * A started exchange (request header, payload, response) must finish within io_timeout_ms per
+ * started TCP_MIN_PACE bytes of payload (plus one io_timeout_ms): with the per-operation socket
+ * timeouts alone, a peer trickling a byte now and then would hold an I/O thread (and, on the
+ * owner, a segment pin) forever.
+ */
+#define TCP_MIN_PACE (1u << 20)
+
+static uint64_t tcp_deadline(int io_timeout_ms, uint64_t length)
+{
+    return tp_io_now_ms() + (uint64_t)io_timeout_ms * (1 + length / TCP_MIN_PACE);
+}
 
 /* ---- server -------------------------------------------------------------------------------- */
 
@@ -66,12 +78,12 @@ struct tp_tcp_server {
     int stopping; /* atomic */
 };
 
-static int tcp_discard(int fd, uint64_t len)
+static int tcp_discard(int fd, uint64_t len, uint64_t deadline)
 {
     char buf[4096];
     while (len > 0) {
         size_t n = (size_t)KVM_MIN(len, (uint64_t)sizeof(buf));
-        int rc = tp_io_recv_all(fd, buf, n);
+        int rc = tp_io_recv_all_by(fd, buf, n, deadline);
         if (rc)
             return rc;
         len -= n;
@@ -89,12 +101,13 @@ static int tcp_serve_one(struct tp_engine *e, int fd)
     while (poll(&pf, 1, -1) < 0)
         if (errno != EINTR)
             return KVMESH_ECONN;
-    int rc = tp_io_recv_all(fd, hb, sizeof(hb));
+    int rc = tp_io_recv_all_by(fd, hb, sizeof(hb), tcp_deadline(e->io_timeout_ms, 0));
     if (rc)
         return rc;
     struct tpw_req q;
     if ((rc = tpw_req_decode(hb, sizeof(hb), &q)) != 0)
         return rc; /* a stream we cannot parse cannot be resynchronized */
+    uint64_t dl = tcp_deadline(e->io_timeout_ms, q.length);
     uint8_t *ptr = NULL;
     struct seg *pin = NULL;
     enum seg_reason reason = SEG_OK;
@@ -102,27 +115,27 @@ static int tcp_serve_one(struct tp_engine *e, int fd)
     int st = seg_check(e->reg, q.seg_id, q.offset, q.length, op, q.token, &ptr, &pin, &reason);
     struct tpw_resp resp = {.status = st, .reason = (uint8_t)reason, .req_id = q.req_id};
     if (st) {
-        if (q.op == TP_WRITE && (rc = tcp_discard(fd, q.length)) != 0)
+        if (q.op == TP_WRITE && (rc = tcp_discard(fd, q.length, dl)) != 0)
             return rc;
         tpw_resp_encode(&resp, rb);
         struct iovec iov[1] = {{rb, sizeof(rb)}};
-        return tp_io_send_all(fd, iov, 1);
+        return tp_io_send_all_by(fd, iov, 1, dl);
     }
     if (q.op == TP_READ) {
         resp.length = q.length;
         tpw_resp_encode(&resp, rb);
         struct iovec iov[2] = {{rb, sizeof(rb)}, {ptr, q.length}};
-        rc = tp_io_send_all(fd, iov, 2);
+        rc = tp_io_send_all_by(fd, iov, 2, dl);
         seg_unpin(e->reg, pin);
         return rc;
     }
-    rc = tp_io_recv_all(fd, ptr, q.length);
+    rc = tp_io_recv_all_by(fd, ptr, q.length, dl);
     seg_unpin(e->reg, pin);
     if (rc)
         return rc;
     tpw_resp_encode(&resp, rb);
     struct iovec iov[1] = {{rb, sizeof(rb)}};
-    return tp_io_send_all(fd, iov, 1);
+    return tp_io_send_all_by(fd, iov, 1, dl);
 }
 
 static void *tcp_sconn_main(void *arg)
@@ -327,11 +340,12 @@ static int tcp_run_chunk(struct tcp_conn *c, struct tcp_chunk *k, uint64_t req_i
                         .length = k->length,
                         .token = k->token};
     tpw_req_encode(&q, hb);
+    uint64_t dl = tcp_deadline(c->p->e->io_timeout_ms, k->length);
     struct iovec iov[2] = {{hb, sizeof(hb)}, {k->local, k->length}};
-    int rc = tp_io_send_all(c->fd, iov, k->op == TP_WRITE ? 2 : 1);
+    int rc = tp_io_send_all_by(c->fd, iov, k->op == TP_WRITE ? 2 : 1, dl);
     if (rc)
         return rc;
-    if ((rc = tp_io_recv_all(c->fd, rb, sizeof(rb))) != 0)
+    if ((rc = tp_io_recv_all_by(c->fd, rb, sizeof(rb), dl)) != 0)
         return rc;
     struct tpw_resp resp;
     if ((rc = tpw_resp_decode(rb, sizeof(rb), &resp)) != 0 || resp.req_id != req_id)
@@ -344,7 +358,7 @@ static int tcp_run_chunk(struct tcp_conn *c, struct tcp_chunk *k, uint64_t req_i
         return resp.length == 0 ? 0 : KVMESH_EPROTO;
     if (resp.length != k->length)
         return KVMESH_EPROTO;
-    return tp_io_recv_all(c->fd, k->local, k->length);
+    return tp_io_recv_all_by(c->fd, k->local, k->length, dl);
 }
 
 static bool rc_breaks_stream(int rc)

@@ -42,6 +42,12 @@ static inline void cfg_make(struct rpc_config *c, const char *deployment, const 
     }
 }
 
+/*
+ * Upper bound of every "wait until it happens" in these tests: generous, because a loaded 2-core
+ * CI host running ThreadSanitizer can be slow; a passing test never waits for it.
+ */
+#define T_WAIT 30000
+
 typedef int (*until_fn)(void *arg);
 
 static inline void until_tick(uv_timer_t *t)
@@ -83,8 +89,10 @@ static inline void run_for(uv_loop_t *loop, uint64_t ms)
 
 /* ---- server handlers ---- */
 
+#define HELD_MAX 16384
+
 struct held {
-    rpc_reply *r[4096];
+    rpc_reply *r[HELD_MAX];
     int n;
     int calls;
 };
@@ -110,7 +118,7 @@ static inline void hold_handler(rpc_reply *reply, struct rpc_request *req, void 
     struct held *h = arg;
     (void)req;
     h->calls++;
-    assert_true(h->n < 4096);
+    assert_true(h->n < HELD_MAX);
     h->r[h->n++] = reply;
 }
 
@@ -137,7 +145,7 @@ static inline void ep_close_wait(uv_loop_t *loop, rpc_endpoint *ep)
 {
     int done = 0;
     rpc_endpoint_close(ep, closed_flag, &done);
-    assert_true(run_until(loop, pred_flag, &done, 5000));
+    assert_true(run_until(loop, pred_flag, &done, T_WAIT));
 }
 
 static inline void loop_finish(uv_loop_t *loop)

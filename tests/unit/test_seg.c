@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -192,6 +193,38 @@ static void test_remote_map_once(void **state)
     seg_registry_free(own);
 }
 
+/*
+ * A same-host owner passes its segment fd; if the owner (bug or malice) could shrink the file
+ * afterwards, every copy into the mapping would crash this process with SIGBUS. Segments are
+ * sealed against resizing and mappers refuse fds without the shrink seal.
+ */
+static void test_remote_map_requires_size_seals(void **state)
+{
+    (void)state;
+    struct seg_registry *own, *cli;
+    assert_int_equal(seg_registry_new(&own), 0);
+    assert_int_equal(seg_registry_new(&cli), 0);
+    /* an unsealed memfd: mapping it would leave this process at the owner's mercy */
+    int fd = memfd_create("unsealed", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 1 << 20), 0);
+    struct seg_remote *r;
+    assert_int_equal(seg_remote_map(cli, "evil", 1, fd, 1 << 20, &r), KVMESH_EPROTO);
+    assert_int_equal(seg_remote_count(cli), 0);
+    /* our own segments cannot be shrunk or grown, and they map */
+    struct seg *s;
+    assert_int_equal(seg_create(own, 1u << 20, 0, &s), 0);
+    assert_true(ftruncate(s->fd, 0) != 0);
+    assert_true(ftruncate(s->fd, (off_t)s->size * 2) != 0);
+    assert_int_equal(seg_remote_map(cli, "peer", s->id, dup(s->fd), s->size, &r), 0);
+    struct seg *h;
+    assert_int_equal(seg_create(own, 1u << 20, SEG_F_HUGE, &h), 0);
+    assert_true(ftruncate(h->fd, 0) != 0);
+    assert_int_equal(seg_remote_map(cli, "peer", h->id, dup(h->fd), h->size, &r), 0);
+    seg_registry_free(cli);
+    seg_registry_free(own);
+}
+
 static void test_grant_table_bounded(void **state)
 {
     (void)state;
@@ -277,9 +310,13 @@ static void test_wire_codecs(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_create_destroy),       cmocka_unit_test(test_grants),
-        cmocka_unit_test(test_pin_survives_destroy), cmocka_unit_test(test_grant_allows),
-        cmocka_unit_test(test_remote_map_once),      cmocka_unit_test(test_grant_table_bounded),
+        cmocka_unit_test(test_create_destroy),
+        cmocka_unit_test(test_grants),
+        cmocka_unit_test(test_pin_survives_destroy),
+        cmocka_unit_test(test_grant_allows),
+        cmocka_unit_test(test_remote_map_once),
+        cmocka_unit_test(test_remote_map_requires_size_seals),
+        cmocka_unit_test(test_grant_table_bounded),
         cmocka_unit_test(test_wire_codecs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
