@@ -441,6 +441,36 @@ static void start_lookup(kvm_op_t *op, struct kvm_item *it, route_lookup_cb cb)
 /* ---- publish -------------------------------------------------------------------------------- */
 
 static void publish_cas(kvm_op_t *op, struct kvm_item *it);
+static void published(void *arg, int rc, const kvm_route_t *r);
+
+/*
+ * After an indeterminate CAS (the primary applied it, mirroring did not complete), the exact
+ * route lookup settles it: our content op is there => the write is published; the route we
+ * meant to replace is still there (or the key is still absent) => it did not apply, and the
+ * same reservations are published again; anything else (another writer came after) => it may
+ * have applied and been replaced, so the replicas may be gone: indeterminate stays the answer.
+ */
+static void indet_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct item_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    if (rc == 0 && r && kvm_op_id_equal(&r->content_op, &it->pub_op)) {
+        published(c, 0, r); /* frees c */
+        return;
+    }
+    free(c);
+    bool unchanged =
+        (rc == KVMESH_ENOENT && !it->have_route) ||
+        (rc == 0 && r && it->have_route && kvm_route_version_equal(&r->version, &it->cur.version));
+    if (unchanged) {
+        publish_cas(op, it);
+        return;
+    }
+    item_fail(op, it, KVMESH_EINDETERMINATE,
+              "route publication is indeterminate; the write may or may not be visible "
+              "(repair pending); retry the put");
+}
 
 static void published(void *arg, int rc, const kvm_route_t *r)
 {
@@ -476,6 +506,11 @@ static void published(void *arg, int rc, const kvm_route_t *r)
         publish_cas(op, it);
         return;
     }
+    if (rc == KVMESH_EINDETERMINATE && ++it->indet_tries <= STORE_INDET_RETRIES) {
+        /* Maybe published: keep the reservations and settle it by an exact lookup. */
+        start_lookup(op, it, indet_looked_up);
+        return;
+    }
     if (rc == KVMESH_EINDETERMINATE) {
         /* Maybe published: keep the reservations; their TTL expiry asks the route. */
         item_fail(op, it, rc,
@@ -498,7 +533,11 @@ static void publish_cas(kvm_op_t *op, struct kvm_item *it)
         item_fail(op, it, rc, "out of memory");
         return;
     }
-    next.content_op = kvm_rt_next_op_id(rt);
+    if (!it->pub_op_set) {
+        it->pub_op = kvm_rt_next_op_id(rt);
+        it->pub_op_set = true;
+    }
+    next.content_op = it->pub_op;
     if (it->have_route && kvm_op_id_is_valid(&it->cur.content_op))
         next.predecessor_op = it->cur.content_op;
     next.length = it->len;

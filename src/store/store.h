@@ -45,6 +45,7 @@
 #define STORE_SEG_CACHE_MAX    4096 /* opened remote segment handles per runtime */
 #define STORE_PLACE_TRIES      8    /* owners tried per replica */
 #define STORE_CAS_RETRIES      8    /* publish attempts after a conflict */
+#define STORE_INDET_RETRIES    4    /* publish re-checks after an indeterminate CAS */
 #define STORE_TICK_MS          20   /* owner housekeeping period */
 #define STORE_TICK_BUDGET      256  /* slots examined per housekeeping turn */
 #define STORE_EVICT_INFLIGHT   64   /* eviction CAS in flight per owner */
@@ -121,8 +122,11 @@ struct kvm_item {
     int in_place;
     /* lookup / publish */
     bool have_route;
-    kvm_route_t route; /* lookup: the route; publish: the published route */
-    kvm_route_t cur;   /* publish: the route being replaced */
+    kvm_route_t route;  /* lookup: the route; publish: the published route */
+    kvm_route_t cur;    /* publish: the route being replaced */
+    kvm_op_id_t pub_op; /* publish: content op of this write, the same in every attempt */
+    bool pub_op_set;
+    uint32_t indet_tries;
     struct kvm_access acc[KVM_MAX_REPLICAS];
     /* handoff: the replica slot being replaced (owner = self) */
     kvm_hot_replica_t moving;

@@ -136,13 +136,21 @@ static void kill9(int slot)
     p->pid = 0;
 }
 
+/* The route mode under test: KVMESH_TEST_ROUTE_MODE (inherited by the runtime processes), by
+ * default the default mode, embedded_wrh. */
+static const char *route_mode(void)
+{
+    const char *m = getenv("KVMESH_TEST_ROUTE_MODE");
+    return m && *m ? m : "embedded_wrh";
+}
+
 static kvmesh_t *open_client(const char *transport)
 {
     kvmesh_config_t *c = kvmesh_config_new();
     CHECK(c);
     CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
     CHECK(kvmesh_config_set(c, "deployment", deployment) == 0);
-    CHECK(kvmesh_config_set(c, "route_mode", "metadata_only") == 0);
+    CHECK(kvmesh_config_set(c, "route_mode", route_mode()) == 0);
     CHECK(kvmesh_config_set(c, "memory_size", "0") == 0);
     CHECK(kvmesh_config_set(c, "max_object_size", "67108864") == 0);
     CHECK(kvmesh_config_set(c, "replicas", "2") == 0);
@@ -195,7 +203,7 @@ static int runtime_main(char **argv)
     kvmesh_config_set(c, "deployment", argv[3]);
     if (strcmp(argv[4], "-") != 0)
         kvmesh_config_set(c, "runtime_id", argv[4]);
-    kvmesh_config_set(c, "route_mode", "metadata_only");
+    kvmesh_config_set(c, "route_mode", route_mode());
     kvmesh_config_set(c, "memory_size", argv[5]);
     kvmesh_config_set(c, "segment_size", "75497472"); /* 72 MiB */
     kvmesh_config_set(c, "max_object_size", "67108864");
