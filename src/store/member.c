@@ -445,7 +445,9 @@ static void snapshot_install(kvm_rt_t *rt)
         rm[n++] = (route_member_t){.rt = m->rt,
                                    .node = m->node,
                                    .weight = m->weight,
-                                   .route_capable = m->state == KVM_MS_ACTIVE,
+                                   /* client-only runtimes (no memory) come and go with
+                                    * each tool invocation: they never hold route authority */
+                                   .route_capable = m->state == KVM_MS_ACTIVE && m->capacity > 0,
                                    .route_version = ROUTE_PROTOCOL_VERSION};
     }
     if (rt->route)

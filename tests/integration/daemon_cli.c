@@ -304,7 +304,7 @@ static void test_unreachable_metadata_fails_fast(void **state)
     char url[64];
     snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
     struct out o;
-    run(&o, NULL, bin_kvmeshd, "--metadata-url", url, "--route-mode", "metadata_only", NULL);
+    run(&o, NULL, bin_kvmeshd, "--metadata-url", url, NULL);
     ASSERT_RUN(&o, 1);
     ASSERT_HAS(o.err, url);
     if (o.ms > T_FAST_FAIL_MS)
@@ -437,13 +437,10 @@ static void test_cluster_cli_and_drain(void **state)
     char cfg_path[300], cfg[1024], dep[64];
     snprintf(cfg_path, sizeof(cfg_path), "%s/kvmeshd.yaml", tmpdir);
     snprintf(dep, sizeof(dep), "dcli-%ld", (long)getpid());
-    /* route_mode metadata_only: the embedded_wrh route mode is not in this build yet (kvmesh_open
-     * refuses it with KVMESH_ENOTSUP); switch to the default when it lands. */
     snprintf(cfg, sizeof(cfg),
              "# daemon_cli integration test\n"
              "metadata_url: %s\n"
              "deployment: %s\n"
-             "route_mode: metadata_only\n"
              "memory_size: 64MiB\n"
              "segment_size: 16MiB\n"
              "max_object_size: 16MiB\n"
