@@ -22,6 +22,7 @@
 
 #include <bsd/sys/tree.h>
 
+#include "core/rng.h"
 #include "core/util.h"
 
 typedef struct uvtimer {
@@ -67,7 +68,7 @@ typedef struct env_uv {
     env_t env;
     uv_loop_t *loop;
     env_node_t self;
-    uint64_t rng[4];
+    kvm_rng_t rng;
 
     /* timers */
     uv_timer_t timer;
@@ -105,37 +106,14 @@ static env_uv_t *to_uv(env_t *env)
 
 /* ---- rng: xoshiro256** seeded through splitmix64 -------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
 static void rng_seed(env_uv_t *u, uint64_t seed)
 {
-    for (int i = 0; i < 4; i++)
-        u->rng[i] = splitmix64(&seed);
+    kvm_rng_seed(&u->rng, seed);
 }
 
 static uint64_t rng_next(env_uv_t *u)
 {
-    uint64_t *s = u->rng;
-    uint64_t r = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return r;
+    return kvm_rng_next(&u->rng);
 }
 
 static uint64_t seed_from_os(void)

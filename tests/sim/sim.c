@@ -22,6 +22,7 @@
 #include <bsd/sys/tree.h>
 #include <xxhash.h>
 
+#include "core/rng.h"
 #include "core/util.h"
 
 enum sim_ev_kind {
@@ -59,9 +60,7 @@ RB_HEAD(sim_timer_tree, sim_ev);
 #define SIM_RB_ATTR __attribute__((unused)) static
 RB_GENERATE_INTERNAL(sim_timer_tree, sim_ev, by_id, cmp_timer_id, SIM_RB_ATTR)
 
-typedef struct rng {
-    uint64_t s[4];
-} rng_t;
+typedef kvm_rng_t rng_t;
 
 typedef struct sim_node {
     env_t env;
@@ -111,59 +110,27 @@ struct sim {
 
 /* ---- rng (xoshiro256**, seeded through splitmix64) ------------------------------------------ */
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-/* Derives the stream (a, b) of the root seed: distinct (a, b) give unrelated streams. */
 static void rng_derive(rng_t *r, uint64_t root, uint64_t a, uint64_t b)
 {
     uint64_t words[3] = {root, a, b};
     uint64_t x = XXH3_64bits(words, sizeof(words));
     for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
+        r->s[i] = kvm_splitmix64(&x);
 }
 
 static uint64_t rng_next(rng_t *r)
 {
-    uint64_t *s = r->s;
-    uint64_t res = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return res;
+    return kvm_rng_next(r);
 }
 
 static uint64_t rng_range(rng_t *r, uint64_t lo, uint64_t hi)
 {
-    KVM_ASSERT(lo <= hi);
-    uint64_t span = hi - lo;
-    if (span == UINT64_MAX)
-        return rng_next(r);
-    /* multiply-shift; the tiny bias is irrelevant for a simulator and fully deterministic */
-    return lo + (uint64_t)(((unsigned __int128)rng_next(r) * (span + 1)) >> 64);
+    return kvm_rng_range(r, lo, hi);
 }
 
 static bool rng_chance(rng_t *r, double p)
 {
-    if (p <= 0.0)
-        return false;
-    if (p >= 1.0)
-        return true;
-    return (double)(rng_next(r) >> 11) * 0x1.0p-53 < p;
+    return kvm_rng_chance(r, p);
 }
 
 enum { STREAM_WORLD = 1, STREAM_NET = 2, STREAM_BUGGIFY = 3, STREAM_NODE = 4, STREAM_SKEW = 5 };

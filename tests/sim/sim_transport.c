@@ -34,6 +34,7 @@
 
 #include <xxhash.h>
 
+#include "core/rng.h"
 #include "core/util.h"
 #include "kvmesh.h"
 
@@ -122,7 +123,7 @@ struct sim_tp_batch {
 struct sim_tp {
     sim_t *sim;
     sim_tp_knobs_t k;
-    uint64_t rng[4];
+    kvm_rng_t rng;
     uint64_t next_id;
     stp_node_t nodes[SIM_MAX_NODES];
     stp_req_t *reqs;
@@ -133,41 +134,14 @@ struct sim_tp {
 /* ---- random stream (xoshiro256**, seeded once from the world stream) --------------------------
  */
 
-static uint64_t stp_rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t stp_rand(sim_tp_t *tp)
-{
-    uint64_t *s = tp->rng;
-    uint64_t res = stp_rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = stp_rotl(s[3], 45);
-    return res;
-}
-
 static uint64_t stp_range(sim_tp_t *tp, uint64_t lo, uint64_t hi)
 {
-    KVM_ASSERT(lo <= hi);
-    uint64_t span = hi - lo;
-    if (span == UINT64_MAX)
-        return stp_rand(tp);
-    return lo + (uint64_t)(((unsigned __int128)stp_rand(tp) * (span + 1)) >> 64);
+    return kvm_rng_range(&tp->rng, lo, hi);
 }
 
 static bool stp_chance(sim_tp_t *tp, double p)
 {
-    if (p <= 0.0)
-        return false;
-    if (p >= 1.0)
-        return true;
-    return (double)(stp_rand(tp) >> 11) * 0x1.0p-53 < p;
+    return kvm_rng_chance(&tp->rng, p);
 }
 
 /* ---- knobs, lifecycle ----------------------------------------------------------------------- */
@@ -208,13 +182,7 @@ sim_tp_t *sim_tp_new(sim_t *sim, const sim_tp_knobs_t *knobs)
     sim_tp_knobs_t k;
     sim_tp_knobs_init(&k);
     sim_tp_set_knobs(tp, knobs ? knobs : &k);
-    uint64_t x = sim_rand_u64(sim);
-    for (int i = 0; i < 4; i++) { /* splitmix64 expansion of one world draw */
-        uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        tp->rng[i] = z ^ (z >> 31);
-    }
+    kvm_rng_seed(&tp->rng, sim_rand_u64(sim)); /* splitmix64 expansion of one world draw */
     tp->next_id = 1;
     return tp;
 }
