@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds kvmesh and runs every test: a -Werror build, an ASan+UBSan build, a TSan build of the
-# threaded tests, and the libFuzzer targets (built with clang, each run briefly on its corpus).
+# threaded tests (unit tests and the RPC/transport/metadata/observability integration tests), and the libFuzzer targets (built with clang, each run briefly on its corpus).
 # Installs missing packages first (scripts/deps.sh). Exits non-zero when anything fails.
 #
 #   KVMESH_TEST_STAGES="werror asan tsan fuzz"   stages to run (default: all)
@@ -47,7 +47,11 @@ for s in $STAGES; do
     stage asan build-asan "" -DKVMESH_WERROR=ON "-DKVMESH_SANITIZE=address,undefined" ;;
   tsan)
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-    stage tsan build-tsan "-L unit" -DKVMESH_WERROR=ON -DKVMESH_SANITIZE=thread ;;
+    # The threaded code: every unit test plus the RPC, transport, metadata and observability
+    # integration tests (the real-server and multi-process suites run in the other stages).
+    stage tsan build-tsan \
+      "-R ^unit_|^integration_rpc|^integration_transport|^meta_conformance_memory|^integration_obs" \
+      -DKVMESH_WERROR=ON -DKVMESH_SANITIZE=thread ;;
   fuzz)
     stage fuzz build-fuzz "-L fuzz" -DCMAKE_C_COMPILER=clang -DKVMESH_FUZZ=ON \
       "-DKVMESH_SANITIZE=address,undefined"
