@@ -168,6 +168,37 @@ static void prim_on_loop(void *arg)
     }
 }
 
+/* Test-only broken variants (route_test_set_bugs), from the environment variable
+ * KVMESH_ROUTE_PROC_BUGS = secondary_cas | skip_transfer, applied on every runtime of the test;
+ * the ctest entries route_proc_*_is_caught run them and expect the checks to fail. */
+struct bug_set {
+    kvm_rt_t *rt;
+    unsigned bugs;
+};
+
+static void bugs_on_loop(void *arg)
+{
+    struct bug_set *b = arg;
+    if (b->rt->route)
+        route_test_set_bugs(b->rt->route, b->bugs);
+}
+
+static void apply_bugs(kvm_rt_t *rt)
+{
+    const char *v = getenv("KVMESH_ROUTE_PROC_BUGS");
+    struct bug_set b = {.rt = rt, .bugs = 0};
+    if (!v || !*v)
+        return;
+    if (strcmp(v, "secondary_cas") == 0)
+        b.bugs = ROUTE_TEST_BUG_SECONDARY_CAS;
+    else if (strcmp(v, "skip_transfer") == 0)
+        b.bugs = ROUTE_TEST_BUG_SKIP_TRANSFER;
+    else
+        fprintf(stderr, "KVMESH_ROUTE_PROC_BUGS: unknown variant %s\n", v);
+    if (b.bugs)
+        env_uv_thread_call(rt->thread, bugs_on_loop, &b);
+}
+
 /* Which shards this runtime serves as fenced primary (mask; token of the lowest such shard). */
 static int primary_of(kvm_rt_t *rt, uint32_t *mask, uint64_t *token)
 {
@@ -195,6 +226,7 @@ static int runtime_main(char **argv)
         return 1;
     }
     kvm_rt_t *rt = kvmesh_runtime_of(kv);
+    apply_bugs(rt);
     printf("READY\n");
     fflush(stdout);
     char tmp[600];
@@ -501,6 +533,7 @@ static int test_main(const char *self_exe, const char *kind)
     kvmesh_config_free(c);
     CHECK(rc == 0);
     crt = kvmesh_runtime_of(client);
+    apply_bugs(crt);
     fprintf(stderr, "route_proc[%s]: 3 runtimes + client up in %" PRIu64 " ms\n", kind,
             now_ms() - t0);
 
