@@ -413,6 +413,14 @@ static void hist_end(size_t i, int status, uint64_t version, uint64_t value)
     pthread_mutex_unlock(&hist_mu);
 }
 
+static bool hist_room(void)
+{
+    pthread_mutex_lock(&hist_mu);
+    bool room = n_hist + 4 < RP_MAX_OPS;
+    pthread_mutex_unlock(&hist_mu);
+    return room;
+}
+
 /* A lookup of ident (history key index k), recorded; returns rc and the version seen (0 none). */
 static int do_lookup(uint32_t who, uint32_t k, const kvm_ident_t *ident, uint64_t *seen)
 {
@@ -479,7 +487,7 @@ static void *traffic(void *arg)
     uint32_t who = (uint32_t)(uintptr_t)arg;
     uint64_t seen[RP_KEYS] = {0};
     bool known[RP_KEYS] = {false};
-    for (uint32_t i = who; !atomic_load(&stop_traffic) && n_hist + 4 < RP_MAX_OPS; i++) {
+    for (uint32_t i = who; !atomic_load(&stop_traffic) && hist_room(); i++) {
         uint32_t k = i % RP_KEYS;
         if (!known[k] || (i & 3) == 0) {
             int rc = do_lookup(who, k, &keys[k], &seen[k]);
@@ -614,6 +622,12 @@ static int test_main(const char *self_exe, const char *kind)
     for (size_t i = 0; i < n_hist; i++)
         acks_before += hist[i].kind == ROUTE_HIST_CAS && hist[i].done && hist[i].status == 0;
     pthread_mutex_unlock(&hist_mu);
+    /* still the primary (status files are at most ~20 ms old); its current token */
+    uint32_t vm = 0;
+    uint64_t vt = 0;
+    CHECK(proc_status(victim, &vm, &vt) && (vm & (1u << shard)));
+    if (!(vm & ((1u << shard) - 1)))
+        victim_token = vt;
     uint64_t kill_us = now_us();
     kill(procs[victim].pid, SIGKILL);
     waitpid(procs[victim].pid, NULL, 0);
