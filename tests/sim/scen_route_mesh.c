@@ -40,6 +40,7 @@
 #include "meta/meta_memory.h"
 #include "route/route.h"
 #include "route/route_test.h"
+#include "route_history.h"
 #include "sim.h"
 
 #define RS_MAX_NODES         6
@@ -638,101 +639,38 @@ static int rs_invariant(void *ctx, sim_t *sim)
     return 0;
 }
 
-static bool acked(const sim_op_t *o)
-{
-    return o->kind == OPK_CAS && o->done && o->status == 0;
-}
-
+/* The per-key history checks live in tests/support/route_history.c (shared with the
+ * real-process tests): convert the simulator's records and run them. */
 static void check_history(rs_t *rs)
 {
     size_t n = sim_hist_len(rs->hist);
-    /* per-key lists of completed operations, so that the pairwise checks stay per key */
-    const sim_op_t **by_key[RS_KEYS];
-    size_t n_key[RS_KEYS] = {0};
-    for (uint32_t k = 0; k < RS_KEYS; k++) {
-        by_key[k] = calloc(n ? n : 1, sizeof(*by_key[k]));
-        KVM_ASSERT(by_key[k] != NULL);
-    }
+    route_hist_op_t *ops = calloc(n ? n : 1, sizeof(*ops));
+    KVM_ASSERT(ops != NULL);
     for (size_t i = 0; i < n; i++) {
         const sim_op_t *o = sim_hist_get(rs->hist, i);
-        if (o->done && o->in_a < RS_KEYS)
-            by_key[o->in_a][n_key[o->in_a]++] = o;
-    }
-    for (size_t i = 0; i < n && !sim_failed(rs->sim); i++) {
-        const sim_op_t *a = sim_hist_get(rs->hist, i);
-        if (!a->done)
-            continue;
-        if (a->kind == OPK_LOOKUP && a->status == KVMESH_ECORRUPT &&
-            !(rs->planted && a->in_a == rs->planted_key)) {
-            sim_fail(rs->sim, "lookup of k%llu failed with a protocol conflict",
-                     (unsigned long long)a->in_a);
-            goto out;
-        }
-        if (acked(a) && a->out_a <= a->out_b) {
-            sim_fail(rs->sim, "CAS on k%llu acknowledged version %llx not above expected %llx",
-                     (unsigned long long)a->in_a, (unsigned long long)a->out_a,
-                     (unsigned long long)a->out_b);
-            goto out;
-        }
-        if (!acked(a))
-            continue;
-        for (size_t j = 0; j < n_key[a->in_a] && !sim_failed(rs->sim); j++) {
-            const sim_op_t *b = by_key[a->in_a][j];
-            if (a == b)
-                continue;
-            if (acked(a) && acked(b)) {
-                if (a->out_b == b->out_b) {
-                    sim_fail(rs->sim,
-                             "k%llu: two acknowledged CAS from predecessor %llx (values %llu, "
-                             "%llu)",
-                             (unsigned long long)a->in_a, (unsigned long long)a->out_b,
-                             (unsigned long long)a->in_b, (unsigned long long)b->in_b);
-                    goto out;
-                }
-                if (a->out_a == b->out_a) {
-                    sim_fail(rs->sim, "k%llu: two acknowledged CAS produced version %llx",
-                             (unsigned long long)a->in_a, (unsigned long long)a->out_a);
-                    goto out;
-                }
-                if (a->out_a < b->out_a && b->out_b < a->out_a) {
-                    sim_fail(rs->sim, "k%llu: acknowledged %llx lost: %llx was applied over %llx",
-                             (unsigned long long)a->in_a, (unsigned long long)a->out_a,
-                             (unsigned long long)b->out_a, (unsigned long long)b->out_b);
-                    goto out;
-                }
-                if (a->end_ns < b->start_ns && a->out_a > b->out_a) {
-                    sim_fail(rs->sim, "k%llu: real-time order violated (%llx before %llx)",
-                             (unsigned long long)a->in_a, (unsigned long long)a->out_a,
-                             (unsigned long long)b->out_a);
-                    goto out;
-                }
-            }
-            if (acked(a) && b->kind == OPK_LOOKUP &&
-                (b->status == 0 || b->status == KVMESH_ENOENT)) {
-                if (a->end_ns < b->start_ns && b->out_a < a->out_a) {
-                    sim_fail(rs->sim,
-                             "k%llu: stale read: lookup (n%u, t=%llu ms) returned %llx after "
-                             "CAS %llx (value %llu) was acknowledged at t=%llu ms",
-                             (unsigned long long)a->in_a, b->client,
-                             (unsigned long long)(b->start_ns / SIM_MSG_NS),
-                             (unsigned long long)b->out_a, (unsigned long long)a->out_a,
-                             (unsigned long long)a->in_b,
-                             (unsigned long long)(a->end_ns / SIM_MSG_NS));
-                    goto out;
-                }
-                if (b->out_a == a->out_a && b->out_b != a->in_b) {
-                    sim_fail(rs->sim, "k%llu: version %llx read with value %llu, written %llu",
-                             (unsigned long long)a->in_a, (unsigned long long)a->out_a,
-                             (unsigned long long)b->out_b, (unsigned long long)a->in_b);
-                    goto out;
-                }
-            }
+        route_hist_op_t *h = &ops[i];
+        h->kind = o->kind == OPK_CAS ? ROUTE_HIST_CAS : ROUTE_HIST_LOOKUP;
+        h->client = o->client;
+        h->key = o->in_a;
+        h->status = o->status;
+        h->done = o->done;
+        h->begin = o->start_ns;
+        h->end = o->end_ns;
+        h->version = o->out_a;
+        if (o->kind == OPK_CAS) {
+            h->value = o->in_b;
+            h->expected = o->out_b;
+        } else {
+            h->value = o->out_b;
         }
     }
-out:
-    for (uint32_t k = 0; k < RS_KEYS; k++)
-        free(by_key[k]);
+    char msg[512];
+    if (route_hist_check(ops, n, RS_KEYS, rs->planted ? (uint64_t)rs->planted_key : UINT64_MAX,
+                         SIM_MSG_NS, msg, sizeof(msg)) != 0)
+        sim_fail(rs->sim, "%s", msg);
+    free(ops);
 }
+
 static bool live_done(void *ctx)
 {
     rs_t *rs = ctx;
