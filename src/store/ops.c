@@ -494,7 +494,9 @@ static void looked_up(void *arg, int rc, const kvm_route_t *r)
 static void start_lookup(kvm_op_t *op, struct kvm_item *it, route_lookup_cb cb)
 {
     struct item_ctx *c = ictx_named(op, it, "control.route_lookup");
+    struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
     int rc = c ? route_lookup(op->rt->route, &it->ident, cb, c) : KVMESH_ENOMEM;
+    kvm_trace_scope_leave(saved);
     if (rc) {
         ictx_free(c, rc);
         item_fail(op, it, rc, "route lookup could not start: %s", kvmesh_strerror(rc));
@@ -575,7 +577,9 @@ static void publish_cas(kvm_op_t *op, struct kvm_item *it)
                                                                .checksum = it->checksum};
     kvm_route_version_t expected = it->have_route ? it->cur.version : KVM_ROUTE_VERSION_NONE;
     struct item_ctx *c = ictx_named(op, it, "control.route_cas");
+    struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
     rc = c ? route_cas(rt->route, &expected, &next, published, c) : KVMESH_ENOMEM;
+    kvm_trace_scope_leave(saved);
     kvm_route_free(&next);
     if (rc) {
         ictx_free(c, rc);
@@ -665,7 +669,9 @@ static void remove_cas(kvm_op_t *op, struct kvm_item *it)
         next.predecessor_op = it->cur.content_op;
         next.tomb = KVM_TOMB_PENDING;
         struct item_ctx *c = ictx_named(op, it, "control.route_cas");
+        struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
         rc = c ? route_cas(op->rt->route, &it->cur.version, &next, removed, c) : KVMESH_ENOMEM;
+        kvm_trace_scope_leave(saved);
         if (rc)
             ictx_free(c, rc);
     }

@@ -494,9 +494,13 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
     env_uv_set_sender(rt->env, env_sender, rt);
     env_set_recv(rt->env, env_recv, rt);
 
+    if (rt->tracer && (rc = kvm_metatrace_open(rt, &rt->route_meta)) != 0) {
+        open_finish(rt, rc, kvmesh_last_error());
+        return;
+    }
     route_svc_opts_t ro = {
         .env = rt->env,
-        .meta = rt->meta,
+        .meta = rt->route_meta ? rt->route_meta : rt->meta,
         .deployment = rt->cfg.deployment,
         .self = rt->self,
         .policy = {.mode = (enum route_mode)rt->cfg.route_mode,
@@ -527,6 +531,10 @@ static void open_start(void *arg)
 static void close_signal(void *arg)
 {
     kvm_rt_t *rt = arg;
+    if (rt->route_meta) {
+        meta_close(rt->route_meta);
+        rt->route_meta = NULL;
+    }
     if (rt->meta) {
         meta_close(rt->meta);
         rt->meta = NULL;

@@ -283,6 +283,7 @@ typedef struct kvm_rt {
     uint64_t start_ms;
     struct obs_http *admin;
     struct obs_tracer *tracer;  /* [any] NULL = tracing off (then no span is ever started) */
+    meta_t *route_meta;         /* [loop] traced handle the route service uses (tracer only) */
     struct self_msg *self_msgs; /* [loop] env messages to self awaiting delivery */
     kvm_op_t *state_op;         /* the drain step waiting for its record write */
     /* open/close synchronisation */
@@ -340,6 +341,14 @@ void kvm_span_wire(const struct obs_span *s, struct frame_trace *out);
  * context is absent or not sampled. */
 struct obs_span *kvm_span_remote(kvm_rt_t *rt, const struct frame_trace *in, const char *name,
                                  struct obs_span *out);
+
+/* metatrace.c [loop]: a metadata handle forwarding to rt->meta that records metadata.* spans
+ * under the loop thread's current scope span (set around route calls made for a request).
+ * Close it with meta_close before rt->meta. */
+int kvm_metatrace_open(kvm_rt_t *rt, meta_t **out);
+/* Sets the current scope span (NULL = none); returns the previous one for _leave. */
+struct obs_span *kvm_trace_scope_enter(struct obs_span *s);
+void kvm_trace_scope_leave(struct obs_span *saved);
 
 /* ---- member.c [loop] ---------------------------------------------------------------------- */
 typedef void (*kvm_done_cb)(kvm_rt_t *rt, int rc, const char *err);
