@@ -328,13 +328,15 @@ static void check_get(const struct span *s, size_t n, char tid[33])
 
 /* ---- runtimes ------------------------------------------------------------------------------ */
 
+static const char *route_mode = "metadata_only";
+
 static kvmesh_t *rt_open(const char *meta, const char *svc, const char *rate, const char *dir,
                          const char *otlp)
 {
     kvmesh_config_t *c = kvmesh_config_new();
     assert_non_null(c);
     assert_int_equal(kvmesh_config_set(c, "metadata_url", meta), 0);
-    assert_int_equal(kvmesh_config_set(c, "route_mode", "metadata_only"), 0);
+    assert_int_equal(kvmesh_config_set(c, "route_mode", route_mode), 0);
     assert_int_equal(kvmesh_config_set(c, "memory_size", "8MiB"), 0);
     assert_int_equal(kvmesh_config_set(c, "segment_size", "4MiB"), 0);
     assert_int_equal(kvmesh_config_set(c, "max_object_size", "1MiB"), 0);
@@ -505,11 +507,59 @@ static void test_unsampled_no_spans(void **state)
     rm_dirs(&p);
 }
 
+/* The default route mode: routes live in the runtimes' route authorities, so the request's trace
+ * is connected across both runtimes the same way; any metadata.* span can only sit under a route
+ * call (the steady state makes none). */
+static void test_embedded_wrh_connected(void **state)
+{
+    (void)state;
+    struct rx *rx = rx_start();
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/traces", (unsigned)rx->port);
+    struct pair p;
+    route_mode = "embedded_wrh";
+    pair_open(&p, "memory://obs-rtt-embedded", "1", "0", url);
+    route_mode = "metadata_only";
+    remote_put_get(&p, "object/gamma", 8192);
+    uint64_t end = now_ms() + 10000;
+    while (!has_span(p.dirb, p.idb, "control.owner_commit") && now_ms() < end)
+        usleep(50000);
+    pair_close(&p);
+    static struct span js[MAX_SPANS];
+    size_t n = capture_read(p.dira, p.ida, js, MAX_SPANS);
+    n += capture_read(p.dirb, p.idb, js + n, MAX_SPANS - n);
+    char t_put[33], t_get[33];
+    const struct span *put = check_connected(js, n, "store.put", t_put);
+    const struct span *get = check_connected(js, n, "store.get", t_get);
+    const struct span *res = child(js, n, t_put, "control.reserve", put);
+    assert_string_equal(child(js, n, t_put, "control.owner_reserve", res)->service, "rt-b");
+    child(js, n, t_put, "data.write", put);
+    child(js, n, t_put, "control.route_lookup", put);
+    child(js, n, t_put, "control.route_cas", put);
+    const struct span *cm = child(js, n, t_put, "control.commit", put);
+    assert_string_equal(child(js, n, t_put, "control.owner_commit", cm)->service, "rt-b");
+    child(js, n, t_get, "control.route_lookup", get);
+    child(js, n, t_get, "data.read", get);
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(js[i].name, "metadata.", 9) != 0)
+            continue;
+        const struct span *par = by_id(js, n, js[i].trace_id, js[i].parent);
+        assert_non_null(par);
+        assert_true(strncmp(par->name, "control.route_", 14) == 0);
+    }
+    pthread_mutex_lock(&rx->mu);
+    assert_int_equal(rx->n, n);
+    pthread_mutex_unlock(&rx->mu);
+    rx_stop(rx);
+    rm_dirs(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_put_get_one_trace_each),
         cmocka_unit_test(test_unsampled_no_spans),
+        cmocka_unit_test(test_embedded_wrh_connected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
