@@ -241,7 +241,7 @@ struct reserve_ctx {
     const char *data_addr;
     uint32_t n_segs;
     struct kvm_seg_info segs[STORE_MAX_SEGS];
-    struct obs_span span, *sp; /* control.reserve (sp NULL when untraced) */
+    struct obs_span *sp; /* control.reserve (allocated when traced; NULL when untraced) */
 };
 
 static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off, uint64_t token)
@@ -251,6 +251,7 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
     struct kvm_item *it = c->it;
     kvm_rt_t *rt = op->rt;
     kvm_span_finish(c->sp, rc);
+    free(c->sp);
     it->placing--;
     if (rc == 0) {
         struct kvm_res *r = &it->res[it->n_res++];
@@ -319,7 +320,11 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
     it->placing++;
     uint32_t ttl = rt->cfg.request_timeout_ms * 2;
     bool local = kvm_id128_equal(&m->rt.id, &rt->self.id);
-    c->sp = kvm_span_begin(rt, op->span, false, "control.reserve", &c->span);
+    if (op->span && obs_span_sampled(op->span)) {
+        struct obs_span *s = malloc(sizeof(*s));
+        if (s && !(c->sp = kvm_span_begin(rt, op->span, false, "control.reserve", s)))
+            free(s);
+    }
     if (c->sp) {
         obs_span_set_str(c->sp, "kvmesh.owner", m->idhex);
         obs_span_set_int(c->sp, "kvmesh.local", local);
