@@ -139,6 +139,17 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
     F_UINT(io_threads, "2", 1, KVM_CFG_IO_THREADS_MAX, "Transport I/O threads."),
     F_BOOL(hugepages, "false",
            "Try huge-page backed segments (MFD_HUGETLB), falling back to normal pages."),
+    F_DBL(trace_sample_rate, "0", 0.0, 1.0,
+          "Fraction of requests started here that are traced (head sampling; the decision "
+          "travels to every runtime the request touches); 0 = none."),
+    F_STR(trace_capture_dir, "", KVM_CFG_SYN_ANY,
+          "Directory for this runtime's JSONL span capture (file trace-<runtime id>.jsonl, "
+          "started at open; also the directory of /trace captures); empty = off."),
+    F_STR(trace_otlp_url, "", KVM_CFG_SYN_HTTP_URL_OPT,
+          "OTLP/HTTP (JSON) traces endpoint, e.g. http://127.0.0.1:4318/v1/traces; empty = "
+          "no OTLP export."),
+    F_STR(trace_service_name, "kvmesh", KVM_CFG_SYN_NAME,
+          "service.name of the spans this runtime exports."),
 };
 
 const kvm_cfg_field_t *kvm_config_table(size_t *n)
@@ -356,6 +367,17 @@ static bool syntax_ok(enum kvm_cfg_syntax syn, const char *v)
             if (!name_char(v[i]))
                 return false;
         return true;
+    case KVM_CFG_SYN_HTTP_URL_OPT: {
+        if (n == 0)
+            return true;
+        size_t p = strncmp(v, "http://", 7) == 0 ? 7 : strncmp(v, "https://", 8) == 0 ? 8 : 0;
+        if (p == 0 || v[p] == '\0')
+            return false;
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)v[i] <= 0x20 || (unsigned char)v[i] == 0x7f)
+                return false;
+        return true;
+    }
     }
     return false;
 }
@@ -377,6 +399,8 @@ static const char *syntax_text(enum kvm_cfg_syntax syn)
         return "empty or host:port with port 0..65535";
     case KVM_CFG_SYN_TENANT:
         return "1..64 characters of [A-Za-z0-9_.-], first alphanumeric";
+    case KVM_CFG_SYN_HTTP_URL_OPT:
+        return "empty or an http:// or https:// URL without spaces";
     }
     return "?";
 }

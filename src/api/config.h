@@ -36,15 +36,20 @@ struct kvmesh_config {
     uint32_t top_k;                     /* route authorities per shard */
     uint32_t shards;                    /* logical route shards */
     enum kvm_transport_choice transport;
-    double weight;                      /* WRH weight of this runtime (> 0) */
-    uint32_t lease_ttl_ms;              /* membership lease */
-    uint32_t request_timeout_ms;        /* end-to-end per request */
+    double weight;               /* WRH weight of this runtime (> 0) */
+    uint32_t lease_ttl_ms;       /* membership lease */
+    uint32_t request_timeout_ms; /* end-to-end per request */
     uint32_t drain_timeout_ms;
-    uint32_t reclaim_grace_ms;          /* before freed bytes may be reused */
-    double evict_high_watermark;        /* fraction of memory_size that starts eviction */
-    double evict_low_watermark;         /* fraction eviction brings usage back to */
-    uint32_t io_threads;                /* transport I/O threads */
-    bool hugepages;                     /* try MFD_HUGETLB segments */
+    uint32_t reclaim_grace_ms;   /* before freed bytes may be reused */
+    double evict_high_watermark; /* fraction of memory_size that starts eviction */
+    double evict_low_watermark;  /* fraction eviction brings usage back to */
+    uint32_t io_threads;         /* transport I/O threads */
+    bool hugepages;              /* try MFD_HUGETLB segments */
+    /* tracing (src/obs/trace.h): a tracer exists when the rate is > 0 or an exporter is set */
+    double trace_sample_rate;                /* head sampling probability of new requests, 0..1 */
+    char trace_capture_dir[KVM_CFG_STR_MAX]; /* JSONL capture dir ("" = off) */
+    char trace_otlp_url[KVM_CFG_STR_MAX];    /* OTLP/HTTP JSON traces URL ("" = off) */
+    char trace_service_name[64];             /* resource service.name of this runtime's spans */
 };
 
 /* Fills cfg with every default (what kvmesh_config_new returns). */

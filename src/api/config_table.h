@@ -31,6 +31,7 @@ enum kvm_cfg_syntax {
     KVM_CFG_SYN_HOSTPORT,     /* host:port, port 0..65535 */
     KVM_CFG_SYN_HOSTPORT_OPT, /* "" or host:port */
     KVM_CFG_SYN_TENANT,       /* 1..64 of [A-Za-z0-9_.-], first alphanumeric */
+    KVM_CFG_SYN_HTTP_URL_OPT, /* "" or http(s)://... without spaces */
 };
 
 #define KVM_CFG_ENUM_MAX 4

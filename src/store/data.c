@@ -144,12 +144,13 @@ static void report_bad(kvm_rt_t *rt, const kvm_runtime_id_t *owner)
 
 /* ---- put ------------------------------------------------------------------------------------ */
 
-int kvm_store_put(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs, size_t n,
-                  const kvmesh_put_opts_t *opts, int *rcs)
+static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs, size_t n,
+                    const kvmesh_put_opts_t *opts, int *rcs, struct obs_span *span)
 {
     kvm_op_t *place = kvm_op_new(rt, KVM_OP_PLACE, n);
     if (!place)
         return KVMESH_ENOMEM;
+    place->span = span;
     int rc = 0;
     place->replicas = opts && opts->replicas ? opts->replicas : rt->cfg.replicas;
     place->hard_pin = opts && opts->hard_pin;
@@ -175,6 +176,8 @@ int kvm_store_put(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs
         struct tp_batch *b = NULL;
         unsigned first[DATA_CHUNK][KVM_MAX_REPLICAS], count[DATA_CHUNK][KVM_MAX_REPLICAS];
         memset(count, 0, sizeof(count));
+        struct obs_span dsp, *ds = kvm_span_begin(rt, span, false, "data.write", &dsp);
+        int64_t d_local = 0, d_remote = 0;
         for (size_t i = base; i < end; i++) {
             struct kvm_item *it = &place->items[i];
             if (it->rc)
@@ -184,8 +187,10 @@ int kvm_store_put(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs
                 if (res->local) {
                     it->rc = local_copy(rt, SEG_WRITE, res->seg, res->offset, it->len, res->token,
                                         sgs[i].iov, sgs[i].iovcnt);
+                    d_local++;
                     continue;
                 }
+                d_remote++;
                 struct tp_segment *seg;
                 int e = res->data_addr ? kvm_rt_seg_open(rt, res->data_addr, res->seg,
                                                          res->seg_read_token, &seg)
@@ -227,6 +232,14 @@ int kvm_store_put(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs
         }
         for (size_t i = base; i < end; i++)
             reg_drop(rt, &regs[i - base]);
+        if (ds) {
+            int drc = 0;
+            for (size_t i = base; i < end && !drc; i++)
+                drc = place->items[i].rc;
+            obs_span_set_int(ds, "kvmesh.local_replicas", d_local);
+            obs_span_set_int(ds, "kvmesh.remote_replicas", d_remote);
+            kvm_span_finish(ds, drc);
+        }
     }
 
     /* Publish what was written; abort the rest. */
@@ -245,6 +258,10 @@ int kvm_store_put(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs
         rc = KVMESH_ENOMEM;
         goto out;
     }
+    if (pub)
+        pub->span = span;
+    if (ab)
+        ab->span = span;
     size_t k = 0, j = 0;
     for (size_t i = 0; i < n; i++) {
         struct kvm_item *it = &place->items[i];
@@ -297,6 +314,20 @@ out:
     return rc;
 }
 
+int kvm_store_put(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs, size_t n,
+                  const kvmesh_put_opts_t *opts, int *rcs)
+{
+    struct obs_span sp, *s = kvm_span_begin(rt, NULL, true, "store.put", &sp);
+    if (s) {
+        obs_span_set_int(s, "kvmesh.items", (int64_t)n);
+        if (n == 1)
+            obs_span_set_int(s, "kvmesh.bytes", (int64_t)sgs[0].len);
+    }
+    int rc = put_impl(rt, ids, sgs, n, opts, rcs, s);
+    kvm_span_finish(s, rc);
+    return rc;
+}
+
 /* ---- get ------------------------------------------------------------------------------------ */
 
 static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n, uint32_t round,
@@ -305,6 +336,12 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
     int progress = 0;
     for (size_t base = 0; base < n; base += DATA_CHUNK) {
         size_t end = base + DATA_CHUNK < n ? base + DATA_CHUNK : n;
+        struct obs_span dsp, *ds = NULL;
+        int64_t d_local = 0, d_remote = 0, d_ok = 0;
+        for (size_t i = base; i < end && look->span && !ds; i++)
+            if (outs[i].rc == KVMESH_EAGAIN && round < look->items[i].route.n_replicas &&
+                look->items[i].acc[round].known)
+                ds = kvm_span_begin(rt, look->span, false, "data.read", &dsp);
         struct tmpreg regs[DATA_CHUNK] = {{0}};
         struct tp_batch *b = NULL;
         unsigned first[DATA_CHUNK] = {0}, count[DATA_CHUNK] = {0};
@@ -319,6 +356,10 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             if (!a->known)
                 continue;
             tried[i - base] = true;
+            if (a->local)
+                d_local++;
+            else
+                d_remote++;
             if (a->local) {
                 int e = local_copy(rt, SEG_READ, rep->segment, rep->offset, it->route.length,
                                    a->seg_read_token, o->iov, o->iovcnt);
@@ -365,6 +406,7 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             if (ok) {
                 o->rc = 0;
                 progress++;
+                d_ok++;
             } else {
                 report_bad(rt, &rep->owner);
             }
@@ -373,11 +415,18 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             tp_batch_free(b);
         for (size_t i = base; i < end; i++)
             reg_drop(rt, &regs[i - base]);
+        if (ds) {
+            obs_span_set_int(ds, "kvmesh.replica_round", round);
+            obs_span_set_int(ds, "kvmesh.local_replicas", d_local);
+            obs_span_set_int(ds, "kvmesh.remote_replicas", d_remote);
+            kvm_span_finish(ds, d_ok == d_local + d_remote ? 0 : KVMESH_EUNAVAILABLE);
+        }
     }
     return progress;
 }
 
-int kvm_store_get(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs, size_t n)
+static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs, size_t n,
+                    struct obs_span *span)
 {
     int rc = 0;
     char lookup_err[512] = "";
@@ -390,6 +439,7 @@ int kvm_store_get(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs, 
         kvm_op_t *look = kvm_op_new(rt, KVM_OP_LOOKUP, n);
         if (!look)
             return KVMESH_ENOMEM;
+        look->span = span;
         for (size_t i = 0; i < n && !rc; i++)
             rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
         if (rc || (rc = kvm_op_run(look)) != 0) {
@@ -467,6 +517,18 @@ int kvm_store_get(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs, 
     return first;
 }
 
+int kvm_store_get(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs, size_t n)
+{
+    struct obs_span sp, *s = kvm_span_begin(rt, NULL, true, "store.get", &sp);
+    if (s)
+        obs_span_set_int(s, "kvmesh.items", (int64_t)n);
+    int rc = get_impl(rt, ids, outs, n, s);
+    if (s && !rc && n == 1)
+        obs_span_set_int(s, "kvmesh.hit", outs[0].rc == 0);
+    kvm_span_finish(s, rc);
+    return rc;
+}
+
 /* ---- route info / remove ---------------------------------------------------------------- */
 
 int kvm_store_lookup(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, kvm_route_t *routes, int *rcs)
@@ -488,11 +550,13 @@ int kvm_store_lookup(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, kvm_route_t
     return rc;
 }
 
-int kvm_store_remove(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, int *rcs)
+static int remove_impl(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, int *rcs,
+                       struct obs_span *span)
 {
     kvm_op_t *op = kvm_op_new(rt, KVM_OP_REMOVE, n);
     if (!op)
         return KVMESH_ENOMEM;
+    op->span = span;
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++)
         rc = kvm_ident_copy(&op->items[i].ident, &ids[i]);
@@ -508,6 +572,16 @@ int kvm_store_remove(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, int *rcs)
         kvm_errf(first, "%s", op->err);
     kvm_op_unref(op);
     return rc ? rc : first;
+}
+
+int kvm_store_remove(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, int *rcs)
+{
+    struct obs_span sp, *s = kvm_span_begin(rt, NULL, true, "store.remove", &sp);
+    if (s)
+        obs_span_set_int(s, "kvmesh.items", (int64_t)n);
+    int rc = remove_impl(rt, ids, n, rcs, s);
+    kvm_span_finish(s, rc);
+    return rc;
 }
 
 /* ---- drain ---------------------------------------------------------------------------------- */

@@ -55,8 +55,19 @@ static void item_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt
 
 /* ---- notifications to owners ----------------------------------------------------------------- */
 
+static void notify_slot_traced(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id_t *owner,
+                               uint64_t seg, uint64_t off, struct obs_span *parent);
+
 static void notify_slot(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id_t *owner, uint64_t seg,
                         uint64_t off)
+{
+    notify_slot_traced(rt, type, owner, seg, off, NULL);
+}
+
+/* parent: the request's span (NULL = untraced); a sampled notification carries the context of a
+ * control.commit / control.release span so the owner's handling joins the trace. */
+static void notify_slot_traced(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id_t *owner,
+                               uint64_t seg, uint64_t off, struct obs_span *parent)
 {
     if (kvm_id128_equal(owner, &rt->self.id)) {
         if (type == STORE_RPC_COMMIT)
@@ -73,8 +84,14 @@ static void notify_slot(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id_t *own
     size_t len = 0;
     store_slot_msg_t sm = {m->rt.epoch, seg, off};
     store_slot_msg_encode(&sm, body, sizeof(body), &len);
-    struct rpc_msg msg = {.type = type, .body = body, .body_len = len};
-    rpc_notify(p, &msg, NULL, NULL); /* best effort: TTL expiry asks the route when lost */
+    struct obs_span sp,
+        *s = kvm_span_begin(rt, parent, false,
+                            type == STORE_RPC_COMMIT ? "control.commit" : "control.release", &sp);
+    struct frame_trace ft;
+    kvm_span_wire(s, &ft);
+    struct rpc_msg msg = {.type = type, .body = body, .body_len = len, .trace = s ? &ft : NULL};
+    /* best effort: TTL expiry asks the route when lost */
+    kvm_span_finish(s, rpc_notify(p, &msg, NULL, NULL));
 }
 
 void kvm_ops_release_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
@@ -82,11 +99,17 @@ void kvm_ops_release_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
     notify_slot(rt, STORE_RPC_RELEASE, &rep->owner, rep->segment, rep->offset);
 }
 
-static void release_res(kvm_rt_t *rt, struct kvm_item *it)
+static void release_res_traced(kvm_rt_t *rt, struct kvm_item *it, struct obs_span *parent)
 {
     for (uint32_t i = 0; i < it->n_res; i++)
-        notify_slot(rt, STORE_RPC_RELEASE, &it->res[i].owner.id, it->res[i].seg, it->res[i].offset);
+        notify_slot_traced(rt, STORE_RPC_RELEASE, &it->res[i].owner.id, it->res[i].seg,
+                           it->res[i].offset, parent);
     it->n_res = 0;
+}
+
+static void release_res(kvm_rt_t *rt, struct kvm_item *it)
+{
+    release_res_traced(rt, it, NULL);
 }
 
 /* Releases the replicas of `old` that `now` does not list. */
@@ -218,6 +241,7 @@ struct reserve_ctx {
     const char *data_addr;
     uint32_t n_segs;
     struct kvm_seg_info segs[STORE_MAX_SEGS];
+    struct obs_span *sp; /* control.reserve (allocated when traced; NULL when untraced) */
 };
 
 static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off, uint64_t token)
@@ -226,6 +250,8 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
     kvm_op_t *op = c->op;
     struct kvm_item *it = c->it;
     kvm_rt_t *rt = op->rt;
+    kvm_span_finish(c->sp, rc);
+    free(c->sp);
     it->placing--;
     if (rc == 0) {
         struct kvm_res *r = &it->res[it->n_res++];
@@ -293,7 +319,17 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
     item_exclude(it, &m->rt.id); /* one reservation per owner: replicas on distinct owners */
     it->placing++;
     uint32_t ttl = rt->cfg.request_timeout_ms * 2;
-    if (kvm_id128_equal(&m->rt.id, &rt->self.id)) {
+    bool local = kvm_id128_equal(&m->rt.id, &rt->self.id);
+    if (op->span && obs_span_sampled(op->span)) {
+        struct obs_span *s = malloc(sizeof(*s));
+        if (s && !(c->sp = kvm_span_begin(rt, op->span, false, "control.reserve", s)))
+            free(s);
+    }
+    if (c->sp) {
+        obs_span_set_str(c->sp, "kvmesh.owner", m->idhex);
+        obs_span_set_int(c->sp, "kvmesh.local", local);
+    }
+    if (local) {
         kvm_owner_reserve(rt, &it->ident, it->len, ttl, reserved, c);
         return;
     }
@@ -304,10 +340,13 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
         .target_epoch = m->rt.epoch, .length = it->len, .ttl_ms = ttl, .ident = it->ident};
     int rc = p ? store_reserve_req_encode(&req, body, sizeof(body), &len) : KVMESH_ECONN;
     if (!rc) {
+        struct frame_trace ft;
+        kvm_span_wire(c->sp, &ft);
         struct rpc_msg msg = {.type = STORE_RPC_RESERVE,
                               .body = body,
                               .body_len = len,
-                              .timeout_ms = rt->cfg.request_timeout_ms};
+                              .timeout_ms = rt->cfg.request_timeout_ms,
+                              .trace = c->sp ? &ft : NULL};
         rc = rpc_call(p, &msg, rpc_reserved, c, NULL);
     }
     if (rc)
@@ -335,7 +374,7 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
         return;
     }
     uint32_t got = it->n_res;
-    release_res(op->rt, it);
+    release_res_traced(op->rt, it, op->span);
     int rc = it->rc && it->rc != KVMESH_ECONN && it->rc != KVMESH_ETIMEDOUT ? it->rc
                                                                             : KVMESH_EUNAVAILABLE;
     item_fail(op, it, rc,
@@ -393,16 +432,45 @@ void kvm_ops_fill_access(kvm_rt_t *rt, struct kvm_item *it)
 struct item_ctx {
     kvm_op_t *op;
     struct kvm_item *it;
+    struct obs_span *sp; /* the route call's control.* span; NULL when untraced */
 };
 
-static struct item_ctx *ictx(kvm_op_t *op, struct kvm_item *it)
+/* A route call's context; with a traced op it also starts the call's span `name` (a child of
+ * the request's span), ended by ictx_free with the call's result. */
+static struct item_ctx *ictx_named(kvm_op_t *op, struct kvm_item *it, const char *name)
 {
     struct item_ctx *c = malloc(sizeof(*c));
     if (c) {
         c->op = op;
         c->it = it;
+        c->sp = NULL;
+        if (op->span && name && obs_span_sampled(op->span)) {
+            struct obs_span *s = malloc(sizeof(*s));
+            if (s)
+                c->sp = kvm_span_begin(op->rt, op->span, false, name, s);
+            if (!c->sp)
+                free(s);
+        }
     }
     return c;
+}
+
+static struct item_ctx *ictx(kvm_op_t *op, struct kvm_item *it)
+{
+    return ictx_named(op, it, NULL);
+}
+
+static void ictx_free(struct item_ctx *c, int rc)
+{
+    if (!c)
+        return;
+    if (c->sp) {
+        if (rc == KVMESH_ENOENT) /* a lookup miss is an answer, not a failure */
+            obs_span_set_int(c->sp, "kvmesh.found", 0);
+        kvm_span_finish(c->sp, rc == KVMESH_ENOENT ? 0 : rc);
+        free(c->sp);
+    }
+    free(c);
 }
 
 static void looked_up(void *arg, int rc, const kvm_route_t *r)
@@ -410,7 +478,7 @@ static void looked_up(void *arg, int rc, const kvm_route_t *r)
     struct item_ctx *c = arg;
     kvm_op_t *op = c->op;
     struct kvm_item *it = c->it;
-    free(c);
+    ictx_free(c, rc);
     if (rc == 0 && r && !kvm_route_is_tombstone(r)) {
         if (kvm_route_copy(&it->route, r) != 0) {
             item_fail(op, it, KVMESH_ENOMEM, "out of memory");
@@ -430,10 +498,12 @@ static void looked_up(void *arg, int rc, const kvm_route_t *r)
 
 static void start_lookup(kvm_op_t *op, struct kvm_item *it, route_lookup_cb cb)
 {
-    struct item_ctx *c = ictx(op, it);
+    struct item_ctx *c = ictx_named(op, it, "control.route_lookup");
+    struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
     int rc = c ? route_lookup(op->rt->route, &it->ident, cb, c) : KVMESH_ENOMEM;
+    kvm_trace_scope_leave(saved);
     if (rc) {
-        free(c);
+        ictx_free(c, rc);
         item_fail(op, it, rc, "route lookup could not start: %s", kvmesh_strerror(rc));
     }
 }
@@ -478,11 +548,11 @@ static void published(void *arg, int rc, const kvm_route_t *r)
     kvm_op_t *op = c->op;
     struct kvm_item *it = c->it;
     kvm_rt_t *rt = op->rt;
-    free(c);
+    ictx_free(c, rc);
     if (rc == 0) {
         for (uint32_t i = 0; i < it->n_res; i++)
-            notify_slot(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
-                        it->res[i].offset);
+            notify_slot_traced(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
+                               it->res[i].offset, op->span);
         if (it->have_route && !kvm_route_is_tombstone(&it->cur))
             release_obsolete(rt, &it->cur, r);
         kvm_route_free(&it->route);
@@ -550,11 +620,13 @@ static void publish_cas(kvm_op_t *op, struct kvm_item *it)
                                                                .length = it->len,
                                                                .checksum = it->checksum};
     kvm_route_version_t expected = it->have_route ? it->cur.version : KVM_ROUTE_VERSION_NONE;
-    struct item_ctx *c = ictx(op, it);
+    struct item_ctx *c = ictx_named(op, it, "control.route_cas");
+    struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
     rc = c ? route_cas(rt->route, &expected, &next, published, c) : KVMESH_ENOMEM;
+    kvm_trace_scope_leave(saved);
     kvm_route_free(&next);
     if (rc) {
-        free(c);
+        ictx_free(c, rc);
         release_res(rt, it);
         item_fail(op, it, rc, "route CAS could not start: %s", kvmesh_last_error());
     }
@@ -565,7 +637,7 @@ static void publish_looked_up(void *arg, int rc, const kvm_route_t *r)
     struct item_ctx *c = arg;
     kvm_op_t *op = c->op;
     struct kvm_item *it = c->it;
-    free(c);
+    ictx_free(c, rc);
     if (rc != 0 && rc != KVMESH_ENOENT) {
         release_res(op->rt, it);
         item_fail(op, it, rc, "route lookup before publication failed: %s", kvmesh_strerror(rc));
@@ -598,7 +670,7 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
     kvm_op_t *op = c->op;
     struct kvm_item *it = c->it;
     kvm_rt_t *rt = op->rt;
-    free(c);
+    ictx_free(c, rc);
     if (rc == 0) {
         release_obsolete(rt, &it->cur, NULL);
         /* No quota accounting to wait for: finalize the tombstone at once (best effort). */
@@ -640,10 +712,12 @@ static void remove_cas(kvm_op_t *op, struct kvm_item *it)
         next.content_op = kvm_rt_next_op_id(op->rt);
         next.predecessor_op = it->cur.content_op;
         next.tomb = KVM_TOMB_PENDING;
-        struct item_ctx *c = ictx(op, it);
+        struct item_ctx *c = ictx_named(op, it, "control.route_cas");
+        struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
         rc = c ? route_cas(op->rt->route, &it->cur.version, &next, removed, c) : KVMESH_ENOMEM;
+        kvm_trace_scope_leave(saved);
         if (rc)
-            free(c);
+            ictx_free(c, rc);
     }
     kvm_route_free(&next);
     if (rc)
@@ -655,7 +729,7 @@ static void remove_looked_up(void *arg, int rc, const kvm_route_t *r)
     struct item_ctx *c = arg;
     kvm_op_t *op = c->op;
     struct kvm_item *it = c->it;
-    free(c);
+    ictx_free(c, rc);
     if (rc == KVMESH_ENOENT || (rc == 0 && kvm_route_is_tombstone(r))) {
         it->rc = KVMESH_ENOENT;
         item_finish(op, it);
@@ -684,7 +758,7 @@ static void handed_off(void *arg, int rc, const kvm_route_t *r)
     kvm_op_t *op = c->op;
     struct kvm_item *it = c->it;
     kvm_rt_t *rt = op->rt;
-    free(c);
+    ictx_free(c, rc);
     (void)r;
     if (rc == 0) {
         notify_slot(rt, STORE_RPC_COMMIT, &it->res[0].owner.id, it->res[0].seg, it->res[0].offset);
@@ -707,7 +781,7 @@ static void handoff_looked_up(void *arg, int rc, const kvm_route_t *r)
     kvm_op_t *op = c->op;
     struct kvm_item *it = c->it;
     kvm_rt_t *rt = op->rt;
-    free(c);
+    ictx_free(c, rc);
     if (rc != 0 && rc != KVMESH_ENOENT) {
         release_res(rt, it);
         item_fail(op, it, rc, "route lookup for handoff failed: %s", kvmesh_strerror(rc));
@@ -801,7 +875,7 @@ void kvm_ops_run(kvm_op_t *op)
         return;
     case KVM_OP_ABORT:
         for (size_t i = 0; i < op->n; i++) {
-            release_res(rt, &op->items[i]);
+            release_res_traced(rt, &op->items[i], op->span);
             item_finish(op, &op->items[i]);
         }
         return;

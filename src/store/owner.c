@@ -734,20 +734,59 @@ static void rpc_reserved(void *arg, int rc, const char *err, uint64_t seg, uint6
         rpc_reply_drop(reply); /* the caller times out; the reservation expires by TTL */
 }
 
+/* A traced reservation: the owner-side span lives until the reply is sent (the reservation may
+ * wait for eviction). Only allocated when the request carries a sampled context. */
+struct traced_reserve {
+    rpc_reply *reply;
+    struct obs_span span;
+};
+
+static void rpc_reserved_traced(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
+                                uint64_t token)
+{
+    struct traced_reserve *tr = arg;
+    if (!rc) {
+        obs_span_set_int(&tr->span, "kvmesh.segment", (int64_t)seg);
+        obs_span_set_int(&tr->span, "kvmesh.offset", (int64_t)off);
+    }
+    kvm_span_finish(&tr->span, rc);
+    rpc_reserved(tr->reply, rc, err, seg, off, token);
+    free(tr);
+}
+
 static void on_reserve(rpc_reply *reply, struct rpc_request *req, void *arg)
 {
     kvm_rt_t *rt = arg;
     store_reserve_req_t m;
+    struct traced_reserve *tr = NULL;
+    if (rt->tracer && (req->trace.flags & OBS_TRACE_FLAG_SAMPLED) && (tr = malloc(sizeof(*tr))) &&
+        !kvm_span_remote(rt, &req->trace, "control.owner_reserve", &tr->span)) {
+        free(tr); /* no usable context: serve untraced */
+        tr = NULL;
+    }
     int rc = store_reserve_req_decode(req->body, req->body_len, &m);
     if (rc) {
+        if (tr) {
+            kvm_span_finish(&tr->span, rc);
+            free(tr);
+        }
         rpc_reply_send(reply, rc, kvmesh_last_error(), NULL, NULL, NULL);
         return;
+    }
+    if (tr) {
+        obs_span_set_int(&tr->span, "kvmesh.bytes", (int64_t)m.length);
+        tr->reply = reply;
     }
     if (m.target_epoch != rt->self.epoch) {
         char msg[128];
         snprintf(msg, sizeof(msg), "reservation for epoch %" PRIu64 " reached epoch %" PRIu64,
                  m.target_epoch, rt->self.epoch);
-        rpc_reply_send(reply, KVMESH_EUNAVAILABLE, msg, NULL, NULL, NULL);
+        if (tr)
+            rpc_reserved_traced(tr, KVMESH_EUNAVAILABLE, msg, 0, 0, 0);
+        else
+            rpc_reply_send(reply, KVMESH_EUNAVAILABLE, msg, NULL, NULL, NULL);
+    } else if (tr) {
+        kvm_owner_reserve(rt, &m.ident, m.length, m.ttl_ms, rpc_reserved_traced, tr);
     } else {
         kvm_owner_reserve(rt, &m.ident, m.length, m.ttl_ms, rpc_reserved, reply);
     }
@@ -759,13 +798,20 @@ static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
     (void)reply;
     kvm_rt_t *rt = arg;
     store_slot_msg_t m;
+    struct obs_span sp,
+        *s = kvm_span_remote(
+            rt, &req->trace,
+            req->type == STORE_RPC_COMMIT ? "control.owner_commit" : "control.owner_release", &sp);
     if (store_slot_msg_decode(req->body, req->body_len, &m) != 0 ||
-        m.target_epoch != rt->self.epoch)
+        m.target_epoch != rt->self.epoch) {
+        kvm_span_finish(s, KVMESH_EUNAVAILABLE);
         return;
+    }
     if (req->type == STORE_RPC_COMMIT)
         kvm_owner_commit(rt, m.seg, m.offset);
     else
         kvm_owner_release(rt, m.seg, m.offset);
+    kvm_span_finish(s, 0);
 }
 
 static void on_hit(rpc_reply *reply, struct rpc_request *req, void *arg)

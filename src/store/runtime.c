@@ -494,9 +494,13 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
     env_uv_set_sender(rt->env, env_sender, rt);
     env_set_recv(rt->env, env_recv, rt);
 
+    if (rt->tracer && (rc = kvm_metatrace_open(rt, &rt->route_meta)) != 0) {
+        open_finish(rt, rc, kvmesh_last_error());
+        return;
+    }
     route_svc_opts_t ro = {
         .env = rt->env,
-        .meta = rt->meta,
+        .meta = rt->route_meta ? rt->route_meta : rt->meta,
         .deployment = rt->cfg.deployment,
         .self = rt->self,
         .policy = {.mode = (enum route_mode)rt->cfg.route_mode,
@@ -527,6 +531,10 @@ static void open_start(void *arg)
 static void close_signal(void *arg)
 {
     kvm_rt_t *rt = arg;
+    if (rt->route_meta) {
+        meta_close(rt->route_meta);
+        rt->route_meta = NULL;
+    }
     if (rt->meta) {
         meta_close(rt->meta);
         rt->meta = NULL;
@@ -596,6 +604,79 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
     out->dram_used_bytes = atomic_load(&rt->a_used);
 }
 
+/* ---- tracing ------------------------------------------------------------------------------- */
+
+/* One tracer per runtime, only when sampling or an exporter is configured: a NULL tracer means
+ * tracing is off and the request paths start no span at all. */
+static int tracer_start(kvm_rt_t *rt)
+{
+    const struct kvmesh_config *c = &rt->cfg;
+    if (c->trace_sample_rate <= 0 && !c->trace_capture_dir[0] && !c->trace_otlp_url[0])
+        return 0;
+    char name[64];
+    snprintf(name, sizeof(name), "trace-%s.jsonl", rt->idhex);
+    struct obs_tracer_config tc = {
+        .service = c->trace_service_name[0] ? c->trace_service_name : "kvmesh",
+        .sample_rate = c->trace_sample_rate,
+        .capture_dir = c->trace_capture_dir[0] ? c->trace_capture_dir : NULL,
+        .capture_name = c->trace_capture_dir[0] ? name : NULL,
+        .otlp_url = c->trace_otlp_url[0] ? c->trace_otlp_url : NULL,
+    };
+    int rc = obs_tracer_create(&tc, &rt->tracer);
+    if (rc)
+        return kvm_errf(rc, "tracing: %s", kvmesh_last_error());
+    return 0;
+}
+
+struct obs_span *kvm_span_begin(kvm_rt_t *rt, struct obs_span *parent, bool root, const char *name,
+                                struct obs_span *out)
+{
+    if (!rt->tracer || (!parent && !root) || (parent && !obs_span_sampled(parent)))
+        return NULL;
+    obs_span_start(rt->tracer, parent, name, out);
+    return out;
+}
+
+void kvm_span_finish(struct obs_span *s, int rc)
+{
+    if (!s)
+        return;
+    if (rc)
+        obs_span_set_status(s, rc);
+    obs_span_end(s);
+}
+
+void kvm_span_wire(const struct obs_span *s, struct frame_trace *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!s)
+        return;
+    struct obs_trace_ctx ctx;
+    uint8_t w[OBS_TRACE_CTX_WIRE_LEN];
+    obs_span_context(s, &ctx);
+    obs_trace_ctx_inject(&ctx, w);
+    KVM_ASSERT(sizeof(out->trace_id) + sizeof(out->span_id) + 1 == OBS_TRACE_CTX_WIRE_LEN);
+    memcpy(out->trace_id, w, sizeof(out->trace_id));
+    memcpy(out->span_id, w + sizeof(out->trace_id), sizeof(out->span_id));
+    out->flags = w[OBS_TRACE_CTX_WIRE_LEN - 1];
+}
+
+struct obs_span *kvm_span_remote(kvm_rt_t *rt, const struct frame_trace *in, const char *name,
+                                 struct obs_span *out)
+{
+    if (!rt->tracer || !(in->flags & OBS_TRACE_FLAG_SAMPLED))
+        return NULL;
+    uint8_t w[OBS_TRACE_CTX_WIRE_LEN];
+    memcpy(w, in->trace_id, sizeof(in->trace_id));
+    memcpy(w + sizeof(in->trace_id), in->span_id, sizeof(in->span_id));
+    w[OBS_TRACE_CTX_WIRE_LEN - 1] = in->flags;
+    struct obs_trace_ctx ctx;
+    if (obs_trace_ctx_extract(w, &ctx) != 0 || !obs_trace_ctx_present(&ctx))
+        return NULL;
+    obs_span_start_remote(rt->tracer, &ctx, name, out);
+    return out;
+}
+
 static int admin_start(kvm_rt_t *rt)
 {
     char host[128];
@@ -609,6 +690,7 @@ static int admin_start(kvm_rt_t *rt)
         .port = (uint16_t)port,
         .secret = rt->cfg.secret,
         .provider = {.ctx = rt, .health = admin_health, .runtime_stats = admin_stats},
+        .tracer = rt->tracer,
     };
     return obs_http_start(&hc, &rt->admin);
 }
@@ -645,6 +727,8 @@ static void rt_free(kvm_rt_t *rt)
     free(rt->members);
     free(rt->next_members);
     free(rt->hitbufs);
+    obs_tracer_destroy(rt->tracer); /* after the loop: no span is in progress */
+    rt->tracer = NULL;
     pthread_mutex_destroy(&rt->mu);
     pthread_cond_destroy(&rt->open_cv);
     free(rt);
@@ -701,6 +785,8 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvmesh_config *cfg)
         rt->self.id.b[0] |= 1; /* never nil */
     }
     kvm_id128_fmt(&rt->self.id, rt->idhex);
+    if ((rc = tracer_start(rt)) != 0)
+        goto fail;
 
     /* Segments and the transport engine are thread-safe; set them up before the loop. */
     if ((rc = seg_registry_new(&rt->reg)) != 0 || (rc = kvm_owner_init(rt)) != 0)

@@ -37,6 +37,7 @@
 #include "net/transport.h"
 #include "route/route.h"
 #include "obs/http.h"
+#include "obs/trace.h"
 #include "store/alloc.h"
 
 #define STORE_MAX_MEMBERS      256  /* members in a live snapshot */
@@ -187,6 +188,9 @@ typedef struct kvm_op {
     uint64_t list_cursor;
     /* stats */
     struct kvm_rt_stats *stats;
+    /* tracing: the request's span on the app thread (parent of the loop's control.* spans);
+     * NULL when tracing is off. It outlives the op's loop work (the app thread waits). */
+    struct obs_span *span;
 } kvm_op_t;
 
 struct kvm_rt_stats {
@@ -282,6 +286,8 @@ typedef struct kvm_rt {
     atomic_int a_state;
     uint64_t start_ms;
     struct obs_http *admin;
+    struct obs_tracer *tracer;  /* [any] NULL = tracing off (then no span is ever started) */
+    meta_t *route_meta;         /* [loop] traced handle the route service uses (tracer only) */
     struct self_msg *self_msgs; /* [loop] env messages to self awaiting delivery */
     kvm_op_t *state_op;         /* the drain step waiting for its record write */
     /* open/close synchronisation */
@@ -326,6 +332,27 @@ rpc_peer *kvm_rt_peer(kvm_rt_t *rt, const struct kvm_member *m);
 int kvm_member_record_decode(const char *key, const uint8_t *value, size_t len,
                              struct kvm_member *m, char *rpc, size_t rpc_cap, char *data,
                              size_t data_cap);
+
+/* Tracing helpers ([any]). kvm_span_begin starts `out` as a child of parent (a new root when
+ * parent is NULL and root is true) and returns out, or NULL when tracing is off or there is
+ * nothing to attach to; kvm_span_finish(NULL, ...) is a no-op. kvm_span_wire fills a frame
+ * trace context from a span (zero when s is NULL). */
+struct obs_span *kvm_span_begin(kvm_rt_t *rt, struct obs_span *parent, bool root, const char *name,
+                                struct obs_span *out);
+void kvm_span_finish(struct obs_span *s, int rc);
+void kvm_span_wire(const struct obs_span *s, struct frame_trace *out);
+/* Owner side: starts `out` from a received frame context; NULL when tracing is off here or the
+ * context is absent or not sampled. */
+struct obs_span *kvm_span_remote(kvm_rt_t *rt, const struct frame_trace *in, const char *name,
+                                 struct obs_span *out);
+
+/* metatrace.c [loop]: a metadata handle forwarding to rt->meta that records metadata.* spans
+ * under the loop thread's current scope span (set around route calls made for a request).
+ * Close it with meta_close before rt->meta. */
+int kvm_metatrace_open(kvm_rt_t *rt, meta_t **out);
+/* Sets the current scope span (NULL = none); returns the previous one for _leave. */
+struct obs_span *kvm_trace_scope_enter(struct obs_span *s);
+void kvm_trace_scope_leave(struct obs_span *saved);
 
 /* ---- member.c [loop] ---------------------------------------------------------------------- */
 typedef void (*kvm_done_cb)(kvm_rt_t *rt, int rc, const char *err);

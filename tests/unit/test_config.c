@@ -69,6 +69,16 @@ static const struct {
     {"io_threads", "", "io_threads: \"\" is not an unsigned integer; allowed 1..64"},
     {"hugepages", "maybe",
      "hugepages: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, 1|0)"},
+    {"trace_sample_rate", "1.5", "trace_sample_rate: \"1.5\" is out of range; allowed 0..1"},
+    {"trace_capture_dir", "a\tb",
+     "trace_capture_dir: \"a?b\" is invalid; allowed printable characters, at most 511 "
+     "bytes"},
+    {"trace_otlp_url", "grpc://collector:4317",
+     "trace_otlp_url: \"grpc://collector:4317\" is invalid; allowed empty or an http:// or "
+     "https:// URL without spaces, at most 511 bytes"},
+    {"trace_service_name", "",
+     "trace_service_name: \"\" is invalid; allowed 1..63 characters of [A-Za-z0-9_.-], at "
+     "most 63 bytes"},
 };
 
 static void test_defaults(void **state)
@@ -99,6 +109,10 @@ static void test_defaults(void **state)
     assert_true(c->evict_low_watermark == 0.80);
     assert_int_equal(c->io_threads, 2);
     assert_false(c->hugepages);
+    assert_true(c->trace_sample_rate == 0.0);
+    assert_string_equal(c->trace_capture_dir, "");
+    assert_string_equal(c->trace_otlp_url, "");
+    assert_string_equal(c->trace_service_name, "kvmesh");
     assert_int_equal(kvm_config_validate(c), 0);
     kvmesh_config_free(c);
 }

@@ -1,0 +1,565 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * obs_runtime_trace.c — tracing in the real store runtime: two runtimes opened with kvmesh_open
+ * in one process (shared memory:// metadata, real RPC over loopback TCP, the auto data
+ * transport), the caller A sampling every request and the owner B never sampling on its own.
+ *   - a remote put (hard-pinned to B) yields one connected trace: the store.put root on A,
+ *     control.reserve / control.route_lookup / control.route_cas / control.commit and data.write
+ *     on A, control.owner_reserve and control.owner_commit on B parented by A's spans across the
+ *     socket, and metadata.* spans under the route calls (metadata_only route mode, where the
+ *     route really is a metadata call);
+ *   - a remote get yields one connected trace: store.get -> control.route_lookup (-> metadata.get)
+ *     and data.read;
+ *   - the same spans arrive in both runtimes' JSONL captures and at a fake OTLP/HTTP receiver
+ *     (libmicrohttpd), with the same ids;
+ *   - with A's sampling rate 0 (B at 1) a remote put and get produce no span anywhere.
+ */
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kvmesh.h"
+
+#define MAX_SPANS 512
+
+struct span {
+    char trace_id[33], span_id[17], parent[17], name[64], service[64];
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* ---- fake OTLP/HTTP receiver ------------------------------------------------------------- */
+
+struct rx {
+    struct MHD_Daemon *d;
+    uint16_t port;
+    pthread_mutex_t mu;
+    struct span spans[MAX_SPANS];
+    size_t n;
+};
+
+struct rx_req {
+    char *body;
+    size_t len;
+};
+
+static const char *jstr(json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+static void rx_parse(struct rx *r, const char *body, size_t len)
+{
+    json_error_t e;
+    json_t *j = json_loadb(body, len, 0, &e);
+    if (!j)
+        return; /* counted as missing spans by the test */
+    json_t *rs, *a, *ss, *sp;
+    size_t i, k, m, q;
+    json_array_foreach(json_object_get(j, "resourceSpans"), i, rs)
+    {
+        const char *svc = "";
+        json_array_foreach(json_object_get(json_object_get(rs, "resource"), "attributes"), k, a)
+        {
+            if (strcmp(jstr(a, "key"), "service.name") == 0)
+                svc = jstr(json_object_get(a, "value"), "stringValue");
+        }
+        json_array_foreach(json_object_get(rs, "scopeSpans"), m, ss)
+        {
+            json_array_foreach(json_object_get(ss, "spans"), q, sp)
+            {
+                pthread_mutex_lock(&r->mu);
+                if (r->n < MAX_SPANS) {
+                    struct span *o = &r->spans[r->n++];
+                    snprintf(o->trace_id, sizeof(o->trace_id), "%s", jstr(sp, "traceId"));
+                    snprintf(o->span_id, sizeof(o->span_id), "%s", jstr(sp, "spanId"));
+                    snprintf(o->parent, sizeof(o->parent), "%s", jstr(sp, "parentSpanId"));
+                    snprintf(o->name, sizeof(o->name), "%s", jstr(sp, "name"));
+                    snprintf(o->service, sizeof(o->service), "%s", svc);
+                }
+                pthread_mutex_unlock(&r->mu);
+            }
+        }
+    }
+    json_decref(j);
+}
+
+static enum MHD_Result rx_handler(void *cls, struct MHD_Connection *con, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *data_size, void **req_cls)
+{
+    (void)version;
+    struct rx *r = cls;
+    struct rx_req *q = *req_cls;
+    if (!q) {
+        *req_cls = calloc(1, sizeof(struct rx_req));
+        return *req_cls ? MHD_YES : MHD_NO;
+    }
+    if (*data_size) {
+        char *nb = realloc(q->body, q->len + *data_size);
+        if (!nb)
+            return MHD_NO;
+        q->body = nb;
+        memcpy(q->body + q->len, data, *data_size);
+        q->len += *data_size;
+        *data_size = 0;
+        return MHD_YES;
+    }
+    unsigned code = 404;
+    if (strcmp(method, "POST") == 0 && strcmp(url, "/v1/traces") == 0) {
+        rx_parse(r, q->body, q->len);
+        code = 200;
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(2, (void *)"{}", MHD_RESPMEM_PERSISTENT);
+    enum MHD_Result ret = MHD_queue_response(con, code, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static void rx_done(void *cls, struct MHD_Connection *con, void **req_cls,
+                    enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)con, (void)toe;
+    struct rx_req *q = *req_cls;
+    if (q) {
+        free(q->body);
+        free(q);
+    }
+}
+
+static struct rx *rx_start(void)
+{
+    struct rx *r = calloc(1, sizeof(*r));
+    assert_non_null(r);
+    pthread_mutex_init(&r->mu, NULL);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    r->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL,
+                            rx_handler, r, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                            MHD_OPTION_NOTIFY_COMPLETED, rx_done, NULL, MHD_OPTION_END);
+    assert_non_null(r->d);
+    r->port = MHD_get_daemon_info(r->d, MHD_DAEMON_INFO_BIND_PORT)->port;
+    return r;
+}
+
+static void rx_stop(struct rx *r)
+{
+    MHD_stop_daemon(r->d);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+/* ---- JSONL captures ------------------------------------------------------------------------ */
+
+static size_t jsonl_read(const char *path, struct span *out, size_t max)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[8192];
+    size_t n = 0;
+    while (fgets(line, sizeof(line), f) && n < max) {
+        json_error_t e;
+        json_t *j = json_loads(line, 0, &e);
+        assert_non_null(j);
+        struct span *o = &out[n++];
+        snprintf(o->trace_id, sizeof(o->trace_id), "%s", jstr(j, "trace_id"));
+        snprintf(o->span_id, sizeof(o->span_id), "%s", jstr(j, "span_id"));
+        snprintf(o->parent, sizeof(o->parent), "%s", jstr(j, "parent_span_id"));
+        snprintf(o->name, sizeof(o->name), "%s", jstr(j, "name"));
+        snprintf(o->service, sizeof(o->service), "%s", jstr(j, "service"));
+        json_decref(j);
+    }
+    fclose(f);
+    return n;
+}
+
+static size_t capture_read(const char *dir, const char *id, struct span *out, size_t max)
+{
+    char p[256];
+    snprintf(p, sizeof(p), "%s/trace-%s.jsonl", dir, id);
+    return jsonl_read(p, out, max);
+}
+
+/* ---- trace checks -------------------------------------------------------------------------- */
+
+static const struct span *by_id(const struct span *s, size_t n, const char *trace, const char *id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s[i].trace_id, trace) == 0 && strcmp(s[i].span_id, id) == 0)
+            return &s[i];
+    return NULL;
+}
+
+static const struct span *one(const struct span *s, size_t n, const char *trace, const char *name)
+{
+    const struct span *hit = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s[i].trace_id, trace) == 0 && strcmp(s[i].name, name) == 0) {
+            if (hit)
+                fail_msg("more than one %s span in trace %s", name, trace);
+            hit = &s[i];
+        }
+    if (!hit) {
+        fail_msg("no %s span in trace %s", name, trace);
+        return NULL;
+    }
+    return hit;
+}
+
+/* Exactly one span named name whose parent is parent. */
+static const struct span *child(const struct span *s, size_t n, const char *trace, const char *name,
+                                const struct span *parent)
+{
+    const struct span *hit = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s[i].trace_id, trace) == 0 && strcmp(s[i].name, name) == 0 &&
+            strcmp(s[i].parent, parent->span_id) == 0) {
+            if (hit)
+                fail_msg("more than one %s span under %s", name, parent->name);
+            hit = &s[i];
+        }
+    if (!hit)
+        fail_msg("no %s span under %s in trace %s", name, parent->name, trace);
+    return hit;
+}
+
+static size_t count_prefix(const struct span *s, size_t n, const char *trace, const char *prefix)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += strcmp(s[i].trace_id, trace) == 0 && strncmp(s[i].name, prefix, strlen(prefix)) == 0;
+    return k;
+}
+
+/* The one trace rooted at root_name: exactly one root, every other span's parent in the same
+ * trace, nothing outside the two runtimes. Returns the trace id in tid. */
+static const struct span *check_connected(const struct span *s, size_t n, const char *root_name,
+                                          char tid[33])
+{
+    const struct span *root = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s[i].name, root_name) == 0) {
+            assert_null(root);
+            root = &s[i];
+        }
+    if (!root) {
+        fail_msg("no %s span", root_name);
+        return NULL;
+    }
+    assert_string_equal(root->parent, "");
+    assert_string_equal(root->service, "rt-a");
+    snprintf(tid, 33, "%s", root->trace_id);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(s[i].trace_id, tid) != 0 || &s[i] == root)
+            continue;
+        if (s[i].parent[0] == '\0' || !by_id(s, n, tid, s[i].parent))
+            fail_msg("span %s (%s) has no parent in trace %s", s[i].name, s[i].span_id, tid);
+        assert_true(strcmp(s[i].service, "rt-a") == 0 || strcmp(s[i].service, "rt-b") == 0);
+    }
+    return root;
+}
+
+static void check_put(const struct span *s, size_t n, char tid[33])
+{
+    const struct span *root = check_connected(s, n, "store.put", tid);
+    const struct span *res = one(s, n, tid, "control.reserve");
+    const struct span *ores = one(s, n, tid, "control.owner_reserve");
+    const struct span *dw = one(s, n, tid, "data.write");
+    const struct span *lk = one(s, n, tid, "control.route_lookup");
+    const struct span *cas = one(s, n, tid, "control.route_cas");
+    const struct span *cm = one(s, n, tid, "control.commit");
+    const struct span *ocm = one(s, n, tid, "control.owner_commit");
+    assert_string_equal(res->parent, root->span_id);
+    assert_string_equal(dw->parent, root->span_id);
+    assert_string_equal(lk->parent, root->span_id);
+    assert_string_equal(cas->parent, root->span_id);
+    assert_string_equal(cm->parent, root->span_id);
+    /* across the RPC socket: B's spans are children of A's */
+    assert_string_equal(ores->parent, res->span_id);
+    assert_string_equal(ocm->parent, cm->span_id);
+    assert_string_equal(res->service, "rt-a");
+    assert_string_equal(dw->service, "rt-a");
+    assert_string_equal(ores->service, "rt-b");
+    assert_string_equal(ocm->service, "rt-b");
+    /* the route's metadata calls (metadata_only mode), under the route calls that made them:
+     * the lookup's read, and the CAS's read then its compare-and-put transaction */
+    assert_string_equal(child(s, n, tid, "metadata.get", lk)->service, "rt-a");
+    child(s, n, tid, "metadata.get", cas);
+    one(s, n, tid, "metadata.txn");
+    child(s, n, tid, "metadata.txn", cas);
+    assert_int_equal(count_prefix(s, n, tid, "metadata."), 3);
+    assert_int_equal(count_prefix(s, n, tid, "control."), 6);
+    assert_int_equal(count_prefix(s, n, tid, "data."), 1);
+    assert_int_equal(count_prefix(s, n, tid, ""), 11);
+}
+
+static void check_get(const struct span *s, size_t n, char tid[33])
+{
+    const struct span *root = check_connected(s, n, "store.get", tid);
+    const struct span *lk = one(s, n, tid, "control.route_lookup");
+    const struct span *dr = one(s, n, tid, "data.read");
+    const struct span *mg = one(s, n, tid, "metadata.get");
+    assert_string_equal(lk->parent, root->span_id);
+    assert_string_equal(dr->parent, root->span_id);
+    assert_string_equal(mg->parent, lk->span_id);
+    assert_string_equal(dr->service, "rt-a"); /* a one-sided read: the owner runs no code */
+    assert_int_equal(count_prefix(s, n, tid, ""), 4);
+}
+
+/* ---- runtimes ------------------------------------------------------------------------------ */
+
+static const char *route_mode = "metadata_only";
+
+static kvmesh_t *rt_open(const char *meta, const char *svc, const char *rate, const char *dir,
+                         const char *otlp)
+{
+    kvmesh_config_t *c = kvmesh_config_new();
+    assert_non_null(c);
+    assert_int_equal(kvmesh_config_set(c, "metadata_url", meta), 0);
+    assert_int_equal(kvmesh_config_set(c, "route_mode", route_mode), 0);
+    assert_int_equal(kvmesh_config_set(c, "memory_size", "8MiB"), 0);
+    assert_int_equal(kvmesh_config_set(c, "segment_size", "4MiB"), 0);
+    assert_int_equal(kvmesh_config_set(c, "max_object_size", "1MiB"), 0);
+    assert_int_equal(kvmesh_config_set(c, "lease_ttl_ms", "2000"), 0);
+    assert_int_equal(kvmesh_config_set(c, "trace_sample_rate", rate), 0);
+    assert_int_equal(kvmesh_config_set(c, "trace_capture_dir", dir), 0);
+    assert_int_equal(kvmesh_config_set(c, "trace_otlp_url", otlp), 0);
+    assert_int_equal(kvmesh_config_set(c, "trace_service_name", svc), 0);
+    kvmesh_t *kv = NULL;
+    int rc = kvmesh_open(&kv, c);
+    if (rc)
+        fail_msg("kvmesh_open: %s", kvmesh_last_error());
+    kvmesh_config_free(c);
+    return kv;
+}
+
+static void wait_active(kvmesh_t *kv, const char *id)
+{
+    uint64_t end = now_ms() + 15000;
+    for (;;) {
+        kvmesh_member_info_t m[8];
+        size_t n = 0;
+        assert_int_equal(kvmesh_members(kv, m, 8, &n), 0);
+        for (size_t i = 0; i < n && i < 8; i++)
+            if (strcmp(m[i].id, id) == 0 && strcmp(m[i].state, "active") == 0)
+                return;
+        if (now_ms() > end)
+            fail_msg("runtime %s never became active in the peer's snapshot", id);
+        usleep(20000);
+    }
+}
+
+struct pair {
+    kvmesh_t *a, *b;
+    char ida[KVMESH_ID_HEX_LEN + 1], idb[KVMESH_ID_HEX_LEN + 1];
+    char dira[64], dirb[64];
+};
+
+static void pair_open(struct pair *p, const char *meta, const char *rate_a, const char *rate_b,
+                      const char *otlp)
+{
+    snprintf(p->dira, sizeof(p->dira), "/tmp/kvmesh-rtt-a-XXXXXX");
+    snprintf(p->dirb, sizeof(p->dirb), "/tmp/kvmesh-rtt-b-XXXXXX");
+    assert_non_null(mkdtemp(p->dira));
+    assert_non_null(mkdtemp(p->dirb));
+    p->a = rt_open(meta, "rt-a", rate_a, p->dira, otlp);
+    p->b = rt_open(meta, "rt-b", rate_b, p->dirb, otlp);
+    uint64_t ep;
+    assert_int_equal(kvmesh_self(p->a, p->ida, &ep), 0);
+    assert_int_equal(kvmesh_self(p->b, p->idb, &ep), 0);
+    wait_active(p->a, p->idb);
+}
+
+/* A remote put (hard-pinned to B) and a remote get of it, issued on A. */
+static void remote_put_get(struct pair *p, const char *key, size_t len)
+{
+    kvmesh_scope_t sc = {.tenant = "tenant-x"};
+    uint8_t *v = malloc(len);
+    assert_non_null(v);
+    for (size_t i = 0; i < len; i++)
+        v[i] = (uint8_t)(i * 31 + 7);
+    const char *pref[1] = {p->idb};
+    kvmesh_put_opts_t o = {
+        .replicas = 1, .preferred_owners = pref, .n_preferred = 1, .hard_pin = true};
+    if (kvmesh_put(p->a, &sc, key, strlen(key), v, len, &o) != 0)
+        fail_msg("put: %s", kvmesh_last_error());
+    void *out = NULL;
+    size_t out_len = 0;
+    if (kvmesh_get(p->a, &sc, key, strlen(key), &out, &out_len) != 0)
+        fail_msg("get: %s", kvmesh_last_error());
+    assert_int_equal(out_len, len);
+    assert_memory_equal(out, v, len);
+    kvmesh_free(out);
+    free(v);
+    /* the replica is B's */
+    kvmesh_member_info_t m[8];
+    size_t n = 0;
+    assert_int_equal(kvmesh_members(p->b, m, 8, &n), 0);
+    for (size_t i = 0; i < n && i < 8; i++)
+        if (strcmp(m[i].id, p->idb) == 0)
+            assert_true(m[i].used_bytes >= len);
+}
+
+static void pair_close(struct pair *p)
+{
+    kvmesh_close(p->a); /* closing flushes each runtime's exporter */
+    kvmesh_close(p->b);
+}
+
+static void rm_dirs(struct pair *p)
+{
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", p->dira, p->dirb);
+    assert_int_equal(system(cmd), 0);
+}
+
+static bool has_span(const char *dir, const char *id, const char *name)
+{
+    static struct span s[MAX_SPANS];
+    size_t n = capture_read(dir, id, s, MAX_SPANS);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+static void test_remote_put_get_one_trace_each(void **state)
+{
+    (void)state;
+    struct rx *rx = rx_start();
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/traces", (unsigned)rx->port);
+    struct pair p;
+    /* B never samples on its own: its spans exist only because A's context says so */
+    pair_open(&p, "memory://obs-rtt-sampled", "1", "0", url);
+    remote_put_get(&p, "object/alpha", 65536);
+    /* the commit notification is one-way: wait (bounded) until B's capture shows it */
+    uint64_t end = now_ms() + 10000;
+    while (!has_span(p.dirb, p.idb, "control.owner_commit") && now_ms() < end)
+        usleep(50000);
+    pair_close(&p);
+
+    static struct span js[MAX_SPANS];
+    size_t n = capture_read(p.dira, p.ida, js, MAX_SPANS);
+    size_t na = n;
+    n += capture_read(p.dirb, p.idb, js + n, MAX_SPANS - n);
+    assert_true(na > 0 && n > na); /* both runtimes captured spans */
+    char t_put[33], t_get[33];
+    check_put(js, n, t_put);
+    check_get(js, n, t_get);
+    assert_string_not_equal(t_put, t_get);
+    assert_int_equal(n, 15); /* nothing else was sampled */
+
+    /* the collector got the same spans (both runtimes export to it) */
+    pthread_mutex_lock(&rx->mu);
+    assert_int_equal(rx->n, n);
+    char o_put[33], o_get[33];
+    check_put(rx->spans, rx->n, o_put);
+    check_get(rx->spans, rx->n, o_get);
+    for (size_t i = 0; i < n; i++)
+        assert_non_null(by_id(rx->spans, rx->n, js[i].trace_id, js[i].span_id));
+    pthread_mutex_unlock(&rx->mu);
+    assert_string_equal(o_put, t_put);
+    assert_string_equal(o_get, t_get);
+    rx_stop(rx);
+    rm_dirs(&p);
+}
+
+static void test_unsampled_no_spans(void **state)
+{
+    (void)state;
+    struct rx *rx = rx_start();
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/traces", (unsigned)rx->port);
+    struct pair p;
+    /* the caller decides: A at 0 means no trace, even though B would sample its own requests */
+    pair_open(&p, "memory://obs-rtt-unsampled", "0", "1", url);
+    remote_put_get(&p, "object/beta", 4096);
+    usleep(300000); /* let a (wrongly) sampled one-way commit reach B */
+    pair_close(&p);
+    static struct span js[MAX_SPANS];
+    assert_int_equal(capture_read(p.dira, p.ida, js, MAX_SPANS), 0);
+    assert_int_equal(capture_read(p.dirb, p.idb, js, MAX_SPANS), 0);
+    pthread_mutex_lock(&rx->mu);
+    assert_int_equal(rx->n, 0);
+    pthread_mutex_unlock(&rx->mu);
+    rx_stop(rx);
+    rm_dirs(&p);
+}
+
+/* The default route mode: routes live in the runtimes' route authorities, so the request's trace
+ * is connected across both runtimes the same way; any metadata.* span can only sit under a route
+ * call (the steady state makes none). */
+static void test_embedded_wrh_connected(void **state)
+{
+    (void)state;
+    struct rx *rx = rx_start();
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/traces", (unsigned)rx->port);
+    struct pair p;
+    route_mode = "embedded_wrh";
+    pair_open(&p, "memory://obs-rtt-embedded", "1", "0", url);
+    route_mode = "metadata_only";
+    remote_put_get(&p, "object/gamma", 8192);
+    uint64_t end = now_ms() + 10000;
+    while (!has_span(p.dirb, p.idb, "control.owner_commit") && now_ms() < end)
+        usleep(50000);
+    pair_close(&p);
+    static struct span js[MAX_SPANS];
+    size_t n = capture_read(p.dira, p.ida, js, MAX_SPANS);
+    n += capture_read(p.dirb, p.idb, js + n, MAX_SPANS - n);
+    char t_put[33], t_get[33];
+    const struct span *put = check_connected(js, n, "store.put", t_put);
+    const struct span *get = check_connected(js, n, "store.get", t_get);
+    const struct span *res = child(js, n, t_put, "control.reserve", put);
+    assert_string_equal(child(js, n, t_put, "control.owner_reserve", res)->service, "rt-b");
+    child(js, n, t_put, "data.write", put);
+    child(js, n, t_put, "control.route_lookup", put);
+    child(js, n, t_put, "control.route_cas", put);
+    const struct span *cm = child(js, n, t_put, "control.commit", put);
+    assert_string_equal(child(js, n, t_put, "control.owner_commit", cm)->service, "rt-b");
+    child(js, n, t_get, "control.route_lookup", get);
+    child(js, n, t_get, "data.read", get);
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(js[i].name, "metadata.", 9) != 0)
+            continue;
+        const struct span *par = by_id(js, n, js[i].trace_id, js[i].parent);
+        assert_non_null(par);
+        assert_true(strncmp(par->name, "control.route_", 14) == 0);
+    }
+    pthread_mutex_lock(&rx->mu);
+    assert_int_equal(rx->n, n);
+    pthread_mutex_unlock(&rx->mu);
+    rx_stop(rx);
+    rm_dirs(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_remote_put_get_one_trace_each),
+        cmocka_unit_test(test_unsampled_no_spans),
+        cmocka_unit_test(test_embedded_wrh_connected),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
