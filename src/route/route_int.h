@@ -61,6 +61,8 @@ int route_rec_encode(const route_rec_t *r, uint8_t *buf, size_t cap, size_t *out
 int route_rec_decode(const uint8_t *buf, size_t len, route_rec_t *out);
 int route_policy_encode(const route_policy_t *p, uint8_t *buf, size_t cap, size_t *out_len);
 int route_policy_decode(const uint8_t *buf, size_t len, route_policy_t *out);
+/* 0 when equal; KVMESH_EINCOMPAT naming the first differing field otherwise (both modes). */
+int route_policy_diff(const route_policy_t *want, const route_policy_t *have);
 
 /* Authority (primary) state machine of one shard on one runtime:
  *

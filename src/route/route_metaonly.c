@@ -7,6 +7,7 @@
  * KVMESH_ECANCELED from route_mo_free (the metadata callback that arrives later only frees the
  * call record). A written route always passes kvm_route_validate.
  */
+#include "route/route_int.h"
 #include "route/route_metaonly.h"
 
 #include <inttypes.h>
@@ -48,33 +49,6 @@ struct route_mo {
     struct mo_call *calls; /* pending */
     route_stats_t stats;
 };
-
-int route_policy_format(const route_policy_t *p, char *buf, size_t cap)
-{
-    int n = snprintf(buf, cap, "mode=%u top_k=%u shards=%u proto=%u", (unsigned)p->mode, p->top_k,
-                     p->n_shards, p->protocol_version);
-    return n < 0 || (size_t)n >= cap ? KVMESH_ETOOBIG : 0;
-}
-
-int route_policy_parse(const char *s, size_t len, route_policy_t *out)
-{
-    char tmp[128];
-    if (len >= sizeof(tmp))
-        return kvm_errf(KVMESH_ECORRUPT, "cluster policy record is %zu bytes", len);
-    memcpy(tmp, s, len);
-    tmp[len] = 0;
-    unsigned mode, k, shards, proto;
-    int used = 0;
-    if (sscanf(tmp, "mode=%u top_k=%u shards=%u proto=%u%n", &mode, &k, &shards, &proto, &used) !=
-            4 ||
-        (size_t)used != len || mode > 1)
-        return kvm_errf(KVMESH_ECORRUPT, "malformed cluster policy record '%s'", tmp);
-    out->mode = (enum route_mode)mode;
-    out->top_k = k;
-    out->n_shards = shards;
-    out->protocol_version = proto;
-    return 0;
-}
 
 static struct mo_call *call_new(route_mo_t *mo, enum mo_kind kind, void *arg)
 {
@@ -142,23 +116,10 @@ static void policy_done(void *arg, const meta_result_t *res)
         route_policy_t have;
         if (!kv->found)
             rc = kvm_errf(KVMESH_EBACKEND, "cluster policy vanished while being checked");
-        else if ((rc = route_policy_parse((const char *)kv->value, kv->value_len, &have)) == 0) {
-            const route_policy_t *want = &mo->policy;
-            if (have.mode != want->mode)
-                rc = kvm_errf(KVMESH_EINCOMPAT,
-                              "route_mode: deployment uses %u, this runtime asks for %u",
-                              (unsigned)have.mode, (unsigned)want->mode);
-            else if (have.top_k != want->top_k)
-                rc = kvm_errf(KVMESH_EINCOMPAT, "top_k: deployment uses %u, this runtime %u",
-                              have.top_k, want->top_k);
-            else if (have.n_shards != want->n_shards)
-                rc = kvm_errf(KVMESH_EINCOMPAT, "shards: deployment uses %u, this runtime %u",
-                              have.n_shards, want->n_shards);
-            else if (have.protocol_version != want->protocol_version)
-                rc = kvm_errf(KVMESH_EINCOMPAT,
-                              "route protocol: deployment uses %u, this runtime %u",
-                              have.protocol_version, want->protocol_version);
-        }
+        else if (route_policy_decode(kv->value, kv->value_len, &have) != 0)
+            rc = kvm_errf(KVMESH_ECORRUPT, "malformed cluster route policy record");
+        else
+            rc = route_policy_diff(&mo->policy, &have);
     } else if (rc) {
         rc = kvm_errf(rc, "cluster policy check failed: %s", res->errmsg);
     }
@@ -185,9 +146,12 @@ int route_mo_new(route_mo_t **out, const route_svc_opts_t *opts, void (*cb)(void
     mo->policy = opts->policy;
     mo->timeout_ms = opts->request_timeout_ms;
 
-    char key[KS_KEY_CAP], val[128];
+    char key[KS_KEY_CAP];
+    uint8_t val[128];
+    size_t vlen = 0;
+    /* The same record and encoding as the mesh (route_rec.c): one policy per deployment. */
     if ((rc = ks_cluster_policy_key(key, sizeof(key), mo->deployment)) ||
-        (rc = route_policy_format(&mo->policy, val, sizeof(val))))
+        (rc = route_policy_encode(&mo->policy, val, sizeof(val), &vlen)))
         goto fail;
     struct mo_call *c = call_new(mo, MO_POLICY, arg);
     if (!c) {
@@ -196,8 +160,7 @@ int route_mo_new(route_mo_t **out, const route_svc_opts_t *opts, void (*cb)(void
     }
     c->policy_cb = cb;
     meta_cmp_t cmp = {.key = key, .target = META_CMP_EXISTS, .op = META_EQ, .num = 0};
-    meta_op_t put = {
-        .type = META_OP_PUT, .key = key, .value = (const uint8_t *)val, .value_len = strlen(val)};
+    meta_op_t put = {.type = META_OP_PUT, .key = key, .value = val, .value_len = vlen};
     meta_op_t get = {.type = META_OP_GET, .key = key};
     mo->stats.meta_calls++;
     rc = meta_txn(mo->meta, &cmp, 1, &put, 1, &get, 1, mo->timeout_ms, policy_done, c);
@@ -394,12 +357,17 @@ static void cas_get_done(void *arg, const meta_result_t *res)
         cas_finish(c, rc, NULL);
         return;
     }
+    kvm_op_id_t cur_op = present ? cur.content_op : (kvm_op_id_t){0};
     kvm_route_free(&cur);
     if ((rc = kvm_route_copy(&c->written, &c->next_route)) != 0) {
         cas_finish(c, rc, NULL);
         return;
     }
     c->written.predecessor_version = effective;
+    /* The predecessor op is assigned here, as the mesh's primary does. */
+    c->written.predecessor_op = cur_op;
+    if (kvm_op_id_equal(&c->written.predecessor_op, &c->written.content_op))
+        memset(&c->written.predecessor_op, 0, sizeof(c->written.predecessor_op));
     c->written.version = (kvm_route_version_t){ROUTE_MO_TOKEN, seq + 1};
     uint8_t buf[KVM_WIRE_MAX_RECORD_LEN];
     size_t len = 0;
@@ -512,6 +480,12 @@ int route_mo_owner_scan(route_mo_t *mo, const kvm_runtime_id_t *owner, const uin
         memcpy(after, cursor, cursor_len);
     after[cursor_len] = 0;
     int rc = ks_prefix(c->key, sizeof(c->key), mo->deployment, KS_ROUTE, NULL, 0);
+    /* A cursor is the last route key of the previous page: anything else is refused, as the
+     * mesh refuses a cursor it did not issue. */
+    if (!rc && cursor_len &&
+        (cursor_len <= strlen(c->key) || memcmp(after, c->key, strlen(c->key)) != 0 ||
+         memchr(cursor, 0, cursor_len) != NULL))
+        rc = kvm_errf(KVMESH_EINVAL, "owner scan cursor was not issued by this scan");
     if (!rc) {
         mo->stats.meta_calls++;
         rc = meta_range(mo->meta, c->key, cursor_len ? after : NULL, limit, mo->timeout_ms,

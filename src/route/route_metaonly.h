@@ -44,7 +44,5 @@ int route_mo_owner_scan(route_mo_t *mo, const kvm_runtime_id_t *owner, const uin
 void route_mo_get_stats(const route_mo_t *mo, route_stats_t *out);
 
 /* Encodes / checks the cluster policy record (text "mode=M top_k=K shards=S proto=P"). */
-int route_policy_format(const route_policy_t *p, char *buf, size_t cap);
-int route_policy_parse(const char *s, size_t len, route_policy_t *out);
 
 #endif

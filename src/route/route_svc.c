@@ -366,7 +366,7 @@ static void tick(void *arg)
 
 /* ---- policy bootstrap ----------------------------------------------------------------------- */
 
-static int policy_diff(const route_policy_t *want, const route_policy_t *have)
+int route_policy_diff(const route_policy_t *want, const route_policy_t *have)
 {
     if (want->mode != have->mode)
         return kvm_errf(KVMESH_EINCOMPAT,
@@ -417,7 +417,7 @@ static void on_policy(route_svc_t *svc, route_mreq_t *q, const meta_result_t *re
         else if (route_policy_decode(res->ops[0].value, res->ops[0].value_len, &have) != 0)
             rc = KVMESH_ECORRUPT;
         else
-            rc = policy_diff(&svc->policy, &have);
+            rc = route_policy_diff(&svc->policy, &have);
     }
     if (rc != 0) {
         void (*cb)(void *, int) = svc->start_cb;
@@ -520,8 +520,6 @@ int route_svc_new(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void 
     const route_policy_t *p = &o->policy;
     if (p->mode != ROUTE_MODE_EMBEDDED_WRH && p->mode != ROUTE_MODE_METADATA_ONLY)
         return kvm_errf(KVMESH_EINVAL, "route policy: unknown mode %d", (int)p->mode);
-    if (p->mode == ROUTE_MODE_METADATA_ONLY)
-        return new_metaonly(out, o, cb, arg);
     if (p->top_k < 1 || p->top_k > WRH_MAX_K || p->top_k > ROUTE_MSG_MAX_SET)
         return kvm_errf(KVMESH_EINVAL, "route policy: top_k %u outside 1..%d", p->top_k, WRH_MAX_K);
     if (p->n_shards < 1 || p->n_shards > KVM_MAX_LOGICAL_SHARDS)
@@ -532,6 +530,8 @@ int route_svc_new(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void 
                         p->protocol_version, ROUTE_PROTOCOL_VERSION);
     if (o->self.epoch == 0 || kvm_id128_is_nil(&o->self.id))
         return kvm_errf(KVMESH_EINVAL, "route_svc_new: self runtime id and epoch required");
+    if (p->mode == ROUTE_MODE_METADATA_ONLY)
+        return new_metaonly(out, o, cb, arg);
     int rc;
     route_svc_t *svc = calloc(1, sizeof(*svc));
     if (!svc)

@@ -117,12 +117,16 @@ static route_svc_t *start(fx_t *f, uint64_t id, route_policy_t p, waitv_t *w)
                           .request_timeout_ms = 800};
     route_svc_t *svc = NULL;
     memset(w, 0, sizeof(*w));
-    assert_int_equal(route_svc_new(&svc, &o, on_start, w), 0);
+    int src = route_svc_new(&svc, &o, on_start, w);
+    if (src != 0)
+        fprintf(stderr, "route_svc_new: %s\n", kvmesh_last_error());
+    assert_int_equal(src, 0);
     run_until(f, w);
     return svc;
 }
 
-static const route_policy_t POLICY = {ROUTE_MODE_EMBEDDED_WRH, 1, 8, ROUTE_PROTOCOL_VERSION};
+/* The policy under test: the same tests run in both route modes (main runs the group twice). */
+static route_policy_t POLICY = {ROUTE_MODE_EMBEDDED_WRH, 1, 8, ROUTE_PROTOCOL_VERSION};
 
 static void test_policy_bootstrap(void **state)
 {
@@ -135,6 +139,14 @@ static void test_policy_bootstrap(void **state)
     route_svc_t *b = start(&f, 2, POLICY, &w);
     assert_int_equal(w.rc, 0);
     route_policy_t p = POLICY;
+    /* a runtime of the other route mode reads the same policy record and names the field */
+    p.mode =
+        POLICY.mode == ROUTE_MODE_EMBEDDED_WRH ? ROUTE_MODE_METADATA_ONLY : ROUTE_MODE_EMBEDDED_WRH;
+    route_svc_t *m = start(&f, 6, p, &w);
+    assert_int_equal(w.rc, KVMESH_EINCOMPAT);
+    assert_non_null(strstr(w.msg, "'mode'"));
+    route_svc_free(m);
+    p = POLICY;
     p.top_k = 2;
     route_svc_t *c = start(&f, 3, p, &w);
     assert_int_equal(w.rc, KVMESH_EINCOMPAT);
@@ -386,5 +398,14 @@ int main(void)
         cmocka_unit_test(test_single_runtime_ops),
         cmocka_unit_test(test_no_authority_never_claims_absence),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* The route operations again in MetadataOnly mode (routes stored in the metadata backend):
+     * the same lookup/CAS/owner-scan behaviour through the same route.h service. */
+    const struct CMUnitTest metaonly[] = {
+        cmocka_unit_test(test_policy_bootstrap),
+        cmocka_unit_test(test_single_runtime_ops),
+    };
+    int failed = cmocka_run_group_tests_name("route_svc_embedded_wrh", tests, NULL, NULL);
+    POLICY.mode = ROUTE_MODE_METADATA_ONLY;
+    failed += cmocka_run_group_tests_name("route_svc_metadata_only", metaonly, NULL, NULL);
+    return failed;
 }
