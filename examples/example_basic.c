@@ -16,7 +16,7 @@
 
 #define FAIL(what, rc)                                                                             \
     do {                                                                                           \
-        fprintf(stderr, "%s: %s: %s\n", what, kvmesh_errname(rc), kvmesh_last_error());           \
+        fprintf(stderr, "%s: %s: %s\n", what, kvmesh_errname(rc), kvmesh_last_error());            \
         goto out;                                                                                  \
     } while (0)
 

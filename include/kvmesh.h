@@ -86,7 +86,6 @@ const char *kvmesh_last_error(void);
 /* Library version string "MAJOR.MINOR.PATCH". Static storage. */
 const char *kvmesh_version(void);
 
-
 /* ============================================================================================
  * The store API.
  *
@@ -143,7 +142,7 @@ typedef struct kvmesh_scope {
 } kvmesh_scope_t;
 
 typedef struct kvmesh_put_opts {
-    uint32_t replicas;                  /* 0 = config default */
+    uint32_t replicas;                   /* 0 = config default */
     const char *const *preferred_owners; /* runtime ids (hex), tried first; NULL = none */
     size_t n_preferred;
     bool hard_pin; /* true: fail with KVMESH_EUNAVAILABLE instead of falling back */
@@ -194,8 +193,8 @@ typedef struct kvmesh_route_info {
     bool cold_backed;
 } kvmesh_route_info_t;
 
-int kvmesh_route_query(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key,
-                       size_t key_len, kvmesh_route_info_t *out);
+int kvmesh_route_query(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
+                       kvmesh_route_info_t *out);
 
 /* ---- batches: one hand-off to the runtime, one result per item ----------------------------- */
 #define KVMESH_BATCH_MAX 4096 /* items per batch call */

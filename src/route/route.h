@@ -6,9 +6,9 @@
  *   ROUTE_MODE_EMBEDDED_WRH  (default) the peer authority mesh: keys map to logical shards;
  *                            each shard's authority set is the WRH top-k of the live,
  *                            route-capable, compatible members; the fenced primary applies CAS
- *                            and mirrors synchronously to the set (route_svc.c, route_auth.c, route_client.c);
- *   ROUTE_MODE_METADATA_ONLY routes stored directly in the metadata backend, for bring-up and
- *                            compatibility testing (route_metaonly.c).
+ *                            and mirrors synchronously to the set (route_svc.c, route_auth.c,
+ * route_client.c); ROUTE_MODE_METADATA_ONLY routes stored directly in the metadata backend, for
+ * bring-up and compatibility testing (route_metaonly.c).
  *
  * The service is a sans-I/O state machine over the env (src/env/env.h): it sends peer messages
  * with env_send() and receives them through route_on_message(); it uses the metadata plane
