@@ -20,6 +20,14 @@
 extern "C" {
 #endif
 
+/* Marks the functions the library exports. libkvmesh.so is built with -fvisibility=hidden, so
+ * what this header declares KVMESH_EXTERN is its whole dynamic symbol surface (docs/api.md). */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVMESH_EXTERN __attribute__((visibility("default")))
+#else
+#define KVMESH_EXTERN
+#endif
+
 #define KVMESH_VERSION_MAJOR 0
 #define KVMESH_VERSION_MINOR 1
 #define KVMESH_VERSION_PATCH 0
@@ -72,19 +80,19 @@ enum kvmesh_error {
 #define KVMESH_ERROR_BAND_LAST  (-30000)
 
 /* Returns a static, never-NULL description for any int (also for 0 and unknown codes). */
-const char *kvmesh_strerror(int err);
+KVMESH_EXTERN const char *kvmesh_strerror(int err);
 
 /* Returns the symbolic name ("KVMESH_EINVAL") of a code, or "KVMESH_UNKNOWN". Static storage. */
-const char *kvmesh_errname(int err);
+KVMESH_EXTERN const char *kvmesh_errname(int err);
 
 /*
  * The calling thread's detailed message for its most recent failure, or "" when none was set.
  * Thread-local storage: valid until the same thread's next kvmesh call.
  */
-const char *kvmesh_last_error(void);
+KVMESH_EXTERN const char *kvmesh_last_error(void);
 
 /* Library version string "MAJOR.MINOR.PATCH". Static storage. */
-const char *kvmesh_version(void);
+KVMESH_EXTERN const char *kvmesh_version(void);
 
 /* ============================================================================================
  * The store API.
@@ -109,12 +117,13 @@ typedef struct kvmesh_config kvmesh_config_t;
  * Fields are set by name with a string value, so that the daemon's YAML file, the CLI flags and
  * the Python package share one validation table. kvmesh_config_fields() lists every field with
  * its default and meaning (docs/configuration.md is generated from the same table). */
-kvmesh_config_t *kvmesh_config_new(void); /* defaults; NULL on out of memory */
-void kvmesh_config_free(kvmesh_config_t *cfg);
+KVMESH_EXTERN kvmesh_config_t *kvmesh_config_new(void); /* defaults; NULL on out of memory */
+KVMESH_EXTERN void kvmesh_config_free(kvmesh_config_t *cfg);
 /* KVMESH_ECONFIG with kvmesh_last_error() naming the field, the bad value and what is allowed. */
-int kvmesh_config_set(kvmesh_config_t *cfg, const char *field, const char *value);
+KVMESH_EXTERN int kvmesh_config_set(kvmesh_config_t *cfg, const char *field, const char *value);
 /* Writes the current value of a field as a string into buf. */
-int kvmesh_config_get(const kvmesh_config_t *cfg, const char *field, char *buf, size_t cap);
+KVMESH_EXTERN int kvmesh_config_get(const kvmesh_config_t *cfg, const char *field, char *buf,
+                                    size_t cap);
 
 typedef struct kvmesh_config_field {
     const char *name;
@@ -122,18 +131,18 @@ typedef struct kvmesh_config_field {
     const char *help;
 } kvmesh_config_field_t;
 /* Static table of every field; *n receives its length. */
-const kvmesh_config_field_t *kvmesh_config_fields(size_t *n);
+KVMESH_EXTERN const kvmesh_config_field_t *kvmesh_config_fields(size_t *n);
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
 /* Joins (or bootstraps) the deployment named by the config: registers this runtime under a
  * metadata lease, contributes its memory, starts its loop and listeners. */
-int kvmesh_open(kvmesh_t **out, const kvmesh_config_t *cfg);
+KVMESH_EXTERN int kvmesh_open(kvmesh_t **out, const kvmesh_config_t *cfg);
 /* Graceful drain: stops taking new replicas, moves this runtime's replicas to other runtimes,
  * then leaves membership. Bounded by timeout_ms (0 = config drain_timeout_ms). */
-int kvmesh_drain(kvmesh_t *kv, uint32_t timeout_ms);
+KVMESH_EXTERN int kvmesh_drain(kvmesh_t *kv, uint32_t timeout_ms);
 /* Leaves immediately (no drain) and frees everything. Pending calls fail with KVMESH_ECLOSED. */
-void kvmesh_close(kvmesh_t *kv);
-void kvmesh_free(void *p); /* frees memory returned by kvmesh_get */
+KVMESH_EXTERN void kvmesh_close(kvmesh_t *kv);
+KVMESH_EXTERN void kvmesh_free(void *p); /* frees memory returned by kvmesh_get */
 
 /* ---- object operations ---------------------------------------------------------------------- */
 typedef struct kvmesh_scope {
@@ -149,30 +158,33 @@ typedef struct kvmesh_put_opts {
 } kvmesh_put_opts_t;
 
 /* Create or overwrite. opts may be NULL. */
-int kvmesh_put(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-               const void *value, size_t len, const kvmesh_put_opts_t *opts);
+KVMESH_EXTERN int kvmesh_put(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key,
+                             size_t key_len, const void *value, size_t len,
+                             const kvmesh_put_opts_t *opts);
 /* Gather put: the value is the concatenation of iov[0..iovcnt). */
-int kvmesh_putv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-                const struct iovec *iov, int iovcnt, const kvmesh_put_opts_t *opts);
+KVMESH_EXTERN int kvmesh_putv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key,
+                              size_t key_len, const struct iovec *iov, int iovcnt,
+                              const kvmesh_put_opts_t *opts);
 /* Reads into a new buffer (*out, *out_len; free with kvmesh_free). KVMESH_ENOENT if absent. */
-int kvmesh_get(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-               void **out, size_t *out_len);
+KVMESH_EXTERN int kvmesh_get(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key,
+                             size_t key_len, void **out, size_t *out_len);
 /* Reads into the caller's buffer (zero copy when it is registered). KVMESH_ETOOBIG when cap is
  * smaller than the object (then *out_len is the object size and buf is untouched). */
-int kvmesh_get_into(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-                    void *buf, size_t cap, size_t *out_len);
+KVMESH_EXTERN int kvmesh_get_into(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key,
+                                  size_t key_len, void *buf, size_t cap, size_t *out_len);
 /* Scatter get: fills iov[0..iovcnt) in order; KVMESH_ETOOBIG when they are too small. */
-int kvmesh_getv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-                const struct iovec *iov, int iovcnt, size_t *out_len);
-int kvmesh_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len);
-int kvmesh_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-                  bool *out);
-int kvmesh_size(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-                uint64_t *out);
+KVMESH_EXTERN int kvmesh_getv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key,
+                              size_t key_len, const struct iovec *iov, int iovcnt, size_t *out_len);
+KVMESH_EXTERN int kvmesh_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key,
+                                size_t key_len);
+KVMESH_EXTERN int kvmesh_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key,
+                                size_t key_len, bool *out);
+KVMESH_EXTERN int kvmesh_size(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key,
+                              size_t key_len, uint64_t *out);
 
 /* Registered buffers: memory the transports may read from / write into directly. */
-int kvmesh_register_buffer(kvmesh_t *kv, void *addr, size_t len);
-int kvmesh_unregister_buffer(kvmesh_t *kv, void *addr);
+KVMESH_EXTERN int kvmesh_register_buffer(kvmesh_t *kv, void *addr, size_t len);
+KVMESH_EXTERN int kvmesh_unregister_buffer(kvmesh_t *kv, void *addr);
 
 #define KVMESH_ID_HEX_LEN 32
 typedef struct kvmesh_replica_info {
@@ -193,8 +205,8 @@ typedef struct kvmesh_route_info {
     bool cold_backed;
 } kvmesh_route_info_t;
 
-int kvmesh_route_query(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
-                       kvmesh_route_info_t *out);
+KVMESH_EXTERN int kvmesh_route_query(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key,
+                                     size_t key_len, kvmesh_route_info_t *out);
 
 /* ---- batches: one hand-off to the runtime, one result per item ----------------------------- */
 #define KVMESH_BATCH_MAX 4096 /* items per batch call */
@@ -210,15 +222,16 @@ typedef struct kvmesh_batch_item {
 
 /* Each returns 0 when every item succeeded, or the first failing item's rc; per-item results
  * are in items[i].rc. */
-int kvmesh_batch_put(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
-                     size_t n, const kvmesh_put_opts_t *opts);
-int kvmesh_batch_get(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
-                     size_t n);
-int kvmesh_batch_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
-                        size_t n);
+KVMESH_EXTERN int kvmesh_batch_put(kvmesh_t *kv, const kvmesh_scope_t *scope,
+                                   kvmesh_batch_item_t *items, size_t n,
+                                   const kvmesh_put_opts_t *opts);
+KVMESH_EXTERN int kvmesh_batch_get(kvmesh_t *kv, const kvmesh_scope_t *scope,
+                                   kvmesh_batch_item_t *items, size_t n);
+KVMESH_EXTERN int kvmesh_batch_remove(kvmesh_t *kv, const kvmesh_scope_t *scope,
+                                      kvmesh_batch_item_t *items, size_t n);
 /* rc 0 = exists, KVMESH_ENOENT = absent; out_len = size when it exists. */
-int kvmesh_batch_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
-                        size_t n);
+KVMESH_EXTERN int kvmesh_batch_exists(kvmesh_t *kv, const kvmesh_scope_t *scope,
+                                      kvmesh_batch_item_t *items, size_t n);
 
 /* ---- cluster view ---------------------------------------------------------------------------- */
 typedef struct kvmesh_member_info {
@@ -232,9 +245,9 @@ typedef struct kvmesh_member_info {
 } kvmesh_member_info_t;
 
 /* Fills up to cap entries from the runtime's live snapshot; *n receives the member count. */
-int kvmesh_members(kvmesh_t *kv, kvmesh_member_info_t *out, size_t cap, size_t *n);
+KVMESH_EXTERN int kvmesh_members(kvmesh_t *kv, kvmesh_member_info_t *out, size_t cap, size_t *n);
 /* This runtime's id (hex) and epoch. */
-int kvmesh_self(kvmesh_t *kv, char id[KVMESH_ID_HEX_LEN + 1], uint64_t *epoch);
+KVMESH_EXTERN int kvmesh_self(kvmesh_t *kv, char id[KVMESH_ID_HEX_LEN + 1], uint64_t *epoch);
 
 #ifdef __cplusplus
 }
