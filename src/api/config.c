@@ -766,3 +766,46 @@ int kvm_config_validate(const struct kvmesh_config *cfg)
     }
     return 0;
 }
+
+void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_config *out)
+{
+    memset(out, 0, sizeof(*out));
+    /* strings: the same capacities on both sides (the table already bounded the values) */
+#define KVM_CFG_COPY_STR(f)                                                                        \
+    do {                                                                                           \
+        _Static_assert(sizeof(out->f) == sizeof(cfg->f), "store_config." #f " capacity");          \
+        memcpy(out->f, cfg->f, sizeof(out->f));                                                    \
+        out->f[sizeof(out->f) - 1] = '\0';                                                         \
+    } while (0)
+    KVM_CFG_COPY_STR(metadata_url);
+    KVM_CFG_COPY_STR(deployment);
+    KVM_CFG_COPY_STR(runtime_id);
+    KVM_CFG_COPY_STR(listen);
+    KVM_CFG_COPY_STR(advertise);
+    KVM_CFG_COPY_STR(admin_listen);
+    KVM_CFG_COPY_STR(secret);
+    KVM_CFG_COPY_STR(trace_capture_dir);
+    KVM_CFG_COPY_STR(trace_otlp_url);
+    KVM_CFG_COPY_STR(trace_service_name);
+#undef KVM_CFG_COPY_STR
+    out->memory_size = cfg->memory_size;
+    out->segment_size = cfg->segment_size;
+    out->max_object_size = cfg->max_object_size;
+    out->replicas = cfg->replicas;
+    out->route_mode = (enum route_mode)cfg->route_mode;
+    out->top_k = cfg->top_k;
+    out->shards = cfg->shards;
+    out->transport = cfg->transport == KVM_TRANSPORT_TCP   ? TP_TCP
+                     : cfg->transport == KVM_TRANSPORT_SHM ? TP_SHM
+                                                           : TP_AUTO;
+    out->weight = cfg->weight;
+    out->lease_ttl_ms = cfg->lease_ttl_ms;
+    out->request_timeout_ms = cfg->request_timeout_ms;
+    out->drain_timeout_ms = cfg->drain_timeout_ms;
+    out->reclaim_grace_ms = cfg->reclaim_grace_ms;
+    out->evict_high_watermark = cfg->evict_high_watermark;
+    out->evict_low_watermark = cfg->evict_low_watermark;
+    out->io_threads = cfg->io_threads;
+    out->hugepages = cfg->hugepages;
+    out->trace_sample_rate = cfg->trace_sample_rate;
+}

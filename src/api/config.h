@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kvmesh.h"
+#include "store/store_config.h"
 
 #define KVM_CFG_STR_MAX 512
 
@@ -57,5 +58,9 @@ void kvm_config_defaults(struct kvmesh_config *cfg);
 /* Cross-field checks (watermarks ordered, segment_size <= memory_size, …); KVMESH_ECONFIG with a
  * message naming the fields. kvmesh_open calls it. */
 int kvm_config_validate(const struct kvmesh_config *cfg);
+
+/* The store's configuration (src/store/store_config.h) from a validated cfg: every field the
+ * store uses, in the store's types (route_mode as enum route_mode, transport as enum tp_kind). */
+void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_config *out);
 
 #endif

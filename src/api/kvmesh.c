@@ -173,7 +173,9 @@ int kvmesh_open(kvmesh_t **out, const kvmesh_config_t *cfg)
     kvmesh_t *kv = calloc(1, sizeof(*kv));
     if (!kv)
         return KVMESH_ENOMEM;
-    if ((rc = kvm_rt_open(&kv->rt, cfg)) != 0) {
+    struct kvm_store_config scfg;
+    kvm_config_to_store(cfg, &scfg);
+    if ((rc = kvm_rt_open(&kv->rt, &scfg)) != 0) {
         free(kv);
         return rc;
     }

@@ -503,7 +503,7 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
         .meta = rt->route_meta ? rt->route_meta : rt->meta,
         .deployment = rt->cfg.deployment,
         .self = rt->self,
-        .policy = {.mode = (enum route_mode)rt->cfg.route_mode,
+        .policy = {.mode = rt->cfg.route_mode,
                    .top_k = rt->cfg.top_k,
                    .n_shards = rt->cfg.shards,
                    .protocol_version = ROUTE_PROTOCOL_VERSION},
@@ -610,7 +610,7 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
  * tracing is off and the request paths start no span at all. */
 static int tracer_start(kvm_rt_t *rt)
 {
-    const struct kvmesh_config *c = &rt->cfg;
+    const struct kvm_store_config *c = &rt->cfg;
     if (c->trace_sample_rate <= 0 && !c->trace_capture_dir[0] && !c->trace_otlp_url[0])
         return 0;
     char name[64];
@@ -749,7 +749,7 @@ void kvm_rt_close(kvm_rt_t *rt, bool drain_first)
     rt_free(rt);
 }
 
-int kvm_rt_open(kvm_rt_t **out, const struct kvmesh_config *cfg)
+int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg)
 {
     *out = NULL;
     kvm_rt_t *rt = calloc(1, sizeof(*rt));
@@ -796,9 +796,7 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvmesh_config *cfg)
     if ((rc = split_hostport(cfg->listen, host, sizeof(host), &port)) != 0)
         goto fail;
     struct tp_config tc = {
-        .kind = cfg->transport == KVM_TRANSPORT_TCP   ? TP_TCP
-                : cfg->transport == KVM_TRANSPORT_SHM ? TP_SHM
-                                                      : TP_AUTO,
+        .kind = cfg->transport,
         .listen_host = host,
         .no_server = rt->n_segs == 0,
         .conns_per_peer = cfg->io_threads,

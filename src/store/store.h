@@ -27,7 +27,6 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "api/config.h"
 #include "core/ident.h"
 #include "core/route.h"
 #include "env/env_uv.h"
@@ -39,6 +38,7 @@
 #include "obs/http.h"
 #include "obs/trace.h"
 #include "store/alloc.h"
+#include "store/store_config.h"
 
 #define STORE_MAX_MEMBERS      256  /* members in a live snapshot */
 #define STORE_MAX_SEGS         64   /* segments per runtime */
@@ -224,7 +224,7 @@ struct kvm_reg_buf {
 
 typedef struct kvm_rt {
     /* [any] immutable after open */
-    struct kvmesh_config cfg;
+    struct kvm_store_config cfg;
     kvm_runtime_t self;
     char idhex[KVM_ID128_HEX_LEN + 1];
     char rpc_addr[STORE_ADDR_MAX];
@@ -298,7 +298,7 @@ typedef struct kvm_rt {
 } kvm_rt_t;
 
 /* ---- runtime.c ---------------------------------------------------------------------------- */
-int kvm_rt_open(kvm_rt_t **out, const struct kvmesh_config *cfg);
+int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg);
 void kvm_rt_close(kvm_rt_t *rt, bool drain_first);
 /* Interns an address string: the returned pointer is immutable until close ([any]). */
 const char *kvm_rt_intern(kvm_rt_t *rt, const char *s);

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * store_config.h — what a store runtime is opened with (kvm_rt_open). The store's own
+ * configuration, in its own types: the API layer validates the user's kvmesh_config_t against
+ * its field table (src/api/config.c) and fills this struct from it (kvm_config_to_store), so
+ * the store never sees the API's table or struct. A field the store needs is added here and
+ * filled there.
+ *
+ * Plain data (no heap, no pointers): copying it with `=` is a deep copy; kvm_rt_open copies it.
+ * Values are already validated: the store trusts them (ranges, syntax, cross-field rules).
+ */
+#ifndef KVMESH_STORE_STORE_CONFIG_H
+#define KVMESH_STORE_STORE_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "net/transport.h"
+#include "route/route.h"
+
+#define KVM_STORE_STR_MAX 512
+
+struct kvm_store_config {
+    char metadata_url[KVM_STORE_STR_MAX]; /* memory://NAME | redis://… | etcd://… */
+    char deployment[64];                  /* metadata key prefix */
+    char runtime_id[33];                  /* 32 hex digits, or "" = generate */
+    char listen[128];                     /* host:port for RPC and the tcp transport */
+    char advertise[128];                  /* address peers use ("" = listen address) */
+    char admin_listen[128];               /* host:port of the HTTP admin endpoints ("" = off) */
+    char secret[256];                     /* deployment secret for peer auth ("" = none) */
+    uint64_t memory_size;                 /* bytes contributed (0 = client-only runtime) */
+    uint64_t segment_size;                /* bytes per memfd segment */
+    uint64_t max_object_size;             /* bytes */
+    uint32_t replicas;                    /* default replica count */
+    enum route_mode route_mode;
+    uint32_t top_k;  /* route authorities per shard */
+    uint32_t shards; /* logical route shards */
+    enum tp_kind transport;
+    double weight;               /* WRH weight of this runtime (> 0) */
+    uint32_t lease_ttl_ms;       /* membership lease */
+    uint32_t request_timeout_ms; /* end-to-end per request */
+    uint32_t drain_timeout_ms;
+    uint32_t reclaim_grace_ms;   /* before freed bytes may be reused */
+    double evict_high_watermark; /* fraction of memory_size that starts eviction */
+    double evict_low_watermark;  /* fraction eviction brings usage back to */
+    uint32_t io_threads;         /* transport I/O threads */
+    bool hugepages;              /* try MFD_HUGETLB segments */
+    /* tracing (src/obs/trace.h): a tracer exists when the rate is > 0 or an exporter is set */
+    double trace_sample_rate;                  /* head sampling probability, 0..1 */
+    char trace_capture_dir[KVM_STORE_STR_MAX]; /* JSONL capture dir ("" = off) */
+    char trace_otlp_url[KVM_STORE_STR_MAX];    /* OTLP/HTTP JSON traces URL ("" = off) */
+    char trace_service_name[64];               /* resource service.name of this runtime's spans */
+};
+
+#endif
