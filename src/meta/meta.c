@@ -724,6 +724,35 @@ int meta_open(meta_t **out, env_t *env, const char *url, const meta_opts_t *opts
     return 0;
 }
 
+int meta_open_backend(meta_t **out, env_t *env, const struct meta_backend_ops *ops, void *backend,
+                      const meta_opts_t *opts)
+{
+    KVM_ASSERT(out && env && ops && ops->close && ops->submit);
+    *out = NULL;
+    meta_t *m = calloc(1, sizeof(*m));
+    if (!m)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory opening metadata handle");
+    m->ops = ops;
+    m->backend = backend;
+    m->env = env;
+    m->default_timeout_ms =
+        opts && opts->default_timeout_ms ? opts->default_timeout_ms : META_DEFAULT_TIMEOUT_MS;
+    if (opts && opts->name)
+        snprintf(m->name, sizeof(m->name), "%s", opts->name);
+    *out = m;
+    return 0;
+}
+
+void *meta_backend_ctx(const meta_t *m)
+{
+    return m->backend;
+}
+
+env_t *meta_env(const meta_t *m)
+{
+    return m->env;
+}
+
 static void finish_close(void *arg)
 {
     meta_t *m = arg;

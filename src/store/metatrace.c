@@ -22,7 +22,7 @@
 
 #include "core/util.h"
 #include "env/env.h"
-#include "meta/meta_impl.h"
+#include "meta/meta_backend.h"
 #include "store/store.h"
 
 struct mt_backend {
@@ -98,7 +98,7 @@ static const char *mt_name(enum meta_call_kind k)
 
 static void mt_submit(meta_t *m, meta_call_t *call)
 {
-    struct mt_backend *be = m->backend;
+    struct mt_backend *be = meta_backend_ctx(m);
     struct mt_call *c = calloc(1, sizeof(*c));
     if (!c) {
         meta_call_fail(call, KVMESH_ENOMEM, "out of memory forwarding a metadata call");
@@ -112,7 +112,7 @@ static void mt_submit(meta_t *m, meta_call_t *call)
         obs_span_start(be->tracer, &c->parent, mt_name(call->kind), &c->span);
         c->traced = true;
     }
-    uint64_t now = env_now_ns(m->env);
+    uint64_t now = env_now_ns(meta_env(m));
     uint64_t left = call->deadline_ns > now ? (call->deadline_ns - now) / 1000000u : 0;
     uint32_t ms = left ? (uint32_t)(left > UINT32_MAX ? UINT32_MAX : left) : 1;
     meta_t *in = be->inner;
@@ -154,15 +154,9 @@ static void mt_submit(meta_t *m, meta_call_t *call)
     be->held = c;
 }
 
-static int mt_open(meta_t *m, const char *url)
-{
-    (void)m, (void)url;
-    return 0; /* set up by kvm_metatrace_open */
-}
-
 static void mt_close(meta_t *m)
 {
-    struct mt_backend *be = m->backend;
+    struct mt_backend *be = meta_backend_ctx(m);
     while (be->held) {
         struct mt_call *c = be->held;
         mt_unlink(c);
@@ -172,12 +166,11 @@ static void mt_close(meta_t *m)
         meta_call_fail(outer, KVMESH_ECANCELED, "metadata handle closed");
     }
     free(be);
-    m->backend = NULL;
 }
 
 static const struct meta_backend_ops mt_ops = {
     .name = "traced",
-    .open = mt_open,
+    .open = NULL, /* set up by kvm_metatrace_open (meta_open_backend) */
     .close = mt_close,
     .submit = mt_submit,
 };
@@ -185,20 +178,18 @@ static const struct meta_backend_ops mt_ops = {
 int kvm_metatrace_open(kvm_rt_t *rt, meta_t **out)
 {
     *out = NULL;
-    meta_t *m = calloc(1, sizeof(*m));
     struct mt_backend *be = calloc(1, sizeof(*be));
-    if (!m || !be) {
-        free(m);
-        free(be);
+    if (!be)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for the traced metadata handle");
-    }
     be->inner = rt->meta;
     be->tracer = rt->tracer;
-    m->ops = &mt_ops;
-    m->backend = be;
-    m->env = rt->env;
-    m->default_timeout_ms = rt->cfg.request_timeout_ms;
-    snprintf(m->name, sizeof(m->name), "%s-traced", rt->idhex);
-    *out = m;
+    char name[64];
+    snprintf(name, sizeof(name), "%s-traced", rt->idhex);
+    meta_opts_t mo = {.default_timeout_ms = rt->cfg.request_timeout_ms, .name = name};
+    int rc = meta_open_backend(out, rt->env, &mt_ops, be, &mo);
+    if (rc) {
+        free(be);
+        return kvm_errf(rc, "out of memory for the traced metadata handle");
+    }
     return 0;
 }

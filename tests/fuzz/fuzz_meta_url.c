@@ -12,7 +12,7 @@
 #include <strings.h>
 
 #include "meta/keyspace.h"
-#include "meta/meta_impl.h"
+#include "meta/meta_backend.h"
 #include "meta/meta_memory.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -18,7 +18,7 @@
 
 #include "kvmesh.h"
 #include "meta/meta.h"
-#include "meta/meta_impl.h"
+#include "meta/meta_backend.h"
 #include "meta/meta_memory.h"
 
 /* ---- a tiny deterministic env: virtual clock, timers in (due, id) order ---------------------- */
@@ -698,10 +698,9 @@ static meta_t *fake_handle(struct tenv *t, void (*submit)(meta_t *, meta_call_t 
     static struct meta_backend_ops ops;
     ops = (struct meta_backend_ops){
         .name = "fake", .open = fake_open, .close = fake_close, .submit = submit};
-    meta_t *m = calloc(1, sizeof(*m));
-    m->ops = &ops;
-    m->env = &t->env;
-    m->default_timeout_ms = 1000;
+    meta_t *m = NULL;
+    meta_opts_t mo = {.default_timeout_ms = 1000};
+    assert_int_equal(meta_open_backend(&m, &t->env, &ops, NULL, &mo), 0);
     return m;
 }
 
