@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "api/config.h"
+#include "api/kvmesh_tools.h"
 
 enum kvm_cfg_type {
     KVM_CFG_STRING = 0, /* bounded string, checked by a per-field syntax rule */
@@ -62,8 +63,7 @@ int kvm_config_parse_size(const char *what, const char *s, uint64_t *out);
 /* The row of the docs/configuration.md field table for f ("| `name` | type | `default` | allowed
  * | help |", '|' escaped), NUL-terminated, truncated at cap. The header is
  * KVM_CONFIG_MARKDOWN_HEADER. */
-#define KVM_CONFIG_MARKDOWN_HEADER                                                                 \
-    "| field | type | default | allowed | meaning |\n| --- | --- | --- | --- | --- |\n"
+#define KVM_CONFIG_MARKDOWN_HEADER KVMESH_TOOLS_CONFIG_MARKDOWN_HEADER
 void kvm_config_markdown_row(const kvm_cfg_field_t *f, char *buf, size_t cap);
 /* Formats a byte count in the largest exact binary unit ("256MiB", "1536", "0"). */
 void kvm_config_format_size(uint64_t v, char *buf, size_t cap);

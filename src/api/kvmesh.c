@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "api/config.h"
+#include "api/kvmesh_tools.h"
 #include "core/util.h"
 #include "obs/metrics.h"
 #include "store/data.h"
@@ -694,8 +695,7 @@ int kvmesh_self(kvmesh_t *kv, char id[KVMESH_ID_HEX_LEN + 1], uint64_t *epoch)
     return 0;
 }
 
-/* Internal accessor for tests and tools (declared in store/data.h users). */
-kvm_rt_t *kvmesh_runtime_of(kvmesh_t *kv);
+/* The runtime behind a handle, for tests (api/kvmesh_tools.h); not exported. */
 kvm_rt_t *kvmesh_runtime_of(kvmesh_t *kv)
 {
     return kv ? kv->rt : NULL;

@@ -24,9 +24,10 @@
 #include <stddef.h>
 
 #include "api/config.h"
+#include "api/kvmesh_tools.h"
 
 #define KVM_YAML_LINE_MAX 4096
-#define KVM_YAML_FILE_MAX (1u << 20)
+#define KVM_YAML_FILE_MAX KVMESH_TOOLS_YAML_FILE_MAX
 
 /* Applies the text (len bytes, need not be NUL-terminated) to cfg. source names it in
  * messages (a file name, "<stdin>"). */

@@ -45,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/kvmesh_tools.h"
 #include "core/ident.h"
 #include "core/route.h"
 #include "env/env_uv.h"
@@ -54,8 +55,6 @@
 #include "route_history.h"
 #include "store/store.h"
 #include "testsrv.h"
-
-kvm_rt_t *kvmesh_runtime_of(kvmesh_t *kv);
 
 #define CHECK(c)                                                                                   \
     do {                                                                                           \

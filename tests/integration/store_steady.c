@@ -20,10 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/kvmesh_tools.h"
 #include "kvmesh.h"
 #include "store/data.h"
-
-kvm_rt_t *kvmesh_runtime_of(kvmesh_t *kv);
 
 #define NRT 3
 #define OPS 10000

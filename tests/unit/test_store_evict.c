@@ -14,10 +14,9 @@
 
 #include <cmocka.h>
 
+#include "api/kvmesh_tools.h"
 #include "kvmesh.h"
 #include "store/data.h"
-
-kvm_rt_t *kvmesh_runtime_of(kvmesh_t *kv);
 
 #define NRT  2
 #define MEM  (8u << 20)

@@ -15,11 +15,10 @@
 
 #include <cmocka.h>
 
+#include "api/kvmesh_tools.h"
 #include "kvmesh.h"
 #include "obs/http.h"
 #include "store/data.h"
-
-kvm_rt_t *kvmesh_runtime_of(kvmesh_t *kv);
 
 #define NRT 3
 

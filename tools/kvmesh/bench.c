@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api/config_table.h"
+#include "api/kvmesh_tools.h"
 #include "cli.h"
 #include "peers.h"
 
@@ -457,7 +457,7 @@ static void print_table(struct bench *b, bool with_peers, const bool *systems)
                 const struct row *rr = &b->rows[SYS_REDIS][si][op];
                 const struct row *mr = &b->rows[SYS_MEMCACHED][si][op];
                 char sz[32], rs[64], ms[64], x1[16], x2[16], x3[16], lat[32];
-                kvm_config_format_size(b->sizes[si], sz, sizeof(sz));
+                kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
                 fmt_sys(rs, sizeof(rs), rr);
                 fmt_sys(ms, sizeof(ms), mr);
                 fmt_ratio(x1, sizeof(x1), gbs(k), with_peers ? gbs(rr) : 0);
@@ -477,7 +477,7 @@ static void print_table(struct bench *b, bool with_peers, const bool *systems)
     printf("%smemcpy (one thread, same sizes):", b->markdown ? "\n" : "");
     for (size_t si = 0; si < b->nsizes; si++) {
         char sz[32];
-        kvm_config_format_size(b->sizes[si], sz, sizeof(sz));
+        kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
         printf(" %s %.2f GB/s%s", sz, b->memcpy_gbs[si], si + 1 < b->nsizes ? "," : "\n");
     }
 }
@@ -548,7 +548,7 @@ int cmd_bench(int argc, char **argv)
                 rc = CLI_EXIT_USAGE;
                 goto out;
             }
-            if (kvm_config_parse_size("--sizes", t, &v) != 0 || v < 4096 || v > (64ull << 20)) {
+            if (kvmesh_tools_parse_size("--sizes", t, &v) != 0 || v < 4096 || v > (64ull << 20)) {
                 fprintf(stderr, "kvmesh bench: --sizes: \"%s\" must be a size in 4KiB..64MiB\n", t);
                 rc = CLI_EXIT_USAGE;
                 goto out;

@@ -13,10 +13,8 @@
 
 #include <xxhash.h>
 
-#include "api/config_table.h"
-#include "api/yaml_config.h"
+#include "api/kvmesh_tools.h"
 #include "cli.h"
-#include "route/route.h"
 
 #define CLI_HELP_WIDTH 100
 
@@ -131,7 +129,7 @@ int cli_parse(const char *verb, const cli_opt_t *opts, size_t nopts, int argc, c
         case CLI_SIZE: {
             char what[64];
             snprintf(what, sizeof(what), "--%s", o->name);
-            if (kvm_config_parse_size(what, val, (uint64_t *)o->dst) != 0) {
+            if (kvmesh_tools_parse_size(what, val, (uint64_t *)o->dst) != 0) {
                 fprintf(stderr, "kvmesh %s: %s\n", verb, kvmesh_last_error());
                 return CLI_EXIT_USAGE;
             }
@@ -220,7 +218,7 @@ int cli_apply_set(kvmesh_config_t *cfg, const char *item, const char *verb)
 
 int cli_build_config(const struct cli_common *c, kvmesh_config_t *cfg, const char *verb)
 {
-    if (c->config && kvm_config_load_file(cfg, c->config) != 0) {
+    if (c->config && kvmesh_tools_config_load_file(cfg, c->config) != 0) {
         fprintf(stderr, "kvmesh %s: %s\n", verb, kvmesh_last_error());
         return CLI_EXIT_USAGE;
     }
@@ -264,7 +262,7 @@ int cli_open_client(const struct cli_common *c, const char *verb, kvmesh_t **out
         rc = CLI_EXIT_FAIL;
         goto fail;
     }
-    if (kvm_config_validate(cfg) != 0) {
+    if (kvmesh_tools_config_validate(cfg) != 0) {
         fprintf(stderr, "kvmesh %s: %s\n", verb, kvmesh_last_error());
         rc = CLI_EXIT_USAGE;
         goto fail;
@@ -273,7 +271,9 @@ int cli_open_client(const struct cli_common *c, const char *verb, kvmesh_t **out
     if (e != 0) {
         const char *d = kvmesh_last_error();
         fprintf(stderr, "kvmesh %s: cannot join deployment \"%s\" at %s: %s%s%s\n", verb,
-                cfg->deployment, cfg->metadata_url, kvmesh_strerror(e), d[0] ? ": " : "", d);
+                kvmesh_tools_config_str(cfg, "deployment"),
+                kvmesh_tools_config_str(cfg, "metadata_url"), kvmesh_strerror(e), d[0] ? ": " : "",
+                d);
         rc = CLI_EXIT_FAIL;
         goto fail;
     }
@@ -290,7 +290,8 @@ fail:
 int cli_open_runtime(kvmesh_t **out, kvmesh_config_t *cfg, const char *verb)
 {
     int rc = kvmesh_open(out, cfg);
-    if (rc == KVMESH_ENOTSUP && cfg->route_mode == ROUTE_MODE_EMBEDDED_WRH &&
+    if (rc == KVMESH_ENOTSUP &&
+        strcmp(kvmesh_tools_config_str(cfg, "route_mode"), "embedded_wrh") == 0 &&
         strstr(kvmesh_last_error(), "route_mode")) {
         static bool noted;
         if (!noted)

@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/config_table.h"
+#include "api/kvmesh_tools.h"
 #include "cli.h"
 
 #define DEMO_RUNTIMES       3
@@ -216,7 +216,8 @@ static int open_runtime(struct demo *d, int i, bool reopen)
     }
     d->rt[i] = NULL;
     fprintf(stderr, "kvmesh demo: cannot open runtime %d at %s: %s: %s\n", i,
-            d->cfg[i]->metadata_url, kvmesh_strerror(rc), kvmesh_last_error());
+            kvmesh_tools_config_str(d->cfg[i], "metadata_url"), kvmesh_strerror(rc),
+            kvmesh_last_error());
     return rc;
 }
 
@@ -302,7 +303,7 @@ int cmd_demo(int argc, char **argv)
     if (!d->objs || !d->buf || !d->wbuf)
         goto out;
 
-    char url[KVM_CFG_STR_MAX], dep[64], v[64];
+    char url[512], dep[64], v[64];
     snprintf(url, sizeof(url), "%s", metadata ? metadata : "memory://kvmesh-demo");
     snprintf(dep, sizeof(dep), "%s", deployment ? deployment : "");
     if (!deployment)
@@ -317,7 +318,7 @@ int cmd_demo(int argc, char **argv)
         snprintf(d->id[i], sizeof(d->id[i]), "%016" PRIx64 "%016" PRIx64, a, b);
         snprintf(v, sizeof(v), "%" PRIu64, replicas);
         char mem[32];
-        kvm_config_format_size(memory, mem, sizeof(mem));
+        kvmesh_tools_format_size(memory, mem, sizeof(mem));
         if (kvmesh_config_set(c, "metadata_url", url) || kvmesh_config_set(c, "deployment", dep) ||
             kvmesh_config_set(c, "runtime_id", d->id[i]) || kvmesh_config_set(c, "replicas", v) ||
             kvmesh_config_set(c, "memory_size", mem) ||
@@ -329,7 +330,7 @@ int cmd_demo(int argc, char **argv)
         for (size_t s = 0; s < sets.n; s++)
             if ((rc = cli_apply_set(c, sets.items[s], "demo")) != 0)
                 goto out;
-        if (kvm_config_validate(c) != 0) {
+        if (kvmesh_tools_config_validate(c) != 0) {
             fprintf(stderr, "kvmesh demo: %s\n", kvmesh_last_error());
             rc = CLI_EXIT_USAGE;
             goto out;
@@ -343,7 +344,7 @@ int cmd_demo(int argc, char **argv)
     for (int i = 0; i < DEMO_RUNTIMES; i++)
         if (open_runtime(d, i, false) != 0)
             goto out;
-    d->scope.tenant = d->cfg[0]->default_tenant;
+    d->scope.tenant = kvmesh_tools_config_str(d->cfg[0], "default_tenant");
     d->scope.domain = NULL;
 
     cli_progress_t prog;
@@ -451,7 +452,7 @@ int cmd_demo(int argc, char **argv)
             kvmesh_route_info_t ri;
             memset(&ri, 0, sizeof(ri));
             if (kvmesh_route_query(pick(d), &d->scope, o->key, strlen(o->key), &ri) == 0 &&
-                ri.n_replicas < d->cfg[0]->replicas)
+                ri.n_replicas < kvmesh_tools_config_uint(d->cfg[0], "replicas"))
                 under++;
         }
         if (do_get(d, o, false) == 0) {

@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/config_table.h"
-#include "api/yaml_config.h"
+#include "api/kvmesh_tools.h"
 #include "cli.h"
 
 #define OPS_MAX_OPTS   24
@@ -18,7 +17,9 @@
 
 static kvmesh_scope_t scope_of(const struct cli_common *c, const kvmesh_config_t *cfg)
 {
-    kvmesh_scope_t s = {.tenant = c->tenant ? c->tenant : cfg->default_tenant, .domain = c->domain};
+    kvmesh_scope_t s = {.tenant =
+                            c->tenant ? c->tenant : kvmesh_tools_config_str(cfg, "default_tenant"),
+                        .domain = c->domain};
     return s;
 }
 
@@ -131,7 +132,7 @@ int cmd_put(int argc, char **argv)
             rc = CLI_EXIT_FAIL;
             goto out;
         }
-        int e = read_all(f, (size_t)cfg->max_object_size, &data, &len);
+        int e = read_all(f, (size_t)kvmesh_tools_config_uint(cfg, "max_object_size"), &data, &len);
         if (file)
             fclose(f);
         if (e) {
@@ -327,8 +328,8 @@ int cmd_members(int argc, char **argv)
         if (!all && m[i].capacity_bytes == 0 && strcmp(m[i].id, self) != 0)
             continue;
         char cap[32], used[32];
-        kvm_config_format_size(m[i].capacity_bytes, cap, sizeof(cap));
-        kvm_config_format_size(m[i].used_bytes, used, sizeof(used));
+        kvmesh_tools_format_size(m[i].capacity_bytes, cap, sizeof(cap));
+        kvmesh_tools_format_size(m[i].used_bytes, used, sizeof(used));
         printf("%-1s %-32s %6" PRIu64 " %-21s %-9s %7.3g %12s %12s\n",
                strcmp(m[i].id, self) == 0 ? "*" : "", m[i].id, m[i].epoch, m[i].address, m[i].state,
                m[i].weight, cap, used);
@@ -356,21 +357,21 @@ int cmd_config(int argc, char **argv)
     if (rc >= 0)
         return rc;
     size_t n;
-    const kvm_cfg_field_t *t = kvm_config_table(&n);
+    const kvmesh_config_field_t *t = kvmesh_config_fields(&n);
     char allowed[320];
     if (strcmp(v.pos[0], "fields") == 0) {
         for (size_t i = 0; i < n; i++) {
-            kvm_config_allowed(&t[i], allowed, sizeof(allowed));
+            kvmesh_tools_config_allowed(t[i].name, allowed, sizeof(allowed));
             printf("%s (%s, default \"%s\")\n    allowed: %s\n    %s\n", t[i].name,
-                   kvm_config_type_name(t[i].type), t[i].default_value, allowed, t[i].help);
+                   kvmesh_tools_config_type(t[i].name), t[i].default_value, allowed, t[i].help);
         }
         return 0;
     }
     if (strcmp(v.pos[0], "markdown") == 0) {
         char row[1024];
-        printf("%s", KVM_CONFIG_MARKDOWN_HEADER);
+        printf("%s", KVMESH_TOOLS_CONFIG_MARKDOWN_HEADER);
         for (size_t i = 0; i < n; i++) {
-            kvm_config_markdown_row(&t[i], row, sizeof(row));
+            kvmesh_tools_config_markdown_row(t[i].name, row, sizeof(row));
             printf("%s\n", row);
         }
         return 0;
@@ -380,14 +381,14 @@ int cmd_config(int argc, char **argv)
         if (!cfg)
             return CLI_EXIT_FAIL;
         rc = cli_build_config(&v.c, cfg, "config");
-        if (rc == 0 && kvm_config_validate(cfg) != 0) {
+        if (rc == 0 && kvmesh_tools_config_validate(cfg) != 0) {
             fprintf(stderr, "kvmesh config: %s\n", kvmesh_last_error());
             rc = CLI_EXIT_USAGE;
         }
         if (rc == 0 && strcmp(v.pos[0], "dump") == 0) {
             char *buf = malloc(1 << 16);
             if (buf) {
-                size_t len = kvm_config_dump_yaml(cfg, buf, 1 << 16);
+                size_t len = kvmesh_tools_config_dump_yaml(cfg, buf, 1 << 16);
                 fwrite(buf, 1, len < (1 << 16) ? len : (1 << 16) - 1, stdout);
                 free(buf);
             }

@@ -31,8 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/config_table.h"
-#include "api/yaml_config.h"
+#include "api/kvmesh_tools.h"
 #include "kvmesh.h"
 
 #define D_EXIT_OK       0
@@ -92,14 +91,14 @@ static void usage(FILE *out)
             "configuration fields (flag, default, allowed values):\n",
             kvmesh_version());
     size_t n;
-    const kvm_cfg_field_t *t = kvm_config_table(&n);
+    const kvmesh_config_field_t *t = kvmesh_config_fields(&n);
     for (size_t i = 0; i < n; i++) {
         char flag[64], allowed[320];
         snprintf(flag, sizeof(flag), "--%s", t[i].name);
         for (char *p = flag + 2; *p; p++)
             if (*p == '_')
                 *p = '-';
-        kvm_config_allowed(&t[i], allowed, sizeof(allowed));
+        kvmesh_tools_config_allowed(t[i].name, allowed, sizeof(allowed));
         fprintf(out, "  %-24s default \"%s\"; %s\n  %-24s %s\n", flag, t[i].default_value, allowed,
                 "", t[i].help);
     }
@@ -182,7 +181,7 @@ static int parse_args(int argc, char **argv, struct dopts *o)
             for (char *p = field; *p; p++)
                 if (*p == '-')
                     *p = '_';
-            is_field = kvm_config_lookup(field) != NULL;
+            is_field = kvmesh_tools_config_has(field);
         }
         if (!is_config && !is_set && !is_ready && !is_field) {
             fprintf(stderr,
@@ -264,7 +263,7 @@ int main(int argc, char **argv)
     if (rc >= 0)
         goto out;
     rc = D_EXIT_USAGE;
-    if (o->config && kvm_config_load_file(cfg, o->config) != 0) {
+    if (o->config && kvmesh_tools_config_load_file(cfg, o->config) != 0) {
         fprintf(stderr, "kvmeshd: %s\n", kvmesh_last_error());
         goto out;
     }
@@ -274,13 +273,13 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    if (kvm_config_validate(cfg) != 0) {
+    if (kvmesh_tools_config_validate(cfg) != 0) {
         fprintf(stderr, "kvmeshd: %s\n", kvmesh_last_error());
         goto out;
     }
     if (o->check) {
         static char buf[1 << 16];
-        size_t len = kvm_config_dump_yaml(cfg, buf, sizeof(buf));
+        size_t len = kvmesh_tools_config_dump_yaml(cfg, buf, sizeof(buf));
         fwrite(buf, 1, len < sizeof(buf) ? len : sizeof(buf) - 1, stdout);
         fprintf(stderr, "kvmeshd: configuration OK\n");
         rc = D_EXIT_OK;
@@ -297,16 +296,17 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     char mem[32];
-    kvm_config_format_size(cfg->memory_size, mem, sizeof(mem));
-    dlog("starting: deployment %s, metadata %s, memory %s, listen %s, transport %s",
-         cfg->deployment, cfg->metadata_url, mem, cfg->listen,
-         cfg->transport == KVM_TRANSPORT_TCP   ? "tcp"
-         : cfg->transport == KVM_TRANSPORT_SHM ? "shm"
-                                               : "auto");
+    kvmesh_tools_format_size(kvmesh_tools_config_uint(cfg, "memory_size"), mem, sizeof(mem));
+    const char *deployment = kvmesh_tools_config_str(cfg, "deployment");
+    const char *metadata_url = kvmesh_tools_config_str(cfg, "metadata_url");
+    const char *admin_listen = kvmesh_tools_config_str(cfg, "admin_listen");
+    dlog("starting: deployment %s, metadata %s, memory %s, listen %s, transport %s", deployment,
+         metadata_url, mem, kvmesh_tools_config_str(cfg, "listen"),
+         kvmesh_tools_config_str(cfg, "transport"));
     int e = kvmesh_open(&kv, cfg);
     if (e) {
         const char *d = kvmesh_last_error();
-        dlog("cannot join deployment %s at %s: %s%s%s", cfg->deployment, cfg->metadata_url,
+        dlog("cannot join deployment %s at %s: %s%s%s", deployment, metadata_url,
              kvmesh_strerror(e), d[0] ? ": " : "", d);
         rc = D_EXIT_FAIL;
         goto out;
@@ -314,8 +314,8 @@ int main(int argc, char **argv)
     char id[KVMESH_ID_HEX_LEN + 1] = "";
     uint64_t epoch = 0;
     kvmesh_self(kv, id, &epoch);
-    dlog("ready: runtime %s epoch %" PRIu64 " joined deployment %s%s%s", id, epoch, cfg->deployment,
-         cfg->admin_listen[0] ? ", admin http on " : "", cfg->admin_listen);
+    dlog("ready: runtime %s epoch %" PRIu64 " joined deployment %s%s%s", id, epoch, deployment,
+         admin_listen[0] ? ", admin http on " : "", admin_listen);
     if (o->ready_file && write_ready_file(o->ready_file, id, epoch) != 0)
         dlog("warning: cannot write ready file %s: %s", o->ready_file, strerror(errno));
 
@@ -345,7 +345,8 @@ int main(int argc, char **argv)
         }
         if (!draining) {
             dlog("%s: draining (bounded by drain_timeout_ms %" PRIu32 ")%s",
-                 sig == SIGTERM ? "SIGTERM" : "SIGINT", cfg->drain_timeout_ms,
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                 (uint32_t)kvmesh_tools_config_uint(cfg, "drain_timeout_ms"),
                  sig == SIGINT ? "; SIGINT again to exit immediately" : "");
             if (pthread_create(&drain_thread, NULL, drain_main, &dc) != 0) {
                 dlog("cannot start the drain thread; closing without a drain");

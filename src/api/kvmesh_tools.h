@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kvmesh_tools.h — the internal tools interface: exactly what the programs of tools/ (kvmeshd,
+ * the kvmesh CLI with its demo and bench), the benchmarks and the tests may use of the library
+ * beyond the public API of include/kvmesh.h. A tool includes "kvmesh.h" and this header, and
+ * nothing else of src/ (ctest layer_includes checks it).
+ *
+ * Owned by the API layer (src/api/kvmesh_tools.c). Not part of the public API: nothing here is
+ * exported from libkvmesh.so (tools link libkvmesh.a), and it may change with the tools. It
+ * depends on nothing but kvmesh.h, so a tool never sees struct kvmesh_config or another
+ * layer's types: configuration fields are named by string, as in kvmesh_config_set.
+ *
+ * Errors: as in kvmesh.h (0 or a negative KVMESH_E* code, kvmesh_last_error() says more).
+ * Threading: the field table is static and immutable; functions taking a config follow the
+ * kvmesh_config_t rule (one thread at a time per config).
+ */
+#ifndef KVMESH_API_KVMESH_TOOLS_H
+#define KVMESH_API_KVMESH_TOOLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvmesh.h"
+
+/* ---- the configuration field table -----------------------------------------------------------
+ * Iterate it with kvmesh_config_fields() (name, default, help, in documentation order); these
+ * add what the daemon's --help, its flag parser and `kvmesh config` print about a field. */
+
+/* Is `field` a configuration field (exact name)? */
+bool kvmesh_tools_config_has(const char *field);
+/* "string", "size", "uint", "double", "bool" or "enum"; NULL for an unknown field. */
+const char *kvmesh_tools_config_type(const char *field);
+/* What the field accepts ("1..8", "auto|tcp|shm", "a size 1MiB..16GiB", ...) into buf
+ * (NUL-terminated, truncated at cap). KVMESH_ECONFIG for an unknown field. */
+int kvmesh_tools_config_allowed(const char *field, char *buf, size_t cap);
+/* The field's row of the docs/configuration.md table ("| `name` | type | `default` | allowed |
+ * help |", '|' escaped), NUL-terminated, truncated at cap. KVMESH_ECONFIG for an unknown field.
+ * The table's header is KVMESH_TOOLS_CONFIG_MARKDOWN_HEADER. */
+#define KVMESH_TOOLS_CONFIG_MARKDOWN_HEADER                                                        \
+    "| field | type | default | allowed | meaning |\n| --- | --- | --- | --- | --- |\n"
+int kvmesh_tools_config_markdown_row(const char *field, char *buf, size_t cap);
+
+/* ---- reading a config ------------------------------------------------------------------------
+ * kvmesh_config_get (public) formats any field as a string; these read one without formatting.
+ * Neither touches kvmesh_last_error(). A wrong name or type is a programming error (assert). */
+
+/* A string field: the value inside cfg (valid while cfg lives and the field is not set again).
+ * An enum field (route_mode, transport): its word, static storage. */
+const char *kvmesh_tools_config_str(const kvmesh_config_t *cfg, const char *field);
+/* A size, uint or bool field (bool: 0 or 1). */
+uint64_t kvmesh_tools_config_uint(const kvmesh_config_t *cfg, const char *field);
+
+/* ---- whole configs ------------------------------------------------------------------------- */
+
+/* The cross-field checks kvmesh_open makes (watermarks ordered, segment_size <= memory_size,
+ * ...), so that a tool can refuse a configuration before it joins anything. KVMESH_ECONFIG with
+ * a message naming the fields. */
+int kvmesh_tools_config_validate(const kvmesh_config_t *cfg);
+
+/* The daemon's configuration file: a strict subset of YAML over the field table (the accepted
+ * syntax is documented in src/api/yaml_config.h and docs/configuration.md). cfg is written only
+ * when the whole text is valid. source names the text in messages ("FILE:LINE: ..."). */
+#define KVMESH_TOOLS_YAML_FILE_MAX (1u << 20) /* bytes */
+int kvmesh_tools_config_load_yaml(kvmesh_config_t *cfg, const char *text, size_t len,
+                                  const char *source);
+/* Reads path (at most KVMESH_TOOLS_YAML_FILE_MAX bytes) and applies it; KVMESH_EIO when it
+ * cannot be read. */
+int kvmesh_tools_config_load_file(kvmesh_config_t *cfg, const char *path);
+/* Writes cfg as a YAML file that the loader reads back to the same config (every field, its
+ * help as a comment). Returns the length it needs (truncated at cap like snprintf). */
+size_t kvmesh_tools_config_dump_yaml(const kvmesh_config_t *cfg, char *buf, size_t cap);
+
+/* ---- sizes ------------------------------------------------------------------------------- */
+
+/* Parses a byte count with an optional unit (KiB, MiB, GiB, TiB, KB, MB, ...) as the size fields
+ * do. 0 or KVMESH_ECONFIG with a message naming `what` (an option name, "--sizes"). */
+int kvmesh_tools_parse_size(const char *what, const char *s, uint64_t *out);
+/* Formats a byte count in the largest exact binary unit ("256MiB", "1536", "0"). */
+void kvmesh_tools_format_size(uint64_t v, char *buf, size_t cap);
+
+/* ---- the runtime behind a handle (tests) ----------------------------------------------------
+ * The store runtime (src/store/store.h: kvm_rt_t) of an open handle, for tests that inspect
+ * its state or statistics (kvm_store_stats in src/store/data.h). NULL for NULL. */
+struct kvm_rt;
+struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
+
+#endif
