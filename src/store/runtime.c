@@ -344,16 +344,11 @@ static int env_sender(void *ctx, env_node_t to, uint32_t type, const void *data,
     rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
     if (!p)
         return KVMESH_EUNAVAILABLE;
-    uint8_t *body = malloc(4 + len);
+    size_t body_len = 0;
+    uint8_t *body = store_env_msg_encode(type, data, len, &body_len);
     if (!body)
         return KVMESH_ENOMEM;
-    body[0] = (uint8_t)type;
-    body[1] = (uint8_t)(type >> 8);
-    body[2] = (uint8_t)(type >> 16);
-    body[3] = (uint8_t)(type >> 24);
-    if (len)
-        memcpy(body + 4, data, len);
-    struct rpc_msg msg = {.type = STORE_RPC_ENV, .body = body, .body_len = 4 + len};
+    struct rpc_msg msg = {.type = STORE_RPC_ENV, .body = body, .body_len = body_len};
     int rc = rpc_notify(p, &msg, NULL, NULL);
     free(body);
     return rc;
@@ -364,17 +359,11 @@ static void on_env_msg(rpc_reply *reply, struct rpc_request *req, void *arg)
     (void)reply;
     kvm_rt_t *rt = arg;
     kvm_runtime_id_t from;
-    if (req->body_len < 4 || !req->peer_runtime_id ||
-        kvm_id128_parse(req->peer_runtime_id, &from) != 0)
+    env_msg_t msg = {.to = 0};
+    if (!req->peer_runtime_id || kvm_id128_parse(req->peer_runtime_id, &from) != 0 ||
+        store_env_msg_decode(req->body, req->body_len, &msg.type, &msg.data, &msg.len) != 0)
         return;
-    env_msg_t msg = {
-        .from = kvm_member_node_of(rt, &from),
-        .to = 0,
-        .type = (uint32_t)req->body[0] | (uint32_t)req->body[1] << 8 |
-                (uint32_t)req->body[2] << 16 | (uint32_t)req->body[3] << 24,
-        .data = req->body + 4,
-        .len = req->body_len - 4,
-    };
+    msg.from = kvm_member_node_of(rt, &from);
     env_uv_deliver(rt->env, &msg);
 }
 
