@@ -23,6 +23,8 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "core/hex.h"
+
 struct obs_span_rec {
     const char *name;
     uint8_t trace_id[16], span_id[8], parent_id[8];
@@ -76,16 +78,6 @@ static inline void cnt(uint64_t *p, uint64_t v)
 static inline uint64_t rd(const uint64_t *p)
 {
     return __atomic_load_n(p, __ATOMIC_RELAXED);
-}
-
-void obs_hex(const uint8_t *in, size_t n, char *out)
-{
-    static const char hx[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = hx[in[i] >> 4];
-        out[2 * i + 1] = hx[in[i] & 15];
-    }
-    out[2 * n] = '\0';
 }
 
 /* ---- context ----------------------------------------------------------------------------- */
@@ -381,9 +373,9 @@ void obs_span_end(struct obs_span *s)
 static void jsonl_line(struct obs_tracer *t, const struct obs_span_rec *r, struct obs_buf *b)
 {
     char tid[33], sid[17], pid[17];
-    obs_hex(r->trace_id, 16, tid);
-    obs_hex(r->span_id, 8, sid);
-    obs_hex(r->parent_id, 8, pid);
+    kvm_hex_encode(r->trace_id, 16, tid);
+    kvm_hex_encode(r->span_id, 8, sid);
+    kvm_hex_encode(r->parent_id, 8, pid);
     obs_buf_printf(b, "{\"trace_id\":\"%s\",\"span_id\":\"%s\",\"parent_span_id\":\"%s\",", tid,
                    sid, all_zero(r->parent_id, 8) ? "" : pid);
     obs_buf_puts(b, "\"name\":");
@@ -424,9 +416,9 @@ static void otlp_body(struct obs_tracer *t, const struct obs_span_rec *recs, siz
     for (size_t k = 0; k < n; k++) {
         const struct obs_span_rec *r = &recs[k];
         char tid[33], sid[17], pid[17];
-        obs_hex(r->trace_id, 16, tid);
-        obs_hex(r->span_id, 8, sid);
-        obs_hex(r->parent_id, 8, pid);
+        kvm_hex_encode(r->trace_id, 16, tid);
+        kvm_hex_encode(r->span_id, 8, sid);
+        kvm_hex_encode(r->parent_id, 8, pid);
         obs_buf_printf(b, "%s{\"traceId\":\"%s\",\"spanId\":\"%s\",\"parentSpanId\":\"%s\",",
                        k ? "," : "", tid, sid, all_zero(r->parent_id, 8) ? "" : pid);
         obs_buf_puts(b, "\"name\":");
@@ -781,7 +773,7 @@ void obs_tracer_breakdown_json(struct obs_tracer *t, unsigned limit, struct obs_
         const struct obs_breakdown_ent *e =
             &t->ring[(t->ring_next + OBS_BREAKDOWN_RING - 1 - k) % OBS_BREAKDOWN_RING];
         char tid[33];
-        obs_hex(e->trace_id, 16, tid);
+        kvm_hex_encode(e->trace_id, 16, tid);
         obs_buf_printf(b, "%s{\"trace_id\":\"%s\",\"name\":", k ? "," : "", tid);
         obs_buf_json_str(b, e->name, strlen(e->name));
         obs_buf_printf(b, ",\"end_unix_nano\":%llu,\"total_us\":%.3f,\"stages_us\":{",

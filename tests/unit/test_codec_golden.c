@@ -19,6 +19,7 @@
 
 #include <xxhash.h>
 
+#include "core/hex.h"
 #include "kvmesh.h"
 #include "net/frame.h"
 #include "net/rpc.h"
@@ -32,9 +33,7 @@ static void check_hex(const char *name, const uint8_t *buf, size_t len, const ch
 {
     char *got = malloc(2 * len + 1);
     assert_non_null(got);
-    for (size_t i = 0; i < len; i++)
-        snprintf(got + 2 * i, 3, "%02x", buf[i]);
-    got[2 * len] = '\0';
+    kvm_hex_encode(buf, len, got);
     if (strcmp(got, hex) != 0)
         print_error("%s: got %s\n", name, got);
     assert_string_equal(got, hex);
