@@ -24,6 +24,7 @@
 #include <xxhash.h>
 
 #include "core/hex.h"
+#include "env/clock.h"
 
 struct obs_span_rec {
     const char *name;
@@ -149,13 +150,6 @@ static void rand_id(uint8_t *out, size_t n)
     } while (all_zero(out, n));
 }
 
-static uint64_t clock_ns(clockid_t c)
-{
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static uint8_t stage_of(const char *name)
 {
     if (strncmp(name, "store.", 6) == 0)
@@ -175,7 +169,7 @@ static int64_t unix_offset_ns;
 static pthread_once_t unix_offset_once = PTHREAD_ONCE_INIT;
 static void unix_offset_init(void)
 {
-    unix_offset_ns = (int64_t)clock_ns(CLOCK_REALTIME) - (int64_t)clock_ns(CLOCK_MONOTONIC);
+    unix_offset_ns = (int64_t)env_clock_ns(CLOCK_REALTIME) - (int64_t)env_clock_mono_ns();
 }
 
 static void span_init(struct obs_tracer *t, const char *name, struct obs_span *s)
@@ -195,7 +189,7 @@ static void span_clock(struct obs_span *s)
     if (!obs_span_sampled(s))
         return;
     pthread_once(&unix_offset_once, unix_offset_init);
-    s->start_mono_ns = clock_ns(CLOCK_MONOTONIC);
+    s->start_mono_ns = env_clock_mono_ns();
     s->start_unix_ns = (uint64_t)((int64_t)s->start_mono_ns + unix_offset_ns);
 }
 
@@ -333,7 +327,7 @@ void obs_span_end(struct obs_span *s)
     struct obs_tracer *t = s->tracer;
     if (!obs_span_sampled(s))
         return;
-    uint64_t dur = clock_ns(CLOCK_MONOTONIC) - s->start_mono_ns;
+    uint64_t dur = env_clock_mono_ns() - s->start_mono_ns;
     s->end_unix_ns = s->start_unix_ns + dur;
     struct obs_span *root = s->root;
     __atomic_fetch_add(&root->stage_ns[s->stage], (int64_t)dur, __ATOMIC_RELAXED);
@@ -510,14 +504,6 @@ static bool export_batch(struct obs_tracer *t, CURL *c, const struct obs_span_re
     return ok;
 }
 
-static void deadline_in(struct timespec *ts, uint32_t ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    uint64_t ns = (uint64_t)ts->tv_nsec + (uint64_t)ms * 1000000ull;
-    ts->tv_sec += (time_t)(ns / 1000000000ull);
-    ts->tv_nsec = (long)(ns % 1000000000ull);
-}
-
 static void *exporter_main(void *arg)
 {
     struct obs_tracer *t = arg;
@@ -530,7 +516,7 @@ static void *exporter_main(void *arg)
             /* back off after a failed export: a dead collector must not make this thread spin
              * on the queue lock; meanwhile the bounded queue fills and producers drop */
             struct timespec ts;
-            deadline_in(&ts, t->flush_interval_ms);
+            env_clock_after(CLOCK_REALTIME, t->flush_interval_ms, &ts);
             while (!t->stop && !t->flush_req &&
                    pthread_cond_timedwait(&t->cv_work, &t->mu, &ts) != ETIMEDOUT)
                 ;
@@ -543,7 +529,7 @@ static void *exporter_main(void *arg)
         }
         if (t->qlen < t->batch_max && !t->stop && !t->flush_req) {
             struct timespec ts;
-            deadline_in(&ts, t->flush_interval_ms);
+            env_clock_after(CLOCK_REALTIME, t->flush_interval_ms, &ts);
             int w = pthread_cond_timedwait(&t->cv_work, &t->mu, &ts);
             if (w != ETIMEDOUT && t->qlen < t->batch_max && !t->stop && !t->flush_req)
                 continue;
@@ -723,10 +709,7 @@ void obs_tracer_destroy(struct obs_tracer *t)
 int obs_tracer_flush(struct obs_tracer *t, uint32_t timeout_ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)timeout_ms * 1000000ull;
-    ts.tv_sec += (time_t)(ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
+    env_clock_after(CLOCK_REALTIME, timeout_ms, &ts);
     int rc = 0;
     pthread_mutex_lock(&t->mu);
     uint64_t target = t->enq_seq;

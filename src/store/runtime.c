@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "env/clock.h"
 #include "store/proto.h"
 #include "store/store.h"
 
@@ -130,18 +131,13 @@ int kvm_op_run(kvm_op_t *op)
     if (atomic_load(&rt->closing))
         return kvm_errf(KVMESH_ECLOSED, "the runtime is closed");
     atomic_fetch_add(&op->refs, 1);
-    struct timespec start;
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    uint64_t start_ms = env_clock_mono_ms();
     int rc;
     for (;;) {
         rc = env_post(rt->env, op_enter, op);
         if (rc != KVMESH_EAGAIN)
             break;
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        uint64_t ms = (uint64_t)(((int64_t)now.tv_sec - (int64_t)start.tv_sec) * 1000 +
-                                 ((int64_t)now.tv_nsec - (int64_t)start.tv_nsec) / 1000000);
-        if (ms >= rt->cfg.request_timeout_ms)
+        if (env_clock_since_ms(start_ms) >= rt->cfg.request_timeout_ms)
             break;
         usleep(200);
     }
@@ -585,9 +581,7 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
 {
     kvm_rt_t *rt = ctx;
     snprintf(out->runtime_id, sizeof(out->runtime_id), "%s", rt->idhex);
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    out->uptime_seconds = ((uint64_t)t.tv_sec * 1000 - rt->start_ms) / 1000;
+    out->uptime_seconds = env_clock_since_ms(rt->start_ms) / 1000;
     out->live_members = (uint32_t)atomic_load(&rt->a_members);
     out->dram_capacity_bytes = rt->capacity;
     out->dram_used_bytes = atomic_load(&rt->a_used);
@@ -745,9 +739,7 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvmesh_config *cfg)
     if (!rt)
         return KVMESH_ENOMEM;
     rt->cfg = *cfg;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    rt->start_ms = (uint64_t)t0.tv_sec * 1000;
+    rt->start_ms = env_clock_mono_ms();
     pthread_mutex_init(&rt->mu, NULL);
     pthread_cond_init(&rt->open_cv, NULL);
     rt->members = calloc(STORE_MAX_MEMBERS, sizeof(*rt->members));
