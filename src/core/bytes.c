@@ -10,6 +10,16 @@
 
 #include "core/util.h"
 
+/* Every fixed-width integer of bytes.h: name, type, byte order, width in bytes. */
+#define KVM_INT_FORMATS(X)                                                                         \
+    X(u8, uint8_t, le, 1)                                                                          \
+    X(u16le, uint16_t, le, 2)                                                                      \
+    X(u32le, uint32_t, le, 4)                                                                      \
+    X(u64le, uint64_t, le, 8)                                                                      \
+    X(u16be, uint16_t, be, 2)                                                                      \
+    X(u32be, uint32_t, be, 4)                                                                      \
+    X(u64be, uint64_t, be, 8)
+
 /* ---- reader -------------------------------------------------------------------------------- */
 
 void kvm_rd_init(kvm_rd_t *r, const void *p, size_t len)
@@ -75,54 +85,36 @@ static uint64_t rd_be(kvm_rd_t *r, int n)
     return v;
 }
 
-uint8_t kvm_rd_u8(kvm_rd_t *r)
-{
-    return (uint8_t)rd_le(r, 1);
-}
+/* The fixed-width readers. */
+#define KVM_RD_INT(name, type, order, n)                                                           \
+    type kvm_rd_##name(kvm_rd_t *r)                                                                \
+    {                                                                                              \
+        return (type)rd_##order(r, n);                                                             \
+    }
+KVM_INT_FORMATS(KVM_RD_INT)
 
-uint16_t kvm_rd_u16le(kvm_rd_t *r)
+/* A u16le/u32le count, then that many bytes. */
+static const uint8_t *rd_lp(kvm_rd_t *r, int width, size_t *n)
 {
-    return (uint16_t)rd_le(r, 2);
-}
-
-uint32_t kvm_rd_u32le(kvm_rd_t *r)
-{
-    return (uint32_t)rd_le(r, 4);
-}
-
-uint64_t kvm_rd_u64le(kvm_rd_t *r)
-{
-    return rd_le(r, 8);
-}
-
-uint16_t kvm_rd_u16be(kvm_rd_t *r)
-{
-    return (uint16_t)rd_be(r, 2);
-}
-
-uint32_t kvm_rd_u32be(kvm_rd_t *r)
-{
-    return (uint32_t)rd_be(r, 4);
-}
-
-uint64_t kvm_rd_u64be(kvm_rd_t *r)
-{
-    return rd_be(r, 8);
-}
-
-const uint8_t *kvm_rd_lp32le(kvm_rd_t *r, uint32_t *n)
-{
-    uint32_t c = kvm_rd_u32le(r);
+    size_t c = (size_t)rd_le(r, width);
     const uint8_t *b = rd_take(r, c);
     *n = b ? c : 0;
     return b;
 }
 
+const uint8_t *kvm_rd_lp32le(kvm_rd_t *r, uint32_t *n)
+{
+    size_t c;
+    const uint8_t *b = rd_lp(r, 4, &c);
+    *n = (uint32_t)c;
+    return b;
+}
+
 const uint8_t *kvm_rd_lp16le(kvm_rd_t *r, uint16_t *n)
 {
-    uint16_t c = kvm_rd_u16le(r);
-    const uint8_t *b = rd_take(r, c);
-    *n = b ? c : 0;
+    size_t c;
+    const uint8_t *b = rd_lp(r, 2, &c);
+    *n = (uint16_t)c;
     return b;
 }
 
@@ -232,59 +224,33 @@ static void wr_be(kvm_wr_t *w, uint64_t v, int n)
         p[i] = (uint8_t)(v >> (8 * (n - 1 - i)));
 }
 
-void kvm_wr_u8(kvm_wr_t *w, uint8_t v)
-{
-    wr_le(w, v, 1);
-}
+/* The fixed-width writers. */
+#define KVM_WR_INT(name, type, order, n)                                                           \
+    void kvm_wr_##name(kvm_wr_t *w, type v)                                                        \
+    {                                                                                              \
+        wr_##order(w, v, n);                                                                       \
+    }
+KVM_INT_FORMATS(KVM_WR_INT)
 
-void kvm_wr_u16le(kvm_wr_t *w, uint16_t v)
+/* A u16le/u32le count (n must fit it), then the n bytes. */
+static void wr_lp(kvm_wr_t *w, int width, const void *src, size_t n)
 {
-    wr_le(w, v, 2);
-}
-
-void kvm_wr_u32le(kvm_wr_t *w, uint32_t v)
-{
-    wr_le(w, v, 4);
-}
-
-void kvm_wr_u64le(kvm_wr_t *w, uint64_t v)
-{
-    wr_le(w, v, 8);
-}
-
-void kvm_wr_u16be(kvm_wr_t *w, uint16_t v)
-{
-    wr_be(w, v, 2);
-}
-
-void kvm_wr_u32be(kvm_wr_t *w, uint32_t v)
-{
-    wr_be(w, v, 4);
-}
-
-void kvm_wr_u64be(kvm_wr_t *w, uint64_t v)
-{
-    wr_be(w, v, 8);
+    if (width < 8 && n >> (8 * width) != 0) {
+        kvm_wr_fail(w, KVMESH_ETOOBIG);
+        return;
+    }
+    wr_le(w, n, width);
+    kvm_wr_bytes(w, src, n);
 }
 
 void kvm_wr_lp32le(kvm_wr_t *w, const void *src, size_t n)
 {
-    if (n > UINT32_MAX) {
-        kvm_wr_fail(w, KVMESH_ETOOBIG);
-        return;
-    }
-    kvm_wr_u32le(w, (uint32_t)n);
-    kvm_wr_bytes(w, src, n);
+    wr_lp(w, 4, src, n);
 }
 
 void kvm_wr_lp16le(kvm_wr_t *w, const void *src, size_t n)
 {
-    if (n > UINT16_MAX) {
-        kvm_wr_fail(w, KVMESH_ETOOBIG);
-        return;
-    }
-    kvm_wr_u16le(w, (uint16_t)n);
-    kvm_wr_bytes(w, src, n);
+    wr_lp(w, 2, src, n);
 }
 
 void kvm_wr_patch_u32le(kvm_wr_t *w, size_t at, uint32_t v)

@@ -20,6 +20,7 @@
 #include <xxhash.h>
 
 #include "core/hex.h"
+#include "codec_fixture.h"
 #include "kvmesh.h"
 #include "net/frame.h"
 #include "net/rpc.h"
@@ -58,17 +59,7 @@ static const char *const frame_hello_hex =
 static void test_frame(void **state)
 {
     (void)state;
-    struct frame_header h = {.kind = FRAME_REQUEST,
-                             .type = 0x1234,
-                             .request_id = 0x0102030405060708ull,
-                             .deadline_ms = 1500,
-                             .header_len = 77,
-                             .payload_len = 1u << 20};
-    for (int i = 0; i < FRAME_TRACE_ID_LEN; i++)
-        h.trace.trace_id[i] = (uint8_t)(i + 1);
-    for (int i = 0; i < FRAME_SPAN_ID_LEN; i++)
-        h.trace.span_id[i] = (uint8_t)(0xF0 + i);
-    h.trace.flags = FRAME_TRACE_SAMPLED;
+    struct frame_header h = fixture_frame_header();
     uint8_t b[FRAME_FIXED_SIZE], again[FRAME_FIXED_SIZE];
     frame_encode(&h, b);
     check_hex("frame request", b, sizeof(b), frame_req_hex);
@@ -168,22 +159,6 @@ static void test_transport_wire(void **state)
 
 /* ---- route protocol (little-endian) ---------------------------------------------------------- */
 
-static void mk_route(kvm_route_t *r, const char *key, uint64_t owner, uint64_t seq)
-{
-    kvm_route_init(r);
-    assert_int_equal(kvm_ident_init(&r->ident, "tenant", NULL, key, strlen(key)), 0);
-    r->version = (kvm_route_version_t){3, seq};
-    r->content_op = (kvm_op_id_t){.writer = kvm_id128_from_u64(1, 2), .epoch = 1, .seq = seq};
-    r->length = 100;
-    r->checksum = 77 + seq;
-    r->n_replicas = 1;
-    r->replicas[0] = (kvm_hot_replica_t){.owner = kvm_id128_from_u64(9, owner),
-                                         .segment = 1,
-                                         .offset = seq * 100,
-                                         .length = 100,
-                                         .checksum = r->checksum};
-}
-
 static void fill_msg(route_msg_t *m, uint16_t kind, kvm_route_t *routes)
 {
     route_msg_init(m, kind);
@@ -262,7 +237,7 @@ static void test_route_msg(void **state)
     for (int i = 0; i < 3; i++) {
         char k[8];
         snprintf(k, sizeof(k), "k%d", i);
-        mk_route(&routes[i], k, (uint64_t)i + 1, (uint64_t)i + 1);
+        fixture_route(&routes[i], k, (uint64_t)i + 1, (uint64_t)i + 1);
     }
     uint8_t *buf = malloc(ROUTE_MSG_MAX_LEN), *again = malloc(ROUTE_MSG_MAX_LEN);
     assert_non_null(buf);
