@@ -23,6 +23,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "core/bytes.h"
 #include "core/hex.h"
 #include "env/clock.h"
 
@@ -93,22 +94,33 @@ static bool all_zero(const uint8_t *p, size_t n)
 
 void obs_trace_ctx_inject(const struct obs_trace_ctx *ctx, uint8_t out[OBS_TRACE_CTX_WIRE_LEN])
 {
-    memcpy(out, ctx->trace_id, 16);
-    memcpy(out + 16, ctx->span_id, 8);
-    out[24] = ctx->flags & OBS_TRACE_FLAG_SAMPLED;
+    /* trace id (16) | parent span id (8) | flags (1) */
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, out, OBS_TRACE_CTX_WIRE_LEN);
+    kvm_wr_bytes(&w, ctx->trace_id, sizeof(ctx->trace_id));
+    kvm_wr_bytes(&w, ctx->span_id, sizeof(ctx->span_id));
+    kvm_wr_u8(&w, ctx->flags & OBS_TRACE_FLAG_SAMPLED);
+    size_t n = 0;
+    int rc = kvm_wr_finish(&w, &n);
+    KVM_ASSERT(rc == 0 && n == OBS_TRACE_CTX_WIRE_LEN);
 }
 
 int obs_trace_ctx_extract(const uint8_t in[OBS_TRACE_CTX_WIRE_LEN], struct obs_trace_ctx *ctx)
 {
     memset(ctx, 0, sizeof(*ctx));
-    bool zt = all_zero(in, 16), zs = all_zero(in + 16, 8);
-    uint8_t flags = in[24] & OBS_TRACE_FLAG_SAMPLED;
+    kvm_rd_t r;
+    kvm_rd_init(&r, in, OBS_TRACE_CTX_WIRE_LEN);
+    const uint8_t *tid = kvm_rd_bytes(&r, sizeof(ctx->trace_id));
+    const uint8_t *sid = kvm_rd_bytes(&r, sizeof(ctx->span_id));
+    uint8_t flags = kvm_rd_u8(&r) & OBS_TRACE_FLAG_SAMPLED;
+    KVM_ASSERT(kvm_rd_end(&r));
+    bool zt = all_zero(tid, sizeof(ctx->trace_id)), zs = all_zero(sid, sizeof(ctx->span_id));
     if (zt && (!zs || flags))
         return kvm_errf(KVMESH_EPROTO, "trace context has a zero trace id but a span id or flags");
     if (!zt && zs)
         return kvm_errf(KVMESH_EPROTO, "trace context has a trace id but a zero parent span id");
-    memcpy(ctx->trace_id, in, 16);
-    memcpy(ctx->span_id, in + 16, 8);
+    memcpy(ctx->trace_id, tid, sizeof(ctx->trace_id));
+    memcpy(ctx->span_id, sid, sizeof(ctx->span_id));
     ctx->flags = flags;
     return 0;
 }

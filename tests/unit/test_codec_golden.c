@@ -23,8 +23,10 @@
 #include "codec_fixture.h"
 #include "kvmesh.h"
 #include "net/frame.h"
+#include "net/handshake.h"
 #include "net/rpc.h"
 #include "net/transport_wire.h"
+#include "obs/trace.h"
 #include "route/route_int.h"
 #include "route/route_msg.h"
 #include "store/proto.h"
@@ -412,6 +414,46 @@ static void test_cold_fingerprint(void **state)
     assert_true(f == 0xbda7c73976bbcee5ull);
 }
 
+/* The handshake proof is an HMAC over a hand-laid transcript (label, role, nonces, u32be
+ * length-prefixed descriptors): both peers must build the same bytes, so its value is pinned. */
+static const char *const hs_mac_hex =
+    "5a9fb67718a6b9170872a48b2b53aefdc3260c16d79be9b2cbd3e61e438e0c6e";
+
+static void test_handshake_mac(void **state)
+{
+    (void)state;
+    uint8_t nc[HS_NONCE_LEN], ns[HS_NONCE_LEN], mac[HS_MAC_LEN];
+    for (int i = 0; i < HS_NONCE_LEN; i++) {
+        nc[i] = (uint8_t)i;
+        ns[i] = (uint8_t)(0x80 + i);
+    }
+    static const uint8_t secret[] = "0123456789abcdef-golden";
+    assert_int_equal(hs_mac(secret, sizeof(secret) - 1, 'C', nc, ns, (const uint8_t *)"client-desc",
+                            11, (const uint8_t *)"srv", 3, mac),
+                     0);
+    check_hex("handshake mac", mac, HS_MAC_LEN, hs_mac_hex);
+}
+
+/* The 25-byte trace context (obs/trace.h): trace id | parent span id | flags (sampled bit). */
+static void test_trace_ctx(void **state)
+{
+    (void)state;
+    struct obs_trace_ctx c = {.flags = OBS_TRACE_FLAG_SAMPLED | 0x80}, d;
+    for (int i = 0; i < 16; i++)
+        c.trace_id[i] = (uint8_t)(0x10 + i);
+    for (int i = 0; i < 8; i++)
+        c.span_id[i] = (uint8_t)(0xA0 + i);
+    uint8_t w[OBS_TRACE_CTX_WIRE_LEN], again[OBS_TRACE_CTX_WIRE_LEN];
+    obs_trace_ctx_inject(&c, w);
+    check_hex("trace ctx", w, sizeof(w),
+              "101112131415161718191a1b1c1d1e1f"
+              "a0a1a2a3a4a5a6a7"
+              "01");
+    assert_int_equal(obs_trace_ctx_extract(w, &d), 0);
+    obs_trace_ctx_inject(&d, again);
+    assert_memory_equal(w, again, sizeof(w));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -419,6 +461,7 @@ int main(void)
         cmocka_unit_test(test_transport_wire), cmocka_unit_test(test_route_msg),
         cmocka_unit_test(test_route_rec),      cmocka_unit_test(test_store_proto),
         cmocka_unit_test(test_store_env),      cmocka_unit_test(test_cold_fingerprint),
+        cmocka_unit_test(test_handshake_mac),  cmocka_unit_test(test_trace_ctx),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
