@@ -258,7 +258,8 @@ void kvm_wr_patch_u32le(kvm_wr_t *w, size_t at, uint32_t v)
     if (w->err)
         return;
     KVM_ASSERT(at <= w->len && w->len - at >= 4);
-    kvm_put_u32le(w->p + at, v);
+    for (int i = 0; i < 4; i++)
+        w->p[at + (size_t)i] = (uint8_t)(v >> (8 * i));
 }
 
 uint8_t *kvm_wr_tail(kvm_wr_t *w, size_t want, size_t *avail)

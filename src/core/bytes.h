@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bytes.h — the one byte codec of the hand-written wire formats: a bounds-checked reader over
- * (ptr, len) and a writer into a fixed caller buffer or a growing heap buffer. Every module that
- * lays out bytes by hand (net/frame.c, net/transport_wire.c, route/route_msg.c, store/proto.c,
- * the runtime's env envelope, ...) goes through it, so bounds checks live in one place.
+ * (ptr, len) and a writer into a fixed caller buffer or a growing heap buffer. Every format laid
+ * out by hand goes through it, so bounds checks live in one place: the RPC frame header, env
+ * body and handshake transcript, the data-plane headers, the route messages, shard record,
+ * policy and owner-scan cursor, the store bodies and env envelope, the trace context, and in
+ * core the record frame header and the canonical identity (docs/core-model.md).
  *
  * Integers are fixed width, little-endian (_le) or big-endian (_be): each format keeps the byte
  * order it was specified with (the RPC frame header is big-endian, the data plane, route and
@@ -120,20 +122,5 @@ int kvm_wr_finish(const kvm_wr_t *w, size_t *len);
 uint8_t *kvm_wr_take(kvm_wr_t *w, size_t *len);
 /* Growing writer: frees its buffer. No-op for a fixed writer. */
 void kvm_wr_free(kvm_wr_t *w);
-
-/* ---- single loads/stores (callers that already checked the length) --------------------------- */
-
-static inline uint32_t kvm_get_u32le(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static inline void kvm_put_u32le(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
 
 #endif
