@@ -189,8 +189,11 @@ static bool wr_room(kvm_wr_t *w, size_t n)
 
 uint8_t *kvm_wr_reserve(kvm_wr_t *w, size_t n)
 {
+    static uint8_t empty[1]; /* where 0 bytes go while a growing writer has no buffer yet */
     if (!wr_room(w, n))
         return NULL;
+    if (!w->p)
+        return empty; /* n == 0: wr_room allocates for anything more */
     uint8_t *p = w->p + w->len;
     w->len += n;
     return p;

@@ -250,6 +250,15 @@ static void test_writer_growing(void **state)
     /* nothing written: take gives NULL */
     kvm_wr_growing(&w, 16);
     assert_null(kvm_wr_take(&w, &n));
+
+    /* zero bytes before the first allocation (found by fuzz_bytes under UBSan) */
+    kvm_wr_growing(&w, 16);
+    assert_non_null(kvm_wr_reserve(&w, 0));
+    kvm_wr_bytes(&w, NULL, 0);
+    kvm_wr_zeros(&w, 0);
+    assert_int_equal(kvm_wr_finish(&w, &n), 0);
+    assert_int_equal(n, 0);
+    kvm_wr_free(&w);
 }
 
 int main(void)
