@@ -160,6 +160,9 @@ void kvm_wr_fail(kvm_wr_t *w, int err)
         w->err = err;
 }
 
+/* Where 0 bytes go while a writer has no buffer (never written: callers put 0 bytes there). */
+static uint8_t wr_empty[1];
+
 /* Makes room for n more bytes; false (writer failed) when they cannot fit. */
 static bool wr_room(kvm_wr_t *w, size_t n)
 {
@@ -189,11 +192,10 @@ static bool wr_room(kvm_wr_t *w, size_t n)
 
 uint8_t *kvm_wr_reserve(kvm_wr_t *w, size_t n)
 {
-    static uint8_t empty[1]; /* where 0 bytes go while a growing writer has no buffer yet */
     if (!wr_room(w, n))
         return NULL;
     if (!w->p)
-        return empty; /* n == 0: wr_room allocates for anything more */
+        return wr_empty; /* n == 0: wr_room allocates for anything more */
     uint8_t *p = w->p + w->len;
     w->len += n;
     return p;
@@ -271,7 +273,7 @@ uint8_t *kvm_wr_tail(kvm_wr_t *w, size_t want, size_t *avail)
     if (!wr_room(w, want))
         return NULL;
     *avail = w->cap - w->len;
-    return w->p ? w->p + w->len : NULL;
+    return w->p ? w->p + w->len : wr_empty; /* no buffer yet: want was 0, *avail is 0 */
 }
 
 void kvm_wr_advance(kvm_wr_t *w, size_t n)

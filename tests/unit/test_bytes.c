@@ -254,6 +254,9 @@ static void test_writer_growing(void **state)
     /* zero bytes before the first allocation (found by fuzz_bytes under UBSan) */
     kvm_wr_growing(&w, 16);
     assert_non_null(kvm_wr_reserve(&w, 0));
+    size_t avail = 99;
+    assert_non_null(kvm_wr_tail(&w, 0, &avail));
+    assert_int_equal(avail, 0);
     kvm_wr_bytes(&w, NULL, 0);
     kvm_wr_zeros(&w, 0);
     assert_int_equal(kvm_wr_finish(&w, &n), 0);
