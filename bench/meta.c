@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "env/clock.h"
 #include "kvmesh.h"
 #include "meta/meta.h"
 #include "testsrv.h"
@@ -25,13 +26,6 @@
 #define BENCH_KEYSPACE 1000
 
 static uint64_t g_ms;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -57,12 +51,12 @@ static void *worker(void *arg)
         return NULL;
     }
     char key[64], val[64];
-    uint64_t end = now_ns() + g_ms * 1000000u;
-    for (uint64_t i = 0; now_ns() < end; i++) {
+    uint64_t end = env_clock_mono_ns() + g_ms * 1000000u;
+    for (uint64_t i = 0; env_clock_mono_ns() < end; i++) {
         snprintf(key, sizeof(key), "bench/k%05" PRIu64,
                  (i * 7919u + (uint64_t)r->id) % BENCH_KEYSPACE);
         meta_result_t *res = NULL;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = env_clock_mono_ns();
         int rc;
         if (r->txn) {
             snprintf(val, sizeof(val), "v%" PRIu64, i);
@@ -76,7 +70,7 @@ static void *worker(void *arg)
         } else {
             rc = meta_sync_get(s, key, &res);
         }
-        uint64_t dt = now_ns() - t0;
+        uint64_t dt = env_clock_mono_ns() - t0;
         meta_result_free(res);
         if (rc) {
             r->errors++;

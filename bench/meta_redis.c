@@ -22,6 +22,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "env/clock.h"
 #include "kvmesh.h"
 #include "meta/meta.h"
 #include "meta/meta_redis_lua.h"
@@ -40,9 +41,7 @@ static long g_ops;
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (double)env_clock_mono_ns() / 1e9;
 }
 
 static void die(const char *what, const char *msg)

@@ -23,15 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "env/clock.h"
 #include "obs/metrics.h"
 #include "obs/trace.h"
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static long iters = 5000000;
 static int nthreads = 2;
@@ -84,12 +78,12 @@ static void *run_kind(void *arg)
 static double measure(enum kind k, int threads)
 {
     pthread_t th[64];
-    uint64_t t0 = now_ns();
+    uint64_t t0 = env_clock_mono_ns();
     for (int i = 0; i < threads; i++)
         pthread_create(&th[i], NULL, run_kind, (void *)(intptr_t)k);
     for (int i = 0; i < threads; i++)
         pthread_join(th[i], NULL);
-    return (double)(now_ns() - t0) / (double)iters; /* wall ns per op per thread */
+    return (double)(env_clock_mono_ns() - t0) / (double)iters; /* wall ns per op per thread */
 }
 
 /* ---- part 2 ------------------------------------------------------------------------------ */
@@ -149,7 +143,7 @@ static uint16_t dead_port(void)
 
 static double traced_requests(struct obs_tracer *t, long n)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = env_clock_mono_ns();
     for (long i = 0; i < n; i++) {
         struct obs_span root, a, b, c;
         obs_span_start(t, NULL, "store.get", &root);
@@ -163,7 +157,7 @@ static double traced_requests(struct obs_tracer *t, long n)
         obs_observe(request_duration_seconds, OBS_OP_GET, OBS_NONE, 1000);
         obs_span_end(&root);
     }
-    return (double)(now_ns() - t0) / (double)n;
+    return (double)(env_clock_mono_ns() - t0) / (double)n;
 }
 
 int main(int argc, char **argv)

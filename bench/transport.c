@@ -30,6 +30,7 @@
 #include <xxhash.h>
 
 #include "core/util.h"
+#include "env/clock.h"
 #include "net/seg.h"
 #include "net/transport.h"
 
@@ -40,9 +41,7 @@
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return (double)env_clock_mono_ns() / 1e9;
 }
 
 static void fill(uint8_t *p, uint64_t n, uint64_t seed)

@@ -21,6 +21,7 @@
 #include "api/config.h"
 #include "api/kvmesh_tools.h"
 #include "core/util.h"
+#include "env/clock.h"
 #include "obs/metrics.h"
 #include "store/data.h"
 
@@ -105,13 +106,6 @@ static int check_iov(const struct iovec *iov, int iovcnt, uint64_t *total)
 /* ---- request metrics ---------------------------------------------------------------------------
  */
 
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 static int res_of(int rc)
 {
     switch (rc) {
@@ -148,7 +142,7 @@ static int rec(int op, uint64_t t0, uint64_t bytes, int rc)
         obs_count(request_bytes_total, op, OBS_NONE, bytes);
         obs_observe(request_payload_bytes, op, OBS_NONE, bytes);
     }
-    obs_observe(request_duration_seconds, op, OBS_NONE, mono_ns() - t0);
+    obs_observe(request_duration_seconds, op, OBS_NONE, env_clock_mono_ns() - t0);
     return rc;
 }
 
@@ -252,7 +246,7 @@ int kvmesh_put(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_
                const void *value, size_t len, const kvmesh_put_opts_t *opts)
 
 {
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = env_clock_mono_ns();
     int rc = put_impl(kv, scope, key, key_len, value, len, opts);
     return rec(OBS_OP_PUT, t0, rc ? 0 : (uint64_t)(len), rc);
 }
@@ -272,7 +266,7 @@ int kvmesh_putv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size
                 const struct iovec *iov, int iovcnt, const kvmesh_put_opts_t *opts)
 
 {
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = env_clock_mono_ns();
     int rc = putv_impl(kv, scope, key, key_len, iov, iovcnt, opts);
     return rec(OBS_OP_PUT, t0, rc ? 0 : (uint64_t)(iov_total(iov, iovcnt)), rc);
 }
@@ -326,7 +320,7 @@ int kvmesh_get(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_
                void **out, size_t *out_len)
 
 {
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = env_clock_mono_ns();
     int rc = get_impl(kv, scope, key, key_len, out, out_len);
     return rec(OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
 }
@@ -356,7 +350,7 @@ int kvmesh_get_into(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, 
                     void *buf, size_t cap, size_t *out_len)
 
 {
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = env_clock_mono_ns();
     int rc = get_into_impl(kv, scope, key, key_len, buf, cap, out_len);
     return rec(OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
 }
@@ -387,7 +381,7 @@ int kvmesh_getv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size
                 const struct iovec *iov, int iovcnt, size_t *out_len)
 
 {
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = env_clock_mono_ns();
     int rc = getv_impl(kv, scope, key, key_len, iov, iovcnt, out_len);
     return rec(OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
 }
@@ -411,7 +405,7 @@ static int remove_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *ke
 int kvmesh_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len)
 
 {
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = env_clock_mono_ns();
     int rc = remove_impl(kv, scope, key, key_len);
     return rec(OBS_OP_REMOVE, t0, rc ? 0 : (uint64_t)(0), rc);
 }
@@ -452,7 +446,7 @@ int kvmesh_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, si
                   bool *out)
 
 {
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = env_clock_mono_ns();
     int rc = exists_impl(kv, scope, key, key_len, out);
     return rec(OBS_OP_EXIST, t0, rc ? 0 : (uint64_t)(0), rc);
 }
@@ -633,7 +627,7 @@ out:
 int kvmesh_batch_put(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
                      size_t n, const kvmesh_put_opts_t *opts)
 {
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = env_clock_mono_ns();
     int rc = batch(kv, B_PUT, scope, items, n, opts);
     return rec(OBS_OP_BATCH_PUT, t0, 0, rc);
 }
@@ -641,7 +635,7 @@ int kvmesh_batch_put(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_ite
 int kvmesh_batch_get(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
                      size_t n)
 {
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = env_clock_mono_ns();
     int rc = batch(kv, B_GET, scope, items, n, NULL);
     return rec(OBS_OP_BATCH_GET, t0, 0, rc);
 }
@@ -649,7 +643,7 @@ int kvmesh_batch_get(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_ite
 int kvmesh_batch_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
                         size_t n)
 {
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = env_clock_mono_ns();
     int rc = batch(kv, B_REMOVE, scope, items, n, NULL);
     return rec(OBS_OP_BATCH_REMOVE, t0, 0, rc);
 }
@@ -657,7 +651,7 @@ int kvmesh_batch_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_
 int kvmesh_batch_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
                         size_t n)
 {
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = env_clock_mono_ns();
     int rc = batch(kv, B_EXISTS, scope, items, n, NULL);
     return rec(OBS_OP_EXIST, t0, 0, rc);
 }

@@ -11,6 +11,7 @@
 
 #include "core/hash.h"
 #include "core/ident.h"
+#include "core/bytes.h"
 #include "core/util.h"
 
 static bool scope_byte_ok(unsigned char c)
@@ -92,20 +93,18 @@ int kvm_ident_init_n(kvm_ident_t *out, const char *tenant, size_t tenant_len, co
     uint8_t *enc = malloc(n);
     if (!enc)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for an object identity");
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, enc, n);
+    kvm_wr_u8(&w, KVM_IDENT_ENC_VERSION);
+    kvm_wr_u8(&w, (uint8_t)tenant_len);
+    kvm_wr_bytes(&w, tenant, tenant_len);
+    kvm_wr_u8(&w, (uint8_t)domain_len);
+    kvm_wr_bytes(&w, domain, domain_len);
+    kvm_wr_u16be(&w, (uint16_t)key_len);
+    kvm_wr_bytes(&w, key, key_len);
     size_t p = 0;
-    enc[p++] = KVM_IDENT_ENC_VERSION;
-    enc[p++] = (uint8_t)tenant_len;
-    memcpy(enc + p, tenant, tenant_len);
-    p += tenant_len;
-    enc[p++] = (uint8_t)domain_len;
-    if (domain_len)
-        memcpy(enc + p, domain, domain_len);
-    p += domain_len;
-    enc[p++] = (uint8_t)(key_len >> 8);
-    enc[p++] = (uint8_t)key_len;
-    memcpy(enc + p, key, key_len);
-    p += key_len;
-    KVM_ASSERT(p == n);
+    rc = kvm_wr_finish(&w, &p);
+    KVM_ASSERT(rc == 0 && p == n);
     out->enc = enc;
     out->enc_len = (uint32_t)n;
     out->tenant_len = (uint8_t)tenant_len;
@@ -131,24 +130,25 @@ int kvm_ident_from_canonical(kvm_ident_t *out, const void *encv, size_t len)
     if (enc[0] != KVM_IDENT_ENC_VERSION)
         return kvm_errf(KVMESH_EPROTO, "canonical identity has encoding version %u; expected %d",
                         enc[0], KVM_IDENT_ENC_VERSION);
-    size_t p = 1;
-    size_t tl = enc[p++];
-    if (p + tl + 1 > len)
+    kvm_rd_t r;
+    kvm_rd_init(&r, enc + 1, len - 1);
+    size_t tl = kvm_rd_u8(&r);
+    const char *tenant = (const char *)kvm_rd_bytes(&r, tl);
+    size_t dl = kvm_rd_u8(&r);
+    if (!kvm_rd_ok(&r))
         return kvm_errf(KVMESH_EPROTO, "canonical identity truncated in the tenant");
-    const char *tenant = (const char *)enc + p;
-    p += tl;
-    size_t dl = enc[p++];
-    if (p + dl + 2 > len)
+    const uint8_t *dom = kvm_rd_bytes(&r, dl);
+    size_t kl = kvm_rd_u16be(&r);
+    if (!kvm_rd_ok(&r))
         return kvm_errf(KVMESH_EPROTO, "canonical identity truncated in the domain");
-    const char *domain = dl ? (const char *)enc + p : NULL;
-    p += dl;
-    size_t kl = (size_t)enc[p] << 8 | enc[p + 1];
-    p += 2;
-    if (p + kl != len)
+    const char *domain = dl ? (const char *)dom : NULL;
+    size_t left = kvm_rd_remaining(&r);
+    const uint8_t *key = kvm_rd_bytes(&r, kl);
+    if (!kvm_rd_end(&r))
         return kvm_errf(KVMESH_EPROTO,
                         "canonical identity key length %zu does not match the %zu bytes left", kl,
-                        len - p);
-    return kvm_ident_init_n(out, tenant, tl, domain, dl, enc + p, kl);
+                        left);
+    return kvm_ident_init_n(out, tenant, tl, domain, dl, key, kl);
 }
 
 void kvm_ident_free(kvm_ident_t *id)

@@ -10,6 +10,7 @@
 
 #include "core/hash.h"
 #include "core/route.h"
+#include "core/bytes.h"
 #include "core/util.h"
 
 bool kvm_hot_replica_equal(const kvm_hot_replica_t *a, const kvm_hot_replica_t *b)
@@ -100,19 +101,19 @@ uint64_t kvm_cold_backing_fingerprint(const kvm_cold_backing_t *b)
 {
     KVM_ASSERT(b->kind == KVM_COLD_MATERIALIZED);
     uint8_t buf[KVM_ID128_LEN * 2 + 16 + 16 + 2 + KVM_COLD_LOCATOR_MAX_LEN];
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf, sizeof(buf));
+    kvm_wr_bytes(&w, b->tier.b, KVM_ID128_LEN);
+    kvm_wr_bytes(&w, b->cold_op.writer.b, KVM_ID128_LEN);
+    kvm_wr_u64le(&w, b->cold_op.epoch);
+    kvm_wr_u64le(&w, b->cold_op.seq);
+    kvm_wr_u64le(&w, b->u.mat.length);
+    kvm_wr_u64le(&w, b->u.mat.checksum);
+    kvm_wr_u16be(&w, b->u.mat.locator_len);
+    kvm_wr_bytes(&w, b->u.mat.locator, b->u.mat.locator_len);
     size_t p = 0;
-    memcpy(buf + p, b->tier.b, KVM_ID128_LEN);
-    p += KVM_ID128_LEN;
-    memcpy(buf + p, b->cold_op.writer.b, KVM_ID128_LEN);
-    p += KVM_ID128_LEN;
-    uint64_t w[4] = {b->cold_op.epoch, b->cold_op.seq, b->u.mat.length, b->u.mat.checksum};
-    for (int j = 0; j < 4; j++)
-        for (int i = 0; i < 8; i++)
-            buf[p++] = (uint8_t)(w[j] >> (8 * i));
-    buf[p++] = (uint8_t)(b->u.mat.locator_len >> 8);
-    buf[p++] = (uint8_t)b->u.mat.locator_len;
-    memcpy(buf + p, b->u.mat.locator, b->u.mat.locator_len);
-    p += b->u.mat.locator_len;
+    int rc = kvm_wr_finish(&w, &p);
+    KVM_ASSERT(rc == 0);
     return XXH3_64bits(buf, p);
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/hash.h"
+#include "core/hex.h"
 #include "core/util.h"
 #include "core/version.h"
 
@@ -36,24 +37,7 @@ uint64_t kvm_id128_hash(const kvm_id128_t *a)
 
 char *kvm_id128_fmt(const kvm_id128_t *a, char *buf)
 {
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < KVM_ID128_LEN; i++) {
-        buf[2 * i] = hex[a->b[i] >> 4];
-        buf[2 * i + 1] = hex[a->b[i] & 15];
-    }
-    buf[KVM_ID128_HEX_LEN] = '\0';
-    return buf;
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
+    return kvm_hex_encode(a->b, KVM_ID128_LEN, buf);
 }
 
 int kvm_id128_parse(const char *s, kvm_id128_t *out)
@@ -73,11 +57,11 @@ int kvm_id128_parse(const char *s, kvm_id128_t *out)
                 return kvm_errf(KVMESH_EINVAL, "id: expected '-' at position %zu", j);
             j++;
         }
-        int hi = hexval(s[j]), lo = hexval(s[j + 1]);
-        if (hi < 0 || lo < 0)
+        int v = kvm_hex_byte(s + j, KVM_HEX_ANY);
+        if (v < 0)
             return kvm_errf(KVMESH_EINVAL, "id: non-hex character at position %zu",
-                            hi < 0 ? j : j + 1);
-        id.b[i] = (uint8_t)(hi << 4 | lo);
+                            kvm_hexval(s[j], KVM_HEX_ANY) < 0 ? j : j + 1);
+        id.b[i] = (uint8_t)v;
         j += 2;
     }
     *out = id;

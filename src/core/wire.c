@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/util.h"
 #include "core/wire.h"
 #include "records.pb-c.h"
@@ -29,10 +30,10 @@ typedef Kvmesh__Core__ColdReclaim pb_reclaim;
 
 void wire_header_put(uint8_t *buf, uint16_t schema, uint16_t version)
 {
-    buf[0] = (uint8_t)(schema >> 8);
-    buf[1] = (uint8_t)schema;
-    buf[2] = (uint8_t)(version >> 8);
-    buf[3] = (uint8_t)version;
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf, WIRE_HEADER_LEN);
+    kvm_wr_u16be(&w, schema);
+    kvm_wr_u16be(&w, version);
 }
 
 int wire_header_get(const uint8_t *buf, size_t len, uint16_t schema, uint16_t min_version,
@@ -40,8 +41,10 @@ int wire_header_get(const uint8_t *buf, size_t len, uint16_t schema, uint16_t mi
 {
     if (!buf || len < WIRE_HEADER_LEN)
         return kvm_errf(KVMESH_EPROTO, "wire: record is %zu bytes; shorter than its header", len);
-    uint16_t s = (uint16_t)(buf[0] << 8 | buf[1]);
-    uint16_t v = (uint16_t)(buf[2] << 8 | buf[3]);
+    kvm_rd_t r;
+    kvm_rd_init(&r, buf, WIRE_HEADER_LEN);
+    uint16_t s = kvm_rd_u16be(&r);
+    uint16_t v = kvm_rd_u16be(&r);
     if (s != schema)
         return kvm_errf(KVMESH_EPROTO, "wire: schema id %u where %u was expected", s, schema);
     if (v > max_version)

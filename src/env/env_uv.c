@@ -24,6 +24,7 @@
 
 #include "core/rng.h"
 #include "core/util.h"
+#include "env/clock.h"
 
 typedef struct uvtimer {
     RB_ENTRY(uvtimer) by_deadline;
@@ -140,9 +141,7 @@ static uint64_t op_now_ns(env_t *env)
 static uint64_t op_wall_ms(env_t *env)
 {
     (void)env;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return env_clock_wall_ms();
 }
 
 static uint64_t op_rand_u64(env_t *env)

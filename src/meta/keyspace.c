@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/hex.h"
 #include "core/util.h"
 #include "meta/keyspace.h"
 
@@ -47,9 +48,6 @@ static const struct ks_schema {
     [KS_RECLAIM] = {"cold-reclaims", 1, {KS_S}, {"reclaim id"}},
     [KS_ROUTE] = {"routes", 3, {KS_S, KS_E, KS_S}, {"tenant", "domain", "object key"}},
 };
-
-static const char ks_hex_upper[] = "0123456789ABCDEF";
-static const char ks_hex_lower[] = "0123456789abcdef";
 
 const char *ks_family_name(enum ks_family f)
 {
@@ -115,7 +113,7 @@ static void kb_escaped(struct kb *b, const char *s)
         if (plain(*p)) {
             kb_put(b, (const char *)p, 1);
         } else {
-            char e[3] = {'%', ks_hex_upper[*p >> 4], ks_hex_upper[*p & 15]};
+            char e[3] = {'%', kvm_hex_digit(*p >> 4, 1), kvm_hex_digit(*p, 1)};
             kb_put(b, e, 3);
         }
     }
@@ -124,10 +122,7 @@ static void kb_escaped(struct kb *b, const char *s)
 static void kb_hex(struct kb *b, uint64_t v, int digits)
 {
     char h[16];
-    for (int i = digits - 1; i >= 0; i--) {
-        h[i] = ks_hex_lower[v & 15];
-        v >>= 4;
-    }
+    kvm_hex_u64_put(v, digits, h);
     kb_put(b, h, (size_t)digits);
 }
 
@@ -213,15 +208,6 @@ int ks_deployment_prefix(char *out, size_t cap, const char *dep)
 
 /* ---- parser -------------------------------------------------------------------------------- */
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Decodes an escaped part [s, s+n); rejects non-canonical encodings so parse∘build = id and
  * build∘parse = id. */
 static int decode_str(const char *s, size_t n, bool may_be_empty, char *out, size_t cap)
@@ -245,10 +231,10 @@ static int decode_str(const char *s, size_t n, bool may_be_empty, char *out, siz
         }
         if (c != '%' || i + 2 >= n)
             return kvm_errf(KVMESH_EINVAL, "keyspace: bad byte 0x%02x in a part", c);
-        int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
-        if (hi < 0 || lo < 0)
+        int e = kvm_hex_byte(s + i + 1, KVM_HEX_UPPER); /* canonical escapes are upper case */
+        if (e < 0)
             return kvm_errf(KVMESH_EINVAL, "keyspace: bad escape in a part");
-        unsigned char v = (unsigned char)(hi << 4 | lo);
+        unsigned char v = (unsigned char)e;
         if (v == 0 || plain(v))
             return kvm_errf(KVMESH_EINVAL, "keyspace: non-canonical escape %%%02X", v);
         out[o++] = (char)v;
@@ -262,15 +248,8 @@ static int decode_hex(const char *s, size_t n, size_t digits, uint64_t *out)
 {
     if (n != digits)
         return kvm_errf(KVMESH_EINVAL, "keyspace: numeric part must have %zu hex digits", digits);
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0)
-            return kvm_errf(KVMESH_EINVAL, "keyspace: bad hex digit in a numeric part");
-        v = v << 4 | (uint64_t)d;
-    }
-    *out = v;
+    if (kvm_hex_u64(s, n, KVM_HEX_LOWER, out) != 0) /* canonical numbers are lower case */
+        return kvm_errf(KVMESH_EINVAL, "keyspace: bad hex digit in a numeric part");
     return 0;
 }
 

@@ -49,6 +49,7 @@
 #include <openssl/evp.h>
 #include <uv.h>
 
+#include "core/hex.h"
 #include "core/util.h"
 #include "meta/meta_impl.h"
 #include "meta/meta_redis_lua.h"
@@ -213,8 +214,7 @@ static void sha1_hex(const char *s, char out[41])
     unsigned int n = 0;
     int ok = EVP_Digest(s, strlen(s), md, &n, EVP_sha1(), NULL);
     KVM_ASSERT(ok == 1 && n == 20);
-    for (size_t i = 0; i < 20; i++)
-        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    kvm_hex_encode(md, 20, out);
 }
 
 /* ---- failing calls safely ------------------------------------------------------------------- */

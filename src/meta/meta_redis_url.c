@@ -9,18 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/hex.h"
 #include "core/util.h"
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 /* Percent-decodes [s, s+n) into out (capacity cap incl. NUL). */
 static int decode_cred(const char *what, const char *s, size_t n, char *out, size_t cap)
@@ -35,14 +25,13 @@ static int decode_cred(const char *what, const char *s, size_t n, char *out, siz
                     "redis URL: truncated percent-escape in the %s; write %%XX with two "
                     "hex digits",
                     what);
-            int hi = hexval(s[i + 1]);
-            int lo = hexval(s[i + 2]);
-            if (hi < 0 || lo < 0)
+            int v = kvm_hex_byte(s + i + 1, KVM_HEX_ANY);
+            if (v < 0)
                 return kvm_errf(KVMESH_EURL,
                                 "redis URL: bad percent-escape in the %s; write %%XX with two hex "
                                 "digits",
                                 what);
-            c = (char)(hi * 16 + lo);
+            c = (char)v;
             if (c == '\0')
                 return kvm_errf(KVMESH_EURL, "redis URL: the %s contains %%00 (NUL)", what);
             i += 2;
@@ -148,7 +137,7 @@ int meta_redis_url_parse(const char *url, meta_redis_url_t *out)
         if (!host_end)
             return kvm_errf(KVMESH_EURL, "redis URL: IPv6 literal without closing ']'");
         for (const char *q = host; q < host_end; q++) {
-            if (hexval(*q) < 0 && *q != ':' && *q != '.')
+            if (kvm_hexval(*q, KVM_HEX_ANY) < 0 && *q != ':' && *q != '.')
                 return kvm_errf(KVMESH_EURL,
                                 "redis URL: bad character '%c' in IPv6 literal (hex digits, ':' "
                                 "and '.' only)",

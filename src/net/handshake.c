@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/util.h"
 #include "rpc.pb-c.h"
 
@@ -173,14 +174,6 @@ enum hs_reason hs_check_compat(const struct hs_descriptor *local,
     return HS_OK;
 }
 
-static void put_len(uint8_t *p, size_t n)
-{
-    p[0] = (uint8_t)(n >> 24);
-    p[1] = (uint8_t)(n >> 16);
-    p[2] = (uint8_t)(n >> 8);
-    p[3] = (uint8_t)n;
-}
-
 int hs_mac(const uint8_t *secret, size_t secret_len, char role, const uint8_t nonce_c[HS_NONCE_LEN],
            const uint8_t nonce_s[HS_NONCE_LEN], const uint8_t *desc_c, size_t desc_c_len,
            const uint8_t *desc_s, size_t desc_s_len, uint8_t out[HS_MAC_LEN])
@@ -192,27 +185,25 @@ int hs_mac(const uint8_t *secret, size_t secret_len, char role, const uint8_t no
     if (desc_c_len > HS_MAX_ENCODED || desc_s_len > HS_MAX_ENCODED)
         return kvm_errf(KVMESH_EINVAL, "descriptor too large for a proof");
     /* The transcript is bounded (< 9 KiB), so it is built in one buffer for one-shot HMAC. */
-    uint8_t *t = malloc(sizeof(label) + 1 + 2 * HS_NONCE_LEN + 8 + desc_c_len + desc_s_len);
+    size_t cap = sizeof(label) + 1 + 2 * HS_NONCE_LEN + 8 + desc_c_len + desc_s_len;
+    uint8_t *t = malloc(cap);
     if (!t)
         return KVMESH_ENOMEM;
+    /* label | role | client nonce | server nonce | u32be len, client desc | u32be len, server desc
+     */
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, t, cap);
+    kvm_wr_bytes(&w, label, sizeof(label) - 1);
+    kvm_wr_u8(&w, (uint8_t)role);
+    kvm_wr_bytes(&w, nonce_c, HS_NONCE_LEN);
+    kvm_wr_bytes(&w, nonce_s, HS_NONCE_LEN);
+    kvm_wr_u32be(&w, (uint32_t)desc_c_len);
+    kvm_wr_bytes(&w, desc_c, desc_c_len);
+    kvm_wr_u32be(&w, (uint32_t)desc_s_len);
+    kvm_wr_bytes(&w, desc_s, desc_s_len);
     size_t n = 0;
-    memcpy(t + n, label, sizeof(label) - 1);
-    n += sizeof(label) - 1;
-    t[n++] = (uint8_t)role;
-    memcpy(t + n, nonce_c, HS_NONCE_LEN);
-    n += HS_NONCE_LEN;
-    memcpy(t + n, nonce_s, HS_NONCE_LEN);
-    n += HS_NONCE_LEN;
-    put_len(t + n, desc_c_len);
-    n += 4;
-    if (desc_c_len)
-        memcpy(t + n, desc_c, desc_c_len);
-    n += desc_c_len;
-    put_len(t + n, desc_s_len);
-    n += 4;
-    if (desc_s_len)
-        memcpy(t + n, desc_s, desc_s_len);
-    n += desc_s_len;
+    int rc = kvm_wr_finish(&w, &n);
+    KVM_ASSERT(rc == 0);
     unsigned int olen = 0;
     uint8_t *r = HMAC(EVP_sha256(), secret, (int)secret_len, t, n, out, &olen);
     free(t);

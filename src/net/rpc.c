@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/util.h"
 
 static int timer_cmp(struct rpc_timer *a, struct rpc_timer *b)
@@ -708,11 +709,11 @@ int rpc_notify(rpc_peer *p, const struct rpc_msg *m, rpc_sent_cb sent_cb, void *
 
 int rpc_env_notify(rpc_peer *p, uint32_t from_node, uint32_t env_type, const void *data, size_t len)
 {
-    uint8_t body[8];
-    for (int i = 0; i < 4; i++) {
-        body[i] = (uint8_t)(from_node >> (24 - 8 * i));
-        body[4 + i] = (uint8_t)(env_type >> (24 - 8 * i));
-    }
+    uint8_t body[8]; /* u32be from node | u32be env type */
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, body, sizeof(body));
+    kvm_wr_u32be(&w, from_node);
+    kvm_wr_u32be(&w, env_type);
     uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
     struct rpc_msg m = {.type = RPC_TYPE_ENV_MESSAGE,
                         .body = body,
@@ -729,13 +730,10 @@ int rpc_env_decode(const struct rpc_request *req, uint32_t *from_node, uint32_t 
     if (req->type != RPC_TYPE_ENV_MESSAGE || req->body_len != 8)
         return kvm_errf(KVMESH_EPROTO, "not an env message (type %u, %zu body bytes)",
                         (unsigned)req->type, req->body_len);
-    uint32_t f = 0, t = 0;
-    for (int i = 0; i < 4; i++) {
-        f = (f << 8) | req->body[i];
-        t = (t << 8) | req->body[4 + i];
-    }
-    *from_node = f;
-    *env_type = t;
+    kvm_rd_t r;
+    kvm_rd_init(&r, req->body, req->body_len);
+    *from_node = kvm_rd_u32be(&r);
+    *env_type = kvm_rd_u32be(&r);
     return 0;
 }
 

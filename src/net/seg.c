@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "env/clock.h"
 
 #define SEG_GRANT_BUCKETS 4096
 
@@ -56,9 +57,7 @@ static uint64_t rand_u64(void)
 static uint64_t mono_ns(void *arg)
 {
     (void)arg;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return env_clock_mono_ns();
 }
 
 static unsigned fault_countdown; /* atomic */

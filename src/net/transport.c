@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "env/clock.h"
 #include "net/transport_int.h"
 
 const char *tp_kind_name(enum tp_kind k)
@@ -47,9 +48,7 @@ static int io_errno_to_rc(int e)
 
 uint64_t tp_io_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return env_clock_mono_ms();
 }
 
 static bool io_past(uint64_t deadline_ms)
@@ -528,15 +527,8 @@ int tp_batch_result(const struct tp_batch *b)
 int tp_batch_wait(struct tp_batch *b, int timeout_ms)
 {
     struct timespec dl;
-    if (timeout_ms >= 0) {
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += timeout_ms / 1000;
-        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
-    }
+    if (timeout_ms >= 0)
+        env_clock_after(CLOCK_REALTIME, (uint64_t)timeout_ms, &dl);
     int rc = 0;
     pthread_mutex_lock(&b->mu);
     while (b->pending > 0 || b->cb_running > 0) {

@@ -33,15 +33,9 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "env/clock.h"
 #include "net/transport_int.h"
 #include "net/transport_wire.h"
-
-static uint64_t shm_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static socklen_t shm_sockaddr(const char *name, struct sockaddr_un *sa)
 {
@@ -168,7 +162,7 @@ static int shm_server_start(struct tp_engine *e)
     int rc = 0;
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-        rnd = (uint64_t)shm_mono_ns();
+        rnd = (uint64_t)env_clock_mono_ns();
     snprintf(e->shm_name, sizeof(e->shm_name), "kvmesh-shm-%d-%016llx", (int)getpid(),
              (unsigned long long)rnd);
     struct sockaddr_un sa;
@@ -425,7 +419,7 @@ static void shm_cache_drop(struct tp_segment *s, uint64_t token)
 static int shm_grant_get(struct tp_segment *s, uint64_t token, struct seg_grant *g,
                          enum seg_reason *reason)
 {
-    uint64_t now = shm_mono_ns();
+    uint64_t now = env_clock_mono_ns();
     pthread_mutex_lock(&s->mu);
     for (unsigned i = 0; i < s->ngrants; i++) {
         if (s->grants[i].token == token && now - s->grant_fetched[i] < TP_SHM_GRANT_RECHECK) {
@@ -483,7 +477,7 @@ static int shm_open(struct tp_engine *e, const struct tp_addr *a, struct tp_segm
     }
     s->map = map;
     pthread_mutex_lock(&s->mu);
-    shm_cache_put(s, &rep.grant, shm_mono_ns());
+    shm_cache_put(s, &rep.grant, env_clock_mono_ns());
     pthread_mutex_unlock(&s->mu);
     return 0;
 fail:
@@ -515,7 +509,7 @@ static int shm_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
         return rc;
     uint32_t op = r->op == TP_READ ? SEG_READ : SEG_WRITE;
     rc = seg_grant_allows(&g, s->seg_id, s->map->size, r->remote_offset, r->length, op,
-                          shm_mono_ns(), reason);
+                          env_clock_mono_ns(), reason);
     if (rc)
         return kvm_errf(rc, "shm request refused: %s", seg_reason_str(*reason));
     uint8_t *remote = s->map->base + r->remote_offset;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hex.h"
 #include "obs/http.h"
 
 static const struct {
@@ -42,17 +43,6 @@ static const unsigned obs_allowed[OBS_EP__COUNT] = {
     [OBS_EP_TRACE_CAPTURE] = OBS_Q_ACTION | OBS_Q_NAME,
 };
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Percent-decodes s[0..n) into out (cap bytes incl. NUL). */
 static int decode(const char *s, size_t n, char *out, size_t cap, size_t *outlen)
 {
@@ -62,10 +52,10 @@ static int decode(const char *s, size_t n, char *out, size_t cap, size_t *outlen
         if (c == '%') {
             if (i + 2 >= n)
                 return kvm_errf(KVMESH_EINVAL, "truncated percent escape in query string");
-            int h = hexval(s[i + 1]), l = hexval(s[i + 2]);
-            if (h < 0 || l < 0)
+            int v = kvm_hex_byte(s + i + 1, KVM_HEX_ANY);
+            if (v < 0)
                 return kvm_errf(KVMESH_EINVAL, "invalid percent escape in query string");
-            c = (char)(h * 16 + l);
+            c = (char)v;
             i += 2;
         } else if (c == '+') {
             c = ' ';

@@ -23,6 +23,10 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "core/bytes.h"
+#include "core/hex.h"
+#include "env/clock.h"
+
 struct obs_span_rec {
     const char *name;
     uint8_t trace_id[16], span_id[8], parent_id[8];
@@ -78,16 +82,6 @@ static inline uint64_t rd(const uint64_t *p)
     return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 
-void obs_hex(const uint8_t *in, size_t n, char *out)
-{
-    static const char hx[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = hx[in[i] >> 4];
-        out[2 * i + 1] = hx[in[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
 /* ---- context ----------------------------------------------------------------------------- */
 
 static bool all_zero(const uint8_t *p, size_t n)
@@ -100,22 +94,33 @@ static bool all_zero(const uint8_t *p, size_t n)
 
 void obs_trace_ctx_inject(const struct obs_trace_ctx *ctx, uint8_t out[OBS_TRACE_CTX_WIRE_LEN])
 {
-    memcpy(out, ctx->trace_id, 16);
-    memcpy(out + 16, ctx->span_id, 8);
-    out[24] = ctx->flags & OBS_TRACE_FLAG_SAMPLED;
+    /* trace id (16) | parent span id (8) | flags (1) */
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, out, OBS_TRACE_CTX_WIRE_LEN);
+    kvm_wr_bytes(&w, ctx->trace_id, sizeof(ctx->trace_id));
+    kvm_wr_bytes(&w, ctx->span_id, sizeof(ctx->span_id));
+    kvm_wr_u8(&w, ctx->flags & OBS_TRACE_FLAG_SAMPLED);
+    size_t n = 0;
+    int rc = kvm_wr_finish(&w, &n);
+    KVM_ASSERT(rc == 0 && n == OBS_TRACE_CTX_WIRE_LEN);
 }
 
 int obs_trace_ctx_extract(const uint8_t in[OBS_TRACE_CTX_WIRE_LEN], struct obs_trace_ctx *ctx)
 {
     memset(ctx, 0, sizeof(*ctx));
-    bool zt = all_zero(in, 16), zs = all_zero(in + 16, 8);
-    uint8_t flags = in[24] & OBS_TRACE_FLAG_SAMPLED;
+    kvm_rd_t r;
+    kvm_rd_init(&r, in, OBS_TRACE_CTX_WIRE_LEN);
+    const uint8_t *tid = kvm_rd_bytes(&r, sizeof(ctx->trace_id));
+    const uint8_t *sid = kvm_rd_bytes(&r, sizeof(ctx->span_id));
+    uint8_t flags = kvm_rd_u8(&r) & OBS_TRACE_FLAG_SAMPLED;
+    KVM_ASSERT(kvm_rd_end(&r));
+    bool zt = all_zero(tid, sizeof(ctx->trace_id)), zs = all_zero(sid, sizeof(ctx->span_id));
     if (zt && (!zs || flags))
         return kvm_errf(KVMESH_EPROTO, "trace context has a zero trace id but a span id or flags");
     if (!zt && zs)
         return kvm_errf(KVMESH_EPROTO, "trace context has a trace id but a zero parent span id");
-    memcpy(ctx->trace_id, in, 16);
-    memcpy(ctx->span_id, in + 16, 8);
+    memcpy(ctx->trace_id, tid, sizeof(ctx->trace_id));
+    memcpy(ctx->span_id, sid, sizeof(ctx->span_id));
     ctx->flags = flags;
     return 0;
 }
@@ -157,13 +162,6 @@ static void rand_id(uint8_t *out, size_t n)
     } while (all_zero(out, n));
 }
 
-static uint64_t clock_ns(clockid_t c)
-{
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static uint8_t stage_of(const char *name)
 {
     if (strncmp(name, "store.", 6) == 0)
@@ -183,7 +181,7 @@ static int64_t unix_offset_ns;
 static pthread_once_t unix_offset_once = PTHREAD_ONCE_INIT;
 static void unix_offset_init(void)
 {
-    unix_offset_ns = (int64_t)clock_ns(CLOCK_REALTIME) - (int64_t)clock_ns(CLOCK_MONOTONIC);
+    unix_offset_ns = (int64_t)env_clock_ns(CLOCK_REALTIME) - (int64_t)env_clock_mono_ns();
 }
 
 static void span_init(struct obs_tracer *t, const char *name, struct obs_span *s)
@@ -203,7 +201,7 @@ static void span_clock(struct obs_span *s)
     if (!obs_span_sampled(s))
         return;
     pthread_once(&unix_offset_once, unix_offset_init);
-    s->start_mono_ns = clock_ns(CLOCK_MONOTONIC);
+    s->start_mono_ns = env_clock_mono_ns();
     s->start_unix_ns = (uint64_t)((int64_t)s->start_mono_ns + unix_offset_ns);
 }
 
@@ -341,7 +339,7 @@ void obs_span_end(struct obs_span *s)
     struct obs_tracer *t = s->tracer;
     if (!obs_span_sampled(s))
         return;
-    uint64_t dur = clock_ns(CLOCK_MONOTONIC) - s->start_mono_ns;
+    uint64_t dur = env_clock_mono_ns() - s->start_mono_ns;
     s->end_unix_ns = s->start_unix_ns + dur;
     struct obs_span *root = s->root;
     __atomic_fetch_add(&root->stage_ns[s->stage], (int64_t)dur, __ATOMIC_RELAXED);
@@ -381,9 +379,9 @@ void obs_span_end(struct obs_span *s)
 static void jsonl_line(struct obs_tracer *t, const struct obs_span_rec *r, struct obs_buf *b)
 {
     char tid[33], sid[17], pid[17];
-    obs_hex(r->trace_id, 16, tid);
-    obs_hex(r->span_id, 8, sid);
-    obs_hex(r->parent_id, 8, pid);
+    kvm_hex_encode(r->trace_id, 16, tid);
+    kvm_hex_encode(r->span_id, 8, sid);
+    kvm_hex_encode(r->parent_id, 8, pid);
     obs_buf_printf(b, "{\"trace_id\":\"%s\",\"span_id\":\"%s\",\"parent_span_id\":\"%s\",", tid,
                    sid, all_zero(r->parent_id, 8) ? "" : pid);
     obs_buf_puts(b, "\"name\":");
@@ -424,9 +422,9 @@ static void otlp_body(struct obs_tracer *t, const struct obs_span_rec *recs, siz
     for (size_t k = 0; k < n; k++) {
         const struct obs_span_rec *r = &recs[k];
         char tid[33], sid[17], pid[17];
-        obs_hex(r->trace_id, 16, tid);
-        obs_hex(r->span_id, 8, sid);
-        obs_hex(r->parent_id, 8, pid);
+        kvm_hex_encode(r->trace_id, 16, tid);
+        kvm_hex_encode(r->span_id, 8, sid);
+        kvm_hex_encode(r->parent_id, 8, pid);
         obs_buf_printf(b, "%s{\"traceId\":\"%s\",\"spanId\":\"%s\",\"parentSpanId\":\"%s\",",
                        k ? "," : "", tid, sid, all_zero(r->parent_id, 8) ? "" : pid);
         obs_buf_puts(b, "\"name\":");
@@ -518,14 +516,6 @@ static bool export_batch(struct obs_tracer *t, CURL *c, const struct obs_span_re
     return ok;
 }
 
-static void deadline_in(struct timespec *ts, uint32_t ms)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    uint64_t ns = (uint64_t)ts->tv_nsec + (uint64_t)ms * 1000000ull;
-    ts->tv_sec += (time_t)(ns / 1000000000ull);
-    ts->tv_nsec = (long)(ns % 1000000000ull);
-}
-
 static void *exporter_main(void *arg)
 {
     struct obs_tracer *t = arg;
@@ -538,7 +528,7 @@ static void *exporter_main(void *arg)
             /* back off after a failed export: a dead collector must not make this thread spin
              * on the queue lock; meanwhile the bounded queue fills and producers drop */
             struct timespec ts;
-            deadline_in(&ts, t->flush_interval_ms);
+            env_clock_after(CLOCK_REALTIME, t->flush_interval_ms, &ts);
             while (!t->stop && !t->flush_req &&
                    pthread_cond_timedwait(&t->cv_work, &t->mu, &ts) != ETIMEDOUT)
                 ;
@@ -551,7 +541,7 @@ static void *exporter_main(void *arg)
         }
         if (t->qlen < t->batch_max && !t->stop && !t->flush_req) {
             struct timespec ts;
-            deadline_in(&ts, t->flush_interval_ms);
+            env_clock_after(CLOCK_REALTIME, t->flush_interval_ms, &ts);
             int w = pthread_cond_timedwait(&t->cv_work, &t->mu, &ts);
             if (w != ETIMEDOUT && t->qlen < t->batch_max && !t->stop && !t->flush_req)
                 continue;
@@ -731,10 +721,7 @@ void obs_tracer_destroy(struct obs_tracer *t)
 int obs_tracer_flush(struct obs_tracer *t, uint32_t timeout_ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)timeout_ms * 1000000ull;
-    ts.tv_sec += (time_t)(ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
+    env_clock_after(CLOCK_REALTIME, timeout_ms, &ts);
     int rc = 0;
     pthread_mutex_lock(&t->mu);
     uint64_t target = t->enq_seq;
@@ -781,7 +768,7 @@ void obs_tracer_breakdown_json(struct obs_tracer *t, unsigned limit, struct obs_
         const struct obs_breakdown_ent *e =
             &t->ring[(t->ring_next + OBS_BREAKDOWN_RING - 1 - k) % OBS_BREAKDOWN_RING];
         char tid[33];
-        obs_hex(e->trace_id, 16, tid);
+        kvm_hex_encode(e->trace_id, 16, tid);
         obs_buf_printf(b, "%s{\"trace_id\":\"%s\",\"name\":", k ? "," : "", tid);
         obs_buf_json_str(b, e->name, strlen(e->name));
         obs_buf_printf(b, ",\"end_unix_nano\":%llu,\"total_us\":%.3f,\"stages_us\":{",

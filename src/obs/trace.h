@@ -177,7 +177,4 @@ void obs_tracer_breakdown_json(struct obs_tracer *t, unsigned limit, struct obs_
 /* Appends the tracer status JSON object (rate, capture, exporter counters). */
 void obs_tracer_status_json(struct obs_tracer *t, struct obs_buf *b);
 
-/* Lower-case hex of n bytes into out (2n+1 bytes). */
-void obs_hex(const uint8_t *in, size_t n, char *out);
-
 #endif

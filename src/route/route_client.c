@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/util.h"
 #include "meta/keyspace.h"
 #include "route/route_int.h"
@@ -399,15 +400,15 @@ static void owner_finish_page(route_op_t *op, bool complete)
     route_svc_t *svc = op->svc;
     size_t clen = 0;
     if (!complete) {
-        /* cursor: u32 shard | u8 has_after | ident canonical bytes */
-        for (int i = 0; i < 4; i++)
-            op->cursor[i] = (uint8_t)(op->shard >> (8 * i));
-        op->cursor[4] = op->has_after ? 1 : 0;
-        clen = 5;
-        if (op->has_after) {
-            memcpy(op->cursor + 5, op->ident.enc, op->ident.enc_len);
-            clen += op->ident.enc_len;
-        }
+        /* cursor: u32le shard | u8 has_after | ident canonical bytes */
+        kvm_wr_t w;
+        kvm_wr_fixed(&w, op->cursor, sizeof(op->cursor));
+        kvm_wr_u32le(&w, op->shard);
+        kvm_wr_u8(&w, op->has_after ? 1 : 0);
+        if (op->has_after)
+            kvm_wr_bytes(&w, op->ident.enc, op->ident.enc_len);
+        int rc = kvm_wr_finish(&w, &clen);
+        KVM_ASSERT(rc == 0); /* the cursor buffer holds the largest identity */
     }
     route_owner_page_t pg = {.routes = op->page,
                              .n = op->n_page,
@@ -635,19 +636,19 @@ int route_owner_scan(route_svc_t *svc, const kvm_runtime_id_t *owner, const uint
         return KVMESH_ENOMEM;
     }
     if (cursor && cursor_len) {
-        if (cursor_len < 5 || cursor[4] > 1) {
+        kvm_rd_t r;
+        kvm_rd_init(&r, cursor, cursor_len);
+        op->shard = kvm_rd_u32le(&r);
+        uint8_t has_after = kvm_rd_u8(&r);
+        size_t enc_len = kvm_rd_remaining(&r);
+        const uint8_t *enc = kvm_rd_bytes(&r, enc_len);
+        if (!kvm_rd_end(&r) || has_after > 1 || op->shard >= svc->policy.n_shards ||
+            (has_after && kvm_ident_from_canonical(&op->ident, enc, enc_len) != 0) ||
+            (!has_after && enc_len != 0)) {
             op_free(op);
             return kvm_errf(KVMESH_EINVAL, "route_owner_scan: malformed cursor");
         }
-        op->shard = (uint32_t)cursor[0] | (uint32_t)cursor[1] << 8 | (uint32_t)cursor[2] << 16 |
-                    (uint32_t)cursor[3] << 24;
-        if (op->shard >= svc->policy.n_shards ||
-            (cursor[4] && kvm_ident_from_canonical(&op->ident, cursor + 5, cursor_len - 5) != 0) ||
-            (!cursor[4] && cursor_len != 5)) {
-            op_free(op);
-            return kvm_errf(KVMESH_EINVAL, "route_owner_scan: malformed cursor");
-        }
-        op->has_after = cursor[4] != 0;
+        op->has_after = has_after != 0;
     }
     op_start(svc, op);
     return 0;

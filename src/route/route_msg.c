@@ -17,111 +17,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/util.h"
 #include "core/wire.h"
 #include "route/route.h"
 
-typedef struct wbuf {
-    uint8_t *p;
-    size_t cap, len;
-    bool overflow;
-} wbuf_t;
-
-static void w_bytes(wbuf_t *w, const void *d, size_t n)
+static void w_rt(kvm_wr_t *w, const kvm_runtime_t *rt)
 {
-    if (w->overflow || w->cap - w->len < n) {
-        w->overflow = true;
-        return;
-    }
-    memcpy(w->p + w->len, d, n);
-    w->len += n;
+    kvm_wr_bytes(w, rt->id.b, KVM_ID128_LEN);
+    kvm_wr_u64le(w, rt->epoch);
 }
 
-static void w_u64(wbuf_t *w, uint64_t v)
+static void r_rt(kvm_rd_t *r, kvm_runtime_t *rt)
 {
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    w_bytes(w, b, 8);
-}
-
-static void w_u32(wbuf_t *w, uint32_t v)
-{
-    uint8_t b[4];
-    for (int i = 0; i < 4; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    w_bytes(w, b, 4);
-}
-
-static void w_u16(wbuf_t *w, uint16_t v)
-{
-    uint8_t b[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
-    w_bytes(w, b, 2);
-}
-
-static void w_u8(wbuf_t *w, uint8_t v)
-{
-    w_bytes(w, &v, 1);
-}
-
-static void w_rt(wbuf_t *w, const kvm_runtime_t *rt)
-{
-    w_bytes(w, rt->id.b, KVM_ID128_LEN);
-    w_u64(w, rt->epoch);
-}
-
-typedef struct rbuf {
-    const uint8_t *p;
-    size_t len, off;
-    bool bad;
-} rbuf_t;
-
-static const uint8_t *r_bytes(rbuf_t *r, size_t n)
-{
-    if (r->bad || r->len - r->off < n) {
-        r->bad = true;
-        return NULL;
-    }
-    const uint8_t *p = r->p + r->off;
-    r->off += n;
-    return p;
-}
-
-static uint64_t r_u64(rbuf_t *r)
-{
-    const uint8_t *b = r_bytes(r, 8);
-    uint64_t v = 0;
-    if (b)
-        for (int i = 7; i >= 0; i--)
-            v = (v << 8) | b[i];
-    return v;
-}
-
-static uint32_t r_u32(rbuf_t *r)
-{
-    const uint8_t *b = r_bytes(r, 4);
-    return b ? (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24
-             : 0;
-}
-
-static uint16_t r_u16(rbuf_t *r)
-{
-    const uint8_t *b = r_bytes(r, 2);
-    return b ? (uint16_t)(b[0] | b[1] << 8) : 0;
-}
-
-static uint8_t r_u8(rbuf_t *r)
-{
-    const uint8_t *b = r_bytes(r, 1);
-    return b ? b[0] : 0;
-}
-
-static void r_rt(rbuf_t *r, kvm_runtime_t *rt)
-{
-    const uint8_t *b = r_bytes(r, KVM_ID128_LEN);
-    if (b)
-        memcpy(rt->id.b, b, KVM_ID128_LEN);
-    rt->epoch = r_u64(r);
+    kvm_rd_copy(r, rt->id.b, KVM_ID128_LEN);
+    rt->epoch = kvm_rd_u64le(r);
 }
 
 void route_msg_init(route_msg_t *m, uint16_t kind)
@@ -205,64 +115,64 @@ int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out
                         route_msg_kind_name(m->kind), m->n_routes, m->n_set);
     if (m->kind == RMSG_READ_REQ && !m->has_ident)
         return kvm_errf(KVMESH_EINVAL, "read request without an identity");
-    wbuf_t w = {.p = buf, .cap = cap};
-    w_u8(&w, 'R');
-    w_u8(&w, ROUTE_MSG_VERSION);
-    w_u16(&w, m->kind);
-    w_u64(&w, m->req_id);
-    w_u32(&w, m->shard);
-    w_u64(&w, m->generation);
-    w_u64(&w, m->token);
-    w_u32(&w, (uint32_t)m->status);
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf, cap);
+    kvm_wr_u8(&w, 'R');
+    kvm_wr_u8(&w, ROUTE_MSG_VERSION);
+    kvm_wr_u16le(&w, m->kind);
+    kvm_wr_u64le(&w, m->req_id);
+    kvm_wr_u32le(&w, m->shard);
+    kvm_wr_u64le(&w, m->generation);
+    kvm_wr_u64le(&w, m->token);
+    kvm_wr_u32le(&w, (uint32_t)m->status);
     w_rt(&w, &m->target);
-    w_u64(&w, m->expected.fencing_token);
-    w_u64(&w, m->expected.primary_sequence);
-    w_u8(&w, m->has_ident ? 1 : 0);
+    kvm_wr_u64le(&w, m->expected.fencing_token);
+    kvm_wr_u64le(&w, m->expected.primary_sequence);
+    kvm_wr_u8(&w, m->has_ident ? 1 : 0);
     if (m->has_ident) {
         uint8_t tmp[KVM_WIRE_MAX_RECORD_LEN];
         size_t n;
         int rc = wire_ident_encode(&m->ident, tmp, sizeof(tmp), &n);
         if (rc)
             return rc;
-        w_u32(&w, (uint32_t)n);
-        w_bytes(&w, tmp, n);
+        kvm_wr_lp32le(&w, tmp, n);
     }
-    w_bytes(&w, m->owner.b, KVM_ID128_LEN);
-    w_u32(&w, m->limit);
-    w_u64(&w, m->remaining_ns);
-    w_u32(&w, m->flags);
+    kvm_wr_bytes(&w, m->owner.b, KVM_ID128_LEN);
+    kvm_wr_u32le(&w, m->limit);
+    kvm_wr_u64le(&w, m->remaining_ns);
+    kvm_wr_u32le(&w, m->flags);
     w_rt(&w, &m->primary);
-    w_u32(&w, m->primary_node);
-    w_u32(&w, m->n_set);
+    kvm_wr_u32le(&w, m->primary_node);
+    kvm_wr_u32le(&w, m->n_set);
     for (uint32_t i = 0; i < m->n_set; i++) {
         w_rt(&w, &m->set[i].rt);
-        w_u32(&w, m->set[i].node);
+        kvm_wr_u32le(&w, m->set[i].node);
     }
-    w_u8(&w, m->more ? 1 : 0);
-    w_u32(&w, m->n_routes);
+    kvm_wr_u8(&w, m->more ? 1 : 0);
+    kvm_wr_u32le(&w, m->n_routes);
     for (uint32_t i = 0; i < m->n_routes; i++) {
         /* write the frame in place after its length */
-        size_t at = w.len;
-        w_u32(&w, 0);
-        if (w.overflow)
+        size_t at = w.len, avail = 0;
+        kvm_wr_u32le(&w, 0);
+        uint8_t *tail = kvm_wr_tail(&w, 0, &avail);
+        if (!tail)
             break;
         size_t n;
-        int rc = wire_route_encode(m->rptrs ? m->rptrs[i] : &m->routes[i], w.p + w.len,
-                                   w.cap - w.len, &n);
+        int rc = wire_route_encode(m->rptrs ? m->rptrs[i] : &m->routes[i], tail, avail, &n);
         if (rc == KVMESH_ETOOBIG) {
-            w.overflow = true;
+            kvm_wr_fail(&w, KVMESH_ETOOBIG);
             break;
         }
         if (rc)
             return rc;
-        wbuf_t lw = {.p = w.p + at, .cap = 4};
-        w_u32(&lw, (uint32_t)n);
-        w.len += n;
+        kvm_wr_advance(&w, n);
+        kvm_wr_patch_u32le(&w, at, (uint32_t)n);
     }
-    if (w.overflow || w.len > ROUTE_MSG_MAX_LEN)
+    size_t len = 0;
+    if (kvm_wr_finish(&w, &len) != 0 || len > ROUTE_MSG_MAX_LEN)
         return kvm_errf(KVMESH_ETOOBIG, "route message %s does not fit %zu bytes",
                         route_msg_kind_name(m->kind), cap);
-    *out_len = w.len;
+    *out_len = len;
     return 0;
 }
 
@@ -278,63 +188,62 @@ int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t 
     if (len > ROUTE_MSG_MAX_LEN)
         return kvm_errf(KVMESH_ETOOBIG, "route message of %zu bytes; max %u", len,
                         ROUTE_MSG_MAX_LEN);
-    rbuf_t r = {.p = buf, .len = len};
-    if (r_u8(&r) != 'R')
+    kvm_rd_t r;
+    kvm_rd_init(&r, buf, len);
+    if (kvm_rd_u8(&r) != 'R')
         return bad(out, "bad magic");
-    uint8_t ver = r_u8(&r);
-    if (r.bad)
+    uint8_t ver = kvm_rd_u8(&r);
+    if (!kvm_rd_ok(&r))
         return bad(out, "truncated header");
     if (ver != ROUTE_MSG_VERSION)
         return kvm_errf(KVMESH_EINCOMPAT, "route message codec version %u; this build speaks %u",
                         ver, ROUTE_MSG_VERSION);
-    out->kind = r_u16(&r);
+    out->kind = kvm_rd_u16le(&r);
     if (out->kind == 0 || out->kind > RMSG_KIND_MAX)
         return bad(out, "unknown kind");
     if (type != ROUTE_MSG_BASE + out->kind)
         return bad(out, "kind does not match the message type");
-    out->req_id = r_u64(&r);
-    out->shard = r_u32(&r);
-    out->generation = r_u64(&r);
-    out->token = r_u64(&r);
-    out->status = (int32_t)r_u32(&r);
+    out->req_id = kvm_rd_u64le(&r);
+    out->shard = kvm_rd_u32le(&r);
+    out->generation = kvm_rd_u64le(&r);
+    out->token = kvm_rd_u64le(&r);
+    out->status = (int32_t)kvm_rd_u32le(&r);
     r_rt(&r, &out->target);
-    out->expected.fencing_token = r_u64(&r);
-    out->expected.primary_sequence = r_u64(&r);
-    uint8_t has_ident = r_u8(&r);
+    out->expected.fencing_token = kvm_rd_u64le(&r);
+    out->expected.primary_sequence = kvm_rd_u64le(&r);
+    uint8_t has_ident = kvm_rd_u8(&r);
     if (has_ident > 1)
         return bad(out, "bad ident flag");
     if (has_ident) {
-        uint32_t n = r_u32(&r);
-        const uint8_t *p = r_bytes(&r, n);
+        uint32_t n = 0;
+        const uint8_t *p = kvm_rd_lp32le(&r, &n);
         if (!p)
             return bad(out, "truncated ident");
         if (wire_ident_decode(p, n, &out->ident) != 0)
             return bad(out, "bad ident frame");
         out->has_ident = true;
     }
-    const uint8_t *ow = r_bytes(&r, KVM_ID128_LEN);
-    if (ow)
-        memcpy(out->owner.b, ow, KVM_ID128_LEN);
-    out->limit = r_u32(&r);
-    out->remaining_ns = r_u64(&r);
-    out->flags = r_u32(&r);
+    kvm_rd_copy(&r, out->owner.b, KVM_ID128_LEN);
+    out->limit = kvm_rd_u32le(&r);
+    out->remaining_ns = kvm_rd_u64le(&r);
+    out->flags = kvm_rd_u32le(&r);
     r_rt(&r, &out->primary);
-    out->primary_node = r_u32(&r);
-    out->n_set = r_u32(&r);
-    if (r.bad)
+    out->primary_node = kvm_rd_u32le(&r);
+    out->n_set = kvm_rd_u32le(&r);
+    if (!kvm_rd_ok(&r))
         return bad(out, "truncated body");
     if (out->n_set > ROUTE_MSG_MAX_SET)
         return bad(out, "authority set too large");
     for (uint32_t i = 0; i < out->n_set; i++) {
         r_rt(&r, &out->set[i].rt);
-        out->set[i].node = r_u32(&r);
+        out->set[i].node = kvm_rd_u32le(&r);
     }
-    uint8_t more = r_u8(&r);
+    uint8_t more = kvm_rd_u8(&r);
     if (more > 1)
         return bad(out, "bad more flag");
     out->more = more != 0;
-    uint32_t nr = r_u32(&r);
-    if (r.bad)
+    uint32_t nr = kvm_rd_u32le(&r);
+    if (!kvm_rd_ok(&r))
         return bad(out, "truncated body");
     uint32_t lo, hi;
     kind_route_bounds(out->kind, &lo, &hi);
@@ -349,8 +258,8 @@ int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t 
             return kvm_errf(KVMESH_ENOMEM, "route message: out of memory");
         }
         for (uint32_t i = 0; i < nr; i++) {
-            uint32_t n = r_u32(&r);
-            const uint8_t *p = r_bytes(&r, n);
+            uint32_t n = 0;
+            const uint8_t *p = kvm_rd_lp32le(&r, &n);
             if (!p)
                 return bad(out, "truncated route");
             out->n_routes = i + 1; /* so that clear frees what was decoded */
@@ -358,7 +267,7 @@ int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t 
                 return bad(out, "bad route frame");
         }
     }
-    if (r.off != r.len)
+    if (!kvm_rd_end(&r))
         return bad(out, "trailing bytes");
     return 0;
 }

@@ -11,102 +11,72 @@
  */
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/util.h"
 #include "core/wrh.h"
 #include "route/route_int.h"
 
-typedef struct rw {
-    uint8_t *p;
-    size_t cap, len;
-    const uint8_t *rp;
-    bool bad;
-} rw_t;
-
-static void put(rw_t *w, uint64_t v, int n)
+static void put_member(kvm_wr_t *w, const kvm_runtime_t *rt, env_node_t node)
 {
-    if (w->bad || w->cap - w->len < (size_t)n) {
-        w->bad = true;
-        return;
-    }
-    for (int i = 0; i < n; i++)
-        w->p[w->len++] = (uint8_t)(v >> (8 * i));
+    kvm_wr_bytes(w, rt->id.b, KVM_ID128_LEN);
+    kvm_wr_u64le(w, rt->epoch);
+    kvm_wr_u32le(w, node);
 }
 
-static uint64_t get(rw_t *r, int n)
+static void get_member(kvm_rd_t *r, kvm_runtime_t *rt, env_node_t *node)
 {
-    if (r->bad || r->cap - r->len < (size_t)n) {
-        r->bad = true;
-        return 0;
-    }
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | r->rp[r->len + (size_t)i];
-    r->len += (size_t)n;
-    return v;
-}
-
-static void put_member(rw_t *w, const kvm_runtime_t *rt, env_node_t node)
-{
-    for (int i = 0; i < KVM_ID128_LEN; i++)
-        put(w, rt->id.b[i], 1);
-    put(w, rt->epoch, 8);
-    put(w, node, 4);
-}
-
-static void get_member(rw_t *r, kvm_runtime_t *rt, env_node_t *node)
-{
-    for (int i = 0; i < KVM_ID128_LEN; i++)
-        rt->id.b[i] = (uint8_t)get(r, 1);
-    rt->epoch = get(r, 8);
-    *node = (env_node_t)get(r, 4);
+    kvm_rd_copy(r, rt->id.b, KVM_ID128_LEN);
+    rt->epoch = kvm_rd_u64le(r);
+    *node = (env_node_t)kvm_rd_u32le(r);
 }
 
 int route_rec_encode(const route_rec_t *rec, uint8_t *buf, size_t cap, size_t *out_len)
 {
     KVM_ASSERT(rec->n_set <= ROUTE_MSG_MAX_SET && rec->n_src <= ROUTE_MSG_MAX_SET);
-    rw_t w = {.p = buf, .cap = cap};
-    put(&w, 'S', 1);
-    put(&w, 1, 1);
-    put(&w, rec->generation, 8);
-    put(&w, rec->token, 8);
-    put(&w, rec->state, 1);
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf, cap);
+    kvm_wr_u8(&w, 'S');
+    kvm_wr_u8(&w, 1);
+    kvm_wr_u64le(&w, rec->generation);
+    kvm_wr_u64le(&w, rec->token);
+    kvm_wr_u8(&w, rec->state);
     put_member(&w, &rec->primary, rec->primary_node);
-    put(&w, (uint64_t)rec->lease, 8);
-    put(&w, rec->n_set, 4);
+    kvm_wr_u64le(&w, (uint64_t)rec->lease);
+    kvm_wr_u32le(&w, rec->n_set);
     for (uint32_t i = 0; i < rec->n_set; i++)
         put_member(&w, &rec->set[i].rt, rec->set[i].node);
-    put(&w, rec->n_src, 4);
+    kvm_wr_u32le(&w, rec->n_src);
     for (uint32_t i = 0; i < rec->n_src; i++)
         put_member(&w, &rec->src[i].rt, rec->src[i].node);
-    if (w.bad)
+    if (kvm_wr_finish(&w, out_len) != 0)
         return kvm_errf(KVMESH_ETOOBIG, "shard record does not fit %zu bytes", cap);
-    *out_len = w.len;
     return 0;
 }
 
 int route_rec_decode(const uint8_t *buf, size_t len, route_rec_t *out)
 {
     memset(out, 0, sizeof(*out));
-    rw_t r = {.rp = buf, .cap = len};
-    if (get(&r, 1) != 'S' || get(&r, 1) != 1)
+    kvm_rd_t r;
+    kvm_rd_init(&r, buf, len);
+    if (kvm_rd_u8(&r) != 'S' || kvm_rd_u8(&r) != 1)
         return kvm_errf(KVMESH_EPROTO, "shard record: bad magic or version");
-    out->generation = get(&r, 8);
-    out->token = get(&r, 8);
-    out->state = (uint8_t)get(&r, 1);
+    out->generation = kvm_rd_u64le(&r);
+    out->token = kvm_rd_u64le(&r);
+    out->state = kvm_rd_u8(&r);
     get_member(&r, &out->primary, &out->primary_node);
-    out->lease = (int64_t)get(&r, 8);
-    out->n_set = (uint32_t)get(&r, 4);
+    out->lease = (int64_t)kvm_rd_u64le(&r);
+    out->n_set = kvm_rd_u32le(&r);
     if (out->n_set > ROUTE_MSG_MAX_SET)
         return kvm_errf(KVMESH_EPROTO, "shard record: set of %u members", out->n_set);
     for (uint32_t i = 0; i < out->n_set; i++)
         get_member(&r, &out->set[i].rt, &out->set[i].node);
-    out->n_src = (uint32_t)get(&r, 4);
+    out->n_src = kvm_rd_u32le(&r);
     if (out->n_src > ROUTE_MSG_MAX_SET)
         return kvm_errf(KVMESH_EPROTO, "shard record: source set of %u members", out->n_src);
     for (uint32_t i = 0; i < out->n_src; i++)
         get_member(&r, &out->src[i].rt, &out->src[i].node);
-    if (r.bad || r.len != len || out->state < ROUTE_REC_TRANSFERRING ||
-        out->state > ROUTE_REC_RESIGNED || out->token == 0) {
+    if (!kvm_rd_end(&r) || out->state < ROUTE_REC_TRANSFERRING || out->state > ROUTE_REC_RESIGNED ||
+        out->token == 0) {
         memset(out, 0, sizeof(*out));
         return kvm_errf(KVMESH_EPROTO, "shard record: truncated, trailing bytes or bad state");
     }
@@ -115,30 +85,31 @@ int route_rec_decode(const uint8_t *buf, size_t len, route_rec_t *out)
 
 int route_policy_encode(const route_policy_t *p, uint8_t *buf, size_t cap, size_t *out_len)
 {
-    rw_t w = {.p = buf, .cap = cap};
-    put(&w, 'P', 1);
-    put(&w, 1, 1);
-    put(&w, (uint32_t)p->mode, 4);
-    put(&w, p->top_k, 4);
-    put(&w, p->n_shards, 4);
-    put(&w, p->protocol_version, 4);
-    if (w.bad)
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf, cap);
+    kvm_wr_u8(&w, 'P');
+    kvm_wr_u8(&w, 1);
+    kvm_wr_u32le(&w, (uint32_t)p->mode);
+    kvm_wr_u32le(&w, p->top_k);
+    kvm_wr_u32le(&w, p->n_shards);
+    kvm_wr_u32le(&w, p->protocol_version);
+    if (kvm_wr_finish(&w, out_len) != 0)
         return kvm_errf(KVMESH_ETOOBIG, "policy does not fit");
-    *out_len = w.len;
     return 0;
 }
 
 int route_policy_decode(const uint8_t *buf, size_t len, route_policy_t *out)
 {
     memset(out, 0, sizeof(*out));
-    rw_t r = {.rp = buf, .cap = len};
-    if (get(&r, 1) != 'P' || get(&r, 1) != 1)
+    kvm_rd_t r;
+    kvm_rd_init(&r, buf, len);
+    if (kvm_rd_u8(&r) != 'P' || kvm_rd_u8(&r) != 1)
         return kvm_errf(KVMESH_EPROTO, "cluster route policy: bad magic or version");
-    out->mode = (enum route_mode)get(&r, 4);
-    out->top_k = (uint32_t)get(&r, 4);
-    out->n_shards = (uint32_t)get(&r, 4);
-    out->protocol_version = (uint32_t)get(&r, 4);
-    if (r.bad || r.len != len)
+    out->mode = (enum route_mode)kvm_rd_u32le(&r);
+    out->top_k = kvm_rd_u32le(&r);
+    out->n_shards = kvm_rd_u32le(&r);
+    out->protocol_version = kvm_rd_u32le(&r);
+    if (!kvm_rd_end(&r))
         return kvm_errf(KVMESH_EPROTO, "cluster route policy: truncated or trailing bytes");
     return 0;
 }

@@ -30,6 +30,7 @@
 
 #include "core/hash.h"
 #include "core/util.h"
+#include "env/clock.h"
 #include "store/data.h"
 
 #define DATA_CHUNK 16 /* items per transport round (bounds temporary registrations) */
@@ -734,16 +735,13 @@ static int move_all(kvm_rt_t *rt, uint64_t seg_filter, uint32_t timeout_ms, size
                     size_t *failed)
 {
     int rc = 0;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = env_clock_mono_ms();
     uint64_t cursor = 0;
     int empty_passes = 0;
     /* Writers that placed here before they saw DRAINING may still commit: list until two
      * passes a snapshot period apart find nothing new. */
     while (empty_passes < 2) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        uint64_t el = (uint64_t)(((int64_t)t.tv_sec - (int64_t)t0.tv_sec) * 1000 +
-                                 ((int64_t)t.tv_nsec - (int64_t)t0.tv_nsec) / 1000000);
+        uint64_t el = env_clock_since_ms(t0);
         if (el > timeout_ms) {
             rc = kvm_errf(KVMESH_ETIMEDOUT, "drain did not finish in %u ms (%zu moved)", timeout_ms,
                           *moved);
@@ -817,18 +815,14 @@ int kvm_store_retire_segment(kvm_rt_t *rt, uint64_t seg_id, uint32_t timeout_ms)
     int rc = seg_op(rt, KVM_OP_SEG_RETIRE, &arg);
     if (rc)
         return rc;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = env_clock_mono_ms();
     for (;;) {
         size_t moved = 0, failed = 0;
         rc = move_all(rt, seg_id, timeout_ms, &moved, &failed);
         arg = seg_id;
         if (!rc && (rc = seg_op(rt, KVM_OP_SEG_REMOVE, &arg)) != KVMESH_EAGAIN)
             return rc;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        uint64_t el = (uint64_t)(((int64_t)t.tv_sec - (int64_t)t0.tv_sec) * 1000 +
-                                 ((int64_t)t.tv_nsec - (int64_t)t0.tv_nsec) / 1000000);
-        if (el > timeout_ms)
+        if (env_clock_since_ms(t0) > timeout_ms)
             return kvm_errf(KVMESH_ETIMEDOUT,
                             "segment %016" PRIx64 " still holds slots after %u ms", seg_id,
                             timeout_ms);

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hex.h"
 #include "core/util.h"
 #include "store/store.h"
 
@@ -154,11 +155,7 @@ static char *record_json(kvm_rt_t *rt)
 
 static int hex_u64(const char *s, uint64_t *out)
 {
-    size_t n = strlen(s);
-    if (n == 0 || n > 16 || strspn(s, "0123456789abcdefABCDEF") != n)
-        return KVMESH_EPROTO;
-    *out = strtoull(s, NULL, 16);
-    return 0;
+    return kvm_hex_u64(s, strlen(s), KVM_HEX_ANY, out) == 0 ? 0 : KVMESH_EPROTO;
 }
 
 int kvm_member_record_decode(const char *key, const uint8_t *value, size_t len,

@@ -1,137 +1,71 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * proto.c — codecs of the store's peer messages (see proto.h). Pure functions.
+ * proto.c — codecs of the store's peer messages (see proto.h), written with the core byte codec
+ * (core/bytes.h). Pure functions.
  */
 #include "store/proto.h"
 
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/util.h"
 
-struct wbuf {
-    uint8_t *p;
-    size_t cap, n;
-    bool over;
-};
-
-static void put_bytes(struct wbuf *w, const void *src, size_t n)
+/* A writer into the caller's buffer that starts with the version byte (ver = true). */
+static void wstart(kvm_wr_t *w, uint8_t *buf, size_t cap, bool ver)
 {
-    if (w->over || w->cap - w->n < n) {
-        w->over = true;
-        return;
-    }
-    memcpy(w->p + w->n, src, n);
-    w->n += n;
+    kvm_wr_fixed(w, buf, cap);
+    if (ver)
+        kvm_wr_u8(w, STORE_PROTO_VERSION);
 }
 
-static void put_u64(struct wbuf *w, uint64_t v)
+static int wdone(const kvm_wr_t *w, size_t *len)
 {
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    put_bytes(w, b, 8);
+    return kvm_wr_finish(w, len) != 0 ? KVMESH_ETOOBIG : 0;
 }
 
-static void put_u32(struct wbuf *w, uint32_t v)
+/* A reader over buf; with ver, the leading version byte is read and checked. */
+static int rstart(kvm_rd_t *r, const uint8_t *buf, size_t len, bool ver)
 {
-    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-    put_bytes(w, b, 4);
-}
-
-static void put_u16(struct wbuf *w, uint16_t v)
-{
-    uint8_t b[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
-    put_bytes(w, b, 2);
-}
-
-static int wdone(struct wbuf *w, size_t *len)
-{
-    if (w->over)
-        return KVMESH_ETOOBIG;
-    *len = w->n;
-    return 0;
-}
-
-struct rbuf {
-    const uint8_t *p;
-    size_t len, off;
-    bool bad;
-};
-
-static const uint8_t *get_bytes(struct rbuf *r, size_t n)
-{
-    if (r->bad || r->len - r->off < n) {
-        r->bad = true;
-        return NULL;
-    }
-    const uint8_t *p = r->p + r->off;
-    r->off += n;
-    return p;
-}
-
-static uint64_t get_u64(struct rbuf *r)
-{
-    const uint8_t *b = get_bytes(r, 8);
-    uint64_t v = 0;
-    for (int i = 0; b && i < 8; i++)
-        v |= (uint64_t)b[i] << (8 * i);
-    return v;
-}
-
-static uint32_t get_u32(struct rbuf *r)
-{
-    const uint8_t *b = get_bytes(r, 4);
-    return b ? (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24
-             : 0;
-}
-
-static uint16_t get_u16(struct rbuf *r)
-{
-    const uint8_t *b = get_bytes(r, 2);
-    return b ? (uint16_t)(b[0] | b[1] << 8) : 0;
-}
-
-static int get_version(struct rbuf *r)
-{
-    const uint8_t *v = get_bytes(r, 1);
-    if (!v || *v != STORE_PROTO_VERSION)
-        return kvm_errf(KVMESH_EPROTO, "store message version %d is not %d", v ? *v : -1,
+    kvm_rd_init(r, buf, len);
+    if (!ver)
+        return 0;
+    int v = len ? kvm_rd_u8(r) : -1;
+    if (v != STORE_PROTO_VERSION)
+        return kvm_errf(KVMESH_EPROTO, "store message version %d is not %d", v,
                         STORE_PROTO_VERSION);
     return 0;
 }
 
-static int rdone(struct rbuf *r, const char *what)
+static int rdone(kvm_rd_t *r, const char *what)
 {
-    if (r->bad || r->off != r->len)
+    if (!kvm_rd_end(r))
         return kvm_errf(KVMESH_EPROTO, "malformed %s message (%zu bytes)", what, r->len);
     return 0;
 }
 
 int store_reserve_req_encode(const store_reserve_req_t *m, uint8_t *buf, size_t cap, size_t *len)
 {
-    struct wbuf w = {buf, cap, 0, false};
-    uint8_t v = STORE_PROTO_VERSION;
-    put_bytes(&w, &v, 1);
-    put_u64(&w, m->target_epoch);
-    put_u64(&w, m->length);
-    put_u32(&w, m->ttl_ms);
-    put_u16(&w, (uint16_t)m->ident.enc_len);
-    put_bytes(&w, m->ident.enc, m->ident.enc_len);
+    kvm_wr_t w;
+    wstart(&w, buf, cap, true);
+    kvm_wr_u64le(&w, m->target_epoch);
+    kvm_wr_u64le(&w, m->length);
+    kvm_wr_u32le(&w, m->ttl_ms);
+    kvm_wr_lp16le(&w, m->ident.enc, m->ident.enc_len);
     return wdone(&w, len);
 }
 
 int store_reserve_req_decode(const uint8_t *buf, size_t len, store_reserve_req_t *out)
 {
     memset(out, 0, sizeof(*out));
-    struct rbuf r = {buf, len, 0, false};
-    int rc = get_version(&r);
+    kvm_rd_t r;
+    int rc = rstart(&r, buf, len, true);
     if (rc)
         return rc;
-    out->target_epoch = get_u64(&r);
-    out->length = get_u64(&r);
-    out->ttl_ms = get_u32(&r);
-    uint16_t il = get_u16(&r);
-    const uint8_t *enc = get_bytes(&r, il);
+    out->target_epoch = kvm_rd_u64le(&r);
+    out->length = kvm_rd_u64le(&r);
+    out->ttl_ms = kvm_rd_u32le(&r);
+    uint16_t il = 0;
+    const uint8_t *enc = kvm_rd_lp16le(&r, &il);
     if ((rc = rdone(&r, "reserve")) != 0)
         return rc;
     if (out->length == 0)
@@ -143,42 +77,43 @@ int store_reserve_req_decode(const uint8_t *buf, size_t len, store_reserve_req_t
 
 int store_reserve_resp_encode(const store_reserve_resp_t *m, uint8_t *buf, size_t cap, size_t *len)
 {
-    struct wbuf w = {buf, cap, 0, false};
-    put_u64(&w, m->seg);
-    put_u64(&w, m->offset);
-    put_u64(&w, m->token);
+    kvm_wr_t w;
+    wstart(&w, buf, cap, false);
+    kvm_wr_u64le(&w, m->seg);
+    kvm_wr_u64le(&w, m->offset);
+    kvm_wr_u64le(&w, m->token);
     return wdone(&w, len);
 }
 
 int store_reserve_resp_decode(const uint8_t *buf, size_t len, store_reserve_resp_t *out)
 {
-    struct rbuf r = {buf, len, 0, false};
-    out->seg = get_u64(&r);
-    out->offset = get_u64(&r);
-    out->token = get_u64(&r);
+    kvm_rd_t r;
+    rstart(&r, buf, len, false);
+    out->seg = kvm_rd_u64le(&r);
+    out->offset = kvm_rd_u64le(&r);
+    out->token = kvm_rd_u64le(&r);
     return rdone(&r, "reserve response");
 }
 
 int store_slot_msg_encode(const store_slot_msg_t *m, uint8_t *buf, size_t cap, size_t *len)
 {
-    struct wbuf w = {buf, cap, 0, false};
-    uint8_t v = STORE_PROTO_VERSION;
-    put_bytes(&w, &v, 1);
-    put_u64(&w, m->target_epoch);
-    put_u64(&w, m->seg);
-    put_u64(&w, m->offset);
+    kvm_wr_t w;
+    wstart(&w, buf, cap, true);
+    kvm_wr_u64le(&w, m->target_epoch);
+    kvm_wr_u64le(&w, m->seg);
+    kvm_wr_u64le(&w, m->offset);
     return wdone(&w, len);
 }
 
 int store_slot_msg_decode(const uint8_t *buf, size_t len, store_slot_msg_t *out)
 {
-    struct rbuf r = {buf, len, 0, false};
-    int rc = get_version(&r);
+    kvm_rd_t r;
+    int rc = rstart(&r, buf, len, true);
     if (rc)
         return rc;
-    out->target_epoch = get_u64(&r);
-    out->seg = get_u64(&r);
-    out->offset = get_u64(&r);
+    out->target_epoch = kvm_rd_u64le(&r);
+    out->seg = kvm_rd_u64le(&r);
+    out->offset = kvm_rd_u64le(&r);
     return rdone(&r, "slot");
 }
 
@@ -186,29 +121,51 @@ int store_hit_msg_encode(const store_hit_msg_t *m, uint8_t *buf, size_t cap, siz
 {
     if (m->n > STORE_HIT_MAX)
         return KVMESH_EINVAL;
-    struct wbuf w = {buf, cap, 0, false};
-    uint8_t v = STORE_PROTO_VERSION;
-    put_bytes(&w, &v, 1);
-    put_u16(&w, m->n);
+    kvm_wr_t w;
+    wstart(&w, buf, cap, true);
+    kvm_wr_u16le(&w, m->n);
     for (uint16_t i = 0; i < m->n; i++) {
-        put_u64(&w, m->slots[i].seg);
-        put_u64(&w, m->slots[i].offset);
+        kvm_wr_u64le(&w, m->slots[i].seg);
+        kvm_wr_u64le(&w, m->slots[i].offset);
     }
     return wdone(&w, len);
 }
 
 int store_hit_msg_decode(const uint8_t *buf, size_t len, store_hit_msg_t *out)
 {
-    struct rbuf r = {buf, len, 0, false};
-    int rc = get_version(&r);
+    kvm_rd_t r;
+    int rc = rstart(&r, buf, len, true);
     if (rc)
         return rc;
-    out->n = get_u16(&r);
+    out->n = kvm_rd_u16le(&r);
     if (out->n > STORE_HIT_MAX)
         return kvm_errf(KVMESH_EPROTO, "hit report of %u slots (max %d)", out->n, STORE_HIT_MAX);
     for (uint16_t i = 0; i < out->n; i++) {
-        out->slots[i].seg = get_u64(&r);
-        out->slots[i].offset = get_u64(&r);
+        out->slots[i].seg = kvm_rd_u64le(&r);
+        out->slots[i].offset = kvm_rd_u64le(&r);
     }
     return rdone(&r, "hit");
+}
+
+uint8_t *store_env_msg_encode(uint32_t env_type, const void *data, size_t len, size_t *out_len)
+{
+    kvm_wr_t w;
+    kvm_wr_growing(&w, 4 + len);
+    kvm_wr_u32le(&w, env_type);
+    kvm_wr_bytes(&w, data, len);
+    return kvm_wr_take(&w, out_len);
+}
+
+int store_env_msg_decode(const uint8_t *buf, size_t len, uint32_t *env_type, const uint8_t **data,
+                         size_t *data_len)
+{
+    kvm_rd_t r;
+    rstart(&r, buf, len, false);
+    uint32_t t = kvm_rd_u32le(&r);
+    if (!kvm_rd_ok(&r))
+        return kvm_errf(KVMESH_EPROTO, "env message of %zu bytes; shorter than its type", len);
+    *env_type = t;
+    *data_len = kvm_rd_remaining(&r);
+    *data = kvm_rd_bytes(&r, *data_len);
+    return 0;
 }

@@ -11,6 +11,7 @@
  *   STORE_RPC_RELEASE  notify    ver | target epoch u64 | seg u64 | offset u64
  *   STORE_RPC_HIT      notify    ver | n u16 | n * (seg u64 | offset u64)   (n <= STORE_HIT_MAX)
  *   STORE_RPC_ENV      notify    env message type u32 | bytes (route protocol, env_send)
+ *                                (the only body without a version byte)
  *
  * Payload bytes never travel in these messages: the transports move them.
  */
@@ -63,5 +64,12 @@ int store_slot_msg_encode(const store_slot_msg_t *m, uint8_t *buf, size_t cap, s
 int store_slot_msg_decode(const uint8_t *buf, size_t len, store_slot_msg_t *out);
 int store_hit_msg_encode(const store_hit_msg_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_hit_msg_decode(const uint8_t *buf, size_t len, store_hit_msg_t *out);
+
+/* STORE_RPC_ENV body. encode returns a heap buffer (free()) of *out_len bytes, NULL when out
+ * of memory; decode points *data into buf (borrowed) and fails with KVMESH_EPROTO for a body
+ * shorter than its type. */
+uint8_t *store_env_msg_encode(uint32_t env_type, const void *data, size_t len, size_t *out_len);
+int store_env_msg_decode(const uint8_t *buf, size_t len, uint32_t *env_type, const uint8_t **data,
+                         size_t *data_len);
 
 #endif

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "env/clock.h"
 #include "store/proto.h"
 #include "store/store.h"
 
@@ -130,18 +131,13 @@ int kvm_op_run(kvm_op_t *op)
     if (atomic_load(&rt->closing))
         return kvm_errf(KVMESH_ECLOSED, "the runtime is closed");
     atomic_fetch_add(&op->refs, 1);
-    struct timespec start;
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    uint64_t start_ms = env_clock_mono_ms();
     int rc;
     for (;;) {
         rc = env_post(rt->env, op_enter, op);
         if (rc != KVMESH_EAGAIN)
             break;
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        uint64_t ms = (uint64_t)(((int64_t)now.tv_sec - (int64_t)start.tv_sec) * 1000 +
-                                 ((int64_t)now.tv_nsec - (int64_t)start.tv_nsec) / 1000000);
-        if (ms >= rt->cfg.request_timeout_ms)
+        if (env_clock_since_ms(start_ms) >= rt->cfg.request_timeout_ms)
             break;
         usleep(200);
     }
@@ -344,16 +340,11 @@ static int env_sender(void *ctx, env_node_t to, uint32_t type, const void *data,
     rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
     if (!p)
         return KVMESH_EUNAVAILABLE;
-    uint8_t *body = malloc(4 + len);
+    size_t body_len = 0;
+    uint8_t *body = store_env_msg_encode(type, data, len, &body_len);
     if (!body)
         return KVMESH_ENOMEM;
-    body[0] = (uint8_t)type;
-    body[1] = (uint8_t)(type >> 8);
-    body[2] = (uint8_t)(type >> 16);
-    body[3] = (uint8_t)(type >> 24);
-    if (len)
-        memcpy(body + 4, data, len);
-    struct rpc_msg msg = {.type = STORE_RPC_ENV, .body = body, .body_len = 4 + len};
+    struct rpc_msg msg = {.type = STORE_RPC_ENV, .body = body, .body_len = body_len};
     int rc = rpc_notify(p, &msg, NULL, NULL);
     free(body);
     return rc;
@@ -364,17 +355,11 @@ static void on_env_msg(rpc_reply *reply, struct rpc_request *req, void *arg)
     (void)reply;
     kvm_rt_t *rt = arg;
     kvm_runtime_id_t from;
-    if (req->body_len < 4 || !req->peer_runtime_id ||
-        kvm_id128_parse(req->peer_runtime_id, &from) != 0)
+    env_msg_t msg = {.to = 0};
+    if (!req->peer_runtime_id || kvm_id128_parse(req->peer_runtime_id, &from) != 0 ||
+        store_env_msg_decode(req->body, req->body_len, &msg.type, &msg.data, &msg.len) != 0)
         return;
-    env_msg_t msg = {
-        .from = kvm_member_node_of(rt, &from),
-        .to = 0,
-        .type = (uint32_t)req->body[0] | (uint32_t)req->body[1] << 8 |
-                (uint32_t)req->body[2] << 16 | (uint32_t)req->body[3] << 24,
-        .data = req->body + 4,
-        .len = req->body_len - 4,
-    };
+    msg.from = kvm_member_node_of(rt, &from);
     env_uv_deliver(rt->env, &msg);
 }
 
@@ -596,9 +581,7 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
 {
     kvm_rt_t *rt = ctx;
     snprintf(out->runtime_id, sizeof(out->runtime_id), "%s", rt->idhex);
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    out->uptime_seconds = ((uint64_t)t.tv_sec * 1000 - rt->start_ms) / 1000;
+    out->uptime_seconds = env_clock_since_ms(rt->start_ms) / 1000;
     out->live_members = (uint32_t)atomic_load(&rt->a_members);
     out->dram_capacity_bytes = rt->capacity;
     out->dram_used_bytes = atomic_load(&rt->a_used);
@@ -756,9 +739,7 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg)
     if (!rt)
         return KVMESH_ENOMEM;
     rt->cfg = *cfg;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    rt->start_ms = (uint64_t)t0.tv_sec * 1000;
+    rt->start_ms = env_clock_mono_ms();
     pthread_mutex_init(&rt->mu, NULL);
     pthread_cond_init(&rt->open_cv, NULL);
     rt->members = calloc(STORE_MAX_MEMBERS, sizeof(*rt->members));

@@ -31,6 +31,7 @@
 #include <cmocka.h>
 
 #include "api/config_table.h"
+#include "env/clock.h"
 #include "testsrv.h"
 
 #define T_CMD_TIMEOUT_MS   60000 /* one CLI invocation */
@@ -51,13 +52,6 @@ struct out {
     size_t out_len;
     uint64_t ms;
 };
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -85,13 +79,13 @@ static void out_free(struct out *o)
 
 static int wait_exit(pid_t pid, uint64_t timeout_ms)
 {
-    uint64_t t0 = now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     for (;;) {
         int st;
         pid_t r = waitpid(pid, &st, WNOHANG);
         if (r == pid)
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (now_ms() - t0 > timeout_ms)
+        if (env_clock_mono_ms() - t0 > timeout_ms)
             return -1;
         usleep(10000);
     }
@@ -132,14 +126,14 @@ static void run(struct out *o, const char *in_path, const char *first, ...)
     char op[300], ep[300];
     snprintf(op, sizeof(op), "%s/cmd.out", tmpdir);
     snprintf(ep, sizeof(ep), "%s/cmd.err", tmpdir);
-    uint64_t t0 = now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     pid_t pid = spawn(argv, op, ep, in_path);
     o->status = wait_exit(pid, T_CMD_TIMEOUT_MS);
     if (o->status == -1) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
     }
-    o->ms = now_ms() - t0;
+    o->ms = env_clock_mono_ms() - t0;
     o->out = slurp(op, &o->out_len);
     o->err = slurp(ep, NULL);
 }
@@ -338,8 +332,8 @@ static int start_daemon(struct daemon *d, int i, const char *cfg_path)
     const char *argv[] = {bin_kvmeshd, "--config",       cfg_path, "--ready-file",
                           ready,       "--admin-listen", admin,    NULL};
     d->pid = spawn(argv, out, d->log, NULL);
-    uint64_t t0 = now_ms();
-    while (now_ms() - t0 < T_READY_TIMEOUT_MS) {
+    uint64_t t0 = env_clock_mono_ms();
+    while (env_clock_mono_ms() - t0 < T_READY_TIMEOUT_MS) {
         FILE *f = fopen(ready, "r");
         if (f) {
             unsigned long long ep;

@@ -31,6 +31,7 @@
 
 #include <uv.h>
 
+#include "env/clock.h"
 #include "env/env_uv.h"
 #include "kvmesh.h"
 #include "meta/meta.h"
@@ -54,13 +55,6 @@ static uint64_t g_phase_ms;
 static bool is_server(void)
 {
     return strcmp(g_backend, "memory") != 0;
-}
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static void sleep_ms(unsigned ms)
@@ -527,8 +521,8 @@ static void *churn_main(void *arg)
     meta_sync_t *s = NULL;
     if (meta_sync_open(&s, c->url, &o) != 0)
         return NULL;
-    uint64_t end = now_ms() + 60000;
-    for (unsigned i = 0; !c->stop && now_ms() < end; i++) {
+    uint64_t end = env_clock_mono_ms() + 60000;
+    for (unsigned i = 0; !c->stop && env_clock_mono_ms() < end; i++) {
         /* new keys between stable ones and after them, then delete them again */
         char k1[64], k2[64];
         snprintf(k1, sizeof(k1), "conf/range/p/s%05u-x", (i * 7919u) % RANGE_KEYS);
@@ -558,9 +552,9 @@ static void test_range_pagination(void **state)
     put(s, "conf/range/p0", "outside", 0);
     put(s, "conf/range/o/zz", "outside", 0);
     put(s, "conf/range/q", "outside", 0);
-    uint64_t t0 = now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     fill_keys(s, "conf/range/p/s%05d", RANGE_KEYS);
-    LOG("range: wrote %d keys in %" PRIu64 " ms", RANGE_KEYS, now_ms() - t0);
+    LOG("range: wrote %d keys in %" PRIu64 " ms", RANGE_KEYS, env_clock_mono_ms() - t0);
     const uint32_t limits[] = {META_RANGE_MAX, 333, 64};
     for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
         size_t pages;
@@ -602,8 +596,8 @@ static void test_range_pagination(void **state)
     assert_int_equal(pthread_create(&th, NULL, churn_main, &c), 0);
     /* the writer must be writing before the walk starts (its handle may take a while to connect
      * on a loaded machine) */
-    uint64_t wait_end = now_ms() + 20000;
-    while (c.inserts == 0 && now_ms() < wait_end)
+    uint64_t wait_end = env_clock_mono_ms() + 20000;
+    while (c.inserts == 0 && env_clock_mono_ms() < wait_end)
         sleep_ms(10);
     assert_true(c.inserts > 0);
     size_t pages;
@@ -639,23 +633,23 @@ static void test_lease_expiry(void **state)
     assert_true(lease > 0);
     assert_int_equal(r->ttl_ms, LEASE_TTL_MS);
     meta_result_free(r);
-    uint64_t ka_sent = now_ms(); /* the grant counts as the first keepalive */
+    uint64_t ka_sent = env_clock_mono_ms(); /* the grant counts as the first keepalive */
     put(s, "conf/lease/k", "alive", lease);
     r = get(s, "conf/lease/k");
     assert_int_equal(r->kv.lease, lease);
     meta_result_free(r);
     /* keepalives for 6 s (> ttl): the key never vanishes */
-    uint64_t end = now_ms() + LEASE_TTL_MS + 2000;
+    uint64_t end = env_clock_mono_ms() + LEASE_TTL_MS + 2000;
     unsigned judged = 0, stalls = 0;
-    while (now_ms() < end) {
-        uint64_t sent = now_ms();
+    while (env_clock_mono_ms() < end) {
+        uint64_t sent = env_clock_mono_ms();
         OK(meta_sync_lease_keepalive(s, lease, &r), r);
         assert_int_equal(r->ttl_ms, LEASE_TTL_MS);
         meta_result_free(r);
         ka_sent = sent;
         sleep_ms(400);
         r = get(s, "conf/lease/k");
-        uint64_t answered = now_ms();
+        uint64_t answered = env_clock_mono_ms();
         if (answered + LEASE_MARGIN_MS < ka_sent + LEASE_TTL_MS) {
             if (!r->kv.found)
                 fail_msg("[%s] leased key vanished %" PRIu64 " ms after a keepalive (ttl %d)",
@@ -667,23 +661,23 @@ static void test_lease_expiry(void **state)
         meta_result_free(r);
     }
     assert_true(judged > 0);
-    uint64_t last_sent = now_ms();
+    uint64_t last_sent = env_clock_mono_ms();
     OK(meta_sync_lease_keepalive(s, lease, &r), r);
     meta_result_free(r);
-    uint64_t last_ka = now_ms();
+    uint64_t last_ka = env_clock_mono_ms();
     OK(meta_sync_lease_ttl(s, lease, &r), r);
     assert_true(r->ttl_ms > 0 && r->ttl_ms <= LEASE_TTL_MS);
     meta_result_free(r);
     sleep_ms(700);
     r = get(s, "conf/lease/k");
-    if (now_ms() + LEASE_MARGIN_MS < last_sent + LEASE_TTL_MS)
+    if (env_clock_mono_ms() + LEASE_MARGIN_MS < last_sent + LEASE_TTL_MS)
         assert_true(r->kv.found); /* inside the ttl */
     meta_result_free(r);
     /* then it disappears: not before the ttl, and within a bound after it */
     bool gone = false;
     uint64_t gone_at = 0;
-    while (!gone && now_ms() < last_ka + LEASE_TTL_MS + LEASE_GONE_BOUND) {
-        uint64_t sent = now_ms();
+    while (!gone && env_clock_mono_ms() < last_ka + LEASE_TTL_MS + LEASE_GONE_BOUND) {
+        uint64_t sent = env_clock_mono_ms();
         r = get(s, "conf/lease/k");
         gone = !r->kv.found;
         meta_result_free(r);
@@ -700,7 +694,7 @@ static void test_lease_expiry(void **state)
     }
     if (!gone)
         fail_msg("[%s] leased key still present %" PRIu64 " ms after the last keepalive", g_backend,
-                 now_ms() - last_ka);
+                 env_clock_mono_ms() - last_ka);
     LOG("lease: key vanished %" PRIu64 " ms after the last keepalive (ttl %d); %u checks inside "
         "the ttl, %u skipped after stalls",
         gone_at > last_ka ? gone_at - last_ka : 0, LEASE_TTL_MS, judged, stalls);
@@ -745,8 +739,8 @@ static void *watch_main(void *arg)
     meta_sync_t *s = NULL;
     if (meta_sync_open(&s, w->url, &o) != 0)
         return NULL;
-    uint64_t end = now_ms() + 30000;
-    while (!w->stop && now_ms() < end) {
+    uint64_t end = env_clock_mono_ms() + 30000;
+    while (!w->stop && env_clock_mono_ms() < end) {
         meta_result_t *r = NULL;
         if (meta_sync_range(s, "conf/revoke/", NULL, META_RANGE_MAX, &r) == 0) {
             w->observations++;
@@ -794,8 +788,8 @@ static void test_lease_revoke_atomic(void **state)
     assert_int_equal(pthread_create(&th, NULL, watch_main, &w), 0);
     /* the watcher must have seen the full set before the revoke (its handle may take a while to
      * connect on a loaded machine) */
-    uint64_t wait_end = now_ms() + 20000;
-    while (w.observations == 0 && now_ms() < wait_end)
+    uint64_t wait_end = env_clock_mono_ms() + 20000;
+    while (w.observations == 0 && env_clock_mono_ms() < wait_end)
         sleep_ms(10);
     int64_t before = current_rev(s);
     OK(meta_sync_lease_revoke(s, lease, &r), r);
@@ -983,13 +977,13 @@ static void test_txn_branches(void **state)
 /* Waits (bounded) until key is gone; returns the result of the GET that saw it gone. */
 static meta_result_t *wait_gone(meta_sync_t *s, const char *key, uint64_t bound_ms)
 {
-    uint64_t end = now_ms() + bound_ms;
+    uint64_t end = env_clock_mono_ms() + bound_ms;
     for (;;) {
         meta_result_t *r = get(s, key);
         if (!r->kv.found)
             return r;
         meta_result_free(r);
-        if (now_ms() > end)
+        if (env_clock_mono_ms() > end)
             fail_msg("[%s] '%s' still present %" PRIu64 " ms later", g_backend, key, bound_ms);
         sleep_ms(50);
     }
@@ -1269,8 +1263,8 @@ static void test_raw_results(void **state)
                         del_op("conf/raw/absent"), get_op("conf/raw/a")};
     struct raw_check c = {0};
     assert_int_equal(meta_txn(m, NULL, 0, ops, 4, NULL, 0, 10000, raw_txn_cb, &c), 0);
-    uint64_t end = now_ms() + 15000;
-    while (!c.done && now_ms() < end)
+    uint64_t end = env_clock_mono_ms() + 15000;
+    while (!c.done && env_clock_mono_ms() < end)
         uv_run(&loop, UV_RUN_ONCE);
     assert_true(c.done);
     assert_int_equal(c.rc, 0);
@@ -1284,7 +1278,7 @@ static void test_raw_results(void **state)
                  c.bad_entries);
     struct raw_check g = {0};
     assert_int_equal(meta_get(m, "conf/raw/absent", 10000, raw_get_cb, &g), 0);
-    while (!g.done && now_ms() < end)
+    while (!g.done && env_clock_mono_ms() < end)
         uv_run(&loop, UV_RUN_ONCE);
     assert_true(g.done);
     assert_int_equal(g.rc, 0);
@@ -1312,8 +1306,8 @@ static long parse_long(const meta_kv_t *kv)
 /* One CAS-increment loop for duration_ms; returns the number of successful increments. */
 static uint64_t cas_loop(meta_sync_t *s, const char *key, uint64_t duration_ms, uint64_t *errors)
 {
-    uint64_t ok = 0, end = now_ms() + duration_ms;
-    while (now_ms() < end) {
+    uint64_t ok = 0, end = env_clock_mono_ms() + duration_ms;
+    while (env_clock_mono_ms() < end) {
         meta_result_t *r = NULL;
         if (meta_sync_get(s, key, &r) != 0) {
             (*errors)++;
@@ -1524,8 +1518,8 @@ static void *quota_thread(void *arg)
     char limit_str[16];
     snprintf(limit_str, sizeof(limit_str), "%d", QUOTA_LIMIT);
     unsigned seed = (unsigned)w->id * 2654435761u + 1;
-    uint64_t end = now_ms() + g_phase_ms;
-    while (now_ms() < end) {
+    uint64_t end = env_clock_mono_ms() + g_phase_ms;
+    while (env_clock_mono_ms() < end) {
         long delta = 1 + (long)(rand_r(&seed) % 9);
         meta_result_t *r = NULL;
         /* read used and the policy limit */
@@ -1630,11 +1624,11 @@ static bool is_outage_rc(int rc)
 static void expect_outage_call(meta_sync_t *s, int i)
 {
     meta_result_t *r = NULL;
-    uint64_t t0 = now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     int rc = (i % 2) ? meta_sync_get(s, "conf/fail/k", &r)
                      : meta_sync_txn(s, NULL, 0, (meta_op_t[]){put_op("conf/fail/k", "x")}, 1, NULL,
                                      0, &r);
-    uint64_t took = now_ms() - t0;
+    uint64_t took = env_clock_mono_ms() - t0;
     if (rc == 0)
         fail_msg("[%s] call succeeded while the backend was down", g_backend);
     if (!is_outage_rc(rc))
@@ -1650,9 +1644,9 @@ static void expect_outage_call(meta_sync_t *s, int i)
 
 static void expect_recovery(meta_sync_t *s)
 {
-    uint64_t t0 = now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     int rc = -1;
-    while (now_ms() - t0 < RECOVER_BOUND_MS) {
+    while (env_clock_mono_ms() - t0 < RECOVER_BOUND_MS) {
         meta_result_t *r = NULL;
         rc =
             meta_sync_txn(s, NULL, 0, (meta_op_t[]){put_op("conf/fail/k", "back")}, 1, NULL, 0, &r);
@@ -1667,7 +1661,7 @@ static void expect_recovery(meta_sync_t *s)
     meta_result_t *r = get(s, "conf/fail/k");
     assert_true(value_is(&r->kv, "back"));
     meta_result_free(r);
-    LOG("recovered %" PRIu64 " ms after the backend came back", now_ms() - t0);
+    LOG("recovered %" PRIu64 " ms after the backend came back", env_clock_mono_ms() - t0);
 }
 
 struct bg_load {
@@ -1679,12 +1673,12 @@ struct bg_load {
 static void *bg_main(void *arg)
 {
     struct bg_load *b = arg;
-    uint64_t end = now_ms() + 120000;
-    while (!b->stop && now_ms() < end) {
+    uint64_t end = env_clock_mono_ms() + 120000;
+    while (!b->stop && env_clock_mono_ms() < end) {
         meta_result_t *r = NULL;
-        uint64_t t0 = now_ms();
+        uint64_t t0 = env_clock_mono_ms();
         int rc = meta_sync_get(b->s, "conf/fail/bg", &r);
-        uint64_t took = now_ms() - t0;
+        uint64_t took = env_clock_mono_ms() - t0;
         if (took > b->max_ms)
             b->max_ms = took;
         if (rc == 0)
@@ -1795,9 +1789,9 @@ static void test_bad_urls(void **state)
     snprintf(portstr, sizeof(portstr), "%u", port);
     if (rc == 0) {
         meta_result_t *r = NULL;
-        uint64_t t0 = now_ms();
+        uint64_t t0 = env_clock_mono_ms();
         rc = meta_sync_get(s, "conf/x", &r);
-        uint64_t took = now_ms() - t0;
+        uint64_t took = env_clock_mono_ms() - t0;
         assert_true(is_outage_rc(rc));
         assert_true(took <= FAIL_TIMEOUT_MS + CALL_SLACK_MS);
         if (!strstr(r->errmsg, portstr))

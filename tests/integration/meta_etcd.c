@@ -42,6 +42,7 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "env/clock.h"
 #include "env/env_uv.h"
 #include "kvmesh.h"
 #include "meta/meta.h"
@@ -166,18 +167,11 @@ static meta_result_t *do_range(tloop_t *t, const char *prefix, const char *after
     return wait_for(t, &w, meta_range(t->m, prefix, after, limit, 0, wait_cb, &w));
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Waits (bounded) until every thread of pid is in the stopped state: SIGSTOP takes effect
  * asynchronously, and a request must not slip in before it does. */
 static void wait_stopped(pid_t pid)
 {
-    uint64_t end = now_ms() + 5000;
+    uint64_t end = env_clock_mono_ms() + 5000;
     for (;;) {
         char dir[64];
         snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
@@ -203,7 +197,7 @@ static void wait_stopped(pid_t pid)
         closedir(d);
         if (all)
             return;
-        CHECK(now_ms() < end);
+        CHECK(env_clock_mono_ms() < end);
         usleep(2000);
     }
 }
@@ -437,7 +431,7 @@ static void test_unreachable(void)
     snprintf(n2, sizeof(n2), "127.0.0.1:%u", p2);
     tloop_t t;
     tl_open(&t, url); /* lazy: opening does not connect */
-    uint64_t t0 = now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     meta_result_t *r = do_get(&t, "x", 3000);
     CHECK_RC(r, KVMESH_ECONN);
     CHECK(strstr(r->errmsg, n1) && strstr(r->errmsg, n2));
@@ -446,7 +440,7 @@ static void test_unreachable(void)
     CHECK_RC(r, KVMESH_ECONN); /* never sent: a definite failure, not indeterminate */
     CHECK(strstr(r->errmsg, n1) && strstr(r->errmsg, n2));
     meta_result_free(r);
-    CHECK(now_ms() - t0 < 3000); /* bounded retries, not the deadline */
+    CHECK(env_clock_mono_ms() - t0 < 3000); /* bounded retries, not the deadline */
     tl_close(&t);
 
     /* an unresolvable host is named too */
@@ -549,8 +543,8 @@ static void test_killrestart(void)
             .type = META_OP_PUT, .key = k, .value = (const uint8_t *)"v", .value_len = 1};
         CHECK(meta_txn(t.m, NULL, 0, &op, 1, NULL, 0, 5000, wait_cb, &wi[i]) == 0);
     }
-    uint64_t until = now_ms() + 1000; /* generous: a loaded 2-core machine */
-    while (now_ms() < until)
+    uint64_t until = env_clock_mono_ms() + 1000; /* generous: a loaded 2-core machine */
+    while (env_clock_mono_ms() < until)
         uv_run(&t.loop, UV_RUN_NOWAIT); /* let curl connect and write the requests */
     for (int i = 0; i < INF; i++)
         CHECK(!wi[i].done);
@@ -591,9 +585,9 @@ static void test_stopped(void)
     meta_result_free(do_put(&t, "st/k", "v", 0, 0));
     CHECK(testsrv_kill(s, SIGSTOP) == 0);
     wait_stopped(testsrv_pid(s));
-    uint64_t t0 = now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     meta_result_t *r = do_get(&t, "st/k", 300);
-    uint64_t el = now_ms() - t0;
+    uint64_t el = env_clock_mono_ms() - t0;
     CHECK_RC(r, KVMESH_ETIMEDOUT);
     CHECK(el >= 250 && el < 2000);
     meta_result_free(r);
@@ -626,8 +620,8 @@ static void test_stopped(void)
     CHECK(r->rc == KVMESH_ETIMEDOUT || r->rc == KVMESH_EINDETERMINATE);
     meta_result_free(r);
     /* the abandoned attempt ends 50 ms after the deadline; then the member is demoted */
-    uint64_t until = now_ms() + 1000;
-    while (now_ms() < until)
+    uint64_t until = env_clock_mono_ms() + 1000;
+    while (env_clock_mono_ms() < until)
         uv_run(&t.loop, UV_RUN_NOWAIT);
     r = do_put(&t, "st/after", "v", 0, 3000);
     CHECK_RC(r, 0);
@@ -780,7 +774,7 @@ static void test_cluster(void)
     tl_open(&t, url);
     /* wait (bounded) until the cluster answers a write and has a leader */
     meta_result_t *r = NULL;
-    uint64_t t0 = now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     int lead;
     for (;;) {
         r = do_put(&t, "cl/ready", "1", 0, 1000);
@@ -788,7 +782,7 @@ static void test_cluster(void)
         meta_result_free(r);
         if (rc == 0 && (lead = cl_leader(ms)) >= 0)
             break;
-        CHECK(now_ms() - t0 < 30000);
+        CHECK(env_clock_mono_ms() - t0 < 30000);
         usleep(100000);
     }
     tl_close(&t);
@@ -911,11 +905,11 @@ static void gw_reply(int fd, const char *json)
 static void *gw_main(void *arg)
 {
     fake_gw_t *g = arg;
-    uint64_t end = now_ms() + 20000;
+    uint64_t end = env_clock_mono_ms() + 20000;
     struct pollfd p[9];
     int n = 1; /* p[0] listens, p[1..] are connections */
     p[0] = (struct pollfd){.fd = g->lfd, .events = POLLIN};
-    while (!g->stop && now_ms() < end) {
+    while (!g->stop && env_clock_mono_ms() < end) {
         if (poll(p, (nfds_t)n, 50) <= 0)
             continue;
         for (int i = n - 1; i >= 1; i--) {

@@ -39,16 +39,10 @@
 #include <hiredis/hiredis.h>
 
 #include "core/util.h"
+#include "env/clock.h"
 #include "kvmesh.h"
 #include "meta/meta.h"
 #include "testsrv.h"
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static void nap_ms(unsigned ms)
 {
@@ -295,9 +289,9 @@ static void test_reaper(void **state)
     long long rev0 = g->rev;
     meta_result_free(g);
     /* no kvmesh call from here on: only the handle's background reaper runs */
-    uint64_t deadline = now_ms() + 15000;
+    uint64_t deadline = env_clock_mono_ms() + 15000;
     while (raw_int(c, "EXISTS kvm:{kvmesh}:k:eph/1 kvm:{kvmesh}:k:eph/2") != 0 &&
-           now_ms() < deadline)
+           env_clock_mono_ms() < deadline)
         nap_ms(50);
     assert_int_equal(raw_int(c, "EXISTS kvm:{kvmesh}:k:eph/1 kvm:{kvmesh}:k:eph/2"), 0);
     assert_int_equal(raw_int(c, "ZCARD kvm:{kvmesh}:keys"), 1);
@@ -376,8 +370,8 @@ static void test_reaper_backlog(void **state)
         put_ok(s, key, "v", g->lease);
         meta_result_free(g);
     }
-    uint64_t deadline = now_ms() + 20000;
-    while (raw_int(c, "ZCARD kvm:{kvmesh}:keys") != 0 && now_ms() < deadline)
+    uint64_t deadline = env_clock_mono_ms() + 20000;
+    while (raw_int(c, "ZCARD kvm:{kvmesh}:keys") != 0 && env_clock_mono_ms() < deadline)
         nap_ms(50);
     assert_int_equal(raw_int(c, "ZCARD kvm:{kvmesh}:keys"), 0);
     assert_int_equal(raw_int(c, "ZCARD kvm:{kvmesh}:ldl"), 0);
@@ -473,7 +467,7 @@ static void test_reconnect_after_restart(void **state)
     meta_result_free(r);
 
     assert_int_equal(testsrv_restart(srv), 0);
-    uint64_t deadline = now_ms() + 10000;
+    uint64_t deadline = env_clock_mono_ms() + 10000;
     do {
         r = NULL;
         rc = meta_sync_get(s, "persist", &r);
@@ -482,7 +476,7 @@ static void test_reconnect_after_restart(void **state)
         assert_true(rc == KVMESH_ECONN || rc == KVMESH_ETIMEDOUT);
         meta_result_free(r);
         nap_ms(50);
-    } while (now_ms() < deadline);
+    } while (env_clock_mono_ms() < deadline);
     assert_int_equal(rc, 0);
     assert_true(r->kv.found);
     assert_memory_equal(r->kv.value, "before", 6);
@@ -506,10 +500,10 @@ static void test_connect_timeout(void **state)
     assert_int_equal(meta_sync_open(&s, testsrv_url(srv), &o), 0);
     char where[64];
     snprintf(where, sizeof(where), "127.0.0.1:%u", testsrv_port(srv));
-    uint64_t t0 = now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     meta_result_t *r = NULL;
     assert_int_equal(meta_sync_get(s, "k", &r), KVMESH_ECONN);
-    uint64_t took = now_ms() - t0;
+    uint64_t took = env_clock_mono_ms() - t0;
     if (!strstr(r->errmsg, where) || !strstr(r->errmsg, "no connection within")) {
         print_error("message: %s\n", r->errmsg);
         fail();
@@ -518,7 +512,7 @@ static void test_connect_timeout(void **state)
     assert_true(took >= 2500 && took < 7500);
     assert_int_equal(testsrv_kill(srv, SIGCONT), 0);
     int rc;
-    uint64_t deadline = now_ms() + 10000;
+    uint64_t deadline = env_clock_mono_ms() + 10000;
     do {
         r = NULL;
         rc = meta_sync_get(s, "k", &r);
@@ -526,7 +520,7 @@ static void test_connect_timeout(void **state)
         if (rc == 0)
             break;
         nap_ms(50);
-    } while (now_ms() < deadline);
+    } while (env_clock_mono_ms() < deadline);
     assert_int_equal(rc, 0);
     meta_sync_close(s);
     testsrv_stop(srv);
@@ -542,7 +536,7 @@ static void test_unreachable(void **state)
     snprintf(where, sizeof(where), "127.0.0.1:%u", port);
     meta_sync_t *s = open_url(url);
     meta_result_t *r = NULL;
-    uint64_t t0 = now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     assert_int_equal(meta_sync_get(s, "k", &r), KVMESH_ECONN);
     if (!strstr(r->errmsg, where)) {
         print_error("message: %s\n", r->errmsg);
@@ -552,7 +546,7 @@ static void test_unreachable(void **state)
     assert_int_equal(meta_sync_lease_grant(s, 2000, &r), KVMESH_ECONN);
     meta_result_free(r);
     /* refused connections are reported at once, not at the deadline */
-    assert_true(now_ms() - t0 < 2900);
+    assert_true(env_clock_mono_ms() - t0 < 2900);
     meta_sync_close(s);
 }
 
@@ -839,8 +833,8 @@ static void test_inflight_txn_indeterminate(void **state)
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, paused_txn_main, &p), 0);
     /* wait until the txn is blocked inside Redis */
-    uint64_t end = now_ms() + 2000;
-    while (now_ms() < end) {
+    uint64_t end = env_clock_mono_ms() + 2000;
+    while (env_clock_mono_ms() < end) {
         redisReply *i = redisCommand(c, "INFO clients");
         bool blocked = i && i->type == REDIS_REPLY_STRING && strstr(i->str, "blocked_clients:1");
         freeReplyObject(i);
@@ -856,10 +850,10 @@ static void test_inflight_txn_indeterminate(void **state)
     assert_int_equal(p.rc, KVMESH_EINDETERMINATE);
     assert_non_null(strstr(p.msg, "unknown"));
     /* the handle reconnects; here the txn did not run (it was still paused) */
-    end = now_ms() + 5000;
+    end = env_clock_mono_ms() + 5000;
     meta_result_t *r = NULL;
     int rc;
-    while ((rc = meta_sync_get(s, "ind/k", &r)) != 0 && now_ms() < end) {
+    while ((rc = meta_sync_get(s, "ind/k", &r)) != 0 && env_clock_mono_ms() < end) {
         meta_result_free(r);
         r = NULL;
         nap_ms(50);

@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "env/clock.h"
 #include "kvmesh.h"
 
 #define MAX_SPANS 512
@@ -38,13 +39,6 @@
 struct span {
     char trace_id[33], span_id[17], parent[17], name[64], service[64];
 };
-
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 /* ---- fake OTLP/HTTP receiver ------------------------------------------------------------- */
 
@@ -355,7 +349,7 @@ static kvmesh_t *rt_open(const char *meta, const char *svc, const char *rate, co
 
 static void wait_active(kvmesh_t *kv, const char *id)
 {
-    uint64_t end = now_ms() + 15000;
+    uint64_t end = env_clock_mono_ms() + 15000;
     for (;;) {
         kvmesh_member_info_t m[8];
         size_t n = 0;
@@ -363,7 +357,7 @@ static void wait_active(kvmesh_t *kv, const char *id)
         for (size_t i = 0; i < n && i < 8; i++)
             if (strcmp(m[i].id, id) == 0 && strcmp(m[i].state, "active") == 0)
                 return;
-        if (now_ms() > end)
+        if (env_clock_mono_ms() > end)
             fail_msg("runtime %s never became active in the peer's snapshot", id);
         usleep(20000);
     }
@@ -454,8 +448,8 @@ static void test_remote_put_get_one_trace_each(void **state)
     pair_open(&p, "memory://obs-rtt-sampled", "1", "0", url);
     remote_put_get(&p, "object/alpha", 65536);
     /* the commit notification is one-way: wait (bounded) until B's capture shows it */
-    uint64_t end = now_ms() + 10000;
-    while (!has_span(p.dirb, p.idb, "control.owner_commit") && now_ms() < end)
+    uint64_t end = env_clock_mono_ms() + 10000;
+    while (!has_span(p.dirb, p.idb, "control.owner_commit") && env_clock_mono_ms() < end)
         usleep(50000);
     pair_close(&p);
 
@@ -521,8 +515,8 @@ static void test_embedded_wrh_connected(void **state)
     pair_open(&p, "memory://obs-rtt-embedded", "1", "0", url);
     route_mode = "metadata_only";
     remote_put_get(&p, "object/gamma", 8192);
-    uint64_t end = now_ms() + 10000;
-    while (!has_span(p.dirb, p.idb, "control.owner_commit") && now_ms() < end)
+    uint64_t end = env_clock_mono_ms() + 10000;
+    while (!has_span(p.dirb, p.idb, "control.owner_commit") && env_clock_mono_ms() < end)
         usleep(50000);
     pair_close(&p);
     static struct span js[MAX_SPANS];

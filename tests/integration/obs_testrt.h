@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "env/clock.h"
 #include "obs/http.h"
 #include "obs/metrics.h"
 #include "obs/stats.h"
@@ -84,13 +85,6 @@ static inline int trt_io(int fd, void *buf, size_t n, bool wr)
     return 0;
 }
 
-static uint64_t trt_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Local store operation (on the owner): data.* span with a metadata.* child. */
 static inline int trt_apply(struct trt *rt, struct obs_span *parent,
                             const struct obs_trace_ctx *remote, int op, const char *key,
@@ -102,13 +96,13 @@ static inline int trt_apply(struct trt *rt, struct obs_span *parent,
     else
         obs_span_start(rt->tracer, parent, op == 1 ? "data.write" : "data.read", &d);
     obs_span_set_key(&d, key, strlen(key));
-    uint64_t t0 = trt_now_ns();
+    uint64_t t0 = env_clock_mono_ns();
     obs_count(transport_operations_total, OBS_TRANSPORT_TCP, op == 1 ? OBS_XOP_WRITE : OBS_XOP_READ,
               1);
     obs_count(transport_bytes_total, OBS_TRANSPORT_TCP, op == 1 ? OBS_XOP_WRITE : OBS_XOP_READ,
               size);
     obs_span_start(rt->tracer, &d, op == 1 ? "metadata.cas" : "metadata.get", &m);
-    uint64_t m0 = trt_now_ns();
+    uint64_t m0 = env_clock_mono_ns();
     int rc = 0;
     pthread_mutex_lock(&rt->mu);
     if (op == 1) {
@@ -145,10 +139,10 @@ static inline int trt_apply(struct trt *rt, struct obs_span *parent,
     obs_count(metadata_operations_total, OBS_BACKEND_MEMORY,
               op == 1 ? OBS_MCALL_CAS : OBS_MCALL_GET, 1);
     obs_observe(metadata_duration_seconds, OBS_BACKEND_MEMORY,
-                op == 1 ? OBS_MCALL_CAS : OBS_MCALL_GET, trt_now_ns() - m0);
+                op == 1 ? OBS_MCALL_CAS : OBS_MCALL_GET, env_clock_mono_ns() - m0);
     obs_span_end(&m);
     obs_observe(transport_duration_seconds, OBS_TRANSPORT_TCP,
-                op == 1 ? OBS_XOP_WRITE : OBS_XOP_READ, trt_now_ns() - t0);
+                op == 1 ? OBS_XOP_WRITE : OBS_XOP_READ, env_clock_mono_ns() - t0);
     obs_span_set_status(&d, rc);
     obs_span_end(&d);
     return rc;
@@ -356,7 +350,7 @@ static inline int trt_request(struct trt *rt, struct trt *peer, int op, const ch
                               const char *key, uint32_t size)
 {
     int obs_op = op == 1 ? OBS_OP_PUT : OBS_OP_GET;
-    uint64_t t0 = trt_now_ns();
+    uint64_t t0 = env_clock_mono_ns();
     obs_gauge_add(requests_in_flight, obs_op, OBS_NONE, 1);
     struct obs_span root, lk;
     obs_span_start(rt->tracer, NULL, op == 1 ? "store.put" : "store.get", &root);
@@ -391,7 +385,7 @@ static inline int trt_request(struct trt *rt, struct trt *peer, int op, const ch
     (void)obs_tenant_table_record(rt->tenants, tenant, strlen(tenant), &d);
     obs_span_set_status(&root, rc);
     obs_span_end(&root);
-    obs_observe(request_duration_seconds, obs_op, OBS_NONE, trt_now_ns() - t0);
+    obs_observe(request_duration_seconds, obs_op, OBS_NONE, env_clock_mono_ns() - t0);
     obs_gauge_add(requests_in_flight, obs_op, OBS_NONE, -1);
     return rc;
 }

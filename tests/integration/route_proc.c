@@ -48,6 +48,7 @@
 #include "api/kvmesh_tools.h"
 #include "core/ident.h"
 #include "core/route.h"
+#include "env/clock.h"
 #include "env/env_uv.h"
 #include "kvmesh.h"
 #include "route/route.h"
@@ -106,20 +107,6 @@ static void cleanup_all(void)
         rmdir(tmpdir);
     testsrv_stop(srv);
     srv = NULL;
-}
-
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-static uint64_t now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000 + (uint64_t)t.tv_nsec / 1000;
 }
 
 static uint64_t vpack(const kvm_route_version_t *v)
@@ -260,10 +247,10 @@ static int runtime_main(char **argv)
 static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
 {
     size_t n = 0;
-    uint64_t end = now_ms() + (uint64_t)timeout_ms;
+    uint64_t end = env_clock_mono_ms() + (uint64_t)timeout_ms;
     while (n + 1 < cap) {
         struct pollfd p = {fd, POLLIN, 0};
-        int left = (int)(end - now_ms());
+        int left = (int)(end - env_clock_mono_ms());
         if (left <= 0 || poll(&p, 1, left) <= 0)
             return -1;
         ssize_t r = read(fd, buf + n, 1);
@@ -393,14 +380,14 @@ static size_t hist_begin(uint32_t kind, uint32_t client_no, uint64_t key, uint64
                                     .key = key,
                                     .value = value,
                                     .expected = expected,
-                                    .begin = now_us()};
+                                    .begin = env_clock_mono_ns() / 1000};
     pthread_mutex_unlock(&hist_mu);
     return i;
 }
 
 static void hist_end(size_t i, int status, uint64_t version, uint64_t value)
 {
-    uint64_t t = now_us();
+    uint64_t t = env_clock_mono_ns() / 1000;
     pthread_mutex_lock(&hist_mu);
     hist[i].status = status;
     hist[i].version = version;
@@ -529,7 +516,7 @@ static int test_main(const char *self_exe, const char *kind)
     hist = calloc(RP_MAX_OPS, sizeof(*hist));
     CHECK(hist != NULL);
 
-    uint64_t t0 = now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     for (int i = 0; i < RP_PROCS; i++)
         spawn(i, self_exe);
     kvmesh_config_t *c = kvmesh_config_new();
@@ -543,7 +530,7 @@ static int test_main(const char *self_exe, const char *kind)
     crt = kvmesh_runtime_of(client);
     apply_bugs(crt);
     fprintf(stderr, "route_proc[%s]: 3 runtimes + client up in %" PRIu64 " ms\n", kind,
-            now_ms() - t0);
+            env_clock_mono_ms() - t0);
 
     /* keys for every shard; wait until each shard answers lookups and has a process primary */
     kvm_ident_t probe[RP_SHARDS];
@@ -564,8 +551,8 @@ static int test_main(const char *self_exe, const char *kind)
     }
     int shard = -1, victim = -1;
     uint64_t victim_token = 0;
-    uint64_t warm_end = now_ms() + RP_WARM_MS;
-    while (shard < 0 && now_ms() < warm_end) {
+    uint64_t warm_end = env_clock_mono_ms() + RP_WARM_MS;
+    while (shard < 0 && env_clock_mono_ms() < warm_end) {
         for (uint32_t s = 0; s < RP_SHARDS; s++) {
             CHECK(have_probe[s]);
             uint64_t v;
@@ -610,7 +597,7 @@ static int test_main(const char *self_exe, const char *kind)
     fprintf(stderr,
             "route_proc[%s]: shard %d, primary = runtime process %d (pid %d, token %" PRIu64
             "), warm-up %" PRIu64 " ms\n",
-            kind, shard, victim, (int)procs[victim].pid, victim_token, now_ms() - t0);
+            kind, shard, victim, (int)procs[victim].pid, victim_token, env_clock_mono_ms() - t0);
 
     /* traffic; kill -9 the primary during it */
     pthread_t th[RP_THREADS];
@@ -628,15 +615,15 @@ static int test_main(const char *self_exe, const char *kind)
     CHECK(proc_status(victim, &vm, &vt) && (vm & (1u << shard)));
     if (!(vm & ((1u << shard) - 1)))
         victim_token = vt;
-    uint64_t kill_us = now_us();
+    uint64_t kill_us = env_clock_mono_ns() / 1000;
     kill(procs[victim].pid, SIGKILL);
     waitpid(procs[victim].pid, NULL, 0);
     procs[victim].pid = 0;
     close(procs[victim].in_fd);
     close(procs[victim].out_fd);
     uint64_t recover_us = 0;
-    uint64_t bound = now_ms() + RP_RECOVER_BOUND_MS;
-    while (now_ms() < bound) {
+    uint64_t bound = env_clock_mono_ms() + RP_RECOVER_BOUND_MS;
+    while (env_clock_mono_ms() < bound) {
         uint64_t a = atomic_load(&last_ack_us);
         if (a > kill_us) {
             /* the first acknowledged CAS that began after the kill */
@@ -735,9 +722,9 @@ static int test_main(const char *self_exe, const char *kind)
     for (int i = 0; i < RP_PROCS; i++)
         if (procs[i].pid > 0)
             close(procs[i].in_fd);
-    uint64_t end = now_ms() + 10000;
+    uint64_t end = env_clock_mono_ms() + 10000;
     for (int i = 0; i < RP_PROCS; i++) {
-        while (procs[i].pid > 0 && now_ms() < end) {
+        while (procs[i].pid > 0 && env_clock_mono_ms() < end) {
             if (waitpid(procs[i].pid, NULL, WNOHANG) == procs[i].pid) {
                 procs[i].pid = 0;
                 close(procs[i].out_fd);
@@ -747,7 +734,7 @@ static int test_main(const char *self_exe, const char *kind)
         }
     }
     cleanup_all();
-    fprintf(stderr, "route_proc[%s]: ok in %" PRIu64 " ms\n", kind, now_ms() - t0);
+    fprintf(stderr, "route_proc[%s]: ok in %" PRIu64 " ms\n", kind, env_clock_mono_ms() - t0);
     return 0;
 }
 

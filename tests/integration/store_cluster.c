@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "env/clock.h"
 #include "kvmesh.h"
 #include "testsrv.h"
 
@@ -73,21 +74,14 @@ static void cleanup_all(void)
     srv = NULL;
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 /* Reads one line from fd within timeout_ms. */
 static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
 {
     size_t n = 0;
-    uint64_t end = now_ms() + (uint64_t)timeout_ms;
+    uint64_t end = env_clock_mono_ms() + (uint64_t)timeout_ms;
     while (n + 1 < cap) {
         struct pollfd p = {fd, POLLIN, 0};
-        int left = (int)(end - now_ms());
+        int left = (int)(end - env_clock_mono_ms());
         if (left <= 0 || poll(&p, 1, left) <= 0)
             return -1;
         ssize_t r = read(fd, buf + n, 1);
@@ -178,8 +172,8 @@ static size_t storage_members(kvmesh_t *kv, const char *state)
 
 static void wait_members(kvmesh_t *kv, size_t want)
 {
-    uint64_t end = now_ms() + 15000;
-    while (storage_members(kv, "active") != want && now_ms() < end)
+    uint64_t end = env_clock_mono_ms() + 15000;
+    while (storage_members(kv, "active") != want && env_clock_mono_ms() < end)
         usleep(50000);
     CHECK(storage_members(kv, "active") == want);
 }
@@ -370,14 +364,14 @@ static void scenario_kill(int victim)
     pthread_t w, r;
     pthread_create(&w, NULL, writer, l);
     pthread_create(&r, NULL, reader, l);
-    uint64_t t0 = now_ms();
-    while (atomic_load(&l->n_written) < 300 && now_ms() - t0 < 20000)
+    uint64_t t0 = env_clock_mono_ms();
+    while (atomic_load(&l->n_written) < 300 && env_clock_mono_ms() - t0 < 20000)
         usleep(10000);
     fprintf(stderr, "kill -9 runtime %d after %d writes\n", victim, atomic_load(&l->n_written));
     kill9(victim);
-    t0 = now_ms();
+    t0 = env_clock_mono_ms();
     int at_kill = atomic_load(&l->n_written);
-    while (atomic_load(&l->n_written) < at_kill + 300 && now_ms() - t0 < 20000)
+    while (atomic_load(&l->n_written) < at_kill + 300 && env_clock_mono_ms() - t0 < 20000)
         usleep(10000);
     atomic_store(&l->stop, true);
     pthread_join(w, NULL);
@@ -505,9 +499,9 @@ static void scenario_restart(kvmesh_t *kv, int slot, size_t n_active)
     CHECK(strcmp(procs[slot].id, id) == 0);
     CHECK(procs[slot].epoch > old_epoch);
     /* the client's snapshot shows the new incarnation */
-    uint64_t end = now_ms() + 10000;
+    uint64_t end = env_clock_mono_ms() + 10000;
     bool seen = false;
-    while (!seen && now_ms() < end) {
+    while (!seen && env_clock_mono_ms() < end) {
         kvmesh_member_info_t m[16];
         size_t n = 0;
         CHECK(kvmesh_members(kv, m, 16, &n) == 0);

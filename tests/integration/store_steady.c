@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "api/kvmesh_tools.h"
+#include "env/clock.h"
 #include "kvmesh.h"
 #include "store/data.h"
 
@@ -38,13 +39,6 @@
 
 static kvmesh_t *rts[NRT];
 
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 static uint64_t meta_calls(void)
 {
     uint64_t sum = 0;
@@ -61,7 +55,7 @@ static uint64_t workload(int n, int round, uint64_t *ms)
 {
     const kvmesh_scope_t sc = {"steady", NULL};
     uint8_t v[4096], out[4096];
-    uint64_t before = meta_calls(), t0 = now_ms();
+    uint64_t before = meta_calls(), t0 = env_clock_mono_ms();
     for (int i = 0; i < n; i++) {
         char key[32];
         snprintf(key, sizeof(key), "k%d-%d", round, i / 2);
@@ -75,7 +69,7 @@ static uint64_t workload(int n, int round, uint64_t *ms)
             CHECK(got == sizeof(v) && out[0] == (uint8_t)(i - 1));
         }
     }
-    *ms = now_ms() - t0;
+    *ms = env_clock_mono_ms() - t0;
     return meta_calls() - before;
 }
 
@@ -107,7 +101,7 @@ int main(int argc, char **argv)
      * installing their authority sets right after start. Bounded: 120 s. */
     {
         const kvmesh_scope_t sc = {"steady", NULL};
-        uint64_t end = now_ms() + 120000;
+        uint64_t end = env_clock_mono_ms() + 120000;
         for (int k = 0; k < 256; k++) {
             char key[32];
             snprintf(key, sizeof(key), "warm-%d", k);
@@ -116,16 +110,17 @@ int main(int argc, char **argv)
             while (kvmesh_put(rts[k % NRT], &sc, key, strlen(key), v, sizeof(v), NULL) != 0 ||
                    kvmesh_get_into(rts[(k + 1) % NRT], &sc, key, strlen(key), out, sizeof(out),
                                    &got) != 0) {
-                CHECK(now_ms() < end);
+                CHECK(env_clock_mono_ms() < end);
                 usleep(100 * 1000);
             }
         }
     }
 
     /* Background rate: calls while idle for a while. */
-    uint64_t i0 = meta_calls(), t0 = now_ms();
+    uint64_t i0 = meta_calls(), t0 = env_clock_mono_ms();
     usleep(2000 * 1000);
-    double idle_rate = (double)(meta_calls() - i0) / (double)(now_ms() - t0); /* per ms */
+    double idle_rate =
+        (double)(meta_calls() - i0) / (double)(env_clock_mono_ms() - t0); /* per ms */
 
     uint64_t ms_small, ms_big;
     uint64_t small = workload(OPS / 10, 1, &ms_small);

@@ -26,6 +26,7 @@
 #include <xxhash.h>
 
 #include "core/util.h"
+#include "env/clock.h"
 #include "net/seg.h"
 #include "net/transport.h"
 
@@ -40,13 +41,6 @@ struct fixture {
     struct tp_segment *rs;
     uint8_t *buf, *buf2;
 };
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void fill(uint8_t *p, uint64_t n, uint64_t seed)
 {
@@ -518,7 +512,7 @@ static void *killer_main(void *arg)
 {
     struct killer *k = arg;
     usleep(60 * 1000);
-    k->killed_at_ms = now_ms();
+    k->killed_at_ms = env_clock_mono_ms();
     kill(k->pid, SIGKILL);
     return NULL;
 }
@@ -575,8 +569,8 @@ static void test_owner_killed(void **state)
     assert_int_equal(pthread_create(&th, NULL, killer_main, &k), 0);
     /* keep transfers going until they fail (bounded by count and time) */
     int failed = 0;
-    uint64_t fail_ms = 0, start = now_ms();
-    for (int round = 0; round < 100000 && !failed && now_ms() - start < 15000; round++) {
+    uint64_t fail_ms = 0, start = env_clock_mono_ms();
+    for (int round = 0; round < 100000 && !failed && env_clock_mono_ms() - start < 15000; round++) {
         enum { N = 8 };
         struct tp_request rr[N];
         for (unsigned i = 0; i < N; i++)
@@ -599,7 +593,7 @@ static void test_owner_killed(void **state)
         }
         tp_batch_free(b);
         if (failed)
-            fail_ms = now_ms();
+            fail_ms = env_clock_mono_ms();
     }
     pthread_join(th, NULL);
     int wst;
@@ -611,11 +605,11 @@ static void test_owner_killed(void **state)
     assert_true(fail_ms - k.killed_at_ms < 15000);
     /* later requests fail at once */
     assert_int_equal(tp_batch_new(e, 1, &b), 0);
-    uint64_t t0 = now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     assert_int_equal(tp_submit(b, &r, 1), 0);
     assert_int_equal(tp_batch_wait(b, 5000), 0);
     assert_int_equal(tp_status(b, 0, NULL), KVMESH_ECONN);
-    assert_true(now_ms() - t0 < 15000); /* at once, not after the 30 s I/O timeout */
+    assert_true(env_clock_mono_ms() - t0 < 15000); /* at once, not after the 30 s I/O timeout */
     tp_batch_free(b);
     /* and reopening is refused cleanly (shm only: the dead owner's tcp port may already belong
      * to another process on this shared machine) */

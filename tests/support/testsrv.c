@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "env/clock.h"
 
 #define TESTSRV_START_ATTEMPTS 3 /* fresh ports per attempt when a child exits early */
 #define TESTSRV_PROBE_MS       500
@@ -55,13 +56,6 @@ struct testsrv {
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
 static struct testsrv *reg_head;
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static void sleep_ms(unsigned ms)
 {
@@ -88,13 +82,13 @@ static void rm_tree(const char *dir)
 /* Reaps pid, waiting at most ms; escalates to SIGKILL at the bound. Returns once reaped. */
 static void reap(pid_t pid, unsigned ms)
 {
-    uint64_t end = mono_ms() + ms;
+    uint64_t end = env_clock_mono_ms() + ms;
     for (;;) {
         int st;
         pid_t r = waitpid(pid, &st, WNOHANG);
         if (r == pid || (r < 0 && errno == ECHILD))
             return;
-        if (mono_ms() >= end) {
+        if (env_clock_mono_ms() >= end) {
             kill(pid, SIGKILL);
             while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
             }
@@ -412,9 +406,9 @@ static int probe(const struct testsrv *s)
         goto out;
     char buf[2048];
     size_t have = 0;
-    uint64_t end = mono_ms() + TESTSRV_PROBE_MS;
+    uint64_t end = env_clock_mono_ms() + TESTSRV_PROBE_MS;
     while (have < sizeof(buf) - 1) {
-        uint64_t now = mono_ms();
+        uint64_t now = env_clock_mono_ms();
         if (now >= end)
             break;
         struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -443,7 +437,7 @@ out:
  * config; message set), KVMESH_ETIMEDOUT at the bound. */
 static int wait_ready(struct testsrv *s)
 {
-    uint64_t end = mono_ms() + TESTSRV_READY_TIMEOUT_MS;
+    uint64_t end = env_clock_mono_ms() + TESTSRV_READY_TIMEOUT_MS;
     char tail[360];
     for (;;) {
         int st;
@@ -458,7 +452,7 @@ static int wait_ready(struct testsrv *s)
         }
         if (probe(s))
             return 0;
-        if (mono_ms() >= end) {
+        if (env_clock_mono_ms() >= end) {
             log_tail(s, tail, sizeof(tail));
             return kvm_errf(KVMESH_ETIMEDOUT, "%s not ready on port %u after %d ms; log %s: %s",
                             s->bin, s->port, TESTSRV_READY_TIMEOUT_MS, s->log, tail);

@@ -11,28 +11,13 @@
 
 #include <cmocka.h>
 
+#include "codec_fixture.h"
 #include "net/frame.h"
-
-static struct frame_header sample(void)
-{
-    struct frame_header h = {.kind = FRAME_REQUEST,
-                             .type = 0x1234,
-                             .request_id = 0x0102030405060708ull,
-                             .deadline_ms = 1500,
-                             .header_len = 77,
-                             .payload_len = 1u << 20};
-    for (int i = 0; i < FRAME_TRACE_ID_LEN; i++)
-        h.trace.trace_id[i] = (uint8_t)(i + 1);
-    for (int i = 0; i < FRAME_SPAN_ID_LEN; i++)
-        h.trace.span_id[i] = (uint8_t)(0xF0 + i);
-    h.trace.flags = FRAME_TRACE_SAMPLED;
-    return h;
-}
 
 static void test_roundtrip_and_layout(void **state)
 {
     (void)state;
-    struct frame_header h = sample(), d;
+    struct frame_header h = fixture_frame_header(), d;
     uint8_t b[FRAME_FIXED_SIZE];
     frame_encode(&h, b);
     assert_memory_equal(b, "KVMR", 4);
@@ -65,7 +50,7 @@ static void test_roundtrip_and_layout(void **state)
 static void test_rejections(void **state)
 {
     (void)state;
-    struct frame_header h = sample(), d;
+    struct frame_header h = fixture_frame_header(), d;
     uint8_t b[FRAME_FIXED_SIZE], x[FRAME_FIXED_SIZE];
     frame_encode(&h, b);
     assert_int_equal(frame_decode(b, FRAME_FIXED_SIZE - 1, 1u << 30, &d), FRAME_ERR_SHORT);

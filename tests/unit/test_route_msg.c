@@ -16,26 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec_fixture.h"
 #include "kvmesh.h"
 #include "route/route_int.h"
 #include "route/route_msg.h"
 #include "route/route_table.h"
-
-static void mk_route(kvm_route_t *r, const char *key, uint64_t owner, uint64_t seq)
-{
-    kvm_route_init(r);
-    assert_int_equal(kvm_ident_init(&r->ident, "tenant", NULL, key, strlen(key)), 0);
-    r->version = (kvm_route_version_t){3, seq};
-    r->content_op = (kvm_op_id_t){.writer = kvm_id128_from_u64(1, 2), .epoch = 1, .seq = seq};
-    r->length = 100;
-    r->checksum = 77 + seq;
-    r->n_replicas = 1;
-    r->replicas[0] = (kvm_hot_replica_t){.owner = kvm_id128_from_u64(9, owner),
-                                         .segment = 1,
-                                         .offset = seq * 100,
-                                         .length = 100,
-                                         .checksum = r->checksum};
-}
 
 static void test_roundtrip_all_kinds(void **state)
 {
@@ -44,7 +29,7 @@ static void test_roundtrip_all_kinds(void **state)
     for (int i = 0; i < 3; i++) {
         char k[8];
         snprintf(k, sizeof(k), "k%d", i);
-        mk_route(&routes[i], k, 1, (uint64_t)i + 1);
+        fixture_route(&routes[i], k, 1, (uint64_t)i + 1);
     }
     uint8_t *buf = malloc(ROUTE_MSG_MAX_LEN);
     for (uint16_t kind = 1; kind <= RMSG_KIND_MAX; kind++) {
@@ -170,7 +155,7 @@ static void test_table_and_owner_index(void **state)
     for (int i = 0; i < 20; i++) {
         char k[8];
         snprintf(k, sizeof(k), "k%02d", i);
-        mk_route(&r, k, (uint64_t)(i % 3), 1);
+        fixture_route(&r, k, (uint64_t)(i % 3), 1);
         assert_int_equal(route_table_put(t, &r, NULL), 0);
         kvm_route_free(&r);
     }
@@ -198,7 +183,7 @@ static void test_table_and_owner_index(void **state)
     }
     assert_int_equal(n, 7);
     /* moving k01 to owner 2 removes it from owner 1's index */
-    mk_route(&r, "k01", 2, 2);
+    fixture_route(&r, "k01", 2, 2);
     assert_int_equal(route_table_put(t, &r, NULL), 0);
     kvm_route_free(&r);
     assert_int_equal(route_table_check(t), 0);
