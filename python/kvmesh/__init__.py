@@ -13,7 +13,12 @@ Mooncake's ``MooncakeDistributedStore``; ``kvmesh.tensor`` stores numpy arrays a
 
 from . import _errors
 from ._errors import *  # noqa: F401,F403  (the exception classes)
-from . import _native
+try:
+    from . import _native
+except ImportError as _e:  # a source tree without the built extension
+    raise ImportError("kvmesh._native (the C extension) is not built or not loadable: install "
+                      "the wheel, or run `KVMESH_BUILD_DIR=../build python3 setup.py build_ext "
+                      f"--inplace` in python/ ({_e})") from _e
 
 _errors._bind(_native.CODES)
 
