@@ -65,7 +65,8 @@ typedef struct reg {
     size_t len;
     Py_buffer view; /* held when has_view */
     bool has_view;
-    int pins; /* calls in flight that use a raw pointer inside this registration */
+    bool readonly; /* registered from a read-only buffer object: never written through */
+    int pins;      /* calls in flight that use a raw pointer inside this registration */
 } reg_t;
 
 typedef struct {
@@ -230,6 +231,12 @@ static int span_get(HandleObject *h, PyObject *obj, PyObject *size_obj, bool wri
             raise_invalid("%s: pointer 0x%zx with size %zd is not inside a registered buffer; "
                           "call register_buffer(ptr, size) first",
                           what, (size_t)(uintptr_t)p, size);
+            return -1;
+        }
+        if (writable && r->readonly) {
+            raise_invalid("%s: pointer 0x%zx lies in a buffer registered from a read-only "
+                          "object; register a writable buffer to read into it",
+                          what, (size_t)(uintptr_t)p);
             return -1;
         }
         r->pins++;
@@ -809,10 +816,14 @@ static PyObject *Handle_register_buffer(HandleObject *h, PyObject *args)
                          Py_TYPE(target_o)->tp_name);
             goto fail;
         }
-        if (PyObject_GetBuffer(target_o, &r->view, PyBUF_SIMPLE) != 0) {
+        if (PyObject_GetBuffer(target_o, &r->view, PyBUF_WRITABLE) != 0) {
             PyErr_Clear();
-            raise_invalid("register_buffer: the object is not one C-contiguous buffer");
-            goto fail;
+            if (PyObject_GetBuffer(target_o, &r->view, PyBUF_SIMPLE) != 0) {
+                PyErr_Clear();
+                raise_invalid("register_buffer: the object is not one C-contiguous buffer");
+                goto fail;
+            }
+            r->readonly = true;
         }
         r->has_view = true;
         r->addr = (uintptr_t)r->view.buf;

@@ -438,3 +438,14 @@ def test_tracing_capture_through_config(cluster, tmp_path):
         sid, _ = s.self_id()
     path = tmp_path / f"trace-{sid}.jsonl"
     assert path.exists() and path.stat().st_size > 0
+
+
+def test_readonly_registration_is_never_written(store):
+    ro = b"\x00" * 4096
+    addr = store.register_buffer(ro)
+    store.put("ro-src", addr, 16)  # reading from it is fine
+    assert store.get("ro-src") == b"\x00" * 16
+    with pytest.raises(kvmesh.InvalidArgument, match="read-only"):
+        store.get_into("ro-src", addr, 16)
+    store.unregister_buffer(ro)
+    assert ro == b"\x00" * 4096
