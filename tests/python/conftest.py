@@ -166,7 +166,8 @@ class Etcd:
 class Cluster:
     """N kvmeshd processes on one deployment of a metadata server."""
 
-    def __init__(self, url, n=3, memory="64MiB", segment="32MiB", transport="auto", extra=()):
+    def __init__(self, url, n=3, memory="64MiB", segment="32MiB", transport="auto", extra=(),
+                 lease_ms=1000):
         if not os.access(KVMESHD, os.X_OK):
             pytest.fail(f"{KVMESHD} missing: build kvmesh first (cmake --build build)")
         self.url = url
@@ -174,7 +175,7 @@ class Cluster:
         self.transport = transport
         self.dir = tempfile.mkdtemp(prefix="kvmesh-py-cluster-")
         self.fields = {"metadata_url": url, "deployment": self.deployment,
-                       "lease_ttl_ms": "1000", "request_timeout_ms": "20000",
+                       "lease_ttl_ms": str(lease_ms), "request_timeout_ms": "20000",
                        "transport": transport, "segment_size": segment,
                        "max_object_size": segment}
         self.daemons = []
