@@ -149,6 +149,11 @@ class Store:
 
     def drain(self, timeout_ms=0):
         """Moves this runtime's replicas to others, then leaves (0 = drain_timeout_ms)."""
+        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool):
+            raise TypeError(f"timeout_ms must be an int, not {type(timeout_ms).__name__}")
+        if not 0 <= timeout_ms <= 0xFFFFFFFF:
+            raise _errors.make(_native.CODES["KVMESH_EINVAL"], "KVMESH_EINVAL",
+                               f"timeout_ms must be 0..4294967295, got {timeout_ms}")
         self._core.h().drain(timeout_ms)
 
     @property

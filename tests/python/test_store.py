@@ -449,3 +449,30 @@ def test_readonly_registration_is_never_written(store):
         store.get_into("ro-src", addr, 16)
     store.unregister_buffer(ro)
     assert ro == b"\x00" * 4096
+
+
+def test_storage_runtime_drain(cluster):
+    # a Python process that contributes memory: objects pinned to it survive its drain
+    t = "drain-" + uuid.uuid4().hex[:6]
+    owner = kvmesh.Store(cluster.client_fields(memory_size="32MiB"), tenant=t)
+    reader = cluster.store(tenant=t)
+    try:
+        me, _ = owner.self_id()
+        assert any(m.id == me and m.capacity_bytes == 32 << 20 for m in reader.members())
+        keys = [f"d{i}" for i in range(10)]
+        vals = [bytes([i]) * 5000 for i in range(10)]
+        assert owner.batch_put(keys, vals, replicas=1, preferred=[me], hard_pin=True) == \
+            [None] * 10
+        assert all(owner.route(k).replicas[0].owner == me for k in keys)
+        with pytest.raises(kvmesh.InvalidArgument):
+            owner.drain(-1)
+        with pytest.raises(TypeError):
+            owner.drain("10")
+        owner.drain(30000)
+        with pytest.raises(kvmesh.Closed):
+            owner.get(keys[0])
+        assert reader.batch_get(keys) == vals
+        assert all(reader.route(k).replicas[0].owner != me for k in keys)
+    finally:
+        owner.close()
+        reader.close()
