@@ -8,6 +8,9 @@
 #
 #   KVMESH_BUILD_DIR   CMake build directory with lib/libkvmesh.a and bin/kvmeshd (default build)
 #   KVMESH_PYTEST_ARGS extra pytest arguments (e.g. "-k mooncake")
+#   KVMESH_PYTHON_SANITIZE=address,undefined   build the extension with ASan+UBSan and run the
+#                      suite with the sanitizer runtimes preloaded (point KVMESH_BUILD_DIR at a
+#                      -DKVMESH_SANITIZE=address,undefined build, e.g. build-asan)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -23,7 +26,20 @@ fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kvmesh-pytest.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
-echo "=== python: build the wheel"
+SAN=${KVMESH_PYTHON_SANITIZE:-}
+PRELOAD=""
+if [ -n "$SAN" ]; then
+  export CFLAGS="-fsanitize=$SAN -fno-omit-frame-pointer" LDFLAGS="-fsanitize=$SAN"
+  for lib in libasan.so libubsan.so; do
+    case $lib in libasan.so) [[ $SAN == *address* ]] || continue ;;
+      libubsan.so) [[ $SAN == *undefined* ]] || continue ;; esac
+    PRELOAD="${PRELOAD:+$PRELOAD:}$(gcc -print-file-name=$lib)"
+  done
+  # the interpreter itself frees nothing at exit: leak reports would be about CPython
+  export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+fi
+
+echo "=== python: build the wheel${SAN:+ (sanitizers: $SAN)}"
 rm -rf python/build python/kvmesh.egg-info
 if ! (cd python && KVMESH_BUILD_DIR="$BUILD" "$PY" -m build --no-isolation --wheel \
       --outdir "$WORK/dist" >"$WORK/build.log" 2>&1); then
@@ -39,14 +55,14 @@ if ! "$WORK/venv/bin/python" -m pip install --no-index --no-deps --disable-pip-v
       -q "$WHEEL"; then
   echo "python-test: pip install of the wheel failed" >&2; exit 1
 fi
-(cd "$WORK" && "$WORK/venv/bin/python" -c \
+(cd "$WORK" && LD_PRELOAD="$PRELOAD" "$WORK/venv/bin/python" -c \
   "import kvmesh, kvmesh._native as n; print('imported', kvmesh.__file__, n.__file__)") || exit 1
 
 echo "=== python: pytest"
 cd "$WORK"
 # shellcheck disable=SC2086
 KVMESH_BUILD_DIR="$BUILD" KVMESH_WHEEL="$WHEEL" KVMESH_EXPECT_INSTALLED=1 \
-  "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$ROOT/tests/python" \
+  LD_PRELOAD="$PRELOAD" "$WORK/venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$ROOT/tests/python" \
   "$ROOT/tests/python" ${KVMESH_PYTEST_ARGS:-}
 rc=$?
 if [ $rc -eq 5 ]; then
