@@ -96,3 +96,29 @@ def test_kill_during_batches(tcp_cluster):
         assert ex == [True] * n
     finally:
         s.close()
+
+
+def test_gil_released_while_blocked(tcp_cluster):
+    """A get that waits on a stopped (SIGSTOP) owner must not hold the GIL: the main thread
+    resumes the owner (SIGCONT) while the get is blocked, and the get then returns the value.
+    With the GIL held the main thread could not run until the get timed out, and the get would
+    fail instead."""
+    import os
+    import signal as sig
+    c = tcp_cluster
+    with c.store(tenant="gil", request_timeout_ms=30000) as s:
+        owner = c.ids[1]
+        s.put("g", value(5), replicas=1, preferred=[owner], hard_pin=True)
+        assert s.get("g") == value(5)
+        out = []
+        os.kill(c.daemons[1].pid, sig.SIGSTOP)
+        try:
+            th = threading.Thread(target=lambda: out.append(s.get("g")))
+            th.start()
+            time.sleep(1.0)  # let the get reach the stopped owner
+            os.kill(c.daemons[1].pid, sig.SIGCONT)
+            th.join(60)
+        finally:
+            os.kill(c.daemons[1].pid, sig.SIGCONT)
+        assert not th.is_alive()
+        assert out == [value(5)]
