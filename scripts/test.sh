@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds kvmesh and runs every test: a -Werror build, an ASan+UBSan build, a TSan build of the
-# threaded tests (unit tests and the RPC/transport/metadata/observability integration tests), and the libFuzzer targets (built with clang, each run briefly on its corpus).
+# threaded tests (unit tests and the RPC/transport/metadata/observability integration tests), and the libFuzzer targets (built with clang, each run briefly on its corpus),
+# and the Python package (scripts/python-test.sh: wheel, fresh venv, tests/python/ with pytest).
 # Installs missing packages first (scripts/deps.sh). Exits non-zero when anything fails.
 #
-#   KVMESH_TEST_STAGES="werror asan tsan fuzz"   stages to run (default: all)
+#   KVMESH_TEST_STAGES="werror asan tsan fuzz python"   stages to run (default: all)
 #   KVMESH_JOBS=N                                 build/test parallelism (default: nproc)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ ROOT=$(pwd)
 
 bash scripts/deps.sh || exit 1
 
-STAGES=${KVMESH_TEST_STAGES:-"werror asan tsan fuzz"}
+STAGES=${KVMESH_TEST_STAGES:-"werror asan tsan fuzz python"}
 JOBS=${KVMESH_JOBS:-$(nproc)}
 failed_stages=()
 passed_stages=()
@@ -67,6 +68,18 @@ for s in $STAGES; do
       fi
       rm -rf "$tmp" "$tmp.log"
     done ;;
+  python)
+    # The -Werror build (a no-op when the werror stage just built it), then the wheel, a fresh
+    # venv and pytest on tests/python/ (a real redis-server, etcd and 3 kvmeshd per cluster).
+    echo "=== stage python: configure and build (build)"
+    if ! cmake -S "$ROOT" -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVMESH_WERROR=ON \
+        >build.configure.log 2>&1 || ! cmake --build build -j "$JOBS" >build.build.log 2>&1; then
+      tail -n 40 build.configure.log build.build.log; failed_stages+=("python(build)")
+    elif KVMESH_BUILD_DIR="$ROOT/build" bash scripts/python-test.sh; then
+      passed_stages+=("python")
+    else
+      failed_stages+=("python(test)")
+    fi ;;
   *) echo "unknown stage $s"; failed_stages+=("$s") ;;
   esac
 done
