@@ -1095,6 +1095,26 @@ static void final_checks(qs_t *qs)
     }
 }
 
+/* every 64 steps: each live runtime's tenant handle keeps its own invariants */
+static int qs_invariant(void *ctx, sim_t *sim)
+{
+    qs_t *qs = ctx;
+    if (sim_steps(sim) % 64 != 0)
+        return 0;
+    for (uint32_t i = 0; i < qs->n; i++) {
+        qs_node_t *nd = sim_node_state(sim, i);
+        if (nd && tn_check_invariants(nd->tn) != 0) {
+            sim_fail(sim, "n%u: %s", i, kvmesh_last_error());
+            return 1;
+        }
+    }
+    if (tn_check_invariants(qs->prim_tn) != 0) {
+        sim_fail(sim, "primary: %s", kvmesh_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 static bool nodes_idle(void *ctx)
 {
     qs_t *qs = ctx;
@@ -1169,6 +1189,7 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     qs->epoch_ctr = 0;
     qs->hist = sim_hist_new(sim, QS_MAX_OPS * ro->soak);
     sim_set_node_hooks(sim, qs_start, qs_stop, qs);
+    sim_set_invariant(sim, qs_invariant, qs);
     sim_start(sim);
     sim_schedule(sim, sim_rand_range(sim, 100, 300) * SIM_MSG_NS, nemesis, qs);
     sim_schedule(sim, sim_rand_range(sim, 100, 400) * SIM_MSG_NS, failover, qs);
@@ -1230,6 +1251,7 @@ out:
     }
     qs->quiet = true;
     qs->faults = false;
+    sim_set_invariant(sim, NULL, NULL);
     for (uint32_t i = 0; i < qs->n; i++)
         sim_crash(sim, i);
     /* let world events (replies, lookups) reach the closed handles, then close the primary */
