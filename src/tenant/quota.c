@@ -41,6 +41,19 @@ typedef struct tn_pcache {
 
 typedef struct tn_call tn_call_t;
 
+/* Records this handle last read or wrote (or was handed as hints), with their mod_rev: a call
+ * whose records are all here starts with its write (one round trip). Only a write may follow
+ * from cached records: its compares prove them current; any other outcome is read again. */
+#define TN_CACHE_N 32
+typedef struct tn_centry {
+    char key[KS_KEY_CAP];
+    bool found;
+    int64_t mod_rev;
+    uint8_t *val;
+    size_t len;
+    uint64_t used; /* 0 = free slot */
+} tn_centry_t;
+
 struct tn {
     env_t *env;
     meta_t *m;
@@ -54,6 +67,8 @@ struct tn {
     bool closing, recon_busy;
     tn_pcache_t pol[TN_MAX_TENANTS];
     size_t n_pol;
+    tn_centry_t cache[TN_CACHE_N];
+    uint64_t cache_tick;
 };
 
 struct tn_call {
@@ -88,7 +103,9 @@ struct tn_call {
     /* progress */
     uint32_t attempts, conflicts;
     bool in_meta, wrote_maybe;
-    bool always_cb; /* internal callers (batch, reconciler) hear ECANCELED after tn_close */
+    bool always_cb;   /* internal callers (batch, reconciler) hear ECANCELED after tn_close */
+    bool speculative; /* the snapshot came from the cache, not from a read */
+    bool w_pol, w_op, w_obj, w_quota, d_op, d_obj; /* what the pending write puts/deletes */
     env_timer_id timer;
     int last_rc;
     tn_cb cb;
@@ -130,8 +147,59 @@ int tn_new(tn_t **out, env_t *env, meta_t *m, const tn_config_t *cfg)
 
 static void maybe_free(tn_t *tn)
 {
-    if (tn->closing && tn->n_calls == 0 && tn->aux == 0)
+    if (tn->closing && tn->n_calls == 0 && tn->aux == 0) {
+        for (size_t i = 0; i < TN_CACHE_N; i++)
+            free(tn->cache[i].val);
         free(tn);
+    }
+}
+
+/* ---- record cache --------------------------------------------------------------------------- */
+
+static tn_centry_t *cache_find(tn_t *tn, const char *key)
+{
+    for (size_t i = 0; i < TN_CACHE_N; i++)
+        if (tn->cache[i].used && strcmp(tn->cache[i].key, key) == 0)
+            return &tn->cache[i];
+    return NULL;
+}
+
+static void cache_put(tn_t *tn, const char *key, bool found, int64_t mod_rev, const uint8_t *val,
+                      size_t len)
+{
+    tn_centry_t *e = cache_find(tn, key);
+    if (!e) {
+        e = &tn->cache[0];
+        for (size_t i = 1; i < TN_CACHE_N && e->used; i++)
+            if (tn->cache[i].used < e->used)
+                e = &tn->cache[i];
+        snprintf(e->key, sizeof(e->key), "%s", key);
+    }
+    uint8_t *nv = NULL;
+    if (found && len) {
+        nv = malloc(len);
+        if (!nv) { /* a cache is optional */
+            free(e->val);
+            *e = (tn_centry_t){0};
+            return;
+        }
+        memcpy(nv, val, len);
+    }
+    free(e->val);
+    e->val = nv;
+    e->len = found ? len : 0;
+    e->found = found;
+    e->mod_rev = found ? mod_rev : 0;
+    e->used = ++tn->cache_tick;
+}
+
+static void cache_drop(tn_t *tn, const char *key)
+{
+    tn_centry_t *e = cache_find(tn, key);
+    if (e) {
+        free(e->val);
+        *e = (tn_centry_t){0};
+    }
 }
 
 static void call_unlink_free(tn_call_t *c)
@@ -412,6 +480,15 @@ static bool same_object(const tn_call_t *c, const tn_op_t *op)
            strcmp(op->key, c->key) == 0;
 }
 
+/* Records that disagree: from the cache (mixed revisions) they are re-read; from a read (one
+ * revision) they are corrupt. */
+static void snapshot_bad(tn_call_t *c, decision_t *d, const char *what)
+{
+    d->d = DEC_DONE;
+    d->op = NULL;
+    d->rc = kvm_errf(KVMESH_ECORRUPT, "tenant '%s', operation %s: %s", c->tenant, c->op_id, what);
+}
+
 static void decide_boot(tn_call_t *c, decision_t *d)
 {
     tn_policy_rec_t want;
@@ -532,7 +609,8 @@ static void decide_reserve(tn_call_t *c, decision_t *d)
         rc = check_fits(c, "objects", u.committed_objects, u.pending_objects,
                         tn_pos(op->delta_objects), c->pol.max_objects);
     if (rc) {
-        c->tn->st.reserve_refusals++;
+        if (!c->speculative)
+            c->tn->st.reserve_refusals++;
         d->rc = rc;
         return;
     }
@@ -620,7 +698,10 @@ static void decide_claim(tn_call_t *c, decision_t *d)
     op->deadline_ms = now_ms(c) + c->tn->cfg.publish_ttl_ms;
     c->nusage = c->found[TN_R_QUOTA] ? c->usage : (tn_usage_t){0};
     if (cur->state == TN_ST_PENDING) {
-        KVM_ASSERT(c->nusage.n_pending > 0);
+        if (c->nusage.n_pending == 0) {
+            snapshot_bad(c, d, "no pending operation counted");
+            return;
+        }
         c->nusage.n_pending--;
         c->nusage.n_publishing++;
         d->put_quota = true;
@@ -694,7 +775,10 @@ static void decide_finalize(tn_call_t *c, decision_t *d)
     op->deadline_ms = now_ms(c) + c->tn->cfg.retain_ms;
     tn_usage_t u = c->found[TN_R_QUOTA] ? c->usage : (tn_usage_t){0};
     uint64_t pb = tn_pos(cur->delta_bytes), po = tn_pos(cur->delta_objects);
-    KVM_ASSERT(u.pending_bytes >= pb && u.pending_objects >= po && u.n_publishing > 0);
+    if (u.pending_bytes < pb || u.pending_objects < po || u.n_publishing == 0) {
+        snapshot_bad(c, d, "pending usage below the operation's charge");
+        return;
+    }
     u.pending_bytes -= pb;
     u.pending_objects -= po;
     u.n_publishing--;
@@ -763,16 +847,17 @@ static void decide_abort(tn_call_t *c, decision_t *d)
     op->deadline_ms = now_ms(c) + c->tn->cfg.retain_ms;
     tn_usage_t u = c->found[TN_R_QUOTA] ? c->usage : (tn_usage_t){0};
     uint64_t pb = tn_pos(cur->delta_bytes), po = tn_pos(cur->delta_objects);
-    KVM_ASSERT(u.pending_bytes >= pb && u.pending_objects >= po);
+    if (u.pending_bytes < pb || u.pending_objects < po ||
+        (cur->state == TN_ST_PENDING ? u.n_pending : u.n_publishing) == 0) {
+        snapshot_bad(c, d, "pending usage below the operation's charge");
+        return;
+    }
     u.pending_bytes -= pb;
     u.pending_objects -= po;
-    if (cur->state == TN_ST_PENDING) {
-        KVM_ASSERT(u.n_pending > 0);
+    if (cur->state == TN_ST_PENDING)
         u.n_pending--;
-    } else {
-        KVM_ASSERT(u.n_publishing > 0);
+    else
         u.n_publishing--;
-    }
     c->nusage = u;
     tn_objrow_t row = c->found[TN_R_OBJ] ? c->row : (tn_objrow_t){0};
     if (strcmp(row.lock_op, cur->id) == 0) {
@@ -908,6 +993,7 @@ static int take_snapshot(tn_call_t *c, const meta_kv_t *kvs, size_t n)
         const meta_kv_t *kv = &kvs[j++];
         c->found[i] = kv->found;
         c->rev[i] = kv->found ? kv->mod_rev : 0;
+        cache_put(c->tn, c->k[i], kv->found, kv->mod_rev, kv->value, kv->value_len);
         if (!kv->found)
             continue;
         int rc = 0;
@@ -925,10 +1011,59 @@ static int take_snapshot(tn_call_t *c, const meta_kv_t *kvs, size_t n)
             rc = tn_op_decode(kv->value, kv->value_len, &c->op);
             break;
         }
-        if (rc)
+        if (rc) {
+            cache_drop(c->tn, c->k[i]);
             return kvm_errf(KVMESH_ECORRUPT, "tenant record %s: %s", kv->key, kvmesh_last_error());
+        }
     }
     return 0;
+}
+
+/* The snapshot from the cache: every wanted record cached, except that a reserve may assume a
+ * missing operation or object row absent. false: read first. */
+static bool snapshot_from_cache(tn_call_t *c)
+{
+    if (c->kind == TN_CK_BOOT || c->kind == TN_CK_USAGE || c->kind == TN_CK_GETOP ||
+        c->kind == TN_CK_PURGE || ((c->want & (1u << TN_R_OBJ)) && !c->have_obj))
+        return false;
+    for (int i = 0; i < TN_R_N; i++) {
+        if (!(c->want & (1u << i)))
+            continue;
+        tn_centry_t *e = cache_find(c->tn, c->k[i]);
+        if (!e) {
+            if (c->kind == TN_CK_RESERVE && (i == TN_R_OP || i == TN_R_OBJ)) {
+                c->found[i] = false;
+                c->rev[i] = 0;
+                continue;
+            }
+            return false;
+        }
+        e->used = ++c->tn->cache_tick;
+        c->found[i] = e->found;
+        c->rev[i] = e->mod_rev;
+        if (!e->found)
+            continue;
+        int rc = 0;
+        switch (i) {
+        case TN_R_POL:
+            rc = tn_policy_decode(e->val, e->len, &c->pol);
+            break;
+        case TN_R_QUOTA:
+            rc = tn_usage_decode(e->val, e->len, &c->usage);
+            break;
+        case TN_R_OBJ:
+            rc = tn_objrow_decode(e->val, e->len, &c->row);
+            break;
+        case TN_R_OP:
+            rc = tn_op_decode(e->val, e->len, &c->op);
+            break;
+        }
+        if (rc) {
+            cache_drop(c->tn, c->k[i]);
+            return false;
+        }
+    }
+    return true;
 }
 
 static size_t fill_gets(tn_call_t *c, meta_op_t *ops)
@@ -980,6 +1115,11 @@ static void call_read(tn_call_t *c)
 
 static void call_start(tn_call_t *c)
 {
+    if (snapshot_from_cache(c)) {
+        c->speculative = true;
+        decide_and_write(c);
+        return;
+    }
     call_read(c);
 }
 
@@ -988,6 +1128,12 @@ static void decide_and_write(tn_call_t *c)
     tn_t *tn = c->tn;
     decision_t d;
     decide(c, &d);
+    if (c->speculative && d.d != DEC_WRITE) { /* only a write may follow from cached records */
+        c->speculative = false;
+        call_read(c);
+        return;
+    }
+    c->speculative = false;
     if (d.d == DEC_REREAD) { /* learned the object from the operation record */
         KVM_ASSERT(!c->have_obj && c->found[TN_R_OP]);
         snprintf(c->domain, sizeof(c->domain), "%s", c->op.domain);
@@ -1056,6 +1202,12 @@ static void decide_and_write(tn_call_t *c)
         return;
     }
     KVM_ASSERT(no <= KVM_ARRAY_SIZE(ops));
+    c->w_pol = d.put_pol;
+    c->w_op = d.put_op;
+    c->w_obj = d.put_obj;
+    c->w_quota = d.put_quota;
+    c->d_op = d.del_op;
+    c->d_obj = d.del_obj;
     meta_op_t gets[TN_R_N];
     size_t ng = fill_gets(c, gets);
     c->in_meta = true;
@@ -1098,6 +1250,8 @@ static void on_write(void *arg, const meta_result_t *res)
         return;
     }
     if (res->rc) { /* not applied, or unknown: the re-read decides idempotently */
+        for (int i = 0; i < TN_R_N; i++)
+            cache_drop(tn, c->k[i]);
         if (res->rc != KVMESH_ECONN)
             c->wrote_maybe = true;
         call_retry(c, res->rc, true);
@@ -1105,6 +1259,29 @@ static void on_write(void *arg, const meta_result_t *res)
     }
     if (res->succeeded) {
         count_success(c);
+        /* every key the txn wrote now has mod_rev = the txn's revision */
+        size_t pn = 0;
+        if (c->w_pol && tn_policy_encode(&c->pol, c->vpol, sizeof(c->vpol), &pn) == 0)
+            cache_put(tn, c->k[TN_R_POL], true, res->rev, c->vpol, pn);
+        if (c->w_op || c->d_op) {
+            size_t n = 0;
+            if (c->w_op && tn_op_encode(&c->nop, c->vop, sizeof(c->vop), &n) == 0)
+                cache_put(tn, c->k[TN_R_OP], true, res->rev, c->vop, n);
+            else
+                cache_put(tn, c->k[TN_R_OP], false, 0, NULL, 0);
+        }
+        if (c->w_obj || c->d_obj) {
+            size_t n = 0;
+            if (c->w_obj && tn_objrow_encode(&c->nrow, c->vobj, sizeof(c->vobj), &n) == 0)
+                cache_put(tn, c->k[TN_R_OBJ], true, res->rev, c->vobj, n);
+            else
+                cache_put(tn, c->k[TN_R_OBJ], false, 0, NULL, 0);
+        }
+        if (c->w_quota) {
+            size_t n = 0;
+            if (tn_usage_encode(&c->nusage, c->vquota, sizeof(c->vquota), &n) == 0)
+                cache_put(tn, c->k[TN_R_QUOTA], true, res->rev, c->vquota, n);
+        }
         if (c->kind == TN_CK_BOOT) {
             pcache_put(tn, c->tenant, &c->pol);
             call_done(c, 0, NULL, NULL, false);
@@ -1288,4 +1465,101 @@ int tn_get_usage(tn_t *tn, const char *tenant, tn_usage_cb cb, void *arg)
         return rc;
     }
     return call_submit(c);
+}
+
+/* ---- hints ---------------------------------------------------------------------------------- */
+
+static size_t hint_put(uint8_t *b, size_t cap, size_t off, const tn_centry_t *e, bool *over)
+{
+    size_t kl = strlen(e->key), need = 2 + kl + 1 + 8 + 4 + e->len;
+    if (off + need > cap) {
+        *over = true;
+        return off;
+    }
+    b[off++] = (uint8_t)(kl >> 8);
+    b[off++] = (uint8_t)kl;
+    memcpy(b + off, e->key, kl);
+    off += kl;
+    b[off++] = e->found;
+    for (int i = 7; i >= 0; i--)
+        b[off++] = (uint8_t)((uint64_t)e->mod_rev >> (8 * i));
+    for (int i = 3; i >= 0; i--)
+        b[off++] = (uint8_t)(e->len >> (8 * i));
+    if (e->len)
+        memcpy(b + off, e->val, e->len);
+    return off + e->len;
+}
+
+int tn_hint_export(tn_t *tn, const char *tenant, const char *op_id, uint8_t *buf, size_t cap,
+                   size_t *len)
+{
+    *len = 0;
+    char k_op[KS_KEY_CAP], k_q[KS_KEY_CAP];
+    int rc = ks_acct_op_key(k_op, sizeof(k_op), tn->dep, tenant, op_id);
+    if (!rc)
+        rc = ks_quota_key(k_q, sizeof(k_q), tn->dep, tenant);
+    if (rc)
+        return rc;
+    if (cap < 1)
+        return kvm_errf(KVMESH_ETOOBIG, "hint buffer too small");
+    const tn_centry_t *e[2] = {cache_find(tn, k_op), cache_find(tn, k_q)};
+    size_t off = 1;
+    bool over = false;
+    buf[0] = 0;
+    for (int i = 0; i < 2; i++)
+        if (e[i]) {
+            off = hint_put(buf, cap, off, e[i], &over);
+            buf[0]++;
+        }
+    if (over)
+        return kvm_errf(KVMESH_ETOOBIG, "hint buffer too small (TN_HINT_MAX suffices)");
+    *len = off;
+    return 0;
+}
+
+int tn_hint_import(tn_t *tn, const uint8_t *b, size_t len)
+{
+    if (!b || len < 1 || b[0] > 2)
+        return kvm_errf(KVMESH_EPROTO, "tenant hint: malformed");
+    size_t off = 1;
+    for (unsigned n = 0; n < b[0]; n++) {
+        if (off + 2 > len)
+            return kvm_errf(KVMESH_EPROTO, "tenant hint: truncated");
+        size_t kl = (size_t)b[off] << 8 | b[off + 1];
+        off += 2;
+        if (kl == 0 || kl > META_KEY_MAX || off + kl + 13 > len)
+            return kvm_errf(KVMESH_EPROTO, "tenant hint: truncated");
+        char key[KS_KEY_CAP];
+        memcpy(key, b + off, kl);
+        key[kl] = '\0';
+        off += kl;
+        bool found = b[off++] != 0;
+        uint64_t rev = 0;
+        for (int i = 0; i < 8; i++)
+            rev = rev << 8 | b[off++];
+        size_t vl = 0;
+        for (int i = 0; i < 4; i++)
+            vl = vl << 8 | b[off++];
+        if (vl > TN_OP_ENC_MAX || off + vl > len || (found && (rev == 0 || rev > INT64_MAX)))
+            return kvm_errf(KVMESH_EPROTO, "tenant hint: bad entry");
+        ks_parsed_t pk;
+        if (ks_parse(key, &pk) != 0 || strcmp(pk.deployment, tn->dep) != 0 ||
+            (pk.family != KS_ACCT_OP && pk.family != KS_QUOTA))
+            return kvm_errf(KVMESH_EPROTO, "tenant hint: foreign key");
+        if (found) { /* cache only records that decode */
+            tn_op_t *op = malloc(sizeof(*op));
+            tn_usage_t u;
+            int rc = !op                       ? KVMESH_ENOMEM
+                     : pk.family == KS_ACCT_OP ? tn_op_decode(b + off, vl, op)
+                                               : tn_usage_decode(b + off, vl, &u);
+            free(op);
+            if (rc)
+                return kvm_errf(KVMESH_EPROTO, "tenant hint: record does not decode");
+        }
+        cache_put(tn, key, found, (int64_t)rev, b + off, vl);
+        off += vl;
+    }
+    if (off != len)
+        return kvm_errf(KVMESH_EPROTO, "tenant hint: trailing bytes");
+    return 0;
 }

@@ -32,10 +32,10 @@ int tn_policy_validate(const tn_policy_t *p)
         return kvm_errf(KVMESH_EINVAL, "tenant policy is NULL");
     if (p->policy_version < 1)
         return kvm_errf(KVMESH_ECONFIG, "tenant policy: policy_version must be >= 1");
-    if (p->max_bytes < 1)
-        return kvm_errf(KVMESH_ECONFIG, "tenant policy: max_bytes must be >= 1");
-    if (p->max_objects < 1)
-        return kvm_errf(KVMESH_ECONFIG, "tenant policy: max_objects must be >= 1");
+    if (p->max_bytes < 1 || p->max_bytes > INT64_MAX)
+        return kvm_errf(KVMESH_ECONFIG, "tenant policy: max_bytes must be in [1, 2^63)");
+    if (p->max_objects < 1 || p->max_objects > INT64_MAX)
+        return kvm_errf(KVMESH_ECONFIG, "tenant policy: max_objects must be in [1, 2^63)");
     return 0;
 }
 
@@ -339,6 +339,12 @@ int tn_policy_decode(const uint8_t *buf, size_t len, tn_policy_rec_t *out)
         return kvm_errf(KVMESH_EPROTO, "tenant policy record: bad versions");
     out->schema_version = (uint32_t)sv;
     out->policy_version = (uint32_t)pv;
+    tn_policy_t p = {.policy_version = out->policy_version,
+                     .max_bytes = out->max_bytes,
+                     .max_objects = out->max_objects};
+    if (tn_policy_validate(&p) != 0 ||
+        (sv == TN_SCHEMA_VERSION && tn_policy_fingerprint(&p) != out->fingerprint))
+        return kvm_errf(KVMESH_EPROTO, "tenant policy record: limits or fingerprint invalid");
     return 0;
 }
 

@@ -253,6 +253,20 @@ int tn_finalize(tn_t *tn, const char *tenant, const char *domain, const char *ke
 int tn_abort(tn_t *tn, const char *tenant, const char *domain, const char *key, const char *op_id,
              tn_cb cb, void *arg);
 
+/*
+ * Hints: this handle's cached operation record and usage row of (tenant, op_id), as an opaque
+ * blob another runtime may import (the store carries it in the route CAS request and its reply)
+ * so that its next call on that operation starts with its write: reserve, claim and finalize
+ * then cost one metadata round trip each when nothing else changed those records. A stale or
+ * forged hint costs one failed compare (whose else branch returns the real records), never a
+ * wrong decision: only a write may follow from cached records. Import checks that the keys
+ * belong to this deployment and that the records decode (KVMESH_EPROTO otherwise).
+ */
+#define TN_HINT_MAX (1 + 2 * (2 + META_KEY_MAX + 13) + TN_OP_ENC_MAX + 128)
+int tn_hint_export(tn_t *tn, const char *tenant, const char *op_id, uint8_t *buf, size_t cap,
+                   size_t *len);
+int tn_hint_import(tn_t *tn, const uint8_t *buf, size_t len);
+
 /* Exact reads (diagnostics, tests): the usage row, an object row, an operation record. */
 typedef void (*tn_usage_cb)(void *arg, int rc, const tn_usage_t *u);
 int tn_get_usage(tn_t *tn, const char *tenant, tn_usage_cb cb, void *arg);

@@ -114,6 +114,7 @@ typedef struct qs_node {
     int64_t hid;
     uint32_t recon_tenant;
     bool recon_busy;
+    uint32_t evict; /* 1 + tenant whose write was refused over quota: free room in it */
 } qs_node_t;
 
 /* durable intent of a writer (survives its crash): the operation to retry */
@@ -256,6 +257,9 @@ typedef struct qs_pub {
     void *rarg;
     int rc;
     kvm_route_version_t version;
+    /* records handed over with the request and the reply (tn_hint_*) */
+    size_t hint_len;
+    uint8_t hint[TN_HINT_MAX];
 } qs_pub_t;
 
 static void payload_of(const qs_pub_t *p, uint8_t out[9])
@@ -344,6 +348,12 @@ static void on_prim_claim(void *arg, int rc, const tn_op_view_t *v)
     qs_t *qs = p->qs;
     if (rc == 0)
         check_usage(qs, qs->tenants[obj_tenant(qs, p->obj)], &v->usage, "claim");
+    if (rc == 0 && !p->replay) {
+        uint32_t t = obj_tenant(qs, p->obj);
+        if (tn_hint_export(qs->prim_tn, qs->tenants[t], p->op, p->hint, sizeof(p->hint),
+                           &p->hint_len) != 0)
+            p->hint_len = 0;
+    }
     if (rc) {
         if (rc == KVMESH_ECANCELED)
             qs->claims_rejected++; /* abort won: the CAS is rejected */
@@ -392,6 +402,9 @@ static void prim_handle(void *arg)
                          .next_version = p->next,
                          .payload = pl,
                          .payload_len = sizeof(pl)};
+    if (p->hint_len)
+        KVM_ASSERT(tn_hint_import(qs->prim_tn, p->hint, p->hint_len) == 0);
+    p->hint_len = 0;
     rc = tn_claim(qs->prim_tn, &cr, on_prim_claim, p);
     if (rc)
         prim_reply(p, rc, KVM_ROUTE_VERSION_NONE);
@@ -587,6 +600,8 @@ static void writer_reply(void *arg)
         return;
     }
     uint32_t t = obj_tenant(qs, nd->obj);
+    if (p->hint_len)
+        KVM_ASSERT(tn_hint_import(nd->tn, p->hint, p->hint_len) == 0);
     nd->phase = PH_FINALIZE;
     env_timer_cancel(nd->env, nd->deadline);
     nd->deadline = 0;
@@ -651,6 +666,9 @@ static void send_publish(qs_node_t *nd)
     p->pred = qs->intent[nd->id].pred;
     p->node = nd->id;
     p->inc = sim_node_incarnation(qs->sim, nd->id);
+    if (tn_hint_export(nd->tn, qs->tenants[obj_tenant(qs, nd->obj)], nd->op, p->hint,
+                       sizeof(p->hint), &p->hint_len) != 0)
+        p->hint_len = 0;
     uint64_t d = sim_rand_range(qs->sim, 1, 4) * SIM_MSG_NS;
     if (qs->prof->delayed_cas && qs->faults && sim_chance(qs->sim, 0.4))
         d = sim_rand_range(qs->sim, 50, 500) * SIM_MSG_NS; /* across abort and expiry */
@@ -671,8 +689,11 @@ static void on_reserve(void *arg, int rc, const tn_op_view_t *v)
     if (nd->stopping)
         return;
     if (rc) {
-        if (rc == KVMESH_EQUOTA)
+        if (rc == KVMESH_EQUOTA) {
             qs->refused_quota++;
+            if (sim_chance(qs->sim, 0.7))
+                nd->evict = 1 + obj_tenant(qs, nd->obj); /* tenant-local recovery */
+        }
         write_end(nd, rc, 0, 0);
         return;
     }
@@ -736,6 +757,20 @@ static void writer_next(void *arg)
     if (nd->stopping || nd->busy || qs->quiet)
         return;
     uint32_t o = (uint32_t)sim_rand_range(qs->sim, 0, qs->objs - 1);
+    bool evict = false;
+    if (nd->evict) { /* delete a live object of the same tenant only */
+        uint32_t per = QS_DOMAINS * qs->keys, first = (nd->evict - 1) * per;
+        uint32_t start = (uint32_t)sim_rand_range(qs->sim, 0, per - 1);
+        for (uint32_t i = 0; i < per; i++) {
+            uint32_t c = first + (start + i) % per;
+            if (qs->route[c].found && !qs->route[c].tomb) {
+                o = c;
+                evict = true;
+                break;
+            }
+        }
+        nd->evict = 0;
+    }
     uint32_t t = obj_tenant(qs, o);
     if (!(nd->booted & (1u << t))) { /* not serving this tenant (refused policy) */
         nd->think = env_timer_start(nd->env, 5 * SIM_MSG_NS, writer_next, nd);
@@ -746,7 +781,7 @@ static void writer_next(void *arg)
     in.obj = o;
     in.pred = r->found ? r->version : KVM_ROUTE_VERSION_NONE;
     bool live = r->found && !r->tomb;
-    in.is_delete = live && sim_chance(qs->sim, qs->prof->p_delete);
+    in.is_delete = live && (evict || sim_chance(qs->sim, qs->prof->p_delete));
     uint64_t maxb = qs->pol[t].max_bytes;
     in.len = in.is_delete ? 0
              : sim_chance(qs->sim, 0.03)

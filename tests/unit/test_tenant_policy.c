@@ -207,6 +207,12 @@ static void test_codecs(void **state)
     assert_int_equal(tn_policy_encode(&p, buf, sizeof(buf), &len), 0);
     assert_int_equal(tn_policy_decode(buf, len, &pb), 0);
     assert_memory_equal(&p, &pb, sizeof(p));
+    /* a stored fingerprint that does not match its fields is refused */
+    pb = p;
+    pb.fingerprint ^= 1;
+    assert_int_equal(tn_policy_encode(&pb, buf, sizeof(buf), &len), 0);
+    assert_int_equal(tn_policy_decode(buf, len, &pb), KVMESH_EPROTO);
+    assert_int_equal(tn_policy_encode(&p, buf, sizeof(buf), &len), 0);
     /* a record of another schema is refused */
     assert_int_equal(tn_usage_decode(buf, len, &ub), KVMESH_EPROTO);
     assert_int_equal(tn_policy_encode(&p, buf, 3, &len), KVMESH_ETOOBIG);
