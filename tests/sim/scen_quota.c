@@ -154,6 +154,11 @@ struct qs {
     bool quiet;  /* no new writes */
     uint64_t end_faults_ns;
     /* world event args */
+    struct qs_owed {
+        void *p;
+        bool lookup;
+    } * owed;
+    size_t n_owed, cap_owed;
     void **allocs;
     size_t n_allocs, cap_allocs;
     /* counters */
@@ -255,6 +260,7 @@ typedef struct qs_pub {
     /* reply to a reconciler */
     tn_replay_cb rcb;
     void *rarg;
+    bool answered; /* the reconciler's callback ran (replays) */
     int rc;
     kvm_route_version_t version;
     /* records handed over with the request and the reply (tn_hint_*) */
@@ -279,7 +285,10 @@ static void prim_reply(qs_pub_t *p, int rc, kvm_route_version_t v)
     p->rc = rc;
     p->version = v;
     if (p->replay) {
-        p->rcb(p->rarg, rc, v); /* the reconciler is on its node; callbacks always delivered */
+        if (!p->answered) {
+            p->answered = true;
+            p->rcb(p->rarg, rc, v); /* callbacks always delivered, also to a closed handle */
+        }
         return;
     }
     sim_schedule(qs->sim, sim_rand_range(qs->sim, 1, 4) * SIM_MSG_NS, writer_reply, p);
@@ -427,12 +436,45 @@ typedef struct qs_lk {
     void *arg;
     tn_route_obs_t obs;
     int rc;
+    bool answered;
 } qs_lk_t;
 
 static void lookup_deliver(void *arg)
 {
     qs_lk_t *l = arg;
-    l->cb(l->arg, l->rc, &l->obs);
+    if (!l->answered) {
+        l->answered = true;
+        l->cb(l->arg, l->rc, &l->obs);
+    }
+}
+
+/* route callbacks still owed to reconcilers (a failed run stops the world before they land) */
+static void owe(qs_t *qs, void *p, bool lookup)
+{
+    if (qs->n_owed == qs->cap_owed) {
+        qs->cap_owed = qs->cap_owed ? 2 * qs->cap_owed : 64;
+        qs->owed = realloc(qs->owed, qs->cap_owed * sizeof(*qs->owed));
+        KVM_ASSERT(qs->owed != NULL);
+    }
+    qs->owed[qs->n_owed].p = p;
+    qs->owed[qs->n_owed++].lookup = lookup;
+}
+
+static void pay_owed(qs_t *qs)
+{
+    for (size_t i = 0; i < qs->n_owed; i++) {
+        if (qs->owed[i].lookup) {
+            qs_lk_t *l = qs->owed[i].p;
+            l->rc = KVMESH_ECANCELED;
+            lookup_deliver(l);
+        } else {
+            qs_pub_t *p = qs->owed[i].p;
+            if (!p->answered) {
+                p->answered = true;
+                p->rcb(p->rarg, KVMESH_ECANCELED, KVM_ROUTE_VERSION_NONE);
+            }
+        }
+    }
 }
 
 static void route_lookup(void *ctx, const char *tenant, const char *domain, const char *key,
@@ -443,6 +485,7 @@ static void route_lookup(void *ctx, const char *tenant, const char *domain, cons
     l->qs = qs;
     l->cb = cb;
     l->arg = arg;
+    owe(qs, l, true);
     int o = find_obj(qs, tenant, domain, key);
     KVM_ASSERT(o >= 0);
     const qs_route_t *r = &qs->route[o];
@@ -459,7 +502,10 @@ static void route_lookup(void *ctx, const char *tenant, const char *domain, cons
 static void replay_refused(void *arg)
 {
     qs_pub_t *p = arg;
-    p->rcb(p->rarg, KVMESH_EUNAVAILABLE, KVM_ROUTE_VERSION_NONE);
+    if (!p->answered) {
+        p->answered = true;
+        p->rcb(p->rarg, KVMESH_EUNAVAILABLE, KVM_ROUTE_VERSION_NONE);
+    }
 }
 
 static void route_replay(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg)
@@ -470,6 +516,7 @@ static void route_replay(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *ar
     p->replay = true;
     p->rcb = cb;
     p->rarg = arg;
+    owe(qs, p, false);
     int o = find_obj(qs, op->tenant, op->domain, op->key);
     KVM_ASSERT(o >= 0);
     p->obj = (uint32_t)o;
@@ -1291,10 +1338,12 @@ out:
         sim_crash(sim, i);
     /* let world events (replies, lookups) reach the closed handles, then close the primary */
     sim_run_for(sim, 2 * SIM_SEC_NS);
+    pay_owed(qs); /* after a failure the world stopped before they landed */
     tn_close(qs->prim_tn);
     sim_run_for(sim, SIM_SEC_NS);
     meta_close(qs->prim_m);
     meta_close(qs->world_m);
+    free(qs->owed);
     int out = sim_finish(sim, res);
     sim_hist_free(qs->hist);
     for (size_t i = 0; i < qs->n_allocs; i++)
