@@ -18,9 +18,11 @@
  *     The reconciler's lookup reads the table; its replay goes through the same primary path.
  *
  * Write flow: lookup (predecessor version) -> tn_reserve -> data transfer -> publish request to
- * the primary -> tn_finalize -> reply. Failed writes abort (10%); a writer that hears nothing
- * within its deadline aborts, which races the delayed claim. Crashes are injected at the
- * profile's windows (before route CAS, after route CAS before finalize, after finalize before
+ * the primary -> tn_finalize -> reply; the request and the reply carry tn_hint_* records, as the
+ * store will. A write refused with EQUOTA is usually followed by a delete of a live object of
+ * the same tenant (tenant-local recovery, at the writer). Failed writes abort (10%); a writer that
+ * hears nothing within its deadline aborts, which races the delayed claim. Crashes are injected at
+ * the profile's windows (before route CAS, after route CAS before finalize, after finalize before
  * the reply, during a delete's refund) and at random; a restarted writer retries its
  * interrupted operation with the same operation id half of the time (idempotent repeat).
  *
