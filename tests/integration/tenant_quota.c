@@ -5,7 +5,7 @@
  * finalize and abort (creates, overwrites, deletes) into one tenant that has a byte and an
  * object limit, for KVMESH_TENANT_QUOTA_MS (10 s in CI; 30000 for the specification's 30 s).
  *
- *   itest_tenant_quota redis|etcd
+ *   itest_tenant_quota redis|etcd [--long]      (--long: 30 s, the specification's duration)
  *
  * Every writer bootstraps the same policy (16 concurrent create-if-absent: one creates, the
  * others match), then writes its own 4 keys (so it knows its final live set exactly) while all
@@ -51,6 +51,7 @@
 #define MAX_RETRY 200
 
 static const char *g_backend;
+static bool g_long;
 static testsrv_t *g_srv;
 static char g_url[256];
 
@@ -375,7 +376,7 @@ static bool read_usage(meta_sync_t *s, const char *key, tn_usage_t *u, bool *fou
 static void test_writers(void **state)
 {
     (void)state;
-    uint64_t ms = testsrv_env_ms("KVMESH_TENANT_QUOTA_MS", 10000);
+    uint64_t ms = g_long ? 30000 : testsrv_env_ms("KVMESH_TENANT_QUOTA_MS", 10000);
     meta_sync_t *s = NULL;
     assert_int_equal(meta_sync_open(&s, g_url, NULL), 0);
     char qkey[KS_KEY_CAP], pkey[KS_KEY_CAP];
@@ -513,8 +514,9 @@ int main(int argc, char **argv)
     if (argc == 5 && (!strcmp(argv[1], "--writer") || !strcmp(argv[1], "--writer-mismatch")))
         return writer_main(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 10),
                            !strcmp(argv[1], "--writer-mismatch"));
-    if (argc != 2 || (strcmp(argv[1], "redis") && strcmp(argv[1], "etcd"))) {
-        fprintf(stderr, "usage: %s redis|etcd\n", argv[0]);
+    g_long = argc == 3 && !strcmp(argv[2], "--long");
+    if ((argc != 2 && !g_long) || (strcmp(argv[1], "redis") && strcmp(argv[1], "etcd"))) {
+        fprintf(stderr, "usage: %s redis|etcd [--long]\n", argv[0]);
         return 2;
     }
     g_backend = argv[1];
