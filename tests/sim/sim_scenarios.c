@@ -21,6 +21,12 @@ extern const sim_scenario_t scen_route_mirror;
 extern const sim_scenario_t scen_route_conflict;
 extern const sim_scenario_t scen_route_stale;
 extern const sim_scenario_t scen_route_steady;
+extern const sim_scenario_t scen_quota_crash_before_cas;
+extern const sim_scenario_t scen_quota_crash_after_cas;
+extern const sim_scenario_t scen_quota_crash_after_finalize;
+extern const sim_scenario_t scen_quota_crash_delete_refund;
+extern const sim_scenario_t scen_quota_delayed_cas;
+extern const sim_scenario_t scen_quota_concurrent;
 #endif
 
 const sim_scenario_t *const sim_scenarios[] = {
@@ -36,6 +42,12 @@ const sim_scenario_t *const sim_scenarios[] = {
     &scen_route_conflict,
     &scen_route_stale,
     &scen_route_steady,
+    &scen_quota_crash_before_cas,
+    &scen_quota_crash_after_cas,
+    &scen_quota_crash_after_finalize,
+    &scen_quota_crash_delete_refund,
+    &scen_quota_delayed_cas,
+    &scen_quota_concurrent,
 #endif
     NULL,
 };
