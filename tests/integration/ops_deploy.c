@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ops_deploy.c — the files of deploy/ hold against the real programs:
- *   - every example config (deploy/config/ (one .yaml per shape)) loads with the config loader and passes
- *     `kvmeshd --check-config`; its metadata URL has the scheme its shape names;
+ *   - every example config (one .yaml per shape in deploy/config/) loads with the config
+ *     loader and passes `kvmeshd --check-config`; its metadata URL has the scheme its shape
+ *     names;
  *   - the systemd unit passes `systemd-analyze verify` without a single warning (with the
  *     binary path pointed at this build), runs kvmeshd with flags kvmeshd accepts, stops it with
  *     SIGTERM, and gives the drain more time than any example's drain_timeout_ms;
