@@ -11,7 +11,7 @@ PKGS=(
   libcyaml-dev libbsd-dev libcmocka-dev
   redis-server redis-tools etcd-server etcd-client memcached
   clang libclang-rt-14-dev clang-format gcovr
-  python3 python3-dev python3-pytest python3-numpy python3-yaml
+  python3 python3-dev python3-pytest python3-numpy
   chromium chromium-driver prometheus
 )
 
