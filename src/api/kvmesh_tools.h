@@ -85,4 +85,63 @@ void kvmesh_tools_format_size(uint64_t v, char *buf, size_t cap);
 struct kvm_rt;
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
 
+/* ---- metadata administration (kvmesh admin) ------------------------------------------------
+ * A direct, blocking connection to a deployment's metadata (metadata_url, deployment and
+ * request_timeout_ms of cfg): no runtime joins. Reads are bounded pages (at most
+ * KVMESH_ADMIN_PAGE_MAX records per call; the caller pages with the returned cursor). Records
+ * that do not decode are returned with `malformed` set, not skipped.
+ * Ownership: kvmesh_admin_open allocates *out, kvmesh_admin_close frees it. Threading: one
+ * thread at a time per handle. */
+#define KVMESH_ADMIN_PAGE_MAX 256
+#define KVMESH_ADMIN_SEGS_MAX 64
+#define KVMESH_ADMIN_SET_MAX  32
+typedef struct kvmesh_admin kvmesh_admin_t;
+int kvmesh_admin_open(const kvmesh_config_t *cfg, kvmesh_admin_t **out);
+void kvmesh_admin_close(kvmesh_admin_t *a);
+
+/* One member record (kvmesh/v1/<dep>/members/<id>). */
+typedef struct kvmesh_admin_member {
+    char id[KVMESH_ID_HEX_LEN + 1];
+    bool malformed;
+    uint64_t epoch;
+    char state[16]; /* standby, active, draining, gone */
+    double weight;
+    uint64_t capacity_bytes, used_bytes, heartbeat;
+    char rpc[128], data[128];
+    int64_t lease;   /* the metadata lease the record is bound to (0 = none) */
+    int64_t mod_rev; /* revision of its last write */
+    uint32_t n_segments;
+    struct {
+        uint64_t id, size;
+    } segments[KVMESH_ADMIN_SEGS_MAX];
+} kvmesh_admin_member_t;
+/* Member records in id order after `after` (NULL or "" = from the first), at most limit
+ * (1..KVMESH_ADMIN_PAGE_MAX) into out; *more when records follow the last one returned. */
+int kvmesh_admin_members(kvmesh_admin_t *a, const char *after, size_t limit,
+                         kvmesh_admin_member_t *out, size_t *n, bool *more);
+
+/* One shard-authority record (kvmesh/v1/<dep>/shards/<shard>). */
+typedef struct kvmesh_admin_shard {
+    uint32_t shard;
+    bool malformed;
+    uint64_t generation, token;
+    char state[16]; /* transferring, active, resigned */
+    char primary[KVMESH_ID_HEX_LEN + 1];
+    uint64_t primary_epoch;
+    int64_t lease; /* the primary's runtime lease the record is valid under */
+    uint32_t n_set;
+    char set[KVMESH_ADMIN_SET_MAX][KVMESH_ID_HEX_LEN + 1];
+} kvmesh_admin_shard_t;
+/* Shard records in shard order from shard `first` on, at most limit (1..KVMESH_ADMIN_PAGE_MAX);
+ * *more when records follow (then continue from out[*n - 1].shard + 1). */
+int kvmesh_admin_shards(kvmesh_admin_t *a, uint32_t first, size_t limit, kvmesh_admin_shard_t *out,
+                        size_t *n, bool *more);
+
+/* Is the lease alive now (its TTL query answers)? 0 is never alive. */
+int kvmesh_admin_lease_alive(kvmesh_admin_t *a, int64_t lease, bool *alive);
+
+/* Deletes the member record of `id` only if it is still the revision `mod_rev` that was read
+ * (a runtime rewriting it meanwhile wins). *deleted false when the compare failed. */
+int kvmesh_admin_member_delete(kvmesh_admin_t *a, const char *id, int64_t mod_rev, bool *deleted);
+
 #endif

@@ -9,6 +9,7 @@
  * OBS_HTTP_URI_MAX bytes) is the only query input, parsed by obs_query_parse.
  */
 #include "obs/http.h"
+#include "obs/status_page.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -205,8 +206,8 @@ int obs_http_render(struct obs_http *h, const char *method, const char *uri, con
     const char *qm = strchr(uri, '?');
     size_t plen = qm ? (size_t)(qm - uri) : strlen(uri);
     int ep = obs_endpoint_lookup(uri, plen);
-    if (ep < 0 || (!h->tracer && (ep == OBS_EP_BREAKDOWN || ep >= OBS_EP_TRACE))) {
-        json_error(b, "no such endpoint; GET / lists them");
+    if (ep < 0 || (ep == OBS_EP_CLUSTER && !h->prov.cluster_json)) {
+        json_error(b, "no such endpoint; GET /api lists them");
         return 404;
     }
     bool control = ep == OBS_EP_TRACE_SAMPLING || ep == OBS_EP_TRACE_CAPTURE;
@@ -220,6 +221,12 @@ int obs_http_render(struct obs_http *h, const char *method, const char *uri, con
                       "secret>'");
         return 401;
     }
+    bool traced = ep == OBS_EP_BREAKDOWN || ep == OBS_EP_TRACE || ep == OBS_EP_TRACE_SAMPLING ||
+                  ep == OBS_EP_TRACE_CAPTURE;
+    if (traced && !h->tracer) {
+        json_error(b, OBS_TRACING_OFF_MSG);
+        return 409;
+    }
     struct obs_query q;
     const char *qs = qm ? qm + 1 : "";
     if (obs_query_parse((enum obs_endpoint)ep, qs, strlen(qs), &q) != 0) {
@@ -229,9 +236,27 @@ int obs_http_render(struct obs_http *h, const char *method, const char *uri, con
     int code = 200;
     switch ((enum obs_endpoint)ep) {
     case OBS_EP_INDEX:
-        obs_buf_printf(b, "{\"endpoints\":[\"/healthz\",\"/metrics\",\"/stats\",\"/breakdown\","
-                          "\"/trace\",\"/trace/sampling\",\"/trace/capture\"]}\n");
+    case OBS_EP_API:
+        obs_buf_printf(b,
+                       "{\"endpoints\":[\"/\",\"/api\",\"/healthz\",\"/metrics\",\"/stats\",%s"
+                       "\"/breakdown\",\"/trace\",\"/trace/sampling\",\"/trace/capture\"],"
+                       "\"status_page\":\"GET / with Accept: text/html\",\"tracing\":%s",
+                       h->prov.cluster_json ? "\"/cluster\"," : "", h->tracer ? "true" : "false");
+        if (!h->tracer)
+            obs_buf_puts(b, ",\"tracing_note\":\"" OBS_TRACING_OFF_MSG "\"");
+        obs_buf_puts(b, "}\n");
         break;
+    case OBS_EP_CLUSTER: {
+        int rc = h->prov.cluster_json(h->prov.ctx, b);
+        if (rc) {
+            obs_buf_free(b);
+            obs_buf_init(b, OBS_HTTP_JSON_LIMIT);
+            json_error(b, kvmesh_last_error());
+            return 503;
+        }
+        obs_buf_puts(b, "\n");
+        break;
+    }
     case OBS_EP_HEALTHZ:
         code = render_health(h, &q, b);
         break;
@@ -330,6 +355,21 @@ static enum MHD_Result queue(struct MHD_Connection *con, int code, struct obs_bu
     return ret;
 }
 
+static enum MHD_Result queue_static(struct MHD_Connection *con, const char *body, size_t len,
+                                    const char *ctype)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    MHD_add_response_header(resp, "Vary", "Accept");
+    enum MHD_Result ret = MHD_queue_response(con, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char *url,
                                const char *method, const char *version, const char *upload_data,
                                size_t *upload_data_size, void **req_cls)
@@ -362,6 +402,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *con, const char
             b.limit = OBS_METRICS_TEXT_LIMIT;
         const char *auth =
             MHD_lookup_connection_value(con, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *accept =
+            MHD_lookup_connection_value(con, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+        if (ep == OBS_EP_INDEX && obs_status_page_wanted(method, r->uri, accept))
+            return queue_static(con, obs_status_page_html, obs_status_page_len,
+                                "text/html; charset=utf-8");
         code = obs_http_render(h, method, r->uri, auth, &b, &ctype);
     }
     enum MHD_Result ret = queue(con, code, &b, ctype);

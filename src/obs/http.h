@@ -5,7 +5,11 @@
  *
  * Endpoints (all responses bounded: /metrics by OBS_METRICS_TEXT_LIMIT, JSON by
  * OBS_HTTP_JSON_LIMIT; the closed label sets and fixed top-N keep them far below):
- *   GET  /                       index of endpoints
+ *   GET  /                       the status page (HTML, status_page.h) when the client accepts
+ *                                text/html; otherwise the JSON endpoint index (also at /api)
+ *   GET  /api                    the JSON endpoint index, with whether tracing is on
+ *   GET  /cluster                the runtime's view of the cluster (provider.cluster_json):
+ *                                members, capacity per owner, shards per route authority
  *   GET  /healthz[?probe=live|ready]   liveness/readiness with reasons; 200 or 503
  *   GET  /metrics                Prometheus text format 0.0.4
  *   GET  /stats[?top=N]          fixed JSON schema: runtime, per-operation requests, tenants
@@ -15,6 +19,8 @@
  *   GET  /trace                  tracing status
  *   POST /trace/sampling?rate=R  set the head-sampling rate (0 <= R <= 1)
  *   POST /trace/capture?action=start&name=F | action=stop   JSONL capture into capture_dir/F
+ * Without a tracer (tracing off) /breakdown and /trace* answer 409 with a JSON error naming the
+ * configuration fields that turn tracing on (OBS_TRACING_OFF_MSG).
  * Read-only endpoints are open. POST endpoints require `Authorization: Bearer <secret>` when a
  * deployment secret is configured (compared in constant time); otherwise they are open too, so
  * bind to loopback unless a secret is set. Unknown paths: 404; wrong method: 405; a bad query
@@ -82,6 +88,9 @@ struct obs_provider {
     void (*before_scrape)(void *ctx);
     /* Per-tenant counters maintained by the runtime (borrowed). */
     struct obs_tenant_table *tenants;
+    /* GET /cluster: append one JSON object (the runtime's cluster view) to b. Returns 0, or a
+     * KVMESH_E* code (the endpoint answers 503 with kvmesh_last_error()). NULL: 404. */
+    int (*cluster_json)(void *ctx, struct obs_buf *b);
 };
 
 /* ---- query strings ----------------------------------------------------------------------- */
@@ -95,6 +104,8 @@ enum obs_endpoint {
     OBS_EP_TRACE,
     OBS_EP_TRACE_SAMPLING,
     OBS_EP_TRACE_CAPTURE,
+    OBS_EP_CLUSTER,
+    OBS_EP_API,
     OBS_EP__COUNT
 };
 
@@ -134,6 +145,11 @@ struct obs_query {
  */
 int obs_query_parse(enum obs_endpoint ep, const char *qs, size_t len, struct obs_query *out);
 
+/* What /breakdown and /trace* answer (409) when the runtime has no tracer. */
+#define OBS_TRACING_OFF_MSG                                                                        \
+    "tracing is off in this runtime: set trace_sample_rate above 0 (kvmeshd --trace-sample-rate "  \
+    "0.01), or trace_capture_dir or trace_otlp_url, in its configuration and restart it"
+
 /* Maps a request path to an endpoint; returns -1 for an unknown path. */
 int obs_endpoint_lookup(const char *path, size_t len);
 
@@ -149,7 +165,7 @@ struct obs_http_config {
     uint16_t port;         /* 0: an ephemeral port (see obs_http_port) */
     const char *secret;    /* deployment secret for control endpoints; NULL or "": open */
     struct obs_provider provider;
-    struct obs_tracer *tracer; /* borrowed; NULL: tracing endpoints answer 404 */
+    struct obs_tracer *tracer; /* borrowed; NULL: tracing endpoints answer 409 (tracing off) */
 };
 
 struct obs_http;

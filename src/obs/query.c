@@ -22,6 +22,8 @@ static const struct {
     {"/trace", OBS_EP_TRACE},
     {"/trace/sampling", OBS_EP_TRACE_SAMPLING},
     {"/trace/capture", OBS_EP_TRACE_CAPTURE},
+    {"/cluster", OBS_EP_CLUSTER},
+    {"/api", OBS_EP_API},
 };
 
 int obs_endpoint_lookup(const char *path, size_t len)
@@ -41,6 +43,8 @@ static const unsigned obs_allowed[OBS_EP__COUNT] = {
     [OBS_EP_TRACE] = 0,
     [OBS_EP_TRACE_SAMPLING] = OBS_Q_RATE,
     [OBS_EP_TRACE_CAPTURE] = OBS_Q_ACTION | OBS_Q_NAME,
+    [OBS_EP_CLUSTER] = 0,
+    [OBS_EP_API] = 0,
 };
 
 /* Percent-decodes s[0..n) into out (cap bytes incl. NUL). */

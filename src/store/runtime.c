@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "core/wrh.h"
 #include "env/clock.h"
 #include "store/proto.h"
 #include "store/store.h"
@@ -587,6 +588,84 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
     out->dram_used_bytes = atomic_load(&rt->a_used);
 }
 
+/* Shards x route-capable members above which /cluster leaves out the authority counts. */
+#define ADMIN_CLUSTER_WRH_MAX (1u << 24)
+
+/* GET /cluster (admin HTTP thread): the membership snapshot, copied through the loop like
+ * kvmesh_members (bounded by request_timeout_ms), and per member the shards whose designated
+ * route authority set (the WRH top-k of the route-capable members, as route_set_members gives
+ * the route service) it is the first of (primary) or in (authority). */
+static int admin_cluster(void *ctx, struct obs_buf *b)
+{
+    kvm_rt_t *rt = ctx;
+    kvmesh_member_info_t *m = calloc(STORE_MAX_MEMBERS, sizeof(*m));
+    uint32_t *prim = calloc(STORE_MAX_MEMBERS, sizeof(*prim));
+    uint32_t *auth = calloc(STORE_MAX_MEMBERS, sizeof(*auth));
+    wrh_candidate_t *c = calloc(STORE_MAX_MEMBERS, sizeof(*c));
+    kvm_op_t *op = m && prim && auth && c ? kvm_op_new(rt, KVM_OP_MEMBERS, 0) : NULL;
+    int rc = KVMESH_ENOMEM;
+    size_t n = 0;
+    if (op) {
+        op->members = m;
+        op->members_cap = STORE_MAX_MEMBERS;
+        rc = kvm_op_run(op);
+        n = op->members_n < STORE_MAX_MEMBERS ? op->members_n : STORE_MAX_MEMBERS;
+        kvm_op_unref(op);
+    } else {
+        kvm_errf(rc, "out of memory for the cluster view");
+    }
+    if (rc)
+        goto out;
+    size_t capable = 0;
+    for (size_t i = 0; i < n; i++) {
+        kvm_id128_t id;
+        bool ok = kvm_id128_parse(m[i].id, &id) == 0 && strcmp(m[i].state, "active") == 0 &&
+                  m[i].capacity_bytes > 0 && m[i].weight > 0;
+        c[i].id_hash = ok ? wrh_id_hash(&id) : 0;
+        c[i].weight = ok ? m[i].weight : 0;
+        capable += ok;
+    }
+    bool counted = (uint64_t)rt->cfg.shards * capable <= ADMIN_CLUSTER_WRH_MAX;
+    for (uint32_t s = 0; counted && capable && s < rt->cfg.shards; s++) {
+        uint32_t idx[WRH_MAX_K];
+        size_t got = 0;
+        if (wrh_top_k(c, n, wrh_shard_key(s), rt->cfg.top_k, idx, &got) != 0)
+            break;
+        for (size_t i = 0; i < got; i++) {
+            auth[idx[i]]++;
+            if (i == 0)
+                prim[idx[i]]++;
+        }
+    }
+    obs_buf_printf(b,
+                   "{\"schema\":1,\"self\":\"%s\",\"route_mode\":\"%s\",\"shards\":%u,"
+                   "\"top_k\":%u,\"authority_counts\":%s,\"members\":[",
+                   rt->idhex,
+                   rt->cfg.route_mode == ROUTE_MODE_METADATA_ONLY ? "metadata_only"
+                                                                  : "embedded_wrh",
+                   rt->cfg.shards, rt->cfg.top_k, counted ? "true" : "false");
+    for (size_t i = 0; i < n; i++) {
+        obs_buf_printf(b, "%s{\"id\":", i ? "," : "");
+        obs_buf_json_str(b, m[i].id, strlen(m[i].id));
+        obs_buf_printf(b, ",\"self\":%s,\"epoch\":%" PRIu64 ",\"address\":",
+                       strcmp(m[i].id, rt->idhex) == 0 ? "true" : "false", m[i].epoch);
+        obs_buf_json_str(b, m[i].address, strnlen(m[i].address, sizeof(m[i].address)));
+        obs_buf_puts(b, ",\"state\":");
+        obs_buf_json_str(b, m[i].state, strnlen(m[i].state, sizeof(m[i].state)));
+        obs_buf_printf(b,
+                       ",\"weight\":%g,\"capacity_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64
+                       ",\"shards_primary\":%u,\"shards_authority\":%u}",
+                       m[i].weight, m[i].capacity_bytes, m[i].used_bytes, prim[i], auth[i]);
+    }
+    obs_buf_puts(b, "]}");
+out:
+    free(m);
+    free(prim);
+    free(auth);
+    free(c);
+    return rc;
+}
+
 /* ---- tracing ------------------------------------------------------------------------------- */
 
 /* One tracer per runtime, only when sampling or an exporter is configured: a NULL tracer means
@@ -672,7 +751,10 @@ static int admin_start(kvm_rt_t *rt)
         .bind_addr = host,
         .port = (uint16_t)port,
         .secret = rt->cfg.secret,
-        .provider = {.ctx = rt, .health = admin_health, .runtime_stats = admin_stats},
+        .provider = {.ctx = rt,
+                     .health = admin_health,
+                     .runtime_stats = admin_stats,
+                     .cluster_json = admin_cluster},
         .tracer = rt->tracer,
     };
     return obs_http_start(&hc, &rt->admin);

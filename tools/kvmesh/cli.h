@@ -140,5 +140,6 @@ int cmd_members(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_admin(int argc, char **argv);
 
 #endif
