@@ -23,6 +23,8 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "env/env_thread.h"
+
 struct obs_span_rec {
     const char *name;
     uint8_t trace_id[16], span_id[8], parent_id[8];
@@ -687,7 +689,7 @@ int obs_tracer_create(const struct obs_tracer_config *cfg, struct obs_tracer **o
     }
     if (cfg->capture_name && (rc = obs_tracer_capture_start(t, cfg->capture_name)) != 0)
         goto fail;
-    if (pthread_create(&t->thr, NULL, exporter_main, t) != 0) {
+    if (env_thread_create(&t->thr, exporter_main, t) != 0) {
         rc = kvm_errf(KVMESH_ENOMEM, "cannot start the trace exporter thread");
         goto fail;
     }
