@@ -51,21 +51,14 @@
 #include "kvmesh.h"
 #include "route/route.h"
 #include "route/route_test.h"
+#include "proc.h"
 #include "route_history.h"
 #include "store/store.h"
 #include "testsrv.h"
 
 kvm_rt_t *kvmesh_runtime_of(kvmesh_t *kv);
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #c,   \
-                    kvmesh_last_error());                                                          \
-            cleanup_all();                                                                         \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TPROC_CHECK(c, cleanup_all)
 
 #define RP_PROCS            3
 #define RP_SHARDS           8
@@ -78,13 +71,8 @@ kvm_rt_t *kvmesh_runtime_of(kvmesh_t *kv);
 #define RP_AFTER_MS         1000   /* traffic after recovery */
 #define RP_CALL_WAIT_S      30     /* bound on one route call (the service times out at 2 s) */
 
-struct proc {
-    pid_t pid;
-    int in_fd, out_fd;
-    char status[512];
-};
-
-static struct proc procs[RP_PROCS];
+static tproc_t procs[RP_PROCS];
+static char status_path[RP_PROCS][512]; /* each runtime process's primary status file */
 static testsrv_t *srv;
 static kvmesh_t *client;
 static kvm_rt_t *crt;
@@ -95,25 +83,14 @@ static const char *deployment = "itest-route";
 static void cleanup_all(void)
 {
     for (int i = 0; i < RP_PROCS; i++)
-        if (procs[i].pid > 0) {
-            kill(procs[i].pid, SIGKILL);
-            waitpid(procs[i].pid, NULL, 0);
-            procs[i].pid = 0;
-        }
+        tproc_kill(&procs[i], SIGKILL);
     for (int i = 0; i < RP_PROCS; i++)
-        if (procs[i].status[0])
-            unlink(procs[i].status);
+        if (status_path[i][0])
+            unlink(status_path[i]);
     if (tmpdir[0])
         rmdir(tmpdir);
     testsrv_stop(srv);
     srv = NULL;
-}
-
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
 static uint64_t now_us(void)
@@ -258,54 +235,17 @@ static int runtime_main(char **argv)
 
 /* ---- parent side -----------------------------------------------------------------------------*/
 
-static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
-{
-    size_t n = 0;
-    uint64_t end = now_ms() + (uint64_t)timeout_ms;
-    while (n + 1 < cap) {
-        struct pollfd p = {fd, POLLIN, 0};
-        int left = (int)(end - now_ms());
-        if (left <= 0 || poll(&p, 1, left) <= 0)
-            return -1;
-        ssize_t r = read(fd, buf + n, 1);
-        if (r <= 0)
-            return -1;
-        if (buf[n] == '\n')
-            break;
-        n++;
-    }
-    buf[n] = 0;
-    return 0;
-}
-
 static void spawn(int slot, const char *self_exe)
 {
-    int in[2], out[2];
-    struct proc *p = &procs[slot];
-    snprintf(p->status, sizeof(p->status), "%s/rt%d", tmpdir, slot);
-    CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        execl(self_exe, self_exe, "--runtime", url, deployment, p->status, (char *)NULL);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    p->pid = pid;
-    p->in_fd = in[1];
-    p->out_fd = out[0];
-    char line[64];
-    CHECK(read_line(p->out_fd, line, sizeof(line), 30000) == 0);
-    CHECK(strcmp(line, "READY") == 0);
+    snprintf(status_path[slot], sizeof(status_path[slot]), "%s/rt%d", tmpdir, slot);
+    const char *argv[] = {self_exe, "--runtime", url, deployment, status_path[slot]};
+    CHECK(tproc_start(&procs[slot], 5, argv, "READY", NULL, 0, 30000) == 0);
 }
 
 /* Reads a runtime process's primary status file; false when absent or unreadable. */
 static bool proc_status(int slot, uint32_t *mask, uint64_t *token)
 {
-    FILE *f = fopen(procs[slot].status, "r");
+    FILE *f = fopen(status_path[slot], "r");
     if (!f)
         return false;
     bool ok = fscanf(f, "%" SCNu32 " %" SCNu64, mask, token) == 2;
@@ -530,7 +470,7 @@ static int test_main(const char *self_exe, const char *kind)
     hist = calloc(RP_MAX_OPS, sizeof(*hist));
     CHECK(hist != NULL);
 
-    uint64_t t0 = now_ms();
+    uint64_t t0 = tproc_now_ms();
     for (int i = 0; i < RP_PROCS; i++)
         spawn(i, self_exe);
     kvmesh_config_t *c = kvmesh_config_new();
@@ -544,7 +484,7 @@ static int test_main(const char *self_exe, const char *kind)
     crt = kvmesh_runtime_of(client);
     apply_bugs(crt);
     fprintf(stderr, "route_proc[%s]: 3 runtimes + client up in %" PRIu64 " ms\n", kind,
-            now_ms() - t0);
+            tproc_now_ms() - t0);
 
     /* keys for every shard; wait until each shard answers lookups and has a process primary */
     kvm_ident_t probe[RP_SHARDS];
@@ -565,8 +505,8 @@ static int test_main(const char *self_exe, const char *kind)
     }
     int shard = -1, victim = -1;
     uint64_t victim_token = 0;
-    uint64_t warm_end = now_ms() + RP_WARM_MS;
-    while (shard < 0 && now_ms() < warm_end) {
+    uint64_t warm_end = tproc_now_ms() + RP_WARM_MS;
+    while (shard < 0 && tproc_now_ms() < warm_end) {
         for (uint32_t s = 0; s < RP_SHARDS; s++) {
             CHECK(have_probe[s]);
             uint64_t v;
@@ -611,7 +551,7 @@ static int test_main(const char *self_exe, const char *kind)
     fprintf(stderr,
             "route_proc[%s]: shard %d, primary = runtime process %d (pid %d, token %" PRIu64
             "), warm-up %" PRIu64 " ms\n",
-            kind, shard, victim, (int)procs[victim].pid, victim_token, now_ms() - t0);
+            kind, shard, victim, (int)procs[victim].pid, victim_token, tproc_now_ms() - t0);
 
     /* traffic; kill -9 the primary during it */
     pthread_t th[RP_THREADS];
@@ -630,14 +570,10 @@ static int test_main(const char *self_exe, const char *kind)
     if (!(vm & ((1u << shard) - 1)))
         victim_token = vt;
     uint64_t kill_us = now_us();
-    kill(procs[victim].pid, SIGKILL);
-    waitpid(procs[victim].pid, NULL, 0);
-    procs[victim].pid = 0;
-    close(procs[victim].in_fd);
-    close(procs[victim].out_fd);
+    tproc_kill(&procs[victim], SIGKILL);
     uint64_t recover_us = 0;
-    uint64_t bound = now_ms() + RP_RECOVER_BOUND_MS;
-    while (now_ms() < bound) {
+    uint64_t bound = tproc_now_ms() + RP_RECOVER_BOUND_MS;
+    while (tproc_now_ms() < bound) {
         uint64_t a = atomic_load(&last_ack_us);
         if (a > kill_us) {
             /* the first acknowledged CAS that began after the kill */
@@ -734,27 +670,20 @@ static int test_main(const char *self_exe, const char *kind)
     free(hist);
     /* graceful stop of the survivors: EOF on stdin, bounded wait, then SIGKILL */
     for (int i = 0; i < RP_PROCS; i++)
-        if (procs[i].pid > 0)
-            close(procs[i].in_fd);
-    uint64_t end = now_ms() + 10000;
-    for (int i = 0; i < RP_PROCS; i++) {
-        while (procs[i].pid > 0 && now_ms() < end) {
-            if (waitpid(procs[i].pid, NULL, WNOHANG) == procs[i].pid) {
-                procs[i].pid = 0;
-                close(procs[i].out_fd);
-            } else {
-                usleep(20000);
-            }
+        tproc_close_stdin(&procs[i]);
+    uint64_t end = tproc_now_ms() + 10000;
+    for (int i = 0; i < RP_PROCS; i++)
+        if (procs[i].pid > 0) {
+            int left = (int)(end - tproc_now_ms());
+            tproc_stop(&procs[i], left > 0 ? left : 0);
         }
-    }
     cleanup_all();
-    fprintf(stderr, "route_proc[%s]: ok in %" PRIu64 " ms\n", kind, now_ms() - t0);
+    fprintf(stderr, "route_proc[%s]: ok in %" PRIu64 " ms\n", kind, tproc_now_ms() - t0);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
     if (argc >= 5 && strcmp(argv[1], "--runtime") == 0)
         return runtime_main(argv);
     if (argc != 2) {
