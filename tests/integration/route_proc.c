@@ -196,13 +196,9 @@ static int runtime_main(char **argv)
     kvmesh_config_set(c, "memory_size", "16777216");
     kvmesh_config_set(c, "segment_size", "16777216");
     kvmesh_config_set(c, "max_object_size", "1048576");
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    kvmesh_config_free(c);
-    if (rc) {
-        fprintf(stderr, "runtime open failed: %s\n", kvmesh_last_error());
+    kvmesh_t *kv = tproc_child_open(c);
+    if (!kv)
         return 1;
-    }
     kvm_rt_t *rt = kvmesh_runtime_of(kv);
     apply_bugs(rt);
     printf("READY\n");

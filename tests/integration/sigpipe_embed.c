@@ -232,13 +232,9 @@ static int runtime_main(char **argv)
     if (!c)
         return 1;
     set_common(c, argv[2], "128MiB");
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    kvmesh_config_free(c);
-    if (rc) {
-        fprintf(stderr, "peer open failed: %s\n", kvmesh_last_error());
+    kvmesh_t *kv = tproc_child_open(c);
+    if (!kv)
         return 1;
-    }
     static struct traffic t[CHAOS_THREADS];
     uint32_t base = 100u * (1u + (uint32_t)getpid() % 1000u);
     for (int i = 0; i < CHAOS_THREADS; i++)

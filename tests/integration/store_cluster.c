@@ -140,13 +140,9 @@ static int runtime_main(char **argv)
     kvmesh_config_set(c, "lease_ttl_ms", "2000");
     kvmesh_config_set(c, "request_timeout_ms", "5000");
     kvmesh_config_set(c, "transport", argv[6]);
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    kvmesh_config_free(c);
-    if (rc) {
-        fprintf(stderr, "runtime open failed: %s\n", kvmesh_last_error());
+    kvmesh_t *kv = tproc_child_open(c);
+    if (!kv)
         return 1;
-    }
     char id[KVMESH_ID_HEX_LEN + 1];
     uint64_t epoch = 0;
     kvmesh_self(kv, id, &epoch);
@@ -155,7 +151,7 @@ static int runtime_main(char **argv)
     char line[64];
     while (fgets(line, sizeof(line), stdin)) {
         if (strncmp(line, "drain", 5) == 0) {
-            rc = kvmesh_drain(kv, 60000);
+            int rc = kvmesh_drain(kv, 60000);
             printf("DRAINED %d\n", rc);
             if (rc)
                 fprintf(stderr, "drain: %s\n", kvmesh_last_error());

@@ -18,6 +18,18 @@
 
 #include "kvmesh.h"
 
+kvmesh_t *tproc_child_open(kvmesh_config_t *c)
+{
+    kvmesh_t *kv = NULL;
+    int rc = c ? kvmesh_open(&kv, c) : KVMESH_ENOMEM;
+    kvmesh_config_free(c);
+    if (rc) {
+        fprintf(stderr, "runtime open failed: %s\n", kvmesh_last_error());
+        return NULL;
+    }
+    return kv;
+}
+
 uint64_t tproc_now_ms(void)
 {
     struct timespec t;

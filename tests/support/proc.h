@@ -56,6 +56,10 @@ typedef struct tproc {
     char ready_word[32];
 } tproc_t;
 
+/* The child side: kvmesh_open(c), then frees c. NULL on failure, with the reason on stderr (the
+ * parent's tproc_start() then reports the missing ready line). */
+kvmesh_t *tproc_child_open(kvmesh_config_t *c);
+
 /* Monotonic milliseconds (for the callers' own bounded loops). */
 uint64_t tproc_now_ms(void);
 
