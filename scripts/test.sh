@@ -51,7 +51,7 @@ for s in $STAGES; do
     # The threaded code: every unit test plus the RPC, transport, metadata and observability
     # integration tests (the real-server and multi-process suites run in the other stages).
     stage tsan build-tsan \
-      "-R ^unit_|^integration_rpc|^integration_transport|^meta_conformance_memory|^integration_obs" \
+      "-R ^unit_|^integration_rpc|^integration_transport|^meta_conformance_memory|^integration_obs|^integration_sigpipe" \
       -DKVMESH_WERROR=ON -DKVMESH_SANITIZE=thread ;;
   fuzz)
     stage fuzz build-fuzz "-L fuzz" -DCMAKE_C_COMPILER=clang -DKVMESH_FUZZ=ON \

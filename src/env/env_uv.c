@@ -25,6 +25,7 @@
 #include "core/rng.h"
 #include "core/util.h"
 #include "env/clock.h"
+#include "env/env_thread.h"
 
 typedef struct uvtimer {
     RB_ENTRY(uvtimer) by_deadline;
@@ -556,7 +557,10 @@ int env_uv_thread_start(env_uv_thread_t **out, env_node_t self)
         rc = kvm_errf(KVMESH_EIO, "uv_sem_init failed");
         goto fail_loop;
     }
+    sigset_t old_mask;
+    env_sigpipe_block(&old_mask); /* the loop thread inherits it: see env_thread.h */
     rc = uv_thread_create(&t->tid, thread_main, t);
+    env_sigmask_restore(&old_mask);
     if (rc != 0) {
         uv_sem_destroy(&t->started);
         pthread_mutex_destroy(&t->mu);

@@ -34,6 +34,7 @@
 
 #include "core/util.h"
 #include "env/clock.h"
+#include "env/env_thread.h"
 #include "net/transport_int.h"
 #include "net/transport_wire.h"
 
@@ -178,7 +179,7 @@ static int shm_server_start(struct tp_engine *e)
                       strerror(errno));
         goto fail;
     }
-    if (pthread_create(&srv->th, NULL, shm_server_main, srv) != 0) {
+    if (env_thread_create(&srv->th, shm_server_main, srv) != 0) {
         rc = kvm_errf(KVMESH_ENOMEM, "cannot start the shm server thread");
         goto fail;
     }

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "env/env_thread.h"
 #include "net/transport_int.h"
 #include "net/transport_wire.h"
 
@@ -192,7 +193,7 @@ static void *tcp_accept_main(void *arg)
         if (srv->nconns < TP_MAX_SERVER_CONN && (c = seg_calloc(1, sizeof(*c))) != NULL) {
             c->srv = srv;
             c->fd = fd;
-            if (pthread_create(&c->th, NULL, tcp_sconn_main, c) == 0) {
+            if (env_thread_create(&c->th, tcp_sconn_main, c) == 0) {
                 c->next = srv->conns;
                 srv->conns = c;
                 srv->nconns++;
@@ -238,7 +239,7 @@ static int tcp_server_start(struct tp_engine *e)
     socklen_t sl = sizeof(sa);
     getsockname(srv->lfd, (struct sockaddr *)&sa, &sl);
     snprintf(e->tcp_listen, sizeof(e->tcp_listen), "%s:%u", host, ntohs(sa.sin_port));
-    if (pthread_create(&srv->accept_th, NULL, tcp_accept_main, srv) != 0) {
+    if (env_thread_create(&srv->accept_th, tcp_accept_main, srv) != 0) {
         rc = kvm_errf(KVMESH_ENOMEM, "cannot start the tcp accept thread");
         goto fail;
     }
@@ -468,7 +469,7 @@ static int tcp_peer_new(struct tp_engine *e, const struct tp_addr *a, const char
         p->conns[i].p = p;
         if ((rc = tcp_connect(a, e->io_timeout_ms, &p->conns[i].fd)) != 0)
             goto fail;
-        if (pthread_create(&p->conns[i].th, NULL, tcp_conn_main, &p->conns[i]) != 0) {
+        if (env_thread_create(&p->conns[i].th, tcp_conn_main, &p->conns[i]) != 0) {
             rc = kvm_errf(KVMESH_ENOMEM, "cannot start a tcp I/O thread");
             goto fail;
         }

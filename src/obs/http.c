@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env/env_thread.h"
+
 struct obs_http {
     struct MHD_Daemon *d;
     uint16_t port;
@@ -433,6 +435,10 @@ int obs_http_start(const struct obs_http_config *cfg, struct obs_http **out)
     }
     h->prov = cfg->provider;
     h->tracer = cfg->tracer;
+    /* libmicrohttpd sends with MSG_NOSIGNAL on Linux; its polling thread also inherits a blocked
+     * SIGPIPE (env_thread.h), which covers any other write it makes */
+    sigset_t old_mask;
+    env_sigpipe_block(&old_mask);
     h->d =
         MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL, handler, h,
                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
@@ -440,6 +446,7 @@ int obs_http_start(const struct obs_http_config *cfg, struct obs_http **out)
                          (unsigned)OBS_HTTP_CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
                          (size_t)(64 << 10), MHD_OPTION_URI_LOG_CALLBACK, uri_logger, NULL,
                          MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
+    env_sigmask_restore(&old_mask);
     if (!h->d) {
         free(h->secret);
         free(h);

@@ -26,6 +26,7 @@
 #include "core/bytes.h"
 #include "core/hex.h"
 #include "env/clock.h"
+#include "env/env_thread.h"
 
 struct obs_span_rec {
     const char *name;
@@ -677,7 +678,7 @@ int obs_tracer_create(const struct obs_tracer_config *cfg, struct obs_tracer **o
     }
     if (cfg->capture_name && (rc = obs_tracer_capture_start(t, cfg->capture_name)) != 0)
         goto fail;
-    if (pthread_create(&t->thr, NULL, exporter_main, t) != 0) {
+    if (env_thread_create(&t->thr, exporter_main, t) != 0) {
         rc = kvm_errf(KVMESH_ENOMEM, "cannot start the trace exporter thread");
         goto fail;
     }

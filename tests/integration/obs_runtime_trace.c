@@ -16,7 +16,6 @@
  */
 #include <arpa/inet.h>
 #include <jansson.h>
-#include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -32,171 +31,26 @@
 #include <cmocka.h>
 
 #include "env/clock.h"
+#include "jsonl.h"
 #include "kvmesh.h"
+#include "otlp_fake.h"
 
 #define MAX_SPANS 512
 
-struct span {
-    char trace_id[33], span_id[17], parent[17], name[64], service[64];
-};
-
-/* ---- fake OTLP/HTTP receiver ------------------------------------------------------------- */
-
-struct rx {
-    struct MHD_Daemon *d;
-    uint16_t port;
-    pthread_mutex_t mu;
-    struct span spans[MAX_SPANS];
-    size_t n;
-};
-
-struct rx_req {
-    char *body;
-    size_t len;
-};
-
-static const char *jstr(json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "";
-}
-
-static void rx_parse(struct rx *r, const char *body, size_t len)
-{
-    json_error_t e;
-    json_t *j = json_loadb(body, len, 0, &e);
-    if (!j)
-        return; /* counted as missing spans by the test */
-    json_t *rs, *a, *ss, *sp;
-    size_t i, k, m, q;
-    json_array_foreach(json_object_get(j, "resourceSpans"), i, rs)
-    {
-        const char *svc = "";
-        json_array_foreach(json_object_get(json_object_get(rs, "resource"), "attributes"), k, a)
-        {
-            if (strcmp(jstr(a, "key"), "service.name") == 0)
-                svc = jstr(json_object_get(a, "value"), "stringValue");
-        }
-        json_array_foreach(json_object_get(rs, "scopeSpans"), m, ss)
-        {
-            json_array_foreach(json_object_get(ss, "spans"), q, sp)
-            {
-                pthread_mutex_lock(&r->mu);
-                if (r->n < MAX_SPANS) {
-                    struct span *o = &r->spans[r->n++];
-                    snprintf(o->trace_id, sizeof(o->trace_id), "%s", jstr(sp, "traceId"));
-                    snprintf(o->span_id, sizeof(o->span_id), "%s", jstr(sp, "spanId"));
-                    snprintf(o->parent, sizeof(o->parent), "%s", jstr(sp, "parentSpanId"));
-                    snprintf(o->name, sizeof(o->name), "%s", jstr(sp, "name"));
-                    snprintf(o->service, sizeof(o->service), "%s", svc);
-                }
-                pthread_mutex_unlock(&r->mu);
-            }
-        }
-    }
-    json_decref(j);
-}
-
-static enum MHD_Result rx_handler(void *cls, struct MHD_Connection *con, const char *url,
-                                  const char *method, const char *version, const char *data,
-                                  size_t *data_size, void **req_cls)
-{
-    (void)version;
-    struct rx *r = cls;
-    struct rx_req *q = *req_cls;
-    if (!q) {
-        *req_cls = calloc(1, sizeof(struct rx_req));
-        return *req_cls ? MHD_YES : MHD_NO;
-    }
-    if (*data_size) {
-        char *nb = realloc(q->body, q->len + *data_size);
-        if (!nb)
-            return MHD_NO;
-        q->body = nb;
-        memcpy(q->body + q->len, data, *data_size);
-        q->len += *data_size;
-        *data_size = 0;
-        return MHD_YES;
-    }
-    unsigned code = 404;
-    if (strcmp(method, "POST") == 0 && strcmp(url, "/v1/traces") == 0) {
-        rx_parse(r, q->body, q->len);
-        code = 200;
-    }
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(2, (void *)"{}", MHD_RESPMEM_PERSISTENT);
-    enum MHD_Result ret = MHD_queue_response(con, code, resp);
-    MHD_destroy_response(resp);
-    return ret;
-}
-
-static void rx_done(void *cls, struct MHD_Connection *con, void **req_cls,
-                    enum MHD_RequestTerminationCode toe)
-{
-    (void)cls, (void)con, (void)toe;
-    struct rx_req *q = *req_cls;
-    if (q) {
-        free(q->body);
-        free(q);
-    }
-}
-
-static struct rx *rx_start(void)
-{
-    struct rx *r = calloc(1, sizeof(*r));
-    assert_non_null(r);
-    pthread_mutex_init(&r->mu, NULL);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    r->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL,
-                            rx_handler, r, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                            MHD_OPTION_NOTIFY_COMPLETED, rx_done, NULL, MHD_OPTION_END);
-    assert_non_null(r->d);
-    r->port = MHD_get_daemon_info(r->d, MHD_DAEMON_INFO_BIND_PORT)->port;
-    return r;
-}
-
-static void rx_stop(struct rx *r)
-{
-    MHD_stop_daemon(r->d);
-    pthread_mutex_destroy(&r->mu);
-    free(r);
-}
-
 /* ---- JSONL captures ------------------------------------------------------------------------ */
 
-static size_t jsonl_read(const char *path, struct span *out, size_t max)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    char line[8192];
-    size_t n = 0;
-    while (fgets(line, sizeof(line), f) && n < max) {
-        json_error_t e;
-        json_t *j = json_loads(line, 0, &e);
-        assert_non_null(j);
-        struct span *o = &out[n++];
-        snprintf(o->trace_id, sizeof(o->trace_id), "%s", jstr(j, "trace_id"));
-        snprintf(o->span_id, sizeof(o->span_id), "%s", jstr(j, "span_id"));
-        snprintf(o->parent, sizeof(o->parent), "%s", jstr(j, "parent_span_id"));
-        snprintf(o->name, sizeof(o->name), "%s", jstr(j, "name"));
-        snprintf(o->service, sizeof(o->service), "%s", jstr(j, "service"));
-        json_decref(j);
-    }
-    fclose(f);
-    return n;
-}
-
-static size_t capture_read(const char *dir, const char *id, struct span *out, size_t max)
+static size_t capture_read(const char *dir, const char *id, tspan_t *out, size_t max)
 {
     char p[256];
     snprintf(p, sizeof(p), "%s/trace-%s.jsonl", dir, id);
-    return jsonl_read(p, out, max);
+    long n = tjsonl_read_spans(p, out, max, NULL, NULL);
+    assert_true(n >= 0);
+    return (size_t)n;
 }
 
 /* ---- trace checks -------------------------------------------------------------------------- */
 
-static const struct span *by_id(const struct span *s, size_t n, const char *trace, const char *id)
+static const tspan_t *by_id(const tspan_t *s, size_t n, const char *trace, const char *id)
 {
     for (size_t i = 0; i < n; i++)
         if (strcmp(s[i].trace_id, trace) == 0 && strcmp(s[i].span_id, id) == 0)
@@ -204,9 +58,9 @@ static const struct span *by_id(const struct span *s, size_t n, const char *trac
     return NULL;
 }
 
-static const struct span *one(const struct span *s, size_t n, const char *trace, const char *name)
+static const tspan_t *one(const tspan_t *s, size_t n, const char *trace, const char *name)
 {
-    const struct span *hit = NULL;
+    const tspan_t *hit = NULL;
     for (size_t i = 0; i < n; i++)
         if (strcmp(s[i].trace_id, trace) == 0 && strcmp(s[i].name, name) == 0) {
             if (hit)
@@ -221,10 +75,10 @@ static const struct span *one(const struct span *s, size_t n, const char *trace,
 }
 
 /* Exactly one span named name whose parent is parent. */
-static const struct span *child(const struct span *s, size_t n, const char *trace, const char *name,
-                                const struct span *parent)
+static const tspan_t *child(const tspan_t *s, size_t n, const char *trace, const char *name,
+                            const tspan_t *parent)
 {
-    const struct span *hit = NULL;
+    const tspan_t *hit = NULL;
     for (size_t i = 0; i < n; i++)
         if (strcmp(s[i].trace_id, trace) == 0 && strcmp(s[i].name, name) == 0 &&
             strcmp(s[i].parent, parent->span_id) == 0) {
@@ -237,7 +91,7 @@ static const struct span *child(const struct span *s, size_t n, const char *trac
     return hit;
 }
 
-static size_t count_prefix(const struct span *s, size_t n, const char *trace, const char *prefix)
+static size_t count_prefix(const tspan_t *s, size_t n, const char *trace, const char *prefix)
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
@@ -247,10 +101,10 @@ static size_t count_prefix(const struct span *s, size_t n, const char *trace, co
 
 /* The one trace rooted at root_name: exactly one root, every other span's parent in the same
  * trace, nothing outside the two runtimes. Returns the trace id in tid. */
-static const struct span *check_connected(const struct span *s, size_t n, const char *root_name,
-                                          char tid[33])
+static const tspan_t *check_connected(const tspan_t *s, size_t n, const char *root_name,
+                                      char tid[33])
 {
-    const struct span *root = NULL;
+    const tspan_t *root = NULL;
     for (size_t i = 0; i < n; i++)
         if (strcmp(s[i].name, root_name) == 0) {
             assert_null(root);
@@ -273,16 +127,16 @@ static const struct span *check_connected(const struct span *s, size_t n, const 
     return root;
 }
 
-static void check_put(const struct span *s, size_t n, char tid[33])
+static void check_put(const tspan_t *s, size_t n, char tid[33])
 {
-    const struct span *root = check_connected(s, n, "store.put", tid);
-    const struct span *res = one(s, n, tid, "control.reserve");
-    const struct span *ores = one(s, n, tid, "control.owner_reserve");
-    const struct span *dw = one(s, n, tid, "data.write");
-    const struct span *lk = one(s, n, tid, "control.route_lookup");
-    const struct span *cas = one(s, n, tid, "control.route_cas");
-    const struct span *cm = one(s, n, tid, "control.commit");
-    const struct span *ocm = one(s, n, tid, "control.owner_commit");
+    const tspan_t *root = check_connected(s, n, "store.put", tid);
+    const tspan_t *res = one(s, n, tid, "control.reserve");
+    const tspan_t *ores = one(s, n, tid, "control.owner_reserve");
+    const tspan_t *dw = one(s, n, tid, "data.write");
+    const tspan_t *lk = one(s, n, tid, "control.route_lookup");
+    const tspan_t *cas = one(s, n, tid, "control.route_cas");
+    const tspan_t *cm = one(s, n, tid, "control.commit");
+    const tspan_t *ocm = one(s, n, tid, "control.owner_commit");
     assert_string_equal(res->parent, root->span_id);
     assert_string_equal(dw->parent, root->span_id);
     assert_string_equal(lk->parent, root->span_id);
@@ -307,12 +161,12 @@ static void check_put(const struct span *s, size_t n, char tid[33])
     assert_int_equal(count_prefix(s, n, tid, ""), 11);
 }
 
-static void check_get(const struct span *s, size_t n, char tid[33])
+static void check_get(const tspan_t *s, size_t n, char tid[33])
 {
-    const struct span *root = check_connected(s, n, "store.get", tid);
-    const struct span *lk = one(s, n, tid, "control.route_lookup");
-    const struct span *dr = one(s, n, tid, "data.read");
-    const struct span *mg = one(s, n, tid, "metadata.get");
+    const tspan_t *root = check_connected(s, n, "store.get", tid);
+    const tspan_t *lk = one(s, n, tid, "control.route_lookup");
+    const tspan_t *dr = one(s, n, tid, "data.read");
+    const tspan_t *mg = one(s, n, tid, "metadata.get");
     assert_string_equal(lk->parent, root->span_id);
     assert_string_equal(dr->parent, root->span_id);
     assert_string_equal(mg->parent, lk->span_id);
@@ -429,7 +283,7 @@ static void rm_dirs(struct pair *p)
 
 static bool has_span(const char *dir, const char *id, const char *name)
 {
-    static struct span s[MAX_SPANS];
+    static tspan_t s[MAX_SPANS];
     size_t n = capture_read(dir, id, s, MAX_SPANS);
     for (size_t i = 0; i < n; i++)
         if (strcmp(s[i].name, name) == 0)
@@ -440,9 +294,9 @@ static bool has_span(const char *dir, const char *id, const char *name)
 static void test_remote_put_get_one_trace_each(void **state)
 {
     (void)state;
-    struct rx *rx = rx_start();
-    char url[128];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/traces", (unsigned)rx->port);
+    otlp_fake_t *rx = otlp_fake_start(0);
+    assert_non_null(rx);
+    const char *url = rx->url;
     struct pair p;
     /* B never samples on its own: its spans exist only because A's context says so */
     pair_open(&p, "memory://obs-rtt-sampled", "1", "0", url);
@@ -453,7 +307,7 @@ static void test_remote_put_get_one_trace_each(void **state)
         usleep(50000);
     pair_close(&p);
 
-    static struct span js[MAX_SPANS];
+    static tspan_t js[MAX_SPANS];
     size_t n = capture_read(p.dira, p.ida, js, MAX_SPANS);
     size_t na = n;
     n += capture_read(p.dirb, p.idb, js + n, MAX_SPANS - n);
@@ -475,29 +329,29 @@ static void test_remote_put_get_one_trace_each(void **state)
     pthread_mutex_unlock(&rx->mu);
     assert_string_equal(o_put, t_put);
     assert_string_equal(o_get, t_get);
-    rx_stop(rx);
+    otlp_fake_stop(rx);
     rm_dirs(&p);
 }
 
 static void test_unsampled_no_spans(void **state)
 {
     (void)state;
-    struct rx *rx = rx_start();
-    char url[128];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/traces", (unsigned)rx->port);
+    otlp_fake_t *rx = otlp_fake_start(0);
+    assert_non_null(rx);
+    const char *url = rx->url;
     struct pair p;
     /* the caller decides: A at 0 means no trace, even though B would sample its own requests */
     pair_open(&p, "memory://obs-rtt-unsampled", "0", "1", url);
     remote_put_get(&p, "object/beta", 4096);
     usleep(300000); /* let a (wrongly) sampled one-way commit reach B */
     pair_close(&p);
-    static struct span js[MAX_SPANS];
+    static tspan_t js[MAX_SPANS];
     assert_int_equal(capture_read(p.dira, p.ida, js, MAX_SPANS), 0);
     assert_int_equal(capture_read(p.dirb, p.idb, js, MAX_SPANS), 0);
     pthread_mutex_lock(&rx->mu);
     assert_int_equal(rx->n, 0);
     pthread_mutex_unlock(&rx->mu);
-    rx_stop(rx);
+    otlp_fake_stop(rx);
     rm_dirs(&p);
 }
 
@@ -507,9 +361,9 @@ static void test_unsampled_no_spans(void **state)
 static void test_embedded_wrh_connected(void **state)
 {
     (void)state;
-    struct rx *rx = rx_start();
-    char url[128];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/traces", (unsigned)rx->port);
+    otlp_fake_t *rx = otlp_fake_start(0);
+    assert_non_null(rx);
+    const char *url = rx->url;
     struct pair p;
     route_mode = "embedded_wrh";
     pair_open(&p, "memory://obs-rtt-embedded", "1", "0", url);
@@ -519,32 +373,32 @@ static void test_embedded_wrh_connected(void **state)
     while (!has_span(p.dirb, p.idb, "control.owner_commit") && env_clock_mono_ms() < end)
         usleep(50000);
     pair_close(&p);
-    static struct span js[MAX_SPANS];
+    static tspan_t js[MAX_SPANS];
     size_t n = capture_read(p.dira, p.ida, js, MAX_SPANS);
     n += capture_read(p.dirb, p.idb, js + n, MAX_SPANS - n);
     char t_put[33], t_get[33];
-    const struct span *put = check_connected(js, n, "store.put", t_put);
-    const struct span *get = check_connected(js, n, "store.get", t_get);
-    const struct span *res = child(js, n, t_put, "control.reserve", put);
+    const tspan_t *put = check_connected(js, n, "store.put", t_put);
+    const tspan_t *get = check_connected(js, n, "store.get", t_get);
+    const tspan_t *res = child(js, n, t_put, "control.reserve", put);
     assert_string_equal(child(js, n, t_put, "control.owner_reserve", res)->service, "rt-b");
     child(js, n, t_put, "data.write", put);
     child(js, n, t_put, "control.route_lookup", put);
     child(js, n, t_put, "control.route_cas", put);
-    const struct span *cm = child(js, n, t_put, "control.commit", put);
+    const tspan_t *cm = child(js, n, t_put, "control.commit", put);
     assert_string_equal(child(js, n, t_put, "control.owner_commit", cm)->service, "rt-b");
     child(js, n, t_get, "control.route_lookup", get);
     child(js, n, t_get, "data.read", get);
     for (size_t i = 0; i < n; i++) {
         if (strncmp(js[i].name, "metadata.", 9) != 0)
             continue;
-        const struct span *par = by_id(js, n, js[i].trace_id, js[i].parent);
+        const tspan_t *par = by_id(js, n, js[i].trace_id, js[i].parent);
         assert_non_null(par);
         assert_true(strncmp(par->name, "control.route_", 14) == 0);
     }
     pthread_mutex_lock(&rx->mu);
     assert_int_equal(rx->n, n);
     pthread_mutex_unlock(&rx->mu);
-    rx_stop(rx);
+    otlp_fake_stop(rx);
     rm_dirs(&p);
 }
 

@@ -13,191 +13,45 @@
  */
 #include <jansson.h>
 #include <math.h>
-#include <microhttpd.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "jsonl.h"
 #include "obs_testrt.h"
-
-/* ---- fake OTLP receiver ------------------------------------------------------------------ */
-
-#define RX_MAX_SPANS 4096
-
-struct rx_span {
-    char trace_id[33], span_id[17], parent[17], name[64], service[64];
-};
-
-struct rx {
-    struct MHD_Daemon *d;
-    uint16_t port;
-    pthread_mutex_t mu;
-    struct rx_span spans[RX_MAX_SPANS];
-    size_t n;
-    unsigned stall_ms; /* answer each POST after this delay */
-    unsigned posts;
-};
-
-struct rx_req {
-    char *body;
-    size_t len;
-};
-
-static void rx_parse(struct rx *r, const char *body, size_t len)
-{
-    json_error_t e;
-    json_t *j = json_loadb(body, len, 0, &e);
-    assert_non_null(j);
-    json_t *rs;
-    size_t i;
-    json_array_foreach(json_object_get(j, "resourceSpans"), i, rs)
-    {
-        const char *svc = "";
-        json_t *a;
-        size_t k;
-        json_array_foreach(json_object_get(json_object_get(rs, "resource"), "attributes"), k, a)
-        {
-            if (strcmp(json_string_value(json_object_get(a, "key")), "service.name") == 0)
-                svc =
-                    json_string_value(json_object_get(json_object_get(a, "value"), "stringValue"));
-        }
-        json_t *ss;
-        size_t m;
-        json_array_foreach(json_object_get(rs, "scopeSpans"), m, ss)
-        {
-            json_t *sp;
-            size_t q;
-            json_array_foreach(json_object_get(ss, "spans"), q, sp)
-            {
-                pthread_mutex_lock(&r->mu);
-                if (r->n < RX_MAX_SPANS) {
-                    struct rx_span *o = &r->spans[r->n++];
-                    snprintf(o->trace_id, sizeof(o->trace_id), "%s",
-                             json_string_value(json_object_get(sp, "traceId")));
-                    snprintf(o->span_id, sizeof(o->span_id), "%s",
-                             json_string_value(json_object_get(sp, "spanId")));
-                    snprintf(o->parent, sizeof(o->parent), "%s",
-                             json_string_value(json_object_get(sp, "parentSpanId")));
-                    snprintf(o->name, sizeof(o->name), "%s",
-                             json_string_value(json_object_get(sp, "name")));
-                    snprintf(o->service, sizeof(o->service), "%s", svc);
-                    assert_non_null(json_object_get(sp, "startTimeUnixNano"));
-                }
-                pthread_mutex_unlock(&r->mu);
-            }
-        }
-    }
-    json_decref(j);
-}
-
-static enum MHD_Result rx_handler(void *cls, struct MHD_Connection *con, const char *url,
-                                  const char *method, const char *version, const char *data,
-                                  size_t *data_size, void **req_cls)
-{
-    (void)version;
-    struct rx *r = cls;
-    struct rx_req *q = *req_cls;
-    if (!q) {
-        *req_cls = calloc(1, sizeof(struct rx_req));
-        return MHD_YES;
-    }
-    if (*data_size) {
-        q->body = realloc(q->body, q->len + *data_size);
-        memcpy(q->body + q->len, data, *data_size);
-        q->len += *data_size;
-        *data_size = 0;
-        return MHD_YES;
-    }
-    if (r->stall_ms)
-        usleep(r->stall_ms * 1000u);
-    int code = 200;
-    if (strcmp(method, "POST") != 0 || strcmp(url, "/v1/traces") != 0)
-        code = 404;
-    else
-        rx_parse(r, q->body, q->len);
-    pthread_mutex_lock(&r->mu);
-    r->posts++;
-    pthread_mutex_unlock(&r->mu);
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(2, (void *)"{}", MHD_RESPMEM_PERSISTENT);
-    enum MHD_Result ret = MHD_queue_response(con, (unsigned)code, resp);
-    MHD_destroy_response(resp);
-    return ret;
-}
-
-static void rx_done(void *cls, struct MHD_Connection *con, void **req_cls,
-                    enum MHD_RequestTerminationCode toe)
-{
-    (void)cls;
-    (void)con;
-    (void)toe;
-    struct rx_req *q = *req_cls;
-    if (q) {
-        free(q->body);
-        free(q);
-    }
-}
-
-static struct rx *rx_start(unsigned stall_ms)
-{
-    struct rx *r = calloc(1, sizeof(*r));
-    pthread_mutex_init(&r->mu, NULL);
-    r->stall_ms = stall_ms;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    r->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL,
-                            rx_handler, r, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                            MHD_OPTION_NOTIFY_COMPLETED, rx_done, NULL, MHD_OPTION_END);
-    assert_non_null(r->d);
-    r->port = MHD_get_daemon_info(r->d, MHD_DAEMON_INFO_BIND_PORT)->port;
-    return r;
-}
-
-static void rx_stop(struct rx *r)
-{
-    MHD_stop_daemon(r->d);
-    pthread_mutex_destroy(&r->mu);
-    free(r);
-}
+#include "otlp_fake.h"
 
 /* ---- JSONL reading ----------------------------------------------------------------------- */
 
-static size_t jsonl_read(const char *path, struct rx_span *out, size_t max)
+/* Debug records: the key only ever appears hashed. */
+static void check_debug_attrs(json_t *rec, const tspan_t *s, void *arg)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    char line[8192];
-    size_t n = 0;
-    while (fgets(line, sizeof(line), f) && n < max) {
-        json_error_t e;
-        json_t *j = json_loads(line, 0, &e);
-        assert_non_null(j);
-        struct rx_span *o = &out[n++];
-        snprintf(o->trace_id, sizeof(o->trace_id), "%s",
-                 json_string_value(json_object_get(j, "trace_id")));
-        snprintf(o->span_id, sizeof(o->span_id), "%s",
-                 json_string_value(json_object_get(j, "span_id")));
-        snprintf(o->parent, sizeof(o->parent), "%s",
-                 json_string_value(json_object_get(j, "parent_span_id")));
-        snprintf(o->name, sizeof(o->name), "%s", json_string_value(json_object_get(j, "name")));
-        snprintf(o->service, sizeof(o->service), "%s",
-                 json_string_value(json_object_get(j, "service")));
-        /* debug records: the key only ever appears hashed */
-        json_t *attrs = json_object_get(j, "attrs");
-        assert_null(json_object_get(attrs, "kvmesh.key"));
-        if (strncmp(o->name, "data.", 5) == 0)
-            assert_non_null(json_object_get(attrs, "kvmesh.key_hash"));
-        json_decref(j);
-    }
-    fclose(f);
-    return n;
+    (void)arg;
+    json_t *attrs = json_object_get(rec, "attrs");
+    assert_null(json_object_get(attrs, "kvmesh.key"));
+    if (strncmp(s->name, "data.", 5) == 0)
+        assert_non_null(json_object_get(attrs, "kvmesh.key_hash"));
 }
 
-static const struct rx_span *find_span(const struct rx_span *s, size_t n, const char *trace,
-                                       const char *name)
+static size_t jsonl_read(const char *path, tspan_t *out, size_t max)
 {
-    const struct rx_span *hit = NULL;
+    long n = tjsonl_read_spans(path, out, max, check_debug_attrs, NULL);
+    assert_true(n >= 0);
+    return (size_t)n;
+}
+
+/* Every body the collector got was OTLP JSON and every span carries its start time. */
+static void check_received(otlp_fake_t *rx)
+{
+    assert_int_equal(rx->bad_bodies, 0);
+    for (size_t i = 0; i < rx->n; i++)
+        assert_true(rx->spans[i].has_start);
+}
+
+static const tspan_t *find_span(const tspan_t *s, size_t n, const char *trace, const char *name)
+{
+    const tspan_t *hit = NULL;
     for (size_t i = 0; i < n; i++)
         if (strcmp(s[i].trace_id, trace) == 0 && strcmp(s[i].name, name) == 0) {
             assert_null(hit); /* exactly one */
@@ -208,10 +62,10 @@ static const struct rx_span *find_span(const struct rx_span *s, size_t n, const 
 }
 
 /* Checks the trace of one remote request: 5 spans, parents as drawn in obs_testrt.h. */
-static void check_trace(const struct rx_span *s, size_t n, const char *root_name, const char *rpc,
+static void check_trace(const tspan_t *s, size_t n, const char *root_name, const char *rpc,
                         const char *data, const char *meta, char *trace_out)
 {
-    const struct rx_span *root = NULL;
+    const tspan_t *root = NULL;
     for (size_t i = 0; i < n; i++)
         if (strcmp(s[i].name, root_name) == 0 && s[i].parent[0] == '\0') {
             assert_null(root);
@@ -223,10 +77,10 @@ static void check_trace(const struct rx_span *s, size_t n, const char *root_name
     for (size_t i = 0; i < n; i++)
         count += strcmp(s[i].trace_id, tid) == 0;
     assert_int_equal(count, 5);
-    const struct rx_span *lk = find_span(s, n, tid, "control.route_lookup");
-    const struct rx_span *r = find_span(s, n, tid, rpc);
-    const struct rx_span *d = find_span(s, n, tid, data);
-    const struct rx_span *m = find_span(s, n, tid, meta);
+    const tspan_t *lk = find_span(s, n, tid, "control.route_lookup");
+    const tspan_t *r = find_span(s, n, tid, rpc);
+    const tspan_t *d = find_span(s, n, tid, data);
+    const tspan_t *m = find_span(s, n, tid, meta);
     assert_string_equal(lk->parent, root->span_id);
     assert_string_equal(r->parent, root->span_id);
     assert_string_equal(d->parent, r->span_id); /* across the socket */
@@ -243,9 +97,9 @@ static char dir_a[64], dir_b[64];
 static void test_connected_trace(void **state)
 {
     (void)state;
-    struct rx *rx = rx_start(0);
-    char url[128];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/traces", (unsigned)rx->port);
+    otlp_fake_t *rx = otlp_fake_start(0);
+    assert_non_null(rx);
+    const char *url = rx->url;
     snprintf(dir_a, sizeof(dir_a), "/tmp/kvmesh-obs-a-XXXXXX");
     snprintf(dir_b, sizeof(dir_b), "/tmp/kvmesh-obs-b-XXXXXX");
     assert_non_null(mkdtemp(dir_a));
@@ -297,7 +151,7 @@ static void test_connected_trace(void **state)
     trt_close(b);
 
     /* JSONL: both runtimes' captures together hold the two traces */
-    static struct rx_span js[256];
+    static tspan_t js[256];
     char p[128];
     snprintf(p, sizeof(p), "%s/spans.jsonl", dir_a);
     size_t n = jsonl_read(p, js, 256);
@@ -311,6 +165,7 @@ static void test_connected_trace(void **state)
 
     /* OTLP: the same ten spans at the collector */
     pthread_mutex_lock(&rx->mu);
+    check_received(rx);
     assert_int_equal(rx->n, 10);
     char o_put[33], o_get[33];
     check_trace(rx->spans, rx->n, "store.put", "control.rpc_put", "data.write", "metadata.cas",
@@ -320,7 +175,7 @@ static void test_connected_trace(void **state)
     pthread_mutex_unlock(&rx->mu);
     assert_string_equal(o_put, t_put);
     assert_string_equal(o_get, t_get);
-    rx_stop(rx);
+    otlp_fake_stop(rx);
     char cmd[200];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", dir_a, dir_b);
     assert_int_equal(system(cmd), 0);
@@ -371,9 +226,9 @@ static void test_dead_collector_drops_counted(void **state)
 static void test_stalled_collector_queue_drops(void **state)
 {
     (void)state;
-    struct rx *rx = rx_start(400); /* slower than the exporter's timeout */
-    char url[128];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u/v1/traces", (unsigned)rx->port);
+    otlp_fake_t *rx = otlp_fake_start(400); /* slower than the exporter's timeout */
+    assert_non_null(rx);
+    const char *url = rx->url;
     struct obs_tracer_config c = {.service = "rt-slow",
                                   .sample_rate = 1.0,
                                   .otlp_url = url,
@@ -401,7 +256,10 @@ static void test_stalled_collector_queue_drops(void **state)
     assert_int_equal(st.exported_otlp + st.dropped_queue_full + st.dropped_export_failed, 500);
     assert_true(st.dropped_export_failed > 0);
     obs_tracer_destroy(t);
-    rx_stop(rx);
+    pthread_mutex_lock(&rx->mu);
+    check_received(rx);
+    pthread_mutex_unlock(&rx->mu);
+    otlp_fake_stop(rx);
 }
 
 int main(void)

@@ -45,27 +45,20 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "env/clock.h"
 #include "api/kvmesh_tools.h"
 #include "core/ident.h"
 #include "core/route.h"
-#include "env/clock.h"
 #include "env/env_uv.h"
 #include "kvmesh.h"
 #include "route/route.h"
 #include "route/route_test.h"
+#include "proc.h"
 #include "route_history.h"
 #include "store/store.h"
 #include "testsrv.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #c,   \
-                    kvmesh_last_error());                                                          \
-            cleanup_all();                                                                         \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TPROC_CHECK(c, cleanup_all)
 
 #define RP_PROCS            3
 #define RP_SHARDS           8
@@ -78,13 +71,8 @@
 #define RP_AFTER_MS         1000   /* traffic after recovery */
 #define RP_CALL_WAIT_S      30     /* bound on one route call (the service times out at 2 s) */
 
-struct proc {
-    pid_t pid;
-    int in_fd, out_fd;
-    char status[512];
-};
-
-static struct proc procs[RP_PROCS];
+static tproc_t procs[RP_PROCS];
+static char status_path[RP_PROCS][512]; /* each runtime process's primary status file */
 static testsrv_t *srv;
 static kvmesh_t *client;
 static kvm_rt_t *crt;
@@ -95,14 +83,10 @@ static const char *deployment = "itest-route";
 static void cleanup_all(void)
 {
     for (int i = 0; i < RP_PROCS; i++)
-        if (procs[i].pid > 0) {
-            kill(procs[i].pid, SIGKILL);
-            waitpid(procs[i].pid, NULL, 0);
-            procs[i].pid = 0;
-        }
+        tproc_kill(&procs[i], SIGKILL);
     for (int i = 0; i < RP_PROCS; i++)
-        if (procs[i].status[0])
-            unlink(procs[i].status);
+        if (status_path[i][0])
+            unlink(status_path[i]);
     if (tmpdir[0])
         rmdir(tmpdir);
     testsrv_stop(srv);
@@ -205,13 +189,9 @@ static int runtime_main(char **argv)
     kvmesh_config_set(c, "memory_size", "16777216");
     kvmesh_config_set(c, "segment_size", "16777216");
     kvmesh_config_set(c, "max_object_size", "1048576");
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    kvmesh_config_free(c);
-    if (rc) {
-        fprintf(stderr, "runtime open failed: %s\n", kvmesh_last_error());
+    kvmesh_t *kv = tproc_child_open(c);
+    if (!kv)
         return 1;
-    }
     kvm_rt_t *rt = kvmesh_runtime_of(kv);
     apply_bugs(rt);
     printf("READY\n");
@@ -244,54 +224,17 @@ static int runtime_main(char **argv)
 
 /* ---- parent side -----------------------------------------------------------------------------*/
 
-static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
-{
-    size_t n = 0;
-    uint64_t end = env_clock_mono_ms() + (uint64_t)timeout_ms;
-    while (n + 1 < cap) {
-        struct pollfd p = {fd, POLLIN, 0};
-        int left = (int)(end - env_clock_mono_ms());
-        if (left <= 0 || poll(&p, 1, left) <= 0)
-            return -1;
-        ssize_t r = read(fd, buf + n, 1);
-        if (r <= 0)
-            return -1;
-        if (buf[n] == '\n')
-            break;
-        n++;
-    }
-    buf[n] = 0;
-    return 0;
-}
-
 static void spawn(int slot, const char *self_exe)
 {
-    int in[2], out[2];
-    struct proc *p = &procs[slot];
-    snprintf(p->status, sizeof(p->status), "%s/rt%d", tmpdir, slot);
-    CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        execl(self_exe, self_exe, "--runtime", url, deployment, p->status, (char *)NULL);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    p->pid = pid;
-    p->in_fd = in[1];
-    p->out_fd = out[0];
-    char line[64];
-    CHECK(read_line(p->out_fd, line, sizeof(line), 30000) == 0);
-    CHECK(strcmp(line, "READY") == 0);
+    snprintf(status_path[slot], sizeof(status_path[slot]), "%s/rt%d", tmpdir, slot);
+    const char *argv[] = {self_exe, "--runtime", url, deployment, status_path[slot]};
+    CHECK(tproc_start(&procs[slot], 5, argv, "READY", NULL, 0, 30000) == 0);
 }
 
 /* Reads a runtime process's primary status file; false when absent or unreadable. */
 static bool proc_status(int slot, uint32_t *mask, uint64_t *token)
 {
-    FILE *f = fopen(procs[slot].status, "r");
+    FILE *f = fopen(status_path[slot], "r");
     if (!f)
         return false;
     bool ok = fscanf(f, "%" SCNu32 " %" SCNu64, mask, token) == 2;
@@ -380,14 +323,14 @@ static size_t hist_begin(uint32_t kind, uint32_t client_no, uint64_t key, uint64
                                     .key = key,
                                     .value = value,
                                     .expected = expected,
-                                    .begin = env_clock_mono_ns() / 1000};
+                                    .begin = (env_clock_mono_ns() / 1000)};
     pthread_mutex_unlock(&hist_mu);
     return i;
 }
 
 static void hist_end(size_t i, int status, uint64_t version, uint64_t value)
 {
-    uint64_t t = env_clock_mono_ns() / 1000;
+    uint64_t t = (env_clock_mono_ns() / 1000);
     pthread_mutex_lock(&hist_mu);
     hist[i].status = status;
     hist[i].version = version;
@@ -615,12 +558,8 @@ static int test_main(const char *self_exe, const char *kind)
     CHECK(proc_status(victim, &vm, &vt) && (vm & (1u << shard)));
     if (!(vm & ((1u << shard) - 1)))
         victim_token = vt;
-    uint64_t kill_us = env_clock_mono_ns() / 1000;
-    kill(procs[victim].pid, SIGKILL);
-    waitpid(procs[victim].pid, NULL, 0);
-    procs[victim].pid = 0;
-    close(procs[victim].in_fd);
-    close(procs[victim].out_fd);
+    uint64_t kill_us = (env_clock_mono_ns() / 1000);
+    tproc_kill(&procs[victim], SIGKILL);
     uint64_t recover_us = 0;
     uint64_t bound = env_clock_mono_ms() + RP_RECOVER_BOUND_MS;
     while (env_clock_mono_ms() < bound) {
@@ -720,19 +659,13 @@ static int test_main(const char *self_exe, const char *kind)
     free(hist);
     /* graceful stop of the survivors: EOF on stdin, bounded wait, then SIGKILL */
     for (int i = 0; i < RP_PROCS; i++)
-        if (procs[i].pid > 0)
-            close(procs[i].in_fd);
+        tproc_close_stdin(&procs[i]);
     uint64_t end = env_clock_mono_ms() + 10000;
-    for (int i = 0; i < RP_PROCS; i++) {
-        while (procs[i].pid > 0 && env_clock_mono_ms() < end) {
-            if (waitpid(procs[i].pid, NULL, WNOHANG) == procs[i].pid) {
-                procs[i].pid = 0;
-                close(procs[i].out_fd);
-            } else {
-                usleep(20000);
-            }
+    for (int i = 0; i < RP_PROCS; i++)
+        if (procs[i].pid > 0) {
+            int left = (int)(end - env_clock_mono_ms());
+            tproc_stop(&procs[i], left > 0 ? left : 0);
         }
-    }
     cleanup_all();
     fprintf(stderr, "route_proc[%s]: ok in %" PRIu64 " ms\n", kind, env_clock_mono_ms() - t0);
     return 0;
@@ -740,7 +673,6 @@ static int test_main(const char *self_exe, const char *kind)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
     if (argc >= 5 && strcmp(argv[1], "--runtime") == 0)
         return runtime_main(argv);
     if (argc != 2) {

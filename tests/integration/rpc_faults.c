@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "env/env_thread.h"
 #include "net/frame.h"
 
 struct srvfx {
@@ -648,7 +649,11 @@ static void test_deadline_with_peer_not_reading(void **state)
 
 int main(void)
 {
-    signal(SIGPIPE, SIG_IGN);
+    /* The endpoints run on this test's own loop, i.e. this thread plays the library's loop
+     * thread: block SIGPIPE here as env_uv_thread does for its loops (env/env_thread.h). The
+     * disposition stays SIG_DFL, so a SIGPIPE raised on any other thread still kills the test. */
+    sigset_t old_mask;
+    env_sigpipe_block(&old_mask);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_frames_counted_and_survived),
         cmocka_unit_test(test_bad_frames_after_handshake),

@@ -34,23 +34,15 @@
 
 #include "env/clock.h"
 #include "kvmesh.h"
+#include "proc.h"
 #include "testsrv.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #c,   \
-                    kvmesh_last_error());                                                          \
-            cleanup_all();                                                                         \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TPROC_CHECK(c, cleanup_all)
 
 #define MAX_PROCS 8
 
 struct proc {
-    pid_t pid;
-    int in_fd, out_fd;
+    tproc_t p;
     char id[64];
     uint64_t epoch;
 };
@@ -65,69 +57,23 @@ static const kvmesh_scope_t sc = {"it", "d"};
 static void cleanup_all(void)
 {
     for (int i = 0; i < MAX_PROCS; i++)
-        if (procs[i].pid > 0) {
-            kill(procs[i].pid, SIGKILL);
-            waitpid(procs[i].pid, NULL, 0);
-            procs[i].pid = 0;
-        }
+        tproc_kill(&procs[i].p, SIGKILL);
     testsrv_stop(srv);
     srv = NULL;
 }
 
-/* Reads one line from fd within timeout_ms. */
-static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
-{
-    size_t n = 0;
-    uint64_t end = env_clock_mono_ms() + (uint64_t)timeout_ms;
-    while (n + 1 < cap) {
-        struct pollfd p = {fd, POLLIN, 0};
-        int left = (int)(end - env_clock_mono_ms());
-        if (left <= 0 || poll(&p, 1, left) <= 0)
-            return -1;
-        ssize_t r = read(fd, buf + n, 1);
-        if (r <= 0)
-            return -1;
-        if (buf[n] == '\n')
-            break;
-        n++;
-    }
-    buf[n] = 0;
-    return 0;
-}
-
 static void spawn(int slot, const char *id, const char *mem, const char *transport)
 {
-    int in[2], out[2];
-    CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        close(in[1]);
-        close(out[0]);
-        execl(self_exe, self_exe, "--runtime", url, deployment, id, mem, transport, (char *)NULL);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
     struct proc *p = &procs[slot];
-    p->pid = pid;
-    p->in_fd = in[1];
-    p->out_fd = out[0];
+    const char *argv[] = {self_exe, "--runtime", url, deployment, id, mem, transport};
     char line[256];
-    CHECK(read_line(p->out_fd, line, sizeof(line), 30000) == 0);
+    CHECK(tproc_start(&p->p, 7, argv, "READY", line, sizeof(line), 30000) == 0);
     CHECK(sscanf(line, "READY %63s %" SCNu64, p->id, &p->epoch) == 2);
 }
 
 static void kill9(int slot)
 {
-    struct proc *p = &procs[slot];
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, NULL, 0);
-    close(p->in_fd);
-    close(p->out_fd);
-    p->pid = 0;
+    tproc_kill(&procs[slot].p, SIGKILL);
 }
 
 /* The route mode under test: KVMESH_TEST_ROUTE_MODE (inherited by the runtime processes), by
@@ -178,15 +124,6 @@ static void wait_members(kvmesh_t *kv, size_t want)
     CHECK(storage_members(kv, "active") == want);
 }
 
-static void fill(uint8_t *p, size_t n, uint64_t seed)
-{
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        p[i] = (uint8_t)x;
-    }
-}
-
 /* ---- the runtime process ----------------------------------------------------------------------
  */
 
@@ -204,13 +141,9 @@ static int runtime_main(char **argv)
     kvmesh_config_set(c, "lease_ttl_ms", "2000");
     kvmesh_config_set(c, "request_timeout_ms", "5000");
     kvmesh_config_set(c, "transport", argv[6]);
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    kvmesh_config_free(c);
-    if (rc) {
-        fprintf(stderr, "runtime open failed: %s\n", kvmesh_last_error());
+    kvmesh_t *kv = tproc_child_open(c);
+    if (!kv)
         return 1;
-    }
     char id[KVMESH_ID_HEX_LEN + 1];
     uint64_t epoch = 0;
     kvmesh_self(kv, id, &epoch);
@@ -219,7 +152,7 @@ static int runtime_main(char **argv)
     char line[64];
     while (fgets(line, sizeof(line), stdin)) {
         if (strncmp(line, "drain", 5) == 0) {
-            rc = kvmesh_drain(kv, 60000);
+            int rc = kvmesh_drain(kv, 60000);
             printf("DRAINED %d\n", rc);
             if (rc)
                 fprintf(stderr, "drain: %s\n", kvmesh_last_error());
@@ -239,7 +172,7 @@ static void scenario_integrity(kvmesh_t *a, kvmesh_t *b)
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
         size_t len = sizes[s];
         uint8_t *v = malloc(len), *out = malloc(len);
-        fill(v, len, len);
+        tproc_fill(v, len, len);
         char key[32];
         snprintf(key, sizeof(key), "int-%zu", len);
         int rc = kvmesh_put(a, &sc, key, strlen(key), v, len, NULL);
@@ -285,7 +218,7 @@ static void *writer(void *arg)
         char key[32];
         snprintf(key, sizeof(key), "kill-%d", i);
         size_t len = key_len_of(i);
-        fill(v, len, (uint64_t)i + 7);
+        tproc_fill(v, len, (uint64_t)i + 7);
         if (kvmesh_put(l->kv, &sc, key, strlen(key), v, len, NULL) == 0)
             atomic_store(&l->acked[i], 1);
         else
@@ -318,7 +251,7 @@ static void *reader(void *arg)
             atomic_fetch_add(&l->reads_failed, 1);
             continue;
         }
-        fill(v, len, (uint64_t)i + 7);
+        tproc_fill(v, len, (uint64_t)i + 7);
         if (got != len || memcmp(out, v, len) != 0)
             atomic_fetch_add(&l->wrong_bytes, 1);
         else
@@ -341,7 +274,7 @@ static int verify_keys(kvmesh_t *kv, const char *prefix, int n, atomic_int *acke
         snprintf(key, sizeof(key), "%s-%d", prefix, i);
         size_t len = len_of(i), got = 0;
         int rc = kvmesh_get_into(kv, &sc, key, strlen(key), out, 200000, &got);
-        fill(v, len, (uint64_t)i + seed_add);
+        tproc_fill(v, len, (uint64_t)i + seed_add);
         checked++;
         if (rc || got != len || memcmp(out, v, len) != 0) {
             if (bad < 5)
@@ -404,7 +337,7 @@ static void scenario_add(kvmesh_t *kv, int slot, int n_active_after)
     for (int i = 0; i < 200; i++) {
         char key[32];
         snprintf(key, sizeof(key), "add-%d", i);
-        fill(v, small_len(i), (uint64_t)i + 11);
+        tproc_fill(v, small_len(i), (uint64_t)i + 11);
         CHECK(kvmesh_put(kv, &sc, key, strlen(key), v, small_len(i), &o) == 0);
         kvmesh_route_info_t ri;
         CHECK(kvmesh_route_query(kv, &sc, key, strlen(key), &ri) == 0);
@@ -434,7 +367,7 @@ static void *drain_reader(void *arg)
         snprintf(key, sizeof(key), "add-%d", i);
         size_t got = 0;
         int rc = kvmesh_get_into(l->kv, &sc, key, strlen(key), out, sizeof(out), &got);
-        fill(v, small_len(i), (uint64_t)i + 11);
+        tproc_fill(v, small_len(i), (uint64_t)i + 11);
         if (rc)
             atomic_fetch_add(&l->failed, 1);
         else if (got != small_len(i) || memcmp(out, v, got) != 0)
@@ -451,9 +384,9 @@ static void scenario_drain(kvmesh_t *kv, int slot)
     pthread_t r;
     pthread_create(&r, NULL, drain_reader, &l);
     usleep(200000);
-    CHECK(write(procs[slot].in_fd, "drain\n", 6) == 6);
+    CHECK(tproc_write(&procs[slot].p, "drain\n") == 0);
     char line[128];
-    CHECK(read_line(procs[slot].out_fd, line, sizeof(line), 90000) == 0);
+    CHECK(tproc_read_line(&procs[slot].p, line, sizeof(line), 90000) == 0);
     fprintf(stderr, "runtime %d: %s\n", slot, line);
     CHECK(strcmp(line, "DRAINED 0") == 0);
     usleep(300000);
@@ -471,10 +404,7 @@ static void scenario_drain(kvmesh_t *kv, int slot)
         for (uint32_t j = 0; j < ri.n_replicas; j++)
             CHECK(strcmp(ri.replicas[j].owner, procs[slot].id) != 0);
     }
-    close(procs[slot].in_fd); /* EOF: the process closes and exits */
-    waitpid(procs[slot].pid, NULL, 0);
-    close(procs[slot].out_fd);
-    procs[slot].pid = 0;
+    tproc_stop(&procs[slot].p, 60000); /* EOF: the process closes and exits */
     CHECK(verify_keys(kv, "add", 200, NULL, small_len, 11) == 0);
 }
 
@@ -489,7 +419,7 @@ static void scenario_restart(kvmesh_t *kv, int slot, size_t n_active)
     for (int i = 0; i < 50; i++) {
         char key[32];
         snprintf(key, sizeof(key), "rs-%d", i);
-        fill(v, small_len(i), (uint64_t)i + 21);
+        tproc_fill(v, small_len(i), (uint64_t)i + 21);
         CHECK(kvmesh_put(kv, &sc, key, strlen(key), v, small_len(i), NULL) == 0);
     }
     kill9(slot);
@@ -517,7 +447,7 @@ static void scenario_restart(kvmesh_t *kv, int slot, size_t n_active)
     for (int i = 0; i < 50; i++) {
         char key[32];
         snprintf(key, sizeof(key), "rs-%d", i);
-        fill(v, small_len(i), (uint64_t)i + 99);
+        tproc_fill(v, small_len(i), (uint64_t)i + 99);
         CHECK(kvmesh_put(kv, &sc, key, strlen(key), v, small_len(i), NULL) == 0);
     }
     CHECK(verify_keys(kv, "rs", 50, NULL, small_len, 99) == 0);
@@ -525,7 +455,6 @@ static void scenario_restart(kvmesh_t *kv, int slot, size_t n_active)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
     if (argc >= 7 && strcmp(argv[1], "--runtime") == 0)
         return runtime_main(argv);
     if (argc < 2 || (strcmp(argv[1], "redis") && strcmp(argv[1], "etcd"))) {
@@ -533,9 +462,7 @@ int main(int argc, char **argv)
         return 2;
     }
     static char exe[4096];
-    ssize_t el = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    CHECK(el > 0);
-    exe[el] = 0;
+    CHECK(tproc_self_exe(exe, sizeof(exe)) == 0);
     self_exe = exe;
     int rc =
         strcmp(argv[1], "redis") == 0 ? testsrv_start_redis(&srv, NULL) : testsrv_start_etcd(&srv);
@@ -564,12 +491,9 @@ done:
     kvmesh_close(b);
     fprintf(stderr, "stopping runtimes\n");
     for (int i = 0; i < MAX_PROCS; i++)
-        if (procs[i].pid > 0) {
-            close(procs[i].in_fd);
-            waitpid(procs[i].pid, NULL, 0);
-            close(procs[i].out_fd);
-            procs[i].pid = 0;
-        }
+        tproc_close_stdin(&procs[i].p);
+    for (int i = 0; i < MAX_PROCS; i++)
+        tproc_stop(&procs[i].p, 60000);
     testsrv_stop(srv);
     fprintf(stderr, "store_cluster %s: all scenarios passed\n", argv[1]);
     return 0;

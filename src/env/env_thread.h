@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * env_thread.h — how the library starts threads so that no signal it provokes reaches its host.
+ *
+ * The library writes to sockets through libuv (write/writev), hiredis and libcurl; a write to a
+ * socket whose peer has closed raises SIGPIPE, whose default action kills the whole process. An
+ * embedding program must not have to ignore SIGPIPE, so every thread the library creates, and
+ * every thread a library it uses creates from one of them (libuv's thread pool, curl's resolver)
+ * or on its behalf (libmicrohttpd's polling thread), runs with SIGPIPE blocked: such a write then
+ * fails with EPIPE and the signal stays pending on that thread, never delivered. Writes the
+ * library makes from a caller's thread use send/sendmsg with MSG_NOSIGNAL instead (net/), and
+ * curl handles are set CURLOPT_NOSIGNAL.
+ *
+ * Use: env_thread_create() instead of pthread_create(); around a call that creates a thread the
+ * library cannot start itself (uv_thread_create, MHD_start_daemon), env_sigpipe_block() before
+ * and env_sigmask_restore() after, so the new thread inherits the blocked mask and the caller's
+ * own mask is left as it was.
+ *
+ * Threading: every function acts on the calling thread only; any thread.
+ */
+#ifndef KVMESH_ENV_ENV_THREAD_H
+#define KVMESH_ENV_ENV_THREAD_H
+
+#include <pthread.h>
+#include <signal.h>
+
+/* Adds SIGPIPE to the calling thread's blocked set; the previous mask goes to *old. */
+void env_sigpipe_block(sigset_t *old);
+
+/* Puts back a mask saved by env_sigpipe_block(). */
+void env_sigmask_restore(const sigset_t *old);
+
+/* pthread_create(th, NULL, fn, arg) whose thread starts with SIGPIPE blocked (and so does every
+ * thread it creates); the caller's mask is unchanged. Returns pthread_create's result. */
+int env_thread_create(pthread_t *th, void *(*fn)(void *), void *arg);
+
+#endif

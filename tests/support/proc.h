@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * proc.h — the runtime-process harness of the multi-process tests: a child process (usually the
+ * test binary re-executed with its own arguments) with a pipe on its stdin and one on its
+ * stdout, started and awaited until it reports ready, killed by pid with a signal, reaped with a
+ * bounded wait, and restarted with the same arguments.
+ *
+ * The protocol with the child: it prints one line starting with the ready word given to
+ * tproc_start() (e.g. "READY ...") on stdout when it is up; EOF on its stdin asks it to close and
+ * exit (tproc_stop()); anything else on the pipes is the test's own business (tproc_write(),
+ * tproc_read_line()).
+ *
+ * Ownership: a tproc_t is the caller's (a static array slot is typical); tproc_start() copies the
+ * arguments into it, so a restart needs nothing else. A slot with pid 0 runs nothing.
+ * tproc_kill()/tproc_stop() always leave the slot empty (pid 0, pipes closed), whatever the
+ * child did. Every wait here is bounded (the timeouts in the calls; TPROC_REAP_TIMEOUT_MS after
+ * SIGKILL). Pipes are close-on-exec, so one child never holds another's.
+ *
+ * Threading: a slot is used from one thread at a time.
+ */
+#ifndef KVMESH_TESTS_SUPPORT_PROC_H
+#define KVMESH_TESTS_SUPPORT_PROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
+#include "kvmesh.h"
+
+#define TPROC_MAX_ARGS        16
+#define TPROC_ARG_CAP         512
+#define TPROC_REAP_TIMEOUT_MS 10000 /* bound on reaping after SIGKILL */
+
+/* The multi-process tests' fatal check: on failure says where and what (with the library's
+ * last error), runs cleanup() (which kills the test's children by pid) and exits 1. */
+#define TPROC_CHECK(c, cleanup)                                                                    \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "CHECK failed %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #c,   \
+                    kvmesh_last_error());                                                          \
+            cleanup();                                                                             \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+typedef struct tproc {
+    pid_t pid;  /* 0: not running */
+    int in_fd;  /* write end of the child's stdin, -1 when closed */
+    int out_fd; /* read end of the child's stdout, -1 when closed */
+    int status; /* waitpid() status of the last child reaped in this slot */
+    int argc;
+    char argv[TPROC_MAX_ARGS][TPROC_ARG_CAP];
+    char ready_word[32];
+} tproc_t;
+
+/* The child side: kvmesh_open(c), then frees c. NULL on failure, with the reason on stderr (the
+ * parent's tproc_start() then reports the missing ready line). */
+kvmesh_t *tproc_child_open(kvmesh_config_t *c);
+
+/* The running executable's path (/proc/self/exe) into buf. 0, or a negative KVMESH_E* code. */
+int tproc_self_exe(char *buf, size_t cap);
+
+/*
+ * Starts argv[0] with the arguments argv[0..argc-1] (argc <= TPROC_MAX_ARGS, each shorter than
+ * TPROC_ARG_CAP) and waits up to timeout_ms for a stdout line that begins with ready_word; that
+ * line goes to line (may be NULL). On any failure the child is killed and reaped, and a negative
+ * KVMESH_E* code is returned with the reason in stderr.
+ */
+int tproc_start(tproc_t *p, int argc, const char *const argv[], const char *ready_word, char *line,
+                size_t line_cap, int timeout_ms);
+
+/* Starts the slot again with the arguments of its last start (the slot must be empty). */
+int tproc_restart(tproc_t *p, char *line, size_t line_cap, int timeout_ms);
+
+/* Reads one line (without the newline) from the child's stdout within timeout_ms. 0 or -1. */
+int tproc_read_line(tproc_t *p, char *buf, size_t cap, int timeout_ms);
+
+/* Writes all of s to the child's stdin. 0 or -1. */
+int tproc_write(tproc_t *p, const char *s);
+
+/* Sends sig, then reaps the child (bounded: TPROC_REAP_TIMEOUT_MS, then SIGKILL) and closes the
+ * pipes. Returns 0, or -1 when the slot ran nothing. */
+int tproc_kill(tproc_t *p, int sig);
+
+/* Closes the child's stdin (EOF: it closes and exits), waits up to timeout_ms for it to exit,
+ * then SIGKILLs it; reaps it and closes the pipes. Returns 0 when it exited by itself within the
+ * bound with status 0, -1 otherwise (p->status tells how it ended). */
+int tproc_stop(tproc_t *p, int timeout_ms);
+
+/* Closes the child's stdin (EOF asks it to exit) without waiting; tproc_stop() then waits. Lets
+ * a test ask several children at once and wait for them one after the other. */
+void tproc_close_stdin(tproc_t *p);
+
+/* Whether the child has exited by itself: if so it is reaped now (p->status set, slot emptied). */
+bool tproc_exited(tproc_t *p);
+
+/* Fills p with n bytes of a deterministic pattern of seed (xorshift), so that a reader can tell
+ * the bytes of one value from another's. */
+void tproc_fill(uint8_t *p, size_t n, uint64_t seed);
+
+/* A one-line description of a waitpid() status ("exit 0", "signal 13 (Broken pipe)"). */
+const char *tproc_status_str(int status, char *buf, size_t cap);
+
+#endif
