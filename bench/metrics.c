@@ -39,6 +39,7 @@ static uint64_t shared_atomic;
 static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t shared_locked;
 static volatile uint64_t sink;
+static struct obs_registry *reg;
 
 enum kind { K_PLAIN, K_ATOMIC, K_MUTEX, K_COUNTER, K_GAUGE, K_HIST, K__N };
 static const char *const kind_names[K__N] = {
@@ -65,13 +66,13 @@ static void *run_kind(void *arg)
             pthread_mutex_unlock(&shared_mu);
             break;
         case K_COUNTER:
-            obs_count(requests_total, OBS_OP_GET, OBS_RES_OK, 1);
+            obs_count(reg, requests_total, OBS_OP_GET, OBS_RES_OK, 1);
             break;
         case K_GAUGE:
-            obs_gauge_add(requests_in_flight, OBS_OP_GET, OBS_NONE, (i & 1) ? -1 : 1);
+            obs_gauge_add(reg, requests_in_flight, OBS_OP_GET, OBS_NONE, (i & 1) ? -1 : 1);
             break;
         case K_HIST:
-            obs_observe(request_duration_seconds, OBS_OP_GET, OBS_NONE, (uint64_t)i * 37);
+            obs_observe(reg, request_duration_seconds, OBS_OP_GET, OBS_NONE, (uint64_t)i * 37);
             break;
         default:
             break;
@@ -159,8 +160,8 @@ static double traced_requests(struct obs_tracer *t, long n)
         obs_span_start(t, &b, "metadata.get", &c);
         obs_span_end(&c);
         obs_span_end(&b);
-        obs_count(requests_total, OBS_OP_GET, OBS_RES_OK, 1);
-        obs_observe(request_duration_seconds, OBS_OP_GET, OBS_NONE, 1000);
+        obs_count(reg, requests_total, OBS_OP_GET, OBS_RES_OK, 1);
+        obs_observe(reg, request_duration_seconds, OBS_OP_GET, OBS_NONE, 1000);
         obs_span_end(&root);
     }
     return (double)(now_ns() - t0) / (double)n;
@@ -176,6 +177,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_metrics [iterations] [threads <= 64]\n");
         return 2;
     }
+    if (obs_registry_new(&reg) != 0)
+        return 1;
     printf("kvmesh obs micro-benchmark: %ld updates per thread\n\n", iters);
     printf("%-34s %12s %14s %12s\n", "operation", "1 thread ns", "threads", "N threads ns");
     double one[K__N], many[K__N];

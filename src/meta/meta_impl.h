@@ -35,6 +35,7 @@ typedef struct meta_call {
     meta_t *m;
     enum meta_call_kind kind;
     uint64_t deadline_ns; /* env_now_ns() value after which the call is timed out */
+    uint64_t start_ns;    /* env_now_ns() at submit (latency histogram) */
     /* request (owned by the call; strings NUL-terminated) */
     char *key;         /* GET */
     char *prefix;      /* RANGE */
@@ -77,8 +78,10 @@ struct meta {
     env_t *env;
     uint32_t default_timeout_ms;
     char name[64];
-    meta_stats_t stats;
-    meta_call_t *pending; /* calls not yet completed to the user */
+    struct obs_registry *metrics; /* NULL: nothing counted (forwarding handles) */
+    bool own_metrics;             /* metrics is private to this handle (freed at close) */
+    int backend_idx;              /* OBS_BACKEND_* of ops->name; -1: not counted */
+    meta_call_t *pending;         /* calls not yet completed to the user */
     bool closing;
 };
 

@@ -149,7 +149,8 @@ struct obs_http_config {
     uint16_t port;         /* 0: an ephemeral port (see obs_http_port) */
     const char *secret;    /* deployment secret for control endpoints; NULL or "": open */
     struct obs_provider provider;
-    struct obs_tracer *tracer; /* borrowed; NULL: tracing endpoints answer 404 */
+    struct obs_tracer *tracer;    /* borrowed; NULL: tracing endpoints answer 404 */
+    struct obs_registry *metrics; /* borrowed; /metrics shows its families (NULL: process only) */
 };
 
 struct obs_http;

@@ -42,6 +42,7 @@ struct obs_breakdown_ent {
 
 struct obs_tracer {
     char service[OBS_SPAN_STR_MAX];
+    struct obs_registry *metrics; /* borrowed; NULL: span outcomes are not counted */
     char *capture_dir;
     char *otlp_url;
     size_t batch_max;
@@ -354,7 +355,7 @@ void obs_span_end(struct obs_span *s)
     if (want_export) {
         if (t->qlen >= t->qcap) {
             cnt(&t->n_drop_q, 1);
-            obs_count(trace_spans_total, OBS_SPANRES_DROPPED_QUEUE_FULL, OBS_NONE, 1);
+            obs_count(t->metrics, trace_spans_total, OBS_SPANRES_DROPPED_QUEUE_FULL, OBS_NONE, 1);
         } else {
             struct obs_span_rec *r = &t->q[(t->qhead + t->qlen) % t->qcap];
             r->name = s->name;
@@ -509,11 +510,11 @@ static bool export_batch(struct obs_tracer *t, CURL *c, const struct obs_span_re
     if (ok) {
         cnt(&t->n_otlp, n);
         cnt(&t->n_bok, 1);
-        obs_count(trace_spans_total, OBS_SPANRES_EXPORTED, OBS_NONE, n);
+        obs_count(t->metrics, trace_spans_total, OBS_SPANRES_EXPORTED, OBS_NONE, n);
     } else {
         cnt(&t->n_drop_x, n);
         cnt(&t->n_bfail, 1);
-        obs_count(trace_spans_total, OBS_SPANRES_DROPPED_EXPORT_FAILED, OBS_NONE, n);
+        obs_count(t->metrics, trace_spans_total, OBS_SPANRES_DROPPED_EXPORT_FAILED, OBS_NONE, n);
     }
     return ok;
 }
@@ -664,6 +665,7 @@ int obs_tracer_create(const struct obs_tracer_config *cfg, struct obs_tracer **o
     if (!t)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for a tracer");
     snprintf(t->service, sizeof(t->service), "%s", cfg->service);
+    t->metrics = cfg->metrics;
     t->qcap = cfg->queue_cap ? cfg->queue_cap : 4096;
     t->batch_max = cfg->batch_max ? cfg->batch_max : 256;
     t->flush_interval_ms = cfg->flush_interval_ms ? cfg->flush_interval_ms : 200;
