@@ -149,14 +149,25 @@ static uint64_t rec_begin(kvmesh_t *kv, int op)
     return mono_ns();
 }
 
-/* Counts one API request (requests, errors, bytes, latency, payload size) and returns rc. */
-static int rec(kvmesh_t *kv, int op, uint64_t t0, uint64_t bytes, int rc)
+/* Counts one API request (requests, errors, bytes, latency, payload size, per-tenant counters)
+ * and returns rc. */
+static int rec(kvmesh_t *kv, const kvmesh_scope_t *scope, int op, uint64_t t0, uint64_t bytes,
+               int rc)
 {
     struct obs_registry *reg = reg_of(kv);
     int res = res_of(rc);
+    bool failed = rc && rc != KVMESH_ENOENT;
     obs_count(reg, requests_total, op, res, 1);
-    if (rc && rc != KVMESH_ENOENT)
+    if (failed)
         obs_count(reg, request_errors_total, op, OBS_NONE, 1);
+    if (reg && scope && scope->tenant) { /* labelled only for the bootstrap set, else "other" */
+        unsigned slot = obs_tenant_slot(scope->tenant, strlen(scope->tenant));
+        obs_tenant_count(reg, tenant_requests_total, slot, 1);
+        if (!rc && bytes)
+            obs_tenant_count(reg, tenant_request_bytes_total, slot, bytes);
+        if (failed)
+            obs_tenant_count(reg, tenant_request_errors_total, slot, 1);
+    }
     if (!rc && bytes) {
         obs_count(reg, request_bytes_total, op, OBS_NONE, bytes);
         obs_observe(reg, request_payload_bytes, op, OBS_NONE, bytes);
@@ -266,7 +277,7 @@ int kvmesh_put(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_
 {
     uint64_t t0 = rec_begin(kv, OBS_OP_PUT);
     int rc = put_impl(kv, scope, key, key_len, value, len, opts);
-    return rec(kv, OBS_OP_PUT, t0, rc ? 0 : (uint64_t)(len), rc);
+    return rec(kv, scope, OBS_OP_PUT, t0, rc ? 0 : (uint64_t)(len), rc);
 }
 
 static int putv_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -286,7 +297,7 @@ int kvmesh_putv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size
 {
     uint64_t t0 = rec_begin(kv, OBS_OP_PUT);
     int rc = putv_impl(kv, scope, key, key_len, iov, iovcnt, opts);
-    return rec(kv, OBS_OP_PUT, t0, rc ? 0 : (uint64_t)(iov_total(iov, iovcnt)), rc);
+    return rec(kv, scope, OBS_OP_PUT, t0, rc ? 0 : (uint64_t)(iov_total(iov, iovcnt)), rc);
 }
 
 static int get_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -340,7 +351,7 @@ int kvmesh_get(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_
 {
     uint64_t t0 = rec_begin(kv, OBS_OP_GET);
     int rc = get_impl(kv, scope, key, key_len, out, out_len);
-    return rec(kv, OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
+    return rec(kv, scope, OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
 }
 
 static int get_into_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -370,7 +381,7 @@ int kvmesh_get_into(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, 
 {
     uint64_t t0 = rec_begin(kv, OBS_OP_GET);
     int rc = get_into_impl(kv, scope, key, key_len, buf, cap, out_len);
-    return rec(kv, OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
+    return rec(kv, scope, OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
 }
 
 static int getv_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -401,7 +412,7 @@ int kvmesh_getv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size
 {
     uint64_t t0 = rec_begin(kv, OBS_OP_GET);
     int rc = getv_impl(kv, scope, key, key_len, iov, iovcnt, out_len);
-    return rec(kv, OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
+    return rec(kv, scope, OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
 }
 
 static int remove_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len)
@@ -425,7 +436,7 @@ int kvmesh_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, si
 {
     uint64_t t0 = rec_begin(kv, OBS_OP_REMOVE);
     int rc = remove_impl(kv, scope, key, key_len);
-    return rec(kv, OBS_OP_REMOVE, t0, rc ? 0 : (uint64_t)(0), rc);
+    return rec(kv, scope, OBS_OP_REMOVE, t0, rc ? 0 : (uint64_t)(0), rc);
 }
 
 static int lookup_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -466,7 +477,7 @@ int kvmesh_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, si
 {
     uint64_t t0 = rec_begin(kv, OBS_OP_EXIST);
     int rc = exists_impl(kv, scope, key, key_len, out);
-    return rec(kv, OBS_OP_EXIST, t0, rc ? 0 : (uint64_t)(0), rc);
+    return rec(kv, scope, OBS_OP_EXIST, t0, rc ? 0 : (uint64_t)(0), rc);
 }
 
 int kvmesh_size(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -647,7 +658,7 @@ int kvmesh_batch_put(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_ite
 {
     uint64_t t0 = rec_begin(kv, OBS_OP_BATCH_PUT);
     int rc = batch(kv, B_PUT, scope, items, n, opts);
-    return rec(kv, OBS_OP_BATCH_PUT, t0, 0, rc);
+    return rec(kv, scope, OBS_OP_BATCH_PUT, t0, 0, rc);
 }
 
 int kvmesh_batch_get(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
@@ -655,7 +666,7 @@ int kvmesh_batch_get(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_ite
 {
     uint64_t t0 = rec_begin(kv, OBS_OP_BATCH_GET);
     int rc = batch(kv, B_GET, scope, items, n, NULL);
-    return rec(kv, OBS_OP_BATCH_GET, t0, 0, rc);
+    return rec(kv, scope, OBS_OP_BATCH_GET, t0, 0, rc);
 }
 
 int kvmesh_batch_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
@@ -663,7 +674,7 @@ int kvmesh_batch_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_
 {
     uint64_t t0 = rec_begin(kv, OBS_OP_BATCH_REMOVE);
     int rc = batch(kv, B_REMOVE, scope, items, n, NULL);
-    return rec(kv, OBS_OP_BATCH_REMOVE, t0, 0, rc);
+    return rec(kv, scope, OBS_OP_BATCH_REMOVE, t0, 0, rc);
 }
 
 int kvmesh_batch_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
@@ -671,7 +682,7 @@ int kvmesh_batch_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_
 {
     uint64_t t0 = rec_begin(kv, OBS_OP_EXIST);
     int rc = batch(kv, B_EXISTS, scope, items, n, NULL);
-    return rec(kv, OBS_OP_EXIST, t0, 0, rc);
+    return rec(kv, scope, OBS_OP_EXIST, t0, 0, rc);
 }
 
 /* ---- cluster view ------------------------------------------------------------------------------

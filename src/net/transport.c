@@ -298,6 +298,13 @@ static bool local_registered(struct tp_engine *e, const void *p, uint64_t len)
 
 /* ---- segments ------------------------------------------------------------------------------ */
 
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 int tp_open_segment(struct tp_engine *e, const char *owner_addr, uint64_t seg_id, uint64_t token,
                     struct tp_segment **out)
 {
@@ -329,8 +336,13 @@ int tp_open_segment(struct tp_engine *e, const char *owner_addr, uint64_t seg_id
         snprintf(s->owner, sizeof(s->owner), "%s/%s", a.host, a.shm);
     else
         snprintf(s->owner, sizeof(s->owner), "%s:%u", a.tcp_ip, a.tcp_port);
+    unsigned tr = k == TP_SHM ? OBS_TRANSPORT_SHM : OBS_TRANSPORT_TCP;
+    uint64_t t0 = mono_ns();
     rc = s->ops->open(e, &a, s);
+    obs_count(e->cfg.metrics, transport_operations_total, tr, OBS_XOP_OPEN, 1);
+    obs_observe(e->cfg.metrics, transport_duration_seconds, tr, OBS_XOP_OPEN, mono_ns() - t0);
     if (rc) {
+        obs_count(e->cfg.metrics, transport_failures_total, tr, OBS_XOP_OPEN, 1);
         pthread_mutex_destroy(&s->mu);
         free(s);
         return rc;
@@ -419,13 +431,6 @@ void tp_slot_set_chunks(struct tp_batch *b, unsigned idx, uint32_t chunks)
     pthread_mutex_lock(&b->mu);
     b->slots[idx].chunks_left = chunks;
     pthread_mutex_unlock(&b->mu);
-}
-
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
 /* Counts one finished request in the engine's registry (the one place data-plane requests are

@@ -134,12 +134,14 @@
     V(OBS_TRANSPORT_LOCAL, "local")
 
 /* transport operation */
-/* read/write: data-plane segment reads and writes; rpc_send: control RPC calls this runtime made
+/* read/write: data-plane segment reads and writes; open: segment opens (tcp: connecting to the
+ * owner, shm: mapping its segment); rpc_send: control RPC calls this runtime made
  * (bytes: all bytes it wrote on RPC connections); rpc_receive: RPC requests it served (bytes:
  * all bytes it read from RPC connections) */
 #define OBS_XOP_VALUES(V)                                                                          \
     V(OBS_XOP_READ, "read")                                                                        \
     V(OBS_XOP_WRITE, "write")                                                                      \
+    V(OBS_XOP_OPEN, "open")                                                                        \
     V(OBS_XOP_RPC_SEND, "rpc_send")                                                                \
     V(OBS_XOP_RPC_RECEIVE, "rpc_receive")
 
@@ -217,6 +219,9 @@ enum obs_dim_id {
     X(evicted_bytes_total, "Bytes evicted, by tier.", tier, none)                                  \
     X(reclaimed_bytes_total, "Bytes returned to segments by reclaim after the grace window.",      \
       tier, none)                                                                                  \
+    X(replicas_published_total,                                                                    \
+      "Object replicas whose route publication finished, by result (ok: in the published route).", \
+      outcome, none)                                                                               \
     X(membership_refreshes_total, "Membership snapshot refreshes, by result.", outcome, none)      \
     X(lease_heartbeats_total, "Runtime lease heartbeats to the metadata backend, by result.",      \
       outcome, none)                                                                               \

@@ -493,8 +493,15 @@ static bool export_batch(struct obs_tracer *t, CURL *c, const struct obs_span_re
         obs_buf_init(&b, (size_t)16 << 20);
         for (size_t i = 0; i < n; i++)
             jsonl_line(t, &recs[i], &b);
-        if (!b.overflow && fwrite(b.data, 1, b.len, t->cap) == b.len && fflush(t->cap) == 0)
+        bool wrote =
+            !b.overflow && fwrite(b.data, 1, b.len, t->cap) == b.len && fflush(t->cap) == 0;
+        if (wrote)
             cnt(&t->n_jsonl, n);
+        /* without OTLP the capture is the exporter: its outcome is the spans' outcome */
+        if (!t->otlp_url)
+            obs_count(t->metrics, trace_spans_total,
+                      wrote ? OBS_SPANRES_EXPORTED : OBS_SPANRES_DROPPED_EXPORT_FAILED, OBS_NONE,
+                      n);
         obs_buf_free(&b);
     }
     pthread_mutex_unlock(&t->cap_mu);
