@@ -172,6 +172,9 @@ static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
         e->busy = false;
         e->dirty = op->failed;
     }
+    if (op->reply_node == ENV_NODE_NONE) /* the re-mirror of a dirty entry: a repair */
+        obs_count(svc->metrics, route_repairs_total,
+                  op->failed ? OBS_REPAIR_FAILED : OBS_REPAIR_REPAIRED, OBS_NONE, 1);
     if (op->reply_node != ENV_NODE_NONE) {
         route_msg_t req;
         route_msg_init(&req, RMSG_CAS_REQ);

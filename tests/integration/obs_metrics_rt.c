@@ -17,8 +17,10 @@
  *      tombstone and then finalizes it: two CAS); transport write bytes >= bytes written x 2
  *      replicas; per runtime, metadata operations >= membership refreshes; the client's
  *      requests_total equals the calls made, by operation and result;
- *   C. kill -9 of one owner process, then reads of the phase-A keys (some fail over), and one
- *      put that must fail (over max_object_size);
+ *   C. kill -9 of one owner process, then reads of the phase-A keys (some fail over), keys
+ *      written twice while the dead runtime is still in the authority sets (its mirrors fail,
+ *      the entries turn dirty, the second write repairs them first), and one put that must fail
+ *      (over max_object_size);
  *   B. 10,000 distinct keys (more bytes than the cluster holds, so objects are evicted, and
  *      their bytes reclaimed after the grace window); requests_in_flight seen > 0 by a scraper
  *      running meanwhile; afterwards no label name outside the closed sets and no label value
@@ -232,6 +234,8 @@ static size_t sink(char *p, size_t sz, size_t n, void *arg)
     return sz * n;
 }
 
+static const char *dump_path; /* OBS_METRICS_DUMP: where the final scrapes are appended */
+
 /* GET /metrics of the admin port and parse it strictly; 0 or -1 (unreachable). */
 static int scrape(uint16_t port, struct prom *p)
 {
@@ -252,6 +256,13 @@ static int scrape(uint16_t port, struct prom *p)
     if (code != 200) {
         free(b.data);
         return -1;
+    }
+    if (dump_path) {
+        FILE *f = fopen(dump_path, "a");
+        if (f) {
+            fprintf(f, "# ---- runtime admin port %u\n%s", (unsigned)port, b.data);
+            fclose(f);
+        }
     }
     memset(p, 0, sizeof(*p));
     int rc = prom_parse(p, b.data, b.len);
@@ -350,6 +361,23 @@ static void *bulk_put(void *arg)
         int rc = kvmesh_put(client, &sc, key, strlen(key), v, sizeof(v), NULL);
         CHECK(rc == 0 || rc == KVMESH_ENOSPC || rc == KVMESH_EUNAVAILABLE);
     }
+    return NULL;
+}
+
+#define C_THREADS 8
+#define C_KEYS    4 /* per thread */
+
+static void *overwrite_twice(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    uint8_t v[256];
+    for (int round = 0; round < 2; round++)
+        for (int k = 0; k < C_KEYS; k++) {
+            char key[32];
+            snprintf(key, sizeof(key), "key-c-%d-%d", t, k);
+            fill(v, sizeof(v), (uint64_t)(t * 100 + k + round));
+            (void)kvmesh_put(client, &sc, key, strlen(key), v, sizeof(v), NULL); /* may fail */
+        }
     return NULL;
 }
 
@@ -562,7 +590,24 @@ int main(int argc, char **argv)
     }
     printf("C: %d of %d phase-A keys readable right after the kill\n", readable, A_KEYS - A_REMOVE);
     CHECK(readable > 0);
+    /* overwrites while the dead runtime is still in the authority sets: its mirrors fail, the
+     * entries turn dirty, and the next overwrite of the same key repairs first */
+    {
+        pthread_t th[C_THREADS];
+        for (int t = 0; t < C_THREADS; t++)
+            CHECK(pthread_create(&th[t], NULL, overwrite_twice, (void *)(intptr_t)t) == 0);
+        for (int t = 0; t < C_THREADS; t++)
+            pthread_join(th[t], NULL);
+    }
     wait_members(NPROC - 1);
+    for (int k = 0; k < A_KEYS - A_REMOVE; k++) { /* again, through the new authority sets */
+        char key[32];
+        snprintf(key, sizeof(key), "key-%04d", k);
+        int last = k < A_OVER ? A_KEYS + k : k;
+        size_t got = 0;
+        (void)kvmesh_get_into(client, last % 2 ? &sc_other : &sc, key, strlen(key), out,
+                              sizeof(out), &got);
+    }
     /* a request that must fail: a value over max_object_size (1 MiB) */
     {
         size_t big = (1u << 20) + 1;
@@ -612,8 +657,10 @@ int main(int argc, char **argv)
     /* ---- every family moved ---- */
     struct prom fin[NRT];
     fin[0] = victim_last;
+    dump_path = getenv("OBS_METRICS_DUMP");
     for (int r = 1; r < NRT; r++)
         CHECK(scrape(port_of(r), &fin[r]) == 0);
+    dump_path = NULL;
     size_t nfam;
     const char *const *names = obs_metrics_family_names(&nfam);
     int dead = 0;
