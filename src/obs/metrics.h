@@ -200,8 +200,9 @@ enum obs_dim_id {
       none)                                                                                        \
     X(request_bytes_total, "Payload bytes moved by API requests (put: written, get: read).", op,   \
       none)                                                                                        \
-    X(route_lookups_total, "Route lookups at the shard authority set, by result.", lookup, none)   \
-    X(route_cas_total, "Route compare-and-set outcomes at the fenced primary.", cas, none)         \
+    X(route_lookups_total, "Route lookups completed by this runtime, by result.", lookup, none)    \
+    X(route_cas_total,                                                                             \
+      "Route compare-and-set outcomes decided by this runtime's shard authorities.", cas, none)    \
     X(route_repairs_total, "Route repair attempts, by outcome.", repair, none)                     \
     X(route_mirror_publications_total,                                                             \
       "Route mirror publications to the top-k mirror set, by outcome.", mirror, none)              \
