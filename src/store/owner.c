@@ -488,7 +488,6 @@ static void evict_cas_done(void *arg, int rc, const kvm_route_t *r)
     kvm_rt_t *rt = s->rt;
     (void)r;
     if (rc == 0) {
-        rt->stats.evictions++;
         obs_count(rt->metrics, evictions_total, OBS_TIER_DRAM, OBS_NONE, 1);
         obs_count(rt->metrics, evicted_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
         s->busy = false;
@@ -696,6 +695,9 @@ int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id)
 void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
 {
     *st = rt->stats;
+    int64_t ev = 0; /* counted once, in the registry */
+    (void)obs_metrics_read(rt->metrics, "evictions_total", OBS_TIER_DRAM, OBS_NONE, &ev);
+    st->evictions = (uint64_t)ev;
     st->capacity = rt->capacity;
     st->used = rt->used;
     uint64_t fr = 0, lf = 0;

@@ -193,6 +193,8 @@ typedef struct kvm_op {
     struct obs_span *span;
 } kvm_op_t;
 
+/* evictions and meta_calls are views of the runtime's metrics registry (evictions_total,
+ * metadata_operations_total); the rest are owner-internal figures without a family. */
 struct kvm_rt_stats {
     uint64_t capacity, used, reserved_bytes, reclaim_bytes;
     uint64_t evictions, evict_conflicts, reclaimed, reservations_expired, reserve_waits;
