@@ -131,18 +131,44 @@ static int res_of(int rc)
     }
 }
 
-/* Counts one API request (requests, errors, bytes, latency, payload size) and returns rc. */
-static int rec(int op, uint64_t t0, uint64_t bytes, int rc)
+/* The runtime's metrics registry (NULL for a NULL or unopened handle: nothing is counted). */
+static struct obs_registry *reg_of(const kvmesh_t *kv)
 {
+    return kv && kv->rt ? kv->rt->metrics : NULL;
+}
+
+/* Starts counting one API request (in flight) and returns its start time. */
+static uint64_t rec_begin(kvmesh_t *kv, int op)
+{
+    obs_gauge_add(reg_of(kv), requests_in_flight, op, OBS_NONE, 1);
+    return env_clock_mono_ns();
+}
+
+/* Counts one API request (requests, errors, bytes, latency, payload size, per-tenant counters)
+ * and returns rc. */
+static int rec(kvmesh_t *kv, const kvmesh_scope_t *scope, int op, uint64_t t0, uint64_t bytes,
+               int rc)
+{
+    struct obs_registry *reg = reg_of(kv);
     int res = res_of(rc);
-    obs_count(requests_total, op, res, 1);
-    if (rc && rc != KVMESH_ENOENT)
-        obs_count(request_errors_total, op, OBS_NONE, 1);
-    if (!rc && bytes) {
-        obs_count(request_bytes_total, op, OBS_NONE, bytes);
-        obs_observe(request_payload_bytes, op, OBS_NONE, bytes);
+    bool failed = rc && rc != KVMESH_ENOENT;
+    obs_count(reg, requests_total, op, res, 1);
+    if (failed)
+        obs_count(reg, request_errors_total, op, OBS_NONE, 1);
+    if (reg && scope && scope->tenant) { /* labelled only for the bootstrap set, else "other" */
+        unsigned slot = obs_tenant_slot(scope->tenant, strlen(scope->tenant));
+        obs_tenant_count(reg, tenant_requests_total, slot, 1);
+        if (!rc && bytes)
+            obs_tenant_count(reg, tenant_request_bytes_total, slot, bytes);
+        if (failed)
+            obs_tenant_count(reg, tenant_request_errors_total, slot, 1);
     }
-    obs_observe(request_duration_seconds, op, OBS_NONE, env_clock_mono_ns() - t0);
+    if (!rc && bytes) {
+        obs_count(reg, request_bytes_total, op, OBS_NONE, bytes);
+        obs_observe(reg, request_payload_bytes, op, OBS_NONE, bytes);
+    }
+    obs_observe(reg, request_duration_seconds, op, OBS_NONE, env_clock_mono_ns() - t0);
+    obs_gauge_add(reg, requests_in_flight, op, OBS_NONE, -1);
     return rc;
 }
 
@@ -246,9 +272,9 @@ int kvmesh_put(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_
                const void *value, size_t len, const kvmesh_put_opts_t *opts)
 
 {
-    uint64_t t0 = env_clock_mono_ns();
+    uint64_t t0 = rec_begin(kv, OBS_OP_PUT);
     int rc = put_impl(kv, scope, key, key_len, value, len, opts);
-    return rec(OBS_OP_PUT, t0, rc ? 0 : (uint64_t)(len), rc);
+    return rec(kv, scope, OBS_OP_PUT, t0, rc ? 0 : (uint64_t)(len), rc);
 }
 
 static int putv_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -266,9 +292,9 @@ int kvmesh_putv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size
                 const struct iovec *iov, int iovcnt, const kvmesh_put_opts_t *opts)
 
 {
-    uint64_t t0 = env_clock_mono_ns();
+    uint64_t t0 = rec_begin(kv, OBS_OP_PUT);
     int rc = putv_impl(kv, scope, key, key_len, iov, iovcnt, opts);
-    return rec(OBS_OP_PUT, t0, rc ? 0 : (uint64_t)(iov_total(iov, iovcnt)), rc);
+    return rec(kv, scope, OBS_OP_PUT, t0, rc ? 0 : (uint64_t)(iov_total(iov, iovcnt)), rc);
 }
 
 static int get_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -320,9 +346,9 @@ int kvmesh_get(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_
                void **out, size_t *out_len)
 
 {
-    uint64_t t0 = env_clock_mono_ns();
+    uint64_t t0 = rec_begin(kv, OBS_OP_GET);
     int rc = get_impl(kv, scope, key, key_len, out, out_len);
-    return rec(OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
+    return rec(kv, scope, OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
 }
 
 static int get_into_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -350,9 +376,9 @@ int kvmesh_get_into(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, 
                     void *buf, size_t cap, size_t *out_len)
 
 {
-    uint64_t t0 = env_clock_mono_ns();
+    uint64_t t0 = rec_begin(kv, OBS_OP_GET);
     int rc = get_into_impl(kv, scope, key, key_len, buf, cap, out_len);
-    return rec(OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
+    return rec(kv, scope, OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
 }
 
 static int getv_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -381,9 +407,9 @@ int kvmesh_getv(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size
                 const struct iovec *iov, int iovcnt, size_t *out_len)
 
 {
-    uint64_t t0 = env_clock_mono_ns();
+    uint64_t t0 = rec_begin(kv, OBS_OP_GET);
     int rc = getv_impl(kv, scope, key, key_len, iov, iovcnt, out_len);
-    return rec(OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
+    return rec(kv, scope, OBS_OP_GET, t0, rc ? 0 : (uint64_t)(out_len ? *out_len : 0), rc);
 }
 
 static int remove_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len)
@@ -405,9 +431,9 @@ static int remove_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *ke
 int kvmesh_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len)
 
 {
-    uint64_t t0 = env_clock_mono_ns();
+    uint64_t t0 = rec_begin(kv, OBS_OP_REMOVE);
     int rc = remove_impl(kv, scope, key, key_len);
-    return rec(OBS_OP_REMOVE, t0, rc ? 0 : (uint64_t)(0), rc);
+    return rec(kv, scope, OBS_OP_REMOVE, t0, rc ? 0 : (uint64_t)(0), rc);
 }
 
 static int lookup_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -446,9 +472,9 @@ int kvmesh_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, si
                   bool *out)
 
 {
-    uint64_t t0 = env_clock_mono_ns();
+    uint64_t t0 = rec_begin(kv, OBS_OP_EXIST);
     int rc = exists_impl(kv, scope, key, key_len, out);
-    return rec(OBS_OP_EXIST, t0, rc ? 0 : (uint64_t)(0), rc);
+    return rec(kv, scope, OBS_OP_EXIST, t0, rc ? 0 : (uint64_t)(0), rc);
 }
 
 int kvmesh_size(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, size_t key_len,
@@ -627,33 +653,33 @@ out:
 int kvmesh_batch_put(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
                      size_t n, const kvmesh_put_opts_t *opts)
 {
-    uint64_t t0 = env_clock_mono_ns();
+    uint64_t t0 = rec_begin(kv, OBS_OP_BATCH_PUT);
     int rc = batch(kv, B_PUT, scope, items, n, opts);
-    return rec(OBS_OP_BATCH_PUT, t0, 0, rc);
+    return rec(kv, scope, OBS_OP_BATCH_PUT, t0, 0, rc);
 }
 
 int kvmesh_batch_get(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
                      size_t n)
 {
-    uint64_t t0 = env_clock_mono_ns();
+    uint64_t t0 = rec_begin(kv, OBS_OP_BATCH_GET);
     int rc = batch(kv, B_GET, scope, items, n, NULL);
-    return rec(OBS_OP_BATCH_GET, t0, 0, rc);
+    return rec(kv, scope, OBS_OP_BATCH_GET, t0, 0, rc);
 }
 
 int kvmesh_batch_remove(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
                         size_t n)
 {
-    uint64_t t0 = env_clock_mono_ns();
+    uint64_t t0 = rec_begin(kv, OBS_OP_BATCH_REMOVE);
     int rc = batch(kv, B_REMOVE, scope, items, n, NULL);
-    return rec(OBS_OP_BATCH_REMOVE, t0, 0, rc);
+    return rec(kv, scope, OBS_OP_BATCH_REMOVE, t0, 0, rc);
 }
 
 int kvmesh_batch_exists(kvmesh_t *kv, const kvmesh_scope_t *scope, kvmesh_batch_item_t *items,
                         size_t n)
 {
-    uint64_t t0 = env_clock_mono_ns();
+    uint64_t t0 = rec_begin(kv, OBS_OP_EXIST);
     int rc = batch(kv, B_EXISTS, scope, items, n, NULL);
-    return rec(OBS_OP_EXIST, t0, 0, rc);
+    return rec(kv, scope, OBS_OP_EXIST, t0, 0, rc);
 }
 
 /* ---- cluster view ------------------------------------------------------------------------------

@@ -4,6 +4,12 @@
  * deep-copies it into a meta_call_t, arms its deadline, counts it, keeps it on the handle's
  * pending list until the user has been answered, and answers the user exactly once.
  *
+ * Metrics: the one place metadata calls are counted, into the handle's registry —
+ * kvmesh_metadata_operations_total{backend,operation} at submit,
+ * kvmesh_metadata_errors_total{backend,operation} for every call answered with an error
+ * (including deadline and close) or refused before submit, and
+ * kvmesh_metadata_duration_seconds{backend,operation} from submit to the answer.
+ *
  * Call life (refs = 2 at submit: one for the user side, one for the backend):
  *
  *     submit --> PENDING --backend completes--> ANSWERED(result) --+
@@ -29,6 +35,7 @@
 
 #include "core/util.h"
 #include "meta/meta_impl.h"
+#include "obs/metrics.h"
 
 #define META_URL_MAX          2048
 #define META_LEASE_TTL_MAX_MS (7LL * 24 * 3600 * 1000) /* a week: longer leases are a bug */
@@ -78,6 +85,45 @@ static const char *kind_name(enum meta_call_kind k)
         return "lease_ttl";
     }
     return "?";
+}
+
+static unsigned mcall_of(enum meta_call_kind k)
+{
+    switch (k) {
+    case META_CALL_GET:
+        return OBS_MCALL_GET;
+    case META_CALL_RANGE:
+        return OBS_MCALL_RANGE;
+    case META_CALL_TXN:
+        return OBS_MCALL_TXN;
+    case META_CALL_LEASE_GRANT:
+        return OBS_MCALL_LEASE_GRANT;
+    case META_CALL_LEASE_KEEPALIVE:
+        return OBS_MCALL_LEASE_KEEPALIVE;
+    case META_CALL_LEASE_REVOKE:
+        return OBS_MCALL_LEASE_REVOKE;
+    case META_CALL_LEASE_TTL:
+        return OBS_MCALL_LEASE_TTL;
+    }
+    KVM_ASSERT(!"unknown metadata call kind");
+    return OBS_MCALL_GET;
+}
+
+static int backend_idx_of(const char *name)
+{
+    if (strcmp(name, "memory") == 0)
+        return OBS_BACKEND_MEMORY;
+    if (strcmp(name, "redis") == 0)
+        return OBS_BACKEND_REDIS;
+    if (strcmp(name, "etcd") == 0)
+        return OBS_BACKEND_ETCD;
+    return -1;
+}
+
+/* The registry to count into, or NULL (forwarding handles, unknown backends). */
+static struct obs_registry *reg_of(const meta_t *m)
+{
+    return m->backend_idx >= 0 ? m->metrics : NULL;
 }
 
 /* ---- URL scheme ---------------------------------------------------------------------------- */
@@ -377,8 +423,16 @@ static void answer(meta_call_t *c, const meta_result_t *res)
     }
     pending_unlink(m, c);
     meta_result_t r = *res;
+    struct obs_registry *reg = reg_of(m);
+    if (reg) {
+        unsigned k = mcall_of(c->kind);
+        uint64_t now = env_now_ns(m->env);
+        obs_observe(reg, metadata_duration_seconds, (unsigned)m->backend_idx, k,
+                    now > c->start_ns ? now - c->start_ns : 0);
+        if (r.rc != 0)
+            obs_count(reg, metadata_errors_total, (unsigned)m->backend_idx, k, 1);
+    }
     if (r.rc != 0) {
-        m->stats.errors++;
         if (!r.errmsg || !r.errmsg[0])
             r.errmsg = kvmesh_strerror(r.rc);
         if (r.errmsg != kvmesh_last_error()) /* no overlapping copy into the same buffer */
@@ -495,8 +549,8 @@ static int submit(meta_t *m, meta_call_t *c, uint32_t timeout_ms, meta_cb cb, vo
     c->deadline_ns = env_now_ns(m->env) + (uint64_t)ms * 1000000u;
     c->timer = env_timer_start(m->env, (uint64_t)ms * 1000000u, on_deadline, c);
     if (!c->timer) {
+        obs_count(reg_of(m), metadata_errors_total, (unsigned)m->backend_idx, mcall_of(c->kind), 1);
         call_free(c);
-        m->stats.errors++;
         return kvm_errf(KVMESH_ENOMEM, "cannot arm the metadata call deadline timer");
     }
     c->refs = 2;
@@ -505,29 +559,8 @@ static int submit(meta_t *m, meta_call_t *c, uint32_t timeout_ms, meta_cb cb, vo
     if (m->pending)
         m->pending->prev = c;
     m->pending = c;
-    switch (c->kind) {
-    case META_CALL_GET:
-        m->stats.gets++;
-        break;
-    case META_CALL_RANGE:
-        m->stats.ranges++;
-        break;
-    case META_CALL_TXN:
-        m->stats.txns++;
-        break;
-    case META_CALL_LEASE_GRANT:
-        m->stats.lease_grants++;
-        break;
-    case META_CALL_LEASE_KEEPALIVE:
-        m->stats.lease_keepalives++;
-        break;
-    case META_CALL_LEASE_REVOKE:
-        m->stats.lease_revokes++;
-        break;
-    case META_CALL_LEASE_TTL:
-        m->stats.lease_ttls++;
-        break;
-    }
+    c->start_ns = env_now_ns(m->env);
+    obs_count(reg_of(m), metadata_operations_total, (unsigned)m->backend_idx, mcall_of(c->kind), 1);
     meta_call_t *saved = tl_submitting;
     tl_submitting = c;
     m->ops->submit(m, c);
@@ -535,10 +568,11 @@ static int submit(meta_t *m, meta_call_t *c, uint32_t timeout_ms, meta_cb cb, vo
     return 0;
 }
 
-static int reject(meta_t *m, int rc)
+/* A call refused before submit (validation): counted as an error of its kind. */
+static int reject_kind(meta_t *m, enum meta_call_kind kind, int rc)
 {
     if (m)
-        m->stats.errors++;
+        obs_count(reg_of(m), metadata_errors_total, (unsigned)m->backend_idx, mcall_of(kind), 1);
     return rc;
 }
 
@@ -546,14 +580,14 @@ int meta_get(meta_t *m, const char *key, uint32_t timeout_ms, meta_cb cb, void *
 {
     int rc = pre_check(m, cb);
     if (rc)
-        return reject(m, rc);
+        return reject_kind(m, META_CALL_GET, rc);
     if ((rc = check_key("get key", key)) != 0)
-        return reject(m, rc);
+        return reject_kind(m, META_CALL_GET, rc);
     meta_call_t *c = call_new(m, META_CALL_GET);
     if (!c || !(c->key = strdup(key))) {
         if (c)
             call_free(c);
-        return reject(m, KVMESH_ENOMEM);
+        return reject_kind(m, META_CALL_GET, KVMESH_ENOMEM);
     }
     return submit(m, c, timeout_ms, cb, arg);
 }
@@ -563,23 +597,26 @@ int meta_range(meta_t *m, const char *prefix, const char *start_after, uint32_t 
 {
     int rc = pre_check(m, cb);
     if (rc)
-        return reject(m, rc);
+        return reject_kind(m, META_CALL_RANGE, rc);
     if (!prefix)
-        return reject(m, kvm_errf(KVMESH_EINVAL, "range prefix is NULL (use \"\" for all keys)"));
+        return reject_kind(m, META_CALL_RANGE,
+                           kvm_errf(KVMESH_EINVAL, "range prefix is NULL (use \"\" for all keys)"));
     if (strnlen(prefix, META_KEY_MAX + 1) > META_KEY_MAX)
-        return reject(
-            m, kvm_errf(KVMESH_ETOOBIG, "range prefix is longer than %d bytes", META_KEY_MAX));
+        return reject_kind(
+            m, META_CALL_RANGE,
+            kvm_errf(KVMESH_ETOOBIG, "range prefix is longer than %d bytes", META_KEY_MAX));
     if (start_after && (rc = check_key("range start_after", start_after)) != 0)
-        return reject(m, rc);
+        return reject_kind(m, META_CALL_RANGE, rc);
     if (limit < 1 || limit > META_RANGE_MAX)
-        return reject(
-            m, kvm_errf(KVMESH_ERANGE, "range limit %u is outside 1..%d", limit, META_RANGE_MAX));
+        return reject_kind(
+            m, META_CALL_RANGE,
+            kvm_errf(KVMESH_ERANGE, "range limit %u is outside 1..%d", limit, META_RANGE_MAX));
     meta_call_t *c = call_new(m, META_CALL_RANGE);
     if (!c || !(c->prefix = strdup(prefix)) ||
         (start_after && !(c->start_after = strdup(start_after)))) {
         if (c)
             call_free(c);
-        return reject(m, KVMESH_ENOMEM);
+        return reject_kind(m, META_CALL_RANGE, KVMESH_ENOMEM);
     }
     c->limit = limit;
     return submit(m, c, timeout_ms, cb, arg);
@@ -591,23 +628,25 @@ int meta_txn(meta_t *m, const meta_cmp_t *cmps, size_t n_cmps, const meta_op_t *
 {
     int rc = pre_check(m, cb);
     if (rc)
-        return reject(m, rc);
+        return reject_kind(m, META_CALL_TXN, rc);
     if (n_cmps > META_TXN_MAX_OPS)
-        return reject(m, kvm_errf(KVMESH_ERANGE, "txn has %zu compares; the limit is %d", n_cmps,
-                                  META_TXN_MAX_OPS));
+        return reject_kind(m, META_CALL_TXN,
+                           kvm_errf(KVMESH_ERANGE, "txn has %zu compares; the limit is %d", n_cmps,
+                                    META_TXN_MAX_OPS));
     if (n_cmps > 0 && !cmps)
-        return reject(m,
-                      kvm_errf(KVMESH_EINVAL, "txn compares array is NULL with count %zu", n_cmps));
+        return reject_kind(
+            m, META_CALL_TXN,
+            kvm_errf(KVMESH_EINVAL, "txn compares array is NULL with count %zu", n_cmps));
     for (size_t i = 0; i < n_cmps; i++)
         if ((rc = check_cmp(&cmps[i], i)) != 0)
-            return reject(m, rc);
+            return reject_kind(m, META_CALL_TXN, rc);
     if ((rc = check_ops("then", then_ops, n_then)) != 0 ||
         (rc = check_ops("else", else_ops, n_else)) != 0 ||
         (rc = check_txn_size(cmps, n_cmps, then_ops, n_then, else_ops, n_else)) != 0)
-        return reject(m, rc);
+        return reject_kind(m, META_CALL_TXN, rc);
     meta_call_t *c = call_new(m, META_CALL_TXN);
     if (!c)
-        return reject(m, KVMESH_ENOMEM);
+        return reject_kind(m, META_CALL_TXN, KVMESH_ENOMEM);
     if (n_cmps) {
         c->cmps = calloc(n_cmps, sizeof(*c->cmps));
         if (!c->cmps)
@@ -637,7 +676,7 @@ int meta_txn(meta_t *m, const meta_cmp_t *cmps, size_t n_cmps, const meta_op_t *
     return submit(m, c, timeout_ms, cb, arg);
 nomem:
     call_free(c);
-    return reject(m, KVMESH_ENOMEM);
+    return reject_kind(m, META_CALL_TXN, KVMESH_ENOMEM);
 }
 
 /* ttl rounding: at least META_LEASE_TTL_MIN_MS, then up to whole seconds (etcd grants seconds),
@@ -653,13 +692,14 @@ int meta_lease_grant(meta_t *m, int64_t ttl_ms, uint32_t timeout_ms, meta_cb cb,
 {
     int rc = pre_check(m, cb);
     if (rc)
-        return reject(m, rc);
+        return reject_kind(m, META_CALL_LEASE_GRANT, rc);
     if (ttl_ms <= 0 || ttl_ms > META_LEASE_TTL_MAX_MS)
-        return reject(m, kvm_errf(KVMESH_ERANGE, "lease ttl %lld ms is outside 1..%lld ms",
-                                  (long long)ttl_ms, (long long)META_LEASE_TTL_MAX_MS));
+        return reject_kind(m, META_CALL_LEASE_GRANT,
+                           kvm_errf(KVMESH_ERANGE, "lease ttl %lld ms is outside 1..%lld ms",
+                                    (long long)ttl_ms, (long long)META_LEASE_TTL_MAX_MS));
     meta_call_t *c = call_new(m, META_CALL_LEASE_GRANT);
     if (!c)
-        return reject(m, KVMESH_ENOMEM);
+        return reject_kind(m, META_CALL_LEASE_GRANT, KVMESH_ENOMEM);
     c->ttl_ms = meta_lease_ttl_round(ttl_ms);
     return submit(m, c, timeout_ms, cb, arg);
 }
@@ -669,13 +709,14 @@ static int lease_call(meta_t *m, enum meta_call_kind kind, meta_lease_t lease, u
 {
     int rc = pre_check(m, cb);
     if (rc)
-        return reject(m, rc);
+        return reject_kind(m, kind, rc);
     if (lease <= 0)
-        return reject(m, kvm_errf(KVMESH_EINVAL, "%s: lease id %lld is not a granted lease",
-                                  kind_name(kind), (long long)lease));
+        return reject_kind(m, kind,
+                           kvm_errf(KVMESH_EINVAL, "%s: lease id %lld is not a granted lease",
+                                    kind_name(kind), (long long)lease));
     meta_call_t *c = call_new(m, kind);
     if (!c)
-        return reject(m, KVMESH_ENOMEM);
+        return reject_kind(m, kind, KVMESH_ENOMEM);
     c->lease = lease;
     return submit(m, c, timeout_ms, cb, arg);
 }
@@ -715,8 +756,19 @@ int meta_open(meta_t **out, env_t *env, const char *url, const meta_opts_t *opts
         opts && opts->default_timeout_ms ? opts->default_timeout_ms : META_DEFAULT_TIMEOUT_MS;
     if (opts && opts->name)
         snprintf(m->name, sizeof(m->name), "%s", opts->name);
+    m->backend_idx = backend_idx_of(ops->name);
+    if (opts && opts->metrics) {
+        m->metrics = opts->metrics;
+    } else if ((rc = obs_registry_new(&m->metrics)) != 0) {
+        free(m);
+        return rc;
+    } else {
+        m->own_metrics = true;
+    }
     rc = ops->open(m, url);
     if (rc) {
+        if (m->own_metrics)
+            obs_registry_free(m->metrics);
         free(m);
         return rc;
     }
@@ -758,6 +810,8 @@ static void finish_close(void *arg)
     meta_t *m = arg;
     m->ops->close(m); /* completes what the backend holds; answers are dropped (user_done) */
     KVM_ASSERT(m->pending == NULL);
+    if (m->own_metrics)
+        obs_registry_free(m->metrics);
     free(m);
 }
 
@@ -784,9 +838,26 @@ const char *meta_backend_name(const meta_t *m)
     return m->ops->name;
 }
 
+static uint64_t rd_mcall(const meta_t *m, const char *family, unsigned k)
+{
+    int64_t v = 0;
+    if (reg_of(m))
+        (void)obs_metrics_read(m->metrics, family, (unsigned)m->backend_idx, k, &v);
+    return (uint64_t)v;
+}
+
 void meta_get_stats(const meta_t *m, meta_stats_t *out)
 {
-    *out = m->stats;
+    memset(out, 0, sizeof(*out));
+    out->gets = rd_mcall(m, "metadata_operations_total", OBS_MCALL_GET);
+    out->ranges = rd_mcall(m, "metadata_operations_total", OBS_MCALL_RANGE);
+    out->txns = rd_mcall(m, "metadata_operations_total", OBS_MCALL_TXN);
+    out->lease_grants = rd_mcall(m, "metadata_operations_total", OBS_MCALL_LEASE_GRANT);
+    out->lease_keepalives = rd_mcall(m, "metadata_operations_total", OBS_MCALL_LEASE_KEEPALIVE);
+    out->lease_revokes = rd_mcall(m, "metadata_operations_total", OBS_MCALL_LEASE_REVOKE);
+    out->lease_ttls = rd_mcall(m, "metadata_operations_total", OBS_MCALL_LEASE_TTL);
+    for (unsigned k = 0; k < OBS__N_mcall; k++)
+        out->errors += rd_mcall(m, "metadata_errors_total", k);
 }
 
 /* ---- results ------------------------------------------------------------------------------- */

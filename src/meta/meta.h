@@ -118,9 +118,11 @@ typedef struct meta_result {
 
 typedef void (*meta_cb)(void *arg, const meta_result_t *res);
 
+struct obs_registry;
 typedef struct meta_opts {
-    uint32_t default_timeout_ms; /* 0 = META_DEFAULT_TIMEOUT_MS */
-    const char *name;            /* client name for logs/metrics ("" ok) */
+    uint32_t default_timeout_ms;  /* 0 = META_DEFAULT_TIMEOUT_MS */
+    const char *name;             /* client name for logs ("" ok) */
+    struct obs_registry *metrics; /* borrowed, outlives the handle; NULL: a private registry */
 } meta_opts_t;
 
 /* Parses the URL and opens a handle on env. Connection may be lazy; connection errors then
@@ -146,7 +148,10 @@ int meta_lease_keepalive(meta_t *m, meta_lease_t lease, uint32_t timeout_ms, met
 int meta_lease_revoke(meta_t *m, meta_lease_t lease, uint32_t timeout_ms, meta_cb cb, void *arg);
 int meta_lease_ttl(meta_t *m, meta_lease_t lease, uint32_t timeout_ms, meta_cb cb, void *arg);
 
-/* Call counters (for tests that prove the hot path does no metadata calls). */
+/* Call counters (for tests that prove the hot path does no metadata calls): a view of the
+ * handle's metrics registry (kvmesh_metadata_operations_total / _errors_total of this handle's
+ * backend), counted once in meta.c. Handles sharing a registry share these counts; a handle
+ * opened without one has a private registry. errors also counts calls refused before submit. */
 typedef struct meta_stats {
     uint64_t gets, ranges, txns, lease_grants, lease_keepalives, lease_revokes, lease_ttls;
     uint64_t errors;

@@ -39,6 +39,7 @@ typedef struct meta_call {
     meta_t *m;
     enum meta_call_kind kind;
     uint64_t deadline_ns; /* env_now_ns() value after which the call is timed out */
+    uint64_t start_ns;    /* env_now_ns() at submit (latency histogram) */
     /* request (owned by the call; strings NUL-terminated) */
     char *key;         /* GET */
     char *prefix;      /* RANGE */

@@ -15,8 +15,10 @@ struct meta {
     env_t *env;
     uint32_t default_timeout_ms;
     char name[64];
-    meta_stats_t stats;
-    meta_call_t *pending; /* calls not yet completed to the user */
+    struct obs_registry *metrics; /* NULL: nothing counted (forwarding handles) */
+    bool own_metrics;             /* metrics is private to this handle (freed at close) */
+    int backend_idx;              /* OBS_BACKEND_* of ops->name; -1: not counted */
+    meta_call_t *pending;         /* calls not yet completed to the user */
     bool closing;
 };
 

@@ -320,10 +320,11 @@ void rpc_call_deliver(rpc_call_t *c)
             res.payload_len = c->rx->fh.payload_len;
         }
     }
-    if (res.status == 0)
-        ep->st.calls_ok++;
-    else
-        ep->st.calls_failed++;
+    obs_count(ep->metrics, transport_operations_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND, 1);
+    if (res.status != 0)
+        obs_count(ep->metrics, transport_failures_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND, 1);
+    obs_observe(ep->metrics, transport_duration_seconds, OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND,
+                uv_hrtime() - c->start_ns);
     c->cb(c, &res, c->arg);
     if (c->rx && res.payload == NULL)
         c->rx->payload = NULL; /* taken by the callback */
@@ -488,7 +489,7 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         kvmesh__rpc__rpc_header__free_unpacked(h, NULL);
         return;
     }
-    ep->st.requests_received++;
+    obs_count(ep->metrics, transport_operations_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_RECEIVE, 1);
     if (c->nreplies >= RPC_MAX_REQUESTS_PER_CONN) {
         /* Too many requests in service on this connection: answer busy, run no handler. */
         char e[96];
@@ -634,6 +635,7 @@ static rpc_call_t *call_new(rpc_peer *p, rpc_call_cb cb, void *arg)
     c->ep = p->ep;
     c->peer = p;
     c->id = ++p->ep->next_id;
+    c->start_ns = uv_hrtime();
     c->cb = cb;
     c->arg = arg;
     c->tmo.fire = call_timeout;
@@ -845,12 +847,23 @@ int rpc_endpoint_new(uv_loop_t *loop, const struct rpc_config *cfg, rpc_endpoint
     }
     ep->loop = loop;
     ep->cfg = *cfg;
+    ep->metrics = cfg->metrics;
+    if (!ep->metrics) {
+        if (obs_registry_new(&ep->metrics) != 0) {
+            free(ep->handlers);
+            free(ep);
+            return KVMESH_ENOMEM;
+        }
+        ep->own_metrics = true;
+    }
     if (cfg->secret) {
         memcpy(ep->secret, cfg->secret, cfg->secret_len);
         ep->cfg.secret = ep->secret;
     }
     rc = hs_descriptor_encode(&cfg->local, &ep->desc_raw, &ep->desc_raw_len);
     if (rc) {
+        if (ep->own_metrics)
+            obs_registry_free(ep->metrics);
         free(ep->handlers);
         free(ep);
         return rc;
@@ -976,9 +989,23 @@ int rpc_peer_connected(const rpc_peer *p)
     return p->conn && p->conn->state == CONN_READY;
 }
 
+static uint64_t rd_tcp(const rpc_endpoint *ep, const char *family, unsigned xop)
+{
+    int64_t v = 0;
+    (void)obs_metrics_read(ep->metrics, family, OBS_TRANSPORT_TCP, xop, &v);
+    return (uint64_t)v;
+}
+
 void rpc_get_stats(const rpc_endpoint *ep, struct rpc_stats *out)
 {
     *out = ep->st;
+    /* the fields counted in the registry (once, where they happen) */
+    uint64_t done = rd_tcp(ep, "transport_operations_total", OBS_XOP_RPC_SEND);
+    out->calls_failed = rd_tcp(ep, "transport_failures_total", OBS_XOP_RPC_SEND);
+    out->calls_ok = done - out->calls_failed;
+    out->requests_received = rd_tcp(ep, "transport_operations_total", OBS_XOP_RPC_RECEIVE);
+    out->bytes_out = rd_tcp(ep, "transport_bytes_total", OBS_XOP_RPC_SEND);
+    out->bytes_in = rd_tcp(ep, "transport_bytes_total", OBS_XOP_RPC_RECEIVE);
 }
 
 const char *rpc_last_refusal(const rpc_endpoint *ep)
@@ -1007,6 +1034,8 @@ void rpc_ep_maybe_free(rpc_endpoint *ep)
     void *arg = ep->closed_arg;
     free(ep->desc_raw);
     free(ep->handlers);
+    if (ep->own_metrics)
+        obs_registry_free(ep->metrics);
     free(ep);
     if (cb)
         cb(arg);

@@ -92,6 +92,7 @@ struct rpc_config {
     uint32_t handshake_timeout_ms;
     uint32_t reconnect_min_ms, reconnect_max_ms; /* backoff after failed attempts, doubling */
     uint32_t max_conns;                          /* inbound connections */
+    struct obs_registry *metrics; /* borrowed, outlives the endpoint; NULL: a private registry */
 };
 
 /* Fills defaults (descriptor and secret left zero: the caller must set local). */
@@ -143,6 +144,9 @@ struct rpc_request {
  */
 typedef void (*rpc_handler_fn)(rpc_reply *reply, struct rpc_request *req, void *arg);
 
+/* Endpoint counters. calls_ok, calls_failed, requests_received, bytes_in and bytes_out are a
+ * view of the endpoint's metrics registry (kvmesh_transport_*{transport="tcp",
+ * operation="rpc_send"|"rpc_receive"}); the rest are connection diagnostics kept here. */
 struct rpc_stats {
     uint64_t close[RPC_CLOSE_COUNT];            /* connections closed, by reason */
     uint64_t refused_local[HS_REASON_MAX + 1];  /* handshakes we refused, by hs_reason */

@@ -37,7 +37,8 @@ static void write_cb(uv_write_t *wr, int status)
     rpc_sendq_remove(ep, o);
     if (status == 0) {
         ep->st.frames_out++;
-        ep->st.bytes_out += o->bytes;
+        obs_count(ep->metrics, transport_bytes_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND,
+                  o->bytes);
     }
     rpc_call_t *call = o->call;
     rpc_sent_cb scb = o->sent_cb;
@@ -434,7 +435,8 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
-    ep->st.bytes_in += (uint64_t)nread;
+    obs_count(ep->metrics, transport_bytes_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_RECEIVE,
+              (uint64_t)nread);
     if ((uint8_t *)buf->base != c->rbuf + c->rlen) {
         /* Direct payload read. */
         c->pay_got += (uint64_t)nread;

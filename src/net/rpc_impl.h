@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "net/rpc.h"
+#include "obs/metrics.h"
 #include "rpc.pb-c.h"
 
 struct rpc_timer {
@@ -66,6 +67,7 @@ struct rpc_call {
     struct rpc_conn *conn; /* while in conn->pending */
     uint64_t id;
     uint64_t deadline;   /* loop ms, 0 = none */
+    uint64_t start_ns;   /* uv_hrtime() at rpc_call (latency) */
     struct rpc_out *out; /* while waiting or being written */
     int done;            /* result decided */
     int status;
@@ -171,6 +173,8 @@ LIST_HEAD(rpc_listener_list, rpc_listener);
 
 struct rpc_endpoint {
     uv_loop_t *loop;
+    struct obs_registry *metrics; /* transport families {tcp, rpc_*} are counted here */
+    bool own_metrics;             /* private registry (config had none), freed with ep */
     struct rpc_config cfg;
     uint8_t secret[HS_SECRET_MAX];
     uint8_t *desc_raw;

@@ -10,6 +10,7 @@
  * running callback or a chunk still in a transport queue.
  */
 #include "net/transport.h"
+#include "obs/metrics.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -296,6 +297,13 @@ static bool local_registered(struct tp_engine *e, const void *p, uint64_t len)
 
 /* ---- segments ------------------------------------------------------------------------------ */
 
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 int tp_open_segment(struct tp_engine *e, const char *owner_addr, uint64_t seg_id, uint64_t token,
                     struct tp_segment **out)
 {
@@ -327,8 +335,13 @@ int tp_open_segment(struct tp_engine *e, const char *owner_addr, uint64_t seg_id
         snprintf(s->owner, sizeof(s->owner), "%s/%s", a.host, a.shm);
     else
         snprintf(s->owner, sizeof(s->owner), "%s:%u", a.tcp_ip, a.tcp_port);
+    unsigned tr = k == TP_SHM ? OBS_TRANSPORT_SHM : OBS_TRANSPORT_TCP;
+    uint64_t t0 = mono_ns();
     rc = s->ops->open(e, &a, s);
+    obs_count(e->cfg.metrics, transport_operations_total, tr, OBS_XOP_OPEN, 1);
+    obs_observe(e->cfg.metrics, transport_duration_seconds, tr, OBS_XOP_OPEN, mono_ns() - t0);
     if (rc) {
+        obs_count(e->cfg.metrics, transport_failures_total, tr, OBS_XOP_OPEN, 1);
         pthread_mutex_destroy(&s->mu);
         free(s);
         return rc;
@@ -419,6 +432,25 @@ void tp_slot_set_chunks(struct tp_batch *b, unsigned idx, uint32_t chunks)
     pthread_mutex_unlock(&b->mu);
 }
 
+/* Counts one finished request in the engine's registry (the one place data-plane requests are
+ * counted): kvmesh_transport_operations_total, _bytes_total (successful bytes), _failures_total
+ * and _duration_seconds, labelled by the transport its segment was opened with. */
+static void count_request(const struct tp_engine *e, const struct tp_slot *s)
+{
+    struct obs_registry *reg = e->cfg.metrics;
+    if (!reg)
+        return;
+    unsigned tr =
+        s->r.segment && s->r.segment->kind == TP_SHM ? OBS_TRANSPORT_SHM : OBS_TRANSPORT_TCP;
+    unsigned op = s->r.op == TP_READ ? OBS_XOP_READ : OBS_XOP_WRITE;
+    obs_count(reg, transport_operations_total, tr, op, 1);
+    if (s->first_err)
+        obs_count(reg, transport_failures_total, tr, op, 1);
+    else
+        obs_count(reg, transport_bytes_total, tr, op, s->r.length);
+    obs_observe(reg, transport_duration_seconds, tr, op, mono_ns() - s->start_ns);
+}
+
 void tp_chunk_done(struct tp_batch *b, unsigned idx, int status, uint8_t reason)
 {
     pthread_mutex_lock(&b->mu);
@@ -433,6 +465,7 @@ void tp_chunk_done(struct tp_batch *b, unsigned idx, int status, uint8_t reason)
         return;
     }
     __atomic_store_n(&s->status, s->first_err, __ATOMIC_RELEASE);
+    count_request(b->e, s);
     KVM_ASSERT(b->pending > 0);
     if (--b->pending == 0) {
         if (b->cb) {
@@ -469,6 +502,7 @@ int tp_submit(struct tp_batch *b, const struct tp_request *reqs, unsigned n)
         s->r = reqs[i];
         s->status = TP_STATUS_PENDING;
         s->chunks_left = 1;
+        s->start_ns = mono_ns();
     }
     b->n += n;
     b->pending += n;

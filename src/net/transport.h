@@ -53,6 +53,7 @@ struct tp_config {
     uint64_t chunk_max;      /* largest piece on one connection at a time; 0 = 512 KiB */
     int io_timeout_ms;       /* per-socket-operation timeout; 0 = 10000 */
     const char *host_id;     /* override of the host identity (tests); NULL = boot id */
+    struct obs_registry *metrics; /* borrowed, outlives the engine; NULL: nothing counted */
 };
 
 struct tp_engine;

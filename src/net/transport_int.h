@@ -93,6 +93,7 @@ struct tp_slot {
     uint8_t reason;
     int first_err;
     uint32_t chunks_left;
+    uint64_t start_ns; /* CLOCK_MONOTONIC at submit (kvmesh_transport_duration_seconds) */
 };
 
 struct tp_batch {

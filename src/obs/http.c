@@ -28,6 +28,7 @@ struct obs_http {
     char *secret;
     struct obs_provider prov;
     struct obs_tracer *tracer;
+    struct obs_registry *metrics;
 };
 
 /* Per-request state, created by the URI log callback and freed on completion. */
@@ -124,10 +125,11 @@ static const char *const op_names[] = {
 #undef OBS_X_S
 };
 
-static int64_t rd_metric(const char *id, unsigned i1, unsigned i2)
+static int64_t rd_metric(const struct obs_http *h, const char *id, unsigned i1, unsigned i2)
 {
     int64_t v = 0;
-    (void)obs_metrics_read(id, i1, i2, &v);
+    if (h->metrics)
+        (void)obs_metrics_read(h->metrics, id, i1, i2, &v);
     return v;
 }
 
@@ -152,14 +154,14 @@ static int render_stats(struct obs_http *h, const struct obs_query *q, struct ob
     for (unsigned op = 0; op < OBS__N_op; op++) {
         int64_t total = 0;
         for (unsigned r = 0; r < OBS__N_res; r++)
-            total += rd_metric("requests_total", op, r);
+            total += rd_metric(h, "requests_total", op, r);
         obs_buf_printf(b,
                        "%s\"%s\":{\"total\":%lld,\"errors\":%lld,\"bytes\":%lld,"
                        "\"in_flight\":%lld}",
                        op ? "," : "", op_names[op], (long long)total,
-                       (long long)rd_metric("request_errors_total", op, 0),
-                       (long long)rd_metric("request_bytes_total", op, 0),
-                       (long long)rd_metric("requests_in_flight", op, 0));
+                       (long long)rd_metric(h, "request_errors_total", op, 0),
+                       (long long)rd_metric(h, "request_bytes_total", op, 0),
+                       (long long)rd_metric(h, "requests_in_flight", op, 0));
     }
     obs_buf_puts(b, "},\"tenants\":");
     if (h->prov.tenants) {
@@ -266,7 +268,7 @@ int obs_http_render(struct obs_http *h, const char *method, const char *uri, con
         *ctype = "text/plain; version=0.0.4; charset=utf-8";
         if (h->prov.before_scrape)
             h->prov.before_scrape(h->prov.ctx);
-        obs_metrics_render(b);
+        obs_metrics_render(h->metrics, b);
         break;
     case OBS_EP_STATS:
         code = render_stats(h, &q, b);
@@ -439,6 +441,7 @@ int obs_http_start(const struct obs_http_config *cfg, struct obs_http **out)
      * SIGPIPE (env_thread.h), which covers any other write it makes */
     sigset_t old_mask;
     env_sigpipe_block(&old_mask);
+    h->metrics = cfg->metrics;
     h->d =
         MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL, handler, h,
                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,

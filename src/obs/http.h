@@ -166,6 +166,7 @@ struct obs_http_config {
     const char *secret;    /* deployment secret for control endpoints; NULL or "": open */
     struct obs_provider provider;
     struct obs_tracer *tracer; /* borrowed; NULL: tracing endpoints answer 409 (tracing off) */
+    struct obs_registry *metrics; /* borrowed; /metrics shows its families (NULL: process only) */
 };
 
 struct obs_http;

@@ -4,8 +4,9 @@
  * declared in metrics.h, the bounded per-tenant label table, /proc/self process figures, and the
  * capped output buffer used by every obs renderer.
  *
- * Invariants: a shard is linked into obs_shards once and never unlinked or freed while the
- * process runs (only obs_metrics_shutdown frees); at most one live thread owns a private shard;
+ * Invariants: shard memory is never freed while the process runs (a freed registry returns its
+ * shards to the pool); a shard is on at most one registry's list, and while there it is claimed
+ * by at most one live thread (tag OWNED) unless it is that registry's shared overflow shard;
  * the rendered text only ever contains label values from the closed sets in metrics.h or from
  * the configured tenant label table (validated at configuration).
  */
@@ -21,13 +22,13 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-_Thread_local struct obs_shard *obs_tls_shard;
-struct obs_gauge_slots obs_global_gauges;
+_Thread_local struct obs_tls_ent obs_tls_cache[OBS_TLS_WAYS];
 
-static pthread_mutex_t shards_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct obs_shard *obs_shards; /* list head; guarded by shards_mu for writers */
-static size_t obs_nshards;
-static struct obs_shard *obs_overflow_shard;
+/* The process shard pool: shards of freed registries, reused by new ones. Guarded by pool_mu. */
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct obs_shard *obs_pool;
+static size_t obs_nshards; /* shards ever allocated (private ones count against the cap) */
+static uint64_t obs_next_registry_id = 1;
 static pthread_key_t obs_shard_key;
 static pthread_once_t obs_key_once = PTHREAD_ONCE_INIT;
 
@@ -118,7 +119,7 @@ static const char *const obs_family_names[] = {
 #define OBS_X_T(id, help) "kvmesh_" #id,
                 OBS_TENANT_COUNTER_LIST(OBS_X_T)
 #undef OBS_X_T
-#define OBS_X_P(id, type, help) "kvmesh_" #id,
+#define OBS_X_P(id, type, help) #id,
                     OBS_PROCESS_LIST(OBS_X_P)
 #undef OBS_X_P
 };
@@ -172,60 +173,149 @@ static unsigned obs_layout_nb(int layout)
     return layout == OBS_LAYOUT_latency ? OBS_LAT_BUCKETS : OBS_BYTES_BUCKETS;
 }
 
-/* ---- shards ------------------------------------------------------------------------------ */
+/* ---- registries and shards -------------------------------------------------------------- */
 
-static void obs_shard_release(void *p)
+#define OBS_TAG_FREE(id)  ((id) << 1)
+#define OBS_TAG_OWNED(id) (((id) << 1) | 1u)
+
+/* Hands a claimed private shard back to its registry (no-op when the registry is gone: the
+ * tag then differs and the compare-and-swap fails). */
+static void obs_shard_hand_back(const struct obs_tls_ent *e)
 {
-    struct obs_shard *s = p;
-    if (s && !s->shared)
-        __atomic_store_n(&s->owned, 0, __ATOMIC_RELEASE);
+    if (!e->id || e->s->shared)
+        return;
+    uint64_t want = OBS_TAG_OWNED(e->id);
+    __atomic_compare_exchange_n(&e->s->tag, &want, OBS_TAG_FREE(e->id), false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_RELAXED);
+}
+
+static void obs_thread_exit(void *p)
+{
+    (void)p;
+    for (unsigned i = 0; i < OBS_TLS_WAYS; i++) {
+        obs_shard_hand_back(&obs_tls_cache[i]);
+        obs_tls_cache[i].id = 0;
+        obs_tls_cache[i].s = NULL;
+    }
 }
 
 static void obs_key_init(void)
 {
-    KVM_ASSERT(pthread_key_create(&obs_shard_key, obs_shard_release) == 0);
+    KVM_ASSERT(pthread_key_create(&obs_shard_key, obs_thread_exit) == 0);
 }
 
-struct obs_shard *obs_shard_get_slow(void)
+static void obs_shard_zero(struct obs_shard *s)
 {
-    pthread_once(&obs_key_once, obs_key_init);
-    struct obs_shard *s = NULL;
-    pthread_mutex_lock(&shards_mu);
-    for (struct obs_shard *it = obs_shards; it; it = it->next) {
-        int zero = 0;
-        if (!it->shared && __atomic_compare_exchange_n(&it->owned, &zero, 1, false,
-                                                       __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            s = it;
-            break;
+    memset(&s->c, 0, sizeof(s->c));
+    memset(&s->g, 0, sizeof(s->g));
+    memset(&s->h, 0, sizeof(s->h));
+    memset(&s->t, 0, sizeof(s->t));
+}
+
+/* A zeroed shard from the pool or new memory, tagged `tag`; NULL when the private-shard cap is
+ * reached (and !force) or memory is out. */
+static struct obs_shard *obs_pool_take(uint64_t tag, int shared, bool force)
+{
+    pthread_mutex_lock(&pool_mu);
+    struct obs_shard *s = obs_pool;
+    if (s) {
+        obs_pool = s->pool_next;
+    } else if (force || obs_nshards < OBS_MAX_SHARDS) {
+        s = aligned_alloc(64, sizeof(*s));
+        if (s)
+            obs_nshards++;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    if (!s)
+        return NULL;
+    obs_shard_zero(s);
+    s->shared = shared;
+    s->pool_next = NULL;
+    s->reg_next = NULL;
+    __atomic_store_n(&s->tag, tag, __ATOMIC_RELEASE);
+    return s;
+}
+
+int obs_registry_new(struct obs_registry **out)
+{
+    *out = NULL;
+    struct obs_registry *r = obs_calloc(1, sizeof(*r));
+    if (!r)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory for a metrics registry");
+    r->id = __atomic_fetch_add(&obs_next_registry_id, 1, __ATOMIC_RELAXED);
+    pthread_mutex_init(&r->mu, NULL);
+    *out = r;
+    return 0;
+}
+
+void obs_registry_free(struct obs_registry *r)
+{
+    if (!r)
+        return;
+    struct obs_shard *s = __atomic_load_n(&r->shards, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&pool_mu);
+    while (s) {
+        struct obs_shard *next = s->reg_next;
+        __atomic_store_n(&s->tag, 0, __ATOMIC_RELEASE);
+        s->pool_next = obs_pool;
+        obs_pool = s;
+        s = next;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    /* this thread's cache entry for r would never match again (ids are unique); clear it */
+    for (unsigned i = 0; i < OBS_TLS_WAYS; i++)
+        if (obs_tls_cache[i].id == r->id)
+            obs_tls_cache[i] = (struct obs_tls_ent){0, NULL};
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+static void obs_registry_link(struct obs_registry *r, struct obs_shard *s)
+{
+    s->reg_next = r->shards;
+    __atomic_store_n(&r->shards, s, __ATOMIC_RELEASE);
+}
+
+struct obs_shard *obs_shard_get_slow(struct obs_registry *r)
+{
+    for (unsigned i = 1; i < OBS_TLS_WAYS; i++) {
+        if (obs_tls_cache[i].id == r->id) {
+            struct obs_tls_ent e = obs_tls_cache[i];
+            memmove(&obs_tls_cache[1], &obs_tls_cache[0], i * sizeof(e));
+            obs_tls_cache[0] = e;
+            return e.s;
         }
     }
-    if (!s && obs_nshards < OBS_MAX_SHARDS) {
-        s = aligned_alloc(64, sizeof(*s));
-        if (s) {
-            memset(s, 0, sizeof(*s));
-            s->owned = 1;
-            s->next = obs_shards;
-            __atomic_store_n(&obs_shards, s, __ATOMIC_RELEASE);
-            obs_nshards++;
-        }
+    pthread_once(&obs_key_once, obs_key_init);
+    if (!pthread_getspecific(obs_shard_key))
+        pthread_setspecific(obs_shard_key, (void *)1); /* the exit hook hands the shards back */
+    struct obs_shard *s = NULL;
+    pthread_mutex_lock(&r->mu);
+    for (struct obs_shard *it = r->shards; it && !s; it = it->reg_next) {
+        uint64_t want = OBS_TAG_FREE(r->id);
+        if (!it->shared && __atomic_compare_exchange_n(&it->tag, &want, OBS_TAG_OWNED(r->id), false,
+                                                       __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            s = it;
     }
     if (!s) {
-        if (!obs_overflow_shard) {
-            struct obs_shard *o = aligned_alloc(64, sizeof(*o));
-            KVM_ASSERT(o != NULL); /* one shard at most; without it metrics cannot count */
-            memset(o, 0, sizeof(*o));
-            o->shared = 1;
-            o->owned = 1;
-            o->next = obs_shards;
-            obs_overflow_shard = o;
-            __atomic_store_n(&obs_shards, o, __ATOMIC_RELEASE);
-        }
-        s = obs_overflow_shard;
+        s = obs_pool_take(OBS_TAG_OWNED(r->id), 0, false);
+        if (s)
+            obs_registry_link(r, s);
     }
-    pthread_mutex_unlock(&shards_mu);
-    if (!s->shared)
-        pthread_setspecific(obs_shard_key, s);
-    obs_tls_shard = s;
+    if (!s) { /* the cap is reached: the registry's overflow shard, shared with atomic adds */
+        for (struct obs_shard *it = r->shards; it && !s; it = it->reg_next)
+            if (it->shared)
+                s = it;
+        if (!s) {
+            s = obs_pool_take(OBS_TAG_OWNED(r->id), 1, true);
+            KVM_ASSERT(s != NULL); /* one per registry at most; without it nothing counts */
+            obs_registry_link(r, s);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    obs_shard_hand_back(&obs_tls_cache[OBS_TLS_WAYS - 1]);
+    memmove(&obs_tls_cache[1], &obs_tls_cache[0], (OBS_TLS_WAYS - 1) * sizeof(obs_tls_cache[0]));
+    obs_tls_cache[0] = (struct obs_tls_ent){r->id, s};
     return s;
 }
 
@@ -234,11 +324,12 @@ static inline uint64_t ld64(const void *p)
     return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED);
 }
 
-/* Sum over shards of the uint64/int64 at byte offset `off` of the slot struct selected by kind. */
-static int64_t obs_sum(enum obs_kind kind, size_t off)
+/* Sum over a registry's shards of the uint64/int64 at byte offset `off` of the slot struct
+ * selected by kind. */
+static int64_t obs_sum(const struct obs_registry *r, enum obs_kind kind, size_t off)
 {
     int64_t total = 0;
-    for (struct obs_shard *s = __atomic_load_n(&obs_shards, __ATOMIC_ACQUIRE); s; s = s->next) {
+    for (struct obs_shard *s = __atomic_load_n(&r->shards, __ATOMIC_ACQUIRE); s; s = s->reg_next) {
         const char *base = kind == OBS_KIND_COUNTER ? (const char *)&s->c
                            : kind == OBS_KIND_GAUGE ? (const char *)&s->g
                            : kind == OBS_KIND_HIST  ? (const char *)&s->h
@@ -516,7 +607,8 @@ static void obs_fmt_seconds(char *out, size_t n, uint64_t ns)
     snprintf(out, n, "%.9g", (double)ns / 1e9);
 }
 
-static void obs_render_family(struct obs_buf *b, const struct obs_family *f)
+static void obs_render_family(const struct obs_registry *r, struct obs_buf *b,
+                              const struct obs_family *f)
 {
     const size_t n1 = obs_dims[f->d1].n, n2 = obs_dims[f->d2].n;
     const char *type = f->kind == OBS_KIND_GAUGE  ? "gauge"
@@ -534,8 +626,9 @@ static void obs_render_family(struct obs_buf *b, const struct obs_family *f)
                 obs_label_escaped(b, t->ids[i], t->lens[i]);
             else
                 obs_buf_puts(b, "other");
-            obs_buf_printf(b, "\"} %lld\n",
-                           (long long)obs_sum(OBS_KIND_TENANT, f->off + slot * sizeof(uint64_t)));
+            obs_buf_printf(
+                b, "\"} %lld\n",
+                (long long)obs_sum(r, OBS_KIND_TENANT, f->off + slot * sizeof(uint64_t)));
         }
         return;
     }
@@ -544,14 +637,13 @@ static void obs_render_family(struct obs_buf *b, const struct obs_family *f)
             size_t idx = i1 * n2 + i2;
             if (f->kind == OBS_KIND_COUNTER ||
                 (f->kind == OBS_KIND_GAUGE && f->mode_or_layout == OBS_GMODE_add)) {
-                int64_t v = obs_sum(f->kind, f->off + idx * sizeof(uint64_t));
+                int64_t v = obs_sum(r, f->kind, f->off + idx * sizeof(uint64_t));
                 obs_buf_append(b, f->name, strlen(f->name));
                 obs_labels(b, f, i1, i2, NULL, NULL);
                 obs_buf_printf(b, " %lld\n", (long long)v);
             } else if (f->kind == OBS_KIND_GAUGE) {
                 int64_t v = __atomic_load_n(
-                    (const int64_t *)((const char *)&obs_global_gauges + f->off) + idx,
-                    __ATOMIC_RELAXED);
+                    (const int64_t *)((const char *)&r->gauges + f->off) + idx, __ATOMIC_RELAXED);
                 obs_buf_append(b, f->name, strlen(f->name));
                 obs_labels(b, f, i1, i2, NULL, NULL);
                 obs_buf_printf(b, " %lld\n", (long long)v);
@@ -560,7 +652,7 @@ static void obs_render_family(struct obs_buf *b, const struct obs_family *f)
                 size_t row = f->off + idx * (nb + 1) * sizeof(uint64_t);
                 uint64_t cum = 0;
                 for (unsigned k = 0; k <= nb; k++) {
-                    cum += (uint64_t)obs_sum(OBS_KIND_HIST, row + k * sizeof(uint64_t));
+                    cum += (uint64_t)obs_sum(r, OBS_KIND_HIST, row + k * sizeof(uint64_t));
                     char le[48];
                     if (k == nb)
                         snprintf(le, sizeof(le), "+Inf");
@@ -573,7 +665,7 @@ static void obs_render_family(struct obs_buf *b, const struct obs_family *f)
                     obs_labels(b, f, i1, i2, "le", le);
                     obs_buf_printf(b, " %llu\n", (unsigned long long)cum);
                 }
-                uint64_t sum = (uint64_t)obs_sum(OBS_KIND_HIST, f->sum_off + idx * 8);
+                uint64_t sum = (uint64_t)obs_sum(r, OBS_KIND_HIST, f->sum_off + idx * 8);
                 obs_buf_printf(b, "%s_sum", f->name);
                 obs_labels(b, f, i1, i2, NULL, NULL);
                 if (f->mode_or_layout == OBS_LAYOUT_latency) {
@@ -591,24 +683,26 @@ static void obs_render_family(struct obs_buf *b, const struct obs_family *f)
     }
 }
 
-void obs_metrics_render(struct obs_buf *b)
+void obs_metrics_render(const struct obs_registry *r, struct obs_buf *b)
 {
-    for (size_t i = 0; i < KVM_ARRAY_SIZE(obs_families); i++)
-        obs_render_family(b, &obs_families[i]);
+    if (r)
+        for (size_t i = 0; i < KVM_ARRAY_SIZE(obs_families); i++)
+            obs_render_family(r, b, &obs_families[i]);
     struct obs_process_stats ps;
     memset(&ps, 0, sizeof(ps));
     (void)obs_process_read(&ps); /* zeros when /proc is unreadable */
-    double pv[] = {ps.cpu_seconds, (double)ps.resident_bytes, (double)ps.open_fds,
-                   (double)ps.max_fds, (double)ps.threads};
+    double pv[] = {ps.cpu_seconds,     (double)ps.resident_bytes, (double)ps.open_fds,
+                   (double)ps.max_fds, ps.start_time_seconds,     (double)ps.threads};
     size_t k = 0;
 #define OBS_X_P(id, type, help)                                                                    \
-    obs_header(b, "kvmesh_" #id, #type, help);                                                     \
-    obs_buf_printf(b, "kvmesh_" #id " %.12g\n", pv[k++]);
+    obs_header(b, #id, #type, help);                                                               \
+    obs_buf_printf(b, #id " %.12g\n", pv[k++]);
     OBS_PROCESS_LIST(OBS_X_P)
 #undef OBS_X_P
 }
 
-int obs_metrics_read(const char *id, unsigned i1, unsigned i2, int64_t *out)
+int obs_metrics_read(const struct obs_registry *r, const char *id, unsigned i1, unsigned i2,
+                     int64_t *out)
 {
     for (size_t i = 0; i < KVM_ARRAY_SIZE(obs_families); i++) {
         const struct obs_family *f = &obs_families[i];
@@ -617,7 +711,7 @@ int obs_metrics_read(const char *id, unsigned i1, unsigned i2, int64_t *out)
         if (f->kind == OBS_KIND_TENANT) {
             if (i1 > OBS_TENANT_LABEL_CAP_MAX)
                 return kvm_errf(KVMESH_ERANGE, "tenant slot %u out of range", i1);
-            *out = obs_sum(OBS_KIND_TENANT, f->off + (size_t)i1 * 8);
+            *out = obs_sum(r, OBS_KIND_TENANT, f->off + (size_t)i1 * 8);
             return 0;
         }
         const size_t n1 = obs_dims[f->d1].n, n2 = obs_dims[f->d2].n;
@@ -626,16 +720,15 @@ int obs_metrics_read(const char *id, unsigned i1, unsigned i2, int64_t *out)
         size_t idx = (size_t)i1 * n2 + i2;
         if (f->kind == OBS_KIND_COUNTER ||
             (f->kind == OBS_KIND_GAUGE && f->mode_or_layout == OBS_GMODE_add)) {
-            *out = obs_sum(f->kind, f->off + idx * 8);
+            *out = obs_sum(r, f->kind, f->off + idx * 8);
         } else if (f->kind == OBS_KIND_GAUGE) {
-            *out =
-                __atomic_load_n((const int64_t *)((const char *)&obs_global_gauges + f->off) + idx,
-                                __ATOMIC_RELAXED);
+            *out = __atomic_load_n((const int64_t *)((const char *)&r->gauges + f->off) + idx,
+                                   __ATOMIC_RELAXED);
         } else {
             unsigned nb = obs_layout_nb(f->mode_or_layout);
             int64_t c = 0;
             for (unsigned k = 0; k <= nb; k++)
-                c += obs_sum(OBS_KIND_HIST, f->off + (idx * (nb + 1) + k) * 8);
+                c += obs_sum(r, OBS_KIND_HIST, f->off + (idx * (nb + 1) + k) * 8);
             *out = c;
         }
         return 0;
@@ -644,6 +737,29 @@ int obs_metrics_read(const char *id, unsigned i1, unsigned i2, int64_t *out)
 }
 
 /* ---- /proc/self -------------------------------------------------------------------------- */
+
+/* Unix time of the boot (the `btime` line of /proc/stat); 0 when unreadable. */
+static uint64_t obs_boot_time(void)
+{
+    static uint64_t cached;
+    uint64_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (v)
+        return v;
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long long bt;
+        if (sscanf(line, "btime %llu", &bt) == 1) {
+            v = bt;
+            break;
+        }
+    }
+    fclose(f);
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    return v;
+}
 
 int obs_process_read(struct obs_process_stats *out)
 {
@@ -658,13 +774,17 @@ int obs_process_read(struct obs_process_stats *out)
         /* fields after the ")" of comm: state(3) ... utime(14) stime(15) ... threads(20) */
         char *p = strrchr(buf, ')');
         unsigned long utime = 0, stime = 0;
+        unsigned long long start_ticks = 0;
         long threads = 0;
-        if (p &&
-            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %ld",
-                   &utime, &stime, &threads) == 3) {
+        if (p && sscanf(p + 2,
+                        "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d %*d %*d %ld "
+                        "%*d %llu",
+                        &utime, &stime, &threads, &start_ticks) == 4) {
             long hz = sysconf(_SC_CLK_TCK);
-            out->cpu_seconds = (double)(utime + stime) / (double)(hz > 0 ? hz : 100);
+            double tick = 1.0 / (double)(hz > 0 ? hz : 100);
+            out->cpu_seconds = (double)(utime + stime) * tick;
             out->threads = (uint64_t)threads;
+            out->start_time_seconds = (double)obs_boot_time() + (double)start_ticks * tick;
         } else {
             rc = KVMESH_EIO;
         }

@@ -12,22 +12,26 @@
  * most two dimensions. Label values are compile-time enum constants: a key, domain, route
  * version, request id or peer address can never become a label value by construction.
  *
- * Updating (hot path, any thread):
- *   obs_count(requests_total, OBS_OP_PUT, OBS_RES_OK, 1);
- *   obs_gauge_add(requests_in_flight, OBS_OP_PUT, OBS_NONE, +1);
- *   obs_gauge_set(segment_capacity_bytes, OBS_TIER_DRAM, OBS_NONE, bytes);
- *   obs_observe(request_duration_seconds, OBS_OP_PUT, OBS_NONE, elapsed_ns);
- *   obs_tenant_count(tenant_requests_total, obs_tenant_slot(tenant_id, len), 1);
- * Out-of-range label indices are programmer errors (KVM_ASSERT).
+ * Updating (hot path, any thread), always into a registry the caller was handed:
+ *   obs_count(reg, requests_total, OBS_OP_PUT, OBS_RES_OK, 1);
+ *   obs_gauge_add(reg, requests_in_flight, OBS_OP_PUT, OBS_NONE, +1);
+ *   obs_gauge_set(reg, segment_capacity_bytes, OBS_TIER_DRAM, OBS_NONE, bytes);
+ *   obs_observe(reg, request_duration_seconds, OBS_OP_PUT, OBS_NONE, elapsed_ns);
+ *   obs_tenant_count(reg, tenant_requests_total, obs_tenant_slot(tenant_id, len), 1);
+ * Out-of-range label indices are programmer errors (KVM_ASSERT). A NULL registry counts nothing.
  *
- * Threading and cost: every thread updates its own shard (a cache-aligned block holding every
- * series) with a relaxed load + relaxed store, no lock, no read-modify-write instruction; a
- * scrape sums all shards. A shard is taken on a thread's first update and handed back at thread
- * exit (pthread key destructor) for the next new thread to reuse, so counters stay monotonic and
- * shard memory is bounded by the peak thread count. Beyond OBS_MAX_SHARDS live threads, the
- * extra threads share one overflow shard updated with atomic adds. Set-mode gauges live in one
- * global array of relaxed atomics. The registry is per process: runtimes sharing one process
- * share its counters.
+ * Registries: one per runtime (struct obs_registry, created by its owner and passed down through
+ * each layer's config). There is no process-global registry.
+ *
+ * Threading and cost: every thread updates its own shard of the registry (a cache-aligned block
+ * holding every series) with a relaxed load + relaxed store, no lock, no read-modify-write
+ * instruction; a scrape sums the registry's shards. A thread finds its shard through a small
+ * thread-local cache keyed by registry id (one compare on the hot path). A shard is claimed on a
+ * thread's first update of a registry and handed back at thread exit (pthread key destructor) or
+ * when it falls out of the cache, for another thread of the same registry to reuse, so counters
+ * stay monotonic and shard memory is bounded by the peak number of (thread, registry) pairs.
+ * Beyond OBS_MAX_SHARDS shards in the process, further threads share the registry's overflow
+ * shard, updated with atomic adds. Set-mode gauges live in the registry as relaxed atomics.
  *
  * Histogram layouts (fixed; `le` values in base units):
  *   latency: observations in nanoseconds, exposed in seconds, upper bounds
@@ -45,6 +49,7 @@
 #ifndef KVMESH_OBS_METRICS_H
 #define KVMESH_OBS_METRICS_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -91,6 +96,7 @@
     V(OBS_CAS_APPLIED, "applied")                                                                  \
     V(OBS_CAS_CONFLICT, "conflict")                                                                \
     V(OBS_CAS_STALE_GENERATION, "stale_generation")                                                \
+    V(OBS_CAS_NOT_PRIMARY, "not_primary")                                                          \
     V(OBS_CAS_INDETERMINATE, "indeterminate")
 
 /* route repair outcome */
@@ -111,16 +117,15 @@
     V(OBS_BACKEND_REDIS, "redis")                                                                  \
     V(OBS_BACKEND_ETCD, "etcd")
 
-/* metadata call */
+/* metadata call, one value per call kind of src/meta/meta.h */
 #define OBS_MCALL_VALUES(V)                                                                        \
     V(OBS_MCALL_GET, "get")                                                                        \
-    V(OBS_MCALL_PUT, "put")                                                                        \
-    V(OBS_MCALL_CAS, "cas")                                                                        \
-    V(OBS_MCALL_DELETE, "delete")                                                                  \
-    V(OBS_MCALL_LIST, "list")                                                                      \
+    V(OBS_MCALL_RANGE, "range")                                                                    \
     V(OBS_MCALL_TXN, "txn")                                                                        \
-    V(OBS_MCALL_LEASE, "lease")                                                                    \
-    V(OBS_MCALL_WATCH, "watch")
+    V(OBS_MCALL_LEASE_GRANT, "lease_grant")                                                        \
+    V(OBS_MCALL_LEASE_KEEPALIVE, "lease_keepalive")                                                \
+    V(OBS_MCALL_LEASE_REVOKE, "lease_revoke")                                                      \
+    V(OBS_MCALL_LEASE_TTL, "lease_ttl")
 
 /* data-plane transport */
 #define OBS_TRANSPORT_VALUES(V)                                                                    \
@@ -129,10 +134,16 @@
     V(OBS_TRANSPORT_LOCAL, "local")
 
 /* transport operation */
+/* read/write: data-plane segment reads and writes; open: segment opens (tcp: connecting to the
+ * owner, shm: mapping its segment); rpc_send: control RPC calls this runtime made
+ * (bytes: all bytes it wrote on RPC connections); rpc_receive: RPC requests it served (bytes:
+ * all bytes it read from RPC connections) */
 #define OBS_XOP_VALUES(V)                                                                          \
     V(OBS_XOP_READ, "read")                                                                        \
     V(OBS_XOP_WRITE, "write")                                                                      \
-    V(OBS_XOP_RPC, "rpc")
+    V(OBS_XOP_OPEN, "open")                                                                        \
+    V(OBS_XOP_RPC_SEND, "rpc_send")                                                                \
+    V(OBS_XOP_RPC_RECEIVE, "rpc_receive")
 
 /* storage tier */
 #define OBS_TIER_VALUES(V)                                                                         \
@@ -189,8 +200,9 @@ enum obs_dim_id {
       none)                                                                                        \
     X(request_bytes_total, "Payload bytes moved by API requests (put: written, get: read).", op,   \
       none)                                                                                        \
-    X(route_lookups_total, "Route lookups at the shard authority set, by result.", lookup, none)   \
-    X(route_cas_total, "Route compare-and-set outcomes at the fenced primary.", cas, none)         \
+    X(route_lookups_total, "Route lookups completed by this runtime, by result.", lookup, none)    \
+    X(route_cas_total,                                                                             \
+      "Route compare-and-set outcomes decided by this runtime's shard authorities.", cas, none)    \
     X(route_repairs_total, "Route repair attempts, by outcome.", repair, none)                     \
     X(route_mirror_publications_total,                                                             \
       "Route mirror publications to the top-k mirror set, by outcome.", mirror, none)              \
@@ -208,6 +220,9 @@ enum obs_dim_id {
     X(evicted_bytes_total, "Bytes evicted, by tier.", tier, none)                                  \
     X(reclaimed_bytes_total, "Bytes returned to segments by reclaim after the grace window.",      \
       tier, none)                                                                                  \
+    X(replicas_published_total,                                                                    \
+      "Object replicas whose route publication finished, by result (ok: in the published route).", \
+      outcome, none)                                                                               \
     X(membership_refreshes_total, "Membership snapshot refreshes, by result.", outcome, none)      \
     X(lease_heartbeats_total, "Runtime lease heartbeats to the metadata backend, by result.",      \
       outcome, none)                                                                               \
@@ -239,13 +254,15 @@ enum obs_dim_id {
     X(tenant_request_bytes_total, "API payload bytes by tenant (bootstrap policy set only).")      \
     X(tenant_request_errors_total, "Failed API requests by tenant (bootstrap policy set only).")
 
-/* Collected at scrape time from /proc/self. X(id, type, help) */
+/* Collected at scrape time from /proc/self; full names (the Prometheus standard process
+ * families, plus kvmesh_process_threads). X(name, type, help) */
 #define OBS_PROCESS_LIST(X)                                                                        \
-    X(process_cpu_seconds_total, counter, "User and system CPU time consumed by the process.")     \
-    X(process_resident_memory_bytes, gauge, "Resident set size of the process.")                   \
-    X(process_open_fds, gauge, "Open file descriptors of the process.")                            \
-    X(process_max_fds, gauge, "Soft limit on open file descriptors.")                              \
-    X(process_threads, gauge, "Threads in the process.")
+    X(process_cpu_seconds_total, counter, "Total user and system CPU time spent in seconds.")      \
+    X(process_resident_memory_bytes, gauge, "Resident memory size in bytes.")                      \
+    X(process_open_fds, gauge, "Number of open file descriptors.")                                 \
+    X(process_max_fds, gauge, "Maximum number of open file descriptors.")                          \
+    X(process_start_time_seconds, gauge, "Start time of the process since unix epoch in seconds.") \
+    X(kvmesh_process_threads, gauge, "Threads in the process.")
 
 /* ---- generated storage ------------------------------------------------------------------- */
 
@@ -257,9 +274,9 @@ enum obs_dim_id {
 #define OBS_NB_bytes      OBS_BYTES_BUCKETS
 
 /* Limits. */
-#define OBS_MAX_SHARDS           256 /* live threads with a private shard */
-#define OBS_TENANT_LABEL_CAP_MAX 64  /* largest configurable per-tenant label set */
-#define OBS_TENANT_ID_MAX        128 /* bytes in a tenant id (labels and stats) */
+#define OBS_MAX_SHARDS           1024 /* private shards in the process, all registries */
+#define OBS_TENANT_LABEL_CAP_MAX 64   /* largest configurable per-tenant label set */
+#define OBS_TENANT_ID_MAX        128  /* bytes in a tenant id (labels and stats) */
 
 struct obs_counter_slots {
 #define OBS_X_C(id, help, d1, d2) uint64_t id[OBS_DIMN(d1) * OBS_DIMN(d2)];
@@ -306,26 +323,59 @@ enum {
 #undef OBS_X_H
 };
 
-/* A per-thread shard. Only its owning thread writes (relaxed store), scrapes read (relaxed
- * load); the overflow shard (shared != 0) is written with atomic adds. */
+/*
+ * A shard: one block holding every series of one registry, written by one thread (relaxed
+ * load + store) and summed by scrapes (relaxed loads). `tag` says who holds it:
+ *   0                      in the process pool (no registry);
+ *   (registry id << 1)     held by that registry, free for any of its threads to claim;
+ *   (registry id << 1) | 1 claimed by one live thread of that registry.
+ * The overflow shard of a registry (shared != 0) is written by many threads with atomic adds.
+ * Shard memory is never freed while the process runs (a freed registry returns its shards to the
+ * pool), so a stale thread-local cache entry can never point at freed memory.
+ */
 struct obs_shard {
     struct obs_counter_slots c;
     struct obs_gauge_slots g;
     struct obs_hist_slots h;
     struct obs_tenant_slots t;
+    uint64_t tag; /* atomic, see above */
     int shared;
-    int owned; /* atomic: 1 while a live thread holds it */
-    struct obs_shard *next;
+    struct obs_shard *reg_next;  /* the registry's shard list (push-only while it lives) */
+    struct obs_shard *pool_next; /* the process pool (free shards) */
 } __attribute__((aligned(64)));
 
-struct obs_shard *obs_shard_get_slow(void);
-extern _Thread_local struct obs_shard *obs_tls_shard;
-extern struct obs_gauge_slots obs_global_gauges; /* set-mode gauges, relaxed atomics */
+/*
+ * A metrics registry: the counters of one runtime (or of one component opened on its own, such
+ * as a metadata handle in a test). It is handed to the layers that count through their config
+ * (meta_opts_t, route_svc_opts_t, rpc_config, tp_config, obs_tracer_config, obs_http_config):
+ * no layer counts into a global. Runtimes sharing a process have separate registries, so each
+ * runtime's /metrics shows its own events only. Created and freed by its owner; no thread may
+ * update it once obs_registry_free starts.
+ */
+struct obs_registry {
+    uint64_t id; /* unique in the process, never reused; 0 is never a registry id */
+    pthread_mutex_t mu;
+    struct obs_shard *shards;      /* atomic head; every shard this registry ever claimed */
+    struct obs_gauge_slots gauges; /* set-mode gauges, relaxed atomics */
+};
 
-static inline struct obs_shard *obs_shard_self(void)
+/* Creates an empty registry (every series 0). KVMESH_ENOMEM. */
+int obs_registry_new(struct obs_registry **out);
+/* Returns the registry's shards to the process pool and frees it. NULL is a no-op. */
+void obs_registry_free(struct obs_registry *r);
+
+/* The calling thread's shard cache: a few (registry id, shard) pairs, most recent first. */
+#define OBS_TLS_WAYS 8
+struct obs_tls_ent {
+    uint64_t id;
+    struct obs_shard *s;
+};
+extern _Thread_local struct obs_tls_ent obs_tls_cache[OBS_TLS_WAYS];
+struct obs_shard *obs_shard_get_slow(struct obs_registry *r);
+
+static inline struct obs_shard *obs_shard_of(struct obs_registry *r)
 {
-    struct obs_shard *s = obs_tls_shard;
-    return KVM_LIKELY(s != NULL) ? s : obs_shard_get_slow();
+    return KVM_LIKELY(obs_tls_cache[0].id == r->id) ? obs_tls_cache[0].s : obs_shard_get_slow(r);
 }
 
 static inline void obs_slot_add_u64(struct obs_shard *s, uint64_t *p, uint64_t v)
@@ -348,29 +398,39 @@ static inline void obs_slot_add_i64(struct obs_shard *s, int64_t *p, int64_t v)
     (KVM_ASSERT((size_t)(i1) < (size_t)(n1) && (size_t)(i2) < (size_t)(n2)),                       \
      (size_t)(i1) * (size_t)(n2) + (size_t)(i2))
 
+/* Every update macro takes the registry first; a NULL registry counts nothing. */
+
 /* counters: add v to series (i1, i2) of family id */
-#define obs_count(id, i1, i2, v)                                                                   \
+#define obs_count(reg, id, i1, i2, v)                                                              \
     do {                                                                                           \
-        struct obs_shard *obs_s_ = obs_shard_self();                                               \
-        obs_slot_add_u64(obs_s_, &obs_s_->c.id[OBS_IDX2(OBS__C1_##id, OBS__C2_##id, i1, i2)],      \
-                         (uint64_t)(v));                                                           \
+        struct obs_registry *obs_r_ = (reg);                                                       \
+        if (obs_r_) {                                                                              \
+            struct obs_shard *obs_s_ = obs_shard_of(obs_r_);                                       \
+            obs_slot_add_u64(obs_s_, &obs_s_->c.id[OBS_IDX2(OBS__C1_##id, OBS__C2_##id, i1, i2)],  \
+                             (uint64_t)(v));                                                       \
+        }                                                                                          \
     } while (0)
 
 /* add-mode gauges: add a signed delta */
-#define obs_gauge_add(id, i1, i2, delta)                                                           \
+#define obs_gauge_add(reg, id, i1, i2, delta)                                                      \
     do {                                                                                           \
         KVM_STATIC_ASSERT(OBS__GM_##id == OBS_GMODE_add, "gauge " #id " is not add-mode");         \
-        struct obs_shard *obs_s_ = obs_shard_self();                                               \
-        obs_slot_add_i64(obs_s_, &obs_s_->g.id[OBS_IDX2(OBS__G1_##id, OBS__G2_##id, i1, i2)],      \
-                         (int64_t)(delta));                                                        \
+        struct obs_registry *obs_r_ = (reg);                                                       \
+        if (obs_r_) {                                                                              \
+            struct obs_shard *obs_s_ = obs_shard_of(obs_r_);                                       \
+            obs_slot_add_i64(obs_s_, &obs_s_->g.id[OBS_IDX2(OBS__G1_##id, OBS__G2_##id, i1, i2)],  \
+                             (int64_t)(delta));                                                    \
+        }                                                                                          \
     } while (0)
 
 /* set-mode gauges: store an absolute value */
-#define obs_gauge_set(id, i1, i2, value)                                                           \
+#define obs_gauge_set(reg, id, i1, i2, value)                                                      \
     do {                                                                                           \
         KVM_STATIC_ASSERT(OBS__GM_##id == OBS_GMODE_set, "gauge " #id " is not set-mode");         \
-        __atomic_store_n(&obs_global_gauges.id[OBS_IDX2(OBS__G1_##id, OBS__G2_##id, i1, i2)],      \
-                         (int64_t)(value), __ATOMIC_RELAXED);                                      \
+        struct obs_registry *obs_r_ = (reg);                                                       \
+        if (obs_r_)                                                                                \
+            __atomic_store_n(&obs_r_->gauges.id[OBS_IDX2(OBS__G1_##id, OBS__G2_##id, i1, i2)],     \
+                             (int64_t)(value), __ATOMIC_RELAXED);                                  \
     } while (0)
 
 unsigned obs_lat_bucket(uint64_t ns);
@@ -382,23 +442,29 @@ static inline unsigned obs_layout_bucket(int layout, uint64_t v)
 }
 
 /* histograms: record one observation (ns for latency layouts, bytes for bytes layouts) */
-#define obs_observe(id, i1, i2, v)                                                                 \
+#define obs_observe(reg, id, i1, i2, v)                                                            \
     do {                                                                                           \
-        struct obs_shard *obs_s_ = obs_shard_self();                                               \
-        size_t obs_i_ = OBS_IDX2(OBS__H1_##id, OBS__H2_##id, i1, i2);                              \
-        uint64_t obs_v_ = (uint64_t)(v);                                                           \
-        obs_slot_add_u64(obs_s_, &obs_s_->h.id[obs_i_][obs_layout_bucket(OBS__HL_##id, obs_v_)],   \
-                         1);                                                                       \
-        obs_slot_add_u64(obs_s_, &obs_s_->h.id##__sum[obs_i_], obs_v_);                            \
+        struct obs_registry *obs_r_ = (reg);                                                       \
+        if (obs_r_) {                                                                              \
+            struct obs_shard *obs_s_ = obs_shard_of(obs_r_);                                       \
+            size_t obs_i_ = OBS_IDX2(OBS__H1_##id, OBS__H2_##id, i1, i2);                          \
+            uint64_t obs_v_ = (uint64_t)(v);                                                       \
+            obs_slot_add_u64(obs_s_,                                                               \
+                             &obs_s_->h.id[obs_i_][obs_layout_bucket(OBS__HL_##id, obs_v_)], 1);   \
+            obs_slot_add_u64(obs_s_, &obs_s_->h.id##__sum[obs_i_], obs_v_);                        \
+        }                                                                                          \
     } while (0)
 
 /* per-tenant counters: slot from obs_tenant_slot() */
-#define obs_tenant_count(id, slot, v)                                                              \
+#define obs_tenant_count(reg, id, slot, v)                                                         \
     do {                                                                                           \
-        struct obs_shard *obs_s_ = obs_shard_self();                                               \
+        struct obs_registry *obs_r_ = (reg);                                                       \
         unsigned obs_t_ = (slot);                                                                  \
         KVM_ASSERT(obs_t_ <= OBS_TENANT_LABEL_CAP_MAX);                                            \
-        obs_slot_add_u64(obs_s_, &obs_s_->t.id[obs_t_], (uint64_t)(v));                            \
+        if (obs_r_) {                                                                              \
+            struct obs_shard *obs_s_ = obs_shard_of(obs_r_);                                       \
+            obs_slot_add_u64(obs_s_, &obs_s_->t.id[obs_t_], (uint64_t)(v));                        \
+        }                                                                                          \
     } while (0)
 
 /* ---- per-tenant label set ---------------------------------------------------------------- */
@@ -457,12 +523,13 @@ void obs_buf_json_str(struct obs_buf *b, const char *s, size_t n);
 
 /* Appends the Prometheus text format (version 0.0.4) of every family, including the process
  * families read from /proc/self, to b. Safe from any thread, concurrently with updates. */
-void obs_metrics_render(struct obs_buf *b);
+void obs_metrics_render(const struct obs_registry *r, struct obs_buf *b);
 
 /* Sum over shards of one counter series / add-gauge / histogram count, by family name (the id,
  * without "kvmesh_") and label indices. Returns KVMESH_ENOENT for an unknown name. For the
  * /stats endpoint and tests. */
-int obs_metrics_read(const char *id, unsigned i1, unsigned i2, int64_t *out);
+int obs_metrics_read(const struct obs_registry *r, const char *id, unsigned i1, unsigned i2,
+                     int64_t *out);
 
 /* Names of every family ("kvmesh_..."), in exposition order; *n receives the count. Static. */
 const char *const *obs_metrics_family_names(size_t *n);
@@ -470,6 +537,7 @@ const char *const *obs_metrics_family_names(size_t *n);
 /* Process figures from /proc/self. */
 struct obs_process_stats {
     double cpu_seconds;
+    double start_time_seconds; /* unix time the process started */
     uint64_t resident_bytes;
     uint64_t open_fds, max_fds, threads;
 };

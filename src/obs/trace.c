@@ -47,6 +47,7 @@ struct obs_breakdown_ent {
 
 struct obs_tracer {
     char service[OBS_SPAN_STR_MAX];
+    struct obs_registry *metrics; /* borrowed; NULL: span outcomes are not counted */
     char *capture_dir;
     char *otlp_url;
     size_t batch_max;
@@ -353,7 +354,7 @@ void obs_span_end(struct obs_span *s)
     if (want_export) {
         if (t->qlen >= t->qcap) {
             cnt(&t->n_drop_q, 1);
-            obs_count(trace_spans_total, OBS_SPANRES_DROPPED_QUEUE_FULL, OBS_NONE, 1);
+            obs_count(t->metrics, trace_spans_total, OBS_SPANRES_DROPPED_QUEUE_FULL, OBS_NONE, 1);
         } else {
             struct obs_span_rec *r = &t->q[(t->qhead + t->qlen) % t->qcap];
             r->name = s->name;
@@ -491,8 +492,15 @@ static bool export_batch(struct obs_tracer *t, CURL *c, const struct obs_span_re
         obs_buf_init(&b, (size_t)16 << 20);
         for (size_t i = 0; i < n; i++)
             jsonl_line(t, &recs[i], &b);
-        if (!b.overflow && fwrite(b.data, 1, b.len, t->cap) == b.len && fflush(t->cap) == 0)
+        bool wrote =
+            !b.overflow && fwrite(b.data, 1, b.len, t->cap) == b.len && fflush(t->cap) == 0;
+        if (wrote)
             cnt(&t->n_jsonl, n);
+        /* without OTLP the capture is the exporter: its outcome is the spans' outcome */
+        if (!t->otlp_url)
+            obs_count(t->metrics, trace_spans_total,
+                      wrote ? OBS_SPANRES_EXPORTED : OBS_SPANRES_DROPPED_EXPORT_FAILED, OBS_NONE,
+                      n);
         obs_buf_free(&b);
     }
     pthread_mutex_unlock(&t->cap_mu);
@@ -508,11 +516,11 @@ static bool export_batch(struct obs_tracer *t, CURL *c, const struct obs_span_re
     if (ok) {
         cnt(&t->n_otlp, n);
         cnt(&t->n_bok, 1);
-        obs_count(trace_spans_total, OBS_SPANRES_EXPORTED, OBS_NONE, n);
+        obs_count(t->metrics, trace_spans_total, OBS_SPANRES_EXPORTED, OBS_NONE, n);
     } else {
         cnt(&t->n_drop_x, n);
         cnt(&t->n_bfail, 1);
-        obs_count(trace_spans_total, OBS_SPANRES_DROPPED_EXPORT_FAILED, OBS_NONE, n);
+        obs_count(t->metrics, trace_spans_total, OBS_SPANRES_DROPPED_EXPORT_FAILED, OBS_NONE, n);
     }
     return ok;
 }
@@ -655,6 +663,7 @@ int obs_tracer_create(const struct obs_tracer_config *cfg, struct obs_tracer **o
     if (!t)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for a tracer");
     snprintf(t->service, sizeof(t->service), "%s", cfg->service);
+    t->metrics = cfg->metrics;
     t->qcap = cfg->queue_cap ? cfg->queue_cap : 4096;
     t->batch_max = cfg->batch_max ? cfg->batch_max : 256;
     t->flush_interval_ms = cfg->flush_interval_ms ? cfg->flush_interval_ms : 200;

@@ -103,18 +103,19 @@ struct obs_span {
 };
 
 struct obs_tracer_config {
-    const char *service;        /* runtime name (resource service.name); copied; required */
-    double sample_rate;         /* 0..1 */
-    const char *capture_dir;    /* where capture files go (control endpoint); NULL: none */
-    const char *capture_name;   /* start a capture at create: capture_dir/capture_name */
-    const char *otlp_url;       /* e.g. http://127.0.0.1:4318/v1/traces; NULL: no OTLP */
-    size_t queue_cap;           /* spans; 0: 4096; at most OBS_TRACE_QUEUE_MAX */
-    size_t batch_max;           /* spans per export; 0: 256; at most OBS_TRACE_BATCH_MAX */
-    uint32_t flush_interval_ms; /* export at least this often when spans wait; 0: 200 */
-    uint32_t export_timeout_ms; /* whole OTLP POST; 0: 1000 (connect: a quarter of it) */
-    bool debug_records;         /* per-item records (obs_span_set_key) */
-    bool debug_plain_keys;      /* plain keys instead of hashes (needs debug_records) */
-    uint64_t key_hash_seed;     /* deployment-wide, so hashes match across runtimes */
+    const char *service;          /* runtime name (resource service.name); copied; required */
+    double sample_rate;           /* 0..1 */
+    const char *capture_dir;      /* where capture files go (control endpoint); NULL: none */
+    const char *capture_name;     /* start a capture at create: capture_dir/capture_name */
+    const char *otlp_url;         /* e.g. http://127.0.0.1:4318/v1/traces; NULL: no OTLP */
+    size_t queue_cap;             /* spans; 0: 4096; at most OBS_TRACE_QUEUE_MAX */
+    size_t batch_max;             /* spans per export; 0: 256; at most OBS_TRACE_BATCH_MAX */
+    uint32_t flush_interval_ms;   /* export at least this often when spans wait; 0: 200 */
+    uint32_t export_timeout_ms;   /* whole OTLP POST; 0: 1000 (connect: a quarter of it) */
+    bool debug_records;           /* per-item records (obs_span_set_key) */
+    bool debug_plain_keys;        /* plain keys instead of hashes (needs debug_records) */
+    uint64_t key_hash_seed;       /* deployment-wide, so hashes match across runtimes */
+    struct obs_registry *metrics; /* borrowed, outlives the tracer; counts trace_spans_total */
 };
 
 /* Creates a tracer and starts its exporter thread. The caller owns *out and must destroy it.

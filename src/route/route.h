@@ -33,6 +33,7 @@
 #include "core/version.h"
 #include "env/env.h"
 #include "meta/meta.h"
+#include "obs/metrics.h"
 
 enum route_mode { ROUTE_MODE_EMBEDDED_WRH = 0, ROUTE_MODE_METADATA_ONLY = 1 };
 
@@ -64,8 +65,9 @@ typedef struct route_svc_opts {
     const char *deployment;
     kvm_runtime_t self;
     route_policy_t policy;
-    uint32_t shard_lease_ms;     /* authority lease length (0 = default) */
-    uint32_t request_timeout_ms; /* per lookup/CAS end to end (0 = default) */
+    uint32_t shard_lease_ms;      /* authority lease length (0 = default) */
+    uint32_t request_timeout_ms;  /* per lookup/CAS end to end (0 = default) */
+    struct obs_registry *metrics; /* borrowed, outlives the service; NULL: a private registry */
 } route_svc_opts_t;
 
 /* Creates the service (and, when it is the first runtime, the cluster policy). Completes
@@ -118,10 +120,17 @@ typedef void (*route_owner_cb)(void *arg, int rc, const route_owner_page_t *page
 int route_owner_scan(route_svc_t *svc, const kvm_runtime_id_t *owner, const uint8_t *cursor,
                      size_t cursor_len, uint32_t limit, route_owner_cb cb, void *arg);
 
-/* Counters for tests and metrics. */
+/* Counters for tests. The first group is a view of the service's metrics registry (counted
+ * once, where the event happens): lookups = kvmesh_route_lookups_total (completed, any result),
+ * cas_* = kvmesh_route_cas_total by result at this runtime's authorities, read_repairs =
+ * kvmesh_route_repairs_total{result="repaired"}, mirrors = kvmesh_route_mirror_publications_total
+ * (completed, any outcome). The second group has no exported family and is kept by the service. */
 typedef struct route_stats {
-    uint64_t lookups, cas_applied, cas_conflict, cas_stale_generation, cas_indeterminate;
-    uint64_t read_repairs, protocol_conflicts, mirrors, state_transfers;
+    uint64_t lookups, cas_applied, cas_conflict, cas_stale_generation, cas_not_primary,
+        cas_indeterminate;
+    uint64_t read_repairs, mirrors;
+    /* service-internal */
+    uint64_t protocol_conflicts, state_transfers;
     uint64_t meta_calls;    /* metadata calls this service issued */
     uint64_t stale_answers; /* stale_generation answers this service's own calls received */
 } route_stats_t;

@@ -172,6 +172,9 @@ static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
         e->busy = false;
         e->dirty = op->failed;
     }
+    if (op->reply_node == ENV_NODE_NONE) /* the re-mirror of a dirty entry: a repair */
+        obs_count(svc->metrics, route_repairs_total,
+                  op->failed ? OBS_REPAIR_FAILED : OBS_REPAIR_REPAIRED, OBS_NONE, 1);
     if (op->reply_node != ENV_NODE_NONE) {
         route_msg_t req;
         route_msg_init(&req, RMSG_CAS_REQ);
@@ -180,10 +183,10 @@ static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
         env_msg_t raw = {.from = op->reply_node};
         const kvm_route_t *rp = current ? &e->route : NULL;
         if (op->failed || !current) {
-            svc->stats.cas_indeterminate++;
+            obs_count(svc->metrics, route_cas_total, OBS_CAS_INDETERMINATE, OBS_NONE, 1);
             reply(svc, &raw, &req, RMSG_CAS_RESP, sh, KVMESH_EINDETERMINATE, NULL, 0);
         } else {
-            svc->stats.cas_applied++;
+            obs_count(svc->metrics, route_cas_total, OBS_CAS_APPLIED, OBS_NONE, 1);
             reply(svc, &raw, &req, RMSG_CAS_RESP, sh, 0, &rp, 1);
         }
     }
@@ -203,6 +206,11 @@ static void on_mirror_resp(route_svc_t *svc, route_call_t *c, const route_msg_t 
     }
     if (!resp || resp->status != 0)
         op->failed = true;
+    obs_count(svc->metrics, route_mirror_publications_total,
+              !resp               ? OBS_MIRROR_TIMEOUT
+              : resp->status != 0 ? OBS_MIRROR_FAILED
+                                  : OBS_MIRROR_ACKED,
+              OBS_NONE, 1);
     if (--op->pending == 0)
         mirror_finish(svc, op);
 }
@@ -240,8 +248,9 @@ static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
                         on_mirror_resp, op)) {
             op->pending--;
             op->failed = true;
+            obs_count(svc->metrics, route_mirror_publications_total, OBS_MIRROR_FAILED, OBS_NONE,
+                      1);
         }
-        svc->stats.mirrors++;
     }
     if (--op->pending == 0)
         mirror_finish(svc, op);
@@ -267,13 +276,18 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
     const kvm_route_t *next = &req->routes[0];
     bool as_primary = sh->ps == RP_ACTIVE && sh->rec.token == sh->m_token;
     int st = admit(svc, sh, req, true);
-    if (st == 0 && !as_primary && !(svc->bugs & ROUTE_BUG_SECONDARY_CAS))
+    bool not_primary = false;
+    if (st == 0 && !as_primary && !(svc->bugs & ROUTE_BUG_SECONDARY_CAS)) {
         st = KVMESH_EUNAVAILABLE; /* secondaries never write */
+        not_primary = true;
+    }
     if (st == 0 && kvm_ident_shard(&next->ident, svc->policy.n_shards) != sh->id)
         st = KVMESH_EINVAL;
     if (st != 0) {
         if (st == KVMESH_ESTALE_GENERATION)
-            svc->stats.cas_stale_generation++;
+            obs_count(svc->metrics, route_cas_total, OBS_CAS_STALE_GENERATION, OBS_NONE, 1);
+        else if (not_primary)
+            obs_count(svc->metrics, route_cas_total, OBS_CAS_NOT_PRIMARY, OBS_NONE, 1);
         reply(svc, raw, req, RMSG_CAS_RESP, sh, st, NULL, 0);
         return;
     }
@@ -288,7 +302,7 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         return;
     }
     if (!expected_matches(svc, e, &req->expected)) {
-        svc->stats.cas_conflict++;
+        obs_count(svc->metrics, route_cas_total, OBS_CAS_CONFLICT, OBS_NONE, 1);
         const kvm_route_t *cur = e ? &e->route : NULL;
         reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_ECONFLICT, cur ? &cur : NULL, cur ? 1 : 0);
         return;
@@ -323,7 +337,7 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         return;
     }
     if (!as_primary) { /* BUG variant: a secondary acknowledges its own write */
-        svc->stats.cas_applied++;
+        obs_count(svc->metrics, route_cas_total, OBS_CAS_APPLIED, OBS_NONE, 1);
         const kvm_route_t *rp = &e->route;
         reply(svc, raw, req, RMSG_CAS_RESP, sh, 0, &rp, 1);
         return;
@@ -359,13 +373,22 @@ static void on_mirror(route_svc_t *svc, const env_msg_t *raw, const route_msg_t 
     reply(svc, raw, req, RMSG_MIRROR_RESP, sh, st, NULL, 0);
 }
 
+/* A read repair from a client that saw this authority behind: counted here, at the repaired
+ * authority, by outcome (applied / already current / refused). */
 static void on_repair(route_svc_t *svc, const route_msg_t *req, route_shard_t *sh)
 {
-    if (admit(svc, sh, req, false) != 0)
+    if (admit(svc, sh, req, false) != 0 || req->routes[0].version.fencing_token > sh->m_token) {
+        obs_count(svc->metrics, route_repairs_total, OBS_REPAIR_FAILED, OBS_NONE, 1);
         return;
-    if (req->routes[0].version.fencing_token > sh->m_token)
+    }
+    route_entry_t *e = route_table_get(sh->table, &req->routes[0].ident);
+    if (e && kvm_route_version_cmp(&e->route.version, &req->routes[0].version) >= 0) {
+        obs_count(svc->metrics, route_repairs_total, OBS_REPAIR_NOOP, OBS_NONE, 1);
         return;
-    put_if_newer(sh->table, &req->routes[0]);
+    }
+    int rc = route_table_put(sh->table, &req->routes[0], NULL);
+    obs_count(svc->metrics, route_repairs_total, rc ? OBS_REPAIR_FAILED : OBS_REPAIR_REPAIRED,
+              OBS_NONE, 1);
 }
 
 static void on_grant(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,

@@ -115,6 +115,11 @@ static void finish(route_op_t *op, int rc, const kvm_route_t *r)
     op_unlink(svc, op);
     switch (op->kind) {
     case OP_LOOKUP:
+        obs_count(svc->metrics, route_lookups_total,
+                  rc == 0               ? OBS_LOOKUP_FOUND
+                  : rc == KVMESH_ENOENT ? OBS_LOOKUP_NOT_FOUND
+                                        : OBS_LOOKUP_ERROR,
+                  OBS_NONE, 1);
         op->lcb(op->arg, rc, r);
         break;
     case OP_CAS:
@@ -248,8 +253,7 @@ static void lookup_evaluate(route_op_t *op)
             const kvm_route_t *rp = &op->got[best];
             m.rptrs = &rp;
             m.n_routes = 1;
-            route_send(svc, op->members[i].node, &m);
-            svc->stats.read_repairs++;
+            route_send(svc, op->members[i].node, &m); /* counted where it lands (on_repair) */
         }
     }
     finish(op, best >= 0 ? 0 : KVMESH_ENOENT, best >= 0 ? &op->got[best] : NULL);
@@ -580,7 +584,6 @@ int route_lookup(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb,
     }
     op->lcb = cb;
     op->shard = kvm_ident_shard(ident, svc->policy.n_shards);
-    svc->stats.lookups++;
     op_start(svc, op);
     return 0;
 }

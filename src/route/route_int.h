@@ -213,12 +213,16 @@ struct route_svc {
     route_op_t *ops;
     uint32_t n_ops;
     uint64_t next_req_id;
-    route_stats_t stats;
+    route_stats_t stats;          /* only the service-internal fields (route.h) */
+    struct obs_registry *metrics; /* route families are counted here */
+    bool own_metrics;             /* private registry (opts had none): freed with the service */
     unsigned bugs;
 };
 
 /* route_svc.c */
 uint64_t route_now(route_svc_t *svc);
+/* Fills the registry-backed fields of a route_stats_t from reg (route_metaonly.c too). */
+void route_stats_from_registry(const struct obs_registry *reg, route_stats_t *out);
 /* Local deadline after a lease of `remaining_ns` measured from `sent_ns` (conservative). */
 uint64_t route_conservative_deadline(uint64_t sent_ns, uint64_t remaining_ns);
 int route_send(route_svc_t *svc, env_node_t to, route_msg_t *m);

@@ -46,8 +46,9 @@ struct route_mo {
     char deployment[KS_DEPLOYMENT_MAX + 1];
     route_policy_t policy;
     uint32_t timeout_ms;
-    struct mo_call *calls; /* pending */
-    route_stats_t stats;
+    struct mo_call *calls;        /* pending */
+    route_stats_t stats;          /* only the service-internal fields (route.h) */
+    struct obs_registry *metrics; /* borrowed from the service (route_svc.c) */
 };
 
 static struct mo_call *call_new(route_mo_t *mo, enum mo_kind kind, void *arg)
@@ -145,6 +146,7 @@ int route_mo_new(route_mo_t **out, const route_svc_opts_t *opts, void (*cb)(void
     snprintf(mo->deployment, sizeof(mo->deployment), "%s", opts->deployment);
     mo->policy = opts->policy;
     mo->timeout_ms = opts->request_timeout_ms;
+    mo->metrics = opts->metrics;
 
     char key[KS_KEY_CAP];
     uint8_t val[128];
@@ -236,6 +238,11 @@ static void lookup_done(void *arg, const meta_result_t *res)
         rc = kvm_errf(KVMESH_ECORRUPT, "route record at %s does not decode", c->key);
     else if (route_gone(mo, &r))
         rc = KVMESH_ENOENT;
+    obs_count(mo->metrics, route_lookups_total,
+              rc == 0               ? OBS_LOOKUP_FOUND
+              : rc == KVMESH_ENOENT ? OBS_LOOKUP_NOT_FOUND
+                                    : OBS_LOOKUP_ERROR,
+              OBS_NONE, 1);
     route_lookup_cb cb = c->lookup_cb;
     void *cb_arg = c->arg;
     call_free(c);
@@ -251,7 +258,6 @@ int route_mo_lookup(route_mo_t *mo, const kvm_ident_t *ident, route_lookup_cb cb
     c->lookup_cb = cb;
     int rc = route_key_of(mo, ident, c->key, sizeof(c->key));
     if (!rc) {
-        mo->stats.lookups++;
         mo->stats.meta_calls++;
         rc = meta_get(mo->meta, c->key, mo->timeout_ms, lookup_done, c);
     }
@@ -290,7 +296,8 @@ static void cas_txn_done(void *arg, const meta_result_t *res)
         int rc = res->rc == KVMESH_EINDETERMINATE || res->rc == KVMESH_ETIMEDOUT
                      ? KVMESH_EINDETERMINATE
                      : KVMESH_EUNAVAILABLE;
-        mo->stats.cas_indeterminate += rc == KVMESH_EINDETERMINATE;
+        if (rc == KVMESH_EINDETERMINATE)
+            obs_count(mo->metrics, route_cas_total, OBS_CAS_INDETERMINATE, OBS_NONE, 1);
         cas_finish(c, kvm_errf(rc, "route CAS in metadata failed: %s", res->errmsg), NULL);
         return;
     }
@@ -305,7 +312,7 @@ static void cas_txn_done(void *arg, const meta_result_t *res)
             cas_finish(c, rc, NULL);
         return;
     }
-    mo->stats.cas_applied++;
+    obs_count(mo->metrics, route_cas_total, OBS_CAS_APPLIED, OBS_NONE, 1);
     kvm_route_t w = c->written;
     kvm_route_init(&c->written);
     cas_finish(c, 0, &w);
@@ -345,7 +352,7 @@ static void cas_get_done(void *arg, const meta_result_t *res)
     }
     kvm_route_version_t effective = present ? cur.version : KVM_ROUTE_VERSION_NONE;
     if (!kvm_route_version_equal(&effective, &c->expected)) {
-        mo->stats.cas_conflict++;
+        obs_count(mo->metrics, route_cas_total, OBS_CAS_CONFLICT, OBS_NONE, 1);
         cas_finish(c, KVMESH_ECONFLICT, present ? &cur : NULL);
         kvm_route_free(&cur);
         return;
@@ -499,4 +506,5 @@ int route_mo_owner_scan(route_mo_t *mo, const kvm_runtime_id_t *owner, const uin
 void route_mo_get_stats(const route_mo_t *mo, route_stats_t *out)
 {
     *out = mo->stats;
+    route_stats_from_registry(mo->metrics, out);
 }

@@ -493,6 +493,25 @@ void route_localize_msg(route_svc_t *svc, route_msg_t *m)
 }
 
 /* MetadataOnly mode: a thin service whose entry points forward to route_metaonly.c. */
+static int metrics_attach(route_svc_t *svc, const route_svc_opts_t *o)
+{
+    if (o->metrics) {
+        svc->metrics = o->metrics;
+        return 0;
+    }
+    int rc = obs_registry_new(&svc->metrics);
+    svc->own_metrics = rc == 0;
+    return rc;
+}
+
+static void metrics_detach(route_svc_t *svc)
+{
+    if (svc->own_metrics)
+        obs_registry_free(svc->metrics);
+    svc->metrics = NULL;
+    svc->own_metrics = false;
+}
+
 static int new_metaonly(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void *, int),
                         void *arg)
 {
@@ -501,8 +520,16 @@ static int new_metaonly(route_svc_t **out, const route_svc_opts_t *o, void (*cb)
         return KVMESH_ENOMEM;
     svc->policy = o->policy;
     svc->env = o->env;
-    int rc = route_mo_new(&svc->mo, o, cb, arg);
+    int rc = metrics_attach(svc, o);
     if (rc != 0) {
+        free(svc);
+        return rc;
+    }
+    route_svc_opts_t mo_opts = *o;
+    mo_opts.metrics = svc->metrics;
+    rc = route_mo_new(&svc->mo, &mo_opts, cb, arg);
+    if (rc != 0) {
+        metrics_detach(svc);
         free(svc);
         return rc;
     }
@@ -537,7 +564,8 @@ int route_svc_new(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void 
     if (!svc)
         return KVMESH_ENOMEM;
     svc->shards = calloc(p->n_shards, sizeof(route_shard_t));
-    if (!svc->shards) {
+    if (!svc->shards || metrics_attach(svc, o) != 0) {
+        free(svc->shards);
         free(svc);
         return KVMESH_ENOMEM;
     }
@@ -567,6 +595,7 @@ int route_svc_new(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void 
     *out = svc;
     return 0;
 fail:
+    metrics_detach(svc);
     free(svc->shards);
     free(svc);
     return rc;
@@ -578,6 +607,7 @@ void route_svc_free(route_svc_t *svc)
         return;
     if (svc->mo) {
         route_mo_free(svc->mo);
+        metrics_detach(svc);
         free(svc);
         return;
     }
@@ -599,6 +629,7 @@ void route_svc_free(route_svc_t *svc)
     free(svc->members);
     if (svc->start_cb)
         svc->start_cb(svc->start_arg, KVMESH_ECANCELED);
+    metrics_detach(svc);
     free(svc);
 }
 
@@ -637,6 +668,29 @@ void route_on_message(route_svc_t *svc, const env_msg_t *msg)
     route_msg_clear(&m);
 }
 
+static uint64_t rd(const struct obs_registry *reg, const char *family, unsigned i)
+{
+    int64_t v = 0;
+    (void)obs_metrics_read(reg, family, i, OBS_NONE, &v);
+    return (uint64_t)v;
+}
+
+void route_stats_from_registry(const struct obs_registry *reg, route_stats_t *out)
+{
+    out->lookups = 0;
+    for (unsigned i = 0; i < OBS__N_lookup; i++)
+        out->lookups += rd(reg, "route_lookups_total", i);
+    out->cas_applied = rd(reg, "route_cas_total", OBS_CAS_APPLIED);
+    out->cas_conflict = rd(reg, "route_cas_total", OBS_CAS_CONFLICT);
+    out->cas_stale_generation = rd(reg, "route_cas_total", OBS_CAS_STALE_GENERATION);
+    out->cas_not_primary = rd(reg, "route_cas_total", OBS_CAS_NOT_PRIMARY);
+    out->cas_indeterminate = rd(reg, "route_cas_total", OBS_CAS_INDETERMINATE);
+    out->read_repairs = rd(reg, "route_repairs_total", OBS_REPAIR_REPAIRED);
+    out->mirrors = 0;
+    for (unsigned i = 0; i < OBS__N_mirror; i++)
+        out->mirrors += rd(reg, "route_mirror_publications_total", i);
+}
+
 void route_get_stats(const route_svc_t *svc, route_stats_t *out)
 {
     if (svc->mo) {
@@ -644,6 +698,7 @@ void route_get_stats(const route_svc_t *svc, route_stats_t *out)
         return;
     }
     *out = svc->stats;
+    route_stats_from_registry(svc->metrics, out);
 }
 
 /* ---- test hooks (route_test.h) -------------------------------------------------------------- */

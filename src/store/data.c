@@ -112,15 +112,28 @@ static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, 
     return tp_submit(b, reqs, n);
 }
 
+static uint64_t local_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* A replica in this runtime's own segments: a memcpy, counted as transport "local". */
 static int local_copy(kvm_rt_t *rt, uint32_t op, uint64_t seg_id, uint64_t off, uint64_t len,
                       uint64_t token, const struct iovec *iov, int iovcnt)
 {
+    unsigned xop = op == SEG_WRITE ? OBS_XOP_WRITE : OBS_XOP_READ;
+    uint64_t t0 = local_now_ns();
+    obs_count(rt->metrics, transport_operations_total, OBS_TRANSPORT_LOCAL, xop, 1);
     uint8_t *p;
     struct seg *pin;
     enum seg_reason why;
     int rc = seg_check(rt->reg, seg_id, off, len, op, token, &p, &pin, &why);
-    if (rc)
+    if (rc) {
+        obs_count(rt->metrics, transport_failures_total, OBS_TRANSPORT_LOCAL, xop, 1);
         return kvm_errf(rc, "local replica access refused: %s", seg_reason_str(why));
+    }
     uint64_t pos = 0;
     for (int i = 0; i < iovcnt; i++) {
         if (op == SEG_WRITE)
@@ -130,6 +143,9 @@ static int local_copy(kvm_rt_t *rt, uint32_t op, uint64_t seg_id, uint64_t off, 
         pos += iov[i].iov_len;
     }
     seg_unpin(rt->reg, pin);
+    obs_count(rt->metrics, transport_bytes_total, OBS_TRANSPORT_LOCAL, xop, len);
+    obs_observe(rt->metrics, transport_duration_seconds, OBS_TRANSPORT_LOCAL, xop,
+                local_now_ns() - t0);
     return 0;
 }
 

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/hex.h"
 #include "core/util.h"
@@ -374,8 +375,9 @@ static void keepalive_done(void *arg, const meta_result_t *res)
     kvm_rt_t *rt = arg;
     if (atomic_load(&rt->closing) || res->rc == KVMESH_ECANCELED)
         return;
-    obs_count(lease_heartbeats_total, res->rc ? OBS_OUTCOME_ERROR : OBS_OUTCOME_OK, OBS_NONE, 1);
-    obs_gauge_set(lease_healthy, OBS_NONE, OBS_NONE, res->rc ? 0 : 1);
+    obs_count(rt->metrics, lease_heartbeats_total, res->rc ? OBS_OUTCOME_ERROR : OBS_OUTCOME_OK,
+              OBS_NONE, 1);
+    obs_gauge_set(rt->metrics, lease_healthy, OBS_NONE, OBS_NONE, res->rc ? 0 : 1);
     if (res->rc == KVMESH_ENOENT)
         grant_and_publish(rt, keepalive_published, false); /* lease lost: a fresh one */
     else
@@ -429,7 +431,9 @@ static void snapshot_install(kvm_rt_t *rt)
             i++;
     }
     atomic_store(&rt->a_members, rt->n_members);
-    obs_gauge_set(membership_live_members, OBS_NONE, OBS_NONE, (int64_t)rt->n_members);
+    obs_gauge_set(rt->metrics, membership_live_members, OBS_NONE, OBS_NONE, (int64_t)rt->n_members);
+    obs_gauge_set(rt->metrics, membership_last_refresh_timestamp_seconds, OBS_NONE, OBS_NONE,
+                  (int64_t)time(NULL));
     if (!changed)
         return;
     rt->generation++;
@@ -462,8 +466,8 @@ static void refresh_done(void *arg, const meta_result_t *res)
 {
     struct refresh_call *c = arg;
     kvm_rt_t *rt = c->rt;
-    obs_count(membership_refreshes_total, res->rc ? OBS_OUTCOME_ERROR : OBS_OUTCOME_OK, OBS_NONE,
-              1);
+    obs_count(rt->metrics, membership_refreshes_total, res->rc ? OBS_OUTCOME_ERROR : OBS_OUTCOME_OK,
+              OBS_NONE, 1);
     if (res->rc) {
         rt->refreshing = false;
         kvm_done_cb cb = c->cb;

@@ -550,6 +550,7 @@ static void published(void *arg, int rc, const kvm_route_t *r)
     kvm_rt_t *rt = op->rt;
     ictx_free(c, rc);
     if (rc == 0) {
+        obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_OK, OBS_NONE, it->n_res);
         for (uint32_t i = 0; i < it->n_res; i++)
             notify_slot_traced(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
                                it->res[i].offset, op->span);
@@ -582,12 +583,14 @@ static void published(void *arg, int rc, const kvm_route_t *r)
         return;
     }
     if (rc == KVMESH_EINDETERMINATE) {
+        obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_ERROR, OBS_NONE, it->n_res);
         /* Maybe published: keep the reservations; their TTL expiry asks the route. */
         item_fail(op, it, rc,
                   "route publication is indeterminate; the write may or may not be "
                   "visible (repair pending); retry the put");
         return;
     }
+    obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_ERROR, OBS_NONE, it->n_res);
     release_res(rt, it);
     item_fail(op, it, rc, "route publication failed: %s", kvmesh_strerror(rc));
 }

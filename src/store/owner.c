@@ -275,8 +275,8 @@ static int try_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
         s->deadline_ns = now_ns(rt) + (uint64_t)ttl_ms * 1000000ull;
         q_push(&rt->reserved_head, &rt->reserved_tail, s);
         rt->used += len;
-        obs_count(allocations_total, OBS_TIER_DRAM, OBS_ALLOC_OK, 1);
-        obs_count(allocated_bytes_total, OBS_TIER_DRAM, OBS_NONE, len);
+        obs_count(rt->metrics, allocations_total, OBS_TIER_DRAM, OBS_ALLOC_OK, 1);
+        obs_count(rt->metrics, allocated_bytes_total, OBS_TIER_DRAM, OBS_NONE, len);
         *seg = ls->seg->id;
         *off = s->off;
         *token = g.token;
@@ -322,7 +322,7 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
         snprintf(msg, sizeof(msg),
                  "owner %s has no segment large enough for %" PRIu64 " bytes (largest %" PRIu64 ")",
                  rt->idhex, len, largest);
-        obs_count(allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
+        obs_count(rt->metrics, allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
         cb(arg, KVMESH_ENOSPC, msg, 0, 0, 0);
         return;
     }
@@ -350,7 +350,7 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
         }
         free(w);
     }
-    obs_count(allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
+    obs_count(rt->metrics, allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
     char msg[256];
     snprintf(msg, sizeof(msg),
              "owner %s has no room for %" PRIu64 " bytes (%" PRIu64 " of %" PRIu64
@@ -488,9 +488,8 @@ static void evict_cas_done(void *arg, int rc, const kvm_route_t *r)
     kvm_rt_t *rt = s->rt;
     (void)r;
     if (rc == 0) {
-        rt->stats.evictions++;
-        obs_count(evictions_total, OBS_TIER_DRAM, OBS_NONE, 1);
-        obs_count(evicted_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
+        obs_count(rt->metrics, evictions_total, OBS_TIER_DRAM, OBS_NONE, 1);
+        obs_count(rt->metrics, evicted_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
         s->busy = false;
         rt->evict_inflight--;
         slot_to_reclaim(rt, s);
@@ -584,7 +583,7 @@ static void tick(void *arg)
         }
         rt->stats.reclaim_bytes -= s->len;
         rt->stats.reclaimed++;
-        obs_count(reclaimed_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
+        obs_count(rt->metrics, reclaimed_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
         slot_free(rt, s);
     }
     budget = STORE_TICK_BUDGET;
@@ -603,8 +602,9 @@ static void tick(void *arg)
     if (rt->used > high || rt->waiters)
         evict_some(rt, 0);
     atomic_store(&rt->a_used, rt->used);
-    obs_gauge_set(segment_used_bytes, OBS_TIER_DRAM, OBS_NONE, (int64_t)rt->used);
-    obs_gauge_set(segment_capacity_bytes, OBS_TIER_DRAM, OBS_NONE, (int64_t)rt->capacity);
+    obs_gauge_set(rt->metrics, segment_used_bytes, OBS_TIER_DRAM, OBS_NONE, (int64_t)rt->used);
+    obs_gauge_set(rt->metrics, segment_capacity_bytes, OBS_TIER_DRAM, OBS_NONE,
+                  (int64_t)rt->capacity);
     if (!atomic_load(&rt->closing))
         rt->tick_timer = env_timer_start(rt->env, STORE_TICK_MS * 1000000ull, tick, rt);
 }
@@ -695,6 +695,9 @@ int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id)
 void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
 {
     *st = rt->stats;
+    int64_t ev = 0; /* counted once, in the registry */
+    (void)obs_metrics_read(rt->metrics, "evictions_total", OBS_TIER_DRAM, OBS_NONE, &ev);
+    st->evictions = (uint64_t)ev;
     st->capacity = rt->capacity;
     st->used = rt->used;
     uint64_t fr = 0, lf = 0;

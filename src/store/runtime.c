@@ -455,6 +455,7 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
              rt->cfg.deployment);
     snprintf(rc_cfg.local.runtime_id, sizeof(rc_cfg.local.runtime_id), "%s", rt->idhex);
     rc_cfg.local.runtime_epoch = rt->self.epoch;
+    rc_cfg.metrics = rt->metrics;
     for (int i = 0; i < HS_PROTO_COUNT; i++)
         rc_cfg.local.proto[i] = (struct hs_range){1, 1};
     if (rt->cfg.secret[0]) {
@@ -494,6 +495,7 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
                    .n_shards = rt->cfg.shards,
                    .protocol_version = ROUTE_PROTOCOL_VERSION},
         .request_timeout_ms = rt->cfg.request_timeout_ms,
+        .metrics = rt->metrics,
     };
     rc = route_svc_new(&rt->route, &ro, open_route_ready, rt);
     if (rc)
@@ -503,7 +505,9 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
 static void open_start(void *arg)
 {
     kvm_rt_t *rt = arg;
-    meta_opts_t mo = {.default_timeout_ms = rt->cfg.request_timeout_ms, .name = rt->idhex};
+    meta_opts_t mo = {.default_timeout_ms = rt->cfg.request_timeout_ms,
+                      .name = rt->idhex,
+                      .metrics = rt->metrics};
     int rc = meta_open(&rt->meta, rt->env, rt->cfg.metadata_url, &mo);
     if (rc) {
         open_finish(rt, rc, kvmesh_last_error());
@@ -683,6 +687,7 @@ static int tracer_start(kvm_rt_t *rt)
         .capture_dir = c->trace_capture_dir[0] ? c->trace_capture_dir : NULL,
         .capture_name = c->trace_capture_dir[0] ? name : NULL,
         .otlp_url = c->trace_otlp_url[0] ? c->trace_otlp_url : NULL,
+        .metrics = rt->metrics,
     };
     int rc = obs_tracer_create(&tc, &rt->tracer);
     if (rc)
@@ -756,6 +761,7 @@ static int admin_start(kvm_rt_t *rt)
                      .runtime_stats = admin_stats,
                      .cluster_json = admin_cluster},
         .tracer = rt->tracer,
+        .metrics = rt->metrics,
     };
     return obs_http_start(&hc, &rt->admin);
 }
@@ -794,6 +800,8 @@ static void rt_free(kvm_rt_t *rt)
     free(rt->hitbufs);
     obs_tracer_destroy(rt->tracer); /* after the loop: no span is in progress */
     rt->tracer = NULL;
+    obs_registry_free(rt->metrics); /* last: every layer that counted into it is gone */
+    rt->metrics = NULL;
     pthread_mutex_destroy(&rt->mu);
     pthread_cond_destroy(&rt->open_cv);
     free(rt);
@@ -848,7 +856,7 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg)
         rt->self.id.b[0] |= 1; /* never nil */
     }
     kvm_id128_fmt(&rt->self.id, rt->idhex);
-    if ((rc = tracer_start(rt)) != 0)
+    if ((rc = obs_registry_new(&rt->metrics)) != 0 || (rc = tracer_start(rt)) != 0)
         goto fail;
 
     /* Segments and the transport engine are thread-safe; set them up before the loop. */
@@ -863,6 +871,7 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg)
         .listen_host = host,
         .no_server = rt->n_segs == 0,
         .conns_per_peer = cfg->io_threads,
+        .metrics = rt->metrics,
     };
     if ((rc = tp_engine_new(&tc, rt->reg, &rt->tp)) != 0)
         goto fail;

@@ -193,6 +193,8 @@ typedef struct kvm_op {
     struct obs_span *span;
 } kvm_op_t;
 
+/* evictions and meta_calls are views of the runtime's metrics registry (evictions_total,
+ * metadata_operations_total); the rest are owner-internal figures without a family. */
 struct kvm_rt_stats {
     uint64_t capacity, used, reserved_bytes, reclaim_bytes;
     uint64_t evictions, evict_conflicts, reclaimed, reservations_expired, reserve_waits;
@@ -286,10 +288,11 @@ typedef struct kvm_rt {
     atomic_int a_state;
     uint64_t start_ms;
     struct obs_http *admin;
-    struct obs_tracer *tracer;  /* [any] NULL = tracing off (then no span is ever started) */
-    meta_t *route_meta;         /* [loop] traced handle the route service uses (tracer only) */
-    struct self_msg *self_msgs; /* [loop] env messages to self awaiting delivery */
-    kvm_op_t *state_op;         /* the drain step waiting for its record write */
+    struct obs_tracer *tracer;    /* [any] NULL = tracing off (then no span is ever started) */
+    struct obs_registry *metrics; /* [any] this runtime's metrics; every layer gets it via config */
+    meta_t *route_meta;           /* [loop] traced handle the route service uses (tracer only) */
+    struct self_msg *self_msgs;   /* [loop] env messages to self awaiting delivery */
+    kvm_op_t *state_op;           /* the drain step waiting for its record write */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;

@@ -1,16 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * obs_testrt.h — a small stand-in "runtime" for the observability tests, until src/store exists.
+ * obs_testrt.h — a stand-in request server for the exposition and endpoint tests only.
  *
- * It owns what a real runtime will own for observability — a tracer, a tenant counters table,
- * an admin HTTP server with a provider — and serves put/get over a real loopback TCP socket
- * between two instances, carrying the 25-byte trace context in each frame header exactly as the
- * RPC layer will. Objects live in a bounded in-memory map (key -> size); when it is full the
- * oldest object is evicted, so eviction/reclaim metrics move too.
- *
- * Seam for the real runtime: the tests only call trt_open/trt_close/trt_put/trt_get/trt_port
- * and read trt->tracer/trt->http; re-pointing them at kvmesh means implementing these five
- * functions on top of kvmesh_open()/kvmesh_put()/kvmesh_get().
+ * It owns what a runtime owns for observability — a metrics registry, a tracer, a tenant counters
+ * table, an admin HTTP server with a provider — and serves put/get over a real loopback TCP
+ * socket between two instances, carrying the 25-byte trace context in each frame header exactly
+ * as the RPC layer does. It counts only its own API requests (requests_*, request_*, tenant_*):
+ * enough to exercise the text format, the label rules, the tenant label cap and the endpoints.
+ * It does NOT count route, metadata, transport, allocation or membership families: those are
+ * counted by the real layers and tested against real runtimes (obs_metrics_redis, obs_metrics_etcd,
+ * obs_metrics_live in obs_metrics_rt.c).
  *
  * Span layout of a remote put (a get is the same with control.rpc_get/data.read/metadata.get):
  *   A: store.put ─┬─ control.route_lookup
@@ -50,6 +49,7 @@ struct trt_obj {
 
 struct trt {
     char name[32];
+    struct obs_registry *metrics;
     struct obs_tracer *tracer;
     struct obs_tenant_table *tenants;
     struct obs_http *http;
@@ -96,23 +96,12 @@ static inline int trt_apply(struct trt *rt, struct obs_span *parent,
     else
         obs_span_start(rt->tracer, parent, op == 1 ? "data.write" : "data.read", &d);
     obs_span_set_key(&d, key, strlen(key));
-    uint64_t t0 = env_clock_mono_ns();
-    obs_count(transport_operations_total, OBS_TRANSPORT_TCP, op == 1 ? OBS_XOP_WRITE : OBS_XOP_READ,
-              1);
-    obs_count(transport_bytes_total, OBS_TRANSPORT_TCP, op == 1 ? OBS_XOP_WRITE : OBS_XOP_READ,
-              size);
     obs_span_start(rt->tracer, &d, op == 1 ? "metadata.cas" : "metadata.get", &m);
-    uint64_t m0 = env_clock_mono_ns();
     int rc = 0;
     pthread_mutex_lock(&rt->mu);
     if (op == 1) {
-        obs_count(allocations_total, OBS_TIER_DRAM, OBS_ALLOC_OK, 1);
-        obs_count(allocated_bytes_total, OBS_TIER_DRAM, OBS_NONE, size);
         if (rt->nobjs == TRT_MAX_OBJECTS) { /* evict the oldest */
             struct trt_obj *o = &rt->objs[rt->oldest];
-            obs_count(evictions_total, OBS_TIER_DRAM, OBS_NONE, 1);
-            obs_count(evicted_bytes_total, OBS_TIER_DRAM, OBS_NONE, o->size);
-            obs_count(reclaimed_bytes_total, OBS_TIER_DRAM, OBS_NONE, o->size);
             rt->used_bytes -= o->size;
             o->used = false;
             rt->nobjs--;
@@ -124,9 +113,6 @@ static inline int trt_apply(struct trt *rt, struct obs_span *parent,
         o->used = true;
         rt->nobjs++;
         rt->used_bytes += size;
-        obs_count(route_cas_total, OBS_CAS_APPLIED, OBS_NONE, 1);
-        obs_count(route_mirror_publications_total, OBS_MIRROR_ACKED, OBS_NONE, 1);
-        obs_gauge_set(segment_used_bytes, OBS_TIER_DRAM, OBS_NONE, rt->used_bytes);
     } else {
         rc = KVMESH_ENOENT;
         for (size_t i = 0; i < TRT_MAX_OBJECTS; i++)
@@ -136,13 +122,7 @@ static inline int trt_apply(struct trt *rt, struct obs_span *parent,
             }
     }
     pthread_mutex_unlock(&rt->mu);
-    obs_count(metadata_operations_total, OBS_BACKEND_MEMORY,
-              op == 1 ? OBS_MCALL_CAS : OBS_MCALL_GET, 1);
-    obs_observe(metadata_duration_seconds, OBS_BACKEND_MEMORY,
-                op == 1 ? OBS_MCALL_CAS : OBS_MCALL_GET, env_clock_mono_ns() - m0);
     obs_span_end(&m);
-    obs_observe(transport_duration_seconds, OBS_TRANSPORT_TCP,
-                op == 1 ? OBS_XOP_WRITE : OBS_XOP_READ, env_clock_mono_ns() - t0);
     obs_span_set_status(&d, rc);
     obs_span_end(&d);
     return rc;
@@ -208,10 +188,6 @@ static inline void trt_runtime_stats(void *ctx, struct obs_runtime_stats *s)
 static inline void trt_before_scrape(void *ctx)
 {
     (void)ctx;
-    obs_gauge_set(segment_capacity_bytes, OBS_TIER_DRAM, OBS_NONE, 4ull << 30);
-    obs_gauge_set(membership_live_members, OBS_NONE, OBS_NONE, 2);
-    obs_gauge_set(lease_healthy, OBS_NONE, OBS_NONE, 1);
-    obs_gauge_set(membership_last_refresh_timestamp_seconds, OBS_NONE, OBS_NONE, time(NULL));
 }
 
 struct trt_config {
@@ -243,7 +219,10 @@ static inline int trt_open(const struct trt_config *cfg, struct trt **out)
                                    .flush_interval_ms = 50,
                                    .debug_records = true,
                                    .key_hash_seed = 42};
-    int rc = obs_tracer_create(&tc, &rt->tracer);
+    int rc = obs_registry_new(&rt->metrics);
+    tc.metrics = rt->metrics;
+    if (rc == 0)
+        rc = obs_tracer_create(&tc, &rt->tracer);
     if (rc == 0)
         rc = obs_tenant_table_create(cfg->tenant_capacity ? cfg->tenant_capacity : 256,
                                      &rt->tenants);
@@ -254,7 +233,8 @@ static inline int trt_open(const struct trt_config *cfg, struct trt **out)
                                                   .runtime_stats = trt_runtime_stats,
                                                   .before_scrape = trt_before_scrape,
                                                   .tenants = rt->tenants},
-                                     .tracer = rt->tracer};
+                                     .tracer = rt->tracer,
+                                     .metrics = rt->metrics};
         rc = obs_http_start(&hc, &rt->http);
     }
     if (rc == 0) {
@@ -291,6 +271,7 @@ static inline void trt_close(struct trt *rt)
     close(rt->listen_fd);
     obs_tracer_destroy(rt->tracer);
     obs_tenant_table_destroy(rt->tenants);
+    obs_registry_free(rt->metrics);
     pthread_mutex_destroy(&rt->mu);
     free(rt->objs);
     free(rt);
@@ -331,14 +312,10 @@ static inline int trt_rpc(struct trt *rt, struct trt *peer, struct obs_span *par
         else
             close(fd);
     }
-    if (rt->peer_fd >= 0 && trt_io(rt->peer_fd, hdr, sizeof(hdr), true) == 0 &&
-        trt_io(rt->peer_fd, (void *)key, klen, true) == 0 &&
-        trt_io(rt->peer_fd, &status, 4, false) == 0) {
-        obs_count(transport_operations_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC, 1);
-    } else {
-        obs_count(transport_failures_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC, 1);
+    if (!(rt->peer_fd >= 0 && trt_io(rt->peer_fd, hdr, sizeof(hdr), true) == 0 &&
+          trt_io(rt->peer_fd, (void *)key, klen, true) == 0 &&
+          trt_io(rt->peer_fd, &status, 4, false) == 0))
         status = KVMESH_ECONN;
-    }
     pthread_mutex_unlock(&rt->mu);
     obs_span_set_status(&r, status);
     obs_span_end(&r);
@@ -351,13 +328,12 @@ static inline int trt_request(struct trt *rt, struct trt *peer, int op, const ch
 {
     int obs_op = op == 1 ? OBS_OP_PUT : OBS_OP_GET;
     uint64_t t0 = env_clock_mono_ns();
-    obs_gauge_add(requests_in_flight, obs_op, OBS_NONE, 1);
+    obs_gauge_add(rt->metrics, requests_in_flight, obs_op, OBS_NONE, 1);
     struct obs_span root, lk;
     obs_span_start(rt->tracer, NULL, op == 1 ? "store.put" : "store.get", &root);
     obs_span_set_str(&root, "kvmesh.tenant", tenant);
     obs_span_set_key(&root, key, strlen(key));
     obs_span_start(rt->tracer, &root, "control.route_lookup", &lk);
-    obs_count(route_lookups_total, OBS_LOOKUP_FOUND, OBS_NONE, 1);
     obs_span_end(&lk);
     int rc =
         peer ? trt_rpc(rt, peer, &root, op, key, size) : trt_apply(rt, &root, NULL, op, key, size);
@@ -365,17 +341,17 @@ static inline int trt_request(struct trt *rt, struct trt *peer, int op, const ch
               : rc == KVMESH_ENOENT    ? OBS_RES_NOT_FOUND
               : rc == KVMESH_ETIMEDOUT ? OBS_RES_TIMEOUT
                                        : OBS_RES_ERROR;
-    obs_count(requests_total, obs_op, res, 1);
+    obs_count(rt->metrics, requests_total, obs_op, res, 1);
     if (res != OBS_RES_OK && res != OBS_RES_NOT_FOUND)
-        obs_count(request_errors_total, obs_op, OBS_NONE, 1);
+        obs_count(rt->metrics, request_errors_total, obs_op, OBS_NONE, 1);
     uint64_t bytes = rc == 0 ? size : 0;
-    obs_count(request_bytes_total, obs_op, OBS_NONE, bytes);
-    obs_observe(request_payload_bytes, obs_op, OBS_NONE, size);
+    obs_count(rt->metrics, request_bytes_total, obs_op, OBS_NONE, bytes);
+    obs_observe(rt->metrics, request_payload_bytes, obs_op, OBS_NONE, size);
     unsigned slot = obs_tenant_slot(tenant, strlen(tenant));
-    obs_tenant_count(tenant_requests_total, slot, 1);
-    obs_tenant_count(tenant_request_bytes_total, slot, bytes);
+    obs_tenant_count(rt->metrics, tenant_requests_total, slot, 1);
+    obs_tenant_count(rt->metrics, tenant_request_bytes_total, slot, bytes);
     if (res != OBS_RES_OK && res != OBS_RES_NOT_FOUND)
-        obs_tenant_count(tenant_request_errors_total, slot, 1);
+        obs_tenant_count(rt->metrics, tenant_request_errors_total, slot, 1);
     struct obs_tenant_counters d = {.requests = 1,
                                     .errors = (res != OBS_RES_OK && res != OBS_RES_NOT_FOUND),
                                     .bytes_in = op == 1 ? bytes : 0,
@@ -385,8 +361,8 @@ static inline int trt_request(struct trt *rt, struct trt *peer, int op, const ch
     (void)obs_tenant_table_record(rt->tenants, tenant, strlen(tenant), &d);
     obs_span_set_status(&root, rc);
     obs_span_end(&root);
-    obs_observe(request_duration_seconds, obs_op, OBS_NONE, env_clock_mono_ns() - t0);
-    obs_gauge_add(requests_in_flight, obs_op, OBS_NONE, -1);
+    obs_observe(rt->metrics, request_duration_seconds, obs_op, OBS_NONE, env_clock_mono_ns() - t0);
+    obs_gauge_add(rt->metrics, requests_in_flight, obs_op, OBS_NONE, -1);
     return rc;
 }
 
@@ -406,9 +382,6 @@ static inline int trt_get(struct trt *rt, struct trt *peer, const char *tenant, 
 static inline void trt_tick(struct trt *rt)
 {
     (void)rt;
-    obs_count(membership_refreshes_total, OBS_OUTCOME_OK, OBS_NONE, 1);
-    obs_count(lease_heartbeats_total, OBS_OUTCOME_OK, OBS_NONE, 1);
-    obs_count(route_repairs_total, OBS_REPAIR_NOOP, OBS_NONE, 1);
 }
 
 /* ---- HTTP client for the tests (libcurl) ---------------------------------------------- */

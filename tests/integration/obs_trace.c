@@ -181,10 +181,12 @@ static void test_connected_trace(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+static struct obs_registry *spans_reg; /* the tracers of this test count here */
+
 static int64_t spans_metric(unsigned res)
 {
     int64_t v = 0;
-    assert_int_equal(obs_metrics_read("trace_spans_total", res, 0, &v), 0);
+    assert_int_equal(obs_metrics_read(spans_reg, "trace_spans_total", res, 0, &v), 0);
     return v;
 }
 
@@ -204,7 +206,8 @@ static void test_dead_collector_drops_counted(void **state)
                                   .sample_rate = 1.0,
                                   .otlp_url = url,
                                   .export_timeout_ms = 200,
-                                  .flush_interval_ms = 20};
+                                  .flush_interval_ms = 20,
+                                  .metrics = spans_reg};
     struct obs_tracer *t;
     assert_int_equal(obs_tracer_create(&c, &t), 0);
     int64_t before = spans_metric(OBS_SPANRES_DROPPED_EXPORT_FAILED);
@@ -235,7 +238,8 @@ static void test_stalled_collector_queue_drops(void **state)
                                   .queue_cap = 16,
                                   .batch_max = 8,
                                   .export_timeout_ms = 100,
-                                  .flush_interval_ms = 10};
+                                  .flush_interval_ms = 10,
+                                  .metrics = spans_reg};
     struct obs_tracer *t;
     assert_int_equal(obs_tracer_create(&c, &t), 0);
     int64_t before = spans_metric(OBS_SPANRES_DROPPED_QUEUE_FULL);
@@ -270,7 +274,10 @@ int main(void)
         cmocka_unit_test(test_dead_collector_drops_counted),
         cmocka_unit_test(test_stalled_collector_queue_drops),
     };
+    if (obs_registry_new(&spans_reg) != 0)
+        return 1;
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    obs_registry_free(spans_reg);
     curl_global_cleanup();
     return rc;
 }

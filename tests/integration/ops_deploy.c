@@ -226,20 +226,24 @@ static void names_free(struct names *s)
     s->n = 0;
 }
 
-/* Every kvmesh_* identifier in an expression; returns how many. */
+/* Every metric identifier (kvmesh_* and the standard process_* families) in an expression;
+ * returns how many. */
 static size_t expr_names(const char *expr, struct names *out)
 {
+    static const char *const prefixes[] = {"kvmesh_", "process_"};
     size_t found = 0;
-    for (const char *p = expr; (p = strstr(p, "kvmesh_")) != NULL;) {
-        if (p > expr && (p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') ||
-                         (p[-1] >= 'A' && p[-1] <= 'Z') || (p[-1] >= '0' && p[-1] <= '9'))) {
-            p++;
-            continue;
+    for (size_t k = 0; k < sizeof(prefixes) / sizeof(prefixes[0]); k++) {
+        for (const char *p = expr; (p = strstr(p, prefixes[k])) != NULL;) {
+            if (p > expr && (p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') ||
+                             (p[-1] >= 'A' && p[-1] <= 'Z') || (p[-1] >= '0' && p[-1] <= '9'))) {
+                p++;
+                continue;
+            }
+            size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+            names_add(out, p, n);
+            found++;
+            p += n;
         }
-        size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
-        names_add(out, p, n);
-        found++;
-        p += n;
     }
     return found;
 }

@@ -288,7 +288,9 @@ static void test_alloc_failures(void **state)
         assert_null(t);
     }
     assert_int_equal(n, 3);
-    struct obs_http_config hc = {.secret = "k"};
+    struct obs_registry *reg;
+    assert_int_equal(obs_registry_new(&reg), 0);
+    struct obs_http_config hc = {.secret = "k", .metrics = reg};
     for (n = 0; n < 20; n++) {
         struct obs_http *h = NULL;
         obs_test_fail_alloc_after(n);
@@ -315,6 +317,7 @@ static void test_alloc_failures(void **state)
     assert_non_null(strstr(b.data, "error"));
     obs_buf_free(&b);
     obs_http_stop(h);
+    obs_registry_free(reg);
 }
 
 int main(void)

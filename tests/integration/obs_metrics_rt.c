@@ -1,0 +1,691 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * obs_metrics_rt — the metrics of real runtimes, against a real metadata server.
+ *
+ *   itest_obs_metrics_rt redis|etcd     the test (starts the server with testsrv)
+ *   itest_obs_metrics_rt --runtime URL DEPLOYMENT CAPDIR
+ *                                       one runtime process: kvmesh_open with an admin port,
+ *                                       prints "READY <id> <epoch> <admin port>", then waits
+ *                                       for EOF on stdin (close and exit)
+ *
+ * Three runtime processes (16 MiB of memory each, replicas 2, the default EmbeddedWrh routes) and
+ * one in-process client runtime (no memory, tracing on, a bootstrap tenant label set) run a
+ * scripted workload; every runtime's /metrics is scraped over HTTP and parsed by the strict
+ * parser (obs_prom.h):
+ *   A. exact counts: P acknowledged puts (new keys and overwrites), gets, misses and R removes;
+ *      then, summed over every runtime: route CAS applied == P + 2R (a remove publishes a
+ *      tombstone and then finalizes it: two CAS); transport write bytes >= bytes written x 2
+ *      replicas; per runtime, metadata operations >= membership refreshes; the client's
+ *      requests_total equals the calls made, by operation and result;
+ *   C. kill -9 of one owner process, then reads of the phase-A keys (some fail over), and one
+ *      put that must fail (over max_object_size);
+ *   B. 10,000 distinct keys (more bytes than the cluster holds, so objects are evicted, and
+ *      their bytes reclaimed after the grace window); requests_in_flight seen > 0 by a scraper
+ *      running meanwhile; afterwards no label name outside the closed sets and no label value
+ *      that is a key, an address, a port or a runtime id, and the series count did not grow;
+ *   finally every exported family must have moved from the registry's initial state (summed
+ *   over the runtimes; the killed one contributes its last scrape): a dead metric fails here.
+ *   One exception, printed: kvmesh_route_repairs_total counts read repairs and re-mirrors of
+ *   dirty entries, which need an authority to miss a mirror; a kill makes that likely but not
+ *   certain (runs showed 0 to 127), so its series are required but not its movement.
+ * Every loop is bounded in count and time; every process started here is killed by pid.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvmesh.h"
+#include "obs/metrics.h"
+#include "obs_prom.h"
+#include "testsrv.h"
+
+struct kvm_rt;
+struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
+uint16_t kvm_rt_admin_port(struct kvm_rt *rt);
+
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "CHECK failed %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #c,   \
+                    kvmesh_last_error());                                                          \
+            cleanup_all();                                                                         \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define NPROC      3
+#define NRT        (NPROC + 1) /* + the client, last */
+#define A_KEYS     300
+#define A_OVER     100
+#define A_REMOVE   50
+#define A_MISSES   100
+#define VAL        4096
+#define B_KEYS     10000
+#define MAX_SERIES 4000
+
+struct proc {
+    pid_t pid;
+    int in_fd, out_fd;
+    char id[64];
+    uint16_t admin;
+};
+
+static struct proc procs[NPROC];
+static testsrv_t *srv;
+static const char *self_exe;
+static char url[256];
+static char capdir[64];
+static const char *deployment = "obsmetrics";
+static const kvmesh_scope_t sc = {"tenant-a", NULL};
+static const kvmesh_scope_t sc_other = {"tenant-unlisted", NULL};
+static kvmesh_t *client;
+
+static pthread_mutex_t cleanup_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Kills what this test started; once, even when several threads fail a CHECK together. */
+static void cleanup_all(void)
+{
+    static bool done;
+    pthread_mutex_lock(&cleanup_mu);
+    if (done) {
+        pthread_mutex_unlock(&cleanup_mu);
+        return;
+    }
+    done = true;
+    for (int i = 0; i < NPROC; i++)
+        if (procs[i].pid > 0) {
+            kill(procs[i].pid, SIGKILL);
+            waitpid(procs[i].pid, NULL, 0);
+            procs[i].pid = 0;
+        }
+    testsrv_stop(srv);
+    srv = NULL;
+    if (capdir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", capdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", capdir);
+    }
+    pthread_mutex_unlock(&cleanup_mu);
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
+{
+    size_t n = 0;
+    uint64_t end = now_ms() + (uint64_t)timeout_ms;
+    while (n + 1 < cap) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int left = (int)(end - now_ms());
+        if (left <= 0 || poll(&p, 1, left) <= 0)
+            return -1;
+        ssize_t r = read(fd, buf + n, 1);
+        if (r <= 0)
+            return -1;
+        if (buf[n] == '\n')
+            break;
+        n++;
+    }
+    buf[n] = 0;
+    return 0;
+}
+
+static void fill(uint8_t *p, size_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        p[i] = (uint8_t)x;
+    }
+}
+
+/* ---- the runtime process ------------------------------------------------------------------- */
+
+static void set_common(kvmesh_config_t *c, const char *meta_url, const char *dep)
+{
+    kvmesh_config_set(c, "metadata_url", meta_url);
+    kvmesh_config_set(c, "deployment", dep);
+    kvmesh_config_set(c, "admin_listen", "127.0.0.1:0");
+    kvmesh_config_set(c, "lease_ttl_ms", "2000");
+    kvmesh_config_set(c, "request_timeout_ms", "5000");
+    kvmesh_config_set(c, "max_object_size", "1048576");
+    kvmesh_config_set(c, "replicas", "2");
+    kvmesh_config_set(c, "transport", "tcp");
+}
+
+static int runtime_main(char **argv)
+{
+    kvmesh_config_t *c = kvmesh_config_new();
+    set_common(c, argv[2], argv[3]);
+    kvmesh_config_set(c, "memory_size", "16777216");
+    kvmesh_config_set(c, "segment_size", "16777216");
+    kvmesh_config_set(c, "reclaim_grace_ms", "200");
+    kvmesh_config_set(c, "trace_sample_rate", "0.05");
+    kvmesh_config_set(c, "trace_capture_dir", argv[4]);
+    kvmesh_t *kv = NULL;
+    int rc = kvmesh_open(&kv, c);
+    kvmesh_config_free(c);
+    if (rc) {
+        fprintf(stderr, "runtime open failed: %s\n", kvmesh_last_error());
+        return 1;
+    }
+    char id[KVMESH_ID_HEX_LEN + 1];
+    uint64_t epoch = 0;
+    kvmesh_self(kv, id, &epoch);
+    printf("READY %s %" PRIu64 " %u\n", id, epoch,
+           (unsigned)kvm_rt_admin_port(kvmesh_runtime_of(kv)));
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof(line), stdin))
+        ;
+    kvmesh_close(kv);
+    return 0;
+}
+
+static void spawn(int slot)
+{
+    int in[2], out[2];
+    CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        execl(self_exe, self_exe, "--runtime", url, deployment, capdir, (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    struct proc *p = &procs[slot];
+    p->pid = pid;
+    p->in_fd = in[1];
+    p->out_fd = out[0];
+    char line[256];
+    unsigned port = 0;
+    uint64_t epoch = 0;
+    CHECK(read_line(p->out_fd, line, sizeof(line), 30000) == 0);
+    CHECK(sscanf(line, "READY %63s %" SCNu64 " %u", p->id, &epoch, &port) == 3);
+    CHECK(port > 0 && port < 65536);
+    p->admin = (uint16_t)port;
+}
+
+/* ---- scraping ------------------------------------------------------------------------------- */
+
+struct body {
+    char *data;
+    size_t len;
+};
+
+static size_t sink(char *p, size_t sz, size_t n, void *arg)
+{
+    struct body *b = arg;
+    char *d = realloc(b->data, b->len + sz * n + 1);
+    if (!d)
+        return 0;
+    memcpy(d + b->len, p, sz * n);
+    b->data = d;
+    b->len += sz * n;
+    d[b->len] = 0;
+    return sz * n;
+}
+
+static const char *dump_path; /* OBS_METRICS_DUMP: where the final scrapes are appended */
+
+/* GET /metrics of the admin port and parse it strictly; 0 or -1 (unreachable). */
+static int scrape(uint16_t port, struct prom *p)
+{
+    char u[64];
+    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics", (unsigned)port);
+    struct body b = {0};
+    CURL *c = curl_easy_init();
+    CHECK(c);
+    curl_easy_setopt(c, CURLOPT_URL, u);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    long code = -1;
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(c);
+    if (code != 200) {
+        free(b.data);
+        return -1;
+    }
+    if (dump_path) {
+        FILE *f = fopen(dump_path, "a");
+        if (f) {
+            fprintf(f, "# ---- runtime admin port %u\n%s", (unsigned)port, b.data);
+            fclose(f);
+        }
+    }
+    memset(p, 0, sizeof(*p));
+    int rc = prom_parse(p, b.data, b.len);
+    if (rc != 0)
+        fprintf(stderr, "/metrics of port %u does not parse: %s\n", (unsigned)port, p->err);
+    free(b.data);
+    CHECK(rc == 0);
+    return 0;
+}
+
+static uint16_t client_port(void)
+{
+    return kvm_rt_admin_port(kvmesh_runtime_of(client));
+}
+
+static uint16_t port_of(int r)
+{
+    return r < NPROC ? procs[r].admin : client_port();
+}
+
+/* Sum over the series of a family: counters and gauges by value, histograms by _count. Series
+ * whose label `lname` (if given) is `lval` only. */
+static double fam_sum(const struct prom *p, const char *fam, const char *lname, const char *lval)
+{
+    char cnt[160];
+    snprintf(cnt, sizeof(cnt), "%s_count", fam);
+    double s = 0;
+    for (size_t i = 0; i < p->ns; i++) {
+        const struct prom_sample *x = &p->s[i];
+        if (strcmp(x->name, fam) != 0 && strcmp(x->name, cnt) != 0)
+            continue;
+        if (lname) {
+            const char *v = prom_label(x, lname);
+            if (!v || strcmp(v, lval) != 0)
+                continue;
+        }
+        s += x->v;
+    }
+    return s;
+}
+
+static double sum_all(struct prom *ps, int n, const char *fam, const char *lname, const char *lval)
+{
+    double s = 0;
+    for (int r = 0; r < n; r++)
+        s += fam_sum(&ps[r], fam, lname, lval);
+    return s;
+}
+
+static void scrape_all(struct prom *ps)
+{
+    for (int r = 0; r < NRT; r++)
+        CHECK(scrape(port_of(r), &ps[r]) == 0);
+}
+
+static void free_all(struct prom *ps, int n)
+{
+    for (int r = 0; r < n; r++)
+        prom_free(&ps[r]);
+}
+
+/* ---- the in-flight scraper ------------------------------------------------------------------ */
+
+static volatile int scraper_stop;
+static double inflight_max;
+
+static void *scraper(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 5000 && !scraper_stop; i++) {
+        struct prom p;
+        if (scrape(client_port(), &p) == 0) {
+            double v = fam_sum(&p, "kvmesh_requests_in_flight", NULL, NULL);
+            if (v > inflight_max)
+                inflight_max = v;
+            prom_free(&p);
+        }
+        usleep(2000);
+    }
+    return NULL;
+}
+
+static int bulk_ok, bulk_failed;
+
+struct bput {
+    int from, step;
+    const char *prefix;
+};
+
+static void *bulk_put(void *arg)
+{
+    struct bput *w = arg;
+    uint8_t v[VAL];
+    for (int i = w->from; i < B_KEYS; i += w->step) {
+        char key[48];
+        snprintf(key, sizeof(key), "%s-%05d", w->prefix, i);
+        fill(v, sizeof(v), (uint64_t)i + 7777);
+        int rc = kvmesh_put(client, &sc, key, strlen(key), v, sizeof(v), NULL);
+        /* under eviction pressure a put may be refused or time out; anything else is a bug */
+        CHECK(rc == 0 || rc == KVMESH_ENOSPC || rc == KVMESH_EUNAVAILABLE ||
+              rc == KVMESH_ETIMEDOUT);
+        __atomic_fetch_add(rc == 0 ? &bulk_ok : &bulk_failed, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+/* ---- the test ------------------------------------------------------------------------------- */
+
+static void wait_members(size_t want)
+{
+    uint64_t end = now_ms() + 30000;
+    for (;;) {
+        kvmesh_member_info_t m[16];
+        size_t n = 0, k = 0;
+        CHECK(kvmesh_members(client, m, 16, &n) == 0);
+        for (size_t i = 0; i < n && i < 16; i++)
+            k += m[i].capacity_bytes > 0 && strcmp(m[i].state, "active") == 0;
+        if (k == want)
+            return;
+        CHECK(now_ms() < end);
+        usleep(50000);
+    }
+}
+
+static void warm_up(void)
+{
+    uint64_t end = now_ms() + 120000;
+    for (int k = 0; k < 64; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "warm-%d", k);
+        uint8_t v[64] = {(uint8_t)k}, out[64];
+        size_t got = 0;
+        while (kvmesh_put(client, &sc, key, strlen(key), v, sizeof(v), NULL) != 0 ||
+               kvmesh_get_into(client, &sc, key, strlen(key), out, sizeof(out), &got) != 0) {
+            CHECK(now_ms() < end);
+            usleep(100000);
+        }
+    }
+}
+
+static const char *const allowed_labels[] = {"operation", "result", "transport", "backend",
+                                             "tier",      "le",     "tenant"};
+
+static void check_labels(const struct prom *p)
+{
+    for (size_t i = 0; i < p->ns; i++) {
+        const struct prom_sample *s = &p->s[i];
+        for (int l = 0; l < s->nl; l++) {
+            bool ok = false;
+            for (size_t a = 0; a < sizeof(allowed_labels) / sizeof(allowed_labels[0]); a++)
+                ok |= strcmp(s->lname[l], allowed_labels[a]) == 0;
+            if (!ok)
+                fprintf(stderr, "label %s on %s is not in a closed set\n", s->lname[l], s->name);
+            CHECK(ok);
+            const char *v = s->lval[l];
+            CHECK(strstr(v, "key-") == NULL && strstr(v, "bulk-") == NULL);
+            CHECK(strstr(v, "127.0.0.1") == NULL && strstr(v, "tcp:") == NULL);
+            CHECK(strstr(v, "tenant-unlisted") == NULL);
+            for (int r = 0; r < NPROC; r++) {
+                char port[16];
+                snprintf(port, sizeof(port), "%u", (unsigned)procs[r].admin);
+                CHECK(strcmp(v, port) != 0);
+                CHECK(strstr(v, procs[r].id) == NULL);
+            }
+            if (strcmp(s->lname[l], "tenant") == 0)
+                CHECK(strcmp(v, "tenant-a") == 0 || strcmp(v, "other") == 0);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    self_exe = argv[0];
+    if (argc >= 5 && strcmp(argv[1], "--runtime") == 0)
+        return runtime_main(argv);
+    if (argc < 2 || (strcmp(argv[1], "redis") && strcmp(argv[1], "etcd"))) {
+        fprintf(stderr, "usage: %s redis|etcd\n", argv[0]);
+        return 2;
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    testsrv_sweep_stale();
+    int rc =
+        strcmp(argv[1], "redis") == 0 ? testsrv_start_redis(&srv, NULL) : testsrv_start_etcd(&srv);
+    if (rc) {
+        fprintf(stderr, "cannot start %s: %s\n", argv[1], kvmesh_last_error());
+        return 1;
+    }
+    snprintf(url, sizeof(url), "%s", testsrv_url(srv));
+    snprintf(capdir, sizeof(capdir), "/tmp/kvmesh-obs-metrics-XXXXXX");
+    CHECK(mkdtemp(capdir) != NULL);
+    const char *backend = strcmp(argv[1], "redis") == 0 ? "redis" : "etcd";
+
+    /* the client: the bootstrap tenant label set is {tenant-a}; tracing samples everything */
+    const char *boot[] = {"tenant-a"};
+    CHECK(obs_metrics_set_tenants(boot, 1, 1) == 0);
+    for (int i = 0; i < NPROC; i++)
+        spawn(i);
+    {
+        kvmesh_config_t *c = kvmesh_config_new();
+        set_common(c, url, deployment);
+        CHECK(kvmesh_config_set(c, "memory_size", "0") == 0);
+        CHECK(kvmesh_config_set(c, "trace_sample_rate", "1") == 0);
+        CHECK(kvmesh_config_set(c, "trace_capture_dir", capdir) == 0);
+        rc = kvmesh_open(&client, c);
+        if (rc)
+            fprintf(stderr, "client open: %s\n", kvmesh_last_error());
+        CHECK(rc == 0);
+        kvmesh_config_free(c);
+    }
+    wait_members(NPROC);
+    warm_up();
+
+    struct prom before[NRT], after[NRT];
+    scrape_all(before);
+    size_t series_before[NRT];
+    for (int r = 0; r < NRT; r++)
+        series_before[r] = before[r].ns;
+
+    /* ---- A: exact counts ---- */
+    uint8_t v[VAL], out[VAL];
+    uint64_t puts = 0, put_bytes = 0, gets = 0, misses = 0, removes = 0;
+    for (int i = 0; i < A_KEYS + A_OVER; i++) {
+        int k = i < A_KEYS ? i : i - A_KEYS; /* the last A_OVER puts overwrite */
+        char key[32];
+        snprintf(key, sizeof(key), "key-%04d", k);
+        fill(v, sizeof(v), (uint64_t)i);
+        rc = kvmesh_put(client, i % 2 ? &sc_other : &sc, key, strlen(key), v, sizeof(v), NULL);
+        if (rc)
+            fprintf(stderr, "put %s: %s\n", key, kvmesh_last_error());
+        CHECK(rc == 0);
+        puts++;
+        put_bytes += sizeof(v);
+    }
+    for (int k = 0; k < A_KEYS; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "key-%04d", k);
+        int last = k < A_OVER ? A_KEYS + k : k;
+        const kvmesh_scope_t *s = last % 2 ? &sc_other : &sc;
+        size_t got = 0;
+        CHECK(kvmesh_get_into(client, s, key, strlen(key), out, sizeof(out), &got) == 0);
+        fill(v, sizeof(v), (uint64_t)last);
+        CHECK(got == sizeof(v) && memcmp(out, v, got) == 0);
+        gets++;
+    }
+    for (int k = 0; k < A_MISSES; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "absent-%04d", k);
+        size_t got = 0;
+        CHECK(kvmesh_get_into(client, &sc, key, strlen(key), out, sizeof(out), &got) ==
+              KVMESH_ENOENT);
+        misses++;
+    }
+    for (int k = A_KEYS - A_REMOVE; k < A_KEYS; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "key-%04d", k);
+        CHECK(kvmesh_remove(client, k % 2 ? &sc_other : &sc, key, strlen(key)) == 0);
+        removes++;
+    }
+    /* the tombstone finalization is asynchronous: wait (bounded) for the CAS count to settle */
+    double want_cas = (double)(puts + 2 * removes), applied = 0;
+    for (uint64_t end = now_ms() + 15000;;) {
+        scrape_all(after);
+        applied = sum_all(after, NRT, "kvmesh_route_cas_total", "result", "applied") -
+                  sum_all(before, NRT, "kvmesh_route_cas_total", "result", "applied");
+        if (applied >= want_cas || now_ms() > end)
+            break;
+        free_all(after, NRT);
+        usleep(100000);
+    }
+    printf("A: %" PRIu64 " puts, %" PRIu64 " gets, %" PRIu64 " misses, %" PRIu64
+           " removes; route CAS applied %.0f (want %.0f)\n",
+           puts, gets, misses, removes, applied, want_cas);
+    CHECK(applied == want_cas);
+    double wbytes = sum_all(after, NRT, "kvmesh_transport_bytes_total", "operation", "write") -
+                    sum_all(before, NRT, "kvmesh_transport_bytes_total", "operation", "write");
+    printf("A: transport write bytes %.0f, bytes written x replicas %" PRIu64 "\n", wbytes,
+           put_bytes * 2);
+    CHECK(wbytes >= (double)(put_bytes * 2));
+    for (int r = 0; r < NRT; r++) {
+        double mops = fam_sum(&after[r], "kvmesh_metadata_operations_total", "backend", backend);
+        double refr = fam_sum(&after[r], "kvmesh_membership_refreshes_total", NULL, NULL);
+        CHECK(refr > 0 && mops >= refr);
+    }
+    const struct prom *ca = &after[NRT - 1], *cb = &before[NRT - 1];
+#define DIFF(fam, l1, v1, l2, v2)                                                                  \
+    (prom_value(ca, fam, l1, v1, l2, v2) - prom_value(cb, fam, l1, v1, l2, v2))
+    CHECK(DIFF("kvmesh_requests_total", "operation", "put", "result", "ok") == (double)puts);
+    CHECK(DIFF("kvmesh_requests_total", "operation", "get", "result", "ok") == (double)gets);
+    CHECK(DIFF("kvmesh_requests_total", "operation", "get", "result", "not_found") ==
+          (double)misses);
+    CHECK(DIFF("kvmesh_requests_total", "operation", "remove", "result", "ok") == (double)removes);
+    CHECK(DIFF("kvmesh_request_bytes_total", "operation", "put", NULL, NULL) == (double)put_bytes);
+    CHECK(DIFF("kvmesh_tenant_requests_total", "tenant", "tenant-a", NULL, NULL) > 0);
+    CHECK(DIFF("kvmesh_tenant_requests_total", "tenant", "other", NULL, NULL) > 0);
+    struct prom victim_last = after[0]; /* the killed runtime contributes its last scrape */
+    for (int r = 1; r < NRT; r++)
+        prom_free(&after[r]);
+
+    /* ---- C: kill -9 of an owner, then reads that fail over ---- */
+    kill(procs[0].pid, SIGKILL);
+    waitpid(procs[0].pid, NULL, 0);
+    close(procs[0].in_fd);
+    close(procs[0].out_fd);
+    procs[0].pid = 0;
+    int readable = 0;
+    for (int k = 0; k < A_KEYS - A_REMOVE; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "key-%04d", k);
+        int last = k < A_OVER ? A_KEYS + k : k;
+        size_t got = 0;
+        readable += kvmesh_get_into(client, last % 2 ? &sc_other : &sc, key, strlen(key), out,
+                                    sizeof(out), &got) == 0;
+    }
+    printf("C: %d of %d phase-A keys readable after the kill\n", readable, A_KEYS - A_REMOVE);
+    CHECK(readable > 0);
+    wait_members(NPROC - 1);
+    for (int k = 0; k < A_KEYS - A_REMOVE; k++) { /* again, through the new authority sets */
+        char key[32];
+        snprintf(key, sizeof(key), "key-%04d", k);
+        int last = k < A_OVER ? A_KEYS + k : k;
+        size_t got = 0;
+        (void)kvmesh_get_into(client, last % 2 ? &sc_other : &sc, key, strlen(key), out,
+                              sizeof(out), &got);
+    }
+    /* a request that must fail: a value over max_object_size (1 MiB) */
+    {
+        size_t big = (1u << 20) + 1;
+        uint8_t *huge = calloc(1, big);
+        CHECK(huge);
+        CHECK(kvmesh_put(client, &sc, "key-too-big", 11, huge, big, NULL) != 0);
+        free(huge);
+    }
+
+    /* ---- B: 10,000 distinct keys, more than the cluster holds ---- */
+    pthread_t sth, wth[2];
+    struct bput w[2] = {{0, 2, "bulk"}, {1, 2, "bulk"}};
+    CHECK(pthread_create(&sth, NULL, scraper, NULL) == 0);
+    for (int i = 0; i < 2; i++)
+        CHECK(pthread_create(&wth[i], NULL, bulk_put, &w[i]) == 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(wth[i], NULL);
+    scraper_stop = 1;
+    pthread_join(sth, NULL);
+    printf("B: %d puts acknowledged, %d refused or timed out; requests_in_flight seen up to %.0f\n",
+           bulk_ok, bulk_failed, inflight_max);
+    CHECK(bulk_ok >= B_KEYS / 2);
+    CHECK(inflight_max > 0);
+    /* reclaim runs after the grace window (200 ms in the runtimes): wait for it, bounded */
+    for (uint64_t end = now_ms() + 20000;;) {
+        for (int r = 1; r < NRT; r++)
+            CHECK(scrape(port_of(r), &after[r]) == 0);
+        after[0] = victim_last;
+        double rec = sum_all(after, NRT, "kvmesh_reclaimed_bytes_total", NULL, NULL);
+        if (rec > 0 || now_ms() > end)
+            break;
+        for (int r = 1; r < NRT; r++)
+            prom_free(&after[r]);
+        usleep(200000);
+    }
+    for (int r = 1; r < NRT; r++) {
+        check_labels(&after[r]);
+        CHECK(after[r].ns == series_before[r]); /* no series from 10,000 keys */
+        CHECK(after[r].ns < MAX_SERIES);
+    }
+    printf("B: evictions %.0f, evicted bytes %.0f, reclaimed bytes %.0f, series per runtime %zu\n",
+           sum_all(after, NRT, "kvmesh_evictions_total", NULL, NULL),
+           sum_all(after, NRT, "kvmesh_evicted_bytes_total", NULL, NULL),
+           sum_all(after, NRT, "kvmesh_reclaimed_bytes_total", NULL, NULL), after[1].ns);
+
+    for (int r = 1; r < NRT; r++)
+        prom_free(&after[r]);
+
+    /* ---- every family moved ---- */
+    struct prom fin[NRT];
+    fin[0] = victim_last;
+    dump_path = getenv("OBS_METRICS_DUMP");
+    for (int r = 1; r < NRT; r++)
+        CHECK(scrape(port_of(r), &fin[r]) == 0);
+    dump_path = NULL;
+    size_t nfam;
+    const char *const *names = obs_metrics_family_names(&nfam);
+    int dead = 0;
+    for (size_t i = 0; i < nfam; i++) {
+        double total = 0;
+        for (int r = 0; r < NRT; r++) {
+            CHECK(prom_find(&fin[r], names[i]) >= 0);
+            total += fam_sum(&fin[r], names[i], NULL, NULL);
+        }
+        if (strcmp(names[i], "kvmesh_requests_in_flight") == 0)
+            total = inflight_max; /* back to 0 once idle: judged by the scraper's samples */
+        bool fault_driven = strcmp(names[i], "kvmesh_route_repairs_total") == 0;
+        printf("  %-52s %.6g%s\n", names[i], total,
+               fault_driven ? "  (fault-driven: not required to move)" : "");
+        if (total == 0 && !fault_driven) {
+            fprintf(stderr, "family %s never moved\n", names[i]);
+            dead++;
+        }
+    }
+    CHECK(dead == 0);
+    free_all(fin, NRT);
+    free_all(before, NRT);
+    kvmesh_close(client);
+    for (int i = 1; i < NPROC; i++) {
+        close(procs[i].in_fd); /* EOF: close and exit */
+        waitpid(procs[i].pid, NULL, 0);
+        close(procs[i].out_fd);
+        procs[i].pid = 0;
+    }
+    cleanup_all();
+    obs_metrics_shutdown();
+    curl_global_cleanup();
+    printf("obs_metrics_rt %s: ok\n", argv[1]);
+    return 0;
+}
