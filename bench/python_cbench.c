@@ -21,13 +21,7 @@
 #include <time.h>
 
 #include "kvmesh.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "env/clock.h"
 
 static int set(kvmesh_config_t *cfg, const char *f, const char *v)
 {
@@ -61,20 +55,20 @@ static int run_one(struct bench *b, size_t size, size_t batch, int rounds)
                                                 .buf = b->src + i * size,
                                                 .len = size};
         }
-        double t0 = now_s();
+        double t0 = ((double)env_clock_mono_ns() / 1e9);
         int rc = kvmesh_batch_put(b->kv, &b->scope, b->items, batch, NULL);
         if (r >= rounds)
-            put_s += now_s() - t0;
+            put_s += ((double)env_clock_mono_ns() / 1e9) - t0;
         if (rc) {
             printf("ERROR batch_put: %s: %s\n", kvmesh_errname(rc), kvmesh_last_error());
             return 1;
         }
         for (size_t i = 0; i < batch; i++)
             b->items[i].buf = b->dst + i * size;
-        t0 = now_s();
+        t0 = ((double)env_clock_mono_ns() / 1e9);
         rc = kvmesh_batch_get(b->kv, &b->scope, b->items, batch);
         if (r >= rounds)
-            get_s += now_s() - t0;
+            get_s += ((double)env_clock_mono_ns() / 1e9) - t0;
         for (size_t i = 0; i < batch && !rc; i++)
             if (b->items[i].rc || b->items[i].out_len != size ||
                 memcmp(b->dst + i * size, b->src + i * size, size) != 0)

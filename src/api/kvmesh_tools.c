@@ -15,6 +15,7 @@
 #include "api/kvmesh_tools.h"
 #include "api/yaml_config.h"
 #include "core/util.h"
+#include "env/clock.h"
 #include "meta/keyspace.h"
 #include "meta/meta.h"
 #include "route/route_int.h"
@@ -118,6 +119,11 @@ int kvmesh_tools_config_load_file(kvmesh_config_t *cfg, const char *path)
 size_t kvmesh_tools_config_dump_yaml(const kvmesh_config_t *cfg, char *buf, size_t cap)
 {
     return kvm_config_dump_yaml(cfg, buf, cap);
+}
+
+uint64_t kvmesh_tools_now_ns(void)
+{
+    return env_clock_mono_ns();
 }
 
 int kvmesh_tools_parse_size(const char *what, const char *s, uint64_t *out)

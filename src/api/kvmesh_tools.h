@@ -79,6 +79,11 @@ int kvmesh_tools_parse_size(const char *what, const char *s, uint64_t *out);
 /* Formats a byte count in the largest exact binary unit ("256MiB", "1536", "0"). */
 void kvmesh_tools_format_size(uint64_t v, char *buf, size_t cap);
 
+/* ---- time -------------------------------------------------------------------------------- */
+
+/* Monotonic nanoseconds (the env's clock helper, src/env/clock.h), for tools' elapsed times. */
+uint64_t kvmesh_tools_now_ns(void);
+
 /* ---- the runtime behind a handle (tests) ----------------------------------------------------
  * The store runtime (src/store/store.h: kvm_rt_t) of an open handle, for tests that inspect
  * its state or statistics (kvm_store_stats in src/store/data.h). NULL for NULL. */

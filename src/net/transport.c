@@ -297,13 +297,6 @@ static bool local_registered(struct tp_engine *e, const void *p, uint64_t len)
 
 /* ---- segments ------------------------------------------------------------------------------ */
 
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 int tp_open_segment(struct tp_engine *e, const char *owner_addr, uint64_t seg_id, uint64_t token,
                     struct tp_segment **out)
 {
@@ -336,10 +329,11 @@ int tp_open_segment(struct tp_engine *e, const char *owner_addr, uint64_t seg_id
     else
         snprintf(s->owner, sizeof(s->owner), "%s:%u", a.tcp_ip, a.tcp_port);
     unsigned tr = k == TP_SHM ? OBS_TRANSPORT_SHM : OBS_TRANSPORT_TCP;
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = env_clock_mono_ns();
     rc = s->ops->open(e, &a, s);
     obs_count(e->cfg.metrics, transport_operations_total, tr, OBS_XOP_OPEN, 1);
-    obs_observe(e->cfg.metrics, transport_duration_seconds, tr, OBS_XOP_OPEN, mono_ns() - t0);
+    obs_observe(e->cfg.metrics, transport_duration_seconds, tr, OBS_XOP_OPEN,
+                env_clock_mono_ns() - t0);
     if (rc) {
         obs_count(e->cfg.metrics, transport_failures_total, tr, OBS_XOP_OPEN, 1);
         pthread_mutex_destroy(&s->mu);
@@ -448,7 +442,7 @@ static void count_request(const struct tp_engine *e, const struct tp_slot *s)
         obs_count(reg, transport_failures_total, tr, op, 1);
     else
         obs_count(reg, transport_bytes_total, tr, op, s->r.length);
-    obs_observe(reg, transport_duration_seconds, tr, op, mono_ns() - s->start_ns);
+    obs_observe(reg, transport_duration_seconds, tr, op, env_clock_mono_ns() - s->start_ns);
 }
 
 void tp_chunk_done(struct tp_batch *b, unsigned idx, int status, uint8_t reason)
@@ -502,7 +496,7 @@ int tp_submit(struct tp_batch *b, const struct tp_request *reqs, unsigned n)
         s->r = reqs[i];
         s->status = TP_STATUS_PENDING;
         s->chunks_left = 1;
-        s->start_ns = mono_ns();
+        s->start_ns = env_clock_mono_ns();
     }
     b->n += n;
     b->pending += n;

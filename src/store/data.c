@@ -112,19 +112,12 @@ static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, 
     return tp_submit(b, reqs, n);
 }
 
-static uint64_t local_now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* A replica in this runtime's own segments: a memcpy, counted as transport "local". */
 static int local_copy(kvm_rt_t *rt, uint32_t op, uint64_t seg_id, uint64_t off, uint64_t len,
                       uint64_t token, const struct iovec *iov, int iovcnt)
 {
     unsigned xop = op == SEG_WRITE ? OBS_XOP_WRITE : OBS_XOP_READ;
-    uint64_t t0 = local_now_ns();
+    uint64_t t0 = env_clock_mono_ns();
     obs_count(rt->metrics, transport_operations_total, OBS_TRANSPORT_LOCAL, xop, 1);
     uint8_t *p;
     struct seg *pin;
@@ -145,7 +138,7 @@ static int local_copy(kvm_rt_t *rt, uint32_t op, uint64_t seg_id, uint64_t off, 
     seg_unpin(rt->reg, pin);
     obs_count(rt->metrics, transport_bytes_total, OBS_TRANSPORT_LOCAL, xop, len);
     obs_observe(rt->metrics, transport_duration_seconds, OBS_TRANSPORT_LOCAL, xop,
-                local_now_ns() - t0);
+                env_clock_mono_ns() - t0);
     return 0;
 }
 

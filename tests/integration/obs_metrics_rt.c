@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "kvmesh.h"
+#include "env/clock.h"
 #include "obs/metrics.h"
 #include "obs_prom.h"
 #include "testsrv.h"
@@ -120,20 +121,13 @@ static void cleanup_all(void)
     pthread_mutex_unlock(&cleanup_mu);
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
 {
     size_t n = 0;
-    uint64_t end = now_ms() + (uint64_t)timeout_ms;
+    uint64_t end = env_clock_mono_ms() + (uint64_t)timeout_ms;
     while (n + 1 < cap) {
         struct pollfd p = {fd, POLLIN, 0};
-        int left = (int)(end - now_ms());
+        int left = (int)(end - env_clock_mono_ms());
         if (left <= 0 || poll(&p, 1, left) <= 0)
             return -1;
         ssize_t r = read(fd, buf + n, 1);
@@ -385,7 +379,7 @@ static void *bulk_put(void *arg)
 
 static void wait_members(size_t want)
 {
-    uint64_t end = now_ms() + 30000;
+    uint64_t end = env_clock_mono_ms() + 30000;
     for (;;) {
         kvmesh_member_info_t m[16];
         size_t n = 0, k = 0;
@@ -394,14 +388,14 @@ static void wait_members(size_t want)
             k += m[i].capacity_bytes > 0 && strcmp(m[i].state, "active") == 0;
         if (k == want)
             return;
-        CHECK(now_ms() < end);
+        CHECK(env_clock_mono_ms() < end);
         usleep(50000);
     }
 }
 
 static void warm_up(void)
 {
-    uint64_t end = now_ms() + 120000;
+    uint64_t end = env_clock_mono_ms() + 120000;
     for (int k = 0; k < 64; k++) {
         char key[32];
         snprintf(key, sizeof(key), "warm-%d", k);
@@ -409,7 +403,7 @@ static void warm_up(void)
         size_t got = 0;
         while (kvmesh_put(client, &sc, key, strlen(key), v, sizeof(v), NULL) != 0 ||
                kvmesh_get_into(client, &sc, key, strlen(key), out, sizeof(out), &got) != 0) {
-            CHECK(now_ms() < end);
+            CHECK(env_clock_mono_ms() < end);
             usleep(100000);
         }
     }
@@ -535,11 +529,11 @@ int main(int argc, char **argv)
     }
     /* the tombstone finalization is asynchronous: wait (bounded) for the CAS count to settle */
     double want_cas = (double)(puts + 2 * removes), applied = 0;
-    for (uint64_t end = now_ms() + 15000;;) {
+    for (uint64_t end = env_clock_mono_ms() + 15000;;) {
         scrape_all(after);
         applied = sum_all(after, NRT, "kvmesh_route_cas_total", "result", "applied") -
                   sum_all(before, NRT, "kvmesh_route_cas_total", "result", "applied");
-        if (applied >= want_cas || now_ms() > end)
+        if (applied >= want_cas || env_clock_mono_ms() > end)
             break;
         free_all(after, NRT);
         usleep(100000);
@@ -623,12 +617,12 @@ int main(int argc, char **argv)
     CHECK(bulk_ok >= B_KEYS / 2);
     CHECK(inflight_max > 0);
     /* reclaim runs after the grace window (200 ms in the runtimes): wait for it, bounded */
-    for (uint64_t end = now_ms() + 20000;;) {
+    for (uint64_t end = env_clock_mono_ms() + 20000;;) {
         for (int r = 1; r < NRT; r++)
             CHECK(scrape(port_of(r), &after[r]) == 0);
         after[0] = victim_last;
         double rec = sum_all(after, NRT, "kvmesh_reclaimed_bytes_total", NULL, NULL);
-        if (rec > 0 || now_ms() > end)
+        if (rec > 0 || env_clock_mono_ms() > end)
             break;
         for (int r = 1; r < NRT; r++)
             prom_free(&after[r]);

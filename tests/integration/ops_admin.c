@@ -83,7 +83,7 @@ static bool is_daemon(const struct cluster *c, const char *id, int skip)
 /* Every shard has a record whose primary is a live daemon (bounded wait). */
 static void wait_shards_settled(struct cluster *c, int dead)
 {
-    uint64_t t0 = ops_now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     for (;;) {
         json_t *j = admin_json(c, "shards", NULL, NULL);
         json_t *arr = json_object_get(j, "shards"), *s;
@@ -100,7 +100,7 @@ static void wait_shards_settled(struct cluster *c, int dead)
         json_decref(j);
         if (total == ADM_SHARDS && good == ADM_SHARDS)
             return;
-        if (ops_now_ms() - t0 > ADM_WAIT_MS)
+        if (env_clock_mono_ms() - t0 > ADM_WAIT_MS)
             fail_msg("shard records did not settle: %zu of %d good, %zu records", good, ADM_SHARDS,
                      total);
         usleep(300000);
@@ -226,7 +226,7 @@ static void check_admin(struct cluster *c)
     ops_daemon_stop(&c->d[1]);
     char dead_id[40];
     snprintf(dead_id, sizeof(dead_id), "%s", c->d[1].id);
-    uint64_t t0 = ops_now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     for (;;) {
         admin(&o, c, "members", NULL, NULL, NULL);
         OPS_ASSERT_RUN(&o, 0);
@@ -234,7 +234,7 @@ static void check_admin(struct cluster *c)
         ops_out_free(&o);
         if (gone)
             break;
-        if (ops_now_ms() - t0 > ADM_WAIT_MS)
+        if (env_clock_mono_ms() - t0 > ADM_WAIT_MS)
             fail_msg("the record of the killed daemon %s did not expire", dead_id);
         usleep(300000);
     }

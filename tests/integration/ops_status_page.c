@@ -213,9 +213,9 @@ static void *load_main(void *arg)
     char *val = malloc(OPS_VALUE_LEN);
     memset(val, 'v', OPS_VALUE_LEN);
     kvmesh_scope_t s = {.tenant = "status-page"};
-    uint64_t t0 = ops_now_ms();
-    for (unsigned i = 0;
-         i < OPS_LOAD_MAX / 2 && !atomic_load(&l->stop) && ops_now_ms() - t0 < OPS_LOAD_MAX_MS;
+    uint64_t t0 = env_clock_mono_ms();
+    for (unsigned i = 0; i < OPS_LOAD_MAX / 2 && !atomic_load(&l->stop) &&
+                         env_clock_mono_ms() - t0 < OPS_LOAD_MAX_MS;
          i++) {
         char key[32];
         snprintf(key, sizeof(key), "sp-%06u", i);
@@ -397,11 +397,13 @@ static void test_status_page_in_chromium(void **state)
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, load_main, &l), 0);
     /* Under load: wait for the first requests, then render daemon 0's page. */
-    for (uint64_t t0 = ops_now_ms(); atomic_load(&l.puts) < 50 && ops_now_ms() - t0 < 30000;)
+    for (uint64_t t0 = env_clock_mono_ms();
+         atomic_load(&l.puts) < 50 && env_clock_mono_ms() - t0 < 30000;)
         usleep(10000);
     assert_true(atomic_load(&l.puts) >= 50);
     screenshot("status-page-under-load.png", d[0].admin_port);
-    for (uint64_t t1 = ops_now_ms(); atomic_load(&l.puts) < 500 && ops_now_ms() - t1 < 30000;)
+    for (uint64_t t1 = env_clock_mono_ms();
+         atomic_load(&l.puts) < 500 && env_clock_mono_ms() - t1 < 30000;)
         usleep(10000);
     atomic_store(&l.stop, true);
     pthread_join(th, NULL);
@@ -410,9 +412,9 @@ static void test_status_page_in_chromium(void **state)
     assert_int_equal(atomic_load(&l.failures), 0);
 
     /* Settled: the member records carry every daemon's final used bytes. */
-    uint64_t t0 = ops_now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     while (!settled(d)) {
-        if (ops_now_ms() - t0 > OPS_SETTLE_MS)
+        if (env_clock_mono_ms() - t0 > OPS_SETTLE_MS)
             fail_msg("member records did not settle within %d ms", OPS_SETTLE_MS);
         usleep(200000);
     }

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "env/clock.h"
 #include "testsrv.h"
 
 #define OPS_CMD_TIMEOUT_MS   90000 /* one tool invocation (chromium included) */
@@ -44,13 +45,6 @@ struct ops_out {
     char *out, *err;
     size_t out_len;
 };
-
-static inline uint64_t ops_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static inline char *ops_slurp(const char *path, size_t *len)
 {
@@ -78,13 +72,13 @@ static inline void ops_out_free(struct ops_out *o)
 
 static inline int ops_wait_exit(pid_t pid, uint64_t timeout_ms)
 {
-    uint64_t t0 = ops_now_ms();
+    uint64_t t0 = env_clock_mono_ms();
     for (;;) {
         int st;
         pid_t r = waitpid(pid, &st, WNOHANG);
         if (r == pid)
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (ops_now_ms() - t0 > timeout_ms)
+        if (env_clock_mono_ms() - t0 > timeout_ms)
             return -1;
         usleep(10000);
     }
@@ -211,8 +205,8 @@ static inline int ops_daemon_start(struct ops_daemon *d, int i, const char *cfg_
         argv[n++] = extra[k];
     argv[n] = NULL;
     d->pid = ops_spawn(argv, out, d->log);
-    uint64_t t0 = ops_now_ms();
-    while (ops_now_ms() - t0 < OPS_READY_TIMEOUT_MS) {
+    uint64_t t0 = env_clock_mono_ms();
+    while (env_clock_mono_ms() - t0 < OPS_READY_TIMEOUT_MS) {
         FILE *f = fopen(ready, "r");
         if (f) {
             unsigned long long ep;

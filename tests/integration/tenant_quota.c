@@ -34,6 +34,7 @@
 #include <uv.h>
 
 #include "core/util.h"
+#include "env/clock.h"
 #include "env/env_uv.h"
 #include "kvmesh.h"
 #include "meta/keyspace.h"
@@ -54,13 +55,6 @@ static const char *g_backend;
 static bool g_long;
 static testsrv_t *g_srv;
 static char g_url[256];
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static tn_policy_t policy(void)
 {
@@ -240,7 +234,7 @@ static void w_issue(writer_t *w)
 
 static void w_next(writer_t *w)
 {
-    if (now_ms() >= w->end_ms) {
+    if (env_clock_mono_ms() >= w->end_ms) {
         w->done = true;
         return;
     }
@@ -286,7 +280,7 @@ static int writer_main(const char *url, int id, uint64_t ms, bool mismatch)
     KVM_ASSERT(w != NULL);
     w->id = id;
     w->rnd = (uint32_t)(id * 7919 + 17);
-    w->end_ms = now_ms() + ms;
+    w->end_ms = env_clock_mono_ms() + ms;
     for (int k = 0; k < N_KEYS; k++)
         snprintf(w->keyname[k], sizeof(w->keyname[k]), "w%02d-k%d", id, k);
     if (uv_loop_init(&w->loop) || env_uv_new(&w->env, &w->loop, 0))
@@ -390,11 +384,11 @@ static void test_writers(void **state)
     pid_t mm = 0;
     int mfd = -1;
     uint64_t samples = 0, max_seen_b = 0, max_seen_o = 0;
-    uint64_t t_end = now_ms() + ms + 60000;
+    uint64_t t_end = env_clock_mono_ms() + ms + 60000;
     int running = N_WRITERS;
     int status[N_WRITERS];
     bool reaped[N_WRITERS] = {0};
-    while (running > 0 && now_ms() < t_end) {
+    while (running > 0 && env_clock_mono_ms() < t_end) {
         tn_usage_t u;
         bool found = false;
         if (read_usage(s, qkey, &u, &found) && found) {

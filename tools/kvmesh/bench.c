@@ -255,11 +255,11 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
     uint64_t min_ops = b->quick ? b->nkeys : 4;
     bool batch = op == OP_BPUT || op == OP_BGET;
     bool put = op == OP_PUT || op == OP_BPUT;
-    uint64_t t0 = cli_now_ns(), ops = 0, calls = 0, bytes = 0;
+    uint64_t t0 = kvmesh_tools_now_ns(), ops = 0, calls = 0, bytes = 0;
     size_t bad = 0, failed = 0, k = 0;
     bool reported = false;
     while (ops < max_ops && bytes < BENCH_MAX_ROW_BYTES) {
-        uint64_t now = cli_now_ns();
+        uint64_t now = kvmesh_tools_now_ns();
         if (now - t0 >= budget && ops >= min_ops)
             break;
         uint64_t s = now;
@@ -275,7 +275,7 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
             if (!f && b->verify && !check(b, k, b->dst[0], got))
                 bad++;
         }
-        uint64_t e = cli_now_ns();
+        uint64_t e = kvmesh_tools_now_ns();
         cli_lat_add(&lat, e - s);
         if (f && !reported) {
             report_failure(b, op_names[op]);
@@ -289,7 +289,7 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
         cli_progress(&b->prog, false, "[bench] %-10s %6" PRIu64 " KiB %-9s %8" PRIu64 " ops",
                      sys_names[b->sys], b->size >> 10, op_names[op], ops);
     }
-    r->secs = (double)(cli_now_ns() - t0) / 1e9;
+    r->secs = (double)(kvmesh_tools_now_ns() - t0) / 1e9;
     r->ops = ops;
     r->calls = calls;
     r->bytes = bytes;
@@ -349,13 +349,13 @@ static void measure_memcpy(struct bench *b, size_t si)
     memset(s, 1, size);
     memset(d, 0, size);
     memcpy(d, s, size); /* warm: both buffers faulted in and cached as far as they fit */
-    uint64_t budget = (b->quick ? 5 : 200) * 1000000ull, t0 = cli_now_ns(), bytes = 0;
+    uint64_t budget = (b->quick ? 5 : 200) * 1000000ull, t0 = kvmesh_tools_now_ns(), bytes = 0;
     do {
         memcpy(d, s, size);
         __asm__ __volatile__("" : : "r"(d) : "memory");
         bytes += size;
-    } while (cli_now_ns() - t0 < budget);
-    b->memcpy_gbs[si] = (double)bytes / ((double)(cli_now_ns() - t0));
+    } while (kvmesh_tools_now_ns() - t0 < budget);
+    b->memcpy_gbs[si] = (double)bytes / ((double)(kvmesh_tools_now_ns() - t0));
     free(s);
     free(d);
 }

@@ -94,9 +94,6 @@ int cli_apply_set(kvmesh_config_t *cfg, const char *item, const char *verb);
 /* Prints "kvmesh VERB: WHAT: <strerror>: <last_error>" to stderr. */
 void cli_report(const char *verb, const char *what, int rc);
 
-/* ---- time, statistics, progress ------------------------------------------------------------ */
-uint64_t cli_now_ns(void);
-
 /* Latency samples (bounded: CLI_LAT_MAX samples; past that, reservoir sampling). */
 #define CLI_LAT_MAX 200000
 typedef struct cli_lat {

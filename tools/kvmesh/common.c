@@ -304,13 +304,6 @@ int cli_open_runtime(kvmesh_t **out, kvmesh_config_t *cfg, const char *verb)
     return rc;
 }
 
-uint64_t cli_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void cli_lat_init(cli_lat_t *l)
 {
     memset(l, 0, sizeof(*l));
@@ -370,7 +363,7 @@ void cli_progress_init(cli_progress_t *p, FILE *out, uint64_t non_tty_interval_m
 
 void cli_progress(cli_progress_t *p, bool force, const char *fmt, ...)
 {
-    uint64_t now = cli_now_ns();
+    uint64_t now = kvmesh_tools_now_ns();
     if (!force && p->last_ns && now - p->last_ns < p->interval_ns)
         return;
     p->last_ns = now;

@@ -223,7 +223,7 @@ static int open_runtime(struct demo *d, int i, bool reopen)
 
 static void progress(struct demo *d, cli_progress_t *p, long r, long nreq, double t0, bool force)
 {
-    double el = (double)(cli_now_ns() - (uint64_t)t0) / 1e9;
+    double el = (double)(kvmesh_tools_now_ns() - (uint64_t)t0) / 1e9;
     int up = 0;
     for (int i = 0; i < DEMO_RUNTIMES; i++)
         up += d->rt[i] != NULL;
@@ -287,7 +287,7 @@ int cmd_demo(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     if (!seed)
-        seed = cli_now_ns() | 1;
+        seed = kvmesh_tools_now_ns() | 1;
 
     struct demo *d = calloc(1, sizeof(*d));
     if (!d)
@@ -349,7 +349,7 @@ int cmd_demo(int argc, char **argv)
 
     cli_progress_t prog;
     cli_progress_init(&prog, stdout, 2000);
-    uint64_t t0 = cli_now_ns();
+    uint64_t t0 = kvmesh_tools_now_ns();
     long kill_at = no_kill ? -1 : (long)(requests * 2 / 5);
     long reopen_at = no_kill ? -1 : (long)(requests * 3 / 5);
     if (!no_kill && reopen_at <= kill_at)
@@ -477,7 +477,7 @@ int cmd_demo(int argc, char **argv)
             cli_progress(&prog, false, "[demo] verifying %" PRIu64 " objects read back", acked);
     }
     cli_progress_done(&prog);
-    double el = (double)(cli_now_ns() - t0) / 1e9;
+    double el = (double)(kvmesh_tools_now_ns() - t0) / 1e9;
     uint64_t lost = acked - verified;
     printf("\ndemo summary\n");
     printf("  cluster:      %d runtimes, metadata %s, deployment %s, replicas %" PRIu64 "\n",
