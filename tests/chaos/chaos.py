@@ -184,8 +184,26 @@ class Net:
             self.ex(h, [NFT, "delete", "table", "inet", "chaos"], check=False)
             self.ex(h, [TC, "qdisc", "del", "dev", "eth0", "root"], check=False)
 
-    def netem(self, h, spec):
-        self.ex(h, [TC, "qdisc", "replace", "dev", "eth0", "root", "netem"] + spec)
+    def netem(self, h, delay_ms, jitter_ms, loss_pct):
+        """Delay and loss on h's link. Returns a description of what was applied: tc netem, or
+        where the kernel has no sch_netem, nft random drop (numgen) plus a tbf rate limit (its
+        queue delays bursts; steady light traffic sees little delay)."""
+        r = self.ex(h, [TC, "qdisc", "replace", "dev", "eth0", "root", "netem", "delay",
+                        "%dms" % delay_ms, "%dms" % jitter_ms, "loss", "%d%%" % loss_pct],
+                    check=False)
+        if r.returncode == 0:
+            return "tc netem delay %dms %dms loss %d%%" % (delay_ms, jitter_ms, loss_pct)
+        self.ex(h, [NFT, "add", "table", "inet", "chaos"], check=False)
+        for chain, hook in (("in", "input"), ("out", "output")):
+            self.ex(h, [NFT, "add", "chain", "inet", "chaos", chain,
+                        "{ type filter hook %s priority 0 ; }" % hook], check=False)
+            self.ex(h, [NFT, "add", "rule", "inet", "chaos", chain, "ip", "saddr" if chain ==
+                        "in" else "daddr", "!=", self.ip[h], "numgen", "random", "mod", "100",
+                        "<", str(loss_pct), "drop"])
+        self.ex(h, [TC, "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "512kbit",
+                    "burst", "8kb", "latency", "%dms" % (delay_ms * 4)])
+        return ("no sch_netem in this kernel (%s): nft random drop %d%% both ways + tbf rate "
+                "512kbit latency %dms" % (r.stderr.strip(), loss_pct, delay_ms * 4))
 
 
 class Proc:
@@ -385,7 +403,7 @@ class Cluster:
 
     def final_read(self):
         h = self.net.hosts[-1]
-        c = Proc(self.net, h, self.client_args(h, checker.FINAL_BASE, 40000, final=True),
+        c = Proc(self.net, h, self.client_args(h, checker.FINAL_BASE, 60000, final=True),
                  os.path.join(self.dir, "client-final.log"))
         self.add(c)
         if c.wait(timeout=90) is None:
@@ -452,9 +470,8 @@ class Cluster:
                 self.start_daemon(h)
                 self.sleep(4, t_end)
             elif nemesis == "netem":
-                spec = ["delay", "60ms", "40ms", "loss", "8%"]
-                self.note("netem on %s: %s" % (h, " ".join(spec)))
-                self.net.netem(h, spec)
+                what = self.net.netem(h, 60, 40, 8)
+                self.note("loss and delay on %s: %s" % (h, what))
                 self.sleep(7, t_end + 2)
                 self.heal_all()
                 self.sleep(3, t_end)
@@ -562,26 +579,30 @@ def run_one(a, run_dir, nemesis, tag, redis_pair=False):
         log("  non-linearizable %s: %s" % (k, note))
     for k, v, cands in rep.lost[:5]:
         log("  lost %s: final read %r, expected one of %r" % (k, v, cands))
+    for k in rep.unreadable[:5]:
+        log("  unreadable %s: every final read failed after the heal" % k)
     for k, v in rep.phantom[:5]:
         log("  phantom %s: %r" % (k, v))
     row = {"system": "redis primary/replica" if redis_pair else "kvmesh",
            "nemesis": nemesis, "meta": "-" if redis_pair else a.meta, "seconds": a.duration,
            "ops": rep.ops, "ok_writes": rep.ok["put"] + rep.ok["del"], "ok_reads": rep.ok["get"],
            "info": rep.info, "fail": rep.fail, "nonlinear": len(rep.nonlinear),
-           "lost": len(rep.lost), "phantom": len(rep.phantom), "unknown": len(rep.unknown),
+           "lost": len(rep.lost), "unreadable": len(rep.unreadable),
+           "phantom": len(rep.phantom), "unknown": len(rep.unknown),
            "history": c.history}
     return rep, row
 
 
 def table(rows):
     hdr = ["system", "nemesis", "meta", "s", "ops", "acked writes", "acked reads", "info",
-           "fail", "non-linearizable keys", "lost-ack keys", "phantom", "unknown"]
+           "fail", "non-linearizable keys", "lost-ack keys", "unreadable keys", "phantom",
+           "unknown"]
     out = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for r in rows:
         out.append("| " + " | ".join(str(x) for x in [
             r["system"], r["nemesis"], r["meta"], r["seconds"], r["ops"], r["ok_writes"],
-            r["ok_reads"], r["info"], r["fail"], r["nonlinear"], r["lost"], r["phantom"],
-            r["unknown"]]) + " |")
+            r["ok_reads"], r["info"], r["fail"], r["nonlinear"], r["lost"], r["unreadable"],
+            r["phantom"], r["unknown"]]) + " |")
     return "\n".join(out)
 
 
@@ -694,8 +715,8 @@ def main():
         kv_total = [r for r in rows if r["system"] == "kvmesh"]
         agg = {"system": "kvmesh (all runs)", "nemesis": "all", "meta": "-",
                "seconds": sum(r["seconds"] for r in kv_total)}
-        for k in ["ops", "ok_writes", "ok_reads", "info", "fail", "nonlinear", "lost", "phantom",
-                  "unknown"]:
+        for k in ["ops", "ok_writes", "ok_reads", "info", "fail", "nonlinear", "lost",
+                  "unreadable", "phantom", "unknown"]:
             agg[k] = sum(r[k] for r in kv_total)
         t = table(rows + ([agg] if len(kv_total) > 1 else []))
         print()

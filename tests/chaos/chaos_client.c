@@ -15,8 +15,9 @@
  * (bad input, no space, no quota, connect refused); every other error — KVMESH_ETIMEDOUT,
  * KVMESH_EINDETERMINATE, KVMESH_EUNAVAILABLE, a lost connection — is "info" (indeterminate).
  *
- * --final: each thread reads its share of the keys once, retrying (bounded by the duration)
- * until a read succeeds; the harness runs this after healing every fault.
+ * --final: each thread reads its share of the keys once, retrying until a read succeeds
+ * (bounded: C_FINAL_KEY_MS per key and the duration); the harness runs this after healing
+ * every fault.
  *
  * Every loop is bounded by --duration-ms; each operation by the request timeout. The history
  * file is owned by this process and written under one mutex, one line per event, flushed.
@@ -39,10 +40,11 @@
 
 #include "kvmesh.h"
 
-#define C_MAX_THREADS 64
-#define C_MAX_SETS    32
-#define C_VAL_MAX     128
-#define C_KEY_MAX     32
+#define C_MAX_THREADS  64
+#define C_MAX_SETS     32
+#define C_VAL_MAX      128
+#define C_KEY_MAX      32
+#define C_FINAL_KEY_MS 8000 /* --final: retry one key at most this long */
 
 enum backend { B_KVMESH, B_REDIS };
 enum otype { O_PUT, O_GET, O_DEL };
@@ -348,10 +350,13 @@ static void *worker_main(void *arg)
         for (int k = w->idx; k < opt.keys; k += opt.threads) {
             snprintf(key, sizeof(key), "k%03d", k);
             bool ok = false;
-            for (int tries = 0; !ok && mono_ms() < t_end_ms && tries < 1000; tries++) {
+            /* bounded per key, so one unreadable key leaves time for the others */
+            uint64_t key_end = mono_ms() + C_FINAL_KEY_MS;
+            for (int tries = 0; !ok && mono_ms() < t_end_ms && mono_ms() < key_end && tries < 200;
+                 tries++) {
                 one_op(w, &rc, O_GET, key, NULL, &ok);
                 if (!ok)
-                    usleep(100000);
+                    usleep(150000);
             }
         }
         redis_drop(&rc);

@@ -8,6 +8,9 @@ with put / get / del:
                  process after every fault healed) returns the value of a write that no
                  acknowledged write definitely followed (or absent only if such a write is a del,
                  or nothing was ever acknowledged);
+  unreadable     no key is left unreadable: once every fault healed, a final read of each key
+                 succeeds (absent is a success); a key whose final reads all fail lost its
+                 object (or its route) although its owners are back;
   phantom        no get returns a value that no put of that key ever carried.
 
 Semantics: "ok" happened between its invoke and completion; "fail" did not happen (dropped);
@@ -59,19 +62,22 @@ class Report:
         self.unknown = []  # keys whose search hit STEP_LIMIT
         self.lost = []  # (key, final value, expected one of)
         self.phantom = []  # (key, value)
+        self.unreadable = []  # keys whose final reads all failed after every fault healed
         self.malformed = []
 
     @property
     def violations(self):
-        return len(self.nonlinear) + len(self.lost) + len(self.phantom) + len(self.malformed)
+        return (len(self.nonlinear) + len(self.lost) + len(self.phantom) + len(self.unreadable) +
+                len(self.malformed))
 
     def summary(self):
         return ("%d ops (%d ok put, %d ok del, %d ok get, %d info, %d fail) on %d keys: "
-                "%d non-linearizable keys, %d lost-ack keys, %d phantom reads, %d unknown, "
-                "%d malformed" % (self.ops, self.ok["put"], self.ok["del"], self.ok["get"],
-                                  self.info, self.fail, self.keys, len(self.nonlinear),
-                                  len(self.lost), len(self.phantom), len(self.unknown),
-                                  len(self.malformed)))
+                "%d non-linearizable keys, %d lost-ack keys, %d unreadable keys, %d phantom reads, "
+                "%d unknown, %d malformed" % (
+                    self.ops, self.ok["put"], self.ok["del"], self.ok["get"], self.info,
+                    self.fail, self.keys, len(self.nonlinear), len(self.lost),
+                    len(self.unreadable), len(self.phantom), len(self.unknown),
+                    len(self.malformed)))
 
 
 def parse(lines):
@@ -264,6 +270,8 @@ def check(events_or_lines, final_base=FINAL_BASE):
         # lost acknowledged writes: the final read against the writes nothing definitely followed
         finals = [op for op in reads if op.process >= final_base]
         if not finals:
+            if any(op.process >= final_base for op in kops):
+                r.unreadable.append(key)  # every final read failed, with every fault healed
             continue
         fin = max(finals, key=lambda o: o.invoke)
         writes = [op for op in kops if op.f in ("put", "del") and op.type != "fail"]
@@ -293,6 +301,8 @@ def main(argv):
         print("  non-linearizable %s: %s" % (k, note))
     for k, v, c in r.lost[:20]:
         print("  lost %s: final read %r, expected one of %r" % (k, v, c))
+    for k in r.unreadable[:20]:
+        print("  unreadable %s: every final read failed" % k)
     for k, v in r.phantom[:20]:
         print("  phantom %s: %r never written" % (k, v))
     for m in r.malformed[:20]:

@@ -106,6 +106,14 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual([k for k, _, _ in r.lost], ["a"])
         self.assertEqual(len(r.nonlinear), 1)  # the same loss, seen by the search
 
+    def test_unreadable_after_heal(self):
+        r = self.run_h(op(1, "put", "a", "x", 0, 1),
+                       op(F, "get", "a", None, 10, 11, res="fail"),
+                       op(F, "get", "a", None, 12, 13, res="fail"))
+        self.assertEqual(r.unreadable, ["a"])
+        self.assertEqual(r.lost, [])
+        self.assertEqual(r.violations, 1)
+
     def test_keys_independent(self):
         r = self.run_h(op(1, "put", "a", "x", 0, 1), op(2, "get", "b", None, 2, 3, out=None))
         self.assertEqual(r.violations, 0, r.summary())
