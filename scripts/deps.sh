@@ -12,6 +12,7 @@ PKGS=(
   redis-server redis-tools etcd-server etcd-client memcached
   clang libclang-rt-14-dev clang-format gcovr
   python3 python3-dev python3-pytest python3-numpy
+  iproute2 nftables libfaketime
 )
 
 missing=()

@@ -180,6 +180,7 @@ def linearizable(ops, limit=STEP_LIMIT):
     linearized = 0
     cur = head_next
     steps = 0
+    best = [0, None, None]  # deepest prefix: length, blocking op, last linearized op
     while True:
         if pending_returns == 0:
             return True, ""
@@ -209,9 +210,12 @@ def linearizable(ops, limit=STEP_LIMIT):
             cur = nxt[cur]
             continue
         # a return entry (or the end): backtrack
+        if cur < n and len(stack) >= best[0]:
+            best[0], best[1], best[2] = len(stack), entries[cur][2], stack[-1][0] if stack else None
         if not stack:
-            first = entries[cur][2] if cur < n else None
-            return False, "no linearization; stuck before the completion of %r" % (first,)
+            return False, ("no linearization; the longest linearizable prefix has %d ops, "
+                           "ending with %r; after it nothing can be linearized before the "
+                           "completion of %r" % (best[0], best[2], best[1]))
         op, prev_state = stack.pop()
         state = prev_state
         linearized &= ~bit[op.idx]
