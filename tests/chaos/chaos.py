@@ -89,18 +89,28 @@ def pid_alive(pid):
         return True
 
 
-def sweep_stale():
-    """Deletes namespaces kvc<pid>-* whose pid is no longer running."""
+def sweep_stale(own=False):
+    """Deletes namespaces kvc<pid>-* whose pid is no longer running (own: also this run's),
+    after killing the processes left inside them (a harness that was SIGKILLed leaves its
+    daemons there; only this harness starts processes in these namespaces)."""
     r = sh([IP, "netns", "list"], check=False)
     n = 0
     for line in r.stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         m = re.match(r"^kvc(\d+)-", name)
-        if m and not pid_alive(int(m.group(1))):
+        if not m:
+            continue
+        pid = int(m.group(1))
+        if (own and pid == os.getpid()) or (pid != os.getpid() and not pid_alive(pid)):
+            for p in sh([IP, "netns", "pids", name], check=False).stdout.split():
+                try:
+                    os.kill(int(p), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
             sh([IP, "netns", "del", name], check=False)
             n += 1
     if n:
-        log("removed %d stale namespaces of earlier runs" % n)
+        log("removed %d leftover namespaces (%s)" % (n, "this run" if own else "earlier runs"))
 
 
 class Net:
@@ -593,16 +603,37 @@ def run_one(a, run_dir, nemesis, tag, redis_pair=False):
     return rep, row
 
 
-def table(rows):
-    hdr = ["system", "nemesis", "meta", "s", "ops", "acked writes", "acked reads", "info",
-           "fail", "non-linearizable keys", "lost-ack keys", "unreadable keys", "phantom",
-           "unknown"]
-    out = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+COUNTS = ["seconds", "ops", "ok_writes", "ok_reads", "info", "fail", "nonlinear", "lost",
+          "unreadable", "phantom", "unknown"]
+
+
+def group(rows):
+    """Sums rows of the same (system, nemesis, metadata); adds a total row for kvmesh."""
+    out = {}
     for r in rows:
-        out.append("| " + " | ".join(str(x) for x in [
-            r["system"], r["nemesis"], r["meta"], r["seconds"], r["ops"], r["ok_writes"],
-            r["ok_reads"], r["info"], r["fail"], r["nonlinear"], r["lost"], r["unreadable"],
-            r["phantom"], r["unknown"]]) + " |")
+        k = (r["system"], r["nemesis"], r["meta"])
+        g = out.setdefault(k, dict({c: 0 for c in COUNTS}, system=k[0], nemesis=k[1],
+                                   meta=k[2], runs=0))
+        g["runs"] += 1
+        for c in COUNTS:
+            g[c] += r[c]
+    res = list(out.values())
+    kv = [g for g in res if g["system"] == "kvmesh"]
+    if len(kv) > 1:
+        tot = dict({c: sum(g[c] for g in kv) for c in COUNTS}, system="kvmesh (all)",
+                   nemesis="all", meta="-", runs=sum(g["runs"] for g in kv))
+        res.append(tot)
+    return res
+
+
+def table(rows):
+    hdr = ["system", "nemesis", "metadata", "runs", "workload s", "ops", "acked writes",
+           "acked reads", "info", "fail", "non-linearizable keys", "lost-ack keys",
+           "unreadable keys", "phantom", "unknown"]
+    out = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+    for r in group(rows):
+        out.append("| " + " | ".join(str(r[x]) for x in [
+            "system", "nemesis", "meta", "runs"] + COUNTS) + " |")
     return "\n".join(out)
 
 
@@ -678,6 +709,7 @@ def main():
             plan.append(("partition", "-", True))
 
     rows = []
+    errors = []
     failed = False
     t_stop = time.monotonic() + a.hours * 3600
     i = 0
@@ -685,9 +717,13 @@ def main():
         while True:
             if a.soak:
                 if time.monotonic() >= t_stop:
-                    break
-                n = NEMESES[1 + i % (len(NEMESES) - 1)]
-                step = (n, "etcd" if (i // (len(NEMESES) - 1)) % 2 else "redis", False)
+                    if a.compare_redis and not any(r["system"] != "kvmesh" for r in rows):
+                        step = ("partition", "-", True)  # once, at the end
+                    else:
+                        break
+                else:
+                    n = NEMESES[1 + i % (len(NEMESES) - 1)]
+                    step = (n, "etcd" if (i // (len(NEMESES) - 1)) % 2 else "redis", False)
             else:
                 if i >= len(plan):
                     break
@@ -701,6 +737,14 @@ def main():
             except Refused as e:
                 print("chaos: refused: %s" % e, file=sys.stderr)
                 return 3
+            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                # the run could not complete (a daemon that does not rejoin, a client that does
+                # not stop): a failure of its own, reported, and the schedule goes on
+                log("run %s could not complete: %s" % (tag, e))
+                errors.append("%s: %s" % (tag, e))
+                failed = True
+                i += 1
+                continue
             rows.append(row)
             if not rp and rep.violations:
                 failed = True
@@ -709,16 +753,10 @@ def main():
         log("interrupted (%s): cleaned up" % e)
         return 130
     finally:
-        sweep_stale()
+        sweep_stale(own=True)
 
     if rows:
-        kv_total = [r for r in rows if r["system"] == "kvmesh"]
-        agg = {"system": "kvmesh (all runs)", "nemesis": "all", "meta": "-",
-               "seconds": sum(r["seconds"] for r in kv_total)}
-        for k in ["ops", "ok_writes", "ok_reads", "info", "fail", "nonlinear", "lost",
-                  "unreadable", "phantom", "unknown"]:
-            agg[k] = sum(r[k] for r in kv_total)
-        t = table(rows + ([agg] if len(kv_total) > 1 else []))
+        t = table(rows)
         print()
         print(t)
         if a.results:
@@ -726,6 +764,8 @@ def main():
                 f.write("\n" + " ".join(sys.argv) + "\n\n" + t + "\n")
         with open(os.path.join(run_dir, "results.json"), "w") as f:
             json.dump(rows, f, indent=1)
+    for e in errors:
+        print("harness error: %s" % e)
     if not a.keep and not a.out and not failed:
         shutil.rmtree(run_dir, ignore_errors=True)
     elif failed:
