@@ -165,5 +165,23 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual(len(r.nonlinear), 1)
 
 
+class FindingsTest(unittest.TestCase):
+    """Real histories of violations the harness found (tests/chaos/findings/)."""
+
+    def load(self, name):
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "findings",
+                               name)) as f:
+            return checker.check(f.readlines())
+
+    def test_partition_minority_ack(self):
+        r = self.load("partition-minority-ack.jsonl")
+        self.assertEqual([k for k, _ in r.nonlinear], ["k004"])
+
+    def test_netem_timeout_unreadable(self):
+        r = self.load("netem-timeout-unreadable.jsonl")
+        self.assertEqual(r.unreadable, ["k008"])
+        self.assertEqual(r.nonlinear, [])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)
