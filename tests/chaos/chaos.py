@@ -597,14 +597,15 @@ def run_one(a, run_dir, nemesis, tag, redis_pair=False):
            "nemesis": nemesis, "meta": "-" if redis_pair else a.meta, "seconds": a.duration,
            "ops": rep.ops, "ok_writes": rep.ok["put"] + rep.ok["del"], "ok_reads": rep.ok["get"],
            "info": rep.info, "fail": rep.fail, "nonlinear": len(rep.nonlinear),
-           "lost": len(rep.lost), "unreadable": len(rep.unreadable),
+           "lost": len(rep.lost), "rolled_back": len(rep.rolled_back),
+           "unreadable": len(rep.unreadable),
            "phantom": len(rep.phantom), "unknown": len(rep.unknown),
            "history": c.history}
     return rep, row
 
 
 COUNTS = ["seconds", "ops", "ok_writes", "ok_reads", "info", "fail", "nonlinear", "lost",
-          "unreadable", "phantom", "unknown"]
+          "rolled_back", "unreadable", "phantom", "unknown"]
 
 
 def group(rows):
@@ -629,7 +630,7 @@ def group(rows):
 def table(rows):
     hdr = ["system", "nemesis", "metadata", "runs", "workload s", "ops", "acked writes",
            "acked reads", "info", "fail", "non-linearizable keys", "lost-ack keys",
-           "unreadable keys", "phantom", "unknown"]
+           "acked writes rolled back", "unreadable keys", "phantom", "unknown"]
     out = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for r in group(rows):
         out.append("| " + " | ".join(str(r[x]) for x in [
@@ -675,7 +676,28 @@ def main():
                     help="succeed only if a violation is found (the broken build)")
     ap.add_argument("--sweep", action="store_true", help="remove stale namespaces and exit")
     ap.add_argument("--results", help="append the results table (markdown) to this file")
+    ap.add_argument("--recheck", metavar="DIR",
+                    help="check the histories of an earlier run directory again (its "
+                    "results.json) and print the table")
     a = ap.parse_args()
+
+    if a.recheck:
+        with open(os.path.join(a.recheck, "results.json")) as f:
+            rows = json.load(f)
+        bad = 0
+        for r in rows:
+            with open(r["history"]) as f:
+                rep = checker.check(f.readlines())
+            r.update(ops=rep.ops, ok_writes=rep.ok["put"] + rep.ok["del"],
+                     ok_reads=rep.ok["get"], info=rep.info, fail=rep.fail,
+                     nonlinear=len(rep.nonlinear), lost=len(rep.lost),
+                     rolled_back=len(rep.rolled_back), unreadable=len(rep.unreadable),
+                     phantom=len(rep.phantom), unknown=len(rep.unknown))
+            if r["system"] == "kvmesh" and rep.violations:
+                bad += 1
+                log("%s: %s" % (r["history"], rep.summary()))
+        print(table(rows))
+        return 1 if bad else 0
 
     sweep_stale()
     if a.sweep:

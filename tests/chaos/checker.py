@@ -8,6 +8,9 @@ with put / get / del:
                  process after every fault healed) returns the value of a write that no
                  acknowledged write definitely followed (or absent only if such a write is a del,
                  or nothing was ever acknowledged);
+  rolled back    no acknowledged write is seen undone: no read that starts after an acknowledged
+                 write ended returns a value written before that write began (or absent when no
+                 del could follow it); counted per acknowledged write (the size of a loss);
   unreadable     no key is left unreadable: once every fault healed, a final read of each key
                  succeeds (absent is a success); a key whose final reads all fail lost its
                  object (or its route) although its owners are back;
@@ -63,19 +66,21 @@ class Report:
         self.lost = []  # (key, final value, expected one of)
         self.phantom = []  # (key, value)
         self.unreadable = []  # keys whose final reads all failed after every fault healed
+        self.rolled_back = set()  # op indices of acknowledged writes a later read showed undone
         self.malformed = []
 
     @property
     def violations(self):
-        return (len(self.nonlinear) + len(self.lost) + len(self.phantom) + len(self.unreadable) +
-                len(self.malformed))
+        return (len(self.nonlinear) + len(self.lost) + len(self.rolled_back) + len(self.phantom) +
+                len(self.unreadable) + len(self.malformed))
 
     def summary(self):
         return ("%d ops (%d ok put, %d ok del, %d ok get, %d info, %d fail) on %d keys: "
-                "%d non-linearizable keys, %d lost-ack keys, %d unreadable keys, %d phantom reads, "
-                "%d unknown, %d malformed" % (
+                "%d non-linearizable keys, %d lost-ack keys, %d acked writes rolled back, "
+                "%d unreadable keys, %d phantom reads, %d unknown, %d malformed" % (
                     self.ops, self.ok["put"], self.ok["del"], self.ok["get"], self.info,
                     self.fail, self.keys, len(self.nonlinear), len(self.lost),
+                    len(self.rolled_back),
                     len(self.unreadable), len(self.phantom), len(self.unknown),
                     len(self.malformed)))
 
@@ -253,6 +258,24 @@ def check(events_or_lines, final_base=FINAL_BASE):
         for op in reads:
             if op.value is not None and op.value not in written:
                 r.phantom.append((key, op.value))
+        # acknowledged writes that a later read shows undone: the read returns a value written
+        # before the acknowledged write began (or absent, with no del that could follow it)
+        acked_w = [op for op in kops if op.f in ("put", "del") and op.type == "ok"]
+        put_of = {op.value: op for op in kops if op.f == "put"}
+        dels = [op for op in kops if op.f == "del" and op.type != "fail"]
+        for rd in reads:
+            if rd.value is not None:
+                wv = put_of.get(rd.value)
+                if wv is None:
+                    continue
+                for w in acked_w:
+                    if w.invoke > wv.complete and w.complete < rd.invoke:
+                        r.rolled_back.add(w.idx)
+            else:
+                for w in acked_w:
+                    if w.f == "put" and w.complete < rd.invoke and \
+                            not any(d.complete > w.invoke and d.invoke < rd.complete for d in dels):
+                        r.rolled_back.add(w.idx)
         # the search set
         s = []
         for op in kops:

@@ -47,6 +47,7 @@ class CheckerTest(unittest.TestCase):
                        op(2, "get", "a", None, 4, 5, out="x"))
         self.assertEqual([k for k, _ in r.nonlinear], ["a"])
         self.assertEqual(r.phantom, [])
+        self.assertEqual(len(r.rolled_back), 1)  # put y was seen undone
 
     def test_read_after_delete_is_caught(self):
         r = self.run_h(op(1, "put", "a", "x", 0, 1),
@@ -176,6 +177,7 @@ class FindingsTest(unittest.TestCase):
     def test_partition_minority_ack(self):
         r = self.load("partition-minority-ack.jsonl")
         self.assertEqual([k for k, _ in r.nonlinear], ["k004"])
+        self.assertGreaterEqual(len(r.rolled_back), 1)
 
     def test_netem_timeout_unreadable(self):
         r = self.load("netem-timeout-unreadable.jsonl")
