@@ -469,7 +469,7 @@ class Cluster:
                 self.meta.start()
                 self.sleep(6, t_end)
             elif nemesis == "clock":
-                spec = "+%d x0.99" % (300 + 60 * k)
+                spec = self.a.faketime or "+%d x0.99" % (300 + 60 * k)
                 self.note("restart kvmeshd on %s under libfaketime FAKETIME='%s'" % (h, spec))
                 self.daemons[h].kill()
                 self.start_daemon(h, env={"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": spec,
@@ -669,6 +669,10 @@ def main():
     ap.add_argument("--rate", type=int, default=15, help="ops/s per logical process")
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--meta", choices=["redis", "etcd"], default="redis")
+    ap.add_argument("--faketime", metavar="SPEC",
+                    help="FAKETIME of the clock nemesis (default '+N x0.99': N s ahead, 1%% "
+                    "slow); a rate beyond the 2%% drift bound, e.g. 'x0.5', is outside the "
+                    "failure model")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     ap.add_argument("--out", help="directory for histories and logs (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
