@@ -299,6 +299,8 @@ class Cluster:
         self.deployment = "chaos"
         self.rnd = random.Random(a.seed)
         self.events = []  # nemesis log: (time, text)
+        self.losses = []  # (CLOCK_MONOTONIC ns, host): a daemon that lost its memory
+        self.crashes = []  # daemons that exited without being killed by the harness
 
     def note(self, text):
         self.events.append((time.monotonic(), text))
@@ -432,7 +434,7 @@ class Cluster:
                 time.sleep(min(5, max(0, left)))
             elif nemesis == "kill":
                 self.note("SIGKILL kvmeshd on %s" % h)
-                self.daemons[h].kill()
+                self.lose(h)
                 self.sleep(2.5, t_end)
                 self.note("restart kvmeshd on %s" % h)
                 self.start_daemon(h)
@@ -471,12 +473,12 @@ class Cluster:
             elif nemesis == "clock":
                 spec = self.a.faketime or "+%d x0.99" % (300 + 60 * k)
                 self.note("restart kvmeshd on %s under libfaketime FAKETIME='%s'" % (h, spec))
-                self.daemons[h].kill()
+                self.lose(h)
                 self.start_daemon(h, env={"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": spec,
                                           "FAKETIME_NO_CACHE": "1"})
                 self.sleep(8, t_end)
                 self.note("restart kvmeshd on %s on the real clock" % h)
-                self.daemons[h].kill()
+                self.lose(h)
                 self.start_daemon(h)
                 self.sleep(4, t_end)
             elif nemesis == "netem":
@@ -488,17 +490,28 @@ class Cluster:
             else:
                 raise ValueError(nemesis)
 
+    def lose(self, h):
+        """SIGKILLs the daemon on h (its memory, and so its replicas, are gone)."""
+        self.losses.append((time.monotonic_ns(), h))
+        self.daemons[h].kill()
+
+    def check_crashes(self):
+        for h, d in self.daemons.items():
+            if d.p is not None and not d.alive():
+                self.crashes.append("kvmeshd on %s exited by itself (status %s); see %s" %
+                                    (h, d.p.returncode, d.logpath))
+                self.losses.append((time.monotonic_ns(), h))
+                log("  CRASH: " + self.crashes[-1])
+                self.start_daemon(h)
+
     def sleep(self, s, t_limit):
         time.sleep(max(0.0, min(s, t_limit - time.monotonic())))
 
     def heal_all(self):
         self.net.heal()
-        for h, d in self.daemons.items():
-            if d.p is not None and not d.alive():
-                self.note("restart kvmeshd on %s (heal)" % h)
-                self.start_daemon(h)
-            else:
-                d.signal(signal.SIGCONT)
+        for d in self.daemons.values():
+            d.signal(signal.SIGCONT)
+        self.check_crashes()
         if self.meta is not None and not self.meta.alive():
             self.meta.start()
 
@@ -579,16 +592,22 @@ def run_one(a, run_dir, nemesis, tag, redis_pair=False):
             c.run_workload(nemesis, a.duration)
             time.sleep(LEASE_MS * 3 / 1000)  # every fault healed: leases settle
         c.final_read()
+        c.check_crashes()
     finally:
         c.stop_all()
         c.net.delete()
     with open(c.history) as f:
-        rep = checker.check(f.readlines())
+        rep = checker.check(f.readlines(), losses=c.losses, replicas=a.replicas)
     log("run %s: %s" % (tag, rep.summary()))
     for k, note in rep.nonlinear[:5]:
         log("  non-linearizable %s: %s" % (k, note))
     for k, v, cands in rep.lost[:5]:
         log("  lost %s: final read %r, expected one of %r" % (k, v, cands))
+    for k in rep.unreadable_allowed[:5]:
+        log("  unreadable %s: allowed, %d owners lost their memory after its last write" %
+            (k, a.replicas))
+    for m in c.crashes:
+        log("  crash: " + m)
     for k in rep.unreadable[:5]:
         log("  unreadable %s: every final read failed after the heal" % k)
     for k, v in rep.phantom[:5]:
@@ -598,14 +617,15 @@ def run_one(a, run_dir, nemesis, tag, redis_pair=False):
            "ops": rep.ops, "ok_writes": rep.ok["put"] + rep.ok["del"], "ok_reads": rep.ok["get"],
            "info": rep.info, "fail": rep.fail, "nonlinear": len(rep.nonlinear),
            "lost": len(rep.lost), "rolled_back": len(rep.rolled_back),
-           "unreadable": len(rep.unreadable),
+           "unreadable": len(rep.unreadable), "allowed": len(rep.unreadable_allowed),
+           "crashes": len(c.crashes), "losses": c.losses, "replicas": a.replicas,
            "phantom": len(rep.phantom), "unknown": len(rep.unknown),
            "history": c.history}
     return rep, row
 
 
 COUNTS = ["seconds", "ops", "ok_writes", "ok_reads", "info", "fail", "nonlinear", "lost",
-          "rolled_back", "unreadable", "phantom", "unknown"]
+          "rolled_back", "unreadable", "allowed", "phantom", "unknown", "crashes"]
 
 
 def group(rows):
@@ -630,7 +650,8 @@ def group(rows):
 def table(rows):
     hdr = ["system", "nemesis", "metadata", "runs", "workload s", "ops", "acked writes",
            "acked reads", "info", "fail", "non-linearizable keys", "lost-ack keys",
-           "acked writes rolled back", "unreadable keys", "phantom", "unknown"]
+           "acked writes rolled back", "unreadable keys", "unreadable, replicas lost",
+           "phantom", "unknown", "daemon crashes"]
     out = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for r in group(rows):
         out.append("| " + " | ".join(str(r[x]) for x in [
@@ -690,13 +711,21 @@ def main():
             rows = json.load(f)
         bad = 0
         for r in rows:
+            losses = [tuple(x) for x in r.get("losses", [])]
+            nlog = os.path.join(os.path.dirname(r["history"]), "nemesis.log")
+            if "losses" not in r and os.path.exists(nlog):  # older results.json: from the log
+                for line in open(nlog):
+                    m = re.match(r"^(\d+) (?:SIGKILL|restart) kvmeshd on (h\d+)", line)
+                    if m and "(heal)" not in line and not line.startswith("SIGKILL the"):
+                        losses.append((int(m.group(1)), m.group(2)))
             with open(r["history"]) as f:
-                rep = checker.check(f.readlines())
+                rep = checker.check(f.readlines(), losses=losses, replicas=r.get("replicas", 2))
             r.update(ops=rep.ops, ok_writes=rep.ok["put"] + rep.ok["del"],
                      ok_reads=rep.ok["get"], info=rep.info, fail=rep.fail,
                      nonlinear=len(rep.nonlinear), lost=len(rep.lost),
                      rolled_back=len(rep.rolled_back), unreadable=len(rep.unreadable),
-                     phantom=len(rep.phantom), unknown=len(rep.unknown))
+                     phantom=len(rep.phantom), unknown=len(rep.unknown),
+                     allowed=len(rep.unreadable_allowed), crashes=r.get("crashes", 0))
             if r["system"] == "kvmesh" and rep.violations:
                 bad += 1
                 log("%s: %s" % (r["history"], rep.summary()))
@@ -772,7 +801,7 @@ def main():
                 i += 1
                 continue
             rows.append(row)
-            if not rp and rep.violations:
+            if not rp and (rep.violations or row["crashes"]):
                 failed = True
             i += 1
     except KeyboardInterrupt as e:

@@ -115,6 +115,16 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual(r.lost, [])
         self.assertEqual(r.violations, 1)
 
+    def test_unreadable_allowed_after_two_owner_losses(self):
+        rows = op(1, "put", "a", "x", 0, 1) + op(F, "get", "a", None, 10, 11, res="fail")
+        rows.sort(key=lambda r: r[5])
+        one = checker.check(H(*rows), losses=[(5, "h1"), (6, "h1")])
+        self.assertEqual(one.unreadable, ["a"])  # the same owner twice: a replica survives
+        two = checker.check(H(*rows), losses=[(5, "h1"), (6, "h2")])
+        self.assertEqual((two.unreadable, two.unreadable_allowed), ([], ["a"]))
+        before = checker.check(H(*rows), losses=[(-2, "h1"), (-1, "h2")])
+        self.assertEqual(before.unreadable, ["a"])  # lost before the write: no excuse
+
     def test_keys_independent(self):
         r = self.run_h(op(1, "put", "a", "x", 0, 1), op(2, "get", "b", None, 2, 3, out=None))
         self.assertEqual(r.violations, 0, r.summary())
