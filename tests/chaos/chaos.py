@@ -301,6 +301,7 @@ class Cluster:
         self.events = []  # nemesis log: (time, text)
         self.losses = []  # (CLOCK_MONOTONIC ns, host): a daemon that lost its memory
         self.crashes = []  # daemons that exited without being killed by the harness
+        self.join_failures = []  # daemons that exited while joining (started again)
 
     def note(self, text):
         self.events.append((time.monotonic(), text))
@@ -360,17 +361,25 @@ class Cluster:
                 "--ready-file", os.path.join(self.dir, "ready-" + h)]
 
     def start_daemon(self, h, env=None):
+        """Starts kvmeshd on h and waits until it has joined. A daemon that exits while joining
+        is started again, at most twice, as a supervisor would (noted: a finding of its own)."""
         rf = os.path.join(self.dir, "ready-" + h)
-        if os.path.exists(rf):
-            os.unlink(rf)
-        p = Proc(self.net, h, self.daemon_args(h), os.path.join(self.dir, "kvmeshd-%s.log" % h),
-                 env)
-        self.daemons[h] = p
-        self.add(p)
-        wait_until(lambda: os.path.exists(rf) and os.path.getsize(rf) > 0 or not p.alive(), 30,
-                   "kvmeshd on %s to join" % h)
-        if not p.alive():
-            raise RuntimeError("kvmeshd on %s exited; see %s" % (h, p.logpath))
+        for attempt in range(3):
+            if os.path.exists(rf):
+                os.unlink(rf)
+            p = Proc(self.net, h, self.daemon_args(h),
+                     os.path.join(self.dir, "kvmeshd-%s.log" % h), env)
+            self.daemons[h] = p
+            self.add(p)
+            wait_until(lambda: os.path.exists(rf) and os.path.getsize(rf) > 0 or not p.alive(),
+                       30, "kvmeshd on %s to join" % h)
+            if p.alive():
+                return
+            p.wait(5)
+            self.join_failures.append("kvmeshd on %s exited while joining (status %s); see %s" %
+                                      (h, p.p.returncode, p.logpath))
+            self.note("kvmeshd on %s exited while joining; starting it again" % h)
+        raise RuntimeError("kvmeshd on %s exited while joining 3 times; see %s" % (h, p.logpath))
 
     def start_kvmesh(self):
         self.start_meta()
@@ -608,6 +617,8 @@ def run_one(a, run_dir, nemesis, tag, redis_pair=False):
             (k, a.replicas))
     for m in c.crashes:
         log("  crash: " + m)
+    for m in c.join_failures:
+        log("  failed join: " + m)
     for k in rep.unreadable[:5]:
         log("  unreadable %s: every final read failed after the heal" % k)
     for k, v in rep.phantom[:5]:
@@ -618,14 +629,16 @@ def run_one(a, run_dir, nemesis, tag, redis_pair=False):
            "info": rep.info, "fail": rep.fail, "nonlinear": len(rep.nonlinear),
            "lost": len(rep.lost), "rolled_back": len(rep.rolled_back),
            "unreadable": len(rep.unreadable), "allowed": len(rep.unreadable_allowed),
-           "crashes": len(c.crashes), "losses": c.losses, "replicas": a.replicas,
+           "crashes": len(c.crashes), "join_failures": len(c.join_failures),
+           "losses": c.losses, "replicas": a.replicas,
            "phantom": len(rep.phantom), "unknown": len(rep.unknown),
            "history": c.history}
     return rep, row
 
 
 COUNTS = ["seconds", "ops", "ok_writes", "ok_reads", "info", "fail", "nonlinear", "lost",
-          "rolled_back", "unreadable", "allowed", "phantom", "unknown", "crashes"]
+          "rolled_back", "unreadable", "allowed", "phantom", "unknown", "crashes",
+          "join_failures"]
 
 
 def group(rows):
@@ -651,7 +664,7 @@ def table(rows):
     hdr = ["system", "nemesis", "metadata", "runs", "workload s", "ops", "acked writes",
            "acked reads", "info", "fail", "non-linearizable keys", "lost-ack keys",
            "acked writes rolled back", "unreadable keys", "unreadable, replicas lost",
-           "phantom", "unknown", "daemon crashes"]
+           "phantom", "unknown", "daemon crashes", "failed joins"]
     out = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for r in group(rows):
         out.append("| " + " | ".join(str(r[x]) for x in [
@@ -725,7 +738,8 @@ def main():
                      nonlinear=len(rep.nonlinear), lost=len(rep.lost),
                      rolled_back=len(rep.rolled_back), unreadable=len(rep.unreadable),
                      phantom=len(rep.phantom), unknown=len(rep.unknown),
-                     allowed=len(rep.unreadable_allowed), crashes=r.get("crashes", 0))
+                     allowed=len(rep.unreadable_allowed), crashes=r.get("crashes", 0),
+                     join_failures=r.get("join_failures", 0))
             if r["system"] == "kvmesh" and rep.violations:
                 bad += 1
                 log("%s: %s" % (r["history"], rep.summary()))
