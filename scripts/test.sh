@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Builds kvmesh and runs every test: a -Werror build, an ASan+UBSan build, a TSan build of the
-# threaded tests (unit tests and the RPC/transport/metadata/observability integration tests), and the libFuzzer targets (built with clang, each run briefly on its corpus),
-# and the Python package (scripts/python-test.sh: wheel, fresh venv, tests/python/ with pytest).
+# threaded tests (unit tests and the RPC/transport/metadata/observability integration tests),
+# the libFuzzer targets (built with clang, each run briefly on its corpus), the Python package
+# (scripts/python-test.sh: wheel, fresh venv, tests/python/ with pytest), and the chaos stage
+# (root only: network namespaces), which runs real daemons under every nemesis of
+# tests/chaos/chaos.py with the werror build, and checks that a deliberately broken build
+# (KVMESH_CHAOS_BROKEN=ack_before_mirror) is caught; docs/reliability.md.
 # Installs missing packages first (scripts/deps.sh). Exits non-zero when anything fails.
 #
-#   KVMESH_TEST_STAGES="werror asan tsan fuzz python"   stages to run (default: all)
+#   KVMESH_TEST_STAGES="werror asan tsan fuzz python chaos"   stages to run (default: all)
 #   KVMESH_JOBS=N                                 build/test parallelism (default: nproc)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +17,7 @@ ROOT=$(pwd)
 
 bash scripts/deps.sh || exit 1
 
-STAGES=${KVMESH_TEST_STAGES:-"werror asan tsan fuzz python"}
+STAGES=${KVMESH_TEST_STAGES:-"werror asan tsan fuzz python chaos"}
 JOBS=${KVMESH_JOBS:-$(nproc)}
 failed_stages=()
 passed_stages=()
@@ -79,6 +83,33 @@ for s in $STAGES; do
       passed_stages+=("python")
     else
       failed_stages+=("python(test)")
+    fi ;;
+  chaos)
+    # Uses the werror stage's build dir (builds it when that stage did not run). Bounded: each
+    # nemesis runs 18 s of workload; the whole stage takes about 5-7 minutes on 2 cores.
+    echo "=== stage chaos: build (build, build-chaos-broken)"
+    if ! { cmake -S "$ROOT" -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVMESH_WERROR=ON &&
+      cmake --build build -j "$JOBS" --target kvmeshd chaos_client; } >build.chaos.log 2>&1 ||
+      ! { cmake -S "$ROOT" -B build-chaos-broken -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DKVMESH_WERROR=ON -DKVMESH_CHAOS_BROKEN=ack_before_mirror &&
+      cmake --build build-chaos-broken -j "$JOBS" --target kvmeshd chaos_client; } \
+        >>build.chaos.log 2>&1; then
+      tail -n 30 build.chaos.log; failed_stages+=("chaos(build)")
+    else
+      echo "=== stage chaos: every nemesis + the Redis comparison"
+      /usr/bin/python3 tests/chaos/chaos.py --schedule ci --duration 18 --bin-dir build/bin
+      rc=$?
+      echo "=== stage chaos: the broken build (ack_before_mirror) must be caught"
+      /usr/bin/python3 tests/chaos/chaos.py --nemesis kill --duration 25 \
+        --bin-dir build-chaos-broken/bin --expect-violation
+      rc_broken=$?
+      if [ $rc -eq 0 ] && [ $rc_broken -eq 0 ]; then
+        passed_stages+=("chaos")
+      else
+        [ $rc -eq 3 ] || [ $rc_broken -eq 3 ] && echo "chaos: the machine refused namespaces/nftables (see above)"
+        [ $rc -eq 0 ] || failed_stages+=("chaos(violations)")
+        [ $rc_broken -eq 0 ] || failed_stages+=("chaos(broken build not caught)")
+      fi
     fi ;;
   *) echo "unknown stage $s"; failed_stages+=("$s") ;;
   esac

@@ -230,6 +230,13 @@ static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
     e->busy = true;
     sh->mirrors_inflight++;
     op->pending = 1; /* held until every call is issued */
+#ifdef KVMESH_CHAOS_BROKEN_ACK_BEFORE_MIRROR
+    /* Test-only broken variant (CMake KVMESH_CHAOS_BROKEN=ack_before_mirror): acknowledge the
+     * CAS without mirroring it, so the chaos checker can show it catches a lost write. */
+    if (--op->pending == 0)
+        mirror_finish(svc, op);
+    return;
+#endif
     for (uint32_t i = 0; i < sh->rec.n_set; i++) {
         const route_msg_member_t *mb = &sh->rec.set[i];
         if (is_self(svc, &mb->rt))
