@@ -114,7 +114,10 @@ static int put_if_newer(route_table_t *t, const kvm_route_t *r)
     route_entry_t *e = route_table_get(t, &r->ident);
     if (e && kvm_route_version_cmp(&e->route.version, &r->version) >= 0)
         return 0;
-    return route_table_put(t, r, NULL);
+    int rc = route_table_put(t, r, &e);
+    if (rc == 0 && e) /* a newer version from the current primary: no unmirrored copy of ours */
+        e->busy = e->dirty = false;
+    return rc;
 }
 
 /* ---- replies -------------------------------------------------------------------------------- */
@@ -363,6 +366,24 @@ static void on_read(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *r
     route_entry_t *e = route_table_get(sh->table, &req->ident);
     if (!e) {
         reply(svc, raw, req, RMSG_READ_RESP, sh, KVMESH_ENOENT, NULL, 0);
+        return;
+    }
+    if (e->busy || e->dirty) {
+        /*
+         * Not known to be on every member of the set (mirror in flight, or a partial mirror):
+         * this copy could still be lost with this authority (a primary cut off from its set, whose
+         * successor takes a secondary's state), so it is answered as unconfirmed (EAGAIN with the
+         * route): a lookup never returns it unless a member confirms that version, and retries
+         * while it is the newest copy (route_client.c lookup_evaluate); one that settles an
+         * indeterminate put then keeps it indeterminate instead of acknowledging a write that a
+         * failover would undo (found by the chaos harness: partition-minority-ack). A dirty entry
+         * is re-mirrored now, so the key becomes readable again once the set is reachable.
+         */
+        bool as_primary = sh->ps == RP_ACTIVE && sh->rec.token == sh->m_token;
+        if (e->dirty && !e->busy && as_primary)
+            mirror_start(svc, sh, e, ENV_NODE_NONE, 0);
+        const kvm_route_t *up = &e->route; /* for the reader's conflict checks only */
+        reply(svc, raw, req, RMSG_READ_RESP, sh, KVMESH_EAGAIN, &up, 1);
         return;
     }
     const kvm_route_t *rp = &e->route;

@@ -51,6 +51,7 @@ struct route_op {
     route_msg_member_t members[ROUTE_MSG_MAX_SET];
     int st[ROUTE_MSG_MAX_SET];
     bool has[ROUTE_MSG_MAX_SET];
+    bool unconf[ROUTE_MSG_MAX_SET]; /* got[i] answered EAGAIN: not known mirrored */
     kvm_route_t got[ROUTE_MSG_MAX_SET];
     bool stale;
     /* owner scan */
@@ -80,6 +81,7 @@ static void attempt_clear(route_op_t *op)
         if (op->has[i])
             kvm_route_free(&op->got[i]);
         op->has[i] = false;
+        op->unconf[i] = false;
         op->st[i] = 0;
     }
     op->n_wait = 0;
@@ -237,6 +239,22 @@ static void lookup_evaluate(route_op_t *op)
         backoff(op, ROUTE_RETRY_NS);
         return;
     }
+    if (best >= 0 && op->unconf[best]) {
+        /* The newest copy is not known to be mirrored (its write is in flight or partial): use
+         * a member that confirms the same version, else ask again until it settles or the
+         * deadline passes — never return a value that a failover could undo. */
+        int conf = -1;
+        for (uint32_t i = 0; i < op->n_members && conf < 0; i++)
+            if (op->has[i] && !op->unconf[i] &&
+                kvm_route_version_cmp(&op->got[i].version, &op->got[best].version) == 0)
+                conf = (int)i;
+        if (conf < 0) {
+            op->last_rc = KVMESH_EUNAVAILABLE;
+            backoff(op, ROUTE_RETRY_NS);
+            return;
+        }
+        best = conf;
+    }
     if (best >= 0) {
         for (uint32_t i = 0; i < op->n_members; i++) {
             bool lower = op->st[i] == KVMESH_ENOENT ||
@@ -276,10 +294,12 @@ static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *r
             if (resp->token > sh->view.token)
                 op->stale = true;
         }
-        if (resp->status == 0 && resp->n_routes == 1 &&
+        if ((resp->status == 0 || resp->status == KVMESH_EAGAIN) && resp->n_routes == 1 &&
             kvm_ident_equal(&resp->routes[0].ident, &op->ident) &&
-            kvm_route_copy(&op->got[i], &resp->routes[0]) == 0)
+            kvm_route_copy(&op->got[i], &resp->routes[0]) == 0) {
             op->has[i] = true;
+            op->unconf[i] = resp->status == KVMESH_EAGAIN;
+        }
     } else {
         op->st[i] = KVMESH_ETIMEDOUT;
     }

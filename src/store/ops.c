@@ -549,7 +549,11 @@ static void published(void *arg, int rc, const kvm_route_t *r)
     struct kvm_item *it = c->it;
     kvm_rt_t *rt = op->rt;
     ictx_free(c, rc);
-    if (rc == 0) {
+    /* A republish after an indeterminate CAS that finds our own content already there (the
+     * partial mirror was repaired meanwhile) is published too. */
+    bool ours = rc == KVMESH_ECONFLICT && r && it->pub_op_set &&
+                kvm_op_id_equal(&r->content_op, &it->pub_op);
+    if (rc == 0 || ours) {
         obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_OK, OBS_NONE, it->n_res);
         for (uint32_t i = 0; i < it->n_res; i++)
             notify_slot_traced(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
@@ -588,6 +592,17 @@ static void published(void *arg, int rc, const kvm_route_t *r)
         item_fail(op, it, rc,
                   "route publication is indeterminate; the write may or may not be "
                   "visible (repair pending); retry the put");
+        return;
+    }
+    if (rc == KVMESH_ETIMEDOUT) {
+        obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_ERROR, OBS_NONE, it->n_res);
+        /* The CAS reply was lost: the route may name these replicas (docs/protocol.md section
+         * 5), so their reservations are kept like an indeterminate one's, and their TTL expiry
+         * asks the route before the space is reused (found by the chaos harness:
+         * netem-timeout-unreadable, where released slots left a key unreadable). */
+        item_fail(op, it, rc,
+                  "route publication timed out; the write may have been applied (retry the put, "
+                  "or read the key to see which value it holds)");
         return;
     }
     obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_ERROR, OBS_NONE, it->n_res);
