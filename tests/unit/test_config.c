@@ -79,6 +79,11 @@ static const struct {
     {"trace_service_name", "",
      "trace_service_name: \"\" is invalid; allowed 1..63 characters of [A-Za-z0-9_.-], at "
      "most 63 bytes"},
+    {"tenant_policies", "acme:0:3",
+     "tenant_policies: \"acme:0:3\" policy 1 (acme): max_bytes '0' is not a size >= 1; allowed "
+     "empty or up to 16 comma-separated tenant:max_bytes:max_objects[:policy_version] (tenant "
+     "by the tenant id rule, max_bytes a size >= 1, max_objects and policy_version 1..2^32-1, "
+     "each tenant once), at most 511 bytes"},
 };
 
 static void test_defaults(void **state)

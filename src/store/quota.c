@@ -1,0 +1,560 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * quota.c — owns the store's side of the tenant quota protocol (quota.h, docs/tenancy.md): the
+ * runtime's tn_t, policy bootstrap at open, per-item reserve/claim/finalize/abort around the
+ * put and remove paths of ops.c, and the reconciliation timer. Loop thread only.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "store/quota.h"
+#include "store/store.h"
+
+#define QUOTA_RECON_MS   1000u /* reconciliation period */
+#define QUOTA_RECON_PAGE 64u   /* due entries per state per pass */
+
+struct kvm_quota {
+    tn_t *tn;
+    uint32_t n;
+    struct kvm_store_tenant_policy pol[KVM_STORE_TENANT_POLICIES_MAX];
+    /* open */
+    uint32_t boot_next;
+    kvm_q_open_cb open_cb;
+    /* reconciliation */
+    env_timer_id recon_timer;
+    uint32_t recon_next;
+    bool recon_running, closing;
+    uint32_t degraded_passes;
+};
+
+static tn_policy_t to_tn(const struct kvm_store_tenant_policy *p)
+{
+    return (tn_policy_t){.policy_version = p->policy_version,
+                         .max_bytes = p->max_bytes,
+                         .max_objects = p->max_objects};
+}
+
+static const struct kvm_store_tenant_policy *find_policy(struct kvm_quota *q, const char *t,
+                                                         size_t len)
+{
+    for (uint32_t i = 0; q && i < q->n; i++)
+        if (strlen(q->pol[i].tenant) == len && memcmp(q->pol[i].tenant, t, len) == 0)
+            return &q->pol[i];
+    return NULL;
+}
+
+bool kvm_quota_applies(kvm_rt_t *rt, const kvm_ident_t *id)
+{
+    return rt->quota && find_policy(rt->quota, kvm_ident_tenant(id), id->tenant_len) != NULL;
+}
+
+/* ---- reconciliation --------------------------------------------------------------------- */
+
+struct lk_ctx {
+    tn_lookup_cb cb;
+    void *arg;
+};
+
+static void recon_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct lk_ctx *c = arg;
+    tn_route_obs_t obs = {0};
+    if (rc == KVMESH_ENOENT || (rc == 0 && !r)) {
+        rc = 0;
+    } else if (rc == 0) {
+        obs.found = true;
+        obs.tombstone = kvm_route_is_tombstone(r);
+        obs.version = r->version;
+        obs.predecessor = r->predecessor_version;
+        ks_opid_format(obs.content_op, r->content_op.epoch, r->content_op.seq);
+    }
+    c->cb(c->arg, rc, rc ? NULL : &obs);
+    free(c);
+}
+
+static void recon_lookup(void *ctx, const char *tenant, const char *domain, const char *key,
+                         tn_lookup_cb cb, void *arg)
+{
+    kvm_rt_t *rt = ctx;
+    kvm_ident_t id;
+    struct lk_ctx *c = malloc(sizeof(*c));
+    int rc = c ? kvm_ident_init(&id, tenant, domain && domain[0] ? domain : NULL, key, strlen(key))
+               : KVMESH_ENOMEM;
+    if (rc == 0) {
+        c->cb = cb;
+        c->arg = arg;
+        rc = rt->route ? route_lookup(rt->route, &id, recon_looked_up, c) : KVMESH_ECANCELED;
+        kvm_ident_free(&id);
+        if (rc == 0)
+            return;
+    }
+    free(c);
+    cb(arg, rc, NULL);
+}
+
+struct rp_ctx {
+    tn_replay_cb cb;
+    void *arg;
+};
+
+static void replay_refuse(void *arg)
+{
+    struct rp_ctx *c = arg;
+    c->cb(c->arg, KVMESH_EUNAVAILABLE, KVM_ROUTE_VERSION_NONE);
+    free(c);
+}
+
+/* The store keeps no payload replicas for a publication that did not reach its route CAS, so a
+ * replay cannot be proven safe here: the operation stays charged and locked (degraded). */
+static void recon_replay(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg)
+{
+    kvm_rt_t *rt = ctx;
+    (void)op;
+    struct rp_ctx *c = malloc(sizeof(*c));
+    if (!c) {
+        cb(arg, KVMESH_ENOMEM, KVM_ROUTE_VERSION_NONE);
+        return;
+    }
+    c->cb = cb;
+    c->arg = arg;
+    env_timer_start(rt->env, 0, replay_refuse, c);
+}
+
+static void recon_arm(kvm_rt_t *rt);
+
+static void recon_step(kvm_rt_t *rt);
+
+static void recon_done(void *arg, const tn_recon_report_t *r)
+{
+    kvm_rt_t *rt = arg;
+    struct kvm_quota *q = rt->quota;
+    if (r->degraded)
+        q->degraded_passes++;
+    q->recon_running = false;
+    if (q->closing)
+        return;
+    if (r->more) { /* the same tenant again at once: bounded pages, no unbounded pass */
+        recon_step(rt);
+        return;
+    }
+    q->recon_next++;
+    recon_step(rt);
+}
+
+static void recon_step(kvm_rt_t *rt)
+{
+    struct kvm_quota *q = rt->quota;
+    if (q->recon_next >= q->n) {
+        q->recon_next = 0;
+        recon_arm(rt);
+        return;
+    }
+    tn_route_ops_t ops = {.lookup = recon_lookup, .replay = recon_replay, .ctx = rt};
+    q->recon_running = true;
+    if (tn_recon_pass(q->tn, q->pol[q->recon_next].tenant, &ops, QUOTA_RECON_PAGE, recon_done,
+                      rt) != 0) {
+        q->recon_running = false;
+        q->recon_next = 0;
+        recon_arm(rt);
+    }
+}
+
+static void recon_tick(void *arg)
+{
+    kvm_rt_t *rt = arg;
+    rt->quota->recon_timer = 0;
+    if (!rt->quota->closing && !rt->quota->recon_running)
+        recon_step(rt);
+}
+
+static void recon_arm(kvm_rt_t *rt)
+{
+    struct kvm_quota *q = rt->quota;
+    if (!q->closing && !q->recon_timer)
+        q->recon_timer = env_timer_start(rt->env, QUOTA_RECON_MS * 1000000ull, recon_tick, rt);
+}
+
+/* ---- open / close ---------------------------------------------------------------------- */
+
+static void boot_next(kvm_rt_t *rt);
+
+static void booted(void *arg, int rc, const tn_op_view_t *v)
+{
+    kvm_rt_t *rt = arg;
+    (void)v;
+    struct kvm_quota *q = rt->quota;
+    if (rc) {
+        char msg[600];
+        snprintf(msg, sizeof(msg), "tenant_policies: tenant '%s' refused at startup: %s",
+                 q->pol[q->boot_next].tenant, kvmesh_last_error());
+        q->open_cb(rt, rc, msg);
+        return;
+    }
+    q->boot_next++;
+    boot_next(rt);
+}
+
+static void boot_next(kvm_rt_t *rt)
+{
+    struct kvm_quota *q = rt->quota;
+    if (q->boot_next == q->n) {
+        recon_arm(rt);
+        q->open_cb(rt, 0, "");
+        return;
+    }
+    tn_policy_t p = to_tn(&q->pol[q->boot_next]);
+    int rc = tn_bootstrap(q->tn, q->pol[q->boot_next].tenant, &p, booted, rt);
+    if (rc)
+        booted(rt, rc, NULL);
+}
+
+void kvm_quota_open(kvm_rt_t *rt, kvm_q_open_cb cb)
+{
+    if (rt->cfg.n_tenant_policies == 0) {
+        cb(rt, 0, "");
+        return;
+    }
+    struct kvm_quota *q = calloc(1, sizeof(*q));
+    if (!q) {
+        cb(rt, KVMESH_ENOMEM, "out of memory");
+        return;
+    }
+    q->n = rt->cfg.n_tenant_policies;
+    memcpy(q->pol, rt->cfg.tenant_policies, q->n * sizeof(q->pol[0]));
+    q->open_cb = cb;
+    tn_config_t tc = {.deployment = rt->cfg.deployment,
+                      .writer_epoch = rt->self.epoch,
+                      .timeout_ms = rt->cfg.request_timeout_ms};
+    int rc = tn_new(&q->tn, rt->env, rt->meta, &tc);
+    if (rc) {
+        free(q);
+        cb(rt, rc, kvmesh_last_error());
+        return;
+    }
+    rt->quota = q;
+    boot_next(rt);
+}
+
+void kvm_quota_close(kvm_rt_t *rt)
+{
+    struct kvm_quota *q = rt->quota;
+    if (!q)
+        return;
+    q->closing = true;
+    env_timer_cancel(rt->env, q->recon_timer);
+    q->recon_timer = 0;
+    tn_close(q->tn);
+    rt->quota = NULL;
+    free(q);
+}
+
+void kvm_quota_stats(kvm_rt_t *rt, tn_stats_t *out, uint32_t *degraded_passes)
+{
+    memset(out, 0, sizeof(*out));
+    *degraded_passes = 0;
+    if (rt->quota) {
+        tn_get_stats(rt->quota->tn, out);
+        *degraded_passes = rt->quota->degraded_passes;
+    }
+}
+
+struct usage_ctx {
+    kvm_q_usage_cb cb;
+    void *arg;
+    tn_policy_t pol;
+};
+
+static void usage_read(void *arg, int rc, const tn_usage_t *u)
+{
+    struct usage_ctx *c = arg;
+    c->cb(c->arg, rc, u, &c->pol);
+    free(c);
+}
+
+int kvm_quota_usage(kvm_rt_t *rt, const char *tenant, kvm_q_usage_cb cb, void *arg)
+{
+    const struct kvm_store_tenant_policy *p = find_policy(rt->quota, tenant, strlen(tenant));
+    if (!p)
+        return kvm_errf(KVMESH_ENOENT, "tenant '%s' has no quota policy on this runtime", tenant);
+    struct usage_ctx *c = malloc(sizeof(*c));
+    if (!c)
+        return KVMESH_ENOMEM;
+    c->cb = cb;
+    c->arg = arg;
+    c->pol = to_tn(p);
+    int rc = tn_get_usage(rt->quota->tn, tenant, usage_read, c);
+    if (rc)
+        free(c);
+    return rc;
+}
+
+/* ---- per item --------------------------------------------------------------------------- */
+
+struct qctx {
+    kvm_op_t *op;
+    struct kvm_item *it;
+};
+
+static struct qctx *qctx_new(kvm_op_t *op, struct kvm_item *it)
+{
+    struct qctx *c = malloc(sizeof(*c));
+    if (c) {
+        c->op = op;
+        c->it = it;
+    }
+    return c;
+}
+
+static int qitem_init(kvm_rt_t *rt, struct kvm_item *it, bool is_delete)
+{
+    struct kvm_qitem *qi = calloc(1, sizeof(*qi));
+    if (!qi)
+        return KVMESH_ENOMEM;
+    const kvm_ident_t *id = &it->ident;
+    if (memchr(kvm_ident_key(id), 0, id->key_len)) {
+        free(qi);
+        return kvm_errf(KVMESH_EINVAL, "a key of a tenant with a quota policy must not contain "
+                                       "NUL bytes (accounting rows are named by the key)");
+    }
+    memcpy(qi->tenant, kvm_ident_tenant(id), id->tenant_len);
+    if (kvm_ident_has_domain(id))
+        memcpy(qi->domain, kvm_ident_domain(id), id->domain_len);
+    memcpy(qi->key, kvm_ident_key(id), id->key_len);
+    qi->content_op = kvm_rt_next_op_id(rt);
+    ks_opid_format(qi->op_id, qi->content_op.epoch, qi->content_op.seq);
+    qi->is_delete = is_delete;
+    kvm_route_init(&qi->route);
+    it->q = qi;
+    return 0;
+}
+
+void kvm_quota_item_free(struct kvm_item *it)
+{
+    if (!it->q)
+        return;
+    kvm_route_free(&it->q->route);
+    free(it->q);
+    it->q = NULL;
+}
+
+static void reserve_send(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_t *expected);
+
+static void reserved_cb(void *arg, int rc, const tn_op_view_t *v)
+{
+    struct qctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    free(c);
+    (void)v;
+    struct kvm_qitem *qi = it->q;
+    kvm_q_cont cont = qi->cont;
+    if (rc == KVMESH_ECONFLICT && !qi->none_retry) {
+        /* the route predates the tenant's accounting (or the row is at NONE): reserve as the
+         * accounting sees the object */
+        qi->none_retry = true;
+        kvm_route_version_t none = KVM_ROUTE_VERSION_NONE;
+        reserve_send(op, it, &none);
+        return;
+    }
+    if (rc == KVMESH_ENOENT && qi->is_delete) {
+        /* nothing committed in accounting (written before the policy): remove without it */
+        kvm_quota_item_free(it);
+        qi = NULL;
+        rc = 0;
+    } else if (rc == 0) {
+        qi->state = KVM_Q_RESERVED;
+        it->pub_op = qi->content_op;
+        it->pub_op_set = true;
+    }
+    if (rc) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "%s", kvmesh_last_error());
+        kvm_errf(rc, "%s", msg);
+    }
+    cont(op, it, rc);
+}
+
+static void reserve_send(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_t *expected)
+{
+    kvm_rt_t *rt = op->rt;
+    struct kvm_qitem *qi = it->q;
+    tn_reserve_req_t req = {.tenant = qi->tenant,
+                            .domain = qi->domain,
+                            .key = qi->key,
+                            .op_id = qi->op_id,
+                            .is_delete = qi->is_delete,
+                            .next_len = qi->is_delete ? 0 : it->len,
+                            .expected_route = *expected};
+    struct qctx *c = qctx_new(op, it);
+    int rc = c ? tn_reserve(rt->quota->tn, &req, reserved_cb, c) : KVMESH_ENOMEM;
+    if (rc) {
+        free(c);
+        qi->cont(op, it, rc);
+    }
+}
+
+static void put_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct qctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    free(c);
+    if (rc != 0 && rc != KVMESH_ENOENT) {
+        it->q->cont(op, it,
+                    kvm_errf(rc, "route lookup before the quota reservation failed: %s",
+                             kvmesh_strerror(rc)));
+        return;
+    }
+    kvm_route_version_t expected = rc == 0 && r ? r->version : KVM_ROUTE_VERSION_NONE;
+    reserve_send(op, it, &expected);
+}
+
+void kvm_quota_put_reserve(kvm_op_t *op, struct kvm_item *it, kvm_q_cont cont)
+{
+    int rc = qitem_init(op->rt, it, false);
+    if (rc) {
+        cont(op, it, rc);
+        return;
+    }
+    it->q->cont = cont;
+    struct qctx *c = qctx_new(op, it);
+    rc = c ? route_lookup(op->rt->route, &it->ident, put_looked_up, c) : KVMESH_ENOMEM;
+    if (rc) {
+        free(c);
+        cont(op, it, rc);
+    }
+}
+
+void kvm_quota_del_reserve(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *cur,
+                           kvm_q_cont cont)
+{
+    int rc = qitem_init(op->rt, it, true);
+    if (rc) {
+        cont(op, it, rc);
+        return;
+    }
+    it->q->cont = cont;
+    reserve_send(op, it, &cur->version);
+}
+
+static void claimed_cb(void *arg, int rc, const tn_op_view_t *v)
+{
+    struct qctx *c = arg;
+    (void)v;
+    struct kvm_item *it = c->it;
+    kvm_op_t *op = c->op;
+    free(c);
+    if (rc == 0)
+        it->q->state = KVM_Q_CLAIMED;
+    else
+        kvm_errf(rc, "quota claim before the route CAS refused: %s", kvmesh_last_error());
+    it->q->cont(op, it, rc);
+}
+
+static void claim_send(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_t *next,
+                       kvm_q_cont cont)
+{
+    struct kvm_qitem *qi = it->q;
+    uint8_t payload[16];
+    for (int i = 0; i < 8; i++) {
+        payload[i] = (uint8_t)(it->len >> (56 - 8 * i));
+        payload[8 + i] = (uint8_t)(it->checksum >> (56 - 8 * i));
+    }
+    qi->predicted = *next;
+    qi->cont = cont;
+    tn_claim_req_t req = {.tenant = qi->tenant,
+                          .domain = qi->domain,
+                          .key = qi->key,
+                          .op_id = qi->op_id,
+                          .generation = op->rt->generation,
+                          .fencing_token = next->fencing_token,
+                          .publish_token = qi->content_op.seq,
+                          .next_version = *next,
+                          .payload = payload,
+                          .payload_len = qi->is_delete ? 0 : sizeof(payload)};
+    struct qctx *c = qctx_new(op, it);
+    int rc = c ? tn_claim(op->rt->quota->tn, &req, claimed_cb, c) : KVMESH_ENOMEM;
+    if (rc) {
+        free(c);
+        cont(op, it, rc);
+    }
+}
+
+void kvm_quota_claim(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_t *expected,
+                     kvm_q_cont cont)
+{
+    /* The primary assigns the version; under a stable primary it is the next of its token. */
+    kvm_route_version_t next = {expected->fencing_token ? expected->fencing_token : 1,
+                                expected->primary_sequence + 1};
+    if (kvm_route_version_is_none(expected))
+        next = (kvm_route_version_t){1, 1};
+    claim_send(op, it, &next, cont);
+}
+
+static void finalized_cb(void *arg, int rc, const tn_op_view_t *v)
+{
+    struct qctx *c = arg;
+    (void)v;
+    struct kvm_item *it = c->it;
+    kvm_op_t *op = c->op;
+    free(c);
+    if (rc == 0)
+        it->q->state = KVM_Q_FINALIZED;
+    /* a failed finalize is the reconciler's: the route carries the operation id */
+    it->q->cont(op, it, 0);
+}
+
+static void finalize_send(kvm_op_t *op, struct kvm_item *it)
+{
+    struct kvm_qitem *qi = it->q;
+    struct qctx *c = qctx_new(op, it);
+    int rc = c ? tn_finalize(op->rt->quota->tn, qi->tenant, qi->domain, qi->key, qi->op_id,
+                             qi->route.version, finalized_cb, c)
+               : KVMESH_ENOMEM;
+    if (rc) {
+        free(c);
+        qi->cont(op, it, 0);
+    }
+}
+
+static void reclaimed_then_finalize(kvm_op_t *op, struct kvm_item *it, int rc)
+{
+    struct kvm_qitem *qi = it->q;
+    qi->cont = qi->final_cont;
+    if (rc) { /* left PUBLISHING: the reconciler finalizes it from the route */
+        qi->cont(op, it, 0);
+        return;
+    }
+    finalize_send(op, it);
+}
+
+void kvm_quota_finalize(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r, kvm_q_cont cont)
+{
+    struct kvm_qitem *qi = it->q;
+    kvm_route_free(&qi->route);
+    int rc = kvm_route_copy(&qi->route, r);
+    qi->cont = cont;
+    if (rc) {
+        cont(op, it, 0);
+        return;
+    }
+    if (!kvm_route_version_equal(&qi->predicted, &r->version)) {
+        /* the primary assigned another version: record it by a replay claim (same token) */
+        qi->final_cont = cont;
+        claim_send(op, it, &r->version, reclaimed_then_finalize);
+        return;
+    }
+    finalize_send(op, it);
+}
+
+void kvm_quota_abort(kvm_rt_t *rt, struct kvm_item *it)
+{
+    struct kvm_qitem *qi = it->q;
+    if (!qi || !rt->quota || qi->state != KVM_Q_RESERVED)
+        return;
+    qi->state = KVM_Q_ABORTED;
+    tn_abort(rt->quota->tn, qi->tenant, qi->domain, qi->key, qi->op_id, NULL, NULL);
+}

@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tenant_store.c — the tenant quota protocol wired into real runtimes (src/store/quota.c) on a
+ * real Redis or etcd (argv[1]): a tenant with a byte and an object limit admits exactly up to
+ * them (KVMESH_EQUOTA naming bytes or objects and the limit; KVMESH_ETOOBIG for an object over
+ * max_bytes), removes and shrinking overwrites refund, the same key in two tenants and in two
+ * domains of one tenant stays independent (cross-scope reads/deletes are not-found), a tenant
+ * without a policy is unlimited, and a runtime with another hard policy is refused at open
+ * naming the field. Two runtimes share the accounting (one writes, the other is admitted
+ * against the same rows).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvmesh.h"
+#include "testsrv.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, " (last error: %s)\n", kvmesh_last_error());                           \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static kvmesh_t *open_rt(const char *url, const char *policies, const char *memory, int *rc_out)
+{
+    kvmesh_config_t *cfg = kvmesh_config_new();
+    kvmesh_config_set(cfg, "metadata_url", url);
+    kvmesh_config_set(cfg, "deployment", "tstore");
+    kvmesh_config_set(cfg, "memory_size", memory);
+    kvmesh_config_set(cfg, "segment_size", "16MiB");
+    kvmesh_config_set(cfg, "max_object_size", "1MiB");
+    kvmesh_config_set(cfg, "route_mode", "metadata_only");
+    kvmesh_config_set(cfg, "request_timeout_ms", "10000");
+    int rc = kvmesh_config_set(cfg, "tenant_policies", policies);
+    kvmesh_t *kv = NULL;
+    if (rc == 0)
+        rc = kvmesh_open(&kv, cfg);
+    kvmesh_config_free(cfg);
+    *rc_out = rc;
+    return rc == 0 ? kv : NULL;
+}
+
+static int put(kvmesh_t *kv, const char *tenant, const char *domain, const char *key, size_t len,
+               char fill)
+{
+    char *v = malloc(len ? len : 1);
+    memset(v, fill, len);
+    kvmesh_scope_t sc = {tenant, domain};
+    int rc = kvmesh_put(kv, &sc, key, strlen(key), v, len, NULL);
+    free(v);
+    return rc;
+}
+
+/* 0 when the object reads back with `len` bytes of `fill`; else the rc (or -1 for other bytes) */
+static int get_is(kvmesh_t *kv, const char *tenant, const char *domain, const char *key, size_t len,
+                  char fill)
+{
+    kvmesh_scope_t sc = {tenant, domain};
+    void *out = NULL;
+    size_t n = 0;
+    int rc = kvmesh_get(kv, &sc, key, strlen(key), &out, &n);
+    if (rc)
+        return rc;
+    int ok = n == len;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = ((char *)out)[i] == fill;
+    kvmesh_free(out);
+    return ok ? 0 : -1;
+}
+
+static int rm(kvmesh_t *kv, const char *tenant, const char *domain, const char *key)
+{
+    kvmesh_scope_t sc = {tenant, domain};
+    return kvmesh_remove(kv, &sc, key, strlen(key));
+}
+
+int main(int argc, char **argv)
+{
+    const char *backend = argc > 1 ? argv[1] : "redis";
+    testsrv_t *srv = NULL;
+    int rc =
+        strcmp(backend, "etcd") == 0 ? testsrv_start_etcd(&srv) : testsrv_start_redis(&srv, NULL);
+    if (rc) {
+        fprintf(stderr, "cannot start %s: %s\n", backend, kvmesh_last_error());
+        return 1;
+    }
+    const char *url = testsrv_url(srv);
+    const char *pol = "acme:1000:3,beta:100KiB:100";
+
+    /* a malformed policy is refused by the field table, naming the field and the problem */
+    int orc = 0;
+    kvmesh_t *bad = open_rt(url, "acme:1000", "32MiB", &orc);
+    CHECK(!bad && orc == KVMESH_ECONFIG && strstr(kvmesh_last_error(), "tenant_policies") &&
+              strstr(kvmesh_last_error(), "policy 1"),
+          "malformed policy accepted");
+    bad = open_rt(url, "bad tenant:1:1", "32MiB", &orc);
+    CHECK(!bad && orc == KVMESH_ECONFIG && strstr(kvmesh_last_error(), "tenant id rule"),
+          "invalid tenant id accepted");
+
+    kvmesh_t *a = open_rt(url, pol, "32MiB", &orc);
+    CHECK(a, "open a: %d", orc);
+    kvmesh_t *b = open_rt(url, pol, "32MiB", &orc);
+    CHECK(b, "open b (same policy): %d", orc);
+    if (!a || !b)
+        goto out;
+
+    /* objects limit */
+    CHECK(put(a, "acme", NULL, "k1", 200, 'a') == 0, "k1");
+    CHECK(put(a, "acme", NULL, "k2", 200, 'b') == 0, "k2");
+    CHECK(put(b, "acme", NULL, "k3", 200, 'c') == 0, "k3 via b");
+    rc = put(b, "acme", NULL, "k4", 10, 'd');
+    CHECK(rc == KVMESH_EQUOTA && strstr(kvmesh_last_error(), "objects") &&
+              strstr(kvmesh_last_error(), "3"),
+          "4th object: rc %d", rc);
+    /* too big for the tenant at all */
+    rc = put(a, "acme", NULL, "huge", 1001, 'h');
+    CHECK(rc == KVMESH_ETOOBIG && strstr(kvmesh_last_error(), "max_bytes"), "huge: rc %d", rc);
+    /* remove refunds one object and its bytes */
+    CHECK(rm(a, "acme", NULL, "k1") == 0, "rm k1");
+    CHECK(get_is(a, "acme", NULL, "k1", 0, 0) == KVMESH_ENOENT, "k1 gone");
+    CHECK(put(b, "acme", NULL, "k4", 200, 'd') == 0, "k4 after refund");
+    /* bytes limit: 600 committed; overwrite k2 200 -> 600 gives 1000 = the limit */
+    CHECK(put(a, "acme", NULL, "k2", 600, 'B') == 0, "k2 to 600");
+    rc = put(a, "acme", NULL, "k3", 201, 'C');
+    CHECK(rc == KVMESH_EQUOTA && strstr(kvmesh_last_error(), "bytes") &&
+              strstr(kvmesh_last_error(), "1000"),
+          "over bytes: rc %d", rc);
+    CHECK(get_is(b, "acme", NULL, "k3", 200, 'c') == 0, "refused overwrite kept k3");
+    /* shrinking overwrite refunds: k2 600 -> 100, then k3 can grow to 500 */
+    CHECK(put(b, "acme", NULL, "k2", 100, 'x') == 0, "shrink k2");
+    CHECK(put(a, "acme", NULL, "k3", 500, 'y') == 0, "grow k3 after shrink");
+    CHECK(get_is(a, "acme", NULL, "k2", 100, 'x') == 0, "k2 content");
+    CHECK(get_is(b, "acme", NULL, "k3", 500, 'y') == 0, "k3 content");
+
+    /* scopes: the same key in another tenant and in a domain of acme */
+    CHECK(put(a, "beta", NULL, "k2", 3000, 'z') == 0, "beta/k2");
+    rc = put(a, "acme", "d1", "k2", 10, 'q');
+    CHECK(rc == KVMESH_EQUOTA, "acme/d1/k2 shares acme's object limit: rc %d", rc);
+    CHECK(rm(a, "acme", NULL, "k4") == 0, "rm k4");
+    CHECK(put(a, "acme", "d1", "k2", 10, 'q') == 0, "acme/d1/k2");
+    CHECK(get_is(b, "acme", NULL, "k2", 100, 'x') == 0, "acme/k2 unchanged");
+    CHECK(get_is(b, "beta", NULL, "k2", 3000, 'z') == 0, "beta/k2 own bytes");
+    CHECK(get_is(b, "acme", "d1", "k2", 10, 'q') == 0, "acme/d1/k2 own bytes");
+    CHECK(get_is(b, "acme", "d2", "k2", 0, 0) == KVMESH_ENOENT, "acme/d2/k2 absent");
+    CHECK(rm(b, "acme", "d2", "k2") == KVMESH_ENOENT, "cross-domain delete is not-found");
+    CHECK(rm(b, "gamma", NULL, "k2") == KVMESH_ENOENT, "cross-tenant delete is not-found");
+    CHECK(rm(b, "beta", NULL, "k2") == 0, "rm beta/k2");
+    CHECK(get_is(a, "acme", NULL, "k2", 100, 'x') == 0, "acme/k2 survives beta's delete");
+    CHECK(get_is(a, "acme", "d1", "k2", 10, 'q') == 0, "acme/d1/k2 survives");
+    /* acme now: k2 100 + k3 500 + d1/k2 10 = 610 bytes, 3 objects: exactly full on objects */
+    rc = put(b, "acme", "d1", "k9", 1, 'w');
+    CHECK(rc == KVMESH_EQUOTA && strstr(kvmesh_last_error(), "objects"), "full: rc %d", rc);
+    CHECK(rm(b, "acme", "d1", "k2") == 0, "rm d1/k2");
+    rc = put(b, "acme", "d1", "k9", 401, 'w');
+    CHECK(rc == KVMESH_EQUOTA && strstr(kvmesh_last_error(), "bytes"), "401 over: rc %d", rc);
+    CHECK(put(b, "acme", "d1", "k9", 400, 'w') == 0, "400 fits exactly");
+
+    /* a tenant without a policy is not limited */
+    for (int i = 0; i < 8; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "free%d", i);
+        CHECK(put(a, "gamma", NULL, k, 2000, 'g') == 0, "gamma %s", k);
+    }
+
+    /* a runtime with another hard policy is refused at open, naming the field */
+    kvmesh_t *c = open_rt(url, "acme:1000:4,beta:100KiB:100", "0", &orc);
+    CHECK(!c && orc == KVMESH_EINCOMPAT && strstr(kvmesh_last_error(), "max_objects") &&
+              strstr(kvmesh_last_error(), "acme"),
+          "differing policy: rc %d", orc);
+    if (c)
+        kvmesh_close(c);
+    c = open_rt(url, "beta:100KiB:100:2", "0", &orc);
+    CHECK(!c && orc == KVMESH_EINCOMPAT && strstr(kvmesh_last_error(), "policy_version"),
+          "differing policy_version: rc %d", orc);
+    if (c)
+        kvmesh_close(c);
+out:
+    if (a)
+        kvmesh_close(a);
+    if (b)
+        kvmesh_close(b);
+    testsrv_stop(srv);
+    if (failures) {
+        fprintf(stderr, "tenant_store %s: %d failures\n", backend, failures);
+        return 1;
+    }
+    printf("tenant_store %s: ok\n", backend);
+    return 0;
+}

@@ -1,0 +1,7 @@
+# SPDX-License-Identifier: Apache-2.0
+# The quota protocol wired into real runtimes (tests/integration/tenant_store.c) on real servers.
+foreach(backend redis etcd)
+  add_test(NAME tenant_store_${backend} COMMAND itest_tenant_store ${backend})
+  set_tests_properties(tenant_store_${backend} PROPERTIES LABELS integration TIMEOUT 300
+    ENVIRONMENT "${KVMESH_TEST_ENV}")
+endforeach()
