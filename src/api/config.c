@@ -156,6 +156,10 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
           "Tenant-root quota policies this runtime bootstraps and enforces, comma separated: "
           "tenant:max_bytes:max_objects[:policy_version] (max_bytes a size, policy_version "
           "default 1); empty = no quota (the quota protocol is off)."),
+    F_BOOL(tenant_quota_evict, "false",
+           "Tenant-local quota recovery (runtime-local, soft): a put refused for quota removes "
+           "the oldest objects this runtime wrote for the same tenant (with their refund) and "
+           "retries once; off = the put fails with KVMESH_EQUOTA."),
 };
 
 const kvm_cfg_field_t *kvm_config_table(size_t *n)
@@ -918,4 +922,5 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     int prc = kvm_config_parse_policies(cfg->tenant_policies, out->tenant_policies, &n, NULL, 0);
     KVM_ASSERT(prc == 0); /* validated by the field table */
     out->n_tenant_policies = n;
+    out->tenant_quota_evict = cfg->tenant_quota_evict;
 }

@@ -51,6 +51,7 @@ struct kvmesh_config {
     char trace_capture_dir[KVM_CFG_STR_MAX]; /* JSONL capture dir ("" = off) */
     char trace_otlp_url[KVM_CFG_STR_MAX];    /* OTLP/HTTP JSON traces URL ("" = off) */
     char trace_service_name[64];             /* resource service.name of this runtime's spans */
+    bool tenant_quota_evict;                 /* quota recovery by same-tenant eviction */
     char tenant_policies[KVM_CFG_STR_MAX];   /* "" or tenant:max_bytes:max_objects[:version],... */
 };
 

@@ -15,11 +15,26 @@
 
 #define QUOTA_RECON_MS   1000u /* reconciliation period */
 #define QUOTA_RECON_PAGE 64u   /* due entries per state per pass */
+#define QUOTA_FIFO_MAX   1024u /* recently written objects remembered per tenant (recovery) */
+#define QUOTA_EVICT_MAX  16u   /* objects one recovery may evict */
+
+/* An object this runtime finalized for a tenant, oldest first (tenant-local recovery). */
+struct qfifo_ent {
+    char domain[TN_DOMAIN_CAP];
+    char *key;
+    uint64_t len;
+};
+struct qfifo {
+    struct qfifo_ent e[QUOTA_FIFO_MAX];
+    uint32_t head, n;
+};
 
 struct kvm_quota {
     tn_t *tn;
     uint32_t n;
     struct kvm_store_tenant_policy pol[KVM_STORE_TENANT_POLICIES_MAX];
+    struct qfifo fifo[KVM_STORE_TENANT_POLICIES_MAX]; /* per policy: this runtime's writes */
+    uint64_t recovery_evictions;
     /* open */
     uint32_t boot_next;
     kvm_q_open_cb open_cb;
@@ -29,6 +44,47 @@ struct kvm_quota {
     bool recon_running, closing;
     uint32_t degraded_passes;
 };
+
+static void fifo_push(struct qfifo *f, const char *domain, const char *key, uint64_t len)
+{
+    if (f->n == QUOTA_FIFO_MAX) { /* forget the oldest */
+        free(f->e[f->head].key);
+        f->head = (f->head + 1) % QUOTA_FIFO_MAX;
+        f->n--;
+    }
+    struct qfifo_ent *e = &f->e[(f->head + f->n) % QUOTA_FIFO_MAX];
+    e->key = strdup(key);
+    if (!e->key)
+        return;
+    snprintf(e->domain, sizeof(e->domain), "%s", domain);
+    e->len = len;
+    f->n++;
+}
+
+/* Pops the oldest entry that is not (domain, key); false when none is left. */
+static bool fifo_pop(struct qfifo *f, const char *domain, const char *key, struct qfifo_ent *out)
+{
+    for (uint32_t i = 0; i < f->n; i++) {
+        uint32_t at = (f->head + i) % QUOTA_FIFO_MAX;
+        struct qfifo_ent *e = &f->e[at];
+        if (strcmp(e->domain, domain) == 0 && strcmp(e->key, key) == 0)
+            continue;
+        *out = *e;
+        /* close the gap (bounded by QUOTA_FIFO_MAX) */
+        for (uint32_t j = i; j + 1 < f->n; j++)
+            f->e[(f->head + j) % QUOTA_FIFO_MAX] = f->e[(f->head + j + 1) % QUOTA_FIFO_MAX];
+        f->n--;
+        return true;
+    }
+    return false;
+}
+
+static void fifo_clear(struct qfifo *f)
+{
+    for (uint32_t i = 0; i < f->n; i++)
+        free(f->e[(f->head + i) % QUOTA_FIFO_MAX].key);
+    f->n = 0;
+}
 
 static tn_policy_t to_tn(const struct kvm_store_tenant_policy *p)
 {
@@ -247,6 +303,8 @@ void kvm_quota_close(kvm_rt_t *rt)
     env_timer_cancel(rt->env, q->recon_timer);
     q->recon_timer = 0;
     tn_close(q->tn);
+    for (uint32_t i = 0; i < q->n; i++)
+        fifo_clear(&q->fifo[i]);
     rt->quota = NULL;
     free(q);
 }
@@ -342,13 +400,238 @@ void kvm_quota_item_free(struct kvm_item *it)
 
 static void reserve_send(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_t *expected);
 
+/* ---- tenant-local quota recovery ---------------------------------------------------------
+ *
+ * A put refused with EQUOTA (tenant_quota_evict on) removes the oldest objects this runtime
+ * wrote for the SAME tenant (its per-tenant FIFO; nothing of another tenant is ever looked at),
+ * each through the full delete protocol (reserve, claim, tombstone CAS, release, finalize: the
+ * refund is the protocol's), until the shortfall the refusal reported is covered, at most
+ * QUOTA_EVICT_MAX objects; then the reservation is retried once.
+ */
+struct rec {
+    kvm_op_t *op;
+    struct kvm_item *it;
+    struct qfifo *fifo;
+    int64_t need_b, need_o;
+    uint32_t evicted;
+    struct qfifo_ent e;
+    kvm_route_t cur;
+    kvm_route_version_t predicted;
+    kvm_op_id_t cop;
+    char op_id[TN_OPID_CAP];
+};
+
+static void rec_next(struct rec *r);
+
+static void rec_end(struct rec *r)
+{
+    kvm_op_t *op = r->op;
+    struct kvm_item *it = r->it;
+    kvm_route_free(&r->cur);
+    free(r);
+    if (!op->rt->quota) {
+        it->q->cont(op, it, kvm_errf(KVMESH_ECANCELED, "runtime closing"));
+        return;
+    }
+    reserve_send(op, it, &it->q->expected); /* the one retry */
+}
+
+static void rec_skip(struct rec *r)
+{
+    free(r->e.key);
+    r->e.key = NULL;
+    kvm_route_free(&r->cur);
+    kvm_route_init(&r->cur);
+    rec_next(r);
+}
+
+static void rec_finalized(void *arg, int rc, const tn_op_view_t *v)
+{
+    (void)rc, (void)v; /* a failed finalize is the reconciler's (the tombstone carries the op) */
+    rec_skip(arg);
+}
+
+static void rec_reclaimed(void *arg, int rc, const tn_op_view_t *v)
+{
+    struct rec *r = arg;
+    (void)v;
+    struct kvm_quota *q = r->op->rt->quota;
+    if (rc || !q) {
+        rec_skip(r);
+        return;
+    }
+    if (tn_finalize(q->tn, r->it->q->tenant, r->e.domain, r->e.key, r->op_id, r->predicted,
+                    rec_finalized, r) != 0)
+        rec_skip(r);
+}
+
+static void rec_cased(void *arg, int rc, const kvm_route_t *route)
+{
+    struct rec *r = arg;
+    kvm_rt_t *rt = r->op->rt;
+    struct kvm_quota *q = rt->quota;
+    if (rc || !route || !q) { /* claimed: left PUBLISHING for the reconciler */
+        rec_skip(r);
+        return;
+    }
+    for (uint32_t i = 0; i < r->cur.n_replicas; i++)
+        kvm_ops_release_replica(rt, &r->cur.replicas[i]);
+    r->need_b -= (int64_t)r->cur.length;
+    r->need_o -= 1;
+    r->evicted++;
+    q->recovery_evictions++;
+    if (!kvm_route_version_equal(&route->version, &r->predicted)) {
+        r->predicted = route->version;
+        tn_claim_req_t req = {.tenant = r->it->q->tenant,
+                              .domain = r->e.domain,
+                              .key = r->e.key,
+                              .op_id = r->op_id,
+                              .generation = rt->generation,
+                              .fencing_token = route->version.fencing_token,
+                              .publish_token = r->cop.seq,
+                              .next_version = route->version};
+        if (tn_claim(q->tn, &req, rec_reclaimed, r) != 0)
+            rec_skip(r);
+        return;
+    }
+    rec_reclaimed(r, 0, NULL);
+}
+
+static void rec_claimed(void *arg, int rc, const tn_op_view_t *v)
+{
+    struct rec *r = arg;
+    (void)v;
+    kvm_rt_t *rt = r->op->rt;
+    if (!rt->quota || !rt->route) {
+        rec_skip(r);
+        return;
+    }
+    if (rc) {
+        tn_abort(rt->quota->tn, r->it->q->tenant, r->e.domain, r->e.key, r->op_id, NULL, NULL);
+        rec_skip(r);
+        return;
+    }
+    kvm_route_t next;
+    kvm_route_init(&next);
+    if (kvm_ident_copy(&next.ident, &r->cur.ident) != 0) {
+        rec_skip(r);
+        return;
+    }
+    next.content_op = r->cop;
+    next.predecessor_op = r->cur.content_op;
+    next.tomb = KVM_TOMB_PENDING;
+    rc = route_cas(rt->route, &r->cur.version, &next, rec_cased, r);
+    kvm_route_free(&next);
+    if (rc)
+        rec_skip(r);
+}
+
+static void rec_reserved(void *arg, int rc, const tn_op_view_t *v)
+{
+    struct rec *r = arg;
+    (void)v;
+    kvm_rt_t *rt = r->op->rt;
+    if (rc || !rt->quota) {
+        rec_skip(r);
+        return;
+    }
+    kvm_route_version_t *e = &r->cur.version;
+    r->predicted =
+        (kvm_route_version_t){e->fencing_token ? e->fencing_token : 1, e->primary_sequence + 1};
+    tn_claim_req_t req = {.tenant = r->it->q->tenant,
+                          .domain = r->e.domain,
+                          .key = r->e.key,
+                          .op_id = r->op_id,
+                          .generation = rt->generation,
+                          .fencing_token = r->predicted.fencing_token,
+                          .publish_token = r->cop.seq,
+                          .next_version = r->predicted};
+    if (tn_claim(rt->quota->tn, &req, rec_claimed, r) != 0)
+        rec_skip(r);
+}
+
+static void rec_looked(void *arg, int rc, const kvm_route_t *route)
+{
+    struct rec *r = arg;
+    kvm_rt_t *rt = r->op->rt;
+    if (rc || !route || kvm_route_is_tombstone(route) || !rt->quota ||
+        kvm_route_copy(&r->cur, route) != 0) {
+        rec_skip(r);
+        return;
+    }
+    r->cop = kvm_rt_next_op_id(rt);
+    ks_opid_format(r->op_id, r->cop.epoch, r->cop.seq);
+    tn_reserve_req_t req = {.tenant = r->it->q->tenant,
+                            .domain = r->e.domain,
+                            .key = r->e.key,
+                            .op_id = r->op_id,
+                            .is_delete = true,
+                            .expected_route = r->cur.version};
+    if (tn_reserve(rt->quota->tn, &req, rec_reserved, r) != 0)
+        rec_skip(r);
+}
+
+static void rec_next(struct rec *r)
+{
+    kvm_rt_t *rt = r->op->rt;
+    struct kvm_qitem *qi = r->it->q;
+    if ((r->need_b <= 0 && r->need_o <= 0) || r->evicted >= QUOTA_EVICT_MAX || !rt->quota ||
+        !rt->route || !fifo_pop(r->fifo, qi->domain, qi->key, &r->e)) {
+        rec_end(r);
+        return;
+    }
+    kvm_ident_t id;
+    int rc = kvm_ident_init(&id, qi->tenant, r->e.domain[0] ? r->e.domain : NULL, r->e.key,
+                            strlen(r->e.key));
+    if (rc == 0) {
+        rc = route_lookup(rt->route, &id, rec_looked, r);
+        kvm_ident_free(&id);
+    }
+    if (rc)
+        rec_skip(r);
+}
+
+static bool recover_start(kvm_op_t *op, struct kvm_item *it, const tn_op_view_t *v)
+{
+    kvm_rt_t *rt = op->rt;
+    struct kvm_quota *q = rt->quota;
+    struct kvm_qitem *qi = it->q;
+    if (!q || !rt->cfg.tenant_quota_evict || qi->recoveries || qi->is_delete)
+        return false;
+    uint32_t pidx = 0;
+    while (pidx < q->n && strcmp(q->pol[pidx].tenant, qi->tenant) != 0)
+        pidx++;
+    if (pidx == q->n || q->fifo[pidx].n == 0)
+        return false;
+    struct rec *r = calloc(1, sizeof(*r));
+    if (!r)
+        return false;
+    qi->recoveries++;
+    r->op = op;
+    r->it = it;
+    r->fifo = &q->fifo[pidx];
+    kvm_route_init(&r->cur);
+    const tn_usage_t *u = v ? &v->usage : NULL;
+    const struct kvm_store_tenant_policy *p = &q->pol[pidx];
+    if (u && (u->committed_bytes || u->committed_objects)) {
+        r->need_b =
+            (int64_t)(u->committed_bytes + u->pending_bytes + it->len) - (int64_t)p->max_bytes;
+        r->need_o =
+            (int64_t)(u->committed_objects + u->pending_objects + 1) - (int64_t)p->max_objects;
+    } else {
+        r->need_b = 1; /* unknown: one object */
+        r->need_o = 1;
+    }
+    rec_next(r);
+    return true;
+}
+
 static void reserved_cb(void *arg, int rc, const tn_op_view_t *v)
 {
     struct qctx *c = arg;
     kvm_op_t *op = c->op;
     struct kvm_item *it = c->it;
     free(c);
-    (void)v;
     struct kvm_qitem *qi = it->q;
     kvm_q_cont cont = qi->cont;
     if (rc == KVMESH_ECONFLICT && !qi->none_retry) {
@@ -359,6 +642,8 @@ static void reserved_cb(void *arg, int rc, const tn_op_view_t *v)
         reserve_send(op, it, &none);
         return;
     }
+    if (rc == KVMESH_EQUOTA && recover_start(op, it, v))
+        return;
     if (rc == KVMESH_ENOENT && qi->is_delete) {
         /* nothing committed in accounting (written before the policy): remove without it */
         kvm_quota_item_free(it);
@@ -381,6 +666,10 @@ static void reserve_send(kvm_op_t *op, struct kvm_item *it, const kvm_route_vers
 {
     kvm_rt_t *rt = op->rt;
     struct kvm_qitem *qi = it->q;
+    if (!rt->quota) {
+        qi->cont(op, it, kvm_errf(KVMESH_ECANCELED, "runtime closing"));
+        return;
+    }
     tn_reserve_req_t req = {.tenant = qi->tenant,
                             .domain = qi->domain,
                             .key = qi->key,
@@ -408,8 +697,8 @@ static void put_looked_up(void *arg, int rc, const kvm_route_t *r)
                              kvmesh_strerror(rc)));
         return;
     }
-    kvm_route_version_t expected = rc == 0 && r ? r->version : KVM_ROUTE_VERSION_NONE;
-    reserve_send(op, it, &expected);
+    it->q->expected = rc == 0 && r ? r->version : KVM_ROUTE_VERSION_NONE;
+    reserve_send(op, it, &it->q->expected);
 }
 
 void kvm_quota_put_reserve(kvm_op_t *op, struct kvm_item *it, kvm_q_cont cont)
@@ -458,6 +747,10 @@ static void claim_send(kvm_op_t *op, struct kvm_item *it, const kvm_route_versio
                        kvm_q_cont cont)
 {
     struct kvm_qitem *qi = it->q;
+    if (!op->rt->quota) {
+        cont(op, it, kvm_errf(KVMESH_ECANCELED, "runtime closing"));
+        return;
+    }
     uint8_t payload[16];
     for (int i = 0; i < 8; i++) {
         payload[i] = (uint8_t)(it->len >> (56 - 8 * i));
@@ -501,8 +794,14 @@ static void finalized_cb(void *arg, int rc, const tn_op_view_t *v)
     struct kvm_item *it = c->it;
     kvm_op_t *op = c->op;
     free(c);
-    if (rc == 0)
-        it->q->state = KVM_Q_FINALIZED;
+    struct kvm_qitem *qi = it->q;
+    if (rc == 0) {
+        qi->state = KVM_Q_FINALIZED;
+        struct kvm_quota *q = op->rt->quota;
+        for (uint32_t i = 0; q && !qi->is_delete && i < q->n; i++)
+            if (strcmp(q->pol[i].tenant, qi->tenant) == 0)
+                fifo_push(&q->fifo[i], qi->domain, qi->key, it->len);
+    }
     /* a failed finalize is the reconciler's: the route carries the operation id */
     it->q->cont(op, it, 0);
 }
@@ -510,6 +809,10 @@ static void finalized_cb(void *arg, int rc, const tn_op_view_t *v)
 static void finalize_send(kvm_op_t *op, struct kvm_item *it)
 {
     struct kvm_qitem *qi = it->q;
+    if (!op->rt->quota) {
+        qi->cont(op, it, 0);
+        return;
+    }
     struct qctx *c = qctx_new(op, it);
     int rc = c ? tn_finalize(op->rt->quota->tn, qi->tenant, qi->domain, qi->key, qi->op_id,
                              qi->route.version, finalized_cb, c)

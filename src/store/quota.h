@@ -33,6 +33,7 @@ struct kvm_qitem {
     bool is_delete;
     bool none_retry;     /* reserve retried with no predecessor (object predates accounting) */
     uint32_t recoveries; /* tenant-local evictions done for this write */
+    kvm_route_version_t expected;  /* predecessor route version the reserve named */
     kvm_route_version_t predicted; /* next version the claim recorded */
     kvm_route_t route;             /* published route awaiting finalize */
     kvm_q_cont cont, final_cont;

@@ -60,6 +60,7 @@ struct kvm_store_config {
     char trace_otlp_url[KVM_STORE_STR_MAX];    /* OTLP/HTTP JSON traces URL ("" = off) */
     char trace_service_name[64];               /* resource service.name of this runtime's spans */
     /* tenant quotas (src/store/quota.c): none configured = quota protocol off */
+    bool tenant_quota_evict; /* EQUOTA: evict this tenant's oldest objects, retry once */
     uint32_t n_tenant_policies;
     struct kvm_store_tenant_policy tenant_policies[KVM_STORE_TENANT_POLICIES_MAX];
 };

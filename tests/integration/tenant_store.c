@@ -10,6 +10,7 @@
  * against the same rows).
  */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,8 @@ static int failures;
         }                                                                                          \
     } while (0)
 
-static kvmesh_t *open_rt(const char *url, const char *policies, const char *memory, int *rc_out)
+static kvmesh_t *open_rt2(const char *url, const char *policies, const char *memory, bool evict,
+                          int *rc_out)
 {
     kvmesh_config_t *cfg = kvmesh_config_new();
     kvmesh_config_set(cfg, "metadata_url", url);
@@ -39,6 +41,7 @@ static kvmesh_t *open_rt(const char *url, const char *policies, const char *memo
     kvmesh_config_set(cfg, "max_object_size", "1MiB");
     kvmesh_config_set(cfg, "route_mode", "metadata_only");
     kvmesh_config_set(cfg, "request_timeout_ms", "10000");
+    kvmesh_config_set(cfg, "tenant_quota_evict", evict ? "true" : "false");
     int rc = kvmesh_config_set(cfg, "tenant_policies", policies);
     kvmesh_t *kv = NULL;
     if (rc == 0)
@@ -46,6 +49,11 @@ static kvmesh_t *open_rt(const char *url, const char *policies, const char *memo
     kvmesh_config_free(cfg);
     *rc_out = rc;
     return rc == 0 ? kv : NULL;
+}
+
+static kvmesh_t *open_rt(const char *url, const char *policies, const char *memory, int *rc_out)
+{
+    return open_rt2(url, policies, memory, false, rc_out);
 }
 
 static int put(kvmesh_t *kv, const char *tenant, const char *domain, const char *key, size_t len,
@@ -168,6 +176,45 @@ int main(int argc, char **argv)
         char k[16];
         snprintf(k, sizeof(k), "free%d", i);
         CHECK(put(a, "gamma", NULL, k, 2000, 'g') == 0, "gamma %s", k);
+    }
+
+    /* tenant-local recovery: t1 over quota evicts only t1's oldest objects; t2 is untouched */
+    kvmesh_t *e =
+        open_rt2(url, "acme:1000:3,beta:100KiB:100,t1:1000:4,t2:1000:4", "32MiB", true, &orc);
+    CHECK(e, "open e (evicting): %d", orc);
+    for (int i = 0; e && i < 4; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "k%d", i);
+        CHECK(put(e, "t2", NULL, k, 200, (char)('A' + i)) == 0, "t2 %s", k);
+        CHECK(put(e, "t1", NULL, k, 200, (char)('a' + i)) == 0, "t1 %s", k);
+    }
+    if (e) {
+        CHECK(put(e, "t1", NULL, "k4", 200, 'e') == 0, "t1 k4 recovers by eviction");
+        CHECK(get_is(a, "t1", NULL, "k0", 0, 0) == KVMESH_ENOENT, "t1/k0 (oldest) evicted");
+        for (int i = 1; i < 5; i++) {
+            char k[16];
+            snprintf(k, sizeof(k), "k%d", i);
+            CHECK(get_is(a, "t1", NULL, k, 200, (char)('a' + i)) == 0, "t1 %s kept", k);
+        }
+        CHECK(put(e, "t1", NULL, "big", 900, 'G') == 0, "t1 big recovers by eviction");
+        CHECK(get_is(b, "t1", NULL, "big", 900, 'G') == 0, "t1 big readable");
+        int left = 0;
+        for (int i = 0; i < 5; i++) {
+            char k[16];
+            snprintf(k, sizeof(k), "k%d", i);
+            left += get_is(b, "t1", NULL, k, 200, (char)('a' + i)) == 0;
+        }
+        CHECK(left == 0, "t1 small objects left: %d (900 + 200 > 1000)", left);
+        rc = put(e, "t1", NULL, "huge", 1001, 'H');
+        CHECK(rc == KVMESH_ETOOBIG, "over max_bytes is not recovered: rc %d", rc);
+        for (int i = 0; i < 4; i++) {
+            char k[16];
+            snprintf(k, sizeof(k), "k%d", i);
+            CHECK(get_is(b, "t2", NULL, k, 200, (char)('A' + i)) == 0, "t2 %s untouched", k);
+        }
+        rc = put(a, "acme", "d1", "k10", 1, 'w');
+        CHECK(rc == KVMESH_EQUOTA, "runtime a (no eviction) still refuses acme: rc %d", rc);
+        kvmesh_close(e);
     }
 
     /* a runtime with another hard policy is refused at open, naming the field */

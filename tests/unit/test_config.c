@@ -79,6 +79,9 @@ static const struct {
     {"trace_service_name", "",
      "trace_service_name: \"\" is invalid; allowed 1..63 characters of [A-Za-z0-9_.-], at "
      "most 63 bytes"},
+    {"tenant_quota_evict", "maybe",
+     "tenant_quota_evict: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, "
+     "1|0)"},
     {"tenant_policies", "acme:0:3",
      "tenant_policies: \"acme:0:3\" policy 1 (acme): max_bytes '0' is not a size >= 1; allowed "
      "empty or up to 16 comma-separated tenant:max_bytes:max_objects[:policy_version] (tenant "
