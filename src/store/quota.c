@@ -5,6 +5,9 @@
  * put and remove paths of ops.c, and the reconciliation timer. Loop thread only.
  */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -860,4 +863,117 @@ void kvm_quota_abort(kvm_rt_t *rt, struct kvm_item *it)
         return;
     qi->state = KVM_Q_ABORTED;
     tn_abort(rt->quota->tn, qi->tenant, qi->domain, qi->key, qi->op_id, NULL, NULL);
+}
+
+/* ---- /stats?tenant=ID ----------------------------------------------------------------------- */
+
+struct hop {
+    kvm_rt_t *rt;
+    char tenant[TN_TENANT_CAP];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int refs; /* the waiting thread + the loop */
+    bool done;
+    int rc;
+    tn_usage_t u;
+    tn_policy_t p;
+    tn_stats_t st;
+    uint64_t evictions;
+    uint32_t degraded_passes;
+};
+
+static void hop_unref(struct hop *h)
+{
+    if (atomic_fetch_sub(&h->refs, 1) != 1)
+        return;
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h);
+}
+
+static void hop_finish(struct hop *h, int rc)
+{
+    pthread_mutex_lock(&h->mu);
+    h->rc = rc;
+    h->done = true;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    hop_unref(h);
+}
+
+static void hop_usage(void *arg, int rc, const tn_usage_t *u, const tn_policy_t *p)
+{
+    struct hop *h = arg;
+    if (rc == 0) {
+        h->u = *u;
+        h->p = *p;
+    }
+    if (h->rt->quota) {
+        kvm_quota_stats(h->rt, &h->st, &h->degraded_passes);
+        h->evictions = h->rt->quota->recovery_evictions;
+    }
+    hop_finish(h, rc);
+}
+
+static void hop_run(void *arg)
+{
+    struct hop *h = arg;
+    int rc = h->rt->quota ? kvm_quota_usage(h->rt, h->tenant, hop_usage, h) : KVMESH_ENOENT;
+    if (rc)
+        hop_finish(h, rc);
+}
+
+int kvm_quota_render(kvm_rt_t *rt, const char *tenant, char *buf, size_t cap)
+{
+    bool configured = false;
+    for (uint32_t i = 0; i < rt->cfg.n_tenant_policies; i++)
+        configured |= strcmp(rt->cfg.tenant_policies[i].tenant, tenant) == 0;
+    if (!configured)
+        return KVMESH_ENOENT;
+    struct hop *h = calloc(1, sizeof(*h));
+    if (!h)
+        return KVMESH_ENOMEM;
+    h->rt = rt;
+    snprintf(h->tenant, sizeof(h->tenant), "%s", tenant);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    atomic_init(&h->refs, 2);
+    if (env_post(rt->env, hop_run, h) != 0) {
+        atomic_store(&h->refs, 1);
+        hop_unref(h);
+        return KVMESH_ECANCELED;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += rt->cfg.request_timeout_ms / 1000 + 1;
+    pthread_mutex_lock(&h->mu);
+    while (!h->done)
+        if (pthread_cond_timedwait(&h->cv, &h->mu, &until) != 0)
+            break;
+    bool done = h->done;
+    int rc = h->rc;
+    pthread_mutex_unlock(&h->mu);
+    if (!done) {
+        hop_unref(h);
+        return KVMESH_ETIMEDOUT;
+    }
+    if (rc == 0) {
+        const tn_usage_t *u = &h->u;
+        snprintf(buf, cap,
+                 "{\"policy_version\":%" PRIu32 ",\"max_bytes\":%" PRIu64
+                 ",\"max_objects\":%" PRIu64 ",\"used_bytes\":%" PRIu64 ",\"used_objects\":%" PRIu64
+                 ",\"committed_bytes\":%" PRIu64 ",\"committed_objects\":%" PRIu64
+                 ",\"pending_bytes\":%" PRIu64 ",\"pending_objects\":%" PRIu64
+                 ",\"ops_pending\":%" PRIu64 ",\"ops_publishing\":%" PRIu64
+                 ",\"recon_backlog\":%" PRIu64 ",\"recon_degraded\":%" PRIu64
+                 ",\"recovery_evictions\":%" PRIu64 ",\"last_error\":\"%s\"}",
+                 h->p.policy_version, h->p.max_bytes, h->p.max_objects,
+                 u->committed_bytes + u->pending_bytes, u->committed_objects + u->pending_objects,
+                 u->committed_bytes, u->committed_objects, u->pending_bytes, u->pending_objects,
+                 u->n_pending, u->n_publishing, u->n_pending + u->n_publishing,
+                 h->st.recon_degraded, h->evictions,
+                 h->st.last_error ? kvmesh_strerror(h->st.last_error) : "");
+    }
+    hop_unref(h);
+    return rc;
 }

@@ -75,6 +75,10 @@ void kvm_quota_item_free(struct kvm_item *it);
  * the protocol counters). KVMESH_ENOENT when the tenant has no policy here. */
 typedef void (*kvm_q_usage_cb)(void *arg, int rc, const tn_usage_t *u, const tn_policy_t *p);
 int kvm_quota_usage(struct kvm_rt *rt, const char *tenant, kvm_q_usage_cb cb, void *arg);
+/* [any] /stats?tenant=ID: the usage row (one exact read on the loop), limits, policy version,
+ * operations pending/publishing, reconciliation backlog and degradation, recovery evictions and
+ * the last error, as one JSON object. KVMESH_ENOENT when the tenant has no policy here. */
+int kvm_quota_render(struct kvm_rt *rt, const char *tenant, char *buf, size_t cap);
 void kvm_quota_stats(struct kvm_rt *rt, tn_stats_t *out, uint32_t *degraded_passes);
 
 #endif

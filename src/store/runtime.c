@@ -677,6 +677,11 @@ struct obs_span *kvm_span_remote(kvm_rt_t *rt, const struct frame_trace *in, con
     return out;
 }
 
+static int admin_tenant_quota(void *ctx, const char *tenant, char *buf, size_t cap)
+{
+    return kvm_quota_render(ctx, tenant, buf, cap);
+}
+
 static int admin_start(kvm_rt_t *rt)
 {
     char host[128];
@@ -689,7 +694,10 @@ static int admin_start(kvm_rt_t *rt)
         .bind_addr = host,
         .port = (uint16_t)port,
         .secret = rt->cfg.secret,
-        .provider = {.ctx = rt, .health = admin_health, .runtime_stats = admin_stats},
+        .provider = {.ctx = rt,
+                     .health = admin_health,
+                     .runtime_stats = admin_stats,
+                     .tenant_quota = admin_tenant_quota},
         .tracer = rt->tracer,
     };
     return obs_http_start(&hc, &rt->admin);

@@ -9,7 +9,11 @@
  * naming the field. Two runtimes share the accounting (one writes, the other is admitted
  * against the same rows).
  */
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,10 +34,52 @@ static int failures;
         }                                                                                          \
     } while (0)
 
+static char admin_addr[64]; /* admin_listen of the next runtime opened ("" = off) */
+
+/* GET path from the admin endpoint at admin_addr's port: the HTTP status, the body into out. */
+static int http_get(uint16_t port, const char *path, char *out, size_t cap)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    char req[512];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < cap && (r = read(fd, out + got, cap - 1 - got)) > 0)
+        got += (size_t)r;
+    out[got] = 0;
+    close(fd);
+    int status = 0;
+    if (sscanf(out, "HTTP/1.%*d %d", &status) != 1)
+        return -1;
+    return status;
+}
+
+/* The unsigned value of "field": in json, or -1. */
+static long long json_u(const char *json, const char *field)
+{
+    char pat[64];
+    snprintf(pat, sizeof(pat), "\"%s\":", field);
+    const char *p = strstr(json, pat);
+    return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
 static kvmesh_t *open_rt2(const char *url, const char *policies, const char *memory, bool evict,
                           int *rc_out)
 {
     kvmesh_config_t *cfg = kvmesh_config_new();
+    if (admin_addr[0])
+        kvmesh_config_set(cfg, "admin_listen", admin_addr);
     kvmesh_config_set(cfg, "metadata_url", url);
     kvmesh_config_set(cfg, "deployment", "tstore");
     kvmesh_config_set(cfg, "memory_size", memory);
@@ -113,7 +159,10 @@ int main(int argc, char **argv)
     CHECK(!bad && orc == KVMESH_ECONFIG && strstr(kvmesh_last_error(), "tenant id rule"),
           "invalid tenant id accepted");
 
+    uint16_t admin_port = testsrv_free_port();
+    snprintf(admin_addr, sizeof(admin_addr), "127.0.0.1:%u", admin_port);
     kvmesh_t *a = open_rt(url, pol, "32MiB", &orc);
+    admin_addr[0] = 0;
     CHECK(a, "open a: %d", orc);
     kvmesh_t *b = open_rt(url, pol, "32MiB", &orc);
     CHECK(b, "open b (same policy): %d", orc);
@@ -170,6 +219,29 @@ int main(int argc, char **argv)
     rc = put(b, "acme", "d1", "k9", 401, 'w');
     CHECK(rc == KVMESH_EQUOTA && strstr(kvmesh_last_error(), "bytes"), "401 over: rc %d", rc);
     CHECK(put(b, "acme", "d1", "k9", 400, 'w') == 0, "400 fits exactly");
+
+    /* /stats?tenant=acme answers from the accounting rows: k2 100 + k3 500 + d1/k9 400 */
+    static char body[8192];
+    int st = http_get(admin_port, "/stats?tenant=acme", body, sizeof(body));
+    const char *qj = strstr(body, "\"quota\":");
+    CHECK(st == 200 && qj, "stats acme: %d %s", st, body);
+    if (qj) {
+        CHECK(json_u(qj, "committed_bytes") == 1000 && json_u(qj, "committed_objects") == 3 &&
+                  json_u(qj, "pending_bytes") == 0 && json_u(qj, "pending_objects") == 0 &&
+                  json_u(qj, "used_bytes") == 1000 && json_u(qj, "max_bytes") == 1000 &&
+                  json_u(qj, "max_objects") == 3 && json_u(qj, "policy_version") == 1 &&
+                  json_u(qj, "ops_publishing") == 0 && json_u(qj, "recon_backlog") == 0,
+              "acme accounting: %s", qj);
+    }
+    st = http_get(admin_port, "/stats?tenant=beta", body, sizeof(body));
+    qj = strstr(body, "\"quota\":");
+    CHECK(st == 200 && qj && json_u(qj, "committed_objects") == 0 &&
+              json_u(qj, "committed_bytes") == 0,
+          "beta accounting after its delete: %s", body);
+    st = http_get(admin_port, "/stats?tenant=gamma", body, sizeof(body));
+    CHECK(st == 200 && !strstr(body, "\"quota\":"), "gamma has no quota member: %s", body);
+    st = http_get(admin_port, "/stats?tenant=acme%2Fprod", body, sizeof(body));
+    CHECK(st == 400 && strstr(body, "tenant id rule"), "bad tenant id: %d %s", st, body);
 
     /* a tenant without a policy is not limited */
     for (int i = 0; i < 8; i++) {
