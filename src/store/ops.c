@@ -388,7 +388,7 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
 static void place_reserved(kvm_op_t *op, struct kvm_item *it, int rc)
 {
     if (rc) {
-        item_fail(op, it, rc, "tenant quota: %s", kvmesh_last_error());
+        item_fail(op, it, rc, "%s", kvmesh_last_error());
         return;
     }
     place_item(op, it);
@@ -793,7 +793,7 @@ static void remove_cas(kvm_op_t *op, struct kvm_item *it)
 static void remove_reserved(kvm_op_t *op, struct kvm_item *it, int rc)
 {
     if (rc) {
-        item_fail(op, it, rc, "tenant quota: %s", kvmesh_last_error());
+        item_fail(op, it, rc, "%s", kvmesh_last_error());
         return;
     }
     remove_cas(op, it);

@@ -46,6 +46,7 @@ struct kvm_quota {
     uint32_t recon_next;
     bool recon_running, closing;
     uint32_t degraded_passes;
+    uint64_t recon_trips_at_start, recon_round_trips; /* metadata calls made by passes */
 };
 
 static void fifo_push(struct qfifo *f, const char *domain, const char *key, uint64_t len)
@@ -190,6 +191,9 @@ static void recon_done(void *arg, const tn_recon_report_t *r)
 {
     kvm_rt_t *rt = arg;
     struct kvm_quota *q = rt->quota;
+    tn_stats_t st;
+    tn_get_stats(q->tn, &st);
+    q->recon_round_trips += st.meta_round_trips - q->recon_trips_at_start;
     if (r->degraded)
         q->degraded_passes++;
     q->recon_running = false;
@@ -213,6 +217,9 @@ static void recon_step(kvm_rt_t *rt)
     }
     tn_route_ops_t ops = {.lookup = recon_lookup, .replay = recon_replay, .ctx = rt};
     q->recon_running = true;
+    tn_stats_t st;
+    tn_get_stats(q->tn, &st);
+    q->recon_trips_at_start = st.meta_round_trips;
     if (tn_recon_pass(q->tn, q->pol[q->recon_next].tenant, &ops, QUOTA_RECON_PAGE, recon_done,
                       rt) != 0) {
         q->recon_running = false;
@@ -878,7 +885,7 @@ struct hop {
     tn_usage_t u;
     tn_policy_t p;
     tn_stats_t st;
-    uint64_t evictions;
+    uint64_t evictions, recon_trips;
     uint32_t degraded_passes;
 };
 
@@ -911,6 +918,7 @@ static void hop_usage(void *arg, int rc, const tn_usage_t *u, const tn_policy_t 
     if (h->rt->quota) {
         kvm_quota_stats(h->rt, &h->st, &h->degraded_passes);
         h->evictions = h->rt->quota->recovery_evictions;
+        h->recon_trips = h->rt->quota->recon_round_trips;
     }
     hop_finish(h, rc);
 }
@@ -966,12 +974,13 @@ int kvm_quota_render(kvm_rt_t *rt, const char *tenant, char *buf, size_t cap)
                  ",\"pending_bytes\":%" PRIu64 ",\"pending_objects\":%" PRIu64
                  ",\"ops_pending\":%" PRIu64 ",\"ops_publishing\":%" PRIu64
                  ",\"recon_backlog\":%" PRIu64 ",\"recon_degraded\":%" PRIu64
-                 ",\"recovery_evictions\":%" PRIu64 ",\"last_error\":\"%s\"}",
+                 ",\"recovery_evictions\":%" PRIu64 ",\"meta_round_trips\":%" PRIu64
+                 ",\"recon_round_trips\":%" PRIu64 ",\"last_error\":\"%s\"}",
                  h->p.policy_version, h->p.max_bytes, h->p.max_objects,
                  u->committed_bytes + u->pending_bytes, u->committed_objects + u->pending_objects,
                  u->committed_bytes, u->committed_objects, u->pending_bytes, u->pending_objects,
                  u->n_pending, u->n_publishing, u->n_pending + u->n_publishing,
-                 h->st.recon_degraded, h->evictions,
+                 h->st.recon_degraded, h->evictions, h->st.meta_round_trips, h->recon_trips,
                  h->st.last_error ? kvmesh_strerror(h->st.last_error) : "");
     }
     hop_unref(h);

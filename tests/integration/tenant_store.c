@@ -243,6 +243,46 @@ int main(int argc, char **argv)
     st = http_get(admin_port, "/stats?tenant=acme%2Fprod", body, sizeof(body));
     CHECK(st == 400 && strstr(body, "tenant id rule"), "bad tenant id: %d %s", st, body);
 
+    /* metadata round trips of the quota protocol per write: this runtime's tn_t counts every
+     * metadata call it issues; the calls of its background reconciliation passes and the one
+     * usage read that renders each answer are subtracted (the route's own calls are separate).
+     * Goal: <= 3 (reserve, claim, finalize) with a warm record cache. */
+    http_get(admin_port, "/stats?tenant=beta", body, sizeof(body));
+    const char *qb = strstr(body, "\"quota\":") ? strstr(body, "\"quota\":") : body;
+    long long rt0 = json_u(qb, "meta_round_trips") - json_u(qb, "recon_round_trips");
+    enum { RT_PUTS = 20 };
+    for (int i = 0; i < RT_PUTS; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "rt%d", i);
+        CHECK(put(a, "beta", NULL, k, 100, 'r') == 0, "beta %s", k);
+    }
+    http_get(admin_port, "/stats?tenant=beta", body, sizeof(body));
+    qb = strstr(body, "\"quota\":") ? strstr(body, "\"quota\":") : body;
+    long long rt1 = json_u(qb, "meta_round_trips") - json_u(qb, "recon_round_trips") - 1;
+    printf("quota metadata round trips: %lld for %d puts (%.2f per write)\n", rt1 - rt0, RT_PUTS,
+           (double)(rt1 - rt0) / RT_PUTS);
+    CHECK(rt0 >= 0 && rt1 - rt0 <= 3 * RT_PUTS && rt1 - rt0 >= 2 * RT_PUTS,
+          "round trips %lld for %d puts", rt1 - rt0, RT_PUTS);
+
+    /* the CLI, a separate runtime process, shows the quota error text (acme is full) */
+    {
+        char cmd[2048];
+        const char *bin = getenv("KVMESH_BIN_DIR");
+        snprintf(cmd, sizeof(cmd),
+                 "%s/kvmesh put --metadata %s --deployment tstore --tenant acme --set "
+                 "tenant_policies=%s --set memory_size=0 --set route_mode=metadata_only cli-key "
+                 "hello 2>&1",
+                 bin ? bin : KVMESH_BIN_DIR, url, pol);
+        FILE *p = popen(cmd, "r");
+        char outb[2048] = "";
+        size_t got = p ? fread(outb, 1, sizeof(outb) - 1, p) : 0;
+        outb[got] = 0;
+        int status = p ? pclose(p) : -1;
+        printf("kvmesh put over quota: %s", outb);
+        CHECK(status != 0 && strstr(outb, "quota exceeded") && strstr(outb, "max_"),
+              "CLI output: %s (status %d)", outb, status);
+    }
+
     /* a tenant without a policy is not limited */
     for (int i = 0; i < 8; i++) {
         char k[16];
