@@ -962,16 +962,19 @@ void kvm_ops_run(kvm_op_t *op)
 {
     kvm_rt_t *rt = op->rt;
     switch (op->type) {
-    case KVM_OP_PLACE:
+    case KVM_OP_PLACE: {
+        for (size_t i = 0; i < op->n; i++)
+            op->items[i].want = op->replicas;
+        bool batched = kvm_quota_put_batch(op, place_reserved); /* all-or-nothing reserve */
         for (size_t i = 0; i < op->n; i++) {
             struct kvm_item *it = &op->items[i];
-            it->want = op->replicas;
-            if (kvm_quota_applies(rt, &it->ident))
-                kvm_quota_put_reserve(op, it, place_reserved); /* before any data transfer */
-            else
+            if (!kvm_quota_applies(rt, &it->ident))
                 place_item(op, it);
+            else if (!batched)
+                kvm_quota_put_reserve(op, it, place_reserved); /* before any data transfer */
         }
         return;
+    }
     case KVM_OP_PUBLISH:
         for (size_t i = 0; i < op->n; i++)
             start_lookup(op, &op->items[i], publish_looked_up);

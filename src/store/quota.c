@@ -986,3 +986,176 @@ int kvm_quota_render(kvm_rt_t *rt, const char *tenant, char *buf, size_t cap)
     hop_unref(h);
     return rc;
 }
+
+/* ---- batches: canonical order, all-or-nothing before data transfer ------------------------ */
+
+struct qbatch {
+    kvm_op_t *op;
+    kvm_q_cont cont;
+    size_t n, looked;
+    int fail_rc;
+    char fail_msg[400];
+    struct kvm_item **its;
+    kvm_route_version_t *expected;
+};
+
+struct qb_lk {
+    struct qbatch *b;
+    size_t i;
+};
+
+static void qbatch_free(struct qbatch *b)
+{
+    free(b->its);
+    free(b->expected);
+    free(b);
+}
+
+static void qbatch_fail_all(struct qbatch *b, int rc, const char *msg)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        kvm_errf(rc, "%s", msg);
+        b->cont(b->op, b->its[i], rc);
+    }
+    qbatch_free(b);
+}
+
+static void qbatch_reserved(void *arg, int rc, size_t failed_index)
+{
+    struct qbatch *b = arg;
+    if (rc) {
+        char msg[500];
+        snprintf(msg, sizeof(msg), "batch refused as a whole (item %zu of %zu): %s", failed_index,
+                 b->n, kvmesh_last_error());
+        qbatch_fail_all(b, rc, msg);
+        return;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        struct kvm_item *it = b->its[i];
+        it->q->state = KVM_Q_RESERVED;
+        it->pub_op = it->q->content_op;
+        it->pub_op_set = true;
+    }
+    for (size_t i = 0; i < b->n; i++)
+        b->cont(b->op, b->its[i], 0);
+    qbatch_free(b);
+}
+
+static void qbatch_send(struct qbatch *b)
+{
+    kvm_rt_t *rt = b->op->rt;
+    if (b->fail_rc || !rt->quota) {
+        qbatch_fail_all(b, b->fail_rc ? b->fail_rc : KVMESH_ECANCELED,
+                        b->fail_rc ? b->fail_msg : "runtime closing");
+        return;
+    }
+    tn_reserve_req_t *reqs = calloc(b->n, sizeof(*reqs));
+    if (!reqs) {
+        qbatch_fail_all(b, KVMESH_ENOMEM, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        struct kvm_qitem *qi = b->its[i]->q;
+        qi->expected = b->expected[i];
+        reqs[i] = (tn_reserve_req_t){.tenant = qi->tenant,
+                                     .domain = qi->domain,
+                                     .key = qi->key,
+                                     .op_id = qi->op_id,
+                                     .next_len = b->its[i]->len,
+                                     .expected_route = b->expected[i]};
+    }
+    int rc = tn_reserve_batch(rt->quota->tn, reqs, b->n, qbatch_reserved, b);
+    free(reqs);
+    if (rc) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "%s", kvmesh_last_error());
+        qbatch_fail_all(b, rc, msg);
+    }
+}
+
+static void qbatch_looked(void *arg, int rc, const kvm_route_t *r)
+{
+    struct qb_lk *l = arg;
+    struct qbatch *b = l->b;
+    size_t i = l->i;
+    free(l);
+    if (rc == 0 && r)
+        b->expected[i] = r->version;
+    else if (rc != KVMESH_ENOENT && rc != 0 && !b->fail_rc) {
+        b->fail_rc = rc;
+        snprintf(b->fail_msg, sizeof(b->fail_msg),
+                 "route lookup before the batch's quota reservation failed: %s",
+                 kvmesh_strerror(rc));
+    }
+    if (++b->looked == b->n + 1)
+        qbatch_send(b);
+}
+
+bool kvm_quota_put_batch(kvm_op_t *op, kvm_q_cont cont)
+{
+    kvm_rt_t *rt = op->rt;
+    size_t n = 0;
+    for (size_t i = 0; i < op->n; i++)
+        n += kvm_quota_applies(rt, &op->items[i].ident);
+    if (n < 2 || n > TN_BATCH_MAX)
+        return false; /* one item: the single path (with recovery); larger: item by item */
+    struct qbatch *b = calloc(1, sizeof(*b));
+    if (b) {
+        b->its = calloc(n, sizeof(*b->its));
+        b->expected = calloc(n, sizeof(*b->expected));
+    }
+    if (!b || !b->its || !b->expected) {
+        if (b)
+            qbatch_free(b);
+        return false;
+    }
+    b->op = op;
+    b->cont = cont;
+    for (size_t i = 0; i < op->n; i++) {
+        struct kvm_item *it = &op->items[i];
+        if (!kvm_quota_applies(rt, &it->ident))
+            continue;
+        int rc = qitem_init(rt, it, false);
+        if (rc && !b->fail_rc) {
+            b->fail_rc = rc;
+            snprintf(b->fail_msg, sizeof(b->fail_msg), "%s", kvmesh_last_error());
+        }
+        b->its[b->n++] = it;
+    }
+    if (b->fail_rc) { /* all or nothing: no item of the batch is reserved */
+        for (size_t i = 0; i < b->n; i++) {
+            kvm_errf(b->fail_rc, "%s", b->fail_msg);
+            cont(op, b->its[i], b->fail_rc);
+        }
+        qbatch_free(b);
+        return true;
+    }
+    /* one extra count held by this loop, so that a synchronous completion cannot free b */
+    size_t total = b->n;
+    for (size_t i = 0; i < total; i++) {
+        struct qb_lk *l = malloc(sizeof(*l));
+        int rc = KVMESH_ENOMEM;
+        if (l) {
+            l->b = b;
+            l->i = i;
+            rc = route_lookup(rt->route, &b->its[i]->ident, qbatch_looked, l);
+        }
+        if (rc) {
+            if (!l) {
+                l = malloc(sizeof(*l));
+                if (!l) { /* count it without a context */
+                    if (!b->fail_rc)
+                        b->fail_rc = rc;
+                    b->looked++;
+                    continue;
+                }
+                l->b = b;
+                l->i = i;
+            }
+            qbatch_looked(l, rc, NULL);
+        }
+    }
+    if (++b->looked == b->n + 1)
+        qbatch_send(b);
+    return true;
+}

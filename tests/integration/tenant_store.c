@@ -283,6 +283,50 @@ int main(int argc, char **argv)
               "CLI output: %s (status %d)", outb, status);
     }
 
+    /* batches: canonical order, all-or-nothing before any data transfer. beta holds 20
+     * objects (rt0..rt19); max_objects 100 */
+    {
+        enum { NB = 41 };
+        static char keys[NB][16], vals[NB][64];
+        kvmesh_batch_item_t items[NB];
+        kvmesh_scope_t sc = {"beta", NULL};
+        const int sizes[3] = {40, 41, 40}; /* 20+40 = 60 ok; +41 = 101 refused; +40 = 100 ok */
+        for (int round = 0; round < 3; round++) {
+            int nb = sizes[round];
+            for (int i = 0; i < nb; i++) {
+                snprintf(keys[i], sizeof(keys[i]), "%c%d", 'a' + round, i);
+                memset(vals[i], 'a' + round, sizeof(vals[i]));
+                items[i] = (kvmesh_batch_item_t){
+                    .key = keys[i], .key_len = strlen(keys[i]), .buf = vals[i], .len = 64};
+            }
+            rc = kvmesh_batch_put(a, &sc, items, (size_t)nb, NULL);
+            char err[600];
+            snprintf(err, sizeof(err), "%s", kvmesh_last_error());
+            int present = 0;
+            for (int i = 0; i < nb; i++)
+                present += get_is(b, "beta", NULL, keys[i], 64, (char)('a' + round)) == 0;
+            if (round == 1) {
+                printf("over-quota batch: %s\n", err);
+                CHECK(rc == KVMESH_EQUOTA && strstr(err, "batch refused") && strstr(err, "objects"),
+                      "over-quota batch: rc %d: %s", rc, err);
+                int refused = 0;
+                for (int i = 0; i < nb; i++)
+                    refused += items[i].rc == KVMESH_EQUOTA;
+                CHECK(refused == nb && present == 0, "refused %d, written %d of %d", refused,
+                      present, nb);
+            } else {
+                CHECK(rc == 0 && present == nb, "batch round %d: rc %d, %d of %d", round, rc,
+                      present, nb);
+            }
+            st = http_get(admin_port, "/stats?tenant=beta", body, sizeof(body));
+            qb = strstr(body, "\"quota\":");
+            long long want = round == 0 ? 60 : round == 1 ? 60 : 100;
+            CHECK(qb && json_u(qb, "committed_objects") == want &&
+                      json_u(qb, "pending_objects") == 0,
+                  "beta after batch round %d: %s", round, body);
+        }
+    }
+
     /* a tenant without a policy is not limited */
     for (int i = 0; i < 8; i++) {
         char k[16];
