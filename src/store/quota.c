@@ -992,7 +992,7 @@ int kvm_quota_render(kvm_rt_t *rt, const char *tenant, char *buf, size_t cap)
 struct qbatch {
     kvm_op_t *op;
     kvm_q_cont cont;
-    size_t n, looked;
+    size_t n, looked, failed_index;
     int fail_rc;
     char fail_msg[400];
     struct kvm_item **its;
@@ -1020,13 +1020,49 @@ static void qbatch_fail_all(struct qbatch *b, int rc, const char *msg)
     qbatch_free(b);
 }
 
+/* The refusal's own message is gone by the time the batch callback runs (the aborts of the
+ * reserved items ran first), so an EQUOTA is described again from the usage row. */
+static void qbatch_usage(void *arg, int rc, const tn_usage_t *u, const tn_policy_t *p)
+{
+    struct qbatch *b = arg;
+    char msg[500];
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < b->n; i++)
+        bytes += b->its[i]->len;
+    const char *tenant = b->its[0]->q->tenant;
+    if (rc == 0 && u->committed_objects + u->pending_objects + b->n > p->max_objects)
+        snprintf(msg, sizeof(msg),
+                 "batch refused as a whole (item %zu of %zu): tenant '%s': objects quota exceeded: "
+                 "committed %" PRIu64 " + pending %" PRIu64 " + up to %zu requested > max_objects "
+                 "%" PRIu64,
+                 b->failed_index, b->n, tenant, u->committed_objects, u->pending_objects, b->n,
+                 p->max_objects);
+    else if (rc == 0)
+        snprintf(msg, sizeof(msg),
+                 "batch refused as a whole (item %zu of %zu): tenant '%s': bytes quota exceeded: "
+                 "committed %" PRIu64 " + pending %" PRIu64 " + up to %" PRIu64
+                 " requested > max_bytes %" PRIu64,
+                 b->failed_index, b->n, tenant, u->committed_bytes, u->pending_bytes, bytes,
+                 p->max_bytes);
+    else
+        snprintf(msg, sizeof(msg),
+                 "batch refused as a whole (item %zu of %zu): tenant '%s': quota exceeded",
+                 b->failed_index, b->n, tenant);
+    qbatch_fail_all(b, KVMESH_EQUOTA, msg);
+}
+
 static void qbatch_reserved(void *arg, int rc, size_t failed_index)
 {
     struct qbatch *b = arg;
+    if (rc == KVMESH_EQUOTA && b->op->rt->quota) {
+        b->failed_index = failed_index;
+        if (kvm_quota_usage(b->op->rt, b->its[0]->q->tenant, qbatch_usage, b) == 0)
+            return;
+    }
     if (rc) {
         char msg[500];
         snprintf(msg, sizeof(msg), "batch refused as a whole (item %zu of %zu): %s", failed_index,
-                 b->n, kvmesh_last_error());
+                 b->n, kvmesh_strerror(rc));
         qbatch_fail_all(b, rc, msg);
         return;
     }
