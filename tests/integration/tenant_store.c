@@ -210,6 +210,23 @@ int main(int argc, char **argv)
     CHECK(get_is(b, "beta", NULL, "k2", 3000, 'z') == 0, "beta/k2 own bytes");
     CHECK(get_is(b, "acme", "d1", "k2", 10, 'q') == 0, "acme/d1/k2 own bytes");
     CHECK(get_is(b, "acme", "d2", "k2", 0, 0) == KVMESH_ENOENT, "acme/d2/k2 absent");
+    {
+        kvmesh_route_info_t ri[3];
+        kvmesh_scope_t s_acme = {"acme", NULL}, s_beta = {"beta", NULL}, s_d1 = {"acme", "d1"},
+                       s_d2 = {"acme", "d2"}, s_gamma = {"gamma", NULL};
+        CHECK(kvmesh_route_query(b, &s_acme, "k2", 2, &ri[0]) == 0 && ri[0].length == 100,
+              "route acme/k2");
+        CHECK(kvmesh_route_query(b, &s_beta, "k2", 2, &ri[1]) == 0 && ri[1].length == 3000,
+              "route beta/k2");
+        CHECK(kvmesh_route_query(b, &s_d1, "k2", 2, &ri[2]) == 0 && ri[2].length == 10,
+              "route acme/d1/k2");
+        CHECK(ri[0].checksum != ri[1].checksum && ri[0].checksum != ri[2].checksum,
+              "three independent routes");
+        CHECK(kvmesh_route_query(b, &s_d2, "k2", 2, &ri[0]) == KVMESH_ENOENT,
+              "cross-domain route query is not-found");
+        CHECK(kvmesh_route_query(b, &s_gamma, "k2", 2, &ri[0]) == KVMESH_ENOENT,
+              "cross-tenant route query is not-found");
+    }
     CHECK(rm(b, "acme", "d2", "k2") == KVMESH_ENOENT, "cross-domain delete is not-found");
     CHECK(rm(b, "gamma", NULL, "k2") == KVMESH_ENOENT, "cross-tenant delete is not-found");
     CHECK(rm(b, "beta", NULL, "k2") == 0, "rm beta/k2");
