@@ -12,7 +12,11 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -98,10 +102,93 @@ static kvmesh_t *open_rt2(const char *url, const char *policies, const char *mem
     return rc == 0 ? kv : NULL;
 }
 
+/* Starts kvmeshd (a separate runtime process) on the deployment; waits (bounded, 30 s) for its
+ * ready file. Returns the pid (> 0) once ready, 0 when it exited first (*status = its status),
+ * -1 on timeout (killed). */
+static pid_t spawn_daemon(const char *url, const char *policies, const char *dir, int i,
+                          int *status)
+{
+    char bin[600], ready[400], log[400], pset[700];
+    const char *bd = getenv("KVMESH_BIN_DIR");
+    snprintf(bin, sizeof(bin), "%s/kvmeshd", bd ? bd : KVMESH_BIN_DIR);
+    snprintf(ready, sizeof(ready), "%s/ready-%d", dir, i);
+    snprintf(log, sizeof(log), "%s/daemon-%d.log", dir, i);
+    snprintf(pset, sizeof(pset), "tenant_policies=%s", policies);
+    char mset[64];
+    snprintf(mset, sizeof(mset), "route_mode=%s", route_mode);
+    unlink(ready);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = freopen(log, "w", stderr);
+        (void)f;
+        const char *argv[] = {bin,
+                              "--set",
+                              "metadata_url=",
+                              "--set",
+                              "deployment=tstore",
+                              "--set",
+                              mset,
+                              "--set",
+                              "memory_size=32MiB",
+                              "--set",
+                              "segment_size=16MiB",
+                              "--set",
+                              "max_object_size=1MiB",
+                              "--set",
+                              pset,
+                              "--ready-file",
+                              ready,
+                              NULL};
+        char murl[600];
+        snprintf(murl, sizeof(murl), "metadata_url=%s", url);
+        argv[2] = murl;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    for (int t = 0; t < 300; t++) { /* 30 s */
+        struct stat st;
+        if (stat(ready, &st) == 0 && st.st_size > 0)
+            return pid;
+        if (waitpid(pid, status, WNOHANG) == pid)
+            return 0;
+        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+    return -1;
+}
+
+static void stop_daemon(pid_t pid)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    for (int t = 0; t < 100; t++) { /* 10 s, then SIGKILL */
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static bool file_has(const char *path, const char *needle)
+{
+    static char buf[65536];
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = 0;
+    return strstr(buf, needle) != NULL;
+}
+
 static kvmesh_t *open_rt(const char *url, const char *policies, const char *memory, int *rc_out)
 {
     return open_rt2(url, policies, memory, false, rc_out);
 }
+
+static const kvmesh_put_opts_t *put_opts; /* NULL = defaults */
 
 static int put(kvmesh_t *kv, const char *tenant, const char *domain, const char *key, size_t len,
                char fill)
@@ -109,7 +196,7 @@ static int put(kvmesh_t *kv, const char *tenant, const char *domain, const char 
     char *v = malloc(len ? len : 1);
     memset(v, fill, len);
     kvmesh_scope_t sc = {tenant, domain};
-    int rc = kvmesh_put(kv, &sc, key, strlen(key), v, len, NULL);
+    int rc = kvmesh_put(kv, &sc, key, strlen(key), v, len, put_opts);
     free(v);
     return rc;
 }
@@ -395,6 +482,67 @@ int main(int argc, char **argv)
         rc = put(a, "acme", "d1", "k10", 1, 'w');
         CHECK(rc == KVMESH_EQUOTA, "runtime a (no eviction) still refuses acme: rc %d", rc);
         kvmesh_close(e);
+    }
+
+    /* two kvmeshd processes hold the data (2 replicas, hard-pinned) of a client-only runtime's
+     * quota writes; reads from another runtime; a daemon with another hard policy refuses to
+     * start, naming the field */
+    {
+        char pol3[300];
+        snprintf(pol3, sizeof(pol3), "%s,t3:2000:10", pol);
+        const char *dir = testsrv_dir(srv);
+        int dst = 0;
+        pid_t d1 = spawn_daemon(url, pol3, dir, 1, &dst);
+        pid_t d2 = spawn_daemon(url, pol3, dir, 2, &dst);
+        CHECK(d1 > 0 && d2 > 0, "daemons ready: %d %d", (int)d1, (int)d2);
+        kvmesh_t *cl = open_rt(url, pol3, "0", &orc);
+        CHECK(cl, "client-only runtime: %d", orc);
+        /* the objects go to the two daemons only (hard pin to their runtime ids) */
+        char ids[2][64] = {"", ""};
+        for (int i = 0; i < 2; i++) {
+            char rp[400];
+            snprintf(rp, sizeof(rp), "%s/ready-%d", dir, i + 1);
+            FILE *f = fopen(rp, "r");
+            if (!f || fscanf(f, "%63s", ids[i]) != 1)
+                ids[i][0] = 0;
+            if (f)
+                fclose(f);
+        }
+        const char *pref[2] = {ids[0], ids[1]};
+        kvmesh_put_opts_t pin = {
+            .replicas = 2, .preferred_owners = pref, .n_preferred = 2, .hard_pin = true};
+        CHECK(ids[0][0] && ids[1][0], "daemon ids from the ready files");
+        put_opts = &pin;
+        for (int i = 0; cl && i < 10; i++) {
+            char k[16];
+            snprintf(k, sizeof(k), "p%d", i);
+            CHECK(put(cl, "t3", NULL, k, 150, (char)('0' + i)) == 0, "t3 %s", k);
+        }
+        if (cl) {
+            rc = put(cl, "t3", NULL, "p10", 150, 'x');
+            CHECK(rc == KVMESH_EQUOTA && strstr(kvmesh_last_error(), "max_objects 10"),
+                  "t3 11th object: rc %d", rc);
+            CHECK(rm(cl, "t3", NULL, "p0") == 0, "rm t3/p0");
+            CHECK(put(cl, "t3", NULL, "p10", 150, 'x') == 0, "t3 p10 after the refund");
+            for (int i = 1; i < 10; i++) {
+                char k[16];
+                snprintf(k, sizeof(k), "p%d", i);
+                CHECK(get_is(a, "t3", NULL, k, 150, (char)('0' + i)) == 0, "t3 %s readable", k);
+            }
+            kvmesh_close(cl);
+        }
+        put_opts = NULL;
+        char pbad[300], logp[400];
+        snprintf(pbad, sizeof(pbad), "%s,t3:2000:11", pol);
+        pid_t d3 = spawn_daemon(url, pbad, dir, 3, &dst);
+        snprintf(logp, sizeof(logp), "%s/daemon-3.log", dir);
+        CHECK(d3 == 0 && WIFEXITED(dst) && WEXITSTATUS(dst) != 0 && file_has(logp, "max_objects") &&
+                  file_has(logp, "t3"),
+              "daemon with another policy: pid %d status %d", (int)d3, dst);
+        if (d3 > 0)
+            stop_daemon(d3);
+        stop_daemon(d1);
+        stop_daemon(d2);
     }
 
     /* a runtime with another hard policy is refused at open, naming the field */
