@@ -625,17 +625,19 @@ static void publish_claimed(kvm_op_t *op, struct kvm_item *it, int rc)
 {
     if (rc) { /* e.g. ECANCELED: the reservation expired and was aborted: no route CAS */
         release_res(op->rt, it);
+        kvm_quota_abort(op->rt, it); /* still PENDING: release the charge now */
         item_fail(op, it, rc, "%s", kvmesh_last_error());
         return;
     }
     publish_cas_now(op, it);
 }
 
-/* Tenant quota: the claim (PENDING -> PUBLISHING) is made here, immediately before every route
- * CAS attempt of this item (a retry claims again with the same publish token). */
+/* Tenant quota: the claim (PENDING -> PUBLISHING) is made here, immediately before the first
+ * route CAS of this item. A conflict retry is the same publication and needs no new claim: the
+ * version the CAS finally returns is recorded by finalize's replay claim when it differs. */
 static void publish_cas(kvm_op_t *op, struct kvm_item *it)
 {
-    if (it->q && (it->q->state == KVM_Q_RESERVED || it->q->state == KVM_Q_CLAIMED)) {
+    if (it->q && it->q->state == KVM_Q_RESERVED) {
         it->pub_op = it->q->content_op;
         it->pub_op_set = true;
         kvm_route_version_t expected = it->have_route ? it->cur.version : KVM_ROUTE_VERSION_NONE;
@@ -775,6 +777,7 @@ static void remove_cas_now(kvm_op_t *op, struct kvm_item *it);
 static void remove_claimed(kvm_op_t *op, struct kvm_item *it, int rc)
 {
     if (rc) {
+        kvm_quota_abort(op->rt, it);
         item_fail(op, it, rc, "%s", kvmesh_last_error());
         return;
     }
@@ -783,7 +786,7 @@ static void remove_claimed(kvm_op_t *op, struct kvm_item *it, int rc)
 
 static void remove_cas(kvm_op_t *op, struct kvm_item *it)
 {
-    if (it->q && (it->q->state == KVM_Q_RESERVED || it->q->state == KVM_Q_CLAIMED)) {
+    if (it->q && it->q->state == KVM_Q_RESERVED) {
         kvm_quota_claim(op, it, &it->cur.version, remove_claimed); /* just before the CAS */
         return;
     }

@@ -62,8 +62,8 @@ bool kvm_quota_put_batch(struct kvm_op *op, kvm_q_cont cont);
  * NULL afterwards: the object has no accounting row). */
 void kvm_quota_del_reserve(struct kvm_op *op, struct kvm_item *it, const kvm_route_t *cur,
                            kvm_q_cont cont);
-/* [loop] immediately before a route CAS replacing `expected` with a route carrying
- * it->q->content_op: PENDING -> PUBLISHING (again on a retry: same publish token). */
+/* [loop] immediately before the first route CAS replacing `expected` with a route carrying
+ * it->q->content_op: PENDING -> PUBLISHING (a failure leaves it PENDING: abort it). */
 void kvm_quota_claim(struct kvm_op *op, struct kvm_item *it, const kvm_route_version_t *expected,
                      kvm_q_cont cont);
 /* [loop] after the CAS applied `r`: finalize (re-claiming first when the primary assigned
