@@ -17,11 +17,13 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/config_table.h"
+#include "core/ident.h"
 #include "core/limits.h"
 #include "core/util.h"
 #include "route/route.h"
@@ -150,6 +152,14 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
           "no OTLP export."),
     F_STR(trace_service_name, "kvmesh", KVM_CFG_SYN_NAME,
           "service.name of the spans this runtime exports."),
+    F_STR(tenant_policies, "", KVM_CFG_SYN_TENANT_POLICIES,
+          "Tenant-root quota policies this runtime bootstraps and enforces, comma separated: "
+          "tenant:max_bytes:max_objects[:policy_version] (max_bytes a size, policy_version "
+          "default 1); empty = no quota (the quota protocol is off)."),
+    F_BOOL(tenant_quota_evict, "false",
+           "Tenant-local quota recovery (runtime-local, soft): a put refused for quota removes "
+           "the oldest objects this runtime wrote for the same tenant (with their refund) and "
+           "retries once; off = the put fails with KVMESH_EQUOTA."),
 };
 
 const kvm_cfg_field_t *kvm_config_table(size_t *n)
@@ -329,6 +339,96 @@ static bool valid_url(const char *s)
     return false;
 }
 
+static int policy_fail(char *why, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int policy_fail(char *why, size_t cap, const char *fmt, ...)
+{
+    if (why && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, cap, fmt, ap);
+        va_end(ap);
+    }
+    return KVMESH_ECONFIG;
+}
+
+static bool parse_u32_pos(const char *s, size_t n, uint32_t *out)
+{
+    uint64_t x = 0;
+    if (n == 0 || n > 10)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return false;
+        x = x * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (x == 0 || x > UINT32_MAX)
+        return false;
+    *out = (uint32_t)x;
+    return true;
+}
+
+int kvm_config_parse_policies(const char *v, struct kvm_store_tenant_policy *out, uint32_t *n_out,
+                              char *why, size_t cap)
+{
+    struct kvm_store_tenant_policy tmp[KVM_STORE_TENANT_POLICIES_MAX];
+    uint32_t n = 0;
+    const char *p = v;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (n == KVM_STORE_TENANT_POLICIES_MAX)
+            return policy_fail(why, cap, "lists more than %d policies",
+                               KVM_STORE_TENANT_POLICIES_MAX);
+        char item[KVM_CFG_STR_MAX];
+        if (len == 0 || len >= sizeof(item))
+            return policy_fail(why, cap, "has an empty policy (policy %u)", n + 1);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        char *parts[5] = {0};
+        int np = 0;
+        for (char *q = item, *tok; np < 5 && (tok = strsep(&q, ":")) != NULL;)
+            parts[np++] = tok;
+        if (np < 3 || np > 4)
+            return policy_fail(
+                why, cap, "policy %u is not tenant:max_bytes:max_objects[:policy_version]", n + 1);
+        struct kvm_store_tenant_policy *t = &tmp[n];
+        memset(t, 0, sizeof(*t));
+        if (kvm_ident_check_tenant(parts[0], strlen(parts[0])) != 0)
+            return policy_fail(why, cap,
+                               "policy %u: tenant '%.64s' breaks the tenant id rule (1..64 of "
+                               "[A-Za-z0-9_.-], first alphanumeric)",
+                               n + 1, parts[0]);
+        for (uint32_t i = 0; i < n; i++)
+            if (strcmp(tmp[i].tenant, parts[0]) == 0)
+                return policy_fail(why, cap, "tenant '%s' is listed twice", parts[0]);
+        snprintf(t->tenant, sizeof(t->tenant), "%s", parts[0]);
+        if (parse_size_raw(parts[1], &t->max_bytes) != 0 || t->max_bytes == 0)
+            return policy_fail(why, cap, "policy %u (%s): max_bytes '%.32s' is not a size >= 1",
+                               n + 1, t->tenant, parts[1]);
+        uint32_t mo = 0;
+        if (!parse_u32_pos(parts[2], strlen(parts[2]), &mo))
+            return policy_fail(why, cap,
+                               "policy %u (%s): max_objects '%.32s' is not an integer 1..2^32-1",
+                               n + 1, t->tenant, parts[2]);
+        t->max_objects = mo;
+        t->policy_version = 1;
+        if (np == 4 && !parse_u32_pos(parts[3], strlen(parts[3]), &t->policy_version))
+            return policy_fail(why, cap,
+                               "policy %u (%s): policy_version '%.32s' is not an integer 1..2^32-1",
+                               n + 1, t->tenant, parts[3]);
+        n++;
+        p = end ? end + 1 : p + len;
+        if (end && !*p)
+            return policy_fail(why, cap, "ends with a comma");
+    }
+    if (out)
+        memcpy(out, tmp, n * sizeof(tmp[0]));
+    if (n_out)
+        *n_out = n;
+    return 0;
+}
+
 static bool syntax_ok(enum kvm_cfg_syntax syn, const char *v)
 {
     size_t n = strlen(v);
@@ -378,6 +478,8 @@ static bool syntax_ok(enum kvm_cfg_syntax syn, const char *v)
                 return false;
         return true;
     }
+    case KVM_CFG_SYN_TENANT_POLICIES:
+        return kvm_config_parse_policies(v, NULL, NULL, NULL, 0) == 0;
     }
     return false;
 }
@@ -401,6 +503,10 @@ static const char *syntax_text(enum kvm_cfg_syntax syn)
         return "1..64 characters of [A-Za-z0-9_.-], first alphanumeric";
     case KVM_CFG_SYN_HTTP_URL_OPT:
         return "empty or an http:// or https:// URL without spaces";
+    case KVM_CFG_SYN_TENANT_POLICIES:
+        return "empty or up to 16 comma-separated tenant:max_bytes:max_objects[:policy_version] "
+               "(tenant by the tenant id rule, max_bytes a size >= 1, max_objects and "
+               "policy_version 1..2^32-1, each tenant once)";
     }
     return "?";
 }
@@ -509,6 +615,10 @@ static int field_set(struct kvmesh_config *cfg, const kvm_cfg_field_t *f, const 
             snprintf(what, sizeof(what), "is too long (%zu bytes)", n);
             return bad(f, v, what);
         }
+        char why[160];
+        if (f->syntax == KVM_CFG_SYN_TENANT_POLICIES &&
+            kvm_config_parse_policies(v, NULL, NULL, why, sizeof(why)) != 0)
+            return bad(f, v, why);
         if (!syntax_ok(f->syntax, v))
             return bad(f, v, "is invalid");
         memcpy(dst, v, n + 1);
@@ -808,4 +918,9 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->io_threads = cfg->io_threads;
     out->hugepages = cfg->hugepages;
     out->trace_sample_rate = cfg->trace_sample_rate;
+    uint32_t n = 0;
+    int prc = kvm_config_parse_policies(cfg->tenant_policies, out->tenant_policies, &n, NULL, 0);
+    KVM_ASSERT(prc == 0); /* validated by the field table */
+    out->n_tenant_policies = n;
+    out->tenant_quota_evict = cfg->tenant_quota_evict;
 }

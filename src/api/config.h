@@ -51,6 +51,8 @@ struct kvmesh_config {
     char trace_capture_dir[KVM_CFG_STR_MAX]; /* JSONL capture dir ("" = off) */
     char trace_otlp_url[KVM_CFG_STR_MAX];    /* OTLP/HTTP JSON traces URL ("" = off) */
     char trace_service_name[64];             /* resource service.name of this runtime's spans */
+    bool tenant_quota_evict;                 /* quota recovery by same-tenant eviction */
+    char tenant_policies[KVM_CFG_STR_MAX];   /* "" or tenant:max_bytes:max_objects[:version],... */
 };
 
 /* Fills cfg with every default (what kvmesh_config_new returns). */
@@ -62,5 +64,12 @@ int kvm_config_validate(const struct kvmesh_config *cfg);
 /* The store's configuration (src/store/store_config.h) from a validated cfg: every field the
  * store uses, in the store's types (route_mode as enum route_mode, transport as enum tp_kind). */
 void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_config *out);
+
+/* Parses the tenant_policies value ("" or tenant:max_bytes:max_objects[:policy_version],...)
+ * into out[0..*n) (out/n may be NULL: validation only). 0, or KVMESH_ECONFIG with the problem
+ * written into why (may be NULL) and nothing stored. */
+struct kvm_store_tenant_policy;
+int kvm_config_parse_policies(const char *v, struct kvm_store_tenant_policy *out, uint32_t *n,
+                              char *why, size_t cap);
 
 #endif

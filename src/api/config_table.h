@@ -25,14 +25,15 @@ enum kvm_cfg_type {
 
 /* Syntax rules for string fields. */
 enum kvm_cfg_syntax {
-    KVM_CFG_SYN_ANY = 0,      /* printable, no control characters */
-    KVM_CFG_SYN_URL,          /* memory://NAME | redis://... | etcd://... */
-    KVM_CFG_SYN_NAME,         /* [A-Za-z0-9_.-]{1,63} */
-    KVM_CFG_SYN_HEXID_OPT,    /* "" or 32 hex digits */
-    KVM_CFG_SYN_HOSTPORT,     /* host:port, port 0..65535 */
-    KVM_CFG_SYN_HOSTPORT_OPT, /* "" or host:port */
-    KVM_CFG_SYN_TENANT,       /* 1..64 of [A-Za-z0-9_.-], first alphanumeric */
-    KVM_CFG_SYN_HTTP_URL_OPT, /* "" or http(s)://... without spaces */
+    KVM_CFG_SYN_ANY = 0,         /* printable, no control characters */
+    KVM_CFG_SYN_URL,             /* memory://NAME | redis://... | etcd://... */
+    KVM_CFG_SYN_NAME,            /* [A-Za-z0-9_.-]{1,63} */
+    KVM_CFG_SYN_HEXID_OPT,       /* "" or 32 hex digits */
+    KVM_CFG_SYN_HOSTPORT,        /* host:port, port 0..65535 */
+    KVM_CFG_SYN_HOSTPORT_OPT,    /* "" or host:port */
+    KVM_CFG_SYN_TENANT,          /* 1..64 of [A-Za-z0-9_.-], first alphanumeric */
+    KVM_CFG_SYN_HTTP_URL_OPT,    /* "" or http(s)://... without spaces */
+    KVM_CFG_SYN_TENANT_POLICIES, /* "" or tenant:max_bytes:max_objects[:version][,...] */
 };
 
 #define KVM_CFG_ENUM_MAX 4

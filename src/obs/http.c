@@ -115,6 +115,9 @@ static int render_stats_tenant(struct obs_http *h, const struct obs_query *q, st
     } else {
         obs_buf_puts(b, ",\"tracked\":false,\"counters\":null");
     }
+    char qj[1024]; /* the store's quota accounting rows (tenants with a policy) */
+    if (h->prov.tenant_quota && h->prov.tenant_quota(h->prov.ctx, q->tenant, qj, sizeof(qj)) == 0)
+        obs_buf_printf(b, ",\"quota\":%s", qj);
     obs_buf_puts(b, "}\n");
     return 200;
 }

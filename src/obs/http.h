@@ -86,6 +86,9 @@ struct obs_provider {
     void (*runtime_stats)(void *ctx, struct obs_runtime_stats *out);
     /* Called before /metrics renders, to refresh set-mode gauges from runtime snapshots. */
     void (*before_scrape)(void *ctx);
+    /* /stats?tenant=ID: the tenant's quota accounting as one JSON object into buf (0), or
+     * nonzero when it has no policy (then no "quota" member). */
+    int (*tenant_quota)(void *ctx, const char *tenant, char *buf, size_t cap);
     /* Per-tenant counters maintained by the runtime (borrowed). */
     struct obs_tenant_table *tenants;
     /* GET /cluster: append one JSON object (the runtime's cluster view) to b. Returns 0, or a

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "core/hex.h"
+#include "core/ident.h"
+#include "core/limits.h"
 #include "obs/http.h"
 
 static const struct {
@@ -154,11 +156,11 @@ static int parse_pair(enum obs_endpoint ep, const char *k, size_t kn, const char
     q->present |= bit;
     switch (bit) {
     case OBS_Q_TENANT:
-        if (vallen == 0 || vallen > OBS_TENANT_ID_MAX)
-            return kvm_errf(KVMESH_EINVAL, "tenant must be 1..%d bytes", OBS_TENANT_ID_MAX);
-        for (size_t i = 0; i < vallen; i++)
-            if ((unsigned char)val[i] < 0x21 || (unsigned char)val[i] > 0x7e)
-                return kvm_errf(KVMESH_EINVAL, "tenant must be printable ASCII without spaces");
+        if (vallen > OBS_TENANT_ID_MAX || kvm_ident_check_tenant(val, vallen) != 0)
+            return kvm_errf(KVMESH_EINVAL,
+                            "tenant breaks the tenant id rule (core/ident.h): "
+                            "1..%d bytes of [A-Za-z0-9_.-], first alphanumeric",
+                            KVM_TENANT_MAX_LEN);
         memcpy(q->tenant, val, vallen + 1);
         q->tenant_len = vallen;
         return 0;

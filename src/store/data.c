@@ -285,6 +285,8 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         d->checksum = it->checksum;
         d->n_res = it->n_res;
         memcpy(d->res, it->res, sizeof(it->res));
+        d->q = it->q; /* tenant quota state (quota.c), moved */
+        it->q = NULL;
     }
     char saved_err[512] = "";
     if (ab) {

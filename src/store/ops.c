@@ -19,6 +19,7 @@
 #include "core/util.h"
 #include "core/wrh.h"
 #include "store/proto.h"
+#include "store/quota.h"
 #include "store/store.h"
 
 #define STORE_TOMB_RETAIN_MS 60000u
@@ -375,12 +376,22 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
     }
     uint32_t got = it->n_res;
     release_res_traced(op->rt, it, op->span);
+    kvm_quota_abort(op->rt, it);
     int rc = it->rc && it->rc != KVMESH_ECONN && it->rc != KVMESH_ETIMEDOUT ? it->rc
                                                                             : KVMESH_EUNAVAILABLE;
     item_fail(op, it, rc,
               "placed %u of %u replicas of a %" PRIu64 "-byte object (%zu live members%s)%s%s", got,
               it->want, it->len, op->rt->n_members, op->hard_pin ? ", hard pin" : "",
               op->lasterr[0] ? "; last error: " : "", op->lasterr);
+}
+
+static void place_reserved(kvm_op_t *op, struct kvm_item *it, int rc)
+{
+    if (rc) {
+        item_fail(op, it, rc, "%s", kvmesh_last_error());
+        return;
+    }
+    place_item(op, it);
 }
 
 /* ---- lookups ------------------------------------------------------------------------------- */
@@ -542,6 +553,28 @@ static void indet_looked_up(void *arg, int rc, const kvm_route_t *r)
               "(repair pending); retry the put");
 }
 
+static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
+{
+    kvm_rt_t *rt = op->rt;
+    obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_OK, OBS_NONE, it->n_res);
+    for (uint32_t i = 0; i < it->n_res; i++)
+        notify_slot_traced(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
+                           it->res[i].offset, op->span);
+    if (it->have_route && !kvm_route_is_tombstone(&it->cur))
+        release_obsolete(rt, &it->cur, r);
+    kvm_route_free(&it->route);
+    if (kvm_route_copy(&it->route, r) == 0)
+        it->have_route = true;
+    it->rc = 0;
+    item_finish(op, it);
+}
+
+static void publish_finalized(kvm_op_t *op, struct kvm_item *it, int rc)
+{
+    (void)rc; /* the write is published either way; a failed finalize is reconciled */
+    publish_ok(op, it, &it->q->route);
+}
+
 static void published(void *arg, int rc, const kvm_route_t *r)
 {
     struct item_ctx *c = arg;
@@ -553,18 +586,12 @@ static void published(void *arg, int rc, const kvm_route_t *r)
      * partial mirror was repaired meanwhile) is published too. */
     bool ours = rc == KVMESH_ECONFLICT && r && it->pub_op_set &&
                 kvm_op_id_equal(&r->content_op, &it->pub_op);
+    if ((rc == 0 || ours) && it->q && it->q->state == KVM_Q_CLAIMED) {
+        kvm_quota_finalize(op, it, r, publish_finalized); /* tenant quota: after the CAS */
+        return;
+    }
     if (rc == 0 || ours) {
-        obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_OK, OBS_NONE, it->n_res);
-        for (uint32_t i = 0; i < it->n_res; i++)
-            notify_slot_traced(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
-                               it->res[i].offset, op->span);
-        if (it->have_route && !kvm_route_is_tombstone(&it->cur))
-            release_obsolete(rt, &it->cur, r);
-        kvm_route_free(&it->route);
-        if (kvm_route_copy(&it->route, r) == 0)
-            it->have_route = true;
-        it->rc = 0;
-        item_finish(op, it);
+        publish_ok(op, it, r);
         return;
     }
     if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
@@ -610,7 +637,35 @@ static void published(void *arg, int rc, const kvm_route_t *r)
     item_fail(op, it, rc, "route publication failed: %s", kvmesh_strerror(rc));
 }
 
+static void publish_cas_now(kvm_op_t *op, struct kvm_item *it);
+
+static void publish_claimed(kvm_op_t *op, struct kvm_item *it, int rc)
+{
+    if (rc) { /* e.g. ECANCELED: the reservation expired and was aborted: no route CAS */
+        release_res(op->rt, it);
+        kvm_quota_abort(op->rt, it); /* still PENDING: release the charge now */
+        item_fail(op, it, rc, "%s", kvmesh_last_error());
+        return;
+    }
+    publish_cas_now(op, it);
+}
+
+/* Tenant quota: the claim (PENDING -> PUBLISHING) is made here, immediately before the first
+ * route CAS of this item. A conflict retry is the same publication and needs no new claim: the
+ * version the CAS finally returns is recorded by finalize's replay claim when it differs. */
 static void publish_cas(kvm_op_t *op, struct kvm_item *it)
+{
+    if (it->q && it->q->state == KVM_Q_RESERVED) {
+        it->pub_op = it->q->content_op;
+        it->pub_op_set = true;
+        kvm_route_version_t expected = it->have_route ? it->cur.version : KVM_ROUTE_VERSION_NONE;
+        kvm_quota_claim(op, it, &expected, publish_claimed);
+        return;
+    }
+    publish_cas_now(op, it);
+}
+
+static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
 {
     kvm_rt_t *rt = op->rt;
     kvm_route_t next;
@@ -682,6 +737,13 @@ static void tomb_finalized(void *arg, int rc, const kvm_route_t *r)
 
 static void remove_cas(kvm_op_t *op, struct kvm_item *it);
 
+static void remove_finalized(kvm_op_t *op, struct kvm_item *it, int rc)
+{
+    (void)rc; /* the tombstone is published; a failed finalize is reconciled */
+    it->rc = 0;
+    item_finish(op, it);
+}
+
 static void removed(void *arg, int rc, const kvm_route_t *r)
 {
     struct item_ctx *c = arg;
@@ -689,6 +751,13 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
     struct kvm_item *it = c->it;
     kvm_rt_t *rt = op->rt;
     ictx_free(c, rc);
+    if (rc == 0 && it->q && it->q->state == KVM_Q_CLAIMED) {
+        /* tenant quota: refund by finalize; the tombstone stays PENDING so that the route
+         * version stays the one the accounting row records */
+        release_obsolete(rt, &it->cur, NULL);
+        kvm_quota_finalize(op, it, r, remove_finalized);
+        return;
+    }
     if (rc == 0) {
         release_obsolete(rt, &it->cur, NULL);
         /* No quota accounting to wait for: finalize the tombstone at once (best effort). */
@@ -721,13 +790,43 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
     item_fail(op, it, rc, "tombstone publication failed: %s", kvmesh_strerror(rc));
 }
 
+static void remove_cas_now(kvm_op_t *op, struct kvm_item *it);
+
+static void remove_claimed(kvm_op_t *op, struct kvm_item *it, int rc)
+{
+    if (rc) {
+        kvm_quota_abort(op->rt, it);
+        item_fail(op, it, rc, "%s", kvmesh_last_error());
+        return;
+    }
+    remove_cas_now(op, it);
+}
+
 static void remove_cas(kvm_op_t *op, struct kvm_item *it)
+{
+    if (it->q && it->q->state == KVM_Q_RESERVED) {
+        kvm_quota_claim(op, it, &it->cur.version, remove_claimed); /* just before the CAS */
+        return;
+    }
+    remove_cas_now(op, it);
+}
+
+static void remove_reserved(kvm_op_t *op, struct kvm_item *it, int rc)
+{
+    if (rc) {
+        item_fail(op, it, rc, "%s", kvmesh_last_error());
+        return;
+    }
+    remove_cas(op, it);
+}
+
+static void remove_cas_now(kvm_op_t *op, struct kvm_item *it)
 {
     kvm_route_t next;
     kvm_route_init(&next);
     int rc = kvm_ident_copy(&next.ident, &it->ident);
     if (!rc) {
-        next.content_op = kvm_rt_next_op_id(op->rt);
+        next.content_op = it->q ? it->q->content_op : kvm_rt_next_op_id(op->rt);
         next.predecessor_op = it->cur.content_op;
         next.tomb = KVM_TOMB_PENDING;
         struct item_ctx *c = ictx_named(op, it, "control.route_cas");
@@ -763,6 +862,10 @@ static void remove_looked_up(void *arg, int rc, const kvm_route_t *r)
     }
     it->have_route = true;
     it->tries = 0;
+    if (!it->q && kvm_quota_applies(op->rt, &it->ident)) {
+        kvm_quota_del_reserve(op, it, &it->cur, remove_reserved); /* the refund's reservation */
+        return;
+    }
     remove_cas(op, it);
 }
 
@@ -880,13 +983,19 @@ void kvm_ops_run(kvm_op_t *op)
 {
     kvm_rt_t *rt = op->rt;
     switch (op->type) {
-    case KVM_OP_PLACE:
+    case KVM_OP_PLACE: {
+        for (size_t i = 0; i < op->n; i++)
+            op->items[i].want = op->replicas;
+        bool batched = kvm_quota_put_batch(op, place_reserved); /* all-or-nothing reserve */
         for (size_t i = 0; i < op->n; i++) {
             struct kvm_item *it = &op->items[i];
-            it->want = op->replicas;
-            place_item(op, it);
+            if (!kvm_quota_applies(rt, &it->ident))
+                place_item(op, it);
+            else if (!batched)
+                kvm_quota_put_reserve(op, it, place_reserved); /* before any data transfer */
         }
         return;
+    }
     case KVM_OP_PUBLISH:
         for (size_t i = 0; i < op->n; i++)
             start_lookup(op, &op->items[i], publish_looked_up);
@@ -894,6 +1003,7 @@ void kvm_ops_run(kvm_op_t *op)
     case KVM_OP_ABORT:
         for (size_t i = 0; i < op->n; i++) {
             release_res_traced(rt, &op->items[i], op->span);
+            kvm_quota_abort(rt, &op->items[i]); /* the transfer failed: before any CAS */
             item_finish(op, &op->items[i]);
         }
         return;

@@ -33,6 +33,7 @@
 #include "core/wrh.h"
 #include "env/clock.h"
 #include "store/proto.h"
+#include "store/quota.h"
 #include "store/store.h"
 
 /* ---- ops ------------------------------------------------------------------------------------ */
@@ -67,6 +68,7 @@ void kvm_op_unref(kvm_op_t *op)
         kvm_ident_free(&op->items[i].ident);
         kvm_route_free(&op->items[i].route);
         kvm_route_free(&op->items[i].cur);
+        kvm_quota_item_free(&op->items[i]);
     }
     if (op->list_ident)
         for (size_t i = 0; i < op->list_n; i++)
@@ -429,11 +431,25 @@ static void open_published(kvm_rt_t *rt, int rc, const char *err)
     kvm_member_refresh(rt, open_refreshed);
 }
 
+static void open_quota_ready(kvm_rt_t *rt, int rc, const char *err)
+{
+    if (rc) {
+        open_finish(rt, rc, err);
+        return;
+    }
+    kvm_member_set_state(rt, KVM_MS_ACTIVE);
+    kvm_member_publish(rt, open_published);
+}
+
 static void open_route_ready(void *arg, int rc)
 {
     kvm_rt_t *rt = arg;
     if (rc) {
         open_finish(rt, rc, kvmesh_last_error());
+        return;
+    }
+    if (rt->cfg.n_tenant_policies) {
+        kvm_quota_open(rt, open_quota_ready); /* bootstrap every tenant policy first */
         return;
     }
     kvm_member_set_state(rt, KVM_MS_ACTIVE);
@@ -556,6 +572,7 @@ static void close_start(void *arg)
     rt->hit_timer = 0;
     /* Reservations waiting for space fail now, while their reply handles can still answer. */
     kvm_owner_fail_waiters(rt);
+    kvm_quota_close(rt);
     if (rt->route) {
         route_svc_t *r = rt->route;
         rt->route = NULL;
@@ -744,6 +761,11 @@ struct obs_span *kvm_span_remote(kvm_rt_t *rt, const struct frame_trace *in, con
     return out;
 }
 
+static int admin_tenant_quota(void *ctx, const char *tenant, char *buf, size_t cap)
+{
+    return kvm_quota_render(ctx, tenant, buf, cap);
+}
+
 static int admin_start(kvm_rt_t *rt)
 {
     char host[128];
@@ -759,7 +781,8 @@ static int admin_start(kvm_rt_t *rt)
         .provider = {.ctx = rt,
                      .health = admin_health,
                      .runtime_stats = admin_stats,
-                     .cluster_json = admin_cluster},
+                     .cluster_json = admin_cluster,
+                     .tenant_quota = admin_tenant_quota},
         .tracer = rt->tracer,
         .metrics = rt->metrics,
     };

@@ -131,6 +131,8 @@ struct kvm_item {
     struct kvm_access acc[KVM_MAX_REPLICAS];
     /* handoff: the replica slot being replaced (owner = self) */
     kvm_hot_replica_t moving;
+    /* tenant quota (quota.c): NULL unless the tenant has a policy; moves with the item */
+    struct kvm_qitem *q;
 };
 
 enum kvm_op_type {
@@ -293,6 +295,7 @@ typedef struct kvm_rt {
     meta_t *route_meta;           /* [loop] traced handle the route service uses (tracer only) */
     struct self_msg *self_msgs;   /* [loop] env messages to self awaiting delivery */
     kvm_op_t *state_op;           /* the drain step waiting for its record write */
+    struct kvm_quota *quota;      /* [loop] tenant quota protocol (quota.c); NULL = off */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;

@@ -18,7 +18,16 @@
 #include "net/transport.h"
 #include "route/route.h"
 
-#define KVM_STORE_STR_MAX 512
+#define KVM_STORE_STR_MAX             512
+#define KVM_STORE_TENANT_POLICIES_MAX 16 /* tenant-root policies one runtime bootstraps */
+
+/* One configured tenant-root policy (hard fields; docs/tenancy.md). */
+struct kvm_store_tenant_policy {
+    char tenant[65];         /* valid tenant id (core/ident.h rule) */
+    uint64_t max_bytes;      /* >= 1 */
+    uint64_t max_objects;    /* >= 1 */
+    uint32_t policy_version; /* >= 1 */
+};
 
 struct kvm_store_config {
     char metadata_url[KVM_STORE_STR_MAX]; /* memory://NAME | redis://… | etcd://… */
@@ -50,6 +59,10 @@ struct kvm_store_config {
     char trace_capture_dir[KVM_STORE_STR_MAX]; /* JSONL capture dir ("" = off) */
     char trace_otlp_url[KVM_STORE_STR_MAX];    /* OTLP/HTTP JSON traces URL ("" = off) */
     char trace_service_name[64];               /* resource service.name of this runtime's spans */
+    /* tenant quotas (src/store/quota.c): none configured = quota protocol off */
+    bool tenant_quota_evict; /* EQUOTA: evict this tenant's oldest objects, retry once */
+    uint32_t n_tenant_policies;
+    struct kvm_store_tenant_policy tenant_policies[KVM_STORE_TENANT_POLICIES_MAX];
 };
 
 #endif

@@ -79,6 +79,14 @@ static const struct {
     {"trace_service_name", "",
      "trace_service_name: \"\" is invalid; allowed 1..63 characters of [A-Za-z0-9_.-], at "
      "most 63 bytes"},
+    {"tenant_quota_evict", "maybe",
+     "tenant_quota_evict: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, "
+     "1|0)"},
+    {"tenant_policies", "acme:0:3",
+     "tenant_policies: \"acme:0:3\" policy 1 (acme): max_bytes '0' is not a size >= 1; allowed "
+     "empty or up to 16 comma-separated tenant:max_bytes:max_objects[:policy_version] (tenant "
+     "by the tenant id rule, max_bytes a size >= 1, max_objects and policy_version 1..2^32-1, "
+     "each tenant once), at most 511 bytes"},
 };
 
 static void test_defaults(void **state)
@@ -330,6 +338,53 @@ static void test_docs_match_table(void **state)
     }
 }
 
+/* tenant_policies: parsed into the store config; each bad part named */
+static void test_tenant_policies(void **state)
+{
+    (void)state;
+    kvmesh_config_t *c = kvmesh_config_new();
+    assert_int_equal(kvmesh_config_set(c, "tenant_policies", "acme:64MiB:1000,b.2:1:1:7"), 0);
+    assert_int_equal(kvmesh_config_set(c, "tenant_quota_evict", "on"), 0);
+    struct kvm_store_config sc;
+    kvm_config_to_store(c, &sc);
+    assert_int_equal(sc.n_tenant_policies, 2);
+    assert_string_equal(sc.tenant_policies[0].tenant, "acme");
+    assert_int_equal(sc.tenant_policies[0].max_bytes, 64ull << 20);
+    assert_int_equal(sc.tenant_policies[0].max_objects, 1000);
+    assert_int_equal(sc.tenant_policies[0].policy_version, 1);
+    assert_string_equal(sc.tenant_policies[1].tenant, "b.2");
+    assert_int_equal(sc.tenant_policies[1].policy_version, 7);
+    assert_true(sc.tenant_quota_evict);
+    static const struct {
+        const char *v, *want;
+    } bad[] = {
+        {"acme", "policy 1 is not tenant:max_bytes:max_objects"},
+        {"acme:1:1:1:1", "policy 1 is not tenant:max_bytes:max_objects"},
+        {"acme:1:1,", "ends with a comma"},
+        {",acme:1:1", "empty policy"},
+        {"-x:1:1", "tenant id rule"},
+        {"acme:1:1,acme:2:2", "listed twice"},
+        {"acme:0:1", "max_bytes '0'"},
+        {"acme:1XB:1", "max_bytes '1XB'"},
+        {"acme:1:0", "max_objects '0'"},
+        {"acme:1:4294967296", "max_objects '4294967296'"},
+        {"acme:1:1:0", "policy_version '0'"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(kvmesh_config_set(c, "tenant_policies", bad[i].v), KVMESH_ECONFIG);
+        if (!strstr(kvmesh_last_error(), bad[i].want) ||
+            !strstr(kvmesh_last_error(), "tenant_policies"))
+            fail_msg("%s: %s", bad[i].v, kvmesh_last_error());
+    }
+    /* unchanged by the refusals */
+    kvm_config_to_store(c, &sc);
+    assert_int_equal(sc.n_tenant_policies, 2);
+    assert_int_equal(kvmesh_config_set(c, "tenant_policies", ""), 0);
+    kvm_config_to_store(c, &sc);
+    assert_int_equal(sc.n_tenant_policies, 0);
+    kvmesh_config_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -341,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_validate_cross_fields),
         cmocka_unit_test(test_allowed_text),
         cmocka_unit_test(test_docs_match_table),
+        cmocka_unit_test(test_tenant_policies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,9 +21,9 @@ static void test_query_accepts(void **state)
     struct obs_query q;
     assert_int_equal(obs_query_parse(OBS_EP_STATS, "", 0, &q), 0);
     assert_int_equal(q.present, 0);
-    const char *s = "tenant=acme%2Fprod";
+    const char *s = "tenant=acme%2Dprod";
     assert_int_equal(obs_query_parse(OBS_EP_STATS, s, strlen(s), &q), 0);
-    assert_string_equal(q.tenant, "acme/prod");
+    assert_string_equal(q.tenant, "acme-prod");
     assert_int_equal(q.tenant_len, 9);
     s = "top=16";
     assert_int_equal(obs_query_parse(OBS_EP_STATS, s, strlen(s), &q), 0);
@@ -56,6 +56,8 @@ static void test_query_rejects(void **state)
     } bad[] = {
         {OBS_EP_STATS, "tenant="},
         {OBS_EP_STATS, "tenant=a b"},
+        {OBS_EP_STATS, "tenant=acme%2Fprod"}, /* the tenant id rule, not just printable */
+        {OBS_EP_STATS, "tenant=-acme"},
         {OBS_EP_STATS, "tenant=a%00b"},
         {OBS_EP_STATS, "tenant=a%20b"},
         {OBS_EP_STATS, "tenant=%"},

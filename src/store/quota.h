@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * quota.h — the store's use of the tenant quota protocol (src/tenant/tenant.h, docs/tenancy.md):
+ * policy bootstrap at open, reserve before data transfer, claim immediately before the route
+ * CAS, finalize after it, abort on a failure before it, delete refunds, and the reconciliation
+ * timer. Off (rt->quota == NULL, no call costs anything) unless tenant_policies is configured.
+ *
+ * Everything runs on the loop thread. A struct kvm_qitem belongs to its struct kvm_item (moved
+ * with it between ops; freed by kvm_quota_item_free from kvm_op_unref).
+ */
+#ifndef KVMESH_STORE_QUOTA_H
+#define KVMESH_STORE_QUOTA_H
+
+#include <stdbool.h>
+
+#include "core/ident.h"
+#include "core/route.h"
+#include "tenant/tenant.h"
+
+struct kvm_rt;
+struct kvm_op;
+struct kvm_item;
+
+enum kvm_q_state { KVM_Q_NONE = 0, KVM_Q_RESERVED, KVM_Q_CLAIMED, KVM_Q_FINALIZED, KVM_Q_ABORTED };
+
+typedef void (*kvm_q_cont)(struct kvm_op *op, struct kvm_item *it, int rc);
+
+struct kvm_qitem {
+    char tenant[TN_TENANT_CAP], domain[TN_DOMAIN_CAP], key[TN_KEY_CAP];
+    char op_id[TN_OPID_CAP];
+    kvm_op_id_t content_op; /* the route's content op: the same operation id */
+    enum kvm_q_state state;
+    bool is_delete;
+    bool none_retry;     /* reserve retried with no predecessor (object predates accounting) */
+    uint32_t recoveries; /* tenant-local evictions done for this write */
+    kvm_route_version_t expected;  /* predecessor route version the reserve named */
+    kvm_route_version_t predicted; /* next version the claim recorded */
+    kvm_route_t route;             /* published route awaiting finalize */
+    kvm_q_cont cont, final_cont;
+};
+
+/* [loop] open: bootstraps every configured policy (create-if-absent, else must match); cb gets
+ * KVMESH_EINCOMPAT with the field-naming message when a stored hard policy differs. */
+typedef void (*kvm_q_open_cb)(struct kvm_rt *rt, int rc, const char *err);
+void kvm_quota_open(struct kvm_rt *rt, kvm_q_open_cb cb);
+void kvm_quota_close(struct kvm_rt *rt); /* [loop] */
+
+/* [loop] true when the identity's tenant has a configured policy. */
+bool kvm_quota_applies(struct kvm_rt *rt, const kvm_ident_t *id);
+
+/* [loop] put: route lookup, then tn_reserve; cont(op, it, 0) proceeds to placement, a refusal
+ * finishes the item (EQUOTA/ETOOBIG with the layer's message). Tenant-local recovery: on EQUOTA
+ * the oldest object this runtime wrote for the same tenant is removed (with its refund) and the
+ * reservation retried once. */
+void kvm_quota_put_reserve(struct kvm_op *op, struct kvm_item *it, kvm_q_cont cont);
+/* [loop] put of a batch with 2..TN_BATCH_MAX items of tenants with a policy: route lookups,
+ * then tn_reserve_batch (canonical objects-key order, all-or-nothing before any data transfer):
+ * cont(op, it, rc) for each such item, every one failing when one is refused. false: not taken
+ * (fewer than 2 or more than TN_BATCH_MAX such items; use kvm_quota_put_reserve per item). */
+bool kvm_quota_put_batch(struct kvm_op *op, kvm_q_cont cont);
+/* [loop] remove: tn_reserve of the delete against `cur`; cont(op, it, 0) proceeds (it->q may be
+ * NULL afterwards: the object has no accounting row). */
+void kvm_quota_del_reserve(struct kvm_op *op, struct kvm_item *it, const kvm_route_t *cur,
+                           kvm_q_cont cont);
+/* [loop] immediately before the first route CAS replacing `expected` with a route carrying
+ * it->q->content_op: PENDING -> PUBLISHING (a failure leaves it PENDING: abort it). */
+void kvm_quota_claim(struct kvm_op *op, struct kvm_item *it, const kvm_route_version_t *expected,
+                     kvm_q_cont cont);
+/* [loop] after the CAS applied `r`: finalize (re-claiming first when the primary assigned
+ * another version than predicted); cont(op, it, 0) always (a failed finalize is left to the
+ * reconciler: the route carries the operation id). */
+void kvm_quota_finalize(struct kvm_op *op, struct kvm_item *it, const kvm_route_t *r,
+                        kvm_q_cont cont);
+/* [loop] a failure before the CAS: PENDING -> ABORTED (fire and forget). */
+void kvm_quota_abort(struct kvm_rt *rt, struct kvm_item *it);
+/* [any] */
+void kvm_quota_item_free(struct kvm_item *it);
+
+/* [loop] diagnostics for /stats?tenant=ID: JSON object into buf (the usage row, the limits,
+ * the protocol counters). KVMESH_ENOENT when the tenant has no policy here. */
+typedef void (*kvm_q_usage_cb)(void *arg, int rc, const tn_usage_t *u, const tn_policy_t *p);
+int kvm_quota_usage(struct kvm_rt *rt, const char *tenant, kvm_q_usage_cb cb, void *arg);
+/* [any] /stats?tenant=ID: the usage row (one exact read on the loop), limits, policy version,
+ * operations pending/publishing, reconciliation backlog and degradation, recovery evictions and
+ * the last error, as one JSON object. KVMESH_ENOENT when the tenant has no policy here. */
+int kvm_quota_render(struct kvm_rt *rt, const char *tenant, char *buf, size_t cap);
+void kvm_quota_stats(struct kvm_rt *rt, tn_stats_t *out, uint32_t *degraded_passes);
+
+#endif
