@@ -35,7 +35,6 @@
 #define T_DAEMONS          3
 #define T_KEYS_MIN         12
 #define T_KEYS_MAX         40
-#define T_MAX_ARGS         32
 
 static tdaemon_env_t env;
 #define tmpdir      (env.tmpdir)
@@ -45,15 +44,10 @@ static tdaemon_env_t env;
 /* Runs a tool to completion (bounded) and captures its output. */
 static void run(tdaemon_out_t *o, const char *in_path, const char *first, ...)
 {
-    const char *argv[T_MAX_ARGS + 1];
-    size_t n = 0;
     va_list ap;
     va_start(ap, first);
-    for (const char *a = first; a && n < T_MAX_ARGS; a = va_arg(ap, const char *))
-        argv[n++] = a;
+    tdaemon_runl(&env, o, in_path, T_CMD_TIMEOUT_MS, first, ap);
     va_end(ap);
-    argv[n] = NULL;
-    tdaemon_runv(&env, o, in_path, argv, T_CMD_TIMEOUT_MS);
 }
 
 #define ASSERT_RUN TDAEMON_ASSERT_RUN

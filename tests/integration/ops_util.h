@@ -44,15 +44,10 @@ static inline void ops_runv(tdaemon_out_t *o, const char *const *argv)
 
 static inline void ops_run(tdaemon_out_t *o, const char *first, ...)
 {
-    const char *argv[OPS_MAX_ARGS + 1];
-    size_t n = 0;
     va_list ap;
     va_start(ap, first);
-    for (const char *a = first; a && n < OPS_MAX_ARGS; a = va_arg(ap, const char *))
-        argv[n++] = a;
+    tdaemon_runl(&ops_env, o, NULL, OPS_CMD_TIMEOUT_MS, first, ap);
     va_end(ap);
-    argv[n] = NULL;
-    ops_runv(o, argv);
 }
 
 #define OPS_ASSERT_RUN TDAEMON_ASSERT_RUN

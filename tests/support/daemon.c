@@ -130,6 +130,17 @@ void tdaemon_runv(const tdaemon_env_t *e, tdaemon_out_t *o, const char *in_path,
     o->err = tdaemon_slurp(ep, NULL);
 }
 
+void tdaemon_runl(const tdaemon_env_t *e, tdaemon_out_t *o, const char *in_path,
+                  uint64_t timeout_ms, const char *first, va_list ap)
+{
+    const char *argv[TDAEMON_MAX_ARGS + 1];
+    size_t n = 0;
+    for (const char *a = first; a && n < TDAEMON_MAX_ARGS; a = va_arg(ap, const char *))
+        argv[n++] = a;
+    argv[n] = NULL;
+    tdaemon_runv(e, o, in_path, argv, timeout_ms);
+}
+
 void tdaemon_out_free(tdaemon_out_t *o)
 {
     free(o->out);

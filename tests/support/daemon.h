@@ -18,6 +18,7 @@
 #ifndef KVMESH_TESTS_SUPPORT_DAEMON_H
 #define KVMESH_TESTS_SUPPORT_DAEMON_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -84,6 +85,11 @@ pid_t tdaemon_spawn(const char *const argv[], const char *out_path, const char *
  * /dev/null), capturing stdout and stderr through files in e's directory. */
 void tdaemon_runv(const tdaemon_env_t *e, tdaemon_out_t *o, const char *in_path,
                   const char *const *argv, uint64_t timeout_ms);
+
+/* tdaemon_runv() of the arguments first, ... up to a NULL (at most TDAEMON_MAX_ARGS taken),
+ * given as a va_list (the variadic wrappers of the tests pass theirs through). */
+void tdaemon_runl(const tdaemon_env_t *e, tdaemon_out_t *o, const char *in_path,
+                  uint64_t timeout_ms, const char *first, va_list ap);
 
 void tdaemon_out_free(tdaemon_out_t *o);
 
