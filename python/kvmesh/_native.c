@@ -509,6 +509,20 @@ static PyObject *Handle_drain(HandleObject *h, PyObject *args)
         Py_END_ALLOW_THREADS;                                                                      \
     } while (0)
 
+/* put_args_get(), then h_enter(): 0 with pa filled and the handle entered (the caller leaves it
+ * and releases pa), or -1 with the Python exception set and nothing held. */
+static int put_args_enter(HandleObject *h, PyObject *rep_o, PyObject *pref_o, PyObject *pin_o,
+                          put_args_t *pa)
+{
+    if (put_args_get(rep_o, pref_o, pin_o, pa))
+        return -1;
+    if (h_enter(h)) {
+        put_args_release(pa);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *Handle_put(HandleObject *h, PyObject *args)
 {
     SCOPE_ARGS;
@@ -519,12 +533,8 @@ static PyObject *Handle_put(HandleObject *h, PyObject *args)
     if (!SCOPE_PARSE())
         return NULL;
     put_args_t pa;
-    if (put_args_get(rep_o, pref_o, pin_o, &pa))
+    if (put_args_enter(h, rep_o, pref_o, pin_o, &pa))
         return NULL;
-    if (h_enter(h)) {
-        put_args_release(&pa);
-        return NULL;
-    }
     span_t s;
     if (span_get(h, value_o, size_o, false, &s, "value")) {
         h_leave(h);
@@ -588,12 +598,8 @@ static PyObject *Handle_putv(HandleObject *h, PyObject *args)
     if (!SCOPE_PARSE())
         return NULL;
     put_args_t pa;
-    if (put_args_get(rep_o, pref_o, pin_o, &pa))
+    if (put_args_enter(h, rep_o, pref_o, pin_o, &pa))
         return NULL;
-    if (h_enter(h)) {
-        put_args_release(&pa);
-        return NULL;
-    }
     span_t *s;
     Py_ssize_t n;
     if (spans_get(h, parts_o, false, &s, &n)) {
@@ -696,71 +702,80 @@ static PyObject *Handle_getv(HandleObject *h, PyObject *args)
     return PyLong_FromSize_t(out_len);
 }
 
-static PyObject *Handle_remove(HandleObject *h, PyObject *args)
+/* The operations on one key that only read back a result (no buffers). */
+enum keyop { KO_REMOVE, KO_EXISTS, KO_SIZE, KO_ROUTE };
+
+union keyop_out {
+    bool exists;
+    uint64_t size;
+    kvmesh_route_info_t route;
+};
+
+/* Parses (tenant, domain, key) with fmt (e.g. "OOO:size"), runs op with the GIL released and
+ * the handle entered, and fills out. 0, or -1 with the Python exception set. */
+static int key_op(HandleObject *h, PyObject *args, const char *fmt, enum keyop op,
+                  union keyop_out *out)
 {
     SCOPE_ARGS;
-    if (!PyArg_ParseTuple(args, "OOO:remove", &tenant_o, &domain_o, &key_o))
-        return NULL;
+    if (!PyArg_ParseTuple(args, fmt, &tenant_o, &domain_o, &key_o))
+        return -1;
     if (!SCOPE_PARSE() || h_enter(h))
-        return NULL;
-    int rc;
+        return -1;
+    memset(out, 0, sizeof(*out));
+    int rc = KVMESH_EINVAL;
     char msg[1024];
-    BLOCKING(h, kvmesh_remove(h->kv, &scope, key, key_len));
+    switch (op) {
+    case KO_REMOVE:
+        BLOCKING(h, kvmesh_remove(h->kv, &scope, key, key_len));
+        break;
+    case KO_EXISTS:
+        BLOCKING(h, kvmesh_exists(h->kv, &scope, key, key_len, &out->exists));
+        break;
+    case KO_SIZE:
+        BLOCKING(h, kvmesh_size(h->kv, &scope, key, key_len, &out->size));
+        break;
+    case KO_ROUTE:
+        BLOCKING(h, kvmesh_route_query(h->kv, &scope, key, key_len, &out->route));
+        break;
+    }
     h_leave(h);
-    if (rc)
-        return raise_code(rc, msg);
+    if (rc) {
+        raise_code(rc, msg);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Handle_remove(HandleObject *h, PyObject *args)
+{
+    union keyop_out o;
+    if (key_op(h, args, "OOO:remove", KO_REMOVE, &o))
+        return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *Handle_exists(HandleObject *h, PyObject *args)
 {
-    SCOPE_ARGS;
-    if (!PyArg_ParseTuple(args, "OOO:exists", &tenant_o, &domain_o, &key_o))
+    union keyop_out o;
+    if (key_op(h, args, "OOO:exists", KO_EXISTS, &o))
         return NULL;
-    if (!SCOPE_PARSE() || h_enter(h))
-        return NULL;
-    bool ex = false;
-    int rc;
-    char msg[1024];
-    BLOCKING(h, kvmesh_exists(h->kv, &scope, key, key_len, &ex));
-    h_leave(h);
-    if (rc)
-        return raise_code(rc, msg);
-    return PyBool_FromLong(ex);
+    return PyBool_FromLong(o.exists);
 }
 
 static PyObject *Handle_size(HandleObject *h, PyObject *args)
 {
-    SCOPE_ARGS;
-    if (!PyArg_ParseTuple(args, "OOO:size", &tenant_o, &domain_o, &key_o))
+    union keyop_out o;
+    if (key_op(h, args, "OOO:size", KO_SIZE, &o))
         return NULL;
-    if (!SCOPE_PARSE() || h_enter(h))
-        return NULL;
-    uint64_t sz = 0;
-    int rc;
-    char msg[1024];
-    BLOCKING(h, kvmesh_size(h->kv, &scope, key, key_len, &sz));
-    h_leave(h);
-    if (rc)
-        return raise_code(rc, msg);
-    return PyLong_FromUnsignedLongLong(sz);
+    return PyLong_FromUnsignedLongLong(o.size);
 }
 
 static PyObject *Handle_route(HandleObject *h, PyObject *args)
 {
-    SCOPE_ARGS;
-    if (!PyArg_ParseTuple(args, "OOO:route", &tenant_o, &domain_o, &key_o))
+    union keyop_out o;
+    if (key_op(h, args, "OOO:route", KO_ROUTE, &o))
         return NULL;
-    if (!SCOPE_PARSE() || h_enter(h))
-        return NULL;
-    kvmesh_route_info_t ri;
-    memset(&ri, 0, sizeof(ri));
-    int rc;
-    char msg[1024];
-    BLOCKING(h, kvmesh_route_query(h->kv, &scope, key, key_len, &ri));
-    h_leave(h);
-    if (rc)
-        return raise_code(rc, msg);
+    const kvmesh_route_info_t ri = o.route;
     PyObject *reps = PyList_New(0);
     if (!reps)
         return NULL;
@@ -959,6 +974,20 @@ static PyObject *Handle_registered(HandleObject *h, PyObject *unused)
 
 enum bkind { BK_PUT, BK_GET_INTO, BK_GET, BK_EXISTS, BK_REMOVE };
 
+/* seq as a tuple of one item per key (n keys); what names an item ("buffer"). A new reference,
+ * or NULL with the Python exception set. */
+static PyObject *tuple_per_key(PyObject *seq, Py_ssize_t n, const char *what)
+{
+    PyObject *t = PySequence_Tuple(seq);
+    if (t && PyTuple_GET_SIZE(t) != n) {
+        raise_invalid("%zd keys but %zd %ss; give one %s per key", n, PyTuple_GET_SIZE(t), what,
+                      what);
+        Py_DECREF(t);
+        return NULL;
+    }
+    return t;
+}
+
 /* One batch call of any kind, split into chunks of KVMESH_BATCH_MAX. Returns a list of
  * (rc, out_len) tuples (BK_GET: rc or bytes), one per key, in order. */
 static PyObject *do_batch(HandleObject *h, enum bkind kind, PyObject *tenant_o, PyObject *domain_o,
@@ -988,24 +1017,10 @@ static PyObject *do_batch(HandleObject *h, enum bkind kind, PyObject *tenant_o, 
     }
     bool with_bufs = kind == BK_PUT || kind == BK_GET_INTO;
     if (with_bufs) {
-        bufs = PySequence_Tuple(bufs_o);
-        if (!bufs)
+        if (!(bufs = tuple_per_key(bufs_o, n, "buffer")))
             goto out;
-        if (PyTuple_GET_SIZE(bufs) != n) {
-            raise_invalid("%zd keys but %zd buffers; give one buffer per key", n,
-                          PyTuple_GET_SIZE(bufs));
+        if (sizes_o != Py_None && !(sizes = tuple_per_key(sizes_o, n, "size")))
             goto out;
-        }
-        if (sizes_o != Py_None) {
-            sizes = PySequence_Tuple(sizes_o);
-            if (!sizes)
-                goto out;
-            if (PyTuple_GET_SIZE(sizes) != n) {
-                raise_invalid("%zd keys but %zd sizes; give one size per key", n,
-                              PyTuple_GET_SIZE(sizes));
-                goto out;
-            }
-        }
     }
     if (h_enter(h))
         goto out;
@@ -1169,28 +1184,28 @@ static PyObject *Handle_batch_get_into(HandleObject *h, PyObject *args)
     return do_batch(h, BK_GET_INTO, t, d, k, v, s, NULL);
 }
 
-static PyObject *Handle_batch_get(HandleObject *h, PyObject *args)
+/* A batch call that takes only (tenant, domain, keys), parsed with fmt. */
+static PyObject *batch_of_keys(HandleObject *h, PyObject *args, const char *fmt, enum bkind kind)
 {
     PyObject *t, *d, *k;
-    if (!PyArg_ParseTuple(args, "OOO:batch_get", &t, &d, &k))
+    if (!PyArg_ParseTuple(args, fmt, &t, &d, &k))
         return NULL;
-    return do_batch(h, BK_GET, t, d, k, NULL, NULL, NULL);
+    return do_batch(h, kind, t, d, k, NULL, NULL, NULL);
+}
+
+static PyObject *Handle_batch_get(HandleObject *h, PyObject *args)
+{
+    return batch_of_keys(h, args, "OOO:batch_get", BK_GET);
 }
 
 static PyObject *Handle_batch_exists(HandleObject *h, PyObject *args)
 {
-    PyObject *t, *d, *k;
-    if (!PyArg_ParseTuple(args, "OOO:batch_exists", &t, &d, &k))
-        return NULL;
-    return do_batch(h, BK_EXISTS, t, d, k, NULL, NULL, NULL);
+    return batch_of_keys(h, args, "OOO:batch_exists", BK_EXISTS);
 }
 
 static PyObject *Handle_batch_remove(HandleObject *h, PyObject *args)
 {
-    PyObject *t, *d, *k;
-    if (!PyArg_ParseTuple(args, "OOO:batch_remove", &t, &d, &k))
-        return NULL;
-    return do_batch(h, BK_REMOVE, t, d, k, NULL, NULL, NULL);
+    return batch_of_keys(h, args, "OOO:batch_remove", BK_REMOVE);
 }
 
 /* ---- cluster view -------------------------------------------------------------------------- */

@@ -261,6 +261,18 @@ _SETUP_KEYS = ("local_hostname", "metadata_server", "global_segment_size", "loca
 DEFAULT_CLIENT_HTTP_PORT = 9300
 
 
+def _not_supported(method, why):
+    """A MooncakeDistributedStore method that kvmesh does not implement: any call records
+    "<method>: not supported by kvmesh: <why>" in last_error, warns once per method, and
+    returns UNAVAILABLE_IN_CURRENT_MODE."""
+    def unsupported(self, *args, **kwargs):
+        return self._unsupported(method, why)
+    unsupported.__name__ = method
+    unsupported.__qualname__ = f"MooncakeDistributedStore.{method}"
+    unsupported.__doc__ = f"Not supported by kvmesh: {why}."
+    return unsupported
+
+
 class MooncakeDistributedStore:
     """Mooncake's client class over one kvmesh runtime. ``kvmesh_config`` (a kvmesh extension)
     adds kvmesh configuration fields (e.g. ``{"deployment": "prod"}``) to what setup derives."""
@@ -734,44 +746,38 @@ class MooncakeDistributedStore:
             out.append(row)
         return out
 
-    def batch_put_from_multi_buffers_ranges(self, *args, **kwargs):
-        return self._unsupported("batch_put_from_multi_buffers_ranges",
-                                 "kvmesh has no ranged writes into existing objects")
+    batch_put_from_multi_buffers_ranges = _not_supported("batch_put_from_multi_buffers_ranges",
+                                                         "kvmesh has no ranged writes into "
+                                                         "existing objects")
 
-    def batch_get_into_multi_buffers_ranges(self, *args, **kwargs):
-        return self._unsupported("batch_get_into_multi_buffers_ranges",
-                                 "kvmesh has no ranged reads (see get_into_ranges)")
+    batch_get_into_multi_buffers_ranges = _not_supported("batch_get_into_multi_buffers_ranges",
+                                                         "kvmesh has no ranged reads (see "
+                                                         "get_into_ranges)")
 
-    def batch_get_session_start(self, *args, **kwargs):
-        return self._unsupported("batch_get_session_start", "kvmesh batches are one call "
-                                 "(batch_get_into); there are no sessions")
+    batch_get_session_start = _not_supported("batch_get_session_start",
+                                             "kvmesh batches are one call (batch_get_into); there "
+                                             "are no sessions")
 
-    def batch_get_session_end(self, *args, **kwargs):
-        return self._unsupported("batch_get_session_end", "no sessions in kvmesh")
+    batch_get_session_end = _not_supported("batch_get_session_end", "no sessions in kvmesh")
 
-    def batch_put_session_start(self, *args, **kwargs):
-        return self._unsupported("batch_put_session_start", "kvmesh batches are one call "
-                                 "(batch_put_from); there are no sessions")
+    batch_put_session_start = _not_supported("batch_put_session_start",
+                                             "kvmesh batches are one call (batch_put_from); there "
+                                             "are no sessions")
 
-    def batch_put_session_end(self, *args, **kwargs):
-        return self._unsupported("batch_put_session_end", "no sessions in kvmesh")
+    batch_put_session_end = _not_supported("batch_put_session_end", "no sessions in kvmesh")
 
-    def batch_put_session_revoke(self, *args, **kwargs):
-        return self._unsupported("batch_put_session_revoke", "no sessions in kvmesh")
+    batch_put_session_revoke = _not_supported("batch_put_session_revoke", "no sessions in kvmesh")
 
     # ---- segments ----------------------------------------------------------------------------
-    def mount_segment(self, *args, **kwargs):
-        return self._unsupported("mount_segment", "a kvmesh runtime's storage is fixed at open "
-                                 "(global_segment_size); caller memory cannot become storage")
+    mount_segment = _not_supported("mount_segment",
+                                   "a kvmesh runtime's storage is fixed at open "
+                                   "(global_segment_size); caller memory cannot become storage")
 
-    def unmount_segment(self, *args, **kwargs):
-        return self._unsupported("unmount_segment", "see mount_segment")
+    unmount_segment = _not_supported("unmount_segment", "see mount_segment")
 
-    def allocate_and_mount_segment(self, *args, **kwargs):
-        return self._unsupported("allocate_and_mount_segment", "see mount_segment")
+    allocate_and_mount_segment = _not_supported("allocate_and_mount_segment", "see mount_segment")
 
-    def unmount_and_free_segment(self, *args, **kwargs):
-        return self._unsupported("unmount_and_free_segment", "see mount_segment")
+    unmount_and_free_segment = _not_supported("unmount_and_free_segment", "see mount_segment")
 
     # ---- replicas and tasks ------------------------------------------------------------------
     def get_replica_desc(self, key):
@@ -786,19 +792,17 @@ class MooncakeDistributedStore:
     def batch_get_replica_desc(self, keys):
         return {k: self.get_replica_desc(k) for k in keys}
 
-    def batch_replica_clear(self, *args, **kwargs):
-        return self._unsupported("batch_replica_clear", "replicas are managed by the runtimes "
-                                 "(repair and eviction); the C API cannot drop one replica")
+    batch_replica_clear = _not_supported("batch_replica_clear",
+                                         "replicas are managed by the runtimes (repair and "
+                                         "eviction); the C API cannot drop one replica")
 
-    def create_copy_task(self, *args, **kwargs):
-        return self._unsupported("create_copy_task", "kvmesh has no task manager; replicas "
-                                 "move by drain and repair")
+    create_copy_task = _not_supported("create_copy_task",
+                                      "kvmesh has no task manager; replicas move by drain and "
+                                      "repair")
 
-    def create_move_task(self, *args, **kwargs):
-        return self._unsupported("create_move_task", "kvmesh has no task manager")
+    create_move_task = _not_supported("create_move_task", "kvmesh has no task manager")
 
-    def query_task(self, *args, **kwargs):
-        return self._unsupported("query_task", "kvmesh has no task manager")
+    query_task = _not_supported("query_task", "kvmesh has no task manager")
 
     # ---- tensors -----------------------------------------------------------------------------
     def _t(self, fn, *a, **kw):
@@ -936,19 +940,19 @@ class MooncakeDistributedStore:
             return [None] * len(keys)
         return [None if isinstance(r, _errors.Error) else r for r in res]
 
-    def put_tensor_with_parallelism(self, *args, **kwargs):
-        return self._unsupported("put_tensor_with_parallelism", "only tensor parallelism "
-                                 "(*_with_tp) is implemented")
+    put_tensor_with_parallelism = _not_supported("put_tensor_with_parallelism",
+                                                 "only tensor parallelism (*_with_tp) is "
+                                                 "implemented")
 
-    def get_tensor_with_parallelism(self, *args, **kwargs):
-        return self._unsupported("get_tensor_with_parallelism", "only tensor parallelism "
-                                 "(*_with_tp) is implemented")
+    get_tensor_with_parallelism = _not_supported("get_tensor_with_parallelism",
+                                                 "only tensor parallelism (*_with_tp) is "
+                                                 "implemented")
 
-    def batch_put_tensor_with_parallelism(self, *args, **kwargs):
-        return self._unsupported("batch_put_tensor_with_parallelism", "only *_with_tp")
+    batch_put_tensor_with_parallelism = _not_supported("batch_put_tensor_with_parallelism",
+                                                       "only *_with_tp")
 
-    def batch_get_tensor_with_parallelism(self, *args, **kwargs):
-        return self._unsupported("batch_get_tensor_with_parallelism", "only *_with_tp")
+    batch_get_tensor_with_parallelism = _not_supported("batch_get_tensor_with_parallelism",
+                                                       "only *_with_tp")
 
     # ---- kvmesh extensions -------------------------------------------------------------------
     @property

@@ -11,27 +11,21 @@
  * Every process is started by this test (free loopback ports) and stopped by pid; every wait
  * is bounded.
  */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+/* cmocka needs the three above it */
+#include <setjmp.h>
+#include <stddef.h>
 #include <cmocka.h>
 
 #include "api/config_table.h"
-#include "env/clock.h"
+#include "daemon.h"
 #include "testsrv.h"
 
 #define T_CMD_TIMEOUT_MS   60000 /* one CLI invocation */
@@ -41,146 +35,39 @@
 #define T_DAEMONS          3
 #define T_KEYS_MIN         12
 #define T_KEYS_MAX         40
-#define T_MAX_ARGS         32
 
-static char tmpdir[256];
-static char bin_kvmesh[512], bin_kvmeshd[512];
-
-struct out {
-    int status; /* exit status, 128+sig when signalled, -1 on timeout */
-    char *out, *err;
-    size_t out_len;
-    uint64_t ms;
-};
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char *b = malloc((size_t)(n > 0 ? n : 0) + 1);
-    size_t r = fread(b, 1, (size_t)(n > 0 ? n : 0), f);
-    b[r] = '\0';
-    fclose(f);
-    if (len)
-        *len = r;
-    return b;
-}
-
-static void out_free(struct out *o)
-{
-    free(o->out);
-    free(o->err);
-    memset(o, 0, sizeof(*o));
-}
-
-static int wait_exit(pid_t pid, uint64_t timeout_ms)
-{
-    uint64_t t0 = env_clock_mono_ms();
-    for (;;) {
-        int st;
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (env_clock_mono_ms() - t0 > timeout_ms)
-            return -1;
-        usleep(10000);
-    }
-}
-
-static pid_t spawn(const char *const argv[], const char *out_path, const char *err_path,
-                   const char *in_path)
-{
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        dup2(in, 0);
-        dup2(o, 1);
-        dup2(e, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
-}
+static tdaemon_env_t env;
+#define tmpdir      (env.tmpdir)
+#define bin_kvmesh  (env.bin_kvmesh)
+#define bin_kvmeshd (env.bin_kvmeshd)
 
 /* Runs a tool to completion (bounded) and captures its output. */
-static void run(struct out *o, const char *in_path, const char *first, ...)
+static void run(tdaemon_out_t *o, const char *in_path, const char *first, ...)
 {
-    const char *argv[T_MAX_ARGS + 1];
-    size_t n = 0;
     va_list ap;
     va_start(ap, first);
-    for (const char *a = first; a && n < T_MAX_ARGS; a = va_arg(ap, const char *))
-        argv[n++] = a;
+    tdaemon_runl(&env, o, in_path, T_CMD_TIMEOUT_MS, first, ap);
     va_end(ap);
-    argv[n] = NULL;
-    char op[300], ep[300];
-    snprintf(op, sizeof(op), "%s/cmd.out", tmpdir);
-    snprintf(ep, sizeof(ep), "%s/cmd.err", tmpdir);
-    uint64_t t0 = env_clock_mono_ms();
-    pid_t pid = spawn(argv, op, ep, in_path);
-    o->status = wait_exit(pid, T_CMD_TIMEOUT_MS);
-    if (o->status == -1) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-    }
-    o->ms = env_clock_mono_ms() - t0;
-    o->out = slurp(op, &o->out_len);
-    o->err = slurp(ep, NULL);
 }
 
-#define ASSERT_RUN(o, want)                                                                        \
-    do {                                                                                           \
-        if ((o)->status != (want))                                                                 \
-            fail_msg("exit %d (want %d)\nstdout: %s\nstderr: %s", (o)->status, (want), (o)->out,   \
-                     (o)->err);                                                                    \
-    } while (0)
-
-#define ASSERT_HAS(hay, needle)                                                                    \
-    do {                                                                                           \
-        if (!strstr((hay), (needle)))                                                              \
-            fail_msg("expected \"%s\" in:\n%s", (needle), (hay));                                  \
-    } while (0)
+#define ASSERT_RUN TDAEMON_ASSERT_RUN
+#define ASSERT_HAS TDAEMON_ASSERT_HAS
 
 static void write_file(const char *path, const char *text)
 {
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    assert_int_equal(tdaemon_write_file(path, text), 0);
 }
 
 static int group_setup(void **state)
 {
     (void)state;
-    const char *bin = getenv("KVMESH_BIN_DIR");
-    snprintf(bin_kvmesh, sizeof(bin_kvmesh), "%s/kvmesh", bin ? bin : KVMESH_BIN_DIR);
-    snprintf(bin_kvmeshd, sizeof(bin_kvmeshd), "%s/kvmeshd", bin ? bin : KVMESH_BIN_DIR);
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-daemon-cli-XXXXXX");
-    if (!mkdtemp(tmpdir))
-        return -1;
-    if (access(bin_kvmesh, X_OK) != 0 || access(bin_kvmeshd, X_OK) != 0) {
-        fprintf(stderr, "tools not built: %s, %s\n", bin_kvmesh, bin_kvmeshd);
-        return -1;
-    }
-    return 0;
+    return tdaemon_env_setup(&env, "kvmesh-daemon-cli");
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    char cmd[400];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tdaemon_env_teardown(&env);
 }
 
 /* ---- help and usage ----------------------------------------------------------------------- */
@@ -188,7 +75,7 @@ static int group_teardown(void **state)
 static void test_help(void **state)
 {
     (void)state;
-    struct out o;
+    tdaemon_out_t o;
     run(&o, NULL, bin_kvmesh, "--help", NULL);
     ASSERT_RUN(&o, 0);
     static const char *verbs[] = {"put",     "get",    "rm",   "stat", "route",
@@ -198,7 +85,7 @@ static void test_help(void **state)
         snprintf(line, sizeof(line), "  %s ", verbs[i]);
         ASSERT_HAS(o.out, line);
     }
-    out_free(&o);
+    tdaemon_out_free(&o);
     for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
         run(&o, NULL, bin_kvmesh, verbs[i], "--help", NULL);
         ASSERT_RUN(&o, 0);
@@ -206,18 +93,18 @@ static void test_help(void **state)
         snprintf(want, sizeof(want), "usage: kvmesh %s ", verbs[i]);
         ASSERT_HAS(o.out, want);
         ASSERT_HAS(o.out, "--help");
-        out_free(&o);
+        tdaemon_out_free(&o);
         /* Unknown flags name the flag and the verb. */
         run(&o, NULL, bin_kvmesh, verbs[i], "--no-such-flag", NULL);
         ASSERT_RUN(&o, 2);
         snprintf(want, sizeof(want), "kvmesh %s: unknown option \"--no-such-flag\"", verbs[i]);
         ASSERT_HAS(o.err, want);
-        out_free(&o);
+        tdaemon_out_free(&o);
     }
     run(&o, NULL, bin_kvmesh, "frobnicate", NULL);
     ASSERT_RUN(&o, 2);
     ASSERT_HAS(o.err, "unknown command \"frobnicate\"");
-    out_free(&o);
+    tdaemon_out_free(&o);
 
     /* kvmeshd --help lists every configuration field as a flag with its default. */
     run(&o, NULL, bin_kvmeshd, "--help", NULL);
@@ -235,15 +122,15 @@ static void test_help(void **state)
     }
     ASSERT_HAS(o.out, "SIGTERM");
     ASSERT_HAS(o.out, "--config FILE");
-    out_free(&o);
+    tdaemon_out_free(&o);
     run(&o, NULL, bin_kvmeshd, "--no-such-flag", "1", NULL);
     ASSERT_RUN(&o, 2);
     ASSERT_HAS(o.err, "unknown option \"--no-such-flag\"");
-    out_free(&o);
+    tdaemon_out_free(&o);
     run(&o, NULL, bin_kvmeshd, "--replicas", "0", NULL);
     ASSERT_RUN(&o, 2);
     ASSERT_HAS(o.err, "replicas: \"0\" is out of range; allowed 1..8");
-    out_free(&o);
+    tdaemon_out_free(&o);
 }
 
 static void test_bad_config_names_line_and_field(void **state)
@@ -252,27 +139,27 @@ static void test_bad_config_names_line_and_field(void **state)
     char path[300];
     snprintf(path, sizeof(path), "%s/bad.yaml", tmpdir);
     write_file(path, "# kvmeshd\nmemory_size: 64MiB\nreplicas: 0\n");
-    struct out o;
+    tdaemon_out_t o;
     run(&o, NULL, bin_kvmeshd, "--config", path, NULL);
     ASSERT_RUN(&o, 2);
     char want[400];
     snprintf(want, sizeof(want), "%s:3: replicas: \"0\" is out of range; allowed 1..8", path);
     ASSERT_HAS(o.err, want);
-    out_free(&o);
+    tdaemon_out_free(&o);
 
     write_file(path, "memory_size: 64MiB\n  segment_size: 16MiB\n");
     run(&o, NULL, bin_kvmeshd, "--config", path, NULL);
     ASSERT_RUN(&o, 2);
     snprintf(want, sizeof(want), "%s:2: indented line", path);
     ASSERT_HAS(o.err, want);
-    out_free(&o);
+    tdaemon_out_free(&o);
 
     write_file(path, "memory_size: 64MiB\ntransport: [tcp]\n");
     run(&o, NULL, bin_kvmeshd, "--config", path, NULL);
     ASSERT_RUN(&o, 2);
     snprintf(want, sizeof(want), "%s:2: field \"transport\":", path);
     ASSERT_HAS(o.err, want);
-    out_free(&o);
+    tdaemon_out_free(&o);
 
     /* The same file through the CLI. */
     write_file(path, "deployment: ok\nsegment_size: 3 apples\n");
@@ -280,14 +167,14 @@ static void test_bad_config_names_line_and_field(void **state)
     ASSERT_RUN(&o, 2);
     snprintf(want, sizeof(want), "%s:2: segment_size: \"3 apples\" is not a size", path);
     ASSERT_HAS(o.err, want);
-    out_free(&o);
+    tdaemon_out_free(&o);
 
     /* The shipped example passes the daemon's check. */
     snprintf(path, sizeof(path), "%s/examples/kvmeshd.yaml", KVMESH_SOURCE_DIR);
     run(&o, NULL, bin_kvmeshd, "--config", path, "--check-config", NULL);
     ASSERT_RUN(&o, 0);
     ASSERT_HAS(o.out, "replicas: \"2\"");
-    out_free(&o);
+    tdaemon_out_free(&o);
 }
 
 static void test_unreachable_metadata_fails_fast(void **state)
@@ -297,99 +184,21 @@ static void test_unreachable_metadata_fails_fast(void **state)
     assert_true(port > 0);
     char url[64];
     snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
-    struct out o;
+    tdaemon_out_t o;
     run(&o, NULL, bin_kvmeshd, "--metadata-url", url, NULL);
     ASSERT_RUN(&o, 1);
     ASSERT_HAS(o.err, url);
     if (o.ms > T_FAST_FAIL_MS)
         fail_msg("kvmeshd took %llu ms to report an unreachable %s", (unsigned long long)o.ms, url);
-    out_free(&o);
+    tdaemon_out_free(&o);
     run(&o, NULL, bin_kvmesh, "get", "--metadata", url, "k", NULL);
     ASSERT_RUN(&o, 1);
     ASSERT_HAS(o.err, url);
     assert_true(o.ms <= T_FAST_FAIL_MS);
-    out_free(&o);
+    tdaemon_out_free(&o);
 }
 
 /* ---- the cluster -------------------------------------------------------------------------- */
-
-struct daemon {
-    pid_t pid;
-    char id[40];
-    char log[300];
-    uint16_t admin_port;
-};
-
-static int start_daemon(struct daemon *d, int i, const char *cfg_path)
-{
-    char ready[300], out[300], admin[64];
-    snprintf(ready, sizeof(ready), "%s/ready-%d", tmpdir, i);
-    snprintf(out, sizeof(out), "%s/daemon-%d.out", tmpdir, i);
-    snprintf(d->log, sizeof(d->log), "%s/daemon-%d.log", tmpdir, i);
-    d->admin_port = testsrv_free_port();
-    snprintf(admin, sizeof(admin), "127.0.0.1:%u", d->admin_port);
-    unlink(ready);
-    const char *argv[] = {bin_kvmeshd, "--config",       cfg_path, "--ready-file",
-                          ready,       "--admin-listen", admin,    NULL};
-    d->pid = spawn(argv, out, d->log, NULL);
-    uint64_t t0 = env_clock_mono_ms();
-    while (env_clock_mono_ms() - t0 < T_READY_TIMEOUT_MS) {
-        FILE *f = fopen(ready, "r");
-        if (f) {
-            unsigned long long ep;
-            int ok = fscanf(f, "%39s %llu", d->id, &ep) == 2;
-            fclose(f);
-            if (ok)
-                return 0;
-        }
-        if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
-            d->pid = 0;
-            break;
-        }
-        usleep(20000);
-    }
-    char *log = slurp(d->log, NULL);
-    fprintf(stderr, "daemon %d did not become ready; log:\n%s\n", i, log);
-    free(log);
-    return -1;
-}
-
-static void stop_daemon(struct daemon *d)
-{
-    if (d->pid > 0) {
-        kill(d->pid, SIGKILL);
-        waitpid(d->pid, NULL, 0);
-        d->pid = 0;
-    }
-}
-
-/* GET path on 127.0.0.1:port; returns the status code, body in buf. */
-static int http_get(uint16_t port, const char *path, char *buf, size_t cap)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {
-        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    char req[256];
-    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
-    if (write(fd, req, (size_t)n) != n) {
-        close(fd);
-        return -1;
-    }
-    size_t got = 0;
-    ssize_t r;
-    while (got + 1 < cap && (r = read(fd, buf + got, cap - 1 - got)) > 0)
-        got += (size_t)r;
-    buf[got] = '\0';
-    close(fd);
-    int code = -1;
-    sscanf(buf, "HTTP/%*s %d", &code);
-    return code;
-}
 
 struct route {
     int n;
@@ -398,7 +207,7 @@ struct route {
 
 static int route_of(const char *const *common, const char *key, struct route *rt)
 {
-    struct out o;
+    tdaemon_out_t o;
     run(&o, NULL, bin_kvmesh, "route", common[0], common[1], common[2], common[3], common[4],
         common[5], key, NULL);
     int st = o.status;
@@ -413,7 +222,7 @@ static int route_of(const char *const *common, const char *key, struct route *rt
     } else {
         fprintf(stderr, "route %s: exit %d: %s\n", key, st, o.err);
     }
-    out_free(&o);
+    tdaemon_out_free(&o);
     return st;
 }
 
@@ -443,25 +252,26 @@ static void test_cluster_cli_and_drain(void **state)
              "drain_timeout_ms: 30000\n",
              testsrv_url(redis), dep);
     write_file(cfg_path, cfg);
-    struct daemon d[T_DAEMONS];
+    tdaemon_t d[T_DAEMONS];
     memset(d, 0, sizeof(d));
     for (int i = 0; i < T_DAEMONS; i++)
-        if (start_daemon(&d[i], i, cfg_path) != 0)
+        if (tdaemon_start(&env, &d[i], i, cfg_path, NULL, T_READY_TIMEOUT_MS) != 0)
             fail_msg("daemon %d failed to start", i);
 
     /* The CLI reads the daemons' config file (replicas, route mode) and names the deployment
      * explicitly with --metadata/--deployment (which override the file). */
     const char *common[] = {"--config",         cfg_path,       "--metadata",
                             testsrv_url(redis), "--deployment", dep};
-    struct out o;
-    char body[4096];
+    tdaemon_out_t o;
 
     /* /healthz on each daemon's admin port. */
     for (int i = 0; i < T_DAEMONS; i++) {
-        int code = http_get(d[i].admin_port, "/healthz", body, sizeof(body));
+        tdaemon_http_t r;
+        int code = tdaemon_http(d[i].admin_port, "GET", "/healthz", NULL, &r);
         if (code != 200)
-            fail_msg("daemon %d /healthz: %d %s", i, code, body);
-        ASSERT_HAS(body, "\"ready\":true");
+            fail_msg("daemon %d /healthz: %d %s", i, code, r.body ? r.body : "");
+        ASSERT_HAS(r.body, "\"ready\":true");
+        tdaemon_http_free(&r);
     }
 
     /* members lists the three daemons. */
@@ -470,7 +280,7 @@ static void test_cluster_cli_and_drain(void **state)
     ASSERT_RUN(&o, 0);
     for (int i = 0; i < T_DAEMONS; i++)
         ASSERT_HAS(o.out, d[i].id);
-    out_free(&o);
+    tdaemon_out_free(&o);
 
     /* put / get / stat. Keys until daemon 0 holds a replica of at least 3 of them. */
     char key[64], val[128];
@@ -482,7 +292,7 @@ static void test_cluster_cli_and_drain(void **state)
         run(&o, NULL, bin_kvmesh, "put", common[0], common[1], common[2], common[3], common[4],
             common[5], key, val, NULL);
         ASSERT_RUN(&o, 0);
-        out_free(&o);
+        tdaemon_out_free(&o);
         assert_int_equal(route_of(common, key, &rt), 0);
         assert_int_equal(rt.n, 2);
         for (int r = 0; r < rt.n; r++)
@@ -504,13 +314,13 @@ static void test_cluster_cli_and_drain(void **state)
     run(&o, NULL, bin_kvmesh, "put", common[0], common[1], common[2], common[3], common[4],
         common[5], "--file", big_path, "big", NULL);
     ASSERT_RUN(&o, 0);
-    out_free(&o);
+    tdaemon_out_free(&o);
     run(&o, big_path, bin_kvmesh, "put", common[0], common[1], common[2], common[3], common[4],
         common[5], "big-stdin", "-", NULL);
     ASSERT_RUN(&o, 0);
-    out_free(&o);
+    tdaemon_out_free(&o);
     size_t big_len;
-    char *big = slurp(big_path, &big_len);
+    char *big = tdaemon_slurp(big_path, &big_len);
     assert_int_equal(big_len, 1 << 20);
 
     for (int i = 0; i < nkeys; i++) {
@@ -521,41 +331,41 @@ static void test_cluster_cli_and_drain(void **state)
         ASSERT_RUN(&o, 0);
         assert_int_equal(o.out_len, strlen(val));
         assert_memory_equal(o.out, val, strlen(val));
-        out_free(&o);
+        tdaemon_out_free(&o);
     }
     run(&o, NULL, bin_kvmesh, "get", common[0], common[1], common[2], common[3], common[4],
         common[5], "big", NULL);
     ASSERT_RUN(&o, 0);
     assert_int_equal(o.out_len, big_len);
     assert_memory_equal(o.out, big, big_len);
-    out_free(&o);
+    tdaemon_out_free(&o);
 
     run(&o, NULL, bin_kvmesh, "stat", common[0], common[1], common[2], common[3], common[4],
         common[5], "big-stdin", NULL);
     ASSERT_RUN(&o, 0);
     ASSERT_HAS(o.out, "exists: yes\nsize: 1048576\n");
     ASSERT_HAS(o.out, "replicas: 2\n");
-    out_free(&o);
+    tdaemon_out_free(&o);
 
     /* rm, then get/stat report the absence with exit status 3. */
     run(&o, NULL, bin_kvmesh, "rm", common[0], common[1], common[2], common[3], common[4],
         common[5], "big-stdin", NULL);
     ASSERT_RUN(&o, 0);
-    out_free(&o);
+    tdaemon_out_free(&o);
     run(&o, NULL, bin_kvmesh, "get", common[0], common[1], common[2], common[3], common[4],
         common[5], "big-stdin", NULL);
     ASSERT_RUN(&o, 3);
-    out_free(&o);
+    tdaemon_out_free(&o);
     run(&o, NULL, bin_kvmesh, "stat", common[0], common[1], common[2], common[3], common[4],
         common[5], "big-stdin", NULL);
     ASSERT_RUN(&o, 3);
     ASSERT_HAS(o.out, "exists: no");
-    out_free(&o);
+    tdaemon_out_free(&o);
 
     /* SIGTERM daemon 0: it drains (replicas move), exits 0. */
     kill(d[0].pid, SIGTERM);
-    int st = wait_exit(d[0].pid, T_DRAIN_WAIT_MS);
-    char *log0 = slurp(d[0].log, NULL);
+    int st = tdaemon_wait_exit(d[0].pid, T_DRAIN_WAIT_MS);
+    char *log0 = tdaemon_slurp(d[0].log, NULL);
     if (st != 0)
         fail_msg("daemon 0 exit %d after SIGTERM; log:\n%s", st, log0);
     d[0].pid = 0;
@@ -578,28 +388,28 @@ static void test_cluster_cli_and_drain(void **state)
         ASSERT_RUN(&o, 0);
         assert_int_equal(o.out_len, strlen(val));
         assert_memory_equal(o.out, val, strlen(val));
-        out_free(&o);
+        tdaemon_out_free(&o);
     }
     run(&o, NULL, bin_kvmesh, "get", common[0], common[1], common[2], common[3], common[4],
         common[5], "big", NULL);
     ASSERT_RUN(&o, 0);
     assert_int_equal(o.out_len, big_len);
     assert_memory_equal(o.out, big, big_len);
-    out_free(&o);
+    tdaemon_out_free(&o);
     free(big);
     run(&o, NULL, bin_kvmesh, "members", common[0], common[1], common[2], common[3], common[4],
         common[5], NULL);
     ASSERT_RUN(&o, 0);
     if (strstr(o.out, d[0].id))
         fail_msg("drained daemon %s still listed:\n%s", d[0].id, o.out);
-    out_free(&o);
+    tdaemon_out_free(&o);
 
     /* A second SIGINT during a drain exits at once with 130. */
     kill(d[1].pid, SIGINT);
     usleep(100000);
     kill(d[1].pid, SIGINT);
-    st = wait_exit(d[1].pid, T_DRAIN_WAIT_MS);
-    char *log1 = slurp(d[1].log, NULL);
+    st = tdaemon_wait_exit(d[1].pid, T_DRAIN_WAIT_MS);
+    char *log1 = tdaemon_slurp(d[1].log, NULL);
     if (st != 130)
         fail_msg("daemon 1 exit %d after two SIGINTs; log:\n%s", st, log1);
     ASSERT_HAS(log1, "second SIGINT");
@@ -607,7 +417,7 @@ static void test_cluster_cli_and_drain(void **state)
     d[1].pid = 0;
 
     for (int i = 0; i < T_DAEMONS; i++)
-        stop_daemon(&d[i]);
+        tdaemon_stop(&d[i]);
     testsrv_stop(redis);
 }
 

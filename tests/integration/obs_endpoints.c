@@ -61,7 +61,7 @@ static size_t tenant_of(size_t i)
 
 static void scrape(struct prom *p)
 {
-    struct trt_body b;
+    struct tcurl_body b;
     long code = trt_http(trt_port(rt), "GET", "/metrics", NULL, &b);
     assert_int_equal(code, 200);
     if (prom_parse(p, b.data, b.len) != 0) {
@@ -232,7 +232,7 @@ static void test_workload_and_metrics(void **state)
     assert_true(prom_value(&p, "process_start_time_seconds", NULL, NULL, NULL, NULL) > 1e9);
     prom_free(&p);
 
-    struct trt_body b;
+    struct tcurl_body b;
     assert_int_equal(trt_http(trt_port(rt), "GET", "/metrics", NULL, &b), 200);
     doc_write("metrics.txt", b.data);
     free(b.data);
@@ -240,7 +240,7 @@ static void test_workload_and_metrics(void **state)
 
 static json_t *get_json(const char *path, long want_code, size_t *len)
 {
-    struct trt_body b;
+    struct tcurl_body b;
     long code = trt_http(trt_port(rt), "GET", path, NULL, &b);
     if (code != want_code)
         fprintf(stderr, "%s -> %ld: %s\n", path, code, b.data);
@@ -311,7 +311,7 @@ static void test_bounded_endpoints(void **state)
     assert_string_equal(json_string_value(json_object_get(j, "status")), "ok");
     json_decref(j);
 
-    struct trt_body b;
+    struct tcurl_body b;
     const char *docs[][2] = {{"/stats?top=3", "stats.json"},
                              {"/stats?tenant=tenant-0007", "stats_tenant.json"},
                              {"/healthz", "healthz.json"},
@@ -349,7 +349,7 @@ static void test_bad_queries(void **state)
         "/stats?=1",
     };
     for (size_t i = 0; i < KVM_ARRAY_SIZE(bad); i++) {
-        struct trt_body b;
+        struct tcurl_body b;
         long code = trt_http(trt_port(rt), "GET", bad[i], NULL, &b);
         if (code != 400)
             fprintf(stderr, "%s -> %ld\n", bad[i], code);
@@ -365,7 +365,7 @@ static void test_bad_queries(void **state)
         json_decref(j);
         free(b.data);
     }
-    struct trt_body b;
+    struct tcurl_body b;
     assert_int_equal(trt_http(trt_port(rt), "GET", "/nope", NULL, &b), 404);
     free(b.data);
     assert_int_equal(trt_http(trt_port(rt), "DELETE", "/metrics", NULL, &b), 405);
@@ -375,7 +375,7 @@ static void test_bad_queries(void **state)
 static void test_control_needs_secret(void **state)
 {
     (void)state;
-    struct trt_body b;
+    struct tcurl_body b;
     assert_int_equal(trt_http(trt_port(rt), "POST", "/trace/sampling?rate=0.5", NULL, &b), 401);
     free(b.data);
     assert_int_equal(trt_http(trt_port(rt), "POST", "/trace/sampling?rate=0.5", "Bearer wrong", &b),
@@ -426,7 +426,7 @@ static void test_health_reasons(void **state)
     json_t *j = get_json("/healthz", 503, NULL);
     assert_true(json_is_false(json_object_get(j, "ready")));
     assert_int_equal(json_array_size(json_object_get(j, "reasons")), 2);
-    struct trt_body b;
+    struct tcurl_body b;
     assert_int_equal(trt_http(trt_port(rt), "GET", "/healthz", NULL, &b), 503);
     doc_write("healthz_not_ready.json", b.data);
     free(b.data);

@@ -32,10 +32,8 @@
  */
 #include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -48,22 +46,16 @@
 #include "kvmesh.h"
 #include "env/clock.h"
 #include "obs/metrics.h"
+#include "curl_body.h"
 #include "obs_prom.h"
+#include "proc.h"
 #include "testsrv.h"
 
 struct kvm_rt;
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
 uint16_t kvm_rt_admin_port(struct kvm_rt *rt);
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #c,   \
-                    kvmesh_last_error());                                                          \
-            cleanup_all();                                                                         \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TPROC_CHECK(c, cleanup_all)
 
 #define NPROC      3
 #define NRT        (NPROC + 1) /* + the client, last */
@@ -76,8 +68,7 @@ uint16_t kvm_rt_admin_port(struct kvm_rt *rt);
 #define MAX_SERIES 4000
 
 struct proc {
-    pid_t pid;
-    int in_fd, out_fd;
+    tproc_t p; /* the runtime process (tests/support/proc.h) */
     char id[64];
     uint16_t admin;
 };
@@ -105,11 +96,7 @@ static void cleanup_all(void)
     }
     done = true;
     for (int i = 0; i < NPROC; i++)
-        if (procs[i].pid > 0) {
-            kill(procs[i].pid, SIGKILL);
-            waitpid(procs[i].pid, NULL, 0);
-            procs[i].pid = 0;
-        }
+        tproc_kill(&procs[i].p, SIGKILL);
     testsrv_stop(srv);
     srv = NULL;
     if (capdir[0]) {
@@ -119,35 +106,6 @@ static void cleanup_all(void)
             fprintf(stderr, "could not remove %s\n", capdir);
     }
     pthread_mutex_unlock(&cleanup_mu);
-}
-
-static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
-{
-    size_t n = 0;
-    uint64_t end = env_clock_mono_ms() + (uint64_t)timeout_ms;
-    while (n + 1 < cap) {
-        struct pollfd p = {fd, POLLIN, 0};
-        int left = (int)(end - env_clock_mono_ms());
-        if (left <= 0 || poll(&p, 1, left) <= 0)
-            return -1;
-        ssize_t r = read(fd, buf + n, 1);
-        if (r <= 0)
-            return -1;
-        if (buf[n] == '\n')
-            break;
-        n++;
-    }
-    buf[n] = 0;
-    return 0;
-}
-
-static void fill(uint8_t *p, size_t n, uint64_t seed)
-{
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        p[i] = (uint8_t)x;
-    }
 }
 
 /* ---- the runtime process ------------------------------------------------------------------- */
@@ -173,13 +131,9 @@ static int runtime_main(char **argv)
     kvmesh_config_set(c, "reclaim_grace_ms", "200");
     kvmesh_config_set(c, "trace_sample_rate", "0.05");
     kvmesh_config_set(c, "trace_capture_dir", argv[4]);
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    kvmesh_config_free(c);
-    if (rc) {
-        fprintf(stderr, "runtime open failed: %s\n", kvmesh_last_error());
+    kvmesh_t *kv = tproc_child_open(c);
+    if (!kv)
         return 1;
-    }
     char id[KVMESH_ID_HEX_LEN + 1];
     uint64_t epoch = 0;
     kvmesh_self(kv, id, &epoch);
@@ -195,50 +149,18 @@ static int runtime_main(char **argv)
 
 static void spawn(int slot)
 {
-    int in[2], out[2];
-    CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        execl(self_exe, self_exe, "--runtime", url, deployment, capdir, (char *)NULL);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
+    const char *argv[] = {self_exe, "--runtime", url, deployment, capdir};
     struct proc *p = &procs[slot];
-    p->pid = pid;
-    p->in_fd = in[1];
-    p->out_fd = out[0];
     char line[256];
     unsigned port = 0;
     uint64_t epoch = 0;
-    CHECK(read_line(p->out_fd, line, sizeof(line), 30000) == 0);
+    CHECK(tproc_start(&p->p, 5, argv, "READY ", line, sizeof(line), 30000) == 0);
     CHECK(sscanf(line, "READY %63s %" SCNu64 " %u", p->id, &epoch, &port) == 3);
     CHECK(port > 0 && port < 65536);
     p->admin = (uint16_t)port;
 }
 
 /* ---- scraping ------------------------------------------------------------------------------- */
-
-struct body {
-    char *data;
-    size_t len;
-};
-
-static size_t sink(char *p, size_t sz, size_t n, void *arg)
-{
-    struct body *b = arg;
-    char *d = realloc(b->data, b->len + sz * n + 1);
-    if (!d)
-        return 0;
-    memcpy(d + b->len, p, sz * n);
-    b->data = d;
-    b->len += sz * n;
-    d[b->len] = 0;
-    return sz * n;
-}
 
 static const char *dump_path; /* OBS_METRICS_DUMP: where the final scrapes are appended */
 
@@ -247,11 +169,11 @@ static int scrape(uint16_t port, struct prom *p)
 {
     char u[64];
     snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics", (unsigned)port);
-    struct body b = {0};
+    struct tcurl_body b = {0};
     CURL *c = curl_easy_init();
     CHECK(c);
     curl_easy_setopt(c, CURLOPT_URL, u);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -365,7 +287,7 @@ static void *bulk_put(void *arg)
     for (int i = w->from; i < B_KEYS; i += w->step) {
         char key[48];
         snprintf(key, sizeof(key), "%s-%05d", w->prefix, i);
-        fill(v, sizeof(v), (uint64_t)i + 7777);
+        tproc_fill(v, sizeof(v), (uint64_t)i + 7777);
         int rc = kvmesh_put(client, &sc, key, strlen(key), v, sizeof(v), NULL);
         /* under eviction pressure a put may be refused or time out; anything else is a bug */
         CHECK(rc == 0 || rc == KVMESH_ENOSPC || rc == KVMESH_EUNAVAILABLE ||
@@ -494,7 +416,7 @@ int main(int argc, char **argv)
         int k = i < A_KEYS ? i : i - A_KEYS; /* the last A_OVER puts overwrite */
         char key[32];
         snprintf(key, sizeof(key), "key-%04d", k);
-        fill(v, sizeof(v), (uint64_t)i);
+        tproc_fill(v, sizeof(v), (uint64_t)i);
         rc = kvmesh_put(client, i % 2 ? &sc_other : &sc, key, strlen(key), v, sizeof(v), NULL);
         if (rc)
             fprintf(stderr, "put %s: %s\n", key, kvmesh_last_error());
@@ -509,7 +431,7 @@ int main(int argc, char **argv)
         const kvmesh_scope_t *s = last % 2 ? &sc_other : &sc;
         size_t got = 0;
         CHECK(kvmesh_get_into(client, s, key, strlen(key), out, sizeof(out), &got) == 0);
-        fill(v, sizeof(v), (uint64_t)last);
+        tproc_fill(v, sizeof(v), (uint64_t)last);
         CHECK(got == sizeof(v) && memcmp(out, v, got) == 0);
         gets++;
     }
@@ -568,11 +490,7 @@ int main(int argc, char **argv)
         prom_free(&after[r]);
 
     /* ---- C: kill -9 of an owner, then reads that fail over ---- */
-    kill(procs[0].pid, SIGKILL);
-    waitpid(procs[0].pid, NULL, 0);
-    close(procs[0].in_fd);
-    close(procs[0].out_fd);
-    procs[0].pid = 0;
+    tproc_kill(&procs[0].p, SIGKILL);
     int readable = 0;
     for (int k = 0; k < A_KEYS - A_REMOVE; k++) {
         char key[32];
@@ -671,12 +589,10 @@ int main(int argc, char **argv)
     free_all(fin, NRT);
     free_all(before, NRT);
     kvmesh_close(client);
-    for (int i = 1; i < NPROC; i++) {
-        close(procs[i].in_fd); /* EOF: close and exit */
-        waitpid(procs[i].pid, NULL, 0);
-        close(procs[i].out_fd);
-        procs[i].pid = 0;
-    }
+    for (int i = 1; i < NPROC; i++)
+        tproc_close_stdin(&procs[i].p); /* EOF: close and exit */
+    for (int i = 1; i < NPROC; i++)
+        (void)tproc_stop(&procs[i].p, 60000); /* its exit status is not judged here */
     cleanup_all();
     obs_metrics_shutdown();
     curl_global_cleanup();

@@ -388,27 +388,11 @@ static inline void trt_tick(struct trt *rt)
 
 #include <curl/curl.h>
 
-struct trt_body {
-    char *data;
-    size_t len;
-};
-
-static inline size_t trt_body_sink(char *p, size_t sz, size_t n, void *u)
-{
-    struct trt_body *b = u;
-    char *d = realloc(b->data, b->len + sz * n + 1);
-    if (!d)
-        return 0;
-    memcpy(d + b->len, p, sz * n);
-    b->data = d;
-    b->len += sz * n;
-    b->data[b->len] = '\0';
-    return sz * n;
-}
+#include "curl_body.h"
 
 /* Fetches http://127.0.0.1:port<path>; returns the HTTP status (or -1). Caller frees body. */
 static inline long trt_http(uint16_t port, const char *method, const char *path, const char *auth,
-                            struct trt_body *body)
+                            struct tcurl_body *body)
 {
     char url[2600];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", (unsigned)port, path);
@@ -424,7 +408,7 @@ static inline long trt_http(uint16_t port, const char *method, const char *path,
     }
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, trt_body_sink);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, body);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);

@@ -27,27 +27,15 @@
 #define ADM_TOP_K   2
 #define ADM_WAIT_MS 30000
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return ops_setup();
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    return ops_teardown();
-}
-
 struct cluster {
     testsrv_t *srv;
     const char *url;
     char dep[64];
     char cfg[400];
-    struct ops_daemon d[ADM_DAEMONS];
+    tdaemon_t d[ADM_DAEMONS];
 };
 
-static void admin(struct ops_out *o, struct cluster *c, const char *a1, const char *a2,
+static void admin(tdaemon_out_t *o, struct cluster *c, const char *a1, const char *a2,
                   const char *a3, const char *a4)
 {
     const char *argv[16] = {ops_bin_kvmesh, "admin", "--metadata", c->url, "--deployment", c->dep};
@@ -61,14 +49,14 @@ static void admin(struct ops_out *o, struct cluster *c, const char *a1, const ch
 
 static json_t *admin_json(struct cluster *c, const char *sub, const char *a2, const char *a3)
 {
-    struct ops_out o;
+    tdaemon_out_t o;
     admin(&o, c, sub, "--json", a2, a3);
     OPS_ASSERT_RUN(&o, 0);
     json_error_t je;
     json_t *j = json_loads(o.out, 0, &je);
     if (!j)
         fail_msg("kvmesh admin %s --json is not JSON (%s):\n%s", sub, je.text, o.out);
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
     return j;
 }
 
@@ -126,7 +114,7 @@ static void write_stale_record(struct cluster *c, const char *id)
 
 static void check_admin(struct cluster *c)
 {
-    struct ops_out o;
+    tdaemon_out_t o;
     /* members: table */
     admin(&o, c, "members", NULL, NULL, NULL);
     OPS_ASSERT_RUN(&o, 0);
@@ -134,7 +122,7 @@ static void check_admin(struct cluster *c)
         OPS_ASSERT_HAS(o.out, c->d[i].id);
     OPS_ASSERT_HAS(o.out, "64MiB");
     OPS_ASSERT_HAS(o.out, "active");
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
     /* members: JSON, in one page and in pages of one */
     static const char *pages[] = {NULL, "--page=1"};
     for (size_t pg = 0; pg < 2; pg++) {
@@ -165,14 +153,14 @@ static void check_admin(struct cluster *c)
     snprintf(want, sizeof(want), "%d segment(s) of", 4 * ADM_DAEMONS);
     OPS_ASSERT_HAS(o.out, want);
     OPS_ASSERT_HAS(o.out, "16MiB");
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
     /* shards */
     wait_shards_settled(c, -1);
     admin(&o, c, "shards", NULL, NULL, NULL);
     OPS_ASSERT_RUN(&o, 0);
     snprintf(want, sizeof(want), "%d shard record(s)\n", ADM_SHARDS);
     OPS_ASSERT_HAS(o.out, want);
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
     json_t *j = admin_json(c, "shards", "--page=3", "--max=5");
     assert_int_equal(json_array_size(json_object_get(j, "shards")), 5);
     assert_true(json_is_true(json_object_get(j, "truncated")));
@@ -184,7 +172,7 @@ static void check_admin(struct cluster *c)
     admin(&o, c, "shards", "--page=3", "--max=5", NULL);
     OPS_ASSERT_RUN(&o, 0);
     OPS_ASSERT_HAS(o.out, "5 shard record(s) (stopped at --max; more records exist)");
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
 
     /* cleanup: a member record without a lease */
     const char *stale = "00000000000000000000000000dead01";
@@ -198,10 +186,10 @@ static void check_admin(struct cluster *c)
     for (int i = 0; i < ADM_DAEMONS; i++)
         if (strstr(o.out, c->d[i].id))
             fail_msg("cleanup lists the live daemon %s:\n%s", c->d[i].id, o.out);
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
     admin(&o, c, "members", NULL, NULL, NULL);
     OPS_ASSERT_HAS(o.out, stale); /* the dry run changed nothing */
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
     j = admin_json(c, "cleanup", "--apply", NULL);
     assert_true(json_is_true(json_object_get(j, "apply")));
     assert_int_equal(json_integer_value(json_object_get(j, "stale")), 1);
@@ -216,14 +204,14 @@ static void check_admin(struct cluster *c)
         fail_msg("the stale record is still listed after --apply:\n%s", o.out);
     for (int i = 0; i < ADM_DAEMONS; i++)
         OPS_ASSERT_HAS(o.out, c->d[i].id);
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
     admin(&o, c, "cleanup", NULL, NULL, NULL);
     OPS_ASSERT_RUN(&o, 0);
     OPS_ASSERT_HAS(o.out, "0 stale member record(s) (dry run)");
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
 
     /* kill -9 daemon 1: its record goes with its lease; dead primaries are consistent. */
-    ops_daemon_stop(&c->d[1]);
+    tdaemon_stop(&c->d[1]);
     char dead_id[40];
     snprintf(dead_id, sizeof(dead_id), "%s", c->d[1].id);
     uint64_t t0 = env_clock_mono_ms();
@@ -231,7 +219,7 @@ static void check_admin(struct cluster *c)
         admin(&o, c, "members", NULL, NULL, NULL);
         OPS_ASSERT_RUN(&o, 0);
         bool gone = !strstr(o.out, dead_id);
-        ops_out_free(&o);
+        tdaemon_out_free(&o);
         if (gone)
             break;
         if (env_clock_mono_ms() - t0 > ADM_WAIT_MS)
@@ -256,7 +244,7 @@ static void check_admin(struct cluster *c)
 
 static void check_bad_args(struct cluster *c)
 {
-    struct ops_out o;
+    tdaemon_out_t o;
     struct {
         const char *a1, *a2, *msg;
         int status;
@@ -275,17 +263,17 @@ static void check_bad_args(struct cluster *c)
         admin(&o, c, bad[i].a1, bad[i].a2, NULL, NULL);
         OPS_ASSERT_RUN(&o, bad[i].status);
         OPS_ASSERT_HAS(o.err, bad[i].msg);
-        ops_out_free(&o);
+        tdaemon_out_free(&o);
     }
     ops_run(&o, ops_bin_kvmesh, "admin", "members", "--metadata", "memory://x", NULL);
     OPS_ASSERT_RUN(&o, 2);
     OPS_ASSERT_HAS(o.err, "memory://x is private to the process");
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
     ops_run(&o, ops_bin_kvmesh, "admin", "--help", NULL);
     OPS_ASSERT_RUN(&o, 0);
     OPS_ASSERT_HAS(o.out, "usage: kvmesh admin ");
     OPS_ASSERT_HAS(o.out, "--apply");
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
 }
 
 static void run_cluster(bool etcd)
@@ -310,17 +298,17 @@ static void run_cluster(bool etcd)
     check_bad_args(&c);
     check_admin(&c);
     for (int i = 0; i < ADM_DAEMONS; i++)
-        ops_daemon_stop(&c.d[i]);
+        tdaemon_stop(&c.d[i]);
     /* An unreachable backend fails (status 1) naming the URL. */
     char url[64];
     snprintf(url, sizeof(url), "%s", c.url);
     testsrv_stop(c.srv);
-    struct ops_out o;
+    tdaemon_out_t o;
     ops_run(&o, ops_bin_kvmesh, "admin", "members", "--metadata", url, "--timeout-ms", "1000",
             NULL);
     OPS_ASSERT_RUN(&o, 1);
     OPS_ASSERT_HAS(o.err, "kvmesh admin: ");
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
 }
 
 static void test_admin_redis(void **state)
@@ -341,5 +329,5 @@ int main(void)
         cmocka_unit_test(test_admin_redis),
         cmocka_unit_test(test_admin_etcd),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, ops_group_setup, ops_group_teardown);
 }

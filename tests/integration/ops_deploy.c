@@ -65,11 +65,11 @@ static void test_configs(void **state)
         if (drain > max_drain_ms)
             max_drain_ms = drain;
         kvmesh_config_free(c);
-        struct ops_out o;
+        tdaemon_out_t o;
         ops_run(&o, ops_bin_kvmeshd, "--config", path, "--check-config", NULL);
         OPS_ASSERT_RUN(&o, 0);
         OPS_ASSERT_HAS(o.err, "configuration OK");
-        ops_out_free(&o);
+        tdaemon_out_free(&o);
     }
     /* There is one example per shape and nothing else in the folder. */
     char dir[500];
@@ -99,7 +99,7 @@ static void test_systemd_unit(void **state)
     (void)state;
     char path[600], tmp[400];
     snprintf(path, sizeof(path), "%s/systemd/kvmeshd.service", deploy_dir);
-    char *unit = ops_slurp(path, NULL);
+    char *unit = tdaemon_slurp(path, NULL);
     assert_true(strlen(unit) > 0);
     /* systemd's own check, with ExecStart pointing at this build's binary. */
     snprintf(tmp, sizeof(tmp), "%s/kvmeshd.service", ops_tmpdir);
@@ -116,12 +116,12 @@ static void test_systemd_unit(void **state)
         p = hit + strlen("/usr/local/bin/kvmeshd");
     }
     fclose(f);
-    struct ops_out o;
+    tdaemon_out_t o;
     ops_run(&o, "/usr/bin/systemd-analyze", "verify", tmp, NULL);
     OPS_ASSERT_RUN(&o, 0);
     if (o.err[0] || strstr(o.out, tmp))
         fail_msg("systemd-analyze verify warns about the unit:\n%s%s", o.out, o.err);
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
 
     char *v = unit_value(unit, "KillSignal");
     assert_string_equal(v, "SIGTERM");
@@ -161,7 +161,7 @@ static void test_systemd_unit(void **state)
         ops_runv(&o, argv);
         if (o.status != 0)
             fail_msg("%s flags are refused by kvmeshd: %s", execs[i], o.err);
-        ops_out_free(&o);
+        tdaemon_out_free(&o);
         free(v);
     }
     free(unit);
@@ -174,19 +174,19 @@ static void test_promtool(void **state)
     snprintf(rules, sizeof(rules), "%s/prometheus/kvmesh-alerts.yml", deploy_dir);
     snprintf(tests, sizeof(tests), "%s/prometheus/kvmesh-alerts.test.yml", deploy_dir);
     snprintf(conf, sizeof(conf), "%s/prometheus/prometheus.yml", deploy_dir);
-    struct ops_out o;
+    tdaemon_out_t o;
     ops_run(&o, "/usr/bin/promtool", "check", "rules", rules, NULL);
     OPS_ASSERT_RUN(&o, 0);
     OPS_ASSERT_HAS(o.out, "SUCCESS");
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
     ops_run(&o, "/usr/bin/promtool", "test", "rules", tests, NULL);
     OPS_ASSERT_RUN(&o, 0);
     OPS_ASSERT_HAS(o.out, "SUCCESS");
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
     ops_run(&o, "/usr/bin/promtool", "check", "config", conf, NULL);
     OPS_ASSERT_RUN(&o, 0);
-    ops_out_free(&o);
-    char *text = ops_slurp(rules, NULL);
+    tdaemon_out_free(&o);
+    char *text = tdaemon_slurp(rules, NULL);
     static const char *must[] = {"alert: KvmeshLeaseLost", "alert: KvmeshMetadataErrors",
                                  "alert: KvmeshTransportFailures"};
     for (size_t i = 0; i < 3; i++)
@@ -263,11 +263,11 @@ static void test_metrics_exist(void **state)
     snprintf(cfg, sizeof(cfg), "%s/config/single-node.yaml", deploy_dir);
     snprintf(listen, sizeof(listen), "127.0.0.1:%u", testsrv_free_port());
     const char *extra[] = {"--listen", listen, "--memory-size", "256MiB", NULL};
-    struct ops_daemon d = {0};
+    tdaemon_t d = {0};
     if (ops_daemon_start(&d, 0, cfg, extra) != 0)
         fail_msg("kvmeshd from %s did not start", cfg);
-    struct ops_http r;
-    assert_int_equal(ops_http(d.admin_port, "GET", "/metrics", NULL, &r), 200);
+    tdaemon_http_t r;
+    assert_int_equal(tdaemon_http(d.admin_port, "GET", "/metrics", NULL, &r), 200);
     struct names exported = {0};
     for (const char *line = r.body; *line;) {
         size_t len = strcspn(line, "\n");
@@ -277,14 +277,14 @@ static void test_metrics_exist(void **state)
         if (*line == '\n')
             line++;
     }
-    ops_http_free(&r);
-    ops_daemon_stop(&d);
+    tdaemon_http_free(&r);
+    tdaemon_stop(&d);
     assert_true(exported.n > 30);
 
     /* Alert rules: every expr: line. */
     char path[600];
     snprintf(path, sizeof(path), "%s/prometheus/kvmesh-alerts.yml", deploy_dir);
-    char *rules = ops_slurp(path, NULL);
+    char *rules = tdaemon_slurp(path, NULL);
     struct names used = {0};
     size_t exprs = 0;
     for (const char *p = rules; (p = strstr(p, "expr: ")) != NULL; p += 6) {

@@ -13,18 +13,6 @@
  */
 #include "ops_util.h"
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return ops_setup();
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    return ops_teardown();
-}
-
 static void single_node_config(char *path, size_t cap, const char *name)
 {
     char cfg[512];
@@ -43,15 +31,15 @@ static void single_node_config(char *path, size_t cap, const char *name)
 
 static void expect_tracing_off(uint16_t port, const char *method, const char *path)
 {
-    struct ops_http r;
-    int code = ops_http(port, method, path, NULL, &r);
+    tdaemon_http_t r;
+    int code = tdaemon_http(port, method, path, NULL, &r);
     if (code != 409)
         fail_msg("%s %s with tracing off: %d (want 409)\n%s", method, path, code, r.body);
     OPS_ASSERT_HAS(r.body, "\"error\":\"tracing is off in this runtime");
     OPS_ASSERT_HAS(r.body, "trace_sample_rate");
     OPS_ASSERT_HAS(r.body, "--trace-sample-rate");
     OPS_ASSERT_HAS(r.head, "Content-Type: application/json");
-    ops_http_free(&r);
+    tdaemon_http_free(&r);
 }
 
 static void test_tracing_off_and_on(void **state)
@@ -59,7 +47,7 @@ static void test_tracing_off_and_on(void **state)
     (void)state;
     char cfg[300];
     single_node_config(cfg, sizeof(cfg), "opsep-trace");
-    struct ops_daemon d = {0};
+    tdaemon_t d = {0};
     if (ops_daemon_start(&d, 0, cfg, NULL) != 0)
         fail_msg("kvmeshd did not start");
     expect_tracing_off(d.admin_port, "GET", "/breakdown");
@@ -67,39 +55,40 @@ static void test_tracing_off_and_on(void **state)
     expect_tracing_off(d.admin_port, "GET", "/trace");
     expect_tracing_off(d.admin_port, "POST", "/trace/sampling?rate=0.5");
     expect_tracing_off(d.admin_port, "POST", "/trace/capture?action=stop");
-    struct ops_http r;
+    tdaemon_http_t r;
     /* A wrong method is still a 405, an unknown path a 404. */
-    assert_int_equal(ops_http(d.admin_port, "POST", "/trace", NULL, &r), 405);
-    ops_http_free(&r);
-    assert_int_equal(ops_http(d.admin_port, "GET", "/tracex", NULL, &r), 404);
+    assert_int_equal(tdaemon_http(d.admin_port, "POST", "/trace", NULL, &r), 405);
+    tdaemon_http_free(&r);
+    assert_int_equal(tdaemon_http(d.admin_port, "GET", "/tracex", NULL, &r), 404);
     OPS_ASSERT_HAS(r.body, "GET /api lists them");
-    ops_http_free(&r);
-    assert_int_equal(ops_http(d.admin_port, "GET", "/api", NULL, &r), 200);
+    tdaemon_http_free(&r);
+    assert_int_equal(tdaemon_http(d.admin_port, "GET", "/api", NULL, &r), 200);
     OPS_ASSERT_HAS(r.body, "\"tracing\":false");
     OPS_ASSERT_HAS(r.body, "\"tracing_note\":\"tracing is off in this runtime");
     OPS_ASSERT_HAS(r.body, "\"/breakdown\"");
-    ops_http_free(&r);
-    ops_daemon_stop(&d);
+    tdaemon_http_free(&r);
+    tdaemon_stop(&d);
 
     /* The same daemon with tracing on. */
     const char *on[] = {"--trace-sample-rate", "0.5", NULL};
     if (ops_daemon_start(&d, 1, cfg, on) != 0)
         fail_msg("kvmeshd --trace-sample-rate 0.5 did not start");
-    assert_int_equal(ops_http(d.admin_port, "GET", "/trace", NULL, &r), 200);
+    assert_int_equal(tdaemon_http(d.admin_port, "GET", "/trace", NULL, &r), 200);
     OPS_ASSERT_HAS(r.body, "\"sample_rate\":0.5");
-    ops_http_free(&r);
-    assert_int_equal(ops_http(d.admin_port, "GET", "/breakdown?limit=3", NULL, &r), 200);
+    tdaemon_http_free(&r);
+    assert_int_equal(tdaemon_http(d.admin_port, "GET", "/breakdown?limit=3", NULL, &r), 200);
     OPS_ASSERT_HAS(r.body, "\"entries\":[");
-    ops_http_free(&r);
-    assert_int_equal(ops_http(d.admin_port, "POST", "/trace/sampling?rate=0.25", NULL, &r), 200);
+    tdaemon_http_free(&r);
+    assert_int_equal(tdaemon_http(d.admin_port, "POST", "/trace/sampling?rate=0.25", NULL, &r),
+                     200);
     OPS_ASSERT_HAS(r.body, "\"sample_rate\":0.25");
-    ops_http_free(&r);
-    assert_int_equal(ops_http(d.admin_port, "GET", "/api", NULL, &r), 200);
+    tdaemon_http_free(&r);
+    assert_int_equal(tdaemon_http(d.admin_port, "GET", "/api", NULL, &r), 200);
     OPS_ASSERT_HAS(r.body, "\"tracing\":true");
     if (strstr(r.body, "tracing_note"))
         fail_msg("/api with tracing on still carries the note: %s", r.body);
-    ops_http_free(&r);
-    ops_daemon_stop(&d);
+    tdaemon_http_free(&r);
+    tdaemon_stop(&d);
 }
 
 static void test_index_negotiation_and_cluster(void **state)
@@ -107,14 +96,14 @@ static void test_index_negotiation_and_cluster(void **state)
     (void)state;
     char cfg[300];
     single_node_config(cfg, sizeof(cfg), "opsep-index");
-    struct ops_daemon d = {0};
+    tdaemon_t d = {0};
     if (ops_daemon_start(&d, 2, cfg, NULL) != 0)
         fail_msg("kvmeshd did not start");
-    struct ops_http r;
+    tdaemon_http_t r;
     /* A browser's Accept header gets the page. */
-    assert_int_equal(ops_http(d.admin_port, "GET", "/",
-                              "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
-                              &r),
+    assert_int_equal(tdaemon_http(d.admin_port, "GET", "/",
+                                  "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+                                  &r),
                      200);
     OPS_ASSERT_HAS(r.head, "Content-Type: text/html; charset=utf-8");
     OPS_ASSERT_HAS(r.body, "<title>kvmesh status</title>");
@@ -125,25 +114,25 @@ static void test_index_negotiation_and_cluster(void **state)
     for (size_t i = 0; i < sizeof(external) / sizeof(external[0]); i++)
         if (strstr(r.body, external[i]))
             fail_msg("status page references an external asset (%s)", external[i]);
-    ops_http_free(&r);
+    tdaemon_http_free(&r);
     /* Scripts and curl get JSON. */
     const char *json_accepts[] = {NULL, "application/json", "*/*"};
     for (size_t i = 0; i < 3; i++) {
-        assert_int_equal(ops_http(d.admin_port, "GET", "/", json_accepts[i], &r), 200);
+        assert_int_equal(tdaemon_http(d.admin_port, "GET", "/", json_accepts[i], &r), 200);
         OPS_ASSERT_HAS(r.head, "Content-Type: application/json");
         OPS_ASSERT_HAS(r.body, "{\"endpoints\":[\"/\",\"/api\",\"/healthz\",\"/metrics\"");
         OPS_ASSERT_HAS(r.body, "\"/cluster\"");
-        ops_http_free(&r);
+        tdaemon_http_free(&r);
     }
-    assert_int_equal(ops_http(d.admin_port, "GET", "/api", "text/html", &r), 200);
+    assert_int_equal(tdaemon_http(d.admin_port, "GET", "/api", "text/html", &r), 200);
     OPS_ASSERT_HAS(r.head, "Content-Type: application/json");
     OPS_ASSERT_HAS(r.body, "\"status_page\":\"GET / with Accept: text/html\"");
-    ops_http_free(&r);
-    assert_int_equal(ops_http(d.admin_port, "GET", "/?x=1", "text/html", &r), 400);
-    ops_http_free(&r);
+    tdaemon_http_free(&r);
+    assert_int_equal(tdaemon_http(d.admin_port, "GET", "/?x=1", "text/html", &r), 400);
+    tdaemon_http_free(&r);
 
     /* /cluster: the daemon itself, its capacity, shards adding up. */
-    assert_int_equal(ops_http(d.admin_port, "GET", "/cluster", NULL, &r), 200);
+    assert_int_equal(tdaemon_http(d.admin_port, "GET", "/cluster", NULL, &r), 200);
     OPS_ASSERT_HAS(r.body, "\"schema\":1");
     char want[128];
     snprintf(want, sizeof(want), "{\"id\":\"%s\",\"self\":true", d.id);
@@ -151,8 +140,8 @@ static void test_index_negotiation_and_cluster(void **state)
     OPS_ASSERT_HAS(r.body, "\"route_mode\":\"embedded_wrh\",\"shards\":32,\"top_k\":1");
     OPS_ASSERT_HAS(r.body, "\"capacity_bytes\":67108864");
     OPS_ASSERT_HAS(r.body, "\"shards_primary\":32,\"shards_authority\":32");
-    ops_http_free(&r);
-    ops_daemon_stop(&d);
+    tdaemon_http_free(&r);
+    tdaemon_stop(&d);
 }
 
 int main(void)
@@ -161,5 +150,5 @@ int main(void)
         cmocka_unit_test(test_tracing_off_and_on),
         cmocka_unit_test(test_index_negotiation_and_cluster),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, ops_group_setup, ops_group_teardown);
 }

@@ -17,6 +17,7 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 
 #include "api/kvmesh_tools.h"
 #include "kvmesh.h"
@@ -57,7 +58,7 @@ static int group_teardown(void **state)
 
 /* ---- chromium ------------------------------------------------------------------------------ */
 
-static void chromium(struct ops_out *o, const char *mode, const char *url)
+static void chromium(tdaemon_out_t *o, const char *mode, const char *url)
 {
     char ud[300];
     static int run_no;
@@ -85,13 +86,13 @@ static void screenshot(const char *name, uint16_t port)
     unlink(path);
     snprintf(mode, sizeof(mode), "--screenshot=%s", path);
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/", port);
-    struct ops_out o;
+    tdaemon_out_t o;
     chromium(&o, mode, url);
     struct stat st;
     if (o.status != 0 || stat(path, &st) != 0 || st.st_size < 10000)
         fail_msg("chromium screenshot of %s failed (exit %d, %s)\n%s", url, o.status, path, o.err);
     printf("status page screenshot: %s (%lld bytes)\n", path, (long long)st.st_size);
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
 }
 
 /* The rendered DOM of a runtime's page, after at least two refreshes. */
@@ -99,7 +100,7 @@ static char *dump_dom(uint16_t port)
 {
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/", port);
-    struct ops_out o;
+    tdaemon_out_t o;
     chromium(&o, "--dump-dom", url);
     if (o.status != 0)
         fail_msg("chromium --dump-dom %s: exit %d\n%s", url, o.status, o.err);
@@ -107,7 +108,7 @@ static char *dump_dom(uint16_t port)
         fail_msg("the page of %s did not render (no data-state=ready):\n%.4000s", url, o.out);
     char *dom = o.out;
     o.out = NULL;
-    ops_out_free(&o);
+    tdaemon_out_free(&o);
     return dom;
 }
 
@@ -241,17 +242,17 @@ static void *load_main(void *arg)
 
 static char *get_body(uint16_t port, const char *path)
 {
-    struct ops_http r;
-    int code = ops_http(port, "GET", path, NULL, &r);
+    tdaemon_http_t r;
+    int code = tdaemon_http(port, "GET", path, NULL, &r);
     if (code != 200)
         fail_msg("GET %s on port %u: %d", path, port, code);
     char *b = strdup(r.body);
-    ops_http_free(&r);
+    tdaemon_http_free(&r);
     return b;
 }
 
 /* Every member's used_bytes in daemon 0's /cluster equals that daemon's own /stats. */
-static bool settled(const struct ops_daemon *d)
+static bool settled(const tdaemon_t *d)
 {
     char *cl = get_body(d[0].admin_port, "/cluster");
     bool ok = true;
@@ -270,7 +271,7 @@ static bool settled(const struct ops_daemon *d)
     return ok;
 }
 
-static void check_daemon_page(const struct ops_daemon *d, const char *dom)
+static void check_daemon_page(const tdaemon_t *d, const char *dom)
 {
     char *st = get_body(d[0].admin_port, "/stats");
     char *cl = get_body(d[0].admin_port, "/cluster");
@@ -375,7 +376,7 @@ static void test_status_page_in_chromium(void **state)
              "max_object_size: 16MiB\nreplicas: 2\nlease_ttl_ms: 2000\nshards: %d\ntop_k: %d\n",
              testsrv_url(redis), dep, OPS_SHARDS, OPS_TOP_K);
     ops_write_file(cfg_path, cfg);
-    struct ops_daemon d[OPS_DAEMONS];
+    tdaemon_t d[OPS_DAEMONS];
     memset(d, 0, sizeof(d));
     for (int i = 0; i < OPS_DAEMONS; i++)
         if (ops_daemon_start(&d[i], i, cfg_path, NULL) != 0)
@@ -430,7 +431,7 @@ static void test_status_page_in_chromium(void **state)
 
     kvmesh_close(l.kv);
     for (int i = 0; i < OPS_DAEMONS; i++)
-        ops_daemon_stop(&d[i]);
+        tdaemon_stop(&d[i]);
     testsrv_stop(redis);
 }
 

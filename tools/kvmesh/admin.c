@@ -57,7 +57,7 @@ struct members {
 };
 
 /* Reads every member record, page by page, at most max. */
-static int load_members(struct adm *x, struct members *m)
+static int fetch_members(struct adm *x, struct members *m)
 {
     memset(m, 0, sizeof(*m));
     size_t cap = 0;
@@ -90,6 +90,19 @@ static int load_members(struct adm *x, struct members *m)
     }
 }
 
+/* fetch_members(), reporting a failure (CLI_EXIT_FAIL; m then holds nothing). */
+static int load_members(struct adm *x, struct members *m)
+{
+    int rc = fetch_members(x, m);
+    if (rc) {
+        cli_report("admin", "reading member records", rc);
+        free(m->v);
+        memset(m, 0, sizeof(*m));
+        return CLI_EXIT_FAIL;
+    }
+    return 0;
+}
+
 static const kvmesh_admin_member_t *find_member(const struct members *m, const char *id,
                                                 uint64_t epoch)
 {
@@ -104,12 +117,8 @@ static const kvmesh_admin_member_t *find_member(const struct members *m, const c
 static int do_members(struct adm *x, bool segments)
 {
     struct members m;
-    int rc = load_members(x, &m);
-    if (rc) {
-        cli_report("admin", "reading member records", rc);
-        free(m.v);
+    if (load_members(x, &m) != 0)
         return CLI_EXIT_FAIL;
-    }
     if (x->json) {
         printf("{\"members\":[");
         for (size_t i = 0; i < m.n; i++) {
@@ -174,12 +183,9 @@ static int do_members(struct adm *x, bool segments)
 static int do_shards(struct adm *x)
 {
     struct members m;
-    int rc = load_members(x, &m);
-    if (rc) {
-        cli_report("admin", "reading member records", rc);
-        free(m.v);
+    if (load_members(x, &m) != 0)
         return CLI_EXIT_FAIL;
-    }
+    int rc = 0;
     kvmesh_admin_shard_t *page = calloc((size_t)x->page, sizeof(*page));
     if (!page) {
         free(m.v);
@@ -255,12 +261,9 @@ static int do_shards(struct adm *x)
 static int do_cleanup(struct adm *x)
 {
     struct members m;
-    int rc = load_members(x, &m);
-    if (rc) {
-        cli_report("admin", "reading member records", rc);
-        free(m.v);
+    if (load_members(x, &m) != 0)
         return CLI_EXIT_FAIL;
-    }
+    int rc = 0;
     if (x->json)
         printf("{\"apply\":%s,\"stale_members\":[", x->apply ? "true" : "false");
     else
