@@ -412,6 +412,20 @@ void tp_cancel(struct tp_batch *b)
     __atomic_store_n(&b->canceled, 1, __ATOMIC_RELEASE);
 }
 
+void tp_batch_abort(struct tp_batch *b)
+{
+    tp_cancel(b);
+    if (tp_tcp_ops.abort)
+        tp_tcp_ops.abort(b->e, b);
+    if (tp_shm_ops.abort)
+        tp_shm_ops.abort(b->e, b);
+}
+
+bool tp_segment_usable(const struct tp_segment *s)
+{
+    return !s->ops->usable || s->ops->usable(s);
+}
+
 void tp_slot_set_chunks(struct tp_batch *b, unsigned idx, uint32_t chunks)
 {
     pthread_mutex_lock(&b->mu);

@@ -116,6 +116,13 @@ int tp_batch_wait(struct tp_batch *b, int timeout_ms);
 int tp_batch_result(const struct tp_batch *b);
 /* Requests not yet started complete with KVMESH_ECANCELED; started ones run to completion. */
 void tp_cancel(struct tp_batch *b);
+/* tp_cancel, and the started requests end at once too (tcp: the connections carrying them are
+ * shut down, so their peer is dead for new requests): after a missed deadline, tp_batch_free
+ * then returns without waiting on a stalled or trickling peer. */
+void tp_batch_abort(struct tp_batch *b);
+/* False once the segment handle cannot carry requests any more (its peer connection died):
+ * open the segment again for new requests. */
+bool tp_segment_usable(const struct tp_segment *s);
 
 const char *tp_kind_name(enum tp_kind k);
 

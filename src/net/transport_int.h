@@ -36,6 +36,10 @@ struct tp_ops {
     /* Starts request idx (length/local already validated). 0: it will complete through
      * tp_chunk_done; error: nothing was started, the caller completes it with the error. */
     int (*submit)(struct tp_batch *b, unsigned idx, enum seg_reason *reason);
+    /* Optional: ends the started requests of b at once (they complete with an error). */
+    void (*abort)(struct tp_engine *e, struct tp_batch *b);
+    /* Optional: false once s can no longer carry requests (its peer died); NULL = always. */
+    bool (*usable)(const struct tp_segment *s);
 };
 
 extern const struct tp_ops tp_tcp_ops;

@@ -294,6 +294,7 @@ struct tcp_conn {
     int fd;
     pthread_t th;
     bool started;
+    struct tcp_chunk *cur; /* the chunk being exchanged (guarded by peer.mu) */
     struct tcp_chunk *head, *tail;
     uint64_t qbytes; /* bytes queued or in flight */
 };
@@ -396,10 +397,14 @@ static void *tcp_conn_main(void *arg)
         if (!c->head)
             c->tail = NULL;
         uint64_t req_id = ++p->next_req_id;
+        c->cur = k;
         pthread_mutex_unlock(&p->mu);
         uint8_t reason = 0;
         int rc = tp_batch_canceled(k->b) ? KVMESH_ECANCELED : tcp_run_chunk(c, k, req_id, &reason);
         pthread_mutex_lock(&p->mu);
+        c->cur = NULL;
+        if (rc && p->dead && tp_batch_canceled(k->b))
+            rc = KVMESH_ECANCELED; /* ended by tp_batch_abort */
         c->qbytes -= k->length;
         if (rc_breaks_stream(rc))
             tcp_peer_kill_locked(p);
@@ -619,6 +624,38 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
     return 0;
 }
 
+/* Shuts down every peer with a connection exchanging a chunk of b: the blocked recv/send
+ * returns at once. The peer is dead afterwards (the stream is out of step); its segment
+ * handles report !usable and are opened again by their users. */
+static void tcp_abort(struct tp_engine *e, struct tp_batch *b)
+{
+    pthread_mutex_lock(&e->mu);
+    struct tp_tcp_client *cl = e->tcp_cli;
+    pthread_mutex_unlock(&e->mu);
+    if (!cl)
+        return;
+    pthread_mutex_lock(&cl->mu);
+    for (struct tcp_peer *p = cl->peers; p; p = p->next) {
+        pthread_mutex_lock(&p->mu);
+        for (unsigned i = 0; i < p->n; i++)
+            if (p->conns[i].cur && p->conns[i].cur->b == b) {
+                tcp_peer_kill_locked(p);
+                break;
+            }
+        pthread_mutex_unlock(&p->mu);
+    }
+    pthread_mutex_unlock(&cl->mu);
+}
+
+static bool tcp_usable(const struct tp_segment *s)
+{
+    struct tcp_peer *p = s->peer;
+    pthread_mutex_lock(&p->mu);
+    bool ok = !p->dead;
+    pthread_mutex_unlock(&p->mu);
+    return ok;
+}
+
 static void tcp_client_stop(struct tp_engine *e)
 {
     struct tp_tcp_client *cl = e->tcp_cli;
@@ -641,4 +678,6 @@ const struct tp_ops tp_tcp_ops = {
     .open = tcp_open,
     .close = tcp_close,
     .submit = tcp_submit,
+    .abort = tcp_abort,
+    .usable = tcp_usable,
 };

@@ -339,13 +339,16 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
     store_reserve_req_t req = {
         .target_epoch = m->rt.epoch, .length = it->len, .ttl_ms = ttl, .ident = it->ident};
     int rc = p ? store_reserve_req_encode(&req, body, sizeof(body), &len) : KVMESH_ECONN;
+    uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
+    if (!rc && left_ms == 0)
+        rc = KVMESH_ETIMEDOUT;
     if (!rc) {
         struct frame_trace ft;
         kvm_span_wire(c->sp, &ft);
         struct rpc_msg msg = {.type = STORE_RPC_RESERVE,
                               .body = body,
                               .body_len = len,
-                              .timeout_ms = rt->cfg.request_timeout_ms,
+                              .timeout_ms = left_ms, /* only what the call has left */
                               .trace = c->sp ? &ft : NULL};
         rc = rpc_call(p, &msg, rpc_reserved, c, NULL);
     }
@@ -358,7 +361,10 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
     if (it->finished)
         return;
     it->in_place++;
+    bool late = false;
     while (it->n_res + it->placing < it->want && it->tries < STORE_PLACE_TRIES * it->want) {
+        if ((late = kvm_deadline_left_ms(op->deadline_ms) == 0))
+            break; /* no new owner is tried once the call's deadline passed */
         const struct kvm_member *m = next_candidate(op->rt, op, it);
         if (!m || it->exclude_n == KVM_ARRAY_SIZE(it->exclude))
             break;
@@ -368,13 +374,20 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
     it->in_place--;
     if (it->in_place || it->placing)
         return;
-    if (it->n_res == it->want) {
+    if (it->n_res == it->want && !atomic_load(&op->abandoned)) {
         it->rc = 0;
         item_finish(op, it);
         return;
     }
     uint32_t got = it->n_res;
     release_res_traced(op->rt, it, op->span);
+    if (late || atomic_load(&op->abandoned)) {
+        item_fail(op, it, KVMESH_ETIMEDOUT,
+                  "deadline passed after placing %u of %u replicas; the put was not applied "
+                  "(owners slow or unreachable; retry)%s%s",
+                  got, it->want, op->lasterr[0] ? "; last error: " : "", op->lasterr);
+        return;
+    }
     int rc = it->rc && it->rc != KVMESH_ECONN && it->rc != KVMESH_ETIMEDOUT ? it->rc
                                                                             : KVMESH_EUNAVAILABLE;
     item_fail(op, it, rc,
@@ -533,13 +546,23 @@ static void indet_looked_up(void *arg, int rc, const kvm_route_t *r)
     bool unchanged =
         (rc == KVMESH_ENOENT && !it->have_route) ||
         (rc == 0 && r && it->have_route && kvm_route_version_equal(&r->version, &it->cur.version));
-    if (unchanged) {
+    if (unchanged && kvm_deadline_left_ms(op->deadline_ms) > 0) {
         publish_cas(op, it);
         return;
     }
     item_fail(op, it, KVMESH_EINDETERMINATE,
-              "route publication is indeterminate; the write may or may not be visible "
-              "(repair pending); retry the put");
+              "route publication is indeterminate; the put may have been applied (and since "
+              "replaced); read the key back or retry the put");
+}
+
+/* Whether a failed route CAS is known not to have been applied: an answer that refused it.
+ * Anything else (timeout, lost connection, indeterminate mirroring, an authority that went
+ * unavailable while the update was in flight, a metadata error after the transaction was sent)
+ * may have been applied. */
+static bool cas_refused(int rc)
+{
+    return rc == KVMESH_ECONFLICT || rc == KVMESH_EINVAL || rc == KVMESH_ENOMEM ||
+           rc == KVMESH_EQUOTA || rc == KVMESH_ETOOBIG;
 }
 
 static void published(void *arg, int rc, const kvm_route_t *r)
@@ -562,6 +585,14 @@ static void published(void *arg, int rc, const kvm_route_t *r)
         item_finish(op, it);
         return;
     }
+    bool time_left = kvm_deadline_left_ms(op->deadline_ms) > 0;
+    if (rc == KVMESH_ECONFLICT && !time_left) {
+        release_res(rt, it); /* a conflict is definite: this update was not applied */
+        item_fail(op, it, KVMESH_ETIMEDOUT,
+                  "deadline passed while retrying the route update after conflicts; the put "
+                  "was not applied (retry the put)");
+        return;
+    }
     if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
         kvm_route_free(&it->cur);
         it->have_route = false;
@@ -576,7 +607,7 @@ static void published(void *arg, int rc, const kvm_route_t *r)
         publish_cas(op, it);
         return;
     }
-    if (rc == KVMESH_EINDETERMINATE && ++it->indet_tries <= STORE_INDET_RETRIES) {
+    if (rc == KVMESH_EINDETERMINATE && time_left && ++it->indet_tries <= STORE_INDET_RETRIES) {
         /* Maybe published: keep the reservations and settle it by an exact lookup. */
         start_lookup(op, it, indet_looked_up);
         return;
@@ -584,12 +615,23 @@ static void published(void *arg, int rc, const kvm_route_t *r)
     if (rc == KVMESH_EINDETERMINATE) {
         /* Maybe published: keep the reservations; their TTL expiry asks the route. */
         item_fail(op, it, rc,
-                  "route publication is indeterminate; the write may or may not be "
-                  "visible (repair pending); retry the put");
+                  "route publication is indeterminate; the put may have been applied "
+                  "(repair pending); read the key back or retry the put");
+        return;
+    }
+    if (!cas_refused(rc)) {
+        /* The update may have reached the authority: the route may reference the reserved
+         * space, so it is not released here; the owner's reservation expiry asks the route
+         * (exact lookup) before it frees anything. */
+        item_fail(op, it, rc,
+                  "route update did not complete (%s); the put may have been applied: read "
+                  "the key back or retry the put",
+                  kvmesh_strerror(rc));
         return;
     }
     release_res(rt, it);
-    item_fail(op, it, rc, "route publication failed: %s", kvmesh_strerror(rc));
+    item_fail(op, it, rc, "route publication failed (the put was not applied): %s",
+              kvmesh_strerror(rc));
 }
 
 static void publish_cas(kvm_op_t *op, struct kvm_item *it)
@@ -640,7 +682,9 @@ static void publish_looked_up(void *arg, int rc, const kvm_route_t *r)
     ictx_free(c, rc);
     if (rc != 0 && rc != KVMESH_ENOENT) {
         release_res(op->rt, it);
-        item_fail(op, it, rc, "route lookup before publication failed: %s", kvmesh_strerror(rc));
+        item_fail(op, it, rc,
+                  "route lookup before publication failed (the put was not applied): %s",
+                  kvmesh_strerror(rc));
         return;
     }
     if (rc == 0 && r) {
@@ -686,6 +730,13 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
         item_finish(op, it);
         return;
     }
+    bool time_left = kvm_deadline_left_ms(op->deadline_ms) > 0;
+    if (rc == KVMESH_ECONFLICT && !time_left) {
+        item_fail(op, it, KVMESH_ETIMEDOUT,
+                  "deadline passed while retrying the tombstone after conflicts; the remove was "
+                  "not applied (retry the remove)");
+        return;
+    }
     if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
         kvm_route_free(&it->cur);
         if (!r || kvm_route_is_tombstone(r)) {
@@ -700,7 +751,14 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
         remove_cas(op, it);
         return;
     }
-    item_fail(op, it, rc, "tombstone publication failed: %s", kvmesh_strerror(rc));
+    if (!cas_refused(rc))
+        item_fail(op, it, rc,
+                  "tombstone update did not complete (%s); the remove may have been applied: "
+                  "retry the remove",
+                  kvmesh_strerror(rc));
+    else
+        item_fail(op, it, rc, "tombstone publication failed (the remove was not applied): %s",
+                  kvmesh_strerror(rc));
 }
 
 static void remove_cas(kvm_op_t *op, struct kvm_item *it)
@@ -736,7 +794,8 @@ static void remove_looked_up(void *arg, int rc, const kvm_route_t *r)
         return;
     }
     if (rc) {
-        item_fail(op, it, rc, "route lookup failed: %s", kvmesh_strerror(rc));
+        item_fail(op, it, rc, "route lookup failed (the remove was not applied): %s",
+                  kvmesh_strerror(rc));
         return;
     }
     if (kvm_route_copy(&it->cur, r) != 0) {
@@ -767,8 +826,10 @@ static void handed_off(void *arg, int rc, const kvm_route_t *r)
         item_finish(op, it);
     } else if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
         handoff_start(op, it);
-    } else if (rc == KVMESH_EINDETERMINATE) {
-        item_fail(op, it, rc, "handoff publication indeterminate");
+    } else if (!cas_refused(rc)) {
+        /* may have been applied: the new replica is kept (its reservation expiry asks the route) */
+        item_fail(op, it, rc, "handoff publication did not complete (%s); it may have been applied",
+                  kvmesh_strerror(rc));
     } else {
         release_res(rt, it);
         item_fail(op, it, rc, "handoff CAS failed: %s", kvmesh_strerror(rc));
