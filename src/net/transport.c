@@ -208,6 +208,7 @@ int tp_engine_new(const struct tp_config *cfg, struct seg_registry *reg, struct 
     e->stripe_min = cfg->stripe_min ? cfg->stripe_min : (256u << 10);
     e->chunk_max = cfg->chunk_max ? KVM_MAX(cfg->chunk_max, 4096u) : (512u << 10);
     e->io_timeout_ms = cfg->io_timeout_ms > 0 ? cfg->io_timeout_ms : 10000;
+    e->idle_timeout_ms = cfg->idle_timeout_ms;
     snprintf(e->tcp_listen, sizeof(e->tcp_listen), "%s:0",
              cfg->listen_host ? cfg->listen_host : "127.0.0.1");
     int rc = 0;

@@ -52,7 +52,11 @@ struct tp_config {
     uint64_t stripe_min;     /* requests above this are split across connections; 0 = 256 KiB */
     uint64_t chunk_max;      /* largest piece on one connection at a time; 0 = 512 KiB */
     int io_timeout_ms;       /* per-socket-operation timeout; 0 = 10000 */
-    const char *host_id;     /* override of the host identity (tests); NULL = boot id */
+    /* tcp: a served connection with no request for this long is closed, and a client peer
+     * whose connections carried nothing for half of it is closed by the client first (its
+     * handles report !tp_segment_usable); 0 = never */
+    uint32_t idle_timeout_ms;
+    const char *host_id; /* override of the host identity (tests); NULL = boot id */
 };
 
 struct tp_engine;

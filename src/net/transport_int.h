@@ -59,7 +59,8 @@ struct tp_engine {
     uint64_t stripe_min;
     uint64_t chunk_max;
     int io_timeout_ms;
-    pthread_mutex_t mu; /* regions */
+    uint32_t idle_timeout_ms; /* tcp: idle close of served connections; clients close at half */
+    pthread_mutex_t mu;       /* regions */
     struct tp_region regions[TP_MAX_REGIONS];
     size_t nregions;
     /* transport-private state */

@@ -541,6 +541,7 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
     }
     struct rpc_config rc_cfg;
     rpc_config_init(&rc_cfg);
+    rc_cfg.idle_timeout_ms = rt->cfg.idle_timeout_ms;
     snprintf(rc_cfg.local.deployment_id, sizeof(rc_cfg.local.deployment_id), "%s",
              rt->cfg.deployment);
     snprintf(rc_cfg.local.runtime_id, sizeof(rc_cfg.local.runtime_id), "%s", rt->idhex);
@@ -875,6 +876,7 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg)
         .listen_host = host,
         .no_server = rt->n_segs == 0,
         .conns_per_peer = cfg->io_threads,
+        .idle_timeout_ms = cfg->idle_timeout_ms,
     };
     if ((rc = tp_engine_new(&tc, rt->reg, &rt->tp)) != 0)
         goto fail;
