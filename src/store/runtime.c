@@ -77,6 +77,7 @@ void kvm_op_unref(kvm_op_t *op)
             kvm_ident_free(&op->list_ident[i]);
     pthread_mutex_destroy(&op->mu);
     pthread_cond_destroy(&op->cv);
+    free(op->span_own);
     free(op->items);
     free(op);
 }
@@ -193,6 +194,20 @@ int kvm_op_run(kvm_op_t *op)
         return kvm_errf(KVMESH_ECLOSED, "the runtime is closed");
     if (!op->deadline_ms)
         op->deadline_ms = kvm_deadline_new(rt);
+    bool bounded = op_bounded(op);
+    /* The caller's span lives on its stack: a bounded op's loop side gets an op-owned copy
+     * (its own local root), since the caller may return before the loop is done. */
+    struct obs_span *real_span = NULL;
+    if (bounded && op->span && !op->span_own) {
+        real_span = op->span;
+        op->span_own = malloc(sizeof(*op->span_own));
+        if (op->span_own) {
+            *op->span_own = *real_span;
+            op->span_own->root = NULL; /* children account their stage time into the copy */
+            memset(op->span_own->stage_ns, 0, sizeof(op->span_own->stage_ns));
+        }
+        op->span = op->span_own; /* NULL (untraced loop side) when out of memory */
+    }
     atomic_fetch_add(&op->refs, 1);
     int rc;
     for (;;) {
@@ -210,7 +225,6 @@ int kvm_op_run(kvm_op_t *op)
                         "nothing was sent",
                         rt->cfg.request_timeout_ms);
     }
-    bool bounded = op_bounded(op);
     uint64_t give_up_ms = op->deadline_ms + STORE_DEADLINE_SLACK_MS;
     struct timespec ts = {.tv_sec = (time_t)(give_up_ms / 1000),
                           .tv_nsec = (long)(give_up_ms % 1000) * 1000000L};
@@ -228,6 +242,16 @@ int kvm_op_run(kvm_op_t *op)
         }
     }
     pthread_mutex_unlock(&op->mu);
+    if (real_span && !abandoned) { /* (an abandoned op's span stays the loop's copy) */
+        op->span = real_span;      /* the app thread's own uses after the op (data.c) */
+        if (op->span_own) {
+            struct obs_span *root = real_span->root ? real_span->root : real_span;
+            for (size_t i = 0; i < KVM_ARRAY_SIZE(root->stage_ns); i++)
+                __atomic_fetch_add(&root->stage_ns[i],
+                                   __atomic_load_n(&op->span_own->stage_ns[i], __ATOMIC_RELAXED),
+                                   __ATOMIC_RELAXED);
+        }
+    }
     if (abandoned)
         return op_abandoned_err(op, rt->cfg.request_timeout_ms);
     if (op->rc)

@@ -202,8 +202,12 @@ typedef struct kvm_op {
     /* stats */
     struct kvm_rt_stats *stats;
     /* tracing: the request's span on the app thread (parent of the loop's control.* spans);
-     * NULL when tracing is off. It outlives the op's loop work (the app thread waits). */
+     * NULL when tracing is off. It outlives the op's loop work (the app thread waits), except
+     * for a bounded op, whose app thread may stop waiting at the deadline: kvm_op_run then
+     * points span at span_own, an op-owned copy acting as the loop side's local root, and adds
+     * its stage times to the real root when the op completes in time. */
     struct obs_span *span;
+    struct obs_span *span_own;
 } kvm_op_t;
 
 struct kvm_rt_stats {

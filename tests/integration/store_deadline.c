@@ -346,6 +346,8 @@ static kvmesh_t *open_client(void)
     common_config(c);
     CHECK(kvmesh_config_set(c, "memory_size", "0") == 0);
     CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
+    /* every call traced: the loop side of an abandoned call must not touch the caller's span */
+    CHECK(kvmesh_config_set(c, "trace_sample_rate", "1") == 0);
     kvmesh_t *kv = NULL;
     int rc = kvmesh_open(&kv, c);
     if (rc)
