@@ -242,6 +242,7 @@ struct reserve_ctx {
     uint32_t n_segs;
     struct kvm_seg_info segs[STORE_MAX_SEGS];
     struct obs_span *sp; /* control.reserve (allocated when traced; NULL when untraced) */
+    uint32_t budget_ms;  /* the RPC's timeout: what the call had left */
 };
 
 static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off, uint64_t token)
@@ -275,7 +276,9 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
                 r->seg_read_token = segs[i].read_token;
     } else {
         item_exclude(it, &c->owner.id);
-        if (rc == KVMESH_ECONN || rc == KVMESH_ETIMEDOUT)
+        /* a timeout only says something about the owner when it had a fair share of time */
+        if (rc == KVMESH_ECONN ||
+            (rc == KVMESH_ETIMEDOUT && c->budget_ms >= rt->cfg.request_timeout_ms / 2))
             kvm_member_quarantine(rt, &c->owner.id);
         snprintf(op->lasterr, sizeof(op->lasterr), "%s", err ? err : "");
         it->rc = rc;
@@ -340,6 +343,7 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
         .target_epoch = m->rt.epoch, .length = it->len, .ttl_ms = ttl, .ident = it->ident};
     int rc = p ? store_reserve_req_encode(&req, body, sizeof(body), &len) : KVMESH_ECONN;
     uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
+    c->budget_ms = left_ms;
     if (!rc && left_ms == 0)
         rc = KVMESH_ETIMEDOUT;
     if (!rc) {

@@ -178,7 +178,7 @@ static void test_request_in_service_is_not_idle(void **state)
 {
     (void)state;
     struct srvfx f;
-    srv_start(&f, 300);
+    srv_start(&f, 1000); /* (the request must arrive before a first idle check on a slow host) */
     rpc_endpoint *cli = client(&f.loop, 0);
     rpc_peer *p;
     assert_int_equal(rpc_peer_get(cli, "srv", f.addr, &p), 0);
@@ -188,7 +188,7 @@ static void test_request_in_service_is_not_idle(void **state)
     for (int g = 0; g < T_WAIT && f.held.calls == 0; g++)
         run_for(&f.loop, 1);
     assert_int_equal(f.held.calls, 1);
-    run_for(&f.loop, 1000); /* > 3 idle periods with the request held */
+    run_for(&f.loop, 2500); /* > 2 idle periods with the request held */
     assert_int_equal(closes(f.srv, RPC_CLOSE_IDLE), 0);
     assert_int_equal(rpc_reply_send(f.held.r[0], 0, NULL, NULL, NULL, NULL), 0);
     f.held.n = 0;
