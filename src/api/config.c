@@ -128,6 +128,9 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "considered gone."),
     F_UINT(request_timeout_ms, "5000", 1, KVM_CFG_TIMEOUT_MAX_MS,
            "End-to-end deadline of one request in milliseconds."),
+    F_UINT(idle_timeout_ms, "300000", 0, KVM_CFG_DRAIN_MAX_MS,
+           "Milliseconds after which an idle peer RPC or tcp data connection (no complete "
+           "request) is closed; the connecting side closes its own after half of it; 0 = never."),
     F_UINT(drain_timeout_ms, "30000", 1, KVM_CFG_DRAIN_MAX_MS,
            "Upper bound of a graceful drain (kvmesh_drain with 0, SIGTERM of kvmeshd) in "
            "milliseconds."),
@@ -911,6 +914,7 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->weight = cfg->weight;
     out->lease_ttl_ms = cfg->lease_ttl_ms;
     out->request_timeout_ms = cfg->request_timeout_ms;
+    out->idle_timeout_ms = cfg->idle_timeout_ms;
     out->drain_timeout_ms = cfg->drain_timeout_ms;
     out->reclaim_grace_ms = cfg->reclaim_grace_ms;
     out->evict_high_watermark = cfg->evict_high_watermark;

@@ -40,6 +40,7 @@ struct kvmesh_config {
     double weight;               /* WRH weight of this runtime (> 0) */
     uint32_t lease_ttl_ms;       /* membership lease */
     uint32_t request_timeout_ms; /* end-to-end per request */
+    uint32_t idle_timeout_ms;    /* idle peer connections are closed (0 = never) */
     uint32_t drain_timeout_ms;
     uint32_t reclaim_grace_ms;   /* before freed bytes may be reused */
     double evict_high_watermark; /* fraction of memory_size that starts eviction */

@@ -68,7 +68,8 @@
     X(RPC_CLOSE_REFUSED_BY_PEER, "refused_by_peer")                                                \
     X(RPC_CLOSE_NOMEM, "no_memory")                                                                \
     X(RPC_CLOSE_CONN_LIMIT, "conn_limit")                                                          \
-    X(RPC_CLOSE_WRITE_TIMEOUT, "write_timeout")
+    X(RPC_CLOSE_WRITE_TIMEOUT, "write_timeout")                                                    \
+    X(RPC_CLOSE_IDLE, "idle")
 
 enum rpc_close_reason {
 #define RPC_X(n, s) n,
@@ -93,6 +94,12 @@ struct rpc_config {
     uint32_t reconnect_min_ms, reconnect_max_ms; /* backoff after failed attempts, doubling */
     uint32_t max_conns;                          /* inbound connections */
     struct obs_registry *metrics; /* borrowed, outlives the endpoint; NULL: a private registry */
+    /* Idle close (0 = never): an inbound connection with no request in service and no complete
+     * frame received for idle_timeout_ms is closed (a peer trickling a frame forever, or one
+     * that connected and went silent, loses its slot); an outbound one with no call pending and
+     * no frame for idle_timeout_ms / 2 is closed by this side first (the next call reconnects),
+     * so a peer's inbound idle close never races a new call. */
+    uint32_t idle_timeout_ms;
 };
 
 /* Fills defaults (descriptor and secret left zero: the caller must set local). */

@@ -63,6 +63,7 @@ void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o)
 {
     rpc_endpoint *ep = c->ep;
     o->conn = c;
+    c->last_active = uv_now(ep->loop);
     if (o->call && o->call->deadline) {
         /* Remaining budget at send time travels in the fixed header (bytes 16..19). */
         uint64_t now = uv_now(ep->loop);
@@ -131,6 +132,7 @@ void rpc_conn_close(struct rpc_conn *c, enum rpc_close_reason reason)
     ep->st.close[reason]++;
     ep->st.conns_open--;
     rpc_timer_disarm(ep, &c->hs_timer);
+    rpc_timer_disarm(ep, &c->idle_timer);
     LIST_REMOVE(c, link);
     if (c->inbound)
         ep->ninbound--;
@@ -189,6 +191,30 @@ static void hs_timeout(struct rpc_timer *t)
     rpc_conn_close(c, RPC_CLOSE_HANDSHAKE_TIMEOUT);
 }
 
+/* Idle limit of a connection: inbound the configured time, outbound half of it. */
+static uint64_t idle_limit(const struct rpc_conn *c)
+{
+    uint64_t t = c->ep->cfg.idle_timeout_ms;
+    return c->inbound ? t : (t / 2 ? t / 2 : 1);
+}
+
+static void idle_fire(struct rpc_timer *t)
+{
+    struct rpc_conn *c = KVM_CONTAINER_OF(t, struct rpc_conn, idle_timer);
+    rpc_endpoint *ep = c->ep;
+    if (c->state != CONN_READY)
+        return;
+    uint64_t now = uv_now(ep->loop), limit = idle_limit(c);
+    bool busy = c->writes > 0 || !RB_EMPTY(&c->pending) || c->nreplies > 0 ||
+                (c->peer && !TAILQ_EMPTY(&c->peer->waiting));
+    if (!busy && now - c->last_active >= limit) {
+        rpc_conn_close(c, RPC_CLOSE_IDLE);
+        return;
+    }
+    uint64_t due = busy ? now + limit : c->last_active + limit;
+    rpc_timer_arm(ep, &c->idle_timer, due);
+}
+
 static struct rpc_conn *conn_new(rpc_endpoint *ep, int is_unix)
 {
     struct rpc_conn *c = calloc(1, sizeof(*c));
@@ -213,6 +239,7 @@ static struct rpc_conn *conn_new(rpc_endpoint *ep, int is_unix)
     c->ep = ep;
     c->state = CONN_CONNECTING;
     c->hs_timer.fire = hs_timeout;
+    c->idle_timer.fire = idle_fire;
     RB_INIT(&c->pending);
     RB_INIT(&c->replies);
     ep->handles++;
@@ -264,6 +291,7 @@ static void frame_complete(struct rpc_conn *c)
     memset(&c->rx, 0, sizeof(c->rx));
     c->rxs = RX_FIXED;
     c->ep->st.frames_in++;
+    c->last_active = uv_now(c->ep->loop); /* complete frames only: trickled bytes do not count */
     switch (rx.fh.kind) {
     case FRAME_HELLO:
         handle_hello(c, &rx);
@@ -581,6 +609,9 @@ static void conn_ready(struct rpc_conn *c)
     set_state(c, CONN_READY);
     rpc_timer_disarm(ep, &c->hs_timer);
     ep->st.handshakes_ok++;
+    c->last_active = uv_now(ep->loop);
+    if (ep->cfg.idle_timeout_ms)
+        rpc_timer_arm(ep, &c->idle_timer, c->last_active + idle_limit(c));
     if (c->peer) {
         c->peer->backoff = ep->cfg.reconnect_min_ms;
         c->peer->last_error[0] = 0;

@@ -110,6 +110,8 @@ struct rpc_conn {
     enum conn_state state;
     enum hs_reason refusal; /* why the handshake was refused (either side), HS_OK if not */
     struct rpc_timer hs_timer;
+    struct rpc_timer idle_timer; /* armed while READY when cfg.idle_timeout_ms */
+    uint64_t last_active;        /* loop ms of the last complete frame in or frame submitted */
     uint8_t nonce_c[HS_NONCE_LEN], nonce_s[HS_NONCE_LEN];
     uint8_t *peer_desc_raw;
     size_t peer_desc_len;

@@ -209,6 +209,7 @@ int tp_engine_new(const struct tp_config *cfg, struct seg_registry *reg, struct 
     e->stripe_min = cfg->stripe_min ? cfg->stripe_min : (256u << 10);
     e->chunk_max = cfg->chunk_max ? KVM_MAX(cfg->chunk_max, 4096u) : (512u << 10);
     e->io_timeout_ms = cfg->io_timeout_ms > 0 ? cfg->io_timeout_ms : 10000;
+    e->idle_timeout_ms = cfg->idle_timeout_ms;
     snprintf(e->tcp_listen, sizeof(e->tcp_listen), "%s:0",
              cfg->listen_host ? cfg->listen_host : "127.0.0.1");
     int rc = 0;
@@ -417,6 +418,20 @@ int tp_batch_canceled(const struct tp_batch *b)
 void tp_cancel(struct tp_batch *b)
 {
     __atomic_store_n(&b->canceled, 1, __ATOMIC_RELEASE);
+}
+
+void tp_batch_abort(struct tp_batch *b)
+{
+    tp_cancel(b);
+    if (tp_tcp_ops.abort)
+        tp_tcp_ops.abort(b->e, b);
+    if (tp_shm_ops.abort)
+        tp_shm_ops.abort(b->e, b);
+}
+
+bool tp_segment_usable(const struct tp_segment *s)
+{
+    return !s->ops->usable || s->ops->usable(s);
 }
 
 void tp_slot_set_chunks(struct tp_batch *b, unsigned idx, uint32_t chunks)

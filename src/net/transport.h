@@ -54,6 +54,10 @@ struct tp_config {
     int io_timeout_ms;       /* per-socket-operation timeout; 0 = 10000 */
     const char *host_id;     /* override of the host identity (tests); NULL = boot id */
     struct obs_registry *metrics; /* borrowed, outlives the engine; NULL: nothing counted */
+    /* tcp: a served connection with no request for this long is closed, and a client peer
+     * whose connections carried nothing for half of it is closed by the client first (its
+     * handles report !tp_segment_usable); 0 = never */
+    uint32_t idle_timeout_ms;
 };
 
 struct tp_engine;
@@ -117,6 +121,13 @@ int tp_batch_wait(struct tp_batch *b, int timeout_ms);
 int tp_batch_result(const struct tp_batch *b);
 /* Requests not yet started complete with KVMESH_ECANCELED; started ones run to completion. */
 void tp_cancel(struct tp_batch *b);
+/* tp_cancel, and the started requests end at once too (tcp: the connections carrying them are
+ * shut down, so their peer is dead for new requests): after a missed deadline, tp_batch_free
+ * then returns without waiting on a stalled or trickling peer. */
+void tp_batch_abort(struct tp_batch *b);
+/* False once the segment handle cannot carry requests any more (its peer connection died):
+ * open the segment again for new requests. */
+bool tp_segment_usable(const struct tp_segment *s);
 
 const char *tp_kind_name(enum tp_kind k);
 

@@ -36,6 +36,10 @@ struct tp_ops {
     /* Starts request idx (length/local already validated). 0: it will complete through
      * tp_chunk_done; error: nothing was started, the caller completes it with the error. */
     int (*submit)(struct tp_batch *b, unsigned idx, enum seg_reason *reason);
+    /* Optional: ends the started requests of b at once (they complete with an error). */
+    void (*abort)(struct tp_engine *e, struct tp_batch *b);
+    /* Optional: false once s can no longer carry requests (its peer died); NULL = always. */
+    bool (*usable)(const struct tp_segment *s);
 };
 
 extern const struct tp_ops tp_tcp_ops;
@@ -55,7 +59,8 @@ struct tp_engine {
     uint64_t stripe_min;
     uint64_t chunk_max;
     int io_timeout_ms;
-    pthread_mutex_t mu; /* regions */
+    uint32_t idle_timeout_ms; /* tcp: idle close of served connections; clients close at half */
+    pthread_mutex_t mu;       /* regions */
     struct tp_region regions[TP_MAX_REGIONS];
     size_t nregions;
     /* transport-private state */

@@ -3,8 +3,9 @@
  * transport_tcp.c — the tcp data-plane transport.
  *
  * Owner side (server): one listening socket and an accept thread; each accepted data
- * connection is served by its own thread with blocking I/O (at most TP_MAX_SERVER_CONN; idle
- * connections wait without limit, a started request is bounded by io_timeout_ms). A
+ * connection is served by its own thread with blocking I/O (at most TP_MAX_SERVER_CONN; an
+ * idle connection is closed after idle_timeout_ms without a request (0 = never), a started
+ * request is bounded by io_timeout_ms). A
  * request header is checked against the segment registry (seg_check: grant, rights, range,
  * bounds) before any payload moves: a READ is answered with sendmsg(header, segment memory), a
  * WRITE's payload is received straight into segment memory. A refused WRITE's payload is read
@@ -16,6 +17,9 @@
  * the fewest queued bytes. Chunks on one
  * connection run one at a time (request, then response). READ payload is received directly into
  * the caller's registered buffer, WRITE payload is sent from it: no intermediate buffer.
+ *
+ * A client connection that carried nothing for idle_timeout_ms / 2 closes its socket (before the
+ * owner's idle close can race a request) and connects again when its next chunk arrives.
  *
  * Peer state (one per peer, guarded by peer.mu):
  *
@@ -36,6 +40,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/util.h"
@@ -96,12 +101,17 @@ static int tcp_discard(int fd, uint64_t len, uint64_t deadline)
 static int tcp_serve_one(struct tp_engine *e, int fd)
 {
     uint8_t hb[TPW_REQ_SIZE], rb[TPW_RESP_SIZE];
-    /* idle connections wait for their next request without limit; once a request starts,
+    /* an idle connection waits for its next request at most idle_timeout_ms (then it is closed:
+     * a client that connected and went silent does not keep a slot); once a request starts,
      * every socket operation is bounded by io_timeout_ms (a stalled client frees the thread) */
     struct pollfd pf = {.fd = fd, .events = POLLIN};
-    while (poll(&pf, 1, -1) < 0)
+    int idle_ms = e->idle_timeout_ms ? (int)KVM_MIN(e->idle_timeout_ms, (uint32_t)INT32_MAX) : -1;
+    int pr;
+    while ((pr = poll(&pf, 1, idle_ms)) < 0)
         if (errno != EINTR)
             return KVMESH_ECONN;
+    if (pr == 0)
+        return KVMESH_ETIMEDOUT; /* idle: closed */
     int rc = tp_io_recv_all_by(fd, hb, sizeof(hb), tcp_deadline(e->io_timeout_ms, 0));
     if (rc)
         return rc;
@@ -295,6 +305,8 @@ struct tcp_conn {
     int fd;
     pthread_t th;
     bool started;
+    struct tcp_chunk *cur; /* the chunk being exchanged (guarded by peer.mu) */
+    uint64_t last_ms;      /* tp_io_now_ms() of the last exchange (guarded by peer.mu) */
     struct tcp_chunk *head, *tail;
     uint64_t qbytes; /* bytes queued or in flight */
 };
@@ -310,8 +322,49 @@ struct tcp_peer {
     unsigned n;
     uint64_t next_req_id;
     struct tcp_conn conns[TP_MAX_CONNS];
+    struct tp_addr addr; /* to connect again after an idle close */
     struct tcp_peer *next;
 };
+
+static int tcp_connect(const struct tp_addr *a, int timeout_ms, int *fd_out);
+
+/* Waits for work on c (p->mu held). With an idle timeout, a connection that carried nothing for
+ * half of it closes its socket (fd = -1; reconnected by tcp_conn_ready when work arrives). */
+static void tcp_conn_wait_locked(struct tcp_conn *c, struct tcp_peer *p)
+{
+    uint32_t idle = p->e->idle_timeout_ms / 2;
+    if (!idle) {
+        pthread_cond_wait(&p->cv, &p->mu);
+        return;
+    }
+    uint64_t now = tp_io_now_ms();
+    if (c->fd >= 0 && now - c->last_ms >= idle) {
+        close(c->fd);
+        c->fd = -1;
+    }
+    uint64_t due = c->fd >= 0 ? c->last_ms + idle : now + idle;
+    struct timespec ts = {.tv_sec = (time_t)(due / 1000), .tv_nsec = (long)(due % 1000) * 1000000L};
+    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+}
+
+/* Makes sure c has a socket before a chunk runs (p->mu held; connects without it). */
+static int tcp_conn_ready_locked(struct tcp_conn *c, struct tcp_peer *p)
+{
+    if (c->fd >= 0)
+        return 0;
+    pthread_mutex_unlock(&p->mu);
+    int fd = -1;
+    int rc = tcp_connect(&p->addr, p->e->io_timeout_ms, &fd);
+    pthread_mutex_lock(&p->mu);
+    if (rc)
+        return rc;
+    if (p->dead) {
+        close(fd);
+        return KVMESH_ECONN;
+    }
+    c->fd = fd;
+    return 0;
+}
 
 struct tp_tcp_client {
     pthread_mutex_t mu;
@@ -374,7 +427,7 @@ static void *tcp_conn_main(void *arg)
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!c->head && !p->dead && !p->stopping)
-            pthread_cond_wait(&p->cv, &p->mu);
+            tcp_conn_wait_locked(c, p);
         if (p->dead || (p->stopping && !c->head)) {
             /* fail what is queued here, outside the lock (callbacks may submit) */
             struct tcp_chunk *list = c->head;
@@ -397,10 +450,17 @@ static void *tcp_conn_main(void *arg)
         if (!c->head)
             c->tail = NULL;
         uint64_t req_id = ++p->next_req_id;
+        c->cur = k;
+        int rc = tp_batch_canceled(k->b) ? KVMESH_ECANCELED : tcp_conn_ready_locked(c, p);
         pthread_mutex_unlock(&p->mu);
         uint8_t reason = 0;
-        int rc = tp_batch_canceled(k->b) ? KVMESH_ECANCELED : tcp_run_chunk(c, k, req_id, &reason);
+        if (!rc)
+            rc = tcp_run_chunk(c, k, req_id, &reason);
         pthread_mutex_lock(&p->mu);
+        c->cur = NULL;
+        c->last_ms = tp_io_now_ms();
+        if (rc && p->dead && tp_batch_canceled(k->b))
+            rc = KVMESH_ECANCELED; /* ended by tp_batch_abort */
         c->qbytes -= k->length;
         if (rc_breaks_stream(rc))
             tcp_peer_kill_locked(p);
@@ -460,10 +520,17 @@ static int tcp_peer_new(struct tp_engine *e, const struct tp_addr *a, const char
     snprintf(p->key, sizeof(p->key), "%s", key);
     p->e = e;
     p->n = e->nconns;
+    p->addr = *a;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    for (unsigned i = 0; i < p->n; i++)
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* idle waits use tp_io_now_ms() */
+    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    for (unsigned i = 0; i < p->n; i++) {
         p->conns[i].fd = -1;
+        p->conns[i].last_ms = tp_io_now_ms();
+    }
     int rc = 0;
     for (unsigned i = 0; i < p->n; i++) {
         p->conns[i].p = p;
@@ -620,6 +687,38 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
     return 0;
 }
 
+/* Shuts down every peer with a connection exchanging a chunk of b: the blocked recv/send
+ * returns at once. The peer is dead afterwards (the stream is out of step); its segment
+ * handles report !usable and are opened again by their users. */
+static void tcp_abort(struct tp_engine *e, struct tp_batch *b)
+{
+    pthread_mutex_lock(&e->mu);
+    struct tp_tcp_client *cl = e->tcp_cli;
+    pthread_mutex_unlock(&e->mu);
+    if (!cl)
+        return;
+    pthread_mutex_lock(&cl->mu);
+    for (struct tcp_peer *p = cl->peers; p; p = p->next) {
+        pthread_mutex_lock(&p->mu);
+        for (unsigned i = 0; i < p->n; i++)
+            if (p->conns[i].cur && p->conns[i].cur->b == b) {
+                tcp_peer_kill_locked(p);
+                break;
+            }
+        pthread_mutex_unlock(&p->mu);
+    }
+    pthread_mutex_unlock(&cl->mu);
+}
+
+static bool tcp_usable(const struct tp_segment *s)
+{
+    struct tcp_peer *p = s->peer;
+    pthread_mutex_lock(&p->mu);
+    bool ok = !p->dead;
+    pthread_mutex_unlock(&p->mu);
+    return ok;
+}
+
 static void tcp_client_stop(struct tp_engine *e)
 {
     struct tp_tcp_client *cl = e->tcp_cli;
@@ -642,4 +741,6 @@ const struct tp_ops tp_tcp_ops = {
     .open = tcp_open,
     .close = tcp_close,
     .submit = tcp_submit,
+    .abort = tcp_abort,
+    .usable = tcp_usable,
 };

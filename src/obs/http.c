@@ -14,6 +14,10 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 #include <stdio.h>
@@ -21,6 +25,16 @@
 #include <string.h>
 
 #include "env/env_thread.h"
+#include "env/clock.h"
+
+/* A tracked connection (MHD_OPTION_NOTIFY_CONNECTION), for the request deadline watchdog. */
+struct obs_http_conn {
+    bool used, cut;
+    int fd;
+    uint64_t since_ms; /* start of the current request period */
+};
+
+#define OBS_HTTP_TRACKED (OBS_HTTP_CONN_LIMIT + 8)
 
 struct obs_http {
     struct MHD_Daemon *d;
@@ -29,6 +43,13 @@ struct obs_http {
     struct obs_provider prov;
     struct obs_tracer *tracer;
     struct obs_registry *metrics;
+    /* request deadline watchdog: shuts down connections whose request passed the deadline */
+    uint32_t deadline_ms;
+    pthread_mutex_t mu; /* conns */
+    struct obs_http_conn conns[OBS_HTTP_TRACKED];
+    pthread_t wd;
+    bool wd_started;
+    atomic_bool stopping;
 };
 
 /* Per-request state, created by the URI log callback and freed on completion. */
@@ -338,12 +359,60 @@ static void *uri_logger(void *cls, const char *uri, struct MHD_Connection *con)
     return r;
 }
 
+static void conn_notify(void *cls, struct MHD_Connection *con, void **socket_ctx,
+                        enum MHD_ConnectionNotificationCode code)
+{
+    struct obs_http *h = cls;
+    pthread_mutex_lock(&h->mu);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_ctx = NULL;
+        for (size_t i = 0; ci && i < OBS_HTTP_TRACKED; i++)
+            if (!h->conns[i].used) {
+                h->conns[i] = (struct obs_http_conn){
+                    .used = true, .fd = ci->connect_fd, .since_ms = env_clock_mono_ms()};
+                *socket_ctx = &h->conns[i];
+                break;
+            }
+    } else if (*socket_ctx) {
+        ((struct obs_http_conn *)*socket_ctx)->used = false;
+        *socket_ctx = NULL;
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void *watchdog_main(void *arg)
+{
+    struct obs_http *h = arg;
+    while (!atomic_load(&h->stopping)) {
+        usleep(100 * 1000);
+        uint64_t now = env_clock_mono_ms();
+        pthread_mutex_lock(&h->mu);
+        for (size_t i = 0; i < OBS_HTTP_TRACKED; i++) {
+            struct obs_http_conn *c = &h->conns[i];
+            if (c->used && !c->cut && now - c->since_ms > h->deadline_ms) {
+                shutdown(c->fd, SHUT_RDWR); /* MHD sees the error and closes the connection */
+                c->cut = true;
+            }
+        }
+        pthread_mutex_unlock(&h->mu);
+    }
+    return NULL;
+}
+
 static void completed(void *cls, struct MHD_Connection *con, void **req_cls,
                       enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)con;
+    struct obs_http *h = cls;
     (void)toe;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(con, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci && ci->socket_context) { /* the next request on this connection starts its period */
+        pthread_mutex_lock(&h->mu);
+        ((struct obs_http_conn *)ci->socket_context)->since_ms = env_clock_mono_ms();
+        pthread_mutex_unlock(&h->mu);
+    }
     free(*req_cls);
     *req_cls = NULL;
 }
@@ -440,20 +509,31 @@ int obs_http_start(const struct obs_http_config *cfg, struct obs_http **out)
     }
     h->prov = cfg->provider;
     h->tracer = cfg->tracer;
+    h->metrics = cfg->metrics;
+    h->deadline_ms =
+        cfg->request_deadline_ms ? cfg->request_deadline_ms : OBS_HTTP_REQUEST_DEADLINE_MS;
+    pthread_mutex_init(&h->mu, NULL);
+    atomic_init(&h->stopping, false);
     /* libmicrohttpd sends with MSG_NOSIGNAL on Linux; its polling thread also inherits a blocked
      * SIGPIPE (env_thread.h), which covers any other write it makes */
     sigset_t old_mask;
     env_sigpipe_block(&old_mask);
-    h->metrics = cfg->metrics;
-    h->d =
-        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL, handler, h,
-                         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)OBS_HTTP_CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned)OBS_HTTP_CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                         (size_t)(64 << 10), MHD_OPTION_URI_LOG_CALLBACK, uri_logger, NULL,
-                         MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
+    h->d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL, handler, h,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)OBS_HTTP_CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)OBS_HTTP_CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 << 10),
+        MHD_OPTION_URI_LOG_CALLBACK, uri_logger, NULL, MHD_OPTION_NOTIFY_COMPLETED, completed, h,
+        MHD_OPTION_NOTIFY_CONNECTION, conn_notify, h, MHD_OPTION_END);
     env_sigmask_restore(&old_mask);
+    if (h->d && env_thread_create(&h->wd, watchdog_main, h) == 0)
+        h->wd_started = true;
+    if (h->d && !h->wd_started) {
+        MHD_stop_daemon(h->d);
+        h->d = NULL;
+    }
     if (!h->d) {
+        pthread_mutex_destroy(&h->mu);
         free(h->secret);
         free(h);
         return kvm_errf(KVMESH_EIO, "cannot start the admin HTTP server on %s:%u (port in use?)",
@@ -474,7 +554,10 @@ void obs_http_stop(struct obs_http *h)
 {
     if (!h)
         return;
+    atomic_store(&h->stopping, true);
+    pthread_join(h->wd, NULL); /* before MHD closes the sockets the watchdog may shut down */
     MHD_stop_daemon(h->d);
+    pthread_mutex_destroy(&h->mu);
     free(h->secret);
     free(h);
 }

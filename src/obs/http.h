@@ -55,7 +55,11 @@
 #define OBS_STATS_TOP_DEFAULT   10
 #define OBS_BREAKDOWN_DEFAULT   32
 #define OBS_HTTP_CONN_LIMIT     32
-#define OBS_HTTP_CONN_TIMEOUT_S 10
+#define OBS_HTTP_CONN_TIMEOUT_S 10 /* MHD inactivity timeout of a connection */
+/* A request (from the connection's start, or the end of its previous request, to the end of
+ * its response) must finish within this: MHD's timeout is inactivity-based, so a client
+ * trickling a header byte now and then would otherwise hold a slot forever. */
+#define OBS_HTTP_REQUEST_DEADLINE_MS 30000
 
 /* ---- provider ---------------------------------------------------------------------------- */
 
@@ -168,8 +172,9 @@ struct obs_http_config {
     uint16_t port;         /* 0: an ephemeral port (see obs_http_port) */
     const char *secret;    /* deployment secret for control endpoints; NULL or "": open */
     struct obs_provider provider;
-    struct obs_tracer *tracer; /* borrowed; NULL: tracing endpoints answer 409 (tracing off) */
+    struct obs_tracer *tracer;    /* borrowed; NULL: tracing endpoints answer 409 (tracing off) */
     struct obs_registry *metrics; /* borrowed; /metrics shows its families (NULL: process only) */
+    uint32_t request_deadline_ms; /* 0: OBS_HTTP_REQUEST_DEADLINE_MS (tests set less) */
 };
 
 struct obs_http;

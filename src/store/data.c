@@ -152,15 +152,31 @@ static void report_bad(kvm_rt_t *rt, const kvm_runtime_id_t *owner)
     kvm_op_unref(op);
 }
 
+/* Waits for b until the call's deadline. true when it passed with requests still running: they
+ * are aborted (their connections shut down), so tp_batch_free does not wait on a stalled or
+ * trickling owner, and the caller's buffers are no longer touched once it returns. */
+static bool batch_wait_by(struct tp_batch *b, uint64_t deadline)
+{
+    uint32_t left = kvm_deadline_left_ms(deadline);
+    int wait_ms = left > (uint32_t)INT32_MAX ? INT32_MAX : (int)left;
+    if (tp_batch_wait(b, wait_ms) == 0)
+        return false;
+    tp_batch_abort(b);
+    tp_batch_wait(b, -1); /* returns promptly: nothing is left in flight */
+    return true;
+}
+
 /* ---- put ------------------------------------------------------------------------------------ */
 
 static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs, size_t n,
                     const kvmesh_put_opts_t *opts, int *rcs, struct obs_span *span)
 {
+    uint64_t deadline = kvm_deadline_new(rt); /* one deadline for every stage of the call */
     kvm_op_t *place = kvm_op_new(rt, KVM_OP_PLACE, n);
     if (!place)
         return KVMESH_ENOMEM;
     place->span = span;
+    place->deadline_ms = deadline;
     int rc = 0;
     place->replicas = opts && opts->replicas ? opts->replicas : rt->cfg.replicas;
     place->hard_pin = opts && opts->hard_pin;
@@ -223,16 +239,19 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
             }
         }
         if (b) {
-            tp_batch_wait(b, (int)rt->cfg.request_timeout_ms);
+            bool late = batch_wait_by(b, deadline);
             for (size_t i = base; i < end; i++) {
                 struct kvm_item *it = &place->items[i];
                 for (uint32_t r = 0; r < it->n_res && !it->rc; r++)
                     for (unsigned k = 0; k < count[i - base][r]; k++) {
                         int st = tp_status(b, first[i - base][r] + k, NULL);
                         if (st != 0) {
-                            it->rc = kvm_errf(st == TP_STATUS_PENDING ? KVMESH_ETIMEDOUT : st,
-                                              "payload write to a replica failed: %s",
-                                              kvmesh_strerror(st));
+                            bool timed = late || st == TP_STATUS_PENDING;
+                            it->rc = kvm_errf(timed ? KVMESH_ETIMEDOUT : st,
+                                              "payload write to a replica %s; the put was not "
+                                              "applied",
+                                              timed ? "did not finish by the deadline"
+                                                    : kvmesh_strerror(st));
                             report_bad(rt, &it->res[r].owner.id);
                             break;
                         }
@@ -252,7 +271,14 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         }
     }
 
-    /* Publish what was written; abort the rest. */
+    /* Publish what was written; abort the rest (also what the deadline left no time to
+     * publish: nothing of it was sent, so it is known not to be applied). */
+    if (kvm_deadline_left_ms(deadline) == 0)
+        for (size_t i = 0; i < n; i++)
+            if (place->items[i].rc == 0)
+                place->items[i].rc =
+                    kvm_errf(KVMESH_ETIMEDOUT, "deadline passed before the route update was "
+                                               "sent; the put was not applied (retry)");
     size_t n_ok = 0, n_bad = 0;
     for (size_t i = 0; i < n; i++) {
         if (place->items[i].rc == 0)
@@ -268,8 +294,10 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         rc = KVMESH_ENOMEM;
         goto out;
     }
-    if (pub)
+    if (pub) {
         pub->span = span;
+        pub->deadline_ms = deadline;
+    }
     if (ab)
         ab->span = span;
     size_t k = 0, j = 0;
@@ -295,7 +323,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
     }
     if (pub) {
         rc = kvm_op_run(pub);
-        if (pub->err_set)
+        if (!rc && pub->err_set) /* (an abandoned op's fields still belong to the loop) */
             snprintf(saved_err, sizeof(saved_err), "%s", pub->err);
     }
     k = 0;
@@ -343,7 +371,7 @@ int kvm_store_put(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs
 /* ---- get ------------------------------------------------------------------------------------ */
 
 static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n, uint32_t round,
-                     bool *bad_sum)
+                     bool *bad_sum, uint64_t deadline, bool *late)
 {
     int progress = 0;
     for (size_t base = 0; base < n; base += DATA_CHUNK) {
@@ -396,8 +424,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 report_bad(rt, &rep->owner);
             }
         }
-        if (b)
-            tp_batch_wait(b, (int)rt->cfg.request_timeout_ms);
+        bool chunk_late = b && batch_wait_by(b, deadline);
+        *late = *late || chunk_late;
         for (size_t i = base; i < end; i++) {
             if (!tried[i - base])
                 continue;
@@ -419,8 +447,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 o->rc = 0;
                 progress++;
                 d_ok++;
-            } else {
-                report_bad(rt, &rep->owner);
+            } else if (!chunk_late) {
+                report_bad(rt, &rep->owner); /* (a read cut off by the deadline proves nothing) */
             }
         }
         if (b)
@@ -442,7 +470,9 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
 {
     int rc = 0;
     char lookup_err[512] = "";
-    for (int attempt = 0; attempt < 2; attempt++) {
+    uint64_t deadline = kvm_deadline_new(rt); /* one deadline for lookups and every read round */
+    bool late = false;
+    for (int attempt = 0; attempt < 2 && kvm_deadline_left_ms(deadline) > 0; attempt++) {
         size_t todo = 0;
         for (size_t i = 0; i < n; i++)
             todo += attempt == 0 || outs[i].rc == KVMESH_ECHECKSUM;
@@ -452,6 +482,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
         if (!look)
             return KVMESH_ENOMEM;
         look->span = span;
+        look->deadline_ms = deadline;
         for (size_t i = 0; i < n && !rc; i++)
             rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
         if (rc || (rc = kvm_op_run(look)) != 0) {
@@ -502,11 +533,15 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
             o->rc = KVMESH_EAGAIN; /* to read */
         }
         bool bad_sum = false;
-        for (uint32_t round = 0; round < KVM_MAX_REPLICAS; round++)
-            get_round(rt, look, outs, n, round, &bad_sum);
+        for (uint32_t round = 0; round < KVM_MAX_REPLICAS && kvm_deadline_left_ms(deadline) > 0;
+             round++)
+            get_round(rt, look, outs, n, round, &bad_sum, deadline, &late);
+        late = late || kvm_deadline_left_ms(deadline) == 0;
         for (size_t i = 0; i < n; i++)
             if (outs[i].rc == KVMESH_EAGAIN) {
-                outs[i].rc = bad_sum ? KVMESH_ECHECKSUM : KVMESH_EUNAVAILABLE;
+                outs[i].rc = late      ? KVMESH_ETIMEDOUT
+                             : bad_sum ? KVMESH_ECHECKSUM
+                                       : KVMESH_EUNAVAILABLE;
                 outs[i].read_failed = true;
             }
         if (look->err_set)
@@ -526,6 +561,11 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
         return kvm_errf(first, "every replica failed its checksum (reported to their owners)");
     if (first == KVMESH_EUNAVAILABLE)
         return kvm_errf(first, "no replica of the object could be read (owners unreachable)");
+    if (first == KVMESH_ETIMEDOUT)
+        return kvm_errf(first,
+                        "no replica of the object could be read by the deadline of %u ms "
+                        "(owners slow or stopped); nothing was changed",
+                        rt->cfg.request_timeout_ms);
     return first;
 }
 
@@ -549,6 +589,7 @@ int kvm_store_lookup(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, kvm_route_t
     if (!look)
         return KVMESH_ENOMEM;
     int rc = 0;
+    look->deadline_ms = kvm_deadline_new(rt);
     for (size_t i = 0; i < n && !rc; i++)
         rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
     if (!rc)
@@ -569,6 +610,7 @@ static int remove_impl(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, int *rcs,
     if (!op)
         return KVMESH_ENOMEM;
     op->span = span;
+    op->deadline_ms = kvm_deadline_new(rt);
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++)
         rc = kvm_ident_copy(&op->items[i].ident, &ids[i]);

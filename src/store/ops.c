@@ -243,6 +243,7 @@ struct reserve_ctx {
     uint32_t n_segs;
     struct kvm_seg_info segs[STORE_MAX_SEGS];
     struct obs_span *sp; /* control.reserve (allocated when traced; NULL when untraced) */
+    uint32_t budget_ms;  /* the RPC's timeout: what the call had left */
 };
 
 static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off, uint64_t token)
@@ -276,7 +277,9 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
                 r->seg_read_token = segs[i].read_token;
     } else {
         item_exclude(it, &c->owner.id);
-        if (rc == KVMESH_ECONN || rc == KVMESH_ETIMEDOUT)
+        /* a timeout only says something about the owner when it had a fair share of time */
+        if (rc == KVMESH_ECONN ||
+            (rc == KVMESH_ETIMEDOUT && c->budget_ms >= rt->cfg.request_timeout_ms / 2))
             kvm_member_quarantine(rt, &c->owner.id);
         snprintf(op->lasterr, sizeof(op->lasterr), "%s", err ? err : "");
         it->rc = rc;
@@ -340,13 +343,17 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
     store_reserve_req_t req = {
         .target_epoch = m->rt.epoch, .length = it->len, .ttl_ms = ttl, .ident = it->ident};
     int rc = p ? store_reserve_req_encode(&req, body, sizeof(body), &len) : KVMESH_ECONN;
+    uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
+    c->budget_ms = left_ms;
+    if (!rc && left_ms == 0)
+        rc = KVMESH_ETIMEDOUT;
     if (!rc) {
         struct frame_trace ft;
         kvm_span_wire(c->sp, &ft);
         struct rpc_msg msg = {.type = STORE_RPC_RESERVE,
                               .body = body,
                               .body_len = len,
-                              .timeout_ms = rt->cfg.request_timeout_ms,
+                              .timeout_ms = left_ms, /* only what the call has left */
                               .trace = c->sp ? &ft : NULL};
         rc = rpc_call(p, &msg, rpc_reserved, c, NULL);
     }
@@ -359,7 +366,10 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
     if (it->finished)
         return;
     it->in_place++;
+    bool late = false;
     while (it->n_res + it->placing < it->want && it->tries < STORE_PLACE_TRIES * it->want) {
+        if ((late = kvm_deadline_left_ms(op->deadline_ms) == 0))
+            break; /* no new owner is tried once the call's deadline passed */
         const struct kvm_member *m = next_candidate(op->rt, op, it);
         if (!m || it->exclude_n == KVM_ARRAY_SIZE(it->exclude))
             break;
@@ -369,7 +379,7 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
     it->in_place--;
     if (it->in_place || it->placing)
         return;
-    if (it->n_res == it->want) {
+    if (it->n_res == it->want && !atomic_load(&op->abandoned)) {
         it->rc = 0;
         item_finish(op, it);
         return;
@@ -377,6 +387,13 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
     uint32_t got = it->n_res;
     release_res_traced(op->rt, it, op->span);
     kvm_quota_abort(op->rt, it);
+    if (late || atomic_load(&op->abandoned)) {
+        item_fail(op, it, KVMESH_ETIMEDOUT,
+                  "deadline passed after placing %u of %u replicas; the put was not applied "
+                  "(owners slow or unreachable; retry)%s%s",
+                  got, it->want, op->lasterr[0] ? "; last error: " : "", op->lasterr);
+        return;
+    }
     int rc = it->rc && it->rc != KVMESH_ECONN && it->rc != KVMESH_ETIMEDOUT ? it->rc
                                                                             : KVMESH_EUNAVAILABLE;
     item_fail(op, it, rc,
@@ -544,13 +561,23 @@ static void indet_looked_up(void *arg, int rc, const kvm_route_t *r)
     bool unchanged =
         (rc == KVMESH_ENOENT && !it->have_route) ||
         (rc == 0 && r && it->have_route && kvm_route_version_equal(&r->version, &it->cur.version));
-    if (unchanged) {
+    if (unchanged && kvm_deadline_left_ms(op->deadline_ms) > 0) {
         publish_cas(op, it);
         return;
     }
     item_fail(op, it, KVMESH_EINDETERMINATE,
-              "route publication is indeterminate; the write may or may not be visible "
-              "(repair pending); retry the put");
+              "route publication is indeterminate; the put may have been applied (and since "
+              "replaced); read the key back or retry the put");
+}
+
+/* Whether a failed route CAS is known not to have been applied: an answer that refused it.
+ * Anything else (timeout, lost connection, indeterminate mirroring, an authority that went
+ * unavailable while the update was in flight, a metadata error after the transaction was sent)
+ * may have been applied. */
+static bool cas_refused(int rc)
+{
+    return rc == KVMESH_ECONFLICT || rc == KVMESH_EINVAL || rc == KVMESH_ENOMEM ||
+           rc == KVMESH_EQUOTA || rc == KVMESH_ETOOBIG;
 }
 
 static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
@@ -594,6 +621,14 @@ static void published(void *arg, int rc, const kvm_route_t *r)
         publish_ok(op, it, r);
         return;
     }
+    bool time_left = kvm_deadline_left_ms(op->deadline_ms) > 0;
+    if (rc == KVMESH_ECONFLICT && !time_left) {
+        release_res(rt, it); /* a conflict is definite: this update was not applied */
+        item_fail(op, it, KVMESH_ETIMEDOUT,
+                  "deadline passed while retrying the route update after conflicts; the put "
+                  "was not applied (retry the put)");
+        return;
+    }
     if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
         kvm_route_free(&it->cur);
         it->have_route = false;
@@ -608,7 +643,7 @@ static void published(void *arg, int rc, const kvm_route_t *r)
         publish_cas(op, it);
         return;
     }
-    if (rc == KVMESH_EINDETERMINATE && ++it->indet_tries <= STORE_INDET_RETRIES) {
+    if (rc == KVMESH_EINDETERMINATE && time_left && ++it->indet_tries <= STORE_INDET_RETRIES) {
         /* Maybe published: keep the reservations and settle it by an exact lookup. */
         start_lookup(op, it, indet_looked_up);
         return;
@@ -617,24 +652,26 @@ static void published(void *arg, int rc, const kvm_route_t *r)
         obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_ERROR, OBS_NONE, it->n_res);
         /* Maybe published: keep the reservations; their TTL expiry asks the route. */
         item_fail(op, it, rc,
-                  "route publication is indeterminate; the write may or may not be "
-                  "visible (repair pending); retry the put");
+                  "route publication is indeterminate; the put may have been applied "
+                  "(repair pending); read the key back or retry the put");
         return;
     }
-    if (rc == KVMESH_ETIMEDOUT) {
+    if (!cas_refused(rc)) {
         obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_ERROR, OBS_NONE, it->n_res);
-        /* The CAS reply was lost: the route may name these replicas (docs/protocol.md section
-         * 5), so their reservations are kept like an indeterminate one's, and their TTL expiry
-         * asks the route before the space is reused (found by the chaos harness:
-         * netem-timeout-unreadable, where released slots left a key unreadable). */
+        /* The update may have reached the authority: the route may reference the reserved
+         * space, so it is not released here; the owner's reservation expiry asks the route
+         * (exact lookup) before it frees anything (the chaos harness's netem-timeout-unreadable
+         * finding: released slots under a lost CAS reply left a key unreadable). */
         item_fail(op, it, rc,
-                  "route publication timed out; the write may have been applied (retry the put, "
-                  "or read the key to see which value it holds)");
+                  "route update did not complete (%s); the put may have been applied: read "
+                  "the key back or retry the put",
+                  kvmesh_strerror(rc));
         return;
     }
     obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_ERROR, OBS_NONE, it->n_res);
     release_res(rt, it);
-    item_fail(op, it, rc, "route publication failed: %s", kvmesh_strerror(rc));
+    item_fail(op, it, rc, "route publication failed (the put was not applied): %s",
+              kvmesh_strerror(rc));
 }
 
 static void publish_cas_now(kvm_op_t *op, struct kvm_item *it);
@@ -713,7 +750,9 @@ static void publish_looked_up(void *arg, int rc, const kvm_route_t *r)
     ictx_free(c, rc);
     if (rc != 0 && rc != KVMESH_ENOENT) {
         release_res(op->rt, it);
-        item_fail(op, it, rc, "route lookup before publication failed: %s", kvmesh_strerror(rc));
+        item_fail(op, it, rc,
+                  "route lookup before publication failed (the put was not applied): %s",
+                  kvmesh_strerror(rc));
         return;
     }
     if (rc == 0 && r) {
@@ -773,6 +812,13 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
         item_finish(op, it);
         return;
     }
+    bool time_left = kvm_deadline_left_ms(op->deadline_ms) > 0;
+    if (rc == KVMESH_ECONFLICT && !time_left) {
+        item_fail(op, it, KVMESH_ETIMEDOUT,
+                  "deadline passed while retrying the tombstone after conflicts; the remove was "
+                  "not applied (retry the remove)");
+        return;
+    }
     if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
         kvm_route_free(&it->cur);
         if (!r || kvm_route_is_tombstone(r)) {
@@ -787,7 +833,14 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
         remove_cas(op, it);
         return;
     }
-    item_fail(op, it, rc, "tombstone publication failed: %s", kvmesh_strerror(rc));
+    if (!cas_refused(rc))
+        item_fail(op, it, rc,
+                  "tombstone update did not complete (%s); the remove may have been applied: "
+                  "retry the remove",
+                  kvmesh_strerror(rc));
+    else
+        item_fail(op, it, rc, "tombstone publication failed (the remove was not applied): %s",
+                  kvmesh_strerror(rc));
 }
 
 static void remove_cas_now(kvm_op_t *op, struct kvm_item *it);
@@ -853,7 +906,8 @@ static void remove_looked_up(void *arg, int rc, const kvm_route_t *r)
         return;
     }
     if (rc) {
-        item_fail(op, it, rc, "route lookup failed: %s", kvmesh_strerror(rc));
+        item_fail(op, it, rc, "route lookup failed (the remove was not applied): %s",
+                  kvmesh_strerror(rc));
         return;
     }
     if (kvm_route_copy(&it->cur, r) != 0) {
@@ -888,8 +942,10 @@ static void handed_off(void *arg, int rc, const kvm_route_t *r)
         item_finish(op, it);
     } else if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
         handoff_start(op, it);
-    } else if (rc == KVMESH_EINDETERMINATE) {
-        item_fail(op, it, rc, "handoff publication indeterminate");
+    } else if (!cas_refused(rc)) {
+        /* may have been applied: the new replica is kept (its reservation expiry asks the route) */
+        item_fail(op, it, rc, "handoff publication did not complete (%s); it may have been applied",
+                  kvmesh_strerror(rc));
     } else {
         release_res(rt, it);
         item_fail(op, it, rc, "handoff CAS failed: %s", kvmesh_strerror(rc));

@@ -55,8 +55,13 @@ kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n)
     op->type = type;
     op->rt = rt;
     atomic_init(&op->refs, 1);
+    atomic_init(&op->abandoned, false);
     pthread_mutex_init(&op->mu, NULL);
-    pthread_cond_init(&op->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadlines are CLOCK_MONOTONIC */
+    pthread_cond_init(&op->cv, &ca);
+    pthread_condattr_destroy(&ca);
     return op;
 }
 
@@ -75,6 +80,7 @@ void kvm_op_unref(kvm_op_t *op)
             kvm_ident_free(&op->list_ident[i]);
     pthread_mutex_destroy(&op->mu);
     pthread_cond_destroy(&op->cv);
+    free(op->span_own);
     free(op->items);
     free(op);
 }
@@ -118,6 +124,16 @@ static void op_enter(void *arg)
         return;
     }
     op->pending = op->n;
+    if (atomic_load(&op->abandoned)) {
+        /* The caller gave up before the loop saw the op: nothing of it was sent. A publication's
+         * reservations are released (an abort); the rest just completes. */
+        if (op->type == KVM_OP_PUBLISH) {
+            op->type = KVM_OP_ABORT;
+        } else {
+            kvm_op_complete(op, KVMESH_ETIMEDOUT);
+            return;
+        }
+    }
     if (op->n == 0 && op->type <= KVM_OP_HANDOFF) {
         kvm_op_complete(op, 0);
         return;
@@ -128,32 +144,119 @@ static void op_enter(void *arg)
     kvm_op_unref(op);
 }
 
+uint64_t kvm_deadline_new(const kvm_rt_t *rt)
+{
+    return env_clock_mono_ms() + rt->cfg.request_timeout_ms;
+}
+
+uint32_t kvm_deadline_left_ms(uint64_t deadline_ms)
+{
+    if (!deadline_ms)
+        return UINT32_MAX;
+    uint64_t now = env_clock_mono_ms();
+    return now >= deadline_ms ? 0 : (uint32_t)KVM_MIN(deadline_ms - now, (uint64_t)UINT32_MAX);
+}
+
+static bool op_bounded(const kvm_op_t *op)
+{
+    return op->type == KVM_OP_PLACE || op->type == KVM_OP_PUBLISH || op->type == KVM_OP_LOOKUP ||
+           op->type == KVM_OP_REMOVE;
+}
+
+/* The outcome of an abandoned op, for the caller (docs/api.md "Errors"). */
+static int op_abandoned_err(const kvm_op_t *op, uint32_t timeout_ms)
+{
+    switch (op->type) {
+    case KVM_OP_PUBLISH:
+        return kvm_errf(KVMESH_ETIMEDOUT,
+                        "deadline of %u ms passed while the route update was in flight; the put "
+                        "may have been applied (read the key back, or retry the put)",
+                        timeout_ms);
+    case KVM_OP_REMOVE:
+        return kvm_errf(KVMESH_ETIMEDOUT,
+                        "deadline of %u ms passed while the tombstone update was in flight; the "
+                        "remove may have been applied (retry the remove)",
+                        timeout_ms);
+    case KVM_OP_PLACE:
+        return kvm_errf(KVMESH_ETIMEDOUT,
+                        "deadline of %u ms passed while reserving replica space; the put was not "
+                        "applied (owners slow or unreachable; retry)",
+                        timeout_ms);
+    default:
+        return kvm_errf(KVMESH_ETIMEDOUT,
+                        "deadline of %u ms passed while looking up the route; nothing was "
+                        "changed (the route authority is slow or unreachable; retry)",
+                        timeout_ms);
+    }
+}
+
 int kvm_op_run(kvm_op_t *op)
 {
     kvm_rt_t *rt = op->rt;
     if (atomic_load(&rt->closing))
         return kvm_errf(KVMESH_ECLOSED, "the runtime is closed");
+    if (!op->deadline_ms)
+        op->deadline_ms = kvm_deadline_new(rt);
+    bool bounded = op_bounded(op);
+    /* The caller's span lives on its stack: a bounded op's loop side gets an op-owned copy
+     * (its own local root), since the caller may return before the loop is done. */
+    struct obs_span *real_span = NULL;
+    if (bounded && op->span && !op->span_own) {
+        real_span = op->span;
+        op->span_own = malloc(sizeof(*op->span_own));
+        if (op->span_own) {
+            *op->span_own = *real_span;
+            op->span_own->root = NULL; /* children account their stage time into the copy */
+            memset(op->span_own->stage_ns, 0, sizeof(op->span_own->stage_ns));
+        }
+        op->span = op->span_own; /* NULL (untraced loop side) when out of memory */
+    }
     atomic_fetch_add(&op->refs, 1);
-    uint64_t start_ms = env_clock_mono_ms();
     int rc;
     for (;;) {
         rc = env_post(rt->env, op_enter, op);
         if (rc != KVMESH_EAGAIN)
             break;
-        if (env_clock_since_ms(start_ms) >= rt->cfg.request_timeout_ms)
+        if (kvm_deadline_left_ms(op->deadline_ms) == 0)
             break;
         usleep(200);
     }
     if (rc) {
         atomic_fetch_sub(&op->refs, 1);
         return kvm_errf(rc == KVMESH_EAGAIN ? KVMESH_ETIMEDOUT : rc,
-                        "the runtime's request queue stayed full for %u ms",
+                        "the runtime's request queue stayed full until the deadline (%u ms); "
+                        "nothing was sent",
                         rt->cfg.request_timeout_ms);
     }
+    uint64_t give_up_ms = op->deadline_ms + STORE_DEADLINE_SLACK_MS;
+    struct timespec ts = {.tv_sec = (time_t)(give_up_ms / 1000),
+                          .tv_nsec = (long)(give_up_ms % 1000) * 1000000L};
+    bool abandoned = false;
     pthread_mutex_lock(&op->mu);
-    while (!op->done)
-        pthread_cond_wait(&op->cv, &op->mu);
+    while (!op->done) {
+        if (!bounded) {
+            pthread_cond_wait(&op->cv, &op->mu);
+            continue;
+        }
+        if (pthread_cond_timedwait(&op->cv, &op->mu, &ts) == ETIMEDOUT && !op->done) {
+            atomic_store(&op->abandoned, true);
+            abandoned = true;
+            break;
+        }
+    }
     pthread_mutex_unlock(&op->mu);
+    if (real_span && !abandoned) { /* (an abandoned op's span stays the loop's copy) */
+        op->span = real_span;      /* the app thread's own uses after the op (data.c) */
+        if (op->span_own) {
+            struct obs_span *root = real_span->root ? real_span->root : real_span;
+            for (size_t i = 0; i < KVM_ARRAY_SIZE(root->stage_ns); i++)
+                __atomic_fetch_add(&root->stage_ns[i],
+                                   __atomic_load_n(&op->span_own->stage_ns[i], __ATOMIC_RELAXED),
+                                   __ATOMIC_RELAXED);
+        }
+    }
+    if (abandoned)
+        return op_abandoned_err(op, rt->cfg.request_timeout_ms);
     if (op->rc)
         return kvm_errf(op->rc, "%s", op->err);
     if (op->err_set)
@@ -194,7 +297,19 @@ int kvm_rt_seg_open(kvm_rt_t *rt, const char *data_addr, uint64_t seg_id, uint64
     pthread_mutex_lock(&rt->mu);
     for (size_t i = 0; i < rt->n_seg_cache; i++)
         if (rt->seg_cache[i].data_addr == data_addr && rt->seg_cache[i].seg_id == seg_id) {
-            *out = rt->seg_cache[i].h;
+            struct tp_segment *h = rt->seg_cache[i].h, *nh;
+            /* The peer died (I/O error, timeout, an aborted request): open it again; the old
+             * handle may still be in use by another thread, so it is kept until close. */
+            if (!tp_segment_usable(h) && rt->n_seg_retired < STORE_SEG_RETIRED_MAX) {
+                if (!rt->seg_retired)
+                    rt->seg_retired = calloc(STORE_SEG_RETIRED_MAX, sizeof(*rt->seg_retired));
+                if (rt->seg_retired &&
+                    tp_open_segment(rt->tp, data_addr, seg_id, token, &nh) == 0) {
+                    rt->seg_retired[rt->n_seg_retired++] = h;
+                    rt->seg_cache[i].h = h = nh;
+                }
+            }
+            *out = h;
             pthread_mutex_unlock(&rt->mu);
             return 0;
         }
@@ -467,6 +582,7 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
     }
     struct rpc_config rc_cfg;
     rpc_config_init(&rc_cfg);
+    rc_cfg.idle_timeout_ms = rt->cfg.idle_timeout_ms;
     snprintf(rc_cfg.local.deployment_id, sizeof(rc_cfg.local.deployment_id), "%s",
              rt->cfg.deployment);
     snprintf(rc_cfg.local.runtime_id, sizeof(rc_cfg.local.runtime_id), "%s", rt->idhex);
@@ -808,6 +924,9 @@ static void rt_free(kvm_rt_t *rt)
     for (size_t i = 0; i < rt->n_seg_cache; i++)
         tp_close_segment(rt->seg_cache[i].h);
     free(rt->seg_cache);
+    for (size_t i = 0; i < rt->n_seg_retired; i++)
+        tp_close_segment(rt->seg_retired[i]);
+    free(rt->seg_retired);
     if (rt->tp)
         tp_engine_free(rt->tp);
     kvm_owner_fini(rt);
@@ -895,6 +1014,7 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg)
         .no_server = rt->n_segs == 0,
         .conns_per_peer = cfg->io_threads,
         .metrics = rt->metrics,
+        .idle_timeout_ms = cfg->idle_timeout_ms,
     };
     if ((rc = tp_engine_new(&tc, rt->reg, &rt->tp)) != 0)
         goto fail;

@@ -44,6 +44,7 @@
 #define STORE_MAX_SEGS         64   /* segments per runtime */
 #define STORE_ADDR_MAX         160  /* rpc address string */
 #define STORE_SEG_CACHE_MAX    4096 /* opened remote segment handles per runtime */
+#define STORE_SEG_RETIRED_MAX  1024 /* dead handles replaced by a reopen, kept until close */
 #define STORE_PLACE_TRIES      8    /* owners tried per replica */
 #define STORE_CAS_RETRIES      8    /* publish attempts after a conflict */
 #define STORE_INDET_RETRIES    4    /* publish re-checks after an indeterminate CAS */
@@ -53,6 +54,10 @@
 #define STORE_RESERVE_WAIT_MAX 512  /* reservations waiting for eviction to free space */
 #define STORE_HIT_FLUSH_MS     100  /* hit reports are batched this long */
 #define STORE_MEMBER_PAGE      256  /* member records per range page */
+/* How long past its deadline a bounded call waits for the loop's own answer before it gives up
+ * on the op (docs/api.md "Deadlines"): every stage already ends by the deadline; this covers the
+ * hand-over from the loop thread. */
+#define STORE_DEADLINE_SLACK_MS 200
 
 /* ---- membership states ------------------------------------------------------------------ *
  *
@@ -171,6 +176,14 @@ typedef struct kvm_op {
     struct kvm_item *items;
     size_t pending; /* [loop] items not finished */
     uint64_t deadline_ns;
+    /* The call's deadline (CLOCK_MONOTONIC ms, env_clock_mono_ms), computed once at the public
+     * call's entry and shared by every op of the call; 0 = kvm_op_run sets one request timeout
+     * from now. Loop stages are given only the time left (kvm_deadline_left_ms). */
+    uint64_t deadline_ms;
+    /* Set by the app thread when it stopped waiting for a bounded op (PLACE, PUBLISH, LOOKUP,
+     * REMOVE) at deadline + STORE_DEADLINE_SLACK_MS; the loop then drops late results (a late
+     * placement releases its reservations). */
+    atomic_bool abandoned;
     /* put options */
     uint32_t replicas;
     bool hard_pin;
@@ -191,8 +204,12 @@ typedef struct kvm_op {
     /* stats */
     struct kvm_rt_stats *stats;
     /* tracing: the request's span on the app thread (parent of the loop's control.* spans);
-     * NULL when tracing is off. It outlives the op's loop work (the app thread waits). */
+     * NULL when tracing is off. It outlives the op's loop work (the app thread waits), except
+     * for a bounded op, whose app thread may stop waiting at the deadline: kvm_op_run then
+     * points span at span_own, an op-owned copy acting as the loop side's local root, and adds
+     * its stage times to the real root when the op completes in time. */
     struct obs_span *span;
+    struct obs_span *span_own;
 } kvm_op_t;
 
 /* evictions and meta_calls are views of the runtime's metrics registry (evictions_total,
@@ -240,6 +257,10 @@ typedef struct kvm_rt {
     pthread_mutex_t mu;
     struct kvm_seg_handle *seg_cache;
     size_t n_seg_cache;
+    /* handles replaced after their peer died (other app threads may still use them): closed at
+     * runtime close; at most STORE_SEG_RETIRED_MAX */
+    struct tp_segment **seg_retired;
+    size_t n_seg_retired;
     struct kvm_reg_buf *regs;
     size_t n_regs, cap_regs;
     char **interned;
@@ -323,8 +344,15 @@ uint16_t kvm_rt_admin_port(kvm_rt_t *rt);
 kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n);
 void kvm_op_unref(kvm_op_t *op);
 /* App thread: hands the op to the loop, waits for completion. Returns op->rc; on failure the
- * calling thread's kvmesh_last_error() carries op->err. */
+ * calling thread's kvmesh_last_error() carries op->err. A bounded op (PLACE, PUBLISH, LOOKUP,
+ * REMOVE) is waited for until op->deadline_ms + STORE_DEADLINE_SLACK_MS at most: then the op is
+ * abandoned and KVMESH_ETIMEDOUT returned (the message says whether the op may have been
+ * applied); the caller must not read the op's items after that (the loop still owns them). */
 int kvm_op_run(kvm_op_t *op);
+/* The deadline of a call starting now: request_timeout_ms from now (CLOCK_MONOTONIC ms). */
+uint64_t kvm_deadline_new(const kvm_rt_t *rt);
+/* Milliseconds left until deadline_ms (0 when passed; UINT32_MAX when deadline_ms is 0). */
+uint32_t kvm_deadline_left_ms(uint64_t deadline_ms);
 /* [loop] completion helpers */
 void kvm_op_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

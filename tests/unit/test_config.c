@@ -60,6 +60,8 @@ static const struct {
     {"lease_ttl_ms", "50", "lease_ttl_ms: \"50\" is out of range; allowed 100..600000"},
     {"request_timeout_ms", "5s",
      "request_timeout_ms: \"5s\" is not an unsigned integer; allowed 1..3600000"},
+    {"idle_timeout_ms", "-1",
+     "idle_timeout_ms: \"-1\" is not an unsigned integer; allowed 0..86400000"},
     {"drain_timeout_ms", "0", "drain_timeout_ms: \"0\" is out of range; allowed 1..86400000"},
     {"reclaim_grace_ms", "99999999999999999999999",
      "reclaim_grace_ms: \"99999999999999999999999\" is out of range; allowed 0..600000"},
@@ -112,6 +114,7 @@ static void test_defaults(void **state)
     assert_int_equal(c->lease_ttl_ms, 5000);
     assert_int_equal(c->request_timeout_ms, 5000);
     assert_int_equal(c->drain_timeout_ms, 30000);
+    assert_int_equal(c->idle_timeout_ms, 300000);
     assert_int_equal(c->reclaim_grace_ms, 2000);
     assert_true(c->evict_high_watermark == 0.90);
     assert_true(c->evict_low_watermark == 0.80);

@@ -1,0 +1,5 @@
+# SPDX-License-Identifier: Apache-2.0
+# Idle limits of the admin HTTP port: real loopback sockets, a few seconds.
+add_test(NAME integration_idle_admin COMMAND ${exe})
+set_tests_properties(integration_idle_admin PROPERTIES LABELS integration TIMEOUT 120
+  ENVIRONMENT "${KVMESH_TEST_ENV}")

@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * idle_rpc — idle limits of the peer RPC port (rpc_config.idle_timeout_ms) over real sockets:
+ *   - a raw peer that completes the handshake and a request, then goes silent, is closed with
+ *     reason "idle";
+ *   - a slow-loris peer trickling one byte of a frame every 50 ms (never completing it) is
+ *     closed with reason "idle": bytes of an incomplete frame are not activity;
+ *   - a connection with a request in service is not idle: it stays open while the handler holds
+ *     the request, the reply arrives, and only then does the idle close come;
+ *   - a client closes its own idle outbound connection at half the timeout and the next call
+ *     reconnects and succeeds.
+ * Before the handshake, the handshake timeout bounds a silent peer (rpc_faults.c). Every wait
+ * is bounded (T_WAIT).
+ */
+#include "rpc_testutil.h"
+
+#include <unistd.h>
+
+#include "net/frame.h"
+
+struct srvfx {
+    uv_loop_t loop;
+    rpc_endpoint *srv;
+    int port;
+    char addr[64];
+    int echo_count;
+    struct held held;
+};
+
+static void srv_start(struct srvfx *f, uint32_t idle_ms)
+{
+    memset(f, 0, sizeof(*f));
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    struct rpc_config c;
+    cfg_make(&c, "dep", "srv", NULL);
+    c.idle_timeout_ms = idle_ms;
+    assert_int_equal(rpc_endpoint_new(&f->loop, &c, &f->srv), 0);
+    assert_int_equal(rpc_listen_tcp(f->srv, "127.0.0.1", 0, &f->port), 0);
+    snprintf(f->addr, sizeof(f->addr), "tcp:127.0.0.1:%d", f->port);
+    rpc_register_handler(f->srv, T_ECHO, echo_handler, &f->echo_count);
+    rpc_register_handler(f->srv, T_HOLD, hold_handler, &f->held);
+}
+
+static void srv_stop(struct srvfx *f)
+{
+    held_drop_all(&f->held);
+    ep_close_wait(&f->loop, f->srv);
+    loop_finish(&f->loop);
+}
+
+static uint64_t closes(rpc_endpoint *ep, int reason)
+{
+    struct rpc_stats st;
+    rpc_get_stats(ep, &st);
+    return st.close[reason];
+}
+
+static size_t put_frame(uint8_t *out, uint8_t kind, uint16_t type, uint64_t id, const uint8_t *pb,
+                        size_t pb_len, const uint8_t *payload, size_t payload_len)
+{
+    struct frame_header h = {.kind = kind,
+                             .type = type,
+                             .request_id = id,
+                             .header_len = (uint32_t)pb_len,
+                             .payload_len = payload_len};
+    frame_encode(&h, out);
+    if (pb_len)
+        memcpy(out + FRAME_FIXED_SIZE, pb, pb_len);
+    if (payload_len)
+        memcpy(out + FRAME_FIXED_SIZE + pb_len, payload, payload_len);
+    return FRAME_FIXED_SIZE + pb_len + payload_len;
+}
+
+/* A pipelined raw handshake (HELLO + AUTH, no secret) and one valid echo REQUEST. */
+static size_t handshake_and_request(uint8_t *buf)
+{
+    struct hs_descriptor d;
+    memset(&d, 0, sizeof(d));
+    snprintf(d.deployment_id, sizeof(d.deployment_id), "dep");
+    snprintf(d.runtime_id, sizeof(d.runtime_id), "raw");
+    for (int i = 0; i < HS_PROTO_COUNT; i++) {
+        d.proto[i].min = 1;
+        d.proto[i].max = 2;
+    }
+    uint8_t *draw, *pb, nonce[HS_NONCE_LEN] = {1};
+    size_t dn, n, off = 0;
+    assert_int_equal(hs_descriptor_encode(&d, &draw, &dn), 0);
+    assert_int_equal(hs_hello_encode(draw, dn, nonce, "srv", &pb, &n), 0);
+    off += put_frame(buf + off, FRAME_HELLO, 0, 0, pb, n, NULL, 0);
+    free(pb);
+    free(draw);
+    assert_int_equal(hs_auth_encode(NULL, &pb, &n), 0);
+    off += put_frame(buf + off, FRAME_AUTH, 0, 0, pb, n, NULL, 0);
+    free(pb);
+    off += put_frame(buf + off, FRAME_REQUEST, T_ECHO, 1, NULL, 0, (const uint8_t *)"abc", 3);
+    return off;
+}
+
+static void test_silent_after_handshake(void **state)
+{
+    (void)state;
+    struct srvfx f;
+    srv_start(&f, 300);
+    uint8_t buf[1024];
+    size_t off = handshake_and_request(buf);
+    struct raw r;
+    raw_start(&f.loop, &r, f.port, buf, off, 0);
+    assert_true(run_until(&f.loop, pred_raw_closed, &r, T_WAIT));
+    assert_int_equal(f.echo_count, 1); /* it was served, then closed for idleness */
+    for (int g = 0; g < 5000 && closes(f.srv, RPC_CLOSE_IDLE) == 0; g++)
+        run_for(&f.loop, 1);
+    assert_int_equal(closes(f.srv, RPC_CLOSE_IDLE), 1);
+    srv_stop(&f);
+}
+
+/* ---- slow loris ---- */
+
+struct loris {
+    struct raw *r;
+    uv_timer_t t;
+    uint8_t frame[64];
+    size_t len, sent;
+};
+
+static void loris_tick(uv_timer_t *t)
+{
+    struct loris *l = t->data;
+    if (l->r->eof || l->r->closed || uv_is_closing((uv_handle_t *)&l->r->tcp) ||
+        l->sent == l->len) {
+        uv_timer_stop(t);
+        return;
+    }
+    uv_buf_t b = uv_buf_init((char *)l->frame + l->sent, 1);
+    if (uv_try_write((uv_stream_t *)&l->r->tcp, &b, 1) == 1)
+        l->sent++;
+}
+
+static void test_slow_loris_closed(void **state)
+{
+    (void)state;
+    struct srvfx f;
+    srv_start(&f, 300);
+    uint8_t buf[1024];
+    size_t off = handshake_and_request(buf);
+    struct raw r;
+    raw_start(&f.loop, &r, f.port, buf, off, 0);
+    /* then a 40-byte request, one byte per 50 ms (2 s in all, far beyond the idle limit) */
+    struct loris l = {.r = &r};
+    uint8_t payload[16] = {0};
+    l.len = put_frame(l.frame, FRAME_REQUEST, T_ECHO, 2, NULL, 0, payload, sizeof(payload));
+    uv_timer_init(&f.loop, &l.t);
+    l.t.data = &l;
+    uv_timer_start(&l.t, loris_tick, 50, 50);
+    assert_true(run_until(&f.loop, pred_raw_closed, &r, T_WAIT));
+    uv_timer_stop(&l.t);
+    uv_close((uv_handle_t *)&l.t, NULL);
+    assert_true(l.sent < l.len); /* closed before the frame was complete */
+    assert_int_equal(f.echo_count, 1);
+    for (int g = 0; g < 5000 && closes(f.srv, RPC_CLOSE_IDLE) == 0; g++)
+        run_for(&f.loop, 1);
+    assert_int_equal(closes(f.srv, RPC_CLOSE_IDLE), 1);
+    srv_stop(&f);
+}
+
+/* ---- busy is not idle; outbound idle close and reconnect ---- */
+
+static rpc_endpoint *client(uv_loop_t *loop, uint32_t idle_ms)
+{
+    struct rpc_config c;
+    cfg_make(&c, "dep", "cli", NULL);
+    c.idle_timeout_ms = idle_ms;
+    rpc_endpoint *cli;
+    assert_int_equal(rpc_endpoint_new(loop, &c, &cli), 0);
+    return cli;
+}
+
+static void test_request_in_service_is_not_idle(void **state)
+{
+    (void)state;
+    struct srvfx f;
+    srv_start(&f, 1000); /* (the request must arrive before a first idle check on a slow host) */
+    rpc_endpoint *cli = client(&f.loop, 0);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(cli, "srv", f.addr, &p), 0);
+    struct result r = {0};
+    struct rpc_msg m = {.type = T_HOLD, .timeout_ms = 20000};
+    assert_int_equal(rpc_call(p, &m, result_cb, &r, NULL), 0);
+    for (int g = 0; g < T_WAIT && f.held.calls == 0; g++)
+        run_for(&f.loop, 1);
+    assert_int_equal(f.held.calls, 1);
+    run_for(&f.loop, 2500); /* > 2 idle periods with the request held */
+    assert_int_equal(closes(f.srv, RPC_CLOSE_IDLE), 0);
+    assert_int_equal(rpc_reply_send(f.held.r[0], 0, NULL, NULL, NULL, NULL), 0);
+    f.held.n = 0;
+    assert_true(run_until(&f.loop, pred_result, &r, T_WAIT));
+    assert_int_equal(r.status, 0);
+    result_free(&r);
+    /* now idle: the server closes it */
+    for (int g = 0; g < T_WAIT && closes(f.srv, RPC_CLOSE_IDLE) == 0; g++)
+        run_for(&f.loop, 1);
+    assert_int_equal(closes(f.srv, RPC_CLOSE_IDLE), 1);
+    ep_close_wait(&f.loop, cli);
+    srv_stop(&f);
+}
+
+static void echo_once(uv_loop_t *loop, rpc_peer *p)
+{
+    struct result r = {0};
+    uv_buf_t b = uv_buf_init("ping", 4);
+    struct rpc_msg m = {.type = T_ECHO, .iov = &b, .niov = 1, .timeout_ms = 5000};
+    assert_int_equal(rpc_call(p, &m, result_cb, &r, NULL), 0);
+    assert_true(run_until(loop, pred_result, &r, T_WAIT));
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.payload_len, 4);
+    result_free(&r);
+}
+
+static void test_outbound_idle_close_and_reconnect(void **state)
+{
+    (void)state;
+    struct srvfx f;
+    srv_start(&f, 0);
+    rpc_endpoint *cli = client(&f.loop, 400); /* outbound idle close at 200 ms */
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(cli, "srv", f.addr, &p), 0);
+    for (uint64_t round = 1; round <= 3; round++) {
+        echo_once(&f.loop, p);
+        for (int g = 0; g < T_WAIT && closes(cli, RPC_CLOSE_IDLE) < round; g++)
+            run_for(&f.loop, 1);
+        assert_int_equal(closes(cli, RPC_CLOSE_IDLE), round);
+    }
+    assert_int_equal(f.echo_count, 3);
+    ep_close_wait(&f.loop, cli);
+    srv_stop(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_silent_after_handshake),
+        cmocka_unit_test(test_slow_loris_closed),
+        cmocka_unit_test(test_request_in_service_is_not_idle),
+        cmocka_unit_test(test_outbound_idle_close_and_reconnect),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
