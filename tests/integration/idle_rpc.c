@@ -55,47 +55,6 @@ static uint64_t closes(rpc_endpoint *ep, int reason)
     return st.close[reason];
 }
 
-static size_t put_frame(uint8_t *out, uint8_t kind, uint16_t type, uint64_t id, const uint8_t *pb,
-                        size_t pb_len, const uint8_t *payload, size_t payload_len)
-{
-    struct frame_header h = {.kind = kind,
-                             .type = type,
-                             .request_id = id,
-                             .header_len = (uint32_t)pb_len,
-                             .payload_len = payload_len};
-    frame_encode(&h, out);
-    if (pb_len)
-        memcpy(out + FRAME_FIXED_SIZE, pb, pb_len);
-    if (payload_len)
-        memcpy(out + FRAME_FIXED_SIZE + pb_len, payload, payload_len);
-    return FRAME_FIXED_SIZE + pb_len + payload_len;
-}
-
-/* A pipelined raw handshake (HELLO + AUTH, no secret) and one valid echo REQUEST. */
-static size_t handshake_and_request(uint8_t *buf)
-{
-    struct hs_descriptor d;
-    memset(&d, 0, sizeof(d));
-    snprintf(d.deployment_id, sizeof(d.deployment_id), "dep");
-    snprintf(d.runtime_id, sizeof(d.runtime_id), "raw");
-    for (int i = 0; i < HS_PROTO_COUNT; i++) {
-        d.proto[i].min = 1;
-        d.proto[i].max = 2;
-    }
-    uint8_t *draw, *pb, nonce[HS_NONCE_LEN] = {1};
-    size_t dn, n, off = 0;
-    assert_int_equal(hs_descriptor_encode(&d, &draw, &dn), 0);
-    assert_int_equal(hs_hello_encode(draw, dn, nonce, "srv", &pb, &n), 0);
-    off += put_frame(buf + off, FRAME_HELLO, 0, 0, pb, n, NULL, 0);
-    free(pb);
-    free(draw);
-    assert_int_equal(hs_auth_encode(NULL, &pb, &n), 0);
-    off += put_frame(buf + off, FRAME_AUTH, 0, 0, pb, n, NULL, 0);
-    free(pb);
-    off += put_frame(buf + off, FRAME_REQUEST, T_ECHO, 1, NULL, 0, (const uint8_t *)"abc", 3);
-    return off;
-}
-
 static void test_silent_after_handshake(void **state)
 {
     (void)state;

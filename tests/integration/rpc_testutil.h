@@ -18,6 +18,8 @@
 #include <uv.h>
 
 #include "kvmesh.h"
+#include "net/frame.h"
+#include "net/handshake.h"
 #include "net/rpc.h"
 
 #define T_ECHO  10 /* replies with the request body, payload and trace */
@@ -281,6 +283,55 @@ static inline void raw_start(uv_loop_t *loop, struct raw *r, int port, uint8_t *
 static inline int pred_raw_closed(void *arg)
 {
     return ((struct raw *)arg)->closed;
+}
+
+/* ---- raw frames (tests that speak the wire protocol by hand) ---- */
+
+/* Appends a frame (fixed header + protobuf part + payload) to out; returns its length. */
+static inline size_t put_frame(uint8_t *out, uint8_t kind, uint16_t type, uint64_t id,
+                               const uint8_t *pb, size_t pb_len, const uint8_t *payload,
+                               size_t payload_len)
+{
+    struct frame_header h = {.kind = kind,
+                             .type = type,
+                             .request_id = id,
+                             .header_len = (uint32_t)pb_len,
+                             .payload_len = payload_len};
+    frame_encode(&h, out);
+    if (pb_len)
+        memcpy(out + FRAME_FIXED_SIZE, pb, pb_len);
+    if (payload_len)
+        memcpy(out + FRAME_FIXED_SIZE + pb_len, payload, payload_len);
+    return FRAME_FIXED_SIZE + pb_len + payload_len;
+}
+
+/*
+ * Builds a pipelined handshake as a raw client (HELLO + AUTH, no secret) followed by a valid
+ * REQUEST, so that bytes appended after it reach a connection in the READY state.
+ */
+static inline size_t handshake_and_request(uint8_t *buf)
+{
+    struct hs_descriptor d;
+    memset(&d, 0, sizeof(d));
+    snprintf(d.deployment_id, sizeof(d.deployment_id), "dep");
+    snprintf(d.runtime_id, sizeof(d.runtime_id), "raw");
+    for (int i = 0; i < HS_PROTO_COUNT; i++) {
+        d.proto[i].min = 1;
+        d.proto[i].max = 2;
+    }
+    uint8_t *draw, *pb, nonce[HS_NONCE_LEN] = {1};
+    size_t dn, n, off = 0;
+    assert_int_equal(hs_descriptor_encode(&d, &draw, &dn), 0);
+    assert_int_equal(hs_hello_encode(draw, dn, nonce, "srv", &pb, &n), 0);
+    off += put_frame(buf + off, FRAME_HELLO, 0, 0, pb, n, NULL, 0);
+    free(pb);
+    free(draw);
+    assert_int_equal(hs_auth_encode(NULL, &pb, &n), 0);
+    off += put_frame(buf + off, FRAME_AUTH, 0, 0, pb, n, NULL, 0);
+    free(pb);
+    /* RpcHeader with an empty body encodes to zero bytes. */
+    off += put_frame(buf + off, FRAME_REQUEST, T_ECHO, 1, NULL, 0, (const uint8_t *)"abc", 3);
+    return off;
 }
 
 #endif
