@@ -982,6 +982,22 @@ static void call_retry(tn_call_t *c, int rc, bool backoff)
     c->timer = env_timer_start(c->tn->env, d, retry_cb, c);
 }
 
+/* Decodes record i (TN_R_*) of a call's snapshot from its stored bytes. */
+static int decode_record(tn_call_t *c, int i, const uint8_t *val, size_t len)
+{
+    switch (i) {
+    case TN_R_POL:
+        return tn_policy_decode(val, len, &c->pol);
+    case TN_R_QUOTA:
+        return tn_usage_decode(val, len, &c->usage);
+    case TN_R_OBJ:
+        return tn_objrow_decode(val, len, &c->row);
+    case TN_R_OP:
+        return tn_op_decode(val, len, &c->op);
+    }
+    return 0;
+}
+
 /* Parses the GET results of a read (or of a write's else branch) into the snapshot. */
 static int take_snapshot(tn_call_t *c, const meta_kv_t *kvs, size_t n)
 {
@@ -996,21 +1012,7 @@ static int take_snapshot(tn_call_t *c, const meta_kv_t *kvs, size_t n)
         cache_put(c->tn, c->k[i], kv->found, kv->mod_rev, kv->value, kv->value_len);
         if (!kv->found)
             continue;
-        int rc = 0;
-        switch (i) {
-        case TN_R_POL:
-            rc = tn_policy_decode(kv->value, kv->value_len, &c->pol);
-            break;
-        case TN_R_QUOTA:
-            rc = tn_usage_decode(kv->value, kv->value_len, &c->usage);
-            break;
-        case TN_R_OBJ:
-            rc = tn_objrow_decode(kv->value, kv->value_len, &c->row);
-            break;
-        case TN_R_OP:
-            rc = tn_op_decode(kv->value, kv->value_len, &c->op);
-            break;
-        }
+        int rc = decode_record(c, i, kv->value, kv->value_len);
         if (rc) {
             cache_drop(c->tn, c->k[i]);
             return kvm_errf(KVMESH_ECORRUPT, "tenant record %s: %s", kv->key, kvmesh_last_error());
@@ -1043,21 +1045,7 @@ static bool snapshot_from_cache(tn_call_t *c)
         c->rev[i] = e->mod_rev;
         if (!e->found)
             continue;
-        int rc = 0;
-        switch (i) {
-        case TN_R_POL:
-            rc = tn_policy_decode(e->val, e->len, &c->pol);
-            break;
-        case TN_R_QUOTA:
-            rc = tn_usage_decode(e->val, e->len, &c->usage);
-            break;
-        case TN_R_OBJ:
-            rc = tn_objrow_decode(e->val, e->len, &c->row);
-            break;
-        case TN_R_OP:
-            rc = tn_op_decode(e->val, e->len, &c->op);
-            break;
-        }
+        int rc = decode_record(c, i, e->val, e->len);
         if (rc) {
             cache_drop(c->tn, c->k[i]);
             return false;
