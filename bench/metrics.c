@@ -217,7 +217,8 @@ static int hot_path(long n)
     const kvmesh_scope_t sc = {"bench", NULL};
     static uint8_t v[4096], out[4096];
     memset(v, 7, sizeof(v));
-    uint64_t end = env_clock_mono_ns() + 30000000000ull; /* the route authority may still be starting */
+    uint64_t end =
+        env_clock_mono_ns() + 30000000000ull; /* the route authority may still be starting */
     while ((rc = kvmesh_put(kv, &sc, "k", 1, v, sizeof(v), NULL)) != 0 && env_clock_mono_ns() < end)
         usleep(100000);
     if (rc) {
