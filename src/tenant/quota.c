@@ -711,23 +711,33 @@ static void decide_claim(tn_call_t *c, decision_t *d)
     d->put_op = d->del_due_old = d->put_due_new = true;
 }
 
-static void decide_finalize(tn_call_t *c, decision_t *d)
+/* The common start of finalize and abort: the operation exists, its object row has been read
+ * (else DEC_REREAD) and belongs to it. Returns the operation, or NULL with d decided. */
+static tn_op_t *decide_existing_op(tn_call_t *c, decision_t *d)
 {
     d->d = DEC_DONE;
     if (!c->found[TN_R_OP]) {
         d->rc = kvm_errf(KVMESH_ENOENT, "no accounting operation %s", c->op_id);
-        return;
+        return NULL;
     }
     tn_op_t *cur = &c->op;
     d->op = cur;
     if (!c->have_obj) {
         d->d = DEC_REREAD;
-        return;
+        return NULL;
     }
     if (!same_object(c, cur)) {
         d->rc = kvm_errf(KVMESH_EINVAL, "operation %s belongs to another object", c->op_id);
-        return;
+        return NULL;
     }
+    return cur;
+}
+
+static void decide_finalize(tn_call_t *c, decision_t *d)
+{
+    tn_op_t *cur = decide_existing_op(c, d);
+    if (cur == NULL)
+        return;
     switch (cur->state) {
     case TN_ST_ABORTED:
         d->rc = kvm_errf(KVMESH_ECANCELED, "operation %s was aborted; it cannot be finalized",
@@ -799,21 +809,9 @@ static void decide_finalize(tn_call_t *c, decision_t *d)
 
 static void decide_abort(tn_call_t *c, decision_t *d)
 {
-    d->d = DEC_DONE;
-    if (!c->found[TN_R_OP]) {
-        d->rc = kvm_errf(KVMESH_ENOENT, "no accounting operation %s", c->op_id);
+    tn_op_t *cur = decide_existing_op(c, d);
+    if (cur == NULL)
         return;
-    }
-    tn_op_t *cur = &c->op;
-    d->op = cur;
-    if (!c->have_obj) {
-        d->d = DEC_REREAD;
-        return;
-    }
-    if (!same_object(c, cur)) {
-        d->rc = kvm_errf(KVMESH_EINVAL, "operation %s belongs to another object", c->op_id);
-        return;
-    }
     bool bug = (c->tn->cfg.test_bugs & TN_TEST_BUG_ABORT_PUBLISHING) != 0;
     switch (cur->state) {
     case TN_ST_ABORTED:
