@@ -403,6 +403,7 @@ typedef struct cold_stats {
     uint64_t restores, restore_joined, restore_failed, promotions;
     uint64_t reclaims_done, reclaims_deferred;
     uint64_t meta_round_trips;
+    uint64_t corrupt; /* calls that ended KVMESH_ECORRUPT (a refused underflow, a bad record) */
     int last_error;
 } cold_stats_t;
 void cold_get_stats(const cold_t *c, cold_stats_t *out);

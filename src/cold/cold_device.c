@@ -286,7 +286,7 @@ int cold_device_register(cold_t *c, const cold_device_t *desc, cold_dev_cb cb, v
     q.health = COLD_DEV_HEALTHY;
     int rc = cold_device_check(&q);
     if (rc)
-        return kvm_errf(KVMESH_EINVAL, "cold_device_register: %s", kvmesh_last_error());
+        return cold_errctx(KVMESH_EINVAL, "cold_device_register");
     cold_call_t *call;
     if ((rc = dev_call(c, CK_DEV_REG, &desc->id, &call)) != 0)
         return rc;
@@ -344,8 +344,7 @@ static void on_view(void *arg, const meta_result_t *res)
         for (size_t i = 0; i < res->n_kvs && n < COLD_DEVICES_MAX; i++) {
             cold_device_t d;
             if (cold_device_decode(res->kvs[i].value, res->kvs[i].value_len, &d) != 0) {
-                rc = kvm_errf(KVMESH_ECORRUPT, "cold device record %s: %s", res->kvs[i].key,
-                              kvmesh_last_error());
+                rc = cold_errctx(KVMESH_ECORRUPT, res->kvs[i].key);
                 break;
             }
             c->view[n++] = d;

@@ -77,6 +77,17 @@ static inline void cr_str(kvm_rd_t *r, char *dst, size_t cap)
             kvm_rd_fail(r);
 }
 
+/* kvm_errf(rc, "<what>: <the current last error>") without formatting the message into itself */
+#include <stdio.h>
+#include "core/util.h"
+#include "kvmesh.h"
+static inline int cold_errctx(int rc, const char *what)
+{
+    char msg[256];
+    snprintf(msg, sizeof(msg), "%s", kvmesh_last_error());
+    return kvm_errf(rc, "%s: %s", what, msg);
+}
+
 /* ---- the engine ---------------------------------------------------------------------------- */
 
 #define CR_DEV 0

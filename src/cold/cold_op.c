@@ -172,7 +172,7 @@ int cold_op_decode(const uint8_t *buf, size_t len, cold_op_t *out)
     out->released_from = (enum cold_op_state)rf;
     if (cold_op_check(out) != 0) {
         memset(out, 0, sizeof(*out));
-        return kvm_errf(KVMESH_EPROTO, "cold op record: %s", kvmesh_last_error());
+        return cold_errctx(KVMESH_EPROTO, "cold op record");
     }
     return 0;
 }

@@ -245,6 +245,8 @@ static void call_done(cold_call_t *call, int rc, const cold_decision_t *d)
     c->n_calls--;
     if (rc && rc != KVMESH_ECANCELED)
         c->st.last_error = rc;
+    if (rc == KVMESH_ECORRUPT)
+        c->st.corrupt++;
     bool w_dev = d && d->put[CR_DEV], w_op = d && d->put[CR_OP], w_rec = d && d->put[CR_REC];
     if (!c->closing && rc != KVMESH_ECANCELED) {
         bool rep = d && d->repeated;
@@ -330,7 +332,7 @@ static int take_snapshot(cold_call_t *call, const meta_kv_t *kvs, size_t n)
             continue;
         int rc = decode_rec(call, i, kv->value, kv->value_len);
         if (rc)
-            return kvm_errf(KVMESH_ECORRUPT, "cold record %s: %s", kv->key, kvmesh_last_error());
+            return cold_errctx(KVMESH_ECORRUPT, kv->key);
     }
     return 0;
 }
@@ -498,6 +500,14 @@ static void decide_and_write(cold_call_t *call)
         if (!d.put[i])
             continue;
         size_t len = 0;
+        /* never write a record that would not decode */
+        rc = i == CR_DEV  ? cold_device_check(&call->ndev)
+             : i == CR_OP ? cold_op_check(&call->nop)
+                          : cold_reclaim_check(&call->nrec);
+        if (rc) {
+            rc = cold_errctx(KVMESH_ECORRUPT, "cold: refusing to write an invalid record");
+            break;
+        }
         rc = i == CR_DEV  ? cold_device_encode(&call->ndev, call->v[i], sizeof(call->v[i]), &len)
              : i == CR_OP ? cold_op_encode(&call->nop, call->v[i], sizeof(call->v[i]), &len)
                           : cold_reclaim_encode(&call->nrec, call->v[i], sizeof(call->v[i]), &len);

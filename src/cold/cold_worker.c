@@ -684,8 +684,7 @@ static void rt_on_get(void *arg, int rc, const cold_reclaim_view_t *v)
     }
     int r = kvm_ident_from_canonical(&t->ident, t->rec.ident, t->rec.ident_len);
     if (r) {
-        rt_end(t, kvm_errf(KVMESH_ECORRUPT, "cold reclaim: bad identity: %s", kvmesh_last_error()),
-               NULL);
+        rt_end(t, cold_errctx(KVMESH_ECORRUPT, "cold reclaim: bad identity"), NULL);
         return;
     }
     c->route.lookup(c->route.ctx, &t->ident, rt_on_lookup, t);
