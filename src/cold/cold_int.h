@@ -150,6 +150,7 @@ struct cold_call {
     uint8_t v[CR_N]
              [COLD_RECLAIM_ENC_MAX > COLD_OP_ENC_MAX ? COLD_RECLAIM_ENC_MAX : COLD_OP_ENC_MAX];
     /* completion */
+    bool internal; /* the callback is this layer's own: it runs even when closing (to free) */
     cold_op_cb op_cb;
     cold_dev_cb dev_cb;
     cold_reclaim_cb rec_cb;
@@ -172,6 +173,7 @@ struct cold {
     cold_config_t cfg;
     char dep[KS_DEPLOYMENT_MAX + 1];
     bool closing;
+    bool internal_next; /* the next call is issued by this layer's own drivers (COLD_INTERNAL) */
     cold_call_t *calls; /* engine calls in flight */
     size_t n_calls;
     size_t n_aux; /* worker/restore/recon work holding the handle */
@@ -192,6 +194,15 @@ struct cold {
     uint64_t seq; /* internal ids */
     cold_stats_t st;
 };
+
+/* Issue a call from the layer's own drivers (worker, tasks): its callback then also runs with
+ * KVMESH_ECANCELED when the handle closes, so the driver can free itself. */
+static inline int cold_internal_rc(cold_t *c, int rc)
+{
+    c->internal_next = false;
+    return rc;
+}
+#define COLD_INTERNAL(c, e) ((c)->internal_next = true, cold_internal_rc((c), (e)))
 
 /* engine (cold_tx.c) */
 cold_call_t *cold_call_new(cold_t *c, cold_ck_t kind, unsigned want);

@@ -79,6 +79,8 @@ uint64_t cold_deadline(cold_t *c, uint32_t attempts)
     return env_wall_ms(c->env) + ms;
 }
 
+static void call_done(cold_call_t *call, int rc, const cold_decision_t *d);
+
 /* ---- handle --------------------------------------------------------------------------------- */
 
 static void maybe_free(cold_t *c)
@@ -179,22 +181,22 @@ void cold_close(cold_t *c)
     if (!c)
         return;
     c->closing = true;
-    for (cold_call_t *call = c->calls, *next; call; call = next) {
-        next = call->next;
-        if (call->timer && !call->in_meta) {
-            env_timer_cancel(c->env, call->timer);
-            if (call->prev)
-                call->prev->next = call->next;
-            else
-                c->calls = call->next;
-            if (call->next)
-                call->next->prev = call->prev;
-            c->n_calls--;
-            free(call);
+    cold_aux_hold(c); /* internal callbacks below may release the last other hold */
+    bool again = true;
+    while (again) { /* a callback may end other calls: rescan until none waits on a timer */
+        again = false;
+        for (cold_call_t *call = c->calls; call; call = call->next) {
+            if (call->timer && !call->in_meta) {
+                env_timer_cancel(c->env, call->timer);
+                call->timer = 0;
+                call_done(call, KVMESH_ECANCELED, NULL); /* internal ones free their driver */
+                again = true;
+                break;
+            }
         }
     }
     cold_worker_close(c);
-    maybe_free(c);
+    cold_aux_release(c);
 }
 
 void cold_get_stats(const cold_t *c, cold_stats_t *out)
@@ -207,7 +209,7 @@ int cold_check_invariants(const cold_t *c)
     size_t n = 0;
     for (const cold_call_t *k = c->calls; k; k = k->next)
         n++;
-    if (n != c->n_calls)
+    if (n != c->n_calls) /* (outside callbacks: inside one, the finishing call is unlisted) */
         return kvm_errf(KVMESH_ECORRUPT, "cold: %zu calls listed, %zu counted", n, c->n_calls);
     if (c->n_active > c->cfg.max_inflight || c->n_queued > c->cfg.queue_cap)
         return kvm_errf(KVMESH_ECORRUPT, "cold: worker bounds exceeded");
@@ -228,6 +230,8 @@ cold_call_t *cold_call_new(cold_t *c, cold_ck_t kind, unsigned want)
     call->c = c;
     call->kind = kind;
     call->want = want;
+    call->internal = c->internal_next;
+    c->internal_next = false;
     return call;
 }
 
@@ -242,13 +246,13 @@ static void call_done(cold_call_t *call, int rc, const cold_decision_t *d)
         c->calls = call->next;
     if (call->next)
         call->next->prev = call->prev;
-    c->n_calls--;
+    /* n_calls still counts this call during its callback, so the handle outlives it */
     if (rc && rc != KVMESH_ECANCELED)
         c->st.last_error = rc;
     if (rc == KVMESH_ECORRUPT)
         c->st.corrupt++;
     bool w_dev = d && d->put[CR_DEV], w_op = d && d->put[CR_OP], w_rec = d && d->put[CR_REC];
-    if (!c->closing && rc != KVMESH_ECANCELED) {
+    if (call->internal || (!c->closing && rc != KVMESH_ECANCELED)) {
         bool rep = d && d->repeated;
         const cold_device_t *dev = w_dev ? &call->ndev : call->found[CR_DEV] ? &call->dev : NULL;
         const cold_op_t *op = w_op ? &call->nop : call->found[CR_OP] ? &call->op : NULL;
@@ -267,6 +271,7 @@ static void call_done(cold_call_t *call, int rc, const cold_decision_t *d)
         }
     }
     free(call);
+    c->n_calls--;
     maybe_free(c);
 }
 
@@ -486,8 +491,11 @@ static void decide_and_write(cold_call_t *call)
     }
     meta_cmp_t cmps[CR_N];
     size_t nc = 0;
+    bool dev_call = call->kind == CK_DEV_REG || call->kind == CK_DEV_HEALTH;
     for (int i = 0; i < CR_N; i++)
-        if (call->want & (1u << i))
+        /* the device record is compared only when it is written (reserve, commit, release all
+         * write it) or is the subject: a transition that moves no bytes does not contend on it */
+        if ((call->want & (1u << i)) && (i != CR_DEV || d.put[CR_DEV] || dev_call))
             cmps[nc++] = (meta_cmp_t){
                 .key = call->k[i], .target = META_CMP_MOD_REV, .op = META_EQ, .num = call->rev[i]};
     meta_op_t ops[CR_N + 4];

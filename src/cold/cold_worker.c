@@ -266,7 +266,7 @@ static void on_adv(void *arg, int rc, const cold_op_view_t *v)
 
 static void advance(cold_jobst_t *j, enum cold_op_state to, const cold_locator_t *loc)
 {
-    int rc = cold_op_advance(j->c, &j->cold_op, to, loc, on_adv, j);
+    int rc = COLD_INTERNAL(j->c, cold_op_advance(j->c, &j->cold_op, to, loc, on_adv, j));
     if (rc)
         job_backoff(j, rc);
 }
@@ -504,7 +504,7 @@ static void job_step(cold_jobst_t *j)
                              .ident = &j->ident,
                              .length = j->length,
                              .checksum = j->checksum};
-        int rc = cold_op_plan(c, &q, on_plan, j);
+        int rc = COLD_INTERNAL(c, cold_op_plan(c, &q, on_plan, j));
         if (rc)
             job_backoff(j, rc);
         return;
@@ -572,7 +572,7 @@ static void rt_on_handoff(void *arg, int rc, const cold_reclaim_view_t *v)
 
 static void rt_handoff(rtask_t *t)
 {
-    int rc = cold_rec_call(t->c, CK_REC_HANDOFF, &t->id, rt_on_handoff, t);
+    int rc = COLD_INTERNAL(t->c, cold_rec_call(t->c, CK_REC_HANDOFF, &t->id, rt_on_handoff, t));
     if (rc)
         rt_end(t, rc, NULL);
 }
@@ -607,7 +607,7 @@ static void rt_io_done(cold_io_t *io)
         rt_end(t, kvm_errf(t->io_rc, "cold reclaim: backend delete: %s", t->err.msg), NULL);
         return;
     }
-    int rc = cold_rec_call(t->c, CK_REC_DELETED, &t->id, rt_on_deleted, t);
+    int rc = COLD_INTERNAL(t->c, cold_rec_call(t->c, CK_REC_DELETED, &t->id, rt_on_deleted, t));
     if (rc)
         rt_end(t, rc, NULL);
 }
@@ -647,7 +647,7 @@ static void rt_on_lookup(void *arg, int rc, const cold_route_obs_t *o)
                          o->cold.u.mat.locator_len == t->rec.r.locator_len &&
                          memcmp(o->cold.u.mat.locator, t->rec.r.locator, t->rec.r.locator_len) == 0;
     if (authoritative) {
-        int r = cold_rec_call(t->c, CK_REC_RESCHED, &t->id, rt_on_resched, t);
+        int r = COLD_INTERNAL(t->c, cold_rec_call(t->c, CK_REC_RESCHED, &t->id, rt_on_resched, t));
         if (r)
             rt_end(t, r, NULL);
         return;
@@ -701,7 +701,7 @@ int cold_reclaim_run(cold_t *c, const kvm_op_id_t *reclaim_op, cold_reclaim_cb c
         return KVMESH_ENOMEM;
     *t = (rtask_t){.c = c, .id = *reclaim_op, .cb = cb, .arg = arg};
     cold_aux_hold(c);
-    int rc = cold_rec_call(c, CK_REC_GET, reclaim_op, rt_on_get, t);
+    int rc = COLD_INTERNAL(c, cold_rec_call(c, CK_REC_GET, reclaim_op, rt_on_get, t));
     if (rc) {
         free(t);
         cold_aux_release(c);
@@ -757,6 +757,11 @@ static void et_on_op(void *arg, int rc, const cold_op_view_t *v)
                            cold_op_state_name(v->op->state)));
         return;
     }
+    if (v->op->payload_fp != kvm_cold_backing_fingerprint(&t->obs.cold)) {
+        et_end(t, kvm_errf(KVMESH_ECONFLICT, "last-hot eviction: the route's locator is not the "
+                                             "one its cold op persisted"));
+        return;
+    }
     cold_evict_expect_t e = {.version = t->obs.version,
                              .content_op = t->obs.content_op,
                              .cold_op = t->obs.cold.cold_op,
@@ -792,7 +797,7 @@ static void et_on_lookup(void *arg, int rc, const cold_route_obs_t *o)
         return;
     }
     t->obs = *o;
-    int r = cold_op_get(c, &o->cold.cold_op, et_on_op, t);
+    int r = COLD_INTERNAL(c, cold_op_get(c, &o->cold.cold_op, et_on_op, t));
     if (r)
         et_end(t, r);
 }
@@ -925,6 +930,13 @@ static void st_on_lookup(void *arg, int rc, const cold_route_obs_t *o)
     }
     if (!o->found || o->tombstone || o->cold.kind != KVM_COLD_MATERIALIZED) {
         st_end(t, kvm_errf(KVMESH_ENOENT, "cold restore: no materialized cold backing"));
+        return;
+    }
+    const cold_device_t *dv = cold_view_find(c, &o->cold.tier);
+    if (dv && !cold_device_readable(dv)) {
+        st_end(t,
+               kvm_errf(KVMESH_EUNAVAILABLE, "cold restore: the device is %s, %s",
+                        cold_dev_health_name(dv->health), cold_dev_lifecycle_name(dv->lifecycle)));
         return;
     }
     uint64_t fp = kvm_cold_backing_fingerprint(&o->cold);
@@ -1134,7 +1146,7 @@ static void on_due(void *arg, const meta_result_t *res)
                 continue;
             m->c = c;
             cold_aux_hold(c);
-            if (cold_op_get(c, &id, on_resume_op, m) == 0) {
+            if (COLD_INTERNAL(c, cold_op_get(c, &id, on_resume_op, m)) == 0) {
                 r->rep.resumed++;
             } else {
                 free(m);
