@@ -926,6 +926,80 @@ static void test_recon_resumes(void **st)
     fx_close(&f);
 }
 
+/* Every (from, to) pair through the engine: an op driven to `from` (by a legal path), then
+ * `to` attempted: applied exactly for the diagram's edges, refused (ECONFLICT, record unchanged)
+ * otherwise, and a repeat of an applied edge is `repeated`. */
+static void drive(fx_t *f, uint64_t seq, enum cold_op_state s)
+{
+    static const enum cold_op_state main_path[] = {COLD_OP_RESERVED, COLD_OP_PAYLOAD_WRITTEN,
+                                                   COLD_OP_ROUTE_COMMITTED,
+                                                   COLD_OP_USAGE_COMMITTED};
+    assert_int_equal(plan(f, seq, 10).rc, 0);
+    if (s == COLD_OP_PLANNED)
+        return;
+    if (s == COLD_OP_RELEASED) {
+        assert_int_equal(adv(f, seq, COLD_OP_RELEASED).rc, 0);
+        return;
+    }
+    if (s == COLD_OP_RECLAIMING) {
+        assert_int_equal(adv(f, seq, COLD_OP_RESERVED).rc, 0);
+        assert_int_equal(adv(f, seq, COLD_OP_PAYLOAD_WRITTEN).rc, 0);
+        assert_int_equal(adv(f, seq, COLD_OP_RECLAIMING).rc, 0);
+        return;
+    }
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(adv(f, seq, main_path[i]).rc, 0);
+        if (main_path[i] == s)
+            return;
+    }
+}
+
+static void test_engine_all_edges(void **st)
+{
+    (void)st;
+    fx_t f;
+    fx_open(&f, 0);
+    assert_int_equal(dev_register(&f, &f.dev).rc, 0);
+    uint64_t seq = 100;
+    int applied = 0, refused = 0;
+    for (size_t a = 1; a < sizeof(ALL) / sizeof(ALL[0]); a++)
+        for (size_t b = 2; b < sizeof(ALL) / sizeof(ALL[0]); b++) {
+            if (ALL[a] == ALL[b])
+                continue;
+            seq++;
+            drive(&f, seq, ALL[a]);
+            res_t before = dev_get(&f);
+            res_t r = adv(&f, seq, ALL[b]);
+            if (cold_op_transition_ok(ALL[a], ALL[b])) {
+                assert_int_equal(r.rc, 0);
+                assert_int_equal(r.op.state, ALL[b]);
+                res_t again = adv(&f, seq, ALL[b]);
+                assert_int_equal(again.rc, 0);
+                assert_true(again.repeated);
+                applied++;
+            } else {
+                assert_int_equal(r.rc, KVMESH_ECONFLICT);
+                assert_int_equal(r.op.state, ALL[a]);
+                res_t after = dev_get(&f);
+                assert_int_equal(after.dev.used, before.dev.used);
+                assert_int_equal(after.dev.reserved, before.dev.reserved);
+                refused++;
+            }
+            /* leave the device empty for the next pair */
+            res_t cur = adv(&f, seq, COLD_OP_RELEASED);
+            if (cur.rc == KVMESH_ECONFLICT && cur.op.state == COLD_OP_PAYLOAD_WRITTEN) {
+                assert_int_equal(adv(&f, seq, COLD_OP_RECLAIMING).rc, 0);
+                cur = adv(&f, seq, COLD_OP_RELEASED);
+            }
+            assert_int_equal(cur.rc, 0);
+            res_t d = dev_get(&f);
+            assert_int_equal(d.dev.used + d.dev.reserved, 0);
+        }
+    assert_int_equal(applied, 10); /* the 11 edges minus NONE -> PLANNED (that one is plan) */
+    assert_true(refused > 20);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -934,6 +1008,7 @@ int main(void)
         cmocka_unit_test(test_codecs),
         cmocka_unit_test(test_engine_main_path),
         cmocka_unit_test(test_engine_capacity_and_exits),
+        cmocka_unit_test(test_engine_all_edges),
         cmocka_unit_test(test_offload_evict_restore),
         cmocka_unit_test(test_evict_needs_usage_committed),
         cmocka_unit_test(test_reclaim_handoff),
