@@ -122,6 +122,9 @@ struct cs {
     int fin_pending;
     char why[512];
     uint64_t writes, cas_lost, evictions, restores, crashes;
+    struct cs_owed **owed;
+    size_t n_owed, cap_owed;
+    bool paying; /* end of a failed run: replies are delivered without the world */
 };
 
 static void *cs_alloc(cs_t *S, size_t size)
@@ -135,6 +138,45 @@ static void *cs_alloc(cs_t *S, size_t size)
     KVM_ASSERT(p != NULL);
     S->allocs[S->n_allocs++] = p;
     return p;
+}
+
+/* A world event that completes a cold_t's request (a route reply, backend work). Tracked so
+ * that, when a run stops early on a failure, the end of the run still delivers them and every
+ * handle frees its work. */
+typedef struct cs_owed {
+    cs_t *S;
+    env_cb fn;
+    void *arg;
+    bool fired;
+} cs_owed_t;
+
+static void owed_fire(void *arg)
+{
+    cs_owed_t *w = arg;
+    if (w->fired)
+        return;
+    w->fired = true;
+    w->fn(w->arg);
+}
+
+static void owe(cs_t *S, uint64_t delay, env_cb fn, void *arg)
+{
+    cs_owed_t *w = cs_alloc(S, sizeof(*w));
+    *w = (cs_owed_t){S, fn, arg, false};
+    if (S->n_owed == S->cap_owed) {
+        S->cap_owed = S->cap_owed ? 2 * S->cap_owed : 256;
+        S->owed = realloc(S->owed, S->cap_owed * sizeof(*S->owed));
+        KVM_ASSERT(S->owed != NULL);
+    }
+    S->owed[S->n_owed++] = w;
+    sim_schedule(S->sim, delay, owed_fire, w);
+}
+
+static void pay_owed(cs_t *S)
+{
+    S->paying = true;
+    for (size_t i = 0; i < S->n_owed; i++) /* may grow while paying */
+        owed_fire(S->owed[i]);
 }
 
 static kvm_runtime_id_t node_rid(uint32_t n)
@@ -209,7 +251,7 @@ static void rt_lookup(void *ctx, const kvm_ident_t *id, cold_lookup_cb cb, void 
     cs_t *S = ctx;
     cs_call_t *k = cs_alloc(S, sizeof(*k));
     *k = (cs_call_t){.S = S, .o = obj_of(S, id), .lcb = cb, .arg = arg};
-    sim_schedule(S->sim, jitter(S, 0, 2), lookup_fire, k);
+    owe(S, jitter(S, 0, 2), lookup_fire, k);
 }
 
 static void read_fire(void *arg)
@@ -237,7 +279,7 @@ static void rt_read_hot(void *ctx, const kvm_ident_t *id, const kvm_op_id_t *con
                      .content = *content,
                      .buf = buf,
                      .len = len};
-    sim_schedule(S->sim, jitter(S, 0, 2), read_fire, k);
+    owe(S, jitter(S, 0, 2), read_fire, k);
 }
 
 static void mat_fire(void *arg)
@@ -262,7 +304,7 @@ static void rt_materialize(void *ctx, const kvm_ident_t *id, const kvm_route_ver
     cs_t *S = ctx;
     cs_call_t *k = cs_alloc(S, sizeof(*k));
     *k = (cs_call_t){.S = S, .o = obj_of(S, id), .cb = cb, .arg = arg, .exp = *exp, .mat = *mat};
-    sim_schedule(S->sim, jitter(S, 0, 2), mat_fire, k);
+    owe(S, jitter(S, 0, 2), mat_fire, k);
 }
 
 static int find_rep(const cold_route_obs_t *r, const kvm_hot_replica_t *rep)
@@ -285,7 +327,7 @@ static void on_evict_opget(void *arg, const meta_result_t *res)
                  o->r.cold.kind == KVM_COLD_MATERIALIZED &&
                  kvm_op_id_equal(&e->cold_op, &o->r.cold.cold_op) &&
                  e->locator_fp == kvm_cold_backing_fingerprint(&o->r.cold) && at >= 0;
-    if (!match) {
+    if (!match || res->rc == KVMESH_ECANCELED) {
         k->cb(k->arg, KVMESH_ECONFLICT);
         return;
     }
@@ -313,6 +355,10 @@ static void on_evict_opget(void *arg, const meta_result_t *res)
 static void evict_fire(void *arg)
 {
     cs_call_t *k = arg;
+    if (k->S->paying) {
+        k->cb(k->arg, KVMESH_ECONFLICT);
+        return;
+    }
     char key[KS_KEY_CAP], s[KVM_OP_ID_FMT_LEN];
     int rc = ks_cold_op_key(key, sizeof(key), CS_DEP, kvm_op_id_fmt(&k->ev.cold_op, s));
     KVM_ASSERT(rc == 0);
@@ -326,7 +372,7 @@ static void rt_evict(void *ctx, const kvm_ident_t *id, const cold_evict_expect_t
     cs_t *S = ctx;
     cs_call_t *k = cs_alloc(S, sizeof(*k));
     *k = (cs_call_t){.S = S, .o = obj_of(S, id), .cb = cb, .arg = arg, .ev = *e};
-    sim_schedule(S->sim, jitter(S, 0, 2), evict_fire, k);
+    owe(S, jitter(S, 0, 2), evict_fire, k);
 }
 
 static void promote_fire(void *arg)
@@ -360,7 +406,7 @@ static void rt_promote(void *ctx, const kvm_ident_t *id, const kvm_route_version
     }
     cs_call_t *k = cs_alloc(S, sizeof(*k));
     *k = (cs_call_t){.S = S, .o = o, .cb = cb, .arg = arg, .exp = *exp};
-    sim_schedule(S->sim, jitter(S, 0, 2), promote_fire, k);
+    owe(S, jitter(S, 0, 2), promote_fire, k);
 }
 
 /* Backend work runs as a world event 0-2 ms later (never dropped: a crashed node's cold_t
@@ -375,7 +421,7 @@ static void io_fire(void *arg)
 static void io_submit(void *ctx, cold_io_t *io)
 {
     cs_t *S = ctx;
-    sim_schedule(S->sim, jitter(S, 0, 2), io_fire, io);
+    owe(S, jitter(S, 0, 2), io_fire, io);
 }
 
 /* ---- nodes ---------------------------------------------------------------------------------- */
@@ -1079,6 +1125,7 @@ out:
     for (uint32_t i = 0; i < CS_NODES; i++)
         sim_crash(sim, i);
     sim_run_for(sim, SIM_SEC_NS); /* world events reach the closed handles */
+    pay_owed(S);                  /* after a failure the world stopped before they landed */
     cold_close(S->store_c);
     sim_run_for(sim, SIM_SEC_NS);
     meta_close(S->store_m);
@@ -1093,6 +1140,7 @@ out:
     for (size_t i = 0; i < S->n_allocs; i++)
         free(S->allocs[i]);
     free(S->allocs);
+    free(S->owed);
     free(S);
     return out;
 }
