@@ -274,13 +274,15 @@ typedef struct cold_config {
     uint32_t queue_cap;      /* queued jobs, 1..COLD_QUEUE_MAX (0 = 1024) */
     enum cold_order order;
     uint64_t max_buffer;     /* largest payload one job reads (0 = 64 MiB) */
-    const cold_io_ops_t *io; /* NULL: backend calls inline */
+    const cold_io_ops_t *io; /* borrowed, outlives the handle; NULL: backend calls inline */
     /* tests: called at every crash window; true = the process dies here (the job stops) */
     bool (*test_crash)(void *ctx, enum cold_window w, const kvm_op_id_t *op);
     void *test_ctx;
     unsigned test_bugs; /* COLD_BUG_* */
 } cold_config_t;
 
+/* route and cfg are copied (cfg->io and cfg->test_ctx are borrowed); env and m are borrowed and
+ * must outlive the handle (close the meta_t after cold_close). */
 int cold_new(cold_t **out, env_t *env, meta_t *m, const cold_route_ops_t *route,
              const cold_config_t *cfg);
 /* No user callback runs after this returns; memory is released once calls still inside a

@@ -231,5 +231,6 @@ void cold_decide_rec(cold_call_t *call, cold_decision_t *d);
 
 /* worker internals (cold_worker.c) */
 void cold_worker_close(cold_t *c);
+int cold_worker_check(const cold_t *c); /* list lengths match the counts; each job at most once */
 
 #endif

@@ -212,12 +212,16 @@ int cold_check_invariants(const cold_t *c)
     if (n != c->n_calls) /* (outside callbacks: inside one, the finishing call is unlisted) */
         return kvm_errf(KVMESH_ECORRUPT, "cold: %zu calls listed, %zu counted", n, c->n_calls);
     if (c->n_active > c->cfg.max_inflight || c->n_queued > c->cfg.queue_cap)
-        return kvm_errf(KVMESH_ECORRUPT, "cold: worker bounds exceeded");
+        return kvm_errf(KVMESH_ECORRUPT, "cold: worker bounds exceeded (%zu active, %zu queued)",
+                        c->n_active, c->n_queued);
     if (c->n_sf > COLD_RESTORES_MAX)
         return kvm_errf(KVMESH_ECORRUPT, "cold: restore bound exceeded");
-    if (c->st.offloads_ok + c->st.offloads_released > c->seq + UINT64_MAX / 2)
-        return kvm_errf(KVMESH_ECORRUPT, "cold: counters");
-    return 0;
+    if (c->n_att > COLD_BACKENDS_MAX || c->n_view > COLD_DEVICES_MAX)
+        return kvm_errf(KVMESH_ECORRUPT, "cold: device bounds exceeded");
+    for (size_t i = 0; i < c->n_view; i++)
+        if (cold_device_check(&c->view[i]) != 0)
+            return cold_errctx(KVMESH_ECORRUPT, "cold: device view");
+    return cold_worker_check(c);
 }
 
 /* ---- calls ---------------------------------------------------------------------------------- */

@@ -105,7 +105,7 @@ static void job_end(cold_jobst_t *j)
         pump(c);
 }
 
-static bool find_job(cold_jobst_t *l, const kvm_op_id_t *op)
+static bool find_job(const cold_jobst_t *l, const kvm_op_id_t *op)
 {
     for (; l; l = l->next)
         if (kvm_op_id_equal(&l->cold_op, op))
@@ -1200,5 +1200,27 @@ int cold_recon_pass(cold_t *c, uint32_t page, cold_recon_cb cb, void *arg)
     c->recon_busy = true;
     cold_aux_hold(c);
     recon_next(r);
+    return 0;
+}
+
+/* ---- invariants ---------------------------------------------------------------------------- */
+
+int cold_worker_check(const cold_t *c)
+{
+    size_t nq = 0, na = 0, ns = 0;
+    for (const cold_jobst_t *j = c->q_head; j; j = j->next, nq++)
+        if (j->next && j->next->prev != j)
+            return kvm_errf(KVMESH_ECORRUPT, "cold worker: queue links broken");
+    for (const cold_jobst_t *j = c->active; j; j = j->next, na++)
+        if (find_job(j->next, &j->cold_op) || find_job(c->q_head, &j->cold_op))
+            return kvm_errf(KVMESH_ECORRUPT, "cold worker: a cold op is driven twice");
+    for (const cold_sf_t *s = c->sf; s; s = s->next, ns++)
+        if (s->n_w == 0 || s->n_w > COLD_WAITERS_MAX)
+            return kvm_errf(KVMESH_ECORRUPT, "cold restore: waiter count out of range");
+    if (nq != c->n_queued || na != c->n_active || ns != c->n_sf)
+        return kvm_errf(KVMESH_ECORRUPT,
+                        "cold worker: %zu queued / %zu active / %zu restores listed, counts say "
+                        "%zu / %zu / %zu",
+                        nq, na, ns, c->n_queued, c->n_active, c->n_sf);
     return 0;
 }
