@@ -39,7 +39,8 @@
  *             no PendingOffload route left; per device reserved = 0 and used = the bytes of
  *             the live materialized routes on it (= the sum of its USAGE_COMMITTED ops), and
  *             the backend holds exactly those payloads (no orphan); every reclaim record is
- *             USAGE_RELEASED, or PLANNED for a locator still authoritative.
+ *             USAGE_RELEASED, or PLANNED for a locator still authoritative; the due index
+ *             holds exactly one entry per record still open (those plans) and nothing else.
  *
  * Variants that must be caught: evict_no_usage (eviction while only ROUTE_COMMITTED),
  * reclaim_no_lookup (cleanup deletes without the exact route lookup), double_release (the handoff
@@ -118,7 +119,7 @@ struct cs {
     /* final read */
     bool fin_busy, fin_done;
     int fin_rc;
-    meta_result_t *fin[3]; /* ops, devices, reclaims */
+    meta_result_t *fin[4]; /* ops, devices, reclaims, due index */
     int fin_pending;
     char why[512];
     uint64_t writes, cas_lost, evictions, restores, crashes;
@@ -853,21 +854,22 @@ static void on_fin(void *arg, const meta_result_t *res)
 static bool fin_ready(void *ctx)
 {
     cs_t *S = ctx;
-    return S->fin[0] && S->fin[1] && S->fin[2];
+    return S->fin[0] && S->fin[1] && S->fin[2] && S->fin[3];
 }
 
 static bool read_final(cs_t *S)
 {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         meta_result_free(S->fin[i]);
         S->fin[i] = NULL;
     }
-    char p[3][KS_KEY_CAP];
+    char p[4][KS_KEY_CAP];
     int rc = ks_prefix(p[0], KS_KEY_CAP, CS_DEP, KS_COLD_OP, NULL, 0);
     rc |= ks_cold_device_prefix(p[1], KS_KEY_CAP, CS_DEP);
     rc |= ks_prefix(p[2], KS_KEY_CAP, CS_DEP, KS_RECLAIM, NULL, 0);
+    rc |= ks_prefix(p[3], KS_KEY_CAP, CS_DEP, KS_COLD_DUE, NULL, 0);
     KVM_ASSERT(rc == 0);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         rc = meta_range(S->wm, p[i], NULL, META_RANGE_MAX, 0, on_fin, &S->fin[i]);
         KVM_ASSERT(rc == 0);
     }
@@ -995,6 +997,7 @@ static bool converged(cs_t *S)
             WHY("device %u: the backend holds %llu payloads, routes reference %llu", d,
                 (unsigned long long)objs, (unsigned long long)route_n[d]);
     }
+    size_t n_open = 0;
     for (size_t j = 0; j < recs->n_kvs; j++) {
         cold_reclaim_t r;
         if (cold_reclaim_decode(recs->kvs[j].value, recs->kvs[j].value_len, &r) != 0)
@@ -1007,6 +1010,20 @@ static bool converged(cs_t *S)
         if (r.r.state != KVM_RECLAIM_PLANNED || !auth)
             WHY("reclaim %s is %s for a locator no longer authoritative",
                 kvm_op_id_fmt(&r.r.reclaim_op, b), kvm_reclaim_state_name(r.r.state));
+        n_open++;
+    }
+    /* the due index holds exactly one entry per non-terminal record: here, the open plans */
+    const meta_result_t *due = S->fin[3];
+    if (due->n_kvs != n_open)
+        WHY("due index has %zu entries, %zu records are not terminal", due->n_kvs, n_open);
+    for (size_t j = 0; j < due->n_kvs; j++) {
+        ks_parsed_t *pk = malloc(sizeof(*pk));
+        KVM_ASSERT(pk != NULL);
+        bool ok =
+            ks_parse(due->kvs[j].key, pk) == 0 && strcmp(pk->parts[0].s, "reclaim-planned") == 0;
+        free(pk);
+        if (!ok)
+            WHY("due entry %s does not belong to an open reclaim plan", due->kvs[j].key);
     }
     return true;
 }
@@ -1130,7 +1147,7 @@ out:
     sim_run_for(sim, SIM_SEC_NS);
     meta_close(S->store_m);
     meta_close(S->wm);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         meta_result_free(S->fin[i]);
     int out = sim_finish(sim, res);
     for (int i = 0; i < CS_NODES; i++)
