@@ -7,7 +7,7 @@
  *
  * A layer of its own: it uses only core, env, obs and meta. Every durable effect is a meta.h
  * transaction (compare on mod_rev, so it runs unchanged on memory, Redis and etcd); payload bytes
- * go through a backend table (cold_backend.h) run by the I/O hook it is given (cold_io_ops_t);
+ * go through a backend table (cold_backend.h) run by the I/O hook it is given (cold_exec_ops_t);
  * the route side (exact lookup, the materialize CAS, the last-hot eviction CAS, hot reads and
  * re-promotion) is reached only through the callbacks it is given (cold_route_ops_t). It never
  * includes route, store, net or api headers.
@@ -47,7 +47,8 @@
  * underflow: never applied), KVMESH_EINDETERMINATE (a write's outcome stayed unknown; repeat it).
  *
  * Threading: a cold_t lives on its env's loop thread with its meta_t; every callback runs there.
- * Backend calls run inside cold_io_ops_t.run (worker threads in the store, inline in tests).
+ * Backend calls run inside cold_exec_t.run, submitted through cold_exec_ops_t (worker threads in
+ * the store, inline in tests).
  * Ownership: request structs are copied before a call returns; views passed to callbacks are valid
  * only during the callback. cold_close() cancels what it can: no user callback runs after it.
  */
@@ -187,15 +188,15 @@ void cold_opkey(const kvm_op_id_t *id, char out[COLD_OPKEY_CAP]);
 
 /* Backend work: run(io) must be called once on a thread that may block (the backend's calls),
  * then done(io) once on the loop thread. NULL ops: both inline on the loop thread. */
-typedef struct cold_io cold_io_t;
-struct cold_io {
-    void (*run)(cold_io_t *io);
-    void (*done)(cold_io_t *io);
+typedef struct cold_exec cold_exec_t;
+struct cold_exec {
+    void (*run)(cold_exec_t *io);
+    void (*done)(cold_exec_t *io);
 };
-typedef struct cold_io_ops {
-    void (*submit)(void *ctx, cold_io_t *io);
+typedef struct cold_exec_ops {
+    void (*submit)(void *ctx, cold_exec_t *io);
     void *ctx;
-} cold_io_ops_t;
+} cold_exec_ops_t;
 
 /* What an exact route lookup found. */
 typedef struct cold_route_obs {
@@ -273,8 +274,8 @@ typedef struct cold_config {
     uint32_t max_inflight;   /* offload jobs at once, 1..COLD_INFLIGHT_MAX (0 = 8) */
     uint32_t queue_cap;      /* queued jobs, 1..COLD_QUEUE_MAX (0 = 1024) */
     enum cold_order order;
-    uint64_t max_buffer;     /* largest payload one job reads (0 = 64 MiB) */
-    const cold_io_ops_t *io; /* borrowed, outlives the handle; NULL: backend calls inline */
+    uint64_t max_buffer;         /* largest payload one job reads (0 = 64 MiB) */
+    const cold_exec_ops_t *exec; /* borrowed, outlives the handle; NULL: backend calls inline */
     /* tests: called at every crash window; true = the process dies here (the job stops) */
     bool (*test_crash)(void *ctx, enum cold_window w, const kvm_op_id_t *op);
     void *test_ctx;

@@ -213,8 +213,8 @@ int cold_key_rec(cold_t *c, char *out, const kvm_op_id_t *id);
 uint64_t cold_deadline(cold_t *c, uint32_t attempts);
 void cold_aux_hold(cold_t *c);
 void cold_aux_release(cold_t *c); /* frees the handle when closing and nothing remains */
-void cold_io_submit(cold_t *c, cold_io_t *io);
-const cold_backend_t *cold_backend_of(const cold_t *c, const kvm_tier_id_t *dev);
+void cold_exec_submit(cold_t *c, cold_exec_t *io);
+const cold_backend_t *cold_attached(const cold_t *c, const kvm_tier_id_t *dev);
 
 int cold_rec_call(cold_t *c, cold_ck_t kind, const kvm_op_id_t *reclaim_op, cold_reclaim_cb cb,
                   void *arg);

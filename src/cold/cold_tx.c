@@ -101,22 +101,22 @@ void cold_aux_release(cold_t *c)
     maybe_free(c);
 }
 
-static void io_inline(void *ctx, cold_io_t *io)
+static void io_inline(void *ctx, cold_exec_t *io)
 {
     (void)ctx;
     io->run(io);
     io->done(io);
 }
 
-void cold_io_submit(cold_t *c, cold_io_t *io)
+void cold_exec_submit(cold_t *c, cold_exec_t *io)
 {
-    if (c->cfg.io && c->cfg.io->submit)
-        c->cfg.io->submit(c->cfg.io->ctx, io);
+    if (c->cfg.exec && c->cfg.exec->submit)
+        c->cfg.exec->submit(c->cfg.exec->ctx, io);
     else
         io_inline(NULL, io);
 }
 
-const cold_backend_t *cold_backend_of(const cold_t *c, const kvm_tier_id_t *dev)
+const cold_backend_t *cold_attached(const cold_t *c, const kvm_tier_id_t *dev)
 {
     for (size_t i = 0; i < c->n_att; i++)
         if (kvm_id128_equal(&c->att[i].dev, dev))
@@ -167,7 +167,7 @@ int cold_attach_backend(cold_t *c, const kvm_tier_id_t *dev, const cold_backend_
 {
     if (!c || !dev || !be || !be->ops)
         return kvm_errf(KVMESH_EINVAL, "cold_attach_backend: NULL argument");
-    if (cold_backend_of(c, dev))
+    if (cold_attached(c, dev))
         return kvm_errf(KVMESH_EEXIST, "cold_attach_backend: device already attached");
     if (c->n_att == COLD_BACKENDS_MAX)
         return kvm_errf(KVMESH_ENOSPC, "cold_attach_backend: at most %d devices",

@@ -3,7 +3,7 @@
  * cold_worker.c — the cold tier's drivers over the engine: the offload worker (a bounded queue
  * of jobs, each driving one cold op from wherever its record is to USAGE_COMMITTED or RELEASED),
  * reclaim cleanup, last-hot eviction, restore with singleflight, and the reconciliation pass
- * over the due index. Sans-I/O: backend calls go through cold_io_submit, route work through
+ * over the due index. Sans-I/O: backend calls go through cold_exec_submit, route work through
  * cold_route_ops_t; nothing here blocks.
  *
  * One offload job (resumes from the stored state; every step is idempotent by cold op id):
@@ -44,7 +44,7 @@ struct cold_jobst {
     uint8_t *buf;
     cold_route_obs_t obs;
     int phase; /* what the current lookup is for: the op state it was issued in */
-    cold_io_t io;
+    cold_exec_t io;
     int io_kind, io_rc;
     cold_locator_t loc;
     cold_backend_err_t err;
@@ -119,7 +119,7 @@ int cold_offload_submit(cold_t *c, const cold_job_t *job)
         return kvm_errf(KVMESH_EINVAL, "cold_offload_submit: NULL argument");
     if (c->closing)
         return kvm_errf(KVMESH_ECLOSED, "cold_offload_submit: handle is closing");
-    const cold_backend_t *be = cold_backend_of(c, &job->device);
+    const cold_backend_t *be = cold_attached(c, &job->device);
     if (!be)
         return kvm_errf(KVMESH_ENOENT, "cold_offload_submit: device is not attached here");
     if (job->length > c->cfg.max_buffer)
@@ -286,7 +286,7 @@ static bool materialized_same(const cold_jobst_t *j, const cold_route_obs_t *o)
            memcmp(o->cold.u.mat.locator, j->op.loc.b, j->op.loc.len) == 0;
 }
 
-static void io_run(cold_io_t *io)
+static void io_run(cold_exec_t *io)
 {
     cold_jobst_t *j = KVM_CONTAINER_OF(io, cold_jobst_t, io);
     const cold_backend_t *be = j->be;
@@ -315,7 +315,7 @@ static void io_run(cold_io_t *io)
     }
 }
 
-static void io_done(cold_io_t *io)
+static void io_done(cold_exec_t *io)
 {
     cold_jobst_t *j = KVM_CONTAINER_OF(io, cold_jobst_t, io);
     if (j->c->closing) {
@@ -347,7 +347,7 @@ static void job_io(cold_jobst_t *j, int kind)
     j->io_kind = kind;
     j->io.run = io_run;
     j->io.done = io_done;
-    cold_io_submit(j->c, &j->io);
+    cold_exec_submit(j->c, &j->io);
 }
 
 static void on_hot(void *arg, int rc)
@@ -544,7 +544,7 @@ typedef struct rtask {
     cold_reclaim_t rec;
     kvm_ident_t ident;
     const cold_backend_t *be;
-    cold_io_t io;
+    cold_exec_t io;
     int io_rc;
     cold_backend_err_t err;
     cold_reclaim_cb cb;
@@ -587,7 +587,7 @@ static void rt_on_deleted(void *arg, int rc, const cold_reclaim_view_t *v)
     rt_handoff(t);
 }
 
-static void rt_io_run(cold_io_t *io)
+static void rt_io_run(cold_exec_t *io)
 {
     rtask_t *t = KVM_CONTAINER_OF(io, rtask_t, io);
     cold_locator_t l = {.len = t->rec.r.locator_len};
@@ -596,7 +596,7 @@ static void rt_io_run(cold_io_t *io)
     t->io_rc = t->be->ops->del(t->be->be, &l, &t->err);
 }
 
-static void rt_io_done(cold_io_t *io)
+static void rt_io_done(cold_exec_t *io)
 {
     rtask_t *t = KVM_CONTAINER_OF(io, rtask_t, io);
     if (t->c->closing) {
@@ -616,7 +616,7 @@ static void rt_delete(rtask_t *t)
 {
     t->io.run = rt_io_run;
     t->io.done = rt_io_done;
-    cold_io_submit(t->c, &t->io);
+    cold_exec_submit(t->c, &t->io);
 }
 
 static void rt_on_resched(void *arg, int rc, const cold_reclaim_view_t *v)
@@ -669,7 +669,7 @@ static void rt_on_get(void *arg, int rc, const cold_reclaim_view_t *v)
         rt_end(t, 0, &w);
         return;
     }
-    t->be = cold_backend_of(c, &t->rec.r.tier);
+    t->be = cold_attached(c, &t->rec.r.tier);
     if (!t->be) {
         rt_end(t, kvm_errf(KVMESH_ENOENT, "cold reclaim: its device is not attached here"), NULL);
         return;
@@ -840,7 +840,7 @@ struct cold_sf {
     uint8_t *buf;
     int rc;
     cold_backend_err_t err;
-    cold_io_t io;
+    cold_exec_t io;
     size_t n_w;
     struct {
         cold_restore_cb cb;
@@ -873,7 +873,7 @@ static void sf_on_promote(void *arg, int rc)
     sf_free(s);
 }
 
-static void sf_run(cold_io_t *io)
+static void sf_run(cold_exec_t *io)
 {
     cold_sf_t *s = KVM_CONTAINER_OF(io, cold_sf_t, io);
     s->err.msg[0] = '\0';
@@ -883,7 +883,7 @@ static void sf_run(cold_io_t *io)
         s->rc = KVMESH_ECHECKSUM;
 }
 
-static void sf_done(cold_io_t *io)
+static void sf_done(cold_exec_t *io)
 {
     cold_sf_t *s = KVM_CONTAINER_OF(io, cold_sf_t, io);
     cold_t *c = s->c;
@@ -959,7 +959,7 @@ static void st_on_lookup(void *arg, int rc, const cold_route_obs_t *o)
             return;
         }
     }
-    const cold_backend_t *be = cold_backend_of(c, &o->cold.tier);
+    const cold_backend_t *be = cold_attached(c, &o->cold.tier);
     if (!be) {
         st_end(t, kvm_errf(KVMESH_ENOTSUP, "cold restore: the device is not attached here "
                                            "(remote restore goes through its owner)"));
@@ -1004,7 +1004,7 @@ static void st_on_lookup(void *arg, int rc, const cold_route_obs_t *o)
     free(t); /* its aux hold passes to s */
     s->io.run = sf_run;
     s->io.done = sf_done;
-    cold_io_submit(c, &s->io);
+    cold_exec_submit(c, &s->io);
 }
 
 int cold_restore(cold_t *c, const kvm_ident_t *ident, cold_restore_cb cb, void *arg)
@@ -1078,7 +1078,7 @@ static void on_resume_op(void *arg, int rc, const cold_op_view_t *v)
 {
     rsm_t *r = arg;
     cold_t *c = r->c;
-    if (rc == 0 && !c->closing && v->op && cold_backend_of(c, &v->op->device)) {
+    if (rc == 0 && !c->closing && v->op && cold_attached(c, &v->op->device)) {
         kvm_ident_t id;
         if (kvm_ident_from_canonical(&id, v->op->ident, v->op->ident_len) == 0) {
             cold_job_t job = {.ident = &id,

@@ -111,7 +111,7 @@ struct cs {
     cold_simbe_t *sb[CS_NODES];
     cold_backend_t be[CS_NODES];
     cs_obj_t o[CS_OBJS];
-    cold_io_ops_t io;
+    cold_exec_ops_t io;
     cold_route_ops_t ro;
     uint64_t seq;
     void **allocs;
@@ -414,12 +414,12 @@ static void rt_promote(void *ctx, const kvm_ident_t *id, const kvm_route_version
  * ends the work at its callback). */
 static void io_fire(void *arg)
 {
-    cold_io_t *io = arg;
+    cold_exec_t *io = arg;
     io->run(io);
     io->done(io);
 }
 
-static void io_submit(void *ctx, cold_io_t *io)
+static void io_submit(void *ctx, cold_exec_t *io)
 {
     cs_t *S = ctx;
     owe(S, jitter(S, 0, 2), io_fire, io);
@@ -618,7 +618,7 @@ static void *cs_start(void *ctx, sim_t *sim, uint32_t node, env_t *env)
                          .backoff_max_ms = 200,
                          .max_inflight = 4,
                          .queue_cap = 64,
-                         .io = &S->io,
+                         .exec = &S->io,
                          .test_crash = test_crash,
                          .test_ctx = nd,
                          .test_bugs = S->bugs};
@@ -1061,7 +1061,7 @@ static int cs_run(const cs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     sim_t *sim = sim_new(&cfg);
     KVM_ASSERT(sim != NULL);
     S->sim = sim;
-    S->io = (cold_io_ops_t){.submit = io_submit, .ctx = S};
+    S->io = (cold_exec_ops_t){.submit = io_submit, .ctx = S};
     S->ro = (cold_route_ops_t){.lookup = rt_lookup,
                                .read_hot = rt_read_hot,
                                .materialize = rt_materialize,

@@ -233,9 +233,9 @@ typedef struct fx {
     int materialized, evicted, promoted;
     /* deferred I/O (singleflight tests) */
     bool hold_io;
-    cold_io_t *held[8];
+    cold_exec_t *held[8];
     int n_held;
-    cold_io_ops_t io;
+    cold_exec_ops_t io;
 } fx_t;
 
 static fx_t *g;
@@ -329,7 +329,7 @@ static void rt_promote(void *ctx, const kvm_ident_t *id, const kvm_route_version
     cb(arg, 0);
 }
 
-static void io_submit(void *ctx, cold_io_t *io)
+static void io_submit(void *ctx, cold_exec_t *io)
 {
     fx_t *f = ctx;
     if (f->hold_io) {
@@ -341,7 +341,7 @@ static void io_submit(void *ctx, cold_io_t *io)
     io->done(io);
 }
 
-static const cold_io_ops_t g_io = {.submit = io_submit};
+static const cold_exec_ops_t g_io = {.submit = io_submit};
 
 static void run_until(fx_t *f, const bool *done)
 {
@@ -369,7 +369,7 @@ static void fx_open(fx_t *f, unsigned bugs)
                          .self = kvm_id128_from_u64(9, 9),
                          .op_ttl_ms = 50,
                          .backoff_max_ms = 100,
-                         .io = &f->io,
+                         .exec = &f->io,
                          .test_bugs = bugs};
     assert_int_equal(cold_new(&f->c, f->env, f->meta, &ro, &cfg), 0);
     f->sb = cold_simbe_new(1 << 20);
