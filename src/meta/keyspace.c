@@ -406,6 +406,16 @@ int ks_cold_due_key(char *out, size_t cap, const char *dep, const char *state, u
                   P({.s = state}, {.u = deadline_ms}, {.s = cold_op_id}));
 }
 
+int ks_cold_due_prefix(char *out, size_t cap, const char *dep, const char *state)
+{
+    return ks_prefix(out, cap, dep, KS_COLD_DUE, P({.s = state}), 1);
+}
+
+int ks_cold_device_prefix(char *out, size_t cap, const char *dep)
+{
+    return ks_prefix(out, cap, dep, KS_COLD_DEVICE, NULL, 0);
+}
+
 int ks_reclaim_key(char *out, size_t cap, const char *dep, const char *reclaim_id)
 {
     return ks_key(out, cap, dep, KS_RECLAIM, P({.s = reclaim_id}));

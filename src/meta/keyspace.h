@@ -116,6 +116,9 @@ int ks_cold_device_key(char *out, size_t cap, const char *dep, const char *devic
 int ks_cold_op_key(char *out, size_t cap, const char *dep, const char *cold_op_id);
 int ks_cold_due_key(char *out, size_t cap, const char *dep, const char *state, uint64_t deadline_ms,
                     const char *cold_op_id);
+/* Prefix of one state's cold due index (deadline order), and of all device records. */
+int ks_cold_due_prefix(char *out, size_t cap, const char *dep, const char *state);
+int ks_cold_device_prefix(char *out, size_t cap, const char *dep);
 int ks_reclaim_key(char *out, size_t cap, const char *dep, const char *reclaim_id);
 int ks_route_key(char *out, size_t cap, const char *dep, const char *tenant, const char *domain,
                  const char *key);

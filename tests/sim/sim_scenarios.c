@@ -27,6 +27,14 @@ extern const sim_scenario_t scen_quota_crash_after_finalize;
 extern const sim_scenario_t scen_quota_crash_delete_refund;
 extern const sim_scenario_t scen_quota_delayed_cas;
 extern const sim_scenario_t scen_quota_concurrent;
+extern const sim_scenario_t scen_cold_crash_reserve;
+extern const sim_scenario_t scen_cold_crash_write;
+extern const sim_scenario_t scen_cold_crash_locator;
+extern const sim_scenario_t scen_cold_crash_cas;
+extern const sim_scenario_t scen_cold_crash_usage;
+extern const sim_scenario_t scen_cold_race_hot_placement;
+extern const sim_scenario_t scen_cold_race_evict_overwrite;
+extern const sim_scenario_t scen_cold_race_overwrite_usage;
 #endif
 
 const sim_scenario_t *const sim_scenarios[] = {
@@ -48,6 +56,14 @@ const sim_scenario_t *const sim_scenarios[] = {
     &scen_quota_crash_delete_refund,
     &scen_quota_delayed_cas,
     &scen_quota_concurrent,
+    &scen_cold_crash_reserve,
+    &scen_cold_crash_write,
+    &scen_cold_crash_locator,
+    &scen_cold_crash_cas,
+    &scen_cold_crash_usage,
+    &scen_cold_race_hot_placement,
+    &scen_cold_race_evict_overwrite,
+    &scen_cold_race_overwrite_usage,
 #endif
     NULL,
 };
