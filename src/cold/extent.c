@@ -51,6 +51,7 @@ typedef struct seg {
     uint64_t alloc;     /* next append offset (aligned) */
     uint64_t file_size; /* bytes of the file */
     uint64_t live;      /* aligned bytes of live extents */
+    uint64_t pending;   /* aligned bytes allocated to writes not yet journaled */
     unsigned refs;      /* I/O in flight on fd */
     bool retired;       /* removed from the table; fd closes at refs == 0 */
     bool bad;           /* header unreadable at open: its extents report ECORRUPT */
@@ -247,6 +248,7 @@ static int alloc_space(ext_t *x, uint64_t need, seg_t **seg, uint64_t *off, cold
     *seg = a;
     *off = a->alloc;
     a->alloc += need;
+    a->pending += need;
     a->refs++;
     return 0;
 }
@@ -448,6 +450,7 @@ static int ext_put(void *be, const cold_opid_t *op, const struct iovec *iov, int
             x->healthy = true;
         }
         s->file_size = KVM_MAX(s->file_size, off + COLD_EXT_HDR_LEN + len);
+        s->pending -= need;
         x->reserved -= len;
         seg_unref(s);
         pthread_mutex_unlock(&x->mu);
@@ -460,6 +463,7 @@ static int ext_put(void *be, const cold_opid_t *op, const struct iovec *iov, int
     }
     pthread_mutex_lock(&x->mu);
     x->reserved -= len;
+    s->pending -= need;
     seg_unref(s);
     pthread_mutex_unlock(&x->mu);
     return rc;
@@ -690,7 +694,7 @@ static seg_t *pick_victim(ext_t *x)
     uint64_t best_dead = 0;
     for (size_t i = 0; i < x->nsegs; i++) {
         seg_t *s = x->segs[i];
-        if (s == x->active || s->bad)
+        if (s == x->active || s->bad || s->pending > 0)
             continue;
         uint64_t span = s->alloc - COLD_EXT_DATA_OFF;
         uint64_t dead = span - KVM_MIN(s->live, span);
@@ -773,6 +777,7 @@ static int64_t move_one(ext_t *x, uint32_t vid, void *buf, cold_backend_err_t *e
     }
     pthread_mutex_lock(&x->mu);
     d->file_size = KVM_MAX(d->file_size, to + COLD_EXT_HDR_LEN + len);
+    d->pending -= need;
     seg_unref(d);
     seg_unref(v);
     pthread_mutex_unlock(&x->mu);
@@ -788,7 +793,9 @@ static int free_segment(ext_t *x, uint32_t vid, cold_backend_err_t *err)
     pthread_mutex_lock(&x->jmu);
     pthread_mutex_lock(&x->mu);
     seg_t *v = seg_find(x, vid);
-    bool empty = v && !v->head && v != x->active;
+    /* Nothing live and no write still on its way to the journal (a put allocated before the
+     * segment stopped being active may not have journaled yet). */
+    bool empty = v && !v->head && v != x->active && v->pending == 0;
     pthread_mutex_unlock(&x->mu);
     int rc = empty ? jrn_append(x, &r, err) : 0;
     if (rc == 0 && empty) {
