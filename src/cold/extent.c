@@ -4,11 +4,13 @@
  * Owns the segment files and the journal under <root>/ext, the in-memory index (op id -> the
  * extent's current place), per-segment liveness and the usage counters.
  *
- * Write path: allocate an aligned extent at the end of the active segment (under mu), write
- * the extent header and payload there (the I/O engine: io_uring or buffered), fdatasync the
- * segment, then append a PUT record to the journal and fdatasync it, then publish the extent in
- * the index. So every journaled extent's bytes are durable, and a put that returned 0 survives
- * kill -9: recovery replays the journal (discarding a torn tail) and finds it by op id.
+ * Write path: allocate an aligned extent at the end of the writer's active segment (one per
+ * stripe, EXT_STRIPES, so concurrent writers append and sync apart; under mu), write the
+ * extent header and payload there (the I/O engine: io_uring or buffered), fdatasync the
+ * segment, then append a PUT record to the journal, publish the extent in the index, and wait
+ * for the journal's group commit (one fdatasync for every record written before it started).
+ * So every journaled extent's bytes are durable before its record, and a put that returned 0
+ * survives kill -9: recovery replays the journal (discarding a torn tail) and finds it by id.
  * Delete appends DEL; cleaning (maintain) copies the live extents of a mostly-dead segment to
  * the active one, journaling MOVE after each copy is durable, and removes the segment after a
  * SEGFREE record, so a crash at any point leaves each live extent at its old or its new place,
@@ -16,14 +18,16 @@
  * fsync + rename) when it has grown well past what it describes.
  *
  * Locks: jmu (journal appends and every index change that a record describes) is taken before
- * mu (index, segments, counters); data I/O runs with neither held, pinned by segment refs.
- * clean_mu makes maintain() single-threaded.
+ * mu (index, segments, counters) and before smu (the group commit's state); data I/O and the
+ * journal fdatasync run with none held, pinned by segment refs. clean_mu makes maintain()
+ * single-threaded.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +47,24 @@
 #define COPY_CHUNK      (1u << 20)
 #define PUT_REC_BYTES   80
 
+#define EXT_STRIPES 4 /* active segments: concurrent writers append (and sync) apart */
+
 typedef struct ent ent_t;
+
+/* A journal append's place: durable once the epoch's synced offset reaches off. */
+typedef struct jticket {
+    uint64_t epoch, off;
+} jticket_t;
+
+static _Thread_local int tl_stripe = -1;
+static atomic_uint next_stripe;
+
+static int my_stripe(void)
+{
+    if (tl_stripe < 0)
+        tl_stripe = (int)(atomic_fetch_add(&next_stripe, 1) % EXT_STRIPES);
+    return tl_stripe;
+}
 
 typedef struct seg {
     uint32_t id;
@@ -74,13 +95,22 @@ typedef struct ext {
     pthread_mutex_t jmu;
     int jfd;        /* guarded by jmu */
     uint64_t jsize; /* guarded by jmu */
-    bool jbroken;   /* guarded by jmu: an append failed and could not be undone */
+    /* Group commit: appends write under jmu and then wait, under smu, until an fdatasync that
+     * started after their write returns; one thread syncs for all the waiters. A compaction
+     * starts a new epoch (its file was fsynced whole, so older tickets are durable). */
+    pthread_mutex_t smu;
+    pthread_cond_t scv;
+    uint64_t jepoch;   /* guarded by smu */
+    uint64_t jwritten; /* guarded by smu: journal bytes written in this epoch */
+    uint64_t jsynced;  /* guarded by smu: journal bytes known durable in this epoch */
+    bool syncing;      /* guarded by smu: a thread is in fdatasync */
+    bool jbroken;      /* guarded by smu: an append or sync failed; reopen to recover */
 
     pthread_mutex_t mu;
     cold_map_t idx; /* guarded by mu, changed with jmu held too */
     seg_t **segs;
     size_t nsegs, segcap;
-    seg_t *active;
+    seg_t *active[EXT_STRIPES]; /* where appends go; a thread keeps to one stripe */
     uint32_t next_seg_id;
     uint64_t next_gen;
     uint64_t used, reserved, objects;
@@ -154,11 +184,20 @@ static void seg_retire(ext_t *x, seg_t *s)
             break;
         }
     }
-    if (x->active == s)
-        x->active = NULL;
+    for (int i = 0; i < EXT_STRIPES; i++)
+        if (x->active[i] == s)
+            x->active[i] = NULL;
     s->retired = true;
     if (s->refs == 0)
         seg_free(s);
+}
+
+static bool is_active(const ext_t *x, const seg_t *s)
+{
+    for (int i = 0; i < EXT_STRIPES; i++)
+        if (x->active[i] == s)
+            return true;
+    return false;
 }
 
 static void seg_unref(seg_t *s)
@@ -236,13 +275,14 @@ static int seg_create(ext_t *x, seg_t **out, cold_backend_err_t *err)
 /* Allocates need bytes at the end of the active segment (rolling to a new one). mu held. */
 static int alloc_space(ext_t *x, uint64_t need, seg_t **seg, uint64_t *off, cold_backend_err_t *err)
 {
-    seg_t *a = x->active;
+    int stripe = my_stripe();
+    seg_t *a = x->active[stripe];
     if (!a || (a->alloc + need > x->seg_bytes && a->alloc > COLD_EXT_DATA_OFF)) {
         seg_t *n = NULL;
         int rc = seg_create(x, &n, err);
         if (rc != 0)
             return rc;
-        x->active = n;
+        x->active[stripe] = n;
         a = n;
     }
     *seg = a;
@@ -255,14 +295,18 @@ static int alloc_space(ext_t *x, uint64_t need, seg_t **seg, uint64_t *off, cold
 
 /* ---- journal (jmu held) -------------------------------------------------------------------- */
 
-static int jrn_append(ext_t *x, const cold_ext_rec_t *rec, cold_backend_err_t *err)
+/* Writes one record at the journal's end (jmu held); *t says when it is durable (jrn_wait). */
+static int jrn_append(ext_t *x, const cold_ext_rec_t *rec, jticket_t *t, cold_backend_err_t *err)
 {
     char path[PATH_MAX];
     cold_pathf(path, sizeof(path), "%s/" JRN_NAME, x->dir);
-    if (x->jbroken)
+    pthread_mutex_lock(&x->smu);
+    bool broken = x->jbroken;
+    pthread_mutex_unlock(&x->smu);
+    if (broken)
         return cold_seterr(err, KVMESH_EIO,
-                           "extent: journal %s could not be repaired after a failed append; "
-                           "reopen the backend (restart) after checking the device",
+                           "extent: journal %s failed to write or sync earlier; reopen the "
+                           "backend (restart) after checking the device",
                            path);
     uint8_t buf[COLD_EXT_REC_MAX];
     kvm_wr_t w;
@@ -272,16 +316,65 @@ static int jrn_append(ext_t *x, const cold_ext_rec_t *rec, cold_backend_err_t *e
     KVM_ASSERT(kvm_wr_finish(&w, &n) == 0);
     struct iovec v = {.iov_base = buf, .iov_len = n};
     int e = cold_pwritev_all(x->jfd, &v, 1, x->jsize);
-    if (e == 0 && fdatasync(x->jfd) != 0)
-        e = -errno;
     if (e != 0) {
         /* Undo a partial record so that later records follow a clean tail. */
-        if (ftruncate(x->jfd, (off_t)x->jsize) != 0 || fdatasync(x->jfd) != 0)
+        if (ftruncate(x->jfd, (off_t)x->jsize) != 0) {
+            pthread_mutex_lock(&x->smu);
             x->jbroken = true;
+            pthread_mutex_unlock(&x->smu);
+        }
         return io_fail(x, err, "append to journal", path, -e);
     }
     x->jsize += n;
+    pthread_mutex_lock(&x->smu);
+    x->jwritten = x->jsize;
+    t->epoch = x->jepoch;
+    t->off = x->jsize;
+    pthread_mutex_unlock(&x->smu);
     return 0;
+}
+
+/* Waits until the record of t is durable, syncing for everyone when no one else is (jmu not
+ * held). 0, or KVMESH_EIO when the sync failed (the journal is then refused until reopen). */
+static int jrn_wait(ext_t *x, const jticket_t *t, cold_backend_err_t *err)
+{
+    pthread_mutex_lock(&x->smu);
+    for (;;) {
+        if (t->epoch != x->jepoch || x->jsynced >= t->off) {
+            pthread_mutex_unlock(&x->smu);
+            return 0;
+        }
+        if (x->jbroken)
+            break;
+        if (x->syncing) {
+            pthread_cond_wait(&x->scv, &x->smu);
+            continue;
+        }
+        x->syncing = true;
+        uint64_t target = x->jwritten;
+        int fd = x->jfd; /* compaction swaps it only while no one syncs */
+        pthread_mutex_unlock(&x->smu);
+        int rc = fdatasync(fd);
+        int e = errno;
+        pthread_mutex_lock(&x->smu);
+        x->syncing = false;
+        if (rc == 0)
+            x->jsynced = KVM_MAX(x->jsynced, target);
+        else
+            x->jbroken = true;
+        pthread_cond_broadcast(&x->scv);
+        if (rc != 0) {
+            pthread_mutex_unlock(&x->smu);
+            char path[PATH_MAX];
+            cold_pathf(path, sizeof(path), "%s/" JRN_NAME, x->dir);
+            return io_fail(x, err, "fdatasync journal", path, e);
+        }
+    }
+    pthread_mutex_unlock(&x->smu);
+    return cold_seterr(err, KVMESH_EIO,
+                       "extent: journal of %s failed to sync; the last operations may not be "
+                       "durable: reopen the backend (restart) after checking the device",
+                       x->dir);
 }
 
 static void rec_of(const ent_t *e, cold_ext_rec_t *r)
@@ -349,9 +442,16 @@ static int jrn_compact(ext_t *x, cold_backend_err_t *err)
         unlink(tmp);
         return io_fail(x, err, "compact journal into", path, -e);
     }
+    pthread_mutex_lock(&x->smu);
+    while (x->syncing)
+        pthread_cond_wait(&x->scv, &x->smu);
     close(x->jfd);
     x->jfd = fd;
     x->jsize = len;
+    x->jepoch++;
+    x->jwritten = x->jsynced = len;
+    pthread_cond_broadcast(&x->scv);
+    pthread_mutex_unlock(&x->smu);
     return 0;
 }
 
@@ -439,8 +539,9 @@ static int ext_put(void *be, const cold_opid_t *op, const struct iovec *iov, int
         ne->orig_off = ne->off = off;
         cold_ext_rec_t r;
         rec_of(ne, &r);
+        jticket_t t = {0, 0};
         pthread_mutex_lock(&x->jmu);
-        rc = jrn_append(x, &r, err);
+        rc = jrn_append(x, &r, &t, err);
         pthread_mutex_lock(&x->mu);
         if (rc == 0) {
             cold_map_insert(&x->idx, &ne->node);
@@ -455,11 +556,14 @@ static int ext_put(void *be, const cold_opid_t *op, const struct iovec *iov, int
         seg_unref(s);
         pthread_mutex_unlock(&x->mu);
         pthread_mutex_unlock(&x->jmu);
-        if (rc != 0)
+        if (rc != 0) {
             free(ne);
-        else
-            loc_of(ne, out);
-        return rc;
+            return rc;
+        }
+        /* Indexed before durable: the core calls nothing else on this op id until put returns,
+         * and a failed sync refuses the journal until reopen replays what is durable. */
+        loc_of(ne, out);
+        return jrn_wait(x, &t, err);
     }
     pthread_mutex_lock(&x->mu);
     x->reserved -= len;
@@ -631,7 +735,8 @@ static int ext_del(void *be, const cold_locator_t *loc, cold_backend_err_t *err)
         return 0; /* absent: idempotent */
     }
     cold_ext_rec_t r = {.type = COLD_EXT_REC_DEL, .op = l.op, .gen = l.gen};
-    int rc = jrn_append(x, &r, err);
+    jticket_t t = {0, 0};
+    int rc = jrn_append(x, &r, &t, err);
     if (rc == 0) {
         pthread_mutex_lock(&x->mu);
         e = (ent_t *)cold_map_remove(&x->idx, &l.op);
@@ -645,7 +750,7 @@ static int ext_del(void *be, const cold_locator_t *loc, cold_backend_err_t *err)
         free(e);
     }
     pthread_mutex_unlock(&x->jmu);
-    return rc;
+    return rc != 0 ? rc : jrn_wait(x, &t, err);
 }
 
 static int ext_find(void *be, const cold_opid_t *op, cold_locator_t *out, cold_backend_err_t *err)
@@ -694,7 +799,7 @@ static seg_t *pick_victim(ext_t *x)
     uint64_t best_dead = 0;
     for (size_t i = 0; i < x->nsegs; i++) {
         seg_t *s = x->segs[i];
-        if (s == x->active || s->bad || s->pending > 0)
+        if (is_active(x, s) || s->bad || s->pending > 0)
             continue;
         uint64_t span = s->alloc - COLD_EXT_DATA_OFF;
         uint64_t dead = span - KVM_MIN(s->live, span);
@@ -762,8 +867,9 @@ static int64_t move_one(ext_t *x, uint32_t vid, void *buf, cold_backend_err_t *e
     }
     if (rc == 0) {
         cold_ext_rec_t r = {.type = COLD_EXT_REC_MOVE, .op = op, .gen = gen, .seg = did, .off = to};
+        jticket_t t = {0, 0};
         pthread_mutex_lock(&x->jmu);
-        rc = jrn_append(x, &r, err);
+        rc = jrn_append(x, &r, &t, err);
         pthread_mutex_lock(&x->mu);
         ent_t *cur = (ent_t *)cold_map_find(&x->idx, &op);
         if (rc == 0 && cur && cur->gen == gen && cur->seg == vid && cur->off == from) {
@@ -774,6 +880,8 @@ static int64_t move_one(ext_t *x, uint32_t vid, void *buf, cold_backend_err_t *e
         }
         pthread_mutex_unlock(&x->mu);
         pthread_mutex_unlock(&x->jmu);
+        if (rc == 0)
+            rc = jrn_wait(x, &t, err);
     }
     pthread_mutex_lock(&x->mu);
     d->file_size = KVM_MAX(d->file_size, to + COLD_EXT_HDR_LEN + len);
@@ -795,9 +903,10 @@ static int free_segment(ext_t *x, uint32_t vid, cold_backend_err_t *err)
     seg_t *v = seg_find(x, vid);
     /* Nothing live and no write still on its way to the journal (a put allocated before the
      * segment stopped being active may not have journaled yet). */
-    bool empty = v && !v->head && v != x->active && v->pending == 0;
+    bool empty = v && !v->head && !is_active(x, v) && v->pending == 0;
     pthread_mutex_unlock(&x->mu);
-    int rc = empty ? jrn_append(x, &r, err) : 0;
+    jticket_t t = {0, 0};
+    int rc = empty ? jrn_append(x, &r, &t, err) : 0;
     if (rc == 0 && empty) {
         pthread_mutex_lock(&x->mu);
         v = seg_find(x, vid);
@@ -806,6 +915,8 @@ static int free_segment(ext_t *x, uint32_t vid, cold_backend_err_t *err)
         pthread_mutex_unlock(&x->mu);
     }
     pthread_mutex_unlock(&x->jmu);
+    if (rc == 0 && empty)
+        rc = jrn_wait(x, &t, err);
     if (rc != 0 || !empty)
         return rc;
     if (unlink(path) != 0 && errno != ENOENT)
@@ -902,6 +1013,8 @@ static void ext_close(void *be)
     pthread_mutex_destroy(&x->jmu);
     pthread_mutex_destroy(&x->mu);
     pthread_mutex_destroy(&x->clean_mu);
+    pthread_mutex_destroy(&x->smu);
+    pthread_cond_destroy(&x->scv);
     free(x);
 }
 
@@ -1104,6 +1217,7 @@ static int replay(ext_t *x, cold_backend_err_t *err)
             return io_fail(x, err, "truncate the torn tail of", path, errno);
     }
     x->jsize = off;
+    x->jwritten = x->jsynced = off;
     return 0;
 }
 
@@ -1117,6 +1231,8 @@ int cold_extent_open(const cold_backend_config_t *cfg, cold_backend_t *out, cold
     pthread_mutex_init(&x->jmu, NULL);
     pthread_mutex_init(&x->mu, NULL);
     pthread_mutex_init(&x->clean_mu, NULL);
+    pthread_mutex_init(&x->smu, NULL);
+    pthread_cond_init(&x->scv, NULL);
     x->jfd = -1;
     x->cap = cfg->capacity_bytes;
     x->seg_bytes = cfg->segment_bytes ? cfg->segment_bytes : COLD_EXTENT_DEFAULT_SEGMENT_BYTES;
