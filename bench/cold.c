@@ -8,7 +8,8 @@
  * files; fio's invalidate=1), so restores read the device. Prints one table with the ratio of
  * each backend to fio (the goal is >= 0.7).
  *
- *   bench_cold [--dir DIR] [--size BYTES] [--total BYTES] [--threads N]
+ *   bench_cold [--dir DIR] [--size BYTES] [--total BYTES] [--threads N] [--only BACKEND]
+ *              [--repeat N]  (N rounds, the table shows medians)
  *   defaults: a fresh directory under $TMPDIR (or /var/tmp), 4 MiB objects, 1 GiB, 4 threads
  */
 #include <errno.h>
@@ -31,6 +32,22 @@
 
 static uint64_t g_size = 4u << 20, g_total = 1u << 30;
 static int g_threads = 4;
+static const char *g_only; /* --only NAME: one backend (and fio) */
+static int g_repeat = 1;
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n)
+{
+    double t[16];
+    memcpy(t, v, (size_t)n * sizeof(*t));
+    qsort(t, (size_t)n, sizeof(*t), cmp_d);
+    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
 {
@@ -62,6 +79,7 @@ typedef struct job {
     uint8_t *buf;
     uint64_t sum;
     cold_locator_t *locs;
+    uint64_t *sums; /* the payloads' checksums (the core has them from the route) */
     int errors;
     bool read;
 } job_t;
@@ -88,12 +106,9 @@ static void *run_job(void *arg)
             /* a distinct payload per object: its first 8 bytes carry the index */
             memcpy(j->data, &i, sizeof(i));
             struct iovec v = {.iov_base = j->data, .iov_len = g_size};
-            uint64_t sum = kvm_checksum(j->data, g_size);
-            rc = j->b->ops->put(j->b->be, &op, &v, 1, g_size, sum, &j->locs[i], &err);
+            rc = j->b->ops->put(j->b->be, &op, &v, 1, g_size, j->sums[i], &j->locs[i], &err);
         } else {
-            memcpy(j->data, &i, sizeof(i));
-            rc = j->b->ops->get(j->b->be, &j->locs[i], g_size, kvm_checksum(j->data, g_size),
-                                j->buf, &err);
+            rc = j->b->ops->get(j->b->be, &j->locs[i], g_size, j->sums[i], j->buf, &err);
         }
         if (rc != 0) {
             if (j->errors++ == 0)
@@ -129,8 +144,15 @@ typedef struct result {
 static int bench_backend(const char *base, const char *name, cold_backend_kind_t kind,
                          cold_io_mode_t io, result_t *out)
 {
+    out->name = name;
+    out->put = out->get = 0;
+    if (g_only && strcmp(g_only, name) != 0)
+        return 0;
     char root[PATH_MAX];
-    snprintf(root, sizeof(root), "%s/%s", base, name);
+    if ((size_t)snprintf(root, sizeof(root), "%s/%s", base, name) >= sizeof(root)) {
+        fprintf(stderr, "bench_cold: directory name too long\n");
+        return -1;
+    }
     mkdir(root, 0755);
     cold_backend_config_t c = {.kind = kind,
                                .root = root,
@@ -152,6 +174,11 @@ static int bench_backend(const char *base, const char *name, cold_backend_kind_t
         jobs[t].locs = calloc(per, sizeof(cold_locator_t));
         for (uint64_t i = 0; i < g_size; i++)
             jobs[t].data[i] = (uint8_t)(i * 131 + (uint64_t)t * 7 + (i >> 12));
+        jobs[t].sums = calloc(per, sizeof(uint64_t));
+        for (uint64_t i = 0; i < per; i++) {
+            memcpy(jobs[t].data, &i, sizeof(i));
+            jobs[t].sums[i] = kvm_checksum(jobs[t].data, g_size);
+        }
     }
     out->name = name;
     out->put = phase(jobs, false);
@@ -165,6 +192,7 @@ static int bench_backend(const char *base, const char *name, cold_backend_kind_t
         free(jobs[t].data);
         free(jobs[t].buf);
         free(jobs[t].locs);
+        free(jobs[t].sums);
     }
     nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return 0;
@@ -179,7 +207,8 @@ static double run_fio(const char *base, bool read)
     char cmd[PATH_MAX + 512];
     snprintf(cmd, sizeof(cmd),
              "fio --name=cold --directory=%s --rw=%s --bs=%llu --size=%llu --numjobs=%d "
-             "--ioengine=psync --fdatasync=%d --invalidate=1 --end_fsync=%d --group_reporting "
+             "--ioengine=psync --fdatasync=%d --invalidate=1 --end_fsync=%d --fallocate=none "
+             "--group_reporting "
              "--output-format=json 2>/dev/null",
              dir, read ? "read" : "write", (unsigned long long)g_size,
              (unsigned long long)(g_total / (uint64_t)g_threads), g_threads, read ? 0 : 1,
@@ -214,10 +243,19 @@ int main(int argc, char **argv)
             g_total = strtoull(argv[i + 1], NULL, 0);
         else if (strcmp(argv[i], "--threads") == 0)
             g_threads = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--only") == 0)
+            g_only = argv[i + 1];
+        else if (strcmp(argv[i], "--repeat") == 0)
+            g_repeat = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: bench_cold [--dir D] [--size B] [--total B] [--threads N]\n");
+            fprintf(stderr, "usage: bench_cold [--dir D] [--size B] [--total B] [--threads N] "
+                            "[--only localdir|extent-uring|extent-buffered] [--repeat N]\n");
             return 2;
         }
+    }
+    if (g_repeat < 1 || g_repeat > 9) {
+        fprintf(stderr, "bench_cold: --repeat is 1..9\n");
+        return 2;
     }
     if (g_threads < 1 || g_threads > 64 || g_size == 0 || g_total < g_size * (uint64_t)g_threads) {
         fprintf(stderr, "bench_cold: need 1..64 threads and total >= size * threads\n");
@@ -241,30 +279,54 @@ int main(int argc, char **argv)
     printf("bench_cold: %s, %llu-byte objects, %llu MiB per phase, %d threads, kernel %s\n", base,
            (unsigned long long)g_size, (unsigned long long)(g_total >> 20), g_threads, u.release);
 
-    double fio_w = run_fio(base, false);
-    double fio_r = run_fio(base, true);
-    {
-        char fd[PATH_MAX + 8];
-        snprintf(fd, sizeof(fd), "%s/fio", base);
-        nftw(fd, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    }
-    printf("  %-18s             write %6.2f GB/s  read %6.2f GB/s\n", "fio", fio_w / 1e9,
-           fio_r / 1e9);
-    result_t r[3];
+    /* --repeat N rounds of (fio, every backend), so the device's drift hits all alike; the
+     * table shows the median of each figure. */
+    enum { NB = 4, MAXR = 9 };
+    double put[NB][MAXR], get[NB][MAXR];
+    const char *names[NB] = {"fio", "localdir", "extent-uring", "extent-buffered"};
     int rc = 0;
-    rc |= bench_backend(base, "localdir", COLD_BACKEND_LOCALDIR, COLD_IO_AUTO, &r[0]);
-    rc |= bench_backend(base, "extent-uring", COLD_BACKEND_EXTENT, COLD_IO_AUTO, &r[1]);
-    rc |= bench_backend(base, "extent-buffered", COLD_BACKEND_EXTENT, COLD_IO_BUFFERED, &r[2]);
+    for (int k = 0; k < g_repeat && rc == 0; k++) {
+        printf("round %d\n", k + 1);
+        /* the order rotates every round, so no one always runs first or after the same one */
+        for (int step = 0; step < NB; step++) {
+            int i = (step + k) % NB;
+            if (i == 0) {
+                put[0][k] = run_fio(base, false);
+                get[0][k] = run_fio(base, true);
+                char fd[PATH_MAX + 8];
+                snprintf(fd, sizeof(fd), "%s/fio", base);
+                nftw(fd, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+                printf("  %-18s             write %6.2f GB/s  read %6.2f GB/s\n", "fio",
+                       put[0][k] / 1e9, get[0][k] / 1e9);
+                continue;
+            }
+            static const cold_backend_kind_t kinds[NB] = {0, COLD_BACKEND_LOCALDIR,
+                                                          COLD_BACKEND_EXTENT, COLD_BACKEND_EXTENT};
+            static const cold_io_mode_t ios[NB] = {0, COLD_IO_AUTO, COLD_IO_AUTO, COLD_IO_BUFFERED};
+            result_t r;
+            rc |= bench_backend(base, names[i], kinds[i], ios[i], &r);
+            put[i][k] = r.put;
+            get[i][k] = r.get;
+        }
+    }
     if (made)
         nftw(base, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     if (rc != 0)
         return 1;
-    printf("\n| backend | offload GB/s | x fio write | restore GB/s | x fio read |\n");
+    double mp[NB], mg[NB];
+    for (int i = 0; i < NB; i++) {
+        mp[i] = median(put[i], g_repeat);
+        mg[i] = median(get[i], g_repeat);
+    }
+    printf("\nmedian of %d round(s):\n", g_repeat);
+    printf("| backend | offload GB/s | x fio write | restore GB/s | x fio read |\n");
     printf("|---|---|---|---|---|\n");
-    printf("| fio (psync, fdatasync per block) | %.2f | 1.00 | %.2f | 1.00 |\n", fio_w / 1e9,
-           fio_r / 1e9);
-    for (int i = 0; i < 3; i++)
-        printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", r[i].name, r[i].put / 1e9,
-               fio_w > 0 ? r[i].put / fio_w : 0, r[i].get / 1e9, fio_r > 0 ? r[i].get / fio_r : 0);
+    for (int i = 0; i < NB; i++) {
+        if (i > 0 && g_only && strcmp(g_only, names[i]) != 0)
+            continue;
+        printf("| %s | %.2f | %.2f | %.2f | %.2f |\n",
+               i == 0 ? "fio (psync, fdatasync per block)" : names[i], mp[i] / 1e9,
+               mp[0] > 0 ? mp[i] / mp[0] : 0, mg[i] / 1e9, mg[0] > 0 ? mg[i] / mg[0] : 0);
+    }
     return 0;
 }

@@ -28,6 +28,8 @@
 #include "core/hash.h"
 #include "core/util.h"
 
+#define COLD_LD_WILLNEED_MIN (256u << 10)
+
 typedef struct ld_obj {
     cold_map_node_t node; /* first: the map hands back nodes */
     uint64_t len;
@@ -299,6 +301,9 @@ static int ld_get(void *be, const cold_locator_t *loc, uint64_t len, uint64_t ch
                          "not served",
                          path, (unsigned long long)h.checksum, (unsigned long long)checksum);
     } else {
+        /* Ask for the whole payload at once: readahead of a fresh file starts small. */
+        if (len >= COLD_LD_WILLNEED_MIN)
+            (void)posix_fadvise(fd, COLD_LD_HDR_LEN, (off_t)len, POSIX_FADV_WILLNEED);
         int e = cold_pread_all(fd, buf, len, COLD_LD_HDR_LEN);
         if (e > 0) {
             rc = cold_seterr(err, KVMESH_ECORRUPT, "localdir: %s was truncated while read", path);
