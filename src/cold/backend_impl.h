@@ -35,6 +35,10 @@ const char *cold_errno_hint(int e);
 int cold_pwritev_all(int fd, const struct iovec *iov, int iovcnt, uint64_t off);
 /* Reads exactly n bytes at off: 0, -errno, or 1 when the file ends first (truncated). */
 int cold_pread_all(int fd, void *buf, size_t n, uint64_t off);
+/* cold_pread_all in chunks of COLD_SUM_CHUNK, hashing each chunk (kvm_checksum's XXH3-64,
+ * streamed) while the kernel reads the next ones ahead; *sum gets the checksum. */
+#define COLD_SUM_CHUNK (1u << 20)
+int cold_pread_sum(int fd, void *buf, size_t n, uint64_t off, uint64_t *sum);
 /* fsync of a directory by path. 0 or -errno. */
 int cold_fsync_dir(const char *path);
 /* Creates dir if missing (and fsyncs its parent when it created it). 0 or -errno. */

@@ -624,9 +624,10 @@ static int prep_read(ext_t *x, const cold_locator_t *loc, uint64_t len, uint64_t
     return 0;
 }
 
-/* Verifies what was read (no lock). */
+/* Verifies what was read (no lock); sum, when given, is the payload's checksum computed while
+ * reading. */
 static int verify_read(const prep_t *p, int iorc, uint64_t len, uint64_t checksum, void *buf,
-                       ext_t *x, cold_backend_err_t *err)
+                       const uint64_t *sum, ext_t *x, cold_backend_err_t *err)
 {
     int rc = 0;
     cold_ext_xhdr_t h;
@@ -643,7 +644,7 @@ static int verify_read(const prep_t *p, int iorc, uint64_t len, uint64_t checksu
                          "extent: %s: the extent header at offset %llu is damaged or belongs "
                          "to another extent; not served: restore from another copy",
                          p->path, (unsigned long long)p->off);
-    } else if (h.checksum != checksum || kvm_checksum(buf, len) != checksum) {
+    } else if (h.checksum != checksum || (sum ? *sum : kvm_checksum(buf, len)) != checksum) {
         rc = cold_seterr(err, KVMESH_ECHECKSUM,
                          "extent: %s: payload checksum mismatch at offset %llu (damaged on "
                          "disk); not served: restore it from another copy and delete it",
@@ -661,9 +662,22 @@ static int ext_get(void *be, const cold_locator_t *loc, uint64_t len, uint64_t c
     int rc = prep_read(x, loc, len, checksum, buf, &p, err);
     pthread_mutex_unlock(&x->mu);
     if (rc == 0) {
-        cold_io_job_t job = {.fd = p.s->fd, .write = false, .iov = p.v, .iovcnt = 2, .off = p.off};
-        cold_io_run(x->io, &job, 1);
-        rc = verify_read(&p, job.rc, len, checksum, buf, x, err);
+        if (cold_io_is_uring(x->io)) {
+            cold_io_job_t job = {
+                .fd = p.s->fd, .write = false, .iov = p.v, .iovcnt = 2, .off = p.off};
+            cold_io_run(x->io, &job, 1);
+            rc = verify_read(&p, job.rc, len, checksum, buf, NULL, x, err);
+        } else {
+            /* buffered: hash each chunk while the kernel reads the next ones ahead */
+            if (len >= (256u << 10))
+                (void)posix_fadvise(p.s->fd, (off_t)p.off, (off_t)(COLD_EXT_HDR_LEN + len),
+                                    POSIX_FADV_WILLNEED);
+            uint64_t sum = 0;
+            int e = cold_pread_all(p.s->fd, p.hb, sizeof(p.hb), p.off);
+            if (e == 0)
+                e = cold_pread_sum(p.s->fd, buf, len, p.off + COLD_EXT_HDR_LEN, &sum);
+            rc = verify_read(&p, e, len, checksum, buf, &sum, x, err);
+        }
         pthread_mutex_lock(&x->mu);
         seg_unref(p.s);
         pthread_mutex_unlock(&x->mu);
@@ -704,7 +718,7 @@ static int ext_get_batch(void *be, cold_read_t *reads, size_t n, cold_backend_er
     cold_io_run(x->io, jobs, nj); /* one submission for the whole batch */
     for (size_t k = 0; k < nj; k++) {
         cold_read_t *r = &reads[which[k]];
-        r->rc = verify_read(&p[which[k]], jobs[k].rc, r->len, r->checksum, r->buf, x, NULL);
+        r->rc = verify_read(&p[which[k]], jobs[k].rc, r->len, r->checksum, r->buf, NULL, x, NULL);
     }
     pthread_mutex_lock(&x->mu);
     for (size_t k = 0; k < nj; k++)

@@ -304,12 +304,13 @@ static int ld_get(void *be, const cold_locator_t *loc, uint64_t len, uint64_t ch
         /* Ask for the whole payload at once: readahead of a fresh file starts small. */
         if (len >= COLD_LD_WILLNEED_MIN)
             (void)posix_fadvise(fd, COLD_LD_HDR_LEN, (off_t)len, POSIX_FADV_WILLNEED);
-        int e = cold_pread_all(fd, buf, len, COLD_LD_HDR_LEN);
+        uint64_t sum = 0;
+        int e = cold_pread_sum(fd, buf, len, COLD_LD_HDR_LEN, &sum);
         if (e > 0) {
             rc = cold_seterr(err, KVMESH_ECORRUPT, "localdir: %s was truncated while read", path);
         } else if (e < 0) {
             rc = io_fail(l, err, "read", path, -e);
-        } else if (kvm_checksum(buf, len) != checksum) {
+        } else if (sum != checksum) {
             rc = cold_seterr(err, KVMESH_ECHECKSUM,
                              "localdir: %s: payload checksum mismatch (the file is damaged); "
                              "not served: restore it from another copy and delete it",
