@@ -36,7 +36,9 @@
 enum { ROUNDS = 6, MAX_OPS = 1500, OPS_BASE = 10000 };
 enum { ST_NONE = 0, ST_PUTTING, ST_ACKED, ST_DELING, ST_DELETED };
 
-#define SEG_BYTES (256u << 10)
+#define SEG_BYTES   (256u << 10)
+#define CLEAN_AFTER 40    /* clean mode: ops that make segments mostly dead before cleaning */
+#define WORK_CAP_MS 45000 /* bound on one child's run */
 
 static uint64_t len_of(uint64_t opn)
 {
@@ -78,7 +80,7 @@ static int child_main(int vi, const char *root, int round, const char *mode)
             return 2;
         }
         say("ACK %llu\n", n);
-        bool del = clean ? (i < 120 ? i % 3 != 0 : i % 4 == 1) : i % 4 == 1;
+        bool del = clean ? (i < CLEAN_AFTER ? i % 3 != 0 : i % 4 == 1) : i % 4 == 1;
         if (del) {
             say("DELING %llu\n", n);
             if (b.ops->del(b.be, &locs[i], &err) != 0) {
@@ -87,7 +89,7 @@ static int child_main(int vi, const char *root, int round, const char *mode)
             }
             say("DEL %llu\n", n);
         }
-        if (clean && i >= 120 && b.ops->maintain) {
+        if (clean && i >= CLEAN_AFTER && b.ops->maintain) {
             for (int k = 0; k < 4; k++) {
                 int64_t w = b.ops->maintain(b.be, 64 << 10, &err);
                 if (w < 0) {
@@ -224,7 +226,8 @@ static void run_case(int vi, const char *mode)
         char line[256];
         int rc = tproc_start(&child, 6, argv, "READY", line, sizeof(line), 20000);
         TPROC_CHECK(rc == 0, cleanup);
-        /* let it work for 30..400 ms (clean mode: past its first 120 ops), reading its lines */
+        /* let it work for 30..400 ms (clean mode: until cleaning moved data), reading its lines;
+         * at most WORK_CAP_MS on a very slow machine */
         uint64_t delay_ms = 30 + rnd() % 370;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -236,7 +239,7 @@ static void run_case(int vi, const char *mode)
             uint64_t el = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000 +
                           (uint64_t)(t1.tv_nsec - t0.tv_nsec) / 1000000;
             bool cleaning_phase = strcmp(mode, "clean") != 0 || cleaned_seen > 0;
-            if ((el >= delay_ms && cleaning_phase) || el > 20000)
+            if ((el >= delay_ms && cleaning_phase) || el > WORK_CAP_MS)
                 break;
             if (tproc_read_line(&child, line, sizeof(line), 50) == 0) {
                 apply_line(line);
