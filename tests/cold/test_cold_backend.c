@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -481,6 +483,50 @@ static void test_extent_torn_tail(void **state)
     check_get(f, &b, p, sizeof(p));
 }
 
+/* A device error (here: the file size limit, EFBIG) fails the put with KVMESH_EIO and a
+ * message naming the file and the errno, marks the backend unhealthy, and leaves nothing
+ * readable behind; once the limit is gone a put works and the backend is healthy again. */
+static void test_io_error(void **state)
+{
+    fx_t *f = *state;
+    enum { LEN = 3 << 20 };
+    uint8_t *p = malloc(LEN);
+    ct_fill(p, LEN, 21);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 1 << 20;
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    cold_locator_t loc;
+    cold_backend_err_t err;
+    int rc = ct_put(&f->b, 77, p, LEN, &loc, &err);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_DFL);
+    assert_int_equal(rc, KVMESH_EIO);
+    assert_non_null(strstr(err.msg, f->root));
+    assert_non_null(strstr(err.msg, "errno 27"));
+    assert_non_null(strstr(err.msg, "check the device"));
+    cold_backend_stat_t st;
+    f->b.ops->stat(f->b.be, &st);
+    assert_false(st.healthy);
+    assert_int_equal(st.used_bytes, 0);
+    cold_opid_t op = ct_op(77);
+    assert_int_equal(f->b.ops->find(f->b.be, &op, &loc, NULL), KVMESH_ENOENT);
+    if (f->b.ops->maintain)
+        assert_true(f->b.ops->maintain(f->b.be, 1 << 20, NULL) >= 0);
+    assert_int_equal(ct_put(&f->b, 77, p, LEN, &loc, &err), 0);
+    f->b.ops->stat(f->b.be, &st);
+    assert_true(st.healthy);
+    check_get(f, &loc, p, LEN);
+    reopen(f, 1ull << 32);
+    f->b.ops->stat(f->b.be, &st);
+    assert_int_equal(st.used_bytes, LEN);
+    assert_int_equal(st.file_bytes, ct_file_bytes(f->root)); /* no leftover temporary file */
+    check_get(f, &loc, p, LEN);
+    free(p);
+}
+
 static void test_io_name(void **state)
 {
     fx_t *f = *state;
@@ -509,6 +555,8 @@ static void test_io_name(void **state)
         cmocka_unit_test_prestate_setup_teardown(test_extent_journal_compaction, setup, teardown,  \
                                                  (void *)&COLD_VARIANTS[i]),                       \
         cmocka_unit_test_prestate_setup_teardown(test_extent_torn_tail, setup, teardown,           \
+                                                 (void *)&COLD_VARIANTS[i]),                       \
+        cmocka_unit_test_prestate_setup_teardown(test_io_error, setup, teardown,                   \
                                                  (void *)&COLD_VARIANTS[i]),                       \
         cmocka_unit_test_prestate_setup_teardown(test_io_name, setup, teardown,                    \
                                                  (void *)&COLD_VARIANTS[i])
