@@ -527,6 +527,44 @@ static void test_io_error(void **state)
     free(p);
 }
 
+/* Temporary files a crash left behind (LocalDir's .tmp.*, ExtentStore's journal.tmp and a
+ * segment that was created but never journaled) are removed at open. */
+static void test_stale_temp(void **state)
+{
+    fx_t *f = *state;
+    uint8_t p[5000];
+    ct_fill(p, sizeof(p), 31);
+    cold_locator_t loc;
+    assert_int_equal(ct_put(&f->b, 5, p, sizeof(p), &loc, NULL), 0);
+    cold_backend_close(&f->b);
+    char a[PATH_MAX + 64], b[PATH_MAX + 64];
+    if (f->v->kind == COLD_BACKEND_LOCALDIR) {
+        snprintf(a, sizeof(a), "%s/ld/00/.tmp.0123456789abcdef0123456789abcdef.1.2", f->root);
+        snprintf(b, sizeof(b), "%s/ld/ff/.tmp.ffffffffffffffffffffffffffffffff.3.4", f->root);
+    } else {
+        snprintf(a, sizeof(a), "%s/ext/journal.tmp", f->root);
+        snprintf(b, sizeof(b), "%s/ext/seg-0000ffff.dat", f->root);
+    }
+    for (int i = 0; i < 2; i++) {
+        FILE *fp = fopen(i ? b : a, "wb");
+        assert_non_null(fp);
+        fwrite(p, 1, sizeof(p), fp);
+        fclose(fp);
+    }
+    reopen(f, 1ull << 32);
+    struct stat st;
+    assert_int_equal(stat(a, &st), -1);
+    assert_int_equal(stat(b, &st), -1);
+    cold_backend_stat_t s2;
+    f->b.ops->stat(f->b.be, &s2);
+    assert_int_equal(s2.objects, 1);
+    assert_int_equal(s2.file_bytes, ct_file_bytes(f->root));
+    check_get(f, &loc, p, sizeof(p));
+    /* the new segment id is past the removed one: a put still works */
+    assert_int_equal(ct_put(&f->b, 6, p, sizeof(p), &loc, NULL), 0);
+    check_get(f, &loc, p, sizeof(p));
+}
+
 static void test_io_name(void **state)
 {
     fx_t *f = *state;
@@ -557,6 +595,8 @@ static void test_io_name(void **state)
         cmocka_unit_test_prestate_setup_teardown(test_extent_torn_tail, setup, teardown,           \
                                                  (void *)&COLD_VARIANTS[i]),                       \
         cmocka_unit_test_prestate_setup_teardown(test_io_error, setup, teardown,                   \
+                                                 (void *)&COLD_VARIANTS[i]),                       \
+        cmocka_unit_test_prestate_setup_teardown(test_stale_temp, setup, teardown,                 \
                                                  (void *)&COLD_VARIANTS[i]),                       \
         cmocka_unit_test_prestate_setup_teardown(test_io_name, setup, teardown,                    \
                                                  (void *)&COLD_VARIANTS[i])
