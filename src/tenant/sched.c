@@ -308,6 +308,10 @@ ts_unit_t *ts_next(ts_t *s)
         s->st.inflight_items += u->items;
         s->st.inflight_bytes += u->bytes;
         s->st.dispatched++;
+        if (s->st.inflight_bytes > s->st.peak_inflight_bytes)
+            s->st.peak_inflight_bytes = s->st.inflight_bytes;
+        if (t->inflight_items > s->st.peak_tenant_inflight_items)
+            s->st.peak_tenant_inflight_items = t->inflight_items;
         s->t_items += u->items;
         s->t_bytes += u->bytes;
         return u;

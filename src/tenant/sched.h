@@ -124,7 +124,9 @@ typedef struct ts_stats {
     uint64_t blocked_inflight;            /* ts_next calls stopped by inflight_bytes */
     uint64_t overflow;                    /* units queued in the overflow slot */
     uint64_t queued_units, inflight_units, inflight_items, inflight_bytes; /* current */
-    uint32_t tenants;                                                      /* slots in use */
+    uint64_t peak_inflight_bytes;        /* highest inflight_bytes seen */
+    uint64_t peak_tenant_inflight_items; /* highest in-flight items of one tenant seen */
+    uint32_t tenants;                    /* slots in use */
 } ts_stats_t;
 void ts_get_stats(const ts_t *s, ts_stats_t *out);
 

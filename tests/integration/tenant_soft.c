@@ -17,9 +17,11 @@
  *      KVMESH_EUNAVAILABLE naming the tenant and "hard placement pin" ({pin_unsatisfied} +1),
  *      and nothing of it is readable; with 2 replicas (A cannot hold both) it fails the same way;
  *   3. a tenant without preference moves only {result="default"};
- *   4. fairness on with tight limits (4 items per batch, 8 KiB in flight): concurrent batch
- *      puts of two tenants (64-item batches and single puts) all succeed and read back, and the
- *      scheduler ends with nothing queued or in flight.
+ *   4. fairness on with tight limits (4 items per batch, burst 8, 64 KiB in flight): concurrent
+ *      batch puts of two tenants (64-item batches and single puts) all succeed and read back;
+ *      on a fresh client runtime, its scheduler handed out every remote batch (16 per 64-item
+ *      put), never exceeded the in-flight byte cap nor the burst cap, and ends with everything
+ *      released (nothing queued or in flight).
  * Every wait is bounded; every process started here is killed by pid at the end.
  */
 #include <inttypes.h>
@@ -31,6 +33,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "store/fair.h"
 #include "env/clock.h"
 #include "kvmesh.h"
 #include "proc.h"
@@ -114,12 +117,14 @@ static kvmesh_t *open_client(void)
     CHECK(kvmesh_config_set(c, "lease_ttl_ms", "2000") == 0);
     CHECK(kvmesh_config_set(c, "transport", "tcp") == 0);
     CHECK(kvmesh_config_set(c, "admin_listen", admin) == 0);
+    /* a loaded CI host must not turn a slow turn into a failed put */
+    CHECK(kvmesh_config_set(c, "request_timeout_ms", "30000") == 0);
     CHECK(kvmesh_config_set(c, "tenant_placement", place) == 0);
     CHECK(kvmesh_config_set(c, "fairness", "on") == 0);
     CHECK(kvmesh_config_set(c, "max_remote_batch_items_per_tenant", "4") == 0);
     CHECK(kvmesh_config_set(c, "max_remote_batch_bytes", "64KiB") == 0);
     CHECK(kvmesh_config_set(c, "max_remote_batch_burst_items", "8") == 0);
-    CHECK(kvmesh_config_set(c, "max_inflight_bytes_per_batch", "8KiB") == 0);
+    CHECK(kvmesh_config_set(c, "max_inflight_bytes_per_batch", "64KiB") == 0);
     CHECK(kvmesh_config_set(c, "tenant_weights", "quiet:4") == 0);
     kvmesh_t *kv = NULL;
     int rc = kvmesh_open(&kv, c);
@@ -252,7 +257,14 @@ struct worker {
     kvmesh_t *kv;
     int id;
     int failures;
+    char err[300]; /* the first failure's message */
 };
+
+static void worker_fail(struct worker *w, int rc)
+{
+    if (w->failures++ == 0)
+        snprintf(w->err, sizeof(w->err), "%s: %s", kvmesh_strerror(rc), kvmesh_last_error());
+}
 
 static void *noisy_main(void *arg)
 {
@@ -275,8 +287,9 @@ static void *noisy_main(void *arg)
                                              .buf = buf + (size_t)i * len,
                                              .len = len};
         }
-        if (kvmesh_batch_put(w->kv, &sc, items, NOISY_BATCH, NULL) != 0)
-            w->failures++;
+        int rc = kvmesh_batch_put(w->kv, &sc, items, NOISY_BATCH, NULL);
+        if (rc != 0)
+            worker_fail(w, rc);
         free(buf);
     }
     return NULL;
@@ -289,11 +302,14 @@ static void *quiet_main(void *arg)
     for (int i = 0; i < QUIET_PUTS; i++) {
         char k[32];
         snprintf(k, sizeof(k), "q%d", i);
-        if (put(w->kv, &sc, k, 2048, (char)i, 1) != 0)
-            w->failures++;
+        int rc = put(w->kv, &sc, k, 2048, (char)i, 1);
+        if (rc != 0)
+            worker_fail(w, rc);
     }
     return NULL;
 }
+
+kvm_rt_t *kvmesh_runtime_of(kvmesh_t *kv);
 
 static void scenario_fair(kvmesh_t *kv)
 {
@@ -307,9 +323,10 @@ static void scenario_fair(kvmesh_t *kv)
     for (int i = 0; i < 4; i++) {
         pthread_join(th[i], NULL);
         failures += w[i].failures;
+        if (w[i].failures)
+            fprintf(stderr, "fair: worker %d: %d failed calls, first: %s\n", i, w[i].failures,
+                    w[i].err);
     }
-    if (failures)
-        fprintf(stderr, "fair: %d failed calls (last error: %s)\n", failures, kvmesh_last_error());
     CHECK(failures == 0);
     const kvmesh_scope_t qs = {"quiet", NULL}, ns = {"noisy", NULL};
     for (int i = 0; i < QUIET_PUTS; i++) {
@@ -323,8 +340,20 @@ static void scenario_fair(kvmesh_t *kv)
             snprintf(k, sizeof(k), "n%d-%d-%d", t, NOISY_ROUNDS - 1, i);
             get_is(kv, &ns, k, 8192, (char)(i + NOISY_ROUNDS - 1));
         }
-    fprintf(stderr, "fair: %d noisy batches of %d and %d quiet puts, all readable\n",
-            3 * NOISY_ROUNDS, NOISY_BATCH, QUIET_PUTS);
+    ts_stats_t st;
+    kvm_fair_stats(kvmesh_runtime_of(kv), &st);
+    fprintf(stderr,
+            "fair: %d noisy batches of %d and %d quiet puts, all readable; %" PRIu64
+            " remote batches in %" PRIu64 " turns, in-flight cap bound %" PRIu64
+            " times, peak %" PRIu64 " bytes / %" PRIu64 " items of one tenant\n",
+            3 * NOISY_ROUNDS, NOISY_BATCH, QUIET_PUTS, st.dispatched, st.turns, st.blocked_inflight,
+            st.peak_inflight_bytes, st.peak_tenant_inflight_items);
+    /* every noisy item was a remote write; 16 batches of 4 per put */
+    CHECK(st.dispatched >= (uint64_t)3 * NOISY_ROUNDS * (NOISY_BATCH / 4) + QUIET_PUTS);
+    CHECK(st.completed == st.dispatched && st.inflight_units == 0 && st.queued_units == 0);
+    CHECK(st.inflight_bytes == 0 && st.inflight_items == 0);
+    CHECK(st.peak_inflight_bytes > 0 && st.peak_inflight_bytes <= 64 * 1024);
+    CHECK(st.peak_tenant_inflight_items <= 8);
 }
 
 int main(int argc, char **argv)
@@ -355,6 +384,8 @@ int main(int argc, char **argv)
     scenario_soft(kv);
     scenario_hard(kv);
     scenario_default(kv);
+    kvmesh_close(kv);
+    kv = open_client(); /* a fresh scheduler: its peaks are this scenario's */
     scenario_fair(kv);
     kvmesh_close(kv);
     for (int i = 0; i < 3; i++)

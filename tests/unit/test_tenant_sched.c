@@ -408,6 +408,9 @@ static void test_burst(void **state)
     assert_int_equal(ts_tenant(s, "a", &v), 0);
     assert_int_equal(v.inflight_items, 6);
     assert_int_equal(v.queued_units, 4);
+    ts_stats_t pst;
+    ts_get_stats(s, &pst);
+    assert_int_equal(pst.peak_tenant_inflight_items, 6);
     /* another tenant is not held back by a's burst cap */
     b[0].items = 1;
     b[0].bytes = 1;
@@ -463,6 +466,7 @@ static void test_inflight(void **state)
     ts_get_stats(s, &st);
     assert_int_equal(st.inflight_bytes, 5000);
     assert_true(st.blocked_inflight >= 2);
+    assert_int_equal(st.peak_inflight_bytes, 5000);
     ts_complete(s, &a[2]);
     assert_ptr_equal(ts_next(s), &a[3]);
     ts_complete(s, &a[0]);
