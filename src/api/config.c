@@ -188,7 +188,7 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
     F_STR(tenant_placement, "", KVM_CFG_SYN_TENANT_PLACE,
           "Per-tenant placement preferences, comma separated tenant:owner[+owner...][:soft|hard] "
           "(owners are runtime ids); soft (default) falls back to other owners, hard fails the "
-          "put with KVMESH_ENOSPC when the owners cannot take the replicas."),
+          "put with KVMESH_EUNAVAILABLE when the owners cannot take the replicas."),
 };
 
 const kvm_cfg_field_t *kvm_config_table(size_t *n)
