@@ -233,6 +233,8 @@ static uint64_t turn_bytes(const ts_t *s, const struct ts_slot *t)
 /* May tenant t start another unit now, as far as its own burst cap goes? */
 static bool burst_ok(const ts_t *s, const struct ts_slot *t, const ts_unit_t *u)
 {
+    if (s->lim.test_bugs & TS_TEST_BUG_NO_BURST)
+        return true;
     return t->inflight_items == 0 || t->inflight_items + u->items <= s->lim.burst_items;
 }
 
@@ -255,7 +257,8 @@ static void end_turn(ts_t *s)
 static bool start_turn(ts_t *s)
 {
     for (int k = 1; k <= TS_SLOTS; k++) {
-        int i = (s->last + k) % TS_SLOTS;
+        int from = s->lim.test_bugs & TS_TEST_BUG_NO_ROTATE ? TS_SLOTS - 1 : s->last;
+        int i = (from + k) % TS_SLOTS;
         if (runnable(s, &s->slots[i])) {
             s->cur = i;
             s->t_items = 0;
@@ -280,14 +283,15 @@ ts_unit_t *ts_next(ts_t *s)
             continue;
         }
         bool first = s->t_items == 0;
-        if (!first &&
+        if (!first && !(s->lim.test_bugs & TS_TEST_BUG_NO_TURN_END) &&
             (s->t_items + u->items > turn_items(s, t) || s->t_bytes + u->bytes > turn_bytes(s, t) ||
              s->t_bytes + u->bytes < s->t_bytes)) {
             end_turn(s);
             continue;
         }
-        if (s->st.inflight_bytes > 0 && (s->st.inflight_bytes + u->bytes > s->lim.inflight_bytes ||
-                                         s->st.inflight_bytes + u->bytes < s->st.inflight_bytes)) {
+        if (s->st.inflight_bytes > 0 && !(s->lim.test_bugs & TS_TEST_BUG_NO_INFLIGHT) &&
+            (s->st.inflight_bytes + u->bytes > s->lim.inflight_bytes ||
+             s->st.inflight_bytes + u->bytes < s->st.inflight_bytes)) {
             s->st.blocked_inflight++;
             return NULL; /* the turn stays: completions unblock this very unit */
         }

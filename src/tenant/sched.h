@@ -63,7 +63,14 @@ typedef struct ts_limits {
     uint32_t burst_items;    /* >= items_per_turn */
     uint64_t inflight_bytes; /* >= 1 */
     uint32_t queue_depth;    /* 1..TS_QUEUE_MAX */
+    unsigned test_bugs;      /* TS_TEST_BUG_* (tests only; 0 in every real use) */
 } ts_limits_t;
+
+/* test-only broken variants (ts_limits_t.test_bugs), caught by the simulator's fair_sched */
+#define TS_TEST_BUG_NO_TURN_END 1u /* a turn never ends on its budget */
+#define TS_TEST_BUG_NO_INFLIGHT 2u /* the in-flight byte cap is not checked */
+#define TS_TEST_BUG_NO_BURST    4u /* the burst cap is not checked */
+#define TS_TEST_BUG_NO_ROTATE   8u /* every turn search starts at slot 0 (no rotation) */
 
 enum ts_unit_state { TS_UNIT_IDLE = 0, TS_UNIT_QUEUED = 1, TS_UNIT_INFLIGHT = 2 };
 
