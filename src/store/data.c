@@ -401,12 +401,42 @@ int kvm_store_put(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs
 
 /* ---- get ------------------------------------------------------------------------------------ */
 
+/* Plans the next chunk of round `round` from items[base] (one tenant, within the fair limits;
+ * *end set) and takes its ticket when it reads from other runtimes. Nonzero: the chunk is not
+ * read now; a deadline that passed in the queue sets *late. */
+static int read_gate(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *outs, size_t base,
+                     size_t n, uint32_t round, uint64_t deadline, size_t *end,
+                     struct kvm_fair_ticket *ft, bool *late)
+{
+    uint64_t wire[DATA_CHUNK], total = 0;
+    size_t m = n - base < DATA_CHUNK ? n - base : DATA_CHUNK;
+    for (size_t k = 0; k < m; k++) {
+        const struct kvm_item *it = &look->items[base + k];
+        bool remote = outs[base + k].rc == KVMESH_EAGAIN && round < it->route.n_replicas &&
+                      it->acc[round].known && !it->acc[round].local;
+        wire[k] = remote ? it->route.length : 0;
+    }
+    *end = base + kvm_fair_plan_wire(rt, &look->items[base], wire, m);
+    for (size_t k = 0; k < *end - base; k++)
+        total += wire[k];
+    memset(ft, 0, sizeof(*ft));
+    if (total == 0)
+        return 0;
+    int rc = kvm_fair_acquire(rt, &look->items[base].ident, (uint32_t)(*end - base), total,
+                              deadline, ft);
+    if (rc == KVMESH_ETIMEDOUT)
+        *late = true;
+    return rc;
+}
+
 static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n, uint32_t round,
                      bool *bad_sum, uint64_t deadline, bool *late)
 {
     int progress = 0;
-    for (size_t base = 0; base < n; base += DATA_CHUNK) {
-        size_t end = base + DATA_CHUNK < n ? base + DATA_CHUNK : n;
+    for (size_t base = 0, end; base < n; base = end) {
+        struct kvm_fair_ticket ft; /* remote reads of this chunk: its tenant's turn (fair.c) */
+        if (read_gate(rt, look, outs, base, n, round, deadline, &end, &ft, late) != 0)
+            continue; /* not read this round (deadline in the queue, or the queue full) */
         struct obs_span dsp, *ds = NULL;
         int64_t d_local = 0, d_remote = 0, d_ok = 0;
         for (size_t i = base; i < end && look->span && !ds; i++)
@@ -484,6 +514,7 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
         }
         if (b)
             tp_batch_free(b);
+        kvm_fair_release(rt, &ft); /* completed or failed: nothing of it is in flight */
         for (size_t i = base; i < end; i++)
             reg_drop(rt, &regs[i - base]);
         if (ds) {

@@ -18,6 +18,7 @@
 #include "store/fair.h"
 
 #define FAIR_OFF_CHUNK 16 /* items per batch when fairness is off */
+#define FAIR_PLAN_MAX  64 /* items one planning call looks at */
 
 struct kvm_fair {
     pthread_mutex_t mu;
@@ -87,25 +88,36 @@ static bool same_tenant(const kvm_ident_t *a, const kvm_ident_t *b)
            memcmp(kvm_ident_tenant(a), kvm_ident_tenant(b), a->tenant_len) == 0;
 }
 
-size_t kvm_fair_plan(kvm_rt_t *rt, const struct kvm_item *items, size_t base, size_t n, size_t max)
+size_t kvm_fair_plan_wire(kvm_rt_t *rt, const struct kvm_item *items, const uint64_t *wire,
+                          size_t n)
 {
-    KVM_ASSERT(base < n && max >= 1);
-    size_t left = n - base < max ? n - base : max;
+    KVM_ASSERT(n >= 1);
     struct kvm_fair *f = rt->fair;
     if (!f)
-        return left < FAIR_OFF_CHUNK ? left : FAIR_OFF_CHUNK;
+        return n < FAIR_OFF_CHUNK ? n : FAIR_OFF_CHUNK;
     size_t k = 1;
-    uint64_t bytes = kvm_fair_item_bytes(&items[base]);
-    while (k < left && k < f->lim.items_per_turn) {
-        const struct kvm_item *it = &items[base + k];
-        uint64_t b = kvm_fair_item_bytes(it);
-        if (!same_tenant(&it->ident, &items[base].ident) || bytes + b > f->lim.batch_bytes ||
+    uint64_t bytes = wire[0];
+    while (k < n && k < f->lim.items_per_turn) {
+        uint64_t b = wire[k];
+        if (!same_tenant(&items[k].ident, &items[0].ident) || bytes + b > f->lim.batch_bytes ||
             bytes + b < bytes)
             break;
         bytes += b;
         k++;
     }
     return k;
+}
+
+size_t kvm_fair_plan(kvm_rt_t *rt, const struct kvm_item *items, size_t base, size_t n, size_t max)
+{
+    KVM_ASSERT(base < n && max >= 1);
+    size_t left = n - base < max ? n - base : max;
+    uint64_t wire[FAIR_PLAN_MAX];
+    if (left > FAIR_PLAN_MAX)
+        left = FAIR_PLAN_MAX;
+    for (size_t k = 0; k < left; k++)
+        wire[k] = kvm_fair_item_bytes(&items[base + k]);
+    return kvm_fair_plan_wire(rt, &items[base], wire, left);
 }
 
 /* Hands out every unit the scheduler lets go now; wakes the waiters when one was granted. */

@@ -8,7 +8,8 @@
  * within max_remote_batch_items_per_tenant and max_remote_batch_bytes of wire bytes), and for
  * each batch that writes to another runtime takes a ticket (kvm_fair_acquire) before the
  * transport submission and gives it back (kvm_fair_release) after the batch completed or
- * failed. kvm_fair_acquire waits on the calling (application) thread for the tenant's turn,
+ * failed. A get's read rounds do the same with kvm_fair_plan_wire (data.c read_gate).
+ * kvm_fair_acquire waits on the calling (application) thread for the tenant's turn,
  * at most until the call's deadline; the loop thread never waits here.
  *
  * Off (fairness = false, or a store config filled without it): rt->fair is NULL, planning cuts
@@ -37,6 +38,11 @@ uint64_t kvm_fair_item_bytes(const struct kvm_item *it);
 /* Planning: the number of items from items[base] (< n) in the next remote batch: >= 1, at most
  * max, one tenant, within the item and byte limits (a single larger item goes alone). */
 size_t kvm_fair_plan(kvm_rt_t *rt, const struct kvm_item *items, size_t base, size_t n, size_t max);
+
+/* The same from explicit wire bytes: items[0..n) with wire[k] the remote bytes of items[k]
+ * (gets: the object length when this round reads it from another runtime, else 0). */
+size_t kvm_fair_plan_wire(kvm_rt_t *rt, const struct kvm_item *items, const uint64_t *wire,
+                          size_t n);
 
 /* One remote batch's place in the scheduler; caller-owned (stack), used by one thread. */
 struct kvm_fair_ticket {

@@ -18,7 +18,8 @@
  *      and nothing of it is readable; with 2 replicas (A cannot hold both) it fails the same way;
  *   3. a tenant without preference moves only {result="default"};
  *   4. fairness on with tight limits (4 items per batch, burst 8, 64 KiB in flight): concurrent
- *      batch puts of two tenants (64-item batches and single puts) all succeed and read back;
+ *      batch puts of two tenants (64-item batches, and single puts each read back at once) all
+ *      succeed and read back;
  *      on a fresh client runtime, its scheduler handed out every remote batch (16 per 64-item
  *      put), never exceeded the in-flight byte cap nor the burst cap, and ends with everything
  *      released (nothing queued or in flight).
@@ -303,8 +304,17 @@ static void *quiet_main(void *arg)
         char k[32];
         snprintf(k, sizeof(k), "q%d", i);
         int rc = put(w->kv, &sc, k, 2048, (char)i, 1);
+        if (rc != 0) {
+            worker_fail(w, rc);
+            continue;
+        }
+        char v[2048]; /* and read back while the noisy puts run (a gated remote read) */
+        size_t n = 0;
+        rc = kvmesh_get_into(w->kv, &sc, k, strlen(k), v, sizeof(v), &n);
         if (rc != 0)
             worker_fail(w, rc);
+        else if (n != sizeof(v) || v[0] != (char)i || v[sizeof(v) - 1] != (char)i)
+            worker_fail(w, KVMESH_ECORRUPT);
     }
     return NULL;
 }
@@ -348,8 +358,9 @@ static void scenario_fair(kvmesh_t *kv)
             " times, peak %" PRIu64 " bytes / %" PRIu64 " items of one tenant\n",
             3 * NOISY_ROUNDS, NOISY_BATCH, QUIET_PUTS, st.dispatched, st.turns, st.blocked_inflight,
             st.peak_inflight_bytes, st.peak_tenant_inflight_items);
-    /* every noisy item was a remote write; 16 batches of 4 per put */
-    CHECK(st.dispatched >= (uint64_t)3 * NOISY_ROUNDS * (NOISY_BATCH / 4) + QUIET_PUTS);
+    /* every noisy item was a remote write (16 batches of 4 per put); every quiet put and get a
+     * remote batch of its own */
+    CHECK(st.dispatched >= (uint64_t)3 * NOISY_ROUNDS * (NOISY_BATCH / 4) + 2 * QUIET_PUTS);
     CHECK(st.completed == st.dispatched && st.inflight_units == 0 && st.queued_units == 0);
     CHECK(st.inflight_bytes == 0 && st.inflight_items == 0);
     CHECK(st.peak_inflight_bytes > 0 && st.peak_inflight_bytes <= 64 * 1024);
