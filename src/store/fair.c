@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "core/util.h"
+#include "obs/metrics.h"
 #include "store/fair.h"
 
 #define FAIR_OFF_CHUNK 16 /* items per batch when fairness is off */
@@ -151,9 +152,12 @@ int kvm_fair_acquire(kvm_rt_t *rt, const kvm_ident_t *scope, uint32_t items, uin
     int rc = ts_enqueue(f->s, tenant, &t->u);
     if (rc) {
         pthread_mutex_unlock(&f->mu);
+        if (rc == KVMESH_EAGAIN)
+            obs_count(rt->metrics, fair_batches_total, OBS_FAIR_QUEUE_FULL, OBS_NONE, 1);
         return rc; /* message set by ts_enqueue */
     }
     pump(f);
+    bool waited = !t->granted;
     struct timespec ts = {.tv_sec = (time_t)(deadline_ms / 1000),
                           .tv_nsec = (long)(deadline_ms % 1000) * 1000000L};
     while (!t->granted) {
@@ -164,6 +168,7 @@ int kvm_fair_acquire(kvm_rt_t *rt, const kvm_ident_t *scope, uint32_t items, uin
             KVM_ASSERT(c == 0);
             pump(f); /* the queue head may have changed */
             pthread_mutex_unlock(&f->mu);
+            obs_count(rt->metrics, fair_batches_total, OBS_FAIR_TIMED_OUT, OBS_NONE, 1);
             return kvm_errf(KVMESH_ETIMEDOUT,
                             "tenant '%s': the deadline passed while the remote batch waited for "
                             "its fair-scheduling turn (other tenants' batches in flight); the put "
@@ -173,6 +178,8 @@ int kvm_fair_acquire(kvm_rt_t *rt, const kvm_ident_t *scope, uint32_t items, uin
     }
     t->held = true;
     pthread_mutex_unlock(&f->mu);
+    obs_count(rt->metrics, fair_batches_total, waited ? OBS_FAIR_WAITED : OBS_FAIR_IMMEDIATE,
+              OBS_NONE, 1);
     return 0;
 }
 

@@ -101,6 +101,20 @@ static double placements(const char *res)
     return v;
 }
 
+/* kvmesh_fair_batches_total{result="RES"} in the client's /metrics. */
+static double placements_fair(const char *res)
+{
+    tdaemon_http_t r;
+    CHECK(tdaemon_http(admin_port, "GET", "/metrics", NULL, &r) == 200);
+    char pat[96];
+    snprintf(pat, sizeof(pat), "kvmesh_fair_batches_total{result=\"%s\"} ", res);
+    const char *p = strstr(r.body, pat);
+    double v = p ? strtod(p + strlen(pat), NULL) : -1;
+    tdaemon_http_free(&r);
+    CHECK(v >= 0);
+    return v;
+}
+
 static kvmesh_t *open_client(void)
 {
     kvmesh_config_t *c = kvmesh_config_new();
@@ -365,6 +379,9 @@ static void scenario_fair(kvmesh_t *kv)
     CHECK(st.inflight_bytes == 0 && st.inflight_items == 0);
     CHECK(st.peak_inflight_bytes > 0 && st.peak_inflight_bytes <= 64 * 1024);
     CHECK(st.peak_tenant_inflight_items <= 8);
+    /* every batch handed out is counted in /metrics, at once or after a wait */
+    CHECK(placements_fair("immediate") + placements_fair("waited") == (double)st.dispatched);
+    CHECK(placements_fair("timed_out") == 0 && placements_fair("queue_full") == 0);
 }
 
 int main(int argc, char **argv)
