@@ -23,6 +23,10 @@
  *      on a fresh client runtime, its scheduler handed out every remote batch (16 per 64-item
  *      put), never exceeded the in-flight byte cap nor the burst cap, and ends with everything
  *      released (nothing queued or in flight).
+ *   5. the gate's refusals on a fresh client, made deterministic by holding the whole in-flight
+ *      budget with a ticket taken by the test: a waiting put fails at its deadline with
+ *      KVMESH_ETIMEDOUT (nothing applied), a second one of its tenant meets the full queue
+ *      (KVMESH_EAGAIN); both counted in kvmesh_fair_batches_total; after the release it succeeds.
  * Every wait is bounded; every process started here is killed by pid at the end.
  */
 #include <inttypes.h>
@@ -34,6 +38,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "core/ident.h"
 #include "store/fair.h"
 #include "env/clock.h"
 #include "kvmesh.h"
@@ -115,7 +120,15 @@ static double placements_fair(const char *res)
     return v;
 }
 
+static kvmesh_t *open_client_with(const char *const *extra);
+
 static kvmesh_t *open_client(void)
+{
+    return open_client_with(NULL);
+}
+
+/* extra: NULL-terminated field/value pairs applied last */
+static kvmesh_t *open_client_with(const char *const *extra)
 {
     kvmesh_config_t *c = kvmesh_config_new();
     CHECK(c);
@@ -141,6 +154,8 @@ static kvmesh_t *open_client(void)
     CHECK(kvmesh_config_set(c, "max_remote_batch_burst_items", "8") == 0);
     CHECK(kvmesh_config_set(c, "max_inflight_bytes_per_batch", "64KiB") == 0);
     CHECK(kvmesh_config_set(c, "tenant_weights", "quiet:4") == 0);
+    for (size_t i = 0; extra && extra[i]; i += 2)
+        CHECK(kvmesh_config_set(c, extra[i], extra[i + 1]) == 0);
     kvmesh_t *kv = NULL;
     int rc = kvmesh_open(&kv, c);
     if (rc)
@@ -384,6 +399,80 @@ static void scenario_fair(kvmesh_t *kv)
     CHECK(placements_fair("timed_out") == 0 && placements_fair("queue_full") == 0);
 }
 
+/* ---- the gate's refusals, made deterministic by holding the in-flight budget ---------------- */
+
+struct blocked_put {
+    kvmesh_t *kv;
+    int rc;
+    char err[400];
+};
+
+static void *blocked_put_main(void *arg)
+{
+    struct blocked_put *b = arg;
+    const kvmesh_scope_t sc = {"gated", NULL};
+    b->rc = put(b->kv, &sc, "waits", 4096, 'w', 1);
+    snprintf(b->err, sizeof(b->err), "%s", kvmesh_last_error());
+    return NULL;
+}
+
+static ts_stats_t fair_now(kvmesh_t *kv)
+{
+    ts_stats_t st;
+    kvm_fair_stats(kvmesh_runtime_of(kv), &st);
+    return st;
+}
+
+/* 5. With the runtime's whole in-flight budget held by a ticket taken here (a stand-in for a
+ *    batch that does not complete), a put's remote batch cannot be handed out: it waits in its
+ *    tenant's queue and fails at its deadline with KVMESH_ETIMEDOUT naming the fair-scheduling
+ *    turn (timed_out +1, nothing of it applied); a second put of that tenant while the first
+ *    waits finds the queue full (fair_queue_depth 1: KVMESH_EAGAIN, queue_full +1). Once the
+ *    ticket is released, the same put succeeds. */
+static void scenario_refusals(void)
+{
+    static const char *const extra[] = {"request_timeout_ms", "4000", "fair_queue_depth", "1",
+                                        NULL};
+    kvmesh_t *kv = open_client_with(extra);
+    wait_members(kv, 3);
+    kvm_rt_t *rt = kvmesh_runtime_of(kv);
+    kvmesh_scope_t holder_scope = {"holder", NULL};
+    kvm_ident_t holder;
+    CHECK(kvm_ident_init(&holder, holder_scope.tenant, NULL, "h", 1) == 0);
+    struct kvm_fair_ticket held;
+    CHECK(kvm_fair_acquire(rt, &holder, 1, 64 * 1024, 0, &held) == 0 && held.held);
+    double to0 = placements_fair("timed_out"), qf0 = placements_fair("queue_full");
+    struct blocked_put b = {.kv = kv};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, blocked_put_main, &b) == 0);
+    uint64_t end = env_clock_mono_ms() + 10000;
+    while (fair_now(kv).queued_units == 0 && env_clock_mono_ms() < end)
+        usleep(2000);
+    CHECK(fair_now(kv).queued_units == 1); /* the first put waits in the queue */
+    const kvmesh_scope_t sc = {"gated", NULL};
+    int rc = put(kv, &sc, "second", 4096, 's', 1);
+    CHECK(rc == KVMESH_EAGAIN && strstr(kvmesh_last_error(), "tenant 'gated'") &&
+          strstr(kvmesh_last_error(), "queue is full"));
+    pthread_join(th, NULL);
+    if (b.rc != KVMESH_ETIMEDOUT || !strstr(b.err, "fair-scheduling turn"))
+        fprintf(stderr, "blocked put: rc %d: %s\n", b.rc, b.err);
+    CHECK(b.rc == KVMESH_ETIMEDOUT && strstr(b.err, "fair-scheduling turn"));
+    char v[8];
+    size_t n = 0;
+    CHECK(kvmesh_get_into(kv, &sc, "waits", 5, v, sizeof(v), &n) == KVMESH_ENOENT);
+    CHECK(placements_fair("timed_out") == to0 + 1 && placements_fair("queue_full") == qf0 + 1);
+    ts_stats_t st = fair_now(kv);
+    CHECK(st.queued_units == 0 && st.inflight_units == 1 && st.inflight_bytes == 64 * 1024);
+    kvm_fair_release(rt, &held); /* the only release: completion or terminal failure */
+    CHECK(fair_now(kv).inflight_bytes == 0);
+    CHECK(put(kv, &sc, "waits", 4096, 'w', 1) == 0);
+    get_is(kv, &sc, "waits", 4096, 'w');
+    kvm_ident_free(&holder);
+    kvmesh_close(kv);
+    fprintf(stderr, "refusals: deadline in the queue -> ETIMEDOUT, full queue -> EAGAIN, both "
+                    "counted; the put succeeds once the budget is released\n");
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 7 && strcmp(argv[1], "--runtime") == 0)
@@ -416,6 +505,7 @@ int main(int argc, char **argv)
     kv = open_client(); /* a fresh scheduler: its peaks are this scenario's */
     scenario_fair(kv);
     kvmesh_close(kv);
+    scenario_refusals();
     for (int i = 0; i < 3; i++)
         tproc_close_stdin(&procs[i]);
     for (int i = 0; i < 3; i++)
