@@ -176,7 +176,7 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
     F_UINT(max_remote_batch_burst_items, "64", 1, 65536,
            "Items of one tenant in flight at once (at least max_remote_batch_items_per_tenant); "
            "a tenant at the cap waits for its completions while the others go on."),
-    F_SIZE(max_inflight_bytes_per_batch, "64MiB", 4096, KVM_CFG_MEMORY_MAX,
+    F_SIZE(max_inflight_bytes_per_batch, "256MiB", 4096, KVM_CFG_MEMORY_MAX,
            "Bytes of remote batches in flight at once in this runtime, all tenants together; "
            "released when a batch completes or fails."),
     F_UINT(fair_queue_depth, "256", 1, 4096,

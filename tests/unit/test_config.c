@@ -374,7 +374,7 @@ static void test_soft_isolation_fields(void **state)
     assert_int_equal(sc.fair_batch_items, 16);
     assert_int_equal(sc.fair_batch_bytes, 16ull << 20);
     assert_int_equal(sc.fair_burst_items, 64);
-    assert_int_equal(sc.fair_inflight_bytes, 64ull << 20);
+    assert_int_equal(sc.fair_inflight_bytes, 256ull << 20);
     assert_int_equal(sc.fair_queue_depth, 256);
     assert_int_equal(sc.n_tenant_weights, 0);
     assert_int_equal(sc.n_tenant_placement, 0);
