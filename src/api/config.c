@@ -163,6 +163,32 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "Tenant-local quota recovery (runtime-local, soft): a put refused for quota removes "
            "the oldest objects this runtime wrote for the same tenant (with their refund) and "
            "retries once; off = the put fails with KVMESH_EQUOTA."),
+    F_BOOL(fairness, "true",
+           "Soft tenant isolation: remote payload batches are queued per tenant and submitted in "
+           "weighted round-robin turns within the limits below; off = every request submits at "
+           "once (docs/tenancy.md \"Soft isolation\")."),
+    F_UINT(max_remote_batch_items_per_tenant, "16", 1, 1024,
+           "Items of one tenant in one remote batch, and in one scheduling turn (times the "
+           "tenant's weight)."),
+    F_SIZE(max_remote_batch_bytes, "16MiB", 4096, KVM_CFG_MEMORY_MAX,
+           "Bytes of one remote batch, and of one scheduling turn (times the tenant's weight); "
+           "a single larger item travels alone."),
+    F_UINT(max_remote_batch_burst_items, "64", 1, 65536,
+           "Items of one tenant in flight at once (at least max_remote_batch_items_per_tenant); "
+           "a tenant at the cap waits for its completions while the others go on."),
+    F_SIZE(max_inflight_bytes_per_batch, "256MiB", 4096, KVM_CFG_MEMORY_MAX,
+           "Bytes of remote batches in flight at once in this runtime, all tenants together; "
+           "released when a batch completes or fails."),
+    F_UINT(fair_queue_depth, "256", 1, 4096,
+           "Remote batches one tenant may have queued in this runtime; beyond it a put fails "
+           "with KVMESH_EAGAIN."),
+    F_STR(tenant_weights, "", KVM_CFG_SYN_TENANT_WEIGHTS,
+          "Fair-scheduling weights, comma separated tenant:weight (1..64); unlisted tenants "
+          "have weight 1."),
+    F_STR(tenant_placement, "", KVM_CFG_SYN_TENANT_PLACE,
+          "Per-tenant placement preferences, comma separated tenant:owner[+owner...][:soft|hard] "
+          "(owners are runtime ids); soft (default) falls back to other owners, hard fails the "
+          "put with KVMESH_EUNAVAILABLE when the owners cannot take the replicas."),
 };
 
 const kvm_cfg_field_t *kvm_config_table(size_t *n)
@@ -483,6 +509,10 @@ static bool syntax_ok(enum kvm_cfg_syntax syn, const char *v)
     }
     case KVM_CFG_SYN_TENANT_POLICIES:
         return kvm_config_parse_policies(v, NULL, NULL, NULL, 0) == 0;
+    case KVM_CFG_SYN_TENANT_WEIGHTS:
+        return kvm_config_parse_weights(v, NULL, NULL, NULL, 0) == 0;
+    case KVM_CFG_SYN_TENANT_PLACE:
+        return kvm_config_parse_placement(v, NULL, NULL, NULL, 0) == 0;
     }
     return false;
 }
@@ -510,6 +540,12 @@ static const char *syntax_text(enum kvm_cfg_syntax syn)
         return "empty or up to 16 comma-separated tenant:max_bytes:max_objects[:policy_version] "
                "(tenant by the tenant id rule, max_bytes a size >= 1, max_objects and "
                "policy_version 1..2^32-1, each tenant once)";
+    case KVM_CFG_SYN_TENANT_WEIGHTS:
+        return "empty or up to 16 comma-separated tenant:weight (tenant by the tenant id rule, "
+               "weight 1..64, each tenant once)";
+    case KVM_CFG_SYN_TENANT_PLACE:
+        return "empty or up to 16 comma-separated tenant:owner[+owner...][:soft|hard] (1..4 "
+               "owners of 32 hex digits, each tenant once)";
     }
     return "?";
 }
@@ -619,8 +655,12 @@ static int field_set(struct kvmesh_config *cfg, const kvm_cfg_field_t *f, const 
             return bad(f, v, what);
         }
         char why[160];
-        if (f->syntax == KVM_CFG_SYN_TENANT_POLICIES &&
-            kvm_config_parse_policies(v, NULL, NULL, why, sizeof(why)) != 0)
+        if ((f->syntax == KVM_CFG_SYN_TENANT_POLICIES &&
+             kvm_config_parse_policies(v, NULL, NULL, why, sizeof(why)) != 0) ||
+            (f->syntax == KVM_CFG_SYN_TENANT_WEIGHTS &&
+             kvm_config_parse_weights(v, NULL, NULL, why, sizeof(why)) != 0) ||
+            (f->syntax == KVM_CFG_SYN_TENANT_PLACE &&
+             kvm_config_parse_placement(v, NULL, NULL, why, sizeof(why)) != 0))
             return bad(f, v, why);
         if (!syntax_ok(f->syntax, v))
             return bad(f, v, "is invalid");
@@ -877,6 +917,12 @@ int kvm_config_validate(const struct kvmesh_config *cfg)
                         "0 (client-only) or at least one segment",
                         a, b);
     }
+    if (cfg->max_remote_batch_burst_items < cfg->max_remote_batch_items_per_tenant)
+        return kvm_errf(KVMESH_ECONFIG,
+                        "max_remote_batch_burst_items (%u) must be at least "
+                        "max_remote_batch_items_per_tenant (%u): a tenant could never take a "
+                        "full turn",
+                        cfg->max_remote_batch_burst_items, cfg->max_remote_batch_items_per_tenant);
     return 0;
 }
 
@@ -927,4 +973,16 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     KVM_ASSERT(prc == 0); /* validated by the field table */
     out->n_tenant_policies = n;
     out->tenant_quota_evict = cfg->tenant_quota_evict;
+    out->fairness = cfg->fairness;
+    out->fair_batch_items = cfg->max_remote_batch_items_per_tenant;
+    out->fair_batch_bytes = cfg->max_remote_batch_bytes;
+    out->fair_burst_items = cfg->max_remote_batch_burst_items;
+    out->fair_inflight_bytes = cfg->max_inflight_bytes_per_batch;
+    out->fair_queue_depth = cfg->fair_queue_depth;
+    prc = kvm_config_parse_weights(cfg->tenant_weights, out->tenant_weights, &out->n_tenant_weights,
+                                   NULL, 0);
+    KVM_ASSERT(prc == 0);
+    prc = kvm_config_parse_placement(cfg->tenant_placement, out->tenant_placement,
+                                     &out->n_tenant_placement, NULL, 0);
+    KVM_ASSERT(prc == 0);
 }

@@ -16,7 +16,8 @@
 #include "kvmesh.h"
 #include "store/store_config.h"
 
-#define KVM_CFG_STR_MAX 512
+#define KVM_CFG_STR_MAX         512
+#define KVM_CFG_FAIR_WEIGHT_MAX 64 /* = TS_MAX_WEIGHT (src/tenant/sched.h) */
 
 enum kvm_transport_choice { KVM_TRANSPORT_AUTO = 0, KVM_TRANSPORT_TCP, KVM_TRANSPORT_SHM };
 
@@ -54,6 +55,15 @@ struct kvmesh_config {
     char trace_service_name[64];             /* resource service.name of this runtime's spans */
     bool tenant_quota_evict;                 /* quota recovery by same-tenant eviction */
     char tenant_policies[KVM_CFG_STR_MAX];   /* "" or tenant:max_bytes:max_objects[:version],... */
+    /* soft tenant isolation (docs/tenancy.md "Soft isolation") */
+    bool fairness;                              /* per-tenant scheduling of remote batches */
+    uint32_t max_remote_batch_items_per_tenant; /* items of one tenant per batch and per turn */
+    uint64_t max_remote_batch_bytes;            /* bytes per remote batch and per turn */
+    uint32_t max_remote_batch_burst_items;      /* items of one tenant in flight */
+    uint64_t max_inflight_bytes_per_batch;      /* remote batch bytes in flight, all tenants */
+    uint32_t fair_queue_depth;                  /* remote batches queued per tenant */
+    char tenant_weights[KVM_CFG_STR_MAX];       /* "" or tenant:weight,... */
+    char tenant_placement[KVM_CFG_STR_MAX];     /* "" or tenant:owner[+owner][:soft|hard],... */
 };
 
 /* Fills cfg with every default (what kvmesh_config_new returns). */
@@ -72,5 +82,15 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
 struct kvm_store_tenant_policy;
 int kvm_config_parse_policies(const char *v, struct kvm_store_tenant_policy *out, uint32_t *n,
                               char *why, size_t cap);
+
+/* Soft isolation fields (config_soft.c): tenant_weights ("" or tenant:weight,...) and
+ * tenant_placement ("" or tenant:owner[+owner...][:soft|hard],...). Same contract as
+ * kvm_config_parse_policies. */
+struct kvm_store_tenant_weight;
+struct kvm_store_tenant_placement;
+int kvm_config_parse_weights(const char *v, struct kvm_store_tenant_weight *out, uint32_t *n,
+                             char *why, size_t cap);
+int kvm_config_parse_placement(const char *v, struct kvm_store_tenant_placement *out, uint32_t *n,
+                               char *why, size_t cap);
 
 #endif

@@ -34,6 +34,8 @@ enum kvm_cfg_syntax {
     KVM_CFG_SYN_TENANT,          /* 1..64 of [A-Za-z0-9_.-], first alphanumeric */
     KVM_CFG_SYN_HTTP_URL_OPT,    /* "" or http(s)://... without spaces */
     KVM_CFG_SYN_TENANT_POLICIES, /* "" or tenant:max_bytes:max_objects[:version][,...] */
+    KVM_CFG_SYN_TENANT_WEIGHTS,  /* "" or tenant:weight[,...] */
+    KVM_CFG_SYN_TENANT_PLACE,    /* "" or tenant:owner[+owner...][:soft|hard][,...] */
 };
 
 #define KVM_CFG_ENUM_MAX 4

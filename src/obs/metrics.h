@@ -162,6 +162,20 @@
     V(OBS_SPANRES_DROPPED_QUEUE_FULL, "dropped_queue_full")                                        \
     V(OBS_SPANRES_DROPPED_EXPORT_FAILED, "dropped_export_failed")
 
+/* placement of one replica against its tenant's or request's preference (src/store/place.c) */
+#define OBS_PLACE_VALUES(V)                                                                        \
+    V(OBS_PLACE_DEFAULT, "default")                                                                \
+    V(OBS_PLACE_PREFERRED, "preferred")                                                            \
+    V(OBS_PLACE_FALLBACK, "fallback")                                                              \
+    V(OBS_PLACE_PIN_UNSATISFIED, "pin_unsatisfied")
+
+/* remote batch through the soft-isolation gate (src/store/fair.c) */
+#define OBS_FAIR_VALUES(V)                                                                         \
+    V(OBS_FAIR_IMMEDIATE, "immediate")                                                             \
+    V(OBS_FAIR_WAITED, "waited")                                                                   \
+    V(OBS_FAIR_TIMED_OUT, "timed_out")                                                             \
+    V(OBS_FAIR_QUEUE_FULL, "queue_full")
+
 /* X(dim, label name, value list) */
 #define OBS_DIM_LIST(X)                                                                            \
     X(none, "", OBS_NONE_VALUES)                                                                   \
@@ -178,7 +192,9 @@
     X(xop, "operation", OBS_XOP_VALUES)                                                            \
     X(tier, "tier", OBS_TIER_VALUES)                                                               \
     X(alloc, "result", OBS_ALLOC_VALUES)                                                           \
-    X(spanres, "result", OBS_SPANRES_VALUES)
+    X(spanres, "result", OBS_SPANRES_VALUES)                                                       \
+    X(place, "result", OBS_PLACE_VALUES)                                                           \
+    X(fair, "result", OBS_FAIR_VALUES)
 
 #define OBS_X_ENUM_V(name, str)          name,
 #define OBS_X_DIM_ENUM(d, label, VALUES) enum obs_dim_##d{VALUES(OBS_X_ENUM_V) OBS__N_##d};
@@ -226,7 +242,16 @@ enum obs_dim_id {
     X(membership_refreshes_total, "Membership snapshot refreshes, by result.", outcome, none)      \
     X(lease_heartbeats_total, "Runtime lease heartbeats to the metadata backend, by result.",      \
       outcome, none)                                                                               \
-    X(trace_spans_total, "Sampled spans handed to the trace exporters, by outcome.", spanres, none)
+    X(trace_spans_total, "Sampled spans handed to the trace exporters, by outcome.", spanres,      \
+      none)                                                                                        \
+    X(placements_total,                                                                            \
+      "Replicas placed, by preference outcome (default, preferred, fallback; pin_unsatisfied: "    \
+      "items a tenant's hard pin failed).",                                                        \
+      place, none)                                                                                 \
+    X(fair_batches_total,                                                                          \
+      "Remote payload batches through the per-tenant fair scheduler, by outcome (immediate, "      \
+      "waited for a turn, timed_out in the queue, refused with queue_full).",                      \
+      fair, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
     X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \

@@ -32,6 +32,7 @@
 #include "core/util.h"
 #include "env/clock.h"
 #include "store/data.h"
+#include "store/fair.h"
 
 #define DATA_CHUNK 16 /* items per transport round (bounds temporary registrations) */
 
@@ -168,6 +169,28 @@ static bool batch_wait_by(struct tp_batch *b, uint64_t deadline)
 
 /* ---- put ------------------------------------------------------------------------------------ */
 
+/* Takes the fair-scheduling ticket of the remote batch items[base, end) (fair.c; a no-op when
+ * it writes nothing to another runtime or fairness is off). On failure every item of the batch
+ * still to be written fails with the refusal (message kept in err). */
+static int fair_gate(kvm_rt_t *rt, kvm_op_t *place, size_t base, size_t end, uint64_t deadline,
+                     struct kvm_fair_ticket *ft, char *err, size_t cap)
+{
+    uint64_t wire = 0;
+    for (size_t i = base; i < end; i++)
+        wire += kvm_fair_item_bytes(&place->items[i]);
+    memset(ft, 0, sizeof(*ft));
+    int rc = wire ? kvm_fair_acquire(rt, &place->items[base].ident, (uint32_t)(end - base), wire,
+                                     deadline, ft)
+                  : 0;
+    if (rc == 0)
+        return 0;
+    snprintf(err, cap, "%s", kvmesh_last_error());
+    for (size_t i = base; i < end; i++)
+        if (place->items[i].rc == 0)
+            place->items[i].rc = rc;
+    return rc;
+}
+
 static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs, size_t n,
                     const kvmesh_put_opts_t *opts, int *rcs, struct obs_span *span)
 {
@@ -195,9 +218,14 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
     if ((rc = kvm_op_run(place)) != 0)
         goto out;
 
-    /* Payload: in chunks, one transport batch each. */
-    for (size_t base = 0; base < n; base += DATA_CHUNK) {
-        size_t end = base + DATA_CHUNK < n ? base + DATA_CHUNK : n;
+    /* Payload: in remote batches (planned per tenant, fair.c), one transport batch each, each
+     * submitted in its tenant's fair-scheduling turn. */
+    char fair_err[400] = "";
+    for (size_t base = 0, end; base < n; base = end) {
+        end = base + kvm_fair_plan(rt, place->items, base, n, DATA_CHUNK);
+        struct kvm_fair_ticket ft;
+        if (fair_gate(rt, place, base, end, deadline, &ft, fair_err, sizeof(fair_err)) != 0)
+            continue; /* the deadline passed in the queue: nothing of the batch was sent */
         struct tmpreg regs[DATA_CHUNK] = {{0}};
         struct tp_batch *b = NULL;
         unsigned first[DATA_CHUNK][KVM_MAX_REPLICAS], count[DATA_CHUNK][KVM_MAX_REPLICAS];
@@ -259,6 +287,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
             }
             tp_batch_free(b);
         }
+        kvm_fair_release(rt, &ft); /* completed or failed: nothing of it is in flight */
         for (size_t i = base; i < end; i++)
             reg_drop(rt, &regs[i - base]);
         if (ds) {
@@ -341,6 +370,8 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
     if (first_rc && !rc) {
         if (saved_err[0])
             kvm_errf(first_rc, "%s", saved_err);
+        else if (fair_err[0])
+            kvm_errf(first_rc, "%s", fair_err);
         else if (place->err_set)
             kvm_errf(first_rc, "%s", place->err);
     }
@@ -370,12 +401,42 @@ int kvm_store_put(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs
 
 /* ---- get ------------------------------------------------------------------------------------ */
 
+/* Plans the next chunk of round `round` from items[base] (one tenant, within the fair limits;
+ * *end set) and takes its ticket when it reads from other runtimes. Nonzero: the chunk is not
+ * read now; a deadline that passed in the queue sets *late. */
+static int read_gate(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *outs, size_t base,
+                     size_t n, uint32_t round, uint64_t deadline, size_t *end,
+                     struct kvm_fair_ticket *ft, bool *late)
+{
+    uint64_t wire[DATA_CHUNK], total = 0;
+    size_t m = n - base < DATA_CHUNK ? n - base : DATA_CHUNK;
+    for (size_t k = 0; k < m; k++) {
+        const struct kvm_item *it = &look->items[base + k];
+        bool remote = outs[base + k].rc == KVMESH_EAGAIN && round < it->route.n_replicas &&
+                      it->acc[round].known && !it->acc[round].local;
+        wire[k] = remote ? it->route.length : 0;
+    }
+    *end = base + kvm_fair_plan_wire(rt, &look->items[base], wire, m);
+    for (size_t k = 0; k < *end - base; k++)
+        total += wire[k];
+    memset(ft, 0, sizeof(*ft));
+    if (total == 0)
+        return 0;
+    int rc = kvm_fair_acquire(rt, &look->items[base].ident, (uint32_t)(*end - base), total,
+                              deadline, ft);
+    if (rc == KVMESH_ETIMEDOUT)
+        *late = true;
+    return rc;
+}
+
 static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n, uint32_t round,
                      bool *bad_sum, uint64_t deadline, bool *late)
 {
     int progress = 0;
-    for (size_t base = 0; base < n; base += DATA_CHUNK) {
-        size_t end = base + DATA_CHUNK < n ? base + DATA_CHUNK : n;
+    for (size_t base = 0, end; base < n; base = end) {
+        struct kvm_fair_ticket ft; /* remote reads of this chunk: its tenant's turn (fair.c) */
+        if (read_gate(rt, look, outs, base, n, round, deadline, &end, &ft, late) != 0)
+            continue; /* not read this round (deadline in the queue, or the queue full) */
         struct obs_span dsp, *ds = NULL;
         int64_t d_local = 0, d_remote = 0, d_ok = 0;
         for (size_t i = base; i < end && look->span && !ds; i++)
@@ -453,6 +514,7 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
         }
         if (b)
             tp_batch_free(b);
+        kvm_fair_release(rt, &ft); /* completed or failed: nothing of it is in flight */
         for (size_t i = base; i < end; i++)
             reg_drop(rt, &regs[i - base]);
         if (ds) {

@@ -18,6 +18,7 @@
 
 #include "core/util.h"
 #include "core/wrh.h"
+#include "store/place.h"
 #include "store/proto.h"
 #include "store/quota.h"
 #include "store/store.h"
@@ -206,12 +207,16 @@ static bool storage_member(kvm_rt_t *rt, const struct kvm_member *m)
  * rest by weighted rendezvous rank of the object's hash. NULL when none is left. */
 static const struct kvm_member *next_candidate(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it)
 {
-    for (size_t i = 0; i < op->n_pref; i++) {
-        const struct kvm_member *m = kvm_member_find(rt, &op->pref[i]);
+    const kvm_runtime_id_t *pref; /* the request's, else the tenant's (place.c) */
+    size_t n_pref;
+    bool hard, tenant_pin;
+    kvm_place_pref(rt, op, it, &pref, &n_pref, &hard, &tenant_pin);
+    for (size_t i = 0; i < n_pref; i++) {
+        const struct kvm_member *m = kvm_member_find(rt, &pref[i]);
         if (m && storage_member(rt, m) && !item_excluded(it, &m->rt.id))
             return m;
     }
-    if (op->hard_pin)
+    if (hard)
         return NULL;
     const struct kvm_member *self = kvm_member_find(rt, &rt->self.id);
     if (self && storage_member(rt, self) && !item_excluded(it, &self->rt.id))
@@ -275,6 +280,7 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
         for (uint32_t i = 0; i < n_segs; i++)
             if (segs[i].id == seg)
                 r->seg_read_token = segs[i].read_token;
+        kvm_place_count(rt, op, it, &c->owner.id);
     } else {
         item_exclude(it, &c->owner.id);
         /* a timeout only says something about the owner when it had a fair share of time */
@@ -392,6 +398,11 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
                   "deadline passed after placing %u of %u replicas; the put was not applied "
                   "(owners slow or unreachable; retry)%s%s",
                   got, it->want, op->lasterr[0] ? "; last error: " : "", op->lasterr);
+        return;
+    }
+    char pin[400];
+    if (kvm_place_pin_failed(op->rt, op, it, got, it->want, pin, sizeof(pin))) {
+        item_fail(op, it, KVMESH_EUNAVAILABLE, "%s", pin);
         return;
     }
     int rc = it->rc && it->rc != KVMESH_ECONN && it->rc != KVMESH_ETIMEDOUT ? it->rc

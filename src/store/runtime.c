@@ -32,6 +32,8 @@
 #include "core/util.h"
 #include "core/wrh.h"
 #include "env/clock.h"
+#include "store/fair.h"
+#include "store/place.h"
 #include "store/proto.h"
 #include "store/quota.h"
 #include "store/store.h"
@@ -930,6 +932,8 @@ static void rt_free(kvm_rt_t *rt)
     if (rt->tp)
         tp_engine_free(rt->tp);
     kvm_owner_fini(rt);
+    kvm_fair_close(rt);
+    kvm_place_close(rt);
     if (rt->reg)
         seg_registry_free(rt->reg);
     for (size_t i = 0; i < rt->n_interned; i++)
@@ -1002,7 +1006,8 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg)
         goto fail;
 
     /* Segments and the transport engine are thread-safe; set them up before the loop. */
-    if ((rc = seg_registry_new(&rt->reg)) != 0 || (rc = kvm_owner_init(rt)) != 0)
+    if ((rc = seg_registry_new(&rt->reg)) != 0 || (rc = kvm_owner_init(rt)) != 0 ||
+        (rc = kvm_fair_open(rt)) != 0 || (rc = kvm_place_open(rt)) != 0)
         goto fail;
     char host[128];
     int port;

@@ -20,6 +20,8 @@
 
 #define KVM_STORE_STR_MAX             512
 #define KVM_STORE_TENANT_POLICIES_MAX 16 /* tenant-root policies one runtime bootstraps */
+#define KVM_STORE_TENANT_SOFT_MAX     16 /* tenant_weights / tenant_placement entries */
+#define KVM_STORE_PLACE_OWNERS_MAX    4  /* preferred owners of one tenant_placement entry */
 
 /* One configured tenant-root policy (hard fields; docs/tenancy.md). */
 struct kvm_store_tenant_policy {
@@ -27,6 +29,20 @@ struct kvm_store_tenant_policy {
     uint64_t max_bytes;      /* >= 1 */
     uint64_t max_objects;    /* >= 1 */
     uint32_t policy_version; /* >= 1 */
+};
+
+/* Soft isolation (docs/tenancy.md "Soft isolation"): a tenant's fair-scheduling weight. */
+struct kvm_store_tenant_weight {
+    char tenant[65];
+    uint32_t weight; /* 1..64 */
+};
+
+/* A tenant's placement preference: owners tried first; hard = fail when they cannot be met. */
+struct kvm_store_tenant_placement {
+    char tenant[65];
+    uint32_t n_owners;                           /* 1..KVM_STORE_PLACE_OWNERS_MAX */
+    char owners[KVM_STORE_PLACE_OWNERS_MAX][33]; /* runtime ids, 32 hex digits */
+    bool hard;
 };
 
 struct kvm_store_config {
@@ -64,6 +80,17 @@ struct kvm_store_config {
     bool tenant_quota_evict; /* EQUOTA: evict this tenant's oldest objects, retry once */
     uint32_t n_tenant_policies;
     struct kvm_store_tenant_policy tenant_policies[KVM_STORE_TENANT_POLICIES_MAX];
+    /* soft isolation (src/store/fair.c, src/store/place.c) */
+    bool fairness;                /* per-tenant scheduling of remote batches (false = off) */
+    uint32_t fair_batch_items;    /* max_remote_batch_items_per_tenant */
+    uint64_t fair_batch_bytes;    /* max_remote_batch_bytes */
+    uint32_t fair_burst_items;    /* max_remote_batch_burst_items */
+    uint64_t fair_inflight_bytes; /* max_inflight_bytes_per_batch */
+    uint32_t fair_queue_depth;    /* remote batches queued per tenant */
+    uint32_t n_tenant_weights;
+    struct kvm_store_tenant_weight tenant_weights[KVM_STORE_TENANT_SOFT_MAX];
+    uint32_t n_tenant_placement;
+    struct kvm_store_tenant_placement tenant_placement[KVM_STORE_TENANT_SOFT_MAX];
 };
 
 #endif

@@ -11,6 +11,7 @@
 
 extern const sim_scenario_t scen_toy_register;
 extern const sim_scenario_t scen_transport;
+extern const sim_scenario_t scen_fair_sched;
 #ifdef KVMESH_SIM_HAVE_META /* scenarios that need src/meta (see CMakeLists.txt) */
 extern const sim_scenario_t scen_meta_cas;
 extern const sim_scenario_t scen_route_basic;
@@ -40,6 +41,7 @@ extern const sim_scenario_t scen_cold_race_overwrite_usage;
 const sim_scenario_t *const sim_scenarios[] = {
     &scen_toy_register,
     &scen_transport,
+    &scen_fair_sched,
 #ifdef KVMESH_SIM_HAVE_META
     &scen_meta_cas,
     &scen_route_basic,

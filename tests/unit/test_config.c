@@ -89,6 +89,27 @@ static const struct {
      "empty or up to 16 comma-separated tenant:max_bytes:max_objects[:policy_version] (tenant "
      "by the tenant id rule, max_bytes a size >= 1, max_objects and policy_version 1..2^32-1, "
      "each tenant once), at most 511 bytes"},
+    {"fairness", "maybe",
+     "fairness: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, 1|0)"},
+    {"max_remote_batch_items_per_tenant", "0",
+     "max_remote_batch_items_per_tenant: \"0\" is out of range; allowed 1..1024"},
+    {"max_remote_batch_bytes", "1KiB",
+     "max_remote_batch_bytes: \"1KiB\" is out of range; allowed 4KiB..4TiB (a byte count with "
+     "optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    {"max_remote_batch_burst_items", "0",
+     "max_remote_batch_burst_items: \"0\" is out of range; allowed 1..65536"},
+    {"max_inflight_bytes_per_batch", "100",
+     "max_inflight_bytes_per_batch: \"100\" is out of range; allowed 4KiB..4TiB (a byte count "
+     "with optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    {"fair_queue_depth", "4097", "fair_queue_depth: \"4097\" is out of range; allowed 1..4096"},
+    {"tenant_weights", "acme:0",
+     "tenant_weights: \"acme:0\" entry 1 (acme): weight '0' is not an integer 1..64; allowed "
+     "empty or up to 16 comma-separated tenant:weight (tenant by the tenant id rule, weight "
+     "1..64, each tenant once), at most 511 bytes"},
+    {"tenant_placement", "acme:xyz",
+     "tenant_placement: \"acme:xyz\" entry 1 (acme): owner 'xyz' is not a runtime id (32 hex "
+     "digits); allowed empty or up to 16 comma-separated tenant:owner[+owner...][:soft|hard] "
+     "(1..4 owners of 32 hex digits, each tenant once), at most 511 bytes"},
 };
 
 static void test_defaults(void **state)
@@ -342,6 +363,68 @@ static void test_docs_match_table(void **state)
 }
 
 /* tenant_policies: parsed into the store config; each bad part named */
+/* soft isolation fields: parsed into the store config; each bad part named; burst >= items */
+static void test_soft_isolation_fields(void **state)
+{
+    (void)state;
+    kvmesh_config_t *c = kvmesh_config_new();
+    struct kvm_store_config sc;
+    kvm_config_to_store(c, &sc);
+    assert_true(sc.fairness);
+    assert_int_equal(sc.fair_batch_items, 16);
+    assert_int_equal(sc.fair_batch_bytes, 16ull << 20);
+    assert_int_equal(sc.fair_burst_items, 64);
+    assert_int_equal(sc.fair_inflight_bytes, 256ull << 20);
+    assert_int_equal(sc.fair_queue_depth, 256);
+    assert_int_equal(sc.n_tenant_weights, 0);
+    assert_int_equal(sc.n_tenant_placement, 0);
+    assert_int_equal(kvmesh_config_set(c, "fairness", "off"), 0);
+    assert_int_equal(kvmesh_config_set(c, "tenant_weights", "acme:3,b.2:64"), 0);
+    assert_int_equal(
+        kvmesh_config_set(c, "tenant_placement",
+                          "acme:0123456789abcdef0123456789abcdef+1123456789abcdef0123456789abcdef:"
+                          "hard,b:2123456789abcdef0123456789abcdef"),
+        0);
+    kvm_config_to_store(c, &sc);
+    assert_false(sc.fairness);
+    assert_int_equal(sc.n_tenant_weights, 2);
+    assert_string_equal(sc.tenant_weights[1].tenant, "b.2");
+    assert_int_equal(sc.tenant_weights[1].weight, 64);
+    assert_int_equal(sc.n_tenant_placement, 2);
+    assert_int_equal(sc.tenant_placement[0].n_owners, 2);
+    assert_true(sc.tenant_placement[0].hard);
+    assert_string_equal(sc.tenant_placement[0].owners[1], "1123456789abcdef0123456789abcdef");
+    assert_false(sc.tenant_placement[1].hard); /* soft by default */
+    static const struct {
+        const char *f, *v, *want;
+    } bad[] = {
+        {"tenant_weights", "acme", "entry 1 is not tenant:weight"},
+        {"tenant_weights", "acme:3,acme:2", "listed twice"},
+        {"tenant_weights", "acme:65", "weight '65'"},
+        {"tenant_weights", "-x:1", "tenant id rule"},
+        {"tenant_weights", "acme:1,", "ends with a comma"},
+        {"tenant_placement", "acme:0123456789abcdef0123456789abcdef:firm", "mode 'firm'"},
+        {"tenant_placement", "acme", "is not tenant:owner"},
+        {"tenant_placement",
+         "a:0123456789abcdef0123456789abcdef+0123456789abcdef0123456789abcdef+0123456789abcdef"
+         "0123456789abcdef+0123456789abcdef0123456789abcdef+0123456789abcdef0123456789abcdef",
+         "more than 4 preferred owners"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(kvmesh_config_set(c, bad[i].f, bad[i].v), KVMESH_ECONFIG);
+        if (!strstr(kvmesh_last_error(), bad[i].want) || !strstr(kvmesh_last_error(), bad[i].f))
+            fail_msg("%s=%s: %s", bad[i].f, bad[i].v, kvmesh_last_error());
+    }
+    /* cross-field: burst at (ok), just below (refused) the per-tenant item limit */
+    assert_int_equal(kvmesh_config_set(c, "max_remote_batch_items_per_tenant", "32"), 0);
+    assert_int_equal(kvmesh_config_set(c, "max_remote_batch_burst_items", "32"), 0);
+    assert_int_equal(kvm_config_validate(c), 0);
+    assert_int_equal(kvmesh_config_set(c, "max_remote_batch_burst_items", "31"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_non_null(strstr(kvmesh_last_error(), "max_remote_batch_burst_items (31)"));
+    kvmesh_config_free(c);
+}
+
 static void test_tenant_policies(void **state)
 {
     (void)state;
@@ -400,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_allowed_text),
         cmocka_unit_test(test_docs_match_table),
         cmocka_unit_test(test_tenant_policies),
+        cmocka_unit_test(test_soft_isolation_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
