@@ -185,6 +185,34 @@ static int admin_page(kvmesh_admin_t *a, enum ks_family f, const char *start_aft
     return rc;
 }
 
+/* One member record into o (malformed when it does not decode); m is scratch. */
+static void member_from_kv(const meta_kv_t *kv, kvmesh_admin_member_t *o, struct kvm_member *m)
+{
+    memset(o, 0, sizeof(*o));
+    ks_parsed_t pk;
+    if (ks_parse(kv->key, &pk) == 0 && pk.n_parts == 1)
+        snprintf(o->id, sizeof(o->id), "%.*s", (int)(sizeof(o->id) - 1), pk.parts[0].s);
+    o->lease = kv->lease;
+    o->mod_rev = kv->mod_rev;
+    memset(m, 0, sizeof(*m));
+    if (kvm_member_record_decode(kv->key, kv->value, kv->value_len, m, o->rpc, sizeof(o->rpc),
+                                 o->data, sizeof(o->data)) != 0) {
+        o->malformed = true;
+        return;
+    }
+    o->epoch = m->rt.epoch;
+    snprintf(o->state, sizeof(o->state), "%s", kvm_member_state_name(m->state));
+    o->weight = m->weight;
+    o->capacity_bytes = m->capacity;
+    o->used_bytes = m->used;
+    o->heartbeat = m->heartbeat;
+    o->n_segments = m->n_segs < KVMESH_ADMIN_SEGS_MAX ? m->n_segs : KVMESH_ADMIN_SEGS_MAX;
+    for (uint32_t k = 0; k < o->n_segments; k++) {
+        o->segments[k].id = m->segs[k].id;
+        o->segments[k].size = m->segs[k].size;
+    }
+}
+
 int kvmesh_admin_members(kvmesh_admin_t *a, const char *after, size_t limit,
                          kvmesh_admin_member_t *out, size_t *n, bool *more)
 {
@@ -203,36 +231,88 @@ int kvmesh_admin_members(kvmesh_admin_t *a, const char *after, size_t limit,
         if (!m)
             rc = kvm_errf(KVMESH_ENOMEM, "out of memory");
         for (size_t i = 0; m && i < res->n_kvs && i < limit; i++) {
-            const meta_kv_t *kv = &res->kvs[i];
-            kvmesh_admin_member_t *o = &out[i];
-            memset(o, 0, sizeof(*o));
-            ks_parsed_t pk;
-            if (ks_parse(kv->key, &pk) == 0 && pk.n_parts == 1)
-                snprintf(o->id, sizeof(o->id), "%.*s", (int)(sizeof(o->id) - 1), pk.parts[0].s);
-            o->lease = kv->lease;
-            o->mod_rev = kv->mod_rev;
-            memset(m, 0, sizeof(*m));
-            if (kvm_member_record_decode(kv->key, kv->value, kv->value_len, m, o->rpc,
-                                         sizeof(o->rpc), o->data, sizeof(o->data)) != 0) {
-                o->malformed = true;
-            } else {
-                o->epoch = m->rt.epoch;
-                snprintf(o->state, sizeof(o->state), "%s", kvm_member_state_name(m->state));
-                o->weight = m->weight;
-                o->capacity_bytes = m->capacity;
-                o->used_bytes = m->used;
-                o->heartbeat = m->heartbeat;
-                o->n_segments =
-                    m->n_segs < KVMESH_ADMIN_SEGS_MAX ? m->n_segs : KVMESH_ADMIN_SEGS_MAX;
-                for (uint32_t k = 0; k < o->n_segments; k++) {
-                    o->segments[k].id = m->segs[k].id;
-                    o->segments[k].size = m->segs[k].size;
-                }
-            }
+            member_from_kv(&res->kvs[i], &out[i], m);
             (*n)++;
         }
         free(m);
         *more = res->more;
+    }
+    meta_result_free(res);
+    return rc;
+}
+
+int kvmesh_admin_member_get(kvmesh_admin_t *a, const char *id, kvmesh_admin_member_t *out,
+                            bool *found)
+{
+    *found = false;
+    char key[KS_KEY_CAP];
+    int rc = ks_member_key(key, sizeof(key), a->deployment, id);
+    if (rc)
+        return rc;
+    meta_result_t *res;
+    rc = meta_sync_get(a->ms, key, &res);
+    if (rc) {
+        kvm_errf(rc, "metadata get of %s: %s", key, res->errmsg);
+    } else if (res->kv.found) {
+        struct kvm_member *m = malloc(sizeof(*m));
+        if (!m) {
+            rc = kvm_errf(KVMESH_ENOMEM, "out of memory");
+        } else {
+            member_from_kv(&res->kv, out, m);
+            *found = true;
+        }
+        free(m);
+    }
+    meta_result_free(res);
+    return rc;
+}
+
+int kvmesh_admin_lifecycle_request(kvmesh_admin_t *a, const char *id, const char *state)
+{
+    enum kvm_member_state want;
+    if (strcmp(state, "draining") == 0)
+        want = KVM_MS_DRAINING;
+    else if (strcmp(state, "active") == 0)
+        want = KVM_MS_ACTIVE;
+    else
+        return kvm_errf(KVMESH_EINVAL, "lifecycle state \"%s\": allowed draining, active", state);
+    char key[KS_KEY_CAP], val[KVM_LIFECYCLE_VALUE_MAX];
+    int rc = ks_lifecycle_key(key, sizeof(key), a->deployment, id);
+    if (rc == 0 && want == KVM_MS_DRAINING)
+        rc = kvm_lifecycle_encode(want, env_clock_wall_ms(), val, sizeof(val));
+    if (rc)
+        return rc;
+    meta_op_t op = want == KVM_MS_DRAINING ? (meta_op_t){.type = META_OP_PUT,
+                                                         .key = key,
+                                                         .value = (const uint8_t *)val,
+                                                         .value_len = strlen(val)}
+                                           : (meta_op_t){.type = META_OP_DEL, .key = key};
+    meta_result_t *res;
+    rc = meta_sync_txn(a->ms, NULL, 0, &op, 1, NULL, 0, &res);
+    if (rc)
+        kvm_errf(rc, "writing %s: %s", key, res->errmsg);
+    meta_result_free(res);
+    return rc;
+}
+
+int kvmesh_admin_lifecycle_get(kvmesh_admin_t *a, const char *id, char *state, size_t cap)
+{
+    if (cap)
+        state[0] = 0;
+    char key[KS_KEY_CAP];
+    int rc = ks_lifecycle_key(key, sizeof(key), a->deployment, id);
+    if (rc)
+        return rc;
+    meta_result_t *res;
+    rc = meta_sync_get(a->ms, key, &res);
+    if (rc) {
+        kvm_errf(rc, "metadata get of %s: %s", key, res->errmsg);
+    } else if (res->kv.found) {
+        enum kvm_member_state want;
+        if (kvm_lifecycle_decode(res->kv.value, res->kv.value_len, &want, NULL) != 0)
+            snprintf(state, cap, "malformed");
+        else
+            snprintf(state, cap, "%s", kvm_member_state_name(want));
     }
     meta_result_free(res);
     return rc;

@@ -125,6 +125,18 @@ typedef struct kvmesh_admin_member {
 int kvmesh_admin_members(kvmesh_admin_t *a, const char *after, size_t limit,
                          kvmesh_admin_member_t *out, size_t *n, bool *more);
 
+/* The member record of id (exact; one metadata read); *found false when there is none. */
+int kvmesh_admin_member_get(kvmesh_admin_t *a, const char *id, kvmesh_admin_member_t *out,
+                            bool *found);
+
+/* An operator's lifecycle request for member id (kvmesh/v1/<dep>/lifecycle/<id>; docs/
+ * operations.md "Member lifecycle"): state "draining" writes the request, "active" deletes it
+ * (no request is active). The member applies it with its next member-record write (within one
+ * keepalive period, lease_ttl_ms / 3) and its record then shows the state. */
+int kvmesh_admin_lifecycle_request(kvmesh_admin_t *a, const char *id, const char *state);
+/* The request stored for id into state: "draining", "malformed", or "" when there is none. */
+int kvmesh_admin_lifecycle_get(kvmesh_admin_t *a, const char *id, char *state, size_t cap);
+
 /* One shard-authority record (kvmesh/v1/<dep>/shards/<shard>). */
 typedef struct kvmesh_admin_shard {
     uint32_t shard;

@@ -8,6 +8,7 @@
  *   record   kvmesh/v1/<dep>/members/<runtime-id> = JSON {epoch, state, weight, cap, used,
  *            rpc, data, hb, segs: [[id hex, size, read token hex]...]}, bound to the lease;
  *            rewritten every keepalive period (hb + 1), so a live member's mod_rev advances;
+ *            the same txn reads the operator's lifecycle request (lifecycle.c);
  *   epoch    the metadata revision of the txn that first wrote this incarnation's record: the
  *            revision is a deployment-wide txn counter, so a restarted runtime (same id) always
  *            gets a larger epoch than any earlier incarnation;
@@ -116,6 +117,12 @@ bool kvm_member_is_suspect(kvm_rt_t *rt, const kvm_runtime_id_t *id)
         if (kvm_id128_equal(&rt->suspects[i].id, id))
             return true;
     return false;
+}
+
+bool kvm_member_is_draining(kvm_rt_t *rt, const kvm_runtime_id_t *id)
+{
+    const struct kvm_member *m = kvm_member_find(rt, id);
+    return m && m->state == KVM_MS_DRAINING;
 }
 
 void kvm_member_quarantine(kvm_rt_t *rt, const kvm_runtime_id_t *id)
@@ -244,14 +251,22 @@ static void publish_done(void *arg, const meta_result_t *res)
         kvm_member_publish(rt, cb);
         return;
     }
+    /* The operator's lifecycle request, read in the same txn (lifecycle.c): a change of state
+     * is written at once, so the others see it without waiting for the next keepalive. */
+    if (!rc && res->n_ops == 2 && kvm_lifecycle_apply(rt, &res->ops[1])) {
+        kvm_member_publish(rt, cb);
+        return;
+    }
     if (cb)
         cb(rt, rc, res->errmsg);
 }
 
 static void publish_with(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
 {
-    char key[KS_KEY_CAP];
+    char key[KS_KEY_CAP], lkey[KS_KEY_CAP];
     int rc = ks_member_key(key, sizeof(key), rt->cfg.deployment, rt->idhex);
+    if (!rc)
+        rc = ks_lifecycle_key(lkey, sizeof(lkey), rt->cfg.deployment, rt->idhex);
     char *val = rc ? NULL : record_json(rt);
     struct mcall *c = val ? calloc(1, sizeof(*c)) : NULL;
     if (!c) {
@@ -264,12 +279,13 @@ static void publish_with(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
     c->cb = cb;
     c->set_epoch = set_epoch;
     rt->heartbeat++;
-    meta_op_t put = {.type = META_OP_PUT,
-                     .key = key,
-                     .value = (const uint8_t *)val,
-                     .value_len = strlen(val),
-                     .lease = rt->lease};
-    rc = meta_txn(rt->meta, NULL, 0, &put, 1, NULL, 0, 0, publish_done, c);
+    meta_op_t ops[2] = {{.type = META_OP_PUT,
+                         .key = key,
+                         .value = (const uint8_t *)val,
+                         .value_len = strlen(val),
+                         .lease = rt->lease},
+                        {.type = META_OP_GET, .key = lkey}};
+    rc = meta_txn(rt->meta, NULL, 0, ops, 2, NULL, 0, 0, publish_done, c);
     free(val);
     if (rc) {
         free(c);

@@ -16,6 +16,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api/kvmesh_tools.h"
 #include "cli.h"
@@ -28,8 +29,9 @@
 struct adm {
     struct cli_common c;
     bool json, apply;
-    uint64_t page, max;
+    uint64_t page, max, wait_ms;
     kvmesh_admin_t *a;
+    const kvmesh_config_t *cfg;
     const char *sub;
 };
 
@@ -110,6 +112,171 @@ static const kvmesh_admin_member_t *find_member(const struct members *m, const c
         if (strcmp(m->v[i].id, id) == 0 && (epoch == 0 || m->v[i].epoch == epoch))
             return &m->v[i];
     return NULL;
+}
+
+/* ---- member lifecycle ---------------------------------------------------------------------- */
+
+#define ADM_WAIT_DEFAULT_MS 15000
+#define ADM_WAIT_MAX_MS     600000
+#define ADM_POLL_MS         200
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Is s 1..32 hex digits? (lower-cased into out) */
+static bool member_arg_ok(const char *s, char out[KVMESH_ID_HEX_LEN + 1])
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > KVMESH_ID_HEX_LEN)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (ch >= 'A' && ch <= 'F')
+            ch = (char)(ch - 'A' + 'a');
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
+            return false;
+        out[i] = ch;
+    }
+    out[n] = 0;
+    return true;
+}
+
+/* The member record named by arg (a full id, or a prefix matching exactly one record). Returns
+ * 0, or an exit status with the message printed. */
+static int resolve_member(struct adm *x, const char *arg, kvmesh_admin_member_t *out)
+{
+    char id[KVMESH_ID_HEX_LEN + 1];
+    if (!member_arg_ok(arg, id)) {
+        fprintf(stderr,
+                "kvmesh admin %s: \"%s\" is not a member id (32 hex digits, or a unique prefix "
+                "of one; see kvmesh admin members)\n",
+                x->sub, arg);
+        return CLI_EXIT_USAGE;
+    }
+    bool found = false;
+    int rc = 0;
+    if (strlen(id) == KVMESH_ID_HEX_LEN) {
+        if ((rc = kvmesh_admin_member_get(x->a, id, out, &found)) != 0) {
+            cli_report("admin", "reading the member record", rc);
+            return CLI_EXIT_FAIL;
+        }
+    } else {
+        struct members m;
+        if (load_members(x, &m) != 0)
+            return CLI_EXIT_FAIL;
+        size_t hits = 0;
+        for (size_t i = 0; i < m.n; i++) {
+            if (strncmp(m.v[i].id, id, strlen(id)) != 0)
+                continue;
+            if (hits++ == 0)
+                *out = m.v[i];
+            else if (hits == 2)
+                fprintf(stderr,
+                        "kvmesh admin %s: \"%s\" matches more than one member (%s, %s%s); give "
+                        "more digits\n",
+                        x->sub, arg, out->id, m.v[i].id, m.truncated ? ", of the first --max" : "");
+        }
+        free(m.v);
+        if (hits > 1)
+            return CLI_EXIT_USAGE;
+        found = hits == 1;
+    }
+    if (!found) {
+        fprintf(stderr,
+                "kvmesh admin %s: no member record matches \"%s\" in deployment %s (see kvmesh "
+                "admin members)\n",
+                x->sub, arg, kvmesh_tools_config_str(x->cfg, "deployment"));
+        return CLI_EXIT_ENOENT;
+    }
+    if (out->malformed) {
+        fprintf(stderr, "kvmesh admin %s: the member record of %s is malformed\n", x->sub, out->id);
+        return CLI_EXIT_FAIL;
+    }
+    return 0;
+}
+
+/* drain / activate: writes (or deletes) the member's lifecycle request, then waits up to
+ * --wait-ms for its record to show the state. */
+static int do_lifecycle(struct adm *x, const char *arg)
+{
+    bool drain = strcmp(x->sub, "drain") == 0;
+    const char *want = drain ? "draining" : "active";
+    kvmesh_admin_member_t m;
+    int ret = resolve_member(x, arg, &m);
+    if (ret)
+        return ret;
+    if (strcmp(m.state, "active") != 0 && strcmp(m.state, "draining") != 0) {
+        fprintf(stderr,
+                "kvmesh admin %s: member %s is %s; only an active or draining member takes "
+                "lifecycle requests\n",
+                x->sub, m.id, m.state);
+        return CLI_EXIT_FAIL;
+    }
+    char prior[16];
+    int rc = kvmesh_admin_lifecycle_get(x->a, m.id, prior, sizeof(prior));
+    if (rc) {
+        cli_report("admin", "reading the lifecycle request", rc);
+        return CLI_EXIT_FAIL;
+    }
+    if (!drain && strcmp(m.state, "draining") == 0 && strcmp(prior, "draining") != 0) {
+        fprintf(stderr,
+                "kvmesh admin activate: member %s is draining because it is leaving (SIGTERM of "
+                "its kvmeshd, or kvmesh_drain), not by an operator's drain; activate cannot stop "
+                "that\n",
+                m.id);
+        return CLI_EXIT_FAIL;
+    }
+    if ((rc = kvmesh_admin_lifecycle_request(x->a, m.id, want)) != 0) {
+        cli_report("admin", "writing the lifecycle request", rc);
+        return CLI_EXIT_FAIL;
+    }
+    uint64_t t0 = kvmesh_tools_now_ns(), waited = 0;
+    bool applied = strcmp(m.state, want) == 0, gone = false;
+    while (!applied && !gone && waited < x->wait_ms) {
+        sleep_ms(ADM_POLL_MS);
+        bool found = false;
+        if ((rc = kvmesh_admin_member_get(x->a, m.id, &m, &found)) != 0) {
+            cli_report("admin", "reading the member record", rc);
+            return CLI_EXIT_FAIL;
+        }
+        gone = !found || m.malformed;
+        applied = !gone && strcmp(m.state, want) == 0;
+        waited = (kvmesh_tools_now_ns() - t0) / 1000000u;
+    }
+    if (x->json) {
+        printf("{\"member\":");
+        json_str(m.id);
+        printf(",\"request\":\"%s\",\"state\":", want);
+        json_str(gone ? "gone" : m.state);
+        printf(",\"applied\":%s,\"waited_ms\":%" PRIu64 "}\n", applied ? "true" : "false", waited);
+    } else if (applied) {
+        printf("member %s: %s (%s)\n", m.id, want,
+               drain ? "takes no new placements; its objects stay readable; kvmesh admin "
+                       "activate reverses it"
+                     : "takes placements again");
+    }
+    if (applied)
+        return CLI_EXIT_OK;
+    if (gone)
+        fprintf(stderr,
+                "kvmesh admin %s: the member record of %s went away while waiting (the member "
+                "left or its lease expired); the request is kept for its id\n",
+                x->sub, m.id);
+    else if (x->wait_ms == 0)
+        fprintf(stderr,
+                "kvmesh admin %s: request for %s recorded; not waiting (--wait-ms 0): the member "
+                "applies it at its next heartbeat\n",
+                x->sub, m.id);
+    else
+        fprintf(stderr,
+                "kvmesh admin %s: request for %s recorded, but its record still says %s after "
+                "%" PRIu64 " ms; the member applies requests at each heartbeat (is it running and "
+                "connected to the metadata?)\n",
+                x->sub, m.id, m.state, waited);
+    return x->wait_ms == 0 && !gone ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }
 
 /* ---- subcommands --------------------------------------------------------------------------- */
@@ -355,6 +522,7 @@ int cmd_admin(int argc, char **argv)
     memset(&x, 0, sizeof(x));
     x.page = ADM_PAGE_DEFAULT;
     x.max = ADM_MAX_DEFAULT;
+    x.wait_ms = UINT64_MAX; /* not given */
     cli_opt_t opts[ADM_MAX_OPTS] = {
         {"json", NULL, CLI_FLAG, &x.json, "print one JSON document instead of a table"},
         {"apply", NULL, CLI_FLAG, &x.apply,
@@ -362,11 +530,15 @@ int cmd_admin(int argc, char **argv)
         {"page", "N", CLI_U64, &x.page, "records per metadata read, 1..256 (default 100)"},
         {"max", "N", CLI_U64, &x.max,
          "read at most N records of each kind, 1..1000000 (default 10000)"},
+        {"wait-ms", "N", CLI_U64, &x.wait_ms,
+         "drain/activate: wait up to N ms for the member to apply it, 0..600000 (default "
+         "15000; 0 = do not wait)"},
     };
-    size_t nopts = cli_common_opts(&x.c, opts, 4, ADM_MAX_OPTS);
+    size_t nopts = cli_common_opts(&x.c, opts, 5, ADM_MAX_OPTS);
     const char *pos[CLI_MAX_POS];
     size_t npos = 0;
-    static const char syn[] = "members | segments | shards | cleanup [--apply] [options]";
+    static const char syn[] = "members | segments | shards | cleanup [--apply] | drain MEMBER | "
+                              "activate MEMBER [options]";
     static const char desc[] =
         "Reads the deployment's metadata directly (no runtime joins), in bounded pages:\n"
         "members   member records: id, epoch, state, weight, capacity, used, segments, rpc\n"
@@ -378,6 +550,11 @@ int cmd_admin(int argc, char **argv)
         "          them, --apply deletes each one unless it changed since it was read. Shard\n"
         "          records of dead primaries are listed, never deleted (the fencing token must\n"
         "          stay monotonic; the route service takes them over).\n"
+        "drain     MEMBER (its id, or a unique prefix): the member takes no new placements and\n"
+        "          no route authority; its objects stay readable. Written as a lifecycle\n"
+        "          request in metadata that the member applies at its next heartbeat and keeps\n"
+        "          across restarts; waits up to --wait-ms for its record to say draining.\n"
+        "activate  MEMBER: removes the drain request; the member takes placements again.\n"
         "Needs a shared metadata backend (redis:// or etcd://).";
     int rc = cli_parse("admin", opts, nopts, argc, argv, pos, CLI_MAX_POS, &npos);
     if (rc)
@@ -386,23 +563,50 @@ int cmd_admin(int argc, char **argv)
         cli_usage(stdout, "admin", syn, desc, opts, nopts);
         return CLI_EXIT_OK;
     }
-    if (npos != 1) {
-        fprintf(stderr, "kvmesh admin: expected one of members, segments, shards, cleanup; see "
-                        "kvmesh admin --help\n");
+    static const struct {
+        const char *name;
+        size_t args; /* positionals after the subcommand */
+        const char *usage;
+    } subs[] = {
+        {"members", 0, ""}, {"segments", 0, ""},     {"shards", 0, ""},
+        {"cleanup", 0, ""}, {"drain", 1, " MEMBER"}, {"activate", 1, " MEMBER"},
+    };
+    size_t si = sizeof(subs) / sizeof(subs[0]);
+    if (npos >= 1)
+        for (si = 0; si < sizeof(subs) / sizeof(subs[0]); si++)
+            if (strcmp(pos[0], subs[si].name) == 0)
+                break;
+    if (npos == 0) {
+        fprintf(stderr, "kvmesh admin: expected one of members, segments, shards, cleanup, drain, "
+                        "activate; see kvmesh admin --help\n");
         return CLI_EXIT_USAGE;
     }
     x.sub = pos[0];
-    bool known = strcmp(x.sub, "members") == 0 || strcmp(x.sub, "segments") == 0 ||
-                 strcmp(x.sub, "shards") == 0 || strcmp(x.sub, "cleanup") == 0;
-    if (!known) {
+    if (si == sizeof(subs) / sizeof(subs[0])) {
         fprintf(stderr,
-                "kvmesh admin: unknown subcommand \"%s\"; expected members, segments, shards or "
-                "cleanup\n",
+                "kvmesh admin: unknown subcommand \"%s\"; expected members, segments, shards, "
+                "cleanup, drain or activate\n",
                 x.sub);
+        return CLI_EXIT_USAGE;
+    }
+    if (npos - 1 != subs[si].args) {
+        fprintf(stderr, "kvmesh admin %s: expected %s; usage: kvmesh admin %s%s\n", x.sub,
+                subs[si].args ? "one member id" : "no more arguments", x.sub, subs[si].usage);
         return CLI_EXIT_USAGE;
     }
     if (x.apply && strcmp(x.sub, "cleanup") != 0) {
         fprintf(stderr, "kvmesh admin %s: --apply belongs to cleanup\n", x.sub);
+        return CLI_EXIT_USAGE;
+    }
+    if (x.wait_ms != UINT64_MAX && subs[si].args == 0) {
+        fprintf(stderr, "kvmesh admin %s: --wait-ms belongs to drain and activate\n", x.sub);
+        return CLI_EXIT_USAGE;
+    }
+    if (x.wait_ms == UINT64_MAX)
+        x.wait_ms = ADM_WAIT_DEFAULT_MS;
+    if (x.wait_ms > ADM_WAIT_MAX_MS) {
+        fprintf(stderr, "kvmesh admin: --wait-ms %" PRIu64 " is out of range; allowed 0..%d\n",
+                x.wait_ms, ADM_WAIT_MAX_MS);
         return CLI_EXIT_USAGE;
     }
     if (x.page < 1 || x.page > KVMESH_ADMIN_PAGE_MAX) {
@@ -432,6 +636,7 @@ int cmd_admin(int argc, char **argv)
         kvmesh_config_free(cfg);
         return CLI_EXIT_USAGE;
     }
+    x.cfg = cfg;
     int e = kvmesh_admin_open(cfg, &x.a);
     if (e) {
         fprintf(stderr, "kvmesh admin: cannot open metadata %s: %s: %s\n", url, kvmesh_strerror(e),
@@ -445,6 +650,8 @@ int cmd_admin(int argc, char **argv)
         rc = do_members(&x, true);
     else if (strcmp(x.sub, "shards") == 0)
         rc = do_shards(&x);
+    else if (strcmp(x.sub, "drain") == 0 || strcmp(x.sub, "activate") == 0)
+        rc = do_lifecycle(&x, pos[1]);
     else
         rc = do_cleanup(&x);
     kvmesh_admin_close(x.a);
