@@ -987,6 +987,122 @@ int kvm_quota_render(kvm_rt_t *rt, const char *tenant, char *buf, size_t cap)
     return rc;
 }
 
+/* ---- a pass on request (kvmesh admin quota TENANT reconcile --apply) --------------------- */
+
+#define QUOTA_NOW_RETRY_MS 50u
+
+struct rnow {
+    kvm_rt_t *rt;
+    char tenant[TN_TENANT_CAP];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int refs; /* the waiting thread + the loop */
+    bool done;
+    int rc;
+    uint32_t tries;
+    tn_recon_report_t rep;
+    tn_stats_t st; /* the runtime's protocol counters after the pass */
+};
+
+static void rnow_unref(struct rnow *n)
+{
+    if (atomic_fetch_sub(&n->refs, 1) != 1)
+        return;
+    pthread_mutex_destroy(&n->mu);
+    pthread_cond_destroy(&n->cv);
+    free(n);
+}
+
+static void rnow_finish(struct rnow *n, int rc, const tn_recon_report_t *r)
+{
+    pthread_mutex_lock(&n->mu);
+    n->rc = rc;
+    if (r)
+        n->rep = *r;
+    n->done = true;
+    pthread_cond_broadcast(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+    rnow_unref(n);
+}
+
+static void rnow_done(void *arg, const tn_recon_report_t *r)
+{
+    struct rnow *n = arg;
+    struct kvm_quota *q = n->rt->quota;
+    q->recon_running = false;
+    if (r->degraded)
+        q->degraded_passes++;
+    recon_arm(n->rt); /* a timer tick that found this pass running did not re-arm */
+    tn_get_stats(q->tn, &n->st);
+    rnow_finish(n, 0, r);
+}
+
+static void rnow_run(void *arg)
+{
+    struct rnow *n = arg;
+    kvm_rt_t *rt = n->rt;
+    struct kvm_quota *q = rt->quota;
+    if (!q || q->closing || !find_policy(q, n->tenant, strlen(n->tenant))) {
+        rnow_finish(n, KVMESH_ENOENT, NULL);
+        return;
+    }
+    if (q->recon_running) { /* the timer's pass: try again shortly (bounded) */
+        if (++n->tries > 200) {
+            rnow_finish(n, KVMESH_EAGAIN, NULL);
+            return;
+        }
+        env_timer_start(rt->env, QUOTA_NOW_RETRY_MS * 1000000ull, rnow_run, n);
+        return;
+    }
+    tn_route_ops_t ops = {.lookup = recon_lookup, .replay = recon_replay, .ctx = rt};
+    q->recon_running = true;
+    if (tn_recon_pass(q->tn, n->tenant, &ops, QUOTA_RECON_PAGE, rnow_done, n) != 0) {
+        q->recon_running = false;
+        rnow_finish(n, KVMESH_EAGAIN, NULL);
+    }
+}
+
+int kvm_quota_reconcile_now(kvm_rt_t *rt, const char *tenant, tn_recon_report_t *out,
+                            tn_stats_t *totals)
+{
+    memset(out, 0, sizeof(*out));
+    memset(totals, 0, sizeof(*totals));
+    struct rnow *n = calloc(1, sizeof(*n));
+    if (!n)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory");
+    n->rt = rt;
+    snprintf(n->tenant, sizeof(n->tenant), "%s", tenant);
+    pthread_mutex_init(&n->mu, NULL);
+    pthread_cond_init(&n->cv, NULL);
+    atomic_init(&n->refs, 2);
+    if (env_post(rt->env, rnow_run, n) != 0) {
+        atomic_store(&n->refs, 1);
+        rnow_unref(n);
+        return kvm_errf(KVMESH_ECANCELED, "the runtime is closing");
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)(8 * (uint64_t)rt->cfg.request_timeout_ms / 1000 + 1 + 10);
+    pthread_mutex_lock(&n->mu);
+    while (!n->done)
+        if (pthread_cond_timedwait(&n->cv, &n->mu, &until) != 0)
+            break;
+    bool done = n->done;
+    int rc = done ? n->rc : KVMESH_ETIMEDOUT;
+    if (done) {
+        *out = n->rep;
+        *totals = n->st;
+    }
+    pthread_mutex_unlock(&n->mu);
+    rnow_unref(n);
+    if (rc == KVMESH_ENOENT)
+        return kvm_errf(rc, "tenant '%s' has no policy in this runtime", tenant);
+    if (rc)
+        return kvm_errf(rc, "reconciliation pass of tenant '%s' did not run (%s)", tenant,
+                        done ? "the reconciler stayed busy" : "no answer in time");
+    return 0;
+}
+
 /* ---- batches: canonical order, all-or-nothing before data transfer ------------------------ */
 
 struct qbatch {
