@@ -234,7 +234,10 @@ struct mcall {
     kvm_rt_t *rt;
     kvm_done_cb cb;
     bool set_epoch;
+    bool regranted; /* this write already follows a fresh lease taken for a lost one */
 };
+
+static void grant_and_publish_ex(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch, bool regranted);
 
 static void publish_done(void *arg, const meta_result_t *res)
 {
@@ -244,8 +247,16 @@ static void publish_done(void *arg, const meta_result_t *res)
     int rc = res->rc;
     if (!rc && c->set_epoch)
         rt->self.epoch = (uint64_t)res->rev;
-    bool set_epoch = c->set_epoch;
+    bool set_epoch = c->set_epoch, regranted = c->regranted;
     free(c);
+    if (rc == KVMESH_ENOENT && !regranted && !atomic_load(&rt->closing)) {
+        /* The lease is gone (it expired before this write: a join slower than lease_ttl_ms
+         * keeps no keepalive yet, or a stalled process): take a fresh one and write again,
+         * once. The record went with the old lease; the epoch stays the incarnation's. */
+        rt->lease = 0;
+        grant_and_publish_ex(rt, cb, set_epoch, true);
+        return;
+    }
     if (!rc && set_epoch) {
         /* The record of a new incarnation carries its epoch: write it again with it. */
         kvm_member_publish(rt, cb);
@@ -261,7 +272,7 @@ static void publish_done(void *arg, const meta_result_t *res)
         cb(rt, rc, res->errmsg);
 }
 
-static void publish_with(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
+static void publish_with(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch, bool regranted)
 {
     char key[KS_KEY_CAP], lkey[KS_KEY_CAP];
     int rc = ks_member_key(key, sizeof(key), rt->cfg.deployment, rt->idhex);
@@ -278,6 +289,7 @@ static void publish_with(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
     c->rt = rt;
     c->cb = cb;
     c->set_epoch = set_epoch;
+    c->regranted = regranted;
     rt->heartbeat++;
     meta_op_t ops[2] = {{.type = META_OP_PUT,
                          .key = key,
@@ -296,7 +308,7 @@ static void publish_with(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
 
 void kvm_member_publish(kvm_rt_t *rt, kvm_done_cb cb)
 {
-    publish_with(rt, cb, false);
+    publish_with(rt, cb, false, false);
 }
 
 static void grant_done(void *arg, const meta_result_t *res)
@@ -304,7 +316,7 @@ static void grant_done(void *arg, const meta_result_t *res)
     struct mcall *c = arg;
     kvm_rt_t *rt = c->rt;
     kvm_done_cb cb = c->cb;
-    bool set_epoch = c->set_epoch;
+    bool set_epoch = c->set_epoch, regranted = c->regranted;
     free(c);
     if (res->rc) {
         if (cb)
@@ -312,10 +324,15 @@ static void grant_done(void *arg, const meta_result_t *res)
         return;
     }
     rt->lease = res->lease;
-    publish_with(rt, cb, set_epoch);
+    publish_with(rt, cb, set_epoch, regranted);
 }
 
 static void grant_and_publish(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
+{
+    grant_and_publish_ex(rt, cb, set_epoch, false);
+}
+
+static void grant_and_publish_ex(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch, bool regranted)
 {
     struct mcall *c = calloc(1, sizeof(*c));
     if (!c) {
@@ -326,6 +343,7 @@ static void grant_and_publish(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
     c->rt = rt;
     c->cb = cb;
     c->set_epoch = set_epoch;
+    c->regranted = regranted;
     int rc = meta_lease_grant(rt->meta, rt->cfg.lease_ttl_ms, 0, grant_done, c);
     if (rc) {
         free(c);
