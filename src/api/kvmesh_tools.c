@@ -431,6 +431,38 @@ int kvmesh_admin_member_delete(kvmesh_admin_t *a, const char *id, int64_t mod_re
     return rc;
 }
 
+int kvmesh_admin_lifecycles(kvmesh_admin_t *a, const char *after, size_t limit,
+                            kvmesh_admin_lifecycle_t *out, size_t *n, bool *more)
+{
+    *n = 0;
+    *more = false;
+    char start[KS_KEY_CAP] = "";
+    if (after && after[0]) {
+        int rc = ks_lifecycle_key(start, sizeof(start), a->deployment, after);
+        if (rc)
+            return rc;
+    }
+    meta_result_t *res;
+    int rc = admin_page(a, KS_LIFECYCLE, start[0] ? start : NULL, limit, &res);
+    for (size_t i = 0; rc == 0 && i < res->n_kvs && i < limit; i++) {
+        kvmesh_admin_lifecycle_t *o = &out[i];
+        memset(o, 0, sizeof(*o));
+        ks_parsed_t pk;
+        if (ks_parse(res->kvs[i].key, &pk) == 0 && pk.n_parts == 1)
+            snprintf(o->id, sizeof(o->id), "%.*s", KVMESH_ID_HEX_LEN, pk.parts[0].s);
+        enum kvm_member_state want;
+        snprintf(o->state, sizeof(o->state), "%s",
+                 kvm_lifecycle_decode(res->kvs[i].value, res->kvs[i].value_len, &want, NULL) == 0
+                     ? kvm_member_state_name(want)
+                     : "malformed");
+        (*n)++;
+    }
+    if (rc == 0)
+        *more = res->more;
+    meta_result_free(res);
+    return rc;
+}
+
 /* ---- tenants and quotas ------------------------------------------------------------------- */
 
 static int tenant_arg(const char *tenant)

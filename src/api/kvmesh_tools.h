@@ -136,6 +136,14 @@ int kvmesh_admin_member_get(kvmesh_admin_t *a, const char *id, kvmesh_admin_memb
 int kvmesh_admin_lifecycle_request(kvmesh_admin_t *a, const char *id, const char *state);
 /* The request stored for id into state: "draining", "malformed", or "" when there is none. */
 int kvmesh_admin_lifecycle_get(kvmesh_admin_t *a, const char *id, char *state, size_t cap);
+/* Lifecycle requests in id order after `after` (NULL or "" = from the first), at most limit
+ * (1..KVMESH_ADMIN_PAGE_MAX): ids[i] and states[i] ("draining" or "malformed"). */
+typedef struct kvmesh_admin_lifecycle {
+    char id[KVMESH_ID_HEX_LEN + 1];
+    char state[16];
+} kvmesh_admin_lifecycle_t;
+int kvmesh_admin_lifecycles(kvmesh_admin_t *a, const char *after, size_t limit,
+                            kvmesh_admin_lifecycle_t *out, size_t *n, bool *more);
 
 /* One shard-authority record (kvmesh/v1/<dep>/shards/<shard>). */
 typedef struct kvmesh_admin_shard {

@@ -9,8 +9,9 @@
  *     the drained daemon's readiness probe says why; a second drain is a no-op (JSON applied);
  *   - while drained: every object written before still reads back intact, and no replica of
  *     a new object lands on the drained daemon;
- *   - the request survives a restart: the daemon killed (-9) and started again with the same
- *     runtime id comes back draining;
+ *   - the request survives a restart: while the daemon is down its request is listed without a
+ *     member record; killed (-9) and started again with the same runtime id it comes back
+ *     draining; a request for an id without a member record is removed by activate;
  *   - activate: the record says active again, and new objects land on the daemon again;
  *   - bad arguments: no member (2), not an id (2), an ambiguous prefix (2), an unknown id (3),
  *     a member in state gone (1), a member that never applies it (1 after --wait-ms),
@@ -205,6 +206,45 @@ static void check_bad_args(struct cluster *c)
         OPS_ASSERT_HAS(o.err, bad[i].msg);
         tdaemon_out_free(&o);
     }
+    /* ...01 took a drain request it never applied; without its member record the request is
+     * listed on its own, and activate removes it */
+    const char *fake = "abcdef00000000000000000000000001";
+    {
+        meta_sync_t *ms;
+        assert_int_equal(meta_sync_open(&ms, c->url, NULL), 0);
+        char key[KS_KEY_CAP];
+        assert_int_equal(ks_member_key(key, sizeof(key), c->dep, fake), 0);
+        meta_op_t op = {.type = META_OP_DEL, .key = key};
+        meta_result_t *res;
+        assert_int_equal(meta_sync_txn(ms, NULL, 0, &op, 1, NULL, 0, &res), 0);
+        meta_result_free(res);
+        meta_sync_close(ms);
+    }
+    admin(&o, c, "members", "--json", NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    json_t *j = parse(&o);
+    json_t *orphans = json_object_get(j, "requests_without_member");
+    assert_int_equal(json_array_size(orphans), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(orphans, 0), "id")), fake);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(orphans, 0), "request")),
+                        "draining");
+    json_decref(j);
+    tdaemon_out_free(&o);
+    admin(&o, c, "members", NULL, NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "lifecycle request draining for abcdef00000000000000000000000001, "
+                          "which has no member record");
+    tdaemon_out_free(&o);
+    admin(&o, c, "activate", fake, NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "has no member record: its draining request is removed");
+    tdaemon_out_free(&o);
+    admin(&o, c, "members", "--json", NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    j = parse(&o);
+    assert_int_equal(json_array_size(json_object_get(j, "requests_without_member")), 0);
+    json_decref(j);
+    tdaemon_out_free(&o);
     for (int k = 1; k <= 3; k++) {
         char id[40];
         snprintf(id, sizeof(id), "abcdef0000000000000000000000000%d", k);
@@ -239,6 +279,27 @@ static void check_lifecycle(struct cluster *c)
     char st[16];
     admin_state(c, x, st, sizeof(st));
     assert_string_equal(st, "draining");
+    {
+        admin(&o, c, "members", "--json", NULL, NULL);
+        OPS_ASSERT_RUN(&o, 0);
+        json_t *mj = parse(&o), *m;
+        size_t i;
+        int seen = 0;
+        json_array_foreach(json_object_get(mj, "members"), i, m)
+        {
+            const char *id = json_string_value(json_object_get(m, "id"));
+            json_t *req = json_object_get(m, "request");
+            if (strcmp(id, x) == 0) {
+                assert_string_equal(json_string_value(req), "draining");
+                seen++;
+            } else {
+                assert_true(json_is_null(req));
+            }
+        }
+        assert_int_equal(seen, 1);
+        json_decref(mj);
+        tdaemon_out_free(&o);
+    }
     for (int i = 0; i < LC_DAEMONS; i++)
         if (i != LC_TARGET) {
             admin_state(c, c->d[i].id, st, sizeof(st));
@@ -296,8 +357,24 @@ static void check_lifecycle(struct cluster *c)
     assert_int_equal(put_batch(c, "drained", x), 0);
     check_reads(c, "drained");
 
-    /* the request survives a restart of the member (same runtime id) */
+    /* the request survives a restart of the member (same runtime id); while it is down the
+     * request is listed without a member record */
     tdaemon_stop(&c->d[LC_TARGET]);
+    t0 = env_clock_mono_ms();
+    for (;;) {
+        admin_state(c, x, st, sizeof(st));
+        if (!st[0])
+            break;
+        if (env_clock_mono_ms() - t0 > LC_WAIT_MS)
+            fail_msg("the record of the stopped daemon %s did not expire", x);
+        usleep(200000);
+    }
+    admin(&o, c, "members", NULL, NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    snprintf(want, sizeof(want), "lifecycle request draining for %s, which has no member record",
+             x);
+    OPS_ASSERT_HAS(o.out, want);
+    tdaemon_out_free(&o);
     const char *extra[] = {"--runtime-id", LC_ID, NULL};
     if (ops_daemon_start(&c->d[LC_TARGET], LC_TARGET, c->cfg, extra) != 0)
         fail_msg("the drained daemon did not restart");

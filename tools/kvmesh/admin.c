@@ -106,6 +106,54 @@ static int load_members(struct adm *x, struct members *m)
     return 0;
 }
 
+struct requests {
+    kvmesh_admin_lifecycle_t *v;
+    size_t n;
+    bool truncated;
+};
+
+/* Every lifecycle request (drain), page by page, at most --max. */
+static int fetch_requests(struct adm *x, struct requests *r)
+{
+    memset(r, 0, sizeof(*r));
+    size_t cap = 0;
+    char after[KVMESH_ID_HEX_LEN + 1] = "";
+    for (;;) {
+        if (r->n >= x->max) {
+            r->truncated = true;
+            return 0;
+        }
+        size_t want = x->page < x->max - r->n ? (size_t)x->page : (size_t)(x->max - r->n);
+        if (r->n + want > cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            while (nc < r->n + want)
+                nc *= 2;
+            kvmesh_admin_lifecycle_t *nv = realloc(r->v, nc * sizeof(*nv));
+            if (!nv)
+                return KVMESH_ENOMEM;
+            r->v = nv;
+            cap = nc;
+        }
+        size_t got = 0;
+        bool more = false;
+        int rc = kvmesh_admin_lifecycles(x->a, after, want, r->v + r->n, &got, &more);
+        if (rc)
+            return rc;
+        r->n += got;
+        if (!more || got == 0)
+            return 0;
+        snprintf(after, sizeof(after), "%s", r->v[r->n - 1].id);
+    }
+}
+
+static const char *request_of(const struct requests *r, const char *id)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (strcmp(r->v[i].id, id) == 0)
+            return r->v[i].state;
+    return NULL;
+}
+
 static const kvmesh_admin_member_t *find_member(const struct members *m, const char *id,
                                                 uint64_t epoch)
 {
@@ -206,6 +254,29 @@ static int do_lifecycle(struct adm *x, const char *arg)
     bool drain = strcmp(x->sub, "drain") == 0;
     const char *want = drain ? "draining" : "active";
     kvmesh_admin_member_t m;
+    char full[KVMESH_ID_HEX_LEN + 1];
+    bool found = false;
+    if (!drain && member_arg_ok(arg, full) && strlen(full) == KVMESH_ID_HEX_LEN &&
+        kvmesh_admin_member_get(x->a, full, &m, &found) == 0 && !found) {
+        /* no member record (it is down): remove a request it would apply when it joins */
+        char prior[16];
+        int rc = kvmesh_admin_lifecycle_get(x->a, full, prior, sizeof(prior));
+        if (rc == 0 && prior[0])
+            rc = kvmesh_admin_lifecycle_request(x->a, full, "active");
+        if (rc) {
+            cli_report("admin", "removing the lifecycle request", rc);
+            return CLI_EXIT_FAIL;
+        }
+        if (prior[0]) {
+            if (x->json)
+                printf("{\"member\":\"%s\",\"request\":\"active\",\"state\":null,"
+                       "\"applied\":false,\"removed_request\":\"%s\"}\n",
+                       full, prior);
+            else
+                printf("member %s has no member record: its %s request is removed\n", full, prior);
+            return CLI_EXIT_OK;
+        }
+    }
     int ret = resolve_member(x, arg, &m);
     if (ret)
         return ret;
@@ -238,7 +309,7 @@ static int do_lifecycle(struct adm *x, const char *arg)
     bool applied = strcmp(m.state, want) == 0, gone = false;
     while (!applied && !gone && waited < x->wait_ms) {
         sleep_ms(ADM_POLL_MS);
-        bool found = false;
+        found = false;
         if ((rc = kvmesh_admin_member_get(x->a, m.id, &m, &found)) != 0) {
             cli_report("admin", "reading the member record", rc);
             return CLI_EXIT_FAIL;
@@ -726,6 +797,14 @@ static int do_members(struct adm *x, bool segments)
     struct members m;
     if (load_members(x, &m) != 0)
         return CLI_EXIT_FAIL;
+    struct requests rq;
+    int rrc = fetch_requests(x, &rq);
+    if (rrc) {
+        cli_report("admin", "reading lifecycle requests", rrc);
+        free(rq.v);
+        free(m.v);
+        return CLI_EXIT_FAIL;
+    }
     if (x->json) {
         printf("{\"members\":[");
         for (size_t i = 0; i < m.n; i++) {
@@ -744,13 +823,30 @@ static int do_members(struct adm *x, bool segments)
             json_str(e->rpc);
             printf(",\"data\":");
             json_str(e->data);
-            printf(",\"lease\":%" PRId64 ",\"segments\":[", e->lease);
+            const char *req = request_of(&rq, e->id);
+            printf(",\"lease\":%" PRId64 ",\"request\":", e->lease);
+            if (req)
+                json_str(req);
+            else
+                printf("null");
+            printf(",\"segments\":[");
             for (uint32_t k = 0; k < e->n_segments; k++)
                 printf("%s{\"id\":\"%016" PRIx64 "\",\"size_bytes\":%" PRIu64 "}", k ? "," : "",
                        e->segments[k].id, e->segments[k].size);
             printf("]}");
         }
-        printf("],\"count\":%zu,\"truncated\":%s}\n", m.n, m.truncated ? "true" : "false");
+        printf("],\"count\":%zu,\"truncated\":%s,\"requests_without_member\":[", m.n,
+               m.truncated ? "true" : "false");
+        size_t k = 0;
+        for (size_t i = 0; i < rq.n; i++)
+            if (!find_member(&m, rq.v[i].id, 0) && !m.truncated) {
+                printf("%s{\"id\":", k++ ? "," : "");
+                json_str(rq.v[i].id);
+                printf(",\"request\":");
+                json_str(rq.v[i].state);
+                printf("}");
+            }
+        printf("]}\n");
     } else if (!segments) {
         printf("%-32s %6s %-9s %7s %12s %12s %9s  %s\n", "id", "epoch", "state", "weight",
                "capacity", "used", "segments", "rpc");
@@ -763,11 +859,19 @@ static int do_members(struct adm *x, bool segments)
             char cap[32], used[32];
             kvmesh_tools_format_size(e->capacity_bytes, cap, sizeof(cap));
             kvmesh_tools_format_size(e->used_bytes, used, sizeof(used));
-            printf("%-32s %6" PRIu64 " %-9s %7.3g %12s %12s %9u  %s\n", e->id, e->epoch, e->state,
-                   e->weight, cap, used, e->n_segments, e->rpc);
+            const char *req = request_of(&rq, e->id);
+            bool pending = req && strcmp(req, e->state) != 0;
+            printf("%-32s %6" PRIu64 " %-9s %7.3g %12s %12s %9u  %s%s%s%s\n", e->id, e->epoch,
+                   e->state, e->weight, cap, used, e->n_segments, e->rpc,
+                   pending ? "  (requested: " : "", pending ? req : "", pending ? ")" : "");
         }
         printf("%zu member record(s)%s\n", m.n,
                m.truncated ? " (stopped at --max; more records exist)" : "");
+        for (size_t i = 0; i < rq.n && !m.truncated; i++)
+            if (!find_member(&m, rq.v[i].id, 0))
+                printf("lifecycle request %s for %s, which has no member record (applied when it "
+                       "joins; kvmesh admin activate removes it)\n",
+                       rq.v[i].state, rq.v[i].id);
     } else {
         printf("%-32s %-9s %-16s %12s\n", "member", "state", "segment", "size");
         size_t total = 0;
@@ -783,6 +887,7 @@ static int do_members(struct adm *x, bool segments)
         printf("%zu segment(s) of %zu member record(s)%s\n", total, m.n,
                m.truncated ? " (stopped at --max; more records exist)" : "");
     }
+    free(rq.v);
     free(m.v);
     return 0;
 }
