@@ -6,9 +6,12 @@
  * the record codecs of the store (member records) and the route service (shard records).
  * kvmesh_runtime_of is in kvmesh.c, beside struct kvmesh.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api/config.h"
 #include "api/config_table.h"
@@ -16,10 +19,13 @@
 #include "api/yaml_config.h"
 #include "core/util.h"
 #include "env/clock.h"
+#include "env/env_uv.h"
 #include "meta/keyspace.h"
 #include "meta/meta.h"
 #include "route/route_int.h"
+#include "store/quota.h"
 #include "store/store.h"
+#include "tenant/tenant.h"
 
 bool kvmesh_tools_config_has(const char *field)
 {
@@ -141,6 +147,12 @@ void kvmesh_tools_format_size(uint64_t v, char *buf, size_t cap)
 struct kvmesh_admin {
     meta_sync_t *ms;
     char deployment[KS_DEPLOYMENT_MAX + 1];
+    char url[KVM_CFG_STR_MAX];
+    uint32_t timeout_ms;
+    /* the quota protocol handle (abort), opened on first use on a private loop */
+    env_uv_thread_t *qt;
+    meta_t *qm;
+    tn_t *tn;
 };
 
 int kvmesh_admin_open(const kvmesh_config_t *cfg, kvmesh_admin_t **out)
@@ -150,6 +162,8 @@ int kvmesh_admin_open(const kvmesh_config_t *cfg, kvmesh_admin_t **out)
     if (!a)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for the admin connection");
     snprintf(a->deployment, sizeof(a->deployment), "%s", cfg->deployment);
+    snprintf(a->url, sizeof(a->url), "%s", cfg->metadata_url);
+    a->timeout_ms = cfg->request_timeout_ms;
     meta_opts_t mo = {.default_timeout_ms = cfg->request_timeout_ms, .name = "kvmesh-admin"};
     int rc = meta_sync_open(&a->ms, cfg->metadata_url, &mo);
     if (rc) {
@@ -160,10 +174,25 @@ int kvmesh_admin_open(const kvmesh_config_t *cfg, kvmesh_admin_t **out)
     return 0;
 }
 
+static void q_close_on_loop(void *arg)
+{
+    kvmesh_admin_t *a = arg;
+    if (a->tn)
+        tn_close(a->tn);
+    if (a->qm)
+        meta_close(a->qm);
+    a->tn = NULL;
+    a->qm = NULL;
+}
+
 void kvmesh_admin_close(kvmesh_admin_t *a)
 {
     if (!a)
         return;
+    if (a->qt) {
+        env_uv_thread_call(a->qt, q_close_on_loop, a);
+        env_uv_thread_stop(a->qt);
+    }
     meta_sync_close(a->ms);
     free(a);
 }
@@ -185,6 +214,34 @@ static int admin_page(kvmesh_admin_t *a, enum ks_family f, const char *start_aft
     return rc;
 }
 
+/* One member record into o (malformed when it does not decode); m is scratch. */
+static void member_from_kv(const meta_kv_t *kv, kvmesh_admin_member_t *o, struct kvm_member *m)
+{
+    memset(o, 0, sizeof(*o));
+    ks_parsed_t pk;
+    if (ks_parse(kv->key, &pk) == 0 && pk.n_parts == 1)
+        snprintf(o->id, sizeof(o->id), "%.*s", (int)(sizeof(o->id) - 1), pk.parts[0].s);
+    o->lease = kv->lease;
+    o->mod_rev = kv->mod_rev;
+    memset(m, 0, sizeof(*m));
+    if (kvm_member_record_decode(kv->key, kv->value, kv->value_len, m, o->rpc, sizeof(o->rpc),
+                                 o->data, sizeof(o->data)) != 0) {
+        o->malformed = true;
+        return;
+    }
+    o->epoch = m->rt.epoch;
+    snprintf(o->state, sizeof(o->state), "%s", kvm_member_state_name(m->state));
+    o->weight = m->weight;
+    o->capacity_bytes = m->capacity;
+    o->used_bytes = m->used;
+    o->heartbeat = m->heartbeat;
+    o->n_segments = m->n_segs < KVMESH_ADMIN_SEGS_MAX ? m->n_segs : KVMESH_ADMIN_SEGS_MAX;
+    for (uint32_t k = 0; k < o->n_segments; k++) {
+        o->segments[k].id = m->segs[k].id;
+        o->segments[k].size = m->segs[k].size;
+    }
+}
+
 int kvmesh_admin_members(kvmesh_admin_t *a, const char *after, size_t limit,
                          kvmesh_admin_member_t *out, size_t *n, bool *more)
 {
@@ -203,36 +260,88 @@ int kvmesh_admin_members(kvmesh_admin_t *a, const char *after, size_t limit,
         if (!m)
             rc = kvm_errf(KVMESH_ENOMEM, "out of memory");
         for (size_t i = 0; m && i < res->n_kvs && i < limit; i++) {
-            const meta_kv_t *kv = &res->kvs[i];
-            kvmesh_admin_member_t *o = &out[i];
-            memset(o, 0, sizeof(*o));
-            ks_parsed_t pk;
-            if (ks_parse(kv->key, &pk) == 0 && pk.n_parts == 1)
-                snprintf(o->id, sizeof(o->id), "%.*s", (int)(sizeof(o->id) - 1), pk.parts[0].s);
-            o->lease = kv->lease;
-            o->mod_rev = kv->mod_rev;
-            memset(m, 0, sizeof(*m));
-            if (kvm_member_record_decode(kv->key, kv->value, kv->value_len, m, o->rpc,
-                                         sizeof(o->rpc), o->data, sizeof(o->data)) != 0) {
-                o->malformed = true;
-            } else {
-                o->epoch = m->rt.epoch;
-                snprintf(o->state, sizeof(o->state), "%s", kvm_member_state_name(m->state));
-                o->weight = m->weight;
-                o->capacity_bytes = m->capacity;
-                o->used_bytes = m->used;
-                o->heartbeat = m->heartbeat;
-                o->n_segments =
-                    m->n_segs < KVMESH_ADMIN_SEGS_MAX ? m->n_segs : KVMESH_ADMIN_SEGS_MAX;
-                for (uint32_t k = 0; k < o->n_segments; k++) {
-                    o->segments[k].id = m->segs[k].id;
-                    o->segments[k].size = m->segs[k].size;
-                }
-            }
+            member_from_kv(&res->kvs[i], &out[i], m);
             (*n)++;
         }
         free(m);
         *more = res->more;
+    }
+    meta_result_free(res);
+    return rc;
+}
+
+int kvmesh_admin_member_get(kvmesh_admin_t *a, const char *id, kvmesh_admin_member_t *out,
+                            bool *found)
+{
+    *found = false;
+    char key[KS_KEY_CAP];
+    int rc = ks_member_key(key, sizeof(key), a->deployment, id);
+    if (rc)
+        return rc;
+    meta_result_t *res;
+    rc = meta_sync_get(a->ms, key, &res);
+    if (rc) {
+        kvm_errf(rc, "metadata get of %s: %s", key, res->errmsg);
+    } else if (res->kv.found) {
+        struct kvm_member *m = malloc(sizeof(*m));
+        if (!m) {
+            rc = kvm_errf(KVMESH_ENOMEM, "out of memory");
+        } else {
+            member_from_kv(&res->kv, out, m);
+            *found = true;
+        }
+        free(m);
+    }
+    meta_result_free(res);
+    return rc;
+}
+
+int kvmesh_admin_lifecycle_request(kvmesh_admin_t *a, const char *id, const char *state)
+{
+    enum kvm_member_state want;
+    if (strcmp(state, "draining") == 0)
+        want = KVM_MS_DRAINING;
+    else if (strcmp(state, "active") == 0)
+        want = KVM_MS_ACTIVE;
+    else
+        return kvm_errf(KVMESH_EINVAL, "lifecycle state \"%s\": allowed draining, active", state);
+    char key[KS_KEY_CAP], val[KVM_LIFECYCLE_VALUE_MAX];
+    int rc = ks_lifecycle_key(key, sizeof(key), a->deployment, id);
+    if (rc == 0 && want == KVM_MS_DRAINING)
+        rc = kvm_lifecycle_encode(want, env_clock_wall_ms(), val, sizeof(val));
+    if (rc)
+        return rc;
+    meta_op_t op = want == KVM_MS_DRAINING ? (meta_op_t){.type = META_OP_PUT,
+                                                         .key = key,
+                                                         .value = (const uint8_t *)val,
+                                                         .value_len = strlen(val)}
+                                           : (meta_op_t){.type = META_OP_DEL, .key = key};
+    meta_result_t *res;
+    rc = meta_sync_txn(a->ms, NULL, 0, &op, 1, NULL, 0, &res);
+    if (rc)
+        kvm_errf(rc, "writing %s: %s", key, res->errmsg);
+    meta_result_free(res);
+    return rc;
+}
+
+int kvmesh_admin_lifecycle_get(kvmesh_admin_t *a, const char *id, char *state, size_t cap)
+{
+    if (cap)
+        state[0] = 0;
+    char key[KS_KEY_CAP];
+    int rc = ks_lifecycle_key(key, sizeof(key), a->deployment, id);
+    if (rc)
+        return rc;
+    meta_result_t *res;
+    rc = meta_sync_get(a->ms, key, &res);
+    if (rc) {
+        kvm_errf(rc, "metadata get of %s: %s", key, res->errmsg);
+    } else if (res->kv.found) {
+        enum kvm_member_state want;
+        if (kvm_lifecycle_decode(res->kv.value, res->kv.value_len, &want, NULL) != 0)
+            snprintf(state, cap, "malformed");
+        else
+            snprintf(state, cap, "%s", kvm_member_state_name(want));
     }
     meta_result_free(res);
     return rc;
@@ -320,4 +429,359 @@ int kvmesh_admin_member_delete(kvmesh_admin_t *a, const char *id, int64_t mod_re
         kvm_errf(rc, "deleting %s: %s", key, res->errmsg);
     meta_result_free(res);
     return rc;
+}
+
+int kvmesh_admin_lifecycles(kvmesh_admin_t *a, const char *after, size_t limit,
+                            kvmesh_admin_lifecycle_t *out, size_t *n, bool *more)
+{
+    *n = 0;
+    *more = false;
+    char start[KS_KEY_CAP] = "";
+    if (after && after[0]) {
+        int rc = ks_lifecycle_key(start, sizeof(start), a->deployment, after);
+        if (rc)
+            return rc;
+    }
+    meta_result_t *res;
+    int rc = admin_page(a, KS_LIFECYCLE, start[0] ? start : NULL, limit, &res);
+    for (size_t i = 0; rc == 0 && i < res->n_kvs && i < limit; i++) {
+        kvmesh_admin_lifecycle_t *o = &out[i];
+        memset(o, 0, sizeof(*o));
+        ks_parsed_t pk;
+        if (ks_parse(res->kvs[i].key, &pk) == 0 && pk.n_parts == 1)
+            snprintf(o->id, sizeof(o->id), "%.*s", KVMESH_ID_HEX_LEN, pk.parts[0].s);
+        enum kvm_member_state want;
+        snprintf(o->state, sizeof(o->state), "%s",
+                 kvm_lifecycle_decode(res->kvs[i].value, res->kvs[i].value_len, &want, NULL) == 0
+                     ? kvm_member_state_name(want)
+                     : "malformed");
+        (*n)++;
+    }
+    if (rc == 0)
+        *more = res->more;
+    meta_result_free(res);
+    return rc;
+}
+
+/* ---- tenants and quotas ------------------------------------------------------------------- */
+
+static int tenant_arg(const char *tenant)
+{
+    kvm_ident_t id;
+    int rc = kvm_ident_init(&id, tenant, NULL, "k", 1);
+    if (rc)
+        return kvm_errf(KVMESH_EINVAL, "%s", kvmesh_last_error());
+    kvm_ident_free(&id);
+    return 0;
+}
+
+/* Fills the usage part of o from quotas/<tenant> (one exact read). */
+static int tenant_usage(kvmesh_admin_t *a, kvmesh_admin_tenant_t *o)
+{
+    char key[KS_KEY_CAP];
+    int rc = ks_quota_key(key, sizeof(key), a->deployment, o->tenant);
+    if (rc)
+        return rc;
+    meta_result_t *res;
+    rc = meta_sync_get(a->ms, key, &res);
+    if (rc) {
+        kvm_errf(rc, "metadata get of %s: %s", key, res->errmsg);
+    } else if (res->kv.found) {
+        o->has_usage = true;
+        tn_usage_t u;
+        if (tn_usage_decode(res->kv.value, res->kv.value_len, &u) != 0) {
+            o->usage_malformed = true;
+        } else {
+            o->committed_bytes = u.committed_bytes;
+            o->committed_objects = u.committed_objects;
+            o->pending_bytes = u.pending_bytes;
+            o->pending_objects = u.pending_objects;
+            o->ops_pending = u.n_pending;
+            o->ops_publishing = u.n_publishing;
+        }
+    }
+    meta_result_free(res);
+    return rc;
+}
+
+static void tenant_from_kv(const meta_kv_t *kv, kvmesh_admin_tenant_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    ks_parsed_t pk;
+    if (ks_parse(kv->key, &pk) == 0 && pk.n_parts == 1)
+        snprintf(o->tenant, sizeof(o->tenant), "%.*s", KVMESH_ADMIN_TENANT_LEN, pk.parts[0].s);
+    tn_policy_rec_t r;
+    if (tn_policy_decode(kv->value, kv->value_len, &r) != 0) {
+        o->malformed = true;
+        return;
+    }
+    o->schema_version = r.schema_version;
+    o->policy_version = r.policy_version;
+    o->max_bytes = r.max_bytes;
+    o->max_objects = r.max_objects;
+    o->fingerprint = r.fingerprint;
+}
+
+int kvmesh_admin_tenants(kvmesh_admin_t *a, const char *after, size_t limit,
+                         kvmesh_admin_tenant_t *out, size_t *n, bool *more)
+{
+    *n = 0;
+    *more = false;
+    char start[KS_KEY_CAP] = "";
+    if (after && after[0]) {
+        int rc = ks_tenant_policy_key(start, sizeof(start), a->deployment, after);
+        if (rc)
+            return rc;
+    }
+    meta_result_t *res;
+    int rc = admin_page(a, KS_TENANT_POLICY, start[0] ? start : NULL, limit, &res);
+    for (size_t i = 0; rc == 0 && i < res->n_kvs && i < limit; i++) {
+        tenant_from_kv(&res->kvs[i], &out[i]);
+        if (out[i].tenant[0])
+            rc = tenant_usage(a, &out[i]);
+        (*n)++;
+    }
+    if (rc == 0)
+        *more = res->more;
+    meta_result_free(res);
+    return rc;
+}
+
+int kvmesh_admin_tenant_get(kvmesh_admin_t *a, const char *tenant, kvmesh_admin_tenant_t *out,
+                            bool *found)
+{
+    *found = false;
+    int rc = tenant_arg(tenant);
+    if (rc)
+        return rc;
+    char key[KS_KEY_CAP];
+    if ((rc = ks_tenant_policy_key(key, sizeof(key), a->deployment, tenant)) != 0)
+        return rc;
+    meta_result_t *res;
+    rc = meta_sync_get(a->ms, key, &res);
+    if (rc) {
+        kvm_errf(rc, "metadata get of %s: %s", key, res->errmsg);
+    } else if (res->kv.found) {
+        *found = true;
+        tenant_from_kv(&res->kv, out);
+        rc = tenant_usage(a, out);
+    }
+    meta_result_free(res);
+    return rc;
+}
+
+int kvmesh_admin_quota_ops(kvmesh_admin_t *a, const char *tenant, const char *state,
+                           const char *cursor, size_t limit, kvmesh_admin_qop_t *out, size_t *n,
+                           bool *more, char *cursor_out)
+{
+    *n = 0;
+    *more = false;
+    cursor_out[0] = 0;
+    int rc = tenant_arg(tenant);
+    if (rc)
+        return rc;
+    if (strcmp(state, "pending") != 0 && strcmp(state, "publishing") != 0)
+        return kvm_errf(KVMESH_EINVAL, "due state \"%s\": allowed pending, publishing", state);
+    if (limit < 1 || limit > KVMESH_ADMIN_PAGE_MAX)
+        return kvm_errf(KVMESH_EINVAL, "page size %zu is out of range; allowed 1..%d", limit,
+                        KVMESH_ADMIN_PAGE_MAX);
+    char prefix[KS_KEY_CAP];
+    if ((rc = ks_acct_due_prefix(prefix, sizeof(prefix), a->deployment, tenant, state)) != 0)
+        return rc;
+    if (cursor && cursor[0] && strncmp(cursor, prefix, strlen(prefix)) != 0)
+        return kvm_errf(KVMESH_EINVAL, "cursor does not belong to %s", prefix);
+    meta_result_t *res;
+    rc = meta_sync_range(a->ms, prefix, cursor && cursor[0] ? cursor : NULL, (uint32_t)limit, &res);
+    if (rc) {
+        kvm_errf(rc, "metadata range of %s: %s", prefix, res->errmsg);
+        meta_result_free(res);
+        return rc;
+    }
+    tn_op_t *op = malloc(sizeof(*op));
+    if (!op) {
+        meta_result_free(res);
+        return kvm_errf(KVMESH_ENOMEM, "out of memory");
+    }
+    uint64_t now = env_clock_wall_ms();
+    for (size_t i = 0; rc == 0 && i < res->n_kvs && i < limit; i++) {
+        kvmesh_admin_qop_t *o = &out[i];
+        memset(o, 0, sizeof(*o));
+        snprintf(o->due_state, sizeof(o->due_state), "%s", state);
+        ks_parsed_t pk;
+        if (ks_parse(res->kvs[i].key, &pk) != 0 || pk.n_parts != 4) {
+            o->missing = true;
+            (*n)++;
+            continue;
+        }
+        o->deadline_ms = pk.parts[2].u;
+        o->expired = o->deadline_ms <= now;
+        snprintf(o->id, sizeof(o->id), "%.*s", KVMESH_ADMIN_OPID_LEN, pk.parts[3].s);
+        char okey[KS_KEY_CAP];
+        meta_result_t *r2 = NULL;
+        rc = ks_acct_op_key(okey, sizeof(okey), a->deployment, tenant, pk.parts[3].s);
+        if (rc == 0 && (rc = meta_sync_get(a->ms, okey, &r2)) != 0)
+            kvm_errf(rc, "metadata get of %s: %s", okey, r2->errmsg);
+        if (rc == 0 && !r2->kv.found) {
+            o->missing = true;
+        } else if (rc == 0 && tn_op_decode(r2->kv.value, r2->kv.value_len, op) != 0) {
+            o->malformed = true;
+        } else if (rc == 0) {
+            snprintf(o->state, sizeof(o->state), "%s", tn_state_name(op->state));
+            snprintf(o->kind, sizeof(o->kind), "%s", tn_kind_name(op->kind));
+            snprintf(o->domain, sizeof(o->domain), "%s", op->domain);
+            snprintf(o->key, sizeof(o->key), "%s", op->key);
+            o->delta_bytes = op->delta_bytes;
+            o->delta_objects = op->delta_objects;
+            o->next_len = op->next_len;
+            o->recon_attempts = op->recon_attempts;
+        }
+        meta_result_free(r2);
+        (*n)++;
+    }
+    if (rc == 0) {
+        *more = res->more;
+        if (*n)
+            snprintf(cursor_out, KVMESH_ADMIN_CURSOR_CAP, "%s", res->kvs[*n - 1].key);
+    }
+    free(op);
+    meta_result_free(res);
+    return rc;
+}
+
+/* The admin handle's quota protocol handle, on its private loop. */
+static void q_open_on_loop(void *arg)
+{
+    kvmesh_admin_t *a = arg;
+    meta_opts_t mo = {.default_timeout_ms = a->timeout_ms, .name = "kvmesh-admin-quota"};
+    env_t *env = env_uv_thread_env(a->qt);
+    if (meta_open(&a->qm, env, a->url, &mo) != 0)
+        return;
+    tn_config_t tc = {.deployment = a->deployment, .writer_epoch = 1, .timeout_ms = a->timeout_ms};
+    if (tn_new(&a->tn, env, a->qm, &tc) != 0) {
+        meta_close(a->qm);
+        a->qm = NULL;
+    }
+}
+
+struct qabort {
+    kvmesh_admin_t *a;
+    const char *tenant, *domain, *key, *op_id;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int refs; /* the caller + the loop */
+    bool done;
+    int rc;
+    char msg[400];
+};
+
+static void qabort_unref(struct qabort *q)
+{
+    if (atomic_fetch_sub(&q->refs, 1) != 1)
+        return;
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->cv);
+    free(q);
+}
+
+static void qabort_done(void *arg, int rc, const tn_op_view_t *v)
+{
+    struct qabort *q = arg;
+    pthread_mutex_lock(&q->mu);
+    q->rc = rc;
+    if (rc == KVMESH_ECONFLICT && v && v->op)
+        snprintf(q->msg, sizeof(q->msg),
+                 "operation %s is %s, not pending: only a pending "
+                 "operation can be aborted",
+                 v->op->id, tn_state_name(v->op->state));
+    else if (rc)
+        snprintf(q->msg, sizeof(q->msg), "%s", kvmesh_last_error());
+    q->done = true;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+    qabort_unref(q);
+}
+
+static void qabort_on_loop(void *arg)
+{
+    struct qabort *q = arg;
+    int rc = tn_abort(q->a->tn, q->tenant, q->domain, q->key, q->op_id, qabort_done, q);
+    if (rc) {
+        snprintf(q->msg, sizeof(q->msg), "%s", kvmesh_last_error());
+        pthread_mutex_lock(&q->mu);
+        q->rc = rc;
+        q->done = true;
+        pthread_cond_broadcast(&q->cv);
+        pthread_mutex_unlock(&q->mu);
+        qabort_unref(q);
+    }
+}
+
+int kvmesh_admin_quota_abort(kvmesh_admin_t *a, const char *tenant, const char *domain,
+                             const char *key, const char *op_id)
+{
+    int rc = tenant_arg(tenant);
+    if (rc)
+        return rc;
+    if (!a->qt) {
+        if ((rc = env_uv_thread_start(&a->qt, 0)) != 0)
+            return kvm_errf(rc, "cannot start the quota loop thread");
+        env_uv_thread_call(a->qt, q_open_on_loop, a);
+    }
+    if (!a->tn)
+        return kvm_errf(KVMESH_EUNAVAILABLE, "cannot open the quota protocol on %s", a->url);
+    struct qabort *q = calloc(1, sizeof(*q));
+    if (!q)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory");
+    *q = (struct qabort){.a = a, .tenant = tenant, .domain = domain, .key = key, .op_id = op_id};
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    atomic_init(&q->refs, 2);
+    if ((rc = env_uv_thread_call(a->qt, qabort_on_loop, q)) != 0) {
+        atomic_store(&q->refs, 1);
+        qabort_unref(q);
+        return kvm_errf(rc, "cannot reach the quota loop");
+    }
+    /* the protocol retries a bounded number of compare rounds, each bounded by the timeout */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)(4 * (uint64_t)a->timeout_ms / 1000 + 2);
+    pthread_mutex_lock(&q->mu);
+    while (!q->done)
+        if (pthread_cond_timedwait(&q->cv, &q->mu, &until) != 0)
+            break;
+    bool done = q->done;
+    rc = done ? q->rc : KVMESH_ETIMEDOUT;
+    char msg[sizeof(q->msg)];
+    snprintf(msg, sizeof(msg), "%s", q->msg);
+    pthread_mutex_unlock(&q->mu);
+    qabort_unref(q);
+    if (rc)
+        return kvm_errf(rc, "abort of %s: %s", op_id, done ? msg : "no answer in time");
+    return 0;
+}
+
+int kvmesh_tools_quota_reconcile(kvmesh_t *kv, const char *tenant, kvmesh_tools_recon_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    kvm_rt_t *rt = kvmesh_runtime_of(kv);
+    if (!rt)
+        return kvm_errf(KVMESH_EINVAL, "no runtime");
+    tn_recon_report_t r;
+    tn_stats_t st;
+    int rc = kvm_quota_reconcile_now(rt, tenant, &r, &st);
+    if (rc)
+        return rc;
+    *out = (kvmesh_tools_recon_t){.rc = r.rc,
+                                  .aborted = r.aborted,
+                                  .finalized = r.finalized,
+                                  .replayed = r.replayed,
+                                  .degraded = r.degraded,
+                                  .purged = r.purged,
+                                  .more = r.more,
+                                  .total_aborted = st.recon_aborted,
+                                  .total_finalized = st.recon_finalized,
+                                  .total_replayed = st.recon_replayed,
+                                  .total_degraded = st.recon_degraded,
+                                  .total_purged = st.recon_purged};
+    return 0;
 }

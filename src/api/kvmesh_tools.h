@@ -125,6 +125,26 @@ typedef struct kvmesh_admin_member {
 int kvmesh_admin_members(kvmesh_admin_t *a, const char *after, size_t limit,
                          kvmesh_admin_member_t *out, size_t *n, bool *more);
 
+/* The member record of id (exact; one metadata read); *found false when there is none. */
+int kvmesh_admin_member_get(kvmesh_admin_t *a, const char *id, kvmesh_admin_member_t *out,
+                            bool *found);
+
+/* An operator's lifecycle request for member id (kvmesh/v1/<dep>/lifecycle/<id>; docs/
+ * operations.md "Member lifecycle"): state "draining" writes the request, "active" deletes it
+ * (no request is active). The member applies it with its next member-record write (within one
+ * keepalive period, lease_ttl_ms / 3) and its record then shows the state. */
+int kvmesh_admin_lifecycle_request(kvmesh_admin_t *a, const char *id, const char *state);
+/* The request stored for id into state: "draining", "malformed", or "" when there is none. */
+int kvmesh_admin_lifecycle_get(kvmesh_admin_t *a, const char *id, char *state, size_t cap);
+/* Lifecycle requests in id order after `after` (NULL or "" = from the first), at most limit
+ * (1..KVMESH_ADMIN_PAGE_MAX): ids[i] and states[i] ("draining" or "malformed"). */
+typedef struct kvmesh_admin_lifecycle {
+    char id[KVMESH_ID_HEX_LEN + 1];
+    char state[16];
+} kvmesh_admin_lifecycle_t;
+int kvmesh_admin_lifecycles(kvmesh_admin_t *a, const char *after, size_t limit,
+                            kvmesh_admin_lifecycle_t *out, size_t *n, bool *more);
+
 /* One shard-authority record (kvmesh/v1/<dep>/shards/<shard>). */
 typedef struct kvmesh_admin_shard {
     uint32_t shard;
@@ -148,5 +168,73 @@ int kvmesh_admin_lease_alive(kvmesh_admin_t *a, int64_t lease, bool *alive);
 /* Deletes the member record of `id` only if it is still the revision `mod_rev` that was read
  * (a runtime rewriting it meanwhile wins). *deleted false when the compare failed. */
 int kvmesh_admin_member_delete(kvmesh_admin_t *a, const char *id, int64_t mod_rev, bool *deleted);
+
+/* ---- tenants and quotas (kvmesh admin tenants | quota) ----------------------------------------
+ * Exact reads of tenant-policies/<t> and quotas/<t>, and pages of one tenant's due index
+ * (acct-due/<t>/<state>/, deadline order) with each entry's operation record: never a scan of
+ * routes or object rows. docs/tenancy.md describes the records. */
+#define KVMESH_ADMIN_TENANT_LEN 64
+#define KVMESH_ADMIN_KEY_LEN    1024
+#define KVMESH_ADMIN_OPID_LEN   33
+
+typedef struct kvmesh_admin_tenant {
+    char tenant[KVMESH_ADMIN_TENANT_LEN + 1];
+    bool malformed; /* the policy record does not decode */
+    uint32_t schema_version, policy_version;
+    uint64_t max_bytes, max_objects, fingerprint;
+    bool has_usage;       /* quotas/<t> exists */
+    bool usage_malformed; /* ... and does not decode */
+    uint64_t committed_bytes, committed_objects, pending_bytes, pending_objects;
+    uint64_t ops_pending, ops_publishing; /* non-terminal operations per state */
+} kvmesh_admin_tenant_t;
+/* Tenant policies in tenant order after `after` (NULL or "" = from the first), at most limit
+ * (1..KVMESH_ADMIN_PAGE_MAX), each with its usage row (one exact read per tenant). */
+int kvmesh_admin_tenants(kvmesh_admin_t *a, const char *after, size_t limit,
+                         kvmesh_admin_tenant_t *out, size_t *n, bool *more);
+/* One tenant (exact reads); *found false when it has no policy record. KVMESH_EINVAL for a
+ * tenant id that breaks the rule (the message names it). */
+int kvmesh_admin_tenant_get(kvmesh_admin_t *a, const char *tenant, kvmesh_admin_tenant_t *out,
+                            bool *found);
+
+/* One non-terminal quota operation (a reservation) from the due index. */
+typedef struct kvmesh_admin_qop {
+    char id[KVMESH_ADMIN_OPID_LEN + 1];
+    char due_state[16]; /* the due index it was listed under: pending, publishing */
+    bool missing;       /* the due entry names no operation record */
+    bool malformed;     /* the operation record does not decode */
+    char state[16];     /* the record's state: pending, publishing, finalized, aborted */
+    char kind[16];      /* create, overwrite, delete */
+    char domain[KVMESH_ADMIN_TENANT_LEN + 1], key[KVMESH_ADMIN_KEY_LEN + 1];
+    int64_t delta_bytes, delta_objects;
+    uint64_t next_len;
+    uint64_t deadline_ms; /* wall ms of the due entry */
+    bool expired;         /* deadline_ms <= now */
+    uint32_t recon_attempts;
+} kvmesh_admin_qop_t;
+/* Up to limit (1..KVMESH_ADMIN_PAGE_MAX) operations of tenant listed in its due index under
+ * state ("pending" or "publishing") in deadline order, after cursor (NULL or "" = from the
+ * start); *more when entries follow; cursor_out (KVMESH_ADMIN_CURSOR_CAP) continues. */
+#define KVMESH_ADMIN_CURSOR_CAP 1200
+int kvmesh_admin_quota_ops(kvmesh_admin_t *a, const char *tenant, const char *state,
+                           const char *cursor, size_t limit, kvmesh_admin_qop_t *out, size_t *n,
+                           bool *more, char *cursor_out);
+/* Aborts PENDING operation op_id of (tenant, domain, key) through the quota protocol
+ * (PENDING -> ABORTED: the pending delta and the object lock are released; a publication that
+ * claims it later is refused). KVMESH_ECONFLICT when it is no longer PENDING (the message says
+ * its state). Runs on a private loop of the admin handle; no runtime joins. */
+int kvmesh_admin_quota_abort(kvmesh_admin_t *a, const char *tenant, const char *domain,
+                             const char *key, const char *op_id);
+
+/* One reconciliation pass of tenant run by the runtime kv (which must enforce the tenant's
+ * policy: tenant_policies), exactly what its reconciliation timer does, at once. total_* are
+ * what the runtime reconciled since it opened (its timer's passes too: a runtime with a policy
+ * reconciles every second by itself). */
+typedef struct kvmesh_tools_recon {
+    int rc; /* 0, or the first metadata error of the pass */
+    uint32_t aborted, finalized, replayed, degraded, purged;
+    bool more;
+    uint64_t total_aborted, total_finalized, total_replayed, total_degraded, total_purged;
+} kvmesh_tools_recon_t;
+int kvmesh_tools_quota_reconcile(kvmesh_t *kv, const char *tenant, kvmesh_tools_recon_t *out);
 
 #endif

@@ -47,6 +47,7 @@ static const struct ks_schema {
                      {"state", "deadline", "cold operation id"}},
     [KS_RECLAIM] = {"cold-reclaims", 1, {KS_S}, {"reclaim id"}},
     [KS_ROUTE] = {"routes", 3, {KS_S, KS_E, KS_S}, {"tenant", "domain", "object key"}},
+    [KS_LIFECYCLE] = {"lifecycle", 1, {KS_S}, {"runtime id"}},
 };
 
 const char *ks_family_name(enum ks_family f)
@@ -342,6 +343,11 @@ int ks_opid_parse(const char *s, uint64_t *epoch, uint64_t *seq)
 int ks_member_key(char *out, size_t cap, const char *dep, const char *runtime_id)
 {
     return ks_key(out, cap, dep, KS_MEMBER, P({.s = runtime_id}));
+}
+
+int ks_lifecycle_key(char *out, size_t cap, const char *dep, const char *runtime_id)
+{
+    return ks_key(out, cap, dep, KS_LIFECYCLE, P({.s = runtime_id}));
 }
 
 int ks_cluster_policy_key(char *out, size_t cap, const char *dep)

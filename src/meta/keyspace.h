@@ -53,6 +53,7 @@ enum ks_family {
     KS_COLD_DUE,       /* cold-due/<state>/<deadline-ms u64>/<cold-op-id>              */
     KS_RECLAIM,        /* cold-reclaims/<reclaim-id>                                    */
     KS_ROUTE,          /* routes/<tenant>/<domain|~>/<object-key>  (MetadataOnly mode) */
+    KS_LIFECYCLE,      /* lifecycle/<runtime-id>  (operator's drain request of a member)  */
     KS_FAMILY_COUNT
 };
 
@@ -100,6 +101,7 @@ int ks_opid_parse(const char *s, uint64_t *epoch, uint64_t *seq);
 
 /* Typed shorthands (all return like ks_key). */
 int ks_member_key(char *out, size_t cap, const char *dep, const char *runtime_id);
+int ks_lifecycle_key(char *out, size_t cap, const char *dep, const char *runtime_id);
 int ks_cluster_policy_key(char *out, size_t cap, const char *dep);
 int ks_shard_key(char *out, size_t cap, const char *dep, uint32_t shard);
 int ks_tenant_policy_key(char *out, size_t cap, const char *dep, const char *tenant);

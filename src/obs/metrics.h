@@ -174,7 +174,32 @@
     V(OBS_FAIR_IMMEDIATE, "immediate")                                                             \
     V(OBS_FAIR_WAITED, "waited")                                                                   \
     V(OBS_FAIR_TIMED_OUT, "timed_out")                                                             \
-    V(OBS_FAIR_QUEUE_FULL, "queue_full")
+    V(OBS_FAIR_QUEUE_FULL, "queue_full")                                                           \
+/* tenant quota protocol call made by this runtime's store (src/store/quota.c) */
+#define OBS_QOP_VALUES(V)                                                                          \
+    V(OBS_QOP_RESERVE, "reserve")                                                                  \
+    V(OBS_QOP_CLAIM, "claim")                                                                      \
+    V(OBS_QOP_FINALIZE, "finalize")                                                                \
+    V(OBS_QOP_ABORT, "abort")
+
+/* its outcome; the refusals by reason */
+#define OBS_QRES_VALUES(V)                                                                         \
+    V(OBS_QRES_OK, "ok")                                                                           \
+    V(OBS_QRES_QUOTA_BYTES, "quota_bytes")                                                         \
+    V(OBS_QRES_QUOTA_OBJECTS, "quota_objects")                                                     \
+    V(OBS_QRES_TOO_BIG, "too_big")                                                                 \
+    V(OBS_QRES_BUSY, "busy")                                                                       \
+    V(OBS_QRES_CONFLICT, "conflict")                                                               \
+    V(OBS_QRES_CANCELED, "canceled")                                                               \
+    V(OBS_QRES_ERROR, "error")
+
+/* what a reconciliation pass did with a due operation */
+#define OBS_QRECON_VALUES(V)                                                                       \
+    V(OBS_QRECON_ABORTED, "aborted")                                                               \
+    V(OBS_QRECON_FINALIZED, "finalized")                                                           \
+    V(OBS_QRECON_REPLAYED, "replayed")                                                             \
+    V(OBS_QRECON_DEGRADED, "degraded")                                                             \
+    V(OBS_QRECON_PURGED, "purged")
 
 /* X(dim, label name, value list) */
 #define OBS_DIM_LIST(X)                                                                            \
@@ -194,7 +219,10 @@
     X(alloc, "result", OBS_ALLOC_VALUES)                                                           \
     X(spanres, "result", OBS_SPANRES_VALUES)                                                       \
     X(place, "result", OBS_PLACE_VALUES)                                                           \
-    X(fair, "result", OBS_FAIR_VALUES)
+    X(fair, "result", OBS_FAIR_VALUES)                                                             \
+    X(qop, "operation", OBS_QOP_VALUES)                                                            \
+    X(qres, "result", OBS_QRES_VALUES)                                                             \
+    X(qrecon, "result", OBS_QRECON_VALUES)
 
 #define OBS_X_ENUM_V(name, str)          name,
 #define OBS_X_DIM_ENUM(d, label, VALUES) enum obs_dim_##d{VALUES(OBS_X_ENUM_V) OBS__N_##d};
@@ -251,7 +279,16 @@ enum obs_dim_id {
     X(fair_batches_total,                                                                          \
       "Remote payload batches through the per-tenant fair scheduler, by outcome (immediate, "      \
       "waited for a turn, timed_out in the queue, refused with queue_full).",                      \
-      fair, none)
+      fair, none)                                                                                  \
+    X(quota_operations_total,                                                                      \
+      "Tenant quota protocol calls of this runtime's writes, by call and result (refusals by "     \
+      "reason).",                                                                                  \
+      qop, qres)                                                                                   \
+    X(quota_recovery_evictions_total,                                                              \
+      "Objects a write over its tenant's quota evicted from the same tenant.", none, none)         \
+    X(quota_reconciliations_total,                                                                 \
+      "Due quota operations resolved by this runtime's reconciliation passes, by outcome.",        \
+      qrecon, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
     X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \
@@ -262,7 +299,14 @@ enum obs_dim_id {
     X(membership_last_refresh_timestamp_seconds,                                                   \
       "Unix time of the last successful membership refresh.", set, none, none)                     \
     X(lease_healthy, "1 when this runtime's lease was renewed within its TTL, else 0.", set, none, \
-      none)
+      none)                                                                                        \
+    X(quota_reconciliation_backlog,                                                                \
+      "Non-terminal quota operations (pending + publishing) of the tenants this runtime "          \
+      "reconciles, from their usage rows as its reconciler last read them.",                       \
+      set, none, none)                                                                             \
+    X(quota_reconciliation_degraded,                                                               \
+      "Quota operations the last reconciliation round left charged and locked (degraded).", set,   \
+      none, none)
 
 #define OBS_HIST_LIST(X)                                                                           \
     X(request_duration_seconds, "API request latency, by operation.", latency, op, none)           \

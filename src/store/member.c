@@ -8,6 +8,7 @@
  *   record   kvmesh/v1/<dep>/members/<runtime-id> = JSON {epoch, state, weight, cap, used,
  *            rpc, data, hb, segs: [[id hex, size, read token hex]...]}, bound to the lease;
  *            rewritten every keepalive period (hb + 1), so a live member's mod_rev advances;
+ *            the same txn reads the operator's lifecycle request (lifecycle.c);
  *   epoch    the metadata revision of the txn that first wrote this incarnation's record: the
  *            revision is a deployment-wide txn counter, so a restarted runtime (same id) always
  *            gets a larger epoch than any earlier incarnation;
@@ -116,6 +117,12 @@ bool kvm_member_is_suspect(kvm_rt_t *rt, const kvm_runtime_id_t *id)
         if (kvm_id128_equal(&rt->suspects[i].id, id))
             return true;
     return false;
+}
+
+bool kvm_member_is_draining(kvm_rt_t *rt, const kvm_runtime_id_t *id)
+{
+    const struct kvm_member *m = kvm_member_find(rt, id);
+    return m && m->state == KVM_MS_DRAINING;
 }
 
 void kvm_member_quarantine(kvm_rt_t *rt, const kvm_runtime_id_t *id)
@@ -227,7 +234,10 @@ struct mcall {
     kvm_rt_t *rt;
     kvm_done_cb cb;
     bool set_epoch;
+    bool regranted; /* this write already follows a fresh lease taken for a lost one */
 };
+
+static void grant_and_publish_ex(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch, bool regranted);
 
 static void publish_done(void *arg, const meta_result_t *res)
 {
@@ -237,10 +247,24 @@ static void publish_done(void *arg, const meta_result_t *res)
     int rc = res->rc;
     if (!rc && c->set_epoch)
         rt->self.epoch = (uint64_t)res->rev;
-    bool set_epoch = c->set_epoch;
+    bool set_epoch = c->set_epoch, regranted = c->regranted;
     free(c);
+    if (rc == KVMESH_ENOENT && !regranted && !atomic_load(&rt->closing)) {
+        /* The lease is gone (it expired before this write: a join slower than lease_ttl_ms
+         * keeps no keepalive yet, or a stalled process): take a fresh one and write again,
+         * once. The record went with the old lease; the epoch stays the incarnation's. */
+        rt->lease = 0;
+        grant_and_publish_ex(rt, cb, set_epoch, true);
+        return;
+    }
     if (!rc && set_epoch) {
         /* The record of a new incarnation carries its epoch: write it again with it. */
+        kvm_member_publish(rt, cb);
+        return;
+    }
+    /* The operator's lifecycle request, read in the same txn (lifecycle.c): a change of state
+     * is written at once, so the others see it without waiting for the next keepalive. */
+    if (!rc && res->n_ops == 2 && kvm_lifecycle_apply(rt, &res->ops[1])) {
         kvm_member_publish(rt, cb);
         return;
     }
@@ -248,10 +272,12 @@ static void publish_done(void *arg, const meta_result_t *res)
         cb(rt, rc, res->errmsg);
 }
 
-static void publish_with(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
+static void publish_with(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch, bool regranted)
 {
-    char key[KS_KEY_CAP];
+    char key[KS_KEY_CAP], lkey[KS_KEY_CAP];
     int rc = ks_member_key(key, sizeof(key), rt->cfg.deployment, rt->idhex);
+    if (!rc)
+        rc = ks_lifecycle_key(lkey, sizeof(lkey), rt->cfg.deployment, rt->idhex);
     char *val = rc ? NULL : record_json(rt);
     struct mcall *c = val ? calloc(1, sizeof(*c)) : NULL;
     if (!c) {
@@ -263,13 +289,15 @@ static void publish_with(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
     c->rt = rt;
     c->cb = cb;
     c->set_epoch = set_epoch;
+    c->regranted = regranted;
     rt->heartbeat++;
-    meta_op_t put = {.type = META_OP_PUT,
-                     .key = key,
-                     .value = (const uint8_t *)val,
-                     .value_len = strlen(val),
-                     .lease = rt->lease};
-    rc = meta_txn(rt->meta, NULL, 0, &put, 1, NULL, 0, 0, publish_done, c);
+    meta_op_t ops[2] = {{.type = META_OP_PUT,
+                         .key = key,
+                         .value = (const uint8_t *)val,
+                         .value_len = strlen(val),
+                         .lease = rt->lease},
+                        {.type = META_OP_GET, .key = lkey}};
+    rc = meta_txn(rt->meta, NULL, 0, ops, 2, NULL, 0, 0, publish_done, c);
     free(val);
     if (rc) {
         free(c);
@@ -280,7 +308,7 @@ static void publish_with(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
 
 void kvm_member_publish(kvm_rt_t *rt, kvm_done_cb cb)
 {
-    publish_with(rt, cb, false);
+    publish_with(rt, cb, false, false);
 }
 
 static void grant_done(void *arg, const meta_result_t *res)
@@ -288,7 +316,7 @@ static void grant_done(void *arg, const meta_result_t *res)
     struct mcall *c = arg;
     kvm_rt_t *rt = c->rt;
     kvm_done_cb cb = c->cb;
-    bool set_epoch = c->set_epoch;
+    bool set_epoch = c->set_epoch, regranted = c->regranted;
     free(c);
     if (res->rc) {
         if (cb)
@@ -296,10 +324,15 @@ static void grant_done(void *arg, const meta_result_t *res)
         return;
     }
     rt->lease = res->lease;
-    publish_with(rt, cb, set_epoch);
+    publish_with(rt, cb, set_epoch, regranted);
 }
 
 static void grant_and_publish(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
+{
+    grant_and_publish_ex(rt, cb, set_epoch, false);
+}
+
+static void grant_and_publish_ex(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch, bool regranted)
 {
     struct mcall *c = calloc(1, sizeof(*c));
     if (!c) {
@@ -310,6 +343,7 @@ static void grant_and_publish(kvm_rt_t *rt, kvm_done_cb cb, bool set_epoch)
     c->rt = rt;
     c->cb = cb;
     c->set_epoch = set_epoch;
+    c->regranted = regranted;
     int rc = meta_lease_grant(rt->meta, rt->cfg.lease_ttl_ms, 0, grant_done, c);
     if (rc) {
         free(c);

@@ -1119,6 +1119,7 @@ void kvm_ops_run(kvm_op_t *op)
             return;
         }
         if (op->type == KVM_OP_DRAIN_BEGIN) {
+            rt->admin_drained = false; /* leaving: an activate request no longer applies */
             if (rt->state == KVM_MS_ACTIVE)
                 kvm_member_set_state(rt, KVM_MS_DRAINING);
         } else {

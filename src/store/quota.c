@@ -47,6 +47,7 @@ struct kvm_quota {
     bool recon_running, closing;
     uint32_t degraded_passes;
     uint64_t recon_trips_at_start, recon_round_trips; /* metadata calls made by passes */
+    uint64_t round_backlog, round_degraded;           /* sums of the round in progress */
 };
 
 static void fifo_push(struct qfifo *f, const char *domain, const char *key, uint64_t len)
@@ -104,6 +105,34 @@ static const struct kvm_store_tenant_policy *find_policy(struct kvm_quota *q, co
         if (strlen(q->pol[i].tenant) == len && memcmp(q->pol[i].tenant, t, len) == 0)
             return &q->pol[i];
     return NULL;
+}
+
+/* The result label of a quota call's rc (kvmesh_quota_operations_total). A refusal names bytes or
+ * objects in its message (src/tenant/quota.c check_fits, the batch messages below). */
+static enum obs_dim_qres qres_of(int rc)
+{
+    switch (rc) {
+    case 0:
+        return OBS_QRES_OK;
+    case KVMESH_EQUOTA:
+        return strstr(kvmesh_last_error(), "objects quota") ? OBS_QRES_QUOTA_OBJECTS
+                                                            : OBS_QRES_QUOTA_BYTES;
+    case KVMESH_ETOOBIG:
+        return OBS_QRES_TOO_BIG;
+    case KVMESH_EAGAIN:
+        return OBS_QRES_BUSY;
+    case KVMESH_ECONFLICT:
+        return OBS_QRES_CONFLICT;
+    case KVMESH_ECANCELED:
+        return OBS_QRES_CANCELED;
+    default:
+        return OBS_QRES_ERROR;
+    }
+}
+
+static void qcount(kvm_rt_t *rt, enum obs_dim_qop what, int rc)
+{
+    obs_count(rt->metrics, quota_operations_total, what, qres_of(rc), 1);
 }
 
 bool kvm_quota_applies(kvm_rt_t *rt, const kvm_ident_t *id)
@@ -187,6 +216,34 @@ static void recon_arm(kvm_rt_t *rt);
 
 static void recon_step(kvm_rt_t *rt);
 
+static void recon_count(kvm_rt_t *rt, const tn_recon_report_t *r)
+{
+    struct obs_registry *m = rt->metrics;
+    obs_count(m, quota_reconciliations_total, OBS_QRECON_ABORTED, OBS_NONE, r->aborted);
+    obs_count(m, quota_reconciliations_total, OBS_QRECON_FINALIZED, OBS_NONE, r->finalized);
+    obs_count(m, quota_reconciliations_total, OBS_QRECON_REPLAYED, OBS_NONE, r->replayed);
+    obs_count(m, quota_reconciliations_total, OBS_QRECON_DEGRADED, OBS_NONE, r->degraded);
+    obs_count(m, quota_reconciliations_total, OBS_QRECON_PURGED, OBS_NONE, r->purged);
+}
+
+/* After a tenant's pass: its usage row (one exact read) for the backlog gauge, then the next
+ * tenant. The read counts as reconciliation round trips. */
+static void recon_usage(void *arg, int rc, const tn_usage_t *u)
+{
+    kvm_rt_t *rt = arg;
+    struct kvm_quota *q = rt->quota;
+    if (!q || q->closing)
+        return;
+    tn_stats_t st;
+    tn_get_stats(q->tn, &st);
+    q->recon_round_trips += st.meta_round_trips - q->recon_trips_at_start;
+    if (rc == 0 && u)
+        q->round_backlog += u->n_pending + u->n_publishing;
+    q->recon_running = false;
+    q->recon_next++;
+    recon_step(rt);
+}
+
 static void recon_done(void *arg, const tn_recon_report_t *r)
 {
     kvm_rt_t *rt = arg;
@@ -196,6 +253,8 @@ static void recon_done(void *arg, const tn_recon_report_t *r)
     q->recon_round_trips += st.meta_round_trips - q->recon_trips_at_start;
     if (r->degraded)
         q->degraded_passes++;
+    recon_count(rt, r);
+    q->round_degraded += r->degraded;
     q->recon_running = false;
     if (q->closing)
         return;
@@ -203,14 +262,21 @@ static void recon_done(void *arg, const tn_recon_report_t *r)
         recon_step(rt);
         return;
     }
-    q->recon_next++;
-    recon_step(rt);
+    q->recon_trips_at_start = st.meta_round_trips;
+    q->recon_running = true;
+    if (tn_get_usage(q->tn, q->pol[q->recon_next].tenant, recon_usage, rt) != 0)
+        recon_usage(rt, KVMESH_EINTERNAL, NULL);
 }
 
 static void recon_step(kvm_rt_t *rt)
 {
     struct kvm_quota *q = rt->quota;
-    if (q->recon_next >= q->n) {
+    if (q->recon_next >= q->n) { /* a round over every tenant ended */
+        obs_gauge_set(rt->metrics, quota_reconciliation_backlog, OBS_NONE, OBS_NONE,
+                      (int64_t)q->round_backlog);
+        obs_gauge_set(rt->metrics, quota_reconciliation_degraded, OBS_NONE, OBS_NONE,
+                      (int64_t)q->round_degraded);
+        q->round_backlog = q->round_degraded = 0;
         q->recon_next = 0;
         recon_arm(rt);
         return;
@@ -490,6 +556,7 @@ static void rec_cased(void *arg, int rc, const kvm_route_t *route)
     r->need_o -= 1;
     r->evicted++;
     q->recovery_evictions++;
+    obs_count(r->op->rt->metrics, quota_recovery_evictions_total, OBS_NONE, OBS_NONE, 1);
     if (!kvm_route_version_equal(&route->version, &r->predicted)) {
         r->predicted = route->version;
         tn_claim_req_t req = {.tenant = r->it->q->tenant,
@@ -654,6 +721,7 @@ static void reserved_cb(void *arg, int rc, const tn_op_view_t *v)
     }
     if (rc == KVMESH_EQUOTA && recover_start(op, it, v))
         return;
+    qcount(op->rt, OBS_QOP_RESERVE, rc == KVMESH_ENOENT && qi->is_delete ? 0 : rc);
     if (rc == KVMESH_ENOENT && qi->is_delete) {
         /* nothing committed in accounting (written before the policy): remove without it */
         kvm_quota_item_free(it);
@@ -746,6 +814,7 @@ static void claimed_cb(void *arg, int rc, const tn_op_view_t *v)
     struct kvm_item *it = c->it;
     kvm_op_t *op = c->op;
     free(c);
+    qcount(op->rt, OBS_QOP_CLAIM, rc);
     if (rc == 0)
         it->q->state = KVM_Q_CLAIMED;
     else
@@ -805,6 +874,7 @@ static void finalized_cb(void *arg, int rc, const tn_op_view_t *v)
     kvm_op_t *op = c->op;
     free(c);
     struct kvm_qitem *qi = it->q;
+    qcount(op->rt, OBS_QOP_FINALIZE, rc);
     if (rc == 0) {
         qi->state = KVM_Q_FINALIZED;
         struct kvm_quota *q = op->rt->quota;
@@ -863,13 +933,20 @@ void kvm_quota_finalize(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r,
     finalize_send(op, it);
 }
 
+static void aborted_cb(void *arg, int rc, const tn_op_view_t *v)
+{
+    (void)v;
+    qcount(arg, OBS_QOP_ABORT, rc); /* tn_close: no callback after it, so rt is alive */
+}
+
 void kvm_quota_abort(kvm_rt_t *rt, struct kvm_item *it)
 {
     struct kvm_qitem *qi = it->q;
     if (!qi || !rt->quota || qi->state != KVM_Q_RESERVED)
         return;
     qi->state = KVM_Q_ABORTED;
-    tn_abort(rt->quota->tn, qi->tenant, qi->domain, qi->key, qi->op_id, NULL, NULL);
+    if (tn_abort(rt->quota->tn, qi->tenant, qi->domain, qi->key, qi->op_id, aborted_cb, rt) != 0)
+        qcount(rt, OBS_QOP_ABORT, KVMESH_EINTERNAL);
 }
 
 /* ---- /stats?tenant=ID ----------------------------------------------------------------------- */
@@ -987,6 +1064,123 @@ int kvm_quota_render(kvm_rt_t *rt, const char *tenant, char *buf, size_t cap)
     return rc;
 }
 
+/* ---- a pass on request (kvmesh admin quota TENANT reconcile --apply) --------------------- */
+
+#define QUOTA_NOW_RETRY_MS 50u
+
+struct rnow {
+    kvm_rt_t *rt;
+    char tenant[TN_TENANT_CAP];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int refs; /* the waiting thread + the loop */
+    bool done;
+    int rc;
+    uint32_t tries;
+    tn_recon_report_t rep;
+    tn_stats_t st; /* the runtime's protocol counters after the pass */
+};
+
+static void rnow_unref(struct rnow *n)
+{
+    if (atomic_fetch_sub(&n->refs, 1) != 1)
+        return;
+    pthread_mutex_destroy(&n->mu);
+    pthread_cond_destroy(&n->cv);
+    free(n);
+}
+
+static void rnow_finish(struct rnow *n, int rc, const tn_recon_report_t *r)
+{
+    pthread_mutex_lock(&n->mu);
+    n->rc = rc;
+    if (r)
+        n->rep = *r;
+    n->done = true;
+    pthread_cond_broadcast(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+    rnow_unref(n);
+}
+
+static void rnow_done(void *arg, const tn_recon_report_t *r)
+{
+    struct rnow *n = arg;
+    struct kvm_quota *q = n->rt->quota;
+    q->recon_running = false;
+    if (r->degraded)
+        q->degraded_passes++;
+    recon_count(n->rt, r);
+    recon_arm(n->rt); /* a timer tick that found this pass running did not re-arm */
+    tn_get_stats(q->tn, &n->st);
+    rnow_finish(n, 0, r);
+}
+
+static void rnow_run(void *arg)
+{
+    struct rnow *n = arg;
+    kvm_rt_t *rt = n->rt;
+    struct kvm_quota *q = rt->quota;
+    if (!q || q->closing || !find_policy(q, n->tenant, strlen(n->tenant))) {
+        rnow_finish(n, KVMESH_ENOENT, NULL);
+        return;
+    }
+    if (q->recon_running) { /* the timer's pass: try again shortly (bounded) */
+        if (++n->tries > 200) {
+            rnow_finish(n, KVMESH_EAGAIN, NULL);
+            return;
+        }
+        env_timer_start(rt->env, QUOTA_NOW_RETRY_MS * 1000000ull, rnow_run, n);
+        return;
+    }
+    tn_route_ops_t ops = {.lookup = recon_lookup, .replay = recon_replay, .ctx = rt};
+    q->recon_running = true;
+    if (tn_recon_pass(q->tn, n->tenant, &ops, QUOTA_RECON_PAGE, rnow_done, n) != 0) {
+        q->recon_running = false;
+        rnow_finish(n, KVMESH_EAGAIN, NULL);
+    }
+}
+
+int kvm_quota_reconcile_now(kvm_rt_t *rt, const char *tenant, tn_recon_report_t *out,
+                            tn_stats_t *totals)
+{
+    memset(out, 0, sizeof(*out));
+    memset(totals, 0, sizeof(*totals));
+    struct rnow *n = calloc(1, sizeof(*n));
+    if (!n)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory");
+    n->rt = rt;
+    snprintf(n->tenant, sizeof(n->tenant), "%s", tenant);
+    pthread_mutex_init(&n->mu, NULL);
+    pthread_cond_init(&n->cv, NULL);
+    atomic_init(&n->refs, 2);
+    if (env_post(rt->env, rnow_run, n) != 0) {
+        atomic_store(&n->refs, 1);
+        rnow_unref(n);
+        return kvm_errf(KVMESH_ECANCELED, "the runtime is closing");
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)(8 * (uint64_t)rt->cfg.request_timeout_ms / 1000 + 1 + 10);
+    pthread_mutex_lock(&n->mu);
+    while (!n->done)
+        if (pthread_cond_timedwait(&n->cv, &n->mu, &until) != 0)
+            break;
+    bool done = n->done;
+    int rc = done ? n->rc : KVMESH_ETIMEDOUT;
+    if (done) {
+        *out = n->rep;
+        *totals = n->st;
+    }
+    pthread_mutex_unlock(&n->mu);
+    rnow_unref(n);
+    if (rc == KVMESH_ENOENT)
+        return kvm_errf(rc, "tenant '%s' has no policy in this runtime", tenant);
+    if (rc)
+        return kvm_errf(rc, "reconciliation pass of tenant '%s' did not run (%s)", tenant,
+                        done ? "the reconciler stayed busy" : "no answer in time");
+    return 0;
+}
+
 /* ---- batches: canonical order, all-or-nothing before data transfer ------------------------ */
 
 struct qbatch {
@@ -1048,12 +1242,18 @@ static void qbatch_usage(void *arg, int rc, const tn_usage_t *u, const tn_policy
         snprintf(msg, sizeof(msg),
                  "batch refused as a whole (item %zu of %zu): tenant '%s': quota exceeded",
                  b->failed_index, b->n, tenant);
+    obs_count(b->op->rt->metrics, quota_operations_total, OBS_QOP_RESERVE,
+              strstr(msg, "objects quota") ? OBS_QRES_QUOTA_OBJECTS : OBS_QRES_QUOTA_BYTES, 1);
     qbatch_fail_all(b, KVMESH_EQUOTA, msg);
 }
 
 static void qbatch_reserved(void *arg, int rc, size_t failed_index)
 {
     struct qbatch *b = arg;
+    if (rc == 0)
+        obs_count(b->op->rt->metrics, quota_operations_total, OBS_QOP_RESERVE, OBS_QRES_OK, b->n);
+    else if (rc != KVMESH_EQUOTA || !b->op->rt->quota)
+        qcount(b->op->rt, OBS_QOP_RESERVE, rc); /* EQUOTA: counted once its reason is known */
     if (rc == KVMESH_EQUOTA && b->op->rt->quota) {
         b->failed_index = failed_index;
         if (kvm_quota_usage(b->op->rt, b->its[0]->q->tenant, qbatch_usage, b) == 0)

@@ -85,5 +85,12 @@ int kvm_quota_usage(struct kvm_rt *rt, const char *tenant, kvm_q_usage_cb cb, vo
  * the last error, as one JSON object. KVMESH_ENOENT when the tenant has no policy here. */
 int kvm_quota_render(struct kvm_rt *rt, const char *tenant, char *buf, size_t cap);
 void kvm_quota_stats(struct kvm_rt *rt, tn_stats_t *out, uint32_t *degraded_passes);
+/* [app thread] One reconciliation pass of tenant now, on the loop, with the store's route
+ * lookups (what the reconciliation timer does; it waits while a timer pass runs). Blocks until
+ * the pass reports into *out, and the runtime's protocol counters after it (every pass it ran,
+ * timer passes included) into *totals (bounded: request_timeout_ms x 8 + 11 s). KVMESH_ENOENT
+ * when the tenant has no policy in this runtime. */
+int kvm_quota_reconcile_now(struct kvm_rt *rt, const char *tenant, tn_recon_report_t *out,
+                            tn_stats_t *totals);
 
 #endif

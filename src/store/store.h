@@ -316,6 +316,7 @@ typedef struct kvm_rt {
     meta_t *route_meta;           /* [loop] traced handle the route service uses (tracer only) */
     struct self_msg *self_msgs;   /* [loop] env messages to self awaiting delivery */
     kvm_op_t *state_op;           /* the drain step waiting for its record write */
+    bool admin_drained;           /* [loop] DRAINING by an operator's request (lifecycle.c) */
     struct kvm_quota *quota;      /* [loop] tenant quota protocol (quota.c); NULL = off */
     struct kvm_fair *fair;        /* [any] soft isolation gate (fair.c); NULL = off */
     struct kvm_place *place;      /* [loop] tenant placement preferences (place.c); NULL = none */
@@ -404,6 +405,20 @@ const struct kvm_member *kvm_member_by_node(kvm_rt_t *rt, env_node_t node);
 env_node_t kvm_member_node_of(kvm_rt_t *rt, const kvm_runtime_id_t *id);
 bool kvm_member_is_suspect(kvm_rt_t *rt, const kvm_runtime_id_t *id);
 void kvm_member_quarantine(kvm_rt_t *rt, const kvm_runtime_id_t *id);
+/* Is member id draining in the current snapshot (its record says "draining": an operator's
+ * `kvmesh admin drain`, or a runtime leaving through kvmesh_drain)? False for an unknown id. */
+bool kvm_member_is_draining(kvm_rt_t *rt, const kvm_runtime_id_t *id);
+
+/* ---- lifecycle.c: operator lifecycle requests (kvmesh/v1/<dep>/lifecycle/<id>) ---------- */
+#define KVM_LIFECYCLE_VALUE_MAX 128
+/* The record asking for want (KVM_MS_DRAINING or KVM_MS_ACTIVE), requested at wall at_ms. */
+int kvm_lifecycle_encode(enum kvm_member_state want, uint64_t at_ms, char *buf, size_t cap);
+/* Pure; KVMESH_EPROTO with a message for anything malformed. at_ms may be NULL. */
+int kvm_lifecycle_decode(const uint8_t *v, size_t len, enum kvm_member_state *want,
+                         uint64_t *at_ms);
+/* [loop] Applies the request read with a member-record write (kv: its GET; !found = none) to
+ * this runtime's state; true when the state changed (the caller writes the record again). */
+bool kvm_lifecycle_apply(kvm_rt_t *rt, const meta_kv_t *kv);
 
 /* ---- owner.c [loop] ----------------------------------------------------------------------- */
 int kvm_owner_init(kvm_rt_t *rt);  /* segments + allocators (any thread, before the loop) */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz_store_member.c — libFuzzer target for the member record decoder (src/store/member.c):
+ * fuzz_store_member.c — libFuzzer target for the member record decoder (src/store/member.c)
+ * and the lifecycle request decoder (src/store/lifecycle.c, fed the same value):
  * the input is "<runtime-id key part>\n<JSON value>"; the key is built with the keyspace so
  * both the key parser and the JSON decoder see fuzzed bytes. Accepted records must satisfy the
  * decoder's bounds.
@@ -36,6 +37,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (kvm_member_record_decode(key, val, vlen, &m, rpc, sizeof(rpc), dat, sizeof(dat)) == 0) {
         KVM_ASSERT(m.rt.epoch >= 1 && m.weight > 0 && m.n_segs <= STORE_MAX_SEGS);
         KVM_ASSERT(strlen(rpc) < sizeof(rpc) && strlen(dat) < sizeof(dat));
+    }
+    /* the same value as an operator's lifecycle request (src/store/lifecycle.c) */
+    enum kvm_member_state want;
+    uint64_t at = 0;
+    if (kvm_lifecycle_decode(val, vlen, &want, &at) == 0) {
+        KVM_ASSERT(want == KVM_MS_DRAINING || want == KVM_MS_ACTIVE);
+        char buf[KVM_LIFECYCLE_VALUE_MAX];
+        enum kvm_member_state again;
+        uint64_t at2 = 0;
+        KVM_ASSERT(kvm_lifecycle_encode(want, at, buf, sizeof(buf)) == 0);
+        KVM_ASSERT(kvm_lifecycle_decode((const uint8_t *)buf, strlen(buf), &again, &at2) == 0);
+        KVM_ASSERT(again == want && at2 == at);
     }
     return 0;
 }

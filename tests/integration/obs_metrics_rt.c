@@ -30,7 +30,9 @@
  *   certain (runs showed 0 to 127), so its series are required but not its movement. The same
  *   holds for kvmesh_transport_failures_total: reads after the kill fail in the transport only
  *   when they reach the dead owner before membership drops it (same-host shm mappings even
- *   outlive the process), which a loaded CI host made miss once on etcd.
+ *   outlive the process), which a loaded CI host made miss once on etcd. The kvmesh_quota_*
+ *   families stay at zero here (no runtime has tenant_policies, the quota protocol is off):
+ *   required as series, moved by integration_ops_quota_metrics.
  * Every loop is bounded in count and time; every process started here is killed by pid.
  */
 #include <curl/curl.h>
@@ -582,8 +584,13 @@ int main(int argc, char **argv)
             total = inflight_max; /* back to 0 once idle: judged by the scraper's samples */
         bool fault_driven = strcmp(names[i], "kvmesh_route_repairs_total") == 0 ||
                             strcmp(names[i], "kvmesh_transport_failures_total") == 0;
+        /* no runtime here has tenant_policies: integration_ops_quota_metrics moves these */
+        bool quota = strncmp(names[i], "kvmesh_quota_", 13) == 0;
         printf("  %-52s %.6g%s\n", names[i], total,
-               fault_driven ? "  (fault-driven: not required to move)" : "");
+               fault_driven ? "  (fault-driven: not required to move)"
+               : quota      ? "  (quota protocol off here: moved by integration_ops_quota_metrics)"
+                            : "");
+        fault_driven |= quota;
         if (total == 0 && !fault_driven) {
             fprintf(stderr, "family %s never moved\n", names[i]);
             dead++;

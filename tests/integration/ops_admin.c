@@ -257,7 +257,7 @@ static void check_bad_args(struct cluster *c)
         {"members", "--page=x", "--page: \"x\" is not an unsigned integer", 2},
         {"shards", "--apply", "--apply belongs to cleanup", 2},
         {"members", "--frob", "unknown option \"--frob\"", 2},
-        {"members", "extra", "expected one of", 2},
+        {"members", "extra", "expected no more arguments", 2},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         admin(&o, c, bad[i].a1, bad[i].a2, NULL, NULL);

@@ -486,3 +486,24 @@ def test_storage_runtime_drain(cluster):
     finally:
         owner.close()
         reader.close()
+
+
+def test_tenant_quota(cluster):
+    # A client-only runtime that enforces a tenant-root policy (tenant_policies): the object
+    # limit refuses with QuotaExceeded naming max_objects, a remove refunds, an object larger
+    # than max_bytes is refused at once, and another tenant with the same keys is untouched.
+    tq = "pq-" + uuid.uuid4().hex[:8]
+    other = "po-" + uuid.uuid4().hex[:8]
+    with cluster.store(tenant=tq, tenant_policies=f"{tq}:64KiB:3") as s:
+        for i in range(3):
+            s.put(f"k{i}", b"x" * 1000)
+        with pytest.raises(kvmesh.QuotaExceeded, match="max_objects 3"):
+            s.put("k3", b"x" * 1000)
+        s.put("k3", b"y" * 10, tenant=other)  # another tenant, no policy: not counted
+        s.remove("k0")
+        s.put("k3", b"x" * 1000)  # the refund made room
+        with pytest.raises(kvmesh.Error) as e:
+            s.put("big", b"z" * (65 << 10))
+        assert e.value.code in (kvmesh.CODES["KVMESH_ETOOBIG"], kvmesh.CODES["KVMESH_EQUOTA"])
+        assert s.get("k3") == b"x" * 1000 and s.get("k3", tenant=other) == b"y" * 10
+        assert s.exists("k0") is False

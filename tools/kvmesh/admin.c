@@ -16,6 +16,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api/kvmesh_tools.h"
 #include "cli.h"
@@ -28,9 +29,11 @@
 struct adm {
     struct cli_common c;
     bool json, apply;
-    uint64_t page, max;
+    uint64_t page, max, wait_ms;
     kvmesh_admin_t *a;
+    kvmesh_config_t *cfg;
     const char *sub;
+    const char *op; /* quota abort --op */
 };
 
 static void json_str(const char *s)
@@ -103,6 +106,54 @@ static int load_members(struct adm *x, struct members *m)
     return 0;
 }
 
+struct requests {
+    kvmesh_admin_lifecycle_t *v;
+    size_t n;
+    bool truncated;
+};
+
+/* Every lifecycle request (drain), page by page, at most --max. */
+static int fetch_requests(struct adm *x, struct requests *r)
+{
+    memset(r, 0, sizeof(*r));
+    size_t cap = 0;
+    char after[KVMESH_ID_HEX_LEN + 1] = "";
+    for (;;) {
+        if (r->n >= x->max) {
+            r->truncated = true;
+            return 0;
+        }
+        size_t want = x->page < x->max - r->n ? (size_t)x->page : (size_t)(x->max - r->n);
+        if (r->n + want > cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            while (nc < r->n + want)
+                nc *= 2;
+            kvmesh_admin_lifecycle_t *nv = realloc(r->v, nc * sizeof(*nv));
+            if (!nv)
+                return KVMESH_ENOMEM;
+            r->v = nv;
+            cap = nc;
+        }
+        size_t got = 0;
+        bool more = false;
+        int rc = kvmesh_admin_lifecycles(x->a, after, want, r->v + r->n, &got, &more);
+        if (rc)
+            return rc;
+        r->n += got;
+        if (!more || got == 0)
+            return 0;
+        snprintf(after, sizeof(after), "%s", r->v[r->n - 1].id);
+    }
+}
+
+static const char *request_of(const struct requests *r, const char *id)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (strcmp(r->v[i].id, id) == 0)
+            return r->v[i].state;
+    return NULL;
+}
+
 static const kvmesh_admin_member_t *find_member(const struct members *m, const char *id,
                                                 uint64_t epoch)
 {
@@ -112,6 +163,633 @@ static const kvmesh_admin_member_t *find_member(const struct members *m, const c
     return NULL;
 }
 
+/* ---- member lifecycle ---------------------------------------------------------------------- */
+
+#define ADM_WAIT_DEFAULT_MS 15000
+#define ADM_WAIT_MAX_MS     600000
+#define ADM_POLL_MS         200
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Is s 1..32 hex digits? (lower-cased into out) */
+static bool member_arg_ok(const char *s, char out[KVMESH_ID_HEX_LEN + 1])
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > KVMESH_ID_HEX_LEN)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (ch >= 'A' && ch <= 'F')
+            ch = (char)(ch - 'A' + 'a');
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
+            return false;
+        out[i] = ch;
+    }
+    out[n] = 0;
+    return true;
+}
+
+/* The member record named by arg (a full id, or a prefix matching exactly one record). Returns
+ * 0, or an exit status with the message printed. */
+static int resolve_member(struct adm *x, const char *arg, kvmesh_admin_member_t *out)
+{
+    char id[KVMESH_ID_HEX_LEN + 1];
+    if (!member_arg_ok(arg, id)) {
+        fprintf(stderr,
+                "kvmesh admin %s: \"%s\" is not a member id (32 hex digits, or a unique prefix "
+                "of one; see kvmesh admin members)\n",
+                x->sub, arg);
+        return CLI_EXIT_USAGE;
+    }
+    bool found = false;
+    int rc = 0;
+    if (strlen(id) == KVMESH_ID_HEX_LEN) {
+        if ((rc = kvmesh_admin_member_get(x->a, id, out, &found)) != 0) {
+            cli_report("admin", "reading the member record", rc);
+            return CLI_EXIT_FAIL;
+        }
+    } else {
+        struct members m;
+        if (load_members(x, &m) != 0)
+            return CLI_EXIT_FAIL;
+        size_t hits = 0;
+        for (size_t i = 0; i < m.n; i++) {
+            if (strncmp(m.v[i].id, id, strlen(id)) != 0)
+                continue;
+            if (hits++ == 0)
+                *out = m.v[i];
+            else if (hits == 2)
+                fprintf(stderr,
+                        "kvmesh admin %s: \"%s\" matches more than one member (%s, %s%s); give "
+                        "more digits\n",
+                        x->sub, arg, out->id, m.v[i].id, m.truncated ? ", of the first --max" : "");
+        }
+        free(m.v);
+        if (hits > 1)
+            return CLI_EXIT_USAGE;
+        found = hits == 1;
+    }
+    if (!found) {
+        fprintf(stderr,
+                "kvmesh admin %s: no member record matches \"%s\" in deployment %s (see kvmesh "
+                "admin members)\n",
+                x->sub, arg, kvmesh_tools_config_str(x->cfg, "deployment"));
+        return CLI_EXIT_ENOENT;
+    }
+    if (out->malformed) {
+        fprintf(stderr, "kvmesh admin %s: the member record of %s is malformed\n", x->sub, out->id);
+        return CLI_EXIT_FAIL;
+    }
+    return 0;
+}
+
+/* drain / activate: writes (or deletes) the member's lifecycle request, then waits up to
+ * --wait-ms for its record to show the state. */
+static int do_lifecycle(struct adm *x, const char *arg)
+{
+    bool drain = strcmp(x->sub, "drain") == 0;
+    const char *want = drain ? "draining" : "active";
+    kvmesh_admin_member_t m;
+    char full[KVMESH_ID_HEX_LEN + 1];
+    bool found = false;
+    if (!drain && member_arg_ok(arg, full) && strlen(full) == KVMESH_ID_HEX_LEN &&
+        kvmesh_admin_member_get(x->a, full, &m, &found) == 0 && !found) {
+        /* no member record (it is down): remove a request it would apply when it joins */
+        char prior[16];
+        int rc = kvmesh_admin_lifecycle_get(x->a, full, prior, sizeof(prior));
+        if (rc == 0 && prior[0])
+            rc = kvmesh_admin_lifecycle_request(x->a, full, "active");
+        if (rc) {
+            cli_report("admin", "removing the lifecycle request", rc);
+            return CLI_EXIT_FAIL;
+        }
+        if (prior[0]) {
+            if (x->json)
+                printf("{\"member\":\"%s\",\"request\":\"active\",\"state\":null,"
+                       "\"applied\":false,\"removed_request\":\"%s\"}\n",
+                       full, prior);
+            else
+                printf("member %s has no member record: its %s request is removed\n", full, prior);
+            return CLI_EXIT_OK;
+        }
+    }
+    int ret = resolve_member(x, arg, &m);
+    if (ret)
+        return ret;
+    if (strcmp(m.state, "active") != 0 && strcmp(m.state, "draining") != 0) {
+        fprintf(stderr,
+                "kvmesh admin %s: member %s is %s; only an active or draining member takes "
+                "lifecycle requests\n",
+                x->sub, m.id, m.state);
+        return CLI_EXIT_FAIL;
+    }
+    char prior[16];
+    int rc = kvmesh_admin_lifecycle_get(x->a, m.id, prior, sizeof(prior));
+    if (rc) {
+        cli_report("admin", "reading the lifecycle request", rc);
+        return CLI_EXIT_FAIL;
+    }
+    if (!drain && strcmp(m.state, "draining") == 0 && strcmp(prior, "draining") != 0) {
+        fprintf(stderr,
+                "kvmesh admin activate: member %s is draining because it is leaving (SIGTERM of "
+                "its kvmeshd, or kvmesh_drain), not by an operator's drain; activate cannot stop "
+                "that\n",
+                m.id);
+        return CLI_EXIT_FAIL;
+    }
+    if ((rc = kvmesh_admin_lifecycle_request(x->a, m.id, want)) != 0) {
+        cli_report("admin", "writing the lifecycle request", rc);
+        return CLI_EXIT_FAIL;
+    }
+    uint64_t t0 = kvmesh_tools_now_ns(), waited = 0;
+    bool applied = strcmp(m.state, want) == 0, gone = false;
+    while (!applied && !gone && waited < x->wait_ms) {
+        sleep_ms(ADM_POLL_MS);
+        found = false;
+        if ((rc = kvmesh_admin_member_get(x->a, m.id, &m, &found)) != 0) {
+            cli_report("admin", "reading the member record", rc);
+            return CLI_EXIT_FAIL;
+        }
+        gone = !found || m.malformed;
+        applied = !gone && strcmp(m.state, want) == 0;
+        waited = (kvmesh_tools_now_ns() - t0) / 1000000u;
+    }
+    if (x->json) {
+        printf("{\"member\":");
+        json_str(m.id);
+        printf(",\"request\":\"%s\",\"state\":", want);
+        json_str(gone ? "gone" : m.state);
+        printf(",\"applied\":%s,\"waited_ms\":%" PRIu64 "}\n", applied ? "true" : "false", waited);
+    } else if (applied) {
+        printf("member %s: %s (%s)\n", m.id, want,
+               drain ? "takes no new placements; its objects stay readable; kvmesh admin "
+                       "activate reverses it"
+                     : "takes placements again");
+    }
+    if (applied)
+        return CLI_EXIT_OK;
+    if (gone)
+        fprintf(stderr,
+                "kvmesh admin %s: the member record of %s went away while waiting (the member "
+                "left or its lease expired); the request is kept for its id\n",
+                x->sub, m.id);
+    else if (x->wait_ms == 0)
+        fprintf(stderr,
+                "kvmesh admin %s: request for %s recorded; not waiting (--wait-ms 0): the member "
+                "applies it at its next heartbeat\n",
+                x->sub, m.id);
+    else
+        fprintf(stderr,
+                "kvmesh admin %s: request for %s recorded, but its record still says %s after "
+                "%" PRIu64 " ms; the member applies requests at each heartbeat (is it running and "
+                "connected to the metadata?)\n",
+                x->sub, m.id, m.state, waited);
+    return x->wait_ms == 0 && !gone ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}
+
+/* ---- tenants and quotas --------------------------------------------------------------------- */
+
+static void size_str(uint64_t v, char *buf, size_t cap)
+{
+    kvmesh_tools_format_size(v, buf, cap);
+}
+
+static void tenant_json(const kvmesh_admin_tenant_t *t)
+{
+    printf("{\"tenant\":");
+    json_str(t->tenant);
+    if (t->malformed) {
+        printf(",\"malformed\":true}");
+        return;
+    }
+    printf(",\"schema_version\":%u,\"policy_version\":%u,\"max_bytes\":%" PRIu64
+           ",\"max_objects\":%" PRIu64 ",\"fingerprint\":\"%016" PRIx64 "\",\"usage\":",
+           t->schema_version, t->policy_version, t->max_bytes, t->max_objects, t->fingerprint);
+    if (!t->has_usage || t->usage_malformed)
+        printf("%s", t->usage_malformed ? "{\"malformed\":true}" : "null");
+    else
+        printf("{\"used_bytes\":%" PRIu64 ",\"used_objects\":%" PRIu64
+               ",\"committed_bytes\":%" PRIu64 ",\"committed_objects\":%" PRIu64
+               ",\"pending_bytes\":%" PRIu64 ",\"pending_objects\":%" PRIu64
+               ",\"ops_pending\":%" PRIu64 ",\"ops_publishing\":%" PRIu64 "}",
+               t->committed_bytes + t->pending_bytes, t->committed_objects + t->pending_objects,
+               t->committed_bytes, t->committed_objects, t->pending_bytes, t->pending_objects,
+               t->ops_pending, t->ops_publishing);
+    printf("}");
+}
+
+static void tenant_row(const kvmesh_admin_tenant_t *t)
+{
+    if (t->malformed) {
+        printf("%-24s (malformed policy record)\n", t->tenant);
+        return;
+    }
+    char mb[32], ub[32], pb[32];
+    size_str(t->max_bytes, mb, sizeof(mb));
+    size_str(t->committed_bytes + t->pending_bytes, ub, sizeof(ub));
+    size_str(t->pending_bytes, pb, sizeof(pb));
+    printf("%-24s %7u %12s %12" PRIu64 " %12s %12" PRIu64 " %10s %8" PRIu64 " %10" PRIu64
+           "  %016" PRIx64 "%s\n",
+           t->tenant, t->policy_version, mb, t->max_objects, ub,
+           t->committed_objects + t->pending_objects, pb, t->ops_pending, t->ops_publishing,
+           t->fingerprint,
+           !t->has_usage        ? "  (no usage row)"
+           : t->usage_malformed ? "  (malformed usage row)"
+                                : "");
+}
+
+static void tenant_header(void)
+{
+    printf("%-24s %7s %12s %12s %12s %12s %10s %8s %10s  %s\n", "tenant", "policy", "max bytes",
+           "max objects", "used bytes", "used objects", "pending", "reserved", "publishing",
+           "fingerprint");
+}
+
+static int do_tenants(struct adm *x, const char *one)
+{
+    int rc;
+    if (one) {
+        kvmesh_admin_tenant_t t;
+        bool found = false;
+        if ((rc = kvmesh_admin_tenant_get(x->a, one, &t, &found)) != 0) {
+            cli_report("admin", rc == KVMESH_EINVAL ? "tenant" : "reading the tenant policy", rc);
+            return rc == KVMESH_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+        }
+        if (!found) {
+            fprintf(stderr,
+                    "kvmesh admin tenants: tenant \"%s\" has no policy in deployment %s (see "
+                    "kvmesh admin tenants)\n",
+                    one, kvmesh_tools_config_str(x->cfg, "deployment"));
+            return CLI_EXIT_ENOENT;
+        }
+        if (x->json) {
+            tenant_json(&t);
+            printf("\n");
+        } else {
+            tenant_header();
+            tenant_row(&t);
+        }
+        return 0;
+    }
+    kvmesh_admin_tenant_t *page = calloc((size_t)x->page, sizeof(*page));
+    if (!page)
+        return CLI_EXIT_FAIL;
+    if (x->json)
+        printf("{\"tenants\":[");
+    else
+        tenant_header();
+    char after[KVMESH_ADMIN_TENANT_LEN + 1] = "";
+    size_t shown = 0;
+    bool truncated = false;
+    rc = 0;
+    for (;;) {
+        if (shown >= x->max) {
+            truncated = true;
+            break;
+        }
+        size_t want = x->page < x->max - shown ? (size_t)x->page : (size_t)(x->max - shown);
+        size_t got = 0;
+        bool more = false;
+        if ((rc = kvmesh_admin_tenants(x->a, after, want, page, &got, &more)) != 0)
+            break;
+        for (size_t i = 0; i < got; i++) {
+            if (x->json) {
+                printf("%s", shown ? "," : "");
+                tenant_json(&page[i]);
+            } else {
+                tenant_row(&page[i]);
+            }
+            shown++;
+        }
+        if (!more || got == 0)
+            break;
+        snprintf(after, sizeof(after), "%s", page[got - 1].tenant);
+    }
+    free(page);
+    if (rc) {
+        if (x->json)
+            printf("]}\n");
+        cli_report("admin", "reading tenant policies", rc);
+        return CLI_EXIT_FAIL;
+    }
+    if (x->json)
+        printf("],\"count\":%zu,\"truncated\":%s}\n", shown, truncated ? "true" : "false");
+    else
+        printf("%zu tenant polic%s%s\n", shown, shown == 1 ? "y" : "ies",
+               truncated ? " (stopped at --max; more records exist)" : "");
+    return 0;
+}
+
+struct qops {
+    kvmesh_admin_qop_t *v;
+    size_t n;
+    bool truncated;
+};
+
+/* The tenant's non-terminal operations from its due index (pending, then publishing), in
+ * pages, at most --max in all. */
+static int fetch_qops(struct adm *x, const char *tenant, struct qops *q)
+{
+    static const char *const states[] = {"pending", "publishing"};
+    memset(q, 0, sizeof(*q));
+    char *cursor = malloc(KVMESH_ADMIN_CURSOR_CAP), *next = malloc(KVMESH_ADMIN_CURSOR_CAP);
+    int rc = cursor && next ? 0 : KVMESH_ENOMEM;
+    size_t cap = 0;
+    for (size_t s = 0; rc == 0 && s < 2 && !q->truncated; s++) {
+        cursor[0] = 0;
+        for (;;) {
+            if (q->n >= x->max) {
+                q->truncated = true;
+                break;
+            }
+            size_t want = x->page < x->max - q->n ? (size_t)x->page : (size_t)(x->max - q->n);
+            if (q->n + want > cap) {
+                size_t nc = cap ? cap * 2 : 64;
+                while (nc < q->n + want)
+                    nc *= 2;
+                kvmesh_admin_qop_t *nv = realloc(q->v, nc * sizeof(*nv));
+                if (!nv) {
+                    rc = KVMESH_ENOMEM;
+                    break;
+                }
+                q->v = nv;
+                cap = nc;
+            }
+            size_t got = 0;
+            bool more = false;
+            rc = kvmesh_admin_quota_ops(x->a, tenant, states[s], cursor, want, q->v + q->n, &got,
+                                        &more, next);
+            if (rc)
+                break;
+            q->n += got;
+            if (!more || got == 0)
+                break;
+            snprintf(cursor, KVMESH_ADMIN_CURSOR_CAP, "%s", next);
+        }
+    }
+    free(cursor);
+    free(next);
+    return rc;
+}
+
+static void qop_json(const kvmesh_admin_qop_t *o)
+{
+    printf("{\"id\":");
+    json_str(o->id);
+    printf(",\"due_state\":\"%s\",\"deadline_ms\":%" PRIu64 ",\"expired\":%s", o->due_state,
+           o->deadline_ms, o->expired ? "true" : "false");
+    if (o->missing || o->malformed) {
+        printf(",\"%s\":true}", o->missing ? "missing" : "malformed");
+        return;
+    }
+    printf(",\"state\":\"%s\",\"kind\":\"%s\",\"domain\":", o->state, o->kind);
+    json_str(o->domain);
+    printf(",\"key\":");
+    json_str(o->key);
+    printf(",\"delta_bytes\":%" PRId64 ",\"delta_objects\":%" PRId64 ",\"next_len\":%" PRIu64
+           ",\"recon_attempts\":%u}",
+           o->delta_bytes, o->delta_objects, o->next_len, o->recon_attempts);
+}
+
+static void qop_row(const kvmesh_admin_qop_t *o, uint64_t now_ms, const char *note)
+{
+    long long left = (long long)o->deadline_ms - (long long)now_ms;
+    char due[32];
+    if (o->expired)
+        snprintf(due, sizeof(due), "expired %llds", (-left) / 1000);
+    else
+        snprintf(due, sizeof(due), "in %llds", left / 1000);
+    if (o->missing || o->malformed) {
+        printf("  %s %-10s %-14s (%s operation record)%s\n", o->id, o->due_state, due,
+               o->missing ? "no" : "malformed", note);
+        return;
+    }
+    printf("  %s %-10s %-14s %-9s %+" PRId64 " B %+" PRId64 " obj  %s/%.60s%s%s\n", o->id, o->state,
+           due, o->kind, o->delta_bytes, o->delta_objects, o->domain[0] ? o->domain : "~", o->key,
+           o->recon_attempts ? " (retried)" : "", note);
+}
+
+/* Which operations `abort` takes: expired PENDING ones, or exactly --op. */
+static bool abort_candidate(const struct adm *x, const kvmesh_admin_qop_t *o)
+{
+    if (o->missing || o->malformed || strcmp(o->state, "pending") != 0)
+        return false;
+    return x->op ? strcmp(o->id, x->op) == 0 : o->expired;
+}
+
+static int quota_reconcile_apply(struct adm *x, const kvmesh_admin_tenant_t *t,
+                                 kvmesh_tools_recon_t *r)
+{
+    char pol[256];
+    snprintf(pol, sizeof(pol), "%s:%" PRIu64 ":%" PRIu64 ":%u", t->tenant, t->max_bytes,
+             t->max_objects, t->policy_version);
+    if (kvmesh_config_set(x->cfg, "memory_size", "0") != 0 ||
+        kvmesh_config_set(x->cfg, "tenant_policies", pol) != 0 ||
+        kvmesh_config_set(x->cfg, "admin_listen", "") != 0) {
+        cli_report("admin", "configuring the reconciling runtime", KVMESH_ECONFIG);
+        return CLI_EXIT_FAIL;
+    }
+    kvmesh_t *kv = NULL;
+    int rc = kvmesh_open(&kv, x->cfg);
+    if (rc) {
+        fprintf(stderr,
+                "kvmesh admin quota: cannot join deployment \"%s\" to reconcile: %s: %s (give "
+                "the deployment's config with --config)\n",
+                kvmesh_tools_config_str(x->cfg, "deployment"), kvmesh_strerror(rc),
+                kvmesh_last_error());
+        return CLI_EXIT_FAIL;
+    }
+    rc = kvmesh_tools_quota_reconcile(kv, t->tenant, r);
+    if (rc)
+        cli_report("admin", "reconciliation pass", rc);
+    kvmesh_close(kv);
+    return rc ? CLI_EXIT_FAIL : 0;
+}
+
+static int do_quota(struct adm *x, const char *tenant, const char *action)
+{
+    kvmesh_admin_tenant_t t;
+    bool found = false;
+    int rc = kvmesh_admin_tenant_get(x->a, tenant, &t, &found);
+    if (rc) {
+        cli_report("admin", rc == KVMESH_EINVAL ? "tenant" : "reading the tenant policy", rc);
+        return rc == KVMESH_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+    }
+    if (!found) {
+        fprintf(stderr,
+                "kvmesh admin quota: tenant \"%s\" has no policy in deployment %s (see kvmesh "
+                "admin tenants)\n",
+                tenant, kvmesh_tools_config_str(x->cfg, "deployment"));
+        return CLI_EXIT_ENOENT;
+    }
+    if (t.malformed) {
+        fprintf(stderr, "kvmesh admin quota: the policy record of \"%s\" is malformed\n", tenant);
+        return CLI_EXIT_FAIL;
+    }
+    struct qops q;
+    if ((rc = fetch_qops(x, tenant, &q)) != 0) {
+        free(q.v);
+        cli_report("admin", "reading the due index", rc);
+        return CLI_EXIT_FAIL;
+    }
+    uint64_t now = 0;
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        now = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    }
+    size_t expired = 0;
+    for (size_t i = 0; i < q.n; i++)
+        expired += q.v[i].expired;
+    int ret = 0;
+    if (!action) { /* usage and reservations */
+        if (x->json) {
+            printf("{\"tenant\":");
+            tenant_json(&t);
+            printf(",\"operations\":[");
+            for (size_t i = 0; i < q.n; i++) {
+                printf("%s", i ? "," : "");
+                qop_json(&q.v[i]);
+            }
+            printf("],\"count\":%zu,\"backlog\":%zu,\"truncated\":%s}\n", q.n, expired,
+                   q.truncated ? "true" : "false");
+        } else {
+            tenant_header();
+            tenant_row(&t);
+            printf("%zu non-terminal operation(s) (reservations) in the due index, %zu past their "
+                   "deadline (reconciliation backlog)%s%s\n",
+                   q.n, expired, q.truncated ? " (stopped at --max; more exist)" : "",
+                   q.n ? ":" : "");
+            for (size_t i = 0; i < q.n; i++)
+                qop_row(&q.v[i], now, "");
+        }
+    } else if (strcmp(action, "abort") == 0) {
+        size_t cand = 0, done = 0;
+        if (x->json)
+            printf("{\"tenant\":\"%s\",\"apply\":%s,\"operations\":[", tenant,
+                   x->apply ? "true" : "false");
+        else
+            printf("%s\n", x->apply ? "abort (--apply): aborting pending reservations"
+                                    : "abort dry run (nothing is changed; --apply aborts):");
+        for (size_t i = 0; i < q.n; i++) {
+            const kvmesh_admin_qop_t *o = &q.v[i];
+            if (!abort_candidate(x, o))
+                continue;
+            char err[300] = "";
+            bool ok = false;
+            if (x->apply) {
+                int e = kvmesh_admin_quota_abort(x->a, tenant, o->domain, o->key, o->id);
+                ok = e == 0;
+                if (e) {
+                    snprintf(err, sizeof(err), "%s", kvmesh_last_error());
+                    ret = CLI_EXIT_FAIL;
+                }
+            }
+            done += ok;
+            if (x->json) {
+                printf("%s{\"op\":", cand ? "," : "");
+                qop_json(o);
+                printf(",\"aborted\":%s", ok ? "true" : "false");
+                if (err[0]) {
+                    printf(",\"error\":");
+                    json_str(err);
+                }
+                printf("}");
+            } else {
+                qop_row(o, now,
+                        !x->apply ? " -> would abort"
+                        : ok      ? " -> aborted"
+                                  : " -> NOT aborted");
+                if (err[0])
+                    printf("     %s\n", err);
+            }
+            cand++;
+        }
+        if (x->op && cand == 0) {
+            if (x->json)
+                printf("]}\n");
+            fprintf(stderr,
+                    "kvmesh admin quota: operation %s is not a pending reservation of tenant "
+                    "\"%s\" (see kvmesh admin quota %s)\n",
+                    x->op, tenant, tenant);
+            free(q.v);
+            return CLI_EXIT_ENOENT;
+        }
+        if (x->json)
+            printf("],\"candidates\":%zu,\"aborted\":%zu}\n", cand, done);
+        else
+            printf("%zu pending reservation(s) %s%s\n", cand,
+                   x->op ? "named by --op" : "past their deadline", x->apply ? "" : " (dry run)");
+        if (!x->json && x->apply)
+            printf("%zu aborted\n", done);
+    } else { /* reconcile */
+        size_t due_pending = 0, due_publishing = 0;
+        for (size_t i = 0; i < q.n; i++)
+            if (q.v[i].expired)
+                *(strcmp(q.v[i].due_state, "pending") == 0 ? &due_pending : &due_publishing) += 1;
+        kvmesh_tools_recon_t r;
+        memset(&r, 0, sizeof(r));
+        size_t due_after = 0;
+        if (x->apply && (ret = quota_reconcile_apply(x, &t, &r)) == 0) {
+            struct qops after;
+            if (fetch_qops(x, tenant, &after) != 0) {
+                cli_report("admin", "reading the due index after the pass", KVMESH_EIO);
+                ret = CLI_EXIT_FAIL;
+            }
+            for (size_t i = 0; i < after.n; i++)
+                due_after += after.v[i].expired;
+            free(after.v);
+        }
+        if (x->json) {
+            printf("{\"tenant\":\"%s\",\"apply\":%s,\"due\":[", tenant,
+                   x->apply ? "true" : "false");
+            size_t k = 0;
+            for (size_t i = 0; i < q.n; i++)
+                if (q.v[i].expired) {
+                    printf("%s", k++ ? "," : "");
+                    qop_json(&q.v[i]);
+                }
+            printf("],\"due_pending\":%zu,\"due_publishing\":%zu", due_pending, due_publishing);
+            if (x->apply && ret == 0)
+                printf(",\"pass\":{\"rc\":%d,\"aborted\":%u,\"finalized\":%u,\"replayed\":%u,"
+                       "\"degraded\":%u,\"purged\":%u,\"more\":%s},\"runtime_total\":{"
+                       "\"aborted\":%" PRIu64 ",\"finalized\":%" PRIu64 ",\"replayed\":%" PRIu64
+                       ",\"degraded\":%" PRIu64 ",\"purged\":%" PRIu64 "},\"due_after\":%zu",
+                       r.rc, r.aborted, r.finalized, r.replayed, r.degraded, r.purged,
+                       r.more ? "true" : "false", r.total_aborted, r.total_finalized,
+                       r.total_replayed, r.total_degraded, r.total_purged, due_after);
+            printf("}\n");
+        } else {
+            printf("%s\n", x->apply ? "reconcile (--apply): one pass through a client runtime"
+                                    : "reconcile dry run (nothing is changed; --apply runs one "
+                                      "pass):");
+            for (size_t i = 0; i < q.n; i++)
+                if (q.v[i].expired)
+                    qop_row(&q.v[i], now,
+                            strcmp(q.v[i].due_state, "pending") == 0
+                                ? " -> abort (expired pending)"
+                                : " -> exact route lookup: finalize if published, else stays "
+                                  "charged (degraded)");
+            printf("%zu due pending, %zu due publishing%s\n", due_pending, due_publishing,
+                   x->apply ? "" : " (dry run)");
+            if (x->apply && ret == 0)
+                printf("reconciled by this command's runtime: %" PRIu64 " aborted, %" PRIu64
+                       " finalized (%" PRIu64 " replayed), %" PRIu64 " degraded, %" PRIu64
+                       " purged%s%s; %zu due entr%s left\n",
+                       r.total_aborted, r.total_finalized, r.total_replayed, r.total_degraded,
+                       r.total_purged, r.more ? "; more due entries remain (run it again)" : "",
+                       r.rc ? "; a metadata error ended its pass early" : "", due_after,
+                       due_after == 1 ? "y" : "ies");
+        }
+    }
+    free(q.v);
+    return ret;
+}
+
 /* ---- subcommands --------------------------------------------------------------------------- */
 
 static int do_members(struct adm *x, bool segments)
@@ -119,6 +797,14 @@ static int do_members(struct adm *x, bool segments)
     struct members m;
     if (load_members(x, &m) != 0)
         return CLI_EXIT_FAIL;
+    struct requests rq;
+    int rrc = fetch_requests(x, &rq);
+    if (rrc) {
+        cli_report("admin", "reading lifecycle requests", rrc);
+        free(rq.v);
+        free(m.v);
+        return CLI_EXIT_FAIL;
+    }
     if (x->json) {
         printf("{\"members\":[");
         for (size_t i = 0; i < m.n; i++) {
@@ -137,13 +823,30 @@ static int do_members(struct adm *x, bool segments)
             json_str(e->rpc);
             printf(",\"data\":");
             json_str(e->data);
-            printf(",\"lease\":%" PRId64 ",\"segments\":[", e->lease);
+            const char *req = request_of(&rq, e->id);
+            printf(",\"lease\":%" PRId64 ",\"request\":", e->lease);
+            if (req)
+                json_str(req);
+            else
+                printf("null");
+            printf(",\"segments\":[");
             for (uint32_t k = 0; k < e->n_segments; k++)
                 printf("%s{\"id\":\"%016" PRIx64 "\",\"size_bytes\":%" PRIu64 "}", k ? "," : "",
                        e->segments[k].id, e->segments[k].size);
             printf("]}");
         }
-        printf("],\"count\":%zu,\"truncated\":%s}\n", m.n, m.truncated ? "true" : "false");
+        printf("],\"count\":%zu,\"truncated\":%s,\"requests_without_member\":[", m.n,
+               m.truncated ? "true" : "false");
+        size_t k = 0;
+        for (size_t i = 0; i < rq.n; i++)
+            if (!find_member(&m, rq.v[i].id, 0) && !m.truncated) {
+                printf("%s{\"id\":", k++ ? "," : "");
+                json_str(rq.v[i].id);
+                printf(",\"request\":");
+                json_str(rq.v[i].state);
+                printf("}");
+            }
+        printf("]}\n");
     } else if (!segments) {
         printf("%-32s %6s %-9s %7s %12s %12s %9s  %s\n", "id", "epoch", "state", "weight",
                "capacity", "used", "segments", "rpc");
@@ -156,11 +859,19 @@ static int do_members(struct adm *x, bool segments)
             char cap[32], used[32];
             kvmesh_tools_format_size(e->capacity_bytes, cap, sizeof(cap));
             kvmesh_tools_format_size(e->used_bytes, used, sizeof(used));
-            printf("%-32s %6" PRIu64 " %-9s %7.3g %12s %12s %9u  %s\n", e->id, e->epoch, e->state,
-                   e->weight, cap, used, e->n_segments, e->rpc);
+            const char *req = request_of(&rq, e->id);
+            bool pending = req && strcmp(req, e->state) != 0;
+            printf("%-32s %6" PRIu64 " %-9s %7.3g %12s %12s %9u  %s%s%s%s\n", e->id, e->epoch,
+                   e->state, e->weight, cap, used, e->n_segments, e->rpc,
+                   pending ? "  (requested: " : "", pending ? req : "", pending ? ")" : "");
         }
         printf("%zu member record(s)%s\n", m.n,
                m.truncated ? " (stopped at --max; more records exist)" : "");
+        for (size_t i = 0; i < rq.n && !m.truncated; i++)
+            if (!find_member(&m, rq.v[i].id, 0))
+                printf("lifecycle request %s for %s, which has no member record (applied when it "
+                       "joins; kvmesh admin activate removes it)\n",
+                       rq.v[i].state, rq.v[i].id);
     } else {
         printf("%-32s %-9s %-16s %12s\n", "member", "state", "segment", "size");
         size_t total = 0;
@@ -176,6 +887,7 @@ static int do_members(struct adm *x, bool segments)
         printf("%zu segment(s) of %zu member record(s)%s\n", total, m.n,
                m.truncated ? " (stopped at --max; more records exist)" : "");
     }
+    free(rq.v);
     free(m.v);
     return 0;
 }
@@ -355,18 +1067,27 @@ int cmd_admin(int argc, char **argv)
     memset(&x, 0, sizeof(x));
     x.page = ADM_PAGE_DEFAULT;
     x.max = ADM_MAX_DEFAULT;
+    x.wait_ms = UINT64_MAX; /* not given */
     cli_opt_t opts[ADM_MAX_OPTS] = {
         {"json", NULL, CLI_FLAG, &x.json, "print one JSON document instead of a table"},
         {"apply", NULL, CLI_FLAG, &x.apply,
-         "cleanup: delete the stale records (without it, cleanup is a dry run)"},
+         "cleanup, quota abort|reconcile: act (without it, a dry run that changes nothing)"},
+        {"op", "ID", CLI_STR, &x.op,
+         "quota abort: abort this pending operation (even before its deadline) instead of "
+         "the expired ones"},
         {"page", "N", CLI_U64, &x.page, "records per metadata read, 1..256 (default 100)"},
         {"max", "N", CLI_U64, &x.max,
          "read at most N records of each kind, 1..1000000 (default 10000)"},
+        {"wait-ms", "N", CLI_U64, &x.wait_ms,
+         "drain/activate: wait up to N ms for the member to apply it, 0..600000 (default "
+         "15000; 0 = do not wait)"},
     };
-    size_t nopts = cli_common_opts(&x.c, opts, 4, ADM_MAX_OPTS);
+    size_t nopts = cli_common_opts(&x.c, opts, 6, ADM_MAX_OPTS);
     const char *pos[CLI_MAX_POS];
     size_t npos = 0;
-    static const char syn[] = "members | segments | shards | cleanup [--apply] [options]";
+    static const char syn[] = "members | segments | shards | cleanup [--apply] | drain MEMBER | "
+                              "activate MEMBER | tenants [TENANT] | quota TENANT "
+                              "[abort|reconcile [--apply]] [options]";
     static const char desc[] =
         "Reads the deployment's metadata directly (no runtime joins), in bounded pages:\n"
         "members   member records: id, epoch, state, weight, capacity, used, segments, rpc\n"
@@ -378,6 +1099,20 @@ int cmd_admin(int argc, char **argv)
         "          them, --apply deletes each one unless it changed since it was read. Shard\n"
         "          records of dead primaries are listed, never deleted (the fencing token must\n"
         "          stay monotonic; the route service takes them over).\n"
+        "drain     MEMBER (its id, or a unique prefix): the member takes no new placements and\n"
+        "          no route authority; its objects stay readable. Written as a lifecycle\n"
+        "          request in metadata that the member applies at its next heartbeat and keeps\n"
+        "          across restarts; waits up to --wait-ms for its record to say draining.\n"
+        "activate  MEMBER: removes the drain request; the member takes placements again.\n"
+        "tenants   tenant-root policies (policy version, limits, fingerprint) with each\n"
+        "          tenant's usage; with TENANT only that one (exact reads)\n"
+        "quota     TENANT: its usage and its reservations (non-terminal quota operations from\n"
+        "          the due index, deadline order, with the reconciliation backlog).\n"
+        "          quota TENANT abort: pending reservations past their deadline (or --op ID);\n"
+        "          a dry run lists them, --apply aborts each through the quota protocol.\n"
+        "          quota TENANT reconcile: the due entries one reconciliation pass resolves;\n"
+        "          --apply joins as a client runtime with the tenant's stored policy and runs\n"
+        "          that pass (give the deployment's --config so the cluster policy matches).\n"
         "Needs a shared metadata backend (redis:// or etcd://).";
     int rc = cli_parse("admin", opts, nopts, argc, argv, pos, CLI_MAX_POS, &npos);
     if (rc)
@@ -386,23 +1121,81 @@ int cmd_admin(int argc, char **argv)
         cli_usage(stdout, "admin", syn, desc, opts, nopts);
         return CLI_EXIT_OK;
     }
-    if (npos != 1) {
-        fprintf(stderr, "kvmesh admin: expected one of members, segments, shards, cleanup; see "
-                        "kvmesh admin --help\n");
+    static const struct {
+        const char *name;
+        size_t min, max; /* positionals after the subcommand */
+        const char *usage;
+    } subs[] = {
+        {"members", 0, 0, ""},
+        {"segments", 0, 0, ""},
+        {"shards", 0, 0, ""},
+        {"cleanup", 0, 0, " [--apply]"},
+        {"drain", 1, 1, " MEMBER"},
+        {"activate", 1, 1, " MEMBER"},
+        {"tenants", 0, 1, " [TENANT]"},
+        {"quota", 1, 2, " TENANT [abort|reconcile] [--apply] [--op ID]"},
+    };
+    size_t nsubs = sizeof(subs) / sizeof(subs[0]), si = nsubs;
+    if (npos >= 1)
+        for (si = 0; si < nsubs; si++)
+            if (strcmp(pos[0], subs[si].name) == 0)
+                break;
+    if (npos == 0) {
+        fprintf(stderr, "kvmesh admin: expected one of members, segments, shards, cleanup, drain, "
+                        "activate, tenants, quota; see kvmesh admin --help\n");
         return CLI_EXIT_USAGE;
     }
     x.sub = pos[0];
-    bool known = strcmp(x.sub, "members") == 0 || strcmp(x.sub, "segments") == 0 ||
-                 strcmp(x.sub, "shards") == 0 || strcmp(x.sub, "cleanup") == 0;
-    if (!known) {
+    if (si == nsubs) {
         fprintf(stderr,
-                "kvmesh admin: unknown subcommand \"%s\"; expected members, segments, shards or "
-                "cleanup\n",
+                "kvmesh admin: unknown subcommand \"%s\"; expected members, segments, shards, "
+                "cleanup, drain, activate, tenants or quota\n",
                 x.sub);
         return CLI_EXIT_USAGE;
     }
-    if (x.apply && strcmp(x.sub, "cleanup") != 0) {
-        fprintf(stderr, "kvmesh admin %s: --apply belongs to cleanup\n", x.sub);
+    if (npos - 1 < subs[si].min || npos - 1 > subs[si].max) {
+        fprintf(stderr, "kvmesh admin %s: expected %s; usage: kvmesh admin %s%s\n", x.sub,
+                subs[si].max == 0                        ? "no more arguments"
+                : subs[si].min == 1 && subs[si].max == 1 ? "one member id"
+                : subs[si].min == 0                      ? "at most one tenant"
+                                                         : "a tenant and at most one action",
+                x.sub, subs[si].usage);
+        return CLI_EXIT_USAGE;
+    }
+    const char *action = strcmp(x.sub, "quota") == 0 && npos == 3 ? pos[2] : NULL;
+    if (action && strcmp(action, "abort") != 0 && strcmp(action, "reconcile") != 0) {
+        fprintf(stderr,
+                "kvmesh admin quota: unknown action \"%s\"; expected abort or reconcile (or "
+                "none to show usage and reservations)\n",
+                action);
+        return CLI_EXIT_USAGE;
+    }
+    bool applies = strcmp(x.sub, "cleanup") == 0 || action != NULL;
+    if (x.apply && !applies) {
+        fprintf(stderr, "kvmesh admin %s: --apply belongs to cleanup and quota abort|reconcile\n",
+                x.sub);
+        return CLI_EXIT_USAGE;
+    }
+    if (x.op && !(action && strcmp(action, "abort") == 0)) {
+        fprintf(stderr, "kvmesh admin %s: --op belongs to quota TENANT abort\n", x.sub);
+        return CLI_EXIT_USAGE;
+    }
+    if (x.op && strlen(x.op) != KVMESH_ADMIN_OPID_LEN) {
+        fprintf(stderr,
+                "kvmesh admin quota: --op \"%s\" is not an operation id (%d characters: "
+                "<epoch 16 hex>-<seq 16 hex>; see kvmesh admin quota TENANT)\n",
+                x.op, KVMESH_ADMIN_OPID_LEN);
+        return CLI_EXIT_USAGE;
+    }
+    if (x.wait_ms != UINT64_MAX && strcmp(x.sub, "drain") != 0 && strcmp(x.sub, "activate") != 0) {
+        fprintf(stderr, "kvmesh admin %s: --wait-ms belongs to drain and activate\n", x.sub);
+        return CLI_EXIT_USAGE;
+    }
+    if (x.wait_ms == UINT64_MAX)
+        x.wait_ms = ADM_WAIT_DEFAULT_MS;
+    if (x.wait_ms > ADM_WAIT_MAX_MS) {
+        fprintf(stderr, "kvmesh admin: --wait-ms %" PRIu64 " is out of range; allowed 0..%d\n",
+                x.wait_ms, ADM_WAIT_MAX_MS);
         return CLI_EXIT_USAGE;
     }
     if (x.page < 1 || x.page > KVMESH_ADMIN_PAGE_MAX) {
@@ -432,6 +1225,7 @@ int cmd_admin(int argc, char **argv)
         kvmesh_config_free(cfg);
         return CLI_EXIT_USAGE;
     }
+    x.cfg = cfg;
     int e = kvmesh_admin_open(cfg, &x.a);
     if (e) {
         fprintf(stderr, "kvmesh admin: cannot open metadata %s: %s: %s\n", url, kvmesh_strerror(e),
@@ -445,6 +1239,12 @@ int cmd_admin(int argc, char **argv)
         rc = do_members(&x, true);
     else if (strcmp(x.sub, "shards") == 0)
         rc = do_shards(&x);
+    else if (strcmp(x.sub, "drain") == 0 || strcmp(x.sub, "activate") == 0)
+        rc = do_lifecycle(&x, pos[1]);
+    else if (strcmp(x.sub, "tenants") == 0)
+        rc = do_tenants(&x, npos == 2 ? pos[1] : NULL);
+    else if (strcmp(x.sub, "quota") == 0)
+        rc = do_quota(&x, pos[1], action);
     else
         rc = do_cleanup(&x);
     kvmesh_admin_close(x.a);

@@ -47,8 +47,14 @@ struct row {
     uint64_t p50, p99; /* ns */
 };
 
+#define BENCH_QUOTA_TENANT                                                                         \
+    "bench-quota" /* has a tenant-root policy (--quota); "bench" has none                          \
+                   */
+#define BENCH_QUOTA_POLICY BENCH_QUOTA_TENANT ":1TiB:4000000000"
+
 struct bench {
-    bool quick, verify, markdown;
+    bool quick, verify, markdown, quota;
+    struct row rows_q[2][BENCH_MAX_SIZES][OP__N]; /* kvmesh/shm, kvmesh/tcp with quota on */
     uint64_t row_ms;
     size_t nsizes;
     uint64_t sizes[BENCH_MAX_SIZES];
@@ -381,7 +387,8 @@ static int open_pair(const char *transport, kvmesh_t **server, kvmesh_t **client
         kvmesh_config_set(cfg, "segment_size", "256MiB") ||
         kvmesh_config_set(cfg, "max_object_size", "64MiB") ||
         kvmesh_config_set(cfg, "reclaim_grace_ms", "100") ||
-        kvmesh_config_set(cfg, "request_timeout_ms", "30000")) {
+        kvmesh_config_set(cfg, "request_timeout_ms", "30000") ||
+        kvmesh_config_set(cfg, "tenant_policies", BENCH_QUOTA_POLICY)) {
         fprintf(stderr, "kvmesh bench: %s\n", kvmesh_last_error());
         goto out;
     }
@@ -482,6 +489,45 @@ static void print_table(struct bench *b, bool with_peers, const bool *systems)
     }
 }
 
+/* Quota on vs off: the writes of the same pair in the same run, tenant "bench" (no policy) and
+ * tenant BENCH_QUOTA_TENANT (a policy: every write reserves, claims and finalizes). */
+static void print_quota_table(struct bench *b, const bool *systems)
+{
+    static const enum bench_op qops[] = {OP_PUT, OP_BPUT};
+    printf("\n%s", b->markdown ? "" : "quota protocol on vs off (same runtimes, same run):\n");
+    if (b->markdown)
+        printf("| transport | size | op | off ops/s | on ops/s | on/off | off p50/p99 us | "
+               "on p50/p99 us |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    else
+        printf("%-9s %7s %-9s %12s %12s %8s %16s %16s\n", "transport", "size", "op", "off ops/s",
+               "on ops/s", "on/off", "off p50/p99 us", "on p50/p99 us");
+    for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
+        if (!systems[s])
+            continue;
+        for (size_t si = 0; si < b->nsizes; si++) {
+            for (size_t k = 0; k < sizeof(qops) / sizeof(qops[0]); k++) {
+                const struct row *off = &b->rows[s][si][qops[k]];
+                const struct row *on = &b->rows_q[s - SYS_KVMESH_SHM][si][qops[k]];
+                char sz[32], x[16], lo[32], ln[32];
+                kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
+                fmt_ratio(x, sizeof(x), opss(on), opss(off));
+                snprintf(lo, sizeof(lo), "%.0f/%.0f", off->p50 / 1e3, off->p99 / 1e3);
+                snprintf(ln, sizeof(ln), "%.0f/%.0f", on->p50 / 1e3, on->p99 / 1e3);
+                const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
+                if (b->markdown)
+                    printf("| %s | %s | %s | %.0f | %.0f | %s | %s | %s |\n", tr, sz,
+                           op_names[qops[k]], opss(off), opss(on), x, lo, ln);
+                else
+                    printf("%-9s %7s %-9s %12.0f %12.0f %8s %16s %16s\n", tr, sz, op_names[qops[k]],
+                           opss(off), opss(on), x, lo, ln);
+            }
+        }
+    }
+    printf("quota on: tenant %s with the policy %s; off: tenant bench without one. Metadata is "
+           "the\nruntimes' memory:// store unless --set metadata_url=... names a server.\n",
+           BENCH_QUOTA_TENANT, BENCH_QUOTA_POLICY);
+}
+
 int cmd_bench(int argc, char **argv)
 {
     struct bench *b = calloc(1, sizeof(*b));
@@ -501,6 +547,8 @@ int cmd_bench(int argc, char **argv)
         {"row-ms", "MS", CLI_U64, &b->row_ms, "time budget per table row (default 500)"},
         {"no-peers", NULL, CLI_FLAG, &no_peers, "do not start redis-server and memcached"},
         {"markdown", NULL, CLI_FLAG, &b->markdown, "print the table as Markdown"},
+        {"quota", NULL, CLI_FLAG, &b->quota,
+         "also run every kvmesh row in a tenant with a quota policy and print quota on vs off"},
         {"set", "FIELD=VALUE", CLI_SET, &sets,
          "set a configuration field of both kvmesh runtimes (e.g. io_threads=4)"},
         {"help", NULL, CLI_FLAG, &help, "show this help"},
@@ -559,9 +607,10 @@ int cmd_bench(int argc, char **argv)
     if (b->quick && b->row_ms == 500)
         b->row_ms = 20;
     cli_progress_init(&b->prog, stderr, 2000);
-    printf("kvmesh bench: %zu sizes, %s%s, row budget %" PRIu64 " ms%s\n", b->nsizes, transports,
+    printf("kvmesh bench: %zu sizes, %s%s, row budget %" PRIu64 " ms%s%s\n", b->nsizes, transports,
            no_peers ? "" : ", vs redis-server and memcached", b->row_ms,
-           b->verify ? ", verifying every byte read" : "");
+           b->verify ? ", verifying every byte read" : "",
+           b->quota ? ", quota protocol on vs off" : "");
     fflush(stdout);
     for (size_t si = 0; si < b->nsizes; si++)
         measure_memcpy(b, si);
@@ -602,15 +651,30 @@ int cmd_bench(int argc, char **argv)
         b->kv = client;
         b->scope.tenant = "bench";
         b->scope.domain = NULL;
-        for (size_t si = 0; si < b->nsizes; si++)
+        for (size_t si = 0; si < b->nsizes; si++) {
+            b->scope.tenant = "bench";
             if (run_system_size(b, si) != 0)
                 b->total_failed++;
+            if (!b->quota)
+                continue;
+            /* the same pair and keys, in the tenant with a policy, right after (interleaved
+             * per size, so that warm-up and host noise fall on both sides alike) */
+            struct row off[OP__N];
+            memcpy(off, b->rows[s][si], sizeof(off));
+            b->scope.tenant = BENCH_QUOTA_TENANT;
+            if (run_system_size(b, si) != 0)
+                b->total_failed++;
+            memcpy(b->rows_q[s - SYS_KVMESH_SHM][si], b->rows[s][si], sizeof(off));
+            memcpy(b->rows[s][si], off, sizeof(off));
+        }
         b->kv = NULL;
         kvmesh_close(client);
         kvmesh_close(server);
     }
     cli_progress_done(&b->prog);
     print_table(b, !no_peers, systems);
+    if (b->quota)
+        print_quota_table(b, systems);
     printf("latency is per operation for put/get and per call for batches; batch sizes:");
     for (size_t si = 0; si < b->nsizes; si++)
         printf(" %zu", batch_for(b, b->sizes[si]));

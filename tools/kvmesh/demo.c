@@ -52,9 +52,14 @@
 
 static const uint32_t demo_sizes[] = {256u << 10, 512u << 10, 1u << 20, 2u << 20, 4u << 20};
 
+#define DEMO_TENANTS_MAX 4
+#define DEMO_QUOTA_MIN   (16ull << 20) /* four of the largest blocks */
+
 struct demo_obj {
     char key[48];
     uint32_t len;
+    uint8_t t;    /* tenant index */
+    bool evicted; /* gone by its tenant's own quota recovery (tenant 0 with --quota) */
     bool acked;   /* stored and acknowledged, not removed since */
     bool removed; /* removed by the workload after being acknowledged */
 };
@@ -63,11 +68,19 @@ struct demo {
     kvmesh_t *rt[DEMO_RUNTIMES];
     kvmesh_config_t *cfg[DEMO_RUNTIMES];
     char id[DEMO_RUNTIMES][KVMESH_ID_HEX_LEN + 1];
-    kvmesh_scope_t scope;
+    kvmesh_scope_t scope; /* tenant 0 */
+    /* --tenants N: request r runs in tenant r % N; with --quota tenant 0 has that byte limit */
+    unsigned ntenants;
+    char tname[DEMO_TENANTS_MAX][24];
+    kvmesh_scope_t scopes[DEMO_TENANTS_MAX];
+    uint64_t quota;
+    kvmesh_admin_t *adm; /* reads the tenants' usage rows (exact reads) */
+    uint64_t t_puts[DEMO_TENANTS_MAX], t_refused[DEMO_TENANTS_MAX], t_evicted[DEMO_TENANTS_MAX];
+    uint64_t t_peak[DEMO_TENANTS_MAX], t_samples, t_lost[DEMO_TENANTS_MAX];
     struct demo_obj *objs;
     size_t nobjs, cap_objs;
-    size_t prefix_obj[DEMO_PREFIXES][DEMO_PREFIX_MAX]; /* objs index + 1; 0 = none yet */
-    uint8_t *buf;                                      /* read buffer, DEMO_BLOCK_MAX */
+    size_t prefix_obj[DEMO_TENANTS_MAX][DEMO_PREFIXES][DEMO_PREFIX_MAX]; /* objs index + 1 */
+    uint8_t *buf; /* read buffer, DEMO_BLOCK_MAX */
     uint8_t *wbuf;
     uint64_t rng;
     unsigned next_rt;
@@ -118,12 +131,13 @@ static void sleep_ms(unsigned ms)
     nanosleep(&ts, NULL);
 }
 
-static struct demo_obj *obj_new(struct demo *d, const char *key)
+static struct demo_obj *obj_new(struct demo *d, const char *key, unsigned t)
 {
     if (d->nobjs >= d->cap_objs)
         return NULL;
     struct demo_obj *o = &d->objs[d->nobjs++];
     memset(o, 0, sizeof(*o));
+    o->t = (uint8_t)t;
     snprintf(o->key, sizeof(o->key), "%s", key);
     o->len = size_of_key(key);
     return o;
@@ -134,11 +148,17 @@ static void do_put(struct demo *d, struct demo_obj *o)
     cli_fill(d->wbuf, o->len, seed_of(o));
     for (int t = 0; t < DEMO_PUT_TRIES; t++) {
         kvmesh_t *kv = pick(d);
-        int rc = kvmesh_put(kv, &d->scope, o->key, strlen(o->key), d->wbuf, o->len, NULL);
+        int rc = kvmesh_put(kv, &d->scopes[o->t], o->key, strlen(o->key), d->wbuf, o->len, NULL);
         if (rc == 0) {
             o->acked = true;
+            o->evicted = false;
             d->puts_ok++;
             d->put_bytes += o->len;
+            d->t_puts[o->t]++;
+            return;
+        }
+        if (rc == KVMESH_EQUOTA && d->quota) { /* refused: recovery found nothing to evict */
+            d->t_refused[o->t]++;
             return;
         }
         if (t + 1 == DEMO_PUT_TRIES)
@@ -156,8 +176,15 @@ static int do_get(struct demo *d, struct demo_obj *o, bool quiet)
     for (int t = 0; t < DEMO_GET_TRIES; t++) {
         kvmesh_t *kv = pick(d);
         size_t got = 0;
-        int rc =
-            kvmesh_get_into(kv, &d->scope, o->key, strlen(o->key), d->buf, DEMO_BLOCK_MAX, &got);
+        int rc = kvmesh_get_into(kv, &d->scopes[o->t], o->key, strlen(o->key), d->buf,
+                                 DEMO_BLOCK_MAX, &got);
+        if (rc == KVMESH_ENOENT && d->quota && o->t == 0) {
+            /* the tenant over its quota evicted it to admit a newer write (its own object) */
+            o->acked = false;
+            o->evicted = true;
+            d->t_evicted[0]++;
+            return 2;
+        }
         if (rc == 0) {
             d->gets_ok++;
             d->get_bytes += got;
@@ -187,7 +214,7 @@ static void do_remove(struct demo *d, struct demo_obj *o)
     if (!o->acked)
         return;
     for (int t = 0; t < DEMO_PUT_TRIES; t++) {
-        int rc = kvmesh_remove(pick(d), &d->scope, o->key, strlen(o->key));
+        int rc = kvmesh_remove(pick(d), &d->scopes[o->t], o->key, strlen(o->key));
         if (rc == 0 || rc == KVMESH_ENOENT) {
             o->acked = false;
             o->removed = true;
@@ -241,6 +268,7 @@ int cmd_demo(int argc, char **argv)
     const char *metadata = NULL, *deployment = NULL;
     uint64_t requests = 1000, seed = 0, replicas = 2, memory = DEMO_MEMORY_DEFAULT;
     bool no_kill = false, help = false;
+    uint64_t ntenants = 1, quota = 0;
     struct cli_sets sets = {0};
     const cli_opt_t opts[] = {
         {"metadata", "URL", CLI_STR, &metadata,
@@ -255,6 +283,11 @@ int cmd_demo(int argc, char **argv)
          "fit on two runtimes, so eviction never has to drop a block while one is down)"},
         {"seed", "N", CLI_U64, &seed, "workload seed (default: from the clock)"},
         {"no-kill", NULL, CLI_FLAG, &no_kill, "do not kill and restart a runtime"},
+        {"tenants", "N", CLI_U64, &ntenants,
+         "run the workload in N tenants (1..4, default 1): request r in tenant demo-<r mod N>"},
+        {"quota", "SIZE", CLI_SIZE, &quota,
+         "give the first tenant this byte limit (>= 16MiB; the others a limit they never "
+         "reach): its writes over it evict only its own oldest objects (tenant_quota_evict)"},
         {"set", "FIELD=VALUE", CLI_SET, &sets, "set any configuration field of every runtime"},
         {"help", NULL, CLI_FLAG, &help, "show this help"},
     };
@@ -286,6 +319,18 @@ int cmd_demo(int argc, char **argv)
                 replicas, DEMO_RUNTIMES);
         return CLI_EXIT_USAGE;
     }
+    if (ntenants < 1 || ntenants > DEMO_TENANTS_MAX) {
+        fprintf(stderr, "kvmesh demo: --tenants %" PRIu64 " is out of range; allowed 1..%d\n",
+                ntenants, DEMO_TENANTS_MAX);
+        return CLI_EXIT_USAGE;
+    }
+    if (quota && quota < DEMO_QUOTA_MIN) {
+        fprintf(stderr,
+                "kvmesh demo: --quota must be at least 16MiB (four of the largest 4MiB blocks), "
+                "not %" PRIu64 " bytes\n",
+                quota);
+        return CLI_EXIT_USAGE;
+    }
     if (!seed)
         seed = kvmesh_tools_now_ns() | 1;
 
@@ -297,6 +342,8 @@ int cmd_demo(int argc, char **argv)
     d->buf = malloc(DEMO_BLOCK_MAX);
     d->wbuf = malloc(DEMO_BLOCK_MAX);
     d->rng = seed;
+    d->ntenants = (unsigned)ntenants;
+    d->quota = quota;
     d->killed = -1;
     d->killed_at = d->reopened_at = -1;
     rc = CLI_EXIT_FAIL;
@@ -327,6 +374,21 @@ int cmd_demo(int argc, char **argv)
             rc = CLI_EXIT_USAGE;
             goto out;
         }
+        if (ntenants > 1 || quota) { /* a policy per tenant; only the first one is tight */
+            char pol[256] = "", one[64], qs[32];
+            kvmesh_tools_format_size(quota ? quota : (1ull << 40), qs, sizeof(qs));
+            for (unsigned t = 0; t < ntenants; t++) {
+                snprintf(one, sizeof(one), "%sdemo-%c:%s:10000000", t ? "," : "", 'a' + t,
+                         t == 0 ? qs : "1TiB");
+                strncat(pol, one, sizeof(pol) - strlen(pol) - 1);
+            }
+            if (kvmesh_config_set(c, "tenant_policies", pol) ||
+                kvmesh_config_set(c, "tenant_quota_evict", "true")) {
+                fprintf(stderr, "kvmesh demo: %s\n", kvmesh_last_error());
+                rc = CLI_EXIT_USAGE;
+                goto out;
+            }
+        }
         for (size_t s = 0; s < sets.n; s++)
             if ((rc = cli_apply_set(c, sets.items[s], "demo")) != 0)
                 goto out;
@@ -346,6 +408,19 @@ int cmd_demo(int argc, char **argv)
             goto out;
     d->scope.tenant = kvmesh_tools_config_str(d->cfg[0], "default_tenant");
     d->scope.domain = NULL;
+    for (unsigned t = 0; t < DEMO_TENANTS_MAX; t++)
+        d->scopes[t] = d->scope;
+    if (ntenants > 1 || quota) {
+        for (unsigned t = 0; t < ntenants; t++) {
+            snprintf(d->tname[t], sizeof(d->tname[t]), "demo-%c", 'a' + t);
+            d->scopes[t].tenant = d->tname[t];
+        }
+        if (kvmesh_admin_open(d->cfg[0], &d->adm) != 0) {
+            fprintf(stderr, "kvmesh demo: cannot read the tenants' usage: %s\n",
+                    kvmesh_last_error());
+            goto out;
+        }
+    }
 
     cli_progress_t prog;
     cli_progress_init(&prog, stdout, 2000);
@@ -391,18 +466,19 @@ int cmd_demo(int argc, char **argv)
             d->reopened_at = r;
             d->killed = -1;
         }
-        /* Prefix blocks. */
+        /* Prefix blocks (a tenant's own prefix cache). */
+        unsigned tn = (unsigned)(r % (long)d->ntenants);
         unsigned p = (unsigned)(demo_rand(d) % DEMO_PREFIXES);
         unsigned plen = 2 + p % (DEMO_PREFIX_MAX - 1);
         for (unsigned i = 0; i < plen; i++) {
             snprintf(key, sizeof(key), "demo/p%u/b%u", p, i);
-            size_t *slot = &d->prefix_obj[p][i];
+            size_t *slot = &d->prefix_obj[tn][p][i];
             struct demo_obj *o = *slot ? &d->objs[*slot - 1] : NULL;
-            if (o && o->acked) {
-                if (do_get(d, o, false) == 0)
-                    d->hits++;
-            } else {
-                if (!o && (o = obj_new(d, key)) != NULL)
+            int g = o && o->acked ? do_get(d, o, false) : 1;
+            if (o && o->acked && g == 0) {
+                d->hits++;
+            } else if (!o || !o->acked) {
+                if (!o && (o = obj_new(d, key, tn)) != NULL)
                     *slot = (size_t)(o - d->objs) + 1;
                 if (o)
                     do_put(d, o);
@@ -413,11 +489,20 @@ int cmd_demo(int argc, char **argv)
         unsigned ns = 1 + (unsigned)(demo_rand(d) % DEMO_SUFFIX_MAX);
         for (unsigned j = 0; j < ns; j++) {
             snprintf(key, sizeof(key), "demo/r%ld/b%u", r, j);
-            struct demo_obj *o = obj_new(d, key);
+            struct demo_obj *o = obj_new(d, key, tn);
             if (o)
                 do_put(d, o);
         }
         req_first[r + 1] = d->nobjs;
+        if (d->adm) /* each tenant's usage row, sampled after every request */
+            for (unsigned t = 0; t < d->ntenants; t++) {
+                kvmesh_admin_tenant_t u;
+                bool found = false;
+                if (kvmesh_admin_tenant_get(d->adm, d->tname[t], &u, &found) == 0 && found &&
+                    u.committed_bytes + u.pending_bytes > d->t_peak[t])
+                    d->t_peak[t] = u.committed_bytes + u.pending_bytes;
+                d->t_samples += t == 0;
+            }
         /* Reads of recent blocks. */
         long lo = r >= DEMO_WINDOW ? r - DEMO_WINDOW + 1 : 0;
         for (int g = 0; g < DEMO_RECENT_GETS; g++) {
@@ -451,17 +536,21 @@ int cmd_demo(int argc, char **argv)
         {
             kvmesh_route_info_t ri;
             memset(&ri, 0, sizeof(ri));
-            if (kvmesh_route_query(pick(d), &d->scope, o->key, strlen(o->key), &ri) == 0 &&
+            if (kvmesh_route_query(pick(d), &d->scopes[o->t], o->key, strlen(o->key), &ri) == 0 &&
                 ri.n_replicas < kvmesh_tools_config_uint(d->cfg[0], "replicas"))
                 under++;
         }
-        if (do_get(d, o, false) == 0) {
+        int g = do_get(d, o, false);
+        if (g == 0) {
             verified++;
+        } else if (g == 2) {
+            acked--; /* evicted by its own tenant's quota recovery: not acknowledged any more */
         } else {
+            d->t_lost[o->t]++;
             /* Say where the route points, to tell a lost copy from a stale route. */
             kvmesh_route_info_t ri;
             memset(&ri, 0, sizeof(ri));
-            int e = kvmesh_route_query(pick(d), &d->scope, o->key, strlen(o->key), &ri);
+            int e = kvmesh_route_query(pick(d), &d->scopes[o->t], o->key, strlen(o->key), &ri);
             fprintf(stderr, "demo: LOST %s (%u bytes): route %s:", o->key, o->len,
                     e ? kvmesh_strerror(e) : "ok");
             for (uint32_t r = 0; !e && r < ri.n_replicas && r < KVMESH_MAX_REPLICAS; r++) {
@@ -503,12 +592,70 @@ int cmd_demo(int argc, char **argv)
     printf("  replication:  %" PRIu64 " of %" PRIu64 " objects below %" PRIu64
            " replicas at the end\n",
            under, acked, replicas);
+    bool tenants_ok = true;
+    if (d->adm) {
+        for (unsigned t = 0; t < d->ntenants; t++) {
+            uint64_t live = 0, live_bytes = 0;
+            for (size_t i = 0; i < d->nobjs; i++)
+                if (d->objs[i].t == t && d->objs[i].acked) {
+                    live++;
+                    live_bytes += d->objs[i].len;
+                }
+            kvmesh_admin_tenant_t u;
+            bool found = false;
+            memset(&u, 0, sizeof(u));
+            (void)kvmesh_admin_tenant_get(d->adm, d->tname[t], &u, &found);
+            char lim[32], peak[32];
+            kvmesh_tools_format_size(u.max_bytes, lim, sizeof(lim));
+            kvmesh_tools_format_size(d->t_peak[t], peak, sizeof(peak));
+            /* committed accounting = the live objects; pending only for operations a closed
+             * runtime left behind (reconciliation resolves them after their deadline) */
+            bool exact = found && u.committed_objects == live && u.committed_bytes == live_bytes;
+            bool within = d->t_peak[t] <= u.max_bytes;
+            printf("  tenant %s: limit %s, %" PRIu64 " puts admitted, %" PRIu64
+                   " refused over quota, %" PRIu64
+                   " of its own objects evicted by its quota recovery; peak used %s (%s the "
+                   "limit, %" PRIu64 " samples); usage row %s its %" PRIu64 " live objects (%.1f "
+                   "MiB)\n",
+                   d->tname[t], lim, d->t_puts[t], d->t_refused[t], d->t_evicted[t], peak,
+                   within ? "within" : "OVER", d->t_samples, exact ? "equals" : "DIFFERS FROM",
+                   live, (double)live_bytes / 1048576.0);
+            if (!exact || u.ops_pending + u.ops_publishing)
+                printf("                usage row: committed %" PRIu64 " objects, %" PRIu64
+                       " bytes; pending %" PRIu64 " bytes of %" PRIu64 " reserved and %" PRIu64
+                       " publishing operation(s)%s\n",
+                       u.committed_objects, u.committed_bytes, u.pending_bytes, u.ops_pending,
+                       u.ops_publishing,
+                       u.ops_pending + u.ops_publishing
+                           ? " (left by the closed runtime; its writes failed, and reconciliation "
+                             "resolves them after their deadline)"
+                           : "");
+            tenants_ok &= exact && within;
+            if (t > 0)
+                tenants_ok &= d->t_evicted[t] == 0;
+        }
+        if (d->quota) {
+            bool hit = d->t_evicted[0] + d->t_refused[0] > 0;
+            uint64_t others = 0;
+            for (unsigned t = 1; t < d->ntenants; t++)
+                others += d->t_lost[t] + d->t_evicted[t];
+            printf("  quota:        tenant %s %s; %s\n", d->tname[0],
+                   hit ? "hit its quota and recovered by evicting its own oldest objects"
+                       : "never reached its quota (raise --requests or lower --quota)",
+                   others ? "OTHER TENANTS LOST OBJECTS"
+                   : d->ntenants > 1
+                       ? "quota recovery evicted only its objects (the other tenants lost none)"
+                       : "(one tenant)");
+            tenants_ok &= others == 0;
+        }
+    }
     printf("  time:         %.1f s\n", el);
     printf("acknowledged: %" PRIu64 ", verified: %" PRIu64 ", lost: %" PRIu64 "\n", acked, verified,
            lost);
     fflush(stdout);
-    rc = (lost == 0 && d->wrong == 0 && acked > 0) ? 0 : CLI_EXIT_FAIL;
+    rc = (lost == 0 && d->wrong == 0 && acked > 0 && tenants_ok) ? 0 : CLI_EXIT_FAIL;
 out:
+    kvmesh_admin_close(d->adm);
     for (int i = 0; i < DEMO_RUNTIMES; i++) {
         if (d->rt[i])
             kvmesh_close(d->rt[i]);

@@ -21,7 +21,7 @@ static const struct {
     {"route", cmd_route, "show a key's route: fencing token, sequence and every replica"},
     {"members", cmd_members, "list the live runtimes of the deployment"},
     {"admin", cmd_admin,
-     "operator view of the metadata: members, segments, shards, cleanup of stale records"},
+     "operator view of the metadata: members, shards, drain/activate, tenants, quota, cleanup"},
     {"config", cmd_config, "list configuration fields, or print a config file with defaults"},
     {"demo", cmd_demo,
      "run a 3-runtime cluster in this process with a KV-cache workload, a kill and a restart"},

@@ -1,0 +1,414 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ops_admin_tenants.c — `kvmesh admin tenants` and `kvmesh admin quota` as real processes on a
+ * real Redis and a real etcd (the same checks on each), beside two kvmeshd daemons that enforce
+ * tenant "td" (tenant_policies):
+ *   - tenants: every policy (table, JSON parsed here, pages of one, --max truncation) with its
+ *     usage row; `tenants TENANT` for one; the usage of td after `kvmesh put` of three objects
+ *     equals their bytes and count exactly;
+ *   - quota TENANT: usage and the reservations of tenant "tq", made here through the quota
+ *     protocol (tn_reserve on this process's own loop: a writer that reserved and died before
+ *     its claim) — three pending operations, two with a short deadline; the listing shows them
+ *     in the due index with kinds, keys, deltas and how many are past their deadline;
+ *   - quota TENANT abort: the dry run lists exactly the two expired ones and changes nothing;
+ *     --apply aborts them (usage: the third one's bytes remain pending); --op ID --apply aborts
+ *     the third before its deadline; again: exit 3 (no longer pending);
+ *   - quota TENANT reconcile: a fourth expired reservation is listed by the dry run; --apply
+ *     joins as a client runtime with the stored policy and its pass aborts it (report JSON);
+ *     usage ends with nothing pending;
+ *   - bad arguments: a tenant id breaking the rule, an unknown tenant (3), no tenant, an unknown
+ *     action, --apply or --op where they do not belong, a malformed --op (2).
+ * No daemon enforces "tq", so nothing but the commands under test reconciles it.
+ */
+#include <jansson.h>
+#include <uv.h>
+
+#include "env/env_uv.h"
+#include "kvmesh.h"
+#include "meta/meta.h"
+#include "ops_util.h"
+#include "tenant/tenant.h"
+
+#define TT_DAEMONS   2
+#define TT_SHORT_TTL 1500u   /* ms: the reservations that expire during the test */
+#define TT_LONG_TTL  600000u /* ms: the one that does not */
+
+struct cluster {
+    testsrv_t *srv;
+    const char *url;
+    char dep[64];
+    char cfg[400];
+    tdaemon_t d[TT_DAEMONS];
+};
+
+static void admin(tdaemon_out_t *o, struct cluster *c, const char *a1, const char *a2,
+                  const char *a3, const char *a4, const char *a5)
+{
+    const char *argv[20] = {ops_bin_kvmesh, "admin", "--config", c->cfg};
+    size_t n = 4;
+    const char *extra[] = {a1, a2, a3, a4, a5};
+    for (size_t i = 0; i < 5 && extra[i]; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    ops_runv(o, argv);
+}
+
+static json_t *admin_json(struct cluster *c, const char *a1, const char *a2, const char *a3,
+                          const char *a4)
+{
+    tdaemon_out_t o;
+    const char *a[5] = {a1, a2, a3, a4, NULL};
+    size_t n = 0;
+    while (n < 4 && a[n])
+        n++;
+    a[n] = "--json";
+    admin(&o, c, a[0], a[1], a[2], a[3], a[4]);
+    OPS_ASSERT_RUN(&o, 0);
+    json_error_t je;
+    json_t *j = json_loads(o.out, 0, &je);
+    if (!j)
+        fail_msg("not JSON (%s):\n%s", je.text, o.out);
+    tdaemon_out_free(&o);
+    return j;
+}
+
+static long long jint(json_t *o, const char *path1, const char *path2)
+{
+    json_t *v = json_object_get(o, path1);
+    if (path2)
+        v = json_object_get(v, path2);
+    if (!json_is_integer(v))
+        fail_msg("no integer %s%s%s", path1, path2 ? "." : "", path2 ? path2 : "");
+    return json_integer_value(v);
+}
+
+/* ---- a writer that reserves and never claims (on this thread's own loop) -------------------- */
+
+struct writer {
+    uv_loop_t loop;
+    env_t *env;
+    meta_t *m;
+    tn_t *tn;
+};
+
+struct wait {
+    bool done;
+    int rc;
+};
+
+static void on_view(void *arg, int rc, const tn_op_view_t *v)
+{
+    (void)v;
+    struct wait *w = arg;
+    w->done = true;
+    w->rc = rc;
+}
+
+static void writer_open(struct writer *w, struct cluster *c, uint32_t pending_ttl_ms,
+                        uint64_t epoch)
+{
+    memset(w, 0, sizeof(*w));
+    assert_int_equal(uv_loop_init(&w->loop), 0);
+    assert_int_equal(env_uv_new(&w->env, &w->loop, 0), 0);
+    meta_opts_t o = {.default_timeout_ms = 5000};
+    assert_int_equal(meta_open(&w->m, w->env, c->url, &o), 0);
+    tn_config_t cfg = {.deployment = c->dep,
+                       .writer_epoch = epoch,
+                       .timeout_ms = 5000,
+                       .pending_ttl_ms = pending_ttl_ms};
+    assert_int_equal(tn_new(&w->tn, w->env, w->m, &cfg), 0);
+    tn_policy_t p = {.policy_version = 1, .max_bytes = 1 << 20, .max_objects = 100};
+    struct wait r = {0};
+    assert_int_equal(tn_bootstrap(w->tn, "tq", &p, on_view, &r), 0);
+    while (!r.done)
+        uv_run(&w->loop, UV_RUN_ONCE);
+    assert_int_equal(r.rc, 0);
+}
+
+static void writer_reserve(struct writer *w, const char *key, uint64_t len, char *op_id)
+{
+    tn_next_op_id(w->tn, op_id);
+    tn_reserve_req_t q = {.tenant = "tq",
+                          .domain = "dom",
+                          .key = key,
+                          .op_id = op_id,
+                          .next_len = len,
+                          .expected_route = KVM_ROUTE_VERSION_NONE};
+    struct wait r = {0};
+    assert_int_equal(tn_reserve(w->tn, &q, on_view, &r), 0);
+    while (!r.done)
+        uv_run(&w->loop, UV_RUN_ONCE);
+    assert_int_equal(r.rc, 0);
+}
+
+static void writer_close(struct writer *w)
+{
+    tn_close(w->tn);
+    meta_close(w->m);
+    uv_run(&w->loop, UV_RUN_NOWAIT);
+    env_uv_free(w->env);
+    while (uv_run(&w->loop, UV_RUN_NOWAIT))
+        ;
+    uv_loop_close(&w->loop);
+}
+
+/* ---- checks ---------------------------------------------------------------------------------- */
+
+static void check_tenants(struct cluster *c)
+{
+    /* td: three objects through a client that enforces its policy (the config's) */
+    static const char *vals[] = {"alpha", "bravo-bravo", "charlie-charlie-charlie"};
+    uint64_t bytes = 0;
+    for (int i = 0; i < 3; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "k%d", i);
+        tdaemon_out_t o;
+        ops_run(&o, ops_bin_kvmesh, "put", "--config", c->cfg, "--tenant", "td", key, vals[i],
+                NULL);
+        OPS_ASSERT_RUN(&o, 0);
+        tdaemon_out_free(&o);
+        bytes += strlen(vals[i]);
+    }
+    json_t *j = admin_json(c, "tenants", "td", NULL, NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "tenant")), "td");
+    assert_int_equal(jint(j, "max_bytes", NULL), 2 << 20);
+    assert_int_equal(jint(j, "max_objects", NULL), 50);
+    assert_int_equal(jint(j, "policy_version", NULL), 1);
+    assert_int_equal(jint(j, "usage", "used_bytes"), (long long)bytes);
+    assert_int_equal(jint(j, "usage", "used_objects"), 3);
+    assert_int_equal(jint(j, "usage", "pending_bytes"), 0);
+    json_decref(j);
+
+    /* the list, in one page and in pages of one; --max truncates */
+    static const char *pages[] = {NULL, "--page=1"};
+    for (int pg = 0; pg < 2; pg++) {
+        j = admin_json(c, "tenants", pages[pg], NULL, NULL);
+        json_t *arr = json_object_get(j, "tenants");
+        assert_int_equal(json_array_size(arr), 2);
+        assert_false(json_is_true(json_object_get(j, "truncated")));
+        assert_string_equal(json_string_value(json_object_get(json_array_get(arr, 0), "tenant")),
+                            "td");
+        assert_string_equal(json_string_value(json_object_get(json_array_get(arr, 1), "tenant")),
+                            "tq");
+        json_decref(j);
+    }
+    j = admin_json(c, "tenants", "--max=1", NULL, NULL);
+    assert_int_equal(json_array_size(json_object_get(j, "tenants")), 1);
+    assert_true(json_is_true(json_object_get(j, "truncated")));
+    json_decref(j);
+    tdaemon_out_t o;
+    admin(&o, c, "tenants", NULL, NULL, NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "max bytes");
+    OPS_ASSERT_HAS(o.out, "2MiB");
+    OPS_ASSERT_HAS(o.out, "2 tenant policies");
+    tdaemon_out_free(&o);
+}
+
+static void wait_expired(struct cluster *c, size_t want)
+{
+    uint64_t t0 = env_clock_mono_ms();
+    for (;;) {
+        json_t *j = admin_json(c, "quota", "tq", NULL, NULL);
+        long long backlog = jint(j, "backlog", NULL);
+        json_decref(j);
+        if (backlog == (long long)want)
+            return;
+        if (env_clock_mono_ms() - t0 > 30000)
+            fail_msg("the backlog of tq did not reach %zu (%lld)", want, backlog);
+        usleep(200000);
+    }
+}
+
+static void check_quota(struct cluster *c)
+{
+    struct writer ws, wl;
+    writer_open(&ws, c, TT_SHORT_TTL, 101);
+    writer_open(&wl, c, TT_LONG_TTL, 102);
+    char op1[TN_OPID_CAP], op2[TN_OPID_CAP], op3[TN_OPID_CAP], op4[TN_OPID_CAP];
+    writer_reserve(&ws, "obj-1", 1000, op1);
+    writer_reserve(&ws, "obj-2", 2000, op2);
+    writer_reserve(&wl, "obj-3", 4000, op3);
+
+    /* quota tq: three reservations */
+    json_t *j = admin_json(c, "quota", "tq", NULL, NULL);
+    assert_int_equal(jint(j, "count", NULL), 3);
+    assert_int_equal(jint(j, "tenant", "max_bytes"), 1 << 20);
+    json_t *u = json_object_get(json_object_get(j, "tenant"), "usage");
+    assert_int_equal(jint(u, "pending_bytes", NULL), 7000);
+    assert_int_equal(jint(u, "pending_objects", NULL), 3);
+    assert_int_equal(jint(u, "ops_pending", NULL), 3);
+    json_t *ops = json_object_get(j, "operations"), *e;
+    size_t i;
+    int seen = 0;
+    json_array_foreach(ops, i, e)
+    {
+        const char *id = json_string_value(json_object_get(e, "id"));
+        assert_string_equal(json_string_value(json_object_get(e, "state")), "pending");
+        assert_string_equal(json_string_value(json_object_get(e, "kind")), "create");
+        assert_string_equal(json_string_value(json_object_get(e, "domain")), "dom");
+        assert_int_equal(jint(e, "delta_objects", NULL), 1);
+        if (strcmp(id, op3) == 0) {
+            assert_string_equal(json_string_value(json_object_get(e, "key")), "obj-3");
+            assert_int_equal(jint(e, "delta_bytes", NULL), 4000);
+            assert_false(json_is_true(json_object_get(e, "expired")));
+            seen |= 4;
+        } else if (strcmp(id, op1) == 0) {
+            assert_int_equal(jint(e, "delta_bytes", NULL), 1000);
+            seen |= 1;
+        } else if (strcmp(id, op2) == 0) {
+            seen |= 2;
+        }
+    }
+    assert_int_equal(seen, 7);
+    json_decref(j);
+    wait_expired(c, 2);
+    tdaemon_out_t o;
+    admin(&o, c, "quota", "tq", NULL, NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "3 non-terminal operation(s) (reservations) in the due index, 2 past");
+    OPS_ASSERT_HAS(o.out, "dom/obj-3");
+    tdaemon_out_free(&o);
+
+    /* abort: the dry run lists the two expired ones and changes nothing */
+    admin(&o, c, "quota", "tq", "abort", NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "abort dry run");
+    OPS_ASSERT_HAS(o.out, op1);
+    OPS_ASSERT_HAS(o.out, op2);
+    OPS_ASSERT_HAS(o.out, "2 pending reservation(s) past their deadline (dry run)");
+    if (strstr(o.out, op3))
+        fail_msg("the dry run lists the unexpired %s:\n%s", op3, o.out);
+    tdaemon_out_free(&o);
+    j = admin_json(c, "tenants", "tq", NULL, NULL);
+    assert_int_equal(jint(j, "usage", "ops_pending"), 3);
+    json_decref(j);
+    /* --apply */
+    j = admin_json(c, "quota", "tq", "abort", "--apply");
+    assert_int_equal(jint(j, "candidates", NULL), 2);
+    assert_int_equal(jint(j, "aborted", NULL), 2);
+    json_decref(j);
+    j = admin_json(c, "tenants", "tq", NULL, NULL);
+    assert_int_equal(jint(j, "usage", "ops_pending"), 1);
+    assert_int_equal(jint(j, "usage", "pending_bytes"), 4000);
+    json_decref(j);
+    /* --op: the unexpired one */
+    char opt[64];
+    snprintf(opt, sizeof(opt), "--op=%s", op3);
+    admin(&o, c, "quota", "tq", "abort", opt, "--apply");
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "-> aborted");
+    OPS_ASSERT_HAS(o.out, "1 aborted");
+    tdaemon_out_free(&o);
+    admin(&o, c, "quota", "tq", "abort", opt, "--apply");
+    OPS_ASSERT_RUN(&o, 3);
+    OPS_ASSERT_HAS(o.err, "is not a pending reservation of tenant \"tq\"");
+    tdaemon_out_free(&o);
+    j = admin_json(c, "quota", "tq", NULL, NULL);
+    assert_int_equal(jint(j, "count", NULL), 0);
+    u = json_object_get(json_object_get(j, "tenant"), "usage");
+    assert_int_equal(jint(u, "pending_bytes", NULL), 0);
+    assert_int_equal(jint(u, "ops_pending", NULL), 0);
+    json_decref(j);
+
+    /* reconcile: one more expired reservation; the pass of a client runtime aborts it */
+    writer_reserve(&ws, "obj-4", 500, op4);
+    wait_expired(c, 1);
+    admin(&o, c, "quota", "tq", "reconcile", NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "reconcile dry run");
+    OPS_ASSERT_HAS(o.out, op4);
+    OPS_ASSERT_HAS(o.out, "1 due pending, 0 due publishing (dry run)");
+    tdaemon_out_free(&o);
+    j = admin_json(c, "quota", "tq", "reconcile", "--apply");
+    assert_int_equal(jint(j, "due_pending", NULL), 1);
+    assert_int_equal(jint(j, "runtime_total", "aborted"), 1);
+    assert_int_equal(jint(j, "pass", "rc"), 0);
+    assert_int_equal(jint(j, "due_after", NULL), 0);
+    json_decref(j);
+    j = admin_json(c, "tenants", "tq", NULL, NULL);
+    assert_int_equal(jint(j, "usage", "ops_pending"), 0);
+    assert_int_equal(jint(j, "usage", "pending_bytes"), 0);
+    assert_int_equal(jint(j, "usage", "committed_objects"), 0);
+    json_decref(j);
+    writer_close(&ws);
+    writer_close(&wl);
+}
+
+static void check_bad_args(struct cluster *c)
+{
+    tdaemon_out_t o;
+    struct {
+        const char *a1, *a2, *a3, *a4, *msg;
+        int status;
+    } bad[] = {
+        {"tenants", "bad tenant!", NULL, NULL, "tenant", 2},
+        {"tenants", "nosuch", NULL, NULL, "tenant \"nosuch\" has no policy", 3},
+        {"tenants", "a", "b", NULL, "expected at most one tenant", 2},
+        {"quota", NULL, NULL, NULL, "expected a tenant and at most one action", 2},
+        {"quota", "nosuch", NULL, NULL, "tenant \"nosuch\" has no policy", 3},
+        {"quota", "tq", "frob", NULL, "unknown action \"frob\"", 2},
+        {"quota", "tq", "--apply", NULL, "--apply belongs to cleanup and quota abort|reconcile", 2},
+        {"tenants", "--apply", NULL, NULL, "--apply belongs to", 2},
+        {"quota", "tq", "reconcile", "--op=x", "--op belongs to quota TENANT abort", 2},
+        {"quota", "tq", "abort", "--op=x", "--op \"x\" is not an operation id", 2},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        admin(&o, c, bad[i].a1, bad[i].a2, bad[i].a3, bad[i].a4, NULL);
+        OPS_ASSERT_RUN(&o, bad[i].status);
+        OPS_ASSERT_HAS(o.err, bad[i].msg);
+        tdaemon_out_free(&o);
+    }
+}
+
+static void run_cluster(bool etcd)
+{
+    struct cluster c;
+    memset(&c, 0, sizeof(c));
+    int rc = etcd ? testsrv_start_etcd(&c.srv) : testsrv_start_redis(&c.srv, NULL);
+    if (rc != 0)
+        fail_msg("cannot start %s: %s", etcd ? "etcd" : "redis-server", kvmesh_last_error());
+    c.url = testsrv_url(c.srv);
+    snprintf(c.dep, sizeof(c.dep), "opsten-%s-%ld", etcd ? "etcd" : "redis", (long)getpid());
+    snprintf(c.cfg, sizeof(c.cfg), "%s/%s.yaml", ops_tmpdir, c.dep);
+    char text[600];
+    snprintf(text, sizeof(text),
+             "metadata_url: %s\ndeployment: %s\nmemory_size: 64MiB\nsegment_size: 16MiB\n"
+             "max_object_size: 16MiB\nlease_ttl_ms: 2000\nshards: 16\ntop_k: 2\n"
+             "tenant_policies: td:2MiB:50\n",
+             c.url, c.dep);
+    ops_write_file(c.cfg, text);
+    for (int i = 0; i < TT_DAEMONS; i++)
+        if (ops_daemon_start(&c.d[i], i + (etcd ? 10 : 0), c.cfg, NULL) != 0)
+            fail_msg("daemon %d did not start", i);
+    struct writer w; /* bootstraps tq's policy */
+    writer_open(&w, &c, TT_SHORT_TTL, 100);
+    writer_close(&w);
+    check_bad_args(&c);
+    check_tenants(&c);
+    check_quota(&c);
+    for (int i = 0; i < TT_DAEMONS; i++)
+        tdaemon_stop(&c.d[i]);
+    testsrv_stop(c.srv);
+}
+
+static void test_tenants_redis(void **state)
+{
+    (void)state;
+    run_cluster(false);
+}
+
+static void test_tenants_etcd(void **state)
+{
+    (void)state;
+    run_cluster(true);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tenants_redis),
+        cmocka_unit_test(test_tenants_etcd),
+    };
+    return cmocka_run_group_tests(tests, ops_group_setup, ops_group_teardown);
+}
