@@ -162,6 +162,13 @@
     V(OBS_SPANRES_DROPPED_QUEUE_FULL, "dropped_queue_full")                                        \
     V(OBS_SPANRES_DROPPED_EXPORT_FAILED, "dropped_export_failed")
 
+/* critical-path stage of an API operation that waited on another runtime (op_round_trips_total) */
+#define OBS_CPSTAGE_VALUES(V)                                                                      \
+    V(OBS_CPSTAGE_RESERVE, "reserve")                                                              \
+    V(OBS_CPSTAGE_PAYLOAD, "payload")                                                              \
+    V(OBS_CPSTAGE_ROUTE_LOOKUP, "route_lookup")                                                    \
+    V(OBS_CPSTAGE_ROUTE_CAS, "route_cas")
+
 /* X(dim, label name, value list) */
 #define OBS_DIM_LIST(X)                                                                            \
     X(none, "", OBS_NONE_VALUES)                                                                   \
@@ -178,7 +185,8 @@
     X(xop, "operation", OBS_XOP_VALUES)                                                            \
     X(tier, "tier", OBS_TIER_VALUES)                                                               \
     X(alloc, "result", OBS_ALLOC_VALUES)                                                           \
-    X(spanres, "result", OBS_SPANRES_VALUES)
+    X(spanres, "result", OBS_SPANRES_VALUES)                                                       \
+    X(cpstage, "stage", OBS_CPSTAGE_VALUES)
 
 #define OBS_X_ENUM_V(name, str)          name,
 #define OBS_X_DIM_ENUM(d, label, VALUES) enum obs_dim_##d{VALUES(OBS_X_ENUM_V) OBS__N_##d};
@@ -226,7 +234,21 @@ enum obs_dim_id {
     X(membership_refreshes_total, "Membership snapshot refreshes, by result.", outcome, none)      \
     X(lease_heartbeats_total, "Runtime lease heartbeats to the metadata backend, by result.",      \
       outcome, none)                                                                               \
-    X(trace_spans_total, "Sampled spans handed to the trace exporters, by outcome.", spanres, none)
+    X(trace_spans_total, "Sampled spans handed to the trace exporters, by outcome.", spanres,      \
+      none)                                                                                        \
+    X(op_round_trips_total,                                                                        \
+      "Request/response exchanges with other runtimes an API operation waited on, by operation "   \
+      "and stage (counted by the calling runtime).",                                               \
+      op, cpstage)                                                                                 \
+    X(op_handoffs_total,                                                                           \
+      "Hand-offs of an API operation from the application thread to the loop thread and back.",    \
+      op, none)                                                                                    \
+    X(op_payload_copies_total,                                                                     \
+      "Payload copies made by an API operation, by operation and transport (local, shm: one "      \
+      "memcpy per replica; tcp: two kernel socket copies per replica).",                           \
+      op, transport)                                                                               \
+    X(op_checksum_passes_total, "Passes over an API operation's payload computing its checksum.",  \
+      op, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
     X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \

@@ -50,6 +50,35 @@ static uint64_t sg_checksum(const struct iovec *iov, int iovcnt)
     return h;
 }
 
+/* ---- critical-path accounting (kvmesh_op_* families, docs/operations.md) ----------------- */
+
+/* The owners one transport batch reached over tcp: one request/response exchange each (its
+ * requests are pipelined on the owner's data connections); shm is a copy in this thread. */
+struct cp_owners {
+    kvm_runtime_id_t id[DATA_CHUNK * KVM_MAX_REPLICAS];
+    unsigned n;
+};
+
+static void cp_owner_add(struct cp_owners *o, const kvm_runtime_id_t *id)
+{
+    for (unsigned i = 0; i < o->n; i++)
+        if (kvm_id128_equal(&o->id[i], id))
+            return;
+    if (o->n < KVM_ARRAY_SIZE(o->id))
+        o->id[o->n++] = *id;
+}
+
+/* One replica's payload moved through the transport: the copies it makes. */
+static void cp_transfer(kvm_op_t *op, struct tp_segment *seg, const kvm_runtime_id_t *owner,
+                        struct cp_owners *o)
+{
+    bool tcp = tp_segment_kind(seg) == TP_TCP;
+    KVM_CP_COUNT(op, op_payload_copies_total, tcp ? OBS_TRANSPORT_TCP : OBS_TRANSPORT_SHM,
+                 tcp ? 2 : 1);
+    if (tcp)
+        cp_owner_add(o, owner);
+}
+
 /* Temporary registration of one item's buffers (their covering span). */
 struct tmpreg {
     void *addr;
@@ -177,6 +206,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         return KVMESH_ENOMEM;
     place->span = span;
     place->deadline_ms = deadline;
+    place->cp_op = 1 + (n == 1 ? OBS_OP_PUT : OBS_OP_BATCH_PUT);
     int rc = 0;
     place->replicas = opts && opts->replicas ? opts->replicas : rt->cfg.replicas;
     place->hard_pin = opts && opts->hard_pin;
@@ -191,6 +221,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
             goto out;
         it->len = sgs[i].len;
         it->checksum = sg_checksum(sgs[i].iov, sgs[i].iovcnt);
+        KVM_CP_COUNT(place, op_checksum_passes_total, OBS_NONE, 1);
     }
     if ((rc = kvm_op_run(place)) != 0)
         goto out;
@@ -204,6 +235,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         memset(count, 0, sizeof(count));
         struct obs_span dsp, *ds = kvm_span_begin(rt, span, false, "data.write", &dsp);
         int64_t d_local = 0, d_remote = 0;
+        struct cp_owners cpo = {.n = 0};
         for (size_t i = base; i < end; i++) {
             struct kvm_item *it = &place->items[i];
             if (it->rc)
@@ -213,6 +245,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                 if (res->local) {
                     it->rc = local_copy(rt, SEG_WRITE, res->seg, res->offset, it->len, res->token,
                                         sgs[i].iov, sgs[i].iovcnt);
+                    KVM_CP_COUNT(place, op_payload_copies_total, OBS_TRANSPORT_LOCAL, 1);
                     d_local++;
                     continue;
                 }
@@ -232,6 +265,8 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                     e = add_reqs(b, TP_WRITE, sgs[i].iov, sgs[i].iovcnt, seg, res->offset,
                                  res->token);
                     count[i - base][r] = tp_batch_count(b) - first[i - base][r];
+                    if (!e)
+                        cp_transfer(place, seg, &res->owner.id, &cpo);
                 }
                 if (e)
                     it->rc = kvm_errf(e, "payload write to %s failed: %s",
@@ -240,6 +275,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         }
         if (b) {
             bool late = batch_wait_by(b, deadline);
+            KVM_CP_COUNT(place, op_round_trips_total, OBS_CPSTAGE_PAYLOAD, cpo.n);
             for (size_t i = base; i < end; i++) {
                 struct kvm_item *it = &place->items[i];
                 for (uint32_t r = 0; r < it->n_res && !it->rc; r++)
@@ -297,9 +333,12 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
     if (pub) {
         pub->span = span;
         pub->deadline_ms = deadline;
+        pub->cp_op = place->cp_op;
     }
-    if (ab)
+    if (ab) {
         ab->span = span;
+        ab->cp_op = place->cp_op;
+    }
     size_t k = 0, j = 0;
     for (size_t i = 0; i < n; i++) {
         struct kvm_item *it = &place->items[i];
@@ -386,6 +425,7 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
         struct tp_batch *b = NULL;
         unsigned first[DATA_CHUNK] = {0}, count[DATA_CHUNK] = {0};
         bool tried[DATA_CHUNK] = {0};
+        struct cp_owners cpo = {.n = 0};
         for (size_t i = base; i < end; i++) {
             struct kvm_item *it = &look->items[i];
             struct kvm_sgout *o = &outs[i];
@@ -403,6 +443,7 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             if (a->local) {
                 int e = local_copy(rt, SEG_READ, rep->segment, rep->offset, it->route.length,
                                    a->seg_read_token, o->iov, o->iovcnt);
+                KVM_CP_COUNT(look, op_payload_copies_total, OBS_TRANSPORT_LOCAL, 1);
                 count[i - base] = e ? 1u : 0u; /* marks a failed local read */
                 continue;
             }
@@ -418,6 +459,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 first[i - base] = tp_batch_count(b);
                 e = add_reqs(b, TP_READ, o->iov, o->iovcnt, seg, rep->offset, a->seg_read_token);
                 count[i - base] = tp_batch_count(b) - first[i - base];
+                if (!e)
+                    cp_transfer(look, seg, &rep->owner, &cpo);
             }
             if (e) {
                 tried[i - base] = false;
@@ -425,6 +468,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             }
         }
         bool chunk_late = b && batch_wait_by(b, deadline);
+        if (b)
+            KVM_CP_COUNT(look, op_round_trips_total, OBS_CPSTAGE_PAYLOAD, cpo.n);
         *late = *late || chunk_late;
         for (size_t i = base; i < end; i++) {
             if (!tried[i - base])
@@ -439,6 +484,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 for (unsigned k = 0; k < count[i - base] && ok; k++)
                     ok = tp_status(b, first[i - base] + k, NULL) == 0;
             }
+            if (ok)
+                KVM_CP_COUNT(look, op_checksum_passes_total, OBS_NONE, 1);
             if (ok && sg_checksum(o->iov, o->iovcnt) != it->route.checksum) {
                 ok = false;
                 *bad_sum = true;
@@ -483,6 +530,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
             return KVMESH_ENOMEM;
         look->span = span;
         look->deadline_ms = deadline;
+        look->cp_op = 1 + (n == 1 ? OBS_OP_GET : OBS_OP_BATCH_GET);
         for (size_t i = 0; i < n && !rc; i++)
             rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
         if (rc || (rc = kvm_op_run(look)) != 0) {
@@ -590,6 +638,7 @@ int kvm_store_lookup(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, kvm_route_t
         return KVMESH_ENOMEM;
     int rc = 0;
     look->deadline_ms = kvm_deadline_new(rt);
+    look->cp_op = 1 + OBS_OP_EXIST; /* exist and batch exist alike */
     for (size_t i = 0; i < n && !rc; i++)
         rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
     if (!rc)
@@ -611,6 +660,7 @@ static int remove_impl(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, int *rcs,
         return KVMESH_ENOMEM;
     op->span = span;
     op->deadline_ms = kvm_deadline_new(rt);
+    op->cp_op = 1 + (n == 1 ? OBS_OP_REMOVE : OBS_OP_BATCH_REMOVE);
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++)
         rc = kvm_ident_copy(&op->items[i].ident, &ids[i]);

@@ -356,6 +356,8 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
                               .timeout_ms = left_ms, /* only what the call has left */
                               .trace = c->sp ? &ft : NULL};
         rc = rpc_call(p, &msg, rpc_reserved, c, NULL);
+        if (!rc)
+            KVM_CP_COUNT(op, op_round_trips_total, OBS_CPSTAGE_RESERVE, 1);
     }
     if (rc)
         reserved(c, rc, "cannot send the reservation", 0, 0, 0);
@@ -461,6 +463,8 @@ struct item_ctx {
     kvm_op_t *op;
     struct kvm_item *it;
     struct obs_span *sp; /* the route call's control.* span; NULL when untraced */
+    int stage;           /* OBS_CPSTAGE_* of the route call (-1: not counted) */
+    route_cost_t cost;   /* its round trips, counted into op_round_trips_total by ictx_free */
 };
 
 /* A route call's context; with a traced op it also starts the call's span `name` (a child of
@@ -472,6 +476,8 @@ static struct item_ctx *ictx_named(kvm_op_t *op, struct kvm_item *it, const char
         c->op = op;
         c->it = it;
         c->sp = NULL;
+        c->stage = -1;
+        c->cost.rounds = 0;
         if (op->span && name && obs_span_sampled(op->span)) {
             struct obs_span *s = malloc(sizeof(*s));
             if (s)
@@ -492,6 +498,8 @@ static void ictx_free(struct item_ctx *c, int rc)
 {
     if (!c)
         return;
+    if (c->stage >= 0)
+        KVM_CP_COUNT(c->op, op_round_trips_total, (unsigned)c->stage, c->cost.rounds);
     if (c->sp) {
         if (rc == KVMESH_ENOENT) /* a lookup miss is an answer, not a failure */
             obs_span_set_int(c->sp, "kvmesh.found", 0);
@@ -527,8 +535,10 @@ static void looked_up(void *arg, int rc, const kvm_route_t *r)
 static void start_lookup(kvm_op_t *op, struct kvm_item *it, route_lookup_cb cb)
 {
     struct item_ctx *c = ictx_named(op, it, "control.route_lookup");
+    if (c)
+        c->stage = OBS_CPSTAGE_ROUTE_LOOKUP;
     struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
-    int rc = c ? route_lookup(op->rt->route, &it->ident, cb, c) : KVMESH_ENOMEM;
+    int rc = c ? route_lookup_costed(op->rt->route, &it->ident, cb, c, &c->cost) : KVMESH_ENOMEM;
     kvm_trace_scope_leave(saved);
     if (rc) {
         ictx_free(c, rc);
@@ -557,7 +567,7 @@ static void indet_looked_up(void *arg, int rc, const kvm_route_t *r)
         published(c, 0, r); /* frees c */
         return;
     }
-    free(c);
+    ictx_free(c, rc);
     bool unchanged =
         (rc == KVMESH_ENOENT && !it->have_route) ||
         (rc == 0 && r && it->have_route && kvm_route_version_equal(&r->version, &it->cur.version));
@@ -731,8 +741,10 @@ static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
                                                                .checksum = it->checksum};
     kvm_route_version_t expected = it->have_route ? it->cur.version : KVM_ROUTE_VERSION_NONE;
     struct item_ctx *c = ictx_named(op, it, "control.route_cas");
+    if (c)
+        c->stage = OBS_CPSTAGE_ROUTE_CAS;
     struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
-    rc = c ? route_cas(rt->route, &expected, &next, published, c) : KVMESH_ENOMEM;
+    rc = c ? route_cas_costed(rt->route, &expected, &next, published, c, &c->cost) : KVMESH_ENOMEM;
     kvm_trace_scope_leave(saved);
     kvm_route_free(&next);
     if (rc) {
@@ -883,8 +895,11 @@ static void remove_cas_now(kvm_op_t *op, struct kvm_item *it)
         next.predecessor_op = it->cur.content_op;
         next.tomb = KVM_TOMB_PENDING;
         struct item_ctx *c = ictx_named(op, it, "control.route_cas");
+        if (c)
+            c->stage = OBS_CPSTAGE_ROUTE_CAS;
         struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
-        rc = c ? route_cas(op->rt->route, &it->cur.version, &next, removed, c) : KVMESH_ENOMEM;
+        rc = c ? route_cas_costed(op->rt->route, &it->cur.version, &next, removed, c, &c->cost)
+               : KVMESH_ENOMEM;
         kvm_trace_scope_leave(saved);
         if (rc)
             ictx_free(c, rc);

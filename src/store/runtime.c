@@ -212,6 +212,7 @@ int kvm_op_run(kvm_op_t *op)
         op->span = op->span_own; /* NULL (untraced loop side) when out of memory */
     }
     atomic_fetch_add(&op->refs, 1);
+    KVM_CP_COUNT(op, op_handoffs_total, OBS_NONE, 1);
     int rc;
     for (;;) {
         rc = env_post(rt->env, op_enter, op);

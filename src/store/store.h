@@ -210,7 +210,17 @@ typedef struct kvm_op {
      * its stage times to the real root when the op completes in time. */
     struct obs_span *span;
     struct obs_span *span_own;
+    /* critical-path accounting (kvmesh_op_* families): OBS_OP_* + 1 of the API operation this op
+     * serves, 0 = not an API operation (drain, reports, admin): not counted */
+    uint8_t cp_op;
 } kvm_op_t;
+
+/* Counts v events of counter family `fam` (label 2: i2) for the API operation op serves. */
+#define KVM_CP_COUNT(op, fam, i2, v)                                                               \
+    do {                                                                                           \
+        if ((op)->cp_op)                                                                           \
+            obs_count((op)->rt->metrics, fam, (unsigned)(op)->cp_op - 1u, i2, v);                  \
+    } while (0)
 
 /* evictions and meta_calls are views of the runtime's metrics registry (evictions_total,
  * metadata_operations_total); the rest are owner-internal figures without a family. */
