@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api/kvmesh_tools.h"
@@ -45,10 +46,14 @@ struct row {
     double secs;
     uint64_t ops, calls, bytes, bad, failed;
     uint64_t p50, p99; /* ns */
+    /* --breakdown (kvmesh rows): critical-path counters over the row, the sampled requests */
+    kvmesh_tools_critpath_t cp;
+    size_t n_sampled;
+    int64_t total_ns, stage_ns[4];
 };
 
 struct bench {
-    bool quick, verify, markdown;
+    bool quick, verify, markdown, breakdown;
     uint64_t row_ms;
     size_t nsizes;
     uint64_t sizes[BENCH_MAX_SIZES];
@@ -255,6 +260,11 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
     uint64_t min_ops = b->quick ? b->nkeys : 4;
     bool batch = op == OP_BPUT || op == OP_BGET;
     bool put = op == OP_PUT || op == OP_BPUT;
+    kvmesh_tools_critpath_t cp0 = {0};
+    struct timespec wall0;
+    clock_gettime(CLOCK_REALTIME, &wall0);
+    if (b->kv && b->breakdown)
+        kvmesh_tools_critpath(b->kv, op_names[op], &cp0);
     uint64_t t0 = kvmesh_tools_now_ns(), ops = 0, calls = 0, bytes = 0;
     size_t bad = 0, failed = 0, k = 0;
     bool reported = false;
@@ -298,6 +308,19 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
     r->p50 = cli_lat_pct(&lat, 50);
     r->p99 = cli_lat_pct(&lat, 99);
     r->done = true;
+    if (b->kv && b->breakdown) {
+        kvmesh_tools_critpath_t cp1;
+        kvmesh_tools_critpath(b->kv, op_names[op], &cp1);
+        r->cp.calls = cp1.calls - cp0.calls;
+        for (int i = 0; i < 4; i++)
+            r->cp.round_trips[i] = cp1.round_trips[i] - cp0.round_trips[i];
+        r->cp.handoffs = cp1.handoffs - cp0.handoffs;
+        r->cp.copies = cp1.copies - cp0.copies;
+        r->cp.checksums = cp1.checksums - cp0.checksums;
+        uint64_t since = (uint64_t)wall0.tv_sec * 1000000000ull + (uint64_t)wall0.tv_nsec;
+        r->n_sampled = kvmesh_tools_breakdown(b->kv, put ? "store.put" : "store.get", since,
+                                              &r->total_ns, r->stage_ns);
+    }
     cli_lat_free(&lat);
     if (bad)
         fprintf(stderr, "\nkvmesh bench: %s %" PRIu64 " KiB %s: %zu values read back WRONG\n",
@@ -364,7 +387,7 @@ static void measure_memcpy(struct bench *b, size_t si)
  */
 
 static int open_pair(const char *transport, kvmesh_t **server, kvmesh_t **client,
-                     const struct cli_sets *sets)
+                     const struct cli_sets *sets, bool breakdown)
 {
     char url[96];
     snprintf(url, sizeof(url), "memory://kvmesh-bench-%ld-%s", (long)getpid(), transport);
@@ -382,6 +405,10 @@ static int open_pair(const char *transport, kvmesh_t **server, kvmesh_t **client
         kvmesh_config_set(cfg, "max_object_size", "64MiB") ||
         kvmesh_config_set(cfg, "reclaim_grace_ms", "100") ||
         kvmesh_config_set(cfg, "request_timeout_ms", "30000")) {
+        fprintf(stderr, "kvmesh bench: %s\n", kvmesh_last_error());
+        goto out;
+    }
+    if (breakdown && kvmesh_config_set(cfg, "trace_sample_rate", "0.25")) {
         fprintf(stderr, "kvmesh bench: %s\n", kvmesh_last_error());
         goto out;
     }
@@ -482,6 +509,61 @@ static void print_table(struct bench *b, bool with_peers, const bool *systems)
     }
 }
 
+/* Per kvmesh row: the critical-path counts per call (from the client runtime's kvmesh_op_*
+ * counters over the row) next to the mean exclusive time per stage of the sampled calls of the
+ * row (the /breakdown ring: at most its last 128 entries). */
+static void print_breakdown(struct bench *b, const bool *systems)
+{
+    if (b->markdown)
+        printf("\n| transport | size | op | calls | round trips / call (reserve, payload, lookup, "
+               "cas) | hand-offs / call | copies / call | checksums / call | sampled | total us "
+               "| store us | control us | data us | metadata us |\n"
+               "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+               "---: | ---: |\n");
+    else
+        printf("\ncritical path per call (client runtime counters) and mean stage time of the "
+               "sampled calls (/breakdown):\n%-4s %7s %-9s %7s %-28s %6s %7s %7s %5s %9s %9s "
+               "%9s %9s %9s\n",
+               "xprt", "size", "op", "calls", "round trips (res,pay,lk,cas)", "hand", "copies",
+               "sums", "n", "total us", "store", "control", "data", "metadata");
+    for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
+        if (!systems[s])
+            continue;
+        for (size_t si = 0; si < b->nsizes; si++)
+            for (int op = 0; op < OP__N; op++) {
+                const struct row *r = &b->rows[s][si][op];
+                double c = r->cp.calls ? (double)r->cp.calls : 1;
+                const uint64_t *t = r->cp.round_trips;
+                char sz[32], rts[96], st[4][16], tot[16];
+                kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
+                snprintf(rts, sizeof(rts), "%.1f (%.1f, %.1f, %.1f, %.1f)",
+                         (double)(t[0] + t[1] + t[2] + t[3]) / c, (double)t[0] / c,
+                         (double)t[1] / c, (double)t[2] / c, (double)t[3] / c);
+                double ns = r->n_sampled ? (double)r->n_sampled : 1;
+                snprintf(tot, sizeof(tot), r->n_sampled ? "%.1f" : "-",
+                         (double)r->total_ns / ns / 1e3);
+                for (int i = 0; i < 4; i++)
+                    snprintf(st[i], sizeof(st[i]), r->n_sampled ? "%.1f" : "-",
+                             (double)r->stage_ns[i] / ns / 1e3);
+                const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
+                if (b->markdown)
+                    printf("| %s | %s | %s | %" PRIu64
+                           " | %s | %.1f | %.1f | %.1f | %zu | %s | %s | %s "
+                           "| %s | %s |\n",
+                           tr, sz, op_names[op], r->cp.calls, rts, (double)r->cp.handoffs / c,
+                           (double)r->cp.copies / c, (double)r->cp.checksums / c, r->n_sampled, tot,
+                           st[0], st[1], st[2], st[3]);
+                else
+                    printf("%-4s %7s %-9s %7" PRIu64
+                           " %-28s %6.1f %7.1f %7.1f %5zu %9s %9s %9s %9s "
+                           "%9s\n",
+                           tr, sz, op_names[op], r->cp.calls, rts, (double)r->cp.handoffs / c,
+                           (double)r->cp.copies / c, (double)r->cp.checksums / c, r->n_sampled, tot,
+                           st[0], st[1], st[2], st[3]);
+            }
+    }
+}
+
 int cmd_bench(int argc, char **argv)
 {
     struct bench *b = calloc(1, sizeof(*b));
@@ -501,6 +583,10 @@ int cmd_bench(int argc, char **argv)
         {"row-ms", "MS", CLI_U64, &b->row_ms, "time budget per table row (default 500)"},
         {"no-peers", NULL, CLI_FLAG, &no_peers, "do not start redis-server and memcached"},
         {"markdown", NULL, CLI_FLAG, &b->markdown, "print the table as Markdown"},
+        {"breakdown", NULL, CLI_FLAG, &b->breakdown,
+         "also print per row the critical-path counts per call (round trips by stage, loop "
+         "hand-offs, payload copies, checksum passes) and the mean time per stage of sampled "
+         "calls (traces 25% of the client's requests, which costs some throughput)"},
         {"set", "FIELD=VALUE", CLI_SET, &sets,
          "set a configuration field of both kvmesh runtimes (e.g. io_threads=4)"},
         {"help", NULL, CLI_FLAG, &help, "show this help"},
@@ -594,7 +680,8 @@ int cmd_bench(int argc, char **argv)
         if (!systems[s])
             continue;
         kvmesh_t *server = NULL, *client = NULL;
-        if (open_pair(s == SYS_KVMESH_SHM ? "shm" : "tcp", &server, &client, &sets) != 0) {
+        if (open_pair(s == SYS_KVMESH_SHM ? "shm" : "tcp", &server, &client, &sets, b->breakdown) !=
+            0) {
             rc = CLI_EXIT_FAIL;
             goto out;
         }
@@ -611,6 +698,8 @@ int cmd_bench(int argc, char **argv)
     }
     cli_progress_done(&b->prog);
     print_table(b, !no_peers, systems);
+    if (b->breakdown)
+        print_breakdown(b, systems);
     printf("latency is per operation for put/get and per call for batches; batch sizes:");
     for (size_t si = 0; si < b->nsizes; si++)
         printf(" %zu", batch_for(b, b->sizes[si]));
