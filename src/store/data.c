@@ -33,7 +33,8 @@
 #include "env/clock.h"
 #include "store/data.h"
 
-#define DATA_CHUNK 16 /* items per transport round (bounds temporary registrations) */
+#define DATA_CHUNK     16  /* items per transport round with temporary registrations */
+#define DATA_CHUNK_MAX 128 /* items per transport round when every buffer is registered */
 
 static uint64_t sg_checksum(const struct iovec *iov, int iovcnt)
 {
@@ -55,17 +56,18 @@ static uint64_t sg_checksum(const struct iovec *iov, int iovcnt)
 /* The owners one transport batch reached over tcp: one request/response exchange each (its
  * requests are pipelined on the owner's data connections); shm is a copy in this thread. */
 struct cp_owners {
-    kvm_runtime_id_t id[DATA_CHUNK * KVM_MAX_REPLICAS];
+    kvm_runtime_id_t id[64]; /* beyond 64 distinct owners each further one counts again */
     unsigned n;
 };
 
 static void cp_owner_add(struct cp_owners *o, const kvm_runtime_id_t *id)
 {
-    for (unsigned i = 0; i < o->n; i++)
+    for (unsigned i = 0; i < o->n && i < KVM_ARRAY_SIZE(o->id); i++)
         if (kvm_id128_equal(&o->id[i], id))
             return;
     if (o->n < KVM_ARRAY_SIZE(o->id))
-        o->id[o->n++] = *id;
+        o->id[o->n] = *id;
+    o->n++;
 }
 
 /* One replica's payload moved through the transport: the copies it makes. */
@@ -118,6 +120,39 @@ static void reg_drop(kvm_rt_t *rt, struct tmpreg *r)
     if (r->addr)
         tp_unregister_memory(rt->tp, r->addr);
     r->addr = NULL;
+}
+
+/* Items per transport round: all of them (up to DATA_CHUNK_MAX, one batch per round) when every
+ * buffer is registered or segment memory, else DATA_CHUNK (each item of a round may hold a
+ * temporary registration, and the transport has TP_MAX_REGIONS). */
+static bool iov_registered(kvm_rt_t *rt, const struct iovec *iov, int iovcnt)
+{
+    for (int i = 0; i < iovcnt; i++)
+        if (iov[i].iov_len && !kvm_rt_is_registered(rt, iov[i].iov_base, iov[i].iov_len) &&
+            !seg_local_contains(rt->reg, iov[i].iov_base, iov[i].iov_len))
+            return false;
+    return true;
+}
+
+static size_t put_chunk(kvm_rt_t *rt, const struct kvm_item *items, const struct kvm_sg *sgs,
+                        size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((size_t)sgs[i].iovcnt * (items[i].n_res ? items[i].n_res : 1) * DATA_CHUNK_MAX >
+                TP_MAX_BATCH ||
+            !iov_registered(rt, sgs[i].iov, sgs[i].iovcnt))
+            return DATA_CHUNK;
+    return DATA_CHUNK_MAX;
+}
+
+static size_t get_chunk(kvm_rt_t *rt, const struct kvm_sgout *outs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (outs[i].rc == KVMESH_EAGAIN &&
+            ((size_t)outs[i].iovcnt * DATA_CHUNK_MAX > TP_MAX_BATCH ||
+             !iov_registered(rt, outs[i].iov, outs[i].iovcnt)))
+            return DATA_CHUNK;
+    return DATA_CHUNK_MAX;
 }
 
 /* Adds the requests moving [remote_off, +len) of a segment to/from the iov list. */
@@ -227,11 +262,12 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         goto out;
 
     /* Payload: in chunks, one transport batch each. */
-    for (size_t base = 0; base < n; base += DATA_CHUNK) {
-        size_t end = base + DATA_CHUNK < n ? base + DATA_CHUNK : n;
-        struct tmpreg regs[DATA_CHUNK] = {{0}};
+    size_t chunk = put_chunk(rt, place->items, sgs, n);
+    for (size_t base = 0; base < n; base += chunk) {
+        size_t end = base + chunk < n ? base + chunk : n;
+        struct tmpreg regs[DATA_CHUNK_MAX] = {{0}};
         struct tp_batch *b = NULL;
-        unsigned first[DATA_CHUNK][KVM_MAX_REPLICAS], count[DATA_CHUNK][KVM_MAX_REPLICAS];
+        unsigned first[DATA_CHUNK_MAX][KVM_MAX_REPLICAS], count[DATA_CHUNK_MAX][KVM_MAX_REPLICAS];
         memset(count, 0, sizeof(count));
         struct obs_span dsp, *ds = kvm_span_begin(rt, span, false, "data.write", &dsp);
         int64_t d_local = 0, d_remote = 0;
@@ -413,18 +449,19 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                      bool *bad_sum, uint64_t deadline, bool *late)
 {
     int progress = 0;
-    for (size_t base = 0; base < n; base += DATA_CHUNK) {
-        size_t end = base + DATA_CHUNK < n ? base + DATA_CHUNK : n;
+    size_t chunk = get_chunk(rt, outs, n);
+    for (size_t base = 0; base < n; base += chunk) {
+        size_t end = base + chunk < n ? base + chunk : n;
         struct obs_span dsp, *ds = NULL;
         int64_t d_local = 0, d_remote = 0, d_ok = 0;
         for (size_t i = base; i < end && look->span && !ds; i++)
             if (outs[i].rc == KVMESH_EAGAIN && round < look->items[i].route.n_replicas &&
                 look->items[i].acc[round].known)
                 ds = kvm_span_begin(rt, look->span, false, "data.read", &dsp);
-        struct tmpreg regs[DATA_CHUNK] = {{0}};
+        struct tmpreg regs[DATA_CHUNK_MAX] = {{0}};
         struct tp_batch *b = NULL;
-        unsigned first[DATA_CHUNK] = {0}, count[DATA_CHUNK] = {0};
-        bool tried[DATA_CHUNK] = {0};
+        unsigned first[DATA_CHUNK_MAX] = {0}, count[DATA_CHUNK_MAX] = {0};
+        bool tried[DATA_CHUNK_MAX] = {0};
         struct cp_owners cpo = {.n = 0};
         for (size_t i = base; i < end; i++) {
             struct kvm_item *it = &look->items[i];

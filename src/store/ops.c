@@ -244,7 +244,27 @@ struct reserve_ctx {
     struct kvm_seg_info segs[STORE_MAX_SEGS];
     struct obs_span *sp; /* control.reserve (allocated when traced; NULL when untraced) */
     uint32_t budget_ms;  /* the RPC's timeout: what the call had left */
+    rpc_peer *peer;      /* queued for a batched reservation (rsv_flush) */
+    struct reserve_ctx *next;
 };
+
+/*
+ * Batched reservations [loop]: while a PLACE op dispatches its items (or a batched reply is
+ * processed, whose failed items may try their next owner), remote reservations are queued
+ * instead of sent; rsv_flush then sends one STORE_RPC_RESERVE_BATCH per (op, owner), up to
+ * STORE_RESERVE_BATCH_MAX items each, or the single STORE_RPC_RESERVE for a lone item. Each item
+ * keeps its own result. Per loop thread (runtimes in one process have their own loops).
+ */
+static _Thread_local struct {
+    unsigned depth;
+    struct reserve_ctx *head, *tail;
+} rsv_q;
+
+static void rsv_begin(void)
+{
+    rsv_q.depth++;
+}
+static void rsv_flush(void);
 
 static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off, uint64_t token)
 {
@@ -287,6 +307,125 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
     free(c);
     if (it->in_place == 0)
         place_item(op, it);
+}
+
+struct reserve_batch {
+    uint16_t n;
+    struct reserve_ctx *c[STORE_RESERVE_BATCH_MAX];
+};
+
+static void rpc_reserved_batch(rpc_call_t *call, struct rpc_result *res, void *arg)
+{
+    (void)call;
+    struct reserve_batch *rb = arg;
+    store_reserve_batch_resp_t *r = malloc(sizeof(*r));
+    int rc = res->status;
+    if (!r)
+        rc = KVMESH_ENOMEM;
+    else if (!rc &&
+             (store_reserve_batch_resp_decode(res->body, res->body_len, r) != 0 || r->n != rb->n))
+        rc = KVMESH_EPROTO;
+    kvm_rt_t *rt = rb->c[0]->op->rt;
+    const struct kvm_member *m = kvm_member_find(rt, &rb->c[0]->owner.id);
+    rsv_begin();
+    for (uint16_t i = 0; i < rb->n; i++) {
+        int irc = rc ? rc : r->r[i].status;
+        char err[300];
+        snprintf(err, sizeof(err), "reservation on %s failed: %s%s%s", m ? m->idhex : "(gone)",
+                 kvmesh_strerror(irc), rc && res->error[0] ? ": " : "", rc ? res->error : "");
+        reserved(rb->c[i], irc, err, irc ? 0 : r->r[i].seg, irc ? 0 : r->r[i].offset,
+                 irc ? 0 : r->r[i].token);
+    }
+    free(r);
+    free(rb);
+    rsv_flush();
+}
+
+/* Sends rb (n >= 2 items of one op to one owner); on failure every item fails with it. */
+static void rsv_send_batch(struct reserve_batch *rb)
+{
+    struct reserve_ctx *c0 = rb->c[0];
+    kvm_op_t *op = c0->op;
+    store_reserve_batch_req_t *req = malloc(sizeof(*req));
+    size_t cap = STORE_RESERVE_BATCH_REQ_MAX(rb->n), len = 0;
+    uint8_t *body = malloc(cap);
+    int rc = req && body ? 0 : KVMESH_ENOMEM;
+    if (!rc) {
+        req->target_epoch = c0->owner.epoch;
+        req->ttl_ms = op->rt->cfg.request_timeout_ms * 2;
+        req->n = rb->n;
+        for (uint16_t i = 0; i < rb->n; i++) {
+            req->length[i] = rb->c[i]->it->len;
+            req->ident[i] = rb->c[i]->it->ident; /* borrowed */
+        }
+        rc = store_reserve_batch_req_encode(req, body, cap, &len);
+    }
+    uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
+    if (!rc && left_ms == 0)
+        rc = KVMESH_ETIMEDOUT;
+    if (!rc) {
+        struct frame_trace ft;
+        kvm_span_wire(c0->sp, &ft);
+        struct rpc_msg msg = {.type = STORE_RPC_RESERVE_BATCH,
+                              .body = body,
+                              .body_len = len,
+                              .timeout_ms = left_ms,
+                              .trace = c0->sp ? &ft : NULL};
+        rc = rpc_call(c0->peer, &msg, rpc_reserved_batch, rb, NULL);
+        if (!rc)
+            KVM_CP_COUNT(op, op_round_trips_total, OBS_CPSTAGE_RESERVE, 1);
+    }
+    free(body);
+    free(req);
+    if (rc) {
+        rsv_begin();
+        for (uint16_t i = 0; i < rb->n; i++)
+            reserved(rb->c[i], rc, "cannot send the batched reservation", 0, 0, 0);
+        free(rb);
+        rsv_flush();
+    }
+}
+
+static void rsv_send_one(struct reserve_ctx *c);
+
+static void rsv_flush(void)
+{
+    KVM_ASSERT(rsv_q.depth > 0);
+    if (--rsv_q.depth)
+        return;
+    while (rsv_q.head) { /* (a send that fails at once may queue retries: re-read the head) */
+        struct reserve_ctx *first = rsv_q.head;
+        struct reserve_batch *rb = calloc(1, sizeof(*rb));
+        if (!rb) { /* out of memory: the item alone */
+            rsv_q.head = first->next;
+            if (!rsv_q.head)
+                rsv_q.tail = NULL;
+            first->next = NULL;
+            rsv_send_one(first);
+            continue;
+        }
+        /* the first queued item and every other queued item of the same op and owner */
+        struct reserve_ctx **pp = &rsv_q.head, *last = NULL;
+        while (*pp) {
+            struct reserve_ctx *c = *pp;
+            if (rb->n < STORE_RESERVE_BATCH_MAX && c->op == first->op &&
+                kvm_runtime_equal(&c->owner, &first->owner)) {
+                *pp = c->next;
+                c->next = NULL;
+                rb->c[rb->n++] = c;
+                continue;
+            }
+            last = c;
+            pp = &c->next;
+        }
+        rsv_q.tail = last;
+        if (rb->n == 1) {
+            rsv_send_one(rb->c[0]);
+            free(rb);
+        } else {
+            rsv_send_batch(rb);
+        }
+    }
 }
 
 static void rpc_reserved(rpc_call_t *call, struct rpc_result *res, void *arg)
@@ -337,11 +476,30 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
         kvm_owner_reserve(rt, &it->ident, it->len, ttl, reserved, c);
         return;
     }
-    rpc_peer *p = kvm_rt_peer(rt, m);
+    c->peer = kvm_rt_peer(rt, m);
+    if (c->peer && rsv_q.depth) { /* sent by rsv_flush, batched with the op's other items */
+        c->budget_ms = kvm_deadline_left_ms(op->deadline_ms);
+        if (rsv_q.tail)
+            rsv_q.tail->next = c;
+        else
+            rsv_q.head = c;
+        rsv_q.tail = c;
+        return;
+    }
+    rsv_send_one(c);
+}
+
+static void rsv_send_one(struct reserve_ctx *c)
+{
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    rpc_peer *p = c->peer;
     uint8_t body[64 + KVM_IDENT_ENC_MAX_LEN];
     size_t len = 0;
-    store_reserve_req_t req = {
-        .target_epoch = m->rt.epoch, .length = it->len, .ttl_ms = ttl, .ident = it->ident};
+    store_reserve_req_t req = {.target_epoch = c->owner.epoch,
+                               .length = it->len,
+                               .ttl_ms = op->rt->cfg.request_timeout_ms * 2,
+                               .ident = it->ident};
     int rc = p ? store_reserve_req_encode(&req, body, sizeof(body), &len) : KVMESH_ECONN;
     uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
     c->budget_ms = left_ms;
@@ -515,6 +673,10 @@ static void looked_up(void *arg, int rc, const kvm_route_t *r)
     kvm_op_t *op = c->op;
     struct kvm_item *it = c->it;
     ictx_free(c, rc);
+    if (rc == 0 && r)
+        kvm_hint_put(op->rt, r);
+    else if (rc == KVMESH_ENOENT)
+        kvm_hint_drop(op->rt, &it->ident);
     if (rc == 0 && r && !kvm_route_is_tombstone(r)) {
         if (kvm_route_copy(&it->route, r) != 0) {
             item_fail(op, it, KVMESH_ENOMEM, "out of memory");
@@ -575,6 +737,12 @@ static void indet_looked_up(void *arg, int rc, const kvm_route_t *r)
         publish_cas(op, it);
         return;
     }
+    if (it->rc == KVMESH_ETIMEDOUT) { /* settling a CAS whose answer was lost */
+        item_fail(op, it, KVMESH_ETIMEDOUT,
+                  "route update did not complete (deadline exceeded); the put may have been "
+                  "applied: read the key back or retry the put");
+        return;
+    }
     item_fail(op, it, KVMESH_EINDETERMINATE,
               "route publication is indeterminate; the put may have been applied (and since "
               "replaced); read the key back or retry the put");
@@ -594,6 +762,7 @@ static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
 {
     kvm_rt_t *rt = op->rt;
     obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_OK, OBS_NONE, it->n_res);
+    kvm_hint_put(rt, r);
     for (uint32_t i = 0; i < it->n_res; i++)
         notify_slot_traced(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
                            it->res[i].offset, op->span);
@@ -639,6 +808,12 @@ static void published(void *arg, int rc, const kvm_route_t *r)
                   "was not applied (retry the put)");
         return;
     }
+    if (rc == KVMESH_ECONFLICT) { /* the authority's current route: the next expectation */
+        if (r)
+            kvm_hint_put(rt, r);
+        else
+            kvm_hint_drop(rt, &it->ident);
+    }
     if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
         kvm_route_free(&it->cur);
         it->have_route = false;
@@ -655,6 +830,16 @@ static void published(void *arg, int rc, const kvm_route_t *r)
     }
     if (rc == KVMESH_EINDETERMINATE && time_left && ++it->indet_tries <= STORE_INDET_RETRIES) {
         /* Maybe published: keep the reservations and settle it by an exact lookup. */
+        start_lookup(op, it, indet_looked_up);
+        return;
+    }
+    if (rc == KVMESH_ETIMEDOUT && time_left && it->pub_op_set &&
+        ++it->indet_tries <= STORE_INDET_RETRIES) {
+        /* The CAS's answer was lost (e.g. a primary that died: the put no longer looks the
+         * route up first, and the lookup is what refreshes the shard view): settled like an
+         * indeterminate CAS, by an exact lookup that finds our content op or the unchanged
+         * route; a republish carries the same content op, so it applies at most once. */
+        it->rc = KVMESH_ETIMEDOUT;
         start_lookup(op, it, indet_looked_up);
         return;
     }
@@ -779,6 +964,22 @@ static void publish_looked_up(void *arg, int rc, const kvm_route_t *r)
     publish_cas(op, it);
 }
 
+/* A put's publication. Without tenant quota the route CAS goes out at once, expecting the
+ * version of this runtime's route hint for the key (none: absent): the fenced primary confirms
+ * or refuses it, and a refusal carries the current route, from which the CAS is retried
+ * (published). One exchange instead of lookup + CAS whenever the hint is current. With quota
+ * the claim needs the current version first (quota.c), so the route is looked up. */
+static void publish_start(kvm_op_t *op, struct kvm_item *it)
+{
+    if (it->q) {
+        start_lookup(op, it, publish_looked_up);
+        return;
+    }
+    it->have_route = kvm_hint_get(op->rt, &it->ident, &it->cur);
+    it->tries = 0;
+    publish_cas(op, it);
+}
+
 /* ---- remove ------------------------------------------------------------------------------- */
 
 static void tomb_finalized(void *arg, int rc, const kvm_route_t *r)
@@ -809,6 +1010,7 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
         kvm_quota_finalize(op, it, r, remove_finalized);
         return;
     }
+    kvm_hint_drop(rt, &it->ident); /* (the finalize below changes the version again) */
     if (rc == 0) {
         release_obsolete(rt, &it->cur, NULL);
         /* No quota accounting to wait for: finalize the tombstone at once (best effort). */
@@ -950,6 +1152,7 @@ static void handed_off(void *arg, int rc, const kvm_route_t *r)
     kvm_rt_t *rt = op->rt;
     ictx_free(c, rc);
     (void)r;
+    kvm_hint_drop(rt, &it->ident);
     if (rc == 0) {
         notify_slot(rt, STORE_RPC_COMMIT, &it->res[0].owner.id, it->res[0].seg, it->res[0].offset);
         kvm_ops_release_replica(rt, &it->moving);
@@ -1058,6 +1261,7 @@ void kvm_ops_run(kvm_op_t *op)
         for (size_t i = 0; i < op->n; i++)
             op->items[i].want = op->replicas;
         bool batched = kvm_quota_put_batch(op, place_reserved); /* all-or-nothing reserve */
+        rsv_begin(); /* remote reservations: one batch per owner (rsv_flush) */
         for (size_t i = 0; i < op->n; i++) {
             struct kvm_item *it = &op->items[i];
             if (!kvm_quota_applies(rt, &it->ident))
@@ -1065,11 +1269,12 @@ void kvm_ops_run(kvm_op_t *op)
             else if (!batched)
                 kvm_quota_put_reserve(op, it, place_reserved); /* before any data transfer */
         }
+        rsv_flush();
         return;
     }
     case KVM_OP_PUBLISH:
         for (size_t i = 0; i < op->n; i++)
-            start_lookup(op, &op->items[i], publish_looked_up);
+            publish_start(op, &op->items[i]);
         return;
     case KVM_OP_ABORT:
         for (size_t i = 0; i < op->n; i++) {

@@ -941,6 +941,7 @@ static void rt_free(kvm_rt_t *rt)
     free(rt->members);
     free(rt->next_members);
     free(rt->hitbufs);
+    kvm_hint_fini(rt);
     obs_tracer_destroy(rt->tracer); /* after the loop: no span is in progress */
     rt->tracer = NULL;
     obs_registry_free(rt->metrics); /* last: every layer that counted into it is gone */

@@ -54,6 +54,8 @@
 #define STORE_RESERVE_WAIT_MAX 512  /* reservations waiting for eviction to free space */
 #define STORE_HIT_FLUSH_MS     100  /* hit reports are batched this long */
 #define STORE_MEMBER_PAGE      256  /* member records per range page */
+#define STORE_HINTS            8192 /* route hints per runtime (power of two; route_hint.c) */
+#define STORE_HINT_REPLICAS    3    /* routes with more replicas are not hinted */
 /* How long past its deadline a bounded call waits for the loop's own answer before it gives up
  * on the op (docs/api.md "Deadlines"): every stage already ends by the deadline; this covers the
  * hand-over from the loop thread. */
@@ -327,6 +329,7 @@ typedef struct kvm_rt {
     struct self_msg *self_msgs;   /* [loop] env messages to self awaiting delivery */
     kvm_op_t *state_op;           /* the drain step waiting for its record write */
     struct kvm_quota *quota;      /* [loop] tenant quota protocol (quota.c); NULL = off */
+    struct kvm_hint *hints;       /* [loop] route hints (route_hint.c); NULL until first use */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;
@@ -437,6 +440,14 @@ int kvm_owner_retire_segment(kvm_rt_t *rt, uint64_t seg_id);
 int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id);
 void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n);
 void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st);
+
+/* ---- route_hint.c [loop] ------------------------------------------------------------------ *
+ * The last route version seen per key, used only as the expected version of the next route CAS
+ * (never served to a read). kvm_hint_get fills an initialized `out` (ident owned by it). */
+void kvm_hint_put(kvm_rt_t *rt, const kvm_route_t *r);
+void kvm_hint_drop(kvm_rt_t *rt, const kvm_ident_t *id);
+bool kvm_hint_get(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out);
+void kvm_hint_fini(kvm_rt_t *rt); /* after the loop stopped */
 
 /* ---- ops.c [loop] ------------------------------------------------------------------------- */
 void kvm_ops_run(kvm_op_t *op);

@@ -45,9 +45,9 @@
  * is not reached yet). */
 #define BOUND_GET_REMOTE 2 /* goal <= 2 */
 #define BOUND_GET_LOCAL  1 /* goal <= 1 co-located */
-#define BOUND_PUT        4 /* goal <= 3; today: reserve + payload + lookup + CAS */
-#define BOUND_BATCH_PUT  (BATCH + BATCH / 16 + 2 * BATCH) /* goal <= 4 */
-#define BOUND_BATCH_GET  (BATCH + BATCH / 16)             /* goal <= 4 */
+#define BOUND_PUT        3 /* goal <= 3: reserve + payload + CAS (no lookup: route hint) */
+#define BOUND_BATCH_PUT  (2 + BATCH) /* goal <= 4; today: 1 reserve, 1 payload, a CAS per item */
+#define BOUND_BATCH_GET  (1 + BATCH) /* goal <= 4; today: a lookup per item, 1 payload */
 #define BOUND_REMOVE     2
 
 struct cp {
@@ -173,6 +173,7 @@ int main(int argc, char **argv)
     CHECK(kvmesh_put(C, &sc, "one", 3, vals[0], VSIZE, NULL) == 0);
     d = delta(a, snap(C, OBS_OP_PUT));
     show("put (new key, remote)", &d);
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
     CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);
     CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == (tcp ? 1 : 0));
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1);
@@ -186,6 +187,7 @@ int main(int argc, char **argv)
     CHECK(kvmesh_put(C, &sc, "one", 3, vals[1], VSIZE, NULL) == 0);
     d = delta(a, snap(C, OBS_OP_PUT));
     show("put (overwrite, remote)", &d);
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
     CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);
     CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == (tcp ? 1 : 0));
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1);
@@ -193,6 +195,18 @@ int main(int argc, char **argv)
     CHECK(d.handoffs == 2);
     CHECK(d.copies[xt] == per_copy);
     CHECK(d.checksums == 1);
+
+    /* ---- single put over a version this runtime has not seen: its hint is stale, the first
+     * CAS is refused with the current route and the second applies ---- */
+    CHECK(kvmesh_put(S, &sc, "other", 5, vals[2], VSIZE, NULL) == 0);
+    a = snap(C, OBS_OP_PUT);
+    CHECK(kvmesh_put(C, &sc, "other", 5, vals[3], VSIZE, NULL) == 0);
+    d = delta(a, snap(C, OBS_OP_PUT));
+    show("put (written elsewhere)", &d);
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 2);
+    CHECK(total(&d) <= BOUND_PUT + 1);
+    CHECK(d.handoffs == 2);
 
     /* ---- single get from the client: lookup + payload ---- */
     size_t got = 0;
@@ -235,6 +249,9 @@ int main(int argc, char **argv)
     show("batch_put 128 (new keys)", &d);
     for (int i = 0; i < BATCH; i++)
         CHECK(items[i].rc == 0);
+    CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);             /* one batched reservation */
+    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == (tcp ? 1 : 0)); /* one transport batch */
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1);
     CHECK(total(&d) <= BOUND_BATCH_PUT);
     CHECK(d.handoffs == 2);
@@ -252,6 +269,7 @@ int main(int argc, char **argv)
         CHECK(items[i].rc == 0 && items[i].out_len == VSIZE &&
               memcmp(outs[i], vals[i], VSIZE) == 0);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] >= 1);
+    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == (tcp ? 1 : 0));
     CHECK(total(&d) <= BOUND_BATCH_GET);
     CHECK(d.handoffs == 1);
     CHECK(d.copies[xt] == BATCH * per_copy);
