@@ -79,7 +79,7 @@
     }
 
 /* The table. Enum word order = stored value (route_mode: enum route_mode; transport: enum
- * kvm_transport_choice). */
+ * kvm_transport_choice; verify_reads: enum kvm_verify_reads). */
 static const kvm_cfg_field_t kvm_cfg_fields[] = {
     F_STR(metadata_url, "memory://default", KVM_CFG_SYN_URL,
           "Metadata backend: memory://NAME (in-process, one store per NAME), "
@@ -121,6 +121,12 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "Data-plane transport: auto (shared memory between runtimes on one host, tcp "
            "otherwise), tcp, or shm.",
            "auto", "tcp", "shm"),
+    F_ENUM(verify_reads, "always",
+           "Which replica reads verify the object's XXH3-64 checksum: always (every read; "
+           "catches a corrupted replica and a read racing the reuse of freed space, local or "
+           "remote), remote (only reads through a transport; copies from this runtime's own "
+           "segments are trusted), or never (a corrupted or raced replica is returned as read).",
+           "always", "remote", "never"),
     F_DBL(weight, "1.0", 0.001, 1000000.0,
           "WRH placement weight of this runtime relative to the others."),
     F_UINT(lease_ttl_ms, "5000", 100, 600000,
@@ -906,6 +912,7 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->max_object_size = cfg->max_object_size;
     out->replicas = cfg->replicas;
     out->route_mode = (enum route_mode)cfg->route_mode;
+    out->verify_reads = (enum kvm_verify_reads)cfg->verify_reads;
     out->top_k = cfg->top_k;
     out->shards = cfg->shards;
     out->transport = cfg->transport == KVM_TRANSPORT_TCP   ? TP_TCP

@@ -2,14 +2,16 @@
 /*
  * data.c — the application-thread side of object operations: the payload path.
  *
- *   put:    checksum (XXH3-64 over the gather list) -> PLACE op (loop reserves replicas) ->
+ *   put:    PLACE op (loop reserves replicas) -> checksum (XXH3-64 over the gather list, fused
+ *           with the local copy when a replica is local) ->
  *           payload written by this thread: memcpy into a local segment (write grant checked
  *           by seg_check) or one transport batch of WRITEs into remote reserved ranges ->
  *           PUBLISH op (route CAS) for the items whose writes all succeeded, ABORT op for the
  *           others;
  *   get:    LOOKUP op (route + replica access, local first) -> reads in rounds: round r reads
  *           every unfinished item from its r-th replica (local memcpy, or one transport batch of
- *           READs straight into the caller's buffers) -> checksum verified; a failed or corrupt
+ *           READs straight into the caller's buffers) -> checksum verified per the verify_reads
+ *           policy (always / remote / never; fused with a local copy); a failed or corrupt
  *           replica is reported (its owner quarantined) and the next round tries the next one;
  *           when every replica failed a checksum the route is read once more (an overwrite may
  *           have raced) before giving up;
@@ -176,9 +178,47 @@ static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, 
     return tp_submit(b, reqs, n);
 }
 
-/* A replica in this runtime's own segments: a memcpy, counted as transport "local". */
+#define DATA_SUM_BLOCK (64u << 10) /* copy + hash step: the block is still in L1/L2 when hashed */
+
+/* Copies len bytes (to the segment at p for SEG_WRITE, from it otherwise) and, with sum set,
+ * computes their XXH3-64 checksum in the same pass: block by block, each block hashed right
+ * after it was copied (the hashed side is the caller's buffer, just written or read). */
+static void copy_sum(uint32_t op, uint8_t *p, const struct iovec *iov, int iovcnt, uint64_t len,
+                     uint64_t *sum)
+{
+    XXH3_state_t *st = NULL;
+    if (sum && len > DATA_SUM_BLOCK && (st = XXH3_createState()) != NULL)
+        XXH3_64bits_reset_withSeed(st, KVM_HASH_SEED_CHECKSUM);
+    uint64_t pos = 0;
+    for (int i = 0; i < iovcnt; i++) {
+        uint8_t *b = iov[i].iov_base;
+        for (size_t done = 0; done < iov[i].iov_len;) {
+            size_t k = iov[i].iov_len - done;
+            k = k > DATA_SUM_BLOCK ? DATA_SUM_BLOCK : k;
+            if (op == SEG_WRITE)
+                memcpy(p + pos, b + done, k);
+            else
+                memcpy(b + done, p + pos, k);
+            if (st)
+                XXH3_64bits_update(st, b + done, k);
+            done += k;
+            pos += k;
+        }
+    }
+    if (!sum)
+        return;
+    if (st) {
+        *sum = XXH3_64bits_digest(st);
+        XXH3_freeState(st);
+    } else { /* small (or out of memory): the bytes are in cache, one more pass is the fusion */
+        *sum = sg_checksum(iov, iovcnt);
+    }
+}
+
+/* A replica in this runtime's own segments: a memcpy, counted as transport "local"; with sum
+ * set, the checksum of the copied bytes comes from the same pass (copy_sum). */
 static int local_copy(kvm_rt_t *rt, uint32_t op, uint64_t seg_id, uint64_t off, uint64_t len,
-                      uint64_t token, const struct iovec *iov, int iovcnt)
+                      uint64_t token, const struct iovec *iov, int iovcnt, uint64_t *sum)
 {
     unsigned xop = op == SEG_WRITE ? OBS_XOP_WRITE : OBS_XOP_READ;
     uint64_t t0 = env_clock_mono_ns();
@@ -191,14 +231,7 @@ static int local_copy(kvm_rt_t *rt, uint32_t op, uint64_t seg_id, uint64_t off, 
         obs_count(rt->metrics, transport_failures_total, OBS_TRANSPORT_LOCAL, xop, 1);
         return kvm_errf(rc, "local replica access refused: %s", seg_reason_str(why));
     }
-    uint64_t pos = 0;
-    for (int i = 0; i < iovcnt; i++) {
-        if (op == SEG_WRITE)
-            memcpy(p + pos, iov[i].iov_base, iov[i].iov_len);
-        else
-            memcpy(iov[i].iov_base, p + pos, iov[i].iov_len);
-        pos += iov[i].iov_len;
-    }
+    copy_sum(op, p, iov, iovcnt, len, sum);
     seg_unpin(rt->reg, pin);
     obs_count(rt->metrics, transport_bytes_total, OBS_TRANSPORT_LOCAL, xop, len);
     obs_observe(rt->metrics, transport_duration_seconds, OBS_TRANSPORT_LOCAL, xop,
@@ -254,9 +287,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         struct kvm_item *it = &place->items[i];
         if ((rc = kvm_ident_copy(&it->ident, &ids[i])) != 0)
             goto out;
-        it->len = sgs[i].len;
-        it->checksum = sg_checksum(sgs[i].iov, sgs[i].iovcnt);
-        KVM_CP_COUNT(place, op_checksum_passes_total, OBS_NONE, 1);
+        it->len = sgs[i].len; /* the checksum comes with the payload copy below */
     }
     if ((rc = kvm_op_run(place)) != 0)
         goto out;
@@ -276,11 +307,20 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
             struct kvm_item *it = &place->items[i];
             if (it->rc)
                 continue;
+            /* The checksum: fused with the local copy when there is one (distinct owners: at
+             * most one replica is local), else one pass right before the transport reads the
+             * same bytes (they are then in cache for its copy). */
+            bool summed = false;
+            for (uint32_t r = 0; r < it->n_res; r++)
+                summed = summed || it->res[r].local;
+            if (!summed)
+                it->checksum = sg_checksum(sgs[i].iov, sgs[i].iovcnt);
+            KVM_CP_COUNT(place, op_checksum_passes_total, OBS_NONE, 1);
             for (uint32_t r = 0; r < it->n_res && !it->rc; r++) {
                 struct kvm_res *res = &it->res[r];
                 if (res->local) {
                     it->rc = local_copy(rt, SEG_WRITE, res->seg, res->offset, it->len, res->token,
-                                        sgs[i].iov, sgs[i].iovcnt);
+                                        sgs[i].iov, sgs[i].iovcnt, &it->checksum);
                     KVM_CP_COUNT(place, op_payload_copies_total, OBS_TRANSPORT_LOCAL, 1);
                     d_local++;
                     continue;
@@ -462,7 +502,10 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
         struct tp_batch *b = NULL;
         unsigned first[DATA_CHUNK_MAX] = {0}, count[DATA_CHUNK_MAX] = {0};
         bool tried[DATA_CHUNK_MAX] = {0};
+        uint64_t lsum[DATA_CHUNK_MAX]; /* checksums fused with the local copies */
         struct cp_owners cpo = {.n = 0};
+        const bool verify_local = rt->cfg.verify_reads == KVM_VERIFY_ALWAYS;
+        const bool verify_remote = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
         for (size_t i = base; i < end; i++) {
             struct kvm_item *it = &look->items[i];
             struct kvm_sgout *o = &outs[i];
@@ -479,7 +522,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 d_remote++;
             if (a->local) {
                 int e = local_copy(rt, SEG_READ, rep->segment, rep->offset, it->route.length,
-                                   a->seg_read_token, o->iov, o->iovcnt);
+                                   a->seg_read_token, o->iov, o->iovcnt,
+                                   verify_local ? &lsum[i - base] : NULL);
                 KVM_CP_COUNT(look, op_payload_copies_total, OBS_TRANSPORT_LOCAL, 1);
                 count[i - base] = e ? 1u : 0u; /* marks a failed local read */
                 continue;
@@ -521,11 +565,14 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 for (unsigned k = 0; k < count[i - base] && ok; k++)
                     ok = tp_status(b, first[i - base] + k, NULL) == 0;
             }
-            if (ok)
+            bool local = it->acc[round].local;
+            if (ok && (local ? verify_local : verify_remote)) { /* verify_reads policy */
                 KVM_CP_COUNT(look, op_checksum_passes_total, OBS_NONE, 1);
-            if (ok && sg_checksum(o->iov, o->iovcnt) != it->route.checksum) {
-                ok = false;
-                *bad_sum = true;
+                uint64_t sum = local ? lsum[i - base] : sg_checksum(o->iov, o->iovcnt);
+                if (sum != it->route.checksum) {
+                    ok = false;
+                    *bad_sum = true;
+                }
             }
             if (ok) {
                 o->rc = 0;
@@ -793,7 +840,8 @@ static void handoff_page(kvm_rt_t *rt, const kvm_hot_replica_t *reps, const kvm_
                           read_tokens[i], &src, &pins[i], &why);
         if (!e && res->local) { /* another segment of this runtime (segment retirement) */
             struct iovec v = {src, reps[i].length};
-            e = local_copy(rt, SEG_WRITE, res->seg, res->offset, reps[i].length, res->token, &v, 1);
+            e = local_copy(rt, SEG_WRITE, res->seg, res->offset, reps[i].length, res->token, &v, 1,
+                           NULL);
             if (e)
                 it->rc = e;
             continue;

@@ -56,6 +56,8 @@ static const struct {
     {"top_k", "33", "top_k: \"33\" is out of range; allowed 1..32"},
     {"shards", "-1", "shards: \"-1\" is not an unsigned integer; allowed 1..1048576"},
     {"transport", "udp", "transport: \"udp\" is not allowed; allowed auto|tcp|shm"},
+    {"verify_reads", "sometimes",
+     "verify_reads: \"sometimes\" is not allowed; allowed always|remote|never"},
     {"weight", "0", "weight: \"0\" is out of range; allowed 0.001..1e+06"},
     {"lease_ttl_ms", "50", "lease_ttl_ms: \"50\" is out of range; allowed 100..600000"},
     {"request_timeout_ms", "5s",
