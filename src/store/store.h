@@ -265,8 +265,10 @@ typedef struct kvm_rt {
     env_t *env;
     struct seg_registry *reg;
     struct tp_engine *tp;
-    /* [any] under mu */
+    /* [any] under mu, except seg_cache / seg_retired / regs: under dp_rw (read-locked by the
+     * application threads' data-path lookups, write-locked to change them) */
     pthread_mutex_t mu;
+    pthread_rwlock_t dp_rw;
     struct kvm_seg_handle *seg_cache;
     size_t n_seg_cache;
     /* handles replaced after their peer died (other app threads may still use them): closed at

@@ -15,6 +15,8 @@
  * the measured path. Every system gets one client connection driven by one thread.
  */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -34,6 +36,8 @@
 #define BENCH_MAX_OPS       2000000 /* per row */
 #define BENCH_MAX_ROW_BYTES (8ull << 30)
 #define BENCH_HDR           16
+#define BENCH_MAX_THREADS   8 /* --threads: client threads per row */
+#define BENCH_MAX_TROWS     4 /* --threads: thread counts */
 
 enum bench_op { OP_PUT, OP_GET, OP_BPUT, OP_BGET, OP__N };
 static const char *op_names[OP__N] = {"put", "get", "batch_put", "batch_get"};
@@ -52,8 +56,19 @@ struct row {
     int64_t total_ns, stage_ns[4];
 };
 
+/* A --threads row: N application threads on the one client runtime, each on its own keys. */
+struct trow {
+    bool done;
+    unsigned threads;
+    double secs;
+    uint64_t ops, bytes, failed;
+};
+
 struct bench {
     bool quick, verify, markdown, breakdown;
+    size_t n_trows;
+    unsigned trows_n[BENCH_MAX_TROWS];
+    struct trow trows[SYS__N][BENCH_MAX_SIZES][BENCH_MAX_TROWS][OP__N];
     uint64_t row_ms;
     size_t nsizes;
     uint64_t sizes[BENCH_MAX_SIZES];
@@ -329,6 +344,112 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
     b->total_failed += failed;
 }
 
+/* ---- --threads rows (kvmesh only) --------------------------------------------------------- */
+
+struct tctx {
+    struct bench *b;
+    enum bench_op op;
+    unsigned t, n;
+    uint64_t deadline_ns;
+    uint8_t *region; /* src then dst buffers of this thread, registered as one region */
+    uint8_t *src[BENCH_BATCH_MAX], *dst[BENCH_BATCH_MAX];
+    uint64_t ops, bytes, failed;
+};
+
+/* Thread t of n: keys k = t, t + n, ... (puts overwrite them, gets read them); no stamping or
+ * verification (the values are whatever was written last). */
+static void *thread_main(void *arg)
+{
+    struct tctx *c = arg;
+    struct bench *b = c->b;
+    bool batch = c->op == OP_BPUT || c->op == OP_BGET;
+    bool put = c->op == OP_PUT || c->op == OP_BPUT;
+    size_t nb = batch ? b->batch : 1, mine = (b->nkeys + c->n - 1 - c->t) / c->n;
+    if (mine == 0)
+        return NULL;
+    kvmesh_batch_item_t ki[BENCH_BATCH_MAX];
+    size_t j = 0;
+    while (kvmesh_tools_now_ns() < c->deadline_ns && c->ops < BENCH_MAX_OPS) {
+        for (size_t i = 0; i < nb; i++, j++) {
+            size_t k = c->t + (j % mine) * c->n;
+            ki[i] = (kvmesh_batch_item_t){.key = b->keys[k],
+                                          .key_len = strlen(b->keys[k]),
+                                          .buf = put ? c->src[i] : c->dst[i],
+                                          .len = b->size};
+        }
+        size_t f = 0;
+        if (batch) {
+            if (put)
+                kvmesh_batch_put(b->kv, &b->scope, ki, nb, NULL);
+            else
+                kvmesh_batch_get(b->kv, &b->scope, ki, nb);
+            for (size_t i = 0; i < nb; i++)
+                f += ki[i].rc != 0;
+        } else if (put) {
+            f = kvmesh_put(b->kv, &b->scope, ki[0].key, ki[0].key_len, ki[0].buf, b->size, NULL) !=
+                0;
+        } else {
+            size_t got = 0;
+            f = kvmesh_get_into(b->kv, &b->scope, ki[0].key, ki[0].key_len, ki[0].buf, b->size,
+                                &got) != 0;
+        }
+        c->ops += nb;
+        c->failed += f;
+        c->bytes += (nb - f) * b->size;
+    }
+    return NULL;
+}
+
+static void run_threads_row(struct bench *b, size_t si, size_t ti, enum bench_op op)
+{
+    unsigned n = b->trows_n[ti];
+    struct trow *r = &b->trows[b->sys][si][ti][op];
+    struct tctx c[BENCH_MAX_THREADS];
+    pthread_t th[BENCH_MAX_THREADS];
+    bool started[BENCH_MAX_THREADS] = {false};
+    memset(c, 0, sizeof(c));
+    size_t nb = b->batch;
+    bool ok = true;
+    for (unsigned t = 0; t < n && ok; t++) {
+        c[t] = (struct tctx){.b = b, .op = op, .t = t, .n = n};
+        ok = (c[t].region = malloc(2 * nb * b->size)) != NULL;
+        for (size_t i = 0; ok && i < nb; i++) {
+            c[t].src[i] = c[t].region + i * b->size;
+            c[t].dst[i] = c[t].region + (nb + i) * b->size;
+            memcpy(c[t].src[i], b->pool[i % b->npool], b->size);
+            memset(c[t].dst[i], 0, b->size);
+        }
+        if (ok && kvmesh_register_buffer(b->kv, c[t].region, 2 * nb * b->size) != 0)
+            fprintf(stderr, "\nkvmesh bench: thread buffers not registered: %s\n",
+                    kvmesh_last_error());
+    }
+    uint64_t t0 = kvmesh_tools_now_ns();
+    for (unsigned t = 0; t < n && ok; t++) {
+        c[t].deadline_ns = t0 + b->row_ms * 1000000ull;
+        started[t] = pthread_create(&th[t], NULL, thread_main, &c[t]) == 0;
+    }
+    memset(r, 0, sizeof(*r));
+    for (unsigned t = 0; t < n; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        r->ops += c[t].ops;
+        r->bytes += c[t].bytes;
+        r->failed += c[t].failed;
+        if (c[t].region) {
+            kvmesh_unregister_buffer(b->kv, c[t].region);
+            free(c[t].region);
+        }
+    }
+    r->secs = (double)(kvmesh_tools_now_ns() - t0) / 1e9;
+    r->threads = n;
+    r->done = ok;
+    if (!ok)
+        fprintf(stderr, "\nkvmesh bench: out of memory for the %u-thread row\n", n);
+    b->total_failed += r->failed;
+    cli_progress(&b->prog, false, "[bench] %-10s %6" PRIu64 " KiB %-9s %u threads",
+                 sys_names[b->sys], b->size >> 10, op_names[op], n);
+}
+
 static int run_system_size(struct bench *b, size_t si)
 {
     if (data_init(b, b->sizes[si]) != 0) {
@@ -345,13 +466,25 @@ static int run_system_size(struct bench *b, size_t si)
     int rc = populate(b);
     for (int op = 0; rc == 0 && op < OP__N; op++)
         run_row(b, si, (enum bench_op)op);
+    bool main_reg = b->kv != NULL;
+    if (rc == 0 && b->kv && b->n_trows) {
+        /* the thread rows register their own buffers: make room (TP_MAX_REGIONS) */
+        for (size_t i = 0; i < b->npool; i++)
+            kvmesh_unregister_buffer(b->kv, b->pool[i]);
+        for (size_t i = 0; i < b->batch; i++)
+            kvmesh_unregister_buffer(b->kv, b->dst[i]);
+        main_reg = false;
+        for (size_t ti = 0; ti < b->n_trows; ti++)
+            for (int op = 0; op < OP__N; op++)
+                run_threads_row(b, si, ti, (enum bench_op)op);
+    }
     /* Free the space for the next size. */
     if (b->kv) {
         for (size_t k = 0; k < b->nkeys; k++)
             kvmesh_remove(b->kv, &b->scope, b->keys[k], strlen(b->keys[k]));
-        for (size_t i = 0; i < b->npool; i++)
+        for (size_t i = 0; main_reg && i < b->npool; i++)
             kvmesh_unregister_buffer(b->kv, b->pool[i]);
-        for (size_t i = 0; i < b->batch; i++)
+        for (size_t i = 0; main_reg && i < b->batch; i++)
             kvmesh_unregister_buffer(b->kv, b->dst[i]);
     } else {
         peer_flush(b->pc);
@@ -509,6 +642,44 @@ static void print_table(struct bench *b, bool with_peers, const bool *systems)
     }
 }
 
+/* --threads rows: aggregate throughput of N client threads on one client runtime, and the
+ * scaling against the first thread count. */
+static void print_threads(struct bench *b, const bool *systems)
+{
+    if (b->markdown)
+        printf("\n| transport | size | op | threads | kvmesh GB/s | kvmesh ops/s | vs %u thread%s "
+               "|\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n",
+               b->trows_n[0], b->trows_n[0] == 1 ? "" : "s");
+    else
+        printf("\nclient threads on one client runtime (aggregate):\n%-4s %7s %-9s %7s %10s %10s "
+               "%8s\n",
+               "xprt", "size", "op", "threads", "GB/s", "ops/s", "scaling");
+    for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
+        if (!systems[s])
+            continue;
+        for (size_t si = 0; si < b->nsizes; si++)
+            for (int op = 0; op < OP__N; op++)
+                for (size_t ti = 0; ti < b->n_trows; ti++) {
+                    const struct trow *r = &b->trows[s][si][ti][op], *r0 = &b->trows[s][si][0][op];
+                    if (!r->done)
+                        continue;
+                    double g = r->secs > 0 ? (double)r->bytes / r->secs / 1e9 : 0;
+                    double o = r->secs > 0 ? (double)(r->ops - r->failed) / r->secs : 0;
+                    double o0 = r0->secs > 0 ? (double)(r0->ops - r0->failed) / r0->secs : 0;
+                    char sz[32], x[16];
+                    kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
+                    fmt_ratio(x, sizeof(x), o, o0);
+                    const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
+                    if (b->markdown)
+                        printf("| %s | %s | %s | %u | %.2f | %.0f | %s |\n", tr, sz, op_names[op],
+                               r->threads, g, o, x);
+                    else
+                        printf("%-4s %7s %-9s %7u %10.2f %10.0f %8s\n", tr, sz, op_names[op],
+                               r->threads, g, o, x);
+                }
+    }
+}
+
 /* Per kvmesh row: the critical-path counts per call (from the client runtime's kvmesh_op_*
  * counters over the row) next to the mean exclusive time per stage of the sampled calls of the
  * row (the /breakdown ring: at most its last 128 entries). */
@@ -569,7 +740,7 @@ int cmd_bench(int argc, char **argv)
     struct bench *b = calloc(1, sizeof(*b));
     if (!b)
         return CLI_EXIT_FAIL;
-    const char *transports = "shm,tcp", *sizes = "4KiB,256KiB,1MiB,16MiB";
+    const char *transports = "shm,tcp", *sizes = "4KiB,256KiB,1MiB,16MiB", *threads = "";
     bool no_peers = false, help = false;
     struct cli_sets sets = {0};
     b->row_ms = 500;
@@ -581,6 +752,10 @@ int cmd_bench(int argc, char **argv)
         {"transports", "LIST", CLI_CSV, &transports, "kvmesh transports to run (default shm,tcp)"},
         {"sizes", "LIST", CLI_CSV, &sizes, "value sizes (default 4KiB,256KiB,1MiB,16MiB)"},
         {"row-ms", "MS", CLI_U64, &b->row_ms, "time budget per table row (default 500)"},
+        {"threads", "LIST", CLI_CSV, &threads,
+         "also run each kvmesh row with these numbers of client threads on the one client "
+         "runtime (e.g. 1,2,4; each thread on its own keys; not verified) and print their "
+         "aggregate throughput"},
         {"no-peers", NULL, CLI_FLAG, &no_peers, "do not start redis-server and memcached"},
         {"markdown", NULL, CLI_FLAG, &b->markdown, "print the table as Markdown"},
         {"breakdown", NULL, CLI_FLAG, &b->breakdown,
@@ -642,6 +817,23 @@ int cmd_bench(int argc, char **argv)
             b->sizes[b->nsizes++] = v;
         }
     }
+    {
+        char tmp[64];
+        snprintf(tmp, sizeof(tmp), "%s", threads);
+        for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            char *e;
+            unsigned long v = strtoul(t, &e, 10);
+            if (*e || v < 1 || v > BENCH_MAX_THREADS || b->n_trows >= BENCH_MAX_TROWS) {
+                fprintf(stderr,
+                        "kvmesh bench: --threads: \"%s\" must be a list of at most %d counts in "
+                        "1..%d\n",
+                        threads, BENCH_MAX_TROWS, BENCH_MAX_THREADS);
+                rc = CLI_EXIT_USAGE;
+                goto out;
+            }
+            b->trows_n[b->n_trows++] = (unsigned)v;
+        }
+    }
     if (b->quick && b->row_ms == 500)
         b->row_ms = 20;
     cli_progress_init(&b->prog, stderr, 2000);
@@ -700,6 +892,8 @@ int cmd_bench(int argc, char **argv)
     print_table(b, !no_peers, systems);
     if (b->breakdown)
         print_breakdown(b, systems);
+    if (b->n_trows)
+        print_threads(b, systems);
     printf("latency is per operation for put/get and per call for batches; batch sizes:");
     for (size_t si = 0; si < b->nsizes; si++)
         printf(" %zu", batch_for(b, b->sizes[si]));
