@@ -40,22 +40,23 @@
 #include "store/alloc.h"
 #include "store/store_config.h"
 
-#define STORE_MAX_MEMBERS      256  /* members in a live snapshot */
-#define STORE_MAX_SEGS         64   /* segments per runtime */
-#define STORE_ADDR_MAX         160  /* rpc address string */
-#define STORE_SEG_CACHE_MAX    4096 /* opened remote segment handles per runtime */
-#define STORE_SEG_RETIRED_MAX  1024 /* dead handles replaced by a reopen, kept until close */
-#define STORE_PLACE_TRIES      8    /* owners tried per replica */
-#define STORE_CAS_RETRIES      8    /* publish attempts after a conflict */
-#define STORE_INDET_RETRIES    4    /* publish re-checks after an indeterminate CAS */
-#define STORE_TICK_MS          20   /* owner housekeeping period */
-#define STORE_TICK_BUDGET      256  /* slots examined per housekeeping turn */
-#define STORE_EVICT_INFLIGHT   64   /* eviction CAS in flight per owner */
-#define STORE_RESERVE_WAIT_MAX 512  /* reservations waiting for eviction to free space */
-#define STORE_HIT_FLUSH_MS     100  /* hit reports are batched this long */
-#define STORE_MEMBER_PAGE      256  /* member records per range page */
-#define STORE_HINTS            8192 /* route hints per runtime (power of two; route_hint.c) */
-#define STORE_HINT_REPLICAS    3    /* routes with more replicas are not hinted */
+#define STORE_MAX_MEMBERS      256   /* members in a live snapshot */
+#define STORE_MAX_SEGS         64    /* segments per runtime */
+#define STORE_ADDR_MAX         160   /* rpc address string */
+#define STORE_SEG_CACHE_MAX    4096  /* opened remote segment handles per runtime */
+#define STORE_SEG_RETIRED_MAX  1024  /* dead handles replaced by a reopen, kept until close */
+#define STORE_PLACE_TRIES      8     /* owners tried per replica */
+#define STORE_CAS_RETRIES      8     /* publish attempts after a conflict */
+#define STORE_INDET_RETRIES    4     /* publish re-checks after an indeterminate CAS */
+#define STORE_TICK_MS          20    /* owner housekeeping period */
+#define STORE_TICK_BUDGET      256   /* slots examined per housekeeping turn */
+#define STORE_EVICT_INFLIGHT   64    /* eviction CAS in flight per owner */
+#define STORE_RESERVE_WAIT_MAX 512   /* reservations waiting for eviction to free space */
+#define STORE_HIT_FLUSH_MS     100   /* hit reports are batched this long */
+#define STORE_MEMBER_PAGE      256   /* member records per range page */
+#define STORE_HINTS            16384 /* route hints per runtime (power of two; route_hint.c) */
+#define STORE_HINT_WAYS        4     /* route hints: ways per set */
+#define STORE_HINT_REPLICAS    3     /* routes with more replicas are not hinted */
 /* How long past its deadline a bounded call waits for the loop's own answer before it gives up
  * on the op (docs/api.md "Deadlines"): every stage already ends by the deadline; this covers the
  * hand-over from the loop thread. */
@@ -331,7 +332,7 @@ typedef struct kvm_rt {
     struct self_msg *self_msgs;   /* [loop] env messages to self awaiting delivery */
     kvm_op_t *state_op;           /* the drain step waiting for its record write */
     struct kvm_quota *quota;      /* [loop] tenant quota protocol (quota.c); NULL = off */
-    struct kvm_hint *hints;       /* [loop] route hints (route_hint.c); NULL until first use */
+    struct kvm_hints *hints;      /* [loop] route hints (route_hint.c); NULL until first use */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;
