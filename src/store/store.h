@@ -12,10 +12,12 @@
  *   ops.c      loop side of object operations: placement, reservation, route publication by
  *              CAS, lookup, tombstones, release of obsolete replicas;
  *   data.c     application-thread side: payload writes and reads through the transports,
- *              checksum verification, replica failover, batches, drain handoff.
+ *              checksum verification, replica failover, batches, drain handoff;
+ *   route_hint.c  the last route version seen per key: the expected version of the next CAS.
  *
  * Threads: everything in struct kvm_rt marked [loop] is touched only on the loop thread;
- * [any] fields are immutable after open or protected by rt->mu. Application threads reach the
+ * [any] fields are immutable after open or protected by rt->mu (the data-path tables by
+ * rt->dp_rw). Application threads reach the
  * loop only through kvm_op_submit (env_post) and wait on the op's completion.
  */
 #ifndef KVMESH_STORE_STORE_H
