@@ -180,14 +180,20 @@ static int64_t rd(struct obs_registry *r, const char *id, unsigned a, unsigned b
 }
 
 /* The updates one local 4 KiB get makes, in the order the code makes them (src/api/kvmesh.c:
- * rec_begin/rec; src/route/route_client.c: finish; src/store/data.c: local_copy). */
+ * rec_begin/rec; src/store/runtime.c: kvm_op_run (hand-off); src/route/route_client.c: finish;
+ * src/store/ops.c: ictx_free (lookup round trips, 0 here); src/store/data.c: local_copy and the
+ * critical-path copy and checksum counts). */
 static void replay_get(struct obs_registry *r, unsigned slot, uint64_t ns)
 {
     obs_gauge_add(r, requests_in_flight, OBS_OP_GET, OBS_NONE, 1);
+    obs_count(r, op_handoffs_total, OBS_OP_GET, OBS_NONE, 1);
     obs_count(r, route_lookups_total, OBS_LOOKUP_FOUND, OBS_NONE, 1);
+    obs_count(r, op_round_trips_total, OBS_OP_GET, OBS_CPSTAGE_ROUTE_LOOKUP, 0);
     obs_count(r, transport_operations_total, OBS_TRANSPORT_LOCAL, OBS_XOP_READ, 1);
     obs_count(r, transport_bytes_total, OBS_TRANSPORT_LOCAL, OBS_XOP_READ, 4096);
     obs_observe(r, transport_duration_seconds, OBS_TRANSPORT_LOCAL, OBS_XOP_READ, ns / 8);
+    obs_count(r, op_payload_copies_total, OBS_OP_GET, OBS_TRANSPORT_LOCAL, 1);
+    obs_count(r, op_checksum_passes_total, OBS_OP_GET, OBS_NONE, 1);
     obs_count(r, requests_total, OBS_OP_GET, OBS_RES_OK, 1);
     obs_tenant_count(r, tenant_requests_total, slot, 1);
     obs_tenant_count(r, tenant_request_bytes_total, slot, 4096);
@@ -196,7 +202,7 @@ static void replay_get(struct obs_registry *r, unsigned slot, uint64_t ns)
     obs_observe(r, request_duration_seconds, OBS_OP_GET, OBS_NONE, ns);
     obs_gauge_add(r, requests_in_flight, OBS_OP_GET, OBS_NONE, -1);
 }
-#define UPDATES_PER_GET 12
+#define UPDATES_PER_GET 16
 
 static int hot_path(long n)
 {
@@ -229,6 +235,9 @@ static int hot_path(long n)
     int64_t q0 = rd(rr, "requests_total", OBS_OP_GET, OBS_RES_OK);
     int64_t l0 = rd(rr, "route_lookups_total", OBS_LOOKUP_FOUND, 0);
     int64_t x0 = rd(rr, "transport_operations_total", OBS_TRANSPORT_LOCAL, OBS_XOP_READ);
+    int64_t c0 = rd(rr, "op_handoffs_total", OBS_OP_GET, 0) +
+                 rd(rr, "op_payload_copies_total", OBS_OP_GET, OBS_TRANSPORT_LOCAL) +
+                 rd(rr, "op_checksum_passes_total", OBS_OP_GET, 0);
     int64_t h0 = rd(rr, "request_duration_seconds", OBS_OP_GET, 0) +
                  rd(rr, "request_payload_bytes", OBS_OP_GET, 0) +
                  rd(rr, "transport_duration_seconds", OBS_TRANSPORT_LOCAL, OBS_XOP_READ);
@@ -249,15 +258,20 @@ static int hot_path(long n)
     int64_t dq = rd(rr, "requests_total", OBS_OP_GET, OBS_RES_OK) - q0;
     int64_t dl = rd(rr, "route_lookups_total", OBS_LOOKUP_FOUND, 0) - l0;
     int64_t dx = rd(rr, "transport_operations_total", OBS_TRANSPORT_LOCAL, OBS_XOP_READ) - x0;
+    int64_t dc = rd(rr, "op_handoffs_total", OBS_OP_GET, 0) +
+                 rd(rr, "op_payload_copies_total", OBS_OP_GET, OBS_TRANSPORT_LOCAL) +
+                 rd(rr, "op_checksum_passes_total", OBS_OP_GET, 0) - c0;
     int64_t dh = rd(rr, "request_duration_seconds", OBS_OP_GET, 0) +
                  rd(rr, "request_payload_bytes", OBS_OP_GET, 0) +
                  rd(rr, "transport_duration_seconds", OBS_TRANSPORT_LOCAL, OBS_XOP_READ) - h0;
     kvmesh_close(kv);
-    if (dq != gets || dl != gets || dx != gets || dh != 3 * gets) {
+    if (dq != gets || dl != gets || dx != gets || dh != 3 * gets || dc != 3 * gets) {
         fprintf(stderr,
                 "the runtime counted %lld requests, %lld lookups, %lld local reads, %lld "
-                "observations for %lld gets: the replay below no longer matches the code\n",
-                (long long)dq, (long long)dl, (long long)dx, (long long)dh, (long long)gets);
+                "observations, %lld critical-path counts for %lld gets: the replay below no "
+                "longer matches the code\n",
+                (long long)dq, (long long)dl, (long long)dx, (long long)dh, (long long)dc,
+                (long long)gets);
         return 1;
     }
     struct obs_registry *r;

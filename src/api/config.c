@@ -79,7 +79,7 @@
     }
 
 /* The table. Enum word order = stored value (route_mode: enum route_mode; transport: enum
- * kvm_transport_choice). */
+ * kvm_transport_choice; verify_reads: enum kvm_verify_reads). */
 static const kvm_cfg_field_t kvm_cfg_fields[] = {
     F_STR(metadata_url, "memory://default", KVM_CFG_SYN_URL,
           "Metadata backend: memory://NAME (in-process, one store per NAME), "
@@ -121,6 +121,12 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "Data-plane transport: auto (shared memory between runtimes on one host, tcp "
            "otherwise), tcp, or shm.",
            "auto", "tcp", "shm"),
+    F_ENUM(verify_reads, "always",
+           "Which replica reads verify the object's XXH3-64 checksum: always (every read; "
+           "catches a corrupted replica and a read racing the reuse of freed space, local or "
+           "remote), remote (only reads through a transport; copies from this runtime's own "
+           "segments are trusted), or never (a corrupted or raced replica is returned as read).",
+           "always", "remote", "never"),
     F_DBL(weight, "1.0", 0.001, 1000000.0,
           "WRH placement weight of this runtime relative to the others."),
     F_UINT(lease_ttl_ms, "5000", 100, 600000,
@@ -167,13 +173,13 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "Soft tenant isolation: remote payload batches are queued per tenant and submitted in "
            "weighted round-robin turns within the limits below; off = every request submits at "
            "once (docs/tenancy.md \"Soft isolation\")."),
-    F_UINT(max_remote_batch_items_per_tenant, "16", 1, 1024,
+    F_UINT(max_remote_batch_items_per_tenant, "128", 1, 1024,
            "Items of one tenant in one remote batch, and in one scheduling turn (times the "
            "tenant's weight)."),
     F_SIZE(max_remote_batch_bytes, "16MiB", 4096, KVM_CFG_MEMORY_MAX,
            "Bytes of one remote batch, and of one scheduling turn (times the tenant's weight); "
            "a single larger item travels alone."),
-    F_UINT(max_remote_batch_burst_items, "64", 1, 65536,
+    F_UINT(max_remote_batch_burst_items, "256", 1, 65536,
            "Items of one tenant in flight at once (at least max_remote_batch_items_per_tenant); "
            "a tenant at the cap waits for its completions while the others go on."),
     F_SIZE(max_inflight_bytes_per_batch, "256MiB", 4096, KVM_CFG_MEMORY_MAX,
@@ -952,6 +958,7 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->max_object_size = cfg->max_object_size;
     out->replicas = cfg->replicas;
     out->route_mode = (enum route_mode)cfg->route_mode;
+    out->verify_reads = (enum kvm_verify_reads)cfg->verify_reads;
     out->top_k = cfg->top_k;
     out->shards = cfg->shards;
     out->transport = cfg->transport == KVM_TRANSPORT_TCP   ? TP_TCP

@@ -127,6 +127,47 @@ size_t kvmesh_tools_config_dump_yaml(const kvmesh_config_t *cfg, char *buf, size
     return kvm_config_dump_yaml(cfg, buf, cap);
 }
 
+int kvmesh_tools_critpath(kvmesh_t *kv, const char *op, kvmesh_tools_critpath_t *out)
+{
+    static const char *const ops[] = {"put",       "get",       "remove",      "exist",
+                                      "batch_put", "batch_get", "batch_remove"};
+    KVM_STATIC_ASSERT(KVM_ARRAY_SIZE(ops) == OBS__N_op, "operation names");
+    KVM_STATIC_ASSERT(OBS__N_cpstage == 4, "stages");
+    memset(out, 0, sizeof(*out));
+    unsigned o = 0;
+    while (o < OBS__N_op && strcmp(ops[o], op ? op : "") != 0)
+        o++;
+    struct kvm_rt *rt = kvmesh_runtime_of(kv);
+    if (o == OBS__N_op || !rt)
+        return kvm_errf(KVMESH_EINVAL, "kvmesh_tools_critpath: unknown operation \"%s\"",
+                        op ? op : "");
+    int64_t v;
+    for (unsigned r = 0; r < OBS__N_res; r++)
+        if (obs_metrics_read(rt->metrics, "requests_total", o, r, &v) == 0)
+            out->calls += (uint64_t)v;
+    for (unsigned s = 0; s < OBS__N_cpstage; s++)
+        if (obs_metrics_read(rt->metrics, "op_round_trips_total", o, s, &v) == 0)
+            out->round_trips[s] = (uint64_t)v;
+    for (unsigned t = 0; t < OBS__N_transport; t++)
+        if (obs_metrics_read(rt->metrics, "op_payload_copies_total", o, t, &v) == 0)
+            out->copies += (uint64_t)v;
+    if (obs_metrics_read(rt->metrics, "op_handoffs_total", o, OBS_NONE, &v) == 0)
+        out->handoffs = (uint64_t)v;
+    if (obs_metrics_read(rt->metrics, "op_checksum_passes_total", o, OBS_NONE, &v) == 0)
+        out->checksums = (uint64_t)v;
+    return 0;
+}
+
+size_t kvmesh_tools_breakdown(kvmesh_t *kv, const char *name, uint64_t since_unix_ns,
+                              int64_t *total_ns, int64_t stage_ns[4])
+{
+    KVM_STATIC_ASSERT(OBS_STAGE__COUNT == 4, "stages");
+    struct kvm_rt *rt = kvmesh_runtime_of(kv);
+    if (!rt || !rt->tracer)
+        return 0;
+    return obs_tracer_breakdown_sum(rt->tracer, name, since_unix_ns, total_ns, stage_ns);
+}
+
 uint64_t kvmesh_tools_now_ns(void)
 {
     return env_clock_mono_ns();

@@ -90,6 +90,22 @@ uint64_t kvmesh_tools_now_ns(void);
 struct kvm_rt;
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
 
+/* ---- critical path of a runtime (kvmesh bench --breakdown) ----------------------------------
+ * The kvmesh_op_* counters of one operation kind ("put", "get", "remove", "exist", "batch_put",
+ * "batch_get", "batch_remove"; docs/operations.md "Critical-path counters") in kv's registry,
+ * with kvmesh_requests_total of that operation as `calls`. KVMESH_EINVAL for another name. */
+typedef struct kvmesh_tools_critpath {
+    uint64_t calls;
+    uint64_t round_trips[4]; /* reserve, payload, route_lookup, route_cas */
+    uint64_t handoffs, copies, checksums;
+} kvmesh_tools_critpath_t;
+int kvmesh_tools_critpath(kvmesh_t *kv, const char *op, kvmesh_tools_critpath_t *out);
+/* The sampled requests named `name` (e.g. "store.put") in kv's /breakdown ring that ended at or
+ * after since_unix_ns: their count (0 when tracing is off), summed total and summed exclusive
+ * time per stage (store, control, data, metadata), in ns. */
+size_t kvmesh_tools_breakdown(kvmesh_t *kv, const char *name, uint64_t since_unix_ns,
+                              int64_t *total_ns, int64_t stage_ns[4]);
+
 /* ---- metadata administration (kvmesh admin) ------------------------------------------------
  * A direct, blocking connection to a deployment's metadata (metadata_url, deployment and
  * request_timeout_ms of cfg): no runtime joins. Reads are bounded pages (at most

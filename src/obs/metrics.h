@@ -174,7 +174,8 @@
     V(OBS_FAIR_IMMEDIATE, "immediate")                                                             \
     V(OBS_FAIR_WAITED, "waited")                                                                   \
     V(OBS_FAIR_TIMED_OUT, "timed_out")                                                             \
-    V(OBS_FAIR_QUEUE_FULL, "queue_full")                                                           \
+    V(OBS_FAIR_QUEUE_FULL, "queue_full")
+
 /* tenant quota protocol call made by this runtime's store (src/store/quota.c) */
 #define OBS_QOP_VALUES(V)                                                                          \
     V(OBS_QOP_RESERVE, "reserve")                                                                  \
@@ -200,6 +201,12 @@
     V(OBS_QRECON_REPLAYED, "replayed")                                                             \
     V(OBS_QRECON_DEGRADED, "degraded")                                                             \
     V(OBS_QRECON_PURGED, "purged")
+/* critical-path stage of an API operation that waited on another runtime (op_round_trips_total) */
+#define OBS_CPSTAGE_VALUES(V)                                                                      \
+    V(OBS_CPSTAGE_RESERVE, "reserve")                                                              \
+    V(OBS_CPSTAGE_PAYLOAD, "payload")                                                              \
+    V(OBS_CPSTAGE_ROUTE_LOOKUP, "route_lookup")                                                    \
+    V(OBS_CPSTAGE_ROUTE_CAS, "route_cas")
 
 /* X(dim, label name, value list) */
 #define OBS_DIM_LIST(X)                                                                            \
@@ -222,7 +229,8 @@
     X(fair, "result", OBS_FAIR_VALUES)                                                             \
     X(qop, "operation", OBS_QOP_VALUES)                                                            \
     X(qres, "result", OBS_QRES_VALUES)                                                             \
-    X(qrecon, "result", OBS_QRECON_VALUES)
+    X(qrecon, "result", OBS_QRECON_VALUES)                                                         \
+    X(cpstage, "stage", OBS_CPSTAGE_VALUES)
 
 #define OBS_X_ENUM_V(name, str)          name,
 #define OBS_X_DIM_ENUM(d, label, VALUES) enum obs_dim_##d{VALUES(OBS_X_ENUM_V) OBS__N_##d};
@@ -288,7 +296,20 @@ enum obs_dim_id {
       "Objects a write over its tenant's quota evicted from the same tenant.", none, none)         \
     X(quota_reconciliations_total,                                                                 \
       "Due quota operations resolved by this runtime's reconciliation passes, by outcome.",        \
-      qrecon, none)
+      qrecon, none)                                                                                \
+    X(op_round_trips_total,                                                                        \
+      "Request/response exchanges with other runtimes an API operation waited on, by operation "   \
+      "and stage (counted by the calling runtime).",                                               \
+      op, cpstage)                                                                                 \
+    X(op_handoffs_total,                                                                           \
+      "Hand-offs of an API operation from the application thread to the loop thread and back.",    \
+      op, none)                                                                                    \
+    X(op_payload_copies_total,                                                                     \
+      "Payload copies made by an API operation, by operation and transport (local, shm: one "      \
+      "memcpy per replica; tcp: two kernel socket copies per replica).",                           \
+      op, transport)                                                                               \
+    X(op_checksum_passes_total, "Passes over an API operation's payload computing its checksum.",  \
+      op, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
     X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \

@@ -792,6 +792,24 @@ void obs_tracer_breakdown_json(struct obs_tracer *t, unsigned limit, struct obs_
     pthread_mutex_unlock(&t->mu);
 }
 
+size_t obs_tracer_breakdown_sum(struct obs_tracer *t, const char *name, uint64_t since_unix_ns,
+                                int64_t *total_ns, int64_t stage_ns[OBS_STAGE__COUNT])
+{
+    size_t n = 0;
+    pthread_mutex_lock(&t->mu);
+    for (size_t k = 0; k < t->ring_len; k++) {
+        const struct obs_breakdown_ent *e = &t->ring[k];
+        if (e->end_unix_ns < since_unix_ns || strcmp(e->name, name) != 0)
+            continue;
+        n++;
+        *total_ns += e->total_ns;
+        for (int i = 0; i < OBS_STAGE__COUNT; i++)
+            stage_ns[i] += e->stage_ns[i];
+    }
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
 void obs_tracer_status_json(struct obs_tracer *t, struct obs_buf *b)
 {
     struct obs_tracer_stats s;

@@ -175,6 +175,11 @@ void obs_tracer_stats(struct obs_tracer *t, struct obs_tracer_stats *out);
 /* Appends the /breakdown JSON object (newest first, at most `limit` entries, each with the
  * trace id, root span name, total and exclusive per-stage microseconds). */
 void obs_tracer_breakdown_json(struct obs_tracer *t, unsigned limit, struct obs_buf *b);
+/* Sums the breakdown ring entries named `name` that ended at or after since_unix_ns: adds their
+ * total and per-stage exclusive times (ns) to *total_ns and stage_ns[] and returns how many
+ * there were (at most OBS_BREAKDOWN_RING: the most recent ones). For `kvmesh bench --breakdown`. */
+size_t obs_tracer_breakdown_sum(struct obs_tracer *t, const char *name, uint64_t since_unix_ns,
+                                int64_t *total_ns, int64_t stage_ns[OBS_STAGE__COUNT]);
 /* Appends the tracer status JSON object (rate, capture, exporter counters). */
 void obs_tracer_status_json(struct obs_tracer *t, struct obs_buf *b);
 

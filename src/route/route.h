@@ -105,6 +105,21 @@ typedef void (*route_cas_cb)(void *arg, int rc, const kvm_route_t *route);
 int route_cas(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
               route_cas_cb cb, void *arg);
 
+/* Critical-path accounting of one lookup or CAS (optional): `rounds` is incremented once per
+ * attempt that sent its request to at least one other runtime (EmbeddedWrh: a READ fan-out to
+ * an authority set that is not only this runtime, or a CAS to a primary that is not this
+ * runtime; MetadataOnly: once per call, the metadata round trip). Requests to this runtime's own
+ * authority are not round trips; the primary's mirroring is counted by the primary
+ * (kvmesh_route_mirror_publications_total). The caller owns *cost and keeps it valid until the
+ * callback ran; the service writes it only before the callback. */
+typedef struct route_cost {
+    uint32_t rounds;
+} route_cost_t;
+int route_lookup_costed(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb, void *arg,
+                        route_cost_t *cost);
+int route_cas_costed(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
+                     route_cas_cb cb, void *arg, route_cost_t *cost);
+
 /* Owner-to-key enumeration, paginated: routes that reference `owner` in a hot replica. The
  * cursor is opaque (NULL/0-length = start). `complete` is true only when every shard answered
  * and nothing remains — a partial page never claims absence. */

@@ -46,6 +46,8 @@ struct route_op {
     bool done;
     env_timer_id timer;
     int last_rc;
+    route_cost_t *cost; /* caller's accounting (route_*_costed), NULL = none; not touched after
+                           the callback */
     /* read attempt */
     uint32_t n_wait, n_members;
     route_msg_member_t members[ROUTE_MSG_MAX_SET];
@@ -347,6 +349,11 @@ static void lookup_send(route_op_t *op, route_shard_t *sh)
         backoff(op, ROUTE_RETRY_NS);
         return;
     }
+    bool remote = false;
+    for (uint32_t i = 0; i < op->n_members && !remote; i++)
+        remote = op->members[i].node != svc->self_node;
+    if (op->cost && remote)
+        op->cost->rounds++;
     op->timer = env_timer_start(svc->env, ROUTE_ATTEMPT_NS + ROUTE_RETRY_NS, attempt_timeout, op);
 }
 
@@ -414,6 +421,8 @@ static void cas_send(route_op_t *op, route_shard_t *sh)
         backoff(op, ROUTE_RETRY_NS);
         return;
     }
+    if (op->cost && to.node != svc->self_node)
+        op->cost->rounds++;
     op->calls_pending++;
 }
 
@@ -590,8 +599,20 @@ static void op_start(route_svc_t *svc, route_op_t *op)
 
 int route_lookup(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb, void *arg)
 {
-    if (svc->mo)
-        return route_mo_lookup(svc->mo, ident, cb, arg);
+    return route_lookup_costed(svc, ident, cb, arg, NULL);
+}
+
+int route_lookup_costed(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb, void *arg,
+                        route_cost_t *cost)
+{
+    if (svc->mo) {
+        if (cost)
+            cost->rounds++; /* before the call: its callback may run first */
+        int rc = route_mo_lookup(svc->mo, ident, cb, arg);
+        if (rc && cost)
+            cost->rounds--;
+        return rc;
+    }
     if (!ident || !ident->enc || !cb)
         return kvm_errf(KVMESH_EINVAL, "route_lookup: ident and cb are required");
     route_op_t *op = op_new(svc, OP_LOOKUP, arg);
@@ -603,6 +624,7 @@ int route_lookup(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb,
         return KVMESH_ENOMEM;
     }
     op->lcb = cb;
+    op->cost = cost;
     op->shard = kvm_ident_shard(ident, svc->policy.n_shards);
     op_start(svc, op);
     return 0;
@@ -611,8 +633,20 @@ int route_lookup(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb,
 int route_cas(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
               route_cas_cb cb, void *arg)
 {
-    if (svc->mo)
-        return route_mo_cas(svc->mo, expected, next, cb, arg);
+    return route_cas_costed(svc, expected, next, cb, arg, NULL);
+}
+
+int route_cas_costed(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
+                     route_cas_cb cb, void *arg, route_cost_t *cost)
+{
+    if (svc->mo) {
+        if (cost)
+            cost->rounds++;
+        int rc = route_mo_cas(svc->mo, expected, next, cb, arg);
+        if (rc && cost)
+            cost->rounds--;
+        return rc;
+    }
     if (!expected || !next || !cb)
         return kvm_errf(KVMESH_EINVAL, "route_cas: expected, next and cb are required");
     route_op_t *op = op_new(svc, OP_CAS, arg);
@@ -633,6 +667,7 @@ int route_cas(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_r
         return rc;
     }
     op->ccb = cb;
+    op->cost = cost;
     op->expected = *expected;
     op->shard = kvm_ident_shard(&next->ident, svc->policy.n_shards);
     op_start(svc, op);

@@ -2,14 +2,16 @@
 /*
  * data.c — the application-thread side of object operations: the payload path.
  *
- *   put:    checksum (XXH3-64 over the gather list) -> PLACE op (loop reserves replicas) ->
+ *   put:    PLACE op (loop reserves replicas) -> checksum (XXH3-64 over the gather list, fused
+ *           with the local copy when a replica is local) ->
  *           payload written by this thread: memcpy into a local segment (write grant checked
  *           by seg_check) or one transport batch of WRITEs into remote reserved ranges ->
  *           PUBLISH op (route CAS) for the items whose writes all succeeded, ABORT op for the
  *           others;
  *   get:    LOOKUP op (route + replica access, local first) -> reads in rounds: round r reads
  *           every unfinished item from its r-th replica (local memcpy, or one transport batch of
- *           READs straight into the caller's buffers) -> checksum verified; a failed or corrupt
+ *           READs straight into the caller's buffers) -> checksum verified per the verify_reads
+ *           policy (always / remote / never; fused with a local copy); a failed or corrupt
  *           replica is reported (its owner quarantined) and the next round tries the next one;
  *           when every replica failed a checksum the route is read once more (an overwrite may
  *           have raced) before giving up;
@@ -34,7 +36,8 @@
 #include "store/data.h"
 #include "store/fair.h"
 
-#define DATA_CHUNK 16 /* items per transport round (bounds temporary registrations) */
+#define DATA_CHUNK     16  /* items per transport round with temporary registrations */
+#define DATA_CHUNK_MAX 128 /* items per transport round when every buffer is registered */
 
 static uint64_t sg_checksum(const struct iovec *iov, int iovcnt)
 {
@@ -49,6 +52,36 @@ static uint64_t sg_checksum(const struct iovec *iov, int iovcnt)
     uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     return h;
+}
+
+/* ---- critical-path accounting (kvmesh_op_* families, docs/operations.md) ----------------- */
+
+/* The owners one transport batch reached over tcp: one request/response exchange each (its
+ * requests are pipelined on the owner's data connections); shm is a copy in this thread. */
+struct cp_owners {
+    kvm_runtime_id_t id[64]; /* beyond 64 distinct owners each further one counts again */
+    unsigned n;
+};
+
+static void cp_owner_add(struct cp_owners *o, const kvm_runtime_id_t *id)
+{
+    for (unsigned i = 0; i < o->n && i < KVM_ARRAY_SIZE(o->id); i++)
+        if (kvm_id128_equal(&o->id[i], id))
+            return;
+    if (o->n < KVM_ARRAY_SIZE(o->id))
+        o->id[o->n] = *id;
+    o->n++;
+}
+
+/* One replica's payload moved through the transport: the copies it makes. */
+static void cp_transfer(kvm_op_t *op, struct tp_segment *seg, const kvm_runtime_id_t *owner,
+                        struct cp_owners *o)
+{
+    bool tcp = tp_segment_kind(seg) == TP_TCP;
+    KVM_CP_COUNT(op, op_payload_copies_total, tcp ? OBS_TRANSPORT_TCP : OBS_TRANSPORT_SHM,
+                 tcp ? 2 : 1);
+    if (tcp)
+        cp_owner_add(o, owner);
 }
 
 /* Temporary registration of one item's buffers (their covering span). */
@@ -92,6 +125,39 @@ static void reg_drop(kvm_rt_t *rt, struct tmpreg *r)
     r->addr = NULL;
 }
 
+/* Items per transport round: all of them (up to DATA_CHUNK_MAX, one batch per round) when every
+ * buffer is registered or segment memory, else DATA_CHUNK (each item of a round may hold a
+ * temporary registration, and the transport has TP_MAX_REGIONS). */
+static bool iov_registered(kvm_rt_t *rt, const struct iovec *iov, int iovcnt)
+{
+    for (int i = 0; i < iovcnt; i++)
+        if (iov[i].iov_len && !kvm_rt_is_registered(rt, iov[i].iov_base, iov[i].iov_len) &&
+            !seg_local_contains(rt->reg, iov[i].iov_base, iov[i].iov_len))
+            return false;
+    return true;
+}
+
+static size_t put_chunk(kvm_rt_t *rt, const struct kvm_item *items, const struct kvm_sg *sgs,
+                        size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((size_t)sgs[i].iovcnt * (items[i].n_res ? items[i].n_res : 1) * DATA_CHUNK_MAX >
+                TP_MAX_BATCH ||
+            !iov_registered(rt, sgs[i].iov, sgs[i].iovcnt))
+            return DATA_CHUNK;
+    return DATA_CHUNK_MAX;
+}
+
+static size_t get_chunk(kvm_rt_t *rt, const struct kvm_sgout *outs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (outs[i].rc == KVMESH_EAGAIN &&
+            ((size_t)outs[i].iovcnt * DATA_CHUNK_MAX > TP_MAX_BATCH ||
+             !iov_registered(rt, outs[i].iov, outs[i].iovcnt)))
+            return DATA_CHUNK;
+    return DATA_CHUNK_MAX;
+}
+
 /* Adds the requests moving [remote_off, +len) of a segment to/from the iov list. */
 static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, int iovcnt,
                     struct tp_segment *seg, uint64_t remote_off, uint64_t token)
@@ -113,9 +179,47 @@ static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, 
     return tp_submit(b, reqs, n);
 }
 
-/* A replica in this runtime's own segments: a memcpy, counted as transport "local". */
+#define DATA_SUM_BLOCK (64u << 10) /* copy + hash step: the block is still in L1/L2 when hashed */
+
+/* Copies len bytes (to the segment at p for SEG_WRITE, from it otherwise) and, with sum set,
+ * computes their XXH3-64 checksum in the same pass: block by block, each block hashed right
+ * after it was copied (the hashed side is the caller's buffer, just written or read). */
+static void copy_sum(uint32_t op, uint8_t *p, const struct iovec *iov, int iovcnt, uint64_t len,
+                     uint64_t *sum)
+{
+    XXH3_state_t *st = NULL;
+    if (sum && len > DATA_SUM_BLOCK && (st = XXH3_createState()) != NULL)
+        XXH3_64bits_reset_withSeed(st, KVM_HASH_SEED_CHECKSUM);
+    uint64_t pos = 0;
+    for (int i = 0; i < iovcnt; i++) {
+        uint8_t *b = iov[i].iov_base;
+        for (size_t done = 0; done < iov[i].iov_len;) {
+            size_t k = iov[i].iov_len - done;
+            k = k > DATA_SUM_BLOCK ? DATA_SUM_BLOCK : k;
+            if (op == SEG_WRITE)
+                memcpy(p + pos, b + done, k);
+            else
+                memcpy(b + done, p + pos, k);
+            if (st)
+                XXH3_64bits_update(st, b + done, k);
+            done += k;
+            pos += k;
+        }
+    }
+    if (!sum)
+        return;
+    if (st) {
+        *sum = XXH3_64bits_digest(st);
+        XXH3_freeState(st);
+    } else { /* small (or out of memory): the bytes are in cache, one more pass is the fusion */
+        *sum = sg_checksum(iov, iovcnt);
+    }
+}
+
+/* A replica in this runtime's own segments: a memcpy, counted as transport "local"; with sum
+ * set, the checksum of the copied bytes comes from the same pass (copy_sum). */
 static int local_copy(kvm_rt_t *rt, uint32_t op, uint64_t seg_id, uint64_t off, uint64_t len,
-                      uint64_t token, const struct iovec *iov, int iovcnt)
+                      uint64_t token, const struct iovec *iov, int iovcnt, uint64_t *sum)
 {
     unsigned xop = op == SEG_WRITE ? OBS_XOP_WRITE : OBS_XOP_READ;
     uint64_t t0 = env_clock_mono_ns();
@@ -128,14 +232,7 @@ static int local_copy(kvm_rt_t *rt, uint32_t op, uint64_t seg_id, uint64_t off, 
         obs_count(rt->metrics, transport_failures_total, OBS_TRANSPORT_LOCAL, xop, 1);
         return kvm_errf(rc, "local replica access refused: %s", seg_reason_str(why));
     }
-    uint64_t pos = 0;
-    for (int i = 0; i < iovcnt; i++) {
-        if (op == SEG_WRITE)
-            memcpy(p + pos, iov[i].iov_base, iov[i].iov_len);
-        else
-            memcpy(iov[i].iov_base, p + pos, iov[i].iov_len);
-        pos += iov[i].iov_len;
-    }
+    copy_sum(op, p, iov, iovcnt, len, sum);
     seg_unpin(rt->reg, pin);
     obs_count(rt->metrics, transport_bytes_total, OBS_TRANSPORT_LOCAL, xop, len);
     obs_observe(rt->metrics, transport_duration_seconds, OBS_TRANSPORT_LOCAL, xop,
@@ -200,6 +297,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         return KVMESH_ENOMEM;
     place->span = span;
     place->deadline_ms = deadline;
+    place->cp_op = 1 + (n == 1 ? OBS_OP_PUT : OBS_OP_BATCH_PUT);
     int rc = 0;
     place->replicas = opts && opts->replicas ? opts->replicas : rt->cfg.replicas;
     place->hard_pin = opts && opts->hard_pin;
@@ -212,35 +310,46 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         struct kvm_item *it = &place->items[i];
         if ((rc = kvm_ident_copy(&it->ident, &ids[i])) != 0)
             goto out;
-        it->len = sgs[i].len;
-        it->checksum = sg_checksum(sgs[i].iov, sgs[i].iovcnt);
+        it->len = sgs[i].len; /* the checksum comes with the payload copy below */
     }
     if ((rc = kvm_op_run(place)) != 0)
         goto out;
 
-    /* Payload: in remote batches (planned per tenant, fair.c), one transport batch each, each
-     * submitted in its tenant's fair-scheduling turn. */
+    /* Payload: in remote batches of at most put_chunk() items (planned per tenant, fair.c), one
+     * transport batch each, each submitted in its tenant's fair-scheduling turn. */
+    size_t chunk = put_chunk(rt, place->items, sgs, n);
     char fair_err[400] = "";
     for (size_t base = 0, end; base < n; base = end) {
-        end = base + kvm_fair_plan(rt, place->items, base, n, DATA_CHUNK);
+        end = base + kvm_fair_plan(rt, place->items, base, n, chunk);
         struct kvm_fair_ticket ft;
         if (fair_gate(rt, place, base, end, deadline, &ft, fair_err, sizeof(fair_err)) != 0)
             continue; /* the deadline passed in the queue: nothing of the batch was sent */
-        struct tmpreg regs[DATA_CHUNK] = {{0}};
+        struct tmpreg regs[DATA_CHUNK_MAX] = {{0}};
         struct tp_batch *b = NULL;
-        unsigned first[DATA_CHUNK][KVM_MAX_REPLICAS], count[DATA_CHUNK][KVM_MAX_REPLICAS];
+        unsigned first[DATA_CHUNK_MAX][KVM_MAX_REPLICAS], count[DATA_CHUNK_MAX][KVM_MAX_REPLICAS];
         memset(count, 0, sizeof(count));
         struct obs_span dsp, *ds = kvm_span_begin(rt, span, false, "data.write", &dsp);
         int64_t d_local = 0, d_remote = 0;
+        struct cp_owners cpo = {.n = 0};
         for (size_t i = base; i < end; i++) {
             struct kvm_item *it = &place->items[i];
             if (it->rc)
                 continue;
+            /* The checksum: fused with the local copy when there is one (distinct owners: at
+             * most one replica is local), else one pass right before the transport reads the
+             * same bytes (they are then in cache for its copy). */
+            bool summed = false;
+            for (uint32_t r = 0; r < it->n_res; r++)
+                summed = summed || it->res[r].local;
+            if (!summed)
+                it->checksum = sg_checksum(sgs[i].iov, sgs[i].iovcnt);
+            KVM_CP_COUNT(place, op_checksum_passes_total, OBS_NONE, 1);
             for (uint32_t r = 0; r < it->n_res && !it->rc; r++) {
                 struct kvm_res *res = &it->res[r];
                 if (res->local) {
                     it->rc = local_copy(rt, SEG_WRITE, res->seg, res->offset, it->len, res->token,
-                                        sgs[i].iov, sgs[i].iovcnt);
+                                        sgs[i].iov, sgs[i].iovcnt, &it->checksum);
+                    KVM_CP_COUNT(place, op_payload_copies_total, OBS_TRANSPORT_LOCAL, 1);
                     d_local++;
                     continue;
                 }
@@ -260,6 +369,8 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                     e = add_reqs(b, TP_WRITE, sgs[i].iov, sgs[i].iovcnt, seg, res->offset,
                                  res->token);
                     count[i - base][r] = tp_batch_count(b) - first[i - base][r];
+                    if (!e)
+                        cp_transfer(place, seg, &res->owner.id, &cpo);
                 }
                 if (e)
                     it->rc = kvm_errf(e, "payload write to %s failed: %s",
@@ -268,6 +379,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         }
         if (b) {
             bool late = batch_wait_by(b, deadline);
+            KVM_CP_COUNT(place, op_round_trips_total, OBS_CPSTAGE_PAYLOAD, cpo.n);
             for (size_t i = base; i < end; i++) {
                 struct kvm_item *it = &place->items[i];
                 for (uint32_t r = 0; r < it->n_res && !it->rc; r++)
@@ -326,9 +438,12 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
     if (pub) {
         pub->span = span;
         pub->deadline_ms = deadline;
+        pub->cp_op = place->cp_op;
     }
-    if (ab)
+    if (ab) {
         ab->span = span;
+        ab->cp_op = place->cp_op;
+    }
     size_t k = 0, j = 0;
     for (size_t i = 0; i < n; i++) {
         struct kvm_item *it = &place->items[i];
@@ -405,11 +520,12 @@ int kvm_store_put(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *sgs
  * *end set) and takes its ticket when it reads from other runtimes. Nonzero: the chunk is not
  * read now; a deadline that passed in the queue sets *late. */
 static int read_gate(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *outs, size_t base,
-                     size_t n, uint32_t round, uint64_t deadline, size_t *end,
+                     size_t n, size_t chunk, uint32_t round, uint64_t deadline, size_t *end,
                      struct kvm_fair_ticket *ft, bool *late)
 {
-    uint64_t wire[DATA_CHUNK], total = 0;
-    size_t m = n - base < DATA_CHUNK ? n - base : DATA_CHUNK;
+    KVM_ASSERT(chunk >= 1 && chunk <= DATA_CHUNK_MAX);
+    uint64_t wire[DATA_CHUNK_MAX], total = 0;
+    size_t m = n - base < chunk ? n - base : chunk;
     for (size_t k = 0; k < m; k++) {
         const struct kvm_item *it = &look->items[base + k];
         bool remote = outs[base + k].rc == KVMESH_EAGAIN && round < it->route.n_replicas &&
@@ -433,9 +549,10 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                      bool *bad_sum, uint64_t deadline, bool *late)
 {
     int progress = 0;
+    size_t chunk = get_chunk(rt, outs, n);
     for (size_t base = 0, end; base < n; base = end) {
         struct kvm_fair_ticket ft; /* remote reads of this chunk: its tenant's turn (fair.c) */
-        if (read_gate(rt, look, outs, base, n, round, deadline, &end, &ft, late) != 0)
+        if (read_gate(rt, look, outs, base, n, chunk, round, deadline, &end, &ft, late) != 0)
             continue; /* not read this round (deadline in the queue, or the queue full) */
         struct obs_span dsp, *ds = NULL;
         int64_t d_local = 0, d_remote = 0, d_ok = 0;
@@ -443,10 +560,14 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             if (outs[i].rc == KVMESH_EAGAIN && round < look->items[i].route.n_replicas &&
                 look->items[i].acc[round].known)
                 ds = kvm_span_begin(rt, look->span, false, "data.read", &dsp);
-        struct tmpreg regs[DATA_CHUNK] = {{0}};
+        struct tmpreg regs[DATA_CHUNK_MAX] = {{0}};
         struct tp_batch *b = NULL;
-        unsigned first[DATA_CHUNK] = {0}, count[DATA_CHUNK] = {0};
-        bool tried[DATA_CHUNK] = {0};
+        unsigned first[DATA_CHUNK_MAX] = {0}, count[DATA_CHUNK_MAX] = {0};
+        bool tried[DATA_CHUNK_MAX] = {0};
+        uint64_t lsum[DATA_CHUNK_MAX]; /* checksums fused with the local copies */
+        struct cp_owners cpo = {.n = 0};
+        const bool verify_local = rt->cfg.verify_reads == KVM_VERIFY_ALWAYS;
+        const bool verify_remote = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
         for (size_t i = base; i < end; i++) {
             struct kvm_item *it = &look->items[i];
             struct kvm_sgout *o = &outs[i];
@@ -463,7 +584,9 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 d_remote++;
             if (a->local) {
                 int e = local_copy(rt, SEG_READ, rep->segment, rep->offset, it->route.length,
-                                   a->seg_read_token, o->iov, o->iovcnt);
+                                   a->seg_read_token, o->iov, o->iovcnt,
+                                   verify_local ? &lsum[i - base] : NULL);
+                KVM_CP_COUNT(look, op_payload_copies_total, OBS_TRANSPORT_LOCAL, 1);
                 count[i - base] = e ? 1u : 0u; /* marks a failed local read */
                 continue;
             }
@@ -479,6 +602,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 first[i - base] = tp_batch_count(b);
                 e = add_reqs(b, TP_READ, o->iov, o->iovcnt, seg, rep->offset, a->seg_read_token);
                 count[i - base] = tp_batch_count(b) - first[i - base];
+                if (!e)
+                    cp_transfer(look, seg, &rep->owner, &cpo);
             }
             if (e) {
                 tried[i - base] = false;
@@ -486,6 +611,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             }
         }
         bool chunk_late = b && batch_wait_by(b, deadline);
+        if (b)
+            KVM_CP_COUNT(look, op_round_trips_total, OBS_CPSTAGE_PAYLOAD, cpo.n);
         *late = *late || chunk_late;
         for (size_t i = base; i < end; i++) {
             if (!tried[i - base])
@@ -500,9 +627,14 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 for (unsigned k = 0; k < count[i - base] && ok; k++)
                     ok = tp_status(b, first[i - base] + k, NULL) == 0;
             }
-            if (ok && sg_checksum(o->iov, o->iovcnt) != it->route.checksum) {
-                ok = false;
-                *bad_sum = true;
+            bool local = it->acc[round].local;
+            if (ok && (local ? verify_local : verify_remote)) { /* verify_reads policy */
+                KVM_CP_COUNT(look, op_checksum_passes_total, OBS_NONE, 1);
+                uint64_t sum = local ? lsum[i - base] : sg_checksum(o->iov, o->iovcnt);
+                if (sum != it->route.checksum) {
+                    ok = false;
+                    *bad_sum = true;
+                }
             }
             if (ok) {
                 o->rc = 0;
@@ -545,6 +677,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
             return KVMESH_ENOMEM;
         look->span = span;
         look->deadline_ms = deadline;
+        look->cp_op = 1 + (n == 1 ? OBS_OP_GET : OBS_OP_BATCH_GET);
         for (size_t i = 0; i < n && !rc; i++)
             rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
         if (rc || (rc = kvm_op_run(look)) != 0) {
@@ -652,6 +785,7 @@ int kvm_store_lookup(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, kvm_route_t
         return KVMESH_ENOMEM;
     int rc = 0;
     look->deadline_ms = kvm_deadline_new(rt);
+    look->cp_op = 1 + OBS_OP_EXIST; /* exist and batch exist alike */
     for (size_t i = 0; i < n && !rc; i++)
         rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
     if (!rc)
@@ -673,6 +807,7 @@ static int remove_impl(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, int *rcs,
         return KVMESH_ENOMEM;
     op->span = span;
     op->deadline_ms = kvm_deadline_new(rt);
+    op->cp_op = 1 + (n == 1 ? OBS_OP_REMOVE : OBS_OP_BATCH_REMOVE);
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++)
         rc = kvm_ident_copy(&op->items[i].ident, &ids[i]);
@@ -768,7 +903,8 @@ static void handoff_page(kvm_rt_t *rt, const kvm_hot_replica_t *reps, const kvm_
                           read_tokens[i], &src, &pins[i], &why);
         if (!e && res->local) { /* another segment of this runtime (segment retirement) */
             struct iovec v = {src, reps[i].length};
-            e = local_copy(rt, SEG_WRITE, res->seg, res->offset, reps[i].length, res->token, &v, 1);
+            e = local_copy(rt, SEG_WRITE, res->seg, res->offset, reps[i].length, res->token, &v, 1,
+                           NULL);
             if (e)
                 it->rc = e;
             continue;

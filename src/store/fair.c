@@ -18,8 +18,8 @@
 #include "obs/metrics.h"
 #include "store/fair.h"
 
-#define FAIR_OFF_CHUNK 16 /* items per batch when fairness is off */
-#define FAIR_PLAN_MAX  64 /* items one planning call looks at */
+#define FAIR_OFF_CHUNK 16  /* items per batch when fairness is off */
+#define FAIR_PLAN_MAX  128 /* items one planning call looks at (= data.c DATA_CHUNK_MAX) */
 
 struct kvm_fair {
     pthread_mutex_t mu;

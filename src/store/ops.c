@@ -249,7 +249,27 @@ struct reserve_ctx {
     struct kvm_seg_info segs[STORE_MAX_SEGS];
     struct obs_span *sp; /* control.reserve (allocated when traced; NULL when untraced) */
     uint32_t budget_ms;  /* the RPC's timeout: what the call had left */
+    rpc_peer *peer;      /* queued for a batched reservation (rsv_flush) */
+    struct reserve_ctx *next;
 };
+
+/*
+ * Batched reservations [loop]: while a PLACE op dispatches its items (or a batched reply is
+ * processed, whose failed items may try their next owner), remote reservations are queued
+ * instead of sent; rsv_flush then sends one STORE_RPC_RESERVE_BATCH per (op, owner), up to
+ * STORE_RESERVE_BATCH_MAX items each, or the single STORE_RPC_RESERVE for a lone item. Each item
+ * keeps its own result. Per loop thread (runtimes in one process have their own loops).
+ */
+static _Thread_local struct {
+    unsigned depth;
+    struct reserve_ctx *head, *tail;
+} rsv_q;
+
+static void rsv_begin(void)
+{
+    rsv_q.depth++;
+}
+static void rsv_flush(void);
 
 static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off, uint64_t token)
 {
@@ -293,6 +313,125 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
     free(c);
     if (it->in_place == 0)
         place_item(op, it);
+}
+
+struct reserve_batch {
+    uint16_t n;
+    struct reserve_ctx *c[STORE_RESERVE_BATCH_MAX];
+};
+
+static void rpc_reserved_batch(rpc_call_t *call, struct rpc_result *res, void *arg)
+{
+    (void)call;
+    struct reserve_batch *rb = arg;
+    store_reserve_batch_resp_t *r = malloc(sizeof(*r));
+    int rc = res->status;
+    if (!r)
+        rc = KVMESH_ENOMEM;
+    else if (!rc &&
+             (store_reserve_batch_resp_decode(res->body, res->body_len, r) != 0 || r->n != rb->n))
+        rc = KVMESH_EPROTO;
+    kvm_rt_t *rt = rb->c[0]->op->rt;
+    const struct kvm_member *m = kvm_member_find(rt, &rb->c[0]->owner.id);
+    rsv_begin();
+    for (uint16_t i = 0; i < rb->n; i++) {
+        int irc = rc ? rc : r->r[i].status;
+        char err[300];
+        snprintf(err, sizeof(err), "reservation on %s failed: %s%s%s", m ? m->idhex : "(gone)",
+                 kvmesh_strerror(irc), rc && res->error[0] ? ": " : "", rc ? res->error : "");
+        reserved(rb->c[i], irc, err, irc ? 0 : r->r[i].seg, irc ? 0 : r->r[i].offset,
+                 irc ? 0 : r->r[i].token);
+    }
+    free(r);
+    free(rb);
+    rsv_flush();
+}
+
+/* Sends rb (n >= 2 items of one op to one owner); on failure every item fails with it. */
+static void rsv_send_batch(struct reserve_batch *rb)
+{
+    struct reserve_ctx *c0 = rb->c[0];
+    kvm_op_t *op = c0->op;
+    store_reserve_batch_req_t *req = malloc(sizeof(*req));
+    size_t cap = STORE_RESERVE_BATCH_REQ_MAX(rb->n), len = 0;
+    uint8_t *body = malloc(cap);
+    int rc = req && body ? 0 : KVMESH_ENOMEM;
+    if (!rc) {
+        req->target_epoch = c0->owner.epoch;
+        req->ttl_ms = op->rt->cfg.request_timeout_ms * 2;
+        req->n = rb->n;
+        for (uint16_t i = 0; i < rb->n; i++) {
+            req->length[i] = rb->c[i]->it->len;
+            req->ident[i] = rb->c[i]->it->ident; /* borrowed */
+        }
+        rc = store_reserve_batch_req_encode(req, body, cap, &len);
+    }
+    uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
+    if (!rc && left_ms == 0)
+        rc = KVMESH_ETIMEDOUT;
+    if (!rc) {
+        struct frame_trace ft;
+        kvm_span_wire(c0->sp, &ft);
+        struct rpc_msg msg = {.type = STORE_RPC_RESERVE_BATCH,
+                              .body = body,
+                              .body_len = len,
+                              .timeout_ms = left_ms,
+                              .trace = c0->sp ? &ft : NULL};
+        rc = rpc_call(c0->peer, &msg, rpc_reserved_batch, rb, NULL);
+        if (!rc)
+            KVM_CP_COUNT(op, op_round_trips_total, OBS_CPSTAGE_RESERVE, 1);
+    }
+    free(body);
+    free(req);
+    if (rc) {
+        rsv_begin();
+        for (uint16_t i = 0; i < rb->n; i++)
+            reserved(rb->c[i], rc, "cannot send the batched reservation", 0, 0, 0);
+        free(rb);
+        rsv_flush();
+    }
+}
+
+static void rsv_send_one(struct reserve_ctx *c);
+
+static void rsv_flush(void)
+{
+    KVM_ASSERT(rsv_q.depth > 0);
+    if (--rsv_q.depth)
+        return;
+    while (rsv_q.head) { /* (a send that fails at once may queue retries: re-read the head) */
+        struct reserve_ctx *first = rsv_q.head;
+        struct reserve_batch *rb = calloc(1, sizeof(*rb));
+        if (!rb) { /* out of memory: the item alone */
+            rsv_q.head = first->next;
+            if (!rsv_q.head)
+                rsv_q.tail = NULL;
+            first->next = NULL;
+            rsv_send_one(first);
+            continue;
+        }
+        /* the first queued item and every other queued item of the same op and owner */
+        struct reserve_ctx **pp = &rsv_q.head, *last = NULL;
+        while (*pp) {
+            struct reserve_ctx *c = *pp;
+            if (rb->n < STORE_RESERVE_BATCH_MAX && c->op == first->op &&
+                kvm_runtime_equal(&c->owner, &first->owner)) {
+                *pp = c->next;
+                c->next = NULL;
+                rb->c[rb->n++] = c;
+                continue;
+            }
+            last = c;
+            pp = &c->next;
+        }
+        rsv_q.tail = last;
+        if (rb->n == 1) {
+            rsv_send_one(rb->c[0]);
+            free(rb);
+        } else {
+            rsv_send_batch(rb);
+        }
+    }
 }
 
 static void rpc_reserved(rpc_call_t *call, struct rpc_result *res, void *arg)
@@ -343,11 +482,30 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
         kvm_owner_reserve(rt, &it->ident, it->len, ttl, reserved, c);
         return;
     }
-    rpc_peer *p = kvm_rt_peer(rt, m);
+    c->peer = kvm_rt_peer(rt, m);
+    if (c->peer && rsv_q.depth) { /* sent by rsv_flush, batched with the op's other items */
+        c->budget_ms = kvm_deadline_left_ms(op->deadline_ms);
+        if (rsv_q.tail)
+            rsv_q.tail->next = c;
+        else
+            rsv_q.head = c;
+        rsv_q.tail = c;
+        return;
+    }
+    rsv_send_one(c);
+}
+
+static void rsv_send_one(struct reserve_ctx *c)
+{
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    rpc_peer *p = c->peer;
     uint8_t body[64 + KVM_IDENT_ENC_MAX_LEN];
     size_t len = 0;
-    store_reserve_req_t req = {
-        .target_epoch = m->rt.epoch, .length = it->len, .ttl_ms = ttl, .ident = it->ident};
+    store_reserve_req_t req = {.target_epoch = c->owner.epoch,
+                               .length = it->len,
+                               .ttl_ms = op->rt->cfg.request_timeout_ms * 2,
+                               .ident = it->ident};
     int rc = p ? store_reserve_req_encode(&req, body, sizeof(body), &len) : KVMESH_ECONN;
     uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
     c->budget_ms = left_ms;
@@ -362,6 +520,8 @@ static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_memb
                               .timeout_ms = left_ms, /* only what the call has left */
                               .trace = c->sp ? &ft : NULL};
         rc = rpc_call(p, &msg, rpc_reserved, c, NULL);
+        if (!rc)
+            KVM_CP_COUNT(op, op_round_trips_total, OBS_CPSTAGE_RESERVE, 1);
     }
     if (rc)
         reserved(c, rc, "cannot send the reservation", 0, 0, 0);
@@ -472,6 +632,8 @@ struct item_ctx {
     kvm_op_t *op;
     struct kvm_item *it;
     struct obs_span *sp; /* the route call's control.* span; NULL when untraced */
+    int stage;           /* OBS_CPSTAGE_* of the route call (-1: not counted) */
+    route_cost_t cost;   /* its round trips, counted into op_round_trips_total by ictx_free */
 };
 
 /* A route call's context; with a traced op it also starts the call's span `name` (a child of
@@ -483,6 +645,8 @@ static struct item_ctx *ictx_named(kvm_op_t *op, struct kvm_item *it, const char
         c->op = op;
         c->it = it;
         c->sp = NULL;
+        c->stage = -1;
+        c->cost.rounds = 0;
         if (op->span && name && obs_span_sampled(op->span)) {
             struct obs_span *s = malloc(sizeof(*s));
             if (s)
@@ -503,6 +667,8 @@ static void ictx_free(struct item_ctx *c, int rc)
 {
     if (!c)
         return;
+    if (c->stage >= 0)
+        KVM_CP_COUNT(c->op, op_round_trips_total, (unsigned)c->stage, c->cost.rounds);
     if (c->sp) {
         if (rc == KVMESH_ENOENT) /* a lookup miss is an answer, not a failure */
             obs_span_set_int(c->sp, "kvmesh.found", 0);
@@ -518,6 +684,10 @@ static void looked_up(void *arg, int rc, const kvm_route_t *r)
     kvm_op_t *op = c->op;
     struct kvm_item *it = c->it;
     ictx_free(c, rc);
+    if (rc == 0 && r)
+        kvm_hint_put(op->rt, r);
+    else if (rc == KVMESH_ENOENT)
+        kvm_hint_drop(op->rt, &it->ident);
     if (rc == 0 && r && !kvm_route_is_tombstone(r)) {
         if (kvm_route_copy(&it->route, r) != 0) {
             item_fail(op, it, KVMESH_ENOMEM, "out of memory");
@@ -538,8 +708,10 @@ static void looked_up(void *arg, int rc, const kvm_route_t *r)
 static void start_lookup(kvm_op_t *op, struct kvm_item *it, route_lookup_cb cb)
 {
     struct item_ctx *c = ictx_named(op, it, "control.route_lookup");
+    if (c)
+        c->stage = OBS_CPSTAGE_ROUTE_LOOKUP;
     struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
-    int rc = c ? route_lookup(op->rt->route, &it->ident, cb, c) : KVMESH_ENOMEM;
+    int rc = c ? route_lookup_costed(op->rt->route, &it->ident, cb, c, &c->cost) : KVMESH_ENOMEM;
     kvm_trace_scope_leave(saved);
     if (rc) {
         ictx_free(c, rc);
@@ -568,12 +740,18 @@ static void indet_looked_up(void *arg, int rc, const kvm_route_t *r)
         published(c, 0, r); /* frees c */
         return;
     }
-    free(c);
+    ictx_free(c, rc);
     bool unchanged =
         (rc == KVMESH_ENOENT && !it->have_route) ||
         (rc == 0 && r && it->have_route && kvm_route_version_equal(&r->version, &it->cur.version));
     if (unchanged && kvm_deadline_left_ms(op->deadline_ms) > 0) {
         publish_cas(op, it);
+        return;
+    }
+    if (it->rc == KVMESH_ETIMEDOUT) { /* settling a CAS whose answer was lost */
+        item_fail(op, it, KVMESH_ETIMEDOUT,
+                  "route update did not complete (deadline exceeded); the put may have been "
+                  "applied: read the key back or retry the put");
         return;
     }
     item_fail(op, it, KVMESH_EINDETERMINATE,
@@ -595,6 +773,7 @@ static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
 {
     kvm_rt_t *rt = op->rt;
     obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_OK, OBS_NONE, it->n_res);
+    kvm_hint_put(rt, r);
     for (uint32_t i = 0; i < it->n_res; i++)
         notify_slot_traced(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
                            it->res[i].offset, op->span);
@@ -640,6 +819,12 @@ static void published(void *arg, int rc, const kvm_route_t *r)
                   "was not applied (retry the put)");
         return;
     }
+    if (rc == KVMESH_ECONFLICT) { /* the authority's current route: the next expectation */
+        if (r)
+            kvm_hint_put(rt, r);
+        else
+            kvm_hint_drop(rt, &it->ident);
+    }
     if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
         kvm_route_free(&it->cur);
         it->have_route = false;
@@ -656,6 +841,16 @@ static void published(void *arg, int rc, const kvm_route_t *r)
     }
     if (rc == KVMESH_EINDETERMINATE && time_left && ++it->indet_tries <= STORE_INDET_RETRIES) {
         /* Maybe published: keep the reservations and settle it by an exact lookup. */
+        start_lookup(op, it, indet_looked_up);
+        return;
+    }
+    if (rc == KVMESH_ETIMEDOUT && time_left && it->pub_op_set &&
+        ++it->indet_tries <= STORE_INDET_RETRIES) {
+        /* The CAS's answer was lost (e.g. a primary that died: the put no longer looks the
+         * route up first, and the lookup is what refreshes the shard view): settled like an
+         * indeterminate CAS, by an exact lookup that finds our content op or the unchanged
+         * route; a republish carries the same content op, so it applies at most once. */
+        it->rc = KVMESH_ETIMEDOUT;
         start_lookup(op, it, indet_looked_up);
         return;
     }
@@ -742,8 +937,10 @@ static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
                                                                .checksum = it->checksum};
     kvm_route_version_t expected = it->have_route ? it->cur.version : KVM_ROUTE_VERSION_NONE;
     struct item_ctx *c = ictx_named(op, it, "control.route_cas");
+    if (c)
+        c->stage = OBS_CPSTAGE_ROUTE_CAS;
     struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
-    rc = c ? route_cas(rt->route, &expected, &next, published, c) : KVMESH_ENOMEM;
+    rc = c ? route_cas_costed(rt->route, &expected, &next, published, c, &c->cost) : KVMESH_ENOMEM;
     kvm_trace_scope_leave(saved);
     kvm_route_free(&next);
     if (rc) {
@@ -778,6 +975,22 @@ static void publish_looked_up(void *arg, int rc, const kvm_route_t *r)
     publish_cas(op, it);
 }
 
+/* A put's publication. Without tenant quota the route CAS goes out at once, expecting the
+ * version of this runtime's route hint for the key (none: absent): the fenced primary confirms
+ * or refuses it, and a refusal carries the current route, from which the CAS is retried
+ * (published). One exchange instead of lookup + CAS whenever the hint is current. With quota
+ * the claim needs the current version first (quota.c), so the route is looked up. */
+static void publish_start(kvm_op_t *op, struct kvm_item *it)
+{
+    if (it->q) {
+        start_lookup(op, it, publish_looked_up);
+        return;
+    }
+    it->have_route = kvm_hint_get(op->rt, &it->ident, &it->cur);
+    it->tries = 0;
+    publish_cas(op, it);
+}
+
 /* ---- remove ------------------------------------------------------------------------------- */
 
 static void tomb_finalized(void *arg, int rc, const kvm_route_t *r)
@@ -808,6 +1021,7 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
         kvm_quota_finalize(op, it, r, remove_finalized);
         return;
     }
+    kvm_hint_drop(rt, &it->ident); /* (the finalize below changes the version again) */
     if (rc == 0) {
         release_obsolete(rt, &it->cur, NULL);
         /* No quota accounting to wait for: finalize the tombstone at once (best effort). */
@@ -894,8 +1108,11 @@ static void remove_cas_now(kvm_op_t *op, struct kvm_item *it)
         next.predecessor_op = it->cur.content_op;
         next.tomb = KVM_TOMB_PENDING;
         struct item_ctx *c = ictx_named(op, it, "control.route_cas");
+        if (c)
+            c->stage = OBS_CPSTAGE_ROUTE_CAS;
         struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
-        rc = c ? route_cas(op->rt->route, &it->cur.version, &next, removed, c) : KVMESH_ENOMEM;
+        rc = c ? route_cas_costed(op->rt->route, &it->cur.version, &next, removed, c, &c->cost)
+               : KVMESH_ENOMEM;
         kvm_trace_scope_leave(saved);
         if (rc)
             ictx_free(c, rc);
@@ -946,6 +1163,7 @@ static void handed_off(void *arg, int rc, const kvm_route_t *r)
     kvm_rt_t *rt = op->rt;
     ictx_free(c, rc);
     (void)r;
+    kvm_hint_drop(rt, &it->ident);
     if (rc == 0) {
         notify_slot(rt, STORE_RPC_COMMIT, &it->res[0].owner.id, it->res[0].seg, it->res[0].offset);
         kvm_ops_release_replica(rt, &it->moving);
@@ -1054,6 +1272,7 @@ void kvm_ops_run(kvm_op_t *op)
         for (size_t i = 0; i < op->n; i++)
             op->items[i].want = op->replicas;
         bool batched = kvm_quota_put_batch(op, place_reserved); /* all-or-nothing reserve */
+        rsv_begin(); /* remote reservations: one batch per owner (rsv_flush) */
         for (size_t i = 0; i < op->n; i++) {
             struct kvm_item *it = &op->items[i];
             if (!kvm_quota_applies(rt, &it->ident))
@@ -1061,11 +1280,12 @@ void kvm_ops_run(kvm_op_t *op)
             else if (!batched)
                 kvm_quota_put_reserve(op, it, place_reserved); /* before any data transfer */
         }
+        rsv_flush();
         return;
     }
     case KVM_OP_PUBLISH:
         for (size_t i = 0; i < op->n; i++)
-            start_lookup(op, &op->items[i], publish_looked_up);
+            publish_start(op, &op->items[i]);
         return;
     case KVM_OP_ABORT:
         for (size_t i = 0; i < op->n; i++) {

@@ -796,6 +796,79 @@ static void on_reserve(rpc_reply *reply, struct rpc_request *req, void *arg)
     kvm_ident_free(&m.ident);
 }
 
+/* A batched reservation: every item is reserved like a single one (some may wait for eviction);
+ * the reply goes out once all answered, with each item's own status. */
+struct batch_reserve {
+    rpc_reply *reply;
+    uint32_t pending;
+    store_reserve_batch_resp_t resp;
+    struct batch_reserve_item {
+        struct batch_reserve *b;
+        uint16_t i;
+    } items[STORE_RESERVE_BATCH_MAX];
+};
+
+static void batch_reserve_release(struct batch_reserve *b)
+{
+    if (--b->pending)
+        return;
+    uint8_t *body = malloc(STORE_RESERVE_BATCH_RESP_MAX);
+    size_t len = 0;
+    int rc =
+        body ? store_reserve_batch_resp_encode(&b->resp, body, STORE_RESERVE_BATCH_RESP_MAX, &len)
+             : KVMESH_ENOMEM;
+    struct rpc_msg m = {.type = STORE_RPC_RESERVE_BATCH, .body = body, .body_len = len};
+    /* (a lost reply: the caller times out and the reservations expire by their TTL) */
+    if (rpc_reply_send(b->reply, rc, rc ? "cannot encode the batched reservation reply" : NULL,
+                       rc ? NULL : &m, NULL, NULL) == KVMESH_EAGAIN)
+        rpc_reply_drop(b->reply);
+    free(body);
+    free(b);
+}
+
+static void batch_reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
+                           uint64_t token)
+{
+    (void)err;
+    struct batch_reserve_item *bi = arg;
+    struct batch_reserve *b = bi->b;
+    b->resp.r[bi->i].status = rc;
+    b->resp.r[bi->i].seg = seg;
+    b->resp.r[bi->i].offset = off;
+    b->resp.r[bi->i].token = token;
+    batch_reserve_release(b);
+}
+
+static void on_reserve_batch(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    kvm_rt_t *rt = arg;
+    store_reserve_batch_req_t *m = malloc(sizeof(*m));
+    struct batch_reserve *b = calloc(1, sizeof(*b));
+    int rc = m && b ? store_reserve_batch_req_decode(req->body, req->body_len, m) : KVMESH_ENOMEM;
+    if (!rc && m->target_epoch != rt->self.epoch) {
+        store_reserve_batch_req_free(m);
+        rc = kvm_errf(KVMESH_EUNAVAILABLE,
+                      "reservation for epoch %" PRIu64 " reached epoch %" PRIu64, m->target_epoch,
+                      rt->self.epoch);
+    }
+    if (rc) {
+        rpc_reply_send(reply, rc, kvmesh_last_error(), NULL, NULL, NULL);
+        free(m);
+        free(b);
+        return;
+    }
+    b->reply = reply;
+    b->resp.n = m->n;
+    b->pending = (uint32_t)m->n + 1; /* + this function: a reply only after the loop */
+    for (uint16_t i = 0; i < m->n; i++) {
+        b->items[i] = (struct batch_reserve_item){b, i};
+        kvm_owner_reserve(rt, &m->ident[i], m->length[i], m->ttl_ms, batch_reserved, &b->items[i]);
+    }
+    store_reserve_batch_req_free(m);
+    free(m);
+    batch_reserve_release(b);
+}
+
 static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
 {
     (void)reply;
@@ -831,6 +904,7 @@ static void on_hit(rpc_reply *reply, struct rpc_request *req, void *arg)
 void kvm_owner_register_rpc(kvm_rt_t *rt)
 {
     rpc_register_handler(rt->ep, STORE_RPC_RESERVE, on_reserve, rt);
+    rpc_register_handler(rt->ep, STORE_RPC_RESERVE_BATCH, on_reserve_batch, rt);
     rpc_register_notify_handler(rt->ep, STORE_RPC_COMMIT, on_slot, rt);
     rpc_register_notify_handler(rt->ep, STORE_RPC_RELEASE, on_slot, rt);
     rpc_register_notify_handler(rt->ep, STORE_RPC_HIT, on_hit, rt);

@@ -95,6 +95,99 @@ int store_reserve_resp_decode(const uint8_t *buf, size_t len, store_reserve_resp
     return rdone(&r, "reserve response");
 }
 
+int store_reserve_batch_req_encode(const store_reserve_batch_req_t *m, uint8_t *buf, size_t cap,
+                                   size_t *len)
+{
+    if (m->n == 0 || m->n > STORE_RESERVE_BATCH_MAX)
+        return kvm_errf(KVMESH_EINVAL, "batched reservation of %u items (1..%d)", m->n,
+                        STORE_RESERVE_BATCH_MAX);
+    kvm_wr_t w;
+    wstart(&w, buf, cap, true);
+    kvm_wr_u64le(&w, m->target_epoch);
+    kvm_wr_u32le(&w, m->ttl_ms);
+    kvm_wr_u16le(&w, m->n);
+    for (uint16_t i = 0; i < m->n; i++) {
+        kvm_wr_u64le(&w, m->length[i]);
+        kvm_wr_lp16le(&w, m->ident[i].enc, m->ident[i].enc_len);
+    }
+    return wdone(&w, len);
+}
+
+void store_reserve_batch_req_free(store_reserve_batch_req_t *m)
+{
+    for (uint16_t i = 0; i < m->n && i < STORE_RESERVE_BATCH_MAX; i++)
+        kvm_ident_free(&m->ident[i]);
+    m->n = 0;
+}
+
+int store_reserve_batch_req_decode(const uint8_t *buf, size_t len, store_reserve_batch_req_t *out)
+{
+    out->n = 0;
+    kvm_rd_t r;
+    int rc = rstart(&r, buf, len, true);
+    if (rc)
+        return rc;
+    out->target_epoch = kvm_rd_u64le(&r);
+    out->ttl_ms = kvm_rd_u32le(&r);
+    uint16_t n = kvm_rd_u16le(&r);
+    if (n == 0 || n > STORE_RESERVE_BATCH_MAX)
+        return kvm_errf(KVMESH_EPROTO, "batched reservation of %u items (1..%d)", n,
+                        STORE_RESERVE_BATCH_MAX);
+    const uint8_t *enc[STORE_RESERVE_BATCH_MAX];
+    uint16_t il[STORE_RESERVE_BATCH_MAX];
+    for (uint16_t i = 0; i < n; i++) {
+        out->length[i] = kvm_rd_u64le(&r);
+        il[i] = 0;
+        enc[i] = kvm_rd_lp16le(&r, &il[i]);
+    }
+    if ((rc = rdone(&r, "batched reserve")) != 0)
+        return rc;
+    for (uint16_t i = 0; i < n; i++) {
+        if (out->length[i] == 0 || kvm_ident_from_canonical(&out->ident[i], enc[i], il[i]) != 0) {
+            store_reserve_batch_req_free(out);
+            return kvm_errf(KVMESH_EPROTO, "batched reserve item %u: %s", i,
+                            out->length[i] == 0 ? "0 bytes" : "malformed identity");
+        }
+        out->n = (uint16_t)(i + 1);
+    }
+    return 0;
+}
+
+int store_reserve_batch_resp_encode(const store_reserve_batch_resp_t *m, uint8_t *buf, size_t cap,
+                                    size_t *len)
+{
+    kvm_wr_t w;
+    wstart(&w, buf, cap, true);
+    kvm_wr_u16le(&w, m->n);
+    for (uint16_t i = 0; i < m->n; i++) {
+        kvm_wr_u32le(&w, (uint32_t)m->r[i].status);
+        kvm_wr_u64le(&w, m->r[i].seg);
+        kvm_wr_u64le(&w, m->r[i].offset);
+        kvm_wr_u64le(&w, m->r[i].token);
+    }
+    return wdone(&w, len);
+}
+
+int store_reserve_batch_resp_decode(const uint8_t *buf, size_t len, store_reserve_batch_resp_t *out)
+{
+    kvm_rd_t r;
+    int rc = rstart(&r, buf, len, true);
+    if (rc)
+        return rc;
+    out->n = kvm_rd_u16le(&r);
+    if (out->n > STORE_RESERVE_BATCH_MAX)
+        return kvm_errf(KVMESH_EPROTO, "batched reserve response of %u items", out->n);
+    for (uint16_t i = 0; i < out->n; i++) {
+        out->r[i].status = (int32_t)kvm_rd_u32le(&r);
+        out->r[i].seg = kvm_rd_u64le(&r);
+        out->r[i].offset = kvm_rd_u64le(&r);
+        out->r[i].token = kvm_rd_u64le(&r);
+        if (out->r[i].status > 0)
+            return kvm_errf(KVMESH_EPROTO, "batched reserve response: status %d", out->r[i].status);
+    }
+    return rdone(&r, "batched reserve response");
+}
+
 int store_slot_msg_encode(const store_slot_msg_t *m, uint8_t *buf, size_t cap, size_t *len)
 {
     kvm_wr_t w;

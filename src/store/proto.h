@@ -7,6 +7,11 @@
  *
  *   STORE_RPC_RESERVE  request   ver | target epoch u64 | length u64 | ttl_ms u32 | ident
  *                      response  seg u64 | offset u64 | write token u64
+ *   STORE_RPC_RESERVE_BATCH
+ *                      request   ver | target epoch u64 | ttl_ms u32 | n u16 |
+ *                                n * (length u64 | ident)            (1 <= n <=
+ * STORE_RESERVE_BATCH_MAX) response  ver | n u16 | n * (status i32 | seg u64 | offset u64 | token
+ * u64) (per item: status 0 or a KVMESH_E* code; one item's failure never fails another)
  *   STORE_RPC_COMMIT   notify    ver | target epoch u64 | seg u64 | offset u64
  *   STORE_RPC_RELEASE  notify    ver | target epoch u64 | seg u64 | offset u64
  *   STORE_RPC_HIT      notify    ver | n u16 | n * (seg u64 | offset u64)   (n <= STORE_HIT_MAX)
@@ -23,14 +28,16 @@
 
 #include "core/ident.h"
 
-#define STORE_PROTO_VERSION 1
-#define STORE_RPC_ENV       1 /* = RPC_TYPE_ENV_MESSAGE */
-#define STORE_RPC_RESERVE   0x201
-#define STORE_RPC_COMMIT    0x202
-#define STORE_RPC_RELEASE   0x203
-#define STORE_RPC_HIT       0x204
-#define STORE_HIT_MAX       512 /* slots per hit report */
-#define STORE_PROTO_MAX     (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
+#define STORE_PROTO_VERSION     1
+#define STORE_RPC_ENV           1 /* = RPC_TYPE_ENV_MESSAGE */
+#define STORE_RPC_RESERVE       0x201
+#define STORE_RPC_COMMIT        0x202
+#define STORE_RPC_RELEASE       0x203
+#define STORE_RPC_HIT           0x204
+#define STORE_RPC_RESERVE_BATCH 0x205
+#define STORE_RESERVE_BATCH_MAX 128 /* items per batched reservation */
+#define STORE_HIT_MAX           512 /* slots per hit report */
+#define STORE_PROTO_MAX         (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
 
 typedef struct store_reserve_req {
     uint64_t target_epoch;
@@ -42,6 +49,26 @@ typedef struct store_reserve_req {
 typedef struct store_reserve_resp {
     uint64_t seg, offset, token;
 } store_reserve_resp_t;
+
+typedef struct store_reserve_batch_req {
+    uint64_t target_epoch;
+    uint32_t ttl_ms;
+    uint16_t n;
+    uint64_t length[STORE_RESERVE_BATCH_MAX];
+    kvm_ident_t ident[STORE_RESERVE_BATCH_MAX]; /* decode: owned (_free); encode: borrowed */
+} store_reserve_batch_req_t;
+
+typedef struct store_reserve_batch_resp {
+    uint16_t n;
+    struct {
+        int32_t status;
+        uint64_t seg, offset, token;
+    } r[STORE_RESERVE_BATCH_MAX];
+} store_reserve_batch_resp_t;
+
+/* Bytes a batched reservation request of n items may take. */
+#define STORE_RESERVE_BATCH_REQ_MAX(n) (16 + (size_t)(n) * (10 + KVM_IDENT_ENC_MAX_LEN))
+#define STORE_RESERVE_BATCH_RESP_MAX   (4 + STORE_RESERVE_BATCH_MAX * 28)
 
 typedef struct store_slot_msg {
     uint64_t target_epoch;
@@ -60,6 +87,15 @@ int store_reserve_req_encode(const store_reserve_req_t *m, uint8_t *buf, size_t 
 int store_reserve_req_decode(const uint8_t *buf, size_t len, store_reserve_req_t *out);
 int store_reserve_resp_encode(const store_reserve_resp_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_reserve_resp_decode(const uint8_t *buf, size_t len, store_reserve_resp_t *out);
+int store_reserve_batch_req_encode(const store_reserve_batch_req_t *m, uint8_t *buf, size_t cap,
+                                   size_t *len);
+/* On success out owns its identities: store_reserve_batch_req_free. */
+int store_reserve_batch_req_decode(const uint8_t *buf, size_t len, store_reserve_batch_req_t *out);
+void store_reserve_batch_req_free(store_reserve_batch_req_t *m);
+int store_reserve_batch_resp_encode(const store_reserve_batch_resp_t *m, uint8_t *buf, size_t cap,
+                                    size_t *len);
+int store_reserve_batch_resp_decode(const uint8_t *buf, size_t len,
+                                    store_reserve_batch_resp_t *out);
 int store_slot_msg_encode(const store_slot_msg_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_slot_msg_decode(const uint8_t *buf, size_t len, store_slot_msg_t *out);
 int store_hit_msg_encode(const store_hit_msg_t *m, uint8_t *buf, size_t cap, size_t *len);

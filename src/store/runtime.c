@@ -214,6 +214,7 @@ int kvm_op_run(kvm_op_t *op)
         op->span = op->span_own; /* NULL (untraced loop side) when out of memory */
     }
     atomic_fetch_add(&op->refs, 1);
+    KVM_CP_COUNT(op, op_handoffs_total, OBS_NONE, 1);
     int rc;
     for (;;) {
         rc = env_post(rt->env, op_enter, op);
@@ -296,7 +297,17 @@ const char *kvm_rt_intern(kvm_rt_t *rt, const char *s)
 int kvm_rt_seg_open(kvm_rt_t *rt, const char *data_addr, uint64_t seg_id, uint64_t token,
                     struct tp_segment **out)
 {
-    pthread_mutex_lock(&rt->mu);
+    /* Fast path, shared with the other application threads: a usable cached handle. */
+    pthread_rwlock_rdlock(&rt->dp_rw);
+    for (size_t i = 0; i < rt->n_seg_cache; i++)
+        if (rt->seg_cache[i].data_addr == data_addr && rt->seg_cache[i].seg_id == seg_id &&
+            tp_segment_usable(rt->seg_cache[i].h)) {
+            *out = rt->seg_cache[i].h;
+            pthread_rwlock_unlock(&rt->dp_rw);
+            return 0;
+        }
+    pthread_rwlock_unlock(&rt->dp_rw);
+    pthread_rwlock_wrlock(&rt->dp_rw);
     for (size_t i = 0; i < rt->n_seg_cache; i++)
         if (rt->seg_cache[i].data_addr == data_addr && rt->seg_cache[i].seg_id == seg_id) {
             struct tp_segment *h = rt->seg_cache[i].h, *nh;
@@ -312,7 +323,7 @@ int kvm_rt_seg_open(kvm_rt_t *rt, const char *data_addr, uint64_t seg_id, uint64
                 }
             }
             *out = h;
-            pthread_mutex_unlock(&rt->mu);
+            pthread_rwlock_unlock(&rt->dp_rw);
             return 0;
         }
     int rc = 0;
@@ -327,7 +338,7 @@ int kvm_rt_seg_open(kvm_rt_t *rt, const char *data_addr, uint64_t seg_id, uint64
             rt->seg_cache[rt->n_seg_cache++] =
                 (struct kvm_seg_handle){.data_addr = data_addr, .seg_id = seg_id, .h = *out};
     }
-    pthread_mutex_unlock(&rt->mu);
+    pthread_rwlock_unlock(&rt->dp_rw);
     return rc;
 }
 
@@ -335,18 +346,18 @@ bool kvm_rt_is_registered(kvm_rt_t *rt, const void *p, size_t len)
 {
     uintptr_t a = (uintptr_t)p;
     bool ok = false;
-    pthread_mutex_lock(&rt->mu);
+    pthread_rwlock_rdlock(&rt->dp_rw);
     for (size_t i = 0; i < rt->n_regs && !ok; i++) {
         uintptr_t b = (uintptr_t)rt->regs[i].addr;
         ok = a >= b && a - b <= rt->regs[i].len && len <= rt->regs[i].len - (a - b);
     }
-    pthread_mutex_unlock(&rt->mu);
+    pthread_rwlock_unlock(&rt->dp_rw);
     return ok;
 }
 
 int kvm_rt_register(kvm_rt_t *rt, void *addr, size_t len)
 {
-    pthread_mutex_lock(&rt->mu);
+    pthread_rwlock_wrlock(&rt->dp_rw);
     int rc = 0;
     for (size_t i = 0; i < rt->n_regs; i++)
         if (rt->regs[i].addr == addr)
@@ -363,13 +374,13 @@ int kvm_rt_register(kvm_rt_t *rt, void *addr, size_t len)
     }
     if (!rc && (rc = tp_register_memory(rt->tp, addr, len)) == 0)
         rt->regs[rt->n_regs++] = (struct kvm_reg_buf){addr, len};
-    pthread_mutex_unlock(&rt->mu);
+    pthread_rwlock_unlock(&rt->dp_rw);
     return rc;
 }
 
 int kvm_rt_unregister(kvm_rt_t *rt, void *addr)
 {
-    pthread_mutex_lock(&rt->mu);
+    pthread_rwlock_wrlock(&rt->dp_rw);
     int rc = kvm_errf(KVMESH_ENOENT, "buffer %p is not registered", addr);
     for (size_t i = 0; i < rt->n_regs; i++)
         if (rt->regs[i].addr == addr) {
@@ -378,7 +389,7 @@ int kvm_rt_unregister(kvm_rt_t *rt, void *addr)
             rc = 0;
             break;
         }
-    pthread_mutex_unlock(&rt->mu);
+    pthread_rwlock_unlock(&rt->dp_rw);
     if (!rc)
         kvm_err_clear();
     return rc;
@@ -944,11 +955,13 @@ static void rt_free(kvm_rt_t *rt)
     free(rt->members);
     free(rt->next_members);
     free(rt->hitbufs);
+    kvm_hint_fini(rt);
     obs_tracer_destroy(rt->tracer); /* after the loop: no span is in progress */
     rt->tracer = NULL;
     obs_registry_free(rt->metrics); /* last: every layer that counted into it is gone */
     rt->metrics = NULL;
     pthread_mutex_destroy(&rt->mu);
+    pthread_rwlock_destroy(&rt->dp_rw);
     pthread_cond_destroy(&rt->open_cv);
     free(rt);
 }
@@ -977,6 +990,7 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg)
     rt->cfg = *cfg;
     rt->start_ms = env_clock_mono_ms();
     pthread_mutex_init(&rt->mu, NULL);
+    pthread_rwlock_init(&rt->dp_rw, NULL);
     pthread_cond_init(&rt->open_cv, NULL);
     rt->members = calloc(STORE_MAX_MEMBERS, sizeof(*rt->members));
     rt->next_members = calloc(STORE_MAX_MEMBERS, sizeof(*rt->next_members));

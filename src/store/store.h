@@ -12,10 +12,12 @@
  *   ops.c      loop side of object operations: placement, reservation, route publication by
  *              CAS, lookup, tombstones, release of obsolete replicas;
  *   data.c     application-thread side: payload writes and reads through the transports,
- *              checksum verification, replica failover, batches, drain handoff.
+ *              checksum verification, replica failover, batches, drain handoff;
+ *   route_hint.c  the last route version seen per key: the expected version of the next CAS.
  *
  * Threads: everything in struct kvm_rt marked [loop] is touched only on the loop thread;
- * [any] fields are immutable after open or protected by rt->mu. Application threads reach the
+ * [any] fields are immutable after open or protected by rt->mu (the data-path tables by
+ * rt->dp_rw). Application threads reach the
  * loop only through kvm_op_submit (env_post) and wait on the op's completion.
  */
 #ifndef KVMESH_STORE_STORE_H
@@ -40,20 +42,23 @@
 #include "store/alloc.h"
 #include "store/store_config.h"
 
-#define STORE_MAX_MEMBERS      256  /* members in a live snapshot */
-#define STORE_MAX_SEGS         64   /* segments per runtime */
-#define STORE_ADDR_MAX         160  /* rpc address string */
-#define STORE_SEG_CACHE_MAX    4096 /* opened remote segment handles per runtime */
-#define STORE_SEG_RETIRED_MAX  1024 /* dead handles replaced by a reopen, kept until close */
-#define STORE_PLACE_TRIES      8    /* owners tried per replica */
-#define STORE_CAS_RETRIES      8    /* publish attempts after a conflict */
-#define STORE_INDET_RETRIES    4    /* publish re-checks after an indeterminate CAS */
-#define STORE_TICK_MS          20   /* owner housekeeping period */
-#define STORE_TICK_BUDGET      256  /* slots examined per housekeeping turn */
-#define STORE_EVICT_INFLIGHT   64   /* eviction CAS in flight per owner */
-#define STORE_RESERVE_WAIT_MAX 512  /* reservations waiting for eviction to free space */
-#define STORE_HIT_FLUSH_MS     100  /* hit reports are batched this long */
-#define STORE_MEMBER_PAGE      256  /* member records per range page */
+#define STORE_MAX_MEMBERS      256   /* members in a live snapshot */
+#define STORE_MAX_SEGS         64    /* segments per runtime */
+#define STORE_ADDR_MAX         160   /* rpc address string */
+#define STORE_SEG_CACHE_MAX    4096  /* opened remote segment handles per runtime */
+#define STORE_SEG_RETIRED_MAX  1024  /* dead handles replaced by a reopen, kept until close */
+#define STORE_PLACE_TRIES      8     /* owners tried per replica */
+#define STORE_CAS_RETRIES      8     /* publish attempts after a conflict */
+#define STORE_INDET_RETRIES    4     /* publish re-checks after an indeterminate CAS */
+#define STORE_TICK_MS          20    /* owner housekeeping period */
+#define STORE_TICK_BUDGET      256   /* slots examined per housekeeping turn */
+#define STORE_EVICT_INFLIGHT   64    /* eviction CAS in flight per owner */
+#define STORE_RESERVE_WAIT_MAX 512   /* reservations waiting for eviction to free space */
+#define STORE_HIT_FLUSH_MS     100   /* hit reports are batched this long */
+#define STORE_MEMBER_PAGE      256   /* member records per range page */
+#define STORE_HINTS            16384 /* route hints per runtime (power of two; route_hint.c) */
+#define STORE_HINT_WAYS        4     /* route hints: ways per set */
+#define STORE_HINT_REPLICAS    3     /* routes with more replicas are not hinted */
 /* How long past its deadline a bounded call waits for the loop's own answer before it gives up
  * on the op (docs/api.md "Deadlines"): every stage already ends by the deadline; this covers the
  * hand-over from the loop thread. */
@@ -210,7 +215,17 @@ typedef struct kvm_op {
      * its stage times to the real root when the op completes in time. */
     struct obs_span *span;
     struct obs_span *span_own;
+    /* critical-path accounting (kvmesh_op_* families): OBS_OP_* + 1 of the API operation this op
+     * serves, 0 = not an API operation (drain, reports, admin): not counted */
+    uint8_t cp_op;
 } kvm_op_t;
+
+/* Counts v events of counter family `fam` (label 2: i2) for the API operation op serves. */
+#define KVM_CP_COUNT(op, fam, i2, v)                                                               \
+    do {                                                                                           \
+        if ((op)->cp_op)                                                                           \
+            obs_count((op)->rt->metrics, fam, (unsigned)(op)->cp_op - 1u, i2, v);                  \
+    } while (0)
 
 /* evictions and meta_calls are views of the runtime's metrics registry (evictions_total,
  * metadata_operations_total); the rest are owner-internal figures without a family. */
@@ -253,8 +268,10 @@ typedef struct kvm_rt {
     env_t *env;
     struct seg_registry *reg;
     struct tp_engine *tp;
-    /* [any] under mu */
+    /* [any] under mu, except seg_cache / seg_retired / regs: under dp_rw (read-locked by the
+     * application threads' data-path lookups, write-locked to change them) */
     pthread_mutex_t mu;
+    pthread_rwlock_t dp_rw;
     struct kvm_seg_handle *seg_cache;
     size_t n_seg_cache;
     /* handles replaced after their peer died (other app threads may still use them): closed at
@@ -320,6 +337,7 @@ typedef struct kvm_rt {
     struct kvm_quota *quota;      /* [loop] tenant quota protocol (quota.c); NULL = off */
     struct kvm_fair *fair;        /* [any] soft isolation gate (fair.c); NULL = off */
     struct kvm_place *place;      /* [loop] tenant placement preferences (place.c); NULL = none */
+    struct kvm_hints *hints;      /* [loop] route hints (route_hint.c); NULL until first use */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;
@@ -444,6 +462,14 @@ int kvm_owner_retire_segment(kvm_rt_t *rt, uint64_t seg_id);
 int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id);
 void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n);
 void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st);
+
+/* ---- route_hint.c [loop] ------------------------------------------------------------------ *
+ * The last route version seen per key, used only as the expected version of the next route CAS
+ * (never served to a read). kvm_hint_get fills an initialized `out` (ident owned by it). */
+void kvm_hint_put(kvm_rt_t *rt, const kvm_route_t *r);
+void kvm_hint_drop(kvm_rt_t *rt, const kvm_ident_t *id);
+bool kvm_hint_get(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out);
+void kvm_hint_fini(kvm_rt_t *rt); /* after the loop stopped */
 
 /* ---- ops.c [loop] ------------------------------------------------------------------------- */
 void kvm_ops_run(kvm_op_t *op);

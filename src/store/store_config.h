@@ -45,6 +45,13 @@ struct kvm_store_tenant_placement {
     bool hard;
 };
 
+/* Which replica reads verify the checksum (docs/configuration.md verify_reads). */
+enum kvm_verify_reads {
+    KVM_VERIFY_ALWAYS = 0, /* every read (default) */
+    KVM_VERIFY_REMOTE = 1, /* reads through a transport only */
+    KVM_VERIFY_NEVER = 2,
+};
+
 struct kvm_store_config {
     char metadata_url[KVM_STORE_STR_MAX]; /* memory://NAME | redis://… | etcd://… */
     char deployment[64];                  /* metadata key prefix */
@@ -61,6 +68,7 @@ struct kvm_store_config {
     uint32_t top_k;  /* route authorities per shard */
     uint32_t shards; /* logical route shards */
     enum tp_kind transport;
+    enum kvm_verify_reads verify_reads;
     double weight;               /* WRH weight of this runtime (> 0) */
     uint32_t lease_ttl_ms;       /* membership lease */
     uint32_t request_timeout_ms; /* end-to-end per request */

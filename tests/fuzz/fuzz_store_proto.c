@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++, size--;
     static uint8_t buf[STORE_PROTO_MAX];
     size_t len = 0;
-    switch (sel % 4) {
+    switch (sel % 6) {
     case 0: {
         store_reserve_req_t m, m2;
         if (store_reserve_req_decode(data, size, &m) != 0)
@@ -59,6 +59,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         KVM_ASSERT(store_hit_msg_encode(&m, buf, sizeof(buf), &len) == 0);
         KVM_ASSERT(store_hit_msg_decode(buf, len, &m2) == 0 && m.n == m2.n &&
                    memcmp(m.slots, m2.slots, m.n * sizeof(m.slots[0])) == 0);
+        break;
+    }
+    case 4: {
+        static store_reserve_batch_req_t m, m2;
+        static uint8_t big[STORE_RESERVE_BATCH_REQ_MAX(STORE_RESERVE_BATCH_MAX)];
+        if (store_reserve_batch_req_decode(data, size, &m) != 0)
+            return 0;
+        KVM_ASSERT(store_reserve_batch_req_encode(&m, big, sizeof(big), &len) == 0);
+        KVM_ASSERT(store_reserve_batch_req_decode(big, len, &m2) == 0);
+        KVM_ASSERT(m.n == m2.n && m.ttl_ms == m2.ttl_ms && m.target_epoch == m2.target_epoch);
+        for (uint16_t i = 0; i < m.n; i++)
+            KVM_ASSERT(m.length[i] == m2.length[i] && kvm_ident_equal(&m.ident[i], &m2.ident[i]));
+        store_reserve_batch_req_free(&m);
+        store_reserve_batch_req_free(&m2);
+        break;
+    }
+    case 5: {
+        static store_reserve_batch_resp_t m, m2;
+        static uint8_t rb[STORE_RESERVE_BATCH_RESP_MAX];
+        if (store_reserve_batch_resp_decode(data, size, &m) != 0)
+            return 0;
+        KVM_ASSERT(store_reserve_batch_resp_encode(&m, rb, sizeof(rb), &len) == 0);
+        KVM_ASSERT(store_reserve_batch_resp_decode(rb, len, &m2) == 0 && m.n == m2.n &&
+                   memcmp(m.r, m2.r, m.n * sizeof(m.r[0])) == 0);
         break;
     }
     }

@@ -181,7 +181,7 @@ static void test_workload_and_metrics(void **state)
     assert_true(p.ns < 2000);
     /* label names from the closed sets only; values never keys, request ids, addresses */
     static const char *const allowed[] = {"operation", "result", "transport", "backend",
-                                          "tier",      "le",     "tenant"};
+                                          "tier",      "le",     "tenant",    "stage"};
     char portstr[16];
     snprintf(portstr, sizeof(portstr), "%u", (unsigned)trt_port(rt));
     size_t tenant_series = 0;

@@ -337,7 +337,7 @@ static void warm_up(void)
 }
 
 static const char *const allowed_labels[] = {"operation", "result", "transport", "backend",
-                                             "tier",      "le",     "tenant"};
+                                             "tier",      "le",     "tenant",    "stage"};
 
 static void check_labels(const struct prom *p)
 {

@@ -4,8 +4,9 @@
  * in one process (shared memory:// metadata, real RPC over loopback TCP, the auto data
  * transport), the caller A sampling every request and the owner B never sampling on its own.
  *   - a remote put (hard-pinned to B) yields one connected trace: the store.put root on A,
- *     control.reserve / control.route_lookup / control.route_cas / control.commit and data.write
- *     on A, control.owner_reserve and control.owner_commit on B parented by A's spans across the
+ *     control.reserve / control.route_cas / control.commit and data.write on A (no
+ *     control.route_lookup: the CAS expects the route hint, none for a new key),
+ *     control.owner_reserve and control.owner_commit on B parented by A's spans across the
  *     socket, and metadata.* spans under the route calls (metadata_only route mode, where the
  *     route really is a metadata call);
  *   - a remote get yields one connected trace: store.get -> control.route_lookup (-> metadata.get)
@@ -133,13 +134,11 @@ static void check_put(const tspan_t *s, size_t n, char tid[33])
     const tspan_t *res = one(s, n, tid, "control.reserve");
     const tspan_t *ores = one(s, n, tid, "control.owner_reserve");
     const tspan_t *dw = one(s, n, tid, "data.write");
-    const tspan_t *lk = one(s, n, tid, "control.route_lookup");
     const tspan_t *cas = one(s, n, tid, "control.route_cas");
     const tspan_t *cm = one(s, n, tid, "control.commit");
     const tspan_t *ocm = one(s, n, tid, "control.owner_commit");
     assert_string_equal(res->parent, root->span_id);
     assert_string_equal(dw->parent, root->span_id);
-    assert_string_equal(lk->parent, root->span_id);
     assert_string_equal(cas->parent, root->span_id);
     assert_string_equal(cm->parent, root->span_id);
     /* across the RPC socket: B's spans are children of A's */
@@ -149,16 +148,16 @@ static void check_put(const tspan_t *s, size_t n, char tid[33])
     assert_string_equal(dw->service, "rt-a");
     assert_string_equal(ores->service, "rt-b");
     assert_string_equal(ocm->service, "rt-b");
-    /* the route's metadata calls (metadata_only mode), under the route calls that made them:
-     * the lookup's read, and the CAS's read then its compare-and-put transaction */
-    assert_string_equal(child(s, n, tid, "metadata.get", lk)->service, "rt-a");
-    child(s, n, tid, "metadata.get", cas);
+    /* the route's metadata calls (metadata_only mode), under the route call that made them:
+     * the CAS's read then its compare-and-put transaction; no lookup precedes the CAS */
+    assert_int_equal(count_prefix(s, n, tid, "control.route_lookup"), 0);
+    assert_string_equal(child(s, n, tid, "metadata.get", cas)->service, "rt-a");
     one(s, n, tid, "metadata.txn");
     child(s, n, tid, "metadata.txn", cas);
-    assert_int_equal(count_prefix(s, n, tid, "metadata."), 3);
-    assert_int_equal(count_prefix(s, n, tid, "control."), 6);
+    assert_int_equal(count_prefix(s, n, tid, "metadata."), 2);
+    assert_int_equal(count_prefix(s, n, tid, "control."), 5);
     assert_int_equal(count_prefix(s, n, tid, "data."), 1);
-    assert_int_equal(count_prefix(s, n, tid, ""), 11);
+    assert_int_equal(count_prefix(s, n, tid, ""), 9);
 }
 
 static void check_get(const tspan_t *s, size_t n, char tid[33])
@@ -316,7 +315,7 @@ static void test_remote_put_get_one_trace_each(void **state)
     check_put(js, n, t_put);
     check_get(js, n, t_get);
     assert_string_not_equal(t_put, t_get);
-    assert_int_equal(n, 15); /* nothing else was sampled */
+    assert_int_equal(n, 13); /* nothing else was sampled (put 9, get 4) */
 
     /* the collector got the same spans (both runtimes export to it) */
     pthread_mutex_lock(&rx->mu);
@@ -382,7 +381,7 @@ static void test_embedded_wrh_connected(void **state)
     const tspan_t *res = child(js, n, t_put, "control.reserve", put);
     assert_string_equal(child(js, n, t_put, "control.owner_reserve", res)->service, "rt-b");
     child(js, n, t_put, "data.write", put);
-    child(js, n, t_put, "control.route_lookup", put);
+    assert_int_equal(count_prefix(js, n, t_put, "control.route_lookup"), 0);
     child(js, n, t_put, "control.route_cas", put);
     const tspan_t *cm = child(js, n, t_put, "control.commit", put);
     assert_string_equal(child(js, n, t_put, "control.owner_commit", cm)->service, "rt-b");

@@ -56,6 +56,8 @@ static const struct {
     {"top_k", "33", "top_k: \"33\" is out of range; allowed 1..32"},
     {"shards", "-1", "shards: \"-1\" is not an unsigned integer; allowed 1..1048576"},
     {"transport", "udp", "transport: \"udp\" is not allowed; allowed auto|tcp|shm"},
+    {"verify_reads", "sometimes",
+     "verify_reads: \"sometimes\" is not allowed; allowed always|remote|never"},
     {"weight", "0", "weight: \"0\" is out of range; allowed 0.001..1e+06"},
     {"lease_ttl_ms", "50", "lease_ttl_ms: \"50\" is out of range; allowed 100..600000"},
     {"request_timeout_ms", "5s",
@@ -371,9 +373,9 @@ static void test_soft_isolation_fields(void **state)
     struct kvm_store_config sc;
     kvm_config_to_store(c, &sc);
     assert_true(sc.fairness);
-    assert_int_equal(sc.fair_batch_items, 16);
+    assert_int_equal(sc.fair_batch_items, 128);
     assert_int_equal(sc.fair_batch_bytes, 16ull << 20);
-    assert_int_equal(sc.fair_burst_items, 64);
+    assert_int_equal(sc.fair_burst_items, 256);
     assert_int_equal(sc.fair_inflight_bytes, 256ull << 20);
     assert_int_equal(sc.fair_queue_depth, 256);
     assert_int_equal(sc.n_tenant_weights, 0);

@@ -15,8 +15,11 @@
  * the measured path. Every system gets one client connection driven by one thread.
  */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api/kvmesh_tools.h"
@@ -33,6 +36,8 @@
 #define BENCH_MAX_OPS       2000000 /* per row */
 #define BENCH_MAX_ROW_BYTES (8ull << 30)
 #define BENCH_HDR           16
+#define BENCH_MAX_THREADS   8 /* --threads: client threads per row */
+#define BENCH_MAX_TROWS     4 /* --threads: thread counts */
 
 enum bench_op { OP_PUT, OP_GET, OP_BPUT, OP_BGET, OP__N };
 static const char *op_names[OP__N] = {"put", "get", "batch_put", "batch_get"};
@@ -45,6 +50,18 @@ struct row {
     double secs;
     uint64_t ops, calls, bytes, bad, failed;
     uint64_t p50, p99; /* ns */
+    /* --breakdown (kvmesh rows): critical-path counters over the row, the sampled requests */
+    kvmesh_tools_critpath_t cp;
+    size_t n_sampled;
+    int64_t total_ns, stage_ns[4];
+};
+
+/* A --threads row: N application threads on the one client runtime, each on its own keys. */
+struct trow {
+    bool done;
+    unsigned threads;
+    double secs;
+    uint64_t ops, bytes, failed;
 };
 
 #define BENCH_QUOTA_TENANT                                                                         \
@@ -53,8 +70,11 @@ struct row {
 #define BENCH_QUOTA_POLICY BENCH_QUOTA_TENANT ":1TiB:4000000000"
 
 struct bench {
-    bool quick, verify, markdown, quota;
+    bool quick, verify, markdown, quota, breakdown;
     struct row rows_q[2][BENCH_MAX_SIZES][OP__N]; /* kvmesh/shm, kvmesh/tcp with quota on */
+    size_t n_trows;
+    unsigned trows_n[BENCH_MAX_TROWS];
+    struct trow trows[SYS__N][BENCH_MAX_SIZES][BENCH_MAX_TROWS][OP__N];
     uint64_t row_ms;
     size_t nsizes;
     uint64_t sizes[BENCH_MAX_SIZES];
@@ -261,6 +281,11 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
     uint64_t min_ops = b->quick ? b->nkeys : 4;
     bool batch = op == OP_BPUT || op == OP_BGET;
     bool put = op == OP_PUT || op == OP_BPUT;
+    kvmesh_tools_critpath_t cp0 = {0};
+    struct timespec wall0;
+    clock_gettime(CLOCK_REALTIME, &wall0);
+    if (b->kv && b->breakdown)
+        kvmesh_tools_critpath(b->kv, op_names[op], &cp0);
     uint64_t t0 = kvmesh_tools_now_ns(), ops = 0, calls = 0, bytes = 0;
     size_t bad = 0, failed = 0, k = 0;
     bool reported = false;
@@ -304,12 +329,131 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
     r->p50 = cli_lat_pct(&lat, 50);
     r->p99 = cli_lat_pct(&lat, 99);
     r->done = true;
+    if (b->kv && b->breakdown) {
+        kvmesh_tools_critpath_t cp1;
+        kvmesh_tools_critpath(b->kv, op_names[op], &cp1);
+        r->cp.calls = cp1.calls - cp0.calls;
+        for (int i = 0; i < 4; i++)
+            r->cp.round_trips[i] = cp1.round_trips[i] - cp0.round_trips[i];
+        r->cp.handoffs = cp1.handoffs - cp0.handoffs;
+        r->cp.copies = cp1.copies - cp0.copies;
+        r->cp.checksums = cp1.checksums - cp0.checksums;
+        uint64_t since = (uint64_t)wall0.tv_sec * 1000000000ull + (uint64_t)wall0.tv_nsec;
+        r->n_sampled = kvmesh_tools_breakdown(b->kv, put ? "store.put" : "store.get", since,
+                                              &r->total_ns, r->stage_ns);
+    }
     cli_lat_free(&lat);
     if (bad)
         fprintf(stderr, "\nkvmesh bench: %s %" PRIu64 " KiB %s: %zu values read back WRONG\n",
                 sys_names[b->sys], b->size >> 10, op_names[op], bad);
     b->total_bad += bad;
     b->total_failed += failed;
+}
+
+/* ---- --threads rows (kvmesh only) --------------------------------------------------------- */
+
+struct tctx {
+    struct bench *b;
+    enum bench_op op;
+    unsigned t, n;
+    uint64_t deadline_ns;
+    uint8_t *region; /* src then dst buffers of this thread, registered as one region */
+    uint8_t *src[BENCH_BATCH_MAX], *dst[BENCH_BATCH_MAX];
+    uint64_t ops, bytes, failed;
+};
+
+/* Thread t of n: keys k = t, t + n, ... (puts overwrite them, gets read them); no stamping or
+ * verification (the values are whatever was written last). */
+static void *thread_main(void *arg)
+{
+    struct tctx *c = arg;
+    struct bench *b = c->b;
+    bool batch = c->op == OP_BPUT || c->op == OP_BGET;
+    bool put = c->op == OP_PUT || c->op == OP_BPUT;
+    size_t nb = batch ? b->batch : 1, mine = (b->nkeys + c->n - 1 - c->t) / c->n;
+    if (mine == 0)
+        return NULL;
+    kvmesh_batch_item_t ki[BENCH_BATCH_MAX];
+    size_t j = 0;
+    while (kvmesh_tools_now_ns() < c->deadline_ns && c->ops < BENCH_MAX_OPS) {
+        for (size_t i = 0; i < nb; i++, j++) {
+            size_t k = c->t + (j % mine) * c->n;
+            ki[i] = (kvmesh_batch_item_t){.key = b->keys[k],
+                                          .key_len = strlen(b->keys[k]),
+                                          .buf = put ? c->src[i] : c->dst[i],
+                                          .len = b->size};
+        }
+        size_t f = 0;
+        if (batch) {
+            if (put)
+                kvmesh_batch_put(b->kv, &b->scope, ki, nb, NULL);
+            else
+                kvmesh_batch_get(b->kv, &b->scope, ki, nb);
+            for (size_t i = 0; i < nb; i++)
+                f += ki[i].rc != 0;
+        } else if (put) {
+            f = kvmesh_put(b->kv, &b->scope, ki[0].key, ki[0].key_len, ki[0].buf, b->size, NULL) !=
+                0;
+        } else {
+            size_t got = 0;
+            f = kvmesh_get_into(b->kv, &b->scope, ki[0].key, ki[0].key_len, ki[0].buf, b->size,
+                                &got) != 0;
+        }
+        c->ops += nb;
+        c->failed += f;
+        c->bytes += (nb - f) * b->size;
+    }
+    return NULL;
+}
+
+static void run_threads_row(struct bench *b, size_t si, size_t ti, enum bench_op op)
+{
+    unsigned n = b->trows_n[ti];
+    struct trow *r = &b->trows[b->sys][si][ti][op];
+    struct tctx c[BENCH_MAX_THREADS];
+    pthread_t th[BENCH_MAX_THREADS];
+    bool started[BENCH_MAX_THREADS] = {false};
+    memset(c, 0, sizeof(c));
+    size_t nb = b->batch;
+    bool ok = true;
+    for (unsigned t = 0; t < n && ok; t++) {
+        c[t] = (struct tctx){.b = b, .op = op, .t = t, .n = n};
+        ok = (c[t].region = malloc(2 * nb * b->size)) != NULL;
+        for (size_t i = 0; ok && i < nb; i++) {
+            c[t].src[i] = c[t].region + i * b->size;
+            c[t].dst[i] = c[t].region + (nb + i) * b->size;
+            memcpy(c[t].src[i], b->pool[i % b->npool], b->size);
+            memset(c[t].dst[i], 0, b->size);
+        }
+        if (ok && kvmesh_register_buffer(b->kv, c[t].region, 2 * nb * b->size) != 0)
+            fprintf(stderr, "\nkvmesh bench: thread buffers not registered: %s\n",
+                    kvmesh_last_error());
+    }
+    uint64_t t0 = kvmesh_tools_now_ns();
+    for (unsigned t = 0; t < n && ok; t++) {
+        c[t].deadline_ns = t0 + b->row_ms * 1000000ull;
+        started[t] = pthread_create(&th[t], NULL, thread_main, &c[t]) == 0;
+    }
+    memset(r, 0, sizeof(*r));
+    for (unsigned t = 0; t < n; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        r->ops += c[t].ops;
+        r->bytes += c[t].bytes;
+        r->failed += c[t].failed;
+        if (c[t].region) {
+            kvmesh_unregister_buffer(b->kv, c[t].region);
+            free(c[t].region);
+        }
+    }
+    r->secs = (double)(kvmesh_tools_now_ns() - t0) / 1e9;
+    r->threads = n;
+    r->done = ok;
+    if (!ok)
+        fprintf(stderr, "\nkvmesh bench: out of memory for the %u-thread row\n", n);
+    b->total_failed += r->failed;
+    cli_progress(&b->prog, false, "[bench] %-10s %6" PRIu64 " KiB %-9s %u threads",
+                 sys_names[b->sys], b->size >> 10, op_names[op], n);
 }
 
 static int run_system_size(struct bench *b, size_t si)
@@ -328,13 +472,25 @@ static int run_system_size(struct bench *b, size_t si)
     int rc = populate(b);
     for (int op = 0; rc == 0 && op < OP__N; op++)
         run_row(b, si, (enum bench_op)op);
+    bool main_reg = b->kv != NULL;
+    if (rc == 0 && b->kv && b->n_trows) {
+        /* the thread rows register their own buffers: make room (TP_MAX_REGIONS) */
+        for (size_t i = 0; i < b->npool; i++)
+            kvmesh_unregister_buffer(b->kv, b->pool[i]);
+        for (size_t i = 0; i < b->batch; i++)
+            kvmesh_unregister_buffer(b->kv, b->dst[i]);
+        main_reg = false;
+        for (size_t ti = 0; ti < b->n_trows; ti++)
+            for (int op = 0; op < OP__N; op++)
+                run_threads_row(b, si, ti, (enum bench_op)op);
+    }
     /* Free the space for the next size. */
     if (b->kv) {
         for (size_t k = 0; k < b->nkeys; k++)
             kvmesh_remove(b->kv, &b->scope, b->keys[k], strlen(b->keys[k]));
-        for (size_t i = 0; i < b->npool; i++)
+        for (size_t i = 0; main_reg && i < b->npool; i++)
             kvmesh_unregister_buffer(b->kv, b->pool[i]);
-        for (size_t i = 0; i < b->batch; i++)
+        for (size_t i = 0; main_reg && i < b->batch; i++)
             kvmesh_unregister_buffer(b->kv, b->dst[i]);
     } else {
         peer_flush(b->pc);
@@ -370,7 +526,7 @@ static void measure_memcpy(struct bench *b, size_t si)
  */
 
 static int open_pair(const char *transport, kvmesh_t **server, kvmesh_t **client,
-                     const struct cli_sets *sets)
+                     const struct cli_sets *sets, bool breakdown)
 {
     char url[96];
     snprintf(url, sizeof(url), "memory://kvmesh-bench-%ld-%s", (long)getpid(), transport);
@@ -389,6 +545,10 @@ static int open_pair(const char *transport, kvmesh_t **server, kvmesh_t **client
         kvmesh_config_set(cfg, "reclaim_grace_ms", "100") ||
         kvmesh_config_set(cfg, "request_timeout_ms", "30000") ||
         kvmesh_config_set(cfg, "tenant_policies", BENCH_QUOTA_POLICY)) {
+        fprintf(stderr, "kvmesh bench: %s\n", kvmesh_last_error());
+        goto out;
+    }
+    if (breakdown && kvmesh_config_set(cfg, "trace_sample_rate", "0.25")) {
         fprintf(stderr, "kvmesh bench: %s\n", kvmesh_last_error());
         goto out;
     }
@@ -526,164 +686,294 @@ static void print_quota_table(struct bench *b, const bool *systems)
     printf("quota on: tenant %s with the policy %s; off: tenant bench without one. Metadata is "
            "the\nruntimes' memory:// store unless --set metadata_url=... names a server.\n",
            BENCH_QUOTA_TENANT, BENCH_QUOTA_POLICY);
-}
-
-int cmd_bench(int argc, char **argv)
-{
-    struct bench *b = calloc(1, sizeof(*b));
-    if (!b)
-        return CLI_EXIT_FAIL;
-    const char *transports = "shm,tcp", *sizes = "4KiB,256KiB,1MiB,16MiB";
-    bool no_peers = false, help = false;
-    struct cli_sets sets = {0};
-    b->row_ms = 500;
-    const cli_opt_t opts[] = {
-        {"quick", NULL, CLI_FLAG, &b->quick,
-         "smoke run: 8 keys per size, a few operations per row (for ctest; use with --verify)"},
-        {"verify", NULL, CLI_FLAG, &b->verify,
-         "check every byte read (header with key and generation + payload) for every system"},
-        {"transports", "LIST", CLI_CSV, &transports, "kvmesh transports to run (default shm,tcp)"},
-        {"sizes", "LIST", CLI_CSV, &sizes, "value sizes (default 4KiB,256KiB,1MiB,16MiB)"},
-        {"row-ms", "MS", CLI_U64, &b->row_ms, "time budget per table row (default 500)"},
-        {"no-peers", NULL, CLI_FLAG, &no_peers, "do not start redis-server and memcached"},
-        {"markdown", NULL, CLI_FLAG, &b->markdown, "print the table as Markdown"},
-        {"quota", NULL, CLI_FLAG, &b->quota,
-         "also run every kvmesh row in a tenant with a quota policy and print quota on vs off"},
-        {"set", "FIELD=VALUE", CLI_SET, &sets,
-         "set a configuration field of both kvmesh runtimes (e.g. io_threads=4)"},
-        {"help", NULL, CLI_FLAG, &help, "show this help"},
-    };
-    const size_t nopts = sizeof(opts) / sizeof(opts[0]);
-    const char *pos[1];
-    size_t npos;
-    int rc = cli_parse("bench", opts, nopts, argc, argv, pos, 0, &npos);
-    if (rc)
-        goto out;
-    if (help) {
-        cli_usage(stdout, "bench", "[options]",
-                  "Measures put, get, batch put and batch get on a 2-runtime loopback cluster in "
-                  "this process\n(a storage runtime and a client-only runtime, so replicas are "
-                  "remote to the client),\nover shm and tcp, and the same workload against a "
-                  "redis-server (hiredis, pipelined\nbatches) and a memcached (text protocol, "
-                  "pipelined sets, get_multi) that it starts on\nfree loopback ports and stops "
-                  "at the end. Prints GB/s, ops/s, p50/p99 latency (per\noperation; per call for "
-                  "batches) and the ratios kvmesh/redis, kvmesh/memcached and\nkvmesh/memcpy per "
-                  "row. Exit status 1 when any operation failed or --verify found a\nwrong byte.",
-                  opts, nopts);
-        goto out;
-    }
-    bool systems[SYS__N] = {false};
-    systems[SYS_REDIS] = systems[SYS_MEMCACHED] = !no_peers;
+    /* --threads rows: aggregate throughput of N client threads on one client runtime, and the
+     * scaling against the first thread count. */
+    static void print_threads(struct bench * b, const bool *systems)
     {
-        char tmp[128];
-        snprintf(tmp, sizeof(tmp), "%s", transports);
-        for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            if (strcmp(t, "shm") == 0)
-                systems[SYS_KVMESH_SHM] = true;
-            else if (strcmp(t, "tcp") == 0)
-                systems[SYS_KVMESH_TCP] = true;
-            else {
-                fprintf(stderr, "kvmesh bench: --transports: \"%s\" is not shm or tcp\n", t);
-                rc = CLI_EXIT_USAGE;
-                goto out;
-            }
-        }
-        snprintf(tmp, sizeof(tmp), "%s", sizes);
-        for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            uint64_t v;
-            if (b->nsizes >= BENCH_MAX_SIZES) {
-                fprintf(stderr, "kvmesh bench: at most %d sizes\n", BENCH_MAX_SIZES);
-                rc = CLI_EXIT_USAGE;
-                goto out;
-            }
-            if (kvmesh_tools_parse_size("--sizes", t, &v) != 0 || v < 4096 || v > (64ull << 20)) {
-                fprintf(stderr, "kvmesh bench: --sizes: \"%s\" must be a size in 4KiB..64MiB\n", t);
-                rc = CLI_EXIT_USAGE;
-                goto out;
-            }
-            b->sizes[b->nsizes++] = v;
-        }
-    }
-    if (b->quick && b->row_ms == 500)
-        b->row_ms = 20;
-    cli_progress_init(&b->prog, stderr, 2000);
-    printf("kvmesh bench: %zu sizes, %s%s, row budget %" PRIu64 " ms%s%s\n", b->nsizes, transports,
-           no_peers ? "" : ", vs redis-server and memcached", b->row_ms,
-           b->verify ? ", verifying every byte read" : "",
-           b->quota ? ", quota protocol on vs off" : "");
-    fflush(stdout);
-    for (size_t si = 0; si < b->nsizes; si++)
-        measure_memcpy(b, si);
-
-    /* Peers. */
-    for (int s = SYS_REDIS; s <= SYS_MEMCACHED; s++) {
-        if (!systems[s])
-            continue;
-        peer_proc_t *pp = NULL;
-        char err[256];
-        b->sys = (enum bench_sys)s;
-        b->kv = NULL;
-        if (peer_start(s == SYS_REDIS ? PEER_REDIS : PEER_MEMCACHED, &pp, err, sizeof(err)) ||
-            peer_connect(pp, &b->pc, err, sizeof(err))) {
-            fprintf(stderr, "kvmesh bench: %s: %s (use --no-peers to run without peers)\n",
-                    sys_names[s], err);
-            peer_stop(pp);
-            rc = CLI_EXIT_FAIL;
-            goto out;
-        }
-        for (size_t si = 0; si < b->nsizes; si++)
-            if (run_system_size(b, si) != 0)
-                b->total_failed++;
-        peer_close(b->pc);
-        b->pc = NULL;
-        peer_stop(pp);
-    }
-    /* kvmesh over each transport. */
-    for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
-        if (!systems[s])
-            continue;
-        kvmesh_t *server = NULL, *client = NULL;
-        if (open_pair(s == SYS_KVMESH_SHM ? "shm" : "tcp", &server, &client, &sets) != 0) {
-            rc = CLI_EXIT_FAIL;
-            goto out;
-        }
-        b->sys = (enum bench_sys)s;
-        b->kv = client;
-        b->scope.tenant = "bench";
-        b->scope.domain = NULL;
-        for (size_t si = 0; si < b->nsizes; si++) {
-            b->scope.tenant = "bench";
-            if (run_system_size(b, si) != 0)
-                b->total_failed++;
-            if (!b->quota)
+        if (b->markdown)
+            printf(
+                "\n| transport | size | op | threads | kvmesh GB/s | kvmesh ops/s | vs %u thread%s "
+                "|\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n",
+                b->trows_n[0], b->trows_n[0] == 1 ? "" : "s");
+        else
+            printf(
+                "\nclient threads on one client runtime (aggregate):\n%-4s %7s %-9s %7s %10s %10s "
+                "%8s\n",
+                "xprt", "size", "op", "threads", "GB/s", "ops/s", "scaling");
+        for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
+            if (!systems[s])
                 continue;
-            /* the same pair and keys, in the tenant with a policy, right after (interleaved
-             * per size, so that warm-up and host noise fall on both sides alike) */
-            struct row off[OP__N];
-            memcpy(off, b->rows[s][si], sizeof(off));
-            b->scope.tenant = BENCH_QUOTA_TENANT;
-            if (run_system_size(b, si) != 0)
-                b->total_failed++;
-            memcpy(b->rows_q[s - SYS_KVMESH_SHM][si], b->rows[s][si], sizeof(off));
-            memcpy(b->rows[s][si], off, sizeof(off));
+            for (size_t si = 0; si < b->nsizes; si++)
+                for (int op = 0; op < OP__N; op++)
+                    for (size_t ti = 0; ti < b->n_trows; ti++) {
+                        const struct trow *r = &b->trows[s][si][ti][op],
+                                          *r0 = &b->trows[s][si][0][op];
+                        if (!r->done)
+                            continue;
+                        double g = r->secs > 0 ? (double)r->bytes / r->secs / 1e9 : 0;
+                        double o = r->secs > 0 ? (double)(r->ops - r->failed) / r->secs : 0;
+                        double o0 = r0->secs > 0 ? (double)(r0->ops - r0->failed) / r0->secs : 0;
+                        char sz[32], x[16];
+                        kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
+                        fmt_ratio(x, sizeof(x), o, o0);
+                        const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
+                        if (b->markdown)
+                            printf("| %s | %s | %s | %u | %.2f | %.0f | %s |\n", tr, sz,
+                                   op_names[op], r->threads, g, o, x);
+                        else
+                            printf("%-4s %7s %-9s %7u %10.2f %10.0f %8s\n", tr, sz, op_names[op],
+                                   r->threads, g, o, x);
+                    }
         }
-        b->kv = NULL;
-        kvmesh_close(client);
-        kvmesh_close(server);
     }
-    cli_progress_done(&b->prog);
-    print_table(b, !no_peers, systems);
-    if (b->quota)
-        print_quota_table(b, systems);
-    printf("latency is per operation for put/get and per call for batches; batch sizes:");
-    for (size_t si = 0; si < b->nsizes; si++)
-        printf(" %zu", batch_for(b, b->sizes[si]));
-    printf(" items\n");
-    printf("integrity: %s; failed operations: %" PRIu64 ", wrong values: %" PRIu64 "\n",
-           b->verify ? "every byte read verified" : "not verified (use --verify)", b->total_failed,
-           b->total_bad);
-    rc = (b->total_bad || b->total_failed) ? CLI_EXIT_FAIL : 0;
-out:
-    free(b);
-    return rc;
-}
+
+    /* Per kvmesh row: the critical-path counts per call (from the client runtime's kvmesh_op_*
+     * counters over the row) next to the mean exclusive time per stage of the sampled calls of the
+     * row (the /breakdown ring: at most its last 128 entries). */
+    static void print_breakdown(struct bench * b, const bool *systems)
+    {
+        if (b->markdown)
+            printf(
+                "\n| transport | size | op | calls | round trips / call (reserve, payload, lookup, "
+                "cas) | hand-offs / call | copies / call | checksums / call | sampled | total us "
+                "| store us | control us | data us | metadata us |\n"
+                "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+                "---: | ---: |\n");
+        else
+            printf("\ncritical path per call (client runtime counters) and mean stage time of the "
+                   "sampled calls (/breakdown):\n%-4s %7s %-9s %7s %-28s %6s %7s %7s %5s %9s %9s "
+                   "%9s %9s %9s\n",
+                   "xprt", "size", "op", "calls", "round trips (res,pay,lk,cas)", "hand", "copies",
+                   "sums", "n", "total us", "store", "control", "data", "metadata");
+        for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
+            if (!systems[s])
+                continue;
+            for (size_t si = 0; si < b->nsizes; si++)
+                for (int op = 0; op < OP__N; op++) {
+                    const struct row *r = &b->rows[s][si][op];
+                    double c = r->cp.calls ? (double)r->cp.calls : 1;
+                    const uint64_t *t = r->cp.round_trips;
+                    char sz[32], rts[96], st[4][16], tot[16];
+                    kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
+                    snprintf(rts, sizeof(rts), "%.1f (%.1f, %.1f, %.1f, %.1f)",
+                             (double)(t[0] + t[1] + t[2] + t[3]) / c, (double)t[0] / c,
+                             (double)t[1] / c, (double)t[2] / c, (double)t[3] / c);
+                    double ns = r->n_sampled ? (double)r->n_sampled : 1;
+                    snprintf(tot, sizeof(tot), r->n_sampled ? "%.1f" : "-",
+                             (double)r->total_ns / ns / 1e3);
+                    for (int i = 0; i < 4; i++)
+                        snprintf(st[i], sizeof(st[i]), r->n_sampled ? "%.1f" : "-",
+                                 (double)r->stage_ns[i] / ns / 1e3);
+                    const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
+                    if (b->markdown)
+                        printf("| %s | %s | %s | %" PRIu64
+                               " | %s | %.1f | %.1f | %.1f | %zu | %s | %s | %s "
+                               "| %s | %s |\n",
+                               tr, sz, op_names[op], r->cp.calls, rts, (double)r->cp.handoffs / c,
+                               (double)r->cp.copies / c, (double)r->cp.checksums / c, r->n_sampled,
+                               tot, st[0], st[1], st[2], st[3]);
+                    else
+                        printf("%-4s %7s %-9s %7" PRIu64
+                               " %-28s %6.1f %7.1f %7.1f %5zu %9s %9s %9s %9s "
+                               "%9s\n",
+                               tr, sz, op_names[op], r->cp.calls, rts, (double)r->cp.handoffs / c,
+                               (double)r->cp.copies / c, (double)r->cp.checksums / c, r->n_sampled,
+                               tot, st[0], st[1], st[2], st[3]);
+                }
+        }
+    }
+
+    int cmd_bench(int argc, char **argv)
+    {
+        struct bench *b = calloc(1, sizeof(*b));
+        if (!b)
+            return CLI_EXIT_FAIL;
+        const char *transports = "shm,tcp", *sizes = "4KiB,256KiB,1MiB,16MiB", *threads = "";
+        bool no_peers = false, help = false;
+        struct cli_sets sets = {0};
+        b->row_ms = 500;
+        const cli_opt_t opts[] = {
+            {"quick", NULL, CLI_FLAG, &b->quick,
+             "smoke run: 8 keys per size, a few operations per row (for ctest; use with --verify)"},
+            {"verify", NULL, CLI_FLAG, &b->verify,
+             "check every byte read (header with key and generation + payload) for every system"},
+            {"transports", "LIST", CLI_CSV, &transports,
+             "kvmesh transports to run (default shm,tcp)"},
+            {"sizes", "LIST", CLI_CSV, &sizes, "value sizes (default 4KiB,256KiB,1MiB,16MiB)"},
+            {"row-ms", "MS", CLI_U64, &b->row_ms, "time budget per table row (default 500)"},
+            {"threads", "LIST", CLI_CSV, &threads,
+             "also run each kvmesh row with these numbers of client threads on the one client "
+             "runtime (e.g. 1,2,4; each thread on its own keys; not verified) and print their "
+             "aggregate throughput"},
+            {"no-peers", NULL, CLI_FLAG, &no_peers, "do not start redis-server and memcached"},
+            {"markdown", NULL, CLI_FLAG, &b->markdown, "print the table as Markdown"},
+            {"quota", NULL, CLI_FLAG, &b->quota,
+             "also run every kvmesh row in a tenant with a quota policy and print quota on vs off"},
+            {"breakdown", NULL, CLI_FLAG, &b->breakdown,
+             "also print per row the critical-path counts per call (round trips by stage, loop "
+             "hand-offs, payload copies, checksum passes) and the mean time per stage of sampled "
+             "calls (traces 25% of the client's requests, which costs some throughput)"},
+            {"set", "FIELD=VALUE", CLI_SET, &sets,
+             "set a configuration field of both kvmesh runtimes (e.g. io_threads=4)"},
+            {"help", NULL, CLI_FLAG, &help, "show this help"},
+        };
+        const size_t nopts = sizeof(opts) / sizeof(opts[0]);
+        const char *pos[1];
+        size_t npos;
+        int rc = cli_parse("bench", opts, nopts, argc, argv, pos, 0, &npos);
+        if (rc)
+            goto out;
+        if (help) {
+            cli_usage(
+                stdout, "bench", "[options]",
+                "Measures put, get, batch put and batch get on a 2-runtime loopback cluster in "
+                "this process\n(a storage runtime and a client-only runtime, so replicas are "
+                "remote to the client),\nover shm and tcp, and the same workload against a "
+                "redis-server (hiredis, pipelined\nbatches) and a memcached (text protocol, "
+                "pipelined sets, get_multi) that it starts on\nfree loopback ports and stops "
+                "at the end. Prints GB/s, ops/s, p50/p99 latency (per\noperation; per call for "
+                "batches) and the ratios kvmesh/redis, kvmesh/memcached and\nkvmesh/memcpy per "
+                "row. Exit status 1 when any operation failed or --verify found a\nwrong byte.",
+                opts, nopts);
+            goto out;
+        }
+        bool systems[SYS__N] = {false};
+        systems[SYS_REDIS] = systems[SYS_MEMCACHED] = !no_peers;
+        {
+            char tmp[128];
+            snprintf(tmp, sizeof(tmp), "%s", transports);
+            for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (strcmp(t, "shm") == 0)
+                    systems[SYS_KVMESH_SHM] = true;
+                else if (strcmp(t, "tcp") == 0)
+                    systems[SYS_KVMESH_TCP] = true;
+                else {
+                    fprintf(stderr, "kvmesh bench: --transports: \"%s\" is not shm or tcp\n", t);
+                    rc = CLI_EXIT_USAGE;
+                    goto out;
+                }
+            }
+            snprintf(tmp, sizeof(tmp), "%s", sizes);
+            for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                uint64_t v;
+                if (b->nsizes >= BENCH_MAX_SIZES) {
+                    fprintf(stderr, "kvmesh bench: at most %d sizes\n", BENCH_MAX_SIZES);
+                    rc = CLI_EXIT_USAGE;
+                    goto out;
+                }
+                if (kvmesh_tools_parse_size("--sizes", t, &v) != 0 || v < 4096 ||
+                    v > (64ull << 20)) {
+                    fprintf(stderr, "kvmesh bench: --sizes: \"%s\" must be a size in 4KiB..64MiB\n",
+                            t);
+                    rc = CLI_EXIT_USAGE;
+                    goto out;
+                }
+                b->sizes[b->nsizes++] = v;
+            }
+        }
+        {
+            char tmp[64];
+            snprintf(tmp, sizeof(tmp), "%s", threads);
+            for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                char *e;
+                unsigned long v = strtoul(t, &e, 10);
+                if (*e || v < 1 || v > BENCH_MAX_THREADS || b->n_trows >= BENCH_MAX_TROWS) {
+                    fprintf(
+                        stderr,
+                        "kvmesh bench: --threads: \"%s\" must be a list of at most %d counts in "
+                        "1..%d\n",
+                        threads, BENCH_MAX_TROWS, BENCH_MAX_THREADS);
+                    rc = CLI_EXIT_USAGE;
+                    goto out;
+                }
+                b->trows_n[b->n_trows++] = (unsigned)v;
+            }
+        }
+        if (b->quick && b->row_ms == 500)
+            b->row_ms = 20;
+        cli_progress_init(&b->prog, stderr, 2000);
+        printf("kvmesh bench: %zu sizes, %s%s, row budget %" PRIu64 " ms%s%s\n", b->nsizes,
+               transports, no_peers ? "" : ", vs redis-server and memcached", b->row_ms,
+               b->verify ? ", verifying every byte read" : "",
+               b->quota ? ", quota protocol on vs off" : "");
+        fflush(stdout);
+        for (size_t si = 0; si < b->nsizes; si++)
+            measure_memcpy(b, si);
+
+        /* Peers. */
+        for (int s = SYS_REDIS; s <= SYS_MEMCACHED; s++) {
+            if (!systems[s])
+                continue;
+            peer_proc_t *pp = NULL;
+            char err[256];
+            b->sys = (enum bench_sys)s;
+            b->kv = NULL;
+            if (peer_start(s == SYS_REDIS ? PEER_REDIS : PEER_MEMCACHED, &pp, err, sizeof(err)) ||
+                peer_connect(pp, &b->pc, err, sizeof(err))) {
+                fprintf(stderr, "kvmesh bench: %s: %s (use --no-peers to run without peers)\n",
+                        sys_names[s], err);
+                peer_stop(pp);
+                rc = CLI_EXIT_FAIL;
+                goto out;
+            }
+            for (size_t si = 0; si < b->nsizes; si++)
+                if (run_system_size(b, si) != 0)
+                    b->total_failed++;
+            peer_close(b->pc);
+            b->pc = NULL;
+            peer_stop(pp);
+        }
+        /* kvmesh over each transport. */
+        for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
+            if (!systems[s])
+                continue;
+            kvmesh_t *server = NULL, *client = NULL;
+            if (open_pair(s == SYS_KVMESH_SHM ? "shm" : "tcp", &server, &client, &sets,
+                          b->breakdown) != 0) {
+                rc = CLI_EXIT_FAIL;
+                goto out;
+            }
+            b->sys = (enum bench_sys)s;
+            b->kv = client;
+            b->scope.tenant = "bench";
+            b->scope.domain = NULL;
+            for (size_t si = 0; si < b->nsizes; si++) {
+                b->scope.tenant = "bench";
+                if (run_system_size(b, si) != 0)
+                    b->total_failed++;
+                if (!b->quota)
+                    continue;
+                /* the same pair and keys, in the tenant with a policy, right after (interleaved
+                 * per size, so that warm-up and host noise fall on both sides alike) */
+                struct row off[OP__N];
+                memcpy(off, b->rows[s][si], sizeof(off));
+                b->scope.tenant = BENCH_QUOTA_TENANT;
+                if (run_system_size(b, si) != 0)
+                    b->total_failed++;
+                memcpy(b->rows_q[s - SYS_KVMESH_SHM][si], b->rows[s][si], sizeof(off));
+                memcpy(b->rows[s][si], off, sizeof(off));
+            }
+            b->kv = NULL;
+            kvmesh_close(client);
+            kvmesh_close(server);
+        }
+        cli_progress_done(&b->prog);
+        print_table(b, !no_peers, systems);
+        if (b->quota)
+            print_quota_table(b, systems);
+        if (b->breakdown)
+            print_breakdown(b, systems);
+        if (b->n_trows)
+            print_threads(b, systems);
+        printf("latency is per operation for put/get and per call for batches; batch sizes:");
+        for (size_t si = 0; si < b->nsizes; si++)
+            printf(" %zu", batch_for(b, b->sizes[si]));
+        printf(" items\n");
+        printf("integrity: %s; failed operations: %" PRIu64 ", wrong values: %" PRIu64 "\n",
+               b->verify ? "every byte read verified" : "not verified (use --verify)",
+               b->total_failed, b->total_bad);
+        rc = (b->total_bad || b->total_failed) ? CLI_EXIT_FAIL : 0;
+    out:
+        free(b);
+        return rc;
+    }

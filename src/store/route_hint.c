@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * route_hint.c — the runtime's route hints [loop]: the last route version this runtime saw for a
+ * key (its own publication, a lookup, a CAS conflict's answer), kept only as the `expected`
+ * version of the next route CAS of that key, so a put does not look the route up before its CAS
+ * (docs/architecture.md "Write path"). A hint is never served: a read always asks the shard
+ * authorities, and a CAS with a stale hint is refused by the fenced primary (ECONFLICT, with the
+ * current route in the answer, from which the put retries). A CAS applied against a hint proves
+ * the hint was the current route (versions are unique per key: equal versions with different
+ * values are a protocol conflict), so its replicas may be released as obsolete.
+ *
+ * Bounded: STORE_HINTS entries, STORE_HINT_WAYS-way set-associative by the key's hash (a new key
+ * replaces the least recently used entry of its set); routes with more than STORE_HINT_REPLICAS
+ * replicas are not kept. Allocated on first use (about 220 bytes per entry), freed by
+ * kvm_hint_fini at close.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "store/store.h"
+
+struct kvm_hint {
+    kvm_ident_t ident; /* owned; enc NULL = empty */
+    uint64_t used;     /* hints clock at the last put or get (LRU within the set) */
+    kvm_route_version_t version;
+    kvm_op_id_t content_op;
+    kvm_tomb_state_t tomb;
+    uint64_t length, checksum;
+    uint32_t n_replicas;
+    kvm_hot_replica_t replicas[STORE_HINT_REPLICAS];
+};
+
+struct kvm_hints {
+    uint64_t clock;
+    struct kvm_hint e[STORE_HINTS];
+};
+
+KVM_STATIC_ASSERT((STORE_HINTS & (STORE_HINTS - 1)) == 0 && STORE_HINTS % STORE_HINT_WAYS == 0,
+                  "STORE_HINTS: a power of two, whole sets");
+
+/* The entry holding id, or with `alloc` the entry to (re)use for it: the matching one, else an
+ * empty way, else the least recently used way of its set. NULL when absent / out of memory. */
+static struct kvm_hint *slot(kvm_rt_t *rt, const kvm_ident_t *id, bool alloc)
+{
+    if (!rt->hints) {
+        if (!alloc)
+            return NULL;
+        rt->hints = calloc(1, sizeof(*rt->hints));
+        if (!rt->hints)
+            return NULL;
+    }
+    size_t sets = STORE_HINTS / STORE_HINT_WAYS;
+    struct kvm_hint *set = &rt->hints->e[(id->hash & (sets - 1)) * STORE_HINT_WAYS], *victim = NULL;
+    for (unsigned w = 0; w < STORE_HINT_WAYS; w++) {
+        struct kvm_hint *h = &set[w];
+        if (h->ident.enc && h->ident.hash == id->hash && kvm_ident_equal(&h->ident, id)) {
+            h->used = ++rt->hints->clock;
+            return h;
+        }
+        if (!victim || (victim->ident.enc && (!h->ident.enc || h->used < victim->used)))
+            victim = h;
+    }
+    if (!alloc)
+        return NULL;
+    victim->used = ++rt->hints->clock;
+    return victim;
+}
+
+void kvm_hint_drop(kvm_rt_t *rt, const kvm_ident_t *id)
+{
+    struct kvm_hint *h = slot(rt, id, false);
+    if (h)
+        kvm_ident_free(&h->ident);
+}
+
+void kvm_hint_put(kvm_rt_t *rt, const kvm_route_t *r)
+{
+    if (r->n_replicas > STORE_HINT_REPLICAS) {
+        kvm_hint_drop(rt, &r->ident);
+        return;
+    }
+    struct kvm_hint *h = slot(rt, &r->ident, true);
+    if (!h)
+        return; /* out of memory: no hint, the next put asks the authority */
+    if (!h->ident.enc || !kvm_ident_equal(&h->ident, &r->ident)) {
+        kvm_ident_free(&h->ident);
+        if (kvm_ident_copy(&h->ident, &r->ident) != 0)
+            return;
+    }
+    h->version = r->version;
+    h->content_op = r->content_op;
+    h->tomb = r->tomb;
+    h->length = r->length;
+    h->checksum = r->checksum;
+    h->n_replicas = r->n_replicas;
+    memcpy(h->replicas, r->replicas, r->n_replicas * sizeof(r->replicas[0]));
+}
+
+bool kvm_hint_get(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out)
+{
+    struct kvm_hint *h = slot(rt, id, false);
+    if (!h)
+        return false;
+    kvm_route_init(out);
+    if (kvm_ident_copy(&out->ident, id) != 0)
+        return false;
+    out->version = h->version;
+    out->content_op = h->content_op;
+    out->tomb = h->tomb;
+    out->length = h->length;
+    out->checksum = h->checksum;
+    out->n_replicas = h->n_replicas;
+    memcpy(out->replicas, h->replicas, h->n_replicas * sizeof(h->replicas[0]));
+    return true;
+}
+
+void kvm_hint_fini(kvm_rt_t *rt)
+{
+    for (size_t i = 0; rt->hints && i < STORE_HINTS; i++)
+        kvm_ident_free(&rt->hints->e[i].ident);
+    free(rt->hints);
+    rt->hints = NULL;
+}

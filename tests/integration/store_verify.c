@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * store_verify — the verify_reads policy (docs/configuration.md) against a corrupted replica.
+ *
+ * Two storage runtimes in this process (tcp transport, embedded in-memory metadata, one replica
+ * per object): SR with verify_reads=remote and SA with verify_reads=always; three client-only
+ * runtimes with verify_reads always, remote and never. A 256 KiB value is put by SR itself (its
+ * local replica: the put's checksum comes from the fused copy + hash) and one by SA; every
+ * reader first reads both correctly (so the fused checksums are right). Then one byte of each
+ * replica is flipped in the owner's segment memory, and each reader's verdict is checked:
+ *
+ *   reader                       replica   verdict
+ *   client, always               remote    KVMESH_ECHECKSUM
+ *   client, remote               remote    KVMESH_ECHECKSUM
+ *   client, never                remote    success, the flipped byte returned (no pass counted)
+ *   SR (remote) reading its own  local     success, the flipped byte returned (trusted copy)
+ *   SA (always) reading its own  local     KVMESH_ECHECKSUM (checksum fused with the copy)
+ *
+ * No timing is asserted; every wait is bounded.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/kvmesh_tools.h"
+#include "env/clock.h"
+#include "kvmesh.h"
+#include "net/seg.h"
+#include "obs/metrics.h"
+#include "store/store.h"
+
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "CHECK failed %s:%d: %s (%s)\n", __FILE__, __LINE__, #c,               \
+                    kvmesh_last_error());                                                          \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define VSIZE   (256u << 10)
+#define FLIP_AT 100000u
+
+static kvmesh_t *open_rt(const char *url, bool storage, const char *verify)
+{
+    kvmesh_config_t *c = kvmesh_config_new();
+    CHECK(c);
+    CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
+    CHECK(kvmesh_config_set(c, "transport", "tcp") == 0);
+    CHECK(kvmesh_config_set(c, "memory_size", storage ? "67108864" : "0") == 0);
+    CHECK(kvmesh_config_set(c, "segment_size", "67108864") == 0);
+    CHECK(kvmesh_config_set(c, "max_object_size", "1048576") == 0);
+    CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
+    CHECK(kvmesh_config_set(c, "verify_reads", verify) == 0);
+    kvmesh_t *kv = NULL;
+    int rc = kvmesh_open(&kv, c);
+    if (rc)
+        fprintf(stderr, "open: %s\n", kvmesh_last_error());
+    CHECK(rc == 0);
+    kvmesh_config_free(c);
+    return kv;
+}
+
+/* Flips the byte at FLIP_AT of the replica of `key` in its owner `owner` (this process). */
+static void corrupt(kvmesh_t *owner, kvmesh_t *any, const kvmesh_scope_t *sc, const char *key)
+{
+    kvmesh_route_info_t ri;
+    CHECK(kvmesh_route_query(any, sc, key, strlen(key), &ri) == 0 && ri.n_replicas == 1);
+    kvm_rt_t *rt = kvmesh_runtime_of(owner);
+    CHECK(strcmp(ri.replicas[0].owner, rt->idhex) == 0);
+    bool done = false;
+    for (uint32_t i = 0; i < rt->n_segs && !done; i++) {
+        if (!rt->segs[i].seg || rt->segs[i].seg->id != ri.replicas[0].segment)
+            continue;
+        uint8_t *p;
+        struct seg *pin;
+        enum seg_reason why;
+        CHECK(seg_check(rt->reg, ri.replicas[0].segment, ri.replicas[0].offset, VSIZE, SEG_READ,
+                        rt->segs[i].read_token, &p, &pin, &why) == 0);
+        p[FLIP_AT] ^= 0xff;
+        seg_unpin(rt->reg, pin);
+        done = true;
+    }
+    CHECK(done);
+}
+
+static int64_t sums(kvmesh_t *kv)
+{
+    int64_t v = 0;
+    CHECK(obs_metrics_read(kvmesh_runtime_of(kv)->metrics, "op_checksum_passes_total", OBS_OP_GET,
+                           OBS_NONE, &v) == 0);
+    return v;
+}
+
+static uint8_t val[VSIZE], out[VSIZE];
+
+/* Reads key into out; returns the rc. */
+static int read_key(kvmesh_t *kv, const kvmesh_scope_t *sc, const char *key)
+{
+    size_t got = 0;
+    memset(out, 0, VSIZE);
+    int rc = kvmesh_get_into(kv, sc, key, strlen(key), out, VSIZE, &got);
+    CHECK(rc != 0 || got == VSIZE);
+    return rc;
+}
+
+int main(void)
+{
+    char url[64];
+    snprintf(url, sizeof(url), "memory://verify-%ld", (long)getpid());
+    kvmesh_t *SR = open_rt(url, true, "remote"), *SA = open_rt(url, true, "always");
+    kvmesh_t *CA = open_rt(url, false, "always"), *CR = open_rt(url, false, "remote"),
+             *CN = open_rt(url, false, "never");
+    const kvmesh_scope_t sc = {"verify", NULL};
+    for (size_t i = 0; i < VSIZE; i++)
+        val[i] = (uint8_t)(i * 131 + 7);
+
+    /* Warm-up until each storage runtime can write its own key and every reader reads both
+     * (membership and shard primaries settle right after start). Bounded: 120 s. */
+    kvmesh_t *readers[] = {CA, CR, CN, SR, SA};
+    uint64_t end = env_clock_mono_ms() + 120000;
+    for (;;) {
+        bool ok = kvmesh_put(SR, &sc, "r", 1, val, VSIZE, NULL) == 0 &&
+                  kvmesh_put(SA, &sc, "a", 1, val, VSIZE, NULL) == 0;
+        for (size_t i = 0; ok && i < 5; i++)
+            ok = read_key(readers[i], &sc, "r") == 0 && memcmp(out, val, VSIZE) == 0 &&
+                 read_key(readers[i], &sc, "a") == 0 && memcmp(out, val, VSIZE) == 0;
+        if (ok)
+            break;
+        CHECK(env_clock_mono_ms() < end);
+        usleep(100 * 1000);
+    }
+    /* local first: each storage runtime holds the replica of its own put */
+    kvmesh_route_info_t ri;
+    CHECK(kvmesh_route_query(CA, &sc, "r", 1, &ri) == 0);
+    CHECK(strcmp(ri.replicas[0].owner, kvmesh_runtime_of(SR)->idhex) == 0);
+    CHECK(kvmesh_route_query(CA, &sc, "a", 1, &ri) == 0);
+    CHECK(strcmp(ri.replicas[0].owner, kvmesh_runtime_of(SA)->idhex) == 0);
+    printf("both values read back intact by all five runtimes (fused put checksums are right)\n");
+
+    const uint8_t flipped = (uint8_t)~val[FLIP_AT];
+    corrupt(SR, CA, &sc, "r");
+    corrupt(SA, CA, &sc, "a");
+
+    int rc = read_key(CA, &sc, "r");
+    printf("client, verify_reads=always, remote replica: %s\n", kvmesh_strerror(rc));
+    CHECK(rc == KVMESH_ECHECKSUM);
+
+    rc = read_key(CR, &sc, "r");
+    printf("client, verify_reads=remote, remote replica: %s\n", kvmesh_strerror(rc));
+    CHECK(rc == KVMESH_ECHECKSUM);
+
+    int64_t s0 = sums(CN);
+    rc = read_key(CN, &sc, "r");
+    printf("client, verify_reads=never, remote replica: %s, byte %u %s\n", kvmesh_strerror(rc),
+           FLIP_AT, rc == 0 && out[FLIP_AT] != val[FLIP_AT] ? "corrupted" : "intact");
+    CHECK(rc == 0 && out[FLIP_AT] == flipped);
+    out[FLIP_AT] ^= 0xff;
+    CHECK(memcmp(out, val, VSIZE) == 0); /* exactly the flipped byte */
+    CHECK(sums(CN) == s0);               /* no checksum pass */
+
+    rc = read_key(SR, &sc, "r");
+    printf("owner, verify_reads=remote, local replica: %s, byte %u %s\n", kvmesh_strerror(rc),
+           FLIP_AT, rc == 0 && out[FLIP_AT] != val[FLIP_AT] ? "corrupted" : "intact");
+    CHECK(rc == 0 && out[FLIP_AT] == flipped);
+
+    rc = read_key(SA, &sc, "a");
+    printf("owner, verify_reads=always, local replica: %s\n", kvmesh_strerror(rc));
+    CHECK(rc == KVMESH_ECHECKSUM);
+
+    kvmesh_close(CN);
+    kvmesh_close(CR);
+    kvmesh_close(CA);
+    kvmesh_close(SA);
+    kvmesh_close(SR);
+    printf("every verify_reads policy gave its documented verdict\n");
+    return 0;
+}
