@@ -686,294 +686,287 @@ static void print_quota_table(struct bench *b, const bool *systems)
     printf("quota on: tenant %s with the policy %s; off: tenant bench without one. Metadata is "
            "the\nruntimes' memory:// store unless --set metadata_url=... names a server.\n",
            BENCH_QUOTA_TENANT, BENCH_QUOTA_POLICY);
-    /* --threads rows: aggregate throughput of N client threads on one client runtime, and the
-     * scaling against the first thread count. */
-    static void print_threads(struct bench * b, const bool *systems)
-    {
-        if (b->markdown)
-            printf(
-                "\n| transport | size | op | threads | kvmesh GB/s | kvmesh ops/s | vs %u thread%s "
-                "|\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n",
-                b->trows_n[0], b->trows_n[0] == 1 ? "" : "s");
-        else
-            printf(
-                "\nclient threads on one client runtime (aggregate):\n%-4s %7s %-9s %7s %10s %10s "
-                "%8s\n",
-                "xprt", "size", "op", "threads", "GB/s", "ops/s", "scaling");
-        for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
-            if (!systems[s])
-                continue;
-            for (size_t si = 0; si < b->nsizes; si++)
-                for (int op = 0; op < OP__N; op++)
-                    for (size_t ti = 0; ti < b->n_trows; ti++) {
-                        const struct trow *r = &b->trows[s][si][ti][op],
-                                          *r0 = &b->trows[s][si][0][op];
-                        if (!r->done)
-                            continue;
-                        double g = r->secs > 0 ? (double)r->bytes / r->secs / 1e9 : 0;
-                        double o = r->secs > 0 ? (double)(r->ops - r->failed) / r->secs : 0;
-                        double o0 = r0->secs > 0 ? (double)(r0->ops - r0->failed) / r0->secs : 0;
-                        char sz[32], x[16];
-                        kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
-                        fmt_ratio(x, sizeof(x), o, o0);
-                        const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
-                        if (b->markdown)
-                            printf("| %s | %s | %s | %u | %.2f | %.0f | %s |\n", tr, sz,
-                                   op_names[op], r->threads, g, o, x);
-                        else
-                            printf("%-4s %7s %-9s %7u %10.2f %10.0f %8s\n", tr, sz, op_names[op],
-                                   r->threads, g, o, x);
-                    }
-        }
-    }
+}
 
-    /* Per kvmesh row: the critical-path counts per call (from the client runtime's kvmesh_op_*
-     * counters over the row) next to the mean exclusive time per stage of the sampled calls of the
-     * row (the /breakdown ring: at most its last 128 entries). */
-    static void print_breakdown(struct bench * b, const bool *systems)
-    {
-        if (b->markdown)
-            printf(
-                "\n| transport | size | op | calls | round trips / call (reserve, payload, lookup, "
-                "cas) | hand-offs / call | copies / call | checksums / call | sampled | total us "
-                "| store us | control us | data us | metadata us |\n"
-                "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-                "---: | ---: |\n");
-        else
-            printf("\ncritical path per call (client runtime counters) and mean stage time of the "
-                   "sampled calls (/breakdown):\n%-4s %7s %-9s %7s %-28s %6s %7s %7s %5s %9s %9s "
-                   "%9s %9s %9s\n",
-                   "xprt", "size", "op", "calls", "round trips (res,pay,lk,cas)", "hand", "copies",
-                   "sums", "n", "total us", "store", "control", "data", "metadata");
-        for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
-            if (!systems[s])
-                continue;
-            for (size_t si = 0; si < b->nsizes; si++)
-                for (int op = 0; op < OP__N; op++) {
-                    const struct row *r = &b->rows[s][si][op];
-                    double c = r->cp.calls ? (double)r->cp.calls : 1;
-                    const uint64_t *t = r->cp.round_trips;
-                    char sz[32], rts[96], st[4][16], tot[16];
+/* --threads rows: aggregate throughput of N client threads on one client runtime, and the
+ * scaling against the first thread count. */
+static void print_threads(struct bench *b, const bool *systems)
+{
+    if (b->markdown)
+        printf("\n| transport | size | op | threads | kvmesh GB/s | kvmesh ops/s | vs %u thread%s "
+               "|\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n",
+               b->trows_n[0], b->trows_n[0] == 1 ? "" : "s");
+    else
+        printf("\nclient threads on one client runtime (aggregate):\n%-4s %7s %-9s %7s %10s %10s "
+               "%8s\n",
+               "xprt", "size", "op", "threads", "GB/s", "ops/s", "scaling");
+    for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
+        if (!systems[s])
+            continue;
+        for (size_t si = 0; si < b->nsizes; si++)
+            for (int op = 0; op < OP__N; op++)
+                for (size_t ti = 0; ti < b->n_trows; ti++) {
+                    const struct trow *r = &b->trows[s][si][ti][op], *r0 = &b->trows[s][si][0][op];
+                    if (!r->done)
+                        continue;
+                    double g = r->secs > 0 ? (double)r->bytes / r->secs / 1e9 : 0;
+                    double o = r->secs > 0 ? (double)(r->ops - r->failed) / r->secs : 0;
+                    double o0 = r0->secs > 0 ? (double)(r0->ops - r0->failed) / r0->secs : 0;
+                    char sz[32], x[16];
                     kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
-                    snprintf(rts, sizeof(rts), "%.1f (%.1f, %.1f, %.1f, %.1f)",
-                             (double)(t[0] + t[1] + t[2] + t[3]) / c, (double)t[0] / c,
-                             (double)t[1] / c, (double)t[2] / c, (double)t[3] / c);
-                    double ns = r->n_sampled ? (double)r->n_sampled : 1;
-                    snprintf(tot, sizeof(tot), r->n_sampled ? "%.1f" : "-",
-                             (double)r->total_ns / ns / 1e3);
-                    for (int i = 0; i < 4; i++)
-                        snprintf(st[i], sizeof(st[i]), r->n_sampled ? "%.1f" : "-",
-                                 (double)r->stage_ns[i] / ns / 1e3);
+                    fmt_ratio(x, sizeof(x), o, o0);
                     const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
                     if (b->markdown)
-                        printf("| %s | %s | %s | %" PRIu64
-                               " | %s | %.1f | %.1f | %.1f | %zu | %s | %s | %s "
-                               "| %s | %s |\n",
-                               tr, sz, op_names[op], r->cp.calls, rts, (double)r->cp.handoffs / c,
-                               (double)r->cp.copies / c, (double)r->cp.checksums / c, r->n_sampled,
-                               tot, st[0], st[1], st[2], st[3]);
+                        printf("| %s | %s | %s | %u | %.2f | %.0f | %s |\n", tr, sz, op_names[op],
+                               r->threads, g, o, x);
                     else
-                        printf("%-4s %7s %-9s %7" PRIu64
-                               " %-28s %6.1f %7.1f %7.1f %5zu %9s %9s %9s %9s "
-                               "%9s\n",
-                               tr, sz, op_names[op], r->cp.calls, rts, (double)r->cp.handoffs / c,
-                               (double)r->cp.copies / c, (double)r->cp.checksums / c, r->n_sampled,
-                               tot, st[0], st[1], st[2], st[3]);
+                        printf("%-4s %7s %-9s %7u %10.2f %10.0f %8s\n", tr, sz, op_names[op],
+                               r->threads, g, o, x);
                 }
+    }
+}
+
+/* Per kvmesh row: the critical-path counts per call (from the client runtime's kvmesh_op_*
+ * counters over the row) next to the mean exclusive time per stage of the sampled calls of the
+ * row (the /breakdown ring: at most its last 128 entries). */
+static void print_breakdown(struct bench *b, const bool *systems)
+{
+    if (b->markdown)
+        printf("\n| transport | size | op | calls | round trips / call (reserve, payload, lookup, "
+               "cas) | hand-offs / call | copies / call | checksums / call | sampled | total us "
+               "| store us | control us | data us | metadata us |\n"
+               "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+               "---: | ---: |\n");
+    else
+        printf("\ncritical path per call (client runtime counters) and mean stage time of the "
+               "sampled calls (/breakdown):\n%-4s %7s %-9s %7s %-28s %6s %7s %7s %5s %9s %9s "
+               "%9s %9s %9s\n",
+               "xprt", "size", "op", "calls", "round trips (res,pay,lk,cas)", "hand", "copies",
+               "sums", "n", "total us", "store", "control", "data", "metadata");
+    for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
+        if (!systems[s])
+            continue;
+        for (size_t si = 0; si < b->nsizes; si++)
+            for (int op = 0; op < OP__N; op++) {
+                const struct row *r = &b->rows[s][si][op];
+                double c = r->cp.calls ? (double)r->cp.calls : 1;
+                const uint64_t *t = r->cp.round_trips;
+                char sz[32], rts[96], st[4][16], tot[16];
+                kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
+                snprintf(rts, sizeof(rts), "%.1f (%.1f, %.1f, %.1f, %.1f)",
+                         (double)(t[0] + t[1] + t[2] + t[3]) / c, (double)t[0] / c,
+                         (double)t[1] / c, (double)t[2] / c, (double)t[3] / c);
+                double ns = r->n_sampled ? (double)r->n_sampled : 1;
+                snprintf(tot, sizeof(tot), r->n_sampled ? "%.1f" : "-",
+                         (double)r->total_ns / ns / 1e3);
+                for (int i = 0; i < 4; i++)
+                    snprintf(st[i], sizeof(st[i]), r->n_sampled ? "%.1f" : "-",
+                             (double)r->stage_ns[i] / ns / 1e3);
+                const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
+                if (b->markdown)
+                    printf("| %s | %s | %s | %" PRIu64
+                           " | %s | %.1f | %.1f | %.1f | %zu | %s | %s | %s "
+                           "| %s | %s |\n",
+                           tr, sz, op_names[op], r->cp.calls, rts, (double)r->cp.handoffs / c,
+                           (double)r->cp.copies / c, (double)r->cp.checksums / c, r->n_sampled, tot,
+                           st[0], st[1], st[2], st[3]);
+                else
+                    printf("%-4s %7s %-9s %7" PRIu64
+                           " %-28s %6.1f %7.1f %7.1f %5zu %9s %9s %9s %9s "
+                           "%9s\n",
+                           tr, sz, op_names[op], r->cp.calls, rts, (double)r->cp.handoffs / c,
+                           (double)r->cp.copies / c, (double)r->cp.checksums / c, r->n_sampled, tot,
+                           st[0], st[1], st[2], st[3]);
+            }
+    }
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    struct bench *b = calloc(1, sizeof(*b));
+    if (!b)
+        return CLI_EXIT_FAIL;
+    const char *transports = "shm,tcp", *sizes = "4KiB,256KiB,1MiB,16MiB", *threads = "";
+    bool no_peers = false, help = false;
+    struct cli_sets sets = {0};
+    b->row_ms = 500;
+    const cli_opt_t opts[] = {
+        {"quick", NULL, CLI_FLAG, &b->quick,
+         "smoke run: 8 keys per size, a few operations per row (for ctest; use with --verify)"},
+        {"verify", NULL, CLI_FLAG, &b->verify,
+         "check every byte read (header with key and generation + payload) for every system"},
+        {"transports", "LIST", CLI_CSV, &transports, "kvmesh transports to run (default shm,tcp)"},
+        {"sizes", "LIST", CLI_CSV, &sizes, "value sizes (default 4KiB,256KiB,1MiB,16MiB)"},
+        {"row-ms", "MS", CLI_U64, &b->row_ms, "time budget per table row (default 500)"},
+        {"threads", "LIST", CLI_CSV, &threads,
+         "also run each kvmesh row with these numbers of client threads on the one client "
+         "runtime (e.g. 1,2,4; each thread on its own keys; not verified) and print their "
+         "aggregate throughput"},
+        {"no-peers", NULL, CLI_FLAG, &no_peers, "do not start redis-server and memcached"},
+        {"markdown", NULL, CLI_FLAG, &b->markdown, "print the table as Markdown"},
+        {"quota", NULL, CLI_FLAG, &b->quota,
+         "also run every kvmesh row in a tenant with a quota policy and print quota on vs off"},
+        {"breakdown", NULL, CLI_FLAG, &b->breakdown,
+         "also print per row the critical-path counts per call (round trips by stage, loop "
+         "hand-offs, payload copies, checksum passes) and the mean time per stage of sampled "
+         "calls (traces 25% of the client's requests, which costs some throughput)"},
+        {"set", "FIELD=VALUE", CLI_SET, &sets,
+         "set a configuration field of both kvmesh runtimes (e.g. io_threads=4)"},
+        {"help", NULL, CLI_FLAG, &help, "show this help"},
+    };
+    const size_t nopts = sizeof(opts) / sizeof(opts[0]);
+    const char *pos[1];
+    size_t npos;
+    int rc = cli_parse("bench", opts, nopts, argc, argv, pos, 0, &npos);
+    if (rc)
+        goto out;
+    if (help) {
+        cli_usage(stdout, "bench", "[options]",
+                  "Measures put, get, batch put and batch get on a 2-runtime loopback cluster in "
+                  "this process\n(a storage runtime and a client-only runtime, so replicas are "
+                  "remote to the client),\nover shm and tcp, and the same workload against a "
+                  "redis-server (hiredis, pipelined\nbatches) and a memcached (text protocol, "
+                  "pipelined sets, get_multi) that it starts on\nfree loopback ports and stops "
+                  "at the end. Prints GB/s, ops/s, p50/p99 latency (per\noperation; per call for "
+                  "batches) and the ratios kvmesh/redis, kvmesh/memcached and\nkvmesh/memcpy per "
+                  "row. Exit status 1 when any operation failed or --verify found a\nwrong byte.",
+                  opts, nopts);
+        goto out;
+    }
+    bool systems[SYS__N] = {false};
+    systems[SYS_REDIS] = systems[SYS_MEMCACHED] = !no_peers;
+    {
+        char tmp[128];
+        snprintf(tmp, sizeof(tmp), "%s", transports);
+        for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            if (strcmp(t, "shm") == 0)
+                systems[SYS_KVMESH_SHM] = true;
+            else if (strcmp(t, "tcp") == 0)
+                systems[SYS_KVMESH_TCP] = true;
+            else {
+                fprintf(stderr, "kvmesh bench: --transports: \"%s\" is not shm or tcp\n", t);
+                rc = CLI_EXIT_USAGE;
+                goto out;
+            }
+        }
+        snprintf(tmp, sizeof(tmp), "%s", sizes);
+        for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            uint64_t v;
+            if (b->nsizes >= BENCH_MAX_SIZES) {
+                fprintf(stderr, "kvmesh bench: at most %d sizes\n", BENCH_MAX_SIZES);
+                rc = CLI_EXIT_USAGE;
+                goto out;
+            }
+            if (kvmesh_tools_parse_size("--sizes", t, &v) != 0 || v < 4096 || v > (64ull << 20)) {
+                fprintf(stderr, "kvmesh bench: --sizes: \"%s\" must be a size in 4KiB..64MiB\n", t);
+                rc = CLI_EXIT_USAGE;
+                goto out;
+            }
+            b->sizes[b->nsizes++] = v;
         }
     }
-
-    int cmd_bench(int argc, char **argv)
     {
-        struct bench *b = calloc(1, sizeof(*b));
-        if (!b)
-            return CLI_EXIT_FAIL;
-        const char *transports = "shm,tcp", *sizes = "4KiB,256KiB,1MiB,16MiB", *threads = "";
-        bool no_peers = false, help = false;
-        struct cli_sets sets = {0};
-        b->row_ms = 500;
-        const cli_opt_t opts[] = {
-            {"quick", NULL, CLI_FLAG, &b->quick,
-             "smoke run: 8 keys per size, a few operations per row (for ctest; use with --verify)"},
-            {"verify", NULL, CLI_FLAG, &b->verify,
-             "check every byte read (header with key and generation + payload) for every system"},
-            {"transports", "LIST", CLI_CSV, &transports,
-             "kvmesh transports to run (default shm,tcp)"},
-            {"sizes", "LIST", CLI_CSV, &sizes, "value sizes (default 4KiB,256KiB,1MiB,16MiB)"},
-            {"row-ms", "MS", CLI_U64, &b->row_ms, "time budget per table row (default 500)"},
-            {"threads", "LIST", CLI_CSV, &threads,
-             "also run each kvmesh row with these numbers of client threads on the one client "
-             "runtime (e.g. 1,2,4; each thread on its own keys; not verified) and print their "
-             "aggregate throughput"},
-            {"no-peers", NULL, CLI_FLAG, &no_peers, "do not start redis-server and memcached"},
-            {"markdown", NULL, CLI_FLAG, &b->markdown, "print the table as Markdown"},
-            {"quota", NULL, CLI_FLAG, &b->quota,
-             "also run every kvmesh row in a tenant with a quota policy and print quota on vs off"},
-            {"breakdown", NULL, CLI_FLAG, &b->breakdown,
-             "also print per row the critical-path counts per call (round trips by stage, loop "
-             "hand-offs, payload copies, checksum passes) and the mean time per stage of sampled "
-             "calls (traces 25% of the client's requests, which costs some throughput)"},
-            {"set", "FIELD=VALUE", CLI_SET, &sets,
-             "set a configuration field of both kvmesh runtimes (e.g. io_threads=4)"},
-            {"help", NULL, CLI_FLAG, &help, "show this help"},
-        };
-        const size_t nopts = sizeof(opts) / sizeof(opts[0]);
-        const char *pos[1];
-        size_t npos;
-        int rc = cli_parse("bench", opts, nopts, argc, argv, pos, 0, &npos);
-        if (rc)
-            goto out;
-        if (help) {
-            cli_usage(
-                stdout, "bench", "[options]",
-                "Measures put, get, batch put and batch get on a 2-runtime loopback cluster in "
-                "this process\n(a storage runtime and a client-only runtime, so replicas are "
-                "remote to the client),\nover shm and tcp, and the same workload against a "
-                "redis-server (hiredis, pipelined\nbatches) and a memcached (text protocol, "
-                "pipelined sets, get_multi) that it starts on\nfree loopback ports and stops "
-                "at the end. Prints GB/s, ops/s, p50/p99 latency (per\noperation; per call for "
-                "batches) and the ratios kvmesh/redis, kvmesh/memcached and\nkvmesh/memcpy per "
-                "row. Exit status 1 when any operation failed or --verify found a\nwrong byte.",
-                opts, nopts);
-            goto out;
-        }
-        bool systems[SYS__N] = {false};
-        systems[SYS_REDIS] = systems[SYS_MEMCACHED] = !no_peers;
-        {
-            char tmp[128];
-            snprintf(tmp, sizeof(tmp), "%s", transports);
-            for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (strcmp(t, "shm") == 0)
-                    systems[SYS_KVMESH_SHM] = true;
-                else if (strcmp(t, "tcp") == 0)
-                    systems[SYS_KVMESH_TCP] = true;
-                else {
-                    fprintf(stderr, "kvmesh bench: --transports: \"%s\" is not shm or tcp\n", t);
-                    rc = CLI_EXIT_USAGE;
-                    goto out;
-                }
-            }
-            snprintf(tmp, sizeof(tmp), "%s", sizes);
-            for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                uint64_t v;
-                if (b->nsizes >= BENCH_MAX_SIZES) {
-                    fprintf(stderr, "kvmesh bench: at most %d sizes\n", BENCH_MAX_SIZES);
-                    rc = CLI_EXIT_USAGE;
-                    goto out;
-                }
-                if (kvmesh_tools_parse_size("--sizes", t, &v) != 0 || v < 4096 ||
-                    v > (64ull << 20)) {
-                    fprintf(stderr, "kvmesh bench: --sizes: \"%s\" must be a size in 4KiB..64MiB\n",
-                            t);
-                    rc = CLI_EXIT_USAGE;
-                    goto out;
-                }
-                b->sizes[b->nsizes++] = v;
-            }
-        }
-        {
-            char tmp[64];
-            snprintf(tmp, sizeof(tmp), "%s", threads);
-            for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                char *e;
-                unsigned long v = strtoul(t, &e, 10);
-                if (*e || v < 1 || v > BENCH_MAX_THREADS || b->n_trows >= BENCH_MAX_TROWS) {
-                    fprintf(
-                        stderr,
+        char tmp[64];
+        snprintf(tmp, sizeof(tmp), "%s", threads);
+        for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            char *e;
+            unsigned long v = strtoul(t, &e, 10);
+            if (*e || v < 1 || v > BENCH_MAX_THREADS || b->n_trows >= BENCH_MAX_TROWS) {
+                fprintf(stderr,
                         "kvmesh bench: --threads: \"%s\" must be a list of at most %d counts in "
                         "1..%d\n",
                         threads, BENCH_MAX_TROWS, BENCH_MAX_THREADS);
-                    rc = CLI_EXIT_USAGE;
-                    goto out;
-                }
-                b->trows_n[b->n_trows++] = (unsigned)v;
-            }
-        }
-        if (b->quick && b->row_ms == 500)
-            b->row_ms = 20;
-        cli_progress_init(&b->prog, stderr, 2000);
-        printf("kvmesh bench: %zu sizes, %s%s, row budget %" PRIu64 " ms%s%s\n", b->nsizes,
-               transports, no_peers ? "" : ", vs redis-server and memcached", b->row_ms,
-               b->verify ? ", verifying every byte read" : "",
-               b->quota ? ", quota protocol on vs off" : "");
-        fflush(stdout);
-        for (size_t si = 0; si < b->nsizes; si++)
-            measure_memcpy(b, si);
-
-        /* Peers. */
-        for (int s = SYS_REDIS; s <= SYS_MEMCACHED; s++) {
-            if (!systems[s])
-                continue;
-            peer_proc_t *pp = NULL;
-            char err[256];
-            b->sys = (enum bench_sys)s;
-            b->kv = NULL;
-            if (peer_start(s == SYS_REDIS ? PEER_REDIS : PEER_MEMCACHED, &pp, err, sizeof(err)) ||
-                peer_connect(pp, &b->pc, err, sizeof(err))) {
-                fprintf(stderr, "kvmesh bench: %s: %s (use --no-peers to run without peers)\n",
-                        sys_names[s], err);
-                peer_stop(pp);
-                rc = CLI_EXIT_FAIL;
+                rc = CLI_EXIT_USAGE;
                 goto out;
             }
-            for (size_t si = 0; si < b->nsizes; si++)
-                if (run_system_size(b, si) != 0)
-                    b->total_failed++;
-            peer_close(b->pc);
-            b->pc = NULL;
-            peer_stop(pp);
+            b->trows_n[b->n_trows++] = (unsigned)v;
         }
-        /* kvmesh over each transport. */
-        for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
-            if (!systems[s])
-                continue;
-            kvmesh_t *server = NULL, *client = NULL;
-            if (open_pair(s == SYS_KVMESH_SHM ? "shm" : "tcp", &server, &client, &sets,
-                          b->breakdown) != 0) {
-                rc = CLI_EXIT_FAIL;
-                goto out;
-            }
-            b->sys = (enum bench_sys)s;
-            b->kv = client;
-            b->scope.tenant = "bench";
-            b->scope.domain = NULL;
-            for (size_t si = 0; si < b->nsizes; si++) {
-                b->scope.tenant = "bench";
-                if (run_system_size(b, si) != 0)
-                    b->total_failed++;
-                if (!b->quota)
-                    continue;
-                /* the same pair and keys, in the tenant with a policy, right after (interleaved
-                 * per size, so that warm-up and host noise fall on both sides alike) */
-                struct row off[OP__N];
-                memcpy(off, b->rows[s][si], sizeof(off));
-                b->scope.tenant = BENCH_QUOTA_TENANT;
-                if (run_system_size(b, si) != 0)
-                    b->total_failed++;
-                memcpy(b->rows_q[s - SYS_KVMESH_SHM][si], b->rows[s][si], sizeof(off));
-                memcpy(b->rows[s][si], off, sizeof(off));
-            }
-            b->kv = NULL;
-            kvmesh_close(client);
-            kvmesh_close(server);
-        }
-        cli_progress_done(&b->prog);
-        print_table(b, !no_peers, systems);
-        if (b->quota)
-            print_quota_table(b, systems);
-        if (b->breakdown)
-            print_breakdown(b, systems);
-        if (b->n_trows)
-            print_threads(b, systems);
-        printf("latency is per operation for put/get and per call for batches; batch sizes:");
-        for (size_t si = 0; si < b->nsizes; si++)
-            printf(" %zu", batch_for(b, b->sizes[si]));
-        printf(" items\n");
-        printf("integrity: %s; failed operations: %" PRIu64 ", wrong values: %" PRIu64 "\n",
-               b->verify ? "every byte read verified" : "not verified (use --verify)",
-               b->total_failed, b->total_bad);
-        rc = (b->total_bad || b->total_failed) ? CLI_EXIT_FAIL : 0;
-    out:
-        free(b);
-        return rc;
     }
+    if (b->quick && b->row_ms == 500)
+        b->row_ms = 20;
+    cli_progress_init(&b->prog, stderr, 2000);
+    printf("kvmesh bench: %zu sizes, %s%s, row budget %" PRIu64 " ms%s%s\n", b->nsizes, transports,
+           no_peers ? "" : ", vs redis-server and memcached", b->row_ms,
+           b->verify ? ", verifying every byte read" : "",
+           b->quota ? ", quota protocol on vs off" : "");
+    fflush(stdout);
+    for (size_t si = 0; si < b->nsizes; si++)
+        measure_memcpy(b, si);
+
+    /* Peers. */
+    for (int s = SYS_REDIS; s <= SYS_MEMCACHED; s++) {
+        if (!systems[s])
+            continue;
+        peer_proc_t *pp = NULL;
+        char err[256];
+        b->sys = (enum bench_sys)s;
+        b->kv = NULL;
+        if (peer_start(s == SYS_REDIS ? PEER_REDIS : PEER_MEMCACHED, &pp, err, sizeof(err)) ||
+            peer_connect(pp, &b->pc, err, sizeof(err))) {
+            fprintf(stderr, "kvmesh bench: %s: %s (use --no-peers to run without peers)\n",
+                    sys_names[s], err);
+            peer_stop(pp);
+            rc = CLI_EXIT_FAIL;
+            goto out;
+        }
+        for (size_t si = 0; si < b->nsizes; si++)
+            if (run_system_size(b, si) != 0)
+                b->total_failed++;
+        peer_close(b->pc);
+        b->pc = NULL;
+        peer_stop(pp);
+    }
+    /* kvmesh over each transport. */
+    for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
+        if (!systems[s])
+            continue;
+        kvmesh_t *server = NULL, *client = NULL;
+        if (open_pair(s == SYS_KVMESH_SHM ? "shm" : "tcp", &server, &client, &sets, b->breakdown) !=
+            0) {
+            rc = CLI_EXIT_FAIL;
+            goto out;
+        }
+        b->sys = (enum bench_sys)s;
+        b->kv = client;
+        b->scope.tenant = "bench";
+        b->scope.domain = NULL;
+        for (size_t si = 0; si < b->nsizes; si++) {
+            b->scope.tenant = "bench";
+            if (run_system_size(b, si) != 0)
+                b->total_failed++;
+            if (!b->quota)
+                continue;
+            /* the same pair and keys, in the tenant with a policy, right after (interleaved
+             * per size, so that warm-up and host noise fall on both sides alike) */
+            struct row off[OP__N];
+            memcpy(off, b->rows[s][si], sizeof(off));
+            b->scope.tenant = BENCH_QUOTA_TENANT;
+            if (run_system_size(b, si) != 0)
+                b->total_failed++;
+            memcpy(b->rows_q[s - SYS_KVMESH_SHM][si], b->rows[s][si], sizeof(off));
+            memcpy(b->rows[s][si], off, sizeof(off));
+        }
+        b->kv = NULL;
+        kvmesh_close(client);
+        kvmesh_close(server);
+    }
+    cli_progress_done(&b->prog);
+    print_table(b, !no_peers, systems);
+    if (b->quota)
+        print_quota_table(b, systems);
+    if (b->breakdown)
+        print_breakdown(b, systems);
+    if (b->n_trows)
+        print_threads(b, systems);
+    printf("latency is per operation for put/get and per call for batches; batch sizes:");
+    for (size_t si = 0; si < b->nsizes; si++)
+        printf(" %zu", batch_for(b, b->sizes[si]));
+    printf(" items\n");
+    printf("integrity: %s; failed operations: %" PRIu64 ", wrong values: %" PRIu64 "\n",
+           b->verify ? "every byte read verified" : "not verified (use --verify)", b->total_failed,
+           b->total_bad);
+    rc = (b->total_bad || b->total_failed) ? CLI_EXIT_FAIL : 0;
+out:
+    free(b);
+    return rc;
+}
