@@ -226,6 +226,15 @@ enum obs_dim_id {
     X(membership_refreshes_total, "Membership snapshot refreshes, by result.", outcome, none)      \
     X(lease_heartbeats_total, "Runtime lease heartbeats to the metadata backend, by result.",      \
       outcome, none)                                                                               \
+    X(rereplication_found_total,                                                                   \
+      "Under-replicated objects found by this runtime's re-replication scans (it holds their "     \
+      "first live replica, so it copies them).",                                                   \
+      none, none)                                                                                  \
+    X(rereplication_objects_total,                                                                 \
+      "Re-replication copies finished, by result (repaired: published; noop: an overwrite or "     \
+      "delete won; failed: retried by the next pass).",                                            \
+      repair, none)                                                                                \
+    X(rereplication_bytes_total, "Bytes of published re-replication copies.", none, none)          \
     X(trace_spans_total, "Sampled spans handed to the trace exporters, by outcome.", spanres, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \

@@ -967,6 +967,7 @@ static void handoff_looked_up(void *arg, int rc, const kvm_route_t *r)
     if (rc == KVMESH_ENOENT || kvm_route_is_tombstone(r) ||
         kvm_route_find_replica(r, &it->moving) < 0) {
         /* Nothing references the replica any more: drop the copy and the original. */
+        it->superseded = true;
         release_res(rt, it);
         kvm_ops_release_replica(rt, &it->moving);
         it->rc = 0;

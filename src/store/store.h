@@ -134,8 +134,9 @@ struct kvm_item {
     bool pub_op_set;
     uint32_t indet_tries;
     struct kvm_access acc[KVM_MAX_REPLICAS];
-    /* handoff: the replica slot being replaced (owner = self) */
+    /* handoff: the replica slot being replaced (owner = self; re-replication: a dead owner's) */
     kvm_hot_replica_t moving;
+    bool superseded; /* handoff: rc 0 because the route no longer held `moving` (nothing CAS'ed) */
     /* tenant quota (quota.c): NULL unless the tenant has a policy; moves with the item */
     struct kvm_qitem *q;
 };
@@ -317,6 +318,7 @@ typedef struct kvm_rt {
     struct self_msg *self_msgs;   /* [loop] env messages to self awaiting delivery */
     kvm_op_t *state_op;           /* the drain step waiting for its record write */
     struct kvm_quota *quota;      /* [loop] tenant quota protocol (quota.c); NULL = off */
+    struct kvm_repair *repair;    /* background re-replication (repair.c); NULL = none */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;
