@@ -87,6 +87,9 @@ struct obs_runtime_stats {
     uint64_t dram_capacity_bytes, dram_used_bytes;
     uint64_t cold_capacity_bytes, cold_used_bytes;
     struct obs_rereplication_stats rereplication;
+    /* the routes this runtime's shard authorities hold (EmbeddedWrh), finalized tombstones among
+     * them, tombstones purged since start */
+    uint64_t route_entries, route_tombstones, tombstones_purged;
 };
 
 /* What a runtime plugs into its admin server. Every member is optional. */

@@ -24,9 +24,8 @@
 
 #include "route/route.h"
 
-#define ROUTE_MO_TOKEN          1u     /* fencing token of every MetadataOnly version */
-#define ROUTE_MO_CAS_RETRIES    16     /* re-reads after a concurrent writer changed the key */
-#define ROUTE_MO_TOMB_RETAIN_MS 60000u /* retention of a finalized tombstone */
+#define ROUTE_MO_TOKEN       1u /* fencing token of every MetadataOnly version */
+#define ROUTE_MO_CAS_RETRIES 16 /* re-reads after a concurrent writer changed the key */
 
 typedef struct route_mo route_mo_t;
 

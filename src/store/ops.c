@@ -22,8 +22,6 @@
 #include "store/quota.h"
 #include "store/store.h"
 
-#define STORE_TOMB_RETAIN_MS 60000u
-
 struct kvm_hitbuf {
     kvm_runtime_id_t owner;
     store_hit_msg_t msg;
@@ -804,7 +802,7 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
         kvm_route_init(&fin);
         if (kvm_route_copy(&fin, r) == 0) {
             fin.tomb = KVM_TOMB_FINALIZED;
-            fin.retain_until_ms = env_wall_ms(rt->env) + STORE_TOMB_RETAIN_MS;
+            fin.retain_until_ms = env_wall_ms(rt->env) + rt->cfg.tombstone_retention_ms;
             route_cas(rt->route, &r->version, &fin, tomb_finalized, NULL);
         }
         kvm_route_free(&fin);

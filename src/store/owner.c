@@ -710,6 +710,8 @@ void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
         lf = a.largest_free > lf ? a.largest_free : lf;
     }
     st->fragmentation = fr ? 1.0 - (double)lf / (double)fr : 0;
+    if (rt->route)
+        route_table_counts(rt->route, &st->route_entries, &st->route_tombs, &st->tombs_purged);
 }
 
 /* ---- RPC handlers -----------------------------------------------------------------------------

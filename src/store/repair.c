@@ -526,7 +526,7 @@ static enum pass_result pass_owner(struct kvm_repair *rp, const kvm_runtime_id_t
     size_t clen = 0;
     enum pass_result res = PASS_CLEAN;
     uint64_t lost = 0;
-    uint32_t max_copies = rt->cfg.rereplicate_max_copies ? rt->cfg.rereplicate_max_copies : 1;
+    uint32_t max_copies = rt->cfg.rereplicate_max_copies;
     for (uint32_t page = 0;; page++) {
         if (page == REPAIR_MAX_PAGES || stopping(rp)) {
             res = PASS_RETRY;
@@ -634,8 +634,8 @@ int kvm_repair_new(kvm_rt_t *rt)
 int kvm_repair_start(kvm_rt_t *rt)
 {
     struct kvm_repair *rp = rt->repair;
-    if (!rp || rp->started || rt->n_segs == 0)
-        return 0;
+    if (!rp || rp->started || rt->n_segs == 0 || rt->cfg.rereplicate_max_copies == 0)
+        return 0; /* a client-only runtime holds no replica; 0 copies = re-replication off */
     if (pthread_create(&rp->th, NULL, repair_main, rp) != 0)
         return kvm_errf(KVMESH_ENOMEM, "cannot start the re-replication thread");
     rp->started = true;

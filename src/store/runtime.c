@@ -32,6 +32,7 @@
 #include "core/util.h"
 #include "core/wrh.h"
 #include "env/clock.h"
+#include "store/data.h"
 #include "store/proto.h"
 #include "store/quota.h"
 #include "store/repair.h"
@@ -739,6 +740,13 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
                                          .bytes_copied = rs.bytes_copied,
                                          .passes = rs.passes,
                                          .paused = rs.paused};
+    struct kvm_rt_stats st;
+    memset(&st, 0, sizeof(st));
+    if (!atomic_load(&rt->closing) && kvm_store_stats(rt, &st) == 0) { /* through the loop */
+        out->route_entries = st.route_entries;
+        out->route_tombstones = st.route_tombs;
+        out->tombstones_purged = st.tombs_purged;
+    }
 }
 
 /* Shards x route-capable members above which /cluster leaves out the authority counts. */

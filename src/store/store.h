@@ -219,6 +219,7 @@ struct kvm_rt_stats {
     uint64_t capacity, used, reserved_bytes, reclaim_bytes;
     uint64_t evictions, evict_conflicts, reclaimed, reservations_expired, reserve_waits;
     uint64_t route_meta_calls, meta_calls;
+    uint64_t route_entries, route_tombs, tombs_purged; /* route_table_counts (EmbeddedWrh) */
     uint64_t generation;
     size_t n_members;
     double fragmentation;

@@ -68,8 +68,10 @@ static const struct {
     {"rereplicate_bytes_per_sec", "fast",
      "rereplicate_bytes_per_sec: \"fast\" is not a size; allowed 0..4TiB (a byte count with "
      "optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
-    {"rereplicate_max_copies", "0",
-     "rereplicate_max_copies: \"0\" is out of range; allowed 1..1024"},
+    {"rereplicate_max_copies", "1025",
+     "rereplicate_max_copies: \"1025\" is out of range; allowed 0..1024"},
+    {"tombstone_retention_ms", "999",
+     "tombstone_retention_ms: \"999\" is out of range; allowed 1000..86400000"},
     {"evict_high_watermark", "1.5",
      "evict_high_watermark: \"1.5\" is out of range; allowed 0.01..1"},
     {"evict_low_watermark", "nan", "evict_low_watermark: \"nan\" is out of range; allowed 0..0.99"},
