@@ -180,6 +180,11 @@ static enum rep_state rep_state(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
     return REP_DEAD;
 }
 
+bool kvm_replica_readable(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
+{
+    return rep_state(rt, rep) != REP_DEAD;
+}
+
 static bool local_token(kvm_rt_t *rt, uint64_t seg_id, uint64_t *token)
 {
     for (uint32_t s = 0; s < rt->n_segs; s++)
@@ -375,6 +380,56 @@ static void count(struct kvm_repair *rp, unsigned result, uint64_t bytes)
     }
 }
 
+/* A handoff CAS that ended like this may have been applied (docs/api.md "Errors"). */
+static bool may_have_applied(int rc)
+{
+    return rc == KVMESH_ETIMEDOUT || rc == KVMESH_EINDETERMINATE || rc == KVMESH_ECONN;
+}
+
+/* Settles the handoffs whose outcome is unknown with one exact route lookup each: published if
+ * the route lists the new replica (counted repaired), failed otherwise (the next pass retries;
+ * the copy's reservation expiry asks the route and reclaims it). Returns how many failed. */
+static size_t settle(struct kvm_repair *rp, kvm_op_t *ho, const struct task *ts, const size_t *map,
+                     size_t n_ok)
+{
+    kvm_rt_t *rt = rp->rt;
+    size_t n = 0, failed = 0;
+    for (size_t i = 0; i < n_ok; i++)
+        n += ho->items[i].rc != 0 && may_have_applied(ho->items[i].rc);
+    kvm_op_t *look = kvm_op_new(rt, KVM_OP_LOOKUP, n);
+    size_t k = 0;
+    int rc = look ? 0 : KVMESH_ENOMEM;
+    for (size_t i = 0; i < n_ok && !rc; i++)
+        if (ho->items[i].rc != 0 && may_have_applied(ho->items[i].rc))
+            rc = kvm_ident_copy(&look->items[k++].ident, &ho->items[i].ident);
+    if (!rc)
+        rc = kvm_op_run(look);
+    /* rc != 0 (e.g. an abandoned lookup, whose items the loop still owns): nothing is read */
+    k = 0;
+    for (size_t i = 0; i < n_ok; i++) {
+        const struct kvm_item *it = &ho->items[i];
+        if (it->rc == 0 || !may_have_applied(it->rc))
+            continue;
+        const struct kvm_item *l = look && !rc ? &look->items[k] : NULL;
+        k++;
+        kvm_hot_replica_t nr = {.owner = it->res[0].owner.id,
+                                .segment = it->res[0].seg,
+                                .offset = it->res[0].offset,
+                                .length = ts[map[i]].len,
+                                .checksum = ts[map[i]].checksum};
+        if (l && l->rc == 0 && !kvm_route_is_tombstone(&l->route) &&
+            kvm_route_find_replica(&l->route, &nr) >= 0) {
+            count(rp, OBS_REPAIR_REPAIRED, ts[map[i]].len);
+        } else {
+            count(rp, OBS_REPAIR_FAILED, 0);
+            failed++;
+        }
+    }
+    if (look)
+        kvm_op_unref(look);
+    return failed;
+}
+
 /* Copies n tasks; returns how many failed. */
 static size_t copy_round(struct kvm_repair *rp, struct task *ts, size_t n)
 {
@@ -498,15 +553,20 @@ static size_t copy_round(struct kvm_repair *rp, struct task *ts, size_t n)
     }
     if (ho) {
         int hrc = map ? kvm_op_run(ho) : KVMESH_ENOMEM;
+        size_t n_unknown = 0;
         for (size_t i = 0; i < n_ok; i++) {
             const struct kvm_item *it = &ho->items[i];
             if (hrc == 0 && it->rc == 0)
                 count(rp, it->superseded ? OBS_REPAIR_NOOP : OBS_REPAIR_REPAIRED, ts[map[i]].len);
+            else if (hrc == 0 && may_have_applied(it->rc))
+                n_unknown++;
             else {
                 count(rp, OBS_REPAIR_FAILED, 0);
                 failed++;
             }
         }
+        if (n_unknown)
+            failed += settle(rp, ho, ts, map, n_ok);
         kvm_op_unref(ho);
     }
     free(map);

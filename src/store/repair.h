@@ -69,4 +69,13 @@ void kvm_repair_on_members(struct kvm_rt *rt, const struct kvm_member *old, size
 /* [any] */
 void kvm_repair_stats(struct kvm_rt *rt, struct kvm_repair_stats *out);
 
+/* [loop] Whether a reader could get bytes from rep now, by this runtime's snapshot: its owner is
+ * an ACTIVE or DRAINING member that lists the replica's segment (a closed, expired or restarted
+ * owner's replica is not). Eviction keeps this invariant with it (owner.c evict_looked_up): it
+ * never publishes a live route whose replicas are all unreadable — when the replica it evicts is
+ * the last readable one, the object leaves the cache as a whole (a tombstone), so readers get a
+ * clean miss instead of a route that points only at a closed runtime's memory. */
+struct kvm_hot_replica;
+bool kvm_replica_readable(struct kvm_rt *rt, const struct kvm_hot_replica *rep);
+
 #endif
