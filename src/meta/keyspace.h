@@ -53,6 +53,8 @@ enum ks_family {
     KS_COLD_DUE,       /* cold-due/<state>/<deadline-ms u64>/<cold-op-id>              */
     KS_RECLAIM,        /* cold-reclaims/<reclaim-id>                                    */
     KS_ROUTE,          /* routes/<tenant>/<domain|~>/<object-key>  (MetadataOnly mode) */
+    KS_ROUTE_DUE,      /* route-due/<retain-until-ms u64>/<tenant>/<domain|~>/<object-key>  */
+    KS_ROUTE_FLOOR,    /* route-floors/<shard u32>  (MetadataOnly: purged versions)      */
     KS_FAMILY_COUNT
 };
 
@@ -117,6 +119,11 @@ int ks_cold_op_key(char *out, size_t cap, const char *dep, const char *cold_op_i
 int ks_cold_due_key(char *out, size_t cap, const char *dep, const char *state, uint64_t deadline_ms,
                     const char *cold_op_id);
 int ks_reclaim_key(char *out, size_t cap, const char *dep, const char *reclaim_id);
+/* MetadataOnly tombstone purge: the expiry index entry of a finalized tombstone (range() over
+ * the family is in retain-until order) and the per-shard version floor of purged routes. */
+int ks_route_due_key(char *out, size_t cap, const char *dep, uint64_t retain_until_ms,
+                     const char *tenant, const char *domain, const char *key);
+int ks_route_floor_key(char *out, size_t cap, const char *dep, uint32_t shard);
 int ks_route_key(char *out, size_t cap, const char *dep, const char *tenant, const char *domain,
                  const char *key);
 

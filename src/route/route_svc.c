@@ -381,6 +381,11 @@ void route_table_counts(const route_svc_t *svc, uint64_t *entries, uint64_t *tom
                         uint64_t *purged)
 {
     route_svc_t *s = (route_svc_t *)svc;
+    if (s->mo) { /* MetadataOnly: the routes live in metadata; only the purge count is here */
+        *entries = *tombs = 0;
+        *purged = route_mo_purged(s->mo);
+        return;
+    }
     *entries = atomic_load(&s->a_entries);
     *tombs = atomic_load(&s->a_tombs);
     *purged = atomic_load(&s->a_purged);
