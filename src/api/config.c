@@ -143,6 +143,15 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
     F_UINT(reclaim_grace_ms, "2000", 0, 600000,
            "Milliseconds a freed replica's bytes stay untouched before reuse (readers in flight "
            "finish)."),
+    F_SIZE(rereplicate_bytes_per_sec, "256MiB", 0, KVM_CFG_MEMORY_MAX,
+           "Bytes per second this runtime copies to restore the replica count of objects whose "
+           "owner left, died or drains (background re-replication); 0 = unlimited."),
+    F_UINT(rereplicate_max_copies, "16", 0, 1024,
+           "Re-replication copies this runtime has in flight at once (one round); 0 = "
+           "re-replication off (objects stay under-replicated until rewritten)."),
+    F_UINT(tombstone_retention_ms, "60000", 1000, KVM_CFG_DRAIN_MAX_MS,
+           "Milliseconds a removed object's finalized tombstone is kept (it reads as absent "
+           "after that), then purged from the route authorities."),
     F_DBL(evict_high_watermark, "0.90", 0.01, 1.0,
           "Fraction of memory_size in use at which eviction starts."),
     F_DBL(evict_low_watermark, "0.80", 0.0, 0.99,
@@ -970,6 +979,9 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->idle_timeout_ms = cfg->idle_timeout_ms;
     out->drain_timeout_ms = cfg->drain_timeout_ms;
     out->reclaim_grace_ms = cfg->reclaim_grace_ms;
+    out->rereplicate_bytes_per_sec = cfg->rereplicate_bytes_per_sec;
+    out->rereplicate_max_copies = cfg->rereplicate_max_copies;
+    out->tombstone_retention_ms = cfg->tombstone_retention_ms;
     out->evict_high_watermark = cfg->evict_high_watermark;
     out->evict_low_watermark = cfg->evict_low_watermark;
     out->io_threads = cfg->io_threads;

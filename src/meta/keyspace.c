@@ -48,6 +48,11 @@ static const struct ks_schema {
     [KS_RECLAIM] = {"cold-reclaims", 1, {KS_S}, {"reclaim id"}},
     [KS_ROUTE] = {"routes", 3, {KS_S, KS_E, KS_S}, {"tenant", "domain", "object key"}},
     [KS_LIFECYCLE] = {"lifecycle", 1, {KS_S}, {"runtime id"}},
+    [KS_ROUTE_DUE] = {"route-due",
+                      4,
+                      {KS_U64, KS_S, KS_E, KS_S},
+                      {"retain until", "tenant", "domain", "object key"}},
+    [KS_ROUTE_FLOOR] = {"route-floors", 1, {KS_U32}, {"shard"}},
 };
 
 const char *ks_family_name(enum ks_family f)
@@ -425,6 +430,19 @@ int ks_cold_device_prefix(char *out, size_t cap, const char *dep)
 int ks_reclaim_key(char *out, size_t cap, const char *dep, const char *reclaim_id)
 {
     return ks_key(out, cap, dep, KS_RECLAIM, P({.s = reclaim_id}));
+}
+
+int ks_route_due_key(char *out, size_t cap, const char *dep, uint64_t retain_until_ms,
+                     const char *tenant, const char *domain, const char *key)
+{
+    return ks_key(
+        out, cap, dep, KS_ROUTE_DUE,
+        P({.u = retain_until_ms}, {.s = tenant}, {.s = domain ? domain : ""}, {.s = key}));
+}
+
+int ks_route_floor_key(char *out, size_t cap, const char *dep, uint32_t shard)
+{
+    return ks_key(out, cap, dep, KS_ROUTE_FLOOR, P({.u = shard}));
 }
 
 int ks_route_key(char *out, size_t cap, const char *dep, const char *tenant, const char *domain,

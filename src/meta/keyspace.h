@@ -54,6 +54,8 @@ enum ks_family {
     KS_RECLAIM,        /* cold-reclaims/<reclaim-id>                                    */
     KS_ROUTE,          /* routes/<tenant>/<domain|~>/<object-key>  (MetadataOnly mode) */
     KS_LIFECYCLE,      /* lifecycle/<runtime-id>  (operator's drain request of a member)  */
+    KS_ROUTE_DUE,      /* route-due/<retain-until-ms u64>/<tenant>/<domain|~>/<object-key>  */
+    KS_ROUTE_FLOOR,    /* route-floors/<shard u32>  (MetadataOnly: purged versions)      */
     KS_FAMILY_COUNT
 };
 
@@ -122,6 +124,11 @@ int ks_cold_due_key(char *out, size_t cap, const char *dep, const char *state, u
 int ks_cold_due_prefix(char *out, size_t cap, const char *dep, const char *state);
 int ks_cold_device_prefix(char *out, size_t cap, const char *dep);
 int ks_reclaim_key(char *out, size_t cap, const char *dep, const char *reclaim_id);
+/* MetadataOnly tombstone purge: the expiry index entry of a finalized tombstone (range() over
+ * the family is in retain-until order) and the per-shard version floor of purged routes. */
+int ks_route_due_key(char *out, size_t cap, const char *dep, uint64_t retain_until_ms,
+                     const char *tenant, const char *domain, const char *key);
+int ks_route_floor_key(char *out, size_t cap, const char *dep, uint32_t shard);
 int ks_route_key(char *out, size_t cap, const char *dep, const char *tenant, const char *domain,
                  const char *key);
 

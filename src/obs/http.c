@@ -171,10 +171,26 @@ static int render_stats(struct obs_http *h, const struct obs_query *q, struct ob
         b,
         ",\"uptime_seconds\":%llu,\"live_members\":%u,\"objects\":%llu,\"segments\":{"
         "\"dram\":{\"capacity_bytes\":%llu,\"used_bytes\":%llu},"
-        "\"cold\":{\"capacity_bytes\":%llu,\"used_bytes\":%llu}}},\"requests\":{",
+        "\"cold\":{\"capacity_bytes\":%llu,\"used_bytes\":%llu}}}",
         (unsigned long long)rs.uptime_seconds, rs.live_members, (unsigned long long)rs.objects,
         (unsigned long long)rs.dram_capacity_bytes, (unsigned long long)rs.dram_used_bytes,
         (unsigned long long)rs.cold_capacity_bytes, (unsigned long long)rs.cold_used_bytes);
+    const struct obs_rereplication_stats *rr = &rs.rereplication;
+    obs_buf_printf(b,
+                   ",\"rereplication\":{\"under_replicated\":%llu,\"backlog\":%llu,"
+                   "\"pending_owners\":%llu,\"copies_in_flight\":%llu,\"lost\":%llu,"
+                   "\"found\":%llu,\"repaired\":%llu,\"superseded\":%llu,\"failed\":%llu,"
+                   "\"bytes_copied\":%llu,\"passes\":%llu,\"paused\":%s},\"routes\":{"
+                   "\"entries\":%llu,\"tombstones\":%llu,\"tombstones_purged\":%llu},"
+                   "\"requests\":{",
+                   (unsigned long long)rr->under_replicated, (unsigned long long)rr->backlog,
+                   (unsigned long long)rr->pending_owners, (unsigned long long)rr->copies_in_flight,
+                   (unsigned long long)rr->lost, (unsigned long long)rr->found,
+                   (unsigned long long)rr->repaired, (unsigned long long)rr->superseded,
+                   (unsigned long long)rr->failed, (unsigned long long)rr->bytes_copied,
+                   (unsigned long long)rr->passes, rr->paused ? "true" : "false",
+                   (unsigned long long)rs.route_entries, (unsigned long long)rs.route_tombstones,
+                   (unsigned long long)rs.tombstones_purged);
     for (unsigned op = 0; op < OBS__N_op; op++) {
         int64_t total = 0;
         for (unsigned r = 0; r < OBS__N_res; r++)

@@ -72,6 +72,13 @@ struct obs_health {
 void obs_health_reason(struct obs_health *h, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Background re-replication as /stats shows it (src/store/repair.h): gauges now + totals. */
+struct obs_rereplication_stats {
+    uint64_t under_replicated, backlog, pending_owners, copies_in_flight, lost;
+    uint64_t found, repaired, superseded, failed, bytes_copied, passes;
+    bool paused;
+};
+
 struct obs_runtime_stats {
     char runtime_id[64];
     uint64_t uptime_seconds;
@@ -79,6 +86,10 @@ struct obs_runtime_stats {
     uint64_t objects;
     uint64_t dram_capacity_bytes, dram_used_bytes;
     uint64_t cold_capacity_bytes, cold_used_bytes;
+    struct obs_rereplication_stats rereplication;
+    /* the routes this runtime's shard authorities hold (EmbeddedWrh), finalized tombstones among
+     * them, tombstones purged since start */
+    uint64_t route_entries, route_tombstones, tombstones_purged;
 };
 
 /* What a runtime plugs into its admin server. Every member is optional. */

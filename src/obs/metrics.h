@@ -309,7 +309,16 @@ enum obs_dim_id {
       "memcpy per replica; tcp: two kernel socket copies per replica).",                           \
       op, transport)                                                                               \
     X(op_checksum_passes_total, "Passes over an API operation's payload computing its checksum.",  \
-      op, none)
+      op, none)                                                                                    \
+    X(rereplication_found_total,                                                                   \
+      "Under-replicated objects found by this runtime's re-replication scans (it holds their "     \
+      "first live replica, so it copies them).",                                                   \
+      none, none)                                                                                  \
+    X(rereplication_objects_total,                                                                 \
+      "Re-replication copies finished, by result (repaired: published; noop: an overwrite or "     \
+      "delete won; failed: retried by the next pass).",                                            \
+      repair, none)                                                                                \
+    X(rereplication_bytes_total, "Bytes of published re-replication copies.", none, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
     X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \

@@ -13,6 +13,7 @@
 #ifndef KVMESH_ROUTE_ROUTE_INT_H
 #define KVMESH_ROUTE_ROUTE_INT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -38,7 +39,9 @@
 #define ROUTE_MAX_SHARD_STEPS     64   /* shards advanced per tick */
 #define ROUTE_CLIENT_MAX_ATTEMPTS 16
 #define ROUTE_REC_MAX_LEN         4096
-#define ROUTE_START_ATTEMPTS      20 /* transient metadata failures tolerated at start */
+#define ROUTE_START_ATTEMPTS      20   /* transient metadata failures tolerated at start */
+#define ROUTE_PURGE_BUDGET        512  /* finalized tombstones purged per tick */
+#define ROUTE_PURGE_MARGIN_MS     1000 /* past retain_until_ms before a purge (wall clock) */
 
 enum route_rec_state { ROUTE_REC_TRANSFERRING = 1, ROUTE_REC_ACTIVE = 2, ROUTE_REC_RESIGNED = 3 };
 
@@ -217,6 +220,8 @@ struct route_svc {
     struct obs_registry *metrics; /* route families are counted here */
     bool own_metrics;             /* private registry (opts had none): freed with the service */
     unsigned bugs;
+    /* tombstone purge (route_svc.c purge_tick); the a_* mirrors are read by any thread */
+    _Atomic uint64_t a_entries, a_tombs, a_purged;
 };
 
 /* route_svc.c */

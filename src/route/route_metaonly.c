@@ -11,6 +11,7 @@
 #include "route/route_metaonly.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,11 @@
 #include "core/wire.h"
 #include "meta/keyspace.h"
 
-enum mo_kind { MO_POLICY, MO_LOOKUP, MO_CAS_GET, MO_CAS_TXN, MO_SCAN };
+enum mo_kind { MO_POLICY, MO_LOOKUP, MO_CAS_GET, MO_CAS_TXN, MO_SCAN, MO_PURGE };
+
+#define MO_PURGE_PERIOD_NS (1000ull * 1000000) /* purge pass period */
+#define MO_PURGE_PAGE      64                  /* expiry index entries read per pass */
+#define MO_PURGE_MARGIN_MS 1000                /* past retain_until_ms before a purge */
 
 struct mo_call {
     struct mo_call *next, *prev;
@@ -38,6 +43,17 @@ struct mo_call {
     unsigned retries;
     /* scan */
     kvm_runtime_id_t owner;
+    /* CAS of an absent key, and purge: the shard's version floor */
+    char floor_key[KS_KEY_CAP];
+    int64_t floor_mod_rev, route_mod_rev;
+    uint64_t floor;
+    /* purge: the expiry index page and the entry being purged */
+    char (*due)[KS_KEY_CAP];
+    char (*due_route)[KS_KEY_CAP];
+    char (*due_floor)[KS_KEY_CAP];
+    uint64_t *due_until;
+    size_t n_due, i_due;
+    kvm_route_t victim;
 };
 
 struct route_mo {
@@ -49,6 +65,9 @@ struct route_mo {
     struct mo_call *calls;        /* pending */
     route_stats_t stats;          /* only the service-internal fields (route.h) */
     struct obs_registry *metrics; /* borrowed from the service (route_svc.c) */
+    env_timer_id purge_timer;
+    bool purge_busy;
+    _Atomic uint64_t purged; /* tombstones purged by this runtime (any thread reads) */
 };
 
 static struct mo_call *call_new(route_mo_t *mo, enum mo_kind kind, void *arg)
@@ -79,6 +98,11 @@ static void call_free(struct mo_call *c)
     }
     kvm_route_free(&c->next_route);
     kvm_route_free(&c->written);
+    kvm_route_free(&c->victim);
+    free(c->due);
+    free(c->due_route);
+    free(c->due_floor);
+    free(c->due_until);
     free(c);
 }
 
@@ -93,6 +117,22 @@ static int route_key_of(route_mo_t *mo, const kvm_ident_t *id, char *out, size_t
     memcpy(key, kvm_ident_key(id), id->key_len);
     key[id->key_len] = 0;
     return ks_route_key(out, cap, mo->deployment, tenant, domain, key);
+}
+
+static void purge_arm(route_mo_t *mo);
+
+static int due_key_of(route_mo_t *mo, const kvm_route_t *r, char *out, size_t cap)
+{
+    const kvm_ident_t *id = &r->ident;
+    char tenant[KVM_TENANT_MAX_LEN + 1], domain[KVM_DOMAIN_MAX_LEN + 1], key[KVM_KEY_MAX_LEN + 1];
+    memcpy(tenant, kvm_ident_tenant(id), id->tenant_len);
+    tenant[id->tenant_len] = 0;
+    if (id->domain_len)
+        memcpy(domain, kvm_ident_domain(id), id->domain_len);
+    domain[id->domain_len] = 0;
+    memcpy(key, kvm_ident_key(id), id->key_len);
+    key[id->key_len] = 0;
+    return ks_route_due_key(out, cap, mo->deployment, r->retain_until_ms, tenant, domain, key);
 }
 
 /* A finalized tombstone past its retention reads as absent. */
@@ -171,6 +211,7 @@ int route_mo_new(route_mo_t **out, const route_svc_opts_t *opts, void (*cb)(void
         goto fail;
     }
     *out = mo;
+    purge_arm(mo);
     return 0;
 fail:
     free(mo);
@@ -181,6 +222,8 @@ void route_mo_free(route_mo_t *mo)
 {
     if (!mo)
         return;
+    env_timer_cancel(mo->env, mo->purge_timer);
+    mo->purge_timer = 0;
     /* Detach every pending call first, then complete them: a callback may not reach mo. */
     struct mo_call *list = mo->calls;
     mo->calls = NULL;
@@ -199,6 +242,8 @@ void route_mo_free(route_mo_t *mo)
             break;
         case MO_SCAN:
             c->scan_cb(c->arg, KVMESH_ECANCELED, NULL);
+            break;
+        case MO_PURGE: /* internal: its metadata callback frees it */
             break;
         }
     }
@@ -340,14 +385,32 @@ static void cas_get_done(void *arg, const meta_result_t *res)
     uint64_t seq = 0;
     int64_t mod_rev = 0;
     int rc;
-    if (res->kv.found) {
-        if (wire_route_decode(res->kv.value, res->kv.value_len, &cur) != 0) {
+    if (res->n_ops != 2) {
+        cas_finish(c, kvm_errf(KVMESH_EBACKEND, "route read before CAS: %zu results", res->n_ops),
+                   NULL);
+        return;
+    }
+    const meta_kv_t *rkv = &res->ops[0], *fkv = &res->ops[1];
+    /* The shard's version floor: the highest sequence of a purged route of the shard. A key
+     * absent now is written above it, so a key recreated after its tombstone was purged never
+     * reuses a version (the versions of one key stay strictly increasing across the purge). */
+    uint64_t floor = 0;
+    if (fkv->found) {
+        char num[24];
+        size_t n = fkv->value_len < sizeof(num) - 1 ? fkv->value_len : sizeof(num) - 1;
+        memcpy(num, fkv->value, n);
+        num[n] = 0;
+        floor = strtoull(num, NULL, 10);
+    }
+    int64_t floor_rev = fkv->found ? fkv->mod_rev : 0;
+    if (rkv->found) {
+        if (wire_route_decode(rkv->value, rkv->value_len, &cur) != 0) {
             cas_finish(c, kvm_errf(KVMESH_ECORRUPT, "route record at %s does not decode", c->key),
                        NULL);
             return;
         }
         seq = cur.version.primary_sequence;
-        mod_rev = res->kv.mod_rev;
+        mod_rev = rkv->mod_rev;
         present = !route_gone(mo, &cur);
     }
     kvm_route_version_t effective = present ? cur.version : KVM_ROUTE_VERSION_NONE;
@@ -375,7 +438,7 @@ static void cas_get_done(void *arg, const meta_result_t *res)
     c->written.predecessor_op = cur_op;
     if (kvm_op_id_equal(&c->written.predecessor_op, &c->written.content_op))
         memset(&c->written.predecessor_op, 0, sizeof(c->written.predecessor_op));
-    c->written.version = (kvm_route_version_t){ROUTE_MO_TOKEN, seq + 1};
+    c->written.version = (kvm_route_version_t){ROUTE_MO_TOKEN, (seq > floor ? seq : floor) + 1};
     uint8_t buf[KVM_WIRE_MAX_RECORD_LEN];
     size_t len = 0;
     if ((rc = kvm_route_validate(&c->written)) != 0 ||
@@ -385,19 +448,35 @@ static void cas_get_done(void *arg, const meta_result_t *res)
         return;
     }
     c->kind = MO_CAS_TXN;
-    meta_cmp_t cmp = {.key = c->key, .target = META_CMP_MOD_REV, .op = META_EQ, .num = mod_rev};
-    meta_op_t put = {.type = META_OP_PUT, .key = c->key, .value = buf, .value_len = len};
+    /* guarded by the key's mod_rev and, for an absent key, by the floor's (a purge of this key
+     * meanwhile raises the floor: re-read) */
+    meta_cmp_t cmps[2] = {
+        {.key = c->key, .target = META_CMP_MOD_REV, .op = META_EQ, .num = mod_rev},
+        {.key = c->floor_key, .target = META_CMP_MOD_REV, .op = META_EQ, .num = floor_rev}};
+    meta_op_t puts[2] = {{.type = META_OP_PUT, .key = c->key, .value = buf, .value_len = len}};
+    size_t n_puts = 1;
+    char due[KS_KEY_CAP];
+    if (c->written.tomb == KVM_TOMB_FINALIZED && due_key_of(mo, &c->written, due, sizeof(due)) == 0)
+        /* the expiry index entry the purge reads (a key too long for it is not indexed) */
+        puts[n_puts++] = (meta_op_t){.type = META_OP_PUT,
+                                     .key = due,
+                                     .value = (const uint8_t *)c->key,
+                                     .value_len = strlen(c->key)};
     mo->stats.meta_calls++;
-    rc = meta_txn(mo->meta, &cmp, 1, &put, 1, NULL, 0, mo->timeout_ms, cas_txn_done, c);
+    rc = meta_txn(mo->meta, cmps, rkv->found ? 1 : 2, puts, n_puts, NULL, 0, mo->timeout_ms,
+                  cas_txn_done, c);
     if (rc)
         cas_finish(c, rc, NULL);
 }
 
+/* Reads the route and its shard's version floor (one txn of two GETs, no compares). */
 static int cas_read(struct mo_call *c)
 {
     c->kind = MO_CAS_GET;
     c->mo->stats.meta_calls++;
-    return meta_get(c->mo->meta, c->key, c->mo->timeout_ms, cas_get_done, c);
+    meta_op_t gets[2] = {{.type = META_OP_GET, .key = c->key},
+                         {.type = META_OP_GET, .key = c->floor_key}};
+    return meta_txn(c->mo->meta, NULL, 0, gets, 2, NULL, 0, c->mo->timeout_ms, cas_get_done, c);
 }
 
 int route_mo_cas(route_mo_t *mo, const kvm_route_version_t *expected, const kvm_route_t *next,
@@ -412,10 +491,211 @@ int route_mo_cas(route_mo_t *mo, const kvm_route_version_t *expected, const kvm_
     if (!rc)
         rc = route_key_of(mo, &next->ident, c->key, sizeof(c->key));
     if (!rc)
+        rc = ks_route_floor_key(c->floor_key, sizeof(c->floor_key), mo->deployment,
+                                kvm_ident_shard(&next->ident, mo->policy.n_shards));
+    if (!rc)
         rc = cas_read(c);
     if (rc)
         call_free(c);
     return rc;
+}
+
+/* ---- tombstone purge ------------------------------------------------------------------------
+ *
+ * Every MO_PURGE_PERIOD_NS one pass: range MO_PURGE_PAGE entries from the start of the expiry
+ * index (route-due/<retain until>/..., in deadline order), then for each entry due by
+ * MO_PURGE_MARGIN_MS, one after the other:
+ *   READ   txn GET route + GET the shard's version floor;
+ *   PURGE  if the route is still the finalized tombstone the entry was written for:
+ *            txn [route mod_rev, floor mod_rev unchanged] -> DEL route, DEL entry,
+ *                                                           PUT floor = max(floor, its seq)
+ *          else (rewritten, or purged by another runtime): DEL entry.
+ * The guards make concurrent purgers (every runtime runs one) and writers safe: a txn that lost
+ * a race changes nothing, and the entry is retried by a later pass. */
+
+static void purge_next(struct mo_call *c);
+
+static uint64_t parse_floor(const meta_kv_t *kv)
+{
+    if (!kv->found)
+        return 0;
+    char num[24];
+    size_t n = kv->value_len < sizeof(num) - 1 ? kv->value_len : sizeof(num) - 1;
+    memcpy(num, kv->value, n);
+    num[n] = 0;
+    return strtoull(num, NULL, 10);
+}
+
+static void purge_fire(void *arg);
+
+/* Ends a pass; one whose whole page was due (a backlog) is followed by the next at once. */
+static void purge_end(struct mo_call *c)
+{
+    route_mo_t *mo = c->mo;
+    bool backlog = c->n_due == MO_PURGE_PAGE && c->i_due >= c->n_due;
+    call_free(c);
+    if (mo) {
+        mo->purge_busy = false;
+        if (backlog && !mo->purge_timer)
+            mo->purge_timer = env_timer_start(mo->env, 0, purge_fire, mo);
+        else
+            purge_arm(mo);
+    }
+}
+
+static void purge_done(void *arg, const meta_result_t *res)
+{
+    struct mo_call *c = arg;
+    if (!c->mo) {
+        call_free(c);
+        return;
+    }
+    if (res->rc == 0 && res->succeeded && c->victim.tomb == KVM_TOMB_FINALIZED)
+        atomic_fetch_add(&c->mo->purged, 1);
+    kvm_route_free(&c->victim);
+    c->i_due++;
+    purge_next(c);
+}
+
+static void purge_read(void *arg, const meta_result_t *res)
+{
+    struct mo_call *c = arg;
+    route_mo_t *mo = c->mo;
+    if (!mo) {
+        call_free(c);
+        return;
+    }
+    if (res->rc || res->n_ops != 2) {
+        purge_end(c); /* a later pass retries */
+        return;
+    }
+    size_t i = c->i_due;
+    const meta_kv_t *rkv = &res->ops[0], *fkv = &res->ops[1];
+    kvm_route_free(&c->victim);
+    bool still = rkv->found && wire_route_decode(rkv->value, rkv->value_len, &c->victim) == 0 &&
+                 c->victim.tomb == KVM_TOMB_FINALIZED &&
+                 c->victim.retain_until_ms == c->due_until[i];
+    meta_op_t del_due = {.type = META_OP_DEL, .key = c->due[i]};
+    int rc;
+    mo->stats.meta_calls++;
+    if (!still) {
+        kvm_route_free(&c->victim);
+        rc = meta_txn(mo->meta, NULL, 0, &del_due, 1, NULL, 0, mo->timeout_ms, purge_done, c);
+    } else {
+        uint64_t floor = parse_floor(fkv), seq = c->victim.version.primary_sequence;
+        char fv[24];
+        int fl = snprintf(fv, sizeof(fv), "%" PRIu64, seq > floor ? seq : floor);
+        meta_cmp_t cmps[2] = {{.key = c->due_route[i],
+                               .target = META_CMP_MOD_REV,
+                               .op = META_EQ,
+                               .num = rkv->mod_rev},
+                              {.key = c->due_floor[i],
+                               .target = META_CMP_MOD_REV,
+                               .op = META_EQ,
+                               .num = fkv->found ? fkv->mod_rev : 0}};
+        meta_op_t ops[3] = {{.type = META_OP_DEL, .key = c->due_route[i]},
+                            del_due,
+                            {.type = META_OP_PUT,
+                             .key = c->due_floor[i],
+                             .value = (const uint8_t *)fv,
+                             .value_len = (size_t)fl}};
+        rc = meta_txn(mo->meta, cmps, 2, ops, 3, NULL, 0, mo->timeout_ms, purge_done, c);
+    }
+    if (rc)
+        purge_end(c);
+}
+
+static void purge_next(struct mo_call *c)
+{
+    route_mo_t *mo = c->mo;
+    size_t i = c->i_due;
+    if (i >= c->n_due || c->due_until[i] + MO_PURGE_MARGIN_MS > env_wall_ms(mo->env)) {
+        purge_end(c); /* the index is in deadline order: nothing further is due */
+        return;
+    }
+    mo->stats.meta_calls++;
+    meta_op_t gets[2] = {{.type = META_OP_GET, .key = c->due_route[i]},
+                         {.type = META_OP_GET, .key = c->due_floor[i]}};
+    if (meta_txn(mo->meta, NULL, 0, gets, 2, NULL, 0, mo->timeout_ms, purge_read, c) != 0)
+        purge_end(c);
+}
+
+/* One index entry: its deadline, and the route and floor keys of its object. */
+static int due_parse(route_mo_t *mo, const char *due, uint64_t *until, char *route, char *floor)
+{
+    ks_parsed_t p;
+    if (ks_parse(due, &p) != 0 || p.family != KS_ROUTE_DUE || p.n_parts != 4)
+        return KVMESH_EPROTO;
+    *until = p.parts[0].u;
+    kvm_ident_t id;
+    const char *dom = p.parts[2].s[0] ? p.parts[2].s : NULL;
+    int rc = kvm_ident_init(&id, p.parts[1].s, dom, p.parts[3].s, strlen(p.parts[3].s));
+    if (rc)
+        return rc;
+    uint32_t shard = kvm_ident_shard(&id, mo->policy.n_shards);
+    kvm_ident_free(&id);
+    if ((rc = ks_route_key(route, KS_KEY_CAP, mo->deployment, p.parts[1].s, p.parts[2].s,
+                           p.parts[3].s)) != 0)
+        return rc;
+    return ks_route_floor_key(floor, KS_KEY_CAP, mo->deployment, shard);
+}
+
+static void purge_ranged(void *arg, const meta_result_t *res)
+{
+    struct mo_call *c = arg;
+    route_mo_t *mo = c->mo;
+    if (!mo) {
+        call_free(c);
+        return;
+    }
+    size_t n = res->rc ? 0 : res->n_kvs;
+    c->due = calloc(n ? n : 1, sizeof(*c->due));
+    c->due_route = calloc(n ? n : 1, sizeof(*c->due_route));
+    c->due_floor = calloc(n ? n : 1, sizeof(*c->due_floor));
+    c->due_until = calloc(n ? n : 1, sizeof(*c->due_until));
+    if (!c->due || !c->due_route || !c->due_floor || !c->due_until) {
+        purge_end(c);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t k = c->n_due;
+        snprintf(c->due[k], KS_KEY_CAP, "%s", res->kvs[i].key);
+        if (due_parse(mo, c->due[k], &c->due_until[k], c->due_route[k], c->due_floor[k]) == 0)
+            c->n_due++; /* (an entry that does not parse is not ours to touch) */
+    }
+    c->i_due = 0;
+    purge_next(c);
+}
+
+static void purge_fire(void *arg)
+{
+    route_mo_t *mo = arg;
+    mo->purge_timer = 0;
+    if (mo->purge_busy)
+        return;
+    struct mo_call *c = call_new(mo, MO_PURGE, NULL);
+    char prefix[KS_KEY_CAP];
+    if (!c || ks_prefix(prefix, sizeof(prefix), mo->deployment, KS_ROUTE_DUE, NULL, 0) != 0) {
+        if (c)
+            call_free(c);
+        purge_arm(mo);
+        return;
+    }
+    mo->purge_busy = true;
+    mo->stats.meta_calls++;
+    if (meta_range(mo->meta, prefix, NULL, MO_PURGE_PAGE, mo->timeout_ms, purge_ranged, c) != 0)
+        purge_end(c);
+}
+
+static void purge_arm(route_mo_t *mo)
+{
+    if (!mo->purge_timer)
+        mo->purge_timer = env_timer_start(mo->env, MO_PURGE_PERIOD_NS, purge_fire, mo);
+}
+
+uint64_t route_mo_purged(const route_mo_t *mo)
+{
+    return atomic_load(&((route_mo_t *)mo)->purged);
 }
 
 /* ---- owner scan ---------------------------------------------------------------------------- */

@@ -6,10 +6,16 @@
  *
  *   - lookup: one meta_get of routes/<tenant>/<domain|~>/<key>; a finalized tombstone whose
  *     retention passed reads as absent;
- *   - CAS: meta_get, compare the stored version with `expected`, then one meta_txn guarded by
- *     the key's mod_rev (a concurrent writer makes the txn fail, and the CAS re-reads; bounded
- *     by ROUTE_MO_CAS_RETRIES). The version is (ROUTE_MO_TOKEN, previous sequence + 1): strictly
- *     increasing per key, also across deletes (tombstones are records, never key deletions);
+ *   - CAS: one txn reading the route and its shard's version floor (route-floors/<shard>),
+ *     compare the stored version with `expected`, then one meta_txn guarded by the key's
+ *     mod_rev, and for an absent key by the floor's mod_rev too (a concurrent writer or purge
+ *     makes the txn fail, and the CAS re-reads; bounded by ROUTE_MO_CAS_RETRIES). The version is
+ *     (ROUTE_MO_TOKEN, max(previous sequence, floor) + 1): strictly increasing per key, also
+ *     across deletes and purges. Writing a finalized tombstone also writes its expiry index
+ *     entry (route-due/<retain until>/<tenant>/<domain>/<key>) in the same txn;
+ *   - purge: every runtime, once a second (at once again while a whole page was due), ranges
+ *     the expiry index from its start and deletes each due tombstone with its entry in one txn
+ *     guarded by the route's and the floor's mod_rev, raising the floor to its sequence;
  *   - owner scan: a paginated range over the whole route family (cursor = last key read),
  *     filtered by replica owner; `complete` only when the range reported no more keys.
  *
@@ -24,9 +30,8 @@
 
 #include "route/route.h"
 
-#define ROUTE_MO_TOKEN          1u     /* fencing token of every MetadataOnly version */
-#define ROUTE_MO_CAS_RETRIES    16     /* re-reads after a concurrent writer changed the key */
-#define ROUTE_MO_TOMB_RETAIN_MS 60000u /* retention of a finalized tombstone */
+#define ROUTE_MO_TOKEN       1u /* fencing token of every MetadataOnly version */
+#define ROUTE_MO_CAS_RETRIES 16 /* re-reads after a concurrent writer changed the key */
 
 typedef struct route_mo route_mo_t;
 
@@ -42,6 +47,8 @@ int route_mo_cas(route_mo_t *mo, const kvm_route_version_t *expected, const kvm_
 int route_mo_owner_scan(route_mo_t *mo, const kvm_runtime_id_t *owner, const uint8_t *cursor,
                         size_t cursor_len, uint32_t limit, route_owner_cb cb, void *arg);
 void route_mo_get_stats(const route_mo_t *mo, route_stats_t *out);
+/* Any thread: finalized tombstones this runtime purged from metadata (route_table_counts). */
+uint64_t route_mo_purged(const route_mo_t *mo);
 
 /* Encodes / checks the cluster policy record (text "mode=M top_k=K shards=S proto=P"). */
 

@@ -346,6 +346,51 @@ static void lease_call(route_svc_t *svc)
     }
 }
 
+/* Purges finalized tombstones past retention from every table this runtime holds, earliest
+ * first from each table's expiry index, at most ROUTE_PURGE_BUDGET per tick. A tombstone past
+ * retention already reads as absent (a CAS expecting none overwrites it), so the purge changes
+ * no answer; versions stay monotone because the primary's sequence is per shard, not per key.
+ * A busy or dirty entry (its mirror in flight or partial: another member may still hold an
+ * older value) is kept until it is clean. */
+static void purge_tick(route_svc_t *svc)
+{
+    uint64_t now = env_wall_ms(svc->env), entries = 0, tombs = 0;
+    uint32_t budget = ROUTE_PURGE_BUDGET;
+    for (uint32_t i = 0; i < svc->policy.n_shards; i++) {
+        route_table_t *t = svc->shards[i].table;
+        if (!t)
+            continue;
+        route_entry_t *e = route_table_tomb_first(t);
+        while (e && budget && e->route.retain_until_ms + ROUTE_PURGE_MARGIN_MS <= now) {
+            route_entry_t *next = route_table_tomb_next(t, e);
+            if (!e->busy && !e->dirty) {
+                route_table_del(t, e);
+                budget--;
+                atomic_fetch_add(&svc->a_purged, 1);
+            }
+            e = next;
+        }
+        entries += route_table_count(t);
+        tombs += route_table_tomb_count(t);
+    }
+    atomic_store(&svc->a_entries, entries);
+    atomic_store(&svc->a_tombs, tombs);
+}
+
+void route_table_counts(const route_svc_t *svc, uint64_t *entries, uint64_t *tombs,
+                        uint64_t *purged)
+{
+    route_svc_t *s = (route_svc_t *)svc;
+    if (s->mo) { /* MetadataOnly: the routes live in metadata; only the purge count is here */
+        *entries = *tombs = 0;
+        *purged = route_mo_purged(s->mo);
+        return;
+    }
+    *entries = atomic_load(&s->a_entries);
+    *tombs = atomic_load(&s->a_tombs);
+    *purged = atomic_load(&s->a_purged);
+}
+
 static void tick(void *arg)
 {
     route_svc_t *svc = arg;
@@ -361,6 +406,7 @@ static void tick(void *arg)
         route_auth_tick(svc, &svc->shards[s]);
     }
     svc->tick_cursor = (svc->tick_cursor + 1) % svc->policy.n_shards;
+    purge_tick(svc);
     arm_tick(svc);
 }
 

@@ -25,6 +25,12 @@ typedef struct own_ref {
     rt_node_t *n;
 } own_ref_t;
 
+typedef struct tomb_ref {
+    RB_ENTRY(tomb_ref) link;
+    uint64_t until;
+    rt_node_t *n;
+} tomb_ref_t;
+
 static int node_cmp(rt_node_t *a, rt_node_t *b)
 {
     return kvm_ident_cmp(&a->e.route.ident, &b->e.route.ident);
@@ -42,15 +48,25 @@ static int ref_cmp(own_ref_t *a, own_ref_t *b)
     return kvm_ident_cmp(&a->n->e.route.ident, &b->n->e.route.ident);
 }
 
+static int tomb_cmp(tomb_ref_t *a, tomb_ref_t *b)
+{
+    if (a->until != b->until)
+        return a->until < b->until ? -1 : 1;
+    return kvm_ident_cmp(&a->n->e.route.ident, &b->n->e.route.ident);
+}
+
 RB_HEAD(rt_tree, rt_node);
 RB_HEAD(own_tree, own_ref);
+RB_HEAD(tomb_tree, tomb_ref);
 RB_GENERATE_STATIC(rt_tree, rt_node, link, node_cmp)
 RB_GENERATE_STATIC(own_tree, own_ref, link, ref_cmp)
+RB_GENERATE_STATIC(tomb_tree, tomb_ref, link, tomb_cmp)
 
 struct route_table {
     struct rt_tree by_ident;
     struct own_tree by_owner;
-    size_t count;
+    struct tomb_tree by_expiry;
+    size_t count, n_tombs;
 };
 
 route_table_t *route_table_new(void)
@@ -60,7 +76,34 @@ route_table_t *route_table_new(void)
         return NULL;
     RB_INIT(&t->by_ident);
     RB_INIT(&t->by_owner);
+    RB_INIT(&t->by_expiry);
     return t;
+}
+
+static void unref_tomb(route_table_t *t, rt_node_t *n)
+{
+    tomb_ref_t *r = n->e.priv_tomb;
+    if (!r)
+        return;
+    RB_REMOVE(tomb_tree, &t->by_expiry, r);
+    free(r);
+    n->e.priv_tomb = NULL;
+    t->n_tombs--;
+}
+
+static int ref_tomb(route_table_t *t, rt_node_t *n)
+{
+    if (n->e.route.tomb != KVM_TOMB_FINALIZED)
+        return 0;
+    tomb_ref_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return KVMESH_ENOMEM;
+    r->until = n->e.route.retain_until_ms;
+    r->n = n;
+    RB_INSERT(tomb_tree, &t->by_expiry, r);
+    n->e.priv_tomb = r;
+    t->n_tombs++;
+    return 0;
 }
 
 static void unref_owners(route_table_t *t, rt_node_t *n)
@@ -98,6 +141,7 @@ static int ref_owners(route_table_t *t, rt_node_t *n)
 static void node_free(route_table_t *t, rt_node_t *n)
 {
     unref_owners(t, n);
+    unref_tomb(t, n);
     RB_REMOVE(rt_tree, &t->by_ident, n);
     kvm_route_free(&n->e.route);
     free(n);
@@ -149,6 +193,7 @@ int route_table_put(route_table_t *t, const kvm_route_t *r, route_entry_t **out)
         return KVMESH_ENOMEM;
     if (n) {
         unref_owners(t, n);
+        unref_tomb(t, n);
         kvm_route_free(&n->e.route);
         n->e.route = copy;
     } else {
@@ -161,7 +206,7 @@ int route_table_put(route_table_t *t, const kvm_route_t *r, route_entry_t **out)
         RB_INSERT(rt_tree, &t->by_ident, n);
         t->count++;
     }
-    if (ref_owners(t, n) != 0) {
+    if (ref_owners(t, n) != 0 || ref_tomb(t, n) != 0) {
         node_free(t, n);
         return KVMESH_ENOMEM;
     }
@@ -209,9 +254,28 @@ route_entry_t *route_table_owner_next(route_table_t *t, const kvm_runtime_id_t *
     return &r->n->e;
 }
 
+route_entry_t *route_table_tomb_first(route_table_t *t)
+{
+    tomb_ref_t *r = RB_MIN(tomb_tree, &t->by_expiry);
+    return r ? &r->n->e : NULL;
+}
+
+route_entry_t *route_table_tomb_next(route_table_t *t, route_entry_t *e)
+{
+    tomb_ref_t *r = e->priv_tomb;
+    KVM_ASSERT(r != NULL);
+    r = RB_NEXT(tomb_tree, &t->by_expiry, r);
+    return r ? &r->n->e : NULL;
+}
+
+size_t route_table_tomb_count(const route_table_t *t)
+{
+    return t->n_tombs;
+}
+
 int route_table_check(route_table_t *t)
 {
-    size_t n_entries = 0, n_refs = 0, want_refs = 0;
+    size_t n_entries = 0, n_refs = 0, want_refs = 0, want_tombs = 0;
     rt_node_t *n;
     RB_FOREACH(n, rt_tree, &t->by_ident)
     {
@@ -220,6 +284,11 @@ int route_table_check(route_table_t *t)
         if (rc != 0)
             return rc;
         want_refs += n->e.n_owner_refs;
+        bool fin = n->e.route.tomb == KVM_TOMB_FINALIZED;
+        want_tombs += fin;
+        const tomb_ref_t *tr = n->e.priv_tomb;
+        if (fin != (tr != NULL) || (tr && (tr->n != n || tr->until != n->e.route.retain_until_ms)))
+            return kvm_errf(KVMESH_ECORRUPT, "route table: expiry index disagrees with an entry");
         for (unsigned i = 0; i < n->e.n_owner_refs; i++) {
             own_ref_t *r = n->e.priv_owner[i];
             if (r->n != n)
@@ -229,6 +298,13 @@ int route_table_check(route_table_t *t)
     own_ref_t *r;
     RB_FOREACH(r, own_tree, &t->by_owner)
     n_refs++;
+    size_t n_tombs = 0;
+    tomb_ref_t *tr;
+    RB_FOREACH(tr, tomb_tree, &t->by_expiry)
+    n_tombs++;
+    if (n_tombs != want_tombs || n_tombs != t->n_tombs)
+        return kvm_errf(KVMESH_ECORRUPT, "route table: %zu expiry refs for %zu tombstones", n_tombs,
+                        want_tombs);
     if (n_entries != t->count || n_refs != want_refs)
         return kvm_errf(KVMESH_ECORRUPT, "route table: %zu entries (count %zu), %zu refs (%zu)",
                         n_entries, t->count, n_refs, want_refs);

@@ -35,6 +35,7 @@
 
 #include "core/hex.h"
 #include "core/util.h"
+#include "store/repair.h"
 #include "store/store.h"
 
 const char *kvm_member_state_name(enum kvm_member_state s)
@@ -452,10 +453,12 @@ static void snapshot_install(kvm_rt_t *rt)
             changed = true;
     }
     struct kvm_member *tmp = rt->members;
+    size_t n_old = rt->n_members;
     rt->members = rt->next_members;
     rt->n_members = rt->n_next;
     rt->next_members = tmp;
     rt->n_next = 0;
+    kvm_repair_on_members(rt, tmp, n_old); /* departed/draining owners: re-replication */
     /* Quarantine ends when a fresh heartbeat (two keepalives later) or a new epoch shows. */
     for (size_t i = 0; i < rt->n_suspects;) {
         const struct kvm_member *m = kvm_member_find(rt, &rt->suspects[i].id);

@@ -23,8 +23,6 @@
 #include "store/quota.h"
 #include "store/store.h"
 
-#define STORE_TOMB_RETAIN_MS 60000u
-
 struct kvm_hitbuf {
     kvm_runtime_id_t owner;
     store_hit_msg_t msg;
@@ -1029,7 +1027,7 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
         kvm_route_init(&fin);
         if (kvm_route_copy(&fin, r) == 0) {
             fin.tomb = KVM_TOMB_FINALIZED;
-            fin.retain_until_ms = env_wall_ms(rt->env) + STORE_TOMB_RETAIN_MS;
+            fin.retain_until_ms = env_wall_ms(rt->env) + rt->cfg.tombstone_retention_ms;
             route_cas(rt->route, &r->version, &fin, tomb_finalized, NULL);
         }
         kvm_route_free(&fin);
@@ -1196,6 +1194,7 @@ static void handoff_looked_up(void *arg, int rc, const kvm_route_t *r)
     if (rc == KVMESH_ENOENT || kvm_route_is_tombstone(r) ||
         kvm_route_find_replica(r, &it->moving) < 0) {
         /* Nothing references the replica any more: drop the copy and the original. */
+        it->superseded = true;
         release_res(rt, it);
         kvm_ops_release_replica(rt, &it->moving);
         it->rc = 0;

@@ -31,6 +31,7 @@
 
 #include "core/util.h"
 #include "store/proto.h"
+#include "store/repair.h"
 #include "store/store.h"
 
 enum slot_state { SLOT_RESERVED, SLOT_COMMITTED, SLOT_RECLAIM };
@@ -527,8 +528,18 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
     kvm_hot_replica_t rep = {
         .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
     kvm_route_remove_replica(&next, &rep);
-    if (next.n_replicas == 0 && next.cold.kind != KVM_COLD_MATERIALIZED) {
-        /* The last copy: the object leaves the cache (a tombstone, like a delete). */
+    /* Invariant (repair.h kvm_replica_readable): never leave a live route with no replica a
+     * reader can get bytes from. When the others are all on closed or gone owners, this was the
+     * last readable copy: the object leaves the cache as a whole. */
+    bool readable_left = false;
+    for (uint32_t i = 0; i < next.n_replicas; i++)
+        readable_left |= kvm_replica_readable(rt, &next.replicas[i]);
+#ifdef KVMESH_CHAOS_BROKEN_EVICT_LAST_LIVE
+    readable_left = next.n_replicas > 0; /* broken variant: only our own copy is considered */
+#endif
+    if (!readable_left && next.cold.kind != KVM_COLD_MATERIALIZED) {
+        /* The last readable copy: the object leaves the cache (a tombstone, like a delete). */
+        next.n_replicas = 0;
         next.predecessor_op = r->content_op;
         next.content_op = kvm_rt_next_op_id(rt);
         next.tomb = KVM_TOMB_PENDING;
@@ -710,6 +721,8 @@ void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
         lf = a.largest_free > lf ? a.largest_free : lf;
     }
     st->fragmentation = fr ? 1.0 - (double)lf / (double)fr : 0;
+    if (rt->route)
+        route_table_counts(rt->route, &st->route_entries, &st->route_tombs, &st->tombs_purged);
 }
 
 /* ---- RPC handlers -----------------------------------------------------------------------------

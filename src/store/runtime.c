@@ -34,8 +34,10 @@
 #include "env/clock.h"
 #include "store/fair.h"
 #include "store/place.h"
+#include "store/data.h"
 #include "store/proto.h"
 #include "store/quota.h"
+#include "store/repair.h"
 #include "store/store.h"
 
 /* ---- ops ------------------------------------------------------------------------------------ */
@@ -736,6 +738,28 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
     out->live_members = (uint32_t)atomic_load(&rt->a_members);
     out->dram_capacity_bytes = rt->capacity;
     out->dram_used_bytes = atomic_load(&rt->a_used);
+    struct kvm_repair_stats rs;
+    kvm_repair_stats(rt, &rs);
+    out->rereplication =
+        (struct obs_rereplication_stats){.under_replicated = rs.under_replicated,
+                                         .backlog = rs.under_replicated + rs.pending_owners,
+                                         .pending_owners = rs.pending_owners,
+                                         .copies_in_flight = rs.copies_in_flight,
+                                         .lost = rs.lost,
+                                         .found = rs.found,
+                                         .repaired = rs.repaired,
+                                         .superseded = rs.superseded,
+                                         .failed = rs.failed,
+                                         .bytes_copied = rs.bytes_copied,
+                                         .passes = rs.passes,
+                                         .paused = rs.paused};
+    struct kvm_rt_stats st;
+    memset(&st, 0, sizeof(st));
+    if (!atomic_load(&rt->closing) && kvm_store_stats(rt, &st) == 0) { /* through the loop */
+        out->route_entries = st.route_entries;
+        out->route_tombstones = st.route_tombs;
+        out->tombstones_purged = st.tombs_purged;
+    }
 }
 
 /* Shards x route-capable members above which /cluster leaves out the authority counts. */
@@ -929,6 +953,7 @@ static void rt_free(kvm_rt_t *rt)
     rt->admin = NULL;
     if (rt->thread)
         env_uv_thread_stop(rt->thread);
+    kvm_repair_free(rt);    /* after the loop: it notes owners until it stops */
     while (rt->self_msgs) { /* deferred self-messages the stopped loop dropped */
         struct self_msg *sm = rt->self_msgs;
         rt->self_msgs = sm->next;
@@ -972,6 +997,7 @@ void kvm_rt_close(kvm_rt_t *rt, bool drain_first)
     if (!rt)
         return;
     atomic_store(&rt->closing, true);
+    kvm_repair_stop(rt); /* its in-flight ops finish or fail with ECLOSED while the loop runs */
     if (rt->thread && env_uv_thread_call(rt->thread, close_start, rt) == 0) {
         pthread_mutex_lock(&rt->mu);
         while (!rt->close_done)
@@ -1037,7 +1063,7 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg)
     };
     if ((rc = tp_engine_new(&tc, rt->reg, &rt->tp)) != 0)
         goto fail;
-    if ((rc = env_uv_thread_start(&rt->thread, 0)) != 0)
+    if ((rc = kvm_repair_new(rt)) != 0 || (rc = env_uv_thread_start(&rt->thread, 0)) != 0)
         goto fail;
     rt->env = env_uv_thread_env(rt->thread);
     if ((rc = env_uv_thread_call(rt->thread, open_start, rt)) != 0)
@@ -1054,6 +1080,8 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg)
         return kvm_errf(rc, "kvmesh_open: %s", err);
     }
     if (cfg->admin_listen[0] && (rc = admin_start(rt)) != 0)
+        goto fail;
+    if ((rc = kvm_repair_start(rt)) != 0)
         goto fail;
     *out = rt;
     return 0;

@@ -139,8 +139,9 @@ struct kvm_item {
     bool pub_op_set;
     uint32_t indet_tries;
     struct kvm_access acc[KVM_MAX_REPLICAS];
-    /* handoff: the replica slot being replaced (owner = self) */
+    /* handoff: the replica slot being replaced (owner = self; re-replication: a dead owner's) */
     kvm_hot_replica_t moving;
+    bool superseded; /* handoff: rc 0 because the route no longer held `moving` (nothing CAS'ed) */
     /* tenant quota (quota.c): NULL unless the tenant has a policy; moves with the item */
     struct kvm_qitem *q;
 };
@@ -233,6 +234,7 @@ struct kvm_rt_stats {
     uint64_t capacity, used, reserved_bytes, reclaim_bytes;
     uint64_t evictions, evict_conflicts, reclaimed, reservations_expired, reserve_waits;
     uint64_t route_meta_calls, meta_calls;
+    uint64_t route_entries, route_tombs, tombs_purged; /* route_table_counts (EmbeddedWrh) */
     uint64_t generation;
     size_t n_members;
     double fragmentation;
@@ -338,6 +340,7 @@ typedef struct kvm_rt {
     struct kvm_fair *fair;        /* [any] soft isolation gate (fair.c); NULL = off */
     struct kvm_place *place;      /* [loop] tenant placement preferences (place.c); NULL = none */
     struct kvm_hints *hints;      /* [loop] route hints (route_hint.c); NULL until first use */
+    struct kvm_repair *repair;    /* background re-replication (repair.c); NULL = none */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;

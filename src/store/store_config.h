@@ -79,6 +79,10 @@ struct kvm_store_config {
     double evict_low_watermark;  /* fraction eviction brings usage back to */
     uint32_t io_threads;         /* transport I/O threads */
     bool hugepages;              /* try MFD_HUGETLB segments */
+    /* background re-replication (src/store/repair.c) */
+    uint64_t rereplicate_bytes_per_sec; /* copy rate, bytes/s (0 = unlimited) */
+    uint32_t rereplicate_max_copies;    /* copies in flight per round (0 = re-replication off) */
+    uint32_t tombstone_retention_ms;    /* finalized tombstones kept this long, then purged */
     /* tracing (src/obs/trace.h): a tracer exists when the rate is > 0 or an exporter is set */
     double trace_sample_rate;                  /* head sampling probability, 0..1 */
     char trace_capture_dir[KVM_STORE_STR_MAX]; /* JSONL capture dir ("" = off) */

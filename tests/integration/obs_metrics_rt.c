@@ -23,16 +23,18 @@
  *      their bytes reclaimed after the grace window); requests_in_flight seen > 0 by a scraper
  *      running meanwhile; afterwards no label name outside the closed sets and no label value
  *      that is a key, an address, a port or a runtime id, and the series count did not grow;
+ *   D. a scripted route fault: SIGSTOP of one runtime (the one killed in C) while a batch of
+ *      puts pinned on the two others runs, SIGCONT after 1 s (under the 2 s lease); the shards
+ *      whose authority set holds the stopped runtime as a secondary are left with dirty
+ *      (partially mirrored) entries, which the reads that follow re-mirror: the repairs counted
+ *      at the primaries (kvmesh_route_repairs_total) must move (bounded rounds);
+ *   C'. before the kill, 16 single-replica objects pinned on the victim; right after the kill
+ *      one batch get of them reaches the dead owner while membership still lists it (the lease
+ *      is 2 s): the client's kvmesh_transport_failures_total must move;
  *   finally every exported family must have moved from the registry's initial state (summed
  *   over the runtimes; the killed one contributes its last scrape): a dead metric fails here.
- *   One exception, printed: kvmesh_route_repairs_total counts read repairs and re-mirrors of
- *   dirty entries, which need an authority to miss a mirror; a kill makes that likely but not
- *   certain (runs showed 0 to 127), so its series are required but not its movement. The same
- *   holds for kvmesh_transport_failures_total: reads after the kill fail in the transport only
- *   when they reach the dead owner before membership drops it (same-host shm mappings even
- *   outlive the process), which a loaded CI host made miss once on etcd. The kvmesh_quota_*
- *   families stay at zero here (no runtime has tenant_policies, the quota protocol is off):
- *   required as series, moved by integration_ops_quota_metrics.
+ *   The kvmesh_quota_* families stay at zero here (no runtime has tenant_policies, the quota
+ *   protocol is off): required as series, moved by integration_ops_quota_metrics.
  * Every loop is bounded in count and time; every process started here is killed by pid.
  */
 #include <curl/curl.h>
@@ -302,6 +304,157 @@ static void *bulk_put(void *arg)
     return NULL;
 }
 
+/* ---- the scripted faults (phases D and C') --------------------------------------------------- */
+
+#define D_KEYS   24
+#define D_ROUNDS 5
+#define T_KEYS   16
+
+struct fault_batch {
+    kvmesh_batch_item_t *items;
+    size_t n;
+    const kvmesh_put_opts_t *opts;
+};
+
+static void *fault_put(void *arg)
+{
+    struct fault_batch *f = arg;
+    (void)kvmesh_batch_put(client, &sc, f->items, f->n, f->opts); /* per-item results judged */
+    return NULL;
+}
+
+/* Sum of a family over the live runtime processes 1..NPROC-1 (the primaries that re-mirror). */
+static double live_sum(const char *fam, const char *lname, const char *lval)
+{
+    double s = 0;
+    for (int r = 1; r < NPROC; r++) {
+        struct prom p;
+        CHECK(scrape(procs[r].admin, &p) == 0);
+        s += fam_sum(&p, fam, lname, lval);
+        prom_free(&p);
+    }
+    return s;
+}
+
+static double client_sum(const char *fam)
+{
+    struct prom p;
+    CHECK(scrape(client_port(), &p) == 0);
+    double s = fam_sum(&p, fam, NULL, NULL);
+    prom_free(&p);
+    return s;
+}
+
+/* Reads key until it is the value (retrying unavailable/timeouts, bounded): an acknowledged put
+ * of the fault phase must be readable once the stopped runtime runs again. */
+static void read_back(const char *key, uint64_t seed)
+{
+    uint8_t v[VAL], out[VAL];
+    tproc_fill(v, sizeof(v), seed);
+    int rc = 0;
+    for (uint64_t end = env_clock_mono_ms() + 30000;;) {
+        size_t got = 0;
+        rc = kvmesh_get_into(client, &sc, key, strlen(key), out, sizeof(out), &got);
+        if (rc == 0) {
+            CHECK(got == sizeof(v) && memcmp(out, v, got) == 0);
+            return;
+        }
+        if ((rc != KVMESH_EUNAVAILABLE && rc != KVMESH_ETIMEDOUT) || env_clock_mono_ms() > end)
+            break;
+        usleep(50000);
+    }
+    fprintf(stderr, "acknowledged %s unreadable: %s\n", key, kvmesh_last_error());
+    CHECK(rc == 0);
+}
+
+/*
+ * Phase D: SIGSTOP runtime 0 while a batch of puts pinned on runtimes 1 and 2 runs; SIGCONT after
+ * 1 s (half the lease, so the stopped runtime keeps its membership and its authority sets). A put
+ * whose shard has the stopped runtime as a secondary times its mirror out (400 ms): the entry
+ * stays dirty at the primary and the put is indeterminate; the put's own settling lookup and the
+ * reads below make the primary re-mirror it: a route repair. Rounds until repairs moved (bounded).
+ */
+static void phase_route_fault(void)
+{
+    double rep0 = live_sum("kvmesh_route_repairs_total", NULL, NULL), rep = rep0;
+    const char *pins[] = {procs[1].id, procs[2].id};
+    kvmesh_put_opts_t opts = {.preferred_owners = pins, .n_preferred = 2, .hard_pin = true};
+    static uint8_t vals[D_KEYS][VAL];
+    char keys[D_KEYS][32];
+    int round = 0, acked = 0, indet = 0;
+    for (; round < D_ROUNDS && rep == rep0; round++) {
+        kvmesh_batch_item_t items[D_KEYS];
+        for (int i = 0; i < D_KEYS; i++) {
+            snprintf(keys[i], sizeof(keys[i]), "fault-%d-%02d", round, i);
+            tproc_fill(vals[i], VAL, 50000u + (uint64_t)round * 100 + (uint64_t)i);
+            items[i] = (kvmesh_batch_item_t){
+                .key = keys[i], .key_len = strlen(keys[i]), .buf = vals[i], .len = VAL};
+        }
+        struct fault_batch fb = {items, D_KEYS, &opts};
+        pthread_t th;
+        CHECK(kill(procs[0].p.pid, SIGSTOP) == 0);
+        CHECK(pthread_create(&th, NULL, fault_put, &fb) == 0);
+        usleep(1000000);
+        CHECK(kill(procs[0].p.pid, SIGCONT) == 0);
+        pthread_join(th, NULL);
+        for (int i = 0; i < D_KEYS; i++) {
+            int rc = items[i].rc;
+            /* a stopped authority makes a put indeterminate or late, never anything else */
+            if (rc != 0 && rc != KVMESH_EINDETERMINATE && rc != KVMESH_ETIMEDOUT &&
+                rc != KVMESH_EUNAVAILABLE)
+                fprintf(stderr, "fault put %s: %s\n", keys[i], kvmesh_errname(rc));
+            CHECK(rc == 0 || rc == KVMESH_EINDETERMINATE || rc == KVMESH_ETIMEDOUT ||
+                  rc == KVMESH_EUNAVAILABLE);
+            acked += rc == 0;
+            indet += rc != 0;
+        }
+        for (int i = 0; i < D_KEYS; i++) {
+            if (items[i].rc == 0) {
+                read_back(keys[i], 50000u + (uint64_t)round * 100 + (uint64_t)i);
+            } else { /* not known either way: any answer but a wrong value */
+                uint8_t out[VAL];
+                size_t got = 0;
+                if (kvmesh_get_into(client, &sc, keys[i], strlen(keys[i]), out, sizeof(out),
+                                    &got) == 0)
+                    CHECK(got == VAL && memcmp(out, vals[i], VAL) == 0);
+            }
+        }
+        for (uint64_t end = env_clock_mono_ms() + 5000; rep == rep0;) {
+            rep = live_sum("kvmesh_route_repairs_total", NULL, NULL);
+            if (env_clock_mono_ms() > end)
+                break;
+            if (rep == rep0)
+                usleep(100000);
+        }
+    }
+    printf("D: %d round(s) of %d puts with runtime 0 stopped for 1 s: %d acknowledged, %d not; "
+           "route repairs at the live primaries %.0f -> %.0f\n",
+           round, D_KEYS, acked, indet, rep0, rep);
+    CHECK(rep > rep0);
+}
+
+/* Phase C' (first half): T_KEYS single-replica objects pinned on runtime 0, the one killed next. */
+static void put_on_victim(char keys[T_KEYS][32], uint8_t vals[T_KEYS][64])
+{
+    const char *pin[] = {procs[0].id};
+    kvmesh_put_opts_t opts = {
+        .replicas = 1, .preferred_owners = pin, .n_preferred = 1, .hard_pin = true};
+    for (int i = 0; i < T_KEYS; i++) {
+        snprintf(keys[i], 32, "victim-%02d", i);
+        tproc_fill(vals[i], 64, 70000u + (uint64_t)i);
+        int rc = 0;
+        for (uint64_t end = env_clock_mono_ms() + 30000;;) {
+            rc = kvmesh_put(client, &sc, keys[i], strlen(keys[i]), vals[i], 64, &opts);
+            if (rc == 0 || env_clock_mono_ms() > end)
+                break;
+            usleep(50000);
+        }
+        if (rc)
+            fprintf(stderr, "put %s on runtime 0: %s\n", keys[i], kvmesh_last_error());
+        CHECK(rc == 0);
+    }
+}
+
 /* ---- the test ------------------------------------------------------------------------------- */
 
 static void wait_members(size_t want)
@@ -494,8 +647,36 @@ int main(int argc, char **argv)
     for (int r = 1; r < NRT; r++)
         prom_free(&after[r]);
 
+    /* ---- D: a stopped secondary authority leaves dirty entries; reads repair them ---- */
+    phase_route_fault();
+
     /* ---- C: kill -9 of an owner, then reads that fail over ---- */
+    char vkeys[T_KEYS][32];
+    uint8_t vvals[T_KEYS][64];
+    put_on_victim(vkeys, vvals);
+    double tf0 = client_sum("kvmesh_transport_failures_total");
     tproc_kill(&procs[0].p, SIGKILL);
+    {
+        /* C': at once, in one batch, so the reads reach the dead owner while it is a member */
+        kvmesh_batch_item_t items[T_KEYS];
+        uint8_t outs[T_KEYS][64];
+        for (int i = 0; i < T_KEYS; i++)
+            items[i] = (kvmesh_batch_item_t){
+                .key = vkeys[i], .key_len = strlen(vkeys[i]), .buf = outs[i], .len = 64};
+        (void)kvmesh_batch_get(client, &sc, items, T_KEYS);
+        int ok = 0;
+        for (int i = 0; i < T_KEYS; i++) {
+            /* the only replica died: no read may return bytes that are not the value */
+            if (items[i].rc == 0)
+                CHECK(items[i].out_len == 64 && memcmp(outs[i], vvals[i], 64) == 0);
+            ok += items[i].rc == 0;
+        }
+        double tf1 = client_sum("kvmesh_transport_failures_total");
+        printf("C': %d of %d objects whose only replica was on the killed runtime read; client "
+               "transport failures %.0f -> %.0f\n",
+               ok, T_KEYS, tf0, tf1);
+        CHECK(tf1 > tf0);
+    }
     int readable = 0;
     for (int k = 0; k < A_KEYS - A_REMOVE; k++) {
         char key[32];
@@ -582,16 +763,11 @@ int main(int argc, char **argv)
         }
         if (strcmp(names[i], "kvmesh_requests_in_flight") == 0)
             total = inflight_max; /* back to 0 once idle: judged by the scraper's samples */
-        bool fault_driven = strcmp(names[i], "kvmesh_route_repairs_total") == 0 ||
-                            strcmp(names[i], "kvmesh_transport_failures_total") == 0;
         /* no runtime here has tenant_policies: integration_ops_quota_metrics moves these */
         bool quota = strncmp(names[i], "kvmesh_quota_", 13) == 0;
         printf("  %-52s %.6g%s\n", names[i], total,
-               fault_driven ? "  (fault-driven: not required to move)"
-               : quota      ? "  (quota protocol off here: moved by integration_ops_quota_metrics)"
-                            : "");
-        fault_driven |= quota;
-        if (total == 0 && !fault_driven) {
+               quota ? "  (quota protocol off here: moved by integration_ops_quota_metrics)" : "");
+        if (total == 0 && !quota) {
             fprintf(stderr, "family %s never moved\n", names[i]);
             dead++;
         }

@@ -67,6 +67,13 @@ static const struct {
     {"drain_timeout_ms", "0", "drain_timeout_ms: \"0\" is out of range; allowed 1..86400000"},
     {"reclaim_grace_ms", "99999999999999999999999",
      "reclaim_grace_ms: \"99999999999999999999999\" is out of range; allowed 0..600000"},
+    {"rereplicate_bytes_per_sec", "fast",
+     "rereplicate_bytes_per_sec: \"fast\" is not a size; allowed 0..4TiB (a byte count with "
+     "optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    {"rereplicate_max_copies", "1025",
+     "rereplicate_max_copies: \"1025\" is out of range; allowed 0..1024"},
+    {"tombstone_retention_ms", "999",
+     "tombstone_retention_ms: \"999\" is out of range; allowed 1000..86400000"},
     {"evict_high_watermark", "1.5",
      "evict_high_watermark: \"1.5\" is out of range; allowed 0.01..1"},
     {"evict_low_watermark", "nan", "evict_low_watermark: \"nan\" is out of range; allowed 0..0.99"},
@@ -139,6 +146,8 @@ static void test_defaults(void **state)
     assert_int_equal(c->drain_timeout_ms, 30000);
     assert_int_equal(c->idle_timeout_ms, 300000);
     assert_int_equal(c->reclaim_grace_ms, 2000);
+    assert_int_equal(c->rereplicate_bytes_per_sec, 256ull << 20);
+    assert_int_equal(c->rereplicate_max_copies, 16);
     assert_true(c->evict_high_watermark == 0.90);
     assert_true(c->evict_low_watermark == 0.80);
     assert_int_equal(c->io_threads, 2);

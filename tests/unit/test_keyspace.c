@@ -104,11 +104,12 @@ static void test_roundtrip_and_injective(void **state)
         char strs[KS_MAX_PARTS][24];
         ks_part_t parts[KS_MAX_PARTS] = {{0}};
         for (size_t j = 0; j < ks_family_parts(f); j++) {
-            bool optional = (f == KS_OBJECT || f == KS_ROUTE) && j == 1;
+            bool optional =
+                ((f == KS_OBJECT || f == KS_ROUTE) && j == 1) || (f == KS_ROUTE_DUE && j == 2);
             rand_str(strs[j], 4, optional);
             parts[j].s = strs[j];
             parts[j].u = rnd() >> (rnd() % 64);
-            if (f == KS_SHARD)
+            if (f == KS_SHARD || f == KS_ROUTE_FLOOR)
                 parts[j].u &= 0xffffffffu;
         }
         const char *dep = (rnd() & 1) ? "d1" : "d1.x";
@@ -120,7 +121,8 @@ static void test_roundtrip_and_injective(void **state)
         assert_int_equal(p->n_parts, ks_family_parts(f));
         for (size_t j = 0; j < p->n_parts; j++) {
             bool numeric = (f == KS_SHARD && j == 0) || (f == KS_ACCT_DUE && j == 2) ||
-                           (f == KS_COLD_DUE && j == 1);
+                           (f == KS_COLD_DUE && j == 1) || (f == KS_ROUTE_DUE && j == 0) ||
+                           (f == KS_ROUTE_FLOOR && j == 0);
             if (numeric)
                 assert_int_equal(p->parts[j].u, parts[j].u);
             else

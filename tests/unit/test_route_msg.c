@@ -200,12 +200,61 @@ static void test_table_and_owner_index(void **state)
     route_table_free(t);
 }
 
+/* The tombstone expiry index: exactly the finalized tombstones, earliest retain_until first;
+ * a replace or delete takes an entry out of it. */
+static void test_table_expiry_index(void **state)
+{
+    (void)state;
+    route_table_t *t = route_table_new();
+    kvm_route_t r;
+    for (int i = 0; i < 10; i++) {
+        char k[8];
+        snprintf(k, sizeof(k), "t%02d", i);
+        fixture_route(&r, k, 1, 1);
+        if (i % 2 == 0) { /* even keys: finalized tombstones due at 1000 - 10 i */
+            r.tomb = KVM_TOMB_FINALIZED;
+            r.n_replicas = 0;
+            r.length = r.checksum = 0;
+            r.retain_until_ms = 1000 - 10 * (uint64_t)i;
+            assert_int_equal(kvm_route_validate(&r), 0);
+        }
+        assert_int_equal(route_table_put(t, &r, NULL), 0);
+        kvm_route_free(&r);
+    }
+    assert_int_equal(route_table_check(t), 0);
+    assert_int_equal(route_table_tomb_count(t), 5);
+    uint64_t last = 0;
+    int n = 0;
+    for (route_entry_t *e = route_table_tomb_first(t); e; e = route_table_tomb_next(t, e)) {
+        assert_int_equal(e->route.tomb, KVM_TOMB_FINALIZED);
+        assert_true(e->route.retain_until_ms >= last);
+        last = e->route.retain_until_ms;
+        n++;
+    }
+    assert_int_equal(n, 5);
+    assert_int_equal(route_table_tomb_first(t)->route.retain_until_ms, 920); /* t08 */
+    /* t08 rewritten live: out of the index; the earliest is then t06 */
+    fixture_route(&r, "t08", 1, 2);
+    assert_int_equal(route_table_put(t, &r, NULL), 0);
+    kvm_route_free(&r);
+    assert_int_equal(route_table_tomb_count(t), 4);
+    assert_int_equal(route_table_tomb_first(t)->route.retain_until_ms, 940);
+    /* purge the two earliest */
+    route_table_del(t, route_table_tomb_first(t));
+    route_table_del(t, route_table_tomb_first(t));
+    assert_int_equal(route_table_tomb_count(t), 2);
+    assert_int_equal(route_table_count(t), 8);
+    assert_int_equal(route_table_check(t), 0);
+    route_table_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_all_kinds),
         cmocka_unit_test(test_record_and_policy),
         cmocka_unit_test(test_table_and_owner_index),
+        cmocka_unit_test(test_table_expiry_index),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

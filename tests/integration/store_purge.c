@@ -1,0 +1,280 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * store_purge — finalized tombstones are purged after their retention, so put/overwrite/delete
+ * churn keeps the route state bounded; versions stay monotone across a purge. In both route
+ * modes: EmbeddedWrh (the authorities' route tables) and MetadataOnly (route keys in metadata,
+ * purged from the route-due expiry index, with a per-shard version floor).
+ *
+ *   itest_store_purge redis|etcd [metadata_only]
+ *
+ * In MetadataOnly mode "entries" are the route keys in metadata and "tombstones" the expiry
+ * index entries (each finalized tombstone has one), counted with a range over each family.
+ * Three runtimes in this process (replicas 2, top_k 3, tombstone_retention_ms 2000) on a real
+ * metadata server started by the test:
+ *   1. churn for CHURN_MS: fresh keys, each put, overwritten and removed, every 10th kept; the
+ *      route-table entries summed over the runtimes (every authority's copy) are sampled once a
+ *      second;
+ *   2. then, within a bounded wait, every finalized tombstone is purged: the tables hold only the
+ *      kept keys (<= top_k copies each), the purge count covers every removed key at least once,
+ *      and the sampled maximum stayed well below what keeping every tombstone would hold;
+ *   3. a key put, removed, purged and put again gets a route version above the purged one's.
+ * Every loop is bounded in count and time.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "env/clock.h"
+#include "kvmesh.h"
+#include "meta/keyspace.h"
+#include "meta/meta.h"
+#include "store/data.h"
+#include "testsrv.h"
+
+struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
+
+#define NRT      3
+#define CHURN_MS 20000
+#define VAL      1024
+#define TOP_K    3
+
+static testsrv_t *srv;
+static kvmesh_t *rts[NRT];
+static bool mo_mode;
+static meta_sync_t *ms;
+static const kvmesh_scope_t sc = {"purge", NULL};
+
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "CHECK failed %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #c,   \
+                    kvmesh_last_error());                                                          \
+            testsrv_stop(srv);                                                                     \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* Keys of one keyspace family of the deployment in metadata (paged ranges, bounded). */
+static uint64_t count_family(enum ks_family f)
+{
+    char prefix[KS_KEY_CAP], after[KS_KEY_CAP] = "";
+    CHECK(ks_prefix(prefix, sizeof(prefix), "purge", f, NULL, 0) == 0);
+    uint64_t n = 0;
+    for (int page = 0; page < 10000; page++) {
+        meta_result_t *r = NULL;
+        int rc = meta_sync_range(ms, prefix, after[0] ? after : NULL, 256, &r);
+        CHECK(rc == 0);
+        n += r->n_kvs;
+        bool more = r->more && r->n_kvs > 0;
+        if (r->n_kvs)
+            snprintf(after, sizeof(after), "%s", r->kvs[r->n_kvs - 1].key);
+        meta_result_free(r);
+        if (!more)
+            break;
+    }
+    return n;
+}
+
+static void counts(uint64_t *entries, uint64_t *tombs, uint64_t *purged)
+{
+    *entries = *tombs = *purged = 0;
+    for (int i = 0; i < NRT; i++) {
+        struct kvm_rt_stats st;
+        memset(&st, 0, sizeof(st));
+        CHECK(kvm_store_stats(kvmesh_runtime_of(rts[i]), &st) == 0);
+        *entries += st.route_entries;
+        *tombs += st.route_tombs;
+        *purged += st.tombs_purged;
+    }
+    if (mo_mode) {
+        *entries = count_family(KS_ROUTE);
+        *tombs = count_family(KS_ROUTE_DUE);
+    }
+}
+
+/* An operation that a busy CI host may time out or find unavailable is retried (bounded). */
+static int retry(int (*fn)(const char *, const uint8_t *), const char *key, const uint8_t *v)
+{
+    int rc = 0;
+    for (int t = 0; t < 20; t++) {
+        rc = fn(key, v);
+        if (rc != KVMESH_EUNAVAILABLE && rc != KVMESH_ETIMEDOUT && rc != KVMESH_EINDETERMINATE)
+            break;
+        usleep(100000);
+    }
+    return rc;
+}
+
+static int do_put(const char *key, const uint8_t *v)
+{
+    return kvmesh_put(rts[0], &sc, key, strlen(key), v, VAL, NULL);
+}
+
+static int do_remove(const char *key, const uint8_t *v)
+{
+    (void)v;
+    int rc = kvmesh_remove(rts[0], &sc, key, strlen(key));
+    return rc == KVMESH_ENOENT ? 0 : rc; /* a retried remove that had applied */
+}
+
+static bool version_gt(const kvmesh_route_info_t *a, const kvmesh_route_info_t *b)
+{
+    return a->fencing_token != b->fencing_token ? a->fencing_token > b->fencing_token
+                                                : a->primary_sequence > b->primary_sequence;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || (strcmp(argv[1], "redis") && strcmp(argv[1], "etcd")) ||
+        (argc > 2 && strcmp(argv[2], "metadata_only"))) {
+        fprintf(stderr, "usage: %s redis|etcd [metadata_only]\n", argv[0]);
+        return 2;
+    }
+    mo_mode = argc > 2;
+    const int copies = mo_mode ? 1 : TOP_K; /* copies of a route: one key, or top_k tables */
+    testsrv_sweep_stale();
+    int rc =
+        strcmp(argv[1], "redis") == 0 ? testsrv_start_redis(&srv, NULL) : testsrv_start_etcd(&srv);
+    if (rc) {
+        fprintf(stderr, "cannot start %s: %s\n", argv[1], kvmesh_last_error());
+        return 1;
+    }
+    for (int i = 0; i < NRT; i++) {
+        kvmesh_config_t *c = kvmesh_config_new();
+        CHECK(kvmesh_config_set(c, "metadata_url", testsrv_url(srv)) == 0);
+        CHECK(kvmesh_config_set(c, "deployment", "purge") == 0);
+        CHECK(kvmesh_config_set(c, "memory_size", "16MiB") == 0);
+        CHECK(kvmesh_config_set(c, "segment_size", "16MiB") == 0);
+        CHECK(kvmesh_config_set(c, "max_object_size", "1MiB") == 0);
+        CHECK(kvmesh_config_set(c, "replicas", "2") == 0);
+        CHECK(kvmesh_config_set(c, "top_k", "3") == 0);
+        CHECK(kvmesh_config_set(c, "lease_ttl_ms", "2000") == 0);
+        CHECK(kvmesh_config_set(c, "reclaim_grace_ms", "200") == 0);
+        CHECK(kvmesh_config_set(c, "tombstone_retention_ms", "2000") == 0);
+        if (mo_mode)
+            CHECK(kvmesh_config_set(c, "route_mode", "metadata_only") == 0);
+        rc = kvmesh_open(&rts[i], c);
+        if (rc)
+            fprintf(stderr, "open %d: %s\n", i, kvmesh_last_error());
+        CHECK(rc == 0);
+        kvmesh_config_free(c);
+    }
+    CHECK(meta_sync_open(&ms, testsrv_url(srv), NULL) == 0);
+    for (uint64_t end = env_clock_mono_ms() + 30000;;) { /* every member sees the others */
+        size_t ok = 0;
+        for (int i = 0; i < NRT; i++) {
+            kvmesh_member_info_t m[8];
+            size_t n = 0;
+            CHECK(kvmesh_members(rts[i], m, 8, &n) == 0);
+            ok += n == NRT;
+        }
+        if (ok == NRT)
+            break;
+        CHECK(env_clock_mono_ms() < end);
+        usleep(50000);
+    }
+
+    /* 1. churn */
+    static uint8_t v[VAL];
+    uint64_t created = 0, kept = 0, removed = 0, max_entries = 0, next_sample = 0;
+    uint64_t t0 = env_clock_mono_ms();
+    for (uint64_t i = 0; env_clock_since_ms(t0) < CHURN_MS && i < 1000000; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "churn-%07" PRIu64, i);
+        memset(v, (int)(i & 0xff), sizeof(v));
+        if (retry(do_put, key, v) != 0)
+            continue; /* not created (a put that failed for good is not this test's subject) */
+        created++;
+        v[0] ^= 1;
+        (void)retry(do_put, key, v); /* overwrite */
+        if (i % 10 == 0) {
+            kept++;
+            continue;
+        }
+        rc = retry(do_remove, key, v);
+        if (rc)
+            fprintf(stderr, "remove %s: %s\n", key, kvmesh_last_error());
+        CHECK(rc == 0);
+        removed++;
+        if (env_clock_since_ms(t0) >= next_sample) {
+            uint64_t e, tb, p;
+            counts(&e, &tb, &p);
+            if (e > max_entries)
+                max_entries = e;
+            next_sample = env_clock_since_ms(t0) + 1000;
+        }
+    }
+    printf("1: %" PRIu64 " keys in %d ms: %" PRIu64 " kept, %" PRIu64
+           " removed; route-table entries (all authorities) peaked at %" PRIu64 "\n",
+           created, CHURN_MS, kept, removed, max_entries);
+    CHECK(removed > 100);
+
+    /* 2. the purge catches up */
+    uint64_t entries = 0, tombs = 0, purged = 0;
+    for (uint64_t end = env_clock_mono_ms() + 30000;;) {
+        counts(&entries, &tombs, &purged);
+        if (tombs == 0 || env_clock_mono_ms() > end)
+            break;
+        usleep(200000);
+    }
+    printf("2: entries %" PRIu64 " (kept %" PRIu64 " x copies %d = %" PRIu64
+           "), tombstones %" PRIu64 ", purged %" PRIu64 " (removed %" PRIu64 ")\n",
+           entries, kept, copies, kept * (uint64_t)copies, tombs, purged, removed);
+    /* Every finalized tombstone is purged (exact). A remove finalizes its tombstone best effort:
+     * one whose finalize CAS failed (a loaded host) stays PENDING, is never purged (known gap,
+     * docs/reliability.md) and is allowed for here, up to 2% of the removes, and counted. */
+    CHECK(tombs == 0);
+    uint64_t slack = removed / 50;
+    uint64_t unpurged = entries > kept * (uint64_t)copies ? entries - kept * (uint64_t)copies : 0;
+    printf("2: %" PRIu64
+           " route copies left beyond the kept keys (pending tombstones; allowed %" PRIu64 ")\n",
+           unpurged, slack * (uint64_t)copies);
+    CHECK(unpurged <= slack * (uint64_t)copies);
+    if (mo_mode) /* one key each; exactly one of the concurrent purgers wins each */
+        CHECK(purged <= removed && purged + slack >= removed && entries >= kept);
+    else
+        CHECK(purged + slack * (uint64_t)copies >= removed * (uint64_t)copies);
+    /* without a purge every removed key's tombstone would stay (in every authority) */
+    CHECK(max_entries < (created * (uint64_t)copies) * 3 / 4);
+
+    /* 3. monotone versions across a purge */
+    memset(v, 0x5a, sizeof(v));
+    CHECK(retry(do_put, "mono", v) == 0);
+    kvmesh_route_info_t before, after;
+    CHECK(kvmesh_route_query(rts[1], &sc, "mono", 4, &before) == 0);
+    CHECK(retry(do_remove, "mono", v) == 0);
+    uint64_t p0 = purged;
+    for (uint64_t end = env_clock_mono_ms() + 30000;;) {
+        counts(&entries, &tombs, &purged);
+        if ((tombs == 0 && purged > p0) || env_clock_mono_ms() > end)
+            break;
+        usleep(200000);
+    }
+    CHECK(tombs == 0 && purged > p0);
+    memset(v, 0xa5, sizeof(v));
+    CHECK(retry(do_put, "mono", v) == 0);
+    CHECK(kvmesh_route_query(rts[2], &sc, "mono", 4, &after) == 0);
+    printf("3: version (%" PRIu64 ", %" PRIu64 ") before the purge, (%" PRIu64 ", %" PRIu64
+           ") after\n",
+           before.fencing_token, before.primary_sequence, after.fencing_token,
+           after.primary_sequence);
+    /* above the tombstone's two versions too (pending, finalized): no reuse after the purge */
+    CHECK(version_gt(&after, &before));
+    CHECK(after.fencing_token > before.fencing_token ||
+          after.primary_sequence > before.primary_sequence + 2);
+    uint8_t out[VAL];
+    size_t got = 0;
+    CHECK(kvmesh_get_into(rts[1], &sc, "mono", 4, out, sizeof(out), &got) == 0);
+    CHECK(got == VAL && memcmp(out, v, VAL) == 0);
+
+    if (mo_mode) /* the floor of the shard holds the purged version */
+        CHECK(count_family(KS_ROUTE_FLOOR) > 0);
+    for (int i = NRT - 1; i >= 0; i--)
+        kvmesh_close(rts[i]);
+    meta_sync_close(ms);
+    testsrv_stop(srv);
+    printf("store_purge %s%s: ok\n", argv[1], mo_mode ? " metadata_only" : "");
+    return 0;
+}
