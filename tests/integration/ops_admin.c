@@ -21,6 +21,7 @@
 #include "meta/keyspace.h"
 #include "meta/meta.h"
 #include "ops_util.h"
+#include "redis_etcd_main.h"
 
 #define ADM_DAEMONS 2
 #define ADM_SHARDS  16
@@ -311,23 +312,4 @@ static void run_cluster(bool etcd)
     tdaemon_out_free(&o);
 }
 
-static void test_admin_redis(void **state)
-{
-    (void)state;
-    run_cluster(false);
-}
-
-static void test_admin_etcd(void **state)
-{
-    (void)state;
-    run_cluster(true);
-}
-
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_admin_redis),
-        cmocka_unit_test(test_admin_etcd),
-    };
-    return cmocka_run_group_tests(tests, ops_group_setup, ops_group_teardown);
-}
+KVMESH_REDIS_ETCD_MAIN(test_admin, run_cluster, ops_group_setup, ops_group_teardown)

@@ -25,6 +25,7 @@
 #include "meta/keyspace.h"
 #include "meta/meta.h"
 #include "ops_util.h"
+#include "redis_etcd_main.h"
 
 #define LC_DAEMONS 3
 #define LC_SHARDS  16
@@ -450,23 +451,4 @@ static void run_cluster(bool etcd)
     testsrv_stop(c.srv);
 }
 
-static void test_lifecycle_redis(void **state)
-{
-    (void)state;
-    run_cluster(false);
-}
-
-static void test_lifecycle_etcd(void **state)
-{
-    (void)state;
-    run_cluster(true);
-}
-
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lifecycle_redis),
-        cmocka_unit_test(test_lifecycle_etcd),
-    };
-    return cmocka_run_group_tests(tests, ops_group_setup, ops_group_teardown);
-}
+KVMESH_REDIS_ETCD_MAIN(test_lifecycle, run_cluster, ops_group_setup, ops_group_teardown)

@@ -27,6 +27,7 @@
 #include "kvmesh.h"
 #include "meta/meta.h"
 #include "ops_util.h"
+#include "redis_etcd_main.h"
 #include "tenant/tenant.h"
 
 #define TT_DAEMONS   2
@@ -392,23 +393,4 @@ static void run_cluster(bool etcd)
     testsrv_stop(c.srv);
 }
 
-static void test_tenants_redis(void **state)
-{
-    (void)state;
-    run_cluster(false);
-}
-
-static void test_tenants_etcd(void **state)
-{
-    (void)state;
-    run_cluster(true);
-}
-
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tenants_redis),
-        cmocka_unit_test(test_tenants_etcd),
-    };
-    return cmocka_run_group_tests(tests, ops_group_setup, ops_group_teardown);
-}
+KVMESH_REDIS_ETCD_MAIN(test_tenants, run_cluster, ops_group_setup, ops_group_teardown)

@@ -26,6 +26,7 @@
 #include "meta/meta.h"
 #include "obs_prom.h"
 #include "ops_util.h"
+#include "redis_etcd_main.h"
 #include "tenant/tenant.h"
 
 #define QM_DAEMONS 2
@@ -349,23 +350,4 @@ static void run_cluster(bool etcd)
     testsrv_stop(c.srv);
 }
 
-static void test_quota_metrics_redis(void **state)
-{
-    (void)state;
-    run_cluster(false);
-}
-
-static void test_quota_metrics_etcd(void **state)
-{
-    (void)state;
-    run_cluster(true);
-}
-
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_quota_metrics_redis),
-        cmocka_unit_test(test_quota_metrics_etcd),
-    };
-    return cmocka_run_group_tests(tests, ops_group_setup, ops_group_teardown);
-}
+KVMESH_REDIS_ETCD_MAIN(test_quota_metrics, run_cluster, ops_group_setup, ops_group_teardown)

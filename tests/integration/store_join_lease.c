@@ -20,6 +20,7 @@
 #include "meta/keyspace.h"
 #include "meta/meta.h"
 #include "ops_util.h"
+#include "redis_etcd_main.h"
 
 #define LJ_ATTEMPTS 10
 #define LJ_WAIT_MS  30000
@@ -175,23 +176,4 @@ static void run(bool etcd)
     testsrv_stop(c.srv);
 }
 
-static void test_join_lease_redis(void **state)
-{
-    (void)state;
-    run(false);
-}
-
-static void test_join_lease_etcd(void **state)
-{
-    (void)state;
-    run(true);
-}
-
-int main(void)
-{
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_join_lease_redis),
-        cmocka_unit_test(test_join_lease_etcd),
-    };
-    return cmocka_run_group_tests(tests, ops_group_setup, ops_group_teardown);
-}
+KVMESH_REDIS_ETCD_MAIN(test_join_lease, run, ops_group_setup, ops_group_teardown)
