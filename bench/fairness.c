@@ -65,19 +65,7 @@ static int runtime_main(char **argv)
     kvmesh_config_set(c, "segment_size", "64MiB");
     kvmesh_config_set(c, "reclaim_grace_ms", "200");
     kvmesh_config_set(c, "transport", "tcp");
-    kvmesh_t *kv = tproc_child_open(c);
-    if (!kv)
-        return 1;
-    char id[KVMESH_ID_HEX_LEN + 1];
-    uint64_t epoch = 0;
-    kvmesh_self(kv, id, &epoch);
-    printf("READY %s %" PRIu64 "\n", id, epoch);
-    fflush(stdout);
-    char line[64];
-    while (fgets(line, sizeof(line), stdin)) {
-    }
-    kvmesh_close(kv);
-    return 0;
+    return tproc_child_run(c, false);
 }
 
 static kvmesh_t *open_client(bool fair)

@@ -138,20 +138,7 @@ static int runtime_main(char **argv)
     kvmesh_config_set(c, "reclaim_grace_ms", "200");
     kvmesh_config_set(c, "trace_sample_rate", "0.05");
     kvmesh_config_set(c, "trace_capture_dir", argv[4]);
-    kvmesh_t *kv = tproc_child_open(c);
-    if (!kv)
-        return 1;
-    char id[KVMESH_ID_HEX_LEN + 1];
-    uint64_t epoch = 0;
-    kvmesh_self(kv, id, &epoch);
-    printf("READY %s %" PRIu64 " %u\n", id, epoch,
-           (unsigned)kvm_rt_admin_port(kvmesh_runtime_of(kv)));
-    fflush(stdout);
-    char line[64];
-    while (fgets(line, sizeof(line), stdin))
-        ;
-    kvmesh_close(kv);
-    return 0;
+    return tproc_child_run(c, true);
 }
 
 static void spawn(int slot)
@@ -459,18 +446,7 @@ static void put_on_victim(char keys[T_KEYS][32], uint8_t vals[T_KEYS][64])
 
 static void wait_members(size_t want)
 {
-    uint64_t end = env_clock_mono_ms() + 30000;
-    for (;;) {
-        kvmesh_member_info_t m[16];
-        size_t n = 0, k = 0;
-        CHECK(kvmesh_members(client, m, 16, &n) == 0);
-        for (size_t i = 0; i < n && i < 16; i++)
-            k += m[i].capacity_bytes > 0 && strcmp(m[i].state, "active") == 0;
-        if (k == want)
-            return;
-        CHECK(env_clock_mono_ms() < end);
-        usleep(50000);
-    }
+    CHECK(tproc_wait_storage(client, want, 30000) == 0);
 }
 
 static void warm_up(void)

@@ -75,17 +75,7 @@ static kvmesh_t *open_rt(const char *memory)
 /* Waits until kv's snapshot shows exactly `want` active storage members. */
 static void wait_storage(kvmesh_t *kv, size_t want)
 {
-    for (uint64_t end = env_clock_mono_ms() + 30000;;) {
-        kvmesh_member_info_t m[8];
-        size_t n = 0, k = 0;
-        CHECK(kvmesh_members(kv, m, 8, &n) == 0);
-        for (size_t i = 0; i < n && i < 8; i++)
-            k += m[i].capacity_bytes > 0 && strcmp(m[i].state, "active") == 0;
-        if (k == want)
-            return;
-        CHECK(env_clock_mono_ms() < end);
-        usleep(50000);
-    }
+    CHECK(tproc_wait_storage(kv, want, 30000) == 0);
 }
 
 static void key_of(const char *prefix, int i, char *key, size_t cap)

@@ -144,11 +144,7 @@ static int runtime_main(char **argv)
     kvmesh_t *kv = tproc_child_open(c);
     if (!kv)
         return 1;
-    char id[KVMESH_ID_HEX_LEN + 1];
-    uint64_t epoch = 0;
-    kvmesh_self(kv, id, &epoch);
-    printf("READY %s %" PRIu64 "\n", id, epoch);
-    fflush(stdout);
+    tproc_child_ready(kv, false);
     char line[64];
     while (fgets(line, sizeof(line), stdin)) {
         if (strncmp(line, "drain", 5) == 0) {

@@ -40,6 +40,7 @@
 
 #include "env/clock.h"
 #include "kvmesh.h"
+#include "proc.h"
 #include "testsrv.h"
 
 #define DEADLINE_MS 2000u
@@ -320,23 +321,7 @@ static int runtime_main(char **argv)
     kvmesh_config_set(c, "listen", argv[5]);
     if (strcmp(argv[6], "-") != 0)
         kvmesh_config_set(c, "advertise", argv[6]);
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    kvmesh_config_free(c);
-    if (rc) {
-        fprintf(stderr, "runtime open failed: %s\n", kvmesh_last_error());
-        return 1;
-    }
-    char id[KVMESH_ID_HEX_LEN + 1];
-    uint64_t epoch = 0;
-    kvmesh_self(kv, id, &epoch);
-    printf("READY %s %" PRIu64 "\n", id, epoch);
-    fflush(stdout);
-    char line[64];
-    while (fgets(line, sizeof(line), stdin))
-        ;
-    kvmesh_close(kv);
-    return 0;
+    return tproc_child_run(c, false);
 }
 
 static kvmesh_t *open_client(void)
@@ -359,18 +344,7 @@ static kvmesh_t *open_client(void)
 
 static void wait_members(kvmesh_t *kv, size_t want)
 {
-    uint64_t end = env_clock_mono_ms() + 15000;
-    for (;;) {
-        kvmesh_member_info_t m[8];
-        size_t n = 0, k = 0;
-        CHECK(kvmesh_members(kv, m, 8, &n) == 0);
-        for (size_t i = 0; i < n && i < 8; i++)
-            k += m[i].capacity_bytes > 0 && strcmp(m[i].state, "active") == 0;
-        if (k == want)
-            return;
-        CHECK(env_clock_mono_ms() < end);
-        usleep(50000);
-    }
+    CHECK(tproc_wait_storage(kv, want, 15000) == 0);
 }
 
 /* ---- timed calls ----------------------------------------------------------------------------- */

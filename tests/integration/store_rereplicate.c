@@ -101,12 +101,7 @@ static int runtime_main(char **argv)
     kvmesh_t *kv = tproc_child_open(c);
     if (!kv)
         return 1;
-    char id[KVMESH_ID_HEX_LEN + 1];
-    uint64_t epoch = 0;
-    kvmesh_self(kv, id, &epoch);
-    printf("READY %s %" PRIu64 " %u\n", id, epoch,
-           (unsigned)kvm_rt_admin_port(kvmesh_runtime_of(kv)));
-    fflush(stdout);
+    tproc_child_ready(kv, true);
     char line[64];
     while (fgets(line, sizeof(line), stdin)) {
         if (strncmp(line, "drain", 5) == 0) {
@@ -318,18 +313,7 @@ static void verify_all(void)
 
 static void wait_members(size_t want)
 {
-    uint64_t end = env_clock_mono_ms() + 30000;
-    for (;;) {
-        kvmesh_member_info_t m[16];
-        size_t n = 0, k = 0;
-        CHECK(kvmesh_members(client, m, 16, &n) == 0);
-        for (size_t i = 0; i < n && i < 16; i++)
-            k += m[i].capacity_bytes > 0 && strcmp(m[i].state, "active") == 0;
-        if (k == want)
-            return;
-        CHECK(env_clock_mono_ms() < end);
-        usleep(50000);
-    }
+    CHECK(tproc_wait_storage(client, want, 30000) == 0);
 }
 
 int main(int argc, char **argv)

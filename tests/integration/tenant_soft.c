@@ -75,19 +75,7 @@ static int runtime_main(char **argv)
     kvmesh_config_set(c, "max_object_size", argv[6]);
     kvmesh_config_set(c, "lease_ttl_ms", "2000");
     kvmesh_config_set(c, "transport", "tcp");
-    kvmesh_t *kv = tproc_child_open(c);
-    if (!kv)
-        return 1;
-    char id[KVMESH_ID_HEX_LEN + 1];
-    uint64_t epoch = 0;
-    kvmesh_self(kv, id, &epoch);
-    printf("READY %s %" PRIu64 "\n", id, epoch);
-    fflush(stdout);
-    char line[64];
-    while (fgets(line, sizeof(line), stdin)) {
-    }
-    kvmesh_close(kv);
-    return 0;
+    return tproc_child_run(c, false);
 }
 
 static uint16_t admin_port;
@@ -167,18 +155,7 @@ static kvmesh_t *open_client_with(const char *const *extra)
 
 static void wait_members(kvmesh_t *kv, size_t want)
 {
-    uint64_t end = env_clock_mono_ms() + 15000;
-    for (;;) {
-        kvmesh_member_info_t m[8];
-        size_t n = 0, k = 0;
-        CHECK(kvmesh_members(kv, m, 8, &n) == 0);
-        for (size_t i = 0; i < n && i < 8; i++)
-            k += m[i].capacity_bytes > 0 && strcmp(m[i].state, "active") == 0;
-        if (k == want)
-            return;
-        CHECK(env_clock_mono_ms() < end);
-        usleep(50000);
-    }
+    CHECK(tproc_wait_storage(kv, want, 15000) == 0);
 }
 
 static const char *owner_of(kvmesh_t *kv, const kvmesh_scope_t *sc, const char *key)

@@ -7,6 +7,7 @@
 #include "proc.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,6 +19,8 @@
 #include <unistd.h>
 
 #include "kvmesh.h"
+#include "api/kvmesh_tools.h"
+#include "store/store.h"
 
 kvmesh_t *tproc_child_open(kvmesh_config_t *c)
 {
@@ -29,6 +32,56 @@ kvmesh_t *tproc_child_open(kvmesh_config_t *c)
         return NULL;
     }
     return kv;
+}
+
+void tproc_child_ready(kvmesh_t *kv, bool admin_port)
+{
+    char id[KVMESH_ID_HEX_LEN + 1];
+    uint64_t epoch = 0;
+    kvmesh_self(kv, id, &epoch);
+    if (admin_port)
+        printf("READY %s %" PRIu64 " %u\n", id, epoch,
+               (unsigned)kvm_rt_admin_port(kvmesh_runtime_of(kv)));
+    else
+        printf("READY %s %" PRIu64 "\n", id, epoch);
+    fflush(stdout);
+}
+
+int tproc_child_run(kvmesh_config_t *c, bool admin_port)
+{
+    kvmesh_t *kv = tproc_child_open(c);
+    if (!kv)
+        return 1;
+    tproc_child_ready(kv, admin_port);
+    char line[64];
+    while (fgets(line, sizeof(line), stdin))
+        ;
+    kvmesh_close(kv);
+    return 0;
+}
+
+int tproc_wait_storage(kvmesh_t *kv, size_t want, int timeout_ms)
+{
+    uint64_t end = env_clock_mono_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        kvmesh_member_info_t m[16];
+        size_t n = 0, k = 0;
+        if (kvmesh_members(kv, m, 16, &n) != 0) {
+            fprintf(stderr, "tproc_wait_storage: members: %s\n", kvmesh_last_error());
+            return -1;
+        }
+        for (size_t i = 0; i < n && i < 16; i++)
+            k += m[i].capacity_bytes > 0 && strcmp(m[i].state, "active") == 0;
+        if (k == want)
+            return 0;
+        if (env_clock_mono_ms() >= end) {
+            fprintf(stderr,
+                    "tproc_wait_storage: %zu active storage members after %d ms, want %zu\n", k,
+                    timeout_ms, want);
+            return -1;
+        }
+        usleep(50000);
+    }
 }
 
 int tproc_self_exe(char *buf, size_t cap)

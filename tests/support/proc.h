@@ -60,6 +60,21 @@ typedef struct tproc {
  * parent's tproc_start() then reports the missing ready line). */
 kvmesh_t *tproc_child_open(kvmesh_config_t *c);
 
+/* The child side's ready line, once kv is open: "READY <member id> <epoch>" on stdout, with
+ * " <admin port>" after it when admin_port (0 without admin_listen), flushed. Parents parse it
+ * with "READY %63s %" SCNu64 [" %u"]. */
+void tproc_child_ready(kvmesh_t *kv, bool admin_port);
+
+/* The whole child of a test that needs nothing but a running runtime: tproc_child_open(c),
+ * tproc_child_ready(), then reads stdin until EOF and closes the runtime. Returns the child's
+ * exit status: 0, or 1 when the open failed (reason on stderr). */
+int tproc_child_run(kvmesh_config_t *c, bool admin_port);
+
+/* Waits up to timeout_ms until kv's membership snapshot shows exactly want active storage
+ * members (capacity > 0), polling every 50 ms. 0, or -1 when the bound passed or the snapshot
+ * could not be read (the count seen last on stderr). */
+int tproc_wait_storage(kvmesh_t *kv, size_t want, int timeout_ms);
+
 /* The running executable's path (/proc/self/exe) into buf. 0, or a negative KVMESH_E* code. */
 int tproc_self_exe(char *buf, size_t cap);
 
