@@ -419,12 +419,7 @@ static void run_cluster(bool etcd)
 {
     struct cluster c;
     memset(&c, 0, sizeof(c));
-    int rc = etcd ? testsrv_start_etcd(&c.srv) : testsrv_start_redis(&c.srv, NULL);
-    if (rc != 0)
-        fail_msg("cannot start %s: %s", etcd ? "etcd" : "redis-server", kvmesh_last_error());
-    c.url = testsrv_url(c.srv);
-    snprintf(c.dep, sizeof(c.dep), "opslc-%s-%ld", etcd ? "etcd" : "redis", (long)getpid());
-    snprintf(c.cfg, sizeof(c.cfg), "%s/%s.yaml", ops_tmpdir, c.dep);
+    c.url = ops_backend_start(etcd, &c.srv, "opslc", c.dep, sizeof(c.dep), c.cfg, sizeof(c.cfg));
     char text[512];
     snprintf(text, sizeof(text),
              "metadata_url: %s\ndeployment: %s\nmemory_size: 64MiB\nsegment_size: 16MiB\n"

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 
 #include "daemon.h"
 #include "env/clock.h"
+#include "kvmesh.h"
 #include "testsrv.h"
 
 #define OPS_CMD_TIMEOUT_MS   90000 /* one tool invocation (chromium included) */
@@ -80,6 +82,21 @@ static inline int ops_group_teardown(void **state)
 {
     (void)state;
     return ops_teardown();
+}
+
+/* Starts the metadata backend of one run (etcd, or redis-server; a cmocka failure naming it
+ * when it cannot start) into *srv, names the deployment "<prefix>-<etcd|redis>-<pid>" into dep
+ * and its config path "<ops_tmpdir>/<dep>.yaml" into cfg. Returns the backend's URL (it lives as
+ * long as *srv; the caller stops *srv with testsrv_stop()). */
+static inline const char *ops_backend_start(bool etcd, testsrv_t **srv, const char *prefix,
+                                            char *dep, size_t dep_cap, char *cfg, size_t cfg_cap)
+{
+    int rc = etcd ? testsrv_start_etcd(srv) : testsrv_start_redis(srv, NULL);
+    if (rc != 0)
+        fail_msg("cannot start %s: %s", etcd ? "etcd" : "redis-server", kvmesh_last_error());
+    snprintf(dep, dep_cap, "%s-%s-%ld", prefix, etcd ? "etcd" : "redis", (long)getpid());
+    snprintf(cfg, cfg_cap, "%s/%s.yaml", ops_tmpdir, dep);
+    return testsrv_url(*srv);
 }
 
 /* Starts kvmeshd --config cfg_path [extra flags...] as daemon i with a fresh admin port; waits

@@ -71,13 +71,9 @@ static void run(bool etcd)
 {
     struct cluster c;
     memset(&c, 0, sizeof(c));
-    int rc = etcd ? testsrv_start_etcd(&c.srv) : testsrv_start_redis(&c.srv, NULL);
-    if (rc != 0)
-        fail_msg("cannot start %s: %s", etcd ? "etcd" : "redis-server", kvmesh_last_error());
-    c.url = testsrv_url(c.srv);
+    c.url =
+        ops_backend_start(etcd, &c.srv, "joinlease", c.dep, sizeof(c.dep), c.cfg, sizeof(c.cfg));
     assert_int_equal(meta_sync_open(&c.ms, c.url, NULL), 0);
-    snprintf(c.dep, sizeof(c.dep), "joinlease-%s-%ld", etcd ? "etcd" : "redis", (long)getpid());
-    snprintf(c.cfg, sizeof(c.cfg), "%s/%s.yaml", ops_tmpdir, c.dep);
     char text[512];
     snprintf(text, sizeof(text),
              "metadata_url: %s\ndeployment: %s\nmemory_size: 32MiB\nsegment_size: 16MiB\n"
