@@ -249,6 +249,10 @@ static void check_metrics(struct cluster *c)
         snprintf(key, sizeof(key), "b-small-%d", i);
         rm(c->b, key);
     }
+    /* B has the same policy, so its reconciler would race A's for the expired reservations
+     * below and A's kvmesh_quota_reconciliations_total could stay 0: B is done here */
+    kvmesh_close(c->b);
+    c->b = NULL;
 
     /* admitted writes: one reserve each, claimed and finalized */
     for (int i = 0; i < 8; i++) {
