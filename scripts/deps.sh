@@ -14,7 +14,7 @@ PKGS=(
   python3 python3-dev python3-pytest python3-numpy python3-torch python3-setuptools
   python3-wheel python3-venv python3-build python3-pip binutils
   chromium chromium-driver prometheus
-  iproute2 nftables libfaketime
+  iproute2 nftables libfaketime fio
 )
 
 missing=()
