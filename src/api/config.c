@@ -163,6 +163,20 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "Tenant-local quota recovery (runtime-local, soft): a put refused for quota removes "
            "the oldest objects this runtime wrote for the same tenant (with their refund) and "
            "retries once; off = the put fails with KVMESH_EQUOTA."),
+    F_ENUM(cold_kind, "off",
+           "Cold tier device of this runtime (docs/cold.md): off, localdir (one file per object) "
+           "or extent (append-only segment files with a journal).",
+           "off", "localdir", "extent"),
+    F_STR(cold_root, "", KVM_CFG_SYN_ANY,
+          "Directory of the cold device (must exist and be writable); required when cold_kind "
+          "is not off."),
+    F_SIZE(cold_capacity, "1GiB", 1, KVM_CFG_MEMORY_MAX,
+           "Payload bytes the cold device may hold (at most what its filesystem holds)."),
+    F_BOOL(cold_offload, "true",
+           "Offload every new object with a local replica to this runtime's cold device in the "
+           "background, so DRAM eviction of the last hot copy keeps it readable from cold."),
+    F_UINT(cold_queue, "1024", 1, 4096,
+           "Offload jobs queued at most; beyond it a write stays hot-only."),
 };
 
 const kvm_cfg_field_t *kvm_config_table(size_t *n)
@@ -877,6 +891,11 @@ int kvm_config_validate(const struct kvmesh_config *cfg)
                         "0 (client-only) or at least one segment",
                         a, b);
     }
+    if (cfg->cold_kind != KVM_STORE_COLD_OFF && !cfg->cold_root[0])
+        return kvm_errf(KVMESH_ECONFIG,
+                        "cold_kind is %s but cold_root is empty; set cold_root to the cold "
+                        "device's directory or cold_kind to off",
+                        cfg->cold_kind == KVM_STORE_COLD_EXTENT ? "extent" : "localdir");
     return 0;
 }
 
@@ -900,6 +919,7 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     KVM_CFG_COPY_STR(trace_capture_dir);
     KVM_CFG_COPY_STR(trace_otlp_url);
     KVM_CFG_COPY_STR(trace_service_name);
+    KVM_CFG_COPY_STR(cold_root);
 #undef KVM_CFG_COPY_STR
     out->memory_size = cfg->memory_size;
     out->segment_size = cfg->segment_size;
@@ -927,4 +947,8 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     KVM_ASSERT(prc == 0); /* validated by the field table */
     out->n_tenant_policies = n;
     out->tenant_quota_evict = cfg->tenant_quota_evict;
+    out->cold_kind = cfg->cold_kind;
+    out->cold_capacity = cfg->cold_capacity;
+    out->cold_offload = cfg->cold_offload;
+    out->cold_queue = cfg->cold_queue;
 }

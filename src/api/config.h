@@ -54,6 +54,11 @@ struct kvmesh_config {
     char trace_service_name[64];             /* resource service.name of this runtime's spans */
     bool tenant_quota_evict;                 /* quota recovery by same-tenant eviction */
     char tenant_policies[KVM_CFG_STR_MAX];   /* "" or tenant:max_bytes:max_objects[:version],... */
+    uint32_t cold_kind;                      /* off | localdir | extent (KVM_STORE_COLD_*) */
+    char cold_root[KVM_CFG_STR_MAX];         /* cold device directory */
+    uint64_t cold_capacity;                  /* cold device payload bytes */
+    bool cold_offload;                       /* new writes are offloaded to the cold tier */
+    uint32_t cold_queue;                     /* offload queue bound */
 };
 
 /* Fills cfg with every default (what kvmesh_config_new returns). */

@@ -226,7 +226,14 @@ enum obs_dim_id {
     X(membership_refreshes_total, "Membership snapshot refreshes, by result.", outcome, none)      \
     X(lease_heartbeats_total, "Runtime lease heartbeats to the metadata backend, by result.",      \
       outcome, none)                                                                               \
-    X(trace_spans_total, "Sampled spans handed to the trace exporters, by outcome.", spanres, none)
+    X(trace_spans_total, "Sampled spans handed to the trace exporters, by outcome.", spanres,      \
+      none)                                                                                        \
+    X(cold_offloads_total,                                                                         \
+      "Cold offload jobs finished by this runtime (ok: materialized; error: parked).", outcome,    \
+      none)                                                                                        \
+    X(cold_restores_total, "Reads served from the cold tier, by result.", outcome, none)           \
+    X(cold_evictions_total, "Last hot replicas evicted to the cold tier (object now cold-only).",  \
+      none, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
     X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \

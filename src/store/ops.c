@@ -18,6 +18,7 @@
 
 #include "core/util.h"
 #include "core/wrh.h"
+#include "store/cold_glue.h"
 #include "store/proto.h"
 #include "store/quota.h"
 #include "store/store.h"
@@ -587,6 +588,7 @@ static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
     for (uint32_t i = 0; i < it->n_res; i++)
         notify_slot_traced(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
                            it->res[i].offset, op->span);
+    kvm_cold_published(rt, it->have_route ? &it->cur : NULL, r); /* offload; old cold reclaim */
     if (it->have_route && !kvm_route_is_tombstone(&it->cur))
         release_obsolete(rt, &it->cur, r);
     kvm_route_free(&it->route);
@@ -729,6 +731,7 @@ static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
                                                                .offset = it->res[i].offset,
                                                                .length = it->len,
                                                                .checksum = it->checksum};
+    kvm_cold_backing_for(rt, &next); /* PendingOffload when the cold tier takes it */
     kvm_route_version_t expected = it->have_route ? it->cur.version : KVM_ROUTE_VERSION_NONE;
     struct item_ctx *c = ictx_named(op, it, "control.route_cas");
     struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
@@ -794,11 +797,13 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
         /* tenant quota: refund by finalize; the tombstone stays PENDING so that the route
          * version stays the one the accounting row records */
         release_obsolete(rt, &it->cur, NULL);
+        kvm_cold_published(rt, &it->cur, NULL); /* reclaim a materialized cold copy */
         kvm_quota_finalize(op, it, r, remove_finalized);
         return;
     }
     if (rc == 0) {
         release_obsolete(rt, &it->cur, NULL);
+        kvm_cold_published(rt, &it->cur, NULL); /* reclaim a materialized cold copy */
         /* No quota accounting to wait for: finalize the tombstone at once (best effort). */
         kvm_route_t fin;
         kvm_route_init(&fin);

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "store/cold_glue.h"
 #include "store/proto.h"
 #include "store/store.h"
 
@@ -499,6 +500,42 @@ static void evict_cas_done(void *arg, int rc, const kvm_route_t *r)
     evict_back(rt, s);
 }
 
+/* Cold tier: the last hot replica of a route with a cold backing. Materialized: the last-hot
+ * eviction (cold_evict: only once the cold copy is usage-committed; the bytes are freed only
+ * after its CAS removed the replica). PendingOffload: kept until the offload materializes it.
+ * Returns false when the route has no cold backing of this runtime (ordinary eviction). */
+static void evict_cold_done(void *arg, int rc)
+{
+    struct kvm_slot *s = arg;
+    kvm_rt_t *rt = s->rt;
+    if (rc == 0 && s->state == SLOT_COMMITTED) {
+        obs_count(rt->metrics, evictions_total, OBS_TIER_DRAM, OBS_NONE, 1);
+        obs_count(rt->metrics, evicted_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
+        obs_count(rt->metrics, cold_evictions_total, OBS_NONE, OBS_NONE, 1);
+        s->busy = false;
+        rt->evict_inflight--;
+        slot_to_reclaim(rt, s);
+        return;
+    }
+    evict_back(rt, s);
+}
+
+static bool evict_cold(kvm_rt_t *rt, struct kvm_slot *s, const kvm_route_t *r,
+                       const kvm_hot_replica_t *slot)
+{
+    if (kvm_cold_pins_last(rt, r)) {
+        evict_back(rt, s);
+        return true;
+    }
+    if (r->cold.kind != KVM_COLD_MATERIALIZED)
+        return false;
+    int i = kvm_route_find_replica(r, slot);
+    KVM_ASSERT(i >= 0);
+    if (kvm_cold_evict_last(rt, &s->ident, &r->replicas[i], evict_cold_done, s) != 0)
+        evict_back(rt, s);
+    return true;
+}
+
 static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
 {
     struct kvm_slot *s = arg;
@@ -527,6 +564,10 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
     kvm_hot_replica_t rep = {
         .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
     kvm_route_remove_replica(&next, &rep);
+    if (next.n_replicas == 0 && rt->cold && evict_cold(rt, s, r, &rep)) {
+        kvm_route_free(&next); /* the cold tier decides (cold_glue.c) */
+        return;
+    }
     if (next.n_replicas == 0 && next.cold.kind != KVM_COLD_MATERIALIZED) {
         /* The last copy: the object leaves the cache (a tombstone, like a delete). */
         next.predecessor_op = r->content_op;

@@ -317,6 +317,7 @@ typedef struct kvm_rt {
     struct self_msg *self_msgs;   /* [loop] env messages to self awaiting delivery */
     kvm_op_t *state_op;           /* the drain step waiting for its record write */
     struct kvm_quota *quota;      /* [loop] tenant quota protocol (quota.c); NULL = off */
+    struct kvm_cold *cold;        /* [loop] cold tier wiring (cold_glue.c); NULL = off */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;

@@ -64,6 +64,16 @@ struct kvm_store_config {
     bool tenant_quota_evict; /* EQUOTA: evict this tenant's oldest objects, retry once */
     uint32_t n_tenant_policies;
     struct kvm_store_tenant_policy tenant_policies[KVM_STORE_TENANT_POLICIES_MAX];
+    /* cold tier (src/store/cold_glue.c, docs/cold.md "Store wiring"): one device per runtime */
+    uint32_t cold_kind;                /* KVM_STORE_COLD_OFF | _LOCALDIR | _EXTENT */
+    char cold_root[KVM_STORE_STR_MAX]; /* the device directory (exists, writable) */
+    uint64_t cold_capacity;            /* payload bytes the device may hold */
+    bool cold_offload;                 /* new writes carry a PendingOffload backing */
+    uint32_t cold_queue;               /* offload jobs queued at most (1..COLD_QUEUE_MAX) */
 };
+
+#define KVM_STORE_COLD_OFF      0u
+#define KVM_STORE_COLD_LOCALDIR 1u
+#define KVM_STORE_COLD_EXTENT   2u
 
 #endif

@@ -81,6 +81,15 @@ static const struct {
     {"trace_service_name", "",
      "trace_service_name: \"\" is invalid; allowed 1..63 characters of [A-Za-z0-9_.-], at "
      "most 63 bytes"},
+    {"cold_kind", "nvme", "cold_kind: \"nvme\" is not allowed; allowed off|localdir|extent"},
+    {"cold_root", "a\nb",
+     "cold_root: \"a?b\" is invalid; allowed printable characters, at most 511 bytes"},
+    {"cold_capacity", "0",
+     "cold_capacity: \"0\" is out of range; allowed 1..4TiB (a byte count with optional unit "
+     "B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    {"cold_offload", "maybe",
+     "cold_offload: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, 1|0)"},
+    {"cold_queue", "5000", "cold_queue: \"5000\" is out of range; allowed 1..4096"},
     {"tenant_quota_evict", "maybe",
      "tenant_quota_evict: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, "
      "1|0)"},
