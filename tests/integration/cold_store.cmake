@@ -4,3 +4,12 @@
 add_test(NAME cold_store COMMAND ${exe})
 set_tests_properties(cold_store PROPERTIES LABELS integration TIMEOUT 300
   ENVIRONMENT "${KVMESH_TEST_ENV}")
+
+# `kvmesh demo --cold` on both backends (cold_demo_check.cmake checks its summary).
+foreach(kind localdir extent)
+  add_test(NAME kvmesh_demo_cold_${kind}
+    COMMAND ${CMAKE_COMMAND} -DKVMESH=$<TARGET_FILE:kvmesh_tool> -DKIND=${kind}
+            -P ${CMAKE_SOURCE_DIR}/tests/integration/cold_demo_check.cmake)
+  set_tests_properties(kvmesh_demo_cold_${kind} PROPERTIES LABELS integration TIMEOUT 300
+    ENVIRONMENT "${KVMESH_TEST_ENV}")
+endforeach()

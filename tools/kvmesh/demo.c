@@ -238,9 +238,12 @@ static void progress(struct demo *d, cli_progress_t *p, long r, long nreq, doubl
 
 int cmd_demo(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--cold") == 0)
+            return cmd_demo_cold(argc, argv); /* the cold tier demo (demo_cold.c) */
     const char *metadata = NULL, *deployment = NULL;
     uint64_t requests = 1000, seed = 0, replicas = 2, memory = DEMO_MEMORY_DEFAULT;
-    bool no_kill = false, help = false;
+    bool no_kill = false, help = false, cold_mode = false; /* --cold: dispatched above */
     struct cli_sets sets = {0};
     const cli_opt_t opts[] = {
         {"metadata", "URL", CLI_STR, &metadata,
@@ -255,6 +258,9 @@ int cmd_demo(int argc, char **argv)
          "fit on two runtimes, so eviction never has to drop a block while one is down)"},
         {"seed", "N", CLI_U64, &seed, "workload seed (default: from the clock)"},
         {"no-kill", NULL, CLI_FLAG, &no_kill, "do not kill and restart a runtime"},
+        {"cold", NULL, CLI_FLAG, &cold_mode,
+         "the cold tier demo instead: one runtime, a cold device in a temporary directory, a "
+         "working set of 4x DRAM (kvmesh demo --cold --help)"},
         {"set", "FIELD=VALUE", CLI_SET, &sets, "set any configuration field of every runtime"},
         {"help", NULL, CLI_FLAG, &help, "show this help"},
     };
