@@ -649,8 +649,11 @@ int kvm_cold_evict_last(kvm_rt_t *rt, const kvm_ident_t *ident, const kvm_hot_re
 bool kvm_cold_pins_last(kvm_rt_t *rt, const kvm_route_t *route)
 {
     struct kvm_cold *g = rt->cold;
+    /* With no job queued or in flight the backing is stale (never queued, or parked after its
+     * retries): the replica is evicted as a cache object and a later resumption finds the route
+     * changed and releases the op. */
     return g && g->c && route->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
-           kvm_id128_equal(&route->cold.owner, &rt->self.id);
+           kvm_id128_equal(&route->cold.owner, &rt->self.id) && cold_offload_pending(g->c) > 0;
 }
 
 /* ---- cold-only reads ------------------------------------------------------------------------ */

@@ -44,7 +44,8 @@ typedef void (*kvm_cold_evict_cb)(void *arg, int rc);
 int kvm_cold_evict_last(kvm_rt_t *rt, const kvm_ident_t *ident, const kvm_hot_replica_t *rep,
                         kvm_cold_evict_cb cb, void *arg);
 /* [loop] True when `route` may not lose its last hot replica yet: its backing is still
- * PendingOffload on a live offload (the eviction waits for the materialization). */
+ * PendingOffload on this runtime's device while offload jobs are queued or in flight (the
+ * eviction waits for the materialization; with none pending it is evicted as a cache object). */
 bool kvm_cold_pins_last(kvm_rt_t *rt, const kvm_route_t *route);
 
 /* [app thread] Reads a cold-only object (route->cold MATERIALIZED) into iov: cold_restore on
