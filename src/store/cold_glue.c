@@ -55,8 +55,21 @@ struct kvm_cold {
     env_timer_id tick_timer;
     uint64_t last_recon_ms;
     bool refreshing, reconciling, closed;
-    cold_stats_t exported; /* counters already added to the registry */
+    cold_stats_t exported;        /* counters already added to the registry */
+    uint32_t refs;                /* the runtime + route calls in flight (struct rop) */
+    struct reclaim_ctx *reclaims; /* reclaims whose callback is due (freed at close) */
+    struct cread *reads;          /* restores whose callback is due (failed at close) */
 };
+
+static void g_unref(struct kvm_cold *g)
+{
+    KVM_ASSERT(g->refs > 0);
+    if (--g->refs)
+        return;
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
 
 /* ---- the cold I/O worker ------------------------------------------------------------------- */
 
@@ -154,11 +167,20 @@ struct rop {
     cold_evict_expect_t e;
 };
 
+/* Route calls always answer the core (it holds its memory until they do), also after
+ * cold_close: the route service's close cancels them with KVMESH_ECANCELED. */
+static void rop_free(struct rop *o)
+{
+    struct kvm_cold *g = o->g;
+    free(o);
+    g_unref(g);
+}
+
 static void rop_rc(struct rop *o, int rc)
 {
     cold_rc_cb cb = o->rcb;
     void *arg = o->arg;
-    free(o);
+    rop_free(o);
     cb(arg, rc);
 }
 
@@ -224,10 +246,12 @@ static void rop_looked_up(void *arg, int rc, const kvm_route_t *r)
         obs_of(rc == 0 ? r : NULL, &obs);
         cold_lookup_cb cb = o->lcb;
         void *a = o->arg;
-        free(o);
+        rop_free(o);
         cb(a, rc, rc == 0 ? &obs : NULL);
         return;
     }
+    if (rc == 0 && (o->g->closed || !rt->route))
+        rc = KVMESH_ECANCELED;
     if (rc) {
         rop_rc(o, rc);
         return;
@@ -286,6 +310,7 @@ static struct rop *rop_new(struct kvm_cold *g, enum rop_kind k, void *arg)
         o->g = g;
         o->kind = k;
         o->arg = arg;
+        g->refs++;
     }
     return o;
 }
@@ -299,7 +324,7 @@ static void rop_start(struct rop *o, const kvm_ident_t *id)
     if (o->kind == ROP_LOOKUP) {
         cold_lookup_cb cb = o->lcb;
         void *a = o->arg;
-        free(o);
+        rop_free(o);
         cb(a, rc, NULL);
     } else {
         rop_rc(o, rc);
@@ -476,6 +501,7 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
     }
     g->rt = rt;
     g->open_cb = cb;
+    g->refs = 1;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     rt->cold = g;
@@ -540,32 +566,6 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
         open_registered(g, rc, NULL);
 }
 
-void kvm_cold_close(kvm_rt_t *rt)
-{
-    struct kvm_cold *g = rt->cold;
-    if (!g)
-        return;
-    rt->cold = NULL;
-    g->closed = true;
-    if (g->tick_timer)
-        env_timer_cancel(rt->env, g->tick_timer);
-    g->tick_timer = 0;
-    if (g->c)
-        cold_close(g->c); /* no callback of ours runs after this */
-    pthread_mutex_lock(&g->mu);
-    g->stop = true;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-    if (g->th_started)
-        pthread_join(g->th, NULL); /* it finished every queued job */
-    drain_done(g);                 /* their done()s, here on the loop */
-    if (g->be_open)
-        cold_backend_close(&g->be);
-    pthread_cond_destroy(&g->cv);
-    pthread_mutex_destroy(&g->mu);
-    free(g);
-}
-
 /* ---- store paths ---------------------------------------------------------------------------- */
 
 void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next)
@@ -588,12 +588,24 @@ void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next)
 struct reclaim_ctx {
     struct kvm_cold *g;
     kvm_op_id_t reclaim_op;
+    struct reclaim_ctx *next, *prev; /* g->reclaims */
 };
+
+static void reclaim_free(struct reclaim_ctx *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        r->g->reclaims = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    free(r);
+}
 
 static void reclaim_ran(void *arg, int rc, const cold_reclaim_view_t *v)
 {
     (void)rc, (void)v; /* KVMESH_EAGAIN and errors: the record stays due; reconciliation runs it */
-    free(arg);
+    reclaim_free(arg);
 }
 
 static void reclaim_planned(void *arg, int rc, const cold_reclaim_view_t *v)
@@ -602,7 +614,7 @@ static void reclaim_planned(void *arg, int rc, const cold_reclaim_view_t *v)
     struct reclaim_ctx *r = arg;
     if (rc == 0 && cold_reclaim_run(r->g->c, &r->reclaim_op, reclaim_ran, r) == 0)
         return;
-    free(r);
+    reclaim_free(r);
 }
 
 void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *old, const kvm_route_t *now)
@@ -632,8 +644,12 @@ void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *old, const kvm_route_t 
             return;
         r->g = g;
         r->reclaim_op = kvm_rt_next_op_id(rt);
+        r->next = g->reclaims;
+        if (r->next)
+            r->next->prev = r;
+        g->reclaims = r;
         if (cold_reclaim_plan(g->c, &r->reclaim_op, &old->ident, &old->cold, reclaim_planned, r))
-            free(r);
+            reclaim_free(r);
     }
 }
 
@@ -659,6 +675,8 @@ bool kvm_cold_pins_last(kvm_rt_t *rt, const kvm_route_t *route)
 /* ---- cold-only reads ------------------------------------------------------------------------ */
 
 struct cread {
+    struct cread *next, *prev; /* [loop] g->reads, while the restore is in the core */
+    struct kvm_cold *g;        /* [loop] set while listed */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs; /* app thread + loop */
@@ -687,6 +705,15 @@ static void cread_unref(struct cread *r)
 static void cread_finish(struct cread *r, int rc, const void *buf, uint64_t len)
 {
     kvm_rt_t *rt = r->rt;
+    if (r->g) {
+        if (r->prev)
+            r->prev->next = r->next;
+        else
+            r->g->reads = r->next;
+        if (r->next)
+            r->next->prev = r->prev;
+        r->g = NULL;
+    }
     if (rc == 0 && (len != r->len || kvm_checksum(buf, len) != r->checksum))
         rc = KVMESH_ECHECKSUM; /* never hand out bytes the route does not vouch for */
     obs_count(rt->metrics, cold_restores_total, rc == 0 ? OBS_OUTCOME_OK : OBS_OUTCOME_ERROR,
@@ -716,7 +743,16 @@ static void cread_start(void *arg)
 {
     struct cread *r = arg;
     struct kvm_cold *g = r->rt->cold;
-    int rc = !g || !g->c ? KVMESH_ENOTSUP : cold_restore(g->c, &r->ident, restored, r);
+    if (!g || !g->c) {
+        cread_finish(r, KVMESH_ENOTSUP, NULL, 0);
+        return;
+    }
+    r->g = g;
+    r->next = g->reads;
+    if (r->next)
+        r->next->prev = r;
+    g->reads = r;
+    int rc = cold_restore(g->c, &r->ident, restored, r);
     if (rc)
         cread_finish(r, rc, NULL, 0);
 }
@@ -775,4 +811,38 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
     if (rc == KVMESH_ETIMEDOUT)
         return kvm_errf(rc, "the cold restore did not finish by the request deadline");
     return rc;
+}
+
+/* ---- close -------------------------------------------------------------------------------- */
+
+void kvm_cold_close(kvm_rt_t *rt)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!g)
+        return;
+    rt->cold = NULL;
+    g->closed = true;
+    if (g->tick_timer)
+        env_timer_cancel(rt->env, g->tick_timer);
+    g->tick_timer = 0;
+    if (g->c)
+        cold_close(g->c); /* no callback of ours runs after this */
+    pthread_mutex_lock(&g->mu);
+    g->stop = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (g->th_started)
+        pthread_join(g->th, NULL); /* it finished every queued job */
+    drain_done(g);                 /* their done()s, here on the loop */
+    if (g->be_open)
+        cold_backend_close(&g->be);
+    g->be_open = false;
+    while (g->reclaims) { /* their callbacks no longer run */
+        struct reclaim_ctx *r = g->reclaims;
+        g->reclaims = r->next;
+        free(r);
+    }
+    while (g->reads)
+        cread_finish(g->reads, KVMESH_ECANCELED, NULL, 0);
+    g_unref(g); /* freed when the last route call in flight answered */
 }

@@ -10,6 +10,8 @@
  *   - with a byte flipped in the payload of every cold file, a get of a cold-only object fails
  *     with KVMESH_ECHECKSUM and returns no bytes; objects still hot read back intact;
  *   - an overwrite of a cold-only object reads back the new value.
+ *   - removing cold-only objects reclaims their cold copies (device used bytes fall by their
+ *     size); argv[1] picks the backend (localdir, extent).
  * Every wait is bounded; the directory is removed at the end (also on failure).
  */
 #include <curl/curl.h>
@@ -37,6 +39,7 @@ uint16_t kvm_rt_admin_port(struct kvm_rt *rt);
 #define PUT_TRIES 400
 
 static char tmpdir[64];
+static const char *kind = "localdir";
 static kvmesh_t *kv;
 static const kvmesh_scope_t sc = {"tenant-a", NULL};
 
@@ -119,8 +122,46 @@ static bool cold_only(uint32_t i)
     char k[32];
     key_of(i, k, sizeof(k));
     kvmesh_route_info_t ri;
-    CHECK(kvmesh_route_query(kv, &sc, k, strlen(k), &ri) == 0);
-    return ri.n_replicas == 0 && ri.cold_backed;
+    int rc = kvmesh_route_query(kv, &sc, k, strlen(k), &ri);
+    CHECK(rc == 0 || rc == KVMESH_ENOENT); /* ENOENT: removed in step 5 */
+    return rc == 0 && ri.n_replicas == 0 && ri.cold_backed;
+}
+
+static void flip(const char *f, off_t at)
+{
+    int fd = open(f, O_RDWR);
+    CHECK(fd >= 0);
+    uint8_t b;
+    CHECK(pread(fd, &b, 1, at) == 1);
+    b ^= 0x5a;
+    CHECK(pwrite(fd, &b, 1, at) == 1);
+    close(fd);
+}
+
+/* ExtentStore: extents sit at 4 KiB-aligned offsets from 4096 in each segment file, a 64-byte
+ * header then the payload; with equal object sizes they follow each other at a fixed stride.
+ * Flips one payload byte of every extent. */
+static size_t corrupt_extents(const char *root)
+{
+    char ext[256];
+    snprintf(ext, sizeof(ext), "%s/ext", root);
+    DIR *dir = opendir(ext);
+    CHECK(dir);
+    const off_t stride = ((64 + OBJ_LEN + 4095) / 4096) * 4096;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (strncmp(e->d_name, "seg-", 4) != 0)
+            continue;
+        char f[512];
+        snprintf(f, sizeof(f), "%s/%s", ext, e->d_name);
+        struct stat st;
+        CHECK(stat(f, &st) == 0);
+        for (off_t at = 4096; at + 64 + (off_t)OBJ_LEN <= st.st_size; at += stride, n++)
+            flip(f, at + 64 + OBJ_LEN / 2);
+    }
+    closedir(dir);
+    return n;
 }
 
 /* Flips one payload byte (after the 64-byte header) of every LocalDir object file. */
@@ -147,14 +188,7 @@ static size_t corrupt_all(const char *root)
                 continue;
             char f[800];
             snprintf(f, sizeof(f), "%s/%s", sub, e->d_name);
-            int fd = open(f, O_RDWR);
-            CHECK(fd >= 0);
-            uint8_t b;
-            off_t at = 64 + OBJ_LEN / 2;
-            CHECK(pread(fd, &b, 1, at) == 1);
-            b ^= 0x5a;
-            CHECK(pwrite(fd, &b, 1, at) == 1);
-            close(fd);
+            flip(f, 64 + OBJ_LEN / 2);
             n++;
         }
         closedir(s);
@@ -163,8 +197,10 @@ static size_t corrupt_all(const char *root)
     return n;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        kind = argv[1];
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-store-XXXXXX");
     CHECK(mkdtemp(tmpdir) != NULL);
     char root[128];
@@ -188,7 +224,7 @@ int main(void)
     CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
     CHECK(kvmesh_config_set(c, "reclaim_grace_ms", "50") == 0);
     CHECK(kvmesh_config_set(c, "request_timeout_ms", "10000") == 0);
-    CHECK(kvmesh_config_set(c, "cold_kind", "localdir") == 0);
+    CHECK(kvmesh_config_set(c, "cold_kind", kind) == 0);
     CHECK(kvmesh_config_set(c, "cold_root", root) == 0);
     CHECK(kvmesh_config_set(c, "cold_capacity", "64MiB") == 0);
     CHECK(kvmesh_open(&kv, c) == 0);
@@ -239,7 +275,7 @@ int main(void)
            ev, rs, used, cap);
     CHECK(off > 0 && ev > 0 && rs >= (double)cold && cap == 64.0 * 1048576.0 && used > 0);
     /* 4. a corrupted cold file is detected and never returned */
-    size_t files = corrupt_all(root);
+    size_t files = strcmp(kind, "extent") == 0 ? corrupt_extents(root) : corrupt_all(root);
     CHECK(files >= cold);
     size_t refused = 0;
     for (uint32_t i = 0; i < NOBJ; i++) {
@@ -263,7 +299,30 @@ int main(void)
            refused);
     CHECK(refused == cold);
     CHECK(metric("kvmesh_cold_restores_total", "result", "error") >= (double)refused);
-    /* 5. an overwrite of a cold-only object reads back the new value */
+    /* 5. removing cold-only objects reclaims their cold copies: the device's used bytes fall by
+     * exactly their size (bounded wait: the gauge follows the device record every 200 ms) */
+    double before = metric("kvmesh_segment_used_bytes", "tier", "cold");
+    size_t removed = 0;
+    for (uint32_t i = 0; i < NOBJ && removed < 16; i++) {
+        if (!cold_only(i))
+            continue;
+        char k[32];
+        key_of(i, k, sizeof(k));
+        CHECK(kvmesh_remove(kv, &sc, k, strlen(k)) == 0);
+        void *out = NULL;
+        size_t len = 0;
+        CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == KVMESH_ENOENT);
+        removed++;
+    }
+    CHECK(removed > 0);
+    double want = before - (double)removed * OBJ_LEN, now = before;
+    for (int t = 0; t < 200 && now != want; t++) {
+        usleep(100000);
+        now = metric("kvmesh_segment_used_bytes", "tier", "cold");
+    }
+    printf("removed %zu cold-only objects: device used %.0f -> %.0f\n", removed, before, now);
+    CHECK(now == want);
+    /* 6. an overwrite of a cold-only object reads back the new value */
     for (uint32_t i = 0; i < NOBJ; i++) {
         if (!cold_only(i))
             continue;

@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # The cold tier wired into a real runtime (cold_store.c): a 4x DRAM working set on a LocalDir
-# device in a temporary directory, tcp transport, in-memory metadata.
-add_test(NAME cold_store COMMAND ${exe})
-set_tests_properties(cold_store PROPERTIES LABELS integration TIMEOUT 300
-  ENVIRONMENT "${KVMESH_TEST_ENV}")
+# or ExtentStore device in a temporary directory, tcp transport, in-memory metadata.
+foreach(kind localdir extent)
+  add_test(NAME cold_store_${kind} COMMAND ${exe} ${kind})
+  set_tests_properties(cold_store_${kind} PROPERTIES LABELS integration TIMEOUT 300
+    ENVIRONMENT "${KVMESH_TEST_ENV}")
+endforeach()
 
 # `kvmesh demo --cold` on both backends (cold_demo_check.cmake checks its summary).
 foreach(kind localdir extent)
