@@ -25,7 +25,9 @@
 #include "core/util.h"
 #include "env/clock.h"
 #include "env/env_thread.h"
+#include "core/wire.h"
 #include "net/seg.h"
+#include "store/proto.h"
 #include "store/cold_glue.h"
 
 #define COLD_GLUE_TICK_MS    200 /* view refresh, counters, done-list backstop */
@@ -59,6 +61,7 @@ struct kvm_cold {
     uint32_t refs;                /* the runtime + route calls in flight (struct rop) */
     struct reclaim_ctx *reclaims; /* reclaims whose callback is due (freed at close) */
     struct cread *reads;          /* restores whose callback is due (failed at close) */
+    struct srv_read *serving;     /* remote restores this owner serves (dropped at close) */
 };
 
 static void g_unref(struct kvm_cold *g)
@@ -441,6 +444,76 @@ static void tick(void *arg)
     g->tick_timer = env_timer_start(g->rt->env, COLD_GLUE_TICK_MS * 1000000ull, tick, g);
 }
 
+/* ---- remote restore: the owner side ---------------------------------------------------------- */
+
+struct srv_read {
+    struct kvm_cold *g;
+    rpc_reply *reply;
+    kvm_ident_t ident;
+    struct srv_read *next, *prev; /* g->serving */
+};
+
+static void srv_free(struct srv_read *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        s->g->serving = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    kvm_ident_free(&s->ident);
+    free(s);
+}
+
+static void srv_reply(rpc_reply *reply, int rc, const char *err, const void *buf, uint64_t len)
+{
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+    struct rpc_msg m = {
+        .type = STORE_RPC_COLD_READ, .iov = rc == 0 ? &b : NULL, .niov = rc == 0 ? 1u : 0u};
+    /* NULL sent callback: the payload is copied (buf is valid only during the restore cb) */
+    if (rpc_reply_send(reply, rc, err, &m, NULL, NULL) == KVMESH_EAGAIN)
+        rpc_reply_drop(reply); /* the caller times out and reports it */
+}
+
+static void srv_restored(void *arg, int rc, const void *buf, uint64_t len)
+{
+    struct srv_read *s = arg; /* (kvmesh_cold_restores_total is counted by the reader) */
+    srv_reply(s->reply, rc, rc ? kvmesh_strerror(rc) : "", buf, len);
+    srv_free(s);
+}
+
+static void on_cold_read(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    kvm_rt_t *rt = arg;
+    struct kvm_cold *g = rt->cold;
+    if (!g || !g->c || g->open_cb || g->closed) {
+        srv_reply(reply, KVMESH_EUNAVAILABLE, "the cold tier of this runtime is not open", NULL, 0);
+        return;
+    }
+    struct srv_read *s = calloc(1, sizeof(*s));
+    if (!s) {
+        srv_reply(reply, KVMESH_ENOMEM, "out of memory", NULL, 0);
+        return;
+    }
+    int rc = wire_ident_decode(req->body, req->body_len, &s->ident);
+    if (rc) {
+        free(s);
+        srv_reply(reply, KVMESH_EPROTO, "cold read: malformed identity", NULL, 0);
+        return;
+    }
+    s->g = g;
+    s->reply = reply;
+    s->next = g->serving;
+    if (s->next)
+        s->next->prev = s;
+    g->serving = s;
+    rc = cold_restore(g->c, &s->ident, srv_restored, s);
+    if (rc) {
+        srv_reply(reply, rc, kvmesh_last_error(), NULL, 0);
+        srv_free(s);
+    }
+}
+
 /* ---- open / close --------------------------------------------------------------------------- */
 
 static void open_fail(struct kvm_cold *g, int rc, const char *msg)
@@ -520,6 +593,8 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
         return;
     }
     g->be_open = true;
+    if (rt->ep)
+        rpc_register_handler(rt->ep, STORE_RPC_COLD_READ, on_cold_read, rt);
     /* The device id names the directory: the same root keeps its id across restarts. */
     char canon[PATH_MAX];
     const char *root = realpath(cfg->cold_root, canon) ? canon : cfg->cold_root;
@@ -684,6 +759,8 @@ struct cread {
     int rc;
     kvm_rt_t *rt;
     kvm_ident_t ident;
+    kvm_runtime_id_t owner; /* the device's owner runtime */
+    uint32_t timeout_ms;    /* remote: the time left at the call */
     const struct iovec *iov;
     int iovcnt;
     uint64_t len, checksum;
@@ -739,6 +816,35 @@ static void restored(void *arg, int rc, const void *buf, uint64_t len)
     cread_finish(arg, rc, buf, len);
 }
 
+static void remote_done(rpc_call_t *call, struct rpc_result *res, void *arg)
+{
+    (void)call;
+    struct cread *r = arg;
+    cread_finish(r, res->status, res->payload, res->payload_len);
+}
+
+/* [loop] The device belongs to another runtime: ask it (STORE_RPC_COLD_READ); the bytes are
+ * verified here against the route as for a local restore. */
+static void cread_remote(void *arg)
+{
+    struct cread *r = arg;
+    kvm_rt_t *rt = r->rt;
+    const struct kvm_member *m = kvm_member_find(rt, &r->owner);
+    rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
+    uint8_t body[KVM_IDENT_ENC_MAX_LEN];
+    size_t blen = 0;
+    int rc = p ? wire_ident_encode(&r->ident, body, sizeof(body), &blen) : KVMESH_EUNAVAILABLE;
+    if (!rc) {
+        struct rpc_msg msg = {.type = STORE_RPC_COLD_READ,
+                              .body = body,
+                              .body_len = blen,
+                              .timeout_ms = r->timeout_ms ? r->timeout_ms : 1};
+        rc = rpc_call(p, &msg, remote_done, r, NULL);
+    }
+    if (rc)
+        cread_finish(r, rc, NULL, 0);
+}
+
 static void cread_start(void *arg)
 {
     struct cread *r = arg;
@@ -762,14 +868,10 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
 {
     if (route->cold.kind != KVM_COLD_MATERIALIZED)
         return kvm_errf(KVMESH_EUNAVAILABLE, "no hot replica and no materialized cold copy");
-    if (!kvm_id128_equal(&route->cold.owner, &rt->self.id) || !rt->cold) {
-        char who[KVM_ID128_HEX_LEN + 1];
-        return kvm_errf(KVMESH_ENOTSUP,
-                        "the object is only on the cold device of runtime %s; remote restore is "
-                        "not built yet: read it through that runtime (docs/cold.md \"Store "
-                        "wiring\")",
-                        kvm_id128_fmt(&route->cold.owner, who));
-    }
+    bool remote = !kvm_id128_equal(&route->cold.owner, &rt->self.id);
+    if (!remote && !rt->cold)
+        return kvm_errf(KVMESH_ENOTSUP, "the object's cold copy is on this runtime's device but "
+                                        "its cold tier is off (cold_kind)");
     struct cread *r = calloc(1, sizeof(*r));
     if (!r)
         return KVMESH_ENOMEM;
@@ -785,7 +887,10 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
     r->iovcnt = iovcnt;
     r->len = route->length;
     r->checksum = route->checksum;
-    if (kvm_ident_copy(&r->ident, &route->ident) != 0 || env_post(rt->env, cread_start, r) != 0) {
+    r->owner = route->cold.owner;
+    r->timeout_ms = kvm_deadline_left_ms(deadline_ms);
+    if (kvm_ident_copy(&r->ident, &route->ident) != 0 ||
+        env_post(rt->env, remote ? cread_remote : cread_start, r) != 0) {
         r->refs = 1;
         cread_unref(r);
         return KVMESH_EAGAIN;
@@ -844,5 +949,9 @@ void kvm_cold_close(kvm_rt_t *rt)
     }
     while (g->reads)
         cread_finish(g->reads, KVMESH_ECANCELED, NULL, 0);
+    while (g->serving) { /* their restore callbacks no longer run: the callers time out */
+        rpc_reply_drop(g->serving->reply);
+        srv_free(g->serving);
+    }
     g_unref(g); /* freed when the last route call in flight answered */
 }

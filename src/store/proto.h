@@ -10,6 +10,8 @@
  *   STORE_RPC_COMMIT   notify    ver | target epoch u64 | seg u64 | offset u64
  *   STORE_RPC_RELEASE  notify    ver | target epoch u64 | seg u64 | offset u64
  *   STORE_RPC_HIT      notify    ver | n u16 | n * (seg u64 | offset u64)   (n <= STORE_HIT_MAX)
+ *   STORE_RPC_COLD_READ request  ident (wire_ident_encode); reply payload = the object's
+ *                      verified cold bytes (cold_glue.c: remote restore from the device owner)
  *   STORE_RPC_ENV      notify    env message type u32 | bytes (route protocol, env_send)
  *                                (the only body without a version byte)
  *
@@ -29,8 +31,10 @@
 #define STORE_RPC_COMMIT    0x202
 #define STORE_RPC_RELEASE   0x203
 #define STORE_RPC_HIT       0x204
-#define STORE_HIT_MAX       512 /* slots per hit report */
-#define STORE_PROTO_MAX     (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
+#define STORE_RPC_COLD_READ                                                                        \
+    0x205                   /* request: ident (wire); reply payload: the verified cold bytes */
+#define STORE_HIT_MAX   512 /* slots per hit report */
+#define STORE_PROTO_MAX (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
 
 typedef struct store_reserve_req {
     uint64_t target_epoch;

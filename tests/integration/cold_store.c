@@ -10,6 +10,9 @@
  *   - with a byte flipped in the payload of every cold file, a get of a cold-only object fails
  *     with KVMESH_ECHECKSUM and returns no bytes; objects still hot read back intact;
  *   - an overwrite of a cold-only object reads back the new value.
+ *   - a client-only runtime without a cold tier reads the same objects (cold-only ones restored
+ *     by the device's owner over RPC and verified by the client), and is refused the corrupted
+ *     ones with KVMESH_ECHECKSUM too;
  *   - removing cold-only objects reclaims their cold copies (device used bytes fall by their
  *     size); argv[1] picks the backend (localdir, extent).
  * Every wait is bounded; the directory is removed at the end (also on failure).
@@ -40,11 +43,15 @@ uint16_t kvm_rt_admin_port(struct kvm_rt *rt);
 
 static char tmpdir[64];
 static const char *kind = "localdir";
-static kvmesh_t *kv;
+static kvmesh_t *kv, *kvc; /* the storage runtime; a client-only runtime (no cold tier) */
 static const kvmesh_scope_t sc = {"tenant-a", NULL};
 
 static void cleanup(void)
 {
+    if (kvc) {
+        kvmesh_close(kvc);
+        kvc = NULL;
+    }
     if (kv) {
         kvmesh_close(kv);
         kv = NULL;
@@ -228,6 +235,12 @@ int main(int argc, char **argv)
     CHECK(kvmesh_config_set(c, "cold_root", root) == 0);
     CHECK(kvmesh_config_set(c, "cold_capacity", "64MiB") == 0);
     CHECK(kvmesh_open(&kv, c) == 0);
+    /* the client: same deployment, no memory, no cold tier: it reads cold-only objects from the
+     * device's owner over RPC (STORE_RPC_COLD_READ) */
+    CHECK(kvmesh_config_set(c, "memory_size", "0") == 0);
+    CHECK(kvmesh_config_set(c, "cold_kind", "off") == 0);
+    CHECK(kvmesh_config_set(c, "admin_listen", "") == 0);
+    CHECK(kvmesh_open(&kvc, c) == 0);
     kvmesh_config_free(c);
 
     uint8_t *buf = malloc(OBJ_LEN);
@@ -262,8 +275,16 @@ int main(int argc, char **argv)
         fill(buf, i, 0);
         CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
         kvmesh_free(out);
+        out = NULL;
+        rc = kvmesh_get(kvc, &sc, k, strlen(k), &out, &len); /* remote restore when cold-only */
+        if (rc)
+            fprintf(stderr, "client get %s (cold-only %d): %s: %s\n", k, co, kvmesh_errname(rc),
+                    kvmesh_last_error());
+        CHECK(rc == 0 && len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+        kvmesh_free(out);
     }
-    printf("cold-only objects: %zu of %u\n", cold, NOBJ);
+    printf("cold-only objects: %zu of %u (read through the owner and through a client)\n", cold,
+           NOBJ);
     CHECK(cold > 0);
     /* 3. the cold metric families */
     double off = metric("kvmesh_cold_offloads_total", "result", "ok");
@@ -286,6 +307,8 @@ int main(int argc, char **argv)
         size_t len = 0;
         int rc = kvmesh_get(kv, &sc, k, strlen(k), &out, &len);
         if (co) {
+            CHECK(rc == KVMESH_ECHECKSUM && out == NULL);
+            rc = kvmesh_get(kvc, &sc, k, strlen(k), &out, &len);
             CHECK(rc == KVMESH_ECHECKSUM && out == NULL);
             refused++;
         } else {
