@@ -13,6 +13,8 @@
  *   - a client-only runtime without a cold tier reads the same objects (cold-only ones restored
  *     by the device's owner over RPC and verified by the client), and is refused the corrupted
  *     ones with KVMESH_ECHECKSUM too;
+ *   - (argv[2] = restart: metadata_only routes) after the storage runtime is closed and reopened
+ *     on the same device directory, every object with a cold copy reads back with its bytes;
  *   - removing cold-only objects reclaims their cold copies (device used bytes fall by their
  *     size); argv[1] picks the backend (localdir, extent).
  * Every wait is bounded; the directory is removed at the end (also on failure).
@@ -208,6 +210,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1)
         kind = argv[1];
+    bool restart = argc > 2 && strcmp(argv[2], "restart") == 0;
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-store-XXXXXX");
     CHECK(mkdtemp(tmpdir) != NULL);
     char root[128];
@@ -234,12 +237,26 @@ int main(int argc, char **argv)
     CHECK(kvmesh_config_set(c, "cold_kind", kind) == 0);
     CHECK(kvmesh_config_set(c, "cold_root", root) == 0);
     CHECK(kvmesh_config_set(c, "cold_capacity", "64MiB") == 0);
+    if (restart) { /* routes in metadata and a fixed runtime id: they outlive the runtime */
+        CHECK(kvmesh_config_set(c, "route_mode", "metadata_only") == 0);
+        CHECK(kvmesh_config_set(c, "runtime_id", "c01dc01dc01dc01dc01dc01dc01dc01d") == 0);
+    }
+    kvmesh_config_t *cs = kvmesh_config_new(); /* the storage runtime's config, for a reopen */
+    CHECK(cs);
+    size_t nf;
+    const kvmesh_config_field_t *fields = kvmesh_config_fields(&nf);
+    for (size_t f = 0; f < nf; f++) {
+        char v[600];
+        CHECK(kvmesh_config_get(c, fields[f].name, v, sizeof(v)) == 0);
+        CHECK(kvmesh_config_set(cs, fields[f].name, v) == 0);
+    }
     CHECK(kvmesh_open(&kv, c) == 0);
     /* the client: same deployment, no memory, no cold tier: it reads cold-only objects from the
      * device's owner over RPC (STORE_RPC_COLD_READ) */
     CHECK(kvmesh_config_set(c, "memory_size", "0") == 0);
     CHECK(kvmesh_config_set(c, "cold_kind", "off") == 0);
     CHECK(kvmesh_config_set(c, "admin_listen", "") == 0);
+    CHECK(kvmesh_config_set(c, "runtime_id", "") == 0);
     CHECK(kvmesh_open(&kvc, c) == 0);
     kvmesh_config_free(c);
 
@@ -286,6 +303,55 @@ int main(int argc, char **argv)
     printf("cold-only objects: %zu of %u (read through the owner and through a client)\n", cold,
            NOBJ);
     CHECK(cold > 0);
+    if (restart) {
+        /* 3r. the storage runtime restarts (its DRAM is gone; the same device directory): every
+         * object with a materialized cold copy reads back with its bytes through both runtimes */
+        bool *mat = calloc(NOBJ, sizeof(bool));
+        CHECK(mat);
+        size_t nmat = 0;
+        for (uint32_t i = 0; i < NOBJ; i++) {
+            char k[32];
+            key_of(i, k, sizeof(k));
+            kvmesh_route_info_t ri;
+            CHECK(kvmesh_route_query(kv, &sc, k, strlen(k), &ri) == 0);
+            nmat += mat[i] = ri.cold_backed;
+        }
+        kvmesh_close(kv);
+        kv = NULL;
+        CHECK(kvmesh_open(&kv, cs) == 0);
+        size_t back = 0;
+        for (uint32_t i = 0; i < NOBJ; i++) {
+            if (!mat[i])
+                continue;
+            char k[32];
+            key_of(i, k, sizeof(k));
+            fill(buf, i, 0);
+            kvmesh_t *hs[2] = {kv, kvc};
+            for (int h = 0; h < 2; h++) {
+                void *out = NULL;
+                size_t len = 0;
+                int rc = kvmesh_get(hs[h], &sc, k, strlen(k), &out, &len);
+                if (rc)
+                    fprintf(stderr, "after restart, get %s via %s: %s: %s\n", k,
+                            h ? "client" : "owner", kvmesh_errname(rc), kvmesh_last_error());
+                CHECK(rc == 0 && len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+                kvmesh_free(out);
+            }
+            back++;
+        }
+        printf("after a restart of the storage runtime: %zu of %zu objects with a cold copy read "
+               "back (through the owner and the client)\n",
+               back, nmat);
+        CHECK(nmat >= cold && back == nmat);
+        free(mat);
+        free(buf);
+        kvmesh_config_free(cs);
+        cleanup();
+        curl_global_cleanup();
+        printf("cold_store: ok\n");
+        return 0;
+    }
+    kvmesh_config_free(cs);
     /* 3. the cold metric families */
     double off = metric("kvmesh_cold_offloads_total", "result", "ok");
     double ev = metric("kvmesh_cold_evictions_total", NULL, NULL);

@@ -6,6 +6,9 @@ foreach(kind localdir extent)
   set_tests_properties(cold_store_${kind} PROPERTIES LABELS integration TIMEOUT 300
     ENVIRONMENT "${KVMESH_TEST_ENV}")
 endforeach()
+add_test(NAME cold_store_restart COMMAND ${exe} localdir restart)
+set_tests_properties(cold_store_restart PROPERTIES LABELS integration TIMEOUT 300
+  ENVIRONMENT "${KVMESH_TEST_ENV}")
 
 # `kvmesh demo --cold` on both backends (cold_demo_check.cmake checks its summary).
 foreach(kind localdir extent)
