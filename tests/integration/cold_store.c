@@ -15,6 +15,7 @@
  *     ones with KVMESH_ECHECKSUM too;
  *   - (argv[2] = restart: metadata_only routes) after the storage runtime is closed and reopened
  *     on the same device directory, every object with a cold copy reads back with its bytes;
+ *   - a cold_root that does not exist fails the open with KVMESH_ECONFIG naming it;
  *   - removing cold-only objects reclaims their cold copies (device used bytes fall by their
  *     size); argv[1] picks the backend (localdir, extent).
  * Every wait is bounded; the directory is removed at the end (also on failure).
@@ -250,6 +251,14 @@ int main(int argc, char **argv)
         CHECK(kvmesh_config_get(c, fields[f].name, v, sizeof(v)) == 0);
         CHECK(kvmesh_config_set(cs, fields[f].name, v) == 0);
     }
+    /* a device directory that does not exist fails the open, naming it */
+    char missing[160];
+    snprintf(missing, sizeof(missing), "%s/missing", tmpdir);
+    CHECK(kvmesh_config_set(c, "cold_root", missing) == 0);
+    int orc = kvmesh_open(&kv, c);
+    printf("open with a missing cold_root: %s: %s\n", kvmesh_errname(orc), kvmesh_last_error());
+    CHECK(orc == KVMESH_ECONFIG && strstr(kvmesh_last_error(), missing) != NULL && kv == NULL);
+    CHECK(kvmesh_config_set(c, "cold_root", root) == 0);
     CHECK(kvmesh_open(&kv, c) == 0);
     /* the client: same deployment, no memory, no cold tier: it reads cold-only objects from the
      * device's owner over RPC (STORE_RPC_COLD_READ) */

@@ -305,6 +305,20 @@ static void test_validate_cross_fields(void **state)
     strcpy(c->deployment, "bad name");
     assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
     assert_int_equal(kvm_config_validate(NULL), KVMESH_EINVAL);
+    /* a cold tier needs its device directory */
+    kvm_config_defaults(c);
+    assert_int_equal(kvmesh_config_set(c, "cold_kind", "extent"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_string_equal(kvmesh_last_error(),
+                        "cold_kind is extent but cold_root is empty; set cold_root to the cold "
+                        "device's directory or cold_kind to off");
+    assert_int_equal(kvmesh_config_set(c, "cold_root", "/srv/cold0"), 0);
+    assert_int_equal(kvm_config_validate(c), 0);
+    struct kvm_store_config sc;
+    kvm_config_to_store(c, &sc);
+    assert_int_equal(sc.cold_kind, KVM_STORE_COLD_EXTENT);
+    assert_string_equal(sc.cold_root, "/srv/cold0");
+    assert_true(sc.cold_offload && sc.cold_queue == 1024 && sc.cold_capacity == (1ull << 30));
     kvmesh_config_free(c);
 }
 
