@@ -663,7 +663,8 @@ void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next)
 struct reclaim_ctx {
     struct kvm_cold *g;
     kvm_op_id_t reclaim_op;
-    struct reclaim_ctx *next, *prev; /* g->reclaims */
+    void (*on_close)(struct reclaim_ctx *r); /* NULL: free(r) */
+    struct reclaim_ctx *next, *prev;         /* g->reclaims */
 };
 
 static void reclaim_free(struct reclaim_ctx *r)
@@ -683,16 +684,7 @@ static void reclaim_ran(void *arg, int rc, const cold_reclaim_view_t *v)
     reclaim_free(arg);
 }
 
-static void reclaim_planned(void *arg, int rc, const cold_reclaim_view_t *v)
-{
-    (void)v;
-    struct reclaim_ctx *r = arg;
-    if (rc == 0 && cold_reclaim_run(r->g->c, &r->reclaim_op, reclaim_ran, r) == 0)
-        return;
-    reclaim_free(r);
-}
-
-void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *old, const kvm_route_t *now)
+void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now)
 {
     struct kvm_cold *g = rt->cold;
     if (!g || !g->c || g->open_cb)
@@ -706,26 +698,121 @@ void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *old, const kvm_route_t 
                           .device = g->dev,
                           .length = now->length,
                           .checksum = now->checksum};
-        (void)cold_offload_submit(g->c, &job); /* EAGAIN: stays hot (pinned until reconciled) */
+        (void)cold_offload_submit(g->c, &job); /* EAGAIN: stays hot (see kvm_cold_pins_last) */
     }
-    if (old && old->cold.kind == KVM_COLD_MATERIALIZED &&
-        kvm_id128_equal(&old->cold.owner, &rt->self.id) &&
-        kvm_id128_equal(&old->cold.tier, &g->dev) &&
-        (!now || !kvm_cold_backing_equal(&now->cold, &old->cold))) {
-        /* The replaced value's cold payload is obsolete: plan its reclaim and run it (the run
-         * proves by exact lookup that the locator is no longer authoritative). */
-        struct reclaim_ctx *r = calloc(1, sizeof(*r));
-        if (!r)
-            return;
-        r->g = g;
-        r->reclaim_op = kvm_rt_next_op_id(rt);
-        r->next = g->reclaims;
-        if (r->next)
-            r->next->prev = r;
-        g->reclaims = r;
-        if (cold_reclaim_plan(g->c, &r->reclaim_op, &old->ident, &old->cold, reclaim_planned, r))
-            reclaim_free(r);
+}
+
+static struct reclaim_ctx *reclaim_new(struct kvm_cold *g, const kvm_op_id_t *reclaim_op)
+{
+    struct reclaim_ctx *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->g = g;
+    r->reclaim_op = *reclaim_op;
+    r->next = g->reclaims;
+    if (r->next)
+        r->next->prev = r;
+    g->reclaims = r;
+    return r;
+}
+
+static void reclaim_cancelled(void *arg, int rc, const cold_reclaim_view_t *v)
+{
+    (void)rc, (void)v; /* refused (not PLANNED any more) or failed: the record stays due */
+    reclaim_free(arg);
+}
+
+struct gate_ctx {
+    struct reclaim_ctx rc; /* first: listed in g->reclaims (freed at close) */
+    kvm_op_t *op;
+    struct kvm_item *it;
+    kvm_cold_gate_cb cont;
+    kvm_op_id_t of;
+};
+
+/* At close the plan's callback no longer runs: the item fails without its CAS. */
+static void gate_closed(struct reclaim_ctx *r)
+{
+    struct gate_ctx *c = (struct gate_ctx *)r;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_cold_gate_cb cont = c->cont;
+    free(c);
+    kvm_errf(KVMESH_ECANCELED, "the runtime is closing");
+    cont(op, it, KVMESH_ECANCELED);
+}
+
+static void gate_planned(void *arg, int rc, const cold_reclaim_view_t *v)
+{
+    (void)v;
+    struct gate_ctx *c = arg;
+    if (rc == 0) {
+        c->it->cold_reclaim_op = c->rc.reclaim_op;
+        c->it->cold_reclaim_of = c->of;
     }
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_cold_gate_cb cont = c->cont;
+    reclaim_free(&c->rc);
+    if (rc)
+        kvm_errf(rc, "cannot plan the reclaim of the replaced value's cold copy: %s",
+                 kvmesh_strerror(rc));
+    cont(op, it, rc);
+}
+
+bool kvm_cold_reclaim_gate(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it, kvm_cold_gate_cb cont)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!g || !g->c || g->open_cb)
+        return false;
+    bool need = it->have_route && it->cur.cold.kind == KVM_COLD_MATERIALIZED;
+    bool have = need && kvm_op_id_equal(&it->cold_reclaim_of, &it->cur.cold.cold_op);
+    if (!have && !kvm_op_id_is_nil(&it->cold_reclaim_of))
+        kvm_cold_reclaim_settle(rt, it, false); /* planned for a route a conflict replaced */
+    if (!need || have)
+        return false;
+    struct gate_ctx *c = calloc(1, sizeof(*c));
+    if (!c) {
+        cont(op, it, KVMESH_ENOMEM);
+        return true;
+    }
+    c->rc.g = g;
+    c->rc.on_close = gate_closed;
+    c->rc.reclaim_op = kvm_rt_next_op_id(rt);
+    c->rc.next = g->reclaims;
+    if (c->rc.next)
+        c->rc.next->prev = &c->rc;
+    g->reclaims = &c->rc;
+    c->op = op;
+    c->it = it;
+    c->cont = cont;
+    c->of = it->cur.cold.cold_op;
+    int rc =
+        cold_reclaim_plan(g->c, &c->rc.reclaim_op, &it->cur.ident, &it->cur.cold, gate_planned, c);
+    if (rc) {
+        reclaim_free(&c->rc);
+        cont(op, it, rc);
+    }
+    return true;
+}
+
+void kvm_cold_reclaim_settle(kvm_rt_t *rt, struct kvm_item *it, bool applied)
+{
+    struct kvm_cold *g = rt->cold;
+    if (kvm_op_id_is_nil(&it->cold_reclaim_of))
+        return;
+    it->cold_reclaim_of = (kvm_op_id_t){0};
+    if (!g || !g->c)
+        return; /* closing: the record stays due; reconciliation settles it */
+    if (applied && !kvm_id128_equal(&it->cur.cold.tier, &g->dev))
+        return; /* the device's owner runs it when it is due (cold_recon_pass) */
+    struct reclaim_ctx *r = reclaim_new(g, &it->cold_reclaim_op);
+    if (!r)
+        return;
+    int rc = applied ? cold_reclaim_run(g->c, &r->reclaim_op, reclaim_ran, r)
+                     : cold_reclaim_cancel(g->c, &r->reclaim_op, reclaim_cancelled, r);
+    if (rc)
+        reclaim_free(r);
 }
 
 int kvm_cold_evict_last(kvm_rt_t *rt, const kvm_ident_t *ident, const kvm_hot_replica_t *rep,
@@ -945,7 +1032,12 @@ void kvm_cold_close(kvm_rt_t *rt)
     while (g->reclaims) { /* their callbacks no longer run */
         struct reclaim_ctx *r = g->reclaims;
         g->reclaims = r->next;
-        free(r);
+        if (r->next)
+            r->next->prev = NULL;
+        if (r->on_close)
+            r->on_close(r);
+        else
+            free(r);
     }
     while (g->reads)
         cread_finish(g->reads, KVMESH_ECANCELED, NULL, 0);

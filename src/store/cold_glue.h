@@ -32,10 +32,21 @@ void kvm_cold_close(kvm_rt_t *rt);
  * this runtime, the local device healthy with room, the queue not full) sets next->cold to a
  * PendingOffload backing of a fresh cold op for next->content_op. next has its replicas. */
 void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next);
-/* [loop] After a route CAS applied: `now` (NULL after a delete) replaced `old` (NULL: none).
- * Queues the offload of now's PendingOffload backing on this runtime's device, and reclaims
- * old's materialized backing when now no longer carries it (device owned here). */
-void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *old, const kvm_route_t *now);
+/* [loop] After a put's route CAS applied: queues the offload of now's PendingOffload backing on
+ * this runtime's device. */
+void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now);
+
+/* [loop] Before a route CAS that replaces it->cur (put or remove): when cur carries a
+ * MATERIALIZED backing that has no planned reclaim yet, plans one (cold_reclaim_plan, durable)
+ * and returns true: cont(op, it, rc) then runs once (rc 0: planned, do the CAS now; else fail
+ * the item without a CAS). false: nothing to plan, go on. A plan for an older cur (a conflict
+ * retry) is cancelled first. */
+typedef void (*kvm_cold_gate_cb)(kvm_op_t *op, struct kvm_item *it, int rc);
+bool kvm_cold_reclaim_gate(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it, kvm_cold_gate_cb cont);
+/* [loop] After the CAS: applied = run the planned reclaim (cold_reclaim_run when the device is
+ * here; the owner's reconciliation runs it otherwise); refused for good = cold_reclaim_cancel.
+ * An outcome that may have applied is settled by neither: the record stays due. */
+void kvm_cold_reclaim_settle(kvm_rt_t *rt, struct kvm_item *it, bool applied);
 
 /* [loop] Last-hot eviction of `rep` (the route's only hot replica, the backing materialized):
  * cold_evict; cb(arg, 0) when the replica left the route (the caller frees its bytes then),

@@ -138,6 +138,9 @@ struct kvm_item {
     kvm_hot_replica_t moving;
     /* tenant quota (quota.c): NULL unless the tenant has a policy; moves with the item */
     struct kvm_qitem *q;
+    /* cold tier (cold_glue.c): the reclaim planned before a CAS replacing cur's materialized
+     * backing (cold_reclaim_of = the cold op it reclaims; nil = none planned) */
+    kvm_op_id_t cold_reclaim_op, cold_reclaim_of;
 };
 
 enum kvm_op_type {
