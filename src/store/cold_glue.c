@@ -648,16 +648,29 @@ void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next)
     struct kvm_cold *g = rt->cold;
     if (!g || !g->c || g->open_cb || !rt->cfg.cold_offload || next->n_replicas == 0)
         return;
+    /* The device of a runtime that holds one of the new replicas (its read_hot copies from its
+     * own segment): this runtime's own when it holds one, else the replica owners' devices. */
+    kvm_runtime_id_t owners[KVM_MAX_REPLICAS];
+    size_t n = 0;
     bool local = false;
-    for (uint32_t i = 0; i < next->n_replicas && !local; i++)
-        local = kvm_id128_equal(&next->replicas[i].owner, &rt->self.id);
-    const cold_device_t *d = cold_view_find(g->c, &g->dev);
-    if (!local || !d || !cold_device_fits(d, next->length) ||
-        cold_offload_pending(g->c) >= rt->cfg.cold_queue)
+    for (uint32_t i = 0; i < next->n_replicas; i++) {
+        owners[n++] = next->replicas[i].owner;
+        local = local || kvm_id128_equal(&next->replicas[i].owner, &rt->self.id);
+    }
+    kvm_tier_id_t dev;
+    kvm_runtime_id_t owner;
+    const cold_device_t *d = local ? cold_view_find(g->c, &g->dev) : NULL;
+    if (d && cold_device_fits(d, next->length) && cold_offload_pending(g->c) < rt->cfg.cold_queue) {
+        dev = g->dev;
+        owner = rt->self.id;
+    } else if (cold_place_owned(g->c, next->length, owners, n, &dev, &owner) != 0 ||
+               (kvm_id128_equal(&owner, &rt->self.id) &&
+                cold_offload_pending(g->c) >= rt->cfg.cold_queue)) {
         return; /* stays hot-only (a cache object) */
+    }
     kvm_op_id_t cold_op = kvm_rt_next_op_id(rt);
-    kvm_cold_backing_pending(&next->cold, &cold_op, &next->content_op, &rt->self.id, &g->dev,
-                             next->length, next->checksum);
+    kvm_cold_backing_pending(&next->cold, &cold_op, &next->content_op, &owner, &dev, next->length,
+                             next->checksum);
 }
 
 struct reclaim_ctx {
@@ -813,6 +826,36 @@ void kvm_cold_reclaim_settle(kvm_rt_t *rt, struct kvm_item *it, bool applied)
                      : cold_reclaim_cancel(g->c, &r->reclaim_op, reclaim_cancelled, r);
     if (rc)
         reclaim_free(r);
+}
+
+struct committed_ctx {
+    struct kvm_cold *g;
+};
+
+static void committed_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct committed_ctx *c = arg;
+    struct kvm_cold *g = c->g;
+    free(c);
+    if (rc == 0 && !g->closed && g->rt->cold == g)
+        kvm_cold_published(g->rt, r);
+    g_unref(g);
+}
+
+void kvm_cold_slot_committed(kvm_rt_t *rt, const kvm_ident_t *ident)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!g || !g->c || g->open_cb || !rt->route)
+        return;
+    struct committed_ctx *c = calloc(1, sizeof(*c));
+    if (!c)
+        return;
+    c->g = g;
+    g->refs++;
+    if (route_lookup(rt->route, ident, committed_looked_up, c) != 0) {
+        free(c);
+        g_unref(g);
+    }
 }
 
 int kvm_cold_evict_last(kvm_rt_t *rt, const kvm_ident_t *ident, const kvm_hot_replica_t *rep,

@@ -28,13 +28,20 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb);
  * route service and the metadata handle close. Idempotent. */
 void kvm_cold_close(kvm_rt_t *rt);
 
-/* [loop] Write path: when offload applies to this item (cold tier on, offload on, a replica in
- * this runtime, the local device healthy with room, the queue not full) sets next->cold to a
- * PendingOffload backing of a fresh cold op for next->content_op. next has its replicas. */
+/* [loop] Write path: when offload applies (cold tier on here, offload on, a device with room
+ * owned by a runtime that holds one of the new replicas: this runtime's own first, with its
+ * queue not full) sets next->cold to a PendingOffload backing of a fresh cold op for
+ * next->content_op on that device. next has its replicas. The owner queues the offload: this
+ * runtime after the CAS (kvm_cold_published), another when the commit reaches it
+ * (kvm_cold_slot_committed). */
 void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next);
 /* [loop] After a put's route CAS applied: queues the offload of now's PendingOffload backing on
  * this runtime's device. */
 void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now);
+
+/* [loop] Owner side: a slot of `ident` was committed for a writer elsewhere; looks the route up
+ * and queues the offload when it carries a PendingOffload on this runtime's device. */
+void kvm_cold_slot_committed(kvm_rt_t *rt, const kvm_ident_t *ident);
 
 /* [loop] Before a route CAS that replaces it->cur (put or remove): when cur carries a
  * MATERIALIZED backing that has no planned reclaim yet, plans one (cold_reclaim_plan, durable)

@@ -456,6 +456,7 @@ static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r)
         return; /* committed or released meanwhile */
     if (rc == 0 && route_has_slot(rt, r, s)) {
         slot_commit(rt, s);
+        kvm_cold_published(rt, r); /* cold tier: a PendingOffload on this runtime's device */
     } else if (rc == 0 || rc == KVMESH_ENOENT) {
         rt->stats.reservations_expired++;
         slot_to_reclaim(rt, s);
@@ -851,9 +852,12 @@ static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
         kvm_span_finish(s, KVMESH_EUNAVAILABLE);
         return;
     }
-    if (req->type == STORE_RPC_COMMIT)
+    if (req->type == STORE_RPC_COMMIT) {
         kvm_owner_commit(rt, m.seg, m.offset);
-    else
+        struct kvm_slot *sl = rt->cold ? slot_find(rt, m.seg, m.offset) : NULL;
+        if (sl && sl->state == SLOT_COMMITTED)
+            kvm_cold_slot_committed(rt, &sl->ident); /* a remote writer's offload to our device */
+    } else
         kvm_owner_release(rt, m.seg, m.offset);
     kvm_span_finish(s, 0);
 }

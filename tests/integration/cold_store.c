@@ -15,6 +15,9 @@
  *     ones with KVMESH_ECHECKSUM too;
  *   - (argv[2] = restart: metadata_only routes) after the storage runtime is closed and reopened
  *     on the same device directory, every object with a cold copy reads back with its bytes;
+ *   - (argv[2] = pair) with a second storage runtime B and its own device, objects that A writes
+ *     onto B are offloaded to B's device (B learns of them from the commit):
+ *     every object gets a cold copy, both devices hold some, every object reads back;
  *   - a cold_root that does not exist fails the open with KVMESH_ECONFIG naming it;
  *   - removing cold-only objects reclaims their cold copies (device used bytes fall by their
  *     size); argv[1] picks the backend (localdir, extent).
@@ -47,10 +50,15 @@ uint16_t kvm_rt_admin_port(struct kvm_rt *rt);
 static char tmpdir[64];
 static const char *kind = "localdir";
 static kvmesh_t *kv, *kvc; /* the storage runtime; a client-only runtime (no cold tier) */
+static kvmesh_t *kv2;      /* pair mode: a second storage runtime with its own device */
 static const kvmesh_scope_t sc = {"tenant-a", NULL};
 
 static void cleanup(void)
 {
+    if (kv2) {
+        kvmesh_close(kv2);
+        kv2 = NULL;
+    }
     if (kvc) {
         kvmesh_close(kvc);
         kvc = NULL;
@@ -174,6 +182,32 @@ static size_t corrupt_extents(const char *root)
     return n;
 }
 
+/* LocalDir object files under root. */
+static size_t count_files(const char *root)
+{
+    char ld[256];
+    snprintf(ld, sizeof(ld), "%s/ld", root);
+    DIR *top = opendir(ld);
+    CHECK(top);
+    size_t n = 0;
+    struct dirent *d;
+    while ((d = readdir(top)) != NULL) {
+        if (d->d_name[0] == '.')
+            continue;
+        char sub[512];
+        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
+        DIR *s = opendir(sub);
+        if (!s)
+            continue;
+        struct dirent *e;
+        while ((e = readdir(s)) != NULL)
+            n += strlen(e->d_name) > 4 && strcmp(e->d_name + strlen(e->d_name) - 4, ".obj") == 0;
+        closedir(s);
+    }
+    closedir(top);
+    return n;
+}
+
 /* Flips one payload byte (after the 64-byte header) of every LocalDir object file. */
 static size_t corrupt_all(const char *root)
 {
@@ -212,6 +246,7 @@ int main(int argc, char **argv)
     if (argc > 1)
         kind = argv[1];
     bool restart = argc > 2 && strcmp(argv[2], "restart") == 0;
+    bool pair = argc > 2 && strcmp(argv[2], "pair") == 0;
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-store-XXXXXX");
     CHECK(mkdtemp(tmpdir) != NULL);
     char root[128];
@@ -267,6 +302,33 @@ int main(int argc, char **argv)
     CHECK(kvmesh_config_set(c, "admin_listen", "") == 0);
     CHECK(kvmesh_config_set(c, "runtime_id", "") == 0);
     CHECK(kvmesh_open(&kvc, c) == 0);
+    char root2[160], idb[KVMESH_ID_HEX_LEN + 1] = "";
+    snprintf(root2, sizeof(root2), "%s/dev2", tmpdir);
+    if (pair) { /* B: the same storage settings, its own device directory */
+        CHECK(mkdir(root2, 0700) == 0);
+        CHECK(kvmesh_config_set(cs, "cold_root", root2) == 0);
+        CHECK(kvmesh_config_set(cs, "admin_listen", "") == 0);
+        CHECK(kvmesh_open(&kv2, cs) == 0);
+        /* A places on B once its membership snapshot lists B with capacity (bounded wait) */
+        bool seen = false;
+        for (int t = 0; t < 200 && !seen; t++) {
+            kvmesh_member_info_t ms[8];
+            size_t nm = 0;
+            CHECK(kvmesh_members(kv, ms, 8, &nm) == 0);
+            size_t storage = 0;
+            for (size_t m = 0; m < nm && m < 8; m++)
+                storage += ms[m].capacity_bytes > 0 && strcmp(ms[m].state, "active") == 0;
+            seen = storage >= 2;
+            if (!seen)
+                usleep(50000);
+        }
+        CHECK(seen);
+        uint64_t epb = 0;
+        CHECK(kvmesh_self(kv2, idb, &epb) == 0);
+    }
+    /* pair: odd objects are written by A onto B (pinned there) */
+    const char *pin_b[1] = {idb};
+    kvmesh_put_opts_t on_b = {.preferred_owners = pin_b, .n_preferred = 1, .hard_pin = true};
     kvmesh_config_free(c);
 
     uint8_t *buf = malloc(OBJ_LEN);
@@ -278,7 +340,7 @@ int main(int argc, char **argv)
         fill(buf, i, 0);
         int rc = -1;
         for (int t = 0; t < PUT_TRIES && rc != 0; t++) {
-            rc = kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, NULL);
+            rc = kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, pair && i % 2 ? &on_b : NULL);
             if (rc)
                 usleep(20000);
         }
@@ -312,6 +374,49 @@ int main(int argc, char **argv)
     printf("cold-only objects: %zu of %u (read through the owner and through a client)\n", cold,
            NOBJ);
     CHECK(cold > 0);
+    if (pair) {
+        /* 3p. writes through A placed replicas on B too (WRH): those went to B's device (B
+         * learned of them from the commit), so every object has a materialized cold copy; each
+         * device holds some; B reads every object back as well */
+        size_t backed = 0;
+        for (int t = 0; t < 100; t++) {
+            backed = 0;
+            for (uint32_t i = 0; i < NOBJ; i++) {
+                char k[32];
+                key_of(i, k, sizeof(k));
+                kvmesh_route_info_t ri;
+                CHECK(kvmesh_route_query(kvc, &sc, k, strlen(k), &ri) == 0);
+                backed += ri.cold_backed;
+            }
+            if (backed == NOBJ)
+                break;
+            usleep(100000);
+        }
+        for (uint32_t i = 0; i < NOBJ; i++) {
+            char k[32];
+            key_of(i, k, sizeof(k));
+            fill(buf, i, 0);
+            void *out = NULL;
+            size_t len = 0;
+            CHECK(kvmesh_get(kv2, &sc, k, strlen(k), &out, &len) == 0);
+            CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+            kvmesh_free(out);
+        }
+        size_t f1 = 0, f2 = 0;
+        if (strcmp(kind, "localdir") == 0) {
+            f1 = count_files(root);
+            f2 = count_files(root2);
+        }
+        printf("pair: %zu of %u objects with a cold copy; device files A %zu, B %zu\n", backed,
+               NOBJ, f1, f2);
+        CHECK(backed == NOBJ && f1 > 0 && f2 > 0);
+        kvmesh_config_free(cs);
+        free(buf);
+        cleanup();
+        curl_global_cleanup();
+        printf("cold_store: ok\n");
+        return 0;
+    }
     if (restart) {
         /* 3r. the storage runtime restarts (its DRAM is gone; the same device directory): every
          * object with a materialized cold copy reads back with its bytes through both runtimes */

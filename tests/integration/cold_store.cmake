@@ -6,9 +6,11 @@ foreach(kind localdir extent)
   set_tests_properties(cold_store_${kind} PROPERTIES LABELS integration TIMEOUT 300
     ENVIRONMENT "${KVMESH_TEST_ENV}")
 endforeach()
-add_test(NAME cold_store_restart COMMAND ${exe} localdir restart)
-set_tests_properties(cold_store_restart PROPERTIES LABELS integration TIMEOUT 300
-  ENVIRONMENT "${KVMESH_TEST_ENV}")
+foreach(mode restart pair)
+  add_test(NAME cold_store_${mode} COMMAND ${exe} localdir ${mode})
+  set_tests_properties(cold_store_${mode} PROPERTIES LABELS integration TIMEOUT 300
+    ENVIRONMENT "${KVMESH_TEST_ENV}")
+endforeach()
 
 # `kvmesh demo --cold` on both backends (cold_demo_check.cmake checks its summary).
 foreach(kind localdir extent)
