@@ -173,8 +173,9 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
     F_SIZE(cold_capacity, "1GiB", 1, KVM_CFG_MEMORY_MAX,
            "Payload bytes the cold device may hold (at most what its filesystem holds)."),
     F_BOOL(cold_offload, "true",
-           "Offload every new object with a local replica to this runtime's cold device in the "
-           "background, so DRAM eviction of the last hot copy keeps it readable from cold."),
+           "Offload every new object written here to the cold device of a runtime holding one "
+           "of its replicas (this runtime's own first), in the background, so DRAM eviction of "
+           "the last hot copy keeps it readable from cold."),
     F_UINT(cold_queue, "1024", 1, 4096,
            "Offload jobs queued at most; beyond it a write stays hot-only."),
 };
