@@ -204,6 +204,21 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
           "Per-tenant placement preferences, comma separated tenant:owner[+owner...][:soft|hard] "
           "(owners are runtime ids); soft (default) falls back to other owners, hard fails the "
           "put with KVMESH_EUNAVAILABLE when the owners cannot take the replicas."),
+    F_ENUM(cold_kind, "off",
+           "Cold tier device of this runtime (docs/cold.md): off, localdir (one file per object) "
+           "or extent (append-only segment files with a journal).",
+           "off", "localdir", "extent"),
+    F_STR(cold_root, "", KVM_CFG_SYN_ANY,
+          "Directory of the cold device (must exist and be writable); required when cold_kind "
+          "is not off."),
+    F_SIZE(cold_capacity, "1GiB", 1, KVM_CFG_MEMORY_MAX,
+           "Payload bytes the cold device may hold (at most what its filesystem holds)."),
+    F_BOOL(cold_offload, "true",
+           "Offload every new object written here to the cold device of a runtime holding one "
+           "of its replicas (this runtime's own first), in the background, so DRAM eviction of "
+           "the last hot copy keeps it readable from cold."),
+    F_UINT(cold_queue, "1024", 1, 4096,
+           "Offload jobs queued at most; beyond it a write stays hot-only."),
 };
 
 const kvm_cfg_field_t *kvm_config_table(size_t *n)
@@ -938,6 +953,11 @@ int kvm_config_validate(const struct kvmesh_config *cfg)
                         "max_remote_batch_items_per_tenant (%u): a tenant could never take a "
                         "full turn",
                         cfg->max_remote_batch_burst_items, cfg->max_remote_batch_items_per_tenant);
+    if (cfg->cold_kind != KVM_STORE_COLD_OFF && !cfg->cold_root[0])
+        return kvm_errf(KVMESH_ECONFIG,
+                        "cold_kind is %s but cold_root is empty; set cold_root to the cold "
+                        "device's directory or cold_kind to off",
+                        cfg->cold_kind == KVM_STORE_COLD_EXTENT ? "extent" : "localdir");
     return 0;
 }
 
@@ -961,6 +981,7 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     KVM_CFG_COPY_STR(trace_capture_dir);
     KVM_CFG_COPY_STR(trace_otlp_url);
     KVM_CFG_COPY_STR(trace_service_name);
+    KVM_CFG_COPY_STR(cold_root);
 #undef KVM_CFG_COPY_STR
     out->memory_size = cfg->memory_size;
     out->segment_size = cfg->segment_size;
@@ -1004,4 +1025,8 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     prc = kvm_config_parse_placement(cfg->tenant_placement, out->tenant_placement,
                                      &out->n_tenant_placement, NULL, 0);
     KVM_ASSERT(prc == 0);
+    out->cold_kind = cfg->cold_kind;
+    out->cold_capacity = cfg->cold_capacity;
+    out->cold_offload = cfg->cold_offload;
+    out->cold_queue = cfg->cold_queue;
 }

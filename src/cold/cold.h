@@ -310,6 +310,9 @@ int cold_view_refresh(cold_t *c, cold_rc_cb cb, void *arg);
 /* Placement from the view: the eligible device with the most free bytes (cold_device_fits);
  * KVMESH_ENOSPC when none. The answer is a hint: reserve re-checks in metadata. */
 int cold_place(cold_t *c, uint64_t len, kvm_tier_id_t *dev, kvm_runtime_id_t *owner);
+/* The same among the devices owned by one of owners[0..n_owners) (NULL: any owner). */
+int cold_place_owned(cold_t *c, uint64_t len, const kvm_runtime_id_t *owners, size_t n_owners,
+                     kvm_tier_id_t *dev, kvm_runtime_id_t *owner);
 /* The view's copy of a device, or NULL (valid until the next refresh). */
 const cold_device_t *cold_view_find(const cold_t *c, const kvm_tier_id_t *id);
 

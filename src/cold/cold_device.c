@@ -394,11 +394,22 @@ const cold_device_t *cold_view_find(const cold_t *c, const kvm_tier_id_t *id)
 
 int cold_place(cold_t *c, uint64_t len, kvm_tier_id_t *dev, kvm_runtime_id_t *owner)
 {
+    return cold_place_owned(c, len, NULL, 0, dev, owner);
+}
+
+int cold_place_owned(cold_t *c, uint64_t len, const kvm_runtime_id_t *owners, size_t n_owners,
+                     kvm_tier_id_t *dev, kvm_runtime_id_t *owner)
+{
     const cold_device_t *best = NULL;
     uint64_t best_free = 0;
     for (size_t i = 0; i < c->n_view; i++) {
         const cold_device_t *d = &c->view[i];
         if (!cold_device_fits(d, len))
+            continue;
+        bool listed = owners == NULL;
+        for (size_t k = 0; k < n_owners && !listed; k++)
+            listed = kvm_id128_equal(&d->owner, &owners[k]);
+        if (!listed)
             continue;
         uint64_t fr = d->capacity - d->used - d->reserved;
         if (!best || fr > best_free || (fr == best_free && kvm_id128_cmp(&d->id, &best->id) < 0)) {

@@ -318,7 +318,13 @@ enum obs_dim_id {
       "Re-replication copies finished, by result (repaired: published; noop: an overwrite or "     \
       "delete won; failed: retried by the next pass).",                                            \
       repair, none)                                                                                \
-    X(rereplication_bytes_total, "Bytes of published re-replication copies.", none, none)
+    X(rereplication_bytes_total, "Bytes of published re-replication copies.", none, none)          \
+    X(cold_offloads_total,                                                                         \
+      "Cold offload jobs finished by this runtime (ok: materialized; error: parked).", outcome,    \
+      none)                                                                                        \
+    X(cold_restores_total, "Reads served from the cold tier, by result.", outcome, none)           \
+    X(cold_evictions_total, "Last hot replicas evicted to the cold tier (object now cold-only).",  \
+      none, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
     X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \

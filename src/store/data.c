@@ -33,6 +33,7 @@
 #include "core/hash.h"
 #include "core/util.h"
 #include "env/clock.h"
+#include "store/cold_glue.h"
 #include "store/data.h"
 #include "store/fair.h"
 
@@ -731,6 +732,21 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
         for (uint32_t round = 0; round < KVM_MAX_REPLICAS && kvm_deadline_left_ms(deadline) > 0;
              round++)
             get_round(rt, look, outs, n, round, &bad_sum, deadline, &late);
+        /* Cold tier: an object with no readable hot replica and a materialized cold copy is
+         * restored from the device (verified against the route; cold_glue.c). */
+        for (size_t i = 0; i < n && kvm_deadline_left_ms(deadline) > 0; i++)
+            if (outs[i].rc == KVMESH_EAGAIN &&
+                look->items[i].route.cold.kind == KVM_COLD_MATERIALIZED) {
+                int e =
+                    kvm_cold_read(rt, &look->items[i].route, outs[i].iov, outs[i].iovcnt, deadline);
+                if (e == KVMESH_ECHECKSUM || e == KVMESH_ECORRUPT)
+                    bad_sum = true;
+                else if (e != 0 && e != KVMESH_ETIMEDOUT) {
+                    outs[i].rc = e;
+                    outs[i].read_failed = true;
+                } else if (e == 0)
+                    outs[i].rc = 0;
+            }
         late = late || kvm_deadline_left_ms(deadline) == 0;
         for (size_t i = 0; i < n; i++)
             if (outs[i].rc == KVMESH_EAGAIN) {

@@ -19,6 +19,7 @@
 #include "core/util.h"
 #include "core/wrh.h"
 #include "store/place.h"
+#include "store/cold_glue.h"
 #include "store/proto.h"
 #include "store/quota.h"
 #include "store/store.h"
@@ -775,6 +776,8 @@ static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
     for (uint32_t i = 0; i < it->n_res; i++)
         notify_slot_traced(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
                            it->res[i].offset, op->span);
+    kvm_cold_published(rt, r);             /* offload of the new value */
+    kvm_cold_reclaim_settle(rt, it, true); /* the old value's cold copy */
     if (it->have_route && !kvm_route_is_tombstone(&it->cur))
         release_obsolete(rt, &it->cur, r);
     kvm_route_free(&it->route);
@@ -811,6 +814,7 @@ static void published(void *arg, int rc, const kvm_route_t *r)
     }
     bool time_left = kvm_deadline_left_ms(op->deadline_ms) > 0;
     if (rc == KVMESH_ECONFLICT && !time_left) {
+        kvm_cold_reclaim_settle(rt, it, false);
         release_res(rt, it); /* a conflict is definite: this update was not applied */
         item_fail(op, it, KVMESH_ETIMEDOUT,
                   "deadline passed while retrying the route update after conflicts; the put "
@@ -873,6 +877,7 @@ static void published(void *arg, int rc, const kvm_route_t *r)
         return;
     }
     obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_ERROR, OBS_NONE, it->n_res);
+    kvm_cold_reclaim_settle(rt, it, false);
     release_res(rt, it);
     item_fail(op, it, rc, "route publication failed (the put was not applied): %s",
               kvmesh_strerror(rc));
@@ -906,9 +911,21 @@ static void publish_cas(kvm_op_t *op, struct kvm_item *it)
     publish_cas_now(op, it);
 }
 
+static void publish_gated(kvm_op_t *op, struct kvm_item *it, int rc)
+{
+    if (rc) {
+        release_res(op->rt, it);
+        item_fail(op, it, rc, "%s (the put was not applied)", kvmesh_last_error());
+        return;
+    }
+    publish_cas_now(op, it);
+}
+
 static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
 {
     kvm_rt_t *rt = op->rt;
+    if (kvm_cold_reclaim_gate(rt, op, it, publish_gated))
+        return; /* the old value's cold copy gets its reclaim record first */
     kvm_route_t next;
     kvm_route_init(&next);
     int rc = kvm_ident_copy(&next.ident, &it->ident);
@@ -933,6 +950,7 @@ static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
                                                                .offset = it->res[i].offset,
                                                                .length = it->len,
                                                                .checksum = it->checksum};
+    kvm_cold_backing_for(rt, &next); /* PendingOffload when the cold tier takes it */
     kvm_route_version_t expected = it->have_route ? it->cur.version : KVM_ROUTE_VERSION_NONE;
     struct item_ctx *c = ictx_named(op, it, "control.route_cas");
     if (c)
@@ -1016,12 +1034,14 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
         /* tenant quota: refund by finalize; the tombstone stays PENDING so that the route
          * version stays the one the accounting row records */
         release_obsolete(rt, &it->cur, NULL);
+        kvm_cold_reclaim_settle(rt, it, true); /* the removed value's cold copy */
         kvm_quota_finalize(op, it, r, remove_finalized);
         return;
     }
     kvm_hint_drop(rt, &it->ident); /* (the finalize below changes the version again) */
     if (rc == 0) {
         release_obsolete(rt, &it->cur, NULL);
+        kvm_cold_reclaim_settle(rt, it, true); /* the removed value's cold copy */
         /* No quota accounting to wait for: finalize the tombstone at once (best effort). */
         kvm_route_t fin;
         kvm_route_init(&fin);
@@ -1037,6 +1057,7 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
     }
     bool time_left = kvm_deadline_left_ms(op->deadline_ms) > 0;
     if (rc == KVMESH_ECONFLICT && !time_left) {
+        kvm_cold_reclaim_settle(rt, it, false);
         item_fail(op, it, KVMESH_ETIMEDOUT,
                   "deadline passed while retrying the tombstone after conflicts; the remove was "
                   "not applied (retry the remove)");
@@ -1045,6 +1066,7 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
     if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
         kvm_route_free(&it->cur);
         if (!r || kvm_route_is_tombstone(r)) {
+            kvm_cold_reclaim_settle(rt, it, false); /* someone else removed it */
             it->rc = KVMESH_ENOENT;
             item_finish(op, it);
             return;
@@ -1061,9 +1083,11 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
                   "tombstone update did not complete (%s); the remove may have been applied: "
                   "retry the remove",
                   kvmesh_strerror(rc));
-    else
+    else {
+        kvm_cold_reclaim_settle(rt, it, false);
         item_fail(op, it, rc, "tombstone publication failed (the remove was not applied): %s",
                   kvmesh_strerror(rc));
+    }
 }
 
 static void remove_cas_now(kvm_op_t *op, struct kvm_item *it);
@@ -1096,8 +1120,19 @@ static void remove_reserved(kvm_op_t *op, struct kvm_item *it, int rc)
     remove_cas(op, it);
 }
 
+static void remove_gated(kvm_op_t *op, struct kvm_item *it, int rc)
+{
+    if (rc) {
+        item_fail(op, it, rc, "%s (the remove was not applied)", kvmesh_last_error());
+        return;
+    }
+    remove_cas_now(op, it);
+}
+
 static void remove_cas_now(kvm_op_t *op, struct kvm_item *it)
 {
+    if (kvm_cold_reclaim_gate(op->rt, op, it, remove_gated))
+        return; /* the removed value's cold copy gets its reclaim record first */
     kvm_route_t next;
     kvm_route_init(&next);
     int rc = kvm_ident_copy(&next.ident, &it->ident);

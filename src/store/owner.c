@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "store/cold_glue.h"
 #include "store/proto.h"
 #include "store/repair.h"
 #include "store/store.h"
@@ -456,6 +457,7 @@ static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r)
         return; /* committed or released meanwhile */
     if (rc == 0 && route_has_slot(rt, r, s)) {
         slot_commit(rt, s);
+        kvm_cold_published(rt, r); /* cold tier: a PendingOffload on this runtime's device */
     } else if (rc == 0 || rc == KVMESH_ENOENT) {
         rt->stats.reservations_expired++;
         slot_to_reclaim(rt, s);
@@ -500,6 +502,42 @@ static void evict_cas_done(void *arg, int rc, const kvm_route_t *r)
     evict_back(rt, s);
 }
 
+/* Cold tier: the last hot replica of a route with a cold backing. Materialized: the last-hot
+ * eviction (cold_evict: only once the cold copy is usage-committed; the bytes are freed only
+ * after its CAS removed the replica). PendingOffload: kept until the offload materializes it.
+ * Returns false when the route has no cold backing of this runtime (ordinary eviction). */
+static void evict_cold_done(void *arg, int rc)
+{
+    struct kvm_slot *s = arg;
+    kvm_rt_t *rt = s->rt;
+    if (rc == 0 && s->state == SLOT_COMMITTED) {
+        obs_count(rt->metrics, evictions_total, OBS_TIER_DRAM, OBS_NONE, 1);
+        obs_count(rt->metrics, evicted_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
+        obs_count(rt->metrics, cold_evictions_total, OBS_NONE, OBS_NONE, 1);
+        s->busy = false;
+        rt->evict_inflight--;
+        slot_to_reclaim(rt, s);
+        return;
+    }
+    evict_back(rt, s);
+}
+
+static bool evict_cold(kvm_rt_t *rt, struct kvm_slot *s, const kvm_route_t *r,
+                       const kvm_hot_replica_t *slot)
+{
+    if (kvm_cold_pins_last(rt, r)) {
+        evict_back(rt, s);
+        return true;
+    }
+    if (r->cold.kind != KVM_COLD_MATERIALIZED)
+        return false;
+    int i = kvm_route_find_replica(r, slot);
+    KVM_ASSERT(i >= 0);
+    if (kvm_cold_evict_last(rt, &s->ident, &r->replicas[i], evict_cold_done, s) != 0)
+        evict_back(rt, s);
+    return true;
+}
+
 static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
 {
     struct kvm_slot *s = arg;
@@ -530,13 +568,18 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
     kvm_route_remove_replica(&next, &rep);
     /* Invariant (repair.h kvm_replica_readable): never leave a live route with no replica a
      * reader can get bytes from. When the others are all on closed or gone owners, this was the
-     * last readable copy: the object leaves the cache as a whole. */
+     * last readable copy: the object leaves the cache as a whole, unless a materialized cold
+     * copy keeps it readable. */
     bool readable_left = false;
     for (uint32_t i = 0; i < next.n_replicas; i++)
         readable_left |= kvm_replica_readable(rt, &next.replicas[i]);
 #ifdef KVMESH_CHAOS_BROKEN_EVICT_LAST_LIVE
     readable_left = next.n_replicas > 0; /* broken variant: only our own copy is considered */
 #endif
+    if (next.n_replicas == 0 && rt->cold && evict_cold(rt, s, r, &rep)) {
+        kvm_route_free(&next); /* the cold tier decides (cold_glue.c) */
+        return;
+    }
     if (!readable_left && next.cold.kind != KVM_COLD_MATERIALIZED) {
         /* The last readable copy: the object leaves the cache (a tombstone, like a delete). */
         next.n_replicas = 0;
@@ -896,9 +939,12 @@ static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
         kvm_span_finish(s, KVMESH_EUNAVAILABLE);
         return;
     }
-    if (req->type == STORE_RPC_COMMIT)
+    if (req->type == STORE_RPC_COMMIT) {
         kvm_owner_commit(rt, m.seg, m.offset);
-    else
+        struct kvm_slot *sl = rt->cold ? slot_find(rt, m.seg, m.offset) : NULL;
+        if (sl && sl->state == SLOT_COMMITTED)
+            kvm_cold_slot_committed(rt, &sl->ident); /* a remote writer's offload to our device */
+    } else
         kvm_owner_release(rt, m.seg, m.offset);
     kvm_span_finish(s, 0);
 }

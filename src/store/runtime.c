@@ -36,6 +36,7 @@
 #include "store/place.h"
 #include "store/data.h"
 #include "store/proto.h"
+#include "store/cold_glue.h"
 #include "store/quota.h"
 #include "store/repair.h"
 #include "store/store.h"
@@ -541,7 +542,7 @@ static void open_finish(kvm_rt_t *rt, int rc, const char *err)
     pthread_mutex_unlock(&rt->mu);
 }
 
-static void open_refreshed(kvm_rt_t *rt, int rc, const char *err)
+static void open_cold_ready(kvm_rt_t *rt, int rc, const char *err)
 {
     if (rc) {
         open_finish(rt, rc, err);
@@ -550,6 +551,15 @@ static void open_refreshed(kvm_rt_t *rt, int rc, const char *err)
     kvm_member_start_timers(rt);
     kvm_owner_start(rt);
     open_finish(rt, 0, "");
+}
+
+static void open_refreshed(kvm_rt_t *rt, int rc, const char *err)
+{
+    if (rc) {
+        open_finish(rt, rc, err);
+        return;
+    }
+    kvm_cold_open(rt, open_cold_ready); /* cold tier (cold_glue.c): at once when off */
 }
 
 static void open_published(kvm_rt_t *rt, int rc, const char *err)
@@ -704,6 +714,7 @@ static void close_start(void *arg)
     /* Reservations waiting for space fail now, while their reply handles can still answer. */
     kvm_owner_fail_waiters(rt);
     kvm_quota_close(rt);
+    kvm_cold_close(rt); /* before the route service its callbacks use */
     if (rt->route) {
         route_svc_t *r = rt->route;
         rt->route = NULL;

@@ -144,6 +144,9 @@ struct kvm_item {
     bool superseded; /* handoff: rc 0 because the route no longer held `moving` (nothing CAS'ed) */
     /* tenant quota (quota.c): NULL unless the tenant has a policy; moves with the item */
     struct kvm_qitem *q;
+    /* cold tier (cold_glue.c): the reclaim planned before a CAS replacing cur's materialized
+     * backing (cold_reclaim_of = the cold op it reclaims; nil = none planned) */
+    kvm_op_id_t cold_reclaim_op, cold_reclaim_of;
 };
 
 enum kvm_op_type {
@@ -341,6 +344,7 @@ typedef struct kvm_rt {
     struct kvm_place *place;      /* [loop] tenant placement preferences (place.c); NULL = none */
     struct kvm_hints *hints;      /* [loop] route hints (route_hint.c); NULL until first use */
     struct kvm_repair *repair;    /* background re-replication (repair.c); NULL = none */
+    struct kvm_cold *cold;        /* [loop] cold tier wiring (cold_glue.c); NULL = off */
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;

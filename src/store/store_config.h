@@ -103,6 +103,16 @@ struct kvm_store_config {
     struct kvm_store_tenant_weight tenant_weights[KVM_STORE_TENANT_SOFT_MAX];
     uint32_t n_tenant_placement;
     struct kvm_store_tenant_placement tenant_placement[KVM_STORE_TENANT_SOFT_MAX];
+    /* cold tier (src/store/cold_glue.c, docs/cold.md "Store wiring"): one device per runtime */
+    uint32_t cold_kind;                /* KVM_STORE_COLD_OFF | _LOCALDIR | _EXTENT */
+    char cold_root[KVM_STORE_STR_MAX]; /* the device directory (exists, writable) */
+    uint64_t cold_capacity;            /* payload bytes the device may hold */
+    bool cold_offload;                 /* new writes carry a PendingOffload backing */
+    uint32_t cold_queue;               /* offload jobs queued at most (1..COLD_QUEUE_MAX) */
 };
+
+#define KVM_STORE_COLD_OFF      0u
+#define KVM_STORE_COLD_LOCALDIR 1u
+#define KVM_STORE_COLD_EXTENT   2u
 
 #endif

@@ -90,6 +90,15 @@ static const struct {
     {"trace_service_name", "",
      "trace_service_name: \"\" is invalid; allowed 1..63 characters of [A-Za-z0-9_.-], at "
      "most 63 bytes"},
+    {"cold_kind", "nvme", "cold_kind: \"nvme\" is not allowed; allowed off|localdir|extent"},
+    {"cold_root", "a\nb",
+     "cold_root: \"a?b\" is invalid; allowed printable characters, at most 511 bytes"},
+    {"cold_capacity", "0",
+     "cold_capacity: \"0\" is out of range; allowed 1..4TiB (a byte count with optional unit "
+     "B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    {"cold_offload", "maybe",
+     "cold_offload: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, 1|0)"},
+    {"cold_queue", "5000", "cold_queue: \"5000\" is out of range; allowed 1..4096"},
     {"tenant_quota_evict", "maybe",
      "tenant_quota_evict: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, "
      "1|0)"},
@@ -328,6 +337,20 @@ static void test_validate_cross_fields(void **state)
     strcpy(c->deployment, "bad name");
     assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
     assert_int_equal(kvm_config_validate(NULL), KVMESH_EINVAL);
+    /* a cold tier needs its device directory */
+    kvm_config_defaults(c);
+    assert_int_equal(kvmesh_config_set(c, "cold_kind", "extent"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_string_equal(kvmesh_last_error(),
+                        "cold_kind is extent but cold_root is empty; set cold_root to the cold "
+                        "device's directory or cold_kind to off");
+    assert_int_equal(kvmesh_config_set(c, "cold_root", "/srv/cold0"), 0);
+    assert_int_equal(kvm_config_validate(c), 0);
+    struct kvm_store_config sc;
+    kvm_config_to_store(c, &sc);
+    assert_int_equal(sc.cold_kind, KVM_STORE_COLD_EXTENT);
+    assert_string_equal(sc.cold_root, "/srv/cold0");
+    assert_true(sc.cold_offload && sc.cold_queue == 1024 && sc.cold_capacity == (1ull << 30));
     kvmesh_config_free(c);
 }
 

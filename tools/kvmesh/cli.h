@@ -136,6 +136,7 @@ int cmd_route(int argc, char **argv);
 int cmd_members(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_demo_cold(int argc, char **argv); /* kvmesh demo --cold (demo_cold.c) */
 int cmd_bench(int argc, char **argv);
 int cmd_admin(int argc, char **argv);
 

@@ -265,9 +265,12 @@ static void progress(struct demo *d, cli_progress_t *p, long r, long nreq, doubl
 
 int cmd_demo(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--cold") == 0)
+            return cmd_demo_cold(argc, argv); /* the cold tier demo (demo_cold.c) */
     const char *metadata = NULL, *deployment = NULL;
     uint64_t requests = 1000, seed = 0, replicas = 2, memory = DEMO_MEMORY_DEFAULT;
-    bool no_kill = false, help = false;
+    bool no_kill = false, help = false, cold_mode = false; /* --cold: dispatched above */
     uint64_t ntenants = 1, quota = 0;
     struct cli_sets sets = {0};
     const cli_opt_t opts[] = {
@@ -288,6 +291,9 @@ int cmd_demo(int argc, char **argv)
         {"quota", "SIZE", CLI_SIZE, &quota,
          "give the first tenant this byte limit (>= 16MiB; the others a limit they never "
          "reach): its writes over it evict only its own oldest objects (tenant_quota_evict)"},
+        {"cold", NULL, CLI_FLAG, &cold_mode,
+         "the cold tier demo instead: one runtime, a cold device in a temporary directory, a "
+         "working set of 4x DRAM (kvmesh demo --cold --help)"},
         {"set", "FIELD=VALUE", CLI_SET, &sets, "set any configuration field of every runtime"},
         {"help", NULL, CLI_FLAG, &help, "show this help"},
     };

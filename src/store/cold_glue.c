@@ -1,0 +1,1092 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cold_glue.c — owns the store's cold tier state (struct kvm_cold, rt->cold): the device's
+ * backend, the cold_t, the cold I/O worker thread, the route callbacks given to the core, the
+ * view/reconciliation timer and the export of the core's counters as metrics. docs/cold.md
+ * "Store wiring" describes the calls; cold_glue.h says which thread calls what.
+ *
+ * The worker: cold_exec_t jobs go into a FIFO under mu (one node per job, allocated at submit;
+ * when that allocation fails the job runs inline on the loop); the worker runs run(), puts the
+ * job on the done list and posts one drain to the loop, which calls done(). At close, after
+ * cold_close, the worker finishes what is queued and exits; the loop joins it and calls the
+ * remaining done()s itself (cold_close needs them to free its memory).
+ */
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cold/cold.h"
+#include "cold/cold_backend_open.h"
+#include "core/hash.h"
+#include "core/util.h"
+#include "env/clock.h"
+#include "env/env_thread.h"
+#include "core/wire.h"
+#include "net/seg.h"
+#include "store/proto.h"
+#include "store/cold_glue.h"
+
+#define COLD_GLUE_TICK_MS    200 /* view refresh, counters, done-list backstop */
+#define COLD_GLUE_RECON_MS   1000
+#define COLD_GLUE_RECON_PAGE 64
+
+struct xnode {
+    cold_exec_t *io;
+    struct xnode *next;
+};
+
+struct kvm_cold {
+    kvm_rt_t *rt;
+    cold_t *c;
+    cold_backend_t be;
+    bool be_open;
+    kvm_tier_id_t dev;
+    cold_exec_ops_t exec;
+    kvm_done_cb open_cb;
+    /* worker [any] under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+    bool th_started, stop, drain_posted;
+    struct xnode *q_head, *q_tail, *d_head, *d_tail;
+    /* [loop] */
+    env_timer_id tick_timer;
+    uint64_t last_recon_ms;
+    bool refreshing, reconciling, closed;
+    cold_stats_t exported;        /* counters already added to the registry */
+    uint32_t refs;                /* the runtime + route calls in flight (struct rop) */
+    struct reclaim_ctx *reclaims; /* reclaims whose callback is due (freed at close) */
+    struct cread *reads;          /* restores whose callback is due (failed at close) */
+    struct srv_read *serving;     /* remote restores this owner serves (dropped at close) */
+};
+
+static void g_unref(struct kvm_cold *g)
+{
+    KVM_ASSERT(g->refs > 0);
+    if (--g->refs)
+        return;
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+/* ---- the cold I/O worker ------------------------------------------------------------------- */
+
+static void drain_done(void *arg);
+
+static void *worker_main(void *arg)
+{
+    struct kvm_cold *g = arg;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        while (!g->q_head && !g->stop)
+            pthread_cond_wait(&g->cv, &g->mu);
+        struct xnode *n = g->q_head;
+        if (!n)
+            break; /* stop and nothing queued */
+        g->q_head = n->next;
+        if (!g->q_head)
+            g->q_tail = NULL;
+        pthread_mutex_unlock(&g->mu);
+        n->io->run(n->io); /* backend calls block here, never on the loop */
+        pthread_mutex_lock(&g->mu);
+        n->next = NULL;
+        if (g->d_tail)
+            g->d_tail->next = n;
+        else
+            g->d_head = n;
+        g->d_tail = n;
+        if (!g->drain_posted && !g->stop) {
+            g->drain_posted = true;
+            if (env_post(g->rt->env, drain_done, g) != 0)
+                g->drain_posted = false; /* the tick drains it */
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+/* [loop] done() of every finished job. */
+static void drain_done(void *arg)
+{
+    struct kvm_cold *g = arg;
+    pthread_mutex_lock(&g->mu);
+    struct xnode *n = g->d_head;
+    g->d_head = g->d_tail = NULL;
+    g->drain_posted = false;
+    pthread_mutex_unlock(&g->mu);
+    while (n) {
+        struct xnode *next = n->next;
+        cold_exec_t *io = n->io;
+        free(n);
+        io->done(io);
+        n = next;
+    }
+}
+
+static void exec_submit(void *ctx, cold_exec_t *io)
+{
+    struct kvm_cold *g = ctx;
+    struct xnode *n = malloc(sizeof(*n));
+    pthread_mutex_lock(&g->mu);
+    bool inline_run = !n || !g->th_started || g->stop;
+    if (!inline_run) {
+        n->io = io;
+        n->next = NULL;
+        if (g->q_tail)
+            g->q_tail->next = n;
+        else
+            g->q_head = n;
+        g->q_tail = n;
+        pthread_cond_signal(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (inline_run) {
+        free(n);
+        io->run(io);
+        io->done(io);
+    }
+}
+
+/* ---- route callbacks ------------------------------------------------------------------------ */
+
+enum rop_kind { ROP_LOOKUP, ROP_READ_HOT, ROP_MATERIALIZE, ROP_EVICT };
+
+struct rop {
+    struct kvm_cold *g;
+    enum rop_kind kind;
+    cold_lookup_cb lcb;
+    cold_rc_cb rcb;
+    void *arg;
+    kvm_op_id_t content_op;
+    void *buf;
+    uint64_t length;
+    kvm_route_version_t expected;
+    kvm_cold_backing_t mat;
+    cold_evict_expect_t e;
+};
+
+/* Route calls always answer the core (it holds its memory until they do), also after
+ * cold_close: the route service's close cancels them with KVMESH_ECANCELED. */
+static void rop_free(struct rop *o)
+{
+    struct kvm_cold *g = o->g;
+    free(o);
+    g_unref(g);
+}
+
+static void rop_rc(struct rop *o, int rc)
+{
+    cold_rc_cb cb = o->rcb;
+    void *arg = o->arg;
+    rop_free(o);
+    cb(arg, rc);
+}
+
+static void obs_of(const kvm_route_t *r, cold_route_obs_t *obs)
+{
+    memset(obs, 0, sizeof(*obs));
+    if (!r)
+        return;
+    obs->found = true;
+    obs->tombstone = kvm_route_is_tombstone(r);
+    obs->version = r->version;
+    obs->content_op = r->content_op;
+    obs->cold = r->cold;
+    obs->n_replicas = r->n_replicas;
+    memcpy(obs->replicas, r->replicas, sizeof(r->replicas[0]) * r->n_replicas);
+}
+
+/* Copies a local hot replica of r into buf and checks its checksum. */
+static int read_local(kvm_rt_t *rt, const kvm_route_t *r, void *buf, uint64_t len)
+{
+    int rc = KVMESH_EUNAVAILABLE; /* a replica elsewhere only: not readable from here */
+    for (uint32_t i = 0; i < r->n_replicas; i++) {
+        const kvm_hot_replica_t *rep = &r->replicas[i];
+        if (!kvm_id128_equal(&rep->owner, &rt->self.id))
+            continue;
+        for (uint32_t s = 0; s < rt->n_segs; s++) {
+            if (!rt->segs[s].seg || rt->segs[s].seg->id != rep->segment)
+                continue;
+            uint8_t *p;
+            struct seg *pin;
+            enum seg_reason why;
+            rc = seg_check(rt->reg, rep->segment, rep->offset, len, SEG_READ,
+                           rt->segs[s].read_token, &p, &pin, &why);
+            if (rc)
+                break;
+            memcpy(buf, p, len);
+            seg_unpin(rt->reg, pin);
+            if (kvm_checksum(buf, len) == r->checksum)
+                return 0;
+            rc = KVMESH_ECHECKSUM;
+        }
+    }
+    return rc;
+}
+
+static void cas_done(void *arg, int rc, const kvm_route_t *r)
+{
+    (void)r;
+    struct rop *o = arg;
+    rop_rc(o, rc == 0 ? 0 : rc == KVMESH_ECONFLICT ? KVMESH_ECONFLICT : rc);
+}
+
+static void rop_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct rop *o = arg;
+    kvm_rt_t *rt = o->g->rt;
+    if (rc == KVMESH_ENOENT) {
+        rc = 0;
+        r = NULL;
+    }
+    if (o->kind == ROP_LOOKUP) {
+        cold_route_obs_t obs;
+        obs_of(rc == 0 ? r : NULL, &obs);
+        cold_lookup_cb cb = o->lcb;
+        void *a = o->arg;
+        rop_free(o);
+        cb(a, rc, rc == 0 ? &obs : NULL);
+        return;
+    }
+    if (rc == 0 && (o->g->closed || !rt->route))
+        rc = KVMESH_ECANCELED;
+    if (rc) {
+        rop_rc(o, rc);
+        return;
+    }
+    bool live = r && !kvm_route_is_tombstone(r);
+    if (o->kind == ROP_READ_HOT) {
+        if (!live || !kvm_op_id_equal(&r->content_op, &o->content_op) || r->length != o->length) {
+            rop_rc(o, KVMESH_ENOENT);
+            return;
+        }
+        rop_rc(o, read_local(rt, r, o->buf, o->length));
+        return;
+    }
+    kvm_route_t next;
+    kvm_route_init(&next);
+    if (o->kind == ROP_MATERIALIZE) {
+        if (!live || !kvm_route_version_equal(&r->version, &o->expected) ||
+            r->cold.kind != KVM_COLD_PENDING_OFFLOAD ||
+            !kvm_op_id_equal(&r->cold.cold_op, &o->mat.cold_op) ||
+            !kvm_op_id_equal(&r->content_op, &o->mat.content_op)) {
+            rop_rc(o, KVMESH_ECONFLICT);
+            return;
+        }
+        if (kvm_route_copy(&next, r) != 0) {
+            rop_rc(o, KVMESH_ENOMEM);
+            return;
+        }
+        next.cold = o->mat;
+    } else { /* ROP_EVICT */
+        const cold_evict_expect_t *e = &o->e;
+        if (!live || !kvm_route_version_equal(&r->version, &e->version) ||
+            !kvm_op_id_equal(&r->content_op, &e->content_op) ||
+            r->cold.kind != KVM_COLD_MATERIALIZED ||
+            !kvm_op_id_equal(&r->cold.cold_op, &e->cold_op) ||
+            kvm_cold_backing_fingerprint(&r->cold) != e->locator_fp ||
+            kvm_route_find_replica(r, &e->replica) < 0) {
+            rop_rc(o, KVMESH_ECONFLICT);
+            return;
+        }
+        if (kvm_route_copy(&next, r) != 0) {
+            rop_rc(o, KVMESH_ENOMEM);
+            return;
+        }
+        kvm_route_remove_replica(&next, &e->replica);
+    }
+    int crc = route_cas(rt->route, &r->version, &next, cas_done, o);
+    kvm_route_free(&next);
+    if (crc)
+        rop_rc(o, crc);
+}
+
+static struct rop *rop_new(struct kvm_cold *g, enum rop_kind k, void *arg)
+{
+    struct rop *o = calloc(1, sizeof(*o));
+    if (o) {
+        o->g = g;
+        o->kind = k;
+        o->arg = arg;
+        g->refs++;
+    }
+    return o;
+}
+
+static void rop_start(struct rop *o, const kvm_ident_t *id)
+{
+    kvm_rt_t *rt = o->g->rt;
+    int rc = rt->route ? route_lookup(rt->route, id, rop_looked_up, o) : KVMESH_ECANCELED;
+    if (rc == 0)
+        return;
+    if (o->kind == ROP_LOOKUP) {
+        cold_lookup_cb cb = o->lcb;
+        void *a = o->arg;
+        rop_free(o);
+        cb(a, rc, NULL);
+    } else {
+        rop_rc(o, rc);
+    }
+}
+
+static void r_lookup(void *ctx, const kvm_ident_t *id, cold_lookup_cb cb, void *arg)
+{
+    struct rop *o = rop_new(ctx, ROP_LOOKUP, arg);
+    if (!o) {
+        cb(arg, KVMESH_ENOMEM, NULL);
+        return;
+    }
+    o->lcb = cb;
+    rop_start(o, id);
+}
+
+static void r_read_hot(void *ctx, const kvm_ident_t *id, const kvm_op_id_t *content_op, void *buf,
+                       uint64_t length, cold_rc_cb cb, void *arg)
+{
+    struct rop *o = rop_new(ctx, ROP_READ_HOT, arg);
+    if (!o) {
+        cb(arg, KVMESH_ENOMEM);
+        return;
+    }
+    o->rcb = cb;
+    o->content_op = *content_op;
+    o->buf = buf;
+    o->length = length;
+    rop_start(o, id);
+}
+
+static void r_materialize(void *ctx, const kvm_ident_t *id, const kvm_route_version_t *expected,
+                          const kvm_cold_backing_t *mat, cold_rc_cb cb, void *arg)
+{
+    struct rop *o = rop_new(ctx, ROP_MATERIALIZE, arg);
+    if (!o) {
+        cb(arg, KVMESH_ENOMEM);
+        return;
+    }
+    o->rcb = cb;
+    o->expected = *expected;
+    o->mat = *mat;
+    rop_start(o, id);
+}
+
+static void r_evict(void *ctx, const kvm_ident_t *id, const cold_evict_expect_t *e, cold_rc_cb cb,
+                    void *arg)
+{
+    struct rop *o = rop_new(ctx, ROP_EVICT, arg);
+    if (!o) {
+        cb(arg, KVMESH_ENOMEM);
+        return;
+    }
+    o->rcb = cb;
+    o->e = *e;
+    rop_start(o, id);
+}
+
+/* ---- timers, counters ----------------------------------------------------------------------- */
+
+static void export_stats(struct kvm_cold *g)
+{
+    kvm_rt_t *rt = g->rt;
+    cold_stats_t s;
+    cold_get_stats(g->c, &s);
+    if (s.offloads_ok > g->exported.offloads_ok)
+        obs_count(rt->metrics, cold_offloads_total, OBS_OUTCOME_OK, OBS_NONE,
+                  s.offloads_ok - g->exported.offloads_ok);
+    if (s.offload_parked > g->exported.offload_parked)
+        obs_count(rt->metrics, cold_offloads_total, OBS_OUTCOME_ERROR, OBS_NONE,
+                  s.offload_parked - g->exported.offload_parked);
+    g->exported = s;
+    const cold_device_t *d = cold_view_find(g->c, &g->dev);
+    if (d) {
+        obs_gauge_set(rt->metrics, segment_used_bytes, OBS_TIER_COLD, OBS_NONE,
+                      (int64_t)(d->used + d->reserved));
+        obs_gauge_set(rt->metrics, segment_capacity_bytes, OBS_TIER_COLD, OBS_NONE,
+                      (int64_t)d->capacity);
+    }
+}
+
+static void refreshed(void *arg, int rc)
+{
+    (void)rc; /* the view stays as it was; the next tick tries again */
+    struct kvm_cold *g = arg;
+    g->refreshing = false;
+    if (g->c)
+        export_stats(g);
+}
+
+static void reconciled(void *arg, const cold_recon_report_t *r)
+{
+    (void)r;
+    struct kvm_cold *g = arg;
+    g->reconciling = false;
+}
+
+static void tick(void *arg)
+{
+    struct kvm_cold *g = arg;
+    g->tick_timer = 0;
+    if (g->closed)
+        return;
+    drain_done(g); /* backstop when a post failed */
+    if (!g->refreshing && cold_view_refresh(g->c, refreshed, g) == 0)
+        g->refreshing = true;
+    uint64_t now = env_clock_mono_ms();
+    if (!g->reconciling && now - g->last_recon_ms >= COLD_GLUE_RECON_MS) {
+        g->last_recon_ms = now;
+        if (cold_recon_pass(g->c, COLD_GLUE_RECON_PAGE, reconciled, g) == 0)
+            g->reconciling = true;
+    }
+    g->tick_timer = env_timer_start(g->rt->env, COLD_GLUE_TICK_MS * 1000000ull, tick, g);
+}
+
+/* ---- remote restore: the owner side ---------------------------------------------------------- */
+
+struct srv_read {
+    struct kvm_cold *g;
+    rpc_reply *reply;
+    kvm_ident_t ident;
+    struct srv_read *next, *prev; /* g->serving */
+};
+
+static void srv_free(struct srv_read *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        s->g->serving = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    kvm_ident_free(&s->ident);
+    free(s);
+}
+
+static void srv_reply(rpc_reply *reply, int rc, const char *err, const void *buf, uint64_t len)
+{
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+    struct rpc_msg m = {
+        .type = STORE_RPC_COLD_READ, .iov = rc == 0 ? &b : NULL, .niov = rc == 0 ? 1u : 0u};
+    /* NULL sent callback: the payload is copied (buf is valid only during the restore cb) */
+    if (rpc_reply_send(reply, rc, err, &m, NULL, NULL) == KVMESH_EAGAIN)
+        rpc_reply_drop(reply); /* the caller times out and reports it */
+}
+
+static void srv_restored(void *arg, int rc, const void *buf, uint64_t len)
+{
+    struct srv_read *s = arg; /* (kvmesh_cold_restores_total is counted by the reader) */
+    srv_reply(s->reply, rc, rc ? kvmesh_strerror(rc) : "", buf, len);
+    srv_free(s);
+}
+
+static void on_cold_read(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    kvm_rt_t *rt = arg;
+    struct kvm_cold *g = rt->cold;
+    if (!g || !g->c || g->open_cb || g->closed) {
+        srv_reply(reply, KVMESH_EUNAVAILABLE, "the cold tier of this runtime is not open", NULL, 0);
+        return;
+    }
+    struct srv_read *s = calloc(1, sizeof(*s));
+    if (!s) {
+        srv_reply(reply, KVMESH_ENOMEM, "out of memory", NULL, 0);
+        return;
+    }
+    int rc = wire_ident_decode(req->body, req->body_len, &s->ident);
+    if (rc) {
+        free(s);
+        srv_reply(reply, KVMESH_EPROTO, "cold read: malformed identity", NULL, 0);
+        return;
+    }
+    s->g = g;
+    s->reply = reply;
+    s->next = g->serving;
+    if (s->next)
+        s->next->prev = s;
+    g->serving = s;
+    rc = cold_restore(g->c, &s->ident, srv_restored, s);
+    if (rc) {
+        srv_reply(reply, rc, kvmesh_last_error(), NULL, 0);
+        srv_free(s);
+    }
+}
+
+/* ---- open / close --------------------------------------------------------------------------- */
+
+static void open_fail(struct kvm_cold *g, int rc, const char *msg)
+{
+    kvm_done_cb cb = g->open_cb;
+    g->open_cb = NULL;
+    if (cb)
+        cb(g->rt, rc, msg);
+}
+
+static void open_viewed(void *arg, int rc)
+{
+    struct kvm_cold *g = arg;
+    g->refreshing = false;
+    if (rc) {
+        char m[300];
+        snprintf(m, sizeof(m), "cold tier: reading the device view failed: %s",
+                 kvmesh_strerror(rc));
+        open_fail(g, rc, m);
+        return;
+    }
+    export_stats(g);
+    g->last_recon_ms = env_clock_mono_ms();
+    g->tick_timer = env_timer_start(g->rt->env, COLD_GLUE_TICK_MS * 1000000ull, tick, g);
+    open_fail(g, 0, "");
+}
+
+static void open_registered(void *arg, int rc, const cold_device_t *d)
+{
+    (void)d;
+    struct kvm_cold *g = arg;
+    if (rc) {
+        char m[1400];
+        snprintf(m, sizeof(m),
+                 "cold tier: registering device %s in metadata failed: %s (%s); check the "
+                 "metadata backend, and that cold_capacity is not below the device's usage",
+                 g->rt->cfg.cold_root, kvmesh_strerror(rc), kvmesh_last_error());
+        open_fail(g, rc, m);
+        return;
+    }
+    g->refreshing = true;
+    rc = cold_view_refresh(g->c, open_viewed, g);
+    if (rc)
+        open_viewed(g, rc);
+}
+
+void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
+{
+    const struct kvm_store_config *cfg = &rt->cfg;
+    if (cfg->cold_kind == KVM_STORE_COLD_OFF) {
+        cb(rt, 0, "");
+        return;
+    }
+    struct kvm_cold *g = calloc(1, sizeof(*g));
+    if (!g) {
+        cb(rt, KVMESH_ENOMEM, "cold tier: out of memory");
+        return;
+    }
+    g->rt = rt;
+    g->open_cb = cb;
+    g->refs = 1;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    rt->cold = g;
+    char m[1400];
+    cold_backend_err_t err = {{0}};
+    cold_backend_config_t bc = {
+        .kind =
+            cfg->cold_kind == KVM_STORE_COLD_EXTENT ? COLD_BACKEND_EXTENT : COLD_BACKEND_LOCALDIR,
+        .root = cfg->cold_root,
+        .capacity_bytes = cfg->cold_capacity,
+    };
+    int rc = cold_backend_open(&bc, &g->be, &err);
+    if (rc) {
+        snprintf(m, sizeof(m), "cold tier: %s", err.msg[0] ? err.msg : kvmesh_strerror(rc));
+        open_fail(g, rc, m);
+        return;
+    }
+    g->be_open = true;
+    if (rt->ep)
+        rpc_register_handler(rt->ep, STORE_RPC_COLD_READ, on_cold_read, rt);
+    /* The device id names the directory: the same root keeps its id across restarts. */
+    char canon[PATH_MAX];
+    const char *root = realpath(cfg->cold_root, canon) ? canon : cfg->cold_root;
+    size_t rl = strlen(root);
+    g->dev = kvm_id128_from_u64(kvm_hash_seeded(root, rl, 0x636f6c64u),
+                                kvm_hash_seeded(root, rl, 0x64657669u));
+    if (env_thread_create(&g->th, worker_main, g) == 0)
+        g->th_started = true;
+    g->exec = (cold_exec_ops_t){.submit = exec_submit, .ctx = g};
+    cold_route_ops_t ops = {.lookup = r_lookup,
+                            .read_hot = r_read_hot,
+                            .materialize = r_materialize,
+                            .evict = r_evict,
+                            .promote = NULL,
+                            .ctx = g};
+    cold_config_t cc = {.deployment = cfg->deployment,
+                        .self = rt->self.id,
+                        .timeout_ms = cfg->request_timeout_ms,
+                        .queue_cap = cfg->cold_queue,
+                        .max_buffer = cfg->max_object_size,
+                        .exec = &g->exec};
+    rc = cold_new(&g->c, rt->env, rt->meta, &ops, &cc);
+    if (!rc)
+        rc = cold_attach_backend(g->c, &g->dev, &g->be);
+    if (rc) {
+        snprintf(m, sizeof(m), "cold tier: cannot start the cold core: %s", kvmesh_last_error());
+        open_fail(g, rc, m);
+        return;
+    }
+    cold_device_t desc;
+    memset(&desc, 0, sizeof(desc));
+    desc.id = g->dev;
+    desc.owner = rt->self.id;
+    desc.owner_epoch = rt->self.epoch;
+    desc.kind = bc.kind;
+    snprintf(desc.root, sizeof(desc.root), "%s", root);
+    desc.lifecycle = COLD_DEV_ACTIVE;
+    desc.schedulable = true;
+    desc.capacity = cfg->cold_capacity;
+    desc.health = COLD_DEV_HEALTHY;
+    desc.health_ms = env_wall_ms(rt->env);
+    rc = cold_device_register(g->c, &desc, open_registered, g);
+    if (rc)
+        open_registered(g, rc, NULL);
+}
+
+/* ---- store paths ---------------------------------------------------------------------------- */
+
+void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!g || !g->c || g->open_cb || !rt->cfg.cold_offload || next->n_replicas == 0)
+        return;
+    /* The device of a runtime that holds one of the new replicas (its read_hot copies from its
+     * own segment): this runtime's own when it holds one, else the replica owners' devices. */
+    kvm_runtime_id_t owners[KVM_MAX_REPLICAS];
+    size_t n = 0;
+    bool local = false;
+    for (uint32_t i = 0; i < next->n_replicas; i++) {
+        owners[n++] = next->replicas[i].owner;
+        local = local || kvm_id128_equal(&next->replicas[i].owner, &rt->self.id);
+    }
+    kvm_tier_id_t dev;
+    kvm_runtime_id_t owner;
+    const cold_device_t *d = local ? cold_view_find(g->c, &g->dev) : NULL;
+    if (d && cold_device_fits(d, next->length) && cold_offload_pending(g->c) < rt->cfg.cold_queue) {
+        dev = g->dev;
+        owner = rt->self.id;
+    } else if (cold_place_owned(g->c, next->length, owners, n, &dev, &owner) != 0 ||
+               (kvm_id128_equal(&owner, &rt->self.id) &&
+                cold_offload_pending(g->c) >= rt->cfg.cold_queue)) {
+        return; /* stays hot-only (a cache object) */
+    }
+    kvm_op_id_t cold_op = kvm_rt_next_op_id(rt);
+    kvm_cold_backing_pending(&next->cold, &cold_op, &next->content_op, &owner, &dev, next->length,
+                             next->checksum);
+}
+
+struct reclaim_ctx {
+    struct kvm_cold *g;
+    kvm_op_id_t reclaim_op;
+    void (*on_close)(struct reclaim_ctx *r); /* NULL: free(r) */
+    struct reclaim_ctx *next, *prev;         /* g->reclaims */
+};
+
+static void reclaim_free(struct reclaim_ctx *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        r->g->reclaims = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    free(r);
+}
+
+static void reclaim_ran(void *arg, int rc, const cold_reclaim_view_t *v)
+{
+    (void)rc, (void)v; /* KVMESH_EAGAIN and errors: the record stays due; reconciliation runs it */
+    reclaim_free(arg);
+}
+
+void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!g || !g->c || g->open_cb)
+        return;
+    if (now && now->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
+        kvm_id128_equal(&now->cold.owner, &rt->self.id) &&
+        kvm_id128_equal(&now->cold.tier, &g->dev)) {
+        cold_job_t job = {.ident = &now->ident,
+                          .cold_op = now->cold.cold_op,
+                          .content_op = now->content_op,
+                          .device = g->dev,
+                          .length = now->length,
+                          .checksum = now->checksum};
+        (void)cold_offload_submit(g->c, &job); /* EAGAIN: stays hot (see kvm_cold_pins_last) */
+    }
+}
+
+static struct reclaim_ctx *reclaim_new(struct kvm_cold *g, const kvm_op_id_t *reclaim_op)
+{
+    struct reclaim_ctx *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->g = g;
+    r->reclaim_op = *reclaim_op;
+    r->next = g->reclaims;
+    if (r->next)
+        r->next->prev = r;
+    g->reclaims = r;
+    return r;
+}
+
+static void reclaim_cancelled(void *arg, int rc, const cold_reclaim_view_t *v)
+{
+    (void)rc, (void)v; /* refused (not PLANNED any more) or failed: the record stays due */
+    reclaim_free(arg);
+}
+
+struct gate_ctx {
+    struct reclaim_ctx rc; /* first: listed in g->reclaims (freed at close) */
+    kvm_op_t *op;
+    struct kvm_item *it;
+    kvm_cold_gate_cb cont;
+    kvm_op_id_t of;
+};
+
+/* At close the plan's callback no longer runs: the item fails without its CAS. */
+static void gate_closed(struct reclaim_ctx *r)
+{
+    struct gate_ctx *c = (struct gate_ctx *)r;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_cold_gate_cb cont = c->cont;
+    free(c);
+    kvm_errf(KVMESH_ECANCELED, "the runtime is closing");
+    cont(op, it, KVMESH_ECANCELED);
+}
+
+static void gate_planned(void *arg, int rc, const cold_reclaim_view_t *v)
+{
+    (void)v;
+    struct gate_ctx *c = arg;
+    if (rc == 0) {
+        c->it->cold_reclaim_op = c->rc.reclaim_op;
+        c->it->cold_reclaim_of = c->of;
+    }
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_cold_gate_cb cont = c->cont;
+    reclaim_free(&c->rc);
+    if (rc)
+        kvm_errf(rc, "cannot plan the reclaim of the replaced value's cold copy: %s",
+                 kvmesh_strerror(rc));
+    cont(op, it, rc);
+}
+
+bool kvm_cold_reclaim_gate(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it, kvm_cold_gate_cb cont)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!g || !g->c || g->open_cb)
+        return false;
+    bool need = it->have_route && it->cur.cold.kind == KVM_COLD_MATERIALIZED;
+    bool have = need && kvm_op_id_equal(&it->cold_reclaim_of, &it->cur.cold.cold_op);
+    if (!have && !kvm_op_id_is_nil(&it->cold_reclaim_of))
+        kvm_cold_reclaim_settle(rt, it, false); /* planned for a route a conflict replaced */
+    if (!need || have)
+        return false;
+    struct gate_ctx *c = calloc(1, sizeof(*c));
+    if (!c) {
+        cont(op, it, KVMESH_ENOMEM);
+        return true;
+    }
+    c->rc.g = g;
+    c->rc.on_close = gate_closed;
+    c->rc.reclaim_op = kvm_rt_next_op_id(rt);
+    c->rc.next = g->reclaims;
+    if (c->rc.next)
+        c->rc.next->prev = &c->rc;
+    g->reclaims = &c->rc;
+    c->op = op;
+    c->it = it;
+    c->cont = cont;
+    c->of = it->cur.cold.cold_op;
+    int rc =
+        cold_reclaim_plan(g->c, &c->rc.reclaim_op, &it->cur.ident, &it->cur.cold, gate_planned, c);
+    if (rc) {
+        reclaim_free(&c->rc);
+        cont(op, it, rc);
+    }
+    return true;
+}
+
+void kvm_cold_reclaim_settle(kvm_rt_t *rt, struct kvm_item *it, bool applied)
+{
+    struct kvm_cold *g = rt->cold;
+    if (kvm_op_id_is_nil(&it->cold_reclaim_of))
+        return;
+    it->cold_reclaim_of = (kvm_op_id_t){0};
+    if (!g || !g->c)
+        return; /* closing: the record stays due; reconciliation settles it */
+    if (applied && !kvm_id128_equal(&it->cur.cold.tier, &g->dev))
+        return; /* the device's owner runs it when it is due (cold_recon_pass) */
+    struct reclaim_ctx *r = reclaim_new(g, &it->cold_reclaim_op);
+    if (!r)
+        return;
+    int rc = applied ? cold_reclaim_run(g->c, &r->reclaim_op, reclaim_ran, r)
+                     : cold_reclaim_cancel(g->c, &r->reclaim_op, reclaim_cancelled, r);
+    if (rc)
+        reclaim_free(r);
+}
+
+struct committed_ctx {
+    struct kvm_cold *g;
+};
+
+static void committed_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct committed_ctx *c = arg;
+    struct kvm_cold *g = c->g;
+    free(c);
+    if (rc == 0 && !g->closed && g->rt->cold == g)
+        kvm_cold_published(g->rt, r);
+    g_unref(g);
+}
+
+void kvm_cold_slot_committed(kvm_rt_t *rt, const kvm_ident_t *ident)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!g || !g->c || g->open_cb || !rt->route)
+        return;
+    struct committed_ctx *c = calloc(1, sizeof(*c));
+    if (!c)
+        return;
+    c->g = g;
+    g->refs++;
+    if (route_lookup(rt->route, ident, committed_looked_up, c) != 0) {
+        free(c);
+        g_unref(g);
+    }
+}
+
+int kvm_cold_evict_last(kvm_rt_t *rt, const kvm_ident_t *ident, const kvm_hot_replica_t *rep,
+                        kvm_cold_evict_cb cb, void *arg)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!g || !g->c || g->open_cb)
+        return KVMESH_ENOTSUP;
+    return cold_evict(g->c, ident, rep, cb, arg);
+}
+
+bool kvm_cold_pins_last(kvm_rt_t *rt, const kvm_route_t *route)
+{
+    struct kvm_cold *g = rt->cold;
+    /* With no job queued or in flight the backing is stale (never queued, or parked after its
+     * retries): the replica is evicted as a cache object and a later resumption finds the route
+     * changed and releases the op. */
+    return g && g->c && route->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
+           kvm_id128_equal(&route->cold.owner, &rt->self.id) && cold_offload_pending(g->c) > 0;
+}
+
+/* ---- cold-only reads ------------------------------------------------------------------------ */
+
+struct cread {
+    struct cread *next, *prev; /* [loop] g->reads, while the restore is in the core */
+    struct kvm_cold *g;        /* [loop] set while listed */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs; /* app thread + loop */
+    bool done, abandoned;
+    int rc;
+    kvm_rt_t *rt;
+    kvm_ident_t ident;
+    kvm_runtime_id_t owner; /* the device's owner runtime */
+    uint32_t timeout_ms;    /* remote: the time left at the call */
+    const struct iovec *iov;
+    int iovcnt;
+    uint64_t len, checksum;
+};
+
+static void cread_unref(struct cread *r)
+{
+    pthread_mutex_lock(&r->mu);
+    bool last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (!last)
+        return;
+    kvm_ident_free(&r->ident);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+static void cread_finish(struct cread *r, int rc, const void *buf, uint64_t len)
+{
+    kvm_rt_t *rt = r->rt;
+    if (r->g) {
+        if (r->prev)
+            r->prev->next = r->next;
+        else
+            r->g->reads = r->next;
+        if (r->next)
+            r->next->prev = r->prev;
+        r->g = NULL;
+    }
+    if (rc == 0 && (len != r->len || kvm_checksum(buf, len) != r->checksum))
+        rc = KVMESH_ECHECKSUM; /* never hand out bytes the route does not vouch for */
+    obs_count(rt->metrics, cold_restores_total, rc == 0 ? OBS_OUTCOME_OK : OBS_OUTCOME_ERROR,
+              OBS_NONE, 1);
+    pthread_mutex_lock(&r->mu);
+    if (!r->abandoned && rc == 0) {
+        uint64_t pos = 0;
+        for (int i = 0; i < r->iovcnt && pos < len; i++) {
+            size_t k = r->iov[i].iov_len < len - pos ? r->iov[i].iov_len : (size_t)(len - pos);
+            memcpy(r->iov[i].iov_base, (const uint8_t *)buf + pos, k);
+            pos += k;
+        }
+    }
+    r->rc = rc;
+    r->done = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    cread_unref(r);
+}
+
+static void restored(void *arg, int rc, const void *buf, uint64_t len)
+{
+    cread_finish(arg, rc, buf, len);
+}
+
+static void remote_done(rpc_call_t *call, struct rpc_result *res, void *arg)
+{
+    (void)call;
+    struct cread *r = arg;
+    cread_finish(r, res->status, res->payload, res->payload_len);
+}
+
+/* [loop] The device belongs to another runtime: ask it (STORE_RPC_COLD_READ); the bytes are
+ * verified here against the route as for a local restore. */
+static void cread_remote(void *arg)
+{
+    struct cread *r = arg;
+    kvm_rt_t *rt = r->rt;
+    const struct kvm_member *m = kvm_member_find(rt, &r->owner);
+    rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
+    uint8_t body[KVM_IDENT_ENC_MAX_LEN];
+    size_t blen = 0;
+    int rc = p ? wire_ident_encode(&r->ident, body, sizeof(body), &blen) : KVMESH_EUNAVAILABLE;
+    if (!rc) {
+        struct rpc_msg msg = {.type = STORE_RPC_COLD_READ,
+                              .body = body,
+                              .body_len = blen,
+                              .timeout_ms = r->timeout_ms ? r->timeout_ms : 1};
+        rc = rpc_call(p, &msg, remote_done, r, NULL);
+    }
+    if (rc)
+        cread_finish(r, rc, NULL, 0);
+}
+
+static void cread_start(void *arg)
+{
+    struct cread *r = arg;
+    struct kvm_cold *g = r->rt->cold;
+    if (!g || !g->c) {
+        cread_finish(r, KVMESH_ENOTSUP, NULL, 0);
+        return;
+    }
+    r->g = g;
+    r->next = g->reads;
+    if (r->next)
+        r->next->prev = r;
+    g->reads = r;
+    int rc = cold_restore(g->c, &r->ident, restored, r);
+    if (rc)
+        cread_finish(r, rc, NULL, 0);
+}
+
+int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *iov, int iovcnt,
+                  uint64_t deadline_ms)
+{
+    if (route->cold.kind != KVM_COLD_MATERIALIZED)
+        return kvm_errf(KVMESH_EUNAVAILABLE, "no hot replica and no materialized cold copy");
+    bool remote = !kvm_id128_equal(&route->cold.owner, &rt->self.id);
+    if (!remote && !rt->cold)
+        return kvm_errf(KVMESH_ENOTSUP, "the object's cold copy is on this runtime's device but "
+                                        "its cold tier is off (cold_kind)");
+    struct cread *r = calloc(1, sizeof(*r));
+    if (!r)
+        return KVMESH_ENOMEM;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    r->refs = 2;
+    r->rt = rt;
+    r->iov = iov;
+    r->iovcnt = iovcnt;
+    r->len = route->length;
+    r->checksum = route->checksum;
+    r->owner = route->cold.owner;
+    r->timeout_ms = kvm_deadline_left_ms(deadline_ms);
+    if (kvm_ident_copy(&r->ident, &route->ident) != 0 ||
+        env_post(rt->env, remote ? cread_remote : cread_start, r) != 0) {
+        r->refs = 1;
+        cread_unref(r);
+        return KVMESH_EAGAIN;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t left = kvm_deadline_left_ms(deadline_ms);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (left % 1000) * 1000000ull;
+    ts.tv_sec += (time_t)(left / 1000 + ns / 1000000000ull);
+    ts.tv_nsec = (long)(ns % 1000000000ull);
+    pthread_mutex_lock(&r->mu);
+    int w = 0;
+    while (!r->done && w == 0)
+        w = pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    int rc = r->done ? r->rc : KVMESH_ETIMEDOUT;
+    if (!r->done)
+        r->abandoned = true;
+    pthread_mutex_unlock(&r->mu);
+    cread_unref(r);
+    if (rc == KVMESH_ECHECKSUM || rc == KVMESH_ECORRUPT)
+        return kvm_errf(rc, "the cold copy failed verification (length or checksum); no bytes "
+                            "were returned");
+    if (rc == KVMESH_ETIMEDOUT)
+        return kvm_errf(rc, "the cold restore did not finish by the request deadline");
+    return rc;
+}
+
+/* ---- close -------------------------------------------------------------------------------- */
+
+void kvm_cold_close(kvm_rt_t *rt)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!g)
+        return;
+    rt->cold = NULL;
+    g->closed = true;
+    if (g->tick_timer)
+        env_timer_cancel(rt->env, g->tick_timer);
+    g->tick_timer = 0;
+    if (g->c)
+        cold_close(g->c); /* no callback of ours runs after this */
+    pthread_mutex_lock(&g->mu);
+    g->stop = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (g->th_started)
+        pthread_join(g->th, NULL); /* it finished every queued job */
+    drain_done(g);                 /* their done()s, here on the loop */
+    if (g->be_open)
+        cold_backend_close(&g->be);
+    g->be_open = false;
+    while (g->reclaims) { /* their callbacks no longer run */
+        struct reclaim_ctx *r = g->reclaims;
+        g->reclaims = r->next;
+        if (r->next)
+            r->next->prev = NULL;
+        if (r->on_close)
+            r->on_close(r);
+        else
+            free(r);
+    }
+    while (g->reads)
+        cread_finish(g->reads, KVMESH_ECANCELED, NULL, 0);
+    while (g->serving) { /* their restore callbacks no longer run: the callers time out */
+        rpc_reply_drop(g->serving->reply);
+        srv_free(g->serving);
+    }
+    g_unref(g); /* freed when the last route call in flight answered */
+}

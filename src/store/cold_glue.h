@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cold_glue.h — the store's wiring of the cold tier core (src/cold/cold.h; docs/cold.md "Store
+ * wiring"): one cold device per runtime from its configuration (cold_kind, cold_root,
+ * cold_capacity), the cold I/O worker thread that runs backend work, the route callbacks the
+ * core calls (exact lookup, hot read, materialize CAS, last-hot eviction CAS) over the store's
+ * route client, and the few calls the store's own paths make: the PendingOffload backing of a
+ * write, the offload and reclaim after a publication, last-hot eviction, cold-only reads.
+ *
+ * Threads: everything is [loop] except kvm_cold_read, which an application thread calls (it
+ * hands the restore to the loop and waits for it). The glue state is rt->cold (NULL: the cold
+ * tier is off, and every call here is a no-op or answers KVMESH_ENOTSUP).
+ */
+#ifndef KVMESH_STORE_COLD_GLUE_H
+#define KVMESH_STORE_COLD_GLUE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "store/store.h"
+
+/* [loop] Opens the backend, the core, registers the device, refreshes the view, starts the
+ * worker thread and the timers; cb(rt, 0, "") at once when cold_kind is off. On failure cb gets
+ * the code and a message naming what to fix; kvm_cold_close still cleans up. */
+void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb);
+/* [loop] cold_close, then the worker is drained and joined, then the backend closed. Before the
+ * route service and the metadata handle close. Idempotent. */
+void kvm_cold_close(kvm_rt_t *rt);
+
+/* [loop] Write path: when offload applies (cold tier on here, offload on, a device with room
+ * owned by a runtime that holds one of the new replicas: this runtime's own first, with its
+ * queue not full) sets next->cold to a PendingOffload backing of a fresh cold op for
+ * next->content_op on that device. next has its replicas. The owner queues the offload: this
+ * runtime after the CAS (kvm_cold_published), another when the commit reaches it
+ * (kvm_cold_slot_committed). */
+void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next);
+/* [loop] After a put's route CAS applied: queues the offload of now's PendingOffload backing on
+ * this runtime's device. */
+void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now);
+
+/* [loop] Owner side: a slot of `ident` was committed for a writer elsewhere; looks the route up
+ * and queues the offload when it carries a PendingOffload on this runtime's device. */
+void kvm_cold_slot_committed(kvm_rt_t *rt, const kvm_ident_t *ident);
+
+/* [loop] Before a route CAS that replaces it->cur (put or remove): when cur carries a
+ * MATERIALIZED backing that has no planned reclaim yet, plans one (cold_reclaim_plan, durable)
+ * and returns true: cont(op, it, rc) then runs once (rc 0: planned, do the CAS now; else fail
+ * the item without a CAS). false: nothing to plan, go on. A plan for an older cur (a conflict
+ * retry) is cancelled first. */
+typedef void (*kvm_cold_gate_cb)(kvm_op_t *op, struct kvm_item *it, int rc);
+bool kvm_cold_reclaim_gate(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it, kvm_cold_gate_cb cont);
+/* [loop] After the CAS: applied = run the planned reclaim (cold_reclaim_run when the device is
+ * here; the owner's reconciliation runs it otherwise); refused for good = cold_reclaim_cancel.
+ * An outcome that may have applied is settled by neither: the record stays due. */
+void kvm_cold_reclaim_settle(kvm_rt_t *rt, struct kvm_item *it, bool applied);
+
+/* [loop] Last-hot eviction of `rep` (the route's only hot replica, the backing materialized):
+ * cold_evict; cb(arg, 0) when the replica left the route (the caller frees its bytes then),
+ * another code otherwise (keep the bytes). Returns 0 or an error (cb then never runs). */
+typedef void (*kvm_cold_evict_cb)(void *arg, int rc);
+int kvm_cold_evict_last(kvm_rt_t *rt, const kvm_ident_t *ident, const kvm_hot_replica_t *rep,
+                        kvm_cold_evict_cb cb, void *arg);
+/* [loop] True when `route` may not lose its last hot replica yet: its backing is still
+ * PendingOffload on this runtime's device while offload jobs are queued or in flight (the
+ * eviction waits for the materialization; with none pending it is evicted as a cache object). */
+bool kvm_cold_pins_last(kvm_rt_t *rt, const kvm_route_t *route);
+
+/* [app thread] Reads a cold-only object (route->cold MATERIALIZED) into iov: cold_restore on
+ * the loop, bytes verified there against the route's length and checksum, copied before the
+ * callback returns. 0, KVMESH_ECHECKSUM / KVMESH_ECORRUPT (verification failed: no bytes
+ * returned), KVMESH_ENOTSUP (the device belongs to another runtime: remote restore is not
+ * built), KVMESH_ETIMEDOUT (deadline_ms passed), or the core's error. */
+int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *iov, int iovcnt,
+                  uint64_t deadline_ms);
+
+#endif

@@ -1,0 +1,548 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cold_store.c — the cold tier wired into a real runtime (docs/cold.md "Store wiring"): a
+ * runtime with 4 MiB of DRAM, the tcp transport, in-memory metadata and a LocalDir cold device
+ * in a temporary directory takes a working set of 4x its DRAM (256 objects of 64 KiB). Shows:
+ *   - every object reads back with its bytes (cold-only ones restored from the device files and
+ *     verified by checksum), and some objects are cold-only (no hot replica left);
+ *   - /metrics counts offloads, last-hot evictions to cold and restores (> 0), and the device's
+ *     capacity and used bytes under tier="cold";
+ *   - with a byte flipped in the payload of every cold file, a get of a cold-only object fails
+ *     with KVMESH_ECHECKSUM and returns no bytes; objects still hot read back intact;
+ *   - an overwrite of a cold-only object reads back the new value.
+ *   - a client-only runtime without a cold tier reads the same objects (cold-only ones restored
+ *     by the device's owner over RPC and verified by the client), and is refused the corrupted
+ *     ones with KVMESH_ECHECKSUM too;
+ *   - (argv[2] = restart: metadata_only routes) after the storage runtime is closed and reopened
+ *     on the same device directory, every object with a cold copy reads back with its bytes;
+ *   - (argv[2] = pair) with a second storage runtime B and its own device, objects that A writes
+ *     onto B are offloaded to B's device (B learns of them from the commit):
+ *     every object gets a cold copy, both devices hold some, every object reads back;
+ *   - a cold_root that does not exist fails the open with KVMESH_ECONFIG naming it;
+ *   - removing cold-only objects reclaims their cold copies (device used bytes fall by their
+ *     size); argv[1] picks the backend (localdir, extent).
+ * Every wait is bounded; the directory is removed at the end (also on failure).
+ */
+#include <curl/curl.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvmesh.h"
+#include "curl_body.h"
+#include "obs_prom.h"
+
+struct kvm_rt;
+struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
+uint16_t kvm_rt_admin_port(struct kvm_rt *rt);
+
+#define NOBJ      256
+#define OBJ_LEN   (64u << 10)
+#define DRAM      "4MiB"
+#define PUT_TRIES 400
+
+static char tmpdir[64];
+static const char *kind = "localdir";
+static kvmesh_t *kv, *kvc; /* the storage runtime; a client-only runtime (no cold tier) */
+static kvmesh_t *kv2;      /* pair mode: a second storage runtime with its own device */
+static const kvmesh_scope_t sc = {"tenant-a", NULL};
+
+static void cleanup(void)
+{
+    if (kv2) {
+        kvmesh_close(kv2);
+        kv2 = NULL;
+    }
+    if (kvc) {
+        kvmesh_close(kvc);
+        kvc = NULL;
+    }
+    if (kv) {
+        kvmesh_close(kv);
+        kv = NULL;
+    }
+    if (tmpdir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", tmpdir);
+        tmpdir[0] = '\0';
+    }
+}
+
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #c,  \
+                    kvmesh_last_error());                                                          \
+            cleanup();                                                                             \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static void fill(uint8_t *buf, uint32_t i, uint32_t gen)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull * (i + 1) + gen * 0xbf58476d1ce4e5b9ull;
+    for (uint32_t k = 0; k < OBJ_LEN; k++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[k] = (uint8_t)x;
+    }
+}
+
+static void key_of(uint32_t i, char *k, size_t cap)
+{
+    snprintf(k, cap, "cold-obj-%04u", i);
+}
+
+static int scrape(struct prom *p)
+{
+    char u[64];
+    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics",
+             (unsigned)kvm_rt_admin_port(kvmesh_runtime_of(kv)));
+    struct tcurl_body b = {0};
+    CURL *c = curl_easy_init();
+    CHECK(c);
+    curl_easy_setopt(c, CURLOPT_URL, u);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    long code = -1;
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(c);
+    int rc = -1;
+    if (code == 200) {
+        memset(p, 0, sizeof(*p));
+        rc = prom_parse(p, b.data, b.len);
+    }
+    free(b.data);
+    return rc;
+}
+
+static double metric(const char *name, const char *l, const char *v)
+{
+    struct prom p;
+    CHECK(scrape(&p) == 0);
+    double x = prom_value(&p, name, l, v, NULL, NULL);
+    prom_free(&p);
+    return x;
+}
+
+static bool cold_only(uint32_t i)
+{
+    char k[32];
+    key_of(i, k, sizeof(k));
+    kvmesh_route_info_t ri;
+    int rc = kvmesh_route_query(kv, &sc, k, strlen(k), &ri);
+    CHECK(rc == 0 || rc == KVMESH_ENOENT); /* ENOENT: removed in step 5 */
+    return rc == 0 && ri.n_replicas == 0 && ri.cold_backed;
+}
+
+static void flip(const char *f, off_t at)
+{
+    int fd = open(f, O_RDWR);
+    CHECK(fd >= 0);
+    uint8_t b;
+    CHECK(pread(fd, &b, 1, at) == 1);
+    b ^= 0x5a;
+    CHECK(pwrite(fd, &b, 1, at) == 1);
+    close(fd);
+}
+
+/* ExtentStore: extents sit at 4 KiB-aligned offsets from 4096 in each segment file, a 64-byte
+ * header then the payload; with equal object sizes they follow each other at a fixed stride.
+ * Flips one payload byte of every extent. */
+static size_t corrupt_extents(const char *root)
+{
+    char ext[256];
+    snprintf(ext, sizeof(ext), "%s/ext", root);
+    DIR *dir = opendir(ext);
+    CHECK(dir);
+    const off_t stride = ((64 + OBJ_LEN + 4095) / 4096) * 4096;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (strncmp(e->d_name, "seg-", 4) != 0)
+            continue;
+        char f[512];
+        snprintf(f, sizeof(f), "%s/%s", ext, e->d_name);
+        struct stat st;
+        CHECK(stat(f, &st) == 0);
+        for (off_t at = 4096; at + 64 + (off_t)OBJ_LEN <= st.st_size; at += stride, n++)
+            flip(f, at + 64 + OBJ_LEN / 2);
+    }
+    closedir(dir);
+    return n;
+}
+
+/* LocalDir object files under root. */
+static size_t count_files(const char *root)
+{
+    char ld[256];
+    snprintf(ld, sizeof(ld), "%s/ld", root);
+    DIR *top = opendir(ld);
+    CHECK(top);
+    size_t n = 0;
+    struct dirent *d;
+    while ((d = readdir(top)) != NULL) {
+        if (d->d_name[0] == '.')
+            continue;
+        char sub[512];
+        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
+        DIR *s = opendir(sub);
+        if (!s)
+            continue;
+        struct dirent *e;
+        while ((e = readdir(s)) != NULL)
+            n += strlen(e->d_name) > 4 && strcmp(e->d_name + strlen(e->d_name) - 4, ".obj") == 0;
+        closedir(s);
+    }
+    closedir(top);
+    return n;
+}
+
+/* Flips one payload byte (after the 64-byte header) of every LocalDir object file. */
+static size_t corrupt_all(const char *root)
+{
+    char ld[256];
+    snprintf(ld, sizeof(ld), "%s/ld", root);
+    DIR *top = opendir(ld);
+    CHECK(top);
+    size_t n = 0;
+    struct dirent *d;
+    while ((d = readdir(top)) != NULL) {
+        if (d->d_name[0] == '.')
+            continue;
+        char sub[512];
+        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
+        DIR *s = opendir(sub);
+        if (!s)
+            continue;
+        struct dirent *e;
+        while ((e = readdir(s)) != NULL) {
+            size_t l = strlen(e->d_name);
+            if (l < 5 || strcmp(e->d_name + l - 4, ".obj") != 0)
+                continue;
+            char f[800];
+            snprintf(f, sizeof(f), "%s/%s", sub, e->d_name);
+            flip(f, 64 + OBJ_LEN / 2);
+            n++;
+        }
+        closedir(s);
+    }
+    closedir(top);
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        kind = argv[1];
+    bool restart = argc > 2 && strcmp(argv[2], "restart") == 0;
+    bool pair = argc > 2 && strcmp(argv[2], "pair") == 0;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-store-XXXXXX");
+    CHECK(mkdtemp(tmpdir) != NULL);
+    char root[128];
+    snprintf(root, sizeof(root), "%s/dev", tmpdir);
+    CHECK(mkdir(root, 0700) == 0);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+
+    kvmesh_config_t *c = kvmesh_config_new();
+    CHECK(c);
+    char dep[64];
+    snprintf(dep, sizeof(dep), "coldstore%d", (int)getpid());
+    char url[96];
+    snprintf(url, sizeof(url), "memory://%s", dep);
+    CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
+    CHECK(kvmesh_config_set(c, "deployment", dep) == 0);
+    CHECK(kvmesh_config_set(c, "transport", "tcp") == 0);
+    CHECK(kvmesh_config_set(c, "admin_listen", "127.0.0.1:0") == 0);
+    CHECK(kvmesh_config_set(c, "memory_size", DRAM) == 0);
+    CHECK(kvmesh_config_set(c, "segment_size", DRAM) == 0);
+    CHECK(kvmesh_config_set(c, "max_object_size", "1MiB") == 0);
+    CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
+    CHECK(kvmesh_config_set(c, "reclaim_grace_ms", "50") == 0);
+    CHECK(kvmesh_config_set(c, "request_timeout_ms", "10000") == 0);
+    CHECK(kvmesh_config_set(c, "cold_kind", kind) == 0);
+    CHECK(kvmesh_config_set(c, "cold_root", root) == 0);
+    CHECK(kvmesh_config_set(c, "cold_capacity", "64MiB") == 0);
+    if (restart) { /* routes in metadata and a fixed runtime id: they outlive the runtime */
+        CHECK(kvmesh_config_set(c, "route_mode", "metadata_only") == 0);
+        CHECK(kvmesh_config_set(c, "runtime_id", "c01dc01dc01dc01dc01dc01dc01dc01d") == 0);
+    }
+    kvmesh_config_t *cs = kvmesh_config_new(); /* the storage runtime's config, for a reopen */
+    CHECK(cs);
+    size_t nf;
+    const kvmesh_config_field_t *fields = kvmesh_config_fields(&nf);
+    for (size_t f = 0; f < nf; f++) {
+        char v[600];
+        CHECK(kvmesh_config_get(c, fields[f].name, v, sizeof(v)) == 0);
+        CHECK(kvmesh_config_set(cs, fields[f].name, v) == 0);
+    }
+    /* a device directory that does not exist fails the open, naming it */
+    char missing[160];
+    snprintf(missing, sizeof(missing), "%s/missing", tmpdir);
+    CHECK(kvmesh_config_set(c, "cold_root", missing) == 0);
+    int orc = kvmesh_open(&kv, c);
+    printf("open with a missing cold_root: %s: %s\n", kvmesh_errname(orc), kvmesh_last_error());
+    CHECK(orc == KVMESH_ECONFIG && strstr(kvmesh_last_error(), missing) != NULL && kv == NULL);
+    CHECK(kvmesh_config_set(c, "cold_root", root) == 0);
+    CHECK(kvmesh_open(&kv, c) == 0);
+    /* the client: same deployment, no memory, no cold tier: it reads cold-only objects from the
+     * device's owner over RPC (STORE_RPC_COLD_READ) */
+    CHECK(kvmesh_config_set(c, "memory_size", "0") == 0);
+    CHECK(kvmesh_config_set(c, "cold_kind", "off") == 0);
+    CHECK(kvmesh_config_set(c, "admin_listen", "") == 0);
+    CHECK(kvmesh_config_set(c, "runtime_id", "") == 0);
+    CHECK(kvmesh_open(&kvc, c) == 0);
+    char root2[160], idb[KVMESH_ID_HEX_LEN + 1] = "";
+    snprintf(root2, sizeof(root2), "%s/dev2", tmpdir);
+    if (pair) { /* B: the same storage settings, its own device directory */
+        CHECK(mkdir(root2, 0700) == 0);
+        CHECK(kvmesh_config_set(cs, "cold_root", root2) == 0);
+        CHECK(kvmesh_config_set(cs, "admin_listen", "") == 0);
+        CHECK(kvmesh_open(&kv2, cs) == 0);
+        /* A places on B once its membership snapshot lists B with capacity (bounded wait) */
+        bool seen = false;
+        for (int t = 0; t < 200 && !seen; t++) {
+            kvmesh_member_info_t ms[8];
+            size_t nm = 0;
+            CHECK(kvmesh_members(kv, ms, 8, &nm) == 0);
+            size_t storage = 0;
+            for (size_t m = 0; m < nm && m < 8; m++)
+                storage += ms[m].capacity_bytes > 0 && strcmp(ms[m].state, "active") == 0;
+            seen = storage >= 2;
+            if (!seen)
+                usleep(50000);
+        }
+        CHECK(seen);
+        uint64_t epb = 0;
+        CHECK(kvmesh_self(kv2, idb, &epb) == 0);
+    }
+    /* pair: odd objects are written by A onto B (pinned there) */
+    const char *pin_b[1] = {idb};
+    kvmesh_put_opts_t on_b = {.preferred_owners = pin_b, .n_preferred = 1, .hard_pin = true};
+    kvmesh_config_free(c);
+
+    uint8_t *buf = malloc(OBJ_LEN);
+    CHECK(buf);
+    /* 1. a working set of 4x DRAM; a put refused while eviction waits for an offload retries */
+    for (uint32_t i = 0; i < NOBJ; i++) {
+        char k[32];
+        key_of(i, k, sizeof(k));
+        fill(buf, i, 0);
+        int rc = -1;
+        for (int t = 0; t < PUT_TRIES && rc != 0; t++) {
+            rc = kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, pair && i % 2 ? &on_b : NULL);
+            if (rc)
+                usleep(20000);
+        }
+        CHECK(rc == 0);
+    }
+    /* 2. every object reads back with its bytes */
+    size_t cold = 0;
+    for (uint32_t i = 0; i < NOBJ; i++) {
+        char k[32];
+        key_of(i, k, sizeof(k));
+        bool co = cold_only(i);
+        cold += co;
+        void *out = NULL;
+        size_t len = 0;
+        int rc = kvmesh_get(kv, &sc, k, strlen(k), &out, &len);
+        if (rc)
+            fprintf(stderr, "get %s (cold-only %d): %s: %s\n", k, co, kvmesh_errname(rc),
+                    kvmesh_last_error());
+        CHECK(rc == 0);
+        fill(buf, i, 0);
+        CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+        kvmesh_free(out);
+        out = NULL;
+        rc = kvmesh_get(kvc, &sc, k, strlen(k), &out, &len); /* remote restore when cold-only */
+        if (rc)
+            fprintf(stderr, "client get %s (cold-only %d): %s: %s\n", k, co, kvmesh_errname(rc),
+                    kvmesh_last_error());
+        CHECK(rc == 0 && len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+        kvmesh_free(out);
+    }
+    printf("cold-only objects: %zu of %u (read through the owner and through a client)\n", cold,
+           NOBJ);
+    CHECK(cold > 0);
+    if (pair) {
+        /* 3p. writes through A placed replicas on B too (WRH): those went to B's device (B
+         * learned of them from the commit), so every object has a materialized cold copy; each
+         * device holds some; B reads every object back as well */
+        size_t backed = 0;
+        for (int t = 0; t < 100; t++) {
+            backed = 0;
+            for (uint32_t i = 0; i < NOBJ; i++) {
+                char k[32];
+                key_of(i, k, sizeof(k));
+                kvmesh_route_info_t ri;
+                CHECK(kvmesh_route_query(kvc, &sc, k, strlen(k), &ri) == 0);
+                backed += ri.cold_backed;
+            }
+            if (backed == NOBJ)
+                break;
+            usleep(100000);
+        }
+        for (uint32_t i = 0; i < NOBJ; i++) {
+            char k[32];
+            key_of(i, k, sizeof(k));
+            fill(buf, i, 0);
+            void *out = NULL;
+            size_t len = 0;
+            CHECK(kvmesh_get(kv2, &sc, k, strlen(k), &out, &len) == 0);
+            CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+            kvmesh_free(out);
+        }
+        size_t f1 = 0, f2 = 0;
+        if (strcmp(kind, "localdir") == 0) {
+            f1 = count_files(root);
+            f2 = count_files(root2);
+        }
+        printf("pair: %zu of %u objects with a cold copy; device files A %zu, B %zu\n", backed,
+               NOBJ, f1, f2);
+        CHECK(backed == NOBJ && f1 > 0 && f2 > 0);
+        kvmesh_config_free(cs);
+        free(buf);
+        cleanup();
+        curl_global_cleanup();
+        printf("cold_store: ok\n");
+        return 0;
+    }
+    if (restart) {
+        /* 3r. the storage runtime restarts (its DRAM is gone; the same device directory): every
+         * object with a materialized cold copy reads back with its bytes through both runtimes */
+        bool *mat = calloc(NOBJ, sizeof(bool));
+        CHECK(mat);
+        size_t nmat = 0;
+        for (uint32_t i = 0; i < NOBJ; i++) {
+            char k[32];
+            key_of(i, k, sizeof(k));
+            kvmesh_route_info_t ri;
+            CHECK(kvmesh_route_query(kv, &sc, k, strlen(k), &ri) == 0);
+            nmat += mat[i] = ri.cold_backed;
+        }
+        kvmesh_close(kv);
+        kv = NULL;
+        CHECK(kvmesh_open(&kv, cs) == 0);
+        size_t back = 0;
+        for (uint32_t i = 0; i < NOBJ; i++) {
+            if (!mat[i])
+                continue;
+            char k[32];
+            key_of(i, k, sizeof(k));
+            fill(buf, i, 0);
+            kvmesh_t *hs[2] = {kv, kvc};
+            for (int h = 0; h < 2; h++) {
+                void *out = NULL;
+                size_t len = 0;
+                int rc = kvmesh_get(hs[h], &sc, k, strlen(k), &out, &len);
+                if (rc)
+                    fprintf(stderr, "after restart, get %s via %s: %s: %s\n", k,
+                            h ? "client" : "owner", kvmesh_errname(rc), kvmesh_last_error());
+                CHECK(rc == 0 && len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+                kvmesh_free(out);
+            }
+            back++;
+        }
+        printf("after a restart of the storage runtime: %zu of %zu objects with a cold copy read "
+               "back (through the owner and the client)\n",
+               back, nmat);
+        CHECK(nmat >= cold && back == nmat);
+        free(mat);
+        free(buf);
+        kvmesh_config_free(cs);
+        cleanup();
+        curl_global_cleanup();
+        printf("cold_store: ok\n");
+        return 0;
+    }
+    kvmesh_config_free(cs);
+    /* 3. the cold metric families */
+    double off = metric("kvmesh_cold_offloads_total", "result", "ok");
+    double ev = metric("kvmesh_cold_evictions_total", NULL, NULL);
+    double rs = metric("kvmesh_cold_restores_total", "result", "ok");
+    double cap = metric("kvmesh_segment_capacity_bytes", "tier", "cold");
+    double used = metric("kvmesh_segment_used_bytes", "tier", "cold");
+    printf("offloads %.0f, evictions to cold %.0f, restores %.0f, device used %.0f of %.0f\n", off,
+           ev, rs, used, cap);
+    CHECK(off > 0 && ev > 0 && rs >= (double)cold && cap == 64.0 * 1048576.0 && used > 0);
+    /* 4. a corrupted cold file is detected and never returned */
+    size_t files = strcmp(kind, "extent") == 0 ? corrupt_extents(root) : corrupt_all(root);
+    CHECK(files >= cold);
+    size_t refused = 0;
+    for (uint32_t i = 0; i < NOBJ; i++) {
+        char k[32];
+        key_of(i, k, sizeof(k));
+        bool co = cold_only(i);
+        void *out = NULL;
+        size_t len = 0;
+        int rc = kvmesh_get(kv, &sc, k, strlen(k), &out, &len);
+        if (co) {
+            CHECK(rc == KVMESH_ECHECKSUM && out == NULL);
+            rc = kvmesh_get(kvc, &sc, k, strlen(k), &out, &len);
+            CHECK(rc == KVMESH_ECHECKSUM && out == NULL);
+            refused++;
+        } else {
+            CHECK(rc == 0);
+            fill(buf, i, 0);
+            CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+            kvmesh_free(out);
+        }
+    }
+    printf("corrupted files: %zu, cold-only gets refused with KVMESH_ECHECKSUM: %zu\n", files,
+           refused);
+    CHECK(refused == cold);
+    CHECK(metric("kvmesh_cold_restores_total", "result", "error") >= (double)refused);
+    /* 5. removing cold-only objects reclaims their cold copies: the device's used bytes fall by
+     * exactly their size (bounded wait: the gauge follows the device record every 200 ms) */
+    double before = metric("kvmesh_segment_used_bytes", "tier", "cold");
+    size_t removed = 0;
+    for (uint32_t i = 0; i < NOBJ && removed < 16; i++) {
+        if (!cold_only(i))
+            continue;
+        char k[32];
+        key_of(i, k, sizeof(k));
+        CHECK(kvmesh_remove(kv, &sc, k, strlen(k)) == 0);
+        void *out = NULL;
+        size_t len = 0;
+        CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == KVMESH_ENOENT);
+        removed++;
+    }
+    CHECK(removed > 0);
+    double want = before - (double)removed * OBJ_LEN, now = before;
+    for (int t = 0; t < 200 && now != want; t++) {
+        usleep(100000);
+        now = metric("kvmesh_segment_used_bytes", "tier", "cold");
+    }
+    printf("removed %zu cold-only objects: device used %.0f -> %.0f\n", removed, before, now);
+    CHECK(now == want);
+    /* 6. an overwrite of a cold-only object reads back the new value */
+    for (uint32_t i = 0; i < NOBJ; i++) {
+        if (!cold_only(i))
+            continue;
+        char k[32];
+        key_of(i, k, sizeof(k));
+        fill(buf, i, 1);
+        CHECK(kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, NULL) == 0);
+        void *out = NULL;
+        size_t len = 0;
+        CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == 0);
+        CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+        kvmesh_free(out);
+        break;
+    }
+    free(buf);
+    cleanup();
+    curl_global_cleanup();
+    printf("cold_store: ok\n");
+    return 0;
+}
