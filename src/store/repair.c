@@ -30,6 +30,7 @@
 #include "core/hash.h"
 #include "core/util.h"
 #include "env/clock.h"
+#include "env/env_thread.h"
 #include "net/seg.h"
 #include "store/repair.h"
 #include "store/store.h"
@@ -696,7 +697,8 @@ int kvm_repair_start(kvm_rt_t *rt)
     struct kvm_repair *rp = rt->repair;
     if (!rp || rp->started || rt->n_segs == 0 || rt->cfg.rereplicate_max_copies == 0)
         return 0; /* a client-only runtime holds no replica; 0 copies = re-replication off */
-    if (pthread_create(&rp->th, NULL, repair_main, rp) != 0)
+    if (env_thread_create(&rp->th, repair_main, rp) !=
+        0) /* SIGPIPE blocked, like every library thread */
         return kvm_errf(KVMESH_ENOMEM, "cannot start the re-replication thread");
     rp->started = true;
     return 0;
