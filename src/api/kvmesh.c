@@ -200,14 +200,6 @@ int kvmesh_open(kvmesh_t **out, const kvmesh_config_t *cfg)
         free(kv);
         return rc;
     }
-    /* Peers reply to this runtime's requests through their membership snapshot, which they
-     * refresh every lease_ttl_ms/4 (50..500 ms): give them two refresh periods to see us, so
-     * the first request's replies are not lost to a snapshot that predates the join. */
-    uint64_t settle_ms = cfg->lease_ttl_ms / 2;
-    settle_ms = settle_ms < 100 ? 100 : settle_ms > 1000 ? 1000 : settle_ms;
-    struct timespec ts = {(time_t)(settle_ms / 1000), (long)(settle_ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
     *out = kv;
     return 0;
 }

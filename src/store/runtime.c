@@ -484,6 +484,107 @@ static int env_sender(void *ctx, env_node_t to, uint32_t type, const void *data,
     return rc;
 }
 
+/* Env messages from a sender that this runtime's membership snapshot does not list yet (a
+ * runtime that joined since the last refresh, e.g. a CLI client's first route CAS): the
+ * protocol's reply goes to the sender's node, which env_sender can only reach through the
+ * snapshot, so the message waits for one refresh (a single metadata range read) instead of
+ * being answered into the void. Bounded (STORE_HELD_MAX; beyond it messages are delivered at
+ * once, as before); per-sender order is kept because every later message of that sender is
+ * held too; delivered after the refresh whether or not it found the sender. */
+struct held_msg {
+    struct held_msg *next;
+    kvm_runtime_id_t from;
+    uint32_t type;
+    uint32_t rounds; /* refreshes this message has waited for */
+    size_t len;
+    uint8_t data[];
+};
+
+static void held_flush(kvm_rt_t *rt, int rc, const char *err)
+{
+    (void)rc, (void)err;
+    struct held_msg *h = rt->held_head;
+    rt->held_head = rt->held_tail = NULL;
+    rt->n_held = 0;
+    while (h) {
+        struct held_msg *next = h->next;
+        h->next = NULL;
+        h->rounds++;
+        /* A sender still unknown while another refresh is due (asked for during this one,
+         * which may have read the member list before that sender joined) waits for it once. */
+        if (rt->held_refresh && h->rounds < 2 && !kvm_member_find(rt, &h->from) &&
+            !atomic_load(&rt->closing)) {
+            if (rt->held_tail)
+                rt->held_tail->next = h;
+            else
+                rt->held_head = h;
+            rt->held_tail = h;
+            rt->n_held++;
+            h = next;
+            continue;
+        }
+        if (!atomic_load(&rt->closing)) {
+            env_msg_t msg = {.from = kvm_member_node_of(rt, &h->from),
+                             .to = 0,
+                             .type = h->type,
+                             .data = h->data,
+                             .len = h->len};
+            env_uv_deliver(rt->env, &msg);
+        }
+        free(h);
+        h = next;
+    }
+}
+
+static void held_kick(kvm_rt_t *rt)
+{
+    if (rt->refreshing) { /* that refresh may have read the member list before the join */
+        rt->held_refresh = true;
+        return;
+    }
+    kvm_member_refresh(rt, held_flush);
+}
+
+void kvm_rt_held_after_refresh(kvm_rt_t *rt)
+{
+    if (!rt->held_refresh || atomic_load(&rt->closing))
+        return;
+    rt->held_refresh = false;
+    if (rt->held_head)
+        kvm_member_refresh(rt, held_flush);
+}
+
+static bool held_push(kvm_rt_t *rt, const kvm_runtime_id_t *from, const env_msg_t *msg)
+{
+    bool known = kvm_member_find(rt, from) != NULL;
+    if ((known && !rt->held_head) || rt->n_held >= STORE_HELD_MAX || atomic_load(&rt->closing))
+        return false;
+    bool queued_from = false; /* a known sender waits only behind its own held messages */
+    for (struct held_msg *h = rt->held_head; known && h && !queued_from; h = h->next)
+        queued_from = kvm_id128_equal(&h->from, from);
+    if (known && !queued_from)
+        return false;
+    struct held_msg *h = malloc(sizeof(*h) + msg->len);
+    if (!h)
+        return false;
+    h->next = NULL;
+    h->from = *from;
+    h->type = msg->type;
+    h->rounds = 0;
+    h->len = msg->len;
+    if (msg->len)
+        memcpy(h->data, msg->data, msg->len);
+    if (rt->held_tail)
+        rt->held_tail->next = h;
+    else
+        rt->held_head = h;
+    rt->held_tail = h;
+    rt->n_held++;
+    if (!known)
+        held_kick(rt);
+    return true;
+}
+
 static void on_env_msg(rpc_reply *reply, struct rpc_request *req, void *arg)
 {
     (void)reply;
@@ -492,6 +593,8 @@ static void on_env_msg(rpc_reply *reply, struct rpc_request *req, void *arg)
     env_msg_t msg = {.to = 0};
     if (!req->peer_runtime_id || kvm_id128_parse(req->peer_runtime_id, &from) != 0 ||
         store_env_msg_decode(req->body, req->body_len, &msg.type, &msg.data, &msg.len) != 0)
+        return;
+    if (held_push(rt, &from, &msg))
         return;
     msg.from = kvm_member_node_of(rt, &from);
     env_uv_deliver(rt->env, &msg);
@@ -969,6 +1072,11 @@ static void rt_free(kvm_rt_t *rt)
         struct self_msg *sm = rt->self_msgs;
         rt->self_msgs = sm->next;
         free(sm);
+    }
+    while (rt->held_head) { /* messages held for a refresh the stopped loop never finished */
+        struct held_msg *h = rt->held_head;
+        rt->held_head = h->next;
+        free(h);
     }
     for (size_t i = 0; i < rt->n_seg_cache; i++)
         tp_close_segment(rt->seg_cache[i].h);

@@ -56,6 +56,7 @@
 #define STORE_RESERVE_WAIT_MAX 512   /* reservations waiting for eviction to free space */
 #define STORE_HIT_FLUSH_MS     100   /* hit reports are batched this long */
 #define STORE_MEMBER_PAGE      256   /* member records per range page */
+#define STORE_HELD_MAX         256   /* env messages held for a refresh that names their sender */
 #define STORE_HINTS            16384 /* route hints per runtime (power of two; route_hint.c) */
 #define STORE_HINT_WAYS        4     /* route hints: ways per set */
 #define STORE_HINT_REPLICAS    3     /* routes with more replicas are not hinted */
@@ -345,6 +346,13 @@ typedef struct kvm_rt {
     struct kvm_hints *hints;      /* [loop] route hints (route_hint.c); NULL until first use */
     struct kvm_repair *repair;    /* background re-replication (repair.c); NULL = none */
     struct kvm_cold *cold;        /* [loop] cold tier wiring (cold_glue.c); NULL = off */
+
+    /* [loop] env messages from senders not in the snapshot, delivered after the next refresh
+     * (runtime.c); held_refresh: one more refresh is wanted after the running one */
+    struct held_msg *held_head, *held_tail;
+    size_t n_held;
+    bool held_refresh;
+
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;
@@ -421,6 +429,9 @@ typedef void (*kvm_done_cb)(kvm_rt_t *rt, int rc, const char *err);
 void kvm_member_register(kvm_rt_t *rt, kvm_done_cb cb); /* lease + standby record + epoch */
 void kvm_member_publish(kvm_rt_t *rt, kvm_done_cb cb);  /* writes the record now */
 void kvm_member_refresh(kvm_rt_t *rt, kvm_done_cb cb);  /* one snapshot refresh */
+/* After every snapshot refresh (member.c): starts the refresh that held env messages from
+ * unknown senders still wait for, if one was asked for while this one ran (runtime.c). */
+void kvm_rt_held_after_refresh(kvm_rt_t *rt);
 void kvm_member_start_timers(kvm_rt_t *rt);
 void kvm_member_stop(kvm_rt_t *rt);
 void kvm_member_set_state(kvm_rt_t *rt, enum kvm_member_state to);
