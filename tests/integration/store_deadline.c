@@ -506,7 +506,6 @@ static void no_head_of_line(kvmesh_t *kv)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);
     if (argc >= 7 && strcmp(argv[1], "--runtime") == 0)
         return runtime_main(argv);
     if (argc < 2 || strcmp(argv[1], "redis") != 0) {
