@@ -255,6 +255,23 @@ static int admin_page(kvmesh_admin_t *a, enum ks_family f, const char *start_aft
     return rc;
 }
 
+/* One page of family f after the record named `after` (NULL or "" = from the start), whose key
+ * key_of builds: the prologue of every list call keyed by a name. */
+typedef int (*admin_key_fn)(char *out, size_t cap, const char *dep, const char *name);
+
+static int admin_page_after(kvmesh_admin_t *a, enum ks_family f, admin_key_fn key_of,
+                            const char *after, size_t limit, meta_result_t **res)
+{
+    *res = NULL;
+    char start[KS_KEY_CAP] = "";
+    if (after && after[0]) {
+        int rc = key_of(start, sizeof(start), a->deployment, after);
+        if (rc)
+            return rc;
+    }
+    return admin_page(a, f, start[0] ? start : NULL, limit, res);
+}
+
 /* One member record into o (malformed when it does not decode); m is scratch. */
 static void member_from_kv(const meta_kv_t *kv, kvmesh_admin_member_t *o, struct kvm_member *m)
 {
@@ -288,14 +305,8 @@ int kvmesh_admin_members(kvmesh_admin_t *a, const char *after, size_t limit,
 {
     *n = 0;
     *more = false;
-    char start[KS_KEY_CAP] = "";
-    if (after && after[0]) {
-        int rc = ks_member_key(start, sizeof(start), a->deployment, after);
-        if (rc)
-            return rc;
-    }
     meta_result_t *res;
-    int rc = admin_page(a, KS_MEMBER, start[0] ? start : NULL, limit, &res);
+    int rc = admin_page_after(a, KS_MEMBER, ks_member_key, after, limit, &res);
     if (rc == 0) {
         struct kvm_member *m = malloc(sizeof(*m));
         if (!m)
@@ -477,14 +488,8 @@ int kvmesh_admin_lifecycles(kvmesh_admin_t *a, const char *after, size_t limit,
 {
     *n = 0;
     *more = false;
-    char start[KS_KEY_CAP] = "";
-    if (after && after[0]) {
-        int rc = ks_lifecycle_key(start, sizeof(start), a->deployment, after);
-        if (rc)
-            return rc;
-    }
     meta_result_t *res;
-    int rc = admin_page(a, KS_LIFECYCLE, start[0] ? start : NULL, limit, &res);
+    int rc = admin_page_after(a, KS_LIFECYCLE, ks_lifecycle_key, after, limit, &res);
     for (size_t i = 0; rc == 0 && i < res->n_kvs && i < limit; i++) {
         kvmesh_admin_lifecycle_t *o = &out[i];
         memset(o, 0, sizeof(*o));
@@ -568,14 +573,8 @@ int kvmesh_admin_tenants(kvmesh_admin_t *a, const char *after, size_t limit,
 {
     *n = 0;
     *more = false;
-    char start[KS_KEY_CAP] = "";
-    if (after && after[0]) {
-        int rc = ks_tenant_policy_key(start, sizeof(start), a->deployment, after);
-        if (rc)
-            return rc;
-    }
     meta_result_t *res;
-    int rc = admin_page(a, KS_TENANT_POLICY, start[0] ? start : NULL, limit, &res);
+    int rc = admin_page_after(a, KS_TENANT_POLICY, ks_tenant_policy_key, after, limit, &res);
     for (size_t i = 0; rc == 0 && i < res->n_kvs && i < limit; i++) {
         tenant_from_kv(&res->kvs[i], &out[i]);
         if (out[i].tenant[0])
