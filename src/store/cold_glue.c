@@ -62,6 +62,7 @@ struct kvm_cold {
     struct reclaim_ctx *reclaims; /* reclaims whose callback is due (freed at close) */
     struct cread *reads;          /* restores whose callback is due (failed at close) */
     struct srv_read *serving;     /* remote restores this owner serves (dropped at close) */
+    struct claim *claims;         /* eviction-triggered offloads in progress (freed at close) */
 };
 
 static void g_unref(struct kvm_cold *g)
@@ -426,6 +427,14 @@ static void reconciled(void *arg, const cold_recon_report_t *r)
     g->reconciling = false;
 }
 
+/* The DRAM used fraction, for the watermark gate (cold_config_t.high_watermark). */
+static void report_pressure(struct kvm_cold *g)
+{
+    kvm_rt_t *rt = g->rt;
+    if (g->c && rt->capacity)
+        cold_set_pressure(g->c, (double)rt->used / (double)rt->capacity);
+}
+
 static void tick(void *arg)
 {
     struct kvm_cold *g = arg;
@@ -433,6 +442,7 @@ static void tick(void *arg)
     if (g->closed)
         return;
     drain_done(g); /* backstop when a post failed */
+    report_pressure(g);
     if (!g->refreshing && cold_view_refresh(g->c, refreshed, g) == 0)
         g->refreshing = true;
     uint64_t now = env_clock_mono_ms();
@@ -614,6 +624,12 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
                         .self = rt->self.id,
                         .timeout_ms = cfg->request_timeout_ms,
                         .queue_cap = cfg->cold_queue,
+                        .order = cfg->cold_offload_order ? COLD_ORDER_SIZE : COLD_ORDER_FIFO,
+                        .backoff_base_ms = cfg->cold_retry_backoff_ms,
+                        .backoff_max_ms = cfg->cold_retry_backoff_max_ms,
+                        .rate_bytes_per_sec = cfg->cold_offload_bytes_per_sec,
+                        .high_watermark = cfg->cold_high_watermark,
+                        .low_watermark = cfg->cold_low_watermark,
                         .max_buffer = cfg->max_object_size,
                         .exec = &g->exec};
     rc = cold_new(&g->c, rt->env, rt->meta, &ops, &cc);
@@ -646,8 +662,9 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
 void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next)
 {
     struct kvm_cold *g = rt->cold;
-    if (!g || !g->c || g->open_cb || !rt->cfg.cold_offload || next->n_replicas == 0)
-        return;
+    if (!g || !g->c || g->open_cb || !rt->cfg.cold_offload || next->n_replicas == 0 ||
+        rt->cfg.cold_offload_mode == KVM_STORE_COLD_MODE_EVICT)
+        return; /* (evict mode: the eviction claims its victims, kvm_cold_evict_claim) */
     /* The device of a runtime that holds one of the new replicas (its read_hot copies from its
      * own segment): this runtime's own when it holds one, else the replica owners' devices. */
     kvm_runtime_id_t owners[KVM_MAX_REPLICAS];
@@ -702,6 +719,7 @@ void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now)
     struct kvm_cold *g = rt->cold;
     if (!g || !g->c || g->open_cb)
         return;
+    report_pressure(g);
     if (now && now->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
         kvm_id128_equal(&now->cold.owner, &rt->self.id) &&
         kvm_id128_equal(&now->cold.tier, &g->dev)) {
@@ -875,6 +893,143 @@ bool kvm_cold_pins_last(kvm_rt_t *rt, const kvm_route_t *route)
      * changed and releases the op. */
     return g && g->c && route->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
            kvm_id128_equal(&route->cold.owner, &rt->self.id) && cold_offload_pending(g->c) > 0;
+}
+
+/* ---- eviction-triggered offload (cold_offload_mode = evict) -------------------------------- */
+
+/* One claimed victim: route CAS adding a PendingOffload of a fresh cold op on this runtime's
+ * device (the replica stays) -> urgent offload job -> last-hot eviction (cold_evict) -> cb. */
+struct claim {
+    struct kvm_cold *g;
+    kvm_ident_t ident; /* owned */
+    kvm_hot_replica_t rep;
+    kvm_route_t next; /* the claimed route (its cold op, content op, length, checksum) */
+    kvm_cold_evict_cb cb;
+    void *arg;
+    bool in_route; /* its route CAS is in flight (holds g->refs) */
+    bool listed;   /* in g->claims */
+    struct claim *next_c, *prev_c;
+};
+
+static void claim_unlink(struct claim *cl)
+{
+    if (!cl->listed)
+        return;
+    if (cl->prev_c)
+        cl->prev_c->next_c = cl->next_c;
+    else
+        cl->g->claims = cl->next_c;
+    if (cl->next_c)
+        cl->next_c->prev_c = cl->prev_c;
+    cl->listed = false;
+}
+
+static void claim_free(struct claim *cl)
+{
+    claim_unlink(cl);
+    kvm_ident_free(&cl->ident);
+    kvm_route_free(&cl->next);
+    free(cl);
+}
+
+static void claim_finish(struct claim *cl, int rc)
+{
+    kvm_cold_evict_cb cb = cl->cb;
+    void *arg = cl->arg;
+    claim_free(cl);
+    cb(arg, rc);
+}
+
+static void claim_evicted(void *arg, int rc)
+{
+    claim_finish(arg, rc);
+}
+
+static void claim_offloaded(void *arg, int rc)
+{
+    struct claim *cl = arg;
+    struct kvm_cold *g = cl->g;
+    if (rc == 0)
+        rc = cold_evict(g->c, &cl->ident, &cl->rep, claim_evicted, cl);
+    if (rc)
+        claim_finish(cl, rc); /* the slot goes back to the clock; a later pass retries */
+}
+
+static void claim_cased(void *arg, int rc, const kvm_route_t *now)
+{
+    (void)now;
+    struct claim *cl = arg;
+    struct kvm_cold *g = cl->g;
+    cl->in_route = false;
+    if (g->closed || !g->c) {
+        claim_free(cl); /* closing: the slot's callback no longer runs */
+        g_unref(g);
+        return;
+    }
+    g_unref(g); /* the runtime holds another reference while open */
+    if (rc == 0) {
+        cold_job_t job = {.ident = &cl->ident,
+                          .cold_op = cl->next.cold.cold_op,
+                          .content_op = cl->next.content_op,
+                          .device = g->dev,
+                          .length = cl->next.length,
+                          .checksum = cl->next.checksum,
+                          .urgent = true,
+                          .done = claim_offloaded,
+                          .done_arg = cl};
+        rc = cold_offload_submit(g->c, &job);
+    }
+    if (rc)
+        claim_finish(cl, rc);
+}
+
+bool kvm_cold_claims(kvm_rt_t *rt, const kvm_route_t *r)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!g || !g->c || g->open_cb || g->closed || !rt->route || !rt->cfg.cold_offload ||
+        rt->cfg.cold_offload_mode != KVM_STORE_COLD_MODE_EVICT)
+        return false;
+    if (kvm_route_is_tombstone(r) || r->cold.kind != KVM_COLD_NONE || r->n_replicas != 1 ||
+        !kvm_id128_equal(&r->replicas[0].owner, &rt->self.id))
+        return false;
+    const cold_device_t *d = cold_view_find(g->c, &g->dev);
+    return d && cold_device_fits(d, r->length) && cold_offload_pending(g->c) < rt->cfg.cold_queue;
+}
+
+int kvm_cold_evict_claim(kvm_rt_t *rt, const kvm_route_t *r, const kvm_hot_replica_t *rep,
+                         kvm_cold_evict_cb cb, void *arg)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!kvm_cold_claims(rt, r))
+        return KVMESH_ENOTSUP;
+    struct claim *cl = calloc(1, sizeof(*cl));
+    if (!cl)
+        return KVMESH_ENOMEM;
+    kvm_route_init(&cl->next);
+    if (kvm_ident_copy(&cl->ident, &r->ident) != 0 || kvm_route_copy(&cl->next, r) != 0) {
+        claim_free(cl);
+        return KVMESH_ENOMEM;
+    }
+    cl->g = g;
+    cl->rep = *rep;
+    cl->cb = cb;
+    cl->arg = arg;
+    kvm_op_id_t cold_op = kvm_rt_next_op_id(rt);
+    kvm_cold_backing_pending(&cl->next.cold, &cold_op, &cl->next.content_op, &rt->self.id, &g->dev,
+                             cl->next.length, cl->next.checksum);
+    cl->next_c = g->claims;
+    if (cl->next_c)
+        cl->next_c->prev_c = cl;
+    g->claims = cl;
+    cl->listed = true;
+    cl->in_route = true;
+    g->refs++;
+    int rc = route_cas(rt->route, &r->version, &cl->next, claim_cased, cl);
+    if (rc) {
+        g->refs--;
+        claim_free(cl);
+    }
+    return rc;
 }
 
 /* ---- cold-only reads ------------------------------------------------------------------------ */
@@ -1081,6 +1236,12 @@ void kvm_cold_close(kvm_rt_t *rt)
             r->on_close(r);
         else
             free(r);
+    }
+    while (g->claims) { /* their callbacks no longer run; a CAS in flight frees its own */
+        struct claim *cl = g->claims;
+        claim_unlink(cl);
+        if (!cl->in_route)
+            claim_free(cl);
     }
     while (g->reads)
         cread_finish(g->reads, KVMESH_ECANCELED, NULL, 0);
