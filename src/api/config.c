@@ -241,6 +241,9 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
     F_UINT(cold_retry_backoff_ms, "2", 1, 60000,
            "First delay of an offload job's retry after a transient failure; it doubles per "
            "retry up to cold_retry_backoff_max_ms (each delay drawn from [d/2, d])."),
+    F_UINT(cold_reconcile_after_ms, "10000", 100, 3600000,
+           "A cold operation left in a non-terminal state (its runtime crashed, its job was "
+           "parked) is resumed by the device owner's reconciliation after this long."),
     F_UINT(cold_retry_backoff_max_ms, "10000", 1, 600000,
            "Cap of an offload job's retry delay (at least cold_retry_backoff_ms)."),
 };
@@ -1072,4 +1075,5 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->cold_low_watermark = cfg->cold_low_watermark;
     out->cold_retry_backoff_ms = cfg->cold_retry_backoff_ms;
     out->cold_retry_backoff_max_ms = cfg->cold_retry_backoff_max_ms;
+    out->cold_reconcile_after_ms = cfg->cold_reconcile_after_ms;
 }

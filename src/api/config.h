@@ -81,6 +81,7 @@ struct kvmesh_config {
     double cold_low_watermark;                  /* DRAM fraction stopping it */
     uint32_t cold_retry_backoff_ms;             /* first retry delay */
     uint32_t cold_retry_backoff_max_ms;         /* retry delay cap */
+    uint32_t cold_reconcile_after_ms;           /* non-terminal cold op due after */
 };
 
 /* Fills cfg with every default (what kvmesh_config_new returns). */

@@ -226,7 +226,8 @@ typedef struct cold_route_ops {
     /* exact lookup of one object's route (never a scan) */
     void (*lookup)(void *ctx, const kvm_ident_t *id, cold_lookup_cb cb, void *arg);
     /* copy the payload of content_op (length bytes) from a valid hot replica into buf; rc 0,
-     * KVMESH_ENOENT (no hot replica of that content), or an I/O error */
+     * KVMESH_ENOENT (no hot replica of that content, for good: the op is then released), or a
+     * transient error (retried with backoff) */
     void (*read_hot)(void *ctx, const kvm_ident_t *id, const kvm_op_id_t *content_op, void *buf,
                      uint64_t length, cold_rc_cb cb, void *arg);
     /* CAS the active backing from PendingOffload (of mat->cold_op, mat->content_op) to `mat` at

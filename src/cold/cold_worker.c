@@ -507,6 +507,11 @@ static void on_hot(void *arg, int rc)
         job_end(j);
         return;
     }
+    if (rc == KVMESH_ENOENT) { /* no hot copy of this content left: nothing can be written */
+        j->last_rc = rc;
+        job_io(j, IO_FIND_DEL); /* RESERVED -> RELEASED (an orphan of a crash goes too) */
+        return;
+    }
     if (rc) {
         job_backoff(j, rc);
         return;

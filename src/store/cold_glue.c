@@ -206,10 +206,15 @@ static void obs_of(const kvm_route_t *r, cold_route_obs_t *obs)
 static int read_local(kvm_rt_t *rt, const kvm_route_t *r, void *buf, uint64_t len)
 {
     int rc = KVMESH_EUNAVAILABLE; /* a replica elsewhere only: not readable from here */
+    uint32_t dead = 0;            /* replicas of this runtime id in a segment it no longer has */
     for (uint32_t i = 0; i < r->n_replicas; i++) {
         const kvm_hot_replica_t *rep = &r->replicas[i];
         if (!kvm_id128_equal(&rep->owner, &rt->self.id))
             continue;
+        bool seg_here = false;
+        for (uint32_t s = 0; s < rt->n_segs; s++)
+            seg_here |= rt->segs[s].seg && rt->segs[s].seg->id == rep->segment;
+        dead += !seg_here;
         for (uint32_t s = 0; s < rt->n_segs; s++) {
             if (!rt->segs[s].seg || rt->segs[s].seg->id != rep->segment)
                 continue;
@@ -227,6 +232,11 @@ static int read_local(kvm_rt_t *rt, const kvm_route_t *r, void *buf, uint64_t le
             rc = KVMESH_ECHECKSUM;
         }
     }
+    /* Every replica was this runtime's, in segments of an earlier incarnation (a restart after
+     * a crash): the hot copy is gone for good, the offload can never read it. */
+    if (rc == KVMESH_EUNAVAILABLE && r->n_replicas > 0 && dead == r->n_replicas)
+        return kvm_errf(KVMESH_ENOENT, "the object's only hot copies were in this runtime's "
+                                       "DRAM before it restarted; it cannot be offloaded");
     return rc;
 }
 
@@ -630,6 +640,7 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
                         .rate_bytes_per_sec = cfg->cold_offload_bytes_per_sec,
                         .high_watermark = cfg->cold_high_watermark,
                         .low_watermark = cfg->cold_low_watermark,
+                        .op_ttl_ms = cfg->cold_reconcile_after_ms,
                         .max_buffer = cfg->max_object_size,
                         .exec = &g->exec};
     rc = cold_new(&g->c, rt->env, rt->meta, &ops, &cc);

@@ -116,6 +116,7 @@ struct kvm_store_config {
     double cold_low_watermark;           /* DRAM fraction closing it */
     uint32_t cold_retry_backoff_ms;      /* first retry delay of an offload job */
     uint32_t cold_retry_backoff_max_ms;  /* its cap */
+    uint32_t cold_reconcile_after_ms;    /* a non-terminal cold op is due after (op_ttl_ms) */
 };
 
 #define KVM_STORE_COLD_OFF              0u

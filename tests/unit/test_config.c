@@ -110,6 +110,8 @@ static const struct {
     {"cold_low_watermark", "1.0", "cold_low_watermark: \"1.0\" is out of range; allowed 0..0.99"},
     {"cold_retry_backoff_ms", "0",
      "cold_retry_backoff_ms: \"0\" is out of range; allowed 1..60000"},
+    {"cold_reconcile_after_ms", "5",
+     "cold_reconcile_after_ms: \"5\" is out of range; allowed 100..3600000"},
     {"cold_retry_backoff_max_ms", "0",
      "cold_retry_backoff_max_ms: \"0\" is out of range; allowed 1..600000"},
     {"tenant_quota_evict", "maybe",
