@@ -398,6 +398,130 @@ static void r_evict(void *ctx, const kvm_ident_t *id, const cold_evict_expect_t 
     rop_start(o, id);
 }
 
+/* ---- re-promotion after a restore (best effort) ------------------------------------------- */
+
+/* promote(): a verified restore of a cold-only route gets a normal hot replica here again when
+ * DRAM has room below evict_low_watermark (never evicting others for it): reserve a slot, copy
+ * the verified bytes (the core keeps buf until cb), look the route up, CAS the replica in at the
+ * restored version while the route is still cold-only with the same content, then commit the
+ * slot; any refusal releases the slot. cb always runs (the core holds its memory until then). */
+struct promo {
+    struct kvm_cold *g;
+    kvm_ident_t ident; /* owned */
+    kvm_route_version_t expected;
+    const uint8_t *buf;
+    uint64_t len, seg, off;
+    bool reserved;
+    cold_rc_cb cb;
+    void *arg;
+};
+
+static void promo_end(struct promo *p, int rc)
+{
+    struct kvm_cold *g = p->g;
+    if (p->reserved)
+        kvm_owner_release(g->rt, p->seg, p->off);
+    cold_rc_cb cb = p->cb;
+    void *arg = p->arg;
+    kvm_ident_free(&p->ident);
+    free(p);
+    cb(arg, rc);
+    g_unref(g);
+}
+
+static void promo_cased(void *arg, int rc, const kvm_route_t *now)
+{
+    (void)now;
+    struct promo *p = arg;
+    if (rc == 0) {
+        kvm_owner_commit(p->g->rt, p->seg, p->off);
+        p->reserved = false;
+    }
+    promo_end(p, rc);
+}
+
+static void promo_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct promo *p = arg;
+    kvm_rt_t *rt = p->g->rt;
+    if (rc == 0 &&
+        (!r || kvm_route_is_tombstone(r) || !kvm_route_version_equal(&r->version, &p->expected) ||
+         r->cold.kind != KVM_COLD_MATERIALIZED || r->n_replicas != 0 || r->length != p->len ||
+         r->n_replicas >= KVM_MAX_REPLICAS))
+        rc = KVMESH_ECONFLICT; /* the route moved on: the promotion is dropped */
+    if (rc) {
+        promo_end(p, rc);
+        return;
+    }
+    kvm_route_t next;
+    kvm_route_init(&next);
+    rc = kvm_route_copy(&next, r);
+    if (rc == 0) {
+        next.replicas[next.n_replicas++] = (kvm_hot_replica_t){.owner = rt->self.id,
+                                                               .segment = p->seg,
+                                                               .offset = p->off,
+                                                               .length = p->len,
+                                                               .checksum = r->checksum};
+        rc = route_cas(rt->route, &r->version, &next, promo_cased, p);
+    }
+    kvm_route_free(&next);
+    if (rc)
+        promo_end(p, rc);
+}
+
+static void promo_reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
+                           uint64_t token)
+{
+    (void)err;
+    struct promo *p = arg;
+    kvm_rt_t *rt = p->g->rt;
+    if (rc) {
+        promo_end(p, rc);
+        return;
+    }
+    p->seg = seg;
+    p->off = off;
+    p->reserved = true;
+    uint8_t *dst;
+    struct seg *pin;
+    enum seg_reason why;
+    rc = seg_check(rt->reg, seg, off, p->len, SEG_WRITE, token, &dst, &pin, &why);
+    if (rc == 0) {
+        memcpy(dst, p->buf, p->len);
+        seg_unpin(rt->reg, pin);
+        rc = rt->route ? route_lookup(rt->route, &p->ident, promo_looked_up, p) : KVMESH_ECLOSED;
+    }
+    if (rc)
+        promo_end(p, rc);
+}
+
+static void r_promote(void *ctx, const kvm_ident_t *id, const kvm_route_version_t *expected,
+                      const void *buf, uint64_t length, cold_rc_cb cb, void *arg)
+{
+    struct kvm_cold *g = ctx;
+    kvm_rt_t *rt = g->rt;
+    uint64_t room = (uint64_t)((double)rt->capacity * rt->cfg.evict_low_watermark);
+    if (g->closed || !rt->route || rt->capacity == 0 || rt->state != KVM_MS_ACTIVE ||
+        rt->used + rt->stats.reserved_bytes + length > room) {
+        cb(arg, KVMESH_EAGAIN); /* no room without evicting: stays cold-only */
+        return;
+    }
+    struct promo *p = calloc(1, sizeof(*p));
+    if (!p || kvm_ident_copy(&p->ident, id) != 0) {
+        free(p);
+        cb(arg, KVMESH_ENOMEM);
+        return;
+    }
+    p->g = g;
+    p->expected = *expected;
+    p->buf = buf;
+    p->len = length;
+    p->cb = cb;
+    p->arg = arg;
+    g->refs++;
+    kvm_owner_reserve(rt, id, length, rt->cfg.request_timeout_ms, promo_reserved, p);
+}
+
 /* ---- timers, counters ----------------------------------------------------------------------- */
 
 static void export_stats(struct kvm_cold *g)
@@ -628,7 +752,7 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
                             .read_hot = r_read_hot,
                             .materialize = r_materialize,
                             .evict = r_evict,
-                            .promote = NULL,
+                            .promote = r_promote,
                             .ctx = g};
     cold_config_t cc = {.deployment = cfg->deployment,
                         .self = rt->self.id,

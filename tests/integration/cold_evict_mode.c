@@ -9,7 +9,10 @@
  *     device and only then evicted, so the offload count equals the count of last-hot evictions
  *     to cold, equals the routes with a cold copy, equals the device's object files, and every
  *     cold-only object has exactly one;
- *   - every object reads back with its bytes (cold-only ones restored from the device).
+ *   - every object reads back with its bytes (cold-only ones restored from the device);
+ *   - re-promotion: once DRAM has room again (the hot objects removed), a get of a cold-only
+ *     object restores it and puts a hot replica back next to its cold copy; the next get is
+ *     served from DRAM (the restore counter does not move).
  * Every wait is bounded; the directory is removed at the end (also on failure).
  */
 #include <curl/curl.h>
@@ -244,6 +247,56 @@ int main(void)
     double rs = metric("kvmesh_cold_restores_total", "result", "ok");
     printf("all %u objects read back; restores from cold %.0f\n", NOBJ, rs);
     CHECK(rs >= (double)cold_only);
+
+    /* 4. re-promotion: with DRAM freed (every object that is not cold-only removed), a restore
+     * puts a hot replica back (best effort, only while DRAM has room): the route lists it next
+     * to its cold copy, and the next get is served from DRAM (no further restore) */
+    uint32_t removed = 0;
+    for (uint32_t i = 0; i < NOBJ; i++) {
+        char k[32];
+        key_of(i, k, sizeof(k));
+        kvmesh_route_info_t ri;
+        CHECK(kvmesh_route_query(kv, &sc, k, strlen(k), &ri) == 0);
+        if (ri.n_replicas > 0) {
+            CHECK(kvmesh_remove(kv, &sc, k, strlen(k)) == 0);
+            removed++;
+        }
+    }
+    usleep(300000); /* reclaim_grace_ms = 50: the removed slots' bytes are free again */
+    size_t promoted = 0, tried = 0;
+    for (uint32_t i = 0; i < NOBJ && tried < 8; i++) {
+        char k[32];
+        key_of(i, k, sizeof(k));
+        kvmesh_route_info_t ri;
+        int qrc = kvmesh_route_query(kv, &sc, k, strlen(k), &ri);
+        if (qrc == KVMESH_ENOENT || ri.n_replicas > 0)
+            continue; /* removed above */
+        tried++;
+        void *out = NULL;
+        size_t len = 0;
+        CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == 0); /* restore + promotion */
+        kvmesh_free(out);
+        for (int t = 0; t < 50; t++) { /* the promotion runs after the read returned */
+            CHECK(kvmesh_route_query(kv, &sc, k, strlen(k), &ri) == 0);
+            if (ri.n_replicas == 1)
+                break;
+            usleep(20000);
+        }
+        CHECK(ri.n_replicas == 1 && ri.cold_backed);
+        double before_get = metric("kvmesh_cold_restores_total", "result", "ok");
+        fill(buf, i);
+        out = NULL;
+        CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == 0);
+        CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+        kvmesh_free(out);
+        usleep(250000); /* the restore counter is exported every 200 ms */
+        CHECK(metric("kvmesh_cold_restores_total", "result", "ok") == before_get);
+        promoted++;
+    }
+    printf("removed %u hot objects; %zu of %zu cold-only objects re-promoted by their restore "
+           "(hot replica + cold copy), then read from DRAM\n",
+           removed, promoted, tried);
+    CHECK(tried == 8 && promoted == 8);
     free(buf);
     cleanup();
     curl_global_cleanup();
