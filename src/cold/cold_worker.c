@@ -8,15 +8,21 @@
  *
  * One offload job (resumes from the stored state; every step is idempotent by cold op id):
  *
- *   NONE            plan (create-if-absent)                                     -> PLANNED
- *   PLANNED         exact lookup: PendingOffload of this op? reserve : release  ->
- * RESERVED|RELEASED RESERVED        lookup: pending? read hot + backend put : find + delete +
- * release PAYLOAD_WRITTEN lookup: pending -> materialize CAS (conflict: look up again and rebase);
- *                   already materialized by this op -> ROUTE_COMMITTED; otherwise (proven
- *                   obsolete by the exact lookup) -> RECLAIMING
- *   ROUTE_COMMITTED commit usage                                                -> USAGE_COMMITTED
- *   RECLAIMING      backend delete, release                                     -> RELEASED
+ *   NONE             plan (create-if-absent)                         -> PLANNED
+ *   PLANNED          lookup: PendingOffload of this op? reserve      -> RESERVED
+ *                    otherwise                                       -> RELEASED
+ *   RESERVED         lookup: pending? read hot + backend put         -> PAYLOAD_WRITTEN
+ *                    not pending, or no hot copy left (read_hot ENOENT): find + delete
+ *                                                                    -> RELEASED
+ *   PAYLOAD_WRITTEN  lookup: pending? materialize CAS (a conflict looks up again and rebases)
+ *                    already materialized by this op                 -> ROUTE_COMMITTED
+ *                    otherwise (proven obsolete by the exact lookup) -> RECLAIMING
+ *   ROUTE_COMMITTED  commit usage                                    -> USAGE_COMMITTED
+ *   RECLAIMING       backend delete, release                         -> RELEASED
  *
+ * Scheduling (pump): urgent jobs first, then FIFO or smallest first; at most max_inflight at
+ * once; the head starts only when the byte-rate token bucket allows it (one timer waits for the
+ * tokens) and, unless urgent, while the DRAM watermark gate is open (cold_set_pressure).
  * Transient failures back off (bounded, COLD_RETRY_MAX); a job that runs out is parked and the
  * due index resumes it (cold_recon_pass). Ownership: each job/task holds the handle (aux) until
  * it ends; after cold_close() a task waiting on a callback ends there without calling the user.

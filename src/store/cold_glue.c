@@ -2,8 +2,11 @@
 /*
  * cold_glue.c — owns the store's cold tier state (struct kvm_cold, rt->cold): the device's
  * backend, the cold_t, the cold I/O worker thread, the route callbacks given to the core, the
- * view/reconciliation timer and the export of the core's counters as metrics. docs/cold.md
- * "Store wiring" describes the calls; cold_glue.h says which thread calls what.
+ * view/reconciliation timer and the export of the core's counters as metrics, the DRAM
+ * pressure reports for the offload watermarks, the eviction-triggered claims (struct claim,
+ * cold_offload_mode = evict) and the best-effort re-promotion after a restore (struct promo).
+ * docs/cold.md "Store wiring" and "Offload modes" describe the calls; cold_glue.h says which
+ * thread calls what.
  *
  * The worker: cold_exec_t jobs go into a FIFO under mu (one node per job, allocated at submit;
  * when that allocation fails the job runs inline on the loop); the worker runs run(), puts the
