@@ -6,11 +6,16 @@
  * durability (fdatasync after every block, like a put's), measured in the same run. Before
  * every read phase the files' page cache is dropped (posix_fadvise DONTNEED on the backends'
  * files; fio's invalidate=1), so restores read the device. Prints one table with the ratio of
- * each backend to fio (the goal is >= 0.7).
+ * each backend to fio (the goal is >= 0.7). Then, in the same run, a get through a real runtime
+ * (kvmesh_get_into, memory:// metadata, a LocalDir cold tier in the same directory) of objects
+ * still in DRAM against one of cold-only objects (each get restores from the device, verified;
+ * page cache dropped first), the same object size: median and p99 latency, GB/s, the ratio.
  *
  *   bench_cold [--dir DIR] [--size BYTES] [--total BYTES] [--threads N] [--only BACKEND]
  *              [--repeat N]  (N rounds, the table shows medians)
- *   defaults: a fresh directory under $TMPDIR (or /var/tmp), 4 MiB objects, 1 GiB, 4 threads
+ *              [--get-size BYTES] [--gets N]  (the get row: object size, gets of each kind)
+ *   defaults: a fresh directory under $TMPDIR (or /var/tmp), 4 MiB objects, 1 GiB, 4 threads;
+ *   the get row: 1 MiB objects, 64 gets of each kind (--gets 0 skips it)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +31,7 @@
 #include <unistd.h>
 
 #include "cold/cold_backend.h"
+#include "kvmesh.h"
 #include "cold/cold_backend_open.h"
 #include "core/hash.h"
 #include "env/clock.h"
@@ -34,6 +40,8 @@ static uint64_t g_size = 4u << 20, g_total = 1u << 30;
 static int g_threads = 4;
 static const char *g_only; /* --only NAME: one backend (and fio) */
 static int g_repeat = 1;
+static uint64_t g_get_size = 1u << 20;
+static int g_gets = 64;
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -231,6 +239,171 @@ static double run_fio(const char *base, bool read)
     return bw;
 }
 
+/* ---- the get row: DRAM vs restore from cold, through a runtime --------------------------- */
+
+#define GET_MAX 256
+
+typedef struct get_row {
+    int n_hot, n_cold;
+    double hot_med, hot_p99, cold_med, cold_p99; /* microseconds */
+    double hot_gbs, cold_gbs;
+} get_row_t;
+
+static double pct(double *v, int n, double p)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_d);
+    int i = (int)(p * (n - 1) + 0.5);
+    return v[i];
+}
+
+static void fill_obj(uint8_t *b, uint64_t n, uint32_t i)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull * (i + 1);
+    for (uint64_t k = 0; k < n; k++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        b[k] = (uint8_t)x;
+    }
+}
+
+/* Times n gets of the objects in idx (kvmesh_get_into; the bytes are checked after each call,
+ * outside the timed part). */
+static int time_gets(kvmesh_t *kv, const kvmesh_scope_t *sc, const uint32_t *idx, int n,
+                     uint8_t *out, uint8_t *want, double *us, double *total_s)
+{
+    *total_s = 0;
+    for (int k = 0; k < n; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "get-%05u", idx[k]);
+        size_t got = 0;
+        uint64_t t0 = env_clock_mono_ns();
+        int rc = kvmesh_get_into(kv, sc, key, strlen(key), out, g_get_size, &got);
+        uint64_t t1 = env_clock_mono_ns();
+        fill_obj(want, g_get_size, idx[k]);
+        if (rc || got != g_get_size || memcmp(out, want, g_get_size) != 0) {
+            fprintf(stderr, "bench_cold: get %s: %s (%s)\n", key, kvmesh_errname(rc),
+                    kvmesh_last_error());
+            return -1;
+        }
+        us[k] = (double)(t1 - t0) / 1e3;
+        *total_s += (double)(t1 - t0) / 1e9;
+    }
+    return 0;
+}
+
+static int bench_gets(const char *base, get_row_t *row)
+{
+    memset(row, 0, sizeof(*row));
+    char root[PATH_MAX], dep[64], url[96];
+    if ((size_t)snprintf(root, sizeof(root), "%s/get-dev", base) >= sizeof(root))
+        return -1;
+    if (mkdir(root, 0700) != 0 && errno != EEXIST) {
+        perror("bench_cold: mkdir");
+        return -1;
+    }
+    /* DRAM holds a quarter of the objects written: the rest become cold-only */
+    uint64_t dram = (uint64_t)g_gets * g_get_size;
+    if (dram < (8u << 20))
+        dram = 8u << 20;
+    uint32_t nobj = (uint32_t)(4 * dram / g_get_size);
+    if (nobj > 4 * GET_MAX)
+        nobj = 4 * GET_MAX;
+    snprintf(dep, sizeof(dep), "benchcold%d", (int)getpid());
+    snprintf(url, sizeof(url), "memory://%s", dep);
+    char dram_s[32], max_s[32], cap_s[32];
+    snprintf(dram_s, sizeof(dram_s), "%llu", (unsigned long long)dram);
+    snprintf(max_s, sizeof(max_s), "%llu", (unsigned long long)g_get_size);
+    snprintf(cap_s, sizeof(cap_s), "%llu", (unsigned long long)(8 * dram));
+    kvmesh_config_t *c = kvmesh_config_new();
+    const char *kv_pairs[][2] = {
+        {"metadata_url", url},
+        {"deployment", dep},
+        {"memory_size", dram_s},
+        {"segment_size", dram_s},
+        {"max_object_size", max_s},
+        {"replicas", "1"},
+        {"reclaim_grace_ms", "50"},
+        {"cold_kind", "localdir"},
+        {"cold_root", root},
+        {"cold_capacity", cap_s},
+        {"request_timeout_ms", "20000"},
+    };
+    for (size_t i = 0; c && i < sizeof(kv_pairs) / sizeof(kv_pairs[0]); i++)
+        if (kvmesh_config_set(c, kv_pairs[i][0], kv_pairs[i][1]) != 0) {
+            fprintf(stderr, "bench_cold: config %s: %s\n", kv_pairs[i][0], kvmesh_last_error());
+            kvmesh_config_free(c);
+            return -1;
+        }
+    kvmesh_t *kv = NULL;
+    int rc = c ? kvmesh_open(&kv, c) : KVMESH_ENOMEM;
+    kvmesh_config_free(c);
+    if (rc) {
+        fprintf(stderr, "bench_cold: open the runtime: %s\n", kvmesh_last_error());
+        return -1;
+    }
+    const kvmesh_scope_t sc = {"bench", NULL};
+    uint8_t *buf = malloc(g_get_size), *want = malloc(g_get_size);
+    uint32_t *hot = calloc(nobj, sizeof(*hot)), *cold = calloc(nobj, sizeof(*cold));
+    double *us = calloc(GET_MAX, sizeof(*us));
+    rc = buf && want && hot && cold && us ? 0 : -1;
+    for (uint32_t i = 0; rc == 0 && i < nobj; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "get-%05u", i);
+        fill_obj(buf, g_get_size, i);
+        int prc = -1;
+        for (int t = 0; t < 500 && prc != 0; t++) { /* eviction waits for offloads */
+            prc = kvmesh_put(kv, &sc, key, strlen(key), buf, g_get_size, NULL);
+            if (prc)
+                usleep(20000);
+        }
+        if (prc) {
+            fprintf(stderr, "bench_cold: put %s: %s\n", key, kvmesh_last_error());
+            rc = -1;
+        }
+    }
+    int nh = 0, nc = 0;
+    for (uint32_t i = 0; rc == 0 && i < nobj; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "get-%05u", i);
+        kvmesh_route_info_t ri;
+        if (kvmesh_route_query(kv, &sc, key, strlen(key), &ri) != 0)
+            continue;
+        if (ri.n_replicas > 0 && nh < g_gets)
+            hot[nh++] = i;
+        else if (ri.n_replicas == 0 && ri.cold_backed && nc < g_gets)
+            cold[nc++] = i;
+    }
+    double secs = 0;
+    if (rc == 0) {
+        nftw(root, drop_one, 16, FTW_PHYS); /* restores read the device */
+        rc = time_gets(kv, &sc, cold, nc, buf, want, us, &secs);
+        if (rc == 0 && nc > 0) {
+            row->n_cold = nc;
+            row->cold_gbs = (double)nc * (double)g_get_size / secs / 1e9;
+            row->cold_p99 = pct(us, nc, 0.99);
+            row->cold_med = pct(us, nc, 0.5);
+        }
+    }
+    if (rc == 0) {
+        rc = time_gets(kv, &sc, hot, nh, buf, want, us, &secs);
+        if (rc == 0 && nh > 0) {
+            row->n_hot = nh;
+            row->hot_gbs = (double)nh * (double)g_get_size / secs / 1e9;
+            row->hot_p99 = pct(us, nh, 0.99);
+            row->hot_med = pct(us, nh, 0.5);
+        }
+    }
+    printf("  get row: %u objects of %llu bytes written to %llu bytes of DRAM; timed %d gets "
+           "from DRAM, %d restoring from cold\n",
+           nobj, (unsigned long long)g_get_size, (unsigned long long)dram, nh, nc);
+    kvmesh_close(kv);
+    free(buf);
+    free(want);
+    free(hot);
+    free(cold);
+    free(us);
+    return rc == 0 && nh > 0 && nc > 0 ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = NULL;
@@ -247,11 +420,20 @@ int main(int argc, char **argv)
             g_only = argv[i + 1];
         else if (strcmp(argv[i], "--repeat") == 0)
             g_repeat = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--get-size") == 0)
+            g_get_size = strtoull(argv[i + 1], NULL, 0);
+        else if (strcmp(argv[i], "--gets") == 0)
+            g_gets = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: bench_cold [--dir D] [--size B] [--total B] [--threads N] "
-                            "[--only localdir|extent-uring|extent-buffered] [--repeat N]\n");
+                            "[--only localdir|extent-uring|extent-buffered] [--repeat N] "
+                            "[--get-size B] [--gets N]\n");
             return 2;
         }
+    }
+    if (g_gets < 0 || g_gets > GET_MAX || g_get_size == 0 || g_get_size > (64u << 20)) {
+        fprintf(stderr, "bench_cold: --gets is 0..%d and --get-size 1..64 MiB\n", GET_MAX);
+        return 2;
     }
     if (g_repeat < 1 || g_repeat > 9) {
         fprintf(stderr, "bench_cold: --repeat is 1..9\n");
@@ -309,9 +491,13 @@ int main(int argc, char **argv)
             get[i][k] = r.get;
         }
     }
+    get_row_t gr = {0};
+    int grc = 0;
+    if (rc == 0 && g_gets > 0)
+        grc = bench_gets(base, &gr);
     if (made)
         nftw(base, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-    if (rc != 0)
+    if (rc != 0 || grc != 0)
         return 1;
     double mp[NB], mg[NB];
     for (int i = 0; i < NB; i++) {
@@ -327,6 +513,16 @@ int main(int argc, char **argv)
         printf("| %s | %.2f | %.2f | %.2f | %.2f |\n",
                i == 0 ? "fio (psync, fdatasync per block)" : names[i], mp[i] / 1e9,
                mp[0] > 0 ? mp[i] / mp[0] : 0, mg[i] / 1e9, mg[0] > 0 ? mg[i] / mg[0] : 0);
+    }
+    if (g_gets > 0) {
+        printf("\nget of %llu-byte objects through a runtime (LocalDir cold tier, same run):\n",
+               (unsigned long long)g_get_size);
+        printf("| get | gets | median us | p99 us | GB/s | median x DRAM |\n");
+        printf("|---|---|---|---|---|---|\n");
+        printf("| from DRAM | %d | %.0f | %.0f | %.2f | 1.00 |\n", gr.n_hot, gr.hot_med, gr.hot_p99,
+               gr.hot_gbs);
+        printf("| restoring from cold | %d | %.0f | %.0f | %.2f | %.1f |\n", gr.n_cold, gr.cold_med,
+               gr.cold_p99, gr.cold_gbs, gr.hot_med > 0 ? gr.cold_med / gr.hot_med : 0);
     }
     return 0;
 }

@@ -219,6 +219,33 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "the last hot copy keeps it readable from cold."),
     F_UINT(cold_queue, "1024", 1, 4096,
            "Offload jobs queued at most; beyond it a write stays hot-only."),
+    F_ENUM(cold_offload_mode, "passthrough",
+           "When objects go to the cold device: passthrough (every write is offloaded in the "
+           "background after its route CAS) or evict (eviction-triggered: nothing is offloaded "
+           "until DRAM eviction picks a victim, which is materialized on the device before its "
+           "DRAM is freed; docs/cold.md \"Offload modes\").",
+           "passthrough", "evict"),
+    F_ENUM(cold_offload_order, "fifo",
+           "Order of queued passthrough offloads: fifo, or size (smallest first); "
+           "eviction-triggered offloads always go first.",
+           "fifo", "size"),
+    F_SIZE(cold_offload_bytes_per_sec, "0", 0, KVM_CFG_MEMORY_MAX,
+           "Offload payload bytes started per second (token bucket, one second of burst); 0 = "
+           "unlimited. Applies to eviction-triggered offloads too."),
+    F_DBL(cold_high_watermark, "0", 0.0, 1.0,
+          "DRAM used fraction at which passthrough offload starts (0 = always on); it stops "
+          "again below cold_low_watermark. Must not exceed evict_high_watermark."),
+    F_DBL(cold_low_watermark, "0", 0.0, 0.99,
+          "DRAM used fraction below which passthrough offload stops (with cold_high_watermark "
+          "set; must be below it)."),
+    F_UINT(cold_retry_backoff_ms, "2", 1, 60000,
+           "First delay of an offload job's retry after a transient failure; it doubles per "
+           "retry up to cold_retry_backoff_max_ms (each delay drawn from [d/2, d])."),
+    F_UINT(cold_reconcile_after_ms, "10000", 100, 3600000,
+           "A cold operation left in a non-terminal state (its runtime crashed, its job was "
+           "parked) is resumed by the device owner's reconciliation after this long."),
+    F_UINT(cold_retry_backoff_max_ms, "10000", 1, 600000,
+           "Cap of an offload job's retry delay (at least cold_retry_backoff_ms)."),
 };
 
 const kvm_cfg_field_t *kvm_config_table(size_t *n)
@@ -953,6 +980,18 @@ int kvm_config_validate(const struct kvmesh_config *cfg)
                         "max_remote_batch_items_per_tenant (%u): a tenant could never take a "
                         "full turn",
                         cfg->max_remote_batch_burst_items, cfg->max_remote_batch_items_per_tenant);
+    if (cfg->cold_high_watermark > 0.0 && (cfg->cold_low_watermark >= cfg->cold_high_watermark ||
+                                           cfg->cold_high_watermark > cfg->evict_high_watermark))
+        return kvm_errf(KVMESH_ECONFIG,
+                        "cold_high_watermark (%g) needs cold_low_watermark (%g) below it and "
+                        "evict_high_watermark (%g) at or above it (eviction keeps objects whose "
+                        "offload waits); lower cold_high_watermark or set it to 0 (always on)",
+                        cfg->cold_high_watermark, cfg->cold_low_watermark,
+                        cfg->evict_high_watermark);
+    if (cfg->cold_retry_backoff_ms > cfg->cold_retry_backoff_max_ms)
+        return kvm_errf(KVMESH_ECONFIG,
+                        "cold_retry_backoff_ms (%u) must not exceed cold_retry_backoff_max_ms (%u)",
+                        cfg->cold_retry_backoff_ms, cfg->cold_retry_backoff_max_ms);
     if (cfg->cold_kind != KVM_STORE_COLD_OFF && !cfg->cold_root[0])
         return kvm_errf(KVMESH_ECONFIG,
                         "cold_kind is %s but cold_root is empty; set cold_root to the cold "
@@ -1029,4 +1068,12 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->cold_capacity = cfg->cold_capacity;
     out->cold_offload = cfg->cold_offload;
     out->cold_queue = cfg->cold_queue;
+    out->cold_offload_mode = cfg->cold_offload_mode;
+    out->cold_offload_order = cfg->cold_offload_order;
+    out->cold_offload_bytes_per_sec = cfg->cold_offload_bytes_per_sec;
+    out->cold_high_watermark = cfg->cold_high_watermark;
+    out->cold_low_watermark = cfg->cold_low_watermark;
+    out->cold_retry_backoff_ms = cfg->cold_retry_backoff_ms;
+    out->cold_retry_backoff_max_ms = cfg->cold_retry_backoff_max_ms;
+    out->cold_reconcile_after_ms = cfg->cold_reconcile_after_ms;
 }

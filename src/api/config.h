@@ -74,6 +74,14 @@ struct kvmesh_config {
     uint64_t cold_capacity;                     /* cold device payload bytes */
     bool cold_offload;                          /* new writes are offloaded to the cold tier */
     uint32_t cold_queue;                        /* offload queue bound */
+    uint32_t cold_offload_mode;                 /* passthrough | evict (KVM_STORE_COLD_MODE_*) */
+    uint32_t cold_offload_order;                /* fifo | size */
+    uint64_t cold_offload_bytes_per_sec;        /* offload rate (0 = unlimited) */
+    double cold_high_watermark;                 /* DRAM fraction starting offload (0 = always) */
+    double cold_low_watermark;                  /* DRAM fraction stopping it */
+    uint32_t cold_retry_backoff_ms;             /* first retry delay */
+    uint32_t cold_retry_backoff_max_ms;         /* retry delay cap */
+    uint32_t cold_reconcile_after_ms;           /* non-terminal cold op due after */
 };
 
 /* Fills cfg with every default (what kvmesh_config_new returns). */

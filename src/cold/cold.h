@@ -226,7 +226,8 @@ typedef struct cold_route_ops {
     /* exact lookup of one object's route (never a scan) */
     void (*lookup)(void *ctx, const kvm_ident_t *id, cold_lookup_cb cb, void *arg);
     /* copy the payload of content_op (length bytes) from a valid hot replica into buf; rc 0,
-     * KVMESH_ENOENT (no hot replica of that content), or an I/O error */
+     * KVMESH_ENOENT (no hot replica of that content, for good: the op is then released), or a
+     * transient error (retried with backoff) */
     void (*read_hot)(void *ctx, const kvm_ident_t *id, const kvm_op_id_t *content_op, void *buf,
                      uint64_t length, cold_rc_cb cb, void *arg);
     /* CAS the active backing from PendingOffload (of mat->cold_op, mat->content_op) to `mat` at
@@ -266,15 +267,28 @@ enum cold_window {
 enum cold_order { COLD_ORDER_FIFO = 0, COLD_ORDER_SIZE = 1 /* smallest first */ };
 
 typedef struct cold_config {
-    const char *deployment;  /* keyspace deployment name */
-    kvm_runtime_id_t self;   /* this runtime */
-    uint32_t timeout_ms;     /* per metadata call (0 = META_DEFAULT_TIMEOUT_MS) */
-    uint32_t op_ttl_ms;      /* a non-terminal op is due for reconciliation after (0 = 10 s) */
-    uint32_t backoff_max_ms; /* cap of retry backoff (0 = 10 s) */
-    uint32_t max_inflight;   /* offload jobs at once, 1..COLD_INFLIGHT_MAX (0 = 8) */
-    uint32_t queue_cap;      /* queued jobs, 1..COLD_QUEUE_MAX (0 = 1024) */
+    const char *deployment;   /* keyspace deployment name */
+    kvm_runtime_id_t self;    /* this runtime */
+    uint32_t timeout_ms;      /* per metadata call (0 = META_DEFAULT_TIMEOUT_MS) */
+    uint32_t op_ttl_ms;       /* a non-terminal op is due for reconciliation after (0 = 10 s) */
+    uint32_t backoff_max_ms;  /* cap of retry backoff (0 = 10 s) */
+    uint32_t backoff_base_ms; /* first retry delay (0 = 2 ms); doubles per retry up to the cap,
+                                 each delay drawn from [d/2, d] */
+    uint32_t max_inflight;    /* offload jobs at once, 1..COLD_INFLIGHT_MAX (0 = 8) */
+    uint32_t queue_cap;       /* queued jobs, 1..COLD_QUEUE_MAX (0 = 1024) */
     enum cold_order order;
-    uint64_t max_buffer;         /* largest payload one job reads (0 = 64 MiB) */
+    uint64_t max_buffer; /* largest payload one job reads (0 = 64 MiB) */
+    /* Offload scheduling (docs/cold.md "Offload scheduling"). Rate: a token bucket metered in
+     * payload bytes at job start: a job starts once the bucket holds min(length, burst) tokens
+     * and takes `length` (the bucket may go negative: a job longer than the burst waits for the
+     * debt of the previous ones to be repaid). 0 = unlimited. */
+    uint64_t rate_bytes_per_sec;
+    uint64_t rate_burst_bytes; /* bucket depth (0 = one second of rate_bytes_per_sec) */
+    /* Watermarks, DRAM used fractions reported by cold_set_pressure: with high_watermark > 0,
+     * queued jobs start only while the gate is open; it opens at a report >= high_watermark and
+     * closes at a report < low_watermark (low < high <= 1). 0 = always open. Urgent jobs
+     * (cold_job_t.urgent: eviction-triggered offloads) pass a closed gate, never the rate. */
+    double high_watermark, low_watermark;
     const cold_exec_ops_t *exec; /* borrowed, outlives the handle; NULL: backend calls inline */
     /* tests: called at every crash window; true = the process dies here (the job stops) */
     bool (*test_crash)(void *ctx, enum cold_window w, const kvm_op_id_t *op);
@@ -367,6 +381,14 @@ typedef struct cold_job {
     kvm_op_id_t cold_op, content_op;
     kvm_tier_id_t device;
     uint64_t length, checksum;
+    /* EvictTriggered: queued before every non-urgent job and started even while the watermark
+     * gate is closed (the rate still applies) */
+    bool urgent;
+    /* optional: called once when the job ends (rc 0: USAGE_COMMITTED; otherwise the op was
+     * released, parked or failed), never after cold_close; for a job already queued or in
+     * flight it is attached to that job when it has none (else KVMESH_EEXIST) */
+    cold_rc_cb done;
+    void *done_arg;
 } cold_job_t;
 
 /* Queues the offload of a PendingOffload route (the device must be attached here). A job for a
@@ -374,8 +396,16 @@ typedef struct cold_job {
  * ends USAGE_COMMITTED (materialized) or RELEASED (obsolete) or parked (retries exhausted: the
  * due index resumes it). */
 int cold_offload_submit(cold_t *c, const cold_job_t *job);
+/* The retry delay cap of the n-th retry (1-based): min(backoff_base_ms * 2^(n-1),
+ * backoff_max_ms); the delay used is drawn from [cap/2, cap]. */
+uint64_t cold_backoff_ms(const cold_config_t *cfg, uint32_t retry);
 /* Jobs queued + in flight. */
 size_t cold_offload_pending(const cold_t *c);
+/* The store reports its DRAM used fraction (0..1) here; it opens or closes the watermark gate
+ * (cold_config_t.high_watermark) and starts queued jobs when it opens. */
+void cold_set_pressure(cold_t *c, double dram_used_fraction);
+/* Whether non-urgent jobs may start now (watermarks; the rate is separate). */
+bool cold_offload_gate_open(const cold_t *c);
 
 /* Last-hot eviction of `replica`: exact lookup; eligible only when the backing is MATERIALIZED,
  * its op is USAGE_COMMITTED and the device readable; then the eviction CAS. rc 0 (removed),
@@ -404,6 +434,9 @@ int cold_recon_pass(cold_t *c, uint32_t page, cold_recon_cb cb, void *arg);
 
 typedef struct cold_stats {
     uint64_t offloads_ok, offloads_released, offload_retries, offload_parked;
+    uint64_t rate_waits;   /* times the worker waited for rate tokens */
+    uint64_t gate_changes; /* watermark gate openings + closings */
+    uint64_t urgent_jobs;  /* urgent (eviction-triggered) jobs accepted */
     uint64_t cas_conflicts, rebases;
     uint64_t evictions, evict_refused;
     uint64_t restores, restore_joined, restore_failed, promotions;

@@ -187,6 +187,10 @@ struct cold {
     cold_jobst_t *q_head, *q_tail; /* queued (order per cfg.order) */
     cold_jobst_t *active;          /* in flight */
     size_t n_queued, n_active;
+    double tokens;           /* rate bucket (bytes; may be negative) */
+    uint64_t tokens_ns;      /* env_now_ns of the last refill */
+    env_timer_id rate_timer; /* waiting for tokens */
+    bool gate_open;          /* watermark gate */
     /* singleflight restores */
     cold_sf_t *sf;
     size_t n_sf;
@@ -230,6 +234,7 @@ void cold_decide_op(cold_call_t *call, cold_decision_t *d);
 void cold_decide_rec(cold_call_t *call, cold_decision_t *d);
 
 /* worker internals (cold_worker.c) */
+int cold_worker_init(cold_t *c); /* defaults and checks of the scheduling fields (cold_new) */
 void cold_worker_close(cold_t *c);
 int cold_worker_check(const cold_t *c); /* list lengths match the counts; each job at most once */
 

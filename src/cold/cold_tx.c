@@ -159,6 +159,11 @@ int cold_new(cold_t **out, env_t *env, meta_t *m, const cold_route_ops_t *route,
         c->cfg.queue_cap = 1024;
     if (!c->cfg.max_buffer)
         c->cfg.max_buffer = 64ull << 20;
+    rc = cold_worker_init(c);
+    if (rc) {
+        free(c);
+        return rc;
+    }
     *out = c;
     return 0;
 }

@@ -8,15 +8,21 @@
  *
  * One offload job (resumes from the stored state; every step is idempotent by cold op id):
  *
- *   NONE            plan (create-if-absent)                                     -> PLANNED
- *   PLANNED         exact lookup: PendingOffload of this op? reserve : release  ->
- * RESERVED|RELEASED RESERVED        lookup: pending? read hot + backend put : find + delete +
- * release PAYLOAD_WRITTEN lookup: pending -> materialize CAS (conflict: look up again and rebase);
- *                   already materialized by this op -> ROUTE_COMMITTED; otherwise (proven
- *                   obsolete by the exact lookup) -> RECLAIMING
- *   ROUTE_COMMITTED commit usage                                                -> USAGE_COMMITTED
- *   RECLAIMING      backend delete, release                                     -> RELEASED
+ *   NONE             plan (create-if-absent)                         -> PLANNED
+ *   PLANNED          lookup: PendingOffload of this op? reserve      -> RESERVED
+ *                    otherwise                                       -> RELEASED
+ *   RESERVED         lookup: pending? read hot + backend put         -> PAYLOAD_WRITTEN
+ *                    not pending, or no hot copy left (read_hot ENOENT): find + delete
+ *                                                                    -> RELEASED
+ *   PAYLOAD_WRITTEN  lookup: pending? materialize CAS (a conflict looks up again and rebases)
+ *                    already materialized by this op                 -> ROUTE_COMMITTED
+ *                    otherwise (proven obsolete by the exact lookup) -> RECLAIMING
+ *   ROUTE_COMMITTED  commit usage                                    -> USAGE_COMMITTED
+ *   RECLAIMING       backend delete, release                         -> RELEASED
  *
+ * Scheduling (pump): urgent jobs first, then FIFO or smallest first; at most max_inflight at
+ * once; the head starts only when the byte-rate token bucket allows it (one timer waits for the
+ * tokens) and, unless urgent, while the DRAM watermark gate is open (cold_set_pressure).
  * Transient failures back off (bounded, COLD_RETRY_MAX); a job that runs out is parked and the
  * due index resumes it (cold_recon_pass). Ownership: each job/task holds the handle (aux) until
  * it ends; after cold_close() a task waiting on a callback ends there without calling the user.
@@ -49,6 +55,10 @@ struct cold_jobst {
     cold_locator_t loc;
     cold_backend_err_t err;
     env_timer_id timer;
+    bool urgent, crashed;
+    int last_rc;
+    cold_rc_cb done;
+    void *done_arg;
     cold_jobst_t *prev, *next;
 };
 
@@ -78,10 +88,74 @@ static void job_free(cold_jobst_t *j)
 
 static void job_step(cold_jobst_t *j);
 
+int cold_worker_init(cold_t *c)
+{
+    cold_config_t *f = &c->cfg;
+    if (!f->backoff_base_ms)
+        f->backoff_base_ms = 2;
+    if (f->backoff_base_ms > f->backoff_max_ms)
+        return kvm_errf(KVMESH_ECONFIG, "cold_new: backoff_base_ms %u is above backoff_max_ms %u",
+                        f->backoff_base_ms, f->backoff_max_ms);
+    if (f->rate_bytes_per_sec && !f->rate_burst_bytes)
+        f->rate_burst_bytes = f->rate_bytes_per_sec;
+    if (!(f->high_watermark >= 0.0 && f->high_watermark <= 1.0) ||
+        !(f->low_watermark >= 0.0 && f->low_watermark <= 1.0) ||
+        (f->high_watermark > 0.0 && f->low_watermark >= f->high_watermark))
+        return kvm_errf(KVMESH_ECONFIG,
+                        "cold_new: watermarks need 0 <= low < high <= 1 (high 0 = off), got "
+                        "low %.3f high %.3f",
+                        f->low_watermark, f->high_watermark);
+    c->gate_open = f->high_watermark <= 0.0;
+    c->tokens = (double)f->rate_burst_bytes;
+    c->tokens_ns = env_now_ns(c->env);
+    return 0;
+}
+
+static void pump(cold_t *c);
+
+static void rate_fire(void *arg)
+{
+    cold_t *c = arg;
+    c->rate_timer = 0;
+    pump(c);
+}
+
+/* Rate: may a job of len bytes start now? Takes its tokens when it may; otherwise arms the
+ * timer for when the bucket will hold enough. */
+static bool rate_take(cold_t *c, uint64_t len)
+{
+    uint64_t rate = c->cfg.rate_bytes_per_sec;
+    if (!rate)
+        return true;
+    uint64_t now = env_now_ns(c->env);
+    double burst = (double)c->cfg.rate_burst_bytes;
+    if (now > c->tokens_ns) {
+        c->tokens += (double)(now - c->tokens_ns) * (double)rate / 1e9;
+        if (c->tokens > burst)
+            c->tokens = burst;
+    }
+    c->tokens_ns = now;
+    double need = KVM_MIN((double)len, burst);
+    if (c->tokens >= need) {
+        c->tokens -= (double)len;
+        return true;
+    }
+    if (!c->rate_timer) {
+        double ns = (need - c->tokens) * 1e9 / (double)rate;
+        c->st.rate_waits++;
+        c->rate_timer = env_timer_start(c->env, (uint64_t)ns + 1, rate_fire, c);
+    }
+    return false;
+}
+
 static void pump(cold_t *c)
 {
     while (!c->closing && c->n_active < c->cfg.max_inflight && c->q_head) {
         cold_jobst_t *j = c->q_head;
+        if (!j->urgent && !c->gate_open)
+            break; /* urgent jobs come first: none waits behind this one */
+        if (c->rate_timer || !rate_take(c, j->length))
+            break;
         list_remove(&c->q_head, &c->q_tail, j);
         c->n_queued--;
         j->next = c->active;
@@ -93,6 +167,26 @@ static void pump(cold_t *c)
     }
 }
 
+void cold_set_pressure(cold_t *c, double f)
+{
+    if (!c || c->closing || c->cfg.high_watermark <= 0.0)
+        return;
+    bool was = c->gate_open;
+    if (f >= c->cfg.high_watermark)
+        c->gate_open = true;
+    else if (f < c->cfg.low_watermark)
+        c->gate_open = false;
+    if (was != c->gate_open)
+        c->st.gate_changes++;
+    if (c->gate_open && !was)
+        pump(c);
+}
+
+bool cold_offload_gate_open(const cold_t *c)
+{
+    return c->gate_open;
+}
+
 /* The job is finished (or abandoned): off the active list, freed, the next one started. */
 static void job_end(cold_jobst_t *j)
 {
@@ -100,17 +194,62 @@ static void job_end(cold_jobst_t *j)
     list_remove(&c->active, NULL, j);
     c->n_active--;
     bool closing = c->closing;
+    if (j->done && !closing && !j->crashed) {
+        bool ok = j->have_op && j->op.state == COLD_OP_USAGE_COMMITTED;
+        int rc = ok ? 0 : j->last_rc ? j->last_rc : KVMESH_ECONFLICT;
+        if (!ok && j->have_op && j->op.state == COLD_OP_RELEASED)
+            rc = KVMESH_ECONFLICT; /* the route no longer wanted this op */
+        j->done(j->done_arg, rc);
+    }
     job_free(j); /* may free c when closing */
     if (!closing)
         pump(c);
 }
 
-static bool find_job(const cold_jobst_t *l, const kvm_op_id_t *op)
+static cold_jobst_t *job_of(cold_jobst_t *l, const kvm_op_id_t *op)
 {
     for (; l; l = l->next)
         if (kvm_op_id_equal(&l->cold_op, op))
-            return true;
-    return false;
+            return l;
+    return NULL;
+}
+
+static bool find_job(const cold_jobst_t *l, const kvm_op_id_t *op)
+{
+    return job_of((cold_jobst_t *)l, op) != NULL;
+}
+
+static void queue_insert(cold_t *c, cold_jobst_t *j)
+{
+    /* urgent jobs first (FIFO among them); then FIFO: append, or size-aware: before the first
+     * longer non-urgent job */
+    cold_jobst_t *at = c->q_head;
+    while (at && at->urgent)
+        at = at->next;
+    if (!j->urgent) {
+        if (c->cfg.order == COLD_ORDER_SIZE)
+            for (; at && at->length <= j->length; at = at->next)
+                ;
+        else
+            at = NULL;
+    }
+    if (!at) {
+        j->prev = c->q_tail;
+        j->next = NULL;
+        if (c->q_tail)
+            c->q_tail->next = j;
+        else
+            c->q_head = j;
+        c->q_tail = j;
+    } else {
+        j->next = at;
+        j->prev = at->prev;
+        if (at->prev)
+            at->prev->next = j;
+        else
+            c->q_head = j;
+        at->prev = j;
+    }
 }
 
 int cold_offload_submit(cold_t *c, const cold_job_t *job)
@@ -125,8 +264,27 @@ int cold_offload_submit(cold_t *c, const cold_job_t *job)
     if (job->length > c->cfg.max_buffer)
         return kvm_errf(KVMESH_ETOOBIG, "cold_offload_submit: %llu bytes > max_buffer %llu",
                         (unsigned long long)job->length, (unsigned long long)c->cfg.max_buffer);
-    if (find_job(c->q_head, &job->cold_op) || find_job(c->active, &job->cold_op))
+    cold_jobst_t *dup = job_of(c->q_head, &job->cold_op);
+    bool queued = dup != NULL;
+    if (!dup)
+        dup = job_of(c->active, &job->cold_op);
+    if (dup) {
+        if (job->done) {
+            if (dup->done)
+                return kvm_errf(KVMESH_EEXIST, "cold_offload_submit: the job already has a "
+                                               "completion callback");
+            dup->done = job->done;
+            dup->done_arg = job->done_arg;
+        }
+        if (job->urgent && !dup->urgent && queued) { /* moves ahead of the non-urgent ones */
+            list_remove(&c->q_head, &c->q_tail, dup);
+            dup->urgent = true;
+            queue_insert(c, dup);
+            pump(c);
+        }
+        dup->urgent = dup->urgent || job->urgent;
         return 0;
+    }
     if (c->n_queued >= c->cfg.queue_cap)
         return kvm_errf(KVMESH_EAGAIN, "cold offload queue is full (%u jobs); retry later",
                         c->cfg.queue_cap);
@@ -144,28 +302,12 @@ int cold_offload_submit(cold_t *c, const cold_job_t *job)
     j->length = job->length;
     j->checksum = job->checksum;
     j->be = be;
+    j->urgent = job->urgent;
+    j->done = job->done;
+    j->done_arg = job->done_arg;
+    c->st.urgent_jobs += job->urgent;
     cold_aux_hold(c);
-    /* FIFO: append; size-aware: before the first longer job */
-    cold_jobst_t *at = NULL;
-    if (c->cfg.order == COLD_ORDER_SIZE)
-        for (at = c->q_head; at && at->length <= j->length; at = at->next)
-            ;
-    if (!at) {
-        j->prev = c->q_tail;
-        if (c->q_tail)
-            c->q_tail->next = j;
-        else
-            c->q_head = j;
-        c->q_tail = j;
-    } else {
-        j->next = at;
-        j->prev = at->prev;
-        if (at->prev)
-            at->prev->next = j;
-        else
-            c->q_head = j;
-        at->prev = j;
-    }
+    queue_insert(c, j);
     c->n_queued++;
     pump(c);
     return 0;
@@ -178,6 +320,10 @@ size_t cold_offload_pending(const cold_t *c)
 
 void cold_worker_close(cold_t *c)
 {
+    if (c->rate_timer) {
+        env_timer_cancel(c->env, c->rate_timer);
+        c->rate_timer = 0;
+    }
     while (c->q_head) {
         cold_jobst_t *j = c->q_head;
         list_remove(&c->q_head, &c->q_tail, j);
@@ -202,10 +348,19 @@ static bool crash_window(cold_jobst_t *j, enum cold_window w)
 {
     cold_t *c = j->c;
     if (c->cfg.test_crash && c->cfg.test_crash(c->cfg.test_ctx, w, &j->cold_op)) {
+        j->crashed = true;
         job_end(j); /* the process dies here: nothing more of this job happens */
         return true;
     }
     return false;
+}
+
+uint64_t cold_backoff_ms(const cold_config_t *cfg, uint32_t retry)
+{
+    uint64_t ms = cfg->backoff_base_ms;
+    for (uint32_t i = 1; i < retry && ms < cfg->backoff_max_ms; i++)
+        ms *= 2;
+    return KVM_MIN(ms, (uint64_t)cfg->backoff_max_ms);
 }
 
 static void retry_timer(void *arg)
@@ -219,13 +374,14 @@ static void job_backoff(cold_jobst_t *j, int rc)
 {
     cold_t *c = j->c;
     c->st.last_error = rc;
+    j->last_rc = rc;
     if (++j->retries > COLD_RETRY_MAX) {
         c->st.offload_parked++; /* the due index resumes it */
         job_end(j);
         return;
     }
     c->st.offload_retries++;
-    uint64_t ms = KVM_MIN(1ull << KVM_MIN(j->retries, 12u), (uint64_t)c->cfg.backoff_max_ms);
+    uint64_t ms = cold_backoff_ms(&c->cfg, j->retries);
     uint64_t d = ms * 1000000ull / 2 + env_rand_u64(c->env) % (ms * 1000000ull / 2 + 1);
     j->timer = env_timer_start(c->env, d, retry_timer, j);
 }
@@ -259,7 +415,7 @@ static void on_adv(void *arg, int rc, const cold_op_view_t *v)
         job_backoff(j, rc);
         return;
     }
-    j->c->st.last_error = rc; /* ECORRUPT, ENOENT: parked for an operator */
+    j->c->st.last_error = j->last_rc = rc; /* ECORRUPT, ENOENT: parked for an operator */
     j->c->st.offload_parked++;
     job_end(j);
 }
@@ -355,6 +511,11 @@ static void on_hot(void *arg, int rc)
     cold_jobst_t *j = arg;
     if (j->c->closing) {
         job_end(j);
+        return;
+    }
+    if (rc == KVMESH_ENOENT) { /* no hot copy of this content left: nothing can be written */
+        j->last_rc = rc;
+        job_io(j, IO_FIND_DEL); /* RESERVED -> RELEASED (an orphan of a crash goes too) */
         return;
     }
     if (rc) {
@@ -486,7 +647,7 @@ static void on_plan(void *arg, int rc, const cold_op_view_t *v)
         job_backoff(j, rc);
         return;
     }
-    j->c->st.last_error = rc;
+    j->c->st.last_error = j->last_rc = rc;
     job_end(j);
 }
 

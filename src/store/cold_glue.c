@@ -2,8 +2,11 @@
 /*
  * cold_glue.c — owns the store's cold tier state (struct kvm_cold, rt->cold): the device's
  * backend, the cold_t, the cold I/O worker thread, the route callbacks given to the core, the
- * view/reconciliation timer and the export of the core's counters as metrics. docs/cold.md
- * "Store wiring" describes the calls; cold_glue.h says which thread calls what.
+ * view/reconciliation timer and the export of the core's counters as metrics, the DRAM
+ * pressure reports for the offload watermarks, the eviction-triggered claims (struct claim,
+ * cold_offload_mode = evict) and the best-effort re-promotion after a restore (struct promo).
+ * docs/cold.md "Store wiring" and "Offload modes" describe the calls; cold_glue.h says which
+ * thread calls what.
  *
  * The worker: cold_exec_t jobs go into a FIFO under mu (one node per job, allocated at submit;
  * when that allocation fails the job runs inline on the loop); the worker runs run(), puts the
@@ -62,6 +65,7 @@ struct kvm_cold {
     struct reclaim_ctx *reclaims; /* reclaims whose callback is due (freed at close) */
     struct cread *reads;          /* restores whose callback is due (failed at close) */
     struct srv_read *serving;     /* remote restores this owner serves (dropped at close) */
+    struct claim *claims;         /* eviction-triggered offloads in progress (freed at close) */
 };
 
 static void g_unref(struct kvm_cold *g)
@@ -205,10 +209,15 @@ static void obs_of(const kvm_route_t *r, cold_route_obs_t *obs)
 static int read_local(kvm_rt_t *rt, const kvm_route_t *r, void *buf, uint64_t len)
 {
     int rc = KVMESH_EUNAVAILABLE; /* a replica elsewhere only: not readable from here */
+    uint32_t dead = 0;            /* replicas of this runtime id in a segment it no longer has */
     for (uint32_t i = 0; i < r->n_replicas; i++) {
         const kvm_hot_replica_t *rep = &r->replicas[i];
         if (!kvm_id128_equal(&rep->owner, &rt->self.id))
             continue;
+        bool seg_here = false;
+        for (uint32_t s = 0; s < rt->n_segs; s++)
+            seg_here |= rt->segs[s].seg && rt->segs[s].seg->id == rep->segment;
+        dead += !seg_here;
         for (uint32_t s = 0; s < rt->n_segs; s++) {
             if (!rt->segs[s].seg || rt->segs[s].seg->id != rep->segment)
                 continue;
@@ -226,6 +235,11 @@ static int read_local(kvm_rt_t *rt, const kvm_route_t *r, void *buf, uint64_t le
             rc = KVMESH_ECHECKSUM;
         }
     }
+    /* Every replica was this runtime's, in segments of an earlier incarnation (a restart after
+     * a crash): the hot copy is gone for good, the offload can never read it. */
+    if (rc == KVMESH_EUNAVAILABLE && r->n_replicas > 0 && dead == r->n_replicas)
+        return kvm_errf(KVMESH_ENOENT, "the object's only hot copies were in this runtime's "
+                                       "DRAM before it restarted; it cannot be offloaded");
     return rc;
 }
 
@@ -387,6 +401,130 @@ static void r_evict(void *ctx, const kvm_ident_t *id, const cold_evict_expect_t 
     rop_start(o, id);
 }
 
+/* ---- re-promotion after a restore (best effort) ------------------------------------------- */
+
+/* promote(): a verified restore of a cold-only route gets a normal hot replica here again when
+ * DRAM has room below evict_low_watermark (never evicting others for it): reserve a slot, copy
+ * the verified bytes (the core keeps buf until cb), look the route up, CAS the replica in at the
+ * restored version while the route is still cold-only with the same content, then commit the
+ * slot; any refusal releases the slot. cb always runs (the core holds its memory until then). */
+struct promo {
+    struct kvm_cold *g;
+    kvm_ident_t ident; /* owned */
+    kvm_route_version_t expected;
+    const uint8_t *buf;
+    uint64_t len, seg, off;
+    bool reserved;
+    cold_rc_cb cb;
+    void *arg;
+};
+
+static void promo_end(struct promo *p, int rc)
+{
+    struct kvm_cold *g = p->g;
+    if (p->reserved)
+        kvm_owner_release(g->rt, p->seg, p->off);
+    cold_rc_cb cb = p->cb;
+    void *arg = p->arg;
+    kvm_ident_free(&p->ident);
+    free(p);
+    cb(arg, rc);
+    g_unref(g);
+}
+
+static void promo_cased(void *arg, int rc, const kvm_route_t *now)
+{
+    (void)now;
+    struct promo *p = arg;
+    if (rc == 0) {
+        kvm_owner_commit(p->g->rt, p->seg, p->off);
+        p->reserved = false;
+    }
+    promo_end(p, rc);
+}
+
+static void promo_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct promo *p = arg;
+    kvm_rt_t *rt = p->g->rt;
+    if (rc == 0 &&
+        (!r || kvm_route_is_tombstone(r) || !kvm_route_version_equal(&r->version, &p->expected) ||
+         r->cold.kind != KVM_COLD_MATERIALIZED || r->n_replicas != 0 || r->length != p->len ||
+         r->n_replicas >= KVM_MAX_REPLICAS))
+        rc = KVMESH_ECONFLICT; /* the route moved on: the promotion is dropped */
+    if (rc) {
+        promo_end(p, rc);
+        return;
+    }
+    kvm_route_t next;
+    kvm_route_init(&next);
+    rc = kvm_route_copy(&next, r);
+    if (rc == 0) {
+        next.replicas[next.n_replicas++] = (kvm_hot_replica_t){.owner = rt->self.id,
+                                                               .segment = p->seg,
+                                                               .offset = p->off,
+                                                               .length = p->len,
+                                                               .checksum = r->checksum};
+        rc = route_cas(rt->route, &r->version, &next, promo_cased, p);
+    }
+    kvm_route_free(&next);
+    if (rc)
+        promo_end(p, rc);
+}
+
+static void promo_reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
+                           uint64_t token)
+{
+    (void)err;
+    struct promo *p = arg;
+    kvm_rt_t *rt = p->g->rt;
+    if (rc) {
+        promo_end(p, rc);
+        return;
+    }
+    p->seg = seg;
+    p->off = off;
+    p->reserved = true;
+    uint8_t *dst;
+    struct seg *pin;
+    enum seg_reason why;
+    rc = seg_check(rt->reg, seg, off, p->len, SEG_WRITE, token, &dst, &pin, &why);
+    if (rc == 0) {
+        memcpy(dst, p->buf, p->len);
+        seg_unpin(rt->reg, pin);
+        rc = rt->route ? route_lookup(rt->route, &p->ident, promo_looked_up, p) : KVMESH_ECLOSED;
+    }
+    if (rc)
+        promo_end(p, rc);
+}
+
+static void r_promote(void *ctx, const kvm_ident_t *id, const kvm_route_version_t *expected,
+                      const void *buf, uint64_t length, cold_rc_cb cb, void *arg)
+{
+    struct kvm_cold *g = ctx;
+    kvm_rt_t *rt = g->rt;
+    uint64_t room = (uint64_t)((double)rt->capacity * rt->cfg.evict_low_watermark);
+    if (g->closed || !rt->route || rt->capacity == 0 || rt->state != KVM_MS_ACTIVE ||
+        rt->used + rt->stats.reserved_bytes + length > room) {
+        cb(arg, KVMESH_EAGAIN); /* no room without evicting: stays cold-only */
+        return;
+    }
+    struct promo *p = calloc(1, sizeof(*p));
+    if (!p || kvm_ident_copy(&p->ident, id) != 0) {
+        free(p);
+        cb(arg, KVMESH_ENOMEM);
+        return;
+    }
+    p->g = g;
+    p->expected = *expected;
+    p->buf = buf;
+    p->len = length;
+    p->cb = cb;
+    p->arg = arg;
+    g->refs++;
+    kvm_owner_reserve(rt, id, length, rt->cfg.request_timeout_ms, promo_reserved, p);
+}
+
 /* ---- timers, counters ----------------------------------------------------------------------- */
 
 static void export_stats(struct kvm_cold *g)
@@ -426,6 +564,14 @@ static void reconciled(void *arg, const cold_recon_report_t *r)
     g->reconciling = false;
 }
 
+/* The DRAM used fraction, for the watermark gate (cold_config_t.high_watermark). */
+static void report_pressure(struct kvm_cold *g)
+{
+    kvm_rt_t *rt = g->rt;
+    if (g->c && rt->capacity)
+        cold_set_pressure(g->c, (double)rt->used / (double)rt->capacity);
+}
+
 static void tick(void *arg)
 {
     struct kvm_cold *g = arg;
@@ -433,6 +579,7 @@ static void tick(void *arg)
     if (g->closed)
         return;
     drain_done(g); /* backstop when a post failed */
+    report_pressure(g);
     if (!g->refreshing && cold_view_refresh(g->c, refreshed, g) == 0)
         g->refreshing = true;
     uint64_t now = env_clock_mono_ms();
@@ -608,12 +755,19 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
                             .read_hot = r_read_hot,
                             .materialize = r_materialize,
                             .evict = r_evict,
-                            .promote = NULL,
+                            .promote = r_promote,
                             .ctx = g};
     cold_config_t cc = {.deployment = cfg->deployment,
                         .self = rt->self.id,
                         .timeout_ms = cfg->request_timeout_ms,
                         .queue_cap = cfg->cold_queue,
+                        .order = cfg->cold_offload_order ? COLD_ORDER_SIZE : COLD_ORDER_FIFO,
+                        .backoff_base_ms = cfg->cold_retry_backoff_ms,
+                        .backoff_max_ms = cfg->cold_retry_backoff_max_ms,
+                        .rate_bytes_per_sec = cfg->cold_offload_bytes_per_sec,
+                        .high_watermark = cfg->cold_high_watermark,
+                        .low_watermark = cfg->cold_low_watermark,
+                        .op_ttl_ms = cfg->cold_reconcile_after_ms,
                         .max_buffer = cfg->max_object_size,
                         .exec = &g->exec};
     rc = cold_new(&g->c, rt->env, rt->meta, &ops, &cc);
@@ -646,8 +800,9 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
 void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next)
 {
     struct kvm_cold *g = rt->cold;
-    if (!g || !g->c || g->open_cb || !rt->cfg.cold_offload || next->n_replicas == 0)
-        return;
+    if (!g || !g->c || g->open_cb || !rt->cfg.cold_offload || next->n_replicas == 0 ||
+        rt->cfg.cold_offload_mode == KVM_STORE_COLD_MODE_EVICT)
+        return; /* (evict mode: the eviction claims its victims, kvm_cold_evict_claim) */
     /* The device of a runtime that holds one of the new replicas (its read_hot copies from its
      * own segment): this runtime's own when it holds one, else the replica owners' devices. */
     kvm_runtime_id_t owners[KVM_MAX_REPLICAS];
@@ -702,6 +857,7 @@ void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now)
     struct kvm_cold *g = rt->cold;
     if (!g || !g->c || g->open_cb)
         return;
+    report_pressure(g);
     if (now && now->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
         kvm_id128_equal(&now->cold.owner, &rt->self.id) &&
         kvm_id128_equal(&now->cold.tier, &g->dev)) {
@@ -875,6 +1031,143 @@ bool kvm_cold_pins_last(kvm_rt_t *rt, const kvm_route_t *route)
      * changed and releases the op. */
     return g && g->c && route->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
            kvm_id128_equal(&route->cold.owner, &rt->self.id) && cold_offload_pending(g->c) > 0;
+}
+
+/* ---- eviction-triggered offload (cold_offload_mode = evict) -------------------------------- */
+
+/* One claimed victim: route CAS adding a PendingOffload of a fresh cold op on this runtime's
+ * device (the replica stays) -> urgent offload job -> last-hot eviction (cold_evict) -> cb. */
+struct claim {
+    struct kvm_cold *g;
+    kvm_ident_t ident; /* owned */
+    kvm_hot_replica_t rep;
+    kvm_route_t next; /* the claimed route (its cold op, content op, length, checksum) */
+    kvm_cold_evict_cb cb;
+    void *arg;
+    bool in_route; /* its route CAS is in flight (holds g->refs) */
+    bool listed;   /* in g->claims */
+    struct claim *next_c, *prev_c;
+};
+
+static void claim_unlink(struct claim *cl)
+{
+    if (!cl->listed)
+        return;
+    if (cl->prev_c)
+        cl->prev_c->next_c = cl->next_c;
+    else
+        cl->g->claims = cl->next_c;
+    if (cl->next_c)
+        cl->next_c->prev_c = cl->prev_c;
+    cl->listed = false;
+}
+
+static void claim_free(struct claim *cl)
+{
+    claim_unlink(cl);
+    kvm_ident_free(&cl->ident);
+    kvm_route_free(&cl->next);
+    free(cl);
+}
+
+static void claim_finish(struct claim *cl, int rc)
+{
+    kvm_cold_evict_cb cb = cl->cb;
+    void *arg = cl->arg;
+    claim_free(cl);
+    cb(arg, rc);
+}
+
+static void claim_evicted(void *arg, int rc)
+{
+    claim_finish(arg, rc);
+}
+
+static void claim_offloaded(void *arg, int rc)
+{
+    struct claim *cl = arg;
+    struct kvm_cold *g = cl->g;
+    if (rc == 0)
+        rc = cold_evict(g->c, &cl->ident, &cl->rep, claim_evicted, cl);
+    if (rc)
+        claim_finish(cl, rc); /* the slot goes back to the clock; a later pass retries */
+}
+
+static void claim_cased(void *arg, int rc, const kvm_route_t *now)
+{
+    (void)now;
+    struct claim *cl = arg;
+    struct kvm_cold *g = cl->g;
+    cl->in_route = false;
+    if (g->closed || !g->c) {
+        claim_free(cl); /* closing: the slot's callback no longer runs */
+        g_unref(g);
+        return;
+    }
+    g_unref(g); /* the runtime holds another reference while open */
+    if (rc == 0) {
+        cold_job_t job = {.ident = &cl->ident,
+                          .cold_op = cl->next.cold.cold_op,
+                          .content_op = cl->next.content_op,
+                          .device = g->dev,
+                          .length = cl->next.length,
+                          .checksum = cl->next.checksum,
+                          .urgent = true,
+                          .done = claim_offloaded,
+                          .done_arg = cl};
+        rc = cold_offload_submit(g->c, &job);
+    }
+    if (rc)
+        claim_finish(cl, rc);
+}
+
+bool kvm_cold_claims(kvm_rt_t *rt, const kvm_route_t *r)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!g || !g->c || g->open_cb || g->closed || !rt->route || !rt->cfg.cold_offload ||
+        rt->cfg.cold_offload_mode != KVM_STORE_COLD_MODE_EVICT)
+        return false;
+    if (kvm_route_is_tombstone(r) || r->cold.kind != KVM_COLD_NONE || r->n_replicas != 1 ||
+        !kvm_id128_equal(&r->replicas[0].owner, &rt->self.id))
+        return false;
+    const cold_device_t *d = cold_view_find(g->c, &g->dev);
+    return d && cold_device_fits(d, r->length) && cold_offload_pending(g->c) < rt->cfg.cold_queue;
+}
+
+int kvm_cold_evict_claim(kvm_rt_t *rt, const kvm_route_t *r, const kvm_hot_replica_t *rep,
+                         kvm_cold_evict_cb cb, void *arg)
+{
+    struct kvm_cold *g = rt->cold;
+    if (!kvm_cold_claims(rt, r))
+        return KVMESH_ENOTSUP;
+    struct claim *cl = calloc(1, sizeof(*cl));
+    if (!cl)
+        return KVMESH_ENOMEM;
+    kvm_route_init(&cl->next);
+    if (kvm_ident_copy(&cl->ident, &r->ident) != 0 || kvm_route_copy(&cl->next, r) != 0) {
+        claim_free(cl);
+        return KVMESH_ENOMEM;
+    }
+    cl->g = g;
+    cl->rep = *rep;
+    cl->cb = cb;
+    cl->arg = arg;
+    kvm_op_id_t cold_op = kvm_rt_next_op_id(rt);
+    kvm_cold_backing_pending(&cl->next.cold, &cold_op, &cl->next.content_op, &rt->self.id, &g->dev,
+                             cl->next.length, cl->next.checksum);
+    cl->next_c = g->claims;
+    if (cl->next_c)
+        cl->next_c->prev_c = cl;
+    g->claims = cl;
+    cl->listed = true;
+    cl->in_route = true;
+    g->refs++;
+    int rc = route_cas(rt->route, &r->version, &cl->next, claim_cased, cl);
+    if (rc) {
+        g->refs--;
+        claim_free(cl);
+    }
+    return rc;
 }
 
 /* ---- cold-only reads ------------------------------------------------------------------------ */
@@ -1081,6 +1374,12 @@ void kvm_cold_close(kvm_rt_t *rt)
             r->on_close(r);
         else
             free(r);
+    }
+    while (g->claims) { /* their callbacks no longer run; a CAS in flight frees its own */
+        struct claim *cl = g->claims;
+        claim_unlink(cl);
+        if (!cl->in_route)
+            claim_free(cl);
     }
     while (g->reads)
         cread_finish(g->reads, KVMESH_ECANCELED, NULL, 0);

@@ -66,6 +66,16 @@ int kvm_cold_evict_last(kvm_rt_t *rt, const kvm_ident_t *ident, const kvm_hot_re
  * eviction waits for the materialization; with none pending it is evicted as a cache object). */
 bool kvm_cold_pins_last(kvm_rt_t *rt, const kvm_route_t *route);
 
+/* [loop] cold_offload_mode = evict: true when the eviction may claim `r` (its only hot replica
+ * is this runtime's, no cold backing, this runtime's device has room and its queue is not full).
+ * kvm_cold_evict_claim then CASes a PendingOffload of a fresh cold op on this runtime's device
+ * into the route, runs it as an urgent offload job, and evicts the replica once the cold copy is
+ * usage-committed: cb(arg, 0) when the replica left the route (free its bytes then), another
+ * code otherwise (keep them). Returns 0 or an error (cb then never runs). */
+bool kvm_cold_claims(kvm_rt_t *rt, const kvm_route_t *r);
+int kvm_cold_evict_claim(kvm_rt_t *rt, const kvm_route_t *r, const kvm_hot_replica_t *rep,
+                         kvm_cold_evict_cb cb, void *arg);
+
 /* [app thread] Reads a cold-only object (route->cold MATERIALIZED) into iov: cold_restore on
  * the loop, bytes verified there against the route's length and checksum, copied before the
  * callback returns. 0, KVMESH_ECHECKSUM / KVMESH_ECORRUPT (verification failed: no bytes

@@ -529,6 +529,13 @@ static bool evict_cold(kvm_rt_t *rt, struct kvm_slot *s, const kvm_route_t *r,
         evict_back(rt, s);
         return true;
     }
+    if (kvm_cold_claims(rt, r)) { /* eviction-triggered offload: materialize, then evict */
+        int k = kvm_route_find_replica(r, slot);
+        KVM_ASSERT(k >= 0);
+        if (kvm_cold_evict_claim(rt, r, &r->replicas[k], evict_cold_done, s) != 0)
+            evict_back(rt, s);
+        return true;
+    }
     if (r->cold.kind != KVM_COLD_MATERIALIZED)
         return false;
     int i = kvm_route_find_replica(r, slot);

@@ -104,15 +104,25 @@ struct kvm_store_config {
     uint32_t n_tenant_placement;
     struct kvm_store_tenant_placement tenant_placement[KVM_STORE_TENANT_SOFT_MAX];
     /* cold tier (src/store/cold_glue.c, docs/cold.md "Store wiring"): one device per runtime */
-    uint32_t cold_kind;                /* KVM_STORE_COLD_OFF | _LOCALDIR | _EXTENT */
-    char cold_root[KVM_STORE_STR_MAX]; /* the device directory (exists, writable) */
-    uint64_t cold_capacity;            /* payload bytes the device may hold */
-    bool cold_offload;                 /* new writes carry a PendingOffload backing */
-    uint32_t cold_queue;               /* offload jobs queued at most (1..COLD_QUEUE_MAX) */
+    uint32_t cold_kind;                  /* KVM_STORE_COLD_OFF | _LOCALDIR | _EXTENT */
+    char cold_root[KVM_STORE_STR_MAX];   /* the device directory (exists, writable) */
+    uint64_t cold_capacity;              /* payload bytes the device may hold */
+    bool cold_offload;                   /* new writes carry a PendingOffload backing */
+    uint32_t cold_queue;                 /* offload jobs queued at most (1..COLD_QUEUE_MAX) */
+    uint32_t cold_offload_mode;          /* KVM_STORE_COLD_MODE_PASSTHROUGH | _EVICT */
+    uint32_t cold_offload_order;         /* 0 fifo, 1 size (cold_order) */
+    uint64_t cold_offload_bytes_per_sec; /* offload rate (0 = unlimited) */
+    double cold_high_watermark;          /* DRAM fraction opening offload (0 = always open) */
+    double cold_low_watermark;           /* DRAM fraction closing it */
+    uint32_t cold_retry_backoff_ms;      /* first retry delay of an offload job */
+    uint32_t cold_retry_backoff_max_ms;  /* its cap */
+    uint32_t cold_reconcile_after_ms;    /* a non-terminal cold op is due after (op_ttl_ms) */
 };
 
-#define KVM_STORE_COLD_OFF      0u
-#define KVM_STORE_COLD_LOCALDIR 1u
-#define KVM_STORE_COLD_EXTENT   2u
+#define KVM_STORE_COLD_OFF              0u
+#define KVM_STORE_COLD_LOCALDIR         1u
+#define KVM_STORE_COLD_EXTENT           2u
+#define KVM_STORE_COLD_MODE_PASSTHROUGH 0u
+#define KVM_STORE_COLD_MODE_EVICT       1u
 
 #endif

@@ -99,6 +99,21 @@ static const struct {
     {"cold_offload", "maybe",
      "cold_offload: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, 1|0)"},
     {"cold_queue", "5000", "cold_queue: \"5000\" is out of range; allowed 1..4096"},
+    {"cold_offload_mode", "lazy",
+     "cold_offload_mode: \"lazy\" is not allowed; allowed passthrough|evict"},
+    {"cold_offload_order", "lifo",
+     "cold_offload_order: \"lifo\" is not allowed; allowed fifo|size"},
+    {"cold_offload_bytes_per_sec", "-1",
+     "cold_offload_bytes_per_sec: \"-1\" is not a size; allowed 0..4TiB (a byte count with "
+     "optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    {"cold_high_watermark", "1.5", "cold_high_watermark: \"1.5\" is out of range; allowed 0..1"},
+    {"cold_low_watermark", "1.0", "cold_low_watermark: \"1.0\" is out of range; allowed 0..0.99"},
+    {"cold_retry_backoff_ms", "0",
+     "cold_retry_backoff_ms: \"0\" is out of range; allowed 1..60000"},
+    {"cold_reconcile_after_ms", "5",
+     "cold_reconcile_after_ms: \"5\" is out of range; allowed 100..3600000"},
+    {"cold_retry_backoff_max_ms", "0",
+     "cold_retry_backoff_max_ms: \"0\" is out of range; allowed 1..600000"},
     {"tenant_quota_evict", "maybe",
      "tenant_quota_evict: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, "
      "1|0)"},
@@ -325,6 +340,20 @@ static void test_validate_cross_fields(void **state)
     assert_non_null(strstr(kvmesh_last_error(), "memory_size (32MiB) is smaller than"));
     assert_int_equal(kvmesh_config_set(c, "memory_size", "0"), 0);
     assert_int_equal(kvm_config_validate(c), 0);
+    /* cold tier watermarks: low below high, high at most evict_high_watermark */
+    kvm_config_defaults(c);
+    assert_int_equal(kvmesh_config_set(c, "cold_high_watermark", "0.95"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_non_null(strstr(kvmesh_last_error(), "cold_high_watermark (0.95) needs"));
+    assert_int_equal(kvmesh_config_set(c, "cold_high_watermark", "0.7"), 0);
+    assert_int_equal(kvmesh_config_set(c, "cold_low_watermark", "0.7"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_int_equal(kvmesh_config_set(c, "cold_low_watermark", "0.5"), 0);
+    assert_int_equal(kvm_config_validate(c), 0);
+    assert_int_equal(kvmesh_config_set(c, "cold_retry_backoff_ms", "500"), 0);
+    assert_int_equal(kvmesh_config_set(c, "cold_retry_backoff_max_ms", "100"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_non_null(strstr(kvmesh_last_error(), "cold_retry_backoff_ms (500) must not exceed"));
     /* A struct filled by hand is held to the table. */
     kvm_config_defaults(c);
     c->replicas = 0;
@@ -351,6 +380,10 @@ static void test_validate_cross_fields(void **state)
     assert_int_equal(sc.cold_kind, KVM_STORE_COLD_EXTENT);
     assert_string_equal(sc.cold_root, "/srv/cold0");
     assert_true(sc.cold_offload && sc.cold_queue == 1024 && sc.cold_capacity == (1ull << 30));
+    assert_true(sc.cold_offload_mode == KVM_STORE_COLD_MODE_PASSTHROUGH &&
+                sc.cold_offload_order == 0 && sc.cold_offload_bytes_per_sec == 0 &&
+                sc.cold_high_watermark == 0.0 && sc.cold_retry_backoff_ms == 2 &&
+                sc.cold_retry_backoff_max_ms == 10000);
     kvmesh_config_free(c);
 }
 

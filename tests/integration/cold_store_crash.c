@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cold_store_crash.c — kill -9 of a storage runtime process while it offloads (docs/cold.md
+ * "Store wiring", crash test). Real processes, real files, a real Redis (tests/support/testsrv):
+ * a runtime child with a LocalDir device, routes in metadata (route_mode = metadata_only) and a
+ * fixed runtime id writes 96 objects of 64 KiB, acknowledging each on its stdout; its offloads
+ * are rate-limited (1 MiB/s) so that they trail the writes, and the child is SIGKILLed while
+ * they run. It is then restarted on the same device directory with the same runtime id. Shows,
+ * through a client-only runtime in this process:
+ *   - the kill came during the offload stream: some objects, not all, had a cold copy;
+ *   - after the restart, every acknowledged object whose route has a cold copy reads back with
+ *     its bytes (restored by the restarted owner over RPC, verified by the client); an object
+ *     whose only copy was in the dead process's DRAM is refused, never answered with other
+ *     bytes;
+ *   - after reconciliation (cold_reconcile_after_ms = 1 s: the unfinished cold ops resume) the
+ *     device's accounting matches the files: used + reserved bytes (the cold gauge of the
+ *     owner's /metrics) = the object files on the device x 64 KiB = the routes with a cold copy
+ *     x 64 KiB; no reservation is left behind.
+ * Every wait is bounded; the children are killed by pid and the directory removed at the end.
+ */
+#include <curl/curl.h>
+#include <dirent.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "env/clock.h"
+#include "kvmesh.h"
+#include "curl_body.h"
+#include "obs_prom.h"
+#include "proc.h"
+#include "testsrv.h"
+
+#define CHECK(c) TPROC_CHECK(c, cleanup_all)
+
+#define NOBJ    96
+#define OBJ_LEN (64u << 10)
+#define RT_ID   "c0a5c0a5c0a5c0a5c0a5c0a5c0a5c0a5"
+
+static tproc_t child;
+static testsrv_t *srv;
+static kvmesh_t *client;
+static char tmpdir[64];
+static const kvmesh_scope_t sc = {"crash", NULL};
+
+static void cleanup_all(void)
+{
+    if (client) {
+        kvmesh_close(client);
+        client = NULL;
+    }
+    tproc_kill(&child, SIGKILL);
+    testsrv_stop(srv);
+    srv = NULL;
+    if (tmpdir[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", tmpdir);
+        tmpdir[0] = '\0';
+    }
+}
+
+static void key_of(uint32_t i, char *k, size_t cap)
+{
+    snprintf(k, cap, "crash-obj-%04u", i);
+}
+
+static void set_common(kvmesh_config_t *c, const char *url, const char *dep)
+{
+    kvmesh_config_set(c, "metadata_url", url);
+    kvmesh_config_set(c, "deployment", dep);
+    kvmesh_config_set(c, "route_mode", "metadata_only");
+    kvmesh_config_set(c, "lease_ttl_ms", "2000");
+    kvmesh_config_set(c, "request_timeout_ms", "5000");
+    kvmesh_config_set(c, "replicas", "1");
+    kvmesh_config_set(c, "transport", "tcp");
+}
+
+/* ---- the runtime child: argv = --runtime write|serve url dep root -----------------------------
+ */
+
+static int runtime_main(char **argv)
+{
+    bool write = strcmp(argv[2], "write") == 0;
+    kvmesh_config_t *c = kvmesh_config_new();
+    set_common(c, argv[3], argv[4]);
+    kvmesh_config_set(c, "runtime_id", RT_ID);
+    kvmesh_config_set(c, "admin_listen", "127.0.0.1:0");
+    kvmesh_config_set(c, "memory_size", "8MiB");
+    kvmesh_config_set(c, "segment_size", "8MiB");
+    kvmesh_config_set(c, "max_object_size", "1MiB");
+    kvmesh_config_set(c, "cold_kind", "localdir");
+    kvmesh_config_set(c, "cold_root", argv[5]);
+    kvmesh_config_set(c, "cold_capacity", "64MiB");
+    kvmesh_config_set(c, "cold_offload_bytes_per_sec", "1MiB");
+    kvmesh_config_set(c, "cold_reconcile_after_ms", "1000");
+    kvmesh_t *kv = tproc_child_open(c);
+    if (!kv)
+        return 1;
+    tproc_child_ready(kv, true);
+    if (write) {
+        uint8_t *buf = malloc(OBJ_LEN);
+        for (uint32_t i = 0; buf && i < NOBJ; i++) {
+            char k[32];
+            key_of(i, k, sizeof(k));
+            tproc_fill(buf, OBJ_LEN, i + 1);
+            int rc = kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, NULL);
+            if (rc) {
+                fprintf(stderr, "put %s: %s\n", k, kvmesh_last_error());
+                break;
+            }
+            printf("ACK %u\n", i);
+            fflush(stdout);
+        }
+        free(buf);
+        printf("DONE\n");
+        fflush(stdout);
+    }
+    char line[64];
+    while (fgets(line, sizeof(line), stdin)) {
+    }
+    kvmesh_close(kv);
+    return 0;
+}
+
+/* ---- parent -----------------------------------------------------------------------------------
+ */
+
+static double cold_gauge(uint16_t port)
+{
+    char u[64];
+    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics", (unsigned)port);
+    struct tcurl_body b = {0};
+    CURL *c = curl_easy_init();
+    CHECK(c);
+    curl_easy_setopt(c, CURLOPT_URL, u);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    long code = -1;
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(c);
+    CHECK(code == 200);
+    struct prom p;
+    memset(&p, 0, sizeof(p));
+    CHECK(prom_parse(&p, b.data, b.len) == 0);
+    free(b.data);
+    double x = prom_value(&p, "kvmesh_segment_used_bytes", "tier", "cold", NULL, NULL);
+    prom_free(&p);
+    return x;
+}
+
+/* LocalDir object files (complete ones: temporaries end otherwise) under root. */
+static size_t count_files(const char *root)
+{
+    char ld[256];
+    snprintf(ld, sizeof(ld), "%s/ld", root);
+    DIR *top = opendir(ld);
+    if (!top)
+        return 0;
+    size_t n = 0;
+    struct dirent *d;
+    while ((d = readdir(top)) != NULL) {
+        if (d->d_name[0] == '.')
+            continue;
+        char sub[512];
+        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
+        DIR *s = opendir(sub);
+        if (!s)
+            continue;
+        struct dirent *e;
+        while ((e = readdir(s)) != NULL)
+            n += strlen(e->d_name) > 4 && strcmp(e->d_name + strlen(e->d_name) - 4, ".obj") == 0;
+        closedir(s);
+    }
+    closedir(top);
+    return n;
+}
+
+/* Whether a LocalDir put is writing now (a ".tmp." file exists: reserved, payload not renamed). */
+static bool writing_now(const char *root)
+{
+    char ld[256];
+    snprintf(ld, sizeof(ld), "%s/ld", root);
+    DIR *top = opendir(ld);
+    if (!top)
+        return false;
+    bool found = false;
+    struct dirent *d;
+    while (!found && (d = readdir(top)) != NULL) {
+        if (d->d_name[0] == '.')
+            continue;
+        char sub[512];
+        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
+        DIR *s = opendir(sub);
+        if (!s)
+            continue;
+        struct dirent *e;
+        while (!found && (e = readdir(s)) != NULL)
+            found = strncmp(e->d_name, ".tmp.", 5) == 0;
+        closedir(s);
+    }
+    closedir(top);
+    return found;
+}
+
+static size_t backed_count(bool *backed)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < NOBJ; i++) {
+        char k[32];
+        key_of(i, k, sizeof(k));
+        kvmesh_route_info_t ri;
+        CHECK(kvmesh_route_query(client, &sc, k, strlen(k), &ri) == 0);
+        if (backed)
+            backed[i] = ri.cold_backed;
+        n += ri.cold_backed;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 6 && strcmp(argv[1], "--runtime") == 0)
+        return runtime_main(argv);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    testsrv_sweep_stale();
+    if (testsrv_start_redis(&srv, NULL) != 0) {
+        fprintf(stderr, "cannot start redis: %s\n", kvmesh_last_error());
+        return 1;
+    }
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-crash-XXXXXX");
+    CHECK(mkdtemp(tmpdir) != NULL);
+    char root[128], exe[512], dep[64];
+    snprintf(root, sizeof(root), "%s/dev", tmpdir);
+    CHECK(mkdir(root, 0700) == 0);
+    CHECK(tproc_self_exe(exe, sizeof(exe)) == 0);
+    snprintf(dep, sizeof(dep), "coldcrash%d", (int)getpid());
+    const char *url = testsrv_url(srv);
+
+    /* 1. the writer: 96 acknowledged objects; its offloads trail at 1 MiB/s */
+    const char *wargs[] = {exe, "--runtime", "write", url, dep, root};
+    char line[256];
+    CHECK(tproc_start(&child, 6, wargs, "READY", line, sizeof(line), 30000) == 0);
+    {
+        kvmesh_config_t *c = kvmesh_config_new();
+        set_common(c, url, dep);
+        kvmesh_config_set(c, "memory_size", "0");
+        CHECK(kvmesh_open(&client, c) == 0);
+        kvmesh_config_free(c);
+    }
+    bool *acked = calloc(NOBJ, sizeof(bool));
+    bool *backed = calloc(NOBJ, sizeof(bool));
+    CHECK(acked && backed);
+    size_t n_acked = 0;
+    for (int t = 0; t < NOBJ + 1; t++) {
+        CHECK(tproc_read_line(&child, line, sizeof(line), 30000) == 0);
+        unsigned i;
+        if (strcmp(line, "DONE") == 0)
+            break;
+        CHECK(sscanf(line, "ACK %u", &i) == 1 && i < NOBJ);
+        acked[i] = true;
+        n_acked++;
+    }
+    CHECK(n_acked == NOBJ);
+    /* 2. kill -9 while the offloads run: wait until some (not all) have a cold copy */
+    size_t before = 0;
+    uint64_t end = env_clock_mono_ms() + 20000;
+    while ((before = backed_count(NULL)) < NOBJ / 4 && env_clock_mono_ms() < end)
+        usleep(20000);
+    /* aim the kill at a backend write in progress (bounded: 3 s of polling, then kill anyway) */
+    bool mid_write = false;
+    end = env_clock_mono_ms() + 3000;
+    while (!(mid_write = writing_now(root)) && env_clock_mono_ms() < end) {
+    }
+    CHECK(tproc_kill(&child, SIGKILL) == 0);
+    before = backed_count(NULL);
+    size_t files0 = count_files(root);
+    printf("killed the writer %s a payload write, with %zu of %zu acknowledged objects holding "
+           "a cold copy (%zu device files)\n",
+           mid_write ? "during" : "between", before, n_acked, files0);
+    CHECK(before > 0 && before < NOBJ);
+
+    /* 3. restart on the same device directory with the same runtime id */
+    const char *sargs[] = {exe, "--runtime", "serve", url, dep, root};
+    CHECK(tproc_start(&child, 6, sargs, "READY", line, sizeof(line), 30000) == 0);
+    char id[64];
+    uint64_t epoch = 0;
+    unsigned port = 0;
+    CHECK(sscanf(line, "READY %63s %" SCNu64 " %u", id, &epoch, &port) == 3 && port > 0);
+
+    /* 4. reconciliation settles: device usage = files = cold-backed routes (bounded wait) */
+    size_t after = 0, files = 0;
+    double gauge = -1;
+    int stable = 0, polls = 0;
+    double gauge0 = cold_gauge((uint16_t)port);
+    end = env_clock_mono_ms() + 30000;
+    while (env_clock_mono_ms() < end && stable < 3) {
+        usleep(200000);
+        after = backed_count(backed);
+        files = count_files(root);
+        gauge = cold_gauge((uint16_t)port);
+        bool ok = gauge == (double)files * OBJ_LEN && files == after;
+        stable = ok ? stable + 1 : 0;
+        polls++;
+    }
+    printf("at the restart the device record held %.0f bytes (%.1f x 64 KiB) for %zu files; "
+           "settled after %d polls\n",
+           gauge0, gauge0 / OBJ_LEN, files0, polls);
+    printf("after the restart and reconciliation: %zu routes with a cold copy, %zu device "
+           "files, device used + reserved %.0f bytes (= %.0f x 64 KiB)\n",
+           after, files, gauge, gauge / OBJ_LEN);
+    CHECK(stable >= 3 && after >= before);
+
+    /* 5. every acknowledged object with a cold copy reads back with its bytes; the others are
+     * refused (their only copy died with the process), never answered with other bytes */
+    uint8_t *want = malloc(OBJ_LEN), *got = malloc(OBJ_LEN);
+    CHECK(want && got);
+    size_t read_ok = 0, refused = 0;
+    for (uint32_t i = 0; i < NOBJ; i++) {
+        char k[32];
+        key_of(i, k, sizeof(k));
+        tproc_fill(want, OBJ_LEN, i + 1);
+        size_t n = 0;
+        int rc = kvmesh_get_into(client, &sc, k, strlen(k), got, OBJ_LEN, &n);
+        if (backed[i]) {
+            if (rc)
+                fprintf(stderr, "get %s: %s: %s\n", k, kvmesh_errname(rc), kvmesh_last_error());
+            CHECK(rc == 0 && n == OBJ_LEN && memcmp(got, want, OBJ_LEN) == 0);
+            read_ok++;
+        } else {
+            CHECK(rc != 0 || (n == OBJ_LEN && memcmp(got, want, OBJ_LEN) == 0));
+            refused += rc != 0;
+        }
+    }
+    printf("acknowledged %zu: %zu with a cold copy read back with their bytes, %zu refused "
+           "(hot-only copies lost with the process)\n",
+           n_acked, read_ok, refused);
+    CHECK(read_ok == after);
+    free(want);
+    free(got);
+    free(acked);
+    free(backed);
+    CHECK(tproc_stop(&child, 20000) == 0);
+    cleanup_all();
+    curl_global_cleanup();
+    printf("cold_store_crash: ok\n");
+    return 0;
+}

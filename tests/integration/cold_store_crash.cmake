@@ -1,0 +1,6 @@
+# SPDX-License-Identifier: Apache-2.0
+# kill -9 of a storage runtime process while it offloads (cold_store_crash.c): a real Redis,
+# a LocalDir device, a restart with the same root and runtime id, reconciliation, reads.
+add_test(NAME cold_store_crash COMMAND ${exe})
+set_tests_properties(cold_store_crash PROPERTIES LABELS integration TIMEOUT 300
+  ENVIRONMENT "${KVMESH_TEST_ENV}")
