@@ -137,7 +137,8 @@ static uint64_t blocked_start_ms; /* the later start of the two blocked calls */
 
 struct blocked {
     bool put;
-    uint64_t t0, t1;
+    _Atomic uint64_t t0; /* read by the main thread while the call is blocked */
+    uint64_t t1;
     int rc;
 };
 
@@ -150,7 +151,7 @@ static void *blocked_main(void *arg)
     kvmesh_put_opts_t pin = {
         .replicas = 1, .preferred_owners = c_id, .n_preferred = 1, .hard_pin = true};
     tproc_fill(buf, VLEN, 99);
-    b->t0 = env_clock_mono_ms();
+    atomic_store(&b->t0, env_clock_mono_ms());
     b->rc = b->put ? kvmesh_put(kv, &sc, "c-new", 5, buf, VLEN, &pin)
                    : kvmesh_get_into(kv, &sc, "c-0", 3, buf, VLEN, &got);
     b->t1 = env_clock_mono_ms();
@@ -269,9 +270,13 @@ int main(int argc, char **argv)
     struct blocked bl[2] = {{.put = false}, {.put = true}};
     for (int i = 0; i < 2; i++)
         CHECK(pthread_create(&bt[i], NULL, blocked_main, &bl[i]) == 0);
+    uint64_t t0[2] = {0, 0}, wait_end = env_clock_mono_ms() + 10000;
+    while ((t0[0] = atomic_load(&bl[0].t0)) == 0 || (t0[1] = atomic_load(&bl[1].t0)) == 0) {
+        CHECK(env_clock_mono_ms() < wait_end);
+        usleep(1000);
+    }
     usleep(50000); /* both blocked calls are past their start */
-    blocked_start_ms = bl[0].t0 > bl[1].t0 ? bl[0].t0 : bl[1].t0;
-    CHECK(blocked_start_ms != 0);
+    blocked_start_ms = t0[0] > t0[1] ? t0[0] : t0[1];
     atomic_store(&blocked_started, true);
     for (int i = 0; i < 2; i++)
         pthread_join(bt[i], NULL);
@@ -283,8 +288,8 @@ int main(int argc, char **argv)
     fprintf(stderr,
             "store_hol[%s]: C stopped; get on C's key: %s after %" PRIu64
             " ms; put pinned to C: %s after %" PRIu64 " ms\n",
-            route_mode(), kvmesh_errname(bl[0].rc), bl[0].t1 - bl[0].t0, kvmesh_errname(bl[1].rc),
-            bl[1].t1 - bl[1].t0);
+            route_mode(), kvmesh_errname(bl[0].rc), bl[0].t1 - t0[0], kvmesh_errname(bl[1].rc),
+            bl[1].t1 - t0[1]);
     unsigned total = 0, errors = 0;
     for (int w = 0; w < WORKERS; w++) {
         fprintf(stderr,
