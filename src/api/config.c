@@ -129,9 +129,9 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "always", "remote", "never"),
     F_DBL(weight, "1.0", 0.001, 1000000.0,
           "WRH placement weight of this runtime relative to the others."),
-    F_UINT(lease_ttl_ms, "5000", 100, 600000,
+    F_UINT(lease_ttl_ms, "2000", 100, 600000,
            "Membership lease time to live in milliseconds; a runtime silent this long is "
-           "considered gone."),
+           "considered gone (also the route authority lease, clamped to 2000..3000)."),
     F_UINT(request_timeout_ms, "5000", 1, KVM_CFG_TIMEOUT_MAX_MS,
            "End-to-end deadline of one request in milliseconds."),
     F_UINT(idle_timeout_ms, "300000", 0, KVM_CFG_DRAIN_MAX_MS,

@@ -745,8 +745,14 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
         open_finish(rt, rc, kvmesh_last_error());
         return;
     }
+    /* The shard-authority lease follows lease_ttl_ms, clamped to 2..3 s: a dead authority's
+     * shards are taken over once it expires (docs/performance.md "Failover time"). */
+    uint32_t shard_lease_ms = rt->cfg.lease_ttl_ms < STORE_SHARD_LEASE_MIN   ? STORE_SHARD_LEASE_MIN
+                              : rt->cfg.lease_ttl_ms > STORE_SHARD_LEASE_MAX ? STORE_SHARD_LEASE_MAX
+                                                                             : rt->cfg.lease_ttl_ms;
     route_svc_opts_t ro = {
         .env = rt->env,
+        .shard_lease_ms = shard_lease_ms,
         .meta = rt->route_meta ? rt->route_meta : rt->meta,
         .deployment = rt->cfg.deployment,
         .self = rt->self,

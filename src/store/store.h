@@ -60,6 +60,8 @@
 #define STORE_HINTS            16384 /* route hints per runtime (power of two; route_hint.c) */
 #define STORE_HINT_WAYS        4     /* route hints: ways per set */
 #define STORE_HINT_REPLICAS    3     /* routes with more replicas are not hinted */
+#define STORE_SHARD_LEASE_MIN  2000  /* ms: the shard-authority lease is lease_ttl_ms */
+#define STORE_SHARD_LEASE_MAX  3000  /* ms: clamped to these (runtime.c, "Failover time") */
 /* How long past its deadline a bounded call waits for the loop's own answer before it gives up
  * on the op (docs/api.md "Deadlines"): every stage already ends by the deadline; this covers the
  * hand-over from the loop thread. */

@@ -165,7 +165,7 @@ static void test_defaults(void **state)
     assert_int_equal(c->shards, 64);
     assert_int_equal(c->transport, KVM_TRANSPORT_AUTO);
     assert_true(c->weight == 1.0);
-    assert_int_equal(c->lease_ttl_ms, 5000);
+    assert_int_equal(c->lease_ttl_ms, 2000);
     assert_int_equal(c->request_timeout_ms, 5000);
     assert_int_equal(c->drain_timeout_ms, 30000);
     assert_int_equal(c->idle_timeout_ms, 300000);
