@@ -106,6 +106,27 @@ int kvmesh_tools_critpath(kvmesh_t *kv, const char *op, kvmesh_tools_critpath_t 
 size_t kvmesh_tools_breakdown(kvmesh_t *kv, const char *name, uint64_t since_unix_ns,
                               int64_t *total_ns, int64_t stage_ns[4]);
 
+/* ---- hot upgrade (kvmeshd --upgrade-socket / --upgrade-from; docs/operations.md) -------------
+ * A successor process with the same runtime_id takes over a running predecessor's registered
+ * memory without a copy (src/store/handoff.h has the protocol). sock is a connected unix stream
+ * socket; every call is bounded by timeout_ms. */
+
+/* Successor: announces itself (HELLO with cfg's runtime_id, which must be set). */
+int kvmesh_upgrade_hello(const kvmesh_config_t *cfg, int sock, uint32_t timeout_ms);
+/* Predecessor: reads a connection's HELLO; 0 when it names this runtime's id, else
+ * KVMESH_EPROTO/KVMESH_ECONFIG (a REFUSE saying why is sent back). */
+int kvmesh_upgrade_accept(kvmesh_t *kv, int sock, uint32_t timeout_ms);
+/* Predecessor, on SIGTERM with an accepted successor: exports (waiting up to timeout_ms for
+ * reservations in flight), sends the state with the segment fds, waits for MAPPED, closes *kv
+ * (lease revoked, no drain) and sends CLOSED. *kv is NULL once it was closed. A failure before
+ * the state went out leaves *kv open (the caller drains as usual) and sends REFUSE. */
+int kvmesh_upgrade_hand_over(kvmesh_t **kv, int sock, uint32_t timeout_ms);
+/* Successor, once sock is readable: receives and validates the state, sends MAPPED, waits for
+ * CLOSED, then opens *out over the handed-over memory (a new epoch, the same segments);
+ * *n_segs and *n_slots say what was adopted. */
+int kvmesh_upgrade_take_over(kvmesh_t **out, const kvmesh_config_t *cfg, int sock,
+                             uint32_t timeout_ms, uint32_t *n_segs, uint32_t *n_slots);
+
 /* ---- metadata administration (kvmesh admin) ------------------------------------------------
  * A direct, blocking connection to a deployment's metadata (metadata_url, deployment and
  * request_timeout_ms of cfg): no runtime joins. Reads are bounded pages (at most
