@@ -4,6 +4,8 @@
  * daemons (daemon 0 with a stable runtime id and --upgrade-socket), an application runtime in
  * this process (memory_size 0, tcp transport) writing UP_OBJECTS objects pinned to daemon 0
  * (UP_OBJECTS x UP_OBJ_BYTES of payload, the only replica of each), then:
+ *   - objects overwritten right before the hand-over leave reclaiming slots, which are handed
+ *     over too and freed by the successor once their grace window passed (/stats used bytes);
  *   - a successor with another runtime id is refused (it exits 1, the predecessor keeps going);
  *   - a successor with the same id starts with --upgrade-from and waits (standby);
  *   - SIGTERM to the predecessor: it hands its memory over and exits 0; the successor takes
@@ -32,6 +34,7 @@
 #define UP_OBJ_BYTES   (256u << 10)
 #define UP_PAYLOAD     ((uint64_t)UP_OBJECTS * UP_OBJ_BYTES)
 #define UP_NEW_OBJECTS 32
+#define UP_OVERWRITE   8
 #define UP_WAIT_MS     30000
 #define UP_ID          "0dd5000000000000000000000000abcd"
 #define UP_OTHER_ID    "0dd5000000000000000000000000ffff"
@@ -45,6 +48,7 @@ struct cluster {
     tdaemon_t d[UP_DAEMONS];
     kvmesh_t *kv;
     kvmesh_replica_info_t where[UP_OBJECTS];
+    int gen[UP_OBJECTS];
 };
 
 static void value_of(uint8_t *buf, size_t len, int i)
@@ -173,16 +177,18 @@ static uint64_t app_epoch(struct cluster *c, const char *id)
     return 0;
 }
 
-static void put_all(struct cluster *c, uint8_t *buf)
+/* Puts objects [first, first + n) with generation gen (their values depend on it). */
+static void put_range(struct cluster *c, uint8_t *buf, int first, int n, int gen)
 {
     kvmesh_scope_t sc = {.tenant = "up"};
     const char *pref[] = {UP_ID};
     kvmesh_put_opts_t po = {
         .replicas = 1, .preferred_owners = pref, .n_preferred = 1, .hard_pin = true};
-    for (int i = 0; i < UP_OBJECTS; i++) {
+    for (int i = first; i < first + n; i++) {
         char key[32];
         snprintf(key, sizeof(key), "obj-%d", i);
-        value_of(buf, UP_OBJ_BYTES, i);
+        c->gen[i] = gen;
+        value_of(buf, UP_OBJ_BYTES, i + 1000 * gen);
         int rc = kvmesh_put(c->kv, &sc, key, strlen(key), buf, UP_OBJ_BYTES, &po);
         if (rc)
             fail_msg("put %s: %s: %s", key, kvmesh_strerror(rc), kvmesh_last_error());
@@ -200,7 +206,7 @@ static void check_all(struct cluster *c, uint8_t *want)
     for (int i = 0; i < UP_OBJECTS; i++) {
         char key[32];
         snprintf(key, sizeof(key), "obj-%d", i);
-        value_of(want, UP_OBJ_BYTES, i);
+        value_of(want, UP_OBJ_BYTES, i + 1000 * c->gen[i]);
         void *out = NULL;
         size_t len = 0;
         int rc = kvmesh_get(c->kv, &sc, key, strlen(key), &out, &len);
@@ -243,7 +249,7 @@ static void check_upgrade(struct cluster *c)
 {
     uint8_t *buf = malloc(UP_OBJ_BYTES);
     assert_non_null(buf);
-    put_all(c, buf);
+    put_range(c, buf, 0, UP_OBJECTS, 0);
     uint64_t old_epoch = app_epoch(c, UP_ID);
     assert_true(old_epoch > 0);
     check_refused(c);
@@ -254,6 +260,9 @@ static void check_upgrade(struct cluster *c)
     successor_spawn(c, &succ, 5, UP_ID, ready, sizeof(ready));
     wait_log(succ.log, "standby: successor of runtime");
     wait_log(pred->log, "standby successor connected");
+    /* overwritten just before the hand-over: their old slots are in their reclaim grace window
+     * (reclaim_grace_ms 3000) when the index is exported, and the successor adopts them too */
+    put_range(c, buf, 0, UP_OVERWRITE, 1);
 
     long pss_before =
         proc_kb(pred->pid, "smaps_rollup", "Pss:") + proc_kb(succ.pid, "smaps_rollup", "Pss:");
@@ -282,7 +291,12 @@ static void check_upgrade(struct cluster *c)
     }
     assert_true(log_has(pred->log, "handing the memory over to the standby successor"));
     assert_true(log_has(pred->log, "handed over in"));
-    assert_true(log_has(succ.log, "took over:"));
+    char took[96];
+    snprintf(took, sizeof(took), "took over: 4 segments and %d slots", UP_OBJECTS + UP_OVERWRITE);
+    if (!log_has(succ.log, took)) {
+        char *log = tdaemon_slurp(succ.log, NULL);
+        fail_msg("expected \"%s\" in the successor's log:\n%s", took, log);
+    }
     assert_string_equal(id, UP_ID);
     assert_true(new_epoch > old_epoch);
     fprintf(stderr,
@@ -305,6 +319,25 @@ static void check_upgrade(struct cluster *c)
         usleep(50000);
     }
     check_all(c, buf);
+    /* the adopted reclaiming slots are freed once their new grace window has passed */
+    w0 = env_clock_mono_ms();
+    for (;;) {
+        tdaemon_http_t hs;
+        assert_int_equal(tdaemon_http(succ.admin_port, "GET", "/stats", NULL, &hs), 200);
+        const char *dram = strstr(hs.body, "\"dram\":");
+        unsigned long long used = 0;
+        assert_non_null(dram);
+        assert_non_null(ops_json_u64(dram, "used_bytes", &used));
+        tdaemon_http_free(&hs);
+        if (used == UP_PAYLOAD)
+            break;
+        if (used != UP_PAYLOAD + (uint64_t)UP_OVERWRITE * UP_OBJ_BYTES ||
+            env_clock_mono_ms() - w0 > UP_WAIT_MS)
+            fail_msg("the successor's used bytes are %llu, want %llu once the reclaiming slots "
+                     "are freed",
+                     used, (unsigned long long)UP_PAYLOAD);
+        usleep(100000);
+    }
     long anon = proc_kb(succ.pid, "status", "RssAnon:");
     long shmem = proc_kb(succ.pid, "status", "RssShmem:");
     fprintf(stderr, "successor after the reads: RssAnon %ld kB, RssShmem %ld kB\n", anon, shmem);
@@ -353,7 +386,7 @@ static void run_cluster(void **state)
     snprintf(text, sizeof(text),
              "metadata_url: %s\ndeployment: %s\nmemory_size: 64MiB\nsegment_size: 16MiB\n"
              "max_object_size: 16MiB\nlease_ttl_ms: 2000\nshards: 16\ntop_k: 2\n"
-             "transport: tcp\ndrain_timeout_ms: 20000\n",
+             "transport: tcp\ndrain_timeout_ms: 20000\nreclaim_grace_ms: 3000\n",
              c.url, c.dep);
     ops_write_file(c.cfg, text);
     for (int i = 0; i < UP_DAEMONS; i++) {
