@@ -233,6 +233,31 @@ int kvmesh_admin_tenants(kvmesh_admin_t *a, const char *after, size_t limit,
 int kvmesh_admin_tenant_get(kvmesh_admin_t *a, const char *tenant, kvmesh_admin_tenant_t *out,
                             bool *found);
 
+/* One cold device record (cold-devices/<id>, docs/cold.md "Devices"). */
+#define KVMESH_ADMIN_ROOT_LEN 255
+#define KVMESH_ADMIN_TAGS_LEN 127
+typedef struct kvmesh_admin_device {
+    char id[KVMESH_ID_HEX_LEN + 1]; /* from the key */
+    bool malformed;                 /* the record does not decode (the fields below are 0) */
+    char owner[KVMESH_ID_HEX_LEN + 1];
+    uint64_t owner_epoch;
+    char kind[12];      /* localdir, extent, sim */
+    char lifecycle[12]; /* active, draining, retired */
+    char health[12];    /* healthy, degraded, failed */
+    bool schedulable;
+    uint64_t capacity, used, reserved, n_reserved, n_used;
+    uint64_t health_ms; /* wall ms of the last health change */
+    char root[KVMESH_ADMIN_ROOT_LEN + 1], tags[KVMESH_ADMIN_TAGS_LEN + 1];
+} kvmesh_admin_device_t;
+/* Cold device records in id order after `after` (NULL or "" = from the first), at most limit
+ * (1..KVMESH_ADMIN_PAGE_MAX): one bounded range read. */
+int kvmesh_admin_devices(kvmesh_admin_t *a, const char *after, size_t limit,
+                         kvmesh_admin_device_t *out, size_t *n, bool *more);
+/* One device by id (32 hex digits; KVMESH_EINVAL otherwise): an exact read, *found false when
+ * there is no record. */
+int kvmesh_admin_device_get(kvmesh_admin_t *a, const char *id, kvmesh_admin_device_t *out,
+                            bool *found);
+
 /* One non-terminal quota operation (a reservation) from the due index. */
 typedef struct kvmesh_admin_qop {
     char id[KVMESH_ADMIN_OPID_LEN + 1];
