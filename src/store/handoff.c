@@ -409,7 +409,8 @@ int kvm_handoff_recv_msg(int sock, uint8_t *type, uint8_t **payload, size_t *len
         }
         off += (size_t)n;
     }
-    memcpy(fds, rfds, sizeof(int) * nrecv);
+    if (nrecv)
+        memcpy(fds, rfds, sizeof(int) * nrecv);
     *n_fds = nrecv;
     *payload = p;
     *len = plen;
