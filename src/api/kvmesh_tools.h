@@ -119,7 +119,7 @@ int kvmesh_upgrade_accept(kvmesh_t *kv, int sock, uint32_t timeout_ms);
 /* Predecessor, on SIGTERM with an accepted successor: exports (waiting up to timeout_ms for
  * reservations in flight), sends the state with the segment fds, waits for MAPPED, closes *kv
  * (lease revoked, no drain) and sends CLOSED. *kv is NULL once it was closed. A failure before
- * the state went out leaves *kv open (the caller drains as usual) and sends REFUSE. */
+ * MAPPED leaves *kv open (the caller drains as usual; a REFUSE is sent when the export failed). */
 int kvmesh_upgrade_hand_over(kvmesh_t **kv, int sock, uint32_t timeout_ms);
 /* Successor, once sock is readable: receives and validates the state, sends MAPPED, waits for
  * CLOSED, then opens *out over the handed-over memory (a new epoch, the same segments);

@@ -7,8 +7,9 @@
  * record still names its data address), the successor's MAPPED says it holds every segment fd
  * (the memfd pages now outlive this process), only then is the runtime closed (lease revoked:
  * the successor's join cannot be overtaken by a keepalive of the old record), and CLOSED lets
- * the successor join. A failure after STATE leaves the successor the only holder of the memory;
- * the predecessor then closes anyway (its memory is the successor's to serve or drop).
+ * the successor join. Before MAPPED the predecessor still owns its memory: a failure there
+ * restarts its housekeeping and leaves it open for the caller's ordinary drain (the successor
+ * joins only after CLOSED, so the two never serve the same memory).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -111,13 +112,18 @@ int kvmesh_upgrade_hand_over(kvmesh_t **kv, int sock, uint32_t timeout_ms)
     rc = kvm_handoff_send_msg(sock, KVM_HANDOFF_STATE, buf, len, fds, h.n_segs, timeout_ms);
     free(buf);
     kvm_handoff_free(&h); /* our duplicates; the kernel gave the successor its own */
-    if (rc)
-        return rc; /* the successor may hold the fds or not: the caller closes (no drain) */
     uint8_t *p = NULL;
-    rc = expect(sock, KVM_HANDOFF_MAPPED, &p, &len, NULL, 0, NULL, timeout_ms);
+    if (!rc)
+        rc = expect(sock, KVM_HANDOFF_MAPPED, &p, &len, NULL, 0, NULL, timeout_ms);
     free(p);
-    if (rc)
-        return rc;
+    if (rc) {
+        /* No MAPPED: the successor will not join (it joins only after CLOSED), so this runtime
+         * still owns its memory; housekeeping restarts and the caller drains. */
+        char why[300];
+        snprintf(why, sizeof(why), "%s", kvmesh_last_error());
+        kvm_handoff_resume(rt);
+        return kvm_errf(rc, "the successor did not confirm the state: %s", why);
+    }
     kvmesh_close(*kv);
     *kv = NULL;
     return kvm_handoff_send_msg(sock, KVM_HANDOFF_CLOSED, NULL, 0, NULL, 0, timeout_ms);

@@ -441,6 +441,16 @@ static void export_on_loop(void *arg)
     c->exported = true;
 }
 
+static void resume_on_loop(void *arg)
+{
+    kvm_owner_start(arg);
+}
+
+int kvm_handoff_resume(kvm_rt_t *rt)
+{
+    return env_uv_thread_call(rt->thread, resume_on_loop, rt);
+}
+
 int kvm_handoff_export(kvm_rt_t *rt, uint32_t timeout_ms, struct kvm_handoff *out)
 {
     kvm_op_t *op = kvm_op_new(rt, KVM_OP_DRAIN_BEGIN, 0);

@@ -135,5 +135,8 @@ int kvm_rt_open_adopt(struct kvm_rt **out, const struct kvm_store_config *cfg,
  * runtime must only be closed: its allocation state belongs to the successor.
  * KVMESH_ETIMEDOUT when it does not settle (housekeeping keeps running: the caller drains). */
 int kvm_handoff_export(struct kvm_rt *rt, uint32_t timeout_ms, struct kvm_handoff *out);
+/* After a successful export whose hand-over then failed (the successor went away before it
+ * answered MAPPED): restarts the owner's housekeeping, so the runtime can drain as usual. */
+int kvm_handoff_resume(struct kvm_rt *rt);
 
 #endif

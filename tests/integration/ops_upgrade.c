@@ -20,15 +20,21 @@
  *     its RssShmem covers the payload;
  *   - new objects pinned to the successor are written and read back, and then every old object
  *     again (the successor's allocators hold the adopted slots: new ones never overwrite them).
+ *   - the successor listens for the next upgrade on the same socket: a standby (this process)
+ *     that takes the state and leaves before MAPPED makes it fall back to its ordinary drain
+ *     (exit 0), after which every object reads back from the daemons it moved to.
  * Bounded: every wait has a limit; every process is started here and stopped by pid.
  */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include "api/kvmesh_tools.h"
 #include "kvmesh.h"
 #include "ops_util.h"
+#include "store/handoff.h"
 
 #define UP_DAEMONS     3
 #define UP_OBJECTS     96
@@ -138,9 +144,20 @@ static void successor_spawn(struct cluster *c, tdaemon_t *d, int i, const char *
     d->admin_port = testsrv_free_port();
     snprintf(admin, sizeof(admin), "127.0.0.1:%u", d->admin_port);
     unlink(ready);
-    const char *argv[] = {
-        ops_bin_kvmeshd, "--config",     c->cfg, "--ready-file",   ready,   "--admin-listen",
-        admin,           "--runtime-id", id,     "--upgrade-from", c->sock, NULL};
+    const char *argv[] = {ops_bin_kvmeshd,
+                          "--config",
+                          c->cfg,
+                          "--ready-file",
+                          ready,
+                          "--admin-listen",
+                          admin,
+                          "--runtime-id",
+                          id,
+                          "--upgrade-from",
+                          c->sock,
+                          "--upgrade-socket",
+                          c->sock,
+                          NULL};
     d->pid = tdaemon_spawn(argv, out, d->log, NULL);
     assert_true(d->pid > 0);
 }
@@ -388,6 +405,73 @@ static void check_upgrade(struct cluster *c)
     free(buf);
 }
 
+/* The successor listens on the same socket for the next upgrade. A standby (played by this
+ * process) that takes the state and goes away without MAPPED: the daemon keeps its memory,
+ * drains as without a successor (the objects move to the other daemons) and exits 0. */
+static void check_fallback(struct cluster *c)
+{
+    tdaemon_t *d = &c->d[0];
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    assert_true(strlen(c->sock) < sizeof(a.sun_path));
+    memcpy(a.sun_path, c->sock, strlen(c->sock));
+    assert_true(sock >= 0);
+    assert_int_equal(connect(sock, (struct sockaddr *)&a, sizeof(a)), 0);
+    kvmesh_config_t *kc = kvmesh_config_new();
+    assert_int_equal(kvmesh_config_set(kc, "runtime_id", UP_ID), 0);
+    assert_int_equal(kvmesh_upgrade_hello(kc, sock, 5000), 0);
+    kvmesh_config_free(kc);
+    wait_log(d->log, "standby successor connected");
+    assert_int_equal(kill(d->pid, SIGTERM), 0);
+    uint8_t type = 0, *p = NULL;
+    size_t len = 0;
+    int fds[KVM_HANDOFF_MAX_SEGS];
+    uint32_t nf = 0;
+    assert_int_equal(
+        kvm_handoff_recv_msg(sock, &type, &p, &len, fds, KVM_HANDOFF_MAX_SEGS, &nf, UP_WAIT_MS), 0);
+    assert_int_equal(type, KVM_HANDOFF_STATE);
+    assert_int_equal(nf, 4);
+    free(p);
+    for (uint32_t i = 0; i < nf; i++)
+        close(fds[i]);
+    close(sock); /* gone before MAPPED */
+    int st = tdaemon_wait_exit(d->pid, UP_WAIT_MS);
+    d->pid = 0;
+    char *log = tdaemon_slurp(d->log, NULL);
+    if (st != 0 || !strstr(log, "hand-over failed") || !strstr(log, "draining instead") ||
+        !strstr(log, "drained: replicas moved"))
+        fail_msg("exit %d; the daemon did not fall back to its drain:\n%s", st, log);
+    free(log);
+    /* every object, old and new, reads back from the owners it was drained to */
+    uint8_t *want = malloc(UP_OBJ_BYTES);
+    assert_non_null(want);
+    kvmesh_scope_t sc = {.tenant = "up"};
+    for (int i = 0; i < UP_OBJECTS + UP_NEW_OBJECTS; i++) {
+        char key[32];
+        if (i < UP_OBJECTS) {
+            snprintf(key, sizeof(key), "obj-%d", i);
+            value_of(want, UP_OBJ_BYTES, i + 1000 * c->gen[i]);
+        } else {
+            snprintf(key, sizeof(key), "after-%d", i - UP_OBJECTS);
+            value_of(want, UP_OBJ_BYTES, 100000 + i - UP_OBJECTS);
+        }
+        void *out = NULL;
+        size_t olen = 0;
+        int rc = kvmesh_get(c->kv, &sc, key, strlen(key), &out, &olen);
+        if (rc)
+            fail_msg("get %s after the drain: %s: %s", key, kvmesh_strerror(rc),
+                     kvmesh_last_error());
+        assert_int_equal(olen, UP_OBJ_BYTES);
+        assert_memory_equal(out, want, olen);
+        kvmesh_free(out);
+        kvmesh_route_info_t ri;
+        assert_int_equal(kvmesh_route_query(c->kv, &sc, key, strlen(key), &ri), 0);
+        assert_int_equal(ri.n_replicas, 1);
+        assert_string_not_equal(ri.replicas[0].owner, UP_ID);
+    }
+    free(want);
+}
+
 static void run_cluster(void **state)
 {
     (void)state;
@@ -414,6 +498,7 @@ static void run_cluster(void **state)
         fail_msg("application runtime: %s", kvmesh_last_error());
     kvmesh_config_free(kc);
     check_upgrade(&c);
+    check_fallback(&c);
     kvmesh_close(c.kv);
     for (int i = 0; i < UP_DAEMONS; i++)
         tdaemon_stop(&c.d[i]);
