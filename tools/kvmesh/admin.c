@@ -402,6 +402,38 @@ static void tenant_row(const kvmesh_admin_tenant_t *t)
                                 : "");
 }
 
+/* `admin policy`: the policy record alone (no usage row). */
+static void policy_json(const kvmesh_admin_tenant_t *t)
+{
+    printf("{\"tenant\":");
+    json_str(t->tenant);
+    if (t->malformed) {
+        printf(",\"malformed\":true}");
+        return;
+    }
+    printf(",\"schema_version\":%u,\"policy_version\":%u,\"max_bytes\":%" PRIu64
+           ",\"max_objects\":%" PRIu64 ",\"fingerprint\":\"%016" PRIx64 "\"}",
+           t->schema_version, t->policy_version, t->max_bytes, t->max_objects, t->fingerprint);
+}
+
+static void policy_header(void)
+{
+    printf("%-24s %6s %7s %12s %12s  %s\n", "tenant", "schema", "policy", "max bytes",
+           "max objects", "fingerprint");
+}
+
+static void policy_row(const kvmesh_admin_tenant_t *t)
+{
+    if (t->malformed) {
+        printf("%-24s (malformed policy record)\n", t->tenant);
+        return;
+    }
+    char mb[32];
+    kvmesh_tools_format_size(t->max_bytes, mb, sizeof(mb));
+    printf("%-24s %6u %7u %12s %12" PRIu64 "  %016" PRIx64 "\n", t->tenant, t->schema_version,
+           t->policy_version, mb, t->max_objects, t->fingerprint);
+}
+
 static void tenant_header(void)
 {
     printf("%-24s %7s %12s %12s %12s %12s %10s %8s %10s  %s\n", "tenant", "policy", "max bytes",
@@ -409,8 +441,12 @@ static void tenant_header(void)
            "fingerprint");
 }
 
-static int do_tenants(struct adm *x, const char *one)
+static int do_tenants(struct adm *x, const char *one, bool policy)
 {
+    void (*one_json)(const kvmesh_admin_tenant_t *) = policy ? policy_json : tenant_json;
+    void (*row)(const kvmesh_admin_tenant_t *) = policy ? policy_row : tenant_row;
+    void (*header)(void) = policy ? policy_header : tenant_header;
+    const char *verb = policy ? "policy get" : "tenants";
     int rc;
     if (one) {
         kvmesh_admin_tenant_t t;
@@ -421,17 +457,17 @@ static int do_tenants(struct adm *x, const char *one)
         }
         if (!found) {
             fprintf(stderr,
-                    "kvmesh admin tenants: tenant \"%s\" has no policy in deployment %s (see "
+                    "kvmesh admin %s: tenant \"%s\" has no policy in deployment %s (see "
                     "kvmesh admin tenants)\n",
-                    one, kvmesh_tools_config_str(x->cfg, "deployment"));
+                    verb, one, kvmesh_tools_config_str(x->cfg, "deployment"));
             return CLI_EXIT_ENOENT;
         }
         if (x->json) {
-            tenant_json(&t);
+            one_json(&t);
             printf("\n");
         } else {
-            tenant_header();
-            tenant_row(&t);
+            header();
+            row(&t);
         }
         return 0;
     }
@@ -439,9 +475,9 @@ static int do_tenants(struct adm *x, const char *one)
     if (!page)
         return CLI_EXIT_FAIL;
     if (x->json)
-        printf("{\"tenants\":[");
+        printf(policy ? "{\"policies\":[" : "{\"tenants\":[");
     else
-        tenant_header();
+        header();
     char after[KVMESH_ADMIN_TENANT_LEN + 1] = "";
     size_t shown = 0;
     bool truncated = false;
@@ -459,9 +495,9 @@ static int do_tenants(struct adm *x, const char *one)
         for (size_t i = 0; i < got; i++) {
             if (x->json) {
                 printf("%s", shown ? "," : "");
-                tenant_json(&page[i]);
+                one_json(&page[i]);
             } else {
-                tenant_row(&page[i]);
+                row(&page[i]);
             }
             shown++;
         }
@@ -1213,7 +1249,8 @@ int cmd_admin(int argc, char **argv)
     size_t npos = 0;
     static const char syn[] =
         "members | segments | shards | cleanup [--apply] | drain MEMBER | "
-        "activate MEMBER | tenants [TENANT] | devices [DEVICE] | quota TENANT "
+        "activate MEMBER | tenants [TENANT] | policy list | policy get TENANT | "
+        "devices [DEVICE] | quota TENANT "
         "[abort|reconcile [--apply]] [options]";
     static const char desc[] =
         "Reads the deployment's metadata directly (no runtime joins), in bounded pages:\n"
@@ -1233,6 +1270,9 @@ int cmd_admin(int argc, char **argv)
         "activate  MEMBER: removes the drain request; the member takes placements again.\n"
         "tenants   tenant-root policies (policy version, limits, fingerprint) with each\n"
         "          tenant's usage; with TENANT only that one (exact reads)\n"
+        "policy    list: the tenant-root policy records alone (schema, policy version, limits,\n"
+        "          fingerprint); get TENANT: one of them (exact read). A policy changes only\n"
+        "          through the controlled restart of docs/tenancy.md, not from here.\n"
         "devices   cold device records (docs/cold.md): id, owner, kind, lifecycle, health,\n"
         "          schedulable, capacity / used / reserved bytes, root; with DEVICE only that one\n"
         "quota     TENANT: its usage and its reservations (non-terminal quota operations from\n"
@@ -1263,6 +1303,7 @@ int cmd_admin(int argc, char **argv)
         {"activate", 1, 1, " MEMBER"},
         {"tenants", 0, 1, " [TENANT]"},
         {"devices", 0, 1, " [DEVICE]"},
+        {"policy", 1, 2, " list | get TENANT"},
         {"quota", 1, 2, " TENANT [abort|reconcile] [--apply] [--op ID]"},
     };
     size_t nsubs = sizeof(subs) / sizeof(subs[0]), si = nsubs;
@@ -1272,14 +1313,14 @@ int cmd_admin(int argc, char **argv)
                 break;
     if (npos == 0) {
         fprintf(stderr, "kvmesh admin: expected one of members, segments, shards, cleanup, drain, "
-                        "activate, tenants, devices, quota; see kvmesh admin --help\n");
+                        "activate, tenants, policy, devices, quota; see kvmesh admin --help\n");
         return CLI_EXIT_USAGE;
     }
     x.sub = pos[0];
     if (si == nsubs) {
         fprintf(stderr,
                 "kvmesh admin: unknown subcommand \"%s\"; expected members, segments, shards, "
-                "cleanup, drain, activate, tenants, devices or quota\n",
+                "cleanup, drain, activate, tenants, policy, devices or quota\n",
                 x.sub);
         return CLI_EXIT_USAGE;
     }
@@ -1288,9 +1329,16 @@ int cmd_admin(int argc, char **argv)
                 subs[si].max == 0                        ? "no more arguments"
                 : subs[si].min == 1 && subs[si].max == 1 ? "one member id"
                 : strcmp(x.sub, "devices") == 0          ? "at most one device id"
+                : strcmp(x.sub, "policy") == 0           ? "\"list\" or \"get TENANT\""
                 : subs[si].min == 0                      ? "at most one tenant"
                                                          : "a tenant and at most one action",
                 x.sub, subs[si].usage);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(x.sub, "policy") == 0 && !((npos == 2 && strcmp(pos[1], "list") == 0) ||
+                                          (npos == 3 && strcmp(pos[1], "get") == 0))) {
+        fprintf(stderr, "kvmesh admin policy: expected \"list\" or \"get TENANT\"; usage: kvmesh "
+                        "admin policy list | get TENANT\n");
         return CLI_EXIT_USAGE;
     }
     const char *action = strcmp(x.sub, "quota") == 0 && npos == 3 ? pos[2] : NULL;
@@ -1373,7 +1421,9 @@ int cmd_admin(int argc, char **argv)
     else if (strcmp(x.sub, "drain") == 0 || strcmp(x.sub, "activate") == 0)
         rc = do_lifecycle(&x, pos[1]);
     else if (strcmp(x.sub, "tenants") == 0)
-        rc = do_tenants(&x, npos == 2 ? pos[1] : NULL);
+        rc = do_tenants(&x, npos == 2 ? pos[1] : NULL, false);
+    else if (strcmp(x.sub, "policy") == 0)
+        rc = do_tenants(&x, npos == 3 ? pos[2] : NULL, true);
     else if (strcmp(x.sub, "devices") == 0)
         rc = do_devices(&x, npos == 2 ? pos[1] : NULL);
     else if (strcmp(x.sub, "quota") == 0)
