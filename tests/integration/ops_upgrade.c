@@ -287,10 +287,10 @@ static void check_upgrade(struct cluster *c)
 
     long pss_before =
         proc_kb(pred->pid, "smaps_rollup", "Pss:") + proc_kb(succ.pid, "smaps_rollup", "Pss:");
-    long pred_before = proc_kb(pred->pid, "smaps_rollup", "Pss:");
+    long pred_shmem = proc_kb(pred->pid, "status", "RssShmem:");
     long pred_anon = proc_kb(pred->pid, "status", "RssAnon:");
-    if (pred_before < (long)(UP_PAYLOAD / 1024))
-        fail_msg("the predecessor's Pss %ld kB is below the payload %llu kB", pred_before,
+    if (pred_shmem < (long)(UP_PAYLOAD / 1024)) /* the payload is resident in its segments */
+        fail_msg("the predecessor's RssShmem %ld kB is below the payload %llu kB", pred_shmem,
                  (unsigned long long)(UP_PAYLOAD / 1024));
 
     struct sampler sm = {.pred = pred->pid, .succ = succ.pid};
