@@ -463,6 +463,15 @@ int main(int argc, char **argv)
         int sig = sigtimedwait(&set, &si, &tick);
         if (lsock >= 0 && succ < 0 && !draining) {
             int c = accept4(lsock, NULL, NULL, SOCK_CLOEXEC);
+            struct ucred cr;
+            socklen_t crl = sizeof(cr);
+            if (c >= 0 && (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &crl) != 0 ||
+                           (cr.uid != getuid() && cr.uid != 0))) {
+                /* the memory goes only to a process of this daemon's user (or root) */
+                dlog("upgrade connection refused: the peer is not this daemon's user");
+                close(c);
+                c = -1;
+            }
             if (c >= 0 && kvmesh_upgrade_accept(kv, c, 2000) == 0) {
                 dlog("standby successor connected on %s; SIGTERM hands the memory over",
                      o->upgrade_socket);
