@@ -22,7 +22,6 @@
 #include "api/upgrade.h"
 #include "core/util.h"
 #include "core/version.h"
-#include "net/seg.h"
 #include "store/handoff.h"
 #include "store/store.h"
 
