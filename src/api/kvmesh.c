@@ -23,7 +23,9 @@
 #include "core/util.h"
 #include "env/clock.h"
 #include "obs/metrics.h"
+#include "api/upgrade.h"
 #include "store/data.h"
+#include "store/handoff.h"
 
 struct kvmesh {
     kvm_rt_t *rt;
@@ -184,6 +186,11 @@ static uint64_t iov_total(const struct iovec *iov, int iovcnt)
 
 int kvmesh_open(kvmesh_t **out, const kvmesh_config_t *cfg)
 {
+    return kvm_api_open(out, cfg, NULL);
+}
+
+int kvm_api_open(kvmesh_t **out, const kvmesh_config_t *cfg, struct kvm_handoff *h)
+{
     kvm_err_clear();
     if (!out || !cfg)
         return kvm_errf(KVMESH_EINVAL, "kvmesh_open: out and cfg are required");
@@ -196,7 +203,7 @@ int kvmesh_open(kvmesh_t **out, const kvmesh_config_t *cfg)
         return KVMESH_ENOMEM;
     struct kvm_store_config scfg;
     kvm_config_to_store(cfg, &scfg);
-    if ((rc = kvm_rt_open(&kv->rt, &scfg)) != 0) {
+    if ((rc = h ? kvm_rt_open_adopt(&kv->rt, &scfg, h) : kvm_rt_open(&kv->rt, &scfg)) != 0) {
         free(kv);
         return rc;
     }

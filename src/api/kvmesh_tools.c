@@ -17,6 +17,7 @@
 #include "api/config_table.h"
 #include "api/kvmesh_tools.h"
 #include "api/yaml_config.h"
+#include "cold/cold.h"
 #include "core/util.h"
 #include "env/clock.h"
 #include "env/env_uv.h"
@@ -605,6 +606,87 @@ int kvmesh_admin_tenant_get(kvmesh_admin_t *a, const char *tenant, kvmesh_admin_
         *found = true;
         tenant_from_kv(&res->kv, out);
         rc = tenant_usage(a, out);
+    }
+    meta_result_free(res);
+    return rc;
+}
+
+/* ---- cold devices ---- */
+
+static void device_from_kv(const meta_kv_t *kv, kvmesh_admin_device_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    ks_parsed_t pk;
+    if (ks_parse(kv->key, &pk) == 0 && pk.n_parts == 1)
+        snprintf(o->id, sizeof(o->id), "%.*s", KVMESH_ID_HEX_LEN, pk.parts[0].s);
+    cold_device_t d;
+    if (cold_device_decode(kv->value, kv->value_len, &d) != 0) {
+        o->malformed = true;
+        return;
+    }
+    kvm_id128_fmt(&d.owner, o->owner);
+    o->owner_epoch = d.owner_epoch;
+    snprintf(o->kind, sizeof(o->kind), "%s",
+             d.kind == COLD_BACKEND_LOCALDIR ? "localdir"
+             : d.kind == COLD_BACKEND_EXTENT ? "extent"
+                                             : "sim");
+    snprintf(o->lifecycle, sizeof(o->lifecycle), "%s", cold_dev_lifecycle_name(d.lifecycle));
+    snprintf(o->health, sizeof(o->health), "%s", cold_dev_health_name(d.health));
+    o->schedulable = d.schedulable;
+    o->capacity = d.capacity;
+    o->used = d.used;
+    o->reserved = d.reserved;
+    o->n_reserved = d.n_reserved;
+    o->n_used = d.n_used;
+    o->health_ms = d.health_ms;
+    snprintf(o->root, sizeof(o->root), "%s", d.root);
+    snprintf(o->tags, sizeof(o->tags), "%s", d.tags);
+}
+
+int kvmesh_admin_devices(kvmesh_admin_t *a, const char *after, size_t limit,
+                         kvmesh_admin_device_t *out, size_t *n, bool *more)
+{
+    *n = 0;
+    *more = false;
+    char start[KS_KEY_CAP] = "";
+    if (after && after[0]) {
+        int rc = ks_cold_device_key(start, sizeof(start), a->deployment, after);
+        if (rc)
+            return rc;
+    }
+    meta_result_t *res;
+    int rc = admin_page(a, KS_COLD_DEVICE, start[0] ? start : NULL, limit, &res);
+    for (size_t i = 0; rc == 0 && i < res->n_kvs && i < limit; i++) {
+        device_from_kv(&res->kvs[i], &out[i]);
+        (*n)++;
+    }
+    if (rc == 0)
+        *more = res->more;
+    meta_result_free(res);
+    return rc;
+}
+
+int kvmesh_admin_device_get(kvmesh_admin_t *a, const char *id, kvmesh_admin_device_t *out,
+                            bool *found)
+{
+    *found = false;
+    kvm_id128_t parsed;
+    if (!id || kvm_id128_parse(id, &parsed) != 0)
+        return kvm_errf(KVMESH_EINVAL,
+                        "\"%s\" is not a device id (32 hex digits; see kvmesh "
+                        "admin devices)",
+                        id ? id : "");
+    char key[KS_KEY_CAP];
+    int rc = ks_cold_device_key(key, sizeof(key), a->deployment, id);
+    if (rc)
+        return rc;
+    meta_result_t *res;
+    rc = meta_sync_get(a->ms, key, &res);
+    if (rc) {
+        kvm_errf(rc, "metadata get of %s: %s", key, res->errmsg);
+    } else if (res->kv.found) {
+        *found = true;
+        device_from_kv(&res->kv, out);
     }
     meta_result_free(res);
     return rc;

@@ -106,6 +106,27 @@ int kvmesh_tools_critpath(kvmesh_t *kv, const char *op, kvmesh_tools_critpath_t 
 size_t kvmesh_tools_breakdown(kvmesh_t *kv, const char *name, uint64_t since_unix_ns,
                               int64_t *total_ns, int64_t stage_ns[4]);
 
+/* ---- hot upgrade (kvmeshd --upgrade-socket / --upgrade-from; docs/operations.md) -------------
+ * A successor process with the same runtime_id takes over a running predecessor's registered
+ * memory without a copy (src/store/handoff.h has the protocol). sock is a connected unix stream
+ * socket; every call is bounded by timeout_ms. */
+
+/* Successor: announces itself (HELLO with cfg's runtime_id, which must be set). */
+int kvmesh_upgrade_hello(const kvmesh_config_t *cfg, int sock, uint32_t timeout_ms);
+/* Predecessor: reads a connection's HELLO; 0 when it names this runtime's id, else
+ * KVMESH_EPROTO/KVMESH_ECONFIG (a REFUSE saying why is sent back). */
+int kvmesh_upgrade_accept(kvmesh_t *kv, int sock, uint32_t timeout_ms);
+/* Predecessor, on SIGTERM with an accepted successor: exports (waiting up to timeout_ms for
+ * reservations in flight), sends the state with the segment fds, waits for MAPPED, closes *kv
+ * (lease revoked, no drain) and sends CLOSED. *kv is NULL once it was closed. A failure before
+ * MAPPED leaves *kv open (the caller drains as usual; a REFUSE is sent when the export failed). */
+int kvmesh_upgrade_hand_over(kvmesh_t **kv, int sock, uint32_t timeout_ms);
+/* Successor, once sock is readable: receives and validates the state, sends MAPPED, waits for
+ * CLOSED, then opens *out over the handed-over memory (a new epoch, the same segments);
+ * *n_segs and *n_slots say what was adopted. */
+int kvmesh_upgrade_take_over(kvmesh_t **out, const kvmesh_config_t *cfg, int sock,
+                             uint32_t timeout_ms, uint32_t *n_segs, uint32_t *n_slots);
+
 /* ---- metadata administration (kvmesh admin) ------------------------------------------------
  * A direct, blocking connection to a deployment's metadata (metadata_url, deployment and
  * request_timeout_ms of cfg): no runtime joins. Reads are bounded pages (at most
@@ -210,6 +231,31 @@ int kvmesh_admin_tenants(kvmesh_admin_t *a, const char *after, size_t limit,
 /* One tenant (exact reads); *found false when it has no policy record. KVMESH_EINVAL for a
  * tenant id that breaks the rule (the message names it). */
 int kvmesh_admin_tenant_get(kvmesh_admin_t *a, const char *tenant, kvmesh_admin_tenant_t *out,
+                            bool *found);
+
+/* One cold device record (cold-devices/<id>, docs/cold.md "Devices"). */
+#define KVMESH_ADMIN_ROOT_LEN 255
+#define KVMESH_ADMIN_TAGS_LEN 127
+typedef struct kvmesh_admin_device {
+    char id[KVMESH_ID_HEX_LEN + 1]; /* from the key */
+    bool malformed;                 /* the record does not decode (the fields below are 0) */
+    char owner[KVMESH_ID_HEX_LEN + 1];
+    uint64_t owner_epoch;
+    char kind[12];      /* localdir, extent, sim */
+    char lifecycle[12]; /* active, draining, retired */
+    char health[12];    /* healthy, degraded, failed */
+    bool schedulable;
+    uint64_t capacity, used, reserved, n_reserved, n_used;
+    uint64_t health_ms; /* wall ms of the last health change */
+    char root[KVMESH_ADMIN_ROOT_LEN + 1], tags[KVMESH_ADMIN_TAGS_LEN + 1];
+} kvmesh_admin_device_t;
+/* Cold device records in id order after `after` (NULL or "" = from the first), at most limit
+ * (1..KVMESH_ADMIN_PAGE_MAX): one bounded range read. */
+int kvmesh_admin_devices(kvmesh_admin_t *a, const char *after, size_t limit,
+                         kvmesh_admin_device_t *out, size_t *n, bool *more);
+/* One device by id (32 hex digits; KVMESH_EINVAL otherwise): an exact read, *found false when
+ * there is no record. */
+int kvmesh_admin_device_get(kvmesh_admin_t *a, const char *id, kvmesh_admin_device_t *out,
                             bool *found);
 
 /* One non-terminal quota operation (a reservation) from the due index. */

@@ -233,6 +233,8 @@ static int seg_open_memfd(uint64_t size, unsigned flags, int *fd_out, uint8_t **
     return 0;
 }
 
+static struct seg *find_locked(struct seg_registry *reg, uint64_t seg_id, size_t *idx);
+
 int seg_create(struct seg_registry *reg, uint64_t size, unsigned flags, struct seg **out)
 {
     if (size == 0 || size > SEG_MAX_SIZE)
@@ -253,7 +255,9 @@ int seg_create(struct seg_registry *reg, uint64_t size, unsigned flags, struct s
         return kvm_errf(KVMESH_ENOSPC, "too many segments (max %d); destroy unused ones",
                         SEG_MAX_LOCAL);
     }
-    s->id = ((uint64_t)reg->epoch << 32) | reg->next_id++;
+    do { /* never an id an adopted segment (seg_adopt) already has */
+        s->id = ((uint64_t)reg->epoch << 32) | reg->next_id++;
+    } while (find_locked(reg, s->id, NULL));
     reg->local[reg->nlocal++] = s;
     pthread_mutex_unlock(&reg->mu);
     *out = s;
@@ -270,6 +274,59 @@ static struct seg *find_locked(struct seg_registry *reg, uint64_t seg_id, size_t
         }
     }
     return NULL;
+}
+
+int seg_adopt(struct seg_registry *reg, uint64_t seg_id, int fd, uint64_t size, struct seg **out)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (seg_id == 0 || size == 0 || size > SEG_MAX_SIZE || size % (uint64_t)pg)
+        return kvm_errf(KVMESH_EINVAL,
+                        "adopted segment %#llx: size %llu is not a page multiple "
+                        "in [1, %llu]",
+                        (unsigned long long)seg_id, (unsigned long long)size,
+                        (unsigned long long)SEG_MAX_SIZE);
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & SEG_SIZE_SEALS) != SEG_SIZE_SEALS)
+        return kvm_errf(KVMESH_EPROTO,
+                        "adopted segment %#llx: the fd is not a memfd sealed "
+                        "against resizing",
+                        (unsigned long long)seg_id);
+    off_t real = lseek(fd, 0, SEEK_END);
+    if (real < 0 || (uint64_t)real < size)
+        return kvm_errf(KVMESH_EPROTO,
+                        "adopted segment %#llx: the fd holds %lld bytes, %llu "
+                        "announced",
+                        (unsigned long long)seg_id, (long long)real, (unsigned long long)size);
+    struct seg *s = seg_calloc(1, sizeof(*s));
+    if (!s)
+        return kvm_errf(KVMESH_ENOMEM, "segment allocation failed");
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        free(s);
+        return kvm_errf(KVMESH_ENOMEM, "mmap of adopted segment %#llx failed: %s",
+                        (unsigned long long)seg_id, strerror(e));
+    }
+    s->id = seg_id;
+    s->fd = fd;
+    s->base = p;
+    s->size = size;
+    pthread_mutex_lock(&reg->mu);
+    int rc = 0;
+    if (find_locked(reg, seg_id, NULL))
+        rc = kvm_errf(KVMESH_EEXIST, "segment %#llx exists already", (unsigned long long)seg_id);
+    else if (reg->nlocal >= SEG_MAX_LOCAL)
+        rc = kvm_errf(KVMESH_ENOSPC, "too many segments (max %d)", SEG_MAX_LOCAL);
+    else
+        reg->local[reg->nlocal++] = s;
+    pthread_mutex_unlock(&reg->mu);
+    if (rc) {
+        munmap(p, size);
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
 }
 
 struct seg *seg_find(struct seg_registry *reg, uint64_t seg_id)

@@ -99,6 +99,13 @@ uint64_t seg_now_ns(struct seg_registry *reg);
 /* Creates a segment of `size` bytes (rounded up to the page size, 2 MiB when huge pages were
  * obtained). *out is owned by the registry and valid until seg_destroy(). */
 int seg_create(struct seg_registry *reg, uint64_t size, unsigned flags, struct seg **out);
+/* Takes over a segment created by another process (a hot-upgrade predecessor handed its fd
+ * over SCM_RIGHTS): the fd must be sealed against resizing and hold at least `size` bytes
+ * (a multiple of the page size); it is mapped MAP_SHARED, so the memory is shared with the
+ * predecessor, never copied. The segment keeps the id `seg_id` (routes name it); ids this
+ * registry creates later never collide with it. Takes ownership of fd on success only.
+ * KVMESH_EPROTO (fd not sealed, too small), KVMESH_EEXIST (id in use), KVMESH_EINVAL. */
+int seg_adopt(struct seg_registry *reg, uint64_t seg_id, int fd, uint64_t size, struct seg **out);
 /* Removes a segment and revokes its grants; unmapped once no pin remains. */
 int seg_destroy(struct seg_registry *reg, uint64_t seg_id);
 /* Finds a live local segment (no pin taken: use seg_check for remote access). */

@@ -276,6 +276,90 @@ int alloc_reserve(alloc_t *a, uint64_t len, void *user, uint64_t *offset)
     return 0;
 }
 
+/* Splits free block b (removed from its list) at off: returns the record now starting at off
+ * (b itself when off == b->off); the part before goes back to its list. */
+static struct blk *split_front(alloc_t *a, struct blk *b, uint64_t off)
+{
+    if (off == b->off)
+        return b;
+    struct blk *r = blk_get(a);
+    if (!r)
+        return NULL;
+    r->off = off;
+    r->size = b->off + b->size - off;
+    r->phys_prev = b;
+    r->phys_next = b->phys_next;
+    if (b->phys_next)
+        b->phys_next->phys_prev = r;
+    b->phys_next = r;
+    b->size = off - b->off;
+    list_insert(a, b);
+    return r;
+}
+
+int alloc_reserve_at(alloc_t *a, uint64_t offset, uint64_t len, void *user)
+{
+    if (len == 0 || offset % ALLOC_ALIGN || offset >= a->size || len > a->size - offset)
+        return kvm_errf(
+            KVMESH_EINVAL, "block [%llu, +%llu) is misaligned or outside the %llu-byte segment",
+            (unsigned long long)offset, (unsigned long long)len, (unsigned long long)a->size);
+    uint64_t size = (len + ALLOC_ALIGN - 1) & ~(uint64_t)(ALLOC_ALIGN - 1);
+    if (size > a->size - offset)
+        return kvm_errf(KVMESH_EINVAL, "block at %llu rounded to %llu bytes overruns the segment",
+                        (unsigned long long)offset, (unsigned long long)size);
+    /* The free block containing offset, if any (free lists are not ordered by offset). */
+    struct blk *b = NULL;
+    for (unsigned fl = 0; fl < ALLOC_FL_COUNT && !b; fl++) {
+        if (!(a->fl_bitmap & (1ull << fl)))
+            continue;
+        for (unsigned sl = 0; sl < ALLOC_SL_COUNT && !b; sl++)
+            for (struct blk *x = a->lists[fl][sl]; x && !b; x = x->fnext)
+                if (offset >= x->off && offset - x->off < x->size)
+                    b = x;
+    }
+    if (!b || size > b->off + b->size - offset)
+        return kvm_errf(KVMESH_EEXIST, "bytes of [%llu, +%llu) are already allocated",
+                        (unsigned long long)offset, (unsigned long long)size);
+    if (a->n_used + 1 > a->hcap && htab_grow(a) != 0)
+        return KVMESH_ENOMEM;
+    /* Two records at most are needed: get them first so that a failure changes nothing. */
+    struct blk *spare1 = blk_get(a), *spare2 = blk_get(a);
+    if (!spare1 || !spare2) {
+        if (spare1)
+            blk_put(a, spare1);
+        if (spare2)
+            blk_put(a, spare2);
+        return KVMESH_ENOMEM;
+    }
+    blk_put(a, spare2);
+    blk_put(a, spare1);
+    list_remove(a, b);
+    b = split_front(a, b, offset);
+    KVM_ASSERT(b);
+    if (b->size - size >= ALLOC_ALIGN) {
+        struct blk *rest = blk_get(a);
+        KVM_ASSERT(rest);
+        rest->off = b->off + size;
+        rest->size = b->size - size;
+        rest->phys_prev = b;
+        rest->phys_next = b->phys_next;
+        if (b->phys_next)
+            b->phys_next->phys_prev = rest;
+        b->phys_next = rest;
+        b->size = size;
+        list_insert(a, rest);
+    }
+    b->requested = len;
+    b->user = user;
+    uint64_t s = hslot(a, b->off);
+    b->hnext = a->htab[s];
+    a->htab[s] = b;
+    a->used += b->size;
+    a->requested += len;
+    a->n_used++;
+    return 0;
+}
+
 int alloc_release(alloc_t *a, uint64_t offset)
 {
     struct blk *b = htab_find(a, offset);

@@ -54,6 +54,11 @@ void alloc_free(alloc_t *a);
 /* Allocates len bytes (1..size): *offset receives the block offset. KVMESH_ENOSPC when no free
  * block is large enough. user is stored with the block. */
 int alloc_reserve(alloc_t *a, uint64_t len, void *user, uint64_t *offset);
+/* Allocates exactly [offset, offset + len) (offset a multiple of ALLOC_ALIGN; the block is len
+ * rounded up to ALLOC_ALIGN): the hot-upgrade successor rebuilds the predecessor's allocation
+ * state with it (src/store/handoff.c). KVMESH_EINVAL for a misaligned or out-of-range request,
+ * KVMESH_EEXIST when any byte of the range is already allocated. O(free blocks). */
+int alloc_reserve_at(alloc_t *a, uint64_t offset, uint64_t len, void *user);
 /* Frees the block at offset: KVMESH_ENOENT when no allocated block starts there. */
 int alloc_release(alloc_t *a, uint64_t offset);
 /* The user pointer and requested length of the allocated block at offset (ENOENT). */

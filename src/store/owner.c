@@ -24,6 +24,8 @@
  * reference bit; when used bytes exceed the high watermark (or a reservation waits for space)
  * the hand evicts until used bytes fall to the low watermark.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,7 @@
 
 #include "core/util.h"
 #include "store/cold_glue.h"
+#include "store/handoff.h"
 #include "store/proto.h"
 #include "store/repair.h"
 #include "store/store.h"
@@ -158,6 +161,103 @@ int kvm_owner_init(kvm_rt_t *rt)
             return rc;
         left -= sz;
     }
+    return 0;
+}
+
+/* ---- hot upgrade (handoff.h) ---------------------------------------------------------------- */
+
+int kvm_owner_export(kvm_rt_t *rt, struct kvm_handoff *out)
+{
+    uint32_t map[STORE_MAX_SEGS]; /* rt->segs index -> handoff index */
+    for (uint32_t i = 0; i < rt->n_segs; i++) {
+        const struct kvm_local_seg *ls = &rt->segs[i];
+        if (!ls->seg)
+            continue;
+        if (ls->retiring)
+            return kvm_errf(KVMESH_EAGAIN,
+                            "segment %016" PRIx64 " is retiring; hand over once "
+                            "it is removed",
+                            ls->seg->id);
+        struct kvm_handoff_seg *hs = &out->segs[out->n_segs];
+        hs->id = ls->seg->id;
+        hs->size = ls->seg->size;
+        hs->fd = fcntl(ls->seg->fd, F_DUPFD_CLOEXEC, 0);
+        if (hs->fd < 0)
+            return kvm_errf(KVMESH_EIO, "cannot duplicate a segment fd: %s", strerror(errno));
+        map[i] = out->n_segs++;
+    }
+    out->id = rt->self.id;
+    out->epoch = rt->self.epoch;
+    out->slot_seq = rt->slot_seq;
+    struct kvm_slot *s = rt->clock_hand;
+    for (size_t i = 0; s && i < rt->n_clock; i++, s = s->cnext) {
+        int rc = kvm_handoff_add_slot(out, map[s->segi], KVM_HANDOFF_COMMITTED, s->off, s->len,
+                                      s->seq, &s->ident);
+        if (rc)
+            return rc;
+    }
+    for (s = rt->reclaim_head; s; s = s->qnext) {
+        int rc = kvm_handoff_add_slot(out, map[s->segi], KVM_HANDOFF_RECLAIM, s->off, s->len, 0,
+                                      &s->ident);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int kvm_owner_adopt(kvm_rt_t *rt, struct kvm_handoff *h)
+{
+    KVM_ASSERT(rt->n_segs == 0 && h->n_segs <= STORE_MAX_SEGS);
+    for (uint32_t i = 0; i < h->n_segs; i++) {
+        struct kvm_local_seg *ls = &rt->segs[rt->n_segs];
+        memset(ls, 0, sizeof(*ls));
+        int rc = seg_adopt(rt->reg, h->segs[i].id, h->segs[i].fd, h->segs[i].size, &ls->seg);
+        if (rc)
+            return rc;
+        h->segs[i].fd = -1; /* the registry's now */
+        struct seg_grant g;
+        if ((rc = alloc_new(&ls->alloc, ls->seg->size)) != 0 ||
+            (rc = seg_grant(rt->reg, ls->seg->id, 0, ls->seg->size, SEG_READ, 0, &g)) != 0) {
+            alloc_free(ls->alloc);
+            seg_destroy(rt->reg, ls->seg->id);
+            ls->seg = NULL;
+            return rc;
+        }
+        ls->read_token = g.token;
+        rt->capacity += ls->seg->size;
+        rt->n_segs++;
+    }
+    for (uint32_t i = 0; i < h->n_slots; i++) {
+        const struct kvm_handoff_slot *hs = &h->slots[i];
+        struct kvm_slot *s = calloc(1, sizeof(*s));
+        if (!s || kvm_ident_copy(&s->ident, &hs->ident) != 0) {
+            free(s);
+            return KVMESH_ENOMEM;
+        }
+        int rc = alloc_reserve_at(rt->segs[hs->segi].alloc, hs->off, hs->len, s);
+        if (rc) {
+            kvm_ident_free(&s->ident);
+            free(s);
+            return rc;
+        }
+        s->rt = rt;
+        s->segi = hs->segi;
+        s->off = hs->off;
+        s->len = hs->len;
+        rt->used += hs->len;
+        if (hs->state == KVM_HANDOFF_COMMITTED) {
+            s->state = SLOT_COMMITTED;
+            s->ref = true;
+            s->seq = hs->seq;
+            clock_add(rt, s);
+        } else {
+            s->state = SLOT_RECLAIM;
+            s->deadline_ns = 0; /* set when housekeeping starts (kvm_owner_start) */
+            q_push(&rt->reclaim_head, &rt->reclaim_tail, s);
+            rt->stats.reclaim_bytes += s->len;
+        }
+    }
+    rt->slot_seq = h->slot_seq;
     return 0;
 }
 
@@ -672,6 +772,9 @@ static void tick(void *arg)
 
 void kvm_owner_start(kvm_rt_t *rt)
 {
+    /* Slots adopted in RECLAIM from a hot-upgrade predecessor get a whole grace window here. */
+    for (struct kvm_slot *s = rt->reclaim_head; s && s->deadline_ns == 0; s = s->qnext)
+        s->deadline_ns = now_ns(rt) + (uint64_t)rt->cfg.reclaim_grace_ms * 1000000ull;
     if (rt->n_segs)
         rt->tick_timer = env_timer_start(rt->env, STORE_TICK_MS * 1000000ull, tick, rt);
 }

@@ -33,6 +33,7 @@
 #include "core/wrh.h"
 #include "env/clock.h"
 #include "store/fair.h"
+#include "store/handoff.h"
 #include "store/place.h"
 #include "store/data.h"
 #include "store/proto.h"
@@ -1132,7 +1133,22 @@ void kvm_rt_close(kvm_rt_t *rt, bool drain_first)
     rt_free(rt);
 }
 
+static int rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg, struct kvm_handoff *h);
+
 int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg)
+{
+    return rt_open(out, cfg, NULL);
+}
+
+int kvm_rt_open_adopt(kvm_rt_t **out, const struct kvm_store_config *cfg, struct kvm_handoff *h)
+{
+    if (cfg->runtime_id[0] == 0)
+        return kvm_errf(KVMESH_ECONFIG, "a hot-upgrade successor needs runtime_id set to its "
+                                        "predecessor's");
+    return rt_open(out, cfg, h);
+}
+
+static int rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg, struct kvm_handoff *h)
 {
     *out = NULL;
     kvm_rt_t *rt = calloc(1, sizeof(*rt));
@@ -1167,11 +1183,16 @@ int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg)
         rt->self.id.b[0] |= 1; /* never nil */
     }
     kvm_id128_fmt(&rt->self.id, rt->idhex);
+    if (h && !kvm_id128_equal(&h->id, &rt->self.id)) {
+        rc = kvm_errf(KVMESH_ECONFIG, "the handed-over memory belongs to another runtime id");
+        goto fail;
+    }
     if ((rc = obs_registry_new(&rt->metrics)) != 0 || (rc = tracer_start(rt)) != 0)
         goto fail;
 
     /* Segments and the transport engine are thread-safe; set them up before the loop. */
-    if ((rc = seg_registry_new(&rt->reg)) != 0 || (rc = kvm_owner_init(rt)) != 0 ||
+    if ((rc = seg_registry_new(&rt->reg)) != 0 ||
+        (rc = h ? kvm_owner_adopt(rt, h) : kvm_owner_init(rt)) != 0 ||
         (rc = kvm_fair_open(rt)) != 0 || (rc = kvm_place_open(rt)) != 0)
         goto fail;
     char host[128];

@@ -16,6 +16,7 @@
  *   - quota TENANT reconcile: a fourth expired reservation is listed by the dry run; --apply
  *     joins as a client runtime with the stored policy and its pass aborts it (report JSON);
  *     usage ends with nothing pending;
+ *   - policy list / policy get TENANT: the policy records alone (no usage row), JSON and table;
  *   - bad arguments: a tenant id breaking the rule, an unknown tenant (3), no tenant, an unknown
  *     action, --apply or --op where they do not belong, a malformed --op (2).
  * No daemon enforces "tq", so nothing but the commands under test reconciles it.
@@ -204,6 +205,27 @@ static void check_tenants(struct cluster *c)
     OPS_ASSERT_HAS(o.out, "2MiB");
     OPS_ASSERT_HAS(o.out, "2 tenant policies");
     tdaemon_out_free(&o);
+
+    /* policy list / get: the policy records alone */
+    j = admin_json(c, "policy", "list", NULL, NULL);
+    json_t *pol = json_object_get(j, "policies");
+    assert_int_equal(json_array_size(pol), 2);
+    assert_int_equal(jint(j, "count", NULL), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(pol, 0), "tenant")), "td");
+    assert_null(json_object_get(json_array_get(pol, 0), "usage"));
+    json_decref(j);
+    j = admin_json(c, "policy", "get", "td", NULL);
+    assert_string_equal(json_string_value(json_object_get(j, "tenant")), "td");
+    assert_int_equal(jint(j, "max_bytes", NULL), 2 << 20);
+    assert_int_equal(jint(j, "max_objects", NULL), 50);
+    assert_int_equal(jint(j, "policy_version", NULL), 1);
+    assert_null(json_object_get(j, "usage"));
+    json_decref(j);
+    admin(&o, c, "policy", "list", NULL, NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "fingerprint");
+    OPS_ASSERT_HAS(o.out, "2 tenant policies");
+    tdaemon_out_free(&o);
 }
 
 static void wait_expired(struct cluster *c, size_t want)
@@ -346,6 +368,12 @@ static void check_bad_args(struct cluster *c)
         {"tenants", "bad tenant!", NULL, NULL, "tenant", 2},
         {"tenants", "nosuch", NULL, NULL, "tenant \"nosuch\" has no policy", 3},
         {"tenants", "a", "b", NULL, "expected at most one tenant", 2},
+        {"policy", NULL, NULL, NULL, "expected \"list\" or \"get TENANT\"", 2},
+        {"policy", "get", NULL, NULL, "expected \"list\" or \"get TENANT\"", 2},
+        {"policy", "frob", NULL, NULL, "expected \"list\" or \"get TENANT\"", 2},
+        {"policy", "list", "td", NULL, "expected \"list\" or \"get TENANT\"", 2},
+        {"policy", "get", "nosuch", NULL, "kvmesh admin policy get: tenant \"nosuch\" has no", 3},
+        {"policy", "get", "bad tenant!", NULL, "tenant", 2},
         {"quota", NULL, NULL, NULL, "expected a tenant and at most one action", 2},
         {"quota", "nosuch", NULL, NULL, "tenant \"nosuch\" has no policy", 3},
         {"quota", "tq", "frob", NULL, "unknown action \"frob\"", 2},

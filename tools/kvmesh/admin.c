@@ -402,6 +402,38 @@ static void tenant_row(const kvmesh_admin_tenant_t *t)
                                 : "");
 }
 
+/* `admin policy`: the policy record alone (no usage row). */
+static void policy_json(const kvmesh_admin_tenant_t *t)
+{
+    printf("{\"tenant\":");
+    json_str(t->tenant);
+    if (t->malformed) {
+        printf(",\"malformed\":true}");
+        return;
+    }
+    printf(",\"schema_version\":%u,\"policy_version\":%u,\"max_bytes\":%" PRIu64
+           ",\"max_objects\":%" PRIu64 ",\"fingerprint\":\"%016" PRIx64 "\"}",
+           t->schema_version, t->policy_version, t->max_bytes, t->max_objects, t->fingerprint);
+}
+
+static void policy_header(void)
+{
+    printf("%-24s %6s %7s %12s %12s  %s\n", "tenant", "schema", "policy", "max bytes",
+           "max objects", "fingerprint");
+}
+
+static void policy_row(const kvmesh_admin_tenant_t *t)
+{
+    if (t->malformed) {
+        printf("%-24s (malformed policy record)\n", t->tenant);
+        return;
+    }
+    char mb[32];
+    kvmesh_tools_format_size(t->max_bytes, mb, sizeof(mb));
+    printf("%-24s %6u %7u %12s %12" PRIu64 "  %016" PRIx64 "\n", t->tenant, t->schema_version,
+           t->policy_version, mb, t->max_objects, t->fingerprint);
+}
+
 static void tenant_header(void)
 {
     printf("%-24s %7s %12s %12s %12s %12s %10s %8s %10s  %s\n", "tenant", "policy", "max bytes",
@@ -409,8 +441,12 @@ static void tenant_header(void)
            "fingerprint");
 }
 
-static int do_tenants(struct adm *x, const char *one)
+static int do_tenants(struct adm *x, const char *one, bool policy)
 {
+    void (*one_json)(const kvmesh_admin_tenant_t *) = policy ? policy_json : tenant_json;
+    void (*row)(const kvmesh_admin_tenant_t *) = policy ? policy_row : tenant_row;
+    void (*header)(void) = policy ? policy_header : tenant_header;
+    const char *verb = policy ? "policy get" : "tenants";
     int rc;
     if (one) {
         kvmesh_admin_tenant_t t;
@@ -421,17 +457,17 @@ static int do_tenants(struct adm *x, const char *one)
         }
         if (!found) {
             fprintf(stderr,
-                    "kvmesh admin tenants: tenant \"%s\" has no policy in deployment %s (see "
+                    "kvmesh admin %s: tenant \"%s\" has no policy in deployment %s (see "
                     "kvmesh admin tenants)\n",
-                    one, kvmesh_tools_config_str(x->cfg, "deployment"));
+                    verb, one, kvmesh_tools_config_str(x->cfg, "deployment"));
             return CLI_EXIT_ENOENT;
         }
         if (x->json) {
-            tenant_json(&t);
+            one_json(&t);
             printf("\n");
         } else {
-            tenant_header();
-            tenant_row(&t);
+            header();
+            row(&t);
         }
         return 0;
     }
@@ -439,9 +475,9 @@ static int do_tenants(struct adm *x, const char *one)
     if (!page)
         return CLI_EXIT_FAIL;
     if (x->json)
-        printf("{\"tenants\":[");
+        printf(policy ? "{\"policies\":[" : "{\"tenants\":[");
     else
-        tenant_header();
+        header();
     char after[KVMESH_ADMIN_TENANT_LEN + 1] = "";
     size_t shown = 0;
     bool truncated = false;
@@ -459,9 +495,9 @@ static int do_tenants(struct adm *x, const char *one)
         for (size_t i = 0; i < got; i++) {
             if (x->json) {
                 printf("%s", shown ? "," : "");
-                tenant_json(&page[i]);
+                one_json(&page[i]);
             } else {
-                tenant_row(&page[i]);
+                row(&page[i]);
             }
             shown++;
         }
@@ -480,6 +516,132 @@ static int do_tenants(struct adm *x, const char *one)
         printf("],\"count\":%zu,\"truncated\":%s}\n", shown, truncated ? "true" : "false");
     else
         printf("%zu tenant polic%s%s\n", shown, shown == 1 ? "y" : "ies",
+               truncated ? " (stopped at --max; more records exist)" : "");
+    return 0;
+}
+
+/* ---- cold devices ---- */
+
+static void device_json(const kvmesh_admin_device_t *d)
+{
+    printf("{\"id\":");
+    json_str(d->id);
+    if (d->malformed) {
+        printf(",\"malformed\":true}");
+        return;
+    }
+    printf(",\"owner\":");
+    json_str(d->owner);
+    printf(",\"owner_epoch\":%" PRIu64 ",\"kind\":", d->owner_epoch);
+    json_str(d->kind);
+    printf(",\"root\":");
+    json_str(d->root);
+    printf(",\"lifecycle\":");
+    json_str(d->lifecycle);
+    printf(",\"schedulable\":%s,\"health\":", d->schedulable ? "true" : "false");
+    json_str(d->health);
+    printf(",\"health_ms\":%" PRIu64 ",\"capacity_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64
+           ",\"reserved_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"ops_used\":%" PRIu64
+           ",\"ops_reserved\":%" PRIu64 ",\"tags\":",
+           d->health_ms, d->capacity, d->used, d->reserved,
+           d->capacity -
+               (d->used + d->reserved <= d->capacity ? d->used + d->reserved : d->capacity),
+           d->n_used, d->n_reserved);
+    json_str(d->tags);
+    printf("}");
+}
+
+static void device_header(void)
+{
+    printf("%-32s %-32s %-8s %-9s %-8s %5s %10s %10s %10s  %s\n", "device", "owner", "kind",
+           "lifecycle", "health", "sched", "capacity", "used", "reserved", "root");
+}
+
+static void device_row(const kvmesh_admin_device_t *d)
+{
+    if (d->malformed) {
+        printf("%-32s (malformed record)\n", d->id);
+        return;
+    }
+    char cap[32], used[32], res[32];
+    kvmesh_tools_format_size(d->capacity, cap, sizeof(cap));
+    kvmesh_tools_format_size(d->used, used, sizeof(used));
+    kvmesh_tools_format_size(d->reserved, res, sizeof(res));
+    printf("%-32s %-32s %-8s %-9s %-8s %5s %10s %10s %10s  %s\n", d->id, d->owner, d->kind,
+           d->lifecycle, d->health, d->schedulable ? "yes" : "no", cap, used, res, d->root);
+}
+
+static int do_devices(struct adm *x, const char *one)
+{
+    int rc;
+    if (one) {
+        kvmesh_admin_device_t d;
+        bool found = false;
+        if ((rc = kvmesh_admin_device_get(x->a, one, &d, &found)) != 0) {
+            cli_report("admin", rc == KVMESH_EINVAL ? "device" : "reading the device record", rc);
+            return rc == KVMESH_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+        }
+        if (!found) {
+            fprintf(stderr,
+                    "kvmesh admin devices: no cold device %s in deployment %s (see kvmesh admin "
+                    "devices)\n",
+                    one, kvmesh_tools_config_str(x->cfg, "deployment"));
+            return CLI_EXIT_ENOENT;
+        }
+        if (x->json) {
+            device_json(&d);
+            printf("\n");
+        } else {
+            device_header();
+            device_row(&d);
+        }
+        return 0;
+    }
+    kvmesh_admin_device_t *page = calloc((size_t)x->page, sizeof(*page));
+    if (!page)
+        return CLI_EXIT_FAIL;
+    if (x->json)
+        printf("{\"devices\":[");
+    else
+        device_header();
+    char after[KVMESH_ID_HEX_LEN + 1] = "";
+    size_t shown = 0;
+    bool truncated = false;
+    rc = 0;
+    for (;;) {
+        if (shown >= x->max) {
+            truncated = true;
+            break;
+        }
+        size_t want = x->page < x->max - shown ? (size_t)x->page : (size_t)(x->max - shown);
+        size_t got = 0;
+        bool more = false;
+        if ((rc = kvmesh_admin_devices(x->a, after, want, page, &got, &more)) != 0)
+            break;
+        for (size_t i = 0; i < got; i++) {
+            if (x->json) {
+                printf("%s", shown ? "," : "");
+                device_json(&page[i]);
+            } else {
+                device_row(&page[i]);
+            }
+            shown++;
+        }
+        if (!more || got == 0)
+            break;
+        snprintf(after, sizeof(after), "%s", page[got - 1].id);
+    }
+    free(page);
+    if (rc) {
+        if (x->json)
+            printf("]}\n");
+        cli_report("admin", "reading cold device records", rc);
+        return CLI_EXIT_FAIL;
+    }
+    if (x->json)
+        printf("],\"count\":%zu,\"truncated\":%s}\n", shown, truncated ? "true" : "false");
+    else
+        printf("%zu cold device%s%s\n", shown, shown == 1 ? "" : "s",
                truncated ? " (stopped at --max; more records exist)" : "");
     return 0;
 }
@@ -1085,9 +1247,11 @@ int cmd_admin(int argc, char **argv)
     size_t nopts = cli_common_opts(&x.c, opts, 6, ADM_MAX_OPTS);
     const char *pos[CLI_MAX_POS];
     size_t npos = 0;
-    static const char syn[] = "members | segments | shards | cleanup [--apply] | drain MEMBER | "
-                              "activate MEMBER | tenants [TENANT] | quota TENANT "
-                              "[abort|reconcile [--apply]] [options]";
+    static const char syn[] =
+        "members | segments | shards | cleanup [--apply] | drain MEMBER | "
+        "activate MEMBER | tenants [TENANT] | policy list | policy get TENANT | "
+        "devices [DEVICE] | quota TENANT "
+        "[abort|reconcile [--apply]] [options]";
     static const char desc[] =
         "Reads the deployment's metadata directly (no runtime joins), in bounded pages:\n"
         "members   member records: id, epoch, state, weight, capacity, used, segments, rpc\n"
@@ -1106,6 +1270,11 @@ int cmd_admin(int argc, char **argv)
         "activate  MEMBER: removes the drain request; the member takes placements again.\n"
         "tenants   tenant-root policies (policy version, limits, fingerprint) with each\n"
         "          tenant's usage; with TENANT only that one (exact reads)\n"
+        "policy    list: the tenant-root policy records alone (schema, policy version, limits,\n"
+        "          fingerprint); get TENANT: one of them (exact read). A policy changes only\n"
+        "          through the controlled restart of docs/tenancy.md, not from here.\n"
+        "devices   cold device records (docs/cold.md): id, owner, kind, lifecycle, health,\n"
+        "          schedulable, capacity / used / reserved bytes, root; with DEVICE only that one\n"
         "quota     TENANT: its usage and its reservations (non-terminal quota operations from\n"
         "          the due index, deadline order, with the reconciliation backlog).\n"
         "          quota TENANT abort: pending reservations past their deadline (or --op ID);\n"
@@ -1133,6 +1302,8 @@ int cmd_admin(int argc, char **argv)
         {"drain", 1, 1, " MEMBER"},
         {"activate", 1, 1, " MEMBER"},
         {"tenants", 0, 1, " [TENANT]"},
+        {"devices", 0, 1, " [DEVICE]"},
+        {"policy", 1, 2, " list | get TENANT"},
         {"quota", 1, 2, " TENANT [abort|reconcile] [--apply] [--op ID]"},
     };
     size_t nsubs = sizeof(subs) / sizeof(subs[0]), si = nsubs;
@@ -1142,14 +1313,14 @@ int cmd_admin(int argc, char **argv)
                 break;
     if (npos == 0) {
         fprintf(stderr, "kvmesh admin: expected one of members, segments, shards, cleanup, drain, "
-                        "activate, tenants, quota; see kvmesh admin --help\n");
+                        "activate, tenants, policy, devices, quota; see kvmesh admin --help\n");
         return CLI_EXIT_USAGE;
     }
     x.sub = pos[0];
     if (si == nsubs) {
         fprintf(stderr,
                 "kvmesh admin: unknown subcommand \"%s\"; expected members, segments, shards, "
-                "cleanup, drain, activate, tenants or quota\n",
+                "cleanup, drain, activate, tenants, policy, devices or quota\n",
                 x.sub);
         return CLI_EXIT_USAGE;
     }
@@ -1157,9 +1328,17 @@ int cmd_admin(int argc, char **argv)
         fprintf(stderr, "kvmesh admin %s: expected %s; usage: kvmesh admin %s%s\n", x.sub,
                 subs[si].max == 0                        ? "no more arguments"
                 : subs[si].min == 1 && subs[si].max == 1 ? "one member id"
+                : strcmp(x.sub, "devices") == 0          ? "at most one device id"
+                : strcmp(x.sub, "policy") == 0           ? "\"list\" or \"get TENANT\""
                 : subs[si].min == 0                      ? "at most one tenant"
                                                          : "a tenant and at most one action",
                 x.sub, subs[si].usage);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(x.sub, "policy") == 0 && !((npos == 2 && strcmp(pos[1], "list") == 0) ||
+                                          (npos == 3 && strcmp(pos[1], "get") == 0))) {
+        fprintf(stderr, "kvmesh admin policy: expected \"list\" or \"get TENANT\"; usage: kvmesh "
+                        "admin policy list | get TENANT\n");
         return CLI_EXIT_USAGE;
     }
     const char *action = strcmp(x.sub, "quota") == 0 && npos == 3 ? pos[2] : NULL;
@@ -1242,7 +1421,11 @@ int cmd_admin(int argc, char **argv)
     else if (strcmp(x.sub, "drain") == 0 || strcmp(x.sub, "activate") == 0)
         rc = do_lifecycle(&x, pos[1]);
     else if (strcmp(x.sub, "tenants") == 0)
-        rc = do_tenants(&x, npos == 2 ? pos[1] : NULL);
+        rc = do_tenants(&x, npos == 2 ? pos[1] : NULL, false);
+    else if (strcmp(x.sub, "policy") == 0)
+        rc = do_tenants(&x, npos == 3 ? pos[2] : NULL, true);
+    else if (strcmp(x.sub, "devices") == 0)
+        rc = do_devices(&x, npos == 2 ? pos[1] : NULL);
     else if (strcmp(x.sub, "quota") == 0)
         rc = do_quota(&x, pos[1], action);
     else

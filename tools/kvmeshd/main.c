@@ -15,6 +15,18 @@
  *
  * The drain runs on its own thread (kvmesh_drain) so the main thread keeps answering signals.
  *
+ * Hot upgrade (docs/operations.md "Hot upgrade"): with --upgrade-socket PATH the daemon listens
+ * there for a standby successor (same runtime_id, started with --upgrade-from PATH), which
+ * announces itself and waits. On SIGTERM with a successor connected the daemon hands its
+ * memory over instead of draining (src/store/handoff.h):
+ *
+ *   running --successor HELLO ok--> running+standby --SIGTERM--> handing over
+ *   handing over --CLOSED sent--> exit 0 (the successor serves the same memory)
+ *   handing over --failed, runtime still open--> draining (as without a successor)
+ *
+ *   successor: connect + HELLO --> standby --state received--> taking over --open--> running
+ *   standby --SIGTERM/SIGINT--> exit 0 (the predecessor keeps running)
+ *
  * Admin HTTP (/healthz, /metrics, /stats, ...): served by the runtime itself on admin_listen
  * (kvmesh_open starts the obs module's server); /healthz turns not-ready while draining.
  */
@@ -27,7 +39,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,12 +96,16 @@ static void usage(FILE *out)
             "  --FIELD VALUE          the same for each field below (--memory-size 1GiB)\n"
             "  --check-config         validate the configuration, print it as YAML, and exit\n"
             "  --ready-file PATH      write \"ID EPOCH\\n\" to PATH once the runtime has joined\n"
+            "  --upgrade-socket PATH  listen on the unix socket PATH for a hot-upgrade successor\n"
+            "  --upgrade-from PATH    start as the standby successor of the runtime listening on\n"
+            "                         PATH (same runtime_id): take over its memory on its SIGTERM\n"
             "  --help, -h             show this help\n"
             "  --version              print the version\n"
             "\n"
             "signals:\n"
             "  SIGTERM                graceful drain (replicas move to other runtimes, bounded\n"
-            "                         by drain_timeout_ms), then exit 0 (1 if the drain failed)\n"
+            "                         by drain_timeout_ms), then exit 0 (1 if the drain failed);\n"
+            "                         with a standby successor connected: hand the memory over\n"
             "  SIGINT                 the same; a second SIGINT exits immediately (status 130)\n"
             "\n"
             "configuration fields (flag, default, allowed values):\n",
@@ -118,6 +138,7 @@ struct override {
 struct dopts {
     const char *config;
     const char *ready_file;
+    const char *upgrade_socket, *upgrade_from;
     bool check;
     size_t n;
     struct override ov[D_MAX_OVERRIDES];
@@ -173,6 +194,9 @@ static int parse_args(int argc, char **argv, struct dopts *o)
         bool is_config = nl == 6 && strncmp(name, "config", 6) == 0;
         bool is_set = nl == 3 && strncmp(name, "set", 3) == 0;
         bool is_ready = nl == 10 && strncmp(name, "ready-file", 10) == 0;
+        bool is_usock = nl == 14 && strncmp(name, "upgrade-socket", 14) == 0;
+        bool is_ufrom = nl == 12 && strncmp(name, "upgrade-from", 12) == 0;
+        is_ready = is_ready || is_usock || is_ufrom; /* the same shape: a path */
         char field[64];
         bool is_field = false;
         if (!is_config && !is_set && !is_ready && nl < sizeof(field)) {
@@ -199,6 +223,10 @@ static int parse_args(int argc, char **argv, struct dopts *o)
         }
         if (is_config) {
             o->config = val;
+        } else if (is_usock) {
+            o->upgrade_socket = val;
+        } else if (is_ufrom) {
+            o->upgrade_from = val;
         } else if (is_ready) {
             o->ready_file = val;
         } else if (is_set) {
@@ -247,6 +275,100 @@ static int write_ready_file(const char *path, const char *id, uint64_t epoch)
     if (fclose(f) != 0)
         return -1;
     return rename(tmp, path);
+}
+
+/* ---- hot upgrade ----------------------------------------------------------------------------
+ */
+
+static int unix_addr(const char *path, struct sockaddr_un *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof(a->sun_path)) {
+        dlog("upgrade socket path %s is longer than %zu bytes", path, sizeof(a->sun_path) - 1);
+        return -1;
+    }
+    memcpy(a->sun_path, path, strlen(path));
+    return 0;
+}
+
+/* A non-blocking listening socket at path (a stale socket file is replaced). */
+static int upgrade_listen(const char *path)
+{
+    struct sockaddr_un a;
+    if (unix_addr(path, &a) != 0)
+        return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    unlink(path);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(fd, 4) != 0) {
+        dlog("cannot listen on upgrade socket %s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    chmod(path, 0600);
+    return fd;
+}
+
+static int upgrade_connect(const char *path)
+{
+    struct sockaddr_un a;
+    if (unix_addr(path, &a) != 0)
+        return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        dlog("cannot connect to the predecessor's upgrade socket %s: %s (is it running with "
+             "--upgrade-socket %s?)",
+             path, strerror(errno), path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A standby successor: announce, wait for the predecessor's state (its operator's SIGTERM),
+ * take over. Returns 0 with *kv open, or an exit status (>0) with *kv NULL. */
+static int standby(const struct dopts *o, kvmesh_config_t *cfg, const sigset_t *set, kvmesh_t **kv)
+{
+    uint32_t timeout = (uint32_t)kvmesh_tools_config_uint(cfg, "drain_timeout_ms");
+    int sock = upgrade_connect(o->upgrade_from);
+    if (sock < 0)
+        return D_EXIT_FAIL;
+    if (kvmesh_upgrade_hello(cfg, sock, 5000) != 0) {
+        dlog("cannot announce this successor: %s", kvmesh_last_error());
+        close(sock);
+        return D_EXIT_FAIL;
+    }
+    dlog("standby: successor of runtime %s on %s; waiting for the predecessor's SIGTERM",
+         kvmesh_tools_config_str(cfg, "runtime_id"), o->upgrade_from);
+    for (;;) {
+        struct pollfd p = {.fd = sock, .events = POLLIN};
+        int n = poll(&p, 1, 100);
+        if (n > 0)
+            break;
+        struct timespec zero = {0, 0};
+        int sig = sigtimedwait(set, NULL, &zero);
+        if (sig == SIGTERM || sig == SIGINT) {
+            dlog("standby stopped by signal %d; the predecessor keeps running", sig);
+            close(sock);
+            return D_EXIT_OK;
+        }
+    }
+    uint64_t t0 = kvmesh_tools_now_ns();
+    uint32_t nsegs = 0, nslots = 0;
+    int e = kvmesh_upgrade_take_over(kv, cfg, sock, timeout, &nsegs, &nslots);
+    close(sock);
+    if (e) {
+        dlog("take-over failed: %s: %s", kvmesh_strerror(e), kvmesh_last_error());
+        return D_EXIT_FAIL;
+    }
+    dlog("took over: %" PRIu32 " segments and %" PRIu32 " slots from the predecessor in %" PRIu64
+         " ms",
+         nsegs, nslots, (kvmesh_tools_now_ns() - t0) / 1000000u);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -303,7 +425,12 @@ int main(int argc, char **argv)
     dlog("starting: deployment %s, metadata %s, memory %s, listen %s, transport %s", deployment,
          metadata_url, mem, kvmesh_tools_config_str(cfg, "listen"),
          kvmesh_tools_config_str(cfg, "transport"));
-    int e = kvmesh_open(&kv, cfg);
+    if (o->upgrade_from) {
+        rc = standby(o, cfg, &set, &kv);
+        if (rc > 0 || !kv)
+            goto out;
+    }
+    int e = kv ? 0 : kvmesh_open(&kv, cfg);
     if (e) {
         const char *d = kvmesh_last_error();
         dlog("cannot join deployment %s at %s: %s%s%s", deployment, metadata_url,
@@ -319,6 +446,14 @@ int main(int argc, char **argv)
     if (o->ready_file && write_ready_file(o->ready_file, id, epoch) != 0)
         dlog("warning: cannot write ready file %s: %s", o->ready_file, strerror(errno));
 
+    int lsock = o->upgrade_socket ? upgrade_listen(o->upgrade_socket) : -1, succ = -1;
+    if (o->upgrade_socket && lsock < 0) {
+        rc = D_EXIT_FAIL;
+        kvmesh_close(kv);
+        kv = NULL;
+        goto out;
+    }
+    bool handed_over = false;
     struct drain_ctx dc = {.kv = kv};
     pthread_t drain_thread;
     bool draining = false;
@@ -326,6 +461,53 @@ int main(int argc, char **argv)
         struct timespec tick = {.tv_sec = 0, .tv_nsec = 100000000L};
         siginfo_t si;
         int sig = sigtimedwait(&set, &si, &tick);
+        if (lsock >= 0 && succ < 0 && !draining) {
+            int c = accept4(lsock, NULL, NULL, SOCK_CLOEXEC);
+            struct ucred cr;
+            socklen_t crl = sizeof(cr);
+            if (c >= 0 && (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &crl) != 0 ||
+                           (cr.uid != getuid() && cr.uid != 0))) {
+                /* the memory goes only to a process of this daemon's user (or root) */
+                dlog("upgrade connection refused: the peer is not this daemon's user");
+                close(c);
+                c = -1;
+            }
+            if (c >= 0 && kvmesh_upgrade_accept(kv, c, 2000) == 0) {
+                dlog("standby successor connected on %s; SIGTERM hands the memory over",
+                     o->upgrade_socket);
+                succ = c;
+            } else if (c >= 0) {
+                dlog("upgrade connection refused: %s", kvmesh_last_error());
+                close(c);
+            }
+        } else if (succ >= 0) {
+            struct pollfd p = {.fd = succ, .events = POLLIN};
+            if (poll(&p, 1, 0) > 0) { /* a standby sends nothing: it left */
+                dlog("standby successor disconnected");
+                close(succ);
+                succ = -1;
+            }
+        }
+        if (sig == SIGTERM && succ >= 0 && !draining) {
+            dlog("SIGTERM: handing the memory over to the standby successor");
+            uint64_t t0 = kvmesh_tools_now_ns();
+            int hr = kvmesh_upgrade_hand_over(
+                &kv, succ, (uint32_t)kvmesh_tools_config_uint(cfg, "drain_timeout_ms"));
+            close(succ);
+            succ = -1;
+            if (!kv) {
+                if (hr == 0)
+                    dlog("handed over in %" PRIu64 " ms; exiting",
+                         (kvmesh_tools_now_ns() - t0) / 1000000u);
+                else
+                    dlog("hand-over failed after the runtime closed: %s", kvmesh_last_error());
+                rc = hr == 0 ? D_EXIT_OK : D_EXIT_FAIL;
+                handed_over = true;
+                break;
+            }
+            dlog("hand-over failed: %s: %s; draining instead", kvmesh_strerror(hr),
+                 kvmesh_last_error());
+        }
         if (draining && atomic_load(&dc.done)) {
             pthread_join(drain_thread, NULL);
             if (dc.rc == 0) {
@@ -360,6 +542,13 @@ int main(int argc, char **argv)
         } else {
             dlog("SIGTERM during drain ignored; SIGINT exits immediately");
         }
+    }
+    if (succ >= 0)
+        close(succ);
+    if (lsock >= 0) {
+        close(lsock);
+        if (!handed_over) /* after a hand-over the path may be the successor's socket already */
+            unlink(o->upgrade_socket);
     }
     kvmesh_close(kv);
     kv = NULL;
