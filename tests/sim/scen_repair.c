@@ -45,7 +45,11 @@
  *
  * Scenario repair_race. Variants that must be caught: blind_cas (the handoff CAS publishes the
  * scanned route with the replica replaced over whatever version is current: no version
- * precondition), no_reclaim (a superseded copy is not released).
+ * precondition; caught as a resurrected value), no_reclaim (a superseded copy is not released;
+ * caught as a leak), no_own_check (the handoff before its fix: a CAS that applied but was
+ * answered with a conflict — a retried or duplicated request — is re-planned, the moving replica
+ * is gone, and the handoff releases its own copy, which the route lists; caught as a dangling
+ * replica, about 3 seeds in 1,000).
  */
 #include <stdio.h>
 #include <stdlib.h>
