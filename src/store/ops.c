@@ -22,6 +22,7 @@
 #include "store/cold_glue.h"
 #include "store/proto.h"
 #include "store/quota.h"
+#include "store/repair_plan.h"
 #include "store/store.h"
 
 struct kvm_hitbuf {
@@ -764,8 +765,7 @@ static void indet_looked_up(void *arg, int rc, const kvm_route_t *r)
  * may have been applied. */
 static bool cas_refused(int rc)
 {
-    return rc == KVMESH_ECONFLICT || rc == KVMESH_EINVAL || rc == KVMESH_ENOMEM ||
-           rc == KVMESH_EQUOTA || rc == KVMESH_ETOOBIG;
+    return kvm_cas_refused(rc); /* store/repair_plan.c: shared with the handoff and the simulator */
 }
 
 static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
@@ -1197,14 +1197,15 @@ static void handed_off(void *arg, int rc, const kvm_route_t *r)
     ictx_free(c, rc);
     (void)r;
     kvm_hint_drop(rt, &it->ident);
-    if (rc == 0) {
+    enum kvm_handoff_step step = kvm_handoff_outcome(rc, &it->tries, STORE_CAS_RETRIES);
+    if (step == KVM_HANDOFF_PUBLISHED) {
         notify_slot(rt, STORE_RPC_COMMIT, &it->res[0].owner.id, it->res[0].seg, it->res[0].offset);
         kvm_ops_release_replica(rt, &it->moving);
         it->rc = 0;
         item_finish(op, it);
-    } else if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
+    } else if (step == KVM_HANDOFF_RETRY) {
         handoff_start(op, it);
-    } else if (!cas_refused(rc)) {
+    } else if (step == KVM_HANDOFF_KEEP) {
         /* may have been applied: the new replica is kept (its reservation expiry asks the route) */
         item_fail(op, it, rc, "handoff publication did not complete (%s); it may have been applied",
                   kvmesh_strerror(rc));
@@ -1226,8 +1227,20 @@ static void handoff_looked_up(void *arg, int rc, const kvm_route_t *r)
         item_fail(op, it, rc, "route lookup for handoff failed: %s", kvmesh_strerror(rc));
         return;
     }
-    if (rc == KVMESH_ENOENT || kvm_route_is_tombstone(r) ||
-        kvm_route_find_replica(r, &it->moving) < 0) {
+    /* the handoff's decisions are shared with the simulator (store/repair_plan.h) */
+    kvm_hot_replica_t nr = {
+        .owner = it->res[0].owner.id, .segment = it->res[0].seg, .offset = it->res[0].offset};
+    kvm_route_t next;
+    kvm_route_init(&next);
+    int plan = kvm_handoff_next(rc == KVMESH_ENOENT ? NULL : r, &it->moving, &nr, &next);
+    if (plan == 2) { /* our earlier attempt applied (answered as a conflict): published */
+        notify_slot(rt, STORE_RPC_COMMIT, &it->res[0].owner.id, it->res[0].seg, it->res[0].offset);
+        kvm_ops_release_replica(rt, &it->moving);
+        it->rc = 0;
+        item_finish(op, it);
+        return;
+    }
+    if (plan == 1) {
         /* Nothing references the replica any more: drop the copy and the original. */
         it->superseded = true;
         release_res(rt, it);
@@ -1236,20 +1249,12 @@ static void handoff_looked_up(void *arg, int rc, const kvm_route_t *r)
         item_finish(op, it);
         return;
     }
-    kvm_route_t next;
-    kvm_route_init(&next);
-    if (kvm_route_copy(&next, r) != 0) {
+    if (plan != 0) {
+        kvm_route_free(&next);
         release_res(rt, it);
         item_fail(op, it, KVMESH_ENOMEM, "out of memory");
         return;
     }
-    kvm_route_remove_replica(&next, &it->moving);
-    kvm_hot_replica_t nr = {.owner = it->res[0].owner.id,
-                            .segment = it->res[0].seg,
-                            .offset = it->res[0].offset,
-                            .length = r->length,
-                            .checksum = r->checksum};
-    kvm_route_add_replica(&next, &nr);
     struct item_ctx *c2 = ictx(op, it);
     rc = c2 ? route_cas(rt->route, &r->version, &next, handed_off, c2) : KVMESH_ENOMEM;
     kvm_route_free(&next);

@@ -35,6 +35,7 @@
 #include "store/cold_glue.h"
 #include "store/handoff.h"
 #include "store/proto.h"
+#include "store/quota.h"
 #include "store/repair.h"
 #include "store/store.h"
 
@@ -585,12 +586,36 @@ static void evict_back(kvm_rt_t *rt, struct kvm_slot *s)
     }
 }
 
+static void evict_tomb_finalized(void *arg, int rc, const kvm_route_t *r)
+{
+    (void)arg, (void)rc, (void)r; /* best effort, like a remove's: a pending one reads as absent */
+}
+
+/* An eviction that took the last readable copy published a PENDING tombstone; with no quota
+ * accounting to wait for (the remove path's rule) it is finalized at once, so that the purge
+ * removes it after tombstone_retention_ms instead of the route state growing with eviction
+ * churn. Under a tenant quota it stays PENDING (the accounting decides, as for a remove). */
+static void evict_finalize(kvm_rt_t *rt, const kvm_route_t *r)
+{
+    if (!r || r->tomb != KVM_TOMB_PENDING || kvm_quota_applies(rt, &r->ident))
+        return;
+    kvm_hint_drop(rt, &r->ident); /* (the finalize changes the version again) */
+    kvm_route_t fin;
+    kvm_route_init(&fin);
+    if (kvm_route_copy(&fin, r) == 0) {
+        fin.tomb = KVM_TOMB_FINALIZED;
+        fin.retain_until_ms = env_wall_ms(rt->env) + rt->cfg.tombstone_retention_ms;
+        (void)route_cas(rt->route, &r->version, &fin, evict_tomb_finalized, NULL);
+    }
+    kvm_route_free(&fin);
+}
+
 static void evict_cas_done(void *arg, int rc, const kvm_route_t *r)
 {
     struct kvm_slot *s = arg;
     kvm_rt_t *rt = s->rt;
-    (void)r;
     if (rc == 0) {
+        evict_finalize(rt, r);
         obs_count(rt->metrics, evictions_total, OBS_TIER_DRAM, OBS_NONE, 1);
         obs_count(rt->metrics, evicted_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
         s->busy = false;

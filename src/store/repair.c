@@ -33,6 +33,7 @@
 #include "env/env_thread.h"
 #include "net/seg.h"
 #include "store/repair.h"
+#include "store/repair_plan.h"
 #include "store/store.h"
 
 #define REPAIR_PAGE      64    /* routes per owner-scan page */
@@ -168,22 +169,20 @@ static void scan_finish(struct scan_call *c, int rc)
  * that lists the segment (a new epoch has new segments). LEAVING: the same on a DRAINING owner,
  * whose drain moves it (kvm_store_drain): it is not replaced while the drain runs, only once the
  * owner is gone with it still referenced (a drain that died or timed out). DEAD: anything else. */
-enum rep_state { REP_DEAD, REP_LEAVING, REP_LIVE };
-
-static enum rep_state rep_state(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
+static enum kvm_rep_state rep_state(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
 {
     const struct kvm_member *m = kvm_member_find(rt, &rep->owner);
     if (!m || (m->state != KVM_MS_ACTIVE && m->state != KVM_MS_DRAINING))
-        return REP_DEAD;
+        return KVM_REP_DEAD;
     for (uint32_t s = 0; s < m->n_segs; s++)
         if (m->segs[s].id == rep->segment)
-            return m->state == KVM_MS_ACTIVE ? REP_LIVE : REP_LEAVING;
-    return REP_DEAD;
+            return m->state == KVM_MS_ACTIVE ? KVM_REP_LIVE : KVM_REP_LEAVING;
+    return KVM_REP_DEAD;
 }
 
 bool kvm_replica_readable(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
 {
-    return rep_state(rt, rep) != REP_DEAD;
+    return rep_state(rt, rep) != KVM_REP_DEAD;
 }
 
 static bool local_token(kvm_rt_t *rt, uint64_t seg_id, uint64_t *token)
@@ -213,37 +212,25 @@ static int scan_filter(struct scan_call *c, const route_owner_page_t *pg)
         return KVMESH_ENOMEM;
     for (size_t i = 0; i < pg->n; i++) {
         const kvm_route_t *r = &pg->routes[i];
-        if (kvm_route_is_tombstone(r) || r->n_replicas == 0)
-            continue;
-        int first = -1, dead = -1;
-        uint32_t readable = 0;
-        for (uint32_t j = 0; j < r->n_replicas; j++) {
-            enum rep_state st = rep_state(rt, &r->replicas[j]);
-            readable += st != REP_DEAD;
-            if (st == REP_LIVE && first < 0)
-                first = (int)j;
-            if (st == REP_DEAD && dead < 0)
-                dead = (int)j;
-        }
-        if (dead < 0)
-            continue; /* every replica live (or being moved by its owner's drain) */
-        if (readable == 0) {
+        enum kvm_rep_state st[KVM_MAX_REPLICAS];
+        for (uint32_t j = 0; j < r->n_replicas && j < KVM_MAX_REPLICAS; j++)
+            st[j] = rep_state(rt, &r->replicas[j]);
+        kvm_repair_plan_t plan;
+        enum kvm_repair_verdict v = kvm_repair_plan(r, st, &rt->self.id, &plan);
+        if (v == KVM_REPAIR_LOST)
             c->lost++;
-            continue;
-        }
-        if (first < 0)
-            continue; /* only a draining owner holds it: its drain moves it */
-        const kvm_hot_replica_t *src = &r->replicas[first];
+        if (v != KVM_REPAIR_COPY)
+            continue; /* healthy, lost, draining, or another runtime's first live replica */
+        const kvm_hot_replica_t *src = &r->replicas[plan.src];
         struct task *t = &c->tasks[c->n_tasks];
-        if (!kvm_id128_equal(&src->owner, &rt->self.id) ||
-            !local_token(rt, src->segment, &t->src_read_token))
-            continue; /* another runtime's first live replica: it repairs this one */
+        if (!local_token(rt, src->segment, &t->src_read_token))
+            continue; /* not a segment this runtime serves (any more) */
         if (kvm_ident_copy(&t->ident, &r->ident) != 0)
             return KVMESH_ENOMEM;
         t->len = r->length;
         t->checksum = r->checksum;
         t->src = *src;
-        t->moving = r->replicas[dead];
+        t->moving = r->replicas[plan.dead];
         for (uint32_t j = 0; j < r->n_replicas; j++)
             t->excl[t->n_excl++] = r->replicas[j].owner;
         c->n_tasks++;

@@ -5,7 +5,7 @@
  * modes: EmbeddedWrh (the authorities' route tables) and MetadataOnly (route keys in metadata,
  * purged from the route-due expiry index, with a per-shard version floor).
  *
- *   itest_store_purge redis|etcd [metadata_only]
+ *   itest_store_purge redis|etcd [metadata_only|evict]
  *
  * In MetadataOnly mode "entries" are the route keys in metadata and "tombstones" the expiry
  * index entries (each finalized tombstone has one), counted with a range over each family.
@@ -125,14 +125,66 @@ static bool version_gt(const kvmesh_route_info_t *a, const kvmesh_route_info_t *
                                                 : a->primary_sequence > b->primary_sequence;
 }
 
+/*
+ * Eviction churn (mode "evict", EmbeddedWrh): fresh 256 KiB puts until 4x what one replica of
+ * each fits in the cluster's memory (192; bounded by EVICT_MS), so owners evict all the time. An
+ * eviction that takes an object's last readable replica publishes a tombstone, which is
+ * finalized at once (no quota here) and so purged after its retention. The route tables must
+ * end holding at most the resident objects plus 2% of the puts (tombstones left PENDING by a
+ * failed best-effort finalize), top_k copies each, and no finalized tombstone.
+ */
+#define EVICT_VAL (256u << 10)
+#define EVICT_MS  45000 /* cap: the churn stops at 4x the resident objects */
+static void evict_churn(int copies)
+{
+    static uint8_t v[EVICT_VAL];
+    const uint64_t resident = (uint64_t)NRT * (16u << 20) / EVICT_VAL; /* one replica each */
+    uint64_t created = 0, max_entries = 0, next_sample = 0;
+    uint64_t t0 = env_clock_mono_ms();
+    for (uint64_t i = 0; env_clock_since_ms(t0) < EVICT_MS && created < 4 * resident; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "evict-%07" PRIu64, i);
+        memset(v, (int)(i & 0xff), sizeof(v));
+        if (kvmesh_put(rts[0], &sc, key, strlen(key), v, EVICT_VAL, NULL) == 0)
+            created++;
+        if (env_clock_since_ms(t0) >= next_sample) {
+            uint64_t e, tb, p;
+            counts(&e, &tb, &p);
+            if (e > max_entries)
+                max_entries = e;
+            next_sample = env_clock_since_ms(t0) + 1000;
+        }
+    }
+    printf("1e: %" PRIu64 " objects of 256 KiB put in %" PRIu64 " ms (the cluster holds <= %" PRIu64
+           "); route-table entries peaked at %" PRIu64 "\n",
+           created, env_clock_since_ms(t0), resident, max_entries);
+    CHECK(created > 3 * resident); /* evicted several times over */
+    uint64_t entries = 0, tombs = 0, purged = 0;
+    uint64_t bound = (resident + created / 50) * (uint64_t)copies;
+    for (uint64_t end = env_clock_mono_ms() + 30000;;) {
+        counts(&entries, &tombs, &purged);
+        if ((tombs == 0 && entries <= bound) || env_clock_mono_ms() > end)
+            break;
+        usleep(200000);
+    }
+    printf("2e: entries %" PRIu64 " (bound %" PRIu64 " = (resident %" PRIu64 " + 2%% of %" PRIu64
+           ") x %d copies), finalized tombstones %" PRIu64 ", purged %" PRIu64 "\n",
+           entries, bound, resident, created, copies, tombs, purged);
+    CHECK(tombs == 0);
+    CHECK(purged > 0);
+    /* without finalizing, every evicted object's tombstone would stay in every authority */
+    CHECK(entries <= bound);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || (strcmp(argv[1], "redis") && strcmp(argv[1], "etcd")) ||
-        (argc > 2 && strcmp(argv[2], "metadata_only"))) {
-        fprintf(stderr, "usage: %s redis|etcd [metadata_only]\n", argv[0]);
+        (argc > 2 && strcmp(argv[2], "metadata_only") && strcmp(argv[2], "evict"))) {
+        fprintf(stderr, "usage: %s redis|etcd [metadata_only|evict]\n", argv[0]);
         return 2;
     }
-    mo_mode = argc > 2;
+    bool evict_mode = argc > 2 && strcmp(argv[2], "evict") == 0;
+    mo_mode = argc > 2 && !evict_mode;
     const int copies = mo_mode ? 1 : TOP_K; /* copies of a route: one key, or top_k tables */
     testsrv_sweep_stale();
     int rc =
@@ -174,6 +226,16 @@ int main(int argc, char **argv)
             break;
         CHECK(env_clock_mono_ms() < end);
         usleep(50000);
+    }
+
+    if (evict_mode) {
+        evict_churn(copies);
+        for (int i = NRT - 1; i >= 0; i--)
+            kvmesh_close(rts[i]);
+        meta_sync_close(ms);
+        testsrv_stop(srv);
+        printf("store_purge %s evict: ok\n", argv[1]);
+        return 0;
     }
 
     /* 1. churn */

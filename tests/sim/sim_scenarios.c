@@ -36,6 +36,7 @@ extern const sim_scenario_t scen_cold_crash_usage;
 extern const sim_scenario_t scen_cold_race_hot_placement;
 extern const sim_scenario_t scen_cold_race_evict_overwrite;
 extern const sim_scenario_t scen_cold_race_overwrite_usage;
+extern const sim_scenario_t scen_repair_race;
 #endif
 
 const sim_scenario_t *const sim_scenarios[] = {
@@ -66,6 +67,7 @@ const sim_scenario_t *const sim_scenarios[] = {
     &scen_cold_race_hot_placement,
     &scen_cold_race_evict_overwrite,
     &scen_cold_race_overwrite_usage,
+    &scen_repair_race,
 #endif
     NULL,
 };
