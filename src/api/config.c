@@ -219,6 +219,19 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "the last hot copy keeps it readable from cold."),
     F_UINT(cold_queue, "1024", 1, 4096,
            "Offload jobs queued at most; beyond it a write stays hot-only."),
+    F_BOOL(cold_nfs, "false",
+           "cold_root is an NFS/NFS4 target: at start the mount is checked (filesystem type nfs "
+           "or nfs4, mounted read-write and hard, from statfs and /proc/self/mountinfo) and the "
+           "runtime refuses to start otherwise."),
+    F_UINT(cold_staging_slots, "64", 1, 4096,
+           "Staging slots of remote restore on the cold device's owner (docs/cold.md \"Staging "
+           "pool\"); a read finding every slot busy is refused with backpressure and retried."),
+    F_SIZE(cold_staging_bytes, "256MiB", 65536, KVM_CFG_MEMORY_MAX,
+           "Bytes of the owner's transport-registered staging segment (slots share it; an object "
+           "larger than it cannot be restored remotely)."),
+    F_UINT(cold_staging_ttl_ms, "10000", 10, 600000,
+           "A staged slot not acknowledged by its reader within this long expires: its transfer "
+           "token is fenced and the slot recycled."),
 };
 
 const kvm_cfg_field_t *kvm_config_table(size_t *n)
@@ -1029,4 +1042,8 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->cold_capacity = cfg->cold_capacity;
     out->cold_offload = cfg->cold_offload;
     out->cold_queue = cfg->cold_queue;
+    out->cold_staging_slots = cfg->cold_staging_slots;
+    out->cold_staging_bytes = cfg->cold_staging_bytes;
+    out->cold_staging_ttl_ms = cfg->cold_staging_ttl_ms;
+    out->cold_nfs = cfg->cold_nfs;
 }

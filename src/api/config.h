@@ -74,6 +74,10 @@ struct kvmesh_config {
     uint64_t cold_capacity;                     /* cold device payload bytes */
     bool cold_offload;                          /* new writes are offloaded to the cold tier */
     uint32_t cold_queue;                        /* offload queue bound */
+    uint32_t cold_staging_slots;                /* remote-restore staging slots */
+    uint64_t cold_staging_bytes;                /* staging segment bytes */
+    uint32_t cold_staging_ttl_ms;               /* staged slot expiry */
+    bool cold_nfs;                              /* cold_root must be an NFS/NFS4 mount */
 };
 
 /* Fills cfg with every default (what kvmesh_config_new returns). */

@@ -109,6 +109,10 @@ struct kvm_store_config {
     uint64_t cold_capacity;            /* payload bytes the device may hold */
     bool cold_offload;                 /* new writes carry a PendingOffload backing */
     uint32_t cold_queue;               /* offload jobs queued at most (1..COLD_QUEUE_MAX) */
+    uint32_t cold_staging_slots;       /* remote-restore staging slots on the owner */
+    uint64_t cold_staging_bytes;       /* bytes of the staging segment */
+    uint32_t cold_staging_ttl_ms;      /* a staged slot expires after this (token fenced) */
+    bool cold_nfs;                     /* cold_root must be an NFS/NFS4 mount (checked at open) */
 };
 
 #define KVM_STORE_COLD_OFF      0u

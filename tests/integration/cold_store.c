@@ -21,6 +21,13 @@
  *   - a cold_root that does not exist fails the open with KVMESH_ECONFIG naming it;
  *   - removing cold-only objects reclaims their cold copies (device used bytes fall by their
  *     size); argv[1] picks the backend (localdir, extent).
+ *   - (argv[2] = staging, argv[3] = tcp | shm) the remote restores go through a 2-slot staging
+ *     pool with a 1 s TTL, the transport forced to argv[3], and KVMESH_TEST_COLD_LATE_ACKS=2 in
+ *     the environment (the first two remote reads hold their ACK back until the next remote
+ *     read finished): the slots they hold expire, their ACKs arrive late (ignored),
+ *     the next remote reads meet backpressure and retry, every read still returns its verified
+ *     bytes, and the owner's kvmesh_cold_staging_* families show it (acquired >= the remote
+ *     restores, backpressure > 0, expiries >= 2, late > 0, 2 slots, occupancy back to 0).
  * Every wait is bounded; the directory is removed at the end (also on failure).
  */
 #include <curl/curl.h>
@@ -247,6 +254,8 @@ int main(int argc, char **argv)
         kind = argv[1];
     bool restart = argc > 2 && strcmp(argv[2], "restart") == 0;
     bool pair = argc > 2 && strcmp(argv[2], "pair") == 0;
+    bool staging = argc > 2 && strcmp(argv[2], "staging") == 0;
+    const char *transport = staging && argc > 3 ? argv[3] : "tcp";
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-store-XXXXXX");
     CHECK(mkdtemp(tmpdir) != NULL);
     char root[128];
@@ -262,7 +271,12 @@ int main(int argc, char **argv)
     snprintf(url, sizeof(url), "memory://%s", dep);
     CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
     CHECK(kvmesh_config_set(c, "deployment", dep) == 0);
-    CHECK(kvmesh_config_set(c, "transport", "tcp") == 0);
+    CHECK(kvmesh_config_set(c, "transport", transport) == 0);
+    if (staging) {
+        CHECK(kvmesh_config_set(c, "cold_staging_slots", "2") == 0);
+        CHECK(kvmesh_config_set(c, "cold_staging_bytes", "1MiB") == 0);
+        CHECK(kvmesh_config_set(c, "cold_staging_ttl_ms", "1000") == 0);
+    }
     CHECK(kvmesh_config_set(c, "admin_listen", "127.0.0.1:0") == 0);
     CHECK(kvmesh_config_set(c, "memory_size", DRAM) == 0);
     CHECK(kvmesh_config_set(c, "segment_size", DRAM) == 0);
@@ -466,6 +480,26 @@ int main(int argc, char **argv)
         return 0;
     }
     kvmesh_config_free(cs);
+    if (staging) { /* 2s. the owner's staging pool */
+        double acq = metric("kvmesh_cold_staging_acquired_total", NULL, NULL);
+        double bp = metric("kvmesh_cold_staging_backpressure_total", NULL, NULL);
+        double slots = metric("kvmesh_cold_staging_slots", NULL, NULL);
+        double exp = 0, in_use = -1, bytes = -1, late = 0;
+        for (int t = 0; t < 100; t++) { /* bounded: the skipped ACKs' slots expire (1 s TTL) */
+            exp = metric("kvmesh_cold_staging_expiries_total", NULL, NULL);
+            in_use = metric("kvmesh_cold_staging_slots_used", NULL, NULL);
+            bytes = metric("kvmesh_cold_staging_bytes_used", NULL, NULL);
+            late = metric("kvmesh_cold_staging_late_total", NULL, NULL);
+            if (exp >= 2 && in_use == 0 && bytes == 0 && late > 0)
+                break;
+            usleep(100000);
+        }
+        printf("staging (%s): acquired %.0f for %zu remote restores, backpressure %.0f, expiries "
+               "%.0f, late acks/completions %.0f, slots %.0f, in use %.0f (%.0f bytes)\n",
+               transport, acq, cold, bp, exp, late, slots, in_use, bytes);
+        CHECK(acq >= (double)cold && bp > 0 && exp >= 2 && late > 0 && slots == 2);
+        CHECK(in_use == 0 && bytes == 0);
+    }
     /* 3. the cold metric families */
     double off = metric("kvmesh_cold_offloads_total", "result", "ok");
     double ev = metric("kvmesh_cold_evictions_total", NULL, NULL);
