@@ -818,6 +818,7 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
             cfg->cold_kind == KVM_STORE_COLD_EXTENT ? COLD_BACKEND_EXTENT : COLD_BACKEND_LOCALDIR,
         .root = cfg->cold_root,
         .capacity_bytes = cfg->cold_capacity,
+        .require_nfs = cfg->cold_nfs,
     };
     int rc = cold_backend_open(&bc, &g->be, &err);
     if (rc) {

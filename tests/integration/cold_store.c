@@ -18,7 +18,8 @@
  *   - (argv[2] = pair) with a second storage runtime B and its own device, objects that A writes
  *     onto B are offloaded to B's device (B learns of them from the commit):
  *     every object gets a cold copy, both devices hold some, every object reads back;
- *   - a cold_root that does not exist fails the open with KVMESH_ECONFIG naming it;
+ *   - a cold_root that does not exist fails the open with KVMESH_ECONFIG naming it, and so does
+ *     the (local) device directory with cold_nfs = true, naming the filesystem type found;
  *   - removing cold-only objects reclaims their cold copies (device used bytes fall by their
  *     size); argv[1] picks the backend (localdir, extent).
  *   - (argv[2] = staging, argv[3] = tcp | shm) the remote restores go through a 2-slot staging
@@ -308,6 +309,15 @@ int main(int argc, char **argv)
     printf("open with a missing cold_root: %s: %s\n", kvmesh_errname(orc), kvmesh_last_error());
     CHECK(orc == KVMESH_ECONFIG && strstr(kvmesh_last_error(), missing) != NULL && kv == NULL);
     CHECK(kvmesh_config_set(c, "cold_root", root) == 0);
+    /* a local directory (tmpfs/ext4) configured as an NFS target is refused, naming it and the
+     * filesystem type found */
+    CHECK(kvmesh_config_set(c, "cold_nfs", "true") == 0);
+    orc = kvmesh_open(&kv, c);
+    printf("open with cold_nfs on a local directory: %s: %s\n", kvmesh_errname(orc),
+           kvmesh_last_error());
+    CHECK(orc == KVMESH_ECONFIG && strstr(kvmesh_last_error(), root) != NULL &&
+          strstr(kvmesh_last_error(), "configured as NFS") != NULL && kv == NULL);
+    CHECK(kvmesh_config_set(c, "cold_nfs", "false") == 0);
     CHECK(kvmesh_open(&kv, c) == 0);
     /* the client: same deployment, no memory, no cold tier: it reads cold-only objects from the
      * device's owner over RPC (STORE_RPC_COLD_READ) */
