@@ -1169,7 +1169,8 @@ static void cread_finish(struct cread *r, int rc, const void *buf, uint64_t len)
             r->next->prev = r->prev;
         r->g = NULL;
     }
-    if (!r->remote) { /* (a remote restore verifies and counts after its transfer) */
+    if (!r->remote) { /* (a remote restore is verified after its transfer, counted in kvm_cold_read)
+                       */
         if (rc == 0 && (len != r->len || kvm_checksum(buf, len) != r->checksum))
             rc = KVMESH_ECHECKSUM; /* never hand out bytes the route does not vouch for */
         obs_count(rt->metrics, cold_restores_total, rc == 0 ? OBS_OUTCOME_OK : OBS_OUTCOME_ERROR,
@@ -1388,8 +1389,6 @@ static int remote_transfer(struct cread *r, uint64_t deadline_ms)
         *a = (struct cack){.rt = rt, .owner = r->owner, .token = r->st_token};
         ack_or_hold(rt, a);
     }
-    obs_count(rt->metrics, cold_restores_total, rc == 0 ? OBS_OUTCOME_OK : OBS_OUTCOME_ERROR,
-              OBS_NONE, 1);
     return rc;
 }
 
@@ -1478,6 +1477,9 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
         struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)((ms < left ? ms : left) * 1000000)};
         nanosleep(&ts, NULL);
     }
+    if (remote) /* (a local restore is counted in cread_finish) */
+        obs_count(rt->metrics, cold_restores_total, rc == 0 ? OBS_OUTCOME_OK : OBS_OUTCOME_ERROR,
+                  OBS_NONE, 1);
     if (rc == KVMESH_ECHECKSUM || rc == KVMESH_ECORRUPT)
         return kvm_errf(rc, "the cold copy failed verification (length or checksum); no bytes "
                             "were returned");
