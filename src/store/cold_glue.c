@@ -1333,8 +1333,12 @@ static void ack_or_hold(kvm_rt_t *rt, struct cack *a)
     pthread_mutex_unlock(&late_mu);
     if (a)
         ack_post(rt, a);
-    for (unsigned i = 0; i < n; i++)
-        ack_post(out[i]->rt, out[i]);
+    for (unsigned i = 0; i < n; i++) { /* only through the runtime that held them (alive) */
+        if (out[i]->rt == rt)
+            ack_post(rt, out[i]);
+        else
+            free(out[i]);
+    }
 }
 
 /* [app] Reads the staged slot into a registered bounce buffer, verifies length and checksum
