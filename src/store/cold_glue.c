@@ -582,7 +582,8 @@ static void srv_restored(void *arg, int rc, const void *buf, uint64_t len)
     rc = staging_ready(g->stg, &s->h, kvm_checksum(b, len), env_clock_mono_ms() + ttl);
     struct seg_grant gr = {0};
     if (!rc) {
-        rc = seg_grant(g->rt->reg, g->stg_seg->id, off, len, SEG_READ, ttl * 1000000ull, &gr);
+        rc = seg_grant(g->rt->reg, g->stg_seg->id, off, len ? len : 1, SEG_READ, ttl * 1000000ull,
+                       &gr);
         if (rc) { /* no grant: nobody can read it; the pins go now */
             bool a;
             staging_transfer_done(g->stg, s->h.token, &a);
