@@ -246,6 +246,19 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "parked) is resumed by the device owner's reconciliation after this long."),
     F_UINT(cold_retry_backoff_max_ms, "10000", 1, 600000,
            "Cap of an offload job's retry delay (at least cold_retry_backoff_ms)."),
+    F_BOOL(cold_nfs, "false",
+           "cold_root is an NFS/NFS4 target: at start the mount is checked (filesystem type nfs "
+           "or nfs4, mounted read-write and hard, from statfs and /proc/self/mountinfo) and the "
+           "runtime refuses to start otherwise."),
+    F_UINT(cold_staging_slots, "64", 1, 4096,
+           "Staging slots of remote restore on the cold device's owner (docs/cold.md \"Staging "
+           "pool\"); a read finding every slot busy is refused with backpressure and retried."),
+    F_SIZE(cold_staging_bytes, "256MiB", 65536, KVM_CFG_MEMORY_MAX,
+           "Bytes of the owner's transport-registered staging segment (slots share it; an object "
+           "larger than it cannot be restored remotely)."),
+    F_UINT(cold_staging_ttl_ms, "10000", 10, 600000,
+           "A staged slot not acknowledged by its reader within this long expires: its transfer "
+           "token is fenced and the slot recycled."),
 };
 
 const kvm_cfg_field_t *kvm_config_table(size_t *n)
@@ -1076,4 +1089,8 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->cold_retry_backoff_ms = cfg->cold_retry_backoff_ms;
     out->cold_retry_backoff_max_ms = cfg->cold_retry_backoff_max_ms;
     out->cold_reconcile_after_ms = cfg->cold_reconcile_after_ms;
+    out->cold_staging_slots = cfg->cold_staging_slots;
+    out->cold_staging_bytes = cfg->cold_staging_bytes;
+    out->cold_staging_ttl_ms = cfg->cold_staging_ttl_ms;
+    out->cold_nfs = cfg->cold_nfs;
 }

@@ -82,6 +82,10 @@ struct kvmesh_config {
     uint32_t cold_retry_backoff_ms;             /* first retry delay */
     uint32_t cold_retry_backoff_max_ms;         /* retry delay cap */
     uint32_t cold_reconcile_after_ms;           /* non-terminal cold op due after */
+    uint32_t cold_staging_slots;                /* remote-restore staging slots */
+    uint64_t cold_staging_bytes;                /* staging segment bytes */
+    uint32_t cold_staging_ttl_ms;               /* staged slot expiry */
+    bool cold_nfs;                              /* cold_root must be an NFS/NFS4 mount */
 };
 
 /* Fills cfg with every default (what kvmesh_config_new returns). */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cold/backend_impl.h"
+#include "cold/cold_nfs.h"
 #include "core/hash.h"
 #include "core/util.h"
 
@@ -384,6 +385,8 @@ int cold_backend_open(const cold_backend_config_t *cfg, cold_backend_t *out,
                            "cold backend: kind %d is not a file backend; use localdir or extent",
                            (int)cfg->kind);
     int rc = validate_root(cfg, err);
+    if (rc == 0 && cfg->require_nfs)
+        rc = cold_nfs_check(cfg->root, NULL, err);
     if (rc != 0)
         return rc;
     if (cfg->kind == COLD_BACKEND_LOCALDIR)

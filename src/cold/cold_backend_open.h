@@ -13,6 +13,7 @@
 #ifndef KVMESH_COLD_COLD_BACKEND_OPEN_H
 #define KVMESH_COLD_COLD_BACKEND_OPEN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "cold/cold_backend.h"
@@ -30,6 +31,9 @@ typedef struct cold_backend_config {
     /* ExtentStore only (0 = default): segment file size and I/O mode. */
     uint64_t segment_bytes;
     cold_io_mode_t io_mode;
+    /* The root must be on an NFS/NFS4 mount, read-write and hard (cold_nfs.h); checked after
+     * the root itself. */
+    bool require_nfs;
 } cold_backend_config_t;
 
 #define COLD_EXTENT_DEFAULT_SEGMENT_BYTES (256ull << 20)

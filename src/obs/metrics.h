@@ -324,6 +324,20 @@ enum obs_dim_id {
       none)                                                                                        \
     X(cold_restores_total, "Reads served from the cold tier, by result.", outcome, none)           \
     X(cold_evictions_total, "Last hot replicas evicted to the cold tier (object now cold-only).",  \
+      none, none)                                                                                  \
+    X(cold_staging_acquired_total,                                                                 \
+      "Remote restores this cold device owner staged into a slot of its staging pool.", none,      \
+      none)                                                                                        \
+    X(cold_staging_backpressure_total,                                                             \
+      "Remote restores refused because every staging slot (or byte) was in use; the reader "       \
+      "retries.",                                                                                  \
+      none, none)                                                                                  \
+    X(cold_staging_expiries_total,                                                                 \
+      "Staging slots whose reader did not acknowledge in time: token fenced, slot recycled.",      \
+      none, none)                                                                                  \
+    X(cold_staging_late_total,                                                                     \
+      "Transfer completions and ACKs that arrived with a fenced, recycled or repeated token "      \
+      "(ignored).",                                                                                \
       none, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
@@ -342,7 +356,12 @@ enum obs_dim_id {
       set, none, none)                                                                             \
     X(quota_reconciliation_degraded,                                                               \
       "Quota operations the last reconciliation round left charged and locked (degraded).", set,   \
-      none, none)
+      none, none)                                                                                  \
+    X(cold_staging_slots, "Slots of this cold device owner's remote-restore staging pool.", set,   \
+      none, none)                                                                                  \
+    X(cold_staging_slots_used, "Staging slots in use (filling, staged, or fenced and draining).",  \
+      set, none, none)                                                                             \
+    X(cold_staging_bytes_used, "Staging segment bytes held by slots in use.", set, none, none)
 
 #define OBS_HIST_LIST(X)                                                                           \
     X(request_duration_seconds, "API request latency, by operation.", latency, op, none)           \

@@ -24,12 +24,15 @@
 
 #include "cold/cold.h"
 #include "cold/cold_backend_open.h"
+#include "cold/staging.h"
+#include "core/bytes.h"
 #include "core/hash.h"
 #include "core/util.h"
 #include "env/clock.h"
 #include "env/env_thread.h"
 #include "core/wire.h"
 #include "net/seg.h"
+#include "net/transport.h"
 #include "store/proto.h"
 #include "store/cold_glue.h"
 
@@ -66,6 +69,12 @@ struct kvm_cold {
     struct cread *reads;          /* restores whose callback is due (failed at close) */
     struct srv_read *serving;     /* remote restores this owner serves (dropped at close) */
     struct claim *claims;         /* eviction-triggered offloads in progress (freed at close) */
+    /* [loop] remote-restore staging (docs/cold.md "Staging pool") */
+    staging_pool_t *stg;
+    struct seg *stg_seg; /* the registered segment the pool's slots live in */
+    uint64_t *stg_grant; /* per slot: the read grant of its current use (0 = none) */
+    uint32_t stg_slots;
+    staging_stats_t stg_exported;
 };
 
 static void g_unref(struct kvm_cold *g)
@@ -571,6 +580,7 @@ static void report_pressure(struct kvm_cold *g)
     if (g->c && rt->capacity)
         cold_set_pressure(g->c, (double)rt->used / (double)rt->capacity);
 }
+static void stg_expire(struct kvm_cold *g);
 
 static void tick(void *arg)
 {
@@ -588,19 +598,41 @@ static void tick(void *arg)
         if (cold_recon_pass(g->c, COLD_GLUE_RECON_PAGE, reconciled, g) == 0)
             g->reconciling = true;
     }
+    stg_expire(g);
     g->tick_timer = env_timer_start(g->rt->env, COLD_GLUE_TICK_MS * 1000000ull, tick, g);
 }
 
 /* ---- remote restore: the owner side ---------------------------------------------------------- */
 
+/* The staging pool (src/cold/staging.h) lives in one segment of this runtime's registry, so the
+ * transports serve reads of it under a per-slot grant; g->stg_grant[slot] is the grant of the
+ * slot's current use (0 = none), revoked when the slot is recycled or fenced. */
+
+enum srv_stage { SRV_LOOKUP, SRV_RESTORE };
+
 struct srv_read {
     struct kvm_cold *g;
     rpc_reply *reply;
     kvm_ident_t ident;
+    staging_expect_t want;
+    staging_handle_t h;
+    enum srv_stage stage;
+    bool orphan;                  /* dropped at close while its lookup was in flight */
     struct srv_read *next, *prev; /* g->serving */
 };
 
-static void srv_free(struct srv_read *s)
+static uint64_t version_u64(const kvm_route_version_t *v)
+{
+    return kvm_hash_seeded(v, sizeof(*v), 0x76657273u);
+}
+
+static uint64_t namespace_u64(const kvm_ident_t *id)
+{
+    size_t n = id->enc_len > id->key_len ? id->enc_len - id->key_len : 0;
+    return kvm_hash_seeded(id->enc, n, 0x6e73u);
+}
+
+static void srv_unlink(struct srv_read *s)
 {
     if (s->prev)
         s->prev->next = s->next;
@@ -608,32 +640,175 @@ static void srv_free(struct srv_read *s)
         s->g->serving = s->next;
     if (s->next)
         s->next->prev = s->prev;
+    s->next = s->prev = NULL;
+}
+
+static void srv_free(struct srv_read *s)
+{
+    if (!s->orphan)
+        srv_unlink(s);
     kvm_ident_free(&s->ident);
     free(s);
 }
 
-static void srv_reply(rpc_reply *reply, int rc, const char *err, const void *buf, uint64_t len)
+static void srv_reply(rpc_reply *reply, int rc, const char *err, const uint8_t *body, size_t blen)
 {
-    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
-    struct rpc_msg m = {
-        .type = STORE_RPC_COLD_READ, .iov = rc == 0 ? &b : NULL, .niov = rc == 0 ? 1u : 0u};
-    /* NULL sent callback: the payload is copied (buf is valid only during the restore cb) */
+    struct rpc_msg m = {.type = STORE_RPC_COLD_READ, .body = body, .body_len = blen};
     if (rpc_reply_send(reply, rc, err, &m, NULL, NULL) == KVMESH_EAGAIN)
         rpc_reply_drop(reply); /* the caller times out and reports it */
+}
+
+/* [loop] A slot whose pins all went: its grant goes with it. */
+static void stg_reap(struct kvm_cold *g, uint32_t slot)
+{
+    if (slot < g->stg_slots && g->stg_grant[slot] &&
+        staging_state_of(g->stg, slot) == STAGING_FREE) {
+        seg_revoke(g->rt->reg, g->stg_grant[slot]);
+        g->stg_grant[slot] = 0;
+    }
+}
+
+/* [loop] Expiry: fence the tokens past their deadline, revoke their grants (no new transfer
+ * starts), then the transport is terminal for the pool. A read already started by a tcp I/O
+ * thread may still copy from the slot after it is recycled; the reader's checksum check then
+ * refuses the bytes (they are never handed out). */
+/* [loop] The pool's counters as metrics (kvmesh_cold_staging_*). */
+static void stg_export(struct kvm_cold *g)
+{
+    kvm_rt_t *rt = g->rt;
+    staging_stats_t st, *e = &g->stg_exported;
+    staging_get_stats(g->stg, &st);
+    obs_count(rt->metrics, cold_staging_acquired_total, OBS_NONE, OBS_NONE,
+              st.acquired - e->acquired);
+    obs_count(rt->metrics, cold_staging_backpressure_total, OBS_NONE, OBS_NONE,
+              st.backpressure - e->backpressure);
+    obs_count(rt->metrics, cold_staging_expiries_total, OBS_NONE, OBS_NONE,
+              st.expiries - e->expiries);
+    obs_count(rt->metrics, cold_staging_late_total, OBS_NONE, OBS_NONE,
+              st.late_completions + st.late_acks - e->late_completions - e->late_acks);
+    obs_gauge_set(rt->metrics, cold_staging_slots, OBS_NONE, OBS_NONE, (int64_t)st.slots_cap);
+    obs_gauge_set(rt->metrics, cold_staging_slots_used, OBS_NONE, OBS_NONE, (int64_t)st.slots_used);
+    obs_gauge_set(rt->metrics, cold_staging_bytes_used, OBS_NONE, OBS_NONE, (int64_t)st.bytes_used);
+    *e = st;
+}
+
+static void stg_expire(struct kvm_cold *g)
+{
+    if (!g->stg)
+        return;
+    staging_expire(g->stg, env_clock_mono_ms(), g->stg_slots);
+    uint32_t pend[64];
+    uint32_t k;
+    while ((k = staging_fenced_pending(g->stg, pend, 64)) > 0)
+        for (uint32_t i = 0; i < k; i++) {
+            if (g->stg_grant[pend[i]])
+                seg_revoke(g->rt->reg, g->stg_grant[pend[i]]);
+            g->stg_grant[pend[i]] = 0;
+            staging_transfer_terminal(g->stg, pend[i]);
+        }
+    stg_export(g);
 }
 
 static void srv_restored(void *arg, int rc, const void *buf, uint64_t len)
 {
     struct srv_read *s = arg; /* (kvmesh_cold_restores_total is counted by the reader) */
-    srv_reply(s->reply, rc, rc ? kvmesh_strerror(rc) : "", buf, len);
+    struct kvm_cold *g = s->g;
+    if (rc == 0 && len != s->want.length)
+        rc = KVMESH_ECHECKSUM;
+    if (rc) {
+        staging_abort(g->stg, s->h.slot);
+        srv_reply(s->reply, rc, kvmesh_strerror(rc), NULL, 0);
+        srv_free(s);
+        return;
+    }
+    uint64_t off;
+    uint8_t *b = staging_buf(g->stg, s->h.slot, &off, NULL);
+    memcpy(b, buf, len);
+    uint64_t ttl = g->rt->cfg.cold_staging_ttl_ms;
+    rc = staging_ready(g->stg, &s->h, kvm_checksum(b, len), env_clock_mono_ms() + ttl);
+    struct seg_grant gr = {0};
+    if (!rc) {
+        rc = seg_grant(g->rt->reg, g->stg_seg->id, off, len ? len : 1, SEG_READ, ttl * 1000000ull,
+                       &gr);
+        if (rc) { /* no grant: nobody can read it; the pins go now */
+            bool a;
+            staging_transfer_done(g->stg, s->h.token, &a);
+            staging_ack(g->stg, s->h.token, &a);
+        } else {
+            g->stg_grant[s->h.slot] = gr.token;
+        }
+    }
+    if (rc) {
+        srv_reply(s->reply, rc, kvmesh_last_error(), NULL, 0);
+        srv_free(s);
+        return;
+    }
+    uint8_t body[48];
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, body, sizeof(body));
+    kvm_wr_u8(&w, STORE_COLD_READ_VERSION);
+    kvm_wr_u64le(&w, gr.seg_id);
+    kvm_wr_u64le(&w, gr.offset);
+    kvm_wr_u64le(&w, len);
+    kvm_wr_u64le(&w, gr.token);
+    kvm_wr_u64le(&w, s->h.token);
+    struct rpc_msg m = {.type = STORE_RPC_COLD_READ, .body = body, .body_len = w.len};
+    int src = rpc_reply_send(s->reply, 0, "", &m, NULL, NULL);
+    if (src) { /* the reader never learns the token: release its pins now */
+        if (src == KVMESH_EAGAIN)
+            rpc_reply_drop(s->reply);
+        bool a;
+        staging_transfer_done(g->stg, s->h.token, &a);
+        staging_ack(g->stg, s->h.token, &a);
+        stg_reap(g, s->h.slot);
+    }
     srv_free(s);
 }
 
+static void srv_looked_up(void *arg, int rc, const cold_route_obs_t *obs)
+{
+    struct srv_read *s = arg;
+    if (s->orphan) { /* the runtime closed meanwhile (g may be gone) */
+        srv_free(s);
+        return;
+    }
+    struct kvm_cold *g = s->g;
+    if (!rc && g->closed)
+        rc = KVMESH_ECANCELED;
+    if (!rc && (!obs->found || obs->tombstone || obs->cold.kind != KVM_COLD_MATERIALIZED))
+        rc = kvm_errf(KVMESH_ECONFLICT, "cold read: the route has no materialized cold copy "
+                                        "now; look it up again");
+    if (!rc && !kvm_id128_equal(&obs->cold.owner, &g->rt->self.id))
+        rc = kvm_errf(KVMESH_ECONFLICT, "cold read: this runtime does not own the object's cold "
+                                        "device");
+    if (!rc) {
+        staging_expect_t have = {.namespace_hash = namespace_u64(&s->ident),
+                                 .owner = obs->cold.owner,
+                                 .route_version = version_u64(&obs->version),
+                                 .locator_fp = kvm_cold_backing_fingerprint(&obs->cold),
+                                 .length = obs->cold.u.mat.length,
+                                 .checksum = obs->cold.u.mat.checksum};
+        rc = staging_acquire(g->stg, &s->want, &have, &s->h);
+    }
+    if (!rc) {
+        s->stage = SRV_RESTORE;
+        rc = cold_restore(g->c, &s->ident, srv_restored, s);
+        if (rc)
+            staging_abort(g->stg, s->h.slot);
+    }
+    if (rc) {
+        srv_reply(s->reply, rc, kvmesh_last_error(), NULL, 0);
+        srv_free(s);
+    }
+}
+
+/* Request body: ver u8 | route version hash u64 | locator fingerprint u64 | length u64 |
+ * checksum u64 | namespace hash u64 | cold owner (16) | ident (wire). */
 static void on_cold_read(rpc_reply *reply, struct rpc_request *req, void *arg)
 {
     kvm_rt_t *rt = arg;
     struct kvm_cold *g = rt->cold;
-    if (!g || !g->c || g->open_cb || g->closed) {
+    if (!g || !g->c || !g->stg || g->open_cb || g->closed) {
         srv_reply(reply, KVMESH_EUNAVAILABLE, "the cold tier of this runtime is not open", NULL, 0);
         return;
     }
@@ -642,10 +817,20 @@ static void on_cold_read(rpc_reply *reply, struct rpc_request *req, void *arg)
         srv_reply(reply, KVMESH_ENOMEM, "out of memory", NULL, 0);
         return;
     }
-    int rc = wire_ident_decode(req->body, req->body_len, &s->ident);
-    if (rc) {
+    kvm_rd_t r;
+    kvm_rd_init(&r, req->body, req->body_len);
+    int rc = kvm_rd_u8(&r) == STORE_COLD_READ_VERSION ? 0 : KVMESH_EPROTO;
+    s->want.route_version = kvm_rd_u64le(&r);
+    s->want.locator_fp = kvm_rd_u64le(&r);
+    s->want.length = kvm_rd_u64le(&r);
+    s->want.checksum = kvm_rd_u64le(&r);
+    s->want.namespace_hash = kvm_rd_u64le(&r);
+    kvm_rd_copy(&r, s->want.owner.b, sizeof(s->want.owner.b));
+    size_t left = kvm_rd_remaining(&r);
+    const uint8_t *ib = kvm_rd_bytes(&r, left);
+    if (rc || !kvm_rd_ok(&r) || !ib || wire_ident_decode(ib, left, &s->ident) != 0) {
         free(s);
-        srv_reply(reply, KVMESH_EPROTO, "cold read: malformed identity", NULL, 0);
+        srv_reply(reply, KVMESH_EPROTO, "cold read: malformed request", NULL, 0);
         return;
     }
     s->g = g;
@@ -654,11 +839,59 @@ static void on_cold_read(rpc_reply *reply, struct rpc_request *req, void *arg)
     if (s->next)
         s->next->prev = s;
     g->serving = s;
-    rc = cold_restore(g->c, &s->ident, srv_restored, s);
-    if (rc) {
-        srv_reply(reply, rc, kvmesh_last_error(), NULL, 0);
-        srv_free(s);
-    }
+    r_lookup(g, &s->ident, srv_looked_up, s);
+}
+
+/* Notification body: ver u8 | transfer token u64. The reader's transfer reached a terminal
+ * state and it is done with the slot: both pins go (late or repeated: ignored, counted). */
+static void on_cold_ack(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    (void)reply;
+    kvm_rt_t *rt = arg;
+    struct kvm_cold *g = rt->cold;
+    kvm_rd_t r;
+    kvm_rd_init(&r, req->body, req->body_len);
+    uint8_t ver = kvm_rd_u8(&r);
+    uint64_t token = kvm_rd_u64le(&r);
+    if (!g || !g->stg || g->closed || ver != STORE_COLD_READ_VERSION || !kvm_rd_ok(&r))
+        return;
+    bool a;
+    if (staging_transfer_done(g->stg, token, &a) == 0 && staging_ack(g->stg, token, &a) == 0)
+        stg_reap(g, (uint32_t)(token & 0xffffu));
+}
+
+/* The staging segment and pool: cold_staging_bytes of registered memory, cold_staging_slots. */
+static int stg_open(struct kvm_cold *g)
+{
+    const struct kvm_store_config *cfg = &g->rt->cfg;
+    g->stg_slots = cfg->cold_staging_slots;
+    int rc = seg_create(g->rt->reg, cfg->cold_staging_bytes, 0, &g->stg_seg);
+    if (rc)
+        return kvm_errf(rc,
+                        "cannot create the %" PRIu64 "-byte staging segment (%s); lower "
+                        "cold_staging_bytes",
+                        cfg->cold_staging_bytes, kvmesh_strerror(rc));
+    g->stg_grant = calloc(g->stg_slots, sizeof(*g->stg_grant));
+    if (!g->stg_grant)
+        return KVMESH_ENOMEM;
+    rc = staging_new(&g->stg, g->stg_seg->base, g->stg_seg->size, g->stg_slots);
+    if (!rc)
+        stg_export(g);
+    return rc;
+}
+
+static void stg_close(struct kvm_cold *g)
+{
+    for (uint32_t i = 0; g->stg_grant && i < g->stg_slots; i++)
+        if (g->stg_grant[i])
+            seg_revoke(g->rt->reg, g->stg_grant[i]);
+    free(g->stg_grant);
+    g->stg_grant = NULL;
+    staging_free(g->stg, false); /* slots still staged: their readers' ACKs find nothing */
+    g->stg = NULL;
+    if (g->stg_seg)
+        seg_destroy(g->rt->reg, g->stg_seg->id);
+    g->stg_seg = NULL;
 }
 
 /* ---- open / close --------------------------------------------------------------------------- */
@@ -732,6 +965,7 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
             cfg->cold_kind == KVM_STORE_COLD_EXTENT ? COLD_BACKEND_EXTENT : COLD_BACKEND_LOCALDIR,
         .root = cfg->cold_root,
         .capacity_bytes = cfg->cold_capacity,
+        .require_nfs = cfg->cold_nfs,
     };
     int rc = cold_backend_open(&bc, &g->be, &err);
     if (rc) {
@@ -740,8 +974,16 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
         return;
     }
     g->be_open = true;
-    if (rt->ep)
+    rc = stg_open(g);
+    if (rc) {
+        snprintf(m, sizeof(m), "cold tier: %s", kvmesh_last_error());
+        open_fail(g, rc, m);
+        return;
+    }
+    if (rt->ep) {
         rpc_register_handler(rt->ep, STORE_RPC_COLD_READ, on_cold_read, rt);
+        rpc_register_notify_handler(rt->ep, STORE_RPC_COLD_ACK, on_cold_ack, rt);
+    }
     /* The device id names the directory: the same root keeps its id across restarts. */
     char canon[PATH_MAX];
     const char *root = realpath(cfg->cold_root, canon) ? canon : cfg->cold_root;
@@ -1187,6 +1429,12 @@ struct cread {
     const struct iovec *iov;
     int iovcnt;
     uint64_t len, checksum;
+    /* remote restore: what the reader expects (validated by the owner) and the staged slot */
+    bool remote;
+    uint64_t version_h, locator_fp;
+    const char *data_addr; /* [loop] the owner's transport address (interned) */
+    uint64_t st_seg, st_off, st_len, st_grant, st_token;
+    char err[256];
 };
 
 static void cread_unref(struct cread *r)
@@ -1214,12 +1462,15 @@ static void cread_finish(struct cread *r, int rc, const void *buf, uint64_t len)
             r->next->prev = r->prev;
         r->g = NULL;
     }
-    if (rc == 0 && (len != r->len || kvm_checksum(buf, len) != r->checksum))
-        rc = KVMESH_ECHECKSUM; /* never hand out bytes the route does not vouch for */
-    obs_count(rt->metrics, cold_restores_total, rc == 0 ? OBS_OUTCOME_OK : OBS_OUTCOME_ERROR,
-              OBS_NONE, 1);
+    if (!r->remote) { /* (a remote restore is verified after its transfer, counted in kvm_cold_read)
+                       */
+        if (rc == 0 && (len != r->len || kvm_checksum(buf, len) != r->checksum))
+            rc = KVMESH_ECHECKSUM; /* never hand out bytes the route does not vouch for */
+        obs_count(rt->metrics, cold_restores_total, rc == 0 ? OBS_OUTCOME_OK : OBS_OUTCOME_ERROR,
+                  OBS_NONE, 1);
+    }
     pthread_mutex_lock(&r->mu);
-    if (!r->abandoned && rc == 0) {
+    if (!r->abandoned && rc == 0 && !r->remote) {
         uint64_t pos = 0;
         for (int i = 0; i < r->iovcnt && pos < len; i++) {
             size_t k = r->iov[i].iov_len < len - pos ? r->iov[i].iov_len : (size_t)(len - pos);
@@ -1243,24 +1494,53 @@ static void remote_done(rpc_call_t *call, struct rpc_result *res, void *arg)
 {
     (void)call;
     struct cread *r = arg;
-    cread_finish(r, res->status, res->payload, res->payload_len);
+    int rc = res->status;
+    if (rc) {
+        snprintf(r->err, sizeof(r->err), "%s", res->error);
+    } else {
+        kvm_rd_t d;
+        kvm_rd_init(&d, res->body, res->body_len);
+        if (kvm_rd_u8(&d) != STORE_COLD_READ_VERSION)
+            kvm_rd_fail(&d);
+        r->st_seg = kvm_rd_u64le(&d);
+        r->st_off = kvm_rd_u64le(&d);
+        r->st_len = kvm_rd_u64le(&d);
+        r->st_grant = kvm_rd_u64le(&d);
+        r->st_token = kvm_rd_u64le(&d);
+        if (!kvm_rd_ok(&d) || r->st_len != r->len || !r->data_addr || !r->data_addr[0])
+            rc = KVMESH_EPROTO;
+    }
+    cread_finish(r, rc, NULL, 0);
 }
 
-/* [loop] The device belongs to another runtime: ask it (STORE_RPC_COLD_READ); the bytes are
- * verified here against the route as for a local restore. */
+/* [loop] The device belongs to another runtime: ask it to stage the object
+ * (STORE_RPC_COLD_READ); the reader then reads the slot through the transport. */
 static void cread_remote(void *arg)
 {
     struct cread *r = arg;
     kvm_rt_t *rt = r->rt;
     const struct kvm_member *m = kvm_member_find(rt, &r->owner);
     rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
-    uint8_t body[KVM_IDENT_ENC_MAX_LEN];
+    r->data_addr = m ? m->data_addr : NULL;
+    uint8_t body[64 + KVM_IDENT_ENC_MAX_LEN];
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, body, sizeof(body));
+    kvm_wr_u8(&w, STORE_COLD_READ_VERSION);
+    kvm_wr_u64le(&w, r->version_h);
+    kvm_wr_u64le(&w, r->locator_fp);
+    kvm_wr_u64le(&w, r->len);
+    kvm_wr_u64le(&w, r->checksum);
+    kvm_wr_u64le(&w, namespace_u64(&r->ident));
+    kvm_wr_bytes(&w, r->owner.b, sizeof(r->owner.b));
     size_t blen = 0;
-    int rc = p ? wire_ident_encode(&r->ident, body, sizeof(body), &blen) : KVMESH_EUNAVAILABLE;
+    int rc = p ? wire_ident_encode(&r->ident, body + w.len, sizeof(body) - w.len, &blen)
+               : KVMESH_EUNAVAILABLE;
+    if (!rc && w.err)
+        rc = w.err;
     if (!rc) {
         struct rpc_msg msg = {.type = STORE_RPC_COLD_READ,
                               .body = body,
-                              .body_len = blen,
+                              .body_len = w.len + blen,
                               .timeout_ms = r->timeout_ms ? r->timeout_ms : 1};
         rc = rpc_call(p, &msg, remote_done, r, NULL);
     }
@@ -1286,36 +1566,135 @@ static void cread_start(void *arg)
         cread_finish(r, rc, NULL, 0);
 }
 
-int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *iov, int iovcnt,
-                  uint64_t deadline_ms)
+/* ---- remote restore: the reader side ------------------------------------------------------- */
+
+struct cack {
+    kvm_rt_t *rt;
+    kvm_runtime_id_t owner;
+    uint64_t token;
+};
+
+/* [loop] STORE_RPC_COLD_ACK to the owner: its slot's transfer and reader pins go. Lost or late,
+ * the owner's expiry recycles the slot. */
+static void ack_send(void *arg)
 {
-    if (route->cold.kind != KVM_COLD_MATERIALIZED)
-        return kvm_errf(KVMESH_EUNAVAILABLE, "no hot replica and no materialized cold copy");
-    bool remote = !kvm_id128_equal(&route->cold.owner, &rt->self.id);
-    if (!remote && !rt->cold)
-        return kvm_errf(KVMESH_ENOTSUP, "the object's cold copy is on this runtime's device but "
-                                        "its cold tier is off (cold_kind)");
-    struct cread *r = calloc(1, sizeof(*r));
-    if (!r)
-        return KVMESH_ENOMEM;
-    pthread_mutex_init(&r->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    r->refs = 2;
-    r->rt = rt;
-    r->iov = iov;
-    r->iovcnt = iovcnt;
-    r->len = route->length;
-    r->checksum = route->checksum;
-    r->owner = route->cold.owner;
-    r->timeout_ms = kvm_deadline_left_ms(deadline_ms);
-    if (kvm_ident_copy(&r->ident, &route->ident) != 0 ||
-        env_post(rt->env, remote ? cread_remote : cread_start, r) != 0) {
+    struct cack *a = arg;
+    const struct kvm_member *m = kvm_member_find(a->rt, &a->owner);
+    rpc_peer *p = m ? kvm_rt_peer(a->rt, m) : NULL;
+    uint8_t body[16];
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, body, sizeof(body));
+    kvm_wr_u8(&w, STORE_COLD_READ_VERSION);
+    kvm_wr_u64le(&w, a->token);
+    struct rpc_msg msg = {.type = STORE_RPC_COLD_ACK, .body = body, .body_len = w.len};
+    if (p)
+        (void)rpc_notify(p, &msg, NULL, NULL);
+    free(a);
+}
+
+/* Tests only: KVMESH_TEST_COLD_LATE_ACKS=N makes this process's first N remote restores hold
+ * back their ACK until the next remote restore finished (a slow reader): the owner's expiry
+ * fences their slots first, and their ACKs then arrive late (ignored, counted). */
+static pthread_mutex_t late_mu = PTHREAD_MUTEX_INITIALIZER;
+static int late_left = -1;
+static struct cack *late_held[8];
+static unsigned late_n;
+
+static void ack_post(kvm_rt_t *rt, struct cack *a)
+{
+    if (env_post(rt->env, ack_send, a) != 0)
+        free(a);
+}
+
+static void ack_or_hold(kvm_rt_t *rt, struct cack *a)
+{
+    struct cack *out[8];
+    unsigned n = 0;
+    pthread_mutex_lock(&late_mu);
+    if (late_left < 0) {
+        const char *e = getenv("KVMESH_TEST_COLD_LATE_ACKS");
+        late_left = e && atoi(e) > 0 ? atoi(e) : 0;
+    }
+    if (late_left > 0 && late_n < 8) {
+        late_left--;
+        late_held[late_n++] = a;
+        a = NULL;
+    } else {
+        for (; late_n > 0; late_n--)
+            out[n++] = late_held[late_n - 1];
+    }
+    pthread_mutex_unlock(&late_mu);
+    if (a)
+        ack_post(rt, a);
+    for (unsigned i = 0; i < n; i++) { /* only through the runtime that held them (alive) */
+        if (out[i]->rt == rt)
+            ack_post(rt, out[i]);
+        else
+            free(out[i]);
+    }
+}
+
+/* [app] Reads the staged slot into a registered bounce buffer, verifies length and checksum
+ * against the route, copies into the caller's buffers, then ACKs the token. */
+static int remote_transfer(struct cread *r, uint64_t deadline_ms)
+{
+    kvm_rt_t *rt = r->rt;
+    struct tp_segment *seg = NULL;
+    int rc = kvm_rt_seg_open(rt, r->data_addr, r->st_seg, r->st_grant, &seg);
+    uint8_t *buf = rc ? NULL : malloc(r->len ? r->len : 1);
+    if (!rc && !buf)
+        rc = KVMESH_ENOMEM;
+    bool reg = false;
+    if (!rc && (rc = tp_register_memory(rt->tp, buf, r->len ? r->len : 1)) == 0)
+        reg = true;
+    struct tp_batch *b = NULL;
+    if (!rc)
+        rc = tp_batch_new(rt->tp, 1, &b);
+    if (!rc && r->len) {
+        struct tp_request rq = {.op = TP_READ,
+                                .local = buf,
+                                .length = r->len,
+                                .segment = seg,
+                                .remote_offset = r->st_off,
+                                .token = r->st_grant};
+        rc = tp_submit(b, &rq, 1);
+        if (!rc && tp_batch_wait(b, (int)kvm_deadline_left_ms(deadline_ms)) != 0) {
+            tp_batch_abort(b);
+            rc = KVMESH_ETIMEDOUT;
+        }
+        if (!rc)
+            rc = tp_status(b, 0, NULL);
+    }
+    if (b)
+        tp_batch_free(b); /* the transfer is terminal here */
+    if (reg)
+        tp_unregister_memory(rt->tp, buf);
+    if (!rc && kvm_checksum(buf, r->len) != r->checksum)
+        rc = KVMESH_ECHECKSUM; /* never hand out bytes the route does not vouch for */
+    if (!rc) {
+        uint64_t pos = 0;
+        for (int i = 0; i < r->iovcnt && pos < r->len; i++) {
+            size_t k =
+                r->iov[i].iov_len < r->len - pos ? r->iov[i].iov_len : (size_t)(r->len - pos);
+            memcpy(r->iov[i].iov_base, buf + pos, k);
+            pos += k;
+        }
+    }
+    free(buf);
+    struct cack *a = malloc(sizeof(*a));
+    if (a) {
+        *a = (struct cack){.rt = rt, .owner = r->owner, .token = r->st_token};
+        ack_or_hold(rt, a);
+    }
+    return rc;
+}
+
+/* [app] Posts r (refs = 2) to the loop and waits for it, bounded by the deadline. */
+static int cread_run(struct cread *r, env_cb start, uint64_t deadline_ms)
+{
+    kvm_rt_t *rt = r->rt;
+    if (env_post(rt->env, start, r) != 0) {
         r->refs = 1;
-        cread_unref(r);
         return KVMESH_EAGAIN;
     }
     struct timespec ts;
@@ -1332,12 +1711,85 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
     if (!r->done)
         r->abandoned = true;
     pthread_mutex_unlock(&r->mu);
-    cread_unref(r);
+    return rc;
+}
+
+static struct cread *cread_new(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *iov,
+                               int iovcnt, uint64_t deadline_ms, bool remote)
+{
+    struct cread *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    r->refs = 2;
+    r->rt = rt;
+    r->iov = iov;
+    r->iovcnt = iovcnt;
+    r->len = route->length;
+    r->checksum = route->checksum;
+    r->owner = route->cold.owner;
+    r->remote = remote;
+    r->version_h = version_u64(&route->version);
+    r->locator_fp = kvm_cold_backing_fingerprint(&route->cold);
+    r->timeout_ms = kvm_deadline_left_ms(deadline_ms);
+    if (kvm_ident_copy(&r->ident, &route->ident) != 0) {
+        r->refs = 1;
+        cread_unref(r);
+        return NULL;
+    }
+    return r;
+}
+
+int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *iov, int iovcnt,
+                  uint64_t deadline_ms)
+{
+    if (route->cold.kind != KVM_COLD_MATERIALIZED)
+        return kvm_errf(KVMESH_EUNAVAILABLE, "no hot replica and no materialized cold copy");
+    bool remote = !kvm_id128_equal(&route->cold.owner, &rt->self.id);
+    if (!remote && !rt->cold)
+        return kvm_errf(KVMESH_ENOTSUP, "the object's cold copy is on this runtime's device but "
+                                        "its cold tier is off (cold_kind)");
+    int rc;
+    char err[256] = "";
+    /* Remote: the owner answers backpressure (STAGING_EBACKPRESSURE) while its staging pool is
+     * full; retry with a capped backoff until the deadline. */
+    for (uint32_t attempt = 0;; attempt++) {
+        struct cread *r = cread_new(rt, route, iov, iovcnt, deadline_ms, remote);
+        if (!r)
+            return KVMESH_ENOMEM;
+        rc = cread_run(r, remote ? cread_remote : cread_start, deadline_ms);
+        if (rc == 0 && remote)
+            rc = remote_transfer(r, deadline_ms);
+        snprintf(err, sizeof(err), "%s", r->err);
+        cread_unref(r);
+        uint64_t left = kvm_deadline_left_ms(deadline_ms);
+        if (!remote || rc != STAGING_EBACKPRESSURE || left == 0)
+            break;
+        uint64_t ms = 1ull << (attempt < 6 ? attempt : 6); /* 1 .. 64 ms */
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)((ms < left ? ms : left) * 1000000)};
+        nanosleep(&ts, NULL);
+    }
+    if (remote) /* (a local restore is counted in cread_finish) */
+        obs_count(rt->metrics, cold_restores_total, rc == 0 ? OBS_OUTCOME_OK : OBS_OUTCOME_ERROR,
+                  OBS_NONE, 1);
     if (rc == KVMESH_ECHECKSUM || rc == KVMESH_ECORRUPT)
         return kvm_errf(rc, "the cold copy failed verification (length or checksum); no bytes "
                             "were returned");
     if (rc == KVMESH_ETIMEDOUT)
         return kvm_errf(rc, "the cold restore did not finish by the request deadline");
+    if (rc == STAGING_EBACKPRESSURE && remote)
+        return kvm_errf(rc,
+                        "the cold copy's owner kept its staging pool full until the deadline "
+                        "(%s); retry later or raise cold_staging_slots/cold_staging_bytes "
+                        "there",
+                        err);
+    if (rc && remote && err[0])
+        return kvm_errf(rc, "remote cold restore: %s", err);
     return rc;
 }
 
@@ -1383,9 +1835,16 @@ void kvm_cold_close(kvm_rt_t *rt)
     }
     while (g->reads)
         cread_finish(g->reads, KVMESH_ECANCELED, NULL, 0);
-    while (g->serving) { /* their restore callbacks no longer run: the callers time out */
-        rpc_reply_drop(g->serving->reply);
-        srv_free(g->serving);
+    while (g->serving) { /* their callbacks no longer run: the callers time out */
+        struct srv_read *sv = g->serving;
+        rpc_reply_drop(sv->reply);
+        if (sv->stage == SRV_LOOKUP) { /* its lookup still answers: freed then */
+            srv_unlink(sv);
+            sv->orphan = true;
+        } else {
+            srv_free(sv);
+        }
     }
+    stg_close(g);
     g_unref(g); /* freed when the last route call in flight answered */
 }

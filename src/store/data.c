@@ -670,7 +670,8 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
     for (int attempt = 0; attempt < 2 && kvm_deadline_left_ms(deadline) > 0; attempt++) {
         size_t todo = 0;
         for (size_t i = 0; i < n; i++)
-            todo += attempt == 0 || outs[i].rc == KVMESH_ECHECKSUM;
+            todo +=
+                attempt == 0 || outs[i].rc == KVMESH_ECHECKSUM || outs[i].rc == KVMESH_ECONFLICT;
         if (!todo)
             break;
         kvm_op_t *look = kvm_op_new(rt, KVM_OP_LOOKUP, n);
@@ -688,7 +689,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
         for (size_t i = 0; i < n; i++) {
             struct kvm_item *it = &look->items[i];
             struct kvm_sgout *o = &outs[i];
-            if (attempt == 1 && o->rc != KVMESH_ECHECKSUM)
+            if (attempt == 1 && o->rc != KVMESH_ECHECKSUM && o->rc != KVMESH_ECONFLICT)
                 continue;
             if (it->rc) {
                 o->rc = it->rc;
@@ -741,6 +742,8 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
                     kvm_cold_read(rt, &look->items[i].route, outs[i].iov, outs[i].iovcnt, deadline);
                 if (e == KVMESH_ECHECKSUM || e == KVMESH_ECORRUPT)
                     bad_sum = true;
+                else if (e == KVMESH_ECONFLICT && attempt == 0)
+                    outs[i].rc = e; /* the route changed (e.g. re-promoted): look it up again */
                 else if (e != 0 && e != KVMESH_ETIMEDOUT) {
                     outs[i].rc = e;
                     outs[i].read_failed = true;

@@ -15,8 +15,12 @@
  *   STORE_RPC_COMMIT   notify    ver | target epoch u64 | seg u64 | offset u64
  *   STORE_RPC_RELEASE  notify    ver | target epoch u64 | seg u64 | offset u64
  *   STORE_RPC_HIT      notify    ver | n u16 | n * (seg u64 | offset u64)   (n <= STORE_HIT_MAX)
- *   STORE_RPC_COLD_READ request  ident (wire_ident_encode); reply payload = the object's
- *                      verified cold bytes (cold_glue.c: remote restore from the device owner)
+ *   STORE_RPC_COLD_READ request  ver | route version hash u64 | locator fingerprint u64 |
+ *                      length u64 | checksum u64 | namespace hash u64 | cold owner (16) | ident;
+ *                      reply body: ver | seg u64 | offset u64 | length u64 | read grant u64 |
+ *                      transfer token u64 (the verified bytes staged in the owner's staging
+ *                      pool; the reader reads them through the transport; cold_glue.c)
+ *   STORE_RPC_COLD_ACK notify    ver | transfer token u64 (the reader is done with the slot)
  *   STORE_RPC_ENV      notify    env message type u32 | bytes (route protocol, env_send)
  *                                (the only body without a version byte)
  *
@@ -37,10 +41,11 @@
 #define STORE_RPC_RELEASE       0x203
 #define STORE_RPC_HIT           0x204
 #define STORE_RPC_RESERVE_BATCH 0x205
-#define STORE_RPC_COLD_READ                                                                        \
-    0x206 /* request: ident (wire); reply payload: the verified cold bytes */
-#define STORE_RESERVE_BATCH_MAX 128 /* items per batched reservation */
-#define STORE_HIT_MAX           512 /* slots per hit report */
+#define STORE_RPC_COLD_READ     0x206 /* request: see cold_glue.c; reply: the staged slot */
+#define STORE_RPC_COLD_ACK      0x207 /* notify: ver | transfer token u64 */
+#define STORE_COLD_READ_VERSION 2     /* body version of COLD_READ / COLD_ACK */
+#define STORE_RESERVE_BATCH_MAX 128   /* items per batched reservation */
+#define STORE_HIT_MAX           512   /* slots per hit report */
 #define STORE_PROTO_MAX         (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
 
 typedef struct store_reserve_req {

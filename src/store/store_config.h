@@ -117,6 +117,10 @@ struct kvm_store_config {
     uint32_t cold_retry_backoff_ms;      /* first retry delay of an offload job */
     uint32_t cold_retry_backoff_max_ms;  /* its cap */
     uint32_t cold_reconcile_after_ms;    /* a non-terminal cold op is due after (op_ttl_ms) */
+    uint32_t cold_staging_slots;         /* remote-restore staging slots on the owner */
+    uint64_t cold_staging_bytes;         /* bytes of the staging segment */
+    uint32_t cold_staging_ttl_ms;        /* a staged slot expires after this (token fenced) */
+    bool cold_nfs;                       /* cold_root must be an NFS/NFS4 mount (checked at open) */
 };
 
 #define KVM_STORE_COLD_OFF              0u

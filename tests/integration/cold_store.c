@@ -18,10 +18,19 @@
  *   - (argv[2] = pair) with a second storage runtime B and its own device, objects that A writes
  *     onto B are offloaded to B's device (B learns of them from the commit):
  *     every object gets a cold copy, both devices hold some, every object reads back;
- *   - a cold_root that does not exist fails the open with KVMESH_ECONFIG naming it;
+ *   - a cold_root that does not exist fails the open with KVMESH_ECONFIG naming it, and so does
+ *     the (local) device directory with cold_nfs = true, naming the filesystem type found;
  *   - removing cold-only objects reclaims their cold copies (device used bytes fall by their
  *     size); argv[1] picks the backend (localdir, extent).
- * Every wait is bounded; the directory is removed at the end (also on failure).
+ *   - (argv[2] = staging, argv[3] = tcp | shm) the remote restores go through a 2-slot staging
+ *     pool with a 3 s TTL, the transport forced to argv[3], and KVMESH_TEST_COLD_LATE_ACKS=2 in
+ *     the environment (the first two remote reads hold their ACK back until the next remote
+ *     read finished): the slots they hold expire, their ACKs arrive late (ignored),
+ *     the next remote reads meet backpressure and retry, every read still returns its verified
+ *     bytes, and the owner's kvmesh_cold_staging_* families show it (acquired >= the remote
+ *     restores, backpressure > 0, expiries >= 1 (the second held slot may be ACKed, late but before
+ * its expiry, once the first one expired), late > 0, 2 slots, occupancy back to 0). Every wait is
+ * bounded; the directory is removed at the end (also on failure).
  */
 #include <curl/curl.h>
 #include <dirent.h>
@@ -247,6 +256,8 @@ int main(int argc, char **argv)
         kind = argv[1];
     bool restart = argc > 2 && strcmp(argv[2], "restart") == 0;
     bool pair = argc > 2 && strcmp(argv[2], "pair") == 0;
+    bool staging = argc > 2 && strcmp(argv[2], "staging") == 0;
+    const char *transport = staging && argc > 3 ? argv[3] : "tcp";
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-store-XXXXXX");
     CHECK(mkdtemp(tmpdir) != NULL);
     char root[128];
@@ -262,7 +273,12 @@ int main(int argc, char **argv)
     snprintf(url, sizeof(url), "memory://%s", dep);
     CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
     CHECK(kvmesh_config_set(c, "deployment", dep) == 0);
-    CHECK(kvmesh_config_set(c, "transport", "tcp") == 0);
+    CHECK(kvmesh_config_set(c, "transport", transport) == 0);
+    if (staging) {
+        CHECK(kvmesh_config_set(c, "cold_staging_slots", "2") == 0);
+        CHECK(kvmesh_config_set(c, "cold_staging_bytes", "1MiB") == 0);
+        CHECK(kvmesh_config_set(c, "cold_staging_ttl_ms", "3000") == 0);
+    }
     CHECK(kvmesh_config_set(c, "admin_listen", "127.0.0.1:0") == 0);
     CHECK(kvmesh_config_set(c, "memory_size", DRAM) == 0);
     CHECK(kvmesh_config_set(c, "segment_size", DRAM) == 0);
@@ -294,6 +310,15 @@ int main(int argc, char **argv)
     printf("open with a missing cold_root: %s: %s\n", kvmesh_errname(orc), kvmesh_last_error());
     CHECK(orc == KVMESH_ECONFIG && strstr(kvmesh_last_error(), missing) != NULL && kv == NULL);
     CHECK(kvmesh_config_set(c, "cold_root", root) == 0);
+    /* a local directory (tmpfs/ext4) configured as an NFS target is refused, naming it and the
+     * filesystem type found */
+    CHECK(kvmesh_config_set(c, "cold_nfs", "true") == 0);
+    orc = kvmesh_open(&kv, c);
+    printf("open with cold_nfs on a local directory: %s: %s\n", kvmesh_errname(orc),
+           kvmesh_last_error());
+    CHECK(orc == KVMESH_ECONFIG && strstr(kvmesh_last_error(), root) != NULL &&
+          strstr(kvmesh_last_error(), "configured as NFS") != NULL && kv == NULL);
+    CHECK(kvmesh_config_set(c, "cold_nfs", "false") == 0);
     CHECK(kvmesh_open(&kv, c) == 0);
     /* the client: same deployment, no memory, no cold tier: it reads cold-only objects from the
      * device's owner over RPC (STORE_RPC_COLD_READ) */
@@ -433,6 +458,25 @@ int main(int argc, char **argv)
         kvmesh_close(kv);
         kv = NULL;
         CHECK(kvmesh_open(&kv, cs) == 0);
+        /* The client reaches the restarted owner at its new address once its membership
+         * snapshot lists the new epoch (the next periodic refresh, lease_ttl_ms / 4 at most
+         * 500 ms); until then a remote restore would dial the old incarnation's port. */
+        {
+            char self_id[KVMESH_ID_HEX_LEN + 1];
+            uint64_t self_epoch = 0;
+            CHECK(kvmesh_self(kv, self_id, &self_epoch) == 0);
+            bool seen = false;
+            for (int t = 0; !seen; t++) { /* bounded: 500 x 20 ms */
+                kvmesh_member_info_t ms[8];
+                size_t nm = 0;
+                CHECK(kvmesh_members(kvc, ms, 8, &nm) == 0);
+                for (size_t j = 0; j < nm && j < 8; j++)
+                    seen |= strcmp(ms[j].id, self_id) == 0 && ms[j].epoch == self_epoch;
+                CHECK(seen || t < 500);
+                if (!seen)
+                    usleep(20000);
+            }
+        }
         size_t back = 0;
         for (uint32_t i = 0; i < NOBJ; i++) {
             if (!mat[i])
@@ -466,6 +510,26 @@ int main(int argc, char **argv)
         return 0;
     }
     kvmesh_config_free(cs);
+    if (staging) { /* 2s. the owner's staging pool */
+        double acq = metric("kvmesh_cold_staging_acquired_total", NULL, NULL);
+        double bp = metric("kvmesh_cold_staging_backpressure_total", NULL, NULL);
+        double slots = metric("kvmesh_cold_staging_slots", NULL, NULL);
+        double exp = 0, in_use = -1, bytes = -1, late = 0;
+        for (int t = 0; t < 100; t++) { /* bounded: the held slots expire (3 s TTL) */
+            exp = metric("kvmesh_cold_staging_expiries_total", NULL, NULL);
+            in_use = metric("kvmesh_cold_staging_slots_used", NULL, NULL);
+            bytes = metric("kvmesh_cold_staging_bytes_used", NULL, NULL);
+            late = metric("kvmesh_cold_staging_late_total", NULL, NULL);
+            if (exp >= 1 && in_use == 0 && bytes == 0 && late > 0)
+                break;
+            usleep(100000);
+        }
+        printf("staging (%s): acquired %.0f for %zu remote restores, backpressure %.0f, expiries "
+               "%.0f, late acks/completions %.0f, slots %.0f, in use %.0f (%.0f bytes)\n",
+               transport, acq, cold, bp, exp, late, slots, in_use, bytes);
+        CHECK(acq >= (double)cold && bp > 0 && exp >= 1 && late > 0 && slots == 2);
+        CHECK(in_use == 0 && bytes == 0);
+    }
     /* 3. the cold metric families */
     double off = metric("kvmesh_cold_offloads_total", "result", "ok");
     double ev = metric("kvmesh_cold_evictions_total", NULL, NULL);

@@ -6,6 +6,12 @@ foreach(kind localdir extent)
   set_tests_properties(cold_store_${kind} PROPERTIES LABELS integration TIMEOUT 300
     ENVIRONMENT "${KVMESH_TEST_ENV}")
 endforeach()
+# Remote restore through the owner's staging pool over each transport (cold_store.c "staging").
+foreach(tp tcp shm)
+  add_test(NAME cold_store_staging_${tp} COMMAND ${exe} localdir staging ${tp})
+  set_tests_properties(cold_store_staging_${tp} PROPERTIES LABELS integration TIMEOUT 300
+    COST 16 ENVIRONMENT "${KVMESH_TEST_ENV};KVMESH_TEST_COLD_LATE_ACKS=2")
+endforeach()
 foreach(mode restart pair)
   add_test(NAME cold_store_${mode} COMMAND ${exe} localdir ${mode})
   set_tests_properties(cold_store_${mode} PROPERTIES LABELS integration TIMEOUT 300

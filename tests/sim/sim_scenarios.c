@@ -12,6 +12,10 @@
 extern const sim_scenario_t scen_toy_register;
 extern const sim_scenario_t scen_transport;
 extern const sim_scenario_t scen_fair_sched;
+extern const sim_scenario_t scen_staging_late_transfer;
+extern const sim_scenario_t scen_staging_late_ack;
+extern const sim_scenario_t scen_staging_cancel;
+extern const sim_scenario_t scen_staging_promotion_expiry;
 #ifdef KVMESH_SIM_HAVE_META /* scenarios that need src/meta (see CMakeLists.txt) */
 extern const sim_scenario_t scen_meta_cas;
 extern const sim_scenario_t scen_route_basic;
@@ -43,6 +47,10 @@ const sim_scenario_t *const sim_scenarios[] = {
     &scen_toy_register,
     &scen_transport,
     &scen_fair_sched,
+    &scen_staging_late_transfer,
+    &scen_staging_late_ack,
+    &scen_staging_cancel,
+    &scen_staging_promotion_expiry,
 #ifdef KVMESH_SIM_HAVE_META
     &scen_meta_cas,
     &scen_route_basic,

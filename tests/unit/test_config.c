@@ -114,6 +114,13 @@ static const struct {
      "cold_reconcile_after_ms: \"5\" is out of range; allowed 100..3600000"},
     {"cold_retry_backoff_max_ms", "0",
      "cold_retry_backoff_max_ms: \"0\" is out of range; allowed 1..600000"},
+    {"cold_nfs", "maybe",
+     "cold_nfs: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, 1|0)"},
+    {"cold_staging_slots", "0", "cold_staging_slots: \"0\" is out of range; allowed 1..4096"},
+    {"cold_staging_bytes", "1KiB",
+     "cold_staging_bytes: \"1KiB\" is out of range; allowed 64KiB..4TiB (a byte count with "
+     "optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    {"cold_staging_ttl_ms", "5", "cold_staging_ttl_ms: \"5\" is out of range; allowed 10..600000"},
     {"tenant_quota_evict", "maybe",
      "tenant_quota_evict: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, "
      "1|0)"},
