@@ -875,7 +875,7 @@ static void fetch_next(route_svc_t *svc, route_shard_t *sh)
         }
         sh->fetch_src++;
     }
-    if (src_all_gone(svc, sh)) {
+    if (!(svc->bugs & ROUTE_BUG_STRAND_LOST) && src_all_gone(svc, sh)) {
         /* No source can ever answer: take over with the state recoverable, which is none
          * (docs/protocol.md section 5, guarantee 3). Fencing is unchanged: this acquisition
          * already waited for the old primary's lease (or its resignation). */

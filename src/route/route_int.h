@@ -178,6 +178,7 @@ typedef struct route_op route_op_t; /* client operation (route_client.c) */
 enum route_bug {
     ROUTE_BUG_SECONDARY_CAS = 1u << 0, /* secondaries accept CAS; clients may send it there */
     ROUTE_BUG_SKIP_TRANSFER = 1u << 1, /* acquire without lease expiry and without transfer */
+    ROUTE_BUG_STRAND_LOST = 1u << 2,   /* never take over when every source is gone */
 };
 
 struct route_svc {
