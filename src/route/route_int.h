@@ -75,7 +75,8 @@ int route_policy_diff(const route_policy_t *want, const route_policy_t *have);
  *    |  |                       record absent / RESIGNED / lease expired / lease mine
  *    |  |                                            v
  *    |  +--(compare failed)---------------------- ACQUIRE (txn: token+1, TRANSFERRING)
- *    |  +--(no source answers)------------------- FETCH   (pages from one previous authority)
+ *    |  +--(no source answers, one is a member)-- FETCH   (pages from one previous authority;
+ *    |  |                                           every source gone: INSTALL empty state)
  *    |  +--(a member did not ack)---------------- INSTALL (pages to every new member)
  *    |  +--(compare failed)---------------------- ACTIVATE (txn: ACTIVE, src = set)
  *    |                                               |
