@@ -148,6 +148,8 @@ typedef struct route_stats {
     uint64_t protocol_conflicts, state_transfers;
     uint64_t meta_calls;    /* metadata calls this service issued */
     uint64_t stale_answers; /* stale_generation answers this service's own calls received */
+    /* acquisitions that found every member of the last ACTIVE set gone and began empty */
+    uint64_t state_lost;
 } route_stats_t;
 void route_get_stats(const route_svc_t *svc, route_stats_t *out);
 

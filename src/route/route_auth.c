@@ -15,7 +15,9 @@
  *     mirror; a partial mirror marks the key dirty and is re-mirrored before its next mutation;
  *   - an acquisition takes token + 1 only when the record is absent, RESIGNED, bound to an
  *     expired lease, or bound to this runtime's own lease after its grants ran out; it serves
- *     only after every new member installed the state of one member of the last ACTIVE set.
+ *     only after every new member installed the state of one member of the last ACTIVE set,
+ *     or (every member of that set gone from the membership: dead, restarted, or cut off from
+ *     metadata past its lease) the empty state, counted in state_lost.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -816,6 +818,27 @@ static void on_fetch_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *
     start_install(svc, sh);
 }
 
+/*
+ * True when no member of the state-transfer source (rec.src, the last ACTIVE set) can ever
+ * answer a fetch: each one is absent from the membership snapshot (its member record went with
+ * its lease: the process is dead, or cut off from metadata for longer than its lease and so no
+ * longer a member) or present only as another incarnation of its id (restarted: its state went
+ * with the old process). One that is still a live member with the same epoch may answer a later
+ * fetch, so the shard then stays unavailable (fail-closed).
+ */
+static bool src_all_gone(route_svc_t *svc, const route_shard_t *sh)
+{
+    for (uint32_t i = 0; i < sh->rec.n_src; i++) {
+        const kvm_runtime_t *rt = &sh->rec.src[i].rt;
+        if (is_self(svc, rt))
+            return false;
+        for (size_t j = 0; j < svc->n_members; j++)
+            if (kvm_runtime_equal(&svc->members[j].rt, rt))
+                return false;
+    }
+    return true;
+}
+
 /* Fetches the next page from source rec.src[fetch_src] (or copies locally when it is us). */
 static void fetch_next(route_svc_t *svc, route_shard_t *sh)
 {
@@ -852,7 +875,16 @@ static void fetch_next(route_svc_t *svc, route_shard_t *sh)
         }
         sh->fetch_src++;
     }
-    to_idle(svc, sh); /* no source answered: the shard stays unavailable */
+    if (!(svc->bugs & ROUTE_BUG_STRAND_LOST) && src_all_gone(svc, sh)) {
+        /* No source can ever answer: take over with the state recoverable, which is none
+         * (docs/protocol.md section 5, guarantee 3). Fencing is unchanged: this acquisition
+         * already waited for the old primary's lease (or its resignation). */
+        svc->stats.state_lost++;
+        route_table_clear(sh->xfer);
+        start_install(svc, sh);
+        return;
+    }
+    to_idle(svc, sh); /* no source answered yet: the shard stays unavailable, retried later */
 }
 
 static void on_acquire(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)

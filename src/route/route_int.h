@@ -75,7 +75,8 @@ int route_policy_diff(const route_policy_t *want, const route_policy_t *have);
  *    |  |                       record absent / RESIGNED / lease expired / lease mine
  *    |  |                                            v
  *    |  +--(compare failed)---------------------- ACQUIRE (txn: token+1, TRANSFERRING)
- *    |  +--(no source answers)------------------- FETCH   (pages from one previous authority)
+ *    |  +--(no source answers, one is a member)-- FETCH   (pages from one previous authority;
+ *    |  |                                           every source gone: INSTALL empty state)
  *    |  +--(a member did not ack)---------------- INSTALL (pages to every new member)
  *    |  +--(compare failed)---------------------- ACTIVATE (txn: ACTIVE, src = set)
  *    |                                               |
@@ -178,6 +179,7 @@ typedef struct route_op route_op_t; /* client operation (route_client.c) */
 enum route_bug {
     ROUTE_BUG_SECONDARY_CAS = 1u << 0, /* secondaries accept CAS; clients may send it there */
     ROUTE_BUG_SKIP_TRANSFER = 1u << 1, /* acquire without lease expiry and without transfer */
+    ROUTE_BUG_STRAND_LOST = 1u << 2,   /* never take over when every source is gone */
 };
 
 struct route_svc {

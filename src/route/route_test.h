@@ -22,6 +22,7 @@
 
 #define ROUTE_TEST_BUG_SECONDARY_CAS 1u
 #define ROUTE_TEST_BUG_SKIP_TRANSFER 2u
+#define ROUTE_TEST_BUG_STRAND_LOST   4u /* the shard stays TRANSFERRING when its state is lost */
 
 void route_test_set_bugs(route_svc_t *svc, unsigned bugs);
 bool route_test_is_primary(route_svc_t *svc, uint32_t shard, uint64_t *token);

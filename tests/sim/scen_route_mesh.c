@@ -24,9 +24,11 @@
  *
  * Scenarios (one profile each): route_basic, route_crash, route_partition, route_membership,
  * route_mirror, route_conflict, route_stale (scripted rollover with a stale client),
+ * route_restart_all (every runtime restarts at once: takeover with the state lost),
  * route_steady (metadata call counting). Variants (test-only,
  * must be caught): secondary_cas (secondaries accept CAS and clients send there),
- * skip_transfer (acquire without waiting for the lease and without state transfer).
+ * skip_transfer (acquire without waiting for the lease and without state transfer),
+ * strand_lost (a shard whose every source is gone never takes over: liveness fails).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +65,7 @@ typedef struct rs_profile {
     bool conflict;      /* plant a protocol conflict */
     bool steady;        /* metadata call counting */
     bool stale;         /* scripted rollover with a stale client */
+    bool restart_all;   /* every runtime restarts at once after the traffic phase */
 } rs_profile_t;
 
 typedef struct rs rs_t;
@@ -605,6 +608,23 @@ static void plant_conflict(void *arg)
 
 /* ---- checks --------------------------------------------------------------------------------- */
 
+static void check_history(rs_t *rs);
+
+/* restart_all: every runtime crashes at once, so every shard's last ACTIVE set is gone with its
+ * state. The history so far is checked on its own; the routes are lost by design (the new
+ * primaries take over empty: route_stats.state_lost), so the history after the restart starts
+ * afresh, and the liveness phase that follows (every runtime restarted with a new epoch) must
+ * still get an acknowledged CAS on every key and keep every acknowledged write from then on. */
+static void restart_all_begin(rs_t *rs, const sim_run_opts_t *ro)
+{
+    for (uint32_t i = 0; i < rs->n; i++)
+        sim_crash(rs->sim, i);
+    check_history(rs);
+    sim_hist_free(rs->hist);
+    rs->hist = sim_hist_new(rs->sim, RS_MAX_OPS * ro->soak);
+    memset(rs->seen, 0, sizeof(rs->seen));
+}
+
 static int rs_invariant(void *ctx, sim_t *sim)
 {
     rs_t *rs = ctx;
@@ -904,11 +924,15 @@ static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         bugs = ROUTE_TEST_BUG_SECONDARY_CAS;
     else if (strcmp(v, "skip_transfer") == 0)
         bugs = ROUTE_TEST_BUG_SKIP_TRANSFER;
+    else if (strcmp(v, "strand_lost") == 0)
+        bugs = ROUTE_TEST_BUG_STRAND_LOST;
     else if (*v) {
         memset(res, 0, sizeof(*res));
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
-                 "unknown variant '%s' (route scenarios know secondary_cas, skip_transfer)", v);
+                 "unknown variant '%s' (route scenarios know secondary_cas, skip_transfer, "
+                 "strand_lost)",
+                 v);
         return 1;
     }
     rs_t *rs = calloc(1, sizeof(*rs));
@@ -988,6 +1012,10 @@ static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     sim_run_until(sim, fault_end);
     if (sim_failed(sim))
         goto out;
+    if (prof->restart_all)
+        restart_all_begin(rs, ro);
+    if (sim_failed(sim))
+        goto out;
     /* liveness: heal, restart, full membership, no lag */
     rs->liveness = true;
     sim_heal(sim);
@@ -1024,6 +1052,16 @@ static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     }
     if (!sim_failed(sim) && rs->final_pending)
         sim_fail(sim, "final lookups did not complete");
+    if (prof->restart_all && !sim_failed(sim)) {
+        route_stats_t st;
+        uint64_t lost = 0;
+        for (uint32_t i = 0; i < rs->n; i++) {
+            route_get_stats(((rs_node_t *)sim_node_state(sim, i))->svc, &st);
+            lost += st.state_lost;
+        }
+        if (lost == 0)
+            sim_fail(sim, "restart_all: no takeover counted its state as lost");
+    }
     if (prof->conflict && !sim_failed(sim)) {
         route_stats_t st;
         uint64_t conflicts = 0;
@@ -1095,6 +1133,10 @@ RS_SCENARIO(route_stale,
             "route mesh: a stale client after rollover gets stale_generation from the old "
             "primary and secondary, refreshes, retries",
             .stale = true)
+RS_SCENARIO(route_restart_all,
+            "route mesh: every runtime restarts at once: the shards take over empty and serve "
+            "again (the lost routes are not checked across the restart)",
+            .fault_s = 2, .restart_all = true)
 RS_SCENARIO(route_steady,
             "route mesh: 10,000 lookups+CAS in steady state make no metadata route call",
             .steady = true)

@@ -25,6 +25,7 @@ extern const sim_scenario_t scen_route_membership;
 extern const sim_scenario_t scen_route_mirror;
 extern const sim_scenario_t scen_route_conflict;
 extern const sim_scenario_t scen_route_stale;
+extern const sim_scenario_t scen_route_restart_all;
 extern const sim_scenario_t scen_route_steady;
 extern const sim_scenario_t scen_quota_crash_before_cas;
 extern const sim_scenario_t scen_quota_crash_after_cas;
@@ -60,6 +61,7 @@ const sim_scenario_t *const sim_scenarios[] = {
     &scen_route_mirror,
     &scen_route_conflict,
     &scen_route_stale,
+    &scen_route_restart_all,
     &scen_route_steady,
     &scen_quota_crash_before_cas,
     &scen_quota_crash_after_cas,
