@@ -98,6 +98,34 @@ void route_outbox_free(route_svc_t *svc)
     svc->n_outbox = 0;
 }
 
+/*
+ * Test-only broken variant (ROUTE_BUG_BATCH_ONE_RESULT): the client answers every CAS item of a
+ * batch with the first item's answer (its status and route), as a receiver that does not keep
+ * per-item results would; the route_batch scenarios' history checker must catch it.
+ */
+static void one_result(route_svc_t *svc, const env_msg_t *msg, const route_batch_view_t *v,
+                       uint32_t i)
+{
+    route_msg_t m, mi;
+    if (route_msg_decode(ROUTE_MSG_BASE + v->kind[0], v->item[0], v->len[0], &m) != 0)
+        return;
+    if (route_msg_decode(ROUTE_MSG_BASE + v->kind[i], v->item[i], v->len[i], &mi) == 0) {
+        m.req_id = mi.req_id; /* item 0's answer, delivered as item i's */
+        route_msg_clear(&mi);
+        size_t cap = route_msg_size_bound(&m), len = 0;
+        uint8_t *buf = malloc(cap);
+        if (buf && route_msg_encode(&m, buf, cap, &len) == 0) {
+            env_msg_t one = *msg;
+            one.type = ROUTE_MSG_BASE + v->kind[i];
+            one.data = buf;
+            one.len = len;
+            route_on_message(svc, &one);
+        }
+        free(buf);
+    }
+    route_msg_clear(&m);
+}
+
 void route_batch_on_message(route_svc_t *svc, const env_msg_t *msg)
 {
     route_batch_view_t *v = malloc(sizeof(*v));
@@ -109,7 +137,12 @@ void route_batch_on_message(route_svc_t *svc, const env_msg_t *msg)
     }
     svc->stats.batches_received++;
     route_coalesce_begin(svc);
+    bool broken = (svc->bugs & ROUTE_BUG_BATCH_ONE_RESULT) && v->kind[0] == RMSG_CAS_RESP;
     for (uint32_t i = 0; i < v->n && !svc->freeing; i++) {
+        if (broken && i > 0 && v->kind[i] == RMSG_CAS_RESP) {
+            one_result(svc, msg, v, i);
+            continue;
+        }
         env_msg_t one = *msg;
         one.type = ROUTE_MSG_BASE + v->kind[i];
         one.data = v->item[i];

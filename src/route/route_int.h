@@ -176,8 +176,9 @@ struct route_mreq {
 typedef struct route_op route_op_t; /* client operation (route_client.c) */
 
 enum route_bug {
-    ROUTE_BUG_SECONDARY_CAS = 1u << 0, /* secondaries accept CAS; clients may send it there */
-    ROUTE_BUG_SKIP_TRANSFER = 1u << 1, /* acquire without lease expiry and without transfer */
+    ROUTE_BUG_SECONDARY_CAS = 1u << 0,    /* secondaries accept CAS; clients may send it there */
+    ROUTE_BUG_SKIP_TRANSFER = 1u << 1,    /* acquire without lease expiry and without transfer */
+    ROUTE_BUG_BATCH_ONE_RESULT = 1u << 2, /* a client takes a CAS batch's first status for all */
 };
 
 struct route_svc {

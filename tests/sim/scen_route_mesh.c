@@ -25,9 +25,12 @@
  * Scenarios (one profile each): route_basic, route_crash, route_partition, route_membership,
  * route_mirror, route_conflict, route_stale (scripted rollover with a stale client),
  * route_steady (metadata call counting), route_batch (clients also issue batching windows over
- * many keys: per-item results checked by the same history rules). Variants (test-only,
+ * many keys: per-item results checked by the same history rules, and every acknowledged CAS
+ * must answer with the route it wrote: its own key and value). Variants (test-only,
  * must be caught): secondary_cas (secondaries accept CAS and clients send there),
- * skip_transfer (acquire without waiting for the lease and without state transfer).
+ * skip_transfer (acquire without waiting for the lease and without state transfer),
+ * batch_one_result (route_batch scenarios only: a client takes the first CAS answer of a batch
+ * for every item in it).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,6 +256,14 @@ static void on_cas_done(void *arg, int rc, const kvm_route_t *route)
     rs_t *rs = nd->rs;
     const sim_op_t *op = sim_hist_get(rs->hist, (size_t)q->hid);
     uint64_t newv = 0;
+    if (rs->prof->batch && rc == 0 &&
+        (!route || !kvm_ident_equal(&route->ident, &rs->keys[q->key]) ||
+         route->content_op.seq != q->value))
+        sim_fail(rs->sim, "CAS on k%u (value %llu) acknowledged with another route (%s)", q->key,
+                 (unsigned long long)q->value,
+                 !route                                              ? "none"
+                 : kvm_ident_equal(&route->ident, &rs->keys[q->key]) ? "same key, another value"
+                                                                     : "another key");
     if (rc == 0 && route) {
         newv = vpack(&route->version);
         rs->seen[nd->id][q->key] = route->version;
@@ -363,8 +374,9 @@ static void start_lookup(rs_node_t *nd, uint32_t key, bool chain)
 }
 
 /* Batch profile: one route batching window over 2..RS_KEYS distinct keys, each item a lookup
- * that continues into a CAS, a lone lookup, or a CAS from the node's last seen version (items
- * to one shard primary travel as one batch; each keeps its own result in the history). */
+ * that continues into a CAS, a lone lookup, a CAS from the node's last seen version, or a CAS
+ * from absence (which conflicts once the key exists: batches mix applied and refused items);
+ * items to one shard primary travel as one batch, each keeps its own result in the history. */
 static void start_batch(rs_node_t *nd)
 {
     rs_t *rs = nd->rs;
@@ -380,7 +392,7 @@ static void start_batch(rs_node_t *nd)
     uint32_t n = (uint32_t)sim_rand_range(rs->sim, 2, RS_KEYS);
     uint32_t kind[RS_KEYS];
     for (uint32_t i = 0; i < n; i++)
-        kind[i] = (uint32_t)sim_rand_range(rs->sim, 0, 2);
+        kind[i] = (uint32_t)sim_rand_range(rs->sim, 0, 3);
     nd->outstanding = n;
     nd->busy = true;
     route_batch_begin(nd->svc);
@@ -390,8 +402,10 @@ static void start_batch(rs_node_t *nd)
             start_lookup(nd, key, true);
         else if (kind[i] == 1)
             start_lookup(nd, key, false);
-        else
+        else if (kind[i] == 2)
             start_cas(nd, key, &rs->seen[nd->id][key]);
+        else /* from absence: a conflict once the key exists, beside items that apply */
+            start_cas(nd, key, &KVM_ROUTE_VERSION_NONE);
     }
     route_batch_end(nd->svc);
 }
@@ -958,11 +972,15 @@ static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         bugs = ROUTE_TEST_BUG_SECONDARY_CAS;
     else if (strcmp(v, "skip_transfer") == 0)
         bugs = ROUTE_TEST_BUG_SKIP_TRANSFER;
+    else if (strcmp(v, "batch_one_result") == 0 && prof->batch)
+        bugs = ROUTE_TEST_BUG_BATCH_ONE_RESULT;
     else if (*v) {
         memset(res, 0, sizeof(*res));
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
-                 "unknown variant '%s' (route scenarios know secondary_cas, skip_transfer)", v);
+                 "unknown variant '%s' (route scenarios know secondary_cas, skip_transfer; "
+                 "the route_batch ones also batch_one_result)",
+                 v);
         return 1;
     }
     rs_t *rs = calloc(1, sizeof(*rs));
