@@ -28,6 +28,10 @@
 /* Weighted rendezvous hashing (wrh.h): the largest k a top-k call may ask for. */
 #define WRH_MAX_K 32
 
+/* Route batch messages (route_msg.h RMSG_BATCH): the most messages one batch carries to one
+ * peer (a batch of more items to one shard primary travels as several). */
+#define KVM_ROUTE_BATCH_MAX 128
+
 /* Wire records (wire.h): the largest encoded record any decoder accepts. */
 #define KVM_WIRE_MAX_RECORD_LEN 8192
 

@@ -120,6 +120,23 @@ int route_lookup_costed(route_svc_t *svc, const kvm_ident_t *ident, route_lookup
 int route_cas_costed(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
                      route_cas_cb cb, void *arg, route_cost_t *cost);
 
+/*
+ * Batching window: route_lookup*() and route_cas*() calls made between route_batch_begin() and
+ * the matching route_batch_end() (nestable) start together on one later loop turn, and their
+ * first requests travel grouped by destination as RMSG_BATCH messages (route_msg.h): one per
+ * shard primary for the CAS items (whatever their shards), one per authority for the lookups;
+ * the primary mirrors the CAS items it applied to each secondary as one batch, and the answers
+ * come back as one batch. Each item stays its own call: its own fencing (shard, generation,
+ * token, target incarnation), admission, retries and result, exactly as if it were sent alone,
+ * so one item's failure never fails or hides another's. Retries and retransmissions go alone.
+ * Accounting (route_cost_t): the window's first attempts count one round per remote CAS
+ * destination and one for all of its lookups (a parallel fan-out, as one lookup's is), charged
+ * to the first costed item of each. MetadataOnly: no effect (each call is its own metadata
+ * round trip). Loop thread, like every call here.
+ */
+void route_batch_begin(route_svc_t *svc);
+void route_batch_end(route_svc_t *svc);
+
 /* Owner-to-key enumeration, paginated: routes that reference `owner` in a hot replica. The
  * cursor is opaque (NULL/0-length = start). `complete` is true only when every shard answered
  * and nothing remains — a partial page never claims absence. */
@@ -150,6 +167,8 @@ typedef struct route_stats {
     uint64_t stale_answers; /* stale_generation answers this service's own calls received */
     /* acquisitions that found every member of the last ACTIVE set gone and began empty */
     uint64_t state_lost;
+    uint64_t batches_sent, batch_items_sent; /* RMSG_BATCH messages sent, the items in them */
+    uint64_t batches_received;               /* RMSG_BATCH messages received and unpacked */
 } route_stats_t;
 void route_get_stats(const route_svc_t *svc, route_stats_t *out);
 

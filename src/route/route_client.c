@@ -48,6 +48,11 @@ struct route_op {
     int last_rc;
     route_cost_t *cost; /* caller's accounting (route_*_costed), NULL = none; not touched after
                            the callback */
+    /* batching window (route_batch_begin/end): started with the window's turn; win_sent and
+     * win_node say where its first attempt went (counted by window_run) */
+    bool in_window, win_sent;
+    bool win_park; /* its shard had no view: moved to the window that waits for views */
+    env_node_t win_node;
     /* read attempt */
     uint32_t n_wait, n_members;
     route_msg_member_t members[ROUTE_MSG_MAX_SET];
@@ -105,7 +110,7 @@ static void op_free(route_op_t *op)
 
 static void op_release(route_op_t *op)
 {
-    if (op->done && op->calls_pending == 0)
+    if (op->done && op->calls_pending == 0 && !op->in_window)
         op_free(op);
 }
 
@@ -136,10 +141,13 @@ static void finish(route_op_t *op, int rc, const kvm_route_t *r)
     op_release(op);
 }
 
+static void windows_free(route_svc_t *svc);
+
 void route_client_cancel_all(route_svc_t *svc)
 {
     while (svc->ops)
         finish(svc->ops, KVMESH_ECANCELED, NULL);
+    windows_free(svc);
 }
 
 void route_client_view_from_rec(route_svc_t *svc, route_shard_t *sh, const route_rec_t *rec)
@@ -149,6 +157,8 @@ void route_client_view_from_rec(route_svc_t *svc, route_shard_t *sh, const route
     sh->view = *rec;
     sh->v_valid = rec->state == ROUTE_REC_ACTIVE;
 }
+
+static void window_wait_check(route_svc_t *svc);
 
 static void on_view(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)
 {
@@ -160,6 +170,7 @@ static void on_view(route_svc_t *svc, route_mreq_t *q, const meta_result_t *res)
         route_localize_rec(svc, &rec);
         route_client_view_from_rec(svc, sh, &rec);
     }
+    window_wait_check(svc);
 }
 
 static void view_refresh(route_svc_t *svc, route_shard_t *sh)
@@ -352,7 +363,9 @@ static void lookup_send(route_op_t *op, route_shard_t *sh)
     bool remote = false;
     for (uint32_t i = 0; i < op->n_members && !remote; i++)
         remote = op->members[i].node != svc->self_node;
-    if (op->cost && remote)
+    if (op->in_window)
+        op->win_sent = remote; /* the window counts its fan-out once (window_run) */
+    else if (op->cost && remote)
         op->cost->rounds++;
     op->timer = env_timer_start(svc->env, ROUTE_ATTEMPT_NS + ROUTE_RETRY_NS, attempt_timeout, op);
 }
@@ -421,8 +434,12 @@ static void cas_send(route_op_t *op, route_shard_t *sh)
         backoff(op, ROUTE_RETRY_NS);
         return;
     }
-    if (op->cost && to.node != svc->self_node)
+    if (op->in_window) { /* one round per destination of the window (window_run) */
+        op->win_sent = true;
+        op->win_node = to.node;
+    } else if (op->cost && to.node != svc->self_node) {
         op->cost->rounds++;
+    }
     op->calls_pending++;
 }
 
@@ -556,6 +573,10 @@ static void op_step(void *arg)
     if (!sh->v_valid || sh->view.n_set == 0) {
         op->last_rc = KVMESH_EUNAVAILABLE;
         view_refresh(svc, sh);
+        if (op->in_window && svc->win_parking) {
+            op->win_park = true; /* joins the window that waits for the views (window_run) */
+            return;
+        }
         backoff(op, ROUTE_RETRY_NS);
         return;
     }
@@ -587,6 +608,8 @@ static route_op_t *op_new(route_svc_t *svc, enum op_kind kind, void *arg)
     return op;
 }
 
+static bool window_add(route_svc_t *svc, route_op_t *op);
+
 static void op_start(route_svc_t *svc, route_op_t *op)
 {
     op->next = svc->ops;
@@ -594,6 +617,8 @@ static void op_start(route_svc_t *svc, route_op_t *op)
         svc->ops->prev = op;
     svc->ops = op;
     svc->n_ops++;
+    if (svc->win_depth > 0 && window_add(svc, op))
+        return; /* started by the window's turn (window_run) */
     op->timer = env_timer_start(svc->env, 0, op_step, op);
 }
 
@@ -710,4 +735,224 @@ int route_owner_scan(route_svc_t *svc, const kvm_runtime_id_t *owner, const uint
     }
     op_start(svc, op);
     return 0;
+}
+
+/* ---- batching windows (route.h route_batch_begin) -------------------------------------------- */
+
+struct route_window {
+    struct route_window *next;
+    route_svc_t *svc;
+    route_op_t **ops;
+    uint32_t n, cap;
+    env_timer_id timer;
+    bool retry; /* the second turn of items that waited for their shard views */
+};
+
+static bool window_append(struct route_window *w, route_op_t *op)
+{
+    if (w->n == w->cap) {
+        uint32_t cap = w->cap ? w->cap * 2 : 64;
+        route_op_t **ops = realloc(w->ops, cap * sizeof(*ops));
+        if (!ops)
+            return false;
+        w->ops = ops;
+        w->cap = cap;
+    }
+    KVM_ASSERT(w->n < ROUTE_MAX_OPS); /* every op of a window is one of svc->ops */
+    w->ops[w->n++] = op;
+    op->in_window = true;
+    return true;
+}
+
+static bool window_add(route_svc_t *svc, route_op_t *op)
+{
+    struct route_window *w = svc->win_open;
+    if (!w) {
+        if (!(w = calloc(1, sizeof(*w))))
+            return false;
+        w->svc = svc;
+        svc->win_open = w;
+    }
+    return window_append(w, op);
+}
+
+static void window_unlink(route_svc_t *svc, struct route_window *w)
+{
+    for (struct route_window **pp = &svc->win_pending; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            return;
+        }
+}
+
+/* Releases the window's hold on its ops (each is freed once it is done and idle) and frees it;
+ * parked ops belong to the waiting window now. */
+static void window_release(struct route_window *w)
+{
+    for (uint32_t i = 0; i < w->n; i++) {
+        if (w->ops[i]->win_park)
+            continue;
+        w->ops[i]->in_window = false;
+        op_release(w->ops[i]);
+    }
+    free(w->ops);
+    free(w);
+}
+
+/* Round trips of the window's first attempts, charged to the first costed item of each: one
+ * per remote CAS destination (a shard primary's batch), one for every lookup together (their
+ * READ batches fan out in parallel, as one lookup's READs do). */
+static void window_count(route_svc_t *svc, struct route_window *w)
+{
+    env_node_t charged[ROUTE_OUTBOX_NODES];
+    uint32_t n_charged = 0;
+    bool lookup_charged = false;
+    for (uint32_t i = 0; i < w->n; i++) {
+        route_op_t *op = w->ops[i];
+        if (op->done || !op->win_sent || !op->cost)
+            continue;
+        if (op->kind == OP_LOOKUP) {
+            if (!lookup_charged)
+                op->cost->rounds++;
+            lookup_charged = true;
+            continue;
+        }
+        if (op->win_node == svc->self_node)
+            continue;
+        bool seen = false;
+        for (uint32_t j = 0; j < n_charged && !seen; j++)
+            seen = charged[j] == op->win_node;
+        if (seen)
+            continue;
+        op->cost->rounds++;
+        if (n_charged < ROUTE_OUTBOX_NODES)
+            charged[n_charged++] = op->win_node;
+    }
+}
+
+/* The window's turn: every op's first attempt, coalesced into one batch per destination. */
+/*
+ * Items whose shard had no view on the window's turn (a shard this runtime has not used yet,
+ * or whose view an authority change invalidated) are parked in one waiting window instead of
+ * backing off one by one: it runs (as a second batch) once no shard of its items is still
+ * being refreshed (window_wait_check, from each refresh's completion), or after
+ * ROUTE_RETRY_NS at the latest; what still has no view then backs off alone.
+ */
+static void window_run(void *arg);
+
+static void window_park(route_svc_t *svc, route_op_t *op)
+{
+    struct route_window *w = svc->win_wait;
+    if (!w) {
+        if (!(w = calloc(1, sizeof(*w))) ||
+            !(w->timer = env_timer_start(svc->env, ROUTE_RETRY_NS, window_run, w))) {
+            free(w);
+            op->win_park = false;
+            backoff(op, ROUTE_RETRY_NS);
+            return;
+        }
+        w->svc = svc;
+        w->retry = true;
+        w->next = svc->win_pending;
+        svc->win_pending = w;
+        svc->win_wait = w;
+    }
+    if (!window_append(w, op)) {
+        op->win_park = false;
+        backoff(op, ROUTE_RETRY_NS);
+    }
+}
+
+static void window_wait_check(route_svc_t *svc)
+{
+    struct route_window *w = svc->win_wait;
+    if (!w)
+        return;
+    for (uint32_t i = 0; i < w->n; i++)
+        if (!w->ops[i]->done && svc->shards[w->ops[i]->shard].v_refreshing)
+            return;
+    env_timer_cancel(svc->env, w->timer);
+    w->timer = env_timer_start(svc->env, 0, window_run, w);
+    if (!w->timer) {
+        window_unlink(svc, w);
+        svc->win_wait = NULL;
+        for (uint32_t i = 0; i < w->n; i++) {
+            w->ops[i]->win_park = false;
+            if (!w->ops[i]->done)
+                backoff(w->ops[i], ROUTE_RETRY_NS);
+        }
+        window_release(w);
+    }
+}
+
+static void window_run(void *arg)
+{
+    struct route_window *w = arg;
+    route_svc_t *svc = w->svc;
+    w->timer = 0;
+    window_unlink(svc, w);
+    if (svc->win_wait == w)
+        svc->win_wait = NULL;
+    for (uint32_t i = 0; i < w->n; i++)
+        w->ops[i]->win_park = false;
+    route_coalesce_begin(svc);
+    svc->win_parking = !w->retry;
+    for (uint32_t i = 0; i < w->n; i++)
+        if (!w->ops[i]->done)
+            op_step(w->ops[i]);
+    svc->win_parking = false;
+    window_count(svc, w);
+    for (uint32_t i = 0; i < w->n; i++)
+        if (w->ops[i]->win_park)
+            window_park(svc, w->ops[i]);
+    route_coalesce_end(svc); /* the batches go out */
+    window_release(w);
+    window_wait_check(svc); /* every view it waits for may be there already */
+}
+
+void route_batch_begin(route_svc_t *svc)
+{
+    if (svc->mo)
+        return; /* MetadataOnly: each call is its own metadata round trip */
+    svc->win_depth++;
+}
+
+void route_batch_end(route_svc_t *svc)
+{
+    if (svc->mo)
+        return;
+    KVM_ASSERT(svc->win_depth > 0);
+    if (--svc->win_depth)
+        return;
+    struct route_window *w = svc->win_open;
+    svc->win_open = NULL;
+    if (!w)
+        return;
+    w->timer = env_timer_start(svc->env, 0, window_run, w);
+    if (w->timer) {
+        w->next = svc->win_pending;
+        svc->win_pending = w;
+        return;
+    }
+    for (uint32_t i = 0; i < w->n; i++) /* no timer (out of memory): each op on its own */
+        if (!w->ops[i]->done)
+            w->ops[i]->timer = env_timer_start(svc->env, 0, op_step, w->ops[i]);
+    window_release(w);
+}
+
+static void windows_free(route_svc_t *svc)
+{
+    if (svc->win_open) {
+        window_release(svc->win_open);
+        svc->win_open = NULL;
+    }
+    svc->win_wait = NULL;
+    while (svc->win_pending) {
+        struct route_window *w = svc->win_pending;
+        svc->win_pending = w->next;
+        env_timer_cancel(svc->env, w->timer);
+        for (uint32_t i = 0; i < w->n; i++)
+            w->ops[i]->win_park = false;
+        window_release(w);
+    }
 }

@@ -177,9 +177,10 @@ struct route_mreq {
 typedef struct route_op route_op_t; /* client operation (route_client.c) */
 
 enum route_bug {
-    ROUTE_BUG_SECONDARY_CAS = 1u << 0, /* secondaries accept CAS; clients may send it there */
-    ROUTE_BUG_SKIP_TRANSFER = 1u << 1, /* acquire without lease expiry and without transfer */
-    ROUTE_BUG_STRAND_LOST = 1u << 2,   /* never take over when every source is gone */
+    ROUTE_BUG_SECONDARY_CAS = 1u << 0,    /* secondaries accept CAS; clients may send it there */
+    ROUTE_BUG_SKIP_TRANSFER = 1u << 1,    /* acquire without lease expiry and without transfer */
+    ROUTE_BUG_STRAND_LOST = 1u << 2,      /* never take over when every source is gone */
+    ROUTE_BUG_BATCH_ONE_RESULT = 1u << 3, /* a client takes a CAS batch's first status for all */
 };
 
 struct route_svc {
@@ -224,6 +225,17 @@ struct route_svc {
     unsigned bugs;
     /* tombstone purge (route_svc.c purge_tick); the a_* mirrors are read by any thread */
     _Atomic uint64_t a_entries, a_tombs, a_purged;
+    /* batching (route_batch.c): while coalesce > 0, batchable messages wait in the outbox,
+     * one batch per destination, sent when it drops to 0 */
+    unsigned coalesce;
+    uint32_t n_outbox;
+    struct route_outbox *outbox; /* ROUTE_OUTBOX_NODES slots, allocated on first use */
+    /* batching windows of the client (route_client.c route_batch_begin/end) */
+    unsigned win_depth;
+    struct route_window *win_open;    /* being filled */
+    struct route_window *win_pending; /* sealed, waiting for their loop turn */
+    struct route_window *win_wait;    /* the pending one whose items wait for shard views */
+    bool win_parking;                 /* a window's first turn: items without a view park */
 };
 
 /* route_svc.c */
@@ -262,6 +274,14 @@ void route_auth_on_request(route_svc_t *svc, const env_msg_t *raw, const route_m
 void route_auth_lease_lost(route_svc_t *svc);
 void route_shard_free(route_shard_t *sh);
 bool route_auth_read_valid(route_svc_t *svc, route_shard_t *sh);
+
+/* route_batch.c: every route message leaves through route_emit (batched while coalescing). */
+#define ROUTE_OUTBOX_NODES 64 /* destinations one coalescing turn batches; more go alone */
+int route_emit(route_svc_t *svc, env_node_t to, uint32_t type, const uint8_t *buf, size_t len);
+void route_coalesce_begin(route_svc_t *svc);
+void route_coalesce_end(route_svc_t *svc); /* at depth 0: sends every batch of the outbox */
+void route_batch_on_message(route_svc_t *svc, const env_msg_t *msg);
+void route_outbox_free(route_svc_t *svc);
 
 /* route_client.c */
 void route_client_cancel_all(route_svc_t *svc);

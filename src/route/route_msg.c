@@ -65,6 +65,8 @@ const char *route_msg_kind_name(uint16_t kind)
         [RMSG_REPAIR] = "repair",           [RMSG_OWNER_REQ] = "owner_req",
         [RMSG_OWNER_RESP] = "owner_resp",
     };
+    if (kind == RMSG_BATCH)
+        return "batch";
     if (kind == 0 || kind > RMSG_KIND_MAX)
         return "unknown";
     return names[kind];
@@ -269,5 +271,135 @@ int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t 
     }
     if (!kvm_rd_end(&r))
         return bad(out, "trailing bytes");
+    return 0;
+}
+
+/* ---- batch messages (route_msg.h) ----------------------------------------------------------- */
+
+#define BATCH_HDR_LEN 8 /* magic, version, kind, count */
+
+bool route_msg_batchable(uint16_t kind)
+{
+    switch (kind) {
+    case RMSG_CAS_REQ:
+    case RMSG_CAS_RESP:
+    case RMSG_READ_REQ:
+    case RMSG_READ_RESP:
+    case RMSG_MIRROR_REQ:
+    case RMSG_MIRROR_RESP:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The kind of an encoded single message, 0 when its header is not a route message's. */
+static uint16_t peek_kind(const uint8_t *msg, size_t len)
+{
+    if (len < 4 || msg[0] != 'R' || msg[1] != ROUTE_MSG_VERSION)
+        return 0;
+    return (uint16_t)(msg[2] | (msg[3] << 8));
+}
+
+void route_batch_buf_init(route_batch_buf_t *b)
+{
+    memset(b, 0, sizeof(*b));
+}
+
+void route_batch_buf_free(route_batch_buf_t *b)
+{
+    free(b->buf);
+    route_batch_buf_init(b);
+}
+
+int route_batch_append(route_batch_buf_t *b, const uint8_t *msg, size_t len)
+{
+    if (!route_msg_batchable(peek_kind(msg, len)))
+        return kvm_errf(KVMESH_EINVAL, "route batch: item of kind %u is not batchable",
+                        peek_kind(msg, len));
+    size_t need = (b->n ? b->len : BATCH_HDR_LEN) + 4 + len;
+    if (b->n >= KVM_ROUTE_BATCH_MAX || need > ROUTE_MSG_MAX_LEN)
+        return KVMESH_ETOOBIG; /* the caller sends this batch and starts another */
+    if (need > b->cap) {
+        size_t cap = KVM_MAX(need, b->cap * 2);
+        cap = KVM_MIN(KVM_MAX(cap, (size_t)4096), (size_t)ROUTE_MSG_MAX_LEN);
+        uint8_t *nb = realloc(b->buf, cap);
+        if (!nb)
+            return KVMESH_ENOMEM;
+        b->buf = nb;
+        b->cap = cap;
+    }
+    if (b->n == 0)
+        b->len = BATCH_HDR_LEN;
+    uint8_t *p = b->buf + b->len;
+    p[0] = (uint8_t)len;
+    p[1] = (uint8_t)(len >> 8);
+    p[2] = (uint8_t)(len >> 16);
+    p[3] = (uint8_t)(len >> 24);
+    memcpy(p + 4, msg, len);
+    if (b->n == 0) {
+        b->first_off = b->len + 4;
+        b->first_len = len;
+    }
+    b->len += 4 + len;
+    b->n++;
+    return 0;
+}
+
+const uint8_t *route_batch_bytes(route_batch_buf_t *b, size_t *len)
+{
+    KVM_ASSERT(b->n >= 2);
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, b->buf, BATCH_HDR_LEN);
+    kvm_wr_u8(&w, 'R');
+    kvm_wr_u8(&w, ROUTE_MSG_VERSION);
+    kvm_wr_u16le(&w, RMSG_BATCH);
+    kvm_wr_u32le(&w, b->n);
+    size_t hl = 0;
+    int rc = kvm_wr_finish(&w, &hl);
+    KVM_ASSERT(rc == 0 && hl == BATCH_HDR_LEN);
+    *len = b->len;
+    return b->buf;
+}
+
+int route_batch_decode(uint32_t type, const uint8_t *buf, size_t len, route_batch_view_t *out)
+{
+    out->n = 0;
+    if (type != ROUTE_MSG_BASE + RMSG_BATCH)
+        return kvm_errf(KVMESH_EPROTO, "route batch: message type %u is not a batch", type);
+    if (len > ROUTE_MSG_MAX_LEN)
+        return kvm_errf(KVMESH_ETOOBIG, "route batch of %zu bytes; max %u", len, ROUTE_MSG_MAX_LEN);
+    kvm_rd_t r;
+    kvm_rd_init(&r, buf, len);
+    uint8_t magic = kvm_rd_u8(&r);
+    uint8_t ver = kvm_rd_u8(&r);
+    uint16_t kind = kvm_rd_u16le(&r);
+    uint32_t n = kvm_rd_u32le(&r);
+    if (!kvm_rd_ok(&r) || magic != 'R')
+        return kvm_errf(KVMESH_EPROTO, "route batch: truncated header or bad magic");
+    if (ver != ROUTE_MSG_VERSION)
+        return kvm_errf(KVMESH_EINCOMPAT, "route batch codec version %u; this build speaks %u", ver,
+                        ROUTE_MSG_VERSION);
+    if (kind != RMSG_BATCH)
+        return kvm_errf(KVMESH_EPROTO, "route batch: kind %u in a batch message", kind);
+    if (n < 2 || n > KVM_ROUTE_BATCH_MAX)
+        return kvm_errf(KVMESH_EPROTO, "route batch of %u items; expected 2..%u", n,
+                        KVM_ROUTE_BATCH_MAX);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t il = 0;
+        const uint8_t *p = kvm_rd_lp32le(&r, &il);
+        if (!p)
+            return kvm_errf(KVMESH_EPROTO, "route batch: item %u truncated", i);
+        uint16_t k = peek_kind(p, il);
+        if (!route_msg_batchable(k))
+            return kvm_errf(KVMESH_EPROTO, "route batch: item %u of kind %u is not batchable", i,
+                            k);
+        out->kind[i] = k;
+        out->item[i] = p;
+        out->len[i] = il;
+    }
+    if (!kvm_rd_end(&r))
+        return kvm_errf(KVMESH_EPROTO, "route batch: trailing bytes");
+    out->n = n;
     return 0;
 }

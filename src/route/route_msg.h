@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "core/ident.h"
+#include "core/limits.h"
 #include "core/route.h"
 #include "core/version.h"
 #include "env/env.h"
@@ -51,6 +52,9 @@ enum route_msg_kind {
     RMSG_OWNER_REQ = 14, /* client -> authority: owner index page of a shard */
     RMSG_OWNER_RESP = 15,
     RMSG_KIND_MAX = 15,
+    /* Not a message of its own: a batch of up to KVM_ROUTE_BATCH_MAX encoded messages of the
+     * kinds route_msg_batchable() admits, all to one peer (route_batch.c). */
+    RMSG_BATCH = 16,
 };
 
 /* Install flags */
@@ -108,5 +112,43 @@ size_t route_msg_size_bound(const route_msg_t *m);
 int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t *out);
 
 const char *route_msg_kind_name(uint16_t kind);
+
+/*
+ * Batch messages (env type ROUTE_MSG_BASE + RMSG_BATCH): the first requests of the items of one
+ * batched call that go to the same peer, or the answers to them, in one message:
+ *   u8 'R' | u8 ROUTE_MSG_VERSION | u16 RMSG_BATCH | u32 n (2..KVM_ROUTE_BATCH_MAX)
+ *   | n x (u32 len, one encoded route message of a batchable kind)
+ * Every item is a complete message with its own req_id, shard, generation, token and target,
+ * so each is admitted, fenced and answered on its own exactly as when it travels alone; the
+ * batch only saves the exchanges. Batchable kinds: CAS_REQ/RESP, READ_REQ/RESP,
+ * MIRROR_REQ/RESP. A batch holds at most ROUTE_MSG_MAX_LEN bytes.
+ */
+bool route_msg_batchable(uint16_t kind);
+
+/* Builder of one batch (owned buffer). */
+typedef struct route_batch_buf {
+    uint8_t *buf;
+    size_t len, cap;
+    uint32_t n;
+    size_t first_off, first_len; /* the first item (sent alone when it stays the only one) */
+} route_batch_buf_t;
+void route_batch_buf_init(route_batch_buf_t *b);
+void route_batch_buf_free(route_batch_buf_t *b);
+/* Appends one encoded message (copied). KVMESH_ETOOBIG when the batch is full (count or bytes:
+ * send it and start another), KVMESH_EINVAL when msg is not a batchable route message,
+ * KVMESH_ENOMEM. */
+int route_batch_append(route_batch_buf_t *b, const uint8_t *msg, size_t len);
+/* The encoded batch (n >= 2; valid until the next append/free). */
+const uint8_t *route_batch_bytes(route_batch_buf_t *b, size_t *len);
+
+/* A decoded batch: views into the received bytes (valid while they are). Each item's kind is
+ * checked batchable here; its body is decoded by route_msg_decode(ROUTE_MSG_BASE + kind[i]). */
+typedef struct route_batch_view {
+    uint32_t n;
+    uint16_t kind[KVM_ROUTE_BATCH_MAX];
+    const uint8_t *item[KVM_ROUTE_BATCH_MAX];
+    uint32_t len[KVM_ROUTE_BATCH_MAX];
+} route_batch_view_t;
+int route_batch_decode(uint32_t type, const uint8_t *buf, size_t len, route_batch_view_t *out);
 
 #endif

@@ -93,7 +93,7 @@ int route_send(route_svc_t *svc, env_node_t to, route_msg_t *m)
     size_t len;
     int rc = route_msg_encode(m, buf, cap, &len);
     if (rc == 0)
-        rc = env_send(svc->env, to, ROUTE_MSG_BASE + m->kind, buf, len);
+        rc = route_emit(svc, to, ROUTE_MSG_BASE + m->kind, buf, len);
     free(buf);
     return rc;
 }
@@ -183,7 +183,7 @@ route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16
         free(b);
         return NULL;
     }
-    env_send(svc->env, to, c->type, buf, len);
+    route_emit(svc, to, c->type, buf, len); /* batched while the service coalesces */
     if (retransmit) {
         c->buf = realloc(buf, len ? len : 1);
         if (!c->buf)
@@ -673,6 +673,7 @@ void route_svc_free(route_svc_t *svc)
         route_shard_free(&svc->shards[i]);
     free(svc->shards);
     free(svc->members);
+    route_outbox_free(svc);
     if (svc->start_cb)
         svc->start_cb(svc->start_arg, KVMESH_ECANCELED);
     metrics_detach(svc);
@@ -689,6 +690,10 @@ void route_on_message(route_svc_t *svc, const env_msg_t *msg)
     }
     if (!svc->ready || msg->type <= ROUTE_MSG_BASE || msg->type > ROUTE_MSG_LIMIT)
         return;
+    if (msg->type == ROUTE_MSG_BASE + RMSG_BATCH) {
+        route_batch_on_message(svc, msg); /* each item comes back here alone */
+        return;
+    }
     route_msg_t m;
     if (route_msg_decode(msg->type, msg->data, msg->len, &m) != 0)
         return; /* malformed: dropped (counted by the transport) */

@@ -1323,8 +1323,10 @@ void kvm_ops_run(kvm_op_t *op)
         return;
     }
     case KVM_OP_PUBLISH:
+        route_batch_begin(rt->route); /* the CAS items: one batch per shard primary */
         for (size_t i = 0; i < op->n; i++)
             publish_start(op, &op->items[i]);
+        route_batch_end(rt->route);
         return;
     case KVM_OP_ABORT:
         for (size_t i = 0; i < op->n; i++) {
@@ -1334,12 +1336,16 @@ void kvm_ops_run(kvm_op_t *op)
         }
         return;
     case KVM_OP_LOOKUP:
+        route_batch_begin(rt->route); /* the lookups: one batch per authority */
         for (size_t i = 0; i < op->n; i++)
             start_lookup(op, &op->items[i], looked_up);
+        route_batch_end(rt->route);
         return;
     case KVM_OP_REMOVE:
+        route_batch_begin(rt->route);
         for (size_t i = 0; i < op->n; i++)
             start_lookup(op, &op->items[i], remove_looked_up);
+        route_batch_end(rt->route);
         return;
     case KVM_OP_HANDOFF:
         for (size_t i = 0; i < op->n; i++)

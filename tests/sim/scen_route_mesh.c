@@ -25,10 +25,14 @@
  * Scenarios (one profile each): route_basic, route_crash, route_partition, route_membership,
  * route_mirror, route_conflict, route_stale (scripted rollover with a stale client),
  * route_restart_all (every runtime restarts at once: takeover with the state lost),
- * route_steady (metadata call counting). Variants (test-only,
+ * route_steady (metadata call counting), route_batch (clients also issue batching windows over
+ * many keys: per-item results checked by the same history rules, and every acknowledged CAS
+ * must answer with the route it wrote: its own key and value). Variants (test-only,
  * must be caught): secondary_cas (secondaries accept CAS and clients send there),
  * skip_transfer (acquire without waiting for the lease and without state transfer),
- * strand_lost (a shard whose every source is gone never takes over: liveness fails).
+ * strand_lost (a shard whose every source is gone never takes over: liveness fails),
+ * batch_one_result (route_batch scenarios only: a client takes the first CAS answer of a batch
+ * for every item in it).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +70,7 @@ typedef struct rs_profile {
     bool steady;        /* metadata call counting */
     bool stale;         /* scripted rollover with a stale client */
     bool restart_all;   /* every runtime restarts at once after the traffic phase */
+    bool batch;         /* clients also issue batches (route_batch_begin/end) over many keys */
 } rs_profile_t;
 
 typedef struct rs rs_t;
@@ -80,6 +85,7 @@ typedef struct rs_node {
     env_timer_id think;
     bool busy;
     uint32_t next_key;
+    uint32_t outstanding; /* items of the node's batch still in flight (batch profile) */
 } rs_node_t;
 
 typedef struct rs_req {
@@ -201,6 +207,19 @@ static void push_members(rs_t *rs, bool lag)
 
 static void client_next(void *arg);
 
+/* One of the node's operations ended: true when the node is idle now (the last item of a
+ * batch, or its only operation). */
+static bool nd_release(rs_node_t *nd)
+{
+    if (nd->outstanding > 1) {
+        nd->outstanding--;
+        return false;
+    }
+    nd->outstanding = 0;
+    nd->busy = false;
+    return true;
+}
+
 static void client_arm(rs_node_t *nd)
 {
     if (nd->stopping)
@@ -240,6 +259,14 @@ static void on_cas_done(void *arg, int rc, const kvm_route_t *route)
     rs_t *rs = nd->rs;
     const sim_op_t *op = sim_hist_get(rs->hist, (size_t)q->hid);
     uint64_t newv = 0;
+    if (rs->prof->batch && rc == 0 &&
+        (!route || !kvm_ident_equal(&route->ident, &rs->keys[q->key]) ||
+         route->content_op.seq != q->value))
+        sim_fail(rs->sim, "CAS on k%u (value %llu) acknowledged with another route (%s)", q->key,
+                 (unsigned long long)q->value,
+                 !route                                              ? "none"
+                 : kvm_ident_equal(&route->ident, &rs->keys[q->key]) ? "same key, another value"
+                                                                     : "another key");
     if (rc == 0 && route) {
         newv = vpack(&route->version);
         rs->seen[nd->id][q->key] = route->version;
@@ -257,9 +284,9 @@ static void on_cas_done(void *arg, int rc, const kvm_route_t *route)
     }
     /* out_a: new version; out_b: the predecessor the caller expected (kept in the request) */
     sim_hist_end(rs->hist, q->hid, rc, newv, op->out_b);
-    nd->busy = false;
     free(q);
-    client_arm(nd);
+    if (nd_release(nd))
+        client_arm(nd);
 }
 
 static void start_cas(rs_node_t *nd, uint32_t key, const kvm_route_version_t *expected)
@@ -278,7 +305,7 @@ static void start_cas(rs_node_t *nd, uint32_t key, const kvm_route_version_t *ex
     if (q->hid < 0) {
         free(q);
         kvm_route_free(&r);
-        nd->busy = false;
+        nd_release(nd);
         return;
     }
     /* record the expected version as the op's out_b until completion */
@@ -288,9 +315,9 @@ static void start_cas(rs_node_t *nd, uint32_t key, const kvm_route_version_t *ex
     kvm_route_free(&r);
     if (rc != 0) {
         sim_hist_end(rs->hist, q->hid, rc, 0, vpack(expected));
-        nd->busy = false;
         free(q);
-        client_arm(nd);
+        if (nd_release(nd))
+            client_arm(nd);
     }
 }
 
@@ -319,9 +346,9 @@ static void on_lookup_done(void *arg, int rc, const kvm_route_t *route)
     }
     if (rs->final_started && rs->final_pending > 0)
         rs->final_pending--;
-    nd->busy = false;
     free(q);
-    client_arm(nd);
+    if (nd_release(nd))
+        client_arm(nd);
 }
 
 static void start_lookup(rs_node_t *nd, uint32_t key, bool chain)
@@ -335,16 +362,55 @@ static void start_lookup(rs_node_t *nd, uint32_t key, bool chain)
     q->hid = sim_hist_begin(rs->hist, nd->id, OPK_LOOKUP, key, 0);
     if (q->hid < 0) {
         free(q);
+        if (nd->outstanding)
+            nd_release(nd);
         return;
     }
     nd->busy = true;
     int rc = route_lookup(nd->svc, &rs->keys[key], on_lookup_done, q);
     if (rc != 0) {
         sim_hist_end(rs->hist, q->hid, rc, 0, 0);
-        nd->busy = false;
         free(q);
-        client_arm(nd);
+        if (nd_release(nd))
+            client_arm(nd);
     }
+}
+
+/* Batch profile: one route batching window over 2..RS_KEYS distinct keys, each item a lookup
+ * that continues into a CAS, a lone lookup, a CAS from the node's last seen version, or a CAS
+ * from absence (which conflicts once the key exists: batches mix applied and refused items);
+ * items to one shard primary travel as one batch, each keeps its own result in the history. */
+static void start_batch(rs_node_t *nd)
+{
+    rs_t *rs = nd->rs;
+    uint32_t keys[RS_KEYS];
+    for (uint32_t k = 0; k < RS_KEYS; k++)
+        keys[k] = k;
+    for (uint32_t k = RS_KEYS - 1; k > 0; k--) { /* shuffle */
+        uint32_t j = (uint32_t)sim_rand_range(rs->sim, 0, k);
+        uint32_t t = keys[k];
+        keys[k] = keys[j];
+        keys[j] = t;
+    }
+    uint32_t n = (uint32_t)sim_rand_range(rs->sim, 2, RS_KEYS);
+    uint32_t kind[RS_KEYS];
+    for (uint32_t i = 0; i < n; i++)
+        kind[i] = (uint32_t)sim_rand_range(rs->sim, 0, 3);
+    nd->outstanding = n;
+    nd->busy = true;
+    route_batch_begin(nd->svc);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t key = keys[i];
+        if (kind[i] == 0)
+            start_lookup(nd, key, true);
+        else if (kind[i] == 1)
+            start_lookup(nd, key, false);
+        else if (kind[i] == 2)
+            start_cas(nd, key, &rs->seen[nd->id][key]);
+        else /* from absence: a conflict once the key exists, beside items that apply */
+            start_cas(nd, key, &KVM_ROUTE_VERSION_NONE);
+    }
+    route_batch_end(nd->svc);
 }
 
 static void client_next(void *arg)
@@ -362,7 +428,9 @@ static void client_next(void *arg)
     else
         key = (uint32_t)sim_rand_range(rs->sim, 0, RS_KEYS - 1);
     double p = (double)(sim_rand_u64(rs->sim) >> 11) / 9007199254740992.0;
-    if (rs->planted && key == rs->planted_key && rs->liveness)
+    if (rs->prof->batch && !rs->liveness && p < 0.5)
+        start_batch(nd);
+    else if (rs->planted && key == rs->planted_key && rs->liveness)
         start_cas(nd, key, &rs->seen[nd->id][key]); /* a write over the conflict resolves it */
     else if (rs->planted && key == rs->planted_key)
         start_lookup(nd, key, false); /* keep the conflict in place until the liveness phase */
@@ -926,12 +994,14 @@ static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         bugs = ROUTE_TEST_BUG_SKIP_TRANSFER;
     else if (strcmp(v, "strand_lost") == 0)
         bugs = ROUTE_TEST_BUG_STRAND_LOST;
+    else if (strcmp(v, "batch_one_result") == 0 && prof->batch)
+        bugs = ROUTE_TEST_BUG_BATCH_ONE_RESULT;
     else if (*v) {
         memset(res, 0, sizeof(*res));
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
                  "unknown variant '%s' (route scenarios know secondary_cas, skip_transfer, "
-                 "strand_lost)",
+                 "strand_lost; the route_batch ones also batch_one_result)",
                  v);
         return 1;
     }
@@ -1045,6 +1115,7 @@ static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         rs_node_t *nd = sim_node_state(sim, i);
         for (uint32_t k = 0; k < RS_KEYS; k++) {
             nd->busy = false;
+            nd->outstanding = 0;
             rs->final_pending++;
             start_lookup(nd, k, false);
             sim_run_while_not(sim, final_done, rs, sim_now(sim) + 3 * SIM_SEC_NS);
@@ -1061,6 +1132,18 @@ static int rs_run(const rs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         }
         if (lost == 0)
             sim_fail(sim, "restart_all: no takeover counted its state as lost");
+    }
+    if (prof->batch && !sim_failed(sim)) {
+        route_stats_t st;
+        uint64_t sent = 0, received = 0;
+        for (uint32_t i = 0; i < rs->n; i++) {
+            route_get_stats(((rs_node_t *)sim_node_state(sim, i))->svc, &st);
+            sent += st.batches_sent;
+            received += st.batches_received;
+        }
+        if (sent == 0 || received == 0) /* per service life: restarted nodes start from 0 */
+            sim_fail(sim, "batch: %llu route batches sent, %llu received; expected some",
+                     (unsigned long long)sent, (unsigned long long)received);
     }
     if (prof->conflict && !sim_failed(sim)) {
         route_stats_t st;
@@ -1137,6 +1220,14 @@ RS_SCENARIO(route_restart_all,
             "route mesh: every runtime restarts at once: the shards take over empty and serve "
             "again (the lost routes are not checked across the restart)",
             .fault_s = 2, .restart_all = true)
+RS_SCENARIO(route_batch,
+            "route mesh: batched lookups and CAS (one message per primary/authority, mirrored "
+            "as one batch) under network noise and one-way link cuts",
+            .fault_s = 4, .mirror_faults = true, .batch = true)
+RS_SCENARIO(route_batch_crash,
+            "route mesh: batched lookups and CAS while primaries and secondaries crash and roll "
+            "over",
+            .fault_s = 7, .crashes = true, .batch = true)
 RS_SCENARIO(route_steady,
             "route mesh: 10,000 lookups+CAS in steady state make no metadata route call",
             .steady = true)

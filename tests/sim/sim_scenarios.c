@@ -27,6 +27,8 @@ extern const sim_scenario_t scen_route_conflict;
 extern const sim_scenario_t scen_route_stale;
 extern const sim_scenario_t scen_route_restart_all;
 extern const sim_scenario_t scen_route_steady;
+extern const sim_scenario_t scen_route_batch;
+extern const sim_scenario_t scen_route_batch_crash;
 extern const sim_scenario_t scen_quota_crash_before_cas;
 extern const sim_scenario_t scen_quota_crash_after_cas;
 extern const sim_scenario_t scen_quota_crash_after_finalize;
@@ -63,6 +65,8 @@ const sim_scenario_t *const sim_scenarios[] = {
     &scen_route_stale,
     &scen_route_restart_all,
     &scen_route_steady,
+    &scen_route_batch,
+    &scen_route_batch_crash,
     &scen_quota_crash_before_cas,
     &scen_quota_crash_after_cas,
     &scen_quota_crash_after_finalize,

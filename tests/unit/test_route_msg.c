@@ -4,7 +4,10 @@
  * route table (route_table.c): round trips of every message kind, rejection of every truncation,
  * of trailing bytes, of a type/kind mismatch, of route counts a kind may not carry and of a
  * newer codec version; shard record and policy round trips and rejections; table ordering,
- * replacement and the owner-to-key index (paginated, exact).
+ * replacement and the owner-to-key index (paginated, exact); the batch message (RMSG_BATCH):
+ * golden layout, items decoded as the single messages they are, every truncation, trailing
+ * bytes, wrong type, newer version, counts out of 2..KVM_ROUTE_BATCH_MAX, unbatchable or nested
+ * items, and the builder's bounds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -248,13 +251,124 @@ static void test_table_expiry_index(void **state)
     route_table_free(t);
 }
 
+/* Encodes one CAS_REQ (or another kind) of route r into buf; returns its length. */
+static size_t enc_one(uint16_t kind, uint64_t req_id, const kvm_route_t *r, uint8_t *buf,
+                      size_t cap)
+{
+    route_msg_t m;
+    route_msg_init(&m, kind);
+    m.req_id = req_id;
+    m.shard = 3;
+    m.token = 11;
+    const kvm_route_t *rp = r;
+    if (kind == RMSG_CAS_REQ || kind == RMSG_MIRROR_REQ || kind == RMSG_CAS_RESP) {
+        m.rptrs = &rp;
+        m.n_routes = 1;
+    }
+    if (kind == RMSG_READ_REQ) {
+        m.has_ident = true;
+        m.ident = r->ident; /* borrowed */
+    }
+    size_t len = 0;
+    assert_int_equal(route_msg_encode(&m, buf, cap, &len), 0);
+    return len;
+}
+
+static void test_batch_codec(void **state)
+{
+    (void)state;
+    kvm_route_t r;
+    fixture_route(&r, "bk", 1, 5);
+    uint8_t one[3][KVM_WIRE_MAX_RECORD_LEN * 2];
+    size_t n1[3];
+    n1[0] = enc_one(RMSG_CAS_REQ, 100, &r, one[0], sizeof(one[0]));
+    n1[1] = enc_one(RMSG_READ_REQ, 101, &r, one[1], sizeof(one[1]));
+    n1[2] = enc_one(RMSG_MIRROR_RESP, 102, &r, one[2], sizeof(one[2]));
+    route_batch_buf_t b;
+    route_batch_buf_init(&b);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(route_batch_append(&b, one[i], n1[i]), 0);
+    size_t len = 0;
+    const uint8_t *p = route_batch_bytes(&b, &len);
+    /* golden layout: 'R', version, u16le kind 16, u32le count, then u32le length + the item's
+     * own single-message bytes, unchanged */
+    static const uint8_t hdr[8] = {'R', ROUTE_MSG_VERSION, 16, 0, 3, 0, 0, 0};
+    assert_memory_equal(p, hdr, sizeof(hdr));
+    size_t at = 8;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(p[at] | p[at + 1] << 8 | p[at + 2] << 16 | (uint32_t)p[at + 3] << 24,
+                         n1[i]);
+        assert_memory_equal(p + at + 4, one[i], n1[i]);
+        at += 4 + n1[i];
+    }
+    assert_int_equal(at, len);
+    /* decode: the views are the items; each decodes as the single message it is */
+    route_batch_view_t *v = malloc(sizeof(*v));
+    assert_int_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_BATCH, p, len, v), 0);
+    assert_int_equal(v->n, 3);
+    static const uint16_t kinds[3] = {RMSG_CAS_REQ, RMSG_READ_REQ, RMSG_MIRROR_RESP};
+    for (uint32_t i = 0; i < 3; i++) {
+        assert_int_equal(v->kind[i], kinds[i]);
+        route_msg_t m;
+        assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + v->kind[i], v->item[i], v->len[i], &m),
+                         0);
+        assert_int_equal(m.req_id, 100 + i);
+        assert_int_equal(m.shard, 3);
+        if (kinds[i] == RMSG_CAS_REQ)
+            assert_true(m.n_routes == 1 && kvm_route_equal(&m.routes[0], &r));
+        route_msg_clear(&m);
+    }
+    /* every truncation fails, and so does a trailing byte */
+    uint8_t *cp = malloc(len + 1);
+    memcpy(cp, p, len);
+    for (size_t cut = 0; cut < len; cut++)
+        assert_int_not_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_BATCH, cp, cut, v), 0);
+    cp[len] = 0;
+    assert_int_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_BATCH, cp, len + 1, v),
+                     KVMESH_EPROTO);
+    /* wrong env type; newer codec version; a count below 2 or above the bound */
+    assert_int_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_CAS_REQ, cp, len, v), KVMESH_EPROTO);
+    cp[1] = ROUTE_MSG_VERSION + 1;
+    assert_int_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_BATCH, cp, len, v), KVMESH_EINCOMPAT);
+    cp[1] = ROUTE_MSG_VERSION;
+    cp[4] = 1;
+    assert_int_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_BATCH, cp, len, v), KVMESH_EPROTO);
+    cp[4] = KVM_ROUTE_BATCH_MAX + 1;
+    assert_int_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_BATCH, cp, len, v), KVMESH_EPROTO);
+    cp[4] = 3;
+    /* an item of a kind that may not be batched (GRANT_REQ), and a nested batch */
+    cp[8 + 4 + 2] = RMSG_GRANT_REQ;
+    assert_int_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_BATCH, cp, len, v), KVMESH_EPROTO);
+    cp[8 + 4 + 2] = RMSG_BATCH;
+    assert_int_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_BATCH, cp, len, v), KVMESH_EPROTO);
+    /* a single message never decodes as a batch, nor a batch as a single message */
+    route_msg_t m;
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_BATCH, p, len, &m), KVMESH_EPROTO);
+    assert_int_not_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_BATCH, one[0], n1[0], v), 0);
+    /* the builder refuses what may not be batched, and is full at the bound */
+    uint8_t grant[512];
+    size_t ng = enc_one(RMSG_GRANT_REQ, 7, &r, grant, sizeof(grant));
+    assert_int_equal(route_batch_append(&b, grant, ng), KVMESH_EINVAL);
+    route_batch_buf_free(&b);
+    route_batch_buf_init(&b);
+    for (int i = 0; i < KVM_ROUTE_BATCH_MAX; i++)
+        assert_int_equal(route_batch_append(&b, one[1], n1[1]), 0);
+    assert_int_equal(route_batch_append(&b, one[1], n1[1]), KVMESH_ETOOBIG);
+    p = route_batch_bytes(&b, &len);
+    assert_int_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_BATCH, p, len, v), 0);
+    assert_int_equal(v->n, KVM_ROUTE_BATCH_MAX);
+    route_batch_buf_free(&b);
+    free(cp);
+    free(v);
+    kvm_route_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_all_kinds),
-        cmocka_unit_test(test_record_and_policy),
-        cmocka_unit_test(test_table_and_owner_index),
-        cmocka_unit_test(test_table_expiry_index),
+        cmocka_unit_test(test_roundtrip_all_kinds),   cmocka_unit_test(test_record_and_policy),
+        cmocka_unit_test(test_table_and_owner_index), cmocka_unit_test(test_table_expiry_index),
+        cmocka_unit_test(test_batch_codec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

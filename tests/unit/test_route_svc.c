@@ -10,7 +10,11 @@
  *     current route returned, overwrite, tombstone, and owner enumeration through pages of 3
  *     that ends complete with every route of the owner exactly once;
  *   - with no serving authority, owner enumeration fails instead of claiming absence, and
- *     lookups and CAS are unavailable.
+ *     lookups and CAS are unavailable;
+ *   - batching windows (route_batch_begin/end): the CAS items of a window travel as one batch
+ *     and are answered as one; a window with mixed outcomes gives each item its own (applied,
+ *     or conflict with that key's current route); lookups with an absent key among them; a
+ *     window pending at free is cancelled item by item.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -391,18 +395,146 @@ static void test_no_authority_never_claims_absence(void **state)
     fx_close(&f);
 }
 
+/* A batching window (route_batch_begin/end) of N items: every item gets its own result. */
+#define NB 12
+static bool all_done(const waitv_t *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!w[i].done)
+            return false;
+    return true;
+}
+
+static void run_all(fx_t *f, waitv_t *w, size_t n)
+{
+    for (int i = 0; i < 200000 && !all_done(w, n); i++)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_true(all_done(w, n));
+}
+
+static void test_batch_per_item_results(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, "memory://route-unit-batch");
+    waitv_t w0;
+    route_svc_t *svc = start(&f, 1, POLICY, &w0);
+    assert_int_equal(w0.rc, 0);
+    env_set_recv(f.env, (env_recv_fn)route_on_message, svc);
+    push_self(svc, 1);
+    static waitv_t w[NB + 1];
+    kvm_route_t r[NB];
+    kvm_route_version_t v[NB];
+    for (int i = 0; i < NB; i++) {
+        char key[8];
+        snprintf(key, sizeof(key), "b%d", i);
+        mk(&r[i], key, 1, (uint64_t)i + 1);
+    }
+    /* a shard needs its view first: one lone lookup per shard warms them all in one window */
+    memset(w, 0, sizeof(w));
+    route_batch_begin(svc);
+    for (int i = 0; i < NB; i++)
+        assert_int_equal(route_lookup(svc, &r[i].ident, on_route, &w[i]), 0);
+    route_batch_end(svc);
+    run_all(&f, w, NB);
+    for (int i = 0; i < NB; i++)
+        assert_int_equal(w[i].rc, KVMESH_ENOENT);
+    route_stats_t st0, st1;
+    route_get_stats(svc, &st0);
+    /* create every key in one window */
+    memset(w, 0, sizeof(w));
+    route_batch_begin(svc);
+    for (int i = 0; i < NB; i++)
+        assert_int_equal(route_cas(svc, &KVM_ROUTE_VERSION_NONE, &r[i], on_route, &w[i]), 0);
+    route_batch_end(svc);
+    run_all(&f, w, NB);
+    for (int i = 0; i < NB; i++) {
+        assert_int_equal(w[i].rc, 0);
+        v[i] = w[i].route.version;
+        kvm_route_free(&w[i].route);
+    }
+    route_get_stats(svc, &st1);
+    if (POLICY.mode == ROUTE_MODE_EMBEDDED_WRH) {
+        /* the CAS items as one batch to the primary (this runtime), the answers as one back */
+        assert_int_equal(st1.batches_sent - st0.batches_sent, 2);
+        assert_int_equal(st1.batch_items_sent - st0.batch_items_sent, 2 * NB);
+        assert_int_equal(st1.batches_received - st0.batches_received, 2);
+    } else {
+        assert_int_equal(st1.batches_sent, 0); /* MetadataOnly: no route messages at all */
+    }
+    /* one window, mixed outcomes: even items expect their version (applied), odd items expect
+     * absence (conflict, answered with their own current route) */
+    memset(w, 0, sizeof(w));
+    route_batch_begin(svc);
+    for (int i = 0; i < NB; i++) {
+        r[i].checksum = 1000 + (uint64_t)i;
+        r[i].replicas[0].checksum = r[i].checksum;
+        kvm_route_version_t exp = i % 2 ? KVM_ROUTE_VERSION_NONE : v[i];
+        assert_int_equal(route_cas(svc, &exp, &r[i], on_route, &w[i]), 0);
+    }
+    route_batch_end(svc);
+    run_all(&f, w, NB);
+    for (int i = 0; i < NB; i++) {
+        assert_true(w[i].has_route);
+        assert_true(kvm_ident_equal(&w[i].route.ident, &r[i].ident));
+        if (i % 2) {
+            assert_int_equal(w[i].rc, KVMESH_ECONFLICT);
+            assert_true(kvm_route_version_equal(&w[i].route.version, &v[i]));
+            assert_int_equal(w[i].route.checksum, (uint64_t)i + 1);
+        } else {
+            assert_int_equal(w[i].rc, 0);
+            assert_true(kvm_route_version_equal(&w[i].route.predecessor_version, &v[i]));
+            assert_int_equal(w[i].route.checksum, 1000 + (uint64_t)i);
+        }
+        kvm_route_free(&w[i].route);
+    }
+    /* lookups in one window, with an absent key among them */
+    memset(w, 0, sizeof(w));
+    kvm_ident_t absent;
+    assert_int_equal(kvm_ident_init(&absent, "tenant", NULL, "absent", 6), 0);
+    route_batch_begin(svc);
+    route_batch_begin(svc); /* nested: the outer end starts the window */
+    for (int i = 0; i < NB; i++)
+        assert_int_equal(route_lookup(svc, &r[i].ident, on_route, &w[i]), 0);
+    route_batch_end(svc);
+    assert_int_equal(route_lookup(svc, &absent, on_route, &w[NB]), 0);
+    route_batch_end(svc);
+    run_all(&f, w, NB + 1);
+    for (int i = 0; i < NB; i++) {
+        assert_int_equal(w[i].rc, 0);
+        assert_int_equal(w[i].route.checksum, i % 2 ? (uint64_t)i + 1 : 1000 + (uint64_t)i);
+        kvm_route_free(&w[i].route);
+    }
+    assert_int_equal(w[NB].rc, KVMESH_ENOENT);
+    kvm_ident_free(&absent);
+    /* a window still pending when the service is freed: every item is cancelled, no leak */
+    memset(w, 0, sizeof(w));
+    route_batch_begin(svc);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(route_lookup(svc, &r[i].ident, on_route, &w[i]), 0);
+    route_batch_end(svc);
+    route_svc_free(svc);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(w[i].rc, KVMESH_ECANCELED);
+    for (int i = 0; i < NB; i++)
+        kvm_route_free(&r[i]);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policy_bootstrap),
         cmocka_unit_test(test_single_runtime_ops),
         cmocka_unit_test(test_no_authority_never_claims_absence),
+        cmocka_unit_test(test_batch_per_item_results),
     };
     /* The route operations again in MetadataOnly mode (routes stored in the metadata backend):
      * the same lookup/CAS/owner-scan behaviour through the same route.h service. */
     const struct CMUnitTest metaonly[] = {
         cmocka_unit_test(test_policy_bootstrap),
         cmocka_unit_test(test_single_runtime_ops),
+        cmocka_unit_test(test_batch_per_item_results),
     };
     int failed = cmocka_run_group_tests_name("route_svc_embedded_wrh", tests, NULL, NULL);
     POLICY.mode = ROUTE_MODE_METADATA_ONLY;

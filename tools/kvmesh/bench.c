@@ -781,6 +781,8 @@ static void print_breakdown(struct bench *b, const bool *systems)
     }
 }
 
+int bench_footprint(uint64_t count, uint64_t vsize, bool no_peers, const struct cli_sets *sets);
+
 int cmd_bench(int argc, char **argv)
 {
     struct bench *b = calloc(1, sizeof(*b));
@@ -788,6 +790,7 @@ int cmd_bench(int argc, char **argv)
         return CLI_EXIT_FAIL;
     const char *transports = "shm,tcp", *sizes = "4KiB,256KiB,1MiB,16MiB", *threads = "";
     bool no_peers = false, help = false;
+    uint64_t footprint = 0, footprint_value = 64;
     struct cli_sets sets = {0};
     b->row_ms = 500;
     const cli_opt_t opts[] = {
@@ -810,6 +813,12 @@ int cmd_bench(int argc, char **argv)
          "also print per row the critical-path counts per call (round trips by stage, loop "
          "hand-offs, payload copies, checksum passes) and the mean time per stage of sampled "
          "calls (traces 25% of the client's requests, which costs some throughput)"},
+        {"footprint", "N", CLI_U64, &footprint,
+         "instead of the table: store N small objects in one storage runtime and report its "
+         "bytes per object beyond the payload (RSS, heap, segment slots) beside redis-server's "
+         "used_memory per key for the same keys (e.g. 1000000; not run by CI)"},
+        {"footprint-value", "BYTES", CLI_U64, &footprint_value,
+         "value size of the --footprint objects (default 64)"},
         {"set", "FIELD=VALUE", CLI_SET, &sets,
          "set a configuration field of both kvmesh runtimes (e.g. io_threads=4)"},
         {"help", NULL, CLI_FLAG, &help, "show this help"},
@@ -881,6 +890,15 @@ int cmd_bench(int argc, char **argv)
             }
             b->trows_n[b->n_trows++] = (unsigned)v;
         }
+    }
+    if (footprint) {
+        if (footprint_value < 1 || footprint_value > (1u << 20)) {
+            fprintf(stderr, "kvmesh bench: --footprint-value must be 1..1048576 bytes\n");
+            rc = CLI_EXIT_USAGE;
+            goto out;
+        }
+        rc = bench_footprint(footprint, footprint_value, no_peers, &sets);
+        goto out;
     }
     if (b->quick && b->row_ms == 500)
         b->row_ms = 20;

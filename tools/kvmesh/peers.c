@@ -526,3 +526,29 @@ int peer_flush(peer_client_t *c)
         return -1;
     return strcmp(line, "OK") == 0 ? 0 : cerr(c, "memcached flush_all: %s", line);
 }
+
+int peer_redis_info_u64(peer_client_t *c, const char *section, const char *field, uint64_t *out)
+{
+    if (c->kind != PEER_REDIS)
+        return cerr(c, "INFO is a redis command");
+    redisReply *r = redisCommand(c->rc, "INFO %s", section);
+    if (!r || r->type != REDIS_REPLY_STRING) {
+        if (r)
+            freeReplyObject(r);
+        return cerr(c, "redis INFO %s failed", section);
+    }
+    size_t fl = strlen(field);
+    int rc = -1;
+    for (const char *p = r->str; p && *p;) {
+        if (strncmp(p, field, fl) == 0 && p[fl] == ':') {
+            *out = strtoull(p + fl + 1, NULL, 10);
+            rc = 0;
+            break;
+        }
+        p = strchr(p, '\n');
+        if (p)
+            p++;
+    }
+    freeReplyObject(r);
+    return rc == 0 ? 0 : cerr(c, "redis INFO %s has no field %s", section, field);
+}

@@ -56,6 +56,8 @@ int peer_batch_put(peer_client_t *c, peer_item_t *items, size_t n);
 int peer_batch_get(peer_client_t *c, peer_item_t *items, size_t n);
 /* Removes everything (FLUSHALL / flush_all). */
 int peer_flush(peer_client_t *c);
+/* Redis only: an integer field of `INFO <section>` (e.g. "memory", "used_memory"). */
+int peer_redis_info_u64(peer_client_t *c, const char *section, const char *field, uint64_t *out);
 /* Last error text of the client. */
 const char *peer_error(const peer_client_t *c);
 

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * route_batch.c — batched route messages: the outbox that groups the messages one loop turn
+ * sends while the service coalesces (route_coalesce_begin/end), and the receive side that
+ * unpacks a batch (route_msg.h RMSG_BATCH) into its items.
+ *
+ * The service coalesces in two places: a client batching window's turn (route_client.c: the
+ * first attempts of every lookup/CAS started in the window), and the handling of a received
+ * batch (every answer, mirror and mirror answer it produces at once). So the first requests of a
+ * batched call travel as one batch per shard primary (CAS) or authority (lookup), the primary's
+ * mirrors as one batch per secondary, and the answers as one batch back. Each item is a complete
+ * message handled on its own by the unchanged single-message code (route_auth.c on_cas/on_read/
+ * on_mirror, route_svc.c on_response): its fencing, admission and result do not depend on the
+ * other items. Retransmissions go alone (route_svc.c call_timer).
+ *
+ * Ownership: the outbox owns its buffers (svc->outbox, freed by route_outbox_free). Loop thread.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "route/route_int.h"
+
+typedef struct route_outbox {
+    env_node_t node;
+    route_batch_buf_t b;
+} route_outbox_t;
+
+static void outbox_send(route_svc_t *svc, route_outbox_t *o)
+{
+    if (o->b.n == 1) { /* alone: the plain message, byte for byte what an unbatched send is */
+        const uint8_t *m = o->b.buf + o->b.first_off;
+        uint16_t kind = (uint16_t)(m[2] | (m[3] << 8));
+        env_send(svc->env, o->node, ROUTE_MSG_BASE + kind, m, o->b.first_len);
+    } else if (o->b.n > 1) {
+        size_t len = 0;
+        const uint8_t *p = route_batch_bytes(&o->b, &len);
+        env_send(svc->env, o->node, ROUTE_MSG_BASE + RMSG_BATCH, p, len);
+        svc->stats.batches_sent++;
+        svc->stats.batch_items_sent += o->b.n;
+    }
+    o->b.n = 0;
+    o->b.len = 0;
+}
+
+int route_emit(route_svc_t *svc, env_node_t to, uint32_t type, const uint8_t *buf, size_t len)
+{
+    uint32_t kind = type - ROUTE_MSG_BASE;
+    if (svc->coalesce == 0 || type < ROUTE_MSG_BASE || !route_msg_batchable((uint16_t)kind))
+        return env_send(svc->env, to, type, buf, len);
+    if (!svc->outbox && !(svc->outbox = calloc(ROUTE_OUTBOX_NODES, sizeof(route_outbox_t))))
+        return env_send(svc->env, to, type, buf, len);
+    route_outbox_t *o = NULL;
+    for (uint32_t i = 0; i < svc->n_outbox && !o; i++)
+        if (svc->outbox[i].node == to)
+            o = &svc->outbox[i];
+    if (!o) {
+        if (svc->n_outbox >= ROUTE_OUTBOX_NODES) /* bounded: the rest go alone */
+            return env_send(svc->env, to, type, buf, len);
+        o = &svc->outbox[svc->n_outbox++];
+        o->node = to;
+        o->b.n = 0;
+        o->b.len = 0;
+    }
+    int rc = route_batch_append(&o->b, buf, len);
+    if (rc == KVMESH_ETOOBIG) { /* full: this batch goes now, the item starts the next */
+        outbox_send(svc, o);
+        rc = route_batch_append(&o->b, buf, len);
+    }
+    if (rc != 0)
+        return env_send(svc->env, to, type, buf, len);
+    return 0; /* queued: sent by route_coalesce_end */
+}
+
+void route_coalesce_begin(route_svc_t *svc)
+{
+    svc->coalesce++;
+}
+
+void route_coalesce_end(route_svc_t *svc)
+{
+    KVM_ASSERT(svc->coalesce > 0);
+    if (--svc->coalesce)
+        return;
+    for (uint32_t i = 0; i < svc->n_outbox; i++)
+        outbox_send(svc, &svc->outbox[i]);
+    svc->n_outbox = 0;
+}
+
+void route_outbox_free(route_svc_t *svc)
+{
+    if (!svc->outbox)
+        return;
+    for (uint32_t i = 0; i < ROUTE_OUTBOX_NODES; i++)
+        route_batch_buf_free(&svc->outbox[i].b);
+    free(svc->outbox);
+    svc->outbox = NULL;
+    svc->n_outbox = 0;
+}
+
+/*
+ * Test-only broken variant (ROUTE_BUG_BATCH_ONE_RESULT): the client answers every CAS item of a
+ * batch with the first item's answer (its status and route), as a receiver that does not keep
+ * per-item results would; the route_batch scenarios' history checker must catch it.
+ */
+static void one_result(route_svc_t *svc, const env_msg_t *msg, const route_batch_view_t *v,
+                       uint32_t i)
+{
+    route_msg_t m, mi;
+    if (route_msg_decode(ROUTE_MSG_BASE + v->kind[0], v->item[0], v->len[0], &m) != 0)
+        return;
+    if (route_msg_decode(ROUTE_MSG_BASE + v->kind[i], v->item[i], v->len[i], &mi) == 0) {
+        m.req_id = mi.req_id; /* item 0's answer, delivered as item i's */
+        route_msg_clear(&mi);
+        size_t cap = route_msg_size_bound(&m), len = 0;
+        uint8_t *buf = malloc(cap);
+        if (buf && route_msg_encode(&m, buf, cap, &len) == 0) {
+            env_msg_t one = *msg;
+            one.type = ROUTE_MSG_BASE + v->kind[i];
+            one.data = buf;
+            one.len = len;
+            route_on_message(svc, &one);
+        }
+        free(buf);
+    }
+    route_msg_clear(&m);
+}
+
+void route_batch_on_message(route_svc_t *svc, const env_msg_t *msg)
+{
+    route_batch_view_t *v = malloc(sizeof(*v));
+    if (!v)
+        return;
+    if (route_batch_decode(msg->type, msg->data, msg->len, v) != 0) {
+        free(v);
+        return; /* malformed: dropped like a malformed single message */
+    }
+    svc->stats.batches_received++;
+    route_coalesce_begin(svc);
+    bool broken = (svc->bugs & ROUTE_BUG_BATCH_ONE_RESULT) && v->kind[0] == RMSG_CAS_RESP;
+    for (uint32_t i = 0; i < v->n && !svc->freeing; i++) {
+        if (broken && i > 0 && v->kind[i] == RMSG_CAS_RESP) {
+            one_result(svc, msg, v, i);
+            continue;
+        }
+        env_msg_t one = *msg;
+        one.type = ROUTE_MSG_BASE + v->kind[i];
+        one.data = v->item[i];
+        one.len = v->len[i];
+        route_on_message(svc, &one); /* each item exactly as if it came alone */
+    }
+    route_coalesce_end(svc);
+    free(v);
+}
