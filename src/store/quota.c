@@ -997,9 +997,10 @@ static int claim_hook(void *ctx, const uint8_t *claim, size_t claim_len, const r
         return kvm_errf(KVMESH_EPROTO, "malformed quota claim in a route CAS");
     }
     if (!find_policy(q, h->tenant, strlen(h->tenant))) {
+        int rc =
+            kvm_errf(KVMESH_ENOTSUP, "tenant '%s' has no quota policy at this primary", h->tenant);
         free(h);
-        return kvm_errf(KVMESH_ENOTSUP, "tenant '%s' has no quota policy at this primary",
-                        h->tenant);
+        return rc;
     }
     if (hl)
         (void)tn_hint_import(q->tn, hint, hl); /* a stale or bad hint costs a read, no more */
