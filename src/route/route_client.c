@@ -434,8 +434,16 @@ static void cas_send(route_op_t *op, route_shard_t *sh)
     m.n_routes = 1;
     m.claim = op->claim;
     m.claim_len = op->claim_len;
+    /* a claim CAS also waits for the primary's metadata transaction: two metadata timeouts
+     * more, within the op's deadline */
+    uint64_t wait_ns = ROUTE_PEER_CALL_NS + ROUTE_ATTEMPT_NS, now = route_now(svc);
+    if (op->kcb) {
+        uint64_t longer = wait_ns + 2ull * ROUTE_META_TIMEOUT_MS * 1000000;
+        uint64_t left = op->deadline > now ? op->deadline - now : 0;
+        wait_ns = left > wait_ns ? (left < longer ? left : longer) : wait_ns;
+    }
     route_call_t *c = route_call(svc, to.node, &m, op->kcb ? RMSG_CAS_CLAIM_RESP : RMSG_CAS_RESP,
-                                 ROUTE_PEER_CALL_NS + ROUTE_ATTEMPT_NS, false, on_cas_resp, op);
+                                 wait_ns, false, on_cas_resp, op);
     if (!c) {
         backoff(op, ROUTE_RETRY_NS);
         return;

@@ -947,6 +947,7 @@ static void published_claim(void *arg, int rc, const kvm_route_t *r, const uint8
     }
     if (rc == KVMESH_ECANCELED) { /* the reservation was aborted: the CAS was not applied */
         ictx_free(c, rc);
+        kvm_cold_reclaim_settle(op->rt, it, false);
         release_res(op->rt, it);
         item_fail(op, it, rc,
                   "quota claim at the route primary refused: the reservation was "
@@ -956,15 +957,14 @@ static void published_claim(void *arg, int rc, const kvm_route_t *r, const uint8
     published(c, rc, r);
 }
 
-static int publish_cas_claim(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_t *expected,
-                             const kvm_route_t *next, struct item_ctx *c)
+/* A route CAS that carries the item's quota claim (put or remove), answered to cb. */
+static int cas_with_claim(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_t *expected,
+                          const kvm_route_t *next, route_cas_claim_cb cb, struct item_ctx *c)
 {
     static _Thread_local uint8_t blob[ROUTE_CLAIM_MAX];
     size_t n = 0;
     int rc = kvm_quota_cas_claim_blob(op, it, blob, sizeof(blob), &n);
-    return rc ? rc
-              : route_cas_claim(op->rt->route, expected, next, blob, n, published_claim, c,
-                                &c->cost);
+    return rc ? rc : route_cas_claim(op->rt->route, expected, next, blob, n, cb, c, &c->cost);
 }
 
 static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
@@ -1003,7 +1003,7 @@ static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
         c->stage = OBS_CPSTAGE_ROUTE_CAS;
     struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
     if (c && kvm_quota_cas_claim_wanted(op, it))
-        rc = publish_cas_claim(op, it, &expected, &next, c);
+        rc = cas_with_claim(op, it, &expected, &next, published_claim, c);
     else
         rc = c ? route_cas_costed(rt->route, &expected, &next, published, c, &c->cost)
                : KVMESH_ENOMEM;
@@ -1154,6 +1154,10 @@ static void remove_claimed(kvm_op_t *op, struct kvm_item *it, int rc)
 
 static void remove_cas(kvm_op_t *op, struct kvm_item *it)
 {
+    if (kvm_quota_cas_claim_wanted(op, it)) { /* EmbeddedWrh: the primary claims in its CAS */
+        remove_cas_now(op, it);
+        return;
+    }
     if (it->q && it->q->state == KVM_Q_RESERVED) {
         kvm_quota_claim(op, it, &it->cur.version, remove_claimed); /* just before the CAS */
         return;
@@ -1179,6 +1183,31 @@ static void remove_gated(kvm_op_t *op, struct kvm_item *it, int rc)
     remove_cas_now(op, it);
 }
 
+/* The answer of a tombstone CAS that carried the quota claim (EmbeddedWrh), as
+ * published_claim for puts. */
+static void removed_claim(void *arg, int rc, const kvm_route_t *r, const uint8_t *reply,
+                          size_t reply_len)
+{
+    struct item_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_quota_cas_claimed(op, it, rc, r, reply, reply_len);
+    if (rc == KVMESH_ENOTSUP) { /* nothing claimed, nothing applied */
+        ictx_free(c, 0);
+        remove_cas(op, it);
+        return;
+    }
+    if (rc == KVMESH_ECANCELED) { /* the reservation was aborted: the CAS was not applied */
+        ictx_free(c, rc);
+        kvm_cold_reclaim_settle(op->rt, it, false);
+        item_fail(op, it, rc,
+                  "quota claim at the route primary refused: the reservation was "
+                  "aborted (expired); the remove was not applied");
+        return;
+    }
+    removed(c, rc, r);
+}
+
 static void remove_cas_now(kvm_op_t *op, struct kvm_item *it)
 {
     if (kvm_cold_reclaim_gate(op->rt, op, it, remove_gated))
@@ -1194,8 +1223,11 @@ static void remove_cas_now(kvm_op_t *op, struct kvm_item *it)
         if (c)
             c->stage = OBS_CPSTAGE_ROUTE_CAS;
         struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
-        rc = c ? route_cas_costed(op->rt->route, &it->cur.version, &next, removed, c, &c->cost)
-               : KVMESH_ENOMEM;
+        if (c && kvm_quota_cas_claim_wanted(op, it))
+            rc = cas_with_claim(op, it, &it->cur.version, &next, removed_claim, c);
+        else
+            rc = c ? route_cas_costed(op->rt->route, &it->cur.version, &next, removed, c, &c->cost)
+                   : KVMESH_ENOMEM;
         kvm_trace_scope_leave(saved);
         if (rc)
             ictx_free(c, rc);
