@@ -137,6 +137,43 @@ int route_cas_costed(route_svc_t *svc, const kvm_route_version_t *expected, cons
 void route_batch_begin(route_svc_t *svc);
 void route_batch_end(route_svc_t *svc);
 
+/*
+ * CAS with a claim (EmbeddedWrh; the tenant quota's Pending -> Publishing claim made by the
+ * fenced primary immediately before it applies the CAS, docs/protocol.md "CAS with a claim").
+ * The route layer carries `claim` (opaque, <= ROUTE_CLAIM_MAX bytes) to the shard's primary
+ * with the CAS request. The primary admits the CAS exactly like route_cas (a refusal is answered
+ * before any claim: ECONFLICT with the current route, ESTALE_GENERATION, ...), reserves the
+ * version it will publish, holds the key (other CASes of it answer EAGAIN meanwhile), and calls
+ * its claim hook with the claim, its shard generation, fencing token and that version. When the
+ * hook answers 0 the CAS is applied with that version and mirrored as usual, and the reply
+ * carries the hook's reply blob; any other hook answer is the CAS's result, nothing applied.
+ *   cb results: as route_cas, plus KVMESH_ENOTSUP (the primary has no claim hook: nothing was
+ *   claimed or applied) and the hook's refusals (e.g. KVMESH_ECANCELED). `reply` is valid during
+ *   the callback only (NULL/0 when none). MetadataOnly mode: KVMESH_ENOTSUP at once.
+ */
+#define ROUTE_CLAIM_MAX (16u * 1024)
+typedef void (*route_cas_claim_cb)(void *arg, int rc, const kvm_route_t *route,
+                                   const uint8_t *reply, size_t reply_len);
+int route_cas_claim(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
+                    const uint8_t *claim, size_t claim_len, route_cas_claim_cb cb, void *arg,
+                    route_cost_t *cost);
+
+/* The primary side: where the claim is made. The hook returns 0 and calls done(done_arg, ...)
+ * exactly once later (rc 0: claimed, `reply` <= ROUTE_CLAIM_MAX bytes goes back to the writer,
+ * copied during the call), or returns a negative code without calling done. The hook's owner
+ * clears it (fn NULL) before it stops answering; a service freed with claims in flight drops
+ * them, so the owner must also stop calling done once it has cleared its hook (the store
+ * clears its hook when it closes the tenant handle, whose callbacks end there). */
+typedef struct route_claim_at {
+    uint64_t generation;              /* the shard authority record's generation */
+    uint64_t fencing_token;           /* the primary's token */
+    kvm_route_version_t next_version; /* the version the CAS will publish */
+} route_claim_at_t;
+typedef void (*route_claim_done_fn)(void *done_arg, int rc, const uint8_t *reply, size_t reply_len);
+typedef int (*route_claim_fn)(void *ctx, const uint8_t *claim, size_t claim_len,
+                              const route_claim_at_t *at, route_claim_done_fn done, void *done_arg);
+void route_set_claim_hook(route_svc_t *svc, route_claim_fn fn, void *ctx);
+
 /* Owner-to-key enumeration, paginated: routes that reference `owner` in a hot replica. The
  * cursor is opaque (NULL/0-length = start). `complete` is true only when every shard answered
  * and nothing remains — a partial page never claims absence. */

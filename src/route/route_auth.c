@@ -137,6 +137,11 @@ static void reply(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req
     m.target = svc->self;
     m.rptrs = routes;
     m.n_routes = n;
+    if (req->kind == RMSG_CAS_CLAIM_REQ && kind == RMSG_CAS_RESP) { /* route_claim.c */
+        m.kind = RMSG_CAS_CLAIM_RESP;
+        m.claim = status == 0 ? (uint8_t *)svc->claim_reply : NULL;
+        m.claim_len = status == 0 && m.claim ? svc->claim_reply_len : 0;
+    }
     route_send(svc, raw->from, &m);
 }
 
@@ -164,6 +169,9 @@ typedef struct mirror_op {
     uint64_t reply_req;
     uint32_t pending;
     bool failed;
+    bool claim;           /* a CAS with a claim: answered with RMSG_CAS_CLAIM_RESP */
+    uint8_t *claim_reply; /* its reply blob (owned), NULL = none */
+    uint32_t claim_reply_len;
 } mirror_op_t;
 
 static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
@@ -182,11 +190,13 @@ static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
                   op->failed ? OBS_REPAIR_FAILED : OBS_REPAIR_REPAIRED, OBS_NONE, 1);
     if (op->reply_node != ENV_NODE_NONE) {
         route_msg_t req;
-        route_msg_init(&req, RMSG_CAS_REQ);
+        route_msg_init(&req, op->claim ? RMSG_CAS_CLAIM_REQ : RMSG_CAS_REQ);
         req.req_id = op->reply_req;
         req.shard = op->shard;
         env_msg_t raw = {.from = op->reply_node};
         const kvm_route_t *rp = current ? &e->route : NULL;
+        svc->claim_reply = op->claim_reply;
+        svc->claim_reply_len = op->claim_reply_len;
         if (op->failed || !current) {
             obs_count(svc->metrics, route_cas_total, OBS_CAS_INDETERMINATE, OBS_NONE, 1);
             reply(svc, &raw, &req, RMSG_CAS_RESP, sh, KVMESH_EINDETERMINATE, NULL, 0);
@@ -194,8 +204,11 @@ static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
             obs_count(svc->metrics, route_cas_total, OBS_CAS_APPLIED, OBS_NONE, 1);
             reply(svc, &raw, &req, RMSG_CAS_RESP, sh, 0, &rp, 1);
         }
+        svc->claim_reply = NULL;
+        svc->claim_reply_len = 0;
     }
     kvm_ident_free(&op->ident);
+    free(op->claim_reply);
     free(op);
 }
 
@@ -205,6 +218,7 @@ static void on_mirror_resp(route_svc_t *svc, route_call_t *c, const route_msg_t 
     if (svc->freeing) {
         if (--op->pending == 0) {
             kvm_ident_free(&op->ident);
+            free(op->claim_reply);
             free(op);
         }
         return;
@@ -232,6 +246,15 @@ static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
     op->version = e->route.version;
     op->reply_node = reply_node;
     op->reply_req = reply_req;
+    if (reply_node != ENV_NODE_NONE && svc->claim_seq) { /* a claimed CAS (route_claim.c) */
+        op->claim = true;
+        if (svc->claim_reply_len) {
+            op->claim_reply = malloc(svc->claim_reply_len);
+            KVM_ASSERT(op->claim_reply != NULL);
+            memcpy(op->claim_reply, svc->claim_reply, svc->claim_reply_len);
+            op->claim_reply_len = svc->claim_reply_len;
+        }
+    }
     e->busy = true;
     sh->mirrors_inflight++;
     op->pending = 1; /* held until every call is issued */
@@ -304,7 +327,8 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         return;
     }
     route_entry_t *e = route_table_get(sh->table, &next->ident);
-    if (e && e->busy) {
+    if ((e && e->busy) ||
+        (!svc->claim_seq && svc->n_claims && route_claim_holds(svc, sh->id, &next->ident))) {
         reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_EAGAIN, NULL, 0);
         return;
     }
@@ -319,6 +343,10 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_ECONFLICT, cur ? &cur : NULL, cur ? 1 : 0);
         return;
     }
+    if (req->kind == RMSG_CAS_CLAIM_REQ && !svc->claim_seq) {
+        reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_EAGAIN, NULL, 0); /* never unclaimed */
+        return;
+    }
     kvm_route_t nr;
     kvm_route_init(&nr);
     if (kvm_route_copy(&nr, next) != 0) {
@@ -326,7 +354,9 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         return;
     }
     kvm_route_version_t cur_v = e ? e->route.version : KVM_ROUTE_VERSION_NONE;
-    uint64_t seq = as_primary ? ++sh->seq : cur_v.primary_sequence + 1; /* BUG variant: local */
+    uint64_t seq = svc->claim_seq ? svc->claim_seq /* reserved by its claim (route_claim.c) */
+                   : as_primary   ? ++sh->seq
+                                  : cur_v.primary_sequence + 1; /* BUG variant: local */
     nr.version = (kvm_route_version_t){sh->m_token, seq};
     nr.predecessor_version = cur_v;
     memset(&nr.predecessor_op, 0, sizeof(nr.predecessor_op));
@@ -355,6 +385,24 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         return;
     }
     mirror_start(svc, sh, e, raw->from, req->req_id);
+}
+
+void route_auth_on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
+                       route_shard_t *sh)
+{
+    on_cas(svc, raw, req, sh);
+}
+
+bool route_auth_cas_would_apply(route_svc_t *svc, const route_msg_t *req, route_shard_t *sh)
+{
+    const kvm_route_t *next = &req->routes[0];
+    if (admit(svc, sh, req, true) != 0 || sh->ps != RP_ACTIVE || sh->rec.token != sh->m_token ||
+        kvm_ident_shard(&next->ident, svc->policy.n_shards) != sh->id)
+        return false;
+    route_entry_t *e = route_table_get(sh->table, &next->ident);
+    if ((e && (e->busy || e->dirty)) || route_claim_holds(svc, sh->id, &next->ident))
+        return false;
+    return expected_matches(svc, e, &req->expected);
 }
 
 static void on_read(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
@@ -571,6 +619,9 @@ void route_auth_on_request(route_svc_t *svc, const env_msg_t *raw, const route_m
     switch (m->kind) {
     case RMSG_CAS_REQ:
         on_cas(svc, raw, m, sh);
+        break;
+    case RMSG_CAS_CLAIM_REQ:
+        route_claim_on_req(svc, raw, m, sh);
         break;
     case RMSG_READ_REQ:
         on_read(svc, raw, m, sh);

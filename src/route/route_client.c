@@ -38,6 +38,11 @@ struct route_op {
     kvm_route_version_t expected;
     route_lookup_cb lcb;
     route_cas_cb ccb;
+    route_cas_claim_cb kcb; /* CAS with a claim (route_cas_claim): ccb is NULL */
+    uint8_t *claim;         /* its claim (owned) */
+    uint32_t claim_len;
+    uint8_t *claim_reply; /* the primary's reply blob of the answer being finished (owned) */
+    uint32_t claim_reply_len;
     route_owner_cb ocb;
     void *arg;
     uint64_t deadline;
@@ -100,6 +105,8 @@ static void op_free(route_op_t *op)
     attempt_clear(op);
     kvm_ident_free(&op->ident);
     kvm_route_free(&op->route);
+    free(op->claim);
+    free(op->claim_reply);
     if (op->page) {
         for (uint32_t i = 0; i < op->n_page; i++)
             kvm_route_free(&op->page[i]);
@@ -132,7 +139,10 @@ static void finish(route_op_t *op, int rc, const kvm_route_t *r)
         op->lcb(op->arg, rc, r);
         break;
     case OP_CAS:
-        op->ccb(op->arg, rc, r);
+        if (op->kcb)
+            op->kcb(op->arg, rc, r, op->claim_reply, op->claim_reply_len);
+        else
+            op->ccb(op->arg, rc, r);
         break;
     case OP_OWNER:
         op->ocb(op->arg, rc, NULL);
@@ -390,6 +400,13 @@ static void on_cas_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *re
     case 0:
     case KVMESH_ECONFLICT:
     case KVMESH_EINDETERMINATE:
+        if (op->kcb && resp->claim_len) { /* the claim's reply: handed to the callback */
+            op->claim_reply = malloc(resp->claim_len);
+            if (op->claim_reply) {
+                memcpy(op->claim_reply, resp->claim, resp->claim_len);
+                op->claim_reply_len = resp->claim_len;
+            }
+        }
         finish(op, resp->status, r);
         return;
     case KVMESH_ESTALE_GENERATION:
@@ -419,7 +436,7 @@ static void cas_send(route_op_t *op, route_shard_t *sh)
     if ((svc->bugs & ROUTE_BUG_SECONDARY_CAS) && sh->view.n_set > 0)
         to = sh->view.set[env_rand_u64(svc->env) % sh->view.n_set];
     route_msg_t m;
-    route_msg_init(&m, RMSG_CAS_REQ);
+    route_msg_init(&m, op->kcb ? RMSG_CAS_CLAIM_REQ : RMSG_CAS_REQ);
     m.shard = op->shard;
     m.generation = sh->view.generation;
     m.token = sh->view.token;
@@ -428,8 +445,18 @@ static void cas_send(route_op_t *op, route_shard_t *sh)
     const kvm_route_t *rp = &op->route;
     m.rptrs = &rp;
     m.n_routes = 1;
-    route_call_t *c = route_call(svc, to.node, &m, RMSG_CAS_RESP,
-                                 ROUTE_PEER_CALL_NS + ROUTE_ATTEMPT_NS, false, on_cas_resp, op);
+    m.claim = op->claim;
+    m.claim_len = op->claim_len;
+    /* a claim CAS also waits for the primary's metadata transaction: two metadata timeouts
+     * more, within the op's deadline */
+    uint64_t wait_ns = ROUTE_PEER_CALL_NS + ROUTE_ATTEMPT_NS, now = route_now(svc);
+    if (op->kcb) {
+        uint64_t longer = wait_ns + 2ull * ROUTE_META_TIMEOUT_MS * 1000000;
+        uint64_t left = op->deadline > now ? op->deadline - now : 0;
+        wait_ns = left > wait_ns ? (left < longer ? left : longer) : wait_ns;
+    }
+    route_call_t *c = route_call(svc, to.node, &m, op->kcb ? RMSG_CAS_CLAIM_RESP : RMSG_CAS_RESP,
+                                 wait_ns, false, on_cas_resp, op);
     if (!c) {
         backoff(op, ROUTE_RETRY_NS);
         return;
@@ -696,6 +723,42 @@ int route_cas_costed(route_svc_t *svc, const kvm_route_version_t *expected, cons
     op->expected = *expected;
     op->shard = kvm_ident_shard(&next->ident, svc->policy.n_shards);
     op_start(svc, op);
+    return 0;
+}
+
+static void cas_claim_placeholder(void *arg, int rc, const kvm_route_t *route)
+{
+    (void)arg, (void)rc, (void)route;
+    KVM_ASSERT(!"replaced by route_cas_claim before the op runs");
+}
+
+int route_cas_claim(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
+                    const uint8_t *claim, size_t claim_len, route_cas_claim_cb cb, void *arg,
+                    route_cost_t *cost)
+{
+    if (svc->mo)
+        return kvm_errf(KVMESH_ENOTSUP, "route_cas_claim: MetadataOnly routes have no primary");
+    if (!cb || !claim || claim_len == 0 || claim_len > ROUTE_CLAIM_MAX)
+        return kvm_errf(KVMESH_EINVAL, "route_cas_claim: cb and a claim of 1..%u bytes required",
+                        ROUTE_CLAIM_MAX);
+    uint8_t *copy = malloc(claim_len);
+    if (!copy)
+        return KVMESH_ENOMEM;
+    memcpy(copy, claim, claim_len);
+    /* route_cas_costed with a placeholder callback, then the claim variant's fields: the op is
+     * only started on the loop's next turn (op_start), never completed inside the call */
+    route_op_t *before = svc->ops;
+    int rc = route_cas_costed(svc, expected, next, cas_claim_placeholder, arg, cost);
+    if (rc) {
+        free(copy);
+        return rc;
+    }
+    route_op_t *op = svc->ops;
+    KVM_ASSERT(op && op != before && op->kind == OP_CAS && op->ccb == cas_claim_placeholder);
+    op->ccb = NULL;
+    op->kcb = cb;
+    op->claim = copy;
+    op->claim_len = (uint32_t)claim_len;
     return 0;
 }
 

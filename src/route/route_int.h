@@ -7,7 +7,8 @@
  *                   and the server side of every peer request;
  *   route_client.c  client side: lookup, CAS, owner enumeration, shard view refresh;
  *   route_rec.c     the shard-authority record and cluster policy codecs;
- *   route_msg.c     peer message codec;  route_table.c  per-shard route map + owner index.
+ *   route_msg.c     peer message codec;  route_table.c  per-shard route map + owner index;
+ *   route_claim.c   primary side of a CAS with a claim (the tenant quota's claim hook).
  * docs/protocol.md explains the protocol. Everything runs on the env's loop thread.
  */
 #ifndef KVMESH_ROUTE_ROUTE_INT_H
@@ -223,6 +224,14 @@ struct route_svc {
     struct obs_registry *metrics; /* route families are counted here */
     bool own_metrics;             /* private registry (opts had none): freed with the service */
     unsigned bugs;
+    /* CAS with a claim (route_claim.c) */
+    route_claim_fn claim_fn;
+    void *claim_ctx;
+    struct route_claim *claims; /* primary side: claims in flight */
+    uint32_t n_claims;
+    uint64_t claim_seq;         /* set while a claimed CAS is applied: the reserved sequence */
+    const uint8_t *claim_reply; /* set while a claim CAS is answered: the reply blob */
+    uint32_t claim_reply_len;
     /* tombstone purge (route_svc.c purge_tick); the a_* mirrors are read by any thread */
     _Atomic uint64_t a_entries, a_tombs, a_purged;
     /* batching (route_batch.c): while coalesce > 0, batchable messages wait in the outbox,
@@ -270,9 +279,26 @@ bool route_set_eq(const route_msg_member_t *a, uint32_t na, const route_msg_memb
 
 /* route_auth.c */
 void route_auth_tick(route_svc_t *svc, route_shard_t *sh);
+/* Applies (or refuses, replying) the CAS request req as this shard's authority. */
+void route_auth_on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
+                       route_shard_t *sh);
+/* Whether route_auth_on_cas would apply req now (admitted, this runtime the active primary, the
+ * key not busy, dirty or held by a claim, the expected version current). */
+bool route_auth_cas_would_apply(route_svc_t *svc, const route_msg_t *req, route_shard_t *sh);
+
 void route_auth_on_request(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *m);
 void route_auth_lease_lost(route_svc_t *svc);
 void route_shard_free(route_shard_t *sh);
+
+/* route_claim.c */
+#define ROUTE_MAX_CLAIMS 256 /* claimed CASes in flight at one primary */
+void route_claim_on_req(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
+                        route_shard_t *sh);
+/* Whether a claim in flight holds ident of shard. */
+bool route_claim_holds(const route_svc_t *svc, uint32_t shard, const kvm_ident_t *ident);
+/* Drops every claim in flight (service freed; their dones must not come). */
+void route_claim_free_all(route_svc_t *svc);
+
 bool route_auth_read_valid(route_svc_t *svc, route_shard_t *sh);
 
 /* route_batch.c: every route message leaves through route_emit (batched while coalescing). */

@@ -11,6 +11,7 @@
  * Per-kind checks on decode: the number of routes (exactly 1 for CAS_REQ, MIRROR_REQ and
  * REPAIR; at most 1 for CAS_RESP/READ_RESP; at most ROUTE_MSG_MAX_ROUTES for pages), an ident
  * for READ_REQ, a known kind that matches the env type, and no trailing bytes.
+ * CAS_CLAIM_REQ/RESP (and only they) end with u32 claim_len, claim bytes (<= ROUTE_MSG_MAX_CLAIM).
  */
 #include "route/route_msg.h"
 
@@ -45,6 +46,7 @@ void route_msg_clear(route_msg_t *m)
 {
     uint16_t kind = m->kind;
     kvm_ident_free(&m->ident);
+    free(m->claim);
     if (m->routes) {
         for (uint32_t i = 0; i < m->n_routes; i++)
             kvm_route_free(&m->routes[i]);
@@ -56,20 +58,35 @@ void route_msg_clear(route_msg_t *m)
 const char *route_msg_kind_name(uint16_t kind)
 {
     static const char *const names[] = {
-        [RMSG_CAS_REQ] = "cas_req",         [RMSG_CAS_RESP] = "cas_resp",
-        [RMSG_READ_REQ] = "read_req",       [RMSG_READ_RESP] = "read_resp",
-        [RMSG_MIRROR_REQ] = "mirror_req",   [RMSG_MIRROR_RESP] = "mirror_resp",
-        [RMSG_GRANT_REQ] = "grant_req",     [RMSG_GRANT_RESP] = "grant_resp",
-        [RMSG_FETCH_REQ] = "fetch_req",     [RMSG_FETCH_RESP] = "fetch_resp",
-        [RMSG_INSTALL_REQ] = "install_req", [RMSG_INSTALL_RESP] = "install_resp",
-        [RMSG_REPAIR] = "repair",           [RMSG_OWNER_REQ] = "owner_req",
+        [RMSG_CAS_REQ] = "cas_req",
+        [RMSG_CAS_RESP] = "cas_resp",
+        [RMSG_READ_REQ] = "read_req",
+        [RMSG_READ_RESP] = "read_resp",
+        [RMSG_MIRROR_REQ] = "mirror_req",
+        [RMSG_MIRROR_RESP] = "mirror_resp",
+        [RMSG_GRANT_REQ] = "grant_req",
+        [RMSG_GRANT_RESP] = "grant_resp",
+        [RMSG_FETCH_REQ] = "fetch_req",
+        [RMSG_FETCH_RESP] = "fetch_resp",
+        [RMSG_INSTALL_REQ] = "install_req",
+        [RMSG_INSTALL_RESP] = "install_resp",
+        [RMSG_REPAIR] = "repair",
+        [RMSG_OWNER_REQ] = "owner_req",
         [RMSG_OWNER_RESP] = "owner_resp",
+        [RMSG_CAS_CLAIM_REQ] = "cas_claim_req",
+        [RMSG_CAS_CLAIM_RESP] = "cas_claim_resp",
     };
-    if (kind == RMSG_BATCH)
+    if (kind == RMSG_BATCH) /* a container (route_batch_*), never a message of its own */
         return "batch";
-    if (kind == 0 || kind > RMSG_KIND_MAX)
+    if (kind == 0 || kind > RMSG_KIND_MAX || !names[kind])
         return "unknown";
     return names[kind];
+}
+
+/* Whether a kind ends with a claim blob. */
+static bool has_claim(uint16_t kind)
+{
+    return kind == RMSG_CAS_CLAIM_REQ || kind == RMSG_CAS_CLAIM_RESP;
 }
 
 /* Largest route count a kind may carry, and the smallest. */
@@ -79,11 +96,13 @@ static void kind_route_bounds(uint16_t kind, uint32_t *lo, uint32_t *hi)
     *hi = 0;
     switch (kind) {
     case RMSG_CAS_REQ:
+    case RMSG_CAS_CLAIM_REQ:
     case RMSG_MIRROR_REQ:
     case RMSG_REPAIR:
         *lo = *hi = 1;
         break;
     case RMSG_CAS_RESP:
+    case RMSG_CAS_CLAIM_RESP:
     case RMSG_READ_RESP:
         *hi = 1;
         break;
@@ -103,14 +122,20 @@ size_t route_msg_size_bound(const route_msg_t *m)
     if (m->has_ident)
         n += 4 + KVM_WIRE_MAX_RECORD_LEN;
     n += (size_t)m->n_routes * (4 + KVM_WIRE_MAX_RECORD_LEN);
+    n += 4 + (size_t)m->claim_len;
     return KVM_MIN(n, (size_t)ROUTE_MSG_MAX_LEN);
 }
 
 int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out_len)
 {
     uint32_t lo, hi;
-    if (m->kind == 0 || m->kind > RMSG_KIND_MAX)
+    if (m->kind == 0 || m->kind > RMSG_KIND_MAX || m->kind == RMSG_BATCH ||
+        !strcmp(route_msg_kind_name(m->kind), "unknown"))
         return kvm_errf(KVMESH_EINVAL, "route message kind %u unknown", m->kind);
+    if (m->claim_len > ROUTE_MSG_MAX_CLAIM || (m->claim_len && !m->claim) ||
+        (m->claim_len && !has_claim(m->kind)))
+        return kvm_errf(KVMESH_EINVAL, "route message %s: claim of %u bytes not allowed",
+                        route_msg_kind_name(m->kind), m->claim_len);
     kind_route_bounds(m->kind, &lo, &hi);
     if (m->n_routes < lo || m->n_routes > hi || m->n_set > ROUTE_MSG_MAX_SET)
         return kvm_errf(KVMESH_EINVAL, "route message %s: %u routes, %u members out of range",
@@ -170,6 +195,8 @@ int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out
         kvm_wr_advance(&w, n);
         kvm_wr_patch_u32le(&w, at, (uint32_t)n);
     }
+    if (has_claim(m->kind))
+        kvm_wr_lp32le(&w, m->claim, m->claim_len);
     size_t len = 0;
     if (kvm_wr_finish(&w, &len) != 0 || len > ROUTE_MSG_MAX_LEN)
         return kvm_errf(KVMESH_ETOOBIG, "route message %s does not fit %zu bytes",
@@ -201,7 +228,8 @@ int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t 
         return kvm_errf(KVMESH_EINCOMPAT, "route message codec version %u; this build speaks %u",
                         ver, ROUTE_MSG_VERSION);
     out->kind = kvm_rd_u16le(&r);
-    if (out->kind == 0 || out->kind > RMSG_KIND_MAX)
+    if (out->kind == 0 || out->kind > RMSG_KIND_MAX || out->kind == RMSG_BATCH ||
+        !strcmp(route_msg_kind_name(out->kind), "unknown"))
         return bad(out, "unknown kind");
     if (type != ROUTE_MSG_BASE + out->kind)
         return bad(out, "kind does not match the message type");
@@ -267,6 +295,23 @@ int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t 
             out->n_routes = i + 1; /* so that clear frees what was decoded */
             if (wire_route_decode(p, n, &out->routes[i]) != 0)
                 return bad(out, "bad route frame");
+        }
+    }
+    if (has_claim(out->kind)) {
+        uint32_t n = 0;
+        const uint8_t *p = kvm_rd_lp32le(&r, &n);
+        if (!p)
+            return bad(out, "truncated claim");
+        if (n > ROUTE_MSG_MAX_CLAIM)
+            return bad(out, "claim too large");
+        if (n) {
+            out->claim = malloc(n);
+            if (!out->claim) {
+                route_msg_clear(out);
+                return kvm_errf(KVMESH_ENOMEM, "route message: out of memory");
+            }
+            memcpy(out->claim, p, n);
+            out->claim_len = n;
         }
     }
     if (!kvm_rd_end(&r))

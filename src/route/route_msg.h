@@ -51,11 +51,16 @@ enum route_msg_kind {
     RMSG_REPAIR = 13,    /* reader -> authority: a higher version it lacks (no reply) */
     RMSG_OWNER_REQ = 14, /* client -> authority: owner index page of a shard */
     RMSG_OWNER_RESP = 15,
-    RMSG_KIND_MAX = 15,
     /* Not a message of its own: a batch of up to KVM_ROUTE_BATCH_MAX encoded messages of the
      * kinds route_msg_batchable() admits, all to one peer (route_batch.c). */
     RMSG_BATCH = 16,
+    /* 17..19: left for other request kinds */
+    RMSG_CAS_CLAIM_REQ = 20,  /* client -> primary: a CAS_REQ with a claim (route_claim.c) */
+    RMSG_CAS_CLAIM_RESP = 21, /* a CAS_RESP with the claim's reply */
+    RMSG_KIND_MAX = 21,
 };
+
+#define ROUTE_MSG_MAX_CLAIM (16u * 1024) /* bytes of a claim or claim reply blob */
 
 /* Install flags */
 #define RMSG_INSTALL_BEGIN 1u /* drop what you hold for the shard; adopt the new set */
@@ -94,7 +99,11 @@ typedef struct route_msg {
     bool more;
     /* routes: CAS_REQ/RESP, READ_RESP, MIRROR, REPAIR: 0 or 1; pages: up to MAX_ROUTES */
     uint32_t n_routes;
-    kvm_route_t *routes;             /* owned array of n_routes (heap) when decoded */
+    kvm_route_t *routes; /* owned array of n_routes (heap) when decoded */
+    /* CAS_CLAIM_REQ/RESP: the opaque claim (request) or its reply (<= ROUTE_MSG_MAX_CLAIM);
+     * owned (heap) when decoded, borrowed when encoding */
+    uint8_t *claim;
+    uint32_t claim_len;
     const kvm_route_t *const *rptrs; /* encode only: when set, routes are taken from here */
 } route_msg_t;
 

@@ -660,6 +660,7 @@ void route_svc_free(route_svc_t *svc)
     svc->freeing = true;
     env_timer_cancel(svc->env, svc->tick_timer);
     route_client_cancel_all(svc);
+    route_claim_free_all(svc);
     while (svc->calls) { /* owners see svc->freeing and only release their context */
         route_call_t *c = svc->calls;
         call_unlink(svc, c);
@@ -704,6 +705,7 @@ void route_on_message(route_svc_t *svc, const env_msg_t *msg)
     }
     switch (m.kind) {
     case RMSG_CAS_RESP:
+    case RMSG_CAS_CLAIM_RESP:
     case RMSG_READ_RESP:
     case RMSG_MIRROR_RESP:
     case RMSG_GRANT_RESP:

@@ -666,8 +666,12 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
     int rc = 0;
     char lookup_err[512] = "";
     uint64_t deadline = kvm_deadline_new(rt); /* one deadline for lookups and every read round */
-    bool late = false;
+    bool late = false, refresh = false;
     for (int attempt = 0; attempt < 2 && kvm_deadline_left_ms(deadline) > 0; attempt++) {
+        /* An owner the snapshot did not list, or whose listed address refused us (it joined
+         * or restarted since the last periodic refresh): refresh once, then look up again. */
+        if (refresh)
+            (void)kvm_rt_refresh_sync(rt, deadline);
         size_t todo = 0;
         for (size_t i = 0; i < n; i++)
             todo +=
@@ -742,15 +746,27 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
                     kvm_cold_read(rt, &look->items[i].route, outs[i].iov, outs[i].iovcnt, deadline);
                 if (e == KVMESH_ECHECKSUM || e == KVMESH_ECORRUPT)
                     bad_sum = true;
-                else if (e == KVMESH_ECONFLICT && attempt == 0)
-                    outs[i].rc = e; /* the route changed (e.g. re-promoted): look it up again */
-                else if (e != 0 && e != KVMESH_ETIMEDOUT) {
+                else if ((e == KVMESH_ECONFLICT || e == KVMESH_ECONN) && attempt == 0) {
+                    outs[i].rc = KVMESH_ECONFLICT; /* the route changed (e.g. re-promoted), or
+                                                    * the owner moved: look it up again */
+                    refresh |= e == KVMESH_ECONN;
+                } else if (e != 0 && e != KVMESH_ETIMEDOUT) {
                     outs[i].rc = e;
                     outs[i].read_failed = true;
                 } else if (e == 0)
                     outs[i].rc = 0;
             }
         late = late || kvm_deadline_left_ms(deadline) == 0;
+        for (size_t i = 0; i < n && attempt == 0 && !late; i++) {
+            struct kvm_item *it = &look->items[i];
+            bool unknown = false;
+            for (uint32_t r = 0; r < it->route.n_replicas && outs[i].rc == KVMESH_EAGAIN; r++)
+                unknown |= !it->acc[r].known;
+            if (unknown) { /* every listed replica failed and some owner is not in the snapshot */
+                outs[i].rc = KVMESH_ECONFLICT;
+                refresh = true;
+            }
+        }
         for (size_t i = 0; i < n; i++)
             if (outs[i].rc == KVMESH_EAGAIN) {
                 outs[i].rc = late      ? KVMESH_ETIMEDOUT
@@ -762,6 +778,11 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
             snprintf(lookup_err, sizeof(lookup_err), "%s", look->err);
         kvm_op_unref(look);
     }
+    for (size_t i = 0; i < n; i++)
+        if (outs[i].rc == KVMESH_ECONFLICT) { /* its second look was cut off by the deadline */
+            outs[i].rc = KVMESH_EUNAVAILABLE;
+            outs[i].read_failed = true;
+        }
     size_t fi = n;
     for (size_t i = 0; i < n && fi == n; i++)
         if (outs[i].rc && outs[i].rc != KVMESH_ENOENT && outs[i].rc != KVMESH_ETOOBIG)

@@ -804,6 +804,9 @@ static void published(void *arg, int rc, const kvm_route_t *r)
      * partial mirror was repaired meanwhile) is published too. */
     bool ours = rc == KVMESH_ECONFLICT && r && it->pub_op_set &&
                 kvm_op_id_equal(&r->content_op, &it->pub_op);
+    /* settled by a lookup after a claim-carrying CAS: a route with our op proves its claim */
+    if ((rc == 0 || ours) && r && it->q && it->q->state == KVM_Q_RESERVED)
+        kvm_quota_cas_claimed(op, it, KVMESH_ECONFLICT, r, NULL, 0);
     if ((rc == 0 || ours) && it->q && it->q->state == KVM_Q_CLAIMED) {
         kvm_quota_finalize(op, it, r, publish_finalized); /* tenant quota: after the CAS */
         return;
@@ -901,6 +904,12 @@ static void publish_claimed(kvm_op_t *op, struct kvm_item *it, int rc)
  * version the CAS finally returns is recorded by finalize's replay claim when it differs. */
 static void publish_cas(kvm_op_t *op, struct kvm_item *it)
 {
+    if (kvm_quota_cas_claim_wanted(op, it)) { /* EmbeddedWrh: the primary claims in its CAS */
+        it->pub_op = it->q->content_op;
+        it->pub_op_set = true;
+        publish_cas_now(op, it);
+        return;
+    }
     if (it->q && it->q->state == KVM_Q_RESERVED) {
         it->pub_op = it->q->content_op;
         it->pub_op_set = true;
@@ -919,6 +928,43 @@ static void publish_gated(kvm_op_t *op, struct kvm_item *it, int rc)
         return;
     }
     publish_cas_now(op, it);
+}
+
+/* The answer of a route CAS that carried the quota claim (EmbeddedWrh): the claim's outcome
+ * first (quota.c), then the CAS's as for any publication; a primary that cannot claim sends
+ * the item back through the writer's own claim. */
+static void published_claim(void *arg, int rc, const kvm_route_t *r, const uint8_t *reply,
+                            size_t reply_len)
+{
+    struct item_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_quota_cas_claimed(op, it, rc, r, reply, reply_len);
+    if (rc == KVMESH_ENOTSUP) { /* nothing claimed, nothing applied */
+        ictx_free(c, 0);
+        publish_cas(op, it);
+        return;
+    }
+    if (rc == KVMESH_ECANCELED) { /* the reservation was aborted: the CAS was not applied */
+        ictx_free(c, rc);
+        kvm_cold_reclaim_settle(op->rt, it, false);
+        release_res(op->rt, it);
+        item_fail(op, it, rc,
+                  "quota claim at the route primary refused: the reservation was "
+                  "aborted (expired); the put was not applied");
+        return;
+    }
+    published(c, rc, r);
+}
+
+/* A route CAS that carries the item's quota claim (put or remove), answered to cb. */
+static int cas_with_claim(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_t *expected,
+                          const kvm_route_t *next, route_cas_claim_cb cb, struct item_ctx *c)
+{
+    static _Thread_local uint8_t blob[ROUTE_CLAIM_MAX];
+    size_t n = 0;
+    int rc = kvm_quota_cas_claim_blob(op, it, blob, sizeof(blob), &n);
+    return rc ? rc : route_cas_claim(op->rt->route, expected, next, blob, n, cb, c, &c->cost);
 }
 
 static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
@@ -956,7 +1002,11 @@ static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
     if (c)
         c->stage = OBS_CPSTAGE_ROUTE_CAS;
     struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
-    rc = c ? route_cas_costed(rt->route, &expected, &next, published, c, &c->cost) : KVMESH_ENOMEM;
+    if (c && kvm_quota_cas_claim_wanted(op, it))
+        rc = cas_with_claim(op, it, &expected, &next, published_claim, c);
+    else
+        rc = c ? route_cas_costed(rt->route, &expected, &next, published, c, &c->cost)
+               : KVMESH_ENOMEM;
     kvm_trace_scope_leave(saved);
     kvm_route_free(&next);
     if (rc) {
@@ -1104,6 +1154,10 @@ static void remove_claimed(kvm_op_t *op, struct kvm_item *it, int rc)
 
 static void remove_cas(kvm_op_t *op, struct kvm_item *it)
 {
+    if (kvm_quota_cas_claim_wanted(op, it)) { /* EmbeddedWrh: the primary claims in its CAS */
+        remove_cas_now(op, it);
+        return;
+    }
     if (it->q && it->q->state == KVM_Q_RESERVED) {
         kvm_quota_claim(op, it, &it->cur.version, remove_claimed); /* just before the CAS */
         return;
@@ -1129,6 +1183,31 @@ static void remove_gated(kvm_op_t *op, struct kvm_item *it, int rc)
     remove_cas_now(op, it);
 }
 
+/* The answer of a tombstone CAS that carried the quota claim (EmbeddedWrh), as
+ * published_claim for puts. */
+static void removed_claim(void *arg, int rc, const kvm_route_t *r, const uint8_t *reply,
+                          size_t reply_len)
+{
+    struct item_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_quota_cas_claimed(op, it, rc, r, reply, reply_len);
+    if (rc == KVMESH_ENOTSUP) { /* nothing claimed, nothing applied */
+        ictx_free(c, 0);
+        remove_cas(op, it);
+        return;
+    }
+    if (rc == KVMESH_ECANCELED) { /* the reservation was aborted: the CAS was not applied */
+        ictx_free(c, rc);
+        kvm_cold_reclaim_settle(op->rt, it, false);
+        item_fail(op, it, rc,
+                  "quota claim at the route primary refused: the reservation was "
+                  "aborted (expired); the remove was not applied");
+        return;
+    }
+    removed(c, rc, r);
+}
+
 static void remove_cas_now(kvm_op_t *op, struct kvm_item *it)
 {
     if (kvm_cold_reclaim_gate(op->rt, op, it, remove_gated))
@@ -1144,8 +1223,11 @@ static void remove_cas_now(kvm_op_t *op, struct kvm_item *it)
         if (c)
             c->stage = OBS_CPSTAGE_ROUTE_CAS;
         struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
-        rc = c ? route_cas_costed(op->rt->route, &it->cur.version, &next, removed, c, &c->cost)
-               : KVMESH_ENOMEM;
+        if (c && kvm_quota_cas_claim_wanted(op, it))
+            rc = cas_with_claim(op, it, &it->cur.version, &next, removed_claim, c);
+        else
+            rc = c ? route_cas_costed(op->rt->route, &it->cur.version, &next, removed, c, &c->cost)
+                   : KVMESH_ENOMEM;
         kvm_trace_scope_leave(saved);
         if (rc)
             ictx_free(c, rc);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/util.h"
 #include "store/quota.h"
 #include "store/store.h"
@@ -334,6 +335,7 @@ static void boot_next(kvm_rt_t *rt)
     struct kvm_quota *q = rt->quota;
     if (q->boot_next == q->n) {
         recon_arm(rt);
+        kvm_quota_claim_hook(rt, true); /* this runtime's primaries claim in their CAS */
         q->open_cb(rt, 0, "");
         return;
     }
@@ -376,6 +378,7 @@ void kvm_quota_close(kvm_rt_t *rt)
     if (!q)
         return;
     q->closing = true;
+    kvm_quota_claim_hook(rt, false); /* before tn_close: no claim answers after it */
     env_timer_cancel(rt->env, q->recon_timer);
     q->recon_timer = 0;
     tn_close(q->tn);
@@ -864,6 +867,166 @@ void kvm_quota_claim(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_
     if (kvm_route_version_is_none(expected))
         next = (kvm_route_version_t){1, 1};
     claim_send(op, it, &next, cont);
+}
+
+/* ---- the claim carried by the route CAS (EmbeddedWrh) ----------------------------------------
+ * The claim blob: u8 version (1) | lp16 tenant | lp16 domain | lp16 key | lp16 op id
+ * | u64 publish token | lp16 payload | lp32 hint (tn_hint_export of the writer's records).
+ * The reply blob: the primary's hint after its claim (tn_hint_export), or empty. */
+#define QCLAIM_VERSION 1
+
+static void payload_of(const struct kvm_item *it, uint8_t payload[16])
+{
+    for (int i = 0; i < 8; i++) {
+        payload[i] = (uint8_t)(it->len >> (56 - 8 * i));
+        payload[8 + i] = (uint8_t)(it->checksum >> (56 - 8 * i));
+    }
+}
+
+bool kvm_quota_cas_claim_wanted(kvm_op_t *op, struct kvm_item *it)
+{
+    return it->q && it->q->state == KVM_Q_RESERVED && !it->q->cas_claim_off && op->rt->quota &&
+           op->rt->cfg.route_mode == ROUTE_MODE_EMBEDDED_WRH;
+}
+
+int kvm_quota_cas_claim_blob(kvm_op_t *op, struct kvm_item *it, uint8_t *buf, size_t cap,
+                             size_t *len)
+{
+    struct kvm_qitem *qi = it->q;
+    static _Thread_local uint8_t hint[TN_HINT_MAX];
+    size_t hl = 0;
+    if (tn_hint_export(op->rt->quota->tn, qi->tenant, qi->op_id, hint, sizeof(hint), &hl) != 0)
+        hl = 0; /* no hint: the primary's claim reads first */
+    uint8_t payload[16];
+    payload_of(it, payload);
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf, cap);
+    kvm_wr_u8(&w, QCLAIM_VERSION);
+    kvm_wr_lp16le(&w, qi->tenant, strlen(qi->tenant));
+    kvm_wr_lp16le(&w, qi->domain, strlen(qi->domain));
+    kvm_wr_lp16le(&w, qi->key, strlen(qi->key));
+    kvm_wr_lp16le(&w, qi->op_id, strlen(qi->op_id));
+    kvm_wr_u64le(&w, qi->content_op.seq);
+    kvm_wr_lp16le(&w, payload, qi->is_delete ? 0 : sizeof(payload));
+    kvm_wr_lp32le(&w, hint, hl);
+    qi->cas_claim_sent = true;
+    if (kvm_wr_finish(&w, len) != 0)
+        return kvm_errf(KVMESH_ETOOBIG, "quota claim does not fit %zu bytes", cap);
+    return 0;
+}
+
+void kvm_quota_cas_claimed(kvm_op_t *op, struct kvm_item *it, int rc, const kvm_route_t *r,
+                           const uint8_t *reply, size_t reply_len)
+{
+    struct kvm_qitem *qi = it->q;
+    if (!qi || qi->state != KVM_Q_RESERVED || !qi->cas_claim_sent)
+        return;
+    if (rc == KVMESH_ENOTSUP) { /* the primary cannot claim: the writer does (4 round trips) */
+        qi->cas_claim_off = true;
+        return;
+    }
+    bool ours = r && kvm_op_id_equal(&r->content_op, &qi->content_op);
+    if (rc == 0 || ours) { /* published with a claim made by its primary */
+        qcount(op->rt, OBS_QOP_CLAIM, 0);
+        qi->state = KVM_Q_CLAIMED;
+        qi->predicted = r ? r->version : qi->predicted;
+        if (reply_len && op->rt->quota)
+            (void)tn_hint_import(op->rt->quota->tn, reply, reply_len); /* stale: a compare */
+    }
+}
+
+struct qhook {
+    kvm_rt_t *rt;
+    route_claim_done_fn done;
+    void *done_arg;
+    char tenant[TN_TENANT_CAP];
+    char op_id[TN_OPID_CAP];
+};
+
+static void hook_claimed(void *arg, int rc, const tn_op_view_t *v)
+{
+    (void)v;
+    struct qhook *h = arg;
+    static _Thread_local uint8_t hint[TN_HINT_MAX];
+    size_t hl = 0;
+    if (rc == 0 && h->rt->quota && !h->rt->quota->closing &&
+        tn_hint_export(h->rt->quota->tn, h->tenant, h->op_id, hint, sizeof(hint), &hl) != 0)
+        hl = 0;
+    if (rc)
+        kvm_errf(rc, "quota claim at the route primary refused: %s", kvmesh_last_error());
+    h->done(h->done_arg, rc, hint, hl <= ROUTE_CLAIM_MAX ? hl : 0);
+    free(h);
+}
+
+static int rd_str(kvm_rd_t *r, char *out, size_t cap)
+{
+    uint16_t n = 0;
+    const uint8_t *p = kvm_rd_lp16le(r, &n);
+    if (!p || n >= cap)
+        return -1;
+    memcpy(out, p, n);
+    out[n] = 0;
+    return 0;
+}
+
+/* route_claim_fn: the claim of a CAS this runtime's primary is about to apply. */
+static int claim_hook(void *ctx, const uint8_t *claim, size_t claim_len, const route_claim_at_t *at,
+                      route_claim_done_fn done, void *done_arg)
+{
+    kvm_rt_t *rt = ctx;
+    struct kvm_quota *q = rt->quota;
+    if (!q || q->closing)
+        return kvm_errf(KVMESH_ENOTSUP, "no tenant quota handle here");
+    struct qhook *h = calloc(1, sizeof(*h));
+    if (!h)
+        return KVMESH_ENOMEM;
+    char domain[TN_DOMAIN_CAP], key[TN_KEY_CAP];
+    kvm_rd_t r;
+    kvm_rd_init(&r, claim, claim_len);
+    uint8_t ver = kvm_rd_u8(&r);
+    int bad = ver != QCLAIM_VERSION;
+    bad = bad || rd_str(&r, h->tenant, sizeof(h->tenant)) || rd_str(&r, domain, sizeof(domain)) ||
+          rd_str(&r, key, sizeof(key)) || rd_str(&r, h->op_id, sizeof(h->op_id));
+    uint64_t publish_token = kvm_rd_u64le(&r);
+    uint16_t pl = 0;
+    const uint8_t *payload = kvm_rd_lp16le(&r, &pl);
+    uint32_t hl = 0;
+    const uint8_t *hint = kvm_rd_lp32le(&r, &hl);
+    if (bad || !payload || !hint || !kvm_rd_end(&r)) {
+        free(h);
+        return kvm_errf(KVMESH_EPROTO, "malformed quota claim in a route CAS");
+    }
+    if (!find_policy(q, h->tenant, strlen(h->tenant))) {
+        int rc =
+            kvm_errf(KVMESH_ENOTSUP, "tenant '%s' has no quota policy at this primary", h->tenant);
+        free(h);
+        return rc;
+    }
+    if (hl)
+        (void)tn_hint_import(q->tn, hint, hl); /* a stale or bad hint costs a read, no more */
+    h->rt = rt;
+    h->done = done;
+    h->done_arg = done_arg;
+    tn_claim_req_t req = {.tenant = h->tenant,
+                          .domain = domain,
+                          .key = key,
+                          .op_id = h->op_id,
+                          .generation = at->generation,
+                          .fencing_token = at->fencing_token,
+                          .publish_token = publish_token,
+                          .next_version = at->next_version,
+                          .payload = payload,
+                          .payload_len = pl};
+    int rc = tn_claim(q->tn, &req, hook_claimed, h);
+    if (rc)
+        free(h);
+    return rc; /* counted by the writer (kvm_quota_cas_claimed), as its own claims are */
+}
+
+void kvm_quota_claim_hook(kvm_rt_t *rt, bool on)
+{
+    if (rt->route && rt->cfg.route_mode == ROUTE_MODE_EMBEDDED_WRH)
+        route_set_claim_hook(rt->route, on && rt->quota ? claim_hook : NULL, rt);
 }
 
 static void finalized_cb(void *arg, int rc, const tn_op_view_t *v)

@@ -35,6 +35,8 @@ struct kvm_qitem {
     uint32_t recoveries; /* tenant-local evictions done for this write */
     kvm_route_version_t expected;  /* predecessor route version the reserve named */
     kvm_route_version_t predicted; /* next version the claim recorded */
+    bool cas_claim_sent;           /* a route CAS carrying the claim went out (EmbeddedWrh) */
+    bool cas_claim_off;            /* the primary has no claim hook: the writer claims */
     kvm_route_t route;             /* published route awaiting finalize */
     kvm_q_cont cont, final_cont;
 };
@@ -66,6 +68,21 @@ void kvm_quota_del_reserve(struct kvm_op *op, struct kvm_item *it, const kvm_rou
  * it->q->content_op: PENDING -> PUBLISHING (a failure leaves it PENDING: abort it). */
 void kvm_quota_claim(struct kvm_op *op, struct kvm_item *it, const kvm_route_version_t *expected,
                      kvm_q_cont cont);
+/* [loop] EmbeddedWrh: whether this item's claim travels with its route CAS (the fenced primary
+ * claims immediately before applying it, route_cas_claim): true while the item is RESERVED and
+ * its primary has not answered that it cannot claim. Then kvm_quota_cas_claim_blob() makes the
+ * claim to send (the operation's scope, id, publish token and payload, and the hint of its
+ * records so that the primary's claim is one transaction), and kvm_quota_cas_claimed() takes the
+ * CAS's answer: rc 0 (or a route carrying the operation's content op) means the primary claimed
+ * it with the published version — it is CLAIMED, and the reply's hint lets finalize start with
+ * its write. KVMESH_ENOTSUP turns the item back to the writer's claim (kvm_quota_claim). */
+bool kvm_quota_cas_claim_wanted(struct kvm_op *op, struct kvm_item *it);
+int kvm_quota_cas_claim_blob(struct kvm_op *op, struct kvm_item *it, uint8_t *buf, size_t cap,
+                             size_t *len);
+void kvm_quota_cas_claimed(struct kvm_op *op, struct kvm_item *it, int rc, const kvm_route_t *r,
+                           const uint8_t *reply, size_t reply_len);
+/* [loop] the primary side: registers (rt->quota set) or clears the route service's claim hook. */
+void kvm_quota_claim_hook(struct kvm_rt *rt, bool on);
 /* [loop] after the CAS applied `r`: finalize (re-claiming first when the primary assigned
  * another version than predicted); cont(op, it, 0) always (a failed finalize is left to the
  * reconciler: the route carries the operation id). */

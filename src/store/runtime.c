@@ -546,13 +546,112 @@ static void held_kick(kvm_rt_t *rt)
     kvm_member_refresh(rt, held_flush);
 }
 
+/* Application threads waiting for a snapshot refresh (kvm_rt_refresh_sync): each needs the
+ * completion of one refresh that started after it asked. refs: the waiter and the loop. */
+struct refresh_waiter {
+    struct refresh_waiter *next;
+    kvm_rt_t *rt;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    uint32_t need; /* [loop] refresh completions still to see */
+    atomic_int refs;
+};
+
+static void waiter_unref(struct refresh_waiter *w)
+{
+    if (atomic_fetch_sub(&w->refs, 1) != 1)
+        return;
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+static void waiter_wake(struct refresh_waiter *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    waiter_unref(w);
+}
+
+/* [loop] after every refresh: wake the waiters it satisfied, keep the others. */
+static void waiters_note_refresh(kvm_rt_t *rt)
+{
+    struct refresh_waiter **pp = &rt->refresh_waiters;
+    while (*pp) {
+        struct refresh_waiter *w = *pp;
+        if (--w->need == 0 || atomic_load(&rt->closing)) {
+            *pp = w->next;
+            waiter_wake(w);
+        } else {
+            pp = &w->next;
+        }
+    }
+}
+
 void kvm_rt_held_after_refresh(kvm_rt_t *rt)
 {
+    waiters_note_refresh(rt);
     if (!rt->held_refresh || atomic_load(&rt->closing))
         return;
     rt->held_refresh = false;
-    if (rt->held_head)
-        kvm_member_refresh(rt, held_flush);
+    if (rt->held_head || rt->refresh_waiters)
+        kvm_member_refresh(rt, rt->held_head ? held_flush : NULL);
+}
+
+static void refresh_sync_start(void *arg)
+{
+    struct refresh_waiter *w = arg;
+    kvm_rt_t *rt = w->rt;
+    if (atomic_load(&rt->closing)) {
+        waiter_wake(w);
+        return;
+    }
+    w->next = rt->refresh_waiters;
+    rt->refresh_waiters = w;
+    if (rt->refreshing) { /* that one may have read the member list before the asker's cause */
+        w->need = 2;
+        rt->held_refresh = true;
+    } else {
+        w->need = 1;
+        kvm_member_refresh(rt, NULL);
+    }
+}
+
+int kvm_rt_refresh_sync(kvm_rt_t *rt, uint64_t deadline_ms)
+{
+    struct refresh_waiter *w = calloc(1, sizeof(*w));
+    if (!w)
+        return KVMESH_ENOMEM;
+    w->rt = rt;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&w->refs, 2);
+    if (env_post(rt->env, refresh_sync_start, w) != 0) {
+        atomic_store(&w->refs, 1);
+        waiter_unref(w);
+        return KVMESH_EAGAIN;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t left = kvm_deadline_left_ms(deadline_ms);
+    uint64_t ns = (uint64_t)ts.tv_nsec + (left % 1000) * 1000000ull;
+    ts.tv_sec += (time_t)(left / 1000 + ns / 1000000000ull);
+    ts.tv_nsec = (long)(ns % 1000000000ull);
+    pthread_mutex_lock(&w->mu);
+    int e = 0;
+    while (!w->done && e == 0)
+        e = pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    bool done = w->done;
+    pthread_mutex_unlock(&w->mu);
+    waiter_unref(w);
+    return done ? 0 : KVMESH_ETIMEDOUT;
 }
 
 static bool held_push(kvm_rt_t *rt, const kvm_runtime_id_t *from, const env_msg_t *msg)
@@ -1079,6 +1178,11 @@ static void rt_free(kvm_rt_t *rt)
         struct self_msg *sm = rt->self_msgs;
         rt->self_msgs = sm->next;
         free(sm);
+    }
+    while (rt->refresh_waiters) { /* (their waiters time out or were woken at close) */
+        struct refresh_waiter *w = rt->refresh_waiters;
+        rt->refresh_waiters = w->next;
+        waiter_wake(w);
     }
     while (rt->held_head) { /* messages held for a refresh the stopped loop never finished */
         struct held_msg *h = rt->held_head;

@@ -354,6 +354,7 @@ typedef struct kvm_rt {
     struct held_msg *held_head, *held_tail;
     size_t n_held;
     bool held_refresh;
+    struct refresh_waiter *refresh_waiters; /* [loop] kvm_rt_refresh_sync callers */
 
     /* open/close synchronisation */
     pthread_cond_t open_cv;
@@ -434,6 +435,11 @@ void kvm_member_refresh(kvm_rt_t *rt, kvm_done_cb cb);  /* one snapshot refresh 
 /* After every snapshot refresh (member.c): starts the refresh that held env messages from
  * unknown senders still wait for, if one was asked for while this one ran (runtime.c). */
 void kvm_rt_held_after_refresh(kvm_rt_t *rt);
+/* [app] Waits (bounded by the deadline) for a membership snapshot refresh that started after
+ * this call: for a reader that met an owner its snapshot does not list or cannot reach at the
+ * listed address (a runtime that joined or restarted since the last periodic refresh).
+ * 0, KVMESH_ETIMEDOUT, KVMESH_EAGAIN (loop queue full) or KVMESH_ENOMEM. */
+int kvm_rt_refresh_sync(kvm_rt_t *rt, uint64_t deadline_ms);
 void kvm_member_start_timers(kvm_rt_t *rt);
 void kvm_member_stop(kvm_rt_t *rt);
 void kvm_member_set_state(kvm_rt_t *rt, enum kvm_member_state to);

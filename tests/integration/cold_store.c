@@ -458,25 +458,6 @@ int main(int argc, char **argv)
         kvmesh_close(kv);
         kv = NULL;
         CHECK(kvmesh_open(&kv, cs) == 0);
-        /* The client reaches the restarted owner at its new address once its membership
-         * snapshot lists the new epoch (the next periodic refresh, lease_ttl_ms / 4 at most
-         * 500 ms); until then a remote restore would dial the old incarnation's port. */
-        {
-            char self_id[KVMESH_ID_HEX_LEN + 1];
-            uint64_t self_epoch = 0;
-            CHECK(kvmesh_self(kv, self_id, &self_epoch) == 0);
-            bool seen = false;
-            for (int t = 0; !seen; t++) { /* bounded: 500 x 20 ms */
-                kvmesh_member_info_t ms[8];
-                size_t nm = 0;
-                CHECK(kvmesh_members(kvc, ms, 8, &nm) == 0);
-                for (size_t j = 0; j < nm && j < 8; j++)
-                    seen |= strcmp(ms[j].id, self_id) == 0 && ms[j].epoch == self_epoch;
-                CHECK(seen || t < 500);
-                if (!seen)
-                    usleep(20000);
-            }
-        }
         size_t back = 0;
         for (uint32_t i = 0; i < NOBJ; i++) {
             if (!mat[i])

@@ -79,6 +79,14 @@ static long long json_u(const char *json, const char *field)
     return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
 }
 
+/* kvmesh_quota_operations_total{operation="claim",result="ok"} in a /metrics body, or -1. */
+static long long prom_claims(const char *body)
+{
+    const char *p =
+        strstr(body, "kvmesh_quota_operations_total{operation=\"claim\",result=\"ok\"}");
+    return p ? strtoll(strchr(p, '}') + 1, NULL, 10) : -1;
+}
+
 static kvmesh_t *open_rt2(const char *url, const char *policies, const char *memory, bool evict,
                           int *rc_out)
 {
@@ -254,7 +262,10 @@ int main(int argc, char **argv)
     kvmesh_t *a = open_rt(url, pol, "32MiB", &orc);
     admin_addr[0] = 0;
     CHECK(a, "open a: %d", orc);
+    uint16_t admin_port_b = testsrv_free_port();
+    snprintf(admin_addr, sizeof(admin_addr), "127.0.0.1:%u", admin_port_b);
     kvmesh_t *b = open_rt(url, pol, "32MiB", &orc);
+    admin_addr[0] = 0;
     CHECK(b, "open b (same policy): %d", orc);
     if (!a || !b)
         goto out;
@@ -350,30 +361,52 @@ int main(int argc, char **argv)
     st = http_get(admin_port, "/stats?tenant=acme%2Fprod", body, sizeof(body));
     CHECK(st == 400 && strstr(body, "tenant id rule"), "bad tenant id: %d %s", st, body);
 
-    /* metadata round trips of the quota protocol per write: this runtime's tn_t counts every
+    /* metadata round trips of the quota protocol per write: each runtime's tn_t counts every
      * metadata call it issues; the calls of its background reconciliation passes and the one
      * usage read that renders each answer are subtracted (the route's own calls are separate).
-     * Goal: <= 3 (reserve, claim, finalize) with a warm record cache. */
-    http_get(admin_port, "/stats?tenant=beta", body, sizeof(body));
-    const char *qb = strstr(body, "\"quota\":") ? strstr(body, "\"quota\":") : body;
-    long long rt0 = json_u(qb, "meta_round_trips") - json_u(qb, "recon_round_trips");
+     * Both runtimes are counted: with EmbeddedWrh routes the claim is made by the key's shard
+     * primary (a or b). Goal: <= 3 (reserve, claim-publish, finalize) with a warm cache. */
+    const uint16_t ports[2] = {admin_port, admin_port_b};
+    long long rt0 = 0, rt1 = 0, per_rt[2] = {0, 0};
+    for (int r = 0; r < 2; r++) {
+        http_get(ports[r], "/stats?tenant=beta", body, sizeof(body));
+        const char *qb = strstr(body, "\"quota\":") ? strstr(body, "\"quota\":") : body;
+        per_rt[r] = json_u(qb, "meta_round_trips") - json_u(qb, "recon_round_trips");
+        rt0 += per_rt[r];
+    }
+    static char mbody[1 << 20];
+    http_get(admin_port, "/metrics", mbody, sizeof(mbody));
+    long long claims0 = prom_claims(mbody);
     enum { RT_PUTS = 20 };
     for (int i = 0; i < RT_PUTS; i++) {
         char k[16];
         snprintf(k, sizeof(k), "rt%d", i);
         CHECK(put(a, "beta", NULL, k, 100, 'r') == 0, "beta %s", k);
     }
-    http_get(admin_port, "/stats?tenant=beta", body, sizeof(body));
-    qb = strstr(body, "\"quota\":") ? strstr(body, "\"quota\":") : body;
-    long long rt1 = json_u(qb, "meta_round_trips") - json_u(qb, "recon_round_trips") - 1;
-    printf("quota metadata round trips: %lld for %d puts (%.2f per write)\n", rt1 - rt0, RT_PUTS,
-           (double)(rt1 - rt0) / RT_PUTS);
-    /* MetadataOnly: the writer predicts the next version ((1, seq + 1)): 3 per write.
-     * EmbeddedWrh: the shard primary assigns a shard-wide sequence the writer cannot predict,
-     * so the claim is repeated with the version the CAS returned: 4 (docs/tenancy.md). */
-    long long per = strcmp(route_mode, "metadata_only") == 0 ? 3 : 4;
-    CHECK(rt0 >= 0 && rt1 - rt0 <= per * RT_PUTS && rt1 - rt0 >= 2 * RT_PUTS,
-          "round trips %lld for %d puts (bound %lld per write)", rt1 - rt0, RT_PUTS, per);
+    for (int r = 0; r < 2; r++) {
+        http_get(ports[r], "/stats?tenant=beta", body, sizeof(body));
+        const char *qb = strstr(body, "\"quota\":") ? strstr(body, "\"quota\":") : body;
+        long long now = json_u(qb, "meta_round_trips") - json_u(qb, "recon_round_trips") - 1;
+        per_rt[r] = now - per_rt[r];
+        rt1 += now;
+    }
+    http_get(admin_port, "/metrics", mbody, sizeof(mbody));
+    long long claims1 = prom_claims(mbody);
+    printf("quota metadata round trips: %lld for %d puts (%.2f per write; writer a %lld, b %lld); "
+           "%lld claims counted at the writer\n",
+           rt1 - rt0, RT_PUTS, (double)(rt1 - rt0) / RT_PUTS, per_rt[0], per_rt[1],
+           claims1 - claims0);
+    /* MetadataOnly: the writer predicts the next version ((1, seq + 1)) and claims it itself.
+     * EmbeddedWrh: the key's shard primary claims the version it is about to publish inside
+     * its CAS handling (route_cas_claim; the records' hints travel with the CAS request and
+     * reply), so b, when primary, makes claims for a's writes. 3 per write in both modes. */
+    CHECK(rt0 >= 0 && rt1 - rt0 <= 3 * RT_PUTS && rt1 - rt0 >= 2 * RT_PUTS,
+          "round trips %lld for %d puts (bound 3 per write)", rt1 - rt0, RT_PUTS);
+    CHECK(claims1 - claims0 == RT_PUTS, "claims %lld for %d puts", claims1 - claims0, RT_PUTS);
+    if (strcmp(route_mode, "metadata_only") == 0)
+        CHECK(per_rt[1] == 0, "metadata_only: b made %lld quota calls", per_rt[1]);
+    else /* b is the primary of about half the shards: it claimed those writes */
+        CHECK(per_rt[1] > 0, "embedded_wrh: b (a primary) made no claim for a's writes");
 
     /* the CLI, a separate runtime process, shows the quota error text (acme is full) */
     {
@@ -430,7 +463,7 @@ int main(int argc, char **argv)
                       present, nb);
             }
             st = http_get(admin_port, "/stats?tenant=beta", body, sizeof(body));
-            qb = strstr(body, "\"quota\":");
+            const char *qb = strstr(body, "\"quota\":");
             long long want = round == 0 ? 60 : round == 1 ? 60 : 100;
             CHECK(qb && json_u(qb, "committed_objects") == want &&
                       json_u(qb, "pending_objects") == 0,

@@ -521,6 +521,136 @@ static void test_batch_per_item_results(void **state)
     fx_close(&f);
 }
 
+/* ---- CAS with a claim (route_cas_claim, route_claim.c) ----------------------------------------
+ */
+
+typedef struct hookst {
+    int calls;
+    int sync_rc; /* returned by the hook (0: answers later through done) */
+    route_claim_at_t at;
+    char claim[64];
+    route_claim_done_fn done;
+    void *done_arg;
+} hookst_t;
+
+static int test_hook(void *ctx, const uint8_t *claim, size_t claim_len, const route_claim_at_t *at,
+                     route_claim_done_fn done, void *done_arg)
+{
+    hookst_t *h = ctx;
+    h->calls++;
+    h->at = *at;
+    snprintf(h->claim, sizeof(h->claim), "%.*s", (int)claim_len, (const char *)claim);
+    h->done = done;
+    h->done_arg = done_arg;
+    return h->sync_rc;
+}
+
+typedef struct cwait {
+    waitv_t w;
+    char reply[64];
+} cwait_t;
+
+static void on_claim_route(void *arg, int rc, const kvm_route_t *r, const uint8_t *reply,
+                           size_t reply_len)
+{
+    cwait_t *c = arg;
+    snprintf(c->reply, sizeof(c->reply), "%.*s", (int)reply_len, reply ? (const char *)reply : "");
+    on_route(&c->w, rc, r);
+}
+
+static void claim_cas_start(route_svc_t *svc, kvm_route_version_t exp, kvm_route_t *next,
+                            cwait_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    assert_int_equal(
+        route_cas_claim(svc, &exp, next, (const uint8_t *)"op-1", 4, on_claim_route, c, NULL), 0);
+}
+
+static void run_until_hook(fx_t *f, hookst_t *h, int calls)
+{
+    for (int i = 0; i < 200000 && h->calls < calls; i++)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_int_equal(h->calls, calls);
+}
+
+static void test_claim_cas(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, "memory://route-unit-claim");
+    waitv_t w;
+    route_svc_t *svc = start(&f, 1, POLICY, &w);
+    assert_int_equal(w.rc, 0);
+    env_set_recv(f.env, (env_recv_fn)route_on_message, svc);
+    push_self(svc, 1);
+    kvm_route_t r;
+    mk(&r, "c", 1, 1);
+    cwait_t c;
+    /* no hook: ENOTSUP, nothing applied */
+    claim_cas_start(svc, KVM_ROUTE_VERSION_NONE, &r, &c);
+    run_until(&f, &c.w);
+    assert_int_equal(c.w.rc, KVMESH_ENOTSUP);
+    lookup(&f, svc, &r.ident, &w);
+    assert_int_equal(w.rc, KVMESH_ENOENT);
+    /* the hook claims; while it is out, the key is held: a plain CAS of it is not applied */
+    hookst_t h = {0};
+    route_set_claim_hook(svc, test_hook, &h);
+    claim_cas_start(svc, KVM_ROUTE_VERSION_NONE, &r, &c);
+    run_until_hook(&f, &h, 1);
+    assert_string_equal(h.claim, "op-1");
+    assert_int_equal(h.at.fencing_token, 1);
+    assert_true(h.at.generation >= 1);
+    assert_int_equal(h.at.next_version.fencing_token, 1);
+    kvm_route_t other;
+    mk(&other, "c", 2, 9);
+    waitv_t plain = {0};
+    assert_int_equal(route_cas(svc, &KVM_ROUTE_VERSION_NONE, &other, on_route, &plain), 0);
+    for (int i = 0; i < 50; i++)
+        uv_run(&f.loop, UV_RUN_NOWAIT);
+    assert_false(c.w.done);
+    h.done(h.done_arg, 0, (const uint8_t *)"hint", 4);
+    run_until(&f, &c.w);
+    assert_int_equal(c.w.rc, 0);
+    assert_string_equal(c.reply, "hint");
+    assert_true(kvm_route_version_equal(&c.w.route.version, &h.at.next_version));
+    kvm_route_version_t v1 = c.w.route.version;
+    kvm_route_free(&c.w.route);
+    run_until(&f, &plain); /* retried after the claim: the key is no longer absent */
+    assert_int_equal(plain.rc, KVMESH_ECONFLICT);
+    assert_int_equal(plain.route.content_op.seq, 1);
+    kvm_route_free(&plain.route);
+    kvm_route_free(&other);
+    /* a stale expectation is refused before any claim */
+    claim_cas_start(svc, KVM_ROUTE_VERSION_NONE, &r, &c);
+    run_until(&f, &c.w);
+    assert_int_equal(c.w.rc, KVMESH_ECONFLICT);
+    assert_int_equal(h.calls, 1);
+    kvm_route_free(&c.w.route);
+    /* a refused claim (the reservation was aborted): the CAS is rejected, nothing applied */
+    kvm_route_free(&r);
+    mk(&r, "c", 1, 2);
+    claim_cas_start(svc, v1, &r, &c);
+    run_until_hook(&f, &h, 2);
+    h.done(h.done_arg, KVMESH_ECANCELED, NULL, 0);
+    run_until(&f, &c.w);
+    assert_int_equal(c.w.rc, KVMESH_ECANCELED);
+    /* a hook that fails at once: its code, nothing applied */
+    h.sync_rc = KVMESH_EBACKEND;
+    claim_cas_start(svc, v1, &r, &c);
+    run_until(&f, &c.w);
+    assert_int_equal(c.w.rc, KVMESH_EBACKEND);
+    assert_int_equal(h.calls, 3);
+    lookup(&f, svc, &r.ident, &w);
+    assert_int_equal(w.rc, 0);
+    assert_true(kvm_route_version_equal(&w.route.version, &v1));
+    kvm_route_free(&w.route);
+    kvm_route_free(&r);
+    route_set_claim_hook(svc, NULL, NULL);
+    route_svc_free(svc);
+    fx_close(&f);
+}
+
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -528,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_single_runtime_ops),
         cmocka_unit_test(test_no_authority_never_claims_absence),
         cmocka_unit_test(test_batch_per_item_results),
+        cmocka_unit_test(test_claim_cas),
     };
     /* The route operations again in MetadataOnly mode (routes stored in the metadata backend):
      * the same lookup/CAS/owner-scan behaviour through the same route.h service. */
