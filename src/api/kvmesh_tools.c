@@ -24,6 +24,7 @@
 #include "meta/keyspace.h"
 #include "meta/meta.h"
 #include "route/route_int.h"
+#include "route/route_table.h"
 #include "store/quota.h"
 #include "store/store.h"
 #include "tenant/tenant.h"
@@ -905,5 +906,23 @@ int kvmesh_tools_quota_reconcile(kvmesh_t *kv, const char *tenant, kvmesh_tools_
                                   .total_replayed = st.recon_replayed,
                                   .total_degraded = st.recon_degraded,
                                   .total_purged = st.recon_purged};
+    return 0;
+}
+
+/* ---- memory per object (kvmesh bench --footprint) ------------------------------------------ */
+
+int kvmesh_tools_route_footprint(kvmesh_t *kv, kvmesh_tools_route_footprint_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    kvm_rt_t *rt = kvmesh_runtime_of(kv);
+    if (!rt)
+        return kvm_errf(KVMESH_EINVAL, "kvmesh_tools_route_footprint: no runtime");
+    if (rt->route)
+        route_table_counts(rt->route, &out->routes, &out->tombstones, &out->purged);
+    out->entry_size = sizeof(route_entry_t);
+    out->route_size = sizeof(kvm_route_t);
+    out->replicas_size = sizeof(((kvm_route_t *)0)->replicas);
+    out->cold_size = sizeof(((kvm_route_t *)0)->cold);
+    out->hint_entries = STORE_HINTS;
     return 0;
 }

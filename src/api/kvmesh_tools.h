@@ -90,6 +90,19 @@ uint64_t kvmesh_tools_now_ns(void);
 struct kvm_rt;
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
 
+/* ---- memory per object (kvmesh bench --footprint) ------------------------------------------
+ * The route counts of kv's authorities (refreshed by their housekeeping tick) and the sizes of
+ * the per-route structures, for the footprint table. 0, or KVMESH_EINVAL without a runtime. */
+typedef struct kvmesh_tools_route_footprint {
+    uint64_t routes, tombstones, purged;
+    size_t entry_size;     /* one route table entry (route_entry_t) */
+    size_t route_size;     /* of it: the route itself (kvm_route_t) */
+    size_t replicas_size;  /* of that: the inline replica slots */
+    size_t cold_size;      /* of that: the inline cold-backing locator */
+    unsigned hint_entries; /* the route hint table (fixed, allocated at first use) */
+} kvmesh_tools_route_footprint_t;
+int kvmesh_tools_route_footprint(kvmesh_t *kv, kvmesh_tools_route_footprint_t *out);
+
 /* ---- critical path of a runtime (kvmesh bench --breakdown) ----------------------------------
  * The kvmesh_op_* counters of one operation kind ("put", "get", "remove", "exist", "batch_put",
  * "batch_get", "batch_remove"; docs/operations.md "Critical-path counters") in kv's registry,

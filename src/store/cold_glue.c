@@ -1698,11 +1698,7 @@ static int cread_run(struct cread *r, env_cb start, uint64_t deadline_ms)
         return KVMESH_EAGAIN;
     }
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t left = kvm_deadline_left_ms(deadline_ms);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (left % 1000) * 1000000ull;
-    ts.tv_sec += (time_t)(left / 1000 + ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
+    env_clock_after(CLOCK_MONOTONIC, kvm_deadline_left_ms(deadline_ms), &ts);
     pthread_mutex_lock(&r->mu);
     int w = 0;
     while (!r->done && w == 0)

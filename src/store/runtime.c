@@ -639,11 +639,7 @@ int kvm_rt_refresh_sync(kvm_rt_t *rt, uint64_t deadline_ms)
         return KVMESH_EAGAIN;
     }
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t left = kvm_deadline_left_ms(deadline_ms);
-    uint64_t ns = (uint64_t)ts.tv_nsec + (left % 1000) * 1000000ull;
-    ts.tv_sec += (time_t)(left / 1000 + ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
+    env_clock_after(CLOCK_MONOTONIC, kvm_deadline_left_ms(deadline_ms), &ts);
     pthread_mutex_lock(&w->mu);
     int e = 0;
     while (!w->done && e == 0)

@@ -24,11 +24,7 @@
 
 #include "api/kvmesh_tools.h"
 #include "cli.h"
-#include "core/route.h"
 #include "peers.h"
-#include "route/route.h"
-#include "route/route_table.h"
-#include "store/store.h"
 
 #define FP_BATCH 128
 
@@ -200,7 +196,6 @@ int bench_footprint(uint64_t count, uint64_t vsize, bool no_peers, const struct 
         kvmesh_batch_put(kv, &scope, it, FP_BATCH, NULL);
     }
     uint64_t rss0 = rss_bytes(), heap0 = heap_in_use(), used0 = used_bytes(kv);
-    uint64_t tombs = 0, purged = 0;
     uint64_t t0 = kvmesh_tools_now_ns(), failed = 0;
     for (uint64_t i = 0; i < count; i += FP_BATCH) {
         size_t n = (size_t)(count - i < FP_BATCH ? count - i : FP_BATCH);
@@ -219,7 +214,9 @@ int bench_footprint(uint64_t count, uint64_t vsize, bool no_peers, const struct 
     uint64_t rss1 = rss_bytes(), heap1 = heap_in_use(), used1 = used_bytes(kv), routes1 = 0;
     /* the route counts are refreshed by the authorities' housekeeping tick: wait (bounded) */
     for (int i = 0; i < 100 && routes1 < count; i++) {
-        route_table_counts(kvmesh_runtime_of(kv)->route, &routes1, &tombs, &purged);
+        kvmesh_tools_route_footprint_t fp;
+        if (kvmesh_tools_route_footprint(kv, &fp) == 0)
+            routes1 = fp.routes;
         if (routes1 < count)
             usleep(20 * 1000);
     }
@@ -241,17 +238,18 @@ int bench_footprint(uint64_t count, uint64_t vsize, bool no_peers, const struct 
            seg_per - v);
     printf("%-44s %12.1f %12.1f\n", "  of it: heap in use (malloc_info, all arenas)", heap_per,
            heap_per);
-    printf("%-44s %12zu %12s\n", "    route entry struct (sizeof route_entry_t)",
-           sizeof(route_entry_t), "");
-    printf("%-44s %12zu %12s\n", "      of it: kvm_route_t", sizeof(kvm_route_t), "");
+    kvmesh_tools_route_footprint_t fp;
+    (void)kvmesh_tools_route_footprint(kv, &fp);
+    printf("%-44s %12zu %12s\n", "    route entry struct (sizeof route_entry_t)", fp.entry_size,
+           "");
+    printf("%-44s %12zu %12s\n", "      of it: kvm_route_t", fp.route_size, "");
     printf("%-44s %12zu %12s\n", "        of it: replica slots (KVM_MAX_REPLICAS)",
-           sizeof(((kvm_route_t *)0)->replicas), "");
-    printf("%-44s %12zu %12s\n", "        of it: cold backing (inline locator)",
-           sizeof(((kvm_route_t *)0)->cold), "");
+           fp.replicas_size, "");
+    printf("%-44s %12zu %12s\n", "        of it: cold backing (inline locator)", fp.cold_size, "");
     printf("%-44s %12.1f %12.1f\n", "  of it: the rest (RSS - slots - heap)",
            rss_per - seg_per - heap_per, rss_per - seg_per - heap_per);
-    printf("route hints: a fixed table of %d entries (allocated at first use, not per object)\n",
-           STORE_HINTS);
+    printf("route hints: a fixed table of %u entries (allocated at first use, not per object)\n",
+           fp.hint_entries);
     if (have_redis) {
         printf("%-44s %12.1f %12.1f\n", "redis-server used_memory per key", redis_per_key,
                redis_per_key - v);
