@@ -667,11 +667,15 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
     char lookup_err[512] = "";
     uint64_t deadline = kvm_deadline_new(rt); /* one deadline for lookups and every read round */
     bool late = false, refresh = false;
-    for (int attempt = 0; attempt < 2 && kvm_deadline_left_ms(deadline) > 0; attempt++) {
+    /* attempt 0, then up to two more looks for the items that need one (checksum failure,
+     * route changed under a cold read, owner moved), all within the one deadline */
+    for (int attempt = 0; attempt < 3 && kvm_deadline_left_ms(deadline) > 0; attempt++) {
         /* An owner the snapshot did not list, or whose listed address refused us (it joined
          * or restarted since the last periodic refresh): refresh once, then look up again. */
-        if (refresh)
+        if (refresh) {
+            refresh = false;
             (void)kvm_rt_refresh_sync(rt, deadline);
+        }
         size_t todo = 0;
         for (size_t i = 0; i < n; i++)
             todo +=
@@ -693,7 +697,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
         for (size_t i = 0; i < n; i++) {
             struct kvm_item *it = &look->items[i];
             struct kvm_sgout *o = &outs[i];
-            if (attempt == 1 && o->rc != KVMESH_ECHECKSUM && o->rc != KVMESH_ECONFLICT)
+            if (attempt > 0 && o->rc != KVMESH_ECHECKSUM && o->rc != KVMESH_ECONFLICT)
                 continue;
             if (it->rc) {
                 o->rc = it->rc;
@@ -746,10 +750,11 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
                     kvm_cold_read(rt, &look->items[i].route, outs[i].iov, outs[i].iovcnt, deadline);
                 if (e == KVMESH_ECHECKSUM || e == KVMESH_ECORRUPT)
                     bad_sum = true;
-                else if ((e == KVMESH_ECONFLICT || e == KVMESH_ECONN) && attempt == 0) {
+                else if ((e == KVMESH_ECONFLICT || e == KVMESH_ECONN || e == KVMESH_EUNAVAILABLE) &&
+                         attempt < 2) {
                     outs[i].rc = KVMESH_ECONFLICT; /* the route changed (e.g. re-promoted), or
                                                     * the owner moved: look it up again */
-                    refresh |= e == KVMESH_ECONN;
+                    refresh |= e != KVMESH_ECONFLICT;
                 } else if (e != 0 && e != KVMESH_ETIMEDOUT) {
                     outs[i].rc = e;
                     outs[i].read_failed = true;
