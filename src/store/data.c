@@ -764,10 +764,10 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
         late = late || kvm_deadline_left_ms(deadline) == 0;
         for (size_t i = 0; i < n && attempt == 0 && !late; i++) {
             struct kvm_item *it = &look->items[i];
-            bool unknown = false;
+            bool unknown = false; /* (an owner that left is not waited for: only new ones) */
             for (uint32_t r = 0; r < it->route.n_replicas && outs[i].rc == KVMESH_EAGAIN; r++)
-                unknown |= !it->acc[r].known;
-            if (unknown) { /* every listed replica failed and some owner is not in the snapshot */
+                unknown |= it->acc[r].unseen;
+            if (unknown) { /* every listed replica failed and an owner joined since the snapshot */
                 outs[i].rc = KVMESH_ECONFLICT;
                 refresh = true;
             }

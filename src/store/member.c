@@ -96,6 +96,14 @@ env_node_t kvm_member_node_of(kvm_rt_t *rt, const kvm_runtime_id_t *id)
     return n;
 }
 
+bool kvm_member_ever_seen(kvm_rt_t *rt, const kvm_runtime_id_t *id)
+{
+    for (size_t i = 0; i < rt->n_nodes; i++)
+        if (kvm_id128_equal(&rt->nodes[i].id, id))
+            return true;
+    return kvm_id128_equal(id, &rt->self.id);
+}
+
 const struct kvm_member *kvm_member_find(kvm_rt_t *rt, const kvm_runtime_id_t *id)
 {
     for (size_t i = 0; i < rt->n_members; i++)

@@ -608,6 +608,7 @@ void kvm_ops_fill_access(kvm_rt_t *rt, struct kvm_item *it)
                     }
             } else {
                 const struct kvm_member *m = kvm_member_find(rt, &rep->owner);
+                a.unseen = !m && !kvm_member_ever_seen(rt, &rep->owner);
                 for (uint32_t s = 0; m && s < m->n_segs; s++)
                     if (m->segs[s].id == rep->segment) {
                         a.known = true;

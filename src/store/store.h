@@ -115,6 +115,7 @@ struct kvm_res {
 struct kvm_access {
     bool local, known; /* known: the owner is a live member with this segment */
     bool suspect;      /* the owner is quarantined: try it last */
+    bool unseen;       /* the owner was never a member this runtime saw (joined since) */
     uint64_t seg_read_token;
     const char *data_addr; /* interned */
 };
@@ -448,6 +449,8 @@ const struct kvm_member *kvm_member_find(kvm_rt_t *rt, const kvm_runtime_id_t *i
 const struct kvm_member *kvm_member_by_node(kvm_rt_t *rt, env_node_t node);
 env_node_t kvm_member_node_of(kvm_rt_t *rt, const kvm_runtime_id_t *id);
 bool kvm_member_is_suspect(kvm_rt_t *rt, const kvm_runtime_id_t *id);
+/* Whether id ever had a node number here (was in a snapshot or sent a message). [loop] */
+bool kvm_member_ever_seen(kvm_rt_t *rt, const kvm_runtime_id_t *id);
 void kvm_member_quarantine(kvm_rt_t *rt, const kvm_runtime_id_t *id);
 /* Is member id draining in the current snapshot (its record says "draining": an operator's
  * `kvmesh admin drain`, or a runtime leaving through kvmesh_drain)? False for an unknown id. */
