@@ -272,6 +272,27 @@ int main(int argc, char **argv)
 
     /* stop C; block two calls on it; the workers run meanwhile */
     CHECK(kill(procs[2].pid, SIGSTOP) == 0);
+    /* the signal is asynchronous: wait (bounded) until every thread of C is stopped, or a call
+     * started right after it can still be served (seen once: the get on C's key answered in 1 ms)
+     */
+    {
+        char path[64], st[512];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)procs[2].pid);
+        bool stopped = false;
+        for (int t = 0; t < 1000 && !stopped; t++) {
+            FILE *f = fopen(path, "r");
+            size_t n = f ? fread(st, 1, sizeof(st) - 1, f) : 0;
+            if (f)
+                fclose(f);
+            st[n] = 0;
+            const char *rp = strrchr(st, ')'); /* "pid (comm) S ..." */
+            stopped = rp && rp[1] == ' ' && rp[2] == 'T';
+            if (!stopped)
+                usleep(1000);
+        }
+        CHECK(stopped);
+        usleep(20000); /* its in-flight replies, if any, are out before the blocked calls start */
+    }
     pthread_t wt[WORKERS], bt[2];
     for (int w = 0; w < WORKERS; w++)
         CHECK(pthread_create(&wt[w], NULL, worker_main, &ws[w]) == 0);
