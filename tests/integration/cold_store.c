@@ -278,11 +278,11 @@ int main(int argc, char **argv)
         CHECK(kvmesh_config_set(c, "cold_staging_slots", "2") == 0);
         CHECK(kvmesh_config_set(c, "cold_staging_bytes", "1MiB") == 0);
         CHECK(kvmesh_config_set(c, "cold_staging_ttl_ms", "3000") == 0);
-        /* no re-promotion (its room is below evict_low_watermark): the owner's own read of a
-         * cold-only object would otherwise give it a hot replica again, racing the client's
-         * remote restore that this variant counts */
-        CHECK(kvmesh_config_set(c, "evict_low_watermark", "0") == 0);
     }
+    /* no re-promotion (its room is below evict_low_watermark; cold_store_evict tests it): a read
+     * of a cold-only object would otherwise give it a hot replica again, racing what this test
+     * counts (the client's remote restores, the corrupted cold-only gets refused) */
+    CHECK(kvmesh_config_set(c, "evict_low_watermark", "0") == 0);
     CHECK(kvmesh_config_set(c, "admin_listen", "127.0.0.1:0") == 0);
     CHECK(kvmesh_config_set(c, "memory_size", DRAM) == 0);
     CHECK(kvmesh_config_set(c, "segment_size", DRAM) == 0);
