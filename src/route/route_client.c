@@ -688,6 +688,35 @@ int route_cas(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_r
     return route_cas_costed(svc, expected, next, cb, arg, NULL);
 }
 
+/* An EmbeddedWrh CAS op, built but not started: the caller sets its callback, then
+ * op_start (it runs on the loop's next turn, never inside the call). */
+static int cas_op_new(route_svc_t *svc, const kvm_route_version_t *expected,
+                      const kvm_route_t *next, void *arg, route_cost_t *cost, route_op_t **out)
+{
+    route_op_t *op = op_new(svc, OP_CAS, arg);
+    if (!op)
+        return kvm_errf(KVMESH_EAGAIN, "route_cas: service not ready or %d ops in flight",
+                        ROUTE_MAX_OPS);
+    if (kvm_route_copy(&op->route, next) != 0) {
+        op_free(op);
+        return KVMESH_ENOMEM;
+    }
+    /* the authority assigns both versions; fixed values that pass validation travel */
+    op->route.version = (kvm_route_version_t){0, 1};
+    op->route.predecessor_version = KVM_ROUTE_VERSION_NONE;
+    memset(&op->route.predecessor_op, 0, sizeof(op->route.predecessor_op));
+    int rc = kvm_route_validate(&op->route);
+    if (rc != 0) {
+        op_free(op);
+        return rc;
+    }
+    op->cost = cost;
+    op->expected = *expected;
+    op->shard = kvm_ident_shard(&next->ident, svc->policy.n_shards);
+    *out = op;
+    return 0;
+}
+
 int route_cas_costed(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
                      route_cas_cb cb, void *arg, route_cost_t *cost)
 {
@@ -701,35 +730,13 @@ int route_cas_costed(route_svc_t *svc, const kvm_route_version_t *expected, cons
     }
     if (!expected || !next || !cb)
         return kvm_errf(KVMESH_EINVAL, "route_cas: expected, next and cb are required");
-    route_op_t *op = op_new(svc, OP_CAS, arg);
-    if (!op)
-        return kvm_errf(KVMESH_EAGAIN, "route_cas: service not ready or %d ops in flight",
-                        ROUTE_MAX_OPS);
-    if (kvm_route_copy(&op->route, next) != 0) {
-        op_free(op);
-        return KVMESH_ENOMEM;
-    }
-    /* the authority assigns both versions; placeholders that pass validation travel */
-    op->route.version = (kvm_route_version_t){0, 1};
-    op->route.predecessor_version = KVM_ROUTE_VERSION_NONE;
-    memset(&op->route.predecessor_op, 0, sizeof(op->route.predecessor_op));
-    int rc = kvm_route_validate(&op->route);
-    if (rc != 0) {
-        op_free(op);
+    route_op_t *op;
+    int rc = cas_op_new(svc, expected, next, arg, cost, &op);
+    if (rc)
         return rc;
-    }
     op->ccb = cb;
-    op->cost = cost;
-    op->expected = *expected;
-    op->shard = kvm_ident_shard(&next->ident, svc->policy.n_shards);
     op_start(svc, op);
     return 0;
-}
-
-static void cas_claim_placeholder(void *arg, int rc, const kvm_route_t *route)
-{
-    (void)arg, (void)rc, (void)route;
-    KVM_ASSERT(!"replaced by route_cas_claim before the op runs");
 }
 
 int route_cas_claim(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
@@ -738,27 +745,24 @@ int route_cas_claim(route_svc_t *svc, const kvm_route_version_t *expected, const
 {
     if (svc->mo)
         return kvm_errf(KVMESH_ENOTSUP, "route_cas_claim: MetadataOnly routes have no primary");
-    if (!cb || !claim || claim_len == 0 || claim_len > ROUTE_CLAIM_MAX)
-        return kvm_errf(KVMESH_EINVAL, "route_cas_claim: cb and a claim of 1..%u bytes required",
+    if (!expected || !next || !cb || !claim || claim_len == 0 || claim_len > ROUTE_CLAIM_MAX)
+        return kvm_errf(KVMESH_EINVAL,
+                        "route_cas_claim: expected, next, cb and a claim of 1..%u bytes required",
                         ROUTE_CLAIM_MAX);
     uint8_t *copy = malloc(claim_len);
     if (!copy)
         return KVMESH_ENOMEM;
     memcpy(copy, claim, claim_len);
-    /* route_cas_costed with a placeholder callback, then the claim variant's fields: the op is
-     * only started on the loop's next turn (op_start), never completed inside the call */
-    route_op_t *before = svc->ops;
-    int rc = route_cas_costed(svc, expected, next, cas_claim_placeholder, arg, cost);
+    route_op_t *op;
+    int rc = cas_op_new(svc, expected, next, arg, cost, &op);
     if (rc) {
         free(copy);
         return rc;
     }
-    route_op_t *op = svc->ops;
-    KVM_ASSERT(op && op != before && op->kind == OP_CAS && op->ccb == cas_claim_placeholder);
-    op->ccb = NULL;
     op->kcb = cb;
     op->claim = copy;
     op->claim_len = (uint32_t)claim_len;
+    op_start(svc, op);
     return 0;
 }
 

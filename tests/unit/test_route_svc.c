@@ -650,7 +650,6 @@ static void test_claim_cas(void **state)
     fx_close(&f);
 }
 
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
