@@ -797,6 +797,7 @@ static void install_page(route_svc_t *svc, route_shard_t *sh, uint32_t i)
 
 static void start_install(route_svc_t *svc, route_shard_t *sh)
 {
+    sh->src_absent_since_ns = 0;
     set_pstate(svc, sh, RP_INSTALL);
     if (!sh->xfer && !(sh->xfer = route_table_new())) {
         to_idle(svc, sh);
@@ -871,23 +872,46 @@ static void on_fetch_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *
 
 /*
  * True when no member of the state-transfer source (rec.src, the last ACTIVE set) can ever
- * answer a fetch: each one is absent from the membership snapshot (its member record went with
- * its lease: the process is dead, or cut off from metadata for longer than its lease and so no
- * longer a member) or present only as another incarnation of its id (restarted: its state went
- * with the old process). One that is still a live member with the same epoch may answer a later
- * fetch, so the shard then stays unavailable (fail-closed).
+ * answer a fetch. A source listed in the membership snapshot only as a newer incarnation of its
+ * id (restarted) is gone at once: its state went with the old process. A source absent from the
+ * snapshot is gone only after ROUTE_SRC_GONE_LEASES shard leases with no source listed: its
+ * record lapses with its lease while a stalled process, or one cut off from metadata, still
+ * holds its state and comes back with the same epoch (guarantee 3 of docs/protocol.md section
+ * 5). A source that is a live member with the same epoch may answer a later fetch. Until then
+ * the shard stays unavailable (fail-closed).
  */
-static bool src_all_gone(route_svc_t *svc, const route_shard_t *sh)
+static bool src_all_gone(route_svc_t *svc, route_shard_t *sh)
 {
+    bool absent = false;
     for (uint32_t i = 0; i < sh->rec.n_src; i++) {
         const kvm_runtime_t *rt = &sh->rec.src[i].rt;
-        if (is_self(svc, rt))
+        if (is_self(svc, rt)) {
+            sh->src_absent_since_ns = 0;
             return false;
-        for (size_t j = 0; j < svc->n_members; j++)
-            if (kvm_runtime_equal(&svc->members[j].rt, rt))
+        }
+        bool restarted = kvm_runtime_is_stale(rt, &svc->self); /* our own old incarnation */
+        for (size_t j = 0; j < svc->n_members && !restarted; j++) {
+            const kvm_runtime_t *m = &svc->members[j].rt;
+            if (kvm_runtime_equal(m, rt)) {
+                sh->src_absent_since_ns = 0;
                 return false;
+            }
+            restarted = kvm_runtime_is_stale(rt, m);
+        }
+        absent |= !restarted;
     }
-    return true;
+    if (!absent)
+        return true;
+    uint64_t set = sh->rec.n_src; /* the same src set across acquisition attempts */
+    for (uint32_t i = 0; i < sh->rec.n_src; i++)
+        set = set * 0x9e3779b97f4a7c15ull + kvm_id128_hash(&sh->rec.src[i].rt.id) +
+              sh->rec.src[i].rt.epoch;
+    uint64_t now = route_now(svc);
+    if (!sh->src_absent_since_ns || sh->src_absent_set != set) {
+        sh->src_absent_since_ns = now ? now : 1;
+        sh->src_absent_set = set;
+    }
+    return now - sh->src_absent_since_ns >= ROUTE_SRC_GONE_LEASES * svc->lease_ns;
 }
 
 /* Fetches the next page from source rec.src[fetch_src] (or copies locally when it is us). */

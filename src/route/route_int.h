@@ -22,6 +22,11 @@
 #include "route/route_msg.h"
 #include "route/route_table.h"
 
+/* A state-transfer source absent from the membership counts as gone (its state lost) only after
+ * this many shard leases without any source listed: a stalled runtime whose record lapsed with
+ * its lease comes back with the same epoch and its state, and must be waited for. */
+#define ROUTE_SRC_GONE_LEASES 3
+
 /* ---- named limits and timing (docs/protocol.md "Timing") ------------------------------------ */
 #define ROUTE_DEFAULT_LEASE_MS    3000  /* runtime metadata lease ttl */
 #define ROUTE_DEFAULT_TIMEOUT_MS  2000  /* one lookup/CAS end to end */
@@ -133,6 +138,10 @@ typedef struct route_shard {
     uint32_t fetch_src; /* index into rec.src being fetched */
     kvm_ident_t fetch_after;
     bool fetch_started;
+    /* local ns since which no member of rec.src was a live member (0 = one was, or not looked):
+     * an absent source counts as gone only ROUTE_SRC_GONE_LEASES shard leases after it */
+    uint64_t src_absent_since_ns;
+    uint64_t src_absent_set;      /* hash of the rec.src set src_absent_since_ns belongs to */
     route_table_t *xfer;          /* state being transferred */
     route_rec_t xfer_rec_pending; /* the record an acquisition txn is writing */
     route_install_peer_t inst[ROUTE_MSG_MAX_SET];

@@ -7,7 +7,9 @@
  *
  * single (default): one daemon (replicas 1, lease_ttl_ms T_LEASE_MS). A put succeeds; the
  *   daemon gets SIGTERM (its drain cannot move the replica: it exits anyway); a new daemon starts
- *   on the same deployment, and a put must succeed within T_LEASE_MS + T_SLACK_MS of its start.
+ *   on the same deployment, and a put must succeed within T_LEASE_MS + T_GONE_MS + T_SLACK_MS of
+ * its start (the new daemon has a new runtime id, so the old one is absent, not restarted: its
+ * state counts as lost only ROUTE_SRC_GONE_LEASES shard leases later, docs/protocol.md section 5).
  *   The same again with SIGKILL (its leases are not revoked: they expire first). The keys written
  *   before a restart read back as absent (their routes and data lived only in the dead daemon's
  *   memory); the keys written after it read back intact.
@@ -33,6 +35,7 @@
 #include "testsrv.h"
 
 #define T_LEASE_MS     2000
+#define T_GONE_MS      9000  /* ROUTE_SRC_GONE_LEASES (3) x the shard lease (<= 3 s) */
 #define T_SLACK_MS     6000  /* beyond the lease: membership refresh, acquisition, a CLI join */
 #define T_CMD_MS       20000 /* one CLI invocation */
 #define T_READY_MS     20000 /* a daemon joining */
@@ -161,7 +164,7 @@ static void run_single(void)
     stop_by(0, SIGTERM);
     uint64_t t0 = env_clock_mono_ms();
     start(1);
-    put_within("after-term", "v-after-term", t0, T_LEASE_MS + T_SLACK_MS);
+    put_within("after-term", "v-after-term", t0, T_LEASE_MS + T_GONE_MS + T_SLACK_MS);
     expect_get("after-term", "v-after-term");
     expect_get("before-term", NULL);
 
@@ -169,7 +172,7 @@ static void run_single(void)
     stop_by(1, SIGKILL);
     t0 = env_clock_mono_ms();
     start(2);
-    put_within("after-kill", "v-after-kill", t0, T_LEASE_MS + T_SLACK_MS);
+    put_within("after-kill", "v-after-kill", t0, T_LEASE_MS + T_GONE_MS + T_SLACK_MS);
     expect_get("after-kill", "v-after-kill");
 }
 
@@ -188,7 +191,7 @@ static void run_rolling(void)
         t0 = env_clock_mono_ms();
         start(T_ROLLING_RUNS + i);
     }
-    put_within("after-rolling", "v-after-rolling", t0, T_LEASE_MS + T_SLACK_MS);
+    put_within("after-rolling", "v-after-rolling", t0, T_LEASE_MS + T_GONE_MS + T_SLACK_MS);
     expect_get("after-rolling", "v-after-rolling");
     expect_get("before-rolling", NULL);
 }
