@@ -64,8 +64,13 @@ static int sender(void *ctx, env_node_t to, uint32_t type, const void *data, siz
     return env_defer(env, deliver, lb);
 }
 
+/* The loop of the open fixture: a completion stops its uv_run turn (finish()), so run_until()
+ * returns at once instead of polling until the next timer (up to the 1 s purge period). */
+static uv_loop_t *g_loop;
+
 static void fx_open(fx_t *f, const char *url)
 {
+    g_loop = &f->loop;
     assert_int_equal(uv_loop_init(&f->loop), 0);
     assert_int_equal(env_uv_new(&f->env, &f->loop, 0), 0);
     env_uv_set_sender(f->env, sender, f->env);
@@ -95,6 +100,13 @@ typedef struct waitv {
     size_t cursor_len;
 } waitv_t;
 
+static void finish(waitv_t *w)
+{
+    w->done = true;
+    if (g_loop)
+        uv_stop(g_loop);
+}
+
 static void run_until(fx_t *f, waitv_t *w)
 {
     for (int i = 0; i < 200000 && !w->done; i++)
@@ -105,7 +117,7 @@ static void run_until(fx_t *f, waitv_t *w)
 static void on_start(void *arg, int rc)
 {
     waitv_t *w = arg;
-    w->done = true;
+    finish(w);
     w->rc = rc;
     snprintf(w->msg, sizeof(w->msg), "%s", rc ? kvmesh_last_error() : "");
 }
@@ -184,7 +196,7 @@ static void test_policy_bootstrap(void **state)
 static void on_route(void *arg, int rc, const kvm_route_t *r)
 {
     waitv_t *w = arg;
-    w->done = true;
+    finish(w);
     w->rc = rc;
     w->has_route = r != NULL;
     if (r) {
@@ -196,7 +208,7 @@ static void on_route(void *arg, int rc, const kvm_route_t *r)
 static void on_page(void *arg, int rc, const route_owner_page_t *pg)
 {
     waitv_t *w = arg;
-    w->done = true;
+    finish(w);
     w->rc = rc;
     if (rc)
         return;
