@@ -63,8 +63,10 @@ struct kvm_cold {
     env_timer_id tick_timer;
     uint64_t last_recon_ms;
     bool refreshing, reconciling, closed;
-    cold_stats_t exported;        /* counters already added to the registry */
-    uint32_t refs;                /* the runtime + route calls in flight (struct rop) */
+    cold_stats_t exported; /* counters already added to the registry */
+    uint32_t refs;         /* the runtime + route calls in flight (struct rop) */
+    uint32_t
+        commit_lookups; /* kvm_cold_slot_committed lookups in flight: offloads not queued yet */
     struct reclaim_ctx *reclaims; /* reclaims whose callback is due (freed at close) */
     struct cread *reads;          /* restores whose callback is due (failed at close) */
     struct srv_read *serving;     /* remote restores this owner serves (dropped at close) */
@@ -1235,6 +1237,8 @@ static void committed_looked_up(void *arg, int rc, const kvm_route_t *r)
     struct committed_ctx *c = arg;
     struct kvm_cold *g = c->g;
     free(c);
+    KVM_ASSERT(g->commit_lookups > 0);
+    g->commit_lookups--;
     if (rc == 0 && !g->closed && g->rt->cold == g)
         kvm_cold_published(g->rt, r);
     g_unref(g);
@@ -1250,8 +1254,10 @@ void kvm_cold_slot_committed(kvm_rt_t *rt, const kvm_ident_t *ident)
         return;
     c->g = g;
     g->refs++;
+    g->commit_lookups++;
     if (route_lookup(rt->route, ident, committed_looked_up, c) != 0) {
         free(c);
+        g->commit_lookups--;
         g_unref(g);
     }
 }
@@ -1268,11 +1274,13 @@ int kvm_cold_evict_last(kvm_rt_t *rt, const kvm_ident_t *ident, const kvm_hot_re
 bool kvm_cold_pins_last(kvm_rt_t *rt, const kvm_route_t *route)
 {
     struct kvm_cold *g = rt->cold;
-    /* With no job queued or in flight the backing is stale (never queued, or parked after its
-     * retries): the replica is evicted as a cache object and a later resumption finds the route
-     * changed and releases the op. */
+    /* With no job queued or in flight and no remote writer's commit still being looked up (its
+     * offload is queued when the lookup returns) the backing is stale (never queued, or parked
+     * after its retries): the replica is evicted as a cache object and a later resumption finds
+     * the route changed and releases the op. */
     return g && g->c && route->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
-           kvm_id128_equal(&route->cold.owner, &rt->self.id) && cold_offload_pending(g->c) > 0;
+           kvm_id128_equal(&route->cold.owner, &rt->self.id) &&
+           (cold_offload_pending(g->c) > 0 || g->commit_lookups > 0);
 }
 
 /* ---- eviction-triggered offload (cold_offload_mode = evict) -------------------------------- */
