@@ -3,7 +3,8 @@
  * admin.c — `kvmesh admin`: the operator's view of a deployment's metadata, read directly
  * (no runtime joins) in bounded pages through api/kvmesh_tools.h:
  *   members    member records: id, epoch, state, weight, capacity, used, heartbeat, addresses
- *   segments   the memory segments each member record lists
+ *   segments   the memory segments each member record lists, active or drained; drain /
+ *              activate one segment through the member's lifecycle request (lifecycle.c)
  *   shards     shard-authority records: generation, fencing token, state, primary, set, and
  *              whether the primary is a live member
  *   cleanup    stale records of dead owners: a dry run lists them; --apply deletes the stale
@@ -16,6 +17,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "api/kvmesh_tools.h"
@@ -33,7 +35,8 @@ struct adm {
     kvmesh_admin_t *a;
     kvmesh_config_t *cfg;
     const char *sub;
-    const char *op; /* quota abort --op */
+    const char *op;     /* quota abort --op */
+    const char *op_seg; /* segments: "drain" or "activate" */
 };
 
 static void json_str(const char *s)
@@ -146,12 +149,29 @@ static int fetch_requests(struct adm *x, struct requests *r)
     }
 }
 
-static const char *request_of(const struct requests *r, const char *id)
+static const kvmesh_admin_lifecycle_t *record_of(const struct requests *r, const char *id)
 {
     for (size_t i = 0; i < r->n; i++)
         if (strcmp(r->v[i].id, id) == 0)
-            return r->v[i].state;
+            return &r->v[i];
     return NULL;
+}
+
+/* The member request of id: "draining", "malformed", or NULL (none, or only segments). */
+static const char *request_of(const struct requests *r, const char *id)
+{
+    const kvmesh_admin_lifecycle_t *l = record_of(r, id);
+    return l && strcmp(l->state, "active") != 0 ? l->state : NULL;
+}
+
+/* Does the request record of id ask for segment seg to be drained? */
+static bool seg_requested(const struct requests *r, const char *id, uint64_t seg)
+{
+    const kvmesh_admin_lifecycle_t *l = record_of(r, id);
+    for (uint32_t k = 0; l && k < l->n_segments; k++)
+        if (l->segments[k] == seg)
+            return true;
+    return false;
 }
 
 static const kvmesh_admin_member_t *find_member(const struct members *m, const char *id,
@@ -348,6 +368,155 @@ static int do_lifecycle(struct adm *x, const char *arg)
                 "%" PRIu64 " ms; the member applies requests at each heartbeat (is it running and "
                 "connected to the metadata?)\n",
                 x->sub, m.id, m.state, waited);
+    return x->wait_ms == 0 && !gone ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}
+
+/* ---- segment lifecycle ---------------------------------------------------------------------- */
+
+/* The segment of member m named by arg (16 hex digits, or a unique prefix of its id). Returns
+ * its index, or a negative exit status (message printed, except for -CLI_EXIT_ENOENT). */
+static int resolve_segment(const struct adm *x, const kvmesh_admin_member_t *m, const char *arg)
+{
+    size_t n = strlen(arg);
+    bool hex = n >= 1 && n <= 16;
+    for (size_t i = 0; hex && i < n; i++)
+        hex = (arg[i] >= '0' && arg[i] <= '9') || (arg[i] >= 'a' && arg[i] <= 'f') ||
+              (arg[i] >= 'A' && arg[i] <= 'F');
+    if (!hex) {
+        fprintf(stderr,
+                "kvmesh admin segments %s: \"%s\" is not a segment id (16 hex digits, or a "
+                "unique prefix of one; see kvmesh admin segments)\n",
+                x->op_seg, arg);
+        return -CLI_EXIT_USAGE;
+    }
+    int hit = -1;
+    for (uint32_t k = 0; k < m->n_segments; k++) {
+        char id[17];
+        snprintf(id, sizeof(id), "%016" PRIx64, m->segments[k].id);
+        if (strncasecmp(id, arg, n) != 0)
+            continue;
+        if (hit >= 0) {
+            fprintf(stderr,
+                    "kvmesh admin segments %s: \"%s\" matches more than one segment of member "
+                    "%s; give more digits\n",
+                    x->op_seg, arg, m->id);
+            return -CLI_EXIT_USAGE;
+        }
+        hit = (int)k;
+    }
+    if (hit < 0)
+        return -CLI_EXIT_ENOENT; /* the caller says so */
+    return hit;
+}
+
+/* segments drain|activate MEMBER SEGMENT: adds the segment to (or removes it from) the
+ * member's request record, then waits up to --wait-ms for the member record to show it. */
+static int do_segment_lifecycle(struct adm *x, const char *marg, const char *sarg)
+{
+    bool drain = strcmp(x->op_seg, "drain") == 0;
+    const char *want = drain ? "drained" : "active";
+    kvmesh_admin_member_t m;
+    int ret = resolve_member(x, marg, &m);
+    if (ret)
+        return ret;
+    int k = resolve_segment(x, &m, sarg);
+    if (k == -CLI_EXIT_ENOENT && !drain && strlen(sarg) == 16) {
+        /* a segment the member no longer has (a restart makes new segments): remove a request
+         * left for it */
+        uint64_t stale = strtoull(sarg, NULL, 16);
+        kvmesh_admin_lifecycle_t l;
+        bool found = false, listed = false;
+        int rc = kvmesh_admin_lifecycle_read(x->a, m.id, &l, &found);
+        for (uint32_t i = 0; rc == 0 && found && i < l.n_segments; i++)
+            listed |= l.segments[i] == stale;
+        if (rc == 0 && listed)
+            rc = kvmesh_admin_segment_request(x->a, m.id, stale, false);
+        if (rc) {
+            cli_report("admin", "removing the segment request", rc);
+            return CLI_EXIT_FAIL;
+        }
+        if (listed) {
+            if (x->json)
+                printf("{\"member\":\"%s\",\"segment\":\"%016" PRIx64 "\",\"request\":\"active\","
+                       "\"state\":null,\"applied\":false,\"removed_request\":\"drained\"}\n",
+                       m.id, stale);
+            else
+                printf("member %s has no segment %016" PRIx64 ": its drain request is removed\n",
+                       m.id, stale);
+            return CLI_EXIT_OK;
+        }
+    }
+    if (k == -CLI_EXIT_ENOENT)
+        fprintf(stderr,
+                "kvmesh admin segments %s: member %s has no segment \"%s\" (it lists %u; see "
+                "kvmesh admin segments)\n",
+                x->op_seg, m.id, sarg, m.n_segments);
+    if (k < 0)
+        return -k;
+    uint64_t seg = m.segments[k].id;
+    if (strcmp(m.state, "gone") == 0) {
+        fprintf(stderr,
+                "kvmesh admin segments %s: member %s is gone; it applies no more requests\n",
+                x->op_seg, m.id);
+        return CLI_EXIT_FAIL;
+    }
+    int rc = kvmesh_admin_segment_request(x->a, m.id, seg, drain);
+    if (rc) {
+        cli_report("admin", "writing the segment request", rc);
+        return CLI_EXIT_FAIL;
+    }
+    uint64_t t0 = kvmesh_tools_now_ns(), waited = 0;
+    bool applied = m.segments[k].drained == drain, gone = false;
+    while (!applied && !gone && waited < x->wait_ms) {
+        sleep_ms(ADM_POLL_MS);
+        bool found = false;
+        if ((rc = kvmesh_admin_member_get(x->a, m.id, &m, &found)) != 0) {
+            cli_report("admin", "reading the member record", rc);
+            return CLI_EXIT_FAIL;
+        }
+        gone = !found || m.malformed;
+        int idx = -1;
+        for (uint32_t i = 0; !gone && i < m.n_segments; i++)
+            if (m.segments[i].id == seg)
+                idx = (int)i;
+        gone |= idx < 0; /* the segment was removed (storage resize) */
+        applied = !gone && m.segments[idx].drained == drain;
+        waited = (kvmesh_tools_now_ns() - t0) / 1000000u;
+    }
+    if (x->json) {
+        printf("{\"member\":");
+        json_str(m.id);
+        printf(",\"segment\":\"%016" PRIx64 "\",\"request\":\"%s\",\"state\":\"%s\","
+               "\"applied\":%s,\"waited_ms\":%" PRIu64 "}\n",
+               seg, want,
+               gone      ? "gone"
+               : applied ? want
+                         : (drain ? "active" : "drained"),
+               applied ? "true" : "false", waited);
+    } else if (applied) {
+        printf("segment %016" PRIx64 " of member %s: %s (%s)\n", seg, m.id, want,
+               drain ? "takes no new placements; its objects stay readable where they are; "
+                       "kvmesh admin segments activate reverses it"
+                     : "takes placements again");
+    }
+    if (applied)
+        return CLI_EXIT_OK;
+    if (gone)
+        fprintf(stderr,
+                "kvmesh admin segments %s: member %s or its segment %016" PRIx64
+                " went away while waiting; the request is kept in its record\n",
+                x->op_seg, m.id, seg);
+    else if (x->wait_ms == 0)
+        fprintf(stderr,
+                "kvmesh admin segments %s: request for segment %016" PRIx64 " of %s recorded; "
+                "not waiting (--wait-ms 0): the member applies it at its next heartbeat\n",
+                x->op_seg, seg, m.id);
+    else
+        fprintf(stderr,
+                "kvmesh admin segments %s: request for segment %016" PRIx64 " of %s recorded, "
+                "but its record does not show it %s after %" PRIu64 " ms; the member applies "
+                "requests at each heartbeat (is it running and connected to the metadata?)\n",
+                x->op_seg, seg, m.id, want, waited);
     return x->wait_ms == 0 && !gone ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }
 
@@ -967,7 +1136,26 @@ static int do_members(struct adm *x, bool segments)
         free(m.v);
         return CLI_EXIT_FAIL;
     }
-    if (x->json) {
+    if (x->json && segments) {
+        printf("{\"segments\":[");
+        size_t total = 0;
+        for (size_t i = 0; i < m.n; i++) {
+            const kvmesh_admin_member_t *e = &m.v[i];
+            for (uint32_t k = 0; !e->malformed && k < e->n_segments; k++) {
+                bool req = seg_requested(&rq, e->id, e->segments[k].id);
+                printf("%s{\"member\":", total++ ? "," : "");
+                json_str(e->id);
+                printf(",\"member_state\":");
+                json_str(e->state);
+                printf(",\"id\":\"%016" PRIx64 "\",\"size_bytes\":%" PRIu64
+                       ",\"state\":\"%s\",\"request\":%s}",
+                       e->segments[k].id, e->segments[k].size,
+                       e->segments[k].drained ? "drained" : "active", req ? "\"drained\"" : "null");
+            }
+        }
+        printf("],\"count\":%zu,\"members\":%zu,\"truncated\":%s}\n", total, m.n,
+               m.truncated ? "true" : "false");
+    } else if (x->json) {
         printf("{\"members\":[");
         for (size_t i = 0; i < m.n; i++) {
             const kvmesh_admin_member_t *e = &m.v[i];
@@ -993,15 +1181,16 @@ static int do_members(struct adm *x, bool segments)
                 printf("null");
             printf(",\"segments\":[");
             for (uint32_t k = 0; k < e->n_segments; k++)
-                printf("%s{\"id\":\"%016" PRIx64 "\",\"size_bytes\":%" PRIu64 "}", k ? "," : "",
-                       e->segments[k].id, e->segments[k].size);
+                printf("%s{\"id\":\"%016" PRIx64 "\",\"size_bytes\":%" PRIu64 ",\"state\":\"%s\"}",
+                       k ? "," : "", e->segments[k].id, e->segments[k].size,
+                       e->segments[k].drained ? "drained" : "active");
             printf("]}");
         }
         printf("],\"count\":%zu,\"truncated\":%s,\"requests_without_member\":[", m.n,
                m.truncated ? "true" : "false");
         size_t k = 0;
         for (size_t i = 0; i < rq.n; i++)
-            if (!find_member(&m, rq.v[i].id, 0) && !m.truncated) {
+            if (!find_member(&m, rq.v[i].id, 0) && !m.truncated && request_of(&rq, rq.v[i].id)) {
                 printf("%s{\"id\":", k++ ? "," : "");
                 json_str(rq.v[i].id);
                 printf(",\"request\":");
@@ -1030,19 +1219,26 @@ static int do_members(struct adm *x, bool segments)
         printf("%zu member record(s)%s\n", m.n,
                m.truncated ? " (stopped at --max; more records exist)" : "");
         for (size_t i = 0; i < rq.n && !m.truncated; i++)
-            if (!find_member(&m, rq.v[i].id, 0))
+            if (!find_member(&m, rq.v[i].id, 0) && request_of(&rq, rq.v[i].id))
                 printf("lifecycle request %s for %s, which has no member record (applied when it "
                        "joins; kvmesh admin activate removes it)\n",
                        rq.v[i].state, rq.v[i].id);
     } else {
-        printf("%-32s %-9s %-16s %12s\n", "member", "state", "segment", "size");
+        printf("%-32s %-9s %-16s %12s  %s\n", "member", "state", "segment", "size",
+               "segment state");
         size_t total = 0;
         for (size_t i = 0; i < m.n; i++) {
             const kvmesh_admin_member_t *e = &m.v[i];
             for (uint32_t k = 0; !e->malformed && k < e->n_segments; k++) {
                 char sz[32];
                 kvmesh_tools_format_size(e->segments[k].size, sz, sizeof(sz));
-                printf("%-32s %-9s %016" PRIx64 " %12s\n", e->id, e->state, e->segments[k].id, sz);
+                bool req = seg_requested(&rq, e->id, e->segments[k].id);
+                bool dr = e->segments[k].drained;
+                printf("%-32s %-9s %016" PRIx64 " %12s  %s%s\n", e->id, e->state, e->segments[k].id,
+                       sz, dr ? "drained" : "active",
+                       req == dr ? ""
+                       : req     ? "  (requested: drained)"
+                                 : "  (requested: active)");
                 total++;
             }
         }
@@ -1241,21 +1437,29 @@ int cmd_admin(int argc, char **argv)
         {"max", "N", CLI_U64, &x.max,
          "read at most N records of each kind, 1..1000000 (default 10000)"},
         {"wait-ms", "N", CLI_U64, &x.wait_ms,
-         "drain/activate: wait up to N ms for the member to apply it, 0..600000 (default "
+         "drain/activate (member or segment): wait up to N ms for the member to apply it, "
+         "0..600000 (default "
          "15000; 0 = do not wait)"},
     };
     size_t nopts = cli_common_opts(&x.c, opts, 6, ADM_MAX_OPTS);
     const char *pos[CLI_MAX_POS];
     size_t npos = 0;
     static const char syn[] =
-        "members | segments | shards | cleanup [--apply] | drain MEMBER | "
+        "members | segments [list] | segments drain|activate MEMBER SEGMENT | shards | "
+        "cleanup [--apply] | drain MEMBER | "
         "activate MEMBER | tenants [TENANT] | policy list | policy get TENANT | "
         "devices [DEVICE] | quota TENANT "
         "[abort|reconcile [--apply]] [options]";
     static const char desc[] =
         "Reads the deployment's metadata directly (no runtime joins), in bounded pages:\n"
         "members   member records: id, epoch, state, weight, capacity, used, segments, rpc\n"
-        "segments  the memory segments of every member record\n"
+        "segments  [list]: the memory segments of every member record, each active or drained\n"
+        "          drain MEMBER SEGMENT (ids, or unique prefixes): that segment takes no new\n"
+        "          placements (they go to the member's other segments or other owners); its\n"
+        "          objects stay readable where they are. Written into the member's lifecycle\n"
+        "          request like drain, applied at its next heartbeat, kept across restarts;\n"
+        "          waits up to --wait-ms for its record to say drained.\n"
+        "          activate MEMBER SEGMENT: the segment takes placements again.\n"
         "shards    shard-authority records: state, generation, fencing token, primary (and\n"
         "          whether it is a live member), authority set\n"
         "cleanup   stale records of dead owners: member records that are malformed, not bound\n"
@@ -1296,7 +1500,7 @@ int cmd_admin(int argc, char **argv)
         const char *usage;
     } subs[] = {
         {"members", 0, 0, ""},
-        {"segments", 0, 0, ""},
+        {"segments", 0, 3, " [list] | drain|activate MEMBER SEGMENT"},
         {"shards", 0, 0, ""},
         {"cleanup", 0, 0, " [--apply]"},
         {"drain", 1, 1, " MEMBER"},
@@ -1329,12 +1533,23 @@ int cmd_admin(int argc, char **argv)
                 subs[si].max == 0                        ? "no more arguments"
                 : subs[si].min == 1 && subs[si].max == 1 ? "one member id"
                 : strcmp(x.sub, "devices") == 0          ? "at most one device id"
-                : strcmp(x.sub, "policy") == 0           ? "\"list\" or \"get TENANT\""
-                : subs[si].min == 0                      ? "at most one tenant"
-                                                         : "a tenant and at most one action",
+                : strcmp(x.sub, "segments") == 0 ? "\"list\" or \"drain|activate MEMBER SEGMENT\""
+                : strcmp(x.sub, "policy") == 0   ? "\"list\" or \"get TENANT\""
+                : subs[si].min == 0              ? "at most one tenant"
+                                                 : "a tenant and at most one action",
                 x.sub, subs[si].usage);
         return CLI_EXIT_USAGE;
     }
+    if (strcmp(x.sub, "segments") == 0 &&
+        !(npos == 1 || (npos == 2 && strcmp(pos[1], "list") == 0) ||
+          (npos == 4 && (strcmp(pos[1], "drain") == 0 || strcmp(pos[1], "activate") == 0)))) {
+        fprintf(stderr, "kvmesh admin segments: expected \"list\" or \"drain|activate MEMBER "
+                        "SEGMENT\"; usage: kvmesh admin segments [list] | drain|activate MEMBER "
+                        "SEGMENT\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(x.sub, "segments") == 0 && npos == 4)
+        x.op_seg = pos[1];
     if (strcmp(x.sub, "policy") == 0 && !((npos == 2 && strcmp(pos[1], "list") == 0) ||
                                           (npos == 3 && strcmp(pos[1], "get") == 0))) {
         fprintf(stderr, "kvmesh admin policy: expected \"list\" or \"get TENANT\"; usage: kvmesh "
@@ -1366,8 +1581,12 @@ int cmd_admin(int argc, char **argv)
                 x.op, KVMESH_ADMIN_OPID_LEN);
         return CLI_EXIT_USAGE;
     }
-    if (x.wait_ms != UINT64_MAX && strcmp(x.sub, "drain") != 0 && strcmp(x.sub, "activate") != 0) {
-        fprintf(stderr, "kvmesh admin %s: --wait-ms belongs to drain and activate\n", x.sub);
+    if (x.wait_ms != UINT64_MAX && strcmp(x.sub, "drain") != 0 && strcmp(x.sub, "activate") != 0 &&
+        !x.op_seg) {
+        fprintf(stderr,
+                "kvmesh admin %s: --wait-ms belongs to drain, activate and segments "
+                "drain|activate\n",
+                x.sub);
         return CLI_EXIT_USAGE;
     }
     if (x.wait_ms == UINT64_MAX)
@@ -1414,6 +1633,8 @@ int cmd_admin(int argc, char **argv)
     }
     if (strcmp(x.sub, "members") == 0)
         rc = do_members(&x, false);
+    else if (strcmp(x.sub, "segments") == 0 && x.op_seg)
+        rc = do_segment_lifecycle(&x, pos[2], pos[3]);
     else if (strcmp(x.sub, "segments") == 0)
         rc = do_members(&x, true);
     else if (strcmp(x.sub, "shards") == 0)
