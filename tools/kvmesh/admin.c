@@ -610,44 +610,63 @@ static void tenant_header(void)
            "fingerprint");
 }
 
-static int do_tenants(struct adm *x, const char *one, bool policy)
+/* ---- one record or a paged listing of a kind (tenant policies, cold devices) --------------- */
+
+#define ADM_CURSOR_MAX 72 /* the longest record name a listing resumes after, and a NUL */
+
+struct listing {
+    const char *one_noun;   /* "tenant", "device": what an EINVAL names */
+    const char *read_what;  /* "reading tenant policies": a failed page */
+    const char *json_array; /* "policies": the document's array */
+    const char *singular, *plural;
+    size_t item_size;
+    /* one record (exact read) into item; *found false when there is none */
+    int (*get)(kvmesh_admin_t *a, const char *name, void *item, bool *found);
+    void (*not_found)(const struct adm *x, const char *name);
+    /* a page after `after` into items */
+    int (*page)(kvmesh_admin_t *a, const char *after, size_t limit, void *items, size_t *n,
+                bool *more);
+    const char *(*name)(const void *item); /* the page cursor of an item */
+    void (*json)(const void *item);
+    void (*row)(const void *item);
+    void (*header)(void);
+};
+
+/* `one` alone (an exact read; exit 3 when absent), or every record in pages of --page, at
+ * most --max, as JSON ({"<array>":[...],"count","truncated"}) or a table with a count line. */
+static int do_listing(struct adm *x, const struct listing *l, const char *one)
 {
-    void (*one_json)(const kvmesh_admin_tenant_t *) = policy ? policy_json : tenant_json;
-    void (*row)(const kvmesh_admin_tenant_t *) = policy ? policy_row : tenant_row;
-    void (*header)(void) = policy ? policy_header : tenant_header;
-    const char *verb = policy ? "policy get" : "tenants";
     int rc;
+    void *item = calloc(x->page > 0 ? (size_t)x->page : 1, l->item_size);
+    if (!item)
+        return CLI_EXIT_FAIL;
     if (one) {
-        kvmesh_admin_tenant_t t;
         bool found = false;
-        if ((rc = kvmesh_admin_tenant_get(x->a, one, &t, &found)) != 0) {
-            cli_report("admin", rc == KVMESH_EINVAL ? "tenant" : "reading the tenant policy", rc);
+        if ((rc = l->get(x->a, one, item, &found)) != 0) {
+            free(item);
+            cli_report("admin", rc == KVMESH_EINVAL ? l->one_noun : l->read_what, rc);
             return rc == KVMESH_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
         }
         if (!found) {
-            fprintf(stderr,
-                    "kvmesh admin %s: tenant \"%s\" has no policy in deployment %s (see "
-                    "kvmesh admin tenants)\n",
-                    verb, one, kvmesh_tools_config_str(x->cfg, "deployment"));
+            free(item);
+            l->not_found(x, one);
             return CLI_EXIT_ENOENT;
         }
         if (x->json) {
-            one_json(&t);
+            l->json(item);
             printf("\n");
         } else {
-            header();
-            row(&t);
+            l->header();
+            l->row(item);
         }
+        free(item);
         return 0;
     }
-    kvmesh_admin_tenant_t *page = calloc((size_t)x->page, sizeof(*page));
-    if (!page)
-        return CLI_EXIT_FAIL;
     if (x->json)
-        printf(policy ? "{\"policies\":[" : "{\"tenants\":[");
+        printf("{\"%s\":[", l->json_array);
     else
-        header();
-    char after[KVMESH_ADMIN_TENANT_LEN + 1] = "";
+        l->header();
+    char after[ADM_CURSOR_MAX] = "";
     size_t shown = 0;
     bool truncated = false;
     rc = 0;
@@ -659,34 +678,102 @@ static int do_tenants(struct adm *x, const char *one, bool policy)
         size_t want = x->page < x->max - shown ? (size_t)x->page : (size_t)(x->max - shown);
         size_t got = 0;
         bool more = false;
-        if ((rc = kvmesh_admin_tenants(x->a, after, want, page, &got, &more)) != 0)
+        if ((rc = l->page(x->a, after, want, item, &got, &more)) != 0)
             break;
         for (size_t i = 0; i < got; i++) {
+            const void *it = (const char *)item + i * l->item_size;
             if (x->json) {
                 printf("%s", shown ? "," : "");
-                one_json(&page[i]);
+                l->json(it);
             } else {
-                row(&page[i]);
+                l->row(it);
             }
             shown++;
         }
         if (!more || got == 0)
             break;
-        snprintf(after, sizeof(after), "%s", page[got - 1].tenant);
+        snprintf(after, sizeof(after), "%s",
+                 l->name((const char *)item + (got - 1) * l->item_size));
     }
-    free(page);
+    free(item);
     if (rc) {
         if (x->json)
             printf("]}\n");
-        cli_report("admin", "reading tenant policies", rc);
+        cli_report("admin", l->read_what, rc);
         return CLI_EXIT_FAIL;
     }
     if (x->json)
         printf("],\"count\":%zu,\"truncated\":%s}\n", shown, truncated ? "true" : "false");
     else
-        printf("%zu tenant polic%s%s\n", shown, shown == 1 ? "y" : "ies",
+        printf("%zu %s%s\n", shown, shown == 1 ? l->singular : l->plural,
                truncated ? " (stopped at --max; more records exist)" : "");
     return 0;
+}
+
+static int tenant_get(kvmesh_admin_t *a, const char *name, void *item, bool *found)
+{
+    return kvmesh_admin_tenant_get(a, name, item, found);
+}
+static int tenant_page(kvmesh_admin_t *a, const char *after, size_t limit, void *items, size_t *n,
+                       bool *more)
+{
+    return kvmesh_admin_tenants(a, after, limit, items, n, more);
+}
+static const char *tenant_name(const void *item)
+{
+    return ((const kvmesh_admin_tenant_t *)item)->tenant;
+}
+static void tenant_not_found(const struct adm *x, const char *name, const char *verb)
+{
+    fprintf(stderr,
+            "kvmesh admin %s: tenant \"%s\" has no policy in deployment %s (see kvmesh admin "
+            "tenants)\n",
+            verb, name, kvmesh_tools_config_str(x->cfg, "deployment"));
+}
+static void tenants_not_found(const struct adm *x, const char *name)
+{
+    tenant_not_found(x, name, "tenants");
+}
+static void policy_not_found(const struct adm *x, const char *name)
+{
+    tenant_not_found(x, name, "policy get");
+}
+static void tenant_json_v(const void *t)
+{
+    tenant_json(t);
+}
+static void tenant_row_v(const void *t)
+{
+    tenant_row(t);
+}
+static void policy_json_v(const void *t)
+{
+    policy_json(t);
+}
+static void policy_row_v(const void *t)
+{
+    policy_row(t);
+}
+
+static int do_tenants(struct adm *x, const char *one, bool policy)
+{
+    _Static_assert(KVMESH_ADMIN_TENANT_LEN < ADM_CURSOR_MAX, "a tenant name is a cursor");
+    const struct listing l = {
+        .one_noun = "tenant",
+        .read_what = one ? "reading the tenant policy" : "reading tenant policies",
+        .json_array = policy ? "policies" : "tenants",
+        .singular = "tenant policy",
+        .plural = "tenant policies",
+        .item_size = sizeof(kvmesh_admin_tenant_t),
+        .get = tenant_get,
+        .not_found = policy ? policy_not_found : tenants_not_found,
+        .page = tenant_page,
+        .name = tenant_name,
+        .json = policy ? policy_json_v : tenant_json_v,
+        .row = policy ? policy_row_v : tenant_row_v,
+        .header = policy ? policy_header : tenant_header,
+    };
+    return do_listing(x, &l, one);
 }
 
 /* ---- cold devices ---- */
@@ -740,79 +827,54 @@ static void device_row(const kvmesh_admin_device_t *d)
            d->lifecycle, d->health, d->schedulable ? "yes" : "no", cap, used, res, d->root);
 }
 
+static int device_get(kvmesh_admin_t *a, const char *name, void *item, bool *found)
+{
+    return kvmesh_admin_device_get(a, name, item, found);
+}
+static int device_page(kvmesh_admin_t *a, const char *after, size_t limit, void *items, size_t *n,
+                       bool *more)
+{
+    return kvmesh_admin_devices(a, after, limit, items, n, more);
+}
+static const char *device_name(const void *item)
+{
+    return ((const kvmesh_admin_device_t *)item)->id;
+}
+static void device_not_found(const struct adm *x, const char *name)
+{
+    fprintf(stderr,
+            "kvmesh admin devices: no cold device %s in deployment %s (see kvmesh admin "
+            "devices)\n",
+            name, kvmesh_tools_config_str(x->cfg, "deployment"));
+}
+static void device_json_v(const void *d)
+{
+    device_json(d);
+}
+static void device_row_v(const void *d)
+{
+    device_row(d);
+}
+
 static int do_devices(struct adm *x, const char *one)
 {
-    int rc;
-    if (one) {
-        kvmesh_admin_device_t d;
-        bool found = false;
-        if ((rc = kvmesh_admin_device_get(x->a, one, &d, &found)) != 0) {
-            cli_report("admin", rc == KVMESH_EINVAL ? "device" : "reading the device record", rc);
-            return rc == KVMESH_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
-        }
-        if (!found) {
-            fprintf(stderr,
-                    "kvmesh admin devices: no cold device %s in deployment %s (see kvmesh admin "
-                    "devices)\n",
-                    one, kvmesh_tools_config_str(x->cfg, "deployment"));
-            return CLI_EXIT_ENOENT;
-        }
-        if (x->json) {
-            device_json(&d);
-            printf("\n");
-        } else {
-            device_header();
-            device_row(&d);
-        }
-        return 0;
-    }
-    kvmesh_admin_device_t *page = calloc((size_t)x->page, sizeof(*page));
-    if (!page)
-        return CLI_EXIT_FAIL;
-    if (x->json)
-        printf("{\"devices\":[");
-    else
-        device_header();
-    char after[KVMESH_ID_HEX_LEN + 1] = "";
-    size_t shown = 0;
-    bool truncated = false;
-    rc = 0;
-    for (;;) {
-        if (shown >= x->max) {
-            truncated = true;
-            break;
-        }
-        size_t want = x->page < x->max - shown ? (size_t)x->page : (size_t)(x->max - shown);
-        size_t got = 0;
-        bool more = false;
-        if ((rc = kvmesh_admin_devices(x->a, after, want, page, &got, &more)) != 0)
-            break;
-        for (size_t i = 0; i < got; i++) {
-            if (x->json) {
-                printf("%s", shown ? "," : "");
-                device_json(&page[i]);
-            } else {
-                device_row(&page[i]);
-            }
-            shown++;
-        }
-        if (!more || got == 0)
-            break;
-        snprintf(after, sizeof(after), "%s", page[got - 1].id);
-    }
-    free(page);
-    if (rc) {
-        if (x->json)
-            printf("]}\n");
-        cli_report("admin", "reading cold device records", rc);
-        return CLI_EXIT_FAIL;
-    }
-    if (x->json)
-        printf("],\"count\":%zu,\"truncated\":%s}\n", shown, truncated ? "true" : "false");
-    else
-        printf("%zu cold device%s%s\n", shown, shown == 1 ? "" : "s",
-               truncated ? " (stopped at --max; more records exist)" : "");
-    return 0;
+    _Static_assert(KVMESH_ID_HEX_LEN < ADM_CURSOR_MAX, "a device id is a cursor");
+    const struct listing l = {
+        .one_noun = "device",
+        .read_what = one ? "reading the device record" : "reading cold device records",
+        .json_array = "devices",
+        .singular = "cold device",
+        .plural = "cold devices",
+        .item_size = sizeof(kvmesh_admin_device_t),
+        .get = device_get,
+        .not_found = device_not_found,
+        .page = device_page,
+        .name = device_name,
+        .json = device_json_v,
+        .row = device_row_v,
+        .header = device_header,
+    };
+    return do_listing(x, &l, one);
 }
 
 struct qops {
