@@ -112,26 +112,14 @@ static void value_of(char *buf, size_t cap, const char *key)
     snprintf(buf, cap, "value of %s, written for the lifecycle test", key);
 }
 
+static void put_segs(struct cluster *c, const char *prefix, const char *id, uint64_t seg,
+                     size_t *on, size_t *in_seg, uint64_t *last_seg);
+
 /* Puts LC_OBJECTS objects named prefix-i; returns how many have a replica on member id. */
 static size_t put_batch(struct cluster *c, const char *prefix, const char *id)
 {
-    kvmesh_scope_t sc = {.tenant = "lc"};
-    size_t on = 0;
-    for (int i = 0; i < LC_OBJECTS; i++) {
-        char key[64], val[128];
-        snprintf(key, sizeof(key), "%s-%d", prefix, i);
-        value_of(val, sizeof(val), key);
-        int rc = kvmesh_put(c->kv, &sc, key, strlen(key), val, strlen(val), NULL);
-        if (rc)
-            fail_msg("put %s: %s: %s", key, kvmesh_strerror(rc), kvmesh_last_error());
-        kvmesh_route_info_t ri;
-        assert_int_equal(kvmesh_route_query(c->kv, &sc, key, strlen(key), &ri), 0);
-        for (uint32_t r = 0; r < ri.n_replicas; r++)
-            if (strcmp(ri.replicas[r].owner, id) == 0) {
-                on++;
-                break;
-            }
-    }
+    size_t on = 0, in = 0;
+    put_segs(c, prefix, id, 0, &on, &in, NULL);
     return on;
 }
 
