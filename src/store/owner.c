@@ -423,9 +423,16 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
             largest = rt->segs[i].seg->size;
     if (len > largest) { /* eviction cannot help: no segment is that large */
         char msg[200];
-        snprintf(msg, sizeof(msg),
-                 "owner %s has no segment large enough for %" PRIu64 " bytes (largest %" PRIu64 ")",
-                 rt->idhex, len, largest);
+        if (largest == 0 && rt->n_segs > 0)
+            snprintf(msg, sizeof(msg),
+                     "owner %s takes no new replicas: every segment is drained or retiring "
+                     "(kvmesh admin segments)",
+                     rt->idhex);
+        else
+            snprintf(msg, sizeof(msg),
+                     "owner %s has no segment large enough for %" PRIu64 " bytes (largest %" PRIu64
+                     ")",
+                     rt->idhex, len, largest);
         obs_count(rt->metrics, allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
         cb(arg, KVMESH_ENOSPC, msg, 0, 0, 0);
         return;
