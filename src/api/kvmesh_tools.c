@@ -299,6 +299,7 @@ static void member_from_kv(const meta_kv_t *kv, kvmesh_admin_member_t *o, struct
     for (uint32_t k = 0; k < o->n_segments; k++) {
         o->segments[k].id = m->segs[k].id;
         o->segments[k].size = m->segs[k].size;
+        o->segments[k].drained = m->segs[k].drained;
     }
 }
 
@@ -350,38 +351,111 @@ int kvmesh_admin_member_get(kvmesh_admin_t *a, const char *id, kvmesh_admin_memb
     return rc;
 }
 
-int kvmesh_admin_lifecycle_request(kvmesh_admin_t *a, const char *id, const char *state)
+/* The request record of id changed by one step (a member state, or one segment drained or
+ * activated), written only if the record is unchanged since it was read (a compare on its
+ * mod_rev; absent = 0); an empty result (member active, no segment) deletes it. Bounded
+ * retries when another admin wrote it meanwhile. */
+#define ADMIN_LC_TRIES 8
+static int lifecycle_update(kvmesh_admin_t *a, const char *id, const char *state, bool seg_step,
+                            uint64_t seg, bool seg_drain)
 {
-    enum kvm_member_state want;
-    if (strcmp(state, "draining") == 0)
-        want = KVM_MS_DRAINING;
-    else if (strcmp(state, "active") == 0)
-        want = KVM_MS_ACTIVE;
-    else
-        return kvm_errf(KVMESH_EINVAL, "lifecycle state \"%s\": allowed draining, active", state);
     char key[KS_KEY_CAP], val[KVM_LIFECYCLE_VALUE_MAX];
     int rc = ks_lifecycle_key(key, sizeof(key), a->deployment, id);
-    if (rc == 0 && want == KVM_MS_DRAINING)
-        rc = kvm_lifecycle_encode(want, env_clock_wall_ms(), val, sizeof(val));
     if (rc)
         return rc;
-    meta_op_t op = want == KVM_MS_DRAINING ? (meta_op_t){.type = META_OP_PUT,
-                                                         .key = key,
-                                                         .value = (const uint8_t *)val,
-                                                         .value_len = strlen(val)}
-                                           : (meta_op_t){.type = META_OP_DEL, .key = key};
-    meta_result_t *res;
-    rc = meta_sync_txn(a->ms, NULL, 0, &op, 1, NULL, 0, &res);
-    if (rc)
-        kvm_errf(rc, "writing %s: %s", key, res->errmsg);
-    meta_result_free(res);
+    struct kvm_lifecycle_req *r = malloc(sizeof(*r));
+    if (!r)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory");
+    for (int attempt = 0;; attempt++) {
+        meta_result_t *res;
+        if ((rc = meta_sync_get(a->ms, key, &res)) != 0) {
+            kvm_errf(rc, "metadata get of %s: %s", key, res->errmsg);
+            meta_result_free(res);
+            break;
+        }
+        int64_t rev = res->kv.found ? res->kv.mod_rev : 0;
+        if (!res->kv.found || kvm_lifecycle_decode_req(res->kv.value, res->kv.value_len, r) != 0) {
+            memset(r, 0, sizeof(*r)); /* none, or malformed: this request replaces it */
+            r->want = KVM_MS_ACTIVE;
+        }
+        meta_result_free(res);
+        if (!seg_step) {
+            r->want = strcmp(state, "draining") == 0 ? KVM_MS_DRAINING : KVM_MS_ACTIVE;
+        } else {
+            uint32_t k = 0;
+            while (k < r->n_segs && r->segs[k] != seg)
+                k++;
+            if (seg_drain && k == r->n_segs) {
+                if (r->n_segs == STORE_MAX_SEGS) {
+                    rc = kvm_errf(KVMESH_ETOOBIG, "member %s has %d drained segments already", id,
+                                  STORE_MAX_SEGS);
+                    break;
+                }
+                r->segs[r->n_segs++] = seg;
+            } else if (!seg_drain && k < r->n_segs) {
+                r->segs[k] = r->segs[--r->n_segs];
+            }
+        }
+        r->at_ms = env_clock_wall_ms();
+        bool del = r->want == KVM_MS_ACTIVE && r->n_segs == 0;
+        if (!del && (rc = kvm_lifecycle_encode_req(r, val, sizeof(val))) != 0)
+            break;
+        meta_cmp_t cmp = {.key = key, .target = META_CMP_MOD_REV, .op = META_EQ, .num = rev};
+        meta_op_t op = del ? (meta_op_t){.type = META_OP_DEL, .key = key}
+                           : (meta_op_t){.type = META_OP_PUT,
+                                         .key = key,
+                                         .value = (const uint8_t *)val,
+                                         .value_len = strlen(val)};
+        rc = meta_sync_txn(a->ms, &cmp, 1, &op, 1, NULL, 0, &res);
+        bool ok = rc == 0 && res->succeeded;
+        if (rc)
+            kvm_errf(rc, "writing %s: %s", key, res->errmsg);
+        meta_result_free(res);
+        if (rc || ok)
+            break;
+        if (attempt + 1 >= ADMIN_LC_TRIES) {
+            rc = kvm_errf(KVMESH_ECONFLICT,
+                          "%s changed under each of %d writes (another admin is writing it); "
+                          "try again",
+                          key, ADMIN_LC_TRIES);
+            break;
+        }
+    }
+    free(r);
     return rc;
 }
 
-int kvmesh_admin_lifecycle_get(kvmesh_admin_t *a, const char *id, char *state, size_t cap)
+int kvmesh_admin_lifecycle_request(kvmesh_admin_t *a, const char *id, const char *state)
 {
-    if (cap)
-        state[0] = 0;
+    if (strcmp(state, "draining") != 0 && strcmp(state, "active") != 0)
+        return kvm_errf(KVMESH_EINVAL, "lifecycle state \"%s\": allowed draining, active", state);
+    return lifecycle_update(a, id, state, false, 0, false);
+}
+
+int kvmesh_admin_segment_request(kvmesh_admin_t *a, const char *id, uint64_t seg, bool drain)
+{
+    return lifecycle_update(a, id, NULL, true, seg, drain);
+}
+
+static void lifecycle_fill(const meta_kv_t *kv, kvmesh_admin_lifecycle_t *o)
+{
+    struct kvm_lifecycle_req *r = malloc(sizeof(*r));
+    if (r && kvm_lifecycle_decode_req(kv->value, kv->value_len, r) == 0) {
+        snprintf(o->state, sizeof(o->state), "%s", kvm_member_state_name(r->want));
+        o->n_segments = r->n_segs < KVMESH_ADMIN_SEGS_MAX ? r->n_segs : KVMESH_ADMIN_SEGS_MAX;
+        memcpy(o->segments, r->segs, o->n_segments * sizeof(o->segments[0]));
+    } else {
+        snprintf(o->state, sizeof(o->state), "malformed");
+    }
+    free(r);
+}
+
+int kvmesh_admin_lifecycle_read(kvmesh_admin_t *a, const char *id, kvmesh_admin_lifecycle_t *out,
+                                bool *found)
+{
+    memset(out, 0, sizeof(*out));
+    *found = false;
+    snprintf(out->id, sizeof(out->id), "%s", id);
     char key[KS_KEY_CAP];
     int rc = ks_lifecycle_key(key, sizeof(key), a->deployment, id);
     if (rc)
@@ -391,13 +465,26 @@ int kvmesh_admin_lifecycle_get(kvmesh_admin_t *a, const char *id, char *state, s
     if (rc) {
         kvm_errf(rc, "metadata get of %s: %s", key, res->errmsg);
     } else if (res->kv.found) {
-        enum kvm_member_state want;
-        if (kvm_lifecycle_decode(res->kv.value, res->kv.value_len, &want, NULL) != 0)
-            snprintf(state, cap, "malformed");
-        else
-            snprintf(state, cap, "%s", kvm_member_state_name(want));
+        *found = true;
+        lifecycle_fill(&res->kv, out);
     }
     meta_result_free(res);
+    return rc;
+}
+
+int kvmesh_admin_lifecycle_get(kvmesh_admin_t *a, const char *id, char *state, size_t cap)
+{
+    if (cap)
+        state[0] = 0;
+    kvmesh_admin_lifecycle_t *l = malloc(sizeof(*l));
+    if (!l)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory");
+    bool found = false;
+    int rc = kvmesh_admin_lifecycle_read(a, id, l, &found);
+    /* a record asking only for drained segments is no member request */
+    if (rc == 0 && found && strcmp(l->state, "active") != 0)
+        snprintf(state, cap, "%s", l->state);
+    free(l);
     return rc;
 }
 
@@ -498,11 +585,7 @@ int kvmesh_admin_lifecycles(kvmesh_admin_t *a, const char *after, size_t limit,
         ks_parsed_t pk;
         if (ks_parse(res->kvs[i].key, &pk) == 0 && pk.n_parts == 1)
             snprintf(o->id, sizeof(o->id), "%.*s", KVMESH_ID_HEX_LEN, pk.parts[0].s);
-        enum kvm_member_state want;
-        snprintf(o->state, sizeof(o->state), "%s",
-                 kvm_lifecycle_decode(res->kvs[i].value, res->kvs[i].value_len, &want, NULL) == 0
-                     ? kvm_member_state_name(want)
-                     : "malformed");
+        lifecycle_fill(&res->kvs[i], o);
         (*n)++;
     }
     if (rc == 0)

@@ -168,6 +168,7 @@ typedef struct kvmesh_admin_member {
     uint32_t n_segments;
     struct {
         uint64_t id, size;
+        bool drained; /* the member applied an operator's segment drain */
     } segments[KVMESH_ADMIN_SEGS_MAX];
 } kvmesh_admin_member_t;
 /* Member records in id order after `after` (NULL or "" = from the first), at most limit
@@ -180,18 +181,31 @@ int kvmesh_admin_member_get(kvmesh_admin_t *a, const char *id, kvmesh_admin_memb
                             bool *found);
 
 /* An operator's lifecycle request for member id (kvmesh/v1/<dep>/lifecycle/<id>; docs/
- * operations.md "Member lifecycle"): state "draining" writes the request, "active" deletes it
- * (no request is active). The member applies it with its next member-record write (within one
- * keepalive period, lease_ttl_ms / 3) and its record then shows the state. */
+ * operations.md "Member lifecycle"): state "draining" or "active" for the member itself; the
+ * record keeps the member's drained segments either way, and is deleted once it asks for
+ * nothing (active, no drained segment). Read-modify-write under a compare on the record's
+ * revision (KVMESH_ECONFLICT after bounded retries). The member applies it with its next
+ * member-record write (within one keepalive period, lease_ttl_ms / 3); its record then shows
+ * the state. */
 int kvmesh_admin_lifecycle_request(kvmesh_admin_t *a, const char *id, const char *state);
-/* The request stored for id into state: "draining", "malformed", or "" when there is none. */
+/* Segment seg of member id drained (no new slots there; its replicas stay readable) or
+ * activated again, in the same record (`kvmesh admin segments drain|activate`). */
+int kvmesh_admin_segment_request(kvmesh_admin_t *a, const char *id, uint64_t seg, bool drain);
+/* The member request stored for id into state: "draining", "malformed", or "" when there is
+ * none (a record asking only for drained segments is no member request). */
 int kvmesh_admin_lifecycle_get(kvmesh_admin_t *a, const char *id, char *state, size_t cap);
 /* Lifecycle requests in id order after `after` (NULL or "" = from the first), at most limit
- * (1..KVMESH_ADMIN_PAGE_MAX): ids[i] and states[i] ("draining" or "malformed"). */
+ * (1..KVMESH_ADMIN_PAGE_MAX): ids[i], states[i] ("draining", "active" (only segments are
+ * drained) or "malformed") and the drained segments. */
 typedef struct kvmesh_admin_lifecycle {
     char id[KVMESH_ID_HEX_LEN + 1];
     char state[16];
+    uint32_t n_segments;
+    uint64_t segments[KVMESH_ADMIN_SEGS_MAX];
 } kvmesh_admin_lifecycle_t;
+/* The request record of id (exact read; *found false when there is none). */
+int kvmesh_admin_lifecycle_read(kvmesh_admin_t *a, const char *id, kvmesh_admin_lifecycle_t *out,
+                                bool *found);
 int kvmesh_admin_lifecycles(kvmesh_admin_t *a, const char *after, size_t limit,
                             kvmesh_admin_lifecycle_t *out, size_t *n, bool *more);
 

@@ -21,63 +21,137 @@
  *            kvmesh_drain (SIGTERM of kvmeshd) clears admin_drained, so an activate never
  *            interrupts a runtime that is leaving. STANDBY and GONE ignore requests (a restarted
  *            member applies the request at its first write after it became active).
+ *   segments optional "segments":["<16 hex>",...]: segments of this member an operator drained
+ *            (`kvmesh admin segments drain`). A record may then say "active" (the member itself
+ *            is not drained). Applied in every state but GONE (kvm_owner_drain_segments): a
+ *            listed segment takes no new slots (reserve skips it, placements go to the
+ *            member's other segments or other owners), its replicas stay readable where they
+ *            are and leave only as any replica does (release, eviction); a segment no longer
+ *            listed takes slots again. The member record lists each segment with its state.
  */
+#include <inttypes.h>
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/hex.h"
 #include "core/util.h"
 #include "store/store.h"
 
-int kvm_lifecycle_encode(enum kvm_member_state want, uint64_t at_ms, char *buf, size_t cap)
+int kvm_lifecycle_encode_req(const struct kvm_lifecycle_req *r, char *buf, size_t cap)
 {
-    if (want != KVM_MS_DRAINING && want != KVM_MS_ACTIVE)
+    if (r->want != KVM_MS_DRAINING && r->want != KVM_MS_ACTIVE)
         return kvm_errf(KVMESH_EINVAL, "a lifecycle request is draining or active, not %s",
-                        kvm_member_state_name(want));
-    int n = snprintf(buf, cap, "{\"v\":1,\"state\":\"%s\",\"at_ms\":%llu}",
-                     kvm_member_state_name(want), (unsigned long long)at_ms);
-    if (n < 0 || (size_t)n >= cap)
+                        kvm_member_state_name(r->want));
+    if (r->n_segs > STORE_MAX_SEGS)
+        return kvm_errf(KVMESH_EINVAL, "a lifecycle request names at most %d segments, not %u",
+                        STORE_MAX_SEGS, r->n_segs);
+    int n = snprintf(buf, cap, "{\"v\":1,\"state\":\"%s\",\"at_ms\":%llu",
+                     kvm_member_state_name(r->want), (unsigned long long)r->at_ms);
+    size_t off = n > 0 ? (size_t)n : cap;
+    if (r->n_segs && off < cap) {
+        n = snprintf(buf + off, cap - off, ",\"segments\":[");
+        off += n > 0 ? (size_t)n : cap;
+        for (uint32_t i = 0; i < r->n_segs && off < cap; i++) {
+            n = snprintf(buf + off, cap - off, "%s\"%016" PRIx64 "\"", i ? "," : "", r->segs[i]);
+            off += n > 0 ? (size_t)n : cap;
+        }
+        if (off < cap) {
+            n = snprintf(buf + off, cap - off, "]");
+            off += n > 0 ? (size_t)n : cap;
+        }
+    }
+    if (off < cap) {
+        n = snprintf(buf + off, cap - off, "}");
+        off += n > 0 ? (size_t)n : cap;
+    }
+    if (off >= cap)
         return kvm_errf(KVMESH_ETOOBIG, "lifecycle record does not fit %zu bytes", cap);
     return 0;
 }
 
-int kvm_lifecycle_decode(const uint8_t *v, size_t len, enum kvm_member_state *want, uint64_t *at_ms)
+int kvm_lifecycle_encode(enum kvm_member_state want, uint64_t at_ms, char *buf, size_t cap)
 {
+    struct kvm_lifecycle_req r = {.want = want, .at_ms = at_ms};
+    return kvm_lifecycle_encode_req(&r, buf, cap);
+}
+
+int kvm_lifecycle_decode_req(const uint8_t *v, size_t len, struct kvm_lifecycle_req *r)
+{
+    memset(r, 0, sizeof(*r));
     json_error_t jerr;
     json_t *o = json_loadb((const char *)v, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!o)
         return kvm_errf(KVMESH_EPROTO, "lifecycle record is not JSON: %s", jerr.text);
     json_int_t ver = 0, at = 0;
     const char *state = NULL;
+    json_t *segs = NULL;
     int rc = 0;
-    if (json_unpack(o, "{s:I,s:s,s:I}", "v", &ver, "state", &state, "at_ms", &at) != 0 ||
+    if (json_unpack(o, "{s:I,s:s,s:I,s?o}", "v", &ver, "state", &state, "at_ms", &at, "segments",
+                    &segs) != 0 ||
         ver != 1 || at < 0)
         rc = kvm_errf(KVMESH_EPROTO, "lifecycle record is malformed (want v 1, state, at_ms)");
     else if (strcmp(state, "draining") == 0)
-        *want = KVM_MS_DRAINING;
+        r->want = KVM_MS_DRAINING;
     else if (strcmp(state, "active") == 0)
-        *want = KVM_MS_ACTIVE;
+        r->want = KVM_MS_ACTIVE;
     else
         rc = kvm_errf(KVMESH_EPROTO, "lifecycle record asks for state '%.20s'", state);
-    if (rc == 0 && at_ms)
-        *at_ms = (uint64_t)at;
+    if (rc == 0 && segs && (!json_is_array(segs) || json_array_size(segs) > STORE_MAX_SEGS))
+        rc = kvm_errf(KVMESH_EPROTO, "lifecycle record: segments is not an array of at most %d",
+                      STORE_MAX_SEGS);
+    for (size_t i = 0; rc == 0 && segs && i < json_array_size(segs); i++) {
+        const char *s = json_string_value(json_array_get(segs, i));
+        uint64_t id = 0;
+        if (!s || kvm_hex_u64(s, strlen(s), KVM_HEX_ANY, &id) != 0)
+            rc = kvm_errf(KVMESH_EPROTO, "lifecycle record: segment %zu is not a hex id", i);
+        for (uint32_t k = 0; rc == 0 && k < r->n_segs; k++)
+            if (r->segs[k] == id)
+                rc = kvm_errf(KVMESH_EPROTO, "lifecycle record names segment %016" PRIx64 " twice",
+                              id);
+        if (rc == 0)
+            r->segs[r->n_segs++] = id;
+    }
+    if (rc == 0)
+        r->at_ms = (uint64_t)at;
     json_decref(o);
+    return rc;
+}
+
+int kvm_lifecycle_decode(const uint8_t *v, size_t len, enum kvm_member_state *want, uint64_t *at_ms)
+{
+    struct kvm_lifecycle_req *r = malloc(sizeof(*r));
+    if (!r)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory");
+    int rc = kvm_lifecycle_decode_req(v, len, r);
+    if (rc == 0) {
+        *want = r->want;
+        if (at_ms)
+            *at_ms = r->at_ms;
+    }
+    free(r);
     return rc;
 }
 
 bool kvm_lifecycle_apply(kvm_rt_t *rt, const meta_kv_t *kv)
 {
-    enum kvm_member_state want = KVM_MS_ACTIVE;
-    if (kv->found && kvm_lifecycle_decode(kv->value, kv->value_len, &want, NULL) != 0)
+    struct kvm_lifecycle_req r;
+    memset(&r, 0, sizeof(r));
+    r.want = KVM_MS_ACTIVE;
+    if (kv->found && kvm_lifecycle_decode_req(kv->value, kv->value_len, &r) != 0)
         return false; /* a malformed request changes nothing (admin members shows it) */
-    if (want == KVM_MS_DRAINING && rt->state == KVM_MS_ACTIVE) {
+    bool changed = false;
+    if (rt->state != KVM_MS_GONE)
+        changed = kvm_owner_drain_segments(rt, r.segs, r.n_segs);
+    if (r.want == KVM_MS_DRAINING && rt->state == KVM_MS_ACTIVE) {
         kvm_member_set_state(rt, KVM_MS_DRAINING);
         rt->admin_drained = true;
         return true;
     }
-    if (want == KVM_MS_ACTIVE && rt->state == KVM_MS_DRAINING && rt->admin_drained) {
+    if (r.want == KVM_MS_ACTIVE && rt->state == KVM_MS_DRAINING && rt->admin_drained) {
         rt->admin_drained = false;
         kvm_member_set_state(rt, KVM_MS_ACTIVE);
         return true;
     }
-    return false;
+    return changed;
 }

@@ -155,7 +155,11 @@ static char *record_json(kvm_rt_t *rt)
     for (uint32_t i = 0; i < ns; i++) {
         snprintf(hex[0], sizeof(hex[0]), "%016" PRIx64, si[i].id);
         snprintf(hex[1], sizeof(hex[1]), "%016" PRIx64, si[i].read_token);
-        json_array_append_new(segs, json_pack("[s,I,s]", hex[0], (json_int_t)si[i].size, hex[1]));
+        /* a 4th element "drained" only for an operator-drained segment (lifecycle.c) */
+        json_array_append_new(
+            segs, si[i].drained
+                      ? json_pack("[s,I,s,s]", hex[0], (json_int_t)si[i].size, hex[1], "drained")
+                      : json_pack("[s,I,s]", hex[0], (json_int_t)si[i].size, hex[1]));
     }
     json_t *o =
         json_pack("{s:I,s:s,s:f,s:I,s:I,s:s,s:s,s:I,s:o}", "epoch", (json_int_t)rt->self.epoch,
@@ -216,6 +220,8 @@ int kvm_member_record_decode(const char *key, const uint8_t *value, size_t len,
             hex_u64(id, &m->segs[i].id) != 0 || hex_u64(tok, &m->segs[i].read_token) != 0)
             goto out;
         m->segs[i].size = (uint64_t)size;
+        const char *st = json_string_value(json_array_get(json_array_get(segs, i), 3));
+        m->segs[i].drained = st && strcmp(st, "drained") == 0;
     }
     m->n_segs = (uint32_t)json_array_size(segs);
     rc = 0;

@@ -317,7 +317,7 @@ void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n)
         if (!rt->segs[i].seg)
             continue; /* removed; a retiring segment stays listed: its replicas are readable */
         out[k++] = (struct kvm_seg_info){rt->segs[i].seg->id, rt->segs[i].seg->size,
-                                         rt->segs[i].read_token};
+                                         rt->segs[i].read_token, rt->segs[i].drained};
     }
     *n = k;
 }
@@ -351,7 +351,7 @@ static int try_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
 {
     for (uint32_t i = 0; i < rt->n_segs; i++) {
         struct kvm_local_seg *ls = &rt->segs[i];
-        if (!ls->seg || ls->retiring || !alloc_can_fit(ls->alloc, len))
+        if (!ls->seg || ls->retiring || ls->drained || !alloc_can_fit(ls->alloc, len))
             continue;
         struct kvm_slot *s = calloc(1, sizeof(*s));
         if (!s)
@@ -418,13 +418,21 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
     }
     uint64_t largest = 0;
     for (uint32_t i = 0; i < rt->n_segs; i++)
-        if (rt->segs[i].seg && !rt->segs[i].retiring && rt->segs[i].seg->size > largest)
+        if (rt->segs[i].seg && !rt->segs[i].retiring && !rt->segs[i].drained &&
+            rt->segs[i].seg->size > largest)
             largest = rt->segs[i].seg->size;
     if (len > largest) { /* eviction cannot help: no segment is that large */
         char msg[200];
-        snprintf(msg, sizeof(msg),
-                 "owner %s has no segment large enough for %" PRIu64 " bytes (largest %" PRIu64 ")",
-                 rt->idhex, len, largest);
+        if (largest == 0 && rt->n_segs > 0)
+            snprintf(msg, sizeof(msg),
+                     "owner %s takes no new replicas: every segment is drained or retiring "
+                     "(kvmesh admin segments)",
+                     rt->idhex);
+        else
+            snprintf(msg, sizeof(msg),
+                     "owner %s has no segment large enough for %" PRIu64 " bytes (largest %" PRIu64
+                     ")",
+                     rt->idhex, len, largest);
         obs_count(rt->metrics, allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
         cb(arg, KVMESH_ENOSPC, msg, 0, 0, 0);
         return;
@@ -860,6 +868,22 @@ int kvm_owner_retire_segment(kvm_rt_t *rt, uint64_t seg_id)
         return kvm_errf(KVMESH_ENOENT, "no segment %016" PRIx64 " on this runtime", seg_id);
     rt->segs[i].retiring = true;
     return 0;
+}
+
+bool kvm_owner_drain_segments(kvm_rt_t *rt, const uint64_t *ids, uint32_t n)
+{
+    bool changed = false;
+    for (uint32_t i = 0; i < rt->n_segs; i++) {
+        struct kvm_local_seg *ls = &rt->segs[i];
+        if (!ls->seg)
+            continue;
+        bool want = false;
+        for (uint32_t k = 0; k < n && !want; k++)
+            want = ids[k] == ls->seg->id;
+        changed |= want != ls->drained;
+        ls->drained = want;
+    }
+    return changed;
 }
 
 int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id)

@@ -84,6 +84,7 @@ const char *kvm_member_state_name(enum kvm_member_state s);
 
 struct kvm_seg_info {
     uint64_t id, size, read_token;
+    bool drained; /* an operator drained it (lifecycle.c): no new slots; still readable */
 };
 
 /* One member of the live snapshot. Address strings are interned (kvm_rt_intern): immutable and
@@ -254,6 +255,7 @@ struct kvm_local_seg {
     alloc_t *alloc;
     uint64_t read_token;
     bool retiring;
+    bool drained; /* [loop] by an operator's lifecycle request (lifecycle.c): no new slots */
 };
 
 struct kvm_seg_handle { /* app-thread cache of opened remote segments */
@@ -457,12 +459,20 @@ void kvm_member_quarantine(kvm_rt_t *rt, const kvm_runtime_id_t *id);
 bool kvm_member_is_draining(kvm_rt_t *rt, const kvm_runtime_id_t *id);
 
 /* ---- lifecycle.c: operator lifecycle requests (kvmesh/v1/<dep>/lifecycle/<id>) ---------- */
-#define KVM_LIFECYCLE_VALUE_MAX 128
+#define KVM_LIFECYCLE_VALUE_MAX 1536 /* fits STORE_MAX_SEGS drained segments */
+struct kvm_lifecycle_req {
+    enum kvm_member_state want; /* KVM_MS_DRAINING or KVM_MS_ACTIVE (the member itself) */
+    uint64_t at_ms;             /* wall ms of the request */
+    uint32_t n_segs;            /* segments of the member drained by an operator */
+    uint64_t segs[STORE_MAX_SEGS];
+};
 /* The record asking for want (KVM_MS_DRAINING or KVM_MS_ACTIVE), requested at wall at_ms. */
 int kvm_lifecycle_encode(enum kvm_member_state want, uint64_t at_ms, char *buf, size_t cap);
+int kvm_lifecycle_encode_req(const struct kvm_lifecycle_req *r, char *buf, size_t cap);
 /* Pure; KVMESH_EPROTO with a message for anything malformed. at_ms may be NULL. */
 int kvm_lifecycle_decode(const uint8_t *v, size_t len, enum kvm_member_state *want,
                          uint64_t *at_ms);
+int kvm_lifecycle_decode_req(const uint8_t *v, size_t len, struct kvm_lifecycle_req *r);
 /* [loop] Applies the request read with a member-record write (kv: its GET; !found = none) to
  * this runtime's state; true when the state changed (the caller writes the record again). */
 bool kvm_lifecycle_apply(kvm_rt_t *rt, const meta_kv_t *kv);
@@ -489,6 +499,9 @@ size_t kvm_owner_list(kvm_rt_t *rt, uint64_t seg_filter, uint64_t *cursor, kvm_h
 int kvm_owner_add_segment(kvm_rt_t *rt, uint64_t size, uint64_t *seg_id);
 int kvm_owner_retire_segment(kvm_rt_t *rt, uint64_t seg_id);
 int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id);
+/* Operator segment drain (lifecycle.c): exactly the listed segments of this runtime take no
+ * new slots (ids it does not have are ignored); true when a segment's state changed. */
+bool kvm_owner_drain_segments(kvm_rt_t *rt, const uint64_t *ids, uint32_t n);
 void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n);
 void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st);
 

@@ -49,6 +49,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         KVM_ASSERT(kvm_lifecycle_encode(want, at, buf, sizeof(buf)) == 0);
         KVM_ASSERT(kvm_lifecycle_decode((const uint8_t *)buf, strlen(buf), &again, &at2) == 0);
         KVM_ASSERT(again == want && at2 == at);
+        /* with its drained segments: the request round-trips exactly */
+        static struct kvm_lifecycle_req r, r2;
+        KVM_ASSERT(kvm_lifecycle_decode_req(val, vlen, &r) == 0);
+        KVM_ASSERT(r.want == want && r.at_ms == at && r.n_segs <= STORE_MAX_SEGS);
+        KVM_ASSERT(kvm_lifecycle_encode_req(&r, buf, sizeof(buf)) == 0);
+        KVM_ASSERT(kvm_lifecycle_decode_req((const uint8_t *)buf, strlen(buf), &r2) == 0);
+        KVM_ASSERT(r2.want == r.want && r2.at_ms == r.at_ms && r2.n_segs == r.n_segs &&
+                   memcmp(r2.segs, r.segs, r.n_segs * sizeof(r.segs[0])) == 0);
     }
     return 0;
 }

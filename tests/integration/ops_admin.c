@@ -4,7 +4,8 @@
  * real etcd (the same checks on each):
  *   - members: every daemon's record with state, capacity and its segments, as a table and as
  *     JSON (parsed here), the same over pages of one record (--page 1);
- *   - segments: one line per segment of every daemon (memory_size / segment_size each);
+ *   - segments: one line per segment of every daemon (memory_size / segment_size each), and
+ *     the same as JSON (each active, no request);
  *   - shards: once the authorities settled, one record per shard, each primary a live daemon,
  *     top_k members in each set; --page/--max stop early and say so (JSON "truncated");
  *   - cleanup: a member record left without a lease (as a crashed tool or a bug leaves it) is
@@ -155,6 +156,19 @@ static void check_admin(struct cluster *c)
     OPS_ASSERT_HAS(o.out, want);
     OPS_ASSERT_HAS(o.out, "16MiB");
     tdaemon_out_free(&o);
+    {
+        json_t *sj = admin_json(c, "segments", NULL, NULL), *e;
+        size_t i;
+        assert_int_equal(json_integer_value(json_object_get(sj, "count")), 4 * ADM_DAEMONS);
+        json_array_foreach(json_object_get(sj, "segments"), i, e)
+        {
+            assert_int_equal(json_integer_value(json_object_get(e, "size_bytes")), 16 << 20);
+            assert_string_equal(json_string_value(json_object_get(e, "state")), "active");
+            assert_true(json_is_null(json_object_get(e, "request")));
+            assert_int_equal(strlen(json_string_value(json_object_get(e, "id"))), 16);
+        }
+        json_decref(sj);
+    }
     /* shards */
     wait_shards_settled(c, -1);
     admin(&o, c, "shards", NULL, NULL, NULL);

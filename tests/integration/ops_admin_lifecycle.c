@@ -16,8 +16,15 @@
  *   - bad arguments: no member (2), not an id (2), an ambiguous prefix (2), an unknown id (3),
  *     a member in state gone (1), a member that never applies it (1 after --wait-ms),
  *     --wait-ms out of range or outside drain/activate (2), --apply with drain (2).
+ *   - segments drain|activate on one segment of a daemon (by prefixes of both ids): its record
+ *     and admin segments (table and JSON) say drained, no replica of a new object lands in it
+ *     while the daemon still takes placements in its other segments, its objects read back; a
+ *     member drain + activate keeps the segment drained; activate deletes the request record
+ *     and placements land in the segment again; bad arguments (2, 3, 1 as above), a request
+ *     for a segment the member no longer has is removed by activate with the full id.
  * Bounded: every wait has a limit; every process is started here and stopped by pid.
  */
+#include <inttypes.h>
 #include <jansson.h>
 
 #include "api/kvmesh_tools.h"
@@ -105,26 +112,14 @@ static void value_of(char *buf, size_t cap, const char *key)
     snprintf(buf, cap, "value of %s, written for the lifecycle test", key);
 }
 
+static void put_segs(struct cluster *c, const char *prefix, const char *id, uint64_t seg,
+                     size_t *on, size_t *in_seg, uint64_t *last_seg);
+
 /* Puts LC_OBJECTS objects named prefix-i; returns how many have a replica on member id. */
 static size_t put_batch(struct cluster *c, const char *prefix, const char *id)
 {
-    kvmesh_scope_t sc = {.tenant = "lc"};
-    size_t on = 0;
-    for (int i = 0; i < LC_OBJECTS; i++) {
-        char key[64], val[128];
-        snprintf(key, sizeof(key), "%s-%d", prefix, i);
-        value_of(val, sizeof(val), key);
-        int rc = kvmesh_put(c->kv, &sc, key, strlen(key), val, strlen(val), NULL);
-        if (rc)
-            fail_msg("put %s: %s: %s", key, kvmesh_strerror(rc), kvmesh_last_error());
-        kvmesh_route_info_t ri;
-        assert_int_equal(kvmesh_route_query(c->kv, &sc, key, strlen(key), &ri), 0);
-        for (uint32_t r = 0; r < ri.n_replicas; r++)
-            if (strcmp(ri.replicas[r].owner, id) == 0) {
-                on++;
-                break;
-            }
-    }
+    size_t on = 0, in = 0;
+    put_segs(c, prefix, id, 0, &on, &in, NULL);
     return on;
 }
 
@@ -146,7 +141,11 @@ static void check_reads(struct cluster *c, const char *prefix)
     }
 }
 
-static void put_record(struct cluster *c, const char *id, const char *state, bool del)
+#define LC_FAKE_SEG "[[\"00000000000000aa\",1048576,\"0000000000000001\"]]"
+
+/* A member record for id in state with segs (JSON array), or (del) none and no request. */
+static void put_record_segs(struct cluster *c, const char *id, const char *state, bool del,
+                            const char *segs)
 {
     meta_sync_t *ms;
     assert_int_equal(meta_sync_open(&ms, c->url, NULL), 0);
@@ -155,8 +154,8 @@ static void put_record(struct cluster *c, const char *id, const char *state, boo
     char rec[300];
     snprintf(rec, sizeof(rec),
              "{\"epoch\":7,\"state\":\"%s\",\"weight\":1.0,\"cap\":0,\"used\":0,"
-             "\"rpc\":\"tcp:127.0.0.1:1\",\"data\":\"\",\"hb\":3,\"segs\":[]}",
-             state);
+             "\"rpc\":\"tcp:127.0.0.1:1\",\"data\":\"\",\"hb\":3,\"segs\":%s}",
+             state, segs);
     meta_op_t op = del ? (meta_op_t){.type = META_OP_DEL, .key = key}
                        : (meta_op_t){.type = META_OP_PUT,
                                      .key = key,
@@ -172,6 +171,73 @@ static void put_record(struct cluster *c, const char *id, const char *state, boo
         meta_result_free(res);
     }
     meta_sync_close(ms);
+}
+
+static void put_record(struct cluster *c, const char *id, const char *state, bool del)
+{
+    put_record_segs(c, id, state, del, LC_FAKE_SEG);
+}
+
+/* segments drain|activate: bad arguments, a member that never applies it, and the removal of
+ * a request left for a segment the member no longer has (the fake records of check_bad_args) */
+static void check_segment_args(struct cluster *c)
+{
+    const char *f1 = "abcdef00000000000000000000000001", *f3 = "abcdef00000000000000000000000003";
+    struct {
+        const char *a[5], *msg;
+        int status;
+    } bad[] = {
+        {{"segments", "drain"}, "expected \"list\" or \"drain|activate MEMBER SEGMENT\"", 2},
+        {{"segments", "list", "extra"}, "expected \"list\" or \"drain|activate MEMBER", 2},
+        {{"segments", "pause", f1, "0000000000"},
+         "expected \"list\" or \"drain|activate MEMBER",
+         2},
+        {{"segments", "drain", f1, "zz"}, "\"zz\" is not a segment id", 2},
+        {{"segments", "drain", f1, "00000000000000aa0"}, "is not a segment id", 2},
+        {{"segments", "drain", f1, "bb"}, "has no segment \"bb\"", 3},
+        {{"segments", "drain", "00000000000000000000000000000077", "0000000000"},
+         "no member record matches",
+         3},
+        {{"segments", "drain", "zz", "0000000000"}, "\"zz\" is not a member id", 2},
+        {{"segments", "drain", f3, "0000000000"}, "is gone; it applies no more requests", 1},
+        {{"segments", "drain", f1, "0000000000", "--wait-ms=600"},
+         "recorded, but its record does not show it drained after",
+         1},
+        {{"segments", "list", "--wait-ms=5"},
+         "--wait-ms belongs to drain, activate and segments",
+         2},
+        {{"segments", "drain", f1, "0000000000", "--apply"}, "--apply belongs to cleanup", 2},
+    };
+    tdaemon_out_t o;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *argv[16] = {ops_bin_kvmesh, "admin",        "--metadata",
+                                c->url,         "--deployment", c->dep};
+        size_t n = 6;
+        for (size_t k = 0; k < 5 && bad[i].a[k]; k++)
+            argv[n++] = bad[i].a[k];
+        argv[n] = NULL;
+        ops_runv(&o, argv);
+        OPS_ASSERT_RUN(&o, bad[i].status);
+        OPS_ASSERT_HAS(o.err, bad[i].msg);
+        tdaemon_out_free(&o);
+    }
+    /* the fake ..01 now has a request for its segment aa, pending (it never applies it) */
+    admin(&o, c, "segments", NULL, NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "00000000000000aa");
+    OPS_ASSERT_HAS(o.out, "active  (requested: drained)");
+    tdaemon_out_free(&o);
+    /* its record no longer lists aa (as after a restart): activate with the full id removes
+     * the request; a second time the segment is simply unknown */
+    put_record_segs(c, f1, "active", false, "[]");
+    admin(&o, c, "segments", "activate", f1, "00000000000000aa");
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "has no segment 00000000000000aa: its drain request is removed");
+    tdaemon_out_free(&o);
+    admin(&o, c, "segments", "activate", f1, "00000000000000aa");
+    OPS_ASSERT_RUN(&o, 3);
+    OPS_ASSERT_HAS(o.err, "has no segment \"00000000000000aa\"");
+    tdaemon_out_free(&o);
 }
 
 static void check_bad_args(struct cluster *c)
@@ -193,7 +259,7 @@ static void check_bad_args(struct cluster *c)
          "recorded, but its record still says active after", 1},
         {"activate", "abcdef00000000000000000000000002", NULL, "draining because it is leaving", 1},
         {"drain", LC_ID, "--wait-ms=600001", "--wait-ms 600001 is out of range", 2},
-        {"members", "--wait-ms=5", NULL, "--wait-ms belongs to drain and activate", 2},
+        {"members", "--wait-ms=5", NULL, "--wait-ms belongs to drain, activate", 2},
         {"drain", LC_ID, "--apply", "--apply belongs to cleanup", 2},
         {"drain", LC_ID, "extra", "expected one member id", 2},
         {"members", "extra", NULL, "expected no more arguments", 2},
@@ -207,6 +273,7 @@ static void check_bad_args(struct cluster *c)
         OPS_ASSERT_HAS(o.err, bad[i].msg);
         tdaemon_out_free(&o);
     }
+    check_segment_args(c);
     /* ...01 took a drain request it never applied; without its member record the request is
      * listed on its own, and activate removes it */
     const char *fake = "abcdef00000000000000000000000001";
@@ -255,6 +322,7 @@ static void check_bad_args(struct cluster *c)
     OPS_ASSERT_RUN(&o, 0);
     OPS_ASSERT_HAS(o.out, "drain MEMBER");
     OPS_ASSERT_HAS(o.out, "--wait-ms");
+    OPS_ASSERT_HAS(o.out, "segments drain|activate MEMBER SEGMENT");
     tdaemon_out_free(&o);
 }
 
@@ -415,6 +483,160 @@ static void check_lifecycle(struct cluster *c)
     check_reads(c, "restarted");
 }
 
+/* The state of segment seg of member id in `kvmesh admin segments --json`, and its request
+ * ("" when the segment is not listed). */
+static void seg_state(struct cluster *c, const char *id, const char *seg, char *st, char *req)
+{
+    tdaemon_out_t o;
+    admin(&o, c, "segments", "--json", NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    json_t *j = parse(&o), *s;
+    size_t i;
+    st[0] = req[0] = 0;
+    json_array_foreach(json_object_get(j, "segments"), i, s)
+    {
+        if (strcmp(json_string_value(json_object_get(s, "member")), id) == 0 &&
+            strcmp(json_string_value(json_object_get(s, "id")), seg) == 0) {
+            snprintf(st, 16, "%s", json_string_value(json_object_get(s, "state")));
+            json_t *r = json_object_get(s, "request");
+            snprintf(req, 16, "%s", json_is_null(r) ? "null" : json_string_value(r));
+        }
+    }
+    json_decref(j);
+    tdaemon_out_free(&o);
+}
+
+/* Puts LC_OBJECTS objects named prefix-i; counts the replicas on member id, and those of them
+ * in segment seg. */
+static void put_segs(struct cluster *c, const char *prefix, const char *id, uint64_t seg,
+                     size_t *on, size_t *in_seg, uint64_t *last_seg)
+{
+    kvmesh_scope_t sc = {.tenant = "lc"};
+    *on = *in_seg = 0;
+    for (int i = 0; i < LC_OBJECTS; i++) {
+        char key[64], val[128];
+        snprintf(key, sizeof(key), "%s-%d", prefix, i);
+        value_of(val, sizeof(val), key);
+        int rc = kvmesh_put(c->kv, &sc, key, strlen(key), val, strlen(val), NULL);
+        if (rc)
+            fail_msg("put %s: %s: %s", key, kvmesh_strerror(rc), kvmesh_last_error());
+        kvmesh_route_info_t ri;
+        assert_int_equal(kvmesh_route_query(c->kv, &sc, key, strlen(key), &ri), 0);
+        for (uint32_t r = 0; r < ri.n_replicas; r++)
+            if (strcmp(ri.replicas[r].owner, id) == 0) {
+                (*on)++;
+                *in_seg += ri.replicas[r].segment == seg;
+                if (last_seg)
+                    *last_seg = ri.replicas[r].segment;
+            }
+    }
+}
+
+/* segments drain / activate on one segment of the target daemon (active again after
+ * check_lifecycle): no new replica in it while drained, its objects read back, a member
+ * drain + activate keeps it drained, activate removes the request and placements return. */
+static void check_segments(struct cluster *c)
+{
+    const char *x = c->d[LC_TARGET].id;
+    size_t on = 0, in = 0;
+    uint64_t seg = 0;
+    put_segs(c, "segpre", x, 0, &on, &in, &seg);
+    if (on == 0)
+        fail_msg("none of %d objects landed on %s before the segment drain", LC_OBJECTS, x);
+    char segx[17], st[16], req[16];
+    snprintf(segx, sizeof(segx), "%016" PRIx64, seg);
+    seg_state(c, x, segx, st, req);
+    assert_string_equal(st, "active");
+    assert_string_equal(req, "null");
+    /* drain by prefixes of both ids */
+    tdaemon_out_t o;
+    char mp[12], sp[20];
+    snprintf(mp, sizeof(mp), "%.10s", x);
+    snprintf(sp, sizeof(sp), "%s", segx);
+    admin(&o, c, "segments", "drain", mp, sp);
+    OPS_ASSERT_RUN(&o, 0);
+    char want[160];
+    snprintf(want, sizeof(want), "segment %s of member %s: drained", segx, x);
+    OPS_ASSERT_HAS(o.out, want);
+    tdaemon_out_free(&o);
+    seg_state(c, x, segx, st, req);
+    assert_string_equal(st, "drained");
+    assert_string_equal(req, "drained");
+    admin(&o, c, "segments", NULL, NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    const char *row = strstr(o.out, segx);
+    assert_non_null(row);
+    assert_true(strstr(row, "drained") && strstr(row, "drained") < strchr(row, '\n'));
+    tdaemon_out_free(&o);
+    /* the member itself stays active and takes placements, but not in that segment */
+    char mst[16];
+    admin_state(c, x, mst, sizeof(mst));
+    assert_string_equal(mst, "active");
+    put_segs(c, "segdrained", x, seg, &on, &in, NULL);
+    if (on == 0)
+        fail_msg("with one segment drained no new replica landed on %s", x);
+    assert_int_equal(in, 0);
+    check_reads(c, "segpre");
+    check_reads(c, "segdrained");
+    /* again: already applied (JSON) */
+    {
+        const char *argv[] = {ops_bin_kvmesh, "admin",    "--metadata", c->url, "--deployment",
+                              c->dep,         "segments", "drain",      x,      segx,
+                              "--json",       NULL};
+        ops_runv(&o, argv);
+        OPS_ASSERT_RUN(&o, 0);
+        json_t *j = parse(&o);
+        assert_string_equal(json_string_value(json_object_get(j, "segment")), segx);
+        assert_string_equal(json_string_value(json_object_get(j, "state")), "drained");
+        assert_true(json_is_true(json_object_get(j, "applied")));
+        json_decref(j);
+        tdaemon_out_free(&o);
+    }
+    /* a member drain and activate keep the segment's request */
+    admin(&o, c, "drain", x, NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    tdaemon_out_free(&o);
+    admin(&o, c, "activate", x, NULL, NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    tdaemon_out_free(&o);
+    seg_state(c, x, segx, st, req);
+    assert_string_equal(st, "drained");
+    assert_string_equal(req, "drained");
+    /* activate: the request record is gone, placements return to the segment */
+    {
+        const char *argv[] = {ops_bin_kvmesh, "admin",    "--metadata", c->url, "--deployment",
+                              c->dep,         "segments", "activate",   x,      segx,
+                              "--json",       NULL};
+        ops_runv(&o, argv);
+        OPS_ASSERT_RUN(&o, 0);
+        json_t *j = parse(&o);
+        assert_string_equal(json_string_value(json_object_get(j, "state")), "active");
+        assert_true(json_is_true(json_object_get(j, "applied")));
+        json_decref(j);
+        tdaemon_out_free(&o);
+    }
+    seg_state(c, x, segx, st, req);
+    assert_string_equal(st, "active");
+    assert_string_equal(req, "null");
+    {
+        meta_sync_t *ms;
+        assert_int_equal(meta_sync_open(&ms, c->url, NULL), 0);
+        char key[KS_KEY_CAP];
+        assert_int_equal(ks_lifecycle_key(key, sizeof(key), c->dep, x), 0);
+        meta_result_t *res;
+        assert_int_equal(meta_sync_get(ms, key, &res), 0);
+        assert_false(res->kv.found);
+        meta_result_free(res);
+        meta_sync_close(ms);
+    }
+    put_segs(c, "segback", x, seg, &on, &in, NULL);
+    if (in == 0)
+        fail_msg("after segments activate none of %zu new replicas on %s is in segment %s", on, x,
+                 segx);
+    check_reads(c, "segdrained");
+    check_reads(c, "segback");
+}
+
 static void run_cluster(bool etcd)
 {
     struct cluster c;
@@ -440,6 +662,7 @@ static void run_cluster(bool etcd)
     kvmesh_config_free(kc);
     check_bad_args(&c);
     check_lifecycle(&c);
+    check_segments(&c);
     kvmesh_close(c.kv);
     for (int i = 0; i < LC_DAEMONS; i++)
         tdaemon_stop(&c.d[i]);

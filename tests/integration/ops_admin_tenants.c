@@ -303,6 +303,17 @@ static void check_quota(struct cluster *c)
     if (strstr(o.out, op3))
         fail_msg("the dry run lists the unexpired %s:\n%s", op3, o.out);
     tdaemon_out_free(&o);
+    j = admin_json(c, "quota", "tq", "abort", NULL); /* the dry run as JSON */
+    assert_true(json_is_false(json_object_get(j, "apply")));
+    assert_int_equal(jint(j, "candidates", NULL), 2);
+    assert_int_equal(jint(j, "aborted", NULL), 0);
+    json_array_foreach(json_object_get(j, "operations"), i, e)
+    {
+        assert_true(json_is_false(json_object_get(e, "aborted")));
+        const char *id = json_string_value(json_object_get(json_object_get(e, "op"), "id"));
+        assert_true(strcmp(id, op1) == 0 || strcmp(id, op2) == 0);
+    }
+    json_decref(j);
     j = admin_json(c, "tenants", "tq", NULL, NULL);
     assert_int_equal(jint(j, "usage", "ops_pending"), 3);
     json_decref(j);
@@ -343,6 +354,15 @@ static void check_quota(struct cluster *c)
     OPS_ASSERT_HAS(o.out, op4);
     OPS_ASSERT_HAS(o.out, "1 due pending, 0 due publishing (dry run)");
     tdaemon_out_free(&o);
+    j = admin_json(c, "quota", "tq", "reconcile", NULL); /* the dry run as JSON: no pass */
+    assert_true(json_is_false(json_object_get(j, "apply")));
+    assert_int_equal(jint(j, "due_pending", NULL), 1);
+    assert_int_equal(json_array_size(json_object_get(j, "due")), 1);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "due"), 0), "id")),
+        op4);
+    assert_null(json_object_get(j, "pass"));
+    json_decref(j);
     j = admin_json(c, "quota", "tq", "reconcile", "--apply");
     assert_int_equal(jint(j, "due_pending", NULL), 1);
     assert_int_equal(jint(j, "runtime_total", "aborted"), 1);

@@ -3,7 +3,8 @@
  * admin.c — `kvmesh admin`: the operator's view of a deployment's metadata, read directly
  * (no runtime joins) in bounded pages through api/kvmesh_tools.h:
  *   members    member records: id, epoch, state, weight, capacity, used, heartbeat, addresses
- *   segments   the memory segments each member record lists
+ *   segments   the memory segments each member record lists, active or drained; drain /
+ *              activate one segment through the member's lifecycle request (lifecycle.c)
  *   shards     shard-authority records: generation, fencing token, state, primary, set, and
  *              whether the primary is a live member
  *   cleanup    stale records of dead owners: a dry run lists them; --apply deletes the stale
@@ -16,6 +17,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "api/kvmesh_tools.h"
@@ -33,7 +35,8 @@ struct adm {
     kvmesh_admin_t *a;
     kvmesh_config_t *cfg;
     const char *sub;
-    const char *op; /* quota abort --op */
+    const char *op;     /* quota abort --op */
+    const char *op_seg; /* segments: "drain" or "activate" */
 };
 
 static void json_str(const char *s)
@@ -146,12 +149,29 @@ static int fetch_requests(struct adm *x, struct requests *r)
     }
 }
 
-static const char *request_of(const struct requests *r, const char *id)
+static const kvmesh_admin_lifecycle_t *record_of(const struct requests *r, const char *id)
 {
     for (size_t i = 0; i < r->n; i++)
         if (strcmp(r->v[i].id, id) == 0)
-            return r->v[i].state;
+            return &r->v[i];
     return NULL;
+}
+
+/* The member request of id: "draining", "malformed", or NULL (none, or only segments). */
+static const char *request_of(const struct requests *r, const char *id)
+{
+    const kvmesh_admin_lifecycle_t *l = record_of(r, id);
+    return l && strcmp(l->state, "active") != 0 ? l->state : NULL;
+}
+
+/* Does the request record of id ask for segment seg to be drained? */
+static bool seg_requested(const struct requests *r, const char *id, uint64_t seg)
+{
+    const kvmesh_admin_lifecycle_t *l = record_of(r, id);
+    for (uint32_t k = 0; l && k < l->n_segments; k++)
+        if (l->segments[k] == seg)
+            return true;
+    return false;
 }
 
 static const kvmesh_admin_member_t *find_member(const struct members *m, const char *id,
@@ -351,6 +371,155 @@ static int do_lifecycle(struct adm *x, const char *arg)
     return x->wait_ms == 0 && !gone ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }
 
+/* ---- segment lifecycle ---------------------------------------------------------------------- */
+
+/* The segment of member m named by arg (16 hex digits, or a unique prefix of its id). Returns
+ * its index, or a negative exit status (message printed, except for -CLI_EXIT_ENOENT). */
+static int resolve_segment(const struct adm *x, const kvmesh_admin_member_t *m, const char *arg)
+{
+    size_t n = strlen(arg);
+    bool hex = n >= 1 && n <= 16;
+    for (size_t i = 0; hex && i < n; i++)
+        hex = (arg[i] >= '0' && arg[i] <= '9') || (arg[i] >= 'a' && arg[i] <= 'f') ||
+              (arg[i] >= 'A' && arg[i] <= 'F');
+    if (!hex) {
+        fprintf(stderr,
+                "kvmesh admin segments %s: \"%s\" is not a segment id (16 hex digits, or a "
+                "unique prefix of one; see kvmesh admin segments)\n",
+                x->op_seg, arg);
+        return -CLI_EXIT_USAGE;
+    }
+    int hit = -1;
+    for (uint32_t k = 0; k < m->n_segments; k++) {
+        char id[17];
+        snprintf(id, sizeof(id), "%016" PRIx64, m->segments[k].id);
+        if (strncasecmp(id, arg, n) != 0)
+            continue;
+        if (hit >= 0) {
+            fprintf(stderr,
+                    "kvmesh admin segments %s: \"%s\" matches more than one segment of member "
+                    "%s; give more digits\n",
+                    x->op_seg, arg, m->id);
+            return -CLI_EXIT_USAGE;
+        }
+        hit = (int)k;
+    }
+    if (hit < 0)
+        return -CLI_EXIT_ENOENT; /* the caller says so */
+    return hit;
+}
+
+/* segments drain|activate MEMBER SEGMENT: adds the segment to (or removes it from) the
+ * member's request record, then waits up to --wait-ms for the member record to show it. */
+static int do_segment_lifecycle(struct adm *x, const char *marg, const char *sarg)
+{
+    bool drain = strcmp(x->op_seg, "drain") == 0;
+    const char *want = drain ? "drained" : "active";
+    kvmesh_admin_member_t m;
+    int ret = resolve_member(x, marg, &m);
+    if (ret)
+        return ret;
+    int k = resolve_segment(x, &m, sarg);
+    if (k == -CLI_EXIT_ENOENT && !drain && strlen(sarg) == 16) {
+        /* a segment the member no longer has (a restart makes new segments): remove a request
+         * left for it */
+        uint64_t stale = strtoull(sarg, NULL, 16);
+        kvmesh_admin_lifecycle_t l;
+        bool found = false, listed = false;
+        int rc = kvmesh_admin_lifecycle_read(x->a, m.id, &l, &found);
+        for (uint32_t i = 0; rc == 0 && found && i < l.n_segments; i++)
+            listed |= l.segments[i] == stale;
+        if (rc == 0 && listed)
+            rc = kvmesh_admin_segment_request(x->a, m.id, stale, false);
+        if (rc) {
+            cli_report("admin", "removing the segment request", rc);
+            return CLI_EXIT_FAIL;
+        }
+        if (listed) {
+            if (x->json)
+                printf("{\"member\":\"%s\",\"segment\":\"%016" PRIx64 "\",\"request\":\"active\","
+                       "\"state\":null,\"applied\":false,\"removed_request\":\"drained\"}\n",
+                       m.id, stale);
+            else
+                printf("member %s has no segment %016" PRIx64 ": its drain request is removed\n",
+                       m.id, stale);
+            return CLI_EXIT_OK;
+        }
+    }
+    if (k == -CLI_EXIT_ENOENT)
+        fprintf(stderr,
+                "kvmesh admin segments %s: member %s has no segment \"%s\" (it lists %u; see "
+                "kvmesh admin segments)\n",
+                x->op_seg, m.id, sarg, m.n_segments);
+    if (k < 0)
+        return -k;
+    uint64_t seg = m.segments[k].id;
+    if (strcmp(m.state, "gone") == 0) {
+        fprintf(stderr,
+                "kvmesh admin segments %s: member %s is gone; it applies no more requests\n",
+                x->op_seg, m.id);
+        return CLI_EXIT_FAIL;
+    }
+    int rc = kvmesh_admin_segment_request(x->a, m.id, seg, drain);
+    if (rc) {
+        cli_report("admin", "writing the segment request", rc);
+        return CLI_EXIT_FAIL;
+    }
+    uint64_t t0 = kvmesh_tools_now_ns(), waited = 0;
+    bool applied = m.segments[k].drained == drain, gone = false;
+    while (!applied && !gone && waited < x->wait_ms) {
+        sleep_ms(ADM_POLL_MS);
+        bool found = false;
+        if ((rc = kvmesh_admin_member_get(x->a, m.id, &m, &found)) != 0) {
+            cli_report("admin", "reading the member record", rc);
+            return CLI_EXIT_FAIL;
+        }
+        gone = !found || m.malformed;
+        int idx = -1;
+        for (uint32_t i = 0; !gone && i < m.n_segments; i++)
+            if (m.segments[i].id == seg)
+                idx = (int)i;
+        gone |= idx < 0; /* the segment was removed (storage resize) */
+        applied = !gone && m.segments[idx].drained == drain;
+        waited = (kvmesh_tools_now_ns() - t0) / 1000000u;
+    }
+    if (x->json) {
+        printf("{\"member\":");
+        json_str(m.id);
+        printf(",\"segment\":\"%016" PRIx64 "\",\"request\":\"%s\",\"state\":\"%s\","
+               "\"applied\":%s,\"waited_ms\":%" PRIu64 "}\n",
+               seg, want,
+               gone      ? "gone"
+               : applied ? want
+                         : (drain ? "active" : "drained"),
+               applied ? "true" : "false", waited);
+    } else if (applied) {
+        printf("segment %016" PRIx64 " of member %s: %s (%s)\n", seg, m.id, want,
+               drain ? "takes no new placements; its objects stay readable where they are; "
+                       "kvmesh admin segments activate reverses it"
+                     : "takes placements again");
+    }
+    if (applied)
+        return CLI_EXIT_OK;
+    if (gone)
+        fprintf(stderr,
+                "kvmesh admin segments %s: member %s or its segment %016" PRIx64
+                " went away while waiting; the request is kept in its record\n",
+                x->op_seg, m.id, seg);
+    else if (x->wait_ms == 0)
+        fprintf(stderr,
+                "kvmesh admin segments %s: request for segment %016" PRIx64 " of %s recorded; "
+                "not waiting (--wait-ms 0): the member applies it at its next heartbeat\n",
+                x->op_seg, seg, m.id);
+    else
+        fprintf(stderr,
+                "kvmesh admin segments %s: request for segment %016" PRIx64 " of %s recorded, "
+                "but its record does not show it %s after %" PRIu64 " ms; the member applies "
+                "requests at each heartbeat (is it running and connected to the metadata?)\n",
+                x->op_seg, seg, m.id, want, waited);
+    return x->wait_ms == 0 && !gone ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+}
+
 /* ---- tenants and quotas --------------------------------------------------------------------- */
 
 static void size_str(uint64_t v, char *buf, size_t cap)
@@ -441,44 +610,63 @@ static void tenant_header(void)
            "fingerprint");
 }
 
-static int do_tenants(struct adm *x, const char *one, bool policy)
+/* ---- one record or a paged listing of a kind (tenant policies, cold devices) --------------- */
+
+#define ADM_CURSOR_MAX 72 /* the longest record name a listing resumes after, and a NUL */
+
+struct listing {
+    const char *one_noun;   /* "tenant", "device": what an EINVAL names */
+    const char *read_what;  /* "reading tenant policies": a failed page */
+    const char *json_array; /* "policies": the document's array */
+    const char *singular, *plural;
+    size_t item_size;
+    /* one record (exact read) into item; *found false when there is none */
+    int (*get)(kvmesh_admin_t *a, const char *name, void *item, bool *found);
+    void (*not_found)(const struct adm *x, const char *name);
+    /* a page after `after` into items */
+    int (*page)(kvmesh_admin_t *a, const char *after, size_t limit, void *items, size_t *n,
+                bool *more);
+    const char *(*name)(const void *item); /* the page cursor of an item */
+    void (*json)(const void *item);
+    void (*row)(const void *item);
+    void (*header)(void);
+};
+
+/* `one` alone (an exact read; exit 3 when absent), or every record in pages of --page, at
+ * most --max, as JSON ({"<array>":[...],"count","truncated"}) or a table with a count line. */
+static int do_listing(struct adm *x, const struct listing *l, const char *one)
 {
-    void (*one_json)(const kvmesh_admin_tenant_t *) = policy ? policy_json : tenant_json;
-    void (*row)(const kvmesh_admin_tenant_t *) = policy ? policy_row : tenant_row;
-    void (*header)(void) = policy ? policy_header : tenant_header;
-    const char *verb = policy ? "policy get" : "tenants";
     int rc;
+    void *item = calloc(x->page > 0 ? (size_t)x->page : 1, l->item_size);
+    if (!item)
+        return CLI_EXIT_FAIL;
     if (one) {
-        kvmesh_admin_tenant_t t;
         bool found = false;
-        if ((rc = kvmesh_admin_tenant_get(x->a, one, &t, &found)) != 0) {
-            cli_report("admin", rc == KVMESH_EINVAL ? "tenant" : "reading the tenant policy", rc);
+        if ((rc = l->get(x->a, one, item, &found)) != 0) {
+            free(item);
+            cli_report("admin", rc == KVMESH_EINVAL ? l->one_noun : l->read_what, rc);
             return rc == KVMESH_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
         }
         if (!found) {
-            fprintf(stderr,
-                    "kvmesh admin %s: tenant \"%s\" has no policy in deployment %s (see "
-                    "kvmesh admin tenants)\n",
-                    verb, one, kvmesh_tools_config_str(x->cfg, "deployment"));
+            free(item);
+            l->not_found(x, one);
             return CLI_EXIT_ENOENT;
         }
         if (x->json) {
-            one_json(&t);
+            l->json(item);
             printf("\n");
         } else {
-            header();
-            row(&t);
+            l->header();
+            l->row(item);
         }
+        free(item);
         return 0;
     }
-    kvmesh_admin_tenant_t *page = calloc((size_t)x->page, sizeof(*page));
-    if (!page)
-        return CLI_EXIT_FAIL;
     if (x->json)
-        printf(policy ? "{\"policies\":[" : "{\"tenants\":[");
+        printf("{\"%s\":[", l->json_array);
     else
-        header();
-    char after[KVMESH_ADMIN_TENANT_LEN + 1] = "";
+        l->header();
+    char after[ADM_CURSOR_MAX] = "";
     size_t shown = 0;
     bool truncated = false;
     rc = 0;
@@ -490,34 +678,102 @@ static int do_tenants(struct adm *x, const char *one, bool policy)
         size_t want = x->page < x->max - shown ? (size_t)x->page : (size_t)(x->max - shown);
         size_t got = 0;
         bool more = false;
-        if ((rc = kvmesh_admin_tenants(x->a, after, want, page, &got, &more)) != 0)
+        if ((rc = l->page(x->a, after, want, item, &got, &more)) != 0)
             break;
         for (size_t i = 0; i < got; i++) {
+            const void *it = (const char *)item + i * l->item_size;
             if (x->json) {
                 printf("%s", shown ? "," : "");
-                one_json(&page[i]);
+                l->json(it);
             } else {
-                row(&page[i]);
+                l->row(it);
             }
             shown++;
         }
         if (!more || got == 0)
             break;
-        snprintf(after, sizeof(after), "%s", page[got - 1].tenant);
+        snprintf(after, sizeof(after), "%s",
+                 l->name((const char *)item + (got - 1) * l->item_size));
     }
-    free(page);
+    free(item);
     if (rc) {
         if (x->json)
             printf("]}\n");
-        cli_report("admin", "reading tenant policies", rc);
+        cli_report("admin", l->read_what, rc);
         return CLI_EXIT_FAIL;
     }
     if (x->json)
         printf("],\"count\":%zu,\"truncated\":%s}\n", shown, truncated ? "true" : "false");
     else
-        printf("%zu tenant polic%s%s\n", shown, shown == 1 ? "y" : "ies",
+        printf("%zu %s%s\n", shown, shown == 1 ? l->singular : l->plural,
                truncated ? " (stopped at --max; more records exist)" : "");
     return 0;
+}
+
+static int tenant_get(kvmesh_admin_t *a, const char *name, void *item, bool *found)
+{
+    return kvmesh_admin_tenant_get(a, name, item, found);
+}
+static int tenant_page(kvmesh_admin_t *a, const char *after, size_t limit, void *items, size_t *n,
+                       bool *more)
+{
+    return kvmesh_admin_tenants(a, after, limit, items, n, more);
+}
+static const char *tenant_name(const void *item)
+{
+    return ((const kvmesh_admin_tenant_t *)item)->tenant;
+}
+static void tenant_not_found(const struct adm *x, const char *name, const char *verb)
+{
+    fprintf(stderr,
+            "kvmesh admin %s: tenant \"%s\" has no policy in deployment %s (see kvmesh admin "
+            "tenants)\n",
+            verb, name, kvmesh_tools_config_str(x->cfg, "deployment"));
+}
+static void tenants_not_found(const struct adm *x, const char *name)
+{
+    tenant_not_found(x, name, "tenants");
+}
+static void policy_not_found(const struct adm *x, const char *name)
+{
+    tenant_not_found(x, name, "policy get");
+}
+static void tenant_json_v(const void *t)
+{
+    tenant_json(t);
+}
+static void tenant_row_v(const void *t)
+{
+    tenant_row(t);
+}
+static void policy_json_v(const void *t)
+{
+    policy_json(t);
+}
+static void policy_row_v(const void *t)
+{
+    policy_row(t);
+}
+
+static int do_tenants(struct adm *x, const char *one, bool policy)
+{
+    _Static_assert(KVMESH_ADMIN_TENANT_LEN < ADM_CURSOR_MAX, "a tenant name is a cursor");
+    const struct listing l = {
+        .one_noun = "tenant",
+        .read_what = one ? "reading the tenant policy" : "reading tenant policies",
+        .json_array = policy ? "policies" : "tenants",
+        .singular = "tenant policy",
+        .plural = "tenant policies",
+        .item_size = sizeof(kvmesh_admin_tenant_t),
+        .get = tenant_get,
+        .not_found = policy ? policy_not_found : tenants_not_found,
+        .page = tenant_page,
+        .name = tenant_name,
+        .json = policy ? policy_json_v : tenant_json_v,
+        .row = policy ? policy_row_v : tenant_row_v,
+        .header = policy ? policy_header : tenant_header,
+    };
+    return do_listing(x, &l, one);
 }
 
 /* ---- cold devices ---- */
@@ -571,79 +827,54 @@ static void device_row(const kvmesh_admin_device_t *d)
            d->lifecycle, d->health, d->schedulable ? "yes" : "no", cap, used, res, d->root);
 }
 
+static int device_get(kvmesh_admin_t *a, const char *name, void *item, bool *found)
+{
+    return kvmesh_admin_device_get(a, name, item, found);
+}
+static int device_page(kvmesh_admin_t *a, const char *after, size_t limit, void *items, size_t *n,
+                       bool *more)
+{
+    return kvmesh_admin_devices(a, after, limit, items, n, more);
+}
+static const char *device_name(const void *item)
+{
+    return ((const kvmesh_admin_device_t *)item)->id;
+}
+static void device_not_found(const struct adm *x, const char *name)
+{
+    fprintf(stderr,
+            "kvmesh admin devices: no cold device %s in deployment %s (see kvmesh admin "
+            "devices)\n",
+            name, kvmesh_tools_config_str(x->cfg, "deployment"));
+}
+static void device_json_v(const void *d)
+{
+    device_json(d);
+}
+static void device_row_v(const void *d)
+{
+    device_row(d);
+}
+
 static int do_devices(struct adm *x, const char *one)
 {
-    int rc;
-    if (one) {
-        kvmesh_admin_device_t d;
-        bool found = false;
-        if ((rc = kvmesh_admin_device_get(x->a, one, &d, &found)) != 0) {
-            cli_report("admin", rc == KVMESH_EINVAL ? "device" : "reading the device record", rc);
-            return rc == KVMESH_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
-        }
-        if (!found) {
-            fprintf(stderr,
-                    "kvmesh admin devices: no cold device %s in deployment %s (see kvmesh admin "
-                    "devices)\n",
-                    one, kvmesh_tools_config_str(x->cfg, "deployment"));
-            return CLI_EXIT_ENOENT;
-        }
-        if (x->json) {
-            device_json(&d);
-            printf("\n");
-        } else {
-            device_header();
-            device_row(&d);
-        }
-        return 0;
-    }
-    kvmesh_admin_device_t *page = calloc((size_t)x->page, sizeof(*page));
-    if (!page)
-        return CLI_EXIT_FAIL;
-    if (x->json)
-        printf("{\"devices\":[");
-    else
-        device_header();
-    char after[KVMESH_ID_HEX_LEN + 1] = "";
-    size_t shown = 0;
-    bool truncated = false;
-    rc = 0;
-    for (;;) {
-        if (shown >= x->max) {
-            truncated = true;
-            break;
-        }
-        size_t want = x->page < x->max - shown ? (size_t)x->page : (size_t)(x->max - shown);
-        size_t got = 0;
-        bool more = false;
-        if ((rc = kvmesh_admin_devices(x->a, after, want, page, &got, &more)) != 0)
-            break;
-        for (size_t i = 0; i < got; i++) {
-            if (x->json) {
-                printf("%s", shown ? "," : "");
-                device_json(&page[i]);
-            } else {
-                device_row(&page[i]);
-            }
-            shown++;
-        }
-        if (!more || got == 0)
-            break;
-        snprintf(after, sizeof(after), "%s", page[got - 1].id);
-    }
-    free(page);
-    if (rc) {
-        if (x->json)
-            printf("]}\n");
-        cli_report("admin", "reading cold device records", rc);
-        return CLI_EXIT_FAIL;
-    }
-    if (x->json)
-        printf("],\"count\":%zu,\"truncated\":%s}\n", shown, truncated ? "true" : "false");
-    else
-        printf("%zu cold device%s%s\n", shown, shown == 1 ? "" : "s",
-               truncated ? " (stopped at --max; more records exist)" : "");
-    return 0;
+    _Static_assert(KVMESH_ID_HEX_LEN < ADM_CURSOR_MAX, "a device id is a cursor");
+    const struct listing l = {
+        .one_noun = "device",
+        .read_what = one ? "reading the device record" : "reading cold device records",
+        .json_array = "devices",
+        .singular = "cold device",
+        .plural = "cold devices",
+        .item_size = sizeof(kvmesh_admin_device_t),
+        .get = device_get,
+        .not_found = device_not_found,
+        .page = device_page,
+        .name = device_name,
+        .json = device_json_v,
+        .row = device_row_v,
+        .header = device_header,
+    };
+    return do_listing(x, &l, one);
 }
 
 struct qops {
@@ -967,7 +1198,26 @@ static int do_members(struct adm *x, bool segments)
         free(m.v);
         return CLI_EXIT_FAIL;
     }
-    if (x->json) {
+    if (x->json && segments) {
+        printf("{\"segments\":[");
+        size_t total = 0;
+        for (size_t i = 0; i < m.n; i++) {
+            const kvmesh_admin_member_t *e = &m.v[i];
+            for (uint32_t k = 0; !e->malformed && k < e->n_segments; k++) {
+                bool req = seg_requested(&rq, e->id, e->segments[k].id);
+                printf("%s{\"member\":", total++ ? "," : "");
+                json_str(e->id);
+                printf(",\"member_state\":");
+                json_str(e->state);
+                printf(",\"id\":\"%016" PRIx64 "\",\"size_bytes\":%" PRIu64
+                       ",\"state\":\"%s\",\"request\":%s}",
+                       e->segments[k].id, e->segments[k].size,
+                       e->segments[k].drained ? "drained" : "active", req ? "\"drained\"" : "null");
+            }
+        }
+        printf("],\"count\":%zu,\"members\":%zu,\"truncated\":%s}\n", total, m.n,
+               m.truncated ? "true" : "false");
+    } else if (x->json) {
         printf("{\"members\":[");
         for (size_t i = 0; i < m.n; i++) {
             const kvmesh_admin_member_t *e = &m.v[i];
@@ -993,15 +1243,16 @@ static int do_members(struct adm *x, bool segments)
                 printf("null");
             printf(",\"segments\":[");
             for (uint32_t k = 0; k < e->n_segments; k++)
-                printf("%s{\"id\":\"%016" PRIx64 "\",\"size_bytes\":%" PRIu64 "}", k ? "," : "",
-                       e->segments[k].id, e->segments[k].size);
+                printf("%s{\"id\":\"%016" PRIx64 "\",\"size_bytes\":%" PRIu64 ",\"state\":\"%s\"}",
+                       k ? "," : "", e->segments[k].id, e->segments[k].size,
+                       e->segments[k].drained ? "drained" : "active");
             printf("]}");
         }
         printf("],\"count\":%zu,\"truncated\":%s,\"requests_without_member\":[", m.n,
                m.truncated ? "true" : "false");
         size_t k = 0;
         for (size_t i = 0; i < rq.n; i++)
-            if (!find_member(&m, rq.v[i].id, 0) && !m.truncated) {
+            if (!find_member(&m, rq.v[i].id, 0) && !m.truncated && request_of(&rq, rq.v[i].id)) {
                 printf("%s{\"id\":", k++ ? "," : "");
                 json_str(rq.v[i].id);
                 printf(",\"request\":");
@@ -1030,19 +1281,26 @@ static int do_members(struct adm *x, bool segments)
         printf("%zu member record(s)%s\n", m.n,
                m.truncated ? " (stopped at --max; more records exist)" : "");
         for (size_t i = 0; i < rq.n && !m.truncated; i++)
-            if (!find_member(&m, rq.v[i].id, 0))
+            if (!find_member(&m, rq.v[i].id, 0) && request_of(&rq, rq.v[i].id))
                 printf("lifecycle request %s for %s, which has no member record (applied when it "
                        "joins; kvmesh admin activate removes it)\n",
                        rq.v[i].state, rq.v[i].id);
     } else {
-        printf("%-32s %-9s %-16s %12s\n", "member", "state", "segment", "size");
+        printf("%-32s %-9s %-16s %12s  %s\n", "member", "state", "segment", "size",
+               "segment state");
         size_t total = 0;
         for (size_t i = 0; i < m.n; i++) {
             const kvmesh_admin_member_t *e = &m.v[i];
             for (uint32_t k = 0; !e->malformed && k < e->n_segments; k++) {
                 char sz[32];
                 kvmesh_tools_format_size(e->segments[k].size, sz, sizeof(sz));
-                printf("%-32s %-9s %016" PRIx64 " %12s\n", e->id, e->state, e->segments[k].id, sz);
+                bool req = seg_requested(&rq, e->id, e->segments[k].id);
+                bool dr = e->segments[k].drained;
+                printf("%-32s %-9s %016" PRIx64 " %12s  %s%s\n", e->id, e->state, e->segments[k].id,
+                       sz, dr ? "drained" : "active",
+                       req == dr ? ""
+                       : req     ? "  (requested: drained)"
+                                 : "  (requested: active)");
                 total++;
             }
         }
@@ -1241,21 +1499,31 @@ int cmd_admin(int argc, char **argv)
         {"max", "N", CLI_U64, &x.max,
          "read at most N records of each kind, 1..1000000 (default 10000)"},
         {"wait-ms", "N", CLI_U64, &x.wait_ms,
-         "drain/activate: wait up to N ms for the member to apply it, 0..600000 (default "
+         "drain/activate (member or segment): wait up to N ms for the member to apply it, "
+         "0..600000 (default "
          "15000; 0 = do not wait)"},
     };
     size_t nopts = cli_common_opts(&x.c, opts, 6, ADM_MAX_OPTS);
     const char *pos[CLI_MAX_POS];
     size_t npos = 0;
     static const char syn[] =
-        "members | segments | shards | cleanup [--apply] | drain MEMBER | "
+        "members | segments [list] | segments drain|activate MEMBER SEGMENT | shards | "
+        "cleanup [--apply] | drain MEMBER | "
         "activate MEMBER | tenants [TENANT] | policy list | policy get TENANT | "
         "devices [DEVICE] | quota TENANT "
         "[abort|reconcile [--apply]] [options]";
     static const char desc[] =
         "Reads the deployment's metadata directly (no runtime joins), in bounded pages:\n"
         "members   member records: id, epoch, state, weight, capacity, used, segments, rpc\n"
-        "segments  the memory segments of every member record\n"
+        "segments  [list]: the memory segments of every member record, each active or drained\n"
+        "          drain MEMBER SEGMENT (ids, or unique prefixes): that segment takes no new\n"
+        "          placements (they go to the member's other segments or other owners); its\n"
+        "          objects stay readable where they are. Written into the member's lifecycle\n"
+        "          request like drain, applied at its next heartbeat (a hot upgrade keeps\n"
+        "          segment ids, a restart makes new ones); waits up to --wait-ms for its\n"
+        "          record to say drained.\n"
+        "          activate MEMBER SEGMENT: the segment takes placements again (the full id\n"
+        "          of a segment the member no longer has removes a request left for it).\n"
         "shards    shard-authority records: state, generation, fencing token, primary (and\n"
         "          whether it is a live member), authority set\n"
         "cleanup   stale records of dead owners: member records that are malformed, not bound\n"
@@ -1296,7 +1564,7 @@ int cmd_admin(int argc, char **argv)
         const char *usage;
     } subs[] = {
         {"members", 0, 0, ""},
-        {"segments", 0, 0, ""},
+        {"segments", 0, 3, " [list] | drain|activate MEMBER SEGMENT"},
         {"shards", 0, 0, ""},
         {"cleanup", 0, 0, " [--apply]"},
         {"drain", 1, 1, " MEMBER"},
@@ -1329,12 +1597,23 @@ int cmd_admin(int argc, char **argv)
                 subs[si].max == 0                        ? "no more arguments"
                 : subs[si].min == 1 && subs[si].max == 1 ? "one member id"
                 : strcmp(x.sub, "devices") == 0          ? "at most one device id"
-                : strcmp(x.sub, "policy") == 0           ? "\"list\" or \"get TENANT\""
-                : subs[si].min == 0                      ? "at most one tenant"
-                                                         : "a tenant and at most one action",
+                : strcmp(x.sub, "segments") == 0 ? "\"list\" or \"drain|activate MEMBER SEGMENT\""
+                : strcmp(x.sub, "policy") == 0   ? "\"list\" or \"get TENANT\""
+                : subs[si].min == 0              ? "at most one tenant"
+                                                 : "a tenant and at most one action",
                 x.sub, subs[si].usage);
         return CLI_EXIT_USAGE;
     }
+    if (strcmp(x.sub, "segments") == 0 &&
+        !(npos == 1 || (npos == 2 && strcmp(pos[1], "list") == 0) ||
+          (npos == 4 && (strcmp(pos[1], "drain") == 0 || strcmp(pos[1], "activate") == 0)))) {
+        fprintf(stderr, "kvmesh admin segments: expected \"list\" or \"drain|activate MEMBER "
+                        "SEGMENT\"; usage: kvmesh admin segments [list] | drain|activate MEMBER "
+                        "SEGMENT\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(x.sub, "segments") == 0 && npos == 4)
+        x.op_seg = pos[1];
     if (strcmp(x.sub, "policy") == 0 && !((npos == 2 && strcmp(pos[1], "list") == 0) ||
                                           (npos == 3 && strcmp(pos[1], "get") == 0))) {
         fprintf(stderr, "kvmesh admin policy: expected \"list\" or \"get TENANT\"; usage: kvmesh "
@@ -1366,8 +1645,12 @@ int cmd_admin(int argc, char **argv)
                 x.op, KVMESH_ADMIN_OPID_LEN);
         return CLI_EXIT_USAGE;
     }
-    if (x.wait_ms != UINT64_MAX && strcmp(x.sub, "drain") != 0 && strcmp(x.sub, "activate") != 0) {
-        fprintf(stderr, "kvmesh admin %s: --wait-ms belongs to drain and activate\n", x.sub);
+    if (x.wait_ms != UINT64_MAX && strcmp(x.sub, "drain") != 0 && strcmp(x.sub, "activate") != 0 &&
+        !x.op_seg) {
+        fprintf(stderr,
+                "kvmesh admin %s: --wait-ms belongs to drain, activate and segments "
+                "drain|activate\n",
+                x.sub);
         return CLI_EXIT_USAGE;
     }
     if (x.wait_ms == UINT64_MAX)
@@ -1414,6 +1697,8 @@ int cmd_admin(int argc, char **argv)
     }
     if (strcmp(x.sub, "members") == 0)
         rc = do_members(&x, false);
+    else if (strcmp(x.sub, "segments") == 0 && x.op_seg)
+        rc = do_segment_lifecycle(&x, pos[2], pos[3]);
     else if (strcmp(x.sub, "segments") == 0)
         rc = do_members(&x, true);
     else if (strcmp(x.sub, "shards") == 0)
