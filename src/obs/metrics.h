@@ -338,6 +338,10 @@ enum obs_dim_id {
     X(cold_staging_late_total,                                                                     \
       "Transfer completions and ACKs that arrived with a fenced, recycled or repeated token "      \
       "(ignored).",                                                                                \
+      none, none)                                                                                  \
+    X(cold_staging_promotions_total,                                                               \
+      "Remote restores this owner also re-promoted into its DRAM by copying from the staging "     \
+      "slot under a promotion pin.",                                                               \
       none, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \

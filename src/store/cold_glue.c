@@ -75,6 +75,15 @@ struct kvm_cold {
     uint64_t *stg_grant; /* per slot: the read grant of its current use (0 = none) */
     uint32_t stg_slots;
     staging_stats_t stg_exported;
+    /* the slot just staged by srv_restored: the core's promote() of the same restore (it runs
+     * right after the restore's callbacks, in the same loop turn) copies from it under a
+     * promotion pin (docs/cold.md "Remote restore", promotion) */
+    struct {
+        bool set;
+        uint64_t ident_hash, token, len;
+        uint32_t slot;
+    } stg_last;
+    uint64_t stg_promotions, stg_promotions_exported; /* promotions that copied from a slot */
 };
 
 static void g_unref(struct kvm_cold *g)
@@ -421,18 +430,28 @@ struct promo {
     struct kvm_cold *g;
     kvm_ident_t ident; /* owned */
     kvm_route_version_t expected;
-    const uint8_t *buf;
+    const uint8_t *buf; /* the core's restore buffer, or the staging slot's bytes (pinned) */
     uint64_t len, seg, off;
     bool reserved;
+    bool stg_pinned; /* buf is staging slot stg_slot, held by a promotion pin until promo_end */
+    uint32_t stg_slot;
     cold_rc_cb cb;
     void *arg;
 };
+
+static void stg_reap(struct kvm_cold *g, uint32_t slot);
 
 static void promo_end(struct promo *p, int rc)
 {
     struct kvm_cold *g = p->g;
     if (p->reserved)
         kvm_owner_release(g->rt, p->seg, p->off);
+    if (p->stg_pinned && g->stg) { /* the slot may now recycle (its reader ACKed or expired) */
+        if (rc == 0)
+            g->stg_promotions++;
+        staging_promote_unpin(g->stg, p->stg_slot);
+        stg_reap(g, p->stg_slot);
+    }
     cold_rc_cb cb = p->cb;
     void *arg = p->arg;
     kvm_ident_free(&p->ident);
@@ -494,6 +513,10 @@ static void promo_reserved(void *arg, int rc, const char *err, uint64_t seg, uin
     p->seg = seg;
     p->off = off;
     p->reserved = true;
+    if (p->stg_pinned && (p->g->closed || !p->g->stg)) { /* the staging segment is gone */
+        promo_end(p, KVMESH_ECANCELED);
+        return;
+    }
     uint8_t *dst;
     struct seg *pin;
     enum seg_reason why;
@@ -530,6 +553,15 @@ static void r_promote(void *ctx, const kvm_ident_t *id, const kvm_route_version_
     p->len = length;
     p->cb = cb;
     p->arg = arg;
+    /* a restore this owner just staged for a remote reader: promote from the slot, holding a
+     * promotion pin, so the slot's expiry or the reader's ACK waits for the copy */
+    if (g->stg && g->stg_last.set && g->stg_last.ident_hash == id->hash &&
+        g->stg_last.len == length && staging_promote_pin(g->stg, g->stg_last.token) == 0) {
+        p->stg_pinned = true;
+        p->stg_slot = g->stg_last.slot;
+        p->buf = staging_buf(g->stg, p->stg_slot, NULL, NULL);
+    }
+    g->stg_last.set = false;
     g->refs++;
     kvm_owner_reserve(rt, id, length, rt->cfg.request_timeout_ms, promo_reserved, p);
 }
@@ -686,6 +718,9 @@ static void stg_export(struct kvm_cold *g)
               st.expiries - e->expiries);
     obs_count(rt->metrics, cold_staging_late_total, OBS_NONE, OBS_NONE,
               st.late_completions + st.late_acks - e->late_completions - e->late_acks);
+    obs_count(rt->metrics, cold_staging_promotions_total, OBS_NONE, OBS_NONE,
+              g->stg_promotions - g->stg_promotions_exported);
+    g->stg_promotions_exported = g->stg_promotions;
     obs_gauge_set(rt->metrics, cold_staging_slots, OBS_NONE, OBS_NONE, (int64_t)st.slots_cap);
     obs_gauge_set(rt->metrics, cold_staging_slots_used, OBS_NONE, OBS_NONE, (int64_t)st.slots_used);
     obs_gauge_set(rt->metrics, cold_staging_bytes_used, OBS_NONE, OBS_NONE, (int64_t)st.bytes_used);
@@ -761,6 +796,12 @@ static void srv_restored(void *arg, int rc, const void *buf, uint64_t len)
         staging_transfer_done(g->stg, s->h.token, &a);
         staging_ack(g->stg, s->h.token, &a);
         stg_reap(g, s->h.slot);
+    } else {
+        g->stg_last.set = true;
+        g->stg_last.ident_hash = s->ident.hash;
+        g->stg_last.token = s->h.token;
+        g->stg_last.len = len;
+        g->stg_last.slot = s->h.slot;
     }
     srv_free(s);
 }
@@ -819,7 +860,19 @@ static void on_cold_read(rpc_reply *reply, struct rpc_request *req, void *arg)
     }
     kvm_rd_t r;
     kvm_rd_init(&r, req->body, req->body_len);
-    int rc = kvm_rd_u8(&r) == STORE_COLD_READ_VERSION ? 0 : KVMESH_EPROTO;
+    uint8_t ver = kvm_rd_u8(&r);
+    if (kvm_rd_ok(&r) && ver != STORE_COLD_READ_VERSION) { /* a v1 reader sends the ident only */
+        free(s);
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "cold read: the reader sent a version %u request but this owner speaks version "
+                 "%u (remote restore through the staging pool): the reader runs an older "
+                 "release; upgrade it to read this owner's cold-only objects",
+                 (unsigned)ver, (unsigned)STORE_COLD_READ_VERSION);
+        srv_reply(reply, KVMESH_EPROTO, msg, NULL, 0);
+        return;
+    }
+    int rc = 0;
     s->want.route_version = kvm_rd_u64le(&r);
     s->want.locator_fp = kvm_rd_u64le(&r);
     s->want.length = kvm_rd_u64le(&r);
@@ -1495,13 +1548,37 @@ static void remote_done(rpc_call_t *call, struct rpc_result *res, void *arg)
     (void)call;
     struct cread *r = arg;
     int rc = res->status;
-    if (rc) {
+    if (rc == KVMESH_EPROTO) {
+        /* an owner of an older release (COLD_READ version 1, no staging) cannot decode a
+         * version 2 request: say so, not just "malformed" */
+        snprintf(r->err, sizeof(r->err),
+                 "the cold copy's owner refused the request as malformed (%s): it probably runs "
+                 "an older release that speaks cold read version 1 (no staging pool) while this "
+                 "reader speaks version %u; upgrade the owner runtime (it keeps its cold_root) "
+                 "and read again",
+                 res->error, (unsigned)STORE_COLD_READ_VERSION);
+    } else if (rc) {
         snprintf(r->err, sizeof(r->err), "%s", res->error);
     } else {
         kvm_rd_t d;
         kvm_rd_init(&d, res->body, res->body_len);
-        if (kvm_rd_u8(&d) != STORE_COLD_READ_VERSION)
-            kvm_rd_fail(&d);
+        uint8_t ver = kvm_rd_u8(&d);
+        if (kvm_rd_ok(&d) && ver != STORE_COLD_READ_VERSION) {
+            snprintf(r->err, sizeof(r->err),
+                     "the cold copy's owner answered with cold read version %u, this reader "
+                     "speaks version %u: upgrade the older of the two runtimes",
+                     (unsigned)ver, (unsigned)STORE_COLD_READ_VERSION);
+            cread_finish(r, KVMESH_EPROTO, NULL, 0);
+            return;
+        }
+        if (!kvm_rd_ok(&d) && res->payload_len > 0) { /* a v1 owner answers the bytes */
+            snprintf(r->err, sizeof(r->err),
+                     "the cold copy's owner answered a version 1 cold read (the payload inline, "
+                     "no staging slot): it runs an older release; upgrade it (it keeps its "
+                     "cold_root) and read again");
+            cread_finish(r, KVMESH_EPROTO, NULL, 0);
+            return;
+        }
         r->st_seg = kvm_rd_u64le(&d);
         r->st_off = kvm_rd_u64le(&d);
         r->st_len = kvm_rd_u64le(&d);
