@@ -579,9 +579,18 @@ static void export_stats(struct kvm_cold *g)
     if (s.offload_parked > g->exported.offload_parked)
         obs_count(rt->metrics, cold_offloads_total, OBS_OUTCOME_ERROR, OBS_NONE,
                   s.offload_parked - g->exported.offload_parked);
+    if (s.reclaims_done > g->exported.reclaims_done)
+        obs_count(rt->metrics, cold_reclaims_total, OBS_OUTCOME_OK, OBS_NONE,
+                  s.reclaims_done - g->exported.reclaims_done);
+    if (s.reclaims_deferred > g->exported.reclaims_deferred)
+        obs_count(rt->metrics, cold_reclaims_total, OBS_OUTCOME_ERROR, OBS_NONE,
+                  s.reclaims_deferred - g->exported.reclaims_deferred);
     g->exported = s;
     const cold_device_t *d = cold_view_find(g->c, &g->dev);
+    obs_gauge_set(rt->metrics, cold_device_health, OBS_NONE, OBS_NONE, d ? (int64_t)d->health : 0);
     if (d) {
+        obs_gauge_set(rt->metrics, cold_device_reserved_bytes, OBS_NONE, OBS_NONE,
+                      (int64_t)d->reserved);
         obs_gauge_set(rt->metrics, segment_used_bytes, OBS_TIER_COLD, OBS_NONE,
                       (int64_t)(d->used + d->reserved));
         obs_gauge_set(rt->metrics, segment_capacity_bytes, OBS_TIER_COLD, OBS_NONE,
@@ -1829,6 +1838,7 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
                                         "its cold tier is off (cold_kind)");
     int rc;
     char err[256] = "";
+    uint64_t t0 = env_clock_mono_ns();
     /* Remote: the owner answers backpressure (STAGING_EBACKPRESSURE) while its staging pool is
      * full; retry with a capped backoff until the deadline. */
     for (uint32_t attempt = 0;; attempt++) {
@@ -1843,10 +1853,13 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
         uint64_t left = kvm_deadline_left_ms(deadline_ms);
         if (!remote || rc != STAGING_EBACKPRESSURE || left == 0)
             break;
+        obs_count(rt->metrics, cold_restore_retries_total, OBS_NONE, OBS_NONE, 1);
         uint64_t ms = 1ull << (attempt < 6 ? attempt : 6); /* 1 .. 64 ms */
         struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)((ms < left ? ms : left) * 1000000)};
         nanosleep(&ts, NULL);
     }
+    obs_observe(rt->metrics, cold_restore_duration_seconds, OBS_NONE, OBS_NONE,
+                env_clock_mono_ns() - t0);
     if (remote) /* (a local restore is counted in cread_finish) */
         obs_count(rt->metrics, cold_restores_total, rc == 0 ? OBS_OUTCOME_OK : OBS_OUTCOME_ERROR,
                   OBS_NONE, 1);
