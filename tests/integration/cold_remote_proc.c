@@ -60,13 +60,7 @@ static void cleanup_all(void)
     tproc_kill(&child, SIGKILL);
     testsrv_stop(srv);
     srv = NULL;
-    if (tmpdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", tmpdir);
-        tmpdir[0] = '\0';
-    }
+    tcold_remove_dir(tmpdir);
 }
 
 static void key_of(uint32_t i, char *k, size_t cap)

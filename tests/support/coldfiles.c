@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -80,4 +81,15 @@ size_t tcold_count_files(const char *root)
 size_t tcold_corrupt_files(const char *root, off_t at)
 {
     return walk(root, at);
+}
+
+void tcold_remove_dir(char *dir)
+{
+    if (!dir[0])
+        return;
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    dir[0] = '\0';
 }

@@ -2,7 +2,8 @@
 /*
  * coldfiles.h — the cold-tier tests' view of a LocalDir device directory (docs/cold.md
  * "LocalDir"): the complete object files under <root>/ld/<shard>/ (names ending in ".obj";
- * temporaries do not), counted, or corrupted by flipping one payload byte of each.
+ * temporaries do not), counted, or corrupted by flipping one payload byte of each; and the
+ * removal of a test's scratch directory.
  *
  * Ownership: nothing is kept; the caller owns the directory. Threading: any thread, but not
  * while another thread of the test changes the same files.
@@ -20,5 +21,9 @@ size_t tcold_count_files(const char *root);
  * is 64 bytes, so 64 + n is payload byte n). Returns the files changed, or (size_t)-1 when a
  * file could not be read or written (the reason on stderr). */
 size_t tcold_corrupt_files(const char *root, off_t at);
+
+/* Removes dir and everything below it (rm -rf) when dir[0] is not NUL, then empties dir (the
+ * tests' cleanup, safe to call twice). A failure is reported on stderr. */
+void tcold_remove_dir(char *dir);
 
 #endif
