@@ -874,10 +874,10 @@ static void on_cold_read(rpc_reply *reply, struct rpc_request *req, void *arg)
         free(s);
         char msg[256];
         snprintf(msg, sizeof(msg),
-                 "cold read: the reader sent a version %u request but this owner speaks version "
-                 "%u (remote restore through the staging pool): the reader runs an older "
-                 "release; upgrade it to read this owner's cold-only objects",
-                 (unsigned)ver, (unsigned)STORE_COLD_READ_VERSION);
+                 "cold read: the reader's request is not cold read version %u (it starts with "
+                 "%u; version 1 readers send the identity only): the reader runs an older "
+                 "release than this owner; upgrade it to read this owner's cold-only objects",
+                 (unsigned)STORE_COLD_READ_VERSION, (unsigned)ver);
         srv_reply(reply, KVMESH_EPROTO, msg, NULL, 0);
         return;
     }
@@ -1493,6 +1493,7 @@ struct cread {
     uint64_t len, checksum;
     /* remote restore: what the reader expects (validated by the owner) and the staged slot */
     bool remote;
+    uint8_t wire_ver; /* STORE_COLD_READ_VERSION (a test hook may send another, see cread_new) */
     uint64_t version_h, locator_fp;
     const char *data_addr; /* [loop] the owner's transport address (interned) */
     uint64_t st_seg, st_off, st_len, st_grant, st_token;
@@ -1557,7 +1558,9 @@ static void remote_done(rpc_call_t *call, struct rpc_result *res, void *arg)
     (void)call;
     struct cread *r = arg;
     int rc = res->status;
-    if (rc == KVMESH_EPROTO) {
+    if (rc == KVMESH_EPROTO && strstr(res->error, "older release")) {
+        snprintf(r->err, sizeof(r->err), "%s", res->error); /* the owner named the older side */
+    } else if (rc == KVMESH_EPROTO) {
         /* an owner of an older release (COLD_READ version 1, no staging) cannot decode a
          * version 2 request: say so, not just "malformed" */
         snprintf(r->err, sizeof(r->err),
@@ -1611,7 +1614,7 @@ static void cread_remote(void *arg)
     uint8_t body[64 + KVM_IDENT_ENC_MAX_LEN];
     kvm_wr_t w;
     kvm_wr_fixed(&w, body, sizeof(body));
-    kvm_wr_u8(&w, STORE_COLD_READ_VERSION);
+    kvm_wr_u8(&w, r->wire_ver);
     kvm_wr_u64le(&w, r->version_h);
     kvm_wr_u64le(&w, r->locator_fp);
     kvm_wr_u64le(&w, r->len);
@@ -1816,6 +1819,11 @@ static struct cread *cread_new(kvm_rt_t *rt, const kvm_route_t *route, const str
     r->checksum = route->checksum;
     r->owner = route->cold.owner;
     r->remote = remote;
+    /* Tests only: KVMESH_TEST_COLD_READ_VERSION=N sends request version N (an older reader as
+     * the owner sees it); read here, on the calling thread */
+    const char *tv = remote ? getenv("KVMESH_TEST_COLD_READ_VERSION") : NULL;
+    r->wire_ver =
+        tv && atoi(tv) > 0 && atoi(tv) < 256 ? (uint8_t)atoi(tv) : STORE_COLD_READ_VERSION;
     r->version_h = version_u64(&route->version);
     r->locator_fp = kvm_cold_backing_fingerprint(&route->cold);
     r->timeout_ms = kvm_deadline_left_ms(deadline_ms);

@@ -19,7 +19,10 @@
  *      cold-backed); occupancy returns to 0 (the pin released);
  *   3. with one payload byte flipped in every cold file, every remote get of a cold-only object
  *      fails with KVMESH_ECHECKSUM and leaves the caller's buffer untouched (no byte returned);
- *      the promoted objects still read back intact from the owner's DRAM.
+ *      the promoted objects still read back intact from the owner's DRAM;
+ *   4. a request of cold read version 1 (KVMESH_TEST_COLD_READ_VERSION=1, an older reader as the
+ *      owner sees it) is refused with KVMESH_EPROTO saying the reader runs an older release and
+ *      to upgrade it.
  * Every wait is bounded; the child is stopped by pid, Redis and the directory removed at the end.
  */
 #include <inttypes.h>
@@ -351,6 +354,22 @@ int main(int argc, char **argv)
            files, refused, from_dram);
     CHECK(refused > 0 && from_dram == back && refused + from_dram == files && staging_idle());
 
+    /* 4. an older reader (the test hook sends request version 1): the owner refuses it with
+     * KVMESH_EPROTO naming the older side and what to do */
+    bool asked = false;
+    for (uint32_t i = 0; i < NOBJ && !asked; i++) {
+        if (!cold_only(i))
+            continue;
+        asked = true;
+        CHECK(setenv("KVMESH_TEST_COLD_READ_VERSION", "1", 1) == 0);
+        size_t n = 0;
+        int rc = read_obj(i, got, &n);
+        CHECK(unsetenv("KVMESH_TEST_COLD_READ_VERSION") == 0);
+        printf("a version 1 request: %s: %s\n", kvmesh_errname(rc), kvmesh_last_error());
+        CHECK(rc == KVMESH_EPROTO && strstr(kvmesh_last_error(), "older release") &&
+              strstr(kvmesh_last_error(), "upgrade"));
+    }
+    CHECK(asked);
     free(promoted);
     free(want);
     free(got);
