@@ -338,7 +338,18 @@ enum obs_dim_id {
     X(cold_staging_late_total,                                                                     \
       "Transfer completions and ACKs that arrived with a fenced, recycled or repeated token "      \
       "(ignored).",                                                                                \
-      none, none)
+      none, none)                                                                                  \
+    X(cold_staging_promotions_total,                                                               \
+      "Remote restores this owner also re-promoted into its DRAM by copying from the staging "     \
+      "slot under a promotion pin.",                                                               \
+      none, none)                                                                                  \
+    X(cold_restore_retries_total,                                                                  \
+      "Remote restores this reader retried because the owner's staging pool was saturated.", none, \
+      none)                                                                                        \
+    X(cold_reclaims_total,                                                                         \
+      "Cold copies of overwritten or removed objects reclaimed from this runtime's device (ok), "  \
+      "or deferred to reconciliation (error).",                                                    \
+      outcome, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
     X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \
@@ -361,7 +372,15 @@ enum obs_dim_id {
       none, none)                                                                                  \
     X(cold_staging_slots_used, "Staging slots in use (filling, staged, or fenced and draining).",  \
       set, none, none)                                                                             \
-    X(cold_staging_bytes_used, "Staging segment bytes held by slots in use.", set, none, none)
+    X(cold_staging_bytes_used, "Staging segment bytes held by slots in use.", set, none, none)     \
+    X(cold_device_reserved_bytes,                                                                  \
+      "Bytes reserved on this runtime's cold device by offloads not yet committed (also in "       \
+      "kvmesh_segment_used_bytes{tier=\"cold\"}).",                                                \
+      set, none, none)                                                                             \
+    X(cold_device_health,                                                                          \
+      "Health of this runtime's cold device record: 1 healthy, 2 degraded, 3 failed, 0 not in "    \
+      "the device view.",                                                                          \
+      set, none, none)
 
 #define OBS_HIST_LIST(X)                                                                           \
     X(request_duration_seconds, "API request latency, by operation.", latency, op, none)           \
@@ -369,7 +388,11 @@ enum obs_dim_id {
     X(metadata_duration_seconds, "Metadata backend call latency, by backend and call.", latency,   \
       backend, mcall)                                                                              \
     X(transport_duration_seconds, "Data-plane transport operation latency.", latency, transport,   \
-      xop)
+      xop)                                                                                         \
+    X(cold_restore_duration_seconds,                                                               \
+      "Reads of cold-only objects at this runtime, call to verified bytes (local device or "       \
+      "remote staging, backpressure retries included).",                                           \
+      latency, none, none)
 
 /* Per-tenant families (label `tenant`, bootstrap set only, `other` overflow). X(id, help) */
 #define OBS_TENANT_COUNTER_LIST(X)                                                                 \

@@ -77,6 +77,15 @@ struct kvm_cold {
     uint64_t *stg_grant; /* per slot: the read grant of its current use (0 = none) */
     uint32_t stg_slots;
     staging_stats_t stg_exported;
+    /* the slot just staged by srv_restored: the core's promote() of the same restore (it runs
+     * right after the restore's callbacks, in the same loop turn) copies from it under a
+     * promotion pin (docs/cold.md "Remote restore", promotion) */
+    struct {
+        bool set;
+        uint64_t ident_hash, token, len;
+        uint32_t slot;
+    } stg_last;
+    uint64_t stg_promotions, stg_promotions_exported; /* promotions that copied from a slot */
 };
 
 static void g_unref(struct kvm_cold *g)
@@ -423,18 +432,28 @@ struct promo {
     struct kvm_cold *g;
     kvm_ident_t ident; /* owned */
     kvm_route_version_t expected;
-    const uint8_t *buf;
+    const uint8_t *buf; /* the core's restore buffer, or the staging slot's bytes (pinned) */
     uint64_t len, seg, off;
     bool reserved;
+    bool stg_pinned; /* buf is staging slot stg_slot, held by a promotion pin until promo_end */
+    uint32_t stg_slot;
     cold_rc_cb cb;
     void *arg;
 };
+
+static void stg_reap(struct kvm_cold *g, uint32_t slot);
 
 static void promo_end(struct promo *p, int rc)
 {
     struct kvm_cold *g = p->g;
     if (p->reserved)
         kvm_owner_release(g->rt, p->seg, p->off);
+    if (p->stg_pinned && g->stg) { /* the slot may now recycle (its reader ACKed or expired) */
+        if (rc == 0)
+            g->stg_promotions++;
+        staging_promote_unpin(g->stg, p->stg_slot);
+        stg_reap(g, p->stg_slot);
+    }
     cold_rc_cb cb = p->cb;
     void *arg = p->arg;
     kvm_ident_free(&p->ident);
@@ -496,6 +515,10 @@ static void promo_reserved(void *arg, int rc, const char *err, uint64_t seg, uin
     p->seg = seg;
     p->off = off;
     p->reserved = true;
+    if (p->stg_pinned && (p->g->closed || !p->g->stg)) { /* the staging segment is gone */
+        promo_end(p, KVMESH_ECANCELED);
+        return;
+    }
     uint8_t *dst;
     struct seg *pin;
     enum seg_reason why;
@@ -532,6 +555,15 @@ static void r_promote(void *ctx, const kvm_ident_t *id, const kvm_route_version_
     p->len = length;
     p->cb = cb;
     p->arg = arg;
+    /* a restore this owner just staged for a remote reader: promote from the slot, holding a
+     * promotion pin, so the slot's expiry or the reader's ACK waits for the copy */
+    if (g->stg && g->stg_last.set && g->stg_last.ident_hash == id->hash &&
+        g->stg_last.len == length && staging_promote_pin(g->stg, g->stg_last.token) == 0) {
+        p->stg_pinned = true;
+        p->stg_slot = g->stg_last.slot;
+        p->buf = staging_buf(g->stg, p->stg_slot, NULL, NULL);
+    }
+    g->stg_last.set = false;
     g->refs++;
     kvm_owner_reserve(rt, id, length, rt->cfg.request_timeout_ms, promo_reserved, p);
 }
@@ -549,9 +581,18 @@ static void export_stats(struct kvm_cold *g)
     if (s.offload_parked > g->exported.offload_parked)
         obs_count(rt->metrics, cold_offloads_total, OBS_OUTCOME_ERROR, OBS_NONE,
                   s.offload_parked - g->exported.offload_parked);
+    if (s.reclaims_done > g->exported.reclaims_done)
+        obs_count(rt->metrics, cold_reclaims_total, OBS_OUTCOME_OK, OBS_NONE,
+                  s.reclaims_done - g->exported.reclaims_done);
+    if (s.reclaims_deferred > g->exported.reclaims_deferred)
+        obs_count(rt->metrics, cold_reclaims_total, OBS_OUTCOME_ERROR, OBS_NONE,
+                  s.reclaims_deferred - g->exported.reclaims_deferred);
     g->exported = s;
     const cold_device_t *d = cold_view_find(g->c, &g->dev);
+    obs_gauge_set(rt->metrics, cold_device_health, OBS_NONE, OBS_NONE, d ? (int64_t)d->health : 0);
     if (d) {
+        obs_gauge_set(rt->metrics, cold_device_reserved_bytes, OBS_NONE, OBS_NONE,
+                      (int64_t)d->reserved);
         obs_gauge_set(rt->metrics, segment_used_bytes, OBS_TIER_COLD, OBS_NONE,
                       (int64_t)(d->used + d->reserved));
         obs_gauge_set(rt->metrics, segment_capacity_bytes, OBS_TIER_COLD, OBS_NONE,
@@ -688,6 +729,9 @@ static void stg_export(struct kvm_cold *g)
               st.expiries - e->expiries);
     obs_count(rt->metrics, cold_staging_late_total, OBS_NONE, OBS_NONE,
               st.late_completions + st.late_acks - e->late_completions - e->late_acks);
+    obs_count(rt->metrics, cold_staging_promotions_total, OBS_NONE, OBS_NONE,
+              g->stg_promotions - g->stg_promotions_exported);
+    g->stg_promotions_exported = g->stg_promotions;
     obs_gauge_set(rt->metrics, cold_staging_slots, OBS_NONE, OBS_NONE, (int64_t)st.slots_cap);
     obs_gauge_set(rt->metrics, cold_staging_slots_used, OBS_NONE, OBS_NONE, (int64_t)st.slots_used);
     obs_gauge_set(rt->metrics, cold_staging_bytes_used, OBS_NONE, OBS_NONE, (int64_t)st.bytes_used);
@@ -763,6 +807,12 @@ static void srv_restored(void *arg, int rc, const void *buf, uint64_t len)
         staging_transfer_done(g->stg, s->h.token, &a);
         staging_ack(g->stg, s->h.token, &a);
         stg_reap(g, s->h.slot);
+    } else {
+        g->stg_last.set = true;
+        g->stg_last.ident_hash = s->ident.hash;
+        g->stg_last.token = s->h.token;
+        g->stg_last.len = len;
+        g->stg_last.slot = s->h.slot;
     }
     srv_free(s);
 }
@@ -821,7 +871,19 @@ static void on_cold_read(rpc_reply *reply, struct rpc_request *req, void *arg)
     }
     kvm_rd_t r;
     kvm_rd_init(&r, req->body, req->body_len);
-    int rc = kvm_rd_u8(&r) == STORE_COLD_READ_VERSION ? 0 : KVMESH_EPROTO;
+    uint8_t ver = kvm_rd_u8(&r);
+    if (kvm_rd_ok(&r) && ver != STORE_COLD_READ_VERSION) { /* a v1 reader sends the ident only */
+        free(s);
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "cold read: the reader's request is not cold read version %u (it starts with "
+                 "%u; version 1 readers send the identity only): the reader runs an older "
+                 "release than this owner; upgrade it to read this owner's cold-only objects",
+                 (unsigned)STORE_COLD_READ_VERSION, (unsigned)ver);
+        srv_reply(reply, KVMESH_EPROTO, msg, NULL, 0);
+        return;
+    }
+    int rc = 0;
     s->want.route_version = kvm_rd_u64le(&r);
     s->want.locator_fp = kvm_rd_u64le(&r);
     s->want.length = kvm_rd_u64le(&r);
@@ -1439,6 +1501,7 @@ struct cread {
     uint64_t len, checksum;
     /* remote restore: what the reader expects (validated by the owner) and the staged slot */
     bool remote;
+    uint8_t wire_ver; /* STORE_COLD_READ_VERSION (a test hook may send another, see cread_new) */
     uint64_t version_h, locator_fp;
     const char *data_addr; /* [loop] the owner's transport address (interned) */
     uint64_t st_seg, st_off, st_len, st_grant, st_token;
@@ -1503,13 +1566,39 @@ static void remote_done(rpc_call_t *call, struct rpc_result *res, void *arg)
     (void)call;
     struct cread *r = arg;
     int rc = res->status;
-    if (rc) {
+    if (rc == KVMESH_EPROTO && strstr(res->error, "older release")) {
+        snprintf(r->err, sizeof(r->err), "%s", res->error); /* the owner named the older side */
+    } else if (rc == KVMESH_EPROTO) {
+        /* an owner of an older release (COLD_READ version 1, no staging) cannot decode a
+         * version 2 request: say so, not just "malformed" */
+        snprintf(r->err, sizeof(r->err),
+                 "the cold copy's owner refused the request as malformed (%s): it probably runs "
+                 "an older release that speaks cold read version 1 (no staging pool) while this "
+                 "reader speaks version %u; upgrade the owner runtime (it keeps its cold_root) "
+                 "and read again",
+                 res->error, (unsigned)STORE_COLD_READ_VERSION);
+    } else if (rc) {
         snprintf(r->err, sizeof(r->err), "%s", res->error);
     } else {
         kvm_rd_t d;
         kvm_rd_init(&d, res->body, res->body_len);
-        if (kvm_rd_u8(&d) != STORE_COLD_READ_VERSION)
-            kvm_rd_fail(&d);
+        uint8_t ver = kvm_rd_u8(&d);
+        if (kvm_rd_ok(&d) && ver != STORE_COLD_READ_VERSION) {
+            snprintf(r->err, sizeof(r->err),
+                     "the cold copy's owner answered with cold read version %u, this reader "
+                     "speaks version %u: upgrade the older of the two runtimes",
+                     (unsigned)ver, (unsigned)STORE_COLD_READ_VERSION);
+            cread_finish(r, KVMESH_EPROTO, NULL, 0);
+            return;
+        }
+        if (!kvm_rd_ok(&d) && res->payload_len > 0) { /* a v1 owner answers the bytes */
+            snprintf(r->err, sizeof(r->err),
+                     "the cold copy's owner answered a version 1 cold read (the payload inline, "
+                     "no staging slot): it runs an older release; upgrade it (it keeps its "
+                     "cold_root) and read again");
+            cread_finish(r, KVMESH_EPROTO, NULL, 0);
+            return;
+        }
         r->st_seg = kvm_rd_u64le(&d);
         r->st_off = kvm_rd_u64le(&d);
         r->st_len = kvm_rd_u64le(&d);
@@ -1533,7 +1622,7 @@ static void cread_remote(void *arg)
     uint8_t body[64 + KVM_IDENT_ENC_MAX_LEN];
     kvm_wr_t w;
     kvm_wr_fixed(&w, body, sizeof(body));
-    kvm_wr_u8(&w, STORE_COLD_READ_VERSION);
+    kvm_wr_u8(&w, r->wire_ver);
     kvm_wr_u64le(&w, r->version_h);
     kvm_wr_u64le(&w, r->locator_fp);
     kvm_wr_u64le(&w, r->len);
@@ -1738,6 +1827,11 @@ static struct cread *cread_new(kvm_rt_t *rt, const kvm_route_t *route, const str
     r->checksum = route->checksum;
     r->owner = route->cold.owner;
     r->remote = remote;
+    /* Tests only: KVMESH_TEST_COLD_READ_VERSION=N sends request version N (an older reader as
+     * the owner sees it); read here, on the calling thread */
+    const char *tv = remote ? getenv("KVMESH_TEST_COLD_READ_VERSION") : NULL;
+    r->wire_ver =
+        tv && atoi(tv) > 0 && atoi(tv) < 256 ? (uint8_t)atoi(tv) : STORE_COLD_READ_VERSION;
     r->version_h = version_u64(&route->version);
     r->locator_fp = kvm_cold_backing_fingerprint(&route->cold);
     r->timeout_ms = kvm_deadline_left_ms(deadline_ms);
@@ -1760,6 +1854,7 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
                                         "its cold tier is off (cold_kind)");
     int rc;
     char err[256] = "";
+    uint64_t t0 = env_clock_mono_ns();
     /* Remote: the owner answers backpressure (STAGING_EBACKPRESSURE) while its staging pool is
      * full; retry with a capped backoff until the deadline. */
     for (uint32_t attempt = 0;; attempt++) {
@@ -1774,10 +1869,13 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
         uint64_t left = kvm_deadline_left_ms(deadline_ms);
         if (!remote || rc != STAGING_EBACKPRESSURE || left == 0)
             break;
+        obs_count(rt->metrics, cold_restore_retries_total, OBS_NONE, OBS_NONE, 1);
         uint64_t ms = 1ull << (attempt < 6 ? attempt : 6); /* 1 .. 64 ms */
         struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)((ms < left ? ms : left) * 1000000)};
         nanosleep(&ts, NULL);
     }
+    obs_observe(rt->metrics, cold_restore_duration_seconds, OBS_NONE, OBS_NONE,
+                env_clock_mono_ns() - t0);
     if (remote) /* (a local restore is counted in cread_finish) */
         obs_count(rt->metrics, cold_restores_total, rc == 0 ? OBS_OUTCOME_OK : OBS_OUTCOME_ERROR,
                   OBS_NONE, 1);

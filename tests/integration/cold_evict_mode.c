@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "kvmesh.h"
+#include "coldfiles.h"
 #include "curl_body.h"
 #include "obs_prom.h"
 
@@ -48,13 +49,7 @@ static void cleanup(void)
         kvmesh_close(kv);
         kv = NULL;
     }
-    if (tmpdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", tmpdir);
-        tmpdir[0] = '\0';
-    }
+    tcold_remove_dir(tmpdir);
 }
 
 #define CHECK(c)                                                                                   \
@@ -106,32 +101,6 @@ static double metric(const char *name, const char *l, const char *v)
     double x = prom_value(&p, name, l, v, NULL, NULL);
     prom_free(&p);
     return x;
-}
-
-/* LocalDir object files under root. */
-static size_t count_files(const char *root)
-{
-    char ld[256];
-    snprintf(ld, sizeof(ld), "%s/ld", root);
-    DIR *top = opendir(ld);
-    CHECK(top);
-    size_t n = 0;
-    struct dirent *d;
-    while ((d = readdir(top)) != NULL) {
-        if (d->d_name[0] == '.')
-            continue;
-        char sub[512];
-        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
-        DIR *s = opendir(sub);
-        if (!s)
-            continue;
-        struct dirent *e;
-        while ((e = readdir(s)) != NULL)
-            n += strlen(e->d_name) > 4 && strcmp(e->d_name + strlen(e->d_name) - 4, ".obj") == 0;
-        closedir(s);
-    }
-    closedir(top);
-    return n;
 }
 
 static void routes(uint32_t n, size_t *backed, size_t *cold_only)
@@ -203,7 +172,7 @@ int main(void)
     routes(NQUIET, &backed, &cold_only);
     double off0 = metric("kvmesh_cold_offloads_total", "result", "ok");
     double used0 = metric("kvmesh_segment_used_bytes", "tier", "cold");
-    size_t files0 = count_files(root);
+    size_t files0 = tcold_count_files(root);
     printf("after %u writes (%.1f MiB of %s DRAM): offloads %.0f, routes with a cold copy %zu, "
            "device files %zu, device used %.0f\n",
            NQUIET, NQUIET * OBJ_LEN / 1048576.0, DRAM, off0, backed, files0, used0);
@@ -217,7 +186,7 @@ int main(void)
         off = metric("kvmesh_cold_offloads_total", "result", "ok");
         ev = metric("kvmesh_cold_evictions_total", NULL, NULL);
         routes(NOBJ, &backed, &cold_only);
-        files = count_files(root);
+        files = tcold_count_files(root);
         if (off > 0 && off == ev && (double)backed == off && (double)cold_only == off &&
             files == backed)
             break;

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "kvmesh.h"
+#include "coldfiles.h"
 #include "curl_body.h"
 #include "obs_prom.h"
 
@@ -76,13 +77,7 @@ static void cleanup(void)
         kvmesh_close(kv);
         kv = NULL;
     }
-    if (tmpdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", tmpdir);
-        tmpdir[0] = '\0';
-    }
+    tcold_remove_dir(tmpdir);
 }
 
 #define CHECK(c)                                                                                   \
@@ -188,65 +183,6 @@ static size_t corrupt_extents(const char *root)
             flip(f, at + 64 + OBJ_LEN / 2);
     }
     closedir(dir);
-    return n;
-}
-
-/* LocalDir object files under root. */
-static size_t count_files(const char *root)
-{
-    char ld[256];
-    snprintf(ld, sizeof(ld), "%s/ld", root);
-    DIR *top = opendir(ld);
-    CHECK(top);
-    size_t n = 0;
-    struct dirent *d;
-    while ((d = readdir(top)) != NULL) {
-        if (d->d_name[0] == '.')
-            continue;
-        char sub[512];
-        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
-        DIR *s = opendir(sub);
-        if (!s)
-            continue;
-        struct dirent *e;
-        while ((e = readdir(s)) != NULL)
-            n += strlen(e->d_name) > 4 && strcmp(e->d_name + strlen(e->d_name) - 4, ".obj") == 0;
-        closedir(s);
-    }
-    closedir(top);
-    return n;
-}
-
-/* Flips one payload byte (after the 64-byte header) of every LocalDir object file. */
-static size_t corrupt_all(const char *root)
-{
-    char ld[256];
-    snprintf(ld, sizeof(ld), "%s/ld", root);
-    DIR *top = opendir(ld);
-    CHECK(top);
-    size_t n = 0;
-    struct dirent *d;
-    while ((d = readdir(top)) != NULL) {
-        if (d->d_name[0] == '.')
-            continue;
-        char sub[512];
-        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
-        DIR *s = opendir(sub);
-        if (!s)
-            continue;
-        struct dirent *e;
-        while ((e = readdir(s)) != NULL) {
-            size_t l = strlen(e->d_name);
-            if (l < 5 || strcmp(e->d_name + l - 4, ".obj") != 0)
-                continue;
-            char f[800];
-            snprintf(f, sizeof(f), "%s/%s", sub, e->d_name);
-            flip(f, 64 + OBJ_LEN / 2);
-            n++;
-        }
-        closedir(s);
-    }
-    closedir(top);
     return n;
 }
 
@@ -438,8 +374,8 @@ int main(int argc, char **argv)
         }
         size_t f1 = 0, f2 = 0;
         if (strcmp(kind, "localdir") == 0) {
-            f1 = count_files(root);
-            f2 = count_files(root2);
+            f1 = tcold_count_files(root);
+            f2 = tcold_count_files(root2);
         }
         printf("pair: %zu of %u objects with a cold copy; device files A %zu, B %zu\n", backed,
                NOBJ, f1, f2);
@@ -532,8 +468,9 @@ int main(int argc, char **argv)
            ev, rs, used, cap);
     CHECK(off > 0 && ev > 0 && rs >= (double)cold && cap == 64.0 * 1048576.0 && used > 0);
     /* 4. a corrupted cold file is detected and never returned */
-    size_t files = strcmp(kind, "extent") == 0 ? corrupt_extents(root) : corrupt_all(root);
-    CHECK(files >= cold);
+    size_t files = strcmp(kind, "extent") == 0 ? corrupt_extents(root)
+                                               : tcold_corrupt_files(root, 64 + OBJ_LEN / 2);
+    CHECK(files != (size_t)-1 && files >= cold);
     size_t refused = 0;
     for (uint32_t i = 0; i < NOBJ; i++) {
         char k[32];

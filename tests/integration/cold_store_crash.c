@@ -31,6 +31,7 @@
 
 #include "env/clock.h"
 #include "kvmesh.h"
+#include "coldfiles.h"
 #include "curl_body.h"
 #include "obs_prom.h"
 #include "proc.h"
@@ -57,13 +58,7 @@ static void cleanup_all(void)
     tproc_kill(&child, SIGKILL);
     testsrv_stop(srv);
     srv = NULL;
-    if (tmpdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", tmpdir);
-        tmpdir[0] = '\0';
-    }
+    tcold_remove_dir(tmpdir);
 }
 
 static void key_of(uint32_t i, char *k, size_t cap)
@@ -156,33 +151,6 @@ static double cold_gauge(uint16_t port)
     double x = prom_value(&p, "kvmesh_segment_used_bytes", "tier", "cold", NULL, NULL);
     prom_free(&p);
     return x;
-}
-
-/* LocalDir object files (complete ones: temporaries end otherwise) under root. */
-static size_t count_files(const char *root)
-{
-    char ld[256];
-    snprintf(ld, sizeof(ld), "%s/ld", root);
-    DIR *top = opendir(ld);
-    if (!top)
-        return 0;
-    size_t n = 0;
-    struct dirent *d;
-    while ((d = readdir(top)) != NULL) {
-        if (d->d_name[0] == '.')
-            continue;
-        char sub[512];
-        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
-        DIR *s = opendir(sub);
-        if (!s)
-            continue;
-        struct dirent *e;
-        while ((e = readdir(s)) != NULL)
-            n += strlen(e->d_name) > 4 && strcmp(e->d_name + strlen(e->d_name) - 4, ".obj") == 0;
-        closedir(s);
-    }
-    closedir(top);
-    return n;
 }
 
 /* Whether a LocalDir put is writing now (a ".tmp." file exists: reserved, payload not renamed). */
@@ -283,7 +251,7 @@ int main(int argc, char **argv)
     }
     CHECK(tproc_kill(&child, SIGKILL) == 0);
     before = backed_count(NULL);
-    size_t files0 = count_files(root);
+    size_t files0 = tcold_count_files(root);
     printf("killed the writer %s a payload write, with %zu of %zu acknowledged objects holding "
            "a cold copy (%zu device files)\n",
            mid_write ? "during" : "between", before, n_acked, files0);
@@ -306,7 +274,7 @@ int main(int argc, char **argv)
     while (env_clock_mono_ms() < end && stable < 3) {
         usleep(200000);
         after = backed_count(backed);
-        files = count_files(root);
+        files = tcold_count_files(root);
         gauge = cold_gauge((uint16_t)port);
         bool ok = gauge == (double)files * OBJ_LEN && files == after;
         stable = ok ? stable + 1 : 0;

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * coldfiles.c — LocalDir device directories as the cold-tier tests see them (coldfiles.h).
+ */
+#include "coldfiles.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static bool is_obj(const char *name)
+{
+    size_t l = strlen(name);
+    return l > 4 && strcmp(name + l - 4, ".obj") == 0;
+}
+
+static bool flip(const char *f, off_t at)
+{
+    int fd = open(f, O_RDWR);
+    if (fd < 0) {
+        perror(f);
+        return false;
+    }
+    uint8_t b;
+    bool ok = pread(fd, &b, 1, at) == 1;
+    b ^= 0x5a;
+    ok = ok && pwrite(fd, &b, 1, at) == 1;
+    if (!ok)
+        fprintf(stderr, "%s: cannot flip the byte at %lld\n", f, (long long)at);
+    close(fd);
+    return ok;
+}
+
+/* Visits every object file under root/ld: counts them, and flips the byte at `at` when at >= 0.
+ * (size_t)-1 when a flip failed. */
+static size_t walk(const char *root, off_t at)
+{
+    char ld[512];
+    snprintf(ld, sizeof(ld), "%s/ld", root);
+    DIR *top = opendir(ld);
+    if (!top)
+        return 0;
+    size_t n = 0;
+    bool ok = true;
+    struct dirent *d;
+    while ((d = readdir(top)) != NULL) {
+        if (d->d_name[0] == '.')
+            continue;
+        char sub[800];
+        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
+        DIR *s = opendir(sub);
+        if (!s)
+            continue;
+        struct dirent *e;
+        while ((e = readdir(s)) != NULL) {
+            if (!is_obj(e->d_name))
+                continue;
+            if (at >= 0) {
+                char f[1200];
+                snprintf(f, sizeof(f), "%s/%s", sub, e->d_name);
+                ok = flip(f, at) && ok;
+            }
+            n++;
+        }
+        closedir(s);
+    }
+    closedir(top);
+    return ok ? n : (size_t)-1;
+}
+
+size_t tcold_count_files(const char *root)
+{
+    return walk(root, -1);
+}
+
+size_t tcold_corrupt_files(const char *root, off_t at)
+{
+    return walk(root, at);
+}
+
+void tcold_remove_dir(char *dir)
+{
+    if (!dir[0])
+        return;
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    dir[0] = '\0';
+}

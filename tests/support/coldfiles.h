@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * coldfiles.h — the cold-tier tests' view of a LocalDir device directory (docs/cold.md
+ * "LocalDir"): the complete object files under <root>/ld/<shard>/ (names ending in ".obj";
+ * temporaries do not), counted, or corrupted by flipping one payload byte of each; and the
+ * removal of a test's scratch directory.
+ *
+ * Ownership: nothing is kept; the caller owns the directory. Threading: any thread, but not
+ * while another thread of the test changes the same files.
+ */
+#ifndef KVMESH_TESTS_SUPPORT_COLDFILES_H
+#define KVMESH_TESTS_SUPPORT_COLDFILES_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* The LocalDir object files under root (0 when root/ld cannot be opened). */
+size_t tcold_count_files(const char *root);
+
+/* XORs the byte at offset `at` of every LocalDir object file under root with 0x5a (the header
+ * is 64 bytes, so 64 + n is payload byte n). Returns the files changed, or (size_t)-1 when a
+ * file could not be read or written (the reason on stderr). */
+size_t tcold_corrupt_files(const char *root, off_t at);
+
+/* Removes dir and everything below it (rm -rf) when dir[0] is not NUL, then empties dir (the
+ * tests' cleanup, safe to call twice). A failure is reported on stderr. */
+void tcold_remove_dir(char *dir);
+
+#endif
