@@ -207,17 +207,6 @@ int kvm_api_open(kvmesh_t **out, const kvmesh_config_t *cfg, struct kvm_handoff 
         free(kv);
         return rc;
     }
-    /* Peers reply to this runtime's requests through their membership snapshot, which they
-     * refresh every lease_ttl_ms/4 (50..500 ms). A message from a sender their snapshot does
-     * not list waits for one refresh there (runtime.c "held"), but a fresh runtime's first
-     * operations while an owner dies still went wrong without this settle (tests/python
-     * test_faults.py test_kill_during_batches read NotFound in 1 of 3 runs): give peers two
-     * refresh periods to see us until that is understood (docs/store.md "unknown senders"). */
-    uint64_t settle_ms = cfg->lease_ttl_ms / 2;
-    settle_ms = settle_ms < 100 ? 100 : settle_ms > 1000 ? 1000 : settle_ms;
-    struct timespec ts = {(time_t)(settle_ms / 1000), (long)(settle_ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
     *out = kv;
     return 0;
 }
