@@ -729,7 +729,10 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
         next.length = next.checksum = 0;
         memset(&next.cold, 0, sizeof(next.cold));
     }
-    if (route_cas(rt->route, &r->version, &next, evict_cas_done, s) != 0)
+    /* A quota tenant's object leaves through the delete protocol: the refund (quota_tomb.c). */
+    bool quota = next.tomb == KVM_TOMB_PENDING && kvm_quota_applies(rt, &r->ident);
+    if ((quota ? kvm_quota_evict(rt, r, &next, evict_cas_done, s)
+               : route_cas(rt->route, &r->version, &next, evict_cas_done, s)) != 0)
         evict_back(rt, s);
     kvm_route_free(&next);
 }

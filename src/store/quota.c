@@ -185,34 +185,6 @@ static void recon_lookup(void *ctx, const char *tenant, const char *domain, cons
     cb(arg, rc, NULL);
 }
 
-struct rp_ctx {
-    tn_replay_cb cb;
-    void *arg;
-};
-
-static void replay_refuse(void *arg)
-{
-    struct rp_ctx *c = arg;
-    c->cb(c->arg, KVMESH_EUNAVAILABLE, KVM_ROUTE_VERSION_NONE);
-    free(c);
-}
-
-/* The store keeps no payload replicas for a publication that did not reach its route CAS, so a
- * replay cannot be proven safe here: the operation stays charged and locked (degraded). */
-static void recon_replay(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg)
-{
-    kvm_rt_t *rt = ctx;
-    (void)op;
-    struct rp_ctx *c = malloc(sizeof(*c));
-    if (!c) {
-        cb(arg, KVMESH_ENOMEM, KVM_ROUTE_VERSION_NONE);
-        return;
-    }
-    c->cb = cb;
-    c->arg = arg;
-    env_timer_start(rt->env, 0, replay_refuse, c);
-}
-
 static void recon_arm(kvm_rt_t *rt);
 
 static void recon_step(kvm_rt_t *rt);
@@ -282,7 +254,8 @@ static void recon_step(kvm_rt_t *rt)
         recon_arm(rt);
         return;
     }
-    tn_route_ops_t ops = {.lookup = recon_lookup, .replay = recon_replay, .ctx = rt};
+    /* replay: a delete's tombstone through the current fenced primary (quota_tomb.c) */
+    tn_route_ops_t ops = {.lookup = recon_lookup, .replay = kvm_quota_replay, .ctx = rt};
     q->recon_running = true;
     tn_stats_t st;
     tn_get_stats(q->tn, &st);
@@ -889,30 +862,44 @@ bool kvm_quota_cas_claim_wanted(kvm_op_t *op, struct kvm_item *it)
            op->rt->cfg.route_mode == ROUTE_MODE_EMBEDDED_WRH;
 }
 
+int kvm_quota_claim_blob_raw(kvm_rt_t *rt, const char *tenant, const char *domain, const char *key,
+                             const char *op_id, uint64_t publish_token, const uint8_t *payload,
+                             size_t payload_len, uint8_t *buf, size_t cap, size_t *len)
+{
+    static _Thread_local uint8_t hint[TN_HINT_MAX];
+    size_t hl = 0;
+    if (!rt->quota || tn_hint_export(rt->quota->tn, tenant, op_id, hint, sizeof(hint), &hl) != 0)
+        hl = 0; /* no hint: the primary's claim reads first */
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf, cap);
+    kvm_wr_u8(&w, QCLAIM_VERSION);
+    kvm_wr_lp16le(&w, tenant, strlen(tenant));
+    kvm_wr_lp16le(&w, domain, strlen(domain));
+    kvm_wr_lp16le(&w, key, strlen(key));
+    kvm_wr_lp16le(&w, op_id, strlen(op_id));
+    kvm_wr_u64le(&w, publish_token);
+    kvm_wr_lp16le(&w, payload, payload_len);
+    kvm_wr_lp32le(&w, hint, hl);
+    if (kvm_wr_finish(&w, len) != 0)
+        return kvm_errf(KVMESH_ETOOBIG, "quota claim does not fit %zu bytes", cap);
+    return 0;
+}
+
+tn_t *kvm_quota_tn(kvm_rt_t *rt)
+{
+    return rt->quota && !rt->quota->closing ? rt->quota->tn : NULL;
+}
+
 int kvm_quota_cas_claim_blob(kvm_op_t *op, struct kvm_item *it, uint8_t *buf, size_t cap,
                              size_t *len)
 {
     struct kvm_qitem *qi = it->q;
-    static _Thread_local uint8_t hint[TN_HINT_MAX];
-    size_t hl = 0;
-    if (tn_hint_export(op->rt->quota->tn, qi->tenant, qi->op_id, hint, sizeof(hint), &hl) != 0)
-        hl = 0; /* no hint: the primary's claim reads first */
     uint8_t payload[16];
     payload_of(it, payload);
-    kvm_wr_t w;
-    kvm_wr_fixed(&w, buf, cap);
-    kvm_wr_u8(&w, QCLAIM_VERSION);
-    kvm_wr_lp16le(&w, qi->tenant, strlen(qi->tenant));
-    kvm_wr_lp16le(&w, qi->domain, strlen(qi->domain));
-    kvm_wr_lp16le(&w, qi->key, strlen(qi->key));
-    kvm_wr_lp16le(&w, qi->op_id, strlen(qi->op_id));
-    kvm_wr_u64le(&w, qi->content_op.seq);
-    kvm_wr_lp16le(&w, payload, qi->is_delete ? 0 : sizeof(payload));
-    kvm_wr_lp32le(&w, hint, hl);
     qi->cas_claim_sent = true;
-    if (kvm_wr_finish(&w, len) != 0)
-        return kvm_errf(KVMESH_ETOOBIG, "quota claim does not fit %zu bytes", cap);
-    return 0;
+    return kvm_quota_claim_blob_raw(op->rt, qi->tenant, qi->domain, qi->key, qi->op_id,
+                                    qi->content_op.seq, payload,
+                                    qi->is_delete ? 0 : sizeof(payload), buf, cap, len);
 }
 
 void kvm_quota_cas_claimed(kvm_op_t *op, struct kvm_item *it, int rc, const kvm_route_t *r,
@@ -1295,7 +1282,8 @@ static void rnow_run(void *arg)
         env_timer_start(rt->env, QUOTA_NOW_RETRY_MS * 1000000ull, rnow_run, n);
         return;
     }
-    tn_route_ops_t ops = {.lookup = recon_lookup, .replay = recon_replay, .ctx = rt};
+    /* replay: a delete's tombstone through the current fenced primary (quota_tomb.c) */
+    tn_route_ops_t ops = {.lookup = recon_lookup, .replay = kvm_quota_replay, .ctx = rt};
     q->recon_running = true;
     if (tn_recon_pass(q->tn, n->tenant, &ops, QUOTA_RECON_PAGE, rnow_done, n) != 0) {
         q->recon_running = false;

@@ -15,6 +15,7 @@
 
 #include "core/ident.h"
 #include "core/route.h"
+#include "route/route.h"
 #include "tenant/tenant.h"
 
 struct kvm_rt;
@@ -83,6 +84,34 @@ void kvm_quota_cas_claimed(struct kvm_op *op, struct kvm_item *it, int rc, const
                            const uint8_t *reply, size_t reply_len);
 /* [loop] the primary side: registers (rt->quota set) or clears the route service's claim hook. */
 void kvm_quota_claim_hook(struct kvm_rt *rt, bool on);
+/* [loop] internal to quota*.c: the tenant handle (NULL when off or closing), and the claim blob
+ * of kvm_quota_cas_claim_blob from its parts (with this runtime's hint of the operation). */
+tn_t *kvm_quota_tn(struct kvm_rt *rt);
+int kvm_quota_claim_blob_raw(struct kvm_rt *rt, const char *tenant, const char *domain,
+                             const char *key, const char *op_id, uint64_t publish_token,
+                             const uint8_t *payload, size_t payload_len, uint8_t *buf, size_t cap,
+                             size_t *len);
+/* [loop] CLOCK eviction of the last readable copy of a quota tenant's object (owner.c): publishes
+ * `tomb` (a PENDING tombstone replacing `cur`, carrying a fresh content op) through the delete
+ * protocol, so the tenant is refunded exactly once: reserve (refund derived from the committed
+ * row) -> claim (the fenced primary in its CAS with EmbeddedWrh, this runtime with MetadataOnly)
+ * -> CAS -> finalize, the operation id = tomb's content op. cb(arg, rc, route) once, right after
+ * the CAS: 0 with the tombstone (the slot may be reclaimed; the finalize follows on its own),
+ * else not evicted (EAGAIN: the object is locked by a write; ECONFLICT: the accounting row is at
+ * another route version; a CAS failure). An object without accounting (written before the
+ * policy) is evicted by a plain CAS. A crash or a lost step is the reconciler's: an expired
+ * PENDING is aborted, a PUBLISHING one finalized from the tombstone or replayed. Returns non-0
+ * (cb not called) when nothing started. */
+int kvm_quota_evict(struct kvm_rt *rt, const kvm_route_t *cur, const kvm_route_t *tomb,
+                    route_cas_cb cb, void *arg);
+/* [loop] tn_route_ops_t.replay (ctx = the runtime): a PUBLISHING delete whose tombstone CAS did
+ * not apply is replayed with the same publish token and payload through the current fenced
+ * primary (EmbeddedWrh: a claim-carrying CAS, the primary claims again before applying it;
+ * MetadataOnly: this runtime claims again, then the metadata CAS), only while its predecessor is
+ * the current live route without a cold copy; cb gets the version the operation now records. A
+ * put is not replayed (its replicas are not kept for a publication that did not reach its CAS):
+ * KVMESH_EUNAVAILABLE, the operation stays charged, locked and degraded. */
+void kvm_quota_replay(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg);
 /* [loop] after the CAS applied `r`: finalize (re-claiming first when the primary assigned
  * another version than predicted); cont(op, it, 0) always (a failed finalize is left to the
  * reconciler: the route carries the operation id). */

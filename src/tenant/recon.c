@@ -9,6 +9,8 @@
  *               won leaves the abort refused with ECONFLICT, which is fine);
  *   publishing  exact operation read, then an exact route/tombstone lookup (tn_route_ops_t):
  *               the route carries this operation id, predecessor and next version -> finalize;
+ *               ... and another version (a lost replay race) -> a replay claim records the
+ *               published version, then finalize;
  *               the predecessor is still authoritative -> replay through the fenced primary
  *               (same publish token and payload) and finalize what it published;
  *               anything else, or a refused replay -> stays PUBLISHING, charged and locked, the
@@ -41,6 +43,7 @@ typedef struct tn_recon {
     char (*ids)[TN_OPID_CAP];
     uint32_t n, idx;
     bool replayed;
+    kvm_route_version_t published; /* the version a re-recording claim names */
     tn_recon_report_t rep;
     tn_op_t cur;
 } tn_recon_t;
@@ -226,6 +229,20 @@ static void on_replay(void *arg, int rc, kvm_route_version_t version)
     finalize_at(r, version);
 }
 
+static void on_reclaim(void *arg, int rc, const tn_op_view_t *v)
+{
+    tn_recon_t *r = arg;
+    if (stopped(r))
+        return;
+    (void)v;
+    if (rc) {
+        note_rc(r, rc);
+        degrade(r);
+        return;
+    }
+    finalize_at(r, r->published);
+}
+
 static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs)
 {
     tn_recon_t *r = arg;
@@ -237,15 +254,34 @@ static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs)
     }
     const tn_op_t *op = &r->cur;
     bool del = op->kind == TN_KIND_DELETE;
-    if (obs->found && strcmp(obs->content_op, op->id) == 0 && obs->tombstone == del &&
-        kvm_route_version_equal(&obs->predecessor, &op->expected_route) &&
-        kvm_route_version_equal(&obs->version, &op->next_version)) {
+    bool ours = obs->found && strcmp(obs->content_op, op->id) == 0 && obs->tombstone == del &&
+                kvm_route_version_equal(&obs->predecessor, &op->expected_route);
+    if (ours && kvm_route_version_equal(&obs->version, &op->next_version)) {
         finalize_at(r, op->next_version); /* published: finalize idempotently */
         return;
     }
+    if (ours && kvm_route_version_cmp(&obs->version, &op->expected_route) > 0) {
+        /* published by this operation at another version than its claim recorded (two replays
+         * raced, the later claim's CAS lost): record the published one with a replay claim
+         * (same publish token and payload), then finalize it */
+        tn_claim_req_t q = {.tenant = op->tenant,
+                            .domain = op->domain,
+                            .key = op->key,
+                            .op_id = op->id,
+                            .generation = op->generation,
+                            .fencing_token = obs->version.fencing_token,
+                            .publish_token = op->publish_token,
+                            .next_version = obs->version,
+                            .payload = op->payload,
+                            .payload_len = op->payload_len};
+        r->published = obs->version;
+        if (tn_claim(r->tn, &q, on_reclaim, r) == 0)
+            return;
+    }
     bool pred_current = obs->found ? kvm_route_version_equal(&obs->version, &op->expected_route)
                                    : kvm_route_version_is_none(&op->expected_route);
-    if (pred_current && r->route.replay) {
+    bool no_replay = (tn_cfg(r->tn)->test_bugs & TN_TEST_BUG_NO_REPLAY) != 0;
+    if (pred_current && r->route.replay && !no_replay) {
         r->route.replay(r->route.ctx, op, on_replay, r);
         return;
     }

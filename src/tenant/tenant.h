@@ -181,6 +181,7 @@ typedef struct tn tn_t;
 /* test-only broken variants (tn_config_t.test_bugs), caught by the simulator */
 #define TN_TEST_BUG_ABORT_PUBLISHING 1u /* abort accepted from PUBLISHING */
 #define TN_TEST_BUG_NO_PENDING_TERM  2u /* reserve checks committed + delta, not + pending */
+#define TN_TEST_BUG_NO_REPLAY        4u /* reconciliation never replays: degrades instead */
 
 typedef struct tn_config {
     const char *deployment;  /* keyspace deployment name */

@@ -39,7 +39,10 @@ static int failures;
     } while (0)
 
 static const char *route_mode = "metadata_only"; /* argv[2] */
-static char admin_addr[64]; /* admin_listen of the next runtime opened ("" = off) */
+static char admin_addr[64];               /* admin_listen of the next runtime opened ("" = off) */
+static const char *deployment = "tstore"; /* of the next runtime opened */
+static const char *segment_size = "16MiB";
+static const char *reclaim_grace_ms = "2000"; /* the default */
 
 /* GET path from the admin endpoint at admin_addr's port: the HTTP status, the body into out. */
 static int http_get(uint16_t port, const char *path, char *out, size_t cap)
@@ -94,9 +97,10 @@ static kvmesh_t *open_rt2(const char *url, const char *policies, const char *mem
     if (admin_addr[0])
         kvmesh_config_set(cfg, "admin_listen", admin_addr);
     kvmesh_config_set(cfg, "metadata_url", url);
-    kvmesh_config_set(cfg, "deployment", "tstore");
+    kvmesh_config_set(cfg, "deployment", deployment);
     kvmesh_config_set(cfg, "memory_size", memory);
-    kvmesh_config_set(cfg, "segment_size", "16MiB");
+    kvmesh_config_set(cfg, "segment_size", segment_size);
+    kvmesh_config_set(cfg, "reclaim_grace_ms", reclaim_grace_ms);
     kvmesh_config_set(cfg, "max_object_size", "1MiB");
     kvmesh_config_set(cfg, "route_mode", route_mode);
     kvmesh_config_set(cfg, "request_timeout_ms", "10000");
@@ -515,6 +519,63 @@ int main(int argc, char **argv)
         rc = put(a, "acme", "d1", "k10", 1, 'w');
         CHECK(rc == KVMESH_EQUOTA, "runtime a (no eviction) still refuses acme: rc %d", rc);
         kvmesh_close(e);
+    }
+
+    /* CLOCK eviction under memory pressure refunds through the delete protocol: a runtime alone
+     * in its deployment with 2 MiB of DRAM takes 80 objects of 64 KiB of a tenant whose byte
+     * limit (16 MiB) is far above DRAM, so the owner evicts; the accounting ends equal to the
+     * objects still readable (before the refund it kept every evicted object charged). */
+    {
+        uint16_t vport = testsrv_free_port();
+        snprintf(admin_addr, sizeof(admin_addr), "127.0.0.1:%u", vport);
+        deployment = "tevict";
+        segment_size = "1MiB";
+        reclaim_grace_ms = "20"; /* evicted bytes come back at once: puts wait less */
+        kvmesh_t *v = open_rt(url, "t5:16MiB:1000", "2MiB", &orc);
+        admin_addr[0] = 0;
+        deployment = "tstore";
+        segment_size = "16MiB";
+        reclaim_grace_ms = "2000";
+        CHECK(v, "open the evicting runtime: %d", orc);
+        enum { NV = 80, VLEN = 64 * 1024 };
+        int okput = 0;
+        for (int i = 0; v && i < NV; i++) {
+            char k[16];
+            snprintf(k, sizeof(k), "v%d", i);
+            okput += put(v, "t5", NULL, k, VLEN, (char)('a' + i % 26)) == 0;
+        }
+        CHECK(!v || okput == NV, "puts under memory pressure: %d of %d", okput, NV);
+        long long live = 0, cb = -1, co = -1, pend = -1, publ = -1;
+        char vbody[4096];
+        /* the refunds' finalizes run after the eviction CAS: wait (bounded, 10 s) until nothing
+         * is pending or publishing and the rows equal the readable objects */
+        for (int tries = 0; v && tries < 100; tries++) {
+            live = 0;
+            for (int i = 0; i < NV; i++) {
+                char k[16];
+                snprintf(k, sizeof(k), "v%d", i);
+                live += get_is(v, "t5", NULL, k, VLEN, (char)('a' + i % 26)) == 0;
+            }
+            int hs = http_get(vport, "/stats?tenant=t5", vbody, sizeof(vbody));
+            const char *qb = hs == 200 ? strstr(vbody, "\"quota\":") : NULL;
+            cb = qb ? json_u(qb, "committed_bytes") : -1;
+            co = qb ? json_u(qb, "committed_objects") : -1;
+            pend = qb ? json_u(qb, "pending_objects") : -1;
+            publ = qb ? json_u(qb, "ops_publishing") : -1;
+            if (pend == 0 && publ == 0 && co == live && cb == live * VLEN)
+                break;
+            struct timespec ts = {0, 100 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        printf("eviction: %lld of %d objects readable, committed %lld bytes / %lld objects\n", live,
+               NV, cb, co);
+        CHECK(!v || (live > 0 && live < NV), "eviction happened: %lld of %d readable", live, NV);
+        CHECK(!v || (pend == 0 && publ == 0 && co == live && cb == live * VLEN),
+              "accounting after eviction: committed %lld bytes / %lld objects, pending %lld, "
+              "publishing %lld; readable %lld objects of %d bytes: %s",
+              cb, co, pend, publ, live, VLEN, vbody);
+        if (v)
+            kvmesh_close(v);
     }
 
     /* two kvmeshd processes hold the data (2 replicas, hard-pinned) of a client-only runtime's

@@ -72,6 +72,7 @@ typedef struct qs_profile {
     bool delete_windows;                           /* windows only for deletes */
     double p_delete;
     bool delayed_cas;    /* publish requests delayed across the pending deadline */
+    double p_cas_fails;  /* a claimed CAS fails outright (not applied; the predecessor stays) */
     uint32_t keys;       /* per tenant and domain */
     uint32_t writers_lo; /* writers: lo + seed % 2 */
 } qs_profile_t;
@@ -94,6 +95,7 @@ typedef struct qs_opinfo {
     uint64_t new_len, replaced_len;
     bool is_delete;
     bool abort_acked, abort_refused, finalized;
+    bool cas_failed_claimed; /* claimed, then its CAS failed outright (only a replay publishes) */
 } qs_opinfo_t;
 
 typedef struct qs_node {
@@ -165,7 +167,7 @@ struct qs {
     size_t n_allocs, cap_allocs;
     /* counters */
     uint64_t writes_ok, refused_quota, aborts_ok, claims_rejected, fenced, degraded;
-    uint64_t policy_refusals;
+    uint64_t policy_refusals, cas_failed_claimed;
     bool policy_created[QS_TENANTS];
     /* final phase */
     bool usage_done[QS_TENANTS];
@@ -369,6 +371,18 @@ static void on_prim_claim(void *arg, int rc, const tn_op_view_t *v)
         if (rc == KVMESH_ECANCELED)
             qs->claims_rejected++; /* abort won: the CAS is rejected */
         prim_reply(p, rc, KVM_ROUTE_VERSION_NONE);
+        return;
+    }
+    /* the primary loses the shard right after claiming: the CAS fails outright, the predecessor
+     * stays authoritative, the operation PUBLISHING: only the reconciler's replay publishes it */
+    if (qs->faults && qs->prof->p_cas_fails > 0 && sim_chance(qs->sim, qs->prof->p_cas_fails)) {
+        qs_opinfo_t *oi = opinfo(qs, p->op, true);
+        if (!oi)
+            return;
+        if (!oi->cas_failed_claimed)
+            qs->cas_failed_claimed++;
+        oi->cas_failed_claimed = true;
+        prim_reply(p, KVMESH_EUNAVAILABLE, KVM_ROUTE_VERSION_NONE);
         return;
     }
     /* the CAS follows the claim; sometimes it is slow (in flight while aborts are tried) */
@@ -1136,6 +1150,14 @@ static void on_opget(void *arg, const meta_result_t *res)
 
 static void final_checks(qs_t *qs)
 {
+    /* a claimed operation whose CAS failed outright keeps its object locked (no other write can
+     * move the predecessor), so after convergence it must have been replayed and published */
+    for (uint32_t i = 0; i < qs->n_ops && !sim_failed(qs->sim); i++)
+        if (qs->ops[i].cas_failed_claimed && !qs->ops[i].cas_applied)
+            sim_fail(qs->sim,
+                     "operation %s was claimed, its route CAS failed outright, and it was never "
+                     "replayed through the primary",
+                     qs->ops[i].id);
     for (uint32_t t = 0; t < QS_TENANTS && !sim_failed(qs->sim); t++) {
         const tn_usage_t *u = &qs->final_usage[t];
         if (u->committed_bytes != qs->live_bytes[t] || u->committed_objects != qs->live_objs[t] ||
@@ -1218,11 +1240,15 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         bugs = TN_TEST_BUG_ABORT_PUBLISHING;
     else if (!strcmp(v, "no_pending"))
         bugs = TN_TEST_BUG_NO_PENDING_TERM;
+    else if (!strcmp(v, "no_replay"))
+        bugs = TN_TEST_BUG_NO_REPLAY;
     else if (*v) {
         memset(res, 0, sizeof(*res));
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
-                 "unknown variant '%s' (quota scenarios know abort_publishing, no_pending)", v);
+                 "unknown variant '%s' (quota scenarios know abort_publishing, no_pending, "
+                 "no_replay)",
+                 v);
         return 1;
     }
     qs_t *qs = calloc(1, sizeof(*qs));
@@ -1322,11 +1348,13 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
 out:
     sim_log(sim,
             "writes ok %llu, quota refusals %llu, aborts %llu, claims rejected %llu, fenced "
-            "CAS %llu, refused replays %llu, policy refusals %llu, ops %u",
+            "CAS %llu, refused replays %llu, policy refusals %llu, claimed CAS failed %llu, ops "
+            "%u",
             (unsigned long long)qs->writes_ok, (unsigned long long)qs->refused_quota,
             (unsigned long long)qs->aborts_ok, (unsigned long long)qs->claims_rejected,
             (unsigned long long)qs->fenced, (unsigned long long)qs->degraded,
-            (unsigned long long)qs->policy_refusals, qs->n_ops);
+            (unsigned long long)qs->policy_refusals, (unsigned long long)qs->cas_failed_claimed,
+            qs->n_ops);
     if (sim_failed(sim) && ro->verbose && ro->out)
         sim_hist_dump(qs->hist, ro->out);
     {
@@ -1388,3 +1416,7 @@ QS_SCENARIO(quota_concurrent,
             "predecessor is refunded once",
             .p_before_cas = 0.05, .p_after_cas = 0.05, .p_after_fin = 0.05, .p_delete = 0.4,
             .keys = 1, .writers_lo = 4)
+QS_SCENARIO(quota_cas_failed,
+            "quota: the primary claims, then its route CAS fails outright; reconciliation replays "
+            "it through the current primary with the same publish token",
+            .p_cas_fails = 0.3, .p_before_cas = 0.05, .p_delete = 0.4, .keys = 3, .writers_lo = 3)

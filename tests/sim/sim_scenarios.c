@@ -35,6 +35,7 @@ extern const sim_scenario_t scen_quota_crash_after_finalize;
 extern const sim_scenario_t scen_quota_crash_delete_refund;
 extern const sim_scenario_t scen_quota_delayed_cas;
 extern const sim_scenario_t scen_quota_concurrent;
+extern const sim_scenario_t scen_quota_cas_failed;
 extern const sim_scenario_t scen_cold_crash_reserve;
 extern const sim_scenario_t scen_cold_crash_write;
 extern const sim_scenario_t scen_cold_crash_locator;
@@ -73,6 +74,7 @@ const sim_scenario_t *const sim_scenarios[] = {
     &scen_quota_crash_delete_refund,
     &scen_quota_delayed_cas,
     &scen_quota_concurrent,
+    &scen_quota_cas_failed,
     &scen_cold_crash_reserve,
     &scen_cold_crash_write,
     &scen_cold_crash_locator,

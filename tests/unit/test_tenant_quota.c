@@ -456,7 +456,8 @@ static void test_batch(void **state)
 
 typedef struct script {
     fx_t *f;
-    int mode[8]; /* per key "r0".."r7": 0 published, 1 at predecessor (replay ok), 2 other */
+    int mode[8]; /* per key "r0".."r7": 0 published, 1 at predecessor (replay ok), 2 other,
+                  * 3 published by its operation at another version than the claim's */
     char ops[8][TN_OPID_CAP];
     uint32_t replays;
 } script_t;
@@ -481,6 +482,10 @@ static void sc_lookup(void *ctx, const char *tenant, const char *domain, const c
         break;
     case 1:
         o.found = false;
+        break;
+    case 3:
+        o.version = V(1, 4);
+        snprintf(o.content_op, sizeof(o.content_op), "%s", s->ops[i]);
         break;
     default:
         o.version = V(1, 7);
@@ -523,14 +528,14 @@ static void test_recon(void **state)
     fx_open(&f, "memory://tq_recon", &cfg);
     tn_policy_t p = {.policy_version = 1, .max_bytes = 10000, .max_objects = 10};
     assert_int_equal(boot(&f, "acme", &p, NULL), 0);
-    script_t s = {.f = &f, .mode = {0, 1, 2, 0}};
-    /* r0, r1, r2 claimed (publishing); r3 only reserved (pending, expires) */
-    for (int i = 0; i < 4; i++) {
+    script_t s = {.f = &f, .mode = {0, 1, 2, 0, 3}};
+    /* r0, r1, r2, r4 claimed (publishing); r3 only reserved (pending, expires) */
+    for (int i = 0; i < 5; i++) {
         char key[4];
         snprintf(key, sizeof(key), "r%d", i);
         s.ops[i][0] = '\0';
         assert_int_equal(reserve(&f, "acme", NULL, key, false, 100, NONE, s.ops[i]).rc, 0);
-        if (i < 3)
+        if (i != 3)
             assert_int_equal(claim(&f, "acme", NULL, key, s.ops[i], V(1, 1), 77).rc, 0);
     }
     usleep(5000); /* past every deadline (wall clock) */
@@ -540,25 +545,33 @@ static void test_recon(void **state)
     assert_int_equal(tn_recon_pass(f.tn, "acme", &ops, 16, on_recon, &x), KVMESH_EAGAIN);
     run_until(&f, &x.done);
     assert_int_equal(x.rep.rc, 0);
-    assert_int_equal(x.rep.aborted, 1);   /* r3 */
-    assert_int_equal(x.rep.finalized, 2); /* r0 (published), r1 (replayed) */
+    assert_int_equal(x.rep.aborted, 1); /* r3 */
+    /* r0 (published), r1 (replayed), r4 (published at (1,4): recorded by a replay claim) */
+    assert_int_equal(x.rep.finalized, 3);
     assert_int_equal(x.rep.replayed, 1);
     assert_int_equal(x.rep.degraded, 1); /* r2: cannot prove: stays charged and locked */
     assert_int_equal(s.replays, 1);
     uint32_t purged = x.rep.purged; /* terminal records may already be past their 1 ms */
     tn_usage_t u = usage(&f, "acme");
-    assert_int_equal(u.committed_bytes, 200);
+    assert_int_equal(u.committed_bytes, 300);
     assert_int_equal(u.pending_bytes, 100); /* r2's conservative charge */
     assert_int_equal(u.n_publishing, 1);
     assert_int_equal(u.n_pending, 0);
     char nid[TN_OPID_CAP] = "";
     assert_int_equal(reserve(&f, "acme", NULL, "r2", false, 1, NONE, nid).rc, KVMESH_EAGAIN);
+    /* r4's row records the version its route was published at: the next write expects it */
+    nid[0] = '\0';
+    assert_int_equal(reserve(&f, "acme", NULL, "r4", false, 1, V(1, 1), nid).rc, KVMESH_ECONFLICT);
+    nid[0] = '\0';
+    res_t r4 = reserve(&f, "acme", NULL, "r4", false, 1, V(1, 4), nid);
+    assert_int_equal(r4.rc, 0);
+    assert_int_equal(abort_op(&f, "acme", NULL, "r4", nid).rc, 0);
     /* later passes: r2 is retried with backoff, terminal history is purged after retention */
     usleep(5000);
     x = (rres_t){0};
     assert_int_equal(tn_recon_pass(f.tn, "acme", &ops, 16, on_recon, &x), 0);
     run_until(&f, &x.done);
-    assert_int_equal(purged + x.rep.purged, 3); /* r0, r1 finalized, r3 aborted */
+    assert_true(purged + x.rep.purged >= 4); /* r0, r1, r4 finalized, r3 aborted (+ r4's abort) */
     assert_true(x.rep.degraded <= 1);
     /* the route turns out published: the next due pass finalizes r2 */
     s.mode[2] = 0;
@@ -568,12 +581,12 @@ static void test_recon(void **state)
     run_until(&f, &x.done);
     assert_int_equal(x.rep.finalized, 1);
     u = usage(&f, "acme");
-    assert_int_equal(u.committed_bytes, 300);
+    assert_int_equal(u.committed_bytes, 400);
     assert_int_equal(u.pending_bytes, 0);
     assert_int_equal(u.n_publishing, 0);
     tn_stats_t st;
     tn_get_stats(f.tn, &st);
-    assert_int_equal(st.recon_finalized, 3);
+    assert_int_equal(st.recon_finalized, 4);
     assert_true(st.recon_degraded >= 1);
     fx_close(&f);
 }

@@ -1,0 +1,439 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * quota_tomb.c — owns the quota-governed tombstones that are not a client's remove (quota.h,
+ * docs/tenancy.md): the owner's CLOCK eviction of the last readable copy of a quota tenant's
+ * object (kvm_quota_evict), and the reconciler's replay of a PUBLISHING delete whose tombstone
+ * CAS failed outright (kvm_quota_replay). Both publish the tombstone through the full delete
+ * protocol: reserve (refund derived from the committed row) -> claim (by the fenced primary
+ * inside its CAS with EmbeddedWrh, by this runtime with MetadataOnly) -> tombstone CAS carrying
+ * the operation id -> finalize. The operation id makes every step idempotent; a crash between
+ * steps is settled by the reconciliation worker (an expired PENDING is aborted, a PUBLISHING one
+ * finalized from the tombstone that carries its id, or replayed here while its predecessor is
+ * still the current route).
+ *
+ * One struct qt per tombstone in flight, owned by this file from start to its last callback.
+ * Loop thread only.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "store/quota.h"
+#include "store/store.h"
+
+struct qt {
+    kvm_rt_t *rt;
+    bool replay;
+    char tenant[TN_TENANT_CAP], domain[TN_DOMAIN_CAP], key[TN_KEY_CAP];
+    char op_id[TN_OPID_CAP];
+    uint64_t publish_token;
+    uint32_t payload_len;
+    uint8_t payload[TN_PAYLOAD_MAX];
+    kvm_route_t cur;  /* the route the tombstone replaces */
+    kvm_route_t next; /* the tombstone */
+    kvm_route_version_t predicted, published;
+    /* eviction: told once, right after the CAS's outcome (the finalize follows on its own) */
+    route_cas_cb evict_cb;
+    void *evict_arg;
+    /* replay: the reconciler's callback */
+    tn_replay_cb rcb;
+    void *rarg;
+};
+
+static struct qt *qt_new(kvm_rt_t *rt, const kvm_route_t *cur)
+{
+    struct qt *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    t->rt = rt;
+    kvm_route_init(&t->cur);
+    kvm_route_init(&t->next);
+    const kvm_ident_t *id = &cur->ident;
+    if (kvm_route_copy(&t->cur, cur) != 0 || memchr(kvm_ident_key(id), 0, id->key_len)) {
+        kvm_route_free(&t->cur);
+        free(t);
+        return NULL;
+    }
+    memcpy(t->tenant, kvm_ident_tenant(id), id->tenant_len);
+    if (kvm_ident_has_domain(id))
+        memcpy(t->domain, kvm_ident_domain(id), id->domain_len);
+    memcpy(t->key, kvm_ident_key(id), id->key_len);
+    return t;
+}
+
+static void qt_free(struct qt *t)
+{
+    kvm_route_free(&t->cur);
+    kvm_route_free(&t->next);
+    free(t);
+}
+
+static tn_t *qt_tn(struct qt *t)
+{
+    return kvm_quota_tn(t->rt);
+}
+
+/* The CAS's outcome for the caller: the eviction's slot or the reconciler. A replay is answered
+ * after the version is recorded (qt_end), an eviction at once (its slot waits for nothing). */
+static void qt_tell_evict(struct qt *t, int rc, const kvm_route_t *r)
+{
+    if (t->evict_cb) {
+        route_cas_cb cb = t->evict_cb;
+        t->evict_cb = NULL;
+        cb(t->evict_arg, rc, r);
+    }
+}
+
+static void qt_end(struct qt *t, int rc)
+{
+    if (t->replay) {
+        if (rc == 0)
+            obs_count(t->rt->metrics, quota_operations_total, OBS_QOP_CLAIM, OBS_QRES_OK, 1);
+        t->rcb(t->rarg, rc, rc ? KVM_ROUTE_VERSION_NONE : t->published);
+    } else {
+        qt_tell_evict(t, rc, NULL);
+    }
+    qt_free(t);
+}
+
+static void qt_finalized(void *arg, int rc, const tn_op_view_t *v)
+{
+    struct qt *t = arg;
+    (void)v; /* a failed finalize is the reconciler's: the tombstone carries the operation id */
+    obs_count(t->rt->metrics, quota_operations_total, OBS_QOP_FINALIZE,
+              rc == 0 ? OBS_QRES_OK : OBS_QRES_ERROR, 1);
+    qt_end(t, 0);
+}
+
+/* The tombstone is published at t->published and the operation records that version. */
+static void qt_recorded(struct qt *t)
+{
+    /* A replay releases the replaced value's replicas, as a remove does; an eviction's own slot
+     * is the owner's (reclaimed there), and its other replicas were not readable. */
+    for (uint32_t i = 0; t->replay && i < t->cur.n_replicas; i++)
+        kvm_ops_release_replica(t->rt, &t->cur.replicas[i]);
+    if (t->replay || !qt_tn(t)) { /* the reconciler finalizes what it asked to replay */
+        qt_end(t, 0);
+        return;
+    }
+    if (tn_finalize(qt_tn(t), t->tenant, t->domain, t->key, t->op_id, t->published, qt_finalized,
+                    t) != 0)
+        qt_end(t, 0);
+}
+
+static void qt_reclaimed(void *arg, int rc, const tn_op_view_t *v)
+{
+    struct qt *t = arg;
+    (void)v;
+    if (rc) { /* published, the version unrecorded: PUBLISHING, the reconciler settles it */
+        qt_end(t, t->replay ? rc : 0);
+        return;
+    }
+    qt_recorded(t);
+}
+
+static int qt_claim(struct qt *t, const kvm_route_version_t *next, tn_cb cb)
+{
+    if (!qt_tn(t))
+        return kvm_errf(KVMESH_ECANCELED, "runtime closing");
+    tn_claim_req_t req = {.tenant = t->tenant,
+                          .domain = t->domain,
+                          .key = t->key,
+                          .op_id = t->op_id,
+                          .generation = t->rt->generation,
+                          .fencing_token = next->fencing_token,
+                          .publish_token = t->publish_token,
+                          .next_version = *next,
+                          .payload = t->payload,
+                          .payload_len = t->payload_len};
+    return tn_claim(qt_tn(t), &req, cb, t);
+}
+
+/* The tombstone CAS applied at r->version (or found applied: r carries our operation). */
+static void qt_applied(struct qt *t, const kvm_route_t *r)
+{
+    t->published = r->version;
+    if (!t->replay)
+        qt_tell_evict(t, 0, r);
+    if (kvm_route_version_equal(&t->predicted, &r->version)) {
+        qt_recorded(t);
+        return;
+    }
+    /* another version than the claim predicted: record it (a replay claim, same token) */
+    if (qt_claim(t, &r->version, qt_reclaimed) != 0)
+        qt_end(t, t->replay ? KVMESH_EUNAVAILABLE : 0);
+}
+
+static bool carries_ours(const struct qt *t, const kvm_route_t *r)
+{
+    char id[TN_OPID_CAP];
+    if (!r || !kvm_route_is_tombstone(r))
+        return false;
+    ks_opid_format(id, r->content_op.epoch, r->content_op.seq);
+    return strcmp(id, t->op_id) == 0;
+}
+
+static void qt_aborted(void *arg, int rc, const tn_op_view_t *v)
+{
+    (void)arg, (void)rc, (void)v; /* refused: it was claimed (PUBLISHING), the reconciler's */
+}
+
+/* The CAS failed. Eviction: an operation still PENDING (nothing claimed, nothing applied) is
+ * aborted at once; if it was claimed, the abort is refused and the reconciler replays or settles
+ * it. Replay: reported, the operation stays PUBLISHING (retried with backoff). */
+static void qt_failed(struct qt *t, int rc)
+{
+    if (!t->replay && qt_tn(t))
+        (void)tn_abort(qt_tn(t), t->tenant, t->domain, t->key, t->op_id, qt_aborted, NULL);
+    qt_end(t, rc ? rc : KVMESH_EINTERNAL);
+}
+
+static void qt_cased(void *arg, int rc, const kvm_route_t *r)
+{
+    struct qt *t = arg;
+    if ((rc == 0 && r) ||
+        ((rc == KVMESH_ECONFLICT || rc == KVMESH_EINDETERMINATE) && carries_ours(t, r))) {
+        qt_applied(t, r);
+        return;
+    }
+    qt_failed(t, rc);
+}
+
+static void qt_plain_cas(struct qt *t)
+{
+    if (!t->rt->route || route_cas(t->rt->route, &t->cur.version, &t->next, qt_cased, t) != 0)
+        qt_failed(t, KVMESH_EUNAVAILABLE);
+}
+
+static void qt_claimed(void *arg, int rc, const tn_op_view_t *v)
+{
+    struct qt *t = arg;
+    (void)v;
+    if (!t->replay)
+        obs_count(t->rt->metrics, quota_operations_total, OBS_QOP_CLAIM,
+                  rc == 0 ? OBS_QRES_OK : OBS_QRES_ERROR, 1);
+    if (rc) { /* not claimed: no CAS (an eviction's reservation is aborted) */
+        qt_failed(t, rc);
+        return;
+    }
+    qt_plain_cas(t);
+}
+
+/* The writer's claim (MetadataOnly, or a primary without a claim hook): predicted version first,
+ * then the CAS (the route CAS itself is the fence). */
+static void qt_claim_then_cas(struct qt *t)
+{
+    kvm_route_version_t *e = &t->cur.version;
+    t->predicted =
+        (kvm_route_version_t){e->fencing_token ? e->fencing_token : 1, e->primary_sequence + 1};
+    if (qt_claim(t, &t->predicted, qt_claimed) != 0)
+        qt_failed(t, KVMESH_EUNAVAILABLE);
+}
+
+static void qt_cas_claim_done(void *arg, int rc, const kvm_route_t *r, const uint8_t *reply,
+                              size_t reply_len)
+{
+    struct qt *t = arg;
+    if (rc == KVMESH_ENOTSUP) { /* the primary cannot claim: nothing claimed or applied */
+        qt_claim_then_cas(t);
+        return;
+    }
+    if ((rc == 0 && r) || carries_ours(t, r)) {
+        if (reply_len && qt_tn(t))
+            (void)tn_hint_import(qt_tn(t), reply, reply_len); /* stale: a failed compare */
+        t->predicted = r->version; /* the primary claimed with the version it published */
+        if (!t->replay)
+            obs_count(t->rt->metrics, quota_operations_total, OBS_QOP_CLAIM, OBS_QRES_OK, 1);
+        qt_applied(t, r);
+        return;
+    }
+    qt_failed(t, rc);
+}
+
+/* EmbeddedWrh: the CAS carries the claim; the fenced primary claims immediately before it
+ * applies it (a conflict or a stale view is refused before anything is claimed). */
+static void qt_publish(struct qt *t)
+{
+    kvm_rt_t *rt = t->rt;
+    if (!rt->route || !qt_tn(t)) {
+        qt_failed(t, KVMESH_ECANCELED);
+        return;
+    }
+    if (rt->cfg.route_mode != ROUTE_MODE_EMBEDDED_WRH) {
+        qt_claim_then_cas(t);
+        return;
+    }
+    static _Thread_local uint8_t blob[ROUTE_CLAIM_MAX];
+    size_t n = 0;
+    int rc = kvm_quota_claim_blob_raw(rt, t->tenant, t->domain, t->key, t->op_id, t->publish_token,
+                                      t->payload, t->payload_len, blob, sizeof(blob), &n);
+    if (rc == 0)
+        rc = route_cas_claim(rt->route, &t->cur.version, &t->next, blob, n, qt_cas_claim_done, t,
+                             NULL);
+    if (rc)
+        qt_failed(t, rc);
+}
+
+static int qt_make_tomb(struct qt *t, kvm_op_id_t cop)
+{
+    int rc = kvm_ident_copy(&t->next.ident, &t->cur.ident);
+    if (rc)
+        return rc;
+    t->next.content_op = cop;
+    t->next.predecessor_op = t->cur.content_op;
+    t->next.tomb = KVM_TOMB_PENDING;
+    ks_opid_format(t->op_id, cop.epoch, cop.seq);
+    if (!t->replay) /* the store's publish token: the content op's sequence */
+        t->publish_token = cop.seq;
+    return 0;
+}
+
+/* ---- eviction ------------------------------------------------------------------------------ */
+
+static void qt_plain_evicted(void *arg, int rc, const kvm_route_t *r)
+{
+    struct qt *t = arg;
+    qt_tell_evict(t, rc, r);
+    qt_free(t);
+}
+
+static void qt_evict_reserved(void *arg, int rc, const tn_op_view_t *v)
+{
+    struct qt *t = arg;
+    (void)v;
+    obs_count(t->rt->metrics, quota_operations_total, OBS_QOP_RESERVE,
+              rc == 0 || rc == KVMESH_ENOENT ? OBS_QRES_OK
+              : rc == KVMESH_EAGAIN          ? OBS_QRES_BUSY
+              : rc == KVMESH_ECONFLICT       ? OBS_QRES_CONFLICT
+                                             : OBS_QRES_ERROR,
+              1);
+    if (rc == KVMESH_ENOENT && t->rt->route) {
+        /* no committed accounting (written before the policy): nothing to refund */
+        if (route_cas(t->rt->route, &t->cur.version, &t->next, qt_plain_evicted, t) == 0)
+            return;
+        rc = KVMESH_EUNAVAILABLE;
+    }
+    if (rc) { /* locked by a write in progress, or accounting at another version: not evicted */
+        qt_tell_evict(t, rc, NULL);
+        qt_free(t);
+        return;
+    }
+    qt_publish(t);
+}
+
+int kvm_quota_evict(kvm_rt_t *rt, const kvm_route_t *cur, const kvm_route_t *tomb, route_cas_cb cb,
+                    void *arg)
+{
+    KVM_ASSERT(tomb->tomb == KVM_TOMB_PENDING);
+    if (!kvm_quota_tn(rt))
+        return kvm_errf(KVMESH_ECANCELED, "runtime closing");
+    struct qt *t = qt_new(rt, cur);
+    if (!t)
+        return KVMESH_ENOMEM;
+    int rc = qt_make_tomb(t, tomb->content_op);
+    if (rc) {
+        qt_free(t);
+        return rc;
+    }
+    t->evict_cb = cb;
+    t->evict_arg = arg;
+    tn_reserve_req_t req = {.tenant = t->tenant,
+                            .domain = t->domain,
+                            .key = t->key,
+                            .op_id = t->op_id,
+                            .is_delete = true,
+                            .expected_route = cur->version};
+    rc = tn_reserve(kvm_quota_tn(rt), &req, qt_evict_reserved, t);
+    if (rc) {
+        t->evict_cb = NULL;
+        qt_free(t);
+    }
+    return rc;
+}
+
+/* ---- replay (reconciliation) --------------------------------------------------------------- */
+
+static void qt_replay_refuse(void *arg)
+{
+    struct qt *t = arg;
+    kvm_errf(KVMESH_EUNAVAILABLE,
+             "tenant '%s': operation %s cannot be replayed safely here (only a delete tombstone "
+             "whose predecessor is the current route without a cold copy is replayed; a put's "
+             "replicas are not kept for a publication that did not reach its CAS)",
+             t->tenant, t->op_id);
+    t->rcb(t->rarg, KVMESH_EUNAVAILABLE, KVM_ROUTE_VERSION_NONE);
+    qt_free(t);
+}
+
+static void qt_replay_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    struct qt *t = arg;
+    kvm_rt_t *rt = t->rt;
+    kvm_route_version_t expected = t->predicted; /* the operation's predecessor (stashed) */
+    if (rc == 0 && r && carries_ours(t, r)) {    /* published meanwhile: record and report */
+        t->replay = true;
+        if (kvm_route_copy(&t->cur, r) != 0) {
+            qt_replay_refuse(t);
+            return;
+        }
+        t->cur.n_replicas = 0; /* a tombstone: nothing to release */
+        t->predicted = KVM_ROUTE_VERSION_NONE;
+        qt_applied(t, r);
+        return;
+    }
+    /* Safe only while the predecessor is the current live route (the tombstone then replaces
+     * exactly what the reserve derived its refund from) and it has no cold copy (a remove's cold
+     * reclaim is not replayed here). */
+    if (rc || !r || kvm_route_is_tombstone(r) || !kvm_route_version_equal(&r->version, &expected) ||
+        r->cold.kind != KVM_COLD_NONE || !rt->route || !qt_tn(t) ||
+        kvm_route_copy(&t->cur, r) != 0) {
+        qt_replay_refuse(t);
+        return;
+    }
+    uint64_t epoch = 0, seq = 0;
+    char id[TN_OPID_CAP];
+    snprintf(id, sizeof(id), "%s", t->op_id);
+    if (ks_opid_parse(id, &epoch, &seq) != 0 ||
+        qt_make_tomb(t, (kvm_op_id_t){.writer = rt->self.id, .epoch = epoch, .seq = seq}) != 0) {
+        qt_replay_refuse(t);
+        return;
+    }
+    qt_publish(t);
+}
+
+void kvm_quota_replay(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg)
+{
+    kvm_rt_t *rt = ctx;
+    struct qt *t = calloc(1, sizeof(*t));
+    if (!t) {
+        cb(arg, KVMESH_ENOMEM, KVM_ROUTE_VERSION_NONE);
+        return;
+    }
+    t->rt = rt;
+    t->replay = true;
+    t->rcb = cb;
+    t->rarg = arg;
+    kvm_route_init(&t->cur);
+    kvm_route_init(&t->next);
+    snprintf(t->tenant, sizeof(t->tenant), "%s", op->tenant);
+    snprintf(t->domain, sizeof(t->domain), "%s", op->domain);
+    snprintf(t->key, sizeof(t->key), "%s", op->key);
+    snprintf(t->op_id, sizeof(t->op_id), "%s", op->id);
+    t->publish_token = op->publish_token; /* the same publish token and payload */
+    t->payload_len = op->payload_len <= TN_PAYLOAD_MAX ? op->payload_len : 0;
+    memcpy(t->payload, op->payload, t->payload_len);
+    t->predicted = op->expected_route;
+    kvm_ident_t id;
+    int rc = op->kind == TN_KIND_DELETE && rt->route
+                 ? kvm_ident_init(&id, op->tenant, op->domain[0] ? op->domain : NULL, op->key,
+                                  strlen(op->key))
+                 : KVMESH_ENOTSUP;
+    if (rc == 0) {
+        rc = route_lookup(rt->route, &id, qt_replay_looked_up, t); /* exact, the full route */
+        kvm_ident_free(&id);
+        if (rc == 0)
+            return;
+    }
+    env_timer_start(rt->env, 0, qt_replay_refuse, t); /* callbacks never run inside the call */
+}
