@@ -330,6 +330,8 @@ int main(int argc, char **argv)
     CHECK(kvmesh_config_set(c, "cold_kind", "off") == 0);
     CHECK(kvmesh_config_set(c, "admin_listen", "") == 0);
     CHECK(kvmesh_config_set(c, "runtime_id", "") == 0);
+    /* its reclaim records (step 5) are due for the device's owner after 1 s */
+    CHECK(kvmesh_config_set(c, "cold_reconcile_after_ms", "1000") == 0);
     CHECK(kvmesh_open(&kvc, c) == 0);
     char root2[160], idb[KVMESH_ID_HEX_LEN + 1] = "";
     snprintf(root2, sizeof(root2), "%s/dev2", tmpdir);
@@ -558,28 +560,50 @@ int main(int argc, char **argv)
            refused);
     CHECK(refused == cold);
     CHECK(metric("kvmesh_cold_restores_total", "result", "error") >= (double)refused);
-    /* 5. removing cold-only objects reclaims their cold copies: the device's used bytes fall by
-     * exactly their size (bounded wait: the gauge follows the device record every 200 ms) */
+    /* 5. removing or overwriting cold-only objects reclaims their cold copies: the device's used
+     * bytes fall by exactly their size (bounded wait: the gauge follows the device record every
+     * 200 ms). 8 removes through the storage runtime (its cold core runs the reclaim at once),
+     * 8 removes and 4 overwrites through the client, which has no cold tier: its reclaim records
+     * are run by the device's owner from its due index (kvm_cold_reclaim_gate's planner) */
     double before = metric("kvmesh_segment_used_bytes", "tier", "cold");
-    size_t removed = 0;
+    size_t removed = 0, rm_client = 0, overwritten = 0; /* (each overwrite reads back at once) */
     for (uint32_t i = 0; i < NOBJ && removed < 16; i++) {
         if (!cold_only(i))
             continue;
         char k[32];
         key_of(i, k, sizeof(k));
-        CHECK(kvmesh_remove(kv, &sc, k, strlen(k)) == 0);
+        kvmesh_t *who = removed < 8 ? kv : kvc;
+        CHECK(kvmesh_remove(who, &sc, k, strlen(k)) == 0);
         void *out = NULL;
         size_t len = 0;
         CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == KVMESH_ENOENT);
+        rm_client += who == kvc;
         removed++;
     }
-    CHECK(removed > 0);
-    double want = before - (double)removed * OBJ_LEN, now = before;
+    CHECK(removed > 8 && rm_client > 0);
+    for (uint32_t i = NOBJ; i-- > 0 && overwritten < 4;) {
+        if (!cold_only(i))
+            continue;
+        char k[32];
+        key_of(i, k, sizeof(k));
+        fill(buf, i, 2);
+        CHECK(kvmesh_put(kvc, &sc, k, strlen(k), buf, OBJ_LEN, NULL) == 0);
+        void *out = NULL;
+        size_t len = 0;
+        CHECK(kvmesh_get(kvc, &sc, k, strlen(k), &out, &len) == 0);
+        CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+        kvmesh_free(out);
+        overwritten++;
+    }
+    CHECK(overwritten > 0);
+    double want = before - (double)(removed + overwritten) * OBJ_LEN, now = before;
     for (int t = 0; t < 200 && now != want; t++) {
         usleep(100000);
         now = metric("kvmesh_segment_used_bytes", "tier", "cold");
     }
-    printf("removed %zu cold-only objects: device used %.0f -> %.0f\n", removed, before, now);
+    printf("removed %zu cold-only objects (%zu through the client) and overwrote %zu through the "
+           "client: device used %.0f -> %.0f (want %.0f)\n",
+           removed, rm_client, overwritten, before, now, want);
     CHECK(now == want);
     /* 6. an overwrite of a cold-only object reads back the new value */
     for (uint32_t i = 0; i < NOBJ; i++) {
