@@ -561,7 +561,20 @@ static void export_stats(struct kvm_cold *g)
     if (s.offload_parked > g->exported.offload_parked)
         obs_count(rt->metrics, cold_offloads_total, OBS_OUTCOME_ERROR, OBS_NONE,
                   s.offload_parked - g->exported.offload_parked);
+#define EXPORT_DELTA(field, family)                                                                \
+    if (s.field > g->exported.field)                                                               \
+        obs_count(rt->metrics, family, OBS_NONE, OBS_NONE, s.field - g->exported.field);
+    EXPORT_DELTA(offloads_released, cold_offloads_released_total)
+    EXPORT_DELTA(offload_retries, cold_offload_retries_total)
+    EXPORT_DELTA(rate_waits, cold_offload_rate_waits_total)
+    EXPORT_DELTA(gate_changes, cold_offload_gate_changes_total)
+    EXPORT_DELTA(urgent_jobs, cold_offload_urgent_jobs_total)
+    EXPORT_DELTA(reclaims_done, cold_reclaims_done_total)
+    EXPORT_DELTA(reclaims_deferred, cold_reclaims_deferred_total)
+#undef EXPORT_DELTA
     g->exported = s;
+    obs_gauge_set(rt->metrics, cold_offload_queue_depth, OBS_NONE, OBS_NONE,
+                  (int64_t)cold_offload_pending(g->c));
     const cold_device_t *d = cold_view_find(g->c, &g->dev);
     if (d) {
         obs_gauge_set(rt->metrics, segment_used_bytes, OBS_TIER_COLD, OBS_NONE,

@@ -229,6 +229,24 @@ int main(void)
            NOBJ, off, failed, ev, backed, cold_only, files);
     CHECK(off > 0 && off == ev && (double)backed == off && (double)cold_only == off);
     CHECK(files == backed && failed == 0);
+    /* the scheduler's counters in /metrics: every offload was an urgent (eviction-triggered)
+     * job; no rate and no watermark gate configured; the queue drained */
+    double urgent = -1, depth = -1;
+    for (int t = 0; t < 50; t++) { /* (exported every 200 ms) */
+        urgent = metric("kvmesh_cold_offload_urgent_jobs_total", NULL, NULL);
+        depth = metric("kvmesh_cold_offload_queue_depth", NULL, NULL);
+        if (urgent >= off && depth == 0)
+            break;
+        usleep(100000);
+    }
+    double waits = metric("kvmesh_cold_offload_rate_waits_total", NULL, NULL);
+    double gates = metric("kvmesh_cold_offload_gate_changes_total", NULL, NULL);
+    double released = metric("kvmesh_cold_offloads_released_total", NULL, NULL);
+    printf("scheduler: urgent jobs %.0f, released %.0f, rate waits %.0f, gate changes %.0f, "
+           "queue depth %.0f\n",
+           urgent, released, waits, gates, depth);
+    CHECK(urgent >= off && urgent > 0 && depth == 0 && waits == 0 && gates == 0);
+    CHECK(released >= 0);
 
     /* 3. every object reads back with its bytes */
     for (uint32_t i = 0; i < NOBJ; i++) {

@@ -566,6 +566,7 @@ int main(int argc, char **argv)
      * 8 removes and 4 overwrites through the client, which has no cold tier: its reclaim records
      * are run by the device's owner from its due index (kvm_cold_reclaim_gate's planner) */
     double before = metric("kvmesh_segment_used_bytes", "tier", "cold");
+    double reclaims0 = metric("kvmesh_cold_reclaims_done_total", NULL, NULL);
     size_t removed = 0, rm_client = 0, overwritten = 0; /* (each overwrite reads back at once) */
     for (uint32_t i = 0; i < NOBJ && removed < 16; i++) {
         if (!cold_only(i))
@@ -605,6 +606,14 @@ int main(int argc, char **argv)
            "client: device used %.0f -> %.0f (want %.0f)\n",
            removed, rm_client, overwritten, before, now, want);
     CHECK(now == want);
+    double reclaims = 0;
+    for (int t = 0; t < 50 && reclaims < (double)(removed + overwritten); t++) {
+        reclaims = metric("kvmesh_cold_reclaims_done_total", NULL, NULL) - reclaims0;
+        if (reclaims < (double)(removed + overwritten))
+            usleep(100000); /* (exported every 200 ms) */
+    }
+    printf("kvmesh_cold_reclaims_done_total rose by %.0f\n", reclaims);
+    CHECK(reclaims >= (double)(removed + overwritten));
     /* 6. an overwrite of a cold-only object reads back the new value */
     for (uint32_t i = 0; i < NOBJ; i++) {
         if (!cold_only(i))
