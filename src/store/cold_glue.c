@@ -967,6 +967,28 @@ static void open_registered(void *arg, int rc, const cold_device_t *d)
         open_viewed(g, rc);
 }
 
+/* The route callbacks and configuration every cold core of this runtime gets (the planner's
+ * and the device's; the device's adds re-promotion and the scheduling knobs). */
+static cold_route_ops_t core_route_ops(struct kvm_cold *g)
+{
+    return (cold_route_ops_t){.lookup = r_lookup,
+                              .read_hot = r_read_hot,
+                              .materialize = r_materialize,
+                              .evict = r_evict,
+                              .ctx = g};
+}
+
+static cold_config_t core_config(struct kvm_cold *g)
+{
+    const struct kvm_store_config *cfg = &g->rt->cfg;
+    return (cold_config_t){.deployment = cfg->deployment,
+                           .self = g->rt->self.id,
+                           .timeout_ms = cfg->request_timeout_ms,
+                           .op_ttl_ms = cfg->cold_reconcile_after_ms,
+                           .max_buffer = cfg->max_object_size,
+                           .exec = &g->exec};
+}
+
 /* cold_kind = off: a cold core without a device, used only by kvm_cold_reclaim_gate/settle.
  * An overwrite or remove issued here of an object whose cold copy is on another runtime's
  * device writes the reclaim record (PLANNED, due after cold_reconcile_after_ms) before its
@@ -975,7 +997,6 @@ static void open_registered(void *arg, int rc, const cold_device_t *d)
  * metadata or when this fails the runtime simply has no planner (the old behaviour). */
 static void planner_open(kvm_rt_t *rt)
 {
-    const struct kvm_store_config *cfg = &rt->cfg;
     if (!rt->meta)
         return;
     struct kvm_cold *g = calloc(1, sizeof(*g));
@@ -987,17 +1008,8 @@ static void planner_open(kvm_rt_t *rt)
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     g->exec = (cold_exec_ops_t){.submit = exec_submit, .ctx = g}; /* (never used: no device) */
-    cold_route_ops_t ops = {.lookup = r_lookup,
-                            .read_hot = r_read_hot,
-                            .materialize = r_materialize,
-                            .evict = r_evict,
-                            .ctx = g};
-    cold_config_t cc = {.deployment = cfg->deployment,
-                        .self = rt->self.id,
-                        .timeout_ms = cfg->request_timeout_ms,
-                        .op_ttl_ms = cfg->cold_reconcile_after_ms,
-                        .max_buffer = cfg->max_object_size,
-                        .exec = &g->exec};
+    cold_route_ops_t ops = core_route_ops(g);
+    cold_config_t cc = core_config(g);
     if (cold_new(&g->c, rt->env, rt->meta, &ops, &cc) != 0) {
         g_unref(g);
         return;
@@ -1059,25 +1071,16 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
     if (env_thread_create(&g->th, worker_main, g) == 0)
         g->th_started = true;
     g->exec = (cold_exec_ops_t){.submit = exec_submit, .ctx = g};
-    cold_route_ops_t ops = {.lookup = r_lookup,
-                            .read_hot = r_read_hot,
-                            .materialize = r_materialize,
-                            .evict = r_evict,
-                            .promote = r_promote,
-                            .ctx = g};
-    cold_config_t cc = {.deployment = cfg->deployment,
-                        .self = rt->self.id,
-                        .timeout_ms = cfg->request_timeout_ms,
-                        .queue_cap = cfg->cold_queue,
-                        .order = cfg->cold_offload_order ? COLD_ORDER_SIZE : COLD_ORDER_FIFO,
-                        .backoff_base_ms = cfg->cold_retry_backoff_ms,
-                        .backoff_max_ms = cfg->cold_retry_backoff_max_ms,
-                        .rate_bytes_per_sec = cfg->cold_offload_bytes_per_sec,
-                        .high_watermark = cfg->cold_high_watermark,
-                        .low_watermark = cfg->cold_low_watermark,
-                        .op_ttl_ms = cfg->cold_reconcile_after_ms,
-                        .max_buffer = cfg->max_object_size,
-                        .exec = &g->exec};
+    cold_route_ops_t ops = core_route_ops(g);
+    ops.promote = r_promote;
+    cold_config_t cc = core_config(g);
+    cc.queue_cap = cfg->cold_queue;
+    cc.order = cfg->cold_offload_order ? COLD_ORDER_SIZE : COLD_ORDER_FIFO;
+    cc.backoff_base_ms = cfg->cold_retry_backoff_ms;
+    cc.backoff_max_ms = cfg->cold_retry_backoff_max_ms;
+    cc.rate_bytes_per_sec = cfg->cold_offload_bytes_per_sec;
+    cc.high_watermark = cfg->cold_high_watermark;
+    cc.low_watermark = cfg->cold_low_watermark;
     rc = cold_new(&g->c, rt->env, rt->meta, &ops, &cc);
     if (!rc)
         rc = cold_attach_backend(g->c, &g->dev, &g->be);

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "kvmesh.h"
-#include "curl_body.h"
+#include "cold_itest.h"
 #include "obs_prom.h"
 
 struct kvm_rt;
@@ -83,54 +83,16 @@ static void key_of(uint32_t i, char *k, size_t cap)
 
 static double metric(const char *name, const char *l, const char *v)
 {
-    char u[64];
-    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics",
-             (unsigned)kvm_rt_admin_port(kvmesh_runtime_of(kv)));
-    struct tcurl_body b = {0};
-    CURL *c = curl_easy_init();
-    CHECK(c);
-    curl_easy_setopt(c, CURLOPT_URL, u);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long code = -1;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
-    CHECK(code == 200);
-    struct prom p;
-    memset(&p, 0, sizeof(p));
-    CHECK(prom_parse(&p, b.data, b.len) == 0);
-    free(b.data);
-    double x = prom_value(&p, name, l, v, NULL, NULL);
-    prom_free(&p);
+    double x = 0;
+    CHECK(cold_itest_metric(kvm_rt_admin_port(kvmesh_runtime_of(kv)), name, l, v, &x) == 0);
     return x;
 }
 
 /* LocalDir object files under root. */
 static size_t count_files(const char *root)
 {
-    char ld[256];
-    snprintf(ld, sizeof(ld), "%s/ld", root);
-    DIR *top = opendir(ld);
-    CHECK(top);
-    size_t n = 0;
-    struct dirent *d;
-    while ((d = readdir(top)) != NULL) {
-        if (d->d_name[0] == '.')
-            continue;
-        char sub[512];
-        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
-        DIR *s = opendir(sub);
-        if (!s)
-            continue;
-        struct dirent *e;
-        while ((e = readdir(s)) != NULL)
-            n += strlen(e->d_name) > 4 && strcmp(e->d_name + strlen(e->d_name) - 4, ".obj") == 0;
-        closedir(s);
-    }
-    closedir(top);
+    size_t n = cold_itest_localdir_files(root);
+    CHECK(n != SIZE_MAX);
     return n;
 }
 

@@ -44,7 +44,7 @@
 #include <unistd.h>
 
 #include "kvmesh.h"
-#include "curl_body.h"
+#include "cold_itest.h"
 #include "obs_prom.h"
 
 struct kvm_rt;
@@ -109,38 +109,10 @@ static void key_of(uint32_t i, char *k, size_t cap)
     snprintf(k, cap, "cold-obj-%04u", i);
 }
 
-static int scrape(struct prom *p)
-{
-    char u[64];
-    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics",
-             (unsigned)kvm_rt_admin_port(kvmesh_runtime_of(kv)));
-    struct tcurl_body b = {0};
-    CURL *c = curl_easy_init();
-    CHECK(c);
-    curl_easy_setopt(c, CURLOPT_URL, u);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long code = -1;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
-    int rc = -1;
-    if (code == 200) {
-        memset(p, 0, sizeof(*p));
-        rc = prom_parse(p, b.data, b.len);
-    }
-    free(b.data);
-    return rc;
-}
-
 static double metric(const char *name, const char *l, const char *v)
 {
-    struct prom p;
-    CHECK(scrape(&p) == 0);
-    double x = prom_value(&p, name, l, v, NULL, NULL);
-    prom_free(&p);
+    double x = 0;
+    CHECK(cold_itest_metric(kvm_rt_admin_port(kvmesh_runtime_of(kv)), name, l, v, &x) == 0);
     return x;
 }
 
@@ -152,6 +124,28 @@ static bool cold_only(uint32_t i)
     int rc = kvmesh_route_query(kv, &sc, k, strlen(k), &ri);
     CHECK(rc == 0 || rc == KVMESH_ENOENT); /* ENOENT: removed in step 5 */
     return rc == 0 && ri.n_replicas == 0 && ri.cold_backed;
+}
+
+/* Overwrites up to max cold-only objects (from the highest index down) through who with
+ * generation gen, each read back with its new bytes at once; returns how many. */
+static size_t overwrite_cold_only(kvmesh_t *who, uint8_t *buf, uint32_t gen, size_t max)
+{
+    size_t n = 0;
+    for (uint32_t i = NOBJ; i-- > 0 && n < max;) {
+        if (!cold_only(i))
+            continue;
+        char k[32];
+        key_of(i, k, sizeof(k));
+        fill(buf, i, gen);
+        CHECK(kvmesh_put(who, &sc, k, strlen(k), buf, OBJ_LEN, NULL) == 0);
+        void *out = NULL;
+        size_t len = 0;
+        CHECK(kvmesh_get(who, &sc, k, strlen(k), &out, &len) == 0);
+        CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+        kvmesh_free(out);
+        n++;
+    }
+    return n;
 }
 
 static void flip(const char *f, off_t at)
@@ -194,26 +188,8 @@ static size_t corrupt_extents(const char *root)
 /* LocalDir object files under root. */
 static size_t count_files(const char *root)
 {
-    char ld[256];
-    snprintf(ld, sizeof(ld), "%s/ld", root);
-    DIR *top = opendir(ld);
-    CHECK(top);
-    size_t n = 0;
-    struct dirent *d;
-    while ((d = readdir(top)) != NULL) {
-        if (d->d_name[0] == '.')
-            continue;
-        char sub[512];
-        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
-        DIR *s = opendir(sub);
-        if (!s)
-            continue;
-        struct dirent *e;
-        while ((e = readdir(s)) != NULL)
-            n += strlen(e->d_name) > 4 && strcmp(e->d_name + strlen(e->d_name) - 4, ".obj") == 0;
-        closedir(s);
-    }
-    closedir(top);
+    size_t n = cold_itest_localdir_files(root);
+    CHECK(n != SIZE_MAX);
     return n;
 }
 
@@ -582,20 +558,7 @@ int main(int argc, char **argv)
         removed++;
     }
     CHECK(removed > 8 && rm_client > 0);
-    for (uint32_t i = NOBJ; i-- > 0 && overwritten < 4;) {
-        if (!cold_only(i))
-            continue;
-        char k[32];
-        key_of(i, k, sizeof(k));
-        fill(buf, i, 2);
-        CHECK(kvmesh_put(kvc, &sc, k, strlen(k), buf, OBJ_LEN, NULL) == 0);
-        void *out = NULL;
-        size_t len = 0;
-        CHECK(kvmesh_get(kvc, &sc, k, strlen(k), &out, &len) == 0);
-        CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
-        kvmesh_free(out);
-        overwritten++;
-    }
+    overwritten = overwrite_cold_only(kvc, buf, 2, 4);
     CHECK(overwritten > 0);
     double want = before - (double)(removed + overwritten) * OBJ_LEN, now = before;
     for (int t = 0; t < 200 && now != want; t++) {
@@ -614,21 +577,9 @@ int main(int argc, char **argv)
     }
     printf("kvmesh_cold_reclaims_done_total rose by %.0f\n", reclaims);
     CHECK(reclaims >= (double)(removed + overwritten));
-    /* 6. an overwrite of a cold-only object reads back the new value */
-    for (uint32_t i = 0; i < NOBJ; i++) {
-        if (!cold_only(i))
-            continue;
-        char k[32];
-        key_of(i, k, sizeof(k));
-        fill(buf, i, 1);
-        CHECK(kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, NULL) == 0);
-        void *out = NULL;
-        size_t len = 0;
-        CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == 0);
-        CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
-        kvmesh_free(out);
-        break;
-    }
+    /* 6. an overwrite of a cold-only object through the storage runtime reads back the new
+     * value */
+    CHECK(overwrite_cold_only(kv, buf, 1, 1) == 1);
     free(buf);
     cleanup();
     curl_global_cleanup();

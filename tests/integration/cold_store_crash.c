@@ -31,7 +31,7 @@
 
 #include "env/clock.h"
 #include "kvmesh.h"
-#include "curl_body.h"
+#include "cold_itest.h"
 #include "obs_prom.h"
 #include "proc.h"
 #include "testsrv.h"
@@ -134,55 +134,16 @@ static int runtime_main(char **argv)
 
 static double cold_gauge(uint16_t port)
 {
-    char u[64];
-    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics", (unsigned)port);
-    struct tcurl_body b = {0};
-    CURL *c = curl_easy_init();
-    CHECK(c);
-    curl_easy_setopt(c, CURLOPT_URL, u);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long code = -1;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
-    CHECK(code == 200);
-    struct prom p;
-    memset(&p, 0, sizeof(p));
-    CHECK(prom_parse(&p, b.data, b.len) == 0);
-    free(b.data);
-    double x = prom_value(&p, "kvmesh_segment_used_bytes", "tier", "cold", NULL, NULL);
-    prom_free(&p);
+    double x = 0;
+    CHECK(cold_itest_metric(port, "kvmesh_segment_used_bytes", "tier", "cold", &x) == 0);
     return x;
 }
 
 /* LocalDir object files (complete ones: temporaries end otherwise) under root. */
 static size_t count_files(const char *root)
 {
-    char ld[256];
-    snprintf(ld, sizeof(ld), "%s/ld", root);
-    DIR *top = opendir(ld);
-    if (!top)
-        return 0;
-    size_t n = 0;
-    struct dirent *d;
-    while ((d = readdir(top)) != NULL) {
-        if (d->d_name[0] == '.')
-            continue;
-        char sub[512];
-        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
-        DIR *s = opendir(sub);
-        if (!s)
-            continue;
-        struct dirent *e;
-        while ((e = readdir(s)) != NULL)
-            n += strlen(e->d_name) > 4 && strcmp(e->d_name + strlen(e->d_name) - 4, ".obj") == 0;
-        closedir(s);
-    }
-    closedir(top);
-    return n;
+    size_t n = cold_itest_localdir_files(root);
+    return n == SIZE_MAX ? 0 : n;
 }
 
 /* Whether a LocalDir put is writing now (a ".tmp." file exists: reserved, payload not renamed). */
