@@ -48,13 +48,7 @@ static void cleanup(void)
         kvmesh_close(kv);
         kv = NULL;
     }
-    if (tmpdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", tmpdir);
-        tmpdir[0] = '\0';
-    }
+    cold_itest_rm_tmpdir(tmpdir);
 }
 
 #define CHECK(c)                                                                                   \

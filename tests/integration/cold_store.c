@@ -76,13 +76,7 @@ static void cleanup(void)
         kvmesh_close(kv);
         kv = NULL;
     }
-    if (tmpdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", tmpdir);
-        tmpdir[0] = '\0';
-    }
+    cold_itest_rm_tmpdir(tmpdir);
 }
 
 #define CHECK(c)                                                                                   \
@@ -194,35 +188,21 @@ static size_t count_files(const char *root)
 }
 
 /* Flips one payload byte (after the 64-byte header) of every LocalDir object file. */
+static bool flip_obj(const char *dir, const char *name, void *arg)
+{
+    if (cold_itest_is_obj(name)) {
+        char f[800];
+        snprintf(f, sizeof(f), "%s/%s", dir, name);
+        flip(f, 64 + OBJ_LEN / 2);
+        ++*(size_t *)arg;
+    }
+    return true;
+}
+
 static size_t corrupt_all(const char *root)
 {
-    char ld[256];
-    snprintf(ld, sizeof(ld), "%s/ld", root);
-    DIR *top = opendir(ld);
-    CHECK(top);
     size_t n = 0;
-    struct dirent *d;
-    while ((d = readdir(top)) != NULL) {
-        if (d->d_name[0] == '.')
-            continue;
-        char sub[512];
-        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
-        DIR *s = opendir(sub);
-        if (!s)
-            continue;
-        struct dirent *e;
-        while ((e = readdir(s)) != NULL) {
-            size_t l = strlen(e->d_name);
-            if (l < 5 || strcmp(e->d_name + l - 4, ".obj") != 0)
-                continue;
-            char f[800];
-            snprintf(f, sizeof(f), "%s/%s", sub, e->d_name);
-            flip(f, 64 + OBJ_LEN / 2);
-            n++;
-        }
-        closedir(s);
-    }
-    closedir(top);
+    CHECK(cold_itest_localdir_walk(root, flip_obj, &n) != SIZE_MAX);
     return n;
 }
 

@@ -57,13 +57,7 @@ static void cleanup_all(void)
     tproc_kill(&child, SIGKILL);
     testsrv_stop(srv);
     srv = NULL;
-    if (tmpdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", tmpdir);
-        tmpdir[0] = '\0';
-    }
+    cold_itest_rm_tmpdir(tmpdir);
 }
 
 static void key_of(uint32_t i, char *k, size_t cap)
@@ -147,29 +141,17 @@ static size_t count_files(const char *root)
 }
 
 /* Whether a LocalDir put is writing now (a ".tmp." file exists: reserved, payload not renamed). */
+static bool not_tmp(const char *dir, const char *name, void *arg)
+{
+    (void)dir;
+    *(bool *)arg = strncmp(name, ".tmp.", 5) == 0;
+    return !*(bool *)arg;
+}
+
 static bool writing_now(const char *root)
 {
-    char ld[256];
-    snprintf(ld, sizeof(ld), "%s/ld", root);
-    DIR *top = opendir(ld);
-    if (!top)
-        return false;
     bool found = false;
-    struct dirent *d;
-    while (!found && (d = readdir(top)) != NULL) {
-        if (d->d_name[0] == '.')
-            continue;
-        char sub[512];
-        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
-        DIR *s = opendir(sub);
-        if (!s)
-            continue;
-        struct dirent *e;
-        while (!found && (e = readdir(s)) != NULL)
-            found = strncmp(e->d_name, ".tmp.", 5) == 0;
-        closedir(s);
-    }
-    closedir(top);
+    (void)cold_itest_localdir_walk(root, not_tmp, &found);
     return found;
 }
 

@@ -2,7 +2,8 @@
 /*
  * cold_itest.h — helpers the cold tier's integration tests share (header-only; cold_store.c,
  * cold_evict_mode.c, cold_store_crash.c): one sample of a runtime's /metrics over HTTP, and the
- * LocalDir object files under a device root.
+ * LocalDir files under a device root, removing
+ * a test's temporary directory.
  *
  * Needs libcurl (curl_global_init by the caller) and tests/integration/obs_prom.h (included here).
  * Nothing is kept between calls; every buffer is freed before returning.
@@ -12,8 +13,10 @@
 
 #include <curl/curl.h>
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "curl_body.h"
@@ -51,9 +54,12 @@ static inline int cold_itest_metric(uint16_t port, const char *name, const char 
     return rc;
 }
 
-/* Complete LocalDir object files (<root>/ld/<hh>/<id>.obj; temporaries are named otherwise).
- * Returns SIZE_MAX when <root>/ld cannot be opened. */
-static inline size_t cold_itest_localdir_files(const char *root)
+/* Calls fn(dir, name, arg) for every entry of the LocalDir fan-out directories
+ * (<root>/ld/<hh>/), temporaries included, until fn returns false. Returns the number of calls,
+ * or SIZE_MAX when <root>/ld cannot be opened. */
+static inline size_t
+cold_itest_localdir_walk(const char *root, bool (*fn)(const char *dir, const char *name, void *arg),
+                         void *arg)
 {
     char ld[256];
     snprintf(ld, sizeof(ld), "%s/ld", root);
@@ -61,8 +67,9 @@ static inline size_t cold_itest_localdir_files(const char *root)
     if (!top)
         return SIZE_MAX;
     size_t n = 0;
+    bool go = true;
     struct dirent *d;
-    while ((d = readdir(top)) != NULL) {
+    while (go && (d = readdir(top)) != NULL) {
         if (d->d_name[0] == '.')
             continue;
         char sub[512];
@@ -71,14 +78,50 @@ static inline size_t cold_itest_localdir_files(const char *root)
         if (!s)
             continue;
         struct dirent *e;
-        while ((e = readdir(s)) != NULL) {
-            size_t len = strlen(e->d_name);
-            n += len > 4 && strcmp(e->d_name + len - 4, ".obj") == 0;
+        while (go && (e = readdir(s)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            n++;
+            go = fn(sub, e->d_name, arg);
         }
         closedir(s);
     }
     closedir(top);
     return n;
+}
+
+/* Whether a fan-out entry is a complete object file (<id>.obj). */
+static inline bool cold_itest_is_obj(const char *name)
+{
+    size_t len = strlen(name);
+    return len > 4 && strcmp(name + len - 4, ".obj") == 0;
+}
+
+static inline bool cold_itest_count_obj(const char *dir, const char *name, void *arg)
+{
+    (void)dir;
+    *(size_t *)arg += cold_itest_is_obj(name);
+    return true;
+}
+
+/* Complete LocalDir object files (temporaries are named otherwise). SIZE_MAX when <root>/ld
+ * cannot be opened. */
+static inline size_t cold_itest_localdir_files(const char *root)
+{
+    size_t n = 0;
+    return cold_itest_localdir_walk(root, cold_itest_count_obj, &n) == SIZE_MAX ? SIZE_MAX : n;
+}
+
+/* rm -rf of a test's temporary directory (*dir, then cleared); says so when it fails. */
+static inline void cold_itest_rm_tmpdir(char *dir)
+{
+    if (!dir[0])
+        return;
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    dir[0] = '\0';
 }
 
 #endif
