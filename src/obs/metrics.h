@@ -325,6 +325,19 @@ enum obs_dim_id {
     X(cold_restores_total, "Reads served from the cold tier, by result.", outcome, none)           \
     X(cold_evictions_total, "Last hot replicas evicted to the cold tier (object now cold-only).",  \
       none, none)                                                                                  \
+    X(cold_offloads_released_total,                                                                \
+      "Cold offload jobs that ended RELEASED (the route changed or its hot copy was gone).", none, \
+      none)                                                                                        \
+    X(cold_offload_retries_total, "Cold offload job steps retried after a transient failure.",     \
+      none, none)                                                                                  \
+    X(cold_offload_rate_waits_total,                                                               \
+      "Times the offload queue's head waited for rate tokens (cold_offload_bytes_per_sec).", none, \
+      none)                                                                                        \
+    X(cold_offload_gate_changes_total,                                                             \
+      "Openings and closings of the offload watermark gate (cold_high/low_watermark).", none,      \
+      none)                                                                                        \
+    X(cold_offload_urgent_jobs_total,                                                              \
+      "Urgent (eviction-triggered) offload jobs accepted.", none, none)                            \
     X(cold_staging_acquired_total,                                                                 \
       "Remote restores this cold device owner staged into a slot of its staging pool.", none,      \
       none)                                                                                        \
@@ -368,6 +381,8 @@ enum obs_dim_id {
     X(quota_reconciliation_degraded,                                                               \
       "Quota operations the last reconciliation round left charged and locked (degraded).", set,   \
       none, none)                                                                                  \
+    X(cold_offload_queue_depth,                                                                    \
+      "Cold offload jobs queued or in flight on this runtime's cold core.", set, none, none)      \
     X(cold_staging_slots, "Slots of this cold device owner's remote-restore staging pool.", set,   \
       none, none)                                                                                  \
     X(cold_staging_slots_used, "Staging slots in use (filling, staged, or fenced and draining).",  \

@@ -51,6 +51,7 @@ struct kvm_cold {
     cold_backend_t be;
     bool be_open;
     kvm_tier_id_t dev;
+    bool planner; /* cold_kind = off: a cold core with no device, only to plan/cancel reclaims */
     cold_exec_ops_t exec;
     kvm_done_cb open_cb;
     /* worker [any] under mu */
@@ -96,6 +97,19 @@ static void g_unref(struct kvm_cold *g)
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     free(g);
+}
+
+/* The runtime's cold tier when it has a device; NULL when it has none (cold_kind = off: its
+ * rt->cold is only the reclaim planner, see kvm_cold_reclaim_gate). */
+static struct kvm_cold *dev_cold(kvm_rt_t *rt)
+{
+    struct kvm_cold *g = rt->cold;
+    return g && !g->planner ? g : NULL;
+}
+
+bool kvm_cold_has_device(kvm_rt_t *rt)
+{
+    return dev_cold(rt) != NULL;
 }
 
 /* ---- the cold I/O worker ------------------------------------------------------------------- */
@@ -587,7 +601,18 @@ static void export_stats(struct kvm_cold *g)
     if (s.reclaims_deferred > g->exported.reclaims_deferred)
         obs_count(rt->metrics, cold_reclaims_total, OBS_OUTCOME_ERROR, OBS_NONE,
                   s.reclaims_deferred - g->exported.reclaims_deferred);
+#define EXPORT_DELTA(field, family)                                                                \
+    if (s.field > g->exported.field)                                                               \
+        obs_count(rt->metrics, family, OBS_NONE, OBS_NONE, s.field - g->exported.field);
+    EXPORT_DELTA(offloads_released, cold_offloads_released_total)
+    EXPORT_DELTA(offload_retries, cold_offload_retries_total)
+    EXPORT_DELTA(rate_waits, cold_offload_rate_waits_total)
+    EXPORT_DELTA(gate_changes, cold_offload_gate_changes_total)
+    EXPORT_DELTA(urgent_jobs, cold_offload_urgent_jobs_total)
+#undef EXPORT_DELTA
     g->exported = s;
+    obs_gauge_set(rt->metrics, cold_offload_queue_depth, OBS_NONE, OBS_NONE,
+                  (int64_t)cold_offload_pending(g->c));
     const cold_device_t *d = cold_view_find(g->c, &g->dev);
     obs_gauge_set(rt->metrics, cold_device_health, OBS_NONE, OBS_NONE, d ? (int64_t)d->health : 0);
     if (d) {
@@ -859,7 +884,7 @@ static void srv_looked_up(void *arg, int rc, const cold_route_obs_t *obs)
 static void on_cold_read(rpc_reply *reply, struct rpc_request *req, void *arg)
 {
     kvm_rt_t *rt = arg;
-    struct kvm_cold *g = rt->cold;
+    struct kvm_cold *g = dev_cold(rt);
     if (!g || !g->c || !g->stg || g->open_cb || g->closed) {
         srv_reply(reply, KVMESH_EUNAVAILABLE, "the cold tier of this runtime is not open", NULL, 0);
         return;
@@ -912,7 +937,7 @@ static void on_cold_ack(rpc_reply *reply, struct rpc_request *req, void *arg)
 {
     (void)reply;
     kvm_rt_t *rt = arg;
-    struct kvm_cold *g = rt->cold;
+    struct kvm_cold *g = dev_cold(rt);
     kvm_rd_t r;
     kvm_rd_init(&r, req->body, req->body_len);
     uint8_t ver = kvm_rd_u8(&r);
@@ -1004,10 +1029,61 @@ static void open_registered(void *arg, int rc, const cold_device_t *d)
         open_viewed(g, rc);
 }
 
+/* The route callbacks and configuration every cold core of this runtime gets (the planner's
+ * and the device's; the device's adds re-promotion and the scheduling knobs). */
+static cold_route_ops_t core_route_ops(struct kvm_cold *g)
+{
+    return (cold_route_ops_t){.lookup = r_lookup,
+                              .read_hot = r_read_hot,
+                              .materialize = r_materialize,
+                              .evict = r_evict,
+                              .ctx = g};
+}
+
+static cold_config_t core_config(struct kvm_cold *g)
+{
+    const struct kvm_store_config *cfg = &g->rt->cfg;
+    return (cold_config_t){.deployment = cfg->deployment,
+                           .self = g->rt->self.id,
+                           .timeout_ms = cfg->request_timeout_ms,
+                           .op_ttl_ms = cfg->cold_reconcile_after_ms,
+                           .max_buffer = cfg->max_object_size,
+                           .exec = &g->exec};
+}
+
+/* cold_kind = off: a cold core without a device, used only by kvm_cold_reclaim_gate/settle.
+ * An overwrite or remove issued here of an object whose cold copy is on another runtime's
+ * device writes the reclaim record (PLANNED, due after cold_reconcile_after_ms) before its
+ * route CAS, exactly as a runtime with a cold tier does; the device's owner runs it from its
+ * due index (cold_recon_pass), so its payload and device usage are released there. Without
+ * metadata or when this fails the runtime simply has no planner (the old behaviour). */
+static void planner_open(kvm_rt_t *rt)
+{
+    if (!rt->meta)
+        return;
+    struct kvm_cold *g = calloc(1, sizeof(*g));
+    if (!g)
+        return;
+    g->rt = rt;
+    g->refs = 1;
+    g->planner = true;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->exec = (cold_exec_ops_t){.submit = exec_submit, .ctx = g}; /* (never used: no device) */
+    cold_route_ops_t ops = core_route_ops(g);
+    cold_config_t cc = core_config(g);
+    if (cold_new(&g->c, rt->env, rt->meta, &ops, &cc) != 0) {
+        g_unref(g);
+        return;
+    }
+    rt->cold = g;
+}
+
 void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
 {
     const struct kvm_store_config *cfg = &rt->cfg;
     if (cfg->cold_kind == KVM_STORE_COLD_OFF) {
+        planner_open(rt);
         cb(rt, 0, "");
         return;
     }
@@ -1057,25 +1133,16 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
     if (env_thread_create(&g->th, worker_main, g) == 0)
         g->th_started = true;
     g->exec = (cold_exec_ops_t){.submit = exec_submit, .ctx = g};
-    cold_route_ops_t ops = {.lookup = r_lookup,
-                            .read_hot = r_read_hot,
-                            .materialize = r_materialize,
-                            .evict = r_evict,
-                            .promote = r_promote,
-                            .ctx = g};
-    cold_config_t cc = {.deployment = cfg->deployment,
-                        .self = rt->self.id,
-                        .timeout_ms = cfg->request_timeout_ms,
-                        .queue_cap = cfg->cold_queue,
-                        .order = cfg->cold_offload_order ? COLD_ORDER_SIZE : COLD_ORDER_FIFO,
-                        .backoff_base_ms = cfg->cold_retry_backoff_ms,
-                        .backoff_max_ms = cfg->cold_retry_backoff_max_ms,
-                        .rate_bytes_per_sec = cfg->cold_offload_bytes_per_sec,
-                        .high_watermark = cfg->cold_high_watermark,
-                        .low_watermark = cfg->cold_low_watermark,
-                        .op_ttl_ms = cfg->cold_reconcile_after_ms,
-                        .max_buffer = cfg->max_object_size,
-                        .exec = &g->exec};
+    cold_route_ops_t ops = core_route_ops(g);
+    ops.promote = r_promote;
+    cold_config_t cc = core_config(g);
+    cc.queue_cap = cfg->cold_queue;
+    cc.order = cfg->cold_offload_order ? COLD_ORDER_SIZE : COLD_ORDER_FIFO;
+    cc.backoff_base_ms = cfg->cold_retry_backoff_ms;
+    cc.backoff_max_ms = cfg->cold_retry_backoff_max_ms;
+    cc.rate_bytes_per_sec = cfg->cold_offload_bytes_per_sec;
+    cc.high_watermark = cfg->cold_high_watermark;
+    cc.low_watermark = cfg->cold_low_watermark;
     rc = cold_new(&g->c, rt->env, rt->meta, &ops, &cc);
     if (!rc)
         rc = cold_attach_backend(g->c, &g->dev, &g->be);
@@ -1105,7 +1172,7 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
 
 void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next)
 {
-    struct kvm_cold *g = rt->cold;
+    struct kvm_cold *g = dev_cold(rt);
     if (!g || !g->c || g->open_cb || !rt->cfg.cold_offload || next->n_replicas == 0 ||
         rt->cfg.cold_offload_mode == KVM_STORE_COLD_MODE_EVICT)
         return; /* (evict mode: the eviction claims its victims, kvm_cold_evict_claim) */
@@ -1160,7 +1227,7 @@ static void reclaim_ran(void *arg, int rc, const cold_reclaim_view_t *v)
 
 void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now)
 {
-    struct kvm_cold *g = rt->cold;
+    struct kvm_cold *g = dev_cold(rt);
     if (!g || !g->c || g->open_cb)
         return;
     report_pressure(g);
@@ -1308,7 +1375,7 @@ static void committed_looked_up(void *arg, int rc, const kvm_route_t *r)
 
 void kvm_cold_slot_committed(kvm_rt_t *rt, const kvm_ident_t *ident)
 {
-    struct kvm_cold *g = rt->cold;
+    struct kvm_cold *g = dev_cold(rt);
     if (!g || !g->c || g->open_cb || !rt->route)
         return;
     struct committed_ctx *c = calloc(1, sizeof(*c));
@@ -1327,7 +1394,7 @@ void kvm_cold_slot_committed(kvm_rt_t *rt, const kvm_ident_t *ident)
 int kvm_cold_evict_last(kvm_rt_t *rt, const kvm_ident_t *ident, const kvm_hot_replica_t *rep,
                         kvm_cold_evict_cb cb, void *arg)
 {
-    struct kvm_cold *g = rt->cold;
+    struct kvm_cold *g = dev_cold(rt);
     if (!g || !g->c || g->open_cb)
         return KVMESH_ENOTSUP;
     return cold_evict(g->c, ident, rep, cb, arg);
@@ -1335,7 +1402,7 @@ int kvm_cold_evict_last(kvm_rt_t *rt, const kvm_ident_t *ident, const kvm_hot_re
 
 bool kvm_cold_pins_last(kvm_rt_t *rt, const kvm_route_t *route)
 {
-    struct kvm_cold *g = rt->cold;
+    struct kvm_cold *g = dev_cold(rt);
     /* With no job queued or in flight and no remote writer's commit still being looked up (its
      * offload is queued when the lookup returns) the backing is stale (never queued, or parked
      * after its retries): the replica is evicted as a cache object and a later resumption finds
@@ -1435,7 +1502,7 @@ static void claim_cased(void *arg, int rc, const kvm_route_t *now)
 
 bool kvm_cold_claims(kvm_rt_t *rt, const kvm_route_t *r)
 {
-    struct kvm_cold *g = rt->cold;
+    struct kvm_cold *g = dev_cold(rt);
     if (!g || !g->c || g->open_cb || g->closed || !rt->route || !rt->cfg.cold_offload ||
         rt->cfg.cold_offload_mode != KVM_STORE_COLD_MODE_EVICT)
         return false;
@@ -1648,7 +1715,7 @@ static void cread_remote(void *arg)
 static void cread_start(void *arg)
 {
     struct cread *r = arg;
-    struct kvm_cold *g = r->rt->cold;
+    struct kvm_cold *g = dev_cold(r->rt);
     if (!g || !g->c) {
         cread_finish(r, KVMESH_ENOTSUP, NULL, 0);
         return;
@@ -1849,7 +1916,7 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
     if (route->cold.kind != KVM_COLD_MATERIALIZED)
         return kvm_errf(KVMESH_EUNAVAILABLE, "no hot replica and no materialized cold copy");
     bool remote = !kvm_id128_equal(&route->cold.owner, &rt->self.id);
-    if (!remote && !rt->cold)
+    if (!remote && !dev_cold(rt))
         return kvm_errf(KVMESH_ENOTSUP, "the object's cold copy is on this runtime's device but "
                                         "its cold tier is off (cold_kind)");
     int rc;

@@ -21,12 +21,15 @@
 #include "store/store.h"
 
 /* [loop] Opens the backend, the core, registers the device, refreshes the view, starts the
- * worker thread and the timers; cb(rt, 0, "") at once when cold_kind is off. On failure cb gets
+ * worker thread and the timers; cb(rt, 0, "") at once when cold_kind is off (then rt->cold is
+ * only a reclaim planner without a device, or NULL: see kvm_cold_has_device). On failure cb gets
  * the code and a message naming what to fix; kvm_cold_close still cleans up. */
 void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb);
 /* [loop] cold_close, then the worker is drained and joined, then the backend closed. Before the
  * route service and the metadata handle close. Idempotent. */
 void kvm_cold_close(kvm_rt_t *rt);
+/* [any] Whether this runtime has a cold device (cold_kind != off). */
+bool kvm_cold_has_device(kvm_rt_t *rt);
 
 /* [loop] Write path: when offload applies (cold tier on here, offload on, a device with room
  * owned by a runtime that holds one of the new replicas: this runtime's own first, with its

@@ -716,7 +716,7 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
 #ifdef KVMESH_CHAOS_BROKEN_EVICT_LAST_LIVE
     readable_left = next.n_replicas > 0; /* broken variant: only our own copy is considered */
 #endif
-    if (next.n_replicas == 0 && rt->cold && evict_cold(rt, s, r, &rep)) {
+    if (next.n_replicas == 0 && kvm_cold_has_device(rt) && evict_cold(rt, s, r, &rep)) {
         kvm_route_free(&next); /* the cold tier decides (cold_glue.c) */
         return;
     }
@@ -1103,7 +1103,7 @@ static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
     }
     if (req->type == STORE_RPC_COMMIT) {
         kvm_owner_commit(rt, m.seg, m.offset);
-        struct kvm_slot *sl = rt->cold ? slot_find(rt, m.seg, m.offset) : NULL;
+        struct kvm_slot *sl = kvm_cold_has_device(rt) ? slot_find(rt, m.seg, m.offset) : NULL;
         if (sl && sl->state == SLOT_COMMITTED)
             kvm_cold_slot_committed(rt, &sl->ident); /* a remote writer's offload to our device */
     } else

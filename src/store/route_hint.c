@@ -11,8 +11,8 @@
  *
  * Bounded: STORE_HINTS entries, STORE_HINT_WAYS-way set-associative by the key's hash (a new key
  * replaces the least recently used entry of its set); routes with more than STORE_HINT_REPLICAS
- * replicas are not kept. Allocated on first use (about 220 bytes per entry), freed by
- * kvm_hint_fini at close.
+ * replicas, and routes with a materialized cold copy, are not kept. Allocated on first use (about
+ * 220 bytes per entry), freed by kvm_hint_fini at close.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +76,9 @@ void kvm_hint_drop(kvm_rt_t *rt, const kvm_ident_t *id)
 
 void kvm_hint_put(kvm_rt_t *rt, const kvm_route_t *r)
 {
-    if (r->n_replicas > STORE_HINT_REPLICAS) {
+    /* (a materialized cold backing is not kept: a put must see it, from the CAS conflict's
+     * answer, to plan the reclaim of the old cold copy before its CAS, kvm_cold_reclaim_gate) */
+    if (r->n_replicas > STORE_HINT_REPLICAS || r->cold.kind == KVM_COLD_MATERIALIZED) {
         kvm_hint_drop(rt, &r->ident);
         return;
     }

@@ -27,6 +27,7 @@
 #include "kvmesh.h"
 #include "coldfiles.h"
 #include "curl_body.h"
+#include "cold_itest.h"
 #include "obs_prom.h"
 
 struct kvm_rt;
@@ -78,28 +79,8 @@ static void key_of(uint32_t i, char *k, size_t cap)
 
 static double metric(const char *name, const char *l, const char *v)
 {
-    char u[64];
-    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics",
-             (unsigned)kvm_rt_admin_port(kvmesh_runtime_of(kv)));
-    struct tcurl_body b = {0};
-    CURL *c = curl_easy_init();
-    CHECK(c);
-    curl_easy_setopt(c, CURLOPT_URL, u);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long code = -1;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
-    CHECK(code == 200);
-    struct prom p;
-    memset(&p, 0, sizeof(p));
-    CHECK(prom_parse(&p, b.data, b.len) == 0);
-    free(b.data);
-    double x = prom_value(&p, name, l, v, NULL, NULL);
-    prom_free(&p);
+    double x = 0;
+    CHECK(cold_itest_metric(kvm_rt_admin_port(kvmesh_runtime_of(kv)), name, l, v, &x) == 0);
     return x;
 }
 
@@ -198,6 +179,24 @@ int main(void)
            NOBJ, off, failed, ev, backed, cold_only, files);
     CHECK(off > 0 && off == ev && (double)backed == off && (double)cold_only == off);
     CHECK(files == backed && failed == 0);
+    /* the scheduler's counters in /metrics: every offload was an urgent (eviction-triggered)
+     * job; no rate and no watermark gate configured; the queue drained */
+    double urgent = -1, depth = -1;
+    for (int t = 0; t < 50; t++) { /* (exported every 200 ms) */
+        urgent = metric("kvmesh_cold_offload_urgent_jobs_total", NULL, NULL);
+        depth = metric("kvmesh_cold_offload_queue_depth", NULL, NULL);
+        if (urgent >= off && depth == 0)
+            break;
+        usleep(100000);
+    }
+    double waits = metric("kvmesh_cold_offload_rate_waits_total", NULL, NULL);
+    double gates = metric("kvmesh_cold_offload_gate_changes_total", NULL, NULL);
+    double released = metric("kvmesh_cold_offloads_released_total", NULL, NULL);
+    printf("scheduler: urgent jobs %.0f, released %.0f, rate waits %.0f, gate changes %.0f, "
+           "queue depth %.0f\n",
+           urgent, released, waits, gates, depth);
+    CHECK(urgent >= off && urgent > 0 && depth == 0 && waits == 0 && gates == 0);
+    CHECK(released >= 0);
 
     /* 3. every object reads back with its bytes */
     for (uint32_t i = 0; i < NOBJ; i++) {

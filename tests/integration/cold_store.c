@@ -46,6 +46,7 @@
 #include "kvmesh.h"
 #include "coldfiles.h"
 #include "curl_body.h"
+#include "cold_itest.h"
 #include "obs_prom.h"
 
 struct kvm_rt;
@@ -104,38 +105,10 @@ static void key_of(uint32_t i, char *k, size_t cap)
     snprintf(k, cap, "cold-obj-%04u", i);
 }
 
-static int scrape(struct prom *p)
-{
-    char u[64];
-    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics",
-             (unsigned)kvm_rt_admin_port(kvmesh_runtime_of(kv)));
-    struct tcurl_body b = {0};
-    CURL *c = curl_easy_init();
-    CHECK(c);
-    curl_easy_setopt(c, CURLOPT_URL, u);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long code = -1;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
-    int rc = -1;
-    if (code == 200) {
-        memset(p, 0, sizeof(*p));
-        rc = prom_parse(p, b.data, b.len);
-    }
-    free(b.data);
-    return rc;
-}
-
 static double metric(const char *name, const char *l, const char *v)
 {
-    struct prom p;
-    CHECK(scrape(&p) == 0);
-    double x = prom_value(&p, name, l, v, NULL, NULL);
-    prom_free(&p);
+    double x = 0;
+    CHECK(cold_itest_metric(kvm_rt_admin_port(kvmesh_runtime_of(kv)), name, l, v, &x) == 0);
     return x;
 }
 
@@ -147,6 +120,28 @@ static bool cold_only(uint32_t i)
     int rc = kvmesh_route_query(kv, &sc, k, strlen(k), &ri);
     CHECK(rc == 0 || rc == KVMESH_ENOENT); /* ENOENT: removed in step 5 */
     return rc == 0 && ri.n_replicas == 0 && ri.cold_backed;
+}
+
+/* Overwrites up to max cold-only objects (from the highest index down) through who with
+ * generation gen, each read back with its new bytes at once; returns how many. */
+static size_t overwrite_cold_only(kvmesh_t *who, uint8_t *buf, uint32_t gen, size_t max)
+{
+    size_t n = 0;
+    for (uint32_t i = NOBJ; i-- > 0 && n < max;) {
+        if (!cold_only(i))
+            continue;
+        char k[32];
+        key_of(i, k, sizeof(k));
+        fill(buf, i, gen);
+        CHECK(kvmesh_put(who, &sc, k, strlen(k), buf, OBJ_LEN, NULL) == 0);
+        void *out = NULL;
+        size_t len = 0;
+        CHECK(kvmesh_get(who, &sc, k, strlen(k), &out, &len) == 0);
+        CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+        kvmesh_free(out);
+        n++;
+    }
+    return n;
 }
 
 static void flip(const char *f, off_t at)
@@ -266,6 +261,8 @@ int main(int argc, char **argv)
     CHECK(kvmesh_config_set(c, "cold_kind", "off") == 0);
     CHECK(kvmesh_config_set(c, "admin_listen", "") == 0);
     CHECK(kvmesh_config_set(c, "runtime_id", "") == 0);
+    /* its reclaim records (step 5) are due for the device's owner after 1 s */
+    CHECK(kvmesh_config_set(c, "cold_reconcile_after_ms", "1000") == 0);
     CHECK(kvmesh_open(&kvc, c) == 0);
     char root2[160], idb[KVMESH_ID_HEX_LEN + 1] = "";
     snprintf(root2, sizeof(root2), "%s/dev2", tmpdir);
@@ -495,44 +492,50 @@ int main(int argc, char **argv)
            refused);
     CHECK(refused == cold);
     CHECK(metric("kvmesh_cold_restores_total", "result", "error") >= (double)refused);
-    /* 5. removing cold-only objects reclaims their cold copies: the device's used bytes fall by
-     * exactly their size (bounded wait: the gauge follows the device record every 200 ms) */
+    /* 5. removing or overwriting cold-only objects reclaims their cold copies: the device's used
+     * bytes fall by exactly their size (bounded wait: the gauge follows the device record every
+     * 200 ms). 8 removes through the storage runtime (its cold core runs the reclaim at once),
+     * 8 removes and 4 overwrites through the client, which has no cold tier: its reclaim records
+     * are run by the device's owner from its due index (kvm_cold_reclaim_gate's planner) */
     double before = metric("kvmesh_segment_used_bytes", "tier", "cold");
-    size_t removed = 0;
+    double reclaims0 = metric("kvmesh_cold_reclaims_total", "result", "ok");
+    size_t removed = 0, rm_client = 0, overwritten = 0; /* (each overwrite reads back at once) */
     for (uint32_t i = 0; i < NOBJ && removed < 16; i++) {
         if (!cold_only(i))
             continue;
         char k[32];
         key_of(i, k, sizeof(k));
-        CHECK(kvmesh_remove(kv, &sc, k, strlen(k)) == 0);
+        kvmesh_t *who = removed < 8 ? kv : kvc;
+        CHECK(kvmesh_remove(who, &sc, k, strlen(k)) == 0);
         void *out = NULL;
         size_t len = 0;
         CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == KVMESH_ENOENT);
+        rm_client += who == kvc;
         removed++;
     }
-    CHECK(removed > 0);
-    double want = before - (double)removed * OBJ_LEN, now = before;
+    CHECK(removed > 8 && rm_client > 0);
+    overwritten = overwrite_cold_only(kvc, buf, 2, 4);
+    CHECK(overwritten > 0);
+    double want = before - (double)(removed + overwritten) * OBJ_LEN, now = before;
     for (int t = 0; t < 200 && now != want; t++) {
         usleep(100000);
         now = metric("kvmesh_segment_used_bytes", "tier", "cold");
     }
-    printf("removed %zu cold-only objects: device used %.0f -> %.0f\n", removed, before, now);
+    printf("removed %zu cold-only objects (%zu through the client) and overwrote %zu through the "
+           "client: device used %.0f -> %.0f (want %.0f)\n",
+           removed, rm_client, overwritten, before, now, want);
     CHECK(now == want);
-    /* 6. an overwrite of a cold-only object reads back the new value */
-    for (uint32_t i = 0; i < NOBJ; i++) {
-        if (!cold_only(i))
-            continue;
-        char k[32];
-        key_of(i, k, sizeof(k));
-        fill(buf, i, 1);
-        CHECK(kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, NULL) == 0);
-        void *out = NULL;
-        size_t len = 0;
-        CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == 0);
-        CHECK(len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
-        kvmesh_free(out);
-        break;
+    double reclaims = 0;
+    for (int t = 0; t < 50 && reclaims < (double)(removed + overwritten); t++) {
+        reclaims = metric("kvmesh_cold_reclaims_total", "result", "ok") - reclaims0;
+        if (reclaims < (double)(removed + overwritten))
+            usleep(100000); /* (exported every 200 ms) */
     }
+    printf("kvmesh_cold_reclaims_total{result=ok} rose by %.0f\n", reclaims);
+    CHECK(reclaims >= (double)(removed + overwritten));
+    /* 6. an overwrite of a cold-only object through the storage runtime reads back the new
+     * value */
+    CHECK(overwrite_cold_only(kv, buf, 1, 1) == 1);
     free(buf);
     cleanup();
     curl_global_cleanup();

@@ -33,6 +33,7 @@
 #include "kvmesh.h"
 #include "coldfiles.h"
 #include "curl_body.h"
+#include "cold_itest.h"
 #include "obs_prom.h"
 #include "proc.h"
 #include "testsrv.h"
@@ -129,54 +130,23 @@ static int runtime_main(char **argv)
 
 static double cold_gauge(uint16_t port)
 {
-    char u[64];
-    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics", (unsigned)port);
-    struct tcurl_body b = {0};
-    CURL *c = curl_easy_init();
-    CHECK(c);
-    curl_easy_setopt(c, CURLOPT_URL, u);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long code = -1;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
-    CHECK(code == 200);
-    struct prom p;
-    memset(&p, 0, sizeof(p));
-    CHECK(prom_parse(&p, b.data, b.len) == 0);
-    free(b.data);
-    double x = prom_value(&p, "kvmesh_segment_used_bytes", "tier", "cold", NULL, NULL);
-    prom_free(&p);
+    double x = 0;
+    CHECK(cold_itest_metric(port, "kvmesh_segment_used_bytes", "tier", "cold", &x) == 0);
     return x;
 }
 
 /* Whether a LocalDir put is writing now (a ".tmp." file exists: reserved, payload not renamed). */
+static bool not_tmp(const char *dir, const char *name, void *arg)
+{
+    (void)dir;
+    *(bool *)arg = strncmp(name, ".tmp.", 5) == 0;
+    return !*(bool *)arg;
+}
+
 static bool writing_now(const char *root)
 {
-    char ld[256];
-    snprintf(ld, sizeof(ld), "%s/ld", root);
-    DIR *top = opendir(ld);
-    if (!top)
-        return false;
     bool found = false;
-    struct dirent *d;
-    while (!found && (d = readdir(top)) != NULL) {
-        if (d->d_name[0] == '.')
-            continue;
-        char sub[512];
-        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
-        DIR *s = opendir(sub);
-        if (!s)
-            continue;
-        struct dirent *e;
-        while (!found && (e = readdir(s)) != NULL)
-            found = strncmp(e->d_name, ".tmp.", 5) == 0;
-        closedir(s);
-    }
-    closedir(top);
+    (void)cold_itest_localdir_walk(root, not_tmp, &found);
     return found;
 }
 

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cold_itest.h — helpers the cold tier's integration tests share (header-only; cold_store.c,
+ * cold_evict_mode.c, cold_store_crash.c): one sample of a runtime's /metrics over HTTP, and the
+ * LocalDir files under a device root, removing
+ * a test's temporary directory.
+ *
+ * Needs libcurl (curl_global_init by the caller) and tests/integration/obs_prom.h (included here).
+ * Nothing is kept between calls; every buffer is freed before returning.
+ */
+#ifndef KVMESH_TESTS_SUPPORT_COLD_ITEST_H
+#define KVMESH_TESTS_SUPPORT_COLD_ITEST_H
+
+#include <curl/curl.h>
+#include <dirent.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "curl_body.h"
+#include "../integration/obs_prom.h" /* (header-only) */
+
+/* GET http://127.0.0.1:port/metrics and the value of name{l="v"} (l NULL: unlabelled) into
+ * *out. Returns 0, or -1 when the request failed, the answer was not 200 or did not parse. */
+static inline int cold_itest_metric(uint16_t port, const char *name, const char *l, const char *v,
+                                    double *out)
+{
+    char u[64];
+    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics", (unsigned)port);
+    struct tcurl_body b = {0};
+    CURL *c = curl_easy_init();
+    if (!c)
+        return -1;
+    curl_easy_setopt(c, CURLOPT_URL, u);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    long code = -1;
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(c);
+    int rc = -1;
+    struct prom p;
+    memset(&p, 0, sizeof(p));
+    if (code == 200 && prom_parse(&p, b.data, b.len) == 0) {
+        *out = prom_value(&p, name, l, v, NULL, NULL);
+        rc = 0;
+    }
+    prom_free(&p);
+    free(b.data);
+    return rc;
+}
+
+/* Calls fn(dir, name, arg) for every entry of the LocalDir fan-out directories
+ * (<root>/ld/<hh>/), temporaries included, until fn returns false. Returns the number of calls,
+ * or SIZE_MAX when <root>/ld cannot be opened. */
+static inline size_t
+cold_itest_localdir_walk(const char *root, bool (*fn)(const char *dir, const char *name, void *arg),
+                         void *arg)
+{
+    char ld[256];
+    snprintf(ld, sizeof(ld), "%s/ld", root);
+    DIR *top = opendir(ld);
+    if (!top)
+        return SIZE_MAX;
+    size_t n = 0;
+    bool go = true;
+    struct dirent *d;
+    while (go && (d = readdir(top)) != NULL) {
+        if (d->d_name[0] == '.')
+            continue;
+        char sub[512];
+        snprintf(sub, sizeof(sub), "%s/%s", ld, d->d_name);
+        DIR *s = opendir(sub);
+        if (!s)
+            continue;
+        struct dirent *e;
+        while (go && (e = readdir(s)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            n++;
+            go = fn(sub, e->d_name, arg);
+        }
+        closedir(s);
+    }
+    closedir(top);
+    return n;
+}
+
+/* Whether a fan-out entry is a complete object file (<id>.obj). */
+static inline bool cold_itest_is_obj(const char *name)
+{
+    size_t len = strlen(name);
+    return len > 4 && strcmp(name + len - 4, ".obj") == 0;
+}
+
+static inline bool cold_itest_count_obj(const char *dir, const char *name, void *arg)
+{
+    (void)dir;
+    *(size_t *)arg += cold_itest_is_obj(name);
+    return true;
+}
+
+/* Complete LocalDir object files (temporaries are named otherwise). SIZE_MAX when <root>/ld
+ * cannot be opened. */
+static inline size_t cold_itest_localdir_files(const char *root)
+{
+    size_t n = 0;
+    return cold_itest_localdir_walk(root, cold_itest_count_obj, &n) == SIZE_MAX ? SIZE_MAX : n;
+}
+
+/* rm -rf of a test's temporary directory (*dir, then cleared); says so when it fails. */
+static inline void cold_itest_rm_tmpdir(char *dir)
+{
+    if (!dir[0])
+        return;
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    dir[0] = '\0';
+}
+
+#endif
