@@ -184,6 +184,12 @@ static void test_table_and_owner_index(void **state)
     }
     assert_int_equal(route_table_count(t), 20);
     assert_int_equal(route_table_check(t), 0);
+    /* the memory per entry stays packed (docs/performance.md "Memory per object"): a
+     * one-replica route in <= 40 bytes, its whole entry allocation in <= 128 */
+    route_table_mem_t mem;
+    route_table_mem(t, &mem);
+    assert_true(mem.packed_bytes <= 40 * 20);
+    assert_true(mem.entry_bytes <= 128 * 20);
     /* ordered walk */
     int n = 0;
     kvm_ident_t prev = {0};
