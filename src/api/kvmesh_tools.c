@@ -24,7 +24,7 @@
 #include "meta/keyspace.h"
 #include "meta/meta.h"
 #include "route/route_int.h"
-#include "route/route_table.h"
+#include "route/route.h"
 #include "store/quota.h"
 #include "store/store.h"
 #include "tenant/tenant.h"
@@ -1000,12 +1000,16 @@ int kvmesh_tools_route_footprint(kvmesh_t *kv, kvmesh_tools_route_footprint_t *o
     kvm_rt_t *rt = kvmesh_runtime_of(kv);
     if (!rt)
         return kvm_errf(KVMESH_EINVAL, "kvmesh_tools_route_footprint: no runtime");
-    if (rt->route)
+    if (rt->route) {
         route_table_counts(rt->route, &out->routes, &out->tombstones, &out->purged);
-    out->entry_size = sizeof(route_entry_t);
+        route_mem_t m;
+        route_table_mem_total(rt->route, &m);
+        out->entry_bytes = m.entry_bytes;
+        out->packed_bytes = m.packed_bytes;
+        out->ident_bytes = m.ident_bytes;
+        out->other_bytes = m.other_bytes;
+    }
     out->route_size = sizeof(kvm_route_t);
-    out->replicas_size = sizeof(((kvm_route_t *)0)->replicas);
-    out->cold_size = sizeof(((kvm_route_t *)0)->cold);
     out->hint_entries = STORE_HINTS;
     return 0;
 }

@@ -95,10 +95,12 @@ struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
  * the per-route structures, for the footprint table. 0, or KVMESH_EINVAL without a runtime. */
 typedef struct kvmesh_tools_route_footprint {
     uint64_t routes, tombstones, purged;
-    size_t entry_size;     /* one route table entry (route_entry_t) */
-    size_t route_size;     /* of it: the route itself (kvm_route_t) */
-    size_t replicas_size;  /* of that: the inline replica slots */
-    size_t cold_size;      /* of that: the inline cold-backing locator */
+    /* the bytes of those tables (route_table_mem_total, refreshed with the counts) */
+    uint64_t entry_bytes;  /* entry allocations: tree links, ident encoding, packed route */
+    uint64_t packed_bytes; /* of them: the packed routes */
+    uint64_t ident_bytes;  /* of them: the identity encodings */
+    uint64_t other_bytes;  /* expiry index, interning sets, table headers */
+    size_t route_size;     /* a kvm_route_t (the unpacked form a view takes; not per entry) */
     unsigned hint_entries; /* the route hint table (fixed, allocated at first use) */
 } kvmesh_tools_route_footprint_t;
 int kvmesh_tools_route_footprint(kvmesh_t *kv, kvmesh_tools_route_footprint_t *out);

@@ -216,5 +216,12 @@ void route_get_stats(const route_svc_t *svc, route_stats_t *out);
  * index (never a scan), unless a mirror of it is in flight or partial (busy/dirty). */
 void route_table_counts(const route_svc_t *svc, uint64_t *entries, uint64_t *tombs,
                         uint64_t *purged);
+/* Any thread: the bytes of those tables (route_table_mem summed over the shard tables, refreshed
+ * with the counts): the entry allocations, of them the packed routes and the identity
+ * encodings, and the rest (expiry index, interning sets, table headers). Zeros in MetadataOnly. */
+typedef struct route_mem {
+    uint64_t entry_bytes, packed_bytes, ident_bytes, other_bytes;
+} route_mem_t;
+void route_table_mem_total(const route_svc_t *svc, route_mem_t *out);
 
 #endif

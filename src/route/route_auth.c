@@ -114,7 +114,8 @@ void route_auth_lease_lost(route_svc_t *svc)
 static int put_if_newer(route_table_t *t, const kvm_route_t *r)
 {
     route_entry_t *e = route_table_get(t, &r->ident);
-    if (e && kvm_route_version_cmp(&e->route.version, &r->version) >= 0)
+    kvm_route_version_t ev = e ? route_entry_version(e) : KVM_ROUTE_VERSION_NONE;
+    if (e && kvm_route_version_cmp(&ev, &r->version) >= 0)
         return 0;
     int rc = route_table_put(t, r, &e);
     if (rc == 0 && e) /* a newer version from the current primary: no unmirrored copy of ours */
@@ -180,7 +181,8 @@ static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
     KVM_ASSERT(sh->mirrors_inflight > 0);
     sh->mirrors_inflight--;
     route_entry_t *e = sh->table ? route_table_get(sh->table, &op->ident) : NULL;
-    bool current = e && kvm_route_version_equal(&e->route.version, &op->version);
+    kvm_route_version_t ev = e ? route_entry_version(e) : KVM_ROUTE_VERSION_NONE;
+    bool current = e && kvm_route_version_equal(&ev, &op->version);
     if (current) {
         e->busy = false;
         e->dirty = op->failed;
@@ -194,7 +196,10 @@ static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
         req.req_id = op->reply_req;
         req.shard = op->shard;
         env_msg_t raw = {.from = op->reply_node};
-        const kvm_route_t *rp = current ? &e->route : NULL;
+        kvm_route_t view;
+        if (current)
+            route_table_view(sh->table, e, &view);
+        const kvm_route_t *rp = current ? &view : NULL;
         svc->claim_reply = op->claim_reply;
         svc->claim_reply_len = op->claim_reply_len;
         if (op->failed || !current) {
@@ -241,9 +246,11 @@ static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
     mirror_op_t *op = calloc(1, sizeof(*op));
     KVM_ASSERT(op != NULL);
     op->shard = sh->id;
-    if (kvm_ident_copy(&op->ident, &e->route.ident) != 0)
+    kvm_route_t view;
+    route_table_view(sh->table, e, &view);
+    if (kvm_ident_copy(&op->ident, &view.ident) != 0)
         KVM_ASSERT(!"out of memory");
-    op->version = e->route.version;
+    op->version = view.version;
     op->reply_node = reply_node;
     op->reply_req = reply_req;
     if (reply_node != ENV_NODE_NONE && svc->claim_seq) { /* a claimed CAS (route_claim.c) */
@@ -275,7 +282,7 @@ static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
         m.generation = sh->rec.generation;
         m.token = sh->rec.token;
         m.target = mb->rt;
-        const kvm_route_t *rp = &e->route;
+        const kvm_route_t *rp = &view;
         m.rptrs = &rp;
         m.n_routes = 1;
         op->pending++;
@@ -293,16 +300,16 @@ static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
 
 /* ---- request handlers ----------------------------------------------------------------------- */
 
-static bool expected_matches(route_svc_t *svc, const route_entry_t *e,
+static bool expected_matches(route_svc_t *svc, const kvm_route_t *cur,
                              const kvm_route_version_t *expected)
 {
-    if (!e)
+    if (!cur)
         return kvm_route_version_is_none(expected);
-    if (kvm_route_version_equal(&e->route.version, expected))
+    if (kvm_route_version_equal(&cur->version, expected))
         return true;
     /* a finalized tombstone past its retention counts as absent */
-    return kvm_route_version_is_none(expected) && e->route.tomb == KVM_TOMB_FINALIZED &&
-           e->route.retain_until_ms <= env_wall_ms(svc->env);
+    return kvm_route_version_is_none(expected) && cur->tomb == KVM_TOMB_FINALIZED &&
+           cur->retain_until_ms <= env_wall_ms(svc->env);
 }
 
 static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
@@ -337,9 +344,12 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_EAGAIN, NULL, 0);
         return;
     }
-    if (!expected_matches(svc, e, &req->expected)) {
+    kvm_route_t view;
+    if (e)
+        route_table_view(sh->table, e, &view);
+    if (!expected_matches(svc, e ? &view : NULL, &req->expected)) {
         obs_count(svc->metrics, route_cas_total, OBS_CAS_CONFLICT, OBS_NONE, 1);
-        const kvm_route_t *cur = e ? &e->route : NULL;
+        const kvm_route_t *cur = e ? &view : NULL;
         reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_ECONFLICT, cur ? &cur : NULL, cur ? 1 : 0);
         return;
     }
@@ -353,7 +363,7 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_ENOMEM, NULL, 0);
         return;
     }
-    kvm_route_version_t cur_v = e ? e->route.version : KVM_ROUTE_VERSION_NONE;
+    kvm_route_version_t cur_v = e ? view.version : KVM_ROUTE_VERSION_NONE;
     uint64_t seq = svc->claim_seq ? svc->claim_seq /* reserved by its claim (route_claim.c) */
                    : as_primary   ? ++sh->seq
                                   : cur_v.primary_sequence + 1; /* BUG variant: local */
@@ -361,10 +371,10 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
     nr.predecessor_version = cur_v;
     memset(&nr.predecessor_op, 0, sizeof(nr.predecessor_op));
     if (e)
-        nr.predecessor_op = e->route.content_op;
+        nr.predecessor_op = view.content_op;
     if (kvm_op_id_equal(&nr.predecessor_op, &nr.content_op))
         memset(&nr.predecessor_op, 0, sizeof(nr.predecessor_op));
-    kvm_tomb_state_t from = e ? e->route.tomb : KVM_TOMB_NONE;
+    kvm_tomb_state_t from = e ? view.tomb : KVM_TOMB_NONE;
     int rc = kvm_route_version_cmp(&nr.version, &cur_v) > 0 ? 0 : KVMESH_ECONFLICT;
     if (rc == 0 && !kvm_route_tomb_transition_ok(from, nr.tomb) && from != KVM_TOMB_NONE &&
         nr.tomb != KVM_TOMB_NONE)
@@ -380,7 +390,8 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
     }
     if (!as_primary) { /* BUG variant: a secondary acknowledges its own write */
         obs_count(svc->metrics, route_cas_total, OBS_CAS_APPLIED, OBS_NONE, 1);
-        const kvm_route_t *rp = &e->route;
+        route_table_view(sh->table, e, &view);
+        const kvm_route_t *rp = &view;
         reply(svc, raw, req, RMSG_CAS_RESP, sh, 0, &rp, 1);
         return;
     }
@@ -402,7 +413,10 @@ bool route_auth_cas_would_apply(route_svc_t *svc, const route_msg_t *req, route_
     route_entry_t *e = route_table_get(sh->table, &next->ident);
     if ((e && (e->busy || e->dirty)) || route_claim_holds(svc, sh->id, &next->ident))
         return false;
-    return expected_matches(svc, e, &req->expected);
+    kvm_route_t view;
+    if (e)
+        route_table_view(sh->table, e, &view);
+    return expected_matches(svc, e ? &view : NULL, &req->expected);
 }
 
 static void on_read(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
@@ -432,11 +446,15 @@ static void on_read(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *r
         bool as_primary = sh->ps == RP_ACTIVE && sh->rec.token == sh->m_token;
         if (e->dirty && !e->busy && as_primary)
             mirror_start(svc, sh, e, ENV_NODE_NONE, 0);
-        const kvm_route_t *up = &e->route; /* for the reader's conflict checks only */
+        kvm_route_t view;
+        route_table_view(sh->table, e, &view);
+        const kvm_route_t *up = &view; /* for the reader's conflict checks only */
         reply(svc, raw, req, RMSG_READ_RESP, sh, KVMESH_EAGAIN, &up, 1);
         return;
     }
-    const kvm_route_t *rp = &e->route;
+    kvm_route_t view;
+    route_table_view(sh->table, e, &view);
+    const kvm_route_t *rp = &view;
     reply(svc, raw, req, RMSG_READ_RESP, sh, 0, &rp, 1);
 }
 
@@ -460,7 +478,8 @@ static void on_repair(route_svc_t *svc, const route_msg_t *req, route_shard_t *s
         return;
     }
     route_entry_t *e = route_table_get(sh->table, &req->routes[0].ident);
-    if (e && kvm_route_version_cmp(&e->route.version, &req->routes[0].version) >= 0) {
+    kvm_route_version_t ev = e ? route_entry_version(e) : KVM_ROUTE_VERSION_NONE;
+    if (e && kvm_route_version_cmp(&ev, &req->routes[0].version) >= 0) {
         obs_count(svc->metrics, route_repairs_total, OBS_REPAIR_NOOP, OBS_NONE, 1);
         return;
     }
@@ -520,12 +539,16 @@ static void on_fetch(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *
     }
     fence(sh, req->generation, req->token);
     const kvm_route_t *page[ROUTE_MSG_MAX_ROUTES];
+    kvm_route_t views[ROUTE_MSG_MAX_ROUTES];
     uint32_t n = 0,
              lim = req->limit ? KVM_MIN(req->limit, ROUTE_MSG_MAX_ROUTES) : ROUTE_MSG_MAX_ROUTES;
     route_entry_t *e =
         sh->table ? route_table_next(sh->table, req->has_ident ? &req->ident : NULL) : NULL;
-    for (; e && n < lim; e = route_table_next(sh->table, &e->route.ident))
-        page[n++] = &e->route;
+    for (; e && n < lim; e = route_table_after(sh->table, e)) {
+        route_table_view(sh->table, e, &views[n]);
+        page[n] = &views[n];
+        n++;
+    }
     route_msg_t m;
     route_msg_init(&m, RMSG_FETCH_RESP);
     m.req_id = req->req_id;
@@ -588,14 +611,18 @@ static void on_owner(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *
 {
     int st = admit(svc, sh, req, true);
     const kvm_route_t *page[ROUTE_MSG_MAX_ROUTES];
+    kvm_route_t views[ROUTE_MSG_MAX_ROUTES];
     uint32_t n = 0;
     route_entry_t *e = NULL;
     if (st == 0) {
         uint32_t lim =
             req->limit ? KVM_MIN(req->limit, ROUTE_MSG_MAX_ROUTES) : ROUTE_MSG_MAX_ROUTES;
         e = route_table_owner_next(sh->table, &req->owner, req->has_ident ? &req->ident : NULL);
-        for (; e && n < lim; e = route_table_owner_next(sh->table, &req->owner, &e->route.ident))
-            page[n++] = &e->route;
+        for (; e && n < lim; e = route_table_owner_after(sh->table, &req->owner, e)) {
+            route_table_view(sh->table, e, &views[n]);
+            page[n] = &views[n];
+            n++;
+        }
     }
     route_msg_t m;
     route_msg_init(&m, RMSG_OWNER_RESP);
@@ -758,10 +785,14 @@ static void install_page(route_svc_t *svc, route_shard_t *sh, uint32_t i)
 {
     route_install_peer_t *p = &sh->inst[i];
     const kvm_route_t *page[ROUTE_MSG_MAX_ROUTES];
+    kvm_route_t views[ROUTE_MSG_MAX_ROUTES];
     uint32_t n = 0;
     route_entry_t *e = route_table_next(sh->xfer, p->begun ? &p->after : NULL);
-    for (; e && n < ROUTE_MSG_MAX_ROUTES; e = route_table_next(sh->xfer, &e->route.ident))
-        page[n++] = &e->route;
+    for (; e && n < ROUTE_MSG_MAX_ROUTES; e = route_table_after(sh->xfer, e)) {
+        route_table_view(sh->xfer, e, &views[n]);
+        page[n] = &views[n];
+        n++;
+    }
     route_msg_t m;
     route_msg_init(&m, RMSG_INSTALL_REQ);
     m.shard = sh->id;
@@ -809,9 +840,9 @@ static void start_install(route_svc_t *svc, route_shard_t *sh)
         to_idle(svc, sh);
         return;
     }
-    for (route_entry_t *e = route_table_next(sh->xfer, NULL); e;
-         e = route_table_next(sh->xfer, &e->route.ident))
-        if (route_table_put(mine, &e->route, NULL) != 0) {
+    kvm_route_t view;
+    for (route_entry_t *e = route_table_next(sh->xfer, NULL); e; e = route_table_after(sh->xfer, e))
+        if ((route_table_view(sh->xfer, e, &view), route_table_put(mine, &view, NULL)) != 0) {
             route_table_free(mine);
             to_idle(svc, sh);
             return;
@@ -922,11 +953,14 @@ static void fetch_next(route_svc_t *svc, route_shard_t *sh)
         if (is_self(svc, &src->rt)) {
             if (sh->table)
                 for (route_entry_t *e = route_table_next(sh->table, NULL); e;
-                     e = route_table_next(sh->table, &e->route.ident))
-                    if (put_if_newer(sh->xfer, &e->route) != 0) {
+                     e = route_table_after(sh->table, e)) {
+                    kvm_route_t view;
+                    route_table_view(sh->table, e, &view);
+                    if (put_if_newer(sh->xfer, &view) != 0) {
                         to_idle(svc, sh);
                         return;
                     }
+                }
             start_install(svc, sh);
             return;
         }

@@ -243,6 +243,7 @@ struct route_svc {
     uint32_t claim_reply_len;
     /* tombstone purge (route_svc.c purge_tick); the a_* mirrors are read by any thread */
     _Atomic uint64_t a_entries, a_tombs, a_purged;
+    _Atomic uint64_t a_mem_entry, a_mem_packed, a_mem_ident, a_mem_other; /* route_table_mem */
     /* batching (route_batch.c): while coalesce > 0, batchable messages wait in the outbox,
      * one batch per destination, sent when it drops to 0 */
     unsigned coalesce;

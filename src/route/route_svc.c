@@ -355,13 +355,18 @@ static void lease_call(route_svc_t *svc)
 static void purge_tick(route_svc_t *svc)
 {
     uint64_t now = env_wall_ms(svc->env), entries = 0, tombs = 0;
+    route_mem_t mem = {0, 0, 0, 0};
     uint32_t budget = ROUTE_PURGE_BUDGET;
     for (uint32_t i = 0; i < svc->policy.n_shards; i++) {
         route_table_t *t = svc->shards[i].table;
         if (!t)
             continue;
         route_entry_t *e = route_table_tomb_first(t);
-        while (e && budget && e->route.retain_until_ms + ROUTE_PURGE_MARGIN_MS <= now) {
+        while (e && budget) {
+            kvm_route_t view;
+            route_table_view(t, e, &view);
+            if (view.retain_until_ms + ROUTE_PURGE_MARGIN_MS > now)
+                break;
             route_entry_t *next = route_table_tomb_next(t, e);
             if (!e->busy && !e->dirty) {
                 route_table_del(t, e);
@@ -372,9 +377,26 @@ static void purge_tick(route_svc_t *svc)
         }
         entries += route_table_count(t);
         tombs += route_table_tomb_count(t);
+        route_table_mem_t tm;
+        route_table_mem(t, &tm);
+        mem.entry_bytes += tm.entry_bytes;
+        mem.packed_bytes += tm.packed_bytes;
+        mem.ident_bytes += tm.ident_bytes;
+        mem.other_bytes += tm.tomb_bytes + tm.intern_bytes;
     }
     atomic_store(&svc->a_entries, entries);
     atomic_store(&svc->a_tombs, tombs);
+    atomic_store(&svc->a_mem_entry, mem.entry_bytes);
+    atomic_store(&svc->a_mem_packed, mem.packed_bytes);
+    atomic_store(&svc->a_mem_ident, mem.ident_bytes);
+    atomic_store(&svc->a_mem_other, mem.other_bytes);
+}
+
+void route_table_mem_total(const route_svc_t *svc, route_mem_t *out)
+{
+    route_svc_t *s = (route_svc_t *)svc;
+    *out = (route_mem_t){atomic_load(&s->a_mem_entry), atomic_load(&s->a_mem_packed),
+                         atomic_load(&s->a_mem_ident), atomic_load(&s->a_mem_other)};
 }
 
 void route_table_counts(const route_svc_t *svc, uint64_t *entries, uint64_t *tombs,
@@ -782,11 +804,14 @@ int route_test_corrupt(route_svc_t *svc, const kvm_ident_t *ident)
 {
     route_shard_t *sh = &svc->shards[kvm_ident_shard(ident, svc->policy.n_shards)];
     route_entry_t *e = sh->table ? route_table_get(sh->table, ident) : NULL;
-    if (!e || e->route.content_op.seq > 1000000000ull)
+    kvm_route_t view;
+    if (e)
+        route_table_view(sh->table, e, &view);
+    if (!e || view.content_op.seq > 1000000000ull)
         return KVMESH_ENOENT;
     kvm_route_t r;
     kvm_route_init(&r);
-    if (kvm_route_copy(&r, &e->route) != 0)
+    if (kvm_route_copy(&r, &view) != 0)
         return KVMESH_ENOMEM;
     if (!kvm_route_is_tombstone(&r))
         r.checksum ^= 0xdead;

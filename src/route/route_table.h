@@ -1,17 +1,26 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * route_table.h — the routes one authority holds for one logical shard: an ordered map
- * ident -> route (red-black tree, canonical-encoding order), the owner-to-key index
- * (owner runtime id, ident) -> entry over every hot replica owner of every route held, and the
- * tombstone expiry index (retain_until_ms, ident) -> entry over every finalized tombstone, which
- * the purge reads from its earliest end (route_table_tomb_first), never by scanning the map.
+ * ident -> route (red-black tree, canonical-encoding order), owner scans (owner runtime id,
+ * ident) over every hot replica owner of every route held, and the tombstone expiry index
+ * (retain_until_ms, ident) -> entry over every finalized tombstone, which the purge reads from
+ * its earliest end (route_table_tomb_first), never by scanning the map.
  *
- * Invariants (route_table_check): every entry's route validates; the owner index holds exactly
- * one ref per distinct replica owner of every entry, and nothing else; the expiry index holds
- * exactly the entries whose route is a finalized tombstone.
+ * Memory (docs/performance.md "Memory per object"): an entry is one allocation holding the tree
+ * links, the identity's canonical encoding and the route in its packed form (route_pack.h:
+ * interned ids, varints, replicas and cold backing sized to their content), ~100 bytes for a
+ * one-replica route instead of a kvm_route_t's 928. A caller reads a route through a view
+ * (route_table_view) unpacked on demand. Owner scans walk the map from the cursor and test each
+ * entry's replicas (no per-owner index nodes): O(entries skipped) per call, and O(1) for an
+ * owner that no entry of the table names (the interning set counts replica-owner references).
  *
- * Ownership: the table owns its entries and their routes (deep copies of what was put). An
- * entry pointer is valid until the next put/del/clear of that key or table. Loop thread only.
+ * Invariants (route_table_check): every entry's route validates; the interning reference
+ * counts equal the references the packed routes hold; the expiry index holds exactly the
+ * entries whose route is a finalized tombstone.
+ *
+ * Ownership: the table owns its entries and their routes (packed copies of what was put). An
+ * entry pointer, and every view or ident taken from it, is valid until the next put/del/clear
+ * of that key or table. Loop thread only.
  */
 #ifndef KVMESH_ROUTE_ROUTE_TABLE_H
 #define KVMESH_ROUTE_ROUTE_TABLE_H
@@ -25,13 +34,9 @@ typedef struct route_entry route_entry_t;
 typedef struct route_table route_table_t;
 
 struct route_entry {
-    kvm_route_t route;
     bool busy;  /* primary: a mirror of this key is in flight */
     bool dirty; /* primary: the last mirror was partial; re-mirror before the next mutation */
-    void *priv_tree[4];                 /* tree links (route_table.c) */
-    void *priv_owner[KVM_MAX_REPLICAS]; /* owner index refs (route_table.c) */
-    unsigned n_owner_refs;
-    void *priv_tomb; /* expiry index ref (route_table.c); NULL unless a finalized tombstone */
+    uint16_t priv_enc_len, priv_len; /* route_table.c: ident encoding and packed route bytes */
 };
 
 route_table_t *route_table_new(void); /* NULL when out of memory */
@@ -40,22 +45,49 @@ void route_table_clear(route_table_t *t);
 size_t route_table_count(const route_table_t *t);
 
 route_entry_t *route_table_get(route_table_t *t, const kvm_ident_t *ident);
-/* Inserts or replaces the route of r->ident with a deep copy of r (busy/dirty kept on replace).
- * KVMESH_ENOMEM. *out (may be NULL) gets the entry. */
+/* Inserts or replaces the route of r->ident with a packed copy of r (busy/dirty kept on
+ * replace; r may be a view of this table). KVMESH_ENOMEM. *out (may be NULL) gets the entry. */
 int route_table_put(route_table_t *t, const kvm_route_t *r, route_entry_t **out);
 void route_table_del(route_table_t *t, route_entry_t *e);
 
+/*
+ * The route of e, unpacked into *out. out->ident is a borrowed view of the entry's identity
+ * (route_entry_ident): never kvm_route_free a view; kvm_route_copy it to keep it.
+ */
+void route_table_view(const route_table_t *t, const route_entry_t *e, kvm_route_t *out);
+/* The identity of e, as a borrowed view (enc points into the entry; never kvm_ident_free it). */
+kvm_ident_t route_entry_ident(const route_entry_t *e);
+/* The version of e's route (without unpacking the rest). */
+kvm_route_version_t route_entry_version(const route_entry_t *e);
+
 /* First entry with ident > after (after NULL = the first entry), or NULL. */
 route_entry_t *route_table_next(route_table_t *t, const kvm_ident_t *after);
+/* The entry after e in ident order, or NULL. */
+route_entry_t *route_table_after(route_table_t *t, route_entry_t *e);
 /* First entry referencing owner with ident > after (NULL = from the start), or NULL. */
 route_entry_t *route_table_owner_next(route_table_t *t, const kvm_runtime_id_t *owner,
                                       const kvm_ident_t *after);
+/* The first entry after e in ident order referencing owner, or NULL. */
+route_entry_t *route_table_owner_after(route_table_t *t, const kvm_runtime_id_t *owner,
+                                       route_entry_t *e);
 
 /* The finalized tombstone with the earliest retain_until_ms (ties by ident), or NULL; and the
  * next one after e in that order. */
 route_entry_t *route_table_tomb_first(route_table_t *t);
 route_entry_t *route_table_tomb_next(route_table_t *t, route_entry_t *e);
 size_t route_table_tomb_count(const route_table_t *t);
+
+/* What the table's memory is (allocator usable sizes, kept up to date by put/del): the entry
+ * allocations, the expiry index nodes, the interning sets and the table header. */
+typedef struct route_table_mem {
+    size_t entries;      /* entries held */
+    size_t entry_bytes;  /* their allocations (links, ident encoding, packed route) */
+    size_t packed_bytes; /* of it: the packed routes alone */
+    size_t ident_bytes;  /* of it: the identity encodings */
+    size_t tomb_bytes;   /* expiry index nodes */
+    size_t intern_bytes; /* interning sets (ids and segments) */
+} route_table_mem_t;
+void route_table_mem(const route_table_t *t, route_table_mem_t *out);
 
 /* Checks the invariants above; returns 0 or KVMESH_ECORRUPT with a message. O(n). */
 int route_table_check(route_table_t *t);

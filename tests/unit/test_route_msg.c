@@ -4,10 +4,11 @@
  * route table (route_table.c): round trips of every message kind, rejection of every truncation,
  * of trailing bytes, of a type/kind mismatch, of route counts a kind may not carry and of a
  * newer codec version; shard record and policy round trips and rejections; table ordering,
- * replacement and the owner-to-key index (paginated, exact); the batch message (RMSG_BATCH):
- * golden layout, items decoded as the single messages they are, every truncation, trailing
- * bytes, wrong type, newer version, counts out of 2..KVM_ROUTE_BATCH_MAX, unbatchable or nested
- * items, and the builder's bounds.
+ * replacement and the owner-to-key index (paginated, exact); the packed route form (every shape
+ * round-trips, interning reference counts) and the table against a model of random puts/deletes;
+ * the batch message (RMSG_BATCH): golden layout, items decoded as the single messages they are,
+ * every truncation, trailing bytes, wrong type, newer version, counts out
+ * of 2..KVM_ROUTE_BATCH_MAX, unbatchable or nested items, and the builder's bounds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +24,8 @@
 #include "kvmesh.h"
 #include "route/route_int.h"
 #include "route/route_msg.h"
+#include "core/rng.h"
+#include "route/route_pack.h"
 #include "route/route_table.h"
 
 static void test_roundtrip_all_kinds(void **state)
@@ -181,14 +184,20 @@ static void test_table_and_owner_index(void **state)
     }
     assert_int_equal(route_table_count(t), 20);
     assert_int_equal(route_table_check(t), 0);
+    /* the memory per entry stays packed (docs/performance.md "Memory per object"): a
+     * one-replica route in <= 40 bytes, its whole entry allocation in <= 128 */
+    route_table_mem_t mem;
+    route_table_mem(t, &mem);
+    assert_true(mem.packed_bytes <= 40 * 20);
+    assert_true(mem.entry_bytes <= 128 * 20);
     /* ordered walk */
     int n = 0;
-    const kvm_ident_t *prev = NULL;
-    for (route_entry_t *e = route_table_next(t, NULL); e;
-         e = route_table_next(t, &e->route.ident)) {
-        if (prev)
-            assert_true(kvm_ident_cmp(prev, &e->route.ident) < 0);
-        prev = &e->route.ident;
+    kvm_ident_t prev = {0};
+    for (route_entry_t *e = route_table_next(t, NULL); e; e = route_table_next(t, &prev)) {
+        kvm_ident_t cur = route_entry_ident(e);
+        if (prev.enc)
+            assert_true(kvm_ident_cmp(&prev, &cur) < 0);
+        prev = cur;
         n++;
     }
     assert_int_equal(n, 20);
@@ -197,9 +206,11 @@ static void test_table_and_owner_index(void **state)
     n = 0;
     route_entry_t *e = route_table_owner_next(t, &o1, NULL);
     while (e) {
-        assert_true(kvm_id128_equal(&e->route.replicas[0].owner, &o1));
+        kvm_route_t v;
+        route_table_view(t, e, &v);
+        assert_true(kvm_id128_equal(&v.replicas[0].owner, &o1));
         n++;
-        e = route_table_owner_next(t, &o1, &e->route.ident);
+        e = route_table_owner_next(t, &o1, &v.ident);
     }
     assert_int_equal(n, 7);
     /* moving k01 to owner 2 removes it from owner 1's index */
@@ -208,8 +219,7 @@ static void test_table_and_owner_index(void **state)
     kvm_route_free(&r);
     assert_int_equal(route_table_check(t), 0);
     n = 0;
-    for (e = route_table_owner_next(t, &o1, NULL); e;
-         e = route_table_owner_next(t, &o1, &e->route.ident))
+    for (e = route_table_owner_next(t, &o1, NULL); e; e = route_table_owner_after(t, &o1, e))
         n++;
     assert_int_equal(n, 6);
     kvm_runtime_id_t o7 = kvm_id128_from_u64(9, 7);
@@ -217,6 +227,161 @@ static void test_table_and_owner_index(void **state)
     route_table_del(t, route_table_next(t, NULL));
     assert_int_equal(route_table_count(t), 19);
     assert_int_equal(route_table_check(t), 0);
+    route_table_free(t);
+}
+
+/* A random route of any shape (not necessarily valid: packing is lossless for every field). */
+static void random_route(kvm_rng_t *g, kvm_route_t *r, uint32_t key)
+{
+    char k[16];
+    snprintf(k, sizeof(k), "r%u", key);
+    kvm_route_init(r);
+    assert_int_equal(kvm_ident_init(&r->ident, "tenant", key % 3 ? NULL : "dom", k, strlen(k)), 0);
+    uint64_t big[] = {0, 1, 127, 128, 16383, 16384, UINT64_MAX, UINT64_MAX - 1};
+#define PICK()                                                                                     \
+    (kvm_rng_chance(g, 0.3) ? big[kvm_rng_range(g, 0, 7)]                                          \
+                            : kvm_rng_next(g) >> kvm_rng_range(g, 0, 63))
+    r->version = (kvm_route_version_t){PICK(), PICK()};
+    r->predecessor_version = kvm_rng_chance(g, 0.5)
+                                 ? (kvm_route_version_t){r->version.fencing_token, PICK()}
+                                 : (kvm_route_version_t){PICK(), PICK()};
+    r->content_op = (kvm_op_id_t){kvm_id128_from_u64(1, kvm_rng_range(g, 0, 6)), PICK(), PICK()};
+    if (kvm_rng_chance(g, 0.5))
+        r->predecessor_op =
+            (kvm_op_id_t){kvm_id128_from_u64(1, kvm_rng_range(g, 0, 6)), PICK(), PICK()};
+    r->length = PICK();
+    r->checksum = kvm_rng_next(g);
+    r->tomb = (kvm_tomb_state_t)kvm_rng_range(g, 0, 2);
+    r->retain_until_ms = kvm_rng_chance(g, 0.5) ? PICK() : 0;
+    r->n_replicas = (uint32_t)kvm_rng_range(g, 0, KVM_MAX_REPLICAS);
+    bool exact = kvm_rng_chance(g, 0.5);
+    for (uint32_t i = 0; i < r->n_replicas; i++)
+        r->replicas[i] =
+            (kvm_hot_replica_t){.owner = kvm_id128_from_u64(9, kvm_rng_range(g, 0, 9)),
+                                .segment = big[kvm_rng_range(g, 0, 7)] ^ kvm_rng_range(g, 0, 3),
+                                .offset = PICK(),
+                                .length = exact ? r->length : PICK(),
+                                .checksum = exact ? r->checksum : kvm_rng_next(g)};
+    r->cold.kind = (kvm_cold_kind_t)kvm_rng_range(g, 0, 2);
+    if (r->cold.kind != KVM_COLD_NONE) {
+        r->cold.cold_op =
+            (kvm_op_id_t){kvm_id128_from_u64(2, kvm_rng_range(g, 0, 3)), PICK(), PICK()};
+        r->cold.content_op = r->content_op;
+        r->cold.owner = kvm_id128_from_u64(9, kvm_rng_range(g, 0, 9));
+        r->cold.tier = kvm_id128_from_u64(7, kvm_rng_range(g, 0, 2));
+    }
+    if (r->cold.kind == KVM_COLD_PENDING_OFFLOAD) {
+        r->cold.u.pending.expected_length = PICK();
+        r->cold.u.pending.expected_checksum = kvm_rng_next(g);
+    } else if (r->cold.kind == KVM_COLD_MATERIALIZED) {
+        r->cold.u.mat.length = PICK();
+        r->cold.u.mat.checksum = kvm_rng_next(g);
+        r->cold.u.mat.locator_len = (uint16_t)kvm_rng_range(g, 1, KVM_COLD_LOCATOR_MAX_LEN);
+        for (uint32_t i = 0; i < r->cold.u.mat.locator_len; i++)
+            r->cold.u.mat.locator[i] = (uint8_t)kvm_rng_next(g);
+    }
+#undef PICK
+}
+
+/* The packed form (route_pack.c): unpack(pack(r)) equals r for routes of every shape, ids and
+ * segments are interned with exact reference counts, and every index is released with the
+ * last route naming it; a table of such routes replaced and deleted at random views each key
+ * as last put. */
+static void test_packed_routes(void **state)
+{
+    (void)state;
+    kvm_rng_t g;
+    kvm_rng_seed(&g, 12);
+    enum { N = 64, ROUNDS = 2000 };
+    rp_sets_t sets;
+    memset(&sets, 0, sizeof(sets));
+    static uint8_t packed[N][RP_MAX_PACKED];
+    size_t plen[N];
+    kvm_route_t in[N];
+    for (uint32_t i = 0; i < N; i++) {
+        random_route(&g, &in[i], i);
+        assert_int_equal(rp_pack(&sets, &in[i], packed[i], &plen[i]), 0);
+    }
+    for (uint32_t i = 0; i < N; i++) {
+        kvm_route_t out;
+        rp_unpack(&sets, packed[i], plen[i], &out);
+        out.ident = in[i].ident;
+        assert_true(kvm_route_equal(&out, &in[i]));
+        kvm_route_version_t v = rp_version(packed[i], plen[i]);
+        assert_true(kvm_route_version_equal(&v, &in[i].version));
+        for (uint64_t o = 0; o < 10; o++) {
+            kvm_id128_t id = kvm_id128_from_u64(9, o);
+            int64_t idx = rp_intern_find(&sets.ids, &id);
+            bool has = false;
+            for (uint32_t j = 0; j < in[i].n_replicas; j++)
+                has = has || kvm_id128_equal(&in[i].replicas[j].owner, &id);
+            assert_int_equal(idx >= 0 && rp_has_owner(packed[i], plen[i], (uint32_t)idx), has);
+        }
+    }
+    for (uint32_t i = 0; i < N; i++) {
+        rp_unref(&sets, packed[i], plen[i]);
+        kvm_route_free(&in[i]);
+    }
+    assert_int_equal(sets.ids.live, 0);
+    assert_int_equal(sets.segs.live, 0);
+    rp_sets_fini(&sets);
+
+    /* the table: random puts, replaces and deletes against a model */
+    route_table_t *t = route_table_new();
+    kvm_route_t model[N];
+    bool present[N] = {false};
+    for (uint32_t i = 0; i < N; i++)
+        kvm_route_init(&model[i]);
+    for (int round = 0; round < ROUNDS; round++) {
+        uint32_t k = (uint32_t)kvm_rng_range(&g, 0, N - 1);
+        if (present[k] && kvm_rng_chance(&g, 0.3)) {
+            route_table_del(t, route_table_get(t, &model[k].ident));
+            kvm_route_free(&model[k]);
+            present[k] = false;
+        } else {
+            if (present[k])
+                kvm_route_free(&model[k]);
+            random_route(&g, &model[k], k);
+            present[k] = true;
+            route_entry_t *e = NULL;
+            assert_int_equal(route_table_put(t, &model[k], &e), 0);
+            assert_non_null(e);
+        }
+        if (round % 500 == 0 || round == ROUNDS - 1) {
+            size_t count = 0;
+            for (uint32_t i = 0; i < N; i++) {
+                if (!present[i]) {
+                    char gk[16];
+                    kvm_ident_t gone;
+                    snprintf(gk, sizeof(gk), "r%u", i);
+                    assert_int_equal(
+                        kvm_ident_init(&gone, "tenant", i % 3 ? NULL : "dom", gk, strlen(gk)), 0);
+                    assert_null(route_table_get(t, &gone));
+                    kvm_ident_free(&gone);
+                    continue;
+                }
+                route_entry_t *e = route_table_get(t, &model[i].ident);
+                count++;
+                kvm_route_t v;
+                route_table_view(t, e, &v);
+                assert_true(kvm_route_equal(&v, &model[i]));
+                kvm_ident_t id = route_entry_ident(e);
+                assert_true(kvm_ident_equal(&id, &model[i].ident));
+                assert_int_equal(kvm_ident_shard(&id, 64), kvm_ident_shard(&model[i].ident, 64));
+            }
+            assert_int_equal(route_table_count(t), count);
+        }
+    }
+    route_table_mem_t mem;
+    route_table_mem(t, &mem);
+    assert_int_equal(mem.entries, route_table_count(t));
+    assert_true(mem.entry_bytes >= mem.packed_bytes + mem.ident_bytes);
+    for (uint32_t i = 0; i < N; i++)
+        if (present[i])
+            kvm_route_free(&model[i]);
+    route_table_clear(t);
+    route_table_mem(t, &mem);
+    assert_int_equal(mem.entry_bytes, 0);
     route_table_free(t);
 }
 
@@ -245,20 +410,24 @@ static void test_table_expiry_index(void **state)
     assert_int_equal(route_table_tomb_count(t), 5);
     uint64_t last = 0;
     int n = 0;
+    kvm_route_t v;
     for (route_entry_t *e = route_table_tomb_first(t); e; e = route_table_tomb_next(t, e)) {
-        assert_int_equal(e->route.tomb, KVM_TOMB_FINALIZED);
-        assert_true(e->route.retain_until_ms >= last);
-        last = e->route.retain_until_ms;
+        route_table_view(t, e, &v);
+        assert_int_equal(v.tomb, KVM_TOMB_FINALIZED);
+        assert_true(v.retain_until_ms >= last);
+        last = v.retain_until_ms;
         n++;
     }
     assert_int_equal(n, 5);
-    assert_int_equal(route_table_tomb_first(t)->route.retain_until_ms, 920); /* t08 */
+    route_table_view(t, route_table_tomb_first(t), &v);
+    assert_int_equal(v.retain_until_ms, 920); /* t08 */
     /* t08 rewritten live: out of the index; the earliest is then t06 */
     fixture_route(&r, "t08", 1, 2);
     assert_int_equal(route_table_put(t, &r, NULL), 0);
     kvm_route_free(&r);
     assert_int_equal(route_table_tomb_count(t), 4);
-    assert_int_equal(route_table_tomb_first(t)->route.retain_until_ms, 940);
+    route_table_view(t, route_table_tomb_first(t), &v);
+    assert_int_equal(v.retain_until_ms, 940);
     /* purge the two earliest */
     route_table_del(t, route_table_tomb_first(t));
     route_table_del(t, route_table_tomb_first(t));
@@ -384,8 +553,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_all_kinds),   cmocka_unit_test(test_record_and_policy),
-        cmocka_unit_test(test_table_and_owner_index), cmocka_unit_test(test_table_expiry_index),
-        cmocka_unit_test(test_batch_codec),
+        cmocka_unit_test(test_table_and_owner_index), cmocka_unit_test(test_packed_routes),
+        cmocka_unit_test(test_table_expiry_index),    cmocka_unit_test(test_batch_codec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
