@@ -155,6 +155,11 @@ uint64_t kvm_deadline_new(const kvm_rt_t *rt)
     return env_clock_mono_ms() + rt->cfg.request_timeout_ms;
 }
 
+uint32_t kvm_reserve_ttl_ms(const kvm_rt_t *rt)
+{
+    return rt->cfg.request_timeout_ms * 2;
+}
+
 uint32_t kvm_deadline_left_ms(uint64_t deadline_ms)
 {
     if (!deadline_ms)
