@@ -359,6 +359,12 @@ enum tp_kind tp_segment_kind(const struct tp_segment *s)
     return s->kind;
 }
 
+void tp_segment_note_grant(struct tp_segment *s, const struct seg_grant *g)
+{
+    if (s->kind == TP_SHM && g->token != 0 && g->seg_id == s->seg_id)
+        tp_shm_note_grant(s, g);
+}
+
 /* ---- batches ------------------------------------------------------------------------------- */
 
 int tp_batch_new(struct tp_engine *e, unsigned capacity, struct tp_batch **out)
@@ -399,6 +405,11 @@ void tp_batch_set_callback(struct tp_batch *b, tp_batch_cb cb, void *arg)
     b->cb = cb;
     b->cb_arg = arg;
     pthread_mutex_unlock(&b->mu);
+}
+
+unsigned tp_batch_exchanges(const struct tp_batch *b)
+{
+    return __atomic_load_n(&b->exchanges, __ATOMIC_RELAXED);
 }
 
 unsigned tp_batch_count(const struct tp_batch *b)

@@ -98,6 +98,13 @@ int tp_open_segment(struct tp_engine *e, const char *owner_addr, uint64_t seg_id
                     struct tp_segment **out);
 void tp_close_segment(struct tp_segment *s);
 enum tp_kind tp_segment_kind(const struct tp_segment *s);
+/* Hands s a grant descriptor the caller received from the segment's owner over another channel
+ * (the store's reservation reply carries the write grant of the reserved range: seg_id, offset,
+ * length, rights, a conservative expiry and the token), so the first request with its token
+ * needs no grant exchange with the owner. shm caches it like a grant it asked for (re-asked after
+ * TP_SHM_GRANT_RECHECK; expiry checked on every request); tcp ignores it (its owner checks every
+ * request). A descriptor for another segment, or with token 0, is ignored. */
+void tp_segment_note_grant(struct tp_segment *s, const struct seg_grant *g);
 
 /* A batch holds up to `capacity` (<= TP_MAX_BATCH) requests across one or more submits. */
 int tp_batch_new(struct tp_engine *e, unsigned capacity, struct tp_batch **out);
@@ -111,6 +118,10 @@ void tp_batch_set_callback(struct tp_batch *b, tp_batch_cb cb, void *arg);
  */
 int tp_submit(struct tp_batch *b, const struct tp_request *reqs, unsigned n);
 unsigned tp_batch_count(const struct tp_batch *b);
+/* Round trips to owners that submitting b's requests made besides the transfers themselves: shm
+ * asks the owner for a grant descriptor it has not cached (0 when every token's grant was cached
+ * or handed over with tp_segment_note_grant); tcp 0. */
+unsigned tp_batch_exchanges(const struct tp_batch *b);
 /* Status of request i: TP_STATUS_PENDING, 0 done, or a negative KVMESH_E*. reason (may be NULL)
  * receives the seg_reason of an access refusal (SEG_OK otherwise). */
 int tp_status(const struct tp_batch *b, unsigned i, enum seg_reason *reason);

@@ -44,6 +44,8 @@ struct tp_ops {
 
 extern const struct tp_ops tp_tcp_ops;
 extern const struct tp_ops tp_shm_ops;
+/* Caches a grant descriptor received from the owner by another channel (tp_segment_note_grant). */
+void tp_shm_note_grant(struct tp_segment *s, const struct seg_grant *g);
 
 struct tp_region {
     uintptr_t addr;
@@ -108,6 +110,7 @@ struct tp_batch {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     unsigned pending;
+    unsigned exchanges; /* atomic: grant exchanges with owners its submits made (shm) */
     unsigned cb_running;
     int canceled; /* atomic */
     tp_batch_cb cb;

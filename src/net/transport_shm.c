@@ -10,7 +10,8 @@
  *
  * Client side: one control connection per owner (the shm peer). A segment is mapped once per
  * process (seg_remote_map). Each request is checked client-side against the grant descriptor
- * the owner returned for its token (segment, rights, range, expiry) and against the mapping
+ * the owner returned for its token (segment, rights, range, expiry; or the one the caller was
+ * handed by the owner over another channel: tp_segment_note_grant) and against the mapping
  * size, then copied with memcpy by the submitting thread, in TP_SHM_COPY_STEP steps; between
  * steps it checks cancellation and that the owner's control connection is still up, so an owner
  * killed mid-transfer fails the request with KVMESH_ECONN promptly. Grant descriptors are
@@ -416,9 +417,16 @@ static void shm_cache_drop(struct tp_segment *s, uint64_t token)
     }
 }
 
+void tp_shm_note_grant(struct tp_segment *s, const struct seg_grant *g)
+{
+    pthread_mutex_lock(&s->mu);
+    shm_cache_put(s, g, env_clock_mono_ns());
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* The grant descriptor for token: cached, or asked from the owner. */
 static int shm_grant_get(struct tp_segment *s, uint64_t token, struct seg_grant *g,
-                         enum seg_reason *reason)
+                         enum seg_reason *reason, struct tp_batch *b)
 {
     uint64_t now = env_clock_mono_ns();
     pthread_mutex_lock(&s->mu);
@@ -431,6 +439,7 @@ static int shm_grant_get(struct tp_segment *s, uint64_t token, struct seg_grant 
     }
     pthread_mutex_unlock(&s->mu);
     struct tpw_shmr rep;
+    __atomic_fetch_add(&b->exchanges, 1, __ATOMIC_RELAXED); /* a round trip to the owner */
     int rc = shm_exchange(s->peer, s->seg_id, token, false, &rep, NULL);
     if (rc)
         return rc;
@@ -505,7 +514,7 @@ static int shm_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
     struct tp_segment *s = r->segment;
     struct shm_peer *p = s->peer;
     struct seg_grant g;
-    int rc = shm_grant_get(s, r->token, &g, reason);
+    int rc = shm_grant_get(s, r->token, &g, reason, b);
     if (rc)
         return rc;
     uint32_t op = r->op == TP_READ ? SEG_READ : SEG_WRITE;

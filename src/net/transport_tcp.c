@@ -308,14 +308,15 @@ struct tcp_conn {
     struct tcp_chunk *cur; /* the chunk being exchanged (guarded by peer.mu) */
     uint64_t last_ms;      /* tp_io_now_ms() of the last exchange (guarded by peer.mu) */
     struct tcp_chunk *head, *tail;
-    uint64_t qbytes; /* bytes queued or in flight */
+    uint64_t qbytes;   /* bytes queued or in flight */
+    pthread_cond_t cv; /* work for this connection (waited on with peer.mu): a submit wakes only
+                        * the connections it queued chunks on, not every I/O thread of the peer */
 };
 
 struct tcp_peer {
     char key[SEG_OWNER_KEY_MAX];
     struct tp_engine *e;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     int dead;
     int stopping;
     unsigned refs; /* open segments */
@@ -334,7 +335,7 @@ static void tcp_conn_wait_locked(struct tcp_conn *c, struct tcp_peer *p)
 {
     uint32_t idle = p->e->idle_timeout_ms / 2;
     if (!idle) {
-        pthread_cond_wait(&p->cv, &p->mu);
+        pthread_cond_wait(&c->cv, &p->mu);
         return;
     }
     uint64_t now = tp_io_now_ms();
@@ -344,7 +345,7 @@ static void tcp_conn_wait_locked(struct tcp_conn *c, struct tcp_peer *p)
     }
     uint64_t due = c->fd >= 0 ? c->last_ms + idle : now + idle;
     struct timespec ts = {.tv_sec = (time_t)(due / 1000), .tv_nsec = (long)(due % 1000) * 1000000L};
-    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+    pthread_cond_timedwait(&c->cv, &p->mu, &ts);
 }
 
 /* Makes sure c has a socket before a chunk runs (p->mu held; connects without it). */
@@ -381,7 +382,8 @@ static void tcp_peer_kill_locked(struct tcp_peer *p)
             if (p->conns[i].fd >= 0)
                 shutdown(p->conns[i].fd, SHUT_RDWR);
     }
-    pthread_cond_broadcast(&p->cv);
+    for (unsigned i = 0; i < p->n; i++)
+        pthread_cond_broadcast(&p->conns[i].cv);
 }
 
 static int tcp_run_chunk(struct tcp_conn *c, struct tcp_chunk *k, uint64_t req_id, uint8_t *reason)
@@ -485,7 +487,8 @@ static void tcp_peer_free(struct tcp_peer *p)
         if (p->conns[i].fd >= 0)
             close(p->conns[i].fd);
     }
-    pthread_cond_destroy(&p->cv);
+    for (unsigned i = 0; i < p->n; i++)
+        pthread_cond_destroy(&p->conns[i].cv);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -525,7 +528,8 @@ static int tcp_peer_new(struct tp_engine *e, const struct tp_addr *a, const char
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* idle waits use tp_io_now_ms() */
-    pthread_cond_init(&p->cv, &ca);
+    for (unsigned i = 0; i < p->n; i++)
+        pthread_cond_init(&p->conns[i].cv, &ca);
     pthread_condattr_destroy(&ca);
     for (unsigned i = 0; i < p->n; i++) {
         p->conns[i].fd = -1;
@@ -667,6 +671,7 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
         return kvm_errf(KVMESH_ECONN, "connection to %s lost; reopen the segment", p->key);
     }
     tp_slot_set_chunks(b, idx, (uint32_t)nk);
+    bool woke[TP_MAX_CONNS] = {false};
     while (list) {
         struct tcp_chunk *k = list;
         list = k->next;
@@ -681,8 +686,12 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
         else
             best->head = k;
         best->tail = k;
+        unsigned bi = (unsigned)(best - p->conns);
+        if (!woke[bi]) {
+            woke[bi] = true;
+            pthread_cond_signal(&best->cv); /* its I/O thread is the only waiter */
+        }
     }
-    pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return 0;
 }

@@ -159,6 +159,27 @@ static size_t get_chunk(kvm_rt_t *rt, const struct kvm_sgout *outs, size_t n)
     return DATA_CHUNK_MAX;
 }
 
+/* Transport requests a put chunk items[base, end) can submit: one per buffer and remote
+ * replica (a batch sized to the chunk, not TP_MAX_BATCH slots zeroed for every call). */
+static unsigned put_batch_cap(const struct kvm_item *items, const struct kvm_sg *sgs, size_t base,
+                              size_t end)
+{
+    size_t n = 0;
+    for (size_t i = base; i < end; i++)
+        for (uint32_t r = 0; r < items[i].n_res; r++)
+            n += items[i].res[r].local ? 0 : (size_t)sgs[i].iovcnt;
+    return (unsigned)KVM_MAX(KVM_MIN(n, (size_t)TP_MAX_BATCH), (size_t)1);
+}
+
+/* The same for a get round's chunk: one request per buffer of each item still to read. */
+static unsigned get_batch_cap(const struct kvm_sgout *outs, size_t base, size_t end)
+{
+    size_t n = 0;
+    for (size_t i = base; i < end; i++)
+        n += outs[i].rc == KVMESH_EAGAIN ? (size_t)outs[i].iovcnt : 0;
+    return (unsigned)KVM_MAX(KVM_MIN(n, (size_t)TP_MAX_BATCH), (size_t)1);
+}
+
 /* Adds the requests moving [remote_off, +len) of a segment to/from the iov list. */
 static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, int iovcnt,
                     struct tp_segment *seg, uint64_t remote_off, uint64_t token)
@@ -313,6 +334,9 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
             goto out;
         it->len = sgs[i].len; /* the checksum comes with the payload copy below */
     }
+    /* Any reservation of the call is made after this instant, so its write grant expires no
+     * earlier than from_ns + the reservation ttl (same host for shm: one CLOCK_MONOTONIC). */
+    const uint64_t reserved_from_ns = env_clock_mono_ns();
     if ((rc = kvm_op_run(place)) != 0)
         goto out;
 
@@ -359,10 +383,19 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                 int e = res->data_addr ? kvm_rt_seg_open(rt, res->data_addr, res->seg,
                                                          res->seg_read_token, &seg)
                                        : KVMESH_EUNAVAILABLE;
+                if (!e) /* the reservation reply is the owner's write grant: no exchange */
+                    tp_segment_note_grant(
+                        seg, &(struct seg_grant){.seg_id = res->seg,
+                                                 .offset = res->offset,
+                                                 .length = it->len,
+                                                 .rights = SEG_WRITE,
+                                                 .expiry_ns = reserved_from_ns +
+                                                              kvm_reserve_ttl_ms(rt) * 1000000ull,
+                                                 .token = res->token});
                 if (!e && !regs[i - base].addr)
                     e = reg_span(rt, sgs[i].iov, sgs[i].iovcnt, &regs[i - base]);
                 if (!e && !b)
-                    e = tp_batch_new(rt->tp, TP_MAX_BATCH, &b);
+                    e = tp_batch_new(rt->tp, put_batch_cap(place->items, sgs, base, end), &b);
                 if (!e && tp_batch_count(b) + (unsigned)sgs[i].iovcnt > TP_MAX_BATCH)
                     e = KVMESH_ETOOBIG;
                 if (!e) {
@@ -380,7 +413,8 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         }
         if (b) {
             bool late = batch_wait_by(b, deadline);
-            KVM_CP_COUNT(place, op_round_trips_total, OBS_CPSTAGE_PAYLOAD, cpo.n);
+            KVM_CP_COUNT(place, op_round_trips_total, OBS_CPSTAGE_PAYLOAD,
+                         cpo.n + tp_batch_exchanges(b));
             for (size_t i = base; i < end; i++) {
                 struct kvm_item *it = &place->items[i];
                 for (uint32_t r = 0; r < it->n_res && !it->rc; r++)
@@ -596,7 +630,7 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             if (!e)
                 e = reg_span(rt, o->iov, o->iovcnt, &regs[i - base]);
             if (!e && !b)
-                e = tp_batch_new(rt->tp, TP_MAX_BATCH, &b);
+                e = tp_batch_new(rt->tp, get_batch_cap(outs, base, end), &b);
             if (!e && tp_batch_count(b) + (unsigned)o->iovcnt > TP_MAX_BATCH)
                 e = KVMESH_ETOOBIG;
             if (!e) {
@@ -613,7 +647,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
         }
         bool chunk_late = b && batch_wait_by(b, deadline);
         if (b)
-            KVM_CP_COUNT(look, op_round_trips_total, OBS_CPSTAGE_PAYLOAD, cpo.n);
+            KVM_CP_COUNT(look, op_round_trips_total, OBS_CPSTAGE_PAYLOAD,
+                         cpo.n + tp_batch_exchanges(b));
         *late = *late || chunk_late;
         for (size_t i = base; i < end; i++) {
             if (!tried[i - base])

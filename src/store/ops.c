@@ -358,7 +358,7 @@ static void rsv_send_batch(struct reserve_batch *rb)
     int rc = req && body ? 0 : KVMESH_ENOMEM;
     if (!rc) {
         req->target_epoch = c0->owner.epoch;
-        req->ttl_ms = op->rt->cfg.request_timeout_ms * 2;
+        req->ttl_ms = kvm_reserve_ttl_ms(op->rt);
         req->n = rb->n;
         for (uint16_t i = 0; i < rb->n; i++) {
             req->length[i] = rb->c[i]->it->len;
@@ -504,7 +504,7 @@ static void rsv_send_one(struct reserve_ctx *c)
     size_t len = 0;
     store_reserve_req_t req = {.target_epoch = c->owner.epoch,
                                .length = it->len,
-                               .ttl_ms = op->rt->cfg.request_timeout_ms * 2,
+                               .ttl_ms = kvm_reserve_ttl_ms(op->rt),
                                .ident = it->ident};
     int rc = p ? store_reserve_req_encode(&req, body, sizeof(body), &len) : KVMESH_ECONN;
     uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);

@@ -109,8 +109,10 @@ void kvm_op_complete(kvm_op_t *op, int rc)
     pthread_mutex_lock(&op->mu);
     op->rc = rc;
     op->done = true;
-    pthread_cond_signal(&op->cv);
     pthread_mutex_unlock(&op->mu);
+    /* Signalled after the unlock, so the woken caller does not block on op->mu the loop still
+     * holds; the loop's reference keeps op (and its cv) alive until after the signal. */
+    pthread_cond_signal(&op->cv);
     kvm_op_unref(op); /* the loop's reference */
 }
 
@@ -153,6 +155,11 @@ static void op_enter(void *arg)
 uint64_t kvm_deadline_new(const kvm_rt_t *rt)
 {
     return env_clock_mono_ms() + rt->cfg.request_timeout_ms;
+}
+
+uint32_t kvm_reserve_ttl_ms(const kvm_rt_t *rt)
+{
+    return rt->cfg.request_timeout_ms * 2;
 }
 
 uint32_t kvm_deadline_left_ms(uint64_t deadline_ms)

@@ -393,6 +393,9 @@ void kvm_op_unref(kvm_op_t *op);
 int kvm_op_run(kvm_op_t *op);
 /* The deadline of a call starting now: request_timeout_ms from now (CLOCK_MONOTONIC ms). */
 uint64_t kvm_deadline_new(const kvm_rt_t *rt);
+/* The lifetime a put asks for its reservations and their write grants (RESERVE ttl_ms): twice
+ * request_timeout_ms, so a reservation outlives the call that made it. */
+uint32_t kvm_reserve_ttl_ms(const kvm_rt_t *rt);
 /* Milliseconds left until deadline_ms (0 when passed; UINT32_MAX when deadline_ms is 0). */
 uint32_t kvm_deadline_left_ms(uint64_t deadline_ms);
 /* [loop] completion helpers */

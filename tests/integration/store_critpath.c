@@ -218,7 +218,9 @@ int main(int argc, char **argv)
     show("get (remote)", &d);
     CHECK(got == VSIZE && memcmp(outs[0], vals[1], VSIZE) == 0);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] >= 1);
-    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == (tcp ? 1 : 0));
+    /* shm: a copy, plus one grant exchange when the segment's read grant was cached more than
+     * TP_SHM_GRANT_RECHECK (100 ms) ago (the re-check that carries revocations) */
+    CHECK(tcp ? d.rt[OBS_CPSTAGE_PAYLOAD] == 1 : d.rt[OBS_CPSTAGE_PAYLOAD] <= 1);
     CHECK(total(&d) <= BOUND_GET_REMOTE);
     CHECK(d.handoffs == 1);
     CHECK(d.copies[xt] == per_copy);
@@ -289,7 +291,7 @@ int main(int argc, char **argv)
         CHECK(items[i].rc == 0 && items[i].out_len == VSIZE &&
               memcmp(outs[i], vals[i], VSIZE) == 0);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 1); /* all 128 lookups in one batch to S */
-    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == (tcp ? 1 : 0));
+    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 1 || (!tcp && d.rt[OBS_CPSTAGE_PAYLOAD] == 0)); /* (get) */
     CHECK(total(&d) <= BOUND_BATCH_GET);
     CHECK(d.handoffs == 1);
     CHECK(d.copies[xt] == BATCH * per_copy);
