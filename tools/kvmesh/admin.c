@@ -1491,7 +1491,8 @@ int cmd_admin(int argc, char **argv)
     cli_opt_t opts[ADM_MAX_OPTS] = {
         {"json", NULL, CLI_FLAG, &x.json, "print one JSON document instead of a table"},
         {"apply", NULL, CLI_FLAG, &x.apply,
-         "cleanup, quota abort|reconcile: act (without it, a dry run that changes nothing)"},
+         "cleanup, quota abort|reconcile, policy set: act (without it, a dry run that changes "
+         "nothing)"},
         {"op", "ID", CLI_STR, &x.op,
          "quota abort: abort this pending operation (even before its deadline) instead of "
          "the expired ones"},
@@ -1510,6 +1511,7 @@ int cmd_admin(int argc, char **argv)
         "members | segments [list] | segments drain|activate MEMBER SEGMENT | shards | "
         "cleanup [--apply] | drain MEMBER | "
         "activate MEMBER | tenants [TENANT] | policy list | policy get TENANT | "
+        "policy set TENANT FIELD=VALUE... [--apply] | "
         "devices [DEVICE] | quota TENANT "
         "[abort|reconcile [--apply]] [options]";
     static const char desc[] =
@@ -1539,8 +1541,12 @@ int cmd_admin(int argc, char **argv)
         "tenants   tenant-root policies (policy version, limits, fingerprint) with each\n"
         "          tenant's usage; with TENANT only that one (exact reads)\n"
         "policy    list: the tenant-root policy records alone (schema, policy version, limits,\n"
-        "          fingerprint); get TENANT: one of them (exact read). A policy changes only\n"
-        "          through the controlled restart of docs/tenancy.md, not from here.\n"
+        "          fingerprint); get TENANT: one of them (exact read).\n"
+        "          set TENANT max_bytes=SIZE max_objects=N: the controlled restart of a hard\n"
+        "          policy: a dry run shows the stored record, the new one (policy_version + 1,\n"
+        "          its fingerprint), what changes and the live runtimes; --apply writes it,\n"
+        "          refused while any runtime of the deployment is live (stop them all, set,\n"
+        "          restart them with the printed tenant_policies entry).\n"
         "devices   cold device records (docs/cold.md): id, owner, kind, lifecycle, health,\n"
         "          schedulable, capacity / used / reserved bytes, root; with DEVICE only that one\n"
         "quota     TENANT: its usage and its reservations (non-terminal quota operations from\n"
@@ -1571,7 +1577,7 @@ int cmd_admin(int argc, char **argv)
         {"activate", 1, 1, " MEMBER"},
         {"tenants", 0, 1, " [TENANT]"},
         {"devices", 0, 1, " [DEVICE]"},
-        {"policy", 1, 2, " list | get TENANT"},
+        {"policy", 1, CLI_MAX_POS - 1, " list | get TENANT | set TENANT FIELD=VALUE..."},
         {"quota", 1, 2, " TENANT [abort|reconcile] [--apply] [--op ID]"},
     };
     size_t nsubs = sizeof(subs) / sizeof(subs[0]), si = nsubs;
@@ -1598,9 +1604,10 @@ int cmd_admin(int argc, char **argv)
                 : subs[si].min == 1 && subs[si].max == 1 ? "one member id"
                 : strcmp(x.sub, "devices") == 0          ? "at most one device id"
                 : strcmp(x.sub, "segments") == 0 ? "\"list\" or \"drain|activate MEMBER SEGMENT\""
-                : strcmp(x.sub, "policy") == 0   ? "\"list\" or \"get TENANT\""
-                : subs[si].min == 0              ? "at most one tenant"
-                                                 : "a tenant and at most one action",
+                : strcmp(x.sub, "policy") == 0
+                    ? "\"list\", \"get TENANT\" or \"set TENANT FIELD=VALUE...\""
+                : subs[si].min == 0 ? "at most one tenant"
+                                    : "a tenant and at most one action",
                 x.sub, subs[si].usage);
         return CLI_EXIT_USAGE;
     }
@@ -1614,10 +1621,13 @@ int cmd_admin(int argc, char **argv)
     }
     if (strcmp(x.sub, "segments") == 0 && npos == 4)
         x.op_seg = pos[1];
-    if (strcmp(x.sub, "policy") == 0 && !((npos == 2 && strcmp(pos[1], "list") == 0) ||
-                                          (npos == 3 && strcmp(pos[1], "get") == 0))) {
-        fprintf(stderr, "kvmesh admin policy: expected \"list\" or \"get TENANT\"; usage: kvmesh "
-                        "admin policy list | get TENANT\n");
+    bool policy_set = strcmp(x.sub, "policy") == 0 && npos >= 3 && strcmp(pos[1], "set") == 0;
+    if (strcmp(x.sub, "policy") == 0 &&
+        !((npos == 2 && strcmp(pos[1], "list") == 0) || (npos == 3 && strcmp(pos[1], "get") == 0) ||
+          policy_set)) {
+        fprintf(stderr, "kvmesh admin policy: expected \"list\", \"get TENANT\" or \"set TENANT "
+                        "FIELD=VALUE...\"; usage: kvmesh admin policy list | get TENANT | set "
+                        "TENANT max_bytes=SIZE max_objects=N [--apply]\n");
         return CLI_EXIT_USAGE;
     }
     const char *action = strcmp(x.sub, "quota") == 0 && npos == 3 ? pos[2] : NULL;
@@ -1628,9 +1638,11 @@ int cmd_admin(int argc, char **argv)
                 action);
         return CLI_EXIT_USAGE;
     }
-    bool applies = strcmp(x.sub, "cleanup") == 0 || action != NULL;
+    bool applies = strcmp(x.sub, "cleanup") == 0 || action != NULL || policy_set;
     if (x.apply && !applies) {
-        fprintf(stderr, "kvmesh admin %s: --apply belongs to cleanup and quota abort|reconcile\n",
+        fprintf(stderr,
+                "kvmesh admin %s: --apply belongs to cleanup, quota abort|reconcile and policy "
+                "set\n",
                 x.sub);
         return CLI_EXIT_USAGE;
     }
@@ -1707,6 +1719,8 @@ int cmd_admin(int argc, char **argv)
         rc = do_lifecycle(&x, pos[1]);
     else if (strcmp(x.sub, "tenants") == 0)
         rc = do_tenants(&x, npos == 2 ? pos[1] : NULL, false);
+    else if (policy_set)
+        rc = admin_policy_set(x.a, cfg, pos[2], pos + 3, npos - 3, x.apply, x.json);
     else if (strcmp(x.sub, "policy") == 0)
         rc = do_tenants(&x, npos == 3 ? pos[2] : NULL, true);
     else if (strcmp(x.sub, "devices") == 0)
