@@ -11,6 +11,7 @@
  *              member records (each only if unchanged since it was read). Shard records of dead
  *              primaries are listed but never deleted: they carry the monotonic fencing token
  *              and the state-transfer source, and the route service takes them over.
+ *   policy     tenant policy records (list, get); `policy set` is in admin_policy.c
  * Every listing has --json (one JSON document on stdout) or a table. Reads are pages of
  * --page records, at most --max records in all (the listing says when it stopped early).
  */
