@@ -608,8 +608,9 @@ static int tenant_arg(const char *tenant)
     return 0;
 }
 
-/* Fills the usage part of o from quotas/<tenant> (one exact read). */
-static int tenant_usage(kvmesh_admin_t *a, kvmesh_admin_tenant_t *o)
+/* Fills the usage part of o from quotas/<tenant> (one exact read); its revision into *rev when
+ * rev is not NULL (0 = no usage row). */
+static int tenant_usage_rev(kvmesh_admin_t *a, kvmesh_admin_tenant_t *o, int64_t *rev)
 {
     char key[KS_KEY_CAP];
     int rc = ks_quota_key(key, sizeof(key), a->deployment, o->tenant);
@@ -621,6 +622,8 @@ static int tenant_usage(kvmesh_admin_t *a, kvmesh_admin_tenant_t *o)
         kvm_errf(rc, "metadata get of %s: %s", key, res->errmsg);
     } else if (res->kv.found) {
         o->has_usage = true;
+        if (rev)
+            *rev = res->kv.mod_rev;
         tn_usage_t u;
         if (tn_usage_decode(res->kv.value, res->kv.value_len, &u) != 0) {
             o->usage_malformed = true;
@@ -635,6 +638,11 @@ static int tenant_usage(kvmesh_admin_t *a, kvmesh_admin_tenant_t *o)
     }
     meta_result_free(res);
     return rc;
+}
+
+static int tenant_usage(kvmesh_admin_t *a, kvmesh_admin_tenant_t *o)
+{
+    return tenant_usage_rev(a, o, NULL);
 }
 
 static void tenant_from_kv(const meta_kv_t *kv, kvmesh_admin_tenant_t *o)
@@ -799,28 +807,8 @@ int kvmesh_admin_policy_plan(kvmesh_admin_t *a, const char *tenant, const char *
                         "the policy record of tenant '%s' does not decode; it cannot be changed "
                         "from here",
                         tenant);
-    if ((rc = ks_quota_key(key, sizeof(key), a->deployment, tenant)) != 0)
+    if ((rc = tenant_usage_rev(a, st, &out->usage_rev)) != 0)
         return rc;
-    if ((rc = admin_get(a, key, &res)) != 0) {
-        meta_result_free(res);
-        return rc;
-    }
-    if (res->kv.found) {
-        out->usage_rev = res->kv.mod_rev;
-        st->has_usage = true;
-        tn_usage_t u;
-        if (tn_usage_decode(res->kv.value, res->kv.value_len, &u) != 0) {
-            st->usage_malformed = true;
-        } else {
-            st->committed_bytes = u.committed_bytes;
-            st->committed_objects = u.committed_objects;
-            st->pending_bytes = u.pending_bytes;
-            st->pending_objects = u.pending_objects;
-            st->ops_pending = u.n_pending;
-            st->ops_publishing = u.n_publishing;
-        }
-    }
-    meta_result_free(res);
     if (st->usage_malformed)
         return kvm_errf(KVMESH_ECORRUPT,
                         "the usage row of tenant '%s' does not decode; the new limits cannot be "

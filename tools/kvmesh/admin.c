@@ -40,7 +40,7 @@ struct adm {
     const char *op_seg; /* segments: "drain" or "activate" */
 };
 
-static void json_str(const char *s)
+void admin_json_str(const char *s)
 {
     putchar('"');
     for (; *s; s++) {
@@ -341,9 +341,9 @@ static int do_lifecycle(struct adm *x, const char *arg)
     }
     if (x->json) {
         printf("{\"member\":");
-        json_str(m.id);
+        admin_json_str(m.id);
         printf(",\"request\":\"%s\",\"state\":", want);
-        json_str(gone ? "gone" : m.state);
+        admin_json_str(gone ? "gone" : m.state);
         printf(",\"applied\":%s,\"waited_ms\":%" PRIu64 "}\n", applied ? "true" : "false", waited);
     } else if (applied) {
         printf("member %s: %s (%s)\n", m.id, want,
@@ -486,7 +486,7 @@ static int do_segment_lifecycle(struct adm *x, const char *marg, const char *sar
     }
     if (x->json) {
         printf("{\"member\":");
-        json_str(m.id);
+        admin_json_str(m.id);
         printf(",\"segment\":\"%016" PRIx64 "\",\"request\":\"%s\",\"state\":\"%s\","
                "\"applied\":%s,\"waited_ms\":%" PRIu64 "}\n",
                seg, want,
@@ -531,7 +531,7 @@ static void size_str(uint64_t v, char *buf, size_t cap)
 static void tenant_json(const kvmesh_admin_tenant_t *t)
 {
     printf("{\"tenant\":");
-    json_str(t->tenant);
+    admin_json_str(t->tenant);
     if (t->malformed) {
         printf(",\"malformed\":true}");
         return;
@@ -576,7 +576,7 @@ static void tenant_row(const kvmesh_admin_tenant_t *t)
 static void policy_json(const kvmesh_admin_tenant_t *t)
 {
     printf("{\"tenant\":");
-    json_str(t->tenant);
+    admin_json_str(t->tenant);
     if (t->malformed) {
         printf(",\"malformed\":true}");
         return;
@@ -782,21 +782,21 @@ static int do_tenants(struct adm *x, const char *one, bool policy)
 static void device_json(const kvmesh_admin_device_t *d)
 {
     printf("{\"id\":");
-    json_str(d->id);
+    admin_json_str(d->id);
     if (d->malformed) {
         printf(",\"malformed\":true}");
         return;
     }
     printf(",\"owner\":");
-    json_str(d->owner);
+    admin_json_str(d->owner);
     printf(",\"owner_epoch\":%" PRIu64 ",\"kind\":", d->owner_epoch);
-    json_str(d->kind);
+    admin_json_str(d->kind);
     printf(",\"root\":");
-    json_str(d->root);
+    admin_json_str(d->root);
     printf(",\"lifecycle\":");
-    json_str(d->lifecycle);
+    admin_json_str(d->lifecycle);
     printf(",\"schedulable\":%s,\"health\":", d->schedulable ? "true" : "false");
-    json_str(d->health);
+    admin_json_str(d->health);
     printf(",\"health_ms\":%" PRIu64 ",\"capacity_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64
            ",\"reserved_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"ops_used\":%" PRIu64
            ",\"ops_reserved\":%" PRIu64 ",\"tags\":",
@@ -804,7 +804,7 @@ static void device_json(const kvmesh_admin_device_t *d)
            d->capacity -
                (d->used + d->reserved <= d->capacity ? d->used + d->reserved : d->capacity),
            d->n_used, d->n_reserved);
-    json_str(d->tags);
+    admin_json_str(d->tags);
     printf("}");
 }
 
@@ -933,7 +933,7 @@ static int fetch_qops(struct adm *x, const char *tenant, struct qops *q)
 static void qop_json(const kvmesh_admin_qop_t *o)
 {
     printf("{\"id\":");
-    json_str(o->id);
+    admin_json_str(o->id);
     printf(",\"due_state\":\"%s\",\"deadline_ms\":%" PRIu64 ",\"expired\":%s", o->due_state,
            o->deadline_ms, o->expired ? "true" : "false");
     if (o->missing || o->malformed) {
@@ -941,9 +941,9 @@ static void qop_json(const kvmesh_admin_qop_t *o)
         return;
     }
     printf(",\"state\":\"%s\",\"kind\":\"%s\",\"domain\":", o->state, o->kind);
-    json_str(o->domain);
+    admin_json_str(o->domain);
     printf(",\"key\":");
-    json_str(o->key);
+    admin_json_str(o->key);
     printf(",\"delta_bytes\":%" PRId64 ",\"delta_objects\":%" PRId64 ",\"next_len\":%" PRIu64
            ",\"recon_attempts\":%u}",
            o->delta_bytes, o->delta_objects, o->next_len, o->recon_attempts);
@@ -1090,7 +1090,7 @@ static int do_quota(struct adm *x, const char *tenant, const char *action)
                 printf(",\"aborted\":%s", ok ? "true" : "false");
                 if (err[0]) {
                     printf(",\"error\":");
-                    json_str(err);
+                    admin_json_str(err);
                 }
                 printf("}");
             } else {
@@ -1207,9 +1207,9 @@ static int do_members(struct adm *x, bool segments)
             for (uint32_t k = 0; !e->malformed && k < e->n_segments; k++) {
                 bool req = seg_requested(&rq, e->id, e->segments[k].id);
                 printf("%s{\"member\":", total++ ? "," : "");
-                json_str(e->id);
+                admin_json_str(e->id);
                 printf(",\"member_state\":");
-                json_str(e->state);
+                admin_json_str(e->state);
                 printf(",\"id\":\"%016" PRIx64 "\",\"size_bytes\":%" PRIu64
                        ",\"state\":\"%s\",\"request\":%s}",
                        e->segments[k].id, e->segments[k].size,
@@ -1223,23 +1223,23 @@ static int do_members(struct adm *x, bool segments)
         for (size_t i = 0; i < m.n; i++) {
             const kvmesh_admin_member_t *e = &m.v[i];
             printf("%s{\"id\":", i ? "," : "");
-            json_str(e->id);
+            admin_json_str(e->id);
             if (e->malformed) {
                 printf(",\"malformed\":true}");
                 continue;
             }
             printf(",\"epoch\":%" PRIu64 ",\"state\":", e->epoch);
-            json_str(e->state);
+            admin_json_str(e->state);
             printf(",\"weight\":%g,\"capacity_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64
                    ",\"heartbeat\":%" PRIu64 ",\"rpc\":",
                    e->weight, e->capacity_bytes, e->used_bytes, e->heartbeat);
-            json_str(e->rpc);
+            admin_json_str(e->rpc);
             printf(",\"data\":");
-            json_str(e->data);
+            admin_json_str(e->data);
             const char *req = request_of(&rq, e->id);
             printf(",\"lease\":%" PRId64 ",\"request\":", e->lease);
             if (req)
-                json_str(req);
+                admin_json_str(req);
             else
                 printf("null");
             printf(",\"segments\":[");
@@ -1255,9 +1255,9 @@ static int do_members(struct adm *x, bool segments)
         for (size_t i = 0; i < rq.n; i++)
             if (!find_member(&m, rq.v[i].id, 0) && !m.truncated && request_of(&rq, rq.v[i].id)) {
                 printf("%s{\"id\":", k++ ? "," : "");
-                json_str(rq.v[i].id);
+                admin_json_str(rq.v[i].id);
                 printf(",\"request\":");
-                json_str(rq.v[i].state);
+                admin_json_str(rq.v[i].state);
                 printf("}");
             }
         printf("]}\n");
@@ -1428,7 +1428,7 @@ static int do_cleanup(struct adm *x)
         deleted += del;
         if (x->json) {
             printf("%s{\"id\":", stale > 1 ? "," : "");
-            json_str(e->id);
+            admin_json_str(e->id);
             printf(",\"reason\":\"%s\",\"deleted\":%s}", why, del ? "true" : "false");
         } else {
             printf("  member %s: %s%s\n", e->id, why,

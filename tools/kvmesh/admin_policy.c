@@ -17,21 +17,6 @@
 
 #define AP_LIVE_SHOWN 16 /* live runtime ids printed (the count is exact) */
 
-static void ap_json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
-
 static void ap_record_json(uint32_t schema, uint32_t version, uint64_t mb, uint64_t mo, uint64_t fp)
 {
     printf("{\"schema_version\":%u,\"policy_version\":%u,\"max_bytes\":%" PRIu64
@@ -44,7 +29,7 @@ static void ap_json(const kvmesh_admin_policy_plan_t *p, bool apply, bool applie
 {
     const kvmesh_admin_tenant_t *s = &p->stored;
     printf("{\"tenant\":");
-    ap_json_str(s->tenant);
+    admin_json_str(s->tenant);
     printf(",\"apply\":%s,\"applied\":%s,\"stored\":", apply ? "true" : "false",
            applied ? "true" : "false");
     ap_record_json(s->schema_version, s->policy_version, s->max_bytes, s->max_objects,
@@ -59,11 +44,11 @@ static void ap_json(const kvmesh_admin_policy_plan_t *p, bool apply, bool applie
     printf(",\"usage\":{\"used_bytes\":%" PRIu64 ",\"used_objects\":%" PRIu64 "}",
            s->committed_bytes + s->pending_bytes, s->committed_objects + s->pending_objects);
     printf(",\"config_entry\":");
-    ap_json_str(p->config_entry);
+    admin_json_str(p->config_entry);
     printf(",\"live_runtimes\":%zu,\"live\":[", n_live);
     for (size_t i = 0; i < n_live && i < AP_LIVE_SHOWN; i++) {
         printf("%s", i ? "," : "");
-        ap_json_str(live[i]);
+        admin_json_str(live[i]);
     }
     printf("]}\n");
 }
