@@ -6,6 +6,8 @@
  * the record codecs of the store (member records) and the route service (shard records).
  * kvmesh_runtime_of is in kvmesh.c, beside struct kvmesh.
  */
+#include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -606,8 +608,9 @@ static int tenant_arg(const char *tenant)
     return 0;
 }
 
-/* Fills the usage part of o from quotas/<tenant> (one exact read). */
-static int tenant_usage(kvmesh_admin_t *a, kvmesh_admin_tenant_t *o)
+/* Fills the usage part of o from quotas/<tenant> (one exact read); its revision into *rev when
+ * rev is not NULL (0 = no usage row). */
+static int tenant_usage_rev(kvmesh_admin_t *a, kvmesh_admin_tenant_t *o, int64_t *rev)
 {
     char key[KS_KEY_CAP];
     int rc = ks_quota_key(key, sizeof(key), a->deployment, o->tenant);
@@ -619,6 +622,8 @@ static int tenant_usage(kvmesh_admin_t *a, kvmesh_admin_tenant_t *o)
         kvm_errf(rc, "metadata get of %s: %s", key, res->errmsg);
     } else if (res->kv.found) {
         o->has_usage = true;
+        if (rev)
+            *rev = res->kv.mod_rev;
         tn_usage_t u;
         if (tn_usage_decode(res->kv.value, res->kv.value_len, &u) != 0) {
             o->usage_malformed = true;
@@ -633,6 +638,11 @@ static int tenant_usage(kvmesh_admin_t *a, kvmesh_admin_tenant_t *o)
     }
     meta_result_free(res);
     return rc;
+}
+
+static int tenant_usage(kvmesh_admin_t *a, kvmesh_admin_tenant_t *o)
+{
+    return tenant_usage_rev(a, o, NULL);
 }
 
 static void tenant_from_kv(const meta_kv_t *kv, kvmesh_admin_tenant_t *o)
@@ -691,6 +701,255 @@ int kvmesh_admin_tenant_get(kvmesh_admin_t *a, const char *tenant, kvmesh_admin_
         tenant_from_kv(&res->kv, out);
         rc = tenant_usage(a, out);
     }
+    meta_result_free(res);
+    return rc;
+}
+
+/* ---- changing a tenant policy ---------------------------------------------------------------- */
+
+/* One exact read of key: found, revision and the value decoded by the caller. */
+static int admin_get(kvmesh_admin_t *a, const char *key, meta_result_t **res)
+{
+    int rc = meta_sync_get(a->ms, key, res);
+    if (rc)
+        kvm_errf(rc, "metadata get of %s: %s", key, (*res)->errmsg);
+    return rc;
+}
+
+/* "field=value" of policy set into the plan's new limits; *seen collects the fields given. */
+static int policy_assign(const char *tenant, const char *as, uint64_t *max_bytes,
+                         uint64_t *max_objects, unsigned *seen)
+{
+    const char *eq = strchr(as, '=');
+    if (!eq || eq == as || !eq[1])
+        return kvm_errf(KVMESH_EINVAL,
+                        "\"%s\" is not field=value; settable fields: max_bytes=SIZE, "
+                        "max_objects=N",
+                        as);
+    size_t fl = (size_t)(eq - as);
+    const char *v = eq + 1;
+    unsigned bit;
+    if (fl == 9 && strncmp(as, "max_bytes", 9) == 0) {
+        bit = KVMESH_ADMIN_POLICY_MAX_BYTES;
+        uint64_t b = 0;
+        if (kvmesh_tools_parse_size("max_bytes", v, &b) != 0 || b == 0)
+            return kvm_errf(KVMESH_EINVAL,
+                            "max_bytes=%s: not a size >= 1 (a byte count with an optional unit: "
+                            "KiB, MiB, GiB, TiB, KB, MB, ...)",
+                            v);
+        *max_bytes = b;
+    } else if (fl == 11 && strncmp(as, "max_objects", 11) == 0) {
+        bit = KVMESH_ADMIN_POLICY_MAX_OBJECTS;
+        char *end = NULL;
+        errno = 0;
+        unsigned long long o = strtoull(v, &end, 10);
+        if (v[0] < '0' || v[0] > '9' || *end || errno || o < 1 || o > UINT32_MAX)
+            return kvm_errf(KVMESH_EINVAL, "max_objects=%s: not an integer 1..%u", v,
+                            (unsigned)UINT32_MAX);
+        *max_objects = o;
+    } else if ((fl == 14 && strncmp(as, "policy_version", 14) == 0) ||
+               (fl == 14 && strncmp(as, "schema_version", 14) == 0) ||
+               (fl == 11 && strncmp(as, "fingerprint", 11) == 0)) {
+        return kvm_errf(KVMESH_EINVAL,
+                        "%.*s is not set by hand: the new record of tenant '%s' gets the stored "
+                        "policy_version + 1, this release's schema_version and the fingerprint "
+                        "of its fields; settable fields: max_bytes, max_objects",
+                        (int)fl, as, tenant);
+    } else {
+        return kvm_errf(KVMESH_EINVAL,
+                        "unknown policy field \"%.*s\"; settable fields: max_bytes=SIZE, "
+                        "max_objects=N (the hard fields of the tenant-root policy)",
+                        (int)fl, as);
+    }
+    if (*seen & bit)
+        return kvm_errf(KVMESH_EINVAL, "%.*s is given twice", (int)fl, as);
+    *seen |= bit;
+    return 0;
+}
+
+int kvmesh_admin_policy_plan(kvmesh_admin_t *a, const char *tenant, const char *const *assign,
+                             size_t n, kvmesh_admin_policy_plan_t *out, bool *found)
+{
+    memset(out, 0, sizeof(*out));
+    *found = false;
+    int rc = tenant_arg(tenant);
+    if (rc)
+        return kvm_errf(KVMESH_EINVAL,
+                        "tenant \"%s\" breaks the tenant id rule (1..64 of [A-Za-z0-9_.-], "
+                        "first alphanumeric)",
+                        tenant);
+    if (n == 0)
+        return kvm_errf(KVMESH_EINVAL, "no field to set; give max_bytes=SIZE and/or max_objects=N");
+    uint64_t mb = 0, mo = 0;
+    unsigned seen = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((rc = policy_assign(tenant, assign[i], &mb, &mo, &seen)) != 0)
+            return rc;
+    char key[KS_KEY_CAP];
+    if ((rc = ks_tenant_policy_key(key, sizeof(key), a->deployment, tenant)) != 0)
+        return rc;
+    meta_result_t *res;
+    if ((rc = admin_get(a, key, &res)) != 0) {
+        meta_result_free(res);
+        return rc;
+    }
+    if (res->kv.found) {
+        *found = true;
+        tenant_from_kv(&res->kv, &out->stored);
+        out->stored_rev = res->kv.mod_rev;
+    }
+    meta_result_free(res);
+    if (!*found)
+        return 0;
+    kvmesh_admin_tenant_t *st = &out->stored;
+    if (st->malformed)
+        return kvm_errf(KVMESH_ECORRUPT,
+                        "the policy record of tenant '%s' does not decode; it cannot be changed "
+                        "from here",
+                        tenant);
+    if ((rc = tenant_usage_rev(a, st, &out->usage_rev)) != 0)
+        return rc;
+    if (st->usage_malformed)
+        return kvm_errf(KVMESH_ECORRUPT,
+                        "the usage row of tenant '%s' does not decode; the new limits cannot be "
+                        "checked against its usage",
+                        tenant);
+    if (st->policy_version == UINT32_MAX)
+        return kvm_errf(KVMESH_ERANGE, "tenant '%s' is at the last policy_version %u", tenant,
+                        st->policy_version);
+    tn_policy_t p = {.policy_version = st->policy_version + 1,
+                     .max_bytes = seen & KVMESH_ADMIN_POLICY_MAX_BYTES ? mb : st->max_bytes,
+                     .max_objects = seen & KVMESH_ADMIN_POLICY_MAX_OBJECTS ? mo : st->max_objects};
+    /* the bootstrap's validation and fingerprint: what a runtime with this entry will store */
+    if ((rc = tn_policy_validate(&p)) != 0)
+        return kvm_errf(KVMESH_EINVAL, "%s", kvmesh_last_error());
+    tn_policy_rec_t r;
+    tn_policy_record(&p, &r);
+    out->schema_version = r.schema_version;
+    out->policy_version = r.policy_version;
+    out->max_bytes = r.max_bytes;
+    out->max_objects = r.max_objects;
+    out->fingerprint = r.fingerprint;
+    out->changed = (r.max_bytes != st->max_bytes ? KVMESH_ADMIN_POLICY_MAX_BYTES : 0u) |
+                   (r.max_objects != st->max_objects ? KVMESH_ADMIN_POLICY_MAX_OBJECTS : 0u);
+    char size[32];
+    kvmesh_tools_format_size(r.max_bytes, size, sizeof(size));
+    snprintf(out->config_entry, sizeof(out->config_entry), "%s:%s:%" PRIu64 ":%u", tenant, size,
+             r.max_objects, r.policy_version);
+    /* the entry must be one the runtimes' tenant_policies accepts, read back to this record */
+    struct kvm_store_tenant_policy back;
+    uint32_t nb = 0;
+    char why[256];
+    if (kvm_config_parse_policies(out->config_entry, &back, &nb, why, sizeof(why)) != 0 ||
+        nb != 1 || back.max_bytes != r.max_bytes || back.max_objects != r.max_objects ||
+        back.policy_version != r.policy_version)
+        return kvm_errf(KVMESH_EINVAL, "tenant_policies cannot express %s: %s", out->config_entry,
+                        nb ? "its values differ when read back" : why);
+    uint64_t ub = st->committed_bytes + st->pending_bytes;
+    uint64_t uo = st->committed_objects + st->pending_objects;
+    if (r.max_bytes < ub || r.max_objects < uo) {
+        bool bytes = r.max_bytes < ub;
+        return kvm_errf(KVMESH_ERANGE,
+                        "max_%s=%" PRIu64 " is below tenant '%s''s usage %" PRIu64
+                        " (committed %" PRIu64 " + pending %" PRIu64
+                        "): every write would be refused; remove objects first (and abort "
+                        "expired reservations: kvmesh admin quota %s abort --apply), or set at "
+                        "least %" PRIu64,
+                        bytes ? "bytes" : "objects", bytes ? r.max_bytes : r.max_objects, tenant,
+                        bytes ? ub : uo, bytes ? st->committed_bytes : st->committed_objects,
+                        bytes ? st->pending_bytes : st->pending_objects, tenant, bytes ? ub : uo);
+    }
+    return 0;
+}
+
+int kvmesh_admin_live_members(kvmesh_admin_t *a, char (*ids)[KVMESH_ID_HEX_LEN + 1], size_t cap,
+                              size_t *n_live)
+{
+    *n_live = 0;
+    kvmesh_admin_member_t *page = calloc(KVMESH_ADMIN_PAGE_MAX, sizeof(*page));
+    if (!page)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory");
+    char after[KVMESH_ID_HEX_LEN + 1] = "";
+    int rc = 0;
+    for (size_t seen = 0;;) {
+        size_t got = 0;
+        bool more = false;
+        if ((rc = kvmesh_admin_members(a, after, KVMESH_ADMIN_PAGE_MAX, page, &got, &more)) != 0)
+            break;
+        for (size_t i = 0; i < got && rc == 0; i++) {
+            const kvmesh_admin_member_t *m = &page[i];
+            bool alive = false;
+            if (m->malformed || m->lease == 0 || strcmp(m->state, "gone") == 0)
+                continue;
+            if ((rc = kvmesh_admin_lease_alive(a, m->lease, &alive)) != 0 || !alive)
+                continue;
+            if (*n_live < cap)
+                snprintf(ids[*n_live], sizeof(ids[0]), "%s", m->id);
+            (*n_live)++;
+        }
+        seen += got;
+        if (rc || !more || got == 0)
+            break;
+        if (seen >= KVMESH_ADMIN_LIVE_SCAN_MAX) {
+            rc = kvm_errf(KVMESH_ERANGE, "more than %u member records; not all were checked",
+                          KVMESH_ADMIN_LIVE_SCAN_MAX);
+            break;
+        }
+        snprintf(after, sizeof(after), "%s", page[got - 1].id);
+    }
+    free(page);
+    return rc;
+}
+
+int kvmesh_admin_policy_apply(kvmesh_admin_t *a, const kvmesh_admin_policy_plan_t *plan)
+{
+    const char *tenant = plan->stored.tenant;
+    if (!plan->changed)
+        return kvm_errf(KVMESH_EINVAL, "the plan for tenant '%s' changes nothing", tenant);
+    char live[3][KVMESH_ID_HEX_LEN + 1];
+    size_t n_live = 0;
+    int rc = kvmesh_admin_live_members(a, live, 3, &n_live);
+    if (rc)
+        return rc;
+    if (n_live)
+        return kvm_errf(KVMESH_EAGAIN,
+                        "%zu runtime(s) of deployment %s are live (%s%s%s%s%s%s): a hard policy "
+                        "changes only with no runtime serving the tenant; stop every runtime, "
+                        "set it, then restart them with tenant_policies entry %s",
+                        n_live, a->deployment, live[0], n_live > 1 ? ", " : "",
+                        n_live > 1 ? live[1] : "", n_live > 2 ? ", " : "",
+                        n_live > 2 ? live[2] : "", n_live > 3 ? ", ..." : "", plan->config_entry);
+    tn_policy_t p = {.policy_version = plan->policy_version,
+                     .max_bytes = plan->max_bytes,
+                     .max_objects = plan->max_objects};
+    if ((rc = tn_policy_validate(&p)) != 0)
+        return rc;
+    tn_policy_rec_t r;
+    tn_policy_record(&p, &r);
+    KVM_ASSERT(r.fingerprint == plan->fingerprint);
+    uint8_t val[64];
+    size_t len = 0;
+    if ((rc = tn_policy_encode(&r, val, sizeof(val), &len)) != 0)
+        return rc;
+    char pkey[KS_KEY_CAP], qkey[KS_KEY_CAP];
+    if ((rc = ks_tenant_policy_key(pkey, sizeof(pkey), a->deployment, tenant)) != 0 ||
+        (rc = ks_quota_key(qkey, sizeof(qkey), a->deployment, tenant)) != 0)
+        return rc;
+    meta_cmp_t cmps[2] = {
+        {.key = pkey, .target = META_CMP_MOD_REV, .op = META_EQ, .num = plan->stored_rev},
+        {.key = qkey, .target = META_CMP_MOD_REV, .op = META_EQ, .num = plan->usage_rev},
+    };
+    meta_op_t put = {.type = META_OP_PUT, .key = pkey, .value = val, .value_len = len};
+    meta_result_t *res;
+    rc = meta_sync_txn(a->ms, cmps, 2, &put, 1, NULL, 0, &res);
+    if (rc)
+        kvm_errf(rc, "writing %s: %s", pkey, res->errmsg);
+    else if (!res->succeeded)
+        rc = kvm_errf(KVMESH_ECONFLICT,
+                      "the policy record or usage row of tenant '%s' changed since they were "
+                      "read (another admin or a runtime wrote them); nothing was written: run "
+                      "the set again",
+                      tenant);
     meta_result_free(res);
     return rc;
 }

@@ -262,6 +262,51 @@ int kvmesh_admin_tenants(kvmesh_admin_t *a, const char *after, size_t limit,
 int kvmesh_admin_tenant_get(kvmesh_admin_t *a, const char *tenant, kvmesh_admin_tenant_t *out,
                             bool *found);
 
+/* ---- changing a tenant policy (kvmesh admin policy set; docs/operations.md) ------------------
+ * The controlled restart of the specification ("Policy bootstrap"): the operator stops every
+ * runtime of the deployment, writes the new hard policy here, and restarts them with the new
+ * tenant_policies entry; their bootstrap then matches it (tn_policy_match), and a runtime still
+ * configured with the old entry is refused at startup naming the field that differs. */
+#define KVMESH_ADMIN_POLICY_MAX_BYTES   1u /* kvmesh_admin_policy_plan_t.changed bits */
+#define KVMESH_ADMIN_POLICY_MAX_OBJECTS 2u
+#define KVMESH_ADMIN_POLICY_ENTRY_CAP   128
+typedef struct kvmesh_admin_policy_plan {
+    kvmesh_admin_tenant_t stored;  /* the stored policy record and the usage row, as read */
+    int64_t stored_rev, usage_rev; /* their revisions (usage 0 = no usage row) */
+    /* the new record: stored policy_version + 1, fingerprinted as the bootstrap does */
+    uint32_t schema_version, policy_version;
+    uint64_t max_bytes, max_objects, fingerprint;
+    unsigned changed; /* KVMESH_ADMIN_POLICY_* bits; 0 = the stored record already says this */
+    /* the tenant_policies entry of the new record ("td:4MiB:80:2"), what the runtimes'
+     * configuration must say after the restart */
+    char config_entry[KVMESH_ADMIN_POLICY_ENTRY_CAP];
+} kvmesh_admin_policy_plan_t;
+/* Reads tenant's policy record and usage row (two exact reads) and builds the new record from
+ * n assignments "field=value": max_bytes=SIZE (>= 1, with an optional unit), max_objects=N
+ * (1..2^32-1); the fields not given keep their stored values. The record is validated and
+ * fingerprinted by the bootstrap's own functions (tn_policy_validate, tn_policy_record) and its
+ * entry by the tenant_policies parser. Writes nothing. *found false when tenant has no policy
+ * record. KVMESH_EINVAL (the message names the argument) for a bad tenant id, no assignment,
+ * an unknown or repeated field, a malformed value; KVMESH_ERANGE for a limit below the tenant's
+ * usage (committed + pending, from the usage row); KVMESH_ECORRUPT for a stored record that
+ * does not decode. */
+int kvmesh_admin_policy_plan(kvmesh_admin_t *a, const char *tenant, const char *const *assign,
+                             size_t n, kvmesh_admin_policy_plan_t *out, bool *found);
+/* Live member records of the deployment (bound to a lease that is alive, state not gone): the
+ * first cap ids into ids, their count into *n_live. Reads every member record in bounded pages
+ * (at most KVMESH_ADMIN_LIVE_SCAN_MAX records; KVMESH_ERANGE beyond). */
+#define KVMESH_ADMIN_LIVE_SCAN_MAX (1u << 20)
+int kvmesh_admin_live_members(kvmesh_admin_t *a, char (*ids)[KVMESH_ID_HEX_LEN + 1], size_t cap,
+                              size_t *n_live);
+/* Writes plan's new record: KVMESH_EAGAIN while any member record is live (no runtime may serve
+ * the tenant while its hard policy changes; the message names them and says what to do);
+ * otherwise one transaction that compares the policy record's and the usage row's revisions
+ * with the plan's and writes the record: KVMESH_ECONFLICT when either changed since the plan
+ * read them (plan again). KVMESH_EINVAL for a plan that changes nothing. A runtime that
+ * bootstraps between the live check and the write matched the old record: each of its quota
+ * reservations then fails (stored fingerprint differs) until it is restarted. */
+int kvmesh_admin_policy_apply(kvmesh_admin_t *a, const kvmesh_admin_policy_plan_t *plan);
+
 /* One cold device record (cold-devices/<id>, docs/cold.md "Devices"). */
 #define KVMESH_ADMIN_ROOT_LEN 255
 #define KVMESH_ADMIN_TAGS_LEN 127

@@ -19,6 +19,13 @@
  *   - policy list / policy get TENANT: the policy records alone (no usage row), JSON and table;
  *   - bad arguments: a tenant id breaking the rule, an unknown tenant (3), no tenant, an unknown
  *     action, --apply or --op where they do not belong, a malformed --op (2).
+ *   - policy set TENANT: the dry run (table and JSON: stored and new record, new version and
+ *     fingerprint, changed fields, the live daemons); --apply refused while they are live, then
+ *     written once they are stopped (policy get shows version 2); a runtime with the old
+ *     tenant_policies entry is refused naming policy_version, one with the new limits but the
+ *     old version naming max_bytes; a daemon restarted with the new entry serves td and enforces
+ *     the new max_objects; bad assignments (2), an unknown tenant (3); two plans of tq from one
+ *     read: the second apply fails its compare (KVMESH_ECONFLICT).
  * No daemon enforces "tq", so nothing but the commands under test reconciles it.
  */
 #include <jansson.h>
@@ -27,6 +34,7 @@
 #include "env/env_uv.h"
 #include "kvmesh.h"
 #include "meta/meta.h"
+#include "api/kvmesh_tools.h"
 #include "ops_util.h"
 #include "redis_etcd_main.h"
 #include "tenant/tenant.h"
@@ -51,6 +59,20 @@ static void admin(tdaemon_out_t *o, struct cluster *c, const char *a1, const cha
     const char *extra[] = {a1, a2, a3, a4, a5};
     for (size_t i = 0; i < 5 && extra[i]; i++)
         argv[n++] = extra[i];
+    argv[n] = NULL;
+    ops_runv(o, argv);
+}
+
+/* kvmesh admin --config CFG ARGS... (NULL-terminated). */
+static void adminl(tdaemon_out_t *o, struct cluster *c, ...)
+{
+    const char *argv[24] = {ops_bin_kvmesh, "admin", "--config", c->cfg};
+    size_t n = 4;
+    va_list ap;
+    va_start(ap, c);
+    for (const char *a; n < 23 && (a = va_arg(ap, const char *)) != NULL;)
+        argv[n++] = a;
+    va_end(ap);
     argv[n] = NULL;
     ops_runv(o, argv);
 }
@@ -388,16 +410,16 @@ static void check_bad_args(struct cluster *c)
         {"tenants", "bad tenant!", NULL, NULL, "tenant", 2},
         {"tenants", "nosuch", NULL, NULL, "tenant \"nosuch\" has no policy", 3},
         {"tenants", "a", "b", NULL, "expected at most one tenant", 2},
-        {"policy", NULL, NULL, NULL, "expected \"list\" or \"get TENANT\"", 2},
-        {"policy", "get", NULL, NULL, "expected \"list\" or \"get TENANT\"", 2},
-        {"policy", "frob", NULL, NULL, "expected \"list\" or \"get TENANT\"", 2},
-        {"policy", "list", "td", NULL, "expected \"list\" or \"get TENANT\"", 2},
+        {"policy", NULL, NULL, NULL, "expected \"list\", \"get TENANT\" or \"set", 2},
+        {"policy", "get", NULL, NULL, "expected \"list\", \"get TENANT\" or \"set", 2},
+        {"policy", "frob", NULL, NULL, "expected \"list\", \"get TENANT\" or \"set", 2},
+        {"policy", "list", "td", NULL, "expected \"list\", \"get TENANT\" or \"set", 2},
         {"policy", "get", "nosuch", NULL, "kvmesh admin policy get: tenant \"nosuch\" has no", 3},
         {"policy", "get", "bad tenant!", NULL, "tenant", 2},
         {"quota", NULL, NULL, NULL, "expected a tenant and at most one action", 2},
         {"quota", "nosuch", NULL, NULL, "tenant \"nosuch\" has no policy", 3},
         {"quota", "tq", "frob", NULL, "unknown action \"frob\"", 2},
-        {"quota", "tq", "--apply", NULL, "--apply belongs to cleanup and quota abort|reconcile", 2},
+        {"quota", "tq", "--apply", NULL, "--apply belongs to cleanup, quota abort|reconcile", 2},
         {"tenants", "--apply", NULL, NULL, "--apply belongs to", 2},
         {"quota", "tq", "reconcile", "--op=x", "--op belongs to quota TENANT abort", 2},
         {"quota", "tq", "abort", "--op=x", "--op \"x\" is not an operation id", 2},
@@ -410,18 +432,202 @@ static void check_bad_args(struct cluster *c)
     }
 }
 
+static void write_cfg(const char *path, struct cluster *c, const char *policies)
+{
+    char text[600];
+    snprintf(text, sizeof(text),
+             "metadata_url: %s\ndeployment: %s\nmemory_size: 64MiB\nsegment_size: 16MiB\n"
+             "max_object_size: 16MiB\nlease_ttl_ms: 2000\nshards: 16\ntop_k: 2\n"
+             "tenant_policies: %s\n",
+             c->url, c->dep, policies);
+    ops_write_file(path, text);
+}
+
+static json_t *parse_json(tdaemon_out_t *o)
+{
+    json_error_t je;
+    json_t *j = json_loads(o->out, 0, &je);
+    if (!j)
+        fail_msg("not JSON (%s):\n%s", je.text, o->out);
+    return j;
+}
+
+static void put_with(tdaemon_out_t *o, const char *cfg, const char *key, const char *val)
+{
+    ops_run(o, ops_bin_kvmesh, "put", "--config", cfg, "--tenant", "td", key, val, NULL);
+}
+
+static void check_policy_set(struct cluster *c, bool etcd)
+{
+    tdaemon_out_t o;
+    /* the dry run while both daemons are live: table and JSON; nothing is written */
+    adminl(&o, c, "policy", "set", "td", "max_bytes=4MiB", "max_objects=4", NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "dry run (nothing is written");
+    OPS_ASSERT_HAS(o.out, "policy_version  1                    2");
+    OPS_ASSERT_HAS(o.out, "tenant_policies entry after the restart: td:4MiB:4:2");
+    OPS_ASSERT_HAS(o.out, "2 live runtime(s); --apply is refused");
+    OPS_ASSERT_HAS(o.out, c->d[0].id);
+    OPS_ASSERT_HAS(o.out, c->d[1].id);
+    tdaemon_out_free(&o);
+    adminl(&o, c, "policy", "set", "td", "max_bytes=4MiB", "max_objects=4", "--json", NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    json_t *j = parse_json(&o);
+    tdaemon_out_free(&o);
+    json_t *st = json_object_get(j, "stored"), *nw = json_object_get(j, "new");
+    assert_int_equal(jint(st, "policy_version", NULL), 1);
+    assert_int_equal(jint(st, "max_bytes", NULL), 2 << 20);
+    assert_int_equal(jint(nw, "policy_version", NULL), 2);
+    assert_int_equal(jint(nw, "max_bytes", NULL), 4 << 20);
+    assert_int_equal(jint(nw, "max_objects", NULL), 4);
+    char new_fp[32];
+    snprintf(new_fp, sizeof(new_fp), "%s", json_string_value(json_object_get(nw, "fingerprint")));
+    assert_string_not_equal(new_fp, json_string_value(json_object_get(st, "fingerprint")));
+    json_t *ch = json_object_get(j, "changed");
+    assert_int_equal(json_array_size(ch), 2);
+    assert_string_equal(json_string_value(json_array_get(ch, 0)), "max_bytes");
+    assert_string_equal(json_string_value(json_array_get(ch, 1)), "max_objects");
+    assert_int_equal(jint(j, "live_runtimes", NULL), 2);
+    assert_int_equal(jint(j, "usage", "used_objects"), 3);
+    assert_true(json_is_false(json_object_get(j, "applied")));
+    assert_string_equal(json_string_value(json_object_get(j, "config_entry")), "td:4MiB:4:2");
+    json_decref(j);
+    j = admin_json(c, "policy", "get", "td", NULL);
+    assert_int_equal(jint(j, "policy_version", NULL), 1);
+    json_decref(j);
+
+    /* --apply while the daemons are live: refused, naming them and what to do */
+    adminl(&o, c, "policy", "set", "td", "max_bytes=4MiB", "max_objects=4", "--apply", NULL);
+    OPS_ASSERT_RUN(&o, 1);
+    OPS_ASSERT_HAS(o.err, "refused: 2 runtime(s) of deployment");
+    OPS_ASSERT_HAS(o.err, c->d[0].id);
+    OPS_ASSERT_HAS(o.err, "stop every runtime of the deployment");
+    OPS_ASSERT_HAS(o.err, "restart them with tenant_policies entry td:4MiB:4:2");
+    tdaemon_out_free(&o);
+
+    /* bad arguments */
+    struct {
+        const char *tenant, *a1, *a2, *msg;
+        int status;
+    } bad[] = {
+        {"td", "frob=1", NULL, "unknown policy field \"frob\"", 2},
+        {"td", "max_bytes=lots", NULL, "max_bytes=lots: not a size >= 1", 2},
+        {"td", "max_objects=0", NULL, "max_objects=0: not an integer 1..", 2},
+        {"td", "max_objects", NULL, "\"max_objects\" is not field=value", 2},
+        {"td", "max_objects=2", NULL, "max_objects=2 is below tenant 'td''s usage 3", 2},
+        {"td", "max_bytes=10", NULL, "max_bytes=10 is below tenant 'td''s usage 39", 2},
+        {"td", "policy_version=7", NULL, "policy_version is not set by hand", 2},
+        {"td", "max_objects=5", "max_objects=6", "max_objects is given twice", 2},
+        {"td", NULL, NULL, "no field to set", 2},
+        {"nosuch", "max_objects=5", NULL, "tenant \"nosuch\" has no policy", 3},
+        {"bad tenant!", "max_objects=5", NULL, "breaks the tenant id rule", 2},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        adminl(&o, c, "policy", "set", bad[i].tenant, bad[i].a1, bad[i].a2, NULL);
+        OPS_ASSERT_RUN(&o, bad[i].status);
+        OPS_ASSERT_HAS(o.err, bad[i].msg);
+        tdaemon_out_free(&o);
+    }
+    adminl(&o, c, "policy", "get", "td", "--apply", NULL);
+    OPS_ASSERT_RUN(&o, 2);
+    OPS_ASSERT_HAS(o.err, "--apply belongs to");
+    tdaemon_out_free(&o);
+
+    /* stop the daemons (SIGKILL: their leases expire within lease_ttl_ms); --apply then writes */
+    for (int i = 0; i < TT_DAEMONS; i++)
+        tdaemon_stop(&c->d[i]);
+    uint64_t t0 = env_clock_mono_ms();
+    for (;;) {
+        adminl(&o, c, "policy", "set", "td", "max_bytes=4MiB", "max_objects=4", "--apply", NULL);
+        if (o.status == 0)
+            break;
+        OPS_ASSERT_RUN(&o, 1);
+        OPS_ASSERT_HAS(o.err, "refused");
+        tdaemon_out_free(&o);
+        if (env_clock_mono_ms() - t0 > 15000)
+            fail_msg("the leases of the stopped daemons did not expire");
+        usleep(200000);
+    }
+    OPS_ASSERT_HAS(o.out, "written policy_version 2");
+    tdaemon_out_free(&o);
+    j = admin_json(c, "policy", "get", "td", NULL);
+    assert_int_equal(jint(j, "policy_version", NULL), 2);
+    assert_int_equal(jint(j, "max_bytes", NULL), 4 << 20);
+    assert_int_equal(jint(j, "max_objects", NULL), 4);
+    assert_string_equal(json_string_value(json_object_get(j, "fingerprint")), new_fp);
+    json_decref(j);
+    adminl(&o, c, "policy", "set", "td", "max_objects=4", "--apply", NULL); /* idempotent */
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "no change");
+    tdaemon_out_free(&o);
+
+    /* two plans of tq from the same records: the second write fails its compare */
+    kvmesh_config_t *cfg = kvmesh_config_new();
+    assert_non_null(cfg);
+    assert_int_equal(kvmesh_config_set(cfg, "metadata_url", c->url), 0);
+    assert_int_equal(kvmesh_config_set(cfg, "deployment", c->dep), 0);
+    kvmesh_admin_t *a = NULL;
+    assert_int_equal(kvmesh_admin_open(cfg, &a), 0);
+    const char *as1[] = {"max_objects=60"}, *as2[] = {"max_objects=70"};
+    kvmesh_admin_policy_plan_t p1, p2;
+    bool found = false;
+    assert_int_equal(kvmesh_admin_policy_plan(a, "tq", as1, 1, &p1, &found), 0);
+    assert_true(found);
+    assert_int_equal(kvmesh_admin_policy_plan(a, "tq", as2, 1, &p2, &found), 0);
+    assert_int_equal(kvmesh_admin_policy_apply(a, &p2), 0);
+    assert_int_equal(kvmesh_admin_policy_apply(a, &p1), KVMESH_ECONFLICT);
+    assert_non_null(strstr(kvmesh_last_error(), "changed since they were read"));
+    kvmesh_admin_close(a);
+    kvmesh_config_free(cfg);
+    j = admin_json(c, "policy", "get", "tq", NULL);
+    assert_int_equal(jint(j, "max_objects", NULL), 70);
+    assert_int_equal(jint(j, "policy_version", NULL), 2);
+    json_decref(j);
+
+    /* the old entry is refused naming the field; new limits with the old version too */
+    put_with(&o, c->cfg, "k9", "v");
+    if (o.status == 0)
+        fail_msg("a runtime with the old policy started");
+    OPS_ASSERT_HAS(o.err, "hard policy field policy_version differs: stored 2, configured 1");
+    tdaemon_out_free(&o);
+    char cfg2[sizeof(ops_tmpdir) + 80];
+    snprintf(cfg2, sizeof(cfg2), "%s/%s-v2.yaml", ops_tmpdir, c->dep);
+    write_cfg(cfg2, c, "td:2MiB:4:2");
+    put_with(&o, cfg2, "k9", "v");
+    if (o.status == 0)
+        fail_msg("a runtime with another max_bytes at version 2 started");
+    OPS_ASSERT_HAS(o.err, "hard policy field max_bytes differs");
+    tdaemon_out_free(&o);
+    /* the new entry: a daemon serves td under the new limit (4 objects, not 50) */
+    write_cfg(cfg2, c, "td:4MiB:4:2");
+    if (ops_daemon_start(&c->d[0], 20 + (etcd ? 10 : 0), cfg2, NULL) != 0)
+        fail_msg("a daemon with the new policy did not start");
+    /* the shards of the killed daemons move to it once their records' leases expired */
+    for (uint64_t t1 = env_clock_mono_ms();; usleep(200000)) {
+        put_with(&o, cfg2, "k3", "delta");
+        if (o.status == 0 || !strstr(o.err, "temporarily unavailable") ||
+            env_clock_mono_ms() - t1 > 15000)
+            break;
+        tdaemon_out_free(&o);
+    }
+    OPS_ASSERT_RUN(&o, 0);
+    tdaemon_out_free(&o);
+    put_with(&o, cfg2, "k4", "echo");
+    if (o.status == 0)
+        fail_msg("a fifth object was admitted under max_objects 4");
+    OPS_ASSERT_HAS(o.err, "quota");
+    tdaemon_out_free(&o);
+    j = admin_json(c, "tenants", "td", NULL, NULL);
+    assert_int_equal(jint(j, "usage", "used_objects"), 4);
+    json_decref(j);
+}
+
 static void run_cluster(bool etcd)
 {
     struct cluster c;
     memset(&c, 0, sizeof(c));
     c.url = ops_backend_start(etcd, &c.srv, "opsten", c.dep, sizeof(c.dep), c.cfg, sizeof(c.cfg));
-    char text[600];
-    snprintf(text, sizeof(text),
-             "metadata_url: %s\ndeployment: %s\nmemory_size: 64MiB\nsegment_size: 16MiB\n"
-             "max_object_size: 16MiB\nlease_ttl_ms: 2000\nshards: 16\ntop_k: 2\n"
-             "tenant_policies: td:2MiB:50\n",
-             c.url, c.dep);
-    ops_write_file(c.cfg, text);
+    write_cfg(c.cfg, &c, "td:2MiB:50");
     for (int i = 0; i < TT_DAEMONS; i++)
         if (ops_daemon_start(&c.d[i], i + (etcd ? 10 : 0), c.cfg, NULL) != 0)
             fail_msg("daemon %d did not start", i);
@@ -431,6 +637,7 @@ static void run_cluster(bool etcd)
     check_bad_args(&c);
     check_tenants(&c);
     check_quota(&c);
+    check_policy_set(&c, etcd);
     for (int i = 0; i < TT_DAEMONS; i++)
         tdaemon_stop(&c.d[i]);
     testsrv_stop(c.srv);

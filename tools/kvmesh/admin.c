@@ -11,6 +11,7 @@
  *              member records (each only if unchanged since it was read). Shard records of dead
  *              primaries are listed but never deleted: they carry the monotonic fencing token
  *              and the state-transfer source, and the route service takes them over.
+ *   policy     tenant policy records (list, get); `policy set` is in admin_policy.c
  * Every listing has --json (one JSON document on stdout) or a table. Reads are pages of
  * --page records, at most --max records in all (the listing says when it stopped early).
  */
@@ -39,7 +40,7 @@ struct adm {
     const char *op_seg; /* segments: "drain" or "activate" */
 };
 
-static void json_str(const char *s)
+void admin_json_str(const char *s)
 {
     putchar('"');
     for (; *s; s++) {
@@ -340,9 +341,9 @@ static int do_lifecycle(struct adm *x, const char *arg)
     }
     if (x->json) {
         printf("{\"member\":");
-        json_str(m.id);
+        admin_json_str(m.id);
         printf(",\"request\":\"%s\",\"state\":", want);
-        json_str(gone ? "gone" : m.state);
+        admin_json_str(gone ? "gone" : m.state);
         printf(",\"applied\":%s,\"waited_ms\":%" PRIu64 "}\n", applied ? "true" : "false", waited);
     } else if (applied) {
         printf("member %s: %s (%s)\n", m.id, want,
@@ -485,7 +486,7 @@ static int do_segment_lifecycle(struct adm *x, const char *marg, const char *sar
     }
     if (x->json) {
         printf("{\"member\":");
-        json_str(m.id);
+        admin_json_str(m.id);
         printf(",\"segment\":\"%016" PRIx64 "\",\"request\":\"%s\",\"state\":\"%s\","
                "\"applied\":%s,\"waited_ms\":%" PRIu64 "}\n",
                seg, want,
@@ -530,7 +531,7 @@ static void size_str(uint64_t v, char *buf, size_t cap)
 static void tenant_json(const kvmesh_admin_tenant_t *t)
 {
     printf("{\"tenant\":");
-    json_str(t->tenant);
+    admin_json_str(t->tenant);
     if (t->malformed) {
         printf(",\"malformed\":true}");
         return;
@@ -575,7 +576,7 @@ static void tenant_row(const kvmesh_admin_tenant_t *t)
 static void policy_json(const kvmesh_admin_tenant_t *t)
 {
     printf("{\"tenant\":");
-    json_str(t->tenant);
+    admin_json_str(t->tenant);
     if (t->malformed) {
         printf(",\"malformed\":true}");
         return;
@@ -781,21 +782,21 @@ static int do_tenants(struct adm *x, const char *one, bool policy)
 static void device_json(const kvmesh_admin_device_t *d)
 {
     printf("{\"id\":");
-    json_str(d->id);
+    admin_json_str(d->id);
     if (d->malformed) {
         printf(",\"malformed\":true}");
         return;
     }
     printf(",\"owner\":");
-    json_str(d->owner);
+    admin_json_str(d->owner);
     printf(",\"owner_epoch\":%" PRIu64 ",\"kind\":", d->owner_epoch);
-    json_str(d->kind);
+    admin_json_str(d->kind);
     printf(",\"root\":");
-    json_str(d->root);
+    admin_json_str(d->root);
     printf(",\"lifecycle\":");
-    json_str(d->lifecycle);
+    admin_json_str(d->lifecycle);
     printf(",\"schedulable\":%s,\"health\":", d->schedulable ? "true" : "false");
-    json_str(d->health);
+    admin_json_str(d->health);
     printf(",\"health_ms\":%" PRIu64 ",\"capacity_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64
            ",\"reserved_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"ops_used\":%" PRIu64
            ",\"ops_reserved\":%" PRIu64 ",\"tags\":",
@@ -803,7 +804,7 @@ static void device_json(const kvmesh_admin_device_t *d)
            d->capacity -
                (d->used + d->reserved <= d->capacity ? d->used + d->reserved : d->capacity),
            d->n_used, d->n_reserved);
-    json_str(d->tags);
+    admin_json_str(d->tags);
     printf("}");
 }
 
@@ -932,7 +933,7 @@ static int fetch_qops(struct adm *x, const char *tenant, struct qops *q)
 static void qop_json(const kvmesh_admin_qop_t *o)
 {
     printf("{\"id\":");
-    json_str(o->id);
+    admin_json_str(o->id);
     printf(",\"due_state\":\"%s\",\"deadline_ms\":%" PRIu64 ",\"expired\":%s", o->due_state,
            o->deadline_ms, o->expired ? "true" : "false");
     if (o->missing || o->malformed) {
@@ -940,9 +941,9 @@ static void qop_json(const kvmesh_admin_qop_t *o)
         return;
     }
     printf(",\"state\":\"%s\",\"kind\":\"%s\",\"domain\":", o->state, o->kind);
-    json_str(o->domain);
+    admin_json_str(o->domain);
     printf(",\"key\":");
-    json_str(o->key);
+    admin_json_str(o->key);
     printf(",\"delta_bytes\":%" PRId64 ",\"delta_objects\":%" PRId64 ",\"next_len\":%" PRIu64
            ",\"recon_attempts\":%u}",
            o->delta_bytes, o->delta_objects, o->next_len, o->recon_attempts);
@@ -1089,7 +1090,7 @@ static int do_quota(struct adm *x, const char *tenant, const char *action)
                 printf(",\"aborted\":%s", ok ? "true" : "false");
                 if (err[0]) {
                     printf(",\"error\":");
-                    json_str(err);
+                    admin_json_str(err);
                 }
                 printf("}");
             } else {
@@ -1206,9 +1207,9 @@ static int do_members(struct adm *x, bool segments)
             for (uint32_t k = 0; !e->malformed && k < e->n_segments; k++) {
                 bool req = seg_requested(&rq, e->id, e->segments[k].id);
                 printf("%s{\"member\":", total++ ? "," : "");
-                json_str(e->id);
+                admin_json_str(e->id);
                 printf(",\"member_state\":");
-                json_str(e->state);
+                admin_json_str(e->state);
                 printf(",\"id\":\"%016" PRIx64 "\",\"size_bytes\":%" PRIu64
                        ",\"state\":\"%s\",\"request\":%s}",
                        e->segments[k].id, e->segments[k].size,
@@ -1222,23 +1223,23 @@ static int do_members(struct adm *x, bool segments)
         for (size_t i = 0; i < m.n; i++) {
             const kvmesh_admin_member_t *e = &m.v[i];
             printf("%s{\"id\":", i ? "," : "");
-            json_str(e->id);
+            admin_json_str(e->id);
             if (e->malformed) {
                 printf(",\"malformed\":true}");
                 continue;
             }
             printf(",\"epoch\":%" PRIu64 ",\"state\":", e->epoch);
-            json_str(e->state);
+            admin_json_str(e->state);
             printf(",\"weight\":%g,\"capacity_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64
                    ",\"heartbeat\":%" PRIu64 ",\"rpc\":",
                    e->weight, e->capacity_bytes, e->used_bytes, e->heartbeat);
-            json_str(e->rpc);
+            admin_json_str(e->rpc);
             printf(",\"data\":");
-            json_str(e->data);
+            admin_json_str(e->data);
             const char *req = request_of(&rq, e->id);
             printf(",\"lease\":%" PRId64 ",\"request\":", e->lease);
             if (req)
-                json_str(req);
+                admin_json_str(req);
             else
                 printf("null");
             printf(",\"segments\":[");
@@ -1254,9 +1255,9 @@ static int do_members(struct adm *x, bool segments)
         for (size_t i = 0; i < rq.n; i++)
             if (!find_member(&m, rq.v[i].id, 0) && !m.truncated && request_of(&rq, rq.v[i].id)) {
                 printf("%s{\"id\":", k++ ? "," : "");
-                json_str(rq.v[i].id);
+                admin_json_str(rq.v[i].id);
                 printf(",\"request\":");
-                json_str(rq.v[i].state);
+                admin_json_str(rq.v[i].state);
                 printf("}");
             }
         printf("]}\n");
@@ -1427,7 +1428,7 @@ static int do_cleanup(struct adm *x)
         deleted += del;
         if (x->json) {
             printf("%s{\"id\":", stale > 1 ? "," : "");
-            json_str(e->id);
+            admin_json_str(e->id);
             printf(",\"reason\":\"%s\",\"deleted\":%s}", why, del ? "true" : "false");
         } else {
             printf("  member %s: %s%s\n", e->id, why,
@@ -1491,7 +1492,8 @@ int cmd_admin(int argc, char **argv)
     cli_opt_t opts[ADM_MAX_OPTS] = {
         {"json", NULL, CLI_FLAG, &x.json, "print one JSON document instead of a table"},
         {"apply", NULL, CLI_FLAG, &x.apply,
-         "cleanup, quota abort|reconcile: act (without it, a dry run that changes nothing)"},
+         "cleanup, quota abort|reconcile, policy set: act (without it, a dry run that changes "
+         "nothing)"},
         {"op", "ID", CLI_STR, &x.op,
          "quota abort: abort this pending operation (even before its deadline) instead of "
          "the expired ones"},
@@ -1510,6 +1512,7 @@ int cmd_admin(int argc, char **argv)
         "members | segments [list] | segments drain|activate MEMBER SEGMENT | shards | "
         "cleanup [--apply] | drain MEMBER | "
         "activate MEMBER | tenants [TENANT] | policy list | policy get TENANT | "
+        "policy set TENANT FIELD=VALUE... [--apply] | "
         "devices [DEVICE] | quota TENANT "
         "[abort|reconcile [--apply]] [options]";
     static const char desc[] =
@@ -1539,8 +1542,12 @@ int cmd_admin(int argc, char **argv)
         "tenants   tenant-root policies (policy version, limits, fingerprint) with each\n"
         "          tenant's usage; with TENANT only that one (exact reads)\n"
         "policy    list: the tenant-root policy records alone (schema, policy version, limits,\n"
-        "          fingerprint); get TENANT: one of them (exact read). A policy changes only\n"
-        "          through the controlled restart of docs/tenancy.md, not from here.\n"
+        "          fingerprint); get TENANT: one of them (exact read).\n"
+        "          set TENANT max_bytes=SIZE max_objects=N: the controlled restart of a hard\n"
+        "          policy: a dry run shows the stored record, the new one (policy_version + 1,\n"
+        "          its fingerprint), what changes and the live runtimes; --apply writes it,\n"
+        "          refused while any runtime of the deployment is live (stop them all, set,\n"
+        "          restart them with the printed tenant_policies entry).\n"
         "devices   cold device records (docs/cold.md): id, owner, kind, lifecycle, health,\n"
         "          schedulable, capacity / used / reserved bytes, root; with DEVICE only that one\n"
         "quota     TENANT: its usage and its reservations (non-terminal quota operations from\n"
@@ -1571,7 +1578,7 @@ int cmd_admin(int argc, char **argv)
         {"activate", 1, 1, " MEMBER"},
         {"tenants", 0, 1, " [TENANT]"},
         {"devices", 0, 1, " [DEVICE]"},
-        {"policy", 1, 2, " list | get TENANT"},
+        {"policy", 1, CLI_MAX_POS - 1, " list | get TENANT | set TENANT FIELD=VALUE..."},
         {"quota", 1, 2, " TENANT [abort|reconcile] [--apply] [--op ID]"},
     };
     size_t nsubs = sizeof(subs) / sizeof(subs[0]), si = nsubs;
@@ -1598,9 +1605,10 @@ int cmd_admin(int argc, char **argv)
                 : subs[si].min == 1 && subs[si].max == 1 ? "one member id"
                 : strcmp(x.sub, "devices") == 0          ? "at most one device id"
                 : strcmp(x.sub, "segments") == 0 ? "\"list\" or \"drain|activate MEMBER SEGMENT\""
-                : strcmp(x.sub, "policy") == 0   ? "\"list\" or \"get TENANT\""
-                : subs[si].min == 0              ? "at most one tenant"
-                                                 : "a tenant and at most one action",
+                : strcmp(x.sub, "policy") == 0
+                    ? "\"list\", \"get TENANT\" or \"set TENANT FIELD=VALUE...\""
+                : subs[si].min == 0 ? "at most one tenant"
+                                    : "a tenant and at most one action",
                 x.sub, subs[si].usage);
         return CLI_EXIT_USAGE;
     }
@@ -1614,10 +1622,13 @@ int cmd_admin(int argc, char **argv)
     }
     if (strcmp(x.sub, "segments") == 0 && npos == 4)
         x.op_seg = pos[1];
-    if (strcmp(x.sub, "policy") == 0 && !((npos == 2 && strcmp(pos[1], "list") == 0) ||
-                                          (npos == 3 && strcmp(pos[1], "get") == 0))) {
-        fprintf(stderr, "kvmesh admin policy: expected \"list\" or \"get TENANT\"; usage: kvmesh "
-                        "admin policy list | get TENANT\n");
+    bool policy_set = strcmp(x.sub, "policy") == 0 && npos >= 3 && strcmp(pos[1], "set") == 0;
+    if (strcmp(x.sub, "policy") == 0 &&
+        !((npos == 2 && strcmp(pos[1], "list") == 0) || (npos == 3 && strcmp(pos[1], "get") == 0) ||
+          policy_set)) {
+        fprintf(stderr, "kvmesh admin policy: expected \"list\", \"get TENANT\" or \"set TENANT "
+                        "FIELD=VALUE...\"; usage: kvmesh admin policy list | get TENANT | set "
+                        "TENANT max_bytes=SIZE max_objects=N [--apply]\n");
         return CLI_EXIT_USAGE;
     }
     const char *action = strcmp(x.sub, "quota") == 0 && npos == 3 ? pos[2] : NULL;
@@ -1628,9 +1639,11 @@ int cmd_admin(int argc, char **argv)
                 action);
         return CLI_EXIT_USAGE;
     }
-    bool applies = strcmp(x.sub, "cleanup") == 0 || action != NULL;
+    bool applies = strcmp(x.sub, "cleanup") == 0 || action != NULL || policy_set;
     if (x.apply && !applies) {
-        fprintf(stderr, "kvmesh admin %s: --apply belongs to cleanup and quota abort|reconcile\n",
+        fprintf(stderr,
+                "kvmesh admin %s: --apply belongs to cleanup, quota abort|reconcile and policy "
+                "set\n",
                 x.sub);
         return CLI_EXIT_USAGE;
     }
@@ -1707,6 +1720,8 @@ int cmd_admin(int argc, char **argv)
         rc = do_lifecycle(&x, pos[1]);
     else if (strcmp(x.sub, "tenants") == 0)
         rc = do_tenants(&x, npos == 2 ? pos[1] : NULL, false);
+    else if (policy_set)
+        rc = admin_policy_set(x.a, cfg, pos[2], pos + 3, npos - 3, x.apply, x.json);
     else if (strcmp(x.sub, "policy") == 0)
         rc = do_tenants(&x, npos == 3 ? pos[2] : NULL, true);
     else if (strcmp(x.sub, "devices") == 0)

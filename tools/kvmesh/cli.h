@@ -139,5 +139,11 @@ int cmd_demo(int argc, char **argv);
 int cmd_demo_cold(int argc, char **argv); /* kvmesh demo --cold (demo_cold.c) */
 int cmd_bench(int argc, char **argv);
 int cmd_admin(int argc, char **argv);
+struct kvmesh_admin;
+/* s as a JSON string (quotes and escapes) on stdout (admin.c). */
+void admin_json_str(const char *s);
+/* kvmesh admin policy set (admin_policy.c): the exit status; a is the open admin handle. */
+int admin_policy_set(struct kvmesh_admin *a, const kvmesh_config_t *cfg, const char *tenant,
+                     const char *const *assign, size_t n, bool apply, bool json);
 
 #endif
