@@ -10,7 +10,9 @@
 # Installs missing packages first (scripts/deps.sh). Exits non-zero when anything fails.
 #
 #   KVMESH_TEST_STAGES="werror asan tsan fuzz python chaos"   stages to run (default: all)
-#   KVMESH_JOBS=N                                 build/test parallelism (default: nproc)
+#   KVMESH_JOBS=N                                 build parallelism (default: nproc)
+#   KVMESH_TEST_JOBS=N                            ctest parallelism (default: KVMESH_JOBS + 1: most
+#                                                 cluster tests wait on leases, not on a CPU)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -19,6 +21,7 @@ bash scripts/deps.sh || exit 1
 
 STAGES=${KVMESH_TEST_STAGES:-"werror asan tsan fuzz python chaos"}
 JOBS=${KVMESH_JOBS:-$(nproc)}
+TEST_JOBS=${KVMESH_TEST_JOBS:-$((JOBS + 1))}
 failed_stages=()
 passed_stages=()
 
@@ -36,7 +39,7 @@ stage() { # name builddir ctest-args cmake-args...
   fi
   echo "=== stage $name: test"
   # shellcheck disable=SC2086
-  if (cd "$dir" && ctest --output-on-failure -j "$JOBS" $cargs); then
+  if (cd "$dir" && ctest --output-on-failure -j "$TEST_JOBS" $cargs); then
     passed_stages+=("$name")
   else
     failed_stages+=("$name(test)")
