@@ -336,8 +336,8 @@ enum obs_dim_id {
     X(cold_offload_gate_changes_total,                                                             \
       "Openings and closings of the offload watermark gate (cold_high/low_watermark).", none,      \
       none)                                                                                        \
-    X(cold_offload_urgent_jobs_total,                                                              \
-      "Urgent (eviction-triggered) offload jobs accepted.", none, none)                            \
+    X(cold_offload_urgent_jobs_total, "Urgent (eviction-triggered) offload jobs accepted.", none,  \
+      none)                                                                                        \
     X(cold_staging_acquired_total,                                                                 \
       "Remote restores this cold device owner staged into a slot of its staging pool.", none,      \
       none)                                                                                        \
@@ -382,7 +382,7 @@ enum obs_dim_id {
       "Quota operations the last reconciliation round left charged and locked (degraded).", set,   \
       none, none)                                                                                  \
     X(cold_offload_queue_depth,                                                                    \
-      "Cold offload jobs queued or in flight on this runtime's cold core.", set, none, none)      \
+      "Cold offload jobs queued or in flight on this runtime's cold core.", set, none, none)       \
     X(cold_staging_slots, "Slots of this cold device owner's remote-restore staging pool.", set,   \
       none, none)                                                                                  \
     X(cold_staging_slots_used, "Staging slots in use (filling, staged, or fenced and draining).",  \
