@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cold_itest.h — helpers the cold tier's integration tests share (header-only; cold_store.c,
- * cold_evict_mode.c, cold_store_crash.c): one sample of a runtime's /metrics over HTTP, and the
- * LocalDir files under a device root, removing
- * a test's temporary directory.
+ * cold_evict_mode.c, cold_store_crash.c): one sample of a runtime's /metrics over HTTP, and a
+ * walk over the LocalDir fan-out files under a device root (counting, corrupting and removing
+ * them is tests/support/coldfiles.h).
  *
  * Needs libcurl (curl_global_init by the caller) and tests/integration/obs_prom.h (included here).
  * Nothing is kept between calls; every buffer is freed before returning.
@@ -88,40 +88,6 @@ cold_itest_localdir_walk(const char *root, bool (*fn)(const char *dir, const cha
     }
     closedir(top);
     return n;
-}
-
-/* Whether a fan-out entry is a complete object file (<id>.obj). */
-static inline bool cold_itest_is_obj(const char *name)
-{
-    size_t len = strlen(name);
-    return len > 4 && strcmp(name + len - 4, ".obj") == 0;
-}
-
-static inline bool cold_itest_count_obj(const char *dir, const char *name, void *arg)
-{
-    (void)dir;
-    *(size_t *)arg += cold_itest_is_obj(name);
-    return true;
-}
-
-/* Complete LocalDir object files (temporaries are named otherwise). SIZE_MAX when <root>/ld
- * cannot be opened. */
-static inline size_t cold_itest_localdir_files(const char *root)
-{
-    size_t n = 0;
-    return cold_itest_localdir_walk(root, cold_itest_count_obj, &n) == SIZE_MAX ? SIZE_MAX : n;
-}
-
-/* rm -rf of a test's temporary directory (*dir, then cleared); says so when it fails. */
-static inline void cold_itest_rm_tmpdir(char *dir)
-{
-    if (!dir[0])
-        return;
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-    dir[0] = '\0';
 }
 
 #endif
