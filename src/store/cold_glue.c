@@ -149,9 +149,8 @@ static void *worker_main(void *arg)
 }
 
 /* [loop] done() of every finished job. */
-static void drain_done(void *arg)
+static void drain_jobs(struct kvm_cold *g)
 {
-    struct kvm_cold *g = arg;
     pthread_mutex_lock(&g->mu);
     struct xnode *n = g->d_head;
     g->d_head = g->d_tail = NULL;
@@ -164,6 +163,16 @@ static void drain_done(void *arg)
         io->done(io);
         n = next;
     }
+}
+
+/* [loop] The worker's posted drain. A post still queued when kvm_cold_close ran holds a
+ * reference on g (taken there), released here: the close drained every job already. */
+static void drain_done(void *arg)
+{
+    struct kvm_cold *g = arg;
+    drain_jobs(g);
+    if (g->closed)
+        g_unref(g);
 }
 
 static void exec_submit(void *ctx, cold_exec_t *io)
@@ -656,7 +665,7 @@ static void tick(void *arg)
     g->tick_timer = 0;
     if (g->closed)
         return;
-    drain_done(g); /* backstop when a post failed */
+    drain_jobs(g); /* backstop when a post failed */
     report_pressure(g);
     if (!g->refreshing && cold_view_refresh(g->c, refreshed, g) == 0)
         g->refreshing = true;
@@ -1982,7 +1991,12 @@ void kvm_cold_close(kvm_rt_t *rt)
     pthread_mutex_unlock(&g->mu);
     if (g->th_started)
         pthread_join(g->th, NULL); /* it finished every queued job */
-    drain_done(g);                 /* their done()s, here on the loop */
+    pthread_mutex_lock(&g->mu);
+    bool posted = g->drain_posted; /* a drain_done still queued on the loop runs after us */
+    pthread_mutex_unlock(&g->mu);
+    if (posted)
+        g->refs++; /* released by that drain_done */
+    drain_jobs(g); /* their done()s, here on the loop */
     if (g->be_open)
         cold_backend_close(&g->be);
     g->be_open = false;

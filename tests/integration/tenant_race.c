@@ -380,8 +380,11 @@ static int run(const char *backend, uint64_t secs, const char *mode)
         tproc_close_stdin(&writers[i]);
     for (int i = 0; i < N_WRITERS; i++)
         CHECK(tproc_stop(&writers[i], 15000) == 0);
-    for (int i = 0; i < N_STORAGE; i++)
-        CHECK(tproc_stop(&storage[i], 15000) == 0);
+    for (int i = 0; i < N_STORAGE; i++) {
+        uint64_t t0 = env_clock_mono_ms();
+        CHECK(tproc_stop(&storage[i], 60000) == 0);
+        printf("storage %d stopped in %" PRIu64 " ms\n", i, env_clock_mono_ms() - t0);
+    }
     testsrv_stop(srv);
     srv = NULL;
     printf("tenant_race %s: ok\n", backend);

@@ -252,11 +252,19 @@ int tproc_stop(tproc_t *p, int timeout_ms)
     while (!(exited = tproc_exited(p)) && env_clock_mono_ms() < end)
         usleep(10000);
     if (!exited) {
+        fprintf(stderr,
+                "tproc: %s (pid %d) did not exit within %d ms of its stdin closing; killed\n",
+                p->argv[0], (int)p->pid, timeout_ms);
         kill(p->pid, SIGKILL);
         reap(p, TPROC_REAP_TIMEOUT_MS);
         return -1;
     }
-    return WIFEXITED(p->status) && WEXITSTATUS(p->status) == 0 ? 0 : -1;
+    if (WIFEXITED(p->status) && WEXITSTATUS(p->status) == 0)
+        return 0;
+    char buf[64];
+    fprintf(stderr, "tproc: %s %s ended with %s\n", p->argv[0], p->argc > 1 ? p->argv[1] : "",
+            tproc_status_str(p->status, buf, sizeof(buf)));
+    return -1;
 }
 
 bool tproc_exited(tproc_t *p)
