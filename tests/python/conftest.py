@@ -10,6 +10,7 @@ pytest leaves nothing behind. Paths:
   KVMESH_REDIS_SERVER, KVMESH_ETCD  override the server binaries (default: from PATH)
 """
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -26,6 +27,10 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.abspath(os.environ.get("KVMESH_BUILD_DIR", os.path.join(REPO, "build")))
 KVMESHD = os.path.join(BUILD, "bin", "kvmeshd")
+KVMESH_CLI = os.path.join(BUILD, "bin", "kvmesh")
+# the route policy defaults (a Cluster sets neither shards nor top_k)
+ROUTE_SHARDS = 64
+ROUTE_TOP_K = 3
 
 # When the package is not installed (running from the source tree), use python/ in place.
 try:
@@ -210,6 +215,40 @@ class Cluster:
 
     def kill(self, i, sig=signal.SIGKILL):
         return self.daemons[i].kill(sig)
+
+    def _shards(self):
+        try:
+            p = subprocess.run([KVMESH_CLI, "admin", "shards", "--json", "--metadata", self.url,
+                                "--deployment", self.deployment], capture_output=True, text=True,
+                               timeout=10)
+            return json.loads(p.stdout)["shards"] if p.returncode == 0 else None
+        except (OSError, ValueError, KeyError, subprocess.TimeoutExpired):
+            return None
+
+    def wait_routes_settled(self, timeout=READY_TIMEOUT_S):
+        """Waits until every shard-authority record is active under a live primary with the
+        authority set of the daemons as they are now (the WRH top-k of all of them). A daemon
+        becomes ready when it joined, but the route authority sets follow the membership only
+        later (resign, acquire, state transfer, activation; seconds on a loaded machine): until
+        then a shard's routes may live on the first daemon alone, and a test that kills or
+        stops one daemon would lose them (docs/protocol.md section 5, guarantee 3)."""
+        want = min(ROUTE_TOP_K, len(self.ids))
+        ids = set(self.ids)
+        last = None
+
+        def settled():
+            nonlocal last
+            last = self._shards()
+            return (last is not None and len(last) == ROUTE_SHARDS and
+                    all(r.get("state") == "active" and r.get("primary_live") and
+                        len(r["set"]) == want and set(r["set"]) <= ids for r in last))
+
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if settled():
+                return
+            time.sleep(0.05)
+        pytest.fail(f"route authorities not settled after {timeout}s: {last}")
 
     def stop(self):
         for d in self.daemons:

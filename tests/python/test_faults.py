@@ -18,8 +18,12 @@ def value(i, n=64 * 1024):
 @pytest.fixture
 def tcp_cluster(redis_server):
     c = Cluster(redis_server.url, transport="tcp")
-    yield c
-    c.stop()
+    try:
+        # the tests kill or stop a daemon: every shard's routes must be on all three first
+        c.wait_routes_settled()
+        yield c
+    finally:
+        c.stop()
 
 
 def test_kill_during_batches(tcp_cluster):
