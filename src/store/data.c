@@ -695,6 +695,26 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
     return progress;
 }
 
+/* Whether item o is (re)read in attempt `attempt` of get_impl: every item in the first, then
+ * those whose read needs another look (checksum failure, route changed, owner moved). */
+static bool get_todo(const struct kvm_sgout *o, int attempt)
+{
+    return attempt == 0 || o->rc == KVMESH_ECHECKSUM || o->rc == KVMESH_ECONFLICT;
+}
+
+/* A failure of the whole attempt (the lookup op could not be built, sent or finished by the
+ * deadline): every item the attempt was for fails with rc, so that no caller takes an item that
+ * was never read for a hit (its rc is 0 before the first attempt sets it). */
+static int get_fail(struct kvm_sgout *outs, size_t n, int attempt, int rc)
+{
+    for (size_t i = 0; i < n; i++)
+        if (get_todo(&outs[i], attempt)) {
+            outs[i].rc = rc;
+            outs[i].read_failed = false;
+        }
+    return rc;
+}
+
 static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs, size_t n,
                     struct obs_span *span)
 {
@@ -702,6 +722,10 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
     char lookup_err[512] = "";
     uint64_t deadline = kvm_deadline_new(rt); /* one deadline for lookups and every read round */
     bool late = false, refresh = false;
+    for (size_t i = 0; i < n; i++) { /* what an item no attempt reached answers */
+        outs[i].rc = KVMESH_ETIMEDOUT;
+        outs[i].read_failed = true;
+    }
     /* attempt 0, then up to two more looks for the items that need one (checksum failure,
      * route changed under a cold read, owner moved), all within the one deadline */
     for (int attempt = 0; attempt < 3 && kvm_deadline_left_ms(deadline) > 0; attempt++) {
@@ -713,13 +737,12 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
         }
         size_t todo = 0;
         for (size_t i = 0; i < n; i++)
-            todo +=
-                attempt == 0 || outs[i].rc == KVMESH_ECHECKSUM || outs[i].rc == KVMESH_ECONFLICT;
+            todo += get_todo(&outs[i], attempt);
         if (!todo)
             break;
         kvm_op_t *look = kvm_op_new(rt, KVM_OP_LOOKUP, n);
         if (!look)
-            return KVMESH_ENOMEM;
+            return get_fail(outs, n, attempt, KVMESH_ENOMEM);
         look->span = span;
         look->deadline_ms = deadline;
         look->cp_op = 1 + (n == 1 ? OBS_OP_GET : OBS_OP_BATCH_GET);
@@ -727,12 +750,12 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
             rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
         if (rc || (rc = kvm_op_run(look)) != 0) {
             kvm_op_unref(look);
-            return rc;
+            return get_fail(outs, n, attempt, rc);
         }
         for (size_t i = 0; i < n; i++) {
             struct kvm_item *it = &look->items[i];
             struct kvm_sgout *o = &outs[i];
-            if (attempt > 0 && o->rc != KVMESH_ECHECKSUM && o->rc != KVMESH_ECONFLICT)
+            if (!get_todo(o, attempt))
                 continue;
             if (it->rc) {
                 o->rc = it->rc;

@@ -136,6 +136,27 @@ static void note_failure(struct traffic *t)
     usleep(10000);
 }
 
+/* A read that came back with bytes that were never put under its key: says what differs (the
+ * lengths, the first and last differing offsets, how many bytes differ) so that a failure shows
+ * whether it was a short read, another object's bytes or a torn copy. */
+static void note_wrong(struct traffic *t, const char *key, const uint8_t *want, size_t want_len,
+                       const uint8_t *got, size_t got_len)
+{
+    atomic_fetch_add(&t->wrong, 1);
+    size_t n = want_len < got_len ? want_len : got_len, first = n, last = n, diff = 0;
+    for (size_t i = 0; i < n; i++)
+        if (want[i] != got[i]) {
+            if (first == n)
+                first = i;
+            last = i;
+            diff++;
+        }
+    fprintf(stderr,
+            "WRONG pid %d key %s: length %zu want %zu; %zu bytes differ, first at %zu, last at "
+            "%zu\n",
+            (int)getpid(), key, got_len, want_len, diff, first, last);
+}
+
 /* One large value: put, then get it back. */
 static void large_op(struct traffic *t, uint32_t i, uint8_t *v, uint8_t *out)
 {
@@ -151,7 +172,7 @@ static void large_op(struct traffic *t, uint32_t i, uint8_t *v, uint8_t *out)
     size_t got = 0;
     int rc = kvmesh_get_into(t->kv, &sc, key, strlen(key), out, CHAOS_MAX_VALUE, &got);
     if (rc == 0 && (got != len || memcmp(out, v, len) != 0))
-        atomic_fetch_add(&t->wrong, 1);
+        note_wrong(t, key, v, len, out, got);
     else if (rc == 0)
         atomic_fetch_add(&t->ok, 1);
     else
@@ -180,7 +201,7 @@ static void batch_op(struct traffic *t, uint32_t i, uint8_t *v, uint8_t *out)
     int rc = kvmesh_batch_get(t->kv, &sc, it, CHAOS_BATCH);
     for (uint32_t j = 0; rc == 0 && j < CHAOS_BATCH; j++)
         if (it[j].out_len != len || memcmp(out + j * len, v + j * len, len) != 0) {
-            atomic_fetch_add(&t->wrong, 1);
+            note_wrong(t, keys[j], v + j * len, len, out + j * len, it[j].out_len);
             return;
         }
     if (rc == 0)
