@@ -598,12 +598,21 @@ int kvmesh_admin_lifecycles(kvmesh_admin_t *a, const char *after, size_t limit,
 
 /* ---- tenants and quotas ------------------------------------------------------------------- */
 
+/* KVMESH_EINVAL keeping the message a validator left (kvm_errf must not format the thread's
+ * message buffer into itself: the text was lost that way). */
+static int einval_keep(void)
+{
+    char m[512];
+    snprintf(m, sizeof(m), "%s", kvmesh_last_error());
+    return kvm_errf(KVMESH_EINVAL, "%s", m);
+}
+
 static int tenant_arg(const char *tenant)
 {
     kvm_ident_t id;
     int rc = kvm_ident_init(&id, tenant, NULL, "k", 1);
     if (rc)
-        return kvm_errf(KVMESH_EINVAL, "%s", kvmesh_last_error());
+        return einval_keep();
     kvm_ident_free(&id);
     return 0;
 }
@@ -700,6 +709,47 @@ int kvmesh_admin_tenant_get(kvmesh_admin_t *a, const char *tenant, kvmesh_admin_
         *found = true;
         tenant_from_kv(&res->kv, out);
         rc = tenant_usage(a, out);
+    }
+    meta_result_free(res);
+    return rc;
+}
+
+int kvmesh_admin_objrow_get(kvmesh_admin_t *a, const char *tenant, const char *domain,
+                            const char *key, kvmesh_admin_objrow_t *out, bool *found)
+{
+    *found = false;
+    memset(out, 0, sizeof(*out));
+    int rc = tenant_arg(tenant);
+    if (rc)
+        return rc;
+    if (domain && domain[0] && kvm_ident_check_domain(domain, strlen(domain)) != 0)
+        return einval_keep();
+    if (!key)
+        return kvm_errf(KVMESH_EINVAL, "no object key");
+    if (kvm_ident_check_key(key, strlen(key)) != 0)
+        return einval_keep();
+    char k[KS_KEY_CAP];
+    if ((rc = ks_object_key(k, sizeof(k), a->deployment, tenant, domain, key)) != 0)
+        return kvm_errf(KVMESH_EINVAL, "the object key is too long for a metadata key");
+    meta_result_t *res;
+    rc = meta_sync_get(a->ms, k, &res);
+    if (rc) {
+        kvm_errf(rc, "metadata get of %s: %s", k, res->errmsg);
+    } else if (res->kv.found) {
+        *found = true;
+        out->mod_rev = res->kv.mod_rev;
+        tn_objrow_t r;
+        if (tn_objrow_decode(res->kv.value, res->kv.value_len, &r) != 0) {
+            out->malformed = true;
+        } else {
+            out->acct_version = r.acct_version;
+            out->live = r.live;
+            out->len = r.len;
+            out->fencing_token = r.route_version.fencing_token;
+            out->primary_sequence = r.route_version.primary_sequence;
+            snprintf(out->last_op, sizeof(out->last_op), "%s", r.last_op);
+            snprintf(out->lock_op, sizeof(out->lock_op), "%s", r.lock_op);
+        }
     }
     meta_result_free(res);
     return rc;
@@ -822,7 +872,7 @@ int kvmesh_admin_policy_plan(kvmesh_admin_t *a, const char *tenant, const char *
                      .max_objects = seen & KVMESH_ADMIN_POLICY_MAX_OBJECTS ? mo : st->max_objects};
     /* the bootstrap's validation and fingerprint: what a runtime with this entry will store */
     if ((rc = tn_policy_validate(&p)) != 0)
-        return kvm_errf(KVMESH_EINVAL, "%s", kvmesh_last_error());
+        return einval_keep();
     tn_policy_rec_t r;
     tn_policy_record(&p, &r);
     out->schema_version = r.schema_version;

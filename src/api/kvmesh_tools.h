@@ -262,6 +262,24 @@ int kvmesh_admin_tenants(kvmesh_admin_t *a, const char *after, size_t limit,
 int kvmesh_admin_tenant_get(kvmesh_admin_t *a, const char *tenant, kvmesh_admin_tenant_t *out,
                             bool *found);
 
+/* One object's committed accounting row (objects/<tenant>/<domain|~>/<key>, docs/tenancy.md):
+ * what the quota protocol charged for it and the operation that holds it, if any. */
+typedef struct kvmesh_admin_objrow {
+    bool malformed;        /* the row does not decode (the fields below are 0) */
+    int64_t mod_rev;       /* the row's metadata revision */
+    uint64_t acct_version; /* +1 per finalized operation */
+    bool live;             /* a finalized create/overwrite is the current state */
+    uint64_t len;          /* committed length when live (0 otherwise) */
+    uint64_t fencing_token, primary_sequence; /* route version of the last finalized operation */
+    char last_op[KVMESH_ADMIN_OPID_LEN + 1];  /* last finalized operation ("" = none) */
+    char lock_op[KVMESH_ADMIN_OPID_LEN + 1];  /* the non-terminal operation holding it ("") */
+} kvmesh_admin_objrow_t;
+/* The accounting row of (tenant, domain, key) by one exact read; domain NULL or "" = none.
+ * *found false when there is no row (the object was never written under the tenant's policy).
+ * KVMESH_EINVAL for a tenant, domain or key that breaks its rule (the message names it). */
+int kvmesh_admin_objrow_get(kvmesh_admin_t *a, const char *tenant, const char *domain,
+                            const char *key, kvmesh_admin_objrow_t *out, bool *found);
+
 /* ---- changing a tenant policy (kvmesh admin policy set; docs/operations.md) ------------------
  * The controlled restart of the specification ("Policy bootstrap"): the operator stops every
  * runtime of the deployment, writes the new hard policy here, and restarts them with the new

@@ -17,6 +17,9 @@
  *     joins as a client runtime with the stored policy and its pass aborts it (report JSON);
  *     usage ends with nothing pending;
  *   - policy list / policy get TENANT: the policy records alone (no usage row), JSON and table;
+ *   - quota TENANT object KEY: the accounting row of each object put into td (live, its length,
+ *     acct version 1, unlocked; JSON parsed here, and the table), of a pending reservation of tq
+ *     (not live, locked by its operation), --domain; no row: exit 3;
  *   - bad arguments: a tenant id breaking the rule, an unknown tenant (3), no tenant, an unknown
  *     action, --apply or --op where they do not belong, a malformed --op (2).
  *   - policy set TENANT: the dry run (table and JSON: stored and new record, new version and
@@ -178,6 +181,52 @@ static void writer_close(struct writer *w)
 
 /* ---- checks ---------------------------------------------------------------------------------- */
 
+static json_t *parse_json(tdaemon_out_t *o);
+
+/* quota td object kN: each object put into td has a live, unlocked row of its length. */
+static void check_objects(struct cluster *c, const char *const *vals, int n)
+{
+    tdaemon_out_t o;
+    for (int i = 0; i < n; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "k%d", i);
+        json_t *j = admin_json(c, "quota", "td", "object", key);
+        assert_string_equal(json_string_value(json_object_get(j, "key")), key);
+        assert_string_equal(json_string_value(json_object_get(j, "domain")), "");
+        assert_true(json_is_true(json_object_get(j, "live")));
+        assert_int_equal(jint(j, "length", NULL), (long long)strlen(vals[i]));
+        assert_int_equal(jint(j, "acct_version", NULL), 1);
+        assert_true(jint(j, "route_version", "fencing_token") > 0);
+        assert_true(jint(j, "mod_rev", NULL) > 0);
+        assert_int_equal(strlen(json_string_value(json_object_get(j, "last_op"))),
+                         KVMESH_ADMIN_OPID_LEN);
+        assert_true(json_is_null(json_object_get(j, "lock_op")));
+        json_decref(j);
+    }
+    adminl(&o, c, "quota", "td", "object", "k1", NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    char want[64];
+    snprintf(want, sizeof(want), "length         %zu\n", strlen(vals[1]));
+    OPS_ASSERT_HAS(o.out, want);
+    OPS_ASSERT_HAS(o.out, "live           yes\n");
+    OPS_ASSERT_HAS(o.out, "- (unlocked)");
+    tdaemon_out_free(&o);
+    /* a domain or key that breaks its rule */
+    adminl(&o, c, "quota", "td", "object", "k1", "--domain=bad domain!", NULL);
+    OPS_ASSERT_RUN(&o, 2);
+    OPS_ASSERT_HAS(o.err, "kvmesh admin quota object: bad argument");
+    tdaemon_out_free(&o);
+    adminl(&o, c, "quota", "td", "object", "", NULL);
+    OPS_ASSERT_RUN(&o, 2);
+    OPS_ASSERT_HAS(o.err, "kvmesh admin quota object: bad argument");
+    tdaemon_out_free(&o);
+    /* another domain has no such row */
+    adminl(&o, c, "quota", "td", "object", "k1", "--domain=elsewhere", NULL);
+    OPS_ASSERT_RUN(&o, 3);
+    OPS_ASSERT_HAS(o.err, "in domain \"elsewhere\"");
+    tdaemon_out_free(&o);
+}
+
 static void check_tenants(struct cluster *c)
 {
     /* td: three objects through a client that enforces its policy (the config's) */
@@ -193,6 +242,7 @@ static void check_tenants(struct cluster *c)
         tdaemon_out_free(&o);
         bytes += strlen(vals[i]);
     }
+    check_objects(c, vals, 3);
     json_t *j = admin_json(c, "tenants", "td", NULL, NULL);
     assert_string_equal(json_string_value(json_object_get(j, "tenant")), "td");
     assert_int_equal(jint(j, "max_bytes", NULL), 2 << 20);
@@ -307,8 +357,27 @@ static void check_quota(struct cluster *c)
     }
     assert_int_equal(seen, 7);
     json_decref(j);
-    wait_expired(c, 2);
+    /* obj-3's row (domain dom): reserved, never finalized: not live, locked by op3 */
     tdaemon_out_t o;
+    adminl(&o, c, "quota", "tq", "object", "obj-3", "--domain=dom", "--json", NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    j = parse_json(&o);
+    tdaemon_out_free(&o);
+    assert_string_equal(json_string_value(json_object_get(j, "domain")), "dom");
+    assert_false(json_is_true(json_object_get(j, "live")));
+    assert_int_equal(jint(j, "length", NULL), 0);
+    assert_int_equal(jint(j, "acct_version", NULL), 0);
+    assert_string_equal(json_string_value(json_object_get(j, "lock_op")), op3);
+    json_decref(j);
+    adminl(&o, c, "quota", "tq", "object", "obj-3", "--domain=dom", NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, op3);
+    OPS_ASSERT_HAS(o.out, "held by a non-terminal quota operation");
+    tdaemon_out_free(&o);
+    adminl(&o, c, "quota", "tq", "object", "obj-3", NULL); /* no --domain: no such row */
+    OPS_ASSERT_RUN(&o, 3);
+    tdaemon_out_free(&o);
+    wait_expired(c, 2);
     admin(&o, c, "quota", "tq", NULL, NULL, NULL);
     OPS_ASSERT_RUN(&o, 0);
     OPS_ASSERT_HAS(o.out, "3 non-terminal operation(s) (reservations) in the due index, 2 past");
@@ -423,6 +492,11 @@ static void check_bad_args(struct cluster *c)
         {"tenants", "--apply", NULL, NULL, "--apply belongs to", 2},
         {"quota", "tq", "reconcile", "--op=x", "--op belongs to quota TENANT abort", 2},
         {"quota", "tq", "abort", "--op=x", "--op \"x\" is not an operation id", 2},
+        {"quota", "td", "object", NULL, "expected \"TENANT object KEY\"", 2},
+        {"quota", "td", "obj", "k0", "expected \"TENANT object KEY\"", 2},
+        {"quota", "bad tenant!", "object", "k0", "tenant has a disallowed byte 0x20", 2},
+        {"quota", "td", "object", "nosuch", "no accounting row for key \"nosuch\"", 3},
+        {"quota", "td", "--domain=d", NULL, "--domain belongs to quota TENANT object KEY", 2},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         admin(&o, c, bad[i].a1, bad[i].a2, bad[i].a3, bad[i].a4, NULL);

@@ -12,6 +12,8 @@
  *              primaries are listed but never deleted: they carry the monotonic fencing token
  *              and the state-transfer source, and the route service takes them over.
  *   policy     tenant policy records (list, get); `policy set` is in admin_policy.c
+ *   quota      a tenant's usage and reservations, abort, reconcile; `quota TENANT object KEY`
+ *              (one object's accounting row) is in admin_object.c
  * Every listing has --json (one JSON document on stdout) or a table. Reads are pages of
  * --page records, at most --max records in all (the listing says when it stopped early).
  */
@@ -1514,7 +1516,7 @@ int cmd_admin(int argc, char **argv)
         "activate MEMBER | tenants [TENANT] | policy list | policy get TENANT | "
         "policy set TENANT FIELD=VALUE... [--apply] | "
         "devices [DEVICE] | quota TENANT "
-        "[abort|reconcile [--apply]] [options]";
+        "[abort|reconcile [--apply]] | quota TENANT object KEY [--domain D] [options]";
     static const char desc[] =
         "Reads the deployment's metadata directly (no runtime joins), in bounded pages:\n"
         "members   member records: id, epoch, state, weight, capacity, used, segments, rpc\n"
@@ -1557,6 +1559,9 @@ int cmd_admin(int argc, char **argv)
         "          quota TENANT reconcile: the due entries one reconciliation pass resolves;\n"
         "          --apply joins as a client runtime with the tenant's stored policy and runs\n"
         "          that pass (give the deployment's --config so the cluster policy matches).\n"
+        "          quota TENANT object KEY [--domain D]: that object's committed accounting\n"
+        "          row (one exact read): live, length, accounting version, route version, last\n"
+        "          finalized operation and the quota operation holding it (lock), if any.\n"
         "Needs a shared metadata backend (redis:// or etcd://).";
     int rc = cli_parse("admin", opts, nopts, argc, argv, pos, CLI_MAX_POS, &npos);
     if (rc)
@@ -1579,7 +1584,7 @@ int cmd_admin(int argc, char **argv)
         {"tenants", 0, 1, " [TENANT]"},
         {"devices", 0, 1, " [DEVICE]"},
         {"policy", 1, CLI_MAX_POS - 1, " list | get TENANT | set TENANT FIELD=VALUE..."},
-        {"quota", 1, 2, " TENANT [abort|reconcile] [--apply] [--op ID]"},
+        {"quota", 1, 3, " TENANT [abort|reconcile] [--apply] [--op ID] | TENANT object KEY"},
     };
     size_t nsubs = sizeof(subs) / sizeof(subs[0]), si = nsubs;
     if (npos >= 1)
@@ -1608,7 +1613,7 @@ int cmd_admin(int argc, char **argv)
                 : strcmp(x.sub, "policy") == 0
                     ? "\"list\", \"get TENANT\" or \"set TENANT FIELD=VALUE...\""
                 : subs[si].min == 0 ? "at most one tenant"
-                                    : "a tenant and at most one action",
+                                    : "a tenant and at most one action (or object KEY)",
                 x.sub, subs[si].usage);
         return CLI_EXIT_USAGE;
     }
@@ -1631,11 +1636,23 @@ int cmd_admin(int argc, char **argv)
                         "TENANT max_bytes=SIZE max_objects=N [--apply]\n");
         return CLI_EXIT_USAGE;
     }
-    const char *action = strcmp(x.sub, "quota") == 0 && npos == 3 ? pos[2] : NULL;
+    bool quota = strcmp(x.sub, "quota") == 0;
+    bool object = quota && npos >= 3 && strcmp(pos[2], "object") == 0;
+    if (quota && (npos == 4 || object) && !(object && npos == 4)) {
+        fprintf(stderr, "kvmesh admin quota: expected \"TENANT object KEY\" (the object's key "
+                        "after \"object\"); usage: kvmesh admin quota TENANT object KEY "
+                        "[--domain D]\n");
+        return CLI_EXIT_USAGE;
+    }
+    if (x.c.domain && !object) {
+        fprintf(stderr, "kvmesh admin %s: --domain belongs to quota TENANT object KEY\n", x.sub);
+        return CLI_EXIT_USAGE;
+    }
+    const char *action = quota && npos == 3 ? pos[2] : NULL;
     if (action && strcmp(action, "abort") != 0 && strcmp(action, "reconcile") != 0) {
         fprintf(stderr,
-                "kvmesh admin quota: unknown action \"%s\"; expected abort or reconcile (or "
-                "none to show usage and reservations)\n",
+                "kvmesh admin quota: unknown action \"%s\"; expected abort, reconcile or "
+                "object KEY (or none to show usage and reservations)\n",
                 action);
         return CLI_EXIT_USAGE;
     }
@@ -1726,7 +1743,9 @@ int cmd_admin(int argc, char **argv)
         rc = do_tenants(&x, npos == 3 ? pos[2] : NULL, true);
     else if (strcmp(x.sub, "devices") == 0)
         rc = do_devices(&x, npos == 2 ? pos[1] : NULL);
-    else if (strcmp(x.sub, "quota") == 0)
+    else if (object)
+        rc = admin_quota_object(x.a, cfg, pos[1], x.c.domain, pos[3], x.json);
+    else if (quota)
         rc = do_quota(&x, pos[1], action);
     else
         rc = do_cleanup(&x);

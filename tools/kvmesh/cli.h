@@ -145,5 +145,8 @@ void admin_json_str(const char *s);
 /* kvmesh admin policy set (admin_policy.c): the exit status; a is the open admin handle. */
 int admin_policy_set(struct kvmesh_admin *a, const kvmesh_config_t *cfg, const char *tenant,
                      const char *const *assign, size_t n, bool apply, bool json);
+/* kvmesh admin quota TENANT object KEY (admin_object.c): the exit status. */
+int admin_quota_object(struct kvmesh_admin *a, const kvmesh_config_t *cfg, const char *tenant,
+                       const char *domain, const char *key, bool json);
 
 #endif
