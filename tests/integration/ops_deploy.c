@@ -8,8 +8,9 @@
  *     binary path pointed at this build), runs kvmeshd with flags kvmeshd accepts, stops it with
  *     SIGTERM, and gives the drain more time than any example's drain_timeout_ms;
  *   - the alert rules pass `promtool check rules` and their unit tests (`promtool test rules`),
- *     the scrape config `promtool check config`; lease loss, metadata errors and transport
- *     failures have alerts;
+ *     the scrape config `promtool check config`; lease loss, metadata errors, transport
+ *     failures, under-replicated objects and cold device health (the kvmesh_cold_device_health
+ *     gauge) have alerts, the last two with unit tests;
  *   - every metric name used by an alert expression and by every dashboard query exists in
  *     the /metrics of a real kvmeshd started from the single-node example; the dashboard parses
  *     as JSON with unique panel ids, a grid position and at least one query per panel.
@@ -187,10 +188,21 @@ static void test_promtool(void **state)
     OPS_ASSERT_RUN(&o, 0);
     tdaemon_out_free(&o);
     char *text = tdaemon_slurp(rules, NULL);
-    static const char *must[] = {"alert: KvmeshLeaseLost", "alert: KvmeshMetadataErrors",
-                                 "alert: KvmeshTransportFailures"};
-    for (size_t i = 0; i < 3; i++)
+    static const char *must[] = {"alert: KvmeshLeaseLost",
+                                 "alert: KvmeshMetadataErrors",
+                                 "alert: KvmeshTransportFailures",
+                                 "alert: KvmeshUnderReplicatedObjects",
+                                 "alert: KvmeshColdDeviceUnhealthy",
+                                 "expr: max by (instance) (kvmesh_cold_device_health) >= 2"};
+    for (size_t i = 0; i < sizeof(must) / sizeof(must[0]); i++)
         OPS_ASSERT_HAS(text, must[i]);
+    free(text);
+    /* the unit tests cover them (each alert named by an alert_rule_test) */
+    text = tdaemon_slurp(tests, NULL);
+    static const char *tested[] = {"alertname: KvmeshUnderReplicatedObjects",
+                                   "alertname: KvmeshColdDeviceUnhealthy"};
+    for (size_t i = 0; i < sizeof(tested) / sizeof(tested[0]); i++)
+        OPS_ASSERT_HAS(text, tested[i]);
     free(text);
 }
 
