@@ -225,7 +225,13 @@ static int render_stats(struct obs_http *h, const struct obs_query *q, struct ob
     } else {
         obs_buf_puts(b, "null");
     }
-    obs_buf_puts(b, ",\"tracing\":");
+    obs_buf_puts(b, ",\"quota_tenants\":[");
+    for (uint32_t i = 0; i < rs.n_quota_tenants && i < OBS_STATS_QUOTA_TENANTS_MAX; i++) {
+        obs_buf_puts(b, i ? "," : "");
+        obs_buf_json_str(b, rs.quota_tenants[i],
+                         strnlen(rs.quota_tenants[i], sizeof(rs.quota_tenants[i])));
+    }
+    obs_buf_puts(b, "],\"tracing\":");
     if (h->tracer)
         obs_tracer_status_json(h->tracer, b);
     else

@@ -72,6 +72,9 @@ struct obs_health {
 void obs_health_reason(struct obs_health *h, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+#define OBS_STATS_QUOTA_TENANTS_MAX 16 /* tenants with a policy /stats lists */
+#define OBS_STATS_QUOTA_TENANT_LEN  64 /* bytes of a tenant id (core/ident.h rule) */
+
 /* Background re-replication as /stats shows it (src/store/repair.h): gauges now + totals. */
 struct obs_rereplication_stats {
     uint64_t under_replicated, backlog, pending_owners, copies_in_flight, lost;
@@ -90,6 +93,10 @@ struct obs_runtime_stats {
     /* the routes this runtime's shard authorities hold (EmbeddedWrh), finalized tombstones among
      * them, tombstones purged since start */
     uint64_t route_entries, route_tombstones, tombstones_purged;
+    /* the tenants whose hard policy this runtime enforces (tenant_policies), in configuration
+     * order: /stats "quota_tenants", each readable through /stats?tenant= */
+    uint32_t n_quota_tenants;
+    char quota_tenants[OBS_STATS_QUOTA_TENANTS_MAX][OBS_STATS_QUOTA_TENANT_LEN + 1];
 };
 
 /* What a runtime plugs into its admin server. Every member is optional. */

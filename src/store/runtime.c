@@ -976,6 +976,11 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
                                          .bytes_copied = rs.bytes_copied,
                                          .passes = rs.passes,
                                          .paused = rs.paused};
+    _Static_assert(KVM_STORE_TENANT_POLICIES_MAX <= OBS_STATS_QUOTA_TENANTS_MAX,
+                   "/stats lists every tenant policy");
+    for (uint32_t i = 0; i < rt->cfg.n_tenant_policies && i < OBS_STATS_QUOTA_TENANTS_MAX; i++)
+        snprintf(out->quota_tenants[out->n_quota_tenants++], sizeof(out->quota_tenants[0]), "%s",
+                 rt->cfg.tenant_policies[i].tenant);
     struct kvm_rt_stats st;
     memset(&st, 0, sizeof(st));
     if (!atomic_load(&rt->closing) && kvm_store_stats(rt, &st) == 0) { /* through the loop */

@@ -10,7 +10,9 @@
  *     /metrics of the same runtime answer right after: live members, every member's capacity
  *     and used bytes (the self row also against the daemon's own /stats), shard counts (one
  *     primary per shard, top_k authorities per shard), route CAS totals, request totals, bytes
- *     and p50/p99 (recomputed here from the histogram buckets of /metrics);
+ *     and p50/p99 (recomputed here from the histogram buckets of /metrics); the tenants' quota
+ *     section: tenant "spq" (tenant_policies) after three puts, its used/pending/limit bytes
+ *     and objects against daemon 0's /stats?tenant=spq and against what was put;
  *   - screenshots of both pages are saved in <build>/test-artifacts/.
  * Bounded: the load stops after OPS_LOAD_MAX operations or OPS_LOAD_MAX_MS; every wait is
  * bounded; every process is started here and stopped by pid.
@@ -32,6 +34,10 @@
 #define OPS_SETTLE_MS   30000
 #define OPS_BUDGET_MS   "6000" /* chromium virtual time: at least two refreshes */
 #define OPS_MAX_MEMBERS 16
+#define OPS_QT          "spq" /* the tenant with a hard policy */
+#define OPS_QT_MAX      (1ull << 20)
+#define OPS_QT_OBJECTS  100
+#define OPS_QT_PUTS     3
 
 static char artifacts[512];
 
@@ -206,6 +212,7 @@ struct load {
     kvmesh_t *kv;
     atomic_bool stop;
     atomic_uint_fast64_t puts, gets, failures;
+    uint64_t qt_puts, qt_bytes; /* puts of tenant OPS_QT after the load */
 };
 
 static void *load_main(void *arg)
@@ -332,6 +339,36 @@ static void check_daemon_page(const tdaemon_t *d, const char *dom)
     free(me);
 }
 
+/* The quota section of daemon 0's page against its /stats?tenant= and the puts made. */
+static void check_quota(const tdaemon_t *d, const char *dom, uint64_t put_bytes)
+{
+    char *st = get_body(d[0].admin_port, "/stats");
+    if (!strstr(st, "\"quota_tenants\":[\"" OPS_QT "\"]"))
+        fail_msg("/stats of daemon 0 does not list quota tenant " OPS_QT ":\n%s", st);
+    free(st);
+    char *tq = get_body(d[0].admin_port, "/stats?tenant=" OPS_QT);
+    const char *q = strstr(tq, "\"quota\":");
+    if (!q)
+        fail_msg("/stats?tenant=" OPS_QT " has no quota:\n%s", tq);
+    static const char *fields[] = {"policy_version", "used_bytes",   "pending_bytes",
+                                   "max_bytes",      "used_objects", "pending_objects",
+                                   "max_objects",    "recon_backlog"};
+    for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
+        unsigned long long v;
+        char key[96];
+        assert_non_null(ops_json_u64(q, fields[f], &v));
+        snprintf(key, sizeof(key), "quota." OPS_QT ".%s", fields[f]);
+        if (dom_u64(dom, key) != v)
+            fail_msg("page %s = %llu, /stats?tenant=" OPS_QT " %llu", key, dom_u64(dom, key), v);
+    }
+    free(tq);
+    assert_int_equal(dom_u64(dom, "quota." OPS_QT ".used_bytes"), put_bytes);
+    assert_int_equal(dom_u64(dom, "quota." OPS_QT ".used_objects"), OPS_QT_PUTS);
+    assert_int_equal(dom_u64(dom, "quota." OPS_QT ".pending_bytes"), 0);
+    assert_int_equal(dom_u64(dom, "quota." OPS_QT ".max_bytes"), OPS_QT_MAX);
+    assert_int_equal(dom_u64(dom, "quota." OPS_QT ".max_objects"), OPS_QT_OBJECTS);
+}
+
 static void check_client_page(uint16_t port, const char *dom, const struct load *l)
 {
     char *st = get_body(port, "/stats");
@@ -355,9 +392,10 @@ static void check_client_page(uint16_t port, const char *dom, const struct load 
         snprintf(key, sizeof(key), "req.%s.p99", ops[i]);
         dom_expect(dom, key, quantile(me, ops[i], 0.99));
     }
-    assert_int_equal(dom_u64(dom, "req.put.total"), atomic_load(&l->puts));
+    assert_int_equal(dom_u64(dom, "req.put.total"), atomic_load(&l->puts) + l->qt_puts);
     assert_int_equal(dom_u64(dom, "req.get.total"), atomic_load(&l->gets));
-    assert_int_equal(dom_u64(dom, "req.put.bytes"), atomic_load(&l->puts) * OPS_VALUE_LEN);
+    assert_int_equal(dom_u64(dom, "req.put.bytes"),
+                     atomic_load(&l->puts) * OPS_VALUE_LEN + l->qt_bytes);
     free(st);
     free(me);
 }
@@ -373,8 +411,9 @@ static void test_status_page_in_chromium(void **state)
     snprintf(dep, sizeof(dep), "opsp-%ld", (long)getpid());
     snprintf(cfg, sizeof(cfg),
              "metadata_url: %s\ndeployment: %s\nmemory_size: 64MiB\nsegment_size: 16MiB\n"
-             "max_object_size: 16MiB\nreplicas: 2\nlease_ttl_ms: 2000\nshards: %d\ntop_k: %d\n",
-             testsrv_url(redis), dep, OPS_SHARDS, OPS_TOP_K);
+             "max_object_size: 16MiB\nreplicas: 2\nlease_ttl_ms: 2000\nshards: %d\ntop_k: %d\n"
+             "tenant_policies: %s:%llu:%d\n",
+             testsrv_url(redis), dep, OPS_SHARDS, OPS_TOP_K, OPS_QT, OPS_QT_MAX, OPS_QT_OBJECTS);
     ops_write_file(cfg_path, cfg);
     tdaemon_t d[OPS_DAEMONS];
     memset(d, 0, sizeof(d));
@@ -411,6 +450,18 @@ static void test_status_page_in_chromium(void **state)
     printf("load: %llu puts, %llu gets, %llu failures\n", (unsigned long long)atomic_load(&l.puts),
            (unsigned long long)atomic_load(&l.gets), (unsigned long long)atomic_load(&l.failures));
     assert_int_equal(atomic_load(&l.failures), 0);
+    /* objects of the tenant with a policy: its quota row counts them */
+    for (int i = 0; i < OPS_QT_PUTS; i++) {
+        kvmesh_scope_t qs = {.tenant = OPS_QT};
+        char key[16], val[64];
+        snprintf(key, sizeof(key), "q%d", i);
+        memset(val, 'q', sizeof(val));
+        size_t len = 10 + (size_t)i * 20;
+        if (kvmesh_put(l.kv, &qs, key, strlen(key), val, len, NULL) != 0)
+            fail_msg("put %s of tenant " OPS_QT ": %s", key, kvmesh_last_error());
+        l.qt_puts++;
+        l.qt_bytes += len;
+    }
 
     /* Settled: the member records carry every daemon's final used bytes. */
     uint64_t t0 = env_clock_mono_ms();
@@ -422,6 +473,7 @@ static void test_status_page_in_chromium(void **state)
 
     char *dom = dump_dom(d[0].admin_port);
     check_daemon_page(d, dom);
+    check_quota(d, dom, l.qt_bytes);
     free(dom);
     dom = dump_dom(cport);
     check_client_page(cport, dom, &l);
