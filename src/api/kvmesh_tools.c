@@ -714,6 +714,8 @@ int kvmesh_admin_tenant_get(kvmesh_admin_t *a, const char *tenant, kvmesh_admin_
     return rc;
 }
 
+static int admin_get(kvmesh_admin_t *a, const char *key, meta_result_t **res);
+
 int kvmesh_admin_objrow_get(kvmesh_admin_t *a, const char *tenant, const char *domain,
                             const char *key, kvmesh_admin_objrow_t *out, bool *found)
 {
@@ -732,10 +734,7 @@ int kvmesh_admin_objrow_get(kvmesh_admin_t *a, const char *tenant, const char *d
     if ((rc = ks_object_key(k, sizeof(k), a->deployment, tenant, domain, key)) != 0)
         return kvm_errf(KVMESH_EINVAL, "the object key is too long for a metadata key");
     meta_result_t *res;
-    rc = meta_sync_get(a->ms, k, &res);
-    if (rc) {
-        kvm_errf(rc, "metadata get of %s: %s", k, res->errmsg);
-    } else if (res->kv.found) {
+    if ((rc = admin_get(a, k, &res)) == 0 && res->kv.found) {
         *found = true;
         out->mod_rev = res->kv.mod_rev;
         tn_objrow_t r;

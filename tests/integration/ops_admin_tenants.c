@@ -212,14 +212,13 @@ static void check_objects(struct cluster *c, const char *const *vals, int n)
     OPS_ASSERT_HAS(o.out, "- (unlocked)");
     tdaemon_out_free(&o);
     /* a domain or key that breaks its rule */
-    adminl(&o, c, "quota", "td", "object", "k1", "--domain=bad domain!", NULL);
-    OPS_ASSERT_RUN(&o, 2);
-    OPS_ASSERT_HAS(o.err, "kvmesh admin quota object: bad argument");
-    tdaemon_out_free(&o);
-    adminl(&o, c, "quota", "td", "object", "", NULL);
-    OPS_ASSERT_RUN(&o, 2);
-    OPS_ASSERT_HAS(o.err, "kvmesh admin quota object: bad argument");
-    tdaemon_out_free(&o);
+    static const char *bad[][2] = {{"k1", "--domain=bad domain!"}, {"", NULL}};
+    for (size_t i = 0; i < 2; i++) {
+        adminl(&o, c, "quota", "td", "object", bad[i][0], bad[i][1], NULL);
+        OPS_ASSERT_RUN(&o, 2);
+        OPS_ASSERT_HAS(o.err, "kvmesh admin quota object: bad argument");
+        tdaemon_out_free(&o);
+    }
     /* another domain has no such row */
     adminl(&o, c, "quota", "td", "object", "k1", "--domain=elsewhere", NULL);
     OPS_ASSERT_RUN(&o, 3);
