@@ -395,7 +395,16 @@ enum obs_dim_id {
     X(cold_device_health,                                                                          \
       "Health of this runtime's cold device record: 1 healthy, 2 degraded, 3 failed, 0 not in "    \
       "the device view.",                                                                          \
-      set, none, none)
+      set, none, none)                                                                             \
+    X(rereplication_under_replicated_objects,                                                      \
+      "Under-replicated objects found by the current re-replication pass that this runtime "       \
+      "copies, not yet finished.",                                                                 \
+      add, none, none)                                                                             \
+    X(rereplication_pending_owners,                                                                \
+      "Departed or draining owners whose routes this runtime's re-replication has still to pass.", \
+      add, none, none)                                                                             \
+    X(rereplication_copies_in_flight, "Re-replication copies in flight at this runtime.", add,     \
+      none, none)
 
 #define OBS_HIST_LIST(X)                                                                           \
     X(request_duration_seconds, "API request latency, by operation.", latency, op, none)           \
