@@ -90,6 +90,9 @@ struct obs_runtime_stats {
     /* the routes this runtime's shard authorities hold (EmbeddedWrh), finalized tombstones among
      * them, tombstones purged since start */
     uint64_t route_entries, route_tombstones, tombstones_purged;
+    /* this owner's reservations past their TTL held until an exact route lookup settles them,
+     * and those such a lookup released (proved unreferenced) since start */
+    uint64_t reservations_held, reservations_released;
 };
 
 /* What a runtime plugs into its admin server. Every member is optional. */
