@@ -90,6 +90,14 @@ static int get_healthz(int fd, bool keep_alive)
     return sscanf(b, "HTTP/1.1 %d", &code) == 1 ? code : 0;
 }
 
+/* A fresh connection gets a GET /healthz answered. */
+static void assert_served(struct obs_http *h)
+{
+    int ok = connect_to(obs_http_port(h));
+    assert_int_equal(get_healthz(ok, false), 200);
+    close(ok);
+}
+
 static void test_slow_loris_cut(void **state)
 {
     (void)state;
@@ -106,9 +114,7 @@ static void test_slow_loris_cut(void **state)
     }
     assert_true(cut);
     close(fd);
-    int ok = connect_to(obs_http_port(h));
-    assert_int_equal(get_healthz(ok, false), 200);
-    close(ok);
+    assert_served(h);
     obs_http_stop(h);
 }
 
@@ -131,9 +137,7 @@ static void test_connection_limit_and_recovery(void **state)
     assert_int_equal(open_left, 0);
     for (int i = 0; i < N; i++)
         close(fds[i]);
-    int ok = connect_to(obs_http_port(h));
-    assert_int_equal(get_healthz(ok, false), 200);
-    close(ok);
+    assert_served(h);
     obs_http_stop(h);
 }
 
@@ -173,9 +177,7 @@ static void test_slow_reader_cut(void **state)
         sent++;
     }
     assert_true(sent > 1);
-    int other = connect_to(obs_http_port(h)); /* served meanwhile */
-    assert_int_equal(get_healthz(other, false), 200);
-    close(other);
+    assert_served(h); /* meanwhile */
     /* cut at the deadline (the reset is seen without reading a byte) */
     bool cut = false;
     for (int i = 0; i < 80 && !cut; i++) { /* 8 s at most */
@@ -184,9 +186,7 @@ static void test_slow_reader_cut(void **state)
     }
     assert_true(cut);
     close(fd);
-    int ok = connect_to(obs_http_port(h));
-    assert_int_equal(get_healthz(ok, false), 200);
-    close(ok);
+    assert_served(h);
     obs_http_stop(h);
 }
 

@@ -195,15 +195,21 @@ static void stats_of(int r, struct rr_stats *s)
     free(body);
 }
 
-/* The /metrics families of runtime r against its /stats (one way to count each thing). */
-static void metrics_agree(int r, const struct rr_stats *s)
+/* Runtime r's /metrics, parsed (prom_free it). */
+static void metrics_of(int r, struct prom *p)
 {
     char *body = NULL;
     CHECK(http_get(procs[r].admin, "/metrics", &body) == 0);
-    struct prom p;
-    memset(&p, 0, sizeof(p));
-    CHECK(prom_parse(&p, body, strlen(body)) == 0);
+    memset(p, 0, sizeof(*p));
+    CHECK(prom_parse(p, body, strlen(body)) == 0);
     free(body);
+}
+
+/* The /metrics families of runtime r against its /stats (one way to count each thing). */
+static void metrics_agree(int r, const struct rr_stats *s)
+{
+    struct prom p;
+    metrics_of(r, &p);
     double found = prom_value(&p, "kvmesh_rereplication_found_total", NULL, NULL, NULL, NULL);
     double rep =
         prom_value(&p, "kvmesh_rereplication_objects_total", "result", "repaired", NULL, NULL);
@@ -227,12 +233,8 @@ static void metrics_agree(int r, const struct rr_stats *s)
  * copies in flight. */
 static void gauges_of(int r, double g[3])
 {
-    char *body = NULL;
-    CHECK(http_get(procs[r].admin, "/metrics", &body) == 0);
     struct prom p;
-    memset(&p, 0, sizeof(p));
-    CHECK(prom_parse(&p, body, strlen(body)) == 0);
-    free(body);
+    metrics_of(r, &p);
     g[0] = prom_value(&p, "kvmesh_rereplication_under_replicated_objects", NULL, NULL, NULL, NULL);
     g[1] = prom_value(&p, "kvmesh_rereplication_pending_owners", NULL, NULL, NULL, NULL);
     g[2] = prom_value(&p, "kvmesh_rereplication_copies_in_flight", NULL, NULL, NULL, NULL);
