@@ -98,7 +98,10 @@ struct rpc_config {
      * frame received for idle_timeout_ms is closed (a peer trickling a frame forever, or one
      * that connected and went silent, loses its slot); an outbound one with no call pending and
      * no frame for idle_timeout_ms / 2 is closed by this side first (the next call reconnects),
-     * so a peer's inbound idle close never races a new call. */
+     * so a peer's inbound idle close never races a new call. Write stall bound (same field):
+     * while frames are being written on a connection, one must finish within idle_timeout_ms
+     * of the previous one (or of the first submission), else the connection is closed
+     * (write_timeout): a peer that stops reading holds neither its queued bytes nor its slot. */
     uint32_t idle_timeout_ms;
 };
 

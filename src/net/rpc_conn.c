@@ -34,6 +34,7 @@ static void write_cb(uv_write_t *wr, int status)
     struct rpc_conn *c = o->conn;
     rpc_endpoint *ep = c->ep;
     c->writes--;
+    c->write_progress = uv_now(ep->loop);
     rpc_sendq_remove(ep, o);
     if (status == 0) {
         ep->st.frames_out++;
@@ -74,7 +75,8 @@ void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o)
             o->head[16 + i] = (uint8_t)(left >> (24 - 8 * i));
     }
     o->wr.data = o;
-    c->writes++;
+    if (c->writes++ == 0)
+        c->write_progress = uv_now(ep->loop);
     int rc = uv_write(&o->wr, &c->u.s, o->bufs, o->nbufs, write_cb);
     if (rc != 0) {
         /* Not queued in libuv: complete it as failed right away. */
@@ -198,13 +200,24 @@ static uint64_t idle_limit(const struct rpc_conn *c)
     return c->inbound ? t : (t / 2 ? t / 2 : 1);
 }
 
+/*
+ * Idle close and write stall bound (both need cfg.idle_timeout_ms). A connection with a write in
+ * flight is busy, never idle; but while writes are in flight, one of them must complete within
+ * idle_timeout_ms (in either direction) of the previous completion, or of the submission that
+ * found none in flight. A peer that stops reading its replies (or trickles them) is closed with
+ * write_timeout: its queued frames end (their bytes leave the send queue) and its slot is freed.
+ */
 static void idle_fire(struct rpc_timer *t)
 {
     struct rpc_conn *c = KVM_CONTAINER_OF(t, struct rpc_conn, idle_timer);
     rpc_endpoint *ep = c->ep;
     if (c->state != CONN_READY)
         return;
-    uint64_t now = uv_now(ep->loop), limit = idle_limit(c);
+    uint64_t now = uv_now(ep->loop), limit = idle_limit(c), stall = ep->cfg.idle_timeout_ms;
+    if (c->writes > 0 && now - c->write_progress >= stall) {
+        rpc_conn_close(c, RPC_CLOSE_WRITE_TIMEOUT);
+        return;
+    }
     bool busy = c->writes > 0 || !RB_EMPTY(&c->pending) || c->nreplies > 0 ||
                 (c->peer && !TAILQ_EMPTY(&c->peer->waiting));
     if (!busy && now - c->last_active >= limit) {
@@ -212,6 +225,8 @@ static void idle_fire(struct rpc_timer *t)
         return;
     }
     uint64_t due = busy ? now + limit : c->last_active + limit;
+    if (c->writes > 0)
+        due = KVM_MIN(due, c->write_progress + stall);
     rpc_timer_arm(ep, &c->idle_timer, due);
 }
 

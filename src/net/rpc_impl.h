@@ -126,7 +126,9 @@ struct rpc_conn {
     uint64_t pay_got;
     /* send */
     struct rpc_sendq sq;
-    unsigned writes; /* uv_write requests in flight */
+    unsigned writes;         /* uv_write requests in flight */
+    uint64_t write_progress; /* loop ms of the last write completion, or of the submission that
+                                found no write in flight (write stall bound, see idle_fire) */
     struct rpc_call_tree pending;
     struct rpc_reply_tree replies;
     unsigned nreplies; /* in `replies`, <= RPC_MAX_REQUESTS_PER_CONN */

@@ -97,6 +97,9 @@ struct obs_runtime_stats {
      * order: /stats "quota_tenants", each readable through /stats?tenant= */
     uint32_t n_quota_tenants;
     char quota_tenants[OBS_STATS_QUOTA_TENANTS_MAX][OBS_STATS_QUOTA_TENANT_LEN + 1];
+    /* this owner's reservations past their TTL held until an exact route lookup settles them,
+     * and those such a lookup released (proved unreferenced) since start */
+    uint64_t reservations_held, reservations_released;
 };
 
 /* What a runtime plugs into its admin server. Every member is optional. */

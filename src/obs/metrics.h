@@ -362,7 +362,11 @@ enum obs_dim_id {
     X(cold_reclaims_total,                                                                         \
       "Cold copies of overwritten or removed objects reclaimed from this runtime's device (ok), "  \
       "or deferred to reconciliation (error).",                                                    \
-      outcome, none)
+      outcome, none)                                                                               \
+    X(reservations_released_after_lookup_total,                                                    \
+      "Held reservations released because an exact route lookup proved no route references "       \
+      "them.",                                                                                     \
+      none, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
     X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \
@@ -395,6 +399,18 @@ enum obs_dim_id {
     X(cold_device_health,                                                                          \
       "Health of this runtime's cold device record: 1 healthy, 2 degraded, 3 failed, 0 not in "    \
       "the device view.",                                                                          \
+      set, none, none)                                                                             \
+    X(rereplication_under_replicated_objects,                                                      \
+      "Under-replicated objects found by the current re-replication pass that this runtime "       \
+      "copies, not yet finished.",                                                                 \
+      add, none, none)                                                                             \
+    X(rereplication_pending_owners,                                                                \
+      "Departed or draining owners whose routes this runtime's re-replication has still to pass.", \
+      add, none, none)                                                                             \
+    X(rereplication_copies_in_flight, "Re-replication copies in flight at this runtime.", add,     \
+      none, none)                                                                                  \
+    X(reservations_held,                                                                           \
+      "Reservations past their TTL held by this owner until an exact route lookup settles them.",  \
       set, none, none)
 
 #define OBS_HIST_LIST(X)                                                                           \

@@ -52,6 +52,7 @@ struct kvm_slot {
     struct kvm_slot *qnext, *qprev; /* reserved or reclaim queue */
     struct kvm_slot *cnext, *cprev; /* clock ring */
     bool ref, busy, queued, in_clock;
+    bool held; /* RESERVED past its TTL, kept until an exact lookup settles it (held_end) */
     kvm_rt_t *rt;
 };
 
@@ -498,10 +499,38 @@ static void waiters_run(kvm_rt_t *rt)
 /* ---- commit / release / hit -------------------------------------------------------------------
  */
 
+/*
+ * Held reservations: a RESERVED slot whose TTL passed is not freed (its writer's route update
+ * may have been applied: an indeterminate publication, a lost CAS answer, a writer gone); it is
+ * held until an exact route lookup settles it (expiry_looked_up: committed when the route
+ * references it, released when the route proves it does not). rt->stats.reservations_held and
+ * the kvmesh_reservations_held gauge count the slots held now.
+ */
+static void held_begin(kvm_rt_t *rt, struct kvm_slot *s)
+{
+    if (s->held)
+        return;
+    s->held = true;
+    rt->stats.reservations_held++;
+    obs_gauge_set(rt->metrics, reservations_held, OBS_NONE, OBS_NONE,
+                  (int64_t)rt->stats.reservations_held);
+}
+
+static void held_end(kvm_rt_t *rt, struct kvm_slot *s)
+{
+    if (!s->held)
+        return;
+    s->held = false;
+    rt->stats.reservations_held--;
+    obs_gauge_set(rt->metrics, reservations_held, OBS_NONE, OBS_NONE,
+                  (int64_t)rt->stats.reservations_held);
+}
+
 static void slot_to_reclaim(kvm_rt_t *rt, struct kvm_slot *s)
 {
     if (s->state == SLOT_RECLAIM)
         return;
+    held_end(rt, s);
     if (s->state == SLOT_RESERVED)
         q_del(&rt->reserved_head, &rt->reserved_tail, s);
     else if (s->in_clock)
@@ -517,6 +546,7 @@ static void slot_commit(kvm_rt_t *rt, struct kvm_slot *s)
 {
     if (s->state != SLOT_RESERVED)
         return;
+    held_end(rt, s);
     q_del(&rt->reserved_head, &rt->reserved_tail, s);
     seg_revoke(rt->reg, s->token);
     s->state = SLOT_COMMITTED;
@@ -569,6 +599,7 @@ static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r)
         kvm_cold_published(rt, r); /* cold tier: a PendingOffload on this runtime's device */
     } else if (rc == 0 || rc == KVMESH_ENOENT) {
         rt->stats.reservations_expired++;
+        obs_count(rt->metrics, reservations_released_after_lookup_total, OBS_NONE, OBS_NONE, 1);
         slot_to_reclaim(rt, s);
     } else {
         /* Unknown: ask again later. */
@@ -786,6 +817,7 @@ static void tick(void *arg)
     budget = STORE_TICK_BUDGET;
     for (struct kvm_slot *s = rt->reserved_head; s && s->deadline_ns <= now && budget--;) {
         struct kvm_slot *n = s->qnext;
+        held_begin(rt, s);
         if (!s->busy) {
             s->busy = true;
             if (route_lookup(rt->route, &s->ident, expiry_looked_up, s) != 0)

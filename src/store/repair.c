@@ -101,8 +101,10 @@ static void note(struct kvm_repair *rp, const kvm_runtime_id_t *id)
     size_t i = 0;
     while (i < rp->n_pend && !kvm_id128_equal(&rp->pend[i].id, id))
         i++;
-    if (i == rp->n_pend && rp->n_pend < REPAIR_PENDING)
+    if (i == rp->n_pend && rp->n_pend < REPAIR_PENDING) {
         rp->pend[rp->n_pend++].id = *id;
+        obs_gauge_add(rp->rt->metrics, rereplication_pending_owners, OBS_NONE, OBS_NONE, 1);
+    }
     if (i < rp->n_pend)
         rp->pend[i].gen = ++rp->gen;
     pthread_cond_broadcast(&rp->cv);
@@ -418,6 +420,19 @@ static size_t settle(struct kvm_repair *rp, kvm_op_t *ho, const struct task *ts,
     return failed;
 }
 
+/* The gauges of /stats (atomics) and of /metrics (add-mode families) move together. */
+static void inflight_add(struct kvm_repair *rp, int64_t d)
+{
+    atomic_fetch_add(&rp->inflight, (uint64_t)d);
+    obs_gauge_add(rp->rt->metrics, rereplication_copies_in_flight, OBS_NONE, OBS_NONE, d);
+}
+
+static void under_add(struct kvm_repair *rp, int64_t d)
+{
+    atomic_fetch_add(&rp->under, (uint64_t)d);
+    obs_gauge_add(rp->rt->metrics, rereplication_under_replicated_objects, OBS_NONE, OBS_NONE, d);
+}
+
 /* Copies n tasks; returns how many failed. */
 static size_t copy_round(struct kvm_repair *rp, struct task *ts, size_t n)
 {
@@ -427,7 +442,7 @@ static size_t copy_round(struct kvm_repair *rp, struct task *ts, size_t n)
         total += ts[i].len;
     if (!rate_wait(rp, total))
         return n; /* closing: not counted, the runtime goes away */
-    atomic_fetch_add(&rp->inflight, n);
+    inflight_add(rp, (int64_t)n);
     size_t failed = 0;
     kvm_op_t *place = kvm_op_new(rt, KVM_OP_PLACE, n);
     int rc = place ? 0 : KVMESH_ENOMEM;
@@ -446,7 +461,7 @@ static size_t copy_round(struct kvm_repair *rp, struct task *ts, size_t n)
         for (size_t i = 0; i < n; i++)
             count(rp, OBS_REPAIR_FAILED, 0);
         kvm_op_unref(place);
-        atomic_fetch_sub(&rp->inflight, n);
+        inflight_add(rp, -(int64_t)n);
         return n;
     }
     struct tp_batch *b = NULL;
@@ -559,7 +574,7 @@ static size_t copy_round(struct kvm_repair *rp, struct task *ts, size_t n)
     }
     free(map);
     kvm_op_unref(place);
-    atomic_fetch_sub(&rp->inflight, n);
+    inflight_add(rp, -(int64_t)n);
     return failed;
 }
 
@@ -593,7 +608,7 @@ static enum pass_result pass_owner(struct kvm_repair *rp, const kvm_runtime_id_t
         if (c->n_tasks) {
             atomic_fetch_add(&rp->found, c->n_tasks);
             obs_count(rt->metrics, rereplication_found_total, OBS_NONE, OBS_NONE, c->n_tasks);
-            atomic_fetch_add(&rp->under, c->n_tasks);
+            under_add(rp, (int64_t)c->n_tasks);
             if (res == PASS_CLEAN)
                 res = PASS_WORKED;
         }
@@ -601,7 +616,7 @@ static enum pass_result pass_owner(struct kvm_repair *rp, const kvm_runtime_id_t
             size_t k = c->n_tasks - i < max_copies ? c->n_tasks - i : max_copies;
             if (copy_round(rp, &c->tasks[i], k))
                 res = PASS_RETRY;
-            atomic_fetch_sub(&rp->under, k);
+            under_add(rp, -(int64_t)k);
         }
         bool complete = c->complete;
         free(cursor);
@@ -644,6 +659,8 @@ static void *repair_main(void *arg)
                 if (kvm_id128_equal(&rp->pend[j].id, &work[i].id) &&
                     rp->pend[j].gen == work[i].gen) {
                     rp->pend[j] = rp->pend[--rp->n_pend];
+                    obs_gauge_add(rp->rt->metrics, rereplication_pending_owners, OBS_NONE, OBS_NONE,
+                                  -1);
                     break;
                 }
             pthread_mutex_unlock(&rp->mu);

@@ -241,6 +241,9 @@ typedef struct kvm_op {
 struct kvm_rt_stats {
     uint64_t capacity, used, reserved_bytes, reclaim_bytes;
     uint64_t evictions, evict_conflicts, reclaimed, reservations_expired, reserve_waits;
+    /* reservations past their TTL held until an exact route lookup settles them (a gauge);
+     * reservations_expired: those the lookup proved unreferenced and released */
+    uint64_t reservations_held;
     uint64_t route_meta_calls, meta_calls;
     uint64_t route_entries, route_tombs, tombs_purged; /* route_table_counts (EmbeddedWrh) */
     uint64_t generation;

@@ -5,7 +5,10 @@
  *     inactivity timeout never fires) is cut at the request deadline;
  *   - connections beyond the connection limit are refused at once, and the held ones are cut
  *     at the deadline, after which the server answers again;
- *   - a keep-alive client whose requests each complete is not cut (the deadline is per request).
+ *   - a keep-alive client whose requests each complete is not cut (the deadline is per request);
+ *   - a slow reader (pipelined GETs as fast as the server takes them, never reading a response)
+ *     is cut at the request deadline: its response cannot finish, so its request period does not
+ *     end; another client is served meanwhile and after.
  * Real loopback sockets; every loop is bounded in count and time.
  */
 #include <arpa/inet.h>
@@ -87,6 +90,14 @@ static int get_healthz(int fd, bool keep_alive)
     return sscanf(b, "HTTP/1.1 %d", &code) == 1 ? code : 0;
 }
 
+/* A fresh connection gets a GET /healthz answered. */
+static void assert_served(struct obs_http *h)
+{
+    int ok = connect_to(obs_http_port(h));
+    assert_int_equal(get_healthz(ok, false), 200);
+    close(ok);
+}
+
 static void test_slow_loris_cut(void **state)
 {
     (void)state;
@@ -103,9 +114,7 @@ static void test_slow_loris_cut(void **state)
     }
     assert_true(cut);
     close(fd);
-    int ok = connect_to(obs_http_port(h));
-    assert_int_equal(get_healthz(ok, false), 200);
-    close(ok);
+    assert_served(h);
     obs_http_stop(h);
 }
 
@@ -128,9 +137,7 @@ static void test_connection_limit_and_recovery(void **state)
     assert_int_equal(open_left, 0);
     for (int i = 0; i < N; i++)
         close(fds[i]);
-    int ok = connect_to(obs_http_port(h));
-    assert_int_equal(get_healthz(ok, false), 200);
-    close(ok);
+    assert_served(h);
     obs_http_stop(h);
 }
 
@@ -147,12 +154,49 @@ static void test_keep_alive_not_cut(void **state)
     obs_http_stop(h);
 }
 
+static void test_slow_reader_cut(void **state)
+{
+    (void)state;
+    struct obs_http *h = start();
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    int rcvbuf = 4096; /* set before connect: a small window */
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(obs_http_port(h))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n";
+    size_t len = strlen(req), sent = 0;
+    /* pipeline until the server stops taking requests (its responses fill every buffer) */
+    for (int i = 0; i < 100000; i++) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        if (poll(&p, 1, 500) <= 0)
+            break;
+        if (send(fd, req, len, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)len)
+            break;
+        sent++;
+    }
+    assert_true(sent > 1);
+    assert_served(h); /* meanwhile */
+    /* cut at the deadline (the reset is seen without reading a byte) */
+    bool cut = false;
+    for (int i = 0; i < 80 && !cut; i++) { /* 8 s at most */
+        struct pollfd p = {fd, 0, 0};
+        cut = poll(&p, 1, 100) > 0 && (p.revents & (POLLERR | POLLHUP));
+    }
+    assert_true(cut);
+    close(fd);
+    assert_served(h);
+    obs_http_stop(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slow_loris_cut),
         cmocka_unit_test(test_connection_limit_and_recovery),
         cmocka_unit_test(test_keep_alive_not_cut),
+        cmocka_unit_test(test_slow_reader_cut),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

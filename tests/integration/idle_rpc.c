@@ -8,7 +8,11 @@
  *   - a connection with a request in service is not idle: it stays open while the handler holds
  *     the request, the reply arrives, and only then does the idle close come;
  *   - a client closes its own idle outbound connection at half the timeout and the next call
- *     reconnects and succeeds.
+ *     reconnects and succeeds;
+ *   - a slow reader (a raw peer that sends many requests with large replies and never reads) is
+ *     closed with reason "write_timeout" once no reply write completed for idle_timeout_ms: the
+ *     queued reply bytes never pass max_queue_bytes, return to 0 after the close, and another
+ *     client is served meanwhile.
  * Before the handshake, the handshake timeout bounds a silent peer (rpc_faults.c). Every wait
  * is bounded (T_WAIT).
  */
@@ -193,6 +197,164 @@ static void test_outbound_idle_close_and_reconnect(void **state)
     srv_stop(&f);
 }
 
+/* ---- slow reader ---- */
+
+#define T_BIG      14
+#define BIG_REPLY  (1u << 20)
+#define SLOW_QUEUE (16ull << 20) /* more than the kernel's socket buffers take (tcp_wmem) */
+#define SLOW_REQS  64
+
+struct big {
+    uint8_t *reply;
+    int served, dropped;
+};
+
+/* Replies BIG_REPLY bytes; a reply refused by the full send queue is dropped (counted). */
+static void big_handler(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    struct big *b = arg;
+    (void)req;
+    uv_buf_t iov = uv_buf_init((char *)b->reply, BIG_REPLY);
+    struct rpc_msg m = {.iov = &iov, .niov = 1};
+    int rc = rpc_reply_send(reply, 0, NULL, &m, NULL, NULL);
+    if (rc == KVMESH_EAGAIN) {
+        rpc_reply_drop(reply);
+        b->dropped++;
+        return;
+    }
+    assert_int_equal(rc, 0);
+    b->served++;
+}
+
+/* A raw client that writes its bytes and never reads (small receive buffer). */
+struct deaf {
+    uv_tcp_t tcp;
+    uv_connect_t creq;
+    uv_write_t wr;
+    uint8_t *data;
+    size_t len;
+    int written, closed;
+};
+
+static void deaf_written(uv_write_t *w, int status)
+{
+    ((struct deaf *)w->data)->written = status == 0 ? 1 : -1;
+}
+
+static void deaf_connected(uv_connect_t *c, int status)
+{
+    struct deaf *d = c->data;
+    assert_int_equal(status, 0);
+    uv_buf_t b = uv_buf_init((char *)d->data, (unsigned)d->len);
+    d->wr.data = d;
+    assert_int_equal(uv_write(&d->wr, (uv_stream_t *)&d->tcp, &b, 1, deaf_written), 0);
+}
+
+static void deaf_closed(uv_handle_t *h)
+{
+    ((struct deaf *)h->data)->closed = 1;
+}
+
+struct slow_watch {
+    rpc_endpoint *srv;
+    uint64_t peak_bytes;
+};
+
+static void slow_watch_check(uv_check_t *h)
+{
+    struct slow_watch *w = h->data;
+    struct rpc_stats st;
+    rpc_get_stats(w->srv, &st);
+    if (st.queued_bytes > w->peak_bytes)
+        w->peak_bytes = st.queued_bytes;
+}
+
+static int pred_queue_refused(void *arg)
+{
+    struct rpc_stats st;
+    rpc_get_stats(arg, &st);
+    return st.eagain > 0;
+}
+
+static int pred_write_timeout(void *arg)
+{
+    return closes(arg, RPC_CLOSE_WRITE_TIMEOUT) > 0;
+}
+
+static void test_slow_reader_closed(void **state)
+{
+    (void)state;
+    struct srvfx f;
+    memset(&f, 0, sizeof(f));
+    assert_int_equal(uv_loop_init(&f.loop), 0);
+    struct rpc_config c;
+    cfg_make(&c, "dep", "srv", NULL);
+    c.idle_timeout_ms = 1000;
+    c.max_queue_bytes = SLOW_QUEUE;
+    assert_int_equal(rpc_endpoint_new(&f.loop, &c, &f.srv), 0);
+    assert_int_equal(rpc_listen_tcp(f.srv, "127.0.0.1", 0, &f.port), 0);
+    snprintf(f.addr, sizeof(f.addr), "tcp:127.0.0.1:%d", f.port);
+    rpc_register_handler(f.srv, T_ECHO, echo_handler, &f.echo_count);
+    struct big big = {.reply = calloc(1, BIG_REPLY)};
+    assert_non_null(big.reply);
+    rpc_register_handler(f.srv, T_BIG, big_handler, &big);
+    struct slow_watch w = {.srv = f.srv};
+    uv_check_t chk;
+    uv_check_init(&f.loop, &chk);
+    chk.data = &w;
+    uv_check_start(&chk, slow_watch_check);
+
+    /* handshake + echo, then SLOW_REQS requests whose replies (64 MiB) far exceed the queue
+     * bound and the socket buffers of a peer that reads nothing */
+    uint8_t *buf = malloc(1024 + SLOW_REQS * FRAME_FIXED_SIZE);
+    assert_non_null(buf);
+    size_t off = handshake_and_request(buf);
+    for (uint64_t i = 0; i < SLOW_REQS; i++)
+        off += put_frame(buf + off, FRAME_REQUEST, T_BIG, 2 + i, NULL, 0, NULL, 0);
+    struct deaf d = {.data = buf, .len = off};
+    assert_int_equal(uv_tcp_init_ex(&f.loop, &d.tcp, AF_INET), 0);
+    int rcvbuf = 4096;
+    uv_recv_buffer_size((uv_handle_t *)&d.tcp, &rcvbuf);
+    d.tcp.data = &d;
+    d.creq.data = &d;
+    struct sockaddr_in sa;
+    uv_ip4_addr("127.0.0.1", f.port, &sa);
+    assert_int_equal(uv_tcp_connect(&d.creq, &d.tcp, (struct sockaddr *)&sa, deaf_connected), 0);
+
+    /* the reply queue fills: replies are refused (EAGAIN) */
+    assert_true(run_until(&f.loop, pred_queue_refused, f.srv, T_WAIT));
+    assert_true(big.dropped > 0);
+    /* another client is served meanwhile */
+    rpc_endpoint *cli = client(&f.loop, 0);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(cli, "srv", f.addr, &p), 0);
+    echo_once(&f.loop, p);
+    /* the slow reader is cut (no write completed for idle_timeout_ms) */
+    assert_true(run_until(&f.loop, pred_write_timeout, f.srv, T_WAIT));
+    assert_int_equal(closes(f.srv, RPC_CLOSE_WRITE_TIMEOUT), 1);
+    assert_int_equal(d.written, 1); /* every request reached the server: none was lost */
+    assert_int_equal(big.served + big.dropped, SLOW_REQS);
+    struct rpc_stats st;
+    rpc_get_stats(f.srv, &st);
+    assert_int_equal(st.queued_bytes, 0); /* the queued replies were released */
+    assert_int_equal(st.queued_msgs, 0);
+    assert_true(w.peak_bytes > 0);
+    /* the per-connection bound held (the other client's echo replies are a few bytes, far
+     * below the gap between 15 queued big replies and the bound) */
+    assert_true(w.peak_bytes <= SLOW_QUEUE);
+    echo_once(&f.loop, p); /* still serving */
+    assert_int_equal(f.echo_count, 3);
+
+    uv_check_stop(&chk);
+    uv_close((uv_handle_t *)&chk, NULL);
+    uv_close((uv_handle_t *)&d.tcp, deaf_closed);
+    assert_true(run_until(&f.loop, pred_flag, &d.closed, T_WAIT));
+    ep_close_wait(&f.loop, cli);
+    srv_stop(&f);
+    free(buf);
+    free(big.reply);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -200,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_slow_loris_closed),
         cmocka_unit_test(test_request_in_service_is_not_idle),
         cmocka_unit_test(test_outbound_idle_close_and_reconnect),
+        cmocka_unit_test(test_slow_reader_closed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

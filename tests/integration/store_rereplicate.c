@@ -18,6 +18,8 @@
  *      route lists 2 replicas on 2 distinct live runtimes (1 and 2), and the re-replication of
  *      both survivors is idle (no owner pending, no copy in flight);
  *   3. every object reads back byte for byte;
+ *      Meanwhile /metrics is sampled: the re-replication gauges (under-replicated objects,
+ *      pending owners) are non-zero at some sample and 0 once idle;
  *   4. the counters agree, summed over runtimes 1 and 2, in /stats and in /metrics alike:
  *      found == repaired + superseded + failed, bytes copied == repaired x 4 KiB; after a kill
  *      (nothing else moves the objects) repaired == K exactly; after a drain the drain and the
@@ -29,7 +31,10 @@
  */
 #include <curl/curl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,15 +195,21 @@ static void stats_of(int r, struct rr_stats *s)
     free(body);
 }
 
-/* The /metrics families of runtime r against its /stats (one way to count each thing). */
-static void metrics_agree(int r, const struct rr_stats *s)
+/* Runtime r's /metrics, parsed (prom_free it). */
+static void metrics_of(int r, struct prom *p)
 {
     char *body = NULL;
     CHECK(http_get(procs[r].admin, "/metrics", &body) == 0);
-    struct prom p;
-    memset(&p, 0, sizeof(p));
-    CHECK(prom_parse(&p, body, strlen(body)) == 0);
+    memset(p, 0, sizeof(*p));
+    CHECK(prom_parse(p, body, strlen(body)) == 0);
     free(body);
+}
+
+/* The /metrics families of runtime r against its /stats (one way to count each thing). */
+static void metrics_agree(int r, const struct rr_stats *s)
+{
+    struct prom p;
+    metrics_of(r, &p);
     double found = prom_value(&p, "kvmesh_rereplication_found_total", NULL, NULL, NULL, NULL);
     double rep =
         prom_value(&p, "kvmesh_rereplication_objects_total", "result", "repaired", NULL, NULL);
@@ -216,6 +227,39 @@ static void metrics_agree(int r, const struct rr_stats *s)
     CHECK(bytes >= (double)s->bytes);
     CHECK(found == rep + noop + fail); /* idle: every found object has an outcome */
     CHECK(bytes == rep * VAL);
+}
+
+/* The re-replication gauges of runtime r's /metrics: under-replicated objects, pending owners,
+ * copies in flight. */
+static void gauges_of(int r, double g[3])
+{
+    struct prom p;
+    metrics_of(r, &p);
+    g[0] = prom_value(&p, "kvmesh_rereplication_under_replicated_objects", NULL, NULL, NULL, NULL);
+    g[1] = prom_value(&p, "kvmesh_rereplication_pending_owners", NULL, NULL, NULL, NULL);
+    g[2] = prom_value(&p, "kvmesh_rereplication_copies_in_flight", NULL, NULL, NULL, NULL);
+    prom_free(&p);
+    CHECK(g[0] >= 0 && g[1] >= 0 && g[2] >= 0); /* present (NaN fails) and never negative */
+}
+
+/* Samples the gauges of runtimes 1 and 2 every 50 ms (the main thread's checks take seconds
+ * each) until told to stop: the largest under-replicated + pending owners sum seen. */
+static atomic_bool sampler_stop;
+static double busy_max;
+
+static void *gauge_sampler(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 4000 && !atomic_load(&sampler_stop); i++) { /* 200 s at most */
+        for (int r = 1; r < NPROC; r++) {
+            double g[3];
+            gauges_of(r, g);
+            if (g[0] + g[1] > busy_max)
+                busy_max = g[0] + g[1];
+        }
+        usleep(50000);
+    }
+    return NULL;
 }
 
 /* ---- objects ----------------------------------------------------------------------------------
@@ -369,6 +413,8 @@ int main(int argc, char **argv)
     }
     struct rr_stats st[NPROC];
     int bad = NOBJ;
+    pthread_t gth;
+    CHECK(pthread_create(&gth, NULL, gauge_sampler, NULL) == 0);
     for (uint64_t end = env_clock_mono_ms() + 120000;;) {
         bad = misplaced(1u << 1 | 1u << 2);
         bool idle = true;
@@ -380,9 +426,13 @@ int main(int argc, char **argv)
             break;
         usleep(500000);
     }
+    atomic_store(&sampler_stop, true);
+    pthread_join(gth, NULL);
     printf("2: %d objects not on 2 live runtimes %" PRIu64 " ms after runtime 0 %s\n", bad,
            env_clock_since_ms(t0), drain ? "drained" : "was killed");
     CHECK(bad == 0);
+    printf("2: largest re-replication backlog in /metrics: %.0f\n", busy_max);
+    CHECK(busy_max > 0); /* the gauges saw the work */
 
     /* 3. the bytes */
     verify_all();
@@ -398,6 +448,9 @@ int main(int argc, char **argv)
                st[r].pending, st[r].inflight);
         CHECK(st[r].pending == 0 && st[r].inflight == 0 && !st[r].paused);
         metrics_agree(r, &st[r]);
+        double g[3];
+        gauges_of(r, g);
+        CHECK(g[0] == 0 && g[1] == 0 && g[2] == 0); /* idle: the gauges are back to 0 */
         found += st[r].found;
         repaired += st[r].repaired;
         superseded += st[r].superseded;

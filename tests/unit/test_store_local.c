@@ -2,7 +2,8 @@
 /* Store runtime in one process: several runtimes on one memory:// metadata store (MetadataOnly
  * routes), real RPC and transports over loopback. put/get/remove/exists/size/route query,
  * overwrite with reclaim, replication on distinct owners, preferred owners and hard pins,
- * scatter/gather, registered buffers, batches, membership view. */
+ * scatter/gather, registered buffers, batches, membership view; a reservation whose route
+ * publication timed out is held past its TTL until an exact lookup releases it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,7 +18,9 @@
 
 #include "api/kvmesh_tools.h"
 #include "kvmesh.h"
+#include "meta/meta_memory.h"
 #include "obs/http.h"
+#include "obs/metrics.h"
 #include "store/data.h"
 
 #define NRT 3
@@ -492,6 +495,81 @@ static void test_storage_resize(void **state)
     assert_int_equal(kvm_store_retire_segment(rt, old_seg, 1000), KVMESH_ENOENT);
 }
 
+/* The owner block of /stats and the reservation families of /metrics. */
+/* held[0], released[0]: /stats; held[1], released[1]: /metrics */
+static void held_view(kvm_rt_t *rt, int64_t held[2], int64_t released[2])
+{
+    struct obs_buf b;
+    const char *ct;
+    obs_buf_init(&b, 1 << 20);
+    assert_int_equal(obs_http_render(rt->admin, "GET", "/stats", NULL, &b, &ct), 200);
+    const char *o = strstr(b.data, "\"owner\":{\"reservations_held\":");
+    assert_non_null(o);
+    long long h = -1, r = -1;
+    assert_int_equal(sscanf(o,
+                            "\"owner\":{\"reservations_held\":%lld,"
+                            "\"reservations_released_after_lookup\":%lld}",
+                            &h, &r),
+                     2);
+    obs_buf_free(&b);
+    int64_t mh = -1, mr = -1;
+    assert_int_equal(obs_metrics_read(rt->metrics, "reservations_held", OBS_NONE, OBS_NONE, &mh),
+                     0);
+    assert_int_equal(obs_metrics_read(rt->metrics, "reservations_released_after_lookup_total",
+                                      OBS_NONE, OBS_NONE, &mr),
+                     0);
+    /* /stats was read first; the two agree whenever nothing moved in between (the caller
+     * compares them once the state is settled) */
+    held[0] = h;
+    held[1] = mh;
+    released[0] = r;
+    released[1] = mr;
+}
+
+static void test_held_reservation(void **state)
+{
+    (void)state;
+    kvmesh_config_t *c = mkcfg("memory://store_held", "4194304");
+    assert_int_equal(kvmesh_config_set(c, "admin_listen", "127.0.0.1:0"), 0);
+    assert_int_equal(kvmesh_config_set(c, "replicas", "1"), 0);
+    assert_int_equal(kvmesh_config_set(c, "request_timeout_ms", "400"), 0); /* TTL 800 ms */
+    assert_int_equal(kvmesh_config_set(c, "lease_ttl_ms", "30000"), 0);
+    kvmesh_t *kv = NULL;
+    assert_int_equal(kvmesh_open(&kv, c), 0);
+    kvmesh_config_free(c);
+    kvm_rt_t *rt = kvmesh_runtime_of(kv);
+    int64_t held[2], released[2];
+    held_view(rt, held, released);
+    assert_true(held[0] == 0 && held[1] == 0);
+    assert_true(released[0] == 0 && released[1] == 0);
+    /* the route update gets no answer: the put times out, its outcome unknown to the writer, so
+     * the reservation is not released; past its TTL the owner holds it (its lookup cannot
+     * settle it while metadata is unreachable) */
+    meta_memory_faults_t f = {.partitioned = true};
+    assert_int_equal(meta_memory_set_faults(rt->meta, &f), 0);
+    uint8_t v[4096];
+    fill(v, sizeof(v), 7);
+    assert_int_not_equal(kvmesh_put(kv, &scope, "held", 4, v, sizeof(v), NULL), 0);
+    for (int i = 0; i < 300 && held[0] == 0; i++) { /* 30 s at most */
+        usleep(100000);
+        held_view(rt, held, released);
+    }
+    held_view(rt, held, released); /* settled: held until metadata answers */
+    assert_true(held[0] == 1 && held[1] == 1);
+    assert_true(released[0] == 0 && released[1] == 0);
+    /* metadata back: the exact lookup finds no route referencing it, and releases it */
+    f = (meta_memory_faults_t){0};
+    assert_int_equal(meta_memory_set_faults(rt->meta, &f), 0);
+    for (int i = 0; i < 300 && held[0] != 0; i++) {
+        usleep(100000);
+        held_view(rt, held, released);
+    }
+    held_view(rt, held, released);
+    assert_true(held[0] == 0 && held[1] == 0);
+    assert_true(released[0] == 1 && released[1] == 1);
+    kvmesh_close(kv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -506,6 +584,7 @@ int main(void)
          * two heartbeats: later tests put from the owner itself */
         cmocka_unit_test(test_checksum_failover),
         cmocka_unit_test(test_admin_endpoints),
+        cmocka_unit_test(test_held_reservation),
         cmocka_unit_test(test_storage_resize),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
