@@ -165,25 +165,36 @@ static int put_retry(kvmesh_t *who, const char *k, const uint8_t *buf,
     return rc;
 }
 
-/* Bytes of the ExtentStore segment files under root/ext. */
-static uint64_t segment_file_bytes(const char *root)
+/* Calls fn with the path of every ExtentStore segment file under root/ext. */
+static void each_segment(const char *root, void (*fn)(const char *f, void *arg), void *arg)
 {
     char ext[256];
     snprintf(ext, sizeof(ext), "%s/ext", root);
     DIR *dir = opendir(ext);
     CHECK(dir);
-    uint64_t sum = 0;
     struct dirent *e;
     while ((e = readdir(dir)) != NULL) {
         if (strncmp(e->d_name, "seg-", 4) != 0)
             continue;
         char f[512];
         snprintf(f, sizeof(f), "%s/%s", ext, e->d_name);
-        struct stat st;
-        if (stat(f, &st) == 0) /* (a segment removed by cleaning meanwhile counts 0) */
-            sum += (uint64_t)st.st_size;
+        fn(f, arg);
     }
     closedir(dir);
+}
+
+static void add_size(const char *f, void *arg)
+{
+    struct stat st;
+    if (stat(f, &st) == 0) /* (a segment removed by cleaning meanwhile counts 0) */
+        *(uint64_t *)arg += (uint64_t)st.st_size;
+}
+
+/* Bytes of the ExtentStore segment files under root/ext. */
+static uint64_t segment_file_bytes(const char *root)
+{
+    uint64_t sum = 0;
+    each_segment(root, add_size, &sum);
     return sum;
 }
 
@@ -257,26 +268,19 @@ static void flip(const char *f, off_t at)
 /* ExtentStore: extents sit at 4 KiB-aligned offsets from 4096 in each segment file, a 64-byte
  * header then the payload; with equal object sizes they follow each other at a fixed stride.
  * Flips one payload byte of every extent. */
+static void corrupt_segment(const char *f, void *arg)
+{
+    const off_t stride = ((64 + OBJ_LEN + 4095) / 4096) * 4096;
+    struct stat st;
+    CHECK(stat(f, &st) == 0);
+    for (off_t at = 4096; at + 64 + (off_t)OBJ_LEN <= st.st_size; at += stride, ++*(size_t *)arg)
+        flip(f, at + 64 + OBJ_LEN / 2);
+}
+
 static size_t corrupt_extents(const char *root)
 {
-    char ext[256];
-    snprintf(ext, sizeof(ext), "%s/ext", root);
-    DIR *dir = opendir(ext);
-    CHECK(dir);
-    const off_t stride = ((64 + OBJ_LEN + 4095) / 4096) * 4096;
     size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(dir)) != NULL) {
-        if (strncmp(e->d_name, "seg-", 4) != 0)
-            continue;
-        char f[512];
-        snprintf(f, sizeof(f), "%s/%s", ext, e->d_name);
-        struct stat st;
-        CHECK(stat(f, &st) == 0);
-        for (off_t at = 4096; at + 64 + (off_t)OBJ_LEN <= st.st_size; at += stride, n++)
-            flip(f, at + 64 + OBJ_LEN / 2);
-    }
-    closedir(dir);
+    each_segment(root, corrupt_segment, &n);
     return n;
 }
 
