@@ -248,6 +248,13 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "parked) is resumed by the device owner's reconciliation after this long."),
     F_UINT(cold_retry_backoff_max_ms, "10000", 1, 600000,
            "Cap of an offload job's retry delay (at least cold_retry_backoff_ms)."),
+    F_SIZE(cold_clean_bytes_per_tick, "64MiB", 0, KVM_CFG_MEMORY_MAX,
+           "Bytes the cold device's background maintenance may move per 200 ms tick (ExtentStore "
+           "cleaning: live extents copied out of mostly-dead segments, which are then removed; "
+           "one job at a time on the cold I/O worker); 0 = off."),
+    F_SIZE(cold_segment_bytes, "256MiB", 65536, KVM_CFG_MEMORY_MAX,
+           "Segment file size of an ExtentStore cold device (cold_kind = extent); cleaning "
+           "reclaims whole segments."),
     F_BOOL(cold_nfs, "false",
            "cold_root is an NFS/NFS4 target: at start the mount is checked (filesystem type nfs "
            "or nfs4, mounted read-write and hard, from statfs and /proc/self/mountinfo) and the "
@@ -1095,4 +1102,6 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->cold_staging_bytes = cfg->cold_staging_bytes;
     out->cold_staging_ttl_ms = cfg->cold_staging_ttl_ms;
     out->cold_nfs = cfg->cold_nfs;
+    out->cold_clean_bytes_per_tick = cfg->cold_clean_bytes_per_tick;
+    out->cold_segment_bytes = cfg->cold_segment_bytes;
 }

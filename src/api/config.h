@@ -86,6 +86,8 @@ struct kvmesh_config {
     uint64_t cold_staging_bytes;                /* staging segment bytes */
     uint32_t cold_staging_ttl_ms;               /* staged slot expiry */
     bool cold_nfs;                              /* cold_root must be an NFS/NFS4 mount */
+    uint64_t cold_clean_bytes_per_tick;         /* maintenance budget per tick (0 = off) */
+    uint64_t cold_segment_bytes;                /* ExtentStore segment file size */
 };
 
 /* Fills cfg with every default (what kvmesh_config_new returns). */

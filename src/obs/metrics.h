@@ -338,6 +338,11 @@ enum obs_dim_id {
       none)                                                                                        \
     X(cold_offload_urgent_jobs_total, "Urgent (eviction-triggered) offload jobs accepted.", none,  \
       none)                                                                                        \
+    X(cold_clean_runs_total,                                                                       \
+      "Background maintenance runs of the cold device (ExtentStore cleaning), by result.",         \
+      outcome, none)                                                                               \
+    X(cold_cleaned_bytes_total,                                                                    \
+      "Cold device file bytes released by background maintenance (segments removed).", none, none) \
     X(cold_staging_acquired_total,                                                                 \
       "Remote restores this cold device owner staged into a slot of its staging pool.", none,      \
       none)                                                                                        \

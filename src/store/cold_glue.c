@@ -13,6 +13,12 @@
  * job on the done list and posts one drain to the loop, which calls done(). At close, after
  * cold_close, the worker finishes what is queued and exits; the loop joins it and calls the
  * remaining done()s itself (cold_close needs them to free its memory).
+ *
+ * Maintenance: every tick, when cold_clean_bytes_per_tick > 0, the backend has maintain() and no
+ * maintenance job is in flight, one job (struct clean_job) calls maintain(budget) on the worker,
+ * never on the loop: every backend call of this runtime runs on that one worker, so the job is
+ * serialised with the offloads, restores and deletes too (the backends allow concurrency anyway,
+ * cold_backend.h "Threading"). Its stat() before and after gives the file bytes released.
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -87,6 +93,7 @@ struct kvm_cold {
         uint32_t slot;
     } stg_last;
     uint64_t stg_promotions, stg_promotions_exported; /* promotions that copied from a slot */
+    bool cleaning; /* [loop] a maintenance job (struct clean_job) is queued or running */
 };
 
 static void g_unref(struct kvm_cold *g)
@@ -175,13 +182,13 @@ static void drain_done(void *arg)
         g_unref(g);
 }
 
-static void exec_submit(void *ctx, cold_exec_t *io)
+/* Queues io for the worker; false (nothing queued) without a worker or memory. */
+static bool exec_enqueue(struct kvm_cold *g, cold_exec_t *io)
 {
-    struct kvm_cold *g = ctx;
     struct xnode *n = malloc(sizeof(*n));
     pthread_mutex_lock(&g->mu);
-    bool inline_run = !n || !g->th_started || g->stop;
-    if (!inline_run) {
+    bool queued = n && g->th_started && !g->stop;
+    if (queued) {
         n->io = io;
         n->next = NULL;
         if (g->q_tail)
@@ -192,11 +199,71 @@ static void exec_submit(void *ctx, cold_exec_t *io)
         pthread_cond_signal(&g->cv);
     }
     pthread_mutex_unlock(&g->mu);
-    if (inline_run) {
+    if (!queued)
         free(n);
+    return queued;
+}
+
+/* The core's jobs: on the worker, or inline when it cannot take them. */
+static void exec_submit(void *ctx, cold_exec_t *io)
+{
+    if (!exec_enqueue(ctx, io)) {
         io->run(io);
         io->done(io);
     }
+}
+
+/* ---- background maintenance (ExtentStore cleaning) ---------------------------------------- */
+
+struct clean_job {
+    cold_exec_t io; /* first: the worker hands back &io */
+    struct kvm_cold *g;
+    uint64_t budget;
+    int64_t rc;            /* maintain()'s answer: work done, or a negative code */
+    uint64_t file0, file1; /* the backend's file bytes before and after */
+    cold_backend_err_t err;
+};
+
+/* [worker] */
+static void clean_run(cold_exec_t *io)
+{
+    struct clean_job *j = (struct clean_job *)io;
+    const cold_backend_t *be = &j->g->be;
+    cold_backend_stat_t st;
+    j->file0 = be->ops->stat(be->be, &st) == 0 ? st.file_bytes : 0;
+    j->rc = be->ops->maintain(be->be, j->budget, &j->err);
+    j->file1 = be->ops->stat(be->be, &st) == 0 ? st.file_bytes : j->file0;
+}
+
+/* [loop] */
+static void clean_done(cold_exec_t *io)
+{
+    struct clean_job *j = (struct clean_job *)io;
+    struct kvm_cold *g = j->g;
+    kvm_rt_t *rt = g->rt;
+    g->cleaning = false;
+    obs_count(rt->metrics, cold_clean_runs_total, j->rc < 0 ? OBS_OUTCOME_ERROR : OBS_OUTCOME_OK,
+              OBS_NONE, 1);
+    if (j->rc >= 0 && j->file1 < j->file0)
+        obs_count(rt->metrics, cold_cleaned_bytes_total, OBS_NONE, OBS_NONE, j->file0 - j->file1);
+    free(j); /* (a failing device also marks itself unhealthy: kvmesh_cold_device_health) */
+}
+
+/* [loop] From the tick: one maintain() job at a time, only on the worker. */
+static void clean_submit(struct kvm_cold *g)
+{
+    uint64_t budget = g->rt->cfg.cold_clean_bytes_per_tick;
+    if (g->cleaning || budget == 0 || !g->be_open || !g->be.ops->maintain)
+        return;
+    struct clean_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return; /* the next tick tries again */
+    *j = (struct clean_job){.io = {.run = clean_run, .done = clean_done}, .g = g, .budget = budget};
+    if (!exec_enqueue(g, &j->io)) {
+        free(j);
+        return;
+    }
+    g->cleaning = true;
 }
 
 /* ---- route callbacks ------------------------------------------------------------------------ */
@@ -676,6 +743,7 @@ static void tick(void *arg)
             g->reconciling = true;
     }
     stg_expire(g);
+    clean_submit(g);
     g->tick_timer = env_timer_start(g->rt->env, COLD_GLUE_TICK_MS * 1000000ull, tick, g);
 }
 
@@ -1115,6 +1183,7 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
         .root = cfg->cold_root,
         .capacity_bytes = cfg->cold_capacity,
         .require_nfs = cfg->cold_nfs,
+        .segment_bytes = cfg->cold_segment_bytes,
     };
     int rc = cold_backend_open(&bc, &g->be, &err);
     if (rc) {

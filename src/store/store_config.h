@@ -120,6 +120,8 @@ struct kvm_store_config {
     uint32_t cold_staging_slots;         /* remote-restore staging slots on the owner */
     uint64_t cold_staging_bytes;         /* bytes of the staging segment */
     uint32_t cold_staging_ttl_ms;        /* a staged slot expires after this (token fenced) */
+    uint64_t cold_clean_bytes_per_tick;  /* maintain() budget per cold tick (0 = off) */
+    uint64_t cold_segment_bytes;         /* ExtentStore segment file size */
     bool cold_nfs;                       /* cold_root must be an NFS/NFS4 mount (checked at open) */
 };
 

@@ -31,10 +31,18 @@
  *     restores, backpressure > 0, expiries >= 1 (the second held slot may be ACKed, late but before
  * its expiry, once the first one expired), late > 0, 2 slots, occupancy back to 0). Every wait is
  * bounded; the directory is removed at the end (also on failure).
+ *   - (extent, argv[2] = clean: 1 MiB segments) background cleaning in a running runtime: the
+ *     storage runtime overwrites every cold-only object of the upper half twice and the client
+ *     removes the lower half (their extents die when the owner runs the reclaim records, at
+ *     least 1 s later); the bytes of the segment files on disk then fall below what they were
+ *     right after the churn, kvmesh_cold_clean_runs_total{result=ok} and
+ *     kvmesh_cold_cleaned_bytes_total rise, and every live object reads back with its last
+ *     bytes (removed ones: KVMESH_ENOENT).
  */
 #include <curl/curl.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -144,6 +152,108 @@ static size_t overwrite_cold_only(kvmesh_t *who, uint8_t *buf, uint32_t gen, siz
     return n;
 }
 
+/* A put through who, retried while eviction waits for an offload (bounded). */
+static int put_retry(kvmesh_t *who, const char *k, const uint8_t *buf,
+                     const kvmesh_put_opts_t *opts)
+{
+    int rc = -1;
+    for (int t = 0; t < PUT_TRIES && rc != 0; t++) {
+        rc = kvmesh_put(who, &sc, k, strlen(k), buf, OBJ_LEN, opts);
+        if (rc)
+            usleep(20000);
+    }
+    return rc;
+}
+
+/* Calls fn with the path of every ExtentStore segment file under root/ext. */
+static void each_segment(const char *root, void (*fn)(const char *f, void *arg), void *arg)
+{
+    char ext[256];
+    snprintf(ext, sizeof(ext), "%s/ext", root);
+    DIR *dir = opendir(ext);
+    CHECK(dir);
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (strncmp(e->d_name, "seg-", 4) != 0)
+            continue;
+        char f[512];
+        snprintf(f, sizeof(f), "%s/%s", ext, e->d_name);
+        fn(f, arg);
+    }
+    closedir(dir);
+}
+
+static void add_size(const char *f, void *arg)
+{
+    struct stat st;
+    if (stat(f, &st) == 0) /* (a segment removed by cleaning meanwhile counts 0) */
+        *(uint64_t *)arg += (uint64_t)st.st_size;
+}
+
+/* Bytes of the ExtentStore segment files under root/ext. */
+static uint64_t segment_file_bytes(const char *root)
+{
+    uint64_t sum = 0;
+    each_segment(root, add_size, &sum);
+    return sum;
+}
+
+#define REMOVED UINT32_MAX
+
+/* Cleaning in a running runtime (argv[2] = clean, see the top). */
+static void clean_churn(const char *root, uint8_t *buf)
+{
+    uint32_t gen[NOBJ] = {0};
+    size_t over = 0;
+    for (uint32_t g = 1; g <= 2; g++)
+        for (uint32_t i = NOBJ / 2; i < NOBJ; i++) {
+            if (!cold_only(i))
+                continue;
+            char k[32];
+            key_of(i, k, sizeof(k));
+            fill(buf, i, g);
+            CHECK(put_retry(kv, k, buf, NULL) == 0);
+            gen[i] = g;
+            over++;
+        }
+    for (uint32_t i = 0; i < NOBJ / 2; i++) {
+        char k[32];
+        key_of(i, k, sizeof(k));
+        CHECK(kvmesh_remove(kvc, &sc, k, strlen(k)) == 0);
+        gen[i] = REMOVED;
+    }
+    uint64_t after = segment_file_bytes(root), now = after;
+    for (int t = 0; t < 600 && now >= after; t++) { /* bounded: 60 s */
+        usleep(100000);
+        now = segment_file_bytes(root);
+    }
+    double runs = 0, cleaned = 0;
+    for (int t = 0; t < 50 && (runs == 0 || cleaned == 0); t++) {
+        runs = metric("kvmesh_cold_clean_runs_total", "result", "ok");
+        cleaned = metric("kvmesh_cold_cleaned_bytes_total", NULL, NULL);
+        if (runs == 0 || cleaned == 0)
+            usleep(100000);
+    }
+    printf("clean: %zu overwrites, %u removes; segment files %" PRIu64 " -> %" PRIu64
+           " bytes; clean runs %.0f, cleaned bytes %.0f\n",
+           over, NOBJ / 2, after, now, runs, cleaned);
+    CHECK(over > 0 && now < after && runs > 0 && cleaned > 0);
+    for (uint32_t i = 0; i < NOBJ; i++) {
+        char k[32];
+        key_of(i, k, sizeof(k));
+        void *out = NULL;
+        size_t len = 0;
+        int rc = kvmesh_get(kv, &sc, k, strlen(k), &out, &len);
+        if (gen[i] == REMOVED) {
+            CHECK(rc == KVMESH_ENOENT && out == NULL);
+            continue;
+        }
+        fill(buf, i, gen[i]);
+        CHECK(rc == 0 && len == OBJ_LEN && memcmp(out, buf, OBJ_LEN) == 0);
+        kvmesh_free(out);
+    }
+}
+
 static void flip(const char *f, off_t at)
 {
     int fd = open(f, O_RDWR);
@@ -158,26 +268,19 @@ static void flip(const char *f, off_t at)
 /* ExtentStore: extents sit at 4 KiB-aligned offsets from 4096 in each segment file, a 64-byte
  * header then the payload; with equal object sizes they follow each other at a fixed stride.
  * Flips one payload byte of every extent. */
+static void corrupt_segment(const char *f, void *arg)
+{
+    const off_t stride = ((64 + OBJ_LEN + 4095) / 4096) * 4096;
+    struct stat st;
+    CHECK(stat(f, &st) == 0);
+    for (off_t at = 4096; at + 64 + (off_t)OBJ_LEN <= st.st_size; at += stride, ++*(size_t *)arg)
+        flip(f, at + 64 + OBJ_LEN / 2);
+}
+
 static size_t corrupt_extents(const char *root)
 {
-    char ext[256];
-    snprintf(ext, sizeof(ext), "%s/ext", root);
-    DIR *dir = opendir(ext);
-    CHECK(dir);
-    const off_t stride = ((64 + OBJ_LEN + 4095) / 4096) * 4096;
     size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(dir)) != NULL) {
-        if (strncmp(e->d_name, "seg-", 4) != 0)
-            continue;
-        char f[512];
-        snprintf(f, sizeof(f), "%s/%s", ext, e->d_name);
-        struct stat st;
-        CHECK(stat(f, &st) == 0);
-        for (off_t at = 4096; at + 64 + (off_t)OBJ_LEN <= st.st_size; at += stride, n++)
-            flip(f, at + 64 + OBJ_LEN / 2);
-    }
-    closedir(dir);
+    each_segment(root, corrupt_segment, &n);
     return n;
 }
 
@@ -188,6 +291,7 @@ int main(int argc, char **argv)
     bool restart = argc > 2 && strcmp(argv[2], "restart") == 0;
     bool pair = argc > 2 && strcmp(argv[2], "pair") == 0;
     bool staging = argc > 2 && strcmp(argv[2], "staging") == 0;
+    bool clean = argc > 2 && strcmp(argv[2], "clean") == 0;
     const char *transport = staging && argc > 3 ? argv[3] : "tcp";
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-store-XXXXXX");
     CHECK(mkdtemp(tmpdir) != NULL);
@@ -224,6 +328,8 @@ int main(int argc, char **argv)
     CHECK(kvmesh_config_set(c, "cold_kind", kind) == 0);
     CHECK(kvmesh_config_set(c, "cold_root", root) == 0);
     CHECK(kvmesh_config_set(c, "cold_capacity", "64MiB") == 0);
+    if (clean) /* small segments: cleaning has whole ones to reclaim */
+        CHECK(kvmesh_config_set(c, "cold_segment_bytes", "1MiB") == 0);
     if (restart) { /* routes in metadata and a fixed runtime id: they outlive the runtime */
         CHECK(kvmesh_config_set(c, "route_mode", "metadata_only") == 0);
         CHECK(kvmesh_config_set(c, "runtime_id", "c01dc01dc01dc01dc01dc01dc01dc01d") == 0);
@@ -300,13 +406,7 @@ int main(int argc, char **argv)
         char k[32];
         key_of(i, k, sizeof(k));
         fill(buf, i, 0);
-        int rc = -1;
-        for (int t = 0; t < PUT_TRIES && rc != 0; t++) {
-            rc = kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, pair && i % 2 ? &on_b : NULL);
-            if (rc)
-                usleep(20000);
-        }
-        CHECK(rc == 0);
+        CHECK(put_retry(kv, k, buf, pair && i % 2 ? &on_b : NULL) == 0);
     }
     /* 2. every object reads back with its bytes */
     size_t cold = 0, remote = 0;
@@ -433,6 +533,14 @@ int main(int argc, char **argv)
         return 0;
     }
     kvmesh_config_free(cs);
+    if (clean) {
+        clean_churn(root, buf);
+        free(buf);
+        cleanup();
+        curl_global_cleanup();
+        printf("cold_store: ok\n");
+        return 0;
+    }
     if (staging) { /* 2s. the owner's staging pool */
         double acq = metric("kvmesh_cold_staging_acquired_total", NULL, NULL);
         double bp = metric("kvmesh_cold_staging_backpressure_total", NULL, NULL);

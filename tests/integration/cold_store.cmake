@@ -12,6 +12,10 @@ foreach(tp tcp shm)
   set_tests_properties(cold_store_staging_${tp} PROPERTIES LABELS integration TIMEOUT 300
     COST 16 ENVIRONMENT "${KVMESH_TEST_ENV};KVMESH_TEST_COLD_LATE_ACKS=2")
 endforeach()
+# ExtentStore cleaning in a running runtime: 1 MiB segments, churn, segment files shrink.
+add_test(NAME cold_store_extent_clean COMMAND ${exe} extent clean)
+set_tests_properties(cold_store_extent_clean PROPERTIES LABELS integration TIMEOUT 300
+  ENVIRONMENT "${KVMESH_TEST_ENV}")
 foreach(mode restart pair)
   add_test(NAME cold_store_${mode} COMMAND ${exe} localdir ${mode})
   set_tests_properties(cold_store_${mode} PROPERTIES LABELS integration TIMEOUT 300

@@ -121,6 +121,12 @@ static const struct {
      "cold_staging_bytes: \"1KiB\" is out of range; allowed 64KiB..4TiB (a byte count with "
      "optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
     {"cold_staging_ttl_ms", "5", "cold_staging_ttl_ms: \"5\" is out of range; allowed 10..600000"},
+    {"cold_clean_bytes_per_tick", "-1",
+     "cold_clean_bytes_per_tick: \"-1\" is not a size; allowed 0..4TiB (a byte count with "
+     "optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    {"cold_segment_bytes", "1KiB",
+     "cold_segment_bytes: \"1KiB\" is out of range; allowed 64KiB..4TiB (a byte count with "
+     "optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
     {"tenant_quota_evict", "maybe",
      "tenant_quota_evict: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, "
      "1|0)"},
@@ -391,6 +397,8 @@ static void test_validate_cross_fields(void **state)
                 sc.cold_offload_order == 0 && sc.cold_offload_bytes_per_sec == 0 &&
                 sc.cold_high_watermark == 0.0 && sc.cold_retry_backoff_ms == 2 &&
                 sc.cold_retry_backoff_max_ms == 10000);
+    assert_true(sc.cold_clean_bytes_per_tick == (64ull << 20) &&
+                sc.cold_segment_bytes == (256ull << 20));
     kvmesh_config_free(c);
 }
 
