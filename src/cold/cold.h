@@ -329,6 +329,9 @@ int cold_place_owned(cold_t *c, uint64_t len, const kvm_runtime_id_t *owners, si
                      kvm_tier_id_t *dev, kvm_runtime_id_t *owner);
 /* The view's copy of a device, or NULL (valid until the next refresh). */
 const cold_device_t *cold_view_find(const cold_t *c, const kvm_tier_id_t *id);
+/* The whole view: *out = its devices (valid until the next refresh); returns their count (0 before
+ * the first refresh, and always for a core whose view is never refreshed). */
+size_t cold_view_list(const cold_t *c, const cold_device_t **out);
 
 /* ---- operations ------------------------------------------------------------------------------ */
 

@@ -392,6 +392,12 @@ const cold_device_t *cold_view_find(const cold_t *c, const kvm_tier_id_t *id)
     return NULL;
 }
 
+size_t cold_view_list(const cold_t *c, const cold_device_t **out)
+{
+    *out = c->view;
+    return c->n_view;
+}
+
 int cold_place(cold_t *c, uint64_t len, kvm_tier_id_t *dev, kvm_runtime_id_t *owner)
 {
     return cold_place_owned(c, len, NULL, 0, dev, owner);

@@ -119,6 +119,37 @@ bool kvm_cold_has_device(kvm_rt_t *rt)
     return dev_cold(rt) != NULL;
 }
 
+_Static_assert(KVM_COLD_VIEW_OWNERS_MAX >= COLD_DEVICES_MAX, "one sum per device of a view");
+
+int kvm_cold_owner_sums(kvm_rt_t *rt, kvm_cold_owner_sum_t *out, size_t cap)
+{
+    struct kvm_cold *g = dev_cold(rt);
+    if (!g || !g->c)
+        return -1;
+    const cold_device_t *v;
+    size_t nv = cold_view_list(g->c, &v), n = 0;
+    int worst[KVM_COLD_VIEW_OWNERS_MAX] = {0};
+    for (size_t i = 0; i < nv; i++) {
+        size_t j = 0;
+        while (j < n && !kvm_id128_equal(&out[j].owner, &v[i].owner))
+            j++;
+        if (j == n) {
+            if (n == cap || n == KVM_COLD_VIEW_OWNERS_MAX)
+                continue;
+            out[n++] = (kvm_cold_owner_sum_t){.owner = v[i].owner};
+        }
+        out[j].devices++;
+        out[j].capacity += v[i].capacity;
+        out[j].used += v[i].used;
+        out[j].reserved += v[i].reserved;
+        if ((int)v[i].health > worst[j]) {
+            worst[j] = (int)v[i].health;
+            out[j].health = cold_dev_health_name(v[i].health);
+        }
+    }
+    return (int)n;
+}
+
 /* ---- the cold I/O worker ------------------------------------------------------------------- */
 
 static void drain_done(void *arg);

@@ -31,6 +31,20 @@ void kvm_cold_close(kvm_rt_t *rt);
 /* [any] Whether this runtime has a cold device (cold_kind != off). */
 bool kvm_cold_has_device(kvm_rt_t *rt);
 
+/* Per-owner totals of this runtime's cold device view (GET /cluster, member "cold"). */
+#define KVM_COLD_VIEW_OWNERS_MAX 64 /* owners one view can name (its device bound) */
+typedef struct kvm_cold_owner_sum {
+    kvm_runtime_id_t owner;
+    uint32_t devices;
+    uint64_t capacity, used, reserved;
+    const char *health; /* the worst of the owner's devices: "healthy", "degraded", "failed" */
+} kvm_cold_owner_sum_t;
+/* [loop] Sums the device view per owner into out[0..cap) and returns the number of owners; -1
+ * when this runtime has no device view (cold_kind = off: its core is only the reclaim planner,
+ * whose view is never refreshed; or no cold core at all). Reads the view as the last tick's
+ * refresh left it: no metadata I/O. */
+int kvm_cold_owner_sums(kvm_rt_t *rt, kvm_cold_owner_sum_t *out, size_t cap);
+
 /* [loop] Write path: when offload applies (cold tier on here, offload on, a device with room
  * owned by a runtime that holds one of the new replicas: this runtime's own first, with its
  * queue not full) sets next->cold to a PendingOffload backing of a fresh cold op for

@@ -999,6 +999,40 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
  * kvmesh_members (bounded by request_timeout_ms), and per member the shards whose designated
  * route authority set (the WRH top-k of the route-capable members, as route_set_members gives
  * the route service) it is the first of (primary) or in (authority). */
+/* The cold device view's per-owner totals, summed on the loop (the view is [loop] state). */
+struct cold_sums {
+    kvm_rt_t *rt;
+    kvm_cold_owner_sum_t s[KVM_COLD_VIEW_OWNERS_MAX];
+    int n; /* -1: no device view here */
+};
+
+static void cold_sums_on_loop(void *arg)
+{
+    struct cold_sums *cs = arg;
+    cs->n = kvm_cold_owner_sums(cs->rt, cs->s, KVM_COLD_VIEW_OWNERS_MAX);
+}
+
+/* ,"cold":{...} of member `id` (null when the view names no device of it, or there is none). */
+static void admin_member_cold(struct obs_buf *b, const struct cold_sums *cs, const char *id)
+{
+    kvm_id128_t owner;
+    const kvm_cold_owner_sum_t *s = NULL;
+    for (int i = 0; i < cs->n && kvm_id128_parse(id, &owner) == 0; i++)
+        if (kvm_id128_equal(&cs->s[i].owner, &owner)) {
+            s = &cs->s[i];
+            break;
+        }
+    if (!s) {
+        obs_buf_puts(b, ",\"cold\":null");
+        return;
+    }
+    obs_buf_printf(b,
+                   ",\"cold\":{\"devices\":%u,\"capacity_bytes\":%" PRIu64
+                   ",\"used_bytes\":%" PRIu64 ",\"reserved_bytes\":%" PRIu64 ",\"health\":\"%s\"}",
+                   s->devices, s->capacity, s->used, s->reserved,
+                   s->health ? s->health : "unknown");
+}
+
 static int admin_cluster(void *ctx, struct obs_buf *b)
 {
     kvm_rt_t *rt = ctx;
@@ -1020,6 +1054,15 @@ static int admin_cluster(void *ctx, struct obs_buf *b)
     }
     if (rc)
         goto out;
+    struct cold_sums *cs = calloc(1, sizeof(*cs));
+    if (!cs) {
+        rc = kvm_errf(KVMESH_ENOMEM, "out of memory for the cluster view");
+        goto out;
+    }
+    cs->rt = rt;
+    cs->n = -1;
+    if (env_uv_thread_call(rt->thread, cold_sums_on_loop, cs) != 0)
+        cs->n = -1; /* (closing: no view) */
     size_t capable = 0;
     for (size_t i = 0; i < n; i++) {
         kvm_id128_t id;
@@ -1041,13 +1084,13 @@ static int admin_cluster(void *ctx, struct obs_buf *b)
                 prim[idx[i]]++;
         }
     }
-    obs_buf_printf(b,
-                   "{\"schema\":1,\"self\":\"%s\",\"route_mode\":\"%s\",\"shards\":%u,"
-                   "\"top_k\":%u,\"authority_counts\":%s,\"members\":[",
-                   rt->idhex,
-                   rt->cfg.route_mode == ROUTE_MODE_METADATA_ONLY ? "metadata_only"
-                                                                  : "embedded_wrh",
-                   rt->cfg.shards, rt->cfg.top_k, counted ? "true" : "false");
+    obs_buf_printf(
+        b,
+        "{\"schema\":1,\"self\":\"%s\",\"route_mode\":\"%s\",\"shards\":%u,"
+        "\"top_k\":%u,\"authority_counts\":%s,\"cold_view\":%s,\"members\":[",
+        rt->idhex,
+        rt->cfg.route_mode == ROUTE_MODE_METADATA_ONLY ? "metadata_only" : "embedded_wrh",
+        rt->cfg.shards, rt->cfg.top_k, counted ? "true" : "false", cs->n >= 0 ? "true" : "false");
     for (size_t i = 0; i < n; i++) {
         obs_buf_printf(b, "%s{\"id\":", i ? "," : "");
         obs_buf_json_str(b, m[i].id, strlen(m[i].id));
@@ -1058,10 +1101,13 @@ static int admin_cluster(void *ctx, struct obs_buf *b)
         obs_buf_json_str(b, m[i].state, strnlen(m[i].state, sizeof(m[i].state)));
         obs_buf_printf(b,
                        ",\"weight\":%g,\"capacity_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64
-                       ",\"shards_primary\":%u,\"shards_authority\":%u}",
+                       ",\"shards_primary\":%u,\"shards_authority\":%u",
                        m[i].weight, m[i].capacity_bytes, m[i].used_bytes, prim[i], auth[i]);
+        admin_member_cold(b, cs, m[i].id);
+        obs_buf_puts(b, "}");
     }
     obs_buf_puts(b, "]}");
+    free(cs);
 out:
     free(m);
     free(prim);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ops_status_page.c — the status page in a real browser. Three kvmeshd processes on a real
- * redis-server, and an application runtime in this process (memory_size 0, its own admin port)
- * that issues a bounded load of puts and gets:
+ * redis-server (daemon 0 with a LocalDir cold device in the test's temporary directory), and an
+ * application runtime in this process (memory_size 0, its own admin port) that issues a bounded
+ * load of puts and gets:
  *   - under load, headless Chromium renders daemon 0's page to a screenshot (artifact);
  *   - once the load has finished and the member records have settled, Chromium renders the
  *     pages of daemon 0 and of the application runtime (--dump-dom), and every number the
@@ -12,11 +13,15 @@
  *     primary per shard, top_k authorities per shard), route CAS totals, request totals, bytes
  *     and p50/p99 (recomputed here from the histogram buckets of /metrics); the tenants' quota
  *     section: tenant "spq" (tenant_policies) after three puts, its used/pending/limit bytes
- *     and objects against daemon 0's /stats?tenant=spq and against what was put;
+ *     and objects against daemon 0's /stats?tenant=spq and against what was put; the Cold column
+ *     of the members table: daemon 0's cold devices, capacity, used and reserved bytes and health
+ *     against its /cluster, and /cluster against `kvmesh admin devices --json`; no cold device
+ *     for daemons 1 and 2, and no device view at all on the application runtime (cold_kind off);
  *   - screenshots of both pages are saved in <build>/test-artifacts/.
  * Bounded: the load stops after OPS_LOAD_MAX operations or OPS_LOAD_MAX_MS; every wait is
  * bounded; every process is started here and stopped by pid.
  */
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -38,6 +43,8 @@
 #define OPS_QT_MAX      (1ull << 20)
 #define OPS_QT_OBJECTS  100
 #define OPS_QT_PUTS     3
+#define OPS_COLD_CAP    "64MiB" /* daemon 0's LocalDir cold device */
+#define OPS_COLD_BYTES  (64ull << 20)
 
 static char artifacts[512];
 
@@ -339,6 +346,119 @@ static void check_daemon_page(const tdaemon_t *d, const char *dom)
     free(me);
 }
 
+/* ---- the cold tier per owner ------------------------------------------------------------- */
+
+static json_t *get_json(uint16_t port, const char *path)
+{
+    char *body = get_body(port, path);
+    json_error_t je;
+    json_t *j = json_loads(body, 0, &je);
+    if (!j)
+        fail_msg("GET %s on port %u is not JSON (%s):\n%s", path, port, je.text, body);
+    free(body);
+    return j;
+}
+
+/* The member object of `id` in a /cluster answer (fails the test when it is not listed). */
+static json_t *cluster_member(json_t *cl, const char *id)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(cl, "members"), i, m)
+    {
+        json_t *v = json_object_get(m, "id");
+        if (json_is_string(v) && strcmp(json_string_value(v), id) == 0)
+            return m;
+    }
+    fail_msg("/cluster does not list member %s", id);
+    return NULL;
+}
+
+static unsigned long long jnum(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    if (!json_is_integer(v))
+        fail_msg("no integer \"%s\"", k);
+    return (unsigned long long)json_integer_value(v);
+}
+
+static const char *const cold_nums[] = {"devices", "capacity_bytes", "used_bytes",
+                                        "reserved_bytes"};
+
+/* Daemon 0 (cold_kind localdir) lists its own device in its /cluster: one device of
+ * OPS_COLD_BYTES whose numbers equal its record as `kvmesh admin devices --json` reads it from
+ * metadata, and the page's Cold column shows exactly that; daemons 1 and 2 (cold_kind off) own no
+ * device ("cold":null, the page shows none). */
+static void check_cold(const tdaemon_t *d, const char *cfg_path, const char *dom)
+{
+    json_t *cl = get_json(d[0].admin_port, "/cluster");
+    assert_true(json_is_true(json_object_get(cl, "cold_view")));
+    json_t *c = json_object_get(cluster_member(cl, d[0].id), "cold");
+    if (!json_is_object(c))
+        fail_msg("/cluster of daemon 0 has no cold block for itself");
+    assert_int_equal(jnum(c, "devices"), 1);
+    assert_int_equal(jnum(c, "capacity_bytes"), OPS_COLD_BYTES);
+    char key[160];
+    for (size_t f = 0; f < sizeof(cold_nums) / sizeof(cold_nums[0]); f++) {
+        snprintf(key, sizeof(key), "member.%s.cold.%s", d[0].id, cold_nums[f]);
+        if (dom_u64(dom, key) != jnum(c, cold_nums[f]))
+            fail_msg("page %s = %llu, /cluster %llu", key, dom_u64(dom, key),
+                     jnum(c, cold_nums[f]));
+    }
+    const char *health = json_string_value(json_object_get(c, "health"));
+    assert_non_null(health);
+    assert_string_equal(health, "healthy");
+    snprintf(key, sizeof(key), "member.%s.cold.health", d[0].id);
+    dom_expect(dom, key, health);
+    for (int i = 1; i < OPS_DAEMONS; i++) {
+        assert_true(json_is_null(json_object_get(cluster_member(cl, d[i].id), "cold")));
+        snprintf(key, sizeof(key), "member.%s.cold", d[i].id);
+        dom_expect(dom, key, "none");
+    }
+
+    /* /cluster against the device record in metadata. */
+    tdaemon_out_t o;
+    ops_run(&o, ops_bin_kvmesh, "admin", "--config", cfg_path, "devices", "--json", NULL);
+    OPS_ASSERT_RUN(&o, 0);
+    json_error_t je;
+    json_t *adm = json_loads(o.out, 0, &je);
+    if (!adm)
+        fail_msg("kvmesh admin devices --json is not JSON (%s):\n%s", je.text, o.out);
+    tdaemon_out_free(&o);
+    size_t i, owned = 0;
+    json_t *dev;
+    json_array_foreach(json_object_get(adm, "devices"), i, dev)
+    {
+        json_t *owner = json_object_get(dev, "owner");
+        if (!json_is_string(owner) || strcmp(json_string_value(owner), d[0].id) != 0)
+            continue;
+        owned++;
+        for (size_t f = 1; f < sizeof(cold_nums) / sizeof(cold_nums[0]); f++)
+            if (jnum(dev, cold_nums[f]) != jnum(c, cold_nums[f]))
+                fail_msg("device record %s = %llu, /cluster %llu", cold_nums[f],
+                         jnum(dev, cold_nums[f]), jnum(c, cold_nums[f]));
+        assert_string_equal(json_string_value(json_object_get(dev, "health")), health);
+    }
+    assert_int_equal(owned, jnum(c, "devices"));
+    json_decref(adm);
+    json_decref(cl);
+}
+
+/* The application runtime (cold_kind off) has no device view: /cluster says so and its page
+ * shows it for every member. */
+static void check_client_cold(const tdaemon_t *d, uint16_t port, const char *dom)
+{
+    json_t *cl = get_json(port, "/cluster");
+    assert_true(json_is_false(json_object_get(cl, "cold_view")));
+    for (int i = 0; i < OPS_DAEMONS; i++) {
+        assert_true(json_is_null(json_object_get(cluster_member(cl, d[i].id), "cold")));
+        char key[160];
+        snprintf(key, sizeof(key), "member.%s.cold", d[i].id);
+        dom_expect(dom, key, "no-view");
+    }
+    json_decref(cl);
+}
+
 /* The quota section of daemon 0's page against its /stats?tenant= and the puts made. */
 static void check_quota(const tdaemon_t *d, const char *dom, uint64_t put_bytes)
 {
@@ -417,8 +537,14 @@ static void test_status_page_in_chromium(void **state)
     ops_write_file(cfg_path, cfg);
     tdaemon_t d[OPS_DAEMONS];
     memset(d, 0, sizeof(d));
+    /* Daemon 0 has a LocalDir cold device (its root in the test's directory, removed with it). */
+    char cold_root[300];
+    snprintf(cold_root, sizeof(cold_root), "%s/cold-0", ops_tmpdir);
+    assert_int_equal(mkdir(cold_root, 0700), 0);
+    const char *cold[] = {"--cold-kind",     "localdir",   "--cold-root", cold_root,
+                          "--cold-capacity", OPS_COLD_CAP, NULL};
     for (int i = 0; i < OPS_DAEMONS; i++)
-        if (ops_daemon_start(&d[i], i, cfg_path, NULL) != 0)
+        if (ops_daemon_start(&d[i], i, cfg_path, i == 0 ? cold : NULL) != 0)
             fail_msg("daemon %d failed to start", i);
 
     /* The application runtime: joins as a client, serves its own admin port. */
@@ -474,9 +600,11 @@ static void test_status_page_in_chromium(void **state)
     char *dom = dump_dom(d[0].admin_port);
     check_daemon_page(d, dom);
     check_quota(d, dom, l.qt_bytes);
+    check_cold(d, cfg_path, dom);
     free(dom);
     dom = dump_dom(cport);
     check_client_page(cport, dom, &l);
+    check_client_cold(d, cport, dom);
     free(dom);
     screenshot("status-page.png", d[0].admin_port);
     screenshot("status-page-application.png", cport);
