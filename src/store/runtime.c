@@ -995,10 +995,6 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
 /* Shards x route-capable members above which /cluster leaves out the authority counts. */
 #define ADMIN_CLUSTER_WRH_MAX (1u << 24)
 
-/* GET /cluster (admin HTTP thread): the membership snapshot, copied through the loop like
- * kvmesh_members (bounded by request_timeout_ms), and per member the shards whose designated
- * route authority set (the WRH top-k of the route-capable members, as route_set_members gives
- * the route service) it is the first of (primary) or in (authority). */
 /* The cold device view's per-owner totals, summed on the loop (the view is [loop] state). */
 struct cold_sums {
     kvm_rt_t *rt;
@@ -1033,6 +1029,11 @@ static void admin_member_cold(struct obs_buf *b, const struct cold_sums *cs, con
                    s->health ? s->health : "unknown");
 }
 
+/* GET /cluster (admin HTTP thread): the membership snapshot, copied through the loop like
+ * kvmesh_members (bounded by request_timeout_ms), and per member the shards whose designated
+ * route authority set (the WRH top-k of the route-capable members, as route_set_members gives
+ * the route service) it is the first of (primary) or in (authority), and its cold devices as
+ * this runtime's device view sums them ("cold", null without one). */
 static int admin_cluster(void *ctx, struct obs_buf *b)
 {
     kvm_rt_t *rt = ctx;
