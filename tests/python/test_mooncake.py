@@ -289,6 +289,71 @@ def test_tenant_id_scopes(cluster):
         b.close()
 
 
+def _replica_size(r):
+    return r.get_memory_descriptor().buffer_descriptor.size
+
+
+def test_tenant_id_scopes_same_key_and_domains(cluster):
+    """Issue 14 through the Mooncake API (tenant_id, no domain): the same key in tenant A, in
+    tenant B and in domains x/y of tenant A (native API) are four objects; get / is_exist /
+    get_replica_desc / remove in one never see or touch another; a miss is b"", 0, [] and
+    OBJECT_NOT_FOUND."""
+    ta, tb = "mca-" + uuid.uuid4().hex[:8], "mcb-" + uuid.uuid4().hex[:8]
+    tc = "mcc-" + uuid.uuid4().hex[:8]
+    extra = {"deployment": cluster.deployment, "lease_ttl_ms": "1000",
+             "segment_size": "32MiB", "max_object_size": "32MiB"}
+    a, b, c = (MooncakeDistributedStore(kvmesh_config=extra) for _ in range(3))
+    assert a.setup("127.0.0.1", cluster.url, 0, tenant_id=ta) == 0
+    assert b.setup("127.0.0.1", cluster.url, 0, tenant_id=tb) == 0
+    assert c.setup("127.0.0.1", cluster.url, 0, tenant_id=tc) == 0  # never puts the key
+    key = "blk/0"
+    try:
+        with cluster.store(tenant=ta) as n:
+            assert a.put(key, b"mc-A") == 0 and b.put(key, b"mc-B-longer") == 0
+            n.put(key, b"native-A-x", domain="x")
+            n.put(key, b"native-A-y!", domain="y")
+            assert a.get(key) == b"mc-A" and b.get(key) == b"mc-B-longer"
+            assert a.is_exist(key) == 1 and b.is_exist(key) == 1
+            assert a.get_size(key) == 4 and b.get_size(key) == 11
+            ra, rb = a.get_replica_desc(key), b.get_replica_desc(key)
+            assert ra and all(_replica_size(x) == 4 for x in ra)
+            assert rb and all(_replica_size(x) == 11 for x in rb)
+            # the Mooncake tenant A is native tenant A with no domain: not domain x or y
+            assert n.get(key) == b"mc-A"
+            assert n.get(key, domain="x") == b"native-A-x"
+            # a tenant where the key was never put: every read is a miss, remove is not-found
+            assert c.get(key) == b"" and "KVMESH_ENOENT" in c.last_error
+            assert c.is_exist(key) == 0 and c.batch_is_exist([key]) == [0]
+            assert c.get_replica_desc(key) == []
+            assert c.get_size(key) == mc.OBJECT_NOT_FOUND
+            assert c.remove(key) == mc.OBJECT_NOT_FOUND
+            assert c.batch_remove([key]) == [mc.OBJECT_NOT_FOUND]
+            assert a.get(key) == b"mc-A" and b.get(key) == b"mc-B-longer"
+            # remove in tenant A (no domain) leaves tenant B and A's domains x/y
+            assert a.remove(key) == 0
+            assert a.get(key) == b"" and a.is_exist(key) == 0
+            assert a.get_replica_desc(key) == []
+            assert a.remove(key) == mc.OBJECT_NOT_FOUND
+            assert b.get(key) == b"mc-B-longer" and b.is_exist(key) == 1
+            assert [(x.owner, x.segment, _replica_size(x)) for x in b.get_replica_desc(key)] == \
+                [(x.owner, x.segment, _replica_size(x)) for x in rb]
+            assert n.get(key, domain="x") == b"native-A-x"
+            assert n.get(key, domain="y") == b"native-A-y!"
+            # a native delete of domain x leaves domain y, and Mooncake A still misses
+            n.remove(key, domain="x")
+            assert n.get(key, domain="y") == b"native-A-y!"
+            assert a.get(key) == b"" and b.get(key) == b"mc-B-longer"
+            # remove in tenant B leaves A/domain y
+            assert b.batch_remove([key]) == [0]
+            assert b.is_exist(key) == 0 and b.get(key) == b""
+            assert n.get(key, domain="y") == b"native-A-y!"
+            n.remove(key, domain="y")
+    finally:
+        a.close()
+        b.close()
+        c.close()
+
+
 def test_eight_threads_mooncake(mstore):
     s = mstore
     ptr = s.alloc_from_mem_pool(8 * 64 * 1024)

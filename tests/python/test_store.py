@@ -361,6 +361,88 @@ def test_tenant_domain_scopes(cluster):
         assert d2.tenant == "ta" and d2.domain == "d2"
 
 
+def _assert_absent(store, key, **scope):
+    """Every single-key read path reports absence in ``scope`` exactly: NotFound (KVMESH_ENOENT)
+    or False / a NotFound item for the existence checks."""
+    with pytest.raises(kvmesh.NotFound) as e:
+        store.get(key, **scope)
+    assert e.value.code == kvmesh.CODES["KVMESH_ENOENT"]
+    with pytest.raises(kvmesh.NotFound):
+        store.route(key, **scope)
+    with pytest.raises(kvmesh.NotFound):
+        store.size(key, **scope)
+    assert store.exists(key, **scope) is False
+    assert store.batch_exists([key], **scope) == [False]
+    got = store.batch_get([key], **scope)
+    assert len(got) == 1 and isinstance(got[0], kvmesh.NotFound)
+
+
+def test_same_key_three_scopes_independent(cluster):
+    """Issue 14: one key in tenant A/domain x, A/domain y and B/domain x names three objects:
+    reads, route queries, existence checks and deletes in one scope never see or touch the
+    others; a scope where the key was never put answers not-found to everything."""
+    ta, tb = "sa-" + uuid.uuid4().hex[:8], "sb-" + uuid.uuid4().hex[:8]
+    key = "kv/layer0/block7"
+    vals = {(ta, "x"): b"A-x:" + b"\x11" * 100,
+            (ta, "y"): b"A-y:" + b"\x22" * 2000,
+            (tb, "x"): b"B-x:" + b"\x33" * 30000}
+    never = [(ta, None), (tb, "y"), (tb, None), ("sc-" + uuid.uuid4().hex[:8], "x")]
+    with cluster.store(tenant=ta) as s, cluster.store(tenant=tb) as other:
+        for (t, d), v in vals.items():
+            s.put(key, v, tenant=t, domain=d)
+
+        def check_live(live):
+            """Every scope in ``live`` reads its own bytes and its own route, from this client
+            and from a second one; returns the routes."""
+            routes = {}
+            for (t, d) in live:
+                v = vals[(t, d)]
+                for c in (s, other):
+                    assert c.get(key, tenant=t, domain=d) == v
+                    assert c.size(key, tenant=t, domain=d) == len(v)
+                    assert c.exists(key, tenant=t, domain=d) is True
+                    r = c.route(key, tenant=t, domain=d)
+                    assert r.length == len(v) and len(r.replicas) >= 1
+                    assert all(x.length == len(v) for x in r.replicas)
+                    routes[(t, d)] = r
+            return routes
+
+        routes = check_live(list(vals))
+        # three objects with three distinct values (the checksum is of the value)
+        assert len({r.checksum for r in routes.values()}) == 3
+        for t, d in never:
+            _assert_absent(s, key, tenant=t, domain=d)
+        # a delete where the key was never put: not-found, and nothing elsewhere changes
+        for t, d in never:
+            with pytest.raises(kvmesh.NotFound):
+                s.remove(key, tenant=t, domain=d)
+            res = s.batch_remove([key], tenant=t, domain=d)
+            assert len(res) == 1 and isinstance(res[0], kvmesh.NotFound)
+        assert check_live(list(vals)) == routes
+        # a scoped view (tenant A, domain x) deletes its object only
+        s.scoped(domain="x").remove(key)
+        _assert_absent(s, key, tenant=ta, domain="x")
+        _assert_absent(other, key, tenant=ta, domain="x")  # no stale route on the other client
+        with pytest.raises(kvmesh.NotFound):
+            s.remove(key, tenant=ta, domain="x")  # a second delete: not-found
+        live = [(ta, "y"), (tb, "x")]
+        assert check_live(live) == {k: routes[k] for k in live}
+        # tenant B deletes from its own client: tenant A/domain y stays
+        other.remove(key, domain="x")
+        _assert_absent(s, key, tenant=tb, domain="x")
+        assert check_live([(ta, "y")]) == {(ta, "y"): routes[(ta, "y")]}
+        # a new put in a deleted scope is a new object, the survivor is unchanged
+        vals[(ta, "x")] = b"A-x again"
+        s.put(key, vals[(ta, "x")], tenant=ta, domain="x")
+        after = check_live([(ta, "x"), (ta, "y")])
+        assert after[(ta, "y")] == routes[(ta, "y")]
+        assert after[(ta, "x")].checksum != routes[(ta, "x")].checksum
+        _assert_absent(s, key, tenant=tb, domain="x")
+        s.remove(key, tenant=ta, domain="x")
+        s.remove(key, tenant=ta, domain="y")
+        _assert_absent(s, key, tenant=ta, domain="y")
+
+
 def test_same_key_seen_by_other_client(cluster):
     t = "shared-" + uuid.uuid4().hex[:6]
     with cluster.store(tenant=t) as a, cluster.store(tenant=t) as b:
