@@ -273,6 +273,9 @@ static void check_bad_args(struct cluster *c)
         {"shards", "--apply", "--apply belongs to cleanup", 2},
         {"members", "--frob", "unknown option \"--frob\"", 2},
         {"members", "extra", "expected no more arguments", 2},
+        {"cleanup", "extra", "usage: kvmesh admin cleanup [--apply]", 2},
+        {"cleanup", "--frob", "unknown option \"--frob\"", 2},
+        {"cleanup", "--max=0", "--max 0 is out of range", 2},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         admin(&o, c, bad[i].a1, bad[i].a2, NULL, NULL);
