@@ -216,6 +216,17 @@ class Net:
                 "512kbit latency %dms" % (r.stderr.strip(), loss_pct, delay_ms * 4))
 
 
+def log_tail(path, n):
+    """The last n lines of a log file (decoded leniently), [] when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            return f.read().decode("utf-8", "replace").splitlines()[-n:]
+    except OSError:
+        return []
+
+
 class Proc:
     """One process this run started, in a namespace. Only ever signalled by its pid."""
 
@@ -378,6 +389,9 @@ class Cluster:
             p.wait(5)
             self.join_failures.append("kvmeshd on %s exited while joining (status %s); see %s" %
                                       (h, p.p.returncode, p.logpath))
+            # the run directory is deleted when the run passes: say why it exited now
+            for line in log_tail(p.logpath, 12):
+                log("    kvmeshd-%s.log: %s" % (h, line))
             self.note("kvmeshd on %s exited while joining; starting it again" % h)
         raise RuntimeError("kvmeshd on %s exited while joining 3 times; see %s" % (h, p.logpath))
 
