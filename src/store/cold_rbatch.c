@@ -183,9 +183,9 @@ static void local_sub(kvm_rt_t *rt, kvm_cold_bitem_t *items, const size_t *idx, 
         l->items = ci;
         l->n = k;
         if (env_post(rt->env, lw_start, l) != 0) {
-            rc = KVMESH_EAGAIN;
+            rc = KVMESH_EAGAIN; /* (the loop never got it: both refs go here) */
             hand_unref(&l->h);
-            hand_unref(&l->h);
+            lw_unref(l);
             l = NULL;
         } else {
             rc = hand_wait(&l->h, deadline_ms, true, NULL);
