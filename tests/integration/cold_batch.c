@@ -15,6 +15,7 @@
  *   - with one payload byte flipped in one object's cold copy on each device, the same batch
  *     gets fail exactly those 2 items with KVMESH_ECHECKSUM (or KVMESH_ECORRUPT) and no bytes,
  *     the other 62 read back intact, through C and through A.
+ *   - the owners' staging pools are empty again afterwards (every slot ACKed, none expired);
  *   - (argv[3] = split) every runtime's staging pool has 5 slots: each remote group of 32 is
  *     staged in rounds of at most 5 (the rest answered backpressure and asked for again), never
  *     failed: every item succeeds, at least 7 batches per remote group (their items counted
@@ -347,6 +348,24 @@ int main(int argc, char **argv)
     printf("corrupted %s objects %u (A) and %u (B): refused, the other %d read intact through "
            "the client and A (%llu ms)\n",
            kind, bad[0], bad[1], 2 * PICK - 2, (unsigned long long)(t3 - t2));
+    /* 6. every staged slot's pins went (the readers' ACKs): both pools back to empty, no slot
+     * expired (exported every 200 ms: bounded wait) */
+    double used = -1, bytes = -1, exp = -1, acq = 0;
+    for (int t = 0; t < 100 && (used != 0 || bytes != 0); t++) {
+        used = metric(ka, "kvmesh_cold_staging_slots_used", NULL, NULL) +
+               metric(kb, "kvmesh_cold_staging_slots_used", NULL, NULL);
+        bytes = metric(ka, "kvmesh_cold_staging_bytes_used", NULL, NULL) +
+                metric(kb, "kvmesh_cold_staging_bytes_used", NULL, NULL);
+        exp = metric(ka, "kvmesh_cold_staging_expiries_total", NULL, NULL) +
+              metric(kb, "kvmesh_cold_staging_expiries_total", NULL, NULL);
+        acq = metric(ka, "kvmesh_cold_staging_acquired_total", NULL, NULL) +
+              metric(kb, "kvmesh_cold_staging_acquired_total", NULL, NULL);
+        if (used != 0 || bytes != 0)
+            usleep(100000);
+    }
+    printf("staging: %.0f slots acquired, %.0f expired, %.0f slots / %.0f bytes in use after\n",
+           acq, exp, used, bytes);
+    CHECK(used == 0 && bytes == 0 && exp == 0 && acq >= 3 * PICK);
     cleanup();
     curl_global_cleanup();
     printf("cold_batch: ok\n");
