@@ -23,6 +23,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1296,10 +1297,24 @@ static void sb_looked_up(void *arg, int rc, const cold_route_obs_t *obs)
     sb_lookup_end(sb);
 }
 
+/* Tests only (kvm_cold_test_refuse_batch): every owner of this process answers batched cold
+ * reads as an older release does (no handler: KVMESH_ENOTSUP), so its readers fall back to one
+ * object at a time. */
+static atomic_bool refuse_batch;
+
+void kvm_cold_test_refuse_batch(bool on)
+{
+    atomic_store(&refuse_batch, on);
+}
+
 static void on_cold_read_batch(rpc_reply *reply, struct rpc_request *req, void *arg)
 {
     kvm_rt_t *rt = arg;
     struct kvm_cold *g = dev_cold(rt);
+    if (atomic_load(&refuse_batch)) {
+        srv_reply(reply, KVMESH_ENOTSUP, "no handler for message type 520", NULL, 0);
+        return;
+    }
     if (!g || !g->c || !g->stg || g->open_cb || g->closed) {
         srv_reply(reply, KVMESH_EUNAVAILABLE, "the cold tier of this runtime is not open", NULL, 0);
         return;

@@ -128,6 +128,9 @@ int kvm_cold_local_batch(kvm_rt_t *rt, struct cold_batch_item *items, size_t n,
                          kvm_cold_local_cb cb, void *arg, size_t *jobs);
 /* [any] STORE_RPC_COLD_ACK of a staged token to its owner (lost: the owner's expiry recycles) */
 void kvm_cold_ack_post(kvm_rt_t *rt, const kvm_runtime_id_t *owner, uint64_t token);
+/* Tests only: while on, this process's owners answer STORE_RPC_COLD_READ_BATCH with
+ * KVMESH_ENOTSUP, as a release without it does (the readers fall back to kvm_cold_read). */
+void kvm_cold_test_refuse_batch(bool on);
 /* The hashes a cold read request carries (the owner's staging validation compares them). */
 uint64_t kvm_cold_version_hash(const kvm_route_version_t *v);
 uint64_t kvm_cold_namespace_hash(const kvm_ident_t *id);

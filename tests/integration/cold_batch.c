@@ -15,6 +15,9 @@
  *   - with one payload byte flipped in one object's cold copy on each device, the same batch
  *     gets fail exactly those 2 items with KVMESH_ECHECKSUM (or KVMESH_ECORRUPT) and no bytes,
  *     the other 62 read back intact, through C and through A.
+ *   - with the owners answering as an older release (no batched cold read: KVMESH_ENOTSUP,
+ *     kvm_cold_test_refuse_batch) the client reads the same batch one object at a time: no
+ *     batch counted, every intact item still read;
  *   - the owners' staging pools are empty again afterwards (every slot ACKed, none expired);
  *   - (argv[3] = split) every runtime's staging pool has 5 slots: each remote group of 32 is
  *     staged in rounds of at most 5 (the rest answered backpressure and asked for again), never
@@ -40,6 +43,7 @@
 #include "store/data.h"
 
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
+void kvm_cold_test_refuse_batch(bool on); /* (store/cold_glue.h) */
 
 #define PER       128 /* objects per owner */
 #define NOBJ      (2 * PER)
@@ -348,7 +352,19 @@ int main(int argc, char **argv)
     printf("corrupted %s objects %u (A) and %u (B): refused, the other %d read intact through "
            "the client and A (%llu ms)\n",
            kind, bad[0], bad[1], 2 * PICK - 2, (unsigned long long)(t3 - t2));
-    /* 6. every staged slot's pins went (the readers' ACKs): both pools back to empty, no slot
+    /* 6. owners of an older release (no batched cold read: KVMESH_ENOTSUP): the reader falls
+     * back to one object at a time; every intact item still reads back, no batch counted */
+    kvm_cold_test_refuse_batch(true);
+    struct bcount f0 = counts(kc, tp);
+    double r0 = metric(kc, "kvmesh_cold_restores_total", "result", "ok");
+    batch_read(kc, objs, 2 * PICK, bad, 2);
+    struct bcount f1 = counts(kc, tp);
+    double r1 = metric(kc, "kvmesh_cold_restores_total", "result", "ok");
+    kvm_cold_test_refuse_batch(false);
+    printf("owners without batched cold reads: %.0f batches, %.0f single restores ok\n",
+           f1.remote - f0.remote, r1 - r0);
+    CHECK(f1.remote == f0.remote && r1 - r0 >= 2 * PICK - 2);
+    /* 7. every staged slot's pins went (the readers' ACKs): both pools back to empty, no slot
      * expired (exported every 200 ms: bounded wait) */
     double used = -1, bytes = -1, exp = -1, acq = 0;
     for (int t = 0; t < 100 && (used != 0 || bytes != 0); t++) {
