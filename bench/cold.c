@@ -9,7 +9,9 @@
  * each backend to fio (the goal is >= 0.7). Then, in the same run, a get through a real runtime
  * (kvmesh_get_into, memory:// metadata, a LocalDir cold tier in the same directory) of objects
  * still in DRAM against one of cold-only objects (each get restores from the device, verified;
- * page cache dropped first), the same object size: median and p99 latency, GB/s, the ratio.
+ * page cache dropped first), the same object size: median and p99 latency, GB/s, the ratio;
+ * and one kvmesh_batch_get of as many other cold-only objects (a batch restore: one device read
+ * for the group, docs/cold.md "Batch restore"): GB/s and its ratio to the single restores.
  *
  *   bench_cold [--dir DIR] [--size BYTES] [--total BYTES] [--threads N] [--only BACKEND]
  *              [--repeat N]  (N rounds, the table shows medians)
@@ -244,9 +246,9 @@ static double run_fio(const char *base, bool read)
 #define GET_MAX 256
 
 typedef struct get_row {
-    int n_hot, n_cold;
+    int n_hot, n_cold, n_batch;
     double hot_med, hot_p99, cold_med, cold_p99; /* microseconds */
-    double hot_gbs, cold_gbs;
+    double hot_gbs, cold_gbs, batch_gbs, batch_us;
 } get_row_t;
 
 static double pct(double *v, int n, double p)
@@ -288,6 +290,43 @@ static int time_gets(kvmesh_t *kv, const kvmesh_scope_t *sc, const uint32_t *idx
         *total_s += (double)(t1 - t0) / 1e9;
     }
     return 0;
+}
+
+/* Times one kvmesh_batch_get of the n objects in idx (a batch restore: one device read for the
+ * whole group); the bytes are checked after the call. */
+static int time_batch(kvmesh_t *kv, const kvmesh_scope_t *sc, const uint32_t *idx, int n,
+                      uint8_t *want, double *total_s)
+{
+    kvmesh_batch_item_t *it = calloc((size_t)n, sizeof(*it));
+    char(*keys)[32] = calloc((size_t)n, 32);
+    uint8_t *out = malloc((size_t)n * g_get_size);
+    int rc = it && keys && out ? 0 : -1;
+    for (int k = 0; rc == 0 && k < n; k++) {
+        snprintf(keys[k], 32, "get-%05u", idx[k]);
+        it[k] = (kvmesh_batch_item_t){.key = keys[k],
+                                      .key_len = strlen(keys[k]),
+                                      .buf = out + (size_t)k * g_get_size,
+                                      .len = g_get_size};
+    }
+    if (rc == 0) {
+        uint64_t t0 = env_clock_mono_ns();
+        rc = kvmesh_batch_get(kv, sc, it, (size_t)n);
+        *total_s = (double)(env_clock_mono_ns() - t0) / 1e9;
+        if (rc)
+            fprintf(stderr, "bench_cold: batch get: %s (%s)\n", kvmesh_errname(rc),
+                    kvmesh_last_error());
+    }
+    for (int k = 0; rc == 0 && k < n; k++) {
+        fill_obj(want, g_get_size, idx[k]);
+        if (it[k].rc || it[k].out_len != g_get_size || memcmp(it[k].buf, want, g_get_size)) {
+            fprintf(stderr, "bench_cold: batch get %s: %s\n", keys[k], kvmesh_errname(it[k].rc));
+            rc = -1;
+        }
+    }
+    free(it);
+    free(keys);
+    free(out);
+    return rc;
 }
 
 static int bench_gets(const char *base, get_row_t *row)
@@ -360,7 +399,12 @@ static int bench_gets(const char *base, get_row_t *row)
             rc = -1;
         }
     }
-    int nh = 0, nc = 0;
+    /* cold-only objects: the first g_gets for single gets, the next g_gets for one batch get
+     * (disjoint: a single get may re-promote its object) */
+    int nh = 0, nc = 0, nb = 0;
+    uint32_t *batch = calloc(nobj, sizeof(*batch));
+    if (!batch)
+        rc = -1;
     for (uint32_t i = 0; rc == 0 && i < nobj; i++) {
         char key[32];
         snprintf(key, sizeof(key), "get-%05u", i);
@@ -371,6 +415,8 @@ static int bench_gets(const char *base, get_row_t *row)
             hot[nh++] = i;
         else if (ri.n_replicas == 0 && ri.cold_backed && nc < g_gets)
             cold[nc++] = i;
+        else if (ri.n_replicas == 0 && ri.cold_backed && nb < g_gets)
+            batch[nb++] = i;
     }
     double secs = 0;
     if (rc == 0) {
@@ -383,6 +429,15 @@ static int bench_gets(const char *base, get_row_t *row)
             row->cold_med = pct(us, nc, 0.5);
         }
     }
+    if (rc == 0 && nb > 0) {
+        nftw(root, drop_one, 16, FTW_PHYS);
+        rc = time_batch(kv, &sc, batch, nb, want, &secs);
+        if (rc == 0) {
+            row->n_batch = nb;
+            row->batch_gbs = (double)nb * (double)g_get_size / secs / 1e9;
+            row->batch_us = secs * 1e6 / nb;
+        }
+    }
     if (rc == 0) {
         rc = time_gets(kv, &sc, hot, nh, buf, want, us, &secs);
         if (rc == 0 && nh > 0) {
@@ -393,13 +448,14 @@ static int bench_gets(const char *base, get_row_t *row)
         }
     }
     printf("  get row: %u objects of %llu bytes written to %llu bytes of DRAM; timed %d gets "
-           "from DRAM, %d restoring from cold\n",
-           nobj, (unsigned long long)g_get_size, (unsigned long long)dram, nh, nc);
+           "from DRAM, %d restoring from cold, one batch get of %d restoring from cold\n",
+           nobj, (unsigned long long)g_get_size, (unsigned long long)dram, nh, nc, nb);
     kvmesh_close(kv);
     free(buf);
     free(want);
     free(hot);
     free(cold);
+    free(batch);
     free(us);
     return rc == 0 && nh > 0 && nc > 0 ? 0 : -1;
 }
@@ -523,6 +579,12 @@ int main(int argc, char **argv)
                gr.hot_gbs);
         printf("| restoring from cold | %d | %.0f | %.0f | %.2f | %.1f |\n", gr.n_cold, gr.cold_med,
                gr.cold_p99, gr.cold_gbs, gr.hot_med > 0 ? gr.cold_med / gr.hot_med : 0);
+        if (gr.n_batch > 0) /* one call: the per-object time is the call's over its items */
+            printf("| restoring from cold, one batch get | %d | %.0f (mean per object) | - | "
+                   "%.2f | %.1f (x single restore GB/s: %.2f) |\n",
+                   gr.n_batch, gr.batch_us, gr.batch_gbs,
+                   gr.hot_med > 0 ? gr.batch_us / gr.hot_med : 0,
+                   gr.cold_gbs > 0 ? gr.batch_gbs / gr.cold_gbs : 0);
     }
     return 0;
 }

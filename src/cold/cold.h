@@ -424,6 +424,33 @@ int cold_evict(cold_t *c, const kvm_ident_t *ident, const kvm_hot_replica_t *rep
 typedef void (*cold_restore_cb)(void *arg, int rc, const void *buf, uint64_t len);
 int cold_restore(cold_t *c, const kvm_ident_t *ident, cold_restore_cb cb, void *arg);
 
+/* Batch restore (docs/cold.md "Batch restore"): many materialized payloads read into the
+ * caller's buffers, one backend get_batch (one I/O job, one io_uring submission on an
+ * ExtentStore) per device among the items. No route lookup: the caller copies each item from a
+ * route it resolved, and the bytes are verified against that route's length and checksum (a
+ * reclaimed locator answers KVMESH_ENOENT: look the route up again). No promotion. Per-item
+ * results are exact: one item's failure never fails or hides another's. Items of a device not
+ * attached here fail with KVMESH_ENOTSUP, of an unreadable device (view) with
+ * KVMESH_EUNAVAILABLE, with a locator or length out of range with KVMESH_ECORRUPT. */
+#define COLD_BATCH_MAX 256 /* items per cold_restore_batch call */
+typedef struct cold_batch_item {
+    kvm_tier_id_t device;
+    cold_locator_t loc;
+    uint64_t len, checksum;
+    void *buf; /* len bytes of the caller's; written by the I/O hook's thread until cb; zeroed
+                  on failure (never unverified bytes) */
+    int rc;    /* out */
+} cold_batch_item_t;
+/* Runs once on the loop thread when every item has its rc (possibly before cold_restore_batch
+ * returns, when no device read was needed or the I/O hook runs inline); never after cold_close
+ * (the buffers are then no longer written once the I/O hook finished its jobs). */
+typedef void (*cold_batch_cb)(void *arg, cold_batch_item_t *items, size_t n);
+/* items[0..n) (1..COLD_BATCH_MAX) are borrowed until cb. *jobs (may be NULL) gets the number of
+ * device reads submitted (one per distinct device with readable items). 0, or KVMESH_EINVAL /
+ * KVMESH_ECLOSED / KVMESH_ENOMEM (cb then never runs). */
+int cold_restore_batch(cold_t *c, cold_batch_item_t *items, size_t n, cold_batch_cb cb, void *arg,
+                       size_t *jobs);
+
 typedef struct cold_recon_report {
     int rc;            /* 0, or the first metadata error of the pass */
     uint32_t resumed;  /* due ops handed to the worker */
@@ -443,6 +470,7 @@ typedef struct cold_stats {
     uint64_t cas_conflicts, rebases;
     uint64_t evictions, evict_refused;
     uint64_t restores, restore_joined, restore_failed, promotions;
+    uint64_t restore_batches, restore_batch_items; /* cold_restore_batch device reads, items */
     uint64_t reclaims_done, reclaims_deferred;
     uint64_t meta_round_trips;
     uint64_t corrupt; /* calls that ended KVMESH_ECORRUPT (a refused underflow, a bad record) */

@@ -364,6 +364,13 @@ enum obs_dim_id {
     X(cold_restore_retries_total,                                                                  \
       "Remote restores this reader retried because the owner's staging pool was saturated.", none, \
       none)                                                                                        \
+    X(cold_restore_batches_total,                                                                  \
+      "Batch restores this reader issued for batch gets: one per device read of its own cold "     \
+      "device (transport local) and one per batched request to a remote owner (tcp, shm).",        \
+      transport, none)                                                                             \
+    X(cold_restore_batch_items_total,                                                              \
+      "Items of the batch restores counted by kvmesh_cold_restore_batches_total.", transport,      \
+      none)                                                                                        \
     X(cold_reclaims_total,                                                                         \
       "Cold copies of overwritten or removed objects reclaimed from this runtime's device (ok), "  \
       "or deferred to reconciliation (error).",                                                    \

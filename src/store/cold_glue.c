@@ -23,6 +23,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,8 @@ struct kvm_cold {
     struct reclaim_ctx *reclaims; /* reclaims whose callback is due (freed at close) */
     struct cread *reads;          /* restores whose callback is due (failed at close) */
     struct srv_read *serving;     /* remote restores this owner serves (dropped at close) */
+    struct srv_batch *bserving;   /* batched remote restores this owner serves (same) */
+    struct lbatch *lbatches;      /* local batch restores whose callback is due (failed at close) */
     struct claim *claims;         /* eviction-triggered offloads in progress (freed at close) */
     /* [loop] remote-restore staging (docs/cold.md "Staging pool") */
     staging_pool_t *stg;
@@ -1091,6 +1094,258 @@ static void stg_close(struct kvm_cold *g)
     g->stg_seg = NULL;
 }
 
+/* ---- batch restore: the owner side (STORE_RPC_COLD_READ_BATCH) ----------------------------- */
+
+/* One request of a reader's (owner, device) group: every item is looked up exactly and validated
+ * like a single COLD_READ; the items that get a staging slot are read from the device in one
+ * cold_restore_batch, straight into their slots; then one reply answers every item (staged, or
+ * its own error; KVMESH_EAGAIN for the items the pool had no room for: the reader asks again
+ * for those once it released the others). No promotion on this path. */
+struct srv_batch;
+struct sb_look {
+    struct srv_batch *sb;
+    uint16_t i;
+};
+
+struct srv_batch {
+    struct kvm_cold *g;
+    rpc_reply *reply;
+    store_cold_batch_req_t req;
+    store_cold_batch_resp_t resp;
+    struct sb_look look[STORE_COLD_BATCH_MAX];
+    kvm_cold_backing_t cold[STORE_COLD_BATCH_MAX]; /* what each item's lookup found */
+    staging_handle_t h[STORE_COLD_BATCH_MAX];
+    bool held[STORE_COLD_BATCH_MAX]; /* a slot acquired (FILLING) */
+    cold_batch_item_t items[STORE_COLD_BATCH_MAX];
+    uint16_t map[STORE_COLD_BATCH_MAX]; /* items[j] is request item map[j] */
+    uint32_t lookups;                   /* lookups not answered + 1 while they are issued */
+    bool orphan, reading;
+    struct srv_batch *next, *prev; /* g->bserving */
+};
+
+static void sb_unlink(struct srv_batch *sb)
+{
+    if (sb->prev)
+        sb->prev->next = sb->next;
+    else
+        sb->g->bserving = sb->next;
+    if (sb->next)
+        sb->next->prev = sb->prev;
+    sb->next = sb->prev = NULL;
+}
+
+static void sb_free(struct srv_batch *sb)
+{
+    if (!sb->orphan)
+        sb_unlink(sb);
+    store_cold_batch_req_free(&sb->req);
+    free(sb);
+}
+
+/* The slot of item i is staged and its grant issued: resp.r[i] says where. Otherwise the slot
+ * is freed and r[i].status says why. */
+static void sb_stage(struct srv_batch *sb, uint16_t i, int rc)
+{
+    struct kvm_cold *g = sb->g;
+    uint64_t len = sb->req.it[i].length, off = 0;
+    uint8_t *b = staging_buf(g->stg, sb->h[i].slot, &off, NULL);
+    uint64_t ttl = g->rt->cfg.cold_staging_ttl_ms;
+    if (!rc)
+        rc = staging_ready(g->stg, &sb->h[i], kvm_checksum(b, len), env_clock_mono_ms() + ttl);
+    else
+        staging_abort(g->stg, sb->h[i].slot);
+    sb->held[i] = false;
+    struct seg_grant gr = {0};
+    if (!rc) {
+        rc = seg_grant(g->rt->reg, g->stg_seg->id, off, len ? len : 1, SEG_READ, ttl * 1000000ull,
+                       &gr);
+        if (rc) { /* no grant: nobody can read it; the pins go now */
+            bool a;
+            staging_transfer_done(g->stg, sb->h[i].token, &a);
+            staging_ack(g->stg, sb->h[i].token, &a);
+            stg_reap(g, sb->h[i].slot);
+        } else {
+            g->stg_grant[sb->h[i].slot] = gr.token;
+        }
+    }
+    sb->resp.r[i].status = rc;
+    if (!rc) {
+        sb->resp.r[i].seg = gr.seg_id;
+        sb->resp.r[i].offset = gr.offset;
+        sb->resp.r[i].length = len;
+        sb->resp.r[i].grant = gr.token;
+        sb->resp.r[i].token = sb->h[i].token;
+    }
+}
+
+static void sb_reply(struct srv_batch *sb)
+{
+    struct kvm_cold *g = sb->g;
+    sb->resp.n = sb->req.n;
+    uint8_t body[STORE_COLD_BATCH_RESP_MAX];
+    size_t blen = 0;
+    int rc = store_cold_batch_resp_encode(&sb->resp, body, sizeof(body), &blen);
+    KVM_ASSERT(rc == 0); /* n <= STORE_COLD_BATCH_MAX and the buffer holds the most */
+    struct rpc_msg m = {.type = STORE_RPC_COLD_READ_BATCH, .body = body, .body_len = blen};
+    int src = rpc_reply_send(sb->reply, 0, "", &m, NULL, NULL);
+    if (src) { /* the reader never learns the tokens: release their pins now */
+        if (src == KVMESH_EAGAIN)
+            rpc_reply_drop(sb->reply);
+        for (uint16_t i = 0; i < sb->req.n; i++) {
+            if (sb->resp.r[i].status != 0)
+                continue;
+            bool a;
+            staging_transfer_done(g->stg, sb->resp.r[i].token, &a);
+            staging_ack(g->stg, sb->resp.r[i].token, &a);
+            stg_reap(g, (uint32_t)(sb->resp.r[i].token & 0xffffu));
+        }
+    }
+    sb_free(sb);
+}
+
+static void sb_restored(void *arg, cold_batch_item_t *items, size_t n)
+{
+    struct srv_batch *sb = arg;
+    for (size_t j = 0; j < n; j++)
+        sb_stage(sb, sb->map[j], items[j].rc);
+    sb_reply(sb);
+}
+
+/* Every lookup answered: one device read for the items that hold a slot. */
+static void sb_read(struct srv_batch *sb)
+{
+    struct kvm_cold *g = sb->g;
+    size_t k = 0;
+    for (uint16_t i = 0; i < sb->req.n; i++) {
+        if (!sb->held[i])
+            continue;
+        const kvm_cold_backing_t *cb = &sb->cold[i];
+        if (cb->u.mat.locator_len == 0 || cb->u.mat.locator_len > COLD_LOCATOR_MAX) {
+            sb_stage(sb, i, KVMESH_ECORRUPT);
+            continue;
+        }
+        cold_batch_item_t *it = &sb->items[k];
+        *it = (cold_batch_item_t){.device = cb->tier,
+                                  .len = cb->u.mat.length,
+                                  .checksum = cb->u.mat.checksum,
+                                  .buf = staging_buf(g->stg, sb->h[i].slot, NULL, NULL)};
+        it->loc.len = (uint16_t)cb->u.mat.locator_len;
+        memcpy(it->loc.b, cb->u.mat.locator, it->loc.len);
+        sb->map[k++] = i;
+    }
+    if (k == 0) {
+        sb_reply(sb);
+        return;
+    }
+    sb->reading = true;
+    int rc = cold_restore_batch(g->c, sb->items, k, sb_restored, sb, NULL);
+    if (rc) {
+        for (size_t j = 0; j < k; j++)
+            sb_stage(sb, sb->map[j], rc);
+        sb_reply(sb);
+    }
+}
+
+static void sb_lookup_end(struct srv_batch *sb)
+{
+    KVM_ASSERT(sb->lookups > 0);
+    if (--sb->lookups)
+        return;
+    if (sb->orphan) /* the runtime closed meanwhile (g may be gone) */
+        sb_free(sb);
+    else
+        sb_read(sb);
+}
+
+static void sb_looked_up(void *arg, int rc, const cold_route_obs_t *obs)
+{
+    struct sb_look *l = arg;
+    struct srv_batch *sb = l->sb;
+    uint16_t i = l->i;
+    if (sb->orphan) {
+        sb_lookup_end(sb);
+        return;
+    }
+    struct kvm_cold *g = sb->g;
+    if (!rc && g->closed)
+        rc = KVMESH_ECANCELED;
+    if (!rc && (!obs->found || obs->tombstone || obs->cold.kind != KVM_COLD_MATERIALIZED))
+        rc = KVMESH_ECONFLICT; /* no materialized cold copy now: the reader looks again */
+    if (!rc && !kvm_id128_equal(&obs->cold.owner, &g->rt->self.id))
+        rc = KVMESH_ECONFLICT;
+    if (!rc) {
+        const typeof(sb->req.it[0]) *w = &sb->req.it[i];
+        staging_expect_t want = {.namespace_hash = w->namespace_h,
+                                 .owner = sb->req.owner,
+                                 .route_version = w->version_h,
+                                 .locator_fp = w->locator_fp,
+                                 .length = w->length,
+                                 .checksum = w->checksum};
+        staging_expect_t have = {.namespace_hash = namespace_u64(&w->ident),
+                                 .owner = obs->cold.owner,
+                                 .route_version = version_u64(&obs->version),
+                                 .locator_fp = kvm_cold_backing_fingerprint(&obs->cold),
+                                 .length = obs->cold.u.mat.length,
+                                 .checksum = obs->cold.u.mat.checksum};
+        rc = staging_acquire(g->stg, &want, &have, &sb->h[i]);
+    }
+    if (!rc) {
+        sb->held[i] = true;
+        sb->cold[i] = obs->cold;
+    }
+    sb->resp.r[i].status = rc;
+    sb_lookup_end(sb);
+}
+
+/* Tests only (kvm_cold_test_refuse_batch): every owner of this process answers batched cold
+ * reads as an older release does (no handler: KVMESH_ENOTSUP), so its readers fall back to one
+ * object at a time. */
+static atomic_bool refuse_batch;
+
+void kvm_cold_test_refuse_batch(bool on)
+{
+    atomic_store(&refuse_batch, on);
+}
+
+static void on_cold_read_batch(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    kvm_rt_t *rt = arg;
+    struct kvm_cold *g = dev_cold(rt);
+    if (atomic_load(&refuse_batch)) {
+        srv_reply(reply, KVMESH_ENOTSUP, "no handler for message type 520", NULL, 0);
+        return;
+    }
+    if (!g || !g->c || !g->stg || g->open_cb || g->closed) {
+        srv_reply(reply, KVMESH_EUNAVAILABLE, "the cold tier of this runtime is not open", NULL, 0);
+        return;
+    }
+    struct srv_batch *sb = calloc(1, sizeof(*sb));
+    if (!sb) {
+        srv_reply(reply, KVMESH_ENOMEM, "out of memory", NULL, 0);
+        return;
+    }
+    if (store_cold_batch_req_decode(req->body, req->body_len, &sb->req) != 0) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "batched cold read: %s", kvmesh_last_error());
+        free(sb);
+        srv_reply(reply, KVMESH_EPROTO, msg, NULL, 0);
+        return;
+    }
+    sb->g = g;
+    sb->reply = reply;
+    sb->next = g->bserving;
+    if (sb->next)
+        sb->next->prev = sb;
+    g->bserving = sb;
+    uint16_t n = sb->req.n;
+    sb->lookups = (uint32_t)n + 1; /* + this frame: a lookup may answer before the loop ends */
+    for (uint16_t i = 0; i < n; i++) {
+        sb->look[i] = (struct sb_look){.sb = sb, .i = i};
+        r_lookup(g, &sb->req.it[i].ident, sb_looked_up, &sb->look[i]);
+    }
+    sb_lookup_end(sb);
+}
+
 /* ---- open / close --------------------------------------------------------------------------- */
 
 static void open_fail(struct kvm_cold *g, int rc, const char *msg)
@@ -1232,6 +1487,7 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
     if (rt->ep) {
         rpc_register_handler(rt->ep, STORE_RPC_COLD_READ, on_cold_read, rt);
         rpc_register_notify_handler(rt->ep, STORE_RPC_COLD_ACK, on_cold_ack, rt);
+        rpc_register_handler(rt->ep, STORE_RPC_COLD_READ_BATCH, on_cold_read_batch, rt);
     }
     /* The device id names the directory: the same root keeps its id across restarts. */
     char canon[PATH_MAX];
@@ -2071,6 +2327,76 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
     return rc;
 }
 
+/* ---- batch restore: the local group and the helpers of cold_batch.c ------------------------- */
+
+struct lbatch {
+    struct lbatch *next, *prev; /* g->lbatches */
+    struct kvm_cold *g;
+    kvm_cold_local_cb cb;
+    void *arg;
+};
+
+static void lb_unlink(struct lbatch *l)
+{
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        l->g->lbatches = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    l->next = l->prev = NULL;
+}
+
+static void lb_done(void *arg, cold_batch_item_t *items, size_t n)
+{
+    (void)items, (void)n;
+    struct lbatch *l = arg;
+    lb_unlink(l);
+    l->cb(l->arg, 0);
+    free(l);
+}
+
+int kvm_cold_local_batch(kvm_rt_t *rt, cold_batch_item_t *items, size_t n, kvm_cold_local_cb cb,
+                         void *arg, size_t *jobs)
+{
+    struct kvm_cold *g = dev_cold(rt);
+    if (!g || !g->c || g->closed)
+        return kvm_errf(KVMESH_ENOTSUP, "the object's cold copy is on this runtime's device but "
+                                        "its cold tier is not open");
+    struct lbatch *l = calloc(1, sizeof(*l));
+    if (!l)
+        return KVMESH_ENOMEM;
+    *l = (struct lbatch){.g = g, .cb = cb, .arg = arg, .next = g->lbatches};
+    if (l->next)
+        l->next->prev = l;
+    g->lbatches = l;
+    int rc = cold_restore_batch(g->c, items, n, lb_done, l, jobs); /* (lb_done may run inside) */
+    if (rc) {
+        lb_unlink(l);
+        free(l);
+    }
+    return rc;
+}
+
+void kvm_cold_ack_post(kvm_rt_t *rt, const kvm_runtime_id_t *owner, uint64_t token)
+{
+    struct cack *a = malloc(sizeof(*a));
+    if (!a)
+        return; /* the owner's expiry recycles the slot */
+    *a = (struct cack){.rt = rt, .owner = *owner, .token = token};
+    ack_post(rt, a);
+}
+
+uint64_t kvm_cold_version_hash(const kvm_route_version_t *v)
+{
+    return version_u64(v);
+}
+
+uint64_t kvm_cold_namespace_hash(const kvm_ident_t *id)
+{
+    return namespace_u64(id);
+}
+
 /* ---- close -------------------------------------------------------------------------------- */
 
 void kvm_cold_close(kvm_rt_t *rt)
@@ -2118,6 +2444,12 @@ void kvm_cold_close(kvm_rt_t *rt)
     }
     while (g->reads)
         cread_finish(g->reads, KVMESH_ECANCELED, NULL, 0);
+    while (g->lbatches) { /* the worker finished their reads: the buffers are free again */
+        struct lbatch *l = g->lbatches;
+        lb_unlink(l);
+        l->cb(l->arg, KVMESH_ECANCELED);
+        free(l);
+    }
     while (g->serving) { /* their callbacks no longer run: the callers time out */
         struct srv_read *sv = g->serving;
         rpc_reply_drop(sv->reply);
@@ -2126,6 +2458,16 @@ void kvm_cold_close(kvm_rt_t *rt)
             sv->orphan = true;
         } else {
             srv_free(sv);
+        }
+    }
+    while (g->bserving) { /* their callbacks no longer run: the callers time out */
+        struct srv_batch *sb = g->bserving;
+        rpc_reply_drop(sb->reply);
+        if (sb->lookups > 0) { /* its lookups still answer: freed by the last */
+            sb_unlink(sb);
+            sb->orphan = true;
+        } else {
+            sb_free(sb);
         }
     }
     stg_close(g);

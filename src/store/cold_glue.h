@@ -101,4 +101,38 @@ int kvm_cold_evict_claim(kvm_rt_t *rt, const kvm_route_t *r, const kvm_hot_repli
 int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *iov, int iovcnt,
                   uint64_t deadline_ms);
 
+/* Batch restore (docs/cold.md "Batch restore"). kvm_cold_read_batch (cold_batch.c) restores
+ * the cold-only items of a batch get, grouped by the cold copy's owner runtime and device: the
+ * local group in one device read per device on the cold I/O worker, straight into the caller's
+ * buffers, each remote group in STORE_RPC_COLD_READ_BATCH requests of up to
+ * STORE_COLD_BATCH_MAX items (more when the owner's staging pool holds only part of a group:
+ * the rest is asked for again, never failed for it). items[i].rc is each item's result, as
+ * kvm_cold_read would answer it alone. [app thread] */
+typedef struct kvm_cold_bitem {
+    const kvm_route_t *route; /* borrowed; route->cold MATERIALIZED */
+    const struct iovec *iov;  /* the caller's buffers, route->length bytes */
+    int iovcnt;
+    int rc;       /* out */
+    bool counted; /* internal: its restore metrics are counted already */
+} kvm_cold_bitem_t;
+void kvm_cold_read_batch(kvm_rt_t *rt, kvm_cold_bitem_t *items, size_t n, uint64_t deadline_ms);
+
+/* Internal to cold_batch.c. [loop] The local group's reads on this runtime's cold core
+ * (cold_restore_batch into items' buffers): cb(arg, 0) once every item has its rc (possibly
+ * before the return), or cb(arg, KVMESH_ECANCELED) from kvm_cold_close after the worker
+ * finished every read (the buffers are no longer written either way). Returns 0 or an error
+ * (cb then never runs). */
+struct cold_batch_item;
+typedef void (*kvm_cold_local_cb)(void *arg, int rc);
+int kvm_cold_local_batch(kvm_rt_t *rt, struct cold_batch_item *items, size_t n,
+                         kvm_cold_local_cb cb, void *arg, size_t *jobs);
+/* [any] STORE_RPC_COLD_ACK of a staged token to its owner (lost: the owner's expiry recycles) */
+void kvm_cold_ack_post(kvm_rt_t *rt, const kvm_runtime_id_t *owner, uint64_t token);
+/* Tests only: while on, this process's owners answer STORE_RPC_COLD_READ_BATCH with
+ * KVMESH_ENOTSUP, as a release without it does (the readers fall back to kvm_cold_read). */
+void kvm_cold_test_refuse_batch(bool on);
+/* The hashes a cold read request carries (the owner's staging validation compares them). */
+uint64_t kvm_cold_version_hash(const kvm_route_version_t *v);
+uint64_t kvm_cold_namespace_hash(const kvm_ident_t *id);
+
 #endif

@@ -715,6 +715,63 @@ static int get_fail(struct kvm_sgout *outs, size_t n, int attempt, int rc)
     return rc;
 }
 
+/* Item o's cold restore answered e: its result, or a mark for another look (attempt < 2). */
+static void cold_settle(struct kvm_sgout *o, int e, int attempt, bool *bad_sum, bool *refresh)
+{
+    if (e == KVMESH_ECHECKSUM || e == KVMESH_ECORRUPT) {
+        *bad_sum = true; /* (o stays to read: answered KVMESH_ECHECKSUM at the end) */
+    } else if ((e == KVMESH_ECONFLICT || e == KVMESH_ECONN || e == KVMESH_EUNAVAILABLE) &&
+               attempt < 2) {
+        o->rc = KVMESH_ECONFLICT; /* the route changed (e.g. re-promoted), or the owner moved:
+                                   * look it up again */
+        *refresh |= e != KVMESH_ECONFLICT;
+    } else if (e != 0 && e != KVMESH_ETIMEDOUT) {
+        o->rc = e;
+        o->read_failed = true;
+    } else if (e == 0) {
+        o->rc = 0;
+    }
+}
+
+/* The cold restores of one attempt: the items still to read whose route has a materialized cold
+ * copy. One such item goes through kvm_cold_read; several through one kvm_cold_read_batch. */
+static void get_cold(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n, int attempt,
+                     uint64_t deadline, bool *bad_sum, bool *refresh)
+{
+    size_t nc = 0;
+    for (size_t i = 0; i < n; i++)
+        nc +=
+            outs[i].rc == KVMESH_EAGAIN && look->items[i].route.cold.kind == KVM_COLD_MATERIALIZED;
+    kvm_cold_bitem_t *bi = nc > 1 ? calloc(nc, sizeof(*bi)) : NULL;
+    size_t *at = bi ? calloc(nc, sizeof(*at)) : NULL;
+    if (at) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (outs[i].rc == KVMESH_EAGAIN &&
+                look->items[i].route.cold.kind == KVM_COLD_MATERIALIZED) {
+                bi[k] = (kvm_cold_bitem_t){
+                    .route = &look->items[i].route, .iov = outs[i].iov, .iovcnt = outs[i].iovcnt};
+                at[k++] = i;
+            }
+        if (kvm_deadline_left_ms(deadline) > 0)
+            kvm_cold_read_batch(rt, bi, nc, deadline);
+        else
+            nc = 0;
+        for (size_t k2 = 0; k2 < nc; k2++)
+            cold_settle(&outs[at[k2]], bi[k2].rc, attempt, bad_sum, refresh);
+        free(at);
+        free(bi);
+        return;
+    }
+    free(bi); /* (one item, or no memory for the batch: one at a time) */
+    for (size_t i = 0; i < n && kvm_deadline_left_ms(deadline) > 0; i++)
+        if (outs[i].rc == KVMESH_EAGAIN && look->items[i].route.cold.kind == KVM_COLD_MATERIALIZED)
+            cold_settle(
+                &outs[i],
+                kvm_cold_read(rt, &look->items[i].route, outs[i].iov, outs[i].iovcnt, deadline),
+                attempt, bad_sum, refresh);
+}
+
 static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs, size_t n,
                     struct obs_span *span)
 {
@@ -800,25 +857,10 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
              round++)
             get_round(rt, look, outs, n, round, &bad_sum, deadline, &late);
         /* Cold tier: an object with no readable hot replica and a materialized cold copy is
-         * restored from the device (verified against the route; cold_glue.c). */
-        for (size_t i = 0; i < n && kvm_deadline_left_ms(deadline) > 0; i++)
-            if (outs[i].rc == KVMESH_EAGAIN &&
-                look->items[i].route.cold.kind == KVM_COLD_MATERIALIZED) {
-                int e =
-                    kvm_cold_read(rt, &look->items[i].route, outs[i].iov, outs[i].iovcnt, deadline);
-                if (e == KVMESH_ECHECKSUM || e == KVMESH_ECORRUPT)
-                    bad_sum = true;
-                else if ((e == KVMESH_ECONFLICT || e == KVMESH_ECONN || e == KVMESH_EUNAVAILABLE) &&
-                         attempt < 2) {
-                    outs[i].rc = KVMESH_ECONFLICT; /* the route changed (e.g. re-promoted), or
-                                                    * the owner moved: look it up again */
-                    refresh |= e != KVMESH_ECONFLICT;
-                } else if (e != 0 && e != KVMESH_ETIMEDOUT) {
-                    outs[i].rc = e;
-                    outs[i].read_failed = true;
-                } else if (e == 0)
-                    outs[i].rc = 0;
-            }
+         * restored from the device (verified against the route; cold_glue.c): alone through
+         * the single-object path, several as one batch restore grouped by owner and device
+         * (cold_rbatch.c). */
+        get_cold(rt, look, outs, n, attempt, deadline, &bad_sum, &refresh);
         late = late || kvm_deadline_left_ms(deadline) == 0;
         for (size_t i = 0; i < n && attempt == 0 && !late; i++) {
             struct kvm_item *it = &look->items[i];

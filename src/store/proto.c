@@ -262,3 +262,128 @@ int store_env_msg_decode(const uint8_t *buf, size_t len, uint32_t *env_type, con
     *data = kvm_rd_bytes(&r, *data_len);
     return 0;
 }
+
+/* ---- batched cold reads (STORE_RPC_COLD_READ_BATCH) ------------------------------------------ */
+
+static int cold_batch_ver(kvm_rd_t *r, const uint8_t *buf, size_t len, const char *what)
+{
+    kvm_rd_init(r, buf, len);
+    int v = len ? kvm_rd_u8(r) : -1;
+    if (v != STORE_COLD_BATCH_VERSION)
+        return kvm_errf(KVMESH_EPROTO,
+                        "%s: body version %d, this runtime speaks version %d: the older of the "
+                        "two runtimes needs an upgrade",
+                        what, v, STORE_COLD_BATCH_VERSION);
+    return 0;
+}
+
+int store_cold_batch_req_encode(const store_cold_batch_req_t *m, uint8_t *buf, size_t cap,
+                                size_t *len)
+{
+    if (m->n == 0 || m->n > STORE_COLD_BATCH_MAX)
+        return kvm_errf(KVMESH_EINVAL, "batched cold read of %u items (1..%d)", m->n,
+                        STORE_COLD_BATCH_MAX);
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf, cap);
+    kvm_wr_u8(&w, STORE_COLD_BATCH_VERSION);
+    kvm_wr_bytes(&w, m->owner.b, sizeof(m->owner.b));
+    kvm_wr_u16le(&w, m->n);
+    for (uint16_t i = 0; i < m->n; i++) {
+        kvm_wr_u64le(&w, m->it[i].version_h);
+        kvm_wr_u64le(&w, m->it[i].locator_fp);
+        kvm_wr_u64le(&w, m->it[i].length);
+        kvm_wr_u64le(&w, m->it[i].checksum);
+        kvm_wr_u64le(&w, m->it[i].namespace_h);
+        kvm_wr_lp16le(&w, m->it[i].ident.enc, m->it[i].ident.enc_len);
+    }
+    return wdone(&w, len);
+}
+
+void store_cold_batch_req_free(store_cold_batch_req_t *m)
+{
+    for (uint16_t i = 0; i < m->n && i < STORE_COLD_BATCH_MAX; i++)
+        kvm_ident_free(&m->it[i].ident);
+    m->n = 0;
+}
+
+int store_cold_batch_req_decode(const uint8_t *buf, size_t len, store_cold_batch_req_t *out)
+{
+    out->n = 0;
+    kvm_rd_t r;
+    int rc = cold_batch_ver(&r, buf, len, "batched cold read");
+    if (rc)
+        return rc;
+    kvm_rd_copy(&r, out->owner.b, sizeof(out->owner.b));
+    uint16_t n = kvm_rd_u16le(&r);
+    if (!kvm_rd_ok(&r) || n == 0 || n > STORE_COLD_BATCH_MAX)
+        return kvm_errf(KVMESH_EPROTO, "batched cold read of %u items (1..%d)", n,
+                        STORE_COLD_BATCH_MAX);
+    const uint8_t *enc[STORE_COLD_BATCH_MAX];
+    uint16_t il[STORE_COLD_BATCH_MAX];
+    for (uint16_t i = 0; i < n; i++) {
+        out->it[i].version_h = kvm_rd_u64le(&r);
+        out->it[i].locator_fp = kvm_rd_u64le(&r);
+        out->it[i].length = kvm_rd_u64le(&r);
+        out->it[i].checksum = kvm_rd_u64le(&r);
+        out->it[i].namespace_h = kvm_rd_u64le(&r);
+        il[i] = 0;
+        enc[i] = kvm_rd_lp16le(&r, &il[i]);
+    }
+    if ((rc = rdone(&r, "batched cold read")) != 0)
+        return rc;
+    for (uint16_t i = 0; i < n; i++) {
+        if (kvm_ident_from_canonical(&out->it[i].ident, enc[i], il[i]) != 0) {
+            store_cold_batch_req_free(out);
+            return kvm_errf(KVMESH_EPROTO, "batched cold read item %u: malformed identity", i);
+        }
+        out->n = (uint16_t)(i + 1);
+    }
+    return 0;
+}
+
+int store_cold_batch_resp_encode(const store_cold_batch_resp_t *m, uint8_t *buf, size_t cap,
+                                 size_t *len)
+{
+    if (m->n > STORE_COLD_BATCH_MAX)
+        return kvm_errf(KVMESH_EINVAL, "batched cold read response of %u items", m->n);
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf, cap);
+    kvm_wr_u8(&w, STORE_COLD_BATCH_VERSION);
+    kvm_wr_u16le(&w, m->n);
+    for (uint16_t i = 0; i < m->n; i++) {
+        kvm_wr_u32le(&w, (uint32_t)m->r[i].status);
+        kvm_wr_u64le(&w, m->r[i].seg);
+        kvm_wr_u64le(&w, m->r[i].offset);
+        kvm_wr_u64le(&w, m->r[i].length);
+        kvm_wr_u64le(&w, m->r[i].grant);
+        kvm_wr_u64le(&w, m->r[i].token);
+    }
+    return wdone(&w, len);
+}
+
+int store_cold_batch_resp_decode(const uint8_t *buf, size_t len, store_cold_batch_resp_t *out)
+{
+    out->n = 0;
+    kvm_rd_t r;
+    int rc = cold_batch_ver(&r, buf, len, "batched cold read response");
+    if (rc)
+        return rc;
+    uint16_t n = kvm_rd_u16le(&r);
+    if (!kvm_rd_ok(&r) || n > STORE_COLD_BATCH_MAX)
+        return kvm_errf(KVMESH_EPROTO, "batched cold read response of %u items", n);
+    for (uint16_t i = 0; i < n; i++) {
+        out->r[i].status = (int32_t)kvm_rd_u32le(&r);
+        out->r[i].seg = kvm_rd_u64le(&r);
+        out->r[i].offset = kvm_rd_u64le(&r);
+        out->r[i].length = kvm_rd_u64le(&r);
+        out->r[i].grant = kvm_rd_u64le(&r);
+        out->r[i].token = kvm_rd_u64le(&r);
+        if (out->r[i].status > 0)
+            return kvm_errf(KVMESH_EPROTO, "batched cold read response: status %d",
+                            out->r[i].status);
+    }
+    if ((rc = rdone(&r, "batched cold read response")) != 0)
+        return rc;
+    out->n = n;
+    return 0;
+}

@@ -21,6 +21,16 @@
  *                      transfer token u64 (the verified bytes staged in the owner's staging
  *                      pool; the reader reads them through the transport; cold_glue.c)
  *   STORE_RPC_COLD_ACK notify    ver | transfer token u64 (the reader is done with the slot)
+ *   STORE_RPC_COLD_READ_BATCH (batch restore, one per owner and device group; its own version
+ *                      byte STORE_COLD_BATCH_VERSION)
+ *                      request   ver | cold owner (16) | n u16 | n * (route version hash u64 |
+ *                                locator fingerprint u64 | length u64 | checksum u64 |
+ *                                namespace hash u64 | ident lp16)    (1 <= n <=
+ *                                STORE_COLD_BATCH_MAX)
+ *                      response  ver | n u16 | n * (status i32 | seg u64 | offset u64 |
+ *                                length u64 | read grant u64 | transfer token u64) (per item:
+ *                                status 0 = staged like a COLD_READ reply, or a KVMESH_E* code;
+ *                                KVMESH_EAGAIN = the staging pool is full: ask again)
  *   STORE_RPC_ENV      notify    env message type u32 | bytes (route protocol, env_send)
  *                                (the only body without a version byte)
  *
@@ -33,20 +43,24 @@
 #include <stdint.h>
 
 #include "core/ident.h"
+#include "core/version.h"
 
-#define STORE_PROTO_VERSION     1
-#define STORE_RPC_ENV           1 /* = RPC_TYPE_ENV_MESSAGE */
-#define STORE_RPC_RESERVE       0x201
-#define STORE_RPC_COMMIT        0x202
-#define STORE_RPC_RELEASE       0x203
-#define STORE_RPC_HIT           0x204
-#define STORE_RPC_RESERVE_BATCH 0x205
-#define STORE_RPC_COLD_READ     0x206 /* request: see cold_glue.c; reply: the staged slot */
-#define STORE_RPC_COLD_ACK      0x207 /* notify: ver | transfer token u64 */
-#define STORE_COLD_READ_VERSION 2     /* body version of COLD_READ / COLD_ACK */
-#define STORE_RESERVE_BATCH_MAX 128   /* items per batched reservation */
-#define STORE_HIT_MAX           512   /* slots per hit report */
-#define STORE_PROTO_MAX         (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
+#define STORE_PROTO_VERSION       1
+#define STORE_RPC_ENV             1 /* = RPC_TYPE_ENV_MESSAGE */
+#define STORE_RPC_RESERVE         0x201
+#define STORE_RPC_COMMIT          0x202
+#define STORE_RPC_RELEASE         0x203
+#define STORE_RPC_HIT             0x204
+#define STORE_RPC_RESERVE_BATCH   0x205
+#define STORE_RPC_COLD_READ       0x206 /* request: see cold_glue.c; reply: the staged slot */
+#define STORE_RPC_COLD_ACK        0x207 /* notify: ver | transfer token u64 */
+#define STORE_COLD_READ_VERSION   2     /* body version of COLD_READ / COLD_ACK */
+#define STORE_RPC_COLD_READ_BATCH 0x208 /* request/response: see above (cold_glue.c) */
+#define STORE_COLD_BATCH_VERSION  1     /* body version of COLD_READ_BATCH */
+#define STORE_COLD_BATCH_MAX      64    /* items per batched cold read (a sub-batch) */
+#define STORE_RESERVE_BATCH_MAX   128   /* items per batched reservation */
+#define STORE_HIT_MAX             512   /* slots per hit report */
+#define STORE_PROTO_MAX           (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
 
 typedef struct store_reserve_req {
     uint64_t target_epoch;
@@ -109,6 +123,36 @@ int store_slot_msg_encode(const store_slot_msg_t *m, uint8_t *buf, size_t cap, s
 int store_slot_msg_decode(const uint8_t *buf, size_t len, store_slot_msg_t *out);
 int store_hit_msg_encode(const store_hit_msg_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_hit_msg_decode(const uint8_t *buf, size_t len, store_hit_msg_t *out);
+
+typedef struct store_cold_batch_req {
+    kvm_id128_t owner; /* the cold copies' owner runtime (the receiver) */
+    uint16_t n;
+    struct {
+        uint64_t version_h, locator_fp, length, checksum, namespace_h;
+        kvm_ident_t ident; /* decode: owned (store_cold_batch_req_free); encode: borrowed */
+    } it[STORE_COLD_BATCH_MAX];
+} store_cold_batch_req_t;
+
+typedef struct store_cold_batch_resp {
+    uint16_t n;
+    struct {
+        int32_t status; /* 0 or a negative KVMESH_E* code */
+        uint64_t seg, offset, length, grant, token;
+    } r[STORE_COLD_BATCH_MAX];
+} store_cold_batch_resp_t;
+
+#define STORE_COLD_BATCH_REQ_MAX(n) (21 + (size_t)(n) * (42 + KVM_IDENT_ENC_MAX_LEN))
+#define STORE_COLD_BATCH_RESP_MAX   (3 + STORE_COLD_BATCH_MAX * 44)
+
+int store_cold_batch_req_encode(const store_cold_batch_req_t *m, uint8_t *buf, size_t cap,
+                                size_t *len);
+/* On success out owns its identities: store_cold_batch_req_free. A body of another version
+ * fails with KVMESH_EPROTO naming both versions. */
+int store_cold_batch_req_decode(const uint8_t *buf, size_t len, store_cold_batch_req_t *out);
+void store_cold_batch_req_free(store_cold_batch_req_t *m);
+int store_cold_batch_resp_encode(const store_cold_batch_resp_t *m, uint8_t *buf, size_t cap,
+                                 size_t *len);
+int store_cold_batch_resp_decode(const uint8_t *buf, size_t len, store_cold_batch_resp_t *out);
 
 /* STORE_RPC_ENV body. encode returns a heap buffer (free()) of *out_len bytes, NULL when out
  * of memory; decode points *data into buf (borrowed) and fails with KVMESH_EPROTO for a body

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_store_proto.c — libFuzzer target for the store's peer message decoders (src/store/
- * proto.c). The first input byte selects the decoder; an accepted message is re-encoded and
- * must decode to the same fields (round trip), so decoders never accept what encoders cannot
- * produce.
+ * proto.c), the batched cold read (cases 6, 7) included. The first input byte selects the
+ * decoder; an accepted message is re-encoded and must decode to the same fields (round trip), so
+ * decoders never accept what encoders cannot produce.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++, size--;
     static uint8_t buf[STORE_PROTO_MAX];
     size_t len = 0;
-    switch (sel % 6) {
+    switch (sel % 8) {
     case 0: {
         store_reserve_req_t m, m2;
         if (store_reserve_req_decode(data, size, &m) != 0)
@@ -82,6 +82,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             return 0;
         KVM_ASSERT(store_reserve_batch_resp_encode(&m, rb, sizeof(rb), &len) == 0);
         KVM_ASSERT(store_reserve_batch_resp_decode(rb, len, &m2) == 0 && m.n == m2.n &&
+                   memcmp(m.r, m2.r, m.n * sizeof(m.r[0])) == 0);
+        break;
+    }
+    case 6: {
+        static store_cold_batch_req_t m, m2;
+        static uint8_t big[STORE_COLD_BATCH_REQ_MAX(STORE_COLD_BATCH_MAX)];
+        if (store_cold_batch_req_decode(data, size, &m) != 0)
+            return 0;
+        KVM_ASSERT(store_cold_batch_req_encode(&m, big, sizeof(big), &len) == 0);
+        KVM_ASSERT(store_cold_batch_req_decode(big, len, &m2) == 0);
+        KVM_ASSERT(m.n == m2.n && kvm_id128_equal(&m.owner, &m2.owner));
+        for (uint16_t i = 0; i < m.n; i++)
+            KVM_ASSERT(m.it[i].version_h == m2.it[i].version_h &&
+                       m.it[i].locator_fp == m2.it[i].locator_fp &&
+                       m.it[i].length == m2.it[i].length && m.it[i].checksum == m2.it[i].checksum &&
+                       m.it[i].namespace_h == m2.it[i].namespace_h &&
+                       kvm_ident_equal(&m.it[i].ident, &m2.it[i].ident));
+        store_cold_batch_req_free(&m);
+        store_cold_batch_req_free(&m2);
+        break;
+    }
+    case 7: {
+        static store_cold_batch_resp_t m, m2;
+        static uint8_t rb[STORE_COLD_BATCH_RESP_MAX];
+        if (store_cold_batch_resp_decode(data, size, &m) != 0)
+            return 0;
+        KVM_ASSERT(store_cold_batch_resp_encode(&m, rb, sizeof(rb), &len) == 0);
+        KVM_ASSERT(store_cold_batch_resp_decode(rb, len, &m2) == 0 && m.n == m2.n &&
                    memcmp(m.r, m2.r, m.n * sizeof(m.r[0])) == 0);
         break;
     }
