@@ -274,8 +274,9 @@ static void scan_enter(void *arg)
         scan_finish(c, rc);
 }
 
-/* Repair thread: one page, waited for until the request timeout (+ slack). NULL when the page
- * could not be had (closing, timeout, out of memory). */
+/* Repair thread: one page, waited for until the request timeout (+ slack) or until the thread is
+ * told to stop (a closing runtime does not wait out a scan its peers no longer answer). NULL when
+ * the page could not be had (stopping, closing, timeout, out of memory). */
 static struct scan_call *scan_page(struct kvm_repair *rp, const kvm_runtime_id_t *owner,
                                    const uint8_t *cursor, size_t cursor_len)
 {
@@ -303,7 +304,7 @@ static struct scan_call *scan_page(struct kvm_repair *rp, const kvm_runtime_id_t
     struct timespec ts = {.tv_sec = (time_t)(give_up / 1000),
                           .tv_nsec = (long)(give_up % 1000) * 1000000L};
     pthread_mutex_lock(&rp->mu);
-    while (!c->done && pthread_cond_timedwait(&rp->cv, &rp->mu, &ts) != ETIMEDOUT)
+    while (!c->done && !rp->stop && pthread_cond_timedwait(&rp->cv, &rp->mu, &ts) != ETIMEDOUT)
         ;
     bool done = c->done;
     pthread_mutex_unlock(&rp->mu);
