@@ -108,6 +108,7 @@ struct kvm_store_config {
     char cold_root[KVM_STORE_STR_MAX];   /* the device directory (exists, writable) */
     uint64_t cold_capacity;              /* payload bytes the device may hold */
     bool cold_offload;                   /* new writes carry a PendingOffload backing */
+    bool cold_write_through; /* a put acknowledges once its cold copy is usage-committed */
     uint32_t cold_queue;                 /* offload jobs queued at most (1..COLD_QUEUE_MAX) */
     uint32_t cold_offload_mode;          /* KVM_STORE_COLD_MODE_PASSTHROUGH | _EVICT */
     uint32_t cold_offload_order;         /* 0 fifo, 1 size (cold_order) */
