@@ -41,6 +41,7 @@
 #include "net/transport.h"
 #include "store/proto.h"
 #include "store/cold_glue.h"
+#include "store/cold_health.h"
 
 #define COLD_GLUE_TICK_MS    200 /* view refresh, counters, done-list backstop */
 #define COLD_GLUE_RECON_MS   1000
@@ -56,6 +57,9 @@ struct kvm_cold {
     cold_t *c;
     cold_backend_t be;
     bool be_open;
+    /* the core's backend: be behind the health-counting table (cold_health.h) */
+    kvm_cold_health_t *health;
+    cold_backend_t hb;
     kvm_tier_id_t dev;
     bool planner; /* cold_kind = off: a cold core with no device, only to plan/cancel reclaims */
     cold_exec_ops_t exec;
@@ -278,7 +282,8 @@ static void clean_done(cold_exec_t *io)
               OBS_NONE, 1);
     if (j->rc >= 0 && j->file1 < j->file0)
         obs_count(rt->metrics, cold_cleaned_bytes_total, OBS_NONE, OBS_NONE, j->file0 - j->file1);
-    free(j); /* (a failing device also marks itself unhealthy: kvmesh_cold_device_health) */
+    free(
+        j); /* (device errors mark the record DEGRADED: cold_health.h, kvmesh_cold_device_health) */
 }
 
 /* [loop] From the tick: one maintain() job at a time, only on the worker. */
@@ -760,6 +765,12 @@ static void stg_expire(struct kvm_cold *g);
 
 static void durable_expire(struct kvm_cold *g);
 
+/* The health probe's worker (cold_health.h): the cold I/O worker, never inline on the loop. */
+static bool health_exec(void *ctx, cold_exec_t *job)
+{
+    return exec_enqueue(ctx, job);
+}
+
 static void tick(void *arg)
 {
     struct kvm_cold *g = arg;
@@ -778,6 +789,7 @@ static void tick(void *arg)
     }
     stg_expire(g);
     durable_expire(g);
+    kvm_cold_health_tick(g->health, g->c, &g->dev, now, health_exec, g);
     clean_submit(g);
     g->tick_timer = env_timer_start(g->rt->env, COLD_GLUE_TICK_MS * 1000000ull, tick, g);
 }
@@ -1258,7 +1270,9 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
     cc.low_watermark = cfg->cold_low_watermark;
     rc = cold_new(&g->c, rt->env, rt->meta, &ops, &cc);
     if (!rc)
-        rc = cold_attach_backend(g->c, &g->dev, &g->be);
+        rc = kvm_cold_health_new(&g->health, &g->be, &g->hb);
+    if (!rc)
+        rc = cold_attach_backend(g->c, &g->dev, &g->hb);
     if (rc) {
         snprintf(m, sizeof(m), "cold tier: cannot start the cold core: %s", kvmesh_last_error());
         open_fail(g, rc, m);
@@ -2333,8 +2347,10 @@ void kvm_cold_close(kvm_rt_t *rt)
     bool posted = g->drain_posted; /* a drain_done still queued on the loop runs after us */
     pthread_mutex_unlock(&g->mu);
     if (posted)
-        g->refs++; /* released by that drain_done */
-    drain_jobs(g); /* their done()s, here on the loop */
+        g->refs++;                   /* released by that drain_done */
+    drain_jobs(g);                   /* their done()s, here on the loop */
+    kvm_cold_health_free(g->health); /* its probe's done() ran in drain_jobs */
+    g->health = NULL;
     if (g->be_open)
         cold_backend_close(&g->be);
     g->be_open = false;
