@@ -216,7 +216,10 @@ void cold_decide_dev(cold_call_t *call, cold_decision_t *d)
                                  (unsigned long long)o->reserved);
                 return;
             }
-            /* identity fields from the registration; accounting and health stay */
+            /* identity fields from the registration; accounting and health stay, and so do
+             * lifecycle and schedulability (the operator's: kvmesh admin devices drain|retire) */
+            call->ndev.lifecycle = o->lifecycle;
+            call->ndev.schedulable = o->schedulable;
             call->ndev.used = o->used;
             call->ndev.reserved = o->reserved;
             call->ndev.n_used = o->n_used;

@@ -489,6 +489,29 @@ static res_t adv(fx_t *f, uint64_t seq, enum cold_op_state to)
     return r;
 }
 
+/* A runtime that registers its device again (a restart) keeps the stored lifecycle and
+ * schedulability: they are the operator's (kvmesh admin devices drain|retire). */
+static void test_register_keeps_lifecycle(void **st)
+{
+    (void)st;
+    fx_t f;
+    fx_open(&f, 0);
+    cold_device_t d = f.dev;
+    d.lifecycle = COLD_DEV_DRAINING;
+    d.schedulable = false;
+    assert_int_equal(dev_register(&f, &d).rc, 0); /* created as given */
+    d = f.dev;
+    d.owner_epoch++;
+    d.capacity += 1;
+    res_t r = dev_register(&f, &d); /* the restart registers it active and schedulable */
+    assert_int_equal(r.rc, 0);
+    r = dev_get(&f);
+    assert_int_equal(r.dev.lifecycle, COLD_DEV_DRAINING);
+    assert_false(r.dev.schedulable);
+    assert_int_equal(r.dev.capacity, f.dev.capacity + 1); /* identity fields do update */
+    fx_close(&f);
+}
+
 static void test_engine_main_path(void **st)
 {
     (void)st;
@@ -1007,6 +1030,7 @@ int main(void)
         cmocka_unit_test(test_device_accounting),
         cmocka_unit_test(test_codecs),
         cmocka_unit_test(test_engine_main_path),
+        cmocka_unit_test(test_register_keeps_lifecycle),
         cmocka_unit_test(test_engine_capacity_and_exits),
         cmocka_unit_test(test_engine_all_edges),
         cmocka_unit_test(test_offload_evict_restore),
