@@ -252,6 +252,10 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
     F_UINT(cold_reconcile_after_ms, "10000", 100, 3600000,
            "A cold operation left in a non-terminal state (its runtime crashed, its job was "
            "parked) is resumed by the device owner's reconciliation after this long."),
+    F_UINT(cold_record_retention_ms, "600000", 0, 86400000,
+           "Terminal cold operation and reclaim records (released) are deleted from metadata "
+           "this long after they ended, by the device owners' reconciliation from their due "
+           "index; 0 keeps them forever."),
     F_UINT(cold_retry_backoff_max_ms, "10000", 1, 600000,
            "Cap of an offload job's retry delay (at least cold_retry_backoff_ms)."),
     F_SIZE(cold_clean_bytes_per_tick, "64MiB", 0, KVM_CFG_MEMORY_MAX,
@@ -1102,6 +1106,7 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->cold_capacity = cfg->cold_capacity;
     out->cold_offload = cfg->cold_offload;
     out->cold_write_through = cfg->cold_write_through;
+    out->cold_record_retention_ms = cfg->cold_record_retention_ms;
     out->cold_queue = cfg->cold_queue;
     out->cold_offload_mode = cfg->cold_offload_mode;
     out->cold_offload_order = cfg->cold_offload_order;

@@ -74,6 +74,7 @@ struct kvmesh_config {
     uint64_t cold_capacity;                     /* cold device payload bytes */
     bool cold_offload;                          /* new writes are offloaded to the cold tier */
     bool cold_write_through; /* a put acknowledges once its cold copy is usage-committed */
+    uint32_t cold_record_retention_ms; /* terminal cold records purged after (0 = never) */
     uint32_t cold_queue;                        /* offload queue bound */
     uint32_t cold_offload_mode;                 /* passthrough | evict (KVM_STORE_COLD_MODE_*) */
     uint32_t cold_offload_order;                /* fifo | size */

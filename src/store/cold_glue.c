@@ -1171,6 +1171,7 @@ static cold_config_t core_config(struct kvm_cold *g)
                            .self = g->rt->self.id,
                            .timeout_ms = cfg->request_timeout_ms,
                            .op_ttl_ms = cfg->cold_reconcile_after_ms,
+                           .purge_after_ms = cfg->cold_record_retention_ms,
                            .max_buffer = cfg->max_object_size,
                            .exec = &g->exec};
 }

@@ -109,6 +109,7 @@ struct kvm_store_config {
     uint64_t cold_capacity;              /* payload bytes the device may hold */
     bool cold_offload;                   /* new writes carry a PendingOffload backing */
     bool cold_write_through; /* a put acknowledges once its cold copy is usage-committed */
+    uint32_t cold_record_retention_ms; /* terminal cold records purged after (0 = never) */
     uint32_t cold_queue;                 /* offload jobs queued at most (1..COLD_QUEUE_MAX) */
     uint32_t cold_offload_mode;          /* KVM_STORE_COLD_MODE_PASSTHROUGH | _EVICT */
     uint32_t cold_offload_order;         /* 0 fifo, 1 size (cold_order) */

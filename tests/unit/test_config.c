@@ -98,6 +98,8 @@ static const struct {
      "B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
     {"cold_offload", "maybe",
      "cold_offload: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, 1|0)"},
+    {"cold_record_retention_ms", "86400001",
+     "cold_record_retention_ms: \"86400001\" is out of range; allowed 0..86400000"},
     {"cold_write_through", "maybe",
      "cold_write_through: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, "
      "1|0)"},
