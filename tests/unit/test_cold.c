@@ -513,6 +513,15 @@ static void test_register_keeps_lifecycle(void **st)
     assert_int_equal(r.dev.lifecycle, COLD_DEV_DRAINING);
     assert_false(r.dev.schedulable);
     assert_int_equal(r.dev.capacity, f.dev.capacity + 1); /* identity fields do update */
+    /* a health writer asking for schedulable (it read the record before the drain) */
+    res_t h = {0};
+    assert_int_equal(cold_device_set_health(f.c, &f.dev.id, COLD_DEV_DEGRADED, true, on_dev, &h),
+                     0);
+    run_until(&f, &h.done);
+    assert_int_equal(h.rc, 0);
+    r = dev_get(&f);
+    assert_int_equal(r.dev.health, COLD_DEV_DEGRADED);
+    assert_false(r.dev.schedulable);
     fx_close(&f);
 }
 
