@@ -219,6 +219,12 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "Offload every new object written here to the cold device of a runtime holding one "
            "of its replicas (this runtime's own first), in the background, so DRAM eviction of "
            "the last hot copy keeps it readable from cold."),
+    F_BOOL(cold_write_through, "false",
+           "A put acknowledges only once its cold copy is usage-committed on a cold device "
+           "(the offload runs inline with the put, ahead of queued ones), so an acknowledged "
+           "object survives a kill -9 of its only hot owner; a put that cannot get a cold copy "
+           "fails. Needs cold_kind, cold_offload and cold_offload_mode passthrough "
+           "(docs/cold.md \"Durable puts\")."),
     F_UINT(cold_queue, "1024", 1, 4096,
            "Offload jobs queued at most; beyond it a write stays hot-only."),
     F_ENUM(cold_offload_mode, "passthrough",
@@ -246,6 +252,10 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
     F_UINT(cold_reconcile_after_ms, "10000", 100, 3600000,
            "A cold operation left in a non-terminal state (its runtime crashed, its job was "
            "parked) is resumed by the device owner's reconciliation after this long."),
+    F_UINT(cold_record_retention_ms, "600000", 0, 86400000,
+           "Terminal cold operation and reclaim records (released) are deleted from metadata "
+           "this long after they ended, by the device owners' reconciliation from their due "
+           "index; 0 keeps them forever."),
     F_UINT(cold_retry_backoff_max_ms, "10000", 1, 600000,
            "Cap of an offload job's retry delay (at least cold_retry_backoff_ms)."),
     F_SIZE(cold_clean_bytes_per_tick, "64MiB", 0, KVM_CFG_MEMORY_MAX,
@@ -1014,6 +1024,12 @@ int kvm_config_validate(const struct kvmesh_config *cfg)
         return kvm_errf(KVMESH_ECONFIG,
                         "cold_retry_backoff_ms (%u) must not exceed cold_retry_backoff_max_ms (%u)",
                         cfg->cold_retry_backoff_ms, cfg->cold_retry_backoff_max_ms);
+    if (cfg->cold_write_through && (cfg->cold_kind == KVM_STORE_COLD_OFF || !cfg->cold_offload ||
+                                    cfg->cold_offload_mode != KVM_STORE_COLD_MODE_PASSTHROUGH))
+        return kvm_errf(KVMESH_ECONFIG,
+                        "cold_write_through needs a cold device on this runtime (cold_kind), "
+                        "cold_offload on and cold_offload_mode passthrough; set them or turn "
+                        "cold_write_through off");
     if (cfg->cold_kind != KVM_STORE_COLD_OFF && !cfg->cold_root[0])
         return kvm_errf(KVMESH_ECONFIG,
                         "cold_kind is %s but cold_root is empty; set cold_root to the cold "
@@ -1089,6 +1105,8 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->cold_kind = cfg->cold_kind;
     out->cold_capacity = cfg->cold_capacity;
     out->cold_offload = cfg->cold_offload;
+    out->cold_write_through = cfg->cold_write_through;
+    out->cold_record_retention_ms = cfg->cold_record_retention_ms;
     out->cold_queue = cfg->cold_queue;
     out->cold_offload_mode = cfg->cold_offload_mode;
     out->cold_offload_order = cfg->cold_offload_order;

@@ -73,21 +73,23 @@ struct kvmesh_config {
     char cold_root[KVM_CFG_STR_MAX];            /* cold device directory */
     uint64_t cold_capacity;                     /* cold device payload bytes */
     bool cold_offload;                          /* new writes are offloaded to the cold tier */
-    uint32_t cold_queue;                        /* offload queue bound */
-    uint32_t cold_offload_mode;                 /* passthrough | evict (KVM_STORE_COLD_MODE_*) */
-    uint32_t cold_offload_order;                /* fifo | size */
-    uint64_t cold_offload_bytes_per_sec;        /* offload rate (0 = unlimited) */
-    double cold_high_watermark;                 /* DRAM fraction starting offload (0 = always) */
-    double cold_low_watermark;                  /* DRAM fraction stopping it */
-    uint32_t cold_retry_backoff_ms;             /* first retry delay */
-    uint32_t cold_retry_backoff_max_ms;         /* retry delay cap */
-    uint32_t cold_reconcile_after_ms;           /* non-terminal cold op due after */
-    uint32_t cold_staging_slots;                /* remote-restore staging slots */
-    uint64_t cold_staging_bytes;                /* staging segment bytes */
-    uint32_t cold_staging_ttl_ms;               /* staged slot expiry */
-    bool cold_nfs;                              /* cold_root must be an NFS/NFS4 mount */
-    uint64_t cold_clean_bytes_per_tick;         /* maintenance budget per tick (0 = off) */
-    uint64_t cold_segment_bytes;                /* ExtentStore segment file size */
+    bool cold_write_through; /* a put acknowledges once its cold copy is usage-committed */
+    uint32_t cold_record_retention_ms;   /* terminal cold records purged after (0 = never) */
+    uint32_t cold_queue;                 /* offload queue bound */
+    uint32_t cold_offload_mode;          /* passthrough | evict (KVM_STORE_COLD_MODE_*) */
+    uint32_t cold_offload_order;         /* fifo | size */
+    uint64_t cold_offload_bytes_per_sec; /* offload rate (0 = unlimited) */
+    double cold_high_watermark;          /* DRAM fraction starting offload (0 = always) */
+    double cold_low_watermark;           /* DRAM fraction stopping it */
+    uint32_t cold_retry_backoff_ms;      /* first retry delay */
+    uint32_t cold_retry_backoff_max_ms;  /* retry delay cap */
+    uint32_t cold_reconcile_after_ms;    /* non-terminal cold op due after */
+    uint32_t cold_staging_slots;         /* remote-restore staging slots */
+    uint64_t cold_staging_bytes;         /* staging segment bytes */
+    uint32_t cold_staging_ttl_ms;        /* staged slot expiry */
+    bool cold_nfs;                       /* cold_root must be an NFS/NFS4 mount */
+    uint64_t cold_clean_bytes_per_tick;  /* maintenance budget per tick (0 = off) */
+    uint64_t cold_segment_bytes;         /* ExtentStore segment file size */
 };
 
 /* Fills cfg with every default (what kvmesh_config_new returns). */

@@ -1084,6 +1084,98 @@ int kvmesh_admin_device_get(kvmesh_admin_t *a, const char *id, kvmesh_admin_devi
     return rc;
 }
 
+/* The lifecycle decision for one stored record: 0 with *n the new record (*changed false for
+ * a repeat), or the refusal. */
+static int device_lifecycle_decide(const cold_device_t *o, const char *id, bool retire,
+                                   cold_device_t *n, bool *changed)
+{
+    *n = *o;
+    *changed = false;
+    if (retire) {
+        if (o->lifecycle == COLD_DEV_RETIRED)
+            return 0;
+        if (o->used || o->reserved)
+            return kvm_errf(KVMESH_EAGAIN,
+                            "cold device %s still holds %llu used and %llu reserved bytes (%llu "
+                            "and %llu cold operations); it cannot be retired until they are "
+                            "released: drain it (kvmesh admin devices drain %s), then remove or "
+                            "overwrite its objects and retry",
+                            id, (unsigned long long)o->used, (unsigned long long)o->reserved,
+                            (unsigned long long)o->n_used, (unsigned long long)o->n_reserved, id);
+        n->lifecycle = COLD_DEV_RETIRED;
+    } else {
+        if (o->lifecycle == COLD_DEV_RETIRED)
+            return kvm_errf(KVMESH_EINVAL, "cold device %s is retired; it cannot be drained", id);
+        if (o->lifecycle == COLD_DEV_DRAINING && !o->schedulable)
+            return 0;
+        n->lifecycle = COLD_DEV_DRAINING;
+    }
+    n->schedulable = false;
+    *changed = true;
+    return 0;
+}
+
+int kvmesh_admin_device_lifecycle(kvmesh_admin_t *a, const char *id, const char *to,
+                                  kvmesh_admin_device_t *out, bool *changed)
+{
+    *changed = false;
+    bool retire = to && strcmp(to, "retire") == 0;
+    if (!to || (!retire && strcmp(to, "drain") != 0))
+        return kvm_errf(KVMESH_EINVAL, "device action \"%s\": allowed drain, retire", to ? to : "");
+    kvm_id128_t parsed;
+    if (!id || kvm_id128_parse(id, &parsed) != 0)
+        return kvm_errf(KVMESH_EINVAL,
+                        "\"%s\" is not a device id (32 hex digits; see kvmesh admin devices)",
+                        id ? id : "");
+    char key[KS_KEY_CAP];
+    int rc = ks_cold_device_key(key, sizeof(key), a->deployment, id);
+    if (rc)
+        return rc;
+    meta_result_t *res;
+    rc = meta_sync_get(a->ms, key, &res);
+    if (rc) {
+        kvm_errf(rc, "metadata get of %s: %s", key, res->errmsg);
+        meta_result_free(res);
+        return rc;
+    }
+    if (!res->kv.found) {
+        meta_result_free(res);
+        return kvm_errf(KVMESH_ENOENT, "no cold device %s", id);
+    }
+    device_from_kv(&res->kv, out);
+    cold_device_t o, n;
+    int64_t rev = res->kv.mod_rev;
+    rc = cold_device_decode(res->kv.value, res->kv.value_len, &o);
+    meta_result_free(res);
+    if (rc)
+        return kvm_errf(KVMESH_ECORRUPT, "the record of cold device %s does not decode", id);
+    rc = device_lifecycle_decide(&o, id, retire, &n, changed);
+    if (rc || !*changed)
+        return rc;
+    uint8_t buf[COLD_DEVICE_ENC_MAX];
+    size_t len = 0;
+    if ((rc = cold_device_encode(&n, buf, sizeof(buf), &len)) != 0)
+        return rc;
+    meta_cmp_t cmp = {.key = key, .target = META_CMP_MOD_REV, .op = META_EQ, .num = rev};
+    meta_op_t put = {.type = META_OP_PUT, .key = key, .value = buf, .value_len = len};
+    rc = meta_sync_txn(a->ms, &cmp, 1, &put, 1, NULL, 0, &res);
+    if (rc)
+        kvm_errf(rc, "writing %s: %s", key, res->errmsg);
+    else if (!res->succeeded)
+        rc = kvm_errf(KVMESH_ECONFLICT,
+                      "cold device %s changed since it was read (its owner runtime or another "
+                      "admin wrote it); nothing was written: run it again",
+                      id);
+    meta_result_free(res);
+    if (rc) {
+        *changed = false;
+        return rc;
+    }
+    meta_kv_t kv = {.key = key, .value = buf, .value_len = len};
+    device_from_kv(&kv, out);
+    return 0;
+}
+
 int kvmesh_admin_quota_ops(kvmesh_admin_t *a, const char *tenant, const char *state,
                            const char *cursor, size_t limit, kvmesh_admin_qop_t *out, size_t *n,
                            bool *more, char *cursor_out)

@@ -350,6 +350,19 @@ int kvmesh_admin_devices(kvmesh_admin_t *a, const char *after, size_t limit,
 int kvmesh_admin_device_get(kvmesh_admin_t *a, const char *id, kvmesh_admin_device_t *out,
                             bool *found);
 
+/* Operator lifecycle of a cold device (docs/operations.md "Cold devices"): to = "drain" (the
+ * record goes DRAINING and unschedulable: no new placement or reserve there; its cold copies stay
+ * readable and evictable) or "retire" (RETIRED: refused with KVMESH_EAGAIN and a message naming
+ * the bytes while the record still holds used or reserved bytes). One exact read, then one
+ * transaction that compares the record's revision: KVMESH_ECONFLICT when a runtime or another
+ * admin changed it meanwhile (run it again). A repeat (already draining / retired) writes nothing
+ * and sets *changed false; draining a retired device is refused (KVMESH_EINVAL). KVMESH_ENOENT
+ * when there is no record, KVMESH_ECORRUPT when it does not decode. *out gets the record as
+ * written (or as found). A runtime keeps the stored lifecycle when it registers the device again
+ * at restart. */
+int kvmesh_admin_device_lifecycle(kvmesh_admin_t *a, const char *id, const char *to,
+                                  kvmesh_admin_device_t *out, bool *changed);
+
 /* One non-terminal quota operation (a reservation) from the due index. */
 typedef struct kvmesh_admin_qop {
     char id[KVMESH_ADMIN_OPID_LEN + 1];

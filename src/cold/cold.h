@@ -267,10 +267,14 @@ enum cold_window {
 enum cold_order { COLD_ORDER_FIFO = 0, COLD_ORDER_SIZE = 1 /* smallest first */ };
 
 typedef struct cold_config {
-    const char *deployment;   /* keyspace deployment name */
-    kvm_runtime_id_t self;    /* this runtime */
-    uint32_t timeout_ms;      /* per metadata call (0 = META_DEFAULT_TIMEOUT_MS) */
-    uint32_t op_ttl_ms;       /* a non-terminal op is due for reconciliation after (0 = 10 s) */
+    const char *deployment; /* keyspace deployment name */
+    kvm_runtime_id_t self;  /* this runtime */
+    uint32_t timeout_ms;    /* per metadata call (0 = META_DEFAULT_TIMEOUT_MS) */
+    uint32_t op_ttl_ms;     /* a non-terminal op is due for reconciliation after (0 = 10 s) */
+    /* terminal records (op RELEASED, reclaim USAGE_RELEASED) are deleted this long after they
+     * became terminal, from their due-index entries ("released", "reclaim-done") by the
+     * reconciliation pass; 0 = kept forever (no entry) */
+    uint32_t purge_after_ms;
     uint32_t backoff_max_ms;  /* cap of retry backoff (0 = 10 s) */
     uint32_t backoff_base_ms; /* first retry delay (0 = 2 ms); doubles per retry up to the cap,
                                  each delay drawn from [d/2, d] */
@@ -356,6 +360,10 @@ int cold_op_plan(cold_t *c, const cold_plan_req_t *req, cold_op_cb cb, void *arg
 int cold_op_advance(cold_t *c, const kvm_op_id_t *id, enum cold_op_state to,
                     const cold_locator_t *loc, cold_op_cb cb, void *arg);
 int cold_op_get(cold_t *c, const kvm_op_id_t *id, cold_op_cb cb, void *arg);
+/* Deletes a RELEASED op record whose purge deadline passed, with its due entry (no record, or
+ * not yet due: nothing, rc 0, repeated). The reconciliation pass calls it from the "released"
+ * due index. */
+int cold_op_purge(cold_t *c, const kvm_op_id_t *id, cold_op_cb cb, void *arg);
 
 /* ---- reclaim --------------------------------------------------------------------------------- */
 
@@ -455,6 +463,7 @@ typedef struct cold_recon_report {
     int rc;            /* 0, or the first metadata error of the pass */
     uint32_t resumed;  /* due ops handed to the worker */
     uint32_t reclaims; /* due reclaim records run */
+    uint32_t purged;   /* terminal records past their retention whose purge started */
     bool more;         /* due entries remained beyond the page */
 } cold_recon_report_t;
 typedef void (*cold_recon_cb)(void *arg, const cold_recon_report_t *r);

@@ -216,7 +216,10 @@ void cold_decide_dev(cold_call_t *call, cold_decision_t *d)
                                  (unsigned long long)o->reserved);
                 return;
             }
-            /* identity fields from the registration; accounting and health stay */
+            /* identity fields from the registration; accounting and health stay, and so do
+             * lifecycle and schedulability (the operator's: kvmesh admin devices drain|retire) */
+            call->ndev.lifecycle = o->lifecycle;
+            call->ndev.schedulable = o->schedulable;
             call->ndev.used = o->used;
             call->ndev.reserved = o->reserved;
             call->ndev.n_used = o->n_used;
@@ -244,16 +247,21 @@ void cold_decide_dev(cold_call_t *call, cold_decision_t *d)
             d->rc = kvm_errf(KVMESH_ENOENT, "cold device: no record");
             return;
         }
-        if (o->health == call->q_health && o->schedulable == call->q_sched) {
-            d->done = true;
-            d->repeated = true;
-            return;
+        {
+            /* a draining or retired device is never schedulable again (the operator's lifecycle
+             * wins over a health writer that read the record before the drain) */
+            bool sched = call->q_sched && o->lifecycle == COLD_DEV_ACTIVE;
+            if (o->health == call->q_health && o->schedulable == sched) {
+                d->done = true;
+                d->repeated = true;
+                return;
+            }
+            call->ndev = *o;
+            if (o->health != call->q_health)
+                call->ndev.health_ms = env_wall_ms(call->c->env);
+            call->ndev.health = call->q_health;
+            call->ndev.schedulable = sched;
         }
-        call->ndev = *o;
-        if (o->health != call->q_health)
-            call->ndev.health_ms = env_wall_ms(call->c->env);
-        call->ndev.health = call->q_health;
-        call->ndev.schedulable = call->q_sched;
         d->put[CR_DEV] = true;
         return;
     default:

@@ -102,12 +102,14 @@ typedef enum cold_ck {
     CK_OP_PLAN,
     CK_OP_ADVANCE,
     CK_OP_GET,
+    CK_OP_PURGE,
     CK_REC_PLAN,
     CK_REC_CANCEL,
     CK_REC_DELETED,
     CK_REC_HANDOFF,
     CK_REC_GET,
     CK_REC_RESCHED,
+    CK_REC_PURGE,
 } cold_ck_t;
 
 typedef struct cold_call cold_call_t;
@@ -227,6 +229,10 @@ int cold_due_key_op(cold_t *c, const cold_op_t *op, char *out);
 int cold_due_key_rec(cold_t *c, const cold_reclaim_t *r, char *out);
 #define COLD_DUE_RECLAIM_PLANNED "reclaim-planned"
 #define COLD_DUE_RECLAIM_DELETED "reclaim-deleted"
+#define COLD_DUE_RELEASED        "released"     /* terminal op, due for purge */
+#define COLD_DUE_RECLAIM_DONE    "reclaim-done" /* terminal reclaim, due for purge */
+/* the deadline a record that becomes terminal now gets (0: never purged) */
+uint64_t cold_purge_deadline(cold_t *c);
 
 /* decide functions (one per call kind, in the file of the record they change) */
 void cold_decide_dev(cold_call_t *call, cold_decision_t *d);

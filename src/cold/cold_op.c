@@ -203,6 +203,14 @@ void cold_decide_op(cold_call_t *call, cold_decision_t *d)
     case CK_OP_GET:
         done(d, call->found[CR_OP] ? 0 : kvm_errf(KVMESH_ENOENT, "cold op: no record"), false);
         return;
+    case CK_OP_PURGE: /* the record and its "released" due entry (nop stays empty: no new one) */
+        if (!call->found[CR_OP] || call->op.state != COLD_OP_RELEASED || !call->op.deadline_ms ||
+            call->op.deadline_ms > env_wall_ms(c->env)) {
+            done(d, 0, true);
+            return;
+        }
+        d->del[CR_OP] = true;
+        return;
     case CK_OP_PLAN: {
         const cold_op_t *q = &call->q_op;
         if (call->found[CR_OP]) {
@@ -300,7 +308,8 @@ void cold_decide_op(cold_call_t *call, cold_decision_t *d)
             d->put[CR_DEV] = true;
         }
         cold_op_set_state(&call->nop, to);
-        call->nop.deadline_ms = cold_deadline(c, 0);
+        call->nop.deadline_ms =
+            to == COLD_OP_RELEASED ? cold_purge_deadline(c) : cold_deadline(c, 0);
         d->put[CR_OP] = true;
         return;
     }
@@ -368,11 +377,11 @@ int cold_op_advance(cold_t *c, const kvm_op_id_t *id, enum cold_op_state to,
     return cold_call_start(call); /* the engine learns the device from the op record */
 }
 
-int cold_op_get(cold_t *c, const kvm_op_id_t *id, cold_op_cb cb, void *arg)
+static int op_read_call(cold_t *c, cold_ck_t kind, const kvm_op_id_t *id, cold_op_cb cb, void *arg)
 {
     if (!c || !id || !cb)
         return kvm_errf(KVMESH_EINVAL, "cold_op_get: NULL argument");
-    cold_call_t *call = cold_call_new(c, CK_OP_GET, 1u << CR_OP);
+    cold_call_t *call = cold_call_new(c, kind, 1u << CR_OP);
     if (!call)
         return KVMESH_ENOMEM;
     int rc = cold_key_op(c, call->k[CR_OP], id);
@@ -383,4 +392,14 @@ int cold_op_get(cold_t *c, const kvm_op_id_t *id, cold_op_cb cb, void *arg)
     call->op_cb = cb;
     call->arg = arg;
     return cold_call_start(call);
+}
+
+int cold_op_get(cold_t *c, const kvm_op_id_t *id, cold_op_cb cb, void *arg)
+{
+    return op_read_call(c, CK_OP_GET, id, cb, arg);
+}
+
+int cold_op_purge(cold_t *c, const kvm_op_id_t *id, cold_op_cb cb, void *arg)
+{
+    return op_read_call(c, CK_OP_PURGE, id, cb, arg);
 }

@@ -105,6 +105,19 @@ static void decide_handoff(cold_call_t *call, cold_decision_t *d)
         done(d, kvm_errf(KVMESH_ECONFLICT, "cold reclaim: backend delete not done yet"), false);
         return;
     }
+    if (!call->found[CR_OP] && c->cfg.purge_after_ms) {
+        /* the op was RELEASED (by another reclaim) and purged since: nothing left to release */
+        if (x->r.state == KVM_RECLAIM_USAGE_RELEASED) {
+            done(d, 0, true);
+            return;
+        }
+        call->nrec = *x;
+        kvm_cold_reclaim_set_state(&call->nrec.r, KVM_RECLAIM_USAGE_RELEASED);
+        call->nrec.outcome = COLD_OP_NONE;
+        call->nrec.deadline_ms = cold_purge_deadline(c);
+        d->put[CR_REC] = true;
+        return;
+    }
     if (!call->found[CR_OP] || !call->found[CR_DEV]) {
         done(d, kvm_errf(KVMESH_ECORRUPT, "cold reclaim: its cold op or device record is missing"),
              false);
@@ -131,7 +144,7 @@ static void decide_handoff(cold_call_t *call, cold_decision_t *d)
         call->nrec = *x;
         kvm_cold_reclaim_set_state(&call->nrec.r, KVM_RECLAIM_USAGE_RELEASED);
         call->nrec.outcome = COLD_OP_NONE;
-        call->nrec.deadline_ms = 0;
+        call->nrec.deadline_ms = cold_purge_deadline(c);
         d->put[CR_REC] = true;
         return;
     }
@@ -159,11 +172,11 @@ static void decide_handoff(cold_call_t *call, cold_decision_t *d)
         cold_op_set_state(&call->nop, COLD_OP_RECLAIMING);
     cold_op_set_state(&call->nop, COLD_OP_RELEASED);
     call->nop.released_by = x->r.reclaim_op;
-    call->nop.deadline_ms = 0;
+    call->nop.deadline_ms = cold_purge_deadline(c);
     call->nrec = *x;
     kvm_cold_reclaim_set_state(&call->nrec.r, KVM_RECLAIM_USAGE_RELEASED);
     call->nrec.outcome = o->state;
-    call->nrec.deadline_ms = 0;
+    call->nrec.deadline_ms = cold_purge_deadline(c);
     d->put[CR_OP] = d->put[CR_DEV] = d->put[CR_REC] = true;
 }
 
@@ -187,7 +200,7 @@ void cold_decide_rec(cold_call_t *call, cold_decision_t *d)
         return;
     }
     if (!call->found[CR_REC]) {
-        if (call->kind == CK_REC_CANCEL)
+        if (call->kind == CK_REC_CANCEL || call->kind == CK_REC_PURGE)
             done(d, 0, true);
         else
             done(d, kvm_errf(KVMESH_ENOENT, "cold reclaim: no record"), false);
@@ -229,6 +242,14 @@ void cold_decide_rec(cold_call_t *call, cold_decision_t *d)
         return;
     case CK_REC_HANDOFF:
         decide_handoff(call, d);
+        return;
+    case CK_REC_PURGE: /* the record and its "reclaim-done" due entry (nrec stays empty) */
+        if (x->r.state != KVM_RECLAIM_USAGE_RELEASED || !x->deadline_ms ||
+            x->deadline_ms > env_wall_ms(c->env)) {
+            done(d, 0, true);
+            return;
+        }
+        d->del[CR_REC] = true;
         return;
     default:
         KVM_ASSERT(!"not a reclaim call");

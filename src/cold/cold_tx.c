@@ -48,11 +48,13 @@ int cold_key_rec(cold_t *c, char *out, const kvm_op_id_t *id)
 
 int cold_due_key_op(cold_t *c, const cold_op_t *op, char *out)
 {
-    if (op->state == COLD_OP_USAGE_COMMITTED || op->state == COLD_OP_RELEASED ||
-        op->state == COLD_OP_NONE)
+    if (op->state == COLD_OP_USAGE_COMMITTED || op->state == COLD_OP_NONE ||
+        (op->state == COLD_OP_RELEASED && !op->deadline_ms))
         return 0;
     char s[COLD_OPKEY_CAP];
-    int rc = ks_cold_due_key(out, KS_KEY_CAP, c->dep, cold_op_state_name(op->state),
+    int rc = ks_cold_due_key(out, KS_KEY_CAP, c->dep,
+                             op->state == COLD_OP_RELEASED ? COLD_DUE_RELEASED
+                                                           : cold_op_state_name(op->state),
                              op->deadline_ms, kvm_op_id_fmt(&op->id, s));
     return rc ? rc : 1;
 }
@@ -61,13 +63,20 @@ int cold_due_key_rec(cold_t *c, const cold_reclaim_t *r, char *out)
 {
     const char *st = r->r.state == KVM_RECLAIM_PLANNED           ? COLD_DUE_RECLAIM_PLANNED
                      : r->r.state == KVM_RECLAIM_BACKEND_DELETED ? COLD_DUE_RECLAIM_DELETED
-                                                                 : NULL;
+                     : r->r.state == KVM_RECLAIM_USAGE_RELEASED && r->deadline_ms
+                         ? COLD_DUE_RECLAIM_DONE
+                         : NULL;
     if (!st)
         return 0;
     char s[COLD_OPKEY_CAP];
     int rc = ks_cold_due_key(out, KS_KEY_CAP, c->dep, st, r->deadline_ms,
                              kvm_op_id_fmt(&r->r.reclaim_op, s));
     return rc ? rc : 1;
+}
+
+uint64_t cold_purge_deadline(cold_t *c)
+{
+    return c->cfg.purge_after_ms ? env_wall_ms(c->env) + c->cfg.purge_after_ms : 0;
 }
 
 uint64_t cold_deadline(cold_t *c, uint32_t attempts)
@@ -386,6 +395,7 @@ static void decide(cold_call_t *call, cold_decision_t *d)
     case CK_OP_PLAN:
     case CK_OP_ADVANCE:
     case CK_OP_GET:
+    case CK_OP_PURGE:
         cold_decide_op(call, d);
         return;
     default:

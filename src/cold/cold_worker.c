@@ -1199,8 +1199,13 @@ static const char *const due_states[] = {
     "reclaiming",
     COLD_DUE_RECLAIM_PLANNED,
     COLD_DUE_RECLAIM_DELETED,
+    COLD_DUE_RELEASED,     /* terminal: purged (cold_config_t.purge_after_ms) */
+    COLD_DUE_RECLAIM_DONE, /* terminal: purged */
 };
-#define N_DUE_STATES (sizeof(due_states) / sizeof(due_states[0]))
+#define DUE_FIRST_RECLAIM 5 /* due_states[5..6]: reclaims to run */
+#define DUE_PURGE_OP      7
+#define DUE_PURGE_REC     8
+#define N_DUE_STATES      (sizeof(due_states) / sizeof(due_states[0]))
 
 typedef struct recon {
     cold_t *c;
@@ -1265,6 +1270,29 @@ static void on_resume_rec(void *arg, int rc, const cold_reclaim_view_t *v)
 
 static void recon_next(recon_t *r);
 
+static void on_purged_op(void *arg, int rc, const cold_op_view_t *v)
+{
+    (void)rc, (void)v; /* a failure: the entry stays and the next pass retries */
+    cold_aux_release(arg);
+}
+
+static void on_purged_rec(void *arg, int rc, const cold_reclaim_view_t *v)
+{
+    (void)rc, (void)v;
+    cold_aux_release(arg);
+}
+
+/* One terminal record past its retention (and its due entry) deleted; 0 when started. */
+static int purge(cold_t *c, bool rec, const kvm_op_id_t *id)
+{
+    cold_aux_hold(c);
+    int rc = rec ? COLD_INTERNAL(c, cold_rec_call(c, CK_REC_PURGE, id, on_purged_rec, c))
+                 : COLD_INTERNAL(c, cold_op_purge(c, id, on_purged_op, c));
+    if (rc)
+        cold_aux_release(c);
+    return rc;
+}
+
 static void on_due(void *arg, const meta_result_t *res)
 {
     recon_t *r = arg;
@@ -1297,7 +1325,12 @@ static void on_due(void *arg, const meta_result_t *res)
             }
             if (prc)
                 continue;
-            if (r->i >= 5) {
+            if (r->i >= DUE_PURGE_OP) {
+                if (purge(c, r->i == DUE_PURGE_REC, &id) == 0)
+                    r->rep.purged++;
+                continue;
+            }
+            if (r->i >= DUE_FIRST_RECLAIM) {
                 if (cold_reclaim_run(c, &id, on_resume_rec, NULL) == 0)
                     r->rep.reclaims++;
                 continue;

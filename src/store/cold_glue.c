@@ -42,6 +42,7 @@
 #include "net/transport.h"
 #include "store/proto.h"
 #include "store/cold_glue.h"
+#include "store/cold_health.h"
 
 #define COLD_GLUE_TICK_MS    200 /* view refresh, counters, done-list backstop */
 #define COLD_GLUE_RECON_MS   1000
@@ -57,6 +58,9 @@ struct kvm_cold {
     cold_t *c;
     cold_backend_t be;
     bool be_open;
+    /* the core's backend: be behind the health-counting table (cold_health.h) */
+    kvm_cold_health_t *health;
+    cold_backend_t hb;
     kvm_tier_id_t dev;
     bool planner; /* cold_kind = off: a cold core with no device, only to plan/cancel reclaims */
     cold_exec_ops_t exec;
@@ -81,6 +85,7 @@ struct kvm_cold {
     struct srv_batch *bserving;   /* batched remote restores this owner serves (same) */
     struct lbatch *lbatches;      /* local batch restores whose callback is due (failed at close) */
     struct claim *claims;         /* eviction-triggered offloads in progress (freed at close) */
+    struct durable *durables;     /* write-through puts waiting or answered (freed at close) */
     /* [loop] remote-restore staging (docs/cold.md "Staging pool") */
     staging_pool_t *stg;
     struct seg *stg_seg; /* the registered segment the pool's slots live in */
@@ -280,7 +285,8 @@ static void clean_done(cold_exec_t *io)
               OBS_NONE, 1);
     if (j->rc >= 0 && j->file1 < j->file0)
         obs_count(rt->metrics, cold_cleaned_bytes_total, OBS_NONE, OBS_NONE, j->file0 - j->file1);
-    free(j); /* (a failing device also marks itself unhealthy: kvmesh_cold_device_health) */
+    free(
+        j); /* (device errors mark the record DEGRADED: cold_health.h, kvmesh_cold_device_health) */
 }
 
 /* [loop] From the tick: one maintain() job at a time, only on the worker. */
@@ -760,6 +766,14 @@ static void report_pressure(struct kvm_cold *g)
 }
 static void stg_expire(struct kvm_cold *g);
 
+static void durable_expire(struct kvm_cold *g);
+
+/* The health probe's worker (cold_health.h): the cold I/O worker, never inline on the loop. */
+static bool health_exec(void *ctx, cold_exec_t *job)
+{
+    return exec_enqueue(ctx, job);
+}
+
 static void tick(void *arg)
 {
     struct kvm_cold *g = arg;
@@ -777,6 +791,8 @@ static void tick(void *arg)
             g->reconciling = true;
     }
     stg_expire(g);
+    durable_expire(g);
+    kvm_cold_health_tick(g->health, g->c, &g->dev, now, health_exec, g);
     clean_submit(g);
     g->tick_timer = env_timer_start(g->rt->env, COLD_GLUE_TICK_MS * 1000000ull, tick, g);
 }
@@ -1410,6 +1426,7 @@ static cold_config_t core_config(struct kvm_cold *g)
                            .self = g->rt->self.id,
                            .timeout_ms = cfg->request_timeout_ms,
                            .op_ttl_ms = cfg->cold_reconcile_after_ms,
+                           .purge_after_ms = cfg->cold_record_retention_ms,
                            .max_buffer = cfg->max_object_size,
                            .exec = &g->exec};
 }
@@ -1510,7 +1527,9 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
     cc.low_watermark = cfg->cold_low_watermark;
     rc = cold_new(&g->c, rt->env, rt->meta, &ops, &cc);
     if (!rc)
-        rc = cold_attach_backend(g->c, &g->dev, &g->be);
+        rc = kvm_cold_health_new(&g->health, &g->be, &g->hb);
+    if (!rc)
+        rc = cold_attach_backend(g->c, &g->dev, &g->hb);
     if (rc) {
         snprintf(m, sizeof(m), "cold tier: cannot start the cold core: %s", kvmesh_last_error());
         open_fail(g, rc, m);
@@ -1535,12 +1554,35 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
 
 /* ---- store paths ---------------------------------------------------------------------------- */
 
-void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next)
+/* The refusal of a write-through put that got no cold backing: why no device took it. */
+static int no_backing_err(struct kvm_cold *g, const kvm_route_t *next, bool local)
+{
+    const cold_device_t *d = cold_view_find(g->c, &g->dev);
+    if (local && d && cold_device_fits(d, next->length) &&
+        cold_offload_pending(g->c) >= g->rt->cfg.cold_queue)
+        return kvm_errf(KVMESH_EAGAIN,
+                        "cold_write_through: the cold offload queue is full (cold_queue = %u); "
+                        "retry the put later or raise cold_queue",
+                        g->rt->cfg.cold_queue);
+    if (local && d && d->health == COLD_DEV_HEALTHY && d->schedulable &&
+        d->lifecycle == COLD_DEV_ACTIVE)
+        return kvm_errf(KVMESH_ENOSPC,
+                        "cold_write_through: the cold device has no room for %" PRIu64
+                        " bytes (capacity %" PRIu64 ", used %" PRIu64 ", reserved %" PRIu64
+                        "); remove objects or raise cold_capacity",
+                        next->length, d->capacity, d->used, d->reserved);
+    return kvm_errf(KVMESH_EUNAVAILABLE,
+                    "cold_write_through: no healthy, schedulable cold device with room belongs "
+                    "to a runtime holding a replica of this object%s; retry the put later",
+                    local ? "" : " (this runtime holds none)");
+}
+
+int kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next)
 {
     struct kvm_cold *g = dev_cold(rt);
     if (!g || !g->c || g->open_cb || !rt->cfg.cold_offload || next->n_replicas == 0 ||
         rt->cfg.cold_offload_mode == KVM_STORE_COLD_MODE_EVICT)
-        return; /* (evict mode: the eviction claims its victims, kvm_cold_evict_claim) */
+        return 0; /* (evict mode: the eviction claims its victims, kvm_cold_evict_claim) */
     /* The device of a runtime that holds one of the new replicas (its read_hot copies from its
      * own segment): this runtime's own when it holds one, else the replica owners' devices. */
     kvm_runtime_id_t owners[KVM_MAX_REPLICAS];
@@ -1559,11 +1601,13 @@ void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next)
     } else if (cold_place_owned(g->c, next->length, owners, n, &dev, &owner) != 0 ||
                (kvm_id128_equal(&owner, &rt->self.id) &&
                 cold_offload_pending(g->c) >= rt->cfg.cold_queue)) {
-        return; /* stays hot-only (a cache object) */
+        /* stays hot-only (a cache object), or, write-through, the put fails before its CAS */
+        return rt->cfg.cold_write_through ? no_backing_err(g, next, local) : 0;
     }
     kvm_op_id_t cold_op = kvm_rt_next_op_id(rt);
     kvm_cold_backing_pending(&next->cold, &cold_op, &next->content_op, &owner, &dev, next->length,
                              next->checksum);
+    return 0;
 }
 
 struct reclaim_ctx {
@@ -1604,9 +1648,218 @@ void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now)
                           .content_op = now->content_op,
                           .device = g->dev,
                           .length = now->length,
-                          .checksum = now->checksum};
+                          .checksum = now->checksum,
+                          /* write-through: the put waits for it (kvm_cold_durable_wait) */
+                          .urgent = g->rt->cfg.cold_write_through};
         (void)cold_offload_submit(g->c, &job); /* EAGAIN: stays hot (see kvm_cold_pins_last) */
     }
+}
+
+/* ---- write-through puts (cold_write_through; docs/cold.md "Durable puts") -------------------
+ *
+ * One struct durable per put item that waits for its cold copy. It is listed in g->durables from
+ * kvm_cold_durable_wait until nothing of the core or the env still holds it:
+ *
+ *   WAITING --(job done / op record USAGE_COMMITTED or RELEASED / deadline)--> ANSWERED --> freed
+ *
+ * The item's continuation runs exactly once (on the move to ANSWERED, or at close with
+ * KVMESH_ECANCELED). A local wait holds the offload job's completion callback (in_job), a remote
+ * one a cold_op_get (in_get) or a poll timer; the struct is freed once none is held. The core
+ * calls none of our callbacks after cold_close, so close frees every listed struct.
+ */
+#define COLD_DURABLE_POLL_MIN_MS 5   /* remote wait: first poll of the op record */
+#define COLD_DURABLE_POLL_MAX_MS 100 /* remote wait: poll interval cap (it doubles) */
+
+struct durable {
+    struct kvm_cold *g;
+    kvm_op_t *op;
+    struct kvm_item *it;
+    kvm_cold_durable_cb cont; /* NULL once answered */
+    kvm_op_id_t cold_op;
+    uint64_t deadline_ms; /* CLOCK_MONOTONIC ms: the put's deadline */
+    bool in_job;          /* local: the job's completion callback is still due */
+    bool in_get;          /* remote: a cold_op_get is in flight */
+    env_timer_id timer;   /* remote: the next poll */
+    uint32_t poll_ms;
+    struct durable *next, *prev; /* g->durables */
+};
+
+static void durable_free(struct durable *d)
+{
+    struct kvm_cold *g = d->g;
+    if (d->prev)
+        d->prev->next = d->next;
+    else
+        g->durables = d->next;
+    if (d->next)
+        d->next->prev = d->prev;
+    if (d->timer)
+        env_timer_cancel(g->rt->env, d->timer);
+    free(d);
+}
+
+/* Answers the item once (rc 0: durable) and frees d when nothing holds it any more. */
+static void durable_answer(struct durable *d, int rc, const char *msg)
+{
+    kvm_cold_durable_cb cont = d->cont;
+    kvm_op_t *op = d->op;
+    struct kvm_item *it = d->it;
+    d->cont = NULL;
+    if (d->timer)
+        env_timer_cancel(d->g->rt->env, d->timer);
+    d->timer = 0;
+    if (!d->in_job && !d->in_get)
+        durable_free(d);
+    if (cont)
+        cont(op, it, rc, msg);
+}
+
+static void durable_timeout(struct durable *d)
+{
+    char m[200];
+    snprintf(m, sizeof(m),
+             "cold_write_through: the object is published in DRAM but its cold copy did not "
+             "commit by the request deadline, so the put is not durable; retry the put or "
+             "raise request_timeout_ms");
+    durable_answer(d, KVMESH_ETIMEDOUT, m);
+}
+
+/* The end of a cold op: 0 when the copy is committed, else the failure to answer. */
+static int durable_outcome(int rc, enum cold_op_state st, char *m, size_t cap)
+{
+    if (rc == 0 && st == COLD_OP_USAGE_COMMITTED)
+        return 0;
+    snprintf(m, cap,
+             "cold_write_through: the object is published in DRAM but its cold copy did not "
+             "commit (%s%s%s), so the put is not durable; retry the put",
+             rc ? kvmesh_strerror(rc) : "cold operation ", rc ? "" : cold_op_state_name(st),
+             rc == KVMESH_ECONFLICT ? ": the object was replaced meanwhile" : "");
+    return rc ? rc : KVMESH_EIO;
+}
+
+static void durable_job_done(void *arg, int rc)
+{
+    struct durable *d = arg;
+    d->in_job = false;
+    if (!d->cont) { /* answered already (deadline) */
+        durable_free(d);
+        return;
+    }
+    char m[300];
+    rc = durable_outcome(rc, rc ? COLD_OP_NONE : COLD_OP_USAGE_COMMITTED, m, sizeof(m));
+    durable_answer(d, rc, m);
+}
+
+static void durable_poll(void *arg);
+
+static void durable_arm(struct durable *d)
+{
+    uint32_t left = kvm_deadline_left_ms(d->deadline_ms);
+    uint32_t ms = d->poll_ms < left ? d->poll_ms : left;
+    d->poll_ms =
+        d->poll_ms * 2 < COLD_DURABLE_POLL_MAX_MS ? d->poll_ms * 2 : COLD_DURABLE_POLL_MAX_MS;
+    d->timer = env_timer_start(d->g->rt->env, (uint64_t)ms * 1000000ull, durable_poll, d);
+}
+
+static void durable_got(void *arg, int rc, const cold_op_view_t *v)
+{
+    struct durable *d = arg;
+    d->in_get = false;
+    if (!d->cont) {
+        durable_free(d);
+        return;
+    }
+    enum cold_op_state st = rc == 0 && v && v->op ? v->op->state : COLD_OP_NONE;
+    if (rc == 0 && (st == COLD_OP_USAGE_COMMITTED || st == COLD_OP_RELEASED)) {
+        char m[300];
+        rc = durable_outcome(0, st, m, sizeof(m));
+        durable_answer(d, rc, m);
+        return;
+    }
+    if (kvm_deadline_left_ms(d->deadline_ms) == 0) {
+        durable_timeout(d);
+        return;
+    }
+    durable_arm(d); /* not planned yet, on its way, or a transient read failure: poll again */
+}
+
+static void durable_poll(void *arg)
+{
+    struct durable *d = arg;
+    d->timer = 0;
+    if (kvm_deadline_left_ms(d->deadline_ms) == 0) {
+        durable_timeout(d);
+        return;
+    }
+    if (cold_op_get(d->g->c, &d->cold_op, durable_got, d) == 0)
+        d->in_get = true;
+    else
+        durable_arm(d);
+}
+
+/* [loop] The tick's deadline sweep of local waits (a remote wait's timer has its own). */
+static void durable_expire(struct kvm_cold *g)
+{
+    struct durable *d = g->durables, *next;
+    for (; d; d = next) {
+        next = d->next;
+        if (d->cont && d->in_job && kvm_deadline_left_ms(d->deadline_ms) == 0)
+            durable_timeout(d);
+    }
+}
+
+bool kvm_cold_durable_wait(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it, const kvm_route_t *now,
+                           kvm_cold_durable_cb cont)
+{
+    struct kvm_cold *g = dev_cold(rt);
+    if (!rt->cfg.cold_write_through)
+        return false;
+    char m[300];
+    if (!g || !g->c || g->closed || !now || now->cold.kind == KVM_COLD_NONE) {
+        snprintf(m, sizeof(m),
+                 "cold_write_through: the object is published in DRAM without a cold copy, so "
+                 "the put is not durable; retry the put");
+        cont(op, it, KVMESH_EUNAVAILABLE, m);
+        return true;
+    }
+    struct durable *d = calloc(1, sizeof(*d));
+    if (!d) {
+        cont(op, it, KVMESH_ENOMEM, "cold_write_through: out of memory waiting for the cold copy");
+        return true;
+    }
+    d->g = g;
+    d->op = op;
+    d->it = it;
+    d->cont = cont;
+    d->cold_op = now->cold.cold_op;
+    d->deadline_ms = op->deadline_ms;
+    d->poll_ms = COLD_DURABLE_POLL_MIN_MS;
+    d->next = g->durables;
+    if (d->next)
+        d->next->prev = d;
+    g->durables = d;
+    bool local = now->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
+                 kvm_id128_equal(&now->cold.owner, &rt->self.id) &&
+                 kvm_id128_equal(&now->cold.tier, &g->dev);
+    if (local) { /* kvm_cold_published queued it (urgent): attach to the job */
+        cold_job_t job = {.ident = &now->ident,
+                          .cold_op = now->cold.cold_op,
+                          .content_op = now->content_op,
+                          .device = g->dev,
+                          .length = now->length,
+                          .checksum = now->checksum,
+                          .urgent = true,
+                          .done = durable_job_done,
+                          .done_arg = d};
+        int rc = cold_offload_submit(g->c, &job);
+        if (rc == 0) {
+            d->in_job = true;
+            return true;
+        }
+        /* EEXIST (another waiter on the same op) or EAGAIN (queue full): poll the record */
+    }
+    durable_poll(d);
+    return true;
 }
 
 static struct reclaim_ctx *reclaim_new(struct kvm_cold *g, const kvm_op_id_t *reclaim_op)
@@ -2421,8 +2674,10 @@ void kvm_cold_close(kvm_rt_t *rt)
     bool posted = g->drain_posted; /* a drain_done still queued on the loop runs after us */
     pthread_mutex_unlock(&g->mu);
     if (posted)
-        g->refs++; /* released by that drain_done */
-    drain_jobs(g); /* their done()s, here on the loop */
+        g->refs++;                   /* released by that drain_done */
+    drain_jobs(g);                   /* their done()s, here on the loop */
+    kvm_cold_health_free(g->health); /* its probe's done() ran in drain_jobs */
+    g->health = NULL;
     if (g->be_open)
         cold_backend_close(&g->be);
     g->be_open = false;
@@ -2441,6 +2696,13 @@ void kvm_cold_close(kvm_rt_t *rt)
         claim_unlink(cl);
         if (!cl->in_route)
             claim_free(cl);
+    }
+    while (g->durables) { /* their core callbacks no longer run */
+        struct durable *d = g->durables;
+        d->in_job = d->in_get = false;
+        durable_answer(d, KVMESH_ECANCELED,
+                       "cold_write_through: the runtime closed before the cold copy committed; "
+                       "the put is not durable");
     }
     while (g->reads)
         cread_finish(g->reads, KVMESH_ECANCELED, NULL, 0);

@@ -50,11 +50,25 @@ int kvm_cold_owner_sums(kvm_rt_t *rt, kvm_cold_owner_sum_t *out, size_t cap);
  * queue not full) sets next->cold to a PendingOffload backing of a fresh cold op for
  * next->content_op on that device. next has its replicas. The owner queues the offload: this
  * runtime after the CAS (kvm_cold_published), another when the commit reaches it
- * (kvm_cold_slot_committed). */
-void kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next);
+ * (kvm_cold_slot_committed). Returns 0, or with cold_write_through on, when no device takes the
+ * object (next->cold left empty), KVMESH_ENOSPC / KVMESH_EAGAIN / KVMESH_EUNAVAILABLE with
+ * kvmesh_last_error() saying why: the put must fail without its CAS. */
+int kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next);
 /* [loop] After a put's route CAS applied: queues the offload of now's PendingOffload backing on
  * this runtime's device. */
 void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now);
+
+/* [loop] cold_write_through (docs/cold.md "Durable puts"): after a put's route CAS applied with
+ * `now` (its content op, its cold backing), waits until that cold op is USAGE_COMMITTED: on this
+ * runtime's device through the offload job's completion (the job runs urgent), on another
+ * runtime's by polling the op record. Returns false when write-through is off (finish the item
+ * now); true when cont(op, it, rc, msg) will run exactly once on the loop: rc 0 (durable), or
+ * an error with a message (the offload was released or parked, no cold backing, the request
+ * deadline passed, the runtime closed). op and it stay the caller's; they must stay valid until
+ * cont ran (an unfinished item keeps its op alive). */
+typedef void (*kvm_cold_durable_cb)(kvm_op_t *op, struct kvm_item *it, int rc, const char *msg);
+bool kvm_cold_durable_wait(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it, const kvm_route_t *now,
+                           kvm_cold_durable_cb cont);
 
 /* [loop] Owner side: a slot of `ident` was committed for a writer elsewhere; looks the route up
  * and queues the offload when it carries a PendingOffload on this runtime's device. */

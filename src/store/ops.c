@@ -769,6 +769,16 @@ static bool cas_refused(int rc)
     return kvm_cas_refused(rc); /* store/repair_plan.c: shared with the handoff and the simulator */
 }
 
+/* cold_write_through: the item's answer once its cold copy committed (or did not). */
+static void durable_done(kvm_op_t *op, struct kvm_item *it, int rc, const char *msg)
+{
+    if (rc) {
+        item_fail(op, it, rc, "%s", msg);
+        return;
+    }
+    item_finish(op, it);
+}
+
 static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
 {
     kvm_rt_t *rt = op->rt;
@@ -785,6 +795,8 @@ static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
     if (kvm_route_copy(&it->route, r) == 0)
         it->have_route = true;
     it->rc = 0;
+    if (kvm_cold_durable_wait(rt, op, it, r, durable_done))
+        return; /* cold_write_through: acknowledged once its cold copy is usage-committed */
     item_finish(op, it);
 }
 
@@ -997,7 +1009,14 @@ static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
                                                                .offset = it->res[i].offset,
                                                                .length = it->len,
                                                                .checksum = it->checksum};
-    kvm_cold_backing_for(rt, &next); /* PendingOffload when the cold tier takes it */
+    rc = kvm_cold_backing_for(rt, &next); /* PendingOffload when the cold tier takes it */
+    if (rc) {                             /* cold_write_through and no device takes it: no CAS */
+        kvm_route_free(&next);
+        kvm_cold_reclaim_settle(rt, it, false);
+        release_res(rt, it);
+        item_fail(op, it, rc, "%s (the put was not applied)", kvmesh_last_error());
+        return;
+    }
     kvm_route_version_t expected = it->have_route ? it->cur.version : KVM_ROUTE_VERSION_NONE;
     struct item_ctx *c = ictx_named(op, it, "control.route_cas");
     if (c)

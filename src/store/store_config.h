@@ -104,10 +104,12 @@ struct kvm_store_config {
     uint32_t n_tenant_placement;
     struct kvm_store_tenant_placement tenant_placement[KVM_STORE_TENANT_SOFT_MAX];
     /* cold tier (src/store/cold_glue.c, docs/cold.md "Store wiring"): one device per runtime */
-    uint32_t cold_kind;                  /* KVM_STORE_COLD_OFF | _LOCALDIR | _EXTENT */
-    char cold_root[KVM_STORE_STR_MAX];   /* the device directory (exists, writable) */
-    uint64_t cold_capacity;              /* payload bytes the device may hold */
-    bool cold_offload;                   /* new writes carry a PendingOffload backing */
+    uint32_t cold_kind;                /* KVM_STORE_COLD_OFF | _LOCALDIR | _EXTENT */
+    char cold_root[KVM_STORE_STR_MAX]; /* the device directory (exists, writable) */
+    uint64_t cold_capacity;            /* payload bytes the device may hold */
+    bool cold_offload;                 /* new writes carry a PendingOffload backing */
+    bool cold_write_through; /* a put acknowledges once its cold copy is usage-committed */
+    uint32_t cold_record_retention_ms;   /* terminal cold records purged after (0 = never) */
     uint32_t cold_queue;                 /* offload jobs queued at most (1..COLD_QUEUE_MAX) */
     uint32_t cold_offload_mode;          /* KVM_STORE_COLD_MODE_PASSTHROUGH | _EVICT */
     uint32_t cold_offload_order;         /* 0 fifo, 1 size (cold_order) */

@@ -18,6 +18,9 @@
  *   - (argv[2] = pair) with a second storage runtime B and its own device, objects that A writes
  *     onto B are offloaded to B's device (B learns of them from the commit):
  *     every object gets a cold copy, both devices hold some, every object reads back;
+ *     (argv[3] = durable, as ctest runs it) with cold_write_through on A: every put through
+ *     A, the ones pinned on B included (A polls B's cold op record), has a materialized cold
+ *     copy when it returns;
  *   - a cold_root that does not exist fails the open with KVMESH_ECONFIG naming it, and so does
  *     the (local) device directory with cold_nfs = true, naming the filesystem type found;
  *   - removing cold-only objects reclaims their cold copies (device used bytes fall by their
@@ -292,6 +295,8 @@ int main(int argc, char **argv)
     bool pair = argc > 2 && strcmp(argv[2], "pair") == 0;
     bool staging = argc > 2 && strcmp(argv[2], "staging") == 0;
     bool clean = argc > 2 && strcmp(argv[2], "clean") == 0;
+    /* pair durable: A and B run cold_write_through; A's puts pinned on B wait for B's offload */
+    bool durable = pair && argc > 3 && strcmp(argv[3], "durable") == 0;
     const char *transport = staging && argc > 3 ? argv[3] : "tcp";
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-store-XXXXXX");
     CHECK(mkdtemp(tmpdir) != NULL);
@@ -328,6 +333,8 @@ int main(int argc, char **argv)
     CHECK(kvmesh_config_set(c, "cold_kind", kind) == 0);
     CHECK(kvmesh_config_set(c, "cold_root", root) == 0);
     CHECK(kvmesh_config_set(c, "cold_capacity", "64MiB") == 0);
+    if (durable)
+        CHECK(kvmesh_config_set(c, "cold_write_through", "true") == 0);
     if (clean) /* small segments: cleaning has whole ones to reclaim */
         CHECK(kvmesh_config_set(c, "cold_segment_bytes", "1MiB") == 0);
     if (restart) { /* routes in metadata and a fixed runtime id: they outlive the runtime */
@@ -365,6 +372,7 @@ int main(int argc, char **argv)
      * device's owner over RPC (STORE_RPC_COLD_READ) */
     CHECK(kvmesh_config_set(c, "memory_size", "0") == 0);
     CHECK(kvmesh_config_set(c, "cold_kind", "off") == 0);
+    CHECK(kvmesh_config_set(c, "cold_write_through", "false") == 0);
     CHECK(kvmesh_config_set(c, "admin_listen", "") == 0);
     CHECK(kvmesh_config_set(c, "runtime_id", "") == 0);
     /* its reclaim records (step 5) are due for the device's owner after 1 s */
@@ -374,6 +382,7 @@ int main(int argc, char **argv)
     snprintf(root2, sizeof(root2), "%s/dev2", tmpdir);
     if (pair) { /* B: the same storage settings, its own device directory */
         CHECK(mkdir(root2, 0700) == 0);
+        CHECK(kvmesh_config_set(cs, "cold_write_through", "false") == 0); /* B: the default */
         CHECK(kvmesh_config_set(cs, "cold_root", root2) == 0);
         CHECK(kvmesh_config_set(cs, "admin_listen", "") == 0);
         CHECK(kvmesh_open(&kv2, cs) == 0);
@@ -407,6 +416,13 @@ int main(int argc, char **argv)
         key_of(i, k, sizeof(k));
         fill(buf, i, 0);
         CHECK(put_retry(kv, k, buf, pair && i % 2 ? &on_b : NULL) == 0);
+        if (durable) { /* acknowledged = its cold copy is committed, on A's device or on B's */
+            kvmesh_route_info_t ri;
+            CHECK(kvmesh_route_query(kvc, &sc, k, strlen(k), &ri) == 0);
+            if (!ri.cold_backed)
+                fprintf(stderr, "durable put %s acknowledged without a cold copy\n", k);
+            CHECK(ri.cold_backed);
+        }
     }
     /* 2. every object reads back with its bytes */
     size_t cold = 0, remote = 0;

@@ -16,8 +16,10 @@ endforeach()
 add_test(NAME cold_store_extent_clean COMMAND ${exe} extent clean)
 set_tests_properties(cold_store_extent_clean PROPERTIES LABELS integration TIMEOUT 300
   ENVIRONMENT "${KVMESH_TEST_ENV}")
+add_test(NAME cold_store_restart COMMAND ${exe} localdir restart)
+# pair runs cold_write_through on A (cold_store.c "durable"): a put waits for B's offload too.
+add_test(NAME cold_store_pair COMMAND ${exe} localdir pair durable)
 foreach(mode restart pair)
-  add_test(NAME cold_store_${mode} COMMAND ${exe} localdir ${mode})
   set_tests_properties(cold_store_${mode} PROPERTIES LABELS integration TIMEOUT 300
     ENVIRONMENT "${KVMESH_TEST_ENV}")
 endforeach()

@@ -4,3 +4,7 @@
 add_test(NAME cold_store_crash COMMAND ${exe})
 set_tests_properties(cold_store_crash PROPERTIES LABELS integration TIMEOUT 300
   ENVIRONMENT "${KVMESH_TEST_ENV}")
+# the same with cold_write_through = true: every acknowledged object survives the kill
+add_test(NAME cold_store_crash_durable COMMAND ${exe} --durable)
+set_tests_properties(cold_store_crash_durable PROPERTIES LABELS integration TIMEOUT 300
+  ENVIRONMENT "${KVMESH_TEST_ENV}")

@@ -11,7 +11,12 @@
  *   - `devices ID` reads one record exactly;
  *   - used / reserved / free bytes and operation counts come from the record written here (an
  *     offload needs a writer runtime with a cold tier; the cold tests cover the accounting);
- *   - bad arguments: not a device id (2), an unknown device (3), two ids (2).
+ *   - bad arguments: not a device id (2), an unknown device (3), two ids (2);
+ *   - lifecycle: `devices drain ID` of a daemon's device makes its record draining and
+ *     unschedulable (a repeat writes nothing), `devices retire ID` of the record holding used and
+ *     reserved bytes is refused (exit 1) naming them and changes nothing, retire of the other
+ *     daemon's empty device succeeds and a drain of it is then refused (2); drain of the
+ *     malformed record fails (1), of an unknown device exits 3.
  * Bounded: every wait has a limit; every process is started here and stopped by pid.
  */
 #include <jansson.h>
@@ -223,6 +228,7 @@ static void check_bad_args(struct cluster *c)
         {"zz", NULL, "\"zz\" is not a device id", 2},
         {"cafe00000000000000000000000000ff", NULL, "no cold device cafe00", 3},
         {DV_SYNTH_ID, DV_BROKEN_ID, "expected at most one device id", 2},
+        {"drain", NULL, "drain: expected a device id", 2}, /* an action without its id */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         admin(&o, c, "devices", bad[i].a1, bad[i].a2, NULL, NULL);
@@ -234,6 +240,61 @@ static void check_bad_args(struct cluster *c)
     OPS_ASSERT_RUN(&o, 0);
     OPS_ASSERT_HAS(o.out, "devices [DEVICE]");
     tdaemon_out_free(&o);
+}
+
+/* `devices drain|retire ID` (admin_device.c) and what they leave in the record. */
+static void check_lifecycle(struct cluster *c)
+{
+    json_t *j = admin_json(c, "devices", NULL, NULL);
+    json_t *list = json_object_get(j, "devices");
+    char id0[40], id1[40];
+    snprintf(id0, sizeof(id0), "%s", jstr(find_dev(list, "owner", c->d[0].id), "id"));
+    snprintf(id1, sizeof(id1), "%s", jstr(find_dev(list, "owner", c->d[1].id), "id"));
+    json_decref(j);
+    j = admin_json(c, "devices", "drain", id0);
+    assert_true(json_is_true(json_object_get(j, "changed")));
+    assert_string_equal(jstr(j, "lifecycle"), "draining");
+    assert_true(json_is_false(json_object_get(j, "schedulable")));
+    json_decref(j);
+    j = admin_json(c, "devices", id0, NULL); /* the record, read back */
+    assert_string_equal(jstr(j, "lifecycle"), "draining");
+    assert_true(json_is_false(json_object_get(j, "schedulable")));
+    json_decref(j);
+    j = admin_json(c, "devices", "drain", id0); /* a repeat */
+    assert_true(json_is_false(json_object_get(j, "changed")));
+    json_decref(j);
+
+    tdaemon_out_t o;
+    admin(&o, c, "devices", "retire", DV_SYNTH_ID, NULL, NULL); /* holds used + reserved bytes */
+    OPS_ASSERT_RUN(&o, 1);
+    OPS_ASSERT_HAS(o.err, "still holds 4096 used and 8192 reserved bytes");
+    tdaemon_out_free(&o);
+    j = admin_json(c, "devices", DV_SYNTH_ID, NULL);
+    assert_string_equal(jstr(j, "lifecycle"), "draining"); /* unchanged */
+    json_decref(j);
+
+    admin(&o, c, "devices", "retire", id1, NULL, NULL); /* empty: retired */
+    OPS_ASSERT_RUN(&o, 0);
+    OPS_ASSERT_HAS(o.out, "retired");
+    tdaemon_out_free(&o);
+    j = admin_json(c, "devices", id1, NULL);
+    assert_string_equal(jstr(j, "lifecycle"), "retired");
+    json_decref(j);
+    struct {
+        const char *a1, *a2, *msg;
+        int status;
+    } bad[] = {
+        {"drain", id1, "is retired; it cannot be drained", 2},
+        {"drain", DV_BROKEN_ID, "does not decode", 1},
+        {"retire", "cafe00000000000000000000000000ff", "no cold device cafe00", 3},
+        {"frob", id1, "expected at most one device id, or drain|retire DEVICE", 2},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        admin(&o, c, "devices", bad[i].a1, bad[i].a2, NULL, NULL);
+        OPS_ASSERT_RUN(&o, bad[i].status);
+        OPS_ASSERT_HAS(o.err, bad[i].msg);
+        tdaemon_out_free(&o);
+    }
 }
 
 static void run_cluster(bool etcd)
@@ -259,6 +320,7 @@ static void run_cluster(bool etcd)
     write_records(&c);
     check_listing(&c);
     check_bad_args(&c);
+    check_lifecycle(&c);
     for (int i = 0; i < DV_DAEMONS; i++)
         tdaemon_stop(&c.d[i]);
     testsrv_stop(c.srv);

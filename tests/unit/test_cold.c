@@ -23,6 +23,7 @@
 #include "core/hash.h"
 #include "env/env_uv.h"
 #include "kvmesh.h"
+#include "meta/keyspace.h"
 #include "meta/meta.h"
 
 /* ---- pure parts --------------------------------------------------------------------------- */
@@ -350,6 +351,8 @@ static void run_until(fx_t *f, const bool *done)
     assert_true(*done);
 }
 
+static uint32_t fx_purge_ms; /* cold_config_t.purge_after_ms of the next fx_open */
+
 static void fx_open(fx_t *f, unsigned bugs)
 {
     memset(f, 0, sizeof(*f));
@@ -369,6 +372,7 @@ static void fx_open(fx_t *f, unsigned bugs)
                          .self = kvm_id128_from_u64(9, 9),
                          .op_ttl_ms = 50,
                          .backoff_max_ms = 100,
+                         .purge_after_ms = fx_purge_ms,
                          .exec = &f->io,
                          .test_bugs = bugs};
     assert_int_equal(cold_new(&f->c, f->env, f->meta, &ro, &cfg), 0);
@@ -487,6 +491,38 @@ static res_t adv(fx_t *f, uint64_t seq, enum cold_op_state to)
         cold_op_advance(f->c, &id, to, to == COLD_OP_PAYLOAD_WRITTEN ? &loc : NULL, on_op, &r), 0);
     run_until(f, &r.done);
     return r;
+}
+
+/* A runtime that registers its device again (a restart) keeps the stored lifecycle and
+ * schedulability: they are the operator's (kvmesh admin devices drain|retire). */
+static void test_register_keeps_lifecycle(void **st)
+{
+    (void)st;
+    fx_t f;
+    fx_open(&f, 0);
+    cold_device_t d = f.dev;
+    d.lifecycle = COLD_DEV_DRAINING;
+    d.schedulable = false;
+    assert_int_equal(dev_register(&f, &d).rc, 0); /* created as given */
+    d = f.dev;
+    d.owner_epoch++;
+    d.capacity += 1;
+    res_t r = dev_register(&f, &d); /* the restart registers it active and schedulable */
+    assert_int_equal(r.rc, 0);
+    r = dev_get(&f);
+    assert_int_equal(r.dev.lifecycle, COLD_DEV_DRAINING);
+    assert_false(r.dev.schedulable);
+    assert_int_equal(r.dev.capacity, f.dev.capacity + 1); /* identity fields do update */
+    /* a health writer asking for schedulable (it read the record before the drain) */
+    res_t h = {0};
+    assert_int_equal(cold_device_set_health(f.c, &f.dev.id, COLD_DEV_DEGRADED, true, on_dev, &h),
+                     0);
+    run_until(&f, &h.done);
+    assert_int_equal(h.rc, 0);
+    r = dev_get(&f);
+    assert_int_equal(r.dev.health, COLD_DEV_DEGRADED);
+    assert_false(r.dev.schedulable);
+    fx_close(&f);
 }
 
 static void test_engine_main_path(void **st)
@@ -926,6 +962,72 @@ static void test_recon_resumes(void **st)
     fx_close(&f);
 }
 
+static void on_range(void *arg, const meta_result_t *res)
+{
+    recon_res_t *x = arg;
+    x->done = true;
+    x->r.rc = res->rc;
+    x->r.resumed = (uint32_t)res->n_kvs;
+}
+
+/* The deployment's metadata keys (device, op records, due entries), up to 1000. */
+static uint32_t key_count(fx_t *f)
+{
+    char prefix[KS_KEY_CAP];
+    assert_int_equal(ks_deployment_prefix(prefix, sizeof(prefix), "unit"), 0);
+    recon_res_t x = {0};
+    assert_int_equal(meta_range(f->meta, prefix, NULL, 1000, 1000, on_range, &x), 0);
+    run_until(f, &x.done);
+    assert_int_equal(x.r.rc, 0);
+    return x.r.resumed;
+}
+
+/* Terminal op records are purged after purge_after_ms from the "released" due index, so the key
+ * count stays bounded under churn: 3 rounds of 24 ops planned and released leave the device
+ * record alone once their retention passed and reconciliation ran (with purge off: every op
+ * record and no due entry stays, 1 + 72 keys). A released op's record reads back until then. */
+static void churn_purge(uint32_t purge_ms, uint32_t *peak, uint32_t *end)
+{
+    fx_purge_ms = purge_ms;
+    fx_t f;
+    fx_open(&f, 0);
+    fx_purge_ms = 0;
+    assert_int_equal(dev_register(&f, &f.dev).rc, 0);
+    *peak = 0;
+    for (uint64_t round = 0; round < 3; round++) {
+        for (uint64_t i = 0; i < 24; i++) {
+            uint64_t seq = 1 + round * 100 + i;
+            assert_int_equal(plan(&f, seq, 10).rc, 0);
+            assert_int_equal(adv(&f, seq, COLD_OP_RESERVED).rc, 0);
+            assert_int_equal(adv(&f, seq, COLD_OP_RELEASED).rc, 0);
+        }
+        uint32_t n = key_count(&f);
+        *peak = n > *peak ? n : *peak;
+        usleep(80 * 1000); /* past purge_after_ms (and op_ttl_ms) */
+        for (int pass = 0; pass < 4; pass++) {
+            recon_res_t x = {0};
+            assert_int_equal(cold_recon_pass(f.c, 16, on_recon, &x), 0);
+            run_until(&f, &x.done);
+            assert_int_equal(x.r.rc, 0);
+            drain(&f);
+        }
+    }
+    *end = key_count(&f);
+    assert_int_equal(dev_get(&f).dev.reserved, 0);
+    fx_close(&f);
+}
+
+static void test_purge_bounded(void **st)
+{
+    (void)st;
+    uint32_t peak = 0, end = 0;
+    churn_purge(50, &peak, &end);
+    assert_true(peak <= 1 + 2 * 24); /* one round's records and their due entries at most */
+    assert_int_equal(end, 1);        /* the device record alone */
+    churn_purge(0, &peak, &end);     /* purge off: every record stays */
+    assert_int_equal(end, 1 + 3 * 24);
+}
+
 /* Every (from, to) pair through the engine: an op driven to `from` (by a legal path), then
  * `to` attempted: applied exactly for the diagram's edges, refused (ECONFLICT, record unchanged)
  * otherwise, and a repeat of an applied edge is `repeated`. */
@@ -1007,6 +1109,8 @@ int main(void)
         cmocka_unit_test(test_device_accounting),
         cmocka_unit_test(test_codecs),
         cmocka_unit_test(test_engine_main_path),
+        cmocka_unit_test(test_register_keeps_lifecycle),
+        cmocka_unit_test(test_purge_bounded),
         cmocka_unit_test(test_engine_capacity_and_exits),
         cmocka_unit_test(test_engine_all_edges),
         cmocka_unit_test(test_offload_evict_restore),

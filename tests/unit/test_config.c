@@ -98,6 +98,11 @@ static const struct {
      "B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
     {"cold_offload", "maybe",
      "cold_offload: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, 1|0)"},
+    {"cold_record_retention_ms", "86400001",
+     "cold_record_retention_ms: \"86400001\" is out of range; allowed 0..86400000"},
+    {"cold_write_through", "maybe",
+     "cold_write_through: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, "
+     "1|0)"},
     {"cold_queue", "5000", "cold_queue: \"5000\" is out of range; allowed 1..4096"},
     {"cold_offload_mode", "lazy",
      "cold_offload_mode: \"lazy\" is not allowed; allowed passthrough|evict"},
@@ -397,6 +402,24 @@ static void test_validate_cross_fields(void **state)
                 sc.cold_offload_order == 0 && sc.cold_offload_bytes_per_sec == 0 &&
                 sc.cold_high_watermark == 0.0 && sc.cold_retry_backoff_ms == 2 &&
                 sc.cold_retry_backoff_max_ms == 10000);
+    assert_false(sc.cold_write_through);
+    /* cold_write_through: needs a device, offload on and passthrough mode */
+    assert_int_equal(kvmesh_config_set(c, "cold_write_through", "true"), 0);
+    assert_int_equal(kvm_config_validate(c), 0);
+    kvm_config_to_store(c, &sc);
+    assert_true(sc.cold_write_through);
+    assert_int_equal(kvmesh_config_set(c, "cold_offload_mode", "evict"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_non_null(strstr(kvmesh_last_error(), "cold_write_through needs a cold device"));
+    assert_int_equal(kvmesh_config_set(c, "cold_offload_mode", "passthrough"), 0);
+    assert_int_equal(kvmesh_config_set(c, "cold_offload", "false"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_int_equal(kvmesh_config_set(c, "cold_offload", "true"), 0);
+    assert_int_equal(kvmesh_config_set(c, "cold_kind", "off"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_int_equal(kvmesh_config_set(c, "cold_kind", "extent"), 0);
+    assert_int_equal(kvmesh_config_set(c, "cold_write_through", "false"), 0);
+    kvm_config_to_store(c, &sc);
     assert_true(sc.cold_clean_bytes_per_tick == (64ull << 20) &&
                 sc.cold_segment_bytes == (256ull << 20));
     kvmesh_config_free(c);

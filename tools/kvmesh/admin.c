@@ -1515,7 +1515,7 @@ int cmd_admin(int argc, char **argv)
         "cleanup [--apply] | drain MEMBER | "
         "activate MEMBER | tenants [TENANT] | policy list | policy get TENANT | "
         "policy set TENANT FIELD=VALUE... [--apply] | "
-        "devices [DEVICE] | quota TENANT "
+        "devices [DEVICE] | devices drain|retire DEVICE | quota TENANT "
         "[abort|reconcile [--apply]] | quota TENANT object KEY [--domain D] [options]";
     static const char desc[] =
         "Reads the deployment's metadata directly (no runtime joins), in bounded pages:\n"
@@ -1552,6 +1552,9 @@ int cmd_admin(int argc, char **argv)
         "          restart them with the printed tenant_policies entry).\n"
         "devices   cold device records (docs/cold.md): id, owner, kind, lifecycle, health,\n"
         "          schedulable, capacity / used / reserved bytes, root; with DEVICE only that one\n"
+        "          drain DEVICE: no new cold copies placed there (unschedulable, draining); its\n"
+        "          copies stay readable. retire DEVICE: only once it holds no used or reserved\n"
+        "          bytes (refused, naming them, otherwise)\n"
         "quota     TENANT: its usage and its reservations (non-terminal quota operations from\n"
         "          the due index, deadline order, with the reconciliation backlog).\n"
         "          quota TENANT abort: pending reservations past their deadline (or --op ID);\n"
@@ -1582,7 +1585,7 @@ int cmd_admin(int argc, char **argv)
         {"drain", 1, 1, " MEMBER"},
         {"activate", 1, 1, " MEMBER"},
         {"tenants", 0, 1, " [TENANT]"},
-        {"devices", 0, 1, " [DEVICE]"},
+        {"devices", 0, 2, " [DEVICE] | drain|retire DEVICE"},
         {"policy", 1, CLI_MAX_POS - 1, " list | get TENANT | set TENANT FIELD=VALUE..."},
         {"quota", 1, 3, " TENANT [abort|reconcile] [--apply] [--op ID] | TENANT object KEY"},
     };
@@ -1725,7 +1728,28 @@ int cmd_admin(int argc, char **argv)
         kvmesh_config_free(cfg);
         return CLI_EXIT_FAIL;
     }
-    if (strcmp(x.sub, "members") == 0)
+    bool dev_action = strcmp(x.sub, "devices") == 0 && npos == 3 &&
+                      (strcmp(pos[1], "drain") == 0 || strcmp(pos[1], "retire") == 0);
+    if (strcmp(x.sub, "devices") == 0 && npos == 3 && !dev_action) {
+        fprintf(stderr, "kvmesh admin devices: expected at most one device id, or drain|retire "
+                        "DEVICE; usage: kvmesh admin devices [DEVICE] | drain|retire DEVICE\n");
+        kvmesh_admin_close(x.a);
+        kvmesh_config_free(cfg);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(x.sub, "devices") == 0 && npos == 2 &&
+        (strcmp(pos[1], "drain") == 0 || strcmp(pos[1], "retire") == 0)) {
+        fprintf(stderr,
+                "kvmesh admin devices %s: expected a device id; usage: kvmesh admin "
+                "devices %s DEVICE\n",
+                pos[1], pos[1]);
+        kvmesh_admin_close(x.a);
+        kvmesh_config_free(cfg);
+        return CLI_EXIT_USAGE;
+    }
+    if (dev_action)
+        rc = admin_device_action(x.a, cfg, pos[1], pos[2], x.json);
+    else if (strcmp(x.sub, "members") == 0)
         rc = do_members(&x, false);
     else if (strcmp(x.sub, "segments") == 0 && x.op_seg)
         rc = do_segment_lifecycle(&x, pos[2], pos[3]);

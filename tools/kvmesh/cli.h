@@ -148,5 +148,8 @@ int admin_policy_set(struct kvmesh_admin *a, const kvmesh_config_t *cfg, const c
 /* kvmesh admin quota TENANT object KEY (admin_object.c): the exit status. */
 int admin_quota_object(struct kvmesh_admin *a, const kvmesh_config_t *cfg, const char *tenant,
                        const char *domain, const char *key, bool json);
+/* kvmesh admin devices drain|retire DEVICE (admin_device.c): the exit status. */
+int admin_device_action(struct kvmesh_admin *a, const kvmesh_config_t *cfg, const char *action,
+                        const char *id, bool json);
 
 #endif
