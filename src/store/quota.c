@@ -49,6 +49,9 @@ struct kvm_quota {
     uint32_t degraded_passes;
     uint64_t recon_trips_at_start, recon_round_trips; /* metadata calls made by passes */
     uint64_t round_backlog, round_degraded;           /* sums of the round in progress */
+    /* test-only (kvm_quota_test_fail_after_claim): claims still to be followed by a failed CAS */
+    _Atomic uint32_t test_fail_n;
+    _Atomic int test_fail_rc;
 };
 
 static void fifo_push(struct qfifo *f, const char *domain, const char *key, uint64_t len)
@@ -930,10 +933,34 @@ struct qhook {
     char op_id[TN_OPID_CAP];
 };
 
+uint32_t kvm_quota_test_fail_after_claim(kvm_rt_t *rt, uint32_t n, int rc)
+{
+    if (!rt->quota)
+        return 0;
+    atomic_store(&rt->quota->test_fail_rc, rc ? rc : KVMESH_EUNAVAILABLE);
+    return atomic_exchange(&rt->quota->test_fail_n, n);
+}
+
+int kvm_quota_test_fault(kvm_rt_t *rt)
+{
+    struct kvm_quota *q = rt->quota;
+    uint32_t n = q ? atomic_load(&q->test_fail_n) : 0;
+    while (n && !atomic_compare_exchange_weak(&q->test_fail_n, &n, n - 1))
+        ;
+    return n ? atomic_load(&q->test_fail_rc) : 0;
+}
+
 static void hook_claimed(void *arg, int rc, const tn_op_view_t *v)
 {
     (void)v;
     struct qhook *h = arg;
+    int fault = rc == 0 ? kvm_quota_test_fault(h->rt) : 0;
+    if (fault) { /* test-only: claimed, and the CAS fails outright (nothing applied) */
+        h->done(h->done_arg, kvm_errf(fault, "test fault: route CAS failed after the claim"), NULL,
+                0);
+        free(h);
+        return;
+    }
     static _Thread_local uint8_t hint[TN_HINT_MAX];
     size_t hl = 0;
     if (rc == 0 && h->rt->quota && !h->rt->quota->closing &&

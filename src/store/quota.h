@@ -121,6 +121,15 @@ void kvm_quota_finalize(struct kvm_op *op, struct kvm_item *it, const kvm_route_
 void kvm_quota_abort(struct kvm_rt *rt, struct kvm_item *it);
 /* [any] */
 void kvm_quota_item_free(struct kvm_item *it);
+/* [any] Test-only (never called by the runtime; tests/integration/tenant_store.c): the next n
+ * claims this runtime makes — its own claim before a MetadataOnly route CAS, or its claim
+ * hook's as a route primary (EmbeddedWrh) — are followed by a route CAS that fails outright with
+ * rc (0: KVMESH_EUNAVAILABLE) and is not applied: the window between a claim (the operation
+ * PUBLISHING) and its CAS. Returns how many were still armed before (so n = 0 disarms and
+ * tells how many were taken). No effect before the runtime opened its quota handle.
+ * kvm_quota_test_fault [loop] takes one such fault: its rc, 0 when none is armed. */
+uint32_t kvm_quota_test_fail_after_claim(struct kvm_rt *rt, uint32_t n, int rc);
+int kvm_quota_test_fault(struct kvm_rt *rt);
 
 /* [loop] diagnostics for /stats?tenant=ID: JSON object into buf (the usage row, the limits,
  * the protocol counters). KVMESH_ENOENT when the tenant has no policy here. */

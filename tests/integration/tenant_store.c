@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/kvmesh_tools.h"
 #include "kvmesh.h"
+#include "store/quota.h"
 #include "testsrv.h"
 
 static int failures;
@@ -249,7 +251,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *url = testsrv_url(srv);
-    const char *pol = "acme:1000:3,beta:100KiB:100";
+    const char *pol = "acme:1000:3,beta:100KiB:100,cf:10000:10";
 
     /* a malformed policy is refused by the field table, naming the field and the problem */
     int orc = 0;
@@ -473,6 +475,43 @@ int main(int argc, char **argv)
                       json_u(qb, "pending_objects") == 0,
                   "beta after batch round %d: %s", round, body);
         }
+    }
+
+    /* A put whose route CAS fails outright after its claim (the operation PUBLISHING) is
+     * published again by the writer inside the call: same content op and publish token, the
+     * current primary claims again (EmbeddedWrh) or the writer's claim stands (MetadataOnly).
+     * Before, the put failed and the object stayed charged, locked (EAGAIN) and degraded until
+     * an operator aborted it. The fault (test-only, kvm_quota_test_fail_after_claim) fails the
+     * CAS after the next claim of a or b: EUNAVAILABLE (with EmbeddedWrh the primary's answer
+     * that it lost the shard, retried by the route client) and EBACKEND (answered to the
+     * writer as is). Then the key is writable again and the accounting exact. */
+    {
+        struct kvm_rt *ra = kvmesh_runtime_of(a), *rb = kvmesh_runtime_of(b);
+        const int faults[2] = {KVMESH_EUNAVAILABLE, KVMESH_EBACKEND};
+        for (int f = 0; f < 2; f++) {
+            char k[16];
+            snprintf(k, sizeof(k), "cf%d", f);
+            kvm_quota_test_fail_after_claim(ra, 1, faults[f]);
+            kvm_quota_test_fail_after_claim(rb, 1, faults[f]);
+            rc = put(a, "cf", NULL, k, 300, (char)('a' + f));
+            uint32_t left = kvm_quota_test_fail_after_claim(ra, 0, 0) +
+                            kvm_quota_test_fail_after_claim(rb, 0, 0);
+            CHECK(left == 1, "fault %s: %u of 2 armed faults left (one claim expected)",
+                  kvmesh_strerror(faults[f]), left);
+            CHECK(rc == 0, "put %s with the CAS failing after its claim (%s): rc %d", k,
+                  kvmesh_strerror(faults[f]), rc);
+            CHECK(get_is(b, "cf", NULL, k, 300, (char)('a' + f)) == 0, "%s reads back", k);
+            rc = put(b, "cf", NULL, k, 200, (char)('A' + f));
+            CHECK(rc == 0, "%s writable again (not locked): rc %d", k, rc);
+            CHECK(get_is(a, "cf", NULL, k, 200, (char)('A' + f)) == 0, "%s overwritten", k);
+        }
+        st = http_get(admin_port, "/stats?tenant=cf", body, sizeof(body));
+        const char *qc = strstr(body, "\"quota\":");
+        CHECK(st == 200 && qc && json_u(qc, "committed_bytes") == 400 &&
+                  json_u(qc, "committed_objects") == 2 && json_u(qc, "pending_bytes") == 0 &&
+                  json_u(qc, "pending_objects") == 0 && json_u(qc, "ops_publishing") == 0 &&
+                  json_u(qc, "recon_backlog") == 0,
+              "cf accounting after the failed CASes: %s", body);
     }
 
     /* a tenant without a policy is not limited */
