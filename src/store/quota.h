@@ -56,10 +56,12 @@ bool kvm_quota_applies(struct kvm_rt *rt, const kvm_ident_t *id);
  * the oldest object this runtime wrote for the same tenant is removed (with its refund) and the
  * reservation retried once. */
 void kvm_quota_put_reserve(struct kvm_op *op, struct kvm_item *it, kvm_q_cont cont);
-/* [loop] put of a batch with 2..TN_BATCH_MAX items of tenants with a policy: route lookups,
- * then tn_reserve_batch (canonical objects-key order, all-or-nothing before any data transfer):
- * cont(op, it, rc) for each such item, every one failing when one is refused. false: not taken
- * (fewer than 2 or more than TN_BATCH_MAX such items; use kvm_quota_put_reserve per item). */
+/* [loop] put of a batch with 2 or more items of tenants with a policy: route lookups, then
+ * reservation in canonical objects-key order in chunks of at most TN_BATCH_MAX, one
+ * tn_reserve_batch each; a refusal aborts every chunk reserved before it (all-or-nothing before
+ * any data transfer): cont(op, it, rc) for each such item, every one failing when one is
+ * refused, the message naming that item's index and key. false: not taken (fewer than 2 such
+ * items; use kvm_quota_put_reserve). */
 bool kvm_quota_put_batch(struct kvm_op *op, kvm_q_cont cont);
 /* [loop] remove: tn_reserve of the delete against `cur`; cont(op, it, 0) proceeds (it->q may be
  * NULL afterwards: the object has no accounting row). */
