@@ -1169,18 +1169,25 @@ static void hop_usage(void *arg, int rc, const tn_usage_t *u, const tn_policy_t 
         h->u = *u;
         h->p = *p;
     }
-    if (h->rt->quota) {
-        kvm_quota_stats(h->rt, &h->st, &h->degraded_passes);
-        h->evictions = h->rt->quota->recovery_evictions;
-        h->recon_trips = h->rt->quota->recon_round_trips;
-    }
     hop_finish(h, rc);
 }
 
+/* The counters are taken before this answer's own usage read, and a reconciliation pass in
+ * flight counts its calls so far as reconciliation calls: so meta_round_trips minus
+ * recon_round_trips moves only by the calls of writes and earlier answers' reads, whenever it
+ * is read (before, a pass in flight at one read and finished at the next shifted its calls from
+ * one counter to the other: tenant_store saw -1 quota calls of an idle runtime). */
 static void hop_run(void *arg)
 {
     struct hop *h = arg;
-    int rc = h->rt->quota ? kvm_quota_usage(h->rt, h->tenant, hop_usage, h) : KVMESH_ENOENT;
+    struct kvm_quota *q = h->rt->quota;
+    if (q) {
+        kvm_quota_stats(h->rt, &h->st, &h->degraded_passes);
+        h->evictions = q->recovery_evictions;
+        h->recon_trips = q->recon_round_trips +
+                         (q->recon_running ? h->st.meta_round_trips - q->recon_trips_at_start : 0);
+    }
+    int rc = q ? kvm_quota_usage(h->rt, h->tenant, hop_usage, h) : KVMESH_ENOENT;
     if (rc)
         hop_finish(h, rc);
 }
@@ -1289,6 +1296,7 @@ static void rnow_done(void *arg, const tn_recon_report_t *r)
     recon_count(n->rt, r);
     recon_arm(n->rt); /* a timer tick that found this pass running did not re-arm */
     tn_get_stats(q->tn, &n->st);
+    q->recon_round_trips += n->st.meta_round_trips - q->recon_trips_at_start;
     rnow_finish(n, 0, r);
 }
 
@@ -1312,6 +1320,9 @@ static void rnow_run(void *arg)
     /* replay: a delete's tombstone through the current fenced primary (quota_tomb.c) */
     tn_route_ops_t ops = {.lookup = recon_lookup, .replay = kvm_quota_replay, .ctx = rt};
     q->recon_running = true;
+    tn_stats_t st;
+    tn_get_stats(q->tn, &st);
+    q->recon_trips_at_start = st.meta_round_trips; /* counted as a pass's, as the timer's */
     if (tn_recon_pass(q->tn, n->tenant, &ops, QUOTA_RECON_PAGE, rnow_done, n) != 0) {
         q->recon_running = false;
         rnow_finish(n, KVMESH_EAGAIN, NULL);
