@@ -49,6 +49,7 @@ struct kvm_quota {
     uint32_t degraded_passes;
     uint64_t recon_trips_at_start, recon_round_trips; /* metadata calls made by passes */
     uint64_t round_backlog, round_degraded;           /* sums of the round in progress */
+    void *tomb_waiting; /* quota_tomb.c: its tombstones waiting for a tenant-layer callback */
     /* test-only (kvm_quota_test_fail_after_claim): claims still to be followed by a failed CAS */
     _Atomic uint32_t test_fail_n;
     _Atomic int test_fail_rc;
@@ -358,6 +359,7 @@ void kvm_quota_close(kvm_rt_t *rt)
     env_timer_cancel(rt->env, q->recon_timer);
     q->recon_timer = 0;
     tn_close(q->tn);
+    kvm_quota_tomb_close(rt); /* what waited for a callback tn_close will not run */
     for (uint32_t i = 0; i < q->n; i++)
         fifo_clear(&q->fifo[i]);
     rt->quota = NULL;
@@ -886,6 +888,11 @@ int kvm_quota_claim_blob_raw(kvm_rt_t *rt, const char *tenant, const char *domai
     if (kvm_wr_finish(&w, len) != 0)
         return kvm_errf(KVMESH_ETOOBIG, "quota claim does not fit %zu bytes", cap);
     return 0;
+}
+
+void **kvm_quota_tomb_head(kvm_rt_t *rt)
+{
+    return rt->quota ? &rt->quota->tomb_waiting : NULL;
 }
 
 tn_t *kvm_quota_tn(kvm_rt_t *rt)

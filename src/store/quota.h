@@ -89,6 +89,11 @@ void kvm_quota_claim_hook(struct kvm_rt *rt, bool on);
 /* [loop] internal to quota*.c: the tenant handle (NULL when off or closing), and the claim blob
  * of kvm_quota_cas_claim_blob from its parts (with this runtime's hint of the operation). */
 tn_t *kvm_quota_tn(struct kvm_rt *rt);
+/* [loop] internal to quota*.c: quota_tomb.c's list of tombstones waiting for a tenant-layer
+ * callback (NULL when off), and kvm_quota_close's end of them after tn_close (evictions answered
+ * ECANCELED, their slots back to the owner; replays answered ECANCELED; each freed). */
+void **kvm_quota_tomb_head(struct kvm_rt *rt);
+void kvm_quota_tomb_close(struct kvm_rt *rt);
 int kvm_quota_claim_blob_raw(struct kvm_rt *rt, const char *tenant, const char *domain,
                              const char *key, const char *op_id, uint64_t publish_token,
                              const uint8_t *payload, size_t payload_len, uint8_t *buf, size_t cap,
