@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/util.h"
 
@@ -54,12 +55,17 @@ const char *kvmesh_version(void)
         KVMESH_VERSION_PATCH);
 }
 
+/* Formatted into a scratch buffer first: the arguments may point into tls_errmsg itself (a
+ * message wrapping kvmesh_last_error()), and vsnprintf's source and destination must not
+ * overlap. */
 int kvm_errf(int err, const char *fmt, ...)
 {
+    static _Thread_local char scratch[sizeof(tls_errmsg)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tls_errmsg, sizeof(tls_errmsg), fmt, ap);
+    vsnprintf(scratch, sizeof(scratch), fmt, ap);
     va_end(ap);
+    memcpy(tls_errmsg, scratch, strlen(scratch) + 1);
     return err;
 }
 

@@ -749,6 +749,15 @@ static void indet_looked_up(void *arg, int rc, const kvm_route_t *r)
         publish_cas(op, it);
         return;
     }
+    if (it->rc && it->rc != KVMESH_ETIMEDOUT && it->rc != KVMESH_EINDETERMINATE) {
+        /* a quota put whose CAS failed outright after its claim (quota_settle_wanted) */
+        item_fail(op, it, it->rc,
+                  "route update failed after the quota claim (%s) and could not be published "
+                  "again in time; the operation is left to reconciliation: read the key back or "
+                  "retry the put",
+                  kvmesh_strerror(it->rc));
+        return;
+    }
     if (it->rc == KVMESH_ETIMEDOUT) { /* settling a CAS whose answer was lost */
         item_fail(op, it, KVMESH_ETIMEDOUT,
                   "route update did not complete (deadline exceeded); the put may have been "
@@ -777,6 +786,26 @@ static void durable_done(kvm_op_t *op, struct kvm_item *it, int rc, const char *
         return;
     }
     item_finish(op, it);
+}
+
+/* Tenant quota: a route CAS that failed outright (neither refused nor possibly applied) after
+ * the item's claim may have been made — EmbeddedWrh: the primary claimed and then could not
+ * apply (it lost the shard, its route service stayed unavailable); MetadataOnly: the writer
+ * claimed and the metadata CAS failed. Left there, the operation stays PUBLISHING: charged,
+ * locked (further writes answer EAGAIN) and degraded until reconciliation. While the deadline
+ * allows, the writer settles it itself with the reservations it still holds: an exact lookup
+ * re-resolves the shard's current primary, a route carrying our content op is published, an
+ * unchanged predecessor is published again with the same content op and publish token
+ * (indet_looked_up -> publish_cas: a claim-carrying CAS, which the current primary claims
+ * again PUBLISHING -> PUBLISHING with its generation and token, or, after the writer's own
+ * claim, a plain CAS whose version finalize's replay claim records). */
+static bool quota_settle_wanted(kvm_op_t *op, struct kvm_item *it, int rc, bool time_left)
+{
+    const struct kvm_qitem *q = it->q;
+    bool claimed = q && (q->state == KVM_Q_CLAIMED ||
+                         (q->state == KVM_Q_RESERVED && q->cas_claim_sent && !q->cas_claim_off));
+    return claimed && !cas_refused(rc) && rc != KVMESH_EINDETERMINATE && rc != KVMESH_ETIMEDOUT &&
+           time_left && ++it->indet_tries <= STORE_INDET_RETRIES && op->rt->route;
 }
 
 static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
@@ -872,6 +901,11 @@ static void published(void *arg, int rc, const kvm_route_t *r)
         start_lookup(op, it, indet_looked_up);
         return;
     }
+    if (quota_settle_wanted(op, it, rc, time_left)) {
+        it->rc = rc; /* the final answer if it cannot be published again */
+        start_lookup(op, it, indet_looked_up);
+        return;
+    }
     if (rc == KVMESH_EINDETERMINATE) {
         obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_ERROR, OBS_NONE, it->n_res);
         /* Maybe published: keep the reservations; their TTL expiry asks the route. */
@@ -907,6 +941,12 @@ static void publish_claimed(kvm_op_t *op, struct kvm_item *it, int rc)
         release_res(op->rt, it);
         kvm_quota_abort(op->rt, it); /* still PENDING: release the charge now */
         item_fail(op, it, rc, "%s", kvmesh_last_error());
+        return;
+    }
+    int fault = kvm_quota_test_fault(op->rt); /* test-only: the CAS fails after the claim */
+    struct item_ctx *c = fault ? ictx_named(op, it, NULL) : NULL;
+    if (c) {
+        published(c, kvm_errf(fault, "test fault: route CAS failed after the claim"), NULL);
         return;
     }
     publish_cas_now(op, it);

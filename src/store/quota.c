@@ -49,6 +49,10 @@ struct kvm_quota {
     uint32_t degraded_passes;
     uint64_t recon_trips_at_start, recon_round_trips; /* metadata calls made by passes */
     uint64_t round_backlog, round_degraded;           /* sums of the round in progress */
+    void *tomb_waiting; /* quota_tomb.c: its tombstones waiting for a tenant-layer callback */
+    /* test-only (kvm_quota_test_fail_after_claim): claims still to be followed by a failed CAS */
+    _Atomic uint32_t test_fail_n;
+    _Atomic int test_fail_rc;
 };
 
 static void fifo_push(struct qfifo *f, const char *domain, const char *key, uint64_t len)
@@ -355,6 +359,7 @@ void kvm_quota_close(kvm_rt_t *rt)
     env_timer_cancel(rt->env, q->recon_timer);
     q->recon_timer = 0;
     tn_close(q->tn);
+    kvm_quota_tomb_close(rt); /* what waited for a callback tn_close will not run */
     for (uint32_t i = 0; i < q->n; i++)
         fifo_clear(&q->fifo[i]);
     rt->quota = NULL;
@@ -885,6 +890,11 @@ int kvm_quota_claim_blob_raw(kvm_rt_t *rt, const char *tenant, const char *domai
     return 0;
 }
 
+void **kvm_quota_tomb_head(kvm_rt_t *rt)
+{
+    return rt->quota ? &rt->quota->tomb_waiting : NULL;
+}
+
 tn_t *kvm_quota_tn(kvm_rt_t *rt)
 {
     return rt->quota && !rt->quota->closing ? rt->quota->tn : NULL;
@@ -930,10 +940,34 @@ struct qhook {
     char op_id[TN_OPID_CAP];
 };
 
+uint32_t kvm_quota_test_fail_after_claim(kvm_rt_t *rt, uint32_t n, int rc)
+{
+    if (!rt->quota)
+        return 0;
+    atomic_store(&rt->quota->test_fail_rc, rc ? rc : KVMESH_EUNAVAILABLE);
+    return atomic_exchange(&rt->quota->test_fail_n, n);
+}
+
+int kvm_quota_test_fault(kvm_rt_t *rt)
+{
+    struct kvm_quota *q = rt->quota;
+    uint32_t n = q ? atomic_load(&q->test_fail_n) : 0;
+    while (n && !atomic_compare_exchange_weak(&q->test_fail_n, &n, n - 1))
+        ;
+    return n ? atomic_load(&q->test_fail_rc) : 0;
+}
+
 static void hook_claimed(void *arg, int rc, const tn_op_view_t *v)
 {
     (void)v;
     struct qhook *h = arg;
+    int fault = rc == 0 ? kvm_quota_test_fault(h->rt) : 0;
+    if (fault) { /* test-only: claimed, and the CAS fails outright (nothing applied) */
+        h->done(h->done_arg, kvm_errf(fault, "test fault: route CAS failed after the claim"), NULL,
+                0);
+        free(h);
+        return;
+    }
     static _Thread_local uint8_t hint[TN_HINT_MAX];
     size_t hl = 0;
     if (rc == 0 && h->rt->quota && !h->rt->quota->closing &&
@@ -1142,18 +1176,25 @@ static void hop_usage(void *arg, int rc, const tn_usage_t *u, const tn_policy_t 
         h->u = *u;
         h->p = *p;
     }
-    if (h->rt->quota) {
-        kvm_quota_stats(h->rt, &h->st, &h->degraded_passes);
-        h->evictions = h->rt->quota->recovery_evictions;
-        h->recon_trips = h->rt->quota->recon_round_trips;
-    }
     hop_finish(h, rc);
 }
 
+/* The counters are taken before this answer's own usage read, and a reconciliation pass in
+ * flight counts its calls so far as reconciliation calls: so meta_round_trips minus
+ * recon_round_trips moves only by the calls of writes and earlier answers' reads, whenever it
+ * is read (before, a pass in flight at one read and finished at the next shifted its calls from
+ * one counter to the other: tenant_store saw -1 quota calls of an idle runtime). */
 static void hop_run(void *arg)
 {
     struct hop *h = arg;
-    int rc = h->rt->quota ? kvm_quota_usage(h->rt, h->tenant, hop_usage, h) : KVMESH_ENOENT;
+    struct kvm_quota *q = h->rt->quota;
+    if (q) {
+        kvm_quota_stats(h->rt, &h->st, &h->degraded_passes);
+        h->evictions = q->recovery_evictions;
+        h->recon_trips = q->recon_round_trips +
+                         (q->recon_running ? h->st.meta_round_trips - q->recon_trips_at_start : 0);
+    }
+    int rc = q ? kvm_quota_usage(h->rt, h->tenant, hop_usage, h) : KVMESH_ENOENT;
     if (rc)
         hop_finish(h, rc);
 }
@@ -1262,6 +1303,7 @@ static void rnow_done(void *arg, const tn_recon_report_t *r)
     recon_count(n->rt, r);
     recon_arm(n->rt); /* a timer tick that found this pass running did not re-arm */
     tn_get_stats(q->tn, &n->st);
+    q->recon_round_trips += n->st.meta_round_trips - q->recon_trips_at_start;
     rnow_finish(n, 0, r);
 }
 
@@ -1285,6 +1327,9 @@ static void rnow_run(void *arg)
     /* replay: a delete's tombstone through the current fenced primary (quota_tomb.c) */
     tn_route_ops_t ops = {.lookup = recon_lookup, .replay = kvm_quota_replay, .ctx = rt};
     q->recon_running = true;
+    tn_stats_t st;
+    tn_get_stats(q->tn, &st);
+    q->recon_trips_at_start = st.meta_round_trips; /* counted as a pass's, as the timer's */
     if (tn_recon_pass(q->tn, n->tenant, &ops, QUOTA_RECON_PAGE, rnow_done, n) != 0) {
         q->recon_running = false;
         rnow_finish(n, KVMESH_EAGAIN, NULL);
@@ -1334,6 +1379,16 @@ int kvm_quota_reconcile_now(kvm_rt_t *rt, const char *tenant, tn_recon_report_t 
 
 /* ---- batches: canonical order, all-or-nothing before data transfer ------------------------ */
 
+/* A put batch's quota items (any number up to KVMESH_BATCH_MAX) are reserved in canonical
+ * scoped-key order (the objects/ key of each) in consecutive chunks of at most TN_BATCH_MAX, one
+ * tn_reserve_batch each (which aborts its own chunk on a refusal); a refusal in chunk k aborts
+ * the items of chunks 0..k-1 too, one after another in reverse order, before any item is
+ * answered: all-or-nothing before any data transfer.
+ *
+ *   LOOKUPS --all looked up--> CHUNK(at) --chunk reserved, at < n--> CHUNK(at + m)
+ *                                 |                  at == n: every item RESERVED, continued
+ *                                 +--refused--> UNWIND (abort order[at-1] .. order[0]) --> every
+ *                                               item answered with the refusal naming its item */
 struct qbatch {
     kvm_op_t *op;
     kvm_q_cont cont;
@@ -1342,6 +1397,9 @@ struct qbatch {
     char fail_msg[400];
     struct kvm_item **its;
     kvm_route_version_t *expected;
+    size_t *order;          /* canonical order: indexes into its */
+    size_t at, chunk_n;     /* the chunk in flight: order[at .. at + chunk_n) */
+    tn_reserve_req_t *reqs; /* the chunk's requests (TN_BATCH_MAX) */
 };
 
 struct qb_lk {
@@ -1353,6 +1411,8 @@ static void qbatch_free(struct qbatch *b)
 {
     free(b->its);
     free(b->expected);
+    free(b->order);
+    free(b->reqs);
     free(b);
 }
 
@@ -1375,48 +1435,90 @@ static void qbatch_usage(void *arg, int rc, const tn_usage_t *u, const tn_policy
     for (size_t i = 0; i < b->n; i++)
         bytes += b->its[i]->len;
     const char *tenant = b->its[0]->q->tenant;
+    const char *fkey = b->its[b->failed_index]->q->key;
     if (rc == 0 && u->committed_objects + u->pending_objects + b->n > p->max_objects)
-        snprintf(msg, sizeof(msg),
-                 "batch refused as a whole (item %zu of %zu): tenant '%s': objects quota exceeded: "
-                 "committed %" PRIu64 " + pending %" PRIu64 " + up to %zu requested > max_objects "
-                 "%" PRIu64,
-                 b->failed_index, b->n, tenant, u->committed_objects, u->pending_objects, b->n,
-                 p->max_objects);
+        snprintf(
+            msg, sizeof(msg),
+            "batch refused as a whole (item %zu of %zu, key '%.80s'): tenant '%s': objects quota "
+            "exceeded: committed %" PRIu64 " + pending %" PRIu64 " + up to %zu requested > "
+            "max_objects %" PRIu64,
+            b->failed_index, b->n, fkey, tenant, u->committed_objects, u->pending_objects, b->n,
+            p->max_objects);
     else if (rc == 0)
-        snprintf(msg, sizeof(msg),
-                 "batch refused as a whole (item %zu of %zu): tenant '%s': bytes quota exceeded: "
-                 "committed %" PRIu64 " + pending %" PRIu64 " + up to %" PRIu64
-                 " requested > max_bytes %" PRIu64,
-                 b->failed_index, b->n, tenant, u->committed_bytes, u->pending_bytes, bytes,
-                 p->max_bytes);
+        snprintf(
+            msg, sizeof(msg),
+            "batch refused as a whole (item %zu of %zu, key '%.80s'): tenant '%s': bytes quota "
+            "exceeded: committed %" PRIu64 " + pending %" PRIu64 " + up to %" PRIu64
+            " requested > max_bytes %" PRIu64,
+            b->failed_index, b->n, fkey, tenant, u->committed_bytes, u->pending_bytes, bytes,
+            p->max_bytes);
     else
         snprintf(msg, sizeof(msg),
-                 "batch refused as a whole (item %zu of %zu): tenant '%s': quota exceeded",
-                 b->failed_index, b->n, tenant);
+                 "batch refused as a whole (item %zu of %zu, key '%.80s'): tenant '%s': quota "
+                 "exceeded",
+                 b->failed_index, b->n, fkey, tenant);
     obs_count(b->op->rt->metrics, quota_operations_total, OBS_QOP_RESERVE,
               strstr(msg, "objects quota") ? OBS_QRES_QUOTA_OBJECTS : OBS_QRES_QUOTA_BYTES, 1);
     qbatch_fail_all(b, KVMESH_EQUOTA, msg);
 }
 
+/* Every item is aborted again: answer the refusal (an EQUOTA described from the usage row). */
+static void qbatch_refused(struct qbatch *b)
+{
+    int rc = b->fail_rc;
+    if (rc != KVMESH_EQUOTA || !b->op->rt->quota)
+        qcount(b->op->rt, OBS_QOP_RESERVE, rc); /* EQUOTA: counted once its reason is known */
+    if (rc == KVMESH_EQUOTA && b->op->rt->quota &&
+        kvm_quota_usage(b->op->rt, b->its[0]->q->tenant, qbatch_usage, b) == 0)
+        return;
+    char msg[500];
+    snprintf(msg, sizeof(msg), "batch refused as a whole (item %zu of %zu, key '%.80s'): %s",
+             b->failed_index, b->n, b->its[b->failed_index]->q->key, kvmesh_strerror(rc));
+    qbatch_fail_all(b, rc, msg);
+}
+
+/* UNWIND: the items of the chunks reserved before the refused one, aborted one at a time. */
+static void qbatch_unwind(struct qbatch *b);
+
+static void qbatch_unwound(void *arg, int rc, const tn_op_view_t *v)
+{
+    struct qbatch *b = arg;
+    (void)v; /* a failed abort stays PENDING: expiry reconciliation aborts it */
+    qcount(b->op->rt, OBS_QOP_ABORT, rc);
+    qbatch_unwind(b);
+}
+
+static void qbatch_unwind(struct qbatch *b)
+{
+    while (b->at > 0 && b->op->rt->quota) {
+        struct kvm_qitem *qi = b->its[b->order[--b->at]]->q;
+        if (tn_abort(b->op->rt->quota->tn, qi->tenant, qi->domain, qi->key, qi->op_id,
+                     qbatch_unwound, b) == 0)
+            return;
+    }
+    qbatch_refused(b);
+}
+
+static void qbatch_chunk(struct qbatch *b);
+
 static void qbatch_reserved(void *arg, int rc, size_t failed_index)
 {
     struct qbatch *b = arg;
-    if (rc == 0)
-        obs_count(b->op->rt->metrics, quota_operations_total, OBS_QOP_RESERVE, OBS_QRES_OK, b->n);
-    else if (rc != KVMESH_EQUOTA || !b->op->rt->quota)
-        qcount(b->op->rt, OBS_QOP_RESERVE, rc); /* EQUOTA: counted once its reason is known */
-    if (rc == KVMESH_EQUOTA && b->op->rt->quota) {
-        b->failed_index = failed_index;
-        if (kvm_quota_usage(b->op->rt, b->its[0]->q->tenant, qbatch_usage, b) == 0)
-            return;
-    }
-    if (rc) {
-        char msg[500];
-        snprintf(msg, sizeof(msg), "batch refused as a whole (item %zu of %zu): %s", failed_index,
-                 b->n, kvmesh_strerror(rc));
-        qbatch_fail_all(b, rc, msg);
+    if (rc) { /* the chunk aborted its own items; failed_index is within the chunk */
+        KVM_ASSERT(failed_index < b->chunk_n);
+        b->fail_rc = rc;
+        b->failed_index = b->order[b->at + failed_index];
+        qbatch_unwind(b);
         return;
     }
+    b->at += b->chunk_n;
+    qbatch_chunk(b);
+}
+
+/* Every quota item of the batch is reserved: each continues to placement. */
+static void qbatch_all_reserved(struct qbatch *b)
+{
+    obs_count(b->op->rt->metrics, quota_operations_total, OBS_QOP_RESERVE, OBS_QRES_OK, b->n);
     for (size_t i = 0; i < b->n; i++) {
         struct kvm_item *it = b->its[i];
         it->q->state = KVM_Q_RESERVED;
@@ -1428,6 +1530,70 @@ static void qbatch_reserved(void *arg, int rc, size_t failed_index)
     qbatch_free(b);
 }
 
+/* CHUNK: reserves order[at .. at + TN_BATCH_MAX) with one tn_reserve_batch. */
+static void qbatch_chunk(struct qbatch *b)
+{
+    kvm_rt_t *rt = b->op->rt;
+    if (b->at == b->n) {
+        qbatch_all_reserved(b);
+        return;
+    }
+    b->chunk_n = b->n - b->at < TN_BATCH_MAX ? b->n - b->at : TN_BATCH_MAX;
+    for (size_t j = 0; j < b->chunk_n; j++) {
+        size_t i = b->order[b->at + j];
+        struct kvm_qitem *qi = b->its[i]->q;
+        b->reqs[j] = (tn_reserve_req_t){.tenant = qi->tenant,
+                                        .domain = qi->domain,
+                                        .key = qi->key,
+                                        .op_id = qi->op_id,
+                                        .next_len = b->its[i]->len,
+                                        .expected_route = qi->expected};
+    }
+    int rc = rt->quota ? tn_reserve_batch(rt->quota->tn, b->reqs, b->chunk_n, qbatch_reserved, b)
+                       : kvm_errf(KVMESH_ECANCELED, "runtime closing");
+    if (rc) { /* nothing of this chunk reserved */
+        b->fail_rc = rc;
+        b->failed_index = b->order[b->at];
+        qbatch_unwind(b);
+    }
+}
+
+struct qb_key {
+    char *key; /* the objects/ key (owned) */
+    size_t i;
+};
+
+static int qb_key_cmp(const void *x, const void *y)
+{
+    return strcmp(((const struct qb_key *)x)->key, ((const struct qb_key *)y)->key);
+}
+
+/* The canonical order of the batch's items (their objects/ keys, as tn_reserve_batch orders a
+ * chunk), so that consecutive chunks acquire in one global order. */
+static int qbatch_order(struct qbatch *b)
+{
+    kvm_rt_t *rt = b->op->rt;
+    struct qb_key *k = calloc(b->n, sizeof(*k));
+    int rc = k ? 0 : KVMESH_ENOMEM;
+    static _Thread_local char buf[KS_KEY_CAP];
+    for (size_t i = 0; rc == 0 && i < b->n; i++) {
+        const struct kvm_qitem *qi = b->its[i]->q;
+        rc = ks_object_key(buf, sizeof(buf), rt->cfg.deployment, qi->tenant, qi->domain, qi->key);
+        k[i].i = i;
+        k[i].key = rc == 0 ? strdup(buf) : NULL;
+        if (rc == 0 && !k[i].key)
+            rc = KVMESH_ENOMEM;
+    }
+    if (rc == 0)
+        qsort(k, b->n, sizeof(*k), qb_key_cmp);
+    for (size_t i = 0; k && i < b->n; i++) {
+        b->order[i] = k[i].i;
+        free(k[i].key);
+    }
+    free(k);
+    return rc;
+}
+
 static void qbatch_send(struct qbatch *b)
 {
     kvm_rt_t *rt = b->op->rt;
@@ -1436,28 +1602,16 @@ static void qbatch_send(struct qbatch *b)
                         b->fail_rc ? b->fail_msg : "runtime closing");
         return;
     }
-    tn_reserve_req_t *reqs = calloc(b->n, sizeof(*reqs));
-    if (!reqs) {
-        qbatch_fail_all(b, KVMESH_ENOMEM, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < b->n; i++) {
-        struct kvm_qitem *qi = b->its[i]->q;
-        qi->expected = b->expected[i];
-        reqs[i] = (tn_reserve_req_t){.tenant = qi->tenant,
-                                     .domain = qi->domain,
-                                     .key = qi->key,
-                                     .op_id = qi->op_id,
-                                     .next_len = b->its[i]->len,
-                                     .expected_route = b->expected[i]};
-    }
-    int rc = tn_reserve_batch(rt->quota->tn, reqs, b->n, qbatch_reserved, b);
-    free(reqs);
+    for (size_t i = 0; i < b->n; i++)
+        b->its[i]->q->expected = b->expected[i];
+    int rc = qbatch_order(b);
     if (rc) {
         char msg[400];
-        snprintf(msg, sizeof(msg), "%s", kvmesh_last_error());
+        snprintf(msg, sizeof(msg), "batch quota reservation: %s", kvmesh_strerror(rc));
         qbatch_fail_all(b, rc, msg);
+        return;
     }
+    qbatch_chunk(b);
 }
 
 static void qbatch_looked(void *arg, int rc, const kvm_route_t *r)
@@ -1484,14 +1638,16 @@ bool kvm_quota_put_batch(kvm_op_t *op, kvm_q_cont cont)
     size_t n = 0;
     for (size_t i = 0; i < op->n; i++)
         n += kvm_quota_applies(rt, &op->items[i].ident);
-    if (n < 2 || n > TN_BATCH_MAX)
-        return false; /* one item: the single path (with recovery); larger: item by item */
+    if (n < 2)
+        return false; /* one item: the single path (with recovery) */
     struct qbatch *b = calloc(1, sizeof(*b));
     if (b) {
         b->its = calloc(n, sizeof(*b->its));
         b->expected = calloc(n, sizeof(*b->expected));
+        b->order = calloc(n, sizeof(*b->order));
+        b->reqs = calloc(TN_BATCH_MAX, sizeof(*b->reqs));
     }
-    if (!b || !b->its || !b->expected) {
+    if (!b || !b->its || !b->expected || !b->order || !b->reqs) {
         if (b)
             qbatch_free(b);
         return false;

@@ -56,10 +56,12 @@ bool kvm_quota_applies(struct kvm_rt *rt, const kvm_ident_t *id);
  * the oldest object this runtime wrote for the same tenant is removed (with its refund) and the
  * reservation retried once. */
 void kvm_quota_put_reserve(struct kvm_op *op, struct kvm_item *it, kvm_q_cont cont);
-/* [loop] put of a batch with 2..TN_BATCH_MAX items of tenants with a policy: route lookups,
- * then tn_reserve_batch (canonical objects-key order, all-or-nothing before any data transfer):
- * cont(op, it, rc) for each such item, every one failing when one is refused. false: not taken
- * (fewer than 2 or more than TN_BATCH_MAX such items; use kvm_quota_put_reserve per item). */
+/* [loop] put of a batch with 2 or more items of tenants with a policy: route lookups, then
+ * reservation in canonical objects-key order in chunks of at most TN_BATCH_MAX, one
+ * tn_reserve_batch each; a refusal aborts every chunk reserved before it (all-or-nothing before
+ * any data transfer): cont(op, it, rc) for each such item, every one failing when one is
+ * refused, the message naming that item's index and key. false: not taken (fewer than 2 such
+ * items; use kvm_quota_put_reserve). */
 bool kvm_quota_put_batch(struct kvm_op *op, kvm_q_cont cont);
 /* [loop] remove: tn_reserve of the delete against `cur`; cont(op, it, 0) proceeds (it->q may be
  * NULL afterwards: the object has no accounting row). */
@@ -87,6 +89,11 @@ void kvm_quota_claim_hook(struct kvm_rt *rt, bool on);
 /* [loop] internal to quota*.c: the tenant handle (NULL when off or closing), and the claim blob
  * of kvm_quota_cas_claim_blob from its parts (with this runtime's hint of the operation). */
 tn_t *kvm_quota_tn(struct kvm_rt *rt);
+/* [loop] internal to quota*.c: quota_tomb.c's list of tombstones waiting for a tenant-layer
+ * callback (NULL when off), and kvm_quota_close's end of them after tn_close (evictions answered
+ * ECANCELED, their slots back to the owner; replays answered ECANCELED; each freed). */
+void **kvm_quota_tomb_head(struct kvm_rt *rt);
+void kvm_quota_tomb_close(struct kvm_rt *rt);
 int kvm_quota_claim_blob_raw(struct kvm_rt *rt, const char *tenant, const char *domain,
                              const char *key, const char *op_id, uint64_t publish_token,
                              const uint8_t *payload, size_t payload_len, uint8_t *buf, size_t cap,
@@ -121,6 +128,15 @@ void kvm_quota_finalize(struct kvm_op *op, struct kvm_item *it, const kvm_route_
 void kvm_quota_abort(struct kvm_rt *rt, struct kvm_item *it);
 /* [any] */
 void kvm_quota_item_free(struct kvm_item *it);
+/* [any] Test-only (never called by the runtime; tests/integration/tenant_store.c): the next n
+ * claims this runtime makes — its own claim before a MetadataOnly route CAS, or its claim
+ * hook's as a route primary (EmbeddedWrh) — are followed by a route CAS that fails outright with
+ * rc (0: KVMESH_EUNAVAILABLE) and is not applied: the window between a claim (the operation
+ * PUBLISHING) and its CAS. Returns how many were still armed before (so n = 0 disarms and
+ * tells how many were taken). No effect before the runtime opened its quota handle.
+ * kvm_quota_test_fault [loop] takes one such fault: its rc, 0 when none is armed. */
+uint32_t kvm_quota_test_fail_after_claim(struct kvm_rt *rt, uint32_t n, int rc);
+int kvm_quota_test_fault(struct kvm_rt *rt);
 
 /* [loop] diagnostics for /stats?tenant=ID: JSON object into buf (the usage row, the limits,
  * the protocol counters). KVMESH_ENOENT when the tenant has no policy here. */

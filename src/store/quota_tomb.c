@@ -12,7 +12,10 @@
  * still the current route).
  *
  * One struct qt per tombstone in flight, owned by this file from start to its last callback.
- * Loop thread only.
+ * While it waits for a tenant-layer callback it is linked on the runtime's waiting list
+ * (kvm_quota_tomb_head): tn_close runs no callback after it returns, so kvm_quota_tomb_close
+ * ends those at close (the eviction's slot goes back to its owner, the reconciler is answered
+ * ECANCELED) instead of leaking them. Loop thread only.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +42,37 @@ struct qt {
     /* replay: the reconciler's callback */
     tn_replay_cb rcb;
     void *rarg;
+    /* on the runtime's waiting list while a tenant-layer call is in flight */
+    struct qt *wnext, *wprev;
+    bool waiting;
 };
+
+static void qt_wait(struct qt *t)
+{
+    struct qt **head = (struct qt **)kvm_quota_tomb_head(t->rt);
+    KVM_ASSERT(head && !t->waiting);
+    t->waiting = true;
+    t->wprev = NULL;
+    t->wnext = *head;
+    if (*head)
+        (*head)->wprev = t;
+    *head = t;
+}
+
+static void qt_unwait(struct qt *t)
+{
+    if (!t->waiting)
+        return;
+    struct qt **head = (struct qt **)kvm_quota_tomb_head(t->rt);
+    KVM_ASSERT(head);
+    if (t->wprev)
+        t->wprev->wnext = t->wnext;
+    else
+        *head = t->wnext;
+    if (t->wnext)
+        t->wnext->wprev = t->wprev;
+    t->waiting = false;
+}
 
 static struct qt *qt_new(kvm_rt_t *rt, const kvm_route_t *cur)
 {
@@ -100,6 +133,7 @@ static void qt_end(struct qt *t, int rc)
 static void qt_finalized(void *arg, int rc, const tn_op_view_t *v)
 {
     struct qt *t = arg;
+    qt_unwait(t);
     (void)v; /* a failed finalize is the reconciler's: the tombstone carries the operation id */
     obs_count(t->rt->metrics, quota_operations_total, OBS_QOP_FINALIZE,
               rc == 0 ? OBS_QRES_OK : OBS_QRES_ERROR, 1);
@@ -117,14 +151,18 @@ static void qt_recorded(struct qt *t)
         qt_end(t, 0);
         return;
     }
+    qt_wait(t);
     if (tn_finalize(qt_tn(t), t->tenant, t->domain, t->key, t->op_id, t->published, qt_finalized,
-                    t) != 0)
+                    t) != 0) {
+        qt_unwait(t);
         qt_end(t, 0);
+    }
 }
 
 static void qt_reclaimed(void *arg, int rc, const tn_op_view_t *v)
 {
     struct qt *t = arg;
+    qt_unwait(t);
     (void)v;
     if (rc) { /* published, the version unrecorded: PUBLISHING, the reconciler settles it */
         qt_end(t, t->replay ? rc : 0);
@@ -147,7 +185,11 @@ static int qt_claim(struct qt *t, const kvm_route_version_t *next, tn_cb cb)
                           .next_version = *next,
                           .payload = t->payload,
                           .payload_len = t->payload_len};
-    return tn_claim(qt_tn(t), &req, cb, t);
+    qt_wait(t);
+    int rc = tn_claim(qt_tn(t), &req, cb, t);
+    if (rc)
+        qt_unwait(t);
+    return rc;
 }
 
 /* The tombstone CAS applied at r->version (or found applied: r carries our operation). */
@@ -209,6 +251,7 @@ static void qt_plain_cas(struct qt *t)
 static void qt_claimed(void *arg, int rc, const tn_op_view_t *v)
 {
     struct qt *t = arg;
+    qt_unwait(t);
     (void)v;
     if (!t->replay)
         obs_count(t->rt->metrics, quota_operations_total, OBS_QOP_CLAIM,
@@ -301,6 +344,7 @@ static void qt_plain_evicted(void *arg, int rc, const kvm_route_t *r)
 static void qt_evict_reserved(void *arg, int rc, const tn_op_view_t *v)
 {
     struct qt *t = arg;
+    qt_unwait(t);
     (void)v;
     obs_count(t->rt->metrics, quota_operations_total, OBS_QOP_RESERVE,
               rc == 0 || rc == KVMESH_ENOENT ? OBS_QRES_OK
@@ -344,8 +388,10 @@ int kvm_quota_evict(kvm_rt_t *rt, const kvm_route_t *cur, const kvm_route_t *tom
                             .op_id = t->op_id,
                             .is_delete = true,
                             .expected_route = cur->version};
+    qt_wait(t);
     rc = tn_reserve(kvm_quota_tn(rt), &req, qt_evict_reserved, t);
     if (rc) {
+        qt_unwait(t);
         t->evict_cb = NULL;
         qt_free(t);
     }
@@ -436,4 +482,22 @@ void kvm_quota_replay(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg)
             return;
     }
     env_timer_start(rt->env, 0, qt_replay_refuse, t); /* callbacks never run inside the call */
+}
+
+/* ---- close --------------------------------------------------------------------------------- */
+
+void kvm_quota_tomb_close(kvm_rt_t *rt)
+{
+    struct qt **head = (struct qt **)kvm_quota_tomb_head(rt);
+    while (head && *head) {
+        struct qt *t = *head;
+        qt_unwait(t);
+        if (t->replay) {
+            t->rcb(t->rarg, KVMESH_ECANCELED, KVM_ROUTE_VERSION_NONE);
+            qt_free(t);
+        } else {
+            qt_tell_evict(t, KVMESH_ECANCELED, NULL); /* the slot goes back to its owner */
+            qt_free(t);
+        }
+    }
 }

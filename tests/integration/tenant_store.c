@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/kvmesh_tools.h"
 #include "kvmesh.h"
+#include "store/quota.h"
 #include "testsrv.h"
 
 static int failures;
@@ -249,7 +251,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *url = testsrv_url(srv);
-    const char *pol = "acme:1000:3,beta:100KiB:100";
+    const char *pol = "acme:1000:3,beta:100KiB:100,cf:10000:10,bt:1MiB:200";
 
     /* a malformed policy is refused by the field table, naming the field and the problem */
     int orc = 0;
@@ -472,6 +474,94 @@ int main(int argc, char **argv)
             CHECK(qb && json_u(qb, "committed_objects") == want &&
                       json_u(qb, "pending_objects") == 0,
                   "beta after batch round %d: %s", round, body);
+        }
+    }
+
+    /* A put whose route CAS fails outright after its claim (the operation PUBLISHING) is
+     * published again by the writer inside the call: same content op and publish token, the
+     * current primary claims again (EmbeddedWrh) or the writer's claim stands (MetadataOnly).
+     * Before, the put failed and the object stayed charged, locked (EAGAIN) and degraded until
+     * an operator aborted it. The fault (test-only, kvm_quota_test_fail_after_claim) fails the
+     * CAS after the next claim of a or b: EUNAVAILABLE (with EmbeddedWrh the primary's answer
+     * that it lost the shard, retried by the route client) and EBACKEND (answered to the
+     * writer as is). Then the key is writable again and the accounting exact. */
+    {
+        struct kvm_rt *ra = kvmesh_runtime_of(a), *rb = kvmesh_runtime_of(b);
+        const int faults[2] = {KVMESH_EUNAVAILABLE, KVMESH_EBACKEND};
+        for (int f = 0; f < 2; f++) {
+            char k[16];
+            snprintf(k, sizeof(k), "cf%d", f);
+            kvm_quota_test_fail_after_claim(ra, 1, faults[f]);
+            kvm_quota_test_fail_after_claim(rb, 1, faults[f]);
+            rc = put(a, "cf", NULL, k, 300, (char)('a' + f));
+            uint32_t left = kvm_quota_test_fail_after_claim(ra, 0, 0) +
+                            kvm_quota_test_fail_after_claim(rb, 0, 0);
+            CHECK(left == 1, "fault %s: %u of 2 armed faults left (one claim expected)",
+                  kvmesh_strerror(faults[f]), left);
+            CHECK(rc == 0, "put %s with the CAS failing after its claim (%s): rc %d", k,
+                  kvmesh_strerror(faults[f]), rc);
+            CHECK(get_is(b, "cf", NULL, k, 300, (char)('a' + f)) == 0, "%s reads back", k);
+            rc = put(b, "cf", NULL, k, 200, (char)('A' + f));
+            CHECK(rc == 0, "%s writable again (not locked): rc %d", k, rc);
+            CHECK(get_is(a, "cf", NULL, k, 200, (char)('A' + f)) == 0, "%s overwritten", k);
+        }
+        st = http_get(admin_port, "/stats?tenant=cf", body, sizeof(body));
+        const char *qc = strstr(body, "\"quota\":");
+        CHECK(st == 200 && qc && json_u(qc, "committed_bytes") == 400 &&
+                  json_u(qc, "committed_objects") == 2 && json_u(qc, "pending_bytes") == 0 &&
+                  json_u(qc, "pending_objects") == 0 && json_u(qc, "ops_publishing") == 0 &&
+                  json_u(qc, "recon_backlog") == 0,
+              "cf accounting after the failed CASes: %s", body);
+    }
+
+    /* a batch of more than TN_BATCH_MAX (64) quota items is all-or-nothing too: reserved in
+     * canonical key order in chunks of 64, a refusal in the 4th chunk aborts the 3 before it.
+     * bt holds 1 object (max_objects 200): 200 more is one over, nothing is stored or charged
+     * and the error names the refused item (the last in canonical order, bb199, given first);
+     * then 70 (two chunks) are admitted — on Redis only: on etcd (and more so under ASan) the
+     * 70 items' claims and finalizes contending on one usage row outlast the 10 s request
+     * deadline of the one batch call; chunks reserved in sequence are shown by the refusal. */
+    {
+        enum { NBT = 200 };
+        static char keys[NBT][16], vals[NBT][32];
+        static kvmesh_batch_item_t items[NBT];
+        kvmesh_scope_t sc = {"bt", NULL};
+        CHECK(put(a, "bt", NULL, "base", 32, 'o') == 0, "bt base");
+        for (int round = 0; round < (strcmp(backend, "etcd") ? 2 : 1); round++) {
+            int nb = round == 0 ? NBT : 70;
+            for (int i = 0; i < nb; i++) {
+                snprintf(keys[i], sizeof(keys[i]), "bb%03d", nb - 1 - i); /* reverse order */
+                memset(vals[i], 'p' + round, sizeof(vals[i]));
+                items[i] = (kvmesh_batch_item_t){
+                    .key = keys[i], .key_len = strlen(keys[i]), .buf = vals[i], .len = 32};
+            }
+            rc = kvmesh_batch_put(a, &sc, items, (size_t)nb, NULL);
+            char err[600];
+            snprintf(err, sizeof(err), "%s", kvmesh_last_error());
+            int present = 0, refused = 0;
+            for (int i = 0; i < nb; i++) {
+                present += get_is(b, "bt", NULL, keys[i], 32, (char)('p' + round)) == 0;
+                refused += items[i].rc == KVMESH_EQUOTA;
+            }
+            st = http_get(admin_port, "/stats?tenant=bt", body, sizeof(body));
+            const char *qb = strstr(body, "\"quota\":");
+            long long want = round == 0 ? 1 : 71;
+            CHECK(qb && json_u(qb, "committed_objects") == want &&
+                      json_u(qb, "committed_bytes") == want * 32 &&
+                      json_u(qb, "pending_objects") == 0 && json_u(qb, "pending_bytes") == 0 &&
+                      json_u(qb, "ops_pending") == 0,
+                  "bt after the %d-item batch: %s", nb, body);
+            if (round == 0) {
+                printf("200-item batch over quota: %s\n", err);
+                CHECK(rc == KVMESH_EQUOTA && strstr(err, "batch refused as a whole") &&
+                          strstr(err, "item 0 of 200, key 'bb199'") && strstr(err, "objects"),
+                      "200-item batch one over: rc %d: %s", rc, err);
+                CHECK(refused == nb && present == 0, "200-item batch: refused %d, stored %d",
+                      refused, present);
+            } else {
+                CHECK(rc == 0 && present == nb, "70-item batch: rc %d, %d of %d stored (%s)", rc,
+                      present, nb, err);
+            }
         }
     }
 

@@ -64,6 +64,7 @@
 #define QS_DEP       "simq"
 
 enum { OPK_PUT = 1, OPK_DEL = 2 };
+#define QS_SETTLES 3 /* a writer's own publications again after a CAS failed after its claim */
 enum { PH_IDLE, PH_RESERVE, PH_PUBLISH, PH_FINALIZE, PH_ABORT };
 
 typedef struct qs_profile {
@@ -73,6 +74,9 @@ typedef struct qs_profile {
     double p_delete;
     bool delayed_cas;    /* publish requests delayed across the pending deadline */
     double p_cas_fails;  /* a claimed CAS fails outright (not applied; the predecessor stays) */
+    bool writer_settles; /* the writer publishes such a put again itself (store ops.c
+                            quota_settle_wanted): the same op and publish token, at most
+                            QS_SETTLES times, before it is left to reconciliation */
     uint32_t keys;       /* per tenant and domain */
     uint32_t writers_lo; /* writers: lo + seed % 2 */
 } qs_profile_t;
@@ -118,7 +122,8 @@ typedef struct qs_node {
     int64_t hid;
     uint32_t recon_tenant;
     bool recon_busy;
-    uint32_t evict; /* 1 + tenant whose write was refused over quota: free room in it */
+    uint32_t evict;   /* 1 + tenant whose write was refused over quota: free room in it */
+    uint32_t settles; /* publications again of the current write (writer_settles) */
 } qs_node_t;
 
 /* durable intent of a writer (survives its crash): the operation to retry */
@@ -136,6 +141,7 @@ struct qs {
     sim_t *sim;
     const qs_profile_t *prof;
     unsigned bugs;
+    bool no_settle; /* variant: the writer gives up at once (as before quota_settle_wanted) */
     uint32_t n, keys, objs;
     char url[64];
     meta_t *world_m, *prim_m;
@@ -167,7 +173,7 @@ struct qs {
     size_t n_allocs, cap_allocs;
     /* counters */
     uint64_t writes_ok, refused_quota, aborts_ok, claims_rejected, fenced, degraded;
-    uint64_t policy_refusals, cas_failed_claimed;
+    uint64_t policy_refusals, cas_failed_claimed, writer_settled;
     bool policy_created[QS_TENANTS];
     /* final phase */
     bool usage_done[QS_TENANTS];
@@ -645,6 +651,31 @@ static void on_finalize(void *arg, int rc, const tn_op_view_t *v)
     write_end(nd, 0, (uint64_t)v->op->delta_bytes, 0);
 }
 
+/* The CAS failed outright after the claim (the operation PUBLISHING): the writer, still up and
+ * within its budget, publishes it again with the same operation and predecessor (the primary
+ * claims again with the same publish token: a replay; or finds it published meanwhile). true:
+ * sent again. A live writer that gives up with budget left leaves the operation charged, locked
+ * and degraded until reconciliation: that is the failure the store's settling removes. */
+static bool writer_settle(qs_node_t *nd)
+{
+    qs_t *qs = nd->qs;
+    if (!qs->no_settle && nd->settles < QS_SETTLES) {
+        nd->settles++;
+        qs->writer_settled++;
+        env_timer_cancel(nd->env, nd->deadline);
+        nd->deadline = 0;
+        send_publish(nd);
+        return true;
+    }
+    const qs_opinfo_t *oi = opinfo(qs, nd->op, false);
+    if (oi && oi->cas_failed_claimed && !oi->cas_applied && nd->settles < QS_SETTLES)
+        sim_fail(qs->sim,
+                 "operation %s: its route CAS failed after the claim and its writer (up, %u of "
+                 "%u publications again left) gave up: left charged and locked to reconciliation",
+                 nd->op, QS_SETTLES - nd->settles, QS_SETTLES);
+    return false;
+}
+
 static void writer_reply(void *arg)
 {
     qs_pub_t *p = arg;
@@ -653,6 +684,8 @@ static void writer_reply(void *arg)
         return; /* the writer is gone: reconciliation closes the window */
     qs_node_t *nd = sim_node_state(qs->sim, p->node);
     if (!nd || nd->stopping || nd->phase != PH_PUBLISH || strcmp(nd->op, p->op) != 0)
+        return;
+    if (p->rc == KVMESH_EUNAVAILABLE && qs->prof->writer_settles && writer_settle(nd))
         return;
     if (p->rc) { /* rejected: aborted (claim refused), fenced (stays publishing), ... */
         write_end(nd, p->rc, 0, 0);
@@ -798,6 +831,7 @@ static void start_write(qs_node_t *nd, const qs_intent_t *in)
     nd->is_delete = in->is_delete;
     nd->len = in->len;
     nd->hid = in->hid;
+    nd->settles = 0;
     qs->intent[nd->id] = *in;
     qs->intent[nd->id].active = true;
     uint32_t t = obj_tenant(qs, in->obj);
@@ -1242,12 +1276,14 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         bugs = TN_TEST_BUG_NO_PENDING_TERM;
     else if (!strcmp(v, "no_replay"))
         bugs = TN_TEST_BUG_NO_REPLAY;
+    else if (!strcmp(v, "no_settle"))
+        bugs = 0; /* scenario-side: the writer's own settling is off */
     else if (*v) {
         memset(res, 0, sizeof(*res));
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
                  "unknown variant '%s' (quota scenarios know abort_publishing, no_pending, "
-                 "no_replay)",
+                 "no_replay, no_settle)",
                  v);
         return 1;
     }
@@ -1255,6 +1291,7 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     KVM_ASSERT(qs != NULL);
     qs->prof = prof;
     qs->bugs = bugs;
+    qs->no_settle = !strcmp(v, "no_settle");
     sim_config_t cfg;
     sim_config_init(&cfg, ro);
     qs->n = prof->writers_lo + (uint32_t)(ro->seed % 2);
@@ -1348,13 +1385,13 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
 out:
     sim_log(sim,
             "writes ok %llu, quota refusals %llu, aborts %llu, claims rejected %llu, fenced "
-            "CAS %llu, refused replays %llu, policy refusals %llu, claimed CAS failed %llu, ops "
-            "%u",
+            "CAS %llu, refused replays %llu, policy refusals %llu, claimed CAS failed %llu, "
+            "published again by the writer %llu, ops %u",
             (unsigned long long)qs->writes_ok, (unsigned long long)qs->refused_quota,
             (unsigned long long)qs->aborts_ok, (unsigned long long)qs->claims_rejected,
             (unsigned long long)qs->fenced, (unsigned long long)qs->degraded,
             (unsigned long long)qs->policy_refusals, (unsigned long long)qs->cas_failed_claimed,
-            qs->n_ops);
+            (unsigned long long)qs->writer_settled, qs->n_ops);
     if (sim_failed(sim) && ro->verbose && ro->out)
         sim_hist_dump(qs->hist, ro->out);
     {
@@ -1420,3 +1457,9 @@ QS_SCENARIO(quota_cas_failed,
             "quota: the primary claims, then its route CAS fails outright; reconciliation replays "
             "it through the current primary with the same publish token",
             .p_cas_fails = 0.3, .p_before_cas = 0.05, .p_delete = 0.4, .keys = 3, .writers_lo = 3)
+QS_SCENARIO(quota_cas_failed_settle,
+            "quota: the primary claims, then its route CAS fails outright; the writer publishes "
+            "it again itself (same operation and publish token) while its budget lasts, "
+            "reconciliation replays what is left",
+            .p_cas_fails = 0.3, .writer_settles = true, .p_before_cas = 0.05, .p_after_cas = 0.05,
+            .p_delete = 0.4, .keys = 3, .writers_lo = 3)

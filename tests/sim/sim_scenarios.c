@@ -36,6 +36,7 @@ extern const sim_scenario_t scen_quota_crash_delete_refund;
 extern const sim_scenario_t scen_quota_delayed_cas;
 extern const sim_scenario_t scen_quota_concurrent;
 extern const sim_scenario_t scen_quota_cas_failed;
+extern const sim_scenario_t scen_quota_cas_failed_settle;
 extern const sim_scenario_t scen_cold_crash_reserve;
 extern const sim_scenario_t scen_cold_crash_write;
 extern const sim_scenario_t scen_cold_crash_locator;
@@ -75,6 +76,7 @@ const sim_scenario_t *const sim_scenarios[] = {
     &scen_quota_delayed_cas,
     &scen_quota_concurrent,
     &scen_quota_cas_failed,
+    &scen_quota_cas_failed_settle,
     &scen_cold_crash_reserve,
     &scen_cold_crash_write,
     &scen_cold_crash_locator,

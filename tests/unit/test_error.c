@@ -40,11 +40,32 @@ static void test_last_error_message(void **state)
     assert_string_equal(kvmesh_last_error(), "field replicas must be > 0");
 }
 
+/* The message may be built from the previous one (kvm_errf("...: %s", kvmesh_last_error()),
+ * six call sites): formatting into the buffer it reads from was undefined (vsnprintf with
+ * overlapping source and destination) and printed garbage, e.g. "quota claim before the route
+ * CAS refused: quota claim before the route CAS refused: 874a8ea is malformed". */
+static void test_last_error_wraps_itself(void **state)
+{
+    (void)state;
+    kvm_errf(KVMESH_EPROTO, "record %s is malformed",
+             "acct-ops/t/0000000000000002-000000000874a8ea");
+    int rc = kvm_errf(KVMESH_ECONFLICT, "quota claim refused: %s", kvmesh_last_error());
+    assert_int_equal(rc, KVMESH_ECONFLICT);
+    assert_string_equal(kvmesh_last_error(), "quota claim refused: record "
+                                             "acct-ops/t/0000000000000002-000000000874a8ea is "
+                                             "malformed");
+    kvm_errf(KVMESH_EINVAL, "%s", kvmesh_last_error()); /* a copy of itself */
+    assert_string_equal(kvmesh_last_error(), "quota claim refused: record "
+                                             "acct-ops/t/0000000000000002-000000000874a8ea is "
+                                             "malformed");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codes_in_band_and_named),
         cmocka_unit_test(test_last_error_message),
+        cmocka_unit_test(test_last_error_wraps_itself),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
