@@ -633,7 +633,8 @@ static void evict_tomb_finalized(void *arg, int rc, const kvm_route_t *r)
 /* An eviction that took the last readable copy published a PENDING tombstone; with no quota
  * accounting to wait for (the remove path's rule) it is finalized at once, so that the purge
  * removes it after tombstone_retention_ms instead of the route state growing with eviction
- * churn. Under a tenant quota it stays PENDING (the accounting decides, as for a remove). */
+ * churn. Under a tenant quota it stays PENDING (the accounting decides, as for a remove); a
+ * PENDING one is purged at the deadline it was published with. */
 static void evict_finalize(kvm_rt_t *rt, const kvm_route_t *r)
 {
     if (!r || r->tomb != KVM_TOMB_PENDING || kvm_quota_applies(rt, &r->ident))
@@ -643,7 +644,7 @@ static void evict_finalize(kvm_rt_t *rt, const kvm_route_t *r)
     kvm_route_init(&fin);
     if (kvm_route_copy(&fin, r) == 0) {
         fin.tomb = KVM_TOMB_FINALIZED;
-        fin.retain_until_ms = env_wall_ms(rt->env) + rt->cfg.tombstone_retention_ms;
+        fin.retain_until_ms = kvm_rt_tomb_deadline(rt);
         (void)route_cas(rt->route, &r->version, &fin, evict_tomb_finalized, NULL);
     }
     kvm_route_free(&fin);
@@ -757,6 +758,7 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
         next.predecessor_op = r->content_op;
         next.content_op = kvm_rt_next_op_id(rt);
         next.tomb = KVM_TOMB_PENDING;
+        next.retain_until_ms = kvm_rt_tomb_deadline(rt); /* purged then, even if kept PENDING */
         next.length = next.checksum = 0;
         memset(&next.cold, 0, sizeof(next.cold));
     }
