@@ -22,9 +22,9 @@ set_tests_properties(store_purge_redis_metadata_only store_purge_etcd_metadata_o
   LABELS integration TIMEOUT 300 ENVIRONMENT "${KVMESH_TEST_ENV}")
 # A tenant with a quota policy: its tombstones stay PENDING and are purged at their deadline.
 add_test(NAME store_purge_redis_quota COMMAND ${exe} redis --quota --duration ${purge_short})
-add_test(NAME store_purge_etcd_metadata_only_quota COMMAND ${exe} etcd metadata_only --quota
+add_test(NAME store_purge_redis_metadata_only_quota COMMAND ${exe} redis metadata_only --quota
   --duration ${purge_short})
-set_tests_properties(store_purge_redis_quota store_purge_etcd_metadata_only_quota PROPERTIES
+set_tests_properties(store_purge_redis_quota store_purge_redis_metadata_only_quota PROPERTIES
   LABELS integration TIMEOUT 300 ENVIRONMENT "${KVMESH_TEST_ENV}")
 # Eviction churn: tombstones of evicted objects are finalized and purged (route tables bounded);
 # about 10 s idle, 20-30 s on a loaded host.
