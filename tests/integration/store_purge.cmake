@@ -14,12 +14,15 @@ add_test(NAME store_purge_redis COMMAND ${exe} redis --duration ${purge_long})
 add_test(NAME store_purge_etcd COMMAND ${exe} etcd --duration ${purge_short})
 set_tests_properties(store_purge_redis store_purge_etcd PROPERTIES LABELS integration
   TIMEOUT 300 ENVIRONMENT "${KVMESH_TEST_ENV}")
+# the 60 s ones start early in a parallel ctest run (COST orders by expected time)
+set_tests_properties(store_purge_redis PROPERTIES COST 70)
 add_test(NAME store_purge_redis_metadata_only COMMAND ${exe} redis metadata_only
   --duration ${purge_long})
 add_test(NAME store_purge_etcd_metadata_only COMMAND ${exe} etcd metadata_only
   --duration ${purge_short})
 set_tests_properties(store_purge_redis_metadata_only store_purge_etcd_metadata_only PROPERTIES
   LABELS integration TIMEOUT 300 ENVIRONMENT "${KVMESH_TEST_ENV}")
+set_tests_properties(store_purge_redis_metadata_only PROPERTIES COST 70)
 # A tenant with a quota policy: its tombstones stay PENDING and are purged at their deadline.
 add_test(NAME store_purge_redis_quota COMMAND ${exe} redis --quota --duration ${purge_short})
 add_test(NAME store_purge_redis_metadata_only_quota COMMAND ${exe} redis metadata_only --quota
