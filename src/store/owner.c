@@ -633,8 +633,9 @@ static void evict_tomb_finalized(void *arg, int rc, const kvm_route_t *r)
 /* An eviction that took the last readable copy published a PENDING tombstone; with no quota
  * accounting to wait for (the remove path's rule) it is finalized at once, so that the purge
  * removes it after tombstone_retention_ms instead of the route state growing with eviction
- * churn. Under a tenant quota it stays PENDING (the accounting decides, as for a remove); a
- * PENDING one is purged at the deadline it was published with. */
+ * churn. Under a tenant quota it stays PENDING (the accounting decides, as for a remove) and
+ * has no deadline; without one, a PENDING tombstone whose finalize failed is purged at the
+ * deadline it was published with. */
 static void evict_finalize(kvm_rt_t *rt, const kvm_route_t *r)
 {
     if (!r || r->tomb != KVM_TOMB_PENDING || kvm_quota_applies(rt, &r->ident))
@@ -758,12 +759,13 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
         next.predecessor_op = r->content_op;
         next.content_op = kvm_rt_next_op_id(rt);
         next.tomb = KVM_TOMB_PENDING;
-        next.retain_until_ms = kvm_rt_tomb_deadline(rt); /* purged then, even if kept PENDING */
         next.length = next.checksum = 0;
         memset(&next.cold, 0, sizeof(next.cold));
     }
     /* A quota tenant's object leaves through the delete protocol: the refund (quota_tomb.c). */
     bool quota = next.tomb == KVM_TOMB_PENDING && kvm_quota_applies(rt, &r->ident);
+    if (next.tomb == KVM_TOMB_PENDING && !quota) /* purged then, even if its finalize fails */
+        next.retain_until_ms = kvm_rt_tomb_deadline(rt);
     if ((quota ? kvm_quota_evict(rt, r, &next, evict_cas_done, s)
                : route_cas(rt->route, &r->version, &next, evict_cas_done, s)) != 0)
         evict_back(rt, s);

@@ -573,7 +573,6 @@ static void rec_claimed(void *arg, int rc, const tn_op_view_t *v)
     next.content_op = r->cop;
     next.predecessor_op = r->cur.content_op;
     next.tomb = KVM_TOMB_PENDING;
-    next.retain_until_ms = kvm_rt_tomb_deadline(rt);
     rc = route_cas(rt->route, &r->cur.version, &next, rec_cased, r);
     kvm_route_free(&next);
     if (rc)

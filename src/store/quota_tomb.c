@@ -283,7 +283,6 @@ static int qt_make_tomb(struct qt *t, kvm_op_id_t cop)
     t->next.content_op = cop;
     t->next.predecessor_op = t->cur.content_op;
     t->next.tomb = KVM_TOMB_PENDING;
-    t->next.retain_until_ms = kvm_rt_tomb_deadline(t->rt); /* purged then (reliability.md) */
     ks_opid_format(t->op_id, cop.epoch, cop.seq);
     if (!t->replay) /* the store's publish token: the content op's sequence */
         t->publish_token = cop.seq;

@@ -554,11 +554,7 @@ static void decide_reserve(tn_call_t *c, decision_t *d)
                          row.lock_op);
         return;
     }
-    /* A deleted, unlocked row whose tombstone was purged: the route reads as absent (NONE) while
-     * the row keeps the tombstone's version. A put may create it (docs/tenancy.md "Remove"). */
-    bool purged = c->found[TN_R_OBJ] && !row.live && !c->is_delete &&
-                  kvm_route_version_is_none(&c->expected_route);
-    if (!purged && !kvm_route_version_equal(&row.route_version, &c->expected_route)) {
+    if (!kvm_route_version_equal(&row.route_version, &c->expected_route)) {
         d->rc = kvm_errf(KVMESH_ECONFLICT,
                          "expected predecessor route version (%llu,%llu) but accounting is at "
                          "(%llu,%llu); look the route up again",
@@ -580,7 +576,7 @@ static void decide_reserve(tn_call_t *c, decision_t *d)
     snprintf(op->tenant, sizeof(op->tenant), "%s", c->tenant);
     snprintf(op->domain, sizeof(op->domain), "%s", c->domain);
     snprintf(op->key, sizeof(op->key), "%s", c->key);
-    op->expected_route = purged ? c->expected_route : row.route_version; /* the CAS's predecessor */
+    op->expected_route = row.route_version;
     op->expected_acct = row.acct_version;
     op->writer_epoch = c->tn->cfg.writer_epoch;
     if (c->is_delete) {

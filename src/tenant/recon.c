@@ -260,14 +260,6 @@ static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs)
         finalize_at(r, op->next_version); /* published: finalize idempotently */
         return;
     }
-    if (del && !obs->found && !kvm_route_version_is_none(&op->expected_route)) {
-        /* The predecessor was live and the object row is locked by this delete since its reserve,
-         * so no other accounted write replaced it; a live route leaves only by a tombstone, and
-         * an absent one means that tombstone was published and purged at its deadline: the
-         * object is gone, finalize the refund (docs/tenancy.md "Remove"). */
-        finalize_at(r, op->next_version);
-        return;
-    }
     if (ours && kvm_route_version_cmp(&obs->version, &op->expected_route) > 0) {
         /* published by this operation at another version than its claim recorded (two replays
          * raced, the later claim's CAS lost): record the published one with a replay claim

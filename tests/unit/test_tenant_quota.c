@@ -591,72 +591,6 @@ static void test_recon(void **state)
     fx_close(&f);
 }
 
-/*
- * A remove's tombstone is purged at its deadline (docs/tenancy.md "Remove"): the route then reads
- * as absent while the accounting row keeps the tombstone's version. (1) A put reserving against
- * the absent route (expected NONE) is admitted as a create on that deleted, unlocked row, and the
- * operation records NONE as its predecessor (the route CAS's); any other mismatch still
- * conflicts. (2) A PUBLISHING delete whose route is absent is finalized by the reconciler (the
- * row was locked by it since its reserve, so only its tombstone removed the live route), where
- * before it stayed charged and locked.
- */
-static void test_purged_tombstone(void **state)
-{
-    (void)state;
-    fx_t f;
-    tn_config_t cfg = {.deployment = "unit",
-                       .writer_epoch = 9,
-                       .pending_ttl_ms = 1,
-                       .publish_ttl_ms = 1,
-                       .backoff_max_ms = 50,
-                       .retain_ms = 1};
-    fx_open(&f, "memory://tq_purged", &cfg);
-    tn_policy_t p = {.policy_version = 1, .max_bytes = 10000, .max_objects = 10};
-    assert_int_equal(boot(&f, "acme", &p, NULL), 0);
-    /* (1) p0 created at (1,1), deleted at (1,2): its tombstone then purged */
-    put(&f, "acme", NULL, "p0", 100, NONE, false);
-    put(&f, "acme", NULL, "p0", 0, V(1, 1), true);
-    char id[TN_OPID_CAP] = "";
-    assert_int_equal(reserve(&f, "acme", NULL, "p0", false, 50, V(1, 5), id).rc, KVMESH_ECONFLICT);
-    id[0] = '\0';
-    res_t r = reserve(&f, "acme", NULL, "p0", false, 50, NONE, id);
-    assert_int_equal(r.rc, 0);
-    assert_int_equal(r.op.kind, TN_KIND_CREATE);
-    assert_true(kvm_route_version_is_none(&r.op.expected_route));
-    assert_int_equal(r.u.pending_objects, 1);
-    assert_int_equal(claim(&f, "acme", NULL, "p0", id, V(1, 3), 77).rc, 0);
-    r = finalize(&f, "acme", NULL, "p0", id, V(1, 3));
-    assert_int_equal(r.rc, 0);
-    assert_int_equal(r.u.committed_bytes, 50);
-    assert_int_equal(r.u.committed_objects, 1);
-    /* a live row still needs its exact version */
-    id[0] = '\0';
-    assert_int_equal(reserve(&f, "acme", NULL, "p0", false, 60, NONE, id).rc, KVMESH_ECONFLICT);
-    /* (2) p1 live at (1,1); its delete claimed (1,2), its finalize lost; route absent (purged) */
-    put(&f, "acme", NULL, "p1", 200, NONE, false);
-    script_t s = {.f = &f, .mode = {0, 1}};
-    s.ops[1][0] = '\0';
-    assert_int_equal(reserve(&f, "acme", NULL, "p1", true, 0, V(1, 1), s.ops[1]).rc, 0);
-    assert_int_equal(claim(&f, "acme", NULL, "p1", s.ops[1], V(1, 2), 77).rc, 0);
-    usleep(5000); /* past the publish deadline (wall clock) */
-    tn_route_ops_t ops = {.lookup = sc_lookup, .replay = sc_replay, .ctx = &s};
-    rres_t x = {0};
-    assert_int_equal(tn_recon_pass(f.tn, "acme", &ops, 16, on_recon, &x), 0);
-    run_until(&f, &x.done);
-    assert_int_equal(x.rep.rc, 0);
-    assert_int_equal(x.rep.finalized, 1);
-    assert_int_equal(x.rep.degraded, 0);
-    assert_int_equal(s.replays, 0);
-    tn_usage_t u = usage(&f, "acme");
-    assert_int_equal(u.committed_bytes, 50); /* p1's 200 refunded */
-    assert_int_equal(u.committed_objects, 1);
-    assert_int_equal(u.n_publishing, 0);
-    /* and p1 can be created again against its absent route */
-    id[0] = '\0';
-    assert_int_equal(reserve(&f, "acme", NULL, "p1", false, 10, NONE, id).rc, 0);
-    fx_close(&f);
-}
-
 /* one quota write between a writer runtime and a route primary runtime, records handed over as
  * hints (as the store carries them in the route CAS request and reply) */
 static kvm_route_version_t hinted_write(fx_t *f, tn_t *prim, const char *key, uint64_t len)
@@ -743,7 +677,7 @@ int main(void)
         cmocka_unit_test(test_bootstrap),   cmocka_unit_test(test_limits),
         cmocka_unit_test(test_cycle),       cmocka_unit_test(test_abort_and_lock),
         cmocka_unit_test(test_batch),       cmocka_unit_test(test_recon),
-        cmocka_unit_test(test_round_trips), cmocka_unit_test(test_purged_tombstone),
+        cmocka_unit_test(test_round_trips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
