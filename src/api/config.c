@@ -138,7 +138,8 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "Milliseconds after which an idle peer RPC or tcp data connection (no complete "
            "request) is closed; the connecting side closes its own after half of it; a peer RPC "
            "connection none of whose pending writes finished for this long is closed too (the "
-           "peer stopped reading); 0 = never."),
+           "peer stopped reading), and so is one whose writes stayed in flight this long "
+           "draining less than 64 KiB/s (a slow reader); 0 = never."),
     F_UINT(drain_timeout_ms, "30000", 1, KVM_CFG_DRAIN_MAX_MS,
            "Upper bound of a graceful drain (kvmesh_drain with 0, SIGTERM of kvmeshd) in "
            "milliseconds."),
