@@ -138,7 +138,8 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "Milliseconds after which an idle peer RPC or tcp data connection (no complete "
            "request) is closed; the connecting side closes its own after half of it; a peer RPC "
            "connection none of whose pending writes finished for this long is closed too (the "
-           "peer stopped reading); 0 = never."),
+           "peer stopped reading), and so is one whose writes stayed in flight this long "
+           "draining less than 64 KiB/s (a slow reader); 0 = never."),
     F_UINT(drain_timeout_ms, "30000", 1, KVM_CFG_DRAIN_MAX_MS,
            "Upper bound of a graceful drain (kvmesh_drain with 0, SIGTERM of kvmeshd) in "
            "milliseconds."),
@@ -152,8 +153,9 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "Re-replication copies this runtime has in flight at once (one round); 0 = "
            "re-replication off (objects stay under-replicated until rewritten)."),
     F_UINT(tombstone_retention_ms, "60000", 1000, KVM_CFG_DRAIN_MAX_MS,
-           "Milliseconds a removed object's finalized tombstone is kept (it reads as absent "
-           "after that), then purged from the route authorities."),
+           "Milliseconds a removed or evicted object's tombstone is kept after it is published "
+           "(pending; not under a tenant quota) or finalized (it reads as absent after that), "
+           "then purged from the route authorities (MetadataOnly: from metadata)."),
     F_DBL(evict_high_watermark, "0.90", 0.01, 1.0,
           "Fraction of memory_size in use at which eviction starts."),
     F_DBL(evict_low_watermark, "0.80", 0.0, 0.99,

@@ -267,11 +267,10 @@ int kvm_route_validate(const kvm_route_t *r)
             return kvm_errf(KVMESH_ECORRUPT, "route: tombstone references replicas or cold data");
         if (r->length != 0 || r->checksum != 0)
             return kvm_errf(KVMESH_ECORRUPT, "route: tombstone with a length or checksum");
-        if ((r->tomb == KVM_TOMB_PENDING) != (r->retain_until_ms == 0))
-            return kvm_errf(KVMESH_ECORRUPT, "route: %s tombstone must %s a retention deadline",
-                            kvm_tomb_state_name(r->tomb),
-                            r->tomb == KVM_TOMB_PENDING ? "not have" : "have");
-        return 0;
+        if (r->tomb == KVM_TOMB_FINALIZED && r->retain_until_ms == 0)
+            return kvm_errf(KVMESH_ECORRUPT, "route: %s tombstone must have a retention deadline",
+                            kvm_tomb_state_name(r->tomb));
+        return 0; /* a PENDING one's deadline (0: none) is when its purge may start */
     }
     return kvm_errf(KVMESH_ECORRUPT, "route: unknown tombstone state %d", (int)r->tomb);
 }

@@ -26,7 +26,8 @@
  *     route content_op, owner and tier non-nil, lengths/checksums equal the route's, a
  *     materialized locator has 1..KVM_COLD_LOCATOR_MAX_LEN bytes;
  *   - tombstone: no replicas, no cold backing, length = checksum = 0;
- *     TOMB_PENDING has retain_until_ms == 0, TOMB_FINALIZED has retain_until_ms > 0.
+ *     TOMB_FINALIZED has retain_until_ms > 0; TOMB_PENDING has its purge deadline there, or 0
+ *     (none: kept until finalized; written so by runtimes before pending purge).
  *
  * Tombstone life (kvm_route_tomb_transition_ok):
  *
@@ -34,7 +35,8 @@
  *   LIVE --------> LIVE   LIVE ------------> TOMB_PENDING ---------------------> TOMB_FINALIZED
  *     ^                                           |                                  |
  *     +-------------------- put CAS --------------+----------------------------------+
- *   TOMB_FINALIZED is removed from the authority once retain_until_ms has passed.
+ *   A tombstone (either state) with retain_until_ms > 0 is removed from the authority once
+ *   retain_until_ms has passed (docs/reliability.md "Tombstone purge").
  *
  * Cold reclaim record state (kvm_cold_reclaim_set_state, asserted, monotonic):
  *
@@ -129,7 +131,7 @@ typedef struct kvm_route {
     uint64_t length;                         /* object bytes (0 for a tombstone) */
     uint64_t checksum;                       /* XXH3-64 of the object (0 for a tombstone) */
     kvm_tomb_state_t tomb;
-    uint64_t retain_until_ms; /* wall ms; set only in TOMB_FINALIZED */
+    uint64_t retain_until_ms; /* wall ms purge deadline: FINALIZED always, PENDING 0 or set */
     uint32_t n_replicas;
     kvm_hot_replica_t replicas[KVM_MAX_REPLICAS];
     kvm_cold_backing_t cold;

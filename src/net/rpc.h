@@ -42,6 +42,9 @@
 #define RPC_DEFAULT_MAX_CONNS     1024 /* inbound connections */
 #define RPC_MAX_PEERS             4096
 #define RPC_MAX_PENDING_CALLS     8192 /* calls outstanding per peer (queued, written, unanswered) */
+/* Drain rate bound (with idle_timeout_ms): a connection whose frames stay in flight for a whole
+ * idle period must have finished writing at least this many bytes per second of it. */
+#define RPC_MIN_DRAIN_BPS         (64ull << 10)
 #define RPC_MAX_REQUESTS_PER_CONN 8192 /* requests in service per inbound connection */
 #define RPC_MAX_ADDRESS           256
 #define RPC_RX_STAGING            (64u << 10) /* small-frame staging buffer per connection */
@@ -101,7 +104,10 @@ struct rpc_config {
      * so a peer's inbound idle close never races a new call. Write stall bound (same field):
      * while frames are being written on a connection, one must finish within idle_timeout_ms
      * of the previous one (or of the first submission), else the connection is closed
-     * (write_timeout): a peer that stops reading holds neither its queued bytes nor its slot. */
+     * (write_timeout): a peer that stops reading holds neither its queued bytes nor its slot.
+     * Drain rate bound (same field): frames in flight for a whole idle period must have
+     * finished at least RPC_MIN_DRAIN_BPS x that period of bytes, else write_timeout too (a
+     * peer reading slowly but steadily keeps neither its queue nor its slot). */
     uint32_t idle_timeout_ms;
 };
 

@@ -35,6 +35,7 @@ static void write_cb(uv_write_t *wr, int status)
     rpc_endpoint *ep = c->ep;
     c->writes--;
     c->write_progress = uv_now(ep->loop);
+    c->drained += o->bytes;
     rpc_sendq_remove(ep, o);
     if (status == 0) {
         ep->st.frames_out++;
@@ -75,8 +76,10 @@ void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o)
             o->head[16 + i] = (uint8_t)(left >> (24 - 8 * i));
     }
     o->wr.data = o;
-    if (c->writes++ == 0)
-        c->write_progress = uv_now(ep->loop);
+    if (c->writes++ == 0) {
+        c->write_progress = c->drain_start = uv_now(ep->loop);
+        c->drained = 0;
+    }
     int rc = uv_write(&o->wr, &c->u.s, o->bufs, o->nbufs, write_cb);
     if (rc != 0) {
         /* Not queued in libuv: complete it as failed right away. */
@@ -204,8 +207,10 @@ static uint64_t idle_limit(const struct rpc_conn *c)
  * Idle close and write stall bound (both need cfg.idle_timeout_ms). A connection with a write in
  * flight is busy, never idle; but while writes are in flight, one of them must complete within
  * idle_timeout_ms (in either direction) of the previous completion, or of the submission that
- * found none in flight. A peer that stops reading its replies (or trickles them) is closed with
- * write_timeout: its queued frames end (their bytes leave the send queue) and its slot is freed.
+ * found none in flight; and frames in flight for a whole idle period must have finished at least
+ * RPC_MIN_DRAIN_BPS x that period of bytes (drain rate bound). A peer that stops reading its
+ * replies, or reads them slowly but steadily, is closed with write_timeout: its queued frames
+ * end (their bytes leave the send queue) and its slot is freed.
  */
 static void idle_fire(struct rpc_timer *t)
 {
@@ -218,6 +223,14 @@ static void idle_fire(struct rpc_timer *t)
         rpc_conn_close(c, RPC_CLOSE_WRITE_TIMEOUT);
         return;
     }
+    if (c->writes > 0 && now - c->drain_start >= stall) { /* a whole period in flight */
+        if (c->drained < RPC_MIN_DRAIN_BPS * (now - c->drain_start) / 1000) {
+            rpc_conn_close(c, RPC_CLOSE_WRITE_TIMEOUT);
+            return;
+        }
+        c->drain_start = now;
+        c->drained = 0;
+    }
     bool busy = c->writes > 0 || !RB_EMPTY(&c->pending) || c->nreplies > 0 ||
                 (c->peer && !TAILQ_EMPTY(&c->peer->waiting));
     if (!busy && now - c->last_active >= limit) {
@@ -226,7 +239,7 @@ static void idle_fire(struct rpc_timer *t)
     }
     uint64_t due = busy ? now + limit : c->last_active + limit;
     if (c->writes > 0)
-        due = KVM_MIN(due, c->write_progress + stall);
+        due = KVM_MIN(due, KVM_MIN(c->write_progress, c->drain_start) + stall);
     rpc_timer_arm(ep, &c->idle_timer, due);
 }
 

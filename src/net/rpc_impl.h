@@ -129,6 +129,8 @@ struct rpc_conn {
     unsigned writes;         /* uv_write requests in flight */
     uint64_t write_progress; /* loop ms of the last write completion, or of the submission that
                                 found no write in flight (write stall bound, see idle_fire) */
+    uint64_t drain_start;    /* loop ms: the drain window began (drain rate bound, idle_fire) */
+    uint64_t drained;        /* bytes of frames finished writing in that window */
     struct rpc_call_tree pending;
     struct rpc_reply_tree replies;
     unsigned nreplies; /* in `replies`, <= RPC_MAX_REQUESTS_PER_CONN */

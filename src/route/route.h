@@ -211,7 +211,8 @@ void route_get_stats(const route_svc_t *svc, route_stats_t *out);
 
 /* Any thread: the routes this runtime's authorities hold now (every shard table, any role), the
  * finalized tombstones among them, and the tombstones purged since start. EmbeddedWrh only
- * (MetadataOnly: zeros; its routes live in metadata). A finalized tombstone is purged from an
+ * (MetadataOnly: zeros; its routes live in metadata). A tombstone with a deadline (finalized,
+ * or pending with retain_until_ms set) is purged from an
  * authority's table ROUTE_PURGE_MARGIN_MS after its retain_until_ms, from the table's expiry
  * index (never a scan), unless a mirror of it is in flight or partial (busy/dirty). */
 void route_table_counts(const route_svc_t *svc, uint64_t *entries, uint64_t *tombs,

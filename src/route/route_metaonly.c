@@ -456,7 +456,8 @@ static void cas_get_done(void *arg, const meta_result_t *res)
     meta_op_t puts[2] = {{.type = META_OP_PUT, .key = c->key, .value = buf, .value_len = len}};
     size_t n_puts = 1;
     char due[KS_KEY_CAP];
-    if (c->written.tomb == KVM_TOMB_FINALIZED && due_key_of(mo, &c->written, due, sizeof(due)) == 0)
+    if (c->written.tomb != KVM_TOMB_NONE && c->written.retain_until_ms != 0 &&
+        due_key_of(mo, &c->written, due, sizeof(due)) == 0)
         /* the expiry index entry the purge reads (a key too long for it is not indexed) */
         puts[n_puts++] = (meta_op_t){.type = META_OP_PUT,
                                      .key = due,
@@ -506,7 +507,8 @@ int route_mo_cas(route_mo_t *mo, const kvm_route_version_t *expected, const kvm_
  * index (route-due/<retain until>/..., in deadline order), then for each entry due by
  * MO_PURGE_MARGIN_MS, one after the other:
  *   READ   txn GET route + GET the shard's version floor;
- *   PURGE  if the route is still the finalized tombstone the entry was written for:
+ *   PURGE  if the route is still the tombstone (finalized, or pending with a deadline) the
+ *          entry was written for:
  *            txn [route mod_rev, floor mod_rev unchanged] -> DEL route, DEL entry,
  *                                                           PUT floor = max(floor, its seq)
  *          else (rewritten, or purged by another runtime): DEL entry.
@@ -550,7 +552,7 @@ static void purge_done(void *arg, const meta_result_t *res)
         call_free(c);
         return;
     }
-    if (res->rc == 0 && res->succeeded && c->victim.tomb == KVM_TOMB_FINALIZED)
+    if (res->rc == 0 && res->succeeded && c->victim.tomb != KVM_TOMB_NONE)
         atomic_fetch_add(&c->mo->purged, 1);
     kvm_route_free(&c->victim);
     c->i_due++;
@@ -573,8 +575,7 @@ static void purge_read(void *arg, const meta_result_t *res)
     const meta_kv_t *rkv = &res->ops[0], *fkv = &res->ops[1];
     kvm_route_free(&c->victim);
     bool still = rkv->found && wire_route_decode(rkv->value, rkv->value_len, &c->victim) == 0 &&
-                 c->victim.tomb == KVM_TOMB_FINALIZED &&
-                 c->victim.retain_until_ms == c->due_until[i];
+                 c->victim.tomb != KVM_TOMB_NONE && c->victim.retain_until_ms == c->due_until[i];
     meta_op_t del_due = {.type = META_OP_DEL, .key = c->due[i]};
     int rc;
     mo->stats.meta_calls++;

@@ -11,7 +11,8 @@
  *     mod_rev, and for an absent key by the floor's mod_rev too (a concurrent writer or purge
  *     makes the txn fail, and the CAS re-reads; bounded by ROUTE_MO_CAS_RETRIES). The version is
  *     (ROUTE_MO_TOKEN, max(previous sequence, floor) + 1): strictly increasing per key, also
- *     across deletes and purges. Writing a finalized tombstone also writes its expiry index
+ *     across deletes and purges. Writing a tombstone with a purge deadline (finalized, or
+ *     pending with retain_until_ms set) also writes its expiry index
  *     entry (route-due/<retain until>/<tenant>/<domain>/<key>) in the same txn;
  *   - purge: every runtime, once a second (at once again while a whole page was due), ranges
  *     the expiry index from its start and deletes each due tombstone with its entry in one txn
@@ -47,7 +48,7 @@ int route_mo_cas(route_mo_t *mo, const kvm_route_version_t *expected, const kvm_
 int route_mo_owner_scan(route_mo_t *mo, const kvm_runtime_id_t *owner, const uint8_t *cursor,
                         size_t cursor_len, uint32_t limit, route_owner_cb cb, void *arg);
 void route_mo_get_stats(const route_mo_t *mo, route_stats_t *out);
-/* Any thread: finalized tombstones this runtime purged from metadata (route_table_counts). */
+/* Any thread: tombstones this runtime purged from metadata (route_table_counts). */
 uint64_t route_mo_purged(const route_mo_t *mo);
 
 /* Encodes / checks the cluster policy record (text "mode=M top_k=K shards=S proto=P"). */

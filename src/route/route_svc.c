@@ -346,10 +346,12 @@ static void lease_call(route_svc_t *svc)
     }
 }
 
-/* Purges finalized tombstones past retention from every table this runtime holds, earliest
- * first from each table's expiry index, at most ROUTE_PURGE_BUDGET per tick. A tombstone past
- * retention already reads as absent (a CAS expecting none overwrites it), so the purge changes
- * no answer; versions stay monotone because the primary's sequence is per shard, not per key.
+/* Purges tombstones past their deadline (finalized ones, and pending ones that carry a
+ * deadline) from every table this runtime holds, earliest first from each table's expiry index,
+ * at most ROUTE_PURGE_BUDGET per tick. A tombstone (pending or finalized) already reads as
+ * absent to a get, so the purge changes no read; versions stay monotone because the primary's
+ * sequence is per shard, not per key. Why a pending one may go (the quota accounting no longer
+ * needs its version): docs/reliability.md "Tombstone purge".
  * A busy or dirty entry (its mirror in flight or partial: another member may still hold an
  * older value) is kept until it is clean. */
 static void purge_tick(route_svc_t *svc)

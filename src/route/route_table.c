@@ -117,11 +117,17 @@ void route_table_view(const route_table_t *t, const route_entry_t *e, kvm_route_
     out->ident = route_entry_ident(e);
 }
 
-static uint64_t node_until(const route_table_t *t, const rt_node_t *n, bool *finalized)
+/* A tombstone with a purge deadline (finalized, or pending with one) is in the expiry index. */
+static bool indexed(const kvm_route_t *r)
+{
+    return r->tomb != KVM_TOMB_NONE && r->retain_until_ms != 0;
+}
+
+static uint64_t node_until(const route_table_t *t, const rt_node_t *n, bool *in_index)
 {
     kvm_route_t v;
     rp_unpack(&t->sets, packed(n), n->e.priv_len, &v);
-    *finalized = v.tomb == KVM_TOMB_FINALIZED;
+    *in_index = indexed(&v);
     return v.retain_until_ms;
 }
 
@@ -144,7 +150,7 @@ static void unref_tomb(route_table_t *t, rt_node_t *n)
 
 static int ref_tomb(route_table_t *t, rt_node_t *n, const kvm_route_t *route)
 {
-    if (route->tomb != KVM_TOMB_FINALIZED)
+    if (!indexed(route))
         return 0;
     tomb_ref_t *r = calloc(1, sizeof(*r));
     if (!r)
@@ -384,7 +390,7 @@ int route_table_check(route_table_t *t)
         if (!rc)
             rc = kvm_route_validate(&v);
         rp_count(packed(n), n->e.priv_len, idr, ido, sgr);
-        bool fin = v.tomb == KVM_TOMB_FINALIZED;
+        bool fin = indexed(&v);
         want_tombs += fin;
         tomb_ref_t *tr = tomb_of(t, n);
         if (!rc && fin != (tr != NULL))

@@ -3,7 +3,8 @@
  * route_table.h — the routes one authority holds for one logical shard: an ordered map
  * ident -> route (red-black tree, canonical-encoding order), owner scans (owner runtime id,
  * ident) over every hot replica owner of every route held, and the tombstone expiry index
- * (retain_until_ms, ident) -> entry over every finalized tombstone, which the purge reads from
+ * (retain_until_ms, ident) -> entry over every tombstone with a purge deadline (finalized, or
+ * pending with retain_until_ms set), which the purge reads from
  * its earliest end (route_table_tomb_first), never by scanning the map.
  *
  * Memory (docs/performance.md "Memory per object"): an entry is one allocation holding the tree
@@ -16,7 +17,7 @@
  *
  * Invariants (route_table_check): every entry's route validates; the interning reference
  * counts equal the references the packed routes hold; the expiry index holds exactly the
- * entries whose route is a finalized tombstone.
+ * entries whose route is a tombstone with retain_until_ms != 0.
  *
  * Ownership: the table owns its entries and their routes (packed copies of what was put). An
  * entry pointer, and every view or ident taken from it, is valid until the next put/del/clear
@@ -71,7 +72,7 @@ route_entry_t *route_table_owner_next(route_table_t *t, const kvm_runtime_id_t *
 route_entry_t *route_table_owner_after(route_table_t *t, const kvm_runtime_id_t *owner,
                                        route_entry_t *e);
 
-/* The finalized tombstone with the earliest retain_until_ms (ties by ident), or NULL; and the
+/* The indexed tombstone with the earliest retain_until_ms (ties by ident), or NULL; and the
  * next one after e in that order. */
 route_entry_t *route_table_tomb_first(route_table_t *t);
 route_entry_t *route_table_tomb_next(route_table_t *t, route_entry_t *e);

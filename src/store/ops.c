@@ -1141,8 +1141,8 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
     kvm_rt_t *rt = op->rt;
     ictx_free(c, rc);
     if (rc == 0 && it->q && it->q->state == KVM_Q_CLAIMED) {
-        /* tenant quota: refund by finalize; the tombstone stays PENDING so that the route
-         * version stays the one the accounting row records */
+        /* tenant quota: refund by finalize; the tombstone stays PENDING, without a purge
+         * deadline, so that the route version stays the one the accounting row records */
         release_obsolete(rt, &it->cur, NULL);
         kvm_cold_reclaim_settle(rt, it, true); /* the removed value's cold copy */
         kvm_quota_finalize(op, it, r, remove_finalized);
@@ -1157,7 +1157,7 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
         kvm_route_init(&fin);
         if (kvm_route_copy(&fin, r) == 0) {
             fin.tomb = KVM_TOMB_FINALIZED;
-            fin.retain_until_ms = env_wall_ms(rt->env) + rt->cfg.tombstone_retention_ms;
+            fin.retain_until_ms = kvm_rt_tomb_deadline(rt);
             route_cas(rt->route, &r->version, &fin, tomb_finalized, NULL);
         }
         kvm_route_free(&fin);
@@ -1279,6 +1279,8 @@ static void remove_cas_now(kvm_op_t *op, struct kvm_item *it)
         next.content_op = it->q ? it->q->content_op : kvm_rt_next_op_id(op->rt);
         next.predecessor_op = it->cur.content_op;
         next.tomb = KVM_TOMB_PENDING;
+        if (!it->q) /* no accounting: purged at its deadline even if its finalize CAS fails */
+            next.retain_until_ms = kvm_rt_tomb_deadline(op->rt);
         struct item_ctx *c = ictx_named(op, it, "control.route_cas");
         if (c)
             c->stage = OBS_CPSTAGE_ROUTE_CAS;

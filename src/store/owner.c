@@ -633,7 +633,9 @@ static void evict_tomb_finalized(void *arg, int rc, const kvm_route_t *r)
 /* An eviction that took the last readable copy published a PENDING tombstone; with no quota
  * accounting to wait for (the remove path's rule) it is finalized at once, so that the purge
  * removes it after tombstone_retention_ms instead of the route state growing with eviction
- * churn. Under a tenant quota it stays PENDING (the accounting decides, as for a remove). */
+ * churn. Under a tenant quota it stays PENDING (the accounting decides, as for a remove) and
+ * has no deadline; without one, a PENDING tombstone whose finalize failed is purged at the
+ * deadline it was published with. */
 static void evict_finalize(kvm_rt_t *rt, const kvm_route_t *r)
 {
     if (!r || r->tomb != KVM_TOMB_PENDING || kvm_quota_applies(rt, &r->ident))
@@ -643,7 +645,7 @@ static void evict_finalize(kvm_rt_t *rt, const kvm_route_t *r)
     kvm_route_init(&fin);
     if (kvm_route_copy(&fin, r) == 0) {
         fin.tomb = KVM_TOMB_FINALIZED;
-        fin.retain_until_ms = env_wall_ms(rt->env) + rt->cfg.tombstone_retention_ms;
+        fin.retain_until_ms = kvm_rt_tomb_deadline(rt);
         (void)route_cas(rt->route, &r->version, &fin, evict_tomb_finalized, NULL);
     }
     kvm_route_free(&fin);
@@ -762,6 +764,8 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
     }
     /* A quota tenant's object leaves through the delete protocol: the refund (quota_tomb.c). */
     bool quota = next.tomb == KVM_TOMB_PENDING && kvm_quota_applies(rt, &r->ident);
+    if (next.tomb == KVM_TOMB_PENDING && !quota) /* purged then, even if its finalize fails */
+        next.retain_until_ms = kvm_rt_tomb_deadline(rt);
     if ((quota ? kvm_quota_evict(rt, r, &next, evict_cas_done, s)
                : route_cas(rt->route, &r->version, &next, evict_cas_done, s)) != 0)
         evict_back(rt, s);

@@ -413,6 +413,11 @@ kvm_op_id_t kvm_rt_next_op_id(kvm_rt_t *rt)
                          .seq = atomic_fetch_add(&rt->op_seq, 1) + 1};
 }
 
+uint64_t kvm_rt_tomb_deadline(kvm_rt_t *rt)
+{
+    return env_wall_ms(rt->env) + rt->cfg.tombstone_retention_ms;
+}
+
 /* ---- RPC glue ------------------------------------------------------------------------------- */
 
 rpc_peer *kvm_rt_peer(kvm_rt_t *rt, const struct kvm_member *m)

@@ -382,6 +382,10 @@ bool kvm_rt_is_registered(kvm_rt_t *rt, const void *p, size_t len);
 int kvm_rt_register(kvm_rt_t *rt, void *addr, size_t len);
 int kvm_rt_unregister(kvm_rt_t *rt, void *addr);
 kvm_op_id_t kvm_rt_next_op_id(kvm_rt_t *rt);
+/* The purge deadline a tombstone this runtime publishes carries (wall now +
+ * tombstone_retention_ms): FINALIZED ones, and PENDING ones of objects without quota accounting
+ * (docs/reliability.md "Tombstone purge"). */
+uint64_t kvm_rt_tomb_deadline(kvm_rt_t *rt);
 /* Bound port of the admin HTTP endpoints (0 when admin_listen is off). */
 uint16_t kvm_rt_admin_port(kvm_rt_t *rt);
 

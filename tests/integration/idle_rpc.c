@@ -18,6 +18,8 @@
  */
 #include "rpc_testutil.h"
 
+#include <inttypes.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "net/frame.h"
@@ -355,6 +357,144 @@ static void test_slow_reader_closed(void **state)
     free(big.reply);
 }
 
+/* ---- slow but steady reader ---- */
+
+#define T_SMALL     15
+#define SMALL_REPLY 4096
+#define STEADY_REQS 2048 /* 8 MiB of replies: far more than the socket takes */
+#define STEADY_READ 2048 /* bytes read every STEADY_MS: 40 KiB/s, below RPC_MIN_DRAIN_BPS */
+#define STEADY_MS   50
+#define STEADY_IDLE 6000 /* ms: longer than one socket refill at 40 KiB/s (see below) */
+
+static void small_handler(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    struct big *b = arg;
+    (void)req;
+    uv_buf_t iov = uv_buf_init((char *)b->reply, SMALL_REPLY);
+    struct rpc_msg m = {.iov = &iov, .niov = 1};
+    if (rpc_reply_send(reply, 0, NULL, &m, NULL, NULL) == KVMESH_EAGAIN) {
+        rpc_reply_drop(reply);
+        b->dropped++;
+        return;
+    }
+    b->served++;
+}
+
+/* A raw client on the unix socket: writes its requests, then reads STEADY_READ bytes every
+ * STEADY_MS straight from the socket (never through libuv's reader). */
+struct steady {
+    uv_pipe_t pipe;
+    uv_connect_t creq;
+    uv_write_t wr;
+    uv_timer_t timer;
+    uint8_t *data;
+    size_t len;
+    uint64_t got;
+    int written, eof, closed, timer_closed;
+};
+
+static void steady_written(uv_write_t *w, int status)
+{
+    ((struct steady *)w->data)->written = status == 0 ? 1 : -1;
+}
+
+static void steady_connected(uv_connect_t *c, int status)
+{
+    struct steady *s = c->data;
+    assert_int_equal(status, 0);
+    uv_buf_t b = uv_buf_init((char *)s->data, (unsigned)s->len);
+    s->wr.data = s;
+    assert_int_equal(uv_write(&s->wr, (uv_stream_t *)&s->pipe, &b, 1, steady_written), 0);
+}
+
+static void steady_tick(uv_timer_t *t)
+{
+    struct steady *s = t->data;
+    uv_os_fd_t fd;
+    if (s->eof || uv_fileno((uv_handle_t *)&s->pipe, &fd) != 0)
+        return;
+    uint8_t b[STEADY_READ];
+    ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+    if (n > 0)
+        s->got += (uint64_t)n;
+    else if (n == 0)
+        s->eof = 1;
+}
+
+static void steady_closed(uv_handle_t *h)
+{
+    struct steady *s = h->data;
+    if (h == (uv_handle_t *)&s->timer)
+        s->timer_closed = 1;
+    else
+        s->closed = 1;
+}
+
+/*
+ * A peer that reads slowly but steadily keeps no slot: over a unix socket (the kernel takes
+ * about 200 KiB in flight, and lets the writer in again each time about 3/4 of that was read) a
+ * raw peer asks for 8 MiB of 4 KiB replies and reads 40 KiB/s. Frames finish every few seconds,
+ * within the 6 s write stall bound, so that bound alone never cuts it (checked: with the drain
+ * rate check removed the wait runs out); the drain rate bound does (40 KiB/s < 64 KiB/s): the
+ * connection is closed with write_timeout and its queued bytes return to 0.
+ */
+static void test_steady_slow_reader_closed(void **state)
+{
+    (void)state;
+    struct srvfx f;
+    memset(&f, 0, sizeof(f));
+    assert_int_equal(uv_loop_init(&f.loop), 0);
+    struct rpc_config c;
+    cfg_make(&c, "dep", "srv", NULL);
+    c.idle_timeout_ms = STEADY_IDLE;
+    c.max_queue_bytes = SLOW_QUEUE;
+    assert_int_equal(rpc_endpoint_new(&f.loop, &c, &f.srv), 0);
+    char path[108];
+    snprintf(path, sizeof(path), "/tmp/kvmesh-idle-rpc-%d.sock", (int)getpid());
+    unlink(path);
+    assert_int_equal(rpc_listen_unix(f.srv, path), 0);
+    rpc_register_handler(f.srv, T_ECHO, echo_handler, &f.echo_count);
+    struct big small = {.reply = calloc(1, SMALL_REPLY)};
+    assert_non_null(small.reply);
+    rpc_register_handler(f.srv, T_SMALL, small_handler, &small);
+
+    struct steady s;
+    memset(&s, 0, sizeof(s));
+    s.data = malloc(1024 + (size_t)STEADY_REQS * FRAME_FIXED_SIZE);
+    assert_non_null(s.data);
+    size_t off = handshake_and_request(s.data);
+    for (uint64_t i = 0; i < STEADY_REQS; i++)
+        off += put_frame(s.data + off, FRAME_REQUEST, T_SMALL, 2 + i, NULL, 0, NULL, 0);
+    s.len = off;
+    assert_int_equal(uv_pipe_init(&f.loop, &s.pipe, 0), 0);
+    s.pipe.data = &s;
+    s.creq.data = &s;
+    uv_pipe_connect(&s.creq, &s.pipe, path, steady_connected);
+    uv_timer_init(&f.loop, &s.timer);
+    s.timer.data = &s;
+    uv_timer_start(&s.timer, steady_tick, STEADY_MS, STEADY_MS);
+
+    assert_true(run_until(&f.loop, pred_write_timeout, f.srv, T_WAIT));
+    assert_int_equal(closes(f.srv, RPC_CLOSE_WRITE_TIMEOUT), 1);
+    assert_int_equal(s.written, 1);
+    assert_true(s.got > 0); /* it was reading all along */
+    struct rpc_stats st;
+    rpc_get_stats(f.srv, &st);
+    assert_int_equal(st.queued_bytes, 0); /* the queued replies were released */
+    printf("steady reader: read %" PRIu64 " bytes before the close; %d replies queued\n", s.got,
+           small.served);
+
+    uv_timer_stop(&s.timer);
+    uv_close((uv_handle_t *)&s.timer, steady_closed);
+    uv_close((uv_handle_t *)&s.pipe, steady_closed);
+    assert_true(run_until(&f.loop, pred_flag, &s.closed, T_WAIT));
+    assert_true(run_until(&f.loop, pred_flag, &s.timer_closed, T_WAIT));
+    srv_stop(&f);
+    unlink(path);
+    free(s.data);
+    free(small.reply);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -363,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_request_in_service_is_not_idle),
         cmocka_unit_test(test_outbound_idle_close_and_reconnect),
         cmocka_unit_test(test_slow_reader_closed),
+        cmocka_unit_test(test_steady_slow_reader_closed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

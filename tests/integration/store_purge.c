@@ -1,22 +1,29 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * store_purge — finalized tombstones are purged after their retention, so put/overwrite/delete
- * churn keeps the route state bounded; versions stay monotone across a purge. In both route
- * modes: EmbeddedWrh (the authorities' route tables) and MetadataOnly (route keys in metadata,
- * purged from the route-due expiry index, with a per-shard version floor).
+ * store_purge — tombstones (finalized, and pending ones, which carry a purge deadline too) are
+ * purged after their retention, so put/overwrite/delete churn keeps the route state bounded;
+ * versions stay monotone across a purge. In both route modes: EmbeddedWrh (the authorities'
+ * route tables) and MetadataOnly (route keys in metadata, purged from the route-due expiry index,
+ * with a per-shard version floor).
  *
- *   itest_store_purge redis|etcd [metadata_only|evict]
+ *   itest_store_purge redis|etcd [metadata_only|evict] [--quota] [--duration SECONDS]
+ *
+ * --quota gives the tenant a hard policy (tenant_policies). Its tombstones stay PENDING without
+ * a purge deadline (the accounting row records their version), so this mode FAILS today: it is
+ * the soak for the quota gap of docs/reliability.md ("Not done: a quota tenant's tombstones")
+ * and is not registered in ctest. Once they are purged, step 4 checks the committed usage equals
+ * the kept objects. --duration sets the churn (default 20 s; docs/reliability.md).
  *
  * In MetadataOnly mode "entries" are the route keys in metadata and "tombstones" the expiry
- * index entries (each finalized tombstone has one), counted with a range over each family.
+ * index entries (each tombstone with a deadline has one), counted with a range over each family.
  * Three runtimes in this process (replicas 2, top_k 3, tombstone_retention_ms 2000) on a real
  * metadata server started by the test:
- *   1. churn for CHURN_MS: fresh keys, each put, overwritten and removed, every 10th kept; the
- *      route-table entries summed over the runtimes (every authority's copy) are sampled once a
- *      second;
- *   2. then, within a bounded wait, every finalized tombstone is purged: the tables hold only the
- *      kept keys (<= top_k copies each), the purge count covers every removed key at least once,
- *      and the sampled maximum stayed well below what keeping every tombstone would hold;
+ *   1. churn for --duration: fresh keys, each put, overwritten and removed, every 10th kept; the
+ *      route-table entries summed over the runtimes (every authority's copy) beyond the kept keys
+ *      are sampled once a second and must level off (check_windows);
+ *   2. then, within a bounded wait, every tombstone is purged: the tables hold only the kept keys
+ *      (<= top_k copies each), the purge count covers every removed key (MetadataOnly: exactly
+ *      once), and the sampled maximum stayed well below what keeping every tombstone would hold;
  *   3. a key put, removed, purged and put again gets a route version above the purged one's.
  * Every loop is bounded in count and time.
  */
@@ -31,19 +38,22 @@
 #include "meta/keyspace.h"
 #include "meta/meta.h"
 #include "store/data.h"
+#include "tenant/tenant.h"
 #include "testsrv.h"
 
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
 
-#define NRT      3
-#define CHURN_MS 20000
-#define VAL      1024
-#define TOP_K    3
+#define NRT       3
+#define VAL       1024
+#define MAX_SAMPL 4096 /* one a second: a churn of up to ~68 minutes */
+#define TOP_K     3
 
 static testsrv_t *srv;
 static kvmesh_t *rts[NRT];
 static bool mo_mode;
 static meta_sync_t *ms;
+static bool quota_mode;
+static uint64_t churn_ms = 20000;
 static const kvmesh_scope_t sc = {"purge", NULL};
 
 #define CHECK(c)                                                                                   \
@@ -176,15 +186,104 @@ static void evict_churn(int copies)
     CHECK(entries <= bound);
 }
 
+static void usage(const char *argv0)
+{
+    fprintf(stderr, "usage: %s redis|etcd [metadata_only|evict] [--quota] [--duration SECONDS]\n",
+            argv0);
+    exit(2);
+}
+
+/* The committed usage of the test's tenant (quota mode), read exactly from metadata. */
+static bool read_usage(tn_usage_t *u)
+{
+    char qkey[KS_KEY_CAP];
+    CHECK(ks_quota_key(qkey, sizeof(qkey), "purge", sc.tenant) == 0);
+    meta_result_t *r = NULL;
+    CHECK(meta_sync_get(ms, qkey, &r) == 0);
+    bool found = r->kv.found;
+    if (found)
+        CHECK(tn_usage_decode(r->kv.value, r->kv.value_len, u) == 0);
+    meta_result_free(r);
+    return found;
+}
+
+/* One sample of the churn: when, the route state beyond the kept keys, the removes so far. */
+struct sample {
+    uint64_t t_ms, excess, removed;
+};
+static struct sample samples[MAX_SAMPL];
+static size_t n_samples;
+
+static void sample(uint64_t t_ms, uint64_t kept, uint64_t removed, int copies)
+{
+    uint64_t e, tb, p;
+    counts(&e, &tb, &p); /* (MetadataOnly: the index entries are checked at 0 after the churn) */
+    uint64_t want = kept * (uint64_t)copies;
+    if (n_samples < MAX_SAMPL)
+        samples[n_samples++] = (struct sample){t_ms, e > want ? e - want : 0, removed};
+}
+
+/* What one removed key leaves in the sampled state without a purge: its tombstone in each of the
+ * top_k tables; MetadataOnly: its route key. */
+static uint64_t keys_per_remove(int copies)
+{
+    return (uint64_t)copies;
+}
+
+/*
+ * The route state levels off: the most it held beyond the kept keys in the last third of the
+ * churn is at most the most in the middle third plus two thirds of what the last third's removes
+ * leave. Without a purge it grows by all of that; with one it holds only about the last
+ * retention window's (2 s + margins), whatever the rate.
+ */
+static void check_windows(int copies)
+{
+    uint64_t third = churn_ms / 3, mid = 0, last = 0, r_from = UINT64_MAX, r_to = 0;
+    for (size_t i = 0; i < n_samples; i++) {
+        const struct sample *x = &samples[i];
+        if (x->t_ms >= third && x->t_ms < 2 * third && x->excess > mid)
+            mid = x->excess;
+        if (x->t_ms >= 2 * third) {
+            if (x->excess > last)
+                last = x->excess;
+            if (r_from == UINT64_MAX)
+                r_from = x->removed;
+            r_to = x->removed;
+        }
+    }
+    uint64_t removed_last = r_from == UINT64_MAX ? 0 : r_to - r_from;
+    uint64_t per = keys_per_remove(copies), bound = mid + removed_last * per * 2 / 3;
+    printf("1w: beyond the kept keys: middle third max %" PRIu64 ", last third max %" PRIu64
+           " (bound %" PRIu64 " = middle + 2/3 of %" PRIu64 " removes x %" PRIu64
+           " keys; %zu samples)\n",
+           mid, last, bound, removed_last, per, n_samples);
+    CHECK(removed_last > 0);
+    CHECK(last <= bound);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "redis") && strcmp(argv[1], "etcd")) ||
-        (argc > 2 && strcmp(argv[2], "metadata_only") && strcmp(argv[2], "evict"))) {
-        fprintf(stderr, "usage: %s redis|etcd [metadata_only|evict]\n", argv[0]);
-        return 2;
+    if (argc < 2 || (strcmp(argv[1], "redis") && strcmp(argv[1], "etcd")))
+        usage(argv[0]);
+    bool evict_mode = false;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "metadata_only") == 0)
+            mo_mode = true;
+        else if (strcmp(argv[i], "evict") == 0)
+            evict_mode = true;
+        else if (strcmp(argv[i], "--quota") == 0)
+            quota_mode = true;
+        else if (strcmp(argv[i], "--duration") == 0 && i + 1 < argc) {
+            char *end = NULL;
+            unsigned long long sec = strtoull(argv[++i], &end, 10);
+            if (!end || *end || sec < 6 || sec > 4000)
+                usage(argv[0]);
+            churn_ms = sec * 1000;
+        } else
+            usage(argv[0]);
     }
-    bool evict_mode = argc > 2 && strcmp(argv[2], "evict") == 0;
-    mo_mode = argc > 2 && !evict_mode;
+    if (evict_mode && (mo_mode || quota_mode))
+        usage(argv[0]);
     const int copies = mo_mode ? 1 : TOP_K; /* copies of a route: one key, or top_k tables */
     testsrv_sweep_stale();
     int rc =
@@ -207,6 +306,8 @@ int main(int argc, char **argv)
         CHECK(kvmesh_config_set(c, "tombstone_retention_ms", "2000") == 0);
         if (mo_mode)
             CHECK(kvmesh_config_set(c, "route_mode", "metadata_only") == 0);
+        if (quota_mode) /* room for every kept object: no refusal in this test */
+            CHECK(kvmesh_config_set(c, "tenant_policies", "purge:1GiB:1000000") == 0);
         rc = kvmesh_open(&rts[i], c);
         if (rc)
             fprintf(stderr, "open %d: %s\n", i, kvmesh_last_error());
@@ -240,11 +341,11 @@ int main(int argc, char **argv)
 
     /* 1. churn */
     static uint8_t v[VAL];
-    uint64_t created = 0, kept = 0, removed = 0, max_entries = 0, next_sample = 0;
+    uint64_t created = 0, kept = 0, removed = 0, next_sample = 0;
     uint64_t t0 = env_clock_mono_ms();
-    for (uint64_t i = 0; env_clock_since_ms(t0) < CHURN_MS && i < 1000000; i++) {
+    for (uint64_t i = 0; env_clock_since_ms(t0) < churn_ms && i < 100000000; i++) {
         char key[32];
-        snprintf(key, sizeof(key), "churn-%07" PRIu64, i);
+        snprintf(key, sizeof(key), "churn-%08" PRIu64, i);
         memset(v, (int)(i & 0xff), sizeof(v));
         if (retry(do_put, key, v) != 0)
             continue; /* not created (a put that failed for good is not this test's subject) */
@@ -261,45 +362,38 @@ int main(int argc, char **argv)
         CHECK(rc == 0);
         removed++;
         if (env_clock_since_ms(t0) >= next_sample) {
-            uint64_t e, tb, p;
-            counts(&e, &tb, &p);
-            if (e > max_entries)
-                max_entries = e;
+            sample(env_clock_since_ms(t0), kept, removed, copies);
             next_sample = env_clock_since_ms(t0) + 1000;
         }
     }
-    printf("1: %" PRIu64 " keys in %d ms: %" PRIu64 " kept, %" PRIu64
-           " removed; route-table entries (all authorities) peaked at %" PRIu64 "\n",
-           created, CHURN_MS, kept, removed, max_entries);
-    CHECK(removed > 100);
+    uint64_t max_excess = 0;
+    for (size_t i = 0; i < n_samples; i++)
+        max_excess = samples[i].excess > max_excess ? samples[i].excess : max_excess;
+    printf("1: %" PRIu64 " keys in %" PRIu64 " ms%s: %" PRIu64 " kept, %" PRIu64
+           " removed; route state beyond the kept keys peaked at %" PRIu64 "\n",
+           created, churn_ms, quota_mode ? " (quota tenant)" : "", kept, removed, max_excess);
+    CHECK(removed > 50); /* the churn ran (a loaded host: far fewer than the ~1,000 here) */
+    check_windows(copies);
 
-    /* 2. the purge catches up */
+    /* 2. the purge catches up: every tombstone, pending or finalized, goes (exact) */
     uint64_t entries = 0, tombs = 0, purged = 0;
     for (uint64_t end = env_clock_mono_ms() + 30000;;) {
         counts(&entries, &tombs, &purged);
-        if (tombs == 0 || env_clock_mono_ms() > end)
+        if ((tombs == 0 && entries <= kept * (uint64_t)copies) || env_clock_mono_ms() > end)
             break;
         usleep(200000);
     }
     printf("2: entries %" PRIu64 " (kept %" PRIu64 " x copies %d = %" PRIu64
            "), tombstones %" PRIu64 ", purged %" PRIu64 " (removed %" PRIu64 ")\n",
            entries, kept, copies, kept * (uint64_t)copies, tombs, purged, removed);
-    /* Every finalized tombstone is purged (exact). A remove finalizes its tombstone best effort:
-     * one whose finalize CAS failed (a loaded host) stays PENDING, is never purged (known gap,
-     * docs/reliability.md) and is allowed for here, up to 2% of the removes, and counted. */
     CHECK(tombs == 0);
-    uint64_t slack = removed / 50;
-    uint64_t unpurged = entries > kept * (uint64_t)copies ? entries - kept * (uint64_t)copies : 0;
-    printf("2: %" PRIu64
-           " route copies left beyond the kept keys (pending tombstones; allowed %" PRIu64 ")\n",
-           unpurged, slack * (uint64_t)copies);
-    CHECK(unpurged <= slack * (uint64_t)copies);
+    CHECK(entries <= kept * (uint64_t)copies);
     if (mo_mode) /* one key each; exactly one of the concurrent purgers wins each */
-        CHECK(purged <= removed && purged + slack >= removed && entries >= kept);
+        CHECK(purged == removed && entries == kept);
     else
-        CHECK(purged + slack * (uint64_t)copies >= removed * (uint64_t)copies);
+        CHECK(purged >= removed * (uint64_t)copies);
     /* without a purge every removed key's tombstone would stay (in every authority) */
-    CHECK(max_entries < (created * (uint64_t)copies) * 3 / 4);
+    CHECK(max_excess < removed * keys_per_remove(copies) * 3 / 4);
 
     /* 3. monotone versions across a purge */
     memset(v, 0x5a, sizeof(v));
@@ -322,10 +416,11 @@ int main(int argc, char **argv)
            ") after\n",
            before.fencing_token, before.primary_sequence, after.fencing_token,
            after.primary_sequence);
-    /* above the tombstone's two versions too (pending, finalized): no reuse after the purge */
+    /* above the tombstone's versions too (pending, and finalized unless a quota keeps it
+     * pending): no reuse after the purge */
     CHECK(version_gt(&after, &before));
     CHECK(after.fencing_token > before.fencing_token ||
-          after.primary_sequence > before.primary_sequence + 2);
+          after.primary_sequence > before.primary_sequence + (quota_mode ? 1 : 2));
     uint8_t out[VAL];
     size_t got = 0;
     CHECK(kvmesh_get_into(rts[1], &sc, "mono", 4, out, sizeof(out), &got) == 0);
@@ -333,10 +428,28 @@ int main(int argc, char **argv)
 
     if (mo_mode) /* the floor of the shard holds the purged version */
         CHECK(count_family(KS_ROUTE_FLOOR) > 0);
+    if (quota_mode) { /* the accounting settles at the kept objects and "mono" */
+        tn_usage_t u;
+        memset(&u, 0, sizeof(u));
+        for (uint64_t end = env_clock_mono_ms() + 30000;;) {
+            bool found = read_usage(&u);
+            if ((found && u.committed_objects == kept + 1 && u.pending_objects == 0) ||
+                env_clock_mono_ms() > end)
+                break;
+            usleep(200000);
+        }
+        printf("4: committed %" PRIu64 " objects / %" PRIu64 " bytes, pending %" PRIu64
+               " (kept %" PRIu64 " + 1)\n",
+               (uint64_t)u.committed_objects, (uint64_t)u.committed_bytes,
+               (uint64_t)u.pending_objects, kept);
+        CHECK(u.committed_objects == kept + 1 && u.committed_bytes == (kept + 1) * VAL);
+        CHECK(u.pending_objects == 0 && u.pending_bytes == 0);
+    }
     for (int i = NRT - 1; i >= 0; i--)
         kvmesh_close(rts[i]);
     meta_sync_close(ms);
     testsrv_stop(srv);
-    printf("store_purge %s%s: ok\n", argv[1], mo_mode ? " metadata_only" : "");
+    printf("store_purge %s%s%s: ok\n", argv[1], mo_mode ? " metadata_only" : "",
+           quota_mode ? " quota" : "");
     return 0;
 }

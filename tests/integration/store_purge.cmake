@@ -1,14 +1,29 @@
 # SPDX-License-Identifier: Apache-2.0
-# Tombstone purge under churn (EmbeddedWrh route tables), three in-process runtimes on a real
-# redis-server and a real etcd started by the test; about 30 s each.
-add_test(NAME store_purge_redis COMMAND ${exe} redis)
-add_test(NAME store_purge_etcd COMMAND ${exe} etcd)
+# Tombstone purge under churn, three in-process runtimes on a real redis-server and a real etcd
+# started by the test. The Redis pair churns 60 s (the issue's soak, per-window bound), the etcd
+# pair 20 s; under sanitizers every churn is 15 s. (--quota is not registered: a quota tenant's
+# tombstones are not purged yet, docs/reliability.md "Pending tombstones".)
+# `itest_store_purge redis --duration 600` for a longer soak (docs/reliability.md).
+if(KVMESH_SANITIZE)
+  set(purge_long 15)
+  set(purge_short 15)
+else()
+  set(purge_long 60)
+  set(purge_short 20)
+endif()
+add_test(NAME store_purge_redis COMMAND ${exe} redis --duration ${purge_long})
+add_test(NAME store_purge_etcd COMMAND ${exe} etcd --duration ${purge_short})
 set_tests_properties(store_purge_redis store_purge_etcd PROPERTIES LABELS integration
   TIMEOUT 300 ENVIRONMENT "${KVMESH_TEST_ENV}")
-add_test(NAME store_purge_redis_metadata_only COMMAND ${exe} redis metadata_only)
-add_test(NAME store_purge_etcd_metadata_only COMMAND ${exe} etcd metadata_only)
+# the 60 s ones start early in a parallel ctest run (COST orders by expected time)
+set_tests_properties(store_purge_redis PROPERTIES COST 70)
+add_test(NAME store_purge_redis_metadata_only COMMAND ${exe} redis metadata_only
+  --duration ${purge_long})
+add_test(NAME store_purge_etcd_metadata_only COMMAND ${exe} etcd metadata_only
+  --duration ${purge_short})
 set_tests_properties(store_purge_redis_metadata_only store_purge_etcd_metadata_only PROPERTIES
   LABELS integration TIMEOUT 300 ENVIRONMENT "${KVMESH_TEST_ENV}")
+set_tests_properties(store_purge_redis_metadata_only PROPERTIES COST 70)
 # Eviction churn: tombstones of evicted objects are finalized and purged (route tables bounded);
 # about 10 s idle, 20-30 s on a loaded host.
 add_test(NAME store_purge_redis_evict COMMAND ${exe} redis evict)

@@ -396,11 +396,11 @@ static void test_table_expiry_index(void **state)
         char k[8];
         snprintf(k, sizeof(k), "t%02d", i);
         fixture_route(&r, k, 1, 1);
-        if (i % 2 == 0) { /* even keys: finalized tombstones due at 1000 - 10 i */
-            r.tomb = KVM_TOMB_FINALIZED;
+        if (i % 2 == 0 || i == 9) { /* even keys: tombstones due at 1000 - 10 i */
+            r.tomb = i % 4 == 0 ? KVM_TOMB_FINALIZED : KVM_TOMB_PENDING;
             r.n_replicas = 0;
             r.length = r.checksum = 0;
-            r.retain_until_ms = 1000 - 10 * (uint64_t)i;
+            r.retain_until_ms = i == 9 ? 0 : 1000 - 10 * (uint64_t)i; /* t09: pending, none */
             assert_int_equal(kvm_route_validate(&r), 0);
         }
         assert_int_equal(route_table_put(t, &r, NULL), 0);
@@ -413,8 +413,8 @@ static void test_table_expiry_index(void **state)
     kvm_route_t v;
     for (route_entry_t *e = route_table_tomb_first(t); e; e = route_table_tomb_next(t, e)) {
         route_table_view(t, e, &v);
-        assert_int_equal(v.tomb, KVM_TOMB_FINALIZED);
-        assert_true(v.retain_until_ms >= last);
+        assert_int_not_equal(v.tomb, KVM_TOMB_NONE); /* pending ones with a deadline too */
+        assert_true(v.retain_until_ms > 0 && v.retain_until_ms >= last);
         last = v.retain_until_ms;
         n++;
     }
@@ -433,6 +433,24 @@ static void test_table_expiry_index(void **state)
     route_table_del(t, route_table_tomb_first(t));
     assert_int_equal(route_table_tomb_count(t), 2);
     assert_int_equal(route_table_count(t), 8);
+    /* t09 (pending, no deadline) gets one: indexed; finalized later: indexed at its own */
+    fixture_route(&r, "t09", 1, 3);
+    r.tomb = KVM_TOMB_PENDING;
+    r.n_replicas = 0;
+    r.length = r.checksum = 0;
+    r.retain_until_ms = 10;
+    assert_int_equal(route_table_put(t, &r, NULL), 0);
+    assert_int_equal(route_table_tomb_count(t), 3);
+    route_table_view(t, route_table_tomb_first(t), &v);
+    assert_int_equal(v.retain_until_ms, 10);
+    r.tomb = KVM_TOMB_FINALIZED;
+    r.retain_until_ms = 5000;
+    assert_int_equal(route_table_put(t, &r, NULL), 0);
+    kvm_route_free(&r);
+    assert_int_equal(route_table_tomb_count(t), 3);
+    assert_int_equal(route_table_check(t), 0);
+    route_table_view(t, route_table_tomb_first(t), &v);
+    assert_int_equal(v.retain_until_ms, 980); /* t02 */
     assert_int_equal(route_table_check(t), 0);
     route_table_free(t);
 }

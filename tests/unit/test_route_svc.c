@@ -262,6 +262,50 @@ static void lookup(fx_t *f, route_svc_t *svc, const kvm_ident_t *id, waitv_t *w)
     run_until(f, w);
 }
 
+/* "a" holds a PENDING tombstone without a deadline. Key "p" gets a PENDING tombstone whose
+ * deadline passed (a remove whose finalize CAS failed): the authority's purge (every tick, from
+ * the table's expiry index) removes it, and leaves "a". Fails with the index holding FINALIZED
+ * tombstones only (nothing purged within the wait). */
+static void pending_purge(fx_t *f, route_svc_t *svc)
+{
+    uint64_t e0, t0, p0, e, t, p;
+    route_table_counts(svc, &e0, &t0, &p0);
+    waitv_t w;
+    kvm_route_t r;
+    mk(&r, "p", 1, 7);
+    cas(f, svc, KVM_ROUTE_VERSION_NONE, &r, &w);
+    assert_int_equal(w.rc, 0);
+    kvm_route_version_t v = w.route.version;
+    kvm_route_free(&w.route);
+    kvm_route_free(&r);
+    kvm_route_init(&r);
+    assert_int_equal(kvm_ident_init(&r.ident, "tenant", NULL, "p", 1), 0);
+    r.content_op = (kvm_op_id_t){.writer = kvm_id128_from_u64(1, 2), .epoch = 1, .seq = 8};
+    r.tomb = KVM_TOMB_PENDING;
+    r.retain_until_ms = 1; /* long past */
+    cas(f, svc, v, &r, &w);
+    assert_int_equal(w.rc, 0);
+    kvm_route_free(&w.route);
+    for (int i = 0; i < 100; i++) { /* a tick at least every second: 10 s at most */
+        route_table_counts(svc, &e, &t, &p);
+        if (p > p0)
+            break;
+        uv_run(&f->loop, UV_RUN_ONCE);
+    }
+    route_table_counts(svc, &e, &t, &p);
+    assert_int_equal(p, p0 + 1);
+    lookup(f, svc, &r.ident, &w);
+    assert_int_equal(w.rc, KVMESH_ENOENT); /* gone from the table */
+    kvm_route_free(&r);
+    kvm_route_init(&r);
+    assert_int_equal(kvm_ident_init(&r.ident, "tenant", NULL, "a", 1), 0);
+    lookup(f, svc, &r.ident, &w);
+    assert_int_equal(w.rc, 0); /* kept: no deadline */
+    assert_true(kvm_route_is_tombstone(&w.route));
+    kvm_route_free(&w.route);
+    kvm_route_free(&r);
+}
+
 static void test_single_runtime_ops(void **state)
 {
     (void)state;
@@ -316,6 +360,7 @@ static void test_single_runtime_ops(void **state)
     assert_true(kvm_route_is_tombstone(&w.route));
     kvm_route_free(&w.route);
     kvm_route_free(&r);
+    pending_purge(&f, svc);
 
     /* owner enumeration: 10 routes of owner 5 and 4 of owner 6, pages of 3 */
     for (int i = 0; i < 14; i++) {
