@@ -558,8 +558,10 @@ static int test_main(const char *self_exe, const char *kind)
     CHECK(proc_status(victim, &vm, &vt) && (vm & (1u << shard)));
     if (!(vm & ((1u << shard) - 1)))
         victim_token = vt;
+    tproc_kill(&procs[victim], SIGKILL); /* returns once the process is reaped */
+    /* Stamped after the victim is gone: a CAS that began between a stamp taken before kill() and
+     * the process's death could still be answered by it, with its own token, legitimately. */
     uint64_t kill_us = (env_clock_mono_ns() / 1000);
-    tproc_kill(&procs[victim], SIGKILL);
     uint64_t recover_us = 0;
     uint64_t bound = env_clock_mono_ms() + RP_RECOVER_BOUND_MS;
     while (env_clock_mono_ms() < bound) {
