@@ -37,6 +37,7 @@
 #include "cold/extent.h"
 #include "cold/localdir.h"
 #include "cold_itest.h"
+#include "proc.h"
 #include "coldfiles.h"
 #include "env/clock.h"
 #include "kvmesh.h"
@@ -66,23 +67,11 @@ static void cleanup(void)
     tcold_remove_dir(tmpdir);
 }
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #c,  \
-                    kvmesh_last_error());                                                          \
-            cleanup();                                                                             \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TPROC_CHECK(c, cleanup)
 
 static void fill(uint8_t *buf, uint32_t i)
 {
-    uint64_t x = 0x9e3779b97f4a7c15ull * (i + 7);
-    for (uint32_t k = 0; k < OBJ_LEN; k++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        buf[k] = (uint8_t)x;
-    }
+    cold_itest_fill(buf, OBJ_LEN, 0x9e3779b97f4a7c15ull * (i + 7));
 }
 
 static void key_of(uint32_t i, char *k, size_t cap)
@@ -270,19 +259,7 @@ int main(int argc, char **argv)
     CHECK(kvmesh_open(&kc, c) == 0);
     kvmesh_config_free(c);
     /* A sees B as a storage member before it pins objects there (bounded wait) */
-    bool seen = false;
-    for (int t = 0; t < 200 && !seen; t++) {
-        kvmesh_member_info_t ms[8];
-        size_t nm = 0;
-        CHECK(kvmesh_members(ka, ms, 8, &nm) == 0);
-        size_t storage = 0;
-        for (size_t m = 0; m < nm && m < 8; m++)
-            storage += ms[m].capacity_bytes > 0 && strcmp(ms[m].state, "active") == 0;
-        seen = storage >= 2;
-        if (!seen)
-            usleep(50000);
-    }
-    CHECK(seen);
+    CHECK(cold_itest_wait_storage(ka, 2));
     char ida[KVMESH_ID_HEX_LEN + 1], idb[KVMESH_ID_HEX_LEN + 1];
     uint64_t ep;
     CHECK(kvmesh_self(ka, ida, &ep) == 0 && kvmesh_self(kb, idb, &ep) == 0);

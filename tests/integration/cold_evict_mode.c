@@ -28,6 +28,7 @@
 #include "coldfiles.h"
 #include "curl_body.h"
 #include "cold_itest.h"
+#include "proc.h"
 #include "obs_prom.h"
 
 struct kvm_rt;
@@ -53,23 +54,11 @@ static void cleanup(void)
     tcold_remove_dir(tmpdir);
 }
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #c,  \
-                    kvmesh_last_error());                                                          \
-            cleanup();                                                                             \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TPROC_CHECK(c, cleanup)
 
 static void fill(uint8_t *buf, uint32_t i)
 {
-    uint64_t x = 0x9e3779b97f4a7c15ull * (i + 1);
-    for (uint32_t k = 0; k < OBJ_LEN; k++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        buf[k] = (uint8_t)x;
-    }
+    cold_itest_fill(buf, OBJ_LEN, 0x9e3779b97f4a7c15ull * (i + 1));
 }
 
 static void key_of(uint32_t i, char *k, size_t cap)

@@ -32,6 +32,7 @@
 #include "api/kvmesh_tools.h"
 #include "kvmesh.h"
 #include "cold_itest.h"
+#include "proc.h"
 #include "coldfiles.h"
 #include "env/clock.h"
 
@@ -55,15 +56,7 @@ static void cleanup(void)
     tcold_remove_dir(tmpdir);
 }
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #c,  \
-                    kvmesh_last_error());                                                          \
-            cleanup();                                                                             \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TPROC_CHECK(c, cleanup)
 
 static double health(void)
 {

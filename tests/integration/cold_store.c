@@ -58,6 +58,7 @@
 #include "coldfiles.h"
 #include "curl_body.h"
 #include "cold_itest.h"
+#include "proc.h"
 #include "obs_prom.h"
 
 struct kvm_rt;
@@ -92,23 +93,11 @@ static void cleanup(void)
     tcold_remove_dir(tmpdir);
 }
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #c,  \
-                    kvmesh_last_error());                                                          \
-            cleanup();                                                                             \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TPROC_CHECK(c, cleanup)
 
 static void fill(uint8_t *buf, uint32_t i, uint32_t gen)
 {
-    uint64_t x = 0x9e3779b97f4a7c15ull * (i + 1) + gen * 0xbf58476d1ce4e5b9ull;
-    for (uint32_t k = 0; k < OBJ_LEN; k++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        buf[k] = (uint8_t)x;
-    }
+    cold_itest_fill(buf, OBJ_LEN, 0x9e3779b97f4a7c15ull * (i + 1) + gen * 0xbf58476d1ce4e5b9ull);
 }
 
 static void key_of(uint32_t i, char *k, size_t cap)
@@ -387,19 +376,7 @@ int main(int argc, char **argv)
         CHECK(kvmesh_config_set(cs, "admin_listen", "") == 0);
         CHECK(kvmesh_open(&kv2, cs) == 0);
         /* A places on B once its membership snapshot lists B with capacity (bounded wait) */
-        bool seen = false;
-        for (int t = 0; t < 200 && !seen; t++) {
-            kvmesh_member_info_t ms[8];
-            size_t nm = 0;
-            CHECK(kvmesh_members(kv, ms, 8, &nm) == 0);
-            size_t storage = 0;
-            for (size_t m = 0; m < nm && m < 8; m++)
-                storage += ms[m].capacity_bytes > 0 && strcmp(ms[m].state, "active") == 0;
-            seen = storage >= 2;
-            if (!seen)
-                usleep(50000);
-        }
-        CHECK(seen);
+        CHECK(cold_itest_wait_storage(kv, 2));
         uint64_t epb = 0;
         CHECK(kvmesh_self(kv2, idb, &epb) == 0);
     }

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cold_itest.h — helpers the cold tier's integration tests share (header-only; cold_store.c,
- * cold_evict_mode.c, cold_store_crash.c): one sample of a runtime's /metrics over HTTP, and a
- * walk over the LocalDir fan-out files under a device root (counting, corrupting and removing
- * them is tests/support/coldfiles.h).
+ * cold_evict_mode.c, cold_store_crash.c, cold_batch.c, cold_health.c): one sample of a
+ * runtime's /metrics over HTTP, a walk over the LocalDir fan-out files under a device root
+ * (counting, corrupting and removing them is tests/support/coldfiles.h), the tests' payload
+ * pattern, and a bounded wait for storage members.
  *
  * Needs libcurl (curl_global_init by the caller) and tests/integration/obs_prom.h (included here).
  * Nothing is kept between calls; every buffer is freed before returning.
@@ -18,8 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "curl_body.h"
+#include "kvmesh.h"
 #include "../integration/obs_prom.h" /* (header-only) */
 
 /* GET http://127.0.0.1:port/metrics and the value of name{l="v"} (l NULL: unlabelled) into
@@ -88,6 +91,36 @@ cold_itest_localdir_walk(const char *root, bool (*fn)(const char *dir, const cha
     }
     closedir(top);
     return n;
+}
+
+/* The payload pattern of the cold tests: len bytes of xorshift64 output from seed (the same
+ * seed always gives the same bytes, so a read-back is compared with a fresh fill). */
+static inline void cold_itest_fill(uint8_t *buf, size_t len, uint64_t seed)
+{
+    uint64_t x = seed;
+    for (size_t k = 0; k < len; k++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[k] = (uint8_t)x;
+    }
+}
+
+/* Waits (bounded: 200 x 50 ms) until kv's membership snapshot lists at least `want` active
+ * members with storage capacity. False when it did not, or the members call failed. */
+static inline bool cold_itest_wait_storage(kvmesh_t *kv, size_t want)
+{
+    for (int t = 0; t < 200; t++) {
+        kvmesh_member_info_t ms[8];
+        size_t nm = 0;
+        if (kvmesh_members(kv, ms, 8, &nm) != 0)
+            return false;
+        size_t storage = 0;
+        for (size_t m = 0; m < nm && m < 8; m++)
+            storage += ms[m].capacity_bytes > 0 && strcmp(ms[m].state, "active") == 0;
+        if (storage >= want)
+            return true;
+        usleep(50000);
+    }
+    return false;
 }
 
 #endif
