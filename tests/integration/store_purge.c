@@ -285,13 +285,9 @@ int main(int argc, char **argv)
     if (evict_mode && (mo_mode || quota_mode))
         usage(argv[0]);
     const int copies = mo_mode ? 1 : TOP_K; /* copies of a route: one key, or top_k tables */
-    testsrv_sweep_stale();
-    int rc =
-        strcmp(argv[1], "redis") == 0 ? testsrv_start_redis(&srv, NULL) : testsrv_start_etcd(&srv);
-    if (rc) {
-        fprintf(stderr, "cannot start %s: %s\n", argv[1], kvmesh_last_error());
+    int rc = testsrv_start_named(&srv, argv[1]);
+    if (rc)
         return 1;
-    }
     for (int i = 0; i < NRT; i++) {
         kvmesh_config_t *c = kvmesh_config_new();
         CHECK(kvmesh_config_set(c, "metadata_url", testsrv_url(srv)) == 0);

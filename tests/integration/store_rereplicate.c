@@ -372,13 +372,9 @@ int main(int argc, char **argv)
     }
     bool drain = strcmp(argv[2], "drain") == 0;
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    testsrv_sweep_stale();
-    int rc =
-        strcmp(argv[1], "redis") == 0 ? testsrv_start_redis(&srv, NULL) : testsrv_start_etcd(&srv);
-    if (rc) {
-        fprintf(stderr, "cannot start %s: %s\n", argv[1], kvmesh_last_error());
+    int rc = testsrv_start_named(&srv, argv[1]);
+    if (rc)
         return 1;
-    }
     snprintf(url, sizeof(url), "%s", testsrv_url(srv));
     for (int i = 0; i < NPROC; i++)
         spawn(i);

@@ -118,13 +118,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s redis|etcd\n", argv[0]);
         return 2;
     }
-    testsrv_sweep_stale();
-    int rc =
-        strcmp(argv[1], "redis") == 0 ? testsrv_start_redis(&srv, NULL) : testsrv_start_etcd(&srv);
-    if (rc) {
-        fprintf(stderr, "cannot start %s: %s\n", argv[1], kvmesh_last_error());
+    int rc = testsrv_start_named(&srv, argv[1]);
+    if (rc)
         return 1;
-    }
     CHECK(tcpproxy_start(&proxy, testsrv_port(srv)) == 0);
     char url[128];
     snprintf(url, sizeof(url), "%s://127.0.0.1:%u", argv[1], (unsigned)tcpproxy_port(proxy));

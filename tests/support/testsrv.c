@@ -557,6 +557,16 @@ int testsrv_start_etcd(testsrv_t **out)
     return start_common(out, TESTSRV_ETCD, NULL);
 }
 
+int testsrv_start_named(testsrv_t **out, const char *kind)
+{
+    int rc = strcmp(kind, "redis") == 0  ? testsrv_start_redis(out, NULL)
+             : strcmp(kind, "etcd") == 0 ? testsrv_start_etcd(out)
+                                         : kvm_errf(KVMESH_EINVAL, "not redis or etcd");
+    if (rc)
+        fprintf(stderr, "cannot start %s: %s\n", kind, kvmesh_last_error());
+    return rc;
+}
+
 const char *testsrv_url(const testsrv_t *s)
 {
     return s->url;

@@ -46,6 +46,11 @@ int testsrv_start_redis(testsrv_t **out, const char *extra_conf);
 /* Starts a single-member etcd with a temporary data dir; client and peer URLs on free ports. */
 int testsrv_start_etcd(testsrv_t **out);
 
+/* testsrv_start_redis(out, NULL) or testsrv_start_etcd(out) for kind "redis" or "etcd" (a
+ * test's command-line argument). On failure prints "cannot start KIND: reason" to stderr and
+ * returns non-zero (KVMESH_EINVAL for another kind). */
+int testsrv_start_named(testsrv_t **out, const char *kind);
+
 /* "redis://127.0.0.1:PORT" or "etcd://127.0.0.1:PORT" (the client port). */
 const char *testsrv_url(const testsrv_t *s);
 uint16_t testsrv_port(const testsrv_t *s);   /* client port */
