@@ -271,6 +271,13 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "cold_root is an NFS/NFS4 target: at start the mount is checked (filesystem type nfs "
            "or nfs4, mounted read-write and hard, from statfs and /proc/self/mountinfo) and the "
            "runtime refuses to start otherwise."),
+    F_STR(cold_devices, "", KVM_CFG_SYN_COLD_DEVICES,
+          "More cold devices of this runtime (devices 1..7; device 0 is cold_kind, cold_root, "
+          "cold_capacity, which must be set), separated by ';': kind:root[:capacity[:tags]] with "
+          "kind localdir or extent, root a directory (no ':' or ';', under 256 bytes), capacity "
+          "a size (empty = cold_capacity) and tags comma-separated words; each becomes its own "
+          "device record, and placement picks the device with the most room (docs/cold.md "
+          "\"Several devices\")."),
     F_UINT(cold_staging_slots, "64", 1, 4096,
            "Staging slots of remote restore on the cold device's owner (docs/cold.md \"Staging "
            "pool\"); a read finding every slot busy is refused with backpressure and retried."),
@@ -549,6 +556,101 @@ int kvm_config_parse_policies(const char *v, struct kvm_store_tenant_policy *out
     return 0;
 }
 
+static bool tag_char(char c)
+{
+    return isalnum((unsigned char)c) || c == '_' || c == '.' || c == '-';
+}
+
+int kvm_config_parse_cold_devices(const char *v, uint64_t default_capacity,
+                                  struct kvm_store_cold_device *out, uint32_t *n_out, char *why,
+                                  size_t cap)
+{
+    struct kvm_store_cold_device tmp[KVM_STORE_COLD_DEVICES_MAX - 1];
+    uint32_t n = 0;
+    const char *p = v;
+    while (*p) {
+        const char *end = strchr(p, ';');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        uint32_t dev = n + 1; /* device 0 is cold_kind/cold_root */
+        if (n == KVM_STORE_COLD_DEVICES_MAX - 1)
+            return policy_fail(why, cap,
+                               "lists more than %d devices (device 0 is cold_kind/cold_root; at "
+                               "most %d devices per runtime)",
+                               KVM_STORE_COLD_DEVICES_MAX - 1, KVM_STORE_COLD_DEVICES_MAX);
+        char item[KVM_CFG_STR_MAX];
+        if (len == 0 || len >= sizeof(item))
+            return policy_fail(why, cap, "device %u: empty entry", dev);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        char *parts[5] = {0};
+        int np = 0;
+        for (char *q = item, *tok; np < 5 && (tok = strsep(&q, ":")) != NULL;)
+            parts[np++] = tok;
+        if (np < 2 || np > 4)
+            return policy_fail(why, cap, "device %u: '%.64s' is not kind:root[:capacity[:tags]]",
+                               dev, p);
+        struct kvm_store_cold_device *d = &tmp[n];
+        memset(d, 0, sizeof(*d));
+        if (strcmp(parts[0], "localdir") == 0)
+            d->kind = KVM_STORE_COLD_LOCALDIR;
+        else if (strcmp(parts[0], "extent") == 0)
+            d->kind = KVM_STORE_COLD_EXTENT;
+        else
+            return policy_fail(why, cap, "device %u: kind '%.32s' is not localdir or extent", dev,
+                               parts[0]);
+        size_t rl = strlen(parts[1]);
+        if (rl == 0 || rl >= 256)
+            return policy_fail(why, cap, "device %u: root must be 1..255 bytes (it is %zu)", dev,
+                               rl);
+        for (size_t i = 0; i < rl; i++)
+            if ((unsigned char)parts[1][i] < 0x20 || (unsigned char)parts[1][i] == 0x7f)
+                return policy_fail(why, cap, "device %u: root has a control character", dev);
+        for (uint32_t i = 0; i < n; i++)
+            if (strcmp(tmp[i].root, parts[1]) == 0)
+                return policy_fail(why, cap, "device %u: root '%.64s' is device %u's root too", dev,
+                                   parts[1], i + 1);
+        memcpy(d->root, parts[1], rl + 1);
+        d->capacity = default_capacity;
+        if (np >= 3 && parts[2][0] &&
+            (parse_size_raw(parts[2], &d->capacity) != 0 || d->capacity == 0 ||
+             d->capacity > KVM_CFG_MEMORY_MAX))
+            return policy_fail(why, cap,
+                               "device %u: capacity '%.32s' is not a size 1..4TiB (e.g. 8GiB; "
+                               "empty = cold_capacity)",
+                               dev, parts[2]);
+        if (np == 4) {
+            size_t tl = strlen(parts[3]);
+            if (tl >= sizeof(d->tags))
+                return policy_fail(why, cap, "device %u: tags are %zu bytes (at most %zu)", dev, tl,
+                                   sizeof(d->tags) - 1);
+            for (size_t i = 0, w = 0; i <= tl; i++) {
+                if (i == tl || parts[3][i] == ',') {
+                    if (w == 0)
+                        return policy_fail(why, cap, "device %u: tags have an empty tag", dev);
+                    w = 0;
+                } else if (!tag_char(parts[3][i])) {
+                    return policy_fail(why, cap,
+                                       "device %u: tags '%.64s': a tag is [A-Za-z0-9_.-], tags "
+                                       "separated by ','",
+                                       dev, parts[3]);
+                } else {
+                    w++;
+                }
+            }
+            memcpy(d->tags, parts[3], tl + 1);
+        }
+        n++;
+        p = end ? end + 1 : p + len;
+        if (end && !*p)
+            return policy_fail(why, cap, "ends with a ';'");
+    }
+    if (out)
+        memcpy(out, tmp, n * sizeof(tmp[0]));
+    if (n_out)
+        *n_out = n;
+    return 0;
+}
+
 static bool syntax_ok(enum kvm_cfg_syntax syn, const char *v)
 {
     size_t n = strlen(v);
@@ -604,6 +706,8 @@ static bool syntax_ok(enum kvm_cfg_syntax syn, const char *v)
         return kvm_config_parse_weights(v, NULL, NULL, NULL, 0) == 0;
     case KVM_CFG_SYN_TENANT_PLACE:
         return kvm_config_parse_placement(v, NULL, NULL, NULL, 0) == 0;
+    case KVM_CFG_SYN_COLD_DEVICES:
+        return kvm_config_parse_cold_devices(v, 1, NULL, NULL, NULL, 0) == 0;
     }
     return false;
 }
@@ -637,6 +741,10 @@ static const char *syntax_text(enum kvm_cfg_syntax syn)
     case KVM_CFG_SYN_TENANT_PLACE:
         return "empty or up to 16 comma-separated tenant:owner[+owner...][:soft|hard] (1..4 "
                "owners of 32 hex digits, each tenant once)";
+    case KVM_CFG_SYN_COLD_DEVICES:
+        return "empty or up to 7 ';'-separated kind:root[:capacity[:tag,tag...]] (kind localdir "
+               "or extent, root 1..255 bytes without ':' or ';', each root once, capacity a size "
+               "1..4TiB, tags of [A-Za-z0-9_.-] in 127 bytes)";
     }
     return "?";
 }
@@ -751,7 +859,9 @@ static int field_set(struct kvmesh_config *cfg, const kvm_cfg_field_t *f, const 
             (f->syntax == KVM_CFG_SYN_TENANT_WEIGHTS &&
              kvm_config_parse_weights(v, NULL, NULL, why, sizeof(why)) != 0) ||
             (f->syntax == KVM_CFG_SYN_TENANT_PLACE &&
-             kvm_config_parse_placement(v, NULL, NULL, why, sizeof(why)) != 0))
+             kvm_config_parse_placement(v, NULL, NULL, why, sizeof(why)) != 0) ||
+            (f->syntax == KVM_CFG_SYN_COLD_DEVICES &&
+             kvm_config_parse_cold_devices(v, 1, NULL, NULL, why, sizeof(why)) != 0))
             return bad(f, v, why);
         if (!syntax_ok(f->syntax, v))
             return bad(f, v, "is invalid");
@@ -1032,6 +1142,21 @@ int kvm_config_validate(const struct kvmesh_config *cfg)
                         "cold_write_through needs a cold device on this runtime (cold_kind), "
                         "cold_offload on and cold_offload_mode passthrough; set them or turn "
                         "cold_write_through off");
+    if (cfg->cold_devices[0] && cfg->cold_kind == KVM_STORE_COLD_OFF)
+        return kvm_errf(KVMESH_ECONFIG,
+                        "cold_devices lists devices 1.. but cold_kind is off: device 0 is "
+                        "cold_kind/cold_root; set them to the first device or clear "
+                        "cold_devices");
+    struct kvm_store_cold_device ds[KVM_STORE_COLD_DEVICES_MAX - 1];
+    uint32_t nds = 0;
+    if (kvm_config_parse_cold_devices(cfg->cold_devices, cfg->cold_capacity, ds, &nds, NULL, 0) ==
+        0)
+        for (uint32_t k = 0; k < nds; k++)
+            if (strcmp(ds[k].root, cfg->cold_root) == 0)
+                return kvm_errf(KVMESH_ECONFIG,
+                                "cold_devices: device %u: root '%.64s' is cold_root (device 0) "
+                                "too; each device needs its own directory",
+                                k + 1, ds[k].root);
     if (cfg->cold_kind != KVM_STORE_COLD_OFF && !cfg->cold_root[0])
         return kvm_errf(KVMESH_ECONFIG,
                         "cold_kind is %s but cold_root is empty; set cold_root to the cold "
@@ -1123,5 +1248,10 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->cold_staging_ttl_ms = cfg->cold_staging_ttl_ms;
     out->cold_nfs = cfg->cold_nfs;
     out->cold_clean_bytes_per_tick = cfg->cold_clean_bytes_per_tick;
+    out->n_cold_extra = 0;
+    if (cfg->cold_kind != KVM_STORE_COLD_OFF &&
+        kvm_config_parse_cold_devices(cfg->cold_devices, cfg->cold_capacity, out->cold_extra,
+                                      &out->n_cold_extra, NULL, 0) != 0)
+        out->n_cold_extra = 0; /* (validated before) */
     out->cold_segment_bytes = cfg->cold_segment_bytes;
 }

@@ -90,6 +90,7 @@ struct kvmesh_config {
     bool cold_nfs;                       /* cold_root must be an NFS/NFS4 mount */
     uint64_t cold_clean_bytes_per_tick;  /* maintenance budget per tick (0 = off) */
     uint64_t cold_segment_bytes;         /* ExtentStore segment file size */
+    char cold_devices[KVM_CFG_STR_MAX];  /* "" or kind:root[:capacity[:tags]];... (devices 1..) */
 };
 
 /* Fills cfg with every default (what kvmesh_config_new returns). */
@@ -118,5 +119,13 @@ int kvm_config_parse_weights(const char *v, struct kvm_store_tenant_weight *out,
                              char *why, size_t cap);
 int kvm_config_parse_placement(const char *v, struct kvm_store_tenant_placement *out, uint32_t *n,
                                char *why, size_t cap);
+
+/* Parses the cold_devices value ("" or kind:root[:capacity[:tag,tag...]];... , devices 1..7;
+ * capacity "" = default_capacity) into out[0..*n). Same contract as kvm_config_parse_policies;
+ * the message names the device index and the field. */
+struct kvm_store_cold_device;
+int kvm_config_parse_cold_devices(const char *v, uint64_t default_capacity,
+                                  struct kvm_store_cold_device *out, uint32_t *n, char *why,
+                                  size_t cap);
 
 #endif

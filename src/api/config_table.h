@@ -36,6 +36,7 @@ enum kvm_cfg_syntax {
     KVM_CFG_SYN_TENANT_POLICIES, /* "" or tenant:max_bytes:max_objects[:version][,...] */
     KVM_CFG_SYN_TENANT_WEIGHTS,  /* "" or tenant:weight[,...] */
     KVM_CFG_SYN_TENANT_PLACE,    /* "" or tenant:owner[+owner...][:soft|hard][,...] */
+    KVM_CFG_SYN_COLD_DEVICES,    /* "" or kind:root[:capacity[:tags]][;...] */
 };
 
 #define KVM_CFG_ENUM_MAX 4

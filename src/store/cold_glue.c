@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * cold_glue.c — owns the store's cold tier state (struct kvm_cold, rt->cold): the device's
- * backend, the cold_t, the cold I/O worker thread, the route callbacks given to the core, the
- * view/reconciliation timer and the export of the core's counters as metrics, the DRAM
- * pressure reports for the offload watermarks, the eviction-triggered claims (struct claim,
- * cold_offload_mode = evict) and the best-effort re-promotion after a restore (struct promo).
- * docs/cold.md "Store wiring" and "Offload modes" describe the calls; cold_glue.h says which
- * thread calls what.
+ * cold_glue.c — owns the store's cold tier state (struct kvm_cold, rt->cold): the devices
+ * (struct gdev, up to KVM_STORE_COLD_DEVICES_MAX: backend, health counter, cleaning; docs/cold.md
+ * "Several devices"), the one cold_t they are attached to, the cold I/O worker thread, the route
+ * callbacks given to the core, the view/reconciliation timer and the export of the core's counters
+ * as metrics, the DRAM pressure reports for the offload watermarks, the eviction-triggered claims
+ * (struct claim, cold_offload_mode = evict) and the best-effort re-promotion after a restore
+ * (struct promo). docs/cold.md "Store wiring" and "Offload modes" describe the calls; cold_glue.h
+ * says which thread calls what.
  *
  * The worker: cold_exec_t jobs go into a FIFO under mu (one node per job, allocated at submit;
  * when that allocation fails the job runs inline on the loop); the worker runs run(), puts the
@@ -53,16 +54,30 @@ struct xnode {
     struct xnode *next;
 };
 
-struct kvm_cold {
-    kvm_rt_t *rt;
-    cold_t *c;
+/* One cold device of this runtime (device 0: cold_kind/cold_root; 1..: cold_devices). */
+struct gdev {
     cold_backend_t be;
     bool be_open;
     /* the core's backend: be behind the health-counting table (cold_health.h) */
     kvm_cold_health_t *health;
     cold_backend_t hb;
-    kvm_tier_id_t dev;
-    bool planner; /* cold_kind = off: a cold core with no device, only to plan/cancel reclaims */
+    kvm_tier_id_t id;
+    bool cleaning; /* [loop] a maintenance job (struct clean_job) is queued or running */
+    /* its configuration (the device record's identity fields) */
+    int kind;                 /* COLD_BACKEND_* */
+    char root[COLD_ROOT_CAP]; /* canonical path */
+    uint64_t capacity;
+    char tags[COLD_TAGS_CAP];
+};
+
+struct kvm_cold {
+    kvm_rt_t *rt;
+    cold_t *c;
+    struct gdev devs[KVM_STORE_COLD_DEVICES_MAX];
+    uint32_t ndev; /* devices opened (be_open) */
+    uint32_t nreg; /* [open] devices registered so far */
+    uint32_t ncfg; /* devices configured */
+    bool planner;  /* cold_kind = off: a cold core with no device, only to plan/cancel reclaims */
     cold_exec_ops_t exec;
     kvm_done_cb open_cb;
     /* worker [any] under mu */
@@ -101,7 +116,6 @@ struct kvm_cold {
         uint32_t slot;
     } stg_last;
     uint64_t stg_promotions, stg_promotions_exported; /* promotions that copied from a slot */
-    bool cleaning; /* [loop] a maintenance job (struct clean_job) is queued or running */
 };
 
 static void g_unref(struct kvm_cold *g)
@@ -120,6 +134,15 @@ static struct kvm_cold *dev_cold(kvm_rt_t *rt)
 {
     struct kvm_cold *g = rt->cold;
     return g && !g->planner ? g : NULL;
+}
+
+/* Whether dev is one of this runtime's devices. */
+static bool own_dev(const struct kvm_cold *g, const kvm_tier_id_t *dev)
+{
+    for (uint32_t i = 0; i < g->ndev; i++)
+        if (kvm_id128_equal(&g->devs[i].id, dev))
+            return true;
+    return false;
 }
 
 bool kvm_cold_has_device(kvm_rt_t *rt)
@@ -257,6 +280,7 @@ static void exec_submit(void *ctx, cold_exec_t *io)
 struct clean_job {
     cold_exec_t io; /* first: the worker hands back &io */
     struct kvm_cold *g;
+    struct gdev *d;
     uint64_t budget;
     int64_t rc;            /* maintain()'s answer: work done, or a negative code */
     uint64_t file0, file1; /* the backend's file bytes before and after */
@@ -267,7 +291,7 @@ struct clean_job {
 static void clean_run(cold_exec_t *io)
 {
     struct clean_job *j = (struct clean_job *)io;
-    const cold_backend_t *be = &j->g->be;
+    const cold_backend_t *be = &j->d->be;
     cold_backend_stat_t st;
     j->file0 = be->ops->stat(be->be, &st) == 0 ? st.file_bytes : 0;
     j->rc = be->ops->maintain(be->be, j->budget, &j->err);
@@ -280,7 +304,7 @@ static void clean_done(cold_exec_t *io)
     struct clean_job *j = (struct clean_job *)io;
     struct kvm_cold *g = j->g;
     kvm_rt_t *rt = g->rt;
-    g->cleaning = false;
+    j->d->cleaning = false;
     obs_count(rt->metrics, cold_clean_runs_total, j->rc < 0 ? OBS_OUTCOME_ERROR : OBS_OUTCOME_OK,
               OBS_NONE, 1);
     if (j->rc >= 0 && j->file1 < j->file0)
@@ -289,21 +313,25 @@ static void clean_done(cold_exec_t *io)
         j); /* (device errors mark the record DEGRADED: cold_health.h, kvmesh_cold_device_health) */
 }
 
-/* [loop] From the tick: one maintain() job at a time, only on the worker. */
+/* [loop] From the tick: per device, one maintain() job at a time, only on the worker. */
 static void clean_submit(struct kvm_cold *g)
 {
     uint64_t budget = g->rt->cfg.cold_clean_bytes_per_tick;
-    if (g->cleaning || budget == 0 || !g->be_open || !g->be.ops->maintain)
-        return;
-    struct clean_job *j = calloc(1, sizeof(*j));
-    if (!j)
-        return; /* the next tick tries again */
-    *j = (struct clean_job){.io = {.run = clean_run, .done = clean_done}, .g = g, .budget = budget};
-    if (!exec_enqueue(g, &j->io)) {
-        free(j);
-        return;
+    for (uint32_t i = 0; i < g->ndev; i++) {
+        struct gdev *d = &g->devs[i];
+        if (d->cleaning || budget == 0 || !d->be_open || !d->be.ops->maintain)
+            continue;
+        struct clean_job *j = calloc(1, sizeof(*j));
+        if (!j)
+            return; /* the next tick tries again */
+        *j = (struct clean_job){
+            .io = {.run = clean_run, .done = clean_done}, .g = g, .d = d, .budget = budget};
+        if (!exec_enqueue(g, &j->io)) {
+            free(j);
+            return;
+        }
+        d->cleaning = true;
     }
-    g->cleaning = true;
 }
 
 /* ---- route callbacks ------------------------------------------------------------------------ */
@@ -729,15 +757,31 @@ static void export_stats(struct kvm_cold *g)
     g->exported = s;
     obs_gauge_set(rt->metrics, cold_offload_queue_depth, OBS_NONE, OBS_NONE,
                   (int64_t)cold_offload_pending(g->c));
-    const cold_device_t *d = cold_view_find(g->c, &g->dev);
-    obs_gauge_set(rt->metrics, cold_device_health, OBS_NONE, OBS_NONE, d ? (int64_t)d->health : 0);
-    if (d) {
+    /* Several devices: the byte gauges are their sums, the health gauge the worst record (0
+     * when one is missing from the view). */
+    uint64_t reserved = 0, used = 0, capacity = 0;
+    int64_t health = 0;
+    bool all = g->ndev > 0;
+    for (uint32_t i = 0; i < g->ndev; i++) {
+        const cold_device_t *d = cold_view_find(g->c, &g->devs[i].id);
+        if (!d) {
+            all = false;
+            continue;
+        }
+        reserved += d->reserved;
+        used += d->used;
+        capacity += d->capacity;
+        if ((int64_t)d->health > health)
+            health = (int64_t)d->health;
+    }
+    obs_gauge_set(rt->metrics, cold_device_health, OBS_NONE, OBS_NONE, all ? health : 0);
+    if (capacity) {
         obs_gauge_set(rt->metrics, cold_device_reserved_bytes, OBS_NONE, OBS_NONE,
-                      (int64_t)d->reserved);
+                      (int64_t)reserved);
         obs_gauge_set(rt->metrics, segment_used_bytes, OBS_TIER_COLD, OBS_NONE,
-                      (int64_t)(d->used + d->reserved));
+                      (int64_t)(used + reserved));
         obs_gauge_set(rt->metrics, segment_capacity_bytes, OBS_TIER_COLD, OBS_NONE,
-                      (int64_t)d->capacity);
+                      (int64_t)capacity);
     }
 }
 
@@ -792,7 +836,8 @@ static void tick(void *arg)
     }
     stg_expire(g);
     durable_expire(g);
-    kvm_cold_health_tick(g->health, g->c, &g->dev, now, health_exec, g);
+    for (uint32_t i = 0; i < g->ndev; i++)
+        kvm_cold_health_tick(g->devs[i].health, g->c, &g->devs[i].id, now, health_exec, g);
     clean_submit(g);
     g->tick_timer = env_timer_start(g->rt->env, COLD_GLUE_TICK_MS * 1000000ull, tick, g);
 }
@@ -1389,6 +1434,8 @@ static void open_viewed(void *arg, int rc)
     open_fail(g, 0, "");
 }
 
+static int register_next(struct kvm_cold *g);
+
 static void open_registered(void *arg, int rc, const cold_device_t *d)
 {
     (void)d;
@@ -1396,10 +1443,17 @@ static void open_registered(void *arg, int rc, const cold_device_t *d)
     if (rc) {
         char m[1400];
         snprintf(m, sizeof(m),
-                 "cold tier: registering device %s in metadata failed: %s (%s); check the "
-                 "metadata backend, and that cold_capacity is not below the device's usage",
-                 g->rt->cfg.cold_root, kvmesh_strerror(rc), kvmesh_last_error());
+                 "cold tier: registering device %u (%s) in metadata failed: %s (%s); check the "
+                 "metadata backend, and that its capacity (cold_capacity or the cold_devices "
+                 "entry) is not below the device's usage",
+                 g->nreg, g->devs[g->nreg].root, kvmesh_strerror(rc), kvmesh_last_error());
         open_fail(g, rc, m);
+        return;
+    }
+    if (++g->nreg < g->ndev) {
+        rc = register_next(g);
+        if (rc)
+            open_registered(g, rc, NULL);
         return;
     }
     g->refreshing = true;
@@ -1479,23 +1533,59 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
     pthread_cond_init(&g->cv, NULL);
     rt->cold = g;
     char m[1400];
-    cold_backend_err_t err = {{0}};
-    cold_backend_config_t bc = {
-        .kind =
-            cfg->cold_kind == KVM_STORE_COLD_EXTENT ? COLD_BACKEND_EXTENT : COLD_BACKEND_LOCALDIR,
-        .root = cfg->cold_root,
-        .capacity_bytes = cfg->cold_capacity,
-        .require_nfs = cfg->cold_nfs,
-        .segment_bytes = cfg->cold_segment_bytes,
-    };
-    int rc = cold_backend_open(&bc, &g->be, &err);
-    if (rc) {
-        snprintf(m, sizeof(m), "cold tier: %s", err.msg[0] ? err.msg : kvmesh_strerror(rc));
-        open_fail(g, rc, m);
-        return;
+    /* device 0 from cold_kind/cold_root/cold_capacity, 1.. from cold_devices */
+    struct kvm_store_cold_device cds[KVM_STORE_COLD_DEVICES_MAX];
+    uint32_t ncfg =
+        1 + (cfg->n_cold_extra < KVM_STORE_COLD_DEVICES_MAX - 1 ? cfg->n_cold_extra
+                                                                : KVM_STORE_COLD_DEVICES_MAX - 1);
+    memset(&cds[0], 0, sizeof(cds[0]));
+    cds[0].kind = cfg->cold_kind;
+    snprintf(cds[0].root, sizeof(cds[0].root), "%s", cfg->cold_root);
+    cds[0].capacity = cfg->cold_capacity;
+    for (uint32_t i = 1; i < ncfg; i++)
+        cds[i] = cfg->cold_extra[i - 1];
+    g->ncfg = ncfg;
+    for (uint32_t i = 0; i < ncfg; i++) {
+        struct gdev *d = &g->devs[i];
+        cold_backend_err_t err = {{0}};
+        cold_backend_config_t bc = {
+            .kind =
+                cds[i].kind == KVM_STORE_COLD_EXTENT ? COLD_BACKEND_EXTENT : COLD_BACKEND_LOCALDIR,
+            .root = cds[i].root,
+            .capacity_bytes = cds[i].capacity,
+            .require_nfs = cfg->cold_nfs,
+            .segment_bytes = cfg->cold_segment_bytes,
+        };
+        int rc = cold_backend_open(&bc, &d->be, &err);
+        if (rc) {
+            snprintf(m, sizeof(m), "cold tier: device %u: %s", i,
+                     err.msg[0] ? err.msg : kvmesh_strerror(rc));
+            open_fail(g, rc, m);
+            return;
+        }
+        d->be_open = true;
+        g->ndev = i + 1;
+        /* The device id names the directory: the same root keeps its id across restarts. */
+        char canon[PATH_MAX];
+        const char *root = realpath(cds[i].root, canon) ? canon : cds[i].root;
+        size_t rl = strlen(root);
+        d->id = kvm_id128_from_u64(kvm_hash_seeded(root, rl, 0x636f6c64u),
+                                   kvm_hash_seeded(root, rl, 0x64657669u));
+        d->kind = bc.kind;
+        d->capacity = cds[i].capacity;
+        snprintf(d->root, sizeof(d->root), "%s", root);
+        snprintf(d->tags, sizeof(d->tags), "%s", cds[i].tags);
+        for (uint32_t k = 0; k < i; k++)
+            if (kvm_id128_equal(&g->devs[k].id, &d->id)) {
+                snprintf(m, sizeof(m),
+                         "cold tier: device %u (%s) is the directory of device %u; give each "
+                         "device its own directory",
+                         i, cds[i].root, k);
+                open_fail(g, KVMESH_ECONFIG, m);
+                return;
+            }
     }
-    g->be_open = true;
-    rc = stg_open(g);
+    int rc = stg_open(g);
     if (rc) {
         snprintf(m, sizeof(m), "cold tier: %s", kvmesh_last_error());
         open_fail(g, rc, m);
@@ -1506,12 +1596,6 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
         rpc_register_notify_handler(rt->ep, STORE_RPC_COLD_ACK, on_cold_ack, rt);
         rpc_register_handler(rt->ep, STORE_RPC_COLD_READ_BATCH, on_cold_read_batch, rt);
     }
-    /* The device id names the directory: the same root keeps its id across restarts. */
-    char canon[PATH_MAX];
-    const char *root = realpath(cfg->cold_root, canon) ? canon : cfg->cold_root;
-    size_t rl = strlen(root);
-    g->dev = kvm_id128_from_u64(kvm_hash_seeded(root, rl, 0x636f6c64u),
-                                kvm_hash_seeded(root, rl, 0x64657669u));
     if (env_thread_create(&g->th, worker_main, g) == 0)
         g->th_started = true;
     g->exec = (cold_exec_ops_t){.submit = exec_submit, .ctx = g};
@@ -1526,38 +1610,77 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
     cc.high_watermark = cfg->cold_high_watermark;
     cc.low_watermark = cfg->cold_low_watermark;
     rc = cold_new(&g->c, rt->env, rt->meta, &ops, &cc);
-    if (!rc)
-        rc = kvm_cold_health_new(&g->health, &g->be, &g->hb);
-    if (!rc)
-        rc = cold_attach_backend(g->c, &g->dev, &g->hb);
+    for (uint32_t i = 0; !rc && i < g->ndev; i++) {
+        struct gdev *d = &g->devs[i];
+        rc = kvm_cold_health_new(&d->health, &d->be, &d->hb);
+        if (!rc)
+            rc = cold_attach_backend(g->c, &d->id, &d->hb);
+    }
     if (rc) {
         snprintf(m, sizeof(m), "cold tier: cannot start the cold core: %s", kvmesh_last_error());
         open_fail(g, rc, m);
         return;
     }
-    cold_device_t desc;
-    memset(&desc, 0, sizeof(desc));
-    desc.id = g->dev;
-    desc.owner = rt->self.id;
-    desc.owner_epoch = rt->self.epoch;
-    desc.kind = bc.kind;
-    snprintf(desc.root, sizeof(desc.root), "%s", root);
-    desc.lifecycle = COLD_DEV_ACTIVE;
-    desc.schedulable = true;
-    desc.capacity = cfg->cold_capacity;
-    desc.health = COLD_DEV_HEALTHY;
-    desc.health_ms = env_wall_ms(rt->env);
-    rc = cold_device_register(g->c, &desc, open_registered, g);
+    g->nreg = 0;
+    rc = register_next(g);
     if (rc)
         open_registered(g, rc, NULL);
 }
 
+/* [open] The record of device g->nreg (owner = this runtime, owner epoch = its membership
+ * epoch); open_registered goes on with the next one. */
+static int register_next(struct kvm_cold *g)
+{
+    kvm_rt_t *rt = g->rt;
+    const struct gdev *gd = &g->devs[g->nreg];
+    cold_device_t desc;
+    memset(&desc, 0, sizeof(desc));
+    desc.id = gd->id;
+    desc.owner = rt->self.id;
+    desc.owner_epoch = rt->self.epoch;
+    desc.kind = gd->kind;
+    snprintf(desc.root, sizeof(desc.root), "%s", gd->root);
+    snprintf(desc.tags, sizeof(desc.tags), "%s", gd->tags);
+    desc.lifecycle = COLD_DEV_ACTIVE;
+    desc.schedulable = true;
+    desc.capacity = gd->capacity;
+    desc.health = COLD_DEV_HEALTHY;
+    desc.health_ms = env_wall_ms(rt->env);
+    return cold_device_register(g->c, &desc, open_registered, g);
+}
+
 /* ---- store paths ---------------------------------------------------------------------------- */
+
+/* Tests only (kvm_cold_test_pin_device0): local placement always picks device 0. */
+static atomic_bool pin_dev0;
+
+void kvm_cold_test_pin_device0(bool on)
+{
+    atomic_store(&pin_dev0, on);
+}
+
+/* Placement among this runtime's own devices: the eligible one with the most free bytes
+ * (cold_place_owned; ties to the smaller id). */
+static int place_local(struct kvm_cold *g, uint64_t len, kvm_tier_id_t *dev)
+{
+    if (g->ndev > 1 && atomic_load(&pin_dev0)) {
+        const cold_device_t *d = cold_view_find(g->c, &g->devs[0].id);
+        if (!d || !cold_device_fits(d, len))
+            return KVMESH_ENOSPC;
+        *dev = d->id;
+        return 0;
+    }
+    return cold_place_owned(g->c, len, &g->rt->self.id, 1, dev, NULL);
+}
 
 /* The refusal of a write-through put that got no cold backing: why no device took it. */
 static int no_backing_err(struct kvm_cold *g, const kvm_route_t *next, bool local)
 {
-    const cold_device_t *d = cold_view_find(g->c, &g->dev);
+    kvm_tier_id_t best;
+    const cold_device_t *d =
+        place_local(g, next->length, &best) == 0 ? cold_view_find(g->c, &best) : NULL;
+    if (!d && g->ndev > 0)
+        d = cold_view_find(g->c, &g->devs[0].id);
     if (local && d && cold_device_fits(d, next->length) &&
         cold_offload_pending(g->c) >= g->rt->cfg.cold_queue)
         return kvm_errf(KVMESH_EAGAIN,
@@ -1594,9 +1717,9 @@ int kvm_cold_backing_for(kvm_rt_t *rt, kvm_route_t *next)
     }
     kvm_tier_id_t dev;
     kvm_runtime_id_t owner;
-    const cold_device_t *d = local ? cold_view_find(g->c, &g->dev) : NULL;
-    if (d && cold_device_fits(d, next->length) && cold_offload_pending(g->c) < rt->cfg.cold_queue) {
-        dev = g->dev;
+    /* this runtime's own devices first: the one with the most room (cold_place_owned) */
+    if (local && cold_offload_pending(g->c) < rt->cfg.cold_queue &&
+        place_local(g, next->length, &dev) == 0) {
         owner = rt->self.id;
     } else if (cold_place_owned(g->c, next->length, owners, n, &dev, &owner) != 0 ||
                (kvm_id128_equal(&owner, &rt->self.id) &&
@@ -1641,12 +1764,11 @@ void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now)
         return;
     report_pressure(g);
     if (now && now->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
-        kvm_id128_equal(&now->cold.owner, &rt->self.id) &&
-        kvm_id128_equal(&now->cold.tier, &g->dev)) {
+        kvm_id128_equal(&now->cold.owner, &rt->self.id) && own_dev(g, &now->cold.tier)) {
         cold_job_t job = {.ident = &now->ident,
                           .cold_op = now->cold.cold_op,
                           .content_op = now->content_op,
-                          .device = g->dev,
+                          .device = now->cold.tier,
                           .length = now->length,
                           .checksum = now->checksum,
                           /* write-through: the put waits for it (kvm_cold_durable_wait) */
@@ -1839,13 +1961,12 @@ bool kvm_cold_durable_wait(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it, cons
         d->next->prev = d;
     g->durables = d;
     bool local = now->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
-                 kvm_id128_equal(&now->cold.owner, &rt->self.id) &&
-                 kvm_id128_equal(&now->cold.tier, &g->dev);
+                 kvm_id128_equal(&now->cold.owner, &rt->self.id) && own_dev(g, &now->cold.tier);
     if (local) { /* kvm_cold_published queued it (urgent): attach to the job */
         cold_job_t job = {.ident = &now->ident,
                           .cold_op = now->cold.cold_op,
                           .content_op = now->content_op,
-                          .device = g->dev,
+                          .device = now->cold.tier,
                           .length = now->length,
                           .checksum = now->checksum,
                           .urgent = true,
@@ -1964,7 +2085,7 @@ void kvm_cold_reclaim_settle(kvm_rt_t *rt, struct kvm_item *it, bool applied)
     it->cold_reclaim_of = (kvm_op_id_t){0};
     if (!g || !g->c)
         return; /* closing: the record stays due; reconciliation settles it */
-    if (applied && !kvm_id128_equal(&it->cur.cold.tier, &g->dev))
+    if (applied && (g->planner || !own_dev(g, &it->cur.cold.tier)))
         return; /* the device's owner runs it when it is due (cold_recon_pass) */
     struct reclaim_ctx *r = reclaim_new(g, &it->cold_reclaim_op);
     if (!r)
@@ -2106,7 +2227,7 @@ static void claim_cased(void *arg, int rc, const kvm_route_t *now)
         cold_job_t job = {.ident = &cl->ident,
                           .cold_op = cl->next.cold.cold_op,
                           .content_op = cl->next.content_op,
-                          .device = g->dev,
+                          .device = cl->next.cold.tier,
                           .length = cl->next.length,
                           .checksum = cl->next.checksum,
                           .urgent = true,
@@ -2127,8 +2248,9 @@ bool kvm_cold_claims(kvm_rt_t *rt, const kvm_route_t *r)
     if (kvm_route_is_tombstone(r) || r->cold.kind != KVM_COLD_NONE || r->n_replicas != 1 ||
         !kvm_id128_equal(&r->replicas[0].owner, &rt->self.id))
         return false;
-    const cold_device_t *d = cold_view_find(g->c, &g->dev);
-    return d && cold_device_fits(d, r->length) && cold_offload_pending(g->c) < rt->cfg.cold_queue;
+    kvm_tier_id_t dev;
+    return cold_place_owned(g->c, r->length, &rt->self.id, 1, &dev, NULL) == 0 &&
+           cold_offload_pending(g->c) < rt->cfg.cold_queue;
 }
 
 int kvm_cold_evict_claim(kvm_rt_t *rt, const kvm_route_t *r, const kvm_hot_replica_t *rep,
@@ -2149,8 +2271,13 @@ int kvm_cold_evict_claim(kvm_rt_t *rt, const kvm_route_t *r, const kvm_hot_repli
     cl->rep = *rep;
     cl->cb = cb;
     cl->arg = arg;
+    kvm_tier_id_t dev;
+    if (cold_place_owned(g->c, r->length, &rt->self.id, 1, &dev, NULL) != 0) {
+        claim_free(cl);
+        return KVMESH_ENOTSUP;
+    }
     kvm_op_id_t cold_op = kvm_rt_next_op_id(rt);
-    kvm_cold_backing_pending(&cl->next.cold, &cold_op, &cl->next.content_op, &rt->self.id, &g->dev,
+    kvm_cold_backing_pending(&cl->next.cold, &cold_op, &cl->next.content_op, &rt->self.id, &dev,
                              cl->next.length, cl->next.checksum);
     cl->next_c = g->claims;
     if (cl->next_c)
@@ -2674,13 +2801,16 @@ void kvm_cold_close(kvm_rt_t *rt)
     bool posted = g->drain_posted; /* a drain_done still queued on the loop runs after us */
     pthread_mutex_unlock(&g->mu);
     if (posted)
-        g->refs++;                   /* released by that drain_done */
-    drain_jobs(g);                   /* their done()s, here on the loop */
-    kvm_cold_health_free(g->health); /* its probe's done() ran in drain_jobs */
-    g->health = NULL;
-    if (g->be_open)
-        cold_backend_close(&g->be);
-    g->be_open = false;
+        g->refs++; /* released by that drain_done */
+    drain_jobs(g); /* their done()s, here on the loop */
+    for (uint32_t i = 0; i < g->ndev; i++) {
+        struct gdev *d = &g->devs[i];
+        kvm_cold_health_free(d->health); /* its probe's done() ran in drain_jobs */
+        d->health = NULL;
+        if (d->be_open)
+            cold_backend_close(&d->be);
+        d->be_open = false;
+    }
     while (g->reclaims) { /* their callbacks no longer run */
         struct reclaim_ctx *r = g->reclaims;
         g->reclaims = r->next;

@@ -145,6 +145,9 @@ void kvm_cold_ack_post(kvm_rt_t *rt, const kvm_runtime_id_t *owner, uint64_t tok
 /* Tests only: while on, this process's owners answer STORE_RPC_COLD_READ_BATCH with
  * KVMESH_ENOTSUP, as a release without it does (the readers fall back to kvm_cold_read). */
 void kvm_cold_test_refuse_batch(bool on);
+/* Tests only: while on, placement on this process's runtimes picks only their device 0 (the
+ * test of several devices per runtime, cold_store_multi, fails so). */
+void kvm_cold_test_pin_device0(bool on);
 /* The hashes a cold read request carries (the owner's staging validation compares them). */
 uint64_t kvm_cold_version_hash(const kvm_route_version_t *v);
 uint64_t kvm_cold_namespace_hash(const kvm_ident_t *id);

@@ -20,8 +20,10 @@
 
 #define KVM_STORE_STR_MAX             512
 #define KVM_STORE_TENANT_POLICIES_MAX 16 /* tenant-root policies one runtime bootstraps */
-#define KVM_STORE_TENANT_SOFT_MAX     16 /* tenant_weights / tenant_placement entries */
-#define KVM_STORE_PLACE_OWNERS_MAX    4  /* preferred owners of one tenant_placement entry */
+#define KVM_STORE_COLD_DEVICES_MAX    8 /* cold devices of one runtime (cold_kind + cold_devices) */
+#define KVM_STORE_COLD_TAGS_MAX       128 /* a device's tags "a,b" incl. NUL (COLD_TAGS_CAP) */
+#define KVM_STORE_TENANT_SOFT_MAX     16  /* tenant_weights / tenant_placement entries */
+#define KVM_STORE_PLACE_OWNERS_MAX    4   /* preferred owners of one tenant_placement entry */
 
 /* One configured tenant-root policy (hard fields; docs/tenancy.md). */
 struct kvm_store_tenant_policy {
@@ -38,6 +40,14 @@ struct kvm_store_tenant_weight {
 };
 
 /* A tenant's placement preference: owners tried first; hard = fail when they cannot be met. */
+/* One cold device beyond device 0 (cold_devices entry). */
+struct kvm_store_cold_device {
+    uint32_t kind; /* KVM_STORE_COLD_LOCALDIR | _EXTENT */
+    char root[KVM_STORE_STR_MAX];
+    uint64_t capacity;                  /* payload bytes */
+    char tags[KVM_STORE_COLD_TAGS_MAX]; /* "" or "a,b" */
+};
+
 struct kvm_store_tenant_placement {
     char tenant[65];
     uint32_t n_owners;                           /* 1..KVM_STORE_PLACE_OWNERS_MAX */
@@ -103,7 +113,8 @@ struct kvm_store_config {
     struct kvm_store_tenant_weight tenant_weights[KVM_STORE_TENANT_SOFT_MAX];
     uint32_t n_tenant_placement;
     struct kvm_store_tenant_placement tenant_placement[KVM_STORE_TENANT_SOFT_MAX];
-    /* cold tier (src/store/cold_glue.c, docs/cold.md "Store wiring"): one device per runtime */
+    /* cold tier (src/store/cold_glue.c, docs/cold.md "Store wiring"): device 0 from cold_kind,
+     * cold_root, cold_capacity; devices 1..n_cold_extra from cold_devices */
     uint32_t cold_kind;                /* KVM_STORE_COLD_OFF | _LOCALDIR | _EXTENT */
     char cold_root[KVM_STORE_STR_MAX]; /* the device directory (exists, writable) */
     uint64_t cold_capacity;            /* payload bytes the device may hold */
@@ -125,6 +136,8 @@ struct kvm_store_config {
     uint64_t cold_clean_bytes_per_tick;  /* maintain() budget per cold tick (0 = off) */
     uint64_t cold_segment_bytes;         /* ExtentStore segment file size */
     bool cold_nfs;                       /* cold_root must be an NFS/NFS4 mount (checked at open) */
+    uint32_t n_cold_extra;               /* devices 1.. (0..KVM_STORE_COLD_DEVICES_MAX-1) */
+    struct kvm_store_cold_device cold_extra[KVM_STORE_COLD_DEVICES_MAX - 1];
 };
 
 #define KVM_STORE_COLD_OFF              0u

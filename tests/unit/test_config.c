@@ -132,6 +132,12 @@ static const struct {
     {"cold_segment_bytes", "1KiB",
      "cold_segment_bytes: \"1KiB\" is out of range; allowed 64KiB..4TiB (a byte count with "
      "optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    {"cold_devices", "localdir:/a:0",
+     "cold_devices: \"localdir:/a:0\" device 1: capacity '0' is not a size 1..4TiB (e.g. 8GiB; "
+     "empty = cold_capacity); allowed empty or up to 7 ';'-separated "
+     "kind:root[:capacity[:tag,tag...]] (kind localdir or extent, root 1..255 bytes without ':' "
+     "or ';', each root once, capacity a size 1..4TiB, tags of [A-Za-z0-9_.-] in 127 bytes), at "
+     "most 511 bytes"},
     {"tenant_quota_evict", "maybe",
      "tenant_quota_evict: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, "
      "1|0)"},
@@ -530,6 +536,83 @@ static void test_soft_isolation_fields(void **state)
     kvmesh_config_free(c);
 }
 
+/* cold_devices: devices 1.. parsed into the store config (capacity defaults to cold_capacity);
+ * every bad field refused with the device index and the field named; cross-field rules. */
+static void test_cold_devices(void **state)
+{
+    (void)state;
+    kvmesh_config_t *c = kvmesh_config_new();
+    struct kvm_store_config sc;
+    kvm_config_to_store(c, &sc);
+    assert_int_equal(sc.n_cold_extra, 0);
+    assert_int_equal(kvmesh_config_set(c, "cold_kind", "localdir"), 0);
+    assert_int_equal(kvmesh_config_set(c, "cold_root", "/d0"), 0);
+    assert_int_equal(kvmesh_config_set(c, "cold_capacity", "3GiB"), 0);
+    assert_int_equal(kvmesh_config_set(c, "cold_devices",
+                                       "extent:/d1:8GiB:ssd,fast;localdir:/d2;localdir:/d3::"
+                                       "nvme"),
+                     0);
+    assert_int_equal(kvm_config_validate(c), 0);
+    kvm_config_to_store(c, &sc);
+    assert_int_equal(sc.n_cold_extra, 3);
+    assert_int_equal(sc.cold_extra[0].kind, KVM_STORE_COLD_EXTENT);
+    assert_string_equal(sc.cold_extra[0].root, "/d1");
+    assert_int_equal(sc.cold_extra[0].capacity, 8ull << 30);
+    assert_string_equal(sc.cold_extra[0].tags, "ssd,fast");
+    assert_int_equal(sc.cold_extra[1].kind, KVM_STORE_COLD_LOCALDIR);
+    assert_int_equal(sc.cold_extra[1].capacity, 3ull << 30); /* cold_capacity */
+    assert_string_equal(sc.cold_extra[1].tags, "");
+    assert_int_equal(sc.cold_extra[2].capacity, 3ull << 30);
+    assert_string_equal(sc.cold_extra[2].tags, "nvme");
+    static const struct {
+        const char *v, *want;
+    } bad[] = {
+        {"nvme:/d1", "device 1: kind 'nvme' is not localdir or extent"},
+        {"localdir:/d1;flash:/d2", "device 2: kind 'flash'"},
+        {"localdir", "device 1: 'localdir' is not kind:root[:capacity[:tags]]"},
+        {"localdir:/d1:1G:a:b", "device 1: 'localdir:/d1:1G:a:b' is not kind:root"},
+        {"localdir:", "device 1: root must be 1..255 bytes"},
+        {"localdir:/d1;localdir:/d1", "device 2: root '/d1' is device 1's root too"},
+        {"localdir:/d1:1XB", "device 1: capacity '1XB'"},
+        {"localdir:/d1:0", "device 1: capacity '0'"},
+        {"localdir:/d1:5TiB", "device 1: capacity '5TiB'"},
+        {"localdir:/d1:1G:a,,b", "device 1: tags have an empty tag"},
+        {"localdir:/d1:1G:a b", "device 1: tags 'a b'"},
+        {"localdir:/d1;", "ends with a ';'"},
+        {";localdir:/d1", "device 1: empty entry"},
+        {"localdir:/a;localdir:/b;localdir:/c;localdir:/d;localdir:/e;localdir:/f;localdir:/g;"
+         "localdir:/h",
+         "more than 7 devices"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(kvmesh_config_set(c, "cold_devices", bad[i].v), KVMESH_ECONFIG);
+        if (!strstr(kvmesh_last_error(), bad[i].want) ||
+            !strstr(kvmesh_last_error(), "cold_devices"))
+            fail_msg("%s: %s", bad[i].v, kvmesh_last_error());
+    }
+    /* unchanged by the refusals */
+    kvm_config_to_store(c, &sc);
+    assert_int_equal(sc.n_cold_extra, 3);
+    /* a list of 7 (8 devices with device 0) is accepted */
+    assert_int_equal(kvmesh_config_set(c, "cold_devices",
+                                       "localdir:/a;localdir:/b;localdir:/c;localdir:/d;"
+                                       "localdir:/e;localdir:/f;localdir:/g"),
+                     0);
+    kvm_config_to_store(c, &sc);
+    assert_int_equal(sc.n_cold_extra, 7);
+    /* cross-field: a device's root is cold_root; devices 1.. without device 0 */
+    assert_int_equal(kvmesh_config_set(c, "cold_devices", "localdir:/d0"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_non_null(strstr(kvmesh_last_error(), "cold_devices: device 1: root '/d0' is cold_root"));
+    assert_int_equal(kvmesh_config_set(c, "cold_devices", "localdir:/d1"), 0);
+    assert_int_equal(kvmesh_config_set(c, "cold_kind", "off"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_non_null(strstr(kvmesh_last_error(), "cold_devices lists devices 1.. but cold_kind"));
+    kvm_config_to_store(c, &sc);
+    assert_int_equal(sc.n_cold_extra, 0);
+    kvmesh_config_free(c);
+}
+
 static void test_tenant_policies(void **state)
 {
     (void)state;
@@ -588,6 +671,7 @@ int main(void)
         cmocka_unit_test(test_allowed_text),
         cmocka_unit_test(test_docs_match_table),
         cmocka_unit_test(test_tenant_policies),
+        cmocka_unit_test(test_cold_devices),
         cmocka_unit_test(test_soft_isolation_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
