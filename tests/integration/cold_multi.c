@@ -28,6 +28,7 @@
 #include "kvmesh.h"
 #include "coldfiles.h"
 #include "env/clock.h"
+#include "proc.h"
 
 void kvm_cold_test_pin_device0(bool on); /* (store/cold_glue.h) */
 
@@ -54,15 +55,7 @@ static void cleanup(void)
     tcold_remove_dir(tmpdir);
 }
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #c,  \
-                    kvmesh_last_error());                                                          \
-            cleanup();                                                                             \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TPROC_CHECK(c, cleanup)
 
 static void fill(uint32_t i, uint8_t *buf)
 {

@@ -8,5 +8,5 @@ set_tests_properties(cold_store_multi PROPERTIES LABELS integration TIMEOUT 120
   ENVIRONMENT "${KVMESH_TEST_ENV}")
 add_test(NAME cold_store_multi_pinned_is_caught COMMAND ${exe} pin)
 set_tests_properties(cold_store_multi_pinned_is_caught PROPERTIES LABELS integration TIMEOUT 120
-  PASS_REGULAR_EXPRESSION "check failed: d0.used > 0 && d1.used > 0"
+  PASS_REGULAR_EXPRESSION "CHECK failed [^ ]+: d0.used > 0 && d1.used > 0"
   ENVIRONMENT "${KVMESH_TEST_ENV}")
