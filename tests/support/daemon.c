@@ -148,8 +148,10 @@ void tdaemon_out_free(tdaemon_out_t *o)
     memset(o, 0, sizeof(*o));
 }
 
-int tdaemon_start(const tdaemon_env_t *e, tdaemon_t *d, int i, const char *cfg_path,
-                  const char *const *extra, uint64_t timeout_ms)
+/* One start on a fresh admin port: 0 ready, -1 not ready (*log: the daemon's log, the caller's
+ * to free; *port_taken: it exited because the admin port was taken meanwhile). */
+static int start_once(const tdaemon_env_t *e, tdaemon_t *d, int i, const char *cfg_path,
+                      const char *const *extra, uint64_t timeout_ms, char **log, bool *port_taken)
 {
     char ready[300], out[300], admin[64];
     snprintf(ready, sizeof(ready), "%s/ready-%d", e->tmpdir, i);
@@ -166,6 +168,7 @@ int tdaemon_start(const tdaemon_env_t *e, tdaemon_t *d, int i, const char *cfg_p
     argv[n] = NULL;
     d->pid = tdaemon_spawn(argv, out, d->log, NULL);
     uint64_t t0 = env_clock_mono_ms();
+    bool exited = false;
     while (d->pid > 0 && env_clock_mono_ms() - t0 < timeout_ms) {
         FILE *f = fopen(ready, "r");
         if (f) {
@@ -177,16 +180,39 @@ int tdaemon_start(const tdaemon_env_t *e, tdaemon_t *d, int i, const char *cfg_p
         }
         if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
             d->pid = 0;
+            exited = true;
             break;
         }
         usleep(20000);
     }
     if (d->pid < 0)
         d->pid = 0;
-    char *log = tdaemon_slurp(d->log, NULL);
-    fprintf(stderr, "daemon %d did not become ready; log:\n%s\n", i, log);
-    free(log);
+    *log = tdaemon_slurp(d->log, NULL);
+    *port_taken = exited && *log && strstr(*log, "port in use") != NULL;
     return -1;
+}
+
+int tdaemon_start(const tdaemon_env_t *e, tdaemon_t *d, int i, const char *cfg_path,
+                  const char *const *extra, uint64_t timeout_ms)
+{
+    /* The admin port is free when chosen and bound by the daemon a moment later: a parallel
+     * test can take it in between. A daemon that exited for that alone is started again on
+     * another port (bounded: 3 starts). */
+    for (int attempt = 0;; attempt++) {
+        char *log = NULL;
+        bool port_taken = false;
+        if (start_once(e, d, i, cfg_path, extra, timeout_ms, &log, &port_taken) == 0)
+            return 0;
+        if (port_taken && attempt < 2) {
+            fprintf(stderr, "daemon %d: admin port %u was taken meanwhile; another port\n", i,
+                    (unsigned)d->admin_port);
+            free(log);
+            continue;
+        }
+        fprintf(stderr, "daemon %d did not become ready; log:\n%s\n", i, log ? log : "");
+        free(log);
+        return -1;
+    }
 }
 
 void tdaemon_stop(tdaemon_t *d)
