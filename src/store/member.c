@@ -38,21 +38,6 @@
 #include "store/repair.h"
 #include "store/store.h"
 
-const char *kvm_member_state_name(enum kvm_member_state s)
-{
-    switch (s) {
-    case KVM_MS_STANDBY:
-        return "standby";
-    case KVM_MS_ACTIVE:
-        return "active";
-    case KVM_MS_DRAINING:
-        return "draining";
-    case KVM_MS_GONE:
-        return "gone";
-    }
-    return "?";
-}
-
 static int state_parse(const char *s, enum kvm_member_state *out)
 {
     for (int i = KVM_MS_STANDBY; i <= KVM_MS_GONE; i++)

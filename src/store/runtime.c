@@ -152,24 +152,6 @@ static void op_enter(void *arg)
     kvm_op_unref(op);
 }
 
-uint64_t kvm_deadline_new(const kvm_rt_t *rt)
-{
-    return env_clock_mono_ms() + rt->cfg.request_timeout_ms;
-}
-
-uint32_t kvm_reserve_ttl_ms(const kvm_rt_t *rt)
-{
-    return rt->cfg.request_timeout_ms * 2;
-}
-
-uint32_t kvm_deadline_left_ms(uint64_t deadline_ms)
-{
-    if (!deadline_ms)
-        return UINT32_MAX;
-    uint64_t now = env_clock_mono_ms();
-    return now >= deadline_ms ? 0 : (uint32_t)KVM_MIN(deadline_ms - now, (uint64_t)UINT32_MAX);
-}
-
 static bool op_bounded(const kvm_op_t *op)
 {
     return op->type == KVM_OP_PLACE || op->type == KVM_OP_PUBLISH || op->type == KVM_OP_LOOKUP ||
@@ -404,18 +386,6 @@ int kvm_rt_unregister(kvm_rt_t *rt, void *addr)
     if (!rc)
         kvm_err_clear();
     return rc;
-}
-
-kvm_op_id_t kvm_rt_next_op_id(kvm_rt_t *rt)
-{
-    return (kvm_op_id_t){.writer = rt->self.id,
-                         .epoch = rt->self.epoch,
-                         .seq = atomic_fetch_add(&rt->op_seq, 1) + 1};
-}
-
-uint64_t kvm_rt_tomb_deadline(kvm_rt_t *rt)
-{
-    return env_wall_ms(rt->env) + rt->cfg.tombstone_retention_ms;
 }
 
 /* ---- RPC glue ------------------------------------------------------------------------------- */

@@ -31,6 +31,8 @@
 
 #include "core/ident.h"
 #include "core/route.h"
+#include "core/util.h"
+#include "env/clock.h"
 #include "env/env_uv.h"
 #include "meta/keyspace.h"
 #include "meta/meta.h"
@@ -80,7 +82,22 @@ enum kvm_member_state {
     KVM_MS_DRAINING = 2,
     KVM_MS_GONE = 3,
 };
-const char *kvm_member_state_name(enum kvm_member_state s);
+/* The state's name in member records, /health and `kvmesh members` (static strings). Inline: a
+ * leaf every store file and the admin tools use (docs/architecture.md "Store layering"). */
+static inline const char *kvm_member_state_name(enum kvm_member_state s)
+{
+    switch (s) {
+    case KVM_MS_STANDBY:
+        return "standby";
+    case KVM_MS_ACTIVE:
+        return "active";
+    case KVM_MS_DRAINING:
+        return "draining";
+    case KVM_MS_GONE:
+        return "gone";
+    }
+    return "?";
+}
 
 struct kvm_seg_info {
     uint64_t id, size, read_token;
@@ -381,11 +398,21 @@ int kvm_rt_seg_open(kvm_rt_t *rt, const char *data_addr, uint64_t seg_id, uint64
 bool kvm_rt_is_registered(kvm_rt_t *rt, const void *p, size_t len);
 int kvm_rt_register(kvm_rt_t *rt, void *addr, size_t len);
 int kvm_rt_unregister(kvm_rt_t *rt, void *addr);
-kvm_op_id_t kvm_rt_next_op_id(kvm_rt_t *rt);
+/* The next content op id of this runtime ([any]). Inline, like the deadline helpers below: leaves
+ * that every store file uses, owned by this header (docs/architecture.md "Store layering"). */
+static inline kvm_op_id_t kvm_rt_next_op_id(kvm_rt_t *rt)
+{
+    return (kvm_op_id_t){.writer = rt->self.id,
+                         .epoch = rt->self.epoch,
+                         .seq = atomic_fetch_add(&rt->op_seq, 1) + 1};
+}
 /* The purge deadline a tombstone this runtime publishes carries (wall now +
  * tombstone_retention_ms): FINALIZED ones, and PENDING ones of objects without quota accounting
  * (docs/reliability.md "Tombstone purge"). */
-uint64_t kvm_rt_tomb_deadline(kvm_rt_t *rt);
+static inline uint64_t kvm_rt_tomb_deadline(kvm_rt_t *rt)
+{
+    return env_wall_ms(rt->env) + rt->cfg.tombstone_retention_ms;
+}
 /* Bound port of the admin HTTP endpoints (0 when admin_listen is off). */
 uint16_t kvm_rt_admin_port(kvm_rt_t *rt);
 
@@ -399,12 +426,24 @@ void kvm_op_unref(kvm_op_t *op);
  * applied); the caller must not read the op's items after that (the loop still owns them). */
 int kvm_op_run(kvm_op_t *op);
 /* The deadline of a call starting now: request_timeout_ms from now (CLOCK_MONOTONIC ms). */
-uint64_t kvm_deadline_new(const kvm_rt_t *rt);
+static inline uint64_t kvm_deadline_new(const kvm_rt_t *rt)
+{
+    return env_clock_mono_ms() + rt->cfg.request_timeout_ms;
+}
 /* The lifetime a put asks for its reservations and their write grants (RESERVE ttl_ms): twice
  * request_timeout_ms, so a reservation outlives the call that made it. */
-uint32_t kvm_reserve_ttl_ms(const kvm_rt_t *rt);
+static inline uint32_t kvm_reserve_ttl_ms(const kvm_rt_t *rt)
+{
+    return rt->cfg.request_timeout_ms * 2;
+}
 /* Milliseconds left until deadline_ms (0 when passed; UINT32_MAX when deadline_ms is 0). */
-uint32_t kvm_deadline_left_ms(uint64_t deadline_ms);
+static inline uint32_t kvm_deadline_left_ms(uint64_t deadline_ms)
+{
+    if (!deadline_ms)
+        return UINT32_MAX;
+    uint64_t now = env_clock_mono_ms();
+    return now >= deadline_ms ? 0 : (uint32_t)KVM_MIN(deadline_ms - now, (uint64_t)UINT32_MAX);
+}
 /* [loop] completion helpers */
 void kvm_op_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
