@@ -1225,14 +1225,3 @@ int kvm_store_retire_segment(kvm_rt_t *rt, uint64_t seg_id, uint32_t timeout_ms)
         usleep(50 * 1000); /* reserved or reclaiming slots finish within TTL / grace */
     }
 }
-
-int kvm_store_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
-{
-    kvm_op_t *op = kvm_op_new(rt, KVM_OP_STATS, 0);
-    if (!op)
-        return KVMESH_ENOMEM;
-    op->stats = st;
-    int rc = kvm_op_run(op);
-    kvm_op_unref(op);
-    return rc;
-}

@@ -2,9 +2,12 @@
 /*
  * store.h — the store runtime's internal interface, shared by its files:
  *
- *   runtime.c  open/close, the loop thread, the RPC endpoint, env <-> RPC message glue, the
- *              application-thread hand-off (ops), the data-path helpers used by app threads
- *              (segment handles, temporary registration), membership queries;
+ *   runtime.c  open/close, the loop thread, the RPC endpoint, env <-> RPC message glue, held
+ *              messages and snapshot-refresh waits, the admin endpoints: the top, which may call
+ *              every other store file and is called by none of them;
+ *   rt_op.c    the application-thread hand-off (ops) and its completion, the data-path helpers
+ *              used by app threads (segment handles, interned addresses, registered buffers),
+ *              RPC peers, span helpers: the runtime's lower half that the other files call;
  *   member.c   membership: registration under a lease with a metadata-assigned epoch, keepalive,
  *              the live snapshot refreshed in the background, states, quarantine;
  *   owner.c    storage owner: segments and allocators, reservations with a TTL, commit,
@@ -371,6 +374,9 @@ typedef struct kvm_rt {
     struct kvm_hints *hints;      /* [loop] route hints (route_hint.c); NULL until first use */
     struct kvm_repair *repair;    /* background re-replication (repair.c); NULL = none */
     struct kvm_cold *cold;        /* [loop] cold tier wiring (cold_glue.c); NULL = off */
+    /* [any] the loop side of every op (ops.c's kvm_ops_run), set by kvm_rt_open before the loop
+     * starts: rt_op.c's hand-off calls it without calling up into ops.c */
+    void (*ops_run)(kvm_op_t *op);
 
     /* [loop] env messages from senders not in the snapshot, delivered after the next refresh
      * (runtime.c); held_refresh: one more refresh is wanted after the running one */
@@ -389,6 +395,10 @@ typedef struct kvm_rt {
 /* ---- runtime.c ---------------------------------------------------------------------------- */
 int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg);
 void kvm_rt_close(kvm_rt_t *rt, bool drain_first);
+/* Bound port of the admin HTTP endpoints (0 when admin_listen is off). */
+uint16_t kvm_rt_admin_port(kvm_rt_t *rt);
+
+/* ---- rt_op.c ------------------------------------------------------------------------------ */
 /* Interns an address string: the returned pointer is immutable until close ([any]). */
 const char *kvm_rt_intern(kvm_rt_t *rt, const char *s);
 /* Opened remote segment handle from the cache ([any], thread-safe). */
@@ -413,9 +423,6 @@ static inline uint64_t kvm_rt_tomb_deadline(kvm_rt_t *rt)
 {
     return env_wall_ms(rt->env) + rt->cfg.tombstone_retention_ms;
 }
-/* Bound port of the admin HTTP endpoints (0 when admin_listen is off). */
-uint16_t kvm_rt_admin_port(kvm_rt_t *rt);
-
 /* ops hand-off */
 kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n);
 void kvm_op_unref(kvm_op_t *op);

@@ -1,0 +1,451 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * rt_op.c — the runtime's lower half: what every other store file needs from "the runtime"
+ * without calling up into runtime.c (docs/architecture.md "Store layering").
+ *
+ *   ops:     an op's life (kvm_op_new / kvm_op_unref), the hand-off of an application thread to
+ *            the loop and its bounded wait (kvm_op_run), the loop's completion helpers
+ *            (kvm_op_fail / kvm_op_item_done / kvm_op_complete). The loop side of an op runs in
+ *            rt->ops_run (ops.c's kvm_ops_run, set by runtime.c at open): this file never calls
+ *            ops.c, which calls it.
+ *   data-path tables [any]: interned address strings, the cache of opened remote segment
+ *            handles, the registered application buffers;
+ *   RPC:     the peer of a member [loop];
+ *   tracing: span helpers [any].
+ *
+ * It calls only lower layers, quota.c (an item's quota state is freed with its op) and nothing
+ * of the store above it; runtime.c (open/close, the loop glue, admin endpoints) is the top.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "store/data.h"
+#include "store/quota.h"
+#include "store/store.h"
+
+/* ---- ops ------------------------------------------------------------------------------------ */
+
+kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n)
+{
+    kvm_op_t *op = calloc(1, sizeof(*op));
+    if (!op)
+        return NULL;
+    if (n && !(op->items = calloc(n, sizeof(*op->items)))) {
+        free(op);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kvm_route_init(&op->items[i].route);
+        kvm_route_init(&op->items[i].cur);
+    }
+    op->n = n;
+    op->type = type;
+    op->rt = rt;
+    atomic_init(&op->refs, 1);
+    atomic_init(&op->abandoned, false);
+    pthread_mutex_init(&op->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadlines are CLOCK_MONOTONIC */
+    pthread_cond_init(&op->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return op;
+}
+
+void kvm_op_unref(kvm_op_t *op)
+{
+    if (!op || atomic_fetch_sub(&op->refs, 1) != 1)
+        return;
+    for (size_t i = 0; i < op->n; i++) {
+        kvm_ident_free(&op->items[i].ident);
+        kvm_route_free(&op->items[i].route);
+        kvm_route_free(&op->items[i].cur);
+        kvm_quota_item_free(&op->items[i]);
+    }
+    if (op->list_ident)
+        for (size_t i = 0; i < op->list_n; i++)
+            kvm_ident_free(&op->list_ident[i]);
+    pthread_mutex_destroy(&op->mu);
+    pthread_cond_destroy(&op->cv);
+    free(op->span_own);
+    free(op->items);
+    free(op);
+}
+
+void kvm_op_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...)
+{
+    if (it)
+        it->rc = rc;
+    if (op->err_set)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(op->err, sizeof(op->err), fmt, ap);
+    va_end(ap);
+    op->err_set = true;
+}
+
+void kvm_op_complete(kvm_op_t *op, int rc)
+{
+    pthread_mutex_lock(&op->mu);
+    op->rc = rc;
+    op->done = true;
+    pthread_mutex_unlock(&op->mu);
+    /* Signalled after the unlock, so the woken caller does not block on op->mu the loop still
+     * holds; the loop's reference keeps op (and its cv) alive until after the signal. */
+    pthread_cond_signal(&op->cv);
+    kvm_op_unref(op); /* the loop's reference */
+}
+
+void kvm_op_item_done(kvm_op_t *op)
+{
+    KVM_ASSERT(op->pending > 0);
+    if (--op->pending == 0)
+        kvm_op_complete(op, 0);
+}
+
+static void op_enter(void *arg)
+{
+    kvm_op_t *op = arg;
+    if (atomic_load(&op->rt->closing)) {
+        kvm_op_fail(op, NULL, KVMESH_ECLOSED, "the runtime is closing");
+        kvm_op_complete(op, KVMESH_ECLOSED);
+        return;
+    }
+    op->pending = op->n;
+    if (atomic_load(&op->abandoned)) {
+        /* The caller gave up before the loop saw the op: nothing of it was sent. A publication's
+         * reservations are released (an abort); the rest just completes. */
+        if (op->type == KVM_OP_PUBLISH) {
+            op->type = KVM_OP_ABORT;
+        } else {
+            kvm_op_complete(op, KVMESH_ETIMEDOUT);
+            return;
+        }
+    }
+    if (op->n == 0 && op->type <= KVM_OP_HANDOFF) {
+        kvm_op_complete(op, 0);
+        return;
+    }
+    /* Items may all finish synchronously inside the runner: keep op alive until it returns. */
+    KVM_ASSERT(op->rt->ops_run); /* set by kvm_rt_open before the loop starts */
+    atomic_fetch_add(&op->refs, 1);
+    op->rt->ops_run(op);
+    kvm_op_unref(op);
+}
+
+static bool op_bounded(const kvm_op_t *op)
+{
+    return op->type == KVM_OP_PLACE || op->type == KVM_OP_PUBLISH || op->type == KVM_OP_LOOKUP ||
+           op->type == KVM_OP_REMOVE;
+}
+
+/* The outcome of an abandoned op, for the caller (docs/api.md "Errors"). */
+static int op_abandoned_err(const kvm_op_t *op, uint32_t timeout_ms)
+{
+    switch (op->type) {
+    case KVM_OP_PUBLISH:
+        return kvm_errf(KVMESH_ETIMEDOUT,
+                        "deadline of %u ms passed while the route update was in flight; the put "
+                        "may have been applied (read the key back, or retry the put)",
+                        timeout_ms);
+    case KVM_OP_REMOVE:
+        return kvm_errf(KVMESH_ETIMEDOUT,
+                        "deadline of %u ms passed while the tombstone update was in flight; the "
+                        "remove may have been applied (retry the remove)",
+                        timeout_ms);
+    case KVM_OP_PLACE:
+        return kvm_errf(KVMESH_ETIMEDOUT,
+                        "deadline of %u ms passed while reserving replica space; the put was not "
+                        "applied (owners slow or unreachable; retry)",
+                        timeout_ms);
+    default:
+        return kvm_errf(KVMESH_ETIMEDOUT,
+                        "deadline of %u ms passed while looking up the route; nothing was "
+                        "changed (the route authority is slow or unreachable; retry)",
+                        timeout_ms);
+    }
+}
+
+int kvm_op_run(kvm_op_t *op)
+{
+    kvm_rt_t *rt = op->rt;
+    if (atomic_load(&rt->closing))
+        return kvm_errf(KVMESH_ECLOSED, "the runtime is closed");
+    if (!op->deadline_ms)
+        op->deadline_ms = kvm_deadline_new(rt);
+    bool bounded = op_bounded(op);
+    /* The caller's span lives on its stack: a bounded op's loop side gets an op-owned copy
+     * (its own local root), since the caller may return before the loop is done. */
+    struct obs_span *real_span = NULL;
+    if (bounded && op->span && !op->span_own) {
+        real_span = op->span;
+        op->span_own = malloc(sizeof(*op->span_own));
+        if (op->span_own) {
+            *op->span_own = *real_span;
+            op->span_own->root = NULL; /* children account their stage time into the copy */
+            memset(op->span_own->stage_ns, 0, sizeof(op->span_own->stage_ns));
+        }
+        op->span = op->span_own; /* NULL (untraced loop side) when out of memory */
+    }
+    atomic_fetch_add(&op->refs, 1);
+    KVM_CP_COUNT(op, op_handoffs_total, OBS_NONE, 1);
+    int rc;
+    for (;;) {
+        rc = env_post(rt->env, op_enter, op);
+        if (rc != KVMESH_EAGAIN)
+            break;
+        if (kvm_deadline_left_ms(op->deadline_ms) == 0)
+            break;
+        usleep(200);
+    }
+    if (rc) {
+        atomic_fetch_sub(&op->refs, 1);
+        return kvm_errf(rc == KVMESH_EAGAIN ? KVMESH_ETIMEDOUT : rc,
+                        "the runtime's request queue stayed full until the deadline (%u ms); "
+                        "nothing was sent",
+                        rt->cfg.request_timeout_ms);
+    }
+    uint64_t give_up_ms = op->deadline_ms + STORE_DEADLINE_SLACK_MS;
+    struct timespec ts = {.tv_sec = (time_t)(give_up_ms / 1000),
+                          .tv_nsec = (long)(give_up_ms % 1000) * 1000000L};
+    bool abandoned = false;
+    pthread_mutex_lock(&op->mu);
+    while (!op->done) {
+        if (!bounded) {
+            pthread_cond_wait(&op->cv, &op->mu);
+            continue;
+        }
+        if (pthread_cond_timedwait(&op->cv, &op->mu, &ts) == ETIMEDOUT && !op->done) {
+            atomic_store(&op->abandoned, true);
+            abandoned = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&op->mu);
+    if (real_span && !abandoned) { /* (an abandoned op's span stays the loop's copy) */
+        op->span = real_span;      /* the app thread's own uses after the op (data.c) */
+        if (op->span_own) {
+            struct obs_span *root = real_span->root ? real_span->root : real_span;
+            for (size_t i = 0; i < KVM_ARRAY_SIZE(root->stage_ns); i++)
+                __atomic_fetch_add(&root->stage_ns[i],
+                                   __atomic_load_n(&op->span_own->stage_ns[i], __ATOMIC_RELAXED),
+                                   __ATOMIC_RELAXED);
+        }
+    }
+    if (abandoned)
+        return op_abandoned_err(op, rt->cfg.request_timeout_ms);
+    if (op->rc)
+        return kvm_errf(op->rc, "%s", op->err);
+    if (op->err_set)
+        kvm_errf(KVMESH_EINTERNAL, "%s", op->err); /* per-item failures: message for the caller */
+    return 0;
+}
+
+/* ---- helpers for application threads -------------------------------------------------------- */
+
+const char *kvm_rt_intern(kvm_rt_t *rt, const char *s)
+{
+    pthread_mutex_lock(&rt->mu);
+    const char *found = NULL;
+    for (size_t i = 0; i < rt->n_interned && !found; i++)
+        if (strcmp(rt->interned[i], s) == 0)
+            found = rt->interned[i];
+    if (!found) {
+        if (rt->n_interned == rt->cap_interned) {
+            size_t nc = rt->cap_interned ? rt->cap_interned * 2 : 16;
+            char **p = realloc(rt->interned, nc * sizeof(*p));
+            if (p) {
+                rt->interned = p;
+                rt->cap_interned = nc;
+            }
+        }
+        char *d = rt->n_interned < rt->cap_interned ? strdup(s) : NULL;
+        if (d)
+            rt->interned[rt->n_interned++] = d;
+        found = d;
+    }
+    pthread_mutex_unlock(&rt->mu);
+    return found;
+}
+
+int kvm_rt_seg_open(kvm_rt_t *rt, const char *data_addr, uint64_t seg_id, uint64_t token,
+                    struct tp_segment **out)
+{
+    /* Fast path, shared with the other application threads: a usable cached handle. */
+    pthread_rwlock_rdlock(&rt->dp_rw);
+    for (size_t i = 0; i < rt->n_seg_cache; i++)
+        if (rt->seg_cache[i].data_addr == data_addr && rt->seg_cache[i].seg_id == seg_id &&
+            tp_segment_usable(rt->seg_cache[i].h)) {
+            *out = rt->seg_cache[i].h;
+            pthread_rwlock_unlock(&rt->dp_rw);
+            return 0;
+        }
+    pthread_rwlock_unlock(&rt->dp_rw);
+    pthread_rwlock_wrlock(&rt->dp_rw);
+    for (size_t i = 0; i < rt->n_seg_cache; i++)
+        if (rt->seg_cache[i].data_addr == data_addr && rt->seg_cache[i].seg_id == seg_id) {
+            struct tp_segment *h = rt->seg_cache[i].h, *nh;
+            /* The peer died (I/O error, timeout, an aborted request): open it again; the old
+             * handle may still be in use by another thread, so it is kept until close. */
+            if (!tp_segment_usable(h) && rt->n_seg_retired < STORE_SEG_RETIRED_MAX) {
+                if (!rt->seg_retired)
+                    rt->seg_retired = calloc(STORE_SEG_RETIRED_MAX, sizeof(*rt->seg_retired));
+                if (rt->seg_retired &&
+                    tp_open_segment(rt->tp, data_addr, seg_id, token, &nh) == 0) {
+                    rt->seg_retired[rt->n_seg_retired++] = h;
+                    rt->seg_cache[i].h = h = nh;
+                }
+            }
+            *out = h;
+            pthread_rwlock_unlock(&rt->dp_rw);
+            return 0;
+        }
+    int rc = 0;
+    if (rt->n_seg_cache == STORE_SEG_CACHE_MAX) {
+        rc = kvm_errf(KVMESH_ENOSPC, "more than %d remote segments opened", STORE_SEG_CACHE_MAX);
+    } else {
+        if (!rt->seg_cache)
+            rt->seg_cache = calloc(STORE_SEG_CACHE_MAX, sizeof(*rt->seg_cache));
+        if (!rt->seg_cache)
+            rc = KVMESH_ENOMEM;
+        else if ((rc = tp_open_segment(rt->tp, data_addr, seg_id, token, out)) == 0)
+            rt->seg_cache[rt->n_seg_cache++] =
+                (struct kvm_seg_handle){.data_addr = data_addr, .seg_id = seg_id, .h = *out};
+    }
+    pthread_rwlock_unlock(&rt->dp_rw);
+    return rc;
+}
+
+bool kvm_rt_is_registered(kvm_rt_t *rt, const void *p, size_t len)
+{
+    uintptr_t a = (uintptr_t)p;
+    bool ok = false;
+    pthread_rwlock_rdlock(&rt->dp_rw);
+    for (size_t i = 0; i < rt->n_regs && !ok; i++) {
+        uintptr_t b = (uintptr_t)rt->regs[i].addr;
+        ok = a >= b && a - b <= rt->regs[i].len && len <= rt->regs[i].len - (a - b);
+    }
+    pthread_rwlock_unlock(&rt->dp_rw);
+    return ok;
+}
+
+int kvm_rt_register(kvm_rt_t *rt, void *addr, size_t len)
+{
+    pthread_rwlock_wrlock(&rt->dp_rw);
+    int rc = 0;
+    for (size_t i = 0; i < rt->n_regs; i++)
+        if (rt->regs[i].addr == addr)
+            rc = kvm_errf(KVMESH_EEXIST, "buffer %p is already registered", addr);
+    if (!rc && rt->n_regs == rt->cap_regs) {
+        size_t nc = rt->cap_regs ? rt->cap_regs * 2 : 8;
+        void *p = realloc(rt->regs, nc * sizeof(*rt->regs));
+        if (!p)
+            rc = KVMESH_ENOMEM;
+        else {
+            rt->regs = p;
+            rt->cap_regs = nc;
+        }
+    }
+    if (!rc && (rc = tp_register_memory(rt->tp, addr, len)) == 0)
+        rt->regs[rt->n_regs++] = (struct kvm_reg_buf){addr, len};
+    pthread_rwlock_unlock(&rt->dp_rw);
+    return rc;
+}
+
+int kvm_rt_unregister(kvm_rt_t *rt, void *addr)
+{
+    pthread_rwlock_wrlock(&rt->dp_rw);
+    int rc = kvm_errf(KVMESH_ENOENT, "buffer %p is not registered", addr);
+    for (size_t i = 0; i < rt->n_regs; i++)
+        if (rt->regs[i].addr == addr) {
+            rt->regs[i] = rt->regs[--rt->n_regs];
+            tp_unregister_memory(rt->tp, addr);
+            rc = 0;
+            break;
+        }
+    pthread_rwlock_unlock(&rt->dp_rw);
+    if (!rc)
+        kvm_err_clear();
+    return rc;
+}
+
+/* ---- RPC ----------------------------------------------------------------------------------- */
+
+rpc_peer *kvm_rt_peer(kvm_rt_t *rt, const struct kvm_member *m)
+{
+    rpc_peer *p = NULL;
+    if (!rt->ep || !m->rpc_addr[0] || rpc_peer_get(rt->ep, m->idhex, m->rpc_addr, &p) != 0)
+        return NULL;
+    return p;
+}
+
+/* ---- tracing ------------------------------------------------------------------------------- */
+
+struct obs_span *kvm_span_begin(kvm_rt_t *rt, struct obs_span *parent, bool root, const char *name,
+                                struct obs_span *out)
+{
+    if (!rt->tracer || (!parent && !root) || (parent && !obs_span_sampled(parent)))
+        return NULL;
+    obs_span_start(rt->tracer, parent, name, out);
+    return out;
+}
+
+void kvm_span_finish(struct obs_span *s, int rc)
+{
+    if (!s)
+        return;
+    if (rc)
+        obs_span_set_status(s, rc);
+    obs_span_end(s);
+}
+
+void kvm_span_wire(const struct obs_span *s, struct frame_trace *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!s)
+        return;
+    struct obs_trace_ctx ctx;
+    uint8_t w[OBS_TRACE_CTX_WIRE_LEN];
+    obs_span_context(s, &ctx);
+    obs_trace_ctx_inject(&ctx, w);
+    KVM_ASSERT(sizeof(out->trace_id) + sizeof(out->span_id) + 1 == OBS_TRACE_CTX_WIRE_LEN);
+    memcpy(out->trace_id, w, sizeof(out->trace_id));
+    memcpy(out->span_id, w + sizeof(out->trace_id), sizeof(out->span_id));
+    out->flags = w[OBS_TRACE_CTX_WIRE_LEN - 1];
+}
+
+struct obs_span *kvm_span_remote(kvm_rt_t *rt, const struct frame_trace *in, const char *name,
+                                 struct obs_span *out)
+{
+    if (!rt->tracer || !(in->flags & OBS_TRACE_FLAG_SAMPLED))
+        return NULL;
+    uint8_t w[OBS_TRACE_CTX_WIRE_LEN];
+    memcpy(w, in->trace_id, sizeof(in->trace_id));
+    memcpy(w + sizeof(in->trace_id), in->span_id, sizeof(in->span_id));
+    w[OBS_TRACE_CTX_WIRE_LEN - 1] = in->flags;
+    struct obs_trace_ctx ctx;
+    if (obs_trace_ctx_extract(w, &ctx) != 0 || !obs_trace_ctx_present(&ctx))
+        return NULL;
+    obs_span_start_remote(rt->tracer, &ctx, name, out);
+    return out;
+}
+
+/* ---- queries through the loop -------------------------------------------------------------- */
+
+int kvm_store_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
+{
+    kvm_op_t *op = kvm_op_new(rt, KVM_OP_STATS, 0);
+    if (!op)
+        return KVMESH_ENOMEM;
+    op->stats = st;
+    int rc = kvm_op_run(op);
+    kvm_op_unref(op);
+    return rc;
+}
