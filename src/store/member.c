@@ -510,8 +510,8 @@ static void refresh_done(void *arg, const meta_result_t *res)
         free(c);
         if (cb && res->rc != KVMESH_ECANCELED)
             cb(rt, res->rc, res->errmsg);
-        if (res->rc != KVMESH_ECANCELED)
-            kvm_rt_held_after_refresh(rt);
+        if (res->rc != KVMESH_ECANCELED && rt->after_refresh)
+            rt->after_refresh(rt);
         return;
     }
     for (size_t i = 0; i < res->n_kvs && rt->n_next < STORE_MAX_MEMBERS; i++) {
@@ -530,7 +530,8 @@ static void refresh_done(void *arg, const meta_result_t *res)
     free(c);
     if (cb)
         cb(rt, 0, "");
-    kvm_rt_held_after_refresh(rt);
+    if (rt->after_refresh)
+        rt->after_refresh(rt);
 }
 
 static int refresh_page(kvm_rt_t *rt, struct refresh_call *c)

@@ -217,7 +217,10 @@ static void waiters_note_refresh(kvm_rt_t *rt)
     }
 }
 
-void kvm_rt_held_after_refresh(kvm_rt_t *rt)
+/* rt->after_refresh: after every snapshot refresh (member.c), wakes the waiters it satisfied and
+ * starts the refresh that held env messages from unknown senders still wait for, if one was
+ * asked for while this one ran. */
+static void held_after_refresh(kvm_rt_t *rt)
 {
     waiters_note_refresh(rt);
     if (!rt->held_refresh || atomic_load(&rt->closing))
@@ -888,6 +891,7 @@ static int rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg, struct kv
     rt->cfg = *cfg;
     rt->start_ms = env_clock_mono_ms();
     rt->ops_run = kvm_ops_run; /* rt_op.c's hand-off runs every op through it */
+    rt->after_refresh = held_after_refresh;
     pthread_mutex_init(&rt->mu, NULL);
     pthread_rwlock_init(&rt->dp_rw, NULL);
     pthread_cond_init(&rt->open_cv, NULL);

@@ -377,6 +377,13 @@ typedef struct kvm_rt {
     /* [any] the loop side of every op (ops.c's kvm_ops_run), set by kvm_rt_open before the loop
      * starts: rt_op.c's hand-off calls it without calling up into ops.c */
     void (*ops_run)(kvm_op_t *op);
+    /* [loop] membership hooks that member.c calls, set before the loop starts, so that member.c
+     * never calls up into their owners: after_refresh after every snapshot refresh that ends
+     * (runtime.c: held messages and refresh waiters; NULL = none); on_members after a new
+     * snapshot is installed, with the previous one (repair.c: departed and draining owners;
+     * NULL = no re-replication). */
+    void (*after_refresh)(struct kvm_rt *rt);
+    void (*on_members)(struct kvm_rt *rt, const struct kvm_member *old, size_t n_old);
 
     /* [loop] env messages from senders not in the snapshot, delivered after the next refresh
      * (runtime.c); held_refresh: one more refresh is wanted after the running one */
@@ -491,9 +498,6 @@ typedef void (*kvm_done_cb)(kvm_rt_t *rt, int rc, const char *err);
 void kvm_member_register(kvm_rt_t *rt, kvm_done_cb cb); /* lease + standby record + epoch */
 void kvm_member_publish(kvm_rt_t *rt, kvm_done_cb cb);  /* writes the record now */
 void kvm_member_refresh(kvm_rt_t *rt, kvm_done_cb cb);  /* one snapshot refresh */
-/* After every snapshot refresh (member.c): starts the refresh that held env messages from
- * unknown senders still wait for, if one was asked for while this one ran (runtime.c). */
-void kvm_rt_held_after_refresh(kvm_rt_t *rt);
 /* [app] Waits (bounded by the deadline) for a membership snapshot refresh that started after
  * this call: for a reader that met an owner its snapshot does not list or cannot reach at the
  * listed address (a runtime that joined or restarted since the last periodic refresh).
