@@ -35,7 +35,6 @@
 
 #include "core/hex.h"
 #include "core/util.h"
-#include "store/repair.h"
 #include "store/store.h"
 
 static int state_parse(const char *s, enum kvm_member_state *out)
@@ -457,7 +456,8 @@ static void snapshot_install(kvm_rt_t *rt)
     rt->n_members = rt->n_next;
     rt->next_members = tmp;
     rt->n_next = 0;
-    kvm_repair_on_members(rt, tmp, n_old); /* departed/draining owners: re-replication */
+    if (rt->on_members) /* repair.c: departed/draining owners are re-replicated */
+        rt->on_members(rt, tmp, n_old);
     /* Quarantine ends when a fresh heartbeat (two keepalives later) or a new epoch shows. */
     for (size_t i = 0; i < rt->n_suspects;) {
         const struct kvm_member *m = kvm_member_find(rt, &rt->suspects[i].id);

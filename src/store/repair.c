@@ -116,7 +116,8 @@ static bool storage(const struct kvm_member *m)
     return m->n_segs > 0 && m->data_addr && m->data_addr[0] != 0;
 }
 
-void kvm_repair_on_members(kvm_rt_t *rt, const struct kvm_member *old, size_t n_old)
+/* rt->on_members [loop]: a new snapshot was installed (member.c); `old` is the previous one. */
+static void repair_on_members(kvm_rt_t *rt, const struct kvm_member *old, size_t n_old)
 {
     struct kvm_repair *rp = rt->repair;
     if (!rp)
@@ -694,6 +695,7 @@ int kvm_repair_new(kvm_rt_t *rt)
     pthread_condattr_destroy(&ca);
     rp->tb_ms = env_clock_mono_ms();
     rt->repair = rp;
+    rt->on_members = repair_on_members; /* before the loop starts: member.c calls it */
     return 0;
 }
 
@@ -732,6 +734,7 @@ void kvm_repair_free(kvm_rt_t *rt)
         return;
     KVM_ASSERT(!rp->started);
     rt->repair = NULL;
+    rt->on_members = NULL;
     pthread_cond_destroy(&rp->cv);
     pthread_mutex_destroy(&rp->mu);
     free(rp);

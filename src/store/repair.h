@@ -24,7 +24,8 @@
  * the configured replica count (a copy would have nowhere to go). An owner stays noted until a
  * complete pass over its routes finds nothing for this runtime to do.
  *
- * Threads: kvm_repair_on_members runs on the loop thread (member.c, each installed snapshot);
+ * Threads: the membership hook (rt->on_members, which kvm_repair_new sets; member.c calls it for
+ * each installed snapshot) runs on the loop thread;
  * the repair thread is an application-like thread that talks to the loop only through ops
  * (kvm_op_run) and posted scan calls; kvm_repair_stats is [any].
  * Ownership: the runtime owns the repair state (rt->repair), created before the loop starts,
@@ -55,7 +56,7 @@ struct kvm_repair_stats {
     bool paused;           /* fewer ACTIVE storage owners than the replica count */
 };
 
-/* Creates the state (no thread yet). 0 or KVMESH_ENOMEM. */
+/* Creates the state (no thread yet) and sets rt->on_members. 0 or KVMESH_ENOMEM. */
 int kvm_repair_new(struct kvm_rt *rt);
 /* Starts the repair thread (storage runtimes only; a client-only runtime holds no replica). */
 int kvm_repair_start(struct kvm_rt *rt);
@@ -64,8 +65,6 @@ int kvm_repair_start(struct kvm_rt *rt);
 void kvm_repair_stop(struct kvm_rt *rt);
 /* Frees the state once the loop stopped (rt_free); NULL-safe. */
 void kvm_repair_free(struct kvm_rt *rt);
-/* [loop] A new snapshot was installed; `old` is the previous one (n_old members). */
-void kvm_repair_on_members(struct kvm_rt *rt, const struct kvm_member *old, size_t n_old);
 /* [any] */
 void kvm_repair_stats(struct kvm_rt *rt, struct kvm_repair_stats *out);
 
