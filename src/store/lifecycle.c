@@ -3,8 +3,8 @@
  * lifecycle.c — an operator's lifecycle requests for a member (`kvmesh admin drain|activate`),
  * read by the runtime they name.
  *
- * Owns: the record kvmesh/v1/<dep>/lifecycle/<runtime-id> (codec) and the step that applies it
- * to this runtime's membership state.
+ * Owns: the record kvmesh/v1/<dep>/lifecycle/<runtime-id> (codec, pure). The step that applies
+ * it to this runtime's membership state is member.c's (lifecycle_apply), which owns that state.
  *
  *   record   JSON {"v":1,"state":"draining","at_ms":<wall ms of the request>}; written by the
  *            admin tool (not bound to a lease: the request outlives a restart of the member);
@@ -12,7 +12,7 @@
  *   reading  every write of this runtime's member record (the keepalive rewrite, every lease
  *            period / 3, and each state change) is a metadata transaction that also GETs this
  *            key: the request costs no extra round trip, and a runtime applies it within one
- *            keepalive period (kvm_lifecycle_apply, called from member.c).
+ *            keepalive period (member.c, lifecycle_apply).
  *   applying ACTIVE + "draining"  -> DRAINING (admin_drained set): no new placements land here
  *            (placement skips members that are not active; kvm_owner_reserve refuses), reads of
  *            its replicas go on, it stops being route-capable (as any draining member), and the
@@ -131,27 +131,4 @@ int kvm_lifecycle_decode(const uint8_t *v, size_t len, enum kvm_member_state *wa
     }
     free(r);
     return rc;
-}
-
-bool kvm_lifecycle_apply(kvm_rt_t *rt, const meta_kv_t *kv)
-{
-    struct kvm_lifecycle_req r;
-    memset(&r, 0, sizeof(r));
-    r.want = KVM_MS_ACTIVE;
-    if (kv->found && kvm_lifecycle_decode_req(kv->value, kv->value_len, &r) != 0)
-        return false; /* a malformed request changes nothing (admin members shows it) */
-    bool changed = false;
-    if (rt->state != KVM_MS_GONE)
-        changed = kvm_owner_drain_segments(rt, r.segs, r.n_segs);
-    if (r.want == KVM_MS_DRAINING && rt->state == KVM_MS_ACTIVE) {
-        kvm_member_set_state(rt, KVM_MS_DRAINING);
-        rt->admin_drained = true;
-        return true;
-    }
-    if (r.want == KVM_MS_ACTIVE && rt->state == KVM_MS_DRAINING && rt->admin_drained) {
-        rt->admin_drained = false;
-        kvm_member_set_state(rt, KVM_MS_ACTIVE);
-        return true;
-    }
-    return changed;
 }

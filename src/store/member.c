@@ -226,6 +226,32 @@ static int record_parse(kvm_rt_t *rt, const meta_kv_t *kv, struct kvm_member *m)
     return m->rpc_addr && m->data_addr ? 0 : KVMESH_ENOMEM;
 }
 
+/* Applies the lifecycle request read with a member-record write (kv: its GET; !found = none) to
+ * this runtime's state (lifecycle.c's header comment says how); true when the state changed (the
+ * caller writes the record again). */
+static bool lifecycle_apply(kvm_rt_t *rt, const meta_kv_t *kv)
+{
+    struct kvm_lifecycle_req r;
+    memset(&r, 0, sizeof(r));
+    r.want = KVM_MS_ACTIVE;
+    if (kv->found && kvm_lifecycle_decode_req(kv->value, kv->value_len, &r) != 0)
+        return false; /* a malformed request changes nothing (admin members shows it) */
+    bool changed = false;
+    if (rt->state != KVM_MS_GONE)
+        changed = kvm_owner_drain_segments(rt, r.segs, r.n_segs);
+    if (r.want == KVM_MS_DRAINING && rt->state == KVM_MS_ACTIVE) {
+        kvm_member_set_state(rt, KVM_MS_DRAINING);
+        rt->admin_drained = true;
+        return true;
+    }
+    if (r.want == KVM_MS_ACTIVE && rt->state == KVM_MS_DRAINING && rt->admin_drained) {
+        rt->admin_drained = false;
+        kvm_member_set_state(rt, KVM_MS_ACTIVE);
+        return true;
+    }
+    return changed;
+}
+
 /* ---- register / publish / leave ---------------------------------------------------------------
  */
 
@@ -263,7 +289,7 @@ static void publish_done(void *arg, const meta_result_t *res)
     }
     /* The operator's lifecycle request, read in the same txn (lifecycle.c): a change of state
      * is written at once, so the others see it without waiting for the next keepalive. */
-    if (!rc && res->n_ops == 2 && kvm_lifecycle_apply(rt, &res->ops[1])) {
+    if (!rc && res->n_ops == 2 && lifecycle_apply(rt, &res->ops[1])) {
         kvm_member_publish(rt, cb);
         return;
     }

@@ -533,9 +533,6 @@ int kvm_lifecycle_encode_req(const struct kvm_lifecycle_req *r, char *buf, size_
 int kvm_lifecycle_decode(const uint8_t *v, size_t len, enum kvm_member_state *want,
                          uint64_t *at_ms);
 int kvm_lifecycle_decode_req(const uint8_t *v, size_t len, struct kvm_lifecycle_req *r);
-/* [loop] Applies the request read with a member-record write (kv: its GET; !found = none) to
- * this runtime's state; true when the state changed (the caller writes the record again). */
-bool kvm_lifecycle_apply(kvm_rt_t *rt, const meta_kv_t *kv);
 
 /* ---- owner.c [loop] ----------------------------------------------------------------------- */
 int kvm_owner_init(kvm_rt_t *rt);  /* segments + allocators (any thread, before the loop) */
