@@ -79,6 +79,7 @@ struct kvm_cold {
     uint32_t ncfg; /* devices configured */
     bool planner;  /* cold_kind = off: a cold core with no device, only to plan/cancel reclaims */
     cold_exec_ops_t exec;
+    kvm_cold_owner_ops_t owner; /* the owner's slot calls (kvm_cold_open), for promotions */
     kvm_done_cb open_cb;
     /* worker [any] under mu */
     pthread_mutex_t mu;
@@ -605,7 +606,7 @@ static void promo_end(struct promo *p, int rc)
 {
     struct kvm_cold *g = p->g;
     if (p->reserved)
-        kvm_owner_release(g->rt, p->seg, p->off);
+        g->owner.release(g->rt, p->seg, p->off);
     if (p->stg_pinned && g->stg) { /* the slot may now recycle (its reader ACKed or expired) */
         if (rc == 0)
             g->stg_promotions++;
@@ -625,7 +626,7 @@ static void promo_cased(void *arg, int rc, const kvm_route_t *now)
     (void)now;
     struct promo *p = arg;
     if (rc == 0) {
-        kvm_owner_commit(p->g->rt, p->seg, p->off);
+        p->g->owner.commit(p->g->rt, p->seg, p->off);
         p->reserved = false;
     }
     promo_end(p, rc);
@@ -723,7 +724,7 @@ static void r_promote(void *ctx, const kvm_ident_t *id, const kvm_route_version_
     }
     g->stg_last.set = false;
     g->refs++;
-    kvm_owner_reserve(rt, id, length, rt->cfg.request_timeout_ms, promo_reserved, p);
+    g->owner.reserve(rt, id, length, rt->cfg.request_timeout_ms, promo_reserved, p);
 }
 
 /* ---- timers, counters ----------------------------------------------------------------------- */
@@ -1491,7 +1492,7 @@ static cold_config_t core_config(struct kvm_cold *g)
  * route CAS, exactly as a runtime with a cold tier does; the device's owner runs it from its
  * due index (cold_recon_pass), so its payload and device usage are released there. Without
  * metadata or when this fails the runtime simply has no planner (the old behaviour). */
-static void planner_open(kvm_rt_t *rt)
+static void planner_open(kvm_rt_t *rt, const kvm_cold_owner_ops_t *owner)
 {
     if (!rt->meta)
         return;
@@ -1499,6 +1500,7 @@ static void planner_open(kvm_rt_t *rt)
     if (!g)
         return;
     g->rt = rt;
+    g->owner = *owner;
     g->refs = 1;
     g->planner = true;
     pthread_mutex_init(&g->mu, NULL);
@@ -1513,11 +1515,12 @@ static void planner_open(kvm_rt_t *rt)
     rt->cold = g;
 }
 
-void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
+void kvm_cold_open(kvm_rt_t *rt, const kvm_cold_owner_ops_t *owner, kvm_done_cb cb)
 {
     const struct kvm_store_config *cfg = &rt->cfg;
+    KVM_ASSERT(owner && owner->reserve && owner->commit && owner->release);
     if (cfg->cold_kind == KVM_STORE_COLD_OFF) {
-        planner_open(rt);
+        planner_open(rt, owner);
         cb(rt, 0, "");
         return;
     }
@@ -1527,6 +1530,7 @@ void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb)
         return;
     }
     g->rt = rt;
+    g->owner = *owner;
     g->open_cb = cb;
     g->refs = 1;
     pthread_mutex_init(&g->mu, NULL);

@@ -20,11 +20,22 @@
 
 #include "store/store.h"
 
+/* The owner's slot calls the glue makes to promote a restored object into a hot slot: runtime.c
+ * passes owner.c's kvm_owner_reserve / kvm_owner_commit / kvm_owner_release at open, so that
+ * cold_glue.c never calls owner.c, which calls it (docs/architecture.md "Store layering"). */
+typedef struct kvm_cold_owner_ops {
+    void (*reserve)(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32_t ttl_ms,
+                    kvm_reserve_cb cb, void *arg);
+    void (*commit)(kvm_rt_t *rt, uint64_t seg, uint64_t off);
+    void (*release)(kvm_rt_t *rt, uint64_t seg, uint64_t off);
+} kvm_cold_owner_ops_t;
+
 /* [loop] Opens the backend, the core, registers the device, refreshes the view, starts the
  * worker thread and the timers; cb(rt, 0, "") at once when cold_kind is off (then rt->cold is
- * only a reclaim planner without a device, or NULL: see kvm_cold_has_device). On failure cb gets
- * the code and a message naming what to fix; kvm_cold_close still cleans up. */
-void kvm_cold_open(kvm_rt_t *rt, kvm_done_cb cb);
+ * only a reclaim planner without a device, or NULL: see kvm_cold_has_device). owner (all three
+ * set) is copied. On failure cb gets the code and a message naming what to fix; kvm_cold_close
+ * still cleans up. */
+void kvm_cold_open(kvm_rt_t *rt, const kvm_cold_owner_ops_t *owner, kvm_done_cb cb);
 /* [loop] cold_close, then the worker is drained and joined, then the backend closed. Before the
  * route service and the metadata handle close. Idempotent. */
 void kvm_cold_close(kvm_rt_t *rt);

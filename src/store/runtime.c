@@ -387,7 +387,9 @@ static void open_refreshed(kvm_rt_t *rt, int rc, const char *err)
         open_finish(rt, rc, err);
         return;
     }
-    kvm_cold_open(rt, open_cold_ready); /* cold tier (cold_glue.c): at once when off */
+    static const kvm_cold_owner_ops_t owner_ops = {
+        .reserve = kvm_owner_reserve, .commit = kvm_owner_commit, .release = kvm_owner_release};
+    kvm_cold_open(rt, &owner_ops, open_cold_ready); /* cold tier (cold_glue.c): at once when off */
 }
 
 static void open_published(kvm_rt_t *rt, int rc, const char *err)
