@@ -42,6 +42,7 @@ struct kvm_quota {
     /* open */
     uint32_t boot_next;
     kvm_q_open_cb open_cb;
+    kvm_q_release_fn release_replica; /* recovery eviction's slot release (kvm_quota_open) */
     /* reconciliation */
     env_timer_id recon_timer;
     uint32_t recon_next;
@@ -322,8 +323,9 @@ static void boot_next(kvm_rt_t *rt)
         booted(rt, rc, NULL);
 }
 
-void kvm_quota_open(kvm_rt_t *rt, kvm_q_open_cb cb)
+void kvm_quota_open(kvm_rt_t *rt, kvm_q_release_fn release_replica, kvm_q_open_cb cb)
 {
+    KVM_ASSERT(release_replica);
     if (rt->cfg.n_tenant_policies == 0) {
         cb(rt, 0, "");
         return;
@@ -336,6 +338,7 @@ void kvm_quota_open(kvm_rt_t *rt, kvm_q_open_cb cb)
     q->n = rt->cfg.n_tenant_policies;
     memcpy(q->pol, rt->cfg.tenant_policies, q->n * sizeof(q->pol[0]));
     q->open_cb = cb;
+    q->release_replica = release_replica;
     tn_config_t tc = {.deployment = rt->cfg.deployment,
                       .writer_epoch = rt->self.epoch,
                       .timeout_ms = rt->cfg.request_timeout_ms};
@@ -532,7 +535,7 @@ static void rec_cased(void *arg, int rc, const kvm_route_t *route)
         return;
     }
     for (uint32_t i = 0; i < r->cur.n_replicas; i++)
-        kvm_ops_release_replica(rt, &r->cur.replicas[i]);
+        q->release_replica(rt, &r->cur.replicas[i]);
     r->need_b -= (int64_t)r->cur.length;
     r->need_o -= 1;
     r->evicted++;

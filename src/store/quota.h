@@ -43,9 +43,13 @@ struct kvm_qitem {
 };
 
 /* [loop] open: bootstraps every configured policy (create-if-absent, else must match); cb gets
- * KVMESH_EINCOMPAT with the field-naming message when a stored hard policy differs. */
+ * KVMESH_EINCOMPAT with the field-naming message when a stored hard policy differs.
+ * release_replica frees an evicted replica's slot on its owner (runtime.c passes ops.c's
+ * kvm_ops_release_replica: quota.c never calls ops.c, which calls it; docs/architecture.md
+ * "Store layering"); it is called only while the quota state is open. */
 typedef void (*kvm_q_open_cb)(struct kvm_rt *rt, int rc, const char *err);
-void kvm_quota_open(struct kvm_rt *rt, kvm_q_open_cb cb);
+typedef void (*kvm_q_release_fn)(struct kvm_rt *rt, const kvm_hot_replica_t *rep);
+void kvm_quota_open(struct kvm_rt *rt, kvm_q_release_fn release_replica, kvm_q_open_cb cb);
 void kvm_quota_close(struct kvm_rt *rt); /* [loop] */
 
 /* [loop] true when the identity's tenant has a configured policy. */

@@ -419,7 +419,8 @@ static void open_route_ready(void *arg, int rc)
         return;
     }
     if (rt->cfg.n_tenant_policies) {
-        kvm_quota_open(rt, open_quota_ready); /* bootstrap every tenant policy first */
+        /* bootstrap every tenant policy first */
+        kvm_quota_open(rt, kvm_ops_release_replica, open_quota_ready);
         return;
     }
     kvm_member_set_state(rt, KVM_MS_ACTIVE);
