@@ -42,7 +42,7 @@ struct kvm_quota {
     /* open */
     uint32_t boot_next;
     kvm_q_open_cb open_cb;
-    kvm_q_release_fn release_replica; /* recovery eviction's slot release (kvm_quota_open) */
+    kvm_quota_hooks_t hooks; /* calls up into ops.c and quota_tomb.c (kvm_quota_open) */
     /* reconciliation */
     env_timer_id recon_timer;
     uint32_t recon_next;
@@ -260,7 +260,7 @@ static void recon_step(kvm_rt_t *rt)
         return;
     }
     /* replay: a delete's tombstone through the current fenced primary (quota_tomb.c) */
-    tn_route_ops_t ops = {.lookup = recon_lookup, .replay = kvm_quota_replay, .ctx = rt};
+    tn_route_ops_t ops = {.lookup = recon_lookup, .replay = q->hooks.replay, .ctx = rt};
     q->recon_running = true;
     tn_stats_t st;
     tn_get_stats(q->tn, &st);
@@ -323,9 +323,9 @@ static void boot_next(kvm_rt_t *rt)
         booted(rt, rc, NULL);
 }
 
-void kvm_quota_open(kvm_rt_t *rt, kvm_q_release_fn release_replica, kvm_q_open_cb cb)
+void kvm_quota_open(kvm_rt_t *rt, const kvm_quota_hooks_t *hooks, kvm_q_open_cb cb)
 {
-    KVM_ASSERT(release_replica);
+    KVM_ASSERT(hooks && hooks->release_replica && hooks->replay && hooks->tomb_close);
     if (rt->cfg.n_tenant_policies == 0) {
         cb(rt, 0, "");
         return;
@@ -338,7 +338,7 @@ void kvm_quota_open(kvm_rt_t *rt, kvm_q_release_fn release_replica, kvm_q_open_c
     q->n = rt->cfg.n_tenant_policies;
     memcpy(q->pol, rt->cfg.tenant_policies, q->n * sizeof(q->pol[0]));
     q->open_cb = cb;
-    q->release_replica = release_replica;
+    q->hooks = *hooks;
     tn_config_t tc = {.deployment = rt->cfg.deployment,
                       .writer_epoch = rt->self.epoch,
                       .timeout_ms = rt->cfg.request_timeout_ms};
@@ -362,7 +362,7 @@ void kvm_quota_close(kvm_rt_t *rt)
     env_timer_cancel(rt->env, q->recon_timer);
     q->recon_timer = 0;
     tn_close(q->tn);
-    kvm_quota_tomb_close(rt); /* what waited for a callback tn_close will not run */
+    q->hooks.tomb_close(rt); /* what waited for a callback tn_close will not run */
     for (uint32_t i = 0; i < q->n; i++)
         fifo_clear(&q->fifo[i]);
     rt->quota = NULL;
@@ -535,7 +535,7 @@ static void rec_cased(void *arg, int rc, const kvm_route_t *route)
         return;
     }
     for (uint32_t i = 0; i < r->cur.n_replicas; i++)
-        q->release_replica(rt, &r->cur.replicas[i]);
+        q->hooks.release_replica(rt, &r->cur.replicas[i]);
     r->need_b -= (int64_t)r->cur.length;
     r->need_o -= 1;
     r->evicted++;
@@ -1328,7 +1328,7 @@ static void rnow_run(void *arg)
         return;
     }
     /* replay: a delete's tombstone through the current fenced primary (quota_tomb.c) */
-    tn_route_ops_t ops = {.lookup = recon_lookup, .replay = kvm_quota_replay, .ctx = rt};
+    tn_route_ops_t ops = {.lookup = recon_lookup, .replay = q->hooks.replay, .ctx = rt};
     q->recon_running = true;
     tn_stats_t st;
     tn_get_stats(q->tn, &st);

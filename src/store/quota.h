@@ -42,14 +42,24 @@ struct kvm_qitem {
     kvm_q_cont cont, final_cont;
 };
 
+/* What quota.c calls in the store files that call it, given at open by runtime.c, so that
+ * quota.c never calls ops.c or quota_tomb.c back (docs/architecture.md "Store layering").
+ * Called only while the quota state is open (release_replica, replay) or at its close. */
+typedef struct kvm_quota_hooks {
+    /* frees an evicted replica's slot on its owner: ops.c's kvm_ops_release_replica */
+    void (*release_replica)(struct kvm_rt *rt, const kvm_hot_replica_t *rep);
+    /* the reconciler's tn_route_ops_t.replay (ctx = the runtime): kvm_quota_replay */
+    void (*replay)(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg);
+    /* ends quota_tomb.c's tombstones waiting for a tenant-layer callback after tn_close:
+     * kvm_quota_tomb_close */
+    void (*tomb_close)(struct kvm_rt *rt);
+} kvm_quota_hooks_t;
+
 /* [loop] open: bootstraps every configured policy (create-if-absent, else must match); cb gets
- * KVMESH_EINCOMPAT with the field-naming message when a stored hard policy differs.
- * release_replica frees an evicted replica's slot on its owner (runtime.c passes ops.c's
- * kvm_ops_release_replica: quota.c never calls ops.c, which calls it; docs/architecture.md
- * "Store layering"); it is called only while the quota state is open. */
+ * KVMESH_EINCOMPAT with the field-naming message when a stored hard policy differs. hooks (all
+ * set) is copied. */
 typedef void (*kvm_q_open_cb)(struct kvm_rt *rt, int rc, const char *err);
-typedef void (*kvm_q_release_fn)(struct kvm_rt *rt, const kvm_hot_replica_t *rep);
-void kvm_quota_open(struct kvm_rt *rt, kvm_q_release_fn release_replica, kvm_q_open_cb cb);
+void kvm_quota_open(struct kvm_rt *rt, const kvm_quota_hooks_t *hooks, kvm_q_open_cb cb);
 void kvm_quota_close(struct kvm_rt *rt); /* [loop] */
 
 /* [loop] true when the identity's tenant has a configured policy. */
@@ -95,7 +105,8 @@ void kvm_quota_claim_hook(struct kvm_rt *rt, bool on);
 tn_t *kvm_quota_tn(struct kvm_rt *rt);
 /* [loop] internal to quota*.c: quota_tomb.c's list of tombstones waiting for a tenant-layer
  * callback (NULL when off), and kvm_quota_close's end of them after tn_close (evictions answered
- * ECANCELED, their slots back to the owner; replays answered ECANCELED; each freed). */
+ * ECANCELED, their slots back to the owner; replays answered ECANCELED; each freed), which
+ * quota.c reaches through kvm_quota_hooks_t.tomb_close. */
 void **kvm_quota_tomb_head(struct kvm_rt *rt);
 void kvm_quota_tomb_close(struct kvm_rt *rt);
 int kvm_quota_claim_blob_raw(struct kvm_rt *rt, const char *tenant, const char *domain,
@@ -115,7 +126,8 @@ int kvm_quota_claim_blob_raw(struct kvm_rt *rt, const char *tenant, const char *
  * (cb not called) when nothing started. */
 int kvm_quota_evict(struct kvm_rt *rt, const kvm_route_t *cur, const kvm_route_t *tomb,
                     route_cas_cb cb, void *arg);
-/* [loop] tn_route_ops_t.replay (ctx = the runtime): a PUBLISHING delete whose tombstone CAS did
+/* [loop] tn_route_ops_t.replay (ctx = the runtime; quota.c's reconciler gets it as
+ * kvm_quota_hooks_t.replay): a PUBLISHING delete whose tombstone CAS did
  * not apply is replayed with the same publish token and payload through the current fenced
  * primary (EmbeddedWrh: a claim-carrying CAS, the primary claims again before applying it;
  * MetadataOnly: this runtime claims again, then the metadata CAS), only while its predecessor is
