@@ -898,6 +898,12 @@ void **kvm_quota_tomb_head(kvm_rt_t *rt)
     return rt->quota ? &rt->quota->tomb_waiting : NULL;
 }
 
+kvm_q_release_fn kvm_quota_release_fn(kvm_rt_t *rt)
+{
+    KVM_ASSERT(rt->quota);
+    return rt->quota->hooks.release_replica;
+}
+
 tn_t *kvm_quota_tn(kvm_rt_t *rt)
 {
     return rt->quota && !rt->quota->closing ? rt->quota->tn : NULL;

@@ -45,9 +45,10 @@ struct kvm_qitem {
 /* What quota.c calls in the store files that call it, given at open by runtime.c, so that
  * quota.c never calls ops.c or quota_tomb.c back (docs/architecture.md "Store layering").
  * Called only while the quota state is open (release_replica, replay) or at its close. */
+typedef void (*kvm_q_release_fn)(struct kvm_rt *rt, const kvm_hot_replica_t *rep);
 typedef struct kvm_quota_hooks {
-    /* frees an evicted replica's slot on its owner: ops.c's kvm_ops_release_replica */
-    void (*release_replica)(struct kvm_rt *rt, const kvm_hot_replica_t *rep);
+    /* frees a replaced or evicted replica's slot on its owner: ops.c's kvm_ops_release_replica */
+    kvm_q_release_fn release_replica;
     /* the reconciler's tn_route_ops_t.replay (ctx = the runtime): kvm_quota_replay */
     void (*replay)(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg);
     /* ends quota_tomb.c's tombstones waiting for a tenant-layer callback after tn_close:
@@ -103,6 +104,9 @@ void kvm_quota_claim_hook(struct kvm_rt *rt, bool on);
 /* [loop] internal to quota*.c: the tenant handle (NULL when off or closing), and the claim blob
  * of kvm_quota_cas_claim_blob from its parts (with this runtime's hint of the operation). */
 tn_t *kvm_quota_tn(struct kvm_rt *rt);
+/* [loop] internal to quota*.c: kvm_quota_hooks_t.release_replica of the open quota state (asserted
+ * open); quota_tomb.c keeps it for a replay, whose route CAS may answer after the close. */
+kvm_q_release_fn kvm_quota_release_fn(struct kvm_rt *rt);
 /* [loop] internal to quota*.c: quota_tomb.c's list of tombstones waiting for a tenant-layer
  * callback (NULL when off), and kvm_quota_close's end of them after tn_close (evictions answered
  * ECANCELED, their slots back to the owner; replays answered ECANCELED; each freed), which

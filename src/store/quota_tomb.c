@@ -39,9 +39,10 @@ struct qt {
     /* eviction: told once, right after the CAS's outcome (the finalize follows on its own) */
     route_cas_cb evict_cb;
     void *evict_arg;
-    /* replay: the reconciler's callback */
+    /* replay: the reconciler's callback; how the replaced value's replicas are released */
     tn_replay_cb rcb;
     void *rarg;
+    kvm_q_release_fn release;
     /* on the runtime's waiting list while a tenant-layer call is in flight */
     struct qt *wnext, *wprev;
     bool waiting;
@@ -146,7 +147,7 @@ static void qt_recorded(struct qt *t)
     /* A replay releases the replaced value's replicas, as a remove does; an eviction's own slot
      * is the owner's (reclaimed there), and its other replicas were not readable. */
     for (uint32_t i = 0; t->replay && i < t->cur.n_replicas; i++)
-        kvm_ops_release_replica(t->rt, &t->cur.replicas[i]);
+        t->release(t->rt, &t->cur.replicas[i]);
     if (t->replay || !qt_tn(t)) { /* the reconciler finalizes what it asked to replay */
         qt_end(t, 0);
         return;
@@ -460,6 +461,7 @@ void kvm_quota_replay(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg)
     t->replay = true;
     t->rcb = cb;
     t->rarg = arg;
+    t->release = kvm_quota_release_fn(rt); /* the reconciler runs only while quota is open */
     kvm_route_init(&t->cur);
     kvm_route_init(&t->next);
     snprintf(t->tenant, sizeof(t->tenant), "%s", op->tenant);
