@@ -88,14 +88,6 @@ bool kvm_member_ever_seen(kvm_rt_t *rt, const kvm_runtime_id_t *id)
     return kvm_id128_equal(id, &rt->self.id);
 }
 
-const struct kvm_member *kvm_member_find(kvm_rt_t *rt, const kvm_runtime_id_t *id)
-{
-    for (size_t i = 0; i < rt->n_members; i++)
-        if (kvm_id128_equal(&rt->members[i].rt.id, id))
-            return &rt->members[i];
-    return NULL;
-}
-
 const struct kvm_member *kvm_member_by_node(kvm_rt_t *rt, env_node_t node)
 {
     for (size_t i = 0; i < rt->n_members; i++)

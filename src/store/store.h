@@ -507,7 +507,16 @@ void kvm_member_start_timers(kvm_rt_t *rt);
 void kvm_member_stop(kvm_rt_t *rt);
 void kvm_member_set_state(kvm_rt_t *rt, enum kvm_member_state to);
 void kvm_member_leave(kvm_rt_t *rt, kvm_done_cb cb); /* revoke the lease */
-const struct kvm_member *kvm_member_find(kvm_rt_t *rt, const kvm_runtime_id_t *id);
+/* The member id in the current snapshot, or NULL. Inline: the one membership query of the files
+ * below member.c (cold_glue.c, cold_rbatch.c, repair.c), over the snapshot this header defines
+ * (docs/architecture.md "Store layering"). */
+static inline const struct kvm_member *kvm_member_find(kvm_rt_t *rt, const kvm_runtime_id_t *id)
+{
+    for (size_t i = 0; i < rt->n_members; i++)
+        if (kvm_id128_equal(&rt->members[i].rt.id, id))
+            return &rt->members[i];
+    return NULL;
+}
 const struct kvm_member *kvm_member_by_node(kvm_rt_t *rt, env_node_t node);
 env_node_t kvm_member_node_of(kvm_rt_t *rt, const kvm_runtime_id_t *id);
 bool kvm_member_is_suspect(kvm_rt_t *rt, const kvm_runtime_id_t *id);
