@@ -818,6 +818,14 @@ static bool health_exec(void *ctx, cold_exec_t *job)
     return exec_enqueue(ctx, job);
 }
 
+/* Tests only (kvm_cold_test_freeze_view): the tick does not refresh the device view. */
+static atomic_bool freeze_view;
+
+void kvm_cold_test_freeze_view(bool on)
+{
+    atomic_store(&freeze_view, on);
+}
+
 static void tick(void *arg)
 {
     struct kvm_cold *g = arg;
@@ -826,7 +834,7 @@ static void tick(void *arg)
         return;
     drain_jobs(g); /* backstop when a post failed */
     report_pressure(g);
-    if (!g->refreshing && cold_view_refresh(g->c, refreshed, g) == 0)
+    if (!g->refreshing && !atomic_load(&freeze_view) && cold_view_refresh(g->c, refreshed, g) == 0)
         g->refreshing = true;
     uint64_t now = env_clock_mono_ms();
     if (!g->reconciling && now - g->last_recon_ms >= COLD_GLUE_RECON_MS) {
@@ -1803,6 +1811,7 @@ struct durable {
     bool in_get;          /* remote: a cold_op_get is in flight */
     env_timer_id timer;   /* remote: the next poll */
     uint32_t poll_ms;
+    char why[200]; /* local: the job's reason for a failure it can name (cold_job_t.why) */
     struct durable *next, *prev; /* g->durables */
 };
 
@@ -1867,8 +1876,15 @@ static void durable_job_done(void *arg, int rc)
         durable_free(d);
         return;
     }
-    char m[300];
-    rc = durable_outcome(rc, rc ? COLD_OP_NONE : COLD_OP_USAGE_COMMITTED, m, sizeof(m));
+    char m[400];
+    if (rc && d->why[0]) /* e.g. the device was drained after this put placed its copy there */
+        snprintf(m, sizeof(m),
+                 "cold_write_through: the object is published in DRAM but its cold copy was "
+                 "refused (%s), so the put is not durable; retry the put (placement then uses "
+                 "the refreshed device view)",
+                 d->why);
+    else
+        rc = durable_outcome(rc, rc ? COLD_OP_NONE : COLD_OP_USAGE_COMMITTED, m, sizeof(m));
     durable_answer(d, rc, m);
 }
 
@@ -1971,7 +1987,9 @@ bool kvm_cold_durable_wait(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it, cons
                           .checksum = now->checksum,
                           .urgent = true,
                           .done = durable_job_done,
-                          .done_arg = d};
+                          .done_arg = d,
+                          .why = d->why,
+                          .why_cap = sizeof(d->why)};
         int rc = cold_offload_submit(g->c, &job);
         if (rc == 0) {
             d->in_job = true;
