@@ -495,6 +495,15 @@ typedef struct cold_stats {
     int last_error;
 } cold_stats_t;
 void cold_get_stats(const cold_t *c, cold_stats_t *out);
+/* The counters of one device attached here (the store exports them with a `device` label):
+ * offload jobs of ops on it that ended USAGE_COMMITTED / parked, restores (single and batch items)
+ * read from it that succeeded / failed. */
+typedef struct cold_dev_stats {
+    uint64_t offloads_ok, offload_parked;
+    uint64_t restores, restore_failed;
+} cold_dev_stats_t;
+/* *out = the device's counters; KVMESH_ENOENT (out zeroed) when it is not attached here. */
+int cold_get_device_stats(const cold_t *c, const kvm_tier_id_t *dev, cold_dev_stats_t *out);
 int cold_check_invariants(const cold_t *c);
 
 #endif

@@ -384,6 +384,7 @@ static void job_backoff(cold_jobst_t *j, int rc)
     j->last_rc = rc;
     if (++j->retries > COLD_RETRY_MAX) {
         c->st.offload_parked++; /* the due index resumes it */
+        cold_dev_st(c, &j->device)->offload_parked++;
         job_end(j);
         return;
     }
@@ -450,6 +451,7 @@ static void on_adv(void *arg, int rc, const cold_op_view_t *v)
     }
     j->c->st.last_error = j->last_rc = rc; /* ECORRUPT, ENOENT: parked for an operator */
     j->c->st.offload_parked++;
+    cold_dev_st(j->c, &j->device)->offload_parked++;
     job_end(j);
 }
 
@@ -581,6 +583,7 @@ static void on_mat(void *arg, int rc)
         c->st.rebases++;
         if (++j->retries > COLD_RETRY_MAX) {
             c->st.offload_parked++;
+            cold_dev_st(c, &j->device)->offload_parked++;
             job_end(j);
             return;
         }
@@ -719,6 +722,7 @@ static void job_step(cold_jobst_t *j)
         return;
     case COLD_OP_USAGE_COMMITTED:
         c->st.offloads_ok++;
+        cold_dev_st(c, &j->device)->offloads_ok++;
         job_end(j);
         return;
     case COLD_OP_RELEASED:
@@ -1088,11 +1092,14 @@ static void sf_done(cold_exec_t *io)
             break;
         }
     if (!c->closing) {
+        cold_dev_stats_t *ds = cold_dev_st(c, &s->tier);
         if (s->rc) {
             c->st.restore_failed++;
+            ds->restore_failed++;
             kvm_errf(s->rc, "cold restore: %s", s->err.msg[0] ? s->err.msg : "verification failed");
         } else {
             c->st.restores++;
+            ds->restores++;
         }
         for (size_t i = 0; i < s->n_w; i++)
             s->w[i].cb(s->w[i].arg, s->rc, s->rc ? NULL : s->buf, s->rc ? 0 : s->len);

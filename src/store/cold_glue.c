@@ -44,6 +44,7 @@
 #include "store/proto.h"
 #include "store/cold_glue.h"
 #include "store/cold_health.h"
+#include "store/cold_metrics.h"
 
 #define COLD_GLUE_TICK_MS    200 /* view refresh, counters, done-list backstop */
 #define COLD_GLUE_RECON_MS   1000
@@ -68,6 +69,7 @@ struct gdev {
     char root[COLD_ROOT_CAP]; /* canonical path */
     uint64_t capacity;
     char tags[COLD_TAGS_CAP];
+    kvm_cold_dev_exported_t exported; /* [loop] its per-device counters already exported */
 };
 
 struct kvm_cold {
@@ -728,6 +730,17 @@ static void r_promote(void *ctx, const kvm_ident_t *id, const kvm_route_version_
 
 /* ---- timers, counters ----------------------------------------------------------------------- */
 
+/* The per-device series (cold_metrics.h) of device i, whose view record is d (NULL: missing). */
+static void export_device(struct kvm_cold *g, uint32_t i, const cold_device_t *d)
+{
+    cold_dev_stats_t st;
+    kvm_cold_health_stats_t hs = {0};
+    (void)cold_get_device_stats(g->c, &g->devs[i].id, &st); /* ENOENT: zeroed */
+    if (g->devs[i].health)
+        kvm_cold_health_get_stats(g->devs[i].health, &hs);
+    kvm_cold_metrics_device(g->rt->metrics, i, d, &st, hs.errors, &g->devs[i].exported);
+}
+
 static void export_stats(struct kvm_cold *g)
 {
     kvm_rt_t *rt = g->rt;
@@ -764,6 +777,7 @@ static void export_stats(struct kvm_cold *g)
     bool all = g->ndev > 0;
     for (uint32_t i = 0; i < g->ndev; i++) {
         const cold_device_t *d = cold_view_find(g->c, &g->devs[i].id);
+        export_device(g, i, d);
         if (!d) {
             all = false;
             continue;
