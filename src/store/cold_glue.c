@@ -45,6 +45,7 @@
 #include "store/cold_glue.h"
 #include "store/cold_health.h"
 #include "store/cold_metrics.h"
+#include "store/cold_resume.h"
 
 #define COLD_GLUE_TICK_MS    200 /* view refresh, counters, done-list backstop */
 #define COLD_GLUE_RECON_MS   1000
@@ -430,6 +431,26 @@ static void cas_done(void *arg, int rc, const kvm_route_t *r)
     rop_rc(o, rc == 0 ? 0 : rc == KVMESH_ECONFLICT ? KVMESH_ECONFLICT : rc);
 }
 
+static bool health_exec(void *ctx, cold_exec_t *job);
+
+static void hot_remote_done(void *arg, int rc)
+{
+    rop_rc(arg, rc);
+}
+
+/* read_hot: a local replica; none readable here (e.g. this runtime restarted after a crash and
+ * its DRAM copy is gone) but another runtime holds one: that one, through the transport on the
+ * worker (cold_resume.h). */
+static void read_hot(struct rop *o, const kvm_route_t *r)
+{
+    kvm_rt_t *rt = o->g->rt;
+    int rc = read_local(rt, r, o->buf, o->length);
+    if (rc == KVMESH_EUNAVAILABLE && kvm_cold_read_hot_remote(rt, r, o->buf, o->length, health_exec,
+                                                              o->g, hot_remote_done, o) == 0)
+        return;
+    rop_rc(o, rc);
+}
+
 static void rop_looked_up(void *arg, int rc, const kvm_route_t *r)
 {
     struct rop *o = arg;
@@ -459,7 +480,7 @@ static void rop_looked_up(void *arg, int rc, const kvm_route_t *r)
             rop_rc(o, KVMESH_ENOENT);
             return;
         }
-        rop_rc(o, read_local(rt, r, o->buf, o->length));
+        read_hot(o, r);
         return;
     }
     kvm_route_t next;
@@ -830,6 +851,15 @@ static void durable_expire(struct kvm_cold *g);
 static bool health_exec(void *ctx, cold_exec_t *job)
 {
     return exec_enqueue(ctx, job);
+}
+
+/* Tests only (kvm_cold_test_skip_offload): published PendingOffloads on this process's devices
+ * are not queued, as if the process died right after the route CAS. */
+static atomic_bool skip_offload;
+
+void kvm_cold_test_skip_offload(bool on)
+{
+    atomic_store(&skip_offload, on);
 }
 
 /* Tests only (kvm_cold_test_freeze_view): the tick does not refresh the device view. */
@@ -1785,7 +1815,10 @@ void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now)
     if (!g || !g->c || g->open_cb)
         return;
     report_pressure(g);
-    if (now && now->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
+    /* a replica owner records the intent of another runtime's device (resumed there after a
+     * crash that came before its own plan: cold_resume.h) */
+    kvm_cold_note_pending(rt, g->c, now);
+    if (now && now->cold.kind == KVM_COLD_PENDING_OFFLOAD && !atomic_load(&skip_offload) &&
         kvm_id128_equal(&now->cold.owner, &rt->self.id) && own_dev(g, &now->cold.tier)) {
         cold_job_t job = {.ident = &now->ident,
                           .cold_op = now->cold.cold_op,
