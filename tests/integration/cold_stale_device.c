@@ -138,6 +138,7 @@ int main(void)
     /* 2. a put placed on device 0 from the view of before its drain */
     kvm_cold_test_freeze_view(true);
     kvm_cold_test_pin_device0(true);
+    usleep(400 * 1000); /* a refresh already in flight at the freeze ends before the drain */
     bool changed = false;
     CHECK(kvmesh_admin_device_lifecycle(adm, d0.id, "drain", &d0, &changed) == 0 && changed);
     uint64_t t0 = env_clock_mono_ms();
