@@ -400,12 +400,20 @@ typedef struct cold_job {
      * flight it is attached to that job when it has none (else KVMESH_EEXIST) */
     cold_rc_cb done;
     void *done_arg;
+    /* optional, with done: a buffer of why_cap bytes (owned by the caller, valid until done runs
+     * or cold_close) the job fills with the reason before done reports a failure it can name:
+     * today the withdrawn device (below) */
+    char *why;
+    size_t why_cap;
 } cold_job_t;
 
 /* Queues the offload of a PendingOffload route (the device must be attached here). A job for a
  * cold op already queued or in flight is a no-op. KVMESH_EAGAIN when the queue is full. The job
  * ends USAGE_COMMITTED (materialized) or RELEASED (obsolete) or parked (retries exhausted: the
- * due index resumes it). */
+ * due index resumes it). A reserve refused because the device record is no longer active
+ * (drained or retired after the writer placed the op from its device view) is not retried: the
+ * op goes PLANNED -> RELEASED at once and done gets KVMESH_EUNAVAILABLE (counted in
+ * offloads_withdrawn). */
 int cold_offload_submit(cold_t *c, const cold_job_t *job);
 /* The retry delay cap of the n-th retry (1-based): min(backoff_base_ms * 2^(n-1),
  * backoff_max_ms); the delay used is drawn from [cap/2, cap]. */
@@ -473,9 +481,10 @@ int cold_recon_pass(cold_t *c, uint32_t page, cold_recon_cb cb, void *arg);
 
 typedef struct cold_stats {
     uint64_t offloads_ok, offloads_released, offload_retries, offload_parked;
-    uint64_t rate_waits;   /* times the worker waited for rate tokens */
-    uint64_t gate_changes; /* watermark gate openings + closings */
-    uint64_t urgent_jobs;  /* urgent (eviction-triggered) jobs accepted */
+    uint64_t offloads_withdrawn; /* released at reserve: the device was drained/retired */
+    uint64_t rate_waits;         /* times the worker waited for rate tokens */
+    uint64_t gate_changes;       /* watermark gate openings + closings */
+    uint64_t urgent_jobs;        /* urgent (eviction-triggered) jobs accepted */
     uint64_t cas_conflicts, rebases;
     uint64_t evictions, evict_refused;
     uint64_t restores, restore_joined, restore_failed, promotions;
@@ -486,6 +495,15 @@ typedef struct cold_stats {
     int last_error;
 } cold_stats_t;
 void cold_get_stats(const cold_t *c, cold_stats_t *out);
+/* The counters of one device attached here (the store exports them with a `device` label):
+ * offload jobs of ops on it that ended USAGE_COMMITTED / parked, restores (single and batch items)
+ * read from it that succeeded / failed. */
+typedef struct cold_dev_stats {
+    uint64_t offloads_ok, offload_parked;
+    uint64_t restores, restore_failed;
+} cold_dev_stats_t;
+/* *out = the device's counters; KVMESH_ENOENT (out zeroed) when it is not attached here. */
+int cold_get_device_stats(const cold_t *c, const kvm_tier_id_t *dev, cold_dev_stats_t *out);
 int cold_check_invariants(const cold_t *c);
 
 #endif

@@ -48,10 +48,14 @@ static void bctx_finish(bctx_t *x)
     KVM_ASSERT(x->pending == 0);
     if (!c->closing) {
         for (size_t i = 0; i < x->n; i++) {
-            if (x->items[i].rc)
+            cold_dev_stats_t *ds = cold_dev_st(c, &x->items[i].device);
+            if (x->items[i].rc) {
                 c->st.restore_failed++;
-            else
+                ds->restore_failed++;
+            } else {
                 c->st.restores++;
+                ds->restores++;
+            }
         }
         x->cb(x->arg, x->items, x->n);
     }

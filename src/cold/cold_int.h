@@ -163,6 +163,7 @@ struct cold_call {
 typedef struct cold_att {
     kvm_tier_id_t dev;
     const cold_backend_t *be;
+    cold_dev_stats_t st; /* [loop] cold_get_device_stats */
 } cold_att_t;
 
 typedef struct cold_jobst cold_jobst_t;
@@ -181,6 +182,7 @@ struct cold {
     size_t n_aux; /* worker/restore/recon work holding the handle */
     cold_att_t att[COLD_BACKENDS_MAX];
     size_t n_att;
+    cold_dev_stats_t dev_st_none; /* counts about devices not attached here (never exported) */
     /* device view */
     cold_device_t view[COLD_DEVICES_MAX];
     size_t n_view;
@@ -221,6 +223,8 @@ void cold_aux_hold(cold_t *c);
 void cold_aux_release(cold_t *c); /* frees the handle when closing and nothing remains */
 void cold_exec_submit(cold_t *c, cold_exec_t *io);
 const cold_backend_t *cold_attached(const cold_t *c, const kvm_tier_id_t *dev);
+/* The counters of an attached device, or a scratch block for one that is not (never NULL). */
+cold_dev_stats_t *cold_dev_st(cold_t *c, const kvm_tier_id_t *dev);
 
 int cold_rec_call(cold_t *c, cold_ck_t kind, const kvm_op_id_t *reclaim_op, cold_reclaim_cb cb,
                   void *arg);

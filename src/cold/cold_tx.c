@@ -218,6 +218,25 @@ void cold_get_stats(const cold_t *c, cold_stats_t *out)
     *out = c->st;
 }
 
+cold_dev_stats_t *cold_dev_st(cold_t *c, const kvm_tier_id_t *dev)
+{
+    for (size_t i = 0; i < c->n_att; i++)
+        if (kvm_id128_equal(&c->att[i].dev, dev))
+            return &c->att[i].st;
+    return &c->dev_st_none;
+}
+
+int cold_get_device_stats(const cold_t *c, const kvm_tier_id_t *dev, cold_dev_stats_t *out)
+{
+    for (size_t i = 0; i < c->n_att; i++)
+        if (kvm_id128_equal(&c->att[i].dev, dev)) {
+            *out = c->att[i].st;
+            return 0;
+        }
+    memset(out, 0, sizeof(*out));
+    return KVMESH_ENOENT;
+}
+
 int cold_check_invariants(const cold_t *c)
 {
     size_t n = 0;

@@ -56,9 +56,12 @@ struct cold_jobst {
     cold_backend_err_t err;
     env_timer_id timer;
     bool urgent, crashed;
+    bool withdrawn; /* the reserve found the device drained or retired: released, not retried */
     int last_rc;
     cold_rc_cb done;
     void *done_arg;
+    char *why; /* the caller's (cold_job_t.why), or NULL */
+    size_t why_cap;
     cold_jobst_t *prev, *next;
 };
 
@@ -197,8 +200,8 @@ static void job_end(cold_jobst_t *j)
     if (j->done && !closing && !j->crashed) {
         bool ok = j->have_op && j->op.state == COLD_OP_USAGE_COMMITTED;
         int rc = ok ? 0 : j->last_rc ? j->last_rc : KVMESH_ECONFLICT;
-        if (!ok && j->have_op && j->op.state == COLD_OP_RELEASED)
-            rc = KVMESH_ECONFLICT; /* the route no longer wanted this op */
+        if (!ok && j->have_op && j->op.state == COLD_OP_RELEASED) /* the route no longer wanted */
+            rc = j->withdrawn ? KVMESH_EUNAVAILABLE : KVMESH_ECONFLICT; /* it, or the device */
         j->done(j->done_arg, rc);
     }
     job_free(j); /* may free c when closing */
@@ -275,6 +278,8 @@ int cold_offload_submit(cold_t *c, const cold_job_t *job)
                                                "completion callback");
             dup->done = job->done;
             dup->done_arg = job->done_arg;
+            dup->why = job->why;
+            dup->why_cap = job->why_cap;
         }
         if (job->urgent && !dup->urgent && queued) { /* moves ahead of the non-urgent ones */
             list_remove(&c->q_head, &c->q_tail, dup);
@@ -305,6 +310,8 @@ int cold_offload_submit(cold_t *c, const cold_job_t *job)
     j->urgent = job->urgent;
     j->done = job->done;
     j->done_arg = job->done_arg;
+    j->why = job->why;
+    j->why_cap = job->why_cap;
     c->st.urgent_jobs += job->urgent;
     cold_aux_hold(c);
     queue_insert(c, j);
@@ -377,6 +384,7 @@ static void job_backoff(cold_jobst_t *j, int rc)
     j->last_rc = rc;
     if (++j->retries > COLD_RETRY_MAX) {
         c->st.offload_parked++; /* the due index resumes it */
+        cold_dev_st(c, &j->device)->offload_parked++;
         job_end(j);
         return;
     }
@@ -394,6 +402,30 @@ static bool transient(int rc)
            rc == KVMESH_ENOMEM;
 }
 
+static void advance(cold_jobst_t *j, enum cold_op_state to, const cold_locator_t *loc);
+
+/* A reserve refused because the device record is no longer active: the writer placed the op from
+ * a device view of before an operator's drain or retire. Waiting cannot help (a drained device
+ * never becomes schedulable again by itself), so the op is released now and the job's done names
+ * the device and its lifecycle. */
+static bool withdrawn_device(cold_jobst_t *j, int rc, const cold_op_view_t *v)
+{
+    if (rc != KVMESH_EUNAVAILABLE || j->withdrawn || !j->have_op ||
+        j->op.state != COLD_OP_PLANNED || !v || !v->dev || v->dev->lifecycle == COLD_DEV_ACTIVE)
+        return false;
+    char id[KVM_ID128_HEX_LEN + 1];
+    j->withdrawn = true;
+    j->last_rc = KVMESH_EUNAVAILABLE;
+    j->c->st.offloads_withdrawn++;
+    if (j->why && j->why_cap)
+        snprintf(j->why, j->why_cap,
+                 "cold device %s is %s (not schedulable): it was chosen from a device view of "
+                 "before the change",
+                 kvm_id128_fmt(&v->dev->id, id), cold_dev_lifecycle_name(v->dev->lifecycle));
+    advance(j, COLD_OP_RELEASED, NULL);
+    return true;
+}
+
 static void on_adv(void *arg, int rc, const cold_op_view_t *v)
 {
     cold_jobst_t *j = arg;
@@ -401,6 +433,8 @@ static void on_adv(void *arg, int rc, const cold_op_view_t *v)
         job_end(j);
         return;
     }
+    if (withdrawn_device(j, rc, v))
+        return;
     if (v && v->op && (rc == 0 || rc == KVMESH_ECONFLICT)) {
         /* done, or refused from the stored state: resume from there */
         bool moved = !j->have_op || v->op->state != j->op.state;
@@ -417,6 +451,7 @@ static void on_adv(void *arg, int rc, const cold_op_view_t *v)
     }
     j->c->st.last_error = j->last_rc = rc; /* ECORRUPT, ENOENT: parked for an operator */
     j->c->st.offload_parked++;
+    cold_dev_st(j->c, &j->device)->offload_parked++;
     job_end(j);
 }
 
@@ -548,6 +583,7 @@ static void on_mat(void *arg, int rc)
         c->st.rebases++;
         if (++j->retries > COLD_RETRY_MAX) {
             c->st.offload_parked++;
+            cold_dev_st(c, &j->device)->offload_parked++;
             job_end(j);
             return;
         }
@@ -686,6 +722,7 @@ static void job_step(cold_jobst_t *j)
         return;
     case COLD_OP_USAGE_COMMITTED:
         c->st.offloads_ok++;
+        cold_dev_st(c, &j->device)->offloads_ok++;
         job_end(j);
         return;
     case COLD_OP_RELEASED:
@@ -1055,11 +1092,14 @@ static void sf_done(cold_exec_t *io)
             break;
         }
     if (!c->closing) {
+        cold_dev_stats_t *ds = cold_dev_st(c, &s->tier);
         if (s->rc) {
             c->st.restore_failed++;
+            ds->restore_failed++;
             kvm_errf(s->rc, "cold restore: %s", s->err.msg[0] ? s->err.msg : "verification failed");
         } else {
             c->st.restores++;
+            ds->restores++;
         }
         for (size_t i = 0; i < s->n_w; i++)
             s->w[i].cb(s->w[i].arg, s->rc, s->rc ? NULL : s->buf, s->rc ? 0 : s->len);

@@ -208,6 +208,18 @@
     V(OBS_CPSTAGE_ROUTE_LOOKUP, "route_lookup")                                                    \
     V(OBS_CPSTAGE_ROUTE_CAS, "route_cas")
 
+/* cold device of a runtime: its index in the runtime's configuration (0 = cold_root, 1..7 = the
+ * cold_devices entries; bounded by KVM_STORE_COLD_DEVICES_MAX, checked in store/cold_metrics.c) */
+#define OBS_DEV_VALUES(V)                                                                          \
+    V(OBS_DEV_0, "0")                                                                              \
+    V(OBS_DEV_1, "1")                                                                              \
+    V(OBS_DEV_2, "2")                                                                              \
+    V(OBS_DEV_3, "3")                                                                              \
+    V(OBS_DEV_4, "4")                                                                              \
+    V(OBS_DEV_5, "5")                                                                              \
+    V(OBS_DEV_6, "6")                                                                              \
+    V(OBS_DEV_7, "7")
+
 /* X(dim, label name, value list) */
 #define OBS_DIM_LIST(X)                                                                            \
     X(none, "", OBS_NONE_VALUES)                                                                   \
@@ -230,7 +242,8 @@
     X(qop, "operation", OBS_QOP_VALUES)                                                            \
     X(qres, "result", OBS_QRES_VALUES)                                                             \
     X(qrecon, "result", OBS_QRECON_VALUES)                                                         \
-    X(cpstage, "stage", OBS_CPSTAGE_VALUES)
+    X(cpstage, "stage", OBS_CPSTAGE_VALUES)                                                        \
+    X(dev, "device", OBS_DEV_VALUES)
 
 #define OBS_X_ENUM_V(name, str)          name,
 #define OBS_X_DIM_ENUM(d, label, VALUES) enum obs_dim_##d{VALUES(OBS_X_ENUM_V) OBS__N_##d};
@@ -325,6 +338,16 @@ enum obs_dim_id {
     X(cold_restores_total, "Reads served from the cold tier, by result.", outcome, none)           \
     X(cold_evictions_total, "Last hot replicas evicted to the cold tier (object now cold-only).",  \
       none, none)                                                                                  \
+    X(cold_dev_offloads_total,                                                                     \
+      "Cold offload jobs finished by this runtime, by cold device (its index in the runtime's "    \
+      "configuration) and result (ok: materialized; error: parked).",                              \
+      dev, outcome)                                                                                \
+    X(cold_dev_restores_total,                                                                     \
+      "Reads served from this runtime's cold devices, by device and result.", dev, outcome)        \
+    X(cold_dev_errors_total,                                                                       \
+      "Device errors (I/O errors, damaged device records) of this runtime's cold devices, by "     \
+      "device.",                                                                                   \
+      dev, none)                                                                                   \
     X(cold_offloads_released_total,                                                                \
       "Cold offload jobs that ended RELEASED (the route changed or its hot copy was gone).", none, \
       none)                                                                                        \
@@ -412,6 +435,18 @@ enum obs_dim_id {
       "Health of this runtime's cold device record: 1 healthy, 2 degraded, 3 failed, 0 not in "    \
       "the device view.",                                                                          \
       set, none, none)                                                                             \
+    X(cold_dev_capacity_bytes, "Capacity of each of this runtime's cold device records.", set,     \
+      dev, none)                                                                                   \
+    X(cold_dev_used_bytes, "Usage-committed bytes of each of this runtime's cold device records.", \
+      set, dev, none)                                                                              \
+    X(cold_dev_reserved_bytes,                                                                     \
+      "Reserved bytes (offloads not yet committed) of each of this runtime's cold device "         \
+      "records.",                                                                                  \
+      set, dev, none)                                                                              \
+    X(cold_dev_health,                                                                             \
+      "Health of each of this runtime's cold device records: 1 healthy, 2 degraded, 3 failed, 0 "  \
+      "not in the device view.",                                                                   \
+      set, dev, none)                                                                              \
     X(rereplication_under_replicated_objects,                                                      \
       "Under-replicated objects found by the current re-replication pass that this runtime "       \
       "copies, not yet finished.",                                                                 \

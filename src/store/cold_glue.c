@@ -44,6 +44,8 @@
 #include "store/proto.h"
 #include "store/cold_glue.h"
 #include "store/cold_health.h"
+#include "store/cold_metrics.h"
+#include "store/cold_resume.h"
 
 #define COLD_GLUE_TICK_MS    200 /* view refresh, counters, done-list backstop */
 #define COLD_GLUE_RECON_MS   1000
@@ -68,6 +70,7 @@ struct gdev {
     char root[COLD_ROOT_CAP]; /* canonical path */
     uint64_t capacity;
     char tags[COLD_TAGS_CAP];
+    kvm_cold_dev_exported_t exported; /* [loop] its per-device counters already exported */
 };
 
 struct kvm_cold {
@@ -429,6 +432,26 @@ static void cas_done(void *arg, int rc, const kvm_route_t *r)
     rop_rc(o, rc == 0 ? 0 : rc == KVMESH_ECONFLICT ? KVMESH_ECONFLICT : rc);
 }
 
+static bool health_exec(void *ctx, cold_exec_t *job);
+
+static void hot_remote_done(void *arg, int rc)
+{
+    rop_rc(arg, rc);
+}
+
+/* read_hot: a local replica; none readable here (e.g. this runtime restarted after a crash and
+ * its DRAM copy is gone) but another runtime holds one: that one, through the transport on the
+ * worker (cold_resume.h). */
+static void read_hot(struct rop *o, const kvm_route_t *r)
+{
+    kvm_rt_t *rt = o->g->rt;
+    int rc = read_local(rt, r, o->buf, o->length);
+    if (rc == KVMESH_EUNAVAILABLE && kvm_cold_read_hot_remote(rt, r, o->buf, o->length, health_exec,
+                                                              o->g, hot_remote_done, o) == 0)
+        return;
+    rop_rc(o, rc);
+}
+
 static void rop_looked_up(void *arg, int rc, const kvm_route_t *r)
 {
     struct rop *o = arg;
@@ -458,7 +481,7 @@ static void rop_looked_up(void *arg, int rc, const kvm_route_t *r)
             rop_rc(o, KVMESH_ENOENT);
             return;
         }
-        rop_rc(o, read_local(rt, r, o->buf, o->length));
+        read_hot(o, r);
         return;
     }
     kvm_route_t next;
@@ -729,6 +752,17 @@ static void r_promote(void *ctx, const kvm_ident_t *id, const kvm_route_version_
 
 /* ---- timers, counters ----------------------------------------------------------------------- */
 
+/* The per-device series (cold_metrics.h) of device i, whose view record is d (NULL: missing). */
+static void export_device(struct kvm_cold *g, uint32_t i, const cold_device_t *d)
+{
+    cold_dev_stats_t st;
+    kvm_cold_health_stats_t hs = {0};
+    (void)cold_get_device_stats(g->c, &g->devs[i].id, &st); /* ENOENT: zeroed */
+    if (g->devs[i].health)
+        kvm_cold_health_get_stats(g->devs[i].health, &hs);
+    kvm_cold_metrics_device(g->rt->metrics, i, d, &st, hs.errors, &g->devs[i].exported);
+}
+
 static void export_stats(struct kvm_cold *g)
 {
     kvm_rt_t *rt = g->rt;
@@ -765,6 +799,7 @@ static void export_stats(struct kvm_cold *g)
     bool all = g->ndev > 0;
     for (uint32_t i = 0; i < g->ndev; i++) {
         const cold_device_t *d = cold_view_find(g->c, &g->devs[i].id);
+        export_device(g, i, d);
         if (!d) {
             all = false;
             continue;
@@ -819,6 +854,23 @@ static bool health_exec(void *ctx, cold_exec_t *job)
     return exec_enqueue(ctx, job);
 }
 
+/* Tests only (kvm_cold_test_skip_offload): published PendingOffloads on this process's devices
+ * are not queued, as if the process died right after the route CAS. */
+static atomic_bool skip_offload;
+
+void kvm_cold_test_skip_offload(bool on)
+{
+    atomic_store(&skip_offload, on);
+}
+
+/* Tests only (kvm_cold_test_freeze_view): the tick does not refresh the device view. */
+static atomic_bool freeze_view;
+
+void kvm_cold_test_freeze_view(bool on)
+{
+    atomic_store(&freeze_view, on);
+}
+
 static void tick(void *arg)
 {
     struct kvm_cold *g = arg;
@@ -827,7 +879,7 @@ static void tick(void *arg)
         return;
     drain_jobs(g); /* backstop when a post failed */
     report_pressure(g);
-    if (!g->refreshing && cold_view_refresh(g->c, refreshed, g) == 0)
+    if (!g->refreshing && !atomic_load(&freeze_view) && cold_view_refresh(g->c, refreshed, g) == 0)
         g->refreshing = true;
     uint64_t now = env_clock_mono_ms();
     if (!g->reconciling && now - g->last_recon_ms >= COLD_GLUE_RECON_MS) {
@@ -1767,7 +1819,10 @@ void kvm_cold_published(kvm_rt_t *rt, const kvm_route_t *now)
     if (!g || !g->c || g->open_cb)
         return;
     report_pressure(g);
-    if (now && now->cold.kind == KVM_COLD_PENDING_OFFLOAD &&
+    /* a replica owner records the intent of another runtime's device (resumed there after a
+     * crash that came before its own plan: cold_resume.h) */
+    kvm_cold_note_pending(rt, g->c, now);
+    if (now && now->cold.kind == KVM_COLD_PENDING_OFFLOAD && !atomic_load(&skip_offload) &&
         kvm_id128_equal(&now->cold.owner, &rt->self.id) && own_dev(g, &now->cold.tier)) {
         cold_job_t job = {.ident = &now->ident,
                           .cold_op = now->cold.cold_op,
@@ -1807,6 +1862,7 @@ struct durable {
     bool in_get;          /* remote: a cold_op_get is in flight */
     env_timer_id timer;   /* remote: the next poll */
     uint32_t poll_ms;
+    char why[200]; /* local: the job's reason for a failure it can name (cold_job_t.why) */
     struct durable *next, *prev; /* g->durables */
 };
 
@@ -1871,8 +1927,15 @@ static void durable_job_done(void *arg, int rc)
         durable_free(d);
         return;
     }
-    char m[300];
-    rc = durable_outcome(rc, rc ? COLD_OP_NONE : COLD_OP_USAGE_COMMITTED, m, sizeof(m));
+    char m[400];
+    if (rc && d->why[0]) /* e.g. the device was drained after this put placed its copy there */
+        snprintf(m, sizeof(m),
+                 "cold_write_through: the object is published in DRAM but its cold copy was "
+                 "refused (%s), so the put is not durable; retry the put (placement then uses "
+                 "the refreshed device view)",
+                 d->why);
+    else
+        rc = durable_outcome(rc, rc ? COLD_OP_NONE : COLD_OP_USAGE_COMMITTED, m, sizeof(m));
     durable_answer(d, rc, m);
 }
 
@@ -1975,7 +2038,9 @@ bool kvm_cold_durable_wait(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it, cons
                           .checksum = now->checksum,
                           .urgent = true,
                           .done = durable_job_done,
-                          .done_arg = d};
+                          .done_arg = d,
+                          .why = d->why,
+                          .why_cap = sizeof(d->why)};
         int rc = cold_offload_submit(g->c, &job);
         if (rc == 0) {
             d->in_job = true;

@@ -159,6 +159,12 @@ void kvm_cold_test_refuse_batch(bool on);
 /* Tests only: while on, placement on this process's runtimes picks only their device 0 (the
  * test of several devices per runtime, cold_store_multi, fails so). */
 void kvm_cold_test_pin_device0(bool on);
+/* Tests only: while on, this process's runtimes keep their device view as it is (no refresh on
+ * the tick), so a put places its cold copy from a view of before an operator's drain. */
+void kvm_cold_test_freeze_view(bool on);
+/* Tests only: while on, a PendingOffload on this process's own devices is not queued when it is
+ * published (as if the device owner died right after the route CAS, before planning its op). */
+void kvm_cold_test_skip_offload(bool on);
 /* The hashes a cold read request carries (the owner's staging validation compares them). */
 uint64_t kvm_cold_version_hash(const kvm_route_version_t *v);
 uint64_t kvm_cold_namespace_hash(const kvm_ident_t *id);

@@ -180,8 +180,8 @@ static void test_workload_and_metrics(void **state)
     assert_int_equal(p.ns, series_before);
     assert_true(p.ns < 2000);
     /* label names from the closed sets only; values never keys, request ids, addresses */
-    static const char *const allowed[] = {"operation", "result", "transport", "backend",
-                                          "tier",      "le",     "tenant",    "stage"};
+    static const char *const allowed[] = {"operation", "result", "transport", "backend", "tier",
+                                          "le",        "tenant", "stage",     "device"};
     char portstr[16];
     snprintf(portstr, sizeof(portstr), "%u", (unsigned)trt_port(rt));
     size_t tenant_series = 0;
@@ -199,6 +199,8 @@ static void test_workload_and_metrics(void **state)
             assert_null(strstr(v, capdir));
             if (strcmp(s->lname[l], "le") != 0)
                 assert_string_not_equal(v, portstr);
+            if (strcmp(s->lname[l], "device") == 0) /* a cold device's configuration index */
+                assert_true(strlen(v) == 1 && v[0] >= '0' && v[0] <= '7');
             if (strcmp(s->lname[l], "tenant") == 0) {
                 tenant_series++;
                 bool known = strcmp(v, "other") == 0;

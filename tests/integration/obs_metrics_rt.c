@@ -471,8 +471,8 @@ static void warm_up(void)
     }
 }
 
-static const char *const allowed_labels[] = {"operation", "result", "transport", "backend",
-                                             "tier",      "le",     "tenant",    "stage"};
+static const char *const allowed_labels[] = {"operation", "result", "transport", "backend", "tier",
+                                             "le",        "tenant", "stage",     "device"};
 
 static void check_labels(const struct prom *p)
 {
