@@ -36,6 +36,7 @@
 #include "core/hex.h"
 #include "core/util.h"
 #include "store/repair.h"
+#include "store/place_wait.h"
 #include "store/store.h"
 
 const char *kvm_member_state_name(enum kvm_member_state s)
@@ -541,6 +542,7 @@ static void refresh_done(void *arg, const meta_result_t *res)
     }
     snapshot_install(rt);
     rt->refreshing = false;
+    kvm_place_waiters_wake(rt); /* puts waiting for storage members try again */
     kvm_done_cb cb = c->cb;
     free(c);
     if (cb)

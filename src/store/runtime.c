@@ -40,6 +40,7 @@
 #include "store/cold_glue.h"
 #include "store/quota.h"
 #include "store/repair.h"
+#include "store/place_wait.h"
 #include "store/store.h"
 
 /* ---- ops ------------------------------------------------------------------------------------ */
@@ -126,6 +127,7 @@ void kvm_op_item_done(kvm_op_t *op)
 static void op_enter(void *arg)
 {
     kvm_op_t *op = arg;
+    kvm_waitq_signal(&op->rt->wq); /* room in the request queue (post_when_room) */
     if (atomic_load(&op->rt->closing)) {
         kvm_op_fail(op, NULL, KVMESH_ECLOSED, "the runtime is closing");
         kvm_op_complete(op, KVMESH_ECLOSED);
@@ -203,6 +205,24 @@ static int op_abandoned_err(const kvm_op_t *op, uint32_t timeout_ms)
     }
 }
 
+/* The request queue was full: post again each time the loop took an op off it (op_enter signals
+ * rt->wq), until the deadline or close. */
+static int post_when_room(kvm_op_t *op)
+{
+    kvm_rt_t *rt = op->rt;
+    uint64_t gen = kvm_waitq_enter(&rt->wq);
+    int rc;
+    while ((rc = env_post(rt->env, op_enter, op)) == KVMESH_EAGAIN) {
+        int w = kvm_waitq_wait(&rt->wq, &gen, op->deadline_ms);
+        if (w == KVMESH_ECLOSED)
+            rc = w;
+        if (w)
+            break;
+    }
+    kvm_waitq_leave(&rt->wq);
+    return rc;
+}
+
 int kvm_op_run(kvm_op_t *op)
 {
     kvm_rt_t *rt = op->rt;
@@ -227,13 +247,12 @@ int kvm_op_run(kvm_op_t *op)
     atomic_fetch_add(&op->refs, 1);
     KVM_CP_COUNT(op, op_handoffs_total, OBS_NONE, 1);
     int rc;
-    for (;;) {
-        rc = env_post(rt->env, op_enter, op);
-        if (rc != KVMESH_EAGAIN)
-            break;
-        if (kvm_deadline_left_ms(op->deadline_ms) == 0)
-            break;
-        usleep(200);
+    rc = env_post(rt->env, op_enter, op);
+    if (rc == KVMESH_EAGAIN)
+        rc = post_when_room(op);
+    if (rc == KVMESH_ECLOSED) {
+        atomic_fetch_sub(&op->refs, 1);
+        return kvm_errf(rc, "the runtime is closed");
     }
     if (rc) {
         atomic_fetch_sub(&op->refs, 1);
@@ -397,6 +416,7 @@ int kvm_rt_unregister(kvm_rt_t *rt, void *addr)
         if (rt->regs[i].addr == addr) {
             rt->regs[i] = rt->regs[--rt->n_regs];
             tp_unregister_memory(rt->tp, addr);
+            kvm_waitq_signal(&rt->wq); /* a registration slot is free (data.c) */
             rc = 0;
             break;
         }
@@ -930,6 +950,7 @@ static void close_start(void *arg)
     rt->hit_timer = 0;
     /* Reservations waiting for space fail now, while their reply handles can still answer. */
     kvm_owner_fail_waiters(rt);
+    kvm_place_waiters_close(rt); /* puts waiting for storage members fail (ECLOSED) */
     kvm_quota_close(rt);
     kvm_cold_close(rt); /* before the route service its callbacks use */
     if (rt->route) {
@@ -1280,6 +1301,7 @@ static void rt_free(kvm_rt_t *rt)
     pthread_mutex_destroy(&rt->mu);
     pthread_rwlock_destroy(&rt->dp_rw);
     pthread_cond_destroy(&rt->open_cv);
+    kvm_waitq_destroy(&rt->wq);
     free(rt);
 }
 
@@ -1289,6 +1311,7 @@ void kvm_rt_close(kvm_rt_t *rt, bool drain_first)
     if (!rt)
         return;
     atomic_store(&rt->closing, true);
+    kvm_waitq_close(&rt->wq); /* waiting application threads return KVMESH_ECLOSED */
     kvm_repair_stop(rt); /* its in-flight ops finish or fail with ECLOSED while the loop runs */
     if (rt->thread && env_uv_thread_call(rt->thread, close_start, rt) == 0) {
         pthread_mutex_lock(&rt->mu);
@@ -1325,6 +1348,13 @@ static int rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg, struct kv
     pthread_mutex_init(&rt->mu, NULL);
     pthread_rwlock_init(&rt->dp_rw, NULL);
     pthread_cond_init(&rt->open_cv, NULL);
+    if (kvm_waitq_init(&rt->wq) != 0) {
+        pthread_cond_destroy(&rt->open_cv);
+        pthread_rwlock_destroy(&rt->dp_rw);
+        pthread_mutex_destroy(&rt->mu);
+        free(rt);
+        return KVMESH_ENOMEM;
+    }
     rt->members = calloc(STORE_MAX_MEMBERS, sizeof(*rt->members));
     rt->next_members = calloc(STORE_MAX_MEMBERS, sizeof(*rt->next_members));
     int rc = 0;

@@ -41,6 +41,7 @@
 #include "obs/trace.h"
 #include "store/alloc.h"
 #include "store/store_config.h"
+#include "store/waitq.h"
 
 #define STORE_MAX_MEMBERS      256   /* members in a live snapshot */
 #define STORE_MAX_SEGS         64    /* segments per runtime */
@@ -297,6 +298,11 @@ typedef struct kvm_rt {
     char **interned;
     size_t n_interned, cap_interned;
     atomic_bool closing;
+    /* [any] store events application threads wait for (waitq.h): request queue space
+     * (op_enter), registration slots freed, slots settled; closed at runtime close */
+    struct kvm_waitq wq;
+    /* [loop] puts waiting for a membership refresh to place their replicas (ops.c) */
+    struct place_wait *place_waiters;
     atomic_uint_fast64_t op_seq; /* content op sequence */
     /* [loop] */
     meta_t *meta;
