@@ -567,13 +567,20 @@ static void wait_expired(void *arg)
     place_fail(op, it, false, "; no storage member came back before the deadline");
 }
 
+/* An application's put (data.c marks it for the critical-path counters); a drain's or
+ * re-replication's placement fails at once and is retried by its own pass. */
+static bool caller_put(const kvm_op_t *op)
+{
+    return op->cp_op == 1 + OBS_OP_PUT || op->cp_op == 1 + OBS_OP_BATCH_PUT;
+}
+
 /* Too few storage members in the snapshot for `it`: park it until the next snapshot (a lease
  * that lapsed for a moment) or its deadline. False when it must fail now. */
 static bool place_park(kvm_op_t *op, struct kvm_item *it)
 {
     kvm_rt_t *rt = op->rt;
     uint32_t left = kvm_deadline_left_ms(op->deadline_ms);
-    if (left == 0 || left == UINT32_MAX || atomic_load(&rt->closing) ||
+    if (!caller_put(op) || left == 0 || left == UINT32_MAX || atomic_load(&rt->closing) ||
         atomic_load(&op->abandoned) || storage_members(rt) >= it->want)
         return false;
     struct place_wait *w = calloc(1, sizeof(*w));

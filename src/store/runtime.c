@@ -1283,6 +1283,7 @@ static void rt_free(kvm_rt_t *rt)
     kvm_owner_fini(rt);
     kvm_fair_close(rt);
     kvm_place_close(rt);
+    KVM_ASSERT(rt->place_waiters == NULL); /* failed at close_start (kvm_place_waiters_close) */
     if (rt->reg)
         seg_registry_free(rt->reg);
     for (size_t i = 0; i < rt->n_interned; i++)
