@@ -2578,7 +2578,7 @@ static int remote_transfer(struct cread *r, uint64_t deadline_ms)
         tp_batch_free(b); /* the transfer is terminal here */
     if (reg) {
         tp_unregister_memory(rt->tp, buf);
-        kvm_waitq_signal(&rt->wq); /* a registration slot is free (data.c) */
+        kvm_waitq_signal(&rt->wq_reg); /* a registration slot is free (data.c) */
     }
     if (!rc && kvm_checksum(buf, r->len) != r->checksum)
         rc = KVMESH_ECHECKSUM; /* never hand out bytes the route does not vouch for */
@@ -2686,7 +2686,7 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
         obs_count(rt->metrics, cold_restore_retries_total, OBS_NONE, OBS_NONE, 1);
         uint64_t ms = 1ull << (attempt < 6 ? attempt : 6); /* 1 .. 64 ms */
         /* the remote pool frees room on its own clock: a timed pause, ended early by close */
-        if (kvm_waitq_pause(&rt->wq, env_clock_mono_ms() + (ms < left ? ms : left)) != 0) {
+        if (kvm_waitq_pause(&rt->wq_slots, env_clock_mono_ms() + (ms < left ? ms : left)) != 0) {
             rc = kvm_errf(KVMESH_ECLOSED, "the runtime closed during the cold restore");
             break;
         }

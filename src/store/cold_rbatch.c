@@ -440,7 +440,7 @@ static void remote_transfer_all(kvm_rt_t *rt, struct rwait *w, kvm_cold_bitem_t 
         tp_batch_free(b); /* the transfers are terminal here */
     if (reg) {
         tp_unregister_memory(rt->tp, buf);
-        kvm_waitq_signal(&rt->wq); /* a registration slot is free (data.c) */
+        kvm_waitq_signal(&rt->wq_reg); /* a registration slot is free (data.c) */
     }
     free(buf);
     for (size_t j = 0; j < k; j++)
@@ -504,7 +504,7 @@ static void remote_sub(kvm_rt_t *rt, const kvm_runtime_id_t *owner, kvm_cold_bit
         if (idle) { /* nothing staged this round: back off 1 .. 64 ms (a pause close ends) */
             uint64_t ms = 1ull << KVM_MIN(idle - 1, 6u),
                      left_ms = kvm_deadline_left_ms(deadline_ms);
-            if (kvm_waitq_pause(&rt->wq, env_clock_mono_ms() + KVM_MIN(ms, left_ms)) != 0) {
+            if (kvm_waitq_pause(&rt->wq_slots, env_clock_mono_ms() + KVM_MIN(ms, left_ms)) != 0) {
                 for (size_t j = 0; j < k; j++)
                     items[idx[j]].rc = KVMESH_ECLOSED;
                 return;

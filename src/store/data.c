@@ -91,20 +91,20 @@ struct tmpreg {
 };
 
 /* Other threads hold every registration slot: register again each time one is released (every
- * store-side tp_unregister_memory signals rt->wq), until the request timeout or close. */
+ * store-side tp_unregister_memory signals rt->wq_reg), until the request timeout or close. */
 static int reg_when_free(kvm_rt_t *rt, void *addr, size_t len)
 {
     uint64_t deadline = kvm_deadline_new(rt);
-    uint64_t gen = kvm_waitq_enter(&rt->wq);
+    uint64_t gen = kvm_waitq_enter(&rt->wq_reg);
     int rc;
     while ((rc = tp_register_memory(rt->tp, addr, len)) == KVMESH_ENOSPC) {
-        int w = kvm_waitq_wait(&rt->wq, &gen, deadline);
+        int w = kvm_waitq_wait(&rt->wq_reg, &gen, deadline);
         if (w == KVMESH_ECLOSED)
             rc = kvm_errf(w, "the runtime closed while waiting for a memory registration slot");
         if (w)
             break;
     }
-    kvm_waitq_leave(&rt->wq);
+    kvm_waitq_leave(&rt->wq_reg);
     return rc;
 }
 
@@ -137,7 +137,7 @@ static void reg_drop(kvm_rt_t *rt, struct tmpreg *r)
 {
     if (r->addr) {
         tp_unregister_memory(rt->tp, r->addr);
-        kvm_waitq_signal(&rt->wq); /* a registration slot is free (reg_when_free) */
+        kvm_waitq_signal(&rt->wq_reg); /* a registration slot is free (reg_when_free) */
     }
     r->addr = NULL;
 }
@@ -1149,7 +1149,7 @@ static void handoff_page(kvm_rt_t *rt, const kvm_hot_replica_t *reps, const kvm_
 static int writers_period(kvm_rt_t *rt, uint64_t seg_filter, uint64_t deadline_ms)
 {
     uint64_t until = env_clock_mono_ms() + (seg_filter ? 50 : 600);
-    if (kvm_waitq_pause(&rt->wq, KVM_MIN(until, deadline_ms)) != 0)
+    if (kvm_waitq_pause(&rt->wq_slots, KVM_MIN(until, deadline_ms)) != 0)
         return kvm_errf(KVMESH_ECLOSED, "the runtime closed during the drain");
     return 0;
 }
@@ -1157,7 +1157,7 @@ static int writers_period(kvm_rt_t *rt, uint64_t seg_filter, uint64_t deadline_m
 int kvm_store_wait_slots(kvm_rt_t *rt, uint64_t *gen, uint64_t deadline_ms)
 {
     uint64_t tick = env_clock_mono_ms() + STORE_TICK_MS;
-    int rc = kvm_waitq_wait(&rt->wq, gen, KVM_MIN(tick, deadline_ms));
+    int rc = kvm_waitq_wait(&rt->wq_slots, gen, KVM_MIN(tick, deadline_ms));
     if (rc == KVMESH_ETIMEDOUT && env_clock_mono_ms() < deadline_ms)
         rc = 0; /* one housekeeping tick passed: check again */
     return rc;
@@ -1246,7 +1246,7 @@ int kvm_store_retire_segment(kvm_rt_t *rt, uint64_t seg_id, uint32_t timeout_ms)
     if (rc)
         return rc;
     uint64_t deadline = env_clock_mono_ms() + timeout_ms;
-    uint64_t gen = kvm_waitq_enter(&rt->wq);
+    uint64_t gen = kvm_waitq_enter(&rt->wq_slots);
     for (;;) {
         size_t moved = 0, failed = 0;
         rc = move_all(rt, seg_id, timeout_ms, &moved, &failed);
@@ -1264,7 +1264,7 @@ int kvm_store_retire_segment(kvm_rt_t *rt, uint64_t seg_id, uint32_t timeout_ms)
             break;
         }
     }
-    kvm_waitq_leave(&rt->wq);
+    kvm_waitq_leave(&rt->wq_slots);
     return rc;
 }
 

@@ -456,7 +456,7 @@ int kvm_handoff_resume(kvm_rt_t *rt)
  * flight; between attempts waits for slots to settle (kvm_store_wait_slots). */
 static int export_when_settled(kvm_rt_t *rt, struct export_call *c, uint64_t deadline_ms)
 {
-    uint64_t gen = kvm_waitq_enter(&rt->wq);
+    uint64_t gen = kvm_waitq_enter(&rt->wq_slots);
     int rc;
     while ((rc = env_uv_thread_call(rt->thread, export_on_loop, c)) == 0 && !c->exported) {
         if ((rc = kvm_store_wait_slots(rt, &gen, deadline_ms)) != 0) {
@@ -465,7 +465,7 @@ static int export_when_settled(kvm_rt_t *rt, struct export_call *c, uint64_t dea
             break;
         }
     }
-    kvm_waitq_leave(&rt->wq);
+    kvm_waitq_leave(&rt->wq_slots);
     return rc;
 }
 

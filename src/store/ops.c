@@ -77,7 +77,7 @@ static void notify_slot_traced(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id
             kvm_owner_commit(rt, seg, off);
         else
             kvm_owner_release(rt, seg, off);
-        kvm_waitq_signal(&rt->wq); /* a local slot settled (kvm_store_wait_slots) */
+        kvm_waitq_signal(&rt->wq_slots); /* a local slot settled (kvm_store_wait_slots) */
         return;
     }
     const struct kvm_member *m = kvm_member_find(rt, owner);

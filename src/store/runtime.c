@@ -127,7 +127,7 @@ void kvm_op_item_done(kvm_op_t *op)
 static void op_enter(void *arg)
 {
     kvm_op_t *op = arg;
-    kvm_waitq_signal(&op->rt->wq); /* room in the request queue (post_when_room) */
+    kvm_waitq_signal(&op->rt->wq_room); /* room in the request queue (post_when_room) */
     if (atomic_load(&op->rt->closing)) {
         kvm_op_fail(op, NULL, KVMESH_ECLOSED, "the runtime is closing");
         kvm_op_complete(op, KVMESH_ECLOSED);
@@ -206,20 +206,20 @@ static int op_abandoned_err(const kvm_op_t *op, uint32_t timeout_ms)
 }
 
 /* The request queue was full: post again each time the loop took an op off it (op_enter signals
- * rt->wq), until the deadline or close. */
+ * rt->wq_room), until the deadline or close. */
 static int post_when_room(kvm_op_t *op)
 {
     kvm_rt_t *rt = op->rt;
-    uint64_t gen = kvm_waitq_enter(&rt->wq);
+    uint64_t gen = kvm_waitq_enter(&rt->wq_room);
     int rc;
     while ((rc = env_post(rt->env, op_enter, op)) == KVMESH_EAGAIN) {
-        int w = kvm_waitq_wait(&rt->wq, &gen, op->deadline_ms);
+        int w = kvm_waitq_wait(&rt->wq_room, &gen, op->deadline_ms);
         if (w == KVMESH_ECLOSED)
             rc = w;
         if (w)
             break;
     }
-    kvm_waitq_leave(&rt->wq);
+    kvm_waitq_leave(&rt->wq_room);
     return rc;
 }
 
@@ -416,7 +416,7 @@ int kvm_rt_unregister(kvm_rt_t *rt, void *addr)
         if (rt->regs[i].addr == addr) {
             rt->regs[i] = rt->regs[--rt->n_regs];
             tp_unregister_memory(rt->tp, addr);
-            kvm_waitq_signal(&rt->wq); /* a registration slot is free (data.c) */
+            kvm_waitq_signal(&rt->wq_reg); /* a registration slot is free (data.c) */
             rc = 0;
             break;
         }
@@ -1250,6 +1250,27 @@ uint16_t kvm_rt_admin_port(kvm_rt_t *rt)
     return rt->admin ? obs_http_port(rt->admin) : 0;
 }
 
+enum wq_step { WQ_INIT, WQ_CLOSE, WQ_DESTROY };
+
+/* The runtime's wait queues (store.h), all at once. WQ_INIT: 0, or KVMESH_ENOMEM with none left
+ * initialized. */
+static int rt_waitqs(kvm_rt_t *rt, enum wq_step step)
+{
+    struct kvm_waitq *qs[] = {&rt->wq_room, &rt->wq_reg, &rt->wq_slots};
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(qs); i++) {
+        if (step == WQ_CLOSE) {
+            kvm_waitq_close(qs[i]);
+        } else if (step == WQ_DESTROY) {
+            kvm_waitq_destroy(qs[i]);
+        } else if (kvm_waitq_init(qs[i]) != 0) {
+            while (i--)
+                kvm_waitq_destroy(qs[i]);
+            return KVMESH_ENOMEM;
+        }
+    }
+    return 0;
+}
+
 static void rt_free(kvm_rt_t *rt)
 {
     obs_http_stop(rt->admin);
@@ -1302,7 +1323,7 @@ static void rt_free(kvm_rt_t *rt)
     pthread_mutex_destroy(&rt->mu);
     pthread_rwlock_destroy(&rt->dp_rw);
     pthread_cond_destroy(&rt->open_cv);
-    kvm_waitq_destroy(&rt->wq);
+    rt_waitqs(rt, WQ_DESTROY);
     free(rt);
 }
 
@@ -1312,8 +1333,8 @@ void kvm_rt_close(kvm_rt_t *rt, bool drain_first)
     if (!rt)
         return;
     atomic_store(&rt->closing, true);
-    kvm_waitq_close(&rt->wq); /* waiting application threads return KVMESH_ECLOSED */
-    kvm_repair_stop(rt); /* its in-flight ops finish or fail with ECLOSED while the loop runs */
+    rt_waitqs(rt, WQ_CLOSE); /* waiting application threads return KVMESH_ECLOSED */
+    kvm_repair_stop(rt);     /* its in-flight ops finish or fail with ECLOSED while the loop runs */
     if (rt->thread && env_uv_thread_call(rt->thread, close_start, rt) == 0) {
         pthread_mutex_lock(&rt->mu);
         while (!rt->close_done)
@@ -1349,7 +1370,7 @@ static int rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg, struct kv
     pthread_mutex_init(&rt->mu, NULL);
     pthread_rwlock_init(&rt->dp_rw, NULL);
     pthread_cond_init(&rt->open_cv, NULL);
-    if (kvm_waitq_init(&rt->wq) != 0) {
+    if (rt_waitqs(rt, WQ_INIT) != 0) {
         pthread_cond_destroy(&rt->open_cv);
         pthread_rwlock_destroy(&rt->dp_rw);
         pthread_mutex_destroy(&rt->mu);

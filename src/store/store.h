@@ -298,9 +298,11 @@ typedef struct kvm_rt {
     char **interned;
     size_t n_interned, cap_interned;
     atomic_bool closing;
-    /* [any] store events application threads wait for (waitq.h): request queue space
-     * (op_enter), registration slots freed, slots settled; closed at runtime close */
-    struct kvm_waitq wq;
+    /* [any] what application threads wait for (waitq.h), closed at runtime close: room in the
+     * request queue (signalled by op_enter), a free transport registration slot (by every
+     * store-side tp_unregister_memory), owner slots settling (by local commits and releases;
+     * also carries timed pauses) */
+    struct kvm_waitq wq_room, wq_reg, wq_slots;
     /* [loop] puts waiting for a membership refresh to place their replicas (ops.c) */
     struct place_wait *place_waiters;
     atomic_uint_fast64_t op_seq; /* content op sequence */
