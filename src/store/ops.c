@@ -581,8 +581,9 @@ static bool place_park(kvm_op_t *op, struct kvm_item *it)
     kvm_rt_t *rt = op->rt;
     uint32_t left = kvm_deadline_left_ms(op->deadline_ms);
     if (!caller_put(op) || left == 0 || left == UINT32_MAX || atomic_load(&rt->closing) ||
-        atomic_load(&op->abandoned) || storage_members(rt) >= it->want)
-        return false;
+        atomic_load(&op->abandoned) || it->tries >= STORE_PLACE_TRIES * it->want ||
+        it->exclude_n == KVM_ARRAY_SIZE(it->exclude) || storage_members(rt) >= it->want)
+        return false; /* (no retry could place it: it fails now) */
     struct place_wait *w = calloc(1, sizeof(*w));
     if (!w)
         return false;
