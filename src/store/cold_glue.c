@@ -2645,8 +2645,10 @@ static int remote_transfer(struct cread *r, uint64_t deadline_ms)
     }
     if (b)
         tp_batch_free(b); /* the transfer is terminal here */
-    if (reg)
+    if (reg) {
         tp_unregister_memory(rt->tp, buf);
+        kvm_waitq_signal(&rt->wq_reg); /* a registration slot is free (data.c) */
+    }
     if (!rc && kvm_checksum(buf, r->len) != r->checksum)
         rc = KVMESH_ECHECKSUM; /* never hand out bytes the route does not vouch for */
     if (!rc) {
@@ -2752,8 +2754,11 @@ int kvm_cold_read(kvm_rt_t *rt, const kvm_route_t *route, const struct iovec *io
             break;
         obs_count(rt->metrics, cold_restore_retries_total, OBS_NONE, OBS_NONE, 1);
         uint64_t ms = 1ull << (attempt < 6 ? attempt : 6); /* 1 .. 64 ms */
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)((ms < left ? ms : left) * 1000000)};
-        nanosleep(&ts, NULL);
+        /* the remote pool frees room on its own clock: a timed pause, ended early by close */
+        if (kvm_waitq_pause(&rt->wq_slots, env_clock_mono_ms() + (ms < left ? ms : left)) != 0) {
+            rc = kvm_errf(KVMESH_ECLOSED, "the runtime closed during the cold restore");
+            break;
+        }
     }
     obs_observe(rt->metrics, cold_restore_duration_seconds, OBS_NONE, OBS_NONE,
                 env_clock_mono_ns() - t0);

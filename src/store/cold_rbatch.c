@@ -438,8 +438,10 @@ static void remote_transfer_all(kvm_rt_t *rt, struct rwait *w, kvm_cold_bitem_t 
     }
     if (b)
         tp_batch_free(b); /* the transfers are terminal here */
-    if (reg)
+    if (reg) {
         tp_unregister_memory(rt->tp, buf);
+        kvm_waitq_signal(&rt->wq_reg); /* a registration slot is free (data.c) */
+    }
     free(buf);
     for (size_t j = 0; j < k; j++)
         if (w->resp.r[j].status == 0)
@@ -499,11 +501,14 @@ static void remote_sub(kvm_rt_t *rt, const kvm_runtime_id_t *owner, kvm_cold_bit
             return;
         obs_count(rt->metrics, cold_restore_retries_total, OBS_NONE, OBS_NONE, k);
         idle = staged ? 0 : idle + 1;
-        if (idle) { /* nothing staged this round: back off 1 .. 64 ms */
+        if (idle) { /* nothing staged this round: back off 1 .. 64 ms (a pause close ends) */
             uint64_t ms = 1ull << KVM_MIN(idle - 1, 6u),
                      left_ms = kvm_deadline_left_ms(deadline_ms);
-            struct timespec ts = {.tv_nsec = (long)(KVM_MIN(ms, left_ms) * 1000000)};
-            nanosleep(&ts, NULL);
+            if (kvm_waitq_pause(&rt->wq_slots, env_clock_mono_ms() + KVM_MIN(ms, left_ms)) != 0) {
+                for (size_t j = 0; j < k; j++)
+                    items[idx[j]].rc = KVMESH_ECLOSED;
+                return;
+            }
         }
     }
 }

@@ -90,6 +90,24 @@ struct tmpreg {
     void *addr;
 };
 
+/* Other threads hold every registration slot: register again each time one is released (every
+ * store-side tp_unregister_memory signals rt->wq_reg), until the request timeout or close. */
+static int reg_when_free(kvm_rt_t *rt, void *addr, size_t len)
+{
+    uint64_t deadline = kvm_deadline_new(rt);
+    uint64_t gen = kvm_waitq_enter(&rt->wq_reg);
+    int rc;
+    while ((rc = tp_register_memory(rt->tp, addr, len)) == KVMESH_ENOSPC) {
+        int w = kvm_waitq_wait(&rt->wq_reg, &gen, deadline);
+        if (w == KVMESH_ECLOSED)
+            rc = kvm_errf(w, "the runtime closed while waiting for a memory registration slot");
+        if (w)
+            break;
+    }
+    kvm_waitq_leave(&rt->wq_reg);
+    return rc;
+}
+
 static int reg_span(kvm_rt_t *rt, const struct iovec *iov, int iovcnt, struct tmpreg *out)
 {
     out->addr = NULL;
@@ -107,22 +125,20 @@ static int reg_span(kvm_rt_t *rt, const struct iovec *iov, int iovcnt, struct tm
     }
     if (all_reg || hi == 0)
         return 0;
-    for (int tries = 0;; tries++) {
-        int rc = tp_register_memory(rt->tp, (void *)lo, hi - lo);
-        if (rc == 0) {
-            out->addr = (void *)lo;
-            return 0;
-        }
-        if (rc != KVMESH_ENOSPC || tries > 5000)
-            return rc;
-        usleep(1000); /* other threads hold every registration slot: wait for one */
-    }
+    int rc = tp_register_memory(rt->tp, (void *)lo, hi - lo);
+    if (rc == KVMESH_ENOSPC)
+        rc = reg_when_free(rt, (void *)lo, hi - lo);
+    if (rc == 0)
+        out->addr = (void *)lo;
+    return rc;
 }
 
 static void reg_drop(kvm_rt_t *rt, struct tmpreg *r)
 {
-    if (r->addr)
+    if (r->addr) {
         tp_unregister_memory(rt->tp, r->addr);
+        kvm_waitq_signal(&rt->wq_reg); /* a registration slot is free (reg_when_free) */
+    }
     r->addr = NULL;
 }
 
@@ -1127,6 +1143,26 @@ static void handoff_page(kvm_rt_t *rt, const kvm_hot_replica_t *reps, const kvm_
 
 /* Moves every committed local replica (of segment seg_filter, or all when 0) elsewhere, until
  * two passes find nothing new or timeout_ms passed. */
+/* Between two empty listing passes of a drain: writers that placed here before they saw the
+ * DRAINING state (or the retiring segment) commit within a snapshot period. A timed pause that
+ * close ends; never past the drain's own deadline. */
+static int writers_period(kvm_rt_t *rt, uint64_t seg_filter, uint64_t deadline_ms)
+{
+    uint64_t until = env_clock_mono_ms() + (seg_filter ? 50 : 600);
+    if (kvm_waitq_pause(&rt->wq_slots, KVM_MIN(until, deadline_ms)) != 0)
+        return kvm_errf(KVMESH_ECLOSED, "the runtime closed during the drain");
+    return 0;
+}
+
+int kvm_store_wait_slots(kvm_rt_t *rt, uint64_t *gen, uint64_t deadline_ms)
+{
+    uint64_t tick = env_clock_mono_ms() + STORE_TICK_MS;
+    int rc = kvm_waitq_wait(&rt->wq_slots, gen, KVM_MIN(tick, deadline_ms));
+    if (rc == KVMESH_ETIMEDOUT && env_clock_mono_ms() < deadline_ms)
+        rc = 0; /* one housekeeping tick passed: check again */
+    return rc;
+}
+
 static int move_all(kvm_rt_t *rt, uint64_t seg_filter, uint32_t timeout_ms, size_t *moved,
                     size_t *failed)
 {
@@ -1164,11 +1200,9 @@ static int move_all(kvm_rt_t *rt, uint64_t seg_filter, uint32_t timeout_ms, size
         kvm_op_unref(op); /* frees ids */
         if (rc)
             break;
-        if (got == 0) {
-            empty_passes++;
-            if (empty_passes < 2)
-                usleep(seg_filter ? 50 * 1000 : 600 * 1000);
-        }
+        if (got == 0 && ++empty_passes < 2 &&
+            (rc = writers_period(rt, seg_filter, t0 + timeout_ms + 1)) != 0)
+            break;
     }
     if (!rc && *failed)
         rc = kvm_errf(KVMESH_EUNAVAILABLE, "could not move %zu replicas (%zu moved)", *failed,
@@ -1211,17 +1245,25 @@ int kvm_store_retire_segment(kvm_rt_t *rt, uint64_t seg_id, uint32_t timeout_ms)
     int rc = seg_op(rt, KVM_OP_SEG_RETIRE, &arg);
     if (rc)
         return rc;
-    uint64_t t0 = env_clock_mono_ms();
+    uint64_t deadline = env_clock_mono_ms() + timeout_ms;
+    uint64_t gen = kvm_waitq_enter(&rt->wq_slots);
     for (;;) {
         size_t moved = 0, failed = 0;
         rc = move_all(rt, seg_id, timeout_ms, &moved, &failed);
         arg = seg_id;
         if (!rc && (rc = seg_op(rt, KVM_OP_SEG_REMOVE, &arg)) != KVMESH_EAGAIN)
-            return rc;
-        if (env_clock_since_ms(t0) > timeout_ms)
-            return kvm_errf(KVMESH_ETIMEDOUT,
-                            "segment %016" PRIx64 " still holds slots after %u ms", seg_id,
-                            timeout_ms);
-        usleep(50 * 1000); /* reserved or reclaiming slots finish within TTL / grace */
+            break;
+        /* reserved or reclaiming slots settle within their TTL / grace */
+        if ((rc = kvm_store_wait_slots(rt, &gen, deadline)) != 0) {
+            rc = rc == KVMESH_ECLOSED
+                     ? kvm_errf(rc, "the runtime closed while segment %016" PRIx64 " retired",
+                                seg_id)
+                     : kvm_errf(KVMESH_ETIMEDOUT,
+                                "segment %016" PRIx64 " still holds slots after %u ms", seg_id,
+                                timeout_ms);
+            break;
+        }
     }
+    kvm_waitq_leave(&rt->wq_slots);
+    return rc;
 }

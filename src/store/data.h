@@ -43,6 +43,14 @@ int kvm_store_lookup(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, kvm_route_t
 int kvm_store_remove(kvm_rt_t *rt, const kvm_ident_t *ids, size_t n, int *rcs);
 int kvm_store_drain(kvm_rt_t *rt, uint32_t timeout_ms, size_t *moved, size_t *failed);
 int kvm_store_stats(kvm_rt_t *rt, struct kvm_rt_stats *st);
+/* An application thread waits for the owner's slots to settle (reservations commit or expire,
+ * reclaims end, evictions finish) between checks of that state: returns 0 to check again,
+ * KVMESH_ECLOSED at runtime close, KVMESH_ETIMEDOUT at deadline_ms (monotonic ms). *gen is from
+ * kvm_waitq_enter(&rt->wq_slots), which the caller brackets its checks with. Local commits and
+ * releases signal rt->wq_slots (ops.c); the owner's housekeeping tick (owner.c) does not yet, so
+ * one wait lasts at most STORE_TICK_MS, the period at which that tick settles expiries and
+ * reclaims. */
+int kvm_store_wait_slots(kvm_rt_t *rt, uint64_t *gen, uint64_t deadline_ms);
 /* Storage resize at run time: a new segment of `size` bytes joins the record; a retired segment
  * takes no new slots, its replicas move (to other segments or owners, routes CAS'ed), then it is
  * removed from the record and unmapped. */

@@ -21,6 +21,7 @@
 #include "env/env_uv.h"
 #include "net/seg.h"
 #include "store/alloc.h"
+#include "store/data.h"
 #include "store/store.h"
 
 _Static_assert(KVM_HANDOFF_MAX_SEGS == STORE_MAX_SEGS, "one handoff segment per store segment");
@@ -405,6 +406,23 @@ int kvm_handoff_resume(kvm_rt_t *rt)
     return env_uv_thread_call(rt->thread, resume_on_loop, rt);
 }
 
+/* Exports on the loop once the owner has no reservation, reservation waiter or eviction in
+ * flight; between attempts waits for slots to settle (kvm_store_wait_slots). */
+static int export_when_settled(kvm_rt_t *rt, struct export_call *c, uint64_t deadline_ms)
+{
+    uint64_t gen = kvm_waitq_enter(&rt->wq_slots);
+    int rc;
+    while ((rc = env_uv_thread_call(rt->thread, export_on_loop, c)) == 0 && !c->exported) {
+        if ((rc = kvm_store_wait_slots(rt, &gen, deadline_ms)) != 0) {
+            if (rc == KVMESH_ECLOSED)
+                rc = kvm_errf(rc, "the runtime closed before its memory was handed over");
+            break;
+        }
+    }
+    kvm_waitq_leave(&rt->wq_slots);
+    return rc;
+}
+
 int kvm_handoff_export(kvm_rt_t *rt, uint32_t timeout_ms, struct kvm_handoff *out)
 {
     kvm_op_t *op = kvm_op_new(rt, KVM_OP_DRAIN_BEGIN, 0);
@@ -414,20 +432,13 @@ int kvm_handoff_export(kvm_rt_t *rt, uint32_t timeout_ms, struct kvm_handoff *ou
     kvm_op_unref(op);
     if (rc)
         return rc;
-    uint64_t t0 = env_clock_mono_ms();
     struct export_call c = {.rt = rt, .out = out};
-    for (;;) {
-        if ((rc = env_uv_thread_call(rt->thread, export_on_loop, &c)) != 0)
-            return rc;
-        if (c.exported)
-            break;
-        if (env_clock_since_ms(t0) > timeout_ms)
-            return kvm_errf(KVMESH_ETIMEDOUT,
-                            "reservations or evictions still in flight after %u ms; the "
-                            "memory was not handed over",
-                            timeout_ms);
-        usleep(20 * 1000); /* reservations commit or expire within their TTL */
-    }
+    if ((rc = export_when_settled(rt, &c, env_clock_mono_ms() + timeout_ms)) != 0)
+        return rc == KVMESH_ETIMEDOUT ? kvm_errf(rc,
+                                                 "reservations or evictions still in flight after "
+                                                 "%u ms; the memory was not handed over",
+                                                 timeout_ms)
+                                      : rc;
     if (c.rc) {
         kvm_handoff_free(out);
         return c.rc;

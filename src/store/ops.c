@@ -19,6 +19,7 @@
 #include "core/util.h"
 #include "core/wrh.h"
 #include "store/place.h"
+#include "store/place_wait.h"
 #include "store/cold_glue.h"
 #include "store/proto.h"
 #include "store/quota.h"
@@ -76,6 +77,7 @@ static void notify_slot_traced(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id
             kvm_owner_commit(rt, seg, off);
         else
             kvm_owner_release(rt, seg, off);
+        kvm_waitq_signal(&rt->wq_slots); /* a local slot settled (kvm_store_wait_slots) */
         return;
     }
     const struct kvm_member *m = kvm_member_find(rt, owner);
@@ -527,6 +529,109 @@ static void rsv_send_one(struct reserve_ctx *c)
         reserved(c, rc, "cannot send the reservation", 0, 0, 0);
 }
 
+/* ---- waiting for storage members (place_wait.h) ------------------------------------------- */
+
+struct place_wait {
+    struct place_wait *next, **pprev; /* in rt->place_waiters */
+    kvm_op_t *op;
+    struct kvm_item *it;
+    env_timer_id timer; /* the call's deadline */
+};
+
+static void place_fail(kvm_op_t *op, struct kvm_item *it, bool late, const char *why);
+
+static size_t storage_members(kvm_rt_t *rt)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < rt->n_members; i++)
+        n += storage_member(rt, &rt->members[i]);
+    return n;
+}
+
+static void wait_unlink(kvm_rt_t *rt, struct place_wait *w)
+{
+    env_timer_cancel(rt->env, w->timer);
+    *w->pprev = w->next;
+    if (w->next)
+        w->next->pprev = w->pprev;
+}
+
+static void wait_expired(void *arg)
+{
+    struct place_wait *w = arg;
+    kvm_op_t *op = w->op;
+    struct kvm_item *it = w->it;
+    w->timer = 0;
+    wait_unlink(op->rt, w);
+    free(w);
+    place_fail(op, it, false, "; no storage member came back before the deadline");
+}
+
+/* An application's put (data.c marks it for the critical-path counters); a drain's or
+ * re-replication's placement fails at once and is retried by its own pass. */
+static bool caller_put(const kvm_op_t *op)
+{
+    return op->cp_op == 1 + OBS_OP_PUT || op->cp_op == 1 + OBS_OP_BATCH_PUT;
+}
+
+/* Too few storage members in the snapshot for `it`: park it until the next snapshot (a lease
+ * that lapsed for a moment) or its deadline. False when it must fail now. */
+static bool place_park(kvm_op_t *op, struct kvm_item *it)
+{
+    kvm_rt_t *rt = op->rt;
+    uint32_t left = kvm_deadline_left_ms(op->deadline_ms);
+    if (!caller_put(op) || left == 0 || left == UINT32_MAX || atomic_load(&rt->closing) ||
+        atomic_load(&op->abandoned) || it->tries >= STORE_PLACE_TRIES * it->want ||
+        it->exclude_n == KVM_ARRAY_SIZE(it->exclude) || storage_members(rt) >= it->want)
+        return false; /* (no retry could place it: it fails now) */
+    struct place_wait *w = calloc(1, sizeof(*w));
+    if (!w)
+        return false;
+    w->op = op;
+    w->it = it;
+    w->timer = env_timer_start(rt->env, (uint64_t)left * 1000000ull, wait_expired, w);
+    w->next = rt->place_waiters;
+    w->pprev = &rt->place_waiters;
+    if (w->next)
+        w->next->pprev = &w->next;
+    rt->place_waiters = w;
+    return true;
+}
+
+void kvm_place_waiters_wake(kvm_rt_t *rt)
+{
+    struct place_wait *list = rt->place_waiters;
+    if (!list)
+        return;
+    rt->place_waiters = NULL; /* a retry that still finds too few members parks anew */
+    rsv_begin();
+    while (list) {
+        struct place_wait *w = list;
+        list = w->next;
+        env_timer_cancel(rt->env, w->timer);
+        kvm_op_t *op = w->op;
+        struct kvm_item *it = w->it;
+        free(w);
+        place_item(op, it);
+    }
+    rsv_flush();
+}
+
+void kvm_place_waiters_close(kvm_rt_t *rt)
+{
+    while (rt->place_waiters) {
+        struct place_wait *w = rt->place_waiters;
+        kvm_op_t *op = w->op;
+        struct kvm_item *it = w->it;
+        wait_unlink(rt, w);
+        free(w);
+        release_res_traced(rt, it, op->span);
+        kvm_quota_abort(rt, it);
+        item_fail(op, it, KVMESH_ECLOSED,
+                  "the runtime closed while the put waited for storage members");
+    }
+}
+
 static void place_item(kvm_op_t *op, struct kvm_item *it)
 {
     if (it->finished)
@@ -550,6 +655,14 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
         item_finish(op, it);
         return;
     }
+    if (!late && place_park(op, it))
+        return;
+    place_fail(op, it, late, "");
+}
+
+/* `it` got fewer replicas than it wants: releases what it holds and fails it. */
+static void place_fail(kvm_op_t *op, struct kvm_item *it, bool late, const char *why)
+{
     uint32_t got = it->n_res;
     release_res_traced(op->rt, it, op->span);
     kvm_quota_abort(op->rt, it);
@@ -568,8 +681,8 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
     int rc = it->rc && it->rc != KVMESH_ECONN && it->rc != KVMESH_ETIMEDOUT ? it->rc
                                                                             : KVMESH_EUNAVAILABLE;
     item_fail(op, it, rc,
-              "placed %u of %u replicas of a %" PRIu64 "-byte object (%zu live members%s)%s%s", got,
-              it->want, it->len, op->rt->n_members, op->hard_pin ? ", hard pin" : "",
+              "placed %u of %u replicas of a %" PRIu64 "-byte object (%zu live members%s)%s%s%s",
+              got, it->want, it->len, op->rt->n_members, op->hard_pin ? ", hard pin" : "", why,
               op->lasterr[0] ? "; last error: " : "", op->lasterr);
 }
 

@@ -113,6 +113,7 @@ void kvm_op_item_done(kvm_op_t *op)
 static void op_enter(void *arg)
 {
     kvm_op_t *op = arg;
+    kvm_waitq_signal(&op->rt->wq_room); /* room in the request queue (post_when_room) */
     if (atomic_load(&op->rt->closing)) {
         kvm_op_fail(op, NULL, KVMESH_ECLOSED, "the runtime is closing");
         kvm_op_complete(op, KVMESH_ECLOSED);
@@ -173,6 +174,24 @@ static int op_abandoned_err(const kvm_op_t *op, uint32_t timeout_ms)
     }
 }
 
+/* The request queue was full: post again each time the loop took an op off it (op_enter signals
+ * rt->wq_room), until the deadline or close. */
+static int post_when_room(kvm_op_t *op)
+{
+    kvm_rt_t *rt = op->rt;
+    uint64_t gen = kvm_waitq_enter(&rt->wq_room);
+    int rc;
+    while ((rc = env_post(rt->env, op_enter, op)) == KVMESH_EAGAIN) {
+        int w = kvm_waitq_wait(&rt->wq_room, &gen, op->deadline_ms);
+        if (w == KVMESH_ECLOSED)
+            rc = w;
+        if (w)
+            break;
+    }
+    kvm_waitq_leave(&rt->wq_room);
+    return rc;
+}
+
 int kvm_op_run(kvm_op_t *op)
 {
     kvm_rt_t *rt = op->rt;
@@ -197,13 +216,12 @@ int kvm_op_run(kvm_op_t *op)
     atomic_fetch_add(&op->refs, 1);
     KVM_CP_COUNT(op, op_handoffs_total, OBS_NONE, 1);
     int rc;
-    for (;;) {
-        rc = env_post(rt->env, op_enter, op);
-        if (rc != KVMESH_EAGAIN)
-            break;
-        if (kvm_deadline_left_ms(op->deadline_ms) == 0)
-            break;
-        usleep(200);
+    rc = env_post(rt->env, op_enter, op);
+    if (rc == KVMESH_EAGAIN)
+        rc = post_when_room(op);
+    if (rc == KVMESH_ECLOSED) {
+        atomic_fetch_sub(&op->refs, 1);
+        return kvm_errf(rc, "the runtime is closed");
     }
     if (rc) {
         atomic_fetch_sub(&op->refs, 1);
@@ -367,6 +385,7 @@ int kvm_rt_unregister(kvm_rt_t *rt, void *addr)
         if (rt->regs[i].addr == addr) {
             rt->regs[i] = rt->regs[--rt->n_regs];
             tp_unregister_memory(rt->tp, addr);
+            kvm_waitq_signal(&rt->wq_reg); /* a registration slot is free (data.c) */
             rc = 0;
             break;
         }

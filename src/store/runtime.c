@@ -38,6 +38,7 @@
 #include "store/cold_glue.h"
 #include "store/quota.h"
 #include "store/repair.h"
+#include "store/place_wait.h"
 #include "store/store.h"
 
 /* ---- RPC glue ------------------------------------------------------------------------------- */
@@ -553,6 +554,7 @@ static void close_start(void *arg)
     rt->hit_timer = 0;
     /* Reservations waiting for space fail now, while their reply handles can still answer. */
     kvm_owner_fail_waiters(rt);
+    kvm_place_waiters_close(rt); /* puts waiting for storage members fail (ECLOSED) */
     kvm_quota_close(rt);
     kvm_cold_close(rt); /* before the route service its callbacks use */
     if (rt->route) {
@@ -803,6 +805,27 @@ uint16_t kvm_rt_admin_port(kvm_rt_t *rt)
     return rt->admin ? obs_http_port(rt->admin) : 0;
 }
 
+enum wq_step { WQ_INIT, WQ_CLOSE, WQ_DESTROY };
+
+/* The runtime's wait queues (store.h), all at once. WQ_INIT: 0, or KVMESH_ENOMEM with none left
+ * initialized. */
+static int rt_waitqs(kvm_rt_t *rt, enum wq_step step)
+{
+    struct kvm_waitq *qs[] = {&rt->wq_room, &rt->wq_reg, &rt->wq_slots};
+    for (size_t i = 0; i < KVM_ARRAY_SIZE(qs); i++) {
+        if (step == WQ_CLOSE) {
+            kvm_waitq_close(qs[i]);
+        } else if (step == WQ_DESTROY) {
+            kvm_waitq_destroy(qs[i]);
+        } else if (kvm_waitq_init(qs[i]) != 0) {
+            while (i--)
+                kvm_waitq_destroy(qs[i]);
+            return KVMESH_ENOMEM;
+        }
+    }
+    return 0;
+}
+
 static void rt_free(kvm_rt_t *rt)
 {
     obs_http_stop(rt->admin);
@@ -836,6 +859,7 @@ static void rt_free(kvm_rt_t *rt)
     kvm_owner_fini(rt);
     kvm_fair_close(rt);
     kvm_place_close(rt);
+    KVM_ASSERT(rt->place_waiters == NULL); /* failed at close_start (kvm_place_waiters_close) */
     if (rt->reg)
         seg_registry_free(rt->reg);
     for (size_t i = 0; i < rt->n_interned; i++)
@@ -854,6 +878,7 @@ static void rt_free(kvm_rt_t *rt)
     pthread_mutex_destroy(&rt->mu);
     pthread_rwlock_destroy(&rt->dp_rw);
     pthread_cond_destroy(&rt->open_cv);
+    rt_waitqs(rt, WQ_DESTROY);
     free(rt);
 }
 
@@ -863,7 +888,8 @@ void kvm_rt_close(kvm_rt_t *rt, bool drain_first)
     if (!rt)
         return;
     atomic_store(&rt->closing, true);
-    kvm_repair_stop(rt); /* its in-flight ops finish or fail with ECLOSED while the loop runs */
+    rt_waitqs(rt, WQ_CLOSE); /* waiting application threads return KVMESH_ECLOSED */
+    kvm_repair_stop(rt);     /* its in-flight ops finish or fail with ECLOSED while the loop runs */
     if (rt->thread && env_uv_thread_call(rt->thread, close_start, rt) == 0) {
         pthread_mutex_lock(&rt->mu);
         while (!rt->close_done)
@@ -898,9 +924,17 @@ static int rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg, struct kv
     rt->start_ms = env_clock_mono_ms();
     rt->ops_run = kvm_ops_run; /* rt_op.c's hand-off runs every op through it */
     rt->after_refresh = held_after_refresh;
+    rt->on_snapshot = kvm_place_waiters_wake;
     pthread_mutex_init(&rt->mu, NULL);
     pthread_rwlock_init(&rt->dp_rw, NULL);
     pthread_cond_init(&rt->open_cv, NULL);
+    if (rt_waitqs(rt, WQ_INIT) != 0) {
+        pthread_cond_destroy(&rt->open_cv);
+        pthread_rwlock_destroy(&rt->dp_rw);
+        pthread_mutex_destroy(&rt->mu);
+        free(rt);
+        return KVMESH_ENOMEM;
+    }
     rt->members = calloc(STORE_MAX_MEMBERS, sizeof(*rt->members));
     rt->next_members = calloc(STORE_MAX_MEMBERS, sizeof(*rt->next_members));
     int rc = 0;

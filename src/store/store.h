@@ -46,6 +46,7 @@
 #include "obs/trace.h"
 #include "store/alloc.h"
 #include "store/store_config.h"
+#include "store/waitq.h"
 
 #define STORE_MAX_MEMBERS      256   /* members in a live snapshot */
 #define STORE_MAX_SEGS         64    /* segments per runtime */
@@ -317,6 +318,13 @@ typedef struct kvm_rt {
     char **interned;
     size_t n_interned, cap_interned;
     atomic_bool closing;
+    /* [any] what application threads wait for (waitq.h), closed at runtime close: room in the
+     * request queue (signalled by op_enter), a free transport registration slot (by every
+     * store-side tp_unregister_memory), owner slots settling (by local commits and releases;
+     * also carries timed pauses) */
+    struct kvm_waitq wq_room, wq_reg, wq_slots;
+    /* [loop] puts waiting for a membership refresh to place their replicas (ops.c) */
+    struct place_wait *place_waiters;
     atomic_uint_fast64_t op_seq; /* content op sequence */
     /* [loop] */
     meta_t *meta;
@@ -384,6 +392,9 @@ typedef struct kvm_rt {
      * NULL = no re-replication). */
     void (*after_refresh)(struct kvm_rt *rt);
     void (*on_members)(struct kvm_rt *rt, const struct kvm_member *old, size_t n_old);
+    /* [loop] after every refreshed snapshot is installed (ops.c place_wait.h: puts waiting for
+     * storage members retry their placement; NULL = none), set by kvm_rt_open like ops_run */
+    void (*on_snapshot)(struct kvm_rt *rt);
 
     /* [loop] env messages from senders not in the snapshot, delivered after the next refresh
      * (runtime.c); held_refresh: one more refresh is wanted after the running one */
