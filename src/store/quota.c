@@ -14,6 +14,7 @@
 
 #include "core/bytes.h"
 #include "core/util.h"
+#include "store/put_payload.h"
 #include "store/quota.h"
 #include "store/store.h"
 
@@ -788,6 +789,30 @@ void kvm_quota_del_reserve(kvm_op_t *op, struct kvm_item *it, const kvm_route_t 
     reserve_send(op, it, &cur->version);
 }
 
+/* The claim's payload of a put (put_payload.h, version 2: length, checksum, the writer and the
+ * replicas' locators, exactly as publish_cas_now builds the route); a delete's is empty. */
+static size_t payload_of(const struct kvm_item *it, uint8_t buf[KVM_PUT_PAYLOAD_MAX])
+{
+    const struct kvm_qitem *qi = it->q;
+    if (qi->is_delete)
+        return 0;
+    kvm_put_payload_t p = {.length = it->len,
+                           .checksum = it->checksum,
+                           .has_locators = it->n_res > 0,
+                           .writer = qi->content_op.writer,
+                           .n = it->n_res};
+    for (uint32_t i = 0; i < it->n_res && i < KVM_MAX_REPLICAS; i++)
+        p.rep[i] = (kvm_hot_replica_t){.owner = it->res[i].owner.id,
+                                       .segment = it->res[i].seg,
+                                       .offset = it->res[i].offset,
+                                       .length = it->len,
+                                       .checksum = it->checksum};
+    size_t n = 0;
+    int rc = kvm_put_payload_encode(&p, buf, KVM_PUT_PAYLOAD_MAX, &n);
+    KVM_ASSERT(rc == 0); /* n_res <= KVM_MAX_REPLICAS and the buffer is the largest payload */
+    return n;
+}
+
 static void claimed_cb(void *arg, int rc, const tn_op_view_t *v)
 {
     struct qctx *c = arg;
@@ -811,11 +836,8 @@ static void claim_send(kvm_op_t *op, struct kvm_item *it, const kvm_route_versio
         cont(op, it, kvm_errf(KVMESH_ECANCELED, "runtime closing"));
         return;
     }
-    uint8_t payload[16];
-    for (int i = 0; i < 8; i++) {
-        payload[i] = (uint8_t)(it->len >> (56 - 8 * i));
-        payload[8 + i] = (uint8_t)(it->checksum >> (56 - 8 * i));
-    }
+    uint8_t payload[KVM_PUT_PAYLOAD_MAX];
+    size_t pl = payload_of(it, payload);
     qi->predicted = *next;
     qi->cont = cont;
     tn_claim_req_t req = {.tenant = qi->tenant,
@@ -827,7 +849,7 @@ static void claim_send(kvm_op_t *op, struct kvm_item *it, const kvm_route_versio
                           .publish_token = qi->content_op.seq,
                           .next_version = *next,
                           .payload = payload,
-                          .payload_len = qi->is_delete ? 0 : sizeof(payload)};
+                          .payload_len = pl};
     struct qctx *c = qctx_new(op, it);
     int rc = c ? tn_claim(op->rt->quota->tn, &req, claimed_cb, c) : KVMESH_ENOMEM;
     if (rc) {
@@ -852,14 +874,6 @@ void kvm_quota_claim(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_
  * | u64 publish token | lp16 payload | lp32 hint (tn_hint_export of the writer's records).
  * The reply blob: the primary's hint after its claim (tn_hint_export), or empty. */
 #define QCLAIM_VERSION 1
-
-static void payload_of(const struct kvm_item *it, uint8_t payload[16])
-{
-    for (int i = 0; i < 8; i++) {
-        payload[i] = (uint8_t)(it->len >> (56 - 8 * i));
-        payload[8 + i] = (uint8_t)(it->checksum >> (56 - 8 * i));
-    }
-}
 
 bool kvm_quota_cas_claim_wanted(kvm_op_t *op, struct kvm_item *it)
 {
@@ -904,12 +918,11 @@ int kvm_quota_cas_claim_blob(kvm_op_t *op, struct kvm_item *it, uint8_t *buf, si
                              size_t *len)
 {
     struct kvm_qitem *qi = it->q;
-    uint8_t payload[16];
-    payload_of(it, payload);
+    uint8_t payload[KVM_PUT_PAYLOAD_MAX];
+    size_t pl = payload_of(it, payload);
     qi->cas_claim_sent = true;
     return kvm_quota_claim_blob_raw(op->rt, qi->tenant, qi->domain, qi->key, qi->op_id,
-                                    qi->content_op.seq, payload,
-                                    qi->is_delete ? 0 : sizeof(payload), buf, cap, len);
+                                    qi->content_op.seq, payload, pl, buf, cap, len);
 }
 
 void kvm_quota_cas_claimed(kvm_op_t *op, struct kvm_item *it, int rc, const kvm_route_t *r,
