@@ -101,6 +101,11 @@ void kvm_ops_release_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
     notify_slot(rt, STORE_RPC_RELEASE, &rep->owner, rep->segment, rep->offset);
 }
 
+void kvm_ops_commit_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
+{
+    notify_slot(rt, STORE_RPC_COMMIT, &rep->owner, rep->segment, rep->offset);
+}
+
 static void release_res_traced(kvm_rt_t *rt, struct kvm_item *it, struct obs_span *parent)
 {
     for (uint32_t i = 0; i < it->n_res; i++)

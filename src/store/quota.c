@@ -6,6 +6,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <stdio.h>
@@ -54,6 +55,7 @@ struct kvm_quota {
     /* test-only (kvm_quota_test_fail_after_claim): claims still to be followed by a failed CAS */
     _Atomic uint32_t test_fail_n;
     _Atomic int test_fail_rc;
+    _Atomic bool test_kill; /* kvm_quota_test_kill_after_claim */
 };
 
 static void fifo_push(struct qfifo *f, const char *domain, const char *key, uint64_t len)
@@ -821,6 +823,8 @@ static void claimed_cb(void *arg, int rc, const tn_op_view_t *v)
     kvm_op_t *op = c->op;
     free(c);
     qcount(op->rt, OBS_QOP_CLAIM, rc);
+    if (rc == 0 && op->rt->quota && atomic_load(&op->rt->quota->test_kill))
+        raise(SIGKILL); /* test-only: the writer dies between its claim and its route CAS */
     if (rc == 0)
         it->q->state = KVM_Q_CLAIMED;
     else
@@ -936,6 +940,8 @@ void kvm_quota_cas_claimed(kvm_op_t *op, struct kvm_item *it, int rc, const kvm_
         return;
     }
     bool ours = r && kvm_op_id_equal(&r->content_op, &qi->content_op);
+    if (rc && !ours && op->rt->quota && atomic_load(&op->rt->quota->test_kill))
+        raise(SIGKILL);    /* test-only: the primary may have claimed; the writer dies unsettled */
     if (rc == 0 || ours) { /* published with a claim made by its primary */
         qcount(op->rt, OBS_QOP_CLAIM, 0);
         qi->state = KVM_Q_CLAIMED;
@@ -959,6 +965,12 @@ uint32_t kvm_quota_test_fail_after_claim(kvm_rt_t *rt, uint32_t n, int rc)
         return 0;
     atomic_store(&rt->quota->test_fail_rc, rc ? rc : KVMESH_EUNAVAILABLE);
     return atomic_exchange(&rt->quota->test_fail_n, n);
+}
+
+void kvm_quota_test_kill_after_claim(kvm_rt_t *rt, bool on)
+{
+    if (rt->quota)
+        atomic_store(&rt->quota->test_kill, on);
 }
 
 int kvm_quota_test_fault(kvm_rt_t *rt)

@@ -137,6 +137,11 @@ void kvm_quota_item_free(struct kvm_item *it);
  * kvm_quota_test_fault [loop] takes one such fault: its rc, 0 when none is armed. */
 uint32_t kvm_quota_test_fail_after_claim(struct kvm_rt *rt, uint32_t n, int rc);
 int kvm_quota_test_fault(struct kvm_rt *rt);
+/* Test-only (tenant_replay): once on, this runtime kills itself (SIGKILL) right after its own
+ * claim succeeded, before its route CAS (MetadataOnly), or when its claim-carrying CAS came back
+ * failed without its route (EmbeddedWrh: the primary may have claimed; with
+ * kvm_quota_test_fail_after_claim at the primary it did), before any settling. Any thread. */
+void kvm_quota_test_kill_after_claim(struct kvm_rt *rt, bool on);
 
 /* [loop] diagnostics for /stats?tenant=ID: JSON object into buf (the usage row, the limits,
  * the protocol counters). KVMESH_ENOENT when the tenant has no policy here. */
