@@ -199,7 +199,8 @@ static void recon_step(kvm_rt_t *rt);
 static void recon_count(kvm_rt_t *rt, const tn_recon_report_t *r)
 {
     struct obs_registry *m = rt->metrics;
-    obs_count(m, quota_reconciliations_total, OBS_QRECON_ABORTED, OBS_NONE, r->aborted);
+    obs_count(m, quota_reconciliations_total, OBS_QRECON_ABORTED, OBS_NONE,
+              r->aborted + r->superseded); /* expired PENDING, or superseded PUBLISHING */
     obs_count(m, quota_reconciliations_total, OBS_QRECON_FINALIZED, OBS_NONE, r->finalized);
     obs_count(m, quota_reconciliations_total, OBS_QRECON_REPLAYED, OBS_NONE, r->replayed);
     obs_count(m, quota_reconciliations_total, OBS_QRECON_DEGRADED, OBS_NONE, r->degraded);

@@ -41,7 +41,11 @@
  *             of the applied CAS deltas equals committed bytes.
  *
  * Variants that must be caught: abort_publishing (abort accepted from PUBLISHING), no_pending
- * (reserve ignores the pending term).
+ * (reserve ignores the pending term), abort_unproven (the reconciler takes the guarded
+ * PUBLISHING -> ABORTED edge without its proof: a route above the predecessor). Every writer
+ * here follows the protocol and holds the object lock, so no route ever supersedes a PUBLISHING
+ * operation's predecessor: the proven case cannot occur in this world (unit_test_tenant_quota
+ * shows it), and every operation that ends ABORTED from PUBLISHING is caught as a bug.
  *
  * Owner slots (profile .slots; docs/tenancy.md "Replaying a put", steps 1-3): a put reserves a
  * slot on an owner before its publication; the claim's payload is the store's version 2 put
@@ -1570,6 +1574,8 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         bugs = TN_TEST_BUG_NO_PENDING_TERM;
     else if (!strcmp(v, "no_replay"))
         bugs = TN_TEST_BUG_NO_REPLAY;
+    else if (!strcmp(v, "abort_unproven"))
+        bugs = TN_TEST_BUG_ABORT_UNPROVEN;
     else if (!strcmp(v, "no_settle"))
         bugs = 0; /* scenario-side: the writer's own settling is off */
     else if (!strcmp(v, "free_held") && prof->slots)
@@ -1579,7 +1585,7 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
                  "unknown variant '%s' (quota scenarios know abort_publishing, no_pending, "
-                 "no_replay, no_settle; quota_replay_slots also free_held)",
+                 "no_replay, no_settle, abort_unproven; quota_replay_slots also free_held)",
                  v);
         return 1;
     }
