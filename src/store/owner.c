@@ -607,14 +607,14 @@ static void held_op_done(void *arg, int rc, enum kvm_held_verdict v)
     q_push(&rt->reserved_head, &rt->reserved_tail, s);
 }
 
-static bool held_op_start(kvm_rt_t *rt, struct kvm_slot *s)
+/* The quota operation decides before a held slot the route does not reference is freed. */
+static void held_op_start(kvm_rt_t *rt, struct kvm_slot *s)
 {
     kvm_hot_replica_t rep = {
         .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
     s->busy = kvm_held_op_check(rt, &s->ident, &rep, held_op_done, s) == 0;
     if (!s->busy)
         held_op_done(s, KVMESH_EUNAVAILABLE, KVM_HELD_KEEP); /* unknown: ask again later */
-    return true;
 }
 
 static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r)
@@ -629,8 +629,8 @@ static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r)
     if (rc == 0 && route_has_slot(rt, r, s)) {
         slot_commit(rt, s);
         kvm_cold_published(rt, r); /* cold tier: a PendingOffload on this runtime's device */
-    } else if ((rc == 0 || rc == KVMESH_ENOENT) && !s->op_checked && held_op_start(rt, s)) {
-        return; /* step 2 of "Replaying a put": its quota operation decides first */
+    } else if ((rc == 0 || rc == KVMESH_ENOENT) && !s->op_checked) {
+        held_op_start(rt, s); /* step 2 of "Replaying a put" (docs/tenancy.md) */
     } else if (rc == 0 || rc == KVMESH_ENOENT) {
         rt->stats.reservations_expired++;
         obs_count(rt->metrics, reservations_released_after_lookup_total, OBS_NONE, OBS_NONE, 1);
