@@ -103,6 +103,11 @@ void kvm_ops_release_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
     notify_slot(rt, STORE_RPC_RELEASE, &rep->owner, rep->segment, rep->offset);
 }
 
+void kvm_ops_commit_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
+{
+    notify_slot(rt, STORE_RPC_COMMIT, &rep->owner, rep->segment, rep->offset);
+}
+
 static void release_res_traced(kvm_rt_t *rt, struct kvm_item *it, struct obs_span *parent)
 {
     for (uint32_t i = 0; i < it->n_res; i++)
@@ -912,13 +917,18 @@ static void durable_done(kvm_op_t *op, struct kvm_item *it, int rc, const char *
  * (indet_looked_up -> publish_cas: a claim-carrying CAS, which the current primary claims
  * again PUBLISHING -> PUBLISHING with its generation and token, or, after the writer's own
  * claim, a plain CAS whose version finalize's replay claim records). */
-static bool quota_settle_wanted(kvm_op_t *op, struct kvm_item *it, int rc, bool time_left)
+static bool quota_claim_made(const struct kvm_item *it)
 {
     const struct kvm_qitem *q = it->q;
-    bool claimed = q && (q->state == KVM_Q_CLAIMED ||
-                         (q->state == KVM_Q_RESERVED && q->cas_claim_sent && !q->cas_claim_off));
-    return claimed && !cas_refused(rc) && rc != KVMESH_EINDETERMINATE && rc != KVMESH_ETIMEDOUT &&
-           time_left && ++it->indet_tries <= STORE_INDET_RETRIES && op->rt->route;
+    return q && (q->state == KVM_Q_CLAIMED ||
+                 (q->state == KVM_Q_RESERVED && q->cas_claim_sent && !q->cas_claim_off));
+}
+
+static bool quota_settle_wanted(kvm_op_t *op, struct kvm_item *it, int rc, bool time_left)
+{
+    return quota_claim_made(it) && !cas_refused(rc) && rc != KVMESH_EINDETERMINATE &&
+           rc != KVMESH_ETIMEDOUT && time_left && ++it->indet_tries <= STORE_INDET_RETRIES &&
+           op->rt->route;
 }
 
 static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
@@ -1041,6 +1051,18 @@ static void published(void *arg, int rc, const kvm_route_t *r)
     }
     obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_ERROR, OBS_NONE, it->n_res);
     kvm_cold_reclaim_settle(rt, it, false);
+    if (quota_claim_made(it) && rc != KVMESH_ECONFLICT && !it->q->is_delete) {
+        /* Refused after a claim, but not by a newer route: the predecessor may still be current
+         * and the reconciler may replay this put onto its reservations (docs/tenancy.md
+         * "Replaying a put"), so they are not released here; the owners keep them while the
+         * operation is PUBLISHING and free them once it is settled (held_op.h). A conflict
+         * proves the predecessor replaced (versions only grow): no replay can apply. */
+        item_fail(op, it, rc,
+                  "route publication refused after the quota claim (%s); the operation is left "
+                  "to reconciliation",
+                  kvmesh_strerror(rc));
+        return;
+    }
     release_res(rt, it);
     item_fail(op, it, rc, "route publication failed (the put was not applied): %s",
               kvmesh_strerror(rc));

@@ -34,6 +34,7 @@
 #include "core/util.h"
 #include "store/cold_glue.h"
 #include "store/handoff.h"
+#include "store/held_op.h"
 #include "store/proto.h"
 #include "store/quota.h"
 #include "store/repair.h"
@@ -52,7 +53,8 @@ struct kvm_slot {
     struct kvm_slot *qnext, *qprev; /* reserved or reclaim queue */
     struct kvm_slot *cnext, *cprev; /* clock ring */
     bool ref, busy, queued, in_clock;
-    bool held; /* RESERVED past its TTL, kept until an exact lookup settles it (held_end) */
+    bool held;       /* RESERVED past its TTL, kept until an exact lookup settles it (held_end) */
+    bool op_checked; /* held: the quota operation check said REREAD (held_op.h) */
     kvm_rt_t *rt;
 };
 
@@ -585,6 +587,36 @@ static bool route_has_slot(const kvm_rt_t *rt, const kvm_route_t *r, const struc
     return r && !kvm_route_is_tombstone(r) && kvm_route_find_replica(r, &rep) >= 0;
 }
 
+static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r);
+
+/* held_op.h: KEEP asks again in 1 s; REREAD looks the route up again (commit or free). */
+static void held_op_done(void *arg, int rc, enum kvm_held_verdict v)
+{
+    struct kvm_slot *s = arg;
+    kvm_rt_t *rt = s->rt;
+    s->busy = false;
+    if (rc == KVMESH_ECANCELED || s->state != SLOT_RESERVED)
+        return;
+    s->op_checked = rc == 0 && v == KVM_HELD_REREAD;
+    if (s->op_checked && route_lookup(rt->route, &s->ident, expiry_looked_up, s) == 0) {
+        s->busy = true;
+        return;
+    }
+    q_del(&rt->reserved_head, &rt->reserved_tail, s);
+    s->deadline_ns = now_ns(rt) + 1000000000ull;
+    q_push(&rt->reserved_head, &rt->reserved_tail, s);
+}
+
+/* The quota operation decides before a held slot the route does not reference is freed. */
+static void held_op_start(kvm_rt_t *rt, struct kvm_slot *s)
+{
+    kvm_hot_replica_t rep = {
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
+    s->busy = kvm_held_op_check(rt, &s->ident, &rep, held_op_done, s) == 0;
+    if (!s->busy)
+        held_op_done(s, KVMESH_EUNAVAILABLE, KVM_HELD_KEEP); /* unknown: ask again later */
+}
+
 static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r)
 {
     struct kvm_slot *s = arg;
@@ -597,6 +629,8 @@ static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r)
     if (rc == 0 && route_has_slot(rt, r, s)) {
         slot_commit(rt, s);
         kvm_cold_published(rt, r); /* cold tier: a PendingOffload on this runtime's device */
+    } else if ((rc == 0 || rc == KVMESH_ENOENT) && !s->op_checked) {
+        held_op_start(rt, s); /* step 2 of "Replaying a put" (docs/tenancy.md) */
     } else if (rc == 0 || rc == KVMESH_ENOENT) {
         rt->stats.reservations_expired++;
         obs_count(rt->metrics, reservations_released_after_lookup_total, OBS_NONE, OBS_NONE, 1);

@@ -6,6 +6,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 
 #include "core/bytes.h"
 #include "core/util.h"
+#include "store/put_payload.h"
 #include "store/quota.h"
 #include "store/store.h"
 
@@ -54,6 +56,7 @@ struct kvm_quota {
     /* test-only (kvm_quota_test_fail_after_claim): claims still to be followed by a failed CAS */
     _Atomic uint32_t test_fail_n;
     _Atomic int test_fail_rc;
+    _Atomic bool test_kill; /* kvm_quota_test_kill_after_claim */
 };
 
 static void fifo_push(struct qfifo *f, const char *domain, const char *key, uint64_t len)
@@ -197,7 +200,8 @@ static void recon_step(kvm_rt_t *rt);
 static void recon_count(kvm_rt_t *rt, const tn_recon_report_t *r)
 {
     struct obs_registry *m = rt->metrics;
-    obs_count(m, quota_reconciliations_total, OBS_QRECON_ABORTED, OBS_NONE, r->aborted);
+    obs_count(m, quota_reconciliations_total, OBS_QRECON_ABORTED, OBS_NONE,
+              r->aborted + r->superseded); /* expired PENDING, or superseded PUBLISHING */
     obs_count(m, quota_reconciliations_total, OBS_QRECON_FINALIZED, OBS_NONE, r->finalized);
     obs_count(m, quota_reconciliations_total, OBS_QRECON_REPLAYED, OBS_NONE, r->replayed);
     obs_count(m, quota_reconciliations_total, OBS_QRECON_DEGRADED, OBS_NONE, r->degraded);
@@ -325,7 +329,8 @@ static void boot_next(kvm_rt_t *rt)
 
 void kvm_quota_open(kvm_rt_t *rt, const kvm_quota_hooks_t *hooks, kvm_q_open_cb cb)
 {
-    KVM_ASSERT(hooks && hooks->release_replica && hooks->replay && hooks->tomb_close);
+    KVM_ASSERT(hooks && hooks->release_replica && hooks->commit_replica && hooks->replay &&
+               hooks->tomb_close);
     if (rt->cfg.n_tenant_policies == 0) {
         cb(rt, 0, "");
         return;
@@ -791,6 +796,30 @@ void kvm_quota_del_reserve(kvm_op_t *op, struct kvm_item *it, const kvm_route_t 
     reserve_send(op, it, &cur->version);
 }
 
+/* The claim's payload of a put (put_payload.h, version 2: length, checksum, the writer and the
+ * replicas' locators, exactly as publish_cas_now builds the route); a delete's is empty. */
+static size_t payload_of(const struct kvm_item *it, uint8_t buf[KVM_PUT_PAYLOAD_MAX])
+{
+    const struct kvm_qitem *qi = it->q;
+    if (qi->is_delete)
+        return 0;
+    kvm_put_payload_t p = {.length = it->len,
+                           .checksum = it->checksum,
+                           .has_locators = it->n_res > 0,
+                           .writer = qi->content_op.writer,
+                           .n = it->n_res};
+    for (uint32_t i = 0; i < it->n_res && i < KVM_MAX_REPLICAS; i++)
+        p.rep[i] = (kvm_hot_replica_t){.owner = it->res[i].owner.id,
+                                       .segment = it->res[i].seg,
+                                       .offset = it->res[i].offset,
+                                       .length = it->len,
+                                       .checksum = it->checksum};
+    size_t n = 0;
+    int rc = kvm_put_payload_encode(&p, buf, KVM_PUT_PAYLOAD_MAX, &n);
+    KVM_ASSERT(rc == 0); /* n_res <= KVM_MAX_REPLICAS and the buffer is the largest payload */
+    return n;
+}
+
 static void claimed_cb(void *arg, int rc, const tn_op_view_t *v)
 {
     struct qctx *c = arg;
@@ -799,6 +828,8 @@ static void claimed_cb(void *arg, int rc, const tn_op_view_t *v)
     kvm_op_t *op = c->op;
     free(c);
     qcount(op->rt, OBS_QOP_CLAIM, rc);
+    if (rc == 0 && op->rt->quota && atomic_load(&op->rt->quota->test_kill))
+        raise(SIGKILL); /* test-only: the writer dies between its claim and its route CAS */
     if (rc == 0)
         it->q->state = KVM_Q_CLAIMED;
     else
@@ -814,11 +845,8 @@ static void claim_send(kvm_op_t *op, struct kvm_item *it, const kvm_route_versio
         cont(op, it, kvm_errf(KVMESH_ECANCELED, "runtime closing"));
         return;
     }
-    uint8_t payload[16];
-    for (int i = 0; i < 8; i++) {
-        payload[i] = (uint8_t)(it->len >> (56 - 8 * i));
-        payload[8 + i] = (uint8_t)(it->checksum >> (56 - 8 * i));
-    }
+    uint8_t payload[KVM_PUT_PAYLOAD_MAX];
+    size_t pl = payload_of(it, payload);
     qi->predicted = *next;
     qi->cont = cont;
     tn_claim_req_t req = {.tenant = qi->tenant,
@@ -830,7 +858,7 @@ static void claim_send(kvm_op_t *op, struct kvm_item *it, const kvm_route_versio
                           .publish_token = qi->content_op.seq,
                           .next_version = *next,
                           .payload = payload,
-                          .payload_len = qi->is_delete ? 0 : sizeof(payload)};
+                          .payload_len = pl};
     struct qctx *c = qctx_new(op, it);
     int rc = c ? tn_claim(op->rt->quota->tn, &req, claimed_cb, c) : KVMESH_ENOMEM;
     if (rc) {
@@ -855,14 +883,6 @@ void kvm_quota_claim(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_
  * | u64 publish token | lp16 payload | lp32 hint (tn_hint_export of the writer's records).
  * The reply blob: the primary's hint after its claim (tn_hint_export), or empty. */
 #define QCLAIM_VERSION 1
-
-static void payload_of(const struct kvm_item *it, uint8_t payload[16])
-{
-    for (int i = 0; i < 8; i++) {
-        payload[i] = (uint8_t)(it->len >> (56 - 8 * i));
-        payload[8 + i] = (uint8_t)(it->checksum >> (56 - 8 * i));
-    }
-}
 
 bool kvm_quota_cas_claim_wanted(kvm_op_t *op, struct kvm_item *it)
 {
@@ -904,6 +924,12 @@ kvm_q_release_fn kvm_quota_release_fn(kvm_rt_t *rt)
     return rt->quota->hooks.release_replica;
 }
 
+kvm_q_release_fn kvm_quota_commit_fn(kvm_rt_t *rt)
+{
+    KVM_ASSERT(rt->quota);
+    return rt->quota->hooks.commit_replica;
+}
+
 tn_t *kvm_quota_tn(kvm_rt_t *rt)
 {
     return rt->quota && !rt->quota->closing ? rt->quota->tn : NULL;
@@ -913,12 +939,11 @@ int kvm_quota_cas_claim_blob(kvm_op_t *op, struct kvm_item *it, uint8_t *buf, si
                              size_t *len)
 {
     struct kvm_qitem *qi = it->q;
-    uint8_t payload[16];
-    payload_of(it, payload);
+    uint8_t payload[KVM_PUT_PAYLOAD_MAX];
+    size_t pl = payload_of(it, payload);
     qi->cas_claim_sent = true;
     return kvm_quota_claim_blob_raw(op->rt, qi->tenant, qi->domain, qi->key, qi->op_id,
-                                    qi->content_op.seq, payload,
-                                    qi->is_delete ? 0 : sizeof(payload), buf, cap, len);
+                                    qi->content_op.seq, payload, pl, buf, cap, len);
 }
 
 void kvm_quota_cas_claimed(kvm_op_t *op, struct kvm_item *it, int rc, const kvm_route_t *r,
@@ -932,6 +957,8 @@ void kvm_quota_cas_claimed(kvm_op_t *op, struct kvm_item *it, int rc, const kvm_
         return;
     }
     bool ours = r && kvm_op_id_equal(&r->content_op, &qi->content_op);
+    if (rc && !ours && op->rt->quota && atomic_load(&op->rt->quota->test_kill))
+        raise(SIGKILL);    /* test-only: the primary may have claimed; the writer dies unsettled */
     if (rc == 0 || ours) { /* published with a claim made by its primary */
         qcount(op->rt, OBS_QOP_CLAIM, 0);
         qi->state = KVM_Q_CLAIMED;
@@ -955,6 +982,12 @@ uint32_t kvm_quota_test_fail_after_claim(kvm_rt_t *rt, uint32_t n, int rc)
         return 0;
     atomic_store(&rt->quota->test_fail_rc, rc ? rc : KVMESH_EUNAVAILABLE);
     return atomic_exchange(&rt->quota->test_fail_n, n);
+}
+
+void kvm_quota_test_kill_after_claim(kvm_rt_t *rt, bool on)
+{
+    if (rt->quota)
+        atomic_store(&rt->quota->test_kill, on);
 }
 
 int kvm_quota_test_fault(kvm_rt_t *rt)

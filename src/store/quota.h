@@ -49,6 +49,9 @@ typedef void (*kvm_q_release_fn)(struct kvm_rt *rt, const kvm_hot_replica_t *rep
 typedef struct kvm_quota_hooks {
     /* frees a replaced or evicted replica's slot on its owner: ops.c's kvm_ops_release_replica */
     kvm_q_release_fn release_replica;
+    /* tells a replica's owner that a published route references its held slot (a put's replay,
+     * held_op.h): ops.c's kvm_ops_commit_replica */
+    kvm_q_release_fn commit_replica;
     /* the reconciler's tn_route_ops_t.replay (ctx = the runtime): kvm_quota_replay */
     void (*replay)(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg);
     /* ends quota_tomb.c's tombstones waiting for a tenant-layer callback after tn_close:
@@ -107,6 +110,8 @@ tn_t *kvm_quota_tn(struct kvm_rt *rt);
 /* [loop] internal to quota*.c: kvm_quota_hooks_t.release_replica of the open quota state (asserted
  * open); quota_tomb.c keeps it for a replay, whose route CAS may answer after the close. */
 kvm_q_release_fn kvm_quota_release_fn(struct kvm_rt *rt);
+/* [loop] internal to quota*.c: kvm_quota_hooks_t.commit_replica, as kvm_quota_release_fn. */
+kvm_q_release_fn kvm_quota_commit_fn(struct kvm_rt *rt);
 /* [loop] internal to quota*.c: quota_tomb.c's list of tombstones waiting for a tenant-layer
  * callback (NULL when off), and kvm_quota_close's end of them after tn_close (evictions answered
  * ECANCELED, their slots back to the owner; replays answered ECANCELED; each freed), which
@@ -157,6 +162,11 @@ void kvm_quota_item_free(struct kvm_item *it);
  * kvm_quota_test_fault [loop] takes one such fault: its rc, 0 when none is armed. */
 uint32_t kvm_quota_test_fail_after_claim(struct kvm_rt *rt, uint32_t n, int rc);
 int kvm_quota_test_fault(struct kvm_rt *rt);
+/* Test-only (tenant_replay): once on, this runtime kills itself (SIGKILL) right after its own
+ * claim succeeded, before its route CAS (MetadataOnly), or when its claim-carrying CAS came back
+ * failed without its route (EmbeddedWrh: the primary may have claimed; with
+ * kvm_quota_test_fail_after_claim at the primary it did), before any settling. Any thread. */
+void kvm_quota_test_kill_after_claim(struct kvm_rt *rt, bool on);
 
 /* [loop] diagnostics for /stats?tenant=ID: JSON object into buf (the usage row, the limits,
  * the protocol counters). KVMESH_ENOENT when the tenant has no policy here. */

@@ -22,12 +22,14 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "store/put_payload.h"
 #include "store/quota.h"
 #include "store/store.h"
 
 struct qt {
     kvm_rt_t *rt;
     bool replay;
+    bool put; /* a put's replay: next is the writer's route, rebuilt from the claim's payload */
     char tenant[TN_TENANT_CAP], domain[TN_DOMAIN_CAP], key[TN_KEY_CAP];
     char op_id[TN_OPID_CAP];
     uint64_t publish_token;
@@ -42,7 +44,7 @@ struct qt {
     /* replay: the reconciler's callback; how the replaced value's replicas are released */
     tn_replay_cb rcb;
     void *rarg;
-    kvm_q_release_fn release;
+    kvm_q_release_fn release, commit; /* the quota hooks' release_replica, commit_replica */
     /* on the runtime's waiting list while a tenant-layer call is in flight */
     struct qt *wnext, *wprev;
     bool waiting;
@@ -148,6 +150,10 @@ static void qt_recorded(struct qt *t)
      * is the owner's (reclaimed there), and its other replicas were not readable. */
     for (uint32_t i = 0; t->replay && i < t->cur.n_replicas; i++)
         t->release(t->rt, &t->cur.replicas[i]);
+    /* A put's replay: its owners held the slots (held_op.h); tell them the route has them (a
+     * lost notice is settled by their next expiry lookup, which now finds the slot). */
+    for (uint32_t i = 0; t->put && i < t->next.n_replicas; i++)
+        t->commit(t->rt, &t->next.replicas[i]);
     if (t->replay || !qt_tn(t)) { /* the reconciler finalizes what it asked to replay */
         qt_end(t, 0);
         return;
@@ -211,7 +217,7 @@ static void qt_applied(struct qt *t, const kvm_route_t *r)
 static bool carries_ours(const struct qt *t, const kvm_route_t *r)
 {
     char id[TN_OPID_CAP];
-    if (!r || !kvm_route_is_tombstone(r))
+    if (!r || kvm_route_is_tombstone(r) == t->put)
         return false;
     ks_opid_format(id, r->content_op.epoch, r->content_op.seq);
     return strcmp(id, t->op_id) == 0;
@@ -405,12 +411,61 @@ static void qt_replay_refuse(void *arg)
 {
     struct qt *t = arg;
     kvm_errf(KVMESH_EUNAVAILABLE,
-             "tenant '%s': operation %s cannot be replayed safely here (only a delete tombstone "
-             "whose predecessor is the current route without a cold copy is replayed; a put's "
-             "replicas are not kept for a publication that did not reach its CAS)",
+             "tenant '%s': operation %s cannot be replayed safely here (only an operation whose "
+             "predecessor is the current route without a cold copy is replayed: a delete, or a "
+             "put whose claim recorded its replicas' locators)",
              t->tenant, t->op_id);
     t->rcb(t->rarg, KVMESH_EUNAVAILABLE, KVM_ROUTE_VERSION_NONE);
     qt_free(t);
+}
+
+/* A put's route exactly as its writer sent it, rebuilt from the claim's payload (put_payload.h:
+ * the writer, length, checksum, the replicas in order) over cur (NULL: the key is absent). The
+ * cold tier is not asked again (no PendingOffload): the replayed route is hot only. */
+static int qt_make_put(struct qt *t, const kvm_route_t *cur)
+{
+    kvm_put_payload_t p;
+    uint64_t epoch = 0, seq = 0;
+    char id[TN_OPID_CAP];
+    snprintf(id, sizeof(id), "%s", t->op_id);
+    int rc = kvm_put_payload_decode(t->payload, t->payload_len, &p);
+    if (rc == 0 && !p.has_locators)
+        rc = kvm_errf(KVMESH_ENOTSUP, "the claim's payload names no replica (an older writer)");
+    if (rc == 0 && ks_opid_parse(id, &epoch, &seq) != 0)
+        rc = kvm_errf(KVMESH_EPROTO, "operation id '%s' is malformed", t->op_id);
+    if (rc == 0)
+        rc = kvm_ident_init(&t->next.ident, t->tenant, t->domain[0] ? t->domain : NULL, t->key,
+                            strlen(t->key));
+    if (rc)
+        return rc;
+    t->next.content_op = (kvm_op_id_t){.writer = p.writer, .epoch = epoch, .seq = seq};
+    if (cur && kvm_op_id_is_valid(&cur->content_op))
+        t->next.predecessor_op = cur->content_op;
+    t->next.length = p.length;
+    t->next.checksum = p.checksum;
+    t->next.tomb = KVM_TOMB_NONE;
+    t->next.n_replicas = p.n;
+    memcpy(t->next.replicas, p.rep, sizeof(p.rep[0]) * p.n); /* decode checked them */
+    return 0; /* the version is the primary's (or the metadata CAS's) to assign */
+}
+
+/* Step 3 of "Replaying a put": the predecessor the reserve named is still the current route
+ * (absent when it named none): the writer's route is published with the same content op,
+ * publish token and payload, through the current fenced primary (EmbeddedWrh: a claim-carrying
+ * CAS) or this runtime's replay claim and the metadata CAS (MetadataOnly). The owners kept the
+ * slots while the operation was PUBLISHING (held_op.h), so the route never names freed space. */
+static void qt_replay_put(struct qt *t, int rc, const kvm_route_t *r)
+{
+    kvm_rt_t *rt = t->rt;
+    bool absent = rc == KVMESH_ENOENT || (rc == 0 && !r);
+    bool pred = absent ? kvm_route_version_is_none(&t->predicted)
+                       : rc == 0 && kvm_route_version_equal(&r->version, &t->predicted);
+    if (!pred || (!absent && r->cold.kind != KVM_COLD_NONE) || !rt->route || !qt_tn(t) ||
+        (!absent && kvm_route_copy(&t->cur, r) != 0) || qt_make_put(t, absent ? NULL : r) != 0) {
+        qt_replay_refuse(t);
+        return;
+    }
+    qt_publish(t);
 }
 
 static void qt_replay_looked_up(void *arg, int rc, const kvm_route_t *r)
@@ -424,9 +479,17 @@ static void qt_replay_looked_up(void *arg, int rc, const kvm_route_t *r)
             qt_replay_refuse(t);
             return;
         }
-        t->cur.n_replicas = 0; /* a tombstone: nothing to release */
+        t->cur.n_replicas = 0; /* its own route: nothing to release */
         t->predicted = KVM_ROUTE_VERSION_NONE;
+        if (t->put && kvm_route_copy(&t->next, r) != 0) { /* the replicas to commit */
+            qt_replay_refuse(t);
+            return;
+        }
         qt_applied(t, r);
+        return;
+    }
+    if (t->put) {
+        qt_replay_put(t, rc, r);
         return;
     }
     /* Safe only while the predecessor is the current live route (the tombstone then replaces
@@ -462,6 +525,7 @@ void kvm_quota_replay(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg)
     t->rcb = cb;
     t->rarg = arg;
     t->release = kvm_quota_release_fn(rt); /* the reconciler runs only while quota is open */
+    t->commit = kvm_quota_commit_fn(rt);
     kvm_route_init(&t->cur);
     kvm_route_init(&t->next);
     snprintf(t->tenant, sizeof(t->tenant), "%s", op->tenant);
@@ -472,11 +536,11 @@ void kvm_quota_replay(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg)
     t->payload_len = op->payload_len <= TN_PAYLOAD_MAX ? op->payload_len : 0;
     memcpy(t->payload, op->payload, t->payload_len);
     t->predicted = op->expected_route;
+    t->put = op->kind != TN_KIND_DELETE;
     kvm_ident_t id;
-    int rc = op->kind == TN_KIND_DELETE && rt->route
-                 ? kvm_ident_init(&id, op->tenant, op->domain[0] ? op->domain : NULL, op->key,
-                                  strlen(op->key))
-                 : KVMESH_ENOTSUP;
+    int rc = rt->route ? kvm_ident_init(&id, op->tenant, op->domain[0] ? op->domain : NULL, op->key,
+                                        strlen(op->key))
+                       : KVMESH_ENOTSUP;
     if (rc == 0) {
         rc = route_lookup(rt->route, &id, qt_replay_looked_up, t); /* exact, the full route */
         kvm_ident_free(&id);

@@ -422,6 +422,7 @@ static void open_route_ready(void *arg, int rc)
     if (rt->cfg.n_tenant_policies) {
         /* bootstrap every tenant policy first */
         static const kvm_quota_hooks_t quota_hooks = {.release_replica = kvm_ops_release_replica,
+                                                      .commit_replica = kvm_ops_commit_replica,
                                                       .replay = kvm_quota_replay,
                                                       .tomb_close = kvm_quota_tomb_close};
         kvm_quota_open(rt, &quota_hooks, open_quota_ready);

@@ -382,6 +382,7 @@ static unsigned reads_of(enum tn_ck kind)
         return 1u << TN_R_QUOTA | 1u << TN_R_OP;
     case TN_CK_FINALIZE:
     case TN_CK_ABORT:
+    case TN_CK_ABORT_SUPERSEDED:
         return 1u << TN_R_QUOTA | 1u << TN_R_OBJ | 1u << TN_R_OP;
     case TN_CK_USAGE:
         return 1u << TN_R_QUOTA;
@@ -807,6 +808,17 @@ static void decide_finalize(tn_call_t *c, decision_t *d)
     d->put_op = d->put_obj = d->put_quota = d->del_due_old = d->put_due_new = true;
 }
 
+/* PUBLISHING -> ABORTED is allowed only to the reconciler (TN_CK_ABORT_SUPERSEDED) with the
+ * proof its exact lookup found: a route that does not carry the operation at a version above
+ * the operation's predecessor (c->version). Versions of a key only grow under fencing, so no
+ * CAS expecting that predecessor (the writer's, a settling retry, a replay) can apply again;
+ * this call's write compares the operation record it read. */
+static bool superseded_proven(const tn_call_t *c, const tn_op_t *cur)
+{
+    return c->kind == TN_CK_ABORT_SUPERSEDED && cur->state == TN_ST_PUBLISHING &&
+           kvm_route_version_cmp(&c->version, &cur->expected_route) > 0;
+}
+
 static void decide_abort(tn_call_t *c, decision_t *d)
 {
     tn_op_t *cur = decide_existing_op(c, d);
@@ -822,6 +834,8 @@ static void decide_abort(tn_call_t *c, decision_t *d)
             kvm_errf(KVMESH_ECONFLICT, "operation %s is finalized; it cannot be aborted", c->op_id);
         return;
     case TN_ST_PUBLISHING:
+        if (superseded_proven(c, cur))
+            break; /* the guarded edge: no CAS with this predecessor can apply any more */
         if (!bug) {
             d->rc = kvm_errf(KVMESH_ECONFLICT,
                              "operation %s is publishing (in doubt); only finalize or "
@@ -838,8 +852,8 @@ static void decide_abort(tn_call_t *c, decision_t *d)
     }
     tn_op_t *op = &c->nop;
     *op = *cur;
-    if (cur->state == TN_ST_PUBLISHING) /* TN_TEST_BUG_ABORT_PUBLISHING: an illegal edge */
-        op->state = TN_ST_ABORTED;
+    if (cur->state == TN_ST_PUBLISHING && !superseded_proven(c, cur))
+        op->state = TN_ST_ABORTED; /* TN_TEST_BUG_ABORT_PUBLISHING: an unguarded edge */
     else
         tn_op_set_state(op, TN_ST_ABORTED);
     op->deadline_ms = now_ms(c) + c->tn->cfg.retain_ms;
@@ -930,6 +944,7 @@ static void decide(tn_call_t *c, decision_t *d)
         decide_finalize(c, d);
         return;
     case TN_CK_ABORT:
+    case TN_CK_ABORT_SUPERSEDED:
         decide_abort(c, d);
         return;
     case TN_CK_USAGE:
@@ -1219,6 +1234,7 @@ static void count_success(tn_call_t *c)
         st->finalizes++;
         break;
     case TN_CK_ABORT:
+    case TN_CK_ABORT_SUPERSEDED:
         st->aborts++;
         break;
     default:

@@ -11,6 +11,9 @@
  *               the route carries this operation id, predecessor and next version -> finalize;
  *               ... and another version (a lost replay race) -> a replay claim records the
  *               published version, then finalize;
+ *               a route without this operation at a version above its predecessor -> the
+ *               predecessor can never be current again: abort (the guarded PUBLISHING ->
+ *               ABORTED edge, TN_CK_ABORT_SUPERSEDED);
  *               the predecessor is still authoritative -> replay through the fenced primary
  *               (same publish token and payload) and finalize what it published;
  *               anything else, or a refused replay -> stays PUBLISHING, charged and locked, the
@@ -243,6 +246,46 @@ static void on_reclaim(void *arg, int rc, const tn_op_view_t *v)
     finalize_at(r, r->published);
 }
 
+static void on_superseded(void *arg, int rc, const tn_op_view_t *v)
+{
+    tn_recon_t *r = arg;
+    if (stopped(r))
+        return;
+    (void)v;
+    if (rc) {
+        note_rc(r, rc);
+        degrade(r);
+        return;
+    }
+    r->rep.superseded++;
+    tn_stats_mut(r->tn)->recon_superseded++;
+    advance(r);
+}
+
+/* The guarded PUBLISHING -> ABORTED edge (docs/tenancy.md "Replaying a put", step 4): the exact
+ * lookup shows a route that does not carry the operation at a version above its predecessor.
+ * Versions only grow under fencing, so no CAS expecting that predecessor can apply any more:
+ * the operation can never be published and is aborted (its pending charge refunded, the object
+ * unlocked; the owners then free its held slots). An absent route proves nothing (a purged
+ * tombstone). true: the abort was started. */
+static bool superseded(tn_recon_t *r, const tn_route_obs_t *obs)
+{
+    const tn_op_t *op = &r->cur;
+    bool other = obs->found && strcmp(obs->content_op, op->id) != 0;
+    bool proven = other && kvm_route_version_cmp(&obs->version, &op->expected_route) > 0;
+    bool bug = other && (tn_cfg(r->tn)->test_bugs & TN_TEST_BUG_ABORT_UNPROVEN) != 0;
+    if (!proven && !bug)
+        return false;
+    kvm_route_version_t proof = proven ? obs->version : (kvm_route_version_t){UINT64_MAX, 1};
+    int rc =
+        tn_call_by_op(r->tn, TN_CK_ABORT_SUPERSEDED, r->tenant, op->id, proof, 0, on_superseded, r);
+    if (rc) {
+        note_rc(r, rc);
+        degrade(r);
+    }
+    return true;
+}
+
 static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs)
 {
     tn_recon_t *r = arg;
@@ -278,6 +321,8 @@ static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs)
         if (tn_claim(r->tn, &q, on_reclaim, r) == 0)
             return;
     }
+    if (superseded(r, obs))
+        return;
     bool pred_current = obs->found ? kvm_route_version_equal(&obs->version, &op->expected_route)
                                    : kvm_route_version_is_none(&op->expected_route);
     bool no_replay = (tn_cfg(r->tn)->test_bugs & TN_TEST_BUG_NO_REPLAY) != 0;

@@ -129,8 +129,8 @@ bool tn_transition_ok(enum tn_state from, enum tn_state to)
         return to == TN_ST_PENDING;
     case TN_ST_PENDING:
         return to == TN_ST_ABORTED || to == TN_ST_PUBLISHING;
-    case TN_ST_PUBLISHING:
-        return to == TN_ST_PUBLISHING || to == TN_ST_FINALIZED;
+    case TN_ST_PUBLISHING: /* -> ABORTED: only the reconciler's proven-superseded abort */
+        return to == TN_ST_PUBLISHING || to == TN_ST_FINALIZED || to == TN_ST_ABORTED;
     case TN_ST_FINALIZED:
     case TN_ST_ABORTED:
         return false;

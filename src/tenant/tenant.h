@@ -182,6 +182,7 @@ typedef struct tn tn_t;
 #define TN_TEST_BUG_ABORT_PUBLISHING 1u /* abort accepted from PUBLISHING */
 #define TN_TEST_BUG_NO_PENDING_TERM  2u /* reserve checks committed + delta, not + pending */
 #define TN_TEST_BUG_NO_REPLAY        4u /* reconciliation never replays: degrades instead */
+#define TN_TEST_BUG_ABORT_UNPROVEN   8u /* reconciliation aborts PUBLISHING without the proof */
 
 typedef struct tn_config {
     const char *deployment;  /* keyspace deployment name */
@@ -306,6 +307,8 @@ typedef struct tn_recon_report {
     uint32_t degraded;  /* left charged and locked, rescheduled with backoff */
     uint32_t purged;    /* terminal records past retention removed */
     bool more;          /* due entries remained beyond the page */
+    /* PUBLISHING operations aborted: a route above the predecessor proved it replaced */
+    uint32_t superseded;
 } tn_recon_report_t;
 typedef void (*tn_recon_cb)(void *arg, const tn_recon_report_t *r);
 
@@ -318,6 +321,7 @@ int tn_recon_pass(tn_t *tn, const char *tenant, const tn_route_ops_t *route, uin
 typedef struct tn_stats {
     uint64_t reserves, reserve_refusals, claims, finalizes, aborts, conflicts;
     uint64_t recon_aborted, recon_finalized, recon_replayed, recon_degraded, recon_purged;
+    uint64_t recon_superseded; /* PUBLISHING -> ABORTED by a proven-superseded lookup */
     uint64_t meta_round_trips; /* metadata calls issued */
     int last_error;
 } tn_stats_t;

@@ -20,6 +20,9 @@ enum tn_ck {
     TN_CK_GETOP,    /* read an operation record */
     TN_CK_RESCHED,  /* reconciler backoff of a PUBLISHING operation */
     TN_CK_PURGE,    /* remove a terminal record past retention */
+    /* PUBLISHING -> ABORTED, the reconciler's guarded edge: only with the proof its lookup found
+     * (call version = a route version above the operation's predecessor) */
+    TN_CK_ABORT_SUPERSEDED,
 };
 
 /* Work other than engine calls that keeps the handle alive (a batch, a reconciliation pass):

@@ -41,7 +41,22 @@
  *             of the applied CAS deltas equals committed bytes.
  *
  * Variants that must be caught: abort_publishing (abort accepted from PUBLISHING), no_pending
- * (reserve ignores the pending term).
+ * (reserve ignores the pending term), abort_unproven (the reconciler takes the guarded
+ * PUBLISHING -> ABORTED edge without its proof: a route above the predecessor). Every writer
+ * here follows the protocol and holds the object lock, so no route ever supersedes a PUBLISHING
+ * operation's predecessor: the proven case cannot occur in this world (unit_test_tenant_quota
+ * shows it), and every operation that ends ABORTED from PUBLISHING is caught as a bug.
+ *
+ * Owner slots (profile .slots; docs/tenancy.md "Replaying a put", steps 1-3): a put reserves a
+ * slot on an owner before its publication; the claim's payload is the store's version 2 put
+ * payload naming it (put_payload.h), and a replay rebuilds the route's slot from the recorded
+ * payload, as kvm_quota_replay does. Owners (world) expire a RESERVED slot after its TTL: an
+ * exact lookup commits it when the route references it; otherwise they read the object row and
+ * its locking operation from metadata and apply the store's own kvm_held_decide (keep, or look
+ * again: commit or free). Extra checks: no route CAS ever references a freed slot, an owner never
+ * frees a slot the current route references, and after convergence no slot is left RESERVED and
+ * every live route's slot is committed. Variant free_held: owners free on the lookup alone (as
+ * before step 2), which a replay onto the freed slot exposes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +68,8 @@
 #include "meta/meta.h"
 #include "meta/meta_memory.h"
 #include "sim.h"
+#include "store/held_op.h"
+#include "store/put_payload.h"
 #include "tenant/tenant.h"
 
 #define QS_MAX_NODES 5
@@ -77,6 +94,7 @@ typedef struct qs_profile {
     bool writer_settles; /* the writer publishes such a put again itself (store ops.c
                             quota_settle_wanted): the same op and publish token, at most
                             QS_SETTLES times, before it is left to reconciliation */
+    bool slots;          /* owner slots and their held check (see the top of the file) */
     uint32_t keys;       /* per tenant and domain */
     uint32_t writers_lo; /* writers: lo + seed % 2 */
 } qs_profile_t;
@@ -89,6 +107,7 @@ typedef struct qs_route {
     kvm_route_version_t version, pred;
     char op[TN_OPID_CAP];
     uint64_t len;
+    uint32_t slot; /* owner slot of a live route (slots profile; 0 = none) */
 } qs_route_t;
 
 /* what the scenario learns about one operation id */
@@ -124,6 +143,7 @@ typedef struct qs_node {
     bool recon_busy;
     uint32_t evict;   /* 1 + tenant whose write was refused over quota: free room in it */
     uint32_t settles; /* publications again of the current write (writer_settles) */
+    uint32_t slot;    /* the current put's owner slot (slots profile) */
 } qs_node_t;
 
 /* durable intent of a writer (survives its crash): the operation to retry */
@@ -174,6 +194,12 @@ struct qs {
     /* counters */
     uint64_t writes_ok, refused_quota, aborts_ok, claims_rejected, fenced, degraded;
     uint64_t policy_refusals, cas_failed_claimed, writer_settled;
+    /* owner slots (slots profile) */
+    bool free_held; /* variant: owners free on the route lookup alone */
+    bool owners_stop;
+    struct qs_slot *slots;
+    uint32_t n_slots;
+    uint64_t slots_kept, slots_freed, slots_committed, replayed_slots;
     bool policy_created[QS_TENANTS];
     /* final phase */
     bool usage_done[QS_TENANTS];
@@ -265,6 +291,7 @@ typedef struct qs_pub {
     kvm_route_version_t pred;
     uint64_t gen; /* generation of the claim */
     kvm_route_version_t next;
+    uint32_t slot; /* a put's owner slot (slots profile) */
     /* reply to a writer */
     uint32_t node, inc;
     /* reply to a reconciler */
@@ -278,11 +305,16 @@ typedef struct qs_pub {
     uint8_t hint[TN_HINT_MAX];
 } qs_pub_t;
 
-static void payload_of(const qs_pub_t *p, uint8_t out[9])
+static size_t slot_payload(const qs_pub_t *p, uint8_t *out);
+
+static size_t payload_of(const qs_pub_t *p, uint8_t out[KVM_PUT_PAYLOAD_MAX])
 {
+    if (p->qs->prof->slots && !p->is_delete)
+        return slot_payload(p, out);
     out[0] = p->is_delete;
     for (int i = 0; i < 8; i++)
         out[1 + i] = (uint8_t)(p->len >> (8 * i));
+    return 9;
 }
 
 static void writer_reply(void *arg);
@@ -303,6 +335,10 @@ static void prim_reply(qs_pub_t *p, int rc, kvm_route_version_t v)
     }
     sim_schedule(qs->sim, sim_rand_range(qs->sim, 1, 4) * SIM_MSG_NS, writer_reply, p);
 }
+
+static void slots_on_cas(qs_t *qs, const qs_pub_t *p, qs_route_t *r);
+static void slots_replaced(qs_t *qs, qs_route_t *r);
+static bool slots_replay(qs_t *qs, qs_pub_t *p, const tn_op_t *op);
 
 static void apply_cas(qs_pub_t *p)
 {
@@ -336,6 +372,7 @@ static void apply_cas(qs_pub_t *p)
         qs->live_bytes[t] -= r->len;
         qs->live_objs[t]--;
     }
+    slots_replaced(qs, r);
     r->found = true;
     r->tomb = p->is_delete;
     r->pred = p->pred;
@@ -346,6 +383,7 @@ static void apply_cas(qs_pub_t *p)
         qs->live_bytes[t] += r->len;
         qs->live_objs[t]++;
     }
+    slots_on_cas(qs, p, r);
     qs->cas_delta_sum[t] += (int64_t)oi->new_len - (int64_t)replaced;
     if (qs->live_bytes[t] > qs->pol[t].max_bytes || qs->live_objs[t] > qs->pol[t].max_objects)
         sim_fail(qs->sim, "tenant %s holds %llu live bytes / %llu objects over max %llu / %llu",
@@ -420,8 +458,8 @@ static void prim_handle(void *arg)
         prim_reply(p, KVMESH_ESTALE_GENERATION, KVM_ROUTE_VERSION_NONE);
         return;
     }
-    uint8_t pl[9];
-    payload_of(p, pl);
+    uint8_t pl[KVM_PUT_PAYLOAD_MAX];
+    size_t pll = payload_of(p, pl);
     uint32_t t = obj_tenant(qs, p->obj);
     tn_claim_req_t cr = {.tenant = qs->tenants[t],
                          .domain = obj_domain(qs, p->obj),
@@ -432,7 +470,7 @@ static void prim_handle(void *arg)
                          .publish_token = kvm_hash_seeded(p->op, strlen(p->op), 7) | 1,
                          .next_version = p->next,
                          .payload = pl,
-                         .payload_len = sizeof(pl)};
+                         .payload_len = pll};
     if (p->hint_len)
         KVM_ASSERT(tn_hint_import(qs->prim_tn, p->hint, p->hint_len) == 0);
     p->hint_len = 0;
@@ -547,12 +585,268 @@ static void route_replay(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *ar
     p->len = op->next_len;
     p->pred = op->expected_route;
     /* the primary cannot always prove a replay safe: then the op stays charged (degraded) */
-    if (qs->faults && sim_chance(qs->sim, 0.2)) {
+    if ((qs->faults && sim_chance(qs->sim, 0.2)) || !slots_replay(qs, p, op)) {
         qs->degraded++;
         sim_schedule(qs->sim, 2 * SIM_MSG_NS, replay_refused, p);
         return;
     }
     sim_schedule(qs->sim, sim_rand_range(qs->sim, 1, 3) * SIM_MSG_NS, prim_handle, p);
+}
+
+/* ---- owner slots (slots profile; "Replaying a put", steps 1-3) --------------------------------
+ */
+
+enum { SL_RESERVED = 1, SL_COMMITTED, SL_FREED };
+#define QS_SLOT_TTL_MSGS 80 /* a reservation's TTL: expires while writes are still in flight */
+
+typedef struct qs_slot {
+    int state;
+    uint32_t obj;
+    uint64_t deadline_ns;
+    bool busy;    /* a lookup or the held check is in flight */
+    bool checked; /* the held check said REREAD: the next lookup decides (commit or free) */
+} qs_slot_t;
+
+static kvm_runtime_id_t qs_rid(uint8_t b)
+{
+    kvm_runtime_id_t id;
+    memset(id.b, b, sizeof(id.b));
+    return id;
+}
+
+/* The owner's (owner, segment, offset) of slot id: one owner, segment 1, offset = id. */
+static kvm_hot_replica_t slot_locator(uint32_t id, uint64_t len)
+{
+    return (kvm_hot_replica_t){.owner = qs_rid(0xab), .segment = 1, .offset = id, .length = len};
+}
+
+/* The claim's payload of a put: the store's version 2 payload naming its one slot. */
+static size_t slot_payload(const qs_pub_t *p, uint8_t *out)
+{
+    kvm_put_payload_t pp = {.length = p->len, .has_locators = true, .n = 1};
+    pp.writer = qs_rid(0xcd);
+    pp.rep[0] = slot_locator(p->slot, p->len);
+    size_t n = 0;
+    int rc = kvm_put_payload_encode(&pp, out, KVM_PUT_PAYLOAD_MAX, &n);
+    KVM_ASSERT(rc == 0 && p->slot != 0);
+    return n;
+}
+
+static uint32_t slot_reserve(qs_t *qs, const qs_node_t *nd)
+{
+    if (!qs->prof->slots || nd->is_delete)
+        return 0;
+    KVM_ASSERT(qs->n_slots < QS_MAX_OPS);
+    qs_slot_t *sl = &qs->slots[qs->n_slots++];
+    *sl = (qs_slot_t){.state = SL_RESERVED,
+                      .obj = nd->obj,
+                      .deadline_ns = sim_now(qs->sim) + QS_SLOT_TTL_MSGS * SIM_MSG_NS};
+    return qs->n_slots; /* ids start at 1 */
+}
+
+static qs_slot_t *slot_get(qs_t *qs, uint32_t id)
+{
+    KVM_ASSERT(id >= 1 && id <= qs->n_slots);
+    return &qs->slots[id - 1];
+}
+
+static bool route_has_slot(const qs_t *qs, uint32_t obj, uint32_t id)
+{
+    const qs_route_t *r = &qs->route[obj];
+    return r->found && !r->tomb && r->slot == id;
+}
+
+/* apply_cas, before the route changes: the replaced value's slot is released (obsolete). */
+static void slots_replaced(qs_t *qs, qs_route_t *r)
+{
+    if (!qs->prof->slots || !r->slot)
+        return;
+    slot_get(qs, r->slot)->state = SL_FREED;
+    r->slot = 0;
+}
+
+/* apply_cas, the route changed: a put's route references its slot, which must not be free. */
+static void slots_on_cas(qs_t *qs, const qs_pub_t *p, qs_route_t *r)
+{
+    if (!qs->prof->slots || p->is_delete)
+        return;
+    qs_slot_t *sl = slot_get(qs, p->slot);
+    if (sl->state == SL_FREED)
+        sim_fail(qs->sim, "route CAS of %s (%s) references slot %u, which its owner freed", p->op,
+                 p->replay ? "a replay" : "the writer", p->slot);
+    if (p->replay)
+        qs->replayed_slots++;
+    sl->state = SL_COMMITTED;
+    r->slot = p->slot;
+}
+
+/* route_replay: the slot comes from the recorded payload, as kvm_quota_replay rebuilds it. */
+static bool slots_replay(qs_t *qs, qs_pub_t *p, const tn_op_t *op)
+{
+    if (!qs->prof->slots || p->is_delete)
+        return true;
+    kvm_put_payload_t pp;
+    if (kvm_put_payload_decode(op->payload, op->payload_len, &pp) != 0 || !pp.has_locators ||
+        pp.n != 1 || pp.rep[0].offset == 0 || pp.rep[0].offset > qs->n_slots)
+        return false; /* refused, as the store refuses a payload without locators */
+    p->slot = (uint32_t)pp.rep[0].offset;
+    return true;
+}
+
+static void slot_free(qs_t *qs, uint32_t id)
+{
+    qs_slot_t *sl = slot_get(qs, id);
+    if (route_has_slot(qs, sl->obj, id))
+        sim_fail(qs->sim, "owner freed slot %u that the route of object %u references", id,
+                 sl->obj);
+    sl->state = SL_FREED;
+    qs->slots_freed++;
+}
+
+typedef struct qs_own {
+    qs_t *qs;
+    uint32_t id;
+    tn_objrow_t row;
+    bool have_row;
+} qs_own_t;
+
+static void own_later(qs_t *qs, qs_slot_t *sl)
+{
+    sl->busy = false;
+    sl->deadline_ns = sim_now(qs->sim) + 20 * SIM_MSG_NS;
+}
+
+static void own_decide(qs_own_t *w, const tn_op_t *op)
+{
+    qs_t *qs = w->qs;
+    qs_slot_t *sl = slot_get(qs, w->id);
+    kvm_hot_replica_t loc = slot_locator(w->id, 0);
+    enum kvm_held_verdict v = kvm_held_decide(w->have_row ? &w->row : NULL, op, &loc);
+    if (sl->state != SL_RESERVED) {
+        sl->busy = false;
+        return;
+    }
+    if (v == KVM_HELD_KEEP)
+        qs->slots_kept++;
+    sl->checked = v == KVM_HELD_REREAD;
+    own_later(qs, sl);
+    if (sl->checked)
+        sl->deadline_ns = sim_now(qs->sim); /* look the route up again at once */
+}
+
+static void own_op_read(void *arg, const meta_result_t *res)
+{
+    qs_own_t *w = arg;
+    qs_t *qs = w->qs;
+    if (res->rc) {
+        own_later(qs, slot_get(qs, w->id));
+        return;
+    }
+    tn_op_t *op = NULL;
+    if (res->kv.found) {
+        op = malloc(sizeof(*op));
+        KVM_ASSERT(op != NULL);
+        KVM_ASSERT(tn_op_decode(res->kv.value, res->kv.value_len, op) == 0);
+    }
+    own_decide(w, op);
+    free(op);
+}
+
+static void own_row_read(void *arg, const meta_result_t *res)
+{
+    qs_own_t *w = arg;
+    qs_t *qs = w->qs;
+    qs_slot_t *sl = slot_get(qs, w->id);
+    if (res->rc) {
+        own_later(qs, sl);
+        return;
+    }
+    w->have_row = res->kv.found;
+    if (w->have_row)
+        KVM_ASSERT(tn_objrow_decode(res->kv.value, res->kv.value_len, &w->row) == 0);
+    if (!w->have_row || !w->row.lock_op[0]) {
+        own_decide(w, NULL);
+        return;
+    }
+    char k[KS_KEY_CAP];
+    int rc =
+        ks_acct_op_key(k, sizeof(k), QS_DEP, qs->tenants[obj_tenant(qs, sl->obj)], w->row.lock_op);
+    KVM_ASSERT(rc == 0);
+    rc = meta_get(qs->world_m, k, 200, own_op_read, w);
+    KVM_ASSERT(rc == 0);
+}
+
+/* The exact lookup answered (after a message delay): referenced -> commit; otherwise the held
+ * check first (reads after the lookup, the safety argument's order), unless it already said
+ * REREAD or the variant frees on the lookup alone. */
+static void own_looked_up(void *arg)
+{
+    qs_own_t *w = arg;
+    qs_t *qs = w->qs;
+    qs_slot_t *sl = slot_get(qs, w->id);
+    if (qs->owners_stop || sl->state != SL_RESERVED) {
+        sl->busy = false;
+        return;
+    }
+    if (route_has_slot(qs, sl->obj, w->id)) {
+        sl->state = SL_COMMITTED;
+        sl->busy = false;
+        qs->slots_committed++;
+        return;
+    }
+    if (sl->checked || qs->free_held) {
+        sl->busy = false;
+        slot_free(qs, w->id);
+        return;
+    }
+    char k[KS_KEY_CAP];
+    int rc = ks_object_key(k, sizeof(k), QS_DEP, qs->tenants[obj_tenant(qs, sl->obj)],
+                           obj_domain(qs, sl->obj), obj_key(qs, sl->obj));
+    KVM_ASSERT(rc == 0);
+    rc = meta_get(qs->world_m, k, 200, own_row_read, w);
+    KVM_ASSERT(rc == 0);
+}
+
+/* The owners' housekeeping tick: expired RESERVED slots are looked up, a few per tick. */
+static void owners_tick(void *arg)
+{
+    qs_t *qs = arg;
+    if (qs->owners_stop)
+        return;
+    uint64_t now = sim_now(qs->sim);
+    for (uint32_t i = 0; i < qs->n_slots; i++) {
+        qs_slot_t *sl = &qs->slots[i];
+        if (sl->state != SL_RESERVED || sl->busy || sl->deadline_ns > now)
+            continue;
+        sl->busy = true;
+        qs_own_t *w = qs_alloc(qs, sizeof(*w));
+        *w = (qs_own_t){.qs = qs, .id = i + 1};
+        sim_schedule(qs->sim, sim_rand_range(qs->sim, 1, 3) * SIM_MSG_NS, own_looked_up, w);
+    }
+    sim_schedule(qs->sim, sim_rand_range(qs->sim, 10, 30) * SIM_MSG_NS, owners_tick, qs);
+}
+
+static bool slots_settled(const qs_t *qs)
+{
+    for (uint32_t i = 0; qs->prof->slots && i < qs->n_slots; i++)
+        if (qs->slots[i].state == SL_RESERVED)
+            return false;
+    return true;
+}
+
+/* After convergence: every live route's slot is committed (never freed), every committed slot
+ * is a live route's. */
+static void slots_final_check(qs_t *qs)
+{
+    for (uint32_t o = 0; qs->prof->slots && o < qs->objs && !sim_failed(qs->sim); o++) {
+        const qs_route_t *r = &qs->route[o];
+        if (r->found && !r->tomb && (!r->slot || slot_get(qs, r->slot)->state != SL_COMMITTED))
+            sim_fail(qs->sim, "object %u: its live route's slot %u is not committed (state %d)", o,
+                     r->slot, r->slot ? slot_get(qs, r->slot)->state : 0);
+    }
+    for (uint32_t i = 0; qs->prof->slots && i < qs->n_slots && !sim_failed(qs->sim); i++)
+        if (qs->slots[i].state == SL_COMMITTED && !route_has_slot(qs, qs->slots[i].obj, i + 1))
+            sim_fail(qs->sim, "slot %u is committed but no live route references it", i + 1);
 }
 
 /* ---- writers -------------------------------------------------------------------------------- */
@@ -760,6 +1054,7 @@ static void send_publish(qs_node_t *nd)
     p->is_delete = nd->is_delete;
     p->len = nd->len;
     p->pred = qs->intent[nd->id].pred;
+    p->slot = nd->slot;
     p->node = nd->id;
     p->inc = sim_node_incarnation(qs->sim, nd->id);
     if (tn_hint_export(nd->tn, qs->tenants[obj_tenant(qs, nd->obj)], nd->op, p->hint,
@@ -777,6 +1072,8 @@ static void send_publish(qs_node_t *nd)
     /* the writer's own deadline: then it tries to abort */
     nd->deadline = env_timer_start(nd->env, 250 * SIM_MSG_NS, write_deadline, nd);
 }
+
+static uint32_t slot_reserve(qs_t *qs, const qs_node_t *nd);
 
 static void on_reserve(void *arg, int rc, const tn_op_view_t *v)
 {
@@ -804,6 +1101,7 @@ static void on_reserve(void *arg, int rc, const tn_op_view_t *v)
         write_end(nd, KVMESH_EINDETERMINATE, 0, 0);
         return;
     }
+    nd->slot = slot_reserve(qs, nd);          /* placement (slots profile; 0 otherwise) */
     if (window(nd, qs->prof->p_before_cas)) { /* before route CAS */
         crash_now(nd);
         return;
@@ -816,7 +1114,7 @@ static void on_reserve(void *arg, int rc, const tn_op_view_t *v)
         KVM_ASSERT(rc == 0);
         return;
     }
-    /* data transfer, then publication */
+    /* data transfer (into the reserved owner slot), then publication */
     nd->think =
         env_timer_start(nd->env, sim_rand_range(qs->sim, 1, 5) * SIM_MSG_NS, send_publish_cb, nd);
 }
@@ -1276,14 +1574,18 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         bugs = TN_TEST_BUG_NO_PENDING_TERM;
     else if (!strcmp(v, "no_replay"))
         bugs = TN_TEST_BUG_NO_REPLAY;
+    else if (!strcmp(v, "abort_unproven"))
+        bugs = TN_TEST_BUG_ABORT_UNPROVEN;
     else if (!strcmp(v, "no_settle"))
         bugs = 0; /* scenario-side: the writer's own settling is off */
+    else if (!strcmp(v, "free_held") && prof->slots)
+        bugs = 0; /* scenario-side: owners free a held slot on the route lookup alone */
     else if (*v) {
         memset(res, 0, sizeof(*res));
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
                  "unknown variant '%s' (quota scenarios know abort_publishing, no_pending, "
-                 "no_replay, no_settle)",
+                 "no_replay, no_settle, abort_unproven; quota_replay_slots also free_held)",
                  v);
         return 1;
     }
@@ -1292,6 +1594,11 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     qs->prof = prof;
     qs->bugs = bugs;
     qs->no_settle = !strcmp(v, "no_settle");
+    qs->free_held = !strcmp(v, "free_held");
+    if (prof->slots) {
+        qs->slots = calloc(QS_MAX_OPS, sizeof(*qs->slots));
+        KVM_ASSERT(qs->slots != NULL);
+    }
     sim_config_t cfg;
     sim_config_init(&cfg, ro);
     qs->n = prof->writers_lo + (uint32_t)(ro->seed % 2);
@@ -1340,6 +1647,8 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     sim_start(sim);
     sim_schedule(sim, sim_rand_range(sim, 100, 300) * SIM_MSG_NS, nemesis, qs);
     sim_schedule(sim, sim_rand_range(sim, 100, 400) * SIM_MSG_NS, failover, qs);
+    if (prof->slots)
+        sim_schedule(sim, sim_rand_range(sim, 10, 30) * SIM_MSG_NS, owners_tick, qs);
     uint64_t fault_end = (uint64_t)1500 * ro->soak * SIM_MSG_NS;
     sim_run_until(sim, fault_end);
     if (sim_failed(sim))
@@ -1365,16 +1674,17 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     bool ok = false;
     while (!sim_failed(sim) && sim_now(sim) < deadline) {
         sim_run_for(sim, 200 * SIM_MSG_NS);
-        if (read_usage(qs) && converged(qs)) {
+        if (read_usage(qs) && converged(qs) && slots_settled(qs)) {
             ok = true;
             break;
         }
     }
     if (!sim_failed(sim) && !ok) {
         sim_fail(sim,
-                 "reconciliation did not converge within 8 s: %s pending %llu publishing %llu, "
+                 "reconciliation did not converge within 8 s%s: %s pending %llu publishing %llu, "
                  "%s pending %llu publishing %llu",
-                 qs->tenants[0], (unsigned long long)qs->final_usage[0].n_pending,
+                 slots_settled(qs) ? "" : " (owner slots still reserved)", qs->tenants[0],
+                 (unsigned long long)qs->final_usage[0].n_pending,
                  (unsigned long long)qs->final_usage[0].n_publishing, qs->tenants[1],
                  (unsigned long long)qs->final_usage[1].n_pending,
                  (unsigned long long)qs->final_usage[1].n_publishing);
@@ -1382,6 +1692,8 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     }
     if (!sim_failed(sim))
         final_checks(qs);
+    if (!sim_failed(sim))
+        slots_final_check(qs);
 out:
     sim_log(sim,
             "writes ok %llu, quota refusals %llu, aborts %llu, claims rejected %llu, fenced "
@@ -1392,6 +1704,13 @@ out:
             (unsigned long long)qs->fenced, (unsigned long long)qs->degraded,
             (unsigned long long)qs->policy_refusals, (unsigned long long)qs->cas_failed_claimed,
             (unsigned long long)qs->writer_settled, qs->n_ops);
+    if (prof->slots)
+        sim_log(sim,
+                "owner slots %u: kept by the held check %llu, committed by lookup %llu, "
+                "freed %llu, published by a replay %llu",
+                qs->n_slots, (unsigned long long)qs->slots_kept,
+                (unsigned long long)qs->slots_committed, (unsigned long long)qs->slots_freed,
+                (unsigned long long)qs->replayed_slots);
     if (sim_failed(sim) && ro->verbose && ro->out)
         sim_hist_dump(qs->hist, ro->out);
     {
@@ -1400,6 +1719,7 @@ out:
     }
     qs->quiet = true;
     qs->faults = false;
+    qs->owners_stop = true;
     sim_set_invariant(sim, NULL, NULL);
     for (uint32_t i = 0; i < qs->n; i++)
         sim_crash(sim, i);
@@ -1411,6 +1731,7 @@ out:
     meta_close(qs->prim_m);
     meta_close(qs->world_m);
     free(qs->owed);
+    free(qs->slots);
     int out = sim_finish(sim, res);
     sim_hist_free(qs->hist);
     for (size_t i = 0; i < qs->n_allocs; i++)
@@ -1463,3 +1784,9 @@ QS_SCENARIO(quota_cas_failed_settle,
             "reconciliation replays what is left",
             .p_cas_fails = 0.3, .writer_settles = true, .p_before_cas = 0.05, .p_after_cas = 0.05,
             .p_delete = 0.4, .keys = 3, .writers_lo = 3)
+QS_SCENARIO(quota_replay_slots,
+            "quota: writers crash between claim and CAS or the primary's CAS fails after its "
+            "claim; owners keep the put's reserved slot while its operation may publish it, "
+            "reconciliation replays the route from the claim's payload onto it",
+            .slots = true, .p_cas_fails = 0.3, .p_before_cas = 0.1, .p_after_cas = 0.05,
+            .p_delete = 0.3, .keys = 3, .writers_lo = 3)

@@ -456,8 +456,10 @@ static void test_batch(void **state)
 
 typedef struct script {
     fx_t *f;
-    int mode[8]; /* per key "r0".."r7": 0 published, 1 at predecessor (replay ok), 2 other,
-                  * 3 published by its operation at another version than the claim's */
+    int mode[8]; /* per key "r0".."r7": 0 published, 1 at predecessor (replay ok), 2 the
+                  * lookup fails (unprovable), 3 published by its operation at another version
+                  * than the claim's, 4 another operation's route above the predecessor
+                  * (superseded) */
     char ops[8][TN_OPID_CAP];
     uint32_t replays;
 } script_t;
@@ -487,10 +489,13 @@ static void sc_lookup(void *ctx, const char *tenant, const char *domain, const c
         o.version = V(1, 4);
         snprintf(o.content_op, sizeof(o.content_op), "%s", s->ops[i]);
         break;
-    default:
+    case 4:
         o.version = V(1, 7);
         ks_opid_format(o.content_op, 99, 99);
         break;
+    default:
+        cb(arg, KVMESH_EUNAVAILABLE, &o);
+        return;
     }
     cb(arg, 0, &o);
 }
@@ -528,9 +533,9 @@ static void test_recon(void **state)
     fx_open(&f, "memory://tq_recon", &cfg);
     tn_policy_t p = {.policy_version = 1, .max_bytes = 10000, .max_objects = 10};
     assert_int_equal(boot(&f, "acme", &p, NULL), 0);
-    script_t s = {.f = &f, .mode = {0, 1, 2, 0, 3}};
-    /* r0, r1, r2, r4 claimed (publishing); r3 only reserved (pending, expires) */
-    for (int i = 0; i < 5; i++) {
+    script_t s = {.f = &f, .mode = {0, 1, 2, 0, 3, 4}};
+    /* r0, r1, r2, r4, r5 claimed (publishing); r3 only reserved (pending, expires) */
+    for (int i = 0; i < 6; i++) {
         char key[4];
         snprintf(key, sizeof(key), "r%d", i);
         s.ops[i][0] = '\0';
@@ -538,6 +543,8 @@ static void test_recon(void **state)
         if (i != 3)
             assert_int_equal(claim(&f, "acme", NULL, key, s.ops[i], V(1, 1), 77).rc, 0);
     }
+    /* the writer's own abort of a publishing operation stays refused */
+    assert_int_equal(abort_op(&f, "acme", NULL, "r5", s.ops[5]).rc, KVMESH_ECONFLICT);
     usleep(5000); /* past every deadline (wall clock) */
     tn_route_ops_t ops = {.lookup = sc_lookup, .replay = sc_replay, .ctx = &s};
     rres_t x = {0};
@@ -549,14 +556,20 @@ static void test_recon(void **state)
     /* r0 (published), r1 (replayed), r4 (published at (1,4): recorded by a replay claim) */
     assert_int_equal(x.rep.finalized, 3);
     assert_int_equal(x.rep.replayed, 1);
-    assert_int_equal(x.rep.degraded, 1); /* r2: cannot prove: stays charged and locked */
+    assert_int_equal(x.rep.degraded, 1);   /* r2: cannot prove: stays charged and locked */
+    assert_int_equal(x.rep.superseded, 1); /* r5: a route above its predecessor: aborted */
     assert_int_equal(s.replays, 1);
     uint32_t purged = x.rep.purged; /* terminal records may already be past their 1 ms */
     tn_usage_t u = usage(&f, "acme");
     assert_int_equal(u.committed_bytes, 300);
-    assert_int_equal(u.pending_bytes, 100); /* r2's conservative charge */
+    assert_int_equal(u.pending_bytes, 100); /* r2's conservative charge; r5's refunded */
     assert_int_equal(u.n_publishing, 1);
     assert_int_equal(u.n_pending, 0);
+    /* r5 is unlocked: the next write is admitted (its row never recorded a route) */
+    char n5[TN_OPID_CAP] = "";
+    res_t r5 = reserve(&f, "acme", NULL, "r5", false, 1, NONE, n5);
+    assert_int_equal(r5.rc, 0);
+    assert_int_equal(abort_op(&f, "acme", NULL, "r5", n5).rc, 0);
     char nid[TN_OPID_CAP] = "";
     assert_int_equal(reserve(&f, "acme", NULL, "r2", false, 1, NONE, nid).rc, KVMESH_EAGAIN);
     /* r4's row records the version its route was published at: the next write expects it */
@@ -571,7 +584,7 @@ static void test_recon(void **state)
     x = (rres_t){0};
     assert_int_equal(tn_recon_pass(f.tn, "acme", &ops, 16, on_recon, &x), 0);
     run_until(&f, &x.done);
-    assert_true(purged + x.rep.purged >= 4); /* r0, r1, r4 finalized, r3 aborted (+ r4's abort) */
+    assert_true(purged + x.rep.purged >= 5); /* r0, r1, r4 finalized, r3, r5 aborted (+ ...) */
     assert_true(x.rep.degraded <= 1);
     /* the route turns out published: the next due pass finalizes r2 */
     s.mode[2] = 0;
