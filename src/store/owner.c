@@ -3,7 +3,7 @@
  * owner.c — the storage owner's shell: this runtime's segments (mapped, registered, with their
  * read grants) around the slot core (store/slot_core.h: slots, allocators, reservation TTL and
  * held reservations, reclaim after the grace window, CLOCK eviction, waiters for space; spec
- * "Write path" 3, "Delete and reclaim", DRAM eviction; docs/protocol.md "Owner slot core").
+ * "Write path" 3, "Delete and reclaim", DRAM eviction; docs/store.md "Owner slot core").
  *
  * The shell owns every I/O the core asks for: write grants (seg_grant / seg_revoke), the exact
  * route lookups that settle held reservations and pick eviction victims, the eviction's route

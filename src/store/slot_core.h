@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * slot_core.h — the storage owner's slot protocol as a sans-I/O core (spec "Write path" 3,
- * "Delete and reclaim", DRAM eviction; docs/protocol.md "Owner slot core"): the owner's
+ * "Delete and reclaim", DRAM eviction; docs/store.md "Owner slot core"): the owner's
  * segments and their allocators (store/alloc.h), the replica slots carved from them, the
  * reserved / reclaim queues, the CLOCK ring of committed slots and the reservations waiting for
  * space. Every transition is a function that takes the current time; what the owner must do in
