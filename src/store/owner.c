@@ -104,6 +104,7 @@ static int fx_lookup(void *ctx, slot_t *s, enum slot_lookup_why why)
                         why == SLOT_LOOKUP_EXPIRY ? expiry_looked_up : evict_looked_up, s);
 }
 
+/* (.held_check: where the put replay's quota operation check of a held slot plugs in) */
 static const slot_effects_t owner_fx = {
     .grant = fx_grant,
     .revoke = fx_revoke,

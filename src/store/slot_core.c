@@ -586,12 +586,19 @@ enum slot_settle slot_core_settle_decide(const slot_settle_in_t *in)
         return SLOT_SETTLE_COMMIT;
     case SLOT_ANS_UNREFERENCED:
     case SLOT_ANS_ABSENT:
-        return SLOT_SETTLE_FREE;
+        return in->check_due ? SLOT_SETTLE_CHECK : SLOT_SETTLE_FREE;
     case SLOT_ANS_UNKNOWN:
     case SLOT_ANS_CANCELED:
         break;
     }
     return SLOT_SETTLE_KEEP;
+}
+
+static void held_retry(slot_core_t *c, uint64_t now, slot_t *s)
+{
+    q_del(&c->reserved_head, &c->reserved_tail, s);
+    s->deadline_ns = now + c->cfg.held_retry_ns;
+    q_push(&c->reserved_head, &c->reserved_tail, s);
 }
 
 enum slot_settle slot_core_held_answer(slot_core_t *c, uint64_t now, slot_t *s,
@@ -601,8 +608,17 @@ enum slot_settle slot_core_held_answer(slot_core_t *c, uint64_t now, slot_t *s,
     s->busy = false;
     if (in->route == SLOT_ANS_CANCELED || s->state != SLOT_HELD)
         return SLOT_SETTLE_KEEP; /* closing, or committed / released meanwhile */
-    enum slot_settle d = slot_core_settle_decide(in);
+    slot_settle_in_t full = *in;
+    full.check_due = c->fx.held_check && !s->checked;
+    enum slot_settle d = slot_core_settle_decide(&full);
     switch (d) {
+    case SLOT_SETTLE_CHECK:
+        s->busy = true;
+        if (c->fx.held_check(c->ctx, s) == 0)
+            break;
+        s->busy = false;
+        held_retry(c, now, s); /* unknown: ask again later */
+        return SLOT_SETTLE_KEEP;
     case SLOT_SETTLE_COMMIT:
         to_committed(c, s);
         break;
@@ -611,13 +627,28 @@ enum slot_settle slot_core_held_answer(slot_core_t *c, uint64_t now, slot_t *s,
         event(c, SLOT_EV_EXPIRED, s->len);
         to_reclaim(c, now, s);
         break;
-    case SLOT_SETTLE_KEEP: /* ask again later */
-        q_del(&c->reserved_head, &c->reserved_tail, s);
-        s->deadline_ns = now + c->cfg.held_retry_ns;
-        q_push(&c->reserved_head, &c->reserved_tail, s);
+    case SLOT_SETTLE_KEEP: /* ask again later (and check again before any free) */
+        s->checked = false;
+        held_retry(c, now, s);
         break;
     }
     return d;
+}
+
+void slot_core_held_check_answer(slot_core_t *c, uint64_t now, slot_t *s, enum slot_check a)
+{
+    KVM_ASSERT(s->busy);
+    s->busy = false;
+    if (a == SLOT_CHECK_CANCELED || s->state != SLOT_HELD)
+        return;
+    s->checked = a == SLOT_CHECK_REREAD;
+    if (s->checked) { /* the route again, read after the check: it decides */
+        s->busy = true;
+        if (c->fx.lookup(c->ctx, s, SLOT_LOOKUP_EXPIRY) == 0)
+            return;
+        s->busy = false;
+    }
+    held_retry(c, now, s);
 }
 
 /* ---- eviction -------------------------------------------------------------------------------- */

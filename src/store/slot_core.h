@@ -79,6 +79,7 @@ typedef struct slot {
     bool ref;                   /* CLOCK reference bit */
     bool busy;                  /* a lookup or CAS for this slot is in flight: never freed */
     bool evicting;              /* COMMITTED, out of the ring, its eviction in flight */
+    bool checked; /* HELD: the further check (held_check) said "decide by the route" */
     bool queued, in_clock;
 } slot_t;
 
@@ -120,6 +121,10 @@ typedef struct slot_effects {
     /* Look up the route of s->ident and answer (see enum slot_lookup_why). 0: started (the
      * answer may come before the return); an error: not started (the core undoes). */
     int (*lookup)(void *ctx, slot_t *s, enum slot_lookup_why why);
+    /* Optional further check of a HELD slot the route shows unreferenced, before it is freed
+     * (e.g. the put replay's quota operation record): answer with slot_core_held_check_answer.
+     * 0: started; an error: not started (kept held, asked again later). NULL: no check. */
+    int (*held_check)(void *ctx, slot_t *s);
     /* s's bytes go back to the allocator now (the grace passed). */
     void (*freed)(void *ctx, const slot_t *s);
     void (*event)(void *ctx, enum slot_event ev, uint64_t bytes);
@@ -179,15 +184,22 @@ enum slot_settle {
     SLOT_SETTLE_COMMIT, /* the route references the slot: it is the object's replica */
     SLOT_SETTLE_FREE,   /* the route proves it does not: release (RECLAIM, then the grace) */
     SLOT_SETTLE_KEEP,   /* unknown: keep it held, ask again later */
+    SLOT_SETTLE_CHECK,  /* unreferenced, but the further check decides first (held_check) */
 };
 typedef struct slot_settle_in {
     enum slot_answer route; /* the exact lookup's answer */
+    bool check_due;         /* filled by the core: a held_check effect exists and has not yet said
+                               "decide by the route" for this slot */
 } slot_settle_in_t;
 enum slot_settle slot_core_settle_decide(const slot_settle_in_t *in);
-/* The answer of a SLOT_LOOKUP_EXPIRY lookup; returns what was done (KEEP also when the slot
- * was settled meanwhile or the lookup was canceled). */
+/* The answer of a SLOT_LOOKUP_EXPIRY lookup (in->route; in->check_due is the core's); returns
+ * what was done (KEEP also when the slot was settled meanwhile or the lookup was canceled). */
 enum slot_settle slot_core_held_answer(slot_core_t *c, uint64_t now, slot_t *s,
                                        const slot_settle_in_t *in);
+/* The answer of a held_check: SLOT_CHECK_KEEP keeps the slot held (asked again after
+ * held_retry_ns), SLOT_CHECK_REREAD looks the route up again and lets that answer decide. */
+enum slot_check { SLOT_CHECK_KEEP, SLOT_CHECK_REREAD, SLOT_CHECK_CANCELED };
+void slot_core_held_check_answer(slot_core_t *c, uint64_t now, slot_t *s, enum slot_check a);
 
 /* The answer of a SLOT_LOOKUP_EVICT lookup. SLOT_EVICT_CAS: the route references the slot; the
  * shell removes the replica by a route CAS (or the cold tier's eviction) and then calls

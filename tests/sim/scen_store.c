@@ -304,6 +304,33 @@ static int fx_lookup(void *ctx, slot_t *s, enum slot_lookup_why why)
     return 0;
 }
 
+/* The further check of a held slot (slot_effects_t.held_check; the store's is the put
+ * replay's quota operation record): answered later, KEEP or REREAD at random. */
+static void check_answer(void *arg)
+{
+    smsg_t *m = arg;
+    sowner_t *o = owner_at(m->t, m->node, m->epoch);
+    KVM_ASSERT(o != NULL);
+    sim_log(m->t->sim, "n%u held check: %s", m->node, m->rc ? "keep" : "reread");
+    slot_core_held_check_answer(o->core, sim_now(m->t->sim), m->slot,
+                                m->rc ? SLOT_CHECK_KEEP : SLOT_CHECK_REREAD);
+}
+
+static int fx_held_check(void *ctx, slot_t *s)
+{
+    sowner_t *o = ctx;
+    st_t *t = o->t;
+    if (sim_chance(t->sim, 0.1))
+        return KVMESH_EUNAVAILABLE; /* not started: kept held */
+    smsg_t *m = msg_new(t);
+    m->node = o->node;
+    m->epoch = o->epoch;
+    m->slot = s;
+    m->rc = sim_chance(t->sim, 0.3);
+    sim_schedule_on(t->sim, o->node, delay(t), check_answer, m);
+    return 0;
+}
+
 static void owner_tick(void *arg)
 {
     sowner_t *o = arg;
@@ -338,7 +365,10 @@ static void *st_start(void *ctx, sim_t *sim, uint32_t node, env_t *env)
         .evict_inflight_max = 8,
         .wait_max = 16,
     };
-    int rc = slot_core_new(&cfg, &st_fx, o, &o->core);
+    slot_effects_t fx = st_fx;
+    if (t->mode == M_EXPIRY || t->mode == M_DEATH)
+        fx.held_check = fx_held_check;
+    int rc = slot_core_new(&cfg, &fx, o, &o->core);
     KVM_ASSERT(rc == 0);
     slot_core_test_set_bugs(o->core, t->bugs);
     for (uint32_t i = 0; i < t->n_segs; i++) {
