@@ -25,7 +25,6 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "store/cold_glue.h"
 #include "store/handoff.h"
 #include "store/proto.h"
 #include "store/quota.h"
@@ -36,6 +35,24 @@
 static uint64_t now_ns(kvm_rt_t *rt)
 {
     return env_now_ns(rt->env);
+}
+
+/* ---- the cold tier's hooks (store.h kvm_owner_cold_hooks) ---------------------------------- */
+
+void kvm_owner_set_cold_hooks(kvm_rt_t *rt, const struct kvm_owner_cold_hooks *h)
+{
+    rt->owner_cold = h;
+}
+
+static bool cold_device(kvm_rt_t *rt)
+{
+    return rt->owner_cold && rt->owner_cold->has_device(rt);
+}
+
+static void cold_published(kvm_rt_t *rt, const kvm_route_t *now)
+{
+    if (rt->owner_cold)
+        rt->owner_cold->published(rt, now);
 }
 
 /* rt->used / rt->capacity: the core's, for the readers elsewhere in the runtime. */
@@ -350,7 +367,7 @@ static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r)
     kvm_rt_t *rt = slot_core_ctx(s->core);
     slot_settle_in_t in = {.route = answer_of(rt, s, rc, r)};
     if (slot_core_held_answer(rt->slots, now_ns(rt), s, &in) == SLOT_SETTLE_COMMIT)
-        kvm_cold_published(rt, r); /* cold tier: a PendingOffload on this runtime's device */
+        cold_published(rt, r); /* cold tier: a PendingOffload on this runtime's device */
     owner_sync(rt);
 }
 
@@ -413,14 +430,14 @@ static void evict_cold_done(void *arg, int rc)
 
 static bool evict_cold(kvm_rt_t *rt, slot_t *s, const kvm_route_t *r, const kvm_hot_replica_t *slot)
 {
-    if (kvm_cold_pins_last(rt, r)) {
+    if (rt->owner_cold->pins_last(rt, r)) {
         evict_end(rt, s, SLOT_EVICT_KEPT);
         return true;
     }
-    if (kvm_cold_claims(rt, r)) { /* eviction-triggered offload: materialize, then evict */
+    if (rt->owner_cold->claims(rt, r)) { /* eviction-triggered offload: materialize, then evict */
         int k = kvm_route_find_replica(r, slot);
         KVM_ASSERT(k >= 0);
-        if (kvm_cold_evict_claim(rt, r, &r->replicas[k], evict_cold_done, s) != 0)
+        if (rt->owner_cold->evict_claim(rt, r, &r->replicas[k], evict_cold_done, s) != 0)
             evict_end(rt, s, SLOT_EVICT_KEPT);
         return true;
     }
@@ -428,7 +445,7 @@ static bool evict_cold(kvm_rt_t *rt, slot_t *s, const kvm_route_t *r, const kvm_
         return false;
     int i = kvm_route_find_replica(r, slot);
     KVM_ASSERT(i >= 0);
-    if (kvm_cold_evict_last(rt, &s->ident, &r->replicas[i], evict_cold_done, s) != 0)
+    if (rt->owner_cold->evict_last(rt, &s->ident, &r->replicas[i], evict_cold_done, s) != 0)
         evict_end(rt, s, SLOT_EVICT_KEPT);
     return true;
 }
@@ -475,7 +492,7 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
     kvm_hot_replica_t rep = {
         .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
     kvm_route_remove_replica(&next, &rep);
-    if (next.n_replicas == 0 && kvm_cold_has_device(rt) && evict_cold(rt, s, r, &rep)) {
+    if (next.n_replicas == 0 && cold_device(rt) && evict_cold(rt, s, r, &rep)) {
         kvm_route_free(&next); /* the cold tier decides (cold_glue.c) */
         return;
     }
@@ -781,8 +798,9 @@ static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
     }
     if (req->type == STORE_RPC_COMMIT) {
         const slot_t *sl = slot_core_commit(rt->slots, now_ns(rt), m.seg, m.offset);
-        if (sl && sl->state == SLOT_COMMITTED && kvm_cold_has_device(rt))
-            kvm_cold_slot_committed(rt, &sl->ident); /* a remote writer's offload to our device */
+        if (sl && sl->state == SLOT_COMMITTED && cold_device(rt))
+            rt->owner_cold->slot_committed(
+                rt, &sl->ident); /* a remote writer's offload to our device */
     } else
         kvm_owner_release(rt, m.seg, m.offset);
     kvm_span_finish(s, 0);

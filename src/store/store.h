@@ -325,6 +325,7 @@ typedef struct kvm_rt {
     /* owner (owner.c): the slot core, the segments' mappings, and used / capacity mirrored
      * from the core after every owner call */
     struct slot_core *slots;
+    const struct kvm_owner_cold_hooks *owner_cold; /* NULL: no cold tier (installed by it) */
     struct kvm_local_seg segs[STORE_MAX_SEGS];
     uint32_t n_segs;
     uint64_t capacity, used;
@@ -490,6 +491,23 @@ void kvm_owner_stop(kvm_rt_t *rt);
 void kvm_owner_fail_waiters(kvm_rt_t *rt);
 /* No reservation open, no waiter, no eviction in flight (a hot upgrade may export). */
 bool kvm_owner_settled(kvm_rt_t *rt);
+/* The cold tier's part in the owner's paths, installed by the cold glue (cold_glue.c) at
+ * kvm_cold_open and removed at kvm_cold_close, so that owner.c never calls it by name. The
+ * functions have cold_glue.h's meaning; with none installed the owner has no cold device.
+ * The hooks struct is borrowed until it is replaced. [loop] */
+typedef void (*kvm_owner_cold_cb)(void *arg, int rc);
+struct kvm_owner_cold_hooks {
+    bool (*has_device)(kvm_rt_t *rt);
+    void (*published)(kvm_rt_t *rt, const kvm_route_t *now);
+    void (*slot_committed)(kvm_rt_t *rt, const kvm_ident_t *ident);
+    bool (*pins_last)(kvm_rt_t *rt, const kvm_route_t *route);
+    bool (*claims)(kvm_rt_t *rt, const kvm_route_t *r);
+    int (*evict_claim)(kvm_rt_t *rt, const kvm_route_t *r, const kvm_hot_replica_t *rep,
+                       kvm_owner_cold_cb cb, void *arg);
+    int (*evict_last)(kvm_rt_t *rt, const kvm_ident_t *ident, const kvm_hot_replica_t *rep,
+                      kvm_owner_cold_cb cb, void *arg);
+};
+void kvm_owner_set_cold_hooks(kvm_rt_t *rt, const struct kvm_owner_cold_hooks *h);
 typedef void (*kvm_reserve_cb)(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
                                uint64_t token);
 void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32_t ttl_ms,
