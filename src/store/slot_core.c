@@ -41,6 +41,7 @@ struct slot_core {
     slot_t *reserved_head, *reserved_tail; /* RESERVED and HELD, FIFO by TTL end */
     slot_t *reclaim_head, *reclaim_tail;   /* RECLAIM, FIFO by grace end */
     slot_t *clock_hand;                    /* ring of COMMITTED slots not being evicted */
+    slot_t *evict_head, *evict_tail;       /* COMMITTED slots out of the ring, being evicted */
     size_t n_clock, n_live;
     uint32_t evict_inflight;
     uint64_t seq;
@@ -214,8 +215,11 @@ void slot_core_free(slot_core_t *c)
         clock_del(c, s);
         slot_drop(c, s);
     }
-    /* (a slot still being evicted is only reachable through its callback: the shell's close
-     * cancels those lookups before, so none is left here) */
+    while (c->evict_head) { /* (their lookups or CAS never answer now) */
+        slot_t *s = c->evict_head;
+        q_del(&c->evict_head, &c->evict_tail, s);
+        slot_drop(c, s);
+    }
     while (c->waiters) {
         struct slot_wait *w = c->waiters;
         c->waiters = w->next;
@@ -298,11 +302,39 @@ bool slot_core_seg_drained(const slot_core_t *c, uint32_t segi)
     return slot_core_seg_present(c, segi) && c->segs[segi].drained;
 }
 
+static void held_end(slot_core_t *c, slot_t *s);
+
+/* The remove_undrained broken variant: the segment's idle reserved and reclaim slots are
+ * dropped at once (only the drain's list, the committed slots, was waited for). */
+static void drop_undrained(slot_core_t *c, uint32_t segi)
+{
+    for (int q = 0; q < 2; q++) {
+        slot_t **head = q ? &c->reclaim_head : &c->reserved_head;
+        slot_t **tail = q ? &c->reclaim_tail : &c->reserved_tail;
+        for (slot_t *s = *head, *n; s; s = n) {
+            n = s->qnext;
+            if (s->segi != segi || s->busy)
+                continue;
+            q_del(head, tail, s);
+            if (q)
+                c->reclaim_bytes -= s->len;
+            held_end(c, s);
+            revoke(c, s);
+            s->state = SLOT_FREED; /* (broken on purpose: no legal transition) */
+            if (c->fx.freed)
+                c->fx.freed(c->ctx, s);
+            slot_drop(c, s);
+        }
+    }
+}
+
 int slot_core_seg_remove(slot_core_t *c, uint32_t segi, uint64_t *n_slots)
 {
     KVM_ASSERT(slot_core_seg_present(c, segi));
     struct slot_seg *g = &c->segs[segi];
     alloc_stats_t a;
+    if (g->retiring && (c->bugs & SLOT_BUG_REMOVE_UNDRAINED))
+        drop_undrained(c, segi);
     alloc_stats(g->alloc, &a);
     *n_slots = a.n_used;
     if (!g->retiring || a.n_used)
@@ -364,6 +396,8 @@ static void to_reclaim(slot_core_t *c, uint64_t now, slot_t *s)
         revoke(c, s);
     } else if (s->in_clock) {
         clock_del(c, s);
+    } else {
+        q_del(&c->evict_head, &c->evict_tail, s); /* released while being evicted */
     }
     set_state(s, SLOT_RECLAIM);
     s->deadline_ns = (c->bugs & SLOT_BUG_NO_GRACE) ? now : now + c->cfg.reclaim_grace_ns;
@@ -659,7 +693,8 @@ static void evict_back(slot_core_t *c, slot_t *s)
     s->busy = false;
     s->evicting = false;
     c->evict_inflight--;
-    if (s->state == SLOT_COMMITTED && !s->in_clock) {
+    if (s->state == SLOT_COMMITTED) {
+        q_del(&c->evict_head, &c->evict_tail, s);
         s->ref = false;
         clock_add(c, s);
     }
@@ -690,6 +725,7 @@ static void evict_some(slot_core_t *c, uint64_t need)
             continue;
         }
         clock_del(c, s);
+        q_push(&c->evict_head, &c->evict_tail, s);
         s->busy = true;
         s->evicting = true;
         c->evict_inflight++;
@@ -932,6 +968,10 @@ static int check_queues(const slot_core_t *c, size_t *n_q, uint64_t *held, uint6
                             slot_state_name(s->state));
         *rbytes += s->len;
     }
+    for (const slot_t *s = c->evict_head; s; s = s->qnext, (*n_q)++)
+        if (s->state != SLOT_COMMITTED || !s->evicting || !s->busy)
+            return kvm_errf(KVMESH_EINTERNAL, "a %s slot in the eviction list",
+                            slot_state_name(s->state));
     const slot_t *s = c->clock_hand;
     for (size_t i = 0; i < c->n_clock; i++, s = s->cnext, (*n_q)++)
         if (!s || s->state != SLOT_COMMITTED || !s->in_clock || s->evicting)
@@ -970,9 +1010,8 @@ int slot_core_check(const slot_core_t *c)
                         "allocators hold %" PRIu64 " bytes in %" PRIu64 " blocks; the core counts "
                         "%" PRIu64 " bytes in %zu slots",
                         requested, blocks, c->used, c->n_live);
-    if (c->n_live < n_q || c->n_live - n_q > c->evict_inflight)
-        return kvm_errf(KVMESH_EINTERNAL,
-                        "%zu slots, %zu in queues or the ring, %u evictions in flight", c->n_live,
-                        n_q, c->evict_inflight);
+    if (c->n_live != n_q)
+        return kvm_errf(KVMESH_EINTERNAL, "%zu slots, %zu in the queues and the ring", c->n_live,
+                        n_q);
     return 0;
 }

@@ -31,7 +31,8 @@
  *   - a RESERVED slot past its TTL is HELD, never freed, until an exact route lookup settles it
  *     (slot_core_settle_decide);
  *   - every slot is in exactly one place: RESERVED and HELD in the reserved queue, RECLAIM in
- *     the reclaim queue, COMMITTED in the clock ring unless an eviction holds it (evicting);
+ *     the reclaim queue, COMMITTED in the clock ring or, while its eviction is in flight
+ *     (evicting), in the eviction list;
  *   - used bytes = the sum of the live slots' lengths = the allocators' requested bytes.
  *
  * Ownership: slot_core_new allocates the core, slot_core_free releases it with every slot and
@@ -74,7 +75,7 @@ typedef struct slot {
     uint64_t token;             /* write grant while RESERVED / HELD */
     uint64_t deadline_ns;       /* RESERVED: TTL end; HELD: next lookup; RECLAIM: grace end */
     uint64_t seq;               /* commit order (drain cursor) */
-    struct slot *qnext, *qprev; /* reserved or reclaim queue */
+    struct slot *qnext, *qprev; /* reserved, reclaim or eviction list */
     struct slot *cnext, *cprev; /* clock ring */
     bool ref;                   /* CLOCK reference bit */
     bool busy;                  /* a lookup or CAS for this slot is in flight: never freed */
@@ -252,9 +253,11 @@ int slot_core_check(const slot_core_t *c);
 
 /* Tests only: deliberately broken variants the simulator's checkers must catch. */
 enum slot_bug {
-    SLOT_BUG_NO_GRACE = 1u << 0,     /* RECLAIM is freed at the next tick, without the grace */
-    SLOT_BUG_FREE_HELD = 1u << 1,    /* an expired reservation is released without its lookup */
-    SLOT_BUG_EVICT_NO_CAS = 1u << 2, /* an eviction frees a referenced slot without the CAS */
+    SLOT_BUG_NO_GRACE = 1u << 0,         /* RECLAIM is freed at the next tick, without the grace */
+    SLOT_BUG_FREE_HELD = 1u << 1,        /* an expired reservation is released without its lookup */
+    SLOT_BUG_EVICT_NO_CAS = 1u << 2,     /* an eviction frees a referenced slot without the CAS */
+    SLOT_BUG_REMOVE_UNDRAINED = 1u << 3, /* a retiring segment's reserved and reclaim slots are
+                                            dropped at its removal */
 };
 void slot_core_test_set_bugs(slot_core_t *c, unsigned bugs);
 

@@ -31,7 +31,8 @@
  * referenced by a route (no leak) and every live replica of a route is a COMMITTED slot of that
  * key; a drained segment was removed.
  *
- * Broken variants (--variant): no_grace, free_held, evict_no_cas (enum slot_bug).
+ * Broken variants (--variant): no_grace, free_held, evict_no_cas, remove_undrained (enum
+ * slot_bug).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -1056,11 +1057,14 @@ static int parse_variant(const char *v, unsigned *bugs, sim_result_t *res)
         *bugs = SLOT_BUG_FREE_HELD;
     else if (strcmp(v, "evict_no_cas") == 0)
         *bugs = SLOT_BUG_EVICT_NO_CAS;
+    else if (strcmp(v, "remove_undrained") == 0)
+        *bugs = SLOT_BUG_REMOVE_UNDRAINED;
     else {
         memset(res, 0, sizeof(*res));
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
-                 "unknown variant '%s' (store scenarios know no_grace, free_held, evict_no_cas)",
+                 "unknown variant '%s' (store scenarios know no_grace, free_held, evict_no_cas, "
+                 "remove_undrained)",
                  v);
         return 1;
     }
