@@ -2794,10 +2794,10 @@ uint64_t kvm_cold_namespace_hash(const kvm_ident_t *id)
 void kvm_cold_close(kvm_rt_t *rt)
 {
     struct kvm_cold *g = rt->cold;
+    kvm_owner_set_cold_hooks(rt, NULL);
     if (!g)
         return;
     rt->cold = NULL;
-    kvm_owner_set_cold_hooks(rt, NULL);
     g->closed = true;
     if (g->tick_timer)
         env_timer_cancel(rt->env, g->tick_timer);

@@ -2,8 +2,9 @@
 /*
  * slot_core.c — the storage owner's slot protocol, sans I/O (slot_core.h has the state diagram,
  * the invariants and the ownership rules). This file owns the slots, the segments' allocators,
- * the reserved and reclaim queues (FIFO by deadline), the CLOCK ring of committed slots and the
- * reservations waiting for space; it reaches the world only through slot_effects_t.
+ * the reserved and reclaim queues (FIFO by deadline), the CLOCK ring of committed slots, the
+ * list of committed slots whose eviction is in flight and the reservations waiting for space;
+ * it reaches the world only through slot_effects_t.
  */
 #include <inttypes.h>
 #include <stdio.h>
