@@ -154,6 +154,17 @@ bool kvm_cold_has_device(kvm_rt_t *rt)
     return dev_cold(rt) != NULL;
 }
 
+/* The owner's calls into the cold tier (store.h kvm_owner_cold_hooks), installed at open. */
+static const struct kvm_owner_cold_hooks owner_hooks = {
+    .has_device = kvm_cold_has_device,
+    .published = kvm_cold_published,
+    .slot_committed = kvm_cold_slot_committed,
+    .pins_last = kvm_cold_pins_last,
+    .claims = kvm_cold_claims,
+    .evict_claim = kvm_cold_evict_claim,
+    .evict_last = kvm_cold_evict_last,
+};
+
 _Static_assert(KVM_COLD_VIEW_OWNERS_MAX >= COLD_DEVICES_MAX, "one sum per device of a view");
 
 int kvm_cold_owner_sums(kvm_rt_t *rt, kvm_cold_owner_sum_t *out, size_t cap)
@@ -1569,6 +1580,7 @@ static void planner_open(kvm_rt_t *rt, const kvm_cold_owner_ops_t *owner)
 
 void kvm_cold_open(kvm_rt_t *rt, const kvm_cold_owner_ops_t *owner, kvm_done_cb cb)
 {
+    kvm_owner_set_cold_hooks(rt, &owner_hooks); /* the owner's cold calls (store.h) */
     const struct kvm_store_config *cfg = &rt->cfg;
     KVM_ASSERT(owner && owner->reserve && owner->commit && owner->release);
     if (cfg->cold_kind == KVM_STORE_COLD_OFF) {
@@ -2856,6 +2868,7 @@ uint64_t kvm_cold_namespace_hash(const kvm_ident_t *id)
 void kvm_cold_close(kvm_rt_t *rt)
 {
     struct kvm_cold *g = rt->cold;
+    kvm_owner_set_cold_hooks(rt, NULL);
     if (!g)
         return;
     rt->cold = NULL;

@@ -388,7 +388,7 @@ static void export_on_loop(void *arg)
 {
     struct export_call *c = arg;
     kvm_rt_t *rt = c->rt;
-    c->settled = rt->reserved_head == NULL && rt->waiters == NULL && rt->evict_inflight == 0;
+    c->settled = kvm_owner_settled(rt);
     if (!c->settled)
         return;
     kvm_owner_stop(rt); /* no eviction, TTL or reclaim step changes the exported index */

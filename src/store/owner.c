@@ -1,28 +1,21 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * owner.c — the storage owner: this runtime's segments, their allocators and the replica slots
- * carved from them (spec "Write path" 3, "Delete and reclaim", DRAM eviction).
+ * owner.c — the storage owner's shell: this runtime's segments (mapped, registered, with their
+ * read grants) around the slot core (store/slot_core.h: slots, allocators, reservation TTL and
+ * held reservations, reclaim after the grace window, CLOCK eviction, waiters for space; spec
+ * "Write path" 3, "Delete and reclaim", DRAM eviction; docs/store.md "Owner slot core").
  *
- * Slot life (one allocation in one segment):
+ * The shell owns every I/O the core asks for: write grants (seg_grant / seg_revoke), the exact
+ * route lookups that settle held reservations and pick eviction victims, the eviction's route
+ * CAS (the last readable copy becomes a tombstone; a quota tenant's through the delete
+ * protocol; the cold tier's last-hot eviction), the housekeeping timer that calls
+ * slot_core_tick, the RPC handlers (reserve, batched reserve, commit, release, hits), metrics,
+ * and the hot-upgrade export / adoption of the slot index. The core's state is rt->slots; the
+ * shell mirrors its used and capacity bytes into rt->used / rt->capacity after every call
+ * (owner_sync), where the rest of the runtime reads them.
  *
- *   reserve            commit (route published)       release / evicted by route CAS
- *   ------> RESERVED -------------------------> COMMITTED ---------------------------> RECLAIM
- *              |  TTL passed: the route is read: it references the slot -> COMMITTED,   |
- *              |  otherwise -> RECLAIM                                                  | grace
- *              +--------------------------------------------------------------------> freed
- *
- * Invariants:
- *   - bytes become reusable only from RECLAIM, and only after cfg.reclaim_grace_ms passed since
- *     the slot entered RECLAIM, so a slow writer or reader never touches reused memory (a
- *     reader that still races a reuse fails its checksum and retries);
- *   - a COMMITTED slot is freed only after a route CAS removed it from the route (eviction) or
- *     a writer that replaced the route released it: never while a route references it;
- *   - a RESERVED slot's write grant expires with its TTL and is revoked at commit/release;
- *   - a slot with a route lookup or CAS in flight (busy) is never freed.
- *
- * Eviction is a CLOCK over COMMITTED slots: read hits (reported in batches by readers) set the
- * reference bit; when used bytes exceed the high watermark (or a reservation waits for space)
- * the hand evicts until used bytes fall to the low watermark.
+ * Segment table: rt->segs[i] (the mapping and read token) and the core's segment i are the
+ * same segment; a removed segment leaves a hole (seg NULL) in both.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,143 +25,215 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "store/cold_glue.h"
 #include "store/handoff.h"
 #include "store/held_op.h"
 #include "store/proto.h"
 #include "store/quota.h"
 #include "store/repair.h"
+#include "store/slot_core.h"
 #include "store/store.h"
 
-enum slot_state { SLOT_RESERVED, SLOT_COMMITTED, SLOT_RECLAIM };
+static uint64_t now_ns(kvm_rt_t *rt)
+{
+    return env_now_ns(rt->env);
+}
 
-struct kvm_slot {
-    uint32_t segi;
-    uint64_t off, len;
-    enum slot_state state;
-    kvm_ident_t ident;
-    uint64_t token;
-    uint64_t deadline_ns;
-    uint64_t seq;                   /* commit order (drain cursor) */
-    struct kvm_slot *qnext, *qprev; /* reserved or reclaim queue */
-    struct kvm_slot *cnext, *cprev; /* clock ring */
-    bool ref, busy, queued, in_clock;
-    bool held;       /* RESERVED past its TTL, kept until an exact lookup settles it (held_end) */
-    bool op_checked; /* held: the quota operation check said REREAD (held_op.h) */
-    kvm_rt_t *rt;
+/* ---- the cold tier's hooks (store.h kvm_owner_cold_hooks) ---------------------------------- */
+
+void kvm_owner_set_cold_hooks(kvm_rt_t *rt, const struct kvm_owner_cold_hooks *h)
+{
+    rt->owner_cold = h;
+}
+
+static bool cold_device(kvm_rt_t *rt)
+{
+    return rt->owner_cold && rt->owner_cold->has_device(rt);
+}
+
+static void cold_published(kvm_rt_t *rt, const kvm_route_t *now)
+{
+    if (rt->owner_cold)
+        rt->owner_cold->published(rt, now);
+}
+
+/* rt->used / rt->capacity: the core's, for the readers elsewhere in the runtime. */
+static void owner_sync(kvm_rt_t *rt)
+{
+    rt->used = slot_core_used(rt->slots);
+    rt->capacity = slot_core_capacity(rt->slots);
+}
+
+/* ---- effects --------------------------------------------------------------------------------- */
+
+static int fx_grant(void *ctx, uint32_t segi, uint64_t off, uint64_t len, uint32_t ttl_ms,
+                    uint64_t *token)
+{
+    kvm_rt_t *rt = ctx;
+    struct seg_grant g;
+    int rc = seg_grant(rt->reg, rt->segs[segi].seg->id, off, len, SEG_WRITE,
+                       (uint64_t)ttl_ms * 1000000ull, &g);
+    if (!rc)
+        *token = g.token;
+    return rc;
+}
+
+static void fx_revoke(void *ctx, uint64_t token)
+{
+    kvm_rt_t *rt = ctx;
+    seg_revoke(rt->reg, token);
+}
+
+static void fx_event(void *ctx, enum slot_event ev, uint64_t bytes)
+{
+    kvm_rt_t *rt = ctx;
+    switch (ev) {
+    case SLOT_EV_ALLOC_OK:
+        obs_count(rt->metrics, allocations_total, OBS_TIER_DRAM, OBS_ALLOC_OK, 1);
+        obs_count(rt->metrics, allocated_bytes_total, OBS_TIER_DRAM, OBS_NONE, bytes);
+        break;
+    case SLOT_EV_NO_SPACE:
+        obs_count(rt->metrics, allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
+        break;
+    case SLOT_EV_RECLAIMED:
+        obs_count(rt->metrics, reclaimed_bytes_total, OBS_TIER_DRAM, OBS_NONE, bytes);
+        break;
+    case SLOT_EV_EXPIRED:
+        obs_count(rt->metrics, reservations_released_after_lookup_total, OBS_NONE, OBS_NONE, 1);
+        break;
+    case SLOT_EV_EVICTED:
+        obs_count(rt->metrics, evictions_total, OBS_TIER_DRAM, OBS_NONE, 1);
+        obs_count(rt->metrics, evicted_bytes_total, OBS_TIER_DRAM, OBS_NONE, bytes);
+        break;
+    case SLOT_EV_HELD_CHANGED:
+        obs_gauge_set(rt->metrics, reservations_held, OBS_NONE, OBS_NONE, (int64_t)bytes);
+        break;
+    }
+}
+
+static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r);
+static void evict_looked_up(void *arg, int rc, const kvm_route_t *r);
+
+static int fx_lookup(void *ctx, slot_t *s, enum slot_lookup_why why)
+{
+    kvm_rt_t *rt = ctx;
+    if (!rt->route)
+        return KVMESH_EUNAVAILABLE;
+    return route_lookup(rt->route, &s->ident,
+                        why == SLOT_LOOKUP_EXPIRY ? expiry_looked_up : evict_looked_up, s);
+}
+
+/* held_op.h's answer: KEEP keeps the slot held (asked again later), REREAD looks the route up
+ * again and lets that answer commit or free it. */
+static void held_op_done(void *arg, int rc, enum kvm_held_verdict v)
+{
+    slot_t *s = arg;
+    kvm_rt_t *rt = slot_core_ctx(s->core);
+    enum slot_check a = rc == KVMESH_ECANCELED            ? SLOT_CHECK_CANCELED
+                        : rc == 0 && v == KVM_HELD_REREAD ? SLOT_CHECK_REREAD
+                                                          : SLOT_CHECK_KEEP;
+    slot_core_held_check_answer(rt->slots, now_ns(rt), s, a);
+    owner_sync(rt);
+}
+
+/* .held_check: a held slot the route does not reference is freed only after its put's quota
+ * operation says it can no longer be published (step 2 of "Replaying a put", docs/tenancy.md). */
+static int fx_held_check(void *ctx, slot_t *s)
+{
+    kvm_rt_t *rt = ctx;
+    kvm_hot_replica_t rep = {
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
+    return kvm_held_op_check(rt, &s->ident, &rep, held_op_done, s);
+}
+
+static const slot_effects_t owner_fx = {
+    .held_check = fx_held_check,
+    .grant = fx_grant,
+    .revoke = fx_revoke,
+    .lookup = fx_lookup,
+    .event = fx_event,
 };
 
-struct kvm_wait {
-    struct kvm_wait *next;
-    kvm_ident_t ident;
-    uint64_t len;
-    uint32_t ttl_ms;
-    uint64_t deadline_ns;
-    kvm_reserve_cb cb;
-    void *arg;
-};
-
-/* ---- queues ---------------------------------------------------------------------------------- */
-
-static void q_push(struct kvm_slot **head, struct kvm_slot **tail, struct kvm_slot *s)
+static int core_open(kvm_rt_t *rt)
 {
-    KVM_ASSERT(!s->queued);
-    s->qnext = NULL;
-    s->qprev = *tail;
-    if (*tail)
-        (*tail)->qnext = s;
-    else
-        *head = s;
-    *tail = s;
-    s->queued = true;
+    if (rt->slots)
+        return 0;
+    slot_core_cfg_t cfg = {
+        .name = rt->idhex,
+        .reclaim_grace_ns = (uint64_t)rt->cfg.reclaim_grace_ms * 1000000ull,
+        .evict_high = rt->cfg.evict_high_watermark,
+        .evict_low = rt->cfg.evict_low_watermark,
+        .wait_timeout_ns = (uint64_t)rt->cfg.request_timeout_ms * 500000ull,
+        .held_retry_ns = 1000000000ull,
+        .tick_budget = STORE_TICK_BUDGET,
+        .evict_inflight_max = STORE_EVICT_INFLIGHT,
+        .wait_max = STORE_RESERVE_WAIT_MAX,
+    };
+    return slot_core_new(&cfg, &owner_fx, rt, &rt->slots);
 }
 
-static void q_del(struct kvm_slot **head, struct kvm_slot **tail, struct kvm_slot *s)
-{
-    KVM_ASSERT(s->queued);
-    if (s->qprev)
-        s->qprev->qnext = s->qnext;
-    else
-        *head = s->qnext;
-    if (s->qnext)
-        s->qnext->qprev = s->qprev;
-    else
-        *tail = s->qprev;
-    s->qnext = s->qprev = NULL;
-    s->queued = false;
-}
+/* ---- segments -------------------------------------------------------------------------------- */
 
-static void clock_add(kvm_rt_t *rt, struct kvm_slot *s)
+/* Registers a mapped segment with the core and the read grant: rt->segs[rt->n_segs]. */
+static int seg_install(kvm_rt_t *rt, struct seg *seg)
 {
-    KVM_ASSERT(!s->in_clock);
-    if (!rt->clock_hand) {
-        s->cnext = s->cprev = s;
-        rt->clock_hand = s;
-    } else {
-        struct kvm_slot *h = rt->clock_hand;
-        s->cnext = h;
-        s->cprev = h->cprev;
-        h->cprev->cnext = s;
-        h->cprev = s;
-    }
-    s->in_clock = true;
-    rt->n_clock++;
+    struct kvm_local_seg *ls = &rt->segs[rt->n_segs];
+    struct seg_grant g;
+    uint32_t segi = 0;
+    int rc = seg_grant(rt->reg, seg->id, 0, seg->size, SEG_READ, 0, &g);
+    if (!rc)
+        rc = slot_core_seg_add(rt->slots, seg->id, seg->size, &segi);
+    if (rc)
+        return rc;
+    KVM_ASSERT(segi == rt->n_segs);
+    memset(ls, 0, sizeof(*ls));
+    ls->seg = seg;
+    ls->read_token = g.token;
+    rt->n_segs++;
+    owner_sync(rt);
+    return 0;
 }
-
-static void clock_del(kvm_rt_t *rt, struct kvm_slot *s)
-{
-    KVM_ASSERT(s->in_clock);
-    if (s->cnext == s) {
-        rt->clock_hand = NULL;
-    } else {
-        s->cprev->cnext = s->cnext;
-        s->cnext->cprev = s->cprev;
-        if (rt->clock_hand == s)
-            rt->clock_hand = s->cnext;
-    }
-    s->cnext = s->cprev = NULL;
-    s->in_clock = false;
-    rt->n_clock--;
-}
-
-/* ---- segments ------------------------------------------------------------------------------ */
 
 static int seg_add(kvm_rt_t *rt, uint64_t size)
 {
     if (rt->n_segs == STORE_MAX_SEGS)
         return kvm_errf(KVMESH_ENOSPC, "at most %d segments per runtime", STORE_MAX_SEGS);
-    struct kvm_local_seg *ls = &rt->segs[rt->n_segs];
-    memset(ls, 0, sizeof(*ls));
-    int rc = seg_create(rt->reg, size, rt->cfg.hugepages ? SEG_F_HUGE : 0, &ls->seg);
+    struct seg *seg = NULL;
+    int rc = seg_create(rt->reg, size, rt->cfg.hugepages ? SEG_F_HUGE : 0, &seg);
     if (rc)
         return rc;
-    struct seg_grant g;
-    if ((rc = alloc_new(&ls->alloc, ls->seg->size)) != 0 ||
-        (rc = seg_grant(rt->reg, ls->seg->id, 0, ls->seg->size, SEG_READ, 0, &g)) != 0) {
-        alloc_free(ls->alloc);
-        seg_destroy(rt->reg, ls->seg->id);
-        return rc;
-    }
-    ls->read_token = g.token;
-    rt->capacity += ls->seg->size;
-    rt->n_segs++;
-    return 0;
+    if ((rc = seg_install(rt, seg)) != 0)
+        seg_destroy(rt->reg, seg->id);
+    return rc;
 }
 
 int kvm_owner_init(kvm_rt_t *rt)
 {
+    int rc = core_open(rt);
     uint64_t left = rt->cfg.memory_size;
-    while (left > 0) {
+    while (!rc && left > 0) {
         uint64_t sz = left < rt->cfg.segment_size ? left : rt->cfg.segment_size;
-        int rc = seg_add(rt, sz);
-        if (rc)
-            return rc;
+        rc = seg_add(rt, sz);
         left -= sz;
     }
-    return 0;
+    return rc;
 }
 
 /* ---- hot upgrade (handoff.h) ---------------------------------------------------------------- */
+
+struct export_ctx {
+    kvm_rt_t *rt;
+    struct kvm_handoff *out;
+    const uint32_t *map; /* rt->segs index -> handoff index */
+};
+
+static int export_slot(void *arg, const slot_t *s)
+{
+    struct export_ctx *x = arg;
+    bool committed = s->state == SLOT_COMMITTED;
+    return kvm_handoff_add_slot(x->out, x->map[s->segi],
+                                committed ? KVM_HANDOFF_COMMITTED : KVM_HANDOFF_RECLAIM, s->off,
+                                s->len, committed ? s->seq : 0, &s->ident);
+}
 
 int kvm_owner_export(kvm_rt_t *rt, struct kvm_handoff *out)
 {
@@ -177,7 +242,7 @@ int kvm_owner_export(kvm_rt_t *rt, struct kvm_handoff *out)
         const struct kvm_local_seg *ls = &rt->segs[i];
         if (!ls->seg)
             continue;
-        if (ls->retiring)
+        if (slot_core_seg_retiring(rt->slots, i))
             return kvm_errf(KVMESH_EAGAIN,
                             "segment %016" PRIx64 " is retiring; hand over once "
                             "it is removed",
@@ -192,125 +257,59 @@ int kvm_owner_export(kvm_rt_t *rt, struct kvm_handoff *out)
     }
     out->id = rt->self.id;
     out->epoch = rt->self.epoch;
-    out->slot_seq = rt->slot_seq;
-    struct kvm_slot *s = rt->clock_hand;
-    for (size_t i = 0; s && i < rt->n_clock; i++, s = s->cnext) {
-        int rc = kvm_handoff_add_slot(out, map[s->segi], KVM_HANDOFF_COMMITTED, s->off, s->len,
-                                      s->seq, &s->ident);
-        if (rc)
-            return rc;
-    }
-    for (s = rt->reclaim_head; s; s = s->qnext) {
-        int rc = kvm_handoff_add_slot(out, map[s->segi], KVM_HANDOFF_RECLAIM, s->off, s->len, 0,
-                                      &s->ident);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    out->slot_seq = slot_core_seq(rt->slots);
+    struct export_ctx x = {rt, out, map};
+    return slot_core_visit(rt->slots, export_slot, &x);
 }
 
 int kvm_owner_adopt(kvm_rt_t *rt, struct kvm_handoff *h)
 {
     KVM_ASSERT(rt->n_segs == 0 && h->n_segs <= STORE_MAX_SEGS);
-    for (uint32_t i = 0; i < h->n_segs; i++) {
-        struct kvm_local_seg *ls = &rt->segs[rt->n_segs];
-        memset(ls, 0, sizeof(*ls));
-        int rc = seg_adopt(rt->reg, h->segs[i].id, h->segs[i].fd, h->segs[i].size, &ls->seg);
+    int rc = core_open(rt);
+    for (uint32_t i = 0; !rc && i < h->n_segs; i++) {
+        struct seg *seg = NULL;
+        rc = seg_adopt(rt->reg, h->segs[i].id, h->segs[i].fd, h->segs[i].size, &seg);
         if (rc)
             return rc;
         h->segs[i].fd = -1; /* the registry's now */
-        struct seg_grant g;
-        if ((rc = alloc_new(&ls->alloc, ls->seg->size)) != 0 ||
-            (rc = seg_grant(rt->reg, ls->seg->id, 0, ls->seg->size, SEG_READ, 0, &g)) != 0) {
-            alloc_free(ls->alloc);
-            seg_destroy(rt->reg, ls->seg->id);
-            ls->seg = NULL;
-            return rc;
-        }
-        ls->read_token = g.token;
-        rt->capacity += ls->seg->size;
-        rt->n_segs++;
+        if ((rc = seg_install(rt, seg)) != 0)
+            seg_destroy(rt->reg, seg->id);
     }
-    for (uint32_t i = 0; i < h->n_slots; i++) {
+    for (uint32_t i = 0; !rc && i < h->n_slots; i++) {
         const struct kvm_handoff_slot *hs = &h->slots[i];
-        struct kvm_slot *s = calloc(1, sizeof(*s));
-        if (!s || kvm_ident_copy(&s->ident, &hs->ident) != 0) {
-            free(s);
-            return KVMESH_ENOMEM;
-        }
-        int rc = alloc_reserve_at(rt->segs[hs->segi].alloc, hs->off, hs->len, s);
-        if (rc) {
-            kvm_ident_free(&s->ident);
-            free(s);
-            return rc;
-        }
-        s->rt = rt;
-        s->segi = hs->segi;
-        s->off = hs->off;
-        s->len = hs->len;
-        rt->used += hs->len;
-        if (hs->state == KVM_HANDOFF_COMMITTED) {
-            s->state = SLOT_COMMITTED;
-            s->ref = true;
-            s->seq = hs->seq;
-            clock_add(rt, s);
-        } else {
-            s->state = SLOT_RECLAIM;
-            s->deadline_ns = 0; /* set when housekeeping starts (kvm_owner_start) */
-            q_push(&rt->reclaim_head, &rt->reclaim_tail, s);
-            rt->stats.reclaim_bytes += s->len;
-        }
+        rc = slot_core_adopt(rt->slots, hs->segi, hs->off, hs->len,
+                             hs->state == KVM_HANDOFF_COMMITTED ? SLOT_COMMITTED : SLOT_RECLAIM,
+                             hs->seq, &hs->ident);
     }
-    rt->slot_seq = h->slot_seq;
+    if (rc)
+        return rc;
+    slot_core_set_seq(rt->slots, h->slot_seq);
+    owner_sync(rt);
     return 0;
-}
-
-static void slot_free(kvm_rt_t *rt, struct kvm_slot *s)
-{
-    alloc_release(rt->segs[s->segi].alloc, s->off);
-    rt->used -= s->len;
-    kvm_ident_free(&s->ident);
-    free(s);
 }
 
 void kvm_owner_fini(kvm_rt_t *rt)
 {
-    /* Every slot is in exactly one of: reserved queue, reclaim queue, clock ring. */
-    while (rt->reserved_head) {
-        struct kvm_slot *s = rt->reserved_head;
-        q_del(&rt->reserved_head, &rt->reserved_tail, s);
-        slot_free(rt, s);
+    if (rt->slots) {
+        kvm_owner_fail_waiters(rt);
+        slot_core_free(rt->slots);
+        rt->slots = NULL;
     }
-    while (rt->reclaim_head) {
-        struct kvm_slot *s = rt->reclaim_head;
-        q_del(&rt->reclaim_head, &rt->reclaim_tail, s);
-        slot_free(rt, s);
-    }
-    while (rt->clock_hand) {
-        struct kvm_slot *s = rt->clock_hand;
-        clock_del(rt, s);
-        slot_free(rt, s);
-    }
-    kvm_owner_fail_waiters(rt);
-    for (uint32_t i = 0; i < rt->n_segs; i++) {
-        if (!rt->segs[i].seg)
-            continue;
-        alloc_free(rt->segs[i].alloc);
-        seg_destroy(rt->reg, rt->segs[i].seg->id);
-    }
+    for (uint32_t i = 0; i < rt->n_segs; i++)
+        if (rt->segs[i].seg)
+            seg_destroy(rt->reg, rt->segs[i].seg->id);
     rt->n_segs = 0;
 }
 
 void kvm_owner_fail_waiters(kvm_rt_t *rt)
 {
-    while (rt->waiters) {
-        struct kvm_wait *w = rt->waiters;
-        rt->waiters = w->next;
-        rt->n_waiters--;
-        w->cb(w->arg, KVMESH_ECLOSED, "runtime closed", 0, 0, 0);
-        kvm_ident_free(&w->ident);
-        free(w);
-    }
+    if (rt->slots)
+        slot_core_fail_waiters(rt->slots, KVMESH_ECLOSED, "runtime closed");
+}
+
+bool kvm_owner_settled(kvm_rt_t *rt)
+{
+    return !rt->slots || slot_core_settled(rt->slots);
 }
 
 void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n)
@@ -319,8 +318,9 @@ void kvm_owner_segments(kvm_rt_t *rt, struct kvm_seg_info *out, uint32_t *n)
     for (uint32_t i = 0; i < rt->n_segs; i++) {
         if (!rt->segs[i].seg)
             continue; /* removed; a retiring segment stays listed: its replicas are readable */
-        out[k++] = (struct kvm_seg_info){rt->segs[i].seg->id, rt->segs[i].seg->size,
-                                         rt->segs[i].read_token, rt->segs[i].drained};
+        out[k++] =
+            (struct kvm_seg_info){rt->segs[i].seg->id, rt->segs[i].seg->size,
+                                  rt->segs[i].read_token, slot_core_seg_drained(rt->slots, i)};
     }
     *n = k;
 }
@@ -333,85 +333,12 @@ static int seg_index(kvm_rt_t *rt, uint64_t seg_id)
     return -1;
 }
 
-static struct kvm_slot *slot_find(kvm_rt_t *rt, uint64_t seg_id, uint64_t off)
-{
-    int i = seg_index(rt, seg_id);
-    void *u = NULL;
-    if (i < 0 || alloc_lookup(rt->segs[i].alloc, off, &u, NULL) != 0)
-        return NULL;
-    return u;
-}
-
-/* ---- reserve ------------------------------------------------------------------------------- */
-
-static uint64_t now_ns(kvm_rt_t *rt)
-{
-    return env_now_ns(rt->env);
-}
-
-static int try_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32_t ttl_ms,
-                       uint64_t *seg, uint64_t *off, uint64_t *token)
-{
-    for (uint32_t i = 0; i < rt->n_segs; i++) {
-        struct kvm_local_seg *ls = &rt->segs[i];
-        if (!ls->seg || ls->retiring || ls->drained || !alloc_can_fit(ls->alloc, len))
-            continue;
-        struct kvm_slot *s = calloc(1, sizeof(*s));
-        if (!s)
-            return KVMESH_ENOMEM;
-        if (kvm_ident_copy(&s->ident, id) != 0 || alloc_reserve(ls->alloc, len, s, &s->off) != 0) {
-            kvm_ident_free(&s->ident);
-            free(s);
-            continue;
-        }
-        struct seg_grant g;
-        int rc = seg_grant(rt->reg, ls->seg->id, s->off, len, SEG_WRITE,
-                           (uint64_t)ttl_ms * 1000000ull, &g);
-        if (rc) {
-            alloc_release(ls->alloc, s->off);
-            kvm_ident_free(&s->ident);
-            free(s);
-            return rc;
-        }
-        s->rt = rt;
-        s->segi = i;
-        s->len = len;
-        s->token = g.token;
-        s->state = SLOT_RESERVED;
-        s->deadline_ns = now_ns(rt) + (uint64_t)ttl_ms * 1000000ull;
-        q_push(&rt->reserved_head, &rt->reserved_tail, s);
-        rt->used += len;
-        obs_count(rt->metrics, allocations_total, OBS_TIER_DRAM, OBS_ALLOC_OK, 1);
-        obs_count(rt->metrics, allocated_bytes_total, OBS_TIER_DRAM, OBS_NONE, len);
-        *seg = ls->seg->id;
-        *off = s->off;
-        *token = g.token;
-        return 0;
-    }
-    return KVMESH_ENOSPC;
-}
-
-static bool anything_evictable(kvm_rt_t *rt)
-{
-    return rt->n_clock > 0 || rt->evict_inflight > 0 || rt->reclaim_head != NULL;
-}
-
-static void evict_some(kvm_rt_t *rt, uint64_t need);
-
-/* Bytes eviction must free for a waiting reservation of len bytes: what replicas already in
- * RECLAIM (freed when their grace window ends) will not give back. Objects are not evicted for
- * space that is already on its way out; if fragmentation keeps the reservation waiting once the
- * reclaim happened, the next housekeeping turn asks again with nothing pending. */
-static uint64_t evict_need(const kvm_rt_t *rt, uint64_t len)
-{
-    uint64_t pending = rt->stats.reclaim_bytes;
-    return len > pending ? len - pending : 0;
-}
+/* ---- reserve, commit, release, hit ------------------------------------------------------------
+ */
 
 void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32_t ttl_ms,
                        kvm_reserve_cb cb, void *arg)
 {
-    uint64_t seg = 0, off = 0, token = 0;
     if (rt->state != KVM_MS_ACTIVE) {
         char msg[96];
         snprintf(msg, sizeof(msg), "owner %s is %s and takes no new replicas", rt->idhex,
@@ -419,244 +346,62 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
         cb(arg, KVMESH_EUNAVAILABLE, msg, 0, 0, 0);
         return;
     }
-    uint64_t largest = 0;
-    for (uint32_t i = 0; i < rt->n_segs; i++)
-        if (rt->segs[i].seg && !rt->segs[i].retiring && !rt->segs[i].drained &&
-            rt->segs[i].seg->size > largest)
-            largest = rt->segs[i].seg->size;
-    if (len > largest) { /* eviction cannot help: no segment is that large */
-        char msg[200];
-        if (largest == 0 && rt->n_segs > 0)
-            snprintf(msg, sizeof(msg),
-                     "owner %s takes no new replicas: every segment is drained or retiring "
-                     "(kvmesh admin segments)",
-                     rt->idhex);
-        else
-            snprintf(msg, sizeof(msg),
-                     "owner %s has no segment large enough for %" PRIu64 " bytes (largest %" PRIu64
-                     ")",
-                     rt->idhex, len, largest);
-        obs_count(rt->metrics, allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
-        cb(arg, KVMESH_ENOSPC, msg, 0, 0, 0);
-        return;
-    }
-    int rc = rt->waiters ? KVMESH_ENOSPC : try_reserve(rt, id, len, ttl_ms, &seg, &off, &token);
-    if (rc == 0) {
-        cb(arg, 0, "", seg, off, token);
-        return;
-    }
-    if (rc == KVMESH_ENOSPC && anything_evictable(rt) && rt->n_waiters < STORE_RESERVE_WAIT_MAX) {
-        struct kvm_wait *w = calloc(1, sizeof(*w));
-        if (w && kvm_ident_copy(&w->ident, id) == 0) {
-            w->len = len;
-            w->ttl_ms = ttl_ms;
-            w->deadline_ns = now_ns(rt) + (uint64_t)rt->cfg.request_timeout_ms * 500000ull;
-            w->cb = cb;
-            w->arg = arg;
-            struct kvm_wait **pp = &rt->waiters;
-            while (*pp)
-                pp = &(*pp)->next;
-            *pp = w;
-            rt->n_waiters++;
-            rt->stats.reserve_waits++;
-            evict_some(rt, evict_need(rt, len));
-            return;
-        }
-        free(w);
-    }
-    obs_count(rt->metrics, allocations_total, OBS_TIER_DRAM, OBS_ALLOC_NO_SPACE, 1);
-    char msg[256];
-    snprintf(msg, sizeof(msg),
-             "owner %s has no room for %" PRIu64 " bytes (%" PRIu64 " of %" PRIu64
-             " bytes used, nothing evictable)",
-             rt->idhex, len, rt->used, rt->capacity);
-    cb(arg, rc, msg, 0, 0, 0);
-}
-
-static void waiters_run(kvm_rt_t *rt)
-{
-    uint64_t now = now_ns(rt);
-    while (rt->waiters) {
-        struct kvm_wait *w = rt->waiters;
-        uint64_t seg = 0, off = 0, token = 0;
-        int rc = try_reserve(rt, &w->ident, w->len, w->ttl_ms, &seg, &off, &token);
-        if (rc == KVMESH_ENOSPC && now < w->deadline_ns && anything_evictable(rt)) {
-            evict_some(rt, evict_need(rt, w->len));
-            return; /* keep FIFO order */
-        }
-        rt->waiters = w->next;
-        rt->n_waiters--;
-        char msg[256] = "";
-        if (rc)
-            snprintf(msg, sizeof(msg),
-                     "owner %s could not free %" PRIu64 " bytes by eviction in time (%" PRIu64
-                     " of %" PRIu64 " used)",
-                     rt->idhex, w->len, rt->used, rt->capacity);
-        w->cb(w->arg, rc, msg, seg, off, token);
-        kvm_ident_free(&w->ident);
-        free(w);
-    }
-}
-
-/* ---- commit / release / hit -------------------------------------------------------------------
- */
-
-/*
- * Held reservations: a RESERVED slot whose TTL passed is not freed (its writer's route update
- * may have been applied: an indeterminate publication, a lost CAS answer, a writer gone); it is
- * held until an exact route lookup settles it (expiry_looked_up: committed when the route
- * references it, released when the route proves it does not). rt->stats.reservations_held and
- * the kvmesh_reservations_held gauge count the slots held now.
- */
-static void held_begin(kvm_rt_t *rt, struct kvm_slot *s)
-{
-    if (s->held)
-        return;
-    s->held = true;
-    rt->stats.reservations_held++;
-    obs_gauge_set(rt->metrics, reservations_held, OBS_NONE, OBS_NONE,
-                  (int64_t)rt->stats.reservations_held);
-}
-
-static void held_end(kvm_rt_t *rt, struct kvm_slot *s)
-{
-    if (!s->held)
-        return;
-    s->held = false;
-    rt->stats.reservations_held--;
-    obs_gauge_set(rt->metrics, reservations_held, OBS_NONE, OBS_NONE,
-                  (int64_t)rt->stats.reservations_held);
-}
-
-static void slot_to_reclaim(kvm_rt_t *rt, struct kvm_slot *s)
-{
-    if (s->state == SLOT_RECLAIM)
-        return;
-    held_end(rt, s);
-    if (s->state == SLOT_RESERVED)
-        q_del(&rt->reserved_head, &rt->reserved_tail, s);
-    else if (s->in_clock)
-        clock_del(rt, s);
-    seg_revoke(rt->reg, s->token);
-    s->state = SLOT_RECLAIM;
-    s->deadline_ns = now_ns(rt) + (uint64_t)rt->cfg.reclaim_grace_ms * 1000000ull;
-    q_push(&rt->reclaim_head, &rt->reclaim_tail, s);
-    rt->stats.reclaim_bytes += s->len;
-}
-
-static void slot_commit(kvm_rt_t *rt, struct kvm_slot *s)
-{
-    if (s->state != SLOT_RESERVED)
-        return;
-    held_end(rt, s);
-    q_del(&rt->reserved_head, &rt->reserved_tail, s);
-    seg_revoke(rt->reg, s->token);
-    s->state = SLOT_COMMITTED;
-    s->ref = true;
-    s->seq = ++rt->slot_seq;
-    clock_add(rt, s);
+    slot_core_reserve(rt->slots, now_ns(rt), id, len, ttl_ms, cb, arg);
+    owner_sync(rt);
 }
 
 void kvm_owner_commit(kvm_rt_t *rt, uint64_t seg, uint64_t off)
 {
-    struct kvm_slot *s = slot_find(rt, seg, off);
-    if (s)
-        slot_commit(rt, s);
+    (void)slot_core_commit(rt->slots, now_ns(rt), seg, off);
 }
 
 void kvm_owner_release(kvm_rt_t *rt, uint64_t seg, uint64_t off)
 {
-    struct kvm_slot *s = slot_find(rt, seg, off);
-    if (s)
-        slot_to_reclaim(rt, s);
+    slot_core_release(rt->slots, now_ns(rt), seg, off);
 }
 
 void kvm_owner_hit(kvm_rt_t *rt, uint64_t seg, uint64_t off)
 {
-    struct kvm_slot *s = slot_find(rt, seg, off);
-    if (s && s->state == SLOT_COMMITTED)
-        s->ref = true;
+    slot_core_hit(rt->slots, seg, off);
 }
 
-/* ---- TTL expiry: the route decides ---------------------------------------------------------- */
+/* ---- lookups: the route decides ---------------------------------------------------------------
+ */
 
-static bool route_has_slot(const kvm_rt_t *rt, const kvm_route_t *r, const struct kvm_slot *s)
+static enum slot_answer answer_of(const kvm_rt_t *rt, const slot_t *s, int rc, const kvm_route_t *r)
 {
+    if (rc == KVMESH_ECANCELED)
+        return SLOT_ANS_CANCELED;
+    if (rc == KVMESH_ENOENT)
+        return SLOT_ANS_ABSENT;
+    if (rc)
+        return SLOT_ANS_UNKNOWN;
     kvm_hot_replica_t rep = {
         .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
-    return r && !kvm_route_is_tombstone(r) && kvm_route_find_replica(r, &rep) >= 0;
+    bool has = r && !kvm_route_is_tombstone(r) && kvm_route_find_replica(r, &rep) >= 0;
+    return has ? SLOT_ANS_REFERENCED : SLOT_ANS_UNREFERENCED;
 }
 
-static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r);
-
-/* held_op.h: KEEP asks again in 1 s; REREAD looks the route up again (commit or free). */
-static void held_op_done(void *arg, int rc, enum kvm_held_verdict v)
-{
-    struct kvm_slot *s = arg;
-    kvm_rt_t *rt = s->rt;
-    s->busy = false;
-    if (rc == KVMESH_ECANCELED || s->state != SLOT_RESERVED)
-        return;
-    s->op_checked = rc == 0 && v == KVM_HELD_REREAD;
-    if (s->op_checked && route_lookup(rt->route, &s->ident, expiry_looked_up, s) == 0) {
-        s->busy = true;
-        return;
-    }
-    q_del(&rt->reserved_head, &rt->reserved_tail, s);
-    s->deadline_ns = now_ns(rt) + 1000000000ull;
-    q_push(&rt->reserved_head, &rt->reserved_tail, s);
-}
-
-/* The quota operation decides before a held slot the route does not reference is freed. */
-static void held_op_start(kvm_rt_t *rt, struct kvm_slot *s)
-{
-    kvm_hot_replica_t rep = {
-        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
-    s->busy = kvm_held_op_check(rt, &s->ident, &rep, held_op_done, s) == 0;
-    if (!s->busy)
-        held_op_done(s, KVMESH_EUNAVAILABLE, KVM_HELD_KEEP); /* unknown: ask again later */
-}
-
+/* A held reservation's lookup (slot_core.h "held"): committed when the route references the
+ * slot (then a PendingOffload on this runtime's device is queued), released when the route
+ * proves it does not, asked again later when the lookup failed. */
 static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r)
 {
-    struct kvm_slot *s = arg;
-    kvm_rt_t *rt = s->rt;
-    s->busy = false;
-    if (rc == KVMESH_ECANCELED)
-        return;
-    if (s->state != SLOT_RESERVED)
-        return; /* committed or released meanwhile */
-    if (rc == 0 && route_has_slot(rt, r, s)) {
-        slot_commit(rt, s);
-        kvm_cold_published(rt, r); /* cold tier: a PendingOffload on this runtime's device */
-    } else if ((rc == 0 || rc == KVMESH_ENOENT) && !s->op_checked) {
-        held_op_start(rt, s); /* step 2 of "Replaying a put" (docs/tenancy.md) */
-    } else if (rc == 0 || rc == KVMESH_ENOENT) {
-        rt->stats.reservations_expired++;
-        obs_count(rt->metrics, reservations_released_after_lookup_total, OBS_NONE, OBS_NONE, 1);
-        slot_to_reclaim(rt, s);
-    } else {
-        /* Unknown: ask again later. */
-        q_del(&rt->reserved_head, &rt->reserved_tail, s);
-        s->deadline_ns = now_ns(rt) + 1000000000ull;
-        q_push(&rt->reserved_head, &rt->reserved_tail, s);
-    }
+    slot_t *s = arg;
+    kvm_rt_t *rt = slot_core_ctx(s->core);
+    slot_settle_in_t in = {.route = answer_of(rt, s, rc, r)};
+    if (slot_core_held_answer(rt->slots, now_ns(rt), s, &in) == SLOT_SETTLE_COMMIT)
+        cold_published(rt, r); /* cold tier: a PendingOffload on this runtime's device */
+    owner_sync(rt);
 }
 
-/* ---- eviction ------------------------------------------------------------------------------ */
+/* ---- eviction: the route CAS ------------------------------------------------------------------
+ */
 
-struct evict_ctx {
-    struct kvm_slot *s;
-};
-
-static void evict_back(kvm_rt_t *rt, struct kvm_slot *s)
+static void evict_end(kvm_rt_t *rt, slot_t *s, enum slot_evict_end e)
 {
-    s->busy = false;
-    rt->evict_inflight--;
-    if (s->state == SLOT_COMMITTED && !s->in_clock) {
-        s->ref = false;
-        clock_add(rt, s);
-    }
+    slot_core_evict_end(rt->slots, now_ns(rt), s, e);
+    owner_sync(rt);
 }
 
 static void evict_tomb_finalized(void *arg, int rc, const kvm_route_t *r)
@@ -687,19 +432,11 @@ static void evict_finalize(kvm_rt_t *rt, const kvm_route_t *r)
 
 static void evict_cas_done(void *arg, int rc, const kvm_route_t *r)
 {
-    struct kvm_slot *s = arg;
-    kvm_rt_t *rt = s->rt;
-    if (rc == 0) {
+    slot_t *s = arg;
+    kvm_rt_t *rt = slot_core_ctx(s->core);
+    if (rc == 0)
         evict_finalize(rt, r);
-        obs_count(rt->metrics, evictions_total, OBS_TIER_DRAM, OBS_NONE, 1);
-        obs_count(rt->metrics, evicted_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
-        s->busy = false;
-        rt->evict_inflight--;
-        slot_to_reclaim(rt, s);
-        return;
-    }
-    rt->stats.evict_conflicts++;
-    evict_back(rt, s);
+    evict_end(rt, s, rc == 0 ? SLOT_EVICT_REMOVED : SLOT_EVICT_CONFLICT);
 }
 
 /* Cold tier: the last hot replica of a route with a cold backing. Materialized: the last-hot
@@ -708,127 +445,90 @@ static void evict_cas_done(void *arg, int rc, const kvm_route_t *r)
  * Returns false when the route has no cold backing of this runtime (ordinary eviction). */
 static void evict_cold_done(void *arg, int rc)
 {
-    struct kvm_slot *s = arg;
-    kvm_rt_t *rt = s->rt;
-    if (rc == 0 && s->state == SLOT_COMMITTED) {
-        obs_count(rt->metrics, evictions_total, OBS_TIER_DRAM, OBS_NONE, 1);
-        obs_count(rt->metrics, evicted_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
+    slot_t *s = arg;
+    kvm_rt_t *rt = slot_core_ctx(s->core);
+    if (rc == 0 && s->state == SLOT_COMMITTED)
         obs_count(rt->metrics, cold_evictions_total, OBS_NONE, OBS_NONE, 1);
-        s->busy = false;
-        rt->evict_inflight--;
-        slot_to_reclaim(rt, s);
-        return;
-    }
-    evict_back(rt, s);
+    evict_end(rt, s, rc == 0 ? SLOT_EVICT_REMOVED : SLOT_EVICT_KEPT);
 }
 
-static bool evict_cold(kvm_rt_t *rt, struct kvm_slot *s, const kvm_route_t *r,
-                       const kvm_hot_replica_t *slot)
+static bool evict_cold(kvm_rt_t *rt, slot_t *s, const kvm_route_t *r, const kvm_hot_replica_t *slot)
 {
-    if (kvm_cold_pins_last(rt, r)) {
-        evict_back(rt, s);
+    if (rt->owner_cold->pins_last(rt, r)) {
+        evict_end(rt, s, SLOT_EVICT_KEPT);
         return true;
     }
-    if (kvm_cold_claims(rt, r)) { /* eviction-triggered offload: materialize, then evict */
+    if (rt->owner_cold->claims(rt, r)) { /* eviction-triggered offload: materialize, then evict */
         int k = kvm_route_find_replica(r, slot);
         KVM_ASSERT(k >= 0);
-        if (kvm_cold_evict_claim(rt, r, &r->replicas[k], evict_cold_done, s) != 0)
-            evict_back(rt, s);
+        if (rt->owner_cold->evict_claim(rt, r, &r->replicas[k], evict_cold_done, s) != 0)
+            evict_end(rt, s, SLOT_EVICT_KEPT);
         return true;
     }
     if (r->cold.kind != KVM_COLD_MATERIALIZED)
         return false;
     int i = kvm_route_find_replica(r, slot);
     KVM_ASSERT(i >= 0);
-    if (kvm_cold_evict_last(rt, &s->ident, &r->replicas[i], evict_cold_done, s) != 0)
-        evict_back(rt, s);
+    if (rt->owner_cold->evict_last(rt, &s->ident, &r->replicas[i], evict_cold_done, s) != 0)
+        evict_end(rt, s, SLOT_EVICT_KEPT);
     return true;
 }
 
-static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
+/* next = r without this slot's replica; the last readable copy leaves as a tombstone. */
+static void evict_next_route(kvm_rt_t *rt, const kvm_route_t *r, kvm_route_t *next)
 {
-    struct kvm_slot *s = arg;
-    kvm_rt_t *rt = s->rt;
-    if (s->state != SLOT_COMMITTED || rc == KVMESH_ECANCELED) {
-        evict_back(rt, s);
-        return;
-    }
-    if ((rc == 0 && !route_has_slot(rt, r, s)) || rc == KVMESH_ENOENT) {
-        /* No route references the slot: nothing to unpublish. */
-        s->busy = false;
-        rt->evict_inflight--;
-        slot_to_reclaim(rt, s);
-        return;
-    }
-    if (rc) {
-        evict_back(rt, s);
-        return;
-    }
-    kvm_route_t next;
-    kvm_route_init(&next);
-    if (kvm_route_copy(&next, r) != 0) {
-        evict_back(rt, s);
-        return;
-    }
-    kvm_hot_replica_t rep = {
-        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
-    kvm_route_remove_replica(&next, &rep);
     /* Invariant (repair.h kvm_replica_readable): never leave a live route with no replica a
      * reader can get bytes from. When the others are all on closed or gone owners, this was the
      * last readable copy: the object leaves the cache as a whole, unless a materialized cold
      * copy keeps it readable. */
     bool readable_left = false;
-    for (uint32_t i = 0; i < next.n_replicas; i++)
-        readable_left |= kvm_replica_readable(rt, &next.replicas[i]);
+    for (uint32_t i = 0; i < next->n_replicas; i++)
+        readable_left |= kvm_replica_readable(rt, &next->replicas[i]);
 #ifdef KVMESH_CHAOS_BROKEN_EVICT_LAST_LIVE
-    readable_left = next.n_replicas > 0; /* broken variant: only our own copy is considered */
+    readable_left = next->n_replicas > 0; /* broken variant: only our own copy is considered */
 #endif
-    if (next.n_replicas == 0 && kvm_cold_has_device(rt) && evict_cold(rt, s, r, &rep)) {
+    if (!readable_left && next->cold.kind != KVM_COLD_MATERIALIZED) {
+        /* The last readable copy: the object leaves the cache (a tombstone, like a delete). */
+        next->n_replicas = 0;
+        next->predecessor_op = r->content_op;
+        next->content_op = kvm_rt_next_op_id(rt);
+        next->tomb = KVM_TOMB_PENDING;
+        next->length = next->checksum = 0;
+        memset(&next->cold, 0, sizeof(next->cold));
+    }
+}
+
+static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
+{
+    slot_t *s = arg;
+    kvm_rt_t *rt = slot_core_ctx(s->core);
+    enum slot_answer a = answer_of(rt, s, rc, r);
+    if (slot_core_evict_answer(rt->slots, now_ns(rt), s, a) == SLOT_EVICT_DONE) {
+        owner_sync(rt);
+        return;
+    }
+    kvm_route_t next;
+    kvm_route_init(&next);
+    if (kvm_route_copy(&next, r) != 0) {
+        evict_end(rt, s, SLOT_EVICT_KEPT);
+        return;
+    }
+    kvm_hot_replica_t rep = {
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
+    kvm_route_remove_replica(&next, &rep);
+    if (next.n_replicas == 0 && cold_device(rt) && evict_cold(rt, s, r, &rep)) {
         kvm_route_free(&next); /* the cold tier decides (cold_glue.c) */
         return;
     }
-    if (!readable_left && next.cold.kind != KVM_COLD_MATERIALIZED) {
-        /* The last readable copy: the object leaves the cache (a tombstone, like a delete). */
-        next.n_replicas = 0;
-        next.predecessor_op = r->content_op;
-        next.content_op = kvm_rt_next_op_id(rt);
-        next.tomb = KVM_TOMB_PENDING;
-        next.length = next.checksum = 0;
-        memset(&next.cold, 0, sizeof(next.cold));
-    }
+    evict_next_route(rt, r, &next);
     /* A quota tenant's object leaves through the delete protocol: the refund (quota_tomb.c). */
     bool quota = next.tomb == KVM_TOMB_PENDING && kvm_quota_applies(rt, &r->ident);
     if (next.tomb == KVM_TOMB_PENDING && !quota) /* purged then, even if its finalize fails */
         next.retain_until_ms = kvm_rt_tomb_deadline(rt);
     if ((quota ? kvm_quota_evict(rt, r, &next, evict_cas_done, s)
                : route_cas(rt->route, &r->version, &next, evict_cas_done, s)) != 0)
-        evict_back(rt, s);
+        evict_end(rt, s, SLOT_EVICT_KEPT);
     kvm_route_free(&next);
-}
-
-static void evict_some(kvm_rt_t *rt, uint64_t need)
-{
-    uint64_t low = (uint64_t)((double)rt->capacity * rt->cfg.evict_low_watermark);
-    uint64_t pending = rt->stats.reclaim_bytes;
-    size_t scanned = 0, limit = 2 * rt->n_clock + 1;
-    while (rt->clock_hand && rt->evict_inflight < STORE_EVICT_INFLIGHT && scanned++ < limit) {
-        uint64_t target_used = rt->used > pending ? rt->used - pending : 0;
-        if (target_used <= low && need == 0)
-            break;
-        struct kvm_slot *s = rt->clock_hand;
-        if (s->ref) {
-            s->ref = false;
-            rt->clock_hand = s->cnext;
-            continue;
-        }
-        clock_del(rt, s);
-        s->busy = true;
-        rt->evict_inflight++;
-        pending += s->len;
-        need = need > s->len ? need - s->len : 0;
-        if (route_lookup(rt->route, &s->ident, evict_looked_up, s) != 0)
-            evict_back(rt, s);
-    }
 }
 
 /* ---- housekeeping -------------------------------------------------------------------------- */
@@ -837,37 +537,8 @@ static void tick(void *arg)
 {
     kvm_rt_t *rt = arg;
     rt->tick_timer = 0;
-    uint64_t now = now_ns(rt);
-    unsigned budget = STORE_TICK_BUDGET;
-    while (rt->reclaim_head && rt->reclaim_head->deadline_ns <= now && budget--) {
-        struct kvm_slot *s = rt->reclaim_head;
-        q_del(&rt->reclaim_head, &rt->reclaim_tail, s);
-        if (s->busy) { /* a lookup still holds it: later */
-            s->deadline_ns = now + (uint64_t)rt->cfg.reclaim_grace_ms * 1000000ull;
-            q_push(&rt->reclaim_head, &rt->reclaim_tail, s);
-            continue;
-        }
-        rt->stats.reclaim_bytes -= s->len;
-        rt->stats.reclaimed++;
-        obs_count(rt->metrics, reclaimed_bytes_total, OBS_TIER_DRAM, OBS_NONE, s->len);
-        slot_free(rt, s);
-    }
-    budget = STORE_TICK_BUDGET;
-    for (struct kvm_slot *s = rt->reserved_head; s && s->deadline_ns <= now && budget--;) {
-        struct kvm_slot *n = s->qnext;
-        held_begin(rt, s);
-        if (!s->busy) {
-            s->busy = true;
-            if (route_lookup(rt->route, &s->ident, expiry_looked_up, s) != 0)
-                s->busy = false;
-        }
-        s = n;
-    }
-    if (rt->waiters)
-        waiters_run(rt);
-    uint64_t high = (uint64_t)((double)rt->capacity * rt->cfg.evict_high_watermark);
-    if (rt->used > high || rt->waiters)
-        evict_some(rt, 0);
+    slot_core_tick(rt->slots, now_ns(rt));
+    owner_sync(rt);
     atomic_store(&rt->a_used, rt->used);
     obs_gauge_set(rt->metrics, segment_used_bytes, OBS_TIER_DRAM, OBS_NONE, (int64_t)rt->used);
     obs_gauge_set(rt->metrics, segment_capacity_bytes, OBS_TIER_DRAM, OBS_NONE,
@@ -878,9 +549,7 @@ static void tick(void *arg)
 
 void kvm_owner_start(kvm_rt_t *rt)
 {
-    /* Slots adopted in RECLAIM from a hot-upgrade predecessor get a whole grace window here. */
-    for (struct kvm_slot *s = rt->reclaim_head; s && s->deadline_ns == 0; s = s->qnext)
-        s->deadline_ns = now_ns(rt) + (uint64_t)rt->cfg.reclaim_grace_ms * 1000000ull;
+    slot_core_start(rt->slots, now_ns(rt));
     if (rt->n_segs)
         rt->tick_timer = env_timer_start(rt->env, STORE_TICK_MS * 1000000ull, tick, rt);
 }
@@ -894,24 +563,11 @@ void kvm_owner_stop(kvm_rt_t *rt)
 size_t kvm_owner_list(kvm_rt_t *rt, uint64_t seg_filter, uint64_t *cursor, kvm_hot_replica_t *out,
                       kvm_ident_t *ids, uint64_t *read_tokens, size_t cap)
 {
-    /* The cap smallest commit sequences above the cursor (insertion into a sorted array). */
-    struct kvm_slot *sel[64];
-    size_t n = 0;
-    if (cap > KVM_ARRAY_SIZE(sel))
-        cap = KVM_ARRAY_SIZE(sel);
-    struct kvm_slot *s = rt->clock_hand;
-    for (size_t i = 0; s && i < rt->n_clock; i++, s = s->cnext) {
-        if (s->seq <= *cursor || (seg_filter && rt->segs[s->segi].seg->id != seg_filter))
-            continue;
-        if (n == cap && s->seq >= sel[n - 1]->seq)
-            continue;
-        size_t j = n < cap ? n++ : n - 1;
-        while (j > 0 && sel[j - 1]->seq > s->seq) {
-            sel[j] = sel[j - 1];
-            j--;
-        }
-        sel[j] = s;
-    }
+    const slot_t *sel[SLOT_LIST_MAX];
+    int segi = seg_filter ? seg_index(rt, seg_filter) : -1;
+    if (seg_filter && segi < 0)
+        return 0;
+    size_t n = slot_core_list(rt->slots, segi, *cursor, sel, cap);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (kvm_ident_copy(&ids[k], &sel[i]->ident) != 0)
@@ -939,7 +595,7 @@ int kvm_owner_retire_segment(kvm_rt_t *rt, uint64_t seg_id)
     int i = seg_index(rt, seg_id);
     if (i < 0)
         return kvm_errf(KVMESH_ENOENT, "no segment %016" PRIx64 " on this runtime", seg_id);
-    rt->segs[i].retiring = true;
+    slot_core_seg_retire(rt->slots, (uint32_t)i);
     return 0;
 }
 
@@ -947,14 +603,12 @@ bool kvm_owner_drain_segments(kvm_rt_t *rt, const uint64_t *ids, uint32_t n)
 {
     bool changed = false;
     for (uint32_t i = 0; i < rt->n_segs; i++) {
-        struct kvm_local_seg *ls = &rt->segs[i];
-        if (!ls->seg)
+        if (!rt->segs[i].seg)
             continue;
         bool want = false;
         for (uint32_t k = 0; k < n && !want; k++)
-            want = ids[k] == ls->seg->id;
-        changed |= want != ls->drained;
-        ls->drained = want;
+            want = ids[k] == rt->segs[i].seg->id;
+        changed |= slot_core_seg_set_drained(rt->slots, i, want);
     }
     return changed;
 }
@@ -964,38 +618,33 @@ int kvm_owner_remove_segment(kvm_rt_t *rt, uint64_t seg_id)
     int i = seg_index(rt, seg_id);
     if (i < 0)
         return kvm_errf(KVMESH_ENOENT, "no segment %016" PRIx64 " on this runtime", seg_id);
-    struct kvm_local_seg *ls = &rt->segs[i];
-    alloc_stats_t a;
-    alloc_stats(ls->alloc, &a);
-    if (!ls->retiring || a.n_used)
-        return kvm_errf(KVMESH_EAGAIN, "segment %016" PRIx64 " still holds %" PRIu64 " slots",
-                        seg_id, a.n_used);
-    rt->capacity -= ls->seg->size;
-    alloc_free(ls->alloc);
-    seg_destroy(rt->reg, ls->seg->id);
-    ls->alloc = NULL;
-    ls->seg = NULL;
+    uint64_t n_slots = 0;
+    int rc = slot_core_seg_remove(rt->slots, (uint32_t)i, &n_slots);
+    if (rc)
+        return rc;
+    seg_destroy(rt->reg, rt->segs[i].seg->id);
+    rt->segs[i].seg = NULL;
+    owner_sync(rt);
     return 0;
 }
 
 void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
 {
     *st = rt->stats;
+    slot_core_stats_t cs;
+    slot_core_stats(rt->slots, &cs);
     int64_t ev = 0; /* counted once, in the registry */
     (void)obs_metrics_read(rt->metrics, "evictions_total", OBS_TIER_DRAM, OBS_NONE, &ev);
     st->evictions = (uint64_t)ev;
-    st->capacity = rt->capacity;
-    st->used = rt->used;
-    uint64_t fr = 0, lf = 0;
-    for (uint32_t i = 0; i < rt->n_segs; i++) {
-        if (!rt->segs[i].seg)
-            continue;
-        alloc_stats_t a;
-        alloc_stats(rt->segs[i].alloc, &a);
-        fr += a.free;
-        lf = a.largest_free > lf ? a.largest_free : lf;
-    }
-    st->fragmentation = fr ? 1.0 - (double)lf / (double)fr : 0;
+    st->capacity = cs.capacity;
+    st->used = cs.used;
+    st->reclaim_bytes = cs.reclaim_bytes;
+    st->reclaimed = cs.reclaimed;
+    st->reservations_expired = cs.reservations_expired;
+    st->reserve_waits = cs.reserve_waits;
+    st->reservations_held = cs.reservations_held;
+    st->evict_conflicts = cs.evict_conflicts;
+    st->fragmentation = cs.fragmentation;
     if (rt->route)
         route_table_counts(rt->route, &st->route_entries, &st->route_tombs, &st->tombs_purged);
 }
@@ -1172,10 +821,10 @@ static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
         return;
     }
     if (req->type == STORE_RPC_COMMIT) {
-        kvm_owner_commit(rt, m.seg, m.offset);
-        struct kvm_slot *sl = kvm_cold_has_device(rt) ? slot_find(rt, m.seg, m.offset) : NULL;
-        if (sl && sl->state == SLOT_COMMITTED)
-            kvm_cold_slot_committed(rt, &sl->ident); /* a remote writer's offload to our device */
+        const slot_t *sl = slot_core_commit(rt->slots, now_ns(rt), m.seg, m.offset);
+        if (sl && sl->state == SLOT_COMMITTED && cold_device(rt))
+            rt->owner_cold->slot_committed(
+                rt, &sl->ident); /* a remote writer's offload to our device */
     } else
         kvm_owner_release(rt, m.seg, m.offset);
     kvm_span_finish(s, 0);

@@ -10,8 +10,9 @@
  *              RPC peers, span helpers: the runtime's lower half that the other files call;
  *   member.c   membership: registration under a lease with a metadata-assigned epoch, keepalive,
  *              the live snapshot refreshed in the background, states, quarantine;
- *   owner.c    storage owner: segments and allocators, reservations with a TTL, commit,
- *              reclaim after the grace window, CLOCK eviction with watermarks, hit reports;
+ *   owner.c    storage owner shell around slot_core.c (slots, allocators, reservations with
+ *              a TTL, commit, reclaim after the grace window, CLOCK eviction, waiters): the
+ *              segments' mappings, route lookups and eviction CAS, RPC, timers, metrics;
  *   ops.c      loop side of object operations: placement, reservation, route publication by
  *              CAS, lookup, tombstones, release of obsolete replicas;
  *   data.c     application-thread side: payload writes and reads through the transports,
@@ -272,14 +273,13 @@ struct kvm_rt_stats {
     double fragmentation;
 };
 
-struct kvm_slot;
+struct slot_core;
 
+/* The shell's half of an owner segment (owner.c): the mapping and its read grant. The slot core
+ * (slot_core.h) keeps the allocator and the retiring / drained flags at the same index. */
 struct kvm_local_seg {
-    struct seg *seg;
-    alloc_t *alloc;
+    struct seg *seg; /* NULL once removed */
     uint64_t read_token;
-    bool retiring;
-    bool drained; /* [loop] by an operator's lifecycle request (lifecycle.c): no new slots */
 };
 
 struct kvm_seg_handle { /* app-thread cache of opened remote segments */
@@ -350,18 +350,13 @@ typedef struct kvm_rt {
         uint64_t heartbeat; /* member heartbeat seen when quarantined */
     } suspects[STORE_MAX_MEMBERS];
     size_t n_suspects;
-    /* owner */
+    /* owner (owner.c): the slot core, the segments' mappings, and used / capacity mirrored
+     * from the core after every owner call */
+    struct slot_core *slots;
+    const struct kvm_owner_cold_hooks *owner_cold; /* NULL: no cold tier (installed by it) */
     struct kvm_local_seg segs[STORE_MAX_SEGS];
     uint32_t n_segs;
     uint64_t capacity, used;
-    struct kvm_slot *reserved_head, *reserved_tail; /* FIFO by expiry */
-    struct kvm_slot *reclaim_head, *reclaim_tail;   /* FIFO by reclaim time */
-    struct kvm_slot *clock_hand;                    /* circular list of committed slots */
-    size_t n_clock;
-    uint32_t evict_inflight;
-    uint64_t slot_seq; /* commit order of slots (drain cursor) */
-    struct kvm_wait *waiters;
-    size_t n_waiters;
     struct kvm_hitbuf *hitbufs;
     size_t n_hitbufs;
     struct kvm_rt_stats stats;
@@ -561,6 +556,25 @@ void kvm_owner_register_rpc(kvm_rt_t *rt);
 void kvm_owner_start(kvm_rt_t *rt); /* housekeeping timer */
 void kvm_owner_stop(kvm_rt_t *rt);
 void kvm_owner_fail_waiters(kvm_rt_t *rt);
+/* No reservation open, no waiter, no eviction in flight (a hot upgrade may export). */
+bool kvm_owner_settled(kvm_rt_t *rt);
+/* The cold tier's part in the owner's paths, installed by the cold glue (cold_glue.c) at
+ * kvm_cold_open and removed at kvm_cold_close, so that owner.c never calls it by name. The
+ * functions have cold_glue.h's meaning; with none installed the owner has no cold device.
+ * The hooks struct is borrowed until it is replaced. [loop] */
+typedef void (*kvm_owner_cold_cb)(void *arg, int rc);
+struct kvm_owner_cold_hooks {
+    bool (*has_device)(kvm_rt_t *rt);
+    void (*published)(kvm_rt_t *rt, const kvm_route_t *now);
+    void (*slot_committed)(kvm_rt_t *rt, const kvm_ident_t *ident);
+    bool (*pins_last)(kvm_rt_t *rt, const kvm_route_t *route);
+    bool (*claims)(kvm_rt_t *rt, const kvm_route_t *r);
+    int (*evict_claim)(kvm_rt_t *rt, const kvm_route_t *r, const kvm_hot_replica_t *rep,
+                       kvm_owner_cold_cb cb, void *arg);
+    int (*evict_last)(kvm_rt_t *rt, const kvm_ident_t *ident, const kvm_hot_replica_t *rep,
+                      kvm_owner_cold_cb cb, void *arg);
+};
+void kvm_owner_set_cold_hooks(kvm_rt_t *rt, const struct kvm_owner_cold_hooks *h);
 typedef void (*kvm_reserve_cb)(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
                                uint64_t token);
 void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32_t ttl_ms,

@@ -16,6 +16,11 @@ extern const sim_scenario_t scen_staging_late_transfer;
 extern const sim_scenario_t scen_staging_late_ack;
 extern const sim_scenario_t scen_staging_cancel;
 extern const sim_scenario_t scen_staging_promotion_expiry;
+extern const sim_scenario_t scen_store_reserve_expiry;
+extern const sim_scenario_t scen_store_overwrite_reclaim;
+extern const sim_scenario_t scen_store_evict_read;
+extern const sim_scenario_t scen_store_owner_death;
+extern const sim_scenario_t scen_store_drain;
 #ifdef KVMESH_SIM_HAVE_META /* scenarios that need src/meta (see CMakeLists.txt) */
 extern const sim_scenario_t scen_meta_cas;
 extern const sim_scenario_t scen_route_basic;
@@ -57,6 +62,11 @@ const sim_scenario_t *const sim_scenarios[] = {
     &scen_staging_late_ack,
     &scen_staging_cancel,
     &scen_staging_promotion_expiry,
+    &scen_store_reserve_expiry,
+    &scen_store_overwrite_reclaim,
+    &scen_store_evict_read,
+    &scen_store_owner_death,
+    &scen_store_drain,
 #ifdef KVMESH_SIM_HAVE_META
     &scen_meta_cas,
     &scen_route_basic,

@@ -1,0 +1,1018 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * slot_core.c — the storage owner's slot protocol, sans I/O (slot_core.h has the state diagram,
+ * the invariants and the ownership rules). This file owns the slots, the segments' allocators,
+ * the reserved and reclaim queues (FIFO by deadline), the CLOCK ring of committed slots, the
+ * list of committed slots whose eviction is in flight and the reservations waiting for space;
+ * it reaches the world only through slot_effects_t.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "store/alloc.h"
+#include "store/slot_core.h"
+
+struct slot_wait {
+    struct slot_wait *next;
+    kvm_ident_t ident;
+    uint64_t len;
+    uint32_t ttl_ms;
+    uint64_t deadline_ns;
+    slot_reserve_cb cb;
+    void *arg;
+};
+
+struct slot_seg {
+    uint64_t id, size;
+    alloc_t *alloc;
+    bool present, retiring, drained;
+};
+
+struct slot_core {
+    slot_core_cfg_t cfg;
+    slot_effects_t fx;
+    void *ctx;
+    unsigned bugs;
+    struct slot_seg segs[SLOT_CORE_MAX_SEGS];
+    uint32_t n_segs;
+    uint64_t capacity, used, reclaim_bytes;
+    slot_t *reserved_head, *reserved_tail; /* RESERVED and HELD, FIFO by TTL end */
+    slot_t *reclaim_head, *reclaim_tail;   /* RECLAIM, FIFO by grace end */
+    slot_t *clock_hand;                    /* ring of COMMITTED slots not being evicted */
+    slot_t *evict_head, *evict_tail;       /* COMMITTED slots out of the ring, being evicted */
+    size_t n_clock, n_live;
+    uint32_t evict_inflight;
+    uint64_t seq;
+    struct slot_wait *waiters;
+    size_t n_waiters;
+    uint64_t reclaimed, reservations_expired, reserve_waits, reservations_held, evict_conflicts;
+};
+
+const char *slot_state_name(enum slot_state s)
+{
+    static const char *const names[] = {"new", "reserved", "held", "committed", "reclaim", "freed"};
+    return (unsigned)s < KVM_ARRAY_SIZE(names) ? names[s] : "?";
+}
+
+static bool legal(enum slot_state from, enum slot_state to)
+{
+    switch (from) {
+    case SLOT_NEW:
+        return to == SLOT_RESERVED || to == SLOT_COMMITTED || to == SLOT_RECLAIM;
+    case SLOT_RESERVED:
+        return to == SLOT_HELD || to == SLOT_COMMITTED || to == SLOT_RECLAIM;
+    case SLOT_HELD:
+        return to == SLOT_COMMITTED || to == SLOT_RECLAIM;
+    case SLOT_COMMITTED:
+        return to == SLOT_RECLAIM;
+    case SLOT_RECLAIM:
+        return to == SLOT_FREED;
+    case SLOT_FREED:
+        return false;
+    }
+    return false;
+}
+
+static void set_state(slot_t *s, enum slot_state to)
+{
+    KVM_ASSERT(legal(s->state, to));
+    KVM_ASSERT(to != SLOT_FREED || !s->busy);
+    s->state = to;
+}
+
+static void event(slot_core_t *c, enum slot_event ev, uint64_t bytes)
+{
+    if (c->fx.event)
+        c->fx.event(c->ctx, ev, bytes);
+}
+
+static void revoke(slot_core_t *c, slot_t *s)
+{
+    if (c->fx.revoke && s->token)
+        c->fx.revoke(c->ctx, s->token);
+    s->token = 0;
+}
+
+/* ---- queues and the clock ring --------------------------------------------------------------- */
+
+static void q_push(slot_t **head, slot_t **tail, slot_t *s)
+{
+    KVM_ASSERT(!s->queued);
+    s->qnext = NULL;
+    s->qprev = *tail;
+    if (*tail)
+        (*tail)->qnext = s;
+    else
+        *head = s;
+    *tail = s;
+    s->queued = true;
+}
+
+static void q_del(slot_t **head, slot_t **tail, slot_t *s)
+{
+    KVM_ASSERT(s->queued);
+    if (s->qprev)
+        s->qprev->qnext = s->qnext;
+    else
+        *head = s->qnext;
+    if (s->qnext)
+        s->qnext->qprev = s->qprev;
+    else
+        *tail = s->qprev;
+    s->qnext = s->qprev = NULL;
+    s->queued = false;
+}
+
+static void clock_add(slot_core_t *c, slot_t *s)
+{
+    KVM_ASSERT(!s->in_clock && s->state == SLOT_COMMITTED);
+    if (!c->clock_hand) {
+        s->cnext = s->cprev = s;
+        c->clock_hand = s;
+    } else {
+        slot_t *h = c->clock_hand;
+        s->cnext = h;
+        s->cprev = h->cprev;
+        h->cprev->cnext = s;
+        h->cprev = s;
+    }
+    s->in_clock = true;
+    c->n_clock++;
+}
+
+static void clock_del(slot_core_t *c, slot_t *s)
+{
+    KVM_ASSERT(s->in_clock);
+    if (s->cnext == s) {
+        c->clock_hand = NULL;
+    } else {
+        s->cprev->cnext = s->cnext;
+        s->cnext->cprev = s->cprev;
+        if (c->clock_hand == s)
+            c->clock_hand = s->cnext;
+    }
+    s->cnext = s->cprev = NULL;
+    s->in_clock = false;
+    c->n_clock--;
+}
+
+/* ---- life of a core -------------------------------------------------------------------------- */
+
+int slot_core_new(const slot_core_cfg_t *cfg, const slot_effects_t *fx, void *ctx,
+                  slot_core_t **out)
+{
+    KVM_ASSERT(fx->lookup);
+    slot_core_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory for the owner's slot core");
+    c->cfg = *cfg;
+    c->fx = *fx;
+    c->ctx = ctx;
+    if (!c->cfg.name)
+        c->cfg.name = "owner";
+    *out = c;
+    return 0;
+}
+
+static slot_t *slot_new(slot_core_t *c, const kvm_ident_t *id)
+{
+    slot_t *s = calloc(1, sizeof(*s));
+    if (!s || kvm_ident_copy(&s->ident, id) != 0) {
+        free(s);
+        return NULL;
+    }
+    s->core = c;
+    return s;
+}
+
+static void slot_drop(slot_core_t *c, slot_t *s)
+{
+    alloc_release(c->segs[s->segi].alloc, s->off);
+    c->used -= s->len;
+    c->n_live--;
+    kvm_ident_free(&s->ident);
+    free(s);
+}
+
+void slot_core_free(slot_core_t *c)
+{
+    if (!c)
+        return;
+    while (c->reserved_head) {
+        slot_t *s = c->reserved_head;
+        q_del(&c->reserved_head, &c->reserved_tail, s);
+        slot_drop(c, s);
+    }
+    while (c->reclaim_head) {
+        slot_t *s = c->reclaim_head;
+        q_del(&c->reclaim_head, &c->reclaim_tail, s);
+        slot_drop(c, s);
+    }
+    while (c->clock_hand) {
+        slot_t *s = c->clock_hand;
+        clock_del(c, s);
+        slot_drop(c, s);
+    }
+    while (c->evict_head) { /* (their lookups or CAS never answer now) */
+        slot_t *s = c->evict_head;
+        q_del(&c->evict_head, &c->evict_tail, s);
+        slot_drop(c, s);
+    }
+    while (c->waiters) {
+        struct slot_wait *w = c->waiters;
+        c->waiters = w->next;
+        kvm_ident_free(&w->ident);
+        free(w);
+    }
+    for (uint32_t i = 0; i < c->n_segs; i++)
+        alloc_free(c->segs[i].alloc);
+    free(c);
+}
+
+void *slot_core_ctx(const slot_core_t *c)
+{
+    return c->ctx;
+}
+
+void slot_core_test_set_bugs(slot_core_t *c, unsigned bugs)
+{
+    c->bugs = bugs;
+}
+
+/* ---- segments -------------------------------------------------------------------------------- */
+
+int slot_core_seg_add(slot_core_t *c, uint64_t seg_id, uint64_t size, uint32_t *segi)
+{
+    if (c->n_segs == SLOT_CORE_MAX_SEGS)
+        return kvm_errf(KVMESH_ENOSPC, "at most %d segments per runtime", SLOT_CORE_MAX_SEGS);
+    struct slot_seg *g = &c->segs[c->n_segs];
+    memset(g, 0, sizeof(*g));
+    int rc = alloc_new(&g->alloc, size);
+    if (rc)
+        return rc;
+    g->id = seg_id;
+    g->size = size;
+    g->present = true;
+    c->capacity += size;
+    *segi = c->n_segs++;
+    return 0;
+}
+
+int slot_core_seg_find(const slot_core_t *c, uint64_t seg_id)
+{
+    for (uint32_t i = 0; i < c->n_segs; i++)
+        if (c->segs[i].present && c->segs[i].id == seg_id)
+            return (int)i;
+    return -1;
+}
+
+uint32_t slot_core_n_segs(const slot_core_t *c)
+{
+    return c->n_segs;
+}
+
+bool slot_core_seg_present(const slot_core_t *c, uint32_t segi)
+{
+    return segi < c->n_segs && c->segs[segi].present;
+}
+
+void slot_core_seg_retire(slot_core_t *c, uint32_t segi)
+{
+    KVM_ASSERT(slot_core_seg_present(c, segi));
+    c->segs[segi].retiring = true;
+}
+
+bool slot_core_seg_retiring(const slot_core_t *c, uint32_t segi)
+{
+    return slot_core_seg_present(c, segi) && c->segs[segi].retiring;
+}
+
+bool slot_core_seg_set_drained(slot_core_t *c, uint32_t segi, bool drained)
+{
+    KVM_ASSERT(slot_core_seg_present(c, segi));
+    bool changed = c->segs[segi].drained != drained;
+    c->segs[segi].drained = drained;
+    return changed;
+}
+
+bool slot_core_seg_drained(const slot_core_t *c, uint32_t segi)
+{
+    return slot_core_seg_present(c, segi) && c->segs[segi].drained;
+}
+
+static void held_end(slot_core_t *c, slot_t *s);
+
+/* The remove_undrained broken variant: the segment's idle reserved and reclaim slots are
+ * dropped at once (only the drain's list, the committed slots, was waited for). */
+static void drop_undrained(slot_core_t *c, uint32_t segi)
+{
+    for (int q = 0; q < 2; q++) {
+        slot_t **head = q ? &c->reclaim_head : &c->reserved_head;
+        slot_t **tail = q ? &c->reclaim_tail : &c->reserved_tail;
+        for (slot_t *s = *head, *n; s; s = n) {
+            n = s->qnext;
+            if (s->segi != segi || s->busy)
+                continue;
+            q_del(head, tail, s);
+            if (q)
+                c->reclaim_bytes -= s->len;
+            held_end(c, s);
+            revoke(c, s);
+            s->state = SLOT_FREED; /* (broken on purpose: no legal transition) */
+            if (c->fx.freed)
+                c->fx.freed(c->ctx, s);
+            slot_drop(c, s);
+        }
+    }
+}
+
+int slot_core_seg_remove(slot_core_t *c, uint32_t segi, uint64_t *n_slots)
+{
+    KVM_ASSERT(slot_core_seg_present(c, segi));
+    struct slot_seg *g = &c->segs[segi];
+    alloc_stats_t a;
+    if (g->retiring && (c->bugs & SLOT_BUG_REMOVE_UNDRAINED))
+        drop_undrained(c, segi);
+    alloc_stats(g->alloc, &a);
+    *n_slots = a.n_used;
+    if (!g->retiring || a.n_used)
+        return kvm_errf(KVMESH_EAGAIN, "segment %016" PRIx64 " still holds %" PRIu64 " slots",
+                        g->id, a.n_used);
+    c->capacity -= g->size;
+    alloc_free(g->alloc);
+    g->alloc = NULL;
+    g->present = false;
+    return 0;
+}
+
+static bool seg_open(const struct slot_seg *g)
+{
+    return g->present && !g->retiring && !g->drained;
+}
+
+static slot_t *slot_at(const slot_core_t *c, uint64_t seg_id, uint64_t off)
+{
+    int i = slot_core_seg_find(c, seg_id);
+    void *u = NULL;
+    if (i < 0 || alloc_lookup(c->segs[i].alloc, off, &u, NULL) != 0)
+        return NULL;
+    return u;
+}
+
+const slot_t *slot_core_find(const slot_core_t *c, uint64_t seg_id, uint64_t off)
+{
+    return slot_at(c, seg_id, off);
+}
+
+/* ---- transitions ----------------------------------------------------------------------------- */
+
+static void held_begin(slot_core_t *c, slot_t *s)
+{
+    if (s->state == SLOT_HELD)
+        return;
+    set_state(s, SLOT_HELD);
+    c->reservations_held++;
+    event(c, SLOT_EV_HELD_CHANGED, c->reservations_held);
+}
+
+static void held_end(slot_core_t *c, slot_t *s)
+{
+    if (s->state != SLOT_HELD)
+        return;
+    KVM_ASSERT(c->reservations_held > 0);
+    c->reservations_held--;
+    event(c, SLOT_EV_HELD_CHANGED, c->reservations_held);
+}
+
+static void to_reclaim(slot_core_t *c, uint64_t now, slot_t *s)
+{
+    if (s->state == SLOT_RECLAIM)
+        return;
+    held_end(c, s);
+    if (s->state == SLOT_RESERVED || s->state == SLOT_HELD) {
+        q_del(&c->reserved_head, &c->reserved_tail, s);
+        revoke(c, s);
+    } else if (s->in_clock) {
+        clock_del(c, s);
+    } else {
+        q_del(&c->evict_head, &c->evict_tail, s); /* released while being evicted */
+    }
+    set_state(s, SLOT_RECLAIM);
+    s->deadline_ns = (c->bugs & SLOT_BUG_NO_GRACE) ? now : now + c->cfg.reclaim_grace_ns;
+    q_push(&c->reclaim_head, &c->reclaim_tail, s);
+    c->reclaim_bytes += s->len;
+}
+
+static void to_committed(slot_core_t *c, slot_t *s)
+{
+    if (s->state != SLOT_RESERVED && s->state != SLOT_HELD)
+        return;
+    held_end(c, s);
+    q_del(&c->reserved_head, &c->reserved_tail, s);
+    revoke(c, s);
+    set_state(s, SLOT_COMMITTED);
+    s->ref = true;
+    s->seq = ++c->seq;
+    clock_add(c, s);
+}
+
+static void slot_free(slot_core_t *c, slot_t *s)
+{
+    set_state(s, SLOT_FREED);
+    if (c->fx.freed)
+        c->fx.freed(c->ctx, s);
+    slot_drop(c, s);
+}
+
+const slot_t *slot_core_commit(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off)
+{
+    (void)now;
+    slot_t *s = slot_at(c, seg_id, off);
+    if (s)
+        to_committed(c, s);
+    return s;
+}
+
+void slot_core_release(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off)
+{
+    slot_t *s = slot_at(c, seg_id, off);
+    if (s)
+        to_reclaim(c, now, s);
+}
+
+void slot_core_hit(slot_core_t *c, uint64_t seg_id, uint64_t off)
+{
+    slot_t *s = slot_at(c, seg_id, off);
+    if (s && s->state == SLOT_COMMITTED)
+        s->ref = true;
+}
+
+/* ---- reserve --------------------------------------------------------------------------------- */
+
+static int try_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *id, uint64_t len,
+                       uint32_t ttl_ms, uint64_t *seg, uint64_t *off, uint64_t *token)
+{
+    for (uint32_t i = 0; i < c->n_segs; i++) {
+        struct slot_seg *g = &c->segs[i];
+        if (!seg_open(g) || !alloc_can_fit(g->alloc, len))
+            continue;
+        slot_t *s = slot_new(c, id);
+        if (!s)
+            return kvm_errf(KVMESH_ENOMEM, "out of memory for a replica slot");
+        if (alloc_reserve(g->alloc, len, s, &s->off) != 0) {
+            kvm_ident_free(&s->ident);
+            free(s);
+            continue;
+        }
+        int rc = c->fx.grant ? c->fx.grant(c->ctx, i, s->off, len, ttl_ms, &s->token) : 0;
+        if (rc) {
+            alloc_release(g->alloc, s->off);
+            kvm_ident_free(&s->ident);
+            free(s);
+            return rc;
+        }
+        s->segi = i;
+        s->len = len;
+        set_state(s, SLOT_RESERVED);
+        s->deadline_ns = now + (uint64_t)ttl_ms * 1000000ull;
+        q_push(&c->reserved_head, &c->reserved_tail, s);
+        c->used += len;
+        c->n_live++;
+        event(c, SLOT_EV_ALLOC_OK, len);
+        *seg = g->id;
+        *off = s->off;
+        *token = s->token;
+        return 0;
+    }
+    return KVMESH_ENOSPC;
+}
+
+static bool anything_evictable(const slot_core_t *c)
+{
+    return c->n_clock > 0 || c->evict_inflight > 0 || c->reclaim_head != NULL;
+}
+
+static void evict_some(slot_core_t *c, uint64_t need);
+
+/* Bytes eviction must free for a waiting reservation of len bytes: what slots already in
+ * RECLAIM (freed when their grace ends) will not give back. Objects are not evicted for space
+ * that is already on its way out; if fragmentation keeps the reservation waiting once the
+ * reclaim happened, the next tick asks again with nothing pending. */
+static uint64_t evict_need(const slot_core_t *c, uint64_t len)
+{
+    return len > c->reclaim_bytes ? len - c->reclaim_bytes : 0;
+}
+
+static uint64_t largest_open(const slot_core_t *c)
+{
+    uint64_t largest = 0;
+    for (uint32_t i = 0; i < c->n_segs; i++)
+        if (seg_open(&c->segs[i]) && c->segs[i].size > largest)
+            largest = c->segs[i].size;
+    return largest;
+}
+
+static bool wait_for_space(slot_core_t *c, uint64_t now, const kvm_ident_t *id, uint64_t len,
+                           uint32_t ttl_ms, slot_reserve_cb cb, void *arg)
+{
+    if (!anything_evictable(c) || c->n_waiters >= c->cfg.wait_max)
+        return false;
+    struct slot_wait *w = calloc(1, sizeof(*w));
+    if (!w || kvm_ident_copy(&w->ident, id) != 0) {
+        free(w);
+        return false;
+    }
+    w->len = len;
+    w->ttl_ms = ttl_ms;
+    w->deadline_ns = now + c->cfg.wait_timeout_ns;
+    w->cb = cb;
+    w->arg = arg;
+    struct slot_wait **pp = &c->waiters;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = w;
+    c->n_waiters++;
+    c->reserve_waits++;
+    evict_some(c, evict_need(c, len));
+    return true;
+}
+
+void slot_core_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *id, uint64_t len,
+                       uint32_t ttl_ms, slot_reserve_cb cb, void *arg)
+{
+    char msg[256];
+    uint64_t seg = 0, off = 0, token = 0;
+    uint64_t largest = largest_open(c);
+    if (len > largest) { /* eviction cannot help: no segment is that large */
+        if (largest == 0 && c->n_segs > 0)
+            snprintf(msg, sizeof(msg),
+                     "owner %s takes no new replicas: every segment is drained or retiring "
+                     "(kvmesh admin segments)",
+                     c->cfg.name);
+        else
+            snprintf(msg, sizeof(msg),
+                     "owner %s has no segment large enough for %" PRIu64 " bytes (largest %" PRIu64
+                     ")",
+                     c->cfg.name, len, largest);
+        event(c, SLOT_EV_NO_SPACE, len);
+        cb(arg, KVMESH_ENOSPC, msg, 0, 0, 0);
+        return;
+    }
+    int rc = c->waiters ? KVMESH_ENOSPC : try_reserve(c, now, id, len, ttl_ms, &seg, &off, &token);
+    if (rc == 0) {
+        cb(arg, 0, "", seg, off, token);
+        return;
+    }
+    if (rc == KVMESH_ENOSPC && wait_for_space(c, now, id, len, ttl_ms, cb, arg))
+        return;
+    event(c, SLOT_EV_NO_SPACE, len);
+    snprintf(msg, sizeof(msg),
+             "owner %s has no room for %" PRIu64 " bytes (%" PRIu64 " of %" PRIu64
+             " bytes used, nothing evictable)",
+             c->cfg.name, len, c->used, c->capacity);
+    cb(arg, rc, msg, 0, 0, 0);
+}
+
+static void waiters_run(slot_core_t *c, uint64_t now)
+{
+    while (c->waiters) {
+        struct slot_wait *w = c->waiters;
+        uint64_t seg = 0, off = 0, token = 0;
+        int rc = try_reserve(c, now, &w->ident, w->len, w->ttl_ms, &seg, &off, &token);
+        if (rc == KVMESH_ENOSPC && now < w->deadline_ns && anything_evictable(c)) {
+            evict_some(c, evict_need(c, w->len));
+            return; /* keep FIFO order */
+        }
+        c->waiters = w->next;
+        c->n_waiters--;
+        char msg[256] = "";
+        if (rc)
+            snprintf(msg, sizeof(msg),
+                     "owner %s could not free %" PRIu64 " bytes by eviction in time (%" PRIu64
+                     " of %" PRIu64 " used)",
+                     c->cfg.name, w->len, c->used, c->capacity);
+        w->cb(w->arg, rc, msg, seg, off, token);
+        kvm_ident_free(&w->ident);
+        free(w);
+    }
+}
+
+void slot_core_fail_waiters(slot_core_t *c, int rc, const char *msg)
+{
+    while (c->waiters) {
+        struct slot_wait *w = c->waiters;
+        c->waiters = w->next;
+        c->n_waiters--;
+        w->cb(w->arg, rc, msg, 0, 0, 0);
+        kvm_ident_free(&w->ident);
+        free(w);
+    }
+}
+
+/* ---- held reservations: the route decides ---------------------------------------------------- */
+
+enum slot_settle slot_core_settle_decide(const slot_settle_in_t *in)
+{
+    switch (in->route) {
+    case SLOT_ANS_REFERENCED:
+        return SLOT_SETTLE_COMMIT;
+    case SLOT_ANS_UNREFERENCED:
+    case SLOT_ANS_ABSENT:
+        return in->check_due ? SLOT_SETTLE_CHECK : SLOT_SETTLE_FREE;
+    case SLOT_ANS_UNKNOWN:
+    case SLOT_ANS_CANCELED:
+        break;
+    }
+    return SLOT_SETTLE_KEEP;
+}
+
+static void held_retry(slot_core_t *c, uint64_t now, slot_t *s)
+{
+    q_del(&c->reserved_head, &c->reserved_tail, s);
+    s->deadline_ns = now + c->cfg.held_retry_ns;
+    q_push(&c->reserved_head, &c->reserved_tail, s);
+}
+
+enum slot_settle slot_core_held_answer(slot_core_t *c, uint64_t now, slot_t *s,
+                                       const slot_settle_in_t *in)
+{
+    KVM_ASSERT(s->busy);
+    s->busy = false;
+    if (in->route == SLOT_ANS_CANCELED || s->state != SLOT_HELD)
+        return SLOT_SETTLE_KEEP; /* closing, or committed / released meanwhile */
+    slot_settle_in_t full = *in;
+    full.check_due = c->fx.held_check && !s->checked;
+    enum slot_settle d = slot_core_settle_decide(&full);
+    switch (d) {
+    case SLOT_SETTLE_CHECK:
+        s->busy = true;
+        if (c->fx.held_check(c->ctx, s) == 0)
+            break;
+        s->busy = false;
+        held_retry(c, now, s); /* unknown: ask again later */
+        return SLOT_SETTLE_KEEP;
+    case SLOT_SETTLE_COMMIT:
+        to_committed(c, s);
+        break;
+    case SLOT_SETTLE_FREE:
+        c->reservations_expired++;
+        event(c, SLOT_EV_EXPIRED, s->len);
+        to_reclaim(c, now, s);
+        break;
+    case SLOT_SETTLE_KEEP: /* ask again later (and check again before any free) */
+        s->checked = false;
+        held_retry(c, now, s);
+        break;
+    }
+    return d;
+}
+
+void slot_core_held_check_answer(slot_core_t *c, uint64_t now, slot_t *s, enum slot_check a)
+{
+    KVM_ASSERT(s->busy);
+    s->busy = false;
+    if (a == SLOT_CHECK_CANCELED || s->state != SLOT_HELD)
+        return;
+    s->checked = a == SLOT_CHECK_REREAD;
+    if (s->checked) { /* the route again, read after the check: it decides */
+        s->busy = true;
+        if (c->fx.lookup(c->ctx, s, SLOT_LOOKUP_EXPIRY) == 0)
+            return;
+        s->busy = false;
+    }
+    held_retry(c, now, s);
+}
+
+/* ---- eviction -------------------------------------------------------------------------------- */
+
+static void evict_back(slot_core_t *c, slot_t *s)
+{
+    KVM_ASSERT(s->busy && s->evicting && c->evict_inflight > 0);
+    s->busy = false;
+    s->evicting = false;
+    c->evict_inflight--;
+    if (s->state == SLOT_COMMITTED) {
+        q_del(&c->evict_head, &c->evict_tail, s);
+        s->ref = false;
+        clock_add(c, s);
+    }
+}
+
+static void evict_finish(slot_core_t *c, uint64_t now, slot_t *s)
+{
+    KVM_ASSERT(s->busy && s->evicting && c->evict_inflight > 0);
+    s->busy = false;
+    s->evicting = false;
+    c->evict_inflight--;
+    to_reclaim(c, now, s);
+}
+
+static void evict_some(slot_core_t *c, uint64_t need)
+{
+    uint64_t low = (uint64_t)((double)c->capacity * c->cfg.evict_low);
+    uint64_t pending = c->reclaim_bytes;
+    size_t scanned = 0, limit = 2 * c->n_clock + 1;
+    while (c->clock_hand && c->evict_inflight < c->cfg.evict_inflight_max && scanned++ < limit) {
+        uint64_t target_used = c->used > pending ? c->used - pending : 0;
+        if (target_used <= low && need == 0)
+            break;
+        slot_t *s = c->clock_hand;
+        if (s->ref) {
+            s->ref = false;
+            c->clock_hand = s->cnext;
+            continue;
+        }
+        clock_del(c, s);
+        q_push(&c->evict_head, &c->evict_tail, s);
+        s->busy = true;
+        s->evicting = true;
+        c->evict_inflight++;
+        pending += s->len;
+        need = need > s->len ? need - s->len : 0;
+        if (c->fx.lookup(c->ctx, s, SLOT_LOOKUP_EVICT) != 0)
+            evict_back(c, s);
+    }
+}
+
+enum slot_evict_next slot_core_evict_answer(slot_core_t *c, uint64_t now, slot_t *s,
+                                            enum slot_answer a)
+{
+    if (s->state != SLOT_COMMITTED || a == SLOT_ANS_CANCELED || a == SLOT_ANS_UNKNOWN) {
+        evict_back(c, s);
+        return SLOT_EVICT_DONE;
+    }
+    if (a == SLOT_ANS_UNREFERENCED || a == SLOT_ANS_ABSENT || (c->bugs & SLOT_BUG_EVICT_NO_CAS)) {
+        evict_finish(c, now, s); /* no route references it: nothing to unpublish */
+        return SLOT_EVICT_DONE;
+    }
+    return SLOT_EVICT_CAS;
+}
+
+void slot_core_evict_end(slot_core_t *c, uint64_t now, slot_t *s, enum slot_evict_end e)
+{
+    switch (e) {
+    case SLOT_EVICT_REMOVED:
+        if (s->state == SLOT_COMMITTED)
+            event(c, SLOT_EV_EVICTED, s->len);
+        evict_finish(c, now, s);
+        return;
+    case SLOT_EVICT_CONFLICT:
+        c->evict_conflicts++;
+        break;
+    case SLOT_EVICT_KEPT:
+        break;
+    }
+    evict_back(c, s);
+}
+
+/* ---- housekeeping ---------------------------------------------------------------------------- */
+
+static void reclaim_due(slot_core_t *c, uint64_t now)
+{
+    uint32_t budget = c->cfg.tick_budget;
+    while (c->reclaim_head && c->reclaim_head->deadline_ns <= now && budget--) {
+        slot_t *s = c->reclaim_head;
+        q_del(&c->reclaim_head, &c->reclaim_tail, s);
+        if (s->busy) { /* a lookup or CAS still holds it: later */
+            s->deadline_ns = now + c->cfg.reclaim_grace_ns;
+            q_push(&c->reclaim_head, &c->reclaim_tail, s);
+            continue;
+        }
+        c->reclaim_bytes -= s->len;
+        c->reclaimed++;
+        event(c, SLOT_EV_RECLAIMED, s->len);
+        slot_free(c, s);
+    }
+}
+
+static void expire_due(slot_core_t *c, uint64_t now)
+{
+    uint32_t budget = c->cfg.tick_budget;
+    for (slot_t *s = c->reserved_head; s && s->deadline_ns <= now && budget--;) {
+        slot_t *n = s->qnext;
+        held_begin(c, s);
+        if (c->bugs & SLOT_BUG_FREE_HELD) {
+            to_reclaim(c, now, s);
+        } else if (!s->busy) {
+            s->busy = true;
+            if (c->fx.lookup(c->ctx, s, SLOT_LOOKUP_EXPIRY) != 0)
+                s->busy = false;
+        }
+        s = n;
+    }
+}
+
+void slot_core_tick(slot_core_t *c, uint64_t now)
+{
+    reclaim_due(c, now);
+    expire_due(c, now);
+    if (c->waiters)
+        waiters_run(c, now);
+    uint64_t high = (uint64_t)((double)c->capacity * c->cfg.evict_high);
+    if (c->used > high || c->waiters)
+        evict_some(c, 0);
+}
+
+/* ---- hot upgrade and drain ------------------------------------------------------------------- */
+
+int slot_core_adopt(slot_core_t *c, uint32_t segi, uint64_t off, uint64_t len,
+                    enum slot_state state, uint64_t seq, const kvm_ident_t *ident)
+{
+    KVM_ASSERT(slot_core_seg_present(c, segi));
+    KVM_ASSERT(state == SLOT_COMMITTED || state == SLOT_RECLAIM);
+    slot_t *s = slot_new(c, ident);
+    if (!s)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory for a replica slot");
+    int rc = alloc_reserve_at(c->segs[segi].alloc, off, len, s);
+    if (rc) {
+        kvm_ident_free(&s->ident);
+        free(s);
+        return rc;
+    }
+    s->segi = segi;
+    s->off = off;
+    s->len = len;
+    c->used += len;
+    c->n_live++;
+    set_state(s, state);
+    if (state == SLOT_COMMITTED) {
+        s->ref = true;
+        s->seq = seq;
+        clock_add(c, s);
+    } else {
+        s->deadline_ns = 0; /* set when housekeeping starts (slot_core_start) */
+        q_push(&c->reclaim_head, &c->reclaim_tail, s);
+        c->reclaim_bytes += len;
+    }
+    return 0;
+}
+
+void slot_core_start(slot_core_t *c, uint64_t now)
+{
+    /* Slots adopted in RECLAIM from a hot-upgrade predecessor get a whole grace window here. */
+    for (slot_t *s = c->reclaim_head; s && s->deadline_ns == 0; s = s->qnext)
+        s->deadline_ns = now + c->cfg.reclaim_grace_ns;
+}
+
+uint64_t slot_core_seq(const slot_core_t *c)
+{
+    return c->seq;
+}
+
+void slot_core_set_seq(slot_core_t *c, uint64_t seq)
+{
+    c->seq = seq;
+}
+
+int slot_core_visit(const slot_core_t *c, int (*fn)(void *arg, const slot_t *s), void *arg)
+{
+    const slot_t *s = c->clock_hand;
+    for (size_t i = 0; s && i < c->n_clock; i++, s = s->cnext) {
+        int rc = fn(arg, s);
+        if (rc)
+            return rc;
+    }
+    for (s = c->reclaim_head; s; s = s->qnext) {
+        int rc = fn(arg, s);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+size_t slot_core_list(const slot_core_t *c, int segi_filter, uint64_t cursor, const slot_t **sel,
+                      size_t cap)
+{
+    /* The cap smallest commit sequences above the cursor (insertion into a sorted array). */
+    size_t n = 0;
+    if (cap > SLOT_LIST_MAX)
+        cap = SLOT_LIST_MAX;
+    if (cap == 0)
+        return 0;
+    const slot_t *s = c->clock_hand;
+    for (size_t i = 0; s && i < c->n_clock; i++, s = s->cnext) {
+        if (s->seq <= cursor || (segi_filter >= 0 && s->segi != (uint32_t)segi_filter))
+            continue;
+        if (n == cap && s->seq >= sel[n - 1]->seq)
+            continue;
+        size_t j = n < cap ? n++ : n - 1;
+        while (j > 0 && sel[j - 1]->seq > s->seq) {
+            sel[j] = sel[j - 1];
+            j--;
+        }
+        sel[j] = s;
+    }
+    return n;
+}
+
+bool slot_core_settled(const slot_core_t *c)
+{
+    return c->reserved_head == NULL && c->waiters == NULL && c->evict_inflight == 0;
+}
+
+uint64_t slot_core_used(const slot_core_t *c)
+{
+    return c->used;
+}
+
+uint64_t slot_core_capacity(const slot_core_t *c)
+{
+    return c->capacity;
+}
+
+void slot_core_stats(const slot_core_t *c, slot_core_stats_t *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->capacity = c->capacity;
+    st->used = c->used;
+    st->reclaim_bytes = c->reclaim_bytes;
+    st->reclaimed = c->reclaimed;
+    st->reservations_expired = c->reservations_expired;
+    st->reserve_waits = c->reserve_waits;
+    st->reservations_held = c->reservations_held;
+    st->evict_conflicts = c->evict_conflicts;
+    st->n_committed = c->n_clock;
+    st->n_waiters = c->n_waiters;
+    st->evict_inflight = c->evict_inflight;
+    for (const slot_t *s = c->reserved_head; s; s = s->qnext)
+        st->n_reserved++;
+    for (const slot_t *s = c->reclaim_head; s; s = s->qnext)
+        st->n_reclaim++;
+    uint64_t fr = 0, lf = 0;
+    for (uint32_t i = 0; i < c->n_segs; i++) {
+        if (!c->segs[i].present)
+            continue;
+        alloc_stats_t a;
+        alloc_stats(c->segs[i].alloc, &a);
+        fr += a.free;
+        lf = a.largest_free > lf ? a.largest_free : lf;
+    }
+    st->fragmentation = fr ? 1.0 - (double)lf / (double)fr : 0;
+}
+
+/* ---- invariants ------------------------------------------------------------------------------ */
+
+static int check_queues(const slot_core_t *c, size_t *n_q, uint64_t *held, uint64_t *rbytes)
+{
+    for (const slot_t *s = c->reserved_head; s; s = s->qnext, (*n_q)++) {
+        if (s->state != SLOT_RESERVED && s->state != SLOT_HELD)
+            return kvm_errf(KVMESH_EINTERNAL, "a %s slot in the reserved queue",
+                            slot_state_name(s->state));
+        *held += s->state == SLOT_HELD;
+    }
+    for (const slot_t *s = c->reclaim_head; s; s = s->qnext, (*n_q)++) {
+        if (s->state != SLOT_RECLAIM)
+            return kvm_errf(KVMESH_EINTERNAL, "a %s slot in the reclaim queue",
+                            slot_state_name(s->state));
+        *rbytes += s->len;
+    }
+    for (const slot_t *s = c->evict_head; s; s = s->qnext, (*n_q)++)
+        if (s->state != SLOT_COMMITTED || !s->evicting || !s->busy)
+            return kvm_errf(KVMESH_EINTERNAL, "a %s slot in the eviction list",
+                            slot_state_name(s->state));
+    const slot_t *s = c->clock_hand;
+    for (size_t i = 0; i < c->n_clock; i++, s = s->cnext, (*n_q)++)
+        if (!s || s->state != SLOT_COMMITTED || !s->in_clock || s->evicting)
+            return kvm_errf(KVMESH_EINTERNAL, "clock ring entry %zu is not a committed slot", i);
+    if (s != c->clock_hand)
+        return kvm_errf(KVMESH_EINTERNAL, "the clock ring does not close after %zu slots",
+                        c->n_clock);
+    return 0;
+}
+
+int slot_core_check(const slot_core_t *c)
+{
+    size_t n_q = 0;
+    uint64_t held = 0, rbytes = 0, requested = 0, blocks = 0;
+    int rc = check_queues(c, &n_q, &held, &rbytes);
+    if (rc)
+        return rc;
+    if (held != c->reservations_held)
+        return kvm_errf(KVMESH_EINTERNAL, "%" PRIu64 " held slots, counted %" PRIu64, held,
+                        c->reservations_held);
+    if (rbytes != c->reclaim_bytes)
+        return kvm_errf(KVMESH_EINTERNAL, "reclaim queue holds %" PRIu64 " bytes, counted %" PRIu64,
+                        rbytes, c->reclaim_bytes);
+    for (uint32_t i = 0; i < c->n_segs; i++) {
+        if (!c->segs[i].present)
+            continue;
+        if ((rc = alloc_check(c->segs[i].alloc)) != 0)
+            return rc;
+        alloc_stats_t a;
+        alloc_stats(c->segs[i].alloc, &a);
+        requested += a.requested;
+        blocks += a.n_used;
+    }
+    if (requested != c->used || blocks != c->n_live)
+        return kvm_errf(KVMESH_EINTERNAL,
+                        "allocators hold %" PRIu64 " bytes in %" PRIu64 " blocks; the core counts "
+                        "%" PRIu64 " bytes in %zu slots",
+                        requested, blocks, c->used, c->n_live);
+    if (c->n_live != n_q)
+        return kvm_errf(KVMESH_EINTERNAL, "%zu slots, %zu in the queues and the ring", c->n_live,
+                        n_q);
+    return 0;
+}

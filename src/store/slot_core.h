@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * slot_core.h — the storage owner's slot protocol as a sans-I/O core (spec "Write path" 3,
+ * "Delete and reclaim", DRAM eviction; docs/store.md "Owner slot core"): the owner's
+ * segments and their allocators (store/alloc.h), the replica slots carved from them, the
+ * reserved / reclaim queues, the CLOCK ring of committed slots and the reservations waiting for
+ * space. Every transition is a function that takes the current time; what the owner must do in
+ * the world (grant or revoke a write grant, look a route up, count an event, answer a waiting
+ * reservation) is asked through slot_effects_t. The core never reads a clock, never calls the
+ * route service, RPC, the loop or metrics. src/store/owner.c is the shell that runs it in a
+ * runtime; tests/sim/scen_store.c runs it in the simulator.
+ *
+ * Slot states (one set_state asserts every transition):
+ *
+ *             reserve              commit / lookup: referenced
+ *   NEW ----------------> RESERVED ---------------------------------------> COMMITTED
+ *    |                     |   |  TTL passed                  commit /          |
+ *    | adopt (handoff)     |   +-----------> HELD --------------------------->  | release /
+ *    +---------------------|------------------ | ------------------------------>| evicted
+ *    |                     | release           | release / lookup: not referenced v (route CAS)
+ *    +---------------------+-------------------+--------------------------------> RECLAIM
+ *                                                                                   | grace
+ *                                                                                   v passed,
+ *                                                                                 FREED  not busy
+ *
+ * Invariants (slot_core_check):
+ *   - bytes are reused only after their slot was FREED: from RECLAIM, once reclaim_grace_ns
+ *     passed since it entered RECLAIM and no lookup or CAS is in flight for it (busy);
+ *   - a COMMITTED slot leaves only by a release (its writer replaced the route) or an eviction
+ *     whose route CAS removed the replica (or whose lookup proved no route references it);
+ *   - a RESERVED slot past its TTL is HELD, never freed, until an exact route lookup settles it
+ *     (slot_core_settle_decide);
+ *   - every slot is in exactly one place: RESERVED and HELD in the reserved queue, RECLAIM in
+ *     the reclaim queue, COMMITTED in the clock ring or, while its eviction is in flight
+ *     (evicting), in the eviction list;
+ *   - used bytes = the sum of the live slots' lengths = the allocators' requested bytes.
+ *
+ * Ownership: slot_core_new allocates the core, slot_core_free releases it with every slot and
+ * allocator (it answers no waiter: slot_core_fail_waiters first). Slots are the core's: a
+ * slot_t pointer handed to an effect stays valid until the core is told the answer
+ * (slot_core_held_answer, slot_core_evict_answer / slot_core_evict_end), since a busy slot is
+ * never freed. Identities passed in are copied. Threading: none (the owner's loop thread).
+ */
+#ifndef KVMESH_STORE_SLOT_CORE_H
+#define KVMESH_STORE_SLOT_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/ident.h"
+
+#define SLOT_CORE_MAX_SEGS 64 /* segments per core (== STORE_MAX_SEGS) */
+#define SLOT_LIST_MAX      64 /* slots one slot_core_list page returns */
+
+enum slot_state {
+    SLOT_NEW = 0,
+    SLOT_RESERVED,  /* write grant live; in the reserved queue */
+    SLOT_HELD,      /* TTL passed; in the reserved queue until a lookup settles it */
+    SLOT_COMMITTED, /* referenced by a route; in the clock ring (or being evicted) */
+    SLOT_RECLAIM,   /* released; in the reclaim queue until the grace passed */
+    SLOT_FREED,     /* bytes returned to the allocator; the slot is gone */
+};
+const char *slot_state_name(enum slot_state s);
+
+struct slot_core;
+typedef struct slot_core slot_core_t;
+
+typedef struct slot {
+    slot_core_t *core;
+    uint32_t segi; /* index of the segment in the core (and in the shell's table) */
+    uint64_t off, len;
+    enum slot_state state;
+    kvm_ident_t ident;
+    uint64_t token;             /* write grant while RESERVED / HELD */
+    uint64_t deadline_ns;       /* RESERVED: TTL end; HELD: next lookup; RECLAIM: grace end */
+    uint64_t seq;               /* commit order (drain cursor) */
+    struct slot *qnext, *qprev; /* reserved, reclaim or eviction list */
+    struct slot *cnext, *cprev; /* clock ring */
+    bool ref;                   /* CLOCK reference bit */
+    bool busy;                  /* a lookup or CAS for this slot is in flight: never freed */
+    bool evicting;              /* COMMITTED, out of the ring, its eviction in flight */
+    bool checked; /* HELD: the further check (held_check) said "decide by the route" */
+    bool queued, in_clock;
+} slot_t;
+
+/* Why the core asks for a route lookup. */
+enum slot_lookup_why {
+    SLOT_LOOKUP_EXPIRY, /* a HELD reservation: answer with slot_core_held_answer */
+    SLOT_LOOKUP_EVICT,  /* an eviction victim: answer with slot_core_evict_answer */
+};
+
+/* The answer of an exact route lookup, as the shell reads it. */
+enum slot_answer {
+    SLOT_ANS_REFERENCED,   /* the route references this slot */
+    SLOT_ANS_UNREFERENCED, /* the route exists (or is a tombstone) without this slot */
+    SLOT_ANS_ABSENT,       /* no route for the key */
+    SLOT_ANS_UNKNOWN,      /* the lookup failed: nothing is known */
+    SLOT_ANS_CANCELED,     /* the route service closed */
+};
+
+/* Events the shell counts (metrics); bytes where it applies. */
+enum slot_event {
+    SLOT_EV_ALLOC_OK,     /* a reservation got bytes */
+    SLOT_EV_NO_SPACE,     /* a reservation was refused for space */
+    SLOT_EV_RECLAIMED,    /* bytes freed after the grace */
+    SLOT_EV_EXPIRED,      /* a held reservation released after its lookup */
+    SLOT_EV_EVICTED,      /* a committed slot left its route and entered RECLAIM */
+    SLOT_EV_HELD_CHANGED, /* the number of held reservations changed (bytes = the number) */
+};
+
+typedef void (*slot_reserve_cb)(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
+                                uint64_t token);
+
+/* The effects a core asks for. ctx is slot_core_new's. All but lookup may be NULL. */
+typedef struct slot_effects {
+    /* A write grant over [off, off + len) of segment segi for ttl_ms: 0 and *token, or an
+     * error (the reservation then fails with it). NULL: token 0. */
+    int (*grant)(void *ctx, uint32_t segi, uint64_t off, uint64_t len, uint32_t ttl_ms,
+                 uint64_t *token);
+    void (*revoke)(void *ctx, uint64_t token);
+    /* Look up the route of s->ident and answer (see enum slot_lookup_why). 0: started (the
+     * answer may come before the return); an error: not started (the core undoes). */
+    int (*lookup)(void *ctx, slot_t *s, enum slot_lookup_why why);
+    /* Optional further check of a HELD slot the route shows unreferenced, before it is freed
+     * (e.g. the put replay's quota operation record): answer with slot_core_held_check_answer.
+     * 0: started; an error: not started (kept held, asked again later). NULL: no check. */
+    int (*held_check)(void *ctx, slot_t *s);
+    /* s's bytes go back to the allocator now (the grace passed). */
+    void (*freed)(void *ctx, const slot_t *s);
+    void (*event)(void *ctx, enum slot_event ev, uint64_t bytes);
+} slot_effects_t;
+
+typedef struct slot_core_cfg {
+    const char *name;             /* the owner in messages (borrowed for the core's life) */
+    uint64_t reclaim_grace_ns;    /* RECLAIM -> FREED no earlier than this */
+    double evict_high, evict_low; /* watermarks (fractions of capacity) */
+    uint64_t wait_timeout_ns;     /* a reservation waits this long for eviction at most */
+    uint64_t held_retry_ns;       /* a HELD slot whose lookup did not answer is asked again */
+    uint32_t tick_budget;         /* slots examined per queue per tick */
+    uint32_t evict_inflight_max;
+    uint32_t wait_max; /* reservations waiting for space */
+} slot_core_cfg_t;
+
+int slot_core_new(const slot_core_cfg_t *cfg, const slot_effects_t *fx, void *ctx,
+                  slot_core_t **out);
+void slot_core_free(slot_core_t *c);
+void *slot_core_ctx(const slot_core_t *c);
+
+/* ---- segments: the shell keeps a parallel table (same indices) of what it maps ------------ */
+int slot_core_seg_add(slot_core_t *c, uint64_t seg_id, uint64_t size, uint32_t *segi);
+int slot_core_seg_find(const slot_core_t *c, uint64_t seg_id); /* index or -1 */
+uint32_t slot_core_n_segs(const slot_core_t *c);
+bool slot_core_seg_present(const slot_core_t *c, uint32_t segi);
+void slot_core_seg_retire(slot_core_t *c, uint32_t segi);
+bool slot_core_seg_retiring(const slot_core_t *c, uint32_t segi);
+/* Operator drain (no new slots); returns true when the flag changed. */
+bool slot_core_seg_set_drained(slot_core_t *c, uint32_t segi, bool drained);
+bool slot_core_seg_drained(const slot_core_t *c, uint32_t segi);
+/* A retiring segment with no slot left leaves the core: 0, or KVMESH_EAGAIN with *n_slots. */
+int slot_core_seg_remove(slot_core_t *c, uint32_t segi, uint64_t *n_slots);
+
+/* ---- transitions ------------------------------------------------------------------------- */
+
+/* Reserves len bytes for ident with a TTL: cb(arg, 0, "", seg, off, token) — possibly before
+ * the return — or an error with a message; with no room but something evictable the request
+ * waits (FIFO, at most wait_max) for eviction and is answered by a later tick. */
+void slot_core_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *ident, uint64_t len,
+                       uint32_t ttl_ms, slot_reserve_cb cb, void *arg);
+/* The writer's route was published: RESERVED / HELD -> COMMITTED. Returns the slot (any state)
+ * or NULL when no slot starts there. */
+const slot_t *slot_core_commit(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off);
+/* The writer gave the slot up or its route replaced it: -> RECLAIM. */
+void slot_core_release(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off);
+/* A reader used a committed slot (CLOCK reference bit). */
+void slot_core_hit(slot_core_t *c, uint64_t seg_id, uint64_t off);
+/* Housekeeping: frees reclaim slots whose grace passed, holds expired reservations and asks
+ * for their lookups, serves the waiters, evicts above the high watermark. */
+void slot_core_tick(slot_core_t *c, uint64_t now);
+
+/* The held-reservation settle decision (spec "Write path": a reservation past its TTL is kept
+ * until an exact lookup settles it). One pure function so that further conditions (the quota
+ * operation record of a put replay) plug in here. */
+enum slot_settle {
+    SLOT_SETTLE_COMMIT, /* the route references the slot: it is the object's replica */
+    SLOT_SETTLE_FREE,   /* the route proves it does not: release (RECLAIM, then the grace) */
+    SLOT_SETTLE_KEEP,   /* unknown: keep it held, ask again later */
+    SLOT_SETTLE_CHECK,  /* unreferenced, but the further check decides first (held_check) */
+};
+typedef struct slot_settle_in {
+    enum slot_answer route; /* the exact lookup's answer */
+    bool check_due;         /* filled by the core: a held_check effect exists and has not yet said
+                               "decide by the route" for this slot */
+} slot_settle_in_t;
+enum slot_settle slot_core_settle_decide(const slot_settle_in_t *in);
+/* The answer of a SLOT_LOOKUP_EXPIRY lookup (in->route; in->check_due is the core's); returns
+ * what was done (KEEP also when the slot was settled meanwhile or the lookup was canceled). */
+enum slot_settle slot_core_held_answer(slot_core_t *c, uint64_t now, slot_t *s,
+                                       const slot_settle_in_t *in);
+/* The answer of a held_check: SLOT_CHECK_KEEP keeps the slot held (asked again after
+ * held_retry_ns), SLOT_CHECK_REREAD looks the route up again and lets that answer decide. */
+enum slot_check { SLOT_CHECK_KEEP, SLOT_CHECK_REREAD, SLOT_CHECK_CANCELED };
+void slot_core_held_check_answer(slot_core_t *c, uint64_t now, slot_t *s, enum slot_check a);
+
+/* The answer of a SLOT_LOOKUP_EVICT lookup. SLOT_EVICT_CAS: the route references the slot; the
+ * shell removes the replica by a route CAS (or the cold tier's eviction) and then calls
+ * slot_core_evict_end. SLOT_EVICT_DONE: the core settled the eviction (nothing referenced the
+ * slot: RECLAIM; or it went back to the ring). */
+enum slot_evict_next { SLOT_EVICT_CAS, SLOT_EVICT_DONE };
+enum slot_evict_next slot_core_evict_answer(slot_core_t *c, uint64_t now, slot_t *s,
+                                            enum slot_answer a);
+enum slot_evict_end {
+    SLOT_EVICT_REMOVED,  /* the replica left the route: RECLAIM */
+    SLOT_EVICT_CONFLICT, /* the CAS lost: back to the ring (counted) */
+    SLOT_EVICT_KEPT,     /* not evicted now (pinned, failed to start): back to the ring */
+};
+void slot_core_evict_end(slot_core_t *c, uint64_t now, slot_t *s, enum slot_evict_end e);
+
+/* Answers every waiting reservation with rc and msg (close). */
+void slot_core_fail_waiters(slot_core_t *c, int rc, const char *msg);
+
+/* ---- hot upgrade and drain ---------------------------------------------------------------- */
+/* A slot adopted from a predecessor: SLOT_COMMITTED (with its seq) or SLOT_RECLAIM (its grace
+ * starts at slot_core_start). */
+int slot_core_adopt(slot_core_t *c, uint32_t segi, uint64_t off, uint64_t len,
+                    enum slot_state state, uint64_t seq, const kvm_ident_t *ident);
+void slot_core_start(slot_core_t *c, uint64_t now);
+uint64_t slot_core_seq(const slot_core_t *c);
+void slot_core_set_seq(slot_core_t *c, uint64_t seq);
+/* Calls fn for every COMMITTED slot in the ring, then every RECLAIM slot; stops at the first
+ * non-zero return and returns it. */
+int slot_core_visit(const slot_core_t *c, int (*fn)(void *arg, const slot_t *s), void *arg);
+/* The committed slots with the cap (<= SLOT_LIST_MAX) smallest commit sequences above cursor
+ * (segi_filter < 0: any segment), in order. */
+size_t slot_core_list(const slot_core_t *c, int segi_filter, uint64_t cursor, const slot_t **out,
+                      size_t cap);
+/* No reservation open, no waiter, no eviction in flight (a hot upgrade may export). */
+bool slot_core_settled(const slot_core_t *c);
+const slot_t *slot_core_find(const slot_core_t *c, uint64_t seg_id, uint64_t off);
+
+typedef struct slot_core_stats {
+    uint64_t capacity, used, reclaim_bytes;
+    uint64_t reclaimed, reservations_expired, reserve_waits, reservations_held;
+    uint64_t evict_conflicts;
+    uint64_t n_reserved, n_committed, n_reclaim, n_waiters, evict_inflight;
+    double fragmentation;
+} slot_core_stats_t;
+void slot_core_stats(const slot_core_t *c, slot_core_stats_t *out); /* O(slots) */
+uint64_t slot_core_used(const slot_core_t *c);                      /* bytes of live slots */
+uint64_t slot_core_capacity(const slot_core_t *c);                  /* bytes of present segments */
+/* Every invariant above; 0 or KVMESH_EINTERNAL with a message. O(slots + blocks). */
+int slot_core_check(const slot_core_t *c);
+
+/* Tests only: deliberately broken variants the simulator's checkers must catch. */
+enum slot_bug {
+    SLOT_BUG_NO_GRACE = 1u << 0,         /* RECLAIM is freed at the next tick, without the grace */
+    SLOT_BUG_FREE_HELD = 1u << 1,        /* an expired reservation is released without its lookup */
+    SLOT_BUG_EVICT_NO_CAS = 1u << 2,     /* an eviction frees a referenced slot without the CAS */
+    SLOT_BUG_REMOVE_UNDRAINED = 1u << 3, /* a retiring segment's reserved and reclaim slots are
+                                            dropped at its removal */
+};
+void slot_core_test_set_bugs(slot_core_t *c, unsigned bugs);
+
+#endif

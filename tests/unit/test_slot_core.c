@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_slot_core.c — the owner's slot core (src/store/slot_core.h) driven by hand: effects are
+ * recorded, time is a number. Reclaim grace, held reservations and their settle decision (with
+ * and without the further check), eviction with a busy slot, waiters for space, accounting.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/ident.h"
+#include "kvmesh.h"
+#include "store/slot_core.h"
+
+#define MS 1000000ull
+
+struct fx_log {
+    slot_t *lookups[16];
+    enum slot_lookup_why why[16];
+    int n_lookups;
+    slot_t *checks[4];
+    int n_checks;
+    int n_freed, n_revoked;
+    uint64_t next_token;
+    int rc, answers;
+    uint64_t seg, off;
+};
+
+static int fx_grant(void *ctx, uint32_t segi, uint64_t off, uint64_t len, uint32_t ttl_ms,
+                    uint64_t *token)
+{
+    (void)segi, (void)off, (void)len, (void)ttl_ms;
+    *token = ++((struct fx_log *)ctx)->next_token;
+    return 0;
+}
+
+static void fx_revoke(void *ctx, uint64_t token)
+{
+    (void)token;
+    ((struct fx_log *)ctx)->n_revoked++;
+}
+
+static int fx_lookup(void *ctx, slot_t *s, enum slot_lookup_why why)
+{
+    struct fx_log *l = ctx;
+    assert_true(l->n_lookups < 16);
+    l->why[l->n_lookups] = why;
+    l->lookups[l->n_lookups++] = s;
+    return 0;
+}
+
+static int fx_check(void *ctx, slot_t *s)
+{
+    struct fx_log *l = ctx;
+    assert_true(l->n_checks < 4);
+    l->checks[l->n_checks++] = s;
+    return 0;
+}
+
+static void fx_freed(void *ctx, const slot_t *s)
+{
+    assert_false(s->busy);
+    ((struct fx_log *)ctx)->n_freed++;
+}
+
+static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off, uint64_t token)
+{
+    (void)err, (void)token;
+    struct fx_log *l = arg;
+    l->rc = rc;
+    l->seg = seg;
+    l->off = off;
+    l->answers++;
+}
+
+static slot_core_t *core_new(struct fx_log *l, bool check, uint64_t seg_size)
+{
+    memset(l, 0, sizeof(*l));
+    slot_core_cfg_t cfg = {.name = "t",
+                           .reclaim_grace_ns = 100 * MS,
+                           .evict_high = 0.9,
+                           .evict_low = 0.5,
+                           .wait_timeout_ns = 500 * MS,
+                           .held_retry_ns = 1000 * MS,
+                           .tick_budget = 64,
+                           .evict_inflight_max = 4,
+                           .wait_max = 4};
+    slot_effects_t fx = {.grant = fx_grant,
+                         .revoke = fx_revoke,
+                         .lookup = fx_lookup,
+                         .held_check = check ? fx_check : NULL,
+                         .freed = fx_freed};
+    slot_core_t *c = NULL;
+    assert_int_equal(slot_core_new(&cfg, &fx, l, &c), 0);
+    uint32_t segi = 9;
+    assert_int_equal(slot_core_seg_add(c, 7, seg_size, &segi), 0);
+    assert_int_equal(segi, 0);
+    return c;
+}
+
+static void reserve(slot_core_t *c, struct fx_log *l, uint64_t now, uint64_t len)
+{
+    kvm_ident_t id;
+    assert_int_equal(kvm_ident_init(&id, "t", NULL, "k", 1), 0);
+    int before = l->answers;
+    slot_core_reserve(c, now, &id, len, 300, reserved, l);
+    kvm_ident_free(&id);
+    assert_int_equal(l->answers, before + 1);
+    assert_int_equal(l->rc, 0);
+    assert_int_equal(l->seg, 7);
+}
+
+static enum slot_state state_at(slot_core_t *c, uint64_t off)
+{
+    const slot_t *s = slot_core_find(c, 7, off);
+    return s ? s->state : SLOT_FREED;
+}
+
+/* released bytes are freed only once the grace passed; used bytes follow the live slots */
+static void test_grace(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, false, 1 << 20);
+    reserve(c, &l, 0, 1000);
+    uint64_t off = l.off;
+    assert_int_equal(slot_core_used(c), 1000);
+    assert_non_null(slot_core_commit(c, 1 * MS, 7, off));
+    assert_int_equal(state_at(c, off), SLOT_COMMITTED);
+    assert_int_equal(l.n_revoked, 1); /* the write grant ends at commit */
+    slot_core_release(c, 10 * MS, 7, off);
+    assert_int_equal(state_at(c, off), SLOT_RECLAIM);
+    slot_core_tick(c, 109 * MS);
+    assert_int_equal(l.n_freed, 0);
+    assert_int_equal(slot_core_check(c), 0);
+    slot_core_tick(c, 110 * MS);
+    assert_int_equal(l.n_freed, 1);
+    assert_int_equal(slot_core_used(c), 0);
+    assert_int_equal(slot_core_check(c), 0);
+    slot_core_free(c);
+}
+
+/* a reservation past its TTL is HELD, never freed, until its lookup settles it */
+static void test_held(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, false, 1 << 20);
+    reserve(c, &l, 0, 100);
+    uint64_t a = l.off;
+    reserve(c, &l, 0, 100);
+    uint64_t b = l.off;
+    slot_core_tick(c, 299 * MS);
+    assert_int_equal(l.n_lookups, 0);
+    slot_core_tick(c, 300 * MS);
+    assert_int_equal(l.n_lookups, 2);
+    assert_int_equal(state_at(c, a), SLOT_HELD);
+    slot_core_stats_t st;
+    slot_core_stats(c, &st);
+    assert_int_equal(st.reservations_held, 2);
+    slot_core_tick(c, 2000 * MS); /* busy with its lookup: not asked twice, not freed */
+    assert_int_equal(l.n_lookups, 2);
+    slot_settle_in_t ref = {.route = SLOT_ANS_REFERENCED}, unk = {.route = SLOT_ANS_UNKNOWN};
+    slot_settle_in_t absent = {.route = SLOT_ANS_ABSENT};
+    assert_int_equal(slot_core_held_answer(c, 2001 * MS, l.lookups[0], &ref), SLOT_SETTLE_COMMIT);
+    assert_int_equal(state_at(c, a), SLOT_COMMITTED);
+    assert_int_equal(slot_core_held_answer(c, 2001 * MS, l.lookups[1], &unk), SLOT_SETTLE_KEEP);
+    assert_int_equal(state_at(c, b), SLOT_HELD);
+    slot_core_tick(c, 3000 * MS);
+    assert_int_equal(l.n_lookups, 2); /* asked again only after held_retry_ns */
+    slot_core_tick(c, 3001 * MS);
+    assert_int_equal(l.n_lookups, 3);
+    assert_int_equal(slot_core_held_answer(c, 3002 * MS, l.lookups[2], &absent), SLOT_SETTLE_FREE);
+    assert_int_equal(state_at(c, b), SLOT_RECLAIM);
+    slot_core_stats(c, &st);
+    assert_int_equal(st.reservations_held, 0);
+    assert_int_equal(st.reservations_expired, 1);
+    assert_int_equal(slot_core_check(c), 0);
+    slot_core_free(c);
+}
+
+/* with a further check, an unreferenced held slot is freed only after the check said REREAD and
+ * a lookup made after it still finds it unreferenced */
+static void test_held_check(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, true, 1 << 20);
+    reserve(c, &l, 0, 100);
+    uint64_t a = l.off;
+    slot_core_tick(c, 300 * MS);
+    slot_settle_in_t unref = {.route = SLOT_ANS_UNREFERENCED};
+    assert_int_equal(slot_core_held_answer(c, 301 * MS, l.lookups[0], &unref), SLOT_SETTLE_CHECK);
+    assert_int_equal(l.n_checks, 1);
+    slot_core_held_check_answer(c, 302 * MS, l.checks[0], SLOT_CHECK_KEEP);
+    assert_int_equal(state_at(c, a), SLOT_HELD);
+    assert_int_equal(l.n_lookups, 1);
+    slot_core_tick(c, 1302 * MS); /* asked again: the check is due again */
+    assert_int_equal(l.n_lookups, 2);
+    assert_int_equal(slot_core_held_answer(c, 1303 * MS, l.lookups[1], &unref), SLOT_SETTLE_CHECK);
+    slot_core_held_check_answer(c, 1304 * MS, l.checks[1], SLOT_CHECK_REREAD);
+    assert_int_equal(l.n_lookups, 3); /* the route read again, after the check */
+    assert_int_equal(slot_core_held_answer(c, 1305 * MS, l.lookups[2], &unref), SLOT_SETTLE_FREE);
+    assert_int_equal(state_at(c, a), SLOT_RECLAIM);
+    assert_int_equal(slot_core_check(c), 0);
+    slot_core_free(c);
+}
+
+/* eviction above the high watermark: lookup, CAS, RECLAIM; a busy slot is never freed */
+static void test_evict_busy(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, false, 64 * 1024);
+    uint64_t off[4];
+    for (int i = 0; i < 4; i++) {
+        reserve(c, &l, 0, 15 * 1024);
+        off[i] = l.off;
+        assert_non_null(slot_core_commit(c, 0, 7, off[i]));
+    }
+    slot_core_tick(c, 1 * MS); /* used 60 KiB > 0.9 x 64 KiB: the hand clears the ref bits */
+    assert_true(l.n_lookups >= 1);
+    assert_int_equal(l.why[0], SLOT_LOOKUP_EVICT);
+    slot_t *v = l.lookups[0];
+    uint64_t voff = v->off;
+    /* the writer releases it while the eviction is in flight: RECLAIM but busy */
+    slot_core_release(c, 2 * MS, 7, voff);
+    slot_core_tick(c, 500 * MS);
+    assert_int_equal(state_at(c, voff), SLOT_RECLAIM);
+    assert_int_equal(l.n_freed, 0);
+    assert_int_equal(slot_core_evict_answer(c, 501 * MS, v, SLOT_ANS_UNREFERENCED),
+                     SLOT_EVICT_DONE);
+    slot_core_tick(c, 700 * MS);
+    assert_int_equal(l.n_freed, 1);
+    /* another victim: referenced, so the shell CASes; a conflict puts it back in the ring */
+    assert_true(l.n_lookups >= 2);
+    slot_t *w = l.lookups[1];
+    assert_int_equal(slot_core_evict_answer(c, 701 * MS, w, SLOT_ANS_REFERENCED), SLOT_EVICT_CAS);
+    slot_core_evict_end(c, 702 * MS, w, SLOT_EVICT_CONFLICT);
+    assert_int_equal(w->state, SLOT_COMMITTED);
+    assert_true(w->in_clock);
+    assert_int_equal(slot_core_check(c), 0);
+    for (int i = 2; i < l.n_lookups; i++) /* the rest: removed by their CAS */
+        if (l.lookups[i]->busy)
+            slot_core_evict_end(c, 703 * MS, l.lookups[i], SLOT_EVICT_REMOVED);
+    assert_int_equal(slot_core_check(c), 0);
+    slot_core_free(c);
+}
+
+/* no room but something evictable: the reservation waits and is answered once space is free */
+static void test_waiter(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, false, 16 * 1024);
+    reserve(c, &l, 0, 12 * 1024);
+    uint64_t a = l.off;
+    assert_non_null(slot_core_commit(c, 0, 7, a));
+    kvm_ident_t id;
+    assert_int_equal(kvm_ident_init(&id, "t", NULL, "k2", 2), 0);
+    int before = l.answers;
+    slot_core_reserve(c, 1 * MS, &id, 8 * 1024, 300, reserved, &l);
+    assert_int_equal(l.answers, before); /* waiting; its eviction asked the route */
+    assert_int_equal(l.n_lookups, 1);
+    assert_false(slot_core_settled(c));
+    assert_int_equal(slot_core_evict_answer(c, 2 * MS, l.lookups[0], SLOT_ANS_REFERENCED),
+                     SLOT_EVICT_CAS);
+    slot_core_evict_end(c, 3 * MS, l.lookups[0], SLOT_EVICT_REMOVED);
+    slot_core_tick(c, 50 * MS);
+    assert_int_equal(l.answers, before); /* the evicted bytes are still in their grace */
+    slot_core_tick(c, 103 * MS);
+    assert_int_equal(l.answers, before + 1);
+    assert_int_equal(l.rc, 0);
+    kvm_ident_free(&id);
+    assert_int_equal(slot_core_check(c), 0);
+    slot_core_free(c);
+}
+
+static void test_settle_decide(void **state)
+{
+    (void)state;
+    const struct {
+        enum slot_answer a;
+        bool check;
+        enum slot_settle want;
+    } t[] = {
+        {SLOT_ANS_REFERENCED, false, SLOT_SETTLE_COMMIT},
+        {SLOT_ANS_REFERENCED, true, SLOT_SETTLE_COMMIT},
+        {SLOT_ANS_UNREFERENCED, false, SLOT_SETTLE_FREE},
+        {SLOT_ANS_ABSENT, false, SLOT_SETTLE_FREE},
+        {SLOT_ANS_UNREFERENCED, true, SLOT_SETTLE_CHECK},
+        {SLOT_ANS_ABSENT, true, SLOT_SETTLE_CHECK},
+        {SLOT_ANS_UNKNOWN, false, SLOT_SETTLE_KEEP},
+        {SLOT_ANS_CANCELED, true, SLOT_SETTLE_KEEP},
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        slot_settle_in_t in = {.route = t[i].a, .check_due = t[i].check};
+        assert_int_equal(slot_core_settle_decide(&in), t[i].want);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grace),      cmocka_unit_test(test_held),
+        cmocka_unit_test(test_held_check), cmocka_unit_test(test_evict_busy),
+        cmocka_unit_test(test_waiter),     cmocka_unit_test(test_settle_decide),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
