@@ -44,6 +44,7 @@ typedef struct tn_recon {
     uint32_t n, idx;
     bool replayed;
     kvm_route_version_t published; /* the version a re-recording claim names */
+    uint64_t tomb_until;           /* the D a delete's finalize records (its tombstone's) */
     tn_recon_report_t rep;
     tn_op_t cur;
 } tn_recon_t;
@@ -209,12 +210,15 @@ static void on_finalize(void *arg, int rc, const tn_op_view_t *v)
 
 static void finalize_at(tn_recon_t *r, kvm_route_version_t v)
 {
-    int rc = tn_call_by_op(r->tn, TN_CK_FINALIZE, r->tenant, r->cur.id, v, 0, on_finalize, r);
+    uint64_t d = r->cur.kind == TN_KIND_DELETE ? r->tomb_until : 0;
+    int rc = tn_finalize_by_op(r->tn, r->tenant, r->cur.id, v, d, on_finalize, r);
     if (rc) {
         note_rc(r, rc);
         degrade(r);
     }
 }
+
+static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs);
 
 static void on_replay(void *arg, int rc, kvm_route_version_t version)
 {
@@ -226,7 +230,25 @@ static void on_replay(void *arg, int rc, kvm_route_version_t version)
         return;
     }
     r->replayed = true;
+    if (r->cur.kind == TN_KIND_DELETE) {
+        /* the replay published a tombstone with its own deadline: look it up for its D */
+        r->cur.next_version = version;
+        r->route.lookup(r->route.ctx, r->cur.tenant, r->cur.domain, r->cur.key, on_lookup, r);
+        return;
+    }
     finalize_at(r, version);
+}
+
+/* A delete whose exact lookup finds nothing: its predecessor P (a live route: never purged) is
+ * gone, so a tombstone ended it, and while this operation holds the object lock only its own
+ * publication (the writer's CAS or a replay, same content op) can publish one. So its tombstone
+ * was applied and purged after its deadline: finalize the version the claim recorded, D = 1
+ * (already due). Its CAS can never apply later: it expects P, and versions never return. */
+static bool absent_delete(const tn_recon_t *r, const tn_route_obs_t *obs)
+{
+    return r->cur.kind == TN_KIND_DELETE && !obs->found &&
+           !kvm_route_version_is_none(&r->cur.expected_route) &&
+           !(tn_cfg(r->tn)->test_bugs & TN_TEST_BUG_NO_ABSENT_FINAL);
 }
 
 static void on_reclaim(void *arg, int rc, const tn_op_view_t *v)
@@ -256,6 +278,19 @@ static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs)
     bool del = op->kind == TN_KIND_DELETE;
     bool ours = obs->found && strcmp(obs->content_op, op->id) == 0 && obs->tombstone == del &&
                 kvm_route_version_equal(&obs->predecessor, &op->expected_route);
+    r->tomb_until = ours && del ? obs->retain_until_ms : 0;
+    if (absent_delete(r, obs)) {
+        r->tomb_until = 1;
+        finalize_at(r, op->next_version);
+        return;
+    }
+    if (r->replayed) { /* the lookup after a delete's replay: only its own tombstone is final */
+        if (ours)
+            finalize_at(r, obs->version);
+        else
+            degrade(r);
+        return;
+    }
     if (ours && kvm_route_version_equal(&obs->version, &op->next_version)) {
         finalize_at(r, op->next_version); /* published: finalize idempotently */
         return;
@@ -278,8 +313,12 @@ static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs)
         if (tn_claim(r->tn, &q, on_reclaim, r) == 0)
             return;
     }
+    /* a create's predecessor V is a tombstone (its row was deleted at V): "tombstone V or
+     * nothing", so an absent route (V purged) is still its predecessor; the route side replays
+     * it expecting NONE then */
+    bool tomb_pred = op->kind == TN_KIND_CREATE && !kvm_route_version_is_none(&op->expected_route);
     bool pred_current = obs->found ? kvm_route_version_equal(&obs->version, &op->expected_route)
-                                   : kvm_route_version_is_none(&op->expected_route);
+                                   : kvm_route_version_is_none(&op->expected_route) || tomb_pred;
     bool no_replay = (tn_cfg(r->tn)->test_bugs & TN_TEST_BUG_NO_REPLAY) != 0;
     if (pred_current && r->route.replay && !no_replay) {
         r->route.replay(r->route.ctx, op, on_replay, r);
