@@ -276,8 +276,16 @@ static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs)
     }
     const tn_op_t *op = &r->cur;
     bool del = op->kind == TN_KIND_DELETE;
-    bool ours = obs->found && strcmp(obs->content_op, op->id) == 0 && obs->tombstone == del &&
-                kvm_route_version_equal(&obs->predecessor, &op->expected_route);
+    /* A create's predecessor is "nothing or a tombstone": its row was deleted at V (then an
+     * absent route, V purged, is still its predecessor, and the route side replays it expecting
+     * NONE), or purged with its tombstone, while that tombstone, due, may still be what its CAS
+     * replaced. So the route it published names V, NONE or a due tombstone as predecessor; the
+     * content op (this operation's alone) is what identifies it. */
+    bool tomb_pred = op->kind == TN_KIND_CREATE && !kvm_route_version_is_none(&op->expected_route);
+    bool pred_ok = kvm_route_version_equal(&obs->predecessor, &op->expected_route) ||
+                   op->kind == TN_KIND_CREATE;
+    bool ours =
+        obs->found && strcmp(obs->content_op, op->id) == 0 && obs->tombstone == del && pred_ok;
     r->tomb_until = ours && del ? obs->retain_until_ms : 0;
     if (absent_delete(r, obs)) {
         r->tomb_until = 1;
@@ -313,10 +321,6 @@ static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs)
         if (tn_claim(r->tn, &q, on_reclaim, r) == 0)
             return;
     }
-    /* a create's predecessor V is a tombstone (its row was deleted at V): "tombstone V or
-     * nothing", so an absent route (V purged) is still its predecessor; the route side replays
-     * it expecting NONE then */
-    bool tomb_pred = op->kind == TN_KIND_CREATE && !kvm_route_version_is_none(&op->expected_route);
     bool pred_current = obs->found ? kvm_route_version_equal(&obs->version, &op->expected_route)
                                    : kvm_route_version_is_none(&op->expected_route) || tomb_pred;
     bool no_replay = (tn_cfg(r->tn)->test_bugs & TN_TEST_BUG_NO_REPLAY) != 0;
