@@ -163,6 +163,7 @@ static void recon_looked_up(void *arg, int rc, const kvm_route_t *r)
         obs.tombstone = kvm_route_is_tombstone(r);
         obs.version = r->version;
         obs.predecessor = r->predecessor_version;
+        obs.retain_until_ms = obs.tombstone ? r->retain_until_ms : 0;
         ks_opid_format(obs.content_op, r->content_op.epoch, r->content_op.seq);
     }
     c->cb(c->arg, rc, rc ? NULL : &obs);
@@ -336,9 +337,12 @@ void kvm_quota_open(kvm_rt_t *rt, kvm_q_open_cb cb)
     q->n = rt->cfg.n_tenant_policies;
     memcpy(q->pol, rt->cfg.tenant_policies, q->n * sizeof(q->pol[0]));
     q->open_cb = cb;
+    /* terminal history (and, with it, the rows of deletes) is kept as long as tombstones:
+     * bounded retention under churn; no retry of an operation outlives it */
     tn_config_t tc = {.deployment = rt->cfg.deployment,
                       .writer_epoch = rt->self.epoch,
-                      .timeout_ms = rt->cfg.request_timeout_ms};
+                      .timeout_ms = rt->cfg.request_timeout_ms,
+                      .retain_ms = rt->cfg.tombstone_retention_ms};
     int rc = tn_new(&q->tn, rt->env, rt->meta, &tc);
     if (rc) {
         free(q);
@@ -474,6 +478,7 @@ struct rec {
     struct qfifo_ent e;
     kvm_route_t cur;
     kvm_route_version_t predicted;
+    uint64_t until; /* the tombstone's purge deadline D */
     kvm_op_id_t cop;
     char op_id[TN_OPID_CAP];
 };
@@ -517,8 +522,8 @@ static void rec_reclaimed(void *arg, int rc, const tn_op_view_t *v)
         rec_skip(r);
         return;
     }
-    if (tn_finalize(q->tn, r->it->q->tenant, r->e.domain, r->e.key, r->op_id, r->predicted,
-                    rec_finalized, r) != 0)
+    if (tn_finalize_tomb(q->tn, r->it->q->tenant, r->e.domain, r->e.key, r->op_id, r->predicted,
+                         r->until, rec_finalized, r) != 0)
         rec_skip(r);
 }
 
@@ -578,6 +583,8 @@ static void rec_claimed(void *arg, int rc, const tn_op_view_t *v)
     next.content_op = r->cop;
     next.predecessor_op = r->cur.content_op;
     next.tomb = KVM_TOMB_PENDING;
+    /* purged at D (docs/tenancy.md "Purging a quota tenant's tombstones"); finalize records D */
+    next.retain_until_ms = r->until = kvm_rt_tomb_deadline(rt);
     rc = route_cas(rt->route, &r->cur.version, &next, rec_cased, r);
     kvm_route_free(&next);
     if (rc)
@@ -1078,8 +1085,10 @@ static void finalize_send(kvm_op_t *op, struct kvm_item *it)
         return;
     }
     struct qctx *c = qctx_new(op, it);
-    int rc = c ? tn_finalize(op->rt->quota->tn, qi->tenant, qi->domain, qi->key, qi->op_id,
-                             qi->route.version, finalized_cb, c)
+    /* a remove records its tombstone's deadline D, the one the applied route carries */
+    uint64_t d = qi->is_delete ? qi->route.retain_until_ms : 0;
+    int rc = c ? tn_finalize_tomb(op->rt->quota->tn, qi->tenant, qi->domain, qi->key, qi->op_id,
+                                  qi->route.version, d, finalized_cb, c)
                : KVMESH_ENOMEM;
     if (rc) {
         free(c);
