@@ -717,6 +717,7 @@ static void reserved_cb(void *arg, int rc, const tn_op_view_t *v)
         rc = 0;
     } else if (rc == 0) {
         qi->state = KVM_Q_RESERVED;
+        qi->acct_pred = v->op ? v->op->expected_route : KVM_ROUTE_VERSION_NONE;
         it->pub_op = qi->content_op;
         it->pub_op_set = true;
     }
@@ -846,10 +847,16 @@ static void claim_send(kvm_op_t *op, struct kvm_item *it, const kvm_route_versio
 void kvm_quota_claim(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_t *expected,
                      kvm_q_cont cont)
 {
-    /* The primary assigns the version; under a stable primary it is the next of its token. */
-    kvm_route_version_t next = {expected->fencing_token ? expected->fencing_token : 1,
-                                expected->primary_sequence + 1};
-    if (kvm_route_version_is_none(expected))
+    /* The primary assigns the version; under a stable primary it is the next of its token.
+     * A put admitted with NONE against a row deleted at V (its tombstone due or purged) follows
+     * V: the route side writes above it (shard sequence, route floor), and tn_claim requires
+     * next > V. */
+    kvm_route_version_t base = *expected;
+    if (kvm_route_version_cmp(&it->q->acct_pred, &base) > 0)
+        base = it->q->acct_pred;
+    kvm_route_version_t next = {base.fencing_token ? base.fencing_token : 1,
+                                base.primary_sequence + 1};
+    if (kvm_route_version_is_none(&base))
         next = (kvm_route_version_t){1, 1};
     claim_send(op, it, &next, cont);
 }

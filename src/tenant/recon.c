@@ -16,8 +16,11 @@
  *               anything else, or a refused replay -> stays PUBLISHING, charged and locked, the
  *               due entry moved out by capped exponential backoff, counted as degraded;
  *   done        terminal records past retention are removed (their finalization is in the
- *               committed accounting already: finalize writes both in one transaction).
- * Entries are handled one at a time; every callback checks tn_closing() and ends the pass.
+ *               committed accounting already: finalize writes both in one transaction), with
+ *               a finalized delete's object row once its tombstone's D + M has passed; the
+ *               page's purges run concurrently.
+ * Pending and publishing entries are handled one at a time; every callback checks tn_closing()
+ * and ends the pass.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +45,7 @@ typedef struct tn_recon {
     char prefix[KS_KEY_CAP];
     char (*ids)[TN_OPID_CAP];
     uint32_t n, idx;
+    uint32_t purging; /* done stage: purges of this page in flight (all at once, <= page) */
     bool replayed;
     kvm_route_version_t published; /* the version a re-recording claim names */
     uint64_t tomb_until;           /* the D a delete's finalize records (its tombstone's) */
@@ -152,18 +156,40 @@ static void on_abort(void *arg, int rc, const tn_op_view_t *v)
     advance(r);
 }
 
+/* The done stage's entries are independent records: their purges run concurrently (the page
+ * bounds them), since under delete churn that stage is the one that has to keep up. */
 static void on_purge(void *arg, int rc, const tn_op_view_t *v)
 {
     tn_recon_t *r = arg;
-    if (stopped(r))
-        return;
-    if (rc == 0 && !v->repeated) {
+    KVM_ASSERT(r->purging > 0);
+    r->purging--;
+    if (rc == 0 && !v->repeated && !tn_closing(r->tn)) {
         r->rep.purged++;
         tn_stats_mut(r->tn)->recon_purged++;
-    } else if (rc) {
+    } else if (rc && rc != KVMESH_ECANCELED) {
         note_rc(r, rc);
     }
-    advance(r);
+    if (r->purging > 0)
+        return;
+    if (stopped(r))
+        return;
+    r->phase++;
+    phase_begin(r);
+}
+
+static void purge_page(tn_recon_t *r)
+{
+    r->purging = 1; /* held while starting them: no callback ends the stage early */
+    for (; r->idx < r->n; r->idx++) {
+        r->purging++;
+        int rc = tn_call_by_op(r->tn, TN_CK_PURGE, r->tenant, r->ids[r->idx],
+                               KVM_ROUTE_VERSION_NONE, 0, on_purge, r);
+        if (rc) {
+            r->purging--;
+            note_rc(r, rc);
+        }
+    }
+    on_purge(r, 0, &(tn_op_view_t){.repeated = true});
 }
 
 static void on_resched(void *arg, int rc, const tn_op_view_t *v)
@@ -366,9 +392,8 @@ static void next_entry(tn_recon_t *r)
                            r);
         break;
     case PH_DONE:
-        rc = tn_call_by_op(r->tn, TN_CK_PURGE, r->tenant, id, KVM_ROUTE_VERSION_NONE, 0, on_purge,
-                           r);
-        break;
+        purge_page(r);
+        return;
     }
     if (rc) {
         note_rc(r, rc);

@@ -804,7 +804,7 @@ static void test_tomb_recon(void **state)
                            .writer_epoch = 12,
                            .publish_ttl_ms = 1,
                            .backoff_max_ms = 5,
-                           .retain_ms = 1,
+                           .retain_ms = 40, /* the first pass does not reach the done entry */
                            .purge_margin_ms = 30,
                            .test_bugs = bug ? TN_TEST_BUG_NO_ABSENT_FINAL : 0};
         fx_open(&f, bug ? "memory://tq_tombr_bug" : "memory://tq_tombr", &cfg);
@@ -833,7 +833,7 @@ static void test_tomb_recon(void **state)
         assert_true(row.found);
         assert_int_equal(row.row.tomb_until_ms, 1);
         /* the done stage: past retain_ms and D + M (D = 1): record and row removed */
-        usleep(5000);
+        usleep(50000);
         x = pass(&f, &ops);
         assert_true(x.rep.purged >= 1);
         assert_false(read_row(&f, "a").found);
@@ -847,9 +847,9 @@ static void test_tomb_recon(void **state)
         assert_int_equal(abort_op(&f, "acme", NULL, "a", n1).rc, 0);
         /* a delete whose D + M is later: its done entry moves to D + M, then the row goes */
         put(&f, "acme", NULL, "b", 100, NONE, false);
-        uint64_t d = wall_ms(&f) + 60;
+        uint64_t d = wall_ms(&f) + 100;
         delete_with(&f, "b", V(1, 1), V(1, 2), d);
-        usleep(5000);
+        usleep(45000); /* past retain_ms, before D + M */
         x = pass(&f, &ops);
         assert_true(read_row(&f, "b").found);
         sleep_until(&f, d + 31);
