@@ -315,11 +315,15 @@ static void on_superseded(void *arg, int rc, const tn_op_view_t *v)
  * Versions only grow under fencing, so no CAS expecting that predecessor can apply any more:
  * the operation can never be published and is aborted (its pending charge refunded, the object
  * unlocked; the owners then free its held slots). An absent route proves nothing (a purged
- * tombstone). true: the abort was started. */
+ * tombstone), nor does a tombstone for a create. true: the abort was started. */
 static bool superseded(tn_recon_t *r, const tn_route_obs_t *obs)
 {
     const tn_op_t *op = &r->cur;
-    bool other = obs->found && strcmp(obs->content_op, op->id) != 0;
+    /* A create's CAS expects NONE or a tombstone (its row was deleted, or purged with it), and a
+     * CAS expecting NONE also matches a due tombstone: a tombstone, whatever its version, may
+     * still be (or become) what the create replaces, so it proves nothing for a create. */
+    bool other = obs->found && strcmp(obs->content_op, op->id) != 0 &&
+                 !(obs->tombstone && op->kind == TN_KIND_CREATE);
     bool proven = other && kvm_route_version_cmp(&obs->version, &op->expected_route) > 0;
     bool bug = other && (tn_cfg(r->tn)->test_bugs & TN_TEST_BUG_ABORT_UNPROVEN) != 0;
     if (!proven && !bug)
