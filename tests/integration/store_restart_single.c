@@ -58,16 +58,7 @@ static void stop_all(void)
     tdaemon_env_teardown(&env);
 }
 
-#define CHECK(c, ...)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s: ", __FILE__, __LINE__, #c);                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            stop_all();                                                                            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c, ...) TDAEMON_CHECK(c, stop_all, __VA_ARGS__)
 
 static void cli(tdaemon_out_t *o, const char *verb, const char *key, const char *val)
 {

@@ -36,19 +36,12 @@
 #include "store/quota.h"
 #include "store/store.h"
 #include "tenant/tenant.h"
+#include "tcheck.h"
 #include "testsrv.h"
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " (last error: %s)\n", kvmesh_last_error());                           \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#define CHECK(cond, ...) TCHECK_SOFT(cond, failures, __VA_ARGS__)
 
 #define DEP    "treplay"
 #define TENANT "rp"

@@ -26,19 +26,12 @@
 #include "api/kvmesh_tools.h"
 #include "kvmesh.h"
 #include "store/quota.h"
+#include "tcheck.h"
 #include "testsrv.h"
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " (last error: %s)\n", kvmesh_last_error());                           \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#define CHECK(cond, ...) TCHECK_SOFT(cond, failures, __VA_ARGS__)
 
 static const char *route_mode = "metadata_only"; /* argv[2] */
 static char admin_addr[64];               /* admin_listen of the next runtime opened ("" = off) */
