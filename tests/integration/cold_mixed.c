@@ -96,29 +96,11 @@ static int put(uint32_t i, uint8_t *buf)
 /* One series of /metrics: name{device="dev"} or name{device="dev",result="res"}. */
 static double metric(const char *name, unsigned dev, const char *res)
 {
-    char u[64], d[4];
-    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics", (unsigned)port);
+    char d[4];
     snprintf(d, sizeof(d), "%u", dev);
-    struct tcurl_body b = {0};
-    CURL *c = curl_easy_init();
-    CHECK(c);
-    curl_easy_setopt(c, CURLOPT_URL, u);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long code = -1;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
-    struct prom p;
-    memset(&p, 0, sizeof(p));
     double v = NAN;
-    if (code == 200 && prom_parse(&p, b.data, b.len) == 0)
-        v = prom_value(&p, name, "device", d, res ? "result" : NULL, res);
-    prom_free(&p);
-    free(b.data);
-    CHECK(!isnan(v));
+    CHECK(cold_itest_metric2(port, name, "device", d, res ? "result" : NULL, res, &v) == 0 &&
+          !isnan(v));
     return v;
 }
 
