@@ -93,3 +93,39 @@ void tcold_remove_dir(char *dir)
         fprintf(stderr, "could not remove %s\n", dir);
     dir[0] = '\0';
 }
+
+bool tcold_devices2(kvmesh_admin_t *adm, kvmesh_admin_device_t *d0, kvmesh_admin_device_t *d1)
+{
+    kvmesh_admin_device_t dv[8];
+    size_t n = 0;
+    bool more = false, got0 = false, got1 = false;
+    if (kvmesh_admin_devices(adm, NULL, 8, dv, &n, &more) != 0 || n != 2 || more)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        size_t rl = strlen(dv[i].root);
+        if (rl <= 5 || dv[i].malformed)
+            return false;
+        if (strcmp(dv[i].root + rl - 5, "/dev0") == 0) {
+            *d0 = dv[i];
+            got0 = true;
+        } else if (strcmp(dv[i].root + rl - 5, "/dev1") == 0) {
+            *d1 = dv[i];
+            got1 = true;
+        }
+    }
+    return got0 && got1;
+}
+
+void tcold_cleanup(kvmesh_t **kv, kvmesh_admin_t **adm, char *dir)
+{
+    if (adm && *adm) {
+        kvmesh_admin_close(*adm);
+        *adm = NULL;
+    }
+    if (kv && *kv) {
+        kvmesh_close(*kv);
+        *kv = NULL;
+    }
+    if (dir)
+        tcold_remove_dir(dir);
+}
