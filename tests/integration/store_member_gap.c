@@ -160,10 +160,7 @@ int main(int argc, char **argv)
     }
     if (tdaemon_env_setup(&env, "kvmesh-gap") != 0)
         return 1;
-    int rc =
-        strcmp(argv[1], "redis") == 0 ? testsrv_start_redis(&srv, NULL) : testsrv_start_etcd(&srv);
-    if (rc != 0) {
-        fprintf(stderr, "cannot start %s: %s\n", argv[1], kvmesh_last_error());
+    if (testsrv_start_named(&srv, argv[1]) != 0) {
         tdaemon_env_teardown(&env);
         return 1;
     }

@@ -237,12 +237,9 @@ int main(int argc, char **argv)
     if (argc > 2)
         route_mode = argv[2];
     testsrv_t *srv = NULL;
-    int rc =
-        strcmp(backend, "etcd") == 0 ? testsrv_start_etcd(&srv) : testsrv_start_redis(&srv, NULL);
-    if (rc) {
-        fprintf(stderr, "cannot start %s: %s\n", backend, kvmesh_last_error());
+    int rc = testsrv_start_named(&srv, backend);
+    if (rc != 0)
         return 1;
-    }
     const char *url = testsrv_url(srv);
     const char *pol = "acme:1000:3,beta:100KiB:100,cf:10000:10,bt:1MiB:200";
 
