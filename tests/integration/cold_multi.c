@@ -49,19 +49,11 @@ static void cleanup(void)
 
 #define CHECK(c) TPROC_CHECK(c, cleanup)
 
-static void fill(uint32_t i, uint8_t *buf)
-{
-    for (uint32_t k = 0; k < OBJ_LEN; k += 8) {
-        uint64_t x = ((uint64_t)i << 32) ^ (k * 0x9e3779b97f4a7c15ull);
-        memcpy(buf + k, &x, 8);
-    }
-}
-
 static int put(uint32_t i, uint8_t *buf)
 {
     char k[32];
     snprintf(k, sizeof(k), "multi-%05u", i);
-    fill(i, buf);
+    tcold_fill_words(buf, OBJ_LEN, i);
     return kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, NULL);
 }
 
@@ -138,7 +130,7 @@ int main(int argc, char **argv)
         void *out = NULL;
         size_t len = 0;
         CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == 0 && len == OBJ_LEN);
-        fill(i, want);
+        tcold_fill_words(want, OBJ_LEN, i);
         CHECK(memcmp(out, want, OBJ_LEN) == 0);
         kvmesh_free(out);
     }

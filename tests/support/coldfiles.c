@@ -129,3 +129,11 @@ void tcold_cleanup(kvmesh_t **kv, kvmesh_admin_t **adm, char *dir)
     if (dir)
         tcold_remove_dir(dir);
 }
+
+void tcold_fill_words(uint8_t *buf, size_t len, uint32_t i)
+{
+    for (size_t k = 0; k + 8 <= len; k += 8) {
+        uint64_t x = ((uint64_t)i << 32) ^ (k * 0x9e3779b97f4a7c15ull);
+        memcpy(buf + k, &x, 8);
+    }
+}

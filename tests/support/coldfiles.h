@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "api/kvmesh_tools.h"
@@ -30,6 +31,10 @@ size_t tcold_corrupt_files(const char *root, off_t at);
 /* Removes dir and everything below it (rm -rf) when dir[0] is not NUL, then empties dir (the
  * tests' cleanup, safe to call twice). A failure is reported on stderr. */
 void tcold_remove_dir(char *dir);
+
+/* The payload pattern of cold_multi and cold_mixed: len bytes (a multiple of 8) of 64-bit words
+ * in host byte order, the word at offset k being (i << 32) ^ (k * 0x9e3779b97f4a7c15). */
+void tcold_fill_words(uint8_t *buf, size_t len, uint32_t i);
 
 /* The records of the two devices of a runtime whose roots end in /dev0 and /dev1, listed through
  * adm, into *d0 and *d1. True when the listing is exactly those two records, none malformed. */
