@@ -162,19 +162,7 @@ static void open_all(const char *root0, const char *root1, const char *url, cons
 
 static void read_all(uint32_t n)
 {
-    uint8_t *want = malloc(OBJ_LEN);
-    CHECK(want);
-    for (uint32_t i = 0; i < n; i++) {
-        char k[32];
-        key(i, k, sizeof(k));
-        void *out = NULL;
-        size_t len = 0;
-        CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == 0 && len == OBJ_LEN);
-        tcold_fill_words(want, OBJ_LEN, i);
-        CHECK(memcmp(out, want, OBJ_LEN) == 0);
-        kvmesh_free(out);
-    }
-    free(want);
+    CHECK(tcold_read_back_words(kv, &sc, n, OBJ_LEN, key));
 }
 
 /* After close: the backend reopened on root reports `used` live payload bytes. */

@@ -49,10 +49,15 @@ static void cleanup(void)
 
 #define CHECK(c) TPROC_CHECK(c, cleanup)
 
+static void key(uint32_t i, char *k, size_t cap)
+{
+    snprintf(k, cap, "multi-%05u", i);
+}
+
 static int put(uint32_t i, uint8_t *buf)
 {
     char k[32];
-    snprintf(k, sizeof(k), "multi-%05u", i);
+    key(i, k, sizeof(k));
     tcold_fill_words(buf, OBJ_LEN, i);
     return kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, NULL);
 }
@@ -122,18 +127,7 @@ int main(int argc, char **argv)
     CHECK(strcmp(d1.tags, "second") == 0 && strcmp(d0.owner, d1.owner) == 0);
 
     /* 2. every object byte-exact */
-    uint8_t *want = malloc(OBJ_LEN);
-    CHECK(want);
-    for (uint32_t i = 0; i < N_OBJ; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "multi-%05u", i);
-        void *out = NULL;
-        size_t len = 0;
-        CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == 0 && len == OBJ_LEN);
-        tcold_fill_words(want, OBJ_LEN, i);
-        CHECK(memcmp(out, want, OBJ_LEN) == 0);
-        kvmesh_free(out);
-    }
+    CHECK(tcold_read_back_words(kv, &sc, N_OBJ, OBJ_LEN, key));
 
     printf("phase 2: every object read back by %" PRIu64 " ms\n", env_clock_mono_ms() - t0);
 
@@ -162,7 +156,6 @@ int main(int argc, char **argv)
     CHECK(d0.used == used0 && g0 == f0);
     CHECK(d1.used == used1 + (uint64_t)N_DRAINED * OBJ_LEN && g1 == f1 + N_DRAINED);
     CHECK(d0.reserved == 0 && d1.reserved == 0);
-    free(want);
     free(buf);
     cleanup();
     printf("cold_multi: ok\n");

@@ -137,3 +137,28 @@ void tcold_fill_words(uint8_t *buf, size_t len, uint32_t i)
         memcpy(buf + k, &x, 8);
     }
 }
+
+bool tcold_read_back_words(kvmesh_t *kv, const kvmesh_scope_t *sc, uint32_t n, size_t len,
+                           void (*key_of)(uint32_t i, char *k, size_t cap))
+{
+    uint8_t *want = malloc(len);
+    if (!want)
+        return false;
+    bool ok = true;
+    for (uint32_t i = 0; ok && i < n; i++) {
+        char k[64];
+        key_of(i, k, sizeof(k));
+        void *out = NULL;
+        size_t got = 0;
+        int rc = kvmesh_get(kv, sc, k, strlen(k), &out, &got);
+        tcold_fill_words(want, len, i);
+        ok = rc == 0 && got == len && memcmp(out, want, len) == 0;
+        if (!ok)
+            fprintf(stderr, "read back %s: rc %d (%s), %zu bytes%s\n", k, rc, kvmesh_last_error(),
+                    got, rc == 0 && got == len ? ", other bytes" : "");
+        if (rc == 0)
+            kvmesh_free(out);
+    }
+    free(want);
+    return ok;
+}

@@ -36,6 +36,12 @@ void tcold_remove_dir(char *dir);
  * in host byte order, the word at offset k being (i << 32) ^ (k * 0x9e3779b97f4a7c15). */
 void tcold_fill_words(uint8_t *buf, size_t len, uint32_t i);
 
+/* Reads objects 0..n-1 (keyed by key_of(i), at most 63 characters) under sc through kv. True when
+ * each reads back as len bytes of tcold_fill_words(i); the first that does not is named on
+ * stderr. */
+bool tcold_read_back_words(kvmesh_t *kv, const kvmesh_scope_t *sc, uint32_t n, size_t len,
+                           void (*key_of)(uint32_t i, char *k, size_t cap));
+
 /* The records of the two devices of a runtime whose roots end in /dev0 and /dev1, listed through
  * adm, into *d0 and *d1. True when the listing is exactly those two records, none malformed. */
 bool tcold_devices2(kvmesh_admin_t *adm, kvmesh_admin_device_t *d0, kvmesh_admin_device_t *d1);
