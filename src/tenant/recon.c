@@ -280,31 +280,35 @@ static bool absent_delete(const tn_recon_t *r, const tn_route_obs_t *obs)
            !(tn_cfg(r->tn)->test_bugs & TN_TEST_BUG_NO_ABSENT_FINAL);
 }
 
-static void on_reclaim(void *arg, int rc, const tn_op_view_t *v)
+/* The head of the op-view callbacks: true when the callback has nothing more to do (the
+ * reconciler stopped, or rc failed: noted, and the reconciler degraded). */
+static bool op_cb_done(tn_recon_t *r, int rc)
 {
-    tn_recon_t *r = arg;
     if (stopped(r))
-        return;
-    (void)v;
+        return true;
     if (rc) {
         note_rc(r, rc);
         degrade(r);
-        return;
+        return true;
     }
+    return false;
+}
+
+static void on_reclaim(void *arg, int rc, const tn_op_view_t *v)
+{
+    tn_recon_t *r = arg;
+    (void)v;
+    if (op_cb_done(r, rc))
+        return;
     finalize_at(r, r->published);
 }
 
 static void on_superseded(void *arg, int rc, const tn_op_view_t *v)
 {
     tn_recon_t *r = arg;
-    if (stopped(r))
-        return;
     (void)v;
-    if (rc) {
-        note_rc(r, rc);
-        degrade(r);
+    if (op_cb_done(r, rc))
         return;
-    }
     r->rep.superseded++;
     tn_stats_mut(r->tn)->recon_superseded++;
     advance(r);

@@ -162,11 +162,8 @@ int main(void)
     CHECK(kvmesh_route_query(kv, &sc, "health-2000", 11, &ri) == 0 && ri.cold_backed);
 
     /* 5. lifecycle: retire refused while it holds bytes; drain: no new placement */
-    kvmesh_config_t *ac = kvmesh_config_new();
-    CHECK(ac && kvmesh_config_set(ac, "metadata_url", url) == 0 &&
-          kvmesh_config_set(ac, "deployment", dep) == 0);
     kvmesh_admin_t *adm = NULL;
-    CHECK(kvmesh_admin_open(ac, &adm) == 0);
+    CHECK(tproc_admin_open(url, dep, &adm) == 0);
     kvmesh_admin_device_t dv;
     size_t ndv = 0;
     bool more = false, changed = false;
@@ -177,7 +174,6 @@ int main(void)
     CHECK(kvmesh_admin_device_lifecycle(adm, dv.id, "drain", &dv, &changed) == 0 && changed);
     CHECK(strcmp(dv.lifecycle, "draining") == 0 && !dv.schedulable);
     kvmesh_admin_close(adm);
-    kvmesh_config_free(ac);
     /* until the view shows it (a tick); meanwhile a put placed from the old view may succeed or
      * have its reserve refused in metadata (the record already says draining) */
     rc = 0;

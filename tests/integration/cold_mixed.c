@@ -59,15 +59,7 @@ static const kvmesh_scope_t sc = {"mixed", NULL};
 
 static void cleanup(void)
 {
-    if (adm) {
-        kvmesh_admin_close(adm);
-        adm = NULL;
-    }
-    if (kv) {
-        kvmesh_close(kv);
-        kv = NULL;
-    }
-    tcold_remove_dir(tmpdir);
+    tcold_cleanup(&kv, &adm, tmpdir);
 }
 
 #define CHECK(c) TPROC_CHECK(c, cleanup)
@@ -77,48 +69,22 @@ static void key(uint32_t i, char *k, size_t cap)
     snprintf(k, cap, "mixed-%05u", i);
 }
 
-static void fill(uint32_t i, uint8_t *buf)
-{
-    for (uint32_t k = 0; k < OBJ_LEN; k += 8) {
-        uint64_t x = ((uint64_t)i << 32) ^ (k * 0x9e3779b97f4a7c15ull);
-        memcpy(buf + k, &x, 8);
-    }
-}
-
 static int put(uint32_t i, uint8_t *buf)
 {
     char k[32];
     key(i, k, sizeof(k));
-    fill(i, buf);
+    tcold_fill_words(buf, OBJ_LEN, i);
     return kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, NULL);
 }
 
 /* One series of /metrics: name{device="dev"} or name{device="dev",result="res"}. */
 static double metric(const char *name, unsigned dev, const char *res)
 {
-    char u[64], d[4];
-    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics", (unsigned)port);
+    char d[4];
     snprintf(d, sizeof(d), "%u", dev);
-    struct tcurl_body b = {0};
-    CURL *c = curl_easy_init();
-    CHECK(c);
-    curl_easy_setopt(c, CURLOPT_URL, u);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long code = -1;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
-    struct prom p;
-    memset(&p, 0, sizeof(p));
     double v = NAN;
-    if (code == 200 && prom_parse(&p, b.data, b.len) == 0)
-        v = prom_value(&p, name, "device", d, res ? "result" : NULL, res);
-    prom_free(&p);
-    free(b.data);
-    CHECK(!isnan(v));
+    CHECK(cold_itest_metric2(port, name, "device", d, res ? "result" : NULL, res, &v) == 0 &&
+          !isnan(v));
     return v;
 }
 
@@ -136,22 +102,8 @@ static double metric(const char *name, unsigned dev, const char *res)
 /* The records of device 0 (LocalDir, root ends in /dev0) and device 1 (ExtentStore, /dev1). */
 static void devices(kvmesh_admin_device_t *d0, kvmesh_admin_device_t *d1)
 {
-    kvmesh_admin_device_t dv[8];
-    size_t n = 0;
-    bool more = false, got0 = false, got1 = false;
-    CHECK(kvmesh_admin_devices(adm, NULL, 8, dv, &n, &more) == 0 && n == 2 && !more);
-    for (size_t i = 0; i < n; i++) {
-        size_t rl = strlen(dv[i].root);
-        CHECK(rl > 5 && !dv[i].malformed);
-        if (strcmp(dv[i].root + rl - 5, "/dev0") == 0) {
-            *d0 = dv[i];
-            got0 = true;
-        } else if (strcmp(dv[i].root + rl - 5, "/dev1") == 0) {
-            *d1 = dv[i];
-            got1 = true;
-        }
-    }
-    CHECK(got0 && got1 && strcmp(d0->kind, "localdir") == 0 && strcmp(d1->kind, "extent") == 0);
+    CHECK(tcold_devices2(adm, d0, d1));
+    CHECK(strcmp(d0->kind, "localdir") == 0 && strcmp(d1->kind, "extent") == 0);
 }
 
 /* The gauges of both devices equal their records (the gauges follow the view, which the 200 ms
@@ -181,50 +133,36 @@ static void open_all(const char *root0, const char *root1, const char *url, cons
 {
     char extra[160];
     snprintf(extra, sizeof(extra), "extent:%s:64MiB", root1);
+    const char *const cfg[][2] = {
+        {"metadata_url", url},
+        {"deployment", dep},
+        {"admin_listen", "127.0.0.1:0"},
+        {"memory_size", "2MiB"},
+        {"segment_size", "1MiB"},
+        {"max_object_size", "256KiB"},
+        {"reclaim_grace_ms", "0"},
+        {"replicas", "1"},
+        {"request_timeout_ms", "3000"},
+        {"cold_kind", "localdir"},
+        {"cold_root", root0},
+        {"cold_capacity", "64MiB"},
+        {"cold_devices", extra},
+        {"cold_segment_bytes", "1MiB"},
+        {"cold_write_through", "true"},
+        /* a reclaim deferred under load (KVMESH_EAGAIN) is rerun by reconciliation after this */
+        {"cold_reconcile_after_ms", "500"},
+        {NULL, NULL}};
     kvmesh_config_t *c = kvmesh_config_new();
-    CHECK(c);
-    CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
-    CHECK(kvmesh_config_set(c, "deployment", dep) == 0);
-    CHECK(kvmesh_config_set(c, "admin_listen", "127.0.0.1:0") == 0);
-    CHECK(kvmesh_config_set(c, "memory_size", "2MiB") == 0);
-    CHECK(kvmesh_config_set(c, "segment_size", "1MiB") == 0);
-    CHECK(kvmesh_config_set(c, "max_object_size", "256KiB") == 0);
-    CHECK(kvmesh_config_set(c, "reclaim_grace_ms", "0") == 0);
-    CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
-    CHECK(kvmesh_config_set(c, "request_timeout_ms", "3000") == 0);
-    CHECK(kvmesh_config_set(c, "cold_kind", "localdir") == 0);
-    CHECK(kvmesh_config_set(c, "cold_root", root0) == 0);
-    CHECK(kvmesh_config_set(c, "cold_capacity", "64MiB") == 0);
-    CHECK(kvmesh_config_set(c, "cold_devices", extra) == 0);
-    CHECK(kvmesh_config_set(c, "cold_segment_bytes", "1MiB") == 0);
-    CHECK(kvmesh_config_set(c, "cold_write_through", "true") == 0);
-    /* a reclaim deferred under load (KVMESH_EAGAIN) is rerun by reconciliation after this */
-    CHECK(kvmesh_config_set(c, "cold_reconcile_after_ms", "500") == 0);
+    CHECK(tproc_config_setv(c, cfg) == 0);
     CHECK(kvmesh_open(&kv, c) == 0);
     kvmesh_config_free(c);
     port = kvm_rt_admin_port(kvmesh_runtime_of(kv));
-    kvmesh_config_t *ac = kvmesh_config_new();
-    CHECK(ac && kvmesh_config_set(ac, "metadata_url", url) == 0 &&
-          kvmesh_config_set(ac, "deployment", dep) == 0);
-    CHECK(kvmesh_admin_open(ac, &adm) == 0);
-    kvmesh_config_free(ac);
+    CHECK(tproc_admin_open(url, dep, &adm) == 0);
 }
 
 static void read_all(uint32_t n)
 {
-    uint8_t *want = malloc(OBJ_LEN);
-    CHECK(want);
-    for (uint32_t i = 0; i < n; i++) {
-        char k[32];
-        key(i, k, sizeof(k));
-        void *out = NULL;
-        size_t len = 0;
-        CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == 0 && len == OBJ_LEN);
-        fill(i, want);
-        CHECK(memcmp(out, want, OBJ_LEN) == 0);
-        kvmesh_free(out);
-    }
-    free(want);
+    CHECK(tcold_read_back_words(kv, &sc, n, OBJ_LEN, key));
 }
 
 /* After close: the backend reopened on root reports `used` live payload bytes. */

@@ -44,54 +44,28 @@ static const kvmesh_scope_t sc = {"multi", NULL};
 
 static void cleanup(void)
 {
-    if (adm) {
-        kvmesh_admin_close(adm);
-        adm = NULL;
-    }
-    if (kv) {
-        kvmesh_close(kv);
-        kv = NULL;
-    }
-    tcold_remove_dir(tmpdir);
+    tcold_cleanup(&kv, &adm, tmpdir);
 }
 
 #define CHECK(c) TPROC_CHECK(c, cleanup)
 
-static void fill(uint32_t i, uint8_t *buf)
+static void key(uint32_t i, char *k, size_t cap)
 {
-    for (uint32_t k = 0; k < OBJ_LEN; k += 8) {
-        uint64_t x = ((uint64_t)i << 32) ^ (k * 0x9e3779b97f4a7c15ull);
-        memcpy(buf + k, &x, 8);
-    }
+    snprintf(k, cap, "multi-%05u", i);
 }
 
 static int put(uint32_t i, uint8_t *buf)
 {
     char k[32];
-    snprintf(k, sizeof(k), "multi-%05u", i);
-    fill(i, buf);
+    key(i, k, sizeof(k));
+    tcold_fill_words(buf, OBJ_LEN, i);
     return kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, NULL);
 }
 
 /* The records of device 0 (root ends in /dev0) and device 1 (/dev1). */
 static void devices(kvmesh_admin_device_t *d0, kvmesh_admin_device_t *d1)
 {
-    kvmesh_admin_device_t dv[8];
-    size_t n = 0;
-    bool more = false, got0 = false, got1 = false;
-    CHECK(kvmesh_admin_devices(adm, NULL, 8, dv, &n, &more) == 0 && n == 2 && !more);
-    for (size_t i = 0; i < n; i++) {
-        size_t rl = strlen(dv[i].root);
-        CHECK(rl > 5 && !dv[i].malformed);
-        if (strcmp(dv[i].root + rl - 5, "/dev0") == 0) {
-            *d0 = dv[i];
-            got0 = true;
-        } else if (strcmp(dv[i].root + rl - 5, "/dev1") == 0) {
-            *d1 = dv[i];
-            got1 = true;
-        }
-    }
-    CHECK(got0 && got1);
+    CHECK(tcold_devices2(adm, d0, d1));
 }
 
 int main(int argc, char **argv)
@@ -109,28 +83,25 @@ int main(int argc, char **argv)
     snprintf(extra, sizeof(extra), "localdir:%s:64MiB:second", root1);
     snprintf(dep, sizeof(dep), "coldmulti%d", (int)getpid());
     snprintf(url, sizeof(url), "memory://%s", dep);
+    const char *const cfg[][2] = {{"metadata_url", url},
+                                  {"deployment", dep},
+                                  {"memory_size", "2MiB"},
+                                  {"segment_size", "1MiB"},
+                                  {"max_object_size", "256KiB"},
+                                  {"reclaim_grace_ms", "0"}, /* evicted bytes reused at once */
+                                  {"replicas", "1"},
+                                  {"request_timeout_ms", "1500"},
+                                  {"cold_kind", "localdir"},
+                                  {"cold_root", root0},
+                                  {"cold_capacity", "64MiB"},
+                                  {NULL, NULL}};
     kvmesh_config_t *c = kvmesh_config_new();
-    CHECK(c);
-    CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
-    CHECK(kvmesh_config_set(c, "deployment", dep) == 0);
-    CHECK(kvmesh_config_set(c, "memory_size", "2MiB") == 0);
-    CHECK(kvmesh_config_set(c, "segment_size", "1MiB") == 0);
-    CHECK(kvmesh_config_set(c, "max_object_size", "256KiB") == 0);
-    CHECK(kvmesh_config_set(c, "reclaim_grace_ms", "0") == 0); /* evicted bytes reused at once */
-    CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
-    CHECK(kvmesh_config_set(c, "request_timeout_ms", "1500") == 0);
-    CHECK(kvmesh_config_set(c, "cold_kind", "localdir") == 0);
-    CHECK(kvmesh_config_set(c, "cold_root", root0) == 0);
-    CHECK(kvmesh_config_set(c, "cold_capacity", "64MiB") == 0);
+    CHECK(tproc_config_setv(c, cfg) == 0);
     CHECK(single || kvmesh_config_set(c, "cold_devices", extra) == 0);
     CHECK(kvmesh_config_set(c, "cold_write_through", "true") == 0);
     CHECK(kvmesh_open(&kv, c) == 0);
     kvmesh_config_free(c);
-    kvmesh_config_t *ac = kvmesh_config_new();
-    CHECK(ac && kvmesh_config_set(ac, "metadata_url", url) == 0 &&
-          kvmesh_config_set(ac, "deployment", dep) == 0);
-    CHECK(kvmesh_admin_open(ac, &adm) == 0);
-    kvmesh_config_free(ac);
+    CHECK(tproc_admin_open(url, dep, &adm) == 0);
     uint8_t *buf = malloc(OBJ_LEN);
     CHECK(buf);
 
@@ -156,18 +127,7 @@ int main(int argc, char **argv)
     CHECK(strcmp(d1.tags, "second") == 0 && strcmp(d0.owner, d1.owner) == 0);
 
     /* 2. every object byte-exact */
-    uint8_t *want = malloc(OBJ_LEN);
-    CHECK(want);
-    for (uint32_t i = 0; i < N_OBJ; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "multi-%05u", i);
-        void *out = NULL;
-        size_t len = 0;
-        CHECK(kvmesh_get(kv, &sc, k, strlen(k), &out, &len) == 0 && len == OBJ_LEN);
-        fill(i, want);
-        CHECK(memcmp(out, want, OBJ_LEN) == 0);
-        kvmesh_free(out);
-    }
+    CHECK(tcold_read_back_words(kv, &sc, N_OBJ, OBJ_LEN, key));
 
     printf("phase 2: every object read back by %" PRIu64 " ms\n", env_clock_mono_ms() - t0);
 
@@ -196,7 +156,6 @@ int main(int argc, char **argv)
     CHECK(d0.used == used0 && g0 == f0);
     CHECK(d1.used == used1 + (uint64_t)N_DRAINED * OBJ_LEN && g1 == f1 + N_DRAINED);
     CHECK(d0.reserved == 0 && d1.reserved == 0);
-    free(want);
     free(buf);
     cleanup();
     printf("cold_multi: ok\n");

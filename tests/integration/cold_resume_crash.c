@@ -59,14 +59,7 @@ static const kvmesh_scope_t sc = {"resume", NULL};
 
 static void cleanup_all(void)
 {
-    if (adm) {
-        kvmesh_admin_close(adm);
-        adm = NULL;
-    }
-    if (kb) {
-        kvmesh_close(kb);
-        kb = NULL;
-    }
+    tcold_cleanup(&kb, &adm, NULL);
     tproc_kill(&child, SIGKILL);
     testsrv_stop(srv);
     srv = NULL;
@@ -80,20 +73,22 @@ static void key_of(uint32_t i, char *k, size_t cap)
 
 static void set_common(kvmesh_config_t *c, const char *url, const char *dep, const char *root)
 {
-    kvmesh_config_set(c, "metadata_url", url);
-    kvmesh_config_set(c, "deployment", dep);
-    kvmesh_config_set(c, "route_mode", "metadata_only");
-    kvmesh_config_set(c, "lease_ttl_ms", "2000");
-    kvmesh_config_set(c, "request_timeout_ms", "5000");
-    kvmesh_config_set(c, "replicas", "2");
-    kvmesh_config_set(c, "transport", "tcp");
-    kvmesh_config_set(c, "memory_size", "8MiB");
-    kvmesh_config_set(c, "segment_size", "8MiB");
-    kvmesh_config_set(c, "max_object_size", "1MiB");
-    kvmesh_config_set(c, "cold_kind", "localdir");
-    kvmesh_config_set(c, "cold_root", root);
-    kvmesh_config_set(c, "cold_capacity", "64MiB");
-    kvmesh_config_set(c, "cold_reconcile_after_ms", "1000");
+    const char *const cfg[][2] = {{"metadata_url", url},
+                                  {"deployment", dep},
+                                  {"route_mode", "metadata_only"},
+                                  {"lease_ttl_ms", "2000"},
+                                  {"request_timeout_ms", "5000"},
+                                  {"replicas", "2"},
+                                  {"transport", "tcp"},
+                                  {"memory_size", "8MiB"},
+                                  {"segment_size", "8MiB"},
+                                  {"max_object_size", "1MiB"},
+                                  {"cold_kind", "localdir"},
+                                  {"cold_root", root},
+                                  {"cold_capacity", "64MiB"},
+                                  {"cold_reconcile_after_ms", "1000"},
+                                  {NULL, NULL}};
+    (void)tproc_config_setv(c, cfg); /* (known keys; a refusal is named on stderr) */
 }
 
 /* ---- runtime A, the child: argv = --runtime write|serve url dep root ------------------------ */
@@ -109,29 +104,11 @@ static int runtime_main(char **argv)
     if (!kv)
         return 1;
     tproc_child_ready(kv, false);
-    if (write && tproc_wait_storage(kv, 2, 20000) == 0) {
-        uint8_t *buf = malloc(OBJ_LEN);
-        for (uint32_t i = 0; buf && i < NOBJ; i++) {
-            char k[32];
-            key_of(i, k, sizeof(k));
-            tproc_fill(buf, OBJ_LEN, i + 1);
-            int rc = kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, NULL);
-            if (rc) {
-                fprintf(stderr, "put %s: %s\n", k, kvmesh_last_error());
-                break;
-            }
-            printf("ACK %u\n", i);
-            fflush(stdout);
-        }
-        free(buf);
-    }
+    if (write && tproc_wait_storage(kv, 2, 20000) == 0)
+        (void)tproc_child_put_acked(kv, &sc, NOBJ, OBJ_LEN, key_of);
     printf("DONE\n");
     fflush(stdout);
-    char line[64];
-    while (fgets(line, sizeof(line), stdin)) {
-    }
-    kvmesh_close(kv);
-    return 0;
+    return tproc_child_serve(kv);
 }
 
 /* ---- parent -------------------------------------------------------------------------------- */
@@ -202,11 +179,7 @@ static void open_b(const char *url, const char *dep, const char *root)
     set_common(c, url, dep, root);
     CHECK(kvmesh_open(&kb, c) == 0);
     kvmesh_config_free(c);
-    kvmesh_config_t *ac = kvmesh_config_new();
-    CHECK(ac && kvmesh_config_set(ac, "metadata_url", url) == 0 &&
-          kvmesh_config_set(ac, "deployment", dep) == 0);
-    CHECK(kvmesh_admin_open(ac, &adm) == 0);
-    kvmesh_config_free(ac);
+    CHECK(tproc_admin_open(url, dep, &adm) == 0);
 }
 
 int main(int argc, char **argv)

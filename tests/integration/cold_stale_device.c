@@ -48,15 +48,7 @@ static void cleanup(void)
 {
     kvm_cold_test_freeze_view(false);
     kvm_cold_test_pin_device0(false);
-    if (adm) {
-        kvmesh_admin_close(adm);
-        adm = NULL;
-    }
-    if (kv) {
-        kvmesh_close(kv);
-        kv = NULL;
-    }
-    tcold_remove_dir(tmpdir);
+    tcold_cleanup(&kv, &adm, tmpdir);
 }
 
 #define CHECK(c) TPROC_CHECK(c, cleanup)
@@ -72,45 +64,31 @@ static int put(uint32_t i, uint8_t *buf)
 /* The records of device 0 (root ends in /dev0) and device 1 (/dev1). */
 static void devices(kvmesh_admin_device_t *d0, kvmesh_admin_device_t *d1)
 {
-    kvmesh_admin_device_t dv[8];
-    size_t n = 0;
-    bool more = false;
-    CHECK(kvmesh_admin_devices(adm, NULL, 8, dv, &n, &more) == 0 && n == 2 && !more);
-    for (size_t i = 0; i < n; i++) {
-        size_t rl = strlen(dv[i].root);
-        CHECK(rl > 5 && !dv[i].malformed);
-        if (strcmp(dv[i].root + rl - 5, "/dev0") == 0)
-            *d0 = dv[i];
-        else
-            *d1 = dv[i];
-    }
+    CHECK(tcold_devices2(adm, d0, d1));
 }
 
 static void open_runtime(const char *root0, const char *root1, const char *url, const char *dep)
 {
     char extra[160];
     snprintf(extra, sizeof(extra), "localdir:%s:64MiB", root1);
+    const char *const cfg[][2] = {{"metadata_url", url},
+                                  {"deployment", dep},
+                                  {"memory_size", "4MiB"},
+                                  {"segment_size", "1MiB"},
+                                  {"max_object_size", "256KiB"},
+                                  {"replicas", "1"},
+                                  {"request_timeout_ms", "4000"},
+                                  {"cold_kind", "localdir"},
+                                  {"cold_root", root0},
+                                  {"cold_capacity", "64MiB"},
+                                  {"cold_devices", extra},
+                                  {"cold_write_through", "true"},
+                                  {NULL, NULL}};
     kvmesh_config_t *c = kvmesh_config_new();
-    CHECK(c);
-    CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
-    CHECK(kvmesh_config_set(c, "deployment", dep) == 0);
-    CHECK(kvmesh_config_set(c, "memory_size", "4MiB") == 0);
-    CHECK(kvmesh_config_set(c, "segment_size", "1MiB") == 0);
-    CHECK(kvmesh_config_set(c, "max_object_size", "256KiB") == 0);
-    CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
-    CHECK(kvmesh_config_set(c, "request_timeout_ms", "4000") == 0);
-    CHECK(kvmesh_config_set(c, "cold_kind", "localdir") == 0);
-    CHECK(kvmesh_config_set(c, "cold_root", root0) == 0);
-    CHECK(kvmesh_config_set(c, "cold_capacity", "64MiB") == 0);
-    CHECK(kvmesh_config_set(c, "cold_devices", extra) == 0);
-    CHECK(kvmesh_config_set(c, "cold_write_through", "true") == 0);
+    CHECK(tproc_config_setv(c, cfg) == 0);
     CHECK(kvmesh_open(&kv, c) == 0);
     kvmesh_config_free(c);
-    kvmesh_config_t *ac = kvmesh_config_new();
-    CHECK(ac && kvmesh_config_set(ac, "metadata_url", url) == 0 &&
-          kvmesh_config_set(ac, "deployment", dep) == 0);
-    CHECK(kvmesh_admin_open(ac, &adm) == 0);
-    kvmesh_config_free(ac);
+    CHECK(tproc_admin_open(url, dep, &adm) == 0);
 }
 
 int main(void)

@@ -81,13 +81,15 @@ static void key_of(uint32_t i, char *k, size_t cap)
 
 static void set_common(kvmesh_config_t *c, const char *url, const char *dep)
 {
-    kvmesh_config_set(c, "metadata_url", url);
-    kvmesh_config_set(c, "deployment", dep);
-    kvmesh_config_set(c, "route_mode", "metadata_only");
-    kvmesh_config_set(c, "lease_ttl_ms", "2000");
-    kvmesh_config_set(c, "request_timeout_ms", "5000");
-    kvmesh_config_set(c, "replicas", "1");
-    kvmesh_config_set(c, "transport", "tcp");
+    const char *const cfg[][2] = {{"metadata_url", url},
+                                  {"deployment", dep},
+                                  {"route_mode", "metadata_only"},
+                                  {"lease_ttl_ms", "2000"},
+                                  {"request_timeout_ms", "5000"},
+                                  {"replicas", "1"},
+                                  {"transport", "tcp"},
+                                  {NULL, NULL}};
+    (void)tproc_config_setv(c, cfg); /* (known keys; a refusal is named on stderr) */
 }
 
 /* ---- the runtime child: argv = --runtime write|serve url dep root durable(0|1) -----------------
@@ -99,15 +101,17 @@ static int runtime_main(char **argv)
     kvmesh_config_t *c = kvmesh_config_new();
     set_common(c, argv[3], argv[4]);
     kvmesh_config_set(c, "runtime_id", RT_ID);
-    kvmesh_config_set(c, "admin_listen", "127.0.0.1:0");
-    kvmesh_config_set(c, "memory_size", "8MiB");
-    kvmesh_config_set(c, "segment_size", "8MiB");
-    kvmesh_config_set(c, "max_object_size", "1MiB");
-    kvmesh_config_set(c, "cold_kind", "localdir");
-    kvmesh_config_set(c, "cold_root", argv[5]);
-    kvmesh_config_set(c, "cold_capacity", "64MiB");
-    kvmesh_config_set(c, "cold_offload_bytes_per_sec", "1MiB");
-    kvmesh_config_set(c, "cold_reconcile_after_ms", "1000");
+    const char *const cold[][2] = {{"admin_listen", "127.0.0.1:0"},
+                                   {"memory_size", "8MiB"},
+                                   {"segment_size", "8MiB"},
+                                   {"max_object_size", "1MiB"},
+                                   {"cold_kind", "localdir"},
+                                   {"cold_root", argv[5]},
+                                   {"cold_capacity", "64MiB"},
+                                   {"cold_offload_bytes_per_sec", "1MiB"},
+                                   {"cold_reconcile_after_ms", "1000"},
+                                   {NULL, NULL}};
+    (void)tproc_config_setv(c, cold);
     if (strcmp(argv[6], "1") == 0)
         kvmesh_config_set(c, "cold_write_through", "true");
     kvmesh_t *kv = tproc_child_open(c);
@@ -115,28 +119,11 @@ static int runtime_main(char **argv)
         return 1;
     tproc_child_ready(kv, true);
     if (write) {
-        uint8_t *buf = malloc(OBJ_LEN);
-        for (uint32_t i = 0; buf && i < NOBJ; i++) {
-            char k[32];
-            key_of(i, k, sizeof(k));
-            tproc_fill(buf, OBJ_LEN, i + 1);
-            int rc = kvmesh_put(kv, &sc, k, strlen(k), buf, OBJ_LEN, NULL);
-            if (rc) {
-                fprintf(stderr, "put %s: %s\n", k, kvmesh_last_error());
-                break;
-            }
-            printf("ACK %u\n", i);
-            fflush(stdout);
-        }
-        free(buf);
+        (void)tproc_child_put_acked(kv, &sc, NOBJ, OBJ_LEN, key_of);
         printf("DONE\n");
         fflush(stdout);
     }
-    char line[64];
-    while (fgets(line, sizeof(line), stdin)) {
-    }
-    kvmesh_close(kv);
-    return 0;
+    return tproc_child_serve(kv);
 }
 
 /* ---- parent -----------------------------------------------------------------------------------

@@ -167,20 +167,8 @@ static const char *dump_path; /* OBS_METRICS_DUMP: where the final scrapes are a
 /* GET /metrics of the admin port and parse it strictly; 0 or -1 (unreachable). */
 static int scrape(uint16_t port, struct prom *p)
 {
-    char u[64];
-    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics", (unsigned)port);
     struct tcurl_body b = {0};
-    CURL *c = curl_easy_init();
-    CHECK(c);
-    curl_easy_setopt(c, CURLOPT_URL, u);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long code = -1;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
+    long code = tcurl_get_local(port, "/metrics", &b);
     if (code != 200) {
         free(b.data);
         return -1;

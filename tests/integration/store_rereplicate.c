@@ -139,20 +139,8 @@ static void spawn(int slot)
 /* GET path of a runtime's admin port into *out (malloc'd, NUL-terminated); 0 or -1. */
 static int http_get(uint16_t port, const char *path, char **out)
 {
-    char u[96];
-    snprintf(u, sizeof(u), "http://127.0.0.1:%u%s", (unsigned)port, path);
     struct tcurl_body b = {0};
-    CURL *c = curl_easy_init();
-    CHECK(c);
-    curl_easy_setopt(c, CURLOPT_URL, u);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long code = -1;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
+    long code = tcurl_get_local(port, path, &b);
     if (code != 200 || !b.data) {
         free(b.data);
         return -1;

@@ -58,16 +58,7 @@ static void stop_all(void)
     tdaemon_env_teardown(&env);
 }
 
-#define CHECK(c, ...)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s: ", __FILE__, __LINE__, #c);                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            stop_all();                                                                            \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c, ...) TDAEMON_CHECK(c, stop_all, __VA_ARGS__)
 
 static void cli(tdaemon_out_t *o, const char *verb, const char *key, const char *val)
 {
@@ -206,10 +197,7 @@ int main(int argc, char **argv)
     bool rolling = argc > 2;
     if (tdaemon_env_setup(&env, "kvmesh-restart") != 0)
         return 1;
-    int rc =
-        strcmp(argv[1], "redis") == 0 ? testsrv_start_redis(&srv, NULL) : testsrv_start_etcd(&srv);
-    if (rc != 0) {
-        fprintf(stderr, "cannot start %s: %s\n", argv[1], kvmesh_last_error());
+    if (testsrv_start_named(&srv, argv[1]) != 0) {
         tdaemon_env_teardown(&env);
         return 1;
     }

@@ -36,19 +36,12 @@
 #include "store/quota.h"
 #include "store/store.h"
 #include "tenant/tenant.h"
+#include "tcheck.h"
 #include "testsrv.h"
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " (last error: %s)\n", kvmesh_last_error());                           \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#define CHECK(cond, ...) TCHECK_SOFT(cond, failures, __VA_ARGS__)
 
 #define DEP    "treplay"
 #define TENANT "rp"
@@ -261,12 +254,8 @@ int main(int argc, char **argv)
     const char *backend = argc > 1 ? argv[1] : "redis";
     const char *mode = argc > 2 ? argv[2] : "metadata_only";
     testsrv_t *srv = NULL;
-    int rc =
-        strcmp(backend, "etcd") == 0 ? testsrv_start_etcd(&srv) : testsrv_start_redis(&srv, NULL);
-    if (rc) {
-        fprintf(stderr, "cannot start %s: %s\n", backend, kvmesh_last_error());
+    if (testsrv_start_named(&srv, backend) != 0)
         return 1;
-    }
     char self[512];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     CHECK(n > 0, "readlink");

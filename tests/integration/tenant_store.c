@@ -26,19 +26,12 @@
 #include "api/kvmesh_tools.h"
 #include "kvmesh.h"
 #include "store/quota.h"
+#include "tcheck.h"
 #include "testsrv.h"
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " (last error: %s)\n", kvmesh_last_error());                           \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#define CHECK(cond, ...) TCHECK_SOFT(cond, failures, __VA_ARGS__)
 
 static const char *route_mode = "metadata_only"; /* argv[2] */
 static char admin_addr[64];               /* admin_listen of the next runtime opened ("" = off) */
@@ -244,12 +237,9 @@ int main(int argc, char **argv)
     if (argc > 2)
         route_mode = argv[2];
     testsrv_t *srv = NULL;
-    int rc =
-        strcmp(backend, "etcd") == 0 ? testsrv_start_etcd(&srv) : testsrv_start_redis(&srv, NULL);
-    if (rc) {
-        fprintf(stderr, "cannot start %s: %s\n", backend, kvmesh_last_error());
+    int rc = testsrv_start_named(&srv, backend);
+    if (rc != 0)
         return 1;
-    }
     const char *url = testsrv_url(srv);
     const char *pol = "acme:1000:3,beta:100KiB:100,cf:10000:10,bt:1MiB:200";
 

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cold_itest.h — helpers the cold tier's integration tests share (header-only; cold_store.c,
- * cold_evict_mode.c, cold_store_crash.c, cold_batch.c, cold_health.c): one sample of a
- * runtime's /metrics over HTTP, a walk over the LocalDir fan-out files under a device root
- * (counting, corrupting and removing them is tests/support/coldfiles.h), the tests' payload
- * pattern, and a bounded wait for storage members.
+ * cold_evict_mode.c, cold_store_crash.c, cold_batch.c, cold_health.c, cold_mixed.c): one sample
+ * of a runtime's /metrics over HTTP (one or two labels), a walk over the LocalDir fan-out files
+ * under a device root (counting, corrupting and removing them is tests/support/coldfiles.h), the
+ * tests' payload pattern, and a bounded wait for storage members.
  *
  * Needs libcurl (curl_global_init by the caller) and tests/integration/obs_prom.h (included here).
  * Nothing is kept between calls; every buffer is freed before returning.
@@ -25,36 +25,31 @@
 #include "kvmesh.h"
 #include "../integration/obs_prom.h" /* (header-only) */
 
-/* GET http://127.0.0.1:port/metrics and the value of name{l="v"} (l NULL: unlabelled) into
- * *out. Returns 0, or -1 when the request failed, the answer was not 200 or did not parse. */
-static inline int cold_itest_metric(uint16_t port, const char *name, const char *l, const char *v,
-                                    double *out)
+/* GET http://127.0.0.1:port/metrics and the value of name{l1="v1",l2="v2"} (l1, l2 NULL: fewer
+ * labels) into *out. Returns 0, or -1 when the request failed, the answer was not 200 or did
+ * not parse. */
+static inline int cold_itest_metric2(uint16_t port, const char *name, const char *l1,
+                                     const char *v1, const char *l2, const char *v2, double *out)
 {
-    char u[64];
-    snprintf(u, sizeof(u), "http://127.0.0.1:%u/metrics", (unsigned)port);
     struct tcurl_body b = {0};
-    CURL *c = curl_easy_init();
-    if (!c)
-        return -1;
-    curl_easy_setopt(c, CURLOPT_URL, u);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tcurl_body_sink);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    long code = -1;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
+    long code = tcurl_get_local(port, "/metrics", &b);
     int rc = -1;
     struct prom p;
     memset(&p, 0, sizeof(p));
     if (code == 200 && prom_parse(&p, b.data, b.len) == 0) {
-        *out = prom_value(&p, name, l, v, NULL, NULL);
+        *out = prom_value(&p, name, l1, v1, l2, v2);
         rc = 0;
     }
     prom_free(&p);
     free(b.data);
     return rc;
+}
+
+/* cold_itest_metric2() of one label name{l="v"} (l NULL: unlabelled). */
+static inline int cold_itest_metric(uint16_t port, const char *name, const char *l, const char *v,
+                                    double *out)
+{
+    return cold_itest_metric2(port, name, l, v, NULL, NULL, out);
 }
 
 /* Calls fn(dir, name, arg) for every entry of the LocalDir fan-out directories

@@ -93,3 +93,72 @@ void tcold_remove_dir(char *dir)
         fprintf(stderr, "could not remove %s\n", dir);
     dir[0] = '\0';
 }
+
+bool tcold_devices2(kvmesh_admin_t *adm, kvmesh_admin_device_t *d0, kvmesh_admin_device_t *d1)
+{
+    kvmesh_admin_device_t dv[8];
+    size_t n = 0;
+    bool more = false, got0 = false, got1 = false;
+    if (kvmesh_admin_devices(adm, NULL, 8, dv, &n, &more) != 0 || n != 2 || more)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        size_t rl = strlen(dv[i].root);
+        if (rl <= 5 || dv[i].malformed)
+            return false;
+        if (strcmp(dv[i].root + rl - 5, "/dev0") == 0) {
+            *d0 = dv[i];
+            got0 = true;
+        } else if (strcmp(dv[i].root + rl - 5, "/dev1") == 0) {
+            *d1 = dv[i];
+            got1 = true;
+        }
+    }
+    return got0 && got1;
+}
+
+void tcold_cleanup(kvmesh_t **kv, kvmesh_admin_t **adm, char *dir)
+{
+    if (adm && *adm) {
+        kvmesh_admin_close(*adm);
+        *adm = NULL;
+    }
+    if (kv && *kv) {
+        kvmesh_close(*kv);
+        *kv = NULL;
+    }
+    if (dir)
+        tcold_remove_dir(dir);
+}
+
+void tcold_fill_words(uint8_t *buf, size_t len, uint32_t i)
+{
+    for (size_t k = 0; k + 8 <= len; k += 8) {
+        uint64_t x = ((uint64_t)i << 32) ^ (k * 0x9e3779b97f4a7c15ull);
+        memcpy(buf + k, &x, 8);
+    }
+}
+
+bool tcold_read_back_words(kvmesh_t *kv, const kvmesh_scope_t *sc, uint32_t n, size_t len,
+                           void (*key_of)(uint32_t i, char *k, size_t cap))
+{
+    uint8_t *want = malloc(len);
+    if (!want)
+        return false;
+    bool ok = true;
+    for (uint32_t i = 0; ok && i < n; i++) {
+        char k[64];
+        key_of(i, k, sizeof(k));
+        void *out = NULL;
+        size_t got = 0;
+        int rc = kvmesh_get(kv, sc, k, strlen(k), &out, &got);
+        tcold_fill_words(want, len, i);
+        ok = rc == 0 && got == len && memcmp(out, want, len) == 0;
+        if (!ok)
+            fprintf(stderr, "read back %s: rc %d (%s), %zu bytes%s\n", k, rc, kvmesh_last_error(),
+                    got, rc == 0 && got == len ? ", other bytes" : "");
+        if (rc == 0)
+            kvmesh_free(out);
+    }
+    free(want);
+    return ok;
+}

@@ -21,6 +21,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/types.h>
 
 #define TDAEMON_MAX_ARGS 48
@@ -125,6 +127,19 @@ void tdaemon_http_free(tdaemon_http_t *r);
     do {                                                                                           \
         if (!strstr((hay), (needle)))                                                              \
             fail_msg("expected \"%s\" in:\n%s", (needle), (hay));                                  \
+    } while (0)
+
+/* The fatal check of the daemon tests (outside cmocka): on failure says where and what, then a
+ * printf-style message, runs cleanup() (which stops the test's daemons by pid) and exits 1. */
+#define TDAEMON_CHECK(c, cleanup, ...)                                                             \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "CHECK failed %s:%d: %s: ", __FILE__, __LINE__, #c);                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            cleanup();                                                                             \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 #endif

@@ -47,17 +47,67 @@ void tproc_child_ready(kvmesh_t *kv, bool admin_port)
     fflush(stdout);
 }
 
+int tproc_child_serve(kvmesh_t *kv)
+{
+    char line[64];
+    while (fgets(line, sizeof(line), stdin))
+        ;
+    kvmesh_close(kv);
+    return 0;
+}
+
 int tproc_child_run(kvmesh_config_t *c, bool admin_port)
 {
     kvmesh_t *kv = tproc_child_open(c);
     if (!kv)
         return 1;
     tproc_child_ready(kv, admin_port);
-    char line[64];
-    while (fgets(line, sizeof(line), stdin))
-        ;
-    kvmesh_close(kv);
+    return tproc_child_serve(kv);
+}
+
+uint32_t tproc_child_put_acked(kvmesh_t *kv, const kvmesh_scope_t *sc, uint32_t n, size_t len,
+                               void (*key_of)(uint32_t i, char *k, size_t cap))
+{
+    uint8_t *buf = malloc(len);
+    uint32_t i = 0;
+    for (; buf && i < n; i++) {
+        char k[64];
+        key_of(i, k, sizeof(k));
+        tproc_fill(buf, len, i + 1);
+        if (kvmesh_put(kv, sc, k, strlen(k), buf, len, NULL) != 0) {
+            fprintf(stderr, "put %s: %s\n", k, kvmesh_last_error());
+            break;
+        }
+        printf("ACK %u\n", i);
+        fflush(stdout);
+    }
+    free(buf);
+    return i;
+}
+
+int tproc_config_setv(kvmesh_config_t *c, const char *const pairs[][2])
+{
+    if (!c)
+        return -1;
+    for (size_t i = 0; pairs[i][0]; i++) {
+        if (kvmesh_config_set(c, pairs[i][0], pairs[i][1]) != 0) {
+            fprintf(stderr, "config %s = %s: %s\n", pairs[i][0], pairs[i][1], kvmesh_last_error());
+            return -1;
+        }
+    }
     return 0;
+}
+
+int tproc_admin_open(const char *url, const char *dep, kvmesh_admin_t **adm)
+{
+    kvmesh_config_t *ac = kvmesh_config_new();
+    int rc = ac && kvmesh_config_set(ac, "metadata_url", url) == 0 &&
+                     kvmesh_config_set(ac, "deployment", dep) == 0 &&
+                     kvmesh_admin_open(ac, adm) == 0
+                 ? 0
+                 : -1;
+    kvmesh_config_free(ac);
+    return rc;
 }
 
 int tproc_wait_storage(kvmesh_t *kv, size_t want, int timeout_ms)

@@ -70,6 +70,26 @@ void tproc_child_ready(kvmesh_t *kv, bool admin_port);
  * exit status: 0, or 1 when the open failed (reason on stderr). */
 int tproc_child_run(kvmesh_config_t *c, bool admin_port);
 
+/* The rest of a child after its ready line: reads stdin until EOF (the parent's tproc_stop()),
+ * then closes kv. Returns 0, the child's exit status. */
+int tproc_child_serve(kvmesh_t *kv);
+
+/* The writer child's loop: puts n objects of len bytes under sc with kv, object i keyed by
+ * key_of(i) (at most 63 characters) and filled by tproc_fill(seed i + 1), and prints "ACK <i>"
+ * on stdout (flushed) after each acknowledged put; stops at the first refused put (the reason on
+ * stderr) or when the buffer cannot be allocated. Returns the count acknowledged. */
+uint32_t tproc_child_put_acked(kvmesh_t *kv, const kvmesh_scope_t *sc, uint32_t n, size_t len,
+                               void (*key_of)(uint32_t i, char *k, size_t cap));
+
+/* Sets the pairs {key, value} on c, in order, up to a {NULL, NULL} pair. 0, or -1 at the first
+ * one refused (named on stderr with the library's last error); NULL c is refused. */
+int tproc_config_setv(kvmesh_config_t *c, const char *const pairs[][2]);
+
+/* Opens an admin handle on the metadata of deployment dep at url into *adm. 0, or -1 (the
+ * library's last error tells why). */
+struct kvmesh_admin; /* kvmesh_admin_t (api/kvmesh_tools.h) */
+int tproc_admin_open(const char *url, const char *dep, struct kvmesh_admin **adm);
+
 /* Waits up to timeout_ms until kv's membership snapshot shows exactly want active storage
  * members (capacity > 0), polling every 50 ms. 0, or -1 when the bound passed or the snapshot
  * could not be read (the count seen last on stderr). */

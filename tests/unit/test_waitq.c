@@ -58,19 +58,25 @@ static void start(pthread_t *t, struct waiter *w)
         sched_yield();
 }
 
+/* One waiter on q: it enters, the state changes and q is signalled; it returns 0, promptly. */
+static void signal_one_waiter(struct kvm_waitq *q)
+{
+    struct waiter w = {.q = q};
+    pthread_t t;
+    start(&t, &w);
+    atomic_store(&w.state, 1);
+    kvm_waitq_signal(q);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, 0);
+    assert_true(w.ms < LONG_MS / 2);
+}
+
 static void signal_wakes_waiter(void **state)
 {
     (void)state;
     struct kvm_waitq q;
     assert_int_equal(kvm_waitq_init(&q), 0);
-    struct waiter w = {.q = &q};
-    pthread_t t;
-    start(&t, &w);
-    atomic_store(&w.state, 1);
-    kvm_waitq_signal(&q);
-    pthread_join(t, NULL);
-    assert_int_equal(w.rc, 0);
-    assert_true(w.ms < LONG_MS / 2);
+    signal_one_waiter(&q);
     kvm_waitq_destroy(&q);
 }
 
@@ -120,16 +126,8 @@ static void signal_after_enter_not_lost(void **state)
     (void)state;
     struct kvm_waitq q;
     assert_int_equal(kvm_waitq_init(&q), 0);
-    for (int i = 0; i < 200; i++) {
-        struct waiter w = {.q = &q};
-        pthread_t t;
-        start(&t, &w);
-        atomic_store(&w.state, 1);
-        kvm_waitq_signal(&q);
-        pthread_join(t, NULL);
-        assert_int_equal(w.rc, 0);
-        assert_true(w.ms < LONG_MS / 2);
-    }
+    for (int i = 0; i < 200; i++)
+        signal_one_waiter(&q);
     kvm_waitq_destroy(&q);
 }
 
