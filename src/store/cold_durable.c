@@ -18,8 +18,14 @@
  *
  * The item's continuation runs exactly once (on the move to ANSWERED, or at close with
  * KVMESH_ECANCELED). A local wait holds the offload job's completion callback (in_job), a remote
- * one a cold_op_get (in_get) or a poll timer; the struct is freed once none is held. The core
- * calls none of our callbacks after cold_close, so close frees every listed struct.
+ * one a cold_op_get or cold_device_get (in_get) or a poll timer; the struct is freed once none
+ * is held. The core calls none of our callbacks after cold_close, so close frees every listed
+ * struct.
+ *
+ * A refused copy names its device when it can: the local job's reason (cold_job_t.why: "cold
+ * device <id> is draining ..."), or, for a remote wait whose op was released from PLANNED, the
+ * device record read once more (released because the device is no longer active: the same
+ * words, KVMESH_EUNAVAILABLE, as the local case).
  */
 #define COLD_DURABLE_POLL_MIN_MS 5   /* remote wait: first poll of the op record */
 #define COLD_DURABLE_POLL_MAX_MS 100 /* remote wait: poll interval cap (it doubles) */
@@ -32,7 +38,7 @@ struct durable {
     kvm_op_id_t cold_op;
     uint64_t deadline_ms; /* CLOCK_MONOTONIC ms: the put's deadline */
     bool in_job;          /* local: the job's completion callback is still due */
-    bool in_get;          /* remote: a cold_op_get is in flight */
+    bool in_get;          /* remote: a cold_op_get or cold_device_get is in flight */
     env_timer_id timer;   /* remote: the next poll */
     uint32_t poll_ms;
     char why[200]; /* local: the job's reason for a failure it can name (cold_job_t.why) */
@@ -124,6 +130,30 @@ static void durable_arm(struct durable *d)
     d->timer = env_timer_start(d->g->rt->env, (uint64_t)ms * 1000000ull, durable_poll, d);
 }
 
+/* A remote op released: when its device is no longer active (the job withdrew the op), the
+ * device and its lifecycle, as the local job names them; else the plain outcome. */
+static void durable_dev_got(void *arg, int rc, const cold_device_t *dev)
+{
+    struct durable *d = arg;
+    d->in_get = false;
+    if (!d->cont) {
+        durable_free(d);
+        return;
+    }
+    char m[400];
+    if (rc == 0 && dev && dev->lifecycle != COLD_DEV_ACTIVE) {
+        char id[KVM_ID128_HEX_LEN + 1], why[200];
+        snprintf(why, sizeof(why),
+                 "cold device %s is %s (not schedulable): it was chosen from a device view of "
+                 "before the change",
+                 kvm_id128_fmt(&dev->id, id), cold_dev_lifecycle_name(dev->lifecycle));
+        refused(m, sizeof(m), why);
+        durable_answer(d, KVMESH_EUNAVAILABLE, m);
+        return;
+    }
+    durable_answer(d, durable_outcome(0, COLD_OP_RELEASED, m, sizeof(m)), m);
+}
+
 static void durable_got(void *arg, int rc, const cold_op_view_t *v)
 {
     struct durable *d = arg;
@@ -133,6 +163,11 @@ static void durable_got(void *arg, int rc, const cold_op_view_t *v)
         return;
     }
     enum cold_op_state st = rc == 0 && v && v->op ? v->op->state : COLD_OP_NONE;
+    if (st == COLD_OP_RELEASED && v->op->released_from == COLD_OP_PLANNED &&
+        cold_device_get(d->g->c, &v->op->device, durable_dev_got, d) == 0) {
+        d->in_get = true; /* withdrawn before its reserve: was the device drained? */
+        return;
+    }
     if (rc == 0 && (st == COLD_OP_USAGE_COMMITTED || st == COLD_OP_RELEASED)) {
         char m[300];
         rc = durable_outcome(0, st, m, sizeof(m));
