@@ -372,7 +372,7 @@ static slot_t *slot_at(const slot_core_t *c, uint64_t seg_id, uint64_t off)
     void *u = NULL;
     if (i < 0 || alloc_lookup(c->segs[i].alloc, off, &u, NULL) != 0)
         return NULL;
-    return (slot_t *)u; /* the block's embedded record is the slot */
+    return u;
 }
 
 const slot_t *slot_core_find(const slot_core_t *c, uint64_t seg_id, uint64_t off)
