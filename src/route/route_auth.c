@@ -307,9 +307,12 @@ static bool expected_matches(route_svc_t *svc, const kvm_route_t *cur,
         return kvm_route_version_is_none(expected);
     if (kvm_route_version_equal(&cur->version, expected))
         return true;
-    /* a finalized tombstone past its retention counts as absent */
-    return kvm_route_version_is_none(expected) && cur->tomb == KVM_TOMB_FINALIZED &&
-           cur->retain_until_ms <= env_wall_ms(svc->env);
+    /* a tombstone with a deadline (finalized, or pending: a quota tenant's delete) that is due
+     * by this node's clock counts as absent; the replacing route takes the next version of the
+     * shard's sequence, above the tombstone's (docs/tenancy.md "Purging a quota tenant's
+     * tombstones", step 2) */
+    return kvm_route_version_is_none(expected) && cur->tomb != KVM_TOMB_NONE &&
+           cur->retain_until_ms != 0 && cur->retain_until_ms <= env_wall_ms(svc->env);
 }
 
 static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,

@@ -141,6 +141,16 @@ static bool route_gone(route_mo_t *mo, const kvm_route_t *r)
     return r->tomb == KVM_TOMB_FINALIZED && r->retain_until_ms <= env_wall_ms(mo->env);
 }
 
+/* What a CAS expecting NONE matches besides an absent key: also a due tombstone that is still
+ * pending (a quota tenant's delete, docs/tenancy.md "Purging a quota tenant's tombstones" step
+ * 2); its replacement is written above its version and the shard's floor. Lookups still see a
+ * pending tombstone until it is purged. */
+static bool route_gone_for_cas(route_mo_t *mo, const kvm_route_t *r)
+{
+    return route_gone(mo, r) || (r->tomb == KVM_TOMB_PENDING && r->retain_until_ms != 0 &&
+                                 r->retain_until_ms <= env_wall_ms(mo->env));
+}
+
 /* ---- policy -------------------------------------------------------------------------------- */
 
 static void policy_done(void *arg, const meta_result_t *res)
@@ -411,7 +421,7 @@ static void cas_get_done(void *arg, const meta_result_t *res)
         }
         seq = cur.version.primary_sequence;
         mod_rev = rkv->mod_rev;
-        present = !route_gone(mo, &cur);
+        present = !route_gone_for_cas(mo, &cur);
     }
     kvm_route_version_t effective = present ? cur.version : KVM_ROUTE_VERSION_NONE;
     if (!kvm_route_version_equal(&effective, &c->expected)) {

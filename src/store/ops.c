@@ -1414,8 +1414,9 @@ static void remove_cas_now(kvm_op_t *op, struct kvm_item *it)
         next.content_op = it->q ? it->q->content_op : kvm_rt_next_op_id(op->rt);
         next.predecessor_op = it->cur.content_op;
         next.tomb = KVM_TOMB_PENDING;
-        if (!it->q) /* no accounting: purged at its deadline even if its finalize CAS fails */
-            next.retain_until_ms = kvm_rt_tomb_deadline(op->rt);
+        /* purged at its deadline even if its finalize CAS fails; with accounting the finalize
+         * records it (docs/tenancy.md "Purging a quota tenant's tombstones") */
+        next.retain_until_ms = kvm_rt_tomb_deadline(op->rt);
         struct item_ctx *c = ictx_named(op, it, "control.route_cas");
         if (c)
             c->stage = OBS_CPSTAGE_ROUTE_CAS;

@@ -167,6 +167,7 @@ static void recon_looked_up(void *arg, int rc, const kvm_route_t *r)
         obs.tombstone = kvm_route_is_tombstone(r);
         obs.version = r->version;
         obs.predecessor = r->predecessor_version;
+        obs.retain_until_ms = obs.tombstone ? r->retain_until_ms : 0;
         ks_opid_format(obs.content_op, r->content_op.epoch, r->content_op.seq);
     }
     c->cb(c->arg, rc, rc ? NULL : &obs);
@@ -344,9 +345,12 @@ void kvm_quota_open(kvm_rt_t *rt, const kvm_quota_hooks_t *hooks, kvm_q_open_cb 
     memcpy(q->pol, rt->cfg.tenant_policies, q->n * sizeof(q->pol[0]));
     q->open_cb = cb;
     q->hooks = *hooks;
+    /* terminal history (and, with it, the rows of deletes) is kept as long as tombstones:
+     * bounded retention under churn; no retry of an operation outlives it */
     tn_config_t tc = {.deployment = rt->cfg.deployment,
                       .writer_epoch = rt->self.epoch,
-                      .timeout_ms = rt->cfg.request_timeout_ms};
+                      .timeout_ms = rt->cfg.request_timeout_ms,
+                      .retain_ms = rt->cfg.tombstone_retention_ms};
     int rc = tn_new(&q->tn, rt->env, rt->meta, &tc);
     if (rc) {
         free(q);
@@ -482,6 +486,7 @@ struct rec {
     struct qfifo_ent e;
     kvm_route_t cur;
     kvm_route_version_t predicted;
+    uint64_t until; /* the tombstone's purge deadline D */
     kvm_op_id_t cop;
     char op_id[TN_OPID_CAP];
 };
@@ -525,8 +530,8 @@ static void rec_reclaimed(void *arg, int rc, const tn_op_view_t *v)
         rec_skip(r);
         return;
     }
-    if (tn_finalize(q->tn, r->it->q->tenant, r->e.domain, r->e.key, r->op_id, r->predicted,
-                    rec_finalized, r) != 0)
+    if (tn_finalize_tomb(q->tn, r->it->q->tenant, r->e.domain, r->e.key, r->op_id, r->predicted,
+                         r->until, rec_finalized, r) != 0)
         rec_skip(r);
 }
 
@@ -586,6 +591,8 @@ static void rec_claimed(void *arg, int rc, const tn_op_view_t *v)
     next.content_op = r->cop;
     next.predecessor_op = r->cur.content_op;
     next.tomb = KVM_TOMB_PENDING;
+    /* purged at D (docs/tenancy.md "Purging a quota tenant's tombstones"); finalize records D */
+    next.retain_until_ms = r->until = kvm_rt_tomb_deadline(rt);
     rc = route_cas(rt->route, &r->cur.version, &next, rec_cased, r);
     kvm_route_free(&next);
     if (rc)
@@ -718,6 +725,7 @@ static void reserved_cb(void *arg, int rc, const tn_op_view_t *v)
         rc = 0;
     } else if (rc == 0) {
         qi->state = KVM_Q_RESERVED;
+        qi->acct_pred = v->op ? v->op->expected_route : KVM_ROUTE_VERSION_NONE;
         it->pub_op = qi->content_op;
         it->pub_op_set = true;
     }
@@ -870,10 +878,16 @@ static void claim_send(kvm_op_t *op, struct kvm_item *it, const kvm_route_versio
 void kvm_quota_claim(kvm_op_t *op, struct kvm_item *it, const kvm_route_version_t *expected,
                      kvm_q_cont cont)
 {
-    /* The primary assigns the version; under a stable primary it is the next of its token. */
-    kvm_route_version_t next = {expected->fencing_token ? expected->fencing_token : 1,
-                                expected->primary_sequence + 1};
-    if (kvm_route_version_is_none(expected))
+    /* The primary assigns the version; under a stable primary it is the next of its token.
+     * A put admitted with NONE against a row deleted at V (its tombstone due or purged) follows
+     * V: the route side writes above it (shard sequence, route floor), and tn_claim requires
+     * next > V. */
+    kvm_route_version_t base = *expected;
+    if (kvm_route_version_cmp(&it->q->acct_pred, &base) > 0)
+        base = it->q->acct_pred;
+    kvm_route_version_t next = {base.fencing_token ? base.fencing_token : 1,
+                                base.primary_sequence + 1};
+    if (kvm_route_version_is_none(&base))
         next = (kvm_route_version_t){1, 1};
     claim_send(op, it, &next, cont);
 }
@@ -1120,8 +1134,10 @@ static void finalize_send(kvm_op_t *op, struct kvm_item *it)
         return;
     }
     struct qctx *c = qctx_new(op, it);
-    int rc = c ? tn_finalize(op->rt->quota->tn, qi->tenant, qi->domain, qi->key, qi->op_id,
-                             qi->route.version, finalized_cb, c)
+    /* a remove records its tombstone's deadline D, the one the applied route carries */
+    uint64_t d = qi->is_delete ? qi->route.retain_until_ms : 0;
+    int rc = c ? tn_finalize_tomb(op->rt->quota->tn, qi->tenant, qi->domain, qi->key, qi->op_id,
+                                  qi->route.version, d, finalized_cb, c)
                : KVMESH_ENOMEM;
     if (rc) {
         free(c);

@@ -36,6 +36,9 @@ struct kvm_qitem {
     uint32_t recoveries; /* tenant-local evictions done for this write */
     kvm_route_version_t expected;  /* predecessor route version the reserve named */
     kvm_route_version_t predicted; /* next version the claim recorded */
+    kvm_route_version_t acct_pred; /* the operation's recorded predecessor: a deleted row's
+                                      tombstone V when NONE was admitted (the claim predicts
+                                      above it) */
     bool cas_claim_sent;           /* a route CAS carrying the claim went out (EmbeddedWrh) */
     bool cas_claim_off;            /* the primary has no claim hook: the writer claims */
     kvm_route_t route;             /* published route awaiting finalize */

@@ -159,8 +159,8 @@ static void qt_recorded(struct qt *t)
         return;
     }
     qt_wait(t);
-    if (tn_finalize(qt_tn(t), t->tenant, t->domain, t->key, t->op_id, t->published, qt_finalized,
-                    t) != 0) {
+    if (tn_finalize_tomb(qt_tn(t), t->tenant, t->domain, t->key, t->op_id, t->published,
+                         t->next.retain_until_ms, qt_finalized, t) != 0) {
         qt_unwait(t);
         qt_end(t, 0);
     }
@@ -333,6 +333,9 @@ static int qt_make_tomb(struct qt *t, kvm_op_id_t cop)
     t->next.content_op = cop;
     t->next.predecessor_op = t->cur.content_op;
     t->next.tomb = KVM_TOMB_PENDING;
+    /* purged at D, a full retention from now also for a replay (docs/tenancy.md "Purging a quota
+     * tenant's tombstones"); the finalize records D */
+    t->next.retain_until_ms = kvm_rt_tomb_deadline(t->rt);
     ks_opid_format(t->op_id, cop.epoch, cop.seq);
     if (!t->replay) /* the store's publish token: the content op's sequence */
         t->publish_token = cop.seq;

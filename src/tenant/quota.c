@@ -84,6 +84,7 @@ struct tn_call {
     bool is_delete, check_acct;
     uint64_t next_len, expected_acct;
     kvm_route_version_t expected_route, version;
+    uint64_t tomb_until; /* finalize of a delete: its tombstone's purge deadline D */
     uint64_t generation, fencing_token, publish_token;
     uint32_t payload_len, seen_attempts;
     uint8_t payload[TN_PAYLOAD_MAX];
@@ -141,6 +142,8 @@ int tn_new(tn_t **out, env_t *env, meta_t *m, const tn_config_t *cfg)
         tn->cfg.backoff_max_ms = 60000;
     if (!tn->cfg.retain_ms)
         tn->cfg.retain_ms = 600000;
+    if (!tn->cfg.purge_margin_ms)
+        tn->cfg.purge_margin_ms = 1000;
     *out = tn;
     return 0;
 }
@@ -388,8 +391,9 @@ static unsigned reads_of(enum tn_ck kind)
         return 1u << TN_R_QUOTA;
     case TN_CK_GETOP:
     case TN_CK_RESCHED:
-    case TN_CK_PURGE:
         return 1u << TN_R_OP;
+    case TN_CK_PURGE: /* the object row only for a finalized delete (step 6 of the purge) */
+        return 1u << TN_R_OP | 1u << TN_R_OBJ;
     }
     return 0;
 }
@@ -464,7 +468,7 @@ typedef struct decision {
     bool del_due_old, put_due_new;
 } decision_t;
 
-static uint64_t now_ms(tn_call_t *c)
+static uint64_t now_ms(const tn_call_t *c)
 {
     return env_wall_ms(c->tn->env);
 }
@@ -521,6 +525,22 @@ static int check_fits(tn_call_t *c, const char *what, uint64_t committed, uint64
     return 0;
 }
 
+/* A put expecting NONE against a row deleted at tombstone V with deadline D: admitted only when
+ * D != 0 and now >= D + M, so that tombstone V is due at any node applying the CAS later (its
+ * clock reads at least D + M - skew >= D), or purged: the route CAS takes both as NONE. Before
+ * that the NONE may be stale (the key was absent when looked up, then created and deleted). The
+ * operation keeps expected_route = V: its predecessor is "tombstone V or nothing". */
+static bool none_admitted(const tn_call_t *c, const tn_objrow_t *row)
+{
+    if (c->is_delete || !kvm_route_version_is_none(&c->expected_route) || row->live ||
+        row->acct_version == 0)
+        return false;
+    if (c->tn->cfg.test_bugs & TN_TEST_BUG_NONE_BEFORE_DUE) /* the withdrawn rule */
+        return true;
+    uint64_t d = row->tomb_until_ms;
+    return d != 0 && now_ms(c) >= d + c->tn->cfg.purge_margin_ms;
+}
+
 static void decide_reserve(tn_call_t *c, decision_t *d)
 {
     d->d = DEC_DONE;
@@ -555,7 +575,8 @@ static void decide_reserve(tn_call_t *c, decision_t *d)
                          row.lock_op);
         return;
     }
-    if (!kvm_route_version_equal(&row.route_version, &c->expected_route)) {
+    if (!kvm_route_version_equal(&row.route_version, &c->expected_route) &&
+        !none_admitted(c, &row)) {
         d->rc = kvm_errf(KVMESH_ECONFLICT,
                          "expected predecessor route version (%llu,%llu) but accounting is at "
                          "(%llu,%llu); look the route up again",
@@ -801,6 +822,7 @@ static void decide_finalize(tn_call_t *c, decision_t *d)
     c->nrow.live = cur->kind != TN_KIND_DELETE;
     c->nrow.len = cur->next_len;
     c->nrow.route_version = cur->next_version;
+    c->nrow.tomb_until_ms = cur->kind == TN_KIND_DELETE ? c->tomb_until : 0;
     snprintf(c->nrow.last_op, sizeof(c->nrow.last_op), "%s", cur->id);
     c->nrow.lock_op[0] = '\0';
     d->d = DEC_WRITE;
@@ -911,6 +933,18 @@ static void decide_resched(tn_call_t *c, decision_t *d)
     d->put_op = d->del_due_old = d->put_due_new = true;
 }
 
+/* The deleted row is still this delete's own (nothing finalized or locked it since). */
+static bool row_is_deletes(const tn_call_t *c)
+{
+    const tn_objrow_t *row = &c->row;
+    return c->found[TN_R_OBJ] && !row->live && !row->lock_op[0] && row->tomb_until_ms != 0 &&
+           strcmp(row->last_op, c->op.id) == 0 && same_object(c, &c->op);
+}
+
+/* Removes a terminal record past retention. A finalized delete whose row is still its own is
+ * removed with that row once its tombstone's D + M has passed (the route is then "tombstone due
+ * or absent", which a put expecting NONE matches; a stale expected V finds no row: ECONFLICT);
+ * before D + M its done entry moves to D + M. Rows with D = 0 stay. */
 static void decide_purge(tn_call_t *c, decision_t *d)
 {
     d->d = DEC_DONE;
@@ -919,12 +953,29 @@ static void decide_purge(tn_call_t *c, decision_t *d)
         return;
     }
     d->op = &c->op;
-    if (!tn_state_is_terminal(c->op.state) || c->op.deadline_ms > now_ms(c)) {
+    uint64_t now = now_ms(c);
+    if (!tn_state_is_terminal(c->op.state) || c->op.deadline_ms > now) {
         d->repeated = true;
+        return;
+    }
+    bool fin_delete = c->op.state == TN_ST_FINALIZED && c->op.kind == TN_KIND_DELETE;
+    if (fin_delete && !c->have_obj) {
+        d->d = DEC_REREAD;
         return;
     }
     d->d = DEC_WRITE;
     d->del_op = d->del_due_old = true;
+    if (!fin_delete || !row_is_deletes(c))
+        return;
+    uint64_t due = c->row.tomb_until_ms + c->tn->cfg.purge_margin_ms;
+    if (now >= due) {
+        d->del_obj = true;
+        return;
+    }
+    c->nop = c->op; /* not yet: come back at D + M */
+    c->nop.deadline_ms = due;
+    d->del_op = false;
+    d->put_op = d->put_due_new = true;
 }
 
 static void decide(tn_call_t *c, decision_t *d)
@@ -1404,7 +1455,7 @@ int tn_claim(tn_t *tn, const tn_claim_req_t *req, tn_cb cb, void *arg)
 
 static int obj_call(tn_t *tn, enum tn_ck kind, const char *tenant, const char *domain,
                     const char *key, const char *op_id, kvm_route_version_t version, uint32_t seen,
-                    tn_cb cb, void *arg, bool always)
+                    uint64_t tomb_until, tn_cb cb, void *arg, bool always)
 {
     KVM_ASSERT(!tn->closing);
     int rc = check_op_id(op_id);
@@ -1419,6 +1470,7 @@ static int obj_call(tn_t *tn, enum tn_ck kind, const char *tenant, const char *d
     }
     snprintf(c->op_id, sizeof(c->op_id), "%s", op_id);
     c->version = version;
+    c->tomb_until = tomb_until;
     c->seen_attempts = seen;
     c->always_cb = always;
     return call_submit(c);
@@ -1427,10 +1479,17 @@ static int obj_call(tn_t *tn, enum tn_ck kind, const char *tenant, const char *d
 int tn_finalize(tn_t *tn, const char *tenant, const char *domain, const char *key,
                 const char *op_id, kvm_route_version_t next_version, tn_cb cb, void *arg)
 {
+    return tn_finalize_tomb(tn, tenant, domain, key, op_id, next_version, 0, cb, arg);
+}
+
+int tn_finalize_tomb(tn_t *tn, const char *tenant, const char *domain, const char *key,
+                     const char *op_id, kvm_route_version_t next_version, uint64_t tomb_until_ms,
+                     tn_cb cb, void *arg)
+{
     if (!key)
         return kvm_errf(KVMESH_EBADKEY, "object key is required");
-    return obj_call(tn, TN_CK_FINALIZE, tenant, domain, key, op_id, next_version, 0, cb, arg,
-                    false);
+    return obj_call(tn, TN_CK_FINALIZE, tenant, domain, key, op_id, next_version, 0, tomb_until_ms,
+                    cb, arg, false);
 }
 
 int tn_abort(tn_t *tn, const char *tenant, const char *domain, const char *key, const char *op_id,
@@ -1444,14 +1503,21 @@ int tn_abort_internal(tn_t *tn, const char *tenant, const char *domain, const ch
 {
     if (!key)
         return kvm_errf(KVMESH_EBADKEY, "object key is required");
-    return obj_call(tn, TN_CK_ABORT, tenant, domain, key, op_id, KVM_ROUTE_VERSION_NONE, 0, cb, arg,
-                    always);
+    return obj_call(tn, TN_CK_ABORT, tenant, domain, key, op_id, KVM_ROUTE_VERSION_NONE, 0, 0, cb,
+                    arg, always);
 }
 
 int tn_call_by_op(tn_t *tn, enum tn_ck kind, const char *tenant, const char *op_id,
                   kvm_route_version_t version, uint32_t seen_attempts, tn_cb cb, void *arg)
 {
-    return obj_call(tn, kind, tenant, NULL, NULL, op_id, version, seen_attempts, cb, arg, true);
+    return obj_call(tn, kind, tenant, NULL, NULL, op_id, version, seen_attempts, 0, cb, arg, true);
+}
+
+int tn_finalize_by_op(tn_t *tn, const char *tenant, const char *op_id, kvm_route_version_t version,
+                      uint64_t tomb_until, tn_cb cb, void *arg)
+{
+    return obj_call(tn, TN_CK_FINALIZE, tenant, NULL, NULL, op_id, version, 0, tomb_until, cb, arg,
+                    true);
 }
 
 int tn_get_usage(tn_t *tn, const char *tenant, tn_usage_cb cb, void *arg)

@@ -19,8 +19,11 @@
  *               anything else, or a refused replay -> stays PUBLISHING, charged and locked, the
  *               due entry moved out by capped exponential backoff, counted as degraded;
  *   done        terminal records past retention are removed (their finalization is in the
- *               committed accounting already: finalize writes both in one transaction).
- * Entries are handled one at a time; every callback checks tn_closing() and ends the pass.
+ *               committed accounting already: finalize writes both in one transaction), with
+ *               a finalized delete's object row once its tombstone's D + M has passed; the
+ *               page's purges run concurrently.
+ * Pending and publishing entries are handled one at a time; every callback checks tn_closing()
+ * and ends the pass.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +48,10 @@ typedef struct tn_recon {
     char prefix[KS_KEY_CAP];
     char (*ids)[TN_OPID_CAP];
     uint32_t n, idx;
+    uint32_t purging; /* done stage: purges of this page in flight (all at once, <= page) */
     bool replayed;
     kvm_route_version_t published; /* the version a re-recording claim names */
+    uint64_t tomb_until;           /* the D a delete's finalize records (its tombstone's) */
     tn_recon_report_t rep;
     tn_op_t cur;
 } tn_recon_t;
@@ -154,18 +159,40 @@ static void on_abort(void *arg, int rc, const tn_op_view_t *v)
     advance(r);
 }
 
+/* The done stage's entries are independent records: their purges run concurrently (the page
+ * bounds them), since under delete churn that stage is the one that has to keep up. */
 static void on_purge(void *arg, int rc, const tn_op_view_t *v)
 {
     tn_recon_t *r = arg;
-    if (stopped(r))
-        return;
-    if (rc == 0 && !v->repeated) {
+    KVM_ASSERT(r->purging > 0);
+    r->purging--;
+    if (rc == 0 && !v->repeated && !tn_closing(r->tn)) {
         r->rep.purged++;
         tn_stats_mut(r->tn)->recon_purged++;
-    } else if (rc) {
+    } else if (rc && rc != KVMESH_ECANCELED) {
         note_rc(r, rc);
     }
-    advance(r);
+    if (r->purging > 0)
+        return;
+    if (stopped(r))
+        return;
+    r->phase++;
+    phase_begin(r);
+}
+
+static void purge_page(tn_recon_t *r)
+{
+    r->purging = 1; /* held while starting them: no callback ends the stage early */
+    for (; r->idx < r->n; r->idx++) {
+        r->purging++;
+        int rc = tn_call_by_op(r->tn, TN_CK_PURGE, r->tenant, r->ids[r->idx],
+                               KVM_ROUTE_VERSION_NONE, 0, on_purge, r);
+        if (rc) {
+            r->purging--;
+            note_rc(r, rc);
+        }
+    }
+    on_purge(r, 0, &(tn_op_view_t){.repeated = true});
 }
 
 static void on_resched(void *arg, int rc, const tn_op_view_t *v)
@@ -212,12 +239,15 @@ static void on_finalize(void *arg, int rc, const tn_op_view_t *v)
 
 static void finalize_at(tn_recon_t *r, kvm_route_version_t v)
 {
-    int rc = tn_call_by_op(r->tn, TN_CK_FINALIZE, r->tenant, r->cur.id, v, 0, on_finalize, r);
+    uint64_t d = r->cur.kind == TN_KIND_DELETE ? r->tomb_until : 0;
+    int rc = tn_finalize_by_op(r->tn, r->tenant, r->cur.id, v, d, on_finalize, r);
     if (rc) {
         note_rc(r, rc);
         degrade(r);
     }
 }
+
+static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs);
 
 static void on_replay(void *arg, int rc, kvm_route_version_t version)
 {
@@ -229,7 +259,25 @@ static void on_replay(void *arg, int rc, kvm_route_version_t version)
         return;
     }
     r->replayed = true;
+    if (r->cur.kind == TN_KIND_DELETE) {
+        /* the replay published a tombstone with its own deadline: look it up for its D */
+        r->cur.next_version = version;
+        r->route.lookup(r->route.ctx, r->cur.tenant, r->cur.domain, r->cur.key, on_lookup, r);
+        return;
+    }
     finalize_at(r, version);
+}
+
+/* A delete whose exact lookup finds nothing: its predecessor P (a live route: never purged) is
+ * gone, so a tombstone ended it, and while this operation holds the object lock only its own
+ * publication (the writer's CAS or a replay, same content op) can publish one. So its tombstone
+ * was applied and purged after its deadline: finalize the version the claim recorded, D = 1
+ * (already due). Its CAS can never apply later: it expects P, and versions never return. */
+static bool absent_delete(const tn_recon_t *r, const tn_route_obs_t *obs)
+{
+    return r->cur.kind == TN_KIND_DELETE && !obs->found &&
+           !kvm_route_version_is_none(&r->cur.expected_route) &&
+           !(tn_cfg(r->tn)->test_bugs & TN_TEST_BUG_NO_ABSENT_FINAL);
 }
 
 static void on_reclaim(void *arg, int rc, const tn_op_view_t *v)
@@ -297,8 +345,29 @@ static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs)
     }
     const tn_op_t *op = &r->cur;
     bool del = op->kind == TN_KIND_DELETE;
-    bool ours = obs->found && strcmp(obs->content_op, op->id) == 0 && obs->tombstone == del &&
-                kvm_route_version_equal(&obs->predecessor, &op->expected_route);
+    /* A create's predecessor is "nothing or a tombstone": its row was deleted at V (then an
+     * absent route, V purged, is still its predecessor, and the route side replays it expecting
+     * NONE), or purged with its tombstone, while that tombstone, due, may still be what its CAS
+     * replaced. So the route it published names V, NONE or a due tombstone as predecessor; the
+     * content op (this operation's alone) is what identifies it. */
+    bool tomb_pred = op->kind == TN_KIND_CREATE && !kvm_route_version_is_none(&op->expected_route);
+    bool pred_ok = kvm_route_version_equal(&obs->predecessor, &op->expected_route) ||
+                   op->kind == TN_KIND_CREATE;
+    bool ours =
+        obs->found && strcmp(obs->content_op, op->id) == 0 && obs->tombstone == del && pred_ok;
+    r->tomb_until = ours && del ? obs->retain_until_ms : 0;
+    if (absent_delete(r, obs)) {
+        r->tomb_until = 1;
+        finalize_at(r, op->next_version);
+        return;
+    }
+    if (r->replayed) { /* the lookup after a delete's replay: only its own tombstone is final */
+        if (ours)
+            finalize_at(r, obs->version);
+        else
+            degrade(r);
+        return;
+    }
     if (ours && kvm_route_version_equal(&obs->version, &op->next_version)) {
         finalize_at(r, op->next_version); /* published: finalize idempotently */
         return;
@@ -324,7 +393,7 @@ static void on_lookup(void *arg, int rc, const tn_route_obs_t *obs)
     if (superseded(r, obs))
         return;
     bool pred_current = obs->found ? kvm_route_version_equal(&obs->version, &op->expected_route)
-                                   : kvm_route_version_is_none(&op->expected_route);
+                                   : kvm_route_version_is_none(&op->expected_route) || tomb_pred;
     bool no_replay = (tn_cfg(r->tn)->test_bugs & TN_TEST_BUG_NO_REPLAY) != 0;
     if (pred_current && r->route.replay && !no_replay) {
         r->route.replay(r->route.ctx, op, on_replay, r);
@@ -368,9 +437,8 @@ static void next_entry(tn_recon_t *r)
                            r);
         break;
     case PH_DONE:
-        rc = tn_call_by_op(r->tn, TN_CK_PURGE, r->tenant, id, KVM_ROUTE_VERSION_NONE, 0, on_purge,
-                           r);
-        break;
+        purge_page(r);
+        return;
     }
     if (rc) {
         note_rc(r, rc);

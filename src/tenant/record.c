@@ -398,6 +398,7 @@ int tn_objrow_encode(const tn_objrow_t *o, uint8_t *buf, size_t cap, size_t *len
     wb_u64(&w, o->route_version.primary_sequence);
     wb_str(&w, o->last_op, KS_OPID_LEN);
     wb_str(&w, o->lock_op, KS_OPID_LEN);
+    wb_u64(&w, o->tomb_until_ms); /* since the tombstone purge; absent in the old layout */
     return wb_end(&w, len);
 }
 
@@ -415,9 +416,11 @@ int tn_objrow_decode(const uint8_t *buf, size_t len, tn_objrow_t *out)
     out->route_version.primary_sequence = rb_u64(&r);
     rb_str(&r, out->last_op, sizeof(out->last_op));
     rb_str(&r, out->lock_op, sizeof(out->lock_op));
+    if (!r.bad && r.off < r.len) /* the old layout ends here: no deadline */
+        out->tomb_until_ms = rb_u64(&r);
     if ((rc = rb_end(&r, "object")) != 0)
         return rc;
-    if (live > 1 || (!live && out->len))
+    if (live > 1 || (!live && out->len) || (live && out->tomb_until_ms))
         return kvm_errf(KVMESH_EPROTO, "tenant object record: bad live flag or length");
     out->live = live != 0;
     return 0;

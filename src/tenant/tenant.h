@@ -130,6 +130,9 @@ typedef struct tn_objrow {
     kvm_route_version_t route_version; /* route version of the last finalized operation */
     char last_op[TN_OPID_CAP];         /* last finalized operation ("" = none) */
     char lock_op[TN_OPID_CAP];         /* the one non-terminal operation ("" = unlocked) */
+    /* deleted rows: the purge deadline D (wall ms) of the tombstone the delete published; 0 = no
+     * deadline (never purged; also every row of the old layout, which decodes as 0) */
+    uint64_t tomb_until_ms;
 } tn_objrow_t;
 
 /* acct-ops/<tenant>/<op id>. */
@@ -183,6 +186,8 @@ typedef struct tn tn_t;
 #define TN_TEST_BUG_NO_PENDING_TERM  2u /* reserve checks committed + delta, not + pending */
 #define TN_TEST_BUG_NO_REPLAY        4u /* reconciliation never replays: degrades instead */
 #define TN_TEST_BUG_ABORT_UNPROVEN   8u /* reconciliation aborts PUBLISHING without the proof */
+#define TN_TEST_BUG_NONE_BEFORE_DUE 16u /* NONE admitted against any deleted row (withdrawn) */
+#define TN_TEST_BUG_NO_ABSENT_FINAL 32u /* a PUBLISHING delete whose route is absent: degraded */
 
 typedef struct tn_config {
     const char *deployment;  /* keyspace deployment name */
@@ -192,7 +197,11 @@ typedef struct tn_config {
     uint32_t publish_ttl_ms; /* a PUBLISHING operation is due for reconciliation after (0 = 10 s) */
     uint32_t backoff_max_ms; /* cap of the reconciliation backoff (0 = 60 s) */
     uint32_t retain_ms;      /* terminal history kept this long (0 = 10 min) */
-    unsigned test_bugs;      /* TN_TEST_BUG_* (tests only) */
+    uint32_t purge_margin_ms; /* M: bounds the wall-clock skew between runtimes; a put expecting
+                                 NONE is admitted against a row deleted with a tombstone of
+                                 deadline D only at now >= D + M (0 = 1000, the route purge's
+                                 ROUTE_PURGE_MARGIN_MS / MO_PURGE_MARGIN_MS) */
+    unsigned test_bugs;       /* TN_TEST_BUG_* (tests only) */
 } tn_config_t;
 
 int tn_new(tn_t **out, env_t *env, meta_t *m, const tn_config_t *cfg);
@@ -251,6 +260,15 @@ int tn_claim(tn_t *tn, const tn_claim_req_t *req, tn_cb cb, void *arg);
 int tn_finalize(tn_t *tn, const char *tenant, const char *domain, const char *key,
                 const char *op_id, kvm_route_version_t next_version, tn_cb cb, void *arg);
 
+/* tn_finalize of a delete whose tombstone carries the purge deadline tomb_until_ms (D, wall ms;
+ * 0 = none): the deleted object row records it, so that a later put expecting NONE is admitted
+ * once now >= D + purge_margin_ms (the tombstone is then due or purged: the route CAS treats both
+ * as absent), and the reconciler may purge the deleted row (docs/tenancy.md "Purging a quota
+ * tenant's tombstones"). tn_finalize(...) is tn_finalize_tomb(..., 0, ...). */
+int tn_finalize_tomb(tn_t *tn, const char *tenant, const char *domain, const char *key,
+                     const char *op_id, kvm_route_version_t next_version, uint64_t tomb_until_ms,
+                     tn_cb cb, void *arg);
+
 /* PENDING -> ABORTED only: releases the positive pending delta and the object lock. */
 int tn_abort(tn_t *tn, const char *tenant, const char *domain, const char *key, const char *op_id,
              tn_cb cb, void *arg);
@@ -281,6 +299,7 @@ typedef struct tn_route_obs {
     bool tombstone; /* it is a delete tombstone */
     kvm_route_version_t version, predecessor;
     char content_op[TN_OPID_CAP]; /* accounting operation id it carries */
+    uint64_t retain_until_ms;     /* a tombstone's purge deadline (0 = none) */
 } tn_route_obs_t;
 
 typedef void (*tn_lookup_cb)(void *arg, int rc, const tn_route_obs_t *obs);

@@ -48,4 +48,8 @@ int tn_abort_internal(tn_t *tn, const char *tenant, const char *domain, const ch
 int tn_call_by_op(tn_t *tn, enum tn_ck kind, const char *tenant, const char *op_id,
                   kvm_route_version_t version, uint32_t seen_attempts, tn_cb cb, void *arg);
 
+/* TN_CK_FINALIZE by operation id, with a delete's tombstone deadline (0 = none). */
+int tn_finalize_by_op(tn_t *tn, const char *tenant, const char *op_id, kvm_route_version_t version,
+                      uint64_t tomb_until, tn_cb cb, void *arg);
+
 #endif

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Tombstone purge under churn, three in-process runtimes on a real redis-server and a real etcd
 # started by the test. The Redis pair churns 60 s (the issue's soak, per-window bound), the etcd
-# pair 20 s; under sanitizers every churn is 15 s. (--quota is not registered: a quota tenant's
-# tombstones are not purged yet, docs/reliability.md "Pending tombstones".)
+# pair 20 s; under sanitizers every churn is 15 s. A quota tenant's churn (store_purge_redis_quota
+# and store_purge_redis_metadata_only_quota, 15 s each): its tombstones, its deleted object rows
+# and its operation records are purged too (docs/tenancy.md "Purging a quota tenant's tombstones").
 # `itest_store_purge redis --duration 600` for a longer soak (docs/reliability.md).
 if(KVMESH_SANITIZE)
   set(purge_long 15)
@@ -29,3 +30,8 @@ set_tests_properties(store_purge_redis_metadata_only PROPERTIES COST 70)
 add_test(NAME store_purge_redis_evict COMMAND ${exe} redis evict)
 set_tests_properties(store_purge_redis_evict PROPERTIES LABELS integration TIMEOUT 300 COST 20
   ENVIRONMENT "${KVMESH_TEST_ENV}")
+add_test(NAME store_purge_redis_quota COMMAND ${exe} redis --quota --duration 15)
+add_test(NAME store_purge_redis_metadata_only_quota COMMAND ${exe} redis metadata_only --quota
+  --duration 15)
+set_tests_properties(store_purge_redis_quota store_purge_redis_metadata_only_quota PROPERTIES
+  LABELS integration TIMEOUT 300 COST 30 ENVIRONMENT "${KVMESH_TEST_ENV}")

@@ -40,9 +40,26 @@
  *             routes exactly, pending is zero, every object row equals its route, and the sum
  *             of the applied CAS deltas equals committed bytes.
  *
+ * Tombstone purge (docs/tenancy.md "Purging a quota tenant's tombstones"): a delete's tombstone
+ * carries a deadline D (its publisher's wall time + a short retention, so purges fall inside the
+ * faults); the world purges it at a random moment >= D + M (the tenant layer's purge_margin_ms);
+ * a CAS expecting NONE matches an absent key or a due tombstone; the primary's next version is
+ * above every version the key had (its floor); half the requests meet a primary that answers a
+ * conflict before it claims (EmbeddedWrh), the others claim first (MetadataOnly's order); a
+ * writer expects NONE against a tombstone half the time (a lookup before it was created, or the
+ * store's retry with NONE). Checks on top: at every CAS the version is above the key's floor
+ * (versions of a key strictly increase); a claimed operation admitted expecting NONE never meets
+ * a tombstone that is not due (a stale NONE); at the end the object row of a purged tombstone is
+ * the delete's (deleted at that version, with a deadline) or purged, and a present tombstone's
+ * deadline is the one its row records. quota_purge_reuse runs it with few keys, short history
+ * (deleted rows and terminal records purged) and crashes after the CAS (absent deletes).
+ *
  * Variants that must be caught: abort_publishing (abort accepted from PUBLISHING), no_pending
- * (reserve ignores the pending term), abort_unproven (the reconciler takes the guarded
- * PUBLISHING -> ABORTED edge without its proof: a route above the predecessor). Every writer
+ * (reserve ignores the pending term), no_replay, no_settle, none_before_due (the withdrawn rule:
+ * NONE admitted against any deleted row), no_floor (a key's versions restart after a purge),
+ * no_absent_finalize (a PUBLISHING delete whose tombstone was purged stays PUBLISHING).
+ * Also abort_unproven (the reconciler takes the guarded PUBLISHING -> ABORTED edge without its
+ * proof: a route above the predecessor). Every writer
  * here follows the protocol and holds the object lock, so no route ever supersedes a PUBLISHING
  * operation's predecessor: the proven case cannot occur in this world (unit_test_tenant_quota
  * shows it), and every operation that ends ABORTED from PUBLISHING is caught as a bug.
@@ -97,6 +114,12 @@ typedef struct qs_profile {
     bool slots;          /* owner slots and their held check (see the top of the file) */
     uint32_t keys;       /* per tenant and domain */
     uint32_t writers_lo; /* writers: lo + seed % 2 */
+    /* tombstone purge (docs/tenancy.md "Purging a quota tenant's tombstones"): a delete's
+     * tombstone carries D = its publisher's wall time + retention in [retain_lo, retain_hi] ms;
+     * the world purges it at a random moment >= D + margin; 0 = the defaults (100..300, 300) */
+    uint32_t retain_lo, retain_hi, margin_ms;
+    uint32_t history_ms; /* tn retain_ms: terminal records and deleted rows (0 = 60 s) */
+    uint32_t drift_ppm;  /* clock drift bound (0 = 10000) */
 } qs_profile_t;
 
 typedef struct qs qs_t;
@@ -107,7 +130,12 @@ typedef struct qs_route {
     kvm_route_version_t version, pred;
     char op[TN_OPID_CAP];
     uint64_t len;
-    uint32_t slot; /* owner slot of a live route (slots profile; 0 = none) */
+    uint32_t slot;  /* owner slot of a live route (slots profile; 0 = none) */
+    uint64_t until; /* a tombstone's purge deadline D (world wall ms) */
+    /* the last purged tombstone of this key (found == false since) */
+    bool purged;
+    kvm_route_version_t purged_v;
+    char purged_op[TN_OPID_CAP];
 } qs_route_t;
 
 /* what the scenario learns about one operation id */
@@ -120,6 +148,11 @@ typedef struct qs_opinfo {
     bool abort_acked, abort_refused, finalized;
     bool cas_failed_claimed; /* claimed, then its CAS failed outright (only a replay publishes) */
 } qs_opinfo_t;
+
+/* the purge knobs of a run (profile, defaults filled in) */
+typedef struct qs_purge {
+    uint32_t retain_lo, retain_hi, margin_ms, history_ms;
+} qs_purge_t;
 
 typedef struct qs_node {
     qs_t *qs;
@@ -162,6 +195,11 @@ struct qs {
     const qs_profile_t *prof;
     unsigned bugs;
     bool no_settle; /* variant: the writer gives up at once (as before quota_settle_wanted) */
+    bool no_floor;  /* variant: a key's next version follows the CAS's expected one, not the
+                       highest the key ever had (a recreated key restarts its versions) */
+    qs_purge_t pg;
+    kvm_route_version_t floor[QS_OBJS]; /* highest version each key ever had */
+    uint64_t purges, none_admitted;
     uint32_t n, keys, objs;
     char url[64];
     meta_t *world_m, *prim_m;
@@ -300,6 +338,8 @@ typedef struct qs_pub {
     bool answered; /* the reconciler's callback ran (replays) */
     int rc;
     kvm_route_version_t version;
+    uint64_t until; /* a delete's tombstone deadline D: sent, or (reply) the applied one's */
+    bool fresh;     /* the claim moved it to (or kept it) PUBLISHING: it holds the object lock */
     /* records handed over with the request and the reply (tn_hint_*) */
     size_t hint_len;
     uint8_t hint[TN_HINT_MAX];
@@ -340,6 +380,64 @@ static void slots_on_cas(qs_t *qs, const qs_pub_t *p, qs_route_t *r);
 static void slots_replaced(qs_t *qs, qs_route_t *r);
 static bool slots_replay(qs_t *qs, qs_pub_t *p, const tn_op_t *op);
 
+static uint64_t world_ms(const qs_t *qs)
+{
+    return env_wall_ms(sim_world_env(qs->sim));
+}
+
+/* Step 2 of the purge: a CAS expecting NONE also matches a tombstone with a deadline that is due
+ * by the applying node's clock; otherwise the expected version must be the current one. */
+static bool tomb_due(const qs_t *qs, const qs_route_t *r)
+{
+    return r->found && r->tomb && r->until != 0 && r->until <= world_ms(qs);
+}
+
+static bool cas_matches(const qs_t *qs, const qs_route_t *r, const kvm_route_version_t *pred)
+{
+    kvm_route_version_t cur = r->found ? r->version : KVM_ROUTE_VERSION_NONE;
+    return kvm_route_version_equal(&cur, pred) ||
+           (kvm_route_version_is_none(pred) && tomb_due(qs, r));
+}
+
+typedef struct qs_purge_ev {
+    qs_t *qs;
+    uint32_t obj;
+    char op[TN_OPID_CAP];
+} qs_purge_ev_t;
+
+/* The world's purge of a tombstone at a random moment >= D + M (never while the primary handles
+ * a request for the key: its shard serializes the two). Versions stay monotone: the key's floor
+ * keeps the purged version. */
+static void purge_tomb(void *arg)
+{
+    qs_purge_ev_t *e = arg;
+    qs_t *qs = e->qs;
+    qs_route_t *r = &qs->route[e->obj];
+    if (!r->found || !r->tomb || strcmp(r->op, e->op) != 0)
+        return; /* replaced meanwhile */
+    if (qs->prim_busy[e->obj]) {
+        sim_schedule(qs->sim, SIM_MSG_NS, purge_tomb, e);
+        return;
+    }
+    r->found = false;
+    r->purged = true;
+    r->purged_v = r->version;
+    memcpy(r->purged_op, r->op, sizeof(r->purged_op));
+    qs->purges++;
+    sim_trace_mix(qs->sim, e->op, strlen(e->op));
+}
+
+static void schedule_purge(qs_t *qs, uint32_t obj, const char *op, uint64_t until)
+{
+    qs_purge_ev_t *e = qs_alloc(qs, sizeof(*e));
+    e->qs = qs;
+    e->obj = obj;
+    snprintf(e->op, sizeof(e->op), "%s", op);
+    uint64_t at = until + qs->pg.margin_ms, now = world_ms(qs);
+    uint64_t wait = (at > now ? at - now : 0) + sim_rand_range(qs->sim, 0, 300);
+    sim_schedule(qs->sim, wait * SIM_MSG_NS, purge_tomb, e);
+}
+
 static void apply_cas(qs_pub_t *p)
 {
     qs_t *qs = p->qs;
@@ -349,8 +447,24 @@ static void apply_cas(qs_pub_t *p)
         prim_reply(p, KVMESH_ESTALE_GENERATION, KVM_ROUTE_VERSION_NONE);
         return;
     }
-    kvm_route_version_t cur = r->found ? r->version : KVM_ROUTE_VERSION_NONE;
-    if (!kvm_route_version_equal(&cur, &p->pred)) {
+    if (p->fresh && kvm_route_version_is_none(&p->pred) && r->found && r->tomb && !tomb_due(qs, r))
+        sim_fail(qs->sim,
+                 "operation %s was admitted expecting NONE and claimed, but tombstone %llu.%llu "
+                 "of its key is not due (a stale NONE: its CAS can only conflict)",
+                 p->op, (unsigned long long)r->version.fencing_token,
+                 (unsigned long long)r->version.primary_sequence);
+    if (!cas_matches(qs, r, &p->pred)) {
+        prim_reply(p, KVMESH_ECONFLICT, KVM_ROUTE_VERSION_NONE);
+        return;
+    }
+    if (kvm_route_version_cmp(&p->next, &qs->floor[p->obj]) <= 0) {
+        sim_fail(qs->sim,
+                 "operation %s would publish version %llu.%llu of object %u, not above the "
+                 "highest it had (%llu.%llu): versions of a key must strictly increase",
+                 p->op, (unsigned long long)p->next.fencing_token,
+                 (unsigned long long)p->next.primary_sequence, p->obj,
+                 (unsigned long long)qs->floor[p->obj].fencing_token,
+                 (unsigned long long)qs->floor[p->obj].primary_sequence);
         prim_reply(p, KVMESH_ECONFLICT, KVM_ROUTE_VERSION_NONE);
         return;
     }
@@ -372,13 +486,18 @@ static void apply_cas(qs_pub_t *p)
         qs->live_bytes[t] -= r->len;
         qs->live_objs[t]--;
     }
+    kvm_route_version_t replaced_v = r->found ? r->version : KVM_ROUTE_VERSION_NONE;
     slots_replaced(qs, r);
     r->found = true;
     r->tomb = p->is_delete;
-    r->pred = p->pred;
+    r->pred = replaced_v;
     r->version = p->next;
+    qs->floor[p->obj] = p->next;
     r->len = p->is_delete ? 0 : p->len;
+    r->until = p->is_delete ? p->until : 0;
     snprintf(r->op, sizeof(r->op), "%s", p->op);
+    if (r->tomb && r->until)
+        schedule_purge(qs, p->obj, p->op, r->until);
     if (!r->tomb) {
         qs->live_bytes[t] += r->len;
         qs->live_objs[t]++;
@@ -394,6 +513,17 @@ static void apply_cas(qs_pub_t *p)
     prim_reply(p, 0, p->next);
 }
 
+/* The version a CAS on this key publishes: the primary's sequence, above every version the key
+ * had (EmbeddedWrh's shard sequence, MetadataOnly's route floor). no_floor: above the expected
+ * one only, as if a purged key restarted its versions. */
+static kvm_route_version_t version_base(const qs_pub_t *p)
+{
+    const qs_t *qs = p->qs;
+    if (qs->no_floor)
+        return p->pred;
+    return qs->floor[p->obj];
+}
+
 static void apply_cas_cb(void *arg)
 {
     apply_cas(arg);
@@ -405,6 +535,7 @@ static void on_prim_claim(void *arg, int rc, const tn_op_view_t *v)
     qs_t *qs = p->qs;
     if (rc == 0)
         check_usage(qs, qs->tenants[obj_tenant(qs, p->obj)], &v->usage, "claim");
+    p->fresh = rc == 0 && v->op && v->op->state == TN_ST_PUBLISHING;
     if (rc == 0 && !p->replay) {
         uint32_t t = obj_tenant(qs, p->obj);
         if (tn_hint_export(qs->prim_tn, qs->tenants[t], p->op, p->hint, sizeof(p->hint),
@@ -447,12 +578,24 @@ static void prim_handle(void *arg)
     qs_route_t *r = &qs->route[p->obj];
     if (r->found && !strcmp(r->op, p->op)) { /* already published: idempotent */
         qs->prim_busy[p->obj] = true;
+        p->until = r->until;
         prim_reply(p, 0, r->version);
         return;
     }
     qs->prim_busy[p->obj] = true;
+    /* half the requests meet an EmbeddedWrh primary, which answers a conflict before it claims
+     * (step 4: the operation stays PENDING); the others claim first, as a MetadataOnly writer */
+    if (!cas_matches(qs, r, &p->pred) && sim_chance(qs->sim, 0.5)) {
+        prim_reply(p, KVMESH_ECONFLICT, KVM_ROUTE_VERSION_NONE);
+        return;
+    }
     p->gen = qs->generation;
-    int rc = kvm_route_version_next(&p->pred, p->gen, &p->next);
+    kvm_route_version_t base = version_base(p);
+    if (kvm_route_version_cmp(&base, &(kvm_route_version_t){p->gen, UINT64_MAX}) > 0) {
+        prim_reply(p, KVMESH_ESTALE_GENERATION, KVM_ROUTE_VERSION_NONE);
+        return;
+    }
+    int rc = kvm_route_version_next(&base, p->gen, &p->next);
     KVM_ASSERT(rc == 0);
     if (kvm_route_version_cmp(&p->pred, &(kvm_route_version_t){p->gen, UINT64_MAX}) > 0) {
         prim_reply(p, KVMESH_ESTALE_GENERATION, KVM_ROUTE_VERSION_NONE);
@@ -554,6 +697,10 @@ static void route_lookup(void *ctx, const char *tenant, const char *domain, cons
     l->obs.version = r->version;
     l->obs.predecessor = r->pred;
     snprintf(l->obs.content_op, sizeof(l->obs.content_op), "%s", r->op);
+    l->obs.retain_until_ms = r->found && r->tomb ? r->until : 0;
+    sim_log(qs->sim, "lookup object %d: found %d tomb %d v %llu.%llu op %s", o, r->found, r->tomb,
+            (unsigned long long)r->version.fencing_token,
+            (unsigned long long)r->version.primary_sequence, r->op);
     if (qs->faults && SIM_BUGGIFY(qs->sim, "quota.lookup_fails"))
         l->rc = KVMESH_EUNAVAILABLE;
     sim_schedule(qs->sim, sim_rand_range(qs->sim, 1, 3) * SIM_MSG_NS, lookup_deliver, l);
@@ -584,6 +731,15 @@ static void route_replay(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *ar
     p->is_delete = op->kind == TN_KIND_DELETE;
     p->len = op->next_len;
     p->pred = op->expected_route;
+    /* a create's predecessor V is a tombstone: purged since, the replay expects NONE */
+    if (op->kind == TN_KIND_CREATE && !qs->route[o].found)
+        p->pred = KVM_ROUTE_VERSION_NONE;
+    /* the replay publishes its own tombstone, with a full retention */
+    if (p->is_delete)
+        p->until = world_ms(qs) + sim_rand_range(qs->sim, qs->pg.retain_lo, qs->pg.retain_hi);
+    sim_log(qs->sim, "replay %s (%s) of object %d expecting %llu.%llu", op->id,
+            tn_kind_name(op->kind), o, (unsigned long long)p->pred.fencing_token,
+            (unsigned long long)p->pred.primary_sequence);
     /* the primary cannot always prove a replay safe: then the op stays charged (degraded) */
     if ((qs->faults && sim_chance(qs->sim, 0.2)) || !slots_replay(qs, p, op)) {
         qs->degraded++;
@@ -995,8 +1151,8 @@ static void writer_reply(void *arg)
     nd->phase = PH_FINALIZE;
     env_timer_cancel(nd->env, nd->deadline);
     nd->deadline = 0;
-    int rc = tn_finalize(nd->tn, qs->tenants[t], obj_domain(qs, nd->obj), obj_key(qs, nd->obj),
-                         nd->op, p->version, on_finalize, nd);
+    int rc = tn_finalize_tomb(nd->tn, qs->tenants[t], obj_domain(qs, nd->obj), obj_key(qs, nd->obj),
+                              nd->op, p->version, nd->is_delete ? p->until : 0, on_finalize, nd);
     KVM_ASSERT(rc == 0);
 }
 
@@ -1055,6 +1211,9 @@ static void send_publish(qs_node_t *nd)
     p->len = nd->len;
     p->pred = qs->intent[nd->id].pred;
     p->slot = nd->slot;
+    if (p->is_delete) /* the tombstone's deadline by the publisher's clock */
+        p->until =
+            env_wall_ms(nd->env) + sim_rand_range(qs->sim, qs->pg.retain_lo, qs->pg.retain_hi);
     p->node = nd->id;
     p->inc = sim_node_incarnation(qs->sim, nd->id);
     if (tn_hint_export(nd->tn, qs->tenants[obj_tenant(qs, nd->obj)], nd->op, p->hint,
@@ -1091,6 +1250,9 @@ static void on_reserve(void *arg, int rc, const tn_op_view_t *v)
         return;
     }
     check_usage(qs, qs->tenants[obj_tenant(qs, nd->obj)], &v->usage, "reserve");
+    if (!v->repeated && kvm_route_version_is_none(&qs->intent[nd->id].pred) &&
+        !kvm_route_version_is_none(&v->op->expected_route))
+        qs->none_admitted++; /* NONE against a deleted row past D + M */
     switch (v->op->state) {
     case TN_ST_PENDING:
         break;
@@ -1175,6 +1337,10 @@ static void writer_next(void *arg)
     qs_intent_t in = {0};
     in.obj = o;
     in.pred = r->found ? r->version : KVM_ROUTE_VERSION_NONE;
+    /* a writer that looked the key up while it was absent (or retries with NONE after its
+     * tombstone's version was refused, as the store does): NONE against a tombstone */
+    if (r->found && r->tomb && sim_chance(qs->sim, 0.5))
+        in.pred = KVM_ROUTE_VERSION_NONE;
     bool live = r->found && !r->tomb;
     in.is_delete = live && (evict || sim_chance(qs->sim, qs->prof->p_delete));
     uint64_t maxb = qs->pol[t].max_bytes;
@@ -1303,7 +1469,8 @@ static void *qs_start(void *ctx, sim_t *sim, uint32_t node, env_t *env)
                        .pending_ttl_ms = 150,
                        .publish_ttl_ms = 60,
                        .backoff_max_ms = 400,
-                       .retain_ms = 60000,
+                       .retain_ms = qs->pg.history_ms,
+                       .purge_margin_ms = qs->pg.margin_ms,
                        .test_bugs = qs->bugs};
     rc = tn_new(&nd->tn, env, nd->m, &cfg);
     KVM_ASSERT(rc == 0);
@@ -1429,6 +1596,25 @@ static void on_row(void *arg, const meta_result_t *res)
         sim_fail(qs->sim, "object row %u does not decode", g->o);
         return;
     }
+    if (!res->kv.found && (!r->found || r->tomb))
+        return; /* never written, or purged with (or before) its tombstone */
+    if (r->found && r->tomb && row.tomb_until_ms != r->until)
+        sim_fail(qs->sim, "object %u: row records tombstone deadline %llu, the route %llu", g->o,
+                 (unsigned long long)row.tomb_until_ms, (unsigned long long)r->until);
+    if (!r->found && r->purged) { /* the row of a purged tombstone: deleted at its version */
+        if (row.live || row.lock_op[0] || !row.tomb_until_ms ||
+            !kvm_route_version_equal(&row.route_version, &r->purged_v) ||
+            strcmp(row.last_op, r->purged_op) != 0)
+            sim_fail(qs->sim,
+                     "object %u: accounting row (live %d v %llu.%llu last %s lock '%s' D %llu) "
+                     "!= its purged tombstone (v %llu.%llu op %s)",
+                     g->o, row.live, (unsigned long long)row.route_version.fencing_token,
+                     (unsigned long long)row.route_version.primary_sequence, row.last_op,
+                     row.lock_op, (unsigned long long)row.tomb_until_ms,
+                     (unsigned long long)r->purged_v.fencing_token,
+                     (unsigned long long)r->purged_v.primary_sequence, r->purged_op);
+        return;
+    }
     bool live = r->found && !r->tomb;
     kvm_route_version_t rv = r->found ? r->version : KVM_ROUTE_VERSION_NONE;
     if (row.live != live || row.len != (live ? r->len : 0) ||
@@ -1459,8 +1645,8 @@ static void on_opget(void *arg, const meta_result_t *res)
         sim_fail(qs->sim, "final op read failed: %s", kvmesh_errname(res->rc));
         return;
     }
-    if (!res->kv.found) {
-        if (oi->cas_applied || oi->abort_acked || oi->abort_refused)
+    if (!res->kv.found) { /* with a short history, terminal records are purged */
+        if ((oi->cas_applied || oi->abort_acked || oi->abort_refused) && qs->pg.history_ms >= 60000)
             sim_fail(qs->sim, "operation %s has no record", oi->id);
         return;
     }
@@ -1580,12 +1766,19 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         bugs = 0; /* scenario-side: the writer's own settling is off */
     else if (!strcmp(v, "free_held") && prof->slots)
         bugs = 0; /* scenario-side: owners free a held slot on the route lookup alone */
+    else if (!strcmp(v, "no_settle") || !strcmp(v, "no_floor"))
+        bugs = 0; /* scenario-side: the writer's own settling / the key's version floor is off */
+    else if (!strcmp(v, "none_before_due"))
+        bugs = TN_TEST_BUG_NONE_BEFORE_DUE;
+    else if (!strcmp(v, "no_absent_finalize"))
+        bugs = TN_TEST_BUG_NO_ABSENT_FINAL;
     else if (*v) {
         memset(res, 0, sizeof(*res));
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
                  "unknown variant '%s' (quota scenarios know abort_publishing, no_pending, "
-                 "no_replay, no_settle, abort_unproven; quota_replay_slots also free_held)",
+                 "no_replay, no_settle, abort_unproven, none_before_due, no_floor, "
+                 "no_absent_finalize; quota_replay_slots also free_held)",
                  v);
         return 1;
     }
@@ -1599,6 +1792,15 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         qs->slots = calloc(QS_MAX_OPS, sizeof(*qs->slots));
         KVM_ASSERT(qs->slots != NULL);
     }
+    qs->no_floor = !strcmp(v, "no_floor");
+    /* The purge assumes the retention outlasts any request in flight (a delayed duplicate of a
+     * finalized create, expecting NONE, would otherwise meet its successor's due tombstone and
+     * apply again): delayed_cas delays requests up to ~850 ms. */
+    uint32_t rlo = prof->delayed_cas ? 1000 : 100, rhi = prof->delayed_cas ? 1400 : 300;
+    qs->pg = (qs_purge_t){.retain_lo = prof->retain_lo ? prof->retain_lo : rlo,
+                          .retain_hi = prof->retain_hi ? prof->retain_hi : rhi,
+                          .margin_ms = prof->margin_ms ? prof->margin_ms : 300,
+                          .history_ms = prof->history_ms ? prof->history_ms : 60000};
     sim_config_t cfg;
     sim_config_init(&cfg, ro);
     qs->n = prof->writers_lo + (uint32_t)(ro->seed % 2);
@@ -1606,7 +1808,7 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
     qs->keys = prof->keys;
     qs->objs = QS_TENANTS * QS_DOMAINS * qs->keys;
     cfg.n_nodes = qs->n;
-    cfg.clock_drift_max_ppm = 10000;
+    cfg.clock_drift_max_ppm = prof->drift_ppm ? prof->drift_ppm : 10000;
     cfg.clock_skew_max_ms = 20;
     cfg.max_steps = 20000000;
     snprintf(qs->url, sizeof(qs->url), "memory://quota%llu", (unsigned long long)ro->seed);
@@ -1637,7 +1839,8 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
                         .timeout_ms = 200,
                         .publish_ttl_ms = 60,
                         .backoff_max_ms = 400,
-                        .retain_ms = 60000};
+                        .retain_ms = qs->pg.history_ms,
+                        .purge_margin_ms = qs->pg.margin_ms};
     rc = tn_new(&qs->prim_tn, sim_world_env(sim), qs->prim_m, &pcfg);
     KVM_ASSERT(rc == 0);
     qs->epoch_ctr = 0;
@@ -1698,12 +1901,14 @@ out:
     sim_log(sim,
             "writes ok %llu, quota refusals %llu, aborts %llu, claims rejected %llu, fenced "
             "CAS %llu, refused replays %llu, policy refusals %llu, claimed CAS failed %llu, "
-            "published again by the writer %llu, ops %u",
+            "published again by the writer %llu, tombstones purged %llu, NONE admitted past "
+            "D + M %llu, ops %u",
             (unsigned long long)qs->writes_ok, (unsigned long long)qs->refused_quota,
             (unsigned long long)qs->aborts_ok, (unsigned long long)qs->claims_rejected,
             (unsigned long long)qs->fenced, (unsigned long long)qs->degraded,
             (unsigned long long)qs->policy_refusals, (unsigned long long)qs->cas_failed_claimed,
-            (unsigned long long)qs->writer_settled, qs->n_ops);
+            (unsigned long long)qs->writer_settled, (unsigned long long)qs->purges,
+            (unsigned long long)qs->none_admitted, qs->n_ops);
     if (prof->slots)
         sim_log(sim,
                 "owner slots %u: kept by the held check %llu, committed by lookup %llu, "
@@ -1790,3 +1995,11 @@ QS_SCENARIO(quota_replay_slots,
             "reconciliation replays the route from the claim's payload onto it",
             .slots = true, .p_cas_fails = 0.3, .p_before_cas = 0.1, .p_after_cas = 0.05,
             .p_delete = 0.3, .keys = 3, .writers_lo = 3)
+
+QS_SCENARIO(quota_purge_reuse,
+            "quota: a few keys put, removed and put again across tombstone purges (short "
+            "retention, purges inside the faults): NONE admitted only past D + M, versions of a "
+            "key strictly increase, absent deletes finalized, deleted rows purged",
+            .p_before_cas = 0.05, .p_after_cas = 0.15, .p_after_fin = 0.05, .p_delete = 0.5,
+            .p_cas_fails = 0.1, .keys = 2, .writers_lo = 3, .retain_lo = 40, .retain_hi = 120,
+            .margin_ms = 60, .history_ms = 150, .drift_ppm = 2000)

@@ -306,6 +306,47 @@ static void pending_purge(fx_t *f, route_svc_t *svc)
     kvm_route_free(&r);
 }
 
+/* A PENDING tombstone with a deadline that is due (a quota tenant's delete, not yet purged: that
+ * waits for D + 1 s) matches a CAS expecting NONE at the primary, and the replacing route takes
+ * a version above the tombstone's; one not yet due, or without a deadline, conflicts
+ * (docs/tenancy.md "Purging a quota tenant's tombstones", step 2). */
+static void due_pending_cas(fx_t *f, route_svc_t *svc)
+{
+    const char *keys[3] = {"dn", "dl", "dz"};
+    uint64_t now = env_wall_ms(f->env);
+    uint64_t until[3] = {now - 1, now + 600000, 0};
+    for (int i = 0; i < 3; i++) {
+        waitv_t w;
+        kvm_route_t r;
+        mk(&r, keys[i], 1, 20 + (uint64_t)i);
+        cas(f, svc, KVM_ROUTE_VERSION_NONE, &r, &w);
+        assert_int_equal(w.rc, 0);
+        kvm_route_version_t v = w.route.version;
+        kvm_route_free(&w.route);
+        kvm_route_t t;
+        kvm_route_init(&t);
+        assert_int_equal(kvm_ident_copy(&t.ident, &r.ident), 0);
+        t.content_op = (kvm_op_id_t){.writer = kvm_id128_from_u64(1, 2), .epoch = 1, .seq = 40};
+        t.tomb = KVM_TOMB_PENDING;
+        t.retain_until_ms = until[i];
+        cas(f, svc, v, &t, &w);
+        assert_int_equal(w.rc, 0);
+        kvm_route_version_t tv = w.route.version;
+        kvm_route_free(&w.route);
+        r.content_op.seq = 50 + (uint64_t)i;
+        cas(f, svc, KVM_ROUTE_VERSION_NONE, &r, &w);
+        if (i == 0) {
+            assert_int_equal(w.rc, 0);
+            assert_true(kvm_route_version_cmp(&w.route.version, &tv) > 0);
+        } else {
+            assert_int_equal(w.rc, KVMESH_ECONFLICT);
+        }
+        kvm_route_free(&w.route);
+        kvm_route_free(&t);
+        kvm_route_free(&r);
+    }
+}
+
 static void test_single_runtime_ops(void **state)
 {
     (void)state;
@@ -412,6 +453,7 @@ static void test_single_runtime_ops(void **state)
     assert_true(st.lookups >= 3);
     assert_true(st.cas_applied >= 17);
     assert_int_equal(st.cas_conflict, 1);
+    due_pending_cas(&f, svc);
     env_set_recv(f.env, NULL, NULL); /* loopback messages still queued go nowhere */
     route_svc_free(svc);
     fx_close(&f);

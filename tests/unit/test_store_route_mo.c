@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "env/clock.h"
 #include "env/env_uv.h"
 #include "kvmesh.h"
 #include "route/route.h"
@@ -308,6 +309,36 @@ static void test_pending_purge(void **state)
     kvm_route_free(&r);
 }
 
+/* A PENDING tombstone with a deadline that is due (a quota tenant's delete) matches a CAS
+ * expecting NONE, and the replacing route's version follows the tombstone's; not yet due, or
+ * without a deadline, it conflicts. Lookups still see it (pending) until it is purged
+ * (docs/tenancy.md "Purging a quota tenant's tombstones", step 2). Fails with the CAS taking
+ * only finalized tombstones as absent. */
+static void test_due_pending_cas(void **state)
+{
+    (void)state;
+    const char *keys[3] = {"due-now", "due-later", "due-never"};
+    uint64_t now = env_clock_wall_ms();
+    uint64_t until[3] = {now - 1, now + 600000, 0}; /* purged only at D + 1 s: still there */
+    for (int i = 0; i < 3; i++) {
+        pending_tomb(keys[i], until[i]);
+        kvm_route_version_t tv = C.route.version;
+        kvm_route_t r;
+        mkroute(&r, keys[i], 5, 9);
+        struct call look = {.kind = 0, .id = &r.ident};
+        assert_int_equal(run(&look), 0);
+        assert_int_equal(C.route.tomb, KVM_TOMB_PENDING);
+        struct call cas = {.kind = 1, .expected = KVM_ROUTE_VERSION_NONE, .next = &r};
+        if (i == 0) {
+            assert_int_equal(run(&cas), 0);
+            assert_true(kvm_route_version_cmp(&C.route.version, &tv) > 0);
+        } else {
+            assert_int_equal(run(&cas), KVMESH_ECONFLICT);
+        }
+        kvm_route_free(&r);
+    }
+}
+
 static void test_policy_mismatch(void **state)
 {
     (void)state;
@@ -325,9 +356,8 @@ static void test_policy_mismatch(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cas_and_lookup),
-        cmocka_unit_test(test_owner_scan),
-        cmocka_unit_test(test_pending_purge),
+        cmocka_unit_test(test_cas_and_lookup),  cmocka_unit_test(test_owner_scan),
+        cmocka_unit_test(test_pending_purge),   cmocka_unit_test(test_due_pending_cas),
         cmocka_unit_test(test_policy_mismatch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -199,8 +199,23 @@ static void test_codecs(void **state)
     assert_int_equal(tn_objrow_encode(&r, buf, sizeof(buf), &len), 0);
     assert_int_equal(tn_objrow_decode(buf, len, &rb), 0);
     assert_memory_equal(&r, &rb, sizeof(r));
-    for (size_t n = 0; n < len; n++)
+    for (size_t n = 0; n < len - 8; n++)
         assert_int_equal(tn_objrow_decode(buf, n, &rb), KVMESH_EPROTO);
+    for (size_t n = len - 7; n < len; n++)
+        assert_int_equal(tn_objrow_decode(buf, n, &rb), KVMESH_EPROTO);
+    /* a deleted row records its tombstone's purge deadline; the old layout (without it) decodes
+     * as 0 = no deadline */
+    r = (tn_objrow_t){.acct_version = 4, .route_version = {2, 6}, .tomb_until_ms = 12345};
+    ks_opid_format(r.last_op, 1, 4);
+    assert_int_equal(tn_objrow_encode(&r, buf, sizeof(buf), &len), 0);
+    assert_int_equal(tn_objrow_decode(buf, len, &rb), 0);
+    assert_memory_equal(&r, &rb, sizeof(r));
+    assert_int_equal(tn_objrow_decode(buf, len - 8, &rb), 0);
+    assert_int_equal(rb.tomb_until_ms, 0);
+    r.live = true; /* a live row has no tombstone deadline */
+    r.len = 1;
+    assert_int_equal(tn_objrow_encode(&r, buf, sizeof(buf), &len), 0);
+    assert_int_equal(tn_objrow_decode(buf, len, &rb), KVMESH_EPROTO);
 
     tn_policy_rec_t p, pb;
     tn_policy_t pol = base_policy();

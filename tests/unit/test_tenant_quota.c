@@ -30,6 +30,7 @@
 
 #include "env/env_uv.h"
 #include "kvmesh.h"
+#include "meta/keyspace.h"
 #include "meta/meta.h"
 #include "tenant/tenant.h"
 
@@ -684,13 +685,202 @@ static void test_round_trips(void **state)
     fx_close(&f);
 }
 
+/* ---- purging a quota tenant's tombstones (docs/tenancy.md) ---------------------------------- */
+
+typedef struct rowres {
+    bool done, found;
+    tn_objrow_t row;
+} rowres_t;
+
+static void on_rowget(void *arg, const meta_result_t *res)
+{
+    rowres_t *x = arg;
+    x->done = true;
+    assert_int_equal(res->rc, 0);
+    x->found = res->kv.found;
+    if (x->found)
+        assert_int_equal(tn_objrow_decode(res->kv.value, res->kv.value_len, &x->row), 0);
+}
+
+static rowres_t read_row(fx_t *f, const char *key)
+{
+    char k[KS_KEY_CAP];
+    assert_int_equal(ks_object_key(k, sizeof(k), "unit", "acme", NULL, key), 0);
+    rowres_t x = {0};
+    assert_int_equal(meta_get(f->meta, k, 1000, on_rowget, &x), 0);
+    run_until(f, &x.done);
+    return x;
+}
+
+static uint64_t wall_ms(fx_t *f)
+{
+    return env_wall_ms(f->env);
+}
+
+static void sleep_until(fx_t *f, uint64_t ms)
+{
+    while (wall_ms(f) < ms)
+        usleep(2000);
+}
+
+/* a delete of key (live at pred) published at next with tombstone deadline d */
+static void delete_with(fx_t *f, const char *key, kvm_route_version_t pred,
+                        kvm_route_version_t next, uint64_t d)
+{
+    char id[TN_OPID_CAP] = "";
+    assert_int_equal(reserve(f, "acme", NULL, key, true, 0, pred, id).rc, 0);
+    assert_int_equal(claim(f, "acme", NULL, key, id, next, 77).rc, 0);
+    res_t r = {0};
+    assert_int_equal(tn_finalize_tomb(f->tn, "acme", NULL, key, id, next, d, on_res, &r), 0);
+    run_until(f, &r.done);
+    assert_int_equal(r.rc, 0);
+}
+
+/* steps 1 and 3: the row records D; NONE is admitted only at now >= D + M, a stale NONE before
+ * (sim_quota_crash_before_cas seed 127 of the withdrawn rule) is refused; a row deleted without
+ * a deadline (D = 0, the old layout) never admits NONE */
+static void test_tomb_reserve(void **state)
+{
+    (void)state;
+    fx_t f;
+    tn_config_t cfg = {.deployment = "unit", .writer_epoch = 11, .purge_margin_ms = 40};
+    fx_open(&f, "memory://tq_tomb", &cfg);
+    tn_policy_t p = {.policy_version = 1, .max_bytes = 10000, .max_objects = 10};
+    assert_int_equal(boot(&f, "acme", &p, NULL), 0);
+    put(&f, "acme", NULL, "k", 100, NONE, false); /* (1,1) */
+    uint64_t d = wall_ms(&f) + 40;
+    delete_with(&f, "k", V(1, 1), V(1, 2), d);
+    rowres_t x = read_row(&f, "k");
+    assert_true(x.found);
+    assert_false(x.row.live);
+    assert_int_equal(x.row.tomb_until_ms, d);
+    assert_true(kvm_route_version_equal(&x.row.route_version, &V(1, 2)));
+    char id[TN_OPID_CAP] = "";
+    res_t r = reserve(&f, "acme", NULL, "k", false, 10, NONE, id);
+    assert_int_equal(r.rc, KVMESH_ECONFLICT); /* tombstone (1,2) may still be live for the CAS */
+    id[0] = '\0';
+    r = reserve(&f, "acme", NULL, "k", false, 10, V(1, 2), id); /* the writer saw it: as before */
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(abort_op(&f, "acme", NULL, "k", id).rc, 0);
+    sleep_until(&f, d + 40);
+    id[0] = '\0';
+    r = reserve(&f, "acme", NULL, "k", false, 10, NONE, id);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.op.kind, TN_KIND_CREATE);
+    assert_true(kvm_route_version_equal(&r.op.expected_route, &V(1, 2))); /* tombstone or none */
+    /* versions stay monotone across the purge: the claim must follow the tombstone's */
+    assert_int_equal(claim(&f, "acme", NULL, "k", id, V(1, 1), 77).rc, KVMESH_EINVAL);
+    assert_int_equal(claim(&f, "acme", NULL, "k", id, V(1, 3), 77).rc, 0);
+    assert_int_equal(finalize(&f, "acme", NULL, "k", id, V(1, 3)).rc, 0);
+    x = read_row(&f, "k");
+    assert_true(x.row.live);
+    assert_int_equal(x.row.tomb_until_ms, 0);
+    /* a delete finalized without a deadline keeps today's rule */
+    char d0[TN_OPID_CAP] = "";
+    assert_int_equal(reserve(&f, "acme", NULL, "k", true, 0, V(1, 3), d0).rc, 0);
+    assert_int_equal(claim(&f, "acme", NULL, "k", d0, V(1, 4), 77).rc, 0);
+    assert_int_equal(finalize(&f, "acme", NULL, "k", d0, V(1, 4)).rc, 0);
+    usleep(50000);
+    id[0] = '\0';
+    assert_int_equal(reserve(&f, "acme", NULL, "k", false, 10, NONE, id).rc, KVMESH_ECONFLICT);
+    fx_close(&f);
+}
+
+static void abs_lookup(void *ctx, const char *tenant, const char *domain, const char *key,
+                       tn_lookup_cb cb, void *arg)
+{
+    (void)ctx;
+    (void)tenant;
+    (void)domain;
+    (void)key;
+    tn_route_obs_t o = {.found = false}; /* the tombstone was purged */
+    cb(arg, 0, &o);
+}
+
+static rres_t pass(fx_t *f, const tn_route_ops_t *ops)
+{
+    rres_t x = {0};
+    assert_int_equal(tn_recon_pass(f->tn, "acme", ops, 16, on_recon, &x), 0);
+    run_until(f, &x.done);
+    return x;
+}
+
+/* step 5: a PUBLISHING delete whose route is absent is finalized (D = 1); step 6: the done stage
+ * removes a finalized delete's row with its record once D + M has passed, and then a put
+ * expecting NONE finds no row (a stale expected version: ECONFLICT) */
+static void test_tomb_recon(void **state)
+{
+    (void)state;
+    for (int bug = 0; bug < 2; bug++) {
+        fx_t f;
+        tn_config_t cfg = {.deployment = "unit",
+                           .writer_epoch = 12,
+                           .publish_ttl_ms = 1,
+                           .backoff_max_ms = 5,
+                           .retain_ms = 40, /* the first pass does not reach the done entry */
+                           .purge_margin_ms = 30,
+                           .test_bugs = bug ? TN_TEST_BUG_NO_ABSENT_FINAL : 0};
+        fx_open(&f, bug ? "memory://tq_tombr_bug" : "memory://tq_tombr", &cfg);
+        tn_policy_t p = {.policy_version = 1, .max_bytes = 10000, .max_objects = 10};
+        assert_int_equal(boot(&f, "acme", &p, NULL), 0);
+        put(&f, "acme", NULL, "a", 100, NONE, false); /* (1,1) */
+        char id[TN_OPID_CAP] = "";
+        assert_int_equal(reserve(&f, "acme", NULL, "a", true, 0, V(1, 1), id).rc, 0);
+        assert_int_equal(claim(&f, "acme", NULL, "a", id, V(1, 2), 77).rc, 0);
+        usleep(5000);
+        tn_route_ops_t ops = {.lookup = abs_lookup, .ctx = NULL};
+        rres_t x = pass(&f, &ops);
+        if (bug) { /* without step 5 the delete stays PUBLISHING, charged and locked */
+            assert_int_equal(x.rep.finalized, 0);
+            assert_int_equal(x.rep.degraded, 1);
+            assert_int_equal(usage(&f, "acme").n_publishing, 1);
+            fx_close(&f);
+            continue;
+        }
+        assert_int_equal(x.rep.finalized, 1);
+        tn_usage_t u = usage(&f, "acme");
+        assert_int_equal(u.committed_bytes, 0);
+        assert_int_equal(u.committed_objects, 0);
+        assert_int_equal(u.n_publishing, 0);
+        rowres_t row = read_row(&f, "a");
+        assert_true(row.found);
+        assert_int_equal(row.row.tomb_until_ms, 1);
+        /* the done stage: past retain_ms and D + M (D = 1): record and row removed */
+        usleep(50000);
+        x = pass(&f, &ops);
+        assert_true(x.rep.purged >= 1);
+        assert_false(read_row(&f, "a").found);
+        char n1[TN_OPID_CAP] = "";
+        assert_int_equal(reserve(&f, "acme", NULL, "a", false, 5, V(1, 2), n1).rc,
+                         KVMESH_ECONFLICT);
+        n1[0] = '\0';
+        res_t r = reserve(&f, "acme", NULL, "a", false, 5, NONE, n1);
+        assert_int_equal(r.rc, 0);
+        assert_int_equal(r.op.expected_acct, 0);
+        assert_int_equal(abort_op(&f, "acme", NULL, "a", n1).rc, 0);
+        /* a delete whose D + M is later: its done entry moves to D + M, then the row goes */
+        put(&f, "acme", NULL, "b", 100, NONE, false);
+        uint64_t d = wall_ms(&f) + 100;
+        delete_with(&f, "b", V(1, 1), V(1, 2), d);
+        usleep(45000); /* past retain_ms, before D + M */
+        x = pass(&f, &ops);
+        assert_true(read_row(&f, "b").found);
+        sleep_until(&f, d + 31);
+        x = pass(&f, &ops);
+        assert_true(x.rep.purged >= 1);
+        assert_false(read_row(&f, "b").found);
+        fx_close(&f);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bootstrap),   cmocka_unit_test(test_limits),
         cmocka_unit_test(test_cycle),       cmocka_unit_test(test_abort_and_lock),
         cmocka_unit_test(test_batch),       cmocka_unit_test(test_recon),
-        cmocka_unit_test(test_round_trips),
+        cmocka_unit_test(test_round_trips), cmocka_unit_test(test_tomb_reserve),
+        cmocka_unit_test(test_tomb_recon),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
