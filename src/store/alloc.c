@@ -4,23 +4,31 @@
  *
  * Size classes are computed in units of ALLOC_ALIGN: u < ALLOC_SL_COUNT maps to (fl 0, sl u);
  * otherwise fl = log2(u) - ALLOC_SL_LOG2 + 1 and sl = the ALLOC_SL_LOG2 bits below the top bit.
- * Block records come from a free-record pool (no malloc on the common path once warm) and are
- * indexed by offset in an open hash table with chaining, sized to the block count.
+ * Every block has one alloc_blk_t record: a free block's record is the allocator's (allocated
+ * here, or the embedded record of a block that was released); an allocated block's record is
+ * either the caller's (alloc_reserve_rec) or an allocator-owned struct blk_user carrying the
+ * caller's user pointer (alloc_reserve). Reserving reuses the free block's record for the
+ * remainder (or frees it on an exact fit), and releasing turns the block's own record into the
+ * free record, so neither allocates a record on the common path. Allocated blocks are indexed
+ * by offset in a hash table with chaining (at most two blocks per bucket on average).
  */
 #include "store/alloc.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
 
-struct blk {
-    uint64_t off, size; /* bytes; multiples of ALLOC_ALIGN */
-    uint64_t requested; /* allocated: the caller's length */
-    bool is_free;
-    struct blk *phys_prev, *phys_next; /* physical neighbours */
-    struct blk *fnext, *fprev;         /* free list */
-    struct blk *hnext;                 /* hash chain (allocated blocks only) */
+#define BLK_FREE  ((uintptr_t)1) /* the block is free */
+#define BLK_OWNED ((uintptr_t)2) /* allocated, with an allocator-owned struct blk_user record */
+#define BLK_FLAGS (BLK_FREE | BLK_OWNED)
+
+_Static_assert(sizeof(alloc_blk_t) == 48, "alloc_blk_t is six words");
+_Static_assert(_Alignof(alloc_blk_t) > BLK_FLAGS, "record pointers leave the flag bits clear");
+
+struct blk_user { /* the record of a block reserved by alloc_reserve / alloc_reserve_at */
+    alloc_blk_t b;
     void *user;
 };
 
@@ -30,15 +38,49 @@ struct alloc {
     uint64_t n_used, n_free;
     uint64_t fl_bitmap;
     uint32_t sl_bitmap[ALLOC_FL_COUNT];
-    struct blk *lists[ALLOC_FL_COUNT][ALLOC_SL_COUNT];
-    struct blk **htab; /* allocated blocks by offset */
-    size_t hcap;       /* power of two */
-    struct blk *pool;  /* recycled records */
+    alloc_blk_t *lists[ALLOC_FL_COUNT][ALLOC_SL_COUNT];
+    alloc_blk_t **htab; /* allocated blocks by offset */
+    size_t hcap;        /* power of two */
 };
 
 static unsigned log2_u64(uint64_t v)
 {
     return 63u - (unsigned)__builtin_clzll(v);
+}
+
+static uint64_t round_align(uint64_t len)
+{
+    return (len + ALLOC_ALIGN - 1) & ~(uint64_t)(ALLOC_ALIGN - 1);
+}
+
+static bool is_free(const alloc_blk_t *b)
+{
+    return (b->prev_flags & BLK_FREE) != 0;
+}
+
+static alloc_blk_t *prev_of(const alloc_blk_t *b)
+{
+    return (alloc_blk_t *)(b->prev_flags & ~BLK_FLAGS);
+}
+
+static void set_prev(alloc_blk_t *b, alloc_blk_t *p)
+{
+    b->prev_flags = (uintptr_t)p | (b->prev_flags & BLK_FLAGS);
+}
+
+/* Bytes of the block (an allocated block's size is its length rounded up to ALLOC_ALIGN). */
+static uint64_t bsize(const alloc_blk_t *b)
+{
+    return is_free(b) ? b->size : round_align(b->len);
+}
+
+/* Links two physical neighbours (either may be NULL at the ends). */
+static void phys_link(alloc_blk_t *l, alloc_blk_t *r)
+{
+    if (l)
+        l->phys_next = r;
+    if (r)
+        set_prev(r, l);
 }
 
 static void mapping(uint64_t size, unsigned *fl, unsigned *sl)
@@ -71,74 +113,58 @@ static uint64_t hslot(const alloc_t *a, uint64_t off)
     return (h >> 17) & (a->hcap - 1);
 }
 
-static struct blk *blk_get(alloc_t *a)
-{
-    struct blk *b = a->pool;
-    if (b)
-        a->pool = b->fnext;
-    else
-        b = malloc(sizeof(*b));
-    if (b)
-        memset(b, 0, sizeof(*b));
-    return b;
-}
-
-static void blk_put(alloc_t *a, struct blk *b)
-{
-    b->fnext = a->pool;
-    a->pool = b;
-}
-
-static void list_insert(alloc_t *a, struct blk *b)
+/* b (its off and size set) becomes a free block in the list of its class. */
+static void list_insert(alloc_t *a, alloc_blk_t *b)
 {
     unsigned fl, sl;
     mapping(b->size, &fl, &sl);
-    b->is_free = true;
+    b->prev_flags = (b->prev_flags & ~BLK_FLAGS) | BLK_FREE;
     b->fprev = NULL;
-    b->fnext = a->lists[fl][sl];
-    if (b->fnext)
-        b->fnext->fprev = b;
+    b->link = a->lists[fl][sl];
+    if (b->link)
+        b->link->fprev = b;
     a->lists[fl][sl] = b;
     a->fl_bitmap |= 1ull << fl;
     a->sl_bitmap[fl] |= 1u << sl;
     a->n_free++;
 }
 
-static void list_remove(alloc_t *a, struct blk *b)
+static void list_remove(alloc_t *a, alloc_blk_t *b)
 {
+    KVM_ASSERT(is_free(b));
     unsigned fl, sl;
     mapping(b->size, &fl, &sl);
     if (b->fprev)
-        b->fprev->fnext = b->fnext;
+        b->fprev->link = b->link;
     else
-        a->lists[fl][sl] = b->fnext;
-    if (b->fnext)
-        b->fnext->fprev = b->fprev;
+        a->lists[fl][sl] = b->link;
+    if (b->link)
+        b->link->fprev = b->fprev;
     if (!a->lists[fl][sl]) {
         a->sl_bitmap[fl] &= ~(1u << sl);
         if (!a->sl_bitmap[fl])
             a->fl_bitmap &= ~(1ull << fl);
     }
-    b->is_free = false;
-    b->fnext = b->fprev = NULL;
+    b->prev_flags &= ~BLK_FREE;
+    b->link = b->fprev = NULL;
     a->n_free--;
 }
 
 static int htab_grow(alloc_t *a)
 {
     size_t ncap = a->hcap ? a->hcap * 2 : 64;
-    struct blk **nt = calloc(ncap, sizeof(*nt));
+    alloc_blk_t **nt = calloc(ncap, sizeof(*nt));
     if (!nt)
         return KVMESH_ENOMEM;
-    struct blk **old = a->htab;
+    alloc_blk_t **old = a->htab;
     size_t ocap = a->hcap;
     a->htab = nt;
     a->hcap = ncap;
     for (size_t i = 0; i < ocap; i++) {
-        for (struct blk *b = old[i], *n; b; b = n) {
-            n = b->hnext;
+        for (alloc_blk_t *b = old[i], *n; b; b = n) {
+            n = b->link;
             uint64_t s = hslot(a, b->off);
-            b->hnext = nt[s];
+            b->link = nt[s];
             nt[s] = b;
         }
     }
@@ -146,23 +172,29 @@ static int htab_grow(alloc_t *a)
     return 0;
 }
 
-static struct blk *htab_find(const alloc_t *a, uint64_t off)
+/* Room in the index for one more allocated block (grown at two blocks per bucket). */
+static int htab_room(alloc_t *a)
+{
+    return a->n_used + 1 > 2 * (uint64_t)a->hcap ? htab_grow(a) : 0;
+}
+
+static alloc_blk_t *htab_find(const alloc_t *a, uint64_t off)
 {
     if (!a->hcap)
         return NULL;
-    for (struct blk *b = a->htab[hslot(a, off)]; b; b = b->hnext)
+    for (alloc_blk_t *b = a->htab[hslot(a, off)]; b; b = b->link)
         if (b->off == off)
             return b;
     return NULL;
 }
 
-static void htab_del(alloc_t *a, struct blk *x)
+static void htab_del(alloc_t *a, alloc_blk_t *x)
 {
-    struct blk **pp = &a->htab[hslot(a, x->off)];
+    alloc_blk_t **pp = &a->htab[hslot(a, x->off)];
     while (*pp != x)
-        pp = &(*pp)->hnext;
-    *pp = x->hnext;
-    x->hnext = NULL;
+        pp = &(*pp)->link;
+    *pp = x->link;
+    x->link = NULL;
 }
 
 int alloc_new(alloc_t **out, uint64_t size)
@@ -176,7 +208,7 @@ int alloc_new(alloc_t **out, uint64_t size)
     if (!a)
         return KVMESH_ENOMEM;
     a->size = size;
-    struct blk *b = blk_get(a);
+    alloc_blk_t *b = calloc(1, sizeof(*b));
     if (!b || htab_grow(a) != 0) {
         free(b);
         free(a->htab);
@@ -190,34 +222,34 @@ int alloc_new(alloc_t **out, uint64_t size)
     return 0;
 }
 
+/* Any block, then its physical chain back to the first. */
+static alloc_blk_t *first_block(const alloc_t *a)
+{
+    alloc_blk_t *any = NULL;
+    for (unsigned fl = 0; fl < ALLOC_FL_COUNT && !any; fl++)
+        for (unsigned sl = 0; sl < ALLOC_SL_COUNT && !any; sl++)
+            any = a->lists[fl][sl];
+    for (size_t i = 0; i < a->hcap && !any; i++)
+        any = a->htab[i];
+    while (any && prev_of(any))
+        any = prev_of(any);
+    return any;
+}
+
 void alloc_free(alloc_t *a)
 {
     if (!a)
         return;
-    /* Walk the physical chain from the first block. */
-    struct blk *first = NULL;
-    for (unsigned fl = 0; fl < ALLOC_FL_COUNT && !first; fl++)
-        for (unsigned sl = 0; sl < ALLOC_SL_COUNT && !first; sl++)
-            if (a->lists[fl][sl])
-                first = a->lists[fl][sl];
-    for (size_t i = 0; i < a->hcap && !first; i++)
-        if (a->htab[i])
-            first = a->htab[i];
-    while (first && first->phys_prev)
-        first = first->phys_prev;
-    for (struct blk *b = first, *n; b; b = n) {
+    for (alloc_blk_t *b = first_block(a), *n; b; b = n) {
         n = b->phys_next;
-        free(b);
-    }
-    for (struct blk *b = a->pool, *n; b; b = n) {
-        n = b->fnext;
-        free(b);
+        if (is_free(b) || (b->prev_flags & BLK_OWNED))
+            free(b); /* (an allocated block's embedded record is the caller's) */
     }
     free(a->htab);
     free(a);
 }
 
-static struct blk *find_suitable(alloc_t *a, uint64_t size)
+static alloc_blk_t *find_suitable(alloc_t *a, uint64_t size)
 {
     unsigned fl, sl;
     mapping(size, &fl, &sl);
@@ -235,160 +267,168 @@ static struct blk *find_suitable(alloc_t *a, uint64_t size)
     return a->lists[fl][sl];
 }
 
-int alloc_reserve(alloc_t *a, uint64_t len, void *user, uint64_t *offset)
+/* Carves the allocated block [offset, offset + round_align(len)) with record rec out of the free
+ * block b, which contains it: what remains before and after stays free (b's record serves one
+ * part; a new record is allocated only when both remain). Nothing changes on an error. */
+static int place(alloc_t *a, alloc_blk_t *b, alloc_blk_t *rec, uint64_t offset, uint64_t len,
+                 uintptr_t flags)
+{
+    uint64_t size = round_align(len), start = b->off, end = b->off + b->size;
+    KVM_ASSERT(is_free(b) && offset >= start && size <= end - offset);
+    bool front = offset > start, tail = offset + size < end;
+    alloc_blk_t *extra = NULL;
+    if (front && tail && !(extra = calloc(1, sizeof(*extra))))
+        return KVMESH_ENOMEM;
+    int rc = htab_room(a);
+    if (rc) {
+        free(extra);
+        return rc;
+    }
+    list_remove(a, b);
+    alloc_blk_t *p = prev_of(b), *n = b->phys_next, *fr = NULL, *tl = NULL;
+    if (front) {
+        fr = b;
+        tl = extra;
+    } else if (tail) {
+        tl = b;
+    } else {
+        free(b);
+    }
+    alloc_blk_t *left = p;
+    if (fr) {
+        fr->size = offset - start;
+        phys_link(left, fr);
+        left = fr;
+    }
+    rec->off = offset;
+    rec->len = len;
+    rec->prev_flags = flags;
+    phys_link(left, rec);
+    left = rec;
+    if (tl) {
+        tl->off = offset + size;
+        tl->size = end - tl->off;
+        phys_link(left, tl);
+        left = tl;
+    }
+    phys_link(left, n);
+    if (fr)
+        list_insert(a, fr);
+    if (tl)
+        list_insert(a, tl);
+    uint64_t s = hslot(a, offset);
+    rec->link = a->htab[s];
+    a->htab[s] = rec;
+    a->used += size;
+    a->requested += len;
+    a->n_used++;
+    return 0;
+}
+
+static int reserve(alloc_t *a, uint64_t len, alloc_blk_t *rec, uintptr_t flags)
 {
     if (len == 0 || len > a->size)
         return kvm_errf(KVMESH_ENOSPC, "allocation of %llu bytes cannot fit a %llu-byte segment",
                         (unsigned long long)len, (unsigned long long)a->size);
-    uint64_t size = (len + ALLOC_ALIGN - 1) & ~(uint64_t)(ALLOC_ALIGN - 1);
-    uint64_t want = round_request(size);
-    struct blk *b = find_suitable(a, want);
+    alloc_blk_t *b = find_suitable(a, round_request(round_align(len)));
     if (!b)
         return KVMESH_ENOSPC;
-    if (a->n_used + 1 > a->hcap && htab_grow(a) != 0)
+    return place(a, b, rec, b->off, len, flags);
+}
+
+int alloc_reserve_rec(alloc_t *a, uint64_t len, alloc_blk_t *rec)
+{
+    return reserve(a, len, rec, 0);
+}
+
+int alloc_reserve(alloc_t *a, uint64_t len, void *user, uint64_t *offset)
+{
+    struct blk_user *r = calloc(1, sizeof(*r));
+    if (!r)
         return KVMESH_ENOMEM;
-    list_remove(a, b);
-    if (b->size - size >= ALLOC_ALIGN) {
-        struct blk *rest = blk_get(a);
-        if (!rest) {
-            list_insert(a, b);
-            return KVMESH_ENOMEM;
-        }
-        rest->off = b->off + size;
-        rest->size = b->size - size;
-        rest->phys_prev = b;
-        rest->phys_next = b->phys_next;
-        if (b->phys_next)
-            b->phys_next->phys_prev = rest;
-        b->phys_next = rest;
-        b->size = size;
-        list_insert(a, rest);
+    int rc = reserve(a, len, &r->b, BLK_OWNED);
+    if (rc) {
+        free(r);
+        return rc;
     }
-    b->requested = len;
-    b->user = user;
-    uint64_t s = hslot(a, b->off);
-    b->hnext = a->htab[s];
-    a->htab[s] = b;
-    a->used += b->size;
-    a->requested += len;
-    a->n_used++;
-    *offset = b->off;
+    r->user = user;
+    *offset = r->b.off;
     return 0;
 }
 
-/* Splits free block b (removed from its list) at off: returns the record now starting at off
- * (b itself when off == b->off); the part before goes back to its list. */
-static struct blk *split_front(alloc_t *a, struct blk *b, uint64_t off)
-{
-    if (off == b->off)
-        return b;
-    struct blk *r = blk_get(a);
-    if (!r)
-        return NULL;
-    r->off = off;
-    r->size = b->off + b->size - off;
-    r->phys_prev = b;
-    r->phys_next = b->phys_next;
-    if (b->phys_next)
-        b->phys_next->phys_prev = r;
-    b->phys_next = r;
-    b->size = off - b->off;
-    list_insert(a, b);
-    return r;
-}
-
-int alloc_reserve_at(alloc_t *a, uint64_t offset, uint64_t len, void *user)
+static int reserve_at(alloc_t *a, uint64_t offset, uint64_t len, alloc_blk_t *rec, uintptr_t flags)
 {
     if (len == 0 || offset % ALLOC_ALIGN || offset >= a->size || len > a->size - offset)
         return kvm_errf(
             KVMESH_EINVAL, "block [%llu, +%llu) is misaligned or outside the %llu-byte segment",
             (unsigned long long)offset, (unsigned long long)len, (unsigned long long)a->size);
-    uint64_t size = (len + ALLOC_ALIGN - 1) & ~(uint64_t)(ALLOC_ALIGN - 1);
+    uint64_t size = round_align(len);
     if (size > a->size - offset)
         return kvm_errf(KVMESH_EINVAL, "block at %llu rounded to %llu bytes overruns the segment",
                         (unsigned long long)offset, (unsigned long long)size);
     /* The free block containing offset, if any (free lists are not ordered by offset). */
-    struct blk *b = NULL;
+    alloc_blk_t *b = NULL;
     for (unsigned fl = 0; fl < ALLOC_FL_COUNT && !b; fl++) {
         if (!(a->fl_bitmap & (1ull << fl)))
             continue;
         for (unsigned sl = 0; sl < ALLOC_SL_COUNT && !b; sl++)
-            for (struct blk *x = a->lists[fl][sl]; x && !b; x = x->fnext)
+            for (alloc_blk_t *x = a->lists[fl][sl]; x && !b; x = x->link)
                 if (offset >= x->off && offset - x->off < x->size)
                     b = x;
     }
     if (!b || size > b->off + b->size - offset)
         return kvm_errf(KVMESH_EEXIST, "bytes of [%llu, +%llu) are already allocated",
                         (unsigned long long)offset, (unsigned long long)size);
-    if (a->n_used + 1 > a->hcap && htab_grow(a) != 0)
+    return place(a, b, rec, offset, len, flags);
+}
+
+int alloc_reserve_at_rec(alloc_t *a, uint64_t offset, uint64_t len, alloc_blk_t *rec)
+{
+    return reserve_at(a, offset, len, rec, 0);
+}
+
+int alloc_reserve_at(alloc_t *a, uint64_t offset, uint64_t len, void *user)
+{
+    struct blk_user *r = calloc(1, sizeof(*r));
+    if (!r)
         return KVMESH_ENOMEM;
-    /* Two records at most are needed: get them first so that a failure changes nothing. */
-    struct blk *spare1 = blk_get(a), *spare2 = blk_get(a);
-    if (!spare1 || !spare2) {
-        if (spare1)
-            blk_put(a, spare1);
-        if (spare2)
-            blk_put(a, spare2);
-        return KVMESH_ENOMEM;
+    int rc = reserve_at(a, offset, len, &r->b, BLK_OWNED);
+    if (rc) {
+        free(r);
+        return rc;
     }
-    blk_put(a, spare2);
-    blk_put(a, spare1);
-    list_remove(a, b);
-    b = split_front(a, b, offset);
-    KVM_ASSERT(b);
-    if (b->size - size >= ALLOC_ALIGN) {
-        struct blk *rest = blk_get(a);
-        KVM_ASSERT(rest);
-        rest->off = b->off + size;
-        rest->size = b->size - size;
-        rest->phys_prev = b;
-        rest->phys_next = b->phys_next;
-        if (b->phys_next)
-            b->phys_next->phys_prev = rest;
-        b->phys_next = rest;
-        b->size = size;
-        list_insert(a, rest);
-    }
-    b->requested = len;
-    b->user = user;
-    uint64_t s = hslot(a, b->off);
-    b->hnext = a->htab[s];
-    a->htab[s] = b;
-    a->used += b->size;
-    a->requested += len;
-    a->n_used++;
+    r->user = user;
     return 0;
 }
 
 int alloc_release(alloc_t *a, uint64_t offset)
 {
-    struct blk *b = htab_find(a, offset);
+    alloc_blk_t *b = htab_find(a, offset);
     if (!b)
         return kvm_errf(KVMESH_ENOENT, "no allocated block at offset %llu",
                         (unsigned long long)offset);
     htab_del(a, b);
-    a->used -= b->size;
-    a->requested -= b->requested;
+    uint64_t size = bsize(b);
+    a->used -= size;
+    a->requested -= b->len;
     a->n_used--;
-    b->user = NULL;
-    b->requested = 0;
-    struct blk *p = b->phys_prev, *n = b->phys_next;
-    if (n && n->is_free) {
+    alloc_blk_t *p = prev_of(b), *n = b->phys_next;
+    /* b's record becomes the free block's, unless the free predecessor absorbs it. */
+    if (p && is_free(p)) {
+        list_remove(a, p);
+        p->size += size;
+        phys_link(p, n);
+        free(b);
+        b = p;
+    } else {
+        b->size = size;
+        b->prev_flags = (uintptr_t)p;
+    }
+    if (n && is_free(n)) {
         list_remove(a, n);
         b->size += n->size;
-        b->phys_next = n->phys_next;
-        if (n->phys_next)
-            n->phys_next->phys_prev = b;
-        blk_put(a, n);
-    }
-    if (p && p->is_free) {
-        list_remove(a, p);
-        p->size += b->size;
-        p->phys_next = b->phys_next;
-        if (b->phys_next)
-            b->phys_next->phys_prev = p;
-        blk_put(a, b);
-        b = p;
+        phys_link(b, n->phys_next);
+        free(n);
     }
     list_insert(a, b);
     return 0;
@@ -396,13 +436,13 @@ int alloc_release(alloc_t *a, uint64_t offset)
 
 int alloc_lookup(const alloc_t *a, uint64_t offset, void **user, uint64_t *len)
 {
-    struct blk *b = htab_find(a, offset);
+    alloc_blk_t *b = htab_find(a, offset);
     if (!b)
         return KVMESH_ENOENT;
     if (user)
-        *user = b->user;
+        *user = (b->prev_flags & BLK_OWNED) ? ((struct blk_user *)b)->user : (void *)b;
     if (len)
-        *len = b->requested;
+        *len = b->len;
     return 0;
 }
 
@@ -410,8 +450,7 @@ bool alloc_can_fit(const alloc_t *a, uint64_t len)
 {
     if (len == 0 || len > a->size)
         return false;
-    uint64_t size = (len + ALLOC_ALIGN - 1) & ~(uint64_t)(ALLOC_ALIGN - 1);
-    return find_suitable((alloc_t *)a, round_request(size)) != NULL;
+    return find_suitable((alloc_t *)a, round_request(round_align(len))) != NULL;
 }
 
 void alloc_stats(const alloc_t *a, alloc_stats_t *out)
@@ -427,7 +466,7 @@ void alloc_stats(const alloc_t *a, alloc_stats_t *out)
     if (a->fl_bitmap) {
         unsigned fl = log2_u64(a->fl_bitmap);
         unsigned sl = 31u - (unsigned)__builtin_clz(a->sl_bitmap[fl]);
-        for (const struct blk *b = a->lists[fl][sl]; b; b = b->fnext)
+        for (const alloc_blk_t *b = a->lists[fl][sl]; b; b = b->link)
             if (b->size > out->largest_free)
                 out->largest_free = b->size;
     }
@@ -436,32 +475,29 @@ void alloc_stats(const alloc_t *a, alloc_stats_t *out)
 
 int alloc_check(const alloc_t *a)
 {
-    /* Find the first physical block through any block we know. */
-    const struct blk *any = NULL;
-    for (unsigned fl = 0; fl < ALLOC_FL_COUNT && !any; fl++)
-        for (unsigned sl = 0; sl < ALLOC_SL_COUNT && !any; sl++)
-            any = a->lists[fl][sl];
-    for (size_t i = 0; i < a->hcap && !any; i++)
-        any = a->htab[i];
-    if (!any)
+    const alloc_blk_t *first = first_block(a);
+    if (!first)
         return kvm_errf(KVMESH_EINTERNAL, "allocator has no blocks");
-    while (any->phys_prev)
-        any = any->phys_prev;
-    uint64_t off = 0, used = 0, nfree = 0, nused = 0;
+    uint64_t off = 0, used = 0, requested = 0, nfree = 0, nused = 0;
     bool prev_free = false;
-    for (const struct blk *b = any; b; b = b->phys_next) {
-        if (b->off != off || b->size == 0 || b->size % ALLOC_ALIGN)
+    const alloc_blk_t *prev = NULL;
+    for (const alloc_blk_t *b = first; b; prev = b, b = b->phys_next) {
+        uint64_t size = bsize(b);
+        if (b->off != off || size == 0 || size % ALLOC_ALIGN || prev_of(b) != prev)
             return kvm_errf(KVMESH_EINTERNAL, "blocks do not tile at offset %llu",
                             (unsigned long long)off);
-        if (b->is_free) {
+        if (is_free(b)) {
             if (prev_free)
                 return kvm_errf(KVMESH_EINTERNAL, "adjacent free blocks at %llu",
                                 (unsigned long long)off);
+            if (b->prev_flags & BLK_OWNED)
+                return kvm_errf(KVMESH_EINTERNAL, "free block at %llu flagged as allocated",
+                                (unsigned long long)off);
             unsigned fl, sl;
             mapping(b->size, &fl, &sl);
-            const struct blk *x = a->lists[fl][sl];
+            const alloc_blk_t *x = a->lists[fl][sl];
             while (x && x != b)
-                x = x->fnext;
+                x = x->link;
             if (!x)
                 return kvm_errf(KVMESH_EINTERNAL, "free block at %llu not in its list",
                                 (unsigned long long)off);
@@ -470,13 +506,15 @@ int alloc_check(const alloc_t *a)
             if (htab_find(a, b->off) != b)
                 return kvm_errf(KVMESH_EINTERNAL, "used block at %llu not indexed",
                                 (unsigned long long)off);
-            used += b->size;
+            used += size;
+            requested += b->len;
             nused++;
         }
-        prev_free = b->is_free;
-        off += b->size;
+        prev_free = is_free(b);
+        off += size;
     }
-    if (off != a->size || used != a->used || nfree != a->n_free || nused != a->n_used)
+    if (off != a->size || used != a->used || requested != a->requested || nfree != a->n_free ||
+        nused != a->n_used)
         return kvm_errf(KVMESH_EINTERNAL, "allocator counters disagree with the blocks");
     return 0;
 }

@@ -12,14 +12,20 @@
  *   - bounded fragmentation: internal waste per block < 1/ALLOC_SL_COUNT of its size plus
  *     ALLOC_ALIGN; alloc_stats() measures utilisation and external fragmentation;
  *   - bookkeeping lives outside the segment (the segment's bytes are written by remote peers
- *     and must never hold allocator metadata); blocks are found by offset in a hash table.
+ *     and must never hold allocator metadata); blocks are found by offset in a hash table;
+ *   - one 48-byte record per block (alloc_blk_t). A caller may embed the record of each of its
+ *     allocated blocks in its own object (alloc_reserve_rec / alloc_reserve_at_rec): the store's
+ *     replica slot is its block's record, so a stored object costs one allocation, not two.
  *
  * Invariants (alloc_check): blocks tile [0, size) in offset order; every free block is in
  * exactly the list of its class; no two physically adjacent blocks are both free; the used and
  * free byte counters equal the sums over the blocks.
  *
- * Ownership: alloc_new allocates; alloc_free releases everything (the segment memory is not
- * touched). A block's `user` pointer is the caller's (the store keeps its replica record there).
+ * Ownership: alloc_new allocates; alloc_free releases every record the allocator owns (the
+ * segment memory is not touched). A block's `user` pointer is the caller's. An embedded record
+ * (alloc_reserve_rec) is the caller's while its block is allocated and must be the start of an
+ * object from malloc; alloc_release hands that object to the allocator, which keeps it as the
+ * record of the free block it becomes (or free()s it when the block merges with a neighbour).
  * Threading: none; the owner's loop thread only.
  */
 #ifndef KVMESH_STORE_ALLOC_H
@@ -36,6 +42,23 @@
 #define ALLOC_MAX_SIZE (1ull << 40)          /* largest segment an allocator manages */
 
 typedef struct alloc alloc_t;
+
+/* A block record. While the block is allocated the allocator reads and writes every word but
+ * fprev, which a caller embedding the record may overlay with a field of its own (the store's
+ * slot keeps its core pointer there: src/store/slot_core.h); off and len are the caller's to
+ * read, never to write. The record is the allocator's once the block is free. */
+typedef struct alloc_blk {
+    uint64_t off; /* bytes; a multiple of ALLOC_ALIGN */
+    union {
+        uint64_t len;  /* allocated: the caller's length (the block is len rounded up to
+                          ALLOC_ALIGN) */
+        uint64_t size; /* free: bytes */
+    };
+    uintptr_t prev_flags;        /* the physical predecessor | ALLOC_BLK_* flags (alloc.c) */
+    struct alloc_blk *phys_next; /* the physical successor */
+    struct alloc_blk *link;      /* allocated: hash chain; free: next in its free list */
+    struct alloc_blk *fprev;     /* free: previous in its free list; allocated: unused */
+} alloc_blk_t;
 
 typedef struct alloc_stats {
     uint64_t size;           /* managed bytes */
@@ -59,9 +82,17 @@ int alloc_reserve(alloc_t *a, uint64_t len, void *user, uint64_t *offset);
  * state with it (src/store/handoff.c). KVMESH_EINVAL for a misaligned or out-of-range request,
  * KVMESH_EEXIST when any byte of the range is already allocated. O(free blocks). */
 int alloc_reserve_at(alloc_t *a, uint64_t offset, uint64_t len, void *user);
-/* Frees the block at offset: KVMESH_ENOENT when no allocated block starts there. */
+/* alloc_reserve and alloc_reserve_at with the caller's record rec (see Ownership): rec->off and
+ * rec->len receive the block; no allocation is made (alloc_reserve_at_rec may allocate one free
+ * record when the block splits a free block on both sides). On an error rec is not written
+ * and stays the caller's. */
+int alloc_reserve_rec(alloc_t *a, uint64_t len, alloc_blk_t *rec);
+int alloc_reserve_at_rec(alloc_t *a, uint64_t offset, uint64_t len, alloc_blk_t *rec);
+/* Frees the block at offset: KVMESH_ENOENT when no allocated block starts there. An embedded
+ * record passes to the allocator (see Ownership). */
 int alloc_release(alloc_t *a, uint64_t offset);
-/* The user pointer and requested length of the allocated block at offset (ENOENT). */
+/* The user pointer and requested length of the allocated block at offset (ENOENT). For a
+ * block reserved with an embedded record, *user is that record. */
 int alloc_lookup(const alloc_t *a, uint64_t offset, void **user, uint64_t *len);
 /* Would a request of len bytes succeed now? */
 bool alloc_can_fit(const alloc_t *a, uint64_t len);

@@ -7,6 +7,7 @@
  * it reaches the world only through slot_effects_t.
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,14 @@
 #include "core/util.h"
 #include "store/alloc.h"
 #include "store/slot_core.h"
+
+/* The slot is its block's allocator record (slot_core.h): the overlaid words must line up. */
+_Static_assert(offsetof(slot_t, blk) == 0, "a slot starts with its block record");
+_Static_assert(offsetof(slot_t, off) == offsetof(alloc_blk_t, off), "off overlays blk.off");
+_Static_assert(offsetof(slot_t, len) == offsetof(alloc_blk_t, len), "len overlays blk.len");
+_Static_assert(offsetof(slot_t, core) == offsetof(alloc_blk_t, fprev),
+               "core overlays the record word unused while allocated");
+_Static_assert(SLOT_CORE_MAX_SEGS <= 256, "segi is 8 bits");
 
 struct slot_wait {
     struct slot_wait *next;
@@ -177,24 +186,28 @@ int slot_core_new(const slot_core_cfg_t *cfg, const slot_effects_t *fx, void *ct
     return 0;
 }
 
+/* A slot with a copy of id inline; its block is not reserved yet (free it with free()). */
 static slot_t *slot_new(slot_core_t *c, const kvm_ident_t *id)
 {
-    slot_t *s = calloc(1, sizeof(*s));
-    if (!s || kvm_ident_copy(&s->ident, id) != 0) {
-        free(s);
+    size_t size = offsetof(slot_t, ident_enc) + id->enc_len;
+    slot_t *s = calloc(1, size > sizeof(slot_t) ? size : sizeof(slot_t));
+    if (!s)
         return NULL;
-    }
+    s->ident = *id;
+    s->ident.enc = s->ident_enc;
+    memcpy(s->ident_enc, id->enc, id->enc_len);
     s->core = c;
     return s;
 }
 
+/* The slot's bytes go back to its segment's allocator, which takes the slot's memory. */
 static void slot_drop(slot_core_t *c, slot_t *s)
 {
-    alloc_release(c->segs[s->segi].alloc, s->off);
     c->used -= s->len;
     c->n_live--;
-    kvm_ident_free(&s->ident);
-    free(s);
+    int rc = alloc_release(c->segs[s->segi].alloc, s->off);
+    KVM_ASSERT(rc == 0);
+    (void)rc;
 }
 
 void slot_core_free(slot_core_t *c)
@@ -462,20 +475,17 @@ static int try_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *id, uint
         slot_t *s = slot_new(c, id);
         if (!s)
             return kvm_errf(KVMESH_ENOMEM, "out of memory for a replica slot");
-        if (alloc_reserve(g->alloc, len, s, &s->off) != 0) {
-            kvm_ident_free(&s->ident);
+        if (alloc_reserve_rec(g->alloc, len, &s->blk) != 0) {
             free(s);
             continue;
         }
         int rc = c->fx.grant ? c->fx.grant(c->ctx, i, s->off, len, ttl_ms, &s->token) : 0;
         if (rc) {
-            alloc_release(g->alloc, s->off);
-            kvm_ident_free(&s->ident);
-            free(s);
+            alloc_release(g->alloc, s->off); /* (takes s) */
             return rc;
         }
-        s->segi = i;
-        s->len = len;
+        s->segi = (uint8_t)i;
+        KVM_ASSERT(s->len == len);
         set_state(s, SLOT_RESERVED);
         s->deadline_ns = now + (uint64_t)ttl_ms * 1000000ull;
         q_push(&c->reserved_head, &c->reserved_tail, s);
@@ -826,15 +836,12 @@ int slot_core_adopt(slot_core_t *c, uint32_t segi, uint64_t off, uint64_t len,
     slot_t *s = slot_new(c, ident);
     if (!s)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for a replica slot");
-    int rc = alloc_reserve_at(c->segs[segi].alloc, off, len, s);
+    int rc = alloc_reserve_at_rec(c->segs[segi].alloc, off, len, &s->blk);
     if (rc) {
-        kvm_ident_free(&s->ident);
         free(s);
         return rc;
     }
-    s->segi = segi;
-    s->off = off;
-    s->len = len;
+    s->segi = (uint8_t)segi;
     c->used += len;
     c->n_live++;
     set_state(s, state);

@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #include "core/ident.h"
+#include "store/alloc.h"
 
 #define SLOT_CORE_MAX_SEGS 64 /* segments per core (== STORE_MAX_SEGS) */
 #define SLOT_LIST_MAX      64 /* slots one slot_core_list page returns */
@@ -66,22 +67,45 @@ const char *slot_state_name(enum slot_state s);
 struct slot_core;
 typedef struct slot_core slot_core_t;
 
+/* One record per slot, one allocation per stored object (~130 bytes for a 20-byte identity):
+ * the allocator's block record (store/alloc.h) comes first, so that the slot is the record of
+ * its block (off and len overlay the record's words; the allocator never writes its last word
+ * while the block is allocated, and core lives there), the identity's encoding follows the
+ * record inline (ident.enc points into the slot: never kvm_ident_free it), fields that are
+ * never live in the same state share words (the queue and clock-ring links; the deadline and
+ * the commit sequence), and the small fields are packed. When its bytes are freed the record
+ * passes to the allocator (alloc_release), which keeps or frees it. */
 typedef struct slot {
-    slot_core_t *core;
-    uint32_t segi; /* index of the segment in the core (and in the shell's table) */
-    uint64_t off, len;
-    enum slot_state state;
-    kvm_ident_t ident;
-    uint64_t token;             /* write grant while RESERVED / HELD */
-    uint64_t deadline_ns;       /* RESERVED: TTL end; HELD: next lookup; RECLAIM: grace end */
-    uint64_t seq;               /* commit order (drain cursor) */
-    struct slot *qnext, *qprev; /* reserved, reclaim or eviction list */
-    struct slot *cnext, *cprev; /* clock ring */
-    bool ref;                   /* CLOCK reference bit */
-    bool busy;                  /* a lookup or CAS for this slot is in flight: never freed */
-    bool evicting;              /* COMMITTED, out of the ring, its eviction in flight */
-    bool checked; /* HELD: the further check (held_check) said "decide by the route" */
-    bool queued, in_clock;
+    union {
+        alloc_blk_t blk; /* the segment allocator's record of [off, off + len) */
+        struct {
+            uint64_t off, len;   /* == blk.off, blk.len (read only) */
+            uintptr_t blk_w_[3]; /* the record's links */
+            slot_core_t *core;   /* the record's last word, unused while allocated */
+        };
+    };
+    kvm_ident_t ident; /* enc points at ident_enc below */
+    uint64_t token;    /* write grant while RESERVED / HELD */
+    union {
+        uint64_t deadline_ns; /* RESERVED: TTL end; HELD: next lookup; RECLAIM: grace end */
+        uint64_t seq;         /* COMMITTED: commit order (drain cursor) */
+    };
+    union { /* a slot is in one queue or in the clock ring, never both */
+        struct {
+            struct slot *qnext, *qprev; /* reserved, reclaim or eviction list */
+        };
+        struct {
+            struct slot *cnext, *cprev; /* clock ring */
+        };
+    };
+    uint8_t segi; /* index of the segment in the core (and in the shell's table) */
+    enum slot_state state : 8;
+    bool ref : 1;      /* CLOCK reference bit */
+    bool busy : 1;     /* a lookup or CAS for this slot is in flight: never freed */
+    bool evicting : 1; /* COMMITTED, out of the ring, its eviction in flight */
+    bool checked : 1;  /* HELD: the further check (held_check) said "decide by the route" */
+    bool queued : 1, in_clock : 1;
+    uint8_t ident_enc[]; /* the identity's canonical encoding (ident.enc_len bytes) */
 } slot_t;
 
 /* Why the core asks for a route lookup. */
