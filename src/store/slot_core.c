@@ -431,9 +431,8 @@ static void slot_free(slot_core_t *c, slot_t *s)
 }
 
 /* Whether a note names slot s (slot_note_t): its token when both have one (an adopted slot has
- * none), else its object when the note carries it; a release known from a route alone never
- * reaches a RESERVED / HELD slot (its TTL lookup settles it). A mismatch is counted. */
-static bool note_names(slot_core_t *c, const slot_t *s, const slot_note_t *n, bool release)
+ * none), else its object when the note carries it. A mismatch is counted. */
+static bool note_names(slot_core_t *c, const slot_t *s, const slot_note_t *n)
 {
     if (!n || (c->bugs & SLOT_BUG_NO_TOKEN))
         return true;
@@ -441,8 +440,7 @@ static bool note_names(slot_core_t *c, const slot_t *s, const slot_note_t *n, bo
     if ((n->has & SLOT_NOTE_TOKEN) && s->token)
         ok = n->token == s->token;
     else if (n->has & SLOT_NOTE_OBJECT)
-        ok = n->ident_hash == s->ident.hash && n->len == s->len &&
-             (!release || (n->has & SLOT_NOTE_TOKEN) || s->state == SLOT_COMMITTED);
+        ok = n->ident_hash == s->ident.hash && n->len == s->len;
     if (!ok)
         c->notes_stale++;
     return ok;
@@ -453,7 +451,7 @@ const slot_t *slot_core_commit_note(slot_core_t *c, uint64_t now, uint64_t seg_i
 {
     (void)now;
     slot_t *s = slot_at(c, seg_id, off);
-    if (!s || !note_names(c, s, note, false))
+    if (!s || !note_names(c, s, note))
         return NULL;
     to_committed(c, s);
     return s;
@@ -463,7 +461,7 @@ bool slot_core_release_note(slot_core_t *c, uint64_t now, uint64_t seg_id, uint6
                             const slot_note_t *note)
 {
     slot_t *s = slot_at(c, seg_id, off);
-    if (!s || !note_names(c, s, note, true))
+    if (!s || !note_names(c, s, note))
         return false;
     to_reclaim(c, now, s);
     return true;

@@ -173,8 +173,8 @@ void slot_core_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *ident, u
  *   - SLOT_NOTE_TOKEN: the write-grant token the reservation answered (its writer's own
  *     reservation): the note applies only to the slot holding that token;
  *   - SLOT_NOTE_OBJECT only (a replica known from a route: no token): the object's identity hash
- *     (kvm_ident_t.hash) and length must match the slot's; a RELEASE then applies only to a
- *     COMMITTED slot (a RESERVED / HELD one is left to its TTL and exact lookup);
+ *     (kvm_ident_t.hash) and length must match the slot's (a later slot of the same object and
+ *     length at the same bytes is not told apart);
  *   - nothing (has = 0: an older peer's message): (segment, offset) alone, as before.
  * A note that does not match is ignored and counted (slot_core_stats_t.notes_stale). */
 enum slot_note_has { SLOT_NOTE_TOKEN = 1u << 0, SLOT_NOTE_OBJECT = 1u << 1 };

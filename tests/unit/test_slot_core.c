@@ -339,16 +339,15 @@ static void test_stale_note(void **state)
     assert_false(slot_core_release_note(c, 112 * MS, 7, off, &n1));
     assert_int_equal(state_at(c, off), SLOT_RESERVED);
     assert_int_equal(notes_stale(c), 2);
-    /* a release known from a route only (no token) leaves a reservation to its TTL lookup */
-    slot_note_t obj = {SLOT_NOTE_OBJECT, 0, k.hash, 1000};
-    assert_false(slot_core_release_note(c, 113 * MS, 7, off, &obj));
+    /* a release known from a route only (no token) names the object: another one's is stale */
+    slot_note_t wrong_obj = {SLOT_NOTE_OBJECT, 0, other.hash, 1000};
+    assert_false(slot_core_release_note(c, 113 * MS, 7, off, &wrong_obj));
     assert_int_equal(state_at(c, off), SLOT_RESERVED);
     assert_int_equal(notes_stale(c), 3);
 
     slot_note_t n2 = {SLOT_NOTE_TOKEN | SLOT_NOTE_OBJECT, t2, k.hash, 1000};
     assert_non_null(slot_core_commit_note(c, 114 * MS, 7, off, &n2));
     assert_false(slot_core_release_note(c, 115 * MS, 7, off, &n1)); /* stale: still committed */
-    slot_note_t wrong_obj = {SLOT_NOTE_OBJECT, 0, other.hash, 1000};
     assert_false(slot_core_release_note(c, 116 * MS, 7, off, &wrong_obj));
     slot_note_t wrong_len = {SLOT_NOTE_OBJECT, 0, k.hash, 999};
     assert_false(slot_core_release_note(c, 117 * MS, 7, off, &wrong_len));
@@ -356,6 +355,7 @@ static void test_stale_note(void **state)
     assert_int_equal(notes_stale(c), 6);
     assert_int_equal(slot_core_check(c), 0);
     /* the route's replaced replica, named by its object, is released */
+    slot_note_t obj = {SLOT_NOTE_OBJECT, 0, k.hash, 1000};
     assert_true(slot_core_release_note(c, 118 * MS, 7, off, &obj));
     assert_int_equal(state_at(c, off), SLOT_RECLAIM);
     slot_core_tick(c, 218 * MS);
