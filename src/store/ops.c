@@ -24,6 +24,7 @@
 #include "store/proto.h"
 #include "store/quota.h"
 #include "store/repair_plan.h"
+#include "store/slot_core.h"
 #include "store/store.h"
 
 struct kvm_hitbuf {
@@ -58,25 +59,48 @@ static void item_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt
 
 /* ---- notifications to owners ----------------------------------------------------------------- */
 
-static void notify_slot_traced(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id_t *owner,
-                               uint64_t seg, uint64_t off, struct obs_span *parent);
-
-static void notify_slot(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id_t *owner, uint64_t seg,
-                        uint64_t off)
+/* COMMIT / RELEASE name the slot by (owner epoch, segment, offset) and by its identity
+ * (slot_note_t, docs/store.md "Slot identity in COMMIT and RELEASE"), so that a notification
+ * delayed past the reclaim grace cannot reach a later slot reusing the bytes: a reservation of
+ * this runtime's own is named by its write-grant token, a replica known from a route by its
+ * object (identity hash and length). */
+static slot_note_t res_note(const struct kvm_item *it, uint32_t i)
 {
-    notify_slot_traced(rt, type, owner, seg, off, NULL);
+    slot_note_t n = {SLOT_NOTE_OBJECT, 0, it->ident.hash, it->len};
+    if (it->res[i].token) {
+        n.has |= SLOT_NOTE_TOKEN;
+        n.token = it->res[i].token;
+    }
+    return n;
 }
 
-/* parent: the request's span (NULL = untraced); a sampled notification carries the context of a
- * control.commit / control.release span so the owner's handling joins the trace. */
+static slot_note_t object_note(const kvm_ident_t *id, const kvm_hot_replica_t *rep)
+{
+    return (slot_note_t){SLOT_NOTE_OBJECT, 0, id->hash, rep->length};
+}
+
 static void notify_slot_traced(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id_t *owner,
-                               uint64_t seg, uint64_t off, struct obs_span *parent)
+                               uint64_t seg, uint64_t off, const slot_note_t *note,
+                               struct obs_span *parent);
+
+static void notify_slot(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id_t *owner, uint64_t seg,
+                        uint64_t off, const slot_note_t *note)
+{
+    notify_slot_traced(rt, type, owner, seg, off, note, NULL);
+}
+
+/* note: the slot's identity (NULL: none, as an older peer sends). parent: the request's span
+ * (NULL = untraced); a sampled notification carries the context of a control.commit /
+ * control.release span so the owner's handling joins the trace. */
+static void notify_slot_traced(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id_t *owner,
+                               uint64_t seg, uint64_t off, const slot_note_t *note,
+                               struct obs_span *parent)
 {
     if (kvm_id128_equal(owner, &rt->self.id)) {
         if (type == STORE_RPC_COMMIT)
-            kvm_owner_commit(rt, seg, off);
+            kvm_owner_commit_note(rt, seg, off, note);
         else
-            kvm_owner_release(rt, seg, off);
+            kvm_owner_release_note(rt, seg, off, note);
         kvm_waitq_signal(&rt->wq_slots); /* a local slot settled (kvm_store_wait_slots) */
         return;
     }
@@ -84,10 +108,17 @@ static void notify_slot_traced(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id
     rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
     if (!p)
         return; /* owner gone: its memory went with it; a restarted incarnation has new segments */
-    uint8_t body[64];
+    uint8_t body[STORE_SLOT_MSG_MAX];
     size_t len = 0;
-    store_slot_msg_t sm = {m->rt.epoch, seg, off};
-    store_slot_msg_encode(&sm, body, sizeof(body), &len);
+    store_slot_msg_t sm = {.target_epoch = m->rt.epoch, .seg = seg, .offset = off};
+    if (note) {
+        sm.has = (uint8_t)note->has;
+        sm.token = note->token;
+        sm.ident_hash = note->ident_hash;
+        sm.len = note->len;
+    }
+    int erc = store_slot_msg_encode(&sm, body, sizeof(body), &len);
+    KVM_ASSERT(erc == 0);
     struct obs_span sp,
         *s = kvm_span_begin(rt, parent, false,
                             type == STORE_RPC_COMMIT ? "control.commit" : "control.release", &sp);
@@ -98,21 +129,40 @@ static void notify_slot_traced(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id
     kvm_span_finish(s, rpc_notify(p, &msg, NULL, NULL));
 }
 
+/* The quota hooks' release_replica / commit_replica: a replica known from a route only, without
+ * its object at hand, so the notification names (segment, offset) alone (docs/store.md "Slot
+ * identity in COMMIT and RELEASE": what stays unguarded). */
 void kvm_ops_release_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
 {
-    notify_slot(rt, STORE_RPC_RELEASE, &rep->owner, rep->segment, rep->offset);
+    notify_slot(rt, STORE_RPC_RELEASE, &rep->owner, rep->segment, rep->offset, NULL);
 }
 
 void kvm_ops_commit_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
 {
-    notify_slot(rt, STORE_RPC_COMMIT, &rep->owner, rep->segment, rep->offset);
+    notify_slot(rt, STORE_RPC_COMMIT, &rep->owner, rep->segment, rep->offset, NULL);
+}
+
+/* A replica of object id known from a route: named by the object. */
+static void release_replica_of(kvm_rt_t *rt, const kvm_ident_t *id, const kvm_hot_replica_t *rep)
+{
+    slot_note_t n = object_note(id, rep);
+    notify_slot(rt, STORE_RPC_RELEASE, &rep->owner, rep->segment, rep->offset, &n);
+}
+
+static void commit_res(kvm_rt_t *rt, struct kvm_item *it, uint32_t i, struct obs_span *parent)
+{
+    slot_note_t n = res_note(it, i);
+    notify_slot_traced(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
+                       it->res[i].offset, &n, parent);
 }
 
 static void release_res_traced(kvm_rt_t *rt, struct kvm_item *it, struct obs_span *parent)
 {
-    for (uint32_t i = 0; i < it->n_res; i++)
+    for (uint32_t i = 0; i < it->n_res; i++) {
+        slot_note_t n = res_note(it, i);
         notify_slot_traced(rt, STORE_RPC_RELEASE, &it->res[i].owner.id, it->res[i].seg,
-                           it->res[i].offset, parent);
+                           it->res[i].offset, &n, parent);
+    }
     it->n_res = 0;
 }
 
@@ -126,7 +176,7 @@ static void release_obsolete(kvm_rt_t *rt, const kvm_route_t *old, const kvm_rou
 {
     for (uint32_t i = 0; i < old->n_replicas; i++)
         if (!now || kvm_route_find_replica(now, &old->replicas[i]) < 0)
-            kvm_ops_release_replica(rt, &old->replicas[i]);
+            release_replica_of(rt, &old->ident, &old->replicas[i]);
 }
 
 /* ---- hits ------------------------------------------------------------------------------------ */
@@ -937,8 +987,7 @@ static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
     obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_OK, OBS_NONE, it->n_res);
     kvm_hint_put(rt, r);
     for (uint32_t i = 0; i < it->n_res; i++)
-        notify_slot_traced(rt, STORE_RPC_COMMIT, &it->res[i].owner.id, it->res[i].seg,
-                           it->res[i].offset, op->span);
+        commit_res(rt, it, i, op->span);
     kvm_cold_published(rt, r);             /* offload of the new value */
     kvm_cold_reclaim_settle(rt, it, true); /* the old value's cold copy */
     if (it->have_route && !kvm_route_is_tombstone(&it->cur))
@@ -1479,8 +1528,8 @@ static void handed_off(void *arg, int rc, const kvm_route_t *r)
     kvm_hint_drop(rt, &it->ident);
     enum kvm_handoff_step step = kvm_handoff_outcome(rc, &it->tries, STORE_CAS_RETRIES);
     if (step == KVM_HANDOFF_PUBLISHED) {
-        notify_slot(rt, STORE_RPC_COMMIT, &it->res[0].owner.id, it->res[0].seg, it->res[0].offset);
-        kvm_ops_release_replica(rt, &it->moving);
+        commit_res(rt, it, 0, NULL);
+        release_replica_of(rt, &it->ident, &it->moving);
         it->rc = 0;
         item_finish(op, it);
     } else if (step == KVM_HANDOFF_RETRY) {
@@ -1514,8 +1563,8 @@ static void handoff_looked_up(void *arg, int rc, const kvm_route_t *r)
     kvm_route_init(&next);
     int plan = kvm_handoff_next(rc == KVMESH_ENOENT ? NULL : r, &it->moving, &nr, &next);
     if (plan == 2) { /* our earlier attempt applied (answered as a conflict): published */
-        notify_slot(rt, STORE_RPC_COMMIT, &it->res[0].owner.id, it->res[0].seg, it->res[0].offset);
-        kvm_ops_release_replica(rt, &it->moving);
+        commit_res(rt, it, 0, NULL);
+        release_replica_of(rt, &it->ident, &it->moving);
         it->rc = 0;
         item_finish(op, it);
         return;
@@ -1524,7 +1573,7 @@ static void handoff_looked_up(void *arg, int rc, const kvm_route_t *r)
         /* Nothing references the replica any more: drop the copy and the original. */
         it->superseded = true;
         release_res(rt, it);
-        kvm_ops_release_replica(rt, &it->moving);
+        release_replica_of(rt, &it->ident, &it->moving);
         it->rc = 0;
         item_finish(op, it);
         return;

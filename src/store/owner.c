@@ -352,12 +352,22 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
 
 void kvm_owner_commit(kvm_rt_t *rt, uint64_t seg, uint64_t off)
 {
-    (void)slot_core_commit(rt->slots, now_ns(rt), seg, off);
+    kvm_owner_commit_note(rt, seg, off, NULL);
 }
 
 void kvm_owner_release(kvm_rt_t *rt, uint64_t seg, uint64_t off)
 {
-    slot_core_release(rt->slots, now_ns(rt), seg, off);
+    kvm_owner_release_note(rt, seg, off, NULL);
+}
+
+void kvm_owner_commit_note(kvm_rt_t *rt, uint64_t seg, uint64_t off, const slot_note_t *n)
+{
+    (void)slot_core_commit_note(rt->slots, now_ns(rt), seg, off, n);
+}
+
+void kvm_owner_release_note(kvm_rt_t *rt, uint64_t seg, uint64_t off, const slot_note_t *n)
+{
+    (void)slot_core_release_note(rt->slots, now_ns(rt), seg, off, n);
 }
 
 void kvm_owner_hit(kvm_rt_t *rt, uint64_t seg, uint64_t off)
@@ -644,6 +654,7 @@ void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
     st->reserve_waits = cs.reserve_waits;
     st->reservations_held = cs.reservations_held;
     st->evict_conflicts = cs.evict_conflicts;
+    st->notes_stale = cs.notes_stale;
     st->fragmentation = cs.fragmentation;
     if (rt->route)
         route_table_counts(rt->route, &st->route_entries, &st->route_tombs, &st->tombs_purged);
@@ -820,13 +831,20 @@ static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
         kvm_span_finish(s, KVMESH_EUNAVAILABLE);
         return;
     }
+    /* the slot's identity (version 2 bodies; none from an older peer): a notification naming
+     * another slot than the one now at (segment, offset) is ignored and counted */
+    _Static_assert(STORE_SLOT_HAS_TOKEN == SLOT_NOTE_TOKEN &&
+                       STORE_SLOT_HAS_OBJECT == SLOT_NOTE_OBJECT,
+                   "slot message identity bits are slot_note_t's");
+    slot_note_t note = {m.has, m.token, m.ident_hash, m.len};
+    const slot_note_t *n = m.has ? &note : NULL;
     if (req->type == STORE_RPC_COMMIT) {
-        const slot_t *sl = slot_core_commit(rt->slots, now_ns(rt), m.seg, m.offset);
+        const slot_t *sl = slot_core_commit_note(rt->slots, now_ns(rt), m.seg, m.offset, n);
         if (sl && sl->state == SLOT_COMMITTED && cold_device(rt))
             rt->owner_cold->slot_committed(
                 rt, &sl->ident); /* a remote writer's offload to our device */
     } else
-        kvm_owner_release(rt, m.seg, m.offset);
+        kvm_owner_release_note(rt, m.seg, m.offset, n);
     kvm_span_finish(s, 0);
 }
 

@@ -190,23 +190,46 @@ int store_reserve_batch_resp_decode(const uint8_t *buf, size_t len, store_reserv
 
 int store_slot_msg_encode(const store_slot_msg_t *m, uint8_t *buf, size_t cap, size_t *len)
 {
+    if (m->has & ~(STORE_SLOT_HAS_TOKEN | STORE_SLOT_HAS_OBJECT))
+        return kvm_errf(KVMESH_EINVAL, "slot message with unknown identity bits 0x%x", m->has);
     kvm_wr_t w;
-    wstart(&w, buf, cap, true);
+    kvm_wr_fixed(&w, buf, cap);
+    kvm_wr_u8(&w, m->has ? STORE_SLOT_MSG_VERSION : STORE_PROTO_VERSION);
     kvm_wr_u64le(&w, m->target_epoch);
     kvm_wr_u64le(&w, m->seg);
     kvm_wr_u64le(&w, m->offset);
+    if (m->has) {
+        kvm_wr_u8(&w, m->has);
+        kvm_wr_u64le(&w, m->token);
+        kvm_wr_u64le(&w, m->ident_hash);
+        kvm_wr_u64le(&w, m->len);
+    }
     return wdone(&w, len);
 }
 
+/* Version 1 (an older peer: no identity, has = 0) or 2 (with the slot's identity). */
 int store_slot_msg_decode(const uint8_t *buf, size_t len, store_slot_msg_t *out)
 {
+    memset(out, 0, sizeof(*out));
     kvm_rd_t r;
-    int rc = rstart(&r, buf, len, true);
-    if (rc)
-        return rc;
+    kvm_rd_init(&r, buf, len);
+    int v = len ? kvm_rd_u8(&r) : -1;
+    if (v != STORE_PROTO_VERSION && v != STORE_SLOT_MSG_VERSION)
+        return kvm_errf(KVMESH_EPROTO, "slot message version %d is not %d or %d", v,
+                        STORE_PROTO_VERSION, STORE_SLOT_MSG_VERSION);
     out->target_epoch = kvm_rd_u64le(&r);
     out->seg = kvm_rd_u64le(&r);
     out->offset = kvm_rd_u64le(&r);
+    if (v == STORE_SLOT_MSG_VERSION) {
+        out->has = kvm_rd_u8(&r);
+        out->token = kvm_rd_u64le(&r);
+        out->ident_hash = kvm_rd_u64le(&r);
+        out->len = kvm_rd_u64le(&r);
+        if (kvm_rd_ok(&r) &&
+            (out->has == 0 || (out->has & ~(STORE_SLOT_HAS_TOKEN | STORE_SLOT_HAS_OBJECT))))
+            return kvm_errf(KVMESH_EPROTO, "slot message version 2 with identity bits 0x%x",
+                            out->has);
+    }
     return rdone(&r, "slot");
 }
 

@@ -12,8 +12,12 @@
  *                                n * (length u64 | ident)            (1 <= n <=
  * STORE_RESERVE_BATCH_MAX) response  ver | n u16 | n * (status i32 | seg u64 | offset u64 | token
  * u64) (per item: status 0 or a KVMESH_E* code; one item's failure never fails another)
- *   STORE_RPC_COMMIT   notify    ver | target epoch u64 | seg u64 | offset u64
- *   STORE_RPC_RELEASE  notify    ver | target epoch u64 | seg u64 | offset u64
+ *   STORE_RPC_COMMIT   notify    version 2 (STORE_SLOT_MSG_VERSION): 2 | target epoch u64 |
+ *   STORE_RPC_RELEASE            seg u64 | offset u64 | has u8 | token u64 | ident hash u64 |
+ *                                length u64 (has: bit 0 the token is the reservation's write
+ *                                grant, bit 1 ident hash + length name the object; at least one;
+ *                                slot_core.h slot_note_t); version 1, an older peer's body:
+ *                                1 | target epoch u64 | seg u64 | offset u64 (no identity)
  *   STORE_RPC_HIT      notify    ver | n u16 | n * (seg u64 | offset u64)   (n <= STORE_HIT_MAX)
  *   STORE_RPC_COLD_READ request  ver | route version hash u64 | locator fingerprint u64 |
  *                      length u64 | checksum u64 | namespace hash u64 | cold owner (16) | ident;
@@ -46,6 +50,8 @@
 #include "core/version.h"
 
 #define STORE_PROTO_VERSION       1
+#define STORE_SLOT_MSG_VERSION    2 /* COMMIT / RELEASE with the slot's identity (version 1 read) */
+#define STORE_SLOT_MSG_MAX        50
 #define STORE_RPC_ENV             1 /* = RPC_TYPE_ENV_MESSAGE */
 #define STORE_RPC_RESERVE         0x201
 #define STORE_RPC_COMMIT          0x202
@@ -93,9 +99,16 @@ typedef struct store_reserve_batch_resp {
 #define STORE_RESERVE_BATCH_REQ_MAX(n) (16 + (size_t)(n) * (10 + KVM_IDENT_ENC_MAX_LEN))
 #define STORE_RESERVE_BATCH_RESP_MAX   (4 + STORE_RESERVE_BATCH_MAX * 28)
 
+/* STORE_SLOT_HAS_* = slot_note_t's SLOT_NOTE_TOKEN / SLOT_NOTE_OBJECT. */
+#define STORE_SLOT_HAS_TOKEN  0x1u
+#define STORE_SLOT_HAS_OBJECT 0x2u
+
 typedef struct store_slot_msg {
     uint64_t target_epoch;
     uint64_t seg, offset;
+    uint64_t token;           /* has & STORE_SLOT_HAS_TOKEN: the write grant of the reservation */
+    uint64_t ident_hash, len; /* has & STORE_SLOT_HAS_OBJECT: the object (kvm_ident_t.hash) */
+    uint8_t has;              /* 0: encoded as version 1 (an older peer's body) */
 } store_slot_msg_t;
 
 typedef struct store_hit_msg {
@@ -119,6 +132,7 @@ int store_reserve_batch_resp_encode(const store_reserve_batch_resp_t *m, uint8_t
                                     size_t *len);
 int store_reserve_batch_resp_decode(const uint8_t *buf, size_t len,
                                     store_reserve_batch_resp_t *out);
+/* COMMIT / RELEASE body: version 2 when m->has != 0, else version 1. Decode reads both. */
 int store_slot_msg_encode(const store_slot_msg_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_slot_msg_decode(const uint8_t *buf, size_t len, store_slot_msg_t *out);
 int store_hit_msg_encode(const store_hit_msg_t *m, uint8_t *buf, size_t cap, size_t *len);

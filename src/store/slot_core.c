@@ -58,6 +58,7 @@ struct slot_core {
     struct slot_wait *waiters;
     size_t n_waiters;
     uint64_t reclaimed, reservations_expired, reserve_waits, reservations_held, evict_conflicts;
+    uint64_t notes_stale;
 };
 
 const char *slot_state_name(enum slot_state s)
@@ -98,11 +99,12 @@ static void event(slot_core_t *c, enum slot_event ev, uint64_t bytes)
         c->fx.event(c->ctx, ev, bytes);
 }
 
+/* The write grant ends; the token stays as the slot's identity (slot_note_t). */
 static void revoke(slot_core_t *c, slot_t *s)
 {
+    KVM_ASSERT(s->state == SLOT_RESERVED || s->state == SLOT_HELD);
     if (c->fx.revoke && s->token)
         c->fx.revoke(c->ctx, s->token);
-    s->token = 0;
 }
 
 /* ---- queues and the clock ring --------------------------------------------------------------- */
@@ -333,7 +335,8 @@ static void drop_undrained(slot_core_t *c, uint32_t segi)
             if (q)
                 c->reclaim_bytes -= s->len;
             held_end(c, s);
-            revoke(c, s);
+            if (!q)
+                revoke(c, s);
             s->state = SLOT_FREED; /* (broken on purpose: no legal transition) */
             if (c->fx.freed)
                 c->fx.freed(c->ctx, s);
@@ -440,20 +443,51 @@ static void slot_free(slot_core_t *c, slot_t *s)
     slot_drop(c, s);
 }
 
-const slot_t *slot_core_commit(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off)
+/* Whether a note names slot s (slot_note_t): its token when both have one (an adopted slot has
+ * none), else its object when the note carries it. A mismatch is counted. */
+static bool note_names(slot_core_t *c, const slot_t *s, const slot_note_t *n)
+{
+    if (!n || (c->bugs & SLOT_BUG_NO_TOKEN))
+        return true;
+    bool ok = true;
+    if ((n->has & SLOT_NOTE_TOKEN) && s->token)
+        ok = n->token == s->token;
+    else if (n->has & SLOT_NOTE_OBJECT)
+        ok = n->ident_hash == s->ident.hash && n->len == s->len;
+    if (!ok)
+        c->notes_stale++;
+    return ok;
+}
+
+const slot_t *slot_core_commit_note(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off,
+                                    const slot_note_t *note)
 {
     (void)now;
     slot_t *s = slot_at(c, seg_id, off);
-    if (s)
-        to_committed(c, s);
+    if (!s || !note_names(c, s, note))
+        return NULL;
+    to_committed(c, s);
     return s;
+}
+
+bool slot_core_release_note(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off,
+                            const slot_note_t *note)
+{
+    slot_t *s = slot_at(c, seg_id, off);
+    if (!s || !note_names(c, s, note))
+        return false;
+    to_reclaim(c, now, s);
+    return true;
+}
+
+const slot_t *slot_core_commit(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off)
+{
+    return slot_core_commit_note(c, now, seg_id, off, NULL);
 }
 
 void slot_core_release(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off)
 {
-    slot_t *s = slot_at(c, seg_id, off);
-    if (s)
-        to_reclaim(c, now, s);
+    (void)slot_core_release_note(c, now, seg_id, off, NULL);
 }
 
 void slot_core_hit(slot_core_t *c, uint64_t seg_id, uint64_t off)
@@ -941,6 +975,7 @@ void slot_core_stats(const slot_core_t *c, slot_core_stats_t *st)
     st->reserve_waits = c->reserve_waits;
     st->reservations_held = c->reservations_held;
     st->evict_conflicts = c->evict_conflicts;
+    st->notes_stale = c->notes_stale;
     st->n_committed = c->n_clock;
     st->n_waiters = c->n_waiters;
     st->evict_inflight = c->evict_inflight;

@@ -85,7 +85,9 @@ typedef struct slot {
         };
     };
     kvm_ident_t ident; /* enc points at ident_enc below */
-    uint64_t token;    /* write grant while RESERVED / HELD */
+    /* the write grant the reservation answered; live while RESERVED / HELD, kept afterwards as
+     * the slot's identity (slot_note_t); 0: adopted. Its own word: never shared */
+    uint64_t token;
     union {
         uint64_t deadline_ns; /* RESERVED: TTL end; HELD: next lookup; RECLAIM: grace end */
         uint64_t seq;         /* COMMITTED: commit order (drain cursor) */
@@ -191,10 +193,32 @@ int slot_core_seg_remove(slot_core_t *c, uint32_t segi, uint64_t *n_slots);
  * waits (FIFO, at most wait_max) for eviction and is answered by a later tick. */
 void slot_core_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *ident, uint64_t len,
                        uint32_t ttl_ms, slot_reserve_cb cb, void *arg);
+/* Which slot a COMMIT or RELEASE means besides (segment, offset), which a later slot reusing
+ * the same bytes shares (docs/store.md "Slot identity in COMMIT and RELEASE"):
+ *   - SLOT_NOTE_TOKEN: the write-grant token the reservation answered (its writer's own
+ *     reservation): the note applies only to the slot holding that token;
+ *   - SLOT_NOTE_OBJECT only (a replica known from a route: no token): the object's identity hash
+ *     (kvm_ident_t.hash) and length must match the slot's (a later slot of the same object and
+ *     length at the same bytes is not told apart);
+ *   - nothing (has = 0: an older peer's message): (segment, offset) alone, as before.
+ * A note that does not match is ignored and counted (slot_core_stats_t.notes_stale). */
+enum slot_note_has { SLOT_NOTE_TOKEN = 1u << 0, SLOT_NOTE_OBJECT = 1u << 1 };
+typedef struct slot_note {
+    unsigned has; /* SLOT_NOTE_* bits */
+    uint64_t token;
+    uint64_t ident_hash, len;
+} slot_note_t;
+
 /* The writer's route was published: RESERVED / HELD -> COMMITTED. Returns the slot (any state)
- * or NULL when no slot starts there. */
+ * or NULL when no slot starts there or the note does not name it. note NULL: no identity. */
+const slot_t *slot_core_commit_note(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off,
+                                    const slot_note_t *note);
+/* The writer gave the slot up or its route replaced it: -> RECLAIM. Returns whether the note
+ * applied (false: no slot there, or the note does not name it). */
+bool slot_core_release_note(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off,
+                            const slot_note_t *note);
+/* The same without an identity (note NULL). */
 const slot_t *slot_core_commit(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off);
-/* The writer gave the slot up or its route replaced it: -> RECLAIM. */
 void slot_core_release(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off);
 /* A reader used a committed slot (CLOCK reference bit). */
 void slot_core_hit(slot_core_t *c, uint64_t seg_id, uint64_t off);
@@ -266,6 +290,7 @@ typedef struct slot_core_stats {
     uint64_t capacity, used, reclaim_bytes;
     uint64_t reclaimed, reservations_expired, reserve_waits, reservations_held;
     uint64_t evict_conflicts;
+    uint64_t notes_stale; /* COMMIT / RELEASE notes ignored: they named another slot */
     uint64_t n_reserved, n_committed, n_reclaim, n_waiters, evict_inflight;
     double fragmentation;
 } slot_core_stats_t;
@@ -282,6 +307,8 @@ enum slot_bug {
     SLOT_BUG_EVICT_NO_CAS = 1u << 2,     /* an eviction frees a referenced slot without the CAS */
     SLOT_BUG_REMOVE_UNDRAINED = 1u << 3, /* a retiring segment's reserved and reclaim slots are
                                             dropped at its removal */
+    SLOT_BUG_NO_TOKEN = 1u << 4,         /* COMMIT / RELEASE ignore the note's identity: (segment,
+                                            offset) alone names the slot */
 };
 void slot_core_test_set_bugs(slot_core_t *c, unsigned bugs);
 

@@ -266,6 +266,7 @@ struct kvm_rt_stats {
     /* reservations past their TTL held until an exact route lookup settles them (a gauge);
      * reservations_expired: those the lookup proved unreferenced and released */
     uint64_t reservations_held;
+    uint64_t notes_stale; /* COMMIT / RELEASE ignored: they named a slot no longer there */
     uint64_t route_meta_calls, meta_calls;
     uint64_t route_entries, route_tombs, tombs_purged; /* route_table_counts (EmbeddedWrh) */
     uint64_t generation;
@@ -581,6 +582,11 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
                        kvm_reserve_cb cb, void *arg);
 void kvm_owner_commit(kvm_rt_t *rt, uint64_t seg, uint64_t off);
 void kvm_owner_release(kvm_rt_t *rt, uint64_t seg, uint64_t off);
+/* The same with the slot's identity (slot_core.h slot_note_t; NULL: none): a note naming
+ * another slot is ignored and counted. */
+struct slot_note;
+void kvm_owner_commit_note(kvm_rt_t *rt, uint64_t seg, uint64_t off, const struct slot_note *n);
+void kvm_owner_release_note(kvm_rt_t *rt, uint64_t seg, uint64_t off, const struct slot_note *n);
 void kvm_owner_hit(kvm_rt_t *rt, uint64_t seg, uint64_t off);
 /* Drain: committed local replicas from cursor (slot order), at most cap. */
 size_t kvm_owner_list(kvm_rt_t *rt, uint64_t seg_filter, uint64_t *cursor, kvm_hot_replica_t *out,

@@ -14,9 +14,13 @@
  *     the reserved bytes through the write grant (refused once revoked or past its TTL), sends
  *     its route CAS (applied only if it arrives before the writer's deadline, half the TTL —
  *     the fenced primary's bound — and the version did not move), then commits the new slots and
- *     releases the replaced ones. Writers crash before the CAS, CAS answers and commits come
- *     late (ST_NOTE_MAX_MS each: a commit may arrive after the TTL) and commits get lost: held
- *     reservations are settled by the owner's exact lookup;
+ *     releases the replaced ones. Writers crash before the CAS, CAS answers come late
+ *     (ST_ROUTE_NOTE_MAX_MS), commits come late (ST_LATE_MAX_MS: after the TTL and past the
+ *     reclaim grace), commits and the releases of a writer's own reservations are delivered
+ *     twice (the copy up to ST_LATE_MAX_MS later, when the bytes may hold a later slot) and
+ *     commits get lost: held reservations are settled by the owner's exact lookup. A note
+ *     names its slot as the store's does (slot_note_t): a writer's own reservation by its
+ *     write-grant token, a replica known from a route by its object (key and length);
  *   - a reader: looks the route up, picks a live replica and reads it for up to READ_MAX
  *     (< the reclaim grace): every byte must still carry the route's content op;
  *   - eviction: the owner's lookup and route CAS removing its replica (the route disappears with
@@ -31,8 +35,8 @@
  * referenced by a route (no leak) and every live replica of a route is a COMMITTED slot of that
  * key; a drained segment was removed.
  *
- * Broken variants (--variant): no_grace, free_held, evict_no_cas, remove_undrained (enum
- * slot_bug).
+ * Broken variants (--variant): no_grace, free_held, evict_no_cas, remove_undrained, no_token
+ * (enum slot_bug).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -59,10 +63,15 @@
 #define ST_TTL_MS     300           /* reservation TTL: twice the deadline (store.h) */
 #define ST_READ_MAX   (60 * ST_MS)  /* a read ends this long after its lookup at most */
 #define ST_END        (60ull * SIM_SEC_NS)
-/* A late CAS answer and a late commit take at most this long each: commit and release name a
- * slot by (segment, offset) only, so the protocol needs them delivered within the reclaim
- * grace of the slot they meant (a later one could reach a reuse of the same bytes). */
-#define ST_NOTE_MAX_MS 80
+/* A note that names its slot by the write-grant token may arrive any time later: a late commit
+ * and a late copy of a commit or of a writer's own release take up to ST_LATE_MAX_MS, beyond
+ * the TTL and the reclaim grace. A late CAS answer (which carries the releases of the replaced
+ * replicas, known from the route and named by their object only) takes at most
+ * ST_ROUTE_NOTE_MAX_MS: a route-only release delayed past the grace could still reach a later
+ * committed slot of the same key and length at the same bytes (docs/store.md "Slot identity in
+ * COMMIT and RELEASE"). */
+#define ST_ROUTE_NOTE_MAX_MS 80
+#define ST_LATE_MAX_MS       (4 * ST_GRACE / ST_MS)
 
 enum st_mode { M_EXPIRY, M_OVERWRITE, M_EVICT, M_DEATH, M_DRAIN };
 
@@ -106,6 +115,7 @@ typedef struct smsg {
     srep_t rep;
     srep_t old[ST_MAX_REP]; /* a CAS answer: the replaced replicas */
     uint32_t n_old;
+    slot_note_t note; /* a commit or release: the slot's identity */
     uint64_t version, token;
     int rc;
     enum slot_answer ans;
@@ -145,7 +155,7 @@ struct st {
     unsigned bugs;
     uint32_t n_owners, n_keys, n_segs;
     uint64_t seg_size;
-    double p_wcrash, p_slow_cas, p_slow_answer, p_commit_lost, p_slow_commit, p_unknown;
+    double p_wcrash, p_slow_cas, p_slow_answer, p_commit_lost, p_slow_commit, p_unknown, p_dup;
     double evict_high, evict_low;
     sroute_t routes[ST_MAX_KEYS];
     uint64_t next_version, next_op;
@@ -475,15 +485,18 @@ static void owner_note(void *arg)
         sim_log(m->t->sim, "n%u/e%u %s seg %" PRIu64 " off %" PRIu64, m->node, m->epoch,
                 m->rc == 0 ? "commit" : "release", m->rep.seg, m->rep.off);
     if (m->rc == 0)
-        (void)slot_core_commit(o->core, now, m->rep.seg, m->rep.off);
+        (void)slot_core_commit_note(o->core, now, m->rep.seg, m->rep.off, &m->note);
     else if (m->rc == 1)
-        slot_core_release(o->core, now, m->rep.seg, m->rep.off);
+        (void)slot_core_release_note(o->core, now, m->rep.seg, m->rep.off, &m->note);
     else
         slot_core_hit(o->core, m->rep.seg, m->rep.off);
 }
 
-/* kind: 0 commit, 1 release, 2 hit; only to the replica's owner in the replica's epoch */
-static void note_send(st_t *t, const srep_t *rep, int kind, uint64_t d)
+/* kind: 0 commit, 1 release, 2 hit; only to the replica's owner in the replica's epoch. token:
+ * the write grant of the sender's own reservation (0: a replica known from a route, named by its
+ * object). A note with a token is sometimes delivered twice, the copy much later. */
+static void note_send(st_t *t, const srep_t *rep, int kind, uint64_t d, uint32_t key,
+                      uint64_t token)
 {
     if (!owner_at(t, rep->owner, rep->epoch))
         return; /* a dead epoch: its slots died with it */
@@ -492,6 +505,34 @@ static void note_send(st_t *t, const srep_t *rep, int kind, uint64_t d)
     m->epoch = rep->epoch;
     m->rep = *rep;
     m->rc = kind;
+    kvm_ident_t id;
+    ident_of(key, &id);
+    m->note = (slot_note_t){SLOT_NOTE_OBJECT, 0, id.hash, rep->len};
+    kvm_ident_free(&id);
+    if (token) {
+        m->note.has |= SLOT_NOTE_TOKEN;
+        m->note.token = token;
+    }
+    sim_schedule_on(t->sim, rep->owner, d, owner_note, m);
+    if (kind != 2 && token && sim_chance(t->sim, t->p_dup)) {
+        smsg_t *c = msg_new(t);
+        smsg_t *keep = c->all;
+        *c = *m;
+        c->all = keep;
+        sim_schedule_on(t->sim, rep->owner, d + sim_rand_range(t->sim, 20, ST_LATE_MAX_MS) * ST_MS,
+                        owner_note, c);
+    }
+}
+
+static void hit_send(st_t *t, const srep_t *rep, uint64_t d)
+{
+    if (!owner_at(t, rep->owner, rep->epoch))
+        return;
+    smsg_t *m = msg_new(t);
+    m->node = rep->owner;
+    m->epoch = rep->epoch;
+    m->rep = *rep;
+    m->rc = 2;
     sim_schedule_on(t->sim, rep->owner, d, owner_note, m);
 }
 
@@ -503,7 +544,7 @@ static void writer_end(st_t *t, swriter_t *w, bool release)
 {
     for (uint32_t i = 0; release && i < w->want; i++)
         if (w->res[i].len)
-            note_send(t, &w->res[i], 1, delay(t));
+            note_send(t, &w->res[i], 1, delay(t), w->key, w->token[i]);
     w->phase = W_IDLE;
     w->attempt++;
     writer_next(t, w);
@@ -633,7 +674,7 @@ static void cas_arrive(void *arg)
         memcpy(r->r, w->res, sizeof(r->r));
     }
     uint64_t d = sim_chance(t->sim, t->p_slow_answer)
-                     ? sim_rand_range(t->sim, 20, ST_NOTE_MAX_MS) * ST_MS
+                     ? sim_rand_range(t->sim, 20, ST_ROUTE_NOTE_MAX_MS) * ST_MS
                      : delay(t);
     sim_schedule(t->sim, d, cas_answer, m);
 }
@@ -651,12 +692,12 @@ static void cas_answer(void *arg)
         if (sim_chance(t->sim, t->p_commit_lost))
             continue; /* the held reservation's lookup commits it */
         uint64_t d = sim_chance(t->sim, t->p_slow_commit)
-                         ? sim_rand_range(t->sim, 20, ST_NOTE_MAX_MS) * ST_MS
+                         ? sim_rand_range(t->sim, 20, ST_LATE_MAX_MS) * ST_MS
                          : delay(t);
-        note_send(t, &w->res[i], 0, d);
+        note_send(t, &w->res[i], 0, d, w->key, w->token[i]);
     }
-    for (uint32_t i = 0; i < m->n_old; i++)
-        note_send(t, &m->old[i], 1, delay(t)); /* the replaced replicas: reclaim */
+    for (uint32_t i = 0; i < m->n_old; i++) /* the replaced replicas (from the route): reclaim */
+        note_send(t, &m->old[i], 1, delay(t), w->key, 0);
     w->phase = W_IDLE;
     w->attempt++;
     writer_next(t, w);
@@ -769,7 +810,7 @@ static void reader_start(void *arg)
     rd->active = true;
     rd->rep = r->r[live[sim_rand_range(t->sim, 0, n - 1)]];
     rd->content = r->content;
-    note_send(t, &rd->rep, 2, delay(t));
+    hit_send(t, &rd->rep, delay(t));
     smsg_t *m = msg_new(t);
     m->idx = i;
     sim_schedule(t->sim, sim_rand_range(t->sim, ST_MS, ST_READ_MAX), read_end, m);
@@ -797,10 +838,10 @@ static void drain_cas_answer(void *arg)
     st_t *t = m->t;
     sdrain_t *dr = &t->drain;
     if (m->rc == 0) {
-        note_send(t, &dr->to, 0, delay(t));
-        note_send(t, &dr->from, 1, delay(t));
+        note_send(t, &dr->to, 0, delay(t), dr->key, dr->token);
+        note_send(t, &dr->from, 1, delay(t), dr->key, 0);
     } else {
-        note_send(t, &dr->to, 1, delay(t));
+        note_send(t, &dr->to, 1, delay(t), dr->key, dr->token);
     }
     dr->moving = false;
     drain_again(t, delay(t));
@@ -830,6 +871,7 @@ static void drain_reserved(void *arg, int rc, const char *err, uint64_t seg, uin
     sdrain_t *dr = &t->drain;
     dr->to.seg = seg;
     dr->to.off = off;
+    dr->token = token;
     sowner_t *src = owner_at(t, dr->from.owner, dr->from.epoch);
     int segi = src ? segi_of(src, dr->from.seg) : -1;
     /* copy: the source must still hold the content (it is readable until its grace ends) */
@@ -841,7 +883,7 @@ static void drain_reserved(void *arg, int rc, const char *err, uint64_t seg, uin
         return;
     }
     if (rc == 0)
-        note_send(t, &dr->to, 1, delay(t));
+        note_send(t, &dr->to, 1, delay(t), dr->key, token);
     dr->moving = false;
     drain_again(t, 10 * ST_MS);
 }
@@ -1044,6 +1086,7 @@ static void profile(st_t *t, enum st_mode mode)
     t->p_commit_lost = p;
     t->p_slow_commit = p;
     t->p_unknown = p;
+    t->p_dup = p;
 }
 
 static int parse_variant(const char *v, unsigned *bugs, sim_result_t *res)
@@ -1059,12 +1102,14 @@ static int parse_variant(const char *v, unsigned *bugs, sim_result_t *res)
         *bugs = SLOT_BUG_EVICT_NO_CAS;
     else if (strcmp(v, "remove_undrained") == 0)
         *bugs = SLOT_BUG_REMOVE_UNDRAINED;
+    else if (strcmp(v, "no_token") == 0)
+        *bugs = SLOT_BUG_NO_TOKEN;
     else {
         memset(res, 0, sizeof(*res));
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
                  "unknown variant '%s' (store scenarios know no_grace, free_held, evict_no_cas, "
-                 "remove_undrained)",
+                 "remove_undrained, no_token)",
                  v);
         return 1;
     }
@@ -1110,7 +1155,7 @@ static int st_run(const sim_run_opts_t *ro, sim_result_t *res, enum st_mode mode
     sim_schedule(sim, 0, kick, t);
     /* settled twice: the second time after every notification still in flight arrived */
     sim_stop_t stop = sim_run_while_not(sim, settled, t, ST_END);
-    if (stop == SIM_REACHED && sim_run_for(sim, 5 * ST_NOTE_MAX_MS * ST_MS) != SIM_FAILED)
+    if (stop == SIM_REACHED && sim_run_for(sim, 2 * ST_LATE_MAX_MS * ST_MS) != SIM_FAILED)
         stop = sim_run_while_not(sim, settled, t, ST_END);
     if (stop != SIM_REACHED && !sim_failed(sim))
         sim_fail(sim,

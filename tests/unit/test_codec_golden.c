@@ -330,6 +330,13 @@ static const char *const store_reserve_req_hex =
 static const char *const store_reserve_resp_hex =
     "01000000000000000010000000000000fecaefbeadde0000";
 static const char *const store_slot_hex = "01020000000000000003000000000000000400000000000000";
+/* COMMIT / RELEASE version 2: the slot's identity (token and object; object only) */
+static const char *const store_slot_v2_hex =
+    "0202000000000000000300000000000000040000000000000003fecaefbeadde0000887766554433"
+    "22110000010000000000";
+static const char *const store_slot_v2_obj_hex =
+    "02020000000000000003000000000000000400000000000000020000000000000000887766554433"
+    "22110000010000000000";
 static const char *const store_hit_hex =
     "01030001000000000000000001000000000000020000000000000000020000000000000300000000"
     "0000000003000000000000";
@@ -362,8 +369,34 @@ static void test_store_proto(void **state)
     assert_int_equal(store_slot_msg_encode(&sl, b, sizeof(b), &n), 0);
     check_hex("store slot", b, n, store_slot_hex);
     assert_int_equal(store_slot_msg_decode(b, n, &sld), 0);
+    assert_int_equal(sld.has, 0); /* version 1, an older peer's: no identity */
     assert_int_equal(store_slot_msg_encode(&sld, again, sizeof(again), &n2), 0);
     assert_memory_equal(b, again, n);
+    sl = (store_slot_msg_t){.target_epoch = 2,
+                            .seg = 3,
+                            .offset = 4,
+                            .has = STORE_SLOT_HAS_TOKEN | STORE_SLOT_HAS_OBJECT,
+                            .token = 0xDEADBEEFCAFEull,
+                            .ident_hash = 0x1122334455667788ull,
+                            .len = 0x10000};
+    assert_int_equal(store_slot_msg_encode(&sl, b, sizeof(b), &n), 0);
+    assert_int_equal(n, STORE_SLOT_MSG_MAX);
+    check_hex("store slot v2", b, n, store_slot_v2_hex);
+    assert_int_equal(store_slot_msg_decode(b, n, &sld), 0);
+    assert_true(sld.has == sl.has && sld.token == sl.token && sld.ident_hash == sl.ident_hash &&
+                sld.len == sl.len && sld.seg == 3 && sld.offset == 4);
+    assert_int_equal(store_slot_msg_encode(&sld, again, sizeof(again), &n2), 0);
+    assert_memory_equal(b, again, n);
+    sl.has = STORE_SLOT_HAS_OBJECT;
+    sl.token = 0;
+    assert_int_equal(store_slot_msg_encode(&sl, b, sizeof(b), &n), 0);
+    check_hex("store slot v2 object", b, n, store_slot_v2_obj_hex);
+    b[25] = 0; /* version 2 without identity bits, and a short one: refused */
+    assert_int_equal(store_slot_msg_decode(b, n, &sld), KVMESH_EPROTO);
+    b[25] = STORE_SLOT_HAS_OBJECT;
+    assert_int_equal(store_slot_msg_decode(b, n - 1, &sld), KVMESH_EPROTO);
+    b[0] = 3;
+    assert_int_equal(store_slot_msg_decode(b, n, &sld), KVMESH_EPROTO);
 
     static store_hit_msg_t h, hd;
     h.n = 3;

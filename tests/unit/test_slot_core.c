@@ -2,7 +2,8 @@
 /*
  * test_slot_core.c — the owner's slot core (src/store/slot_core.h) driven by hand: effects are
  * recorded, time is a number. Reclaim grace, held reservations and their settle decision (with
- * and without the further check), eviction with a busy slot, waiters for space, accounting.
+ * and without the further check), eviction with a busy slot, waiters for space, accounting,
+ * COMMIT / RELEASE notes that name an earlier slot at the same bytes (ignored, counted).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,7 +28,7 @@ struct fx_log {
     int n_freed, n_revoked;
     uint64_t next_token;
     int rc, answers;
-    uint64_t seg, off;
+    uint64_t seg, off, token;
 };
 
 static int fx_grant(void *ctx, uint32_t segi, uint64_t off, uint64_t len, uint32_t ttl_ms,
@@ -69,9 +70,10 @@ static void fx_freed(void *ctx, const slot_t *s)
 
 static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off, uint64_t token)
 {
-    (void)err, (void)token;
+    (void)err;
     struct fx_log *l = arg;
     l->rc = rc;
+    l->token = token;
     l->seg = seg;
     l->off = off;
     l->answers++;
@@ -303,12 +305,89 @@ static void test_settle_decide(void **state)
     }
 }
 
+static uint64_t notes_stale(const slot_core_t *c)
+{
+    slot_core_stats_t st;
+    slot_core_stats(c, &st);
+    return st.notes_stale;
+}
+
+/* A COMMIT or RELEASE delayed past the reclaim grace reaches a later slot at the same bytes: it
+ * names the earlier slot (its write-grant token, or its object) and is ignored and counted. */
+static void test_stale_note(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, false, 4096); /* room for one 3000-byte slot: the same bytes */
+    kvm_ident_t k, other;
+    assert_int_equal(kvm_ident_init(&k, "t", NULL, "k", 1), 0);
+    assert_int_equal(kvm_ident_init(&other, "t", NULL, "other", 5), 0);
+    reserve(c, &l, 0, 3000);
+    uint64_t off = l.off, t1 = l.token;
+    slot_note_t n1 = {SLOT_NOTE_TOKEN | SLOT_NOTE_OBJECT, t1, k.hash, 3000};
+    assert_non_null(slot_core_commit_note(c, 1 * MS, 7, off, &n1));
+    assert_true(slot_core_release_note(c, 2 * MS, 7, off, &n1)); /* the token outlives the grant */
+    slot_core_tick(c, 102 * MS);
+    assert_int_equal(l.n_freed, 1);
+
+    /* the same bytes reserved again (the same object and length: only the token tells) */
+    reserve(c, &l, 110 * MS, 3000);
+    assert_int_equal(l.off, off);
+    uint64_t t2 = l.token;
+    assert_true(t2 != t1);
+    assert_null(slot_core_commit_note(c, 111 * MS, 7, off, &n1)); /* the earlier slot's commit */
+    assert_false(slot_core_release_note(c, 112 * MS, 7, off, &n1));
+    assert_int_equal(state_at(c, off), SLOT_RESERVED);
+    assert_int_equal(notes_stale(c), 2);
+    /* a release known from a route only (no token) names the object: another one's is stale */
+    slot_note_t wrong_obj = {SLOT_NOTE_OBJECT, 0, other.hash, 3000};
+    assert_false(slot_core_release_note(c, 113 * MS, 7, off, &wrong_obj));
+    assert_int_equal(state_at(c, off), SLOT_RESERVED);
+    assert_int_equal(notes_stale(c), 3);
+
+    slot_note_t n2 = {SLOT_NOTE_TOKEN | SLOT_NOTE_OBJECT, t2, k.hash, 3000};
+    assert_non_null(slot_core_commit_note(c, 114 * MS, 7, off, &n2));
+    assert_false(slot_core_release_note(c, 115 * MS, 7, off, &n1)); /* stale: still committed */
+    assert_false(slot_core_release_note(c, 116 * MS, 7, off, &wrong_obj));
+    slot_note_t wrong_len = {SLOT_NOTE_OBJECT, 0, k.hash, 2999};
+    assert_false(slot_core_release_note(c, 117 * MS, 7, off, &wrong_len));
+    assert_int_equal(state_at(c, off), SLOT_COMMITTED);
+    assert_int_equal(notes_stale(c), 6);
+    assert_int_equal(slot_core_check(c), 0);
+    /* the route's replaced replica, named by its object, is released */
+    slot_note_t obj = {SLOT_NOTE_OBJECT, 0, k.hash, 3000};
+    assert_true(slot_core_release_note(c, 118 * MS, 7, off, &obj));
+    assert_int_equal(state_at(c, off), SLOT_RECLAIM);
+    slot_core_tick(c, 218 * MS);
+    assert_int_equal(l.n_freed, 2);
+
+    /* an adopted slot has no token: a note's object decides; an older peer's note (NULL) and
+     * the broken variant name the slot by (segment, offset) alone */
+    assert_int_equal(slot_core_adopt(c, 0, 3072, 500, SLOT_COMMITTED, 9, &k), 0);
+    assert_false(slot_core_release_note(c, 220 * MS, 7, 3072, &n2));
+    slot_note_t n3 = {SLOT_NOTE_TOKEN | SLOT_NOTE_OBJECT, t2, k.hash, 500};
+    assert_true(slot_core_release_note(c, 221 * MS, 7, 3072, &n3));
+    reserve(c, &l, 230 * MS, 3000);
+    assert_int_equal(l.off, off);
+    assert_non_null(slot_core_commit_note(c, 230 * MS, 7, off, NULL)); /* as before the fix */
+    assert_int_equal(state_at(c, off), SLOT_COMMITTED);
+    slot_core_test_set_bugs(c, SLOT_BUG_NO_TOKEN);
+    assert_true(slot_core_release_note(c, 231 * MS, 7, off, &n1));
+    assert_int_equal(state_at(c, off), SLOT_RECLAIM);
+    assert_int_equal(notes_stale(c), 7);
+    assert_int_equal(slot_core_check(c), 0);
+    kvm_ident_free(&k);
+    kvm_ident_free(&other);
+    slot_core_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grace),      cmocka_unit_test(test_held),
         cmocka_unit_test(test_held_check), cmocka_unit_test(test_evict_busy),
         cmocka_unit_test(test_waiter),     cmocka_unit_test(test_settle_decide),
+        cmocka_unit_test(test_stale_note),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
