@@ -154,8 +154,10 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "re-replication off (objects stay under-replicated until rewritten)."),
     F_UINT(tombstone_retention_ms, "60000", 1000, KVM_CFG_DRAIN_MAX_MS,
            "Milliseconds a removed or evicted object's tombstone is kept after it is published "
-           "(pending; not under a tenant quota) or finalized (it reads as absent after that), "
-           "then purged from the route authorities (MetadataOnly: from metadata)."),
+           "(pending) or finalized (it reads as absent after that), then purged from the route "
+           "authorities (MetadataOnly: from metadata). A tenant with a quota policy keeps its "
+           "terminal accounting history (operation records, deleted object rows) as long "
+           "(docs/tenancy.md \"Purging a quota tenant's tombstones\")."),
     F_DBL(evict_high_watermark, "0.90", 0.01, 1.0,
           "Fraction of memory_size in use at which eviction starts."),
     F_DBL(evict_low_watermark, "0.80", 0.0, 0.99,

@@ -129,17 +129,21 @@ static void notify_slot_traced(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id
     kvm_span_finish(s, rpc_notify(p, &msg, NULL, NULL));
 }
 
-/* The quota hooks' release_replica / commit_replica: a replica known from a route only, without
- * its object at hand, so the notification names (segment, offset) alone (docs/store.md "Slot
- * identity in COMMIT and RELEASE": what stays unguarded). */
-void kvm_ops_release_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
+/* The quota hooks' release_replica / commit_replica: a replica known from a route, named by its
+ * object (key hash and length) when the route's identity is at hand, else by (segment, offset)
+ * alone (docs/store.md "Slot identity in COMMIT and RELEASE"). */
+void kvm_ops_release_replica(kvm_rt_t *rt, const kvm_ident_t *id, const kvm_hot_replica_t *rep)
 {
-    notify_slot(rt, STORE_RPC_RELEASE, &rep->owner, rep->segment, rep->offset, NULL);
+    slot_note_t n = id && id->enc ? object_note(id, rep) : (slot_note_t){0};
+    notify_slot(rt, STORE_RPC_RELEASE, &rep->owner, rep->segment, rep->offset,
+                id && id->enc ? &n : NULL);
 }
 
-void kvm_ops_commit_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep)
+void kvm_ops_commit_replica(kvm_rt_t *rt, const kvm_ident_t *id, const kvm_hot_replica_t *rep)
 {
-    notify_slot(rt, STORE_RPC_COMMIT, &rep->owner, rep->segment, rep->offset, NULL);
+    slot_note_t n = id && id->enc ? object_note(id, rep) : (slot_note_t){0};
+    notify_slot(rt, STORE_RPC_COMMIT, &rep->owner, rep->segment, rep->offset,
+                id && id->enc ? &n : NULL);
 }
 
 /* A replica of object id known from a route: named by the object. */

@@ -545,7 +545,7 @@ static void rec_cased(void *arg, int rc, const kvm_route_t *route)
         return;
     }
     for (uint32_t i = 0; i < r->cur.n_replicas; i++)
-        q->hooks.release_replica(rt, &r->cur.replicas[i]);
+        q->hooks.release_replica(rt, &r->cur.ident, &r->cur.replicas[i]);
     r->need_b -= (int64_t)r->cur.length;
     r->need_o -= 1;
     r->evicted++;

@@ -48,7 +48,10 @@ struct kvm_qitem {
 /* What quota.c calls in the store files that call it, given at open by runtime.c, so that
  * quota.c never calls ops.c or quota_tomb.c back (docs/architecture.md "Store layering").
  * Called only while the quota state is open (release_replica, replay) or at its close. */
-typedef void (*kvm_q_release_fn)(struct kvm_rt *rt, const kvm_hot_replica_t *rep);
+/* id: the object the replica belongs to (names the slot: docs/store.md "Slot identity in COMMIT
+ * and RELEASE"); NULL or empty: (segment, offset) alone. */
+typedef void (*kvm_q_release_fn)(struct kvm_rt *rt, const kvm_ident_t *id,
+                                 const kvm_hot_replica_t *rep);
 typedef struct kvm_quota_hooks {
     /* frees a replaced or evicted replica's slot on its owner: ops.c's kvm_ops_release_replica */
     kvm_q_release_fn release_replica;

@@ -149,11 +149,11 @@ static void qt_recorded(struct qt *t)
     /* A replay releases the replaced value's replicas, as a remove does; an eviction's own slot
      * is the owner's (reclaimed there), and its other replicas were not readable. */
     for (uint32_t i = 0; t->replay && i < t->cur.n_replicas; i++)
-        t->release(t->rt, &t->cur.replicas[i]);
+        t->release(t->rt, &t->cur.ident, &t->cur.replicas[i]);
     /* A put's replay: its owners held the slots (held_op.h); tell them the route has them (a
      * lost notice is settled by their next expiry lookup, which now finds the slot). */
     for (uint32_t i = 0; t->put && i < t->next.n_replicas; i++)
-        t->commit(t->rt, &t->next.replicas[i]);
+        t->commit(t->rt, &t->next.ident, &t->next.replicas[i]);
     if (t->replay || !qt_tn(t)) { /* the reconciler finalizes what it asked to replay */
         qt_end(t, 0);
         return;

@@ -612,9 +612,9 @@ void kvm_hint_fini(kvm_rt_t *rt); /* after the loop stopped */
 
 /* ---- ops.c [loop] ------------------------------------------------------------------------- */
 void kvm_ops_run(kvm_op_t *op);
-void kvm_ops_release_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep);
+void kvm_ops_release_replica(kvm_rt_t *rt, const kvm_ident_t *id, const kvm_hot_replica_t *rep);
 /* [loop] best-effort commit notice for a replica a route now references (a put's replay). */
-void kvm_ops_commit_replica(kvm_rt_t *rt, const kvm_hot_replica_t *rep);
+void kvm_ops_commit_replica(kvm_rt_t *rt, const kvm_ident_t *id, const kvm_hot_replica_t *rep);
 void kvm_ops_fill_access(kvm_rt_t *rt, struct kvm_item *it);
 
 #endif
