@@ -873,7 +873,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
              round++)
             get_round(rt, look, outs, n, round, &bad_sum, deadline, &late);
         /* Cold tier: an object with no readable hot replica and a materialized cold copy is
-         * restored from the device (verified against the route; cold_glue.c): alone through
+         * restored from the device (verified against the route; cold_read.c): alone through
          * the single-object path, several as one batch restore grouped by owner and device
          * (cold_rbatch.c). */
         get_cold(rt, look, outs, n, attempt, deadline, &bad_sum, &refresh);

@@ -23,7 +23,7 @@
  *                      length u64 | checksum u64 | namespace hash u64 | cold owner (16) | ident;
  *                      reply body: ver | seg u64 | offset u64 | length u64 | read grant u64 |
  *                      transfer token u64 (the verified bytes staged in the owner's staging
- *                      pool; the reader reads them through the transport; cold_glue.c)
+ *                      pool; the reader reads them through the transport; cold_read.c)
  *   STORE_RPC_COLD_ACK notify    ver | transfer token u64 (the reader is done with the slot)
  *   STORE_RPC_COLD_READ_BATCH (batch restore, one per owner and device group; its own version
  *                      byte STORE_COLD_BATCH_VERSION)
@@ -58,10 +58,10 @@
 #define STORE_RPC_RELEASE         0x203
 #define STORE_RPC_HIT             0x204
 #define STORE_RPC_RESERVE_BATCH   0x205
-#define STORE_RPC_COLD_READ       0x206 /* request: see cold_glue.c; reply: the staged slot */
+#define STORE_RPC_COLD_READ       0x206 /* request: see cold_serve.c; reply: the staged slot */
 #define STORE_RPC_COLD_ACK        0x207 /* notify: ver | transfer token u64 */
 #define STORE_COLD_READ_VERSION   2     /* body version of COLD_READ / COLD_ACK */
-#define STORE_RPC_COLD_READ_BATCH 0x208 /* request/response: see above (cold_glue.c) */
+#define STORE_RPC_COLD_READ_BATCH 0x208 /* request/response: see above (cold_serve.c) */
 #define STORE_COLD_BATCH_VERSION  1     /* body version of COLD_READ_BATCH */
 #define STORE_COLD_BATCH_MAX      64    /* items per batched cold read (a sub-batch) */
 #define STORE_RESERVE_BATCH_MAX   128   /* items per batched reservation */

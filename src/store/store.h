@@ -171,7 +171,7 @@ struct kvm_item {
     bool superseded; /* handoff: rc 0 because the route no longer held `moving` (nothing CAS'ed) */
     /* tenant quota (quota.c): NULL unless the tenant has a policy; moves with the item */
     struct kvm_qitem *q;
-    /* cold tier (cold_glue.c): the reclaim planned before a CAS replacing cur's materialized
+    /* cold tier (cold_place.c): the reclaim planned before a CAS replacing cur's materialized
      * backing (cold_reclaim_of = the cold op it reclaims; nil = none planned) */
     kvm_op_id_t cold_reclaim_op, cold_reclaim_of;
 };
@@ -377,7 +377,8 @@ typedef struct kvm_rt {
     struct kvm_place *place;      /* [loop] tenant placement preferences (place.c); NULL = none */
     struct kvm_hints *hints;      /* [loop] route hints (route_hint.c); NULL until first use */
     struct kvm_repair *repair;    /* background re-replication (repair.c); NULL = none */
-    struct kvm_cold *cold;        /* [loop] cold tier wiring (cold_glue.c); NULL = off */
+    struct kvm_cold *cold;        /* [loop] cold tier wiring (cold_glue.c and the cold_*.c files,
+                                     cold_int.h); NULL = off */
     /* [any] the loop side of every op (ops.c's kvm_ops_run), set by kvm_rt_open before the loop
      * starts: rt_op.c's hand-off calls it without calling up into ops.c */
     void (*ops_run)(kvm_op_t *op);

@@ -10,7 +10,7 @@
  *     belongs to). A replica is {owner, segment = the owner's epoch, offset = slot}: a restarted
  *     owner has new segments, so its old replicas are dead, like the store's;
  *   - membership snapshots pushed by the world (lagged per node); each node keeps its view and,
- *     like kvm_repair_on_members, notes every owner that left or changed epoch;
+ *     like repair.c's hook rt->on_members, notes every owner that left or changed epoch;
  *   - writers (one operation per key at a time, from a random node): put = reserve 2 slots on
  *     distinct owners of the node's view, write, look up, CAS from the version read (a conflict
  *     looks up and retries, <= 8 times); on success the replaced route's replicas are released;
@@ -303,7 +303,7 @@ typedef struct rp_push {
     rp_view_t view;
 } rp_push_t;
 
-/* kvm_repair_on_members: note the owners that left or changed epoch. */
+/* repair.c's rt->on_members hook: note the owners that left or changed epoch. */
 static void view_install(rp_node_t *nd, const rp_view_t *v)
 {
     if (nd->have_view)
