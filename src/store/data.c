@@ -1156,11 +1156,7 @@ static int writers_period(kvm_rt_t *rt, uint64_t seg_filter, uint64_t deadline_m
 
 int kvm_store_wait_slots(kvm_rt_t *rt, uint64_t *gen, uint64_t deadline_ms)
 {
-    uint64_t tick = env_clock_mono_ms() + STORE_TICK_MS;
-    int rc = kvm_waitq_wait(&rt->wq_slots, gen, KVM_MIN(tick, deadline_ms));
-    if (rc == KVMESH_ETIMEDOUT && env_clock_mono_ms() < deadline_ms)
-        rc = 0; /* one housekeeping tick passed: check again */
-    return rc;
+    return kvm_waitq_wait(&rt->wq_slots, gen, deadline_ms);
 }
 
 static int move_all(kvm_rt_t *rt, uint64_t seg_filter, uint32_t timeout_ms, size_t *moved,

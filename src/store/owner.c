@@ -61,6 +61,10 @@ static void owner_sync(kvm_rt_t *rt)
 {
     rt->used = slot_core_used(rt->slots);
     rt->capacity = slot_core_capacity(rt->slots);
+    /* after every core step (commits, releases, evictions, and the housekeeping tick that
+     * settles expiries and reclaims): application threads waiting for the slots to settle check
+     * again (data.c kvm_store_wait_slots) */
+    kvm_waitq_signal(&rt->wq_slots);
 }
 
 /* ---- effects --------------------------------------------------------------------------------- */
