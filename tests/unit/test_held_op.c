@@ -44,7 +44,7 @@ static void test_payload_roundtrip(void **state)
     (void)state;
     for (uint32_t n = 1; n <= KVM_MAX_REPLICAS; n++) {
         kvm_put_payload_t p = sample(n), d;
-        uint8_t buf[KVM_PUT_PAYLOAD_MAX];
+        uint8_t buf[KVM_PUT_PAYLOAD_MAX + 1]; /* + 1: the extra byte below */
         size_t len = 0;
         assert_int_equal(kvm_put_payload_encode(&p, buf, sizeof(buf), &len), 0);
         assert_int_equal(len, 16 + 2 + 16 + 40 * n);
