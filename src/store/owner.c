@@ -61,6 +61,7 @@ static void owner_sync(kvm_rt_t *rt)
 {
     rt->used = slot_core_used(rt->slots);
     rt->capacity = slot_core_capacity(rt->slots);
+    atomic_store(&rt->a_capacity, rt->capacity); /* read by the admin thread (runtime.c) */
     /* after every core step (commits, releases, evictions, and the housekeeping tick that
      * settles expiries and reclaims): application threads waiting for the slots to settle check
      * again (data.c kvm_store_wait_slots) */

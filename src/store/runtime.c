@@ -590,7 +590,7 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
     snprintf(out->runtime_id, sizeof(out->runtime_id), "%s", rt->idhex);
     out->uptime_seconds = env_clock_since_ms(rt->start_ms) / 1000;
     out->live_members = (uint32_t)atomic_load(&rt->a_members);
-    out->dram_capacity_bytes = rt->capacity;
+    out->dram_capacity_bytes = atomic_load(&rt->a_capacity);
     out->dram_used_bytes = atomic_load(&rt->a_used);
     struct kvm_repair_stats rs;
     kvm_repair_stats(rt, &rs);

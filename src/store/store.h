@@ -363,6 +363,7 @@ typedef struct kvm_rt {
     struct kvm_rt_stats stats;
     /* [any] mirrors for the admin endpoints (written by the loop) */
     _Atomic uint64_t a_used, a_members;
+    _Atomic uint64_t a_capacity; /* rt->capacity for other threads (admin /stats), owner.c */
     atomic_int a_state;
     uint64_t start_ms;
     struct obs_http *admin;
