@@ -9,7 +9,8 @@
  *      LocalDir's used = its files x 32 KiB; used0 + used1 = every object;
  *      kvmesh_cold_dev_offloads_total{device="i",result="ok"} = device i's objects and
  *      kvmesh_cold_dev_{used,capacity}_bytes{device="i"} = its record;
- *   2. last-hot eviction and restore: every object reads back byte-exact; both devices served
+ *   2. last-hot eviction and restore: 96 more objects (more than the DRAM holds) make the first
+ *      192 cold-only; every one of them reads back byte-exact; both devices served
  *      restores of cold-only objects (kvmesh_cold_dev_restores_total{device="i",result="ok"} > 0
  *      for each: their last hot replicas were evicted), kvmesh_cold_evictions_total > 0;
  *   3. the series move with their device: after device 0 is drained, 16 more puts raise
@@ -43,9 +44,11 @@ struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
 uint16_t kvm_rt_admin_port(struct kvm_rt *rt);
 
 #define OBJ_LEN   (32u << 10)
-#define N_OBJ     192u /* 6 MiB: 3x the 2 MiB of DRAM */
-#define N_DRAINED 16u  /* puts after the drain */
-#define TRIES_MAX 200u /* bounded: puts tried after the drain */
+#define N_OBJ     192u   /* 6 MiB: 3x the 2 MiB of DRAM */
+#define N_DRAINED 16u    /* puts after the drain */
+#define TRIES_MAX 200u   /* bounded: puts tried after the drain */
+#define N_FILL    96u    /* 3 MiB more than the first N_OBJ: more than the DRAM holds */
+#define FILL_BASE 10000u /* their keys, apart from the first N_OBJ and the drained ones */
 #define SETTLE_MS 20000u
 
 static char tmpdir[64];
@@ -221,7 +224,18 @@ int main(void)
           metric("kvmesh_cold_dev_offloads_total", 1, "error") == 0);
     CHECK(metric("kvmesh_cold_dev_used_bytes", 2, NULL) == 0); /* not configured */
 
-    /* 2. last-hot eviction happened on both; restores from both */
+    /* 2. last-hot eviction happened on both; restores from both. Which of the first N_OBJ are
+     * still hot depends on the order in which placement used the devices (all of device 0's
+     * objects may be among the last written); N_FILL more objects than the DRAM holds make
+     * every one of them cold-only, so reading them back restores from both devices. */
+    for (uint32_t i = 0; i < N_FILL; i++)
+        CHECK(put(FILL_BASE + i, buf) == 0);
+    devices(&d0, &d1);
+    off0 = (double)(d0.used / OBJ_LEN);
+    off1 = (double)(d1.used / OBJ_LEN);
+    CHECK(off0 + off1 == N_OBJ + N_FILL && d0.reserved == 0 && d1.reserved == 0);
+    SETTLE(metric("kvmesh_cold_dev_offloads_total", 0, "ok") == off0 &&
+           metric("kvmesh_cold_dev_offloads_total", 1, "ok") == off1);
     read_all(N_OBJ);
     SETTLE(metric("kvmesh_cold_dev_restores_total", 0, "ok") > 0 &&
            metric("kvmesh_cold_dev_restores_total", 1, "ok") > 0);
