@@ -419,8 +419,11 @@ int main(int argc, char **argv)
            entries, kept, copies, kept * (uint64_t)copies, tombs, purged, removed);
     CHECK(tombs == 0);
     CHECK(entries <= kept * (uint64_t)copies);
-    if (mo_mode) /* one key each; exactly one of the concurrent purgers wins each */
-        CHECK(purged == removed && entries == kept);
+    if (mo_mode) /* one key each; at most one of the concurrent purgers wins each (a purge whose
+                  * metadata delete applied but whose answer was lost on a loaded host is not
+                  * counted by its purger: CI8 counted 43,484 of 43,519 with none left); that
+                  * none is left is the exact check above */
+        CHECK(purged <= removed && entries == kept);
     else
         CHECK(purged >= removed * (uint64_t)copies);
     /* without a purge every removed key's tombstone would stay (in every authority) */
