@@ -182,12 +182,12 @@ int tn_op_decode(const uint8_t *buf, size_t len, tn_op_t *out);
 typedef struct tn tn_t;
 
 /* test-only broken variants (tn_config_t.test_bugs), caught by the simulator */
-#define TN_TEST_BUG_ABORT_PUBLISHING 1u /* abort accepted from PUBLISHING */
-#define TN_TEST_BUG_NO_PENDING_TERM  2u /* reserve checks committed + delta, not + pending */
-#define TN_TEST_BUG_NO_REPLAY        4u /* reconciliation never replays: degrades instead */
-#define TN_TEST_BUG_ABORT_UNPROVEN   8u /* reconciliation aborts PUBLISHING without the proof */
-#define TN_TEST_BUG_NONE_BEFORE_DUE 16u /* NONE admitted against any deleted row (withdrawn) */
-#define TN_TEST_BUG_NO_ABSENT_FINAL 32u /* a PUBLISHING delete whose route is absent: degraded */
+#define TN_TEST_BUG_ABORT_PUBLISHING 1u  /* abort accepted from PUBLISHING */
+#define TN_TEST_BUG_NO_PENDING_TERM  2u  /* reserve checks committed + delta, not + pending */
+#define TN_TEST_BUG_NO_REPLAY        4u  /* reconciliation never replays: degrades instead */
+#define TN_TEST_BUG_ABORT_UNPROVEN   8u  /* reconciliation aborts PUBLISHING without the proof */
+#define TN_TEST_BUG_NONE_BEFORE_DUE  16u /* NONE admitted against any deleted row (withdrawn) */
+#define TN_TEST_BUG_NO_ABSENT_FINAL  32u /* a PUBLISHING delete whose route is absent: degraded */
 
 typedef struct tn_config {
     const char *deployment;  /* keyspace deployment name */
