@@ -32,7 +32,7 @@ static const uint32_t item_edges[KVM_ITEM_N_STATES] = {
     [KVM_ITEM_PARKED] = S(PLACING) | S(FAILED),
     [KVM_ITEM_LOOKING_UP] =
         S(QUOTA_RESERVING) | S(CLAIMING) | S(COLD_GATE) | S(CAS) | S(DONE) | S(FAILED),
-    /* CAS: only the test fault that fails the CAS after the claim (KVMESH_TEST_QUOTA_FAULT) */
+    /* CAS: only the test fault failing the CAS after the claim (kvm_quota_test_fail_after_claim) */
     [KVM_ITEM_CLAIMING] = S(COLD_GATE) | S(CAS) | S(FAILED),
     [KVM_ITEM_COLD_GATE] = S(COLD_GATE) | S(CAS) | S(FAILED),
     /* LOOKING_UP: a handoff's retry; CLAIMING / COLD_GATE: a put's or remove's retry */
