@@ -895,6 +895,8 @@ static void drain_reserved_back(void *arg)
     smsg_t *m = arg;
     drain_core_t *c = drain_live(m);
     KVM_ASSERT(c != NULL);
+    if (m->rc)
+        sim_log(m->t->sim, "drain item %u: reserve failed: %d", m->idx, m->rc);
     drain_core_reserved(c, sim_now(m->t->sim), m->idx, m->rc);
 }
 
@@ -948,6 +950,8 @@ static void drain_copy(void *arg)
     uint64_t v = segi >= 0 ? src->stamp[segi][it->from.off / ST_UNIT] : 0;
     bool ok = v && stamped(src, (uint32_t)segi, it->from.off, it->from.len, v) &&
               grant_write(t, &it->to, it->token, v);
+    if (!ok)
+        sim_log(t->sim, "drain item %u: copy failed (source content %" PRIu64 ")", m->idx, v);
     drain_core_copied(c, sim_now(t->sim), m->idx, ok ? 0 : KVMESH_EIO);
 }
 
@@ -1067,6 +1071,9 @@ static void drain_after(void *arg)
     drain_core_counts(dr->core, &moved, &failed);
     dr->moved += moved;
     dr->failed += failed;
+    sim_log(t->sim,
+            "drain run %u: %zu moved, %zu failed (all runs: %" PRIu64 " moved, %" PRIu64 " failed)",
+            dr->runs, moved, failed, dr->moved, dr->failed);
     drain_core_free(dr->core);
     dr->core = NULL;
     if (!drain_try_remove(t, drain_owner(t)))
