@@ -111,7 +111,8 @@ static void *arena_alloc(void *data, size_t n)
 static void arena_free(void *data, void *p)
 {
     wire_arena_t *a = data;
-    if ((uint8_t *)p >= a->buf && (uint8_t *)p < a->buf + WIRE_ARENA_CAP)
+    uintptr_t u = (uintptr_t)p, lo = (uintptr_t)a->buf; /* p may be any malloc'd block */
+    if (u >= lo && u - lo < WIRE_ARENA_CAP)
         return;
     free(p);
 }
