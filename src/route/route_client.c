@@ -64,15 +64,21 @@ struct route_op {
     int st[ROUTE_MSG_MAX_SET];
     bool has[ROUTE_MSG_MAX_SET];
     bool unconf[ROUTE_MSG_MAX_SET]; /* got[i] answered EAGAIN: not known mirrored */
-    kvm_route_t got[ROUTE_MSG_MAX_SET];
+    /* the answers: got[i] is set where has[i] (owned); allocated by the first attempt for
+     * got_cap >= n_members entries (not inline: an op is allocated per lookup and CAS, and 32
+     * inline routes made it ~40 KiB to zero each time) */
+    kvm_route_t *got;
+    uint32_t got_cap;
     bool stale;
     /* owner scan */
     kvm_runtime_id_t owner;
     uint32_t limit, n_page;
     kvm_route_t *page;
     bool has_after;
-    uint8_t cursor[8 + KVM_WIRE_MAX_RECORD_LEN];
+    uint8_t *cursor; /* OWNER_CURSOR_CAP bytes (owned), allocated by route_owner_scan */
 };
+
+#define OWNER_CURSOR_CAP (8 + KVM_WIRE_MAX_RECORD_LEN)
 
 static void op_step(void *arg);
 
@@ -105,6 +111,8 @@ static void op_free(route_op_t *op)
     attempt_clear(op);
     kvm_ident_free(&op->ident);
     kvm_route_free(&op->route);
+    free(op->got);
+    free(op->cursor);
     free(op->claim);
     free(op->claim_reply);
     if (op->page) {
@@ -339,13 +347,34 @@ static void attempt_timeout(void *arg)
         lookup_evaluate(op);
 }
 
+/* Room for n answers in op->got (zeroed: kvm_route_copy's destination); the answers of an
+ * earlier attempt are cleared (attempt_clear) before. */
+static bool got_reserve(route_op_t *op, uint32_t n)
+{
+    KVM_ASSERT(n <= ROUTE_MSG_MAX_SET);
+    if (n <= op->got_cap)
+        return true;
+    kvm_route_t *got = calloc(n, sizeof(*got));
+    if (!got)
+        return false;
+    free(op->got);
+    op->got = got;
+    op->got_cap = n;
+    return true;
+}
+
 static void lookup_send(route_op_t *op, route_shard_t *sh)
 {
     route_svc_t *svc = op->svc;
     attempt_clear(op);
     op->attempt++;
+    if (!got_reserve(op, sh->view.n_set)) {
+        op->last_rc = KVMESH_ENOMEM;
+        backoff(op, ROUTE_RETRY_NS);
+        return;
+    }
     op->n_members = sh->view.n_set;
-    memcpy(op->members, sh->view.set, sizeof(op->members));
+    memcpy(op->members, sh->view.set, op->n_members * sizeof(op->members[0]));
     for (uint32_t i = 0; i < op->n_members; i++) {
         route_msg_t m;
         route_msg_init(&m, RMSG_READ_REQ);
@@ -479,7 +508,7 @@ static void owner_finish_page(route_op_t *op, bool complete)
     if (!complete) {
         /* cursor: u32le shard | u8 has_after | ident canonical bytes */
         kvm_wr_t w;
-        kvm_wr_fixed(&w, op->cursor, sizeof(op->cursor));
+        kvm_wr_fixed(&w, op->cursor, OWNER_CURSOR_CAP);
         kvm_wr_u32le(&w, op->shard);
         kvm_wr_u8(&w, op->has_after ? 1 : 0);
         if (op->has_after)
@@ -781,7 +810,8 @@ int route_owner_scan(route_svc_t *svc, const kvm_runtime_id_t *owner, const uint
     op->owner = *owner;
     op->limit = limit;
     op->page = calloc(limit, sizeof(kvm_route_t));
-    if (!op->page) {
+    op->cursor = malloc(OWNER_CURSOR_CAP);
+    if (!op->page || !op->cursor) {
         op_free(op);
         return KVMESH_ENOMEM;
     }

@@ -341,14 +341,33 @@ int kvm_rt_seg_open(kvm_rt_t *rt, const char *data_addr, uint64_t seg_id, uint64
     return rc;
 }
 
+/* The number of registered buffers starting at or below address a (rt->regs is sorted by
+ * addr). Caller holds dp_rw. */
+static size_t regs_at_or_below(const kvm_rt_t *rt, uintptr_t a)
+{
+    size_t lo = 0, hi = rt->n_regs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)rt->regs[mid].addr <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Per item of every batch: a binary search, then only the buffers that start at most
+ * max_reg_len below p (one, unless registrations overlap), not a scan of all of them. */
 bool kvm_rt_is_registered(kvm_rt_t *rt, const void *p, size_t len)
 {
     uintptr_t a = (uintptr_t)p;
     bool ok = false;
     pthread_rwlock_rdlock(&rt->dp_rw);
-    for (size_t i = 0; i < rt->n_regs && !ok; i++) {
+    for (size_t i = regs_at_or_below(rt, a); i-- > 0 && !ok;) {
         uintptr_t b = (uintptr_t)rt->regs[i].addr;
-        ok = a >= b && a - b <= rt->regs[i].len && len <= rt->regs[i].len - (a - b);
+        if (a - b > rt->max_reg_len)
+            break; /* this one and every one below it ends before p */
+        ok = a - b <= rt->regs[i].len && len <= rt->regs[i].len - (a - b);
     }
     pthread_rwlock_unlock(&rt->dp_rw);
     return ok;
@@ -371,10 +390,23 @@ int kvm_rt_register(kvm_rt_t *rt, void *addr, size_t len)
             rt->cap_regs = nc;
         }
     }
-    if (!rc && (rc = tp_register_memory(rt->tp, addr, len)) == 0)
-        rt->regs[rt->n_regs++] = (struct kvm_reg_buf){addr, len};
+    if (!rc && (rc = tp_register_memory(rt->tp, addr, len)) == 0) {
+        size_t at = regs_at_or_below(rt, (uintptr_t)addr);
+        memmove(&rt->regs[at + 1], &rt->regs[at], (rt->n_regs - at) * sizeof(*rt->regs));
+        rt->regs[at] = (struct kvm_reg_buf){addr, len};
+        rt->n_regs++;
+        rt->max_reg_len = len > rt->max_reg_len ? len : rt->max_reg_len;
+    }
     pthread_rwlock_unlock(&rt->dp_rw);
     return rc;
+}
+
+/* After a removal: max_reg_len is the longest remaining buffer again. Caller holds dp_rw. */
+static void regs_max_len_update(kvm_rt_t *rt)
+{
+    rt->max_reg_len = 0;
+    for (size_t i = 0; i < rt->n_regs; i++)
+        rt->max_reg_len = rt->regs[i].len > rt->max_reg_len ? rt->regs[i].len : rt->max_reg_len;
 }
 
 int kvm_rt_unregister(kvm_rt_t *rt, void *addr)
@@ -383,7 +415,9 @@ int kvm_rt_unregister(kvm_rt_t *rt, void *addr)
     int rc = kvm_errf(KVMESH_ENOENT, "buffer %p is not registered", addr);
     for (size_t i = 0; i < rt->n_regs; i++)
         if (rt->regs[i].addr == addr) {
-            rt->regs[i] = rt->regs[--rt->n_regs];
+            memmove(&rt->regs[i], &rt->regs[i + 1], (rt->n_regs - i - 1) * sizeof(*rt->regs));
+            rt->n_regs--;
+            regs_max_len_update(rt);
             tp_unregister_memory(rt->tp, addr);
             kvm_waitq_signal(&rt->wq_reg); /* a registration slot is free (data.c) */
             rc = 0;

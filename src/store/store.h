@@ -337,8 +337,9 @@ typedef struct kvm_rt {
      * runtime close; at most STORE_SEG_RETIRED_MAX */
     struct tp_segment **seg_retired;
     size_t n_seg_retired;
-    struct kvm_reg_buf *regs;
+    struct kvm_reg_buf *regs; /* sorted by addr (kvm_rt_is_registered searches them) */
     size_t n_regs, cap_regs;
+    size_t max_reg_len; /* >= every regs[i].len */
     char **interned;
     size_t n_interned, cap_interned;
     atomic_bool closing;

@@ -164,10 +164,65 @@ static void test_threads_share_registration_slots(void **state)
     kvmesh_close(storage);
 }
 
+/* With every registration slot taken, puts and gets from inside registered buffers take no
+ * temporary registration: the buffers are registered in shuffled address order (the runtime
+ * keeps them sorted and binary-searches them, kvm_rt_is_registered) and one is larger than the
+ * rest, so a range in its middle is found past the small ones starting below it. A buffer
+ * reported unregistered would wait for a slot until request_timeout_ms and fail (ENOSPC). */
+static void test_registered_buffers_need_no_slot(void **state)
+{
+    (void)state;
+    open_rt(&storage, "67108864");
+    open_rt(&client, "0");
+    wait_members(2);
+    static void *bufs[TP_MAX_REGIONS];
+    size_t n = 0, big_len = 16 * T_LEN;
+    uint8_t *big = malloc(big_len);
+    assert_non_null(big);
+    for (; n < TP_MAX_REGIONS; n++)
+        assert_non_null(bufs[n] = malloc(64));
+    for (size_t i = n - 1; i > 0; i--) { /* a fixed shuffle */
+        size_t j = (i * 7919u + 13u) % (i + 1);
+        void *t = bufs[i];
+        bufs[i] = bufs[j];
+        bufs[j] = t;
+    }
+    assert_int_equal(kvmesh_register_buffer(client, big, big_len), 0);
+    size_t n_reg = 0;
+    while (n_reg < n && kvmesh_register_buffer(client, bufs[n_reg], 64) == 0)
+        n_reg++;
+    assert_true(n_reg > 8 && n_reg < n); /* stopped by the full transport */
+    for (size_t i = 0; i < 8; i++) {
+        char key[32];
+        uint8_t *src = i % 2 ? bufs[i * n_reg / 8] : big + i * T_LEN + 100;
+        size_t len = i % 2 ? 64 : T_LEN, got = 0;
+        memset(src, (int)(0x30 + i), len);
+        snprintf(key, sizeof(key), "reg-%zu", i);
+        int rc = kvmesh_put(client, &scope, key, strlen(key), src, len, NULL);
+        if (rc)
+            fail_msg("put %zu: %s: %s", i, kvmesh_errname(rc), kvmesh_last_error());
+        uint8_t *dst = big + (15 - i) * T_LEN;
+        rc = kvmesh_get_into(client, &scope, key, strlen(key), dst, T_LEN, &got);
+        if (rc)
+            fail_msg("get %zu: %s: %s", i, kvmesh_errname(rc), kvmesh_last_error());
+        assert_int_equal(got, len);
+        assert_int_equal(dst[len - 1], 0x30 + i);
+    }
+    for (size_t i = 0; i < n_reg; i++)
+        assert_int_equal(kvmesh_unregister_buffer(client, bufs[i]), 0);
+    assert_int_equal(kvmesh_unregister_buffer(client, big), 0);
+    for (size_t i = 0; i < n; i++)
+        free(bufs[i]);
+    free(big);
+    kvmesh_close(client);
+    kvmesh_close(storage);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_share_registration_slots),
+        cmocka_unit_test(test_registered_buffers_need_no_slot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

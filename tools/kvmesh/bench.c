@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,6 +51,7 @@ struct row {
     double secs;
     uint64_t ops, calls, bytes, bad, failed;
     uint64_t p50, p99; /* ns */
+    uint64_t cpu_ns;   /* process CPU time (user + sys, every thread: both runtimes) over the row */
     /* --breakdown (kvmesh rows): critical-path counters over the row, the sampled requests */
     kvmesh_tools_critpath_t cp;
     size_t n_sampled;
@@ -62,6 +64,7 @@ struct trow {
     unsigned threads;
     double secs;
     uint64_t ops, bytes, failed;
+    uint64_t cpu_ns; /* as in struct row */
 };
 
 #define BENCH_QUOTA_TENANT                                                                         \
@@ -188,6 +191,24 @@ static bool check(struct bench *b, size_t k, const uint8_t *buf, size_t len)
     return memcmp(buf + BENCH_HDR, b->pool[b->src[k]] + BENCH_HDR, len - BENCH_HDR) == 0;
 }
 
+/* Process CPU time (user + sys of every thread) in ns: the load-independent cost of a row, which
+ * for kvmesh rows covers the client and the storage runtime (both in this process). For the
+ * peer rows it covers only the client side, so it is printed for kvmesh rows only. */
+static uint64_t cpu_now_ns(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
+           ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
+}
+
+/* CPU us per operation (per item for batches); 0 when nothing ran. */
+static double cpu_us_per_op(uint64_t cpu_ns, uint64_t ops)
+{
+    return ops ? (double)cpu_ns / (double)ops / 1e3 : 0;
+}
+
 /* ---- one system's operations ---------------------------------------------------------------- */
 
 static int sys_put(struct bench *b, size_t k, size_t p)
@@ -286,6 +307,7 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
     clock_gettime(CLOCK_REALTIME, &wall0);
     if (b->kv && b->breakdown)
         kvmesh_tools_critpath(b->kv, op_names[op], &cp0);
+    uint64_t cpu0 = cpu_now_ns();
     uint64_t t0 = kvmesh_tools_now_ns(), ops = 0, calls = 0, bytes = 0;
     size_t bad = 0, failed = 0, k = 0;
     bool reported = false;
@@ -321,6 +343,7 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
                      sys_names[b->sys], b->size >> 10, op_names[op], ops);
     }
     r->secs = (double)(kvmesh_tools_now_ns() - t0) / 1e9;
+    r->cpu_ns = cpu_now_ns() - cpu0;
     r->ops = ops;
     r->calls = calls;
     r->bytes = bytes;
@@ -429,7 +452,7 @@ static void run_threads_row(struct bench *b, size_t si, size_t ti, enum bench_op
             fprintf(stderr, "\nkvmesh bench: thread buffers not registered: %s\n",
                     kvmesh_last_error());
     }
-    uint64_t t0 = kvmesh_tools_now_ns();
+    uint64_t cpu0 = cpu_now_ns(), t0 = kvmesh_tools_now_ns();
     for (unsigned t = 0; t < n && ok; t++) {
         c[t].deadline_ns = t0 + b->row_ms * 1000000ull;
         started[t] = pthread_create(&th[t], NULL, thread_main, &c[t]) == 0;
@@ -447,6 +470,7 @@ static void run_threads_row(struct bench *b, size_t si, size_t ti, enum bench_op
         }
     }
     r->secs = (double)(kvmesh_tools_now_ns() - t0) / 1e9;
+    r->cpu_ns = cpu_now_ns() - cpu0;
     r->threads = n;
     r->done = ok;
     if (!ok)
@@ -608,13 +632,14 @@ static void print_table(struct bench *b, bool with_peers, const bool *systems)
 {
     const char *sep = b->markdown ? " | " : "  ";
     if (b->markdown)
-        printf("| transport | size | op | kvmesh GB/s | kvmesh ops/s | kvmesh p50/p99 us | redis "
-               "| memcached | kvmesh/redis | kvmesh/memcached | kvmesh/memcpy |\n"
-               "| --- | --- | --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
+        printf("| transport | size | op | kvmesh GB/s | kvmesh ops/s | kvmesh CPU us/op | kvmesh "
+               "p50/p99 us | redis | memcached | kvmesh/redis | kvmesh/memcached | kvmesh/memcpy "
+               "|\n| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: "
+               "|\n");
     else
-        printf("%-9s %7s %-9s %10s %10s %15s  %-34s  %-34s %8s %8s %8s\n", "transport", "size",
-               "op", "GB/s", "ops/s", "p50/p99 us", "redis", "memcached", "x redis", "x memc",
-               "x memcpy");
+        printf("%-9s %7s %-9s %10s %10s %9s %15s  %-34s  %-34s %8s %8s %8s\n", "transport", "size",
+               "op", "GB/s", "ops/s", "CPU us/op", "p50/p99 us", "redis", "memcached", "x redis",
+               "x memc", "x memcpy");
     for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
         if (!systems[s])
             continue;
@@ -632,12 +657,14 @@ static void print_table(struct bench *b, bool with_peers, const bool *systems)
                 fmt_ratio(x3, sizeof(x3), gbs(k), b->memcpy_gbs[si]);
                 snprintf(lat, sizeof(lat), "%.0f/%.0f", k->p50 / 1e3, k->p99 / 1e3);
                 const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
+                double cpu = cpu_us_per_op(k->cpu_ns, k->ops);
                 if (b->markdown)
-                    printf("| %s | %s | %s | %.2f | %.0f | %s | %s | %s | %s | %s | %s |\n", tr, sz,
-                           op_names[op], gbs(k), opss(k), lat, rs, ms, x1, x2, x3);
+                    printf("| %s | %s | %s | %.2f | %.0f | %.1f | %s | %s | %s | %s | %s | %s |\n",
+                           tr, sz, op_names[op], gbs(k), opss(k), cpu, lat, rs, ms, x1, x2, x3);
                 else
-                    printf("%-9s %7s %-9s %10.2f %10.0f %15s%s%-34s%s%-34s %8s %8s %8s\n", tr, sz,
-                           op_names[op], gbs(k), opss(k), lat, sep, rs, sep, ms, x1, x2, x3);
+                    printf("%-9s %7s %-9s %10.2f %10.0f %9.1f %15s%s%-34s%s%-34s %8s %8s %8s\n", tr,
+                           sz, op_names[op], gbs(k), opss(k), cpu, lat, sep, rs, sep, ms, x1, x2,
+                           x3);
             }
         }
     }
@@ -693,13 +720,14 @@ static void print_quota_table(struct bench *b, const bool *systems)
 static void print_threads(struct bench *b, const bool *systems)
 {
     if (b->markdown)
-        printf("\n| transport | size | op | threads | kvmesh GB/s | kvmesh ops/s | vs %u thread%s "
-               "|\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n",
-               b->trows_n[0], b->trows_n[0] == 1 ? "" : "s");
+        printf(
+            "\n| transport | size | op | threads | kvmesh GB/s | kvmesh ops/s | kvmesh CPU us/op "
+            "| vs %u thread%s |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
+            b->trows_n[0], b->trows_n[0] == 1 ? "" : "s");
     else
         printf("\nclient threads on one client runtime (aggregate):\n%-4s %7s %-9s %7s %10s %10s "
-               "%8s\n",
-               "xprt", "size", "op", "threads", "GB/s", "ops/s", "scaling");
+               "%9s %8s\n",
+               "xprt", "size", "op", "threads", "GB/s", "ops/s", "CPU us/op", "scaling");
     for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
         if (!systems[s])
             continue;
@@ -716,12 +744,13 @@ static void print_threads(struct bench *b, const bool *systems)
                     kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
                     fmt_ratio(x, sizeof(x), o, o0);
                     const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
+                    double cpu = cpu_us_per_op(r->cpu_ns, r->ops);
                     if (b->markdown)
-                        printf("| %s | %s | %s | %u | %.2f | %.0f | %s |\n", tr, sz, op_names[op],
-                               r->threads, g, o, x);
+                        printf("| %s | %s | %s | %u | %.2f | %.0f | %.1f | %s |\n", tr, sz,
+                               op_names[op], r->threads, g, o, cpu, x);
                     else
-                        printf("%-4s %7s %-9s %7u %10.2f %10.0f %8s\n", tr, sz, op_names[op],
-                               r->threads, g, o, x);
+                        printf("%-4s %7s %-9s %7u %10.2f %10.0f %9.1f %8s\n", tr, sz, op_names[op],
+                               r->threads, g, o, cpu, x);
                 }
     }
 }
