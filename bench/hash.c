@@ -6,7 +6,8 @@
  *   memcpy                 copy only;
  *   hash <variant>         XXH3-64 of the source for every variant this CPU runs ("xxhash" is
  *                          the system libxxhash, the others core/hash_fast.c's);
- *   copy+hash B            the copy and the streamed checksum in one pass, block by block (each
+ *   copy+hash B            (with the variant the store picks) the copy and the streamed
+ *                          checksum in one pass, block by block (each
  *                          block hashed right after it was copied, as src/store/data.c and the
  *                          shm transport do), for block sizes B from 16 KiB to 1 MiB;
  *   copy, then hash        two passes over the whole buffer.
@@ -102,7 +103,7 @@ static void bench_size(struct pool *p, size_t size, bool hot, double secs)
 {
     p->size = size;
     p->n = hot ? 1 : p->bytes / size;
-    const char *names[8];
+    const char *names[8], *dflt = kvm_hash_impl(); /* the one the store uses */
     size_t nv = kvm_hash_impls(names, 8);
     char label[64];
     cell(p, "memcpy", J_COPY, 0, secs);
@@ -111,7 +112,7 @@ static void bench_size(struct pool *p, size_t size, bool hot, double secs)
         snprintf(label, sizeof(label), "hash %s", names[v]);
         cell(p, label, J_HASH, 0, secs);
     }
-    kvm_hash_impl_use(nv > 1 ? names[1] : names[0]); /* avx2 where there is one */
+    kvm_hash_impl_use(dflt);
     for (size_t blk = 16 << 10; blk <= (1u << 20) && blk <= size; blk <<= 1) {
         snprintf(label, sizeof(label), "copy+hash %zu KiB (%s)", blk >> 10, kvm_hash_impl());
         cell(p, label, J_FUSED, blk, secs);
