@@ -165,6 +165,11 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
     F_UINT(io_threads, "2", 1, KVM_CFG_IO_THREADS_MAX, "Transport I/O threads."),
     F_BOOL(hugepages, "false",
            "Try huge-page backed segments (MFD_HUGETLB), falling back to normal pages."),
+    F_BOOL(prefault_segments, "false",
+           "Fault every page of this runtime's segments, and of its mappings of same-host "
+           "owners' segments, in when they are mapped (MADV_POPULATE_WRITE, Linux >= 5.14), so "
+           "that puts and gets take no page faults; costs about 0.4 s of CPU per GiB at start "
+           "(the memory is allocated and zeroed then, not on first use)."),
     F_DBL(trace_sample_rate, "0", 0.0, 1.0,
           "Fraction of requests started here that are traced (head sampling; the decision "
           "travels to every runtime the request touches); 0 = none."),
@@ -1213,6 +1218,7 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->evict_low_watermark = cfg->evict_low_watermark;
     out->io_threads = cfg->io_threads;
     out->hugepages = cfg->hugepages;
+    out->prefault_segments = cfg->prefault_segments;
     out->trace_sample_rate = cfg->trace_sample_rate;
     uint32_t n = 0;
     int prc = kvm_config_parse_policies(cfg->tenant_policies, out->tenant_policies, &n, NULL, 0);

@@ -49,6 +49,7 @@ struct kvmesh_config {
     double evict_low_watermark;  /* fraction eviction brings usage back to */
     uint32_t io_threads;         /* transport I/O threads */
     bool hugepages;              /* try MFD_HUGETLB segments */
+    bool prefault_segments;      /* fault segment pages in when mapped, not on first touch */
     /* background re-replication (src/store/repair.c) */
     uint64_t rereplicate_bytes_per_sec; /* copy rate, bytes/s (0 = unlimited) */
     uint32_t rereplicate_max_copies;    /* copies in flight per round (0 = re-replication off) */

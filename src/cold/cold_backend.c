@@ -130,28 +130,21 @@ int cold_pread_all(int fd, void *buf, size_t n, uint64_t off)
 
 int cold_pread_sum(int fd, void *buf, size_t n, uint64_t off, uint64_t *sum)
 {
-    XXH3_state_t *st = n > COLD_SUM_CHUNK ? XXH3_createState() : NULL;
-    if (!st) { /* one chunk (or no memory for the state): read, then hash */
-        int e = cold_pread_all(fd, buf, n, off);
-        if (e == 0)
-            *sum = kvm_checksum(buf, n);
-        return e;
-    }
-    XXH3_64bits_reset_withSeed(st, KVM_HASH_SEED_CHECKSUM);
+    struct kvm_sum st;
+    kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
     char *p = buf;
     int e = 0;
     while (n > 0 && e == 0) {
         size_t c = KVM_MIN(n, (size_t)COLD_SUM_CHUNK);
         e = cold_pread_all(fd, p, c, off);
         if (e == 0)
-            XXH3_64bits_update(st, p, c);
+            kvm_sum_update(&st, p, c);
         p += c;
         off += c;
         n -= c;
     }
     if (e == 0)
-        *sum = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
+        *sum = kvm_sum_digest(&st);
     return e;
 }
 

@@ -4,6 +4,9 @@
  * output is frozen and identical on every platform and process). Each use has its own seed so
  * that hashes of the same bytes for different purposes are independent. Never change a seed:
  * identities, shard mapping, WRH ranks and checksums are persisted and compared across runtimes.
+ *
+ * Payload checksums (kvm_checksum, struct kvm_sum) run the fastest XXH3 variant this CPU has
+ * (hash_fast.c: AVX2 where available, else the system libxxhash); the value is the same.
  */
 #ifndef KVMESH_CORE_HASH_H
 #define KVMESH_CORE_HASH_H
@@ -18,15 +21,43 @@
 #define KVM_HASH_SEED_CANDIDATE UINT64_C(0x6b766d2d63616e64) /* candidate id -> WRH id hash */
 #define KVM_HASH_SEED_BYTES     UINT64_C(0x6b766d2d62797465) /* generic bytes -> WRH key */
 
+/* XXH3_64bits_withSeed(data, len, seed), computed by the fastest variant this CPU runs. */
+uint64_t kvm_xxh3(const void *data, size_t len, uint64_t seed);
+
 /* Payload checksum: XXH3-64 with seed 0 (equal to XXH3_64bits(data, len)). */
 static inline uint64_t kvm_checksum(const void *data, size_t len)
 {
-    return XXH3_64bits_withSeed(data, len, KVM_HASH_SEED_CHECKSUM);
+    return kvm_xxh3(data, len, KVM_HASH_SEED_CHECKSUM);
 }
 
 static inline uint64_t kvm_hash_seeded(const void *data, size_t len, uint64_t seed)
 {
     return XXH3_64bits_withSeed(data, len, seed);
 }
+
+/*
+ * Streaming XXH3-64: init, update with the bytes in order (any split), digest (any number of
+ * times). The digest equals kvm_xxh3 of the concatenation. Caller-owned, no allocation (about
+ * 700 bytes: fine on a thread's stack); one thread at a time. A state keeps the variant it was
+ * initialised with.
+ */
+#define KVM_SUM_STATE_SIZE 640u /* >= sizeof(XXH3_state_t) (576 in xxHash 0.8), asserted */
+
+struct kvm_sum {
+    _Alignas(64) unsigned char state[KVM_SUM_STATE_SIZE]; /* an XXH3_state_t of the variant */
+    const struct kvm_hash_ops *ops;
+};
+
+void kvm_sum_init(struct kvm_sum *s, uint64_t seed);
+void kvm_sum_update(struct kvm_sum *s, const void *data, size_t len);
+uint64_t kvm_sum_digest(const struct kvm_sum *s);
+
+/* Tests and benchmarks: the XXH3 variants this CPU runs ("xxhash" — the system library's —,
+ * "avx2", "avx512"; at most max names, static storage), the one in use, and switching it
+ * (KVMESH_EINVAL for an unknown name, KVMESH_ENOTSUP for one this CPU cannot run). Switching
+ * while other threads hash is safe (each call or kvm_sum keeps the variant it started with). */
+size_t kvm_hash_impls(const char **names, size_t max);
+const char *kvm_hash_impl(void);
+int kvm_hash_impl_use(const char *name);
 
 #endif

@@ -42,7 +42,27 @@ struct seg_registry {
     size_t ngrants;
     seg_clock_fn clock;
     void *clock_arg;
+    bool prefault; /* atomic: seg_registry_set_prefault */
 };
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux >= 5.14 */
+#endif
+
+/* With the registry's prefault on, faults every page of a new mapping in now (a new segment's
+ * memory is allocated and zeroed, an existing one's pages are mapped), so that copies on the
+ * data path take no page faults. Best effort: a kernel before 5.14 refuses (EINVAL) and the
+ * pages are faulted in on first touch, as without it. The content is not changed. */
+static void seg_prefault(struct seg_registry *reg, void *p, uint64_t size)
+{
+    if (__atomic_load_n(&reg->prefault, __ATOMIC_RELAXED))
+        (void)madvise(p, size, MADV_POPULATE_WRITE);
+}
+
+void seg_registry_set_prefault(struct seg_registry *reg, bool on)
+{
+    __atomic_store_n(&reg->prefault, on, __ATOMIC_RELAXED);
+}
 
 static uint64_t rand_u64(void)
 {
@@ -248,6 +268,7 @@ int seg_create(struct seg_registry *reg, uint64_t size, unsigned flags, struct s
         free(s);
         return rc;
     }
+    seg_prefault(reg, s->base, s->size);
     pthread_mutex_lock(&reg->mu);
     if (reg->nlocal >= SEG_MAX_LOCAL) {
         pthread_mutex_unlock(&reg->mu);
@@ -307,6 +328,7 @@ int seg_adopt(struct seg_registry *reg, uint64_t seg_id, int fd, uint64_t size, 
         return kvm_errf(KVMESH_ENOMEM, "mmap of adopted segment %#llx failed: %s",
                         (unsigned long long)seg_id, strerror(e));
     }
+    seg_prefault(reg, p, size);
     s->id = seg_id;
     s->fd = fd;
     s->base = p;
@@ -638,6 +660,7 @@ int seg_remote_map(struct seg_registry *reg, const char *owner, uint64_t seg_id,
         rc = kvm_errf(KVMESH_ENOMEM, "mmap of remote segment failed: %s", strerror(errno));
         goto out_close;
     }
+    seg_prefault(reg, p, size);
     r = seg_calloc(1, sizeof(*r));
     if (!r) {
         munmap(p, size);

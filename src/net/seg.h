@@ -95,6 +95,11 @@ void seg_registry_free(struct seg_registry *reg);
 /* Replaces the monotonic clock used for grant expiry (tests). fn NULL restores the default. */
 void seg_registry_set_clock(struct seg_registry *reg, seg_clock_fn fn, void *arg);
 uint64_t seg_now_ns(struct seg_registry *reg);
+/* With on, every segment created or adopted and every remote mapping made afterwards is
+ * populated when mapped (all its pages faulted in at once: MADV_POPULATE_WRITE, Linux >= 5.14;
+ * best effort), so the data path takes no page faults; the cost moves to the open (a new
+ * segment's memory is allocated and zeroed there). Off by default. */
+void seg_registry_set_prefault(struct seg_registry *reg, bool on);
 
 /* Creates a segment of `size` bytes (rounded up to the page size, 2 MiB when huge pages were
  * obtained). *out is owned by the registry and valid until seg_destroy(). */

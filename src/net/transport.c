@@ -445,6 +445,11 @@ bool tp_segment_usable(const struct tp_segment *s)
     return !s->ops->usable || s->ops->usable(s);
 }
 
+bool tp_segment_sums(const struct tp_segment *s)
+{
+    return s->ops == &tp_shm_ops;
+}
+
 void tp_slot_set_chunks(struct tp_batch *b, unsigned idx, uint32_t chunks)
 {
     pthread_mutex_lock(&b->mu);

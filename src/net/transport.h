@@ -31,6 +31,8 @@
 
 #include "net/seg.h"
 
+struct kvm_sum; /* core/hash.h */
+
 #define TP_ADDR_MAX        256          /* engine address string, with NUL */
 #define TP_MAX_BATCH       1024         /* requests in one batch */
 #define TP_MAX_CONNS       16           /* data connections per tcp peer */
@@ -71,6 +73,10 @@ struct tp_request {
     struct tp_segment *segment; /* opened remote segment */
     uint64_t remote_offset;
     uint64_t token; /* grant token issued by the owner for this range */
+    /* Optional (NULL: none), borrowed: a checksum the request's local bytes are folded into as
+     * the transport copies them, where it copies them itself (tp_segment_sums); ignored by the
+     * other transports. Requests sharing one sum are folded in submission order. */
+    struct kvm_sum *sum;
 };
 
 /* Called once when every request submitted so far in the batch has completed. */
@@ -139,6 +145,10 @@ void tp_batch_abort(struct tp_batch *b);
 /* False once the segment handle cannot carry requests any more (its peer connection died):
  * open the segment again for new requests. */
 bool tp_segment_usable(const struct tp_segment *s);
+/* True when requests to s are copied by tp_submit itself, in the submitting thread and in order
+ * (shm): a request's tp_request.sum then has its bytes — each block hashed right after it was
+ * copied, while in cache — when tp_submit returns (all of them when the request succeeded). */
+bool tp_segment_sums(const struct tp_segment *s);
 
 const char *tp_kind_name(enum tp_kind k);
 

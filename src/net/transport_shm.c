@@ -12,9 +12,11 @@
  * process (seg_remote_map). Each request is checked client-side against the grant descriptor
  * the owner returned for its token (segment, rights, range, expiry; or the one the caller was
  * handed by the owner over another channel: tp_segment_note_grant) and against the mapping
- * size, then copied with memcpy by the submitting thread, in TP_SHM_COPY_STEP steps; between
- * steps it checks cancellation and that the owner's control connection is still up, so an owner
- * killed mid-transfer fails the request with KVMESH_ECONN promptly. Grant descriptors are
+ * size, then copied with memcpy by the submitting thread (a request with a checksum to fold
+ * into, tp_request.sum, in TP_SHM_SUM_BLOCK blocks each hashed right after its copy), in
+ * TP_SHM_COPY_STEP steps; between steps it checks cancellation and that the owner's control
+ * connection is still up, so an owner killed mid-transfer fails the request with KVMESH_ECONN
+ * promptly. Grant descriptors are
  * cached per segment and re-asked after TP_SHM_GRANT_RECHECK, so a revocation reaches same-host
  * clients within that time (expiry is exact: checked on every request).
  *
@@ -33,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/hash.h"
 #include "core/util.h"
 #include "env/clock.h"
 #include "env/env_thread.h"
@@ -508,6 +511,24 @@ static void shm_close(struct tp_segment *s)
     pthread_mutex_unlock(&cl->mu);
 }
 
+/* One step of a request: n bytes at offset done; with r->sum, in TP_SHM_SUM_BLOCK blocks, each
+ * block's local side hashed right after the copy (it is then in cache). */
+static void shm_copy(const struct tp_request *r, uint8_t *remote, uint64_t done, size_t n)
+{
+    uint8_t *local = (uint8_t *)r->local + done;
+    remote += done;
+    size_t blk = r->sum ? TP_SHM_SUM_BLOCK : n;
+    for (size_t o = 0, k; o < n; o += k) {
+        k = KVM_MIN(blk, n - o);
+        if (r->op == TP_READ)
+            memcpy(local + o, remote + o, k);
+        else
+            memcpy(remote + o, local + o, k);
+        if (r->sum)
+            kvm_sum_update(r->sum, local + o, k);
+    }
+}
+
 static int shm_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
 {
     const struct tp_request *r = &b->slots[idx].r;
@@ -523,17 +544,13 @@ static int shm_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
     if (rc)
         return kvm_errf(rc, "shm request refused: %s", seg_reason_str(*reason));
     uint8_t *remote = s->map->base + r->remote_offset;
-    uint8_t *local = r->local;
     for (uint64_t done = 0; done < r->length;) {
         if (tp_batch_canceled(b))
             return KVMESH_ECANCELED;
         if (!shm_peer_alive(p))
             return kvm_errf(KVMESH_ECONN, "shm owner %s died during the transfer", p->key);
         size_t n = (size_t)KVM_MIN((uint64_t)TP_SHM_COPY_STEP, r->length - done);
-        if (r->op == TP_READ)
-            memcpy(local + done, remote + done, n);
-        else
-            memcpy(remote + done, local + done, n);
+        shm_copy(r, remote, done, n);
         done += n;
     }
     tp_chunk_done(b, idx, 0, 0);

@@ -3,7 +3,8 @@
  * data.c — the application-thread side of object operations: the payload path.
  *
  *   put:    PLACE op (loop reserves replicas) -> checksum (XXH3-64 over the gather list, fused
- *           with the local copy when a replica is local) ->
+ *           with the local copy when a replica is local, else with the shm transport's copy to
+ *           the first remote replica, else one pass before the transport sends) ->
  *           payload written by this thread: memcpy into a local segment (write grant checked
  *           by seg_check) or one transport batch of WRITEs into remote reserved ranges ->
  *           PUBLISH op (route CAS) for the items whose writes all succeeded, ABORT op for the
@@ -11,10 +12,10 @@
  *   get:    LOOKUP op (route + replica access, local first) -> reads in rounds: round r reads
  *           every unfinished item from its r-th replica (local memcpy, or one transport batch of
  *           READs straight into the caller's buffers) -> checksum verified per the verify_reads
- *           policy (always / remote / never; fused with a local copy); a failed or corrupt
- *           replica is reported (its owner quarantined) and the next round tries the next one;
- *           when every replica failed a checksum the route is read once more (an overwrite may
- *           have raced) before giving up;
+ *           policy (always / remote / never; fused with a local copy or an shm read); a
+ *           failed or corrupt replica is reported (its owner quarantined) and the next round
+ *           tries the next one; when every replica failed a checksum the route is read once
+ *           more (an overwrite may have raced) before giving up;
  *   drain:  the runtime's committed replicas are copied to other owners and the routes CAS'ed
  *           to the new replica, page by page (kvm_store_drain).
  *
@@ -28,8 +29,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
-
 #include "core/hash.h"
 #include "core/util.h"
 #include "env/clock.h"
@@ -46,15 +45,11 @@ static uint64_t sg_checksum(const struct iovec *iov, int iovcnt)
 {
     if (iovcnt == 1)
         return kvm_checksum(iov[0].iov_base, iov[0].iov_len);
-    XXH3_state_t *st = XXH3_createState();
-    if (!st)
-        return 0;
-    XXH3_64bits_reset_withSeed(st, KVM_HASH_SEED_CHECKSUM);
+    struct kvm_sum st;
+    kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
     for (int i = 0; i < iovcnt; i++)
-        XXH3_64bits_update(st, iov[i].iov_base, iov[i].iov_len);
-    uint64_t h = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    return h;
+        kvm_sum_update(&st, iov[i].iov_base, iov[i].iov_len);
+    return kvm_sum_digest(&st);
 }
 
 /* ---- critical-path accounting (kvmesh_op_* families, docs/operations.md) ----------------- */
@@ -199,8 +194,11 @@ static unsigned get_batch_cap(const struct kvm_sgout *outs, size_t base, size_t 
 }
 
 /* Adds the requests moving [remote_off, +len) of a segment to/from the iov list. */
+/* Submits one replica transfer of an item (one request per non-empty iovec). sum (may be NULL)
+ * is folded the bytes by a transport that copies them itself (tp_segment_sums). */
 static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, int iovcnt,
-                    struct tp_segment *seg, uint64_t remote_off, uint64_t token)
+                    struct tp_segment *seg, uint64_t remote_off, uint64_t token,
+                    struct kvm_sum *sum)
 {
     struct tp_request reqs[KVMESH_IOV_MAX];
     unsigned n = 0;
@@ -213,13 +211,17 @@ static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, 
                                         .length = iov[i].iov_len,
                                         .segment = seg,
                                         .remote_offset = remote_off + pos,
-                                        .token = token};
+                                        .token = token,
+                                        .sum = sum};
         pos += iov[i].iov_len;
     }
     return tp_submit(b, reqs, n);
 }
 
-#define DATA_SUM_BLOCK (64u << 10) /* copy + hash step: the block is still in L1/L2 when hashed */
+/* Copy + hash step: the block (read and written side) is still in L2 when hashed. Measured with
+ * bench_hash (docs/performance.md "Checksum and copy"): from 64 KiB to 512 KiB the fused pass
+ * runs at about the same speed, well below L2 (2 MiB per core on the machines measured). */
+#define DATA_SUM_BLOCK (256u << 10)
 
 /* Copies len bytes (to the segment at p for SEG_WRITE, from it otherwise) and, with sum set,
  * computes their XXH3-64 checksum in the same pass: block by block, each block hashed right
@@ -227,9 +229,9 @@ static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, 
 static void copy_sum(uint32_t op, uint8_t *p, const struct iovec *iov, int iovcnt, uint64_t len,
                      uint64_t *sum)
 {
-    XXH3_state_t *st = NULL;
-    if (sum && len > DATA_SUM_BLOCK && (st = XXH3_createState()) != NULL)
-        XXH3_64bits_reset_withSeed(st, KVM_HASH_SEED_CHECKSUM);
+    struct kvm_sum st;
+    if (sum)
+        kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
     uint64_t pos = 0;
     for (int i = 0; i < iovcnt; i++) {
         uint8_t *b = iov[i].iov_base;
@@ -240,20 +242,14 @@ static void copy_sum(uint32_t op, uint8_t *p, const struct iovec *iov, int iovcn
                 memcpy(p + pos, b + done, k);
             else
                 memcpy(b + done, p + pos, k);
-            if (st)
-                XXH3_64bits_update(st, b + done, k);
+            if (sum)
+                kvm_sum_update(&st, b + done, k);
             done += k;
             pos += k;
         }
     }
-    if (!sum)
-        return;
-    if (st) {
-        *sum = XXH3_64bits_digest(st);
-        XXH3_freeState(st);
-    } else { /* small (or out of memory): the bytes are in cache, one more pass is the fusion */
-        *sum = sg_checksum(iov, iovcnt);
-    }
+    if (sum)
+        *sum = kvm_sum_digest(&st);
 }
 
 /* A replica in this runtime's own segments: a memcpy, counted as transport "local"; with sum
@@ -379,13 +375,12 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
             if (it->rc)
                 continue;
             /* The checksum: fused with the local copy when there is one (distinct owners: at
-             * most one replica is local), else one pass right before the transport reads the
-             * same bytes (they are then in cache for its copy). */
+             * most one replica is local), else with the first remote replica's copy when the
+             * transport copies in this thread (shm: tp_segment_sums), else one pass right before
+             * the transport reads the same bytes (they are then in cache for its copy). */
             bool summed = false;
             for (uint32_t r = 0; r < it->n_res; r++)
                 summed = summed || it->res[r].local;
-            if (!summed)
-                it->checksum = sg_checksum(sgs[i].iov, sgs[i].iovcnt);
             KVM_CP_COUNT(place, op_checksum_passes_total, OBS_NONE, 1);
             for (uint32_t r = 0; r < it->n_res && !it->rc; r++) {
                 struct kvm_res *res = &it->res[r];
@@ -417,9 +412,17 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                 if (!e && tp_batch_count(b) + (unsigned)sgs[i].iovcnt > TP_MAX_BATCH)
                     e = KVMESH_ETOOBIG;
                 if (!e) {
+                    struct kvm_sum st, *fuse = NULL;
+                    if (!summed && tp_segment_sums(seg))
+                        kvm_sum_init(fuse = &st, KVM_HASH_SEED_CHECKSUM);
+                    else if (!summed)
+                        it->checksum = sg_checksum(sgs[i].iov, sgs[i].iovcnt);
+                    summed = true;
                     first[i - base][r] = tp_batch_count(b);
                     e = add_reqs(b, TP_WRITE, sgs[i].iov, sgs[i].iovcnt, seg, res->offset,
-                                 res->token);
+                                 res->token, fuse);
+                    if (fuse) /* complete when the writes succeeded (else the item fails) */
+                        it->checksum = kvm_sum_digest(fuse);
                     count[i - base][r] = tp_batch_count(b) - first[i - base][r];
                     if (!e)
                         cp_transfer(place, seg, &res->owner.id, &cpo);
@@ -428,6 +431,8 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                     it->rc = kvm_errf(e, "payload write to %s failed: %s",
                                       res->data_addr ? res->data_addr : "?", kvmesh_last_error());
             }
+            if (!summed && !it->rc) /* (no replica at all) */
+                it->checksum = sg_checksum(sgs[i].iov, sgs[i].iovcnt);
         }
         if (b) {
             bool late = batch_wait_by(b, deadline);
@@ -617,7 +622,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
         struct tp_batch *b = NULL;
         unsigned first[DATA_CHUNK_MAX] = {0}, count[DATA_CHUNK_MAX] = {0};
         bool tried[DATA_CHUNK_MAX] = {0};
-        uint64_t lsum[DATA_CHUNK_MAX]; /* checksums fused with the local copies */
+        uint64_t lsum[DATA_CHUNK_MAX]; /* checksums fused with the copies (fused[]) */
+        bool fused[DATA_CHUNK_MAX] = {0};
         struct cp_owners cpo = {.n = 0};
         const bool verify_local = rt->cfg.verify_reads == KVM_VERIFY_ALWAYS;
         const bool verify_remote = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
@@ -641,6 +647,7 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                                    verify_local ? &lsum[i - base] : NULL);
                 KVM_CP_COUNT(look, op_payload_copies_total, OBS_TRANSPORT_LOCAL, 1);
                 count[i - base] = e ? 1u : 0u; /* marks a failed local read */
+                fused[i - base] = verify_local;
                 continue;
             }
             struct tp_segment *seg;
@@ -652,8 +659,16 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             if (!e && tp_batch_count(b) + (unsigned)o->iovcnt > TP_MAX_BATCH)
                 e = KVMESH_ETOOBIG;
             if (!e) {
+                struct kvm_sum st, *fuse = NULL; /* verified as copied (shm) */
+                if (verify_remote && tp_segment_sums(seg))
+                    kvm_sum_init(fuse = &st, KVM_HASH_SEED_CHECKSUM);
                 first[i - base] = tp_batch_count(b);
-                e = add_reqs(b, TP_READ, o->iov, o->iovcnt, seg, rep->offset, a->seg_read_token);
+                e = add_reqs(b, TP_READ, o->iov, o->iovcnt, seg, rep->offset, a->seg_read_token,
+                             fuse);
+                if (fuse) { /* complete when the reads succeeded (checked below) */
+                    lsum[i - base] = kvm_sum_digest(fuse);
+                    fused[i - base] = true;
+                }
                 count[i - base] = tp_batch_count(b) - first[i - base];
                 if (!e)
                     cp_transfer(look, seg, &rep->owner, &cpo);
@@ -684,7 +699,7 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             bool local = it->acc[round].local;
             if (ok && (local ? verify_local : verify_remote)) { /* verify_reads policy */
                 KVM_CP_COUNT(look, op_checksum_passes_total, OBS_NONE, 1);
-                uint64_t sum = local ? lsum[i - base] : sg_checksum(o->iov, o->iovcnt);
+                uint64_t sum = fused[i - base] ? lsum[i - base] : sg_checksum(o->iov, o->iovcnt);
                 if (sum != it->route.checksum) {
                     ok = false;
                     *bad_sum = true;

@@ -968,8 +968,9 @@ static int rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg, struct kv
         goto fail;
 
     /* Segments and the transport engine are thread-safe; set them up before the loop. */
-    if ((rc = seg_registry_new(&rt->reg)) != 0 ||
-        (rc = h ? kvm_owner_adopt(rt, h) : kvm_owner_init(rt)) != 0 ||
+    if ((rc = seg_registry_new(&rt->reg)) == 0)
+        seg_registry_set_prefault(rt->reg, cfg->prefault_segments);
+    if (rc != 0 || (rc = h ? kvm_owner_adopt(rt, h) : kvm_owner_init(rt)) != 0 ||
         (rc = kvm_fair_open(rt)) != 0 || (rc = kvm_place_open(rt)) != 0)
         goto fail;
     char host[128];

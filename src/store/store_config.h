@@ -89,6 +89,7 @@ struct kvm_store_config {
     double evict_low_watermark;  /* fraction eviction brings usage back to */
     uint32_t io_threads;         /* transport I/O threads */
     bool hugepages;              /* try MFD_HUGETLB segments */
+    bool prefault_segments; /* fault segment pages in when mapped (seg_registry_set_prefault) */
     /* background re-replication (src/store/repair.c) */
     uint64_t rereplicate_bytes_per_sec; /* copy rate, bytes/s (0 = unlimited) */
     uint32_t rereplicate_max_copies;    /* copies in flight per round (0 = re-replication off) */

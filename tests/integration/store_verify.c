@@ -2,12 +2,15 @@
 /*
  * store_verify — the verify_reads policy (docs/configuration.md) against a corrupted replica.
  *
- * Two storage runtimes in this process (tcp transport, embedded in-memory metadata, one replica
- * per object): SR with verify_reads=remote and SA with verify_reads=always; three client-only
+ * Two storage runtimes in this process (the transport named by argv[1], tcp by default, or shm:
+ * ctest runs both; embedded in-memory metadata, one replica per object): SR with
+ * verify_reads=remote and SA with verify_reads=always; three client-only
  * runtimes with verify_reads always, remote and never. A 256 KiB value is put by SR itself (its
  * local replica: the put's checksum comes from the fused copy + hash) and one by SA; every
  * reader first reads both correctly (so the fused checksums are right). Then one byte of each
- * replica is flipped in the owner's segment memory, and each reader's verdict is checked:
+ * replica is flipped in the owner's segment memory, and each reader's verdict is checked (a
+ * third value, put by a client — over shm its checksum comes from the transport's fused copy +
+ * hash — must carry libxxhash's XXH3-64 of the value in its route, as must the other two):
  *
  *   reader                       replica   verdict
  *   client, always               remote    KVMESH_ECHECKSUM
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "api/kvmesh_tools.h"
 #include "env/clock.h"
@@ -42,12 +46,14 @@
 #define VSIZE   (256u << 10)
 #define FLIP_AT 100000u
 
+static const char *transport = "tcp";
+
 static kvmesh_t *open_rt(const char *url, bool storage, const char *verify)
 {
     kvmesh_config_t *c = kvmesh_config_new();
     CHECK(c);
     CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
-    CHECK(kvmesh_config_set(c, "transport", "tcp") == 0);
+    CHECK(kvmesh_config_set(c, "transport", transport) == 0);
     CHECK(kvmesh_config_set(c, "memory_size", storage ? "67108864" : "0") == 0);
     CHECK(kvmesh_config_set(c, "segment_size", "67108864") == 0);
     CHECK(kvmesh_config_set(c, "max_object_size", "1048576") == 0);
@@ -105,8 +111,10 @@ static int read_key(kvmesh_t *kv, const kvmesh_scope_t *sc, const char *key)
     return rc;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        transport = argv[1];
     char url[64];
     snprintf(url, sizeof(url), "memory://verify-%ld", (long)getpid());
     kvmesh_t *SR = open_rt(url, true, "remote"), *SA = open_rt(url, true, "always");
@@ -138,6 +146,19 @@ int main(void)
     CHECK(kvmesh_route_query(CA, &sc, "a", 1, &ri) == 0);
     CHECK(strcmp(ri.replicas[0].owner, kvmesh_runtime_of(SA)->idhex) == 0);
     printf("both values read back intact by all five runtimes (fused put checksums are right)\n");
+
+    /* a client's put: the replica is remote, the checksum computed beside the transfer */
+    CHECK(kvmesh_put(CA, &sc, "c", 1, val, VSIZE, NULL) == 0);
+    CHECK(read_key(CA, &sc, "c") == 0 && memcmp(out, val, VSIZE) == 0);
+    const uint64_t want = XXH3_64bits(val, VSIZE);
+    const char *keys[] = {"r", "a", "c"};
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(kvmesh_route_query(CA, &sc, keys[i], 1, &ri) == 0);
+        CHECK(ri.length == VSIZE && ri.checksum == want);
+    }
+    printf("the routes of the owners' puts and of the client's put (over %s) carry the value's "
+           "XXH3-64\n",
+           transport);
 
     const uint8_t flipped = (uint8_t)~val[FLIP_AT];
     corrupt(SR, CA, &sc, "r");

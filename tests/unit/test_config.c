@@ -80,6 +80,8 @@ static const struct {
     {"io_threads", "", "io_threads: \"\" is not an unsigned integer; allowed 1..64"},
     {"hugepages", "maybe",
      "hugepages: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, 1|0)"},
+    {"prefault_segments", "2",
+     "prefault_segments: \"2\" is not a boolean; allowed true|false (also yes|no, on|off, 1|0)"},
     {"trace_sample_rate", "1.5", "trace_sample_rate: \"1.5\" is out of range; allowed 0..1"},
     {"trace_capture_dir", "a\tb",
      "trace_capture_dir: \"a?b\" is invalid; allowed printable characters, at most 511 "
@@ -200,6 +202,7 @@ static void test_defaults(void **state)
     assert_true(c->evict_low_watermark == 0.80);
     assert_int_equal(c->io_threads, 2);
     assert_false(c->hugepages);
+    assert_false(c->prefault_segments);
     assert_true(c->trace_sample_rate == 0.0);
     assert_string_equal(c->trace_capture_dir, "");
     assert_string_equal(c->trace_otlp_url, "");
