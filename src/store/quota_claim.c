@@ -235,7 +235,8 @@ static int claim_hook(void *ctx, const uint8_t *claim, size_t claim_len, const r
                           .publish_token = publish_token,
                           .next_version = at->next_version,
                           .payload = payload,
-                          .payload_len = pl};
+                          .payload_len = pl,
+                          .cas_follows = true}; /* a finalized operation's CAS: a duplicate */
     int rc = tn_claim(q->tn, &req, hook_claimed, h);
     if (rc)
         free(h);
