@@ -75,7 +75,7 @@ static inline const struct kvm_store_tenant_policy *find_policy(struct kvm_quota
 }
 
 /* The result label of a quota call's rc (kvmesh_quota_operations_total). A refusal names bytes or
- * objects in its message (src/tenant/quota.c check_fits, the batch messages below). */
+ * objects in its message (src/tenant/quota.c check_fits, quota_batch.c's messages). */
 static inline enum obs_dim_qres qres_of(int rc)
 {
     switch (rc) {
