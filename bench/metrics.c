@@ -181,8 +181,8 @@ static int64_t rd(struct obs_registry *r, const char *id, unsigned a, unsigned b
 
 /* The updates one local 4 KiB get makes, in the order the code makes them (src/api/kvmesh.c:
  * rec_begin/rec; src/store/runtime.c: kvm_op_run (hand-off); src/route/route_client.c: finish;
- * src/store/ops.c: ictx_free (lookup round trips, 0 here); src/store/data.c: local_copy and the
- * critical-path copy and checksum counts). */
+ * src/store/ops_item.c: kvm_ictx_free (lookup round trips, 0 here); src/store/data.c: local_copy
+ * and the critical-path copy and checksum counts). */
 static void replay_get(struct obs_registry *r, unsigned slot, uint64_t ns)
 {
     obs_gauge_add(r, requests_in_flight, OBS_OP_GET, OBS_NONE, 1);

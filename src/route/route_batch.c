@@ -136,6 +136,10 @@ void route_batch_on_message(route_svc_t *svc, const env_msg_t *msg)
         return; /* malformed: dropped like a malformed single message */
     }
     svc->stats.batches_received++;
+    /* What the items' callbacks start (a CAS retried from a refusal's route, a lookup that
+     * settles an indeterminate answer) joins one window and leaves as one batch per
+     * destination, instead of one message per item on its own zero timer. */
+    route_batch_begin(svc);
     route_coalesce_begin(svc);
     bool broken = (svc->bugs & ROUTE_BUG_BATCH_ONE_RESULT) && v->kind[0] == RMSG_CAS_RESP;
     for (uint32_t i = 0; i < v->n && !svc->freeing; i++) {
@@ -150,5 +154,6 @@ void route_batch_on_message(route_svc_t *svc, const env_msg_t *msg)
         route_on_message(svc, &one); /* each item exactly as if it came alone */
     }
     route_coalesce_end(svc);
+    route_batch_end(svc);
     free(v);
 }

@@ -35,7 +35,9 @@
 #include "env/clock.h"
 #include "store/cold_glue.h"
 #include "store/data.h"
+#include "store/drain_core.h"
 #include "store/fair.h"
+#include "store/repair_plan.h"
 
 #define DATA_CHUNK     16  /* items per transport round with temporary registrations */
 #define DATA_CHUNK_MAX 128 /* items per transport round when every buffer is registered */
@@ -1008,201 +1010,383 @@ static int simple_op(kvm_rt_t *rt, enum kvm_op_type t)
     return rc;
 }
 
-/* Moves a page of local replicas to other owners: one PLACE op, one transport batch, one
- * HANDOFF op (route CAS per item). */
-static void handoff_page(kvm_rt_t *rt, const kvm_hot_replica_t *reps, const kvm_ident_t *ids,
-                         const uint64_t *read_tokens, size_t n, size_t *moved, size_t *failed)
-{
-    kvm_op_t *place = kvm_op_new(rt, KVM_OP_PLACE, n);
-    if (!place) {
-        *failed += n;
-        return;
-    }
-    place->replicas = 1;
-    int rc = 0;
-    /* Owners that already hold a replica of the object are not candidates (distinct owners). */
-    kvm_op_t *look = kvm_op_new(rt, KVM_OP_LOOKUP, n);
-    if (!look)
-        rc = KVMESH_ENOMEM;
-    for (size_t i = 0; i < n && !rc; i++)
-        rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
-    if (!rc)
-        rc = kvm_op_run(look);
-    for (size_t i = 0; i < n && !rc; i++) {
-        struct kvm_item *it = &place->items[i];
-        rc = kvm_ident_copy(&it->ident, &ids[i]);
-        it->len = reps[i].length;
-        const kvm_route_t *r = &look->items[i].route;
-        for (uint32_t j = 0; look->items[i].rc == 0 && j < r->n_replicas; j++)
-            if (!kvm_id128_equal(&r->replicas[j].owner, &rt->self.id) &&
-                it->exclude_n < KVM_ARRAY_SIZE(it->exclude))
-                it->exclude[it->exclude_n++] = r->replicas[j].owner;
-    }
-    kvm_op_unref(look);
-    if (!rc)
-        rc = kvm_op_run(place);
-    if (rc) {
-        *failed += n;
-        kvm_op_unref(place);
-        return;
-    }
-    struct tp_batch *b = NULL;
-    struct seg *pins[64] = {0};
-    int slot_of[64];
-    if (tp_batch_new(rt->tp, TP_MAX_BATCH, &b) != 0)
-        b = NULL;
-    for (size_t i = 0; i < n; i++) {
-        struct kvm_item *it = &place->items[i];
-        slot_of[i] = -1;
-        if (it->rc || !b)
-            continue;
-        struct kvm_res *res = &it->res[0];
-        uint8_t *src;
-        enum seg_reason why;
-        struct tp_segment *seg;
-        int e = seg_check(rt->reg, reps[i].segment, reps[i].offset, reps[i].length, SEG_READ,
-                          read_tokens[i], &src, &pins[i], &why);
-        if (!e && res->local) { /* another segment of this runtime (segment retirement) */
-            struct iovec v = {src, reps[i].length};
-            e = local_copy(rt, SEG_WRITE, res->seg, res->offset, reps[i].length, res->token, &v, 1,
-                           NULL);
-            if (e)
-                it->rc = e;
-            continue;
-        }
-        if (!e)
-            e = res->data_addr
-                    ? kvm_rt_seg_open(rt, res->data_addr, res->seg, res->seg_read_token, &seg)
-                    : KVMESH_EUNAVAILABLE;
-        if (!e) {
-            struct tp_request rq = {.op = TP_WRITE,
-                                    .local = src,
-                                    .length = reps[i].length,
-                                    .segment = seg,
-                                    .remote_offset = res->offset,
-                                    .token = res->token};
-            slot_of[i] = (int)tp_batch_count(b);
-            e = tp_submit(b, &rq, 1);
-        }
-        if (e)
-            it->rc = e;
-    }
-    if (b) {
-        tp_batch_wait(b, (int)rt->cfg.request_timeout_ms);
-        for (size_t i = 0; i < n; i++)
-            if (slot_of[i] >= 0 && tp_status(b, (unsigned)slot_of[i], NULL) != 0)
-                place->items[i].rc = KVMESH_EIO;
-        tp_batch_free(b);
-    }
-    for (size_t i = 0; i < n; i++)
-        if (pins[i])
-            seg_unpin(rt->reg, pins[i]);
-    size_t n_ok = 0, n_bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (place->items[i].rc == 0)
-            n_ok++;
-        else if (place->items[i].n_res)
-            n_bad++;
-    }
-    kvm_op_t *ho = n_ok ? kvm_op_new(rt, KVM_OP_HANDOFF, n_ok) : NULL;
-    kvm_op_t *ab = n_bad ? kvm_op_new(rt, KVM_OP_ABORT, n_bad) : NULL;
-    size_t k = 0, j = 0;
-    for (size_t i = 0; i < n; i++) {
-        struct kvm_item *it = &place->items[i];
-        kvm_op_t *dst = it->rc == 0 ? ho : it->n_res ? ab : NULL;
-        if (!dst)
-            continue;
-        struct kvm_item *d = &dst->items[dst == ho ? k++ : j++];
-        d->ident = it->ident;
-        memset(&it->ident, 0, sizeof(it->ident));
-        d->len = it->len;
-        d->n_res = 1;
-        d->res[0] = it->res[0];
-        d->moving = reps[i];
-    }
-    if (ab) {
-        kvm_op_run(ab);
-        kvm_op_unref(ab);
-    }
-    *failed += n - n_ok;
-    if (ho) {
-        if (kvm_op_run(ho) != 0) {
-            *failed += n_ok;
-        } else {
-            for (size_t i = 0; i < n_ok; i++) {
-                if (ho->items[i].rc == 0)
-                    (*moved)++;
-                else
-                    (*failed)++;
-            }
-        }
-        kvm_op_unref(ho);
-    }
-    kvm_op_unref(place);
-}
-
-/* Moves every committed local replica (of segment seg_filter, or all when 0) elsewhere, until
- * two passes find nothing new or timeout_ms passed. */
-/* Between two empty listing passes of a drain: writers that placed here before they saw the
- * DRAINING state (or the retiring segment) commit within a snapshot period. A timed pause that
- * close ends; never past the drain's own deadline. */
-static int writers_period(kvm_rt_t *rt, uint64_t seg_filter, uint64_t deadline_ms)
-{
-    uint64_t until = env_clock_mono_ms() + (seg_filter ? 50 : 600);
-    if (kvm_waitq_pause(&rt->wq_slots, KVM_MIN(until, deadline_ms)) != 0)
-        return kvm_errf(KVMESH_ECLOSED, "the runtime closed during the drain");
-    return 0;
-}
-
 int kvm_store_wait_slots(kvm_rt_t *rt, uint64_t *gen, uint64_t deadline_ms)
 {
     return kvm_waitq_wait(&rt->wq_slots, gen, deadline_ms);
 }
 
+/* The drain's shell (store/drain_core.h, docs/store.md "Drain core"): the core decides; this
+ * runs its effects in batches, in this order, until the core asks done: one ABORT op for the
+ * reservations to give back, one HANDOFF op for the route CASes, one DRAIN_LIST op per listing,
+ * one PLACE op for a page's reservations, one transport batch for its copies, and the writers
+ * period as a timed pause that close ends. The HANDOFF op (ops.c) itself commits the new slot
+ * and releases the old replica when its CAS applied, and gives the new reservation back when the
+ * CAS was refused or the route no longer named the old replica: the core's commit_new,
+ * release_old and release_new (REFUSED, SUPERSEDED) effects after a CAS answer are that op's
+ * work, checked here and not repeated. */
+enum { DW_RESERVE = 1, DW_COPY = 2, DW_CAS = 4, DW_ABORT = 8 };
+
+typedef struct dshell {
+    kvm_rt_t *rt;
+    drain_core_t *core;
+    uint64_t seg_filter;
+    bool want_list, in_handoff, timer_armed, done;
+    uint64_t cursor, timer_ms;
+    uint32_t cap;
+    int rc;
+    /* the page: the listing op owns ids; the PLACE op holds the reservations */
+    size_t n;
+    kvm_op_t *list_op, *place;
+    kvm_hot_replica_t reps[DRAIN_PAGE_MAX];
+    kvm_ident_t ids[DRAIN_PAGE_MAX];
+    uint64_t tokens[DRAIN_PAGE_MAX];
+    uint8_t want[DRAIN_PAGE_MAX]; /* DW_* per item */
+} dshell_t;
+
+static uint64_t now_ns(void)
+{
+    return env_clock_mono_ms() * 1000000ull;
+}
+
+static void dfx_list(void *ctx, uint64_t cursor, uint32_t cap)
+{
+    dshell_t *sh = ctx;
+    sh->want_list = true;
+    sh->cursor = cursor;
+    sh->cap = cap;
+}
+
+static void dfx_want(void *ctx, uint32_t i, uint8_t what)
+{
+    dshell_t *sh = ctx;
+    KVM_ASSERT(i < sh->n);
+    sh->want[i] |= what;
+}
+
+static void dfx_reserve(void *ctx, uint32_t i)
+{
+    dfx_want(ctx, i, DW_RESERVE);
+}
+
+static void dfx_copy(void *ctx, uint32_t i)
+{
+    dfx_want(ctx, i, DW_COPY);
+}
+
+static void dfx_cas(void *ctx, uint32_t i)
+{
+    dfx_want(ctx, i, DW_CAS);
+}
+
+static void dfx_settled_by_handoff(void *ctx, uint32_t i)
+{
+    (void)i;
+    KVM_ASSERT(((dshell_t *)ctx)->in_handoff); /* the HANDOFF op committed / released */
+}
+
+static void dfx_release_new(void *ctx, uint32_t i, enum drain_release why)
+{
+    if (why == DRAIN_REL_COPY_FAILED || why == DRAIN_REL_CLOSED)
+        dfx_want(ctx, i, DW_ABORT);
+    else
+        dfx_settled_by_handoff(ctx, i);
+}
+
+static void dfx_arm_timer(void *ctx, uint64_t at_ns)
+{
+    dshell_t *sh = ctx;
+    sh->timer_armed = true;
+    sh->timer_ms = (at_ns + 999999) / 1000000;
+}
+
+static void dfx_done(void *ctx, int rc)
+{
+    dshell_t *sh = ctx;
+    sh->done = true;
+    sh->rc = rc;
+}
+
+static const drain_effects_t drain_fx = {
+    .list = dfx_list,
+    .reserve = dfx_reserve,
+    .copy = dfx_copy,
+    .cas = dfx_cas,
+    .commit_new = dfx_settled_by_handoff,
+    .release_new = dfx_release_new,
+    .release_old = dfx_settled_by_handoff,
+    .arm_timer = dfx_arm_timer,
+    .done = dfx_done,
+};
+
+static void page_drop(dshell_t *sh)
+{
+    kvm_op_unref(sh->place);
+    kvm_op_unref(sh->list_op); /* frees ids */
+    sh->place = sh->list_op = NULL;
+    sh->n = 0;
+    memset(sh->want, 0, sizeof(sh->want));
+}
+
+static void shell_list(dshell_t *sh)
+{
+    sh->want_list = false;
+    page_drop(sh);
+    kvm_op_t *op = kvm_op_new(sh->rt, KVM_OP_DRAIN_LIST, 0);
+    if (!op) {
+        drain_core_listed(sh->core, now_ns(), KVMESH_ENOMEM, 0, sh->cursor);
+        return;
+    }
+    memset(sh->ids, 0, sizeof(sh->ids));
+    op->list = sh->reps;
+    op->list_ident = sh->ids;
+    op->list_tokens = sh->tokens;
+    op->seg_arg = sh->seg_filter;
+    op->list_cap = sh->cap;
+    op->list_cursor = sh->cursor;
+    int rc = kvm_op_run(op);
+    sh->list_op = op;
+    sh->n = rc ? 0 : op->list_n;
+    drain_core_listed(sh->core, now_ns(), rc, (uint32_t)sh->n, op->list_cursor);
+}
+
+/* Owners that already hold a replica of an object are not candidates (distinct owners). */
+static int place_excludes(dshell_t *sh, kvm_op_t *place)
+{
+    kvm_op_t *look = kvm_op_new(sh->rt, KVM_OP_LOOKUP, sh->n);
+    int rc = look ? 0 : KVMESH_ENOMEM;
+    for (size_t i = 0; i < sh->n && !rc; i++)
+        rc = kvm_ident_copy(&look->items[i].ident, &sh->ids[i]);
+    if (!rc)
+        rc = kvm_op_run(look);
+    for (size_t i = 0; i < sh->n && !rc; i++) {
+        struct kvm_item *it = &place->items[i];
+        rc = kvm_ident_copy(&it->ident, &sh->ids[i]);
+        it->len = sh->reps[i].length;
+        const kvm_route_t *r = &look->items[i].route;
+        for (uint32_t j = 0; look->items[i].rc == 0 && j < r->n_replicas; j++)
+            if (!kvm_id128_equal(&r->replicas[j].owner, &sh->rt->self.id) &&
+                it->exclude_n < KVM_ARRAY_SIZE(it->exclude))
+                it->exclude[it->exclude_n++] = r->replicas[j].owner;
+    }
+    kvm_op_unref(look);
+    return rc;
+}
+
+/* The page's reservations: one PLACE op (every item of a page is placed at once). */
+static void shell_place(dshell_t *sh)
+{
+    for (size_t i = 0; i < sh->n; i++) {
+        KVM_ASSERT(sh->want[i] == DW_RESERVE);
+        sh->want[i] = 0;
+    }
+    kvm_op_t *place = kvm_op_new(sh->rt, KVM_OP_PLACE, sh->n);
+    int rc = place ? 0 : KVMESH_ENOMEM;
+    if (place) {
+        place->replicas = 1;
+        rc = place_excludes(sh, place);
+    }
+    if (!rc)
+        rc = kvm_op_run(place);
+    sh->place = place;
+    for (size_t i = 0; i < sh->n; i++) {
+        struct kvm_item *it = rc ? NULL : &place->items[i];
+        if (it && it->rc && it->n_res)
+            sh->want[i] |= DW_ABORT; /* a failed placement that holds a reservation */
+        drain_core_reserved(sh->core, now_ns(), (uint32_t)i, rc ? rc : it->rc);
+    }
+}
+
+/* Copies one replica into its reservation: on this runtime (another segment: a retirement)
+ * at once, elsewhere as a request of batch b (*slot its index). */
+static int copy_one(dshell_t *sh, size_t i, struct tp_batch *b, struct seg **pin, int *slot)
+{
+    kvm_rt_t *rt = sh->rt;
+    const kvm_hot_replica_t *rep = &sh->reps[i];
+    struct kvm_res *res = &sh->place->items[i].res[0];
+    uint8_t *src;
+    enum seg_reason why;
+    struct tp_segment *seg;
+    int e = seg_check(rt->reg, rep->segment, rep->offset, rep->length, SEG_READ, sh->tokens[i],
+                      &src, pin, &why);
+    if (!e && res->local) {
+        struct iovec v = {src, rep->length};
+        return local_copy(rt, SEG_WRITE, res->seg, res->offset, rep->length, res->token, &v, 1,
+                          NULL);
+    }
+    if (!e)
+        e = res->data_addr
+                ? kvm_rt_seg_open(rt, res->data_addr, res->seg, res->seg_read_token, &seg)
+                : KVMESH_EUNAVAILABLE;
+    if (!e) {
+        struct tp_request rq = {.op = TP_WRITE,
+                                .local = src,
+                                .length = rep->length,
+                                .segment = seg,
+                                .remote_offset = res->offset,
+                                .token = res->token};
+        *slot = (int)tp_batch_count(b);
+        e = tp_submit(b, &rq, 1);
+    }
+    return e;
+}
+
+/* The page's copies: one transport batch. */
+static void shell_copy(dshell_t *sh)
+{
+    kvm_rt_t *rt = sh->rt;
+    struct tp_batch *b = NULL;
+    struct seg *pins[DRAIN_PAGE_MAX] = {0};
+    int slot_of[DRAIN_PAGE_MAX], rcs[DRAIN_PAGE_MAX];
+    int brc = tp_batch_new(rt->tp, TP_MAX_BATCH, &b) != 0 ? KVMESH_ENOMEM : 0;
+    for (size_t i = 0; i < sh->n; i++) {
+        slot_of[i] = -1;
+        rcs[i] = 0;
+        if (sh->want[i] & DW_COPY)
+            rcs[i] = brc ? brc : copy_one(sh, i, b, &pins[i], &slot_of[i]);
+    }
+    if (b) {
+        tp_batch_wait(b, (int)rt->cfg.request_timeout_ms);
+        for (size_t i = 0; i < sh->n; i++)
+            if (slot_of[i] >= 0 && tp_status(b, (unsigned)slot_of[i], NULL) != 0)
+                rcs[i] = KVMESH_EIO;
+        tp_batch_free(b);
+    }
+    for (size_t i = 0; i < sh->n; i++)
+        if (pins[i])
+            seg_unpin(rt->reg, pins[i]);
+    for (size_t i = 0; i < sh->n; i++) {
+        if (!(sh->want[i] & DW_COPY))
+            continue;
+        sh->want[i] &= (uint8_t)~DW_COPY;
+        drain_core_copied(sh->core, now_ns(), (uint32_t)i, rcs[i]);
+    }
+}
+
+/* An op over the page's items flagged what (ABORT or HANDOFF): each takes the item's
+ * reservation (the identity moves into the op); NULL when none is flagged. */
+static kvm_op_t *settle_op(dshell_t *sh, enum kvm_op_type t, uint8_t what, int *rc)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < sh->n; i++)
+        m += (sh->want[i] & what) != 0;
+    kvm_op_t *op = m ? kvm_op_new(sh->rt, t, m) : NULL;
+    *rc = m && !op ? KVMESH_ENOMEM : 0;
+    for (size_t i = 0, k = 0; op && i < sh->n; i++) {
+        if (!(sh->want[i] & what))
+            continue;
+        struct kvm_item *it = &sh->place->items[i], *d = &op->items[k++];
+        d->ident = it->ident;
+        memset(&it->ident, 0, sizeof(it->ident));
+        d->len = it->len;
+        d->n_res = 1;
+        d->res[0] = it->res[0];
+        d->moving = sh->reps[i];
+    }
+    return op;
+}
+
+/* The reservations to give back (their copy failed, or the drain closed before its CAS). */
+static void shell_abort(dshell_t *sh)
+{
+    int rc;
+    kvm_op_t *ab = settle_op(sh, KVM_OP_ABORT, DW_ABORT, &rc);
+    if (ab)
+        kvm_op_run(ab); /* (a reservation not given back expires: its lookup settles it) */
+    kvm_op_unref(ab);
+    for (size_t i = 0; i < sh->n; i++)
+        sh->want[i] &= (uint8_t)~DW_ABORT;
+}
+
+static enum drain_cas cas_answer_of(const struct kvm_item *it)
+{
+    if (it->rc == 0)
+        return it->superseded ? DRAIN_CAS_SUPERSEDED : DRAIN_CAS_APPLIED;
+    return kvm_cas_refused(it->rc) ? DRAIN_CAS_REFUSED : DRAIN_CAS_INDETERMINATE;
+}
+
+/* The route CASes: one HANDOFF op (per item: lookup, CAS, then commit and release). */
+static void shell_handoff(dshell_t *sh)
+{
+    int rc;
+    kvm_op_t *ho = settle_op(sh, KVM_OP_HANDOFF, DW_CAS, &rc);
+    if (ho)
+        rc = kvm_op_run(ho);
+    sh->in_handoff = true;
+    for (size_t i = 0, k = 0; i < sh->n; i++) {
+        if (!(sh->want[i] & DW_CAS))
+            continue;
+        sh->want[i] &= (uint8_t)~DW_CAS;
+        enum drain_cas ans = rc ? DRAIN_CAS_INDETERMINATE : cas_answer_of(&ho->items[k]);
+        k++;
+        drain_core_cas_answer(sh->core, now_ns(), (uint32_t)i, ans);
+    }
+    sh->in_handoff = false;
+    kvm_op_unref(ho);
+}
+
+/* The writers period: a timed pause that close ends. */
+static void shell_wait(dshell_t *sh)
+{
+    sh->timer_armed = false;
+    if (kvm_waitq_pause(&sh->rt->wq_slots, sh->timer_ms) != 0)
+        drain_core_close(sh->core, now_ns());
+    else
+        drain_core_timer(sh->core, now_ns());
+}
+
+static bool wants(const dshell_t *sh, uint8_t what)
+{
+    for (size_t i = 0; i < sh->n; i++)
+        if (sh->want[i] & what)
+            return true;
+    return false;
+}
+
+static void shell_step(dshell_t *sh)
+{
+    if (wants(sh, DW_ABORT))
+        shell_abort(sh);
+    else if (wants(sh, DW_CAS))
+        shell_handoff(sh);
+    else if (sh->want_list)
+        shell_list(sh);
+    else if (wants(sh, DW_RESERVE))
+        shell_place(sh);
+    else if (wants(sh, DW_COPY))
+        shell_copy(sh);
+    else if (sh->timer_armed)
+        shell_wait(sh);
+    else
+        KVM_ASSERT(!"the drain core asked nothing");
+}
+
+/* Moves every committed local replica (of segment seg_filter, or all when 0) elsewhere, until
+ * two passes a writers period apart find nothing new (writers that placed here before they saw
+ * the DRAINING state or the retiring segment commit within it) or timeout_ms passed. */
 static int move_all(kvm_rt_t *rt, uint64_t seg_filter, uint32_t timeout_ms, size_t *moved,
                     size_t *failed)
 {
-    int rc = 0;
-    uint64_t t0 = env_clock_mono_ms();
-    uint64_t cursor = 0;
-    int empty_passes = 0;
-    /* Writers that placed here before they saw DRAINING may still commit: list until two
-     * passes a snapshot period apart find nothing new. */
-    while (empty_passes < 2) {
-        uint64_t el = env_clock_since_ms(t0);
-        if (el > timeout_ms) {
-            rc = kvm_errf(KVMESH_ETIMEDOUT, "drain did not finish in %u ms (%zu moved)", timeout_ms,
-                          *moved);
-            break;
-        }
-        kvm_op_t *op = kvm_op_new(rt, KVM_OP_DRAIN_LIST, 0);
-        kvm_hot_replica_t reps[64];
-        kvm_ident_t ids[64];
-        memset(ids, 0, sizeof(ids));
-        if (!op)
-            return KVMESH_ENOMEM;
-        uint64_t tokens[64];
-        op->list = reps;
-        op->list_ident = ids;
-        op->list_tokens = tokens;
-        op->seg_arg = seg_filter;
-        op->list_cap = 64;
-        op->list_cursor = cursor;
-        rc = kvm_op_run(op);
-        size_t got = op->list_n;
-        cursor = op->list_cursor;
-        if (!rc && got)
-            handoff_page(rt, reps, ids, tokens, got, moved, failed);
-        kvm_op_unref(op); /* frees ids */
-        if (rc)
-            break;
-        if (got == 0 && ++empty_passes < 2 &&
-            (rc = writers_period(rt, seg_filter, t0 + timeout_ms + 1)) != 0)
-            break;
+    dshell_t *sh = calloc(1, sizeof(*sh));
+    if (!sh)
+        return KVMESH_ENOMEM;
+    sh->rt = rt;
+    sh->seg_filter = seg_filter;
+    drain_core_cfg_t cfg = {.timeout_ms = timeout_ms,
+                            .writers_ns = (seg_filter ? 50 : 600) * 1000000ull,
+                            .page = DRAIN_PAGE_MAX};
+    int rc = drain_core_new(&cfg, &drain_fx, sh, &sh->core);
+    if (rc) {
+        free(sh);
+        return rc;
     }
-    if (!rc && *failed)
-        rc = kvm_errf(KVMESH_EUNAVAILABLE, "could not move %zu replicas (%zu moved)", *failed,
-                      *moved);
+    drain_core_start(sh->core, now_ns());
+    while (!sh->done || wants(sh, DW_ABORT))
+        shell_step(sh);
+    drain_core_counts(sh->core, moved, failed);
+    rc = sh->rc;
+    page_drop(sh);
+    drain_core_free(sh->core);
+    free(sh);
     return rc;
 }
 

@@ -47,8 +47,8 @@ int kvm_store_stats(kvm_rt_t *rt, struct kvm_rt_stats *st);
  * reclaims end, evictions finish) between checks of that state: returns 0 to check again,
  * KVMESH_ECLOSED at runtime close, KVMESH_ETIMEDOUT at deadline_ms (monotonic ms). *gen is from
  * kvm_waitq_enter(&rt->wq_slots), which the caller brackets its checks with. Local commits and
- * releases signal rt->wq_slots (ops.c), and so does the owner after every step of its slot core
- * (owner.c owner_sync: commits, releases, evictions, and the housekeeping tick that settles
+ * releases signal rt->wq_slots (ops_item.c), and so does the owner after every step of its slot
+ * core (owner.c owner_sync: commits, releases, evictions, and the housekeeping tick that settles
  * expiries and reclaims every STORE_TICK_MS). */
 int kvm_store_wait_slots(kvm_rt_t *rt, uint64_t *gen, uint64_t deadline_ms);
 /* Storage resize at run time: a new segment of `size` bytes joins the record; a retired segment

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * place_wait — puts that found too few live storage members wait for the next membership
- * refresh instead of failing at once (ops.c).
+ * refresh instead of failing at once (ops_place.c).
  *
  * A storage runtime whose lease lapsed for a moment (a loaded machine missing a heartbeat) is
  * absent from the membership snapshot until it registers again. A put that finds fewer storage

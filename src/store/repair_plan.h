@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * repair_plan.h — the pure decisions of re-replication and of the replica handoff, without I/O,
- * shared by the store (repair.c, ops.c) and the simulator (tests/sim/scen_repair.c), so that the
- * simulated protocol is the one the store runs (docs/reliability.md "Re-replication").
+ * shared by the store (repair.c, ops_publish.c) and the simulator (tests/sim/scen_repair.c), so
+ * that the simulated protocol is the one the store runs (docs/reliability.md "Re-replication").
  *
  *   kvm_repair_plan      one route of an owner-scan page: whether it is under-replicated, and if
  *                        so which replica is the source (the first LIVE one, in route order: its

@@ -13,8 +13,9 @@
  *   owner.c    storage owner shell around slot_core.c (slots, allocators, reservations with
  *              a TTL, commit, reclaim after the grace window, CLOCK eviction, waiters): the
  *              segments' mappings, route lookups and eviction CAS, RPC, timers, metrics;
- *   ops.c      loop side of object operations: placement, reservation, route publication by
- *              CAS, lookup, tombstones, release of obsolete replicas;
+ *   ops.c      loop side of object operations (ops_int.h): the dispatch (ops.c), placement and
+ *              reservation (ops_place.c), route publication by CAS, tombstones, handoff
+ *              (ops_publish.c), the per-item state machine, notifications, lookups (ops_item.c);
  *   data.c     application-thread side: payload writes and reads through the transports,
  *              checksum verification, replica failover, batches, drain handoff;
  *   route_hint.c  the last route version seen per key: the expected version of the next CAS.
@@ -144,6 +145,28 @@ struct kvm_access {
 };
 
 /* One object of an operation (an op carries 1..KVMESH_BATCH_MAX items). */
+/*
+ * An item's step in its op [loop] (docs/store.md "Item states"): every change goes through
+ * kvm_item_set_state (ops_item.c), which asserts the edge is one of its table's; an item ends
+ * exactly once, DONE or FAILED. kvm_op_new's items start NEW.
+ */
+enum kvm_item_state {
+    KVM_ITEM_NEW,             /* not started */
+    KVM_ITEM_QUOTA_RESERVING, /* tenant quota: the put's charge / the remove's refund reserved */
+    KVM_ITEM_PLACING,         /* reservations at owners in flight, or the next round */
+    KVM_ITEM_PARKED,          /* too few storage members: waits for a snapshot or the deadline */
+    KVM_ITEM_LOOKING_UP,      /* the exact route lookup (lookup, remove, handoff, quota put) */
+    KVM_ITEM_CLAIMING,        /* tenant quota: the writer's claim, just before the CAS */
+    KVM_ITEM_COLD_GATE,       /* before a CAS: the replaced cold copy's reclaim record */
+    KVM_ITEM_CAS,             /* the route CAS (put, tombstone, handoff) in flight */
+    KVM_ITEM_SETTLING,        /* a possibly applied CAS settled by an exact lookup */
+    KVM_ITEM_FINALIZING,      /* tenant quota: the finalize after the CAS */
+    KVM_ITEM_DURABLE_WAIT,    /* cold_write_through: the put waits for its cold copy's commit */
+    KVM_ITEM_DONE,            /* ended: rc 0, or an answer (KVMESH_ENOENT) */
+    KVM_ITEM_FAILED,          /* ended by kvm_item_fail: rc and the op's err say why */
+    KVM_ITEM_N_STATES
+};
+
 struct kvm_item {
     kvm_ident_t ident;
     uint64_t len, checksum;
@@ -156,7 +179,7 @@ struct kvm_item {
     uint32_t tries;
     uint32_t exclude_n;
     kvm_runtime_id_t exclude[2 * KVM_MAX_REPLICAS];
-    bool finished;
+    enum kvm_item_state state; /* [loop] kvm_item_set_state only */
     int in_place;
     /* lookup / publish */
     bool have_route;
@@ -324,7 +347,7 @@ typedef struct kvm_rt {
      * store-side tp_unregister_memory), owner slots settling (by local commits and releases;
      * also carries timed pauses) */
     struct kvm_waitq wq_room, wq_reg, wq_slots;
-    /* [loop] puts waiting for a membership refresh to place their replicas (ops.c) */
+    /* [loop] puts waiting for a membership refresh to place their replicas (ops_place.c) */
     struct place_wait *place_waiters;
     atomic_uint_fast64_t op_seq; /* content op sequence */
     /* [loop] */
@@ -390,8 +413,8 @@ typedef struct kvm_rt {
      * NULL = no re-replication). */
     void (*after_refresh)(struct kvm_rt *rt);
     void (*on_members)(struct kvm_rt *rt, const struct kvm_member *old, size_t n_old);
-    /* [loop] after every refreshed snapshot is installed (ops.c place_wait.h: puts waiting for
-     * storage members retry their placement; NULL = none), set by kvm_rt_open like ops_run */
+    /* [loop] after every refreshed snapshot is installed (ops_place.c place_wait.h: puts waiting
+     * for storage members retry their placement; NULL = none), set by kvm_rt_open like ops_run */
     void (*on_snapshot)(struct kvm_rt *rt);
 
     /* [loop] env messages from senders not in the snapshot, delivered after the next refresh
@@ -612,7 +635,7 @@ void kvm_hint_drop(kvm_rt_t *rt, const kvm_ident_t *id);
 bool kvm_hint_get(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out);
 void kvm_hint_fini(kvm_rt_t *rt); /* after the loop stopped */
 
-/* ---- ops.c [loop] ------------------------------------------------------------------------- */
+/* ---- ops.c and ops_item.c [loop] (the op / item machinery: ops_int.h) --------------------- */
 void kvm_ops_run(kvm_op_t *op);
 void kvm_ops_release_replica(kvm_rt_t *rt, const kvm_ident_t *id, const kvm_hot_replica_t *rep);
 /* [loop] best-effort commit notice for a replica a route now references (a put's replay). */

@@ -280,6 +280,25 @@ int main(int argc, char **argv)
     CHECK(d.copies[xt] == BATCH * per_copy);
     CHECK(d.checksums == BATCH);
 
+    /* ---- the same batch over versions written elsewhere: every hint of C is stale, the first
+     * CAS batch is refused item by item (each answer carries the current route) and the 128
+     * retries leave together as ONE second batch (route_batch.c: what the answers' callbacks
+     * start joins one window), not one message per item ---- */
+    CHECK(kvmesh_batch_put(S, &sc, items, BATCH, NULL) == 0);
+    for (int i = 0; i < BATCH; i++)
+        CHECK(items[i].rc == 0);
+    a = snap(C, OBS_OP_BATCH_PUT);
+    CHECK(kvmesh_batch_put(C, &sc, items, BATCH, NULL) == 0);
+    d = delta(a, snap(C, OBS_OP_BATCH_PUT));
+    show("batch_put 128 (written elsewhere)", &d);
+    for (int i = 0; i < BATCH; i++)
+        CHECK(items[i].rc == 0);
+    CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 2); /* the refused batch, then the retried batch */
+    CHECK(total(&d) <= BOUND_BATCH_PUT);
+    CHECK(d.handoffs == 2);
+
     /* ---- batch get of the same 128 keys ---- */
     for (int i = 0; i < BATCH; i++)
         items[i].buf = outs[i];

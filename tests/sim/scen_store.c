@@ -25,8 +25,10 @@
  *     (< the reclaim grace): every byte must still carry the route's content op;
  *   - eviction: the owner's lookup and route CAS removing its replica (the route disappears with
  *     its last replica);
- *   - drain: an owner's segment retires; every committed slot in it is moved (reserve elsewhere,
- *     copy, CAS replacing the replica, commit, release) until the segment can be removed.
+ *   - drain: an owner's segment retires; the real drain core (src/store/drain_core.h) moves every
+ *     committed slot in it (reserve elsewhere, copy, CAS replacing the replica, commit, release;
+ *     CASes refused or answered indeterminate at random) in runs until the segment can be
+ *     removed.
  *
  * Checkers: at every free (the core's freed effect), no route references the slot and no read
  * of it is in flight; every read sees its content op; every 32 steps each core's own invariants
@@ -36,7 +38,8 @@
  * key; a drained segment was removed.
  *
  * Broken variants (--variant): no_grace, free_held, evict_no_cas, remove_undrained, no_token
- * (enum slot_bug).
+ * (enum slot_bug), release_early (enum drain_bug: the drain core releases the old replica before
+ * its route CAS applied).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -47,6 +50,7 @@
 #include "core/ident.h"
 #include "core/util.h"
 #include "sim.h"
+#include "store/drain_core.h"
 #include "store/slot_core.h"
 
 #define ST_MAX_OWNERS 4
@@ -63,6 +67,7 @@
 #define ST_TTL_MS     300           /* reservation TTL: twice the deadline (store.h) */
 #define ST_READ_MAX   (60 * ST_MS)  /* a read ends this long after its lookup at most */
 #define ST_END        (60ull * SIM_SEC_NS)
+#define ST_DRAIN_PAGE 4 /* replicas per drain listing: a segment takes several pages */
 /* A note that names its slot by the write-grant token may arrive any time later: a late commit
  * and a late copy of a commit or of a writer's own release take up to ST_LATE_MAX_MS, beyond
  * the TTL and the reclaim grace. A late CAS answer (which carries the releases of the replaced
@@ -139,23 +144,29 @@ typedef struct sread {
     uint64_t content, end;
 } sread_t;
 
-typedef struct sdrain {
-    bool started, removed;
-    uint32_t owner, epoch;
-    uint64_t seg;
-    bool moving;
+typedef struct sditem {
     srep_t from, to;
     uint32_t key;
-    uint64_t content, version, token;
+    uint64_t token; /* the new slot's write grant */
+} sditem_t;
+
+/* The drain: runs of the drain core (one at a time) until the segment is removed. */
+typedef struct sdrain {
+    bool started, removed;
+    uint32_t owner, epoch, runs, n;
+    uint64_t seg, moved, failed;
+    drain_core_t *core;          /* the current run's; NULL between runs */
+    sditem_t it[DRAIN_PAGE_MAX]; /* the current page */
 } sdrain_t;
 
 struct st {
     sim_t *sim;
     enum st_mode mode;
-    unsigned bugs;
+    unsigned bugs, drain_bugs; /* enum slot_bug, enum drain_bug */
     uint32_t n_owners, n_keys, n_segs;
     uint64_t seg_size;
     double p_wcrash, p_slow_cas, p_slow_answer, p_commit_lost, p_slow_commit, p_unknown, p_dup;
+    double p_refuse; /* a drain CAS refused */
     double evict_high, evict_low;
     sroute_t routes[ST_MAX_KEYS];
     uint64_t next_version, next_op;
@@ -823,70 +834,213 @@ static void reader_next(st_t *t, uint32_t i)
     sim_schedule(t->sim, sim_rand_range(t->sim, 0, 10 * ST_MS), reader_start, m);
 }
 
-/* ---- drain: move every committed slot out of a retiring segment ----------------------------- */
+/* ---- drain: the real drain core (store/drain_core.h) moves a retiring segment's slots ------- */
 
-static void drain_step(void *arg);
+/* The drain's shell: the listing on the draining owner, reservations at a random owner, the copy
+ * through the write grant, the route CAS at the scenario's route table, commits and releases as
+ * notes, the writers period as a timer. A run that ends (whatever its rc) tries to remove the
+ * segment; while slots are left there a new run starts (a retirement's retry). */
 
-static void drain_again(st_t *t, uint64_t d)
+static sowner_t *drain_owner(st_t *t)
 {
-    sim_schedule(t->sim, d, drain_step, t);
+    sowner_t *o = owner_at(t, t->drain.owner, t->drain.epoch);
+    KVM_ASSERT(o != NULL); /* (no owner dies in the drain scenario) */
+    return o;
 }
 
-static void drain_cas_answer(void *arg)
+static smsg_t *drain_msg(st_t *t, uint32_t i)
+{
+    smsg_t *m = msg_new(t);
+    m->attempt = t->drain.runs;
+    m->idx = i;
+    return m;
+}
+
+/* The answers of a run that ended are dropped (a run ends only once every item settled). */
+static drain_core_t *drain_live(const smsg_t *m)
+{
+    const sdrain_t *dr = &m->t->drain;
+    return dr->core && m->attempt == dr->runs ? dr->core : NULL;
+}
+
+static void drain_list_arrive(void *arg)
 {
     smsg_t *m = arg;
     st_t *t = m->t;
-    sdrain_t *dr = &t->drain;
-    if (m->rc == 0) {
-        note_send(t, &dr->to, 0, delay(t), dr->key, dr->token);
-        note_send(t, &dr->from, 1, delay(t), dr->key, 0);
-    } else {
-        note_send(t, &dr->to, 1, delay(t), dr->key, dr->token);
+    drain_core_t *c = drain_live(m);
+    KVM_ASSERT(c != NULL);
+    sowner_t *o = drain_owner(t);
+    const slot_t *sel[DRAIN_PAGE_MAX];
+    size_t n = slot_core_list(o->core, segi_of(o, t->drain.seg), m->version, sel, m->idx);
+    uint64_t next = m->version;
+    for (size_t i = 0; i < n; i++) {
+        t->drain.it[i] = (sditem_t){.from = rep_of(o, sel[i]), .key = key_of(&sel[i]->ident)};
+        next = KVM_MAX(next, sel[i]->seq);
     }
-    dr->moving = false;
-    drain_again(t, delay(t));
+    t->drain.n = (uint32_t)n;
+    sim_log(t->sim, "drain run %u lists %zu slots after %" PRIu64, t->drain.runs, n, m->version);
+    drain_core_listed(c, sim_now(t->sim), 0, (uint32_t)n, next);
 }
 
-static void drain_cas(void *arg)
+static void sfx_list(void *ctx, uint64_t cursor, uint32_t cap)
+{
+    st_t *t = ctx;
+    smsg_t *m = drain_msg(t, cap);
+    m->version = cursor;
+    sim_schedule(t->sim, delay(t), drain_list_arrive, m);
+}
+
+static void drain_reserved_back(void *arg)
 {
     smsg_t *m = arg;
-    st_t *t = m->t;
-    sdrain_t *dr = &t->drain;
-    sroute_t *r = &t->routes[dr->key];
-    int i = route_find(r, &dr->from);
-    m->rc = i >= 0 && r->content == dr->content ? 0 : KVMESH_ECONFLICT;
-    if (m->rc == 0) { /* replace the moving replica (the handoff's CAS) */
-        r->r[i] = dr->to;
-        r->version = ++t->next_version;
-    }
-    sim_schedule(t->sim, delay(t), drain_cas_answer, m);
+    drain_core_t *c = drain_live(m);
+    KVM_ASSERT(c != NULL);
+    if (m->rc)
+        sim_log(m->t->sim, "drain item %u: reserve failed: %d", m->idx, m->rc);
+    drain_core_reserved(c, sim_now(m->t->sim), m->idx, m->rc);
 }
 
-static void drain_reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
-                           uint64_t token)
+static void drain_reserved_cb(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
+                              uint64_t token)
 {
     (void)err;
     smsg_t *m = arg;
-    st_t *t = m->t;
-    sdrain_t *dr = &t->drain;
-    dr->to.seg = seg;
-    dr->to.off = off;
-    dr->token = token;
-    sowner_t *src = owner_at(t, dr->from.owner, dr->from.epoch);
-    int segi = src ? segi_of(src, dr->from.seg) : -1;
-    /* copy: the source must still hold the content (it is readable until its grace ends) */
-    if (rc == 0 && segi >= 0 &&
-        stamped(src, (uint32_t)segi, dr->from.off, dr->from.len, dr->content) &&
-        grant_write(t, &dr->to, token, dr->content)) {
-        smsg_t *c = msg_new(t);
-        sim_schedule(t->sim, delay(t), drain_cas, c);
-        return;
-    }
-    if (rc == 0)
-        note_send(t, &dr->to, 1, delay(t), dr->key, token);
-    dr->moving = false;
-    drain_again(t, 10 * ST_MS);
+    sditem_t *it = &m->t->drain.it[m->idx];
+    m->rc = rc;
+    it->to.seg = seg;
+    it->to.off = off;
+    it->token = token;
+    sim_schedule(m->t->sim, delay(m->t), drain_reserved_back, m);
 }
+
+static void drain_reserve_arrive(void *arg)
+{
+    smsg_t *m = arg;
+    st_t *t = m->t;
+    const sditem_t *it = &t->drain.it[m->idx];
+    sowner_t *dst = owner_at(t, it->to.owner, it->to.epoch);
+    KVM_ASSERT(dst != NULL);
+    kvm_ident_t id;
+    ident_of(it->key, &id);
+    slot_core_reserve(dst->core, sim_now(t->sim), &id, it->from.len, ST_TTL_MS, drain_reserved_cb,
+                      m);
+    kvm_ident_free(&id);
+}
+
+static void sfx_reserve(void *ctx, uint32_t i)
+{
+    st_t *t = ctx;
+    sditem_t *it = &t->drain.it[i];
+    sowner_t *dst = owner_of(t, (uint32_t)sim_rand_range(t->sim, 0, t->n_owners - 1));
+    KVM_ASSERT(dst != NULL);
+    it->to = (srep_t){dst->node, dst->epoch, 0, 0, it->from.len};
+    sim_schedule_on(t->sim, dst->node, delay(t), drain_reserve_arrive, drain_msg(t, i));
+}
+
+/* The copy: the source's bytes (one content op throughout) through the new slot's write grant. */
+static void drain_copy(void *arg)
+{
+    smsg_t *m = arg;
+    st_t *t = m->t;
+    drain_core_t *c = drain_live(m);
+    KVM_ASSERT(c != NULL);
+    const sditem_t *it = &t->drain.it[m->idx];
+    sowner_t *src = owner_at(t, it->from.owner, it->from.epoch);
+    int segi = src ? segi_of(src, it->from.seg) : -1;
+    uint64_t v = segi >= 0 ? src->stamp[segi][it->from.off / ST_UNIT] : 0;
+    bool ok = v && stamped(src, (uint32_t)segi, it->from.off, it->from.len, v) &&
+              grant_write(t, &it->to, it->token, v);
+    if (!ok)
+        sim_log(t->sim, "drain item %u: copy failed (source content %" PRIu64 ")", m->idx, v);
+    drain_core_copied(c, sim_now(t->sim), m->idx, ok ? 0 : KVMESH_EIO);
+}
+
+static void sfx_copy(void *ctx, uint32_t i)
+{
+    st_t *t = ctx;
+    sim_schedule(t->sim, delay(t), drain_copy, drain_msg(t, i));
+}
+
+static void drain_cas_back(void *arg)
+{
+    smsg_t *m = arg;
+    drain_core_t *c = drain_live(m);
+    KVM_ASSERT(c != NULL);
+    drain_core_cas_answer(c, sim_now(m->t->sim), m->idx, (enum drain_cas)m->rc);
+}
+
+/* At the route authority: replace the old replica by the new one (the handoff's CAS); refused
+ * at random (a conflict the runtime's retries did not resolve); the answer may be lost
+ * (indeterminate) whether it applied or not. */
+static void drain_cas_arrive(void *arg)
+{
+    smsg_t *m = arg;
+    st_t *t = m->t;
+    const sditem_t *it = &t->drain.it[m->idx];
+    sroute_t *r = &t->routes[it->key];
+    int i = route_find(r, &it->from);
+    enum drain_cas ans = DRAIN_CAS_SUPERSEDED;
+    if (i >= 0 && sim_chance(t->sim, t->p_refuse)) {
+        ans = DRAIN_CAS_REFUSED;
+    } else if (i >= 0) {
+        r->r[i] = it->to;
+        r->version = ++t->next_version;
+        ans = DRAIN_CAS_APPLIED;
+    }
+    sim_log(t->sim,
+            "drain CAS key %u seg %" PRIu64 " off %" PRIu64 " -> n%u seg %" PRIu64 " off %" PRIu64
+            ": %d",
+            it->key, it->from.seg, it->from.off, it->to.owner, it->to.seg, it->to.off, (int)ans);
+    if (ans != DRAIN_CAS_SUPERSEDED && sim_chance(t->sim, t->p_unknown))
+        ans = DRAIN_CAS_INDETERMINATE;
+    m->rc = (int)ans;
+    sim_schedule(t->sim, delay(t), drain_cas_back, m);
+}
+
+static void sfx_cas(void *ctx, uint32_t i)
+{
+    st_t *t = ctx;
+    sim_schedule(t->sim, delay(t), drain_cas_arrive, drain_msg(t, i));
+}
+
+static void sfx_commit_new(void *ctx, uint32_t i)
+{
+    st_t *t = ctx;
+    const sditem_t *it = &t->drain.it[i];
+    note_send(t, &it->to, 0, delay(t), it->key, it->token);
+}
+
+static void sfx_release_new(void *ctx, uint32_t i, enum drain_release why)
+{
+    (void)why;
+    st_t *t = ctx;
+    const sditem_t *it = &t->drain.it[i];
+    note_send(t, &it->to, 1, delay(t), it->key, it->token);
+}
+
+static void sfx_release_old(void *ctx, uint32_t i)
+{
+    st_t *t = ctx;
+    const sditem_t *it = &t->drain.it[i];
+    note_send(t, &it->from, 1, delay(t), it->key, 0);
+}
+
+static void drain_timer_fire(void *arg)
+{
+    smsg_t *m = arg;
+    drain_core_t *c = drain_live(m);
+    KVM_ASSERT(c != NULL);
+    drain_core_timer(c, sim_now(m->t->sim));
+}
+
+static void sfx_arm_timer(void *ctx, uint64_t at_ns)
+{
+    st_t *t = ctx;
+    uint64_t now = sim_now(t->sim);
+    sim_schedule(t->sim, at_ns > now ? at_ns - now : 0, drain_timer_fire, drain_msg(t, 0));
+}
+
+static void drain_run(void *arg);
 
 static bool drain_try_remove(st_t *t, sowner_t *o)
 {
@@ -905,36 +1059,57 @@ static bool drain_try_remove(st_t *t, sowner_t *o)
     return true;
 }
 
-static void drain_step(void *arg)
+/* After a run: its core is freed (never inside its own effect), the segment removed or a new
+ * run started once reservations and reclaims there settled. */
+static void drain_after(void *arg)
+{
+    smsg_t *m = arg;
+    st_t *t = m->t;
+    sdrain_t *dr = &t->drain;
+    KVM_ASSERT(dr->core != NULL && m->attempt == dr->runs);
+    size_t moved, failed;
+    drain_core_counts(dr->core, &moved, &failed);
+    dr->moved += moved;
+    dr->failed += failed;
+    sim_log(t->sim,
+            "drain run %u: %zu moved, %zu failed (all runs: %" PRIu64 " moved, %" PRIu64 " failed)",
+            dr->runs, moved, failed, dr->moved, dr->failed);
+    drain_core_free(dr->core);
+    dr->core = NULL;
+    if (!drain_try_remove(t, drain_owner(t)))
+        sim_schedule(t->sim, 30 * ST_MS, drain_run, t);
+}
+
+static void sfx_done(void *ctx, int rc)
+{
+    st_t *t = ctx;
+    sim_log(t->sim, "drain run %u done: %d", t->drain.runs, rc);
+    sim_schedule(t->sim, 0, drain_after, drain_msg(t, 0));
+}
+
+static const drain_effects_t sdrain_fx = {
+    .list = sfx_list,
+    .reserve = sfx_reserve,
+    .copy = sfx_copy,
+    .cas = sfx_cas,
+    .commit_new = sfx_commit_new,
+    .release_new = sfx_release_new,
+    .release_old = sfx_release_old,
+    .arm_timer = sfx_arm_timer,
+    .done = sfx_done,
+};
+
+static void drain_run(void *arg)
 {
     st_t *t = arg;
     sdrain_t *dr = &t->drain;
-    sowner_t *o = owner_at(t, dr->owner, dr->epoch);
-    KVM_ASSERT(o != NULL);
-    if (dr->removed || dr->moving)
-        return;
-    const slot_t *sel[1];
-    int segi = segi_of(o, dr->seg);
-    if (slot_core_list(o->core, segi, 0, sel, 1) == 0) {
-        if (!drain_try_remove(t, o))
-            drain_again(t, 30 * ST_MS); /* reservations and reclaims there still settle */
-        return;
-    }
-    dr->from = rep_of(o, sel[0]);
-    dr->key = key_of(&sel[0]->ident);
-    const sroute_t *r = &t->routes[dr->key];
-    if (route_find(r, &dr->from) < 0) { /* replaced: its writer's release is on its way */
-        drain_again(t, 30 * ST_MS);
-        return;
-    }
-    dr->content = r->content;
-    uint32_t to = (uint32_t)sim_rand_range(t->sim, 0, t->n_owners - 1);
-    sowner_t *dst = owner_of(t, to);
-    dr->to = (srep_t){dst->node, dst->epoch, 0, 0, dr->from.len};
-    dr->moving = true;
-    smsg_t *m = msg_new(t);
-    slot_core_reserve(dst->core, sim_now(t->sim), &sel[0]->ident, dr->from.len, ST_TTL_MS,
-                      drain_reserved, m);
+    KVM_ASSERT(dr->core == NULL && !dr->removed);
+    drain_core_cfg_t cfg = {.timeout_ms = 10000, .writers_ns = 50 * ST_MS, .page = ST_DRAIN_PAGE};
+    int rc = drain_core_new(&cfg, &sdrain_fx, t, &dr->core);
+    KVM_ASSERT(rc == 0);
+    drain_core_test_set_bugs(dr->core, t->drain_bugs);
+    dr->runs++;
+    drain_core_start(dr->core, sim_now(t->sim));
 }
 
 static void drain_begin(void *arg)
@@ -944,7 +1119,7 @@ static void drain_begin(void *arg)
     KVM_ASSERT(o != NULL);
     t->drain = (sdrain_t){.started = true, .owner = 0, .epoch = o->epoch, .seg = o->seg_id[0]};
     slot_core_seg_retire(o->core, 0);
-    drain_step(t);
+    drain_run(t);
 }
 
 /* ---- owner deaths --------------------------------------------------------------------------- */
@@ -985,6 +1160,10 @@ static int st_invariant(void *ctx, sim_t *sim)
             sim_fail(sim, "owner n%u/e%u: %s", i, o->epoch, kvmesh_last_error());
             return 1;
         }
+    }
+    if (t->drain.core && drain_core_check(t->drain.core) != 0) {
+        sim_fail(sim, "drain run %u: %s", t->drain.runs, kvmesh_last_error());
+        return 1;
     }
     return 0;
 }
@@ -1087,11 +1266,12 @@ static void profile(st_t *t, enum st_mode mode)
     t->p_slow_commit = p;
     t->p_unknown = p;
     t->p_dup = p;
+    t->p_refuse = mode == M_DRAIN ? 0.05 : 0;
 }
 
-static int parse_variant(const char *v, unsigned *bugs, sim_result_t *res)
+static int parse_variant(const char *v, unsigned *bugs, unsigned *drain_bugs, sim_result_t *res)
 {
-    *bugs = 0;
+    *bugs = *drain_bugs = 0;
     if (!v || !*v)
         return 0;
     if (strcmp(v, "no_grace") == 0)
@@ -1104,12 +1284,14 @@ static int parse_variant(const char *v, unsigned *bugs, sim_result_t *res)
         *bugs = SLOT_BUG_REMOVE_UNDRAINED;
     else if (strcmp(v, "no_token") == 0)
         *bugs = SLOT_BUG_NO_TOKEN;
+    else if (strcmp(v, "release_early") == 0)
+        *drain_bugs = DRAIN_BUG_RELEASE_EARLY;
     else {
         memset(res, 0, sizeof(*res));
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
                  "unknown variant '%s' (store scenarios know no_grace, free_held, evict_no_cas, "
-                 "remove_undrained, no_token)",
+                 "remove_undrained, no_token, release_early)",
                  v);
         return 1;
     }
@@ -1133,7 +1315,7 @@ static int st_run(const sim_run_opts_t *ro, sim_result_t *res, enum st_mode mode
 {
     st_t *t = calloc(1, sizeof(*t));
     KVM_ASSERT(t != NULL);
-    if (parse_variant(ro->variant, &t->bugs, res)) {
+    if (parse_variant(ro->variant, &t->bugs, &t->drain_bugs, res)) {
         free(t);
         return 1;
     }
@@ -1174,6 +1356,7 @@ static int st_run(const sim_run_opts_t *ro, sim_result_t *res, enum st_mode mode
     uint64_t mix[4] = {t->reads_ok, t->frees, t->held_settled, t->evictions};
     sim_trace_mix(sim, mix, sizeof(mix));
     int out = sim_finish(sim, res); /* (stops every owner: their cores are freed) */
+    drain_core_free(t->drain.core); /* (a run left unfinished by a failure) */
     while (t->msgs) {
         smsg_t *m = t->msgs;
         t->msgs = m->all;

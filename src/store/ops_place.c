@@ -1,0 +1,562 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ops_place.c — placement (spec "Write path"): a PLACE op reserves every item's replicas at
+ * distinct owners (preferred owners, then this runtime, then by weighted rendezvous rank),
+ * batching the remote reservations per (op, owner), and parks an item while too few storage
+ * members are in the snapshot (place_wait.h). Item states: NEW / QUOTA_RESERVING -> PLACING
+ * (<-> PARKED) -> DONE or FAILED (docs/store.md "Item states"). Loop thread only; calls
+ * ops_item.c (ops_int.h), never ops.c or ops_publish.c.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "core/wrh.h"
+#include "store/ops_int.h"
+#include "store/place.h"
+#include "store/place_wait.h"
+#include "store/proto.h"
+#include "store/quota.h"
+#include "store/store.h"
+
+/* ---- placement --------------------------------------------------------------------------------
+ */
+
+static bool item_excluded(const struct kvm_item *it, const kvm_runtime_id_t *id)
+{
+    for (uint32_t i = 0; i < it->exclude_n; i++)
+        if (kvm_id128_equal(&it->exclude[i], id))
+            return true;
+    for (uint32_t i = 0; i < it->n_res; i++)
+        if (kvm_id128_equal(&it->res[i].owner.id, id))
+            return true;
+    return false;
+}
+
+static void item_exclude(struct kvm_item *it, const kvm_runtime_id_t *id)
+{
+    if (it->exclude_n < KVM_ARRAY_SIZE(it->exclude))
+        it->exclude[it->exclude_n++] = *id;
+}
+
+static bool storage_member(kvm_rt_t *rt, const struct kvm_member *m)
+{
+    return m->state == KVM_MS_ACTIVE && m->n_segs > 0 && m->data_addr[0] != 0 &&
+           !kvm_member_is_suspect(rt, &m->rt.id);
+}
+
+/* The next owner for item `it`: preferred owners, then this runtime (local first), then the
+ * rest by weighted rendezvous rank of the object's hash. NULL when none is left. */
+static const struct kvm_member *next_candidate(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it)
+{
+    const kvm_runtime_id_t *pref; /* the request's, else the tenant's (place.c) */
+    size_t n_pref;
+    bool hard, tenant_pin;
+    kvm_place_pref(rt, op, it, &pref, &n_pref, &hard, &tenant_pin);
+    for (size_t i = 0; i < n_pref; i++) {
+        const struct kvm_member *m = kvm_member_find(rt, &pref[i]);
+        if (m && storage_member(rt, m) && !item_excluded(it, &m->rt.id))
+            return m;
+    }
+    if (hard)
+        return NULL;
+    const struct kvm_member *self = kvm_member_find(rt, &rt->self.id);
+    if (self && storage_member(rt, self) && !item_excluded(it, &self->rt.id))
+        return self;
+    const struct kvm_member *best = NULL;
+    double best_score = -1;
+    for (size_t i = 0; i < rt->n_members; i++) {
+        const struct kvm_member *m = &rt->members[i];
+        if (!storage_member(rt, m) || item_excluded(it, &m->rt.id))
+            continue;
+        double s = wrh_score(wrh_id_hash(&m->rt.id), m->weight, it->ident.hash);
+        if (s > best_score) {
+            best_score = s;
+            best = m;
+        }
+    }
+    return best;
+}
+
+static void place_item(kvm_op_t *op, struct kvm_item *it);
+
+struct reserve_ctx {
+    kvm_op_t *op;
+    struct kvm_item *it;
+    kvm_runtime_t owner;
+    /* the owner's transport address and segments as the snapshot had them when the reservation
+     * started (a refresh may replace the snapshot before the reply arrives) */
+    const char *data_addr;
+    uint32_t n_segs;
+    struct kvm_seg_info segs[STORE_MAX_SEGS];
+    struct obs_span *sp; /* control.reserve (allocated when traced; NULL when untraced) */
+    uint32_t budget_ms;  /* the RPC's timeout: what the call had left */
+    rpc_peer *peer;      /* queued for a batched reservation (rsv_flush) */
+    struct reserve_ctx *next;
+};
+
+/*
+ * Batched reservations [loop]: while a PLACE op dispatches its items (or a batched reply is
+ * processed, whose failed items may try their next owner), remote reservations are queued
+ * instead of sent; rsv_flush then sends one STORE_RPC_RESERVE_BATCH per (op, owner), up to
+ * STORE_RESERVE_BATCH_MAX items each, or the single STORE_RPC_RESERVE for a lone item. Each item
+ * keeps its own result. Per loop thread (runtimes in one process have their own loops).
+ */
+static _Thread_local struct {
+    unsigned depth;
+    struct reserve_ctx *head, *tail;
+} rsv_q;
+
+static void rsv_begin(void)
+{
+    rsv_q.depth++;
+}
+static void rsv_flush(void);
+
+static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off, uint64_t token)
+{
+    struct reserve_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_rt_t *rt = op->rt;
+    kvm_span_finish(c->sp, rc);
+    free(c->sp);
+    it->placing--;
+    if (rc == 0) {
+        struct kvm_res *r = &it->res[it->n_res++];
+        memset(r, 0, sizeof(*r));
+        r->owner = c->owner;
+        r->local = kvm_id128_equal(&c->owner.id, &rt->self.id);
+        r->seg = seg;
+        r->offset = off;
+        r->token = token;
+        const struct kvm_member *m = kvm_member_find(rt, &c->owner.id);
+        const struct kvm_seg_info *segs = c->segs;
+        uint32_t n_segs = c->n_segs;
+        r->data_addr = c->data_addr;
+        if (m && kvm_runtime_equal(&m->rt, &c->owner)) {
+            /* a segment added since the reservation started is in the newer snapshot */
+            segs = m->segs;
+            n_segs = m->n_segs;
+        }
+        for (uint32_t i = 0; i < n_segs; i++)
+            if (segs[i].id == seg)
+                r->seg_read_token = segs[i].read_token;
+        kvm_place_count(rt, op, it, &c->owner.id);
+    } else {
+        item_exclude(it, &c->owner.id);
+        /* a timeout only says something about the owner when it had a fair share of time */
+        if (rc == KVMESH_ECONN ||
+            (rc == KVMESH_ETIMEDOUT && c->budget_ms >= rt->cfg.request_timeout_ms / 2))
+            kvm_member_quarantine(rt, &c->owner.id);
+        snprintf(op->lasterr, sizeof(op->lasterr), "%s", err ? err : "");
+        it->rc = rc;
+    }
+    free(c);
+    if (it->in_place == 0)
+        place_item(op, it);
+}
+
+struct reserve_batch {
+    uint16_t n;
+    struct reserve_ctx *c[STORE_RESERVE_BATCH_MAX];
+};
+
+static void rpc_reserved_batch(rpc_call_t *call, struct rpc_result *res, void *arg)
+{
+    (void)call;
+    struct reserve_batch *rb = arg;
+    store_reserve_batch_resp_t *r = malloc(sizeof(*r));
+    int rc = res->status;
+    if (!r)
+        rc = KVMESH_ENOMEM;
+    else if (!rc &&
+             (store_reserve_batch_resp_decode(res->body, res->body_len, r) != 0 || r->n != rb->n))
+        rc = KVMESH_EPROTO;
+    kvm_rt_t *rt = rb->c[0]->op->rt;
+    const struct kvm_member *m = kvm_member_find(rt, &rb->c[0]->owner.id);
+    rsv_begin();
+    for (uint16_t i = 0; i < rb->n; i++) {
+        int irc = rc ? rc : r->r[i].status;
+        char err[300];
+        snprintf(err, sizeof(err), "reservation on %s failed: %s%s%s", m ? m->idhex : "(gone)",
+                 kvmesh_strerror(irc), rc && res->error[0] ? ": " : "", rc ? res->error : "");
+        reserved(rb->c[i], irc, err, irc ? 0 : r->r[i].seg, irc ? 0 : r->r[i].offset,
+                 irc ? 0 : r->r[i].token);
+    }
+    free(r);
+    free(rb);
+    rsv_flush();
+}
+
+/* Sends rb (n >= 2 items of one op to one owner); on failure every item fails with it. */
+static void rsv_send_batch(struct reserve_batch *rb)
+{
+    struct reserve_ctx *c0 = rb->c[0];
+    kvm_op_t *op = c0->op;
+    store_reserve_batch_req_t *req = malloc(sizeof(*req));
+    size_t cap = STORE_RESERVE_BATCH_REQ_MAX(rb->n), len = 0;
+    uint8_t *body = malloc(cap);
+    int rc = req && body ? 0 : KVMESH_ENOMEM;
+    if (!rc) {
+        req->target_epoch = c0->owner.epoch;
+        req->ttl_ms = kvm_reserve_ttl_ms(op->rt);
+        req->n = rb->n;
+        for (uint16_t i = 0; i < rb->n; i++) {
+            req->length[i] = rb->c[i]->it->len;
+            req->ident[i] = rb->c[i]->it->ident; /* borrowed */
+        }
+        rc = store_reserve_batch_req_encode(req, body, cap, &len);
+    }
+    uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
+    if (!rc && left_ms == 0)
+        rc = KVMESH_ETIMEDOUT;
+    if (!rc) {
+        struct frame_trace ft;
+        kvm_span_wire(c0->sp, &ft);
+        struct rpc_msg msg = {.type = STORE_RPC_RESERVE_BATCH,
+                              .body = body,
+                              .body_len = len,
+                              .timeout_ms = left_ms,
+                              .trace = c0->sp ? &ft : NULL};
+        rc = rpc_call(c0->peer, &msg, rpc_reserved_batch, rb, NULL);
+        if (!rc)
+            KVM_CP_COUNT(op, op_round_trips_total, OBS_CPSTAGE_RESERVE, 1);
+    }
+    free(body);
+    free(req);
+    if (rc) {
+        rsv_begin();
+        for (uint16_t i = 0; i < rb->n; i++)
+            reserved(rb->c[i], rc, "cannot send the batched reservation", 0, 0, 0);
+        free(rb);
+        rsv_flush();
+    }
+}
+
+static void rsv_send_one(struct reserve_ctx *c);
+
+static void rsv_flush(void)
+{
+    KVM_ASSERT(rsv_q.depth > 0);
+    if (--rsv_q.depth)
+        return;
+    while (rsv_q.head) { /* (a send that fails at once may queue retries: re-read the head) */
+        struct reserve_ctx *first = rsv_q.head;
+        struct reserve_batch *rb = calloc(1, sizeof(*rb));
+        if (!rb) { /* out of memory: the item alone */
+            rsv_q.head = first->next;
+            if (!rsv_q.head)
+                rsv_q.tail = NULL;
+            first->next = NULL;
+            rsv_send_one(first);
+            continue;
+        }
+        /* the first queued item and every other queued item of the same op and owner */
+        struct reserve_ctx **pp = &rsv_q.head, *last = NULL;
+        while (*pp) {
+            struct reserve_ctx *c = *pp;
+            if (rb->n < STORE_RESERVE_BATCH_MAX && c->op == first->op &&
+                kvm_runtime_equal(&c->owner, &first->owner)) {
+                *pp = c->next;
+                c->next = NULL;
+                rb->c[rb->n++] = c;
+                continue;
+            }
+            last = c;
+            pp = &c->next;
+        }
+        rsv_q.tail = last;
+        if (rb->n == 1) {
+            rsv_send_one(rb->c[0]);
+            free(rb);
+        } else {
+            rsv_send_batch(rb);
+        }
+    }
+}
+
+static void rpc_reserved(rpc_call_t *call, struct rpc_result *res, void *arg)
+{
+    (void)call;
+    store_reserve_resp_t r = {0};
+    int rc = res->status;
+    if (!rc && store_reserve_resp_decode(res->body, res->body_len, &r) != 0)
+        rc = KVMESH_EPROTO;
+    char err[300];
+    struct reserve_ctx *c = arg;
+    snprintf(err, sizeof(err), "reservation on %s failed: %s%s%s",
+             kvm_member_find(c->op->rt, &c->owner.id)
+                 ? kvm_member_find(c->op->rt, &c->owner.id)->idhex
+                 : "(gone)",
+             kvmesh_strerror(rc), res->error[0] ? ": " : "", res->error);
+    reserved(arg, rc, err, r.seg, r.offset, r.token);
+}
+
+static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_member *m)
+{
+    kvm_rt_t *rt = op->rt;
+    struct reserve_ctx *c = calloc(1, sizeof(*c));
+    if (!c) {
+        item_exclude(it, &m->rt.id);
+        return;
+    }
+    c->op = op;
+    c->it = it;
+    c->owner = m->rt;
+    c->data_addr = m->data_addr;
+    c->n_segs = m->n_segs;
+    memcpy(c->segs, m->segs, m->n_segs * sizeof(m->segs[0]));
+    item_exclude(it, &m->rt.id); /* one reservation per owner: replicas on distinct owners */
+    it->placing++;
+    uint32_t ttl = rt->cfg.request_timeout_ms * 2;
+    bool local = kvm_id128_equal(&m->rt.id, &rt->self.id);
+    if (op->span && obs_span_sampled(op->span)) {
+        struct obs_span *s = malloc(sizeof(*s));
+        if (s && !(c->sp = kvm_span_begin(rt, op->span, false, "control.reserve", s)))
+            free(s);
+    }
+    if (c->sp) {
+        obs_span_set_str(c->sp, "kvmesh.owner", m->idhex);
+        obs_span_set_int(c->sp, "kvmesh.local", local);
+    }
+    if (local) {
+        kvm_owner_reserve(rt, &it->ident, it->len, ttl, reserved, c);
+        return;
+    }
+    c->peer = kvm_rt_peer(rt, m);
+    if (c->peer && rsv_q.depth) { /* sent by rsv_flush, batched with the op's other items */
+        c->budget_ms = kvm_deadline_left_ms(op->deadline_ms);
+        if (rsv_q.tail)
+            rsv_q.tail->next = c;
+        else
+            rsv_q.head = c;
+        rsv_q.tail = c;
+        return;
+    }
+    rsv_send_one(c);
+}
+
+static void rsv_send_one(struct reserve_ctx *c)
+{
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    rpc_peer *p = c->peer;
+    uint8_t body[64 + KVM_IDENT_ENC_MAX_LEN];
+    size_t len = 0;
+    store_reserve_req_t req = {.target_epoch = c->owner.epoch,
+                               .length = it->len,
+                               .ttl_ms = kvm_reserve_ttl_ms(op->rt),
+                               .ident = it->ident};
+    int rc = p ? store_reserve_req_encode(&req, body, sizeof(body), &len) : KVMESH_ECONN;
+    uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
+    c->budget_ms = left_ms;
+    if (!rc && left_ms == 0)
+        rc = KVMESH_ETIMEDOUT;
+    if (!rc) {
+        struct frame_trace ft;
+        kvm_span_wire(c->sp, &ft);
+        struct rpc_msg msg = {.type = STORE_RPC_RESERVE,
+                              .body = body,
+                              .body_len = len,
+                              .timeout_ms = left_ms, /* only what the call has left */
+                              .trace = c->sp ? &ft : NULL};
+        rc = rpc_call(p, &msg, rpc_reserved, c, NULL);
+        if (!rc)
+            KVM_CP_COUNT(op, op_round_trips_total, OBS_CPSTAGE_RESERVE, 1);
+    }
+    if (rc)
+        reserved(c, rc, "cannot send the reservation", 0, 0, 0);
+}
+
+/* ---- waiting for storage members (place_wait.h) ------------------------------------------- */
+
+struct place_wait {
+    struct place_wait *next, **pprev; /* in rt->place_waiters */
+    kvm_op_t *op;
+    struct kvm_item *it;
+    env_timer_id timer; /* the call's deadline */
+};
+
+static void place_fail(kvm_op_t *op, struct kvm_item *it, bool late, const char *why);
+
+static size_t storage_members(kvm_rt_t *rt)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < rt->n_members; i++)
+        n += storage_member(rt, &rt->members[i]);
+    return n;
+}
+
+static void wait_unlink(kvm_rt_t *rt, struct place_wait *w)
+{
+    env_timer_cancel(rt->env, w->timer);
+    *w->pprev = w->next;
+    if (w->next)
+        w->next->pprev = w->pprev;
+}
+
+static void wait_expired(void *arg)
+{
+    struct place_wait *w = arg;
+    kvm_op_t *op = w->op;
+    struct kvm_item *it = w->it;
+    w->timer = 0;
+    wait_unlink(op->rt, w);
+    free(w);
+    place_fail(op, it, false, "; no storage member came back before the deadline");
+}
+
+/* An application's put (data.c marks it for the critical-path counters); a drain's or
+ * re-replication's placement fails at once and is retried by its own pass. */
+static bool caller_put(const kvm_op_t *op)
+{
+    return op->cp_op == 1 + OBS_OP_PUT || op->cp_op == 1 + OBS_OP_BATCH_PUT;
+}
+
+/* Too few storage members in the snapshot for `it`: park it until the next snapshot (a lease
+ * that lapsed for a moment) or its deadline. False when it must fail now. */
+static bool place_park(kvm_op_t *op, struct kvm_item *it)
+{
+    kvm_rt_t *rt = op->rt;
+    uint32_t left = kvm_deadline_left_ms(op->deadline_ms);
+    if (!caller_put(op) || left == 0 || left == UINT32_MAX || atomic_load(&rt->closing) ||
+        atomic_load(&op->abandoned) || it->tries >= STORE_PLACE_TRIES * it->want ||
+        it->exclude_n == KVM_ARRAY_SIZE(it->exclude) || storage_members(rt) >= it->want)
+        return false; /* (no retry could place it: it fails now) */
+    struct place_wait *w = calloc(1, sizeof(*w));
+    if (!w)
+        return false;
+    w->op = op;
+    w->it = it;
+    w->timer = env_timer_start(rt->env, (uint64_t)left * 1000000ull, wait_expired, w);
+    w->next = rt->place_waiters;
+    w->pprev = &rt->place_waiters;
+    if (w->next)
+        w->next->pprev = &w->next;
+    rt->place_waiters = w;
+    kvm_item_set_state(it, KVM_ITEM_PARKED);
+    return true;
+}
+
+void kvm_place_waiters_wake(kvm_rt_t *rt)
+{
+    struct place_wait *list = rt->place_waiters;
+    if (!list)
+        return;
+    rt->place_waiters = NULL; /* a retry that still finds too few members parks anew */
+    rsv_begin();
+    while (list) {
+        struct place_wait *w = list;
+        list = w->next;
+        env_timer_cancel(rt->env, w->timer);
+        kvm_op_t *op = w->op;
+        struct kvm_item *it = w->it;
+        free(w);
+        place_item(op, it);
+    }
+    rsv_flush();
+}
+
+void kvm_place_waiters_close(kvm_rt_t *rt)
+{
+    while (rt->place_waiters) {
+        struct place_wait *w = rt->place_waiters;
+        kvm_op_t *op = w->op;
+        struct kvm_item *it = w->it;
+        wait_unlink(rt, w);
+        free(w);
+        kvm_ops_release_res_traced(rt, it, op->span);
+        kvm_quota_abort(rt, it);
+        kvm_item_fail(op, it, KVMESH_ECLOSED,
+                      "the runtime closed while the put waited for storage members");
+    }
+}
+
+static void place_item(kvm_op_t *op, struct kvm_item *it)
+{
+    if (kvm_item_ended(it))
+        return;
+    kvm_item_set_state(it, KVM_ITEM_PLACING); /* (again: the next round after an answer) */
+    it->in_place++;
+    bool late = false;
+    while (it->n_res + it->placing < it->want && it->tries < STORE_PLACE_TRIES * it->want) {
+        if ((late = kvm_deadline_left_ms(op->deadline_ms) == 0))
+            break; /* no new owner is tried once the call's deadline passed */
+        const struct kvm_member *m = next_candidate(op->rt, op, it);
+        if (!m || it->exclude_n == KVM_ARRAY_SIZE(it->exclude))
+            break;
+        it->tries++;
+        place_start(op, it, m);
+    }
+    it->in_place--;
+    if (it->in_place || it->placing)
+        return;
+    if (it->n_res == it->want && !atomic_load(&op->abandoned)) {
+        it->rc = 0;
+        kvm_item_done(op, it);
+        return;
+    }
+    if (!late && place_park(op, it))
+        return;
+    place_fail(op, it, late, "");
+}
+
+/* `it` got fewer replicas than it wants: releases what it holds and fails it. */
+static void place_fail(kvm_op_t *op, struct kvm_item *it, bool late, const char *why)
+{
+    uint32_t got = it->n_res;
+    kvm_ops_release_res_traced(op->rt, it, op->span);
+    kvm_quota_abort(op->rt, it);
+    if (late || atomic_load(&op->abandoned)) {
+        kvm_item_fail(op, it, KVMESH_ETIMEDOUT,
+                      "deadline passed after placing %u of %u replicas; the put was not applied "
+                      "(owners slow or unreachable; retry)%s%s",
+                      got, it->want, op->lasterr[0] ? "; last error: " : "", op->lasterr);
+        return;
+    }
+    char pin[400];
+    if (kvm_place_pin_failed(op->rt, op, it, got, it->want, pin, sizeof(pin))) {
+        kvm_item_fail(op, it, KVMESH_EUNAVAILABLE, "%s", pin);
+        return;
+    }
+    int rc = it->rc && it->rc != KVMESH_ECONN && it->rc != KVMESH_ETIMEDOUT ? it->rc
+                                                                            : KVMESH_EUNAVAILABLE;
+    kvm_item_fail(op, it, rc,
+                  "placed %u of %u replicas of a %" PRIu64
+                  "-byte object (%zu live members%s)%s%s%s",
+                  got, it->want, it->len, op->rt->n_members, op->hard_pin ? ", hard pin" : "", why,
+                  op->lasterr[0] ? "; last error: " : "", op->lasterr);
+}
+
+static void place_reserved(kvm_op_t *op, struct kvm_item *it, int rc)
+{
+    if (rc) {
+        kvm_item_fail(op, it, rc, "%s", kvmesh_last_error());
+        return;
+    }
+    place_item(op, it);
+}
+
+void kvm_ops_place_run(kvm_op_t *op)
+{
+    kvm_rt_t *rt = op->rt;
+    for (size_t i = 0; i < op->n; i++) {
+        struct kvm_item *it = &op->items[i];
+        it->want = op->replicas;
+        if (kvm_quota_applies(rt, &it->ident)) /* (before the batch: it may answer at once) */
+            kvm_item_set_state(it, KVM_ITEM_QUOTA_RESERVING);
+    }
+    bool batched = kvm_quota_put_batch(op, place_reserved); /* all-or-nothing reserve */
+    rsv_begin(); /* remote reservations: one batch per owner (rsv_flush) */
+    for (size_t i = 0; i < op->n; i++) {
+        struct kvm_item *it = &op->items[i];
+        if (it->state == KVM_ITEM_NEW)
+            place_item(op, it);
+        else if (!batched && it->state == KVM_ITEM_QUOTA_RESERVING)
+            kvm_quota_put_reserve(op, it, place_reserved); /* before any data transfer */
+    }
+    rsv_flush();
+}
