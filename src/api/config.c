@@ -157,7 +157,9 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "(pending) or finalized (it reads as absent after that), then purged from the route "
            "authorities (MetadataOnly: from metadata). A tenant with a quota policy keeps its "
            "terminal accounting history (operation records, deleted object rows) as long "
-           "(docs/tenancy.md \"Purging a quota tenant's tombstones\")."),
+           "(docs/tenancy.md \"Purging a quota tenant's tombstones\"). Must be above "
+           "request_timeout_ms + 550, the longest a route CAS can be in flight (checked at "
+           "open)."),
     F_DBL(evict_high_watermark, "0.90", 0.01, 1.0,
           "Fraction of memory_size in use at which eviction starts."),
     F_DBL(evict_low_watermark, "0.80", 0.0, 0.99,
@@ -1139,6 +1141,16 @@ int kvm_config_validate(const struct kvmesh_config *cfg)
                         "offload waits); lower cold_high_watermark or set it to 0 (always on)",
                         cfg->cold_high_watermark, cfg->cold_low_watermark,
                         cfg->evict_high_watermark);
+    if ((uint64_t)cfg->tombstone_retention_ms <=
+        (uint64_t)cfg->request_timeout_ms + ROUTE_CAS_LATE_MS)
+        return kvm_errf(KVMESH_ECONFIG,
+                        "tombstone_retention_ms (%u) must be above the longest a route CAS can "
+                        "be in flight, request_timeout_ms (%u) + %u ms (its last attempt): a "
+                        "delayed CAS could meet a removed object's due tombstone and apply "
+                        "again; raise tombstone_retention_ms above %" PRIu64
+                        " or lower request_timeout_ms",
+                        cfg->tombstone_retention_ms, cfg->request_timeout_ms, ROUTE_CAS_LATE_MS,
+                        (uint64_t)cfg->request_timeout_ms + ROUTE_CAS_LATE_MS);
     if (cfg->cold_retry_backoff_ms > cfg->cold_retry_backoff_max_ms)
         return kvm_errf(KVMESH_ECONFIG,
                         "cold_retry_backoff_ms (%u) must not exceed cold_retry_backoff_max_ms (%u)",

@@ -70,6 +70,15 @@ typedef struct route_svc_opts {
     struct obs_registry *metrics; /* borrowed, outlives the service; NULL: a private registry */
 } route_svc_opts_t;
 
+/* The longest a route CAS request can be in flight: its operation ends at request_timeout_ms
+ * (route_svc_opts_t), and its last attempt, sent before that deadline, waits at most
+ * ROUTE_CAS_LATE_MS more (one peer call and one attempt; a claim-carrying CAS waits longer only
+ * while the deadline is further off: route_client.c cas_send). A CAS request is answered or given
+ * up within request_timeout_ms + ROUTE_CAS_LATE_MS of its operation's start: the floor of
+ * tombstone_retention_ms (src/api/config.c, docs/tenancy.md "Purging a quota tenant's
+ * tombstones", step 7). */
+#define ROUTE_CAS_LATE_MS 550u
+
 /* Creates the service (and, when it is the first runtime, the cluster policy). Completes
  * asynchronously: cb(arg, rc) runs once the policy has been checked against metadata;
  * KVMESH_EINCOMPAT with a message naming the differing field when it does not match. */

@@ -49,6 +49,10 @@
 #define ROUTE_PURGE_BUDGET        512  /* finalized tombstones purged per tick */
 #define ROUTE_PURGE_MARGIN_MS     1000 /* past retain_until_ms before a purge (wall clock) */
 
+/* route.h's ROUTE_CAS_LATE_MS: how long a CAS call sent at its operation's deadline waits */
+_Static_assert(ROUTE_PEER_CALL_NS + ROUTE_ATTEMPT_NS == ROUTE_CAS_LATE_MS * 1000000ull,
+               "ROUTE_CAS_LATE_MS must equal ROUTE_PEER_CALL_NS + ROUTE_ATTEMPT_NS");
+
 enum route_rec_state { ROUTE_REC_TRANSFERRING = 1, ROUTE_REC_ACTIVE = 2, ROUTE_REC_RESIGNED = 3 };
 
 /* The shard-authority record kept in metadata at ks_shard_key (unleased, so the token in it

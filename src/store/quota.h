@@ -45,9 +45,10 @@ struct kvm_qitem {
     kvm_q_cont cont, final_cont;
 };
 
-/* What quota.c calls in the store files that call it, given at open by runtime.c, so that
- * quota.c never calls ops.c or quota_tomb.c back (docs/architecture.md "Store layering").
- * Called only while the quota state is open (release_replica, replay) or at its close. */
+/* What the quota files (quota*.c) call in the store files that call them, given at open by
+ * runtime.c, so that they never call ops.c or quota_tomb.c back (docs/architecture.md "Store
+ * layering"). Called only while the quota state is open (release_replica, replay) or at its close.
+ */
 /* id: the object the replica belongs to (names the slot: docs/store.md "Slot identity in COMMIT
  * and RELEASE"); NULL or empty: (segment, offset) alone. */
 typedef void (*kvm_q_release_fn)(struct kvm_rt *rt, const kvm_ident_t *id,

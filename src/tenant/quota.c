@@ -86,6 +86,7 @@ struct tn_call {
     kvm_route_version_t expected_route, version;
     uint64_t tomb_until; /* finalize of a delete: its tombstone's purge deadline D */
     uint64_t generation, fencing_token, publish_token;
+    bool cas_follows; /* claim: tn_claim_req_t.cas_follows */
     uint32_t payload_len, seen_attempts;
     uint8_t payload[TN_PAYLOAD_MAX];
     /* snapshot */
@@ -679,6 +680,13 @@ static void decide_claim(tn_call_t *c, decision_t *d)
         return;
     case TN_ST_FINALIZED:
         d->repeated = true;
+        if (c->cas_follows) { /* its CAS applied once: this one is a delayed duplicate */
+            d->rc = kvm_errf(KVMESH_ECONFLICT,
+                             "operation %s is finalized: its route CAS applied once, and a CAS "
+                             "still in flight for it is a duplicate that must not apply again",
+                             c->op_id);
+            return;
+        }
         d->rc = claim_same(c, cur) ? 0
                                    : kvm_errf(KVMESH_ECONFLICT,
                                               "operation %s is finalized under another publish "
@@ -1446,6 +1454,7 @@ int tn_claim(tn_t *tn, const tn_claim_req_t *req, tn_cb cb, void *arg)
     c->generation = req->generation;
     c->fencing_token = req->fencing_token;
     c->publish_token = req->publish_token;
+    c->cas_follows = req->cas_follows;
     c->version = req->next_version;
     c->payload_len = (uint32_t)req->payload_len;
     if (req->payload_len)

@@ -252,6 +252,14 @@ typedef struct tn_claim_req {
     kvm_route_version_t next_version;
     const uint8_t *payload;
     size_t payload_len; /* <= TN_PAYLOAD_MAX */
+    /* true: the route CAS is applied right after this claim (the fenced primary's claim hook,
+     * which calls it only for a CAS whose expectation matches, so the route does not carry the
+     * operation). An operation already FINALIZED is then refused with ECONFLICT: its CAS
+     * applied once, and this one is a delayed duplicate that would apply it a second time (a
+     * CAS expecting NONE meets its successor's due tombstone; docs/tenancy.md "Purging a quota
+     * tenant's tombstones", step 7). false (a writer's own claim, a claim recording the version
+     * of an applied CAS): a FINALIZED operation answers 0 as a repeat. */
+    bool cas_follows;
 } tn_claim_req_t;
 int tn_claim(tn_t *tn, const tn_claim_req_t *req, tn_cb cb, void *arg);
 

@@ -17,8 +17,9 @@
  *
  * In MetadataOnly mode "entries" are the route keys in metadata and "tombstones" the expiry
  * index entries (each tombstone with a deadline has one), counted with a range over each family.
- * Three runtimes in this process (replicas 2, top_k 3, tombstone_retention_ms 2000) on a real
- * metadata server started by the test:
+ * Three runtimes in this process (replicas 2, top_k 3, request_timeout_ms 2000,
+ * tombstone_retention_ms 2600: above its floor, 2000 + 550) on a real metadata server started by
+ * the test:
  *   1. churn for --duration: fresh keys, each put, overwritten and removed, every 10th kept; the
  *      route-table entries summed over the runtimes (every authority's copy) beyond the kept keys
  *      are sampled once a second and must level off (check_windows);
@@ -269,7 +270,7 @@ static uint64_t keys_per_remove(int copies)
  * The route state levels off: the most it held beyond the kept keys in the last third of the
  * churn is at most the most in the middle third plus two thirds of what the last third's removes
  * leave. Without a purge it grows by all of that; with one it holds only about the last
- * retention window's (2 s + margins), whatever the rate.
+ * retention window's (2.6 s + margins), whatever the rate.
  */
 static void check_windows(int copies)
 {
@@ -334,7 +335,9 @@ int main(int argc, char **argv)
         CHECK(kvmesh_config_set(c, "top_k", "3") == 0);
         CHECK(kvmesh_config_set(c, "lease_ttl_ms", "2000") == 0);
         CHECK(kvmesh_config_set(c, "reclaim_grace_ms", "200") == 0);
-        CHECK(kvmesh_config_set(c, "tombstone_retention_ms", "2000") == 0);
+        /* above request_timeout_ms + 550, the longest a route CAS is in flight (the floor) */
+        CHECK(kvmesh_config_set(c, "request_timeout_ms", "2000") == 0);
+        CHECK(kvmesh_config_set(c, "tombstone_retention_ms", "2600") == 0);
         if (mo_mode)
             CHECK(kvmesh_config_set(c, "route_mode", "metadata_only") == 0);
         if (quota_mode) /* room for every kept object: no refusal in this test */

@@ -136,7 +136,9 @@ def test_batch_larger_than_batch_max(cluster):
     # across the split. Present keys sit on both sides of the chunk boundary. A 4096-item
     # lookup batch took 2-20 s on the loaded 2-core machine (timing out at 20 s under ASan),
     # hence the longer request deadline of this store.
-    store = cluster.store(tenant="big-" + uuid.uuid4().hex[:6], request_timeout_ms=60000)
+    # (tombstone_retention_ms must stay above request_timeout_ms + 550 ms.)
+    store = cluster.store(tenant="big-" + uuid.uuid4().hex[:6], request_timeout_ms=60000,
+                          tombstone_retention_ms=120000)
     try:
         _batch_larger_than_batch_max(store)
     finally:

@@ -53,11 +53,16 @@
  * the delete's (deleted at that version, with a deadline) or purged, and a present tombstone's
  * deadline is the one its row records. quota_purge_reuse runs it with few keys, short history
  * (deleted rows and terminal records purged) and crashes after the CAS (absent deletes).
+ * quota_late_dup: the same keys and retention with a 3 s history, and duplicates of 30% of the
+ * publish requests arriving after the retention and margin; the primary claims with
+ * cas_follows, so a duplicate of a finalized operation is refused (docs/tenancy.md step 7).
  *
  * Variants that must be caught: abort_publishing (abort accepted from PUBLISHING), no_pending
  * (reserve ignores the pending term), no_replay, no_settle, none_before_due (the withdrawn rule:
  * NONE admitted against any deleted row), no_floor (a key's versions restart after a purge),
- * no_absent_finalize (a PUBLISHING delete whose tombstone was purged stays PUBLISHING).
+ * no_absent_finalize (a PUBLISHING delete whose tombstone was purged stays PUBLISHING),
+ * no_dup_guard (quota_late_dup: the primary's claim takes a FINALIZED operation as a repeat, so
+ * a duplicate publish request arriving after its successor's tombstone is due applies again).
  * Also abort_unproven (the reconciler takes the guarded PUBLISHING -> ABORTED edge without its
  * proof: a route above the predecessor). Every writer
  * here follows the protocol and holds the object lock, so no route ever supersedes a PUBLISHING
@@ -120,6 +125,9 @@ typedef struct qs_profile {
     uint32_t retain_lo, retain_hi, margin_ms;
     uint32_t history_ms; /* tn retain_ms: terminal records and deleted rows (0 = 60 s) */
     uint32_t drift_ppm;  /* clock drift bound (0 = 10000) */
+    /* duplicates of publish requests delayed past the retention and margin (a request in
+     * flight longer than tombstone_retention_ms): quota_late_dup */
+    bool late_dups;
 } qs_profile_t;
 
 typedef struct qs qs_t;
@@ -194,9 +202,12 @@ struct qs {
     sim_t *sim;
     const qs_profile_t *prof;
     unsigned bugs;
-    bool no_settle; /* variant: the writer gives up at once (as before quota_settle_wanted) */
-    bool no_floor;  /* variant: a key's next version follows the CAS's expected one, not the
-                       highest the key ever had (a recreated key restarts its versions) */
+    bool no_settle;    /* variant: the writer gives up at once (as before quota_settle_wanted) */
+    bool no_floor;     /* variant: a key's next version follows the CAS's expected one, not the
+                          highest the key ever had (a recreated key restarts its versions) */
+    bool no_dup_guard; /* variant: the primary's claim does not refuse a FINALIZED operation
+                          (tn_claim_req_t.cas_follows off): a delayed duplicate applies again */
+    uint64_t late_dups, dup_refused; /* late duplicates sent; refused as finalized */
     qs_purge_t pg;
     kvm_route_version_t floor[QS_OBJS]; /* highest version each key ever had */
     uint64_t purges, none_admitted;
@@ -545,6 +556,8 @@ static void on_prim_claim(void *arg, int rc, const tn_op_view_t *v)
     if (rc) {
         if (rc == KVMESH_ECANCELED)
             qs->claims_rejected++; /* abort won: the CAS is rejected */
+        if (rc == KVMESH_ECONFLICT && v && v->op && v->op->state == TN_ST_FINALIZED)
+            qs->dup_refused++; /* a duplicate of a finalized operation's CAS */
         prim_reply(p, rc, KVM_ROUTE_VERSION_NONE);
         return;
     }
@@ -613,7 +626,8 @@ static void prim_handle(void *arg)
                          .publish_token = kvm_hash_seeded(p->op, strlen(p->op), 7) | 1,
                          .next_version = p->next,
                          .payload = pl,
-                         .payload_len = pll};
+                         .payload_len = pll,
+                         .cas_follows = !qs->no_dup_guard};
     if (p->hint_len)
         KVM_ASSERT(tn_hint_import(qs->prim_tn, p->hint, p->hint_len) == 0);
     p->hint_len = 0;
@@ -1228,6 +1242,16 @@ static void send_publish(qs_node_t *nd)
         *q = *p;
         sim_schedule(qs->sim, d + sim_rand_range(qs->sim, 0, 20) * SIM_MSG_NS, prim_handle, q);
     }
+    if (qs->prof->late_dups && qs->faults && sim_chance(qs->sim, 0.3)) {
+        /* a duplicate still in flight after the retention and margin: the writer finalizes,
+         * another deletes, the tombstone is due or purged, and then it arrives */
+        qs_pub_t *q = qs_alloc(qs, sizeof(*q));
+        *q = *p;
+        qs->late_dups++;
+        uint64_t late = qs->pg.retain_hi + qs->pg.margin_ms;
+        sim_schedule(qs->sim, d + sim_rand_range(qs->sim, late / 2, 4 * late) * SIM_MSG_NS,
+                     prim_handle, q);
+    }
     /* the writer's own deadline: then it tries to abort */
     nd->deadline = env_timer_start(nd->env, 250 * SIM_MSG_NS, write_deadline, nd);
 }
@@ -1772,13 +1796,15 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         bugs = TN_TEST_BUG_NONE_BEFORE_DUE;
     else if (!strcmp(v, "no_absent_finalize"))
         bugs = TN_TEST_BUG_NO_ABSENT_FINAL;
+    else if (!strcmp(v, "no_dup_guard"))
+        bugs = 0; /* scenario-side: the primary's claim takes a finalized operation as a repeat */
     else if (*v) {
         memset(res, 0, sizeof(*res));
         res->failed = true;
         snprintf(res->msg, sizeof(res->msg),
                  "unknown variant '%s' (quota scenarios know abort_publishing, no_pending, "
                  "no_replay, no_settle, abort_unproven, none_before_due, no_floor, "
-                 "no_absent_finalize; quota_replay_slots also free_held)",
+                 "no_absent_finalize, no_dup_guard; quota_replay_slots also free_held)",
                  v);
         return 1;
     }
@@ -1793,9 +1819,11 @@ static int qs_run(const qs_profile_t *prof, const sim_run_opts_t *ro, sim_result
         KVM_ASSERT(qs->slots != NULL);
     }
     qs->no_floor = !strcmp(v, "no_floor");
+    qs->no_dup_guard = !strcmp(v, "no_dup_guard");
     /* The purge assumes the retention outlasts any request in flight (a delayed duplicate of a
      * finalized create, expecting NONE, would otherwise meet its successor's due tombstone and
-     * apply again): delayed_cas delays requests up to ~850 ms. */
+     * apply again, unless the primary's claim refuses a finalized operation: quota_late_dup
+     * sends such duplicates on purpose): delayed_cas delays requests up to ~850 ms. */
     uint32_t rlo = prof->delayed_cas ? 1000 : 100, rhi = prof->delayed_cas ? 1400 : 300;
     qs->pg = (qs_purge_t){.retain_lo = prof->retain_lo ? prof->retain_lo : rlo,
                           .retain_hi = prof->retain_hi ? prof->retain_hi : rhi,
@@ -1909,6 +1937,9 @@ out:
             (unsigned long long)qs->policy_refusals, (unsigned long long)qs->cas_failed_claimed,
             (unsigned long long)qs->writer_settled, (unsigned long long)qs->purges,
             (unsigned long long)qs->none_admitted, qs->n_ops);
+    if (prof->late_dups)
+        sim_log(sim, "late duplicates of publish requests %llu, refused as finalized %llu",
+                (unsigned long long)qs->late_dups, (unsigned long long)qs->dup_refused);
     if (prof->slots)
         sim_log(sim,
                 "owner slots %u: kept by the held check %llu, committed by lookup %llu, "
@@ -2003,3 +2034,10 @@ QS_SCENARIO(quota_purge_reuse,
             .p_before_cas = 0.05, .p_after_cas = 0.15, .p_after_fin = 0.05, .p_delete = 0.5,
             .p_cas_fails = 0.1, .keys = 2, .writers_lo = 3, .retain_lo = 40, .retain_hi = 120,
             .margin_ms = 60, .history_ms = 150, .drift_ppm = 2000)
+QS_SCENARIO(quota_late_dup,
+            "quota: retention shorter than a request's flight: duplicates of publish requests "
+            "arrive after the writer finalized and a successor's tombstone is due or purged; the "
+            "primary's claim refuses a finalized operation, so none applies a second time",
+            .late_dups = true, .p_before_cas = 0.05, .p_after_cas = 0.1, .p_after_fin = 0.05,
+            .p_delete = 0.5, .keys = 2, .writers_lo = 3, .retain_lo = 40, .retain_hi = 120,
+            .margin_ms = 60, .history_ms = 3000, .drift_ppm = 2000)

@@ -44,6 +44,7 @@ extern const sim_scenario_t scen_quota_cas_failed;
 extern const sim_scenario_t scen_quota_cas_failed_settle;
 extern const sim_scenario_t scen_quota_replay_slots;
 extern const sim_scenario_t scen_quota_purge_reuse;
+extern const sim_scenario_t scen_quota_late_dup;
 extern const sim_scenario_t scen_cold_crash_reserve;
 extern const sim_scenario_t scen_cold_crash_write;
 extern const sim_scenario_t scen_cold_crash_locator;
@@ -91,6 +92,7 @@ const sim_scenario_t *const sim_scenarios[] = {
     &scen_quota_cas_failed_settle,
     &scen_quota_replay_slots,
     &scen_quota_purge_reuse,
+    &scen_quota_late_dup,
     &scen_cold_crash_reserve,
     &scen_cold_crash_write,
     &scen_cold_crash_locator,

@@ -434,6 +434,42 @@ static void test_validate_cross_fields(void **state)
     kvmesh_config_free(c);
 }
 
+/* tombstone_retention_ms above the longest a route CAS can be in flight: request_timeout_ms +
+ * ROUTE_CAS_LATE_MS (550); at, just below and just above the floor, both values named */
+static void test_tombstone_retention_floor(void **state)
+{
+    (void)state;
+    kvmesh_config_t *c = kvmesh_config_new();
+    assert_int_equal(kvm_config_validate(c), 0); /* defaults: 60000 > 5000 + 550 */
+    assert_int_equal(kvmesh_config_set(c, "tombstone_retention_ms", "5550"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_string_equal(kvmesh_last_error(),
+                        "tombstone_retention_ms (5550) must be above the longest a route CAS can "
+                        "be in flight, request_timeout_ms (5000) + 550 ms (its last attempt): a "
+                        "delayed CAS could meet a removed object's due tombstone and apply "
+                        "again; raise tombstone_retention_ms above 5550 or lower "
+                        "request_timeout_ms");
+    assert_int_equal(kvmesh_config_set(c, "tombstone_retention_ms", "5551"), 0);
+    assert_int_equal(kvm_config_validate(c), 0);
+    /* the floor follows request_timeout_ms */
+    assert_int_equal(kvmesh_config_set(c, "request_timeout_ms", "5002"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_non_null(strstr(kvmesh_last_error(), "tombstone_retention_ms (5551) must be above"));
+    assert_non_null(strstr(kvmesh_last_error(), "request_timeout_ms (5002) + 550 ms"));
+    assert_int_equal(kvmesh_config_set(c, "request_timeout_ms", "449"), 0);
+    assert_int_equal(kvmesh_config_set(c, "tombstone_retention_ms", "1000"), 0);
+    assert_int_equal(kvm_config_validate(c), 0); /* the table's minimum, above 449 + 550 */
+    assert_int_equal(kvmesh_config_set(c, "request_timeout_ms", "450"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    /* kvmesh_open refuses it with the same message, before connecting anywhere */
+    kvmesh_t *kv = NULL;
+    assert_int_equal(kvmesh_config_set(c, "metadata_url", "memory://floor"), 0);
+    assert_int_equal(kvmesh_open(&kv, c), KVMESH_ECONFIG);
+    assert_null(kv);
+    assert_non_null(strstr(kvmesh_last_error(), "request_timeout_ms (450) + 550 ms"));
+    kvmesh_config_free(c);
+}
+
 static void test_allowed_text(void **state)
 {
     (void)state;
@@ -671,6 +707,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_every_field),
         cmocka_unit_test(test_sizes_and_values),
         cmocka_unit_test(test_validate_cross_fields),
+        cmocka_unit_test(test_tombstone_retention_floor),
         cmocka_unit_test(test_allowed_text),
         cmocka_unit_test(test_docs_match_table),
         cmocka_unit_test(test_tenant_policies),

@@ -121,8 +121,8 @@ static res_t reserve(fx_t *f, const char *tenant, const char *domain, const char
     return r;
 }
 
-static res_t claim(fx_t *f, const char *tenant, const char *domain, const char *key,
-                   const char *op_id, kvm_route_version_t next, uint64_t token)
+static res_t claim_ex(fx_t *f, const char *tenant, const char *domain, const char *key,
+                      const char *op_id, kvm_route_version_t next, uint64_t token, bool cas_follows)
 {
     tn_claim_req_t q = {.tenant = tenant,
                         .domain = domain,
@@ -133,11 +133,18 @@ static res_t claim(fx_t *f, const char *tenant, const char *domain, const char *
                         .publish_token = token,
                         .next_version = next,
                         .payload = (const uint8_t *)"route",
-                        .payload_len = 5};
+                        .payload_len = 5,
+                        .cas_follows = cas_follows};
     res_t r = {0};
     assert_int_equal(tn_claim(f->tn, &q, on_res, &r), 0);
     run_until(f, &r.done);
     return r;
+}
+
+static res_t claim(fx_t *f, const char *tenant, const char *domain, const char *key,
+                   const char *op_id, kvm_route_version_t next, uint64_t token)
+{
+    return claim_ex(f, tenant, domain, key, op_id, next, token, false);
 }
 
 static res_t finalize(fx_t *f, const char *tenant, const char *domain, const char *key,
@@ -363,6 +370,43 @@ static void test_cycle(void **state)
     /* nothing left to delete */
     char d2[TN_OPID_CAP] = "";
     assert_int_equal(reserve(&f, "acme", "d", "obj", true, 0, V(1, 3), d2).rc, KVMESH_ENOENT);
+    fx_close(&f);
+}
+
+/* The route primary's claim right before its CAS (cas_follows): a FINALIZED operation is a
+ * delayed duplicate and refused ECONFLICT, nothing charged or changed; the same claim without
+ * the flag (a writer's repeat) is still answered as a repeat. A PUBLISHING one is a replay. */
+static void test_finalized_cas_duplicate(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, "memory://tq_dup", NULL);
+    assert_int_equal(boot(&f, "acme", &P1, NULL), 0);
+    char id[TN_OPID_CAP] = "";
+    assert_int_equal(reserve(&f, "acme", "d", "k", false, 300, NONE, id).rc, 0);
+    res_t r = claim_ex(&f, "acme", "d", "k", id, V(1, 1), 5, true);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.op.state, TN_ST_PUBLISHING);
+    r = claim_ex(&f, "acme", "d", "k", id, V(1, 2), 5, true); /* a replay at another version */
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.op.state, TN_ST_PUBLISHING);
+    assert_int_equal(finalize(&f, "acme", "d", "k", id, V(1, 2)).rc, 0);
+    r = claim_ex(&f, "acme", "d", "k", id, V(1, 3), 5, true);
+    assert_int_equal(r.rc, KVMESH_ECONFLICT);
+    assert_non_null(strstr(r.err, "is finalized"));
+    assert_non_null(strstr(r.err, "must not apply again"));
+    r = claim_ex(&f, "acme", "d", "k", id, V(1, 2), 5, false);
+    assert_int_equal(r.rc, 0);
+    assert_true(r.repeated);
+    tn_usage_t u = usage(&f, "acme");
+    assert_int_equal(u.committed_bytes, 300);
+    assert_int_equal(u.committed_objects, 1);
+    assert_int_equal(u.n_publishing + u.n_pending, 0);
+    /* an aborted operation is refused with or without the flag (unchanged) */
+    char ab[TN_OPID_CAP] = "";
+    assert_int_equal(reserve(&f, "acme", "d", "k2", false, 100, NONE, ab).rc, 0);
+    assert_int_equal(abort_op(&f, "acme", "d", "k2", ab).rc, 0);
+    assert_int_equal(claim_ex(&f, "acme", "d", "k2", ab, V(1, 1), 6, true).rc, KVMESH_ECANCELED);
     fx_close(&f);
 }
 
@@ -880,7 +924,7 @@ int main(void)
         cmocka_unit_test(test_cycle),       cmocka_unit_test(test_abort_and_lock),
         cmocka_unit_test(test_batch),       cmocka_unit_test(test_recon),
         cmocka_unit_test(test_round_trips), cmocka_unit_test(test_tomb_reserve),
-        cmocka_unit_test(test_tomb_recon),
+        cmocka_unit_test(test_tomb_recon),  cmocka_unit_test(test_finalized_cas_duplicate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
