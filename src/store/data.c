@@ -1034,9 +1034,9 @@ int kvm_store_wait_slots(kvm_rt_t *rt, uint64_t *gen, uint64_t deadline_ms)
  * runs its effects in batches, in this order, until the core asks done: one ABORT op for the
  * reservations to give back, one HANDOFF op for the route CASes, one DRAIN_LIST op per listing,
  * one PLACE op for a page's reservations, one transport batch for its copies, and the writers
- * period as a timed pause that close ends. The HANDOFF op (ops.c) itself commits the new slot
- * and releases the old replica when its CAS applied, and gives the new reservation back when the
- * CAS was refused or the route no longer named the old replica: the core's commit_new,
+ * period as a timed pause that close ends. The HANDOFF op (ops_publish.c) itself commits the new
+ * slot and releases the old replica when its CAS applied, and gives the new reservation back when
+ * the CAS was refused or the route no longer named the old replica: the core's commit_new,
  * release_old and release_new (REFUSED, SUPERSEDED) effects after a CAS answer are that op's
  * work, checked here and not repeated. */
 enum { DW_RESERVE = 1, DW_COPY = 2, DW_CAS = 4, DW_ABORT = 8 };

@@ -544,7 +544,7 @@ static void refresh_done(void *arg, const meta_result_t *res)
     }
     snapshot_install(rt);
     rt->refreshing = false;
-    if (rt->on_snapshot) /* ops.c: puts waiting for storage members try again */
+    if (rt->on_snapshot) /* ops_place.c: puts waiting for storage members try again */
         rt->on_snapshot(rt);
     kvm_done_cb cb = c->cb;
     free(c);

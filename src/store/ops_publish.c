@@ -307,7 +307,7 @@ static void publish_gated(kvm_op_t *op, struct kvm_item *it, int rc)
 }
 
 /* The answer of a route CAS that carried the quota claim (EmbeddedWrh): the claim's outcome
- * first (quota.c), then the CAS's as for any publication; a primary that cannot claim sends
+ * first (quota_claim.c), then the CAS's as for any publication; a primary that cannot claim sends
  * the item back through the writer's own claim. */
 static void published_claim(void *arg, int rc, const kvm_route_t *r, const uint8_t *reply,
                             size_t reply_len)
@@ -430,7 +430,7 @@ static void publish_looked_up(void *arg, int rc, const kvm_route_t *r)
  * version of this runtime's route hint for the key (none: absent): the fenced primary confirms
  * or refuses it, and a refusal carries the current route, from which the CAS is retried
  * (published). One exchange instead of lookup + CAS whenever the hint is current. With quota
- * the claim needs the current version first (quota.c), so the route is looked up. */
+ * the claim needs the current version first (quota_item.c), so the route is looked up. */
 void kvm_ops_publish_start(kvm_op_t *op, struct kvm_item *it)
 {
     if (it->q) {

@@ -46,18 +46,19 @@ struct kvm_qitem {
 };
 
 /* What the quota files (quota*.c) call in the store files that call them, given at open by
- * runtime.c, so that they never call ops.c or quota_tomb.c back (docs/architecture.md "Store
- * layering"). Called only while the quota state is open (release_replica, replay) or at its close.
- */
+ * runtime.c, so that they never call the ops files or quota_tomb.c back (docs/architecture.md
+ * "Store layering"). Called only while the quota state is open (release_replica, replay) or at
+ * its close. */
 /* id: the object the replica belongs to (names the slot: docs/store.md "Slot identity in COMMIT
  * and RELEASE"); NULL or empty: (segment, offset) alone. */
 typedef void (*kvm_q_release_fn)(struct kvm_rt *rt, const kvm_ident_t *id,
                                  const kvm_hot_replica_t *rep);
 typedef struct kvm_quota_hooks {
-    /* frees a replaced or evicted replica's slot on its owner: ops.c's kvm_ops_release_replica */
+    /* frees a replaced or evicted replica's slot on its owner (ops_item.c's
+     * kvm_ops_release_replica) */
     kvm_q_release_fn release_replica;
     /* tells a replica's owner that a published route references its held slot (a put's replay,
-     * held_op.h): ops.c's kvm_ops_commit_replica */
+     * held_op.h): ops_item.c's kvm_ops_commit_replica */
     kvm_q_release_fn commit_replica;
     /* the reconciler's tn_route_ops_t.replay (ctx = the runtime): kvm_quota_replay */
     void (*replay)(void *ctx, const tn_op_t *op, tn_replay_cb cb, void *arg);

@@ -43,7 +43,7 @@ struct kvm_quota {
     /* open */
     uint32_t boot_next;
     kvm_q_open_cb open_cb;
-    kvm_quota_hooks_t hooks; /* calls up into ops.c and quota_tomb.c (kvm_quota_open) */
+    kvm_quota_hooks_t hooks; /* calls up into ops_item.c and quota_tomb.c (kvm_quota_open) */
     /* reconciliation */
     env_timer_id recon_timer;
     uint32_t recon_next;

@@ -113,7 +113,7 @@ typedef struct qs_profile {
     double p_delete;
     bool delayed_cas;    /* publish requests delayed across the pending deadline */
     double p_cas_fails;  /* a claimed CAS fails outright (not applied; the predecessor stays) */
-    bool writer_settles; /* the writer publishes such a put again itself (store ops.c
+    bool writer_settles; /* the writer publishes such a put again itself (store ops_publish.c
                             quota_settle_wanted): the same op and publish token, at most
                             QS_SETTLES times, before it is left to reconciliation */
     bool slots;          /* owner slots and their held check (see the top of the file) */
