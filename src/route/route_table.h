@@ -9,10 +9,10 @@
  *
  * Memory (docs/performance.md "Memory per object"): an entry is one allocation holding a small
  * header, the identity's canonical encoding and the route in its packed form (route_pack.h:
- * interned ids, varints, replicas and cold backing sized to their content), ~100 bytes for a
- * one-replica route instead of a kvm_route_t's 928. A caller reads a route through a view
- * (route_table_view) unpacked on demand. Owner scans walk the map from the cursor and test each
- * entry's replicas (no per-owner index nodes): O(entries skipped) per call, and O(1) for an
+ * interned ids, varints, replicas and cold backing sized to their content), ~56 bytes plus ~9 of
+ * index for a one-replica route instead of a kvm_route_t's 928. A caller reads a route through a
+ * view (route_table_view) unpacked on demand. Owner scans walk the map from the cursor and test
+ * each entry's replicas (no per-owner index nodes): O(entries skipped) per call, and O(1) for an
  * owner that no entry of the table names (the interning set counts replica-owner references).
  *
  * Invariants (route_table_check): every entry's route validates; the interning reference
