@@ -99,7 +99,7 @@ typedef struct kvmesh_tools_route_footprint {
     uint64_t entry_bytes;  /* entry allocations: tree links, ident encoding, packed route */
     uint64_t packed_bytes; /* of them: the packed routes */
     uint64_t ident_bytes;  /* of them: the identity encodings */
-    uint64_t other_bytes;  /* expiry index, interning sets, table headers */
+    uint64_t other_bytes;  /* ident index, expiry index, interning sets, table headers */
     size_t route_size;     /* a kvm_route_t (the unpacked form a view takes; not per entry) */
     unsigned hint_entries; /* the route hint table (fixed, allocated at first use) */
 } kvmesh_tools_route_footprint_t;

@@ -384,7 +384,7 @@ static void purge_tick(route_svc_t *svc)
         mem.entry_bytes += tm.entry_bytes;
         mem.packed_bytes += tm.packed_bytes;
         mem.ident_bytes += tm.ident_bytes;
-        mem.other_bytes += tm.tomb_bytes + tm.intern_bytes;
+        mem.other_bytes += tm.index_bytes + tm.tomb_bytes + tm.intern_bytes;
     }
     atomic_store(&svc->a_entries, entries);
     atomic_store(&svc->a_tombs, tombs);

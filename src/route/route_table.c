@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * route_table.c — per-shard route map of packed entries (route_table.h, route_pack.h), on the
- * BSD red-black trees of <bsd/sys/tree.h>.
+ * route_table.c — per-shard route map of packed entries (route_table.h, route_pack.h): the
+ * ident order is a B-tree of entry pointers (route_index.h), the expiry index a BSD red-black
+ * tree of <bsd/sys/tree.h> (tombstones only).
  */
 #include "route/route_table.h"
 
@@ -15,12 +16,12 @@
 
 #include "core/hash.h"
 #include "core/util.h"
+#include "route/route_index.h"
 #include "route/route_pack.h"
 
 typedef struct rt_node {
-    RB_ENTRY(rt_node) link;
-    route_entry_t e;
-    uint8_t data[]; /* e.priv_enc_len bytes of ident encoding, then e.priv_len of packed route */
+    route_entry_t e; /* no links: the index (route_index.h) holds a pointer to the node */
+    uint8_t data[];  /* e.priv_enc_len bytes of ident encoding, then e.priv_len of packed route */
 } rt_node_t;
 
 typedef struct tomb_ref {
@@ -50,13 +51,11 @@ static int tomb_cmp(tomb_ref_t *a, tomb_ref_t *b)
     return node_cmp(a->n, b->n);
 }
 
-RB_HEAD(rt_tree, rt_node);
 RB_HEAD(tomb_tree, tomb_ref);
-RB_GENERATE_STATIC(rt_tree, rt_node, link, node_cmp)
 RB_GENERATE_STATIC(tomb_tree, tomb_ref, link, tomb_cmp)
 
 struct route_table {
-    struct rt_tree by_ident;
+    ridx_t by_ident;
     struct tomb_tree by_expiry;
     size_t count, n_tombs;
     size_t entry_bytes, packed_bytes, ident_bytes; /* route_table_mem */
@@ -68,12 +67,19 @@ static const uint8_t *packed(const rt_node_t *n)
     return n->data + n->e.priv_enc_len;
 }
 
+static const uint8_t *node_key(const void *item, size_t *len)
+{
+    const rt_node_t *n = item;
+    *len = n->e.priv_enc_len;
+    return n->data;
+}
+
 route_table_t *route_table_new(void)
 {
     route_table_t *t = calloc(1, sizeof(*t));
     if (!t)
         return NULL;
-    RB_INIT(&t->by_ident);
+    ridx_init(&t->by_ident, node_key);
     RB_INIT(&t->by_expiry);
     return t;
 }
@@ -176,23 +182,31 @@ static void account(route_table_t *t, const rt_node_t *n, bool add)
     }
 }
 
-static void node_free(route_table_t *t, rt_node_t *n)
+/* Frees n, out of the ident index already (or being cleared). */
+static void node_release(route_table_t *t, rt_node_t *n)
 {
     unref_tomb(t, n);
-    RB_REMOVE(rt_tree, &t->by_ident, n);
     rp_unref(&t->sets, packed(n), n->e.priv_len);
     account(t, n, false);
     free(n);
     t->count--;
 }
 
+static void node_free(route_table_t *t, rt_node_t *n)
+{
+    void *was = ridx_remove(&t->by_ident, n->data, n->e.priv_enc_len);
+    KVM_ASSERT(was == n);
+    node_release(t, n);
+}
+
+static void release_each(void *item, void *ctx)
+{
+    node_release(ctx, item);
+}
+
 void route_table_clear(route_table_t *t)
 {
-    rt_node_t *n, *nx;
-    for (n = RB_MIN(rt_tree, &t->by_ident); n; n = nx) {
-        nx = RB_NEXT(rt_tree, &t->by_ident, n);
-        node_free(t, n);
-    }
+    ridx_clear(&t->by_ident, release_each, t);
 }
 
 void route_table_free(route_table_t *t)
@@ -209,28 +223,9 @@ size_t route_table_count(const route_table_t *t)
     return t->count;
 }
 
-/* The first node whose ident is >= (or > when strict) enc, or NULL. */
-static rt_node_t *lower_bound(route_table_t *t, const uint8_t *enc, size_t len, bool strict)
-{
-    rt_node_t *n = RB_ROOT(&t->by_ident), *res = NULL;
-    while (n) {
-        int c = bytes_cmp(enc, len, n->data, n->e.priv_enc_len);
-        if (c < 0 || (c == 0 && !strict)) {
-            res = n;
-            if (c == 0)
-                return n;
-            n = RB_LEFT(n, link);
-        } else {
-            n = RB_RIGHT(n, link);
-        }
-    }
-    return res;
-}
-
 static rt_node_t *find(route_table_t *t, const kvm_ident_t *ident)
 {
-    rt_node_t *n = lower_bound(t, ident->enc, ident->enc_len, false);
-    return n && bytes_cmp(n->data, n->e.priv_enc_len, ident->enc, ident->enc_len) == 0 ? n : NULL;
+    return ridx_find(&t->by_ident, ident->enc, ident->enc_len);
 }
 
 route_entry_t *route_table_get(route_table_t *t, const kvm_ident_t *ident)
@@ -258,12 +253,17 @@ int route_table_put(route_table_t *t, const kvm_route_t *r, route_entry_t **out)
     memcpy(n->data + elen, buf, plen);
     n->e.priv_enc_len = (uint16_t)elen;
     n->e.priv_len = (uint16_t)plen;
-    if (old) {
+    if (old) { /* in place: no index allocation, so nothing to undo */
         n->e.busy = old->e.busy;
         n->e.dirty = old->e.dirty;
-        node_free(t, old);
+        void *was = ridx_replace(&t->by_ident, n);
+        KVM_ASSERT(was == old);
+        node_release(t, old);
+    } else if (ridx_insert(&t->by_ident, n) != 0) {
+        rp_unref(&t->sets, buf, plen);
+        free(n);
+        return KVMESH_ENOMEM;
     }
-    RB_INSERT(rt_tree, &t->by_ident, n);
     t->count++;
     account(t, n, true);
     if (ref_tomb(t, n, r) != 0) {
@@ -280,25 +280,41 @@ void route_table_del(route_table_t *t, route_entry_t *e)
     node_free(t, KVM_CONTAINER_OF(e, rt_node_t, e));
 }
 
+/* The entry at it, as a route entry (NULL at the end). */
+static route_entry_t *entry_at(const ridx_iter_t *it)
+{
+    rt_node_t *n = ridx_iter_get(it);
+    return n ? &n->e : NULL;
+}
+
+/* it at the first entry with ident > after (after NULL: the first entry). */
+static void seek_after(route_table_t *t, ridx_iter_t *it, const uint8_t *after, size_t len)
+{
+    ridx_seek(&t->by_ident, it, after, len, true);
+}
+
 route_entry_t *route_table_next(route_table_t *t, const kvm_ident_t *after)
 {
-    rt_node_t *n =
-        after ? lower_bound(t, after->enc, after->enc_len, true) : RB_MIN(rt_tree, &t->by_ident);
-    return n ? &n->e : NULL;
+    ridx_iter_t it;
+    seek_after(t, &it, after ? after->enc : NULL, after ? after->enc_len : 0);
+    return entry_at(&it);
 }
 
 route_entry_t *route_table_after(route_table_t *t, route_entry_t *e)
 {
-    rt_node_t *n = RB_NEXT(rt_tree, &t->by_ident, KVM_CONTAINER_OF(e, rt_node_t, e));
-    return n ? &n->e : NULL;
+    rt_node_t *n = KVM_CONTAINER_OF(e, rt_node_t, e);
+    ridx_iter_t it;
+    seek_after(t, &it, n->data, e->priv_enc_len);
+    return entry_at(&it);
 }
 
-static route_entry_t *owner_from(route_table_t *t, const kvm_runtime_id_t *owner, rt_node_t *n)
+/* The first entry from it on whose route names owner as a hot replica owner, or NULL. */
+static route_entry_t *owner_from(route_table_t *t, const kvm_runtime_id_t *owner, ridx_iter_t *it)
 {
     int64_t idx = rp_intern_find(&t->sets.ids, owner);
     if (idx < 0 || rp_owner_refs(&t->sets.ids, (uint32_t)idx) == 0)
         return NULL;
-    for (; n; n = RB_NEXT(rt_tree, &t->by_ident, n))
+    for (rt_node_t *n; (n = ridx_iter_get(it)) != NULL; ridx_iter_next(it))
         if (rp_has_owner(packed(n), n->e.priv_len, (uint32_t)idx))
             return &n->e;
     return NULL;
@@ -307,15 +323,18 @@ static route_entry_t *owner_from(route_table_t *t, const kvm_runtime_id_t *owner
 route_entry_t *route_table_owner_next(route_table_t *t, const kvm_runtime_id_t *owner,
                                       const kvm_ident_t *after)
 {
-    route_entry_t *e = route_table_next(t, after);
-    return e ? owner_from(t, owner, KVM_CONTAINER_OF(e, rt_node_t, e)) : NULL;
+    ridx_iter_t it;
+    seek_after(t, &it, after ? after->enc : NULL, after ? after->enc_len : 0);
+    return owner_from(t, owner, &it);
 }
 
 route_entry_t *route_table_owner_after(route_table_t *t, const kvm_runtime_id_t *owner,
                                        route_entry_t *e)
 {
-    route_entry_t *nx = route_table_after(t, e);
-    return nx ? owner_from(t, owner, KVM_CONTAINER_OF(nx, rt_node_t, e)) : NULL;
+    rt_node_t *n = KVM_CONTAINER_OF(e, rt_node_t, e);
+    ridx_iter_t it;
+    seek_after(t, &it, n->data, e->priv_enc_len);
+    return owner_from(t, owner, &it);
 }
 
 route_entry_t *route_table_tomb_first(route_table_t *t)
@@ -343,6 +362,7 @@ void route_table_mem(const route_table_t *t, route_table_mem_t *out)
                                .entry_bytes = t->entry_bytes,
                                .packed_bytes = t->packed_bytes,
                                .ident_bytes = t->ident_bytes,
+                               .index_bytes = t->by_ident.bytes,
                                .tomb_bytes = t->n_tombs * sizeof(tomb_ref_t),
                                .intern_bytes = rp_sets_bytes(&t->sets) + sizeof(*t)};
 }
@@ -375,10 +395,13 @@ int route_table_check(route_table_t *t)
     uint32_t *idr = calloc(t->sets.ids.n + 1, sizeof(uint32_t));
     uint32_t *ido = calloc(t->sets.ids.n + 1, sizeof(uint32_t));
     uint32_t *sgr = calloc(t->sets.segs.n + 1, sizeof(uint32_t));
-    int rc = idr && ido && sgr ? 0 : KVMESH_ENOMEM;
+    int rc = idr && ido && sgr ? 0 : ridx_check(&t->by_ident);
+    if (!idr || !ido || !sgr)
+        rc = KVMESH_ENOMEM;
     rt_node_t *n, *prev = NULL;
-    RB_FOREACH(n, rt_tree, &t->by_ident)
-    {
+    ridx_iter_t it;
+    for (ridx_seek(&t->by_ident, &it, NULL, 0, false); (n = ridx_iter_get(&it)) != NULL;
+         ridx_iter_next(&it)) {
         if (rc)
             break;
         n_entries++;

@@ -1,18 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * route_table.h — the routes one authority holds for one logical shard: an ordered map
- * ident -> route (red-black tree, canonical-encoding order), owner scans (owner runtime id,
- * ident) over every hot replica owner of every route held, and the tombstone expiry index
- * (retain_until_ms, ident) -> entry over every tombstone with a purge deadline (finalized, or
- * pending with retain_until_ms set), which the purge reads from
- * its earliest end (route_table_tomb_first), never by scanning the map.
+ * ident -> route (a B-tree of entry pointers, route_index.h, canonical-encoding order), owner scans
+ * (owner runtime id, ident) over every hot replica owner of every route held, and the tombstone
+ * expiry index (retain_until_ms, ident) -> entry over every tombstone with a purge deadline
+ * (finalized, or pending with retain_until_ms set), which the purge reads from its earliest end
+ * (route_table_tomb_first), never by scanning the map.
  *
- * Memory (docs/performance.md "Memory per object"): an entry is one allocation holding the tree
- * links, the identity's canonical encoding and the route in its packed form (route_pack.h:
- * interned ids, varints, replicas and cold backing sized to their content), ~100 bytes for a
- * one-replica route instead of a kvm_route_t's 928. A caller reads a route through a view
- * (route_table_view) unpacked on demand. Owner scans walk the map from the cursor and test each
- * entry's replicas (no per-owner index nodes): O(entries skipped) per call, and O(1) for an
+ * Memory (docs/performance.md "Memory per object"): an entry is one allocation holding a small
+ * header, the identity's canonical encoding and the route in its packed form (route_pack.h:
+ * interned ids, varints, replicas and cold backing sized to their content), ~56 bytes plus ~9 of
+ * index for a one-replica route instead of a kvm_route_t's 928. A caller reads a route through a
+ * view (route_table_view) unpacked on demand. Owner scans walk the map from the cursor and test
+ * each entry's replicas (no per-owner index nodes): O(entries skipped) per call, and O(1) for an
  * owner that no entry of the table names (the interning set counts replica-owner references).
  *
  * Invariants (route_table_check): every entry's route validates; the interning reference
@@ -82,9 +82,10 @@ size_t route_table_tomb_count(const route_table_t *t);
  * allocations, the expiry index nodes, the interning sets and the table header. */
 typedef struct route_table_mem {
     size_t entries;      /* entries held */
-    size_t entry_bytes;  /* their allocations (links, ident encoding, packed route) */
+    size_t entry_bytes;  /* their allocations (header, ident encoding, packed route) */
     size_t packed_bytes; /* of it: the packed routes alone */
     size_t ident_bytes;  /* of it: the identity encodings */
+    size_t index_bytes;  /* the ident order's index nodes (route_index.h) */
     size_t tomb_bytes;   /* expiry index nodes */
     size_t intern_bytes; /* interning sets (ids and segments) */
 } route_table_mem_t;

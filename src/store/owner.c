@@ -123,7 +123,8 @@ static int fx_lookup(void *ctx, slot_t *s, enum slot_lookup_why why)
     kvm_rt_t *rt = ctx;
     if (!rt->route)
         return KVMESH_EUNAVAILABLE;
-    return route_lookup(rt->route, &s->ident,
+    kvm_ident_t id = slot_ident(s); /* route_lookup copies it */
+    return route_lookup(rt->route, &id,
                         why == SLOT_LOOKUP_EXPIRY ? expiry_looked_up : evict_looked_up, s);
 }
 
@@ -147,7 +148,8 @@ static int fx_held_check(void *ctx, slot_t *s)
     kvm_rt_t *rt = ctx;
     kvm_hot_replica_t rep = {
         .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
-    return kvm_held_op_check(rt, &s->ident, &rep, held_op_done, s);
+    kvm_ident_t id = slot_ident(s); /* copied */
+    return kvm_held_op_check(rt, &id, &rep, held_op_done, s);
 }
 
 static const slot_effects_t owner_fx = {
@@ -235,9 +237,10 @@ static int export_slot(void *arg, const slot_t *s)
 {
     struct export_ctx *x = arg;
     bool committed = s->state == SLOT_COMMITTED;
+    kvm_ident_t id = slot_ident(s); /* copied */
     return kvm_handoff_add_slot(x->out, x->map[s->segi],
                                 committed ? KVM_HANDOFF_COMMITTED : KVM_HANDOFF_RECLAIM, s->off,
-                                s->len, committed ? s->seq : 0, &s->ident);
+                                s->len, committed ? s->seq : 0, &id);
 }
 
 int kvm_owner_export(kvm_rt_t *rt, struct kvm_handoff *out)
@@ -484,7 +487,8 @@ static bool evict_cold(kvm_rt_t *rt, slot_t *s, const kvm_route_t *r, const kvm_
         return false;
     int i = kvm_route_find_replica(r, slot);
     KVM_ASSERT(i >= 0);
-    if (rt->owner_cold->evict_last(rt, &s->ident, &r->replicas[i], evict_cold_done, s) != 0)
+    kvm_ident_t id = slot_ident(s); /* copied */
+    if (rt->owner_cold->evict_last(rt, &id, &r->replicas[i], evict_cold_done, s) != 0)
         evict_end(rt, s, SLOT_EVICT_KEPT);
     return true;
 }
@@ -585,7 +589,8 @@ size_t kvm_owner_list(kvm_rt_t *rt, uint64_t seg_filter, uint64_t *cursor, kvm_h
     size_t n = slot_core_list(rt->slots, segi, *cursor, sel, cap);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (kvm_ident_copy(&ids[k], &sel[i]->ident) != 0)
+        kvm_ident_t id = slot_ident(sel[i]);
+        if (kvm_ident_copy(&ids[k], &id) != 0)
             break;
         out[k++] = (kvm_hot_replica_t){.owner = rt->self.id,
                                        .segment = rt->segs[sel[i]->segi].seg->id,
@@ -845,9 +850,10 @@ static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
     const slot_note_t *n = m.has ? &note : NULL;
     if (req->type == STORE_RPC_COMMIT) {
         const slot_t *sl = slot_core_commit_note(rt->slots, now_ns(rt), m.seg, m.offset, n);
-        if (sl && sl->state == SLOT_COMMITTED && cold_device(rt))
-            rt->owner_cold->slot_committed(
-                rt, &sl->ident); /* a remote writer's offload to our device */
+        if (sl && sl->state == SLOT_COMMITTED && cold_device(rt)) {
+            kvm_ident_t id = slot_ident(sl);         /* copied */
+            rt->owner_cold->slot_committed(rt, &id); /* a remote writer's offload to our device */
+        }
     } else
         kvm_owner_release_note(rt, m.seg, m.offset, n);
     kvm_span_finish(s, 0);

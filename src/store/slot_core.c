@@ -191,12 +191,16 @@ int slot_core_new(const slot_core_cfg_t *cfg, const slot_effects_t *fx, void *ct
 /* A slot with a copy of id inline; its block is not reserved yet (free it with free()). */
 static slot_t *slot_new(slot_core_t *c, const kvm_ident_t *id)
 {
+    KVM_ASSERT(id->enc_len <= UINT16_MAX);
     size_t size = offsetof(slot_t, ident_enc) + id->enc_len;
     slot_t *s = calloc(1, size > sizeof(slot_t) ? size : sizeof(slot_t));
     if (!s)
         return NULL;
-    s->ident = *id;
-    s->ident.enc = s->ident_enc;
+    s->ident_hash = id->hash;
+    s->ident_len = (uint16_t)id->enc_len;
+    s->tenant_len = id->tenant_len;
+    s->domain_len = id->domain_len;
+    s->key_len = id->key_len;
     memcpy(s->ident_enc, id->enc, id->enc_len);
     s->core = c;
     return s;
@@ -453,7 +457,7 @@ static bool note_names(slot_core_t *c, const slot_t *s, const slot_note_t *n)
     if ((n->has & SLOT_NOTE_TOKEN) && s->token)
         ok = n->token == s->token;
     else if (n->has & SLOT_NOTE_OBJECT)
-        ok = n->ident_hash == s->ident.hash && n->len == s->len;
+        ok = n->ident_hash == s->ident_hash && n->len == s->len;
     if (!ok)
         c->notes_stale++;
     return ok;

@@ -67,14 +67,15 @@ const char *slot_state_name(enum slot_state s);
 struct slot_core;
 typedef struct slot_core slot_core_t;
 
-/* One record per slot, one allocation per stored object (~130 bytes for a 20-byte identity):
+/* One record per slot, one allocation per stored object (~120 bytes for a 22-byte identity):
  * the allocator's block record (store/alloc.h) comes first, so that the slot is the record of
  * its block (off and len overlay the record's words; the allocator never writes its last word
  * while the block is allocated, and core lives there), the identity's encoding follows the
- * record inline (ident.enc points into the slot: never kvm_ident_free it), fields that are
- * never live in the same state share words (the queue and clock-ring links; the deadline and
- * the commit sequence), and the small fields are packed. When its bytes are freed the record
- * passes to the allocator (alloc_release), which keeps or frees it. */
+ * record inline and the record keeps only its hash and lengths (slot_ident makes the
+ * kvm_ident_t view), fields that are never live in the same state share words (the queue and
+ * clock-ring links; the deadline and the commit sequence), and the small fields are packed. When
+ * its bytes are freed the record passes to the allocator (alloc_release), which keeps or frees it.
+ */
 typedef struct slot {
     union {
         alloc_blk_t blk; /* the segment allocator's record of [off, off + len) */
@@ -84,7 +85,6 @@ typedef struct slot {
             slot_core_t *core;   /* the record's last word, unused while allocated */
         };
     };
-    kvm_ident_t ident; /* enc points at ident_enc below */
     /* the write grant the reservation answered; live while RESERVED / HELD, kept afterwards as
      * the slot's identity (slot_note_t); 0: adopted. Its own word: never shared */
     uint64_t token;
@@ -100,6 +100,10 @@ typedef struct slot {
             struct slot *cnext, *cprev; /* clock ring */
         };
     };
+    uint64_t ident_hash; /* the identity's kvm_ident_t.hash */
+    uint16_t ident_len;  /* bytes of ident_enc (an encoding is at most ~1.2 KiB) */
+    uint8_t tenant_len, domain_len;
+    uint16_t key_len;
     uint8_t segi; /* index of the segment in the core (and in the shell's table) */
     enum slot_state state : 8;
     bool ref : 1;      /* CLOCK reference bit */
@@ -107,8 +111,20 @@ typedef struct slot {
     bool evicting : 1; /* COMMITTED, out of the ring, its eviction in flight */
     bool checked : 1;  /* HELD: the further check (held_check) said "decide by the route" */
     bool queued : 1, in_clock : 1;
-    uint8_t ident_enc[]; /* the identity's canonical encoding (ident.enc_len bytes) */
+    uint8_t ident_enc[]; /* the identity's canonical encoding (ident_len bytes) */
 } slot_t;
+
+/* The identity of s as a view: enc points into the slot (valid while the slot lives; never
+ * kvm_ident_free it; kvm_ident_copy it to keep it past that). */
+static inline kvm_ident_t slot_ident(const slot_t *s)
+{
+    return (kvm_ident_t){.enc = (uint8_t *)s->ident_enc,
+                         .enc_len = s->ident_len,
+                         .tenant_len = s->tenant_len,
+                         .domain_len = s->domain_len,
+                         .key_len = s->key_len,
+                         .hash = s->ident_hash};
+}
 
 /* Why the core asks for a route lookup. */
 enum slot_lookup_why {

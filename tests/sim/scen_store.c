@@ -215,6 +215,12 @@ static uint32_t key_of(const kvm_ident_t *id)
     return (uint32_t)strtoul(buf + 1, NULL, 10);
 }
 
+static uint32_t slot_key(const slot_t *s)
+{
+    kvm_ident_t id = slot_ident(s);
+    return key_of(&id);
+}
+
 static void ident_of(uint32_t key, kvm_ident_t *id)
 {
     char buf[16];
@@ -292,7 +298,7 @@ static void fx_freed(void *ctx, const slot_t *s)
     srep_t rep = rep_of(o, s);
     t->frees++;
     sim_log(t->sim, "n%u/e%u frees seg %" PRIu64 " off %" PRIu64 " (key %u)", o->node, o->epoch,
-            rep.seg, rep.off, key_of(&s->ident));
+            rep.seg, rep.off, slot_key(s));
     for (uint32_t k = 0; k < t->n_keys; k++)
         if (route_find(&t->routes[k], &rep) >= 0)
             sim_fail(t->sim,
@@ -320,7 +326,7 @@ static int fx_lookup(void *ctx, slot_t *s, enum slot_lookup_why why)
     m->epoch = o->epoch;
     m->slot = s;
     m->why = why;
-    m->key = key_of(&s->ident);
+    m->key = slot_key(s);
     m->rep = rep_of(o, s);
     sim_schedule(t->sim, delay(t), lookup_arrive, m);
     return 0;
@@ -874,7 +880,7 @@ static void drain_list_arrive(void *arg)
     size_t n = slot_core_list(o->core, segi_of(o, t->drain.seg), m->version, sel, m->idx);
     uint64_t next = m->version;
     for (size_t i = 0; i < n; i++) {
-        t->drain.it[i] = (sditem_t){.from = rep_of(o, sel[i]), .key = key_of(&sel[i]->ident)};
+        t->drain.it[i] = (sditem_t){.from = rep_of(o, sel[i]), .key = slot_key(sel[i])};
         next = KVM_MAX(next, sel[i]->seq);
     }
     t->drain.n = (uint32_t)n;
@@ -1192,11 +1198,11 @@ static int leak_check(void *arg, const slot_t *s)
     sowner_t *o = arg;
     st_t *t = o->t;
     srep_t rep = rep_of(o, s);
-    if (s->state == SLOT_COMMITTED && route_find(&t->routes[key_of(&s->ident)], &rep) < 0)
+    if (s->state == SLOT_COMMITTED && route_find(&t->routes[slot_key(s)], &rep) < 0)
         sim_fail(t->sim,
                  "leak: n%u/e%u seg %" PRIu64 " off %" PRIu64
                  " is COMMITTED for key %u but no route references it",
-                 o->node, o->epoch, rep.seg, rep.off, key_of(&s->ident));
+                 o->node, o->epoch, rep.seg, rep.off, slot_key(s));
     return 0;
 }
 
@@ -1215,7 +1221,7 @@ static void quiescence_check(st_t *t)
         for (uint32_t i = 0; r->present && i < r->n; i++) {
             sowner_t *o = owner_at(t, r->r[i].owner, r->r[i].epoch);
             const slot_t *s = o ? slot_core_find(o->core, r->r[i].seg, r->r[i].off) : NULL;
-            if (o && (!s || s->state != SLOT_COMMITTED || key_of(&s->ident) != k))
+            if (o && (!s || s->state != SLOT_COMMITTED || slot_key(s) != k))
                 sim_fail(t->sim,
                          "key %u references n%u/e%u seg %" PRIu64 " off %" PRIu64
                          ", which is %s there",

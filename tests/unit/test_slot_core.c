@@ -381,13 +381,52 @@ static void test_stale_note(void **state)
     slot_core_free(c);
 }
 
+/* the slot keeps its identity as hash, lengths and inline encoding: the view equals the ident
+ * reserved (with and without a domain), and it survives the caller freeing its own copy */
+static void test_ident_view(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, false, 1 << 20);
+    kvm_ident_t a, b;
+    assert_int_equal(kvm_ident_init(&a, "tenant-a", "dom.x", "key/one", 7), 0);
+    assert_int_equal(kvm_ident_init(&b, "t", NULL, "k2", 2), 0);
+    const kvm_ident_t *ids[2] = {&a, &b};
+    uint64_t offs[2];
+    for (int i = 0; i < 2; i++) {
+        kvm_ident_t copy;
+        assert_int_equal(kvm_ident_copy(&copy, ids[i]), 0);
+        slot_core_reserve(c, 0, &copy, 100, 300, reserved, &l);
+        kvm_ident_free(&copy); /* the core copied it */
+        assert_int_equal(l.rc, 0);
+        offs[i] = l.off;
+    }
+    for (int i = 0; i < 2; i++) {
+        const slot_t *s = slot_core_find(c, 7, offs[i]);
+        assert_non_null(s);
+        kvm_ident_t v = slot_ident(s);
+        assert_true(kvm_ident_equal(&v, ids[i]));
+        assert_int_equal(v.hash, ids[i]->hash);
+        assert_int_equal(v.enc_len, ids[i]->enc_len);
+        assert_int_equal(v.tenant_len, ids[i]->tenant_len);
+        assert_int_equal(v.domain_len, ids[i]->domain_len);
+        assert_int_equal(v.key_len, ids[i]->key_len);
+        assert_memory_equal(kvm_ident_key(&v), kvm_ident_key(ids[i]), ids[i]->key_len);
+        assert_ptr_equal(v.enc, s->ident_enc);
+    }
+    assert_int_equal(slot_core_check(c), 0);
+    kvm_ident_free(&a);
+    kvm_ident_free(&b);
+    slot_core_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grace),      cmocka_unit_test(test_held),
         cmocka_unit_test(test_held_check), cmocka_unit_test(test_evict_busy),
         cmocka_unit_test(test_waiter),     cmocka_unit_test(test_settle_decide),
-        cmocka_unit_test(test_stale_note),
+        cmocka_unit_test(test_stale_note), cmocka_unit_test(test_ident_view),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -248,9 +248,8 @@ int bench_footprint(uint64_t count, uint64_t vsize, bool no_peers, const struct 
     printf("%-44s %12.1f %12s\n", "      entry allocations", ent, "");
     printf("%-44s %12.1f %12s\n", "        of it: packed route", pk, "");
     printf("%-44s %12.1f %12s\n", "        of it: identity encoding", idb, "");
-    printf("%-44s %12.1f %12s\n", "        of it: tree links, header, rounding", ent - pk - idb,
-           "");
-    printf("%-44s %12.1f %12s\n", "      expiry index, interning sets, headers", oth, "");
+    printf("%-44s %12.1f %12s\n", "        of it: entry header, rounding", ent - pk - idb, "");
+    printf("%-44s %12.1f %12s\n", "      ident/expiry indexes, interning sets", oth, "");
     printf("%-44s %12.1f %12.1f\n", "    store side (heap - route tables)", heap_per - ent - oth,
            heap_per - ent - oth);
     printf("%-44s %12.1f %12.1f\n", "  of it: the rest (RSS - slots - heap)",
