@@ -66,8 +66,9 @@
  */
 #define TCP_MIN_PACE (1u << 20)
 /* Receive/send + hash step of a request with a sum: small enough that the block is still in L2
- * when hashed, large enough that the extra syscalls and the cursor lock do not count (measured
- * in docs/performance.md "Large values over tcp"). */
+ * when hashed (and that a 256 KiB request is hashed in two steps, not after its whole receive),
+ * large enough that the extra syscalls and the cursor lock do not count (64, 128 and 256 KiB
+ * measured: docs/performance.md "Large values over tcp"). */
 #define TCP_SUM_BLOCK (128u << 10)
 
 static uint64_t tcp_deadline(int io_timeout_ms, uint64_t length)
