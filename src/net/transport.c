@@ -445,9 +445,9 @@ bool tp_segment_usable(const struct tp_segment *s)
     return !s->ops->usable || s->ops->usable(s);
 }
 
-bool tp_segment_sums(const struct tp_segment *s)
+bool tp_segment_sums(const struct tp_segment *s, unsigned nreq)
 {
-    return s->ops == &tp_shm_ops;
+    return s->ops == &tp_shm_ops || (s->ops == &tp_tcp_ops && nreq == 1);
 }
 
 void tp_slot_set_chunks(struct tp_batch *b, unsigned idx, uint32_t chunks)

@@ -73,9 +73,10 @@ struct tp_request {
     struct tp_segment *segment; /* opened remote segment */
     uint64_t remote_offset;
     uint64_t token; /* grant token issued by the owner for this range */
-    /* Optional (NULL: none), borrowed: a checksum the request's local bytes are folded into as
-     * the transport copies them, where it copies them itself (tp_segment_sums); ignored by the
-     * other transports. Requests sharing one sum are folded in submission order. */
+    /* Optional (NULL: none), borrowed until the batch completed: a checksum the request's local
+     * bytes are folded into as the transport moves them, where tp_segment_sums says it does;
+     * ignored by the other transports. Requests sharing one sum are folded in submission order
+     * (never written by two transports at once: at most one remote replica carries it). */
     struct kvm_sum *sum;
 };
 
@@ -145,10 +146,13 @@ void tp_batch_abort(struct tp_batch *b);
 /* False once the segment handle cannot carry requests any more (its peer connection died):
  * open the segment again for new requests. */
 bool tp_segment_usable(const struct tp_segment *s);
-/* True when requests to s are copied by tp_submit itself, in the submitting thread and in order
- * (shm): a request's tp_request.sum then has its bytes — each block hashed right after it was
- * copied, while in cache — when tp_submit returns (all of them when the request succeeded). */
-bool tp_segment_sums(const struct tp_segment *s);
+/* True when the transport folds the bytes of nreq requests to s that share one tp_request.sum
+ * (submitted together, in order) into it, each block hashed right after it was copied, received
+ * or sent, while in cache. The sum holds all of their bytes once the batch completed with every
+ * one of them successful; shm copies in tp_submit itself (any nreq; the sum is complete when
+ * tp_submit returns), tcp folds in its I/O threads (nreq 1: a request's chunks land in
+ * parallel and are folded in order, one request at a time). */
+bool tp_segment_sums(const struct tp_segment *s, unsigned nreq);
 
 const char *tp_kind_name(enum tp_kind k);
 

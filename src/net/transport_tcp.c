@@ -18,6 +18,12 @@
  * connection run one at a time (request, then response). READ payload is received directly into
  * the caller's registered buffer, WRITE payload is sent from it: no intermediate buffer.
  *
+ * A request with a checksum to fold into (tp_request.sum) moves its payload in TCP_SUM_BLOCK
+ * blocks; each block is reported to the request's struct tcp_sum right after it was received or
+ * sent (so it is in this core's cache), and whichever I/O thread finds the bytes at the sum's
+ * cursor landed folds them, in order: the chunks of a striped request land in parallel, XXH3
+ * takes its input in order. The sum is complete when every chunk of the request succeeded.
+ *
  * A client connection that carried nothing for idle_timeout_ms / 2 closes its socket (before the
  * owner's idle close can race a request) and connects again when its next chunk arrives.
  *
@@ -43,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/hash.h"
 #include "core/util.h"
 #include "env/env_thread.h"
 #include "net/transport_int.h"
@@ -58,6 +65,11 @@
  * owner, a segment pin) forever.
  */
 #define TCP_MIN_PACE (1u << 20)
+/* Receive/send + hash step of a request with a sum: small enough that the block is still in L2
+ * when hashed (and that a 256 KiB request is hashed in two steps, not after its whole receive),
+ * large enough that the extra syscalls and the cursor lock do not count (64, 128 and 256 KiB
+ * measured: docs/performance.md "Large values over tcp"). */
+#define TCP_SUM_BLOCK (128u << 10)
 
 static uint64_t tcp_deadline(int io_timeout_ms, uint64_t length)
 {
@@ -289,14 +301,108 @@ static void tcp_server_stop(struct tp_engine *e)
 
 /* ---- client -------------------------------------------------------------------------------- */
 
+/*
+ * The checksum of one request (tp_request.sum), shared by its chunks. Chunk i covers
+ * [i * piece, +piece) of the request; landed[i] is the prefix of it received or sent so far.
+ * The bytes [0, hashed) are folded into sum; one thread at a time folds (busy), the others only
+ * report what landed and leave: the folding thread looks again under mu before it stops, so
+ * nothing that landed is left behind. Freed by the last chunk (refs).
+ */
+struct tcp_sum {
+    pthread_mutex_t mu;
+    struct kvm_sum *sum; /* borrowed from the request */
+    const uint8_t *local;
+    uint64_t length, piece, hashed;
+    bool busy;
+    unsigned refs;
+    uint64_t landed[];
+};
+
 struct tcp_chunk {
     struct tp_batch *b;
     unsigned idx;
     uint8_t op;
     uint8_t *local;
     uint64_t seg_id, offset, length, token;
+    struct tcp_sum *sum; /* NULL without one; ci: this chunk's index in it */
+    uint64_t ci;
     struct tcp_chunk *next;
 };
+
+static struct tcp_sum *tcp_sum_new(const struct tp_request *r, uint64_t piece, uint64_t nk)
+{
+    struct tcp_sum *t = seg_calloc(1, sizeof(*t) + nk * sizeof(t->landed[0]));
+    if (!t)
+        return NULL;
+    pthread_mutex_init(&t->mu, NULL);
+    t->sum = r->sum;
+    t->local = r->local;
+    t->length = r->length;
+    t->piece = piece;
+    t->refs = (unsigned)nk;
+    return t;
+}
+
+static void tcp_sum_unref(struct tcp_sum *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->mu);
+    KVM_ASSERT(t->refs > 0);
+    bool last = --t->refs == 0;
+    pthread_mutex_unlock(&t->mu);
+    if (last) {
+        pthread_mutex_destroy(&t->mu);
+        free(t);
+    }
+}
+
+/* Bytes landed right after the cursor (t->mu held). */
+static uint64_t tcp_sum_ready_locked(const struct tcp_sum *t)
+{
+    if (t->hashed >= t->length)
+        return 0;
+    uint64_t c = t->hashed / t->piece;
+    return c * t->piece + t->landed[c] - t->hashed;
+}
+
+/* n more bytes of chunk ci landed; folds every landed byte at the cursor unless another thread
+ * is folding already (it then folds these too). */
+static void tcp_sum_landed(struct tcp_sum *t, uint64_t ci, uint64_t n)
+{
+    pthread_mutex_lock(&t->mu);
+    t->landed[ci] += n;
+    KVM_ASSERT(t->landed[ci] <= t->piece);
+    if (t->busy) {
+        pthread_mutex_unlock(&t->mu);
+        return;
+    }
+    t->busy = true;
+    for (uint64_t k; (k = KVM_MIN(tcp_sum_ready_locked(t), (uint64_t)TCP_SUM_BLOCK)) != 0;) {
+        uint64_t at = t->hashed;
+        pthread_mutex_unlock(&t->mu);
+        kvm_sum_update(t->sum, t->local + at, (size_t)k);
+        pthread_mutex_lock(&t->mu);
+        t->hashed += k;
+    }
+    t->busy = false;
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void tcp_chunk_free(struct tcp_chunk *k)
+{
+    tcp_sum_unref(k->sum);
+    free(k);
+}
+
+static void tcp_chunks_free(struct tcp_chunk *list)
+{
+    while (list) {
+        struct tcp_chunk *n = list->next;
+        tcp_chunk_free(list);
+        list = n;
+    }
+}
 
 struct tcp_peer;
 
@@ -386,6 +492,43 @@ static void tcp_peer_kill_locked(struct tcp_peer *p)
         pthread_cond_broadcast(&p->conns[i].cv);
 }
 
+/* Sends the header (with the payload of a WRITE); with a sum, the payload in TCP_SUM_BLOCK
+ * blocks, each reported to the sum once it was handed to the socket. */
+static int tcp_send_req(int fd, const struct tcp_chunk *k, uint8_t *hb, uint64_t dl)
+{
+    struct iovec iov[2] = {{hb, TPW_REQ_SIZE}, {k->local, k->length}};
+    if (k->op != TP_WRITE)
+        return tp_io_send_all_by(fd, iov, 1, dl);
+    if (!k->sum)
+        return tp_io_send_all_by(fd, iov, 2, dl);
+    for (uint64_t done = 0; done < k->length;) {
+        size_t n = (size_t)KVM_MIN((uint64_t)TCP_SUM_BLOCK, k->length - done);
+        iov[1] = (struct iovec){k->local + done, n};
+        int rc = done ? tp_io_send_all_by(fd, &iov[1], 1, dl) : tp_io_send_all_by(fd, iov, 2, dl);
+        if (rc)
+            return rc;
+        tcp_sum_landed(k->sum, k->ci, n);
+        done += n;
+    }
+    return 0;
+}
+
+/* Receives a READ's payload; with a sum, in TCP_SUM_BLOCK blocks, each reported on arrival. */
+static int tcp_recv_payload(int fd, const struct tcp_chunk *k, uint64_t dl)
+{
+    if (!k->sum)
+        return tp_io_recv_all_by(fd, k->local, k->length, dl);
+    for (uint64_t done = 0; done < k->length;) {
+        size_t n = (size_t)KVM_MIN((uint64_t)TCP_SUM_BLOCK, k->length - done);
+        int rc = tp_io_recv_all_by(fd, k->local + done, n, dl);
+        if (rc)
+            return rc;
+        tcp_sum_landed(k->sum, k->ci, n);
+        done += n;
+    }
+    return 0;
+}
+
 static int tcp_run_chunk(struct tcp_conn *c, struct tcp_chunk *k, uint64_t req_id, uint8_t *reason)
 {
     uint8_t hb[TPW_REQ_SIZE], rb[TPW_RESP_SIZE];
@@ -397,8 +540,7 @@ static int tcp_run_chunk(struct tcp_conn *c, struct tcp_chunk *k, uint64_t req_i
                         .token = k->token};
     tpw_req_encode(&q, hb);
     uint64_t dl = tcp_deadline(c->p->e->io_timeout_ms, k->length);
-    struct iovec iov[2] = {{hb, sizeof(hb)}, {k->local, k->length}};
-    int rc = tp_io_send_all_by(c->fd, iov, k->op == TP_WRITE ? 2 : 1, dl);
+    int rc = tcp_send_req(c->fd, k, hb, dl);
     if (rc)
         return rc;
     if ((rc = tp_io_recv_all_by(c->fd, rb, sizeof(rb), dl)) != 0)
@@ -414,7 +556,7 @@ static int tcp_run_chunk(struct tcp_conn *c, struct tcp_chunk *k, uint64_t req_i
         return resp.length == 0 ? 0 : KVMESH_EPROTO;
     if (resp.length != k->length)
         return KVMESH_EPROTO;
-    return tp_io_recv_all_by(c->fd, k->local, k->length, dl);
+    return tcp_recv_payload(c->fd, k, dl);
 }
 
 static bool rc_breaks_stream(int rc)
@@ -439,7 +581,7 @@ static void *tcp_conn_main(void *arg)
             while (list) {
                 struct tcp_chunk *n = list->next;
                 tp_chunk_done(list->b, list->idx, KVMESH_ECONN, 0);
-                free(list);
+                tcp_chunk_free(list);
                 list = n;
             }
             pthread_mutex_lock(&p->mu);
@@ -468,7 +610,7 @@ static void *tcp_conn_main(void *arg)
             tcp_peer_kill_locked(p);
         pthread_mutex_unlock(&p->mu);
         tp_chunk_done(k->b, k->idx, rc, reason);
-        free(k);
+        tcp_chunk_free(k);
         pthread_mutex_lock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
@@ -636,15 +778,16 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
     piece = (piece + TCP_CHUNK_ALIGN - 1) / TCP_CHUNK_ALIGN * TCP_CHUNK_ALIGN;
     nk = (r->length + piece - 1) / piece;
     KVM_ASSERT(nk >= 1 && nk <= TCP_MAX_CHUNKS);
+    struct tcp_sum *sum = NULL; /* one reference per chunk */
+    if (r->sum && (sum = tcp_sum_new(r, piece, nk)) == NULL)
+        return kvm_errf(KVMESH_ENOMEM, "checksum state allocation failed");
     struct tcp_chunk *list = NULL, **tailp = &list;
     for (uint64_t i = 0; i < nk; i++) {
         struct tcp_chunk *k = seg_calloc(1, sizeof(*k));
         if (!k) {
-            while (list) {
-                struct tcp_chunk *n = list->next;
-                free(list);
-                list = n;
-            }
+            tcp_chunks_free(list);
+            for (uint64_t j = i; j < nk; j++)
+                tcp_sum_unref(sum);
             return kvm_errf(KVMESH_ENOMEM, "chunk allocation failed");
         }
         uint64_t off = i * piece;
@@ -655,18 +798,16 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
                                 .seg_id = s->seg_id,
                                 .offset = r->remote_offset + off,
                                 .length = KVM_MIN(piece, r->length - off),
-                                .token = r->token};
+                                .token = r->token,
+                                .sum = sum,
+                                .ci = i};
         *tailp = k;
         tailp = &k->next;
     }
     pthread_mutex_lock(&p->mu);
     if (p->dead) {
         pthread_mutex_unlock(&p->mu);
-        while (list) {
-            struct tcp_chunk *n = list->next;
-            free(list);
-            list = n;
-        }
+        tcp_chunks_free(list);
         (void)reason;
         return kvm_errf(KVMESH_ECONN, "connection to %s lost; reopen the segment", p->key);
     }

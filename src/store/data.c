@@ -3,8 +3,9 @@
  * data.c — the application-thread side of object operations: the payload path.
  *
  *   put:    PLACE op (loop reserves replicas) -> checksum (XXH3-64 over the gather list, fused
- *           with the local copy when a replica is local, else with the shm transport's copy to
- *           the first remote replica, else one pass before the transport sends) ->
+ *           with the local copy when a replica is local, else with the transport's copy (shm)
+ *           or send (tcp) to the first remote replica, else one pass before the transport
+ *           sends) ->
  *           payload written by this thread: memcpy into a local segment (write grant checked
  *           by seg_check) or one transport batch of WRITEs into remote reserved ranges ->
  *           PUBLISH op (route CAS) for the items whose writes all succeeded, ABORT op for the
@@ -12,7 +13,8 @@
  *   get:    LOOKUP op (route + replica access, local first) -> reads in rounds: round r reads
  *           every unfinished item from its r-th replica (local memcpy, or one transport batch of
  *           READs straight into the caller's buffers) -> checksum verified per the verify_reads
- *           policy (always / remote / never; fused with a local copy or an shm read); a
+ *           policy (always / remote / never; fused with a local copy, an shm read or a tcp
+ *           receive); a
  *           failed or corrupt replica is reported (its owner quarantined) and the next round
  *           tries the next one; when every replica failed a checksum the route is read once
  *           more (an overwrite may have raced) before giving up;
@@ -193,7 +195,6 @@ static unsigned get_batch_cap(const struct kvm_sgout *outs, size_t base, size_t 
     return (unsigned)KVM_MAX(KVM_MIN(n, (size_t)TP_MAX_BATCH), (size_t)1);
 }
 
-/* Adds the requests moving [remote_off, +len) of a segment to/from the iov list. */
 /* Submits one replica transfer of an item (one request per non-empty iovec). sum (may be NULL)
  * is folded the bytes by a transport that copies them itself (tp_segment_sums). */
 static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, int iovcnt,
@@ -222,6 +223,36 @@ static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, 
  * bench_hash (docs/performance.md "Checksum and copy"): from 64 KiB to 512 KiB the fused pass
  * runs at about the same speed, well below L2 (2 MiB per core on the machines measured). */
 #define DATA_SUM_BLOCK (256u << 10)
+
+/* The requests add_reqs makes of an iov list (one per non-empty iovec). */
+static unsigned nreqs(const struct iovec *iov, int iovcnt)
+{
+    unsigned n = 0;
+    for (int i = 0; i < iovcnt; i++)
+        n += iov[i].iov_len != 0;
+    return n;
+}
+
+/* The checksums a round's transport batch folds as it moves the bytes (tp_segment_sums), one
+ * per item of the round: allocated on first use; the transport writes them until the batch
+ * completed, so they are read after it and freed after tp_batch_free. */
+struct fuse_sums {
+    struct kvm_sum *st;
+    bool on[DATA_CHUNK_MAX];
+};
+
+/* The initialised sum of item j, or NULL (out of memory: the caller hashes in a pass). */
+static struct kvm_sum *fuse_start(struct fuse_sums *f, size_t j)
+{
+    KVM_ASSERT(j < DATA_CHUNK_MAX);
+    if (!f->st)
+        f->st = aligned_alloc(_Alignof(struct kvm_sum), DATA_CHUNK_MAX * sizeof(struct kvm_sum));
+    if (!f->st)
+        return NULL;
+    kvm_sum_init(&f->st[j], KVM_HASH_SEED_CHECKSUM);
+    f->on[j] = true;
+    return &f->st[j];
+}
 
 /* Copies len bytes (to the segment at p for SEG_WRITE, from it otherwise) and, with sum set,
  * computes their XXH3-64 checksum in the same pass: block by block, each block hashed right
@@ -370,14 +401,15 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         struct obs_span dsp, *ds = kvm_span_begin(rt, span, false, "data.write", &dsp);
         int64_t d_local = 0, d_remote = 0;
         struct cp_owners cpo = {.n = 0};
+        struct fuse_sums fs = {.st = NULL};
         for (size_t i = base; i < end; i++) {
             struct kvm_item *it = &place->items[i];
             if (it->rc)
                 continue;
             /* The checksum: fused with the local copy when there is one (distinct owners: at
-             * most one replica is local), else with the first remote replica's copy when the
-             * transport copies in this thread (shm: tp_segment_sums), else one pass right before
-             * the transport reads the same bytes (they are then in cache for its copy). */
+             * most one replica is local), else with the first remote replica's transfer when the
+             * transport folds it as it moves the bytes (tp_segment_sums: shm, tcp), else one
+             * pass right before the transport reads the same bytes. */
             bool summed = false;
             for (uint32_t r = 0; r < it->n_res; r++)
                 summed = summed || it->res[r].local;
@@ -412,17 +444,15 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                 if (!e && tp_batch_count(b) + (unsigned)sgs[i].iovcnt > TP_MAX_BATCH)
                     e = KVMESH_ETOOBIG;
                 if (!e) {
-                    struct kvm_sum st, *fuse = NULL;
-                    if (!summed && tp_segment_sums(seg))
-                        kvm_sum_init(fuse = &st, KVM_HASH_SEED_CHECKSUM);
-                    else if (!summed)
+                    struct kvm_sum *fuse = NULL; /* digested after the batch (fs) */
+                    if (!summed && tp_segment_sums(seg, nreqs(sgs[i].iov, sgs[i].iovcnt)))
+                        fuse = fuse_start(&fs, i - base);
+                    if (!summed && !fuse)
                         it->checksum = sg_checksum(sgs[i].iov, sgs[i].iovcnt);
                     summed = true;
                     first[i - base][r] = tp_batch_count(b);
                     e = add_reqs(b, TP_WRITE, sgs[i].iov, sgs[i].iovcnt, seg, res->offset,
                                  res->token, fuse);
-                    if (fuse) /* complete when the writes succeeded (else the item fails) */
-                        it->checksum = kvm_sum_digest(fuse);
                     count[i - base][r] = tp_batch_count(b) - first[i - base][r];
                     if (!e)
                         cp_transfer(place, seg, &res->owner.id, &cpo);
@@ -456,7 +486,11 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                     }
             }
             tp_batch_free(b);
+            for (size_t i = base; i < end; i++) /* complete: every write of the item succeeded */
+                if (fs.on[i - base] && !place->items[i].rc)
+                    place->items[i].checksum = kvm_sum_digest(&fs.st[i - base]);
         }
+        free(fs.st);
         kvm_fair_release(rt, &ft); /* completed or failed: nothing of it is in flight */
         for (size_t i = base; i < end; i++)
             reg_drop(rt, &regs[i - base]);
@@ -622,8 +656,9 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
         struct tp_batch *b = NULL;
         unsigned first[DATA_CHUNK_MAX] = {0}, count[DATA_CHUNK_MAX] = {0};
         bool tried[DATA_CHUNK_MAX] = {0};
-        uint64_t lsum[DATA_CHUNK_MAX]; /* checksums fused with the copies (fused[]) */
+        uint64_t lsum[DATA_CHUNK_MAX]; /* checksums fused with the local copies (fused[]) */
         bool fused[DATA_CHUNK_MAX] = {0};
+        struct fuse_sums fs = {.st = NULL}; /* ... and with the transport's (fused[]) */
         struct cp_owners cpo = {.n = 0};
         const bool verify_local = rt->cfg.verify_reads == KVM_VERIFY_ALWAYS;
         const bool verify_remote = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
@@ -659,16 +694,13 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             if (!e && tp_batch_count(b) + (unsigned)o->iovcnt > TP_MAX_BATCH)
                 e = KVMESH_ETOOBIG;
             if (!e) {
-                struct kvm_sum st, *fuse = NULL; /* verified as copied (shm) */
-                if (verify_remote && tp_segment_sums(seg))
-                    kvm_sum_init(fuse = &st, KVM_HASH_SEED_CHECKSUM);
+                struct kvm_sum *fuse = NULL; /* verified as received (shm, tcp) */
+                if (verify_remote && tp_segment_sums(seg, nreqs(o->iov, o->iovcnt)))
+                    fuse = fuse_start(&fs, i - base);
                 first[i - base] = tp_batch_count(b);
                 e = add_reqs(b, TP_READ, o->iov, o->iovcnt, seg, rep->offset, a->seg_read_token,
                              fuse);
-                if (fuse) { /* complete when the reads succeeded (checked below) */
-                    lsum[i - base] = kvm_sum_digest(fuse);
-                    fused[i - base] = true;
-                }
+                fused[i - base] = fuse != NULL; /* complete when the reads succeeded (below) */
                 count[i - base] = tp_batch_count(b) - first[i - base];
                 if (!e)
                     cp_transfer(look, seg, &rep->owner, &cpo);
@@ -699,7 +731,9 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             bool local = it->acc[round].local;
             if (ok && (local ? verify_local : verify_remote)) { /* verify_reads policy */
                 KVM_CP_COUNT(look, op_checksum_passes_total, OBS_NONE, 1);
-                uint64_t sum = fused[i - base] ? lsum[i - base] : sg_checksum(o->iov, o->iovcnt);
+                uint64_t sum = !fused[i - base] ? sg_checksum(o->iov, o->iovcnt)
+                               : local          ? lsum[i - base]
+                                                : kvm_sum_digest(&fs.st[i - base]);
                 if (sum != it->route.checksum) {
                     ok = false;
                     *bad_sum = true;
@@ -715,6 +749,7 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
         }
         if (b)
             tp_batch_free(b);
+        free(fs.st);
         kvm_fair_release(rt, &ft); /* completed or failed: nothing of it is in flight */
         for (size_t i = base; i < end; i++)
             reg_drop(rt, &regs[i - base]);

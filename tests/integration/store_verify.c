@@ -19,6 +19,12 @@
  *   SR (remote) reading its own  local     success, the flipped byte returned (trusted copy)
  *   SA (always) reading its own  local     KVMESH_ECHECKSUM (checksum fused with the copy)
  *
+ * Then a larger value (BIGSIZE: striped over the tcp connections, so its chunks land in
+ * parallel and the transport folds them into the checksum in order) is put by a client — its
+ * route must carry libxxhash's XXH3-64 — read back intact by the always and remote clients, one
+ * byte of its last chunk flipped, and both must refuse it with KVMESH_ECHECKSUM while the never
+ * client gets the flipped byte.
+ *
  * No timing is asserted; every wait is bounded.
  */
 #include <stdio.h>
@@ -45,6 +51,8 @@
 
 #define VSIZE   (256u << 10)
 #define FLIP_AT 100000u
+#define BIGSIZE ((4u << 20) + 1234u) /* several tcp chunks, the last one short */
+#define BIGFLIP (BIGSIZE - 777u)
 
 static const char *transport = "tcp";
 
@@ -56,7 +64,7 @@ static kvmesh_t *open_rt(const char *url, bool storage, const char *verify)
     CHECK(kvmesh_config_set(c, "transport", transport) == 0);
     CHECK(kvmesh_config_set(c, "memory_size", storage ? "67108864" : "0") == 0);
     CHECK(kvmesh_config_set(c, "segment_size", "67108864") == 0);
-    CHECK(kvmesh_config_set(c, "max_object_size", "1048576") == 0);
+    CHECK(kvmesh_config_set(c, "max_object_size", "8388608") == 0);
     CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
     CHECK(kvmesh_config_set(c, "verify_reads", verify) == 0);
     kvmesh_t *kv = NULL;
@@ -68,11 +76,18 @@ static kvmesh_t *open_rt(const char *url, bool storage, const char *verify)
     return kv;
 }
 
-/* Flips the byte at FLIP_AT of the replica of `key` in its owner `owner` (this process). */
-static void corrupt(kvmesh_t *owner, kvmesh_t *any, const kvmesh_scope_t *sc, const char *key)
+/* Flips the byte at `at` of the replica (len bytes) of `key` in its owner `owner` (this
+ * process; NULL: whichever of the storage runtimes holds it). */
+static kvmesh_t *storage[2];
+static void corrupt_at(kvmesh_t *owner, kvmesh_t *any, const kvmesh_scope_t *sc, const char *key,
+                       size_t len, size_t at)
 {
     kvmesh_route_info_t ri;
     CHECK(kvmesh_route_query(any, sc, key, strlen(key), &ri) == 0 && ri.n_replicas == 1);
+    for (size_t i = 0; i < 2 && !owner; i++)
+        if (strcmp(ri.replicas[0].owner, kvmesh_runtime_of(storage[i])->idhex) == 0)
+            owner = storage[i];
+    CHECK(owner);
     kvm_rt_t *rt = kvmesh_runtime_of(owner);
     CHECK(strcmp(ri.replicas[0].owner, rt->idhex) == 0);
     bool done = false;
@@ -82,13 +97,18 @@ static void corrupt(kvmesh_t *owner, kvmesh_t *any, const kvmesh_scope_t *sc, co
         uint8_t *p;
         struct seg *pin;
         enum seg_reason why;
-        CHECK(seg_check(rt->reg, ri.replicas[0].segment, ri.replicas[0].offset, VSIZE, SEG_READ,
+        CHECK(seg_check(rt->reg, ri.replicas[0].segment, ri.replicas[0].offset, len, SEG_READ,
                         rt->segs[i].read_token, &p, &pin, &why) == 0);
-        p[FLIP_AT] ^= 0xff;
+        p[at] ^= 0xff;
         seg_unpin(rt->reg, pin);
         done = true;
     }
     CHECK(done);
+}
+
+static void corrupt(kvmesh_t *owner, kvmesh_t *any, const kvmesh_scope_t *sc, const char *key)
+{
+    corrupt_at(owner, any, sc, key, VSIZE, FLIP_AT);
 }
 
 static int64_t sums(kvmesh_t *kv)
@@ -99,7 +119,7 @@ static int64_t sums(kvmesh_t *kv)
     return v;
 }
 
-static uint8_t val[VSIZE], out[VSIZE];
+static uint8_t val[VSIZE], out[VSIZE], big[BIGSIZE], bigout[BIGSIZE];
 
 /* Reads key into out; returns the rc. */
 static int read_key(kvmesh_t *kv, const kvmesh_scope_t *sc, const char *key)
@@ -111,6 +131,41 @@ static int read_key(kvmesh_t *kv, const kvmesh_scope_t *sc, const char *key)
     return rc;
 }
 
+static int read_big(kvmesh_t *kv, const kvmesh_scope_t *sc)
+{
+    size_t got = 0;
+    memset(bigout, 0, BIGSIZE);
+    int rc = kvmesh_get_into(kv, sc, "big", 3, bigout, BIGSIZE, &got);
+    CHECK(rc != 0 || got == BIGSIZE);
+    return rc;
+}
+
+/* The striped value: put by a client (checksum folded as the chunks are sent), verified as its
+ * chunks arrive, refused once a byte of its last chunk is flipped. */
+static void big_value(kvmesh_t *CA, kvmesh_t *CR, kvmesh_t *CN, const kvmesh_scope_t *sc)
+{
+    for (size_t i = 0; i < BIGSIZE; i++)
+        big[i] = (uint8_t)(i * 2654435761u >> 13);
+    CHECK(kvmesh_put(CA, sc, "big", 3, big, BIGSIZE, NULL) == 0);
+    kvmesh_route_info_t ri;
+    CHECK(kvmesh_route_query(CA, sc, "big", 3, &ri) == 0);
+    CHECK(ri.length == BIGSIZE && ri.checksum == XXH3_64bits(big, BIGSIZE));
+    CHECK(read_big(CA, sc) == 0 && memcmp(bigout, big, BIGSIZE) == 0);
+    CHECK(read_big(CR, sc) == 0 && memcmp(bigout, big, BIGSIZE) == 0);
+    printf("a %u-byte value put and read over %s: its route carries the value's XXH3-64\n", BIGSIZE,
+           transport);
+    corrupt_at(NULL, CA, sc, "big", BIGSIZE, BIGFLIP);
+    int rc = read_big(CA, sc);
+    printf("client, verify_reads=always, %u-byte value: %s\n", BIGSIZE, kvmesh_strerror(rc));
+    CHECK(rc == KVMESH_ECHECKSUM);
+    rc = read_big(CR, sc);
+    printf("client, verify_reads=remote, %u-byte value: %s\n", BIGSIZE, kvmesh_strerror(rc));
+    CHECK(rc == KVMESH_ECHECKSUM);
+    const uint8_t flipped = (uint8_t)~big[BIGFLIP];
+    rc = read_big(CN, sc);
+    CHECK(rc == 0 && bigout[BIGFLIP] == flipped);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -120,6 +175,8 @@ int main(int argc, char **argv)
     kvmesh_t *SR = open_rt(url, true, "remote"), *SA = open_rt(url, true, "always");
     kvmesh_t *CA = open_rt(url, false, "always"), *CR = open_rt(url, false, "remote"),
              *CN = open_rt(url, false, "never");
+    storage[0] = SR;
+    storage[1] = SA;
     const kvmesh_scope_t sc = {"verify", NULL};
     for (size_t i = 0; i < VSIZE; i++)
         val[i] = (uint8_t)(i * 131 + 7);
@@ -189,6 +246,8 @@ int main(int argc, char **argv)
     rc = read_key(SA, &sc, "a");
     printf("owner, verify_reads=always, local replica: %s\n", kvmesh_strerror(rc));
     CHECK(rc == KVMESH_ECHECKSUM);
+
+    big_value(CA, CR, CN, &sc);
 
     kvmesh_close(CN);
     kvmesh_close(CR);
