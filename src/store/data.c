@@ -238,15 +238,16 @@ static unsigned nreqs(const struct iovec *iov, int iovcnt)
  * completed, so they are read after it and freed after tp_batch_free. */
 struct fuse_sums {
     struct kvm_sum *st;
+    size_t n; /* items in the round: st has room for n sums (one ~0.6 KiB state each) */
     bool on[DATA_CHUNK_MAX];
 };
 
 /* The initialised sum of item j, or NULL (out of memory: the caller hashes in a pass). */
 static struct kvm_sum *fuse_start(struct fuse_sums *f, size_t j)
 {
-    KVM_ASSERT(j < DATA_CHUNK_MAX);
+    KVM_ASSERT(j < f->n && f->n <= DATA_CHUNK_MAX);
     if (!f->st)
-        f->st = aligned_alloc(_Alignof(struct kvm_sum), DATA_CHUNK_MAX * sizeof(struct kvm_sum));
+        f->st = aligned_alloc(_Alignof(struct kvm_sum), f->n * sizeof(struct kvm_sum));
     if (!f->st)
         return NULL;
     kvm_sum_init(&f->st[j], KVM_HASH_SEED_CHECKSUM);
@@ -401,7 +402,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         struct obs_span dsp, *ds = kvm_span_begin(rt, span, false, "data.write", &dsp);
         int64_t d_local = 0, d_remote = 0;
         struct cp_owners cpo = {.n = 0};
-        struct fuse_sums fs = {.st = NULL};
+        struct fuse_sums fs = {.st = NULL, .n = end - base};
         for (size_t i = base; i < end; i++) {
             struct kvm_item *it = &place->items[i];
             if (it->rc)
@@ -658,7 +659,7 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
         bool tried[DATA_CHUNK_MAX] = {0};
         uint64_t lsum[DATA_CHUNK_MAX]; /* checksums fused with the local copies (fused[]) */
         bool fused[DATA_CHUNK_MAX] = {0};
-        struct fuse_sums fs = {.st = NULL}; /* ... and with the transport's (fused[]) */
+        struct fuse_sums fs = {.st = NULL, .n = end - base}; /* ... and the transport's */
         struct cp_owners cpo = {.n = 0};
         const bool verify_local = rt->cfg.verify_reads == KVM_VERIFY_ALWAYS;
         const bool verify_remote = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
