@@ -100,6 +100,8 @@ struct obs_runtime_stats {
     /* this owner's reservations past their TTL held until an exact route lookup settles them,
      * and those such a lookup released (proved unreferenced) since start */
     uint64_t reservations_held, reservations_released;
+    /* COMMIT / RELEASE notes this owner ignored since start: they named a slot no longer there */
+    uint64_t notes_stale;
 };
 
 /* What a runtime plugs into its admin server. Every member is optional. */

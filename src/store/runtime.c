@@ -620,6 +620,7 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
         out->tombstones_purged = st.tombs_purged;
         out->reservations_held = st.reservations_held;
         out->reservations_released = st.reservations_expired;
+        out->notes_stale = st.notes_stale;
     }
 }
 
