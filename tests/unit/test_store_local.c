@@ -13,10 +13,14 @@
 #include <string.h>
 #include <pthread.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cmocka.h>
 
 #include "api/kvmesh_tools.h"
+#include "env/clock.h"
 #include "kvmesh.h"
 #include "meta/meta_memory.h"
 #include "obs/http.h"
@@ -667,6 +671,73 @@ static void test_stale_note(void **state)
         kvmesh_close(kv[i]);
 }
 
+struct loop_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool entered, open;
+};
+
+/* Posted to a runtime's loop: blocks it (an application callback that does not return) until the
+ * test opens the gate. */
+static void block_loop(void *arg)
+{
+    struct loop_gate *g = arg;
+    pthread_mutex_lock(&g->mu);
+    g->entered = true;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static bool port_listens(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A close whose loop is blocked in a callback returns KVMESH_ETIMEDOUT once its bound (2 x
+ * request_timeout_ms + 1 s) passed, naming what it still waited for, instead of hanging; once the
+ * loop is free again the close finishes and frees the runtime (its admin listener goes away). */
+static void test_close_blocked_loop(void **state)
+{
+    (void)state;
+    kvmesh_config_t *c = mkcfg("memory://store_close", "4194304");
+    assert_int_equal(kvmesh_config_set(c, "admin_listen", "127.0.0.1:0"), 0);
+    assert_int_equal(kvmesh_config_set(c, "request_timeout_ms", "300"), 0);
+    kvmesh_t *kv = NULL;
+    assert_int_equal(kvmesh_open(&kv, c), 0);
+    kvmesh_config_free(c);
+    kvm_rt_t *rt = kvmesh_runtime_of(kv);
+    uint16_t port = kvm_rt_admin_port(rt);
+    assert_true(port > 0 && port_listens(port));
+    assert_int_equal(kvm_rt_close_bound_ms(&rt->cfg), 1600);
+    struct loop_gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    assert_int_equal(env_post(rt->env, block_loop, &g), 0);
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    uint64_t t0 = env_clock_mono_ms();
+    assert_int_equal(kvmesh_close(kv), KVMESH_ETIMEDOUT);
+    fprintf(stderr, "close with a blocked loop returned after %llu ms (bound 1600 ms): %s\n",
+            (unsigned long long)(env_clock_mono_ms() - t0), kvmesh_last_error());
+    assert_non_null(strstr(kvmesh_last_error(), "the loop to start the close"));
+    assert_true(port_listens(port)); /* not freed while the loop is blocked */
+    pthread_mutex_lock(&g.mu);
+    g.open = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < 300 && port_listens(port); i++) /* 30 s at most */
+        usleep(100000);
+    assert_false(port_listens(port));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -683,6 +754,7 @@ int main(void)
         cmocka_unit_test(test_admin_endpoints),
         cmocka_unit_test(test_held_reservation),
         cmocka_unit_test(test_stale_note),
+        cmocka_unit_test(test_close_blocked_loop),
         cmocka_unit_test(test_storage_resize),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
