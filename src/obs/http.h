@@ -93,6 +93,8 @@ struct obs_runtime_stats {
     /* the routes this runtime's shard authorities hold (EmbeddedWrh), finalized tombstones among
      * them, tombstones purged since start */
     uint64_t route_entries, route_tombstones, tombstones_purged;
+    /* MetadataOnly: purges whose answer did not come (each may have purged uncounted) */
+    uint64_t tombstones_purge_unknown;
     /* the tenants whose hard policy this runtime enforces (tenant_policies), in configuration
      * order: /stats "quota_tenants", each readable through /stats?tenant= */
     uint32_t n_quota_tenants;

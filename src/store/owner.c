@@ -693,8 +693,10 @@ void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
     st->evict_conflicts = cs.evict_conflicts;
     st->notes_stale = cs.notes_stale;
     st->fragmentation = cs.fragmentation;
-    if (rt->route)
+    if (rt->route) {
         route_table_counts(rt->route, &st->route_entries, &st->route_tombs, &st->tombs_purged);
+        st->tombs_purge_unknown = route_table_purge_unknown(rt->route);
+    }
 }
 
 /* ---- RPC handlers -----------------------------------------------------------------------------

@@ -652,6 +652,7 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
         out->route_entries = st.route_entries;
         out->route_tombstones = st.route_tombs;
         out->tombstones_purged = st.tombs_purged;
+        out->tombstones_purge_unknown = st.tombs_purge_unknown;
         out->reservations_held = st.reservations_held;
         out->reservations_released = st.reservations_expired;
         out->notes_stale = st.notes_stale;

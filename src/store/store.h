@@ -295,6 +295,7 @@ struct kvm_rt_stats {
     uint64_t notes_stale; /* COMMIT / RELEASE ignored: they named a slot no longer there */
     uint64_t route_meta_calls, meta_calls;
     uint64_t route_entries, route_tombs, tombs_purged; /* route_table_counts (EmbeddedWrh) */
+    uint64_t tombs_purge_unknown; /* route_table_purge_unknown (MetadataOnly) */
     uint64_t generation;
     size_t n_members;
     double fragmentation;
