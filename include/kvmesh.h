@@ -140,8 +140,12 @@ KVMESH_EXTERN int kvmesh_open(kvmesh_t **out, const kvmesh_config_t *cfg);
 /* Graceful drain: stops taking new replicas, moves this runtime's replicas to other runtimes,
  * then leaves membership. Bounded by timeout_ms (0 = config drain_timeout_ms). */
 KVMESH_EXTERN int kvmesh_drain(kvmesh_t *kv, uint32_t timeout_ms);
-/* Leaves immediately (no drain) and frees everything. Pending calls fail with KVMESH_ECLOSED. */
-KVMESH_EXTERN void kvmesh_close(kvmesh_t *kv);
+/* Leaves immediately (no drain) and frees everything. Pending calls fail with KVMESH_ECLOSED.
+ * Returns 0, or KVMESH_ETIMEDOUT when the runtime's loop did not finish closing within
+ * 2 x request_timeout_ms + 1 s (a callback of the application blocks it): what it still waited
+ * for is in kvmesh_last_error() and on stderr, and the runtime is freed once the loop finishes.
+ * Either way kv is gone. */
+KVMESH_EXTERN int kvmesh_close(kvmesh_t *kv);
 KVMESH_EXTERN void kvmesh_free(void *p); /* frees memory returned by kvmesh_get */
 
 /* ---- object operations ---------------------------------------------------------------------- */

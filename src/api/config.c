@@ -133,7 +133,8 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "Membership lease time to live in milliseconds; a runtime silent this long is "
            "considered gone (also the route authority lease, clamped to 2000..3000)."),
     F_UINT(request_timeout_ms, "5000", 1, KVM_CFG_TIMEOUT_MAX_MS,
-           "End-to-end deadline of one request in milliseconds."),
+           "End-to-end deadline of one request in milliseconds; kvmesh_close waits at most "
+           "twice this + 1 s for the runtime's loop."),
     F_UINT(idle_timeout_ms, "300000", 0, KVM_CFG_DRAIN_MAX_MS,
            "Milliseconds after which an idle peer RPC or tcp data connection (no complete "
            "request) is closed; the connecting side closes its own after half of it; a peer RPC "
@@ -504,27 +505,65 @@ static bool parse_u32_pos(const char *s, size_t n, uint32_t *out)
     return true;
 }
 
+/* One entry of a list of SEP-separated entries of ':'-separated fields (tenant_policies,
+ * cold_devices). list_split copies the entry at c->p into c->item and splits it; list_advance
+ * moves c->p past it. */
+struct list_cursor {
+    const char *p;   /* the rest of the list (the entry being parsed starts here) */
+    const char *end; /* the separator after the entry, or NULL for the last one */
+    char sep;
+    char item[KVM_CFG_STR_MAX];
+    char *parts[5];
+    int np;
+};
+
+/* false: the entry is empty or longer than an item holds. */
+static bool list_split(struct list_cursor *c)
+{
+    c->end = strchr(c->p, c->sep);
+    size_t len = c->end ? (size_t)(c->end - c->p) : strlen(c->p);
+    if (len == 0 || len >= sizeof(c->item))
+        return false;
+    memcpy(c->item, c->p, len);
+    c->item[len] = '\0';
+    memset(c->parts, 0, sizeof(c->parts));
+    c->np = 0;
+    for (char *q = c->item, *tok; c->np < 5 && (tok = strsep(&q, ":")) != NULL;)
+        c->parts[c->np++] = tok;
+    return true;
+}
+
+/* false: the list ends with its separator. */
+static bool list_advance(struct list_cursor *c)
+{
+    c->p = c->end ? c->end + 1 : c->p + strlen(c->p);
+    return !(c->end && !*c->p);
+}
+
+/* Hands the n parsed entries (each SIZE bytes) to the caller's OUT / N_OUT (either NULL). */
+static int list_finish(const void *tmp, size_t size, uint32_t n, void *out, uint32_t *n_out)
+{
+    if (out)
+        memcpy(out, tmp, n * size);
+    if (n_out)
+        *n_out = n;
+    return 0;
+}
+
 int kvm_config_parse_policies(const char *v, struct kvm_store_tenant_policy *out, uint32_t *n_out,
                               char *why, size_t cap)
 {
     struct kvm_store_tenant_policy tmp[KVM_STORE_TENANT_POLICIES_MAX];
     uint32_t n = 0;
-    const char *p = v;
-    while (*p) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
+    struct list_cursor c = {.p = v, .sep = ','};
+    char **parts = c.parts;
+    while (*c.p) {
         if (n == KVM_STORE_TENANT_POLICIES_MAX)
             return policy_fail(why, cap, "lists more than %d policies",
                                KVM_STORE_TENANT_POLICIES_MAX);
-        char item[KVM_CFG_STR_MAX];
-        if (len == 0 || len >= sizeof(item))
+        if (!list_split(&c))
             return policy_fail(why, cap, "has an empty policy (policy %u)", n + 1);
-        memcpy(item, p, len);
-        item[len] = '\0';
-        char *parts[5] = {0};
-        int np = 0;
-        for (char *q = item, *tok; np < 5 && (tok = strsep(&q, ":")) != NULL;)
-            parts[np++] = tok;
+        int np = c.np;
         if (np < 3 || np > 4)
             return policy_fail(
                 why, cap, "policy %u is not tenant:max_bytes:max_objects[:policy_version]", n + 1);
@@ -554,15 +593,10 @@ int kvm_config_parse_policies(const char *v, struct kvm_store_tenant_policy *out
                                "policy %u (%s): policy_version '%.32s' is not an integer 1..2^32-1",
                                n + 1, t->tenant, parts[3]);
         n++;
-        p = end ? end + 1 : p + len;
-        if (end && !*p)
+        if (!list_advance(&c))
             return policy_fail(why, cap, "ends with a comma");
     }
-    if (out)
-        memcpy(out, tmp, n * sizeof(tmp[0]));
-    if (n_out)
-        *n_out = n;
-    return 0;
+    return list_finish(tmp, sizeof(tmp[0]), n, out, n_out);
 }
 
 static bool tag_char(char c)
@@ -576,28 +610,21 @@ int kvm_config_parse_cold_devices(const char *v, uint64_t default_capacity,
 {
     struct kvm_store_cold_device tmp[KVM_STORE_COLD_DEVICES_MAX - 1];
     uint32_t n = 0;
-    const char *p = v;
-    while (*p) {
-        const char *end = strchr(p, ';');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
+    struct list_cursor c = {.p = v, .sep = ';'};
+    char **parts = c.parts;
+    while (*c.p) {
         uint32_t dev = n + 1; /* device 0 is cold_kind/cold_root */
         if (n == KVM_STORE_COLD_DEVICES_MAX - 1)
             return policy_fail(why, cap,
                                "lists more than %d devices (device 0 is cold_kind/cold_root; at "
                                "most %d devices per runtime)",
                                KVM_STORE_COLD_DEVICES_MAX - 1, KVM_STORE_COLD_DEVICES_MAX);
-        char item[KVM_CFG_STR_MAX];
-        if (len == 0 || len >= sizeof(item))
+        if (!list_split(&c))
             return policy_fail(why, cap, "device %u: empty entry", dev);
-        memcpy(item, p, len);
-        item[len] = '\0';
-        char *parts[5] = {0};
-        int np = 0;
-        for (char *q = item, *tok; np < 5 && (tok = strsep(&q, ":")) != NULL;)
-            parts[np++] = tok;
+        int np = c.np;
         if (np < 2 || np > 4)
             return policy_fail(why, cap, "device %u: '%.64s' is not kind:root[:capacity[:tags]]",
-                               dev, p);
+                               dev, c.p);
         struct kvm_store_cold_device *d = &tmp[n];
         memset(d, 0, sizeof(*d));
         if (strcmp(parts[0], "localdir") == 0)
@@ -649,15 +676,10 @@ int kvm_config_parse_cold_devices(const char *v, uint64_t default_capacity,
             memcpy(d->tags, parts[3], tl + 1);
         }
         n++;
-        p = end ? end + 1 : p + len;
-        if (end && !*p)
+        if (!list_advance(&c))
             return policy_fail(why, cap, "ends with a ';'");
     }
-    if (out)
-        memcpy(out, tmp, n * sizeof(tmp[0]));
-    if (n_out)
-        *n_out = n;
-    return 0;
+    return list_finish(tmp, sizeof(tmp[0]), n, out, n_out);
 }
 
 static bool syntax_ok(enum kvm_cfg_syntax syn, const char *v)

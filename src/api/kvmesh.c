@@ -223,12 +223,13 @@ int kvmesh_drain(kvmesh_t *kv, uint32_t timeout_ms)
     return rc;
 }
 
-void kvmesh_close(kvmesh_t *kv)
+int kvmesh_close(kvmesh_t *kv)
 {
     if (!kv)
-        return;
-    kvm_rt_close(kv->rt, false);
+        return 0;
+    int rc = kvm_rt_close(kv->rt, false);
     free(kv);
+    return rc;
 }
 
 void kvmesh_free(void *p)

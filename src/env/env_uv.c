@@ -626,6 +626,29 @@ static void thread_call_tramp(void *arg)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* env_post from another thread, retrying a full post queue for up to ~1 s. */
+static int thread_post(env_uv_thread_t *t, env_cb cb, void *arg)
+{
+    pthread_mutex_lock(&t->mu);
+    bool stopping = t->stopping;
+    pthread_mutex_unlock(&t->mu);
+    if (stopping)
+        return KVMESH_ECLOSED;
+    int rc;
+    for (int tries = 0;; tries++) {
+        rc = env_post(t->env, cb, arg);
+        if (rc != KVMESH_EAGAIN || tries >= 1000)
+            return rc;
+        uv_sleep(1);
+    }
+}
+
+int env_uv_thread_post(env_uv_thread_t *t, env_cb cb, void *arg)
+{
+    KVM_ASSERT(t != NULL && cb != NULL && !env_uv_thread_is_current(t));
+    return thread_post(t, cb, arg);
+}
+
 int env_uv_thread_call(env_uv_thread_t *t, env_cb cb, void *arg)
 {
     KVM_ASSERT(t != NULL && cb != NULL);
@@ -633,21 +656,10 @@ int env_uv_thread_call(env_uv_thread_t *t, env_cb cb, void *arg)
         cb(arg);
         return 0;
     }
-    pthread_mutex_lock(&t->mu);
-    bool stopping = t->stopping;
-    pthread_mutex_unlock(&t->mu);
-    if (stopping)
-        return KVMESH_ECLOSED;
     thread_call_t c = {.cb = cb, .arg = arg};
     pthread_mutex_init(&c.mu, NULL);
     pthread_cond_init(&c.cv, NULL);
-    int rc;
-    for (int tries = 0;; tries++) {
-        rc = env_post(t->env, thread_call_tramp, &c);
-        if (rc != KVMESH_EAGAIN || tries >= 1000)
-            break;
-        uv_sleep(1);
-    }
+    int rc = thread_post(t, thread_call_tramp, &c);
     if (rc == 0) {
         pthread_mutex_lock(&c.mu);
         while (!c.done)

@@ -105,5 +105,9 @@ bool env_uv_thread_is_current(env_uv_thread_t *t);
  * env_uv_thread_stop() (the caller orders its last call before stop).
  */
 int env_uv_thread_call(env_uv_thread_t *t, env_cb cb, void *arg);
+/* The same without waiting for cb (called from another thread than t's loop): cb(arg) runs on the
+ * loop thread later, unless the thread stops first (then it is dropped). arg must stay valid
+ * until cb runs. Returns 0 once posted, KVMESH_EAGAIN or KVMESH_ECLOSED as above. */
+int env_uv_thread_post(env_uv_thread_t *t, env_cb cb, void *arg);
 
 #endif

@@ -181,9 +181,8 @@ static int render_stats(struct obs_http *h, const struct obs_query *q, struct ob
                    "\"pending_owners\":%llu,\"copies_in_flight\":%llu,\"lost\":%llu,"
                    "\"found\":%llu,\"repaired\":%llu,\"superseded\":%llu,\"failed\":%llu,"
                    "\"bytes_copied\":%llu,\"passes\":%llu,\"paused\":%s},\"routes\":{"
-                   "\"entries\":%llu,\"tombstones\":%llu,\"tombstones_purged\":%llu},"
-                   "\"owner\":{\"reservations_held\":%llu,"
-                   "\"reservations_released_after_lookup\":%llu},\"requests\":{",
+                   "\"entries\":%llu,\"tombstones\":%llu,\"tombstones_purged\":%llu,"
+                   "\"tombstones_purge_unknown\":%llu}",
                    (unsigned long long)rr->under_replicated, (unsigned long long)rr->backlog,
                    (unsigned long long)rr->pending_owners, (unsigned long long)rr->copies_in_flight,
                    (unsigned long long)rr->lost, (unsigned long long)rr->found,
@@ -192,8 +191,14 @@ static int render_stats(struct obs_http *h, const struct obs_query *q, struct ob
                    (unsigned long long)rr->passes, rr->paused ? "true" : "false",
                    (unsigned long long)rs.route_entries, (unsigned long long)rs.route_tombstones,
                    (unsigned long long)rs.tombstones_purged,
+                   (unsigned long long)rs.tombstones_purge_unknown);
+    obs_buf_printf(b,
+                   ",\"owner\":{\"reservations_held\":%llu,"
+                   "\"reservations_released_after_lookup\":%llu,\"notes_stale\":%llu},"
+                   "\"requests\":{",
                    (unsigned long long)rs.reservations_held,
-                   (unsigned long long)rs.reservations_released);
+                   (unsigned long long)rs.reservations_released,
+                   (unsigned long long)rs.notes_stale);
     for (unsigned op = 0; op < OBS__N_op; op++) {
         int64_t total = 0;
         for (unsigned r = 0; r < OBS__N_res; r++)

@@ -93,6 +93,8 @@ struct obs_runtime_stats {
     /* the routes this runtime's shard authorities hold (EmbeddedWrh), finalized tombstones among
      * them, tombstones purged since start */
     uint64_t route_entries, route_tombstones, tombstones_purged;
+    /* MetadataOnly: purges whose answer did not come (each may have purged uncounted) */
+    uint64_t tombstones_purge_unknown;
     /* the tenants whose hard policy this runtime enforces (tenant_policies), in configuration
      * order: /stats "quota_tenants", each readable through /stats?tenant= */
     uint32_t n_quota_tenants;
@@ -100,6 +102,8 @@ struct obs_runtime_stats {
     /* this owner's reservations past their TTL held until an exact route lookup settles them,
      * and those such a lookup released (proved unreferenced) since start */
     uint64_t reservations_held, reservations_released;
+    /* COMMIT / RELEASE notes this owner ignored since start: they named a slot no longer there */
+    uint64_t notes_stale;
 };
 
 /* What a runtime plugs into its admin server. Every member is optional. */

@@ -401,6 +401,10 @@ enum obs_dim_id {
     X(reservations_released_after_lookup_total,                                                    \
       "Held reservations released because an exact route lookup proved no route references "       \
       "them.",                                                                                     \
+      none, none)                                                                                  \
+    X(notes_stale_total,                                                                           \
+      "COMMIT / RELEASE notes this owner ignored because they named another slot than the one "    \
+      "now at their segment and offset (a stale note).",                                           \
       none, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \

@@ -226,6 +226,11 @@ void route_get_stats(const route_svc_t *svc, route_stats_t *out);
  * index (never a scan), unless a mirror of it is in flight or partial (busy/dirty). */
 void route_table_counts(const route_svc_t *svc, uint64_t *entries, uint64_t *tombs,
                         uint64_t *purged);
+/* Any thread, MetadataOnly: purge txns whose answer did not come (an error after or before
+ * they were sent): each may have purged its tombstone without counting it in purged. Summed
+ * over the runtimes: purged <= tombstones purged <= purged + this. 0 in EmbeddedWrh (an
+ * authority purges its own table). */
+uint64_t route_table_purge_unknown(const route_svc_t *svc);
 /* Any thread: the bytes of those tables (route_table_mem summed over the shard tables, refreshed
  * with the counts): the entry allocations, of them the packed routes and the identity
  * encodings, and the rest (expiry index, interning sets, table headers). Zeros in MetadataOnly. */

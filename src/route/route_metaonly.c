@@ -68,6 +68,9 @@ struct route_mo {
     env_timer_id purge_timer;
     bool purge_busy;
     _Atomic uint64_t purged; /* tombstones purged by this runtime (any thread reads) */
+    /* purge txns of a tombstone that failed without a definite answer: they may have applied
+     * (a lost reply), so their tombstone may be gone uncounted in purged (any thread reads) */
+    _Atomic uint64_t purge_unknown;
 };
 
 static struct mo_call *call_new(route_mo_t *mo, enum mo_kind kind, void *arg)
@@ -523,7 +526,13 @@ int route_mo_cas(route_mo_t *mo, const kvm_route_version_t *expected, const kvm_
  *                                                           PUT floor = max(floor, its seq)
  *          else (rewritten, or purged by another runtime): DEL entry.
  * The guards make concurrent purgers (every runtime runs one) and writers safe: a txn that lost
- * a race changes nothing, and the entry is retried by a later pass. */
+ * a race changes nothing, and the entry is retried by a later pass.
+ * Counting: a PURGE txn that succeeded counts in purged; one that failed counts in purge_unknown
+ * (its reply may have been lost after it applied: then route and entry are gone and no pass sees
+ * them again; if it did not apply, a later pass purges the tombstone and counts it). A lost
+ * reply cannot be told from a racing purger's success by reading back, so summed over every
+ * purger: purged <= tombstones purged <= purged + purge_unknown (equal to purged when no purge
+ * txn failed). */
 
 static void purge_next(struct mo_call *c);
 
@@ -562,8 +571,12 @@ static void purge_done(void *arg, const meta_result_t *res)
         call_free(c);
         return;
     }
-    if (res->rc == 0 && res->succeeded && c->victim.tomb != KVM_TOMB_NONE)
-        atomic_fetch_add(&c->mo->purged, 1);
+    if (c->victim.tomb != KVM_TOMB_NONE) { /* a PURGE txn (else an entry's DEL) */
+        if (res->rc == 0 && res->succeeded)
+            atomic_fetch_add(&c->mo->purged, 1);
+        else if (res->rc != 0)
+            atomic_fetch_add(&c->mo->purge_unknown, 1);
+    }
     kvm_route_free(&c->victim);
     c->i_due++;
     purge_next(c);
@@ -707,6 +720,11 @@ static void purge_arm(route_mo_t *mo)
 uint64_t route_mo_purged(const route_mo_t *mo)
 {
     return atomic_load(&((route_mo_t *)mo)->purged);
+}
+
+uint64_t route_mo_purge_unknown(const route_mo_t *mo)
+{
+    return atomic_load(&((route_mo_t *)mo)->purge_unknown);
 }
 
 /* ---- owner scan ---------------------------------------------------------------------------- */

@@ -50,6 +50,9 @@ int route_mo_owner_scan(route_mo_t *mo, const kvm_runtime_id_t *owner, const uin
 void route_mo_get_stats(const route_mo_t *mo, route_stats_t *out);
 /* Any thread: tombstones this runtime purged from metadata (route_table_counts). */
 uint64_t route_mo_purged(const route_mo_t *mo);
+/* Any thread: purge txns that failed without a definite answer (their tombstone may be gone
+ * uncounted; route_table_purge_unknown). */
+uint64_t route_mo_purge_unknown(const route_mo_t *mo);
 
 /* Encodes / checks the cluster policy record (text "mode=M top_k=K shards=S proto=P"). */
 

@@ -415,6 +415,11 @@ void route_table_counts(const route_svc_t *svc, uint64_t *entries, uint64_t *tom
     *purged = atomic_load(&s->a_purged);
 }
 
+uint64_t route_table_purge_unknown(const route_svc_t *svc)
+{
+    return svc->mo ? route_mo_purge_unknown(svc->mo) : 0;
+}
+
 static void tick(void *arg)
 {
     route_svc_t *svc = arg;

@@ -368,14 +368,41 @@ void kvm_owner_release(kvm_rt_t *rt, uint64_t seg, uint64_t off)
     kvm_owner_release_note(rt, seg, off, NULL);
 }
 
+/* After a note at (seg, off) the core did not apply: no slot starts there, or one does and the
+ * note named another (stale: the core counted it). Then the stale ones not yet in
+ * kvmesh_notes_stale_total go there; only then, so no other note pays for the core's stats
+ * (O(slots)). */
+static void notes_stale_sync(kvm_rt_t *rt, uint64_t seg, uint64_t off)
+{
+    if (!slot_core_find(rt->slots, seg, off))
+        return;
+    slot_core_stats_t cs;
+    slot_core_stats(rt->slots, &cs);
+    KVM_ASSERT(cs.notes_stale >= rt->notes_stale_counted);
+    if (cs.notes_stale > rt->notes_stale_counted)
+        obs_count(rt->metrics, notes_stale_total, OBS_NONE, OBS_NONE,
+                  cs.notes_stale - rt->notes_stale_counted);
+    rt->notes_stale_counted = cs.notes_stale;
+}
+
+static const slot_t *owner_commit_note(kvm_rt_t *rt, uint64_t seg, uint64_t off,
+                                       const slot_note_t *n)
+{
+    const slot_t *s = slot_core_commit_note(rt->slots, now_ns(rt), seg, off, n);
+    if (!s)
+        notes_stale_sync(rt, seg, off);
+    return s;
+}
+
 void kvm_owner_commit_note(kvm_rt_t *rt, uint64_t seg, uint64_t off, const slot_note_t *n)
 {
-    (void)slot_core_commit_note(rt->slots, now_ns(rt), seg, off, n);
+    (void)owner_commit_note(rt, seg, off, n);
 }
 
 void kvm_owner_release_note(kvm_rt_t *rt, uint64_t seg, uint64_t off, const slot_note_t *n)
 {
-    (void)slot_core_release_note(rt->slots, now_ns(rt), seg, off, n);
+    if (!slot_core_release_note(rt->slots, now_ns(rt), seg, off, n))
+        notes_stale_sync(rt, seg, off);
 }
 
 void kvm_owner_hit(kvm_rt_t *rt, uint64_t seg, uint64_t off)
@@ -666,8 +693,10 @@ void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st)
     st->evict_conflicts = cs.evict_conflicts;
     st->notes_stale = cs.notes_stale;
     st->fragmentation = cs.fragmentation;
-    if (rt->route)
+    if (rt->route) {
         route_table_counts(rt->route, &st->route_entries, &st->route_tombs, &st->tombs_purged);
+        st->tombs_purge_unknown = route_table_purge_unknown(rt->route);
+    }
 }
 
 /* ---- RPC handlers -----------------------------------------------------------------------------
@@ -849,7 +878,7 @@ static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
     slot_note_t note = {m.has, m.token, m.ident_hash, m.len};
     const slot_note_t *n = m.has ? &note : NULL;
     if (req->type == STORE_RPC_COMMIT) {
-        const slot_t *sl = slot_core_commit_note(rt->slots, now_ns(rt), m.seg, m.offset, n);
+        const slot_t *sl = owner_commit_note(rt, m.seg, m.offset, n);
         if (sl && sl->state == SLOT_COMMITTED && cold_device(rt)) {
             kvm_ident_t id = slot_ident(sl);         /* copied */
             rt->owner_cold->slot_committed(rt, &id); /* a remote writer's offload to our device */

@@ -517,6 +517,34 @@ static void open_start(void *arg)
 
 /* ---- close --------------------------------------------------------------------------------- */
 
+static void close_pending(kvm_rt_t *rt, const char *what)
+{
+    pthread_mutex_lock(&rt->mu);
+    rt->close_pending = what;
+    pthread_mutex_unlock(&rt->mu);
+}
+
+static void rt_free(kvm_rt_t *rt);
+
+static void *close_reaper(void *arg)
+{
+    rt_free(arg); /* joins the loop thread, whose close_signal started this */
+    return NULL;
+}
+
+/* A close that kvm_rt_close gave up on finished: its runtime is freed off the loop thread (the
+ * free joins that thread). Without a thread it stays allocated; nothing else can free it. */
+static void close_reap(kvm_rt_t *rt)
+{
+    pthread_t th;
+    pthread_attr_t a;
+    if (pthread_attr_init(&a) != 0)
+        return;
+    if (pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) == 0)
+        (void)pthread_create(&th, &a, close_reaper, rt);
+    pthread_attr_destroy(&a);
+}
+
 static void close_signal(void *arg)
 {
     kvm_rt_t *rt = arg;
@@ -530,13 +558,18 @@ static void close_signal(void *arg)
     }
     pthread_mutex_lock(&rt->mu);
     rt->close_done = true;
+    rt->close_pending = NULL;
+    bool abandoned = rt->close_abandoned;
     pthread_cond_broadcast(&rt->open_cv);
     pthread_mutex_unlock(&rt->mu);
+    if (abandoned)
+        close_reap(rt);
 }
 
 static void close_left(kvm_rt_t *rt, int rc, const char *err)
 {
     (void)rc, (void)err;
+    close_pending(rt, "the RPC endpoint's connections and reply handles to close");
     if (rt->ep) {
         rpc_endpoint *ep = rt->ep;
         rt->ep = NULL;
@@ -564,6 +597,7 @@ static void close_start(void *arg)
         route_svc_free(r);
     }
     env_uv_set_sender(rt->env, NULL, NULL);
+    close_pending(rt, "the member record's delete (a metadata call)");
     if (rt->meta && rt->lease)
         kvm_member_leave(rt, close_left);
     else
@@ -618,8 +652,10 @@ static void admin_stats(void *ctx, struct obs_runtime_stats *out)
         out->route_entries = st.route_entries;
         out->route_tombstones = st.route_tombs;
         out->tombstones_purged = st.tombs_purged;
+        out->tombstones_purge_unknown = st.tombs_purge_unknown;
         out->reservations_held = st.reservations_held;
         out->reservations_released = st.reservations_expired;
+        out->notes_stale = st.notes_stale;
     }
 }
 
@@ -883,21 +919,62 @@ static void rt_free(kvm_rt_t *rt)
     free(rt);
 }
 
-void kvm_rt_close(kvm_rt_t *rt, bool drain_first)
+uint32_t kvm_rt_close_bound_ms(const struct kvm_store_config *cfg)
+{
+    uint64_t ms = 2ull * cfg->request_timeout_ms + STORE_CLOSE_SLACK_MS;
+    return ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
+
+/* Waits for close_signal up to the close bound. Returns 0, or KVMESH_ETIMEDOUT with the runtime
+ * handed to close_signal (close_abandoned). */
+static int close_wait(kvm_rt_t *rt)
+{
+    uint32_t bound = kvm_rt_close_bound_ms(&rt->cfg);
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += bound / 1000;
+    dl.tv_nsec += (long)(bound % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&rt->mu);
+    int w = 0;
+    while (!rt->close_done && w != ETIMEDOUT)
+        w = pthread_cond_timedwait(&rt->open_cv, &rt->mu, &dl);
+    bool done = rt->close_done;
+    const char *pending = rt->close_pending;
+    rt->close_abandoned = !done;
+    pthread_mutex_unlock(&rt->mu);
+    if (done)
+        return 0;
+    /* rt belongs to close_signal now: only the copies above are used */
+    char err[256];
+    snprintf(err, sizeof(err),
+             "close: the runtime's loop did not finish closing within %u ms (2 x "
+             "request_timeout_ms + %u); still waiting for %s; it is freed when the loop finishes",
+             bound, STORE_CLOSE_SLACK_MS, pending);
+    fprintf(stderr, "kvmesh: %s\n", err);
+    return kvm_errf(KVMESH_ETIMEDOUT, "%s", err);
+}
+
+int kvm_rt_close(kvm_rt_t *rt, bool drain_first)
 {
     (void)drain_first;
     if (!rt)
-        return;
+        return 0;
     atomic_store(&rt->closing, true);
     rt_waitqs(rt, WQ_CLOSE); /* waiting application threads return KVMESH_ECLOSED */
     kvm_repair_stop(rt);     /* its in-flight ops finish or fail with ECLOSED while the loop runs */
-    if (rt->thread && env_uv_thread_call(rt->thread, close_start, rt) == 0) {
-        pthread_mutex_lock(&rt->mu);
-        while (!rt->close_done)
-            pthread_cond_wait(&rt->open_cv, &rt->mu);
-        pthread_mutex_unlock(&rt->mu);
+    close_pending(rt, "the loop to start the close (a callback still runs on it)");
+    /* posted, not called: a loop blocked in a callback must not block the close beyond its bound */
+    if (rt->thread && env_uv_thread_post(rt->thread, close_start, rt) == 0) {
+        int rc = close_wait(rt);
+        if (rc)
+            return rc;
     }
     rt_free(rt);
+    return 0;
 }
 
 static int rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg, struct kvm_handoff *h);
@@ -928,7 +1005,11 @@ static int rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg, struct kv
     rt->on_snapshot = kvm_place_waiters_wake;
     pthread_mutex_init(&rt->mu, NULL);
     pthread_rwlock_init(&rt->dp_rw, NULL);
-    pthread_cond_init(&rt->open_cv, NULL);
+    pthread_condattr_t ca; /* close_wait's deadline is monotonic */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&rt->open_cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (rt_waitqs(rt, WQ_INIT) != 0) {
         pthread_cond_destroy(&rt->open_cv);
         pthread_rwlock_destroy(&rt->dp_rw);

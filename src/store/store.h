@@ -74,6 +74,9 @@
  * on the op (docs/api.md "Deadlines"): every stage already ends by the deadline; this covers the
  * hand-over from the loop thread. */
 #define STORE_DEADLINE_SLACK_MS 200
+/* kvm_rt_close waits for the loop's close at most 2 x request_timeout_ms (the member record's
+ * delete, then the RPC endpoint's calls, each fail by then) plus this (docs/store.md "Close"). */
+#define STORE_CLOSE_SLACK_MS 1000
 
 /* ---- membership states ------------------------------------------------------------------ *
  *
@@ -292,6 +295,7 @@ struct kvm_rt_stats {
     uint64_t notes_stale; /* COMMIT / RELEASE ignored: they named a slot no longer there */
     uint64_t route_meta_calls, meta_calls;
     uint64_t route_entries, route_tombs, tombs_purged; /* route_table_counts (EmbeddedWrh) */
+    uint64_t tombs_purge_unknown; /* route_table_purge_unknown (MetadataOnly) */
     uint64_t generation;
     size_t n_members;
     double fragmentation;
@@ -382,6 +386,7 @@ typedef struct kvm_rt {
     struct kvm_local_seg segs[STORE_MAX_SEGS];
     uint32_t n_segs;
     uint64_t capacity, used;
+    uint64_t notes_stale_counted; /* the core's notes_stale already in notes_stale_total */
     struct kvm_hitbuf *hitbufs;
     size_t n_hitbufs;
     struct kvm_rt_stats stats;
@@ -428,13 +433,21 @@ typedef struct kvm_rt {
     /* open/close synchronisation */
     pthread_cond_t open_cv;
     bool open_done, close_done;
+    /* [mu] kvm_rt_close stopped waiting (close_bound_ms): close_signal frees the runtime */
+    bool close_abandoned;
+    const char *close_pending; /* [mu] what the loop's close waits for now (static text) */
     int open_rc;
     char open_err[512];
 } kvm_rt_t;
 
 /* ---- runtime.c ---------------------------------------------------------------------------- */
 int kvm_rt_open(kvm_rt_t **out, const struct kvm_store_config *cfg);
-void kvm_rt_close(kvm_rt_t *rt, bool drain_first);
+/* Closes and frees rt (NULL: 0). Returns 0, or KVMESH_ETIMEDOUT when the loop did not finish
+ * closing within kvm_rt_close_bound_ms (a callback blocks it, or a call outlived its deadline):
+ * what it still waited for goes to stderr and the error; rt is then freed by the loop thread's
+ * close once it finishes (never, if it stays blocked), and the caller must not use it again. */
+int kvm_rt_close(kvm_rt_t *rt, bool drain_first);
+uint32_t kvm_rt_close_bound_ms(const struct kvm_store_config *cfg);
 /* Bound port of the admin HTTP endpoints (0 when admin_listen is off). */
 uint16_t kvm_rt_admin_port(kvm_rt_t *rt);
 

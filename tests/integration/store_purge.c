@@ -24,8 +24,9 @@
  *      route-table entries summed over the runtimes (every authority's copy) beyond the kept keys
  *      are sampled once a second and must level off (check_windows);
  *   2. then, within a bounded wait, every tombstone is purged: the tables hold only the kept keys
- *      (<= top_k copies each), the purge count covers every removed key (MetadataOnly: exactly
- *      once), and the sampled maximum stayed well below what keeping every tombstone would hold;
+ *      (<= top_k copies each), the purge count covers every removed key (MetadataOnly: at most
+ *      once; see step 2's note), and the sampled maximum stayed well below what keeping every
+ *      tombstone would hold;
  *   3. a key put, removed, purged and put again gets a route version above the purged one's.
  * Every loop is bounded in count and time.
  */
@@ -105,6 +106,20 @@ static void counts(uint64_t *entries, uint64_t *tombs, uint64_t *purged)
         *entries = count_family(KS_ROUTE);
         *tombs = count_family(KS_ROUTE_DUE);
     }
+}
+
+/* MetadataOnly purge txns that failed without a definite answer, over the runtimes: each may have
+ * purged its tombstone without its purger counting it (route_table_purge_unknown). */
+static uint64_t purge_unknown(void)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < NRT; i++) {
+        struct kvm_rt_stats st;
+        memset(&st, 0, sizeof(st));
+        CHECK(kvm_store_stats(kvmesh_runtime_of(rts[i]), &st) == 0);
+        n += st.tombs_purge_unknown;
+    }
+    return n;
 }
 
 /* An operation that a busy CI host may time out or find unavailable is retried (bounded). */
@@ -422,12 +437,19 @@ int main(int argc, char **argv)
            entries, kept, copies, kept * (uint64_t)copies, tombs, purged, removed);
     CHECK(tombs == 0);
     CHECK(entries <= kept * (uint64_t)copies);
-    if (mo_mode) /* one key each; at most one of the concurrent purgers wins each (a purge whose
-                  * metadata delete applied but whose answer was lost on a loaded host is not
-                  * counted by its purger: CI8 counted 43,484 of 43,519 with none left); that
-                  * none is left is the exact check above */
+    if (mo_mode) { /* one key each; at most one of the concurrent purgers wins each. The count
+                    * may fall short of the removes with none left: a purge txn whose answer was
+                    * lost counts as unknown (unit_test_store_route_mo test_purge_reply_lost),
+                    * but CI8 counted 43,484 of 43,519 and loaded local runs 37,447 of 37,533 and
+                    * 51,036 of 51,046 with 0 unknown (with and without the retention floor), so
+                    * the shortfall has another cause still to be found; that none is left is the
+                    * exact check above */
+        uint64_t unknown = purge_unknown();
+        printf("2: purge txns without a definite answer %" PRIu64 ", removes not counted as "
+               "purged %" PRIu64 "\n",
+               unknown, removed > purged ? removed - purged : 0);
         CHECK(purged <= removed && entries == kept);
-    else
+    } else
         CHECK(purged >= removed * (uint64_t)copies);
     /* without a purge every removed key's tombstone would stay (in every authority) */
     CHECK(max_excess < removed * keys_per_remove(copies) * 3 / 4);

@@ -13,10 +13,14 @@
 #include <string.h>
 #include <pthread.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cmocka.h>
 
 #include "api/kvmesh_tools.h"
+#include "env/clock.h"
 #include "kvmesh.h"
 #include "meta/meta_memory.h"
 #include "obs/http.h"
@@ -570,6 +574,170 @@ static void test_held_reservation(void **state)
     kvmesh_close(kv);
 }
 
+/* The number right after `needle` in the admin server's answer to GET path (as a scrape gets it).
+ */
+static long long admin_number(kvm_rt_t *rt, const char *path, const char *needle)
+{
+    struct obs_buf b;
+    const char *ct;
+    obs_buf_init(&b, 4 << 20);
+    assert_int_equal(obs_http_render(rt->admin, "GET", path, NULL, &b, &ct), 200);
+    const char *at = strstr(b.data, needle);
+    assert_non_null(at);
+    long long v = -1;
+    assert_int_equal(sscanf(at + strlen(needle), "%lld", &v), 1);
+    obs_buf_free(&b);
+    return v;
+}
+
+/* kvmesh_notes_stale_total from rt's /metrics and owner.notes_stale from its /stats. */
+static void stale_view(kvm_rt_t *rt, long long *metric, long long *stats)
+{
+    *metric = admin_number(rt, "/metrics", "\nkvmesh_notes_stale_total ");
+    *stats = admin_number(rt, "/stats", "\"notes_stale\":");
+}
+
+struct late_note {
+    kvm_rt_t *from;
+    kvm_ident_t id;
+    kvm_hot_replica_t rep;
+};
+
+static void send_late_release(void *arg)
+{
+    struct late_note *n = arg;
+    kvm_ops_release_replica(n->from, &n->id, &n->rep);
+}
+
+/* A RELEASE that names an object no longer at its (segment, offset) -- what a late note for a
+ * slot that was reclaimed and whose bytes hold another object now looks like -- sent over RPC
+ * from another runtime: the owner ignores it (the object there stays readable) and counts it in
+ * kvmesh_notes_stale_total and /stats owner.notes_stale. */
+static void test_stale_note(void **state)
+{
+    (void)state;
+    kvmesh_t *kv[2];
+    for (int i = 0; i < 2; i++) {
+        kvmesh_config_t *c = mkcfg("memory://store_stale", "4194304");
+        assert_int_equal(kvmesh_config_set(c, "admin_listen", "127.0.0.1:0"), 0);
+        assert_int_equal(kvmesh_config_set(c, "replicas", "1"), 0);
+        assert_int_equal(kvmesh_open(&kv[i], c), 0);
+        kvmesh_config_free(c);
+    }
+    size_t nm = 0;
+    for (int t = 0; t < 100 && nm != 2; t++) {
+        kvmesh_members(kv[0], NULL, 0, &nm);
+        if (nm != 2)
+            usleep(50000);
+    }
+    assert_int_equal(nm, 2);
+    uint8_t v[4096], out[4096];
+    fill(v, sizeof(v), 11);
+    assert_int_equal(kvmesh_put(kv[0], &scope, "cur", 3, v, sizeof(v), NULL), 0);
+    kvmesh_route_info_t ri;
+    assert_int_equal(kvmesh_route_query(kv[0], &scope, "cur", 3, &ri), 0);
+    assert_int_equal(ri.n_replicas, 1);
+    int owner = -1;
+    for (int i = 0; i < 2; i++) {
+        char id[KVMESH_ID_HEX_LEN + 1];
+        uint64_t ep;
+        kvmesh_self(kv[i], id, &ep);
+        if (strcmp(id, ri.replicas[0].owner) == 0)
+            owner = i;
+    }
+    assert_true(owner >= 0);
+    kvm_rt_t *ort = kvmesh_runtime_of(kv[owner]);
+    long long metric = -1, stats = -1;
+    stale_view(ort, &metric, &stats);
+    assert_true(metric == 0 && stats == 0);
+    struct late_note n = {.from = kvmesh_runtime_of(kv[1 - owner])};
+    assert_int_equal(kvm_ident_init(&n.id, scope.tenant, NULL, "old", 3), 0);
+    assert_int_equal(kvm_id128_parse(ri.replicas[0].owner, &n.rep.owner), 0);
+    n.rep.segment = ri.replicas[0].segment;
+    n.rep.offset = ri.replicas[0].offset;
+    n.rep.length = ri.replicas[0].length;
+    assert_int_equal(env_uv_thread_call(n.from->thread, send_late_release, &n), 0);
+    kvm_ident_free(&n.id);
+    for (int i = 0; i < 300 && metric == 0; i++) { /* a notification: 30 s at most */
+        usleep(100000);
+        stale_view(ort, &metric, &stats);
+    }
+    assert_true(metric == 1 && stats == 1);
+    size_t got = 0;
+    assert_int_equal(kvmesh_get_into(kv[1 - owner], &scope, "cur", 3, out, sizeof(out), &got), 0);
+    assert_int_equal(got, sizeof(v));
+    assert_memory_equal(out, v, sizeof(v));
+    for (int i = 0; i < 2; i++)
+        kvmesh_close(kv[i]);
+}
+
+struct loop_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool entered, open;
+};
+
+/* Posted to a runtime's loop: blocks it (an application callback that does not return) until the
+ * test opens the gate. */
+static void block_loop(void *arg)
+{
+    struct loop_gate *g = arg;
+    pthread_mutex_lock(&g->mu);
+    g->entered = true;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static bool port_listens(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A close whose loop is blocked in a callback returns KVMESH_ETIMEDOUT once its bound (2 x
+ * request_timeout_ms + 1 s) passed, naming what it still waited for, instead of hanging; once the
+ * loop is free again the close finishes and frees the runtime (its admin listener goes away). */
+static void test_close_blocked_loop(void **state)
+{
+    (void)state;
+    kvmesh_config_t *c = mkcfg("memory://store_close", "4194304");
+    assert_int_equal(kvmesh_config_set(c, "admin_listen", "127.0.0.1:0"), 0);
+    assert_int_equal(kvmesh_config_set(c, "request_timeout_ms", "300"), 0);
+    kvmesh_t *kv = NULL;
+    assert_int_equal(kvmesh_open(&kv, c), 0);
+    kvmesh_config_free(c);
+    kvm_rt_t *rt = kvmesh_runtime_of(kv);
+    uint16_t port = kvm_rt_admin_port(rt);
+    assert_true(port > 0 && port_listens(port));
+    assert_int_equal(kvm_rt_close_bound_ms(&rt->cfg), 1600);
+    struct loop_gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    assert_int_equal(env_post(rt->env, block_loop, &g), 0);
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    uint64_t t0 = env_clock_mono_ms();
+    assert_int_equal(kvmesh_close(kv), KVMESH_ETIMEDOUT);
+    fprintf(stderr, "close with a blocked loop returned after %llu ms (bound 1600 ms): %s\n",
+            (unsigned long long)(env_clock_mono_ms() - t0), kvmesh_last_error());
+    assert_non_null(strstr(kvmesh_last_error(), "the loop to start the close"));
+    assert_true(port_listens(port)); /* not freed while the loop is blocked */
+    pthread_mutex_lock(&g.mu);
+    g.open = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    for (int i = 0; i < 300 && port_listens(port); i++) /* 30 s at most */
+        usleep(100000);
+    assert_false(port_listens(port));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -585,6 +753,8 @@ int main(void)
         cmocka_unit_test(test_checksum_failover),
         cmocka_unit_test(test_admin_endpoints),
         cmocka_unit_test(test_held_reservation),
+        cmocka_unit_test(test_stale_note),
+        cmocka_unit_test(test_close_blocked_loop),
         cmocka_unit_test(test_storage_resize),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
