@@ -134,7 +134,7 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "considered gone (also the route authority lease, clamped to 2000..3000)."),
     F_UINT(request_timeout_ms, "5000", 1, KVM_CFG_TIMEOUT_MAX_MS,
            "End-to-end deadline of one request in milliseconds; kvmesh_close waits at most "
-           "twice this + 1 s for the runtime's loop."),
+           "twice this + 5 s for the runtime's loop."),
     F_UINT(idle_timeout_ms, "300000", 0, KVM_CFG_DRAIN_MAX_MS,
            "Milliseconds after which an idle peer RPC or tcp data connection (no complete "
            "request) is closed; the connecting side closes its own after half of it; a peer RPC "

@@ -76,7 +76,7 @@
 #define STORE_DEADLINE_SLACK_MS 200
 /* kvm_rt_close waits for the loop's close at most 2 x request_timeout_ms (the member record's
  * delete, then the RPC endpoint's calls, each fail by then) plus this (docs/store.md "Close"). */
-#define STORE_CLOSE_SLACK_MS 1000
+#define STORE_CLOSE_SLACK_MS 5000
 
 /* ---- membership states ------------------------------------------------------------------ *
  *
