@@ -41,7 +41,7 @@ static void node_free(ridx_t *x, ridx_node_t *nd)
     free(nd);
 }
 
-static int bytes_cmp(const uint8_t *a, size_t na, const uint8_t *b, size_t nb)
+int route_key_cmp(const uint8_t *a, size_t na, const uint8_t *b, size_t nb)
 {
     size_t n = KVM_MIN(na, nb);
     int c = n ? memcmp(a, b, n) : 0;
@@ -54,7 +54,7 @@ static int key_cmp(const ridx_t *x, const uint8_t *k, size_t len, const void *it
 {
     size_t il;
     const uint8_t *ik = x->key(item, &il);
-    return bytes_cmp(k, len, ik, il);
+    return route_key_cmp(k, len, ik, il);
 }
 
 /* The first position in nd whose item is >= k (> k when strict); *eq when that item == k. */

@@ -44,6 +44,9 @@ typedef struct ridx_iter {
     uint16_t pos[RIDX_DEPTH];
 } ridx_iter_t;
 
+/* The order of the index: bytewise, a key before every longer key it is a prefix of (<0, 0, >0). */
+int route_key_cmp(const uint8_t *a, size_t na, const uint8_t *b, size_t nb);
+
 void ridx_init(ridx_t *x, ridx_key_fn key);
 /* Frees the nodes; calls each(item, ctx) on every item first (each may be NULL; it may free the
  * item). The index is empty afterwards. */

@@ -30,18 +30,9 @@ typedef struct tomb_ref {
     rt_node_t *n;
 } tomb_ref_t;
 
-static int bytes_cmp(const uint8_t *a, size_t na, const uint8_t *b, size_t nb)
-{
-    size_t n = KVM_MIN(na, nb);
-    int c = n ? memcmp(a, b, n) : 0;
-    if (c)
-        return c < 0 ? -1 : 1;
-    return na < nb ? -1 : na > nb ? 1 : 0;
-}
-
 static int node_cmp(rt_node_t *a, rt_node_t *b)
 {
-    return bytes_cmp(a->data, a->e.priv_enc_len, b->data, b->e.priv_enc_len);
+    return route_key_cmp(a->data, a->e.priv_enc_len, b->data, b->e.priv_enc_len);
 }
 
 static int tomb_cmp(tomb_ref_t *a, tomb_ref_t *b)
