@@ -717,7 +717,9 @@ static void test_close_blocked_loop(void **state)
     uint16_t port = kvm_rt_admin_port(rt);
     assert_true(port > 0 && port_listens(port));
     assert_int_equal(kvm_rt_close_bound_ms(&rt->cfg), 5600);
-    struct loop_gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    /* static, not on this stack: the loop thread still touches the gate's mutex while it leaves
+     * block_loop, and nothing orders that before a later test reuses this stack (TSan) */
+    static struct loop_gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     assert_int_equal(env_post(rt->env, block_loop, &g), 0);
     pthread_mutex_lock(&g.mu);
     while (!g.entered)
