@@ -10,7 +10,8 @@
  *           by seg_check) or one transport batch of WRITEs into remote reserved ranges ->
  *           PUBLISH op (route CAS) for the items whose writes all succeeded, ABORT op for the
  *           others;
- *   get:    LOOKUP op (route + replica access, local first) -> reads in rounds: round r reads
+ *   get:    LOOKUP op (route + replica access, local first; a single small get over tcp may
+ *           receive the payload with the route: get_inline.c) -> reads in rounds: round r reads
  *           every unfinished item from its r-th replica (local memcpy, or one transport batch of
  *           READs straight into the caller's buffers) -> checksum verified per the verify_reads
  *           policy (always / remote / never; fused with a local copy, an shm read or a tcp
@@ -38,6 +39,7 @@
 #include "store/data.h"
 #include "store/drain_core.h"
 #include "store/fair.h"
+#include "store/get_inline.h"
 #include "store/repair_plan.h"
 
 #define DATA_CHUNK     16  /* items per transport round with temporary registrations */
@@ -874,6 +876,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
         look->cp_op = 1 + (n == 1 ? OBS_OP_GET : OBS_OP_BATCH_GET);
         for (size_t i = 0; i < n && !rc; i++)
             rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
+        kvm_get_inline_prepare(rt, look, outs, n); /* a single get: its bytes with the route */
         if (rc || (rc = kvm_op_run(look)) != 0) {
             kvm_op_unref(look);
             return get_fail(outs, n, attempt, rc);
@@ -921,6 +924,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
             }
             o->rc = KVMESH_EAGAIN; /* to read */
         }
+        (void)kvm_get_inline_take(rt, look, outs, n); /* served by the lookup's answer */
         bool bad_sum = false;
         for (uint32_t round = 0; round < KVM_MAX_REPLICAS && kvm_deadline_left_ms(deadline) > 0;
              round++)
