@@ -22,8 +22,9 @@
  * the authority and the owner: 1 round trip and no transport READ (counted by C's
  * kvmesh_transport_operations_total); a larger value still takes 2; a value exactly at the
  * bound 1. Over shm no inline bytes are asked for (the reads are shared-memory copies). A race:
- * S overwrites and removes one key in a thread while C gets it; every answer C returns is one
- * whole written value (no torn or mixed bytes) or absent.
+ * S overwrites and removes one key in a thread, and writes more filler bytes than it holds (so
+ * it evicts), while C gets the key; every answer C returns is one whole written value (no torn
+ * or mixed bytes) or absent.
  * No timing is asserted. Every wait is bounded.
  */
 #include <inttypes.h>
@@ -54,6 +55,8 @@
 #define INLINE_DEFAULT (64 * 1024) /* inline_read_max's default */
 #define RACE_SIZE      8192
 #define RACE_GETS      400
+#define FILL_SIZE      (512 * 1024)
+#define FILL_KEYS      200 /* 100 MiB of fillers into the 64 MiB of S */
 
 /* Bounds on the round trips of one call (goal from the issue, or today's count where the goal
  * is not reached yet). */
@@ -133,20 +136,28 @@ static int64_t tcp_reads(kvmesh_t *kv)
     return v;
 }
 
-/* The race: S rewrites key "race" (a whole value of one fill byte per write) and now and then
- * removes it, until C is done reading. */
+/* The race: S rewrites key "race" (a whole value of one fill byte per write), now and then
+ * removes it, and writes new filler keys of FILL_SIZE bytes, until C is done reading and
+ * FILL_KEYS fillers (more than S's 64 MiB) went in: S must evict (slots leave COMMITTED while
+ * their routes are looked up). */
 struct racer {
     kvmesh_t *S;
     const kvmesh_scope_t *sc;
     atomic_bool stop;
+    atomic_int fills;
     int writes;
 };
 
 static void *race_writer(void *arg)
 {
     struct racer *r = arg;
-    static uint8_t v[RACE_SIZE];
+    static uint8_t v[RACE_SIZE], fill[FILL_SIZE];
+    memset(fill, 0xee, sizeof(fill));
     for (int i = 1; !atomic_load(&r->stop); i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "fill-%d", i);
+        if (kvmesh_put(r->S, r->sc, key, strlen(key), fill, sizeof(fill), NULL) == 0)
+            atomic_fetch_add(&r->fills, 1);
         if (i % 7 == 0) {
             (void)kvmesh_remove(r->S, r->sc, "race", 4);
             continue;
@@ -197,11 +208,17 @@ static void check_race(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
 {
     struct racer r = {.S = S, .sc = sc, .writes = 0};
     atomic_init(&r.stop, false);
+    atomic_init(&r.fills, 0);
+    int64_t ev0 = 0, ev1 = 0;
+    CHECK(obs_metrics_read(kvmesh_runtime_of(S)->metrics, "evictions_total", OBS_TIER_DRAM,
+                           OBS_NONE, &ev0) == 0);
+    uint64_t end = env_clock_mono_ms() + 120000; /* bound of the whole race */
     pthread_t th;
     CHECK(pthread_create(&th, NULL, race_writer, &r) == 0);
     static uint8_t out[RACE_SIZE];
     int found = 0, absent = 0;
-    for (int i = 0; i < RACE_GETS; i++) {
+    for (int i = 0; i < RACE_GETS || atomic_load(&r.fills) < FILL_KEYS; i++) {
+        CHECK(env_clock_mono_ms() < end);
         size_t got = 0;
         memset(out, 0, sizeof(out));
         int rc = kvmesh_get_into(C, sc, "race", 4, out, sizeof(out), &got);
@@ -216,8 +233,13 @@ static void check_race(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
     }
     atomic_store(&r.stop, true);
     CHECK(pthread_join(th, NULL) == 0);
-    printf("race: %d gets found a whole value, %d absent, %d writes\n", found, absent, r.writes);
+    CHECK(obs_metrics_read(kvmesh_runtime_of(S)->metrics, "evictions_total", OBS_TIER_DRAM,
+                           OBS_NONE, &ev1) == 0);
+    printf("race: %d gets found a whole value, %d absent, %d writes, %d fillers, %" PRId64
+           " evictions\n",
+           found, absent, r.writes, atomic_load(&r.fills), ev1 - ev0);
     CHECK(found > 0);
+    CHECK(ev1 > ev0); /* the fillers did not fit: S evicted while C was reading */
 }
 
 static kvmesh_t *open_rt(const char *url, const char *transport, bool storage)
