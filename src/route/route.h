@@ -152,17 +152,18 @@ int route_cas_costed(route_svc_t *svc, const kvm_route_version_t *expected, cons
  * route_lookup_costed, and every READ to another runtime says it accepts up to inl->max payload
  * bytes. An authority that owns a committed replica of the version it answers (and was given an
  * inline source) sends those bytes with its answer. Before the callback the service sets
- * inl->got (true only when buf holds the payload of exactly the version the callback returns,
- * inl->len bytes, sent by the authority inl->from, which is that replica's owner) and inl->len.
- * The bytes are not verified here: the caller checks them against the route's checksum as it
- * checks a transport read. The caller owns *inl and inl->buf (inl->max bytes) and keeps both
- * valid until the callback ran; the service writes buf only before the callback (possibly with
- * bytes of a version it does not return: then got is false). inl NULL or max 0: a plain lookup.
- * MetadataOnly: a plain lookup (got false).
+ * inl->got: true only when inl->buf holds the payload of exactly the version the callback
+ * returns (inl->len bytes, sent by the authority inl->from, which is that replica's owner).
+ * inl->buf must be NULL on entry; the service allocates it (malloc, exactly the bytes) only when
+ * such bytes arrive, and from the callback on it is the caller's to free (NULL when got is
+ * false). The bytes are not verified here: the caller checks them against the route's checksum
+ * as it checks a transport read. The caller keeps *inl valid until the callback ran; the service
+ * writes it only before the callback. inl NULL or max 0: a plain lookup. MetadataOnly: a plain
+ * lookup (got false).
  */
 typedef struct route_inline {
     uint32_t max;          /* in: most payload bytes accepted (<= ROUTE_INLINE_MAX) */
-    uint8_t *buf;          /* in: room for max bytes */
+    uint8_t *buf;          /* out: the bytes (see above) */
     uint32_t len;          /* out */
     bool got;              /* out */
     kvm_runtime_id_t from; /* out: the authority that sent the bytes (when got) */

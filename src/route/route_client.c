@@ -148,8 +148,11 @@ static void finish(route_op_t *op, int rc, const kvm_route_t *r)
         if (op->inl) { /* the bytes are the returned version's, or not given at all */
             op->inl->got = rc == 0 && r && op->inl_have &&
                            kvm_route_version_cmp(&r->version, &op->inl_ver) == 0;
-            if (!op->inl->got)
+            if (!op->inl->got) {
+                free(op->inl->buf);
+                op->inl->buf = NULL;
                 op->inl->len = 0;
+            }
         }
         obs_count(svc->metrics, route_lookups_total,
                   rc == 0               ? OBS_LOOKUP_FOUND
@@ -330,8 +333,13 @@ static void inline_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
         return;
     if (op->inl_have && kvm_route_version_cmp(&op->got[i].version, &op->inl_ver) <= 0)
         return;
+    uint8_t *b = malloc(resp->inl_len ? resp->inl_len : 1);
+    if (!b)
+        return; /* no inline bytes: the caller reads the replica */
     if (resp->inl_len)
-        memcpy(inl->buf, resp->inl, resp->inl_len);
+        memcpy(b, resp->inl, resp->inl_len);
+    free(inl->buf);
+    inl->buf = b;
     inl->len = resp->inl_len;
     inl->from = op->members[i].rt.id;
     op->inl_ver = op->got[i].version;
@@ -726,11 +734,13 @@ int route_lookup_inline(route_svc_t *svc, const kvm_ident_t *ident, route_lookup
                         route_cost_t *cost, route_inline_t *inl)
 {
     if (inl) {
+        if (inl->max > ROUTE_INLINE_MAX || inl->buf)
+            return kvm_errf(KVMESH_EINVAL,
+                            "route_lookup_inline: max %u over %u, or a buffer given (the "
+                            "service allocates it)",
+                            inl->max, ROUTE_INLINE_MAX);
         inl->got = false;
         inl->len = 0;
-        if (inl->max > ROUTE_INLINE_MAX || (inl->max && !inl->buf))
-            return kvm_errf(KVMESH_EINVAL, "route_lookup_inline: max %u over %u or no buffer",
-                            inl->max, ROUTE_INLINE_MAX);
         if (inl->max == 0)
             inl = NULL;
     }

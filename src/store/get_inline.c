@@ -39,11 +39,7 @@ void kvm_get_inline_prepare(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout
     uint64_t max = rt->cfg.inline_read_max;
     if (!outs[0].alloc && outs[0].cap < max)
         max = outs[0].cap;
-    if (max == 0)
-        return;
-    if (!look->inl.buf && !(look->inl.buf = malloc(max)))
-        return; /* no inline read: the transport reads it */
-    look->inl.max = (uint32_t)max;
+    look->inl.max = (uint32_t)max; /* (the bytes get a buffer only when they come) */
 }
 
 /* The host part of a transport address ("kvt1;host=H;..."): *len bytes at the result. */

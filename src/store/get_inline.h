@@ -21,8 +21,8 @@
 #include "store/store.h"
 
 /* App thread, before kvm_op_run of a single get's lookup op (n == 1): sets op->inl.max (the
- * smaller of inline_read_max and the caller's buffer) and allocates op->inl.buf; nothing when
- * off, for a batch, or for an shm-only runtime. ENOMEM is not an error: no inline read. */
+ * smaller of inline_read_max and the caller's buffer; 0 = none asked: off, a batch, or an
+ * shm-only runtime). The route service allocates op->inl.buf only when bytes come. */
 void kvm_get_inline_prepare(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *outs, size_t n);
 
 /* Loop: the sink of a lookup started for op in `state` (NULL = a plain lookup): only the lookup

@@ -18,8 +18,8 @@
  *   - inline reads (route_lookup_inline, the authority's inline source): the answer carries the
  *     source's bytes only when the request accepts the route's length; the source is asked only
  *     then and only for a settled live route, and every pin it lent is given back; a source
- *     that declines, or returns a length other than the route's, gives a plain answer; a plain
- *     lookup never asks it.
+ *     that declines, or returns a length other than the route's, gives a plain answer (and no
+ *     buffer); a plain lookup never asks it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -804,12 +804,19 @@ static int sender_as_peer(void *ctx, env_node_t to, uint32_t type, const void *d
     return env_defer(env, deliver, lb);
 }
 
+/* A lookup with an inline read: the bytes (if any) are copied to buf, the service's freed. */
 static void lookup_inl(fx_t *f, route_svc_t *svc, const kvm_ident_t *id, route_inline_t *inl,
-                       waitv_t *w)
+                       uint8_t *buf, waitv_t *w)
 {
     memset(w, 0, sizeof(*w));
+    inl->buf = NULL;
     assert_int_equal(route_lookup_inline(svc, id, on_route, w, NULL, inl), 0);
     run_until(f, w);
+    assert_true(inl->got == (inl->buf != NULL));
+    if (inl->got)
+        memcpy(buf, inl->buf, inl->len);
+    free(inl->buf);
+    inl->buf = NULL;
 }
 
 static void test_inline_read(void **state)
@@ -838,10 +845,10 @@ static void test_inline_read(void **state)
     kvm_route_version_t v1 = w.route.version;
     kvm_route_free(&w.route);
     uint8_t buf[256];
-    route_inline_t inl = {.max = sizeof(buf), .buf = buf};
+    route_inline_t inl = {.max = sizeof(buf)};
 
     /* served: the bytes of the returned version, from the authority */
-    lookup_inl(&f, svc, &r.ident, &inl, &w);
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
     assert_int_equal(w.rc, 0);
     assert_true(kvm_route_version_equal(&w.route.version, &v1));
     assert_true(inl.got);
@@ -859,7 +866,7 @@ static void test_inline_read(void **state)
     assert_int_equal(w.rc, 0);
     kvm_route_free(&w.route);
     inl.max = 99;
-    lookup_inl(&f, svc, &r.ident, &inl, &w);
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
     assert_int_equal(w.rc, 0);
     assert_false(inl.got);
     assert_int_equal(inl.len, 0);
@@ -869,12 +876,12 @@ static void test_inline_read(void **state)
 
     /* the source declines, or breaks its contract: a plain answer, the pin given back */
     src.mode = 1;
-    lookup_inl(&f, svc, &r.ident, &inl, &w);
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
     assert_int_equal(w.rc, 0);
     assert_false(inl.got);
     kvm_route_free(&w.route);
     src.mode = 2;
-    lookup_inl(&f, svc, &r.ident, &inl, &w);
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
     assert_int_equal(w.rc, 0);
     assert_false(inl.got);
     kvm_route_free(&w.route);
@@ -888,7 +895,7 @@ static void test_inline_read(void **state)
     cas(&f, svc, v1, &r, &w);
     assert_int_equal(w.rc, 0);
     kvm_route_free(&w.route);
-    lookup_inl(&f, svc, &r.ident, &inl, &w);
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
     assert_int_equal(w.rc, 0);
     assert_true(inl.got && buf[0] == 0x42 && buf[99] == 0x42);
     kvm_route_version_t v2 = w.route.version;
@@ -904,7 +911,7 @@ static void test_inline_read(void **state)
     cas(&f, svc, v2, &r, &w);
     assert_int_equal(w.rc, 0);
     kvm_route_free(&w.route);
-    lookup_inl(&f, svc, &r.ident, &inl, &w);
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
     assert_int_equal(w.rc, 0);
     assert_false(inl.got);
     kvm_route_free(&w.route);
@@ -912,9 +919,9 @@ static void test_inline_read(void **state)
     assert_int_equal(src.puts, src.gets - 1); /* every lent pin back (mode 1 lent none) */
 
     /* bad arguments */
-    route_inline_t bad = {.max = ROUTE_INLINE_MAX + 1, .buf = buf};
+    route_inline_t bad = {.max = ROUTE_INLINE_MAX + 1};
     assert_int_equal(route_lookup_inline(svc, &r.ident, on_route, &w, NULL, &bad), KVMESH_EINVAL);
-    bad = (route_inline_t){.max = 10, .buf = NULL};
+    bad = (route_inline_t){.max = 10, .buf = buf}; /* the service allocates it */
     assert_int_equal(route_lookup_inline(svc, &r.ident, on_route, &w, NULL, &bad), KVMESH_EINVAL);
     kvm_route_free(&r);
     route_svc_free(svc);
