@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/copy.h"
 #include "core/hash.h"
 #include "core/util.h"
 #include "env/clock.h"
@@ -512,21 +513,30 @@ static void shm_close(struct tp_segment *s)
 }
 
 /* One step of a request: n bytes at offset done; with r->sum, in TP_SHM_SUM_BLOCK blocks, each
- * block's local side hashed right after the copy (it is then in cache). */
+ * block's local side hashed right after the copy (it is then in L1). A write of at least
+ * TP_SHM_STREAM_MIN bytes goes into the owner's pages with streaming stores (core/copy.h: nobody
+ * reads them soon; no read-for-ownership, no eviction of the caller's cache), fenced at the end
+ * of the step; the hash then reads the block's source, just loaded by the copy, which is the
+ * bytes written (the caller's buffer, borrowed unchanged until completion). */
 static void shm_copy(const struct tp_request *r, uint8_t *remote, uint64_t done, size_t n)
 {
     uint8_t *local = (uint8_t *)r->local + done;
     remote += done;
+    bool stream = r->op == TP_WRITE && r->length >= TP_SHM_STREAM_MIN;
     size_t blk = r->sum ? TP_SHM_SUM_BLOCK : n;
     for (size_t o = 0, k; o < n; o += k) {
         k = KVM_MIN(blk, n - o);
         if (r->op == TP_READ)
             memcpy(local + o, remote + o, k);
+        else if (stream)
+            kvm_copy_stream(remote + o, local + o, k);
         else
             memcpy(remote + o, local + o, k);
         if (r->sum)
             kvm_sum_update(r->sum, local + o, k);
     }
+    if (stream)
+        kvm_copy_stream_fence();
 }
 
 static int shm_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
