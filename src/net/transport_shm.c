@@ -513,17 +513,18 @@ static void shm_close(struct tp_segment *s)
 }
 
 /* One step of a request: n bytes at offset done; with r->sum, in TP_SHM_SUM_BLOCK blocks, each
- * block's local side hashed right after the copy (it is then in L1). A write of at least
+ * block's local side hashed right after the copy (it is then in L2). A write of at least
  * TP_SHM_STREAM_MIN bytes goes into the owner's pages with streaming stores (core/copy.h: nobody
- * reads them soon; no read-for-ownership, no eviction of the caller's cache), fenced at the end
- * of the step; the hash then reads the block's source, just loaded by the copy, which is the
- * bytes written (the caller's buffer, borrowed unchanged until completion). */
+ * reads them soon; no read-for-ownership, no eviction of the caller's cache) in
+ * TP_SHM_STREAM_BLOCK blocks, fenced at the end of the step; the hash then reads the block's
+ * source from L1, where the copy just loaded it: the bytes written (the caller's buffer,
+ * borrowed unchanged until completion). */
 static void shm_copy(const struct tp_request *r, uint8_t *remote, uint64_t done, size_t n)
 {
     uint8_t *local = (uint8_t *)r->local + done;
     remote += done;
     bool stream = r->op == TP_WRITE && r->length >= TP_SHM_STREAM_MIN;
-    size_t blk = r->sum ? TP_SHM_SUM_BLOCK : n;
+    size_t blk = !r->sum ? n : stream ? TP_SHM_STREAM_BLOCK : TP_SHM_SUM_BLOCK;
     for (size_t o = 0, k; o < n; o += k) {
         k = KVM_MIN(blk, n - o);
         if (r->op == TP_READ)
