@@ -12,13 +12,13 @@
  * process (seg_remote_map). Each request is checked client-side against the grant descriptor
  * the owner returned for its token (segment, rights, range, expiry; or the one the caller was
  * handed by the owner over another channel: tp_segment_note_grant) and against the mapping
- * size, then copied with memcpy by the submitting thread (a request with a checksum to fold
- * into, tp_request.sum, in TP_SHM_SUM_BLOCK blocks each hashed right after its copy), in
- * TP_SHM_COPY_STEP steps; between steps it checks cancellation and that the owner's control
- * connection is still up, so an owner killed mid-transfer fails the request with KVMESH_ECONN
- * promptly. Grant descriptors are
- * cached per segment and re-asked after TP_SHM_GRANT_RECHECK, so a revocation reaches same-host
- * clients within that time (expiry is exact: checked on every request).
+ * size, then copied by the submitting thread (shm_copy: memcpy, or streaming stores for a
+ * write of TP_SHM_STREAM_MIN bytes or more; a request with a checksum to fold into,
+ * tp_request.sum, in blocks each hashed right after its copy), in TP_SHM_COPY_STEP steps; between
+ * steps it checks cancellation and that the owner's control connection is still up, so an owner
+ * killed mid-transfer fails the request with KVMESH_ECONN promptly. Grant descriptors are cached
+ * per segment and re-asked after TP_SHM_GRANT_RECHECK, so a revocation reaches same-host clients
+ * within that time (expiry is exact: checked on every request).
  *
  * Peer state: LIVE --(control connection hung up / I/O error)--> DEAD (sticky; reopen makes a
  * new peer).
