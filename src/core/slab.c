@@ -82,8 +82,12 @@ static bool add_chunk(slab_t *s)
     s->chunk_bytes += size;
     s->bump = (uint8_t *)c + sizeof(*c);
     s->end = (uint8_t *)c + size;
-    if (s->chunk_next < SLAB_CHUNK_MAX)
-        s->chunk_next *= 2;
+    /* the next chunk is a quarter of what the pool holds (within [MIN, MAX]): the unused tail
+     * of the newest chunk stays below ~25% of a pool and below SLAB_CHUNK_MAX */
+    size_t next = slab_size(s->chunk_bytes / 4);
+    s->chunk_next = next < SLAB_CHUNK_MIN   ? SLAB_CHUNK_MIN
+                    : next > SLAB_CHUNK_MAX ? SLAB_CHUNK_MAX
+                                            : next;
     return true;
 }
 

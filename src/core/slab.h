@@ -7,9 +7,10 @@
  * bytes per record at a million records).
  *
  *   - slab_alloc takes a record of the class from its free list, else carves it from the current
- *     chunk; a new chunk is malloc'd when the current one is used up (chunks grow geometrically
- *     from SLAB_CHUNK_MIN to SLAB_CHUNK_MAX, so a pool with few records stays small), and the
- *     tail left in the old chunk goes to the free list of its own size;
+ *     chunk; a new chunk is malloc'd when the current one is used up (a quarter of the pool's
+ *     bytes, within [SLAB_CHUNK_MIN, SLAB_CHUNK_MAX]: a pool with few records stays small and
+ *     the newest chunk's unused tail stays below ~25% of the pool), and the tail left in the old
+ *     chunk goes to the free list of its own size;
  *   - slab_free is sized: the caller gives the size it allocated with (the records know their
  *     own sizes), so no per-record header is needed;
  *   - a size above SLAB_MAX goes to malloc/free unchanged.
@@ -34,7 +35,7 @@
 #define SLAB_MAX       256u                    /* larger records go to malloc */
 #define SLAB_CLASSES   (SLAB_MAX / SLAB_ALIGN) /* one free list per rounded size */
 #define SLAB_CHUNK_MIN 1024u                   /* the first chunk of a pool */
-#define SLAB_CHUNK_MAX (64u * 1024u)           /* chunks double up to this size */
+#define SLAB_CHUNK_MAX (64u * 1024u)           /* the largest chunk */
 
 struct slab_chunk;
 

@@ -74,7 +74,7 @@ static void test_growth(void **state)
         assert_non_null(p[i]);
         memset(p[i], (int)i, 24);
     }
-    /* 1 KiB, 2, 4, ... up to 64 KiB chunks: few chunks, little beyond the records */
+    /* chunks of a quarter of the pool up to SLAB_CHUNK_MAX: little beyond the records */
     assert_int_equal(s.chunk_next, SLAB_CHUNK_MAX);
     assert_true(s.chunk_bytes <= (size_t)N * 24 + SLAB_CHUNK_MAX + 1024);
     assert_int_equal(s.live_bytes, N * 24);
