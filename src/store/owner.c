@@ -147,7 +147,7 @@ static int fx_held_check(void *ctx, slot_t *s)
 {
     kvm_rt_t *rt = ctx;
     kvm_hot_replica_t rep = {
-        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = slot_off(s)};
     kvm_ident_t id = slot_ident(s); /* copied */
     return kvm_held_op_check(rt, &id, &rep, held_op_done, s);
 }
@@ -239,7 +239,7 @@ static int export_slot(void *arg, const slot_t *s)
     bool committed = s->state == SLOT_COMMITTED;
     kvm_ident_t id = slot_ident(s); /* copied */
     return kvm_handoff_add_slot(x->out, x->map[s->segi],
-                                committed ? KVM_HANDOFF_COMMITTED : KVM_HANDOFF_RECLAIM, s->off,
+                                committed ? KVM_HANDOFF_COMMITTED : KVM_HANDOFF_RECLAIM, slot_off(s),
                                 s->len, committed ? s->seq : 0, &id);
 }
 
@@ -422,7 +422,7 @@ static enum slot_answer answer_of(const kvm_rt_t *rt, const slot_t *s, int rc, c
     if (rc)
         return SLOT_ANS_UNKNOWN;
     kvm_hot_replica_t rep = {
-        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = slot_off(s)};
     bool has = r && !kvm_route_is_tombstone(r) && kvm_route_find_replica(r, &rep) >= 0;
     return has ? SLOT_ANS_REFERENCED : SLOT_ANS_UNREFERENCED;
 }
@@ -560,7 +560,7 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
         return;
     }
     kvm_hot_replica_t rep = {
-        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = slot_off(s)};
     kvm_route_remove_replica(&next, &rep);
     if (next.n_replicas == 0 && cold_device(rt) && evict_cold(rt, s, r, &rep)) {
         kvm_route_free(&next); /* the cold tier decides (cold_glue.c) */
@@ -621,7 +621,7 @@ size_t kvm_owner_list(kvm_rt_t *rt, uint64_t seg_filter, uint64_t *cursor, kvm_h
             break;
         out[k++] = (kvm_hot_replica_t){.owner = rt->self.id,
                                        .segment = rt->segs[sel[i]->segi].seg->id,
-                                       .offset = sel[i]->off,
+                                       .offset = slot_off(sel[i]),
                                        .length = sel[i]->len};
         read_tokens[k - 1] = rt->segs[sel[i]->segi].read_token;
         *cursor = sel[i]->seq;

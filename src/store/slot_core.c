@@ -19,7 +19,7 @@
 
 /* The slot is its block's allocator record (slot_core.h): the overlaid words must line up. */
 _Static_assert(offsetof(slot_t, blk) == 0, "a slot starts with its block record");
-_Static_assert(offsetof(slot_t, off) == offsetof(alloc_blk_t, off), "off overlays blk.off");
+_Static_assert(offsetof(slot_t, off_u) == offsetof(alloc_blk_t, off_u), "off_u overlays blk.off_u");
 _Static_assert(offsetof(slot_t, len) == offsetof(alloc_blk_t, len), "len overlays blk.len");
 _Static_assert(offsetof(slot_t, core) == offsetof(alloc_blk_t, fprev),
                "core overlays the record word unused while allocated");
@@ -258,7 +258,7 @@ static void slot_drop(slot_core_t *c, slot_t *s)
 {
     c->used -= s->len;
     c->n_live--;
-    int rc = alloc_release(c->segs[s->segi].alloc, s->off);
+    int rc = alloc_release(c->segs[s->segi].alloc, slot_off(s));
     KVM_ASSERT(rc == 0);
     (void)rc;
 }
@@ -567,9 +567,9 @@ static int try_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *id, uint
             rec_free(c, &s->blk);
             continue;
         }
-        rc = c->fx.grant ? c->fx.grant(c->ctx, i, s->off, len, ttl_ms, &s->token) : 0;
+        rc = c->fx.grant ? c->fx.grant(c->ctx, i, slot_off(s), len, ttl_ms, &s->token) : 0;
         if (rc) {
-            alloc_release(g->alloc, s->off); /* (takes s) */
+            alloc_release(g->alloc, slot_off(s)); /* (takes s) */
             return rc;
         }
         s->segi = (uint16_t)i;
@@ -581,7 +581,7 @@ static int try_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *id, uint
         c->n_live++;
         event(c, SLOT_EV_ALLOC_OK, len);
         *seg = g->id;
-        *off = s->off;
+        *off = slot_off(s);
         *token = s->token;
         return 0;
     }
@@ -643,6 +643,13 @@ void slot_core_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *id, uint
 {
     char msg[256];
     uint64_t seg = 0, off = 0, token = 0;
+    if (len > ALLOC_MAX_LEN) { /* (max_object_size is validated below it: api/config.c) */
+        snprintf(msg, sizeof(msg),
+                 "owner %s refuses %" PRIu64 " bytes: an object is at most %" PRIu64 " bytes",
+                 c->cfg.name, len, (uint64_t)ALLOC_MAX_LEN);
+        cb(arg, KVMESH_ETOOBIG, msg, 0, 0, 0);
+        return;
+    }
     uint64_t largest = largest_open(c);
     if (len > largest) { /* eviction cannot help: no segment is that large */
         if (largest == 0 && c->n_segs > 0)

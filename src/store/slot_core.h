@@ -68,7 +68,7 @@ const char *slot_state_name(enum slot_state s);
 struct slot_core;
 typedef struct slot_core slot_core_t;
 
-/* One record per slot, one record of the core's pool (core/slab.h) per stored object (104
+/* One record per slot, one record of the core's pool (core/slab.h) per stored object (96
  * bytes for a 22-byte identity): the allocator's block record (store/alloc.h) comes first, so
  * that the slot is the record of its block (off and len overlay the record's words; the
  * allocator never writes its last word while the block is allocated, and core lives there), the
@@ -85,7 +85,8 @@ typedef struct slot {
     union {
         alloc_blk_t blk; /* the segment allocator's record of [off, off + len) */
         struct {
-            uint64_t off, len;   /* == blk.off, blk.len (read only) */
+            uint32_t off_u;      /* == blk.off_u (read only; slot_off: bytes) */
+            uint32_t len;        /* == blk.len: bytes (read only) */
             uintptr_t blk_w_[3]; /* the record's links */
             slot_core_t *core;   /* the record's last word, unused while allocated */
         };
@@ -115,6 +116,12 @@ typedef struct slot {
     bool bare : 1;       /* an allocator's free-block record (alloc_recs_t), never a slot */
     uint8_t ident_enc[]; /* the identity's canonical encoding (ident.h; not in a bare record) */
 } slot_t;
+
+/* The offset of s's bytes in its segment. */
+static inline uint64_t slot_off(const slot_t *s)
+{
+    return alloc_blk_off(&s->blk);
+}
 
 /* The identity of s as a view: enc points into the slot (valid while the slot lives; never
  * kvm_ident_free it; kvm_ident_copy it to keep it past that). The lengths are read from the
