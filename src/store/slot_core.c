@@ -21,12 +21,13 @@
 _Static_assert(offsetof(slot_t, blk) == 0, "a slot starts with its block record");
 _Static_assert(offsetof(slot_t, off_u) == offsetof(alloc_blk_t, off_u), "off_u overlays blk.off_u");
 _Static_assert(offsetof(slot_t, len) == offsetof(alloc_blk_t, len), "len overlays blk.len");
-_Static_assert(offsetof(slot_t, core) == offsetof(alloc_blk_t, fprev),
-               "core overlays the record word unused while allocated");
+_Static_assert(offsetof(slot_t, deadline_ns) == offsetof(alloc_blk_t, fprev) &&
+                   offsetof(slot_t, seq) == offsetof(alloc_blk_t, fprev),
+               "the deadline / sequence overlays the record word unused while allocated");
 _Static_assert(SLOT_CORE_MAX_SEGS <= 64, "segi is 6 bits");
 _Static_assert(SLOT_FREED < 8, "a slot state is 3 bits");
-_Static_assert(offsetof(slot_t, ident_enc) == sizeof(alloc_blk_t) + 34,
-               "a slot is its block record, token, deadline, links, 16 bits and the encoding");
+_Static_assert(offsetof(slot_t, ident_enc) == sizeof(alloc_blk_t) + 26,
+               "a slot is its block record, token, links, 16 bits and the encoding");
 
 struct slot_wait {
     struct slot_wait *next;
@@ -248,7 +249,6 @@ static int slot_new(slot_core_t *c, const kvm_ident_t *id, slot_t **out)
     if (!s)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for a replica slot");
     memcpy(s->ident_enc, id->enc, id->enc_len);
-    s->core = c;
     *out = s;
     return 0;
 }
