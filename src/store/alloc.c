@@ -10,7 +10,8 @@
  * caller's user pointer (alloc_reserve). Reserving reuses the free block's record for the
  * remainder (or frees it on an exact fit), and releasing turns the block's own record into the
  * free record, so neither allocates a record on the common path. Allocated blocks are indexed
- * by offset in a hash table with chaining (at most two blocks per bucket on average).
+ * by offset in a hash table with chaining (at most ALLOC_HTAB_LOAD blocks per bucket on
+ * average).
  */
 #include "store/alloc.h"
 
@@ -220,10 +221,15 @@ static int htab_grow(alloc_t *a)
     return 0;
 }
 
-/* Room in the index for one more allocated block (grown at two blocks per bucket). */
+/* Blocks per bucket at which the index doubles: 4 keeps the table at 2-4 bytes per allocated
+ * block (8-byte buckets) for ~2.5 chain steps per lookup on average (docs/performance.md
+ * "Memory per object"). */
+#define ALLOC_HTAB_LOAD 4u
+
+/* Room in the index for one more allocated block. */
 static int htab_room(alloc_t *a)
 {
-    return a->n_used + 1 > 2 * (uint64_t)a->hcap ? htab_grow(a) : 0;
+    return a->n_used + 1 > ALLOC_HTAB_LOAD * (uint64_t)a->hcap ? htab_grow(a) : 0;
 }
 
 static alloc_blk_t *htab_find(const alloc_t *a, uint64_t off)
