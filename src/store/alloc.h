@@ -13,7 +13,7 @@
  *     ALLOC_ALIGN; alloc_stats() measures utilisation and external fragmentation;
  *   - bookkeeping lives outside the segment (the segment's bytes are written by remote peers
  *     and must never hold allocator metadata); blocks are found by offset in a hash table;
- *   - one 48-byte record per block (alloc_blk_t). A caller may embed the record of each of its
+ *   - one 40-byte record per block (alloc_blk_t). A caller may embed the record of each of its
  *     allocated blocks in its own object (alloc_reserve_rec / alloc_reserve_at_rec): the store's
  *     replica slot is its block's record, so a stored object costs one allocation, not two.
  *
@@ -51,7 +51,7 @@ typedef struct alloc alloc_t;
 
 /* A block record (40 bytes). While the block is allocated the allocator reads and writes every
  * word but fprev, which a caller embedding the record may overlay with a field of its own (the
- * store's slot keeps its core pointer there: src/store/slot_core.h); off_u and len are the
+ * store's slot keeps its deadline / commit sequence there: src/store/slot_core.h); off_u and len are the
  * caller's to read (alloc_blk_off), never to write. The record is the allocator's once the
  * block is free. */
 typedef struct alloc_blk {
