@@ -41,11 +41,13 @@
 #define KVM_CFG_SEGMENT_MIN    (1ull * MIB)
 #define KVM_CFG_SEGMENT_MAX    (64ull * GIB)
 #define KVM_CFG_OBJECT_MIN     (4ull * KIB)
-#define KVM_CFG_OBJECT_MAX     (16ull * GIB)
+#define KVM_CFG_OBJECT_MAX     (4ull * GIB - 1) /* ALLOC_MAX_LEN: see below */
 #define KVM_CFG_IO_THREADS_MAX 64u
 #define KVM_CFG_TIMEOUT_MAX_MS 3600000u  /* one hour */
 #define KVM_CFG_DRAIN_MAX_MS   86400000u /* one day */
 #define KVM_CFG_VALUE_ECHO_MAX 96        /* bytes of a bad value quoted in an error */
+/* An object is at most 4 GiB - 1 byte: the owner's allocator keeps a block's length in 32 bits
+ * (ALLOC_MAX_LEN, src/store/alloc.h; docs/store.md "Limits"). */
 
 #define F_STR(n, def, syn, h)                                                                      \
     {                                                                                              \

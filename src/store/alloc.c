@@ -10,7 +10,8 @@
  * caller's user pointer (alloc_reserve). Reserving reuses the free block's record for the
  * remainder (or frees it on an exact fit), and releasing turns the block's own record into the
  * free record, so neither allocates a record on the common path. Allocated blocks are indexed
- * by offset in a hash table with chaining (at most two blocks per bucket on average).
+ * by offset in a hash table with chaining (at most ALLOC_HTAB_LOAD blocks per bucket on
+ * average).
  */
 #include "store/alloc.h"
 
@@ -24,7 +25,8 @@
 #define BLK_OWNED ((uintptr_t)2) /* allocated, with an allocator-owned struct blk_user record */
 #define BLK_FLAGS (BLK_FREE | BLK_OWNED)
 
-_Static_assert(sizeof(alloc_blk_t) == 48, "alloc_blk_t is six words");
+_Static_assert(sizeof(alloc_blk_t) == 40, "alloc_blk_t is five words");
+_Static_assert(ALLOC_MAX_SIZE / ALLOC_ALIGN - 1 <= UINT32_MAX, "a free size in units fits size_m1");
 _Static_assert(_Alignof(alloc_blk_t) > BLK_FLAGS, "record pointers leave the flag bits clear");
 
 struct blk_user { /* the record of a block reserved by alloc_reserve / alloc_reserve_at */
@@ -92,10 +94,33 @@ static void set_prev(alloc_blk_t *b, alloc_blk_t *p)
     b->prev_flags = (uintptr_t)p | (b->prev_flags & BLK_FLAGS);
 }
 
+static uint64_t boff(const alloc_blk_t *b)
+{
+    return alloc_blk_off(b);
+}
+
+static void set_off(alloc_blk_t *b, uint64_t off)
+{
+    KVM_ASSERT(off % ALLOC_ALIGN == 0 && off < ALLOC_MAX_SIZE);
+    b->off_u = (uint32_t)(off / ALLOC_ALIGN);
+}
+
+/* Bytes of a free block. */
+static uint64_t fsize(const alloc_blk_t *b)
+{
+    return ((uint64_t)b->size_m1 + 1) * ALLOC_ALIGN;
+}
+
+static void set_fsize(alloc_blk_t *b, uint64_t size)
+{
+    KVM_ASSERT(size % ALLOC_ALIGN == 0 && size >= ALLOC_ALIGN && size <= ALLOC_MAX_SIZE);
+    b->size_m1 = (uint32_t)(size / ALLOC_ALIGN - 1);
+}
+
 /* Bytes of the block (an allocated block's size is its length rounded up to ALLOC_ALIGN). */
 static uint64_t bsize(const alloc_blk_t *b)
 {
-    return is_free(b) ? b->size : round_align(b->len);
+    return is_free(b) ? fsize(b) : round_align(b->len);
 }
 
 /* Links two physical neighbours (either may be NULL at the ends). */
@@ -141,7 +166,7 @@ static uint64_t hslot(const alloc_t *a, uint64_t off)
 static void list_insert(alloc_t *a, alloc_blk_t *b)
 {
     unsigned fl, sl;
-    mapping(b->size, &fl, &sl);
+    mapping(fsize(b), &fl, &sl);
     b->prev_flags = (b->prev_flags & ~BLK_FLAGS) | BLK_FREE;
     b->fprev = NULL;
     b->link = a->lists[fl][sl];
@@ -157,7 +182,7 @@ static void list_remove(alloc_t *a, alloc_blk_t *b)
 {
     KVM_ASSERT(is_free(b));
     unsigned fl, sl;
-    mapping(b->size, &fl, &sl);
+    mapping(fsize(b), &fl, &sl);
     if (b->fprev)
         b->fprev->link = b->link;
     else
@@ -187,7 +212,7 @@ static int htab_grow(alloc_t *a)
     for (size_t i = 0; i < ocap; i++) {
         for (alloc_blk_t *b = old[i], *n; b; b = n) {
             n = b->link;
-            uint64_t s = hslot(a, b->off);
+            uint64_t s = hslot(a, boff(b));
             b->link = nt[s];
             nt[s] = b;
         }
@@ -196,10 +221,15 @@ static int htab_grow(alloc_t *a)
     return 0;
 }
 
-/* Room in the index for one more allocated block (grown at two blocks per bucket). */
+/* Blocks per bucket at which the index doubles: 4 keeps the table at 2-4 bytes per allocated
+ * block (8-byte buckets) for ~2.5 chain steps per lookup on average (docs/performance.md
+ * "Memory per object"). */
+#define ALLOC_HTAB_LOAD 4u
+
+/* Room in the index for one more allocated block. */
 static int htab_room(alloc_t *a)
 {
-    return a->n_used + 1 > 2 * (uint64_t)a->hcap ? htab_grow(a) : 0;
+    return a->n_used + 1 > ALLOC_HTAB_LOAD * (uint64_t)a->hcap ? htab_grow(a) : 0;
 }
 
 static alloc_blk_t *htab_find(const alloc_t *a, uint64_t off)
@@ -207,14 +237,14 @@ static alloc_blk_t *htab_find(const alloc_t *a, uint64_t off)
     if (!a->hcap)
         return NULL;
     for (alloc_blk_t *b = a->htab[hslot(a, off)]; b; b = b->link)
-        if (b->off == off)
+        if (boff(b) == off)
             return b;
     return NULL;
 }
 
 static void htab_del(alloc_t *a, alloc_blk_t *x)
 {
-    alloc_blk_t **pp = &a->htab[hslot(a, x->off)];
+    alloc_blk_t **pp = &a->htab[hslot(a, boff(x))];
     while (*pp != x)
         pp = &(*pp)->link;
     *pp = x->link;
@@ -231,7 +261,8 @@ int alloc_new_recs(alloc_t **out, uint64_t size, const alloc_recs_t *recs)
     *out = NULL;
     size &= ~(uint64_t)(ALLOC_ALIGN - 1);
     if (size == 0 || size > ALLOC_MAX_SIZE)
-        return kvm_errf(KVMESH_EINVAL, "allocator size %llu is outside [%u, %llu]",
+        return kvm_errf(KVMESH_EINVAL,
+                        "allocator size %llu is outside [%u, %llu] (a segment is at most 256 GiB)",
                         (unsigned long long)size, ALLOC_ALIGN, (unsigned long long)ALLOC_MAX_SIZE);
     alloc_t *a = calloc(1, sizeof(*a));
     if (!a)
@@ -247,8 +278,8 @@ int alloc_new_recs(alloc_t **out, uint64_t size, const alloc_recs_t *recs)
         free(a);
         return KVMESH_ENOMEM;
     }
-    b->off = 0;
-    b->size = size;
+    set_off(b, 0);
+    set_fsize(b, size);
     list_insert(a, b);
     *out = a;
     return 0;
@@ -307,7 +338,7 @@ static alloc_blk_t *find_suitable(alloc_t *a, uint64_t size)
 static int place(alloc_t *a, alloc_blk_t *b, alloc_blk_t *rec, uint64_t offset, uint64_t len,
                  uintptr_t flags)
 {
-    uint64_t size = round_align(len), start = b->off, end = b->off + b->size;
+    uint64_t size = round_align(len), start = boff(b), end = start + fsize(b);
     KVM_ASSERT(is_free(b) && offset >= start && size <= end - offset);
     bool front = offset > start, tail = offset + size < end;
     alloc_blk_t *extra = NULL;
@@ -331,18 +362,18 @@ static int place(alloc_t *a, alloc_blk_t *b, alloc_blk_t *rec, uint64_t offset, 
     }
     alloc_blk_t *left = p;
     if (fr) {
-        fr->size = offset - start;
+        set_fsize(fr, offset - start);
         phys_link(left, fr);
         left = fr;
     }
-    rec->off = offset;
-    rec->len = len;
+    set_off(rec, offset);
+    rec->len = (uint32_t)len;
     rec->prev_flags = flags;
     phys_link(left, rec);
     left = rec;
     if (tl) {
-        tl->off = offset + size;
-        tl->size = end - tl->off;
+        set_off(tl, offset + size);
+        set_fsize(tl, end - (offset + size));
         phys_link(left, tl);
         left = tl;
     }
@@ -360,15 +391,28 @@ static int place(alloc_t *a, alloc_blk_t *b, alloc_blk_t *rec, uint64_t offset, 
     return 0;
 }
 
+/* A length above ALLOC_MAX_LEN: KVMESH_ETOOBIG with the message. */
+static int refuse_len(uint64_t len)
+{
+    return len > ALLOC_MAX_LEN
+               ? kvm_errf(KVMESH_ETOOBIG,
+                          "allocation of %llu bytes exceeds the largest block "
+                          "(%llu bytes: an object is at most 4 GiB - 1 byte)",
+                          (unsigned long long)len, (unsigned long long)ALLOC_MAX_LEN)
+               : 0;
+}
+
 static int reserve(alloc_t *a, uint64_t len, alloc_blk_t *rec, uintptr_t flags)
 {
+    if (refuse_len(len))
+        return KVMESH_ETOOBIG;
     if (len == 0 || len > a->size)
         return kvm_errf(KVMESH_ENOSPC, "allocation of %llu bytes cannot fit a %llu-byte segment",
                         (unsigned long long)len, (unsigned long long)a->size);
     alloc_blk_t *b = find_suitable(a, round_request(round_align(len)));
     if (!b)
         return KVMESH_ENOSPC;
-    return place(a, b, rec, b->off, len, flags);
+    return place(a, b, rec, boff(b), len, flags);
 }
 
 int alloc_reserve_rec(alloc_t *a, uint64_t len, alloc_blk_t *rec)
@@ -394,12 +438,14 @@ int alloc_reserve(alloc_t *a, uint64_t len, void *user, uint64_t *offset)
         return rc;
     }
     r->user = user;
-    *offset = r->b.off;
+    *offset = boff(&r->b);
     return 0;
 }
 
 static int reserve_at(alloc_t *a, uint64_t offset, uint64_t len, alloc_blk_t *rec, uintptr_t flags)
 {
+    if (refuse_len(len))
+        return KVMESH_ETOOBIG;
     if (len == 0 || offset % ALLOC_ALIGN || offset >= a->size || len > a->size - offset)
         return kvm_errf(
             KVMESH_EINVAL, "block [%llu, +%llu) is misaligned or outside the %llu-byte segment",
@@ -415,10 +461,10 @@ static int reserve_at(alloc_t *a, uint64_t offset, uint64_t len, alloc_blk_t *re
             continue;
         for (unsigned sl = 0; sl < ALLOC_SL_COUNT && !b; sl++)
             for (alloc_blk_t *x = a->lists[fl][sl]; x && !b; x = x->link)
-                if (offset >= x->off && offset - x->off < x->size)
+                if (offset >= boff(x) && offset - boff(x) < fsize(x))
                     b = x;
     }
-    if (!b || size > b->off + b->size - offset)
+    if (!b || size > boff(b) + fsize(b) - offset)
         return kvm_errf(KVMESH_EEXIST, "bytes of [%llu, +%llu) are already allocated",
                         (unsigned long long)offset, (unsigned long long)size);
     return place(a, b, rec, offset, len, flags);
@@ -460,17 +506,17 @@ int alloc_release(alloc_t *a, uint64_t offset)
     /* b's record becomes the free block's, unless the free predecessor absorbs it. */
     if (p && is_free(p)) {
         list_remove(a, p);
-        p->size += size;
+        set_fsize(p, fsize(p) + size);
         phys_link(p, n);
         rec_free(a, b);
         b = p;
     } else {
-        b->size = size;
-        b->prev_flags = (uintptr_t)p;
+        b->prev_flags = (uintptr_t)p; /* free from here on: size_m1 replaces len */
+        set_fsize(b, size);
     }
     if (n && is_free(n)) {
         list_remove(a, n);
-        b->size += n->size;
+        set_fsize(b, fsize(b) + fsize(n));
         phys_link(b, n->phys_next);
         rec_free(a, n);
     }
@@ -492,7 +538,7 @@ int alloc_lookup(const alloc_t *a, uint64_t offset, void **user, uint64_t *len)
 
 bool alloc_can_fit(const alloc_t *a, uint64_t len)
 {
-    if (len == 0 || len > a->size)
+    if (len == 0 || len > a->size || len > ALLOC_MAX_LEN)
         return false;
     return find_suitable((alloc_t *)a, round_request(round_align(len))) != NULL;
 }
@@ -511,8 +557,8 @@ void alloc_stats(const alloc_t *a, alloc_stats_t *out)
         unsigned fl = log2_u64(a->fl_bitmap);
         unsigned sl = 31u - (unsigned)__builtin_clz(a->sl_bitmap[fl]);
         for (const alloc_blk_t *b = a->lists[fl][sl]; b; b = b->link)
-            if (b->size > out->largest_free)
-                out->largest_free = b->size;
+            if (fsize(b) > out->largest_free)
+                out->largest_free = fsize(b);
     }
     out->fragmentation = out->free ? 1.0 - (double)out->largest_free / (double)out->free : 0.0;
 }
@@ -527,7 +573,7 @@ int alloc_check(const alloc_t *a)
     const alloc_blk_t *prev = NULL;
     for (const alloc_blk_t *b = first; b; prev = b, b = b->phys_next) {
         uint64_t size = bsize(b);
-        if (b->off != off || size == 0 || size % ALLOC_ALIGN || prev_of(b) != prev)
+        if (boff(b) != off || size == 0 || size % ALLOC_ALIGN || prev_of(b) != prev)
             return kvm_errf(KVMESH_EINTERNAL, "blocks do not tile at offset %llu",
                             (unsigned long long)off);
         if (is_free(b)) {
@@ -538,7 +584,7 @@ int alloc_check(const alloc_t *a)
                 return kvm_errf(KVMESH_EINTERNAL, "free block at %llu flagged as allocated",
                                 (unsigned long long)off);
             unsigned fl, sl;
-            mapping(b->size, &fl, &sl);
+            mapping(fsize(b), &fl, &sl);
             const alloc_blk_t *x = a->lists[fl][sl];
             while (x && x != b)
                 x = x->link;
@@ -547,7 +593,7 @@ int alloc_check(const alloc_t *a)
                                 (unsigned long long)off);
             nfree++;
         } else {
-            if (htab_find(a, b->off) != b)
+            if (htab_find(a, boff(b)) != b)
                 return kvm_errf(KVMESH_EINTERNAL, "used block at %llu not indexed",
                                 (unsigned long long)off);
             used += size;

@@ -13,7 +13,7 @@
  *     ALLOC_ALIGN; alloc_stats() measures utilisation and external fragmentation;
  *   - bookkeeping lives outside the segment (the segment's bytes are written by remote peers
  *     and must never hold allocator metadata); blocks are found by offset in a hash table;
- *   - one 48-byte record per block (alloc_blk_t). A caller may embed the record of each of its
+ *   - one 40-byte record per block (alloc_blk_t). A caller may embed the record of each of its
  *     allocated blocks in its own object (alloc_reserve_rec / alloc_reserve_at_rec): the store's
  *     replica slot is its block's record, so a stored object costs one allocation, not two.
  *
@@ -40,26 +40,39 @@
 #define ALLOC_SL_LOG2  4u
 #define ALLOC_SL_COUNT (1u << ALLOC_SL_LOG2) /* second-level lists per first level */
 #define ALLOC_FL_COUNT 40u                   /* first levels: up to 2^(40+4) * 64 bytes */
-#define ALLOC_MAX_SIZE (1ull << 40)          /* largest segment an allocator manages */
+/* The largest segment an allocator manages: 256 GiB, so that a block offset in ALLOC_ALIGN
+ * units and a free block's size in units (less one) fit 32 bits (alloc_blk_t). */
+#define ALLOC_MAX_SIZE (1ull << 38)
+/* The largest block a caller may ask for: 4 GiB - 1 byte (an allocated block's length is a
+ * 32-bit byte count). The store's max_object_size is validated against it (api/config.c). */
+#define ALLOC_MAX_LEN UINT32_MAX
 
 typedef struct alloc alloc_t;
 
-/* A block record. While the block is allocated the allocator reads and writes every word but
- * fprev, which a caller embedding the record may overlay with a field of its own (the store's
- * slot keeps its core pointer there: src/store/slot_core.h); off and len are the caller's to
- * read, never to write. The record is the allocator's once the block is free. */
+/* A block record (40 bytes). While the block is allocated the allocator reads and writes every
+ * word but fprev, which a caller embedding the record may overlay with a field of its own (the
+ * store's slot keeps its deadline / commit sequence there: src/store/slot_core.h); off_u and len are the
+ * caller's to read (alloc_blk_off), never to write. The record is the allocator's once the
+ * block is free. */
 typedef struct alloc_blk {
-    uint64_t off; /* bytes; a multiple of ALLOC_ALIGN */
+    uint32_t off_u; /* the offset in ALLOC_ALIGN units (alloc_blk_off: bytes) */
     union {
-        uint64_t len;  /* allocated: the caller's length (the block is len rounded up to
-                          ALLOC_ALIGN) */
-        uint64_t size; /* free: bytes */
+        uint32_t len;     /* allocated: the caller's length in bytes (the block is len rounded
+                             up to ALLOC_ALIGN) */
+        uint32_t size_m1; /* free: its size in ALLOC_ALIGN units, less one (a free block is at
+                             least one unit; a whole 256 GiB segment is 2^32 units) */
     };
     uintptr_t prev_flags;        /* the physical predecessor | ALLOC_BLK_* flags (alloc.c) */
     struct alloc_blk *phys_next; /* the physical successor */
     struct alloc_blk *link;      /* allocated: hash chain; free: next in its free list */
     struct alloc_blk *fprev;     /* free: previous in its free list; allocated: unused */
 } alloc_blk_t;
+
+/* The offset of b's block in bytes. */
+static inline uint64_t alloc_blk_off(const alloc_blk_t *b)
+{
+    return (uint64_t)b->off_u * ALLOC_ALIGN;
+}
 
 typedef struct alloc_stats {
     uint64_t size;           /* managed bytes */
@@ -90,11 +103,12 @@ int alloc_new_recs(alloc_t **out, uint64_t size, const alloc_recs_t *recs);
 void alloc_free(alloc_t *a);
 
 /* Allocates len bytes (1..size): *offset receives the block offset. KVMESH_ENOSPC when no free
- * block is large enough. user is stored with the block. */
+ * block is large enough, KVMESH_ETOOBIG above ALLOC_MAX_LEN. user is stored with the block. */
 int alloc_reserve(alloc_t *a, uint64_t len, void *user, uint64_t *offset);
 /* Allocates exactly [offset, offset + len) (offset a multiple of ALLOC_ALIGN; the block is len
  * rounded up to ALLOC_ALIGN): the hot-upgrade successor rebuilds the predecessor's allocation
- * state with it (src/store/handoff.c). KVMESH_EINVAL for a misaligned or out-of-range request,
+ * state with it (src/store/handoff.c). KVMESH_EINVAL for a misaligned or out-of-range request
+ * (KVMESH_ETOOBIG above ALLOC_MAX_LEN),
  * KVMESH_EEXIST when any byte of the range is already allocated. O(free blocks). */
 int alloc_reserve_at(alloc_t *a, uint64_t offset, uint64_t len, void *user);
 /* alloc_reserve and alloc_reserve_at with the caller's record rec (see Ownership): rec->off and

@@ -137,7 +137,7 @@ static uint64_t seg_read_token(kvm_rt_t *rt, uint64_t seg_id)
 static bool slot_serves(kvm_rt_t *rt, const kvm_route_t *route, const kvm_hot_replica_t *rep)
 {
     const slot_t *s = rt->slots ? slot_core_find(rt->slots, rep->segment, rep->offset) : NULL;
-    if (!s || s->state != SLOT_COMMITTED || s->evicting || s->off != rep->offset ||
+    if (!s || s->state != SLOT_COMMITTED || s->evicting || slot_off(s) != rep->offset ||
         s->len != route->length)
         return false;
     kvm_ident_t id = slot_ident(s);

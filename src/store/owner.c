@@ -115,6 +115,32 @@ static void fx_event(void *ctx, enum slot_event ev, uint64_t bytes)
     }
 }
 
+/* The argument of a slot's asynchronous step (a route lookup or CAS, a held check, a cold
+ * eviction): a slot keeps no pointer to its core or runtime (slot_core.h), so the step carries
+ * the runtime. step_new when the step starts; its callback takes it (step_take frees it), or the
+ * starter frees it when the step did not start (the callee then never calls back). */
+typedef struct slot_step {
+    kvm_rt_t *rt;
+    slot_t *s;
+} slot_step_t;
+
+static slot_step_t *step_new(kvm_rt_t *rt, slot_t *s)
+{
+    slot_step_t *st = malloc(sizeof(*st));
+    if (st)
+        *st = (slot_step_t){.rt = rt, .s = s};
+    return st;
+}
+
+static slot_t *step_take(void *arg, kvm_rt_t **rt)
+{
+    slot_step_t *st = arg;
+    slot_t *s = st->s;
+    *rt = st->rt;
+    free(st);
+    return s;
+}
+
 static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r);
 static void evict_looked_up(void *arg, int rc, const kvm_route_t *r);
 
@@ -123,17 +149,23 @@ static int fx_lookup(void *ctx, slot_t *s, enum slot_lookup_why why)
     kvm_rt_t *rt = ctx;
     if (!rt->route)
         return KVMESH_EUNAVAILABLE;
+    slot_step_t *st = step_new(rt, s);
+    if (!st)
+        return KVMESH_ENOMEM;
     kvm_ident_t id = slot_ident(s); /* route_lookup copies it */
-    return route_lookup(rt->route, &id,
-                        why == SLOT_LOOKUP_EXPIRY ? expiry_looked_up : evict_looked_up, s);
+    int rc = route_lookup(rt->route, &id,
+                          why == SLOT_LOOKUP_EXPIRY ? expiry_looked_up : evict_looked_up, st);
+    if (rc)
+        free(st);
+    return rc;
 }
 
 /* held_op.h's answer: KEEP keeps the slot held (asked again later), REREAD looks the route up
  * again and lets that answer commit or free it. */
 static void held_op_done(void *arg, int rc, enum kvm_held_verdict v)
 {
-    slot_t *s = arg;
-    kvm_rt_t *rt = slot_core_ctx(s->core);
+    kvm_rt_t *rt;
+    slot_t *s = step_take(arg, &rt);
     enum slot_check a = rc == KVMESH_ECANCELED            ? SLOT_CHECK_CANCELED
                         : rc == 0 && v == KVM_HELD_REREAD ? SLOT_CHECK_REREAD
                                                           : SLOT_CHECK_KEEP;
@@ -147,9 +179,15 @@ static int fx_held_check(void *ctx, slot_t *s)
 {
     kvm_rt_t *rt = ctx;
     kvm_hot_replica_t rep = {
-        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = slot_off(s)};
     kvm_ident_t id = slot_ident(s); /* copied */
-    return kvm_held_op_check(rt, &id, &rep, held_op_done, s);
+    slot_step_t *st = step_new(rt, s);
+    if (!st)
+        return KVMESH_ENOMEM;
+    int rc = kvm_held_op_check(rt, &id, &rep, held_op_done, st);
+    if (rc)
+        free(st);
+    return rc;
 }
 
 static const slot_effects_t owner_fx = {
@@ -239,8 +277,8 @@ static int export_slot(void *arg, const slot_t *s)
     bool committed = s->state == SLOT_COMMITTED;
     kvm_ident_t id = slot_ident(s); /* copied */
     return kvm_handoff_add_slot(x->out, x->map[s->segi],
-                                committed ? KVM_HANDOFF_COMMITTED : KVM_HANDOFF_RECLAIM, s->off,
-                                s->len, committed ? s->seq : 0, &id);
+                                committed ? KVM_HANDOFF_COMMITTED : KVM_HANDOFF_RECLAIM,
+                                slot_off(s), s->len, committed ? s->seq : 0, &id);
 }
 
 int kvm_owner_export(kvm_rt_t *rt, struct kvm_handoff *out)
@@ -422,7 +460,7 @@ static enum slot_answer answer_of(const kvm_rt_t *rt, const slot_t *s, int rc, c
     if (rc)
         return SLOT_ANS_UNKNOWN;
     kvm_hot_replica_t rep = {
-        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = slot_off(s)};
     bool has = r && !kvm_route_is_tombstone(r) && kvm_route_find_replica(r, &rep) >= 0;
     return has ? SLOT_ANS_REFERENCED : SLOT_ANS_UNREFERENCED;
 }
@@ -432,8 +470,8 @@ static enum slot_answer answer_of(const kvm_rt_t *rt, const slot_t *s, int rc, c
  * proves it does not, asked again later when the lookup failed. */
 static void expiry_looked_up(void *arg, int rc, const kvm_route_t *r)
 {
-    slot_t *s = arg;
-    kvm_rt_t *rt = slot_core_ctx(s->core);
+    kvm_rt_t *rt;
+    slot_t *s = step_take(arg, &rt);
     slot_settle_in_t in = {.route = answer_of(rt, s, rc, r)};
     if (slot_core_held_answer(rt->slots, now_ns(rt), s, &in) == SLOT_SETTLE_COMMIT)
         cold_published(rt, r); /* cold tier: a PendingOffload on this runtime's device */
@@ -447,6 +485,13 @@ static void evict_end(kvm_rt_t *rt, slot_t *s, enum slot_evict_end e)
 {
     slot_core_evict_end(rt->slots, now_ns(rt), s, e);
     owner_sync(rt);
+}
+
+/* An eviction step that did not start (st NULL: no memory for it): the slot is kept. */
+static void evict_kept(kvm_rt_t *rt, slot_step_t *st, slot_t *s)
+{
+    free(st);
+    evict_end(rt, s, SLOT_EVICT_KEPT);
 }
 
 static void evict_tomb_finalized(void *arg, int rc, const kvm_route_t *r)
@@ -477,8 +522,8 @@ static void evict_finalize(kvm_rt_t *rt, const kvm_route_t *r)
 
 static void evict_cas_done(void *arg, int rc, const kvm_route_t *r)
 {
-    slot_t *s = arg;
-    kvm_rt_t *rt = slot_core_ctx(s->core);
+    kvm_rt_t *rt;
+    slot_t *s = step_take(arg, &rt);
     if (rc == 0)
         evict_finalize(rt, r);
     evict_end(rt, s, rc == 0 ? SLOT_EVICT_REMOVED : SLOT_EVICT_CONFLICT);
@@ -490,8 +535,8 @@ static void evict_cas_done(void *arg, int rc, const kvm_route_t *r)
  * Returns false when the route has no cold backing of this runtime (ordinary eviction). */
 static void evict_cold_done(void *arg, int rc)
 {
-    slot_t *s = arg;
-    kvm_rt_t *rt = slot_core_ctx(s->core);
+    kvm_rt_t *rt;
+    slot_t *s = step_take(arg, &rt);
     if (rc == 0 && s->state == SLOT_COMMITTED)
         obs_count(rt->metrics, cold_evictions_total, OBS_NONE, OBS_NONE, 1);
     evict_end(rt, s, rc == 0 ? SLOT_EVICT_REMOVED : SLOT_EVICT_KEPT);
@@ -506,8 +551,9 @@ static bool evict_cold(kvm_rt_t *rt, slot_t *s, const kvm_route_t *r, const kvm_
     if (rt->owner_cold->claims(rt, r)) { /* eviction-triggered offload: materialize, then evict */
         int k = kvm_route_find_replica(r, slot);
         KVM_ASSERT(k >= 0);
-        if (rt->owner_cold->evict_claim(rt, r, &r->replicas[k], evict_cold_done, s) != 0)
-            evict_end(rt, s, SLOT_EVICT_KEPT);
+        slot_step_t *st = step_new(rt, s);
+        if (!st || rt->owner_cold->evict_claim(rt, r, &r->replicas[k], evict_cold_done, st) != 0)
+            evict_kept(rt, st, s);
         return true;
     }
     if (r->cold.kind != KVM_COLD_MATERIALIZED)
@@ -515,8 +561,9 @@ static bool evict_cold(kvm_rt_t *rt, slot_t *s, const kvm_route_t *r, const kvm_
     int i = kvm_route_find_replica(r, slot);
     KVM_ASSERT(i >= 0);
     kvm_ident_t id = slot_ident(s); /* copied */
-    if (rt->owner_cold->evict_last(rt, &id, &r->replicas[i], evict_cold_done, s) != 0)
-        evict_end(rt, s, SLOT_EVICT_KEPT);
+    slot_step_t *st = step_new(rt, s);
+    if (!st || rt->owner_cold->evict_last(rt, &id, &r->replicas[i], evict_cold_done, st) != 0)
+        evict_kept(rt, st, s);
     return true;
 }
 
@@ -546,8 +593,8 @@ static void evict_next_route(kvm_rt_t *rt, const kvm_route_t *r, kvm_route_t *ne
 
 static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
 {
-    slot_t *s = arg;
-    kvm_rt_t *rt = slot_core_ctx(s->core);
+    kvm_rt_t *rt;
+    slot_t *s = step_take(arg, &rt);
     enum slot_answer a = answer_of(rt, s, rc, r);
     if (slot_core_evict_answer(rt->slots, now_ns(rt), s, a) == SLOT_EVICT_DONE) {
         owner_sync(rt);
@@ -560,7 +607,7 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
         return;
     }
     kvm_hot_replica_t rep = {
-        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = s->off};
+        .owner = rt->self.id, .segment = rt->segs[s->segi].seg->id, .offset = slot_off(s)};
     kvm_route_remove_replica(&next, &rep);
     if (next.n_replicas == 0 && cold_device(rt) && evict_cold(rt, s, r, &rep)) {
         kvm_route_free(&next); /* the cold tier decides (cold_glue.c) */
@@ -571,9 +618,10 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
     bool quota = next.tomb == KVM_TOMB_PENDING && kvm_quota_applies(rt, &r->ident);
     if (next.tomb == KVM_TOMB_PENDING && !quota) /* purged then, even if its finalize fails */
         next.retain_until_ms = kvm_rt_tomb_deadline(rt);
-    if ((quota ? kvm_quota_evict(rt, r, &next, evict_cas_done, s)
-               : route_cas(rt->route, &r->version, &next, evict_cas_done, s)) != 0)
-        evict_end(rt, s, SLOT_EVICT_KEPT);
+    slot_step_t *st = step_new(rt, s);
+    if (!st || (quota ? kvm_quota_evict(rt, r, &next, evict_cas_done, st)
+                      : route_cas(rt->route, &r->version, &next, evict_cas_done, st)) != 0)
+        evict_kept(rt, st, s);
     kvm_route_free(&next);
 }
 
@@ -621,7 +669,7 @@ size_t kvm_owner_list(kvm_rt_t *rt, uint64_t seg_filter, uint64_t *cursor, kvm_h
             break;
         out[k++] = (kvm_hot_replica_t){.owner = rt->self.id,
                                        .segment = rt->segs[sel[i]->segi].seg->id,
-                                       .offset = sel[i]->off,
+                                       .offset = slot_off(sel[i]),
                                        .length = sel[i]->len};
         read_tokens[k - 1] = rt->segs[sel[i]->segi].read_token;
         *cursor = sel[i]->seq;

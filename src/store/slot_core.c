@@ -19,14 +19,15 @@
 
 /* The slot is its block's allocator record (slot_core.h): the overlaid words must line up. */
 _Static_assert(offsetof(slot_t, blk) == 0, "a slot starts with its block record");
-_Static_assert(offsetof(slot_t, off) == offsetof(alloc_blk_t, off), "off overlays blk.off");
+_Static_assert(offsetof(slot_t, off_u) == offsetof(alloc_blk_t, off_u), "off_u overlays blk.off_u");
 _Static_assert(offsetof(slot_t, len) == offsetof(alloc_blk_t, len), "len overlays blk.len");
-_Static_assert(offsetof(slot_t, core) == offsetof(alloc_blk_t, fprev),
-               "core overlays the record word unused while allocated");
+_Static_assert(offsetof(slot_t, deadline_ns) == offsetof(alloc_blk_t, fprev) &&
+                   offsetof(slot_t, seq) == offsetof(alloc_blk_t, fprev),
+               "the deadline / sequence overlays the record word unused while allocated");
 _Static_assert(SLOT_CORE_MAX_SEGS <= 64, "segi is 6 bits");
 _Static_assert(SLOT_FREED < 8, "a slot state is 3 bits");
-_Static_assert(offsetof(slot_t, ident_enc) == sizeof(alloc_blk_t) + 34,
-               "a slot is its block record, token, deadline, links, 16 bits and the encoding");
+_Static_assert(offsetof(slot_t, ident_enc) == sizeof(alloc_blk_t) + 26,
+               "a slot is its block record, token, links, 16 bits and the encoding");
 
 struct slot_wait {
     struct slot_wait *next;
@@ -248,7 +249,6 @@ static int slot_new(slot_core_t *c, const kvm_ident_t *id, slot_t **out)
     if (!s)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for a replica slot");
     memcpy(s->ident_enc, id->enc, id->enc_len);
-    s->core = c;
     *out = s;
     return 0;
 }
@@ -258,7 +258,7 @@ static void slot_drop(slot_core_t *c, slot_t *s)
 {
     c->used -= s->len;
     c->n_live--;
-    int rc = alloc_release(c->segs[s->segi].alloc, s->off);
+    int rc = alloc_release(c->segs[s->segi].alloc, slot_off(s));
     KVM_ASSERT(rc == 0);
     (void)rc;
 }
@@ -567,9 +567,9 @@ static int try_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *id, uint
             rec_free(c, &s->blk);
             continue;
         }
-        rc = c->fx.grant ? c->fx.grant(c->ctx, i, s->off, len, ttl_ms, &s->token) : 0;
+        rc = c->fx.grant ? c->fx.grant(c->ctx, i, slot_off(s), len, ttl_ms, &s->token) : 0;
         if (rc) {
-            alloc_release(g->alloc, s->off); /* (takes s) */
+            alloc_release(g->alloc, slot_off(s)); /* (takes s) */
             return rc;
         }
         s->segi = (uint16_t)i;
@@ -581,7 +581,7 @@ static int try_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *id, uint
         c->n_live++;
         event(c, SLOT_EV_ALLOC_OK, len);
         *seg = g->id;
-        *off = s->off;
+        *off = slot_off(s);
         *token = s->token;
         return 0;
     }
@@ -643,6 +643,13 @@ void slot_core_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *id, uint
 {
     char msg[256];
     uint64_t seg = 0, off = 0, token = 0;
+    if (len > ALLOC_MAX_LEN) { /* (max_object_size is validated below it: api/config.c) */
+        snprintf(msg, sizeof(msg),
+                 "owner %s refuses %" PRIu64 " bytes: an object is at most %" PRIu64 " bytes",
+                 c->cfg.name, len, (uint64_t)ALLOC_MAX_LEN);
+        cb(arg, KVMESH_ETOOBIG, msg, 0, 0, 0);
+        return;
+    }
     uint64_t largest = largest_open(c);
     if (len > largest) { /* eviction cannot help: no segment is that large */
         if (largest == 0 && c->n_segs > 0)

@@ -68,10 +68,12 @@ const char *slot_state_name(enum slot_state s);
 struct slot_core;
 typedef struct slot_core slot_core_t;
 
-/* One record per slot, one record of the core's pool (core/slab.h) per stored object (104
+/* One record per slot, one record of the core's pool (core/slab.h) per stored object (88
  * bytes for a 22-byte identity): the allocator's block record (store/alloc.h) comes first, so
  * that the slot is the record of its block (off and len overlay the record's words; the
- * allocator never writes its last word while the block is allocated, and core lives there), the
+ * allocator never writes its last word while the block is allocated, and the deadline / commit
+ * sequence lives there: a slot has neither before its bytes are allocated or after they are
+ * freed; the slot keeps no pointer to its core: the shell's callbacks carry their own), the
  * identity's canonical encoding follows the record inline and is all the slot keeps of it (its
  * length, the tenant, domain and key lengths are read from the encoding and the hash computed:
  * slot_ident makes the kvm_ident_t view), fields that are never live in the same state share
@@ -85,18 +87,19 @@ typedef struct slot {
     union {
         alloc_blk_t blk; /* the segment allocator's record of [off, off + len) */
         struct {
-            uint64_t off, len;   /* == blk.off, blk.len (read only) */
-            uintptr_t blk_w_[3]; /* the record's links */
-            slot_core_t *core;   /* the record's last word, unused while allocated */
+            uint32_t off_u;           /* == blk.off_u (read only; slot_off: bytes) */
+            uint32_t len;             /* == blk.len: bytes (read only) */
+            uintptr_t blk_w_[3];      /* the record's links */
+            union {                   /* the record's last word, unused while allocated */
+                uint64_t deadline_ns; /* RESERVED: TTL end; HELD: next lookup; RECLAIM: grace
+                                         end */
+                uint64_t seq;         /* COMMITTED: commit order (drain cursor) */
+            };
         };
     };
     /* the write grant the reservation answered; live while RESERVED / HELD, kept afterwards as
      * the slot's identity (slot_note_t); 0: adopted. Its own word: never shared */
     uint64_t token;
-    union {
-        uint64_t deadline_ns; /* RESERVED: TTL end; HELD: next lookup; RECLAIM: grace end */
-        uint64_t seq;         /* COMMITTED: commit order (drain cursor) */
-    };
     union { /* a slot is in one queue or in the clock ring, never both */
         struct {
             struct slot *qnext, *qprev; /* reserved, reclaim or eviction list */
@@ -115,6 +118,12 @@ typedef struct slot {
     bool bare : 1;       /* an allocator's free-block record (alloc_recs_t), never a slot */
     uint8_t ident_enc[]; /* the identity's canonical encoding (ident.h; not in a bare record) */
 } slot_t;
+
+/* The offset of s's bytes in its segment. */
+static inline uint64_t slot_off(const slot_t *s)
+{
+    return alloc_blk_off(&s->blk);
+}
 
 /* The identity of s as a view: enc points into the slot (valid while the slot lives; never
  * kvm_ident_free it; kvm_ident_copy it to keep it past that). The lengths are read from the

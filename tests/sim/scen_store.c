@@ -244,7 +244,7 @@ static int route_find(const sroute_t *r, const srep_t *rep)
 
 static srep_t rep_of(const sowner_t *o, const slot_t *s)
 {
-    return (srep_t){o->node, o->epoch, o->seg_id[s->segi], s->off, s->len};
+    return (srep_t){o->node, o->epoch, o->seg_id[s->segi], slot_off(s), s->len};
 }
 
 static void stamp(sowner_t *o, uint32_t segi, uint64_t off, uint64_t len, uint64_t v)
@@ -312,7 +312,7 @@ static void fx_freed(void *ctx, const slot_t *s)
                      " while reader %u (started before its release) reads it",
                      o->node, o->epoch, rep.seg, rep.off, i);
     uint32_t segi = s->segi;
-    stamp(o, segi, s->off, s->len, 0);
+    stamp(o, segi, slot_off(s), s->len, 0);
 }
 
 static void lookup_arrive(void *arg);

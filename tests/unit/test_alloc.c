@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -129,13 +130,55 @@ static void test_bad_args(void **state)
     alloc_free(a);
 }
 
+/* The 32-bit block record's limits (alloc.h): a segment is at most 256 GiB, a block at most
+ * ALLOC_MAX_LEN bytes; both ends work at their limit and are refused just past it with the
+ * message. (Only the bookkeeping is exercised: no segment memory exists.) */
+static void test_limits(void **state)
+{
+    (void)state;
+    alloc_t *a;
+    assert_int_equal(alloc_new(&a, ALLOC_MAX_SIZE + ALLOC_ALIGN), KVMESH_EINVAL);
+    assert_non_null(strstr(kvmesh_last_error(), "a segment is at most 256 GiB"));
+    assert_int_equal(alloc_new(&a, ALLOC_MAX_SIZE), 0);
+    uint64_t o1, o2, o3, len;
+    assert_int_equal(alloc_reserve(a, (uint64_t)ALLOC_MAX_LEN + 1, NULL, &o1), KVMESH_ETOOBIG);
+    assert_non_null(strstr(kvmesh_last_error(), "an object is at most 4 GiB - 1 byte"));
+    assert_int_equal(alloc_reserve_at(a, 0, (uint64_t)ALLOC_MAX_LEN + 1, NULL), KVMESH_ETOOBIG);
+    assert_false(alloc_can_fit(a, (uint64_t)ALLOC_MAX_LEN + 1));
+    assert_int_equal(alloc_reserve(a, ALLOC_MAX_LEN, NULL, &o1), 0);
+    assert_int_equal(alloc_reserve(a, ALLOC_MAX_LEN, NULL, &o2), 0);
+    /* the last unit of the segment: the largest offset a record holds */
+    uint64_t last = ALLOC_MAX_SIZE - ALLOC_ALIGN;
+    assert_int_equal(alloc_reserve_at(a, last, 1, (void *)3), 0);
+    void *u;
+    assert_int_equal(alloc_lookup(a, last, &u, &len), 0);
+    assert_ptr_equal(u, (void *)3);
+    assert_int_equal(len, 1);
+    assert_int_equal(alloc_lookup(a, o2, NULL, &len), 0);
+    assert_int_equal(len, ALLOC_MAX_LEN);
+    assert_int_equal(alloc_check(a), 0);
+    alloc_stats_t st;
+    alloc_stats(a, &st);
+    assert_int_equal(st.largest_free, last - 2 * ((uint64_t)ALLOC_MAX_LEN + 1));
+    assert_int_equal(alloc_reserve(a, 4096, NULL, &o3), 0);
+    assert_true(o3 > o2 && o3 < last);
+    assert_int_equal(alloc_release(a, o1), 0);
+    assert_int_equal(alloc_release(a, last), 0);
+    assert_int_equal(alloc_release(a, o2), 0);
+    assert_int_equal(alloc_release(a, o3), 0);
+    assert_int_equal(alloc_check(a), 0);
+    alloc_stats(a, &st); /* one free block of the whole 256 GiB: 2^32 units */
+    assert_int_equal(st.n_free, 1);
+    assert_int_equal(st.largest_free, ALLOC_MAX_SIZE);
+    alloc_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_basic),
-        cmocka_unit_test(test_full_and_enospc),
-        cmocka_unit_test(test_random_workload),
-        cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_basic),           cmocka_unit_test(test_full_and_enospc),
+        cmocka_unit_test(test_random_workload), cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,10 +44,11 @@ static void test_embedded_basic(void **state)
     assert_int_equal(alloc_reserve_rec(a, 1, &z->blk), 0);
     assert_int_equal(x->blk.len, 100);
     assert_int_equal(y->blk.len, 1000);
-    assert_true(x->blk.off % ALLOC_ALIGN == 0 && y->blk.off != x->blk.off);
+    assert_true(alloc_blk_off(&x->blk) % ALLOC_ALIGN == 0 &&
+                alloc_blk_off(&y->blk) != alloc_blk_off(&x->blk));
     void *u = NULL;
     uint64_t len = 0;
-    assert_int_equal(alloc_lookup(a, y->blk.off, &u, &len), 0);
+    assert_int_equal(alloc_lookup(a, alloc_blk_off(&y->blk), &u, &len), 0);
     assert_ptr_equal(u, &y->blk);
     assert_int_equal(len, 1000);
     assert_ptr_equal(x->blk.fprev, SPARE);
@@ -59,13 +60,13 @@ static void test_embedded_basic(void **state)
     assert_int_equal(st.requested, 1101);
     assert_int_equal(st.n_used, 3);
     /* y's record becomes the free block's (its neighbours are allocated) */
-    uint64_t yo = y->blk.off;
+    uint64_t yo = alloc_blk_off(&y->blk);
     assert_int_equal(alloc_release(a, yo), 0);
     assert_int_equal(alloc_release(a, yo), KVMESH_ENOENT);
     assert_int_equal(alloc_check(a), 0);
     /* x merges into y's free record, z merges with both */
-    assert_int_equal(alloc_release(a, x->blk.off), 0);
-    assert_int_equal(alloc_release(a, z->blk.off), 0);
+    assert_int_equal(alloc_release(a, alloc_blk_off(&x->blk)), 0);
+    assert_int_equal(alloc_release(a, alloc_blk_off(&z->blk)), 0);
     assert_int_equal(alloc_check(a), 0);
     alloc_stats(a, &st);
     assert_int_equal(st.n_free, 1);
@@ -129,7 +130,7 @@ static void test_mixed_workload(void **state)
                 rec[i] = obj_new((uint64_t)i);
                 rc = alloc_reserve_rec(a, len[i], &rec[i]->blk);
                 if (rc == 0) {
-                    off[i] = rec[i]->blk.off;
+                    off[i] = alloc_blk_off(&rec[i]->blk);
                 } else {
                     free(rec[i]);
                     rec[i] = NULL;
@@ -228,9 +229,9 @@ static void test_caller_records(void **state)
     assert_int_equal(src.made, 2);
     /* release every other block, then the rest: records merge and go back through rec_free */
     for (int i = 0; i < 8; i += 2)
-        assert_int_equal(alloc_release(a, o[i]->blk.off), 0);
+        assert_int_equal(alloc_release(a, alloc_blk_off(&o[i]->blk)), 0);
     for (int i = 1; i < 8; i += 2)
-        assert_int_equal(alloc_release(a, o[i]->blk.off), 0);
+        assert_int_equal(alloc_release(a, alloc_blk_off(&o[i]->blk)), 0);
     assert_int_equal(alloc_release(a, 512 * 1024), 0);
     assert_int_equal(alloc_check(a), 0);
     alloc_stats_t st;

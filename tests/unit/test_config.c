@@ -49,8 +49,12 @@ static const struct {
      "segment_size: \"12XB\" is not a size; allowed 1MiB..64GiB (a byte count with optional unit "
      "B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
     {"max_object_size", "1KiB",
-     "max_object_size: \"1KiB\" is out of range; allowed 4KiB..16GiB (a byte count with optional "
-     "unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+     "max_object_size: \"1KiB\" is out of range; allowed 4KiB..4294967295 (a byte count with "
+     "optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
+    /* an object is at most 4 GiB - 1 byte (the allocator's 32-bit block length) */
+    {"max_object_size", "4GiB",
+     "max_object_size: \"4GiB\" is out of range; allowed 4KiB..4294967295 (a byte count with "
+     "optional unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
     {"replicas", "0", "replicas: \"0\" is out of range; allowed 1..8"},
     {"route_mode", "wrh", "route_mode: \"wrh\" is not allowed; allowed embedded_wrh|metadata_only"},
     {"top_k", "33", "top_k: \"33\" is out of range; allowed 1..32"},
