@@ -7,7 +7,9 @@
  *           or send (tcp) to the first remote replica, else one pass before the transport
  *           sends) ->
  *           payload written by this thread: memcpy into a local segment (write grant checked
- *           by seg_check) or one transport batch of WRITEs into remote reserved ranges ->
+ *           by seg_check) or one transport batch of WRITEs into remote reserved ranges (none
+ *           for a replica whose owner took a small single put's value with the reservation:
+ *           put_inline.c) ->
  *           PUBLISH op (route CAS) for the items whose writes all succeeded, ABORT op for the
  *           others;
  *   get:    LOOKUP op (route + replica access, local first; a single small get over tcp may

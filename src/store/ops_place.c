@@ -358,15 +358,16 @@ static void rsv_send_one(struct reserve_ctx *c)
                                .length = it->len,
                                .ttl_ms = kvm_reserve_ttl_ms(op->rt),
                                .ident = it->ident};
-    /* a small single put's value goes with the reservation (put_inline.c) */
-    c->inl = p && kvm_put_inline_wants(op->rt, op, &c->owner, c->data_addr);
+    uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
+    c->budget_ms = left_ms;
+    /* a small single put's value goes with the reservation (put_inline.c; only before the
+     * deadline: the caller's buffer is read now, and the caller waits until deadline + slack) */
+    c->inl = p && left_ms && kvm_put_inline_wants(op->rt, op, &c->owner, c->data_addr);
     uint8_t *ibody = c->inl ? kvm_put_inline_body(op, it, &c->owner, req.ttl_ms, &len) : NULL;
     c->inl = ibody != NULL;
     int rc = c->inl ? 0
              : p    ? store_reserve_req_encode(&req, body, sizeof(body), &len)
                     : KVMESH_ECONN;
-    uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
-    c->budget_ms = left_ms;
     if (!rc && left_ms == 0)
         rc = KVMESH_ETIMEDOUT;
     if (!rc) {

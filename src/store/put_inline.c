@@ -68,8 +68,9 @@ static bool refused(const kvm_rt_t *rt, const kvm_runtime_t *owner)
 bool kvm_put_inline_wants(kvm_rt_t *rt, const kvm_op_t *op, const kvm_runtime_t *owner,
                           const char *data_addr)
 {
-    if (!op->winl.on || op->n != 1 || kvm_id128_equal(&owner->id, &rt->self.id))
-        return false;
+    if (!op->winl.on || op->n != 1 || atomic_load(&op->abandoned) ||
+        kvm_id128_equal(&owner->id, &rt->self.id))
+        return false; /* (an abandoned op's caller may have freed the value) */
     if (rt->cfg.transport == TP_AUTO && data_addr && kvm_inline_same_host(rt, data_addr))
         return false;
     return !refused(rt, owner);

@@ -32,7 +32,9 @@ void kvm_put_inline_prepare(kvm_rt_t *rt, kvm_op_t *place, const struct kvm_sg *
 
 /* Loop: whether the reservation of op's item on the remote owner (data_addr: its transport
  * address) carries the bytes: the op prepared them, the owner is not on this host under
- * transport auto (its writes go through shared memory), and it did not refuse the message. */
+ * transport auto (its writes go through shared memory), and it did not refuse the message.
+ * The caller asks only before op's deadline (its caller waits until deadline + slack, so the
+ * value is still there while the body is built in the same loop turn); never once abandoned. */
 bool kvm_put_inline_wants(kvm_rt_t *rt, const kvm_op_t *op, const kvm_runtime_t *owner,
                           const char *data_addr);
 
