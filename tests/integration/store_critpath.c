@@ -25,7 +25,10 @@
  * Inline writes (docs/store.md "Inline writes"): over tcp a single put of a value up to
  * inline_write_max (64 KiB default) from C sends it with the reservation to S: 2 round trips
  * (reserve, route CAS) and no transport WRITE; a larger value still takes 3; over shm the
- * reservation is plain and the payload a shared-memory copy. A race:
+ * reservation is plain and the payload a shared-memory copy. An owner that predates inline
+ * writes (S with its STORE_RPC_RESERVE_INLINE handler removed: the RPC layer answers
+ * KVMESH_ENOTSUP) still takes the put: the first one sends the plain reservation after the
+ * refusal and the payload by a transport WRITE, later ones the plain reservation at once. A race:
  * S overwrites and removes one key in a thread, and writes more filler bytes than it holds (so
  * it evicts), while C gets the key; every answer C returns is one whole written value (no torn
  * or mixed bytes) or absent.
@@ -43,6 +46,8 @@
 #include "env/clock.h"
 #include "kvmesh.h"
 #include "obs/metrics.h"
+#include "net/rpc.h"
+#include "store/proto.h"
 #include "store/store.h"
 
 #define CHECK(c)                                                                                   \
@@ -142,6 +147,8 @@ static int64_t tcp_reads(kvmesh_t *kv)
 }
 
 /* Transport WRITE operations the runtime issued over tcp (payload writes). */
+static atomic_bool inline_dropped; /* S's inline reservation handler is gone */
+
 static int64_t tcp_writes(kvmesh_t *kv)
 {
     int64_t v = 0;
@@ -257,6 +264,42 @@ static void check_put_size(kvmesh_t *C, const kvmesh_scope_t *sc, bool tcp, size
     }
     free(v);
     free(out);
+}
+
+/* On S's loop: S forgets the inline reservation message, as a build that predates it. */
+static void drop_inline_handler(void *arg)
+{
+    kvm_rt_t *rt = arg;
+    CHECK(rpc_register_handler(rt->ep, STORE_RPC_RESERVE_INLINE, NULL, NULL) == 0);
+    atomic_store(&inline_dropped, true);
+}
+
+/* Tcp: after S drops the handler, C's single small puts fall back to the plain reservation. */
+static void check_put_fallback(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
+{
+    kvm_rt_t *srt = kvmesh_runtime_of(S);
+    CHECK(env_post(srt->env, drop_inline_handler, srt) == 0);
+    uint64_t end = env_clock_mono_ms() + 10000;
+    while (!atomic_load(&inline_dropped)) {
+        CHECK(env_clock_mono_ms() < end);
+        usleep(1000);
+    }
+    static uint8_t v[VSIZE], out[VSIZE];
+    for (int round = 0; round < 2; round++) {
+        memset(v, 0x71 + round, sizeof(v));
+        int64_t w0 = tcp_writes(C);
+        struct cp a = snap(C, OBS_OP_PUT), d;
+        CHECK(kvmesh_put(C, sc, "old-owner", 9, v, sizeof(v), NULL) == 0);
+        d = delta(a, snap(C, OBS_OP_PUT));
+        show(round ? "put (old owner, known)" : "put (old owner, refused)", &d);
+        /* first: the refused inline reservation, then the plain one; then the plain one only */
+        CHECK(d.rt[OBS_CPSTAGE_RESERVE] == (round ? 1 : 2));
+        CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 1 && tcp_writes(C) - w0 >= 1);
+        CHECK(d.copies[OBS_TRANSPORT_TCP] == 2 && d.checksums == 1);
+        size_t got = 0;
+        CHECK(kvmesh_get_into(C, sc, "old-owner", 9, out, sizeof(out), &got) == 0);
+        CHECK(got == VSIZE && memcmp(out, v, VSIZE) == 0);
+    }
 }
 
 static void check_race(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
@@ -531,6 +574,8 @@ int main(int argc, char **argv)
     /* inline_write_max (same default): at the bound with the reservation, above it a WRITE */
     check_put_size(C, &sc, tcp, INLINE_DEFAULT, true);
     check_put_size(C, &sc, tcp, INLINE_DEFAULT + 1, false);
+    if (tcp) /* (last of the puts: S stays without the handler) */
+        check_put_fallback(S, C, &sc);
 
     /* ---- a get racing overwrites and removes of its key ---- */
     check_race(S, C, &sc);
