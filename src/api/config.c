@@ -27,6 +27,7 @@
 #include "core/limits.h"
 #include "core/util.h"
 #include "route/route.h"
+#include "store/proto.h"
 
 #define MSZ(m) sizeof(((struct kvmesh_config *)0)->m)
 #define OFF(m) offsetof(struct kvmesh_config, m)
@@ -134,6 +135,10 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "trip instead of two) when the answering route authority owns a committed replica; "
            "the same bound caps what this runtime's authorities send; 0 = off (docs/store.md "
            "\"Inline reads\")."),
+    F_SIZE(inline_write_max, "64KiB", 0, STORE_INLINE_WRITE_MAX,
+           "Largest value a single put over tcp sends with its reservation to a remote owner "
+           "(two round trips instead of three: no transport write); not to an owner on this host "
+           "under transport auto, nor under shm; 0 = off (docs/store.md \"Inline writes\")."),
     F_DBL(weight, "1.0", 0.001, 1000000.0,
           "WRH placement weight of this runtime relative to the others."),
     F_UINT(lease_ttl_ms, "2000", 100, 600000,
@@ -1242,6 +1247,7 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->route_mode = (enum route_mode)cfg->route_mode;
     out->verify_reads = (enum kvm_verify_reads)cfg->verify_reads;
     out->inline_read_max = (uint32_t)cfg->inline_read_max;
+    out->inline_write_max = (uint32_t)cfg->inline_write_max;
     out->top_k = cfg->top_k;
     out->shards = cfg->shards;
     out->transport = cfg->transport == KVM_TRANSPORT_TCP   ? TP_TCP

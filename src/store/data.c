@@ -7,7 +7,9 @@
  *           or send (tcp) to the first remote replica, else one pass before the transport
  *           sends) ->
  *           payload written by this thread: memcpy into a local segment (write grant checked
- *           by seg_check) or one transport batch of WRITEs into remote reserved ranges ->
+ *           by seg_check) or one transport batch of WRITEs into remote reserved ranges (none
+ *           for a replica whose owner took a small single put's value with the reservation:
+ *           put_inline.c) ->
  *           PUBLISH op (route CAS) for the items whose writes all succeeded, ABORT op for the
  *           others;
  *   get:    LOOKUP op (route + replica access, local first; a single small get over tcp may
@@ -41,6 +43,7 @@
 #include "store/drain_core.h"
 #include "store/fair.h"
 #include "store/get_inline.h"
+#include "store/put_inline.h"
 #include "store/repair_plan.h"
 
 #define DATA_CHUNK     16  /* items per transport round with temporary registrations */
@@ -398,6 +401,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
     /* Any reservation of the call is made after this instant, so its write grant expires no
      * earlier than from_ns + the reservation ttl (same host for shm: one CLOCK_MONOTONIC). */
     const uint64_t reserved_from_ns = env_clock_mono_ns();
+    kvm_put_inline_prepare(rt, place, sgs, n); /* a small single put's value rides along */
     if ((rc = kvm_op_run(place)) != 0)
         goto out;
 
@@ -426,15 +430,19 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
              * most one replica is local), else with the first remote replica's transfer when the
              * transport folds it as it moves the bytes (tp_segment_sums: shm, tcp), else one
              * pass right before the transport reads the same bytes. */
-            bool summed = false;
+            bool pre = place->winl.on; /* summed before the reservations (put_inline.c) */
+            bool summed = pre;
             for (uint32_t r = 0; r < it->n_res; r++)
                 summed = summed || it->res[r].local;
-            KVM_CP_COUNT(place, op_checksum_passes_total, OBS_NONE, 1);
+            if (!pre)
+                KVM_CP_COUNT(place, op_checksum_passes_total, OBS_NONE, 1);
             for (uint32_t r = 0; r < it->n_res && !it->rc; r++) {
                 struct kvm_res *res = &it->res[r];
+                if (res->written) /* the owner took the bytes with the reservation */
+                    continue;
                 if (res->local) {
                     it->rc = local_copy(rt, SEG_WRITE, res->seg, res->offset, it->len, res->token,
-                                        sgs[i].iov, sgs[i].iovcnt, &it->checksum);
+                                        sgs[i].iov, sgs[i].iovcnt, pre ? NULL : &it->checksum);
                     KVM_CP_COUNT(place, op_payload_copies_total, OBS_TRANSPORT_LOCAL, 1);
                     d_local++;
                     continue;

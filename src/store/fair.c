@@ -79,7 +79,7 @@ uint64_t kvm_fair_item_bytes(const struct kvm_item *it)
         return 0;
     uint64_t remote = 0;
     for (uint32_t r = 0; r < it->n_res; r++)
-        remote += !it->res[r].local;
+        remote += !it->res[r].local && !it->res[r].written; /* (written: put_inline.c) */
     return it->len * remote;
 }
 

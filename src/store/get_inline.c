@@ -53,19 +53,22 @@ static const char *addr_host(const char *addr, size_t *len)
     return h;
 }
 
-/* Transport auto: whether every other storage member is on this host (reads use shm). */
-static bool all_same_host(kvm_rt_t *rt)
+bool kvm_inline_same_host(kvm_rt_t *rt, const char *data_addr)
 {
     size_t sl = 0, ml = 0;
     const char *self = addr_host(tp_engine_address(rt->tp), &sl);
-    if (!self)
-        return false;
+    const char *h = addr_host(data_addr, &ml);
+    return self && h && ml == sl && memcmp(h, self, sl) == 0;
+}
+
+/* Transport auto: whether every other storage member is on this host (reads use shm). */
+static bool all_same_host(kvm_rt_t *rt)
+{
     for (size_t i = 0; i < rt->n_members; i++) {
         const struct kvm_member *m = &rt->members[i];
         if (kvm_id128_equal(&m->rt.id, &rt->self.id) || !m->data_addr || !m->data_addr[0])
             continue;
-        const char *h = addr_host(m->data_addr, &ml);
-        if (!h || ml != sl || memcmp(h, self, sl) != 0)
+        if (!kvm_inline_same_host(rt, m->data_addr))
             return false;
     }
     return true;

@@ -37,6 +37,10 @@ route_inline_t *kvm_get_inline_sink(kvm_op_t *op, enum kvm_item_state state);
  * the replica rounds (a transport read). Returns whether the item was served. */
 bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
 
+/* Whether the transport address data_addr ("kvt1;host=H;...") names this runtime's host (the
+ * transport auto picks shared memory there). False when either has no host part. [any] */
+bool kvm_inline_same_host(kvm_rt_t *rt, const char *data_addr);
+
 /* The inline source the store gives the route service at init (route.h route_inline_src_t);
  * ctx = rt. */
 route_inline_src_t kvm_get_inline_source(kvm_rt_t *rt);

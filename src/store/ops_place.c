@@ -18,6 +18,7 @@
 #include "store/place.h"
 #include "store/place_wait.h"
 #include "store/proto.h"
+#include "store/put_inline.h"
 #include "store/quota.h"
 #include "store/store.h"
 
@@ -94,6 +95,7 @@ struct reserve_ctx {
     struct obs_span *sp; /* control.reserve (allocated when traced; NULL when untraced) */
     uint32_t budget_ms;  /* the RPC's timeout: what the call had left */
     rpc_peer *peer;      /* queued for a batched reservation (rsv_flush) */
+    bool inl;            /* sent as an inline reservation with the payload (put_inline.c) */
     struct reserve_ctx *next;
 };
 
@@ -144,6 +146,7 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
         for (uint32_t i = 0; i < n_segs; i++)
             if (segs[i].id == seg)
                 r->seg_read_token = segs[i].read_token;
+        kvm_put_inline_reserved(op, r, c->inl);
         kvm_place_count(rt, op, it, &c->owner.id);
     } else {
         item_exclude(it, &c->owner.id);
@@ -287,6 +290,11 @@ static void rpc_reserved(rpc_call_t *call, struct rpc_result *res, void *arg)
         rc = KVMESH_EPROTO;
     char err[300];
     struct reserve_ctx *c = arg;
+    if (c->inl && rc == KVMESH_ENOTSUP) { /* an owner that predates inline reservations */
+        kvm_put_inline_refused(c->op->rt, &c->owner);
+        rsv_send_one(c); /* the plain reservation; the payload goes by the transport */
+        return;
+    }
     snprintf(err, sizeof(err), "reservation on %s failed: %s%s%s",
              kvm_member_find(c->op->rt, &c->owner.id)
                  ? kvm_member_find(c->op->rt, &c->owner.id)->idhex
@@ -350,16 +358,23 @@ static void rsv_send_one(struct reserve_ctx *c)
                                .length = it->len,
                                .ttl_ms = kvm_reserve_ttl_ms(op->rt),
                                .ident = it->ident};
-    int rc = p ? store_reserve_req_encode(&req, body, sizeof(body), &len) : KVMESH_ECONN;
     uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
     c->budget_ms = left_ms;
+    /* a small single put's value goes with the reservation (put_inline.c; only before the
+     * deadline: the caller's buffer is read now, and the caller waits until deadline + slack) */
+    c->inl = p && left_ms && kvm_put_inline_wants(op->rt, op, &c->owner, c->data_addr);
+    uint8_t *ibody = c->inl ? kvm_put_inline_body(op, it, &c->owner, req.ttl_ms, &len) : NULL;
+    c->inl = ibody != NULL;
+    int rc = c->inl ? 0
+             : p    ? store_reserve_req_encode(&req, body, sizeof(body), &len)
+                    : KVMESH_ECONN;
     if (!rc && left_ms == 0)
         rc = KVMESH_ETIMEDOUT;
     if (!rc) {
         struct frame_trace ft;
         kvm_span_wire(c->sp, &ft);
-        struct rpc_msg msg = {.type = STORE_RPC_RESERVE,
-                              .body = body,
+        struct rpc_msg msg = {.type = c->inl ? STORE_RPC_RESERVE_INLINE : STORE_RPC_RESERVE,
+                              .body = c->inl ? ibody : body,
                               .body_len = len,
                               .timeout_ms = left_ms, /* only what the call has left */
                               .trace = c->sp ? &ft : NULL};
@@ -367,6 +382,7 @@ static void rsv_send_one(struct reserve_ctx *c)
         if (!rc)
             KVM_CP_COUNT(op, op_round_trips_total, OBS_CPSTAGE_RESERVE, 1);
     }
+    free(ibody);
     if (rc)
         reserved(c, rc, "cannot send the reservation", 0, 0, 0);
 }

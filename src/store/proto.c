@@ -5,6 +5,7 @@
  */
 #include "store/proto.h"
 
+#include <inttypes.h>
 #include <string.h>
 
 #include "core/bytes.h"
@@ -72,6 +73,50 @@ int store_reserve_req_decode(const uint8_t *buf, size_t len, store_reserve_req_t
         return kvm_errf(KVMESH_EPROTO, "reserve of 0 bytes");
     if (kvm_ident_from_canonical(&out->ident, enc, il) != 0)
         return kvm_errf(KVMESH_EPROTO, "reserve message carries a malformed identity");
+    return 0;
+}
+
+int store_reserve_inline_head_encode(const store_reserve_inline_req_t *m, uint8_t *buf, size_t cap,
+                                     size_t *len)
+{
+    if (m->r.length == 0 || m->r.length > STORE_INLINE_WRITE_MAX)
+        return kvm_errf(KVMESH_EINVAL, "inline reservation of %" PRIu64 " bytes (1..%u)",
+                        m->r.length, STORE_INLINE_WRITE_MAX);
+    kvm_wr_t w;
+    wstart(&w, buf, cap, true);
+    kvm_wr_u64le(&w, m->r.target_epoch);
+    kvm_wr_u64le(&w, m->r.length);
+    kvm_wr_u32le(&w, m->r.ttl_ms);
+    kvm_wr_lp16le(&w, m->r.ident.enc, m->r.ident.enc_len);
+    kvm_wr_u64le(&w, m->checksum);
+    return wdone(&w, len);
+}
+
+int store_reserve_inline_req_decode(const uint8_t *buf, size_t len, store_reserve_inline_req_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    kvm_rd_t r;
+    int rc = rstart(&r, buf, len, true);
+    if (rc)
+        return rc;
+    out->r.target_epoch = kvm_rd_u64le(&r);
+    out->r.length = kvm_rd_u64le(&r);
+    out->r.ttl_ms = kvm_rd_u32le(&r);
+    uint16_t il = 0;
+    const uint8_t *enc = kvm_rd_lp16le(&r, &il);
+    out->checksum = kvm_rd_u64le(&r);
+    if (!kvm_rd_ok(&r))
+        return kvm_errf(KVMESH_EPROTO, "malformed inline reserve message (%zu bytes)", len);
+    if (out->r.length == 0 || out->r.length > STORE_INLINE_WRITE_MAX)
+        return kvm_errf(KVMESH_EPROTO, "inline reserve of %" PRIu64 " bytes (1..%u)", out->r.length,
+                        STORE_INLINE_WRITE_MAX);
+    if (kvm_rd_remaining(&r) != out->r.length)
+        return kvm_errf(KVMESH_EPROTO,
+                        "inline reserve of %" PRIu64 " bytes carries %zu payload bytes",
+                        out->r.length, kvm_rd_remaining(&r));
+    out->payload = kvm_rd_bytes(&r, (size_t)out->r.length);
+    if (kvm_ident_from_canonical(&out->r.ident, enc, il) != 0)
+        return kvm_errf(KVMESH_EPROTO, "inline reserve message carries a malformed identity");
     return 0;
 }
 

@@ -7,6 +7,13 @@
  *
  *   STORE_RPC_RESERVE  request   ver | target epoch u64 | length u64 | ttl_ms u32 | ident
  *                      response  seg u64 | offset u64 | write token u64
+ *   STORE_RPC_RESERVE_INLINE (a small single put's reservation with its payload: put_inline.c)
+ *                      request   ver | target epoch u64 | length u64 | ttl_ms u32 | ident |
+ *                                checksum u64 | payload (exactly length bytes, <=
+ *                                STORE_INLINE_WRITE_MAX); response as STORE_RPC_RESERVE's, sent
+ *                                only once the bytes are in the slot and match the checksum. An
+ *                                older peer answers KVMESH_ENOTSUP (no handler): the requester
+ *                                falls back to STORE_RPC_RESERVE + a transport WRITE.
  *   STORE_RPC_RESERVE_BATCH
  *                      request   ver | target epoch u64 | ttl_ms u32 | n u16 |
  *                                n * (length u64 | ident)            (1 <= n <=
@@ -38,7 +45,8 @@
  *   STORE_RPC_ENV      notify    env message type u32 | bytes (route protocol, env_send)
  *                                (the only body without a version byte)
  *
- * Payload bytes never travel in these messages: the transports move them.
+ * Payload bytes travel in these messages only in STORE_RPC_RESERVE_INLINE (at most
+ * STORE_INLINE_WRITE_MAX bytes); otherwise the transports move them.
  */
 #ifndef KVMESH_STORE_PROTO_H
 #define KVMESH_STORE_PROTO_H
@@ -64,8 +72,10 @@
 #define STORE_RPC_COLD_READ_BATCH 0x208 /* request/response: see above (cold_serve.c) */
 #define STORE_COLD_BATCH_VERSION  1     /* body version of COLD_READ_BATCH */
 #define STORE_COLD_BATCH_MAX      64    /* items per batched cold read (a sub-batch) */
-#define STORE_RESERVE_BATCH_MAX   128   /* items per batched reservation */
-#define STORE_HIT_MAX             512   /* slots per hit report */
+#define STORE_RPC_RESERVE_INLINE  0x209 /* request/response: see above (put_inline.c) */
+#define STORE_INLINE_WRITE_MAX    (256u * 1024) /* payload bytes of one RESERVE_INLINE */
+#define STORE_RESERVE_BATCH_MAX   128           /* items per batched reservation */
+#define STORE_HIT_MAX             512           /* slots per hit report */
 #define STORE_PROTO_MAX           (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
 
 typedef struct store_reserve_req {
@@ -74,6 +84,17 @@ typedef struct store_reserve_req {
     uint32_t ttl_ms;
     kvm_ident_t ident; /* decode: owned (kvm_ident_free); encode: borrowed */
 } store_reserve_req_t;
+
+/* STORE_RPC_RESERVE_INLINE request: the reservation's fields, the checksum of the payload
+ * (XXH3-64, KVM_HASH_SEED_CHECKSUM) and the payload (length bytes). */
+typedef struct store_reserve_inline_req {
+    store_reserve_req_t r; /* r.ident: decode owned (kvm_ident_free); encode borrowed */
+    uint64_t checksum;
+    const uint8_t *payload; /* decode: points into the body (borrowed); encode: unused */
+} store_reserve_inline_req_t;
+
+/* Bytes of a RESERVE_INLINE request before its payload. */
+#define STORE_RESERVE_INLINE_HEAD_MAX (40 + KVM_IDENT_ENC_MAX_LEN)
 
 typedef struct store_reserve_resp {
     uint64_t seg, offset, token;
@@ -123,6 +144,15 @@ int store_reserve_req_encode(const store_reserve_req_t *m, uint8_t *buf, size_t 
 int store_reserve_req_decode(const uint8_t *buf, size_t len, store_reserve_req_t *out);
 int store_reserve_resp_encode(const store_reserve_resp_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_reserve_resp_decode(const uint8_t *buf, size_t len, store_reserve_resp_t *out);
+/* Encodes the request's fields up to the payload into buf (the caller appends exactly
+ * m->r.length payload bytes right after *len). KVMESH_EINVAL for a length of 0 or above
+ * STORE_INLINE_WRITE_MAX. */
+int store_reserve_inline_head_encode(const store_reserve_inline_req_t *m, uint8_t *buf, size_t cap,
+                                     size_t *len);
+/* Decodes a whole request: the payload must be exactly r.length (1..STORE_INLINE_WRITE_MAX)
+ * bytes; out->payload points into buf. On success out->r.ident is owned (kvm_ident_free). */
+int store_reserve_inline_req_decode(const uint8_t *buf, size_t len,
+                                    store_reserve_inline_req_t *out);
 int store_reserve_batch_req_encode(const store_reserve_batch_req_t *m, uint8_t *buf, size_t cap,
                                    size_t *len);
 /* On success out owns its identities: store_reserve_batch_req_free. */

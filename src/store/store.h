@@ -136,6 +136,7 @@ struct kvm_res {
     uint64_t seg, offset, token; /* token: the write grant */
     uint64_t seg_read_token;     /* to open the segment */
     const char *data_addr;       /* interned */
+    bool written; /* the owner took the payload with the reservation (put_inline.c) */
 };
 
 /* Where and how to read one replica (filled by lookup). */
@@ -279,6 +280,14 @@ typedef struct kvm_op {
      * inl.buf (allocated by the route service when bytes come) is the op's, freed by
      * kvm_op_unref; written by the loop before the item completes, read by the app thread after */
     route_inline_t inl;
+    /* single small put (put_inline.c): the caller's value, which the reservations to remote tcp
+     * owners carry; set by the app thread before kvm_op_run (items[0].checksum then holds the
+     * value's checksum), read by the loop while the op runs (the caller waits) */
+    struct {
+        const struct iovec *iov;
+        int iovcnt;
+        bool on;
+    } winl;
 } kvm_op_t;
 
 /* Counts v events of counter family `fam` (label 2: i2) for the API operation op serves. */
@@ -325,6 +334,8 @@ struct kvm_reg_buf {
     size_t len;
 };
 
+#define STORE_WINL_REFUSED_MAX 8
+
 typedef struct kvm_rt {
     /* [any] immutable after open */
     struct kvm_store_config cfg;
@@ -358,6 +369,10 @@ typedef struct kvm_rt {
     struct kvm_waitq wq_room, wq_reg, wq_slots;
     /* [loop] puts waiting for a membership refresh to place their replicas (ops_place.c) */
     struct place_wait *place_waiters;
+    /* [loop] owners (id and epoch) that refused an inline reservation (put_inline.c): older
+     * peers, sent plain reservations from then on; a ring of the last STORE_WINL_REFUSED_MAX */
+    kvm_runtime_t winl_refused[STORE_WINL_REFUSED_MAX];
+    uint32_t n_winl_refused;
     atomic_uint_fast64_t op_seq; /* content op sequence */
     /* [loop] */
     meta_t *meta;

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_store_proto.c — libFuzzer target for the store's peer message decoders (src/store/
- * proto.c), the batched cold read (cases 6, 7) and both COMMIT / RELEASE body versions (case 2)
- * included. The first input byte selects the decoder; an accepted message is re-encoded and must
- * decode to the same fields (round trip), so decoders never accept what encoders cannot
- * produce.
+ * proto.c), the batched cold read (cases 6, 7), both COMMIT / RELEASE body versions (case 2) and
+ * the inline reservation with its payload (case 8) included. The first input byte selects the
+ * decoder; an accepted message is re-encoded and must decode to the same fields (round trip), so
+ * decoders never accept what encoders cannot produce.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++, size--;
     static uint8_t buf[STORE_PROTO_MAX];
     size_t len = 0;
-    switch (sel % 8) {
+    switch (sel % 9) {
     case 0: {
         store_reserve_req_t m, m2;
         if (store_reserve_req_decode(data, size, &m) != 0)
@@ -114,6 +114,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         KVM_ASSERT(store_cold_batch_resp_encode(&m, rb, sizeof(rb), &len) == 0);
         KVM_ASSERT(store_cold_batch_resp_decode(rb, len, &m2) == 0 && m.n == m2.n &&
                    memcmp(m.r, m2.r, m.n * sizeof(m.r[0])) == 0);
+        break;
+    }
+    case 8: {
+        store_reserve_inline_req_t m, m2;
+        static uint8_t big[STORE_RESERVE_INLINE_HEAD_MAX + STORE_INLINE_WRITE_MAX];
+        if (store_reserve_inline_req_decode(data, size, &m) != 0)
+            return 0;
+        KVM_ASSERT(m.payload && m.r.length > 0 && m.r.length <= STORE_INLINE_WRITE_MAX);
+        KVM_ASSERT(store_reserve_inline_head_encode(&m, big, STORE_RESERVE_INLINE_HEAD_MAX, &len) ==
+                   0);
+        memcpy(big + len, m.payload, (size_t)m.r.length);
+        KVM_ASSERT(store_reserve_inline_req_decode(big, len + m.r.length, &m2) == 0);
+        KVM_ASSERT(m.r.length == m2.r.length && m.r.ttl_ms == m2.r.ttl_ms &&
+                   m.r.target_epoch == m2.r.target_epoch && m.checksum == m2.checksum &&
+                   kvm_ident_equal(&m.r.ident, &m2.r.ident) &&
+                   memcmp(m.payload, m2.payload, (size_t)m.r.length) == 0);
+        kvm_ident_free(&m.r.ident);
+        kvm_ident_free(&m2.r.ident);
         break;
     }
     }

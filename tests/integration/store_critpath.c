@@ -21,7 +21,14 @@
  * inline_read_max (64 KiB default) takes its payload from the lookup's answer, since S is both
  * the authority and the owner: 1 round trip and no transport READ (counted by C's
  * kvmesh_transport_operations_total); a larger value still takes 2; a value exactly at the
- * bound 1. Over shm no inline bytes are asked for (the reads are shared-memory copies). A race:
+ * bound 1. Over shm no inline bytes are asked for (the reads are shared-memory copies).
+ * Inline writes (docs/store.md "Inline writes"): over tcp a single put of a value up to
+ * inline_write_max (64 KiB default) from C sends it with the reservation to S: 2 round trips
+ * (reserve, route CAS) and no transport WRITE; a larger value still takes 3; over shm the
+ * reservation is plain and the payload a shared-memory copy. An owner that predates inline
+ * writes (S with its STORE_RPC_RESERVE_INLINE handler removed: the RPC layer answers
+ * KVMESH_ENOTSUP) still takes the put: the first one sends the plain reservation after the
+ * refusal and the payload by a transport WRITE, later ones the plain reservation at once. A race:
  * S overwrites and removes one key in a thread, and writes more filler bytes than it holds (so
  * it evicts), while C gets the key; every answer C returns is one whole written value (no torn
  * or mixed bytes) or absent.
@@ -39,6 +46,8 @@
 #include "env/clock.h"
 #include "kvmesh.h"
 #include "obs/metrics.h"
+#include "net/rpc.h"
+#include "store/proto.h"
 #include "store/store.h"
 
 #define CHECK(c)                                                                                   \
@@ -64,6 +73,7 @@
 #define BOUND_GET_INLINE 1 /* tcp, value <= inline_read_max, the authority owns the replica */
 #define BOUND_GET_LOCAL  1 /* goal <= 1 co-located */
 #define BOUND_PUT        3 /* goal <= 3: reserve + payload + CAS (no lookup: route hint) */
+#define BOUND_PUT_INLINE 2 /* tcp, value <= inline_write_max: reserve with the bytes + CAS */
 #define BOUND_BATCH_PUT  4 /* goal <= 4: 1 reserve, 1 payload, 1 route CAS batch */
 #define BOUND_BATCH_GET  4 /* goal <= 4: 1 route lookup batch, 1 payload */
 #define BOUND_REMOVE     2
@@ -136,6 +146,17 @@ static int64_t tcp_reads(kvmesh_t *kv)
     return v;
 }
 
+/* Transport WRITE operations the runtime issued over tcp (payload writes). */
+static atomic_bool inline_dropped; /* S's inline reservation handler is gone */
+
+static int64_t tcp_writes(kvmesh_t *kv)
+{
+    int64_t v = 0;
+    CHECK(obs_metrics_read(kvmesh_runtime_of(kv)->metrics, "transport_operations_total",
+                           OBS_TRANSPORT_TCP, OBS_XOP_WRITE, &v) == 0);
+    return v;
+}
+
 /* The race: S rewrites key "race" (a whole value of one fill byte per write), now and then
  * removes it, and writes new filler keys of FILL_SIZE bytes, until C is done reading and
  * FILL_KEYS fillers (more than S's 64 MiB) went in: S must evict (slots leave COMMITTED while
@@ -202,6 +223,83 @@ static void check_get_size(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc, b
     CHECK(d.checksums == 1);
     free(v);
     free(out);
+}
+
+/* A single put of a value of `size` bytes from C (a new key, then an overwrite), read back:
+ * over tcp 2 round trips and no transport WRITE when inl, else 3 (a WRITE); over shm the payload
+ * a shared-memory copy either way. */
+static void check_put_size(kvmesh_t *C, const kvmesh_scope_t *sc, bool tcp, size_t size, bool inl)
+{
+    uint8_t *v = malloc(size), *out = malloc(size);
+    CHECK(v && out);
+    char key[32];
+    snprintf(key, sizeof(key), "put-sized-%zu", size);
+    for (int round = 0; round < 2; round++) {
+        memset(v, 0x3c + round, size);
+        v[size - 1] = (uint8_t)(0xc3 + round);
+        int64_t w0 = tcp_writes(C);
+        struct cp a = snap(C, OBS_OP_PUT), d;
+        CHECK(kvmesh_put(C, sc, key, strlen(key), v, size, NULL) == 0);
+        d = delta(a, snap(C, OBS_OP_PUT));
+        int64_t writes = tcp_writes(C) - w0;
+        char what[64];
+        snprintf(what, sizeof(what), "put %zu B (%s the bound)", size, inl ? "at" : "above");
+        show(what, &d);
+        CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1 && d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
+        CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1);
+        CHECK(d.checksums == 1);
+        if (tcp && inl) {
+            CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0 && writes == 0);
+            CHECK(d.copies[OBS_TRANSPORT_TCP] == 2);
+            CHECK(round == 0 || total(&d) == BOUND_PUT_INLINE); /* (a new key's CAS may retry) */
+        } else if (tcp) {
+            CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 1 && writes >= 1);
+            CHECK(round == 0 || total(&d) == BOUND_PUT);
+        } else {
+            CHECK(writes == 0 && d.copies[OBS_TRANSPORT_SHM] == 1);
+        }
+        size_t got = 0;
+        CHECK(kvmesh_get_into(C, sc, key, strlen(key), out, size, &got) == 0);
+        CHECK(got == size && memcmp(out, v, size) == 0);
+    }
+    free(v);
+    free(out);
+}
+
+/* On S's loop: S forgets the inline reservation message, as a build that predates it. */
+static void drop_inline_handler(void *arg)
+{
+    kvm_rt_t *rt = arg;
+    CHECK(rpc_register_handler(rt->ep, STORE_RPC_RESERVE_INLINE, NULL, NULL) == 0);
+    atomic_store(&inline_dropped, true);
+}
+
+/* Tcp: after S drops the handler, C's single small puts fall back to the plain reservation. */
+static void check_put_fallback(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
+{
+    kvm_rt_t *srt = kvmesh_runtime_of(S);
+    CHECK(env_post(srt->env, drop_inline_handler, srt) == 0);
+    uint64_t end = env_clock_mono_ms() + 10000;
+    while (!atomic_load(&inline_dropped)) {
+        CHECK(env_clock_mono_ms() < end);
+        usleep(1000);
+    }
+    static uint8_t v[VSIZE], out[VSIZE];
+    for (int round = 0; round < 2; round++) {
+        memset(v, 0x71 + round, sizeof(v));
+        int64_t w0 = tcp_writes(C);
+        struct cp a = snap(C, OBS_OP_PUT), d;
+        CHECK(kvmesh_put(C, sc, "old-owner", 9, v, sizeof(v), NULL) == 0);
+        d = delta(a, snap(C, OBS_OP_PUT));
+        show(round ? "put (old owner, known)" : "put (old owner, refused)", &d);
+        /* first: the refused inline reservation, then the plain one; then the plain one only */
+        CHECK(d.rt[OBS_CPSTAGE_RESERVE] == (round ? 1 : 2));
+        CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 1 && tcp_writes(C) - w0 >= 1);
+        CHECK(d.copies[OBS_TRANSPORT_TCP] == 2 && d.checksums == 1);
+        size_t got = 0;
+        CHECK(kvmesh_get_into(C, sc, "old-owner", 9, out, sizeof(out), &got) == 0);
+        CHECK(got == VSIZE && memcmp(out, v, VSIZE) == 0);
+    }
 }
 
 static void check_race(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
@@ -301,16 +399,19 @@ int main(int argc, char **argv)
     }
     struct cp a, d;
 
-    /* ---- single put, new key, from the client: every stage remote ---- */
+    /* ---- single put, new key, from the client: every stage remote; over tcp the 4 KiB value
+     * goes with the reservation (no transport WRITE) ---- */
+    int64_t writes0 = tcp_writes(C);
     a = snap(C, OBS_OP_PUT);
     CHECK(kvmesh_put(C, &sc, "one", 3, vals[0], VSIZE, NULL) == 0);
     d = delta(a, snap(C, OBS_OP_PUT));
     show("put (new key, remote)", &d);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
     CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);
-    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == (tcp ? 1 : 0));
+    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0); /* tcp: inline; shm: a shared-memory copy */
+    CHECK(tcp_writes(C) == writes0);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1);
-    CHECK(total(&d) <= BOUND_PUT);
+    CHECK(total(&d) <= (tcp ? BOUND_PUT_INLINE + 1 : BOUND_PUT)); /* (a new key's CAS may retry) */
     CHECK(d.handoffs == 2);
     CHECK(d.copies[xt] == per_copy && d.copies[OBS_TRANSPORT_LOCAL] == 0);
     CHECK(d.checksums == 1);
@@ -322,9 +423,10 @@ int main(int argc, char **argv)
     show("put (overwrite, remote)", &d);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
     CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);
-    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == (tcp ? 1 : 0));
+    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0);
+    CHECK(tcp_writes(C) == writes0); /* tcp: still no transport WRITE */
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1);
-    CHECK(total(&d) <= BOUND_PUT);
+    CHECK(total(&d) <= (tcp ? BOUND_PUT_INLINE : BOUND_PUT));
     CHECK(d.handoffs == 2);
     CHECK(d.copies[xt] == per_copy);
     CHECK(d.checksums == 1);
@@ -469,6 +571,11 @@ int main(int argc, char **argv)
     check_get_size(S, C, &sc, tcp, INLINE_DEFAULT, true);
     check_get_size(S, C, &sc, tcp, INLINE_DEFAULT + 1, false);
     check_get_size(S, C, &sc, tcp, 3 * INLINE_DEFAULT / 2, false);
+    /* inline_write_max (same default): at the bound with the reservation, above it a WRITE */
+    check_put_size(C, &sc, tcp, INLINE_DEFAULT, true);
+    check_put_size(C, &sc, tcp, INLINE_DEFAULT + 1, false);
+    if (tcp) /* (last of the puts: S stays without the handler) */
+        check_put_fallback(S, C, &sc);
 
     /* ---- a get racing overwrites and removes of its key ---- */
     check_race(S, C, &sc);
