@@ -9,8 +9,9 @@
  * the hint was the current route (versions are unique per key: equal versions with different
  * values are a protocol conflict), so its replicas may be released as obsolete.
  *
- * Bounded: STORE_HINTS entries, STORE_HINT_WAYS-way set-associative by the key's hash (a new key
- * replaces the least recently used entry of its set); routes with more than STORE_HINT_REPLICAS
+ * Bounded: STORE_HINTS entries in sets of STORE_HINT_WAYS ways; a key has two candidate sets (by
+ * the low and the high bits of its hash) and a new key takes an empty way of the emptier one,
+ * else replaces the least recently used entry of the two; routes with more than STORE_HINT_REPLICAS
  * replicas, and routes with a materialized cold copy, are not kept. Allocated on first use (about
  * 220 bytes per entry), freed by kvm_hint_fini at close.
  */
@@ -39,8 +40,24 @@ struct kvm_hints {
 KVM_STATIC_ASSERT((STORE_HINTS & (STORE_HINTS - 1)) == 0 && STORE_HINTS % STORE_HINT_WAYS == 0,
                   "STORE_HINTS: a power of two, whole sets");
 
+/* The two candidate sets of a hash: one from its low bits, one from its high bits (two-choice
+ * hashing: a key may live in either, so a set that draws more keys than it has ways spills into
+ * the key's other set instead of evicting; with one choice per key, 8192 keys written round
+ * robin into 16384 entries of 4 ways missed about 14% of the time, the keys of over-full sets,
+ * which made nearly every 128-item batch put take a second CAS round). */
+static void sets_of(const kvm_rt_t *rt, uint64_t hash, struct kvm_hint *set[2])
+{
+    size_t sets = STORE_HINTS / STORE_HINT_WAYS;
+    set[0] = &rt->hints->e[(hash & (sets - 1)) * STORE_HINT_WAYS];
+    size_t b = (size_t)(hash >> 32) & (sets - 1);
+    if (&rt->hints->e[b * STORE_HINT_WAYS] == set[0])
+        b = (b + 1) & (sets - 1); /* two distinct sets */
+    set[1] = &rt->hints->e[b * STORE_HINT_WAYS];
+}
+
 /* The entry holding id, or with `alloc` the entry to (re)use for it: the matching one, else an
- * empty way, else the least recently used way of its set. NULL when absent / out of memory. */
+ * empty way of the emptier of its two sets (the power of two choices), else the least recently
+ * used way of both. NULL when absent / out of memory. */
 static struct kvm_hint *slot(kvm_rt_t *rt, const kvm_ident_t *id, bool alloc)
 {
     if (!rt->hints) {
@@ -50,19 +67,28 @@ static struct kvm_hint *slot(kvm_rt_t *rt, const kvm_ident_t *id, bool alloc)
         if (!rt->hints)
             return NULL;
     }
-    size_t sets = STORE_HINTS / STORE_HINT_WAYS;
-    struct kvm_hint *set = &rt->hints->e[(id->hash & (sets - 1)) * STORE_HINT_WAYS], *victim = NULL;
-    for (unsigned w = 0; w < STORE_HINT_WAYS; w++) {
-        struct kvm_hint *h = &set[w];
-        if (h->ident.enc && h->ident.hash == id->hash && kvm_ident_equal(&h->ident, id)) {
-            h->used = ++rt->hints->clock;
-            return h;
+    struct kvm_hint *set[2], *empty[2] = {NULL, NULL}, *lru = NULL;
+    unsigned used[2] = {0, 0};
+    sets_of(rt, id->hash, set);
+    for (unsigned s = 0; s < 2; s++)
+        for (unsigned w = 0; w < STORE_HINT_WAYS; w++) {
+            struct kvm_hint *h = &set[s][w];
+            if (!h->ident.enc) {
+                empty[s] = empty[s] ? empty[s] : h;
+                continue;
+            }
+            if (h->ident.hash == id->hash && kvm_ident_equal(&h->ident, id)) {
+                h->used = ++rt->hints->clock;
+                return h;
+            }
+            used[s]++;
+            if (!lru || h->used < lru->used)
+                lru = h;
         }
-        if (!victim || (victim->ident.enc && (!h->ident.enc || h->used < victim->used)))
-            victim = h;
-    }
     if (!alloc)
         return NULL;
+    struct kvm_hint *victim = used[1] < used[0] && empty[1] ? empty[1] : empty[0];
+    victim = victim ? victim : empty[1] ? empty[1] : lru;
     victim->used = ++rt->hints->clock;
     return victim;
 }
