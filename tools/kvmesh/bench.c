@@ -758,9 +758,43 @@ static void print_threads(struct bench *b, const bool *systems)
     }
 }
 
+/* The mean time per call of each stage (store, control, data, metadata) of a row's sampled
+ * calls, in us, summing to the mean call time. The /breakdown ring holds per call the summed time
+ * of each stage's spans, and the store stage as the call's time minus its children's. A batch's
+ * items run their per-item spans concurrently (a control.route_cas per item, all in one round),
+ * so their sum can exceed the call's wall time, and the store stage came out negative (e.g.
+ * -236874.8 us for a 3700 us call). Then the overlap is taken out of the largest child stage
+ * (the one made of per-item spans; the data stage is one span per chunk of items): the store
+ * stage becomes 0 (the call was inside some child span all along, as far as the ring can tell)
+ * and the largest child gets the call's time the others leave. Should the others alone exceed
+ * the call, every child is scaled to it instead. Single operations are unchanged. */
+static void stage_per_call(const struct row *r, double out_us[4])
+{
+    double n = r->n_sampled ? (double)r->n_sampled : 1, total = (double)r->total_ns / n;
+    double st[4], children = 0;
+    int big = 1;
+    for (int i = 0; i < 4; i++) {
+        st[i] = (double)r->stage_ns[i] / n;
+        children += i ? st[i] : 0;
+        big = i && st[i] > st[big] ? i : big;
+    }
+    if (st[0] < 0 && children > 0) { /* overlapping children */
+        double others = children - st[big];
+        st[0] = 0;
+        if (others <= total) {
+            st[big] = total - others;
+        } else {
+            for (int i = 1; i < 4; i++)
+                st[i] *= total / children;
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        out_us[i] = st[i] / 1e3;
+}
+
 /* Per kvmesh row: the critical-path counts per call (from the client runtime's kvmesh_op_*
- * counters over the row) next to the mean exclusive time per stage of the sampled calls of the
- * row (the /breakdown ring: at most its last 128 entries). */
+ * counters over the row) next to the mean time per stage per call of the sampled calls of the
+ * row (the /breakdown ring: at most its last 128 entries; stage_per_call). */
 static void print_breakdown(struct bench *b, const bool *systems)
 {
     if (b->markdown)
@@ -791,9 +825,10 @@ static void print_breakdown(struct bench *b, const bool *systems)
                 double ns = r->n_sampled ? (double)r->n_sampled : 1;
                 snprintf(tot, sizeof(tot), r->n_sampled ? "%.1f" : "-",
                          (double)r->total_ns / ns / 1e3);
+                double us[4];
+                stage_per_call(r, us);
                 for (int i = 0; i < 4; i++)
-                    snprintf(st[i], sizeof(st[i]), r->n_sampled ? "%.1f" : "-",
-                             (double)r->stage_ns[i] / ns / 1e3);
+                    snprintf(st[i], sizeof(st[i]), r->n_sampled ? "%.1f" : "-", us[i]);
                 const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
                 if (b->markdown)
                     printf("| %s | %s | %s | %" PRIu64
