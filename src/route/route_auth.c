@@ -360,12 +360,10 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_EAGAIN, NULL, 0); /* never unclaimed */
         return;
     }
-    kvm_route_t nr;
-    kvm_route_init(&nr);
-    if (kvm_route_copy(&nr, next) != 0) {
-        reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_ENOMEM, NULL, 0);
-        return;
-    }
+    /* The applied route: the request's with the version this primary assigns. A shallow copy
+     * whose identity is borrowed from the request (which outlives this handler);
+     * route_table_put copies what it keeps, so nr is never freed. */
+    kvm_route_t nr = *next;
     kvm_route_version_t cur_v = e ? view.version : KVM_ROUTE_VERSION_NONE;
     uint64_t seq = svc->claim_seq ? svc->claim_seq /* reserved by its claim (route_claim.c) */
                    : as_primary   ? ++sh->seq
@@ -386,7 +384,6 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         rc = kvm_route_validate(&nr) == 0 ? 0 : KVMESH_EINVAL;
     if (rc == 0)
         rc = route_table_put(sh->table, &nr, &e);
-    kvm_route_free(&nr);
     if (rc != 0) {
         reply(svc, raw, req, RMSG_CAS_RESP, sh, rc, NULL, 0);
         return;
