@@ -155,9 +155,10 @@ void route_call_cancel(route_svc_t *svc, route_call_t *c)
 
 static void call_timer(void *arg);
 
-static void call_arm(route_svc_t *svc, route_call_t *c)
+/* Arms c's timer: its next retransmission or its deadline; now: route_now (read once by the
+ * caller). */
+static void call_arm(route_svc_t *svc, route_call_t *c, uint64_t now)
 {
-    uint64_t now = route_now(svc);
     uint64_t next = c->buf ? now + ROUTE_RETRY_NS : c->deadline_ns;
     if (next > c->deadline_ns)
         next = c->deadline_ns;
@@ -185,7 +186,7 @@ static void call_timer(void *arg)
     }
     if (c->buf)
         env_send(svc->env, c->node, c->type, c->buf, c->len);
-    call_arm(svc, c);
+    call_arm(svc, c, route_now(svc));
 }
 
 route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16_t resp_kind,
@@ -204,7 +205,8 @@ route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16
     c->resp_kind = resp_kind;
     c->fn = fn;
     c->ctx = ctx;
-    c->deadline_ns = route_now(svc) + timeout_ns;
+    uint64_t now = route_now(svc); /* one clock read per call */
+    c->deadline_ns = now + timeout_ns;
     c->type = ROUTE_MSG_BASE + m->kind;
     size_t cap = route_msg_size_bound(m);
     uint8_t *buf = enc_take(svc, cap);
@@ -233,7 +235,7 @@ route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16
         svc->calls_tail = c;
     svc->calls = c;
     svc->n_calls++;
-    call_arm(svc, c);
+    call_arm(svc, c, now);
     return c;
 }
 
