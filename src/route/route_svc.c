@@ -84,13 +84,17 @@ int route_shard_meta_key(route_svc_t *svc, uint32_t shard, char *out, size_t cap
 
 /* ---- peer calls ----------------------------------------------------------------------------- */
 
+/* Largest encode buffer a service keeps (a message of one identity and one route is bounded by
+ * about 16.6 KiB; transfer pages, up to ROUTE_MSG_MAX_LEN, get a buffer of their own). */
+#define ROUTE_ENC_KEEP_MAX (32u * 1024)
+
 /* The buffer to encode m into: the service's reusable one (grown to the message's bound, kept
  * until route_svc_free) unless it is in use further up the stack (a synchronous delivery that
- * sends again), then a malloc'd one. A 16 KiB malloc and free per route message (the bound of
- * an identity and a route frame) was a visible share of a small batch's CPU. */
+ * sends again) or the bound is above ROUTE_ENC_KEEP_MAX, then a malloc'd one. A 16 KiB malloc
+ * and free per route message was a visible share of a small batch's CPU. */
 static uint8_t *enc_take(route_svc_t *svc, size_t cap)
 {
-    if (svc->enc_busy)
+    if (svc->enc_busy || cap > ROUTE_ENC_KEEP_MAX)
         return malloc(cap);
     if (svc->enc_cap < cap) {
         uint8_t *nb = realloc(svc->enc, cap);
