@@ -11,10 +11,15 @@
  * time). Ratios: tcp against the loopback stream, shm against memcpy. Every cell checks payload
  * integrity (XXH3) of its last transfer.
  *
- * Usage: bench_transport [--quick] [--secs S]
- *   --quick  one transfer per cell, sizes up to 4 MiB, integrity only (the ctest smoke run)
+ * Usage: bench_transport [--quick] [--secs S] [--xprt tcp|shm] [--sum] [--copy NAME]
+ *   --quick  one transfer per cell, sizes up to 4 MiB, integrity only (the ctest smoke run; it
+ *            folds checksums too, as --sum, and checks them)
  *   --secs   seconds per cell (default 0.3)
  *   --xprt   only this transport (tcp or shm), e.g. for perf record
+ *   --sum    every batch's requests fold one checksum (tp_request.sum) where the transport does
+ *            (tp_segment_sums), as a store put or get does; the last one is checked
+ *   --copy   the streaming-copy variant (core/copy.h: memcpy, sse2, avx512) for before/after
+ *            runs of the shm write path in one binary
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -29,6 +34,8 @@
 
 #include <xxhash.h>
 
+#include "core/copy.h"
+#include "core/hash.h"
 #include "core/util.h"
 #include "env/clock.h"
 #include "net/seg.h"
@@ -155,23 +162,38 @@ struct ctx {
     uint8_t *local;
 };
 
+/* The checksum folded by the last batch of a cell against the bytes it moved (sum: NULL when
+ * the cell folds none). */
+static int check_sum(const struct ctx *c, const struct kvm_sum *sum, uint64_t len)
+{
+    if (!sum || kvm_sum_digest(sum) == XXH3_64bits(c->local, len))
+        return 0;
+    fprintf(stderr, "folded checksum differs from the bytes moved (%llu bytes)\n",
+            (unsigned long long)len);
+    return -1;
+}
+
 static int cell(struct ctx *c, enum tp_op op, uint64_t size, unsigned k, double secs, bool quick,
-                double *gbps)
+                bool want_sum, double *gbps)
 {
     struct tp_request r[MAX_K];
+    struct kvm_sum st, *sum = want_sum && tp_segment_sums(c->rs, k) ? &st : NULL;
     for (unsigned i = 0; i < k; i++)
         r[i] = (struct tp_request){.op = op,
                                    .local = c->local + i * size,
                                    .length = size,
                                    .segment = c->rs,
                                    .remote_offset = i * size,
-                                   .token = c->g.token};
+                                   .token = c->g.token,
+                                   .sum = sum};
     if (op == TP_WRITE)
         fill(c->local, size * k, size + k);
     uint64_t bytes = 0;
     double t0 = now_s(), t;
     do {
         struct tp_batch *b;
+        if (sum)
+            kvm_sum_init(sum, KVM_HASH_SEED_CHECKSUM);
         if (tp_batch_new(c->client, k, &b) || tp_submit(b, r, k) || tp_batch_wait(b, 60000))
             return -1;
         int rc = tp_batch_result(b);
@@ -190,12 +212,12 @@ static int cell(struct ctx *c, enum tp_op op, uint64_t size, unsigned k, double 
                 (unsigned long long)size, k);
         return -1;
     }
-    return 0;
+    return check_sum(c, sum, size * k);
 }
 
 int main(int argc, char **argv)
 {
-    bool quick = false;
+    bool quick = false, want_sum = false;
     double secs = 0.3;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -205,15 +227,25 @@ int main(int argc, char **argv)
             only = argv[++i];
         else if (strcmp(argv[i], "--secs") == 0 && i + 1 < argc)
             secs = atof(argv[++i]);
-        else {
-            fprintf(stderr, "usage: %s [--quick] [--secs S] [--xprt tcp|shm]\n", argv[0]);
+        else if (strcmp(argv[i], "--sum") == 0)
+            want_sum = true;
+        else if (strcmp(argv[i], "--copy") == 0 && i + 1 < argc) {
+            if (kvm_copy_impl_use(argv[++i]) != 0) {
+                fprintf(stderr, "--copy: %s\n", kvmesh_last_error());
+                return 2;
+            }
+        } else {
+            fprintf(stderr,
+                    "usage: %s [--quick] [--secs S] [--xprt tcp|shm] [--sum] [--copy NAME]\n",
+                    argv[0]);
             return 2;
         }
     }
+    want_sum = want_sum || quick;
     if (!quick)
         printf("cores online: %ld; each cell: peer and transport alternated 3 times with the same "
-               "footprint (bytes per batch), best of each\n\n",
-               sysconf(_SC_NPROCESSORS_ONLN));
+               "footprint (bytes per batch), best of each; checksum folded: %s; copy: %s\n\n",
+               sysconf(_SC_NPROCESSORS_ONLN), want_sum ? "yes" : "no", kvm_copy_impl());
 
     static const uint64_t sizes[] = {64 << 10, 1 * MiB, 4 * MiB, 64 * MiB};
     static const enum tp_kind kinds[] = {TP_TCP, TP_SHM};
@@ -258,7 +290,7 @@ int main(int argc, char **argv)
                             k = (unsigned)KVM_MAX(2, QUICK_FOOTPRINT / size);
                     }
                     double g = 0;
-                    if (cell(&c, op, size, k, secs, true, &g)) { /* warm-up + integrity */
+                    if (cell(&c, op, size, k, secs, true, want_sum, &g)) { /* warm-up + integrity */
                         fails++;
                         continue;
                     }
@@ -270,7 +302,7 @@ int main(int argc, char **argv)
                             double pg = kinds[ki] == TP_TCP ? bench_loopback(size * k, secs / 3)
                                                             : bench_memcpy(size * k, secs / 3);
                             double tg = 0;
-                            if (cell(&c, op, size, k, secs / 3, quick, &tg)) {
+                            if (cell(&c, op, size, k, secs / 3, quick, want_sum, &tg)) {
                                 fails++;
                                 break;
                             }

@@ -127,6 +127,11 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "remote), remote (only reads through a transport; copies from this runtime's own "
            "segments are trusted), or never (a corrupted or raced replica is returned as read).",
            "always", "remote", "never"),
+    F_SIZE(inline_read_max, "64KiB", 0, ROUTE_INLINE_MAX,
+           "Largest value a single get over tcp receives inline with its route lookup (one round "
+           "trip instead of two) when the answering route authority owns a committed replica; "
+           "the same bound caps what this runtime's authorities send; 0 = off (docs/store.md "
+           "\"Inline reads\")."),
     F_DBL(weight, "1.0", 0.001, 1000000.0,
           "WRH placement weight of this runtime relative to the others."),
     F_UINT(lease_ttl_ms, "2000", 100, 600000,
@@ -1234,6 +1239,7 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->replicas = cfg->replicas;
     out->route_mode = (enum route_mode)cfg->route_mode;
     out->verify_reads = (enum kvm_verify_reads)cfg->verify_reads;
+    out->inline_read_max = (uint32_t)cfg->inline_read_max;
     out->top_k = cfg->top_k;
     out->shards = cfg->shards;
     out->transport = cfg->transport == KVM_TRANSPORT_TCP   ? TP_TCP

@@ -39,6 +39,7 @@ struct kvmesh_config {
     uint32_t shards;                    /* logical route shards */
     enum kvm_transport_choice transport;
     uint32_t verify_reads;       /* enum kvm_verify_reads (src/store/store_config.h) */
+    uint64_t inline_read_max;    /* bytes of an inline single get (0 = off, <= ROUTE_INLINE_MAX) */
     double weight;               /* WRH weight of this runtime (> 0) */
     uint32_t lease_ttl_ms;       /* membership lease */
     uint32_t request_timeout_ms; /* end-to-end per request */

@@ -12,13 +12,13 @@
  * process (seg_remote_map). Each request is checked client-side against the grant descriptor
  * the owner returned for its token (segment, rights, range, expiry; or the one the caller was
  * handed by the owner over another channel: tp_segment_note_grant) and against the mapping
- * size, then copied with memcpy by the submitting thread (a request with a checksum to fold
- * into, tp_request.sum, in TP_SHM_SUM_BLOCK blocks each hashed right after its copy), in
- * TP_SHM_COPY_STEP steps; between steps it checks cancellation and that the owner's control
- * connection is still up, so an owner killed mid-transfer fails the request with KVMESH_ECONN
- * promptly. Grant descriptors are
- * cached per segment and re-asked after TP_SHM_GRANT_RECHECK, so a revocation reaches same-host
- * clients within that time (expiry is exact: checked on every request).
+ * size, then copied by the submitting thread (shm_copy: memcpy, or streaming stores for a
+ * write of TP_SHM_STREAM_MIN bytes or more; a request with a checksum to fold into,
+ * tp_request.sum, in blocks each hashed right after its copy), in TP_SHM_COPY_STEP steps; between
+ * steps it checks cancellation and that the owner's control connection is still up, so an owner
+ * killed mid-transfer fails the request with KVMESH_ECONN promptly. Grant descriptors are cached
+ * per segment and re-asked after TP_SHM_GRANT_RECHECK, so a revocation reaches same-host clients
+ * within that time (expiry is exact: checked on every request).
  *
  * Peer state: LIVE --(control connection hung up / I/O error)--> DEAD (sticky; reopen makes a
  * new peer).
@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/copy.h"
 #include "core/hash.h"
 #include "core/util.h"
 #include "env/clock.h"
@@ -512,21 +513,31 @@ static void shm_close(struct tp_segment *s)
 }
 
 /* One step of a request: n bytes at offset done; with r->sum, in TP_SHM_SUM_BLOCK blocks, each
- * block's local side hashed right after the copy (it is then in cache). */
+ * block's local side hashed right after the copy (it is then in L2). A write of at least
+ * TP_SHM_STREAM_MIN bytes goes into the owner's pages with streaming stores (core/copy.h: nobody
+ * reads them soon; no read-for-ownership, no eviction of the caller's cache) in
+ * TP_SHM_STREAM_BLOCK blocks, fenced at the end of the step; the hash then reads the block's
+ * source from L1, where the copy just loaded it: the bytes written (the caller's buffer,
+ * borrowed unchanged until completion). */
 static void shm_copy(const struct tp_request *r, uint8_t *remote, uint64_t done, size_t n)
 {
     uint8_t *local = (uint8_t *)r->local + done;
     remote += done;
-    size_t blk = r->sum ? TP_SHM_SUM_BLOCK : n;
+    bool stream = r->op == TP_WRITE && r->length >= TP_SHM_STREAM_MIN;
+    size_t blk = !r->sum ? n : stream ? TP_SHM_STREAM_BLOCK : TP_SHM_SUM_BLOCK;
     for (size_t o = 0, k; o < n; o += k) {
         k = KVM_MIN(blk, n - o);
         if (r->op == TP_READ)
             memcpy(local + o, remote + o, k);
+        else if (stream)
+            kvm_copy_stream(remote + o, local + o, k);
         else
             memcpy(remote + o, local + o, k);
         if (r->sum)
             kvm_sum_update(r->sum, local + o, k);
     }
+    if (stream)
+        kvm_copy_stream_fence();
 }
 
 static int shm_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)

@@ -59,15 +59,33 @@ typedef struct route_member {
 
 typedef struct route_svc route_svc_t;
 
+/*
+ * Inline reads, the authority side (docs/protocol.md "Inline reads"; EmbeddedWrh only): given at
+ * init by the layer above (the store), the route never calls it otherwise. When this runtime's
+ * authority answers a READ with a settled route (not busy, not dirty) and the requester accepts
+ * up to `max` bytes, get(ctx, route, max, ...) is called on the loop: 0 with *data / *len set to
+ * the payload of a replica of exactly that route which this runtime owns and which is committed
+ * now (len == route->length <= max), pinned until put(ctx, pin), which the service calls before
+ * the handler returns (the answer is encoded in between); nonzero = none (a plain answer).
+ * get NULL: this authority never answers inline.
+ */
+typedef struct route_inline_src {
+    int (*get)(void *ctx, const kvm_route_t *route, uint32_t max, const uint8_t **data, size_t *len,
+               void **pin);
+    void (*put)(void *ctx, void *pin);
+    void *ctx;
+} route_inline_src_t;
+
 typedef struct route_svc_opts {
     env_t *env;
     meta_t *meta; /* shard authority records, policy, MetadataOnly routes */
     const char *deployment;
     kvm_runtime_t self;
     route_policy_t policy;
-    uint32_t shard_lease_ms;      /* authority lease length (0 = default) */
-    uint32_t request_timeout_ms;  /* per lookup/CAS end to end (0 = default) */
-    struct obs_registry *metrics; /* borrowed, outlives the service; NULL: a private registry */
+    uint32_t shard_lease_ms;       /* authority lease length (0 = default) */
+    uint32_t request_timeout_ms;   /* per lookup/CAS end to end (0 = default) */
+    struct obs_registry *metrics;  /* borrowed, outlives the service; NULL: a private registry */
+    route_inline_src_t inline_src; /* copied; get NULL = never answer inline */
 } route_svc_opts_t;
 
 /* The longest a route CAS request can be in flight: its operation ends at request_timeout_ms
@@ -128,6 +146,31 @@ int route_lookup_costed(route_svc_t *svc, const kvm_ident_t *ident, route_lookup
                         route_cost_t *cost);
 int route_cas_costed(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
                      route_cas_cb cb, void *arg, route_cost_t *cost);
+
+/*
+ * Lookup with an inline read (docs/protocol.md "Inline reads"; EmbeddedWrh): as
+ * route_lookup_costed, and every READ to another runtime says it accepts up to inl->max payload
+ * bytes. An authority that owns a committed replica of the version it answers (and was given an
+ * inline source) sends those bytes with its answer. Before the callback the service sets
+ * inl->got: true only when inl->buf holds the payload of exactly the version the callback
+ * returns (inl->len bytes, sent by the authority inl->from, which is that replica's owner).
+ * inl->buf must be NULL on entry; the service allocates it (malloc, exactly the bytes) only when
+ * such bytes arrive, and from the callback on it is the caller's to free (NULL when got is
+ * false). The bytes are not verified here: the caller checks them against the route's checksum
+ * as it checks a transport read. The caller keeps *inl valid until the callback ran; the service
+ * writes it only before the callback. inl NULL or max 0: a plain lookup. MetadataOnly: a plain
+ * lookup (got false).
+ */
+typedef struct route_inline {
+    uint32_t max;          /* in: most payload bytes accepted (<= ROUTE_INLINE_MAX) */
+    uint8_t *buf;          /* out: the bytes (see above) */
+    uint32_t len;          /* out */
+    bool got;              /* out */
+    kvm_runtime_id_t from; /* out: the authority that sent the bytes (when got) */
+} route_inline_t;
+#define ROUTE_INLINE_MAX (256u * 1024)
+int route_lookup_inline(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb, void *arg,
+                        route_cost_t *cost, route_inline_t *inl);
 
 /*
  * Batching window: route_lookup*() and route_cas*() calls made between route_batch_begin() and

@@ -161,6 +161,7 @@ static void reply_framed(route_svc_t *svc, const env_msg_t *raw, const route_msg
         m.claim = status == 0 ? (uint8_t *)svc->claim_reply : NULL;
         m.claim_len = status == 0 && m.claim ? svc->claim_reply_len : 0;
     }
+    route_inline_fill(svc, &m); /* a READ answered with a replica's bytes (route_inline.c) */
     route_send(svc, raw->from, &m);
 }
 
@@ -503,7 +504,9 @@ static void on_read(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *r
     kvm_route_t view;
     route_table_view(sh->table, e, &view);
     const kvm_route_t *rp = &view;
+    route_inline_begin(svc, req, rp);
     reply(svc, raw, req, RMSG_READ_RESP, sh, 0, &rp, 1);
+    route_inline_end(svc);
 }
 
 static void on_mirror(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,

@@ -70,6 +70,11 @@ struct route_op {
     kvm_route_t *got;
     uint32_t got_cap;
     bool stale;
+    /* inline read (route_lookup_inline): the caller's sink, and the version whose payload its
+     * buffer holds in this attempt (inl_have) */
+    route_inline_t *inl;
+    bool inl_have;
+    kvm_route_version_t inl_ver;
     /* owner scan */
     kvm_runtime_id_t owner;
     uint32_t limit, n_page;
@@ -104,6 +109,7 @@ static void attempt_clear(route_op_t *op)
     }
     op->n_wait = 0;
     op->stale = false;
+    op->inl_have = false;
 }
 
 static void op_free(route_op_t *op)
@@ -139,6 +145,15 @@ static void finish(route_op_t *op, int rc, const kvm_route_t *r)
     op_unlink(svc, op);
     switch (op->kind) {
     case OP_LOOKUP:
+        if (op->inl) { /* the bytes are the returned version's, or not given at all */
+            op->inl->got = rc == 0 && r && op->inl_have &&
+                           kvm_route_version_cmp(&r->version, &op->inl_ver) == 0;
+            if (!op->inl->got) {
+                free(op->inl->buf);
+                op->inl->buf = NULL;
+                op->inl->len = 0;
+            }
+        }
         obs_count(svc->metrics, route_lookups_total,
                   rc == 0               ? OBS_LOOKUP_FOUND
                   : rc == KVMESH_ENOENT ? OBS_LOOKUP_NOT_FOUND
@@ -308,6 +323,29 @@ static void lookup_evaluate(route_op_t *op)
     finish(op, best >= 0 ? 0 : KVMESH_ENOENT, best >= 0 ? &op->got[best] : NULL);
 }
 
+/* An answer i that carries inline bytes: kept in the caller's buffer when its version is newer
+ * than the bytes held (the answers of one version are one route: lookup_evaluate). */
+static void inline_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
+{
+    route_inline_t *inl = op->inl;
+    if (!inl || resp->status != 0 || !(resp->flags & RMSG_READ_INLINE) ||
+        resp->inl_len > inl->max || resp->inl_len != op->got[i].length)
+        return;
+    if (op->inl_have && kvm_route_version_cmp(&op->got[i].version, &op->inl_ver) <= 0)
+        return;
+    uint8_t *b = malloc(resp->inl_len ? resp->inl_len : 1);
+    if (!b)
+        return; /* no inline bytes: the caller reads the replica */
+    if (resp->inl_len)
+        memcpy(b, resp->inl, resp->inl_len);
+    free(inl->buf);
+    inl->buf = b;
+    inl->len = resp->inl_len;
+    inl->from = op->members[i].rt.id;
+    op->inl_ver = op->got[i].version;
+    op->inl_have = true;
+}
+
 static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
 {
     route_op_t *op = c->ctx;
@@ -330,6 +368,7 @@ static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *r
             kvm_route_copy(&op->got[i], &resp->routes[0]) == 0) {
             op->has[i] = true;
             op->unconf[i] = resp->status == KVMESH_EAGAIN;
+            inline_take(op, i, resp);
         }
     } else {
         op->st[i] = KVMESH_ETIMEDOUT;
@@ -384,6 +423,8 @@ static void lookup_send(route_op_t *op, route_shard_t *sh)
         m.target = op->members[i].rt;
         m.has_ident = true;
         m.ident = op->ident; /* borrowed */
+        if (op->inl && op->members[i].node != svc->self_node)
+            m.limit = op->inl->max; /* (this runtime's own authority: its replica is local) */
         route_call_t *c = route_call(svc, op->members[i].node, &m, RMSG_READ_RESP, ROUTE_ATTEMPT_NS,
                                      true, on_read_resp, op);
         if (!c) {
@@ -686,6 +727,23 @@ int route_lookup(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb,
 int route_lookup_costed(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb, void *arg,
                         route_cost_t *cost)
 {
+    return route_lookup_inline(svc, ident, cb, arg, cost, NULL);
+}
+
+int route_lookup_inline(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb, void *arg,
+                        route_cost_t *cost, route_inline_t *inl)
+{
+    if (inl) {
+        if (inl->max > ROUTE_INLINE_MAX || inl->buf)
+            return kvm_errf(KVMESH_EINVAL,
+                            "route_lookup_inline: max %u over %u, or a buffer given (the "
+                            "service allocates it)",
+                            inl->max, ROUTE_INLINE_MAX);
+        inl->got = false;
+        inl->len = 0;
+        if (inl->max == 0)
+            inl = NULL;
+    }
     if (svc->mo) {
         if (cost)
             cost->rounds++; /* before the call: its callback may run first */
@@ -706,6 +764,7 @@ int route_lookup_costed(route_svc_t *svc, const kvm_ident_t *ident, route_lookup
     }
     op->lcb = cb;
     op->cost = cost;
+    op->inl = inl;
     op->shard = kvm_ident_shard(ident, svc->policy.n_shards);
     op_start(svc, op);
     return 0;

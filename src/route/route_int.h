@@ -250,6 +250,13 @@ struct route_svc {
     uint64_t claim_seq;         /* set while a claimed CAS is applied: the reserved sequence */
     const uint8_t *claim_reply; /* set while a claim CAS is answered: the reply blob */
     uint32_t claim_reply_len;
+    /* inline reads (route_inline.c): the store's source, and while a READ is answered the
+     * payload it lent (inl_pin set between route_inline_begin and route_inline_end) */
+    route_inline_src_t inline_src;
+    const uint8_t *inl_data;
+    uint32_t inl_len;
+    void *inl_pin;
+    bool inl_set;
     /* tombstone purge (route_svc.c purge_tick); the a_* mirrors are read by any thread */
     _Atomic uint64_t a_entries, a_tombs, a_purged;
     _Atomic uint64_t a_mem_entry, a_mem_packed, a_mem_ident, a_mem_other; /* route_table_mem */
@@ -295,6 +302,13 @@ void route_localize_msg(route_svc_t *svc, route_msg_t *m);
 bool route_member_eq(const route_msg_member_t *a, const route_msg_member_t *b);
 bool route_set_eq(const route_msg_member_t *a, uint32_t na, const route_msg_member_t *b,
                   uint32_t nb);
+
+/* route_inline.c: around the answer of a settled READ (route_auth.c on_read): begin asks the
+ * inline source for the payload of `route` when req accepts it, end returns the pin. */
+void route_inline_begin(route_svc_t *svc, const route_msg_t *req, const kvm_route_t *route);
+void route_inline_end(route_svc_t *svc);
+/* Fills m's inline part (a READ_RESP) from what route_inline_begin lent, if anything. */
+void route_inline_fill(route_svc_t *svc, route_msg_t *m);
 
 /* route_auth.c */
 void route_auth_tick(route_svc_t *svc, route_shard_t *sh);

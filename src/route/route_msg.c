@@ -12,6 +12,8 @@
  * REPAIR; at most 1 for CAS_RESP/READ_RESP; at most ROUTE_MSG_MAX_ROUTES for pages), an ident
  * for READ_REQ, a known kind that matches the env type, and no trailing bytes.
  * CAS_CLAIM_REQ/RESP (and only they) end with u32 claim_len, claim bytes (<= ROUTE_MSG_MAX_CLAIM).
+ * A READ_RESP with RMSG_READ_INLINE in flags (and only it) ends with u32 len, the payload bytes
+ * (<= ROUTE_MSG_MAX_INLINE, exactly its one route's length; route_msg.h "Inline reads").
  */
 #include "route/route_msg.h"
 
@@ -89,6 +91,29 @@ static bool has_claim(uint16_t kind)
     return kind == RMSG_CAS_CLAIM_REQ || kind == RMSG_CAS_CLAIM_RESP;
 }
 
+/* Whether a message ends with inline payload bytes. */
+static bool has_inline(uint16_t kind, uint32_t flags)
+{
+    return kind == RMSG_READ_RESP && (flags & RMSG_READ_INLINE);
+}
+
+/* Encode-side check of the inline payload: only a READ_RESP flagged inline carries it, with its
+ * one non-tombstone route, exactly that route's length, within ROUTE_MSG_MAX_INLINE. */
+static int check_inline(const route_msg_t *m)
+{
+    if (!has_inline(m->kind, m->flags))
+        return m->inl_len == 0
+                   ? 0
+                   : kvm_errf(KVMESH_EINVAL, "route message %s: inline bytes not allowed",
+                              route_msg_kind_name(m->kind));
+    const kvm_route_t *r = m->n_routes != 1 ? NULL : m->rptrs ? m->rptrs[0] : &m->routes[0];
+    if (!r || m->inl_len > ROUTE_MSG_MAX_INLINE || (m->inl_len && !m->inl) ||
+        r->length != m->inl_len)
+        return kvm_errf(KVMESH_EINVAL, "read answer: %u inline bytes for a route of %llu",
+                        m->inl_len, r ? (unsigned long long)r->length : 0ull);
+    return 0;
+}
+
 /* Largest route count a kind may carry, and the smallest. */
 static void kind_route_bounds(uint16_t kind, uint32_t *lo, uint32_t *hi)
 {
@@ -123,6 +148,7 @@ size_t route_msg_size_bound(const route_msg_t *m)
         n += 4 + KVM_WIRE_MAX_RECORD_LEN;
     n += (size_t)m->n_routes * (4 + KVM_WIRE_MAX_RECORD_LEN);
     n += 4 + (size_t)m->claim_len;
+    n += 4 + (size_t)m->inl_len;
     return KVM_MIN(n, (size_t)ROUTE_MSG_MAX_LEN);
 }
 
@@ -142,6 +168,9 @@ int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out
                         route_msg_kind_name(m->kind), m->n_routes, m->n_set);
     if (m->kind == RMSG_READ_REQ && !m->has_ident)
         return kvm_errf(KVMESH_EINVAL, "read request without an identity");
+    int irc = check_inline(m);
+    if (irc)
+        return irc;
     kvm_wr_t w;
     kvm_wr_fixed(&w, buf, cap);
     kvm_wr_u8(&w, 'R');
@@ -205,6 +234,8 @@ int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out
     }
     if (has_claim(m->kind))
         kvm_wr_lp32le(&w, m->claim, m->claim_len);
+    if (has_inline(m->kind, m->flags))
+        kvm_wr_lp32le(&w, m->inl, m->inl_len);
     size_t len = 0;
     if (kvm_wr_finish(&w, &len) != 0 || len > ROUTE_MSG_MAX_LEN)
         return kvm_errf(KVMESH_ETOOBIG, "route message %s does not fit %zu bytes",
@@ -321,6 +352,16 @@ int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t 
             memcpy(out->claim, p, n);
             out->claim_len = n;
         }
+    }
+    if (has_inline(out->kind, out->flags)) {
+        uint32_t n = 0;
+        const uint8_t *p = kvm_rd_lp32le(&r, &n);
+        if (!p)
+            return bad(out, "truncated inline bytes");
+        if (n > ROUTE_MSG_MAX_INLINE || out->n_routes != 1 || out->routes[0].length != n)
+            return bad(out, "inline bytes do not match the route");
+        out->inl = p;
+        out->inl_len = n;
     }
     if (!kvm_rd_end(&r))
         return bad(out, "trailing bytes");

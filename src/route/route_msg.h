@@ -66,6 +66,14 @@ enum route_msg_kind {
 #define RMSG_INSTALL_BEGIN 1u /* drop what you hold for the shard; adopt the new set */
 #define RMSG_INSTALL_DONE  2u /* the transfer is complete */
 
+/* Inline reads (docs/protocol.md "Inline reads"). READ_REQ's `limit` is the most payload bytes
+ * the requester accepts in the answer (0 = none: what a peer that predates inline reads writes,
+ * and ignores when it receives it). A READ_RESP with flag RMSG_READ_INLINE (never sent unless
+ * the request's limit allowed it) ends with u32 len, len payload bytes of routes[0]'s replica
+ * at the answering authority (<= ROUTE_MSG_MAX_INLINE, and exactly routes[0].length). */
+#define RMSG_READ_INLINE     4u
+#define ROUTE_MSG_MAX_INLINE (256u * 1024)
+
 typedef struct route_msg_member {
     kvm_runtime_t rt;
     env_node_t node;
@@ -110,6 +118,10 @@ typedef struct route_msg {
      * primary's mirrors and its CAS answer); the bytes on the wire are the same */
     const uint8_t *rframe;
     uint32_t rframe_len;
+    /* READ_RESP with RMSG_READ_INLINE in flags: the payload bytes (inl_len == routes[0].length).
+     * Borrowed both ways: decoded, a view into the decoded buffer (valid while it is). */
+    const uint8_t *inl;
+    uint32_t inl_len;
 } route_msg_t;
 
 /* Zeroes m (owns nothing). */

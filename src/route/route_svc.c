@@ -700,6 +700,7 @@ int route_svc_new(route_svc_t **out, const route_svc_opts_t *o, void (*cb)(void 
     svc->self = o->self;
     svc->self_node = env_self(o->env);
     svc->policy = *p;
+    svc->inline_src = o->inline_src;
     svc->lease_ns =
         (uint64_t)(o->shard_lease_ms ? o->shard_lease_ms : ROUTE_DEFAULT_LEASE_MS) * 1000000u;
     if (svc->lease_ns < (uint64_t)META_LEASE_TTL_MIN_MS * 1000000u)

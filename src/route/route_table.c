@@ -2,7 +2,8 @@
 /*
  * route_table.c — per-shard route map of packed entries (route_table.h, route_pack.h): the
  * ident order is a B-tree of entry pointers (route_index.h), the expiry index a BSD red-black
- * tree of <bsd/sys/tree.h> (tombstones only).
+ * tree of <bsd/sys/tree.h> (tombstones only), the entries records of the table's pool
+ * (core/slab.h).
  */
 #include "route/route_table.h"
 
@@ -10,11 +11,11 @@
 #define __unused __attribute__((unused))
 #endif
 #include <bsd/sys/tree.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/hash.h"
+#include "core/slab.h"
 #include "core/util.h"
 #include "route/route_index.h"
 #include "route/route_pack.h"
@@ -51,7 +52,14 @@ struct route_table {
     size_t count, n_tombs;
     size_t entry_bytes, packed_bytes, ident_bytes; /* route_table_mem */
     rp_sets_t sets;
+    slab_t pool; /* the entries (rt_node_t records: core/slab.h) */
 };
+
+/* The bytes n was allocated with (its header, ident encoding and packed route). */
+static size_t node_bytes(const rt_node_t *n)
+{
+    return sizeof(*n) + n->e.priv_enc_len + n->e.priv_len;
+}
 
 static const uint8_t *packed(const rt_node_t *n)
 {
@@ -72,6 +80,7 @@ route_table_t *route_table_new(void)
         return NULL;
     ridx_init(&t->by_ident, node_key);
     RB_INIT(&t->by_expiry);
+    slab_init(&t->pool);
     return t;
 }
 
@@ -161,7 +170,8 @@ static int ref_tomb(route_table_t *t, rt_node_t *n, const kvm_route_t *route)
 
 static void account(route_table_t *t, const rt_node_t *n, bool add)
 {
-    size_t b = malloc_usable_size((void *)n), p = n->e.priv_len, i = n->e.priv_enc_len;
+    size_t b = node_bytes(n), p = n->e.priv_len, i = n->e.priv_enc_len;
+    b = b > SLAB_MAX ? b : slab_size(b);
     if (add) {
         t->entry_bytes += b;
         t->packed_bytes += p;
@@ -179,7 +189,7 @@ static void node_release(route_table_t *t, rt_node_t *n)
     unref_tomb(t, n);
     rp_unref(&t->sets, packed(n), n->e.priv_len);
     account(t, n, false);
-    free(n);
+    slab_free(&t->pool, n, node_bytes(n));
     t->count--;
 }
 
@@ -198,6 +208,7 @@ static void release_each(void *item, void *ctx)
 void route_table_clear(route_table_t *t)
 {
     ridx_clear(&t->by_ident, release_each, t);
+    slab_reset_if_empty(&t->pool); /* (every entry is released: the chunks go too) */
 }
 
 void route_table_free(route_table_t *t)
@@ -206,6 +217,7 @@ void route_table_free(route_table_t *t)
         return;
     route_table_clear(t);
     rp_sets_fini(&t->sets);
+    slab_fini(&t->pool);
     free(t);
 }
 
@@ -233,12 +245,11 @@ int route_table_put(route_table_t *t, const kvm_route_t *r, route_entry_t **out)
     if (rp_pack(&t->sets, r, buf, &plen) != 0) /* before anything of r's entry changes */
         return KVMESH_ENOMEM;
     rt_node_t *old = find(t, &r->ident);
-    rt_node_t *n = malloc(sizeof(*n) + elen + plen);
+    rt_node_t *n = slab_alloc(&t->pool, sizeof(*n) + elen + plen); /* zeroed */
     if (!n) {
         rp_unref(&t->sets, buf, plen);
         return KVMESH_ENOMEM;
     }
-    memset(n, 0, sizeof(*n));
     if (elen)
         memcpy(n->data, r->ident.enc, elen); /* r may be a view of old: copy before freeing it */
     memcpy(n->data + elen, buf, plen);
@@ -252,7 +263,7 @@ int route_table_put(route_table_t *t, const kvm_route_t *r, route_entry_t **out)
         node_release(t, old);
     } else if (ridx_insert(&t->by_ident, n) != 0) {
         rp_unref(&t->sets, buf, plen);
-        free(n);
+        slab_free(&t->pool, n, node_bytes(n));
         return KVMESH_ENOMEM;
     }
     t->count++;
@@ -349,8 +360,11 @@ size_t route_table_tomb_count(const route_table_t *t)
 
 void route_table_mem(const route_table_t *t, route_table_mem_t *out)
 {
+    /* the entry pool's chunk bytes not handed out (free records, the newest chunk's tail,
+     * chunk headers) count as entry bytes: the entries' memory is the pool's */
+    size_t pool_spare = t->pool.chunk_bytes - t->pool.live_bytes;
     *out = (route_table_mem_t){.entries = t->count,
-                               .entry_bytes = t->entry_bytes,
+                               .entry_bytes = t->entry_bytes + pool_spare,
                                .packed_bytes = t->packed_bytes,
                                .ident_bytes = t->ident_bytes,
                                .index_bytes = t->by_ident.bytes,
@@ -386,9 +400,9 @@ int route_table_check(route_table_t *t)
     uint32_t *idr = calloc(t->sets.ids.n + 1, sizeof(uint32_t));
     uint32_t *ido = calloc(t->sets.ids.n + 1, sizeof(uint32_t));
     uint32_t *sgr = calloc(t->sets.segs.n + 1, sizeof(uint32_t));
-    int rc = idr && ido && sgr ? 0 : ridx_check(&t->by_ident);
-    if (!idr || !ido || !sgr)
-        rc = KVMESH_ENOMEM;
+    int rc = idr && ido && sgr ? ridx_check(&t->by_ident) : KVMESH_ENOMEM;
+    if (!rc)
+        rc = slab_check(&t->pool);
     rt_node_t *n, *prev = NULL;
     ridx_iter_t it;
     for (ridx_seek(&t->by_ident, &it, NULL, 0, false); (n = ridx_iter_get(&it)) != NULL;

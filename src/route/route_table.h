@@ -7,13 +7,16 @@
  * (finalized, or pending with retain_until_ms set), which the purge reads from its earliest end
  * (route_table_tomb_first), never by scanning the map.
  *
- * Memory (docs/performance.md "Memory per object"): an entry is one allocation holding a small
- * header, the identity's canonical encoding and the route in its packed form (route_pack.h:
- * interned ids, varints, replicas and cold backing sized to their content), ~56 bytes plus ~9 of
- * index for a one-replica route instead of a kvm_route_t's 928. A caller reads a route through a
- * view (route_table_view) unpacked on demand. Owner scans walk the map from the cursor and test
- * each entry's replicas (no per-owner index nodes): O(entries skipped) per call, and O(1) for an
- * owner that no entry of the table names (the interning set counts replica-owner references).
+ * Memory (docs/performance.md "Memory per object"): an entry is one record of the table's pool
+ * (core/slab.h: no malloc header, sizes rounded to 8 bytes) holding a small header, the
+ * identity's canonical encoding and the route in its packed form (route_pack.h: interned ids,
+ * varints, replicas and cold backing sized to their content), ~56 bytes plus ~9 of index for a
+ * one-replica route instead of a kvm_route_t's 928. A freed entry's record is reused by entries
+ * of its size; the pool's chunks are released when the table is cleared. A caller reads a route
+ * through a view (route_table_view) unpacked on demand. Owner scans walk the map from the cursor
+ * and test each entry's replicas (no per-owner index nodes): O(entries skipped) per call, and O(1)
+ * for an owner that no entry of the table names (the interning set counts replica-owner
+ * references).
  *
  * Invariants (route_table_check): every entry's route validates; the interning reference
  * counts equal the references the packed routes hold; the expiry index holds exactly the
@@ -78,11 +81,13 @@ route_entry_t *route_table_tomb_first(route_table_t *t);
 route_entry_t *route_table_tomb_next(route_table_t *t, route_entry_t *e);
 size_t route_table_tomb_count(const route_table_t *t);
 
-/* What the table's memory is (allocator usable sizes, kept up to date by put/del): the entry
- * allocations, the expiry index nodes, the interning sets and the table header. */
+/* What the table's memory is (kept up to date by put/del): the entry records (their pool's
+ * chunks, its spare records and tail included), the expiry index nodes, the interning sets and the
+ * table header. */
 typedef struct route_table_mem {
     size_t entries;      /* entries held */
-    size_t entry_bytes;  /* their allocations (header, ident encoding, packed route) */
+    size_t entry_bytes;  /* their records (header, ident encoding, packed route) and the pool's
+                            spare bytes */
     size_t packed_bytes; /* of it: the packed routes alone */
     size_t ident_bytes;  /* of it: the identity encodings */
     size_t index_bytes;  /* the ident order's index nodes (route_index.h) */

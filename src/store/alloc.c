@@ -41,7 +41,31 @@ struct alloc {
     alloc_blk_t *lists[ALLOC_FL_COUNT][ALLOC_SL_COUNT];
     alloc_blk_t **htab; /* allocated blocks by offset */
     size_t hcap;        /* power of two */
+    alloc_recs_t recs;  /* where free blocks' records come from and go (alloc_new_recs) */
+    bool own_recs;      /* recs are the caller's: embedded records only */
 };
+
+static alloc_blk_t *calloc_rec(void *ctx)
+{
+    (void)ctx;
+    return calloc(1, sizeof(alloc_blk_t));
+}
+
+static void free_rec(void *ctx, alloc_blk_t *rec)
+{
+    (void)ctx;
+    free(rec);
+}
+
+static alloc_blk_t *rec_new(alloc_t *a)
+{
+    return a->recs.rec_new(a->recs.ctx);
+}
+
+static void rec_free(alloc_t *a, alloc_blk_t *rec)
+{
+    a->recs.rec_free(a->recs.ctx, rec);
+}
 
 static unsigned log2_u64(uint64_t v)
 {
@@ -199,6 +223,11 @@ static void htab_del(alloc_t *a, alloc_blk_t *x)
 
 int alloc_new(alloc_t **out, uint64_t size)
 {
+    return alloc_new_recs(out, size, NULL);
+}
+
+int alloc_new_recs(alloc_t **out, uint64_t size, const alloc_recs_t *recs)
+{
     *out = NULL;
     size &= ~(uint64_t)(ALLOC_ALIGN - 1);
     if (size == 0 || size > ALLOC_MAX_SIZE)
@@ -208,9 +237,12 @@ int alloc_new(alloc_t **out, uint64_t size)
     if (!a)
         return KVMESH_ENOMEM;
     a->size = size;
-    alloc_blk_t *b = calloc(1, sizeof(*b));
+    a->recs = recs ? *recs : (alloc_recs_t){.rec_new = calloc_rec, .rec_free = free_rec};
+    a->own_recs = recs != NULL;
+    alloc_blk_t *b = rec_new(a);
     if (!b || htab_grow(a) != 0) {
-        free(b);
+        if (b)
+            rec_free(a, b);
         free(a->htab);
         free(a);
         return KVMESH_ENOMEM;
@@ -242,7 +274,9 @@ void alloc_free(alloc_t *a)
         return;
     for (alloc_blk_t *b = first_block(a), *n; b; b = n) {
         n = b->phys_next;
-        if (is_free(b) || (b->prev_flags & BLK_OWNED))
+        if (is_free(b))
+            rec_free(a, b);
+        else if (b->prev_flags & BLK_OWNED)
             free(b); /* (an allocated block's embedded record is the caller's) */
     }
     free(a->htab);
@@ -277,11 +311,12 @@ static int place(alloc_t *a, alloc_blk_t *b, alloc_blk_t *rec, uint64_t offset, 
     KVM_ASSERT(is_free(b) && offset >= start && size <= end - offset);
     bool front = offset > start, tail = offset + size < end;
     alloc_blk_t *extra = NULL;
-    if (front && tail && !(extra = calloc(1, sizeof(*extra))))
+    if (front && tail && !(extra = rec_new(a)))
         return KVMESH_ENOMEM;
     int rc = htab_room(a);
     if (rc) {
-        free(extra);
+        if (extra)
+            rec_free(a, extra);
         return rc;
     }
     list_remove(a, b);
@@ -292,7 +327,7 @@ static int place(alloc_t *a, alloc_blk_t *b, alloc_blk_t *rec, uint64_t offset, 
     } else if (tail) {
         tl = b;
     } else {
-        free(b);
+        rec_free(a, b);
     }
     alloc_blk_t *left = p;
     if (fr) {
@@ -341,8 +376,15 @@ int alloc_reserve_rec(alloc_t *a, uint64_t len, alloc_blk_t *rec)
     return reserve(a, len, rec, 0);
 }
 
+static int refuse_owned(const alloc_t *a)
+{
+    return a->own_recs ? kvm_errf(KVMESH_EINVAL, "this allocator takes embedded records only") : 0;
+}
+
 int alloc_reserve(alloc_t *a, uint64_t len, void *user, uint64_t *offset)
 {
+    if (refuse_owned(a))
+        return KVMESH_EINVAL;
     struct blk_user *r = calloc(1, sizeof(*r));
     if (!r)
         return KVMESH_ENOMEM;
@@ -389,6 +431,8 @@ int alloc_reserve_at_rec(alloc_t *a, uint64_t offset, uint64_t len, alloc_blk_t 
 
 int alloc_reserve_at(alloc_t *a, uint64_t offset, uint64_t len, void *user)
 {
+    if (refuse_owned(a))
+        return KVMESH_EINVAL;
     struct blk_user *r = calloc(1, sizeof(*r));
     if (!r)
         return KVMESH_ENOMEM;
@@ -418,7 +462,7 @@ int alloc_release(alloc_t *a, uint64_t offset)
         list_remove(a, p);
         p->size += size;
         phys_link(p, n);
-        free(b);
+        rec_free(a, b);
         b = p;
     } else {
         b->size = size;
@@ -428,7 +472,7 @@ int alloc_release(alloc_t *a, uint64_t offset)
         list_remove(a, n);
         b->size += n->size;
         phys_link(b, n->phys_next);
-        free(n);
+        rec_free(a, n);
     }
     list_insert(a, b);
     return 0;

@@ -24,8 +24,9 @@
  * Ownership: alloc_new allocates; alloc_free releases every record the allocator owns (the
  * segment memory is not touched). A block's `user` pointer is the caller's. An embedded record
  * (alloc_reserve_rec) is the caller's while its block is allocated and must be the start of an
- * object from malloc; alloc_release hands that object to the allocator, which keeps it as the
- * record of the free block it becomes (or free()s it when the block merges with a neighbour).
+ * object from malloc (from the caller's rec_new's source with alloc_new_recs); alloc_release
+ * hands that object to the allocator, which keeps it as the record of the free block it becomes
+ * (or frees it, free() or rec_free, when the block merges with a neighbour).
  * Threading: none; the owner's loop thread only.
  */
 #ifndef KVMESH_STORE_ALLOC_H
@@ -70,8 +71,22 @@ typedef struct alloc_stats {
     double fragmentation;    /* 1 - largest_free / free (0 when nothing is free) */
 } alloc_stats_t;
 
-/* Manages [0, size) (size rounded down to ALLOC_ALIGN; 0 < size <= ALLOC_MAX_SIZE). */
+/* Manages [0, size) (size rounded down to ALLOC_ALIGN; 0 < size <= ALLOC_MAX_SIZE). The
+ * records of free blocks come from calloc and go to free(). */
 int alloc_new(alloc_t **out, uint64_t size);
+
+/* Where an allocator's records come from and go (alloc_new_recs): rec_new returns a zeroed
+ * record of at least sizeof(alloc_blk_t) bytes for a free block (NULL: out of memory); rec_free
+ * takes back every record the allocator lets go: its own, and the embedded records released to
+ * it. The store's slot core keeps both kinds in its record pool (core/slab.h). */
+typedef struct alloc_recs {
+    alloc_blk_t *(*rec_new)(void *ctx);
+    void (*rec_free)(void *ctx, alloc_blk_t *rec);
+    void *ctx;
+} alloc_recs_t;
+/* alloc_new with the caller's records (recs copied). Such an allocator takes embedded records
+ * only: alloc_reserve and alloc_reserve_at answer KVMESH_EINVAL. */
+int alloc_new_recs(alloc_t **out, uint64_t size, const alloc_recs_t *recs);
 void alloc_free(alloc_t *a);
 
 /* Allocates len bytes (1..size): *offset receives the block offset. KVMESH_ENOSPC when no free

@@ -10,7 +10,8 @@
  *           by seg_check) or one transport batch of WRITEs into remote reserved ranges ->
  *           PUBLISH op (route CAS) for the items whose writes all succeeded, ABORT op for the
  *           others;
- *   get:    LOOKUP op (route + replica access, local first) -> reads in rounds: round r reads
+ *   get:    LOOKUP op (route + replica access, local first; a single small get over tcp may
+ *           receive the payload with the route: get_inline.c) -> reads in rounds: round r reads
  *           every unfinished item from its r-th replica (local memcpy, or one transport batch of
  *           READs straight into the caller's buffers) -> checksum verified per the verify_reads
  *           policy (always / remote / never; fused with a local copy, an shm read or a tcp
@@ -31,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/copy.h"
 #include "core/hash.h"
 #include "core/util.h"
 #include "env/clock.h"
@@ -38,6 +40,7 @@
 #include "store/data.h"
 #include "store/drain_core.h"
 #include "store/fair.h"
+#include "store/get_inline.h"
 #include "store/repair_plan.h"
 
 #define DATA_CHUNK     16  /* items per transport round with temporary registrations */
@@ -222,7 +225,9 @@ static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, 
 /* Copy + hash step: the block (read and written side) is still in L2 when hashed. Measured with
  * bench_hash (docs/performance.md "Checksum and copy"): from 64 KiB to 512 KiB the fused pass
  * runs at about the same speed, well below L2 (2 MiB per core on the machines measured). */
-#define DATA_SUM_BLOCK (256u << 10)
+#define DATA_SUM_BLOCK    (256u << 10)
+#define DATA_STREAM_MIN   (1u << 20)  /* a local write this large: streaming stores */
+#define DATA_STREAM_BLOCK (16u << 10) /* its copy + hash block (the source block in L1) */
 
 /* The requests add_reqs makes of an iov list (one per non-empty iovec). */
 static unsigned nreqs(const struct iovec *iov, int iovcnt)
@@ -257,20 +262,28 @@ static struct kvm_sum *fuse_start(struct fuse_sums *f, size_t j)
 
 /* Copies len bytes (to the segment at p for SEG_WRITE, from it otherwise) and, with sum set,
  * computes their XXH3-64 checksum in the same pass: block by block, each block hashed right
- * after it was copied (the hashed side is the caller's buffer, just written or read). */
+ * after it was copied (the hashed side is the caller's buffer, just written or read). A write of
+ * DATA_STREAM_MIN bytes or more goes into the segment with streaming stores (core/copy.h: the
+ * owner's pages are not read again soon, and the stores skip the read-for-ownership), in
+ * DATA_STREAM_BLOCK blocks so the hash reads each source block from L1, fenced before the copy
+ * returns (the shm transport's write path does the same: docs/performance.md). */
 static void copy_sum(uint32_t op, uint8_t *p, const struct iovec *iov, int iovcnt, uint64_t len,
                      uint64_t *sum)
 {
     struct kvm_sum st;
     if (sum)
         kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
+    bool stream = op == SEG_WRITE && len >= DATA_STREAM_MIN;
+    size_t blk = stream ? DATA_STREAM_BLOCK : DATA_SUM_BLOCK;
     uint64_t pos = 0;
     for (int i = 0; i < iovcnt; i++) {
         uint8_t *b = iov[i].iov_base;
         for (size_t done = 0; done < iov[i].iov_len;) {
             size_t k = iov[i].iov_len - done;
-            k = k > DATA_SUM_BLOCK ? DATA_SUM_BLOCK : k;
-            if (op == SEG_WRITE)
+            k = k > blk ? blk : k;
+            if (stream)
+                kvm_copy_stream(p + pos, b + done, k);
+            else if (op == SEG_WRITE)
                 memcpy(p + pos, b + done, k);
             else
                 memcpy(b + done, p + pos, k);
@@ -280,6 +293,8 @@ static void copy_sum(uint32_t op, uint8_t *p, const struct iovec *iov, int iovcn
             pos += k;
         }
     }
+    if (stream)
+        kvm_copy_stream_fence();
     if (sum)
         *sum = kvm_sum_digest(&st);
 }
@@ -874,6 +889,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
         look->cp_op = 1 + (n == 1 ? OBS_OP_GET : OBS_OP_BATCH_GET);
         for (size_t i = 0; i < n && !rc; i++)
             rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
+        kvm_get_inline_prepare(rt, look, outs, n); /* a single get: its bytes with the route */
         if (rc || (rc = kvm_op_run(look)) != 0) {
             kvm_op_unref(look);
             return get_fail(outs, n, attempt, rc);
@@ -921,6 +937,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
             }
             o->rc = KVMESH_EAGAIN; /* to read */
         }
+        (void)kvm_get_inline_take(rt, look, outs, n); /* served by the lookup's answer */
         bool bad_sum = false;
         for (uint32_t round = 0; round < KVM_MAX_REPLICAS && kvm_deadline_left_ms(deadline) > 0;
              round++)

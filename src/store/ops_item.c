@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "store/get_inline.h"
 #include "store/ops_int.h"
 #include "store/proto.h"
 #include "store/slot_core.h"
@@ -389,7 +390,9 @@ void kvm_ops_start_lookup(kvm_op_t *op, struct kvm_item *it, enum kvm_item_state
     if (c)
         c->stage = OBS_CPSTAGE_ROUTE_LOOKUP;
     struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
-    int rc = c ? route_lookup_costed(op->rt->route, &it->ident, cb, c, &c->cost) : KVMESH_ENOMEM;
+    int rc = c ? route_lookup_inline(op->rt->route, &it->ident, cb, c, &c->cost,
+                                     kvm_get_inline_sink(op, state))
+               : KVMESH_ENOMEM;
     kvm_trace_scope_leave(saved);
     if (rc) {
         kvm_ictx_free(c, rc);

@@ -74,6 +74,7 @@ void kvm_op_unref(kvm_op_t *op)
     pthread_mutex_destroy(&op->mu);
     pthread_cond_destroy(&op->cv);
     free(op->span_own);
+    free(op->inl.buf);
     free(op->items);
     free(op);
 }

@@ -31,6 +31,7 @@
 #include "core/wrh.h"
 #include "env/clock.h"
 #include "store/fair.h"
+#include "store/get_inline.h"
 #include "store/handoff.h"
 #include "store/place.h"
 #include "store/data.h"
@@ -495,6 +496,7 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
                    .protocol_version = ROUTE_PROTOCOL_VERSION},
         .request_timeout_ms = rt->cfg.request_timeout_ms,
         .metrics = rt->metrics,
+        .inline_src = kvm_get_inline_source(rt), /* inline reads (get_inline.c) */
     };
     rc = route_svc_new(&rt->route, &ro, open_route_ready, rt);
     if (rc)

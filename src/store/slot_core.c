@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/slab.h"
 #include "core/util.h"
 #include "store/alloc.h"
 #include "store/slot_core.h"
@@ -22,7 +23,10 @@ _Static_assert(offsetof(slot_t, off) == offsetof(alloc_blk_t, off), "off overlay
 _Static_assert(offsetof(slot_t, len) == offsetof(alloc_blk_t, len), "len overlays blk.len");
 _Static_assert(offsetof(slot_t, core) == offsetof(alloc_blk_t, fprev),
                "core overlays the record word unused while allocated");
-_Static_assert(SLOT_CORE_MAX_SEGS <= 256, "segi is 8 bits");
+_Static_assert(SLOT_CORE_MAX_SEGS <= 64, "segi is 6 bits");
+_Static_assert(SLOT_FREED < 8, "a slot state is 3 bits");
+_Static_assert(offsetof(slot_t, ident_enc) == sizeof(alloc_blk_t) + 34,
+               "a slot is its block record, token, deadline, links, 16 bits and the encoding");
 
 struct slot_wait {
     struct slot_wait *next;
@@ -59,6 +63,7 @@ struct slot_core {
     size_t n_waiters;
     uint64_t reclaimed, reservations_expired, reserve_waits, reservations_held, evict_conflicts;
     uint64_t notes_stale;
+    slab_t pool; /* the slots and the allocators' free-block records (bare slots) */
 };
 
 const char *slot_state_name(enum slot_state s)
@@ -182,28 +187,70 @@ int slot_core_new(const slot_core_cfg_t *cfg, const slot_effects_t *fx, void *ct
     c->cfg = *cfg;
     c->fx = *fx;
     c->ctx = ctx;
+    slab_init(&c->pool);
     if (!c->cfg.name)
         c->cfg.name = "owner";
     *out = c;
     return 0;
 }
 
-/* A slot with a copy of id inline; its block is not reserved yet (free it with free()). */
-static slot_t *slot_new(slot_core_t *c, const kvm_ident_t *id)
+/* The length a canonical identity encoding gives itself (ident.h), or 0 when enc (len bytes)
+ * is too short for the lengths it holds. */
+static size_t enc_self_len(const uint8_t *enc, size_t len)
 {
-    KVM_ASSERT(id->enc_len <= UINT16_MAX);
-    size_t size = offsetof(slot_t, ident_enc) + id->enc_len;
-    slot_t *s = calloc(1, size > sizeof(slot_t) ? size : sizeof(slot_t));
+    if (!enc || len < 5)
+        return 0;
+    size_t tl = enc[1];
+    if (2 + tl >= len)
+        return 0;
+    size_t dl = enc[2 + tl];
+    if (4 + tl + dl >= len)
+        return 0;
+    return 5 + tl + dl + ((size_t)enc[3 + tl + dl] << 8 | enc[4 + tl + dl]);
+}
+
+/* The bytes record s was taken from the pool with: a bare record's, or a slot's with its
+ * encoding. */
+static size_t slot_bytes(const slot_t *s)
+{
+    return offsetof(slot_t, ident_enc) + (s->bare ? 0 : slot_ident(s).enc_len);
+}
+
+/* The allocators' records (alloc_recs_t): bare slots of the pool; and every record they let go,
+ * a bare one or a released slot (whose encoding the allocator never overwrites). */
+static alloc_blk_t *rec_new(void *ctx)
+{
+    slot_core_t *c = ctx;
+    slot_t *s = slab_alloc(&c->pool, offsetof(slot_t, ident_enc));
     if (!s)
         return NULL;
-    s->ident_hash = id->hash;
-    s->ident_len = (uint16_t)id->enc_len;
-    s->tenant_len = id->tenant_len;
-    s->domain_len = id->domain_len;
-    s->key_len = id->key_len;
+    s->bare = true;
+    return &s->blk;
+}
+
+static void rec_free(void *ctx, alloc_blk_t *rec)
+{
+    slot_core_t *c = ctx;
+    slot_t *s = KVM_CONTAINER_OF(rec, slot_t, blk);
+    slab_free(&c->pool, s, slot_bytes(s));
+}
+
+/* A slot with a copy of id inline; its block is not reserved yet (give it back with rec_free).
+ * KVMESH_EINVAL for an encoding that is not canonical (the slot keeps no length of its own). */
+static int slot_new(slot_core_t *c, const kvm_ident_t *id, slot_t **out)
+{
+    size_t n = enc_self_len(id->enc, id->enc_len);
+    if (n == 0 || n != id->enc_len)
+        return kvm_errf(KVMESH_EINVAL,
+                        "a replica slot needs a canonical identity encoding (%u bytes given)",
+                        id->enc_len);
+    slot_t *s = slab_alloc(&c->pool, offsetof(slot_t, ident_enc) + id->enc_len); /* zeroed */
+    if (!s)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory for a replica slot");
     memcpy(s->ident_enc, id->enc, id->enc_len);
     s->core = c;
-    return s;
+    *out = s;
+    return 0;
 }
 
 /* The slot's bytes go back to its segment's allocator, which takes the slot's memory. */
@@ -248,6 +295,7 @@ void slot_core_free(slot_core_t *c)
     }
     for (uint32_t i = 0; i < c->n_segs; i++)
         alloc_free(c->segs[i].alloc);
+    slab_fini(&c->pool);
     free(c);
 }
 
@@ -269,7 +317,8 @@ int slot_core_seg_add(slot_core_t *c, uint64_t seg_id, uint64_t size, uint32_t *
         return kvm_errf(KVMESH_ENOSPC, "at most %d segments per runtime", SLOT_CORE_MAX_SEGS);
     struct slot_seg *g = &c->segs[c->n_segs];
     memset(g, 0, sizeof(*g));
-    int rc = alloc_new(&g->alloc, size);
+    alloc_recs_t recs = {.rec_new = rec_new, .rec_free = rec_free, .ctx = c};
+    int rc = alloc_new_recs(&g->alloc, size, &recs);
     if (rc)
         return rc;
     g->id = seg_id;
@@ -457,7 +506,7 @@ static bool note_names(slot_core_t *c, const slot_t *s, const slot_note_t *n)
     if ((n->has & SLOT_NOTE_TOKEN) && s->token)
         ok = n->token == s->token;
     else if (n->has & SLOT_NOTE_OBJECT)
-        ok = n->ident_hash == s->ident_hash && n->len == s->len;
+        ok = n->ident_hash == slot_ident(s).hash && n->len == s->len;
     if (!ok)
         c->notes_stale++;
     return ok;
@@ -510,19 +559,20 @@ static int try_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *id, uint
         struct slot_seg *g = &c->segs[i];
         if (!seg_open(g) || !alloc_can_fit(g->alloc, len))
             continue;
-        slot_t *s = slot_new(c, id);
-        if (!s)
-            return kvm_errf(KVMESH_ENOMEM, "out of memory for a replica slot");
+        slot_t *s = NULL;
+        int rc = slot_new(c, id, &s);
+        if (rc)
+            return rc;
         if (alloc_reserve_rec(g->alloc, len, &s->blk) != 0) {
-            free(s);
+            rec_free(c, &s->blk);
             continue;
         }
-        int rc = c->fx.grant ? c->fx.grant(c->ctx, i, s->off, len, ttl_ms, &s->token) : 0;
+        rc = c->fx.grant ? c->fx.grant(c->ctx, i, s->off, len, ttl_ms, &s->token) : 0;
         if (rc) {
             alloc_release(g->alloc, s->off); /* (takes s) */
             return rc;
         }
-        s->segi = (uint8_t)i;
+        s->segi = (uint16_t)i;
         KVM_ASSERT(s->len == len);
         set_state(s, SLOT_RESERVED);
         s->deadline_ns = now + (uint64_t)ttl_ms * 1000000ull;
@@ -871,15 +921,16 @@ int slot_core_adopt(slot_core_t *c, uint32_t segi, uint64_t off, uint64_t len,
 {
     KVM_ASSERT(slot_core_seg_present(c, segi));
     KVM_ASSERT(state == SLOT_COMMITTED || state == SLOT_RECLAIM);
-    slot_t *s = slot_new(c, ident);
-    if (!s)
-        return kvm_errf(KVMESH_ENOMEM, "out of memory for a replica slot");
-    int rc = alloc_reserve_at_rec(c->segs[segi].alloc, off, len, &s->blk);
+    slot_t *s = NULL;
+    int rc = slot_new(c, ident, &s);
+    if (rc)
+        return rc;
+    rc = alloc_reserve_at_rec(c->segs[segi].alloc, off, len, &s->blk);
     if (rc) {
-        free(s);
+        rec_free(c, &s->blk);
         return rc;
     }
-    s->segi = (uint8_t)segi;
+    s->segi = (uint16_t)segi;
     c->used += len;
     c->n_live++;
     set_state(s, state);
@@ -980,6 +1031,8 @@ void slot_core_stats(const slot_core_t *c, slot_core_stats_t *st)
     st->reservations_held = c->reservations_held;
     st->evict_conflicts = c->evict_conflicts;
     st->notes_stale = c->notes_stale;
+    st->record_bytes = c->pool.chunk_bytes;
+    st->records_live = c->pool.live_bytes;
     st->n_committed = c->n_clock;
     st->n_waiters = c->n_waiters;
     st->evict_inflight = c->evict_inflight;

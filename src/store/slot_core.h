@@ -48,6 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/hash.h"
 #include "core/ident.h"
 #include "store/alloc.h"
 
@@ -67,14 +68,18 @@ const char *slot_state_name(enum slot_state s);
 struct slot_core;
 typedef struct slot_core slot_core_t;
 
-/* One record per slot, one allocation per stored object (~120 bytes for a 22-byte identity):
- * the allocator's block record (store/alloc.h) comes first, so that the slot is the record of
- * its block (off and len overlay the record's words; the allocator never writes its last word
- * while the block is allocated, and core lives there), the identity's encoding follows the
- * record inline and the record keeps only its hash and lengths (slot_ident makes the
- * kvm_ident_t view), fields that are never live in the same state share words (the queue and
- * clock-ring links; the deadline and the commit sequence), and the small fields are packed. When
- * its bytes are freed the record passes to the allocator (alloc_release), which keeps or frees it.
+/* One record per slot, one record of the core's pool (core/slab.h) per stored object (104
+ * bytes for a 22-byte identity): the allocator's block record (store/alloc.h) comes first, so
+ * that the slot is the record of its block (off and len overlay the record's words; the
+ * allocator never writes its last word while the block is allocated, and core lives there), the
+ * identity's canonical encoding follows the record inline and is all the slot keeps of it (its
+ * length, the tenant, domain and key lengths are read from the encoding and the hash computed:
+ * slot_ident makes the kvm_ident_t view), fields that are never live in the same state share
+ * words (the queue and clock-ring links; the deadline and the commit sequence), and the small
+ * fields are 16 bits. When its bytes are freed the record passes to the allocator
+ * (alloc_release), which keeps it as a free block's record or returns it to the pool; the
+ * allocator's own records are bare slots of the same pool (bare: no encoding), so the pool
+ * learns every record's size from the record.
  */
 typedef struct slot {
     union {
@@ -100,30 +105,33 @@ typedef struct slot {
             struct slot *cnext, *cprev; /* clock ring */
         };
     };
-    uint64_t ident_hash; /* the identity's kvm_ident_t.hash */
-    uint16_t ident_len;  /* bytes of ident_enc (an encoding is at most ~1.2 KiB) */
-    uint8_t tenant_len, domain_len;
-    uint16_t key_len;
-    uint8_t segi; /* index of the segment in the core (and in the shell's table) */
-    enum slot_state state : 8;
+    uint16_t segi : 6; /* index of the segment in the core (and the shell's table) */
+    enum slot_state state : 3;
     bool ref : 1;      /* CLOCK reference bit */
     bool busy : 1;     /* a lookup or CAS for this slot is in flight: never freed */
     bool evicting : 1; /* COMMITTED, out of the ring, its eviction in flight */
     bool checked : 1;  /* HELD: the further check (held_check) said "decide by the route" */
     bool queued : 1, in_clock : 1;
-    uint8_t ident_enc[]; /* the identity's canonical encoding (ident_len bytes) */
+    bool bare : 1;       /* an allocator's free-block record (alloc_recs_t), never a slot */
+    uint8_t ident_enc[]; /* the identity's canonical encoding (ident.h; not in a bare record) */
 } slot_t;
 
 /* The identity of s as a view: enc points into the slot (valid while the slot lives; never
- * kvm_ident_free it; kvm_ident_copy it to keep it past that). */
+ * kvm_ident_free it; kvm_ident_copy it to keep it past that). The lengths are read from the
+ * canonical encoding (u8 version | u8 tenant_len | tenant | u8 domain_len | domain |
+ * u16 key_len BE | key: slot_core_reserve and slot_core_adopt take canonical encodings only)
+ * and the hash is computed (XXH3 of ~20-40 bytes). */
 static inline kvm_ident_t slot_ident(const slot_t *s)
 {
-    return (kvm_ident_t){.enc = (uint8_t *)s->ident_enc,
-                         .enc_len = s->ident_len,
-                         .tenant_len = s->tenant_len,
-                         .domain_len = s->domain_len,
-                         .key_len = s->key_len,
-                         .hash = s->ident_hash};
+    const uint8_t *e = s->ident_enc;
+    uint32_t tl = e[1], dl = e[2 + tl], kl = (uint32_t)e[3 + tl + dl] << 8 | e[4 + tl + dl];
+    uint32_t len = 5 + tl + dl + kl;
+    return (kvm_ident_t){.enc = (uint8_t *)e,
+                         .enc_len = len,
+                         .tenant_len = (uint8_t)tl,
+                         .domain_len = (uint8_t)dl,
+                         .key_len = (uint16_t)kl,
+                         .hash = kvm_hash_seeded(e, len, KVM_HASH_SEED_IDENT)};
 }
 
 /* Why the core asks for a route lookup. */
@@ -306,7 +314,10 @@ typedef struct slot_core_stats {
     uint64_t capacity, used, reclaim_bytes;
     uint64_t reclaimed, reservations_expired, reserve_waits, reservations_held;
     uint64_t evict_conflicts;
-    uint64_t notes_stale; /* COMMIT / RELEASE notes ignored: they named another slot */
+    uint64_t notes_stale;  /* COMMIT / RELEASE notes ignored: they named another slot */
+    uint64_t record_bytes; /* the record pool's chunks (slots and free-block records) */
+    uint64_t records_live; /* of it: records in use (rounded sizes; records above SLAB_MAX are
+                              malloc'd and not counted) */
     uint64_t n_reserved, n_committed, n_reclaim, n_waiters, evict_inflight;
     double fragmentation;
 } slot_core_stats_t;

@@ -275,6 +275,10 @@ typedef struct kvm_op {
     /* critical-path accounting (kvmesh_op_* families): OBS_OP_* + 1 of the API operation this op
      * serves, 0 = not an API operation (drain, reports, admin): not counted */
     uint8_t cp_op;
+    /* single get (get_inline.c): the inline read sink of its lookup; inl.max 0 = none asked.
+     * inl.buf (allocated by the route service when bytes come) is the op's, freed by
+     * kvm_op_unref; written by the loop before the item completes, read by the app thread after */
+    route_inline_t inl;
 } kvm_op_t;
 
 /* Counts v events of counter family `fam` (label 2: i2) for the API operation op serves. */

@@ -79,6 +79,7 @@ struct kvm_store_config {
     uint32_t shards; /* logical route shards */
     enum tp_kind transport;
     enum kvm_verify_reads verify_reads;
+    uint32_t inline_read_max;    /* inline single-get bytes, both sides (0 = off; get_inline.c) */
     double weight;               /* WRH weight of this runtime (> 0) */
     uint32_t lease_ttl_ms;       /* membership lease */
     uint32_t request_timeout_ms; /* end-to-end per request */

@@ -3,9 +3,10 @@
  * fuzz_route_msg.c — libFuzzer target for the route protocol decoders: route_msg_decode (the
  * first input byte picks the env message type) and, on the same bytes, the shard-authority
  * record and cluster policy decoders (metadata values). A message that decodes must re-encode
- * and decode to the same header fields and routes. When the type is the batch message's
- * (RMSG_BATCH), route_batch_decode runs too: every item it admits is decoded as the single
- * message it is, and a batch that decodes is rebuilt byte for byte by the builder. Never a
+ * and decode to the same header fields and routes, the same READ_REQ accepted size (limit) and
+ * the same inline READ_RESP bytes (route_msg.h "Inline reads"). When the type is the batch
+ * message's (RMSG_BATCH), route_batch_decode runs too: every item it admits is decoded as the
+ * single message it is, and a batch that decodes is rebuilt byte for byte by the builder. Never a
  * crash, never a leak.
  */
 #include <stdint.h>
@@ -35,6 +36,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    d.n_routes == m.n_routes && d.n_set == m.n_set);
         for (uint32_t i = 0; i < d.n_routes; i++)
             KVM_ASSERT(kvm_route_equal(&d.routes[i], &m.routes[i]));
+        KVM_ASSERT(d.limit == m.limit && d.flags == m.flags && d.inl_len == m.inl_len);
+        KVM_ASSERT(d.inl_len == 0 || (d.n_routes == 1 && d.routes[0].length == d.inl_len &&
+                                      memcmp(d.inl, m.inl, d.inl_len) == 0));
         route_msg_clear(&d);
         free(buf);
         route_msg_clear(&m);

@@ -17,9 +17,19 @@
  * 128-item batch's route CAS and lookups go as one route batch message to S (route.h
  * route_batch_begin), asserted exactly where every shard view is current. The bounds are the
  * issue's goals.
+ * Inline reads (docs/store.md "Inline reads"): over tcp a single get of a value up to
+ * inline_read_max (64 KiB default) takes its payload from the lookup's answer, since S is both
+ * the authority and the owner: 1 round trip and no transport READ (counted by C's
+ * kvmesh_transport_operations_total); a larger value still takes 2; a value exactly at the
+ * bound 1. Over shm no inline bytes are asked for (the reads are shared-memory copies). A race:
+ * S overwrites and removes one key in a thread, and writes more filler bytes than it holds (so
+ * it evicts), while C gets the key; every answer C returns is one whole written value (no torn
+ * or mixed bytes) or absent.
  * No timing is asserted. Every wait is bounded.
  */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,12 +50,18 @@
         }                                                                                          \
     } while (0)
 
-#define BATCH 128
-#define VSIZE 4096
+#define BATCH          128
+#define VSIZE          4096
+#define INLINE_DEFAULT (64 * 1024) /* inline_read_max's default */
+#define RACE_SIZE      8192
+#define RACE_GETS      400
+#define FILL_SIZE      (512 * 1024)
+#define FILL_KEYS      200 /* 100 MiB of fillers into the 64 MiB of S */
 
 /* Bounds on the round trips of one call (goal from the issue, or today's count where the goal
  * is not reached yet). */
 #define BOUND_GET_REMOTE 2 /* goal <= 2 */
+#define BOUND_GET_INLINE 1 /* tcp, value <= inline_read_max, the authority owns the replica */
 #define BOUND_GET_LOCAL  1 /* goal <= 1 co-located */
 #define BOUND_PUT        3 /* goal <= 3: reserve + payload + CAS (no lookup: route hint) */
 #define BOUND_BATCH_PUT  4 /* goal <= 4: 1 reserve, 1 payload, 1 route CAS batch */
@@ -109,6 +125,121 @@ static void show(const char *what, const struct cp *d)
            d->copies[OBS_TRANSPORT_LOCAL], d->copies[OBS_TRANSPORT_SHM],
            d->copies[OBS_TRANSPORT_TCP], d->checksums);
     fflush(stdout);
+}
+
+/* Transport READ operations the runtime issued over tcp (payload reads, not route messages). */
+static int64_t tcp_reads(kvmesh_t *kv)
+{
+    int64_t v = 0;
+    CHECK(obs_metrics_read(kvmesh_runtime_of(kv)->metrics, "transport_operations_total",
+                           OBS_TRANSPORT_TCP, OBS_XOP_READ, &v) == 0);
+    return v;
+}
+
+/* The race: S rewrites key "race" (a whole value of one fill byte per write), now and then
+ * removes it, and writes new filler keys of FILL_SIZE bytes, until C is done reading and
+ * FILL_KEYS fillers (more than S's 64 MiB) went in: S must evict (slots leave COMMITTED while
+ * their routes are looked up). */
+struct racer {
+    kvmesh_t *S;
+    const kvmesh_scope_t *sc;
+    atomic_bool stop;
+    atomic_int fills;
+    int writes;
+};
+
+static void *race_writer(void *arg)
+{
+    struct racer *r = arg;
+    static uint8_t v[RACE_SIZE], fill[FILL_SIZE];
+    memset(fill, 0xee, sizeof(fill));
+    for (int i = 1; !atomic_load(&r->stop); i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "fill-%d", i);
+        if (kvmesh_put(r->S, r->sc, key, strlen(key), fill, sizeof(fill), NULL) == 0)
+            atomic_fetch_add(&r->fills, 1);
+        if (i % 7 == 0) {
+            (void)kvmesh_remove(r->S, r->sc, "race", 4);
+            continue;
+        }
+        memset(v, (uint8_t)(i % 251 + 1), sizeof(v));
+        if (kvmesh_put(r->S, r->sc, "race", 4, v, sizeof(v), NULL) == 0)
+            r->writes++;
+    }
+    return NULL;
+}
+
+/* A single get of a value of `size` bytes from C: 1 round trip inline, else 2. */
+static void check_get_size(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc, bool tcp,
+                           size_t size, bool inl)
+{
+    uint8_t *v = malloc(size), *out = malloc(size);
+    CHECK(v && out);
+    memset(v, 0x5a, size);
+    v[size - 1] = 0xa5;
+    char key[32];
+    snprintf(key, sizeof(key), "sized-%zu", size);
+    CHECK(kvmesh_put(S, sc, key, strlen(key), v, size, NULL) == 0);
+    size_t got = 0;
+    int64_t r0 = tcp_reads(C);
+    struct cp a = snap(C, OBS_OP_GET), d;
+    CHECK(kvmesh_get_into(C, sc, key, strlen(key), out, size, &got) == 0);
+    d = delta(a, snap(C, OBS_OP_GET));
+    int64_t reads = tcp_reads(C) - r0;
+    char what[64];
+    snprintf(what, sizeof(what), "get %zu B (%s the bound)", size, inl ? "at" : "above");
+    show(what, &d);
+    CHECK(got == size && memcmp(out, v, size) == 0);
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] >= 1);
+    if (tcp && inl) {
+        CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0 && reads == 0);
+        CHECK(total(&d) == d.rt[OBS_CPSTAGE_ROUTE_LOOKUP]);
+    } else if (tcp) {
+        CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 1 && reads >= 1);
+    } else {
+        CHECK(reads == 0); /* shm: no tcp read, and no inline bytes asked for */
+    }
+    CHECK(d.checksums == 1);
+    free(v);
+    free(out);
+}
+
+static void check_race(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
+{
+    struct racer r = {.S = S, .sc = sc, .writes = 0};
+    atomic_init(&r.stop, false);
+    atomic_init(&r.fills, 0);
+    int64_t ev0 = 0, ev1 = 0;
+    CHECK(obs_metrics_read(kvmesh_runtime_of(S)->metrics, "evictions_total", OBS_TIER_DRAM,
+                           OBS_NONE, &ev0) == 0);
+    uint64_t end = env_clock_mono_ms() + 120000; /* bound of the whole race */
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, race_writer, &r) == 0);
+    static uint8_t out[RACE_SIZE];
+    int found = 0, absent = 0;
+    for (int i = 0; i < RACE_GETS || atomic_load(&r.fills) < FILL_KEYS; i++) {
+        CHECK(env_clock_mono_ms() < end);
+        size_t got = 0;
+        memset(out, 0, sizeof(out));
+        int rc = kvmesh_get_into(C, sc, "race", 4, out, sizeof(out), &got);
+        if (rc == KVMESH_ENOENT) {
+            absent++;
+            continue;
+        }
+        CHECK(rc == 0 && got == RACE_SIZE && out[0] != 0);
+        for (size_t k = 1; k < RACE_SIZE; k++)
+            CHECK(out[k] == out[0]); /* one whole written value, never a mix */
+        found++;
+    }
+    atomic_store(&r.stop, true);
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK(obs_metrics_read(kvmesh_runtime_of(S)->metrics, "evictions_total", OBS_TIER_DRAM,
+                           OBS_NONE, &ev1) == 0);
+    printf("race: %d gets found a whole value, %d absent, %d writes, %d fillers, %" PRId64
+           " evictions\n",
+           found, absent, r.writes, atomic_load(&r.fills), ev1 - ev0);
+    CHECK(found > 0);
+    CHECK(ev1 > ev0); /* the fillers did not fit: S evicted while C was reading */
 }
 
 static kvmesh_t *open_rt(const char *url, const char *transport, bool storage)
@@ -210,8 +341,10 @@ int main(int argc, char **argv)
     CHECK(total(&d) <= BOUND_PUT + 1);
     CHECK(d.handoffs == 2);
 
-    /* ---- single get from the client: lookup + payload ---- */
+    /* ---- single get from the client: lookup + payload; over tcp the payload comes inline
+     * with the lookup's answer (S, the authority, owns the replica) ---- */
     size_t got = 0;
+    int64_t reads0 = tcp_reads(C);
     a = snap(C, OBS_OP_GET);
     CHECK(kvmesh_get_into(C, &sc, "one", 3, outs[0], VSIZE, &got) == 0);
     d = delta(a, snap(C, OBS_OP_GET));
@@ -220,8 +353,9 @@ int main(int argc, char **argv)
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] >= 1);
     /* shm: a copy, plus one grant exchange when the segment's read grant was cached more than
      * TP_SHM_GRANT_RECHECK (100 ms) ago (the re-check that carries revocations) */
-    CHECK(tcp ? d.rt[OBS_CPSTAGE_PAYLOAD] == 1 : d.rt[OBS_CPSTAGE_PAYLOAD] <= 1);
-    CHECK(total(&d) <= BOUND_GET_REMOTE);
+    CHECK(tcp ? d.rt[OBS_CPSTAGE_PAYLOAD] == 0 : d.rt[OBS_CPSTAGE_PAYLOAD] <= 1);
+    CHECK(tcp_reads(C) == reads0); /* tcp: inline; shm: a shared-memory copy */
+    CHECK(total(&d) <= (tcp ? BOUND_GET_INLINE : BOUND_GET_REMOTE));
     CHECK(d.handoffs == 1);
     CHECK(d.copies[xt] == per_copy);
     CHECK(d.checksums == 1);
@@ -330,6 +464,14 @@ int main(int argc, char **argv)
         kvmesh_unregister_buffer(C, vals[i]);
         kvmesh_unregister_buffer(C, outs[i]);
     }
+    /* ---- (unregistered buffers from here: every registration slot is free again)
+     * inline bound: at inline_read_max inline, above it a transport read ---- */
+    check_get_size(S, C, &sc, tcp, INLINE_DEFAULT, true);
+    check_get_size(S, C, &sc, tcp, INLINE_DEFAULT + 1, false);
+    check_get_size(S, C, &sc, tcp, 3 * INLINE_DEFAULT / 2, false);
+
+    /* ---- a get racing overwrites and removes of its key ---- */
+    check_race(S, C, &sc);
     kvmesh_close(C);
     kvmesh_close(S);
     printf("critical-path counts within their bounds (%s)\n", xp);

@@ -3,7 +3,9 @@
  * alloc_reserve_rec / alloc_reserve_at_rec): the caller's record is the block's, lookup returns
  * it, the word an allocated block leaves unused is never written, release hands the record to
  * the allocator (which keeps or frees it: run under ASan to see no leak and no double free), and
- * records of both kinds mix under a random workload with the invariants checked. */
+ * records of both kinds mix under a random workload with the invariants checked; with the
+ * caller's record source (alloc_new_recs) every record the allocator lets go, its own or a
+ * released embedded one, goes back through rec_free, and a refused rec_new is KVMESH_ENOMEM. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -168,12 +170,85 @@ static void test_mixed_workload(void **state)
     alloc_free(a);
 }
 
+struct rec_src { /* the caller's record source: counts, and can refuse */
+    int made, taken, live_obj;
+    bool refuse;
+};
+
+static alloc_blk_t *src_new(void *ctx)
+{
+    struct rec_src *r = ctx;
+    if (r->refuse)
+        return NULL;
+    r->made++;
+    obj_t *o = calloc(1, sizeof(*o));
+    assert_non_null(o);
+    o->tag = 0xfee; /* the allocator's own record */
+    return &o->blk;
+}
+
+static void src_free(void *ctx, alloc_blk_t *rec)
+{
+    struct rec_src *r = ctx;
+    obj_t *o = (obj_t *)rec;
+    if (o->tag == 0xfee)
+        r->taken++;
+    else
+        r->live_obj--; /* an embedded record released earlier */
+    free(o);
+}
+
+static void test_caller_records(void **state)
+{
+    (void)state;
+    struct rec_src src = {.refuse = true};
+    alloc_recs_t recs = {.rec_new = src_new, .rec_free = src_free, .ctx = &src};
+    alloc_t *a;
+    assert_int_equal(alloc_new_recs(&a, 1 << 20, &recs), KVMESH_ENOMEM);
+    src.refuse = false;
+    assert_int_equal(alloc_new_recs(&a, 1 << 20, &recs), 0);
+    assert_int_equal(src.made, 1);
+    uint64_t off;
+    assert_int_equal(alloc_reserve(a, 100, NULL, &off), KVMESH_EINVAL); /* embedded only */
+    assert_int_equal(alloc_reserve_at(a, 0, 100, NULL), KVMESH_EINVAL);
+    obj_t *o[8];
+    for (int i = 0; i < 8; i++) {
+        o[i] = obj_new((uint64_t)i + 1);
+        src.live_obj++;
+        assert_int_equal(alloc_reserve_rec(a, 1000, &o[i]->blk), 0);
+    }
+    /* a block in the middle of the free tail needs a second free record: refused, unchanged */
+    obj_t *m = obj_new(99);
+    src.refuse = true;
+    assert_int_equal(alloc_reserve_at_rec(a, 512 * 1024, 64, &m->blk), KVMESH_ENOMEM);
+    assert_int_equal(alloc_check(a), 0);
+    src.refuse = false;
+    src.live_obj++;
+    assert_int_equal(alloc_reserve_at_rec(a, 512 * 1024, 64, &m->blk), 0);
+    assert_int_equal(src.made, 2);
+    /* release every other block, then the rest: records merge and go back through rec_free */
+    for (int i = 0; i < 8; i += 2)
+        assert_int_equal(alloc_release(a, o[i]->blk.off), 0);
+    for (int i = 1; i < 8; i += 2)
+        assert_int_equal(alloc_release(a, o[i]->blk.off), 0);
+    assert_int_equal(alloc_release(a, 512 * 1024), 0);
+    assert_int_equal(alloc_check(a), 0);
+    alloc_stats_t st;
+    alloc_stats(a, &st);
+    assert_int_equal(st.n_free, 1);
+    alloc_free(a);
+    /* every record came back: the allocator's own ones and the released embedded ones */
+    assert_int_equal(src.taken, src.made);
+    assert_int_equal(src.live_obj, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedded_basic),
         cmocka_unit_test(test_embedded_at),
         cmocka_unit_test(test_mixed_workload),
+        cmocka_unit_test(test_caller_records),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

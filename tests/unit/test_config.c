@@ -58,6 +58,9 @@ static const struct {
     {"transport", "udp", "transport: \"udp\" is not allowed; allowed auto|tcp|shm"},
     {"verify_reads", "sometimes",
      "verify_reads: \"sometimes\" is not allowed; allowed always|remote|never"},
+    {"inline_read_max", "512KiB",
+     "inline_read_max: \"512KiB\" is out of range; allowed 0..256KiB (a byte count with optional "
+     "unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
     {"weight", "0", "weight: \"0\" is out of range; allowed 0.001..1e+06"},
     {"lease_ttl_ms", "50", "lease_ttl_ms: \"50\" is out of range; allowed 100..600000"},
     {"request_timeout_ms", "5s",
@@ -185,6 +188,7 @@ static void test_defaults(void **state)
     assert_int_equal(c->memory_size, 256ull << 20);
     assert_int_equal(c->segment_size, 64ull << 20);
     assert_int_equal(c->max_object_size, 64ull << 20);
+    assert_int_equal(c->inline_read_max, 64u << 10);
     assert_int_equal(c->replicas, 1);
     assert_int_equal(c->route_mode, ROUTE_MODE_EMBEDDED_WRH);
     assert_int_equal(c->top_k, 3);

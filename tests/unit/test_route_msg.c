@@ -10,7 +10,12 @@
  * every truncation, trailing bytes, wrong type, newer version, counts out
  * of 2..KVM_ROUTE_BATCH_MAX, unbatchable or nested items, and the builder's bounds; a message
  * whose route is given as its pre-encoded frame (rframe: a primary encodes the route it mirrors
- * once) is byte for byte the message that encodes the route, and a frame too big is refused.
+ * once) is byte for byte the message that encodes the route, and a frame too big is refused;
+ * inline reads: READ_REQ's accepted size keeps the request layout (a request that asks nothing
+ * is the pre-inline encoding, one that asks differs only in that field), an inline READ_RESP
+ * round-trips with its bytes as a view into the received buffer, travels in a batch, and every
+ * inconsistent form (wrong kind, no route, a length other than the route's, over the bound,
+ * truncated, bytes without the flag) is refused by the encoder or the decoder.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -608,13 +613,154 @@ static void test_batch_codec(void **state)
     kvm_route_free(&r);
 }
 
+static void read_req(route_msg_t *m, const kvm_route_t *r, uint32_t limit)
+{
+    route_msg_init(m, RMSG_READ_REQ);
+    m->req_id = 5;
+    m->shard = 1;
+    m->token = 2;
+    m->has_ident = true;
+    m->ident = r->ident;
+    m->limit = limit;
+}
+
+static void test_read_inline(void **state)
+{
+    (void)state;
+    kvm_route_t r;
+    fixture_route(&r, "inl", 1, 1); /* length 100 */
+    uint8_t payload[100];
+    for (size_t i = 0; i < sizeof(payload); i++)
+        payload[i] = (uint8_t)(i * 7 + 1);
+    uint8_t *buf = malloc(ROUTE_MSG_MAX_LEN), *plain = malloc(4096);
+    assert_non_null(buf);
+    assert_non_null(plain);
+    route_msg_t m, d;
+    size_t len, plain_len;
+
+    /* the request: limit rides in a field every request already carries */
+    read_req(&m, &r, 0);
+    assert_int_equal(route_msg_encode(&m, plain, 4096, &plain_len), 0);
+    read_req(&m, &r, 65536);
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), 0);
+    assert_int_equal(len, plain_len);
+    size_t diff = 0;
+    for (size_t i = 0; i < len; i++)
+        diff += buf[i] != plain[i];
+    assert_true(diff >= 1 && diff <= 4); /* only the u32 limit */
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_REQ, buf, len, &d), 0);
+    assert_int_equal(d.limit, 65536);
+    route_msg_clear(&d);
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_REQ, plain, plain_len, &d), 0);
+    assert_int_equal(d.limit, 0);
+    route_msg_clear(&d);
+
+    /* the answer with its bytes */
+    const kvm_route_t *rp = &r;
+    route_msg_init(&m, RMSG_READ_RESP);
+    m.req_id = 5;
+    m.rptrs = &rp;
+    m.n_routes = 1;
+    assert_int_equal(route_msg_encode(&m, plain, 4096, &plain_len), 0);
+    m.flags = RMSG_READ_INLINE;
+    m.inl = payload;
+    m.inl_len = sizeof(payload);
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), 0);
+    assert_int_equal(len, plain_len + 4 + sizeof(payload));
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, buf, len, &d), 0);
+    assert_true(d.flags & RMSG_READ_INLINE);
+    assert_int_equal(d.inl_len, sizeof(payload));
+    assert_ptr_equal(d.inl, buf + len - sizeof(payload)); /* a view, not a copy */
+    assert_memory_equal(d.inl, payload, sizeof(payload));
+    assert_true(kvm_route_equal(&d.routes[0], &r));
+    route_msg_clear(&d);
+    /* a plain answer has no bytes */
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, plain, plain_len, &d), 0);
+    assert_int_equal(d.inl_len, 0);
+    assert_null(d.inl);
+    route_msg_clear(&d);
+    /* every truncation and a trailing byte are refused */
+    for (size_t cut = 0; cut < len; cut++)
+        assert_int_not_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, buf, cut, &d), 0);
+    buf[len] = 0;
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, buf, len + 1, &d),
+                     KVMESH_EPROTO);
+    /* a length other than the route's: the prefix says 99 and one byte is gone */
+    buf[len - sizeof(payload) - 4] = 99;
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, buf, len - 1, &d),
+                     KVMESH_EPROTO);
+    /* the bytes without the flag: trailing bytes (what an old reader would see, had it asked) */
+    memcpy(plain + plain_len, buf + plain_len, 4 + sizeof(payload));
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, plain,
+                                      plain_len + 4 + sizeof(payload), &d),
+                     KVMESH_EPROTO);
+
+    /* the encoder refuses inconsistent inline parts */
+    m.inl_len = 99; /* not the route's length */
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), KVMESH_EINVAL);
+    m.inl_len = sizeof(payload);
+    m.n_routes = 0; /* no route */
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), KVMESH_EINVAL);
+    m.n_routes = 1;
+    m.flags = 0; /* bytes without the flag */
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), KVMESH_EINVAL);
+    read_req(&m, &r, 1);
+    m.flags = RMSG_READ_INLINE; /* a request never carries bytes */
+    m.inl = payload;
+    m.inl_len = sizeof(payload);
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), KVMESH_EINVAL);
+    m.flags = 0;
+    m.inl_len = 0;
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), 0); /* the flag alone */
+    kvm_route_t big = r;
+    big.length = ROUTE_MSG_MAX_INLINE + 1;
+    const kvm_route_t *bp = &big;
+    route_msg_init(&m, RMSG_READ_RESP);
+    m.rptrs = &bp;
+    m.n_routes = 1;
+    m.flags = RMSG_READ_INLINE;
+    m.inl = buf; /* any bytes: refused for the length alone */
+    m.inl_len = ROUTE_MSG_MAX_INLINE + 1;
+    uint8_t *out = malloc(ROUTE_MSG_MAX_LEN);
+    assert_non_null(out);
+    assert_int_equal(route_msg_encode(&m, out, ROUTE_MSG_MAX_LEN, &len), KVMESH_EINVAL);
+
+    /* an inline answer travels in a batch like any answer */
+    route_msg_init(&m, RMSG_READ_RESP);
+    m.rptrs = &rp;
+    m.n_routes = 1;
+    m.flags = RMSG_READ_INLINE;
+    m.inl = payload;
+    m.inl_len = sizeof(payload);
+    assert_int_equal(route_msg_encode(&m, out, ROUTE_MSG_MAX_LEN, &len), 0);
+    route_batch_buf_t b;
+    route_batch_buf_init(&b);
+    assert_int_equal(route_batch_append(&b, out, len), 0);
+    assert_int_equal(route_batch_append(&b, plain, plain_len), 0);
+    size_t blen = 0;
+    const uint8_t *bb = route_batch_bytes(&b, &blen);
+    route_batch_view_t *v = malloc(sizeof(*v));
+    assert_non_null(v);
+    assert_int_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_BATCH, bb, blen, v), 0);
+    assert_int_equal(v->n, 2);
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + v->kind[0], v->item[0], v->len[0], &d), 0);
+    assert_memory_equal(d.inl, payload, sizeof(payload));
+    route_msg_clear(&d);
+    free(v);
+    route_batch_buf_free(&b);
+    free(out);
+    free(plain);
+    free(buf);
+    kvm_route_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_all_kinds),   cmocka_unit_test(test_record_and_policy),
         cmocka_unit_test(test_table_and_owner_index), cmocka_unit_test(test_packed_routes),
         cmocka_unit_test(test_table_expiry_index),    cmocka_unit_test(test_batch_codec),
-        cmocka_unit_test(test_route_frame),
+        cmocka_unit_test(test_route_frame),           cmocka_unit_test(test_read_inline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,7 +14,12 @@
  *   - batching windows (route_batch_begin/end): the CAS items of a window travel as one batch
  *     and are answered as one; a window with mixed outcomes gives each item its own (applied,
  *     or conflict with that key's current route); lookups with an absent key among them; a
- *     window pending at free is cancelled item by item.
+ *     window pending at free is cancelled item by item;
+ *   - inline reads (route_lookup_inline, the authority's inline source): the answer carries the
+ *     source's bytes only when the request accepts the route's length; the source is asked only
+ *     then and only for a settled live route, and every pin it lent is given back; a source
+ *     that declines, or returns a length other than the route's, gives a plain answer (and no
+ *     buffer); a plain lookup never asks it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -122,9 +127,12 @@ static void on_start(void *arg, int rc)
     snprintf(w->msg, sizeof(w->msg), "%s", rc ? kvmesh_last_error() : "");
 }
 
+static route_inline_src_t g_src; /* the inline source start() gives (none unless a test sets it) */
+
 static route_svc_t *start(fx_t *f, uint64_t id, route_policy_t p, waitv_t *w)
 {
-    route_svc_opts_t o = {.env = f->env,
+    route_svc_opts_t o = {.inline_src = g_src,
+                          .env = f->env,
                           .meta = f->meta,
                           .deployment = "unit",
                           .self = {.id = kvm_id128_from_u64(7, id), .epoch = 1},
@@ -749,6 +757,177 @@ static void test_claim_cas(void **state)
     fx_close(&f);
 }
 
+/* ---- inline reads ---- */
+
+typedef struct isrc {
+    int mode; /* 0 = serve, 1 = decline, 2 = a wrong length */
+    int gets, puts;
+    uint32_t last_max;
+    uint8_t bytes[256];
+} isrc_t;
+
+static int isrc_get(void *ctx, const kvm_route_t *route, uint32_t max, const uint8_t **data,
+                    size_t *len, void **pin)
+{
+    isrc_t *s = ctx;
+    s->gets++;
+    s->last_max = max;
+    assert_true(route->length <= max && route->length <= sizeof(s->bytes));
+    assert_false(kvm_route_is_tombstone(route));
+    if (s->mode == 1)
+        return KVMESH_ENOENT;
+    memset(s->bytes, (int)(route->checksum & 0xff), sizeof(s->bytes));
+    *data = s->bytes;
+    *len = s->mode == 2 ? route->length - 1 : route->length;
+    *pin = s;
+    return 0;
+}
+
+static void isrc_put(void *ctx, void *pin)
+{
+    isrc_t *s = ctx;
+    assert_ptr_equal(pin, s);
+    s->puts++;
+}
+
+/* Messages to node 1 come back from node 1: the runtime reaches its own authority as a peer
+ * (a lookup asks inline bytes only from other runtimes). */
+static int sender_as_peer(void *ctx, env_node_t to, uint32_t type, const void *data, size_t len)
+{
+    env_t *env = ctx;
+    loopback_t *lb = malloc(sizeof(*lb) + len);
+    if (!lb)
+        return KVMESH_ENOMEM;
+    lb->env = env;
+    lb->msg = (env_msg_t){.from = to, .to = to, .type = type, .len = len};
+    memcpy(lb->data, data, len);
+    return env_defer(env, deliver, lb);
+}
+
+/* A lookup with an inline read: the bytes (if any) are copied to buf, the service's freed. */
+static void lookup_inl(fx_t *f, route_svc_t *svc, const kvm_ident_t *id, route_inline_t *inl,
+                       uint8_t *buf, waitv_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    inl->buf = NULL;
+    assert_int_equal(route_lookup_inline(svc, id, on_route, w, NULL, inl), 0);
+    run_until(f, w);
+    assert_true(inl->got == (inl->buf != NULL));
+    if (inl->got)
+        memcpy(buf, inl->buf, inl->len);
+    free(inl->buf);
+    inl->buf = NULL;
+}
+
+static void test_inline_read(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, "memory://route-unit-inline");
+    isrc_t src = {.mode = 0};
+    g_src = (route_inline_src_t){.get = isrc_get, .put = isrc_put, .ctx = &src};
+    waitv_t w;
+    route_svc_t *svc = start(&f, 1, POLICY, &w);
+    g_src = (route_inline_src_t){0};
+    assert_int_equal(w.rc, 0);
+    env_set_recv(f.env, (env_recv_fn)route_on_message, svc);
+    env_uv_set_sender(f.env, sender_as_peer, f.env);
+    route_member_t m = {.rt = {.id = kvm_id128_from_u64(7, 1), .epoch = 1},
+                        .node = 1,
+                        .weight = 1,
+                        .route_capable = true,
+                        .route_version = ROUTE_PROTOCOL_VERSION};
+    route_set_members(svc, 1, &m, 1);
+    kvm_route_t r;
+    mk(&r, "in", 1, 0x21); /* length 100 */
+    cas(&f, svc, KVM_ROUTE_VERSION_NONE, &r, &w);
+    assert_int_equal(w.rc, 0);
+    kvm_route_version_t v1 = w.route.version;
+    kvm_route_free(&w.route);
+    uint8_t buf[256];
+    route_inline_t inl = {.max = sizeof(buf)};
+
+    /* served: the bytes of the returned version, from the authority */
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
+    assert_int_equal(w.rc, 0);
+    assert_true(kvm_route_version_equal(&w.route.version, &v1));
+    assert_true(inl.got);
+    assert_int_equal(inl.len, 100);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(buf[i], 0x21);
+    assert_true(kvm_id128_equal(&inl.from, &m.rt.id));
+    assert_int_equal(src.gets, 1);
+    assert_int_equal(src.last_max, sizeof(buf));
+    assert_int_equal(src.puts, 1);
+    kvm_route_free(&w.route);
+
+    /* a plain lookup, and one that accepts fewer bytes than the value: the source is not asked */
+    lookup(&f, svc, &r.ident, &w);
+    assert_int_equal(w.rc, 0);
+    kvm_route_free(&w.route);
+    inl.max = 99;
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
+    assert_int_equal(w.rc, 0);
+    assert_false(inl.got);
+    assert_int_equal(inl.len, 0);
+    kvm_route_free(&w.route);
+    assert_int_equal(src.gets, 1);
+    inl.max = sizeof(buf);
+
+    /* the source declines, or breaks its contract: a plain answer, the pin given back */
+    src.mode = 1;
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
+    assert_int_equal(w.rc, 0);
+    assert_false(inl.got);
+    kvm_route_free(&w.route);
+    src.mode = 2;
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
+    assert_int_equal(w.rc, 0);
+    assert_false(inl.got);
+    kvm_route_free(&w.route);
+    assert_int_equal(src.gets, 3);
+    assert_int_equal(src.puts, 2);
+    src.mode = 0;
+
+    /* an overwrite: the bytes follow the new version */
+    kvm_route_free(&r);
+    mk(&r, "in", 1, 0x42);
+    cas(&f, svc, v1, &r, &w);
+    assert_int_equal(w.rc, 0);
+    kvm_route_free(&w.route);
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
+    assert_int_equal(w.rc, 0);
+    assert_true(inl.got && buf[0] == 0x42 && buf[99] == 0x42);
+    kvm_route_version_t v2 = w.route.version;
+    kvm_route_free(&w.route);
+
+    /* a tombstone: found as such, never with bytes, the source not asked */
+    int gets = src.gets;
+    kvm_route_free(&r);
+    kvm_route_init(&r);
+    assert_int_equal(kvm_ident_init(&r.ident, "tenant", NULL, "in", 2), 0);
+    r.tomb = KVM_TOMB_PENDING;
+    r.content_op = (kvm_op_id_t){.writer = kvm_id128_from_u64(1, 2), .epoch = 1, .seq = 9};
+    cas(&f, svc, v2, &r, &w);
+    assert_int_equal(w.rc, 0);
+    kvm_route_free(&w.route);
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
+    assert_int_equal(w.rc, 0);
+    assert_false(inl.got);
+    kvm_route_free(&w.route);
+    assert_int_equal(src.gets, gets);
+    assert_int_equal(src.puts, src.gets - 1); /* every lent pin back (mode 1 lent none) */
+
+    /* bad arguments */
+    route_inline_t bad = {.max = ROUTE_INLINE_MAX + 1};
+    assert_int_equal(route_lookup_inline(svc, &r.ident, on_route, &w, NULL, &bad), KVMESH_EINVAL);
+    bad = (route_inline_t){.max = 10, .buf = buf}; /* the service allocates it */
+    assert_int_equal(route_lookup_inline(svc, &r.ident, on_route, &w, NULL, &bad), KVMESH_EINVAL);
+    kvm_route_free(&r);
+    route_svc_free(svc);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -757,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_no_authority_never_claims_absence),
         cmocka_unit_test(test_batch_per_item_results),
         cmocka_unit_test(test_claim_cas),
+        cmocka_unit_test(test_inline_read),
     };
     /* The route operations again in MetadataOnly mode (routes stored in the metadata backend):
      * the same lookup/CAS/owner-scan behaviour through the same route.h service. */

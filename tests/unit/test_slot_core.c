@@ -381,8 +381,9 @@ static void test_stale_note(void **state)
     slot_core_free(c);
 }
 
-/* the slot keeps its identity as hash, lengths and inline encoding: the view equals the ident
- * reserved (with and without a domain), and it survives the caller freeing its own copy */
+/* the slot keeps its identity as its inline encoding alone: the view (lengths read from the
+ * encoding, hash computed) equals the ident reserved (with and without a domain), and it
+ * survives the caller freeing its own copy */
 static void test_ident_view(void **state)
 {
     (void)state;
@@ -420,13 +421,85 @@ static void test_ident_view(void **state)
     slot_core_free(c);
 }
 
+/* an identity whose encoding does not give its own length is refused with EINVAL (the slot keeps
+ * no length of its own), on reserve and adopt, and nothing is left behind */
+static void test_non_canonical(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, false, 1 << 20);
+    kvm_ident_t id;
+    assert_int_equal(kvm_ident_init(&id, "t", NULL, "key", 3), 0);
+    kvm_ident_t bad = id;
+    bad.enc_len = id.enc_len - 1; /* truncated */
+    slot_core_reserve(c, 0, &bad, 100, 300, reserved, &l);
+    assert_int_equal(l.answers, 1);
+    assert_int_equal(l.rc, KVMESH_EINVAL);
+    bad.enc_len = 4; /* too short for the lengths */
+    assert_int_equal(slot_core_adopt(c, 0, 0, 100, SLOT_COMMITTED, 1, &bad), KVMESH_EINVAL);
+    bad.enc_len = 0;
+    bad.enc = NULL;
+    assert_int_equal(slot_core_adopt(c, 0, 0, 100, SLOT_COMMITTED, 1, &bad), KVMESH_EINVAL);
+    slot_core_stats_t st;
+    slot_core_stats(c, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.n_reserved, 0);
+    assert_int_equal(slot_core_check(c), 0);
+    kvm_ident_free(&id);
+    slot_core_free(c);
+}
+
+/* slots are records of the core's pool: a 22-byte identity costs a 104-byte record; released
+ * and reclaimed slots' records are reused (the pool does not grow over reserve/release rounds);
+ * an identity too long for the pool's classes (a malloc'd record) lives and dies the same way */
+static void test_record_pool(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, false, 1 << 20);
+    kvm_ident_t id, big;
+    assert_int_equal(kvm_ident_init(&id, "bench", NULL, "fp0000000001", 12), 0);
+    assert_int_equal(id.enc_len, 22);
+    char key[300];
+    memset(key, 'k', sizeof(key));
+    assert_int_equal(kvm_ident_init(&big, "t", NULL, key, sizeof(key)), 0);
+    slot_core_stats_t st0, st;
+    slot_core_stats(c, &st0);
+    slot_core_reserve(c, 0, &id, 64, 300, reserved, &l);
+    assert_int_equal(l.rc, 0);
+    slot_core_stats(c, &st);
+    assert_int_equal(st.records_live - st0.records_live, 104);
+    uint64_t pool = 0;
+    for (int round = 0; round < 50; round++) {
+        uint64_t now = (uint64_t)round * 1000 * MS, offs[40];
+        for (int i = 0; i < 40; i++) {
+            slot_core_reserve(c, now, i % 8 ? &id : &big, 64 + 64 * (uint64_t)i, 300, reserved, &l);
+            assert_int_equal(l.rc, 0);
+            offs[i] = l.off;
+        }
+        for (int i = 0; i < 40; i++)
+            slot_core_release(c, now, 7, offs[i]);
+        slot_core_tick(c, now + 200 * MS); /* past the grace: the bytes go back */
+        assert_int_equal(slot_core_check(c), 0);
+        slot_core_stats(c, &st);
+        if (round == 1)
+            pool = st.record_bytes;
+        if (round > 1)
+            assert_int_equal(st.record_bytes, pool);
+    }
+    kvm_ident_free(&id);
+    kvm_ident_free(&big);
+    slot_core_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grace),      cmocka_unit_test(test_held),
-        cmocka_unit_test(test_held_check), cmocka_unit_test(test_evict_busy),
-        cmocka_unit_test(test_waiter),     cmocka_unit_test(test_settle_decide),
-        cmocka_unit_test(test_stale_note), cmocka_unit_test(test_ident_view),
+        cmocka_unit_test(test_grace),         cmocka_unit_test(test_held),
+        cmocka_unit_test(test_held_check),    cmocka_unit_test(test_evict_busy),
+        cmocka_unit_test(test_waiter),        cmocka_unit_test(test_settle_decide),
+        cmocka_unit_test(test_stale_note),    cmocka_unit_test(test_ident_view),
+        cmocka_unit_test(test_non_canonical), cmocka_unit_test(test_record_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -84,7 +84,7 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
 static void test_put_get_remove(void **state)
 {
     (void)state;
-    size_t sizes[] = {1, 7, 4096, 256 << 10, 3 << 20};
+    size_t sizes[] = {1, 7, 4096, 256 << 10, 3 << 20, (1 << 20) + 4093};
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
         size_t len = sizes[s];
         uint8_t *v = malloc(len);

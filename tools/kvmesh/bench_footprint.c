@@ -240,15 +240,17 @@ int bench_footprint(uint64_t count, uint64_t vsize, bool no_peers, const struct 
            heap_per);
     kvmesh_tools_route_footprint_t fp;
     (void)kvmesh_tools_route_footprint(kv, &fp);
-    /* the route tables' own accounting (allocator usable sizes), over the routes they hold */
+    /* the route tables' own accounting (entry records of their pools, the pools' spare bytes
+     * included; index nodes), over the routes they hold */
     double nr = routes1 ? (double)routes1 : 1.0;
     double ent = (double)fp.entry_bytes / nr, pk = (double)fp.packed_bytes / nr;
     double idb = (double)fp.ident_bytes / nr, oth = (double)fp.other_bytes / nr;
     printf("%-44s %12.1f %12.1f\n", "    route tables (entries + indexes)", ent + oth, ent + oth);
-    printf("%-44s %12.1f %12s\n", "      entry allocations", ent, "");
+    printf("%-44s %12.1f %12s\n", "      entry records (pools)", ent, "");
     printf("%-44s %12.1f %12s\n", "        of it: packed route", pk, "");
     printf("%-44s %12.1f %12s\n", "        of it: identity encoding", idb, "");
-    printf("%-44s %12.1f %12s\n", "        of it: entry header, rounding", ent - pk - idb, "");
+    printf("%-44s %12.1f %12s\n", "        of it: header, rounding, pool spare", ent - pk - idb,
+           "");
     printf("%-44s %12.1f %12s\n", "      ident/expiry indexes, interning sets", oth, "");
     printf("%-44s %12.1f %12.1f\n", "    store side (heap - route tables)", heap_per - ent - oth,
            heap_per - ent - oth);

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * route_inline.c — the authority side of inline reads (route.h route_inline_src_t,
+ * docs/protocol.md "Inline reads"): while this authority answers a READ with a settled route,
+ * the store's inline source may lend the payload of a committed replica of exactly that route
+ * which this runtime owns; the answer (route_auth.c reply) then carries those bytes.
+ *
+ * Invariants: bytes are lent only for a READ whose requester accepts them (req->limit, which a
+ * peer that predates inline reads leaves 0), only for a non-tombstone route whose length fits
+ * that limit and ROUTE_MSG_MAX_INLINE, and only between begin and end on the loop thread, inside
+ * one handler: the pin the source returned is given back before the handler returns. The
+ * service never calls the source otherwise.
+ */
+#include "route/route_int.h"
+
+_Static_assert(ROUTE_INLINE_MAX == ROUTE_MSG_MAX_INLINE, "one bound of inline payload");
+
+void route_inline_begin(route_svc_t *svc, const route_msg_t *req, const kvm_route_t *route)
+{
+    KVM_ASSERT(!svc->inl_set);
+    uint32_t max = req->limit < ROUTE_MSG_MAX_INLINE ? req->limit : ROUTE_MSG_MAX_INLINE;
+    if (!svc->inline_src.get || req->kind != RMSG_READ_REQ || max == 0 ||
+        kvm_route_is_tombstone(route) || route->length > max)
+        return;
+    const uint8_t *data = NULL;
+    size_t len = 0;
+    void *pin = NULL;
+    if (svc->inline_src.get(svc->inline_src.ctx, route, max, &data, &len, &pin) != 0)
+        return;
+    if (len != route->length || (len && !data)) { /* a source that broke its contract */
+        if (svc->inline_src.put)
+            svc->inline_src.put(svc->inline_src.ctx, pin);
+        return;
+    }
+    svc->inl_data = data;
+    svc->inl_len = (uint32_t)len;
+    svc->inl_pin = pin;
+    svc->inl_set = true;
+}
+
+void route_inline_fill(route_svc_t *svc, route_msg_t *m)
+{
+    if (!svc->inl_set || m->kind != RMSG_READ_RESP || m->status != 0 || m->n_routes != 1)
+        return;
+    m->flags |= RMSG_READ_INLINE;
+    m->inl = svc->inl_data;
+    m->inl_len = svc->inl_len;
+}
+
+void route_inline_end(route_svc_t *svc)
+{
+    if (!svc->inl_set)
+        return;
+    if (svc->inline_src.put)
+        svc->inline_src.put(svc->inline_src.ctx, svc->inl_pin);
+    svc->inl_data = NULL;
+    svc->inl_len = 0;
+    svc->inl_pin = NULL;
+    svc->inl_set = false;
+}

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * get_inline.c — inline reads of a single small get (get_inline.h, docs/store.md "Inline reads",
+ * docs/protocol.md "Inline reads").
+ *
+ * Requester: a single get (one item) says, in its route lookup, the most payload bytes it takes
+ * inline: min(inline_read_max, the caller's buffer); none under transport shm, nor under auto
+ * when every storage member shares this host (shared memory reads are cheaper than bytes on the
+ * RPC connection), nor to this runtime's own authority (route_client.c). The bytes are used only
+ * when they are of exactly the version the lookup returns (route.h route_lookup_inline) and no
+ * local replica is preferred; they are verified against the route's checksum as a transport read
+ * is (verify_reads remote or always), and a mismatch falls back to the replica rounds.
+ *
+ * Authority: the route service calls the source on its loop while it answers a READ with a
+ * settled route. It lends the bytes only of a replica of that route which this runtime owns and
+ * whose slot is COMMITTED now (not reserved or held, not in reclaim, not being evicted, of the
+ * route's length and identity), through the same segment check as a transport read (seg_check
+ * with the segment's read grant, which pins the segment), for at most min(requested,
+ * inline_read_max) bytes. Everything happens inside one loop turn, so the slot cannot change state
+ * before the answer is encoded and the pin returned.
+ */
+#include "store/get_inline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/hash.h"
+#include "core/util.h"
+#include "net/seg.h"
+#include "store/slot_core.h"
+
+/* ---- requester ------------------------------------------------------------------------------ */
+
+void kvm_get_inline_prepare(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *outs, size_t n)
+{
+    look->inl.max = 0;
+    if (n != 1 || rt->cfg.inline_read_max == 0 || rt->cfg.transport == TP_SHM)
+        return;
+    uint64_t max = rt->cfg.inline_read_max;
+    if (!outs[0].alloc && outs[0].cap < max)
+        max = outs[0].cap;
+    look->inl.max = (uint32_t)max; /* (the bytes get a buffer only when they come) */
+}
+
+/* The host part of a transport address ("kvt1;host=H;..."): *len bytes at the result. */
+static const char *addr_host(const char *addr, size_t *len)
+{
+    const char *h = addr ? strstr(addr, "host=") : NULL;
+    if (!h)
+        return NULL;
+    h += 5;
+    *len = strcspn(h, ";");
+    return h;
+}
+
+/* Transport auto: whether every other storage member is on this host (reads use shm). */
+static bool all_same_host(kvm_rt_t *rt)
+{
+    size_t sl = 0, ml = 0;
+    const char *self = addr_host(tp_engine_address(rt->tp), &sl);
+    if (!self)
+        return false;
+    for (size_t i = 0; i < rt->n_members; i++) {
+        const struct kvm_member *m = &rt->members[i];
+        if (kvm_id128_equal(&m->rt.id, &rt->self.id) || !m->data_addr || !m->data_addr[0])
+            continue;
+        const char *h = addr_host(m->data_addr, &ml);
+        if (!h || ml != sl || memcmp(h, self, sl) != 0)
+            return false;
+    }
+    return true;
+}
+
+route_inline_t *kvm_get_inline_sink(kvm_op_t *op, enum kvm_item_state state)
+{
+    if (op->type != KVM_OP_LOOKUP || op->n != 1 || op->inl.max == 0 || state != KVM_ITEM_LOOKING_UP)
+        return NULL;
+    if (op->rt->cfg.transport == TP_AUTO && all_same_host(op->rt))
+        return NULL;
+    return &op->inl;
+}
+
+/* Copies len bytes of src into the scatter list, fusing the checksum into the same pass. */
+static uint64_t copy_out(const uint8_t *src, uint64_t len, const struct iovec *iov, int iovcnt,
+                         bool sum)
+{
+    struct kvm_sum st;
+    if (sum)
+        kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
+    uint64_t pos = 0;
+    for (int i = 0; i < iovcnt && pos < len; i++) {
+        size_t k = iov[i].iov_len < len - pos ? iov[i].iov_len : (size_t)(len - pos);
+        memcpy(iov[i].iov_base, src + pos, k);
+        if (sum)
+            kvm_sum_update(&st, src + pos, k);
+        pos += k;
+    }
+    KVM_ASSERT(pos == len); /* the list was trimmed to the route length */
+    return sum ? kvm_sum_digest(&st) : 0;
+}
+
+bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n)
+{
+    if (n != 1 || !look->inl.got || outs[0].rc != KVMESH_EAGAIN)
+        return false;
+    const struct kvm_item *it = &look->items[0];
+    struct kvm_sgout *o = &outs[0];
+    if (it->rc || look->inl.len != it->route.length || it->route.n_replicas == 0 ||
+        it->acc[0].local) /* a local replica is read locally */
+        return false;
+    bool verify = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
+    uint64_t sum = copy_out(look->inl.buf, look->inl.len, o->iov, o->iovcnt, verify);
+    /* The bytes crossed the RPC connection: the sender's and the receiver's socket copies, as a
+     * tcp read's; this copy out of the answer is the receive side's. */
+    KVM_CP_COUNT(look, op_payload_copies_total, OBS_TRANSPORT_TCP, 2);
+    if (verify) {
+        KVM_CP_COUNT(look, op_checksum_passes_total, OBS_NONE, 1);
+        if (sum != it->route.checksum)
+            return false; /* the replica rounds read it again (and report a bad owner) */
+    }
+    o->rc = 0;
+    return true;
+}
+
+/* ---- authority (the route service's inline source) ------------------------------------------ */
+
+/* The read grant of one of this runtime's segments, or 0. */
+static uint64_t seg_read_token(kvm_rt_t *rt, uint64_t seg_id)
+{
+    for (uint32_t s = 0; s < rt->n_segs; s++)
+        if (rt->segs[s].seg && rt->segs[s].seg->id == seg_id)
+            return rt->segs[s].read_token;
+    return 0;
+}
+
+/* Whether rep, a replica of route owned here, is in a COMMITTED slot of the route's object. */
+static bool slot_serves(kvm_rt_t *rt, const kvm_route_t *route, const kvm_hot_replica_t *rep)
+{
+    const slot_t *s = rt->slots ? slot_core_find(rt->slots, rep->segment, rep->offset) : NULL;
+    if (!s || s->state != SLOT_COMMITTED || s->evicting || s->off != rep->offset ||
+        s->len != route->length)
+        return false;
+    kvm_ident_t id = slot_ident(s);
+    return kvm_ident_equal(&id, &route->ident);
+}
+
+static int src_get(void *ctx, const kvm_route_t *route, uint32_t max, const uint8_t **data,
+                   size_t *len, void **pin)
+{
+    kvm_rt_t *rt = ctx;
+    if (route->length > max || route->length > rt->cfg.inline_read_max)
+        return KVMESH_ENOENT;
+    for (uint32_t i = 0; i < route->n_replicas; i++) {
+        const kvm_hot_replica_t *rep = &route->replicas[i];
+        if (!kvm_id128_equal(&rep->owner, &rt->self.id) || !slot_serves(rt, route, rep))
+            continue;
+        uint64_t token = seg_read_token(rt, rep->segment);
+        uint8_t *p = NULL;
+        struct seg *sp = NULL;
+        enum seg_reason why;
+        if (!token || seg_check(rt->reg, rep->segment, rep->offset, route->length, SEG_READ, token,
+                                &p, &sp, &why) != 0)
+            continue;
+        *data = p;
+        *len = route->length;
+        *pin = sp;
+        return 0;
+    }
+    return KVMESH_ENOENT;
+}
+
+static void src_put(void *ctx, void *pin)
+{
+    kvm_rt_t *rt = ctx;
+    if (pin)
+        seg_unpin(rt->reg, pin);
+}
+
+route_inline_src_t kvm_get_inline_source(kvm_rt_t *rt)
+{
+    return (route_inline_src_t){
+        .get = rt->cfg.inline_read_max ? src_get : NULL, .put = src_put, .ctx = rt};
+}

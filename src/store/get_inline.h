@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * get_inline.h — inline reads of a single small get (docs/store.md "Inline reads"): the lookup's
+ * answer carries the payload when the route authority that answers owns a committed replica of
+ * the version it returns, so a remote get over tcp is one exchange instead of two (lookup, then
+ * a transport READ).
+ *
+ *   app thread (data.c get_impl)  kvm_get_inline_prepare: says the most bytes it accepts
+ *   loop (ops_item.c lookup)      kvm_get_inline_sink: the sink given to route_lookup_inline
+ *   app thread, after the lookup  kvm_get_inline_take: copies the bytes into the caller's
+ *                                 buffers, verified against the route's checksum per verify_reads
+ *   authority's loop (runtime.c)  kvm_get_inline_source: the route service's inline source
+ *
+ * Threads as marked; the op's inl sink (store.h kvm_op_t) is written by the loop before the op
+ * completes and read by the app thread after.
+ */
+#ifndef KVMESH_STORE_GET_INLINE_H
+#define KVMESH_STORE_GET_INLINE_H
+
+#include "store/data.h"
+#include "store/store.h"
+
+/* App thread, before kvm_op_run of a single get's lookup op (n == 1): sets op->inl.max (the
+ * smaller of inline_read_max and the caller's buffer; 0 = none asked: off, a batch, or an
+ * shm-only runtime). The route service allocates op->inl.buf only when bytes come. */
+void kvm_get_inline_prepare(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *outs, size_t n);
+
+/* Loop: the sink of a lookup started for op in `state` (NULL = a plain lookup): only the lookup
+ * of a single get that asked, and not when every storage member is on this host under
+ * transport auto (its reads go through shared memory). */
+route_inline_t *kvm_get_inline_sink(kvm_op_t *op, enum kvm_item_state state);
+
+/* App thread, after the lookup, item 0 planned for reading (outs[0].rc == KVMESH_EAGAIN, its
+ * iov trimmed to the route length): when the lookup returned inline bytes of that route and no
+ * local replica is preferred, copies them into the caller's buffers with the checksum fused
+ * (verified unless verify_reads is never) and sets outs[0].rc = 0. A mismatch leaves the item to
+ * the replica rounds (a transport read). Returns whether the item was served. */
+bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
+
+/* The inline source the store gives the route service at init (route.h route_inline_src_t);
+ * ctx = rt. */
+route_inline_src_t kvm_get_inline_source(kvm_rt_t *rt);
+
+#endif
