@@ -125,8 +125,22 @@ static int put_if_newer(route_table_t *t, const kvm_route_t *r)
 
 /* ---- replies -------------------------------------------------------------------------------- */
 
+static void reply_framed(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
+                         uint16_t kind, route_shard_t *sh, int status,
+                         const kvm_route_t *const *routes, uint32_t n, const uint8_t *frame,
+                         uint32_t frame_len);
+
 static void reply(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req, uint16_t kind,
                   route_shard_t *sh, int status, const kvm_route_t *const *routes, uint32_t n)
+{
+    reply_framed(svc, raw, req, kind, sh, status, routes, n, NULL, 0);
+}
+
+/* reply, with routes[0] sent as `frame` (its wire frame) when frame is not NULL. */
+static void reply_framed(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,
+                         uint16_t kind, route_shard_t *sh, int status,
+                         const kvm_route_t *const *routes, uint32_t n, const uint8_t *frame,
+                         uint32_t frame_len)
 {
     route_msg_t m;
     route_msg_init(&m, kind);
@@ -138,6 +152,10 @@ static void reply(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req
     m.target = svc->self;
     m.rptrs = routes;
     m.n_routes = n;
+    if (frame && n == 1) {
+        m.rframe = frame;
+        m.rframe_len = frame_len;
+    }
     if (req->kind == RMSG_CAS_CLAIM_REQ && kind == RMSG_CAS_RESP) { /* route_claim.c */
         m.kind = RMSG_CAS_CLAIM_RESP;
         m.claim = status == 0 ? (uint8_t *)svc->claim_reply : NULL;
@@ -174,7 +192,35 @@ typedef struct mirror_op {
     bool claim;           /* a CAS with a claim: answered with RMSG_CAS_CLAIM_RESP */
     uint8_t *claim_reply; /* its reply blob (owned), NULL = none */
     uint32_t claim_reply_len;
+    /* the mirrored route's wire frame, encoded once for the mirrors and the CAS answer (the
+     * answer sends it only while the entry still has op->version: the same route); 0 bytes:
+     * not encoded (each message encodes the route itself) */
+    uint32_t frame_len;
+    uint8_t frame[];
 } mirror_op_t;
+
+/* A mirror op carrying the wire frame of r (owned by the caller; free()). */
+static mirror_op_t *mirror_op_new(const kvm_route_t *r)
+{
+    uint8_t tmp[KVM_WIRE_MAX_RECORD_LEN];
+    size_t n = 0;
+    if (wire_route_encode(r, tmp, sizeof(tmp), &n) != 0)
+        n = 0; /* (an invalid route: each message reports it when encoding) */
+    mirror_op_t *op = calloc(1, sizeof(*op) + n);
+    KVM_ASSERT(op != NULL);
+    memcpy(op->frame, tmp, n);
+    op->frame_len = (uint32_t)n;
+    return op;
+}
+
+/* Sends m with op's route frame in place of encoding its first route again. */
+static void use_frame(route_msg_t *m, const mirror_op_t *op)
+{
+    if (op->frame_len) {
+        m->rframe = op->frame;
+        m->rframe_len = op->frame_len;
+    }
+}
 
 static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
 {
@@ -208,7 +254,9 @@ static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
             reply(svc, &raw, &req, RMSG_CAS_RESP, sh, KVMESH_EINDETERMINATE, NULL, 0);
         } else {
             obs_count(svc->metrics, route_cas_total, OBS_CAS_APPLIED, OBS_NONE, 1);
-            reply(svc, &raw, &req, RMSG_CAS_RESP, sh, 0, &rp, 1);
+            /* current: the entry still has op->version, the route the frame encodes */
+            reply_framed(svc, &raw, &req, RMSG_CAS_RESP, sh, 0, &rp, 1,
+                         op->frame_len ? op->frame : NULL, op->frame_len);
         }
         svc->claim_reply = NULL;
         svc->claim_reply_len = 0;
@@ -244,11 +292,10 @@ static void on_mirror_resp(route_svc_t *svc, route_call_t *c, const route_msg_t 
 static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
                          env_node_t reply_node, uint64_t reply_req)
 {
-    mirror_op_t *op = calloc(1, sizeof(*op));
-    KVM_ASSERT(op != NULL);
-    op->shard = sh->id;
     kvm_route_t view;
     route_table_view(sh->table, e, &view);
+    mirror_op_t *op = mirror_op_new(&view);
+    op->shard = sh->id;
     if (kvm_ident_copy(&op->ident, &view.ident) != 0)
         KVM_ASSERT(!"out of memory");
     op->version = view.version;
@@ -286,6 +333,7 @@ static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
         const kvm_route_t *rp = &view;
         m.rptrs = &rp;
         m.n_routes = 1;
+        use_frame(&m, op);
         op->pending++;
         if (!route_call(svc, mb->node, &m, RMSG_MIRROR_RESP, ROUTE_PEER_CALL_NS, true,
                         on_mirror_resp, op)) {
@@ -361,12 +409,10 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_EAGAIN, NULL, 0); /* never unclaimed */
         return;
     }
-    kvm_route_t nr;
-    kvm_route_init(&nr);
-    if (kvm_route_copy(&nr, next) != 0) {
-        reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_ENOMEM, NULL, 0);
-        return;
-    }
+    /* The applied route: the request's with the version this primary assigns. A shallow copy
+     * whose identity is borrowed from the request (which outlives this handler);
+     * route_table_put copies what it keeps, so nr is never freed. */
+    kvm_route_t nr = *next;
     kvm_route_version_t cur_v = e ? view.version : KVM_ROUTE_VERSION_NONE;
     uint64_t seq = svc->claim_seq ? svc->claim_seq /* reserved by its claim (route_claim.c) */
                    : as_primary   ? ++sh->seq
@@ -387,7 +433,6 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         rc = kvm_route_validate(&nr) == 0 ? 0 : KVMESH_EINVAL;
     if (rc == 0)
         rc = route_table_put(sh->table, &nr, &e);
-    kvm_route_free(&nr);
     if (rc != 0) {
         reply(svc, raw, req, RMSG_CAS_RESP, sh, rc, NULL, 0);
         return;

@@ -226,9 +226,14 @@ struct route_svc {
     route_shard_t *shards;
     uint32_t tick_cursor;
     uint32_t tick_budget;
-    /* calls */
-    route_call_t *calls;
+    /* calls: newest first from `calls`, oldest first from `calls_tail` (answers mostly come in
+     * the order of their requests, so on_response looks from the oldest) */
+    route_call_t *calls, *calls_tail;
     uint32_t n_calls;
+    /* encoding: the reusable buffer of route_send / route_call (route_svc.c enc_take) */
+    uint8_t *enc;
+    size_t enc_cap;
+    bool enc_busy;
     route_mreq_t *mreqs;
     route_op_t *ops;
     uint32_t n_ops;

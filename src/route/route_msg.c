@@ -213,8 +213,16 @@ int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out
         uint8_t *tail = kvm_wr_tail(&w, 0, &avail);
         if (!tail)
             break;
-        size_t n;
-        int rc = wire_route_encode(m->rptrs ? m->rptrs[i] : &m->routes[i], tail, avail, &n);
+        size_t n = m->rframe_len;
+        int rc = 0;
+        if (i == 0 && m->rframe) { /* encoded once by the sender */
+            if (n > avail)
+                rc = KVMESH_ETOOBIG;
+            else
+                memcpy(tail, m->rframe, n);
+        } else {
+            rc = wire_route_encode(m->rptrs ? m->rptrs[i] : &m->routes[i], tail, avail, &n);
+        }
         if (rc == KVMESH_ETOOBIG) {
             kvm_wr_fail(&w, KVMESH_ETOOBIG);
             break;

@@ -113,6 +113,11 @@ typedef struct route_msg {
     uint8_t *claim;
     uint32_t claim_len;
     const kvm_route_t *const *rptrs; /* encode only: when set, routes are taken from here */
+    /* encode only: when set, the first route is these bytes (borrowed): its wire frame as
+     * wire_route_encode wrote it, so a route sent in several messages is encoded once (a
+     * primary's mirrors and its CAS answer); the bytes on the wire are the same */
+    const uint8_t *rframe;
+    uint32_t rframe_len;
     /* READ_RESP with RMSG_READ_INLINE in flags: the payload bytes (inl_len == routes[0].length).
      * Borrowed both ways: decoded, a view into the decoded buffer (valid while it is). */
     const uint8_t *inl;

@@ -84,17 +84,50 @@ int route_shard_meta_key(route_svc_t *svc, uint32_t shard, char *out, size_t cap
 
 /* ---- peer calls ----------------------------------------------------------------------------- */
 
+/* Largest encode buffer a service keeps (a message of one identity and one route is bounded by
+ * about 16.6 KiB; transfer pages, up to ROUTE_MSG_MAX_LEN, get a buffer of their own). */
+#define ROUTE_ENC_KEEP_MAX (32u * 1024)
+
+/* The buffer to encode m into: the service's reusable one (grown to the message's bound, kept
+ * until route_svc_free) unless it is in use further up the stack (a synchronous delivery that
+ * sends again) or the bound is above ROUTE_ENC_KEEP_MAX, then a malloc'd one. A 16 KiB malloc
+ * and free per route message was a visible share of a small batch's CPU. */
+static uint8_t *enc_take(route_svc_t *svc, size_t cap)
+{
+    if (svc->enc_busy || cap > ROUTE_ENC_KEEP_MAX)
+        return malloc(cap);
+    if (svc->enc_cap < cap) {
+        uint8_t *nb = realloc(svc->enc, cap);
+        if (!nb)
+            return malloc(cap);
+        svc->enc = nb;
+        svc->enc_cap = cap;
+    }
+    svc->enc_busy = true;
+    return svc->enc;
+}
+
+static void enc_give(route_svc_t *svc, uint8_t *buf)
+{
+    if (buf && buf == svc->enc) {
+        KVM_ASSERT(svc->enc_busy);
+        svc->enc_busy = false;
+    } else {
+        free(buf);
+    }
+}
+
 int route_send(route_svc_t *svc, env_node_t to, route_msg_t *m)
 {
     size_t cap = route_msg_size_bound(m);
-    uint8_t *buf = malloc(cap);
+    uint8_t *buf = enc_take(svc, cap);
     if (!buf)
         return KVMESH_ENOMEM;
     size_t len;
     int rc = route_msg_encode(m, buf, cap, &len);
     if (rc == 0)
         rc = route_emit(svc, to, ROUTE_MSG_BASE + m->kind, buf, len);
-    free(buf);
+    enc_give(svc, buf);
     return rc;
 }
 
@@ -106,6 +139,8 @@ static void call_unlink(route_svc_t *svc, route_call_t *c)
         svc->calls = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    else
+        svc->calls_tail = c->prev;
     svc->n_calls--;
 }
 
@@ -124,9 +159,10 @@ void route_call_cancel(route_svc_t *svc, route_call_t *c)
 
 static void call_timer(void *arg);
 
-static void call_arm(route_svc_t *svc, route_call_t *c)
+/* Arms c's timer: its next retransmission or its deadline; now: route_now (read once by the
+ * caller). */
+static void call_arm(route_svc_t *svc, route_call_t *c, uint64_t now)
 {
-    uint64_t now = route_now(svc);
     uint64_t next = c->buf ? now + ROUTE_RETRY_NS : c->deadline_ns;
     if (next > c->deadline_ns)
         next = c->deadline_ns;
@@ -154,7 +190,7 @@ static void call_timer(void *arg)
     }
     if (c->buf)
         env_send(svc->env, c->node, c->type, c->buf, c->len);
-    call_arm(svc, c);
+    call_arm(svc, c, route_now(svc));
 }
 
 route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16_t resp_kind,
@@ -173,37 +209,47 @@ route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16
     c->resp_kind = resp_kind;
     c->fn = fn;
     c->ctx = ctx;
-    c->deadline_ns = route_now(svc) + timeout_ns;
+    uint64_t now = route_now(svc); /* one clock read per call */
+    c->deadline_ns = now + timeout_ns;
     c->type = ROUTE_MSG_BASE + m->kind;
     size_t cap = route_msg_size_bound(m);
-    uint8_t *buf = malloc(cap);
+    uint8_t *buf = enc_take(svc, cap);
     size_t len = 0;
     if (!buf || route_msg_encode(m, buf, cap, &len) != 0) {
-        free(buf);
+        enc_give(svc, buf);
         free(b);
         return NULL;
     }
-    route_emit(svc, to, c->type, buf, len); /* batched while the service coalesces */
-    if (retransmit) {
-        c->buf = realloc(buf, len ? len : 1);
-        if (!c->buf)
-            c->buf = buf;
+    if (retransmit) { /* the retransmissions' copy (call_timer), owned by the call */
+        c->buf = malloc(len ? len : 1);
+        if (!c->buf) {
+            enc_give(svc, buf);
+            free(b);
+            return NULL;
+        }
+        memcpy(c->buf, buf, len);
         c->len = len;
-    } else {
-        free(buf);
     }
+    route_emit(svc, to, c->type, buf, len); /* batched while the service coalesces */
+    enc_give(svc, buf);
     c->next = svc->calls;
     if (svc->calls)
         svc->calls->prev = c;
+    else
+        svc->calls_tail = c;
     svc->calls = c;
     svc->n_calls++;
-    call_arm(svc, c);
+    call_arm(svc, c, now);
     return c;
 }
 
+/* The call answered by m, looked up from the oldest call: a batch's answers come back in the
+ * order of its requests, so the answer to the oldest call is the common case (from the newest,
+ * each of a 128-item batch's answers walked past the other pending calls: quadratic per batch).
+ * Request ids are unique, so the direction does not change which call matches. */
 static void on_response(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *m)
 {
-    for (route_call_t *c = svc->calls; c; c = c->next) {
+    for (route_call_t *c = svc->calls_tail; c; c = c->prev) {
         if (c->req_id != m->req_id)
             continue;
         if (c->resp_kind != m->kind || c->node != raw->from)
@@ -684,6 +730,7 @@ void route_svc_free(route_svc_t *svc)
     if (svc->mo) {
         route_mo_free(svc->mo);
         metrics_detach(svc);
+        free(svc->enc);
         free(svc);
         return;
     }
@@ -708,6 +755,8 @@ void route_svc_free(route_svc_t *svc)
     if (svc->start_cb)
         svc->start_cb(svc->start_arg, KVMESH_ECANCELED);
     metrics_detach(svc);
+    KVM_ASSERT(!svc->enc_busy);
+    free(svc->enc);
     free(svc);
 }
 

@@ -9,10 +9,12 @@
  * the hint was the current route (versions are unique per key: equal versions with different
  * values are a protocol conflict), so its replicas may be released as obsolete.
  *
- * Bounded: STORE_HINTS entries, STORE_HINT_WAYS-way set-associative by the key's hash (a new key
- * replaces the least recently used entry of its set); routes with more than STORE_HINT_REPLICAS
- * replicas, and routes with a materialized cold copy, are not kept. Allocated on first use (about
- * 220 bytes per entry), freed by kvm_hint_fini at close.
+ * Bounded: STORE_HINTS entries in sets of STORE_HINT_WAYS ways; a key has two candidate sets (by
+ * the low and the high bits of its hash) and a new key takes an empty way of the emptier one,
+ * else replaces the least recently used entry of the two; routes with more than STORE_HINT_REPLICAS
+ * replicas, and routes with a materialized cold copy, are not kept. A lookup scans the two sets'
+ * tags (hash and LRU clock, one cache line a set) and reads an entry only on a matching hash.
+ * Allocated on first use (about 230 bytes per entry), freed by kvm_hint_fini at close.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +23,7 @@
 #include "store/store.h"
 
 struct kvm_hint {
-    kvm_ident_t ident; /* owned; enc NULL = empty */
-    uint64_t used;     /* hints clock at the last put or get (LRU within the set) */
+    kvm_ident_t ident; /* owned; enc NULL = empty (then its tag's used is 0) */
     kvm_route_version_t version;
     kvm_op_id_t content_op;
     kvm_tomb_state_t tomb;
@@ -31,47 +32,91 @@ struct kvm_hint {
     kvm_hot_replica_t replicas[STORE_HINT_REPLICAS];
 };
 
+/* What a lookup scans, apart from the entries (16 bytes a way: a set is one cache line; the
+ * entries, about 220 bytes each, are read only for a matching hash). */
+struct kvm_hint_tag {
+    uint64_t hash; /* the entry's ident.hash */
+    uint64_t used; /* hints clock at the last put or get (LRU); 0 = the entry is empty */
+};
+
 struct kvm_hints {
     uint64_t clock;
+    struct kvm_hint_tag tag[STORE_HINTS];
     struct kvm_hint e[STORE_HINTS];
 };
 
 KVM_STATIC_ASSERT((STORE_HINTS & (STORE_HINTS - 1)) == 0 && STORE_HINTS % STORE_HINT_WAYS == 0,
                   "STORE_HINTS: a power of two, whole sets");
 
-/* The entry holding id, or with `alloc` the entry to (re)use for it: the matching one, else an
- * empty way, else the least recently used way of its set. NULL when absent / out of memory. */
-static struct kvm_hint *slot(kvm_rt_t *rt, const kvm_ident_t *id, bool alloc)
+/* The two candidate sets of a hash (their first indexes): one from its low bits, one from its
+ * high bits (two-choice hashing: a key may live in either, so a set that draws more keys than
+ * it has ways spills into the key's other set instead of evicting; with one choice per key,
+ * 8192 keys written round robin into 16384 entries of 4 ways missed about 14% of the time, the
+ * keys of over-full sets, which made nearly every 128-item batch put take a second CAS round). */
+static void sets_of(uint64_t hash, size_t set[2])
+{
+    size_t sets = STORE_HINTS / STORE_HINT_WAYS;
+    size_t a = (size_t)hash & (sets - 1), b = (size_t)(hash >> 32) & (sets - 1);
+    if (b == a)
+        b = (b + 1) & (sets - 1); /* two distinct sets */
+    set[0] = a * STORE_HINT_WAYS;
+    set[1] = b * STORE_HINT_WAYS;
+}
+
+/* The index of the entry holding id, or with `alloc` of the entry to (re)use for it: the
+ * matching one, else an empty way of the emptier of its two sets (the power of two choices),
+ * else the least recently used way of both. -1 when absent / out of memory. */
+static long slot(kvm_rt_t *rt, const kvm_ident_t *id, bool alloc)
 {
     if (!rt->hints) {
         if (!alloc)
-            return NULL;
+            return -1;
         rt->hints = calloc(1, sizeof(*rt->hints));
         if (!rt->hints)
-            return NULL;
+            return -1;
     }
-    size_t sets = STORE_HINTS / STORE_HINT_WAYS;
-    struct kvm_hint *set = &rt->hints->e[(id->hash & (sets - 1)) * STORE_HINT_WAYS], *victim = NULL;
-    for (unsigned w = 0; w < STORE_HINT_WAYS; w++) {
-        struct kvm_hint *h = &set[w];
-        if (h->ident.enc && h->ident.hash == id->hash && kvm_ident_equal(&h->ident, id)) {
-            h->used = ++rt->hints->clock;
-            return h;
+    struct kvm_hints *hs = rt->hints;
+    size_t set[2];
+    long empty[2] = {-1, -1}, lru = -1;
+    unsigned used[2] = {0, 0};
+    sets_of(id->hash, set);
+    for (unsigned s = 0; s < 2; s++)
+        for (size_t i = set[s]; i < set[s] + STORE_HINT_WAYS; i++) {
+            const struct kvm_hint_tag *t = &hs->tag[i];
+            if (!t->used) {
+                KVM_ASSERT(!hs->e[i].ident.enc);
+                empty[s] = empty[s] >= 0 ? empty[s] : (long)i;
+                continue;
+            }
+            if (t->hash == id->hash && kvm_ident_equal(&hs->e[i].ident, id)) {
+                hs->tag[i].used = ++hs->clock;
+                return (long)i;
+            }
+            used[s]++;
+            if (lru < 0 || t->used < hs->tag[lru].used)
+                lru = (long)i;
         }
-        if (!victim || (victim->ident.enc && (!h->ident.enc || h->used < victim->used)))
-            victim = h;
-    }
     if (!alloc)
-        return NULL;
-    victim->used = ++rt->hints->clock;
+        return -1;
+    long victim = used[1] < used[0] && empty[1] >= 0 ? empty[1] : empty[0];
+    victim = victim >= 0 ? victim : empty[1] >= 0 ? empty[1] : lru;
+    hs->tag[victim].used = ++hs->clock;
+    hs->tag[victim].hash = id->hash;
     return victim;
+}
+
+/* Empties entry i. */
+static void clear(struct kvm_hints *hs, long i)
+{
+    kvm_ident_free(&hs->e[i].ident);
+    hs->tag[i].used = 0;
 }
 
 void kvm_hint_drop(kvm_rt_t *rt, const kvm_ident_t *id)
 {
-    struct kvm_hint *h = slot(rt, id, false);
-    if (h)
-        kvm_ident_free(&h->ident);
+    long i = slot(rt, id, false);
+    if (i >= 0)
+        clear(rt->hints, i);
 }
 
 void kvm_hint_put(kvm_rt_t *rt, const kvm_route_t *r)
@@ -82,13 +127,16 @@ void kvm_hint_put(kvm_rt_t *rt, const kvm_route_t *r)
         kvm_hint_drop(rt, &r->ident);
         return;
     }
-    struct kvm_hint *h = slot(rt, &r->ident, true);
-    if (!h)
+    long i = slot(rt, &r->ident, true);
+    if (i < 0)
         return; /* out of memory: no hint, the next put asks the authority */
+    struct kvm_hint *h = &rt->hints->e[i];
     if (!h->ident.enc || !kvm_ident_equal(&h->ident, &r->ident)) {
         kvm_ident_free(&h->ident);
-        if (kvm_ident_copy(&h->ident, &r->ident) != 0)
+        if (kvm_ident_copy(&h->ident, &r->ident) != 0) {
+            clear(rt->hints, i);
             return;
+        }
     }
     h->version = r->version;
     h->content_op = r->content_op;
@@ -101,9 +149,10 @@ void kvm_hint_put(kvm_rt_t *rt, const kvm_route_t *r)
 
 bool kvm_hint_get(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out)
 {
-    struct kvm_hint *h = slot(rt, id, false);
-    if (!h)
+    long i = slot(rt, id, false);
+    if (i < 0)
         return false;
+    const struct kvm_hint *h = &rt->hints->e[i];
     kvm_route_init(out);
     if (kvm_ident_copy(&out->ident, id) != 0)
         return false;

@@ -8,7 +8,9 @@
  * round-trips, interning reference counts) and the table against a model of random puts/deletes;
  * the batch message (RMSG_BATCH): golden layout, items decoded as the single messages they are,
  * every truncation, trailing bytes, wrong type, newer version, counts out
- * of 2..KVM_ROUTE_BATCH_MAX, unbatchable or nested items, and the builder's bounds;
+ * of 2..KVM_ROUTE_BATCH_MAX, unbatchable or nested items, and the builder's bounds; a message
+ * whose route is given as its pre-encoded frame (rframe: a primary encodes the route it mirrors
+ * once) is byte for byte the message that encodes the route, and a frame too big is refused;
  * inline reads: READ_REQ's accepted size keeps the request layout (a request that asks nothing
  * is the pre-inline encoding, one that asks differs only in that field), an inline READ_RESP
  * round-trips with its bytes as a view into the received buffer, travels in a batch, and every
@@ -30,8 +32,47 @@
 #include "route/route_int.h"
 #include "route/route_msg.h"
 #include "core/rng.h"
+#include "core/wire.h"
 #include "route/route_pack.h"
 #include "route/route_table.h"
+
+static void test_route_frame(void **state)
+{
+    (void)state;
+    kvm_route_t r;
+    fixture_route(&r, "framed", 3, 42);
+    uint8_t frame[KVM_WIRE_MAX_RECORD_LEN];
+    size_t flen = 0;
+    assert_int_equal(wire_route_encode(&r, frame, sizeof(frame), &flen), 0);
+    static const uint16_t kinds[] = {RMSG_CAS_RESP, RMSG_MIRROR_REQ, RMSG_READ_RESP};
+    uint8_t *a = malloc(ROUTE_MSG_MAX_LEN), *b = malloc(ROUTE_MSG_MAX_LEN);
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        const kvm_route_t *rp = &r;
+        route_msg_t m;
+        route_msg_init(&m, kinds[k]);
+        m.req_id = 7;
+        m.shard = 3;
+        m.rptrs = &rp;
+        m.n_routes = 1;
+        size_t la = 0, lb = 0;
+        assert_int_equal(route_msg_encode(&m, a, ROUTE_MSG_MAX_LEN, &la), 0);
+        m.rframe = frame;
+        m.rframe_len = (uint32_t)flen;
+        assert_int_equal(route_msg_encode(&m, b, ROUTE_MSG_MAX_LEN, &lb), 0);
+        assert_int_equal(la, lb);
+        assert_memory_equal(a, b, la);
+        route_msg_t d;
+        assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + kinds[k], b, lb, &d), 0);
+        assert_int_equal(d.n_routes, 1);
+        assert_true(kvm_route_equal(&d.routes[0], &r));
+        route_msg_clear(&d);
+        /* the frame does not fit: refused as the encoded route would be */
+        assert_int_equal(route_msg_encode(&m, b, la - 1, &lb), KVMESH_ETOOBIG);
+    }
+    free(a);
+    free(b);
+    kvm_route_free(&r);
+}
 
 static void test_roundtrip_all_kinds(void **state)
 {
@@ -719,7 +760,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_all_kinds),   cmocka_unit_test(test_record_and_policy),
         cmocka_unit_test(test_table_and_owner_index), cmocka_unit_test(test_packed_routes),
         cmocka_unit_test(test_table_expiry_index),    cmocka_unit_test(test_batch_codec),
-        cmocka_unit_test(test_read_inline),
+        cmocka_unit_test(test_route_frame),           cmocka_unit_test(test_read_inline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -74,6 +74,7 @@ struct trow {
 
 struct bench {
     bool quick, verify, markdown, quota, breakdown;
+    bool op_off[OP__N];                           /* --ops: rows not run (not printed) */
     struct row rows_q[2][BENCH_MAX_SIZES][OP__N]; /* kvmesh/shm, kvmesh/tcp with quota on */
     size_t n_trows;
     unsigned trows_n[BENCH_MAX_TROWS];
@@ -495,7 +496,8 @@ static int run_system_size(struct bench *b, size_t si)
     }
     int rc = populate(b);
     for (int op = 0; rc == 0 && op < OP__N; op++)
-        run_row(b, si, (enum bench_op)op);
+        if (!b->op_off[op])
+            run_row(b, si, (enum bench_op)op);
     bool main_reg = b->kv != NULL;
     if (rc == 0 && b->kv && b->n_trows) {
         /* the thread rows register their own buffers: make room (TP_MAX_REGIONS) */
@@ -648,6 +650,8 @@ static void print_table(struct bench *b, bool with_peers, const bool *systems)
             continue;
         for (size_t si = 0; si < b->nsizes; si++) {
             for (int op = 0; op < OP__N; op++) {
+                if (b->op_off[op])
+                    continue;
                 const struct row *k = &b->rows[s][si][op];
                 const struct row *rr = &b->rows[SYS_REDIS][si][op];
                 const struct row *mr = &b->rows[SYS_MEMCACHED][si][op];
@@ -758,9 +762,43 @@ static void print_threads(struct bench *b, const bool *systems)
     }
 }
 
+/* The mean time per call of each stage (store, control, data, metadata) of a row's sampled
+ * calls, in us, summing to the mean call time. The /breakdown ring holds per call the summed time
+ * of each stage's spans, and the store stage as the call's time minus its children's. A batch's
+ * items run their per-item spans concurrently (a control.route_cas per item, all in one round),
+ * so their sum can exceed the call's wall time, and the store stage came out negative (e.g.
+ * -236874.8 us for a 3700 us call). Then the overlap is taken out of the largest child stage
+ * (the one made of per-item spans; the data stage is one span per chunk of items): the store
+ * stage becomes 0 (the call was inside some child span all along, as far as the ring can tell)
+ * and the largest child gets the call's time the others leave. Should the others alone exceed
+ * the call, every child is scaled to it instead. Single operations are unchanged. */
+static void stage_per_call(const struct row *r, double out_us[4])
+{
+    double n = r->n_sampled ? (double)r->n_sampled : 1, total = (double)r->total_ns / n;
+    double st[4], children = 0;
+    int big = 1;
+    for (int i = 0; i < 4; i++) {
+        st[i] = (double)r->stage_ns[i] / n;
+        children += i ? st[i] : 0;
+        big = i && st[i] > st[big] ? i : big;
+    }
+    if (st[0] < 0 && children > 0) { /* overlapping children */
+        double others = children - st[big];
+        st[0] = 0;
+        if (others <= total) {
+            st[big] = total - others;
+        } else {
+            for (int i = 1; i < 4; i++)
+                st[i] *= total / children;
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        out_us[i] = st[i] / 1e3;
+}
+
 /* Per kvmesh row: the critical-path counts per call (from the client runtime's kvmesh_op_*
- * counters over the row) next to the mean exclusive time per stage of the sampled calls of the
- * row (the /breakdown ring: at most its last 128 entries). */
+ * counters over the row) next to the mean time per stage per call of the sampled calls of the
+ * row (the /breakdown ring: at most its last 128 entries; stage_per_call). */
 static void print_breakdown(struct bench *b, const bool *systems)
 {
     if (b->markdown)
@@ -780,6 +818,8 @@ static void print_breakdown(struct bench *b, const bool *systems)
             continue;
         for (size_t si = 0; si < b->nsizes; si++)
             for (int op = 0; op < OP__N; op++) {
+                if (b->op_off[op])
+                    continue;
                 const struct row *r = &b->rows[s][si][op];
                 double c = r->cp.calls ? (double)r->cp.calls : 1;
                 const uint64_t *t = r->cp.round_trips;
@@ -791,9 +831,10 @@ static void print_breakdown(struct bench *b, const bool *systems)
                 double ns = r->n_sampled ? (double)r->n_sampled : 1;
                 snprintf(tot, sizeof(tot), r->n_sampled ? "%.1f" : "-",
                          (double)r->total_ns / ns / 1e3);
+                double us[4];
+                stage_per_call(r, us);
                 for (int i = 0; i < 4; i++)
-                    snprintf(st[i], sizeof(st[i]), r->n_sampled ? "%.1f" : "-",
-                             (double)r->stage_ns[i] / ns / 1e3);
+                    snprintf(st[i], sizeof(st[i]), r->n_sampled ? "%.1f" : "-", us[i]);
                 const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
                 if (b->markdown)
                     printf("| %s | %s | %s | %" PRIu64
@@ -821,6 +862,7 @@ int cmd_bench(int argc, char **argv)
     if (!b)
         return CLI_EXIT_FAIL;
     const char *transports = "shm,tcp", *sizes = "4KiB,256KiB,1MiB,16MiB", *threads = "";
+    const char *ops = "put,get,batch_put,batch_get";
     bool no_peers = false, help = false;
     uint64_t footprint = 0, footprint_value = 64;
     struct cli_sets sets = {0};
@@ -831,6 +873,9 @@ int cmd_bench(int argc, char **argv)
         {"verify", NULL, CLI_FLAG, &b->verify,
          "check every byte read (header with key and generation + payload) for every system"},
         {"transports", "LIST", CLI_CSV, &transports, "kvmesh transports to run (default shm,tcp)"},
+        {"ops", "LIST", CLI_CSV, &ops,
+         "rows to run (default put,get,batch_put,batch_get; e.g. batch_put to profile or count "
+         "the CPU of one row alone)"},
         {"sizes", "LIST", CLI_CSV, &sizes, "value sizes (default 4KiB,256KiB,1MiB,16MiB)"},
         {"row-ms", "MS", CLI_U64, &b->row_ms, "time budget per table row (default 500)"},
         {"threads", "LIST", CLI_CSV, &threads,
@@ -889,6 +934,21 @@ int cmd_bench(int argc, char **argv)
                 rc = CLI_EXIT_USAGE;
                 goto out;
             }
+        }
+        for (int op = 0; op < OP__N; op++)
+            b->op_off[op] = true;
+        snprintf(tmp, sizeof(tmp), "%s", ops);
+        for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            int op = 0;
+            while (op < OP__N && strcmp(t, op_names[op]) != 0)
+                op++;
+            if (op == OP__N) {
+                fprintf(stderr,
+                        "kvmesh bench: --ops: \"%s\" is not put, get, batch_put or batch_get\n", t);
+                rc = CLI_EXIT_USAGE;
+                goto out;
+            }
+            b->op_off[op] = false;
         }
         snprintf(tmp, sizeof(tmp), "%s", sizes);
         for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
