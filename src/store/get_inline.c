@@ -122,6 +122,10 @@ bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, s
             return false; /* the replica rounds read it again (and report a bad owner) */
     }
     o->rc = 0;
+    /* the replica's bytes were read over tcp (in the lookup's exchange): counted as the tcp read
+     * a transport batch would have made (kvmesh_transport_*{operation="read"}) */
+    obs_count(rt->metrics, transport_operations_total, OBS_TRANSPORT_TCP, OBS_XOP_READ, 1);
+    obs_count(rt->metrics, transport_bytes_total, OBS_TRANSPORT_TCP, OBS_XOP_READ, look->inl.len);
     return true;
 }
 

@@ -109,8 +109,15 @@ uint8_t *kvm_put_inline_body(const kvm_op_t *op, const struct kvm_item *it,
 void kvm_put_inline_reserved(kvm_op_t *op, struct kvm_res *r, bool inl)
 {
     r->written = inl;
-    if (inl) /* the sender's and the receiver's socket copies, as a tcp write's */
-        KVM_CP_COUNT(op, op_payload_copies_total, OBS_TRANSPORT_TCP, 2);
+    if (!inl)
+        return;
+    /* the sender's and the receiver's socket copies, as a tcp write's */
+    KVM_CP_COUNT(op, op_payload_copies_total, OBS_TRANSPORT_TCP, 2);
+    /* the replica's bytes were written over tcp (in the reservation's RPC exchange): counted as
+     * the tcp write a transport batch would have made (kvmesh_transport_*{operation="write"}) */
+    obs_count(op->rt->metrics, transport_operations_total, OBS_TRANSPORT_TCP, OBS_XOP_WRITE, 1);
+    obs_count(op->rt->metrics, transport_bytes_total, OBS_TRANSPORT_TCP, OBS_XOP_WRITE,
+              op->items[0].len);
 }
 
 void kvm_put_inline_refused(kvm_rt_t *rt, const kvm_runtime_t *owner)
