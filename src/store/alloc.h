@@ -51,8 +51,8 @@ typedef struct alloc alloc_t;
 
 /* A block record (40 bytes). While the block is allocated the allocator reads and writes every
  * word but fprev, which a caller embedding the record may overlay with a field of its own (the
- * store's slot keeps its deadline / commit sequence there: src/store/slot_core.h); off_u and len are the
- * caller's to read (alloc_blk_off), never to write. The record is the allocator's once the
+ * store's slot keeps its deadline / commit sequence there: src/store/slot_core.h); off_u and len
+ * are the caller's to read (alloc_blk_off), never to write. The record is the allocator's once the
  * block is free. */
 typedef struct alloc_blk {
     uint32_t off_u; /* the offset in ALLOC_ALIGN units (alloc_blk_off: bytes) */
