@@ -3,7 +3,8 @@
  * test_slot_core.c — the owner's slot core (src/store/slot_core.h) driven by hand: effects are
  * recorded, time is a number. Reclaim grace, held reservations and their settle decision (with
  * and without the further check), eviction with a busy slot, waiters for space, accounting,
- * COMMIT / RELEASE notes that name an earlier slot at the same bytes (ignored, counted).
+ * COMMIT / RELEASE notes that name an earlier slot at the same bytes (ignored, counted), and
+ * reclaim that keeps up with releases faster than tick_budget slots per tick.
  */
 #include <setjmp.h>
 #include <stdarg.h>
