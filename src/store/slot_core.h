@@ -196,7 +196,8 @@ typedef struct slot_core_cfg {
     double evict_high, evict_low; /* watermarks (fractions of capacity) */
     uint64_t wait_timeout_ns;     /* a reservation waits this long for eviction at most */
     uint64_t held_retry_ns;       /* a HELD slot whose lookup did not answer is asked again */
-    uint32_t tick_budget;         /* slots examined per queue per tick */
+    uint32_t tick_budget;         /* expired reservations examined per tick (their lookups);
+                                     reclaim frees every slot whose grace passed */
     uint32_t evict_inflight_max;
     uint32_t wait_max; /* reservations waiting for space */
 } slot_core_cfg_t;
@@ -255,8 +256,9 @@ const slot_t *slot_core_commit(slot_core_t *c, uint64_t now, uint64_t seg_id, ui
 void slot_core_release(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off);
 /* A reader used a committed slot (CLOCK reference bit). */
 void slot_core_hit(slot_core_t *c, uint64_t seg_id, uint64_t off);
-/* Housekeeping: frees reclaim slots whose grace passed, holds expired reservations and asks
- * for their lookups, serves the waiters, evicts above the high watermark. */
+/* Housekeeping: frees every reclaim slot whose grace passed (not a budget's worth: a backlog
+ * would outgrow the grace under fast overwrites), holds expired reservations and asks for their
+ * lookups (at most tick_budget), serves the waiters, evicts above the high watermark. */
 void slot_core_tick(slot_core_t *c, uint64_t now);
 
 /* The held-reservation settle decision (spec "Write path": a reservation past its TTL is kept

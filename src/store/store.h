@@ -59,7 +59,7 @@
 #define STORE_CAS_RETRIES      8     /* publish attempts after a conflict */
 #define STORE_INDET_RETRIES    4     /* publish re-checks after an indeterminate CAS */
 #define STORE_TICK_MS          20    /* owner housekeeping period */
-#define STORE_TICK_BUDGET      256   /* slots examined per housekeeping turn */
+#define STORE_TICK_BUDGET      256   /* expired reservations examined per housekeeping turn */
 #define STORE_EVICT_INFLIGHT   64    /* eviction CAS in flight per owner */
 #define STORE_RESERVE_WAIT_MAX 512   /* reservations waiting for eviction to free space */
 #define STORE_HIT_FLUSH_MS     100   /* hit reports are batched this long */

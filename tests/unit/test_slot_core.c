@@ -3,7 +3,8 @@
  * test_slot_core.c — the owner's slot core (src/store/slot_core.h) driven by hand: effects are
  * recorded, time is a number. Reclaim grace, held reservations and their settle decision (with
  * and without the further check), eviction with a busy slot, waiters for space, accounting,
- * COMMIT / RELEASE notes that name an earlier slot at the same bytes (ignored, counted).
+ * COMMIT / RELEASE notes that name an earlier slot at the same bytes (ignored, counted), and
+ * reclaim that keeps up with releases faster than tick_budget slots per tick.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -282,6 +283,78 @@ static void test_waiter(void **state)
     slot_core_free(c);
 }
 
+/* Many small slots released, then a reservation that needs their space (the shm 256 KiB
+ * batch_put stall, docs/performance.md): once the grace passed, one housekeeping turn frees
+ * every slot whose grace ended, however many (more than tick_budget here), and answers the
+ * waiting reservation; before, a turn freed tick_budget slots and the reservation waited for
+ * the whole backlog, turn after turn. */
+static void test_reclaim_backlog(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, false, 1 << 20);
+    enum { N = 256 }; /* 4 x tick_budget slots of 4 KiB fill the 1 MiB segment */
+    uint64_t off[N];
+    for (int i = 0; i < N; i++) {
+        reserve(c, &l, 0, 4096);
+        off[i] = l.off;
+        assert_non_null(slot_core_commit(c, 0, 7, off[i]));
+    }
+    for (int i = 0; i < N; i++) /* overwritten: each replaced by a later put elsewhere */
+        slot_core_release(c, 1 * MS, 7, off[i]);
+    kvm_ident_t id;
+    assert_int_equal(kvm_ident_init(&id, "t", NULL, "big", 3), 0);
+    int before = l.answers;
+    slot_core_reserve(c, 2 * MS, &id, 1 << 20, 300, reserved, &l);
+    assert_int_equal(l.answers, before); /* no room yet: waits for the reclaim */
+    assert_int_equal(l.n_lookups, 0);    /* the pending reclaim covers it: nothing evicted */
+    slot_core_tick(c, 100 * MS);
+    assert_int_equal(l.n_freed, 0); /* still in the grace */
+    slot_core_tick(c, 101 * MS);    /* the grace of all of them passed */
+    slot_core_stats_t st;
+    slot_core_stats(c, &st);
+    assert_int_equal(st.reclaimed, N);
+    assert_int_equal(st.n_reclaim, 0);
+    assert_int_equal(st.reclaim_bytes, 0);
+    assert_int_equal(l.answers, before + 1); /* answered in that turn */
+    assert_int_equal(l.rc, 0);
+    assert_int_equal(st.reserve_waits, 1);
+    assert_int_equal(slot_core_check(c), 0);
+    kvm_ident_free(&id);
+    slot_core_free(c);
+}
+
+/* Overwrites faster than tick_budget slots per turn: every turn releases 3 x tick_budget slots;
+ * after each turn the reclaim queue holds only slots still in their grace (none past it), so it
+ * stays bounded by what one grace window releases instead of growing turn after turn. */
+static void test_reclaim_rate(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, false, 8 << 20);
+    enum { PER_TURN = 3 * 64, TURNS = 40 }; /* tick_budget is 64; a turn every 20 ms */
+    uint64_t released = 0;
+    for (int t = 0; t < TURNS; t++) {
+        uint64_t now = (uint64_t)t * 20 * MS;
+        for (int i = 0; i < PER_TURN; i++) {
+            reserve(c, &l, now, 4096);
+            assert_non_null(slot_core_commit(c, now, 7, l.off));
+            slot_core_release(c, now, 7, l.off);
+        }
+        released += PER_TURN;
+        slot_core_tick(c, now);
+        slot_core_stats_t st;
+        slot_core_stats(c, &st);
+        /* in the grace (100 ms): the releases of this turn and the 4 before it */
+        uint64_t in_grace = (uint64_t)(t < 5 ? t + 1 : 5) * PER_TURN;
+        assert_int_equal(st.n_reclaim, in_grace);
+        assert_int_equal(st.reclaimed, released - in_grace);
+        assert_int_equal(st.used, in_grace * 4096);
+    }
+    assert_int_equal(slot_core_check(c), 0);
+    slot_core_free(c);
+}
+
 static void test_settle_decide(void **state)
 {
     (void)state;
@@ -498,11 +571,12 @@ static void test_record_pool(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grace),         cmocka_unit_test(test_held),
-        cmocka_unit_test(test_held_check),    cmocka_unit_test(test_evict_busy),
-        cmocka_unit_test(test_waiter),        cmocka_unit_test(test_settle_decide),
-        cmocka_unit_test(test_stale_note),    cmocka_unit_test(test_ident_view),
-        cmocka_unit_test(test_non_canonical), cmocka_unit_test(test_record_pool),
+        cmocka_unit_test(test_grace),           cmocka_unit_test(test_held),
+        cmocka_unit_test(test_held_check),      cmocka_unit_test(test_evict_busy),
+        cmocka_unit_test(test_waiter),          cmocka_unit_test(test_settle_decide),
+        cmocka_unit_test(test_stale_note),      cmocka_unit_test(test_ident_view),
+        cmocka_unit_test(test_non_canonical),   cmocka_unit_test(test_record_pool),
+        cmocka_unit_test(test_reclaim_backlog), cmocka_unit_test(test_reclaim_rate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
