@@ -62,6 +62,15 @@ uint64_t kvm_sum_digest(const struct kvm_sum *s);
  */
 void kvm_sum_update_copy(struct kvm_sum *s, void *dst, const void *src, size_t len);
 
+/*
+ * The same for a destination nobody reads soon (a put's bytes going into an owner's pages): dst
+ * written with streaming stores (core/copy.h) wherever it is aligned for them, in the same one
+ * pass (avx2, avx512); the library variant streams with kvm_copy_stream and hashes in 16 KiB
+ * blocks. The stores are weakly ordered: call kvm_copy_stream_fence() after the last call and
+ * before anyone is told the bytes are there.
+ */
+void kvm_sum_update_copy_stream(struct kvm_sum *s, void *dst, const void *src, size_t len);
+
 /* Tests and benchmarks: the XXH3 variants this CPU runs ("xxhash" — the system library's —,
  * "avx2", "avx512"; at most max names, static storage), the one in use, and switching it
  * (KVMESH_EINVAL for an unknown name, KVMESH_ENOTSUP for one this CPU cannot run). Switching

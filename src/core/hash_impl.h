@@ -23,6 +23,8 @@ struct kvm_hash_ops {
     void (*update)(void *state, const void *data, size_t len);
     /* memcpy(dst, src, len) then update(state, dst, len), in one pass where it can */
     void (*update_copy)(void *state, void *dst, const void *src, size_t len);
+    /* the same, dst written with streaming stores where aligned; the caller fences */
+    void (*update_copy_stream)(void *state, void *dst, const void *src, size_t len);
     uint64_t (*digest)(const void *state);
 };
 

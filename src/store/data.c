@@ -225,11 +225,8 @@ static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, 
     return tp_submit(b, reqs, n);
 }
 
-/* A local write this large goes into the segment with streaming stores, in DATA_STREAM_BLOCK
- * copy + hash blocks (the source block still in L1 when hashed). Smaller writes and every read
- * with a checksum copy and hash in one pass (kvm_sum_update_copy). */
-#define DATA_STREAM_MIN   (1u << 20)
-#define DATA_STREAM_BLOCK (16u << 10)
+/* A local write this large goes into the segment with streaming stores (core/copy.h). */
+#define DATA_STREAM_MIN (256u << 10)
 
 /* The requests add_reqs makes of an iov list (one per non-empty iovec). */
 static unsigned nreqs(const struct iovec *iov, int iovcnt)
@@ -262,25 +259,13 @@ static struct kvm_sum *fuse_start(struct fuse_sums *f, size_t j)
     return &f->st[j];
 }
 
-/* A streamed write of n bytes from src to dst in DATA_STREAM_BLOCK blocks, each folded into st
- * (may be NULL) from L1 right after its copy; the caller fences. */
-static void stream_sum(uint8_t *dst, const uint8_t *src, size_t n, struct kvm_sum *st)
-{
-    for (size_t done = 0, k; done < n; done += k) {
-        k = KVM_MIN(n - done, (size_t)DATA_STREAM_BLOCK);
-        kvm_copy_stream(dst + done, src + done, k);
-        if (st)
-            kvm_sum_update(st, src + done, k);
-    }
-}
-
 /* Copies len bytes (to the segment at p for SEG_WRITE, from it otherwise) and, with sum set,
- * computes their XXH3-64 checksum in the same pass: kvm_sum_update_copy (each 64-byte stripe
- * loaded once, stored and hashed), except for a write of DATA_STREAM_MIN bytes or more, which
- * goes into the segment with streaming stores (core/copy.h: the owner's pages are not read again
- * soon, and the stores skip the read-for-ownership) in DATA_STREAM_BLOCK blocks, each source
- * block hashed from L1 right after its copy, fenced before the copy returns (the shm transport
- * does the same: docs/performance.md "Large shm gets: the copy and the checksum"). */
+ * computes their XXH3-64 checksum in the same pass (kvm_sum_update_copy: each 64-byte stripe
+ * loaded once, stored and hashed). A write of DATA_STREAM_MIN bytes or more goes into the segment
+ * with streaming stores (core/copy.h: the owner's pages are not read again soon, and the stores
+ * skip the read-for-ownership; kvm_sum_update_copy_stream with a sum), fenced before the copy
+ * returns (the shm transport does the same: docs/performance.md "Large shm gets: the copy and
+ * the checksum"). */
 static void copy_sum(uint32_t op, uint8_t *p, const struct iovec *iov, int iovcnt, uint64_t len,
                      uint64_t *sum)
 {
@@ -292,14 +277,16 @@ static void copy_sum(uint32_t op, uint8_t *p, const struct iovec *iov, int iovcn
     for (int i = 0; i < iovcnt; i++) {
         uint8_t *b = iov[i].iov_base;
         size_t n = iov[i].iov_len;
-        if (!stream && sum)
-            kvm_sum_update_copy(&st, op == SEG_WRITE ? p + pos : b,
-                                op == SEG_WRITE ? (const uint8_t *)b : p + pos, n);
-        else if (!stream)
-            memcpy(op == SEG_WRITE ? p + pos : b, op == SEG_WRITE ? (const uint8_t *)b : p + pos,
-                   n);
+        uint8_t *dst = op == SEG_WRITE ? p + pos : b;
+        const uint8_t *src = op == SEG_WRITE ? b : p + pos;
+        if (sum && stream)
+            kvm_sum_update_copy_stream(&st, dst, src, n);
+        else if (sum)
+            kvm_sum_update_copy(&st, dst, src, n);
+        else if (stream)
+            kvm_copy_stream(dst, src, n);
         else
-            stream_sum(p + pos, b, n, sum ? &st : NULL);
+            memcpy(dst, src, n);
         pos += n;
     }
     if (stream)

@@ -4,9 +4,9 @@
  * libxxhash's XXH3-64 bit for bit: one-shot and streamed in random pieces, for every variant
  * this CPU runs, over lengths from 0 to a few MiB (every length up to 1 KiB: XXH3's short-input
  * paths and stripe/block edges), at odd start offsets, with several seeds; kvm_sum_update_copy
- * (the fused copy + hash) gives the same digest and copies every byte, mixed with plain updates
- * in random pieces; and a few fixed values, so that the library itself is held to XXH3's frozen
- * output.
+ * and kvm_sum_update_copy_stream (the fused copy + hash, with plain or streaming stores) give the
+ * same digest and copy every byte, mixed with plain updates in random pieces; and a few fixed
+ * values, so that the library itself is held to XXH3's frozen output.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "core/copy.h"
 #include "core/hash.h"
 #include "kvmesh.h"
 
@@ -76,21 +77,31 @@ static uint8_t *copy_dst; /* BUF_MAX + 64 bytes (test_variants_match_library) */
  * updates of bytes copied apart), checking that every byte arrived and nothing else changed. */
 static uint64_t streamed_copy(const uint8_t *p, size_t len, uint64_t seed)
 {
-    size_t off = (size_t)(rnd() % 64);
+    static const size_t offs[] = {0, 32, 64 - 16}; /* aligned for streaming stores, or not */
+    size_t off = rnd() % 2 ? offs[rnd() % 3] : (size_t)(rnd() % 64);
     memset(copy_dst, 0xa5, BUF_MAX + 64);
     struct kvm_sum s;
     kvm_sum_init(&s, seed);
     for (size_t done = 0; done < len;) {
         size_t k = rnd() % 2 ? rnd() % 70000 : rnd() % 1200;
         k = k > len - done ? len - done : k;
-        if (rnd() % 8 == 0) {
+        switch (rnd() % 8) {
+        case 0:
             memcpy(copy_dst + off + done, p + done, k);
             kvm_sum_update(&s, copy_dst + off + done, k);
-        } else {
+            break;
+        case 1:
+        case 2:
+        case 3:
+            kvm_sum_update_copy_stream(&s, copy_dst + off + done, p + done, k);
+            break;
+        default:
             kvm_sum_update_copy(&s, copy_dst + off + done, p + done, k);
+            break;
         }
         done += k;
     }
+    kvm_copy_stream_fence();
     assert_memory_equal(copy_dst + off, p, len);
     for (size_t i = 0; i < off; i++)
         assert_int_equal(copy_dst[i], 0xa5);
