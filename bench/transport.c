@@ -11,7 +11,7 @@
  * time). Ratios: tcp against the loopback stream, shm against memcpy. Every cell checks payload
  * integrity (XXH3) of its last transfer.
  *
- * Usage: bench_transport [--quick] [--secs S] [--xprt tcp|shm] [--sum] [--copy NAME]
+ * Usage: bench_transport [--quick] [--secs S] [--xprt tcp|shm] [--sum] [--copy NAME] [--kernels]
  *   --quick  one transfer per cell, sizes up to 4 MiB, integrity only (the ctest smoke run; it
  *            folds checksums too, as --sum, and checks them)
  *   --secs   seconds per cell (default 0.3)
@@ -20,6 +20,8 @@
  *            (tp_segment_sums), as a store put or get does; the last one is checked
  *   --copy   the streaming-copy variant (core/copy.h: memcpy, sse2, avx512) for before/after
  *            runs of the shm write path in one binary
+ *   --kernels only the shm data stage's copy + checksum kernels, old and new alternated in one
+ *            process (kernels_main below): no transport, no engine
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -28,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -215,6 +218,174 @@ static int cell(struct ctx *c, enum tp_op op, uint64_t size, unsigned k, double 
     return check_sum(c, sum, size * k);
 }
 
+/* ---- --kernels: the copy + checksum of a store get's and put's data stage ----------------------
+ *
+ * The owner's pages: a memfd of KERN_SET bytes mapped MAP_SHARED and faulted in (as a client maps
+ * an owner's segment), one value per slot, each call on the next slot (a store bench's working
+ * set: 128 MiB, so the slot is not in this core's cache). A read copies a slot into one caller
+ * buffer (a get's registered destination, 16 bytes past a page like malloc's); a write copies
+ * one of 4 caller buffers into a slot. Every kernel also folds the XXH3 checksum (seed 0), as a
+ * get with verify_reads or any put does. "memcpy hot" is the store bench's memcpy line: the same
+ * two buffers every time. Kernels are alternated call-batch by call-batch; best and median of
+ * KERN_REPS batches, in us per call. docs/performance.md "Large shm gets: the copy and the
+ * checksum". */
+#define KERN_SET  (128 * MiB)
+#define KERN_REPS 41
+
+struct kern {
+    const char *name;
+    void (*fn)(uint8_t *slot, size_t n);
+};
+
+static uint8_t *kern_dst, *kern_src[4], *kern_hot_a, *kern_hot_b;
+static unsigned kern_next;
+static volatile uint64_t kern_sink;
+
+static void k_hot(uint8_t *slot, size_t n)
+{
+    (void)slot;
+    memcpy(kern_hot_b, kern_hot_a, n);
+    kern_sink = kern_hot_b[n - 1];
+}
+
+static void k_read_copy(uint8_t *slot, size_t n)
+{
+    memcpy(kern_dst, slot, n);
+    kern_sink = kern_dst[n - 1];
+}
+
+static void k_read_blocks(uint8_t *slot, size_t n) /* before: 256 KiB memcpy, then its hash */
+{
+    struct kvm_sum st;
+    kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
+    for (size_t o = 0, k; o < n; o += k) {
+        k = KVM_MIN((size_t)256 << 10, n - o);
+        memcpy(kern_dst + o, slot + o, k);
+        kvm_sum_update(&st, kern_dst + o, k);
+    }
+    kern_sink = kvm_sum_digest(&st);
+}
+
+static void k_read_fused(uint8_t *slot, size_t n) /* after: one pass */
+{
+    struct kvm_sum st;
+    kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
+    kvm_sum_update_copy(&st, kern_dst, slot, n);
+    kern_sink = kvm_sum_digest(&st);
+}
+
+static void k_write_blocks(uint8_t *slot, size_t n) /* before (>= 1 MiB): 16 KiB stream, hash */
+{
+    const uint8_t *src = kern_src[kern_next++ % 4];
+    struct kvm_sum st;
+    kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
+    for (size_t o = 0, k; o < n; o += k) {
+        k = KVM_MIN((size_t)16 << 10, n - o);
+        kvm_copy_stream(slot + o, src + o, k);
+        kvm_sum_update(&st, src + o, k);
+    }
+    kvm_copy_stream_fence();
+    kern_sink = kvm_sum_digest(&st);
+}
+
+static void k_write_plain(uint8_t *slot, size_t n) /* plain stores, one pass (< 256 KiB now) */
+{
+    struct kvm_sum st;
+    kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
+    kvm_sum_update_copy(&st, slot, kern_src[kern_next++ % 4], n);
+    kern_sink = kvm_sum_digest(&st);
+}
+
+static void k_write_memcpy(uint8_t *slot, size_t n) /* before (< 1 MiB): 256 KiB memcpy, hash */
+{
+    const uint8_t *src = kern_src[kern_next++ % 4];
+    struct kvm_sum st;
+    kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
+    for (size_t o = 0, k; o < n; o += k) {
+        k = KVM_MIN((size_t)256 << 10, n - o);
+        memcpy(slot + o, src + o, k);
+        kvm_sum_update(&st, src + o, k);
+    }
+    kern_sink = kvm_sum_digest(&st);
+}
+
+static void k_write_fused(uint8_t *slot, size_t n) /* after (>= 256 KiB): streamed, one pass */
+{
+    struct kvm_sum st;
+    kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
+    kvm_sum_update_copy_stream(&st, slot, kern_src[kern_next++ % 4], n);
+    kvm_copy_stream_fence();
+    kern_sink = kvm_sum_digest(&st);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int kernels_main(void)
+{
+    static const struct kern ks[] = {
+        {"memcpy hot (the bench's memcpy line)", k_hot},
+        {"read: memcpy only (no checksum)", k_read_copy},
+        {"read: 256 KiB memcpy + hash (before)", k_read_blocks},
+        {"read: fused copy + hash (after)", k_read_fused},
+        {"write: 256 KiB memcpy + hash (before, < 1 MiB)", k_write_memcpy},
+        {"write: 16 KiB stream + hash (before, >= 1 MiB)", k_write_blocks},
+        {"write: fused, plain stores", k_write_plain},
+        {"write: fused, streaming stores (after, >= 256 KiB)", k_write_fused},
+    };
+    static const uint64_t sizes[] = {256 << 10, 1 * MiB, 16 * MiB};
+    int fd = memfd_create("bench-kernels", MFD_CLOEXEC);
+    KVM_ASSERT(fd >= 0 && ftruncate(fd, (off_t)KERN_SET) == 0);
+    uint8_t *set = mmap(NULL, KERN_SET, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    KVM_ASSERT(set != MAP_FAILED);
+    fill(set, KERN_SET, 7);
+    uint8_t *dbuf = malloc(16 * MiB + 4096), *hot = malloc(32 * MiB);
+    KVM_ASSERT(dbuf && hot);
+    kern_dst = dbuf + 16;
+    kern_hot_a = hot;
+    kern_hot_b = hot + 16 * MiB;
+    memset(dbuf, 0, 16 * MiB + 4096);
+    memset(hot, 3, 32 * MiB);
+    for (int i = 0; i < 4; i++) {
+        kern_src[i] = malloc(16 * MiB);
+        KVM_ASSERT(kern_src[i]);
+        fill(kern_src[i], 16 * MiB, 11 + (uint64_t)i);
+    }
+    printf("copy + XXH3 kernels of the shm data stage (XXH3 %s, copy %s); us per call over a "
+           "%llu MiB memfd working set, best / median of %d alternated batches\n",
+           kvm_hash_impl(), kvm_copy_impl(), (unsigned long long)(KERN_SET / MiB), KERN_REPS);
+    for (size_t si = 0; si < KVM_ARRAY_SIZE(sizes); si++) {
+        size_t n = sizes[si], slots = KERN_SET / n, slot = 0;
+        unsigned calls = n >= 16 * MiB ? 4 : n >= MiB ? 16 : 64;
+        uint64_t t[KVM_ARRAY_SIZE(ks)][KERN_REPS];
+        for (int rep = 0; rep < KERN_REPS; rep++) {
+            for (size_t k = 0; k < KVM_ARRAY_SIZE(ks); k++) {
+                uint64_t t0 = env_clock_mono_ns();
+                for (unsigned c = 0; c < calls; c++, slot = (slot + 1) % slots)
+                    ks[k].fn(set + slot * n, n);
+                t[k][rep] = (env_clock_mono_ns() - t0) / calls;
+            }
+        }
+        printf("\n%8llu KiB\n", (unsigned long long)(n >> 10));
+        for (size_t k = 0; k < KVM_ARRAY_SIZE(ks); k++) {
+            qsort(t[k], KERN_REPS, sizeof(t[k][0]), cmp_u64);
+            printf("  %-52s %9.1f / %9.1f us\n", ks[k].name, (double)t[k][0] / 1e3,
+                   (double)t[k][KERN_REPS / 2] / 1e3);
+        }
+        fflush(stdout);
+    }
+    for (int i = 0; i < 4; i++)
+        free(kern_src[i]);
+    free(dbuf);
+    free(hot);
+    munmap(set, KERN_SET);
+    close(fd);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bool quick = false, want_sum = false;
@@ -229,6 +400,8 @@ int main(int argc, char **argv)
             secs = atof(argv[++i]);
         else if (strcmp(argv[i], "--sum") == 0)
             want_sum = true;
+        else if (strcmp(argv[i], "--kernels") == 0)
+            return kernels_main();
         else if (strcmp(argv[i], "--copy") == 0 && i + 1 < argc) {
             if (kvm_copy_impl_use(argv[++i]) != 0) {
                 fprintf(stderr, "--copy: %s\n", kvmesh_last_error());
@@ -236,7 +409,8 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr,
-                    "usage: %s [--quick] [--secs S] [--xprt tcp|shm] [--sum] [--copy NAME]\n",
+                    "usage: %s [--quick] [--secs S] [--xprt tcp|shm] [--sum] [--copy NAME] "
+                    "[--kernels]\n",
                     argv[0]);
             return 2;
         }

@@ -52,6 +52,25 @@ void kvm_sum_init(struct kvm_sum *s, uint64_t seed);
 void kvm_sum_update(struct kvm_sum *s, const void *data, size_t len);
 uint64_t kvm_sum_digest(const struct kvm_sum *s);
 
+/*
+ * Copies len bytes from src to dst (the ranges must not overlap) and folds them into s, as
+ * memcpy(dst, src, len) then kvm_sum_update(s, dst, len) would, in one pass where the variant
+ * can (avx2, avx512: each 64-byte stripe loaded once, stored and hashed from the same registers;
+ * the library variant copies and hashes in L1-sized blocks). For a source that is not in this
+ * core's cache (another process's pages) it costs about one copy (docs/performance.md "Large shm
+ * gets: the copy and the checksum"). Both pointers are borrowed for the call.
+ */
+void kvm_sum_update_copy(struct kvm_sum *s, void *dst, const void *src, size_t len);
+
+/*
+ * The same for a destination nobody reads soon (a put's bytes going into an owner's pages): dst
+ * written with streaming stores (core/copy.h) wherever it is aligned for them, in the same one
+ * pass (avx2, avx512); the library variant streams with kvm_copy_stream and hashes in 16 KiB
+ * blocks. The stores are weakly ordered: call kvm_copy_stream_fence() after the last call and
+ * before anyone is told the bytes are there.
+ */
+void kvm_sum_update_copy_stream(struct kvm_sum *s, void *dst, const void *src, size_t len);
+
 /* Tests and benchmarks: the XXH3 variants this CPU runs ("xxhash" — the system library's —,
  * "avx2", "avx512"; at most max names, static storage), the one in use, and switching it
  * (KVMESH_EINVAL for an unknown name, KVMESH_ENOTSUP for one this CPU cannot run). Switching

@@ -21,6 +21,10 @@ struct kvm_hash_ops {
     uint64_t (*oneshot)(const void *data, size_t len, uint64_t seed);
     void (*reset)(void *state, uint64_t seed);
     void (*update)(void *state, const void *data, size_t len);
+    /* memcpy(dst, src, len) then update(state, dst, len), in one pass where it can */
+    void (*update_copy)(void *state, void *dst, const void *src, size_t len);
+    /* the same, dst written with streaming stores where aligned; the caller fences */
+    void (*update_copy_stream)(void *state, void *dst, const void *src, size_t len);
     uint64_t (*digest)(const void *state);
 };
 

@@ -77,9 +77,7 @@ struct tp_engine {
 #define TP_SHM_GRANT_CACHE   64
 #define TP_SHM_GRANT_RECHECK (100ull * 1000000ull) /* re-ask the owner after 100 ms */
 #define TP_SHM_COPY_STEP     (4u << 20)            /* owner liveness/cancel checked between steps */
-#define TP_SHM_SUM_BLOCK     (256u << 10) /* copy + hash block of a request with a sum (in L2) */
-#define TP_SHM_STREAM_MIN    (1u << 20)   /* a write this large: streaming stores (core/copy.h) */
-#define TP_SHM_STREAM_BLOCK  (16u << 10)  /* its copy + hash block (the source block in L1) */
+#define TP_SHM_STREAM_MIN    (256u << 10) /* a write this large: streaming stores (core/copy.h) */
 
 struct tp_segment {
     struct tp_engine *e;

@@ -14,7 +14,8 @@
  * handed by the owner over another channel: tp_segment_note_grant) and against the mapping
  * size, then copied by the submitting thread (shm_copy: memcpy, or streaming stores for a
  * write of TP_SHM_STREAM_MIN bytes or more; a request with a checksum to fold into,
- * tp_request.sum, in blocks each hashed right after its copy), in TP_SHM_COPY_STEP steps; between
+ * tp_request.sum, copies and hashes in one pass: kvm_sum_update_copy{,_stream}), in
+ * TP_SHM_COPY_STEP steps; between
  * steps it checks cancellation and that the owner's control connection is still up, so an owner
  * killed mid-transfer fails the request with KVMESH_ECONN promptly. Grant descriptors are cached
  * per segment and re-asked after TP_SHM_GRANT_RECHECK, so a revocation reaches same-host clients
@@ -512,29 +513,33 @@ static void shm_close(struct tp_segment *s)
     pthread_mutex_unlock(&cl->mu);
 }
 
-/* One step of a request: n bytes at offset done; with r->sum, in TP_SHM_SUM_BLOCK blocks, each
- * block's local side hashed right after the copy (it is then in L2). A write of at least
- * TP_SHM_STREAM_MIN bytes goes into the owner's pages with streaming stores (core/copy.h: nobody
- * reads them soon; no read-for-ownership, no eviction of the caller's cache) in
- * TP_SHM_STREAM_BLOCK blocks, fenced at the end of the step; the hash then reads the block's
- * source from L1, where the copy just loaded it: the bytes written (the caller's buffer,
- * borrowed unchanged until completion). */
+/* One step of a request: n bytes at offset done. With r->sum, the copy and the hash are one
+ * pass (kvm_sum_update_copy: each 64-byte stripe of the source loaded once, stored and folded
+ * from the same registers, the lines 4 KiB ahead prefetched: the owner's pages are read once, at
+ * memory speed; docs/performance.md "Large shm gets: the copy and the checksum"). A write of at
+ * least TP_SHM_STREAM_MIN bytes goes into the owner's pages with streaming stores (core/copy.h:
+ * nobody reads them soon; no read-for-ownership, no eviction of the caller's cache; with a sum
+ * in the same pass, kvm_sum_update_copy_stream), fenced at the end of the step. The hash is of
+ * the source bytes, which are the bytes written or the bytes the caller gets. */
 static void shm_copy(const struct tp_request *r, uint8_t *remote, uint64_t done, size_t n)
 {
     uint8_t *local = (uint8_t *)r->local + done;
     remote += done;
     bool stream = r->op == TP_WRITE && r->length >= TP_SHM_STREAM_MIN;
-    size_t blk = !r->sum ? n : stream ? TP_SHM_STREAM_BLOCK : TP_SHM_SUM_BLOCK;
-    for (size_t o = 0, k; o < n; o += k) {
-        k = KVM_MIN(blk, n - o);
-        if (r->op == TP_READ)
-            memcpy(local + o, remote + o, k);
-        else if (stream)
-            kvm_copy_stream(remote + o, local + o, k);
-        else
-            memcpy(remote + o, local + o, k);
+    if (r->op == TP_READ) {
         if (r->sum)
-            kvm_sum_update(r->sum, local + o, k);
+            kvm_sum_update_copy(r->sum, local, remote, n);
+        else
+            memcpy(local, remote, n);
+    } else if (r->sum) {
+        if (stream)
+            kvm_sum_update_copy_stream(r->sum, remote, local, n);
+        else
+            kvm_sum_update_copy(r->sum, remote, local, n);
+    } else if (stream) {
+        kvm_copy_stream(remote, local, n);
+    } else {
+        memcpy(remote, local, n);
     }
     if (stream)
         kvm_copy_stream_fence();

@@ -225,12 +225,8 @@ static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, 
     return tp_submit(b, reqs, n);
 }
 
-/* Copy + hash step: the block (read and written side) is still in L2 when hashed. Measured with
- * bench_hash (docs/performance.md "Checksum and copy"): from 64 KiB to 512 KiB the fused pass
- * runs at about the same speed, well below L2 (2 MiB per core on the machines measured). */
-#define DATA_SUM_BLOCK    (256u << 10)
-#define DATA_STREAM_MIN   (1u << 20)  /* a local write this large: streaming stores */
-#define DATA_STREAM_BLOCK (16u << 10) /* its copy + hash block (the source block in L1) */
+/* A local write this large goes into the segment with streaming stores (core/copy.h). */
+#define DATA_STREAM_MIN (256u << 10)
 
 /* The requests add_reqs makes of an iov list (one per non-empty iovec). */
 static unsigned nreqs(const struct iovec *iov, int iovcnt)
@@ -264,12 +260,12 @@ static struct kvm_sum *fuse_start(struct fuse_sums *f, size_t j)
 }
 
 /* Copies len bytes (to the segment at p for SEG_WRITE, from it otherwise) and, with sum set,
- * computes their XXH3-64 checksum in the same pass: block by block, each block hashed right
- * after it was copied (the hashed side is the caller's buffer, just written or read). A write of
- * DATA_STREAM_MIN bytes or more goes into the segment with streaming stores (core/copy.h: the
- * owner's pages are not read again soon, and the stores skip the read-for-ownership), in
- * DATA_STREAM_BLOCK blocks so the hash reads each source block from L1, fenced before the copy
- * returns (the shm transport's write path does the same: docs/performance.md). */
+ * computes their XXH3-64 checksum in the same pass (kvm_sum_update_copy: each 64-byte stripe
+ * loaded once, stored and hashed). A write of DATA_STREAM_MIN bytes or more goes into the segment
+ * with streaming stores (core/copy.h: the owner's pages are not read again soon, and the stores
+ * skip the read-for-ownership; kvm_sum_update_copy_stream with a sum), fenced before the copy
+ * returns (the shm transport does the same: docs/performance.md "Large shm gets: the copy and
+ * the checksum"). */
 static void copy_sum(uint32_t op, uint8_t *p, const struct iovec *iov, int iovcnt, uint64_t len,
                      uint64_t *sum)
 {
@@ -277,24 +273,21 @@ static void copy_sum(uint32_t op, uint8_t *p, const struct iovec *iov, int iovcn
     if (sum)
         kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
     bool stream = op == SEG_WRITE && len >= DATA_STREAM_MIN;
-    size_t blk = stream ? DATA_STREAM_BLOCK : DATA_SUM_BLOCK;
     uint64_t pos = 0;
     for (int i = 0; i < iovcnt; i++) {
         uint8_t *b = iov[i].iov_base;
-        for (size_t done = 0; done < iov[i].iov_len;) {
-            size_t k = iov[i].iov_len - done;
-            k = k > blk ? blk : k;
-            if (stream)
-                kvm_copy_stream(p + pos, b + done, k);
-            else if (op == SEG_WRITE)
-                memcpy(p + pos, b + done, k);
-            else
-                memcpy(b + done, p + pos, k);
-            if (sum)
-                kvm_sum_update(&st, b + done, k);
-            done += k;
-            pos += k;
-        }
+        size_t n = iov[i].iov_len;
+        uint8_t *dst = op == SEG_WRITE ? p + pos : b;
+        const uint8_t *src = op == SEG_WRITE ? b : p + pos;
+        if (sum && stream)
+            kvm_sum_update_copy_stream(&st, dst, src, n);
+        else if (sum)
+            kvm_sum_update_copy(&st, dst, src, n);
+        else if (stream)
+            kvm_copy_stream(dst, src, n);
+        else
+            memcpy(dst, src, n);
+        pos += n;
     }
     if (stream)
         kvm_copy_stream_fence();

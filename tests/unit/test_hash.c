@@ -3,7 +3,9 @@
  * test_hash.c — the payload checksum's XXH3 variants (core/hash.h, hash_fast.c) give the system
  * libxxhash's XXH3-64 bit for bit: one-shot and streamed in random pieces, for every variant
  * this CPU runs, over lengths from 0 to a few MiB (every length up to 1 KiB: XXH3's short-input
- * paths and stripe/block edges), at odd start offsets, with several seeds; and a few fixed
+ * paths and stripe/block edges), at odd start offsets, with several seeds; kvm_sum_update_copy
+ * and kvm_sum_update_copy_stream (the fused copy + hash, with plain or streaming stores) give the
+ * same digest and copy every byte, mixed with plain updates in random pieces; and a few fixed
  * values, so that the library itself is held to XXH3's frozen output.
  */
 #include <setjmp.h>
@@ -16,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "core/copy.h"
 #include "core/hash.h"
 #include "kvmesh.h"
 
@@ -68,11 +71,52 @@ static uint64_t streamed(const uint8_t *p, size_t len, uint64_t seed)
     return kvm_sum_digest(&s);
 }
 
+static uint8_t *copy_dst; /* BUF_MAX + 64 bytes (test_variants_match_library) */
+
+/* The same through kvm_sum_update_copy into copy_dst + off (pieces of every size, some plain
+ * updates of bytes copied apart), checking that every byte arrived and nothing else changed. */
+static uint64_t streamed_copy(const uint8_t *p, size_t len, uint64_t seed)
+{
+    static const size_t offs[] = {0, 32, 64 - 16}; /* aligned for streaming stores, or not */
+    size_t off = rnd() % 2 ? offs[rnd() % 3] : (size_t)(rnd() % 64);
+    memset(copy_dst, 0xa5, BUF_MAX + 64);
+    struct kvm_sum s;
+    kvm_sum_init(&s, seed);
+    for (size_t done = 0; done < len;) {
+        size_t k = rnd() % 2 ? rnd() % 70000 : rnd() % 1200;
+        k = k > len - done ? len - done : k;
+        switch (rnd() % 8) {
+        case 0:
+            memcpy(copy_dst + off + done, p + done, k);
+            kvm_sum_update(&s, copy_dst + off + done, k);
+            break;
+        case 1:
+        case 2:
+        case 3:
+            kvm_sum_update_copy_stream(&s, copy_dst + off + done, p + done, k);
+            break;
+        default:
+            kvm_sum_update_copy(&s, copy_dst + off + done, p + done, k);
+            break;
+        }
+        done += k;
+    }
+    kvm_copy_stream_fence();
+    assert_memory_equal(copy_dst + off, p, len);
+    for (size_t i = 0; i < off; i++)
+        assert_int_equal(copy_dst[i], 0xa5);
+    for (size_t i = off + len; i < BUF_MAX + 64; i += 4093)
+        assert_int_equal(copy_dst[i], 0xa5);
+    return kvm_sum_digest(&s);
+}
+
 static void check_one(const uint8_t *p, size_t len, uint64_t seed)
 {
     uint64_t want = XXH3_64bits_withSeed(p, len, seed);
     assert_int_equal(kvm_xxh3(p, len, seed), want);
     assert_int_equal(streamed(p, len, seed), want);
+    if (len <= BUF_MAX)
+        assert_int_equal(streamed_copy(p, len, seed), want);
     if (seed == KVM_HASH_SEED_CHECKSUM)
         assert_int_equal(kvm_checksum(p, len), want);
 }
@@ -94,6 +138,8 @@ static void test_variants_match_library(void **state)
 {
     (void)state;
     uint8_t *buf = random_buf();
+    copy_dst = malloc(BUF_MAX + 64);
+    assert_non_null(copy_dst);
     const char *names[8];
     size_t n = kvm_hash_impls(names, 8);
     assert_true(n >= 1);
@@ -103,6 +149,7 @@ static void test_variants_match_library(void **state)
         assert_string_equal(kvm_hash_impl(), names[i]);
         check_variant(buf);
     }
+    free(copy_dst);
     free(buf);
 }
 
