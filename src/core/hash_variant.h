@@ -77,7 +77,11 @@ static inline void stripe_stream(unsigned char *dst, const unsigned char *src)
 #endif
 
 /* n stripes of src folded into acc (secret advancing by stripe) and copied to dst, with
- * streaming stores when nt and dst is aligned for them. The accumulators live in a local for
+ * streaming stores when nt and dst is aligned for them. A plain copy hashes the stripe it stored
+ * (from a register or L1): a source that another process may change while it is read (an
+ * owner's pages) is then hashed exactly as copied, so a torn read fails verification instead of
+ * hashing bytes other than the ones the caller got. A streaming copy (writes: the source is the
+ * caller's own buffer) hashes the source. The accumulators live in a local for
  * the loop (in registers: through acc, every stripe would load and store them); restrict lets
  * the stripe's one load feed both the store and the hash. */
 static void acc_copy(xxh_u64 *acc, unsigned char *restrict dst, const unsigned char *restrict src,
@@ -89,11 +93,14 @@ static void acc_copy(xxh_u64 *acc, unsigned char *restrict dst, const unsigned c
     for (size_t i = 0; i < n; i++) {
         const unsigned char *in = src + i * XXH_STRIPE_LEN;
         __builtin_prefetch(in + COPY_PREFETCH, 0, 2); /* prefetcht1: never faults */
-        if (nt)
+        const unsigned char *h = in;
+        if (nt) {
             stripe_stream(dst + i * XXH_STRIPE_LEN, in);
-        else
+        } else {
             memcpy(dst + i * XXH_STRIPE_LEN, in, XXH_STRIPE_LEN);
-        XXH3_accumulate_512(a, in, secret + i * XXH_SECRET_CONSUME_RATE);
+            h = dst + i * XXH_STRIPE_LEN; /* what was copied (see above) */
+        }
+        XXH3_accumulate_512(a, h, secret + i * XXH_SECRET_CONSUME_RATE);
     }
     memcpy(acc, a, sizeof(a));
 }
