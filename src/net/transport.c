@@ -407,6 +407,21 @@ void tp_batch_set_callback(struct tp_batch *b, tp_batch_cb cb, void *arg)
     pthread_mutex_unlock(&b->mu);
 }
 
+void tp_batch_set_deadline(struct tp_batch *b, uint64_t deadline_ms)
+{
+    pthread_mutex_lock(&b->mu);
+    b->deadline_ms = deadline_ms;
+    pthread_mutex_unlock(&b->mu);
+}
+
+uint64_t tp_batch_deadline(struct tp_batch *b)
+{
+    pthread_mutex_lock(&b->mu);
+    uint64_t d = b->deadline_ms;
+    pthread_mutex_unlock(&b->mu);
+    return d;
+}
+
 unsigned tp_batch_exchanges(const struct tp_batch *b)
 {
     return __atomic_load_n(&b->exchanges, __ATOMIC_RELAXED);

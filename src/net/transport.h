@@ -119,6 +119,16 @@ int tp_batch_new(struct tp_engine *e, unsigned capacity, struct tp_batch **out);
 void tp_batch_free(struct tp_batch *b);
 void tp_batch_set_callback(struct tp_batch *b, tp_batch_cb cb, void *arg);
 /*
+ * Gives b the deadline of the call it serves (env_clock_mono_ms() scale; 0 = none, the default);
+ * set before the first tp_submit. With one, a batch of capacity 1 whose tcp request fits one
+ * chunk and finds an idle data connection runs the exchange on the submitting thread: tp_submit
+ * returns after the request completed (its callback ran, on this thread), the exchange bounded
+ * by the deadline (past it: KVMESH_ETIMEDOUT and the connection is shut down, as tp_batch_abort
+ * would). A caller that only waits for the batch saves the I/O thread's two wake-ups per
+ * exchange (docs/transport.md "Threading"). Without a deadline nothing changes.
+ */
+void tp_batch_set_deadline(struct tp_batch *b, uint64_t deadline_ms);
+/*
  * Appends n requests (indexes are assigned in order from the batch's count). Validation errors
  * of the whole call (capacity) return an error and submit nothing; a request that cannot be
  * started (unregistered local memory, dead peer, bad length) completes at once with its error.

@@ -113,7 +113,8 @@ struct tp_batch {
     unsigned pending;
     unsigned exchanges; /* atomic: grant exchanges with owners its submits made (shm) */
     unsigned cb_running;
-    int canceled; /* atomic */
+    int canceled;         /* atomic */
+    uint64_t deadline_ms; /* tp_batch_set_deadline; 0 = none */
     tp_batch_cb cb;
     void *cb_arg;
 };
@@ -123,6 +124,8 @@ void tp_slot_set_chunks(struct tp_batch *b, unsigned idx, uint32_t chunks);
 /* One chunk of request idx finished with status (0 or error) and refusal reason. */
 void tp_chunk_done(struct tp_batch *b, unsigned idx, int status, uint8_t reason);
 int tp_batch_canceled(const struct tp_batch *b);
+/* The batch's deadline (tp_batch_set_deadline), 0 = none. */
+uint64_t tp_batch_deadline(struct tp_batch *b);
 
 /* Socket helpers shared by both transports: full-length I/O that retries EINTR and partial
  * transfers. Return 0, KVMESH_ECONN (peer closed / reset) or KVMESH_ETIMEDOUT. */

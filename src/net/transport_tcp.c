@@ -445,7 +445,7 @@ static void tcp_conn_wait_locked(struct tcp_conn *c, struct tcp_peer *p)
         return;
     }
     uint64_t now = tp_io_now_ms();
-    if (c->fd >= 0 && now - c->last_ms >= idle) {
+    if (c->fd >= 0 && !c->cur && now - c->last_ms >= idle) {
         close(c->fd);
         c->fd = -1;
     }
@@ -529,7 +529,10 @@ static int tcp_recv_payload(int fd, const struct tcp_chunk *k, uint64_t dl)
     return 0;
 }
 
-static int tcp_run_chunk(struct tcp_conn *c, struct tcp_chunk *k, uint64_t req_id, uint8_t *reason)
+/* Exchanges chunk k on c (request, answer, a READ's payload); bound (0 = none) caps the
+ * exchange's io_timeout_ms-based deadline. */
+static int tcp_run_chunk(struct tcp_conn *c, struct tcp_chunk *k, uint64_t req_id, uint64_t bound,
+                         uint8_t *reason)
 {
     uint8_t hb[TPW_REQ_SIZE], rb[TPW_RESP_SIZE];
     struct tpw_req q = {.op = k->op,
@@ -540,6 +543,8 @@ static int tcp_run_chunk(struct tcp_conn *c, struct tcp_chunk *k, uint64_t req_i
                         .token = k->token};
     tpw_req_encode(&q, hb);
     uint64_t dl = tcp_deadline(c->p->e->io_timeout_ms, k->length);
+    if (bound && bound < dl)
+        dl = bound;
     int rc = tcp_send_req(c->fd, k, hb, dl);
     if (rc)
         return rc;
@@ -564,14 +569,64 @@ static bool rc_breaks_stream(int rc)
     return rc == KVMESH_ECONN || rc == KVMESH_ETIMEDOUT || rc == KVMESH_EPROTO;
 }
 
+/* An idle data connection of p with a socket, or NULL (p->mu held). */
+static struct tcp_conn *tcp_idle_conn_locked(struct tcp_peer *p)
+{
+    for (unsigned i = 0; i < p->n; i++)
+        if (!p->conns[i].head && !p->conns[i].cur && p->conns[i].fd >= 0)
+            return &p->conns[i];
+    return NULL;
+}
+
+/*
+ * Runs chunk k, its request's only one, on c (idle, connected) on the submitting thread, bounded
+ * by deadline (tp_batch_set_deadline; in the future), and completes it (p->mu held, released
+ * meanwhile). c->cur == k keeps c's I/O thread from starting anything and from its idle close;
+ * tcp_abort finds the chunk there as on an I/O thread. The socket timeouts are lowered to the
+ * time left for the exchange, so a blocked send or receive returns by the deadline.
+ */
+static void tcp_run_here_locked(struct tcp_peer *p, struct tcp_conn *c, struct tcp_chunk *k,
+                                uint64_t deadline)
+{
+    KVM_ASSERT(!c->cur && !c->head && c->fd >= 0 && !k->next);
+    c->cur = k;
+    c->qbytes += k->length;
+    uint64_t req_id = ++p->next_req_id;
+    int fd = c->fd, io_ms = (int)p->e->io_timeout_ms;
+    pthread_mutex_unlock(&p->mu);
+    uint64_t now = tp_io_now_ms(), left = deadline > now ? deadline - now : 1;
+    bool lowered = left < (uint64_t)io_ms;
+    if (lowered)
+        tp_io_set_timeout(fd, (int)left);
+    uint8_t why = 0;
+    int rc =
+        tp_batch_canceled(k->b) ? KVMESH_ECANCELED : tcp_run_chunk(c, k, req_id, deadline, &why);
+    if (lowered)
+        tp_io_set_timeout(fd, io_ms);
+    pthread_mutex_lock(&p->mu);
+    c->cur = NULL;
+    c->last_ms = tp_io_now_ms();
+    if (rc && p->dead && tp_batch_canceled(k->b))
+        rc = KVMESH_ECANCELED; /* ended by tp_batch_abort */
+    c->qbytes -= k->length;
+    if (rc_breaks_stream(rc))
+        tcp_peer_kill_locked(p);
+    else if (c->head)
+        pthread_cond_signal(&c->cv); /* queued behind this exchange meanwhile */
+    pthread_mutex_unlock(&p->mu);
+    tp_chunk_done(k->b, k->idx, rc, why);
+    tcp_chunk_free(k);
+    pthread_mutex_lock(&p->mu);
+}
+
 static void *tcp_conn_main(void *arg)
 {
     struct tcp_conn *c = arg;
     struct tcp_peer *p = c->p;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!c->head && !p->dead && !p->stopping)
-            tcp_conn_wait_locked(c, p);
+        while ((!c->head || c->cur) && !p->dead && !p->stopping)
+            tcp_conn_wait_locked(c, p); /* (c->cur: tcp_run_here_locked has the connection) */
         if (p->dead || (p->stopping && !c->head)) {
             /* fail what is queued here, outside the lock (callbacks may submit) */
             struct tcp_chunk *list = c->head;
@@ -599,7 +654,7 @@ static void *tcp_conn_main(void *arg)
         pthread_mutex_unlock(&p->mu);
         uint8_t reason = 0;
         if (!rc)
-            rc = tcp_run_chunk(c, k, req_id, &reason);
+            rc = tcp_run_chunk(c, k, req_id, 0, &reason);
         pthread_mutex_lock(&p->mu);
         c->cur = NULL;
         c->last_ms = tp_io_now_ms();
@@ -812,6 +867,14 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
         return kvm_errf(KVMESH_ECONN, "connection to %s lost; reopen the segment", p->key);
     }
     tp_slot_set_chunks(b, idx, (uint32_t)nk);
+    /* a lone one-chunk request whose caller only waits for it, with time left: run it here */
+    uint64_t deadline = b->cap == 1 && nk == 1 ? tp_batch_deadline(b) : 0;
+    struct tcp_conn *idle = deadline > tp_io_now_ms() ? tcp_idle_conn_locked(p) : NULL;
+    if (idle) {
+        tcp_run_here_locked(p, idle, list, deadline);
+        pthread_mutex_unlock(&p->mu);
+        return 0;
+    }
     bool woke[TP_MAX_CONNS] = {false};
     while (list) {
         struct tcp_chunk *k = list;

@@ -4,7 +4,9 @@
  * transport_common.h), plus tcp-only checks of a raw, buggy peer: a malformed header closes
  * only that connection, a stalled or trickled request is cut (io_timeout_ms, exchange deadline),
  * and the owner keeps serving well-behaved clients throughout; and a fake owner trickling a
- * READ's payload fails the client's request at the exchange deadline.
+ * READ's payload fails the client's request at the exchange deadline. A batch of one request with
+ * a deadline (tp_batch_set_deadline) runs on the submitting thread: the bytes and the checksum
+ * are right, and a trickling owner fails it at the batch's deadline, inside tp_submit.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -12,12 +14,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/hash.h"
 #include "net/transport_wire.h"
 
 static void test_raw_buggy_peer(void **state);
 static void test_trickling_owner(void **state);
+static void test_trickling_owner_batch_deadline(void **state);
+static void test_lone_request_on_submitter(void **state);
 #define TPT_EXTRA_TESTS                                                                            \
-    cmocka_unit_test(test_raw_buggy_peer), cmocka_unit_test(test_trickling_owner),
+    cmocka_unit_test(test_raw_buggy_peer), cmocka_unit_test(test_trickling_owner),                 \
+        cmocka_unit_test(test_trickling_owner_batch_deadline),                                     \
+        cmocka_unit_test_setup_teardown(test_lone_request_on_submitter, setup, teardown),
 
 #define TPT_KIND TP_TCP
 #include "transport_common.h"
@@ -174,6 +181,115 @@ static void *trickler_main(void *arg)
  * payload (no single receive ever waits io_timeout_ms) fails the request with KVMESH_ETIMEDOUT
  * instead of holding the I/O thread and the batch forever.
  */
+/* Starts a trickler on a loopback port; its transport address goes to addr. */
+static void trickler_start(struct trickler *t, char *addr, size_t cap)
+{
+    *t = (struct trickler){.fd = -1};
+    t->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(t->lfd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    assert_int_equal(inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr), 1);
+    assert_int_equal(bind(t->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(t->lfd, 4), 0);
+    socklen_t sl = sizeof(sa);
+    assert_int_equal(getsockname(t->lfd, (struct sockaddr *)&sa, &sl), 0);
+    assert_int_equal(pthread_create(&t->th, NULL, trickler_main, t), 0);
+    snprintf(addr, cap, "kvt1;host=trickler;tcp=127.0.0.1:%u", ntohs(sa.sin_port));
+}
+
+static void trickler_stop(struct trickler *t)
+{
+    __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t->th, NULL);
+    if (t->fd >= 0)
+        close(t->fd);
+    close(t->lfd);
+}
+
+/*
+ * The same owner against a batch of one request with a deadline: the exchange runs on the
+ * submitting thread and is cut at the batch's deadline (300 ms), not at the exchange deadline of
+ * io_timeout_ms (30 s here): tp_submit returns with the request already failed, and the peer is
+ * dead (the stream is out of step), as after tp_batch_abort.
+ */
+static void test_trickling_owner_batch_deadline(void **state)
+{
+    (void)state;
+    struct trickler t;
+    char addr[TP_ADDR_MAX];
+    trickler_start(&t, addr, sizeof(addr));
+    struct seg_registry *reg;
+    struct tp_engine *e;
+    struct tp_segment *rs;
+    assert_int_equal(seg_registry_new(&reg), 0);
+    struct tp_config cc = {
+        .kind = TP_TCP, .no_server = true, .conns_per_peer = 2, .io_timeout_ms = 30000};
+    assert_int_equal(tp_engine_new(&cc, reg, &e), 0);
+    assert_int_equal(tp_open_segment(e, addr, 1, 1, &rs), 0);
+    uint8_t *buf = malloc(4096);
+    assert_int_equal(tp_register_memory(e, buf, 4096), 0);
+    struct tp_batch *b;
+    struct tp_request r = {.op = TP_READ, .local = buf, .length = 4096, .segment = rs, .token = 1};
+    assert_int_equal(tp_batch_new(e, 1, &b), 0);
+    tp_batch_set_deadline(b, env_clock_mono_ms() + 300);
+    assert_int_equal(tp_submit(b, &r, 1), 0);
+    assert_int_equal(tp_status(b, 0, NULL), KVMESH_ETIMEDOUT); /* done inside tp_submit */
+    assert_false(tp_segment_usable(rs));
+    tp_batch_free(b);
+    tp_close_segment(rs);
+    tp_engine_free(e);
+    seg_registry_free(reg);
+    free(buf);
+    trickler_stop(&t);
+}
+
+/* Runs one request with a deadline and a checksum; it is complete when tp_submit returns. */
+static void run_here(struct fixture *f, enum tp_op op, void *local, uint64_t off, uint64_t len)
+{
+    struct tp_batch *b;
+    struct kvm_sum sum;
+    kvm_sum_init(&sum, KVM_HASH_SEED_CHECKSUM);
+    assert_int_equal(tp_batch_new(f->client, 1, &b), 0);
+    tp_batch_set_deadline(b, env_clock_mono_ms() + 20000);
+    struct tp_request r = {.op = op,
+                           .local = local,
+                           .length = len,
+                           .segment = f->rs,
+                           .remote_offset = off,
+                           .token = f->g.token,
+                           .sum = &sum};
+    assert_int_equal(tp_submit(b, &r, 1), 0);
+    if (len <= (256u << 10)) /* one chunk (stripe_min): run by this thread */
+        assert_int_equal(tp_status(b, 0, NULL), 0);
+    assert_int_equal(tp_batch_wait(b, 20000), 0);
+    assert_int_equal(tp_status(b, 0, NULL), 0);
+    assert_true(kvm_sum_digest(&sum) == kvm_checksum(local, len));
+    tp_batch_free(b);
+}
+
+/* Bytes and checksum of requests run on the submitting thread (and, above one chunk, striped
+ * over the I/O threads as without a deadline), READ and WRITE, with neighbours untouched. */
+static void test_lone_request_on_submitter(void **state)
+{
+    struct fixture *f = *state;
+    static const uint64_t lens[] = {1, 4096, 65537, 200000, 256u << 10, (1u << 20) + 17};
+    for (int round = 0; round < 2; round++) /* the second finds connections used before */
+        for (size_t i = 0; i < KVM_ARRAY_SIZE(lens); i++) {
+            uint64_t n = lens[i], off = 4099 + i * 7, woff = (80ull << 20) + 3 + i;
+            fill(f->seg->base + off, n, i + 1 + 100 * (uint64_t)round);
+            memset(f->buf, 0, n);
+            run_here(f, TP_READ, f->buf, off, n);
+            assert_memory_equal(f->buf, f->seg->base + off, n);
+            fill(f->buf2, n, 1000 + i + 100 * (uint64_t)round);
+            f->seg->base[woff - 1] = 0xA5;
+            f->seg->base[woff + n] = 0x5A;
+            run_here(f, TP_WRITE, f->buf2, woff, n);
+            assert_memory_equal(f->seg->base + woff, f->buf2, n);
+            assert_int_equal(f->seg->base[woff - 1], 0xA5);
+            assert_int_equal(f->seg->base[woff + n], 0x5A);
+        }
+}
+
 static void test_trickling_owner(void **state)
 {
     (void)state;
