@@ -84,6 +84,8 @@ struct bench {
     uint64_t sizes[BENCH_MAX_SIZES];
     struct row rows[SYS__N][BENCH_MAX_SIZES][OP__N];
     double memcpy_gbs[BENCH_MAX_SIZES];
+    double memcpy_ws_get_gbs[BENCH_MAX_SIZES]; /* from the working set into one buffer */
+    double memcpy_ws_put_gbs[BENCH_MAX_SIZES]; /* from one buffer into the working set */
     cli_progress_t prog;
     uint64_t total_bad, total_failed;
     /* current system */
@@ -548,6 +550,44 @@ static void measure_memcpy(struct bench *b, size_t si)
     free(d);
 }
 
+/* memcpy against a working set as large as the kvmesh rows' (keys_for(size) x size bytes, each
+ * value visited in turn): a get-like copy from the working set into one buffer and a put-like
+ * copy from one buffer into it. At sizes whose working set does not fit the caches this is what
+ * a copy of a value that is not in cache costs (the in-cache line above copies the same two
+ * buffers over and over). */
+static double memcpy_ws_pass(uint8_t *ws, uint8_t *one, uint64_t size, size_t n, bool get,
+                             uint64_t budget)
+{
+    uint64_t t0 = kvmesh_tools_now_ns(), bytes = 0;
+    size_t k = 0;
+    do {
+        uint8_t *v = ws + (k++ % n) * size;
+        if (get)
+            memcpy(one, v, size);
+        else
+            memcpy(v, one, size);
+        __asm__ __volatile__("" : : "r"(one), "r"(v) : "memory");
+        bytes += size;
+    } while (kvmesh_tools_now_ns() - t0 < budget);
+    return (double)bytes / ((double)(kvmesh_tools_now_ns() - t0));
+}
+
+static void measure_memcpy_ws(struct bench *b, size_t si)
+{
+    uint64_t size = b->sizes[si];
+    size_t n = keys_for(b, size);
+    uint8_t *ws = malloc(size * n), *one = malloc(size);
+    if (ws && one) {
+        memset(ws, 1, size * n); /* faulted in */
+        memset(one, 2, size);
+        uint64_t budget = (b->quick ? 5 : 200) * 1000000ull;
+        b->memcpy_ws_get_gbs[si] = memcpy_ws_pass(ws, one, size, n, true, budget);
+        b->memcpy_ws_put_gbs[si] = memcpy_ws_pass(ws, one, size, n, false, budget);
+    }
+    free(ws);
+    free(one);
+}
+
 /* ---- the kvmesh cluster -----------------------------------------------------------------------
  */
 
@@ -680,6 +720,13 @@ static void print_table(struct bench *b, bool with_peers, const bool *systems)
         char sz[32];
         kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
         printf(" %s %.2f GB/s%s", sz, b->memcpy_gbs[si], si + 1 < b->nsizes ? "," : "\n");
+    }
+    printf("memcpy against the working set (one thread, get-like / put-like):");
+    for (size_t si = 0; si < b->nsizes; si++) {
+        char sz[32];
+        kvmesh_tools_format_size(b->sizes[si], sz, sizeof(sz));
+        printf(" %s %.2f / %.2f GB/s%s", sz, b->memcpy_ws_get_gbs[si], b->memcpy_ws_put_gbs[si],
+               si + 1 < b->nsizes ? "," : "\n");
     }
 }
 
@@ -1000,8 +1047,10 @@ int cmd_bench(int argc, char **argv)
            b->verify ? ", verifying every byte read" : "",
            b->quota ? ", quota protocol on vs off" : "");
     fflush(stdout);
-    for (size_t si = 0; si < b->nsizes; si++)
+    for (size_t si = 0; si < b->nsizes; si++) {
         measure_memcpy(b, si);
+        measure_memcpy_ws(b, si);
+    }
 
     /* Peers. */
     for (int s = SYS_REDIS; s <= SYS_MEMCACHED; s++) {
