@@ -190,6 +190,16 @@ void route_batch_begin(route_svc_t *svc);
 void route_batch_end(route_svc_t *svc);
 
 /*
+ * Group hooks: begin runs before the service handles a group of work at once (the items of a
+ * received RMSG_BATCH, a batching window's turn) and end after it (once the group's own route
+ * messages left), outermost level only, so the callbacks the group's items run (lookup and CAS
+ * callbacks) fall between them. The store groups its per-item notifications to owners there
+ * (src/store/slot_batch.c). Either may be NULL; set once, before traffic. Loop thread.
+ */
+typedef void (*route_group_fn)(void *ctx);
+void route_set_group_hooks(route_svc_t *svc, route_group_fn begin, route_group_fn end, void *ctx);
+
+/*
  * CAS with a claim (EmbeddedWrh; the tenant quota's Pending -> Publishing claim made by the
  * fenced primary immediately before it applies the CAS, docs/protocol.md "CAS with a claim").
  * The route layer carries `claim` (opaque, <= ROUTE_CLAIM_MAX bytes) to the shard's primary

@@ -72,9 +72,18 @@ int route_emit(route_svc_t *svc, env_node_t to, uint32_t type, const uint8_t *bu
     return 0; /* queued: sent by route_coalesce_end */
 }
 
+void route_set_group_hooks(route_svc_t *svc, route_group_fn begin, route_group_fn end, void *ctx)
+{
+    KVM_ASSERT(svc->coalesce == 0);
+    svc->group_begin = begin;
+    svc->group_end = end;
+    svc->group_ctx = ctx;
+}
+
 void route_coalesce_begin(route_svc_t *svc)
 {
-    svc->coalesce++;
+    if (svc->coalesce++ == 0 && svc->group_begin)
+        svc->group_begin(svc->group_ctx);
 }
 
 void route_coalesce_end(route_svc_t *svc)
@@ -85,6 +94,8 @@ void route_coalesce_end(route_svc_t *svc)
     for (uint32_t i = 0; i < svc->n_outbox; i++)
         outbox_send(svc, &svc->outbox[i]);
     svc->n_outbox = 0;
+    if (svc->group_end)
+        svc->group_end(svc->group_ctx); /* after the group's route messages left */
 }
 
 void route_outbox_free(route_svc_t *svc)

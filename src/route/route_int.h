@@ -263,6 +263,8 @@ struct route_svc {
     /* batching (route_batch.c): while coalesce > 0, batchable messages wait in the outbox,
      * one batch per destination, sent when it drops to 0 */
     unsigned coalesce;
+    route_group_fn group_begin, group_end; /* route_set_group_hooks (NULL = none) */
+    void *group_ctx;
     uint32_t n_outbox;
     struct route_outbox *outbox; /* ROUTE_OUTBOX_NODES slots, allocated on first use */
     /* batching windows of the client (route_client.c route_batch_begin/end) */

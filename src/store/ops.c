@@ -17,6 +17,7 @@
 #include "core/util.h"
 #include "store/ops_int.h"
 #include "store/quota.h"
+#include "store/slot_batch.h"
 #include "store/store.h"
 
 /* ---- lookups -------------------------------------------------------------------------------- */
@@ -84,6 +85,7 @@ static void state_published(kvm_rt_t *rt, int rc, const char *err)
 void kvm_ops_run(kvm_op_t *op)
 {
     kvm_rt_t *rt = op->rt;
+    kvm_slot_batch_attach(rt); /* owner notifications grouped with route answers (once) */
     switch (op->type) {
     case KVM_OP_PLACE:
         kvm_ops_place_run(op);

@@ -17,6 +17,7 @@
 #include "store/get_inline.h"
 #include "store/ops_int.h"
 #include "store/proto.h"
+#include "store/slot_batch.h"
 #include "store/slot_core.h"
 #include "store/store.h"
 
@@ -87,10 +88,19 @@ void kvm_item_set_state(struct kvm_item *it, enum kvm_item_state to)
     it->state = to;
 }
 
+/* Before an op's last item ends (and its caller wakes), the notifications its items queued for
+ * owners (slot_batch.c) leave: the caller's next request reaches each owner after them. */
+static void item_end(kvm_op_t *op)
+{
+    if (op->pending == 1)
+        kvm_slot_batch_flush(op->rt);
+    kvm_op_item_done(op);
+}
+
 void kvm_item_done(kvm_op_t *op, struct kvm_item *it)
 {
     kvm_item_set_state(it, KVM_ITEM_DONE); /* (asserts it had not ended) */
-    kvm_op_item_done(op);
+    item_end(op);
 }
 
 void kvm_item_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...)
@@ -102,7 +112,7 @@ void kvm_item_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, .
     va_end(ap);
     kvm_op_fail(op, it, rc, "%s", msg);
     kvm_item_set_state(it, KVM_ITEM_FAILED);
-    kvm_op_item_done(op);
+    item_end(op);
 }
 
 /* ---- notifications to owners ----------------------------------------------------------------- */
@@ -153,28 +163,8 @@ static void notify_slot_traced(kvm_rt_t *rt, uint16_t type, const kvm_runtime_id
         return;
     }
     const struct kvm_member *m = kvm_member_find(rt, owner);
-    rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
-    if (!p)
-        return; /* owner gone: its memory went with it; a restarted incarnation has new segments */
-    uint8_t body[STORE_SLOT_MSG_MAX];
-    size_t len = 0;
-    store_slot_msg_t sm = {.target_epoch = m->rt.epoch, .seg = seg, .offset = off};
-    if (note) {
-        sm.has = (uint8_t)note->has;
-        sm.token = note->token;
-        sm.ident_hash = note->ident_hash;
-        sm.len = note->len;
-    }
-    int erc = store_slot_msg_encode(&sm, body, sizeof(body), &len);
-    KVM_ASSERT(erc == 0);
-    struct obs_span sp,
-        *s = kvm_span_begin(rt, parent, false,
-                            type == STORE_RPC_COMMIT ? "control.commit" : "control.release", &sp);
-    struct frame_trace ft;
-    kvm_span_wire(s, &ft);
-    struct rpc_msg msg = {.type = type, .body = body, .body_len = len, .trace = s ? &ft : NULL};
-    /* best effort: TTL expiry asks the route when lost */
-    kvm_span_finish(s, rpc_notify(p, &msg, NULL, NULL));
+    if (m) /* (none: the owner is gone, and its memory with it) */
+        kvm_slot_notify(rt, type, m, seg, off, note, parent); /* batched in a route group */
 }
 
 /* The quota hooks' release_replica / commit_replica: a replica known from a route, named by its

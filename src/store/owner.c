@@ -30,6 +30,7 @@
 #include "store/proto.h"
 #include "store/quota.h"
 #include "store/repair.h"
+#include "store/slot_batch.h"
 #include "store/slot_core.h"
 #include "store/store.h"
 
@@ -904,6 +905,20 @@ static void on_reserve_batch(rpc_reply *reply, struct rpc_request *req, void *ar
     batch_reserve_release(b);
 }
 
+/* A remote writer's COMMIT or RELEASE of (seg, off): on_slot, and each item of a
+ * STORE_RPC_SLOT_BATCH (slot_batch.c). */
+static void slot_apply(kvm_rt_t *rt, bool commit, uint64_t seg, uint64_t off, const slot_note_t *n)
+{
+    if (commit) {
+        const slot_t *sl = owner_commit_note(rt, seg, off, n);
+        if (sl && sl->state == SLOT_COMMITTED && cold_device(rt)) {
+            kvm_ident_t id = slot_ident(sl);         /* copied */
+            rt->owner_cold->slot_committed(rt, &id); /* a remote writer's offload to our device */
+        }
+    } else
+        kvm_owner_release_note(rt, seg, off, n);
+}
+
 static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
 {
     (void)reply;
@@ -924,15 +939,7 @@ static void on_slot(rpc_reply *reply, struct rpc_request *req, void *arg)
                        STORE_SLOT_HAS_OBJECT == SLOT_NOTE_OBJECT,
                    "slot message identity bits are slot_note_t's");
     slot_note_t note = {m.has, m.token, m.ident_hash, m.len};
-    const slot_note_t *n = m.has ? &note : NULL;
-    if (req->type == STORE_RPC_COMMIT) {
-        const slot_t *sl = owner_commit_note(rt, m.seg, m.offset, n);
-        if (sl && sl->state == SLOT_COMMITTED && cold_device(rt)) {
-            kvm_ident_t id = slot_ident(sl);         /* copied */
-            rt->owner_cold->slot_committed(rt, &id); /* a remote writer's offload to our device */
-        }
-    } else
-        kvm_owner_release_note(rt, m.seg, m.offset, n);
+    slot_apply(rt, req->type == STORE_RPC_COMMIT, m.seg, m.offset, m.has ? &note : NULL);
     kvm_span_finish(s, 0);
 }
 
@@ -954,4 +961,5 @@ void kvm_owner_register_rpc(kvm_rt_t *rt)
     rpc_register_notify_handler(rt->ep, STORE_RPC_COMMIT, on_slot, rt);
     rpc_register_notify_handler(rt->ep, STORE_RPC_RELEASE, on_slot, rt);
     rpc_register_notify_handler(rt->ep, STORE_RPC_HIT, on_hit, rt);
+    kvm_slot_batch_serve(rt, slot_apply); /* STORE_RPC_SLOT_BATCH */
 }

@@ -278,6 +278,75 @@ int store_slot_msg_decode(const uint8_t *buf, size_t len, store_slot_msg_t *out)
     return rdone(&r, "slot");
 }
 
+/* 0 when item i's kind and identity are well formed (the encoder's and decoder's rule). */
+static bool slot_batch_item_ok(const store_slot_batch_t *m, uint16_t i)
+{
+    const store_slot_msg_t *s = &m->it[i].m;
+    if (m->it[i].kind != STORE_SLOT_BATCH_COMMIT && m->it[i].kind != STORE_SLOT_BATCH_RELEASE)
+        return false;
+    if (s->has & ~(STORE_SLOT_HAS_TOKEN | STORE_SLOT_HAS_OBJECT))
+        return false;
+    if (!(s->has & STORE_SLOT_HAS_TOKEN) && s->token != 0)
+        return false;
+    return (s->has & STORE_SLOT_HAS_OBJECT) || (s->ident_hash == 0 && s->len == 0);
+}
+
+int store_slot_batch_encode(const store_slot_batch_t *m, uint8_t *buf, size_t cap, size_t *len)
+{
+    if (m->n == 0 || m->n > STORE_SLOT_BATCH_MAX)
+        return kvm_errf(KVMESH_EINVAL, "slot batch of %u items (1..%d)", m->n,
+                        STORE_SLOT_BATCH_MAX);
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf, cap);
+    kvm_wr_u8(&w, STORE_SLOT_BATCH_VERSION);
+    kvm_wr_u64le(&w, m->target_epoch);
+    kvm_wr_u16le(&w, m->n);
+    for (uint16_t i = 0; i < m->n; i++) {
+        if (!slot_batch_item_ok(m, i))
+            return kvm_errf(KVMESH_EINVAL, "slot batch item %u: kind %u, identity bits 0x%x", i,
+                            m->it[i].kind, m->it[i].m.has);
+        const store_slot_msg_t *s = &m->it[i].m;
+        kvm_wr_u8(&w, m->it[i].kind);
+        kvm_wr_u8(&w, s->has);
+        kvm_wr_u64le(&w, s->seg);
+        kvm_wr_u64le(&w, s->offset);
+        kvm_wr_u64le(&w, s->token);
+        kvm_wr_u64le(&w, s->ident_hash);
+        kvm_wr_u64le(&w, s->len);
+    }
+    return wdone(&w, len);
+}
+
+int store_slot_batch_decode(const uint8_t *buf, size_t len, store_slot_batch_t *out)
+{
+    kvm_rd_t r;
+    kvm_rd_init(&r, buf, len);
+    int v = len ? kvm_rd_u8(&r) : -1;
+    if (v != STORE_SLOT_BATCH_VERSION)
+        return kvm_errf(KVMESH_EPROTO, "slot batch version %d is not %d", v,
+                        STORE_SLOT_BATCH_VERSION);
+    out->target_epoch = kvm_rd_u64le(&r);
+    out->n = kvm_rd_u16le(&r);
+    if (!kvm_rd_ok(&r) || out->n == 0 || out->n > STORE_SLOT_BATCH_MAX ||
+        len != STORE_SLOT_BATCH_LEN(out->n))
+        return kvm_errf(KVMESH_EPROTO, "malformed slot batch (%zu bytes, %u items)", len, out->n);
+    for (uint16_t i = 0; i < out->n; i++) {
+        store_slot_msg_t *s = &out->it[i].m;
+        out->it[i].kind = kvm_rd_u8(&r);
+        s->target_epoch = out->target_epoch;
+        s->has = kvm_rd_u8(&r);
+        s->seg = kvm_rd_u64le(&r);
+        s->offset = kvm_rd_u64le(&r);
+        s->token = kvm_rd_u64le(&r);
+        s->ident_hash = kvm_rd_u64le(&r);
+        s->len = kvm_rd_u64le(&r);
+        if (!slot_batch_item_ok(out, i))
+            return kvm_errf(KVMESH_EPROTO, "slot batch item %u: kind %u, identity bits 0x%x", i,
+                            out->it[i].kind, s->has);
+    }
+    return rdone(&r, "slot batch");
+}
+
 int store_hit_msg_encode(const store_hit_msg_t *m, uint8_t *buf, size_t cap, size_t *len)
 {
     if (m->n > STORE_HIT_MAX)

@@ -42,6 +42,17 @@
  *                                length u64 | read grant u64 | transfer token u64) (per item:
  *                                status 0 = staged like a COLD_READ reply, or a KVMESH_E* code;
  *                                KVMESH_EAGAIN = the staging pool is full: ask again)
+ *   STORE_RPC_SLOT_BATCH (the COMMITs and RELEASEs of one loop turn to one owner: slot_batch.c;
+ *                      its own version byte STORE_SLOT_BATCH_VERSION)
+ *                      request   ver | target epoch u64 | n u16 | n * (kind u8 | has u8 |
+ *                                seg u64 | offset u64 | token u64 | ident hash u64 |
+ *                                length u64)         (1 <= n <= STORE_SLOT_BATCH_MAX; kind 1 =
+ *                                COMMIT, 2 = RELEASE; has as in COMMIT version 2, 0 = no
+ *                                identity, then token, hash and length are 0)
+ *                      response  empty (status 0: every item applied as its own COMMIT /
+ *                                RELEASE notification would be, in order). An owner that
+ *                                predates the message answers KVMESH_ENOTSUP (no handler): the
+ *                                requester sends the items as single notifications.
  *   STORE_RPC_ENV      notify    env message type u32 | bytes (route protocol, env_send)
  *                                (the only body without a version byte)
  *
@@ -77,6 +88,12 @@
 #define STORE_RESERVE_BATCH_MAX   128           /* items per batched reservation */
 #define STORE_HIT_MAX             512           /* slots per hit report */
 #define STORE_PROTO_MAX           (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
+
+#define STORE_RPC_SLOT_BATCH     0x20a /* request/response: see above (slot_batch.c) */
+#define STORE_SLOT_BATCH_VERSION 1     /* body version of SLOT_BATCH */
+#define STORE_SLOT_BATCH_MAX     256   /* items per batched COMMIT / RELEASE */
+#define STORE_SLOT_BATCH_COMMIT  1     /* item kinds of SLOT_BATCH */
+#define STORE_SLOT_BATCH_RELEASE 2
 
 typedef struct store_reserve_req {
     uint64_t target_epoch;
@@ -132,6 +149,20 @@ typedef struct store_slot_msg {
     uint8_t has;              /* 0: encoded as version 1 (an older peer's body) */
 } store_slot_msg_t;
 
+/* STORE_RPC_SLOT_BATCH request: the items' slot messages (target_epoch of every it[i].m is
+ * the batch's; has 0 = no identity, token / ident_hash / len then 0). */
+typedef struct store_slot_batch {
+    uint64_t target_epoch;
+    uint16_t n;
+    struct {
+        uint8_t kind; /* STORE_SLOT_BATCH_COMMIT or _RELEASE */
+        store_slot_msg_t m;
+    } it[STORE_SLOT_BATCH_MAX];
+} store_slot_batch_t;
+
+#define STORE_SLOT_BATCH_ITEM_LEN 42 /* encoded bytes per item */
+#define STORE_SLOT_BATCH_LEN(n)   (11 + (size_t)(n)*STORE_SLOT_BATCH_ITEM_LEN)
+
 typedef struct store_hit_msg {
     uint16_t n;
     struct {
@@ -165,6 +196,10 @@ int store_reserve_batch_resp_decode(const uint8_t *buf, size_t len,
 /* COMMIT / RELEASE body: version 2 when m->has != 0, else version 1. Decode reads both. */
 int store_slot_msg_encode(const store_slot_msg_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_slot_msg_decode(const uint8_t *buf, size_t len, store_slot_msg_t *out);
+/* SLOT_BATCH body: encode KVMESH_EINVAL for n outside 1..STORE_SLOT_BATCH_MAX, an unknown kind
+ * or identity bit, or identity fields without their bit; decode KVMESH_EPROTO for the same. */
+int store_slot_batch_encode(const store_slot_batch_t *m, uint8_t *buf, size_t cap, size_t *len);
+int store_slot_batch_decode(const uint8_t *buf, size_t len, store_slot_batch_t *out);
 int store_hit_msg_encode(const store_hit_msg_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_hit_msg_decode(const uint8_t *buf, size_t len, store_hit_msg_t *out);
 

@@ -336,6 +336,16 @@ struct kvm_reg_buf {
 
 #define STORE_WINL_REFUSED_MAX 8
 
+#define STORE_SLOTB_REFUSED_MAX 8 /* owners remembered as refusing STORE_RPC_SLOT_BATCH */
+
+struct kvm_rt;
+struct slot_note;
+struct kvm_slotb_box;
+/* The owner side of one COMMIT (commit) or RELEASE: slot_batch.c's STORE_RPC_SLOT_BATCH
+ * handler calls it per item (owner.c registers it, kvm_slot_batch_serve). */
+typedef void (*kvm_slot_apply_fn)(struct kvm_rt *rt, bool commit, uint64_t seg, uint64_t off,
+                                  const struct slot_note *n);
+
 typedef struct kvm_rt {
     /* [any] immutable after open */
     struct kvm_store_config cfg;
@@ -373,6 +383,16 @@ typedef struct kvm_rt {
      * peers, sent plain reservations from then on; a ring of the last STORE_WINL_REFUSED_MAX */
     kvm_runtime_t winl_refused[STORE_WINL_REFUSED_MAX];
     uint32_t n_winl_refused;
+    /* [loop] batched COMMIT / RELEASE (slot_batch.c): the per-owner outbox of the group open
+     * (depth > 0; allocated by the group's first message, freed when it closes), whether the
+     * route service's group hooks are set, owners (id and epoch) that refused the batch (older
+     * peers: single notifications from then on; a ring), and the owner side's apply */
+    struct kvm_slotb_box *slotb_box;
+    unsigned slotb_depth;
+    bool slotb_hooked;
+    kvm_runtime_t slotb_refused[STORE_SLOTB_REFUSED_MAX];
+    uint32_t n_slotb_refused;
+    kvm_slot_apply_fn slotb_apply;
     atomic_uint_fast64_t op_seq; /* content op sequence */
     /* [loop] */
     meta_t *meta;

@@ -2,7 +2,8 @@
 /*
  * fuzz_store_proto.c — libFuzzer target for the store's peer message decoders (src/store/
  * proto.c), the batched cold read (cases 6, 7), both COMMIT / RELEASE body versions (case 2) and
- * the inline reservation with its payload (case 8) included. The first input byte selects the
+ * the inline reservation with its payload (case 8) and the batched COMMIT / RELEASE (case 9)
+ * included. The first input byte selects the
  * decoder; an accepted message is re-encoded and must decode to the same fields (round trip), so
  * decoders never accept what encoders cannot produce.
  */
@@ -23,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++, size--;
     static uint8_t buf[STORE_PROTO_MAX];
     size_t len = 0;
-    switch (sel % 9) {
+    switch (sel % 10) {
     case 0: {
         store_reserve_req_t m, m2;
         if (store_reserve_req_decode(data, size, &m) != 0)
@@ -132,6 +133,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    memcmp(m.payload, m2.payload, (size_t)m.r.length) == 0);
         kvm_ident_free(&m.r.ident);
         kvm_ident_free(&m2.r.ident);
+        break;
+    }
+    case 9: {
+        static store_slot_batch_t m, m2;
+        static uint8_t sb[STORE_SLOT_BATCH_LEN(STORE_SLOT_BATCH_MAX)];
+        if (store_slot_batch_decode(data, size, &m) != 0)
+            return 0;
+        KVM_ASSERT(m.n >= 1 && m.n <= STORE_SLOT_BATCH_MAX && size == STORE_SLOT_BATCH_LEN(m.n));
+        KVM_ASSERT(store_slot_batch_encode(&m, sb, sizeof(sb), &len) == 0 && len == size &&
+                   memcmp(sb, data, size) == 0);
+        KVM_ASSERT(store_slot_batch_decode(sb, len, &m2) == 0 && m.n == m2.n &&
+                   m.target_epoch == m2.target_epoch);
+        for (uint16_t i = 0; i < m.n; i++)
+            KVM_ASSERT(m.it[i].kind == m2.it[i].kind && m.it[i].m.has == m2.it[i].m.has &&
+                       m.it[i].m.seg == m2.it[i].m.seg && m.it[i].m.offset == m2.it[i].m.offset &&
+                       m.it[i].m.token == m2.it[i].m.token &&
+                       m.it[i].m.ident_hash == m2.it[i].m.ident_hash &&
+                       m.it[i].m.len == m2.it[i].m.len);
         break;
     }
     }

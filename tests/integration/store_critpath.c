@@ -28,7 +28,10 @@
  * reservation is plain and the payload a shared-memory copy. An owner that predates inline
  * writes (S with its STORE_RPC_RESERVE_INLINE handler removed: the RPC layer answers
  * KVMESH_ENOTSUP) still takes the put: the first one sends the plain reservation after the
- * refusal and the payload by a transport WRITE, later ones the plain reservation at once. A race:
+ * refusal and the payload by a transport WRITE, later ones the plain reservation at once.
+ * Batched COMMIT / RELEASE (docs/store.md "Batched COMMIT and RELEASE"): a 128-item batch put's
+ * notifications reach the owner S as one message, not 128 or 256 notifications; an S without
+ * the message's handler (older) still gets every COMMIT, one by one. A race:
  * S overwrites and removes one key in a thread, and writes more filler bytes than it holds (so
  * it evicts), while C gets the key; every answer C returns is one whole written value (no torn
  * or mixed bytes) or absent.
@@ -48,6 +51,7 @@
 #include "obs/metrics.h"
 #include "net/rpc.h"
 #include "store/proto.h"
+#include "store/slot_core.h"
 #include "store/store.h"
 
 #define CHECK(c)                                                                                   \
@@ -270,12 +274,107 @@ static void check_put_size(kvmesh_t *C, const kvmesh_scope_t *sc, bool tcp, size
     free(out);
 }
 
-/* On S's loop: S forgets the inline reservation message, as a build that predates it. */
+/* On S's loop: S forgets the inline reservation message and the batched COMMIT / RELEASE, as
+ * a build that predates them. */
 static void drop_inline_handler(void *arg)
 {
     kvm_rt_t *rt = arg;
     CHECK(rpc_register_handler(rt->ep, STORE_RPC_RESERVE_INLINE, NULL, NULL) == 0);
+    CHECK(rpc_register_handler(rt->ep, STORE_RPC_SLOT_BATCH, NULL, NULL) == 0);
     atomic_store(&inline_dropped, true);
+}
+
+/* S's RPC counters and owner figures, read on S's loop. */
+struct owner_snap {
+    kvm_rt_t *rt;
+    struct rpc_stats rs;
+    slot_core_stats_t cs;
+    atomic_bool done;
+};
+
+static void owner_read(void *arg)
+{
+    struct owner_snap *s = arg;
+    rpc_get_stats(s->rt->ep, &s->rs);
+    slot_core_stats(s->rt->slots, &s->cs);
+    atomic_store(&s->done, true);
+}
+
+static struct owner_snap *owner_snap(kvmesh_t *S, struct owner_snap *s)
+{
+    s->rt = kvmesh_runtime_of(S);
+    atomic_store(&s->done, false);
+    CHECK(env_post(s->rt->env, owner_read, s) == 0);
+    uint64_t end = env_clock_mono_ms() + 10000;
+    while (!atomic_load(&s->done)) {
+        CHECK(env_clock_mono_ms() < end);
+        usleep(1000);
+    }
+    return s;
+}
+
+/* Waits (bounded) until S holds no reservation: every slot of the last put was committed (a
+ * COMMIT that never came would hold its reservation for its TTL, minutes). */
+static struct owner_snap *owner_settled(kvmesh_t *S, struct owner_snap *s)
+{
+    uint64_t end = env_clock_mono_ms() + 10000;
+    while (owner_snap(S, s)->cs.n_reserved != 0) {
+        CHECK(env_clock_mono_ms() < end);
+        usleep(1000);
+    }
+    return s;
+}
+
+/* A 128-item batch put from C: the owner S gets its COMMITs and RELEASEs as one batched
+ * message (a few notifications at most: the route batch), not one notification per item. */
+static void check_slot_batch(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc,
+                             kvmesh_batch_item_t *items)
+{
+    struct owner_snap s0, s1;
+    owner_settled(S, &s0);
+    CHECK(kvmesh_batch_put(C, sc, items, BATCH, NULL) == 0);
+    for (int i = 0; i < BATCH; i++)
+        CHECK(items[i].rc == 0);
+    owner_settled(S, &s1);
+    uint64_t notes = s1.rs.notifies_received - s0.rs.notifies_received;
+    uint64_t reqs = s1.rs.requests_received - s0.rs.requests_received;
+    printf("batch_put 128 at the owner: %" PRIu64 " notifications, %" PRIu64 " requests\n", notes,
+           reqs);
+    fflush(stdout);
+    CHECK(notes < BATCH); /* per item: 128 COMMITs + 128 RELEASEs */
+    CHECK(reqs >= 2);     /* the batched reservation and the batched COMMIT / RELEASE */
+}
+
+/* Tcp, after S dropped STORE_RPC_SLOT_BATCH: C's batch puts still commit every slot (the refused
+ * batch's items go as single notifications, and later ones at once); read back. */
+static void check_slot_batch_fallback(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
+{
+    static uint8_t v[BATCH][VSIZE], out[BATCH][VSIZE];
+    static char keys[BATCH][16];
+    kvmesh_batch_item_t items[BATCH];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < BATCH; i++) {
+            memset(v[i], 0x40 + round + i, VSIZE);
+            snprintf(keys[i], sizeof(keys[i]), "ob%d", i);
+            items[i] = (kvmesh_batch_item_t){
+                .key = keys[i], .key_len = strlen(keys[i]), .buf = v[i], .len = VSIZE};
+        }
+        struct owner_snap s0, s1;
+        owner_settled(S, &s0);
+        CHECK(kvmesh_batch_put(C, sc, items, BATCH, NULL) == 0);
+        for (int i = 0; i < BATCH; i++)
+            CHECK(items[i].rc == 0);
+        owner_settled(S, &s1); /* every COMMIT arrived, one by one */
+        printf("batch_put 128 at an old owner (%s): %" PRIu64 " notifications\n",
+               round ? "known" : "refused", s1.rs.notifies_received - s0.rs.notifies_received);
+        CHECK(s1.rs.notifies_received - s0.rs.notifies_received >= BATCH);
+        for (int i = 0; i < BATCH; i++)
+            items[i].buf = out[i];
+        CHECK(kvmesh_batch_get(C, sc, items, BATCH) == 0);
+        for (int i = 0; i < BATCH; i++)
+            CHECK(items[i].rc == 0 && items[i].out_len == VSIZE &&
+                  memcmp(out[i], v[i], VSIZE) == 0);
+    }
 }
 
 /* Tcp: after S drops the handler, C's single small puts fall back to the plain reservation. */
@@ -519,6 +618,7 @@ int main(int argc, char **argv)
     CHECK(d.handoffs == 2);
     CHECK(d.copies[xt] == BATCH * per_copy);
     CHECK(d.checksums == BATCH);
+    check_slot_batch(S, C, &sc, items); /* and its notifications to the owner, batched */
 
     /* ---- the same batch over versions written elsewhere: every hint of C is stale, the first
      * CAS batch is refused item by item (each answer carries the current route) and the 128
@@ -578,8 +678,10 @@ int main(int argc, char **argv)
     /* inline_write_max (same default): at the bound with the reservation, above it a WRITE */
     check_put_size(C, &sc, tcp, INLINE_DEFAULT, true);
     check_put_size(C, &sc, tcp, INLINE_DEFAULT + 1, false);
-    if (tcp) /* (last of the puts: S stays without the handler) */
+    if (tcp) { /* (last of the puts: S stays without the handlers) */
         check_put_fallback(S, C, &sc);
+        check_slot_batch_fallback(S, C, &sc);
+    }
 
     /* ---- a get racing overwrites and removes of its key ---- */
     check_race(S, C, &sc);

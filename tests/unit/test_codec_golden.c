@@ -471,6 +471,69 @@ static void test_store_cold_batch(void **state)
     assert_int_equal(store_cold_batch_resp_decode(b, n - 1, &rd), KVMESH_EPROTO); /* torn */
 }
 
+/* STORE_RPC_SLOT_BATCH (slot_batch.c): ver | epoch | n | n * (kind | has | seg | offset | token |
+ * ident hash | length); malformed bodies and items refused. */
+static const char *const store_slot_batch_hex =
+    "0102000000000000000200010303000000000000000400000000000000fecaefbeadde0000887766"
+    "55443322110010000000000000020005000000000000000600000000000000000000000000000000"
+    "000000000000000000000000000000";
+
+static void test_store_slot_batch(void **state)
+{
+    (void)state;
+    static store_slot_batch_t m, d;
+    static uint8_t b[STORE_SLOT_BATCH_LEN(STORE_SLOT_BATCH_MAX)], again[sizeof(b)];
+    size_t n = 0, n2 = 0;
+    memset(&m, 0, sizeof(m));
+    m.target_epoch = 2;
+    m.n = 2;
+    m.it[0].kind = STORE_SLOT_BATCH_COMMIT;
+    m.it[0].m = (store_slot_msg_t){.target_epoch = 2,
+                                   .seg = 3,
+                                   .offset = 4,
+                                   .has = STORE_SLOT_HAS_TOKEN | STORE_SLOT_HAS_OBJECT,
+                                   .token = 0xDEADBEEFCAFEull,
+                                   .ident_hash = 0x1122334455667788ull,
+                                   .len = 0x1000};
+    m.it[1].kind = STORE_SLOT_BATCH_RELEASE;
+    m.it[1].m = (store_slot_msg_t){.target_epoch = 2, .seg = 5, .offset = 6};
+    assert_int_equal(store_slot_batch_encode(&m, b, sizeof(b), &n), 0);
+    assert_int_equal(n, STORE_SLOT_BATCH_LEN(2));
+    check_hex("store slot batch", b, n, store_slot_batch_hex);
+    assert_int_equal(store_slot_batch_decode(b, n, &d), 0);
+    assert_true(d.n == 2 && d.target_epoch == 2 && d.it[0].kind == STORE_SLOT_BATCH_COMMIT &&
+                d.it[1].kind == STORE_SLOT_BATCH_RELEASE && d.it[0].m.token == m.it[0].m.token &&
+                d.it[0].m.ident_hash == m.it[0].m.ident_hash && d.it[0].m.len == 0x1000 &&
+                d.it[1].m.has == 0 && d.it[1].m.seg == 5 && d.it[1].m.target_epoch == 2);
+    assert_int_equal(store_slot_batch_encode(&d, again, sizeof(again), &n2), 0);
+    assert_int_equal(n2, n);
+    assert_memory_equal(b, again, n);
+    /* refused: short, long, another version, n 0, an unknown kind, identity bits, a token
+     * without its bit */
+    assert_int_equal(store_slot_batch_decode(b, n - 1, &d), KVMESH_EPROTO);
+    assert_int_equal(store_slot_batch_decode(b, n + 1, &d), KVMESH_EPROTO);
+    b[0] = 2;
+    assert_int_equal(store_slot_batch_decode(b, n, &d), KVMESH_EPROTO);
+    b[0] = STORE_SLOT_BATCH_VERSION;
+    b[9] = 0;
+    assert_int_equal(store_slot_batch_decode(b, STORE_SLOT_BATCH_LEN(0), &d), KVMESH_EPROTO);
+    b[9] = 2;
+    b[11 + STORE_SLOT_BATCH_ITEM_LEN] = 3;
+    assert_int_equal(store_slot_batch_decode(b, n, &d), KVMESH_EPROTO);
+    b[11 + STORE_SLOT_BATCH_ITEM_LEN] = STORE_SLOT_BATCH_RELEASE;
+    b[12] = 0x4;
+    assert_int_equal(store_slot_batch_decode(b, n, &d), KVMESH_EPROTO);
+    b[12] = STORE_SLOT_HAS_OBJECT; /* the token is set, its bit not */
+    assert_int_equal(store_slot_batch_decode(b, n, &d), KVMESH_EPROTO);
+    m.n = 0;
+    assert_int_equal(store_slot_batch_encode(&m, b, sizeof(b), &n), KVMESH_EINVAL);
+    m.n = STORE_SLOT_BATCH_MAX + 1;
+    assert_int_equal(store_slot_batch_encode(&m, b, sizeof(b), &n), KVMESH_EINVAL);
+    m.n = 2;
+    m.it[1].m.token = 7; /* without STORE_SLOT_HAS_TOKEN */
+    assert_int_equal(store_slot_batch_encode(&m, b, sizeof(b), &n), KVMESH_EINVAL);
+}
+
 /* The STORE_RPC_ENV envelope (formerly inline in store/runtime.c): u32le env type | bytes. */
 static void test_store_env(void **state)
 {
@@ -567,6 +630,7 @@ int main(void)
         cmocka_unit_test(test_route_msg),
         cmocka_unit_test(test_route_rec),
         cmocka_unit_test(test_store_proto),
+        cmocka_unit_test(test_store_slot_batch),
         cmocka_unit_test(test_store_env),
         cmocka_unit_test(test_cold_fingerprint),
         cmocka_unit_test(test_handshake_mac),

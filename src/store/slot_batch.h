@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * slot_batch.h — COMMIT and RELEASE notifications to remote owners, batched per owner while the
+ * route service handles a group of answers (docs/store.md "Batched COMMIT and RELEASE",
+ * docs/protocol.md "Store messages").
+ *
+ * Requester: kvm_slot_notify sends one slot message (COMMIT or RELEASE) to a remote owner. While
+ * a group is open (kvm_slot_batch_begin/end: the route service's group hooks, set by
+ * kvm_slot_batch_attach), an untraced message joins its owner's STORE_RPC_SLOT_BATCH instead,
+ * sent when the group closes, when the batch is full, at kvm_slot_batch_flush, or before a
+ * traced message to the same owner (so one owner's messages keep their order). A batch of one
+ * goes as the plain notification. An owner answering KVMESH_ENOTSUP (older) is remembered and
+ * gets the items, and from then on every message, as single notifications. Best effort like the
+ * single notification: a lost one is settled by the reservation's TTL and the route.
+ *
+ * Owner: kvm_slot_batch_serve registers the STORE_RPC_SLOT_BATCH handler, which runs apply for
+ * every item in order, exactly as the item's own notification would (owner.c on_slot), and
+ * answers an empty 0.
+ *
+ * Loop thread. The outbox lives in kvm_rt_t (slotb_*): allocated by the group's first message,
+ * freed when the group closes.
+ */
+#ifndef KVMESH_STORE_SLOT_BATCH_H
+#define KVMESH_STORE_SLOT_BATCH_H
+
+#include <stdint.h>
+
+#include "store/slot_core.h"
+#include "store/store.h"
+
+#define STORE_SLOTB_OWNERS     16    /* owners one group batches; messages to more go alone */
+#define STORE_SLOTB_TIMEOUT_MS 30000 /* how long a batch's answer is waited for */
+
+/* Sets the route service's group hooks to begin/end (once; rt->route must exist). */
+void kvm_slot_batch_attach(kvm_rt_t *rt);
+void kvm_slot_batch_begin(kvm_rt_t *rt);
+void kvm_slot_batch_end(kvm_rt_t *rt); /* outermost: sends every owner's batch */
+/* Sends every owner's batch now (the group stays open). */
+void kvm_slot_batch_flush(kvm_rt_t *rt);
+
+/* COMMIT (type STORE_RPC_COMMIT) or RELEASE of (seg, off) to the remote owner `owner` (this
+ * runtime's member record; its epoch is the target). note: the slot's identity (NULL: none).
+ * parent: the request's span (NULL = untraced; a sampled one goes alone with a span). */
+void kvm_slot_notify(kvm_rt_t *rt, uint16_t type, const struct kvm_member *owner, uint64_t seg,
+                     uint64_t off, const slot_note_t *note, struct obs_span *parent);
+
+/* Owner side: registers the STORE_RPC_SLOT_BATCH handler on rt->ep; apply: one item's effect. */
+void kvm_slot_batch_serve(kvm_rt_t *rt, kvm_slot_apply_fn apply);
+
+#endif
