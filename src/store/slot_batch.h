@@ -35,7 +35,7 @@
 void kvm_slot_batch_attach(kvm_rt_t *rt);
 void kvm_slot_batch_begin(kvm_rt_t *rt);
 void kvm_slot_batch_end(kvm_rt_t *rt); /* outermost: sends every owner's batch */
-/* Sends every owner's batch now (the group stays open). */
+/* Sends every owner's batch now (the group stays open). NULL rt: a no-op. */
 void kvm_slot_batch_flush(kvm_rt_t *rt);
 
 /* COMMIT (type STORE_RPC_COMMIT) or RELEASE of (seg, off) to the remote owner `owner` (this
