@@ -4,13 +4,15 @@
  * may also run itself while it waits for its own work (leader/follower; contract in env_uv.h).
  *
  * Who runs the loop: whichever thread holds run_mu. The loop thread takes it for one
- * uv_run(UV_RUN_NOWAIT) pass at a time and sleeps outside it, in poll() on the loop's backend fd
- * and on kick_fd (libuv's embedding pattern: uv_backend_fd / uv_backend_timeout). An application
- * thread that finds run_mu free (trylock) leads: it runs its callback directly, then the loop
- * (UV_RUN_ONCE, blocking in the loop's own epoll) until its condition holds, its deadline passes
- * or the thread stops, and lets go. All loop state (the uv loop, the env, whatever the callbacks
- * touch) passes from one runner to the next through run_mu, so each runner's writes happen before
- * the next runner's reads.
+ * uv_run(UV_RUN_NOWAIT) pass at a time and sleeps outside it, in epoll_wait on park_fd, a set of
+ * the loop's backend fd and kick_fd (libuv's embedding pattern: uv_backend_fd /
+ * uv_backend_timeout). An application thread that finds run_mu free (trylock) leads: it turns the
+ * backend fd off in park_fd (so the answer it waits for wakes it alone, not the loop thread too),
+ * runs its callback directly, then the loop (UV_RUN_ONCE, blocking in the loop's own epoll) until
+ * its condition holds, its deadline passes or the thread stops, turns the backend fd on again (an
+ * event it left pending wakes the loop thread at once) and lets go. All loop state (the uv loop,
+ * the env, whatever the callbacks touch) passes from one runner to the next through run_mu, so
+ * each runner's writes happen before the next runner's reads.
  *
  * Invariants:
  *   - at most one thread runs the loop; tl_running names the env_uv_thread whose loop the calling
@@ -33,13 +35,13 @@
  * the loop) frees the env and closes stop_async, after which the loop ends once the user's
  * handles are closed, and the loop thread returns.
  */
-#include <limits.h>
-#include <poll.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -57,10 +59,14 @@ struct env_uv_thread {
     uv_thread_t tid; /* as returned by uv_thread_create (for join) */
     uv_sem_t started;
     uv_async_t stop_async;
+    uv_timer_t
+        lead_timer; /* [run_mu] bounds a leader's UV_RUN_ONCE by its deadline; unreferenced */
     atomic_bool stopping;
     pthread_mutex_t run_mu; /* held by the thread that runs the loop (see the file comment) */
     int backend_fd;         /* uv_backend_fd(&loop), fixed at start */
     int kick_fd;            /* eventfd: a leader wakes the sleeping loop thread through it */
+    int park_fd;            /* epoll set the loop thread sleeps on: backend_fd (off while a
+                             * thread leads) and kick_fd */
     uint64_t park_until_ms; /* [run_mu] when the loop thread's sleep times out (PARK_FOREVER) */
     atomic_bool parked;     /* the loop thread is asleep (or about to be) after its last pass */
     atomic_uint_fast64_t n_led, n_refused, n_kicks; /* env_uv_thread_stats */
@@ -85,18 +91,43 @@ static int loop_pass(env_uv_thread_t *t)
     return tmo;
 }
 
-/* Sleeps until the loop has I/O ready, a leader kicks, or tmo ms pass (a timer is due). */
+/* Sleeps until the loop has I/O ready (while no thread leads), a leader kicks, or tmo ms pass (a
+ * timer is due). */
 static void park(env_uv_thread_t *t, int tmo)
 {
-    struct pollfd p[2] = {{.fd = t->backend_fd, .events = POLLIN},
-                          {.fd = t->kick_fd, .events = POLLIN}};
-    int n = poll(p, 2, tmo); /* (EINTR: an early wake; the next pass sorts it out) */
+    struct epoll_event ev[2];
+    int n = epoll_wait(t->park_fd, ev, 2, tmo); /* (EINTR: an early wake; the next pass copes) */
     atomic_store(&t->parked, false);
-    if (n > 0 && (p[1].revents & POLLIN)) {
-        uint64_t v;
-        ssize_t r = read(t->kick_fd, &v, sizeof(v)); /* resets the eventfd; EAGAIN: raced, fine */
-        (void)r;
-    }
+    for (int i = 0; i < n; i++)
+        if (ev[i].data.fd == t->kick_fd) {
+            uint64_t v;
+            ssize_t r = read(t->kick_fd, &v, sizeof(v)); /* resets the eventfd; EAGAIN: raced */
+            (void)r;
+        }
+}
+
+/* Whether the loop's I/O wakes the sleeping loop thread: off while a thread leads (the leader
+ * waits in the loop's epoll itself; an answer for it must not wake a second thread), on again
+ * when it lets go (an event left pending then wakes the loop thread at once). Under run_mu. */
+static void park_on_io(env_uv_thread_t *t, bool on)
+{
+    struct epoll_event ev = {.events = on ? EPOLLIN : 0, .data.fd = t->backend_fd};
+    int rc = epoll_ctl(t->park_fd, EPOLL_CTL_MOD, t->backend_fd, &ev);
+    KVM_ASSERT(rc == 0); /* both fds are open and registered for the thread's life */
+}
+
+/* The loop thread's sleep set; 0 or -1 with errno. */
+static int park_open(env_uv_thread_t *t)
+{
+    t->park_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (t->park_fd < 0)
+        return -1;
+    struct epoll_event b = {.events = EPOLLIN, .data.fd = t->backend_fd};
+    struct epoll_event k = {.events = EPOLLIN, .data.fd = t->kick_fd};
+    if (epoll_ctl(t->park_fd, EPOLL_CTL_ADD, t->backend_fd, &b) != 0 ||
+        epoll_ctl(t->park_fd, EPOLL_CTL_ADD, t->kick_fd, &k) != 0)
+        return -1;
+    return 0;
 }
 
 static void thread_main(void *arg)
@@ -115,6 +146,7 @@ static void on_stop(uv_async_t *h)
     env_uv_thread_t *t = h->data;
     env_uv_free(t->env);
     uv_close((uv_handle_t *)&t->stop_async, NULL);
+    uv_close((uv_handle_t *)&t->lead_timer, NULL);
 }
 
 /* ---- start / stop --------------------------------------------------------------------------- */
@@ -124,6 +156,7 @@ static void start_unwind(env_uv_thread_t *t)
 {
     env_uv_free(t->env);
     uv_close((uv_handle_t *)&t->stop_async, NULL);
+    uv_close((uv_handle_t *)&t->lead_timer, NULL);
 }
 
 int env_uv_thread_start(env_uv_thread_t **out, env_node_t self)
@@ -138,7 +171,7 @@ int env_uv_thread_start(env_uv_thread_t **out, env_node_t self)
     atomic_init(&t->n_led, 0);
     atomic_init(&t->n_refused, 0);
     atomic_init(&t->n_kicks, 0);
-    t->kick_fd = -1;
+    t->kick_fd = t->park_fd = -1;
     int rc = uv_loop_init(&t->loop);
     if (rc != 0) {
         free(t);
@@ -155,10 +188,12 @@ int env_uv_thread_start(env_uv_thread_t **out, env_node_t self)
         goto fail_loop;
     }
     t->stop_async.data = t;
+    uv_timer_init(&t->loop, &t->lead_timer); /* cannot fail */
+    uv_unref((uv_handle_t *)&t->lead_timer);
     t->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (t->kick_fd < 0) {
+    if (t->kick_fd < 0 || park_open(t) != 0) {
         start_unwind(t);
-        rc = kvm_errf(KVMESH_EIO, "eventfd failed; check the fd limit");
+        rc = kvm_errf(KVMESH_EIO, "eventfd/epoll failed: %s; check the fd limit", strerror(errno));
         goto fail_loop;
     }
     pthread_mutex_init(&t->run_mu, NULL);
@@ -187,6 +222,8 @@ fail_loop:
     uv_loop_close(&t->loop);
     if (t->kick_fd >= 0)
         close(t->kick_fd);
+    if (t->park_fd >= 0)
+        close(t->park_fd);
     free(t);
     return rc;
 }
@@ -205,6 +242,7 @@ void env_uv_thread_stop(env_uv_thread_t *t)
     uv_sem_destroy(&t->started);
     pthread_mutex_destroy(&t->run_mu);
     close(t->kick_fd);
+    close(t->park_fd);
     free(t);
 }
 
@@ -243,6 +281,7 @@ static void lead_enter(env_uv_thread_t *t, struct lead_save *sv)
     KVM_ASSERT(n < sizeof(sv->err)); /* the thread's message buffer is that size */
     memcpy(sv->err, e, n + 1);
     tl_running = t;
+    park_on_io(t, false);
 }
 
 /* Wakes the loop thread when it sleeps past work the leader leaves behind. */
@@ -261,6 +300,8 @@ static void lead_hand_back(env_uv_thread_t *t)
 
 static void lead_leave(env_uv_thread_t *t, const struct lead_save *sv)
 {
+    uv_timer_stop(&t->lead_timer); /* (a no-op when not armed, or closed by on_stop) */
+    park_on_io(t, true);
     lead_hand_back(t);
     tl_running = NULL;
     pthread_mutex_unlock(&t->run_mu); /* t may be freed from here on (file comment) */
@@ -269,6 +310,11 @@ static void lead_leave(env_uv_thread_t *t, const struct lead_save *sv)
     else
         kvm_err_clear();
     env_sigpipe_restore_drop(&sv->mask);
+}
+
+static void on_lead_timer(uv_timer_t *h)
+{
+    (void)h; /* only bounds the leader's wait in the loop's epoll */
 }
 
 /* Runs the loop until done(darg), the deadline, or the end of the loop. */
@@ -280,21 +326,17 @@ static enum env_uv_lead lead_run(env_uv_thread_t *t, env_uv_done_fn done, void *
             return ENV_UV_LEAD_DONE;
         if (atomic_load(&t->stopping))
             return ENV_UV_LEAD_STOPPED;
-        uv_run_mode mode = UV_RUN_ONCE; /* blocks in the loop's epoll for at most the next timer */
         if (deadline_ms) {
             uint64_t now = env_clock_mono_ms();
             if (now >= deadline_ms)
                 return ENV_UV_LEAD_DEADLINE;
-            uint64_t left = deadline_ms - now;
-            int tmo = uv_backend_timeout(&t->loop);
-            if (tmo < 0 || (uint64_t)tmo > left) {
-                /* nothing of the loop's own is due before the deadline: wait for I/O up to it */
-                struct pollfd p = {.fd = t->backend_fd, .events = POLLIN};
-                (void)poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
-                mode = UV_RUN_NOWAIT;
-            }
+            /* UV_RUN_ONCE blocks for the loop's next timer, computed after the pass's callbacks
+             * (which may cancel the timer that was next): this one bounds it by the deadline.
+             * Measured from the loop's cached time, it may fire early (then the leader re-arms
+             * it), never late. */
+            uv_timer_start(&t->lead_timer, on_lead_timer, deadline_ms - now, 0);
         }
-        if (uv_run(&t->loop, mode) == 0)
+        if (uv_run(&t->loop, UV_RUN_ONCE) == 0)
             return done(darg) ? ENV_UV_LEAD_DONE : ENV_UV_LEAD_STOPPED; /* the loop ended */
     }
 }
