@@ -157,7 +157,9 @@ enum env_uv_lead {
  * Fairness: the leader runs whatever the loop has (other threads' posts, timers, I/O), which is
  * the loop's work either way, and lets go at the first check after done(darg): done is checked
  * between passes, so a pass that completes the caller's work finishes its other callbacks first.
- * A leader holds the loop only as long as its own wait lasts.
+ * Before letting go, while the loop thread sleeps, it runs at most two more passes without
+ * waiting if work is due at once (callbacks its passes queued: cheaper than waking the loop
+ * thread for them). A leader holds the loop only as long as its own wait lasts, plus those.
  * The calling thread keeps its own state: SIGPIPE is blocked while it leads (a SIGPIPE raised by
  * a loop write meanwhile is discarded, env_thread.h) and its kvmesh_last_error() message is the
  * same afterwards. Must not race with env_uv_thread_stop() (as env_uv_thread_call).

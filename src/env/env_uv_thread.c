@@ -52,6 +52,9 @@
 
 #define PARK_FOREVER UINT64_MAX
 #define LOOP_ENDED   (-2) /* loop_pass: the loop has no more work: the loop thread returns */
+/* Passes (UV_RUN_NOWAIT) a leader runs before it lets go, while work is due at once and the loop
+ * thread sleeps: bounded, so a loop that keeps itself busy is handed back, not held. */
+#define LEAD_FLUSH_PASSES 2
 
 struct env_uv_thread {
     uv_loop_t loop;
@@ -284,12 +287,21 @@ static void lead_enter(env_uv_thread_t *t, struct lead_save *sv)
     park_on_io(t, false);
 }
 
-/* Wakes the loop thread when it sleeps past work the leader leaves behind. */
+/* Before a leader lets go: when the loop thread sleeps, runs the work due at once (at most
+ * LEAD_FLUSH_PASSES passes), then wakes the loop thread if it would sleep past work left behind
+ * (a timer due sooner than its sleep ends, more work due at once, an ended loop). */
 static void lead_hand_back(env_uv_thread_t *t)
 {
     if (!atomic_load(&t->parked))
         return;                             /* awake: it runs a pass as soon as it has run_mu */
     int tmo = uv_backend_timeout(&t->loop); /* 0: work pending now, or the loop ended */
+    /* Work due now that the caller's own passes left (write callbacks, deferred callbacks): a
+     * pass or two here, without waiting, costs less than waking the loop thread for it. */
+    for (int i = 0; tmo == 0 && i < LEAD_FLUSH_PASSES && !atomic_load(&t->stopping); i++) {
+        if (uv_run(&t->loop, UV_RUN_NOWAIT) == 0)
+            break; /* the loop ended: the loop thread must wake to return */
+        tmo = uv_backend_timeout(&t->loop);
+    }
     if (tmo < 0 || env_clock_mono_ms() + (uint64_t)tmo >= t->park_until_ms)
         return;
     uint64_t one = 1;
@@ -301,8 +313,8 @@ static void lead_hand_back(env_uv_thread_t *t)
 static void lead_leave(env_uv_thread_t *t, const struct lead_save *sv)
 {
     uv_timer_stop(&t->lead_timer); /* (a no-op when not armed, or closed by on_stop) */
-    park_on_io(t, true);
     lead_hand_back(t);
+    park_on_io(t, true);
     tl_running = NULL;
     pthread_mutex_unlock(&t->run_mu); /* t may be freed from here on (file comment) */
     if (sv->err[0])
