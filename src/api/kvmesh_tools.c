@@ -159,6 +159,8 @@ int kvmesh_tools_critpath(kvmesh_t *kv, const char *op, kvmesh_tools_critpath_t 
         out->handoffs = (uint64_t)v;
     if (obs_metrics_read(rt->metrics, "op_checksum_passes_total", o, OBS_NONE, &v) == 0)
         out->checksums = (uint64_t)v;
+    if (obs_metrics_read(rt->metrics, "op_loop_leads_total", o, OBS_NONE, &v) == 0)
+        out->leads = (uint64_t)v;
     return 0;
 }
 

@@ -113,6 +113,7 @@ typedef struct kvmesh_tools_critpath {
     uint64_t calls;
     uint64_t round_trips[4]; /* reserve, payload, route_lookup, route_cas */
     uint64_t handoffs, copies, checksums;
+    uint64_t leads; /* of the hand-offs, those the calling thread ran by leading the loop */
 } kvmesh_tools_critpath_t;
 int kvmesh_tools_critpath(kvmesh_t *kv, const char *op, kvmesh_tools_critpath_t *out);
 /* The sampled requests named `name` (e.g. "store.put") in kv's /breakdown ring that ended at or

@@ -6,6 +6,8 @@
  */
 #include "env/env_thread.h"
 
+#include <time.h>
+
 #include "core/util.h"
 
 void env_sigpipe_block(sigset_t *old)
@@ -21,6 +23,19 @@ void env_sigmask_restore(const sigset_t *old)
 {
     int rc = pthread_sigmask(SIG_SETMASK, old, NULL);
     KVM_ASSERT(rc == 0);
+}
+
+void env_sigpipe_restore_drop(const sigset_t *old)
+{
+    sigset_t pending;
+    if (!sigismember(old, SIGPIPE) && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGPIPE);
+        const struct timespec zero = {0, 0};
+        (void)sigtimedwait(&set, NULL, &zero); /* takes it off the pending set */
+    }
+    env_sigmask_restore(old);
 }
 
 int env_thread_create(pthread_t *th, void *(*fn)(void *), void *arg)

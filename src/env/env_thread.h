@@ -14,7 +14,8 @@
  * Use: env_thread_create() instead of pthread_create(); around a call that creates a thread the
  * library cannot start itself (uv_thread_create, MHD_start_daemon), env_sigpipe_block() before
  * and env_sigmask_restore() after, so the new thread inherits the blocked mask and the caller's
- * own mask is left as it was.
+ * own mask is left as it was. A caller's thread that runs a runtime's loop for a while (a leader,
+ * env_uv.h) blocks SIGPIPE with env_sigpipe_block() and ends with env_sigpipe_restore_drop().
  *
  * Threading: every function acts on the calling thread only; any thread.
  */
@@ -29,6 +30,12 @@ void env_sigpipe_block(sigset_t *old);
 
 /* Puts back a mask saved by env_sigpipe_block(). */
 void env_sigmask_restore(const sigset_t *old);
+
+/* The same, for a caller's thread that ran library code (socket writes without MSG_NOSIGNAL)
+ * between the two calls: a SIGPIPE that became pending meanwhile is discarded first, unless old
+ * blocked SIGPIPE too (then the caller's own mask keeps it pending, as it would have). A SIGPIPE
+ * sent to the whole process while the mask was set may be discarded with it. */
+void env_sigpipe_restore_drop(const sigset_t *old);
 
 /* pthread_create(th, NULL, fn, arg) whose thread starts with SIGPIPE blocked (and so does every
  * thread it creates); the caller's mask is unchanged. Returns pthread_create's result. */

@@ -26,7 +26,8 @@
  * pending timers and deferred callbacks do (their handles are active while work is pending).
  *
  * Threading: everything except env_post() and the env_uv_thread_* functions (documented below)
- * must be called on the loop thread.
+ * must be called on the loop thread (for an env_uv_thread: the thread that runs its loop at that
+ * moment, see below).
  */
 #ifndef KVMESH_ENV_ENV_UV_H
 #define KVMESH_ENV_ENV_UV_H
@@ -78,36 +79,99 @@ size_t env_uv_timer_count(env_t *env);
 
 /*
  * A loop on a private thread with one env on it, for code that must offer blocking calls to
- * application threads (for example the metadata blocking wrapper).
+ * application threads (the store runtime, the metadata blocking wrapper). Implemented in
+ * env_uv_thread.c.
  *
  *   env_uv_thread_start() creates the loop, the env and the thread; the loop runs until
- *   env_uv_thread_stop(), which must be called from another thread (never from the loop thread):
- *   it runs the env's release on the loop thread, waits until the loop has finished (every handle
- *   that the user opened on the loop must be closed before, e.g. through env_uv_thread_call()),
- *   joins the thread and frees everything. Work still posted is dropped.
+ *   env_uv_thread_stop(), which must be called from another thread (never from the loop thread
+ *   nor from a thread leading it): it lets a thread that leads finish its current turn, runs the
+ *   env's release on the loop (on the loop thread, or on a leader when one runs the loop at that
+ *   moment), waits until the loop has finished (every handle that the user opened on the loop
+ *   must be closed before, e.g. through env_uv_thread_call()), joins the thread and frees
+ *   everything. Work still posted is dropped.
+ *
+ * Who runs the loop (leader/follower): the loop thread does not block inside uv_run. It runs one
+ * uv_run(UV_RUN_NOWAIT) pass at a time under a mutex (run_mu) and sleeps outside it, in poll()
+ * on uv_backend_fd() for uv_backend_timeout() (libuv's embedding pattern). An application thread
+ * that is about to wait for work of its own on the loop may instead run the loop itself while it
+ * waits (env_uv_thread_lead): when run_mu is free it runs its callback directly (no post, no
+ * eventfd wake of the loop thread) and then the loop, blocking in the loop's own epoll, until its
+ * work is done; the answer that completes its work wakes it directly, so one waiting call costs
+ * the caller's thread no hand-off to the loop thread and no condition-variable wake-up back.
+ * When run_mu is taken (the loop thread is in a pass, or another thread leads), it is refused and
+ * the caller posts as before. Everything the loop owns passes between its runners through run_mu
+ * (a happens-before edge for TSan as for the hardware); "loop thread only" below means "on the
+ * thread that runs the loop at that moment": the loop thread, or a leader inside its lead.
  */
 typedef struct env_uv_thread env_uv_thread_t;
 
 int env_uv_thread_start(env_uv_thread_t **out, env_node_t self);
 void env_uv_thread_stop(env_uv_thread_t *t);
 
-/* The env of the thread (valid until env_uv_thread_stop). Use it from the loop thread, except
- * env_post(), which any thread may call. */
+/* The env of the thread (valid until env_uv_thread_stop). Use it on the thread that runs the
+ * loop (the loop thread, or a leader inside its lead), except env_post(), which any thread may
+ * call. */
 env_t *env_uv_thread_env(env_uv_thread_t *t);
 
-/* True when called on the loop thread of t. */
+/* True when called on the loop thread of t, or on a thread while it leads t's loop (a
+ * thread-local mark): code that may run either on the loop or on an application thread uses it
+ * to choose between a direct call and a post. */
 bool env_uv_thread_is_current(env_uv_thread_t *t);
 
 /*
- * Runs cb(arg) on the loop thread and waits for it to return. Called on the loop thread itself it
- * runs cb directly. Retries a full post queue for up to ~1 s, then returns KVMESH_EAGAIN; returns
- * KVMESH_ECLOSED when the thread is stopping. Returns 0 once cb has run. Must not race with
- * env_uv_thread_stop() (the caller orders its last call before stop).
+ * Runs cb(arg) on the loop and waits for it to return. Called on the thread that runs the loop
+ * (the loop thread, or inside a lead) it runs cb directly. Retries a full post queue for up to
+ * ~1 s, then returns KVMESH_EAGAIN; returns KVMESH_ECLOSED when the thread is stopping. Returns
+ * 0 once cb has run. Must not race with env_uv_thread_stop() (the caller orders its last call
+ * before stop).
  */
 int env_uv_thread_call(env_uv_thread_t *t, env_cb cb, void *arg);
-/* The same without waiting for cb (called from another thread than t's loop): cb(arg) runs on the
- * loop thread later, unless the thread stops first (then it is dropped). arg must stay valid
- * until cb runs. Returns 0 once posted, KVMESH_EAGAIN or KVMESH_ECLOSED as above. */
+/* The same without waiting for cb (called from a thread that does not run t's loop): cb(arg)
+ * runs on the loop later, unless the thread stops first (then it is dropped). arg must stay
+ * valid until cb runs. Returns 0 once posted, KVMESH_EAGAIN or KVMESH_ECLOSED as above. */
 int env_uv_thread_post(env_uv_thread_t *t, env_cb cb, void *arg);
+
+/* The condition a leader waits for; called on the leading thread, with the loop in its hands. */
+typedef bool (*env_uv_done_fn)(void *arg);
+
+enum env_uv_lead {
+    ENV_UV_LEAD_REFUSED,  /* cb did not run: the loop is busy (its thread is in a pass, or another
+                           * thread leads), the caller already runs a loop (t's or another one),
+                           * or t is stopping. Post cb instead (env_post) and wait as usual. */
+    ENV_UV_LEAD_DONE,     /* cb ran on the calling thread, and done(darg) became true */
+    ENV_UV_LEAD_DEADLINE, /* cb ran; deadline_ms passed first (the caller decides what that means;
+                           * work cb started goes on on the loop) */
+    ENV_UV_LEAD_STOPPED,  /* cb ran; t began stopping (or its loop ended) first: wait by other
+                           * means (the work ends the way it would have had cb been posted) */
+};
+
+/*
+ * Leads t's loop for the calling application thread: when t's loop is free (a trylock on run_mu;
+ * never waits for it), runs cb(arg) on the calling thread as if posted, then runs the loop
+ * (uv_run UV_RUN_ONCE) until done(darg) is true, deadline_ms (env_clock_mono_ms() time; 0 = none)
+ * has passed, or t stops, and lets the loop go (to its thread, which it wakes when it left work
+ * due earlier than that thread would wake by itself). Inside, env_uv_thread_is_current(t) is
+ * true, so cb and every loop callback behave as on the loop thread (env_uv_thread_call runs
+ * directly). Returns an enum env_uv_lead (see above).
+ *
+ * Fairness: the leader runs whatever the loop has (other threads' posts, timers, I/O), which is
+ * the loop's work either way, and lets go at the first check after done(darg): done is checked
+ * between passes, so a pass that completes the caller's work finishes its other callbacks first.
+ * Before letting go, while the loop thread sleeps, it runs at most two more passes without
+ * waiting if work is due at once (callbacks its passes queued: cheaper than waking the loop
+ * thread for them). A leader holds the loop only as long as its own wait lasts, plus those.
+ * The calling thread keeps its own state: SIGPIPE is blocked while it leads (a SIGPIPE raised by
+ * a loop write meanwhile is discarded, env_thread.h) and its kvmesh_last_error() message is the
+ * same afterwards. Must not race with env_uv_thread_stop() (as env_uv_thread_call).
+ */
+enum env_uv_lead env_uv_thread_lead(env_uv_thread_t *t, env_cb cb, void *arg, env_uv_done_fn done,
+                                    void *darg, uint64_t deadline_ms);
+
+/* Counters of t since start (any thread; for tests and benchmarks): leads taken (led), leads
+ * refused (refused), wake-ups of the sleeping loop thread by a leaving leader (kicks). */
+typedef struct env_uv_thread_stats {
+    uint64_t led, refused, kicks;
+} env_uv_thread_stats_t;
+void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out);
 
 #endif

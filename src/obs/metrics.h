@@ -315,7 +315,12 @@ enum obs_dim_id {
       "and stage (counted by the calling runtime).",                                               \
       op, cpstage)                                                                                 \
     X(op_handoffs_total,                                                                           \
-      "Hand-offs of an API operation from the application thread to the loop thread and back.",    \
+      "Hand-offs of an API operation to the runtime's loop (posted to the loop thread, or run by " \
+      "the calling thread leading the loop).",                                                     \
+      op, none)                                                                                    \
+    X(op_loop_leads_total,                                                                         \
+      "Hand-offs of an API operation that the calling thread ran itself by leading the loop (no "  \
+      "wake-up of the loop thread, no wake-up back).",                                             \
       op, none)                                                                                    \
     X(op_payload_copies_total,                                                                     \
       "Payload copies made by an API operation, by operation and transport (local, shm: one "      \

@@ -193,6 +193,50 @@ static int post_when_room(kvm_op_t *op)
     return rc;
 }
 
+/* The led op's condition (env_uv_thread_lead): the loop completed it. */
+static bool op_is_done(void *arg)
+{
+    kvm_op_t *op = arg;
+    pthread_mutex_lock(&op->mu);
+    bool done = op->done;
+    pthread_mutex_unlock(&op->mu);
+    return done;
+}
+
+/* Hands op to the loop through the request queue (the loop thread runs op_enter). 0, or the
+ * caller's error (nothing was sent). */
+static int op_post(kvm_op_t *op)
+{
+    kvm_rt_t *rt = op->rt;
+    int rc = env_post(rt->env, op_enter, op);
+    if (rc == KVMESH_EAGAIN)
+        rc = post_when_room(op);
+    if (rc == KVMESH_ECLOSED)
+        return kvm_errf(rc, "the runtime is closed");
+    if (rc)
+        return kvm_errf(rc == KVMESH_EAGAIN ? KVMESH_ETIMEDOUT : rc,
+                        "the runtime's request queue stayed full until the deadline (%u ms); "
+                        "nothing was sent",
+                        rt->cfg.request_timeout_ms);
+    return 0;
+}
+
+/*
+ * The application thread's side of an op: the loop runs op_enter and completes the op; this
+ * thread waits for it, bounded for PLACE/PUBLISH/LOOKUP/REMOVE (abandoned at deadline + slack).
+ *
+ * Who runs the loop meanwhile (docs/architecture.md "Threads"): when the runtime's loop is free
+ * and no other thread waits for an op of this runtime, this thread leads it (env_uv_thread_lead):
+ * it runs op_enter itself and then the loop until the op is done or the give-up time, so the
+ * answer that completes the op wakes this thread directly (no post and eventfd wake of the loop
+ * thread, no condition-variable wake back). When the loop is busy, or other threads wait too (the
+ * loop thread then serves them all, instead of leaders taking turns with it and waking it once
+ * per op), it posts op_enter and waits on op->cv as before. Either way the op counts one hand-off
+ * to the loop (op_handoffs_total: the op entered the loop's state machine); a led one also counts
+ * in op_loop_leads_total. A led op past its give-up time is abandoned exactly like a posted one
+ * (the loop goes on with it and drops its late result); closing, the queue bound (only posted ops
+ * take a queue slot) and the span handling do not depend on the path.
+ */
 int kvm_op_run(kvm_op_t *op)
 {
     kvm_rt_t *rt = op->rt;
@@ -216,22 +260,24 @@ int kvm_op_run(kvm_op_t *op)
     }
     atomic_fetch_add(&op->refs, 1);
     KVM_CP_COUNT(op, op_handoffs_total, OBS_NONE, 1);
-    int rc;
-    rc = env_post(rt->env, op_enter, op);
-    if (rc == KVMESH_EAGAIN)
-        rc = post_when_room(op);
-    if (rc == KVMESH_ECLOSED) {
-        atomic_fetch_sub(&op->refs, 1);
-        return kvm_errf(rc, "the runtime is closed");
-    }
-    if (rc) {
-        atomic_fetch_sub(&op->refs, 1);
-        return kvm_errf(rc == KVMESH_EAGAIN ? KVMESH_ETIMEDOUT : rc,
-                        "the runtime's request queue stayed full until the deadline (%u ms); "
-                        "nothing was sent",
-                        rt->cfg.request_timeout_ms);
-    }
     uint64_t give_up_ms = op->deadline_ms + STORE_DEADLINE_SLACK_MS;
+    /* Lead only when no other thread waits for an op: with several, the loop thread serves them
+     * in batches, while leaders taking turns with it would wake it once per op. */
+    bool alone = atomic_fetch_add(&rt->ops_running, 1) == 0;
+    enum env_uv_lead led = !alone ? ENV_UV_LEAD_REFUSED
+                                  : env_uv_thread_lead(rt->thread, op_enter, op, op_is_done, op,
+                                                       bounded ? give_up_ms : 0);
+    if (led != ENV_UV_LEAD_REFUSED) {
+        KVM_CP_COUNT(op, op_loop_leads_total, OBS_NONE, 1);
+    } else {
+        int rc = op_post(op);
+        if (rc) {
+            atomic_fetch_sub(&rt->ops_running, 1);
+            atomic_fetch_sub(&op->refs, 1);
+            return rc;
+        }
+    }
+    /* (ENV_UV_LEAD_DEADLINE finds the give-up time passed at once; STOPPED waits as if posted) */
     struct timespec ts = {.tv_sec = (time_t)(give_up_ms / 1000),
                           .tv_nsec = (long)(give_up_ms % 1000) * 1000000L};
     bool abandoned = false;
@@ -248,6 +294,7 @@ int kvm_op_run(kvm_op_t *op)
         }
     }
     pthread_mutex_unlock(&op->mu);
+    atomic_fetch_sub(&rt->ops_running, 1);
     if (real_span && !abandoned) { /* (an abandoned op's span stays the loop's copy) */
         op->span = real_span;      /* the app thread's own uses after the op (data.c) */
         if (op->span_own) {

@@ -372,6 +372,8 @@ typedef struct kvm_rt {
     char **interned;
     size_t n_interned, cap_interned;
     atomic_bool closing;
+    /* [any] threads inside kvm_op_run (rt_op.c): an op leads the loop only when it is alone */
+    atomic_uint ops_running;
     /* [any] what application threads wait for (waitq.h), closed at runtime close: room in the
      * request queue (signalled by op_enter), a free transport registration slot (by every
      * store-side tp_unregister_memory), owner slots settling (by local commits and releases;

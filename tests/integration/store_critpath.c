@@ -17,6 +17,9 @@
  * 128-item batch's route CAS and lookups go as one route batch message to S (route.h
  * route_batch_begin), asserted exactly where every shard view is current. The bounds are the
  * issue's goals.
+ * Hand-offs count every op handed to the client's loop, whether the loop thread ran it or the
+ * calling thread led the loop itself (docs/architecture.md "Threads"); the led ones
+ * (op_loop_leads_total) are a part of them that depends on timing, so only the total is pinned.
  * Inline reads (docs/store.md "Inline reads"): over tcp a single get of a value up to
  * inline_read_max (64 KiB default) takes its payload from the lookup's answer, since S is both
  * the authority and the owner: 1 round trip and no transport READ (counted by C's
@@ -84,7 +87,7 @@
 
 struct cp {
     int64_t rt[OBS__N_cpstage];
-    int64_t handoffs, checksums;
+    int64_t handoffs, leads, checksums;
     int64_t copies[OBS__N_transport];
 };
 
@@ -104,6 +107,7 @@ static struct cp snap(kvmesh_t *kv, unsigned op)
     for (unsigned t = 0; t < OBS__N_transport; t++)
         c.copies[t] = rd(kv, "op_payload_copies_total", op, t);
     c.handoffs = rd(kv, "op_handoffs_total", op, OBS_NONE);
+    c.leads = rd(kv, "op_loop_leads_total", op, OBS_NONE);
     c.checksums = rd(kv, "op_checksum_passes_total", op, OBS_NONE);
     return c;
 }
@@ -116,6 +120,10 @@ static struct cp delta(struct cp a, struct cp b)
     for (unsigned t = 0; t < OBS__N_transport; t++)
         d.copies[t] = b.copies[t] - a.copies[t];
     d.handoffs = b.handoffs - a.handoffs;
+    d.leads = b.leads - a.leads;
+    /* a led hand-off is one of the hand-offs; which path an op takes depends on whether the
+     * loop thread was in a pass at that instant, so only the total is pinned */
+    CHECK(d.leads >= 0 && d.leads <= d.handoffs);
     d.checksums = b.checksums - a.checksums;
     return d;
 }
@@ -131,11 +139,11 @@ static int64_t total(const struct cp *d)
 static void show(const char *what, const struct cp *d)
 {
     printf("%-28s round trips %3" PRId64 " (reserve %" PRId64 ", payload %" PRId64
-           ", route_lookup %" PRId64 ", route_cas %" PRId64 "); hand-offs %" PRId64
-           "; copies local %" PRId64 " shm %" PRId64 " tcp %" PRId64 "; checksum passes %" PRId64
+           ", route_lookup %" PRId64 ", route_cas %" PRId64 "); hand-offs %" PRId64 " (led %" PRId64
+           "); copies local %" PRId64 " shm %" PRId64 " tcp %" PRId64 "; checksum passes %" PRId64
            "\n",
            what, total(d), d->rt[OBS_CPSTAGE_RESERVE], d->rt[OBS_CPSTAGE_PAYLOAD],
-           d->rt[OBS_CPSTAGE_ROUTE_LOOKUP], d->rt[OBS_CPSTAGE_ROUTE_CAS], d->handoffs,
+           d->rt[OBS_CPSTAGE_ROUTE_LOOKUP], d->rt[OBS_CPSTAGE_ROUTE_CAS], d->handoffs, d->leads,
            d->copies[OBS_TRANSPORT_LOCAL], d->copies[OBS_TRANSPORT_SHM],
            d->copies[OBS_TRANSPORT_TCP], d->checksums);
     fflush(stdout);
@@ -685,6 +693,13 @@ int main(int argc, char **argv)
 
     /* ---- a get racing overwrites and removes of its key ---- */
     check_race(S, C, &sc);
+    /* The client's one thread ran its ops on an otherwise idle loop: it led the loop for (nearly)
+     * all of them; none led means the leader/follower path is off (docs/architecture.md). */
+    int64_t led = 0;
+    for (unsigned o = 0; o < OBS__N_op; o++)
+        led += rd(C, "op_loop_leads_total", o, OBS_NONE);
+    printf("client ops that led the loop: %" PRId64 "\n", led);
+    CHECK(led > 0);
     kvmesh_close(C);
     kvmesh_close(S);
     printf("critical-path counts within their bounds (%s)\n", xp);

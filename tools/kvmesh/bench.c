@@ -52,6 +52,8 @@ struct row {
     uint64_t ops, calls, bytes, bad, failed;
     uint64_t p50, p99; /* ns */
     uint64_t cpu_ns;   /* process CPU time (user + sys, every thread: both runtimes) over the row */
+    uint64_t sleeps;   /* voluntary context switches of the process over the row (every thread:
+                        * each is a thread going to sleep, to be woken again) */
     /* --breakdown (kvmesh rows): critical-path counters over the row, the sampled requests */
     kvmesh_tools_critpath_t cp;
     size_t n_sampled;
@@ -206,6 +208,16 @@ static uint64_t cpu_now_ns(void)
            ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
 }
 
+/* Voluntary context switches of the process so far (every thread): each is a thread blocking, so
+ * their count per call is the call's thread wake-ups, both runtimes included. */
+static uint64_t sleeps_now(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (uint64_t)ru.ru_nvcsw;
+}
+
 /* CPU us per operation (per item for batches); 0 when nothing ran. */
 static double cpu_us_per_op(uint64_t cpu_ns, uint64_t ops)
 {
@@ -310,7 +322,7 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
     clock_gettime(CLOCK_REALTIME, &wall0);
     if (b->kv && b->breakdown)
         kvmesh_tools_critpath(b->kv, op_names[op], &cp0);
-    uint64_t cpu0 = cpu_now_ns();
+    uint64_t cpu0 = cpu_now_ns(), sleeps0 = sleeps_now();
     uint64_t t0 = kvmesh_tools_now_ns(), ops = 0, calls = 0, bytes = 0;
     size_t bad = 0, failed = 0, k = 0;
     bool reported = false;
@@ -347,6 +359,7 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
     }
     r->secs = (double)(kvmesh_tools_now_ns() - t0) / 1e9;
     r->cpu_ns = cpu_now_ns() - cpu0;
+    r->sleeps = sleeps_now() - sleeps0;
     r->ops = ops;
     r->calls = calls;
     r->bytes = bytes;
@@ -362,6 +375,7 @@ static void run_row(struct bench *b, size_t si, enum bench_op op)
         for (int i = 0; i < 4; i++)
             r->cp.round_trips[i] = cp1.round_trips[i] - cp0.round_trips[i];
         r->cp.handoffs = cp1.handoffs - cp0.handoffs;
+        r->cp.leads = cp1.leads - cp0.leads;
         r->cp.copies = cp1.copies - cp0.copies;
         r->cp.checksums = cp1.checksums - cp0.checksums;
         uint64_t since = (uint64_t)wall0.tv_sec * 1000000000ull + (uint64_t)wall0.tv_nsec;
@@ -850,16 +864,19 @@ static void print_breakdown(struct bench *b, const bool *systems)
 {
     if (b->markdown)
         printf("\n| transport | size | op | calls | round trips / call (reserve, payload, lookup, "
-               "cas) | hand-offs / call | copies / call | checksums / call | sampled | total us "
+               "cas) | hand-offs / call | led / call | sleeps / call | copies / call | checksums / "
+               "call | sampled "
+               "| total us "
                "| store us | control us | data us | metadata us |\n"
                "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-               "---: | ---: |\n");
+               "---: | ---: | ---: | ---: |\n");
     else
-        printf("\ncritical path per call (client runtime counters) and mean stage time of the "
-               "sampled calls (/breakdown):\n%-4s %7s %-9s %7s %-28s %6s %7s %7s %5s %9s %9s "
-               "%9s %9s %9s\n",
-               "xprt", "size", "op", "calls", "round trips (res,pay,lk,cas)", "hand", "copies",
-               "sums", "n", "total us", "store", "control", "data", "metadata");
+        printf(
+            "\ncritical path per call (client runtime counters) and mean stage time of the "
+            "sampled calls (/breakdown):\n%-4s %7s %-9s %7s %-28s %6s %5s %6s %7s %7s %5s %9s %9s "
+            "%9s %9s %9s\n",
+            "xprt", "size", "op", "calls", "round trips (res,pay,lk,cas)", "hand", "led", "sleeps",
+            "copies", "sums", "n", "total us", "store", "control", "data", "metadata");
     for (int s = SYS_KVMESH_SHM; s <= SYS_KVMESH_TCP; s++) {
         if (!systems[s])
             continue;
@@ -885,18 +902,20 @@ static void print_breakdown(struct bench *b, const bool *systems)
                 const char *tr = s == SYS_KVMESH_SHM ? "shm" : "tcp";
                 if (b->markdown)
                     printf("| %s | %s | %s | %" PRIu64
-                           " | %s | %.1f | %.1f | %.1f | %zu | %s | %s | %s "
+                           " | %s | %.1f | %.2f | %.1f | %.1f | %.1f | %zu | %s | %s | %s "
                            "| %s | %s |\n",
                            tr, sz, op_names[op], r->cp.calls, rts, (double)r->cp.handoffs / c,
-                           (double)r->cp.copies / c, (double)r->cp.checksums / c, r->n_sampled, tot,
-                           st[0], st[1], st[2], st[3]);
+                           (double)r->cp.leads / c, (double)r->sleeps / c, (double)r->cp.copies / c,
+                           (double)r->cp.checksums / c, r->n_sampled, tot, st[0], st[1], st[2],
+                           st[3]);
                 else
                     printf("%-4s %7s %-9s %7" PRIu64
-                           " %-28s %6.1f %7.1f %7.1f %5zu %9s %9s %9s %9s "
+                           " %-28s %6.1f %5.2f %6.1f %7.1f %7.1f %5zu %9s %9s %9s %9s "
                            "%9s\n",
                            tr, sz, op_names[op], r->cp.calls, rts, (double)r->cp.handoffs / c,
-                           (double)r->cp.copies / c, (double)r->cp.checksums / c, r->n_sampled, tot,
-                           st[0], st[1], st[2], st[3]);
+                           (double)r->cp.leads / c, (double)r->sleeps / c, (double)r->cp.copies / c,
+                           (double)r->cp.checksums / c, r->n_sampled, tot, st[0], st[1], st[2],
+                           st[3]);
             }
     }
 }
@@ -935,7 +954,9 @@ int cmd_bench(int argc, char **argv)
          "also run every kvmesh row in a tenant with a quota policy and print quota on vs off"},
         {"breakdown", NULL, CLI_FLAG, &b->breakdown,
          "also print per row the critical-path counts per call (round trips by stage, loop "
-         "hand-offs, payload copies, checksum passes) and the mean time per stage of sampled "
+         "hand-offs and those the calling thread led itself, thread sleeps (voluntary context "
+         "switches of the whole process: wake-ups), payload copies, checksum passes) and the mean "
+         "time per stage of sampled "
          "calls (traces 25% of the client's requests, which costs some throughput)"},
         {"footprint", "N", CLI_U64, &footprint,
          "instead of the table: store N small objects in one storage runtime and report its "

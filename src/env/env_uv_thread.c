@@ -1,0 +1,438 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * env_uv_thread.c — a libuv loop with one env on a private thread, which an application thread
+ * may also run itself while it waits for its own work (leader/follower; contract in env_uv.h).
+ *
+ * Who runs the loop: whichever thread holds run_mu. The loop thread takes it for one
+ * uv_run(UV_RUN_NOWAIT) pass at a time and sleeps outside it, in epoll_wait on park_fd, a set of
+ * the loop's backend fd and kick_fd (libuv's embedding pattern: uv_backend_fd /
+ * uv_backend_timeout). An application thread that finds run_mu free (trylock) leads: it turns the
+ * backend fd off in park_fd (so the answer it waits for wakes it alone, not the loop thread too),
+ * runs its callback directly, then the loop (UV_RUN_ONCE, blocking in the loop's own epoll) until
+ * its condition holds, its deadline passes or the thread stops, turns the backend fd on again (an
+ * event it left pending wakes the loop thread at once) and lets go. All loop state (the uv loop,
+ * the env, whatever the callbacks touch) passes from one runner to the next through run_mu, so
+ * each runner's writes happen before the next runner's reads.
+ *
+ * Invariants:
+ *   - at most one thread runs the loop; tl_running names the env_uv_thread whose loop the calling
+ *     thread runs (the loop thread for its whole life, a leader while it leads), and a thread
+ *     runs at most one loop at a time (a loop thread or leader never leads another);
+ *   - the loop thread sleeps only right after a pass of its own, for the uv_backend_timeout() that
+ *     pass ended with (park_until_ms, written under run_mu, `parked` set before run_mu is let go);
+ *     a leader that leaves work due sooner than that (a timer it armed, pending or closing
+ *     callbacks, an ended loop) writes kick_fd before it lets go of run_mu, so no work waits for
+ *     an unrelated wake-up;
+ *   - stopping is set once, by env_uv_thread_stop(); no lead starts after it, and a leader that
+ *     sees it stops at its next turn. After run_mu is let go, a leader touches nothing of t (stop
+ *     may free it as soon as the loop thread has run the loop to its end).
+ *
+ * Thread states:
+ *
+ *   RUNNING --env_uv_thread_stop()--> STOPPING --loop ended, joined--> (freed)
+ *
+ * stop_async is referenced, so the loop stays alive while RUNNING; on_stop (run by whoever runs
+ * the loop) frees the env and closes stop_async, after which the loop ends once the user's
+ * handles are closed, and the loop thread returns.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "env/clock.h"
+#include "env/env_thread.h"
+#include "env/env_uv.h"
+
+#define PARK_FOREVER UINT64_MAX
+#define LOOP_ENDED   (-2) /* loop_pass: the loop has no more work: the loop thread returns */
+/* Passes (UV_RUN_NOWAIT) a leader runs before it lets go, while work is due at once and the loop
+ * thread sleeps: bounded, so a loop that keeps itself busy is handed back, not held. */
+#define LEAD_FLUSH_PASSES 2
+
+struct env_uv_thread {
+    uv_loop_t loop;
+    env_t *env;
+    uv_thread_t tid; /* as returned by uv_thread_create (for join) */
+    uv_sem_t started;
+    uv_async_t stop_async;
+    uv_timer_t
+        lead_timer; /* [run_mu] bounds a leader's UV_RUN_ONCE by its deadline; unreferenced */
+    atomic_bool stopping;
+    pthread_mutex_t run_mu; /* held by the thread that runs the loop (see the file comment) */
+    int backend_fd;         /* uv_backend_fd(&loop), fixed at start */
+    int kick_fd;            /* eventfd: a leader wakes the sleeping loop thread through it */
+    int park_fd;            /* epoll set the loop thread sleeps on: backend_fd (off while a
+                             * thread leads) and kick_fd */
+    uint64_t park_until_ms; /* [run_mu] when the loop thread's sleep times out (PARK_FOREVER) */
+    atomic_bool parked;     /* the loop thread is asleep (or about to be) after its last pass */
+    atomic_uint_fast64_t n_led, n_refused, n_kicks; /* env_uv_thread_stats */
+};
+
+static _Thread_local env_uv_thread_t *tl_running;
+
+/* ---- the loop thread ------------------------------------------------------------------------ */
+
+/* One pass of the loop under run_mu. Returns the timeout (ms, -1 = none) for the sleep that
+ * follows, or LOOP_ENDED. */
+static int loop_pass(env_uv_thread_t *t)
+{
+    pthread_mutex_lock(&t->run_mu);
+    int tmo = LOOP_ENDED;
+    if (uv_run(&t->loop, UV_RUN_NOWAIT) != 0) {
+        tmo = uv_backend_timeout(&t->loop);
+        t->park_until_ms = tmo < 0 ? PARK_FOREVER : env_clock_mono_ms() + (uint64_t)tmo;
+        atomic_store(&t->parked, true);
+    }
+    pthread_mutex_unlock(&t->run_mu);
+    return tmo;
+}
+
+/* Sleeps until the loop has I/O ready (while no thread leads), a leader kicks, or tmo ms pass (a
+ * timer is due). */
+static void park(env_uv_thread_t *t, int tmo)
+{
+    struct epoll_event ev[2];
+    int n = epoll_wait(t->park_fd, ev, 2, tmo); /* (EINTR: an early wake; the next pass copes) */
+    atomic_store(&t->parked, false);
+    for (int i = 0; i < n; i++)
+        if (ev[i].data.fd == t->kick_fd) {
+            uint64_t v;
+            ssize_t r = read(t->kick_fd, &v, sizeof(v)); /* resets the eventfd; EAGAIN: raced */
+            (void)r;
+        }
+}
+
+/* Whether the loop's I/O wakes the sleeping loop thread: off while a thread leads (the leader
+ * waits in the loop's epoll itself; an answer for it must not wake a second thread), on again
+ * when it lets go (an event left pending then wakes the loop thread at once). Under run_mu. */
+static void park_on_io(env_uv_thread_t *t, bool on)
+{
+    struct epoll_event ev = {.events = on ? EPOLLIN : 0, .data.fd = t->backend_fd};
+    int rc = epoll_ctl(t->park_fd, EPOLL_CTL_MOD, t->backend_fd, &ev);
+    KVM_ASSERT(rc == 0); /* both fds are open and registered for the thread's life */
+}
+
+/* The loop thread's sleep set; 0 or -1 with errno. */
+static int park_open(env_uv_thread_t *t)
+{
+    t->park_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (t->park_fd < 0)
+        return -1;
+    struct epoll_event b = {.events = EPOLLIN, .data.fd = t->backend_fd};
+    struct epoll_event k = {.events = EPOLLIN, .data.fd = t->kick_fd};
+    if (epoll_ctl(t->park_fd, EPOLL_CTL_ADD, t->backend_fd, &b) != 0 ||
+        epoll_ctl(t->park_fd, EPOLL_CTL_ADD, t->kick_fd, &k) != 0)
+        return -1;
+    return 0;
+}
+
+static void thread_main(void *arg)
+{
+    env_uv_thread_t *t = arg;
+    tl_running = t;
+    uv_sem_post(&t->started);
+    int tmo;
+    while ((tmo = loop_pass(t)) != LOOP_ENDED)
+        park(t, tmo);
+    tl_running = NULL;
+}
+
+static void on_stop(uv_async_t *h)
+{
+    env_uv_thread_t *t = h->data;
+    env_uv_free(t->env);
+    uv_close((uv_handle_t *)&t->stop_async, NULL);
+    uv_close((uv_handle_t *)&t->lead_timer, NULL);
+}
+
+/* ---- start / stop --------------------------------------------------------------------------- */
+
+/* Undoes a start that failed after the env and stop_async were set up (caller's thread). */
+static void start_unwind(env_uv_thread_t *t)
+{
+    env_uv_free(t->env);
+    uv_close((uv_handle_t *)&t->stop_async, NULL);
+    uv_close((uv_handle_t *)&t->lead_timer, NULL);
+}
+
+int env_uv_thread_start(env_uv_thread_t **out, env_node_t self)
+{
+    KVM_ASSERT(out != NULL);
+    *out = NULL;
+    env_uv_thread_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return KVMESH_ENOMEM;
+    atomic_init(&t->stopping, false);
+    atomic_init(&t->parked, false);
+    atomic_init(&t->n_led, 0);
+    atomic_init(&t->n_refused, 0);
+    atomic_init(&t->n_kicks, 0);
+    t->kick_fd = t->park_fd = -1;
+    int rc = uv_loop_init(&t->loop);
+    if (rc != 0) {
+        free(t);
+        return kvm_errf(KVMESH_EIO, "uv_loop_init failed: %s", uv_strerror(rc));
+    }
+    t->backend_fd = uv_backend_fd(&t->loop);
+    rc = env_uv_new(&t->env, &t->loop, self);
+    if (rc != 0)
+        goto fail_loop;
+    rc = uv_async_init(&t->loop, &t->stop_async, on_stop);
+    if (rc != 0) {
+        env_uv_free(t->env);
+        rc = kvm_errf(KVMESH_EIO, "uv_async_init failed: %s", uv_strerror(rc));
+        goto fail_loop;
+    }
+    t->stop_async.data = t;
+    uv_timer_init(&t->loop, &t->lead_timer); /* cannot fail */
+    uv_unref((uv_handle_t *)&t->lead_timer);
+    t->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (t->kick_fd < 0 || park_open(t) != 0) {
+        start_unwind(t);
+        rc = kvm_errf(KVMESH_EIO, "eventfd/epoll failed: %s; check the fd limit", strerror(errno));
+        goto fail_loop;
+    }
+    pthread_mutex_init(&t->run_mu, NULL);
+    if (uv_sem_init(&t->started, 0) != 0) {
+        pthread_mutex_destroy(&t->run_mu);
+        start_unwind(t);
+        rc = kvm_errf(KVMESH_EIO, "uv_sem_init failed");
+        goto fail_loop;
+    }
+    sigset_t old_mask;
+    env_sigpipe_block(&old_mask); /* the loop thread inherits it: see env_thread.h */
+    rc = uv_thread_create(&t->tid, thread_main, t);
+    env_sigmask_restore(&old_mask);
+    if (rc != 0) {
+        uv_sem_destroy(&t->started);
+        pthread_mutex_destroy(&t->run_mu);
+        start_unwind(t);
+        rc = kvm_errf(KVMESH_EIO, "uv_thread_create failed: %s", uv_strerror(rc));
+        goto fail_loop;
+    }
+    uv_sem_wait(&t->started);
+    *out = t;
+    return 0;
+fail_loop:
+    uv_run(&t->loop, UV_RUN_DEFAULT); /* runs pending close callbacks */
+    uv_loop_close(&t->loop);
+    if (t->kick_fd >= 0)
+        close(t->kick_fd);
+    if (t->park_fd >= 0)
+        close(t->park_fd);
+    free(t);
+    return rc;
+}
+
+void env_uv_thread_stop(env_uv_thread_t *t)
+{
+    if (!t)
+        return;
+    KVM_ASSERT(!env_uv_thread_is_current(t)); /* neither the loop thread nor a leader */
+    bool was = atomic_exchange(&t->stopping, true);
+    KVM_ASSERT(!was);
+    uv_async_send(&t->stop_async); /* also wakes a leader, which then lets go */
+    uv_thread_join(&t->tid);
+    int rc = uv_loop_close(&t->loop);
+    KVM_ASSERT(rc == 0); /* a handle left open on the loop is a programmer error */
+    uv_sem_destroy(&t->started);
+    pthread_mutex_destroy(&t->run_mu);
+    close(t->kick_fd);
+    close(t->park_fd);
+    free(t);
+}
+
+env_t *env_uv_thread_env(env_uv_thread_t *t)
+{
+    return t->env;
+}
+
+bool env_uv_thread_is_current(env_uv_thread_t *t)
+{
+    return tl_running == t;
+}
+
+void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out)
+{
+    out->led = atomic_load(&t->n_led);
+    out->refused = atomic_load(&t->n_refused);
+    out->kicks = atomic_load(&t->n_kicks);
+}
+
+/* ---- leading -------------------------------------------------------------------------------- */
+
+/* What a leader saves of its own thread and puts back when it lets go. */
+struct lead_save {
+    sigset_t mask;
+    char err[512];
+};
+
+static void lead_enter(env_uv_thread_t *t, struct lead_save *sv)
+{
+    /* Loop callbacks write to sockets with write/writev (libuv) and report failures with
+     * kvm_errf: neither a SIGPIPE nor their messages may reach the caller. */
+    env_sigpipe_block(&sv->mask);
+    const char *e = kvmesh_last_error();
+    size_t n = strlen(e);
+    KVM_ASSERT(n < sizeof(sv->err)); /* the thread's message buffer is that size */
+    memcpy(sv->err, e, n + 1);
+    tl_running = t;
+    park_on_io(t, false);
+}
+
+/* Before a leader lets go: when the loop thread sleeps, runs the work due at once (at most
+ * LEAD_FLUSH_PASSES passes), then wakes the loop thread if it would sleep past work left behind
+ * (a timer due sooner than its sleep ends, more work due at once, an ended loop). */
+static void lead_hand_back(env_uv_thread_t *t)
+{
+    if (!atomic_load(&t->parked))
+        return;                             /* awake: it runs a pass as soon as it has run_mu */
+    int tmo = uv_backend_timeout(&t->loop); /* 0: work pending now, or the loop ended */
+    /* Work due now that the caller's own passes left (write callbacks, deferred callbacks): a
+     * pass or two here, without waiting, costs less than waking the loop thread for it. */
+    for (int i = 0; tmo == 0 && i < LEAD_FLUSH_PASSES && !atomic_load(&t->stopping); i++) {
+        if (uv_run(&t->loop, UV_RUN_NOWAIT) == 0)
+            break; /* the loop ended: the loop thread must wake to return */
+        tmo = uv_backend_timeout(&t->loop);
+    }
+    if (tmo < 0 || env_clock_mono_ms() + (uint64_t)tmo >= t->park_until_ms)
+        return;
+    uint64_t one = 1;
+    ssize_t n = write(t->kick_fd, &one, sizeof(one)); /* EAGAIN: a kick is pending already */
+    (void)n;
+    atomic_fetch_add(&t->n_kicks, 1);
+}
+
+static void lead_leave(env_uv_thread_t *t, const struct lead_save *sv)
+{
+    uv_timer_stop(&t->lead_timer); /* (a no-op when not armed, or closed by on_stop) */
+    lead_hand_back(t);
+    park_on_io(t, true);
+    tl_running = NULL;
+    pthread_mutex_unlock(&t->run_mu); /* t may be freed from here on (file comment) */
+    if (sv->err[0])
+        kvm_errf(0, "%s", sv->err);
+    else
+        kvm_err_clear();
+    env_sigpipe_restore_drop(&sv->mask);
+}
+
+static void on_lead_timer(uv_timer_t *h)
+{
+    (void)h; /* only bounds the leader's wait in the loop's epoll */
+}
+
+/* Runs the loop until done(darg), the deadline, or the end of the loop. */
+static enum env_uv_lead lead_run(env_uv_thread_t *t, env_uv_done_fn done, void *darg,
+                                 uint64_t deadline_ms)
+{
+    for (;;) {
+        if (done(darg))
+            return ENV_UV_LEAD_DONE;
+        if (atomic_load(&t->stopping))
+            return ENV_UV_LEAD_STOPPED;
+        if (deadline_ms) {
+            uint64_t now = env_clock_mono_ms();
+            if (now >= deadline_ms)
+                return ENV_UV_LEAD_DEADLINE;
+            /* UV_RUN_ONCE blocks for the loop's next timer, computed after the pass's callbacks
+             * (which may cancel the timer that was next): this one bounds it by the deadline.
+             * Measured from the loop's cached time, it may fire early (then the leader re-arms
+             * it), never late. */
+            uv_timer_start(&t->lead_timer, on_lead_timer, deadline_ms - now, 0);
+        }
+        if (uv_run(&t->loop, UV_RUN_ONCE) == 0)
+            return done(darg) ? ENV_UV_LEAD_DONE : ENV_UV_LEAD_STOPPED; /* the loop ended */
+    }
+}
+
+enum env_uv_lead env_uv_thread_lead(env_uv_thread_t *t, env_cb cb, void *arg, env_uv_done_fn done,
+                                    void *darg, uint64_t deadline_ms)
+{
+    KVM_ASSERT(t != NULL && cb != NULL && done != NULL);
+    if (tl_running || atomic_load(&t->stopping) || pthread_mutex_trylock(&t->run_mu) != 0) {
+        atomic_fetch_add(&t->n_refused, 1);
+        return ENV_UV_LEAD_REFUSED;
+    }
+    if (atomic_load(&t->stopping)) { /* (stop began between the check and the lock) */
+        pthread_mutex_unlock(&t->run_mu);
+        atomic_fetch_add(&t->n_refused, 1);
+        return ENV_UV_LEAD_REFUSED;
+    }
+    atomic_fetch_add(&t->n_led, 1);
+    struct lead_save sv;
+    lead_enter(t, &sv);
+    cb(arg);
+    enum env_uv_lead res = lead_run(t, done, darg, deadline_ms);
+    lead_leave(t, &sv);
+    return res;
+}
+
+/* ---- calls from other threads --------------------------------------------------------------- */
+
+typedef struct thread_call {
+    env_cb cb;
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+} thread_call_t;
+
+static void thread_call_tramp(void *arg)
+{
+    thread_call_t *c = arg;
+    c->cb(c->arg);
+    pthread_mutex_lock(&c->mu);
+    c->done = true;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* env_post from another thread, retrying a full post queue for up to ~1 s. */
+static int thread_post(env_uv_thread_t *t, env_cb cb, void *arg)
+{
+    if (atomic_load(&t->stopping))
+        return KVMESH_ECLOSED;
+    int rc;
+    for (int tries = 0;; tries++) {
+        rc = env_post(t->env, cb, arg);
+        if (rc != KVMESH_EAGAIN || tries >= 1000)
+            return rc;
+        uv_sleep(1);
+    }
+}
+
+int env_uv_thread_post(env_uv_thread_t *t, env_cb cb, void *arg)
+{
+    KVM_ASSERT(t != NULL && cb != NULL && !env_uv_thread_is_current(t));
+    return thread_post(t, cb, arg);
+}
+
+int env_uv_thread_call(env_uv_thread_t *t, env_cb cb, void *arg)
+{
+    KVM_ASSERT(t != NULL && cb != NULL);
+    if (env_uv_thread_is_current(t)) {
+        cb(arg);
+        return 0;
+    }
+    thread_call_t c = {.cb = cb, .arg = arg};
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    int rc = thread_post(t, thread_call_tramp, &c);
+    if (rc == 0) {
+        pthread_mutex_lock(&c.mu);
+        while (!c.done)
+            pthread_cond_wait(&c.cv, &c.mu);
+        pthread_mutex_unlock(&c.mu);
+    }
+    pthread_cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.mu);
+    return rc;
+}

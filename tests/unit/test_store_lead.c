@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_store_lead.c — an application thread that leads its runtime's loop while it waits
+ * (src/store/rt_op.c kvm_op_run, src/env/env_uv_thread.c): a storage runtime S and a client-only
+ * runtime C in this process on memory:// metadata. A get from C's one thread is led (counted in
+ * kvmesh_op_loop_leads_total, one of the hand-offs); with S's loop blocked, a led get ends at
+ * its deadline, never before: the route lookup's deadline timer, which the leading thread runs,
+ * fails it (KVMESH_EUNAVAILABLE), or the caller abandons it at deadline + slack
+ * (KVMESH_ETIMEDOUT), as for a posted op; once S runs again, C's gets succeed (the late answer
+ * is dropped).
+ * Every wait is bounded; no timing is asserted beyond "not before the deadline".
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "api/kvmesh_tools.h"
+#include "env/clock.h"
+#include "kvmesh.h"
+#include "obs/metrics.h"
+#include "store/store.h"
+
+#define TIMEOUT_MS "400" /* C's request_timeout_ms */
+#define VSIZE      4096
+
+static const kvmesh_scope_t sc = {"lead", NULL};
+
+static kvmesh_t *open_rt(const char *url, bool storage)
+{
+    kvmesh_config_t *c = kvmesh_config_new();
+    assert_non_null(c);
+    assert_int_equal(kvmesh_config_set(c, "metadata_url", url), 0);
+    assert_int_equal(kvmesh_config_set(c, "memory_size", storage ? "16777216" : "0"), 0);
+    assert_int_equal(kvmesh_config_set(c, "segment_size", "16777216"), 0);
+    assert_int_equal(kvmesh_config_set(c, "max_object_size", "1048576"), 0);
+    assert_int_equal(kvmesh_config_set(c, "replicas", "1"), 0);
+    assert_int_equal(kvmesh_config_set(c, "request_timeout_ms", storage ? "2000" : TIMEOUT_MS), 0);
+    kvmesh_t *kv = NULL;
+    int rc = kvmesh_open(&kv, c);
+    if (rc)
+        fprintf(stderr, "open: %s\n", kvmesh_last_error());
+    assert_int_equal(rc, 0);
+    kvmesh_config_free(c);
+    return kv;
+}
+
+static int64_t rd(kvmesh_t *kv, const char *fam)
+{
+    int64_t v = 0;
+    assert_int_equal(
+        obs_metrics_read(kvmesh_runtime_of(kv)->metrics, fam, OBS_OP_GET, OBS_NONE, &v), 0);
+    return v;
+}
+
+/* Blocks a runtime's loop (posted to it) until the test opens the gate. Static: the loop thread
+ * still touches the mutex while it leaves. */
+static struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool entered, open;
+} gate = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void block_loop(void *arg)
+{
+    struct gate *g = arg;
+    pthread_mutex_lock(&g->mu);
+    g->entered = true;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_open(void)
+{
+    pthread_mutex_lock(&gate.mu);
+    gate.open = true;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.mu);
+}
+
+static void test_led_get_deadline(void **state)
+{
+    (void)state;
+    char url[64];
+    snprintf(url, sizeof(url), "memory://store-lead-%ld", (long)getpid());
+    kvmesh_t *S = open_rt(url, true), *C = open_rt(url, false);
+    static uint8_t v[VSIZE], out[VSIZE];
+    memset(v, 7, sizeof(v));
+    size_t got = 0;
+    /* until the route authority (S) has its leases: bounded, 60 s */
+    uint64_t end = env_clock_mono_ms() + 60000;
+    while (kvmesh_put(C, &sc, "k", 1, v, sizeof(v), NULL) != 0 ||
+           kvmesh_get_into(C, &sc, "k", 1, out, sizeof(out), &got) != 0) {
+        assert_true(env_clock_mono_ms() < end);
+        usleep(100000);
+    }
+
+    /* one thread, an idle loop: the get is led (a refusal only when C's loop thread was in a
+     * pass at that instant: then try again) */
+    int64_t led0 = rd(C, "op_loop_leads_total"), hand0 = rd(C, "op_handoffs_total");
+    for (int i = 0; i < 50 && rd(C, "op_loop_leads_total") == led0; i++)
+        assert_int_equal(kvmesh_get_into(C, &sc, "k", 1, out, sizeof(out), &got), 0);
+    assert_true(rd(C, "op_loop_leads_total") > led0);
+    assert_true(rd(C, "op_loop_leads_total") - led0 <= rd(C, "op_handoffs_total") - hand0);
+
+    /* S's loop blocked: C's led get waits for an answer that does not come, up to its deadline */
+    assert_int_equal(env_post(kvmesh_runtime_of(S)->env, block_loop, &gate), 0);
+    pthread_mutex_lock(&gate.mu);
+    while (!gate.entered)
+        pthread_cond_wait(&gate.cv, &gate.mu);
+    pthread_mutex_unlock(&gate.mu);
+    bool led_timeout = false;
+    for (int i = 0; i < 5 && !led_timeout; i++) {
+        int64_t l0 = rd(C, "op_loop_leads_total");
+        uint64_t t0 = env_clock_mono_ms();
+        int rc = kvmesh_get_into(C, &sc, "k", 1, out, sizeof(out), &got);
+        uint64_t took = env_clock_mono_ms() - t0;
+        fprintf(stderr, "get with the authority's loop blocked: %s after %llu ms: %s\n",
+                kvmesh_errname(rc), (unsigned long long)took, kvmesh_last_error());
+        /* the lookup's own deadline timer (run by the leader) fails it, or the caller abandons
+         * it at deadline + slack */
+        assert_true(rc == KVMESH_EUNAVAILABLE || rc == KVMESH_ETIMEDOUT);
+        assert_true(took >= (uint64_t)atoi(TIMEOUT_MS)); /* never before the deadline */
+        led_timeout = rd(C, "op_loop_leads_total") > l0;
+    }
+    assert_true(led_timeout);
+    gate_open();
+
+    /* S runs again: C's gets succeed (bounded) */
+    end = env_clock_mono_ms() + 30000;
+    while (kvmesh_get_into(C, &sc, "k", 1, out, sizeof(out), &got) != 0) {
+        assert_true(env_clock_mono_ms() < end);
+        usleep(50000);
+    }
+    assert_int_equal(got, VSIZE);
+    assert_memory_equal(out, v, VSIZE);
+    assert_int_equal(kvmesh_close(C), 0);
+    assert_int_equal(kvmesh_close(S), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_led_get_deadline),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
