@@ -24,6 +24,7 @@
 #include "api/kvmesh_tools.h"
 #include "env/clock.h"
 #include "kvmesh.h"
+#include "loop_gate.h"
 #include "obs/metrics.h"
 #include "store/store.h"
 
@@ -59,32 +60,8 @@ static int64_t rd(kvmesh_t *kv, const char *fam)
     return v;
 }
 
-/* Blocks a runtime's loop (posted to it) until the test opens the gate. Static: the loop thread
- * still touches the mutex while it leaves. */
-static struct gate {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool entered, open;
-} gate = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-
-static void block_loop(void *arg)
-{
-    struct gate *g = arg;
-    pthread_mutex_lock(&g->mu);
-    g->entered = true;
-    pthread_cond_broadcast(&g->cv);
-    while (!g->open)
-        pthread_cond_wait(&g->cv, &g->mu);
-    pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_open(void)
-{
-    pthread_mutex_lock(&gate.mu);
-    gate.open = true;
-    pthread_cond_broadcast(&gate.cv);
-    pthread_mutex_unlock(&gate.mu);
-}
+/* Blocks S's loop (tests/support/loop_gate.h). */
+static struct loop_gate gate = LOOP_GATE_INIT;
 
 static void test_led_get_deadline(void **state)
 {
@@ -112,11 +89,8 @@ static void test_led_get_deadline(void **state)
     assert_true(rd(C, "op_loop_leads_total") - led0 <= rd(C, "op_handoffs_total") - hand0);
 
     /* S's loop blocked: C's led get waits for an answer that does not come, up to its deadline */
-    assert_int_equal(env_post(kvmesh_runtime_of(S)->env, block_loop, &gate), 0);
-    pthread_mutex_lock(&gate.mu);
-    while (!gate.entered)
-        pthread_cond_wait(&gate.cv, &gate.mu);
-    pthread_mutex_unlock(&gate.mu);
+    assert_int_equal(env_post(kvmesh_runtime_of(S)->env, loop_gate_block, &gate), 0);
+    loop_gate_wait_entered(&gate);
     bool led_timeout = false;
     for (int i = 0; i < 5 && !led_timeout; i++) {
         int64_t l0 = rd(C, "op_loop_leads_total");
@@ -132,7 +106,7 @@ static void test_led_get_deadline(void **state)
         led_timeout = rd(C, "op_loop_leads_total") > l0;
     }
     assert_true(led_timeout);
-    gate_open();
+    loop_gate_open(&gate);
 
     /* S runs again: C's gets succeed (bounded) */
     end = env_clock_mono_ms() + 30000;

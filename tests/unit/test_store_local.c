@@ -22,6 +22,7 @@
 #include "api/kvmesh_tools.h"
 #include "env/clock.h"
 #include "kvmesh.h"
+#include "loop_gate.h"
 #include "meta/meta_memory.h"
 #include "obs/http.h"
 #include "obs/metrics.h"
@@ -671,25 +672,6 @@ static void test_stale_note(void **state)
         kvmesh_close(kv[i]);
 }
 
-struct loop_gate {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool entered, open;
-};
-
-/* Posted to a runtime's loop: blocks it (an application callback that does not return) until the
- * test opens the gate. */
-static void block_loop(void *arg)
-{
-    struct loop_gate *g = arg;
-    pthread_mutex_lock(&g->mu);
-    g->entered = true;
-    pthread_cond_broadcast(&g->cv);
-    while (!g->open)
-        pthread_cond_wait(&g->cv, &g->mu);
-    pthread_mutex_unlock(&g->mu);
-}
-
 static bool port_listens(uint16_t port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -717,24 +699,17 @@ static void test_close_blocked_loop(void **state)
     uint16_t port = kvm_rt_admin_port(rt);
     assert_true(port > 0 && port_listens(port));
     assert_int_equal(kvm_rt_close_bound_ms(&rt->cfg), 5600);
-    /* static, not on this stack: the loop thread still touches the gate's mutex while it leaves
-     * block_loop, and nothing orders that before a later test reuses this stack (TSan) */
-    static struct loop_gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-    assert_int_equal(env_post(rt->env, block_loop, &g), 0);
-    pthread_mutex_lock(&g.mu);
-    while (!g.entered)
-        pthread_cond_wait(&g.cv, &g.mu);
-    pthread_mutex_unlock(&g.mu);
+    /* static, not on this stack (tests/support/loop_gate.h) */
+    static struct loop_gate g = LOOP_GATE_INIT;
+    assert_int_equal(env_post(rt->env, loop_gate_block, &g), 0);
+    loop_gate_wait_entered(&g);
     uint64_t t0 = env_clock_mono_ms();
     assert_int_equal(kvmesh_close(kv), KVMESH_ETIMEDOUT);
     fprintf(stderr, "close with a blocked loop returned after %llu ms (bound 5600 ms): %s\n",
             (unsigned long long)(env_clock_mono_ms() - t0), kvmesh_last_error());
     assert_non_null(strstr(kvmesh_last_error(), "the loop to start the close"));
     assert_true(port_listens(port)); /* not freed while the loop is blocked */
-    pthread_mutex_lock(&g.mu);
-    g.open = true;
-    pthread_cond_broadcast(&g.cv);
-    pthread_mutex_unlock(&g.mu);
+    loop_gate_open(&g);
     for (int i = 0; i < 300 && port_listens(port); i++) /* 30 s at most */
         usleep(100000);
     assert_false(port_listens(port));
