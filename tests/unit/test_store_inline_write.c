@@ -6,9 +6,9 @@
  *
  * - checksum mismatch: the inline body carries a wrong checksum (kvm_put_inline_test_bad_sums);
  *   S copies the bytes, finds the mismatch, releases the slot it reserved and answers
- *   KVMESH_ECHECKSUM. S is C's only owner, so the put fails with that error. S's reserved bytes
- *   are back at once and its used bytes once the released slot's grace ends; a put of the same
- *   key then succeeds and reads back.
+ *   KVMESH_ECHECKSUM. S is C's only owner, so the put fails with that error. S holds no
+ *   reservation right after, and once the released slot's grace ends its used bytes and
+ *   committed slots are where they were; a put of the same key then succeeds and reads back.
  * - the waited reservation: S is full of committed objects (high watermark 1.0: no background
  *   eviction), so the next inline reservation waits for eviction (S's reserve_waits counts it);
  *   the late grant copies the bytes S kept and verifies them against the checksum: the put
@@ -25,11 +25,15 @@
 
 #include <cmocka.h>
 
+#include <stdatomic.h>
+
 #include "api/kvmesh_tools.h"
+#include "env/env.h"
 #include "kvmesh.h"
 #include "obs/metrics.h"
 #include "store/data.h"
 #include "store/put_inline.h"
+#include "store/slot_core.h"
 #include "store/store.h"
 
 #define MEM (1u << 20)  /* S's memory: one segment */
@@ -122,12 +126,42 @@ static void reads_back(kvmesh_t *kv, const char *key, const uint8_t *v, size_t n
     free(out);
 }
 
-/* S's used bytes back at `used` once the released slot's grace ended (bounded wait). */
-static void used_settles(kvmesh_t *s, uint64_t used)
+/* S's slot core figures, read on S's loop (the core is the loop's). */
+struct core_snap {
+    kvm_rt_t *rt;
+    slot_core_stats_t cs;
+    atomic_bool done;
+};
+
+static void core_read(void *arg)
 {
-    for (int t = 0; t < 200 && stats(s).used != used; t++)
+    struct core_snap *s = arg;
+    slot_core_stats(s->rt->slots, &s->cs);
+    atomic_store(&s->done, true);
+}
+
+static slot_core_stats_t core(kvmesh_t *kv)
+{
+    struct core_snap s = {.rt = kvmesh_runtime_of(kv)};
+    assert_int_equal(env_post(s.rt->env, core_read, &s), 0);
+    for (int t = 0; t < 10000 && !atomic_load(&s.done); t++)
+        usleep(1000);
+    assert_true(atomic_load(&s.done));
+    return s.cs;
+}
+
+/* S holds no reservation and no slot in reclaim (bounded wait: the one-way COMMIT of the last
+ * put, a released slot's grace) */
+static slot_core_stats_t core_settled(kvmesh_t *kv)
+{
+    slot_core_stats_t cs = core(kv);
+    for (int t = 0; t < 500 && (cs.n_reserved || cs.n_reclaim); t++) {
         usleep(10000);
-    assert_int_equal(stats(s).used, used);
+        cs = core(kv);
+    }
+    assert_int_equal(cs.n_reserved, 0);
+    assert_int_equal(cs.n_reclaim, 0);
+    return cs;
 }
 
 static void test_checksum_mismatch(void **state)
@@ -137,8 +171,9 @@ static void test_checksum_mismatch(void **state)
     uint8_t *v = malloc(OBJ);
     fill(v, OBJ, 1);
     put_ok(p.c, "before", v, OBJ); /* S holds something: the figures below are not all zero */
-    struct kvm_rt_stats st0 = stats(p.s);
-    assert_int_equal(st0.reserved_bytes, 0);
+    slot_core_stats_t cs0 = core_settled(p.s);
+    assert_int_equal(cs0.n_committed, 1);
+    assert_int_equal(cs0.used, OBJ);
 
     fill(v, OBJ, 2);
     assert_int_equal(kvm_put_inline_test_bad_sums(1), 0);
@@ -148,10 +183,12 @@ static void test_checksum_mismatch(void **state)
     assert_non_null(strstr(kvmesh_last_error(), "do not match their checksum"));
     assert_int_equal(kvm_put_inline_test_bad_sums(0), 0); /* the one spoilt body was sent */
 
-    /* nothing stays reserved or charged on S */
-    struct kvm_rt_stats st1 = stats(p.s);
-    assert_int_equal(st1.reserved_bytes, st0.reserved_bytes);
-    used_settles(p.s, st0.used);
+    /* nothing stays reserved on S (released before the answer) nor charged (once the released
+     * slot's grace ended) */
+    assert_int_equal(core(p.s).n_reserved, 0);
+    slot_core_stats_t cs1 = core_settled(p.s);
+    assert_int_equal(cs1.n_committed, cs0.n_committed);
+    assert_int_equal(cs1.used, cs0.used);
     size_t got = 0;
     assert_int_equal(kvmesh_get_into(p.c, &SC, "k", 1, v, OBJ, &got), KVMESH_ENOENT);
 
@@ -159,7 +196,7 @@ static void test_checksum_mismatch(void **state)
     put_ok(p.c, "k", v, OBJ);
     reads_back(p.c, "k", v, OBJ);
     reads_back(p.s, "k", v, OBJ);
-    assert_int_equal(stats(p.s).used, st0.used + OBJ);
+    assert_int_equal(core_settled(p.s).used, cs0.used + OBJ);
     free(v);
     close_pair(&p);
 }
