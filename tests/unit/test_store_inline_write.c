@@ -13,9 +13,13 @@
  *   eviction), so the next inline reservation waits for eviction (S's reserve_waits counts it);
  *   the late grant copies the bytes S kept and verifies them against the checksum: the put
  *   succeeds with no payload exchange and the value reads back byte for byte.
+ * - the owner's span: a traced inline put leaves control.owner_reserve (kvmesh.inline) in S's
+ *   JSONL capture, as a plain reservation does.
  */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,9 +49,14 @@ struct pair {
     kvmesh_t *s, *c;
 };
 
-static kvmesh_t *open_rt(const char *url, const char *mem)
+/* trace_dir: NULL, or the JSONL capture directory (rate: the sampling rate) */
+static kvmesh_t *open_rt(const char *url, const char *mem, const char *trace_dir, const char *rate)
 {
     kvmesh_config_t *c = kvmesh_config_new();
+    if (trace_dir) {
+        assert_int_equal(kvmesh_config_set(c, "trace_capture_dir", trace_dir), 0);
+        assert_int_equal(kvmesh_config_set(c, "trace_sample_rate", rate), 0);
+    }
     assert_int_equal(kvmesh_config_set(c, "metadata_url", url), 0);
     assert_int_equal(kvmesh_config_set(c, "route_mode", "metadata_only"), 0);
     assert_int_equal(kvmesh_config_set(c, "transport", "tcp"), 0);
@@ -66,9 +75,11 @@ static kvmesh_t *open_rt(const char *url, const char *mem)
     return kv;
 }
 
-static struct pair open_pair(const char *url)
+/* trace_dir: NULL, or both capture spans there, C sampling every request and S none */
+static struct pair open_pair(const char *url, const char *trace_dir)
 {
-    struct pair p = {.s = open_rt(url, "1048576"), .c = open_rt(url, "0")};
+    struct pair p = {.s = open_rt(url, "1048576", trace_dir, "0"),
+                     .c = open_rt(url, "0", trace_dir, "1")};
     for (int t = 0; t < 200; t++) {
         size_t n = 0;
         kvmesh_members(p.c, NULL, 0, &n);
@@ -167,7 +178,7 @@ static slot_core_stats_t core_settled(kvmesh_t *kv)
 static void test_checksum_mismatch(void **state)
 {
     (void)state;
-    struct pair p = open_pair("memory://inline-sum");
+    struct pair p = open_pair("memory://inline-sum", NULL);
     uint8_t *v = malloc(OBJ);
     fill(v, OBJ, 1);
     put_ok(p.c, "before", v, OBJ); /* S holds something: the figures below are not all zero */
@@ -204,7 +215,7 @@ static void test_checksum_mismatch(void **state)
 static void test_waited_reservation(void **state)
 {
     (void)state;
-    struct pair p = open_pair("memory://inline-wait");
+    struct pair p = open_pair("memory://inline-wait", NULL);
     uint8_t *v = malloc(OBJ);
     uint64_t cap = stats(p.s).capacity;
     assert_true(cap >= 4 * OBJ);
@@ -238,9 +249,52 @@ static void test_waited_reservation(void **state)
     close_pair(&p);
 }
 
+/* Whether the file at path holds both strings (on one line: one span). */
+static bool file_has(const char *path, const char *a, const char *b)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[8192];
+    bool has = false;
+    while (!has && fgets(line, sizeof(line), f))
+        has = strstr(line, a) && strstr(line, b);
+    fclose(f);
+    return has;
+}
+
+/* A traced inline put: S records control.owner_reserve, marked kvmesh.inline, in its capture. */
+static void test_owner_span(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/kvmesh-inline-trace-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    struct pair p = open_pair("memory://inline-trace", dir);
+    char path[256];
+    snprintf(path, sizeof(path), "%s/trace-%s.jsonl", dir, kvmesh_runtime_of(p.s)->idhex);
+    uint8_t *v = malloc(OBJ);
+    fill(v, OBJ, 3);
+    int64_t payload0 = payload_trips(p.c);
+    put_ok(p.c, "traced", v, OBJ);
+    assert_int_equal(payload_trips(p.c), payload0); /* inline */
+    close_pair(&p);                                 /* closing flushes the captures */
+    assert_true(file_has(path, "\"control.owner_reserve\"", "kvmesh.inline"));
+    assert_true(file_has(path, "\"control.owner_commit\"", "")); /* (the capture is S's) */
+    free(v);
+    unlink(path);
+    char cpath[256];
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (e->d_name[0] != '.' && snprintf(cpath, sizeof(cpath), "%s/%s", dir, e->d_name) > 0)
+            unlink(cpath);
+    if (d)
+        closedir(d);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_checksum_mismatch),
-                                       cmocka_unit_test(test_waited_reservation)};
+                                       cmocka_unit_test(test_waited_reservation),
+                                       cmocka_unit_test(test_owner_span)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
