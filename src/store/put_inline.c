@@ -18,7 +18,9 @@
  * with the checksum fused into the copy. A mismatch, or a range the check refuses, releases the
  * reservation (by its token) and fails it; only then does the requester get an answer, so a
  * successful answer means the bytes are in the slot. The request body is borrowed while the
- * handler runs; a reservation that waits (for eviction) gets its own copy of the bytes.
+ * handler runs; a reservation that waits (for eviction) gets its own copy of the bytes. A traced
+ * request records control.owner_reserve (kvmesh.inline 1, kvmesh.waited) until the answer.
+ * Tested by tests/unit/test_store_inline_write.c (kvm_put_inline_test_bad_sums: its hook).
  */
 #include "store/put_inline.h"
 
