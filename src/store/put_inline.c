@@ -18,11 +18,14 @@
  * with the checksum fused into the copy. A mismatch, or a range the check refuses, releases the
  * reservation (by its token) and fails it; only then does the requester get an answer, so a
  * successful answer means the bytes are in the slot. The request body is borrowed while the
- * handler runs; a reservation that waits (for eviction) gets its own copy of the bytes.
+ * handler runs; a reservation that waits (for eviction) gets its own copy of the bytes. A traced
+ * request records control.owner_reserve (kvmesh.inline 1, kvmesh.waited) until the answer.
+ * Tested by tests/unit/test_store_inline_write.c (kvm_put_inline_test_bad_sums: its hook).
  */
 #include "store/put_inline.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +38,22 @@
 #include "store/slot_core.h"
 
 #define INL_SUM_BLOCK (64u << 10) /* bytes copied, then hashed while cache-hot */
+
+static _Atomic uint32_t test_bad_sums; /* kvm_put_inline_test_bad_sums: bodies still to spoil */
+
+uint32_t kvm_put_inline_test_bad_sums(uint32_t n)
+{
+    return atomic_exchange(&test_bad_sums, n);
+}
+
+/* Test-only: whether this body's checksum is to be spoilt (one armed count taken). */
+static bool test_bad_sum(void)
+{
+    uint32_t n = atomic_load(&test_bad_sums);
+    while (n > 0 && !atomic_compare_exchange_weak(&test_bad_sums, &n, n - 1))
+        ;
+    return n > 0;
+}
 
 /* ---- requester ------------------------------------------------------------------------------ */
 
@@ -91,6 +110,8 @@ uint8_t *kvm_put_inline_body(const kvm_op_t *op, const struct kvm_item *it,
                                           .ttl_ms = ttl_ms,
                                           .ident = it->ident},
                                     .checksum = it->checksum};
+    if (test_bad_sum())
+        m.checksum ^= 1; /* test-only: the owner must refuse these bytes */
     if (store_reserve_inline_head_encode(&m, body, STORE_RESERVE_INLINE_HEAD_MAX, &head) != 0) {
         free(body);
         return NULL;
@@ -136,6 +157,8 @@ struct inl_serve {
     const uint8_t *src; /* the bytes: the request body's (handler running) or own; NULL: none */
     uint8_t *own;       /* the copy of a reservation that waited; NULL otherwise */
     bool *answered;     /* the handler's flag while it runs; NULL after */
+    struct obs_span span;
+    struct obs_span *sp; /* &span while traced (control.owner_reserve); NULL: untraced */
 };
 
 static void reply_err(rpc_reply *reply, int rc, const char *msg)
@@ -195,6 +218,14 @@ static void inline_reserved(void *arg, int rc, const char *err, uint64_t seg, ui
         release_slot(s->rt, seg, off, token);
         err = msg;
     }
+    if (s->sp) {
+        obs_span_set_int(s->sp, "kvmesh.waited", s->answered == NULL);
+        if (!rc) {
+            obs_span_set_int(s->sp, "kvmesh.segment", (int64_t)seg);
+            obs_span_set_int(s->sp, "kvmesh.offset", (int64_t)off);
+        }
+    }
+    kvm_span_finish(s->sp, rc);
     if (rc) {
         reply_err(s->reply, rc, err);
     } else {
@@ -236,6 +267,13 @@ static void on_reserve_inline(rpc_reply *reply, struct rpc_request *req, void *a
                             .checksum = m.checksum,
                             .src = m.payload,
                             .answered = &answered};
+    /* the owner's span, STORE_RPC_RESERVE's control.owner_reserve marked inline; it lasts
+     * until the answer (a reservation may wait for eviction) */
+    if (req->trace.flags & OBS_TRACE_FLAG_SAMPLED &&
+        (s->sp = kvm_span_remote(rt, &req->trace, "control.owner_reserve", &s->span))) {
+        obs_span_set_int(s->sp, "kvmesh.bytes", (int64_t)m.r.length);
+        obs_span_set_int(s->sp, "kvmesh.inline", 1);
+    }
     kvm_owner_reserve(rt, &m.r.ident, m.r.length, m.r.ttl_ms, inline_reserved, s);
     if (!answered) { /* the reservation waits: the body is gone once the handler returns */
         s->answered = NULL;

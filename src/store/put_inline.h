@@ -56,4 +56,9 @@ void kvm_put_inline_refused(kvm_rt_t *rt, const kvm_runtime_t *owner);
 /* Before the loop serves requests: registers the owner's STORE_RPC_RESERVE_INLINE handler. */
 void kvm_put_inline_register(kvm_rt_t *rt);
 
+/* Test-only (as quota.h's kvm_quota_test_* hooks): the next n inline reservation bodies built in
+ * this process (any runtime) carry a wrong checksum, so their owners answer KVMESH_ECHECKSUM.
+ * Returns the count still armed before the call. Any thread. */
+uint32_t kvm_put_inline_test_bad_sums(uint32_t n);
+
 #endif
