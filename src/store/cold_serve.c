@@ -637,8 +637,8 @@ void kvm_cold_promote(void *ctx, const kvm_ident_t *id, const kvm_route_version_
     kvm_rt_t *rt = g->rt;
     uint64_t room = (uint64_t)((double)rt->capacity * rt->cfg.evict_low_watermark);
     if (g->closed || !rt->route || rt->capacity == 0 || rt->state != KVM_MS_ACTIVE ||
-        rt->used + rt->stats.reserved_bytes + length > room) {
-        cb(arg, KVMESH_EAGAIN); /* no room without evicting: stays cold-only */
+        rt->used + length > room) { /* (used counts open reservations too) */
+        cb(arg, KVMESH_EAGAIN);     /* no room without evicting: stays cold-only */
         return;
     }
     struct promo *p = calloc(1, sizeof(*p));

@@ -300,7 +300,7 @@ typedef struct kvm_op {
 /* evictions and meta_calls are views of the runtime's metrics registry (evictions_total,
  * metadata_operations_total); the rest are owner-internal figures without a family. */
 struct kvm_rt_stats {
-    uint64_t capacity, used, reserved_bytes, reclaim_bytes;
+    uint64_t capacity, used, reclaim_bytes; /* used: every live slot, reserved ones included */
     uint64_t evictions, evict_conflicts, reclaimed, reservations_expired, reserve_waits;
     /* reservations past their TTL held until an exact route lookup settles them (a gauge);
      * reservations_expired: those the lookup proved unreferenced and released */
