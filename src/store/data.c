@@ -456,8 +456,11 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                                                  .token = res->token});
                 if (!e && !regs[i - base].addr)
                     e = reg_span(rt, sgs[i].iov, sgs[i].iovcnt, &regs[i - base]);
-                if (!e && !b)
+                if (!e && !b) {
                     e = tp_batch_new(rt->tp, put_batch_cap(place->items, sgs, base, end), &b);
+                    if (!e) /* a lone one-chunk tcp request then runs on this thread */
+                        tp_batch_set_deadline(b, deadline);
+                }
                 if (!e && tp_batch_count(b) + (unsigned)sgs[i].iovcnt > TP_MAX_BATCH)
                     e = KVMESH_ETOOBIG;
                 if (!e) {
@@ -706,8 +709,11 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             int e = kvm_rt_seg_open(rt, a->data_addr, rep->segment, a->seg_read_token, &seg);
             if (!e)
                 e = reg_span(rt, o->iov, o->iovcnt, &regs[i - base]);
-            if (!e && !b)
+            if (!e && !b) {
                 e = tp_batch_new(rt->tp, get_batch_cap(outs, base, end), &b);
+                if (!e) /* a lone one-chunk tcp request then runs on this thread */
+                    tp_batch_set_deadline(b, deadline);
+            }
             if (!e && tp_batch_count(b) + (unsigned)o->iovcnt > TP_MAX_BATCH)
                 e = KVMESH_ETOOBIG;
             if (!e) {
