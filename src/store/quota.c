@@ -244,6 +244,7 @@ void kvm_quota_close(kvm_rt_t *rt)
     q->recon_timer = 0;
     tn_close(q->tn);
     q->hooks.tomb_close(rt); /* what waited for a callback tn_close will not run */
+    kvm_quota_claims_close(rt);
     for (uint32_t i = 0; i < q->n; i++)
         kvm_quota_fifo_clear(&q->fifo[i]);
     rt->quota = NULL;

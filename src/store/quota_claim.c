@@ -124,7 +124,10 @@ void kvm_quota_cas_claimed(kvm_op_t *op, struct kvm_item *it, int rc, const kvm_
     }
 }
 
+/* A claim the tenant layer holds (tn_claim in flight): on the quota's list until its callback
+ * runs, so that kvm_quota_claims_close can answer and free what tn_close leaves unanswered. */
 struct qhook {
+    struct qhook *prev, *next;
     kvm_rt_t *rt;
     route_claim_done_fn done;
     void *done_arg;
@@ -155,10 +158,32 @@ int kvm_quota_test_fault(kvm_rt_t *rt)
     return n ? atomic_load(&q->test_fail_rc) : 0;
 }
 
+static void hook_link(struct kvm_quota *q, struct qhook *h)
+{
+    h->prev = NULL;
+    h->next = q->claims;
+    if (q->claims)
+        q->claims->prev = h;
+    q->claims = h;
+}
+
+static void hook_unlink(struct kvm_quota *q, struct qhook *h)
+{
+    if (h->prev)
+        h->prev->next = h->next;
+    else
+        q->claims = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    h->prev = h->next = NULL;
+}
+
 static void hook_claimed(void *arg, int rc, const tn_op_view_t *v)
 {
     (void)v;
     struct qhook *h = arg;
+    KVM_ASSERT(h->rt->quota);
+    hook_unlink(h->rt->quota, h);
     int fault = rc == 0 ? kvm_quota_test_fault(h->rt) : 0;
     if (fault) { /* test-only: claimed, and the CAS fails outright (nothing applied) */
         h->done(h->done_arg, kvm_errf(fault, "test fault: route CAS failed after the claim"), NULL,
@@ -237,10 +262,30 @@ static int claim_hook(void *ctx, const uint8_t *claim, size_t claim_len, const r
                           .payload = payload,
                           .payload_len = pl,
                           .cas_follows = true}; /* a finalized operation's CAS: a duplicate */
+    hook_link(q, h);
     int rc = tn_claim(q->tn, &req, hook_claimed, h);
-    if (rc)
+    if (rc) {
+        hook_unlink(q, h);
         free(h);
+    }
     return rc; /* counted by the writer (kvm_quota_cas_claimed), as its own claims are */
+}
+
+/* After tn_close (no tenant callback runs after it): the claims it left unanswered are answered
+ * EUNAVAILABLE, so the route primary replies to their writers now and they retry at the shard's
+ * next primary (route_client.c: a fresh view, the same claim; a claim the metadata server applied
+ * before the close is the same operation id there) instead of waiting out their request
+ * deadline; their records are freed. */
+void kvm_quota_claims_close(kvm_rt_t *rt)
+{
+    struct kvm_quota *q = rt->quota;
+    while (q && q->claims) {
+        struct qhook *h = q->claims;
+        hook_unlink(q, h);
+        h->done(h->done_arg,
+                kvm_errf(KVMESH_EUNAVAILABLE, "the route primary's runtime is closing"), NULL, 0);
+        free(h);
+    }
 }
 
 void kvm_quota_claim_hook(kvm_rt_t *rt, bool on)

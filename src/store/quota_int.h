@@ -51,7 +51,8 @@ struct kvm_quota {
     uint32_t degraded_passes;
     uint64_t recon_trips_at_start, recon_round_trips; /* metadata calls made by passes */
     uint64_t round_backlog, round_degraded;           /* sums of the round in progress */
-    void *tomb_waiting; /* quota_tomb.c: its tombstones waiting for a tenant-layer callback */
+    void *tomb_waiting;   /* quota_tomb.c: its tombstones waiting for a tenant-layer callback */
+    struct qhook *claims; /* quota_claim.c: route claims waiting for tn_claim's callback */
     /* test-only (kvm_quota_test_fail_after_claim): claims still to be followed by a failed CAS */
     _Atomic uint32_t test_fail_n;
     _Atomic int test_fail_rc;
@@ -125,5 +126,8 @@ int kvm_quota_item_init(kvm_rt_t *rt, struct kvm_item *it, bool is_delete);
 void kvm_quota_fifo_clear(struct qfifo *f);
 /* [loop] quota_claim.c: the claim's payload of a put into buf (its length); a delete's is empty. */
 size_t kvm_quota_put_payload(const struct kvm_item *it, uint8_t buf[KVM_PUT_PAYLOAD_MAX]);
+/* [loop] quota_claim.c, at close after tn_close: answers ECANCELED and frees every route claim
+ * still waiting for the tenant layer (their writers retry instead of waiting out the deadline). */
+void kvm_quota_claims_close(kvm_rt_t *rt);
 
 #endif
