@@ -4,8 +4,9 @@
  * recorded, time is a number. Reclaim grace, held reservations and their settle decision (with
  * and without the further check), eviction with a busy slot, waiters for space, accounting,
  * COMMIT / RELEASE notes that name an earlier slot at the same bytes (ignored, counted), and
- * reclaim that keeps up with releases faster than tick_budget slots per tick, and a reclaim
- * backlog above the per-pass cap drained by bounded re-runs.
+ * reclaim that keeps up with releases faster than tick_budget slots per tick, a reclaim backlog
+ * above the per-pass cap drained by bounded re-runs, and COMMIT / RELEASE of one slot in either
+ * order.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -416,6 +417,53 @@ static void test_reclaim_cap(void **state)
     slot_core_free(c);
 }
 
+/* An older owner's refused slot batch is resent item by item after its answer, so a later
+ * single message may overtake its items (docs/store.md "Batched COMMIT and RELEASE"): for one
+ * slot, COMMIT and RELEASE commute. Either order (the RELEASE naming the slot by its token, as a
+ * failed put's does, or by its object, as a replaced route's does) ends in RECLAIM with the grace
+ * from the RELEASE, the grant revoked once, nothing counted stale, and the bytes freed at the
+ * same tick. */
+static void test_commit_release_commute(void **state)
+{
+    (void)state;
+    kvm_ident_t k;
+    assert_int_equal(kvm_ident_init(&k, "t", NULL, "k", 1), 0);
+    for (int order = 0; order < 2; order++) {
+        for (int by_token = 0; by_token < 2; by_token++) {
+            struct fx_log l;
+            slot_core_t *c = core_new(&l, false, 1 << 20);
+            reserve(c, &l, 0, 3000);
+            uint64_t off = l.off;
+            slot_note_t commit = {SLOT_NOTE_TOKEN | SLOT_NOTE_OBJECT, l.token, k.hash, 3000};
+            slot_note_t release =
+                by_token ? commit : (slot_note_t){SLOT_NOTE_OBJECT, 0, k.hash, 3000};
+            if (order == 0) { /* as sent */
+                assert_non_null(slot_core_commit_note(c, 1 * MS, 7, off, &commit));
+                assert_true(slot_core_release_note(c, 2 * MS, 7, off, &release));
+            } else { /* the RELEASE overtook the COMMIT */
+                assert_true(slot_core_release_note(c, 2 * MS, 7, off, &release));
+                assert_non_null(slot_core_commit_note(c, 3 * MS, 7, off, &commit));
+            }
+            assert_int_equal(state_at(c, off), SLOT_RECLAIM);
+            slot_core_stats_t st;
+            slot_core_stats(c, &st);
+            assert_int_equal(st.n_committed, 0);
+            assert_int_equal(st.n_reserved, 0);
+            assert_int_equal(st.n_reclaim, 1);
+            assert_int_equal(st.notes_stale, 0);
+            assert_int_equal(l.n_revoked, 1);
+            slot_core_tick(c, 101 * MS); /* the grace runs from the RELEASE (2 ms) */
+            assert_int_equal(l.n_freed, 0);
+            slot_core_tick(c, 102 * MS);
+            assert_int_equal(l.n_freed, 1);
+            assert_int_equal(slot_core_used(c), 0);
+            assert_int_equal(slot_core_check(c), 0);
+            slot_core_free(c);
+        }
+    }
+    kvm_ident_free(&k);
+}
+
 static void test_settle_decide(void **state)
 {
     (void)state;
@@ -638,7 +686,7 @@ int main(void)
         cmocka_unit_test(test_stale_note),      cmocka_unit_test(test_ident_view),
         cmocka_unit_test(test_non_canonical),   cmocka_unit_test(test_record_pool),
         cmocka_unit_test(test_reclaim_backlog), cmocka_unit_test(test_reclaim_rate),
-        cmocka_unit_test(test_reclaim_cap),
+        cmocka_unit_test(test_reclaim_cap),     cmocka_unit_test(test_commit_release_commute),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
