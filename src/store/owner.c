@@ -628,18 +628,38 @@ static void evict_looked_up(void *arg, int rc, const kvm_route_t *r)
 
 /* ---- housekeeping -------------------------------------------------------------------------- */
 
+static void tick(void *arg);
+static void reclaim_more(void *arg);
+
+/* The next housekeeping step: a reclaim re-run on the loop's next turn while the core's
+ * reclaim cap left slots due (slot_core_tick), else the tick after STORE_TICK_MS. */
+static void tick_arm(kvm_rt_t *rt, bool more)
+{
+    if (!atomic_load(&rt->closing))
+        rt->tick_timer = more ? env_timer_start(rt->env, 0, reclaim_more, rt)
+                              : env_timer_start(rt->env, STORE_TICK_MS * 1000000ull, tick, rt);
+}
+
+static void reclaim_more(void *arg)
+{
+    kvm_rt_t *rt = arg;
+    rt->tick_timer = 0;
+    bool more = slot_core_reclaim(rt->slots, now_ns(rt));
+    owner_sync(rt);
+    tick_arm(rt, more);
+}
+
 static void tick(void *arg)
 {
     kvm_rt_t *rt = arg;
     rt->tick_timer = 0;
-    slot_core_tick(rt->slots, now_ns(rt));
+    bool more = slot_core_tick(rt->slots, now_ns(rt));
     owner_sync(rt);
     atomic_store(&rt->a_used, rt->used);
     obs_gauge_set(rt->metrics, segment_used_bytes, OBS_TIER_DRAM, OBS_NONE, (int64_t)rt->used);
     obs_gauge_set(rt->metrics, segment_capacity_bytes, OBS_TIER_DRAM, OBS_NONE,
                   (int64_t)rt->capacity);
-    if (!atomic_load(&rt->closing))
-        rt->tick_timer = env_timer_start(rt->env, STORE_TICK_MS * 1000000ull, tick, rt);
+    tick_arm(rt, more);
 }
 
 void kvm_owner_start(kvm_rt_t *rt)

@@ -40,6 +40,7 @@
 #include "store/cold_glue.h"
 #include "store/quota.h"
 #include "store/repair.h"
+#include "store/slot_batch.h"
 #include "store/place_wait.h"
 #include "store/store.h"
 
@@ -600,6 +601,7 @@ static void close_start(void *arg)
         rt->route = NULL;
         route_svc_free(r);
     }
+    kvm_slot_batch_close(rt); /* a COMMIT / RELEASE group the route service left open */
     env_uv_set_sender(rt->env, NULL, NULL);
     close_pending(rt, "the member record's delete (a metadata call)");
     if (rt->meta && rt->lease)

@@ -217,6 +217,14 @@ void kvm_slot_batch_end(kvm_rt_t *rt)
     rt->slotb_box = NULL;
 }
 
+void kvm_slot_batch_close(kvm_rt_t *rt)
+{
+    kvm_slot_batch_flush(rt); /* best effort, as the group's end would have sent them */
+    free(rt->slotb_box);
+    rt->slotb_box = NULL;
+    rt->slotb_depth = 0; /* no end will come: later messages go alone */
+}
+
 static void group_begin(void *ctx)
 {
     kvm_slot_batch_begin(ctx);

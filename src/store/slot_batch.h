@@ -18,7 +18,8 @@
  * answers an empty 0.
  *
  * Loop thread. The outbox lives in kvm_rt_t (slotb_*): allocated by the group's first message,
- * freed when the group closes.
+ * freed when the group closes or, for a group still open when the runtime closes, by
+ * kvm_slot_batch_close.
  */
 #ifndef KVMESH_STORE_SLOT_BATCH_H
 #define KVMESH_STORE_SLOT_BATCH_H
@@ -37,6 +38,11 @@ void kvm_slot_batch_begin(kvm_rt_t *rt);
 void kvm_slot_batch_end(kvm_rt_t *rt); /* outermost: sends every owner's batch */
 /* Sends every owner's batch now (the group stays open). NULL rt: a no-op. */
 void kvm_slot_batch_flush(kvm_rt_t *rt);
+/* Runtime close, once the route service is freed (runtime.c close_start, while the endpoint
+ * still sends): a group it left open (freed in the middle of one) never ends, so what the group
+ * queued is sent now, the outbox freed and the group closed; later messages go alone. Batches
+ * awaiting their answer are freed by it (the endpoint's close cancels them). */
+void kvm_slot_batch_close(kvm_rt_t *rt);
 
 /* COMMIT (type STORE_RPC_COMMIT) or RELEASE of (seg, off) to the remote owner `owner` (this
  * runtime's member record; its epoch is the target). note: the slot's identity (NULL: none).

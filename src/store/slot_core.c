@@ -191,6 +191,8 @@ int slot_core_new(const slot_core_cfg_t *cfg, const slot_effects_t *fx, void *ct
     slab_init(&c->pool);
     if (!c->cfg.name)
         c->cfg.name = "owner";
+    if (!c->cfg.reclaim_cap)
+        c->cfg.reclaim_cap = SLOT_RECLAIM_CAP;
     *out = c;
     return 0;
 }
@@ -875,21 +877,28 @@ void slot_core_evict_end(slot_core_t *c, uint64_t now, slot_t *s, enum slot_evic
 
 /* ---- housekeeping ---------------------------------------------------------------------------- */
 
-/* Frees every RECLAIM slot whose grace has passed. Not bounded by tick_budget: a fixed number
- * of slots per tick caps the reclaim rate (256 per 20 ms tick: 12,800 slots/s, 3.2 GB/s of
- * 256 KiB values, 50 MB/s of 4 KiB ones) below the rate a loop can release slots at, so
- * overwrites faster than that left a backlog of slots past their grace that grew without bound,
- * counted as pending reclaim (evict_need: no eviction for it) and drained 256 per tick, and a
- * reservation that needed their space waited for the whole backlog (docs/performance.md, "The
- * shm 256 KiB batch_put stall"). Freeing a slot is O(1), and what one tick finds due was released
- * by this thread during one earlier tick period, so the work stays proportional to the releases
- * that made it. A slot still busy (a lookup or CAS holds it) gets a new grace and goes to the
- * tail, after every slot examined here (the queue stays ordered by deadline; each slot is
- * examined at most once per call, even with a zero grace). */
-static void reclaim_due(slot_core_t *c, uint64_t now)
+/* Frees the RECLAIM slots whose grace has passed, at most reclaim_cap of them per call; returns
+ * whether more are due (the shell runs slot_core_reclaim again at once, on its loop's next turn).
+ * Not bounded by tick_budget: a fixed number of slots per tick caps the reclaim rate (256 per
+ * 20 ms tick: 12,800 slots/s, 3.2 GB/s of 256 KiB values, 50 MB/s of 4 KiB ones) below the rate
+ * a loop can release slots at, so overwrites faster than that left a backlog of slots past their
+ * grace that grew without bound, counted as pending reclaim (evict_need: no eviction for it) and
+ * drained 256 per tick, and a reservation that needed their space waited for the whole backlog
+ * (docs/performance.md, "The shm 256 KiB batch_put stall"). Freeing a slot is O(1), and what one
+ * tick finds due was normally released by this thread during one earlier tick period, so the
+ * work follows the releases that made it. The cap bounds one call where it does not: a hot
+ * upgrade adopts its predecessor's whole reclaim queue with one grace (slot_core_start), a long
+ * stall lets many periods come due at once; the rest is freed by the re-runs, each bounded,
+ * with the loop's other work between them. A slot still busy (a lookup or CAS holds it) counts
+ * towards the cap, gets a new grace and goes to the tail, after every slot examined here (the
+ * queue stays ordered by deadline; each slot is examined at most once per call, even with a
+ * zero grace). */
+static bool reclaim_due(slot_core_t *c, uint64_t now)
 {
     slot_t *busy_head = NULL, *busy_tail = NULL;
-    while (c->reclaim_head && c->reclaim_head->deadline_ns <= now) {
+    uint32_t left = c->cfg.reclaim_cap;
+    while (c->reclaim_head && c->reclaim_head->deadline_ns <= now && left) {
+        left--;
         slot_t *s = c->reclaim_head;
         q_del(&c->reclaim_head, &c->reclaim_tail, s);
         if (s->busy) { /* a lookup or CAS still holds it: later */
@@ -902,11 +911,13 @@ static void reclaim_due(slot_core_t *c, uint64_t now)
         event(c, SLOT_EV_RECLAIMED, s->len);
         slot_free(c, s);
     }
+    bool more = c->reclaim_head && c->reclaim_head->deadline_ns <= now;
     while (busy_head) {
         slot_t *s = busy_head;
         q_del(&busy_head, &busy_tail, s);
         q_push(&c->reclaim_head, &c->reclaim_tail, s);
     }
+    return more;
 }
 
 static void expire_due(slot_core_t *c, uint64_t now)
@@ -926,15 +937,24 @@ static void expire_due(slot_core_t *c, uint64_t now)
     }
 }
 
-void slot_core_tick(slot_core_t *c, uint64_t now)
+bool slot_core_tick(slot_core_t *c, uint64_t now)
 {
-    reclaim_due(c, now);
+    bool more = reclaim_due(c, now);
     expire_due(c, now);
     if (c->waiters)
         waiters_run(c, now);
     uint64_t high = (uint64_t)((double)c->capacity * c->cfg.evict_high);
     if (c->used > high || c->waiters)
         evict_some(c, 0);
+    return more;
+}
+
+bool slot_core_reclaim(slot_core_t *c, uint64_t now)
+{
+    bool more = reclaim_due(c, now);
+    if (c->waiters) /* the freed space may answer them now rather than at the next tick */
+        waiters_run(c, now);
+    return more;
 }
 
 /* ---- hot upgrade and drain ------------------------------------------------------------------- */

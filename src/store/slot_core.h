@@ -54,6 +54,8 @@
 
 #define SLOT_CORE_MAX_SEGS 64 /* segments per core (== STORE_MAX_SEGS) */
 #define SLOT_LIST_MAX      64 /* slots one slot_core_list page returns */
+/* RECLAIM slots one reclaim pass examines by default (a few ms: bench_slot_reclaim) */
+#define SLOT_RECLAIM_CAP 8192
 
 enum slot_state {
     SLOT_NEW = 0,
@@ -196,8 +198,9 @@ typedef struct slot_core_cfg {
     double evict_high, evict_low; /* watermarks (fractions of capacity) */
     uint64_t wait_timeout_ns;     /* a reservation waits this long for eviction at most */
     uint64_t held_retry_ns;       /* a HELD slot whose lookup did not answer is asked again */
-    uint32_t tick_budget;         /* expired reservations examined per tick (their lookups);
-                                     reclaim frees every slot whose grace passed */
+    uint32_t tick_budget;         /* expired reservations examined per tick (their lookups) */
+    uint32_t reclaim_cap;         /* RECLAIM slots examined per tick or slot_core_reclaim call
+                                     (0: SLOT_RECLAIM_CAP) */
     uint32_t evict_inflight_max;
     uint32_t wait_max; /* reservations waiting for space */
 } slot_core_cfg_t;
@@ -256,10 +259,17 @@ const slot_t *slot_core_commit(slot_core_t *c, uint64_t now, uint64_t seg_id, ui
 void slot_core_release(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off);
 /* A reader used a committed slot (CLOCK reference bit). */
 void slot_core_hit(slot_core_t *c, uint64_t seg_id, uint64_t off);
-/* Housekeeping: frees every reclaim slot whose grace passed (not a budget's worth: a backlog
- * would outgrow the grace under fast overwrites), holds expired reservations and asks for their
- * lookups (at most tick_budget), serves the waiters, evicts above the high watermark. */
-void slot_core_tick(slot_core_t *c, uint64_t now);
+/* Housekeeping: frees the reclaim slots whose grace passed, up to reclaim_cap (a cap, not a
+ * tick_budget's worth: at 256 per tick a backlog would outgrow the grace under fast overwrites),
+ * holds expired reservations and asks for their lookups (at most tick_budget), serves the
+ * waiters, evicts above the high watermark. Returns true when the cap stopped the reclaim with
+ * more slots past their grace: the shell then calls slot_core_reclaim at once (a zero-delay
+ * timer: its loop's next turn, never a sleep) until that returns false. */
+bool slot_core_tick(slot_core_t *c, uint64_t now);
+/* A reclaim re-run: frees up to reclaim_cap more slots whose grace passed, then serves the
+ * waiters with the space; nothing else of the tick (expiry lookups keep their tick_budget per
+ * period). Returns true while more are due. */
+bool slot_core_reclaim(slot_core_t *c, uint64_t now);
 
 /* The held-reservation settle decision (spec "Write path": a reservation past its TTL is kept
  * until an exact lookup settles it). One pure function so that further conditions (the quota

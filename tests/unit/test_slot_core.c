@@ -4,7 +4,9 @@
  * recorded, time is a number. Reclaim grace, held reservations and their settle decision (with
  * and without the further check), eviction with a busy slot, waiters for space, accounting,
  * COMMIT / RELEASE notes that name an earlier slot at the same bytes (ignored, counted), and
- * reclaim that keeps up with releases faster than tick_budget slots per tick.
+ * reclaim that keeps up with releases faster than tick_budget slots per tick, a reclaim backlog
+ * above the per-pass cap drained by bounded re-runs, and COMMIT / RELEASE of one slot in either
+ * order.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -80,10 +82,12 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
     l->answers++;
 }
 
-static slot_core_t *core_new(struct fx_log *l, bool check, uint64_t seg_size)
+static slot_core_t *core_new_cap(struct fx_log *l, bool check, uint64_t seg_size,
+                                 uint32_t reclaim_cap)
 {
     memset(l, 0, sizeof(*l));
     slot_core_cfg_t cfg = {.name = "t",
+                           .reclaim_cap = reclaim_cap,
                            .reclaim_grace_ns = 100 * MS,
                            .evict_high = 0.9,
                            .evict_low = 0.5,
@@ -103,6 +107,11 @@ static slot_core_t *core_new(struct fx_log *l, bool check, uint64_t seg_size)
     assert_int_equal(slot_core_seg_add(c, 7, seg_size, &segi), 0);
     assert_int_equal(segi, 0);
     return c;
+}
+
+static slot_core_t *core_new(struct fx_log *l, bool check, uint64_t seg_size)
+{
+    return core_new_cap(l, check, seg_size, 0); /* the default cap, SLOT_RECLAIM_CAP */
 }
 
 static void reserve(slot_core_t *c, struct fx_log *l, uint64_t now, uint64_t len)
@@ -355,6 +364,106 @@ static void test_reclaim_rate(void **state)
     slot_core_free(c);
 }
 
+/* A backlog larger than the reclaim cap (a hot upgrade's adopted reclaim queue, a long stall):
+ * the tick frees reclaim_cap slots and says more are due; each re-run (slot_core_reclaim) frees
+ * at most the cap, the backlog is gone after exactly ceil(backlog / cap) passes, the last one
+ * says nothing more is due (a slot still in its grace stays), and the reservation waiting for
+ * the space is answered by the re-run that freed it, not a tick period later. */
+static void test_reclaim_cap(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    enum { CAP = 64, SLOT = 1024, N = 1023, PASSES = (N + CAP - 1) / CAP }; /* 16 passes */
+    enum { WANT = 512, ANSWER_PASS = WANT / CAP }; /* the waiter: 512 KiB, free after 8 passes */
+    slot_core_t *c = core_new_cap(&l, false, N * SLOT + SLOT, CAP);
+    for (int i = 0; i <= N; i++) {
+        reserve(c, &l, 0, SLOT);
+        assert_non_null(slot_core_commit(c, 0, 7, l.off));
+        /* the first N released at 1 ms (due at 101 ms), the last at 50 ms (due at 150 ms) */
+        slot_core_release(c, i < N ? 1 * MS : 50 * MS, 7, l.off);
+    }
+    kvm_ident_t id;
+    assert_int_equal(kvm_ident_init(&id, "t", NULL, "big", 3), 0);
+    int before = l.answers;
+    slot_core_reserve(c, 60 * MS, &id, WANT * SLOT, 300, reserved, &l);
+    assert_int_equal(l.answers, before); /* waits for the reclaim */
+    slot_core_stats_t st;
+    bool more = slot_core_tick(c, 101 * MS);
+    int passes = 1;
+    for (;;) {
+        slot_core_stats(c, &st);
+        assert_int_equal(l.n_freed, passes < PASSES ? passes * CAP : N); /* at most CAP a pass */
+        assert_int_equal(st.reclaimed, (uint64_t)l.n_freed);
+        assert_int_equal(more, passes < PASSES);
+        /* answered by the pass that freed its space (the slots were placed in offset order) */
+        assert_int_equal(l.answers, before + (passes >= ANSWER_PASS));
+        assert_int_equal(slot_core_check(c), 0);
+        if (!more)
+            break;
+        assert_true(passes < PASSES); /* a bounded number of re-runs */
+        more = slot_core_reclaim(c, 101 * MS);
+        passes++;
+    }
+    assert_int_equal(passes, PASSES);
+    assert_int_equal(st.n_reclaim, 1); /* the slot still in its grace */
+    assert_int_equal(st.reclaim_bytes, SLOT);
+    assert_int_equal(l.rc, 0);
+    assert_false(slot_core_reclaim(c, 101 * MS)); /* nothing due: frees nothing */
+    assert_int_equal(l.n_freed, N);
+    assert_false(slot_core_tick(c, 150 * MS)); /* its grace passed */
+    assert_int_equal(l.n_freed, N + 1);
+    kvm_ident_free(&id);
+    assert_int_equal(slot_core_check(c), 0);
+    slot_core_free(c);
+}
+
+/* An older owner's refused slot batch is resent item by item after its answer, so a later
+ * single message may overtake its items (docs/store.md "Batched COMMIT and RELEASE"): for one
+ * slot, COMMIT and RELEASE commute. Either order (the RELEASE naming the slot by its token, as a
+ * failed put's does, or by its object, as a replaced route's does) ends in RECLAIM with the grace
+ * from the RELEASE, the grant revoked once, nothing counted stale, and the bytes freed at the
+ * same tick. */
+static void test_commit_release_commute(void **state)
+{
+    (void)state;
+    kvm_ident_t k;
+    assert_int_equal(kvm_ident_init(&k, "t", NULL, "k", 1), 0);
+    for (int order = 0; order < 2; order++) {
+        for (int by_token = 0; by_token < 2; by_token++) {
+            struct fx_log l;
+            slot_core_t *c = core_new(&l, false, 1 << 20);
+            reserve(c, &l, 0, 3000);
+            uint64_t off = l.off;
+            slot_note_t commit = {SLOT_NOTE_TOKEN | SLOT_NOTE_OBJECT, l.token, k.hash, 3000};
+            slot_note_t release =
+                by_token ? commit : (slot_note_t){SLOT_NOTE_OBJECT, 0, k.hash, 3000};
+            if (order == 0) { /* as sent */
+                assert_non_null(slot_core_commit_note(c, 1 * MS, 7, off, &commit));
+                assert_true(slot_core_release_note(c, 2 * MS, 7, off, &release));
+            } else { /* the RELEASE overtook the COMMIT */
+                assert_true(slot_core_release_note(c, 2 * MS, 7, off, &release));
+                assert_non_null(slot_core_commit_note(c, 3 * MS, 7, off, &commit));
+            }
+            assert_int_equal(state_at(c, off), SLOT_RECLAIM);
+            slot_core_stats_t st;
+            slot_core_stats(c, &st);
+            assert_int_equal(st.n_committed, 0);
+            assert_int_equal(st.n_reserved, 0);
+            assert_int_equal(st.n_reclaim, 1);
+            assert_int_equal(st.notes_stale, 0);
+            assert_int_equal(l.n_revoked, 1);
+            slot_core_tick(c, 101 * MS); /* the grace runs from the RELEASE (2 ms) */
+            assert_int_equal(l.n_freed, 0);
+            slot_core_tick(c, 102 * MS);
+            assert_int_equal(l.n_freed, 1);
+            assert_int_equal(slot_core_used(c), 0);
+            assert_int_equal(slot_core_check(c), 0);
+            slot_core_free(c);
+        }
+    }
+    kvm_ident_free(&k);
+}
+
 static void test_settle_decide(void **state)
 {
     (void)state;
@@ -577,6 +686,7 @@ int main(void)
         cmocka_unit_test(test_stale_note),      cmocka_unit_test(test_ident_view),
         cmocka_unit_test(test_non_canonical),   cmocka_unit_test(test_record_pool),
         cmocka_unit_test(test_reclaim_backlog), cmocka_unit_test(test_reclaim_rate),
+        cmocka_unit_test(test_reclaim_cap),     cmocka_unit_test(test_commit_release_commute),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
