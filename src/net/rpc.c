@@ -74,6 +74,7 @@ void rpc_config_init(struct rpc_config *c)
     c->reconnect_min_ms = RPC_DEFAULT_RECONNECT_MIN;
     c->reconnect_max_ms = RPC_DEFAULT_RECONNECT_MAX;
     c->max_conns = RPC_DEFAULT_MAX_CONNS;
+    c->pool_bytes = RPC_DEFAULT_POOL_BYTES;
 }
 
 /* ---- deadline tree ------------------------------------------------------------------------- */
@@ -149,7 +150,7 @@ static int msg_check(const rpc_endpoint *ep, const struct rpc_msg *m, uint64_t *
 }
 
 /* Builds an outgoing frame; the fixed header is written again at submit time (deadline). */
-static int out_new(uint8_t kind, uint64_t id, const struct rpc_msg *m, int status,
+static int out_new(rpc_endpoint *ep, uint8_t kind, uint64_t id, const struct rpc_msg *m, int status,
                    const char *error, int copy_payload, struct rpc_out **res)
 {
     Kvmesh__Rpc__RpcHeader h = KVMESH__RPC__RPC_HEADER__INIT;
@@ -169,7 +170,7 @@ static int out_new(uint8_t kind, uint64_t id, const struct rpc_msg *m, int statu
     if (!o)
         return KVMESH_ENOMEM;
     o->head_len = FRAME_FIXED_SIZE + pb_len;
-    o->head = malloc(o->head_len);
+    o->head = bufpool_get(&ep->pool, o->head_len);
     if (!o->head) {
         free(o);
         return KVMESH_ENOMEM;
@@ -190,9 +191,9 @@ static int out_new(uint8_t kind, uint64_t id, const struct rpc_msg *m, int statu
     o->bufs[0] = uv_buf_init((char *)o->head, (unsigned)o->head_len);
     o->nbufs = 1;
     if (plen && copy_payload) {
-        o->owned_payload = malloc(plen);
+        o->owned_payload = bufpool_get(&ep->pool, plen);
         if (!o->owned_payload) {
-            free(o->head);
+            bufpool_put(&ep->pool, o->head);
             free(o);
             return KVMESH_ENOMEM;
         }
@@ -237,10 +238,10 @@ struct rpc_out *rpc_out_raw(uint8_t kind, uint64_t id, uint8_t *pb, size_t pb_le
     return o;
 }
 
-void rpc_out_free(struct rpc_out *o)
+void rpc_out_free(rpc_endpoint *ep, struct rpc_out *o)
 {
-    free(o->head);
-    free(o->owned_payload);
+    bufpool_put(&ep->pool, o->head);
+    bufpool_put(&ep->pool, o->owned_payload);
     free(o);
 }
 
@@ -283,8 +284,8 @@ static void call_free(rpc_call_t *c)
     KVM_ASSERT(c->peer->ncalls > 0);
     c->peer->ncalls--;
     if (c->rx) {
-        free(c->rx->pb);
-        free(c->rx->payload);
+        bufpool_put(&c->ep->pool, c->rx->pb);
+        bufpool_put(&c->ep->pool, c->rx->payload);
         free(c->rx);
     }
     free(c->error);
@@ -304,7 +305,7 @@ void rpc_call_deliver(rpc_call_t *c)
     Kvmesh__Rpc__RpcHeader *h = NULL;
     if (c->rx) {
         res.trace = c->rx->fh.trace;
-        h = kvmesh__rpc__rpc_header__unpack(NULL, c->rx->fh.header_len, c->rx->pb);
+        h = kvmesh__rpc__rpc_header__unpack(&ep->pb_alloc, c->rx->fh.header_len, c->rx->pb);
         if (!h) {
             res.status = KVMESH_EPROTO;
             res.error = "response header is not a valid RpcHeader";
@@ -329,7 +330,7 @@ void rpc_call_deliver(rpc_call_t *c)
     if (c->rx && res.payload == NULL)
         c->rx->payload = NULL; /* taken by the callback */
     if (h)
-        kvmesh__rpc__rpc_header__free_unpacked(h, NULL);
+        kvmesh__rpc__rpc_header__free_unpacked(h, &ep->pb_alloc);
     call_free(c);
 }
 
@@ -338,8 +339,7 @@ void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx
 {
     if (c->done) {
         if (rx) {
-            free(rx->pb);
-            free(rx->payload);
+            rpc_rx_free(c->ep, rx);
             free(rx);
         }
         return;
@@ -357,7 +357,7 @@ void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx
         /* Still in a waiting queue: never written, drop the frame. */
         TAILQ_REMOVE(c->out->inq, c->out, q);
         rpc_sendq_remove(c->ep, c->out);
-        rpc_out_free(c->out);
+        rpc_out_free(c->ep, c->out);
         c->out = NULL;
     }
     if (!c->out)
@@ -422,7 +422,7 @@ void rpc_peer_fail_waiting(rpc_peer *p, int status, const char *why)
             rpc_sendq_remove(p->ep, o);
             rpc_sent_cb scb = o->sent_cb;
             void *sarg = o->sent_arg;
-            rpc_out_free(o);
+            rpc_out_free(p->ep, o);
             if (scb)
                 scb(status, sarg);
         }
@@ -457,12 +457,12 @@ static void peer_enqueue(rpc_peer *p, struct rpc_out *o)
 void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
 {
     rpc_endpoint *ep = c->ep;
-    Kvmesh__Rpc__RpcHeader *h =
-        kvmesh__rpc__rpc_header__unpack(NULL, rx->fh.header_len, rx->pb ? rx->pb : (uint8_t *)"");
-    free(rx->pb);
+    Kvmesh__Rpc__RpcHeader *h = kvmesh__rpc__rpc_header__unpack(&ep->pb_alloc, rx->fh.header_len,
+                                                                rx->pb ? rx->pb : (uint8_t *)"");
+    bufpool_put(&ep->pool, rx->pb);
     rx->pb = NULL;
     if (!h) {
-        free(rx->payload);
+        bufpool_put(&ep->pool, rx->payload);
         rpc_conn_close(c, RPC_CLOSE_BAD_HEADER);
         return;
     }
@@ -485,8 +485,8 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
             slot->nfn(NULL, &req, slot->narg);
         else
             ep->st.notifies_dropped++;
-        free(req.payload);
-        kvmesh__rpc__rpc_header__free_unpacked(h, NULL);
+        bufpool_put(&ep->pool, req.payload);
+        kvmesh__rpc__rpc_header__free_unpacked(h, &ep->pb_alloc);
         return;
     }
     obs_count(ep->metrics, transport_operations_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_RECEIVE, 1);
@@ -496,11 +496,11 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         snprintf(e, sizeof(e), "%u requests in service on this connection (limit %d)", c->nreplies,
                  RPC_MAX_REQUESTS_PER_CONN);
         uint64_t id = rx->fh.request_id;
-        free(req.payload);
-        kvmesh__rpc__rpc_header__free_unpacked(h, NULL);
+        bufpool_put(&ep->pool, req.payload);
+        kvmesh__rpc__rpc_header__free_unpacked(h, &ep->pb_alloc);
         struct rpc_out *o;
         if (sendq_admit(ep, &c->sq, 0) == 0 &&
-            out_new(FRAME_RESPONSE, id, NULL, KVMESH_EAGAIN, e, 1, &o) == 0) {
+            out_new(ep, FRAME_RESPONSE, id, NULL, KVMESH_EAGAIN, e, 1, &o) == 0) {
             sendq_add(ep, o, &c->sq);
             ep->st.replies_sent++;
             rpc_conn_submit(c, o);
@@ -509,8 +509,8 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
     }
     rpc_reply *r = calloc(1, sizeof(*r));
     if (!r) {
-        free(req.payload);
-        kvmesh__rpc__rpc_header__free_unpacked(h, NULL);
+        bufpool_put(&ep->pool, req.payload);
+        kvmesh__rpc__rpc_header__free_unpacked(h, &ep->pb_alloc);
         rpc_conn_close(c, RPC_CLOSE_NOMEM);
         return;
     }
@@ -520,8 +520,8 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
     r->conn = c;
     if (RB_INSERT(rpc_reply_tree, &c->replies, r) != NULL) {
         /* A request id still in service was reused: protocol violation. */
-        free(req.payload);
-        kvmesh__rpc__rpc_header__free_unpacked(h, NULL);
+        bufpool_put(&ep->pool, req.payload);
+        kvmesh__rpc__rpc_header__free_unpacked(h, &ep->pb_alloc);
         free(r);
         rpc_conn_close(c, RPC_CLOSE_UNEXPECTED);
         return;
@@ -545,12 +545,12 @@ void rpc_handle_response(struct rpc_conn *c, struct rpc_rx *rx)
     rpc_call_t *call = RB_FIND(rpc_call_tree, &c->pending, &key);
     if (!call) {
         c->ep->st.responses_late++;
-        rpc_rx_free(rx);
+        rpc_rx_free(c->ep, rx);
         return;
     }
     struct rpc_rx *own = malloc(sizeof(*own));
     if (!own) {
-        rpc_rx_free(rx);
+        rpc_rx_free(c->ep, rx);
         rpc_call_finish(call, KVMESH_ENOMEM, "out of memory receiving a response", NULL);
         return;
     }
@@ -565,9 +565,9 @@ static void reply_free(rpc_reply *r)
         RB_REMOVE(rpc_reply_tree, &r->conn->replies, r);
         r->conn->nreplies--;
     }
-    free(r->req.payload);
+    bufpool_put(&ep->pool, r->req.payload);
     free((char *)r->req.peer_runtime_id);
-    kvmesh__rpc__rpc_header__free_unpacked(r->hdr, NULL);
+    kvmesh__rpc__rpc_header__free_unpacked(r->hdr, &ep->pb_alloc);
     free(r);
     ep->live_replies--;
     rpc_ep_maybe_free(ep);
@@ -612,7 +612,7 @@ int rpc_reply_send(rpc_reply *r, int status, const char *error, const struct rpc
     if (rc)
         return rc; /* not consumed */
     struct rpc_out *o;
-    rc = out_new(FRAME_RESPONSE, r->req.request_id, m, status, error, sent_cb == NULL, &o);
+    rc = out_new(ep, FRAME_RESPONSE, r->req.request_id, m, status, error, sent_cb == NULL, &o);
     if (rc)
         goto consumed;
     o->sent_cb = sent_cb;
@@ -665,7 +665,7 @@ int rpc_call(rpc_peer *p, const struct rpc_msg *m, rpc_call_cb cb, void *arg, rp
     if (!c)
         return KVMESH_ENOMEM;
     struct rpc_out *o;
-    rc = out_new(FRAME_REQUEST, c->id, m, 0, NULL, 0, &o);
+    rc = out_new(ep, FRAME_REQUEST, c->id, m, 0, NULL, 0, &o);
     if (rc) {
         free(c);
         return rc;
@@ -699,7 +699,7 @@ int rpc_notify(rpc_peer *p, const struct rpc_msg *m, rpc_sent_cb sent_cb, void *
     if (rc)
         return rc;
     struct rpc_out *o;
-    rc = out_new(FRAME_NOTIFY, 0, m, 0, NULL, sent_cb == NULL, &o);
+    rc = out_new(ep, FRAME_NOTIFY, 0, m, 0, NULL, sent_cb == NULL, &o);
     if (rc)
         return rc;
     o->sent_cb = sent_cb;
@@ -847,6 +847,9 @@ int rpc_endpoint_new(uv_loop_t *loop, const struct rpc_config *cfg, rpc_endpoint
     }
     ep->loop = loop;
     ep->cfg = *cfg;
+    bufpool_init(&ep->pool, cfg->pool_bytes);
+    ep->pb_alloc = (ProtobufCAllocator){
+        .alloc = bufpool_pb_alloc, .free = bufpool_pb_free, .allocator_data = &ep->pool};
     ep->metrics = cfg->metrics;
     if (!ep->metrics) {
         if (obs_registry_new(&ep->metrics) != 0) {
@@ -999,6 +1002,10 @@ static uint64_t rd_tcp(const rpc_endpoint *ep, const char *family, unsigned xop)
 void rpc_get_stats(const rpc_endpoint *ep, struct rpc_stats *out)
 {
     *out = ep->st;
+    out->pool_hits = ep->pool.st.hits;
+    out->pool_misses = ep->pool.st.misses;
+    out->pool_dropped = ep->pool.st.dropped;
+    out->pool_cached_bytes = ep->pool.st.cached_bytes;
     /* the fields counted in the registry (once, where they happen) */
     uint64_t done = rd_tcp(ep, "transport_operations_total", OBS_XOP_RPC_SEND);
     out->calls_failed = rd_tcp(ep, "transport_failures_total", OBS_XOP_RPC_SEND);
@@ -1034,6 +1041,7 @@ void rpc_ep_maybe_free(rpc_endpoint *ep)
     void *arg = ep->closed_arg;
     free(ep->desc_raw);
     free(ep->handlers);
+    bufpool_clear(&ep->pool);
     if (ep->own_metrics)
         obs_registry_free(ep->metrics);
     free(ep);

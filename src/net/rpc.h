@@ -15,8 +15,9 @@
  *    to uv_write as iovecs) and must stay valid until the call's callback (rpc_call) or the
  *    sent callback (rpc_notify / rpc_reply_send) has run. With a NULL sent callback the payload
  *    is copied instead.
- *  - Received payloads are malloc'd buffers of the announced length; a callback/handler may
- *    take one by setting ->payload = NULL after saving the pointer (then it must free() it).
+ *  - Received payloads are malloc'd buffers of at least the announced length (large ones come
+ *    from the endpoint's buffer pool, bufpool.h, but are plain malloc blocks); a callback/handler
+ *    may take one by setting ->payload = NULL after saving the pointer (then it must free() it).
  *  - rpc_call handles stay valid until their callback returns; rpc_reply handles until
  *    rpc_reply_send() consumes them or rpc_reply_drop().
  */
@@ -39,7 +40,8 @@
 #define RPC_DEFAULT_HANDSHAKE_MS  5000
 #define RPC_DEFAULT_RECONNECT_MIN 20
 #define RPC_DEFAULT_RECONNECT_MAX 2000
-#define RPC_DEFAULT_MAX_CONNS     1024 /* inbound connections */
+#define RPC_DEFAULT_MAX_CONNS     1024          /* inbound connections */
+#define RPC_DEFAULT_POOL_BYTES    (16ull << 20) /* message buffers kept for reuse */
 #define RPC_MAX_PEERS             4096
 #define RPC_MAX_PENDING_CALLS     8192 /* calls outstanding per peer (queued, written, unanswered) */
 /* Drain rate bound (with idle_timeout_ms): a connection whose frames stay in flight for a whole
@@ -109,6 +111,10 @@ struct rpc_config {
      * finished at least RPC_MIN_DRAIN_BPS x that period of bytes, else write_timeout too (a
      * peer reading slowly but steadily keeps neither its queue nor its slot). */
     uint32_t idle_timeout_ms;
+    /* Message buffers of 64 KiB - 8 MiB (frame heads and copied payloads sent, headers and
+     * payloads received) are kept for reuse, at most this many bytes in all (0 = none): a freed
+     * block of that size would go back to the kernel and fault its pages in again next time. */
+    uint64_t pool_bytes;
 };
 
 /* Fills defaults (descriptor and secret left zero: the caller must set local). */
@@ -174,6 +180,10 @@ struct rpc_stats {
     uint64_t eagain;         /* submissions refused by backpressure */
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
     uint64_t queued_bytes, queued_msgs; /* gauges: all connections */
+    /* the message buffer pool (rpc_config.pool_bytes; docs/transport.md "RPC buffer pool"):
+     * buffers of 64 KiB - 8 MiB reused, newly allocated, freed because the pool was full, and
+     * the bytes it holds now */
+    uint64_t pool_hits, pool_misses, pool_dropped, pool_cached_bytes;
 };
 
 /* Creates an endpoint on loop. cfg is copied. */

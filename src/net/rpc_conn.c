@@ -46,7 +46,7 @@ static void write_cb(uv_write_t *wr, int status)
     rpc_sent_cb scb = o->sent_cb;
     void *sarg = o->sent_arg;
     int close_after = o->close_after;
-    rpc_out_free(o);
+    rpc_out_free(ep, o);
     if (call) {
         call->out = NULL;
         if (call->done)
@@ -119,8 +119,7 @@ static void conn_close_cb(uv_handle_t *h)
     rpc_endpoint *ep = c->ep;
     KVM_ASSERT(c->writes == 0);
     free(c->rbuf);
-    free(c->rx.pb);
-    free(c->rx.payload);
+    rpc_rx_free(ep, &c->rx);
     free(c->peer_desc_raw);
     free(c);
     ep->handles--;
@@ -304,10 +303,10 @@ static void handle_ack(struct rpc_conn *c, struct rpc_rx *rx);
 static void handle_auth(struct rpc_conn *c, struct rpc_rx *rx);
 static void handle_verdict(struct rpc_conn *c, struct rpc_rx *rx);
 
-void rpc_rx_free(struct rpc_rx *rx)
+void rpc_rx_free(rpc_endpoint *ep, struct rpc_rx *rx)
 {
-    free(rx->pb);
-    free(rx->payload);
+    bufpool_put(&ep->pool, rx->pb);
+    bufpool_put(&ep->pool, rx->payload);
     rx->pb = NULL;
     rx->payload = NULL;
 }
@@ -345,7 +344,7 @@ static void frame_complete(struct rpc_conn *c)
         rpc_reply *r = RB_FIND(rpc_reply_tree, &c->replies, &key);
         if (r)
             r->canceled = 1;
-        rpc_rx_free(&rx);
+        rpc_rx_free(c->ep, &rx);
         break;
     }
     default:
@@ -414,14 +413,14 @@ static int rx_process(struct rpc_conn *c)
             c->pb_got = 0;
             c->pay_got = 0;
             if (c->rx.fh.header_len) {
-                c->rx.pb = malloc(c->rx.fh.header_len);
+                c->rx.pb = bufpool_get(&ep->pool, c->rx.fh.header_len);
                 if (!c->rx.pb) {
                     rpc_conn_close(c, RPC_CLOSE_NOMEM);
                     return -1;
                 }
             }
             if (c->rx.fh.payload_len) {
-                c->rx.payload = malloc(c->rx.fh.payload_len);
+                c->rx.payload = bufpool_get(&ep->pool, c->rx.fh.payload_len);
                 if (!c->rx.payload) {
                     rpc_conn_close(c, RPC_CLOSE_NOMEM);
                     return -1;
@@ -465,6 +464,12 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
         *buf = uv_buf_init((char *)c->rx.payload + c->pay_got, (unsigned)left);
         return;
     }
+    if (c->rxs == RX_PB && c->rpos == c->rlen &&
+        c->rx.fh.header_len - c->pb_got >= RPC_RX_STAGING) {
+        /* Large header (a message carried in the RpcHeader): straight into its buffer too. */
+        *buf = uv_buf_init((char *)c->rx.pb + c->pb_got, c->rx.fh.header_len - (unsigned)c->pb_got);
+        return;
+    }
     if (c->rpos == c->rlen) {
         c->rpos = c->rlen = 0;
     } else if (c->rpos > 0 && RPC_RX_STAGING - c->rlen < FRAME_FIXED_SIZE) {
@@ -493,6 +498,13 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     obs_count(ep->metrics, transport_bytes_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_RECEIVE,
               (uint64_t)nread);
+    if ((uint8_t *)buf->base != c->rbuf + c->rlen && c->rxs == RX_PB) {
+        /* Direct header read: rx_process moves on once it is whole (and completes a frame
+         * without payload). */
+        c->pb_got += (size_t)nread;
+        rx_process(c);
+        return;
+    }
     if ((uint8_t *)buf->base != c->rbuf + c->rlen) {
         /* Direct payload read. */
         c->pay_got += (uint64_t)nread;
@@ -520,17 +532,17 @@ static void handle_hello(struct rpc_conn *c, struct rpc_rx *rx)
     struct hs_hello *h = malloc(sizeof(*h));
     char msg[HS_MSG_MAX];
     if (!h) {
-        rpc_rx_free(rx);
+        rpc_rx_free(c->ep, rx);
         rpc_conn_close(c, RPC_CLOSE_NOMEM);
         return;
     }
     if (hs_hello_decode(rx->pb, rx->fh.header_len, h) != 0) {
-        rpc_rx_free(rx);
+        rpc_rx_free(c->ep, rx);
         free(h);
         refuse(c, HS_BAD_MESSAGE, "hello could not be decoded");
         return;
     }
-    rpc_rx_free(rx);
+    rpc_rx_free(c->ep, rx);
     enum hs_reason r = hs_check_compat(&ep->cfg.local, &h->desc, NULL, NULL, msg, sizeof(msg));
     if (r == HS_OK && h->expect_runtime_id[0] &&
         strcmp(h->expect_runtime_id, ep->cfg.local.runtime_id) != 0) {
@@ -575,12 +587,12 @@ static void handle_ack(struct rpc_conn *c, struct rpc_rx *rx)
     struct hs_hello *h = malloc(sizeof(*h));
     char msg[HS_MSG_MAX];
     if (!h) {
-        rpc_rx_free(rx);
+        rpc_rx_free(c->ep, rx);
         rpc_conn_close(c, RPC_CLOSE_NOMEM);
         return;
     }
     int rc = hs_ack_decode(rx->pb, rx->fh.header_len, h);
-    rpc_rx_free(rx);
+    rpc_rx_free(c->ep, rx);
     if (rc) {
         free(h);
         refuse(c, HS_BAD_MESSAGE, "hello ack could not be decoded");
@@ -654,7 +666,7 @@ static void handle_auth(struct rpc_conn *c, struct rpc_rx *rx)
     uint8_t mac[HS_MAC_LEN], want[HS_MAC_LEN];
     int has_mac = 0;
     int rc = hs_auth_decode(rx->pb, rx->fh.header_len, mac, &has_mac);
-    rpc_rx_free(rx);
+    rpc_rx_free(c->ep, rx);
     if (rc) {
         refuse(c, HS_BAD_MESSAGE, "auth could not be decoded");
         return;
@@ -687,7 +699,7 @@ static void handle_verdict(struct rpc_conn *c, struct rpc_rx *rx)
     enum hs_reason r = HS_BAD_MESSAGE;
     char msg[HS_MSG_MAX];
     int rc = hs_verdict_decode(rx->pb, rx->fh.header_len, &r, msg, sizeof(msg));
-    rpc_rx_free(rx);
+    rpc_rx_free(c->ep, rx);
     if (rc) {
         rpc_conn_close(c, RPC_CLOSE_BAD_HEADER);
         return;

@@ -14,6 +14,7 @@
 #include <bsd/sys/tree.h>
 #include <sys/socket.h>
 
+#include "net/bufpool.h"
 #include "net/rpc.h"
 #include "obs/metrics.h"
 #include "rpc.pb-c.h"
@@ -195,6 +196,8 @@ struct rpc_endpoint {
     unsigned npeers, ninbound;
     struct rpc_handler_slot *handlers; /* 65536 slots */
     struct rpc_stats st;
+    struct bufpool pool;         /* message buffers (bufpool.h), cleared when freed */
+    ProtobufCAllocator pb_alloc; /* RpcHeader unpacking from the pool */
     char last_refusal[HS_MSG_MAX + 64];
     int closing;
     unsigned handles; /* open uv handles */
@@ -212,7 +215,7 @@ void rpc_peer_fail_waiting(rpc_peer *p, int status, const char *why);
 void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx);
 void rpc_handle_response(struct rpc_conn *c, struct rpc_rx *rx);
 struct rpc_out *rpc_out_raw(uint8_t kind, uint64_t id, uint8_t *pb, size_t pb_len);
-void rpc_out_free(struct rpc_out *o);
+void rpc_out_free(rpc_endpoint *ep, struct rpc_out *o);
 void rpc_sendq_remove(rpc_endpoint *ep, struct rpc_out *o);
 void rpc_ep_maybe_free(rpc_endpoint *ep);
 
@@ -222,6 +225,6 @@ void rpc_conn_close(struct rpc_conn *c, enum rpc_close_reason reason);
 void rpc_conn_dial(rpc_peer *p);
 void rpc_conn_flush_waiting(struct rpc_conn *c);
 void rpc_conn_on_connection(uv_stream_t *server, int status);
-void rpc_rx_free(struct rpc_rx *rx);
+void rpc_rx_free(rpc_endpoint *ep, struct rpc_rx *rx);
 
 #endif

@@ -669,11 +669,81 @@ static void test_server_requests_bounded(void **state)
     fx_free(f);
 }
 
+/* One echo of a body of body_len bytes (carried in the RpcHeader) and payload_len payload bytes. */
+static void echo_big_body(struct fx *f, rpc_peer *p, size_t body_len, size_t payload_len)
+{
+    uint8_t *body = malloc(body_len), *pay = malloc(payload_len + 1);
+    for (size_t i = 0; i < body_len; i++)
+        body[i] = (uint8_t)(i * 31 + 7);
+    for (size_t i = 0; i < payload_len; i++)
+        pay[i] = (uint8_t)(i * 3);
+    uv_buf_t iov = uv_buf_init((char *)pay, (unsigned)payload_len);
+    struct rpc_msg m = {.type = T_ECHO,
+                        .body = body,
+                        .body_len = body_len,
+                        .iov = &iov,
+                        .niov = payload_len ? 1 : 0,
+                        .timeout_ms = 10000};
+    struct result r = {0};
+    assert_int_equal(rpc_call(p, &m, result_cb, &r, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r, 15000));
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.body_len, body_len);
+    assert_memory_equal(r.body, body, body_len);
+    assert_int_equal(r.payload_len, payload_len);
+    if (payload_len)
+        assert_memory_equal(r.payload, pay, payload_len);
+    result_free(&r);
+    free(body);
+    free(pay);
+}
+
+/* Large message buffers (a 300 KiB body, read straight into its header buffer, and a 256 KiB
+ * payload) come back from each endpoint's pool once it is warm: no new allocation of a pooled
+ * size on either side for bodies, none on the server for payloads (the client's caller takes
+ * each received payload and frees it). With pool_bytes 0 nothing is kept. */
+static void test_buffer_pool_reuse(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct rpc_stats c0, s0, c1, s1;
+    for (int i = 0; i < 2; i++)
+        echo_big_body(f, p, 300u << 10, 256u << 10);
+    rpc_get_stats(f->cli, &c0);
+    rpc_get_stats(f->srv, &s0);
+    for (int i = 0; i < 5; i++)
+        echo_big_body(f, p, 300u << 10, 256u << 10);
+    rpc_get_stats(f->cli, &c1);
+    rpc_get_stats(f->srv, &s1);
+    assert_int_equal(s1.pool_misses, s0.pool_misses);
+    assert_true(s1.pool_hits >= s0.pool_hits + 5 * 4); /* header, body, reply head, payload x2 */
+    assert_true(c1.pool_hits >= c0.pool_hits + 5 * 2); /* response header and body */
+    assert_true(s1.pool_cached_bytes > 0 && s1.pool_cached_bytes <= RPC_DEFAULT_POOL_BYTES);
+    fx_free(f);
+
+    struct rpc_config a, b;
+    cfg_make(&a, "dep", "cli", NULL);
+    cfg_make(&b, "dep", "srv", NULL);
+    a.pool_bytes = b.pool_bytes = 0;
+    f = fx_new(&a, &b);
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    for (int i = 0; i < 3; i++)
+        echo_big_body(f, p, 300u << 10, 256u << 10);
+    rpc_get_stats(f->srv, &s1);
+    assert_int_equal(s1.pool_hits, 0);
+    assert_int_equal(s1.pool_cached_bytes, 0);
+    assert_true(s1.pool_dropped > 0);
+    fx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_echo_ipv4_reuses_connection),
         cmocka_unit_test(test_large_payload),
+        cmocka_unit_test(test_buffer_pool_reuse),
         cmocka_unit_test(test_ipv6_and_unix),
         cmocka_unit_test(test_concurrent_out_of_order),
         cmocka_unit_test(test_deadline_fires),
