@@ -9,7 +9,10 @@
  *     so a callback may start and cancel timers freely (including its own, now stale, id);
  *   - the idle handle is active exactly while the defer list is non-empty;
  *   - post_q holds at most ENV_UV_POST_CAP entries and is touched only under post_mu;
- *   - the env memory is freed only after all three handles reported their close callbacks.
+ *   - the env memory is freed only after all three handles reported their close callbacks;
+ *   - spare holds at most ENV_UV_TIMER_SPARE freed timer records, linked through next_spare and
+ *     in neither tree (a record is reused by the next timer_start instead of a calloc per timer:
+ *     route and store ops arm and cancel several timers per op).
  */
 #include "env/env_uv.h"
 
@@ -33,6 +36,7 @@ typedef struct uvtimer {
     env_timer_id id;
     env_cb cb;
     void *arg;
+    struct uvtimer *next_spare; /* in u->spare only */
 } uvtimer_t;
 
 static int cmp_deadline(const uvtimer_t *a, const uvtimer_t *b)
@@ -77,6 +81,8 @@ typedef struct env_uv {
     struct id_tree by_id;
     env_timer_id next_timer_id;
     size_t n_timers;
+    uvtimer_t *spare; /* freed records for reuse (at most ENV_UV_TIMER_SPARE) */
+    size_t n_spare;
 
     /* defer */
     uv_idle_t idle;
@@ -177,6 +183,40 @@ static void timer_unlink(env_uv_t *u, uvtimer_t *t)
     u->n_timers--;
 }
 
+/* A zeroed timer record: a spare one, else a new one (NULL: no memory). */
+static uvtimer_t *timer_alloc(env_uv_t *u)
+{
+    uvtimer_t *t = u->spare;
+    if (!t)
+        return calloc(1, sizeof(*t));
+    u->spare = t->next_spare;
+    u->n_spare--;
+    memset(t, 0, sizeof(*t));
+    return t;
+}
+
+/* Frees t (unlinked from both trees), keeping it as a spare while there is room. */
+static void timer_release(env_uv_t *u, uvtimer_t *t)
+{
+    if (u->n_spare >= ENV_UV_TIMER_SPARE || u->freeing) {
+        free(t);
+        return;
+    }
+    t->next_spare = u->spare;
+    u->spare = t;
+    u->n_spare++;
+}
+
+static void spares_free(env_uv_t *u)
+{
+    while (u->spare) {
+        uvtimer_t *t = u->spare;
+        u->spare = t->next_spare;
+        free(t);
+    }
+    u->n_spare = 0;
+}
+
 static void on_uv_timer(uv_timer_t *h)
 {
     env_uv_t *u = h->data;
@@ -190,7 +230,7 @@ static void on_uv_timer(uv_timer_t *h)
         timer_unlink(u, t);
         env_cb cb = t->cb;
         void *arg = t->arg;
-        free(t);
+        timer_release(u, t);
         cb(arg);
         if (u->freeing)
             return;
@@ -203,7 +243,7 @@ static env_timer_id op_timer_start(env_t *env, uint64_t delay_ns, env_cb cb, voi
     env_uv_t *u = to_uv(env);
     KVM_ASSERT(cb != NULL);
     KVM_ASSERT(!u->freeing);
-    uvtimer_t *t = calloc(1, sizeof(*t));
+    uvtimer_t *t = timer_alloc(u);
     if (!t)
         return 0;
     uint64_t now = uv_hrtime();
@@ -230,7 +270,7 @@ static void op_timer_cancel(env_t *env, env_timer_id id)
         return;
     bool was_first = RB_MIN(deadline_tree, &u->by_deadline) == t;
     timer_unlink(u, t);
-    free(t);
+    timer_release(u, t);
     if (was_first)
         timer_rearm(u);
 }
@@ -446,6 +486,7 @@ void env_uv_free(env_t *env)
         timer_unlink(u, t);
         free(t);
     }
+    spares_free(u);
     defer_item_t *it = u->defer_head;
     while (it) {
         defer_item_t *next = it->next;
@@ -488,4 +529,9 @@ void env_uv_seed(env_t *env, uint64_t seed)
 size_t env_uv_timer_count(env_t *env)
 {
     return to_uv(env)->n_timers;
+}
+
+size_t env_uv_timer_spare_count(env_t *env)
+{
+    return to_uv(env)->n_spare;
 }

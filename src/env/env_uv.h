@@ -37,9 +37,10 @@
 
 #include "env/env.h"
 
-#define ENV_UV_POST_CAP   4096u    /* posted callbacks waiting for the loop, per env */
-#define ENV_UV_POST_BATCH 256u     /* posted callbacks run per loop turn */
-#define ENV_UV_DEFER_MAX  1048576u /* deferred callbacks pending, per env */
+#define ENV_UV_POST_CAP    4096u    /* posted callbacks waiting for the loop, per env */
+#define ENV_UV_TIMER_SPARE 64u      /* fired or cancelled timer records kept for reuse, per env */
+#define ENV_UV_POST_BATCH  256u     /* posted callbacks run per loop turn */
+#define ENV_UV_DEFER_MAX   1048576u /* deferred callbacks pending, per env */
 
 /* Outbound message hook: copies or sends (data, len) before returning; returns 0 or a KVMESH_E*
  * code, which env_send() returns to its caller. Called on the loop thread. */
@@ -76,6 +77,9 @@ void env_uv_seed(env_t *env, uint64_t seed);
 
 /* Number of armed (not fired, not cancelled) timers; for tests and leak checks. */
 size_t env_uv_timer_count(env_t *env);
+/* Number of freed timer records kept for reuse by the next timer starts (at most
+ * ENV_UV_TIMER_SPARE); for tests. */
+size_t env_uv_timer_spare_count(env_t *env);
 
 /*
  * A loop on a private thread with one env on it, for code that must offer blocking calls to

@@ -895,6 +895,8 @@ int route_owner_scan(route_svc_t *svc, const kvm_runtime_id_t *owner, const uint
 
 /* ---- batching windows (route.h route_batch_begin) -------------------------------------------- */
 
+#define ROUTE_WINDOW_SPARE_CAP 64 /* the spare window keeps an ops array of at most this many */
+
 struct route_window {
     struct route_window *next;
     route_svc_t *svc;
@@ -920,13 +922,28 @@ static bool window_append(struct route_window *w, route_op_t *op)
     return true;
 }
 
+/* An empty window: the spare one (its ops array kept), else a new one (NULL: no memory). A
+ * single op opens and releases a window per call, so one is kept instead of two allocations and
+ * two frees per op. */
+static struct route_window *window_new(route_svc_t *svc)
+{
+    struct route_window *w = svc->win_spare;
+    if (w) {
+        svc->win_spare = NULL;
+        *w = (struct route_window){.svc = svc, .ops = w->ops, .cap = w->cap};
+        return w;
+    }
+    if ((w = calloc(1, sizeof(*w))))
+        w->svc = svc;
+    return w;
+}
+
 static bool window_add(route_svc_t *svc, route_op_t *op)
 {
     struct route_window *w = svc->win_open;
     if (!w) {
-        if (!(w = calloc(1, sizeof(*w))))
+        if (!(w = window_new(svc)))
             return false;
-        w->svc = svc;
         svc->win_open = w;
     }
     return window_append(w, op);
@@ -950,6 +967,11 @@ static void window_release(struct route_window *w)
             continue;
         w->ops[i]->in_window = false;
         op_release(w->ops[i]);
+    }
+    route_svc_t *svc = w->svc;
+    if (!svc->win_spare && w->cap <= ROUTE_WINDOW_SPARE_CAP) {
+        svc->win_spare = w; /* (a batch's larger array is not kept) */
+        return;
     }
     free(w->ops);
     free(w);
@@ -1000,9 +1022,10 @@ static void window_park(route_svc_t *svc, route_op_t *op)
 {
     struct route_window *w = svc->win_wait;
     if (!w) {
-        if (!(w = calloc(1, sizeof(*w))) ||
+        if (!(w = window_new(svc)) ||
             !(w->timer = env_timer_start(svc->env, ROUTE_RETRY_NS, window_run, w))) {
-            free(w);
+            if (w)
+                window_release(w); /* (empty: back to the spare) */
             op->win_park = false;
             backoff(op, ROUTE_RETRY_NS);
             return;
@@ -1110,5 +1133,10 @@ static void windows_free(route_svc_t *svc)
         for (uint32_t i = 0; i < w->n; i++)
             w->ops[i]->win_park = false;
         window_release(w);
+    }
+    if (svc->win_spare) {
+        free(svc->win_spare->ops);
+        free(svc->win_spare);
+        svc->win_spare = NULL;
     }
 }

@@ -272,6 +272,7 @@ struct route_svc {
     struct route_window *win_open;    /* being filled */
     struct route_window *win_pending; /* sealed, waiting for their loop turn */
     struct route_window *win_wait;    /* the pending one whose items wait for shard views */
+    struct route_window *win_spare;   /* a released window kept for reuse (no calloc per op) */
     bool win_parking;                 /* a window's first turn: items without a view park */
 };
 

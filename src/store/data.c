@@ -786,6 +786,18 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
     return progress;
 }
 
+/* Whether replica round `round` has an item to read: one still unread (KVMESH_EAGAIN) whose
+ * route has that many replicas. A round without one does nothing (get_round skips every item),
+ * so the rounds stop there instead of running their setup and a clock read for all
+ * KVM_MAX_REPLICAS rounds of every get (docs/performance.md "Per-op CPU, fourth round"). */
+static bool reads_left(const kvm_op_t *look, const struct kvm_sgout *outs, size_t n, uint32_t round)
+{
+    for (size_t i = 0; i < n; i++)
+        if (outs[i].rc == KVMESH_EAGAIN && round < look->items[i].route.n_replicas)
+            return true;
+    return false;
+}
+
 /* Whether item o is (re)read in attempt `attempt` of get_impl: every item in the first, then
  * those whose read needs another look (checksum failure, route changed, owner moved). */
 static bool get_todo(const struct kvm_sgout *o, int attempt)
@@ -946,7 +958,8 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
         }
         (void)kvm_get_inline_take(rt, look, outs, n); /* served by the lookup's answer */
         bool bad_sum = false;
-        for (uint32_t round = 0; round < KVM_MAX_REPLICAS && kvm_deadline_left_ms(deadline) > 0;
+        for (uint32_t round = 0; round < KVM_MAX_REPLICAS && reads_left(look, outs, n, round) &&
+                                 kvm_deadline_left_ms(deadline) > 0;
              round++)
             get_round(rt, look, outs, n, round, &bad_sum, deadline, &late);
         /* Cold tier: an object with no readable hot replica and a materialized cold copy is

@@ -314,13 +314,31 @@ static bool held_push(kvm_rt_t *rt, const kvm_runtime_id_t *from, const env_msg_
     return true;
 }
 
+/* The sender's runtime id from its hex string: parsed when it differs from the last sender's
+ * (route messages come from a few peers, so most messages reuse the parse). */
+static int env_from_id(kvm_rt_t *rt, const char *hex, kvm_runtime_id_t *out)
+{
+    if (rt->env_from_ok && strcmp(hex, rt->env_from_hex) == 0) {
+        *out = rt->env_from;
+        return 0;
+    }
+    int rc = kvm_id128_parse(hex, out);
+    size_t n = strlen(hex);
+    rt->env_from_ok = rc == 0 && n < sizeof(rt->env_from_hex);
+    if (rt->env_from_ok) {
+        memcpy(rt->env_from_hex, hex, n + 1);
+        rt->env_from = *out;
+    }
+    return rc;
+}
+
 static void on_env_msg(rpc_reply *reply, struct rpc_request *req, void *arg)
 {
     (void)reply;
     kvm_rt_t *rt = arg;
     kvm_runtime_id_t from;
     env_msg_t msg = {.to = 0};
-    if (!req->peer_runtime_id || kvm_id128_parse(req->peer_runtime_id, &from) != 0 ||
+    if (!req->peer_runtime_id || env_from_id(rt, req->peer_runtime_id, &from) != 0 ||
         store_env_msg_decode(req->body, req->body_len, &msg.type, &msg.data, &msg.len) != 0)
         return;
     if (held_push(rt, &from, &msg))

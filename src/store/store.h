@@ -395,6 +395,10 @@ typedef struct kvm_rt {
     kvm_runtime_t slotb_refused[STORE_SLOTB_REFUSED_MAX];
     uint32_t n_slotb_refused;
     kvm_slot_apply_fn slotb_apply;
+    /* [loop] the last STORE_RPC_ENV sender's id string and its parse (runtime.c on_env_msg) */
+    char env_from_hex[40];
+    kvm_runtime_id_t env_from;
+    bool env_from_ok;
     atomic_uint_fast64_t op_seq; /* content op sequence */
     /* [loop] */
     meta_t *meta;

@@ -133,6 +133,43 @@ static void test_timer_cancel(void **state)
     assert_int_equal(c.fired_victim, 0);
 }
 
+/* Fired and cancelled timer records are kept for reuse, at most ENV_UV_TIMER_SPARE of them;
+ * reused ones fire in order, never early, and cancel like new ones. */
+static void test_timer_spares(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    env_t *env;
+    assert_int_equal(env_uv_new(&env, &loop, 0), 0);
+    assert_int_equal(env_uv_timer_spare_count(env), 0);
+    cancel_ctx_t c = {.env = env};
+    env_timer_id ids[2 * ENV_UV_TIMER_SPARE];
+    for (size_t i = 0; i < 2 * ENV_UV_TIMER_SPARE; i++)
+        assert_true((ids[i] = env_timer_start(env, 1000 * MS, on_victim, &c)) != 0);
+    for (size_t i = 0; i < 2 * ENV_UV_TIMER_SPARE; i++)
+        env_timer_cancel(env, ids[i]);
+    assert_int_equal(env_uv_timer_count(env), 0);
+    assert_int_equal(env_uv_timer_spare_count(env), ENV_UV_TIMER_SPARE); /* bounded */
+    rec_t r = {.env = env, .start_ns = env_now_ns(env)};
+    tctx_t t[4] = {{&r, 0, 20 * MS}, {&r, 1, 0}, {&r, 2, 5 * MS}, {&r, 3, 1000 * MS}};
+    for (int i = 0; i < 4; i++)
+        assert_true((r.ids[i] = env_timer_start(env, t[i].delay_ns, on_fire, &t[i])) != 0);
+    assert_int_equal(env_uv_timer_spare_count(env), ENV_UV_TIMER_SPARE - 4);
+    for (int i = 0; i < 4; i++) /* new ids, not the cancelled ones of the reused records */
+        assert_true(r.ids[i] > ids[2 * ENV_UV_TIMER_SPARE - 1]);
+    env_timer_cancel(env, ids[0]);   /* an id whose record was reused: a no-op */
+    env_timer_cancel(env, r.ids[3]); /* a reused record cancelled again */
+    run_loop_to_end(&loop);
+    assert_int_equal(r.n, 3);
+    int want[] = {1, 2, 0};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(r.order[i], want[i]);
+    assert_int_equal(c.fired_victim, 0);
+    assert_int_equal(env_uv_timer_spare_count(env), ENV_UV_TIMER_SPARE);
+    close_env(&loop, env); /* spares freed (ASan checks for leaks) */
+}
+
 typedef struct defer_ctx {
     env_t *env;
     char log[16];
@@ -500,15 +537,11 @@ static void test_zero_delay_timers(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_timer_order),
-        cmocka_unit_test(test_timer_cancel),
-        cmocka_unit_test(test_defer),
-        cmocka_unit_test(test_post_bounded),
-        cmocka_unit_test(test_post_threads),
-        cmocka_unit_test(test_thread_timer_and_stop),
-        cmocka_unit_test(test_messages),
-        cmocka_unit_test(test_clock_and_rng),
-        cmocka_unit_test(test_free_inside_callbacks),
+        cmocka_unit_test(test_timer_order),           cmocka_unit_test(test_timer_cancel),
+        cmocka_unit_test(test_timer_spares),          cmocka_unit_test(test_defer),
+        cmocka_unit_test(test_post_bounded),          cmocka_unit_test(test_post_threads),
+        cmocka_unit_test(test_thread_timer_and_stop), cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_clock_and_rng),         cmocka_unit_test(test_free_inside_callbacks),
         cmocka_unit_test(test_zero_delay_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
