@@ -75,7 +75,7 @@ int wire_cold_backing_decode(const uint8_t *buf, size_t len, kvm_cold_backing_t 
  * records.proto `Route`, and it accepts exactly what protobuf-c 1.4 accepts (unknown fields,
  * any field order, repeated occurrences merged as protobuf-c merges them), with the same
  * validation, error codes and messages as the protobuf-c path it replaced (docs/protocol.md
- * "Route record codec"). */
+ * section 7a). */
 int wire_route_encode(const kvm_route_t *in, uint8_t *buf, size_t cap, size_t *out_len);
 int wire_route_decode(const uint8_t *buf, size_t len, kvm_route_t *out);
 

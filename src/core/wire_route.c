@@ -6,7 +6,7 @@
  * descriptor-driven pack/unpack, the unpacked tree and the conversion into kvm_route_t were a
  * visible share of a small batch operation's CPU (docs/performance.md).
  *
- * Wire compatibility (docs/protocol.md "Route record codec"): the encoder writes exactly the
+ * Wire compatibility (docs/protocol.md section 7a): the encoder writes exactly the
  * bytes protobuf-c 1.4 writes for the same record (fields in number order, proto3 defaults
  * omitted, absent submessages for nil op ids / no predecessor version / no cold backing). The
  * decoder accepts exactly what protobuf-c 1.4's unpack accepts and yields the same values:
@@ -82,9 +82,9 @@ typedef struct pb_route {
     pb_op_t content_op, pred_op;
     uint64_t length, checksum, retain_until_ms;
     int32_t tomb;
-    size_t n_replicas; /* all occurrences; only the first KVM_MAX_REPLICAS kept */
-    pb_rep_t replicas[KVM_MAX_REPLICAS];
     pb_cold_t cold;
+    size_t n_replicas;                   /* all occurrences; only the first KVM_MAX_REPLICAS kept */
+    pb_rep_t replicas[KVM_MAX_REPLICAS]; /* last: parse_route leaves it unzeroed */
 } pb_route_t;
 
 /* ---- protobuf reader ---------------------------------------------------------------------- */
@@ -514,7 +514,7 @@ static bool parse_route(pb_bin_t b, pb_route_t *out)
 {
     pb_rd_t r;
     pb_field_t f;
-    memset(out, 0, sizeof(*out));
+    memset(out, 0, offsetof(pb_route_t, replicas)); /* parse_rep fills each replica used */
     rd_init(&r, b);
     while (r.p < r.end)
         if (!rd_field(&r, &f) || !route_field(&f, out))
