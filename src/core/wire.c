@@ -15,6 +15,7 @@
 #include "core/bytes.h"
 #include "core/util.h"
 #include "core/wire.h"
+#include "core/wire_priv.h"
 #include "records.pb-c.h"
 
 typedef Kvmesh__Core__Ident pb_ident;
@@ -62,17 +63,25 @@ int wire_header_get(const uint8_t *buf, size_t len, uint16_t schema, uint16_t mi
     return 0;
 }
 
+int wire_frame_fits(size_t body_len, const uint8_t *buf, size_t cap)
+{
+    if (body_len > KVM_WIRE_MAX_RECORD_LEN - WIRE_HEADER_LEN)
+        return kvm_errf(KVMESH_ETOOBIG, "wire: record would be %zu bytes; the maximum is %d",
+                        body_len + WIRE_HEADER_LEN, KVM_WIRE_MAX_RECORD_LEN);
+    if (!buf || cap < body_len + WIRE_HEADER_LEN)
+        return kvm_errf(KVMESH_ETOOBIG, "wire: record needs %zu bytes; the buffer has %zu",
+                        body_len + WIRE_HEADER_LEN, cap);
+    return 0;
+}
+
 static int pack_frame(const ProtobufCMessage *m, uint16_t schema, uint8_t *buf, size_t cap,
                       size_t *out_len)
 {
     size_t n = protobuf_c_message_get_packed_size(m);
     *out_len = 0;
-    if (n > KVM_WIRE_MAX_RECORD_LEN - WIRE_HEADER_LEN)
-        return kvm_errf(KVMESH_ETOOBIG, "wire: record would be %zu bytes; the maximum is %d",
-                        n + WIRE_HEADER_LEN, KVM_WIRE_MAX_RECORD_LEN);
-    if (!buf || cap < n + WIRE_HEADER_LEN)
-        return kvm_errf(KVMESH_ETOOBIG, "wire: record needs %zu bytes; the buffer has %zu",
-                        n + WIRE_HEADER_LEN, cap);
+    int rc = wire_frame_fits(n, buf, cap);
+    if (rc)
+        return rc;
     wire_header_put(buf, schema, WIRE_VERSION);
     size_t w = protobuf_c_message_pack(m, buf + WIRE_HEADER_LEN);
     KVM_ASSERT(w == n);
@@ -144,8 +153,7 @@ static ProtobufCMessage *unpack_frame(const ProtobufCMessageDescriptor *d, uint1
     return m;
 }
 
-/* Re-labels the calling thread's last message as a protocol error with a context prefix. */
-static int proto_err(const char *ctx)
+int wire_proto_err(const char *ctx)
 {
     char msg[400];
     snprintf(msg, sizeof(msg), "%s", kvmesh_last_error());
@@ -221,8 +229,7 @@ static void get_version(const pb_version *pb, kvm_route_version_t *out)
               : KVM_ROUTE_VERSION_NONE;
 }
 
-/* Standalone checks of a cold backing (route-level consistency is kvm_route_validate's). */
-static int cold_check(const kvm_cold_backing_t *c, int err)
+int wire_cold_check(const kvm_cold_backing_t *c, int err)
 {
     if (c->kind != KVM_COLD_PENDING_OFFLOAD && c->kind != KVM_COLD_MATERIALIZED)
         return kvm_errf(err, "cold backing kind is %s; expected pending_offload or materialized",
@@ -305,8 +312,8 @@ static int get_cold(const pb_cold *pb, kvm_cold_backing_t *out)
         return kvm_errf(KVMESH_EPROTO,
                         "wire: cold backing has neither a pending nor a materialized state");
     }
-    if (cold_check(out, KVMESH_EPROTO))
-        return proto_err("cold backing");
+    if (wire_cold_check(out, KVMESH_EPROTO))
+        return wire_proto_err("cold backing");
     return 0;
 }
 
@@ -326,7 +333,7 @@ static int get_ident(const pb_ident *pb, kvm_ident_t *out)
                               pb->domain.len, pb->key.data, pb->key.len);
     if (rc == KVMESH_ENOMEM)
         return rc;
-    return rc ? proto_err("ident") : 0;
+    return rc ? wire_proto_err("ident") : 0;
 }
 
 /* ---- ident -------------------------------------------------------------------------------- */
@@ -459,7 +466,7 @@ int wire_cold_backing_encode(const kvm_cold_backing_t *in, uint8_t *buf, size_t 
                              size_t *out_len)
 {
     *out_len = 0;
-    int rc = cold_check(in, KVMESH_EINVAL);
+    int rc = wire_cold_check(in, KVMESH_EINVAL);
     if (rc)
         return rc;
     struct cold_pb s;
@@ -484,9 +491,13 @@ int wire_cold_backing_decode(const uint8_t *buf, size_t len, kvm_cold_backing_t 
     return rc;
 }
 
-/* ---- route -------------------------------------------------------------------------------- */
+/* ---- route: the protobuf-c oracle ----------------------------------------------------------
+ * The production route codec is the hand-written one in wire_route.c. These two are the
+ * protobuf-c implementation it replaced, kept unchanged and compiled as the differential tests'
+ * oracle (wire.h "Test oracle").
+ */
 
-int wire_route_encode(const kvm_route_t *in, uint8_t *buf, size_t cap, size_t *out_len)
+int wire_route_encode_pb(const kvm_route_t *in, uint8_t *buf, size_t cap, size_t *out_len)
 {
     *out_len = 0;
     if (kvm_route_validate(in) != 0) {
@@ -577,11 +588,11 @@ static int route_from_pb(const pb_route *pb, kvm_route_t *r)
     if (pb->cold && (rc = get_cold(pb->cold, &r->cold)) != 0)
         return rc;
     if (kvm_route_validate(r) != 0)
-        return proto_err("route");
+        return wire_proto_err("route");
     return 0;
 }
 
-int wire_route_decode(const uint8_t *buf, size_t len, kvm_route_t *out)
+int wire_route_decode_pb(const uint8_t *buf, size_t len, kvm_route_t *out)
 {
     int rc;
     wire_arena_t arena;
@@ -646,7 +657,7 @@ static int reclaim_from_pb(const pb_reclaim *pb, kvm_cold_reclaim_t *r)
         return kvm_errf(KVMESH_EPROTO, "wire: reclaim state %d is unknown", (int)pb->state);
     }
     if (kvm_cold_reclaim_validate(r) != 0)
-        return proto_err("cold reclaim");
+        return wire_proto_err("cold reclaim");
     return 0;
 }
 

@@ -71,8 +71,20 @@ int wire_cold_backing_encode(const kvm_cold_backing_t *in, uint8_t *buf, size_t 
                              size_t *out_len);
 int wire_cold_backing_decode(const uint8_t *buf, size_t len, kvm_cold_backing_t *out);
 
+/* The route codec is hand-written (wire_route.c): the same bytes protobuf-c writes for
+ * records.proto `Route`, and it accepts exactly what protobuf-c 1.4 accepts (unknown fields,
+ * any field order, repeated occurrences merged as protobuf-c merges them), with the same
+ * validation, error codes and messages as the protobuf-c path it replaced (docs/protocol.md
+ * section 7a). */
 int wire_route_encode(const kvm_route_t *in, uint8_t *buf, size_t cap, size_t *out_len);
 int wire_route_decode(const uint8_t *buf, size_t len, kvm_route_t *out);
+
+/* Test oracle: the protobuf-c route codec that wire_route_encode/_decode replaced, kept
+ * unchanged so that tests/unit/test_wire_route_codec.c and tests/fuzz/fuzz_wire_route_diff.c
+ * can compare the two on bytes, accept/reject and decoded values. Same contracts as above;
+ * slower; not for production paths. */
+int wire_route_encode_pb(const kvm_route_t *in, uint8_t *buf, size_t cap, size_t *out_len);
+int wire_route_decode_pb(const uint8_t *buf, size_t len, kvm_route_t *out);
 
 int wire_cold_reclaim_encode(const kvm_cold_reclaim_t *in, uint8_t *buf, size_t cap,
                              size_t *out_len);
