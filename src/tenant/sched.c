@@ -256,6 +256,9 @@ static void end_turn(ts_t *s)
  * is the only runnable one). false when none is runnable. */
 static bool start_turn(ts_t *s)
 {
+    if (s->st.queued_units == 0)
+        return false; /* no slot has a head: the scan below would find none (hot path: every
+                       * remote read asks twice) */
     for (int k = 1; k <= TS_SLOTS; k++) {
         int from = s->lim.test_bugs & TS_TEST_BUG_NO_ROTATE ? TS_SLOTS - 1 : s->last;
         int i = (from + k) % TS_SLOTS;
