@@ -99,6 +99,8 @@ typedef struct env_uv {
     /* messages */
     env_uv_sender_fn sender;
     void *sender_ctx;
+    env_uv_sender_att_fn sender_att;
+    void *sender_att_ctx;
     env_recv_fn recv;
     void *recv_ctx;
 
@@ -378,6 +380,15 @@ static int op_send(env_t *env, env_node_t to, uint32_t type, const void *data, s
     return u->sender(u->sender_ctx, to, type, data, len);
 }
 
+static int op_send_att(env_t *env, env_node_t to, uint32_t type, const void *data, size_t len,
+                       const env_att_t *att)
+{
+    env_uv_t *u = to_uv(env);
+    if (!u->sender_att)
+        return KVMESH_ENOTSUP;
+    return u->sender_att(u->sender_att_ctx, to, type, data, len, att);
+}
+
 static void op_set_recv(env_t *env, env_recv_fn fn, void *ctx)
 {
     env_uv_t *u = to_uv(env);
@@ -404,6 +415,7 @@ static const struct env_ops env_uv_ops = {
     .defer = op_defer,
     .post = op_post,
     .send = op_send,
+    .send_att = op_send_att,
     .set_recv = op_set_recv,
     .self = op_self,
     .uv_loop = op_uv_loop,
@@ -509,6 +521,13 @@ void env_uv_set_sender(env_t *env, env_uv_sender_fn fn, void *ctx)
     env_uv_t *u = to_uv(env);
     u->sender = fn;
     u->sender_ctx = ctx;
+}
+
+void env_uv_set_sender_att(env_t *env, env_uv_sender_att_fn fn, void *ctx)
+{
+    env_uv_t *u = to_uv(env);
+    u->sender_att = fn;
+    u->sender_att_ctx = ctx;
 }
 
 int env_uv_deliver(env_t *env, const env_msg_t *msg)

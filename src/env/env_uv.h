@@ -19,7 +19,8 @@
  *     when full, KVMESH_ECLOSED after env_uv_free() started. Runs in FIFO order on the loop
  *     thread, at most ENV_UV_POST_BATCH per turn.
  *   - send: handed to the sender hook (env_uv_set_sender), which the RPC layer installs; without
- *     a hook send returns KVMESH_EUNAVAILABLE. Inbound messages enter through env_uv_deliver().
+ *     a hook send returns KVMESH_EUNAVAILABLE. send_att: likewise (env_uv_set_sender_att;
+ *     without a hook KVMESH_ENOTSUP). Inbound messages enter through env_uv_deliver().
  *   - uv_loop: returns the loop.
  *
  * Loop liveness: the async handle is unreferenced, so an env alone does not keep uv_run() alive;
@@ -64,6 +65,13 @@ void env_uv_free(env_t *env);
 
 /* Installs the outbound hook (NULL fn removes it). ctx is borrowed. Loop thread only. */
 void env_uv_set_sender(env_t *env, env_uv_sender_fn fn, void *ctx);
+
+/* Outbound hook of env_send_att (env.h has its contract: the attachment is not copied; on 0
+ * att->sent runs once, later; KVMESH_ENOTSUP when the peer cannot take it). Without one,
+ * env_send_att answers KVMESH_ENOTSUP. Installed like env_uv_set_sender. */
+typedef int (*env_uv_sender_att_fn)(void *ctx, env_node_t to, uint32_t type, const void *data,
+                                    size_t len, const env_att_t *att);
+void env_uv_set_sender_att(env_t *env, env_uv_sender_att_fn fn, void *ctx);
 
 /*
  * Delivers an inbound message to the receiver set with env_set_recv(), synchronously. msg and its

@@ -66,7 +66,10 @@ typedef struct route_svc route_svc_t;
  * up to `max` bytes, get(ctx, route, max, ...) is called on the loop: 0 with *data / *len set to
  * the payload of a replica of exactly that route which this runtime owns and which is committed
  * now (len == route->length <= max), pinned until put(ctx, pin), which the service calls before
- * the handler returns (the answer is encoded in between); nonzero = none (a plain answer).
+ * the handler returns (the answer is encoded in between) or, when the bytes go as the answer's
+ * attachment (the requester asked RMSG_READ_ATT and the env carries it: env_send_att), once
+ * their write completed (from the sent callback, on the loop, possibly after the service was
+ * freed: put and ctx must outlive every send); nonzero = none (a plain answer).
  * get NULL: this authority never answers inline.
  */
 typedef struct route_inline_src {
@@ -163,6 +166,8 @@ int route_cas_costed(route_svc_t *svc, const kvm_route_version_t *expected, cons
  */
 typedef struct route_inline {
     uint32_t max;          /* in: most payload bytes accepted (<= ROUTE_INLINE_MAX) */
+    bool att;              /* in: the bytes may come as the answer's attachment (no copy at the
+                              authority: RMSG_READ_ATT); the caller verifies them (see above) */
     uint8_t *buf;          /* out: the bytes (see above) */
     uint32_t len;          /* out */
     bool got;              /* out */

@@ -161,6 +161,8 @@ static void reply_framed(route_svc_t *svc, const env_msg_t *raw, const route_msg
         m.claim = status == 0 ? (uint8_t *)svc->claim_reply : NULL;
         m.claim_len = status == 0 && m.claim ? svc->claim_reply_len : 0;
     }
+    if (route_inline_send(svc, raw->from, req, &m)) /* the bytes attached (route_inline.c) */
+        return;
     route_inline_fill(svc, &m); /* a READ answered with a replica's bytes (route_inline.c) */
     route_send(svc, raw->from, &m);
 }

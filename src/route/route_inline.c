@@ -8,10 +8,14 @@
  * Invariants: bytes are lent only for a READ whose requester accepts them (req->limit, which a
  * peer that predates inline reads leaves 0), only for a non-tombstone route whose length fits
  * that limit and ROUTE_MSG_MAX_INLINE, and only between begin and end on the loop thread, inside
- * one handler: the pin the source returned is given back before the handler returns. The
- * service never calls the source otherwise.
+ * one handler: the pin the source returned is given back before the handler returns, unless the
+ * bytes went as the answer's attachment (route_inline_send): then the pin goes with the send and
+ * is given back by its sent callback, once the env no longer reads the bytes. The service never
+ * calls the source otherwise.
  */
 #include "route/route_int.h"
+
+#include <stdlib.h>
 
 _Static_assert(ROUTE_INLINE_MAX == ROUTE_MSG_MAX_INLINE, "one bound of inline payload");
 
@@ -57,4 +61,61 @@ void route_inline_end(route_svc_t *svc)
     svc->inl_len = 0;
     svc->inl_pin = NULL;
     svc->inl_set = false;
+}
+
+/* The pin of bytes that went as an attachment: given back by the sent callback. */
+typedef struct inl_hold {
+    void (*put)(void *ctx, void *pin);
+    void *ctx;
+    void *pin;
+} inl_hold_t;
+
+static void inl_sent(int status, void *arg)
+{
+    (void)status; /* written or not, the env reads the bytes no more */
+    inl_hold_t *h = arg;
+    if (h->put)
+        h->put(h->ctx, h->pin);
+    free(h);
+}
+
+/* Encodes m (the head form) and sends it with the lent bytes attached; h takes the pin on 0. */
+static int send_att(route_svc_t *svc, env_node_t to, route_msg_t *m, inl_hold_t *h)
+{
+    size_t cap = route_msg_size_bound(m), len = 0;
+    uint8_t *buf = malloc(cap);
+    if (!buf)
+        return KVMESH_ENOMEM;
+    int rc = route_msg_encode(m, buf, cap, &len);
+    if (rc == 0) {
+        env_att_t att = {.data = svc->inl_data, .len = svc->inl_len, .sent = inl_sent, .arg = h};
+        rc = env_send_att(svc->env, to, ROUTE_MSG_BASE + m->kind, buf, len, &att);
+    }
+    free(buf);
+    return rc;
+}
+
+bool route_inline_send(route_svc_t *svc, env_node_t to, const route_msg_t *req, route_msg_t *m)
+{
+    if (!svc->inl_set || svc->inl_len == 0 || !(req->flags & RMSG_READ_ATT) ||
+        m->kind != RMSG_READ_RESP || m->status != 0 || m->n_routes != 1)
+        return false;
+    inl_hold_t *h = malloc(sizeof(*h));
+    if (!h)
+        return false;
+    *h = (inl_hold_t){.put = svc->inline_src.put, .ctx = svc->inline_src.ctx, .pin = svc->inl_pin};
+    m->flags |= RMSG_READ_ATT;
+    m->att_len = svc->inl_len;
+    int rc = send_att(svc, to, m, h);
+    if (rc != 0) {
+        free(h); /* the pin stays lent: route_inline_end gives it back */
+        m->flags &= ~RMSG_READ_ATT;
+        m->att_len = 0;
+        return rc != KVMESH_ENOTSUP && rc != KVMESH_ENOMEM; /* else sent the copied way */
+    }
+    svc->inl_data = NULL; /* the pin went with the send */
+    svc->inl_len = 0;
+    svc->inl_pin = NULL;
+    svc->inl_set = false;
+    return true;
 }

@@ -312,6 +312,11 @@ void route_inline_begin(route_svc_t *svc, const route_msg_t *req, const kvm_rout
 void route_inline_end(route_svc_t *svc);
 /* Fills m's inline part (a READ_RESP) from what route_inline_begin lent, if anything. */
 void route_inline_fill(route_svc_t *svc, route_msg_t *m);
+/* Sends m (a READ_RESP answering req) to `to` with the lent bytes as its attachment when req
+ * asked for that form (RMSG_READ_ATT) and the env carries it: the pin then goes with the send
+ * (returned once the write completed). Returns whether m was handled (sent, or lost as a
+ * datagram may be); false: send it as before (route_inline_fill, route_send). */
+bool route_inline_send(route_svc_t *svc, env_node_t to, const route_msg_t *req, route_msg_t *m);
 
 /* route_auth.c */
 void route_auth_tick(route_svc_t *svc, route_shard_t *sh);

@@ -13,7 +13,9 @@
  * for READ_REQ, a known kind that matches the env type, and no trailing bytes.
  * CAS_CLAIM_REQ/RESP (and only they) end with u32 claim_len, claim bytes (<= ROUTE_MSG_MAX_CLAIM).
  * A READ_RESP with RMSG_READ_INLINE in flags (and only it) ends with u32 len, the payload bytes
- * (<= ROUTE_MSG_MAX_INLINE, exactly its one route's length; route_msg.h "Inline reads").
+ * (<= ROUTE_MSG_MAX_INLINE, exactly its one route's length; route_msg.h "Inline reads"); one with
+ * RMSG_READ_ATT instead ends with u32 len alone (the bytes travel as the attachment,
+ * route_msg_attach; both flags together are refused).
  */
 #include "route/route_msg.h"
 
@@ -91,10 +93,16 @@ static bool has_claim(uint16_t kind)
     return kind == RMSG_CAS_CLAIM_REQ || kind == RMSG_CAS_CLAIM_RESP;
 }
 
-/* Whether a message ends with inline payload bytes. */
+/* Whether a message ends with inline payload bytes (or, RMSG_READ_ATT, their length only). */
 static bool has_inline(uint16_t kind, uint32_t flags)
 {
-    return kind == RMSG_READ_RESP && (flags & RMSG_READ_INLINE);
+    return kind == RMSG_READ_RESP && (flags & (RMSG_READ_INLINE | RMSG_READ_ATT));
+}
+
+/* Whether the bytes travel as the attachment (the head form: the length alone is encoded). */
+static bool is_att(uint16_t kind, uint32_t flags)
+{
+    return kind == RMSG_READ_RESP && (flags & RMSG_READ_ATT);
 }
 
 /* Encode-side check of the inline payload: only a READ_RESP flagged inline carries it, with its
@@ -102,15 +110,20 @@ static bool has_inline(uint16_t kind, uint32_t flags)
 static int check_inline(const route_msg_t *m)
 {
     if (!has_inline(m->kind, m->flags))
-        return m->inl_len == 0
+        return m->inl_len == 0 && m->att_len == 0
                    ? 0
                    : kvm_errf(KVMESH_EINVAL, "route message %s: inline bytes not allowed",
                               route_msg_kind_name(m->kind));
     const kvm_route_t *r = m->n_routes != 1 ? NULL : m->rptrs ? m->rptrs[0] : &m->routes[0];
-    if (!r || m->inl_len > ROUTE_MSG_MAX_INLINE || (m->inl_len && !m->inl) ||
-        r->length != m->inl_len)
-        return kvm_errf(KVMESH_EINVAL, "read answer: %u inline bytes for a route of %llu",
-                        m->inl_len, r ? (unsigned long long)r->length : 0ull);
+    bool att = is_att(m->kind, m->flags);
+    uint32_t n = att ? m->att_len : m->inl_len;
+    if (att && ((m->flags & RMSG_READ_INLINE) || m->inl_len))
+        return kvm_errf(KVMESH_EINVAL,
+                        "read answer: inline bytes both in the message and attached");
+    if (!r || n > ROUTE_MSG_MAX_INLINE || (!att && ((m->inl_len && !m->inl) || m->att_len)) ||
+        r->length != n)
+        return kvm_errf(KVMESH_EINVAL, "read answer: %u inline bytes for a route of %llu", n,
+                        r ? (unsigned long long)r->length : 0ull);
     return 0;
 }
 
@@ -234,7 +247,9 @@ int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out
     }
     if (has_claim(m->kind))
         kvm_wr_lp32le(&w, m->claim, m->claim_len);
-    if (has_inline(m->kind, m->flags))
+    if (is_att(m->kind, m->flags))
+        kvm_wr_u32le(&w, m->att_len); /* the bytes follow as the attachment */
+    else if (has_inline(m->kind, m->flags))
         kvm_wr_lp32le(&w, m->inl, m->inl_len);
     size_t len = 0;
     if (kvm_wr_finish(&w, &len) != 0 || len > ROUTE_MSG_MAX_LEN)
@@ -353,7 +368,15 @@ int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t 
             out->claim_len = n;
         }
     }
-    if (has_inline(out->kind, out->flags)) {
+    if (is_att(out->kind, out->flags)) {
+        uint32_t n = kvm_rd_u32le(&r);
+        if (!kvm_rd_ok(&r))
+            return bad(out, "truncated attachment length");
+        if ((out->flags & RMSG_READ_INLINE) || n > ROUTE_MSG_MAX_INLINE || out->n_routes != 1 ||
+            out->routes[0].length != n)
+            return bad(out, "attached inline bytes do not match the route");
+        out->att_len = n;
+    } else if (has_inline(out->kind, out->flags)) {
         uint32_t n = 0;
         const uint8_t *p = kvm_rd_lp32le(&r, &n);
         if (!p)
@@ -366,6 +389,23 @@ int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t 
     if (!kvm_rd_end(&r))
         return bad(out, "trailing bytes");
     return 0;
+}
+
+void route_msg_attach(route_msg_t *m, env_payload_t *payload)
+{
+    if (!is_att(m->kind, m->flags))
+        return;
+    m->flags &= ~RMSG_READ_ATT;
+    if (!payload || !payload->buf || payload->len != m->att_len || m->n_routes != 1 ||
+        m->routes[0].length != m->att_len) {
+        m->att_len = 0; /* a plain answer: the requester reads the replica */
+        return;
+    }
+    m->flags |= RMSG_READ_INLINE;
+    m->inl = payload->buf;
+    m->inl_len = m->att_len;
+    m->inl_att = payload;
+    m->att_len = 0;
 }
 
 /* ---- batch messages (route_msg.h) ----------------------------------------------------------- */

@@ -73,6 +73,14 @@ enum route_msg_kind {
  * at the answering authority (<= ROUTE_MSG_MAX_INLINE, and exactly routes[0].length). */
 #define RMSG_READ_INLINE     4u
 #define ROUTE_MSG_MAX_INLINE (256u * 1024)
+/* Inline bytes as an attachment (docs/protocol.md "Inline reads": the frame's raw payload, no
+ * copy at the authority). In a READ_REQ: the requester takes the answer's bytes as the
+ * message's attachment (env_send_att); a peer that predates it neither sets nor reads the bit.
+ * In a READ_RESP (never sent unless the request set it, never with RMSG_READ_INLINE): the head
+ * of an inline answer that ends with u32 len and no bytes; the len bytes travel as the
+ * attachment, and route_msg_attach joins them (an answer whose attachment is missing or of
+ * another length is a plain answer: the requester reads the replica). */
+#define RMSG_READ_ATT 8u
 
 typedef struct route_msg_member {
     kvm_runtime_t rt;
@@ -122,6 +130,13 @@ typedef struct route_msg {
      * Borrowed both ways: decoded, a view into the decoded buffer (valid while it is). */
     const uint8_t *inl;
     uint32_t inl_len;
+    /* READ_RESP with RMSG_READ_ATT (the head form): the length of the bytes that travel as the
+     * attachment (== routes[0].length; inl_len is 0), encoded and decoded; route_msg_attach
+     * turns a decoded head into an inline answer */
+    uint32_t att_len;
+    /* decoded and attached (route_msg_attach): the attachment inl points into; a receiver may
+     * take its buffer (env.h env_payload_t) */
+    env_payload_t *inl_att;
 } route_msg_t;
 
 /* Zeroes m (owns nothing). */
@@ -136,6 +151,11 @@ int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out
 size_t route_msg_size_bound(const route_msg_t *m);
 /* Decodes a message received with env type `type`. */
 int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t *out);
+/* Joins a decoded READ_RESP head (RMSG_READ_ATT) and the attachment received with it (NULL:
+ * none): when it is exactly the announced length, m becomes an inline answer (RMSG_READ_INLINE,
+ * inl into the attachment's buffer, inl_att set); otherwise the inline part is dropped (a plain
+ * answer). Any other message is left as it is. */
+void route_msg_attach(route_msg_t *m, env_payload_t *payload);
 
 const char *route_msg_kind_name(uint16_t kind);
 

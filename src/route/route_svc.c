@@ -777,6 +777,8 @@ void route_on_message(route_svc_t *svc, const env_msg_t *msg)
     route_msg_t m;
     if (route_msg_decode(msg->type, msg->data, msg->len, &m) != 0)
         return; /* malformed: dropped (counted by the transport) */
+    /* inline bytes sent as the attachment (route_msg.h RMSG_READ_ATT) */
+    route_msg_attach(&m, msg->payload);
     route_localize_msg(svc, &m);
     if (m.shard >= svc->policy.n_shards) {
         route_msg_clear(&m);

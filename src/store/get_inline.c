@@ -17,7 +17,13 @@
  * route's length and identity), through the same segment check as a transport read (seg_check
  * with the segment's read grant, which pins the segment), for at most min(requested,
  * inline_read_max) bytes. Everything happens inside one loop turn, so the slot cannot change state
- * before the answer is encoded and the pin returned.
+ * before the answer is encoded and the pin returned. Except when the requester asked for the bytes
+ * as the answer's attachment (it verifies them: kvm_get_inline_prepare): then the RPC writes them
+ * straight from the slot (kvm_inline_send_att: a STORE_RPC_ENV notification whose body is the
+ * answer's head and whose frame payload is the bytes), the segment stays pinned until the write
+ * completed (the route service's sent callback calls src_put), and the slot is held as a transport
+ * read holds it: its bytes are reused only after a release and reclaim_grace_ms, and a reader that
+ * still races a reuse fails the checksum and reads the replica.
  */
 #include "store/get_inline.h"
 
@@ -27,6 +33,7 @@
 #include "core/hash.h"
 #include "core/util.h"
 #include "net/seg.h"
+#include "store/proto.h"
 #include "store/slot_core.h"
 
 /* ---- requester ------------------------------------------------------------------------------ */
@@ -40,6 +47,10 @@ void kvm_get_inline_prepare(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout
     if (!outs[0].alloc && outs[0].cap < max)
         max = outs[0].cap;
     look->inl.max = (uint32_t)max; /* (the bytes get a buffer only when they come) */
+    /* The bytes as the answer's attachment are read from the owner's slot while the RPC writes
+     * them, as a transport read's are: taken only where they are verified (a reuse of the slot
+     * in between fails the checksum); unverified reads take the copy made in one loop turn. */
+    look->inl.att = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
 }
 
 /* The host part of a transport address ("kvt1;host=H;..."): *len bytes at the result. */
@@ -83,7 +94,7 @@ route_inline_t *kvm_get_inline_sink(kvm_op_t *op, enum kvm_item_state state)
     return &op->inl;
 }
 
-/* Copies len bytes of src into the scatter list, fusing the checksum into the same pass. */
+/* Copies len bytes of src into the scatter list, the checksum fused into the same pass. */
 static uint64_t copy_out(const uint8_t *src, uint64_t len, const struct iovec *iov, int iovcnt,
                          bool sum)
 {
@@ -93,9 +104,10 @@ static uint64_t copy_out(const uint8_t *src, uint64_t len, const struct iovec *i
     uint64_t pos = 0;
     for (int i = 0; i < iovcnt && pos < len; i++) {
         size_t k = iov[i].iov_len < len - pos ? iov[i].iov_len : (size_t)(len - pos);
-        memcpy(iov[i].iov_base, src + pos, k);
-        if (sum)
-            kvm_sum_update(&st, src + pos, k);
+        if (sum) /* one pass: each stripe loaded once, stored and hashed (core/hash.h) */
+            kvm_sum_update_copy(&st, iov[i].iov_base, src + pos, k);
+        else
+            memcpy(iov[i].iov_base, src + pos, k);
         pos += k;
     }
     KVM_ASSERT(pos == len); /* the list was trimmed to the route length */
@@ -181,6 +193,26 @@ static void src_put(void *ctx, void *pin)
     kvm_rt_t *rt = ctx;
     if (pin)
         seg_unpin(rt->reg, pin);
+}
+
+int kvm_inline_send_att(void *ctx, env_node_t to, uint32_t type, const void *data, size_t len,
+                        const env_att_t *att)
+{
+    kvm_rt_t *rt = ctx;
+    const struct kvm_member *m = to == env_self(rt->env) ? NULL : kvm_member_by_node(rt, to);
+    rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
+    if (!p)
+        return KVMESH_ENOTSUP; /* this runtime itself, or a peer not known yet: the copied way */
+    size_t body_len = 0;
+    uint8_t *body = store_env_msg_encode(type, data, len, &body_len);
+    if (!body)
+        return KVMESH_ENOMEM;
+    uv_buf_t iov = uv_buf_init((char *)att->data, (unsigned)att->len);
+    struct rpc_msg msg = {
+        .type = STORE_RPC_ENV, .body = body, .body_len = body_len, .iov = &iov, .niov = 1};
+    int rc = rpc_notify(p, &msg, att->sent, att->arg);
+    free(body);
+    return rc;
 }
 
 route_inline_src_t kvm_get_inline_source(kvm_rt_t *rt)

@@ -41,6 +41,13 @@ bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, s
  * transport auto picks shared memory there). False when either has no host part. [any] */
 bool kvm_inline_same_host(kvm_rt_t *rt, const char *data_addr);
 
+/* The runtime's env_send_att hook (env_uv_set_sender_att; ctx = rt): the message as the body of
+ * a STORE_RPC_ENV notification and the attachment as its frame payload, not copied (att->sent
+ * runs once its write completed). KVMESH_ENOTSUP for this runtime itself or a peer not in the
+ * membership. Loop thread. */
+int kvm_inline_send_att(void *ctx, env_node_t to, uint32_t type, const void *data, size_t len,
+                        const env_att_t *att);
+
 /* The inline source the store gives the route service at init (route.h route_inline_src_t);
  * ctx = rt. */
 route_inline_src_t kvm_get_inline_source(kvm_rt_t *rt);

@@ -54,10 +54,13 @@
  *                                predates the message answers KVMESH_ENOTSUP (no handler): the
  *                                requester sends the items as single notifications.
  *   STORE_RPC_ENV      notify    env message type u32 | bytes (route protocol, env_send)
- *                                (the only body without a version byte)
+ *                                (the only body without a version byte); the frame's raw
+ *                                payload, when there is one, is the message's attachment
+ *                                (env_send_att: an inline read answer's bytes, get_inline.c)
  *
  * Payload bytes travel in these messages only in STORE_RPC_RESERVE_INLINE (at most
- * STORE_INLINE_WRITE_MAX bytes); otherwise the transports move them.
+ * STORE_INLINE_WRITE_MAX bytes) and as the raw payload of a STORE_RPC_ENV frame (an inline read
+ * answer, at most ROUTE_MSG_MAX_INLINE); otherwise the transports move them.
  */
 #ifndef KVMESH_STORE_PROTO_H
 #define KVMESH_STORE_PROTO_H

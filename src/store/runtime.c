@@ -342,9 +342,13 @@ static void on_env_msg(rpc_reply *reply, struct rpc_request *req, void *arg)
         store_env_msg_decode(req->body, req->body_len, &msg.type, &msg.data, &msg.len) != 0)
         return;
     if (held_push(rt, &from, &msg))
-        return;
+        return; /* (without its payload: an inline answer's bytes, the requester reads again) */
+    env_payload_t pl = {.buf = req->payload, .len = req->payload_len};
+    msg.payload = req->payload_len ? &pl : NULL; /* the frame payload: an env attachment */
     msg.from = kvm_member_node_of(rt, &from);
     env_uv_deliver(rt->env, &msg);
+    if (!pl.buf)
+        req->payload = NULL; /* taken by the receiver (env.h env_payload_t) */
 }
 
 static void env_recv(void *ctx, const env_msg_t *msg)
@@ -494,6 +498,7 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
     kvm_owner_register_rpc(rt);
     kvm_put_inline_register(rt); /* inline reservations (put_inline.c) */
     env_uv_set_sender(rt->env, env_sender, rt);
+    env_uv_set_sender_att(rt->env, kvm_inline_send_att, rt); /* inline read answers */
     env_set_recv(rt->env, env_recv, rt);
 
     if (rt->tracer && (rc = kvm_metatrace_open(rt, &rt->route_meta)) != 0) {
@@ -621,6 +626,7 @@ static void close_start(void *arg)
     }
     kvm_slot_batch_close(rt); /* a COMMIT / RELEASE group the route service left open */
     env_uv_set_sender(rt->env, NULL, NULL);
+    env_uv_set_sender_att(rt->env, NULL, NULL);
     close_pending(rt, "the member record's delete (a metadata call)");
     if (rt->meta && rt->lease)
         kvm_member_leave(rt, close_left);

@@ -4,7 +4,8 @@
  * first input byte picks the env message type) and, on the same bytes, the shard-authority
  * record and cluster policy decoders (metadata values). A message that decodes must re-encode
  * and decode to the same header fields and routes, the same READ_REQ accepted size (limit) and
- * the same inline READ_RESP bytes (route_msg.h "Inline reads"). When the type is the batch
+ * the same inline READ_RESP bytes (route_msg.h "Inline reads"), or the same attachment length of
+ * a head-form answer (RMSG_READ_ATT). When the type is the batch
  * message's (RMSG_BATCH), route_batch_decode runs too: every item it admits is decoded as the
  * single message it is, and a batch that decodes is rebuilt byte for byte by the builder. Never a
  * crash, never a leak.
@@ -36,7 +37,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    d.n_routes == m.n_routes && d.n_set == m.n_set);
         for (uint32_t i = 0; i < d.n_routes; i++)
             KVM_ASSERT(kvm_route_equal(&d.routes[i], &m.routes[i]));
-        KVM_ASSERT(d.limit == m.limit && d.flags == m.flags && d.inl_len == m.inl_len);
+        KVM_ASSERT(d.limit == m.limit && d.flags == m.flags && d.inl_len == m.inl_len &&
+                   d.att_len == m.att_len);
+        KVM_ASSERT(d.att_len == 0 || (d.n_routes == 1 && d.routes[0].length == d.att_len &&
+                                      d.inl_len == 0 && !(d.flags & RMSG_READ_INLINE)));
         KVM_ASSERT(d.inl_len == 0 || (d.n_routes == 1 && d.routes[0].length == d.inl_len &&
                                       memcmp(d.inl, m.inl, d.inl_len) == 0));
         route_msg_clear(&d);

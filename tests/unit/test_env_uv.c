@@ -425,6 +425,46 @@ static void test_messages(void **state)
     close_env(&loop, env);
 }
 
+static int g_att_calls;
+static const env_att_t *g_att_seen;
+
+static int sender_att(void *ctx, env_node_t to, uint32_t type, const void *data, size_t len,
+                      const env_att_t *att)
+{
+    (void)ctx, (void)to, (void)type, (void)data, (void)len;
+    g_att_calls++;
+    g_att_seen = att;
+    return 0;
+}
+
+static void att_sent(int status, void *arg)
+{
+    (void)status, (void)arg;
+}
+
+/* env_send_att: KVMESH_ENOTSUP without a hook (the caller sends the copied form), the hook gets
+ * the attachment as given (not copied), and removing the hook answers ENOTSUP again. */
+static void test_messages_att(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    env_t *env;
+    assert_int_equal(env_uv_new(&env, &loop, 2), 0);
+    static const uint8_t bytes[3] = {1, 2, 3};
+    env_att_t att = {.data = bytes, .len = sizeof(bytes), .sent = att_sent, .arg = env};
+    assert_int_equal(env_send_att(env, 5, 42, "h", 1, &att), KVMESH_ENOTSUP);
+    env_uv_set_sender_att(env, sender_att, NULL);
+    assert_int_equal(env_send_att(env, 5, 42, "h", 1, &att), 0);
+    assert_int_equal(g_att_calls, 1);
+    assert_ptr_equal(g_att_seen, &att);
+    assert_ptr_equal(g_att_seen->data, bytes);
+    env_uv_set_sender_att(env, NULL, NULL);
+    assert_int_equal(env_send_att(env, 5, 42, "h", 1, &att), KVMESH_ENOTSUP);
+    assert_int_equal(g_att_calls, 1);
+    close_env(&loop, env);
+}
+
 static void test_clock_and_rng(void **state)
 {
     (void)state;
@@ -541,8 +581,8 @@ int main(void)
         cmocka_unit_test(test_timer_spares),          cmocka_unit_test(test_defer),
         cmocka_unit_test(test_post_bounded),          cmocka_unit_test(test_post_threads),
         cmocka_unit_test(test_thread_timer_and_stop), cmocka_unit_test(test_messages),
-        cmocka_unit_test(test_clock_and_rng),         cmocka_unit_test(test_free_inside_callbacks),
-        cmocka_unit_test(test_zero_delay_timers),
+        cmocka_unit_test(test_messages_att),          cmocka_unit_test(test_clock_and_rng),
+        cmocka_unit_test(test_free_inside_callbacks), cmocka_unit_test(test_zero_delay_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

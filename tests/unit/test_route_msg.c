@@ -754,13 +754,127 @@ static void test_read_inline(void **state)
     kvm_route_free(&r);
 }
 
+/* The head form of an inline answer (RMSG_READ_ATT): the bytes travel as the env attachment (the
+ * RPC frame's raw payload), the message ends with their length alone; route_msg_attach joins
+ * them, and an attachment that is missing or of another length leaves a plain answer. */
+static void test_read_att(void **state)
+{
+    (void)state;
+    kvm_route_t r;
+    fixture_route(&r, "att", 1, 1); /* length 100 */
+    uint8_t *payload = malloc(100);
+    assert_non_null(payload);
+    for (size_t i = 0; i < 100; i++)
+        payload[i] = (uint8_t)(i * 5 + 3);
+    uint8_t *buf = malloc(ROUTE_MSG_MAX_LEN), *plain = malloc(4096);
+    assert_non_null(buf);
+    assert_non_null(plain);
+    route_msg_t m, d;
+    size_t len, plain_len;
+
+    /* the request says it takes the attachment form in its flags, nothing else changes */
+    read_req(&m, &r, 65536);
+    m.flags = RMSG_READ_ATT;
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), 0);
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_REQ, buf, len, &d), 0);
+    assert_int_equal(d.flags, RMSG_READ_ATT);
+    assert_int_equal(d.att_len, 0);
+    route_msg_clear(&d);
+
+    const kvm_route_t *rp = &r;
+    route_msg_init(&m, RMSG_READ_RESP);
+    m.req_id = 5;
+    m.rptrs = &rp;
+    m.n_routes = 1;
+    assert_int_equal(route_msg_encode(&m, plain, 4096, &plain_len), 0);
+    m.flags = RMSG_READ_ATT;
+    m.att_len = 100;
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), 0);
+    assert_int_equal(len, plain_len + 4); /* the length, not the bytes */
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, buf, len, &d), 0);
+    assert_int_equal(d.att_len, 100);
+    assert_int_equal(d.inl_len, 0);
+    assert_null(d.inl);
+    /* attached: an inline answer whose bytes are the attachment's buffer (no copy) */
+    env_payload_t pl = {.buf = payload, .len = 100};
+    route_msg_attach(&d, &pl);
+    assert_true(d.flags & RMSG_READ_INLINE);
+    assert_false(d.flags & RMSG_READ_ATT);
+    assert_ptr_equal(d.inl, payload);
+    assert_int_equal(d.inl_len, 100);
+    assert_ptr_equal(d.inl_att, &pl);
+    route_msg_clear(&d);
+    /* missing, short, or taken already: a plain answer */
+    env_payload_t shortp = {.buf = payload, .len = 99}, taken = {.buf = NULL, .len = 100};
+    env_payload_t *bad[] = {NULL, &shortp, &taken};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, buf, len, &d), 0);
+        route_msg_attach(&d, bad[i]);
+        assert_int_equal(d.flags & (RMSG_READ_INLINE | RMSG_READ_ATT), 0);
+        assert_int_equal(d.inl_len, 0);
+        assert_int_equal(d.att_len, 0);
+        assert_null(d.inl);
+        assert_true(kvm_route_equal(&d.routes[0], &r));
+        route_msg_clear(&d);
+    }
+    /* an attachment given to a message of another form changes nothing */
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, plain, plain_len, &d), 0);
+    route_msg_attach(&d, &pl);
+    assert_int_equal(d.flags, 0);
+    assert_null(d.inl);
+    route_msg_clear(&d);
+    /* every truncation, a trailing byte and another length are refused */
+    for (size_t cut = 0; cut < len; cut++)
+        assert_int_not_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, buf, cut, &d), 0);
+    buf[len] = 0;
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, buf, len + 1, &d),
+                     KVMESH_EPROTO);
+    buf[len - 4] = 99;
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, buf, len, &d),
+                     KVMESH_EPROTO);
+    /* both forms at once are refused both ways */
+    m.flags = RMSG_READ_ATT | RMSG_READ_INLINE;
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), KVMESH_EINVAL);
+    m.flags = RMSG_READ_ATT;
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), 0);
+    size_t flags_at = len - 4; /* find the flags word: the u32 8 that is not the length */
+    for (size_t i = 0; i + 4 <= len - 4; i++)
+        if (buf[i] == RMSG_READ_ATT && !buf[i + 1] && !buf[i + 2] && !buf[i + 3])
+            flags_at = i;
+    assert_true(flags_at < len - 4);
+    buf[flags_at] = RMSG_READ_ATT | RMSG_READ_INLINE;
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, buf, len, &d),
+                     KVMESH_EPROTO);
+    /* the encoder refuses bytes in a head, a length other than the route's, a length elsewhere */
+    m.inl = payload;
+    m.inl_len = 100;
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), KVMESH_EINVAL);
+    m.inl = NULL;
+    m.inl_len = 0;
+    m.att_len = 99;
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), KVMESH_EINVAL);
+    m.flags = 0;
+    m.att_len = 100;
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), KVMESH_EINVAL);
+
+    free(plain);
+    free(buf);
+    free(payload);
+    kvm_route_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_all_kinds),   cmocka_unit_test(test_record_and_policy),
-        cmocka_unit_test(test_table_and_owner_index), cmocka_unit_test(test_packed_routes),
-        cmocka_unit_test(test_table_expiry_index),    cmocka_unit_test(test_batch_codec),
-        cmocka_unit_test(test_route_frame),           cmocka_unit_test(test_read_inline),
+        cmocka_unit_test(test_roundtrip_all_kinds),
+        cmocka_unit_test(test_record_and_policy),
+        cmocka_unit_test(test_table_and_owner_index),
+        cmocka_unit_test(test_packed_routes),
+        cmocka_unit_test(test_table_expiry_index),
+        cmocka_unit_test(test_batch_codec),
+        cmocka_unit_test(test_route_frame),
+        cmocka_unit_test(test_read_inline),
+        cmocka_unit_test(test_read_att),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

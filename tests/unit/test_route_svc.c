@@ -928,6 +928,149 @@ static void test_inline_read(void **state)
     fx_close(&f);
 }
 
+/* The attachment form (route_msg.h RMSG_READ_ATT): what env_send_att was given, and whether the
+ * attachment reaches the requester (mode 0), is lost on the way (1) or is refused (2: ENOTSUP,
+ * the sender then uses the copied form). The sent callback runs at delivery (the write done). */
+typedef struct attx {
+    int mode;
+    int calls;
+    const uint8_t *data; /* what the last call was given (the source's bytes, not a copy) */
+    size_t len;
+    uint8_t *rx; /* the buffer the last delivery carried */
+    isrc_t *src;
+    int puts_at_call; /* the source's puts when env_send_att returned: the pin still held */
+} attx_t;
+
+static attx_t g_att;
+
+typedef struct att_lb {
+    env_t *env;
+    env_msg_t msg;
+    env_payload_t pl;
+    env_att_t att;
+    uint8_t data[];
+} att_lb_t;
+
+static void att_deliver(void *arg)
+{
+    att_lb_t *lb = arg;
+    lb->msg.data = lb->data;
+    lb->msg.payload = g_att.mode == 1 ? NULL : &lb->pl;
+    lb->att.sent(0, lb->att.arg); /* the write completed: the pin goes back */
+    env_uv_deliver(lb->env, &lb->msg);
+    free(lb->pl.buf); /* NULL when the receiver took it */
+    free(lb);
+}
+
+static int sender_att_as_peer(void *ctx, env_node_t to, uint32_t type, const void *data, size_t len,
+                              const env_att_t *att)
+{
+    env_t *env = ctx;
+    if (g_att.mode == 2)
+        return KVMESH_ENOTSUP;
+    g_att.calls++;
+    g_att.data = att->data;
+    g_att.len = att->len;
+    att_lb_t *lb = malloc(sizeof(*lb) + len);
+    if (!lb)
+        return KVMESH_ENOMEM;
+    lb->env = env;
+    lb->msg = (env_msg_t){.from = to, .to = to, .type = type, .len = len};
+    memcpy(lb->data, data, len);
+    lb->pl = (env_payload_t){.buf = malloc(att->len), .len = att->len};
+    assert_non_null(lb->pl.buf);
+    memcpy(lb->pl.buf, att->data, att->len); /* what the socket carries */
+    g_att.rx = lb->pl.buf;
+    lb->att = *att;
+    g_att.puts_at_call = g_att.src->puts;
+    return env_defer(env, att_deliver, lb);
+}
+
+static void test_inline_read_att(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, "memory://route-unit-inline-att");
+    isrc_t src = {.mode = 0};
+    g_src = (route_inline_src_t){.get = isrc_get, .put = isrc_put, .ctx = &src};
+    waitv_t w;
+    route_svc_t *svc = start(&f, 1, POLICY, &w);
+    g_src = (route_inline_src_t){0};
+    assert_int_equal(w.rc, 0);
+    env_set_recv(f.env, (env_recv_fn)route_on_message, svc);
+    env_uv_set_sender(f.env, sender_as_peer, f.env);
+    env_uv_set_sender_att(f.env, sender_att_as_peer, f.env);
+    g_att = (attx_t){.src = &src};
+    route_member_t m = {.rt = {.id = kvm_id128_from_u64(7, 1), .epoch = 1},
+                        .node = 1,
+                        .weight = 1,
+                        .route_capable = true,
+                        .route_version = ROUTE_PROTOCOL_VERSION};
+    route_set_members(svc, 1, &m, 1);
+    kvm_route_t r;
+    mk(&r, "at", 1, 0x37); /* length 100 */
+    cas(&f, svc, KVM_ROUTE_VERSION_NONE, &r, &w);
+    assert_int_equal(w.rc, 0);
+    kvm_route_free(&w.route);
+    uint8_t buf[256];
+    route_inline_t inl = {.max = sizeof(buf), .att = true};
+
+    /* asked: the source's bytes themselves go to env_send_att, pinned until the write completed,
+     * and the requester keeps the received buffer (no copy) */
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(route_lookup_inline(svc, &r.ident, on_route, &w, NULL, &inl), 0);
+    run_until(&f, &w);
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(g_att.calls, 1);
+    assert_ptr_equal(g_att.data, src.bytes);
+    assert_int_equal(g_att.len, 100);
+    assert_int_equal(g_att.puts_at_call, 0); /* the handler returned with the pin still lent */
+    assert_int_equal(src.gets, 1);
+    assert_int_equal(src.puts, 1); /* given back by the sent callback */
+    assert_true(inl.got);
+    assert_ptr_equal(inl.buf, g_att.rx);
+    assert_int_equal(inl.len, 100);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(inl.buf[i], 0x37);
+    free(inl.buf);
+    inl.buf = NULL;
+    kvm_route_free(&w.route);
+
+    /* not asked (a requester that predates the form, or reads unverified): the copied form */
+    inl.att = false;
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
+    assert_int_equal(w.rc, 0);
+    assert_true(inl.got && buf[0] == 0x37 && buf[99] == 0x37);
+    assert_int_equal(g_att.calls, 1);
+    assert_int_equal(src.puts, 2);
+    kvm_route_free(&w.route);
+
+    /* asked, but the env cannot carry it (ENOTSUP): the copied form */
+    inl.att = true;
+    g_att.mode = 2;
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
+    assert_int_equal(w.rc, 0);
+    assert_true(inl.got && buf[0] == 0x37 && buf[99] == 0x37);
+    assert_int_equal(g_att.calls, 1);
+    assert_int_equal(src.puts, 3);
+    kvm_route_free(&w.route);
+
+    /* the attachment lost on the way: a plain answer (the caller reads the replica) */
+    g_att.mode = 1;
+    lookup_inl(&f, svc, &r.ident, &inl, buf, &w);
+    assert_int_equal(w.rc, 0);
+    assert_false(inl.got);
+    assert_int_equal(inl.len, 0);
+    assert_int_equal(g_att.calls, 2);
+    assert_int_equal(src.puts, 4);
+    kvm_route_free(&w.route);
+
+    env_uv_set_sender_att(f.env, NULL, NULL);
+    kvm_route_free(&r);
+    route_svc_free(svc);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -937,6 +1080,7 @@ int main(void)
         cmocka_unit_test(test_batch_per_item_results),
         cmocka_unit_test(test_claim_cas),
         cmocka_unit_test(test_inline_read),
+        cmocka_unit_test(test_inline_read_att),
     };
     /* The route operations again in MetadataOnly mode (routes stored in the metadata backend):
      * the same lookup/CAS/owner-scan behaviour through the same route.h service. */
