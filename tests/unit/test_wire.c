@@ -20,140 +20,22 @@
 
 #include "core/util.h"
 #include "core/wire.h"
+#include "wire_rand.h"
 #include "records.pb-c.h"
 
 #define ITERS 10000
 
-/* ---- deterministic random records --------------------------------------------------------- */
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t x = rng_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    rng_state = x;
-    return x * UINT64_C(0x2545F4914F6CDD1D);
-}
-
-static uint64_t rnd_u64_any(void)
-{
-    switch (rnd() % 4) {
-    case 0:
-        return rnd() % 300;
-    case 1:
-        return UINT64_MAX - rnd() % 3;
-    default:
-        return rnd();
-    }
-}
-
-static kvm_id128_t rnd_id(void)
-{
-    kvm_id128_t id = kvm_id128_from_u64(rnd(), rnd());
-    if (kvm_id128_is_nil(&id))
-        id.b[15] = 1;
-    return id;
-}
-
-static kvm_op_id_t rnd_op(void)
-{
-    kvm_op_id_t op = {rnd_id(), 1 + rnd() % 1000, 1 + rnd() % 1000000};
-    if (rnd() % 8 == 0) {
-        op.epoch = UINT64_MAX;
-        op.seq = UINT64_MAX;
-    }
-    return op;
-}
-
-static size_t rnd_scope(char *buf, size_t max)
-{
-    static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    static const char all[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-";
-    size_t n = rnd() % 4 == 0 ? max : 1 + rnd() % max;
-    buf[0] = alnum[rnd() % (sizeof(alnum) - 1)];
-    for (size_t i = 1; i < n; i++)
-        buf[i] = all[rnd() % (sizeof(all) - 1)];
-    return n;
-}
-
-static void rnd_ident(kvm_ident_t *id)
-{
-    char t[KVM_TENANT_MAX_LEN], d[KVM_DOMAIN_MAX_LEN];
-    uint8_t k[KVM_KEY_MAX_LEN];
-    size_t tl = rnd_scope(t, sizeof(t));
-    size_t dl = rnd() % 3 ? rnd_scope(d, sizeof(d)) : 0;
-    size_t kl = rnd() % 5 == 0 ? KVM_KEY_MAX_LEN : 1 + rnd() % 64;
-    for (size_t i = 0; i < kl; i++) {
-        uint8_t b = (uint8_t)(0x20 + rnd() % 0xe0);
-        k[i] = b == 0x7f ? 'x' : b;
-    }
-    assert_int_equal(kvm_ident_init_n(id, t, tl, dl ? d : NULL, dl, k, kl), 0);
-}
-
-static void rnd_cold(kvm_cold_backing_t *c, kvm_cold_kind_t kind, const kvm_op_id_t *content,
-                     uint64_t length, uint64_t checksum)
-{
-    kvm_op_id_t cold = rnd_op();
-    while (kvm_op_id_equal(&cold, content))
-        cold = rnd_op();
-    kvm_runtime_id_t owner = rnd_id();
-    kvm_tier_id_t tier = rnd_id();
-    kvm_cold_backing_pending(c, &cold, content, &owner, &tier, length, checksum);
-    if (kind == KVM_COLD_MATERIALIZED) {
-        uint8_t loc[KVM_COLD_LOCATOR_MAX_LEN];
-        size_t n = rnd() % 4 == 0 ? KVM_COLD_LOCATOR_MAX_LEN : 1 + rnd() % 80;
-        for (size_t i = 0; i < n; i++)
-            loc[i] = (uint8_t)rnd();
-        assert_int_equal(kvm_cold_backing_materialize(c, loc, n, length, checksum), 0);
-    }
-}
-
-/* Shapes: 0 hot only, 1 hot + pending, 2 hot + materialized, 3 cold-only, 4/5 tombstones. */
-static void rnd_route(kvm_route_t *r, int shape)
-{
-    kvm_route_init(r);
-    rnd_ident(&r->ident);
-    r->version = (kvm_route_version_t){1 + rnd() % 100, 1 + rnd_u64_any() % (UINT64_MAX - 1)};
-    if (rnd() % 3)
-        r->predecessor_version =
-            (kvm_route_version_t){r->version.fencing_token, r->version.primary_sequence - 1};
-    r->content_op = rnd_op();
-    if (rnd() % 2) {
-        r->predecessor_op = rnd_op();
-        if (kvm_op_id_equal(&r->predecessor_op, &r->content_op))
-            memset(&r->predecessor_op, 0, sizeof(r->predecessor_op));
-    }
-    if (shape >= 4) {
-        r->tomb = shape == 4 ? KVM_TOMB_PENDING : KVM_TOMB_FINALIZED;
-        r->retain_until_ms = shape == 4 && rnd() % 2 ? 0 : 1 + rnd() % (UINT64_C(1) << 50);
-        return;
-    }
-    r->length = rnd() % (UINT64_C(1) << 40);
-    r->checksum = rnd();
-    uint32_t n = shape == 3 ? 0 : 1 + (uint32_t)(rnd() % KVM_MAX_REPLICAS);
-    for (uint32_t i = 0; i < n; i++) {
-        kvm_hot_replica_t h = {rnd_id(), rnd_u64_any(), rnd() % (UINT64_C(1) << 60), r->length,
-                               r->checksum};
-        assert_int_equal(kvm_route_add_replica(r, &h), 0);
-    }
-    if (shape == 1)
-        rnd_cold(&r->cold, KVM_COLD_PENDING_OFFLOAD, &r->content_op, r->length, r->checksum);
-    else if (shape >= 2)
-        rnd_cold(&r->cold, KVM_COLD_MATERIALIZED, &r->content_op, r->length, r->checksum);
-}
+/* ---- deterministic random records: tests/support/wire_rand.h ------------------------------ */
 
 static void rnd_reclaim(kvm_cold_reclaim_t *rec)
 {
     kvm_cold_backing_t m;
-    kvm_op_id_t content = rnd_op(), rop = rnd_op();
-    rnd_cold(&m, KVM_COLD_MATERIALIZED, &content, rnd() % 100000, rnd());
+    kvm_op_id_t content = wr_op(), rop = wr_op();
+    wr_cold(&m, KVM_COLD_MATERIALIZED, &content, wr_rnd() % 100000, wr_rnd());
     while (kvm_op_id_equal(&rop, &content) || kvm_op_id_equal(&rop, &m.cold_op))
-        rop = rnd_op();
+        rop = wr_op();
     kvm_cold_reclaim_plan(rec, &rop, &m);
-    uint64_t s = rnd() % 3;
+    uint64_t s = wr_rnd() % 3;
     if (s >= 1)
         kvm_cold_reclaim_set_state(rec, KVM_RECLAIM_BACKEND_DELETED);
     if (s >= 2)
@@ -167,10 +49,10 @@ static uint8_t buf[KVM_WIRE_MAX_RECORD_LEN];
 static void test_roundtrip_route(void **state)
 {
     (void)state;
-    rng_state = 0x1234567;
+    wr_seed(0x1234567);
     for (int i = 0; i < ITERS; i++) {
         kvm_route_t a, b;
-        rnd_route(&a, i % 6);
+        wr_route(&a, i % 6);
         assert_int_equal(kvm_route_validate(&a), 0);
         size_t n;
         assert_int_equal(wire_route_encode(&a, buf, sizeof(buf), &n), 0);
@@ -188,36 +70,36 @@ static void test_roundtrip_route(void **state)
 static void test_roundtrip_small_records(void **state)
 {
     (void)state;
-    rng_state = 0x7654321;
+    wr_seed(0x7654321);
     for (int i = 0; i < ITERS; i++) {
         size_t n;
         kvm_ident_t ia, ib;
-        rnd_ident(&ia);
+        wr_ident(&ia);
         assert_int_equal(wire_ident_encode(&ia, buf, sizeof(buf), &n), 0);
         assert_int_equal(wire_ident_decode(buf, n, &ib), 0);
         assert_true(kvm_ident_equal(&ia, &ib));
         kvm_ident_free(&ia);
         kvm_ident_free(&ib);
 
-        kvm_runtime_t ra = {rnd_id(), 1 + rnd_u64_any() % (UINT64_MAX - 1)}, rb;
+        kvm_runtime_t ra = {wr_id(), 1 + wr_u64_any() % (UINT64_MAX - 1)}, rb;
         assert_int_equal(wire_runtime_encode(&ra, buf, sizeof(buf), &n), 0);
         assert_int_equal(wire_runtime_decode(buf, n, &rb), 0);
         assert_true(kvm_runtime_equal(&ra, &rb));
 
-        kvm_route_version_t va = {rnd_u64_any(), rnd_u64_any()}, vb;
+        kvm_route_version_t va = {wr_u64_any(), wr_u64_any()}, vb;
         assert_int_equal(wire_route_version_encode(&va, buf, sizeof(buf), &n), 0);
         assert_int_equal(wire_route_version_decode(buf, n, &vb), 0);
         assert_true(kvm_route_version_equal(&va, &vb));
 
-        kvm_op_id_t oa = i % 10 == 0 ? (kvm_op_id_t){0} : rnd_op(), ob;
+        kvm_op_id_t oa = i % 10 == 0 ? (kvm_op_id_t){0} : wr_op(), ob;
         assert_int_equal(wire_op_id_encode(&oa, buf, sizeof(buf), &n), 0);
         assert_int_equal(wire_op_id_decode(buf, n, &ob), 0);
         assert_true(kvm_op_id_equal(&oa, &ob));
 
         kvm_cold_backing_t ca, cb;
-        kvm_op_id_t content = rnd_op();
-        rnd_cold(&ca, i % 2 ? KVM_COLD_MATERIALIZED : KVM_COLD_PENDING_OFFLOAD, &content,
-                 rnd_u64_any(), rnd());
+        kvm_op_id_t content = wr_op();
+        wr_cold(&ca, i % 2 ? KVM_COLD_MATERIALIZED : KVM_COLD_PENDING_OFFLOAD, &content,
+                wr_u64_any(), wr_rnd());
         assert_int_equal(wire_cold_backing_encode(&ca, buf, sizeof(buf), &n), 0);
         assert_int_equal(wire_cold_backing_decode(buf, n, &cb), 0);
         assert_true(kvm_cold_backing_equal(&ca, &cb));
@@ -234,7 +116,7 @@ static void test_roundtrip_small_records(void **state)
 static void test_max_route_fits(void **state)
 {
     (void)state;
-    rng_state = 99;
+    wr_seed(99);
     kvm_route_t r, d;
     kvm_route_init(&r);
     char t[KVM_TENANT_MAX_LEN], dm[KVM_DOMAIN_MAX_LEN];
@@ -245,16 +127,16 @@ static void test_max_route_fits(void **state)
     assert_int_equal(kvm_ident_init_n(&r.ident, t, sizeof(t), dm, sizeof(dm), k, sizeof(k)), 0);
     r.version = (kvm_route_version_t){UINT64_MAX, UINT64_MAX};
     r.predecessor_version = (kvm_route_version_t){UINT64_MAX, UINT64_MAX - 1};
-    r.content_op = (kvm_op_id_t){rnd_id(), UINT64_MAX, UINT64_MAX};
-    r.predecessor_op = (kvm_op_id_t){rnd_id(), UINT64_MAX, UINT64_MAX};
+    r.content_op = (kvm_op_id_t){wr_id(), UINT64_MAX, UINT64_MAX};
+    r.predecessor_op = (kvm_op_id_t){wr_id(), UINT64_MAX, UINT64_MAX};
     r.length = UINT64_MAX / 2;
     r.checksum = UINT64_MAX;
     for (int i = 0; i < KVM_MAX_REPLICAS; i++) {
-        kvm_hot_replica_t h = {rnd_id(), UINT64_MAX, UINT64_MAX / 2, r.length, r.checksum};
+        kvm_hot_replica_t h = {wr_id(), UINT64_MAX, UINT64_MAX / 2, r.length, r.checksum};
         assert_int_equal(kvm_route_add_replica(&r, &h), 0);
     }
-    kvm_op_id_t cold = {rnd_id(), UINT64_MAX, UINT64_MAX};
-    kvm_id128_t o = rnd_id(), tier = rnd_id();
+    kvm_op_id_t cold = {wr_id(), UINT64_MAX, UINT64_MAX};
+    kvm_id128_t o = wr_id(), tier = wr_id();
     kvm_cold_backing_pending(&r.cold, &cold, &r.content_op, &o, &tier, r.length, r.checksum);
     uint8_t loc[KVM_COLD_LOCATOR_MAX_LEN];
     memset(loc, 0xee, sizeof(loc));
@@ -282,9 +164,9 @@ static void expect_err(int rc, int code, const char *needle)
 static void test_framing(void **state)
 {
     (void)state;
-    rng_state = 5;
+    wr_seed(5);
     kvm_route_t r, d;
-    rnd_route(&r, 2);
+    wr_route(&r, 2);
     size_t n;
     assert_int_equal(wire_route_encode(&r, buf, sizeof(buf), &n), 0);
     expect_err(wire_route_decode(buf, KVM_WIRE_MAX_RECORD_LEN + 1, &d), KVMESH_ETOOBIG,
@@ -336,10 +218,10 @@ static void test_framing(void **state)
 static void test_truncation_and_flips(void **state)
 {
     (void)state;
-    rng_state = 77;
+    wr_seed(77);
     for (int it = 0; it < 60; it++) {
         kvm_route_t r, d;
-        rnd_route(&r, it % 6);
+        wr_route(&r, it % 6);
         size_t n;
         assert_int_equal(wire_route_encode(&r, buf, sizeof(buf), &n), 0);
         for (size_t len = 0; len < n; len++) {
@@ -357,7 +239,7 @@ static void test_truncation_and_flips(void **state)
         assert_true(n > WIRE_HEADER_LEN);
         for (int f = 0; f < 200; f++) {
             memcpy(mut, buf, n);
-            mut[rnd() % n] ^= (uint8_t)(1 + rnd() % 255);
+            mut[wr_rnd() % n] ^= (uint8_t)(1 + wr_rnd() % 255);
             int rc = wire_route_decode(mut, n, &d);
             if (rc == 0) {
                 assert_int_equal(kvm_route_validate(&d), 0);
@@ -567,10 +449,10 @@ static void test_semantic_rejects(void **state)
 static void test_encoder_refuses_invalid(void **state)
 {
     (void)state;
-    rng_state = 3;
+    wr_seed(3);
     size_t n = 1;
     kvm_route_t r;
-    rnd_route(&r, 0);
+    wr_route(&r, 0);
     r.replicas[0].length++;
     expect_err(wire_route_encode(&r, buf, sizeof(buf), &n), KVMESH_EINVAL,
                "refusing to encode an invalid route");
@@ -624,7 +506,7 @@ static void write_set(const char *root, const char *name, uint8_t enc[][KVM_WIRE
     write_seed(root, name, idx++, enc[0], WIRE_HEADER_LEN);
     uint8_t g[64];
     for (size_t i = 0; i < sizeof(g); i++)
-        g[i] = (uint8_t)rnd();
+        g[i] = (uint8_t)wr_rnd();
     write_seed(root, name, idx++, g, sizeof(g));
     write_seed(root, name, idx++, g, 0);
 }
@@ -639,41 +521,41 @@ static void test_write_seeds(void **state)
     }
     static uint8_t enc[6][KVM_WIRE_MAX_RECORD_LEN];
     size_t len[6];
-    rng_state = 0xfeed;
+    wr_seed(0xfeed);
     for (int i = 0; i < 6; i++) {
         kvm_route_t r;
-        rnd_route(&r, i);
+        wr_route(&r, i);
         assert_int_equal(wire_route_encode(&r, enc[i], sizeof(enc[i]), &len[i]), 0);
         kvm_route_free(&r);
     }
     write_set(root, "wire_route", enc, len, 6);
     for (int i = 0; i < 4; i++) {
         kvm_ident_t id;
-        rnd_ident(&id);
+        wr_ident(&id);
         assert_int_equal(wire_ident_encode(&id, enc[i], sizeof(enc[i]), &len[i]), 0);
         kvm_ident_free(&id);
     }
     write_set(root, "wire_ident", enc, len, 4);
     for (int i = 0; i < 4; i++) {
-        kvm_runtime_t rt = {rnd_id(), 1 + (uint64_t)i * 1000};
+        kvm_runtime_t rt = {wr_id(), 1 + (uint64_t)i * 1000};
         assert_int_equal(wire_runtime_encode(&rt, enc[i], sizeof(enc[i]), &len[i]), 0);
     }
     write_set(root, "wire_runtime", enc, len, 4);
     for (int i = 0; i < 4; i++) {
-        kvm_route_version_t v = {rnd_u64_any(), rnd_u64_any()};
+        kvm_route_version_t v = {wr_u64_any(), wr_u64_any()};
         assert_int_equal(wire_route_version_encode(&v, enc[i], sizeof(enc[i]), &len[i]), 0);
     }
     write_set(root, "wire_route_version", enc, len, 4);
     for (int i = 0; i < 4; i++) {
-        kvm_op_id_t o = i == 0 ? (kvm_op_id_t){0} : rnd_op();
+        kvm_op_id_t o = i == 0 ? (kvm_op_id_t){0} : wr_op();
         assert_int_equal(wire_op_id_encode(&o, enc[i], sizeof(enc[i]), &len[i]), 0);
     }
     write_set(root, "wire_op_id", enc, len, 4);
     for (int i = 0; i < 4; i++) {
         kvm_cold_backing_t c;
-        kvm_op_id_t content = rnd_op();
-        rnd_cold(&c, i % 2 ? KVM_COLD_MATERIALIZED : KVM_COLD_PENDING_OFFLOAD, &content, rnd(),
-                 rnd());
+        kvm_op_id_t content = wr_op();
+        wr_cold(&c, i % 2 ? KVM_COLD_MATERIALIZED : KVM_COLD_PENDING_OFFLOAD, &content, wr_rnd(),
+                wr_rnd());
         assert_int_equal(wire_cold_backing_encode(&c, enc[i], sizeof(enc[i]), &len[i]), 0);
     }
     write_set(root, "wire_cold_backing", enc, len, 4);

@@ -28,126 +28,11 @@
 
 #include "core/util.h"
 #include "core/wire.h"
+#include "wire_rand.h"
 
 #define ITERS 4000
 
-/* ---- deterministic random routes (as in test_wire.c) ------------------------------------- */
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t x = rng_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    rng_state = x;
-    return x * UINT64_C(0x2545F4914F6CDD1D);
-}
-
-static uint64_t rnd_u64_any(void)
-{
-    switch (rnd() % 4) {
-    case 0:
-        return rnd() % 300;
-    case 1:
-        return UINT64_MAX - rnd() % 3;
-    default:
-        return rnd();
-    }
-}
-
-static kvm_id128_t rnd_id(void)
-{
-    kvm_id128_t id = kvm_id128_from_u64(rnd(), rnd());
-    if (kvm_id128_is_nil(&id))
-        id.b[15] = 1;
-    return id;
-}
-
-static kvm_op_id_t rnd_op(void)
-{
-    kvm_op_id_t op = {rnd_id(), 1 + rnd() % 1000, 1 + rnd() % 1000000};
-    if (rnd() % 8 == 0) {
-        op.epoch = UINT64_MAX;
-        op.seq = UINT64_MAX;
-    }
-    return op;
-}
-
-static size_t rnd_scope(char *buf, size_t max)
-{
-    static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    size_t n = rnd() % 4 == 0 ? max : 1 + rnd() % max;
-    for (size_t i = 0; i < n; i++)
-        buf[i] = alnum[rnd() % (sizeof(alnum) - 1)];
-    return n;
-}
-
-static void rnd_ident(kvm_ident_t *id)
-{
-    char t[KVM_TENANT_MAX_LEN], d[KVM_DOMAIN_MAX_LEN];
-    uint8_t k[KVM_KEY_MAX_LEN];
-    size_t tl = rnd_scope(t, sizeof(t));
-    size_t dl = rnd() % 3 ? rnd_scope(d, sizeof(d)) : 0;
-    size_t kl = rnd() % 8 == 0 ? KVM_KEY_MAX_LEN : 1 + rnd() % 64;
-    for (size_t i = 0; i < kl; i++)
-        k[i] = (uint8_t)('a' + rnd() % 26);
-    assert_int_equal(kvm_ident_init_n(id, t, tl, dl ? d : NULL, dl, k, kl), 0);
-}
-
-static void rnd_cold(kvm_cold_backing_t *c, kvm_cold_kind_t kind, const kvm_op_id_t *content,
-                     uint64_t length, uint64_t checksum)
-{
-    kvm_op_id_t cold = rnd_op();
-    while (kvm_op_id_equal(&cold, content))
-        cold = rnd_op();
-    kvm_runtime_id_t owner = rnd_id();
-    kvm_tier_id_t tier = rnd_id();
-    kvm_cold_backing_pending(c, &cold, content, &owner, &tier, length, checksum);
-    if (kind == KVM_COLD_MATERIALIZED) {
-        uint8_t loc[KVM_COLD_LOCATOR_MAX_LEN];
-        size_t n = rnd() % 4 == 0 ? KVM_COLD_LOCATOR_MAX_LEN : 1 + rnd() % 80;
-        for (size_t i = 0; i < n; i++)
-            loc[i] = (uint8_t)rnd();
-        assert_int_equal(kvm_cold_backing_materialize(c, loc, n, length, checksum), 0);
-    }
-}
-
-/* Shapes: 0 hot only, 1 hot + pending, 2 hot + materialized, 3 cold-only, 4/5 tombstones. */
-static void rnd_route(kvm_route_t *r, int shape)
-{
-    kvm_route_init(r);
-    rnd_ident(&r->ident);
-    r->version = (kvm_route_version_t){1 + rnd() % 100, 1 + rnd_u64_any() % (UINT64_MAX - 1)};
-    if (rnd() % 3)
-        r->predecessor_version =
-            (kvm_route_version_t){r->version.fencing_token, r->version.primary_sequence - 1};
-    r->content_op = rnd_op();
-    if (rnd() % 2) {
-        r->predecessor_op = rnd_op();
-        if (kvm_op_id_equal(&r->predecessor_op, &r->content_op))
-            memset(&r->predecessor_op, 0, sizeof(r->predecessor_op));
-    }
-    if (shape >= 4) {
-        r->tomb = shape == 4 ? KVM_TOMB_PENDING : KVM_TOMB_FINALIZED;
-        r->retain_until_ms = shape == 4 && rnd() % 2 ? 0 : 1 + rnd() % (UINT64_C(1) << 50);
-        return;
-    }
-    r->length = rnd() % 5 == 0 ? 0 : rnd() % (UINT64_C(1) << 40);
-    r->checksum = rnd() % 7 == 0 ? 0 : rnd();
-    uint32_t n = shape == 3 ? 0 : 1 + (uint32_t)(rnd() % KVM_MAX_REPLICAS);
-    for (uint32_t i = 0; i < n; i++) {
-        kvm_hot_replica_t h = {rnd_id(), rnd() % 3 ? rnd_u64_any() : 0,
-                               rnd() % 3 ? rnd() % (UINT64_C(1) << 60) : 0, r->length, r->checksum};
-        if (kvm_route_add_replica(r, &h) != 0)
-            break; /* a rare repeated slot: fewer replicas */
-    }
-    if (shape == 1)
-        rnd_cold(&r->cold, KVM_COLD_PENDING_OFFLOAD, &r->content_op, r->length, r->checksum);
-    else if (shape >= 2)
-        rnd_cold(&r->cold, KVM_COLD_MATERIALIZED, &r->content_op, r->length, r->checksum);
-}
+/* ---- deterministic random records: tests/support/wire_rand.h ------------------------------ */
 
 /* ---- comparing the two decoders ----------------------------------------------------------- */
 
@@ -298,16 +183,16 @@ static void put_unknown(out_t *o)
 {
     static const uint32_t nums[] = {12, 15, 16, 99, 2047, 1u << 20, (1u << 29) - 1};
     uint8_t v[16];
-    uint32_t wt = (uint32_t[]){0, 1, 2, 5}[rnd() % 4];
-    size_t len = wt == 0 ? 1 + rnd() % 10 : wt == 1 ? 8 : wt == 5 ? 4 : rnd() % sizeof(v);
+    uint32_t wt = (uint32_t[]){0, 1, 2, 5}[wr_rnd() % 4];
+    size_t len = wt == 0 ? 1 + wr_rnd() % 10 : wt == 1 ? 8 : wt == 5 ? 4 : wr_rnd() % sizeof(v);
     for (size_t i = 0; i < len; i++)
-        v[i] = (uint8_t)rnd();
+        v[i] = (uint8_t)wr_rnd();
     if (wt == 0) {
         for (size_t i = 0; i + 1 < len; i++)
             v[i] |= 0x80;
         v[len - 1] &= 0x7f;
     }
-    put_field(o, nums[rnd() % 7], wt, v, len);
+    put_field(o, nums[wr_rnd() % 7], wt, v, len);
 }
 
 /*
@@ -319,9 +204,9 @@ static void rewrite(int t, const uint8_t *p, size_t n, out_t *o, bool preserve)
 {
     fld_t f[64];
     size_t k = split(p, n, f, 64);
-    if (rnd() % 2) { /* shuffle; replicas (repeated) keep their relative order when preserving */
+    if (wr_rnd() % 2) { /* shuffle; replicas (repeated) keep their relative order when preserving */
         for (size_t i = k; i > 1; i--) {
-            size_t j = rnd() % i;
+            size_t j = wr_rnd() % i;
             if (preserve && t == T_ROUTE && (f[i - 1].num == 10 || f[j].num == 10))
                 continue;
             fld_t x = f[i - 1];
@@ -330,16 +215,16 @@ static void rewrite(int t, const uint8_t *p, size_t n, out_t *o, bool preserve)
         }
     }
     for (size_t i = 0; i < k; i++) {
-        if (rnd() % 4 == 0)
+        if (wr_rnd() % 4 == 0)
             put_unknown(o);
         int st = f[i].wt == 2 ? sub_type(t, f[i].num) : T_NONE;
-        if (f[i].wt == 0 && rnd() % 4 == 0) { /* an earlier occurrence the real one overrides */
-            uint8_t junk[] = {(uint8_t)(0x80 | rnd()), (uint8_t)(rnd() & 0x7f)};
+        if (f[i].wt == 0 && wr_rnd() % 4 == 0) { /* an earlier occurrence the real one overrides */
+            uint8_t junk[] = {(uint8_t)(0x80 | wr_rnd()), (uint8_t)(wr_rnd() & 0x7f)};
             put_field(o, f[i].num, 0, junk, 2);
         }
-        if (!preserve && rnd() % 8 == 0)
+        if (!preserve && wr_rnd() % 8 == 0)
             put_field(o, f[i].num, f[i].wt, f[i].val, f[i].len); /* duplicated */
-        if (st != T_NONE && !preserve && st != T_REP && rnd() % 3 == 0) {
+        if (st != T_NONE && !preserve && st != T_REP && wr_rnd() % 3 == 0) {
             /* two occurrences, each with a random subset of the fields: protobuf-c merges */
             fld_t g[64];
             size_t m = split(f[i].val, f[i].len, g, 64);
@@ -347,7 +232,7 @@ static void rewrite(int t, const uint8_t *p, size_t n, out_t *o, bool preserve)
             assert_non_null(a);
             assert_non_null(b);
             for (size_t j = 0; j < m; j++) {
-                uint64_t r = rnd() % 3;
+                uint64_t r = wr_rnd() % 3;
                 if (r != 1)
                     put_field(a, g[j].num, g[j].wt, g[j].val, g[j].len);
                 if (r != 0)
@@ -357,7 +242,7 @@ static void rewrite(int t, const uint8_t *p, size_t n, out_t *o, bool preserve)
             put_field(o, f[i].num, 2, b->b, b->n);
             free(a);
             free(b);
-        } else if (st != T_NONE && rnd() % 2) {
+        } else if (st != T_NONE && wr_rnd() % 2) {
             out_t *s = calloc(1, sizeof(*s));
             assert_non_null(s);
             rewrite(st, f[i].val, f[i].len, s, preserve);
@@ -367,7 +252,7 @@ static void rewrite(int t, const uint8_t *p, size_t n, out_t *o, bool preserve)
             put_field(o, f[i].num, f[i].wt, f[i].val, f[i].len);
         }
     }
-    if (rnd() % 4 == 0)
+    if (wr_rnd() % 4 == 0)
         put_unknown(o);
 }
 
@@ -396,12 +281,12 @@ static void write_seed(int idx, const uint8_t *p, size_t n)
 static void test_same_bytes(void **state)
 {
     (void)state;
-    rng_state = 0x5eed0001;
+    wr_seed(0x5eed0001);
     unsigned shapes[6] = {0}, reps[KVM_MAX_REPLICAS + 1] = {0}, pred_op = 0;
     for (int i = 0; i < ITERS; i++) {
         kvm_route_t a, d;
         int shape = i % 6;
-        rnd_route(&a, shape);
+        wr_route(&a, shape);
         shapes[shape]++;
         reps[a.n_replicas]++;
         pred_op += !kvm_op_id_is_nil(&a.predecessor_op);
@@ -411,7 +296,7 @@ static void test_same_bytes(void **state)
         kvm_route_free(&d);
         /* a short buffer fails alike */
         size_t m1 = 1, m2 = 1;
-        size_t cap = (size_t)(rnd() % n);
+        size_t cap = (size_t)(wr_rnd() % n);
         assert_int_equal(wire_route_encode(&a, buf, cap, &m1), KVMESH_ETOOBIG);
         assert_int_equal(wire_route_encode_pb(&a, buf2, cap, &m2), KVMESH_ETOOBIG);
         assert_int_equal(m1, 0);
@@ -428,9 +313,9 @@ static void test_same_bytes(void **state)
 static void test_encode_refusals_alike(void **state)
 {
     (void)state;
-    rng_state = 0x5eed0002;
+    wr_seed(0x5eed0002);
     kvm_route_t a;
-    rnd_route(&a, 2);
+    wr_route(&a, 2);
     a.replicas[0].length++; /* invalid: replica length != route length */
     size_t n1 = 1, n2 = 1;
     assert_int_equal(wire_route_encode(&a, buf, sizeof(buf), &n1), KVMESH_EINVAL);
@@ -446,12 +331,12 @@ static void test_encode_refusals_alike(void **state)
 static void test_preserving_rewrites(void **state)
 {
     (void)state;
-    rng_state = 0x5eed0003;
+    wr_seed(0x5eed0003);
     out_t *o = malloc(sizeof(*o));
     assert_non_null(o);
     for (int i = 0; i < ITERS; i++) {
         kvm_route_t a, d;
-        rnd_route(&a, i % 6);
+        wr_route(&a, i % 6);
         size_t n = encode_both(&a);
         o->n = 0;
         put_raw(o, buf, WIRE_HEADER_LEN);
@@ -472,13 +357,13 @@ static void test_preserving_rewrites(void **state)
 static void test_agreement(void **state)
 {
     (void)state;
-    rng_state = 0x5eed0004;
+    wr_seed(0x5eed0004);
     out_t *o = malloc(sizeof(*o));
     assert_non_null(o);
     n_accept = n_reject = 0;
     for (int i = 0; i < ITERS; i++) {
         kvm_route_t a, d;
-        rnd_route(&a, i % 6);
+        wr_route(&a, i % 6);
         size_t n = encode_both(&a);
         kvm_route_free(&a);
         o->n = 0;
@@ -490,17 +375,17 @@ static void test_agreement(void **state)
             kvm_route_free(&d);
         for (int m = 0; m < 8; m++) { /* flips, truncations, an inserted byte */
             uint8_t *p = o->b;
-            size_t l = len, at = WIRE_HEADER_LEN + (size_t)rnd() % (len - WIRE_HEADER_LEN);
+            size_t l = len, at = WIRE_HEADER_LEN + (size_t)wr_rnd() % (len - WIRE_HEADER_LEN);
             uint8_t keep = p[at];
-            switch (rnd() % 3) {
+            switch (wr_rnd() % 3) {
             case 0:
-                p[at] ^= (uint8_t)(1u << (rnd() % 8));
+                p[at] ^= (uint8_t)(1u << (wr_rnd() % 8));
                 break;
             case 1:
                 l = at;
                 break;
             default:
-                p[at] = (uint8_t)rnd();
+                p[at] = (uint8_t)wr_rnd();
                 break;
             }
             if (decode_both(p, l, &d) == 0)
@@ -518,9 +403,9 @@ static void test_agreement(void **state)
 static void test_pinned_merges(void **state)
 {
     (void)state;
-    rng_state = 0x5eed0005;
+    wr_seed(0x5eed0005);
     kvm_route_t a, d;
-    rnd_route(&a, 2);
+    wr_route(&a, 2);
     size_t n = encode_both(&a);
     fld_t f[64];
     size_t k = split(buf + WIRE_HEADER_LEN, n - WIRE_HEADER_LEN, f, 64);
