@@ -204,7 +204,7 @@ static bool rd_field(pb_rd_t *r, pb_field_t *f)
 static void rd_init(pb_rd_t *r, pb_bin_t b)
 {
     r->p = b.p;
-    r->end = b.p + b.n;
+    r->end = b.n ? b.p + b.n : b.p; /* an empty field may have no bytes at all (NULL) */
 }
 
 /* Typed accessors: a known field with another wire type is malformed (protobuf-c). */
