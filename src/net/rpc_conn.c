@@ -90,7 +90,7 @@ void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o)
 static int conn_send_raw(struct rpc_conn *c, uint8_t kind, uint8_t *pb, size_t pb_len,
                          int close_after)
 {
-    struct rpc_out *o = rpc_out_raw(kind, 0, pb, pb_len);
+    struct rpc_out *o = rpc_out_raw(c->ep, kind, 0, pb, pb_len);
     if (!o) {
         rpc_conn_close(c, RPC_CLOSE_NOMEM);
         return KVMESH_ENOMEM;
