@@ -17,6 +17,7 @@
 #include "net/rpc_impl.h"
 
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,6 +188,25 @@ static void fl_clear(struct rpc_freelist *fl)
         free(p);
     }
     fl->n = 0;
+}
+
+void *rpc_hdrbuf_get(rpc_endpoint *ep, size_t n)
+{
+    if (n > RPC_HDRBUF_SMALL)
+        return bufpool_get(&ep->pool, n);
+    void *b = fl_get(&ep->free_hdrbufs, RPC_HDRBUF_SMALL, 0);
+    return b;
+}
+
+void rpc_hdrbuf_put(rpc_endpoint *ep, void *b)
+{
+    if (!b)
+        return;
+    size_t usable = malloc_usable_size(b);
+    if (usable >= RPC_HDRBUF_SMALL && usable < 2 * RPC_HDRBUF_SMALL)
+        fl_put(&ep->free_hdrbufs, b);
+    else
+        bufpool_put(&ep->pool, b);
 }
 
 /* An rpc_out with a head of head_len bytes (inline when small, else from the pool). */
@@ -527,7 +547,7 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         else
             ep->st.notifies_dropped++;
         bufpool_put(&ep->pool, req.payload);
-        bufpool_put(&ep->pool, pb);
+        rpc_hdrbuf_put(ep, pb);
         return;
     }
     obs_count(ep->metrics, transport_operations_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_RECEIVE, 1);
@@ -538,7 +558,7 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
                  RPC_MAX_REQUESTS_PER_CONN);
         uint64_t id = rx->fh.request_id;
         bufpool_put(&ep->pool, req.payload);
-        bufpool_put(&ep->pool, pb);
+        rpc_hdrbuf_put(ep, pb);
         struct rpc_out *o;
         if (sendq_admit(ep, &c->sq, 0) == 0 &&
             out_new(ep, FRAME_RESPONSE, id, NULL, KVMESH_EAGAIN, e, 1, &o) == 0) {
@@ -551,7 +571,7 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
     rpc_reply *r = fl_get(&ep->free_replies, sizeof(*r), sizeof(*r));
     if (!r) {
         bufpool_put(&ep->pool, req.payload);
-        bufpool_put(&ep->pool, pb);
+        rpc_hdrbuf_put(ep, pb);
         rpc_conn_close(c, RPC_CLOSE_NOMEM);
         return;
     }
@@ -562,7 +582,7 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
     if (RB_INSERT(rpc_reply_tree, &c->replies, r) != NULL) {
         /* A request id still in service was reused: protocol violation. */
         bufpool_put(&ep->pool, req.payload);
-        bufpool_put(&ep->pool, pb);
+        rpc_hdrbuf_put(ep, pb);
         fl_put(&ep->free_replies, r);
         rpc_conn_close(c, RPC_CLOSE_UNEXPECTED);
         return;
@@ -601,7 +621,7 @@ static void reply_free(rpc_reply *r)
         r->conn->nreplies--;
     }
     bufpool_put(&ep->pool, r->req.payload);
-    bufpool_put(&ep->pool, r->pb);
+    rpc_hdrbuf_put(ep, r->pb);
     fl_put(&ep->free_replies, r);
     ep->live_replies--;
     rpc_ep_maybe_free(ep);
@@ -1077,6 +1097,7 @@ void rpc_ep_maybe_free(rpc_endpoint *ep)
     fl_clear(&ep->free_outs);
     fl_clear(&ep->free_calls);
     fl_clear(&ep->free_replies);
+    fl_clear(&ep->free_hdrbufs);
     if (ep->own_metrics)
         obs_registry_free(ep->metrics);
     free(ep);

@@ -46,9 +46,10 @@ struct rpc_rx {
  * the endpoint. A record taken from a list is zeroed (an rpc_out up to head_inline).
  */
 #define RPC_FREE_MAX 256 /* records kept per list */
-#define RPC_HEAD_INLINE                                                                            \
-    512 /* frame heads (fixed header + RpcHeader) up to this live in rpc_out                       \
-         */
+/* frame heads (fixed header + RpcHeader) up to this many bytes live inside their rpc_out */
+#define RPC_HEAD_INLINE 512
+/* received RpcHeaders up to this many bytes go in reused blocks of this size (rpc_hdrbuf_get) */
+#define RPC_HDRBUF_SMALL 512
 
 struct rpc_freelist {
     void *head; /* singly linked through each record's first word */
@@ -215,6 +216,7 @@ struct rpc_endpoint {
     struct rpc_stats st;
     struct bufpool pool; /* message buffers (bufpool.h), cleared when freed */
     struct rpc_freelist free_outs, free_calls, free_replies; /* reused records, see above */
+    struct rpc_freelist free_hdrbufs; /* RPC_HDRBUF_SMALL blocks (rpc_hdrbuf_get) */
     char last_refusal[HS_MSG_MAX + 64];
     int closing;
     unsigned handles; /* open uv handles */
@@ -237,6 +239,10 @@ struct rpc_out *rpc_out_raw(rpc_endpoint *ep, uint8_t kind, uint64_t id, uint8_t
 void rpc_out_free(rpc_endpoint *ep, struct rpc_out *o);
 void rpc_sendq_remove(rpc_endpoint *ep, struct rpc_out *o);
 void rpc_ep_maybe_free(rpc_endpoint *ep);
+/* Received RpcHeader buffers: n <= RPC_HDRBUF_SMALL from a free list, larger from the pool.
+ * put takes any malloc block (NULL ignored). */
+void *rpc_hdrbuf_get(rpc_endpoint *ep, size_t n);
+void rpc_hdrbuf_put(rpc_endpoint *ep, void *b);
 
 /* ---- rpc_conn.c ---- */
 void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o);
