@@ -17,12 +17,15 @@
 #include "net/rpc_impl.h"
 
 #include <arpa/inet.h>
+#include <malloc.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/bytes.h"
 #include "core/util.h"
+#include "net/rpc_hdr.h"
 
 static int timer_cmp(struct rpc_timer *a, struct rpc_timer *b)
 {
@@ -149,34 +152,98 @@ static int msg_check(const rpc_endpoint *ep, const struct rpc_msg *m, uint64_t *
     return 0;
 }
 
-/* Builds an outgoing frame; the fixed header is written again at submit time (deadline). */
+/* ---- record free lists (rpc_impl.h) ------------------------------------------------------- */
+
+/* A record of `size` bytes, its first `zero` bytes zeroed (all of it when newly allocated). */
+static void *fl_get(struct rpc_freelist *fl, size_t size, size_t zero)
+{
+    void *p = fl->head;
+    if (!p)
+        return calloc(1, size);
+    fl->head = *(void **)p;
+    fl->n--;
+    memset(p, 0, zero);
+    return p;
+}
+
+/* Keeps p (a record of this list's size, or NULL) for reuse, or frees it when the list is full. */
+static void fl_put(struct rpc_freelist *fl, void *p)
+{
+    if (!p)
+        return;
+    if (fl->n >= RPC_FREE_MAX) {
+        free(p);
+        return;
+    }
+    *(void **)p = fl->head;
+    fl->head = p;
+    fl->n++;
+}
+
+static void fl_clear(struct rpc_freelist *fl)
+{
+    while (fl->head) {
+        void *p = fl->head;
+        fl->head = *(void **)p;
+        free(p);
+    }
+    fl->n = 0;
+}
+
+void *rpc_hdrbuf_get(rpc_endpoint *ep, size_t n)
+{
+    if (n > RPC_HDRBUF_SMALL)
+        return bufpool_get(&ep->pool, n);
+    void *b = fl_get(&ep->free_hdrbufs, RPC_HDRBUF_SMALL, 0);
+    return b;
+}
+
+void rpc_hdrbuf_put(rpc_endpoint *ep, void *b)
+{
+    if (!b)
+        return;
+    size_t usable = malloc_usable_size(b);
+    if (usable >= RPC_HDRBUF_SMALL && usable < 2 * RPC_HDRBUF_SMALL)
+        fl_put(&ep->free_hdrbufs, b);
+    else
+        bufpool_put(&ep->pool, b);
+}
+
+/* An rpc_out with a head of head_len bytes (inline when small, else from the pool). */
+static struct rpc_out *out_alloc(rpc_endpoint *ep, size_t head_len)
+{
+    struct rpc_out *o = fl_get(&ep->free_outs, sizeof(*o), offsetof(struct rpc_out, head_inline));
+    if (!o)
+        return NULL;
+    o->head_len = head_len;
+    o->head = head_len <= RPC_HEAD_INLINE ? o->head_inline : bufpool_get(&ep->pool, head_len);
+    if (!o->head) {
+        fl_put(&ep->free_outs, o);
+        return NULL;
+    }
+    return o;
+}
+
+/*
+ * Builds an outgoing frame; the fixed header is written again at submit time (deadline). No
+ * string is formatted: the error text (at most RPC_MAX_ERROR_LEN bytes of it) is encoded
+ * straight from the caller's string.
+ */
 static int out_new(rpc_endpoint *ep, uint8_t kind, uint64_t id, const struct rpc_msg *m, int status,
                    const char *error, int copy_payload, struct rpc_out **res)
 {
-    Kvmesh__Rpc__RpcHeader h = KVMESH__RPC__RPC_HEADER__INIT;
-    char ebuf[RPC_MAX_ERROR_LEN + 1];
-    size_t pb_len = 0;
+    size_t pb_len = 0, elen = 0, blen = 0;
     if (kind == FRAME_REQUEST || kind == FRAME_RESPONSE || kind == FRAME_NOTIFY) {
-        h.status = status;
-        snprintf(ebuf, sizeof(ebuf), "%s", error ? error : "");
-        h.error = ebuf;
-        if (m && m->body_len) {
-            h.body.data = (uint8_t *)m->body;
-            h.body.len = m->body_len;
-        }
-        pb_len = kvmesh__rpc__rpc_header__get_packed_size(&h);
+        elen = error ? strnlen(error, RPC_MAX_ERROR_LEN) : 0; /* cut to RPC_MAX_ERROR_LEN */
+        blen = m ? m->body_len : 0;
+        pb_len = rpc_hdr_size(status, elen, blen);
     }
-    struct rpc_out *o = calloc(1, sizeof(*o));
+    struct rpc_out *o = out_alloc(ep, FRAME_FIXED_SIZE + pb_len);
     if (!o)
         return KVMESH_ENOMEM;
-    o->head_len = FRAME_FIXED_SIZE + pb_len;
-    o->head = bufpool_get(&ep->pool, o->head_len);
-    if (!o->head) {
-        free(o);
-        return KVMESH_ENOMEM;
-    }
     if (pb_len)
-        kvmesh__rpc__rpc_header__pack(&h, o->head + FRAME_FIXED_SIZE);
+        rpc_hdr_encode(o->head + FRAME_FIXED_SIZE, status, error, elen, blen ? m->body : NULL,
+                       blen);
     struct frame_header fh = {.kind = kind, .request_id = id, .header_len = (uint32_t)pb_len};
     uint64_t plen = 0;
     unsigned niov = m ? m->niov : 0;
@@ -193,8 +260,7 @@ static int out_new(rpc_endpoint *ep, uint8_t kind, uint64_t id, const struct rpc
     if (plen && copy_payload) {
         o->owned_payload = bufpool_get(&ep->pool, plen);
         if (!o->owned_payload) {
-            bufpool_put(&ep->pool, o->head);
-            free(o);
+            rpc_out_free(ep, o);
             return KVMESH_ENOMEM;
         }
         size_t off = 0;
@@ -215,24 +281,19 @@ static int out_new(rpc_endpoint *ep, uint8_t kind, uint64_t id, const struct rpc
 }
 
 /* A handshake or cancel frame (no protobuf RpcHeader). Takes ownership of pb (malloc'd). */
-struct rpc_out *rpc_out_raw(uint8_t kind, uint64_t id, uint8_t *pb, size_t pb_len)
+struct rpc_out *rpc_out_raw(rpc_endpoint *ep, uint8_t kind, uint64_t id, uint8_t *pb, size_t pb_len)
 {
-    struct rpc_out *o = calloc(1, sizeof(*o));
-    uint8_t *head = malloc(FRAME_FIXED_SIZE + pb_len);
-    if (!o || !head) {
-        free(o);
-        free(head);
+    struct rpc_out *o = out_alloc(ep, FRAME_FIXED_SIZE + pb_len);
+    if (!o) {
         free(pb);
         return NULL;
     }
     struct frame_header fh = {.kind = kind, .request_id = id, .header_len = (uint32_t)pb_len};
-    frame_encode(&fh, head);
+    frame_encode(&fh, o->head);
     if (pb_len)
-        memcpy(head + FRAME_FIXED_SIZE, pb, pb_len);
+        memcpy(o->head + FRAME_FIXED_SIZE, pb, pb_len);
     free(pb);
-    o->head = head;
-    o->head_len = FRAME_FIXED_SIZE + pb_len;
-    o->bufs[0] = uv_buf_init((char *)head, (unsigned)o->head_len);
+    o->bufs[0] = uv_buf_init((char *)o->head, (unsigned)o->head_len);
     o->nbufs = 1;
     o->bytes = o->head_len;
     return o;
@@ -240,9 +301,10 @@ struct rpc_out *rpc_out_raw(uint8_t kind, uint64_t id, uint8_t *pb, size_t pb_le
 
 void rpc_out_free(rpc_endpoint *ep, struct rpc_out *o)
 {
-    bufpool_put(&ep->pool, o->head);
+    if (o->head != o->head_inline)
+        bufpool_put(&ep->pool, o->head);
     bufpool_put(&ep->pool, o->owned_payload);
-    free(o);
+    fl_put(&ep->free_outs, o);
 }
 
 static int sendq_admit(rpc_endpoint *ep, struct rpc_sendq *sq, uint64_t bytes)
@@ -283,13 +345,10 @@ static void call_free(rpc_call_t *c)
 {
     KVM_ASSERT(c->peer->ncalls > 0);
     c->peer->ncalls--;
-    if (c->rx) {
-        bufpool_put(&c->ep->pool, c->rx->pb);
-        bufpool_put(&c->ep->pool, c->rx->payload);
-        free(c->rx);
-    }
+    if (c->rx)
+        rpc_rx_free(c->ep, c->rx);
     free(c->error);
-    free(c);
+    fl_put(&c->ep->free_calls, c);
 }
 
 /* Runs the callback once the result is decided and the payload write ended. */
@@ -302,21 +361,24 @@ void rpc_call_deliver(rpc_call_t *c)
     memset(&res, 0, sizeof(res));
     res.status = c->status;
     res.error = c->error ? c->error : "";
-    Kvmesh__Rpc__RpcHeader *h = NULL;
+    char *etxt = NULL; /* a response's error text (error responses only) */
+    struct rpc_hdr h;
     if (c->rx) {
         res.trace = c->rx->fh.trace;
-        h = kvmesh__rpc__rpc_header__unpack(&ep->pb_alloc, c->rx->fh.header_len, c->rx->pb);
-        if (!h) {
+        if (rpc_hdr_decode(c->rx->pb, c->rx->fh.header_len, &h) != 0) {
             res.status = KVMESH_EPROTO;
             res.error = "response header is not a valid RpcHeader";
         } else {
-            res.status = h->status;
+            res.status = h.status;
             if (res.status > 0 || (res.status < 0 && (res.status < KVMESH_ERROR_BAND_FIRST ||
                                                       res.status > KVMESH_ERROR_BAND_LAST)))
                 res.status = KVMESH_EPROTO;
-            res.error = h->error;
-            res.body = h->body.data;
-            res.body_len = h->body.len;
+            if (h.error_len && (etxt = rpc_hdr_error_cstr(&h)) != NULL)
+                res.error = etxt;
+            else
+                res.error = "";
+            res.body = h.body;
+            res.body_len = h.body_len;
             res.payload = c->rx->payload;
             res.payload_len = c->rx->fh.payload_len;
         }
@@ -329,8 +391,7 @@ void rpc_call_deliver(rpc_call_t *c)
     c->cb(c, &res, c->arg);
     if (c->rx && res.payload == NULL)
         c->rx->payload = NULL; /* taken by the callback */
-    if (h)
-        kvmesh__rpc__rpc_header__free_unpacked(h, &ep->pb_alloc);
+    free(etxt);
     call_free(c);
 }
 
@@ -338,15 +399,16 @@ void rpc_call_deliver(rpc_call_t *c)
 void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx *rx)
 {
     if (c->done) {
-        if (rx) {
+        if (rx)
             rpc_rx_free(c->ep, rx);
-            free(rx);
-        }
         return;
     }
     c->done = 1;
     c->status = status;
-    c->rx = rx;
+    if (rx) {
+        c->rx_store = *rx;
+        c->rx = &c->rx_store;
+    }
     if (error && *error)
         c->error = strdup(error);
     if (c->conn) {
@@ -392,13 +454,14 @@ void rpc_cancel(rpc_call_t *c)
 {
     if (c->done)
         return;
-    c->ep->st.calls_canceled++;
+    rpc_endpoint *ep = c->ep;
+    ep->st.calls_canceled++;
     struct rpc_conn *conn = c->conn;
-    uint64_t id = c->id;
+    uint64_t id = c->id; /* c may be reused once finished */
     rpc_call_finish(c, KVMESH_ECANCELED, "cancelled by the caller", NULL);
     if (conn && conn->state == CONN_READY) {
         /* Best effort: tell the server (fixed-size frame, outside the queue bounds). */
-        struct rpc_out *o = rpc_out_raw(FRAME_CANCEL, id, NULL, 0);
+        struct rpc_out *o = rpc_out_raw(ep, FRAME_CANCEL, id, NULL, 0);
         if (o)
             rpc_conn_submit(conn, o);
     }
@@ -457,23 +520,21 @@ static void peer_enqueue(rpc_peer *p, struct rpc_out *o)
 void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
 {
     rpc_endpoint *ep = c->ep;
-    Kvmesh__Rpc__RpcHeader *h = kvmesh__rpc__rpc_header__unpack(&ep->pb_alloc, rx->fh.header_len,
-                                                                rx->pb ? rx->pb : (uint8_t *)"");
-    bufpool_put(&ep->pool, rx->pb);
-    rx->pb = NULL;
-    if (!h) {
-        bufpool_put(&ep->pool, rx->payload);
+    struct rpc_hdr h;
+    if (rpc_hdr_decode(rx->pb, rx->fh.header_len, &h) != 0) {
+        rpc_rx_free(ep, rx);
         rpc_conn_close(c, RPC_CLOSE_BAD_HEADER);
         return;
     }
+    uint8_t *pb = rx->pb; /* h.body points into it: freed with the request */
     struct rpc_request req = {
         .type = rx->fh.type,
         .one_way = rx->fh.kind == FRAME_NOTIFY,
         .request_id = rx->fh.kind == FRAME_NOTIFY ? 0 : rx->fh.request_id,
         .deadline_ms = rx->fh.deadline_ms,
         .trace = rx->fh.trace,
-        .body = h->body.data,
-        .body_len = h->body.len,
+        .body = h.body,
+        .body_len = h.body_len,
         .payload = rx->payload,
         .payload_len = rx->fh.payload_len,
         .peer_runtime_id = c->peer_runtime_id,
@@ -486,7 +547,7 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         else
             ep->st.notifies_dropped++;
         bufpool_put(&ep->pool, req.payload);
-        kvmesh__rpc__rpc_header__free_unpacked(h, &ep->pb_alloc);
+        rpc_hdrbuf_put(ep, pb);
         return;
     }
     obs_count(ep->metrics, transport_operations_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_RECEIVE, 1);
@@ -497,7 +558,7 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
                  RPC_MAX_REQUESTS_PER_CONN);
         uint64_t id = rx->fh.request_id;
         bufpool_put(&ep->pool, req.payload);
-        kvmesh__rpc__rpc_header__free_unpacked(h, &ep->pb_alloc);
+        rpc_hdrbuf_put(ep, pb);
         struct rpc_out *o;
         if (sendq_admit(ep, &c->sq, 0) == 0 &&
             out_new(ep, FRAME_RESPONSE, id, NULL, KVMESH_EAGAIN, e, 1, &o) == 0) {
@@ -507,27 +568,28 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         }
         return;
     }
-    rpc_reply *r = calloc(1, sizeof(*r));
+    rpc_reply *r = fl_get(&ep->free_replies, sizeof(*r), sizeof(*r));
     if (!r) {
         bufpool_put(&ep->pool, req.payload);
-        kvmesh__rpc__rpc_header__free_unpacked(h, &ep->pb_alloc);
+        rpc_hdrbuf_put(ep, pb);
         rpc_conn_close(c, RPC_CLOSE_NOMEM);
         return;
     }
     r->req = req;
-    r->hdr = h;
+    r->pb = pb;
     r->ep = ep;
     r->conn = c;
     if (RB_INSERT(rpc_reply_tree, &c->replies, r) != NULL) {
         /* A request id still in service was reused: protocol violation. */
         bufpool_put(&ep->pool, req.payload);
-        kvmesh__rpc__rpc_header__free_unpacked(h, &ep->pb_alloc);
-        free(r);
+        rpc_hdrbuf_put(ep, pb);
+        fl_put(&ep->free_replies, r);
         rpc_conn_close(c, RPC_CLOSE_UNEXPECTED);
         return;
     }
     c->nreplies++;
-    r->req.peer_runtime_id = strdup(c->peer_runtime_id);
+    memcpy(r->peer_id, c->peer_runtime_id, strlen(c->peer_runtime_id) + 1);
+    r->req.peer_runtime_id = r->peer_id;
     ep->live_replies++;
     if (!slot->fn) {
         char e[96];
@@ -548,14 +610,7 @@ void rpc_handle_response(struct rpc_conn *c, struct rpc_rx *rx)
         rpc_rx_free(c->ep, rx);
         return;
     }
-    struct rpc_rx *own = malloc(sizeof(*own));
-    if (!own) {
-        rpc_rx_free(c->ep, rx);
-        rpc_call_finish(call, KVMESH_ENOMEM, "out of memory receiving a response", NULL);
-        return;
-    }
-    *own = *rx;
-    rpc_call_finish(call, 0, NULL, own);
+    rpc_call_finish(call, 0, NULL, rx);
 }
 
 static void reply_free(rpc_reply *r)
@@ -566,9 +621,8 @@ static void reply_free(rpc_reply *r)
         r->conn->nreplies--;
     }
     bufpool_put(&ep->pool, r->req.payload);
-    free((char *)r->req.peer_runtime_id);
-    kvmesh__rpc__rpc_header__free_unpacked(r->hdr, &ep->pb_alloc);
-    free(r);
+    rpc_hdrbuf_put(ep, r->pb);
+    fl_put(&ep->free_replies, r);
     ep->live_replies--;
     rpc_ep_maybe_free(ep);
 }
@@ -629,7 +683,7 @@ consumed:
 
 static rpc_call_t *call_new(rpc_peer *p, rpc_call_cb cb, void *arg)
 {
-    rpc_call_t *c = calloc(1, sizeof(*c));
+    rpc_call_t *c = fl_get(&p->ep->free_calls, sizeof(*c), sizeof(*c));
     if (!c)
         return NULL;
     c->ep = p->ep;
@@ -667,7 +721,7 @@ int rpc_call(rpc_peer *p, const struct rpc_msg *m, rpc_call_cb cb, void *arg, rp
     struct rpc_out *o;
     rc = out_new(ep, FRAME_REQUEST, c->id, m, 0, NULL, 0, &o);
     if (rc) {
-        free(c);
+        fl_put(&ep->free_calls, c);
         return rc;
     }
     p->ncalls++;
@@ -848,8 +902,6 @@ int rpc_endpoint_new(uv_loop_t *loop, const struct rpc_config *cfg, rpc_endpoint
     ep->loop = loop;
     ep->cfg = *cfg;
     bufpool_init(&ep->pool, cfg->pool_bytes);
-    ep->pb_alloc = (ProtobufCAllocator){
-        .alloc = bufpool_pb_alloc, .free = bufpool_pb_free, .allocator_data = &ep->pool};
     ep->metrics = cfg->metrics;
     if (!ep->metrics) {
         if (obs_registry_new(&ep->metrics) != 0) {
@@ -1042,6 +1094,10 @@ void rpc_ep_maybe_free(rpc_endpoint *ep)
     free(ep->desc_raw);
     free(ep->handlers);
     bufpool_clear(&ep->pool);
+    fl_clear(&ep->free_outs);
+    fl_clear(&ep->free_calls);
+    fl_clear(&ep->free_replies);
+    fl_clear(&ep->free_hdrbufs);
     if (ep->own_metrics)
         obs_registry_free(ep->metrics);
     free(ep);

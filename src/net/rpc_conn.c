@@ -28,9 +28,9 @@
 
 #include "core/util.h"
 
-static void write_cb(uv_write_t *wr, int status)
+/* A frame's write ended (status 0 or a libuv error): accounting, then its call and callbacks. */
+static void out_done(struct rpc_out *o, int status)
 {
-    struct rpc_out *o = wr->data;
     struct rpc_conn *c = o->conn;
     rpc_endpoint *ep = c->ep;
     c->writes--;
@@ -60,6 +60,39 @@ static void write_cb(uv_write_t *wr, int status)
         rpc_conn_close(c, RPC_CLOSE_REFUSED);
 }
 
+static void write_cb(uv_write_t *wr, int status)
+{
+    out_done(wr->data, status);
+}
+
+/*
+ * Writes what the socket takes now (uv_try_write: one writev, and no write request, completion
+ * callback or epoll_ctl when it takes the whole frame, which libuv's uv_write costs even for a
+ * write it completes at once). Only for a frame whose completion runs no callback (not a
+ * refusal, no sent callback, its call not decided: the call's callback waits for the response),
+ * so nothing runs inside rpc_call/rpc_notify/rpc_reply_send. Returns 1 when the whole frame was
+ * written; else the bufs left for uv_write are advanced past what was written.
+ */
+static int try_write_now(struct rpc_conn *c, struct rpc_out *o)
+{
+    if (o->sent_cb || o->close_after || (o->call && o->call->done))
+        return 0;
+    int n = uv_try_write(&c->u.s, o->bufs, o->nbufs);
+    if (n <= 0)
+        return 0; /* UV_EAGAIN (or an error uv_write reports again) */
+    size_t left = (size_t)n;
+    unsigned i = 0;
+    while (i < o->nbufs && left >= o->bufs[i].len)
+        left -= o->bufs[i++].len;
+    if (i == o->nbufs)
+        return 1;
+    memmove(o->bufs, o->bufs + i, (o->nbufs - i) * sizeof(o->bufs[0]));
+    o->nbufs -= i;
+    o->bufs[0].base += left;
+    o->bufs[0].len -= left;
+    return 0;
+}
+
 /* Hands a frame to libuv. The caller accounted it in a send queue already (or not: raw frames). */
 void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o)
 {
@@ -80,6 +113,10 @@ void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o)
         c->write_progress = c->drain_start = uv_now(ep->loop);
         c->drained = 0;
     }
+    if (try_write_now(c, o)) {
+        out_done(o, 0);
+        return;
+    }
     int rc = uv_write(&o->wr, &c->u.s, o->bufs, o->nbufs, write_cb);
     if (rc != 0) {
         /* Not queued in libuv: complete it as failed right away. */
@@ -90,7 +127,7 @@ void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o)
 static int conn_send_raw(struct rpc_conn *c, uint8_t kind, uint8_t *pb, size_t pb_len,
                          int close_after)
 {
-    struct rpc_out *o = rpc_out_raw(kind, 0, pb, pb_len);
+    struct rpc_out *o = rpc_out_raw(c->ep, kind, 0, pb, pb_len);
     if (!o) {
         rpc_conn_close(c, RPC_CLOSE_NOMEM);
         return KVMESH_ENOMEM;
@@ -305,7 +342,7 @@ static void handle_verdict(struct rpc_conn *c, struct rpc_rx *rx);
 
 void rpc_rx_free(rpc_endpoint *ep, struct rpc_rx *rx)
 {
-    bufpool_put(&ep->pool, rx->pb);
+    rpc_hdrbuf_put(ep, rx->pb);
     bufpool_put(&ep->pool, rx->payload);
     rx->pb = NULL;
     rx->payload = NULL;
@@ -413,7 +450,7 @@ static int rx_process(struct rpc_conn *c)
             c->pb_got = 0;
             c->pay_got = 0;
             if (c->rx.fh.header_len) {
-                c->rx.pb = bufpool_get(&ep->pool, c->rx.fh.header_len);
+                c->rx.pb = rpc_hdrbuf_get(ep, c->rx.fh.header_len);
                 if (!c->rx.pb) {
                     rpc_conn_close(c, RPC_CLOSE_NOMEM);
                     return -1;

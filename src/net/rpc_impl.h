@@ -17,7 +17,6 @@
 #include "net/bufpool.h"
 #include "net/rpc.h"
 #include "obs/metrics.h"
-#include "rpc.pb-c.h"
 
 struct rpc_timer {
     RB_ENTRY(rpc_timer) node;
@@ -41,6 +40,22 @@ struct rpc_rx {
     uint8_t *payload;
 };
 
+/*
+ * Small per-message records (rpc_out, rpc_call, rpc_reply) are reused from bounded per-endpoint
+ * free lists (RPC_FREE_MAX each) instead of a malloc/free per message; the lists are freed with
+ * the endpoint. A record taken from a list is zeroed (an rpc_out up to head_inline).
+ */
+#define RPC_FREE_MAX 256 /* records kept per list */
+/* frame heads (fixed header + RpcHeader) up to this many bytes live inside their rpc_out */
+#define RPC_HEAD_INLINE 512
+/* received RpcHeaders up to this many bytes go in reused blocks of this size (rpc_hdrbuf_get) */
+#define RPC_HDRBUF_SMALL 512
+
+struct rpc_freelist {
+    void *head; /* singly linked through each record's first word */
+    unsigned n;
+};
+
 TAILQ_HEAD(rpc_out_q, rpc_out);
 struct rpc_out {
     TAILQ_ENTRY(rpc_out) q;
@@ -57,7 +72,8 @@ struct rpc_out {
     rpc_call_t *call;
     rpc_sent_cb sent_cb;
     void *sent_arg;
-    uint8_t close_after; /* refusal verdict: close the connection once written */
+    uint8_t close_after;                  /* refusal verdict: close the connection once written */
+    uint8_t head_inline[RPC_HEAD_INLINE]; /* head when head_len <= RPC_HEAD_INLINE */
 };
 
 struct rpc_call {
@@ -73,7 +89,8 @@ struct rpc_call {
     int done;            /* result decided */
     int status;
     char *error;
-    struct rpc_rx *rx; /* deferred response */
+    struct rpc_rx *rx; /* deferred response: &rx_store or NULL */
+    struct rpc_rx rx_store;
     rpc_call_cb cb;
     void *arg;
 };
@@ -86,8 +103,9 @@ struct rpc_reply {
     struct rpc_conn *conn;    /* NULL once the connection closed */
     rpc_endpoint *ep;
     struct rpc_request req;
-    Kvmesh__Rpc__RpcHeader *hdr;
+    uint8_t *pb; /* the received RpcHeader bytes (req.body points into them) */
     int canceled;
+    char peer_id[HS_ID_MAX + 1]; /* req.peer_runtime_id (outlives the connection) */
 };
 
 RB_HEAD(rpc_reply_tree, rpc_reply);
@@ -196,8 +214,9 @@ struct rpc_endpoint {
     unsigned npeers, ninbound;
     struct rpc_handler_slot *handlers; /* 65536 slots */
     struct rpc_stats st;
-    struct bufpool pool;         /* message buffers (bufpool.h), cleared when freed */
-    ProtobufCAllocator pb_alloc; /* RpcHeader unpacking from the pool */
+    struct bufpool pool; /* message buffers (bufpool.h), cleared when freed */
+    struct rpc_freelist free_outs, free_calls, free_replies; /* reused records, see above */
+    struct rpc_freelist free_hdrbufs; /* RPC_HDRBUF_SMALL blocks (rpc_hdrbuf_get) */
     char last_refusal[HS_MSG_MAX + 64];
     int closing;
     unsigned handles; /* open uv handles */
@@ -209,15 +228,21 @@ struct rpc_endpoint {
 /* ---- rpc.c ---- */
 void rpc_timer_arm(rpc_endpoint *ep, struct rpc_timer *t, uint64_t due);
 void rpc_timer_disarm(rpc_endpoint *ep, struct rpc_timer *t);
+/* rx (may be NULL): a received response whose buffers move to the call (the struct is copied). */
 void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx *rx);
 void rpc_call_deliver(rpc_call_t *c);
 void rpc_peer_fail_waiting(rpc_peer *p, int status, const char *why);
 void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx);
 void rpc_handle_response(struct rpc_conn *c, struct rpc_rx *rx);
-struct rpc_out *rpc_out_raw(uint8_t kind, uint64_t id, uint8_t *pb, size_t pb_len);
+struct rpc_out *rpc_out_raw(rpc_endpoint *ep, uint8_t kind, uint64_t id, uint8_t *pb,
+                            size_t pb_len);
 void rpc_out_free(rpc_endpoint *ep, struct rpc_out *o);
 void rpc_sendq_remove(rpc_endpoint *ep, struct rpc_out *o);
 void rpc_ep_maybe_free(rpc_endpoint *ep);
+/* Received RpcHeader buffers: n <= RPC_HDRBUF_SMALL from a free list, larger from the pool.
+ * put takes any malloc block (NULL ignored). */
+void *rpc_hdrbuf_get(rpc_endpoint *ep, size_t n);
+void rpc_hdrbuf_put(rpc_endpoint *ep, void *b);
 
 /* ---- rpc_conn.c ---- */
 void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o);
