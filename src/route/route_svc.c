@@ -131,6 +131,80 @@ int route_send(route_svc_t *svc, env_node_t to, route_msg_t *m)
     return rc;
 }
 
+/* The service pointer of a call: kept in ctx-independent storage via the list head walk would
+ * be slow, so calls carry it implicitly: every call is created by one svc and freed with it.
+ * A finished box goes to the service's spares with its retransmission buffer (buf_cap bytes;
+ * c.buf points at it while the call retransmits), so a batch's calls reuse the records and
+ * buffers of the previous batch's instead of two mallocs and two frees each. */
+typedef struct call_box {
+    route_call_t c;
+    route_svc_t *svc;
+    struct call_box *next_spare;
+    uint8_t *rbuf; /* the box's retransmission buffer, owned; NULL = none yet */
+    size_t rbuf_cap;
+} call_box_t;
+
+/* A call record with every field of c zeroed: a spare box, else a new one (NULL: no memory). */
+static call_box_t *call_alloc(route_svc_t *svc)
+{
+    call_box_t *b = svc->call_spare;
+    if (!b)
+        return calloc(1, sizeof(*b));
+    svc->call_spare = b->next_spare;
+    svc->n_call_spare--;
+    memset(&b->c, 0, sizeof(b->c));
+    b->next_spare = NULL;
+    return b;
+}
+
+/* The retransmission copy of buf[0..len) in b's buffer (grown when short); false: no memory. */
+static bool call_keep(call_box_t *b, const uint8_t *buf, size_t len)
+{
+    size_t need = len ? len : 1;
+    if (b->rbuf_cap < need) {
+        uint8_t *nb = malloc(need);
+        if (!nb)
+            return false;
+        free(b->rbuf);
+        b->rbuf = nb;
+        b->rbuf_cap = need;
+    }
+    memcpy(b->rbuf, buf, len);
+    b->c.buf = b->rbuf;
+    b->c.len = len;
+    return true;
+}
+
+/* Ends a box: kept as a spare while there is room (and the service is not being freed). */
+static void box_release(route_svc_t *svc, call_box_t *b)
+{
+    if (svc->freeing || svc->n_call_spare >= ROUTE_CALL_SPARE || b->rbuf_cap > ROUTE_ENC_KEEP_MAX) {
+        free(b->rbuf);
+        free(b);
+        return;
+    }
+    b->next_spare = svc->call_spare;
+    svc->call_spare = b;
+    svc->n_call_spare++;
+}
+
+static void call_free(route_svc_t *svc, route_call_t *c)
+{
+    env_timer_cancel(svc->env, c->timer);
+    box_release(svc, KVM_CONTAINER_OF(c, call_box_t, c));
+}
+
+static void call_spares_free(route_svc_t *svc)
+{
+    while (svc->call_spare) {
+        call_box_t *b = svc->call_spare;
+        svc->call_spare = b->next_spare;
+        free(b->rbuf);
+        free(b);
+    }
+    svc->n_call_spare = 0;
+}
+
 static void call_unlink(route_svc_t *svc, route_call_t *c)
 {
     if (c->prev)
@@ -142,13 +216,6 @@ static void call_unlink(route_svc_t *svc, route_call_t *c)
     else
         svc->calls_tail = c->prev;
     svc->n_calls--;
-}
-
-static void call_free(route_svc_t *svc, route_call_t *c)
-{
-    env_timer_cancel(svc->env, c->timer);
-    free(c->buf);
-    free(c);
 }
 
 void route_call_cancel(route_svc_t *svc, route_call_t *c)
@@ -168,13 +235,6 @@ static void call_arm(route_svc_t *svc, route_call_t *c, uint64_t now)
         next = c->deadline_ns;
     c->timer = env_timer_start(svc->env, next > now ? next - now : 0, call_timer, c);
 }
-
-/* The service pointer of a call: kept in ctx-independent storage via the list head walk would
- * be slow, so calls carry it implicitly: every call is created by one svc and freed with it. */
-typedef struct call_box {
-    route_call_t c;
-    route_svc_t *svc;
-} call_box_t;
 
 static void call_timer(void *arg)
 {
@@ -198,7 +258,7 @@ route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16
 {
     if (svc->n_calls >= ROUTE_MAX_CALLS)
         return NULL;
-    call_box_t *b = calloc(1, sizeof(*b));
+    call_box_t *b = call_alloc(svc);
     if (!b)
         return NULL;
     route_call_t *c = &b->c;
@@ -215,20 +275,11 @@ route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16
     size_t cap = route_msg_size_bound(m);
     uint8_t *buf = enc_take(svc, cap);
     size_t len = 0;
-    if (!buf || route_msg_encode(m, buf, cap, &len) != 0) {
+    if (!buf || route_msg_encode(m, buf, cap, &len) != 0 ||
+        (retransmit && !call_keep(b, buf, len))) { /* the retransmissions' copy (call_timer) */
         enc_give(svc, buf);
-        free(b);
+        box_release(svc, b);
         return NULL;
-    }
-    if (retransmit) { /* the retransmissions' copy (call_timer), owned by the call */
-        c->buf = malloc(len ? len : 1);
-        if (!c->buf) {
-            enc_give(svc, buf);
-            free(b);
-            return NULL;
-        }
-        memcpy(c->buf, buf, len);
-        c->len = len;
     }
     route_emit(svc, to, c->type, buf, len); /* batched while the service coalesces */
     enc_give(svc, buf);
@@ -744,6 +795,7 @@ void route_svc_free(route_svc_t *svc)
         c->fn(svc, c, NULL);
         call_free(svc, c);
     }
+    call_spares_free(svc);
     for (route_mreq_t *q = svc->mreqs; q; q = q->next)
         q->svc = NULL; /* its completion frees it */
     svc->mreqs = NULL;
