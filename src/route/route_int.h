@@ -176,7 +176,7 @@ struct route_call {
     size_t len;
     uint32_t type;
     uint64_t deadline_ns;
-    env_timer_id timer;
+    uint64_t wake_ns; /* its next retransmission or its deadline (route_svc.c calls_sweep) */
 };
 
 /* A metadata call in flight; detached (svc NULL) when the service is freed first. */
@@ -233,6 +233,8 @@ struct route_svc {
      * the order of their requests, so on_response looks from the oldest) */
     route_call_t *calls, *calls_tail;
     uint32_t n_calls;
+    env_timer_id call_timer; /* the calls' one timer, armed for call_timer_ns (0: none) */
+    uint64_t call_timer_ns;
     /* finished call records kept for the next calls, with their retransmission buffers
      * (route_svc.c call_alloc/call_free; freed by route_svc_free) */
     struct call_box *call_spare;

@@ -131,14 +131,11 @@ int route_send(route_svc_t *svc, env_node_t to, route_msg_t *m)
     return rc;
 }
 
-/* The service pointer of a call: kept in ctx-independent storage via the list head walk would
- * be slow, so calls carry it implicitly: every call is created by one svc and freed with it.
- * A finished box goes to the service's spares with its retransmission buffer (buf_cap bytes;
- * c.buf points at it while the call retransmits), so a batch's calls reuse the records and
- * buffers of the previous batch's instead of two mallocs and two frees each. */
+/* A call's record. A finished box goes to the service's spares with its retransmission buffer
+ * (rbuf_cap bytes; c.buf points at it while the call retransmits), so a batch's calls reuse the
+ * records and buffers of the previous batch's instead of two mallocs and two frees each. */
 typedef struct call_box {
     route_call_t c;
-    route_svc_t *svc;
     struct call_box *next_spare;
     uint8_t *rbuf; /* the box's retransmission buffer, owned; NULL = none yet */
     size_t rbuf_cap;
@@ -188,9 +185,9 @@ static void box_release(route_svc_t *svc, call_box_t *b)
     svc->n_call_spare++;
 }
 
+/* (The service's call timer is left as it is: a sweep that finds nothing due re-arms it.) */
 static void call_free(route_svc_t *svc, route_call_t *c)
 {
-    env_timer_cancel(svc->env, c->timer);
     box_release(svc, KVM_CONTAINER_OF(c, call_box_t, c));
 }
 
@@ -224,33 +221,74 @@ void route_call_cancel(route_svc_t *svc, route_call_t *c)
     call_free(svc, c);
 }
 
-static void call_timer(void *arg);
+static void calls_sweep(void *arg);
 
-/* Arms c's timer: its next retransmission or its deadline; now: route_now (read once by the
+/* Arms the service's one call timer (svc->call_timer) for wake_ns, unless it is armed for that
+ * instant or an earlier one: a batch's calls, started in order with about the same timeout,
+ * share one timer instead of starting and cancelling one each. now: route_now. */
+static void calls_arm(route_svc_t *svc, uint64_t wake_ns, uint64_t now)
+{
+    if (svc->call_timer && svc->call_timer_ns <= wake_ns)
+        return;
+    env_timer_cancel(svc->env, svc->call_timer);
+    svc->call_timer =
+        env_timer_start(svc->env, wake_ns > now ? wake_ns - now : 0, calls_sweep, svc);
+    svc->call_timer_ns = wake_ns;
+}
+
+/* Sets c's wake-up: its next retransmission or its deadline; now: route_now (read once by the
  * caller). */
 static void call_arm(route_svc_t *svc, route_call_t *c, uint64_t now)
 {
     uint64_t next = c->buf ? now + ROUTE_RETRY_NS : c->deadline_ns;
     if (next > c->deadline_ns)
         next = c->deadline_ns;
-    c->timer = env_timer_start(svc->env, next > now ? next - now : 0, call_timer, c);
+    c->wake_ns = next;
+    calls_arm(svc, next, now);
 }
 
-static void call_timer(void *arg)
+/* The first call, oldest first, that was started before the sweep (req_id <= id_limit) and is
+ * due at now; NULL: none. */
+static route_call_t *call_due(route_svc_t *svc, route_call_t *from, uint64_t id_limit, uint64_t now)
 {
-    route_call_t *c = arg;
-    route_svc_t *svc = KVM_CONTAINER_OF(c, call_box_t, c)->svc;
-    c->timer = 0;
-    if (route_now(svc) >= c->deadline_ns) {
-        call_unlink(svc, c);
-        route_call_fn fn = c->fn;
-        fn(svc, c, NULL);
-        call_free(svc, c);
-        return;
-    }
-    if (c->buf)
+    for (route_call_t *c = from; c; c = c->prev)
+        if (c->req_id <= id_limit && c->wake_ns <= now)
+            return c;
+    return NULL;
+}
+
+/* The call timer: every call due now retransmits or, past its deadline, ends with no answer
+ * (fn(NULL)), as each call's own timer did; then the timer is armed for the earliest wake-up
+ * left. A deadline's callback may end or start other calls, so the walk starts over from the
+ * oldest after each one; calls it starts (req_id above id_limit) wait for the next turn. */
+static void calls_sweep(void *arg)
+{
+    route_svc_t *svc = arg;
+    svc->call_timer = 0;
+    uint64_t now = route_now(svc), id_limit = svc->next_req_id;
+    route_call_t *c = call_due(svc, svc->calls_tail, id_limit, now);
+    while (c && !svc->freeing) {
+        if (now >= c->deadline_ns) {
+            call_unlink(svc, c);
+            c->fn(svc, c, NULL);
+            call_free(svc, c);
+            c = call_due(svc, svc->calls_tail, id_limit, now);
+            continue;
+        }
+        KVM_ASSERT(c->buf != NULL); /* due before its deadline: a retransmission */
         env_send(svc->env, c->node, c->type, c->buf, c->len);
-    call_arm(svc, c, route_now(svc));
+        uint64_t next = now + ROUTE_RETRY_NS;
+        c->wake_ns = next < c->deadline_ns ? next : c->deadline_ns;
+        c = call_due(svc, c->prev, id_limit, now);
+    }
+    if (svc->freeing)
+        return;
+    uint64_t first = UINT64_MAX;
+    for (c = svc->calls; c; c = c->next)
+        if (c->wake_ns < first)
+            first = c->wake_ns;
+    if (first != UINT64_MAX)
+        calls_arm(svc, first, now);
 }
 
 route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16_t resp_kind,
@@ -262,7 +300,6 @@ route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16
     if (!b)
         return NULL;
     route_call_t *c = &b->c;
-    b->svc = svc;
     c->req_id = ++svc->next_req_id;
     m->req_id = c->req_id;
     c->node = to;
@@ -787,6 +824,8 @@ void route_svc_free(route_svc_t *svc)
     }
     svc->freeing = true;
     env_timer_cancel(svc->env, svc->tick_timer);
+    env_timer_cancel(svc->env, svc->call_timer);
+    svc->call_timer = 0;
     route_client_cancel_all(svc);
     route_claim_free_all(svc);
     while (svc->calls) { /* owners see svc->freeing and only release their context */
