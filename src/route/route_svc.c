@@ -249,7 +249,7 @@ static void call_arm(route_svc_t *svc, route_call_t *c, uint64_t now)
 
 /* The first call, oldest first, that was started before the sweep (req_id <= id_limit) and is
  * due at now; NULL: none. */
-static route_call_t *call_due(route_svc_t *svc, route_call_t *from, uint64_t id_limit, uint64_t now)
+static route_call_t *call_due(route_call_t *from, uint64_t id_limit, uint64_t now)
 {
     for (route_call_t *c = from; c; c = c->prev)
         if (c->req_id <= id_limit && c->wake_ns <= now)
@@ -266,20 +266,20 @@ static void calls_sweep(void *arg)
     route_svc_t *svc = arg;
     svc->call_timer = 0;
     uint64_t now = route_now(svc), id_limit = svc->next_req_id;
-    route_call_t *c = call_due(svc, svc->calls_tail, id_limit, now);
+    route_call_t *c = call_due(svc->calls_tail, id_limit, now);
     while (c && !svc->freeing) {
         if (now >= c->deadline_ns) {
             call_unlink(svc, c);
             c->fn(svc, c, NULL);
             call_free(svc, c);
-            c = call_due(svc, svc->calls_tail, id_limit, now);
+            c = call_due(svc->calls_tail, id_limit, now);
             continue;
         }
         KVM_ASSERT(c->buf != NULL); /* due before its deadline: a retransmission */
         env_send(svc->env, c->node, c->type, c->buf, c->len);
         uint64_t next = now + ROUTE_RETRY_NS;
         c->wake_ns = next < c->deadline_ns ? next : c->deadline_ns;
-        c = call_due(svc, c->prev, id_limit, now);
+        c = call_due(c->prev, id_limit, now);
     }
     if (svc->freeing)
         return;
