@@ -270,11 +270,15 @@ static void op_timer_cancel(env_t *env, env_timer_id id)
     uvtimer_t *t = RB_FIND(id_tree, &u->by_id, &key);
     if (!t)
         return;
-    bool was_first = RB_MIN(deadline_tree, &u->by_deadline) == t;
     timer_unlink(u, t);
     timer_release(u, t);
-    if (was_first)
-        timer_rearm(u);
+    /* The uv timer stays armed for the deadline of the first timer it was armed for, which is
+     * at or before every remaining one: it fires early at worst, and on_uv_timer re-arms for
+     * the new first. Re-arming here read the clock twice and re-sorted libuv's heap for every
+     * cancelled call and attempt (a batch's answers cancel their calls' timers oldest first,
+     * each one the first). Nothing left: stop it, so an idle loop does not wake. */
+    if (u->n_timers == 0)
+        uv_timer_stop(&u->timer);
 }
 
 static void on_uv_idle(uv_idle_t *h)

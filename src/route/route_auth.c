@@ -185,7 +185,7 @@ static int admit(route_svc_t *svc, route_shard_t *sh, const route_msg_t *req, bo
 
 typedef struct mirror_op {
     uint32_t shard;
-    kvm_ident_t ident;
+    kvm_ident_t ident; /* its encoding lives in this allocation, after frame (mirror_op_new) */
     kvm_route_version_t version;
     env_node_t reply_node; /* ENV_NODE_NONE: a repair re-mirror (no client) */
     uint64_t reply_req;
@@ -201,18 +201,31 @@ typedef struct mirror_op {
     uint8_t frame[];
 } mirror_op_t;
 
-/* A mirror op carrying the wire frame of r (owned by the caller; free()). */
+/* A mirror op carrying the wire frame of r and a copy of r's identity, both in the op's one
+ * allocation (the identity's encoding after the frame: op->ident is not kvm_ident_free'd).
+ * Owned by the caller; mirror_op_free. */
 static mirror_op_t *mirror_op_new(const kvm_route_t *r)
 {
     uint8_t tmp[KVM_WIRE_MAX_RECORD_LEN];
     size_t n = 0;
     if (wire_route_encode(r, tmp, sizeof(tmp), &n) != 0)
         n = 0; /* (an invalid route: each message reports it when encoding) */
-    mirror_op_t *op = calloc(1, sizeof(*op) + n);
+    mirror_op_t *op = calloc(1, sizeof(*op) + n + r->ident.enc_len);
     KVM_ASSERT(op != NULL);
     memcpy(op->frame, tmp, n);
     op->frame_len = (uint32_t)n;
+    op->ident = r->ident;
+    if (r->ident.enc) {
+        op->ident.enc = op->frame + n;
+        memcpy(op->ident.enc, r->ident.enc, r->ident.enc_len);
+    }
     return op;
+}
+
+static void mirror_op_free(mirror_op_t *op)
+{
+    free(op->claim_reply);
+    free(op); /* (op->ident's encoding is part of op) */
 }
 
 /* Sends m with op's route frame in place of encoding its first route again. */
@@ -263,20 +276,15 @@ static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
         svc->claim_reply = NULL;
         svc->claim_reply_len = 0;
     }
-    kvm_ident_free(&op->ident);
-    free(op->claim_reply);
-    free(op);
+    mirror_op_free(op);
 }
 
 static void on_mirror_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
 {
     mirror_op_t *op = c->ctx;
     if (svc->freeing) {
-        if (--op->pending == 0) {
-            kvm_ident_free(&op->ident);
-            free(op->claim_reply);
-            free(op);
-        }
+        if (--op->pending == 0)
+            mirror_op_free(op);
         return;
     }
     if (!resp || resp->status != 0)
@@ -298,8 +306,6 @@ static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
     route_table_view(sh->table, e, &view);
     mirror_op_t *op = mirror_op_new(&view);
     op->shard = sh->id;
-    if (kvm_ident_copy(&op->ident, &view.ident) != 0)
-        KVM_ASSERT(!"out of memory");
     op->version = view.version;
     op->reply_node = reply_node;
     op->reply_req = reply_req;

@@ -112,12 +112,55 @@ static void attempt_clear(route_op_t *op)
     op->inl_have = false;
 }
 
+/* Ends op's record (its contents already freed): kept as a spare with its answer array (its
+ * routes cleared by attempt_clear) while there is room, so a batch's lookups and CASes reuse
+ * the records of the previous batch's instead of a calloc and a free (and the answer array's)
+ * each. */
+static void op_release_record(route_op_t *op)
+{
+    route_svc_t *svc = op->svc;
+    if (svc->freeing || svc->n_op_spare >= ROUTE_OP_SPARE) {
+        free(op->got);
+        free(op);
+        return;
+    }
+    op->next = svc->op_spare;
+    svc->op_spare = op;
+    svc->n_op_spare++;
+}
+
+/* A zeroed op record: a spare (its answer array kept), else a new one (NULL: no memory). */
+static route_op_t *op_record(route_svc_t *svc)
+{
+    route_op_t *op = svc->op_spare;
+    if (!op)
+        return calloc(1, sizeof(*op));
+    svc->op_spare = op->next;
+    svc->n_op_spare--;
+    kvm_route_t *got = op->got;
+    uint32_t got_cap = op->got_cap;
+    memset(op, 0, sizeof(*op));
+    op->got = got; /* every entry cleared (attempt_clear): reusable as got_reserve's */
+    op->got_cap = got_cap;
+    return op;
+}
+
+static void op_spares_free(route_svc_t *svc)
+{
+    while (svc->op_spare) {
+        route_op_t *op = svc->op_spare;
+        svc->op_spare = op->next;
+        free(op->got);
+        free(op);
+    }
+    svc->n_op_spare = 0;
+}
+
 static void op_free(route_op_t *op)
 {
     attempt_clear(op);
     kvm_ident_free(&op->ident);
     kvm_route_free(&op->route);
-    free(op->got);
     free(op->cursor);
     free(op->claim);
     free(op->claim_reply);
@@ -126,7 +169,7 @@ static void op_free(route_op_t *op)
             kvm_route_free(&op->page[i]);
         free(op->page);
     }
-    free(op);
+    op_release_record(op);
 }
 
 static void op_release(route_op_t *op)
@@ -181,6 +224,7 @@ void route_client_cancel_all(route_svc_t *svc)
     while (svc->ops)
         finish(svc->ops, KVMESH_ECANCELED, NULL);
     windows_free(svc);
+    op_spares_free(svc); /* (svc->freeing: ops ending from now on are freed, not kept) */
 }
 
 void route_client_view_from_rec(route_svc_t *svc, route_shard_t *sh, const route_rec_t *rec)
@@ -700,7 +744,7 @@ static route_op_t *op_new(route_svc_t *svc, enum op_kind kind, void *arg)
 {
     if (!svc->ready || svc->n_ops >= ROUTE_MAX_OPS)
         return NULL;
-    route_op_t *op = calloc(1, sizeof(*op));
+    route_op_t *op = op_record(svc);
     if (!op)
         return NULL;
     op->svc = svc;

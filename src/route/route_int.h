@@ -41,6 +41,8 @@
 #define ROUTE_PEER_CALL_NS        (400ull * 1000000) /* mirror/fetch/install/grant call */
 #define ROUTE_META_TIMEOUT_MS     1000
 #define ROUTE_MAX_CALLS           8192 /* outgoing peer calls in flight */
+#define ROUTE_CALL_SPARE          512  /* finished call records a service keeps for reuse */
+#define ROUTE_OP_SPARE            256  /* finished lookup/CAS ops a service keeps for reuse */
 #define ROUTE_MAX_OPS             4096 /* client operations in flight */
 #define ROUTE_MAX_SHARD_STEPS     64   /* shards advanced per tick */
 #define ROUTE_CLIENT_MAX_ATTEMPTS 16
@@ -169,11 +171,12 @@ struct route_call {
     void *ctx;
     uint64_t u64; /* caller data */
     uint32_t idx; /* caller data */
-    uint8_t *buf; /* encoded request, for retransmission (NULL = no retransmission) */
+    uint8_t *buf; /* encoded request, for retransmission (NULL = no retransmission); the call
+                   * record's own buffer (route_svc.c call_box_t), valid while the call is */
     size_t len;
     uint32_t type;
     uint64_t deadline_ns;
-    env_timer_id timer;
+    uint64_t wake_ns; /* its next retransmission or its deadline (route_svc.c calls_sweep) */
 };
 
 /* A metadata call in flight; detached (svc NULL) when the service is freed first. */
@@ -230,6 +233,12 @@ struct route_svc {
      * the order of their requests, so on_response looks from the oldest) */
     route_call_t *calls, *calls_tail;
     uint32_t n_calls;
+    env_timer_id call_timer; /* the calls' one timer, armed for call_timer_ns (0: none) */
+    uint64_t call_timer_ns;
+    /* finished call records kept for the next calls, with their retransmission buffers
+     * (route_svc.c call_alloc/call_free; freed by route_svc_free) */
+    struct call_box *call_spare;
+    uint32_t n_call_spare;
     /* encoding: the reusable buffer of route_send / route_call (route_svc.c enc_take) */
     uint8_t *enc;
     size_t enc_cap;
@@ -237,6 +246,10 @@ struct route_svc {
     route_mreq_t *mreqs;
     route_op_t *ops;
     uint32_t n_ops;
+    /* finished ops kept for the next ones, with their answer arrays (route_client.c op_new/
+     * op_free; freed by route_client_cancel_all) */
+    route_op_t *op_spare;
+    uint32_t n_op_spare;
     uint64_t next_req_id;
     route_stats_t stats;          /* only the service-internal fields (route.h) */
     struct obs_registry *metrics; /* route families are counted here */

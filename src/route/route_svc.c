@@ -131,6 +131,77 @@ int route_send(route_svc_t *svc, env_node_t to, route_msg_t *m)
     return rc;
 }
 
+/* A call's record. A finished box goes to the service's spares with its retransmission buffer
+ * (rbuf_cap bytes; c.buf points at it while the call retransmits), so a batch's calls reuse the
+ * records and buffers of the previous batch's instead of two mallocs and two frees each. */
+typedef struct call_box {
+    route_call_t c;
+    struct call_box *next_spare;
+    uint8_t *rbuf; /* the box's retransmission buffer, owned; NULL = none yet */
+    size_t rbuf_cap;
+} call_box_t;
+
+/* A call record with every field of c zeroed: a spare box, else a new one (NULL: no memory). */
+static call_box_t *call_alloc(route_svc_t *svc)
+{
+    call_box_t *b = svc->call_spare;
+    if (!b)
+        return calloc(1, sizeof(*b));
+    svc->call_spare = b->next_spare;
+    svc->n_call_spare--;
+    memset(&b->c, 0, sizeof(b->c));
+    b->next_spare = NULL;
+    return b;
+}
+
+/* The retransmission copy of buf[0..len) in b's buffer (grown when short); false: no memory. */
+static bool call_keep(call_box_t *b, const uint8_t *buf, size_t len)
+{
+    size_t need = len ? len : 1;
+    if (b->rbuf_cap < need) {
+        uint8_t *nb = malloc(need);
+        if (!nb)
+            return false;
+        free(b->rbuf);
+        b->rbuf = nb;
+        b->rbuf_cap = need;
+    }
+    memcpy(b->rbuf, buf, len);
+    b->c.buf = b->rbuf;
+    b->c.len = len;
+    return true;
+}
+
+/* Ends a box: kept as a spare while there is room (and the service is not being freed). */
+static void box_release(route_svc_t *svc, call_box_t *b)
+{
+    if (svc->freeing || svc->n_call_spare >= ROUTE_CALL_SPARE || b->rbuf_cap > ROUTE_ENC_KEEP_MAX) {
+        free(b->rbuf);
+        free(b);
+        return;
+    }
+    b->next_spare = svc->call_spare;
+    svc->call_spare = b;
+    svc->n_call_spare++;
+}
+
+/* (The service's call timer is left as it is: a sweep that finds nothing due re-arms it.) */
+static void call_free(route_svc_t *svc, route_call_t *c)
+{
+    box_release(svc, KVM_CONTAINER_OF(c, call_box_t, c));
+}
+
+static void call_spares_free(route_svc_t *svc)
+{
+    while (svc->call_spare) {
+        call_box_t *b = svc->call_spare;
+        svc->call_spare = b->next_spare;
+        free(b->rbuf);
+        free(b);
+    }
+    svc->n_call_spare = 0;
+}
+
 static void call_unlink(route_svc_t *svc, route_call_t *c)
 {
     if (c->prev)
@@ -144,53 +215,80 @@ static void call_unlink(route_svc_t *svc, route_call_t *c)
     svc->n_calls--;
 }
 
-static void call_free(route_svc_t *svc, route_call_t *c)
-{
-    env_timer_cancel(svc->env, c->timer);
-    free(c->buf);
-    free(c);
-}
-
 void route_call_cancel(route_svc_t *svc, route_call_t *c)
 {
     call_unlink(svc, c);
     call_free(svc, c);
 }
 
-static void call_timer(void *arg);
+static void calls_sweep(void *arg);
 
-/* Arms c's timer: its next retransmission or its deadline; now: route_now (read once by the
+/* Arms the service's one call timer (svc->call_timer) for wake_ns, unless it is armed for that
+ * instant or an earlier one: a batch's calls, started in order with about the same timeout,
+ * share one timer instead of starting and cancelling one each. now: route_now. */
+static void calls_arm(route_svc_t *svc, uint64_t wake_ns, uint64_t now)
+{
+    if (svc->call_timer && svc->call_timer_ns <= wake_ns)
+        return;
+    env_timer_cancel(svc->env, svc->call_timer);
+    svc->call_timer =
+        env_timer_start(svc->env, wake_ns > now ? wake_ns - now : 0, calls_sweep, svc);
+    svc->call_timer_ns = wake_ns;
+}
+
+/* Sets c's wake-up: its next retransmission or its deadline; now: route_now (read once by the
  * caller). */
 static void call_arm(route_svc_t *svc, route_call_t *c, uint64_t now)
 {
     uint64_t next = c->buf ? now + ROUTE_RETRY_NS : c->deadline_ns;
     if (next > c->deadline_ns)
         next = c->deadline_ns;
-    c->timer = env_timer_start(svc->env, next > now ? next - now : 0, call_timer, c);
+    c->wake_ns = next;
+    calls_arm(svc, next, now);
 }
 
-/* The service pointer of a call: kept in ctx-independent storage via the list head walk would
- * be slow, so calls carry it implicitly: every call is created by one svc and freed with it. */
-typedef struct call_box {
-    route_call_t c;
-    route_svc_t *svc;
-} call_box_t;
-
-static void call_timer(void *arg)
+/* The first call, oldest first, that was started before the sweep (req_id <= id_limit) and is
+ * due at now; NULL: none. */
+static route_call_t *call_due(route_call_t *from, uint64_t id_limit, uint64_t now)
 {
-    route_call_t *c = arg;
-    route_svc_t *svc = KVM_CONTAINER_OF(c, call_box_t, c)->svc;
-    c->timer = 0;
-    if (route_now(svc) >= c->deadline_ns) {
-        call_unlink(svc, c);
-        route_call_fn fn = c->fn;
-        fn(svc, c, NULL);
-        call_free(svc, c);
-        return;
-    }
-    if (c->buf)
+    for (route_call_t *c = from; c; c = c->prev)
+        if (c->req_id <= id_limit && c->wake_ns <= now)
+            return c;
+    return NULL;
+}
+
+/* The call timer: every call due now retransmits or, past its deadline, ends with no answer
+ * (fn(NULL)), as each call's own timer did; then the timer is armed for the earliest wake-up
+ * left. A deadline's callback may end or start other calls, so the walk starts over from the
+ * oldest after each one; calls it starts (req_id above id_limit) wait for the next turn. */
+static void calls_sweep(void *arg)
+{
+    route_svc_t *svc = arg;
+    svc->call_timer = 0;
+    uint64_t now = route_now(svc), id_limit = svc->next_req_id;
+    route_call_t *c = call_due(svc->calls_tail, id_limit, now);
+    while (c && !svc->freeing) {
+        if (now >= c->deadline_ns) {
+            call_unlink(svc, c);
+            c->fn(svc, c, NULL);
+            call_free(svc, c);
+            c = call_due(svc->calls_tail, id_limit, now);
+            continue;
+        }
+        KVM_ASSERT(c->buf != NULL); /* due before its deadline: a retransmission */
         env_send(svc->env, c->node, c->type, c->buf, c->len);
-    call_arm(svc, c, route_now(svc));
+        uint64_t next = now + ROUTE_RETRY_NS;
+        c->wake_ns = next < c->deadline_ns ? next : c->deadline_ns;
+        c = call_due(c->prev, id_limit, now);
+    }
+    if (svc->freeing)
+        return;
+    uint64_t first = UINT64_MAX;
+    for (c = svc->calls; c; c = c->next)
+        if (c->wake_ns < first)
+            first = c->wake_ns;
+    if (first != UINT64_MAX)
+        calls_arm(svc, first, now);
 }
 
 route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16_t resp_kind,
@@ -198,11 +296,10 @@ route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16
 {
     if (svc->n_calls >= ROUTE_MAX_CALLS)
         return NULL;
-    call_box_t *b = calloc(1, sizeof(*b));
+    call_box_t *b = call_alloc(svc);
     if (!b)
         return NULL;
     route_call_t *c = &b->c;
-    b->svc = svc;
     c->req_id = ++svc->next_req_id;
     m->req_id = c->req_id;
     c->node = to;
@@ -215,20 +312,11 @@ route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16
     size_t cap = route_msg_size_bound(m);
     uint8_t *buf = enc_take(svc, cap);
     size_t len = 0;
-    if (!buf || route_msg_encode(m, buf, cap, &len) != 0) {
+    if (!buf || route_msg_encode(m, buf, cap, &len) != 0 ||
+        (retransmit && !call_keep(b, buf, len))) { /* the retransmissions' copy (call_timer) */
         enc_give(svc, buf);
-        free(b);
+        box_release(svc, b);
         return NULL;
-    }
-    if (retransmit) { /* the retransmissions' copy (call_timer), owned by the call */
-        c->buf = malloc(len ? len : 1);
-        if (!c->buf) {
-            enc_give(svc, buf);
-            free(b);
-            return NULL;
-        }
-        memcpy(c->buf, buf, len);
-        c->len = len;
     }
     route_emit(svc, to, c->type, buf, len); /* batched while the service coalesces */
     enc_give(svc, buf);
@@ -736,6 +824,8 @@ void route_svc_free(route_svc_t *svc)
     }
     svc->freeing = true;
     env_timer_cancel(svc->env, svc->tick_timer);
+    env_timer_cancel(svc->env, svc->call_timer);
+    svc->call_timer = 0;
     route_client_cancel_all(svc);
     route_claim_free_all(svc);
     while (svc->calls) { /* owners see svc->freeing and only release their context */
@@ -744,6 +834,7 @@ void route_svc_free(route_svc_t *svc)
         c->fn(svc, c, NULL);
         call_free(svc, c);
     }
+    call_spares_free(svc);
     for (route_mreq_t *q = svc->mreqs; q; q = q->next)
         q->svc = NULL; /* its completion frees it */
     svc->mreqs = NULL;

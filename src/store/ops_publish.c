@@ -349,14 +349,11 @@ static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
     kvm_item_set_state(it, KVM_ITEM_COLD_GATE); /* (the gate may answer at once) */
     if (kvm_cold_reclaim_gate(rt, op, it, publish_gated))
         return; /* the old value's cold copy gets its reclaim record first */
+    /* next borrows the item's identity (route_cas copies what it keeps): never kvm_route_free'd */
     kvm_route_t next;
     kvm_route_init(&next);
-    int rc = kvm_ident_copy(&next.ident, &it->ident);
-    if (rc) {
-        kvm_ops_release_res(rt, it);
-        kvm_item_fail(op, it, rc, "out of memory");
-        return;
-    }
+    next.ident = it->ident;
+    int rc;
     if (!it->pub_op_set) {
         it->pub_op = kvm_rt_next_op_id(rt);
         it->pub_op_set = true;
@@ -375,7 +372,6 @@ static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
                                                                .checksum = it->checksum};
     rc = kvm_cold_backing_for(rt, &next); /* PendingOffload when the cold tier takes it */
     if (rc) {                             /* cold_write_through and no device takes it: no CAS */
-        kvm_route_free(&next);
         kvm_cold_reclaim_settle(rt, it, false);
         kvm_ops_release_res(rt, it);
         kvm_item_fail(op, it, rc, "%s (the put was not applied)", kvmesh_last_error());
@@ -393,7 +389,6 @@ static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
         rc = c ? route_cas_costed(rt->route, &expected, &next, published, c, &c->cost)
                : KVMESH_ENOMEM;
     kvm_trace_scope_leave(saved);
-    kvm_route_free(&next);
     if (rc) {
         kvm_ictx_free(c, rc);
         kvm_ops_release_res(rt, it);

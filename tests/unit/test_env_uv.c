@@ -170,6 +170,41 @@ static void test_timer_spares(void **state)
     close_env(&loop, env); /* spares freed (ASan checks for leaks) */
 }
 
+/* Cancelling the first timer leaves the uv timer armed for its deadline (no re-arm, no clock
+ * read): the later timers still fire in order and never early, and cancelling the last one
+ * stops the uv timer, so the loop ends instead of waiting for a cancelled deadline. */
+static void test_timer_cancel_first(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    env_t *env;
+    assert_int_equal(env_uv_new(&env, &loop, 0), 0);
+    cancel_ctx_t c = {.env = env};
+    rec_t r = {.env = env, .start_ns = env_now_ns(env)};
+    tctx_t t[2] = {{&r, 0, 20 * MS}, {&r, 1, 30 * MS}};
+    env_timer_id first = env_timer_start(env, 5 * MS, on_victim, &c);
+    assert_true((r.ids[0] = env_timer_start(env, t[0].delay_ns, on_fire, &t[0])) != 0);
+    env_timer_id far = env_timer_start(env, 1000000 * MS, on_victim, &c);
+    assert_true((r.ids[1] = env_timer_start(env, t[1].delay_ns, on_fire, &t[1])) != 0);
+    env_timer_cancel(env, first); /* the first: the uv timer stays armed for 5 ms */
+    env_timer_cancel(env, far);
+    assert_int_equal(env_uv_timer_count(env), 2);
+    run_loop_to_end(&loop); /* on_fire asserts each fires no earlier than its deadline */
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.order[0], 0);
+    assert_int_equal(r.order[1], 1);
+    /* the only timer, far away, cancelled: the loop has nothing left and ends at once (a uv
+     * timer left armed would hold it for 1000 s) */
+    env_timer_id only = env_timer_start(env, 1000000 * MS, on_victim, &c);
+    assert_true(only != 0);
+    env_timer_cancel(env, only);
+    assert_int_equal(env_uv_timer_count(env), 0);
+    run_loop_to_end(&loop);
+    assert_int_equal(c.fired_victim, 0);
+    close_env(&loop, env);
+}
+
 typedef struct defer_ctx {
     env_t *env;
     char log[16];
@@ -577,12 +612,19 @@ static void test_zero_delay_timers(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_timer_order),           cmocka_unit_test(test_timer_cancel),
-        cmocka_unit_test(test_timer_spares),          cmocka_unit_test(test_defer),
-        cmocka_unit_test(test_post_bounded),          cmocka_unit_test(test_post_threads),
-        cmocka_unit_test(test_thread_timer_and_stop), cmocka_unit_test(test_messages),
-        cmocka_unit_test(test_messages_att),          cmocka_unit_test(test_clock_and_rng),
-        cmocka_unit_test(test_free_inside_callbacks), cmocka_unit_test(test_zero_delay_timers),
+        cmocka_unit_test(test_timer_order),
+        cmocka_unit_test(test_timer_cancel),
+        cmocka_unit_test(test_timer_spares),
+        cmocka_unit_test(test_timer_cancel_first),
+        cmocka_unit_test(test_defer),
+        cmocka_unit_test(test_post_bounded),
+        cmocka_unit_test(test_post_threads),
+        cmocka_unit_test(test_thread_timer_and_stop),
+        cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_messages_att),
+        cmocka_unit_test(test_clock_and_rng),
+        cmocka_unit_test(test_free_inside_callbacks),
+        cmocka_unit_test(test_zero_delay_timers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
