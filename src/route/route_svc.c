@@ -973,6 +973,19 @@ int route_test_corrupt(route_svc_t *svc, const kvm_ident_t *ident)
     return rc;
 }
 
+int route_test_local(route_svc_t *svc, const kvm_ident_t *ident, kvm_route_t *out, uint64_t *token)
+{
+    route_shard_t *sh = &svc->shards[kvm_ident_shard(ident, svc->policy.n_shards)];
+    route_entry_t *e = sh->table ? route_table_get(sh->table, ident) : NULL;
+    *token = sh->m_installed ? sh->m_token : 0;
+    if (!e)
+        return KVMESH_ENOENT;
+    kvm_route_t view;
+    route_table_view(sh->table, e, &view);
+    kvm_route_init(out);
+    return kvm_route_copy(out, &view);
+}
+
 int route_test_check(route_svc_t *svc)
 {
     for (uint32_t i = 0; i < svc->policy.n_shards; i++) {

@@ -9,6 +9,8 @@
  *   route_test_is_primary  whether this runtime is the serving fenced primary of a shard;
  *   route_test_plant       writes a route straight into this authority's table (to create a
  *                          protocol conflict: equal version, different value);
+ *   route_test_local       this runtime's own copy of a key, read straight from its table
+ *                          (checks that every authority agrees, whatever a lookup returns);
  *   route_test_check       the service's invariants (route tables, fencing), for the
  *                          simulator's per-step check; 0 or KVMESH_ECORRUPT with a message.
  */
@@ -32,6 +34,10 @@ int route_test_plant(route_svc_t *svc, const kvm_route_t *r);
 /* Changes this authority's copy of ident in place: same version, a different value (content op
  * seq + 10^9, another checksum for a live route). KVMESH_ENOENT when it holds no copy. */
 int route_test_corrupt(route_svc_t *svc, const kvm_ident_t *ident);
+/* This runtime's own copy of ident (whatever its role: no read lease checked), copied into *out
+ * (the caller frees it with kvm_route_free), and the token this runtime is installed at for the
+ * key's shard in *token (0 when not installed). KVMESH_ENOENT when it holds no copy. */
+int route_test_local(route_svc_t *svc, const kvm_ident_t *ident, kvm_route_t *out, uint64_t *token);
 int route_test_check(route_svc_t *svc);
 /* Prints each shard's authority state (for failing simulator seeds in verbose mode). */
 void route_test_dump(route_svc_t *svc, FILE *out);
