@@ -4,7 +4,8 @@
  * never used by the runtime):
  *   route_test_set_bugs    switch on a deliberately broken variant (enum route_bug in
  *                          route_int.h: ROUTE_BUG_SECONDARY_CAS = 1, ROUTE_BUG_SKIP_TRANSFER = 2,
- *                          ROUTE_BUG_BATCH_ONE_RESULT = 4)
+ *                          ROUTE_BUG_STRAND_LOST = 4, ROUTE_BUG_BATCH_ONE_RESULT = 8,
+ *                          ROUTE_BUG_PURGE_NO_REPAIR = 16, ROUTE_BUG_PURGE_DIRTY = 32)
  *                          so that tests prove the history checker can fail;
  *   route_test_is_primary  whether this runtime is the serving fenced primary of a shard;
  *   route_test_plant       writes a route straight into this authority's table (to create a
@@ -27,6 +28,8 @@
 #define ROUTE_TEST_BUG_SKIP_TRANSFER    2u
 #define ROUTE_TEST_BUG_STRAND_LOST      4u /* the shard stays TRANSFERRING when its state is lost */
 #define ROUTE_TEST_BUG_BATCH_ONE_RESULT 8u /* route_batch.c: per-item results not kept */
+#define ROUTE_TEST_BUG_PURGE_NO_REPAIR  16u /* purge_tick: a dirty tombstone never repaired */
+#define ROUTE_TEST_BUG_PURGE_DIRTY      32u /* purge_tick: a dirty tombstone purged unrepaired */
 
 void route_test_set_bugs(route_svc_t *svc, unsigned bugs);
 bool route_test_is_primary(route_svc_t *svc, uint32_t shard, uint64_t *token);

@@ -25,11 +25,12 @@
  *                tombstone (each is due: its retention ended seconds ago); route_purge also
  *                requires it of every runtime (there nothing changes the sets);
  *   agreement    every member of a shard's current set holds the same copy of each key (a
- *                divergent set: one member absent, another with the removed value, is a removal
- *                that a later failover or purge undoes);
+ *                divergent set, one member absent and another with the removed value, answers
+ *                lookups with that value, and a later rollover keeps or drops the removal
+ *                depending on which member it takes its state from);
  *   resurrection a key whose PENDING tombstone was acknowledged reads absent at every member
  *                and through a lookup from every node; a key whose remove ended unknown reads
- *                absent or its one live value, the same from every node.
+ *                absent or its one live value (the agreement check covers the members).
  *
  * Variants (test-only, must be caught): purge_no_repair (the purge skips a dirty tombstone and
  * never repairs it: the code before the purge repaired), purge_dirty (the purge drops a dirty
@@ -710,8 +711,8 @@ static void run_phases(pg_t *pg)
     sim_run_for(sim, PG_SETTLE_S * SIM_SEC_NS);
     if (sim_failed(sim))
         return;
-    uint64_t left = 0;
-    for (uint32_t i = 0; i < pg->n && !pg->prof->failover; i++) {
+    uint64_t left = 0; /* every runtime's count (a table of a set it left included) */
+    for (uint32_t i = 0; i < pg->n; i++) {
         uint64_t entries, tombs, purged;
         route_table_counts(((pg_node_t *)sim_node_state(sim, i))->svc, &entries, &tombs, &purged);
         left += tombs;
@@ -719,8 +720,13 @@ static void run_phases(pg_t *pg)
     check_authorities(pg, true); /* every tombstone first: a leftover one explains the rest */
     if (!sim_failed(sim))
         check_authorities(pg, false);
-    if (left && !sim_failed(sim))
-        sim_fail(sim, "purge: %llu tombstones left at non-members", (unsigned long long)left);
+    /* route_purge changes no set, so every runtime is a member; in route_purge_failover a
+     * runtime left out of a set keeps its old table, which is never read (docs/reliability.md
+     * "Tombstone purge"): counted in the log only */
+    if (left && !pg->prof->failover && !sim_failed(sim))
+        sim_fail(sim, "purge: %llu tombstones left outside the current sets",
+                 (unsigned long long)left);
+    sim_log(sim, "purge: %llu tombstones left at any runtime", (unsigned long long)left);
     if (!sim_failed(sim))
         check_lookups(pg);
     uint32_t acked = 0, maybe = 0;
@@ -735,10 +741,16 @@ static int pg_run(const pg_profile_t *prof, const sim_run_opts_t *ro, sim_result
 {
     const char *v = ro->variant ? ro->variant : "";
     unsigned bugs = 0;
-    if (*v) {
+    if (strcmp(v, "purge_no_repair") == 0)
+        bugs = ROUTE_TEST_BUG_PURGE_NO_REPAIR;
+    else if (strcmp(v, "purge_dirty") == 0)
+        bugs = ROUTE_TEST_BUG_PURGE_DIRTY;
+    else if (*v) {
         memset(res, 0, sizeof(*res));
         res->failed = true;
-        snprintf(res->msg, sizeof(res->msg), "unknown variant '%s'", v);
+        snprintf(res->msg, sizeof(res->msg),
+                 "unknown variant '%s' (route_purge scenarios know purge_no_repair, purge_dirty)",
+                 v);
         return 1;
     }
     pg_t *pg = calloc(1, sizeof(*pg));
