@@ -341,6 +341,8 @@ static void on_finalized(void *arg, int rc, const kvm_route_t *route)
     pg_key_t *k = &q->pg->keys[q->key];
     k->st = PK_ACKED; /* best effort, as the store's: the result is not looked at again */
     k->last_rc = rc;
+    sim_log(q->pg->sim, "k%u: FINALIZED tombstone CAS from n%u: %s", q->key, q->node,
+            kvmesh_errname(rc));
     (void)route;
 }
 
@@ -350,6 +352,8 @@ static void on_removed(void *arg, int rc, const kvm_route_t *route)
     pg_t *pg = q->pg;
     pg_key_t *k = &pg->keys[q->key];
     k->last_rc = rc;
+    sim_log(pg->sim, "k%u: PENDING tombstone CAS from n%u: %s", q->key, q->node,
+            kvmesh_errname(rc));
     if (rc == KVMESH_ECONFLICT && route && !kvm_route_is_tombstone(route) &&
         k->tries < PG_REMOVE_TRIES) {
         k->ver = route->version;
@@ -465,7 +469,10 @@ static void fail_primary(pg_t *pg)
         pg_node_t *nd = sim_node_up(pg->sim, i) ? sim_node_state(pg->sim, i) : NULL;
         if (!nd || !nd->svc || !route_test_is_primary(nd->svc, s, NULL))
             continue;
-        if (sim_chance(pg->sim, 0.5))
+        bool crash = sim_chance(pg->sim, 0.5);
+        sim_log(pg->sim, "failover: n%u, primary of shard %u, %s", i, s,
+                crash ? "crashes" : "is cut off from peers and metadata");
+        if (crash)
             sim_crash(pg->sim, i);
         else {
             sim_isolate(pg->sim, i);
