@@ -697,6 +697,21 @@ static void on_owner(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *
     route_send(svc, raw->from, &m);
 }
 
+/* The purge's repair of a dirty entry (route_svc.c purge_tick): re-mirrored when this runtime
+ * is the shard's active primary, as a read of it would (a dirty tombstone no CAS or read touches
+ * again would otherwise never be clean, and never purged). True when a repair started.
+ * Elsewhere the dirty mark has no repair duty: any runtime answers a read of a dirty entry
+ * unconfirmed, and the next primary's state transfer (or its install here) decides the key
+ * (docs/reliability.md "Tombstone purge"). */
+bool route_auth_repair(route_svc_t *svc, route_shard_t *sh, route_entry_t *e)
+{
+    bool as_primary = sh->ps == RP_ACTIVE && sh->rec.token == sh->m_token;
+    if (!e->dirty || e->busy || !as_primary || (svc->bugs & ROUTE_BUG_PURGE_NO_REPAIR))
+        return false;
+    mirror_start(svc, sh, e, ENV_NODE_NONE, 0);
+    return true;
+}
+
 void route_auth_on_request(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *m)
 {
     route_shard_t *sh = &svc->shards[m->shard];

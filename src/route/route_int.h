@@ -198,6 +198,8 @@ enum route_bug {
     ROUTE_BUG_SKIP_TRANSFER = 1u << 1,    /* acquire without lease expiry and without transfer */
     ROUTE_BUG_STRAND_LOST = 1u << 2,      /* never take over when every source is gone */
     ROUTE_BUG_BATCH_ONE_RESULT = 1u << 3, /* a client takes a CAS batch's first status for all */
+    ROUTE_BUG_PURGE_NO_REPAIR = 1u << 4,  /* the purge never re-mirrors a dirty tombstone */
+    ROUTE_BUG_PURGE_DIRTY = 1u << 5,      /* the purge drops a dirty tombstone unrepaired */
 };
 
 struct route_svc {
@@ -341,6 +343,10 @@ void route_auth_on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t
 bool route_auth_cas_would_apply(route_svc_t *svc, const route_msg_t *req, route_shard_t *sh);
 
 void route_auth_on_request(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *m);
+/* The tombstone purge's repair (route_svc.c purge_tick): starts the re-mirror of e, a due
+ * tombstone that is dirty and not busy, when this runtime is the shard's active primary; true
+ * when one started (e is busy until it ends, then clean or dirty again). */
+bool route_auth_repair(route_svc_t *svc, route_shard_t *sh, route_entry_t *e);
 void route_auth_lease_lost(route_svc_t *svc);
 void route_shard_free(route_shard_t *sh);
 

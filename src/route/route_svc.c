@@ -487,7 +487,9 @@ static void lease_call(route_svc_t *svc)
  * sequence is per shard, not per key. Why a pending one may go (the quota accounting no longer
  * needs its version): docs/reliability.md "Tombstone purge".
  * A busy or dirty entry (its mirror in flight or partial: another member may still hold an
- * older value) is kept until it is clean. */
+ * older value) is kept until it is clean; a due dirty one is re-mirrored here (at the active
+ * primary: route_auth_repair, counted against the budget), since no CAS or read may ever touch
+ * that key again, and purged by a later tick once clean (sim: route_purge). */
 static void purge_tick(route_svc_t *svc)
 {
     uint64_t now = env_wall_ms(svc->env), entries = 0, tombs = 0;
@@ -504,10 +506,13 @@ static void purge_tick(route_svc_t *svc)
             if (view.retain_until_ms + ROUTE_PURGE_MARGIN_MS > now)
                 break;
             route_entry_t *next = route_table_tomb_next(t, e);
-            if (!e->busy && !e->dirty) {
+            bool dirty = e->dirty && !(svc->bugs & ROUTE_BUG_PURGE_DIRTY);
+            if (!e->busy && !dirty) {
                 route_table_del(t, e);
                 budget--;
                 atomic_fetch_add(&svc->a_purged, 1);
+            } else if (route_auth_repair(svc, &svc->shards[i], e)) {
+                budget--; /* re-mirrored; purged by a later tick once clean */
             }
             e = next;
         }
@@ -971,6 +976,19 @@ int route_test_corrupt(route_svc_t *svc, const kvm_ident_t *ident)
     int rc = route_table_put(sh->table, &r, NULL);
     kvm_route_free(&r);
     return rc;
+}
+
+int route_test_local(route_svc_t *svc, const kvm_ident_t *ident, kvm_route_t *out, uint64_t *token)
+{
+    route_shard_t *sh = &svc->shards[kvm_ident_shard(ident, svc->policy.n_shards)];
+    route_entry_t *e = sh->table ? route_table_get(sh->table, ident) : NULL;
+    *token = sh->m_installed ? sh->m_token : 0;
+    if (!e)
+        return KVMESH_ENOENT;
+    kvm_route_t view;
+    route_table_view(sh->table, e, &view);
+    kvm_route_init(out);
+    return kvm_route_copy(out, &view);
 }
 
 int route_test_check(route_svc_t *svc)

@@ -34,6 +34,8 @@ extern const sim_scenario_t scen_route_restart_all;
 extern const sim_scenario_t scen_route_steady;
 extern const sim_scenario_t scen_route_batch;
 extern const sim_scenario_t scen_route_batch_crash;
+extern const sim_scenario_t scen_route_purge;
+extern const sim_scenario_t scen_route_purge_failover;
 extern const sim_scenario_t scen_quota_crash_before_cas;
 extern const sim_scenario_t scen_quota_crash_after_cas;
 extern const sim_scenario_t scen_quota_crash_after_finalize;
@@ -82,6 +84,8 @@ const sim_scenario_t *const sim_scenarios[] = {
     &scen_route_steady,
     &scen_route_batch,
     &scen_route_batch_crash,
+    &scen_route_purge,
+    &scen_route_purge_failover,
     &scen_quota_crash_before_cas,
     &scen_quota_crash_after_cas,
     &scen_quota_crash_after_finalize,
