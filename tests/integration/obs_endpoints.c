@@ -180,8 +180,9 @@ static void test_workload_and_metrics(void **state)
     assert_int_equal(p.ns, series_before);
     assert_true(p.ns < 2000);
     /* label names from the closed sets only; values never keys, request ids, addresses */
-    static const char *const allowed[] = {"operation", "result", "transport", "backend", "tier",
-                                          "le",        "tenant", "stage",     "device"};
+    static const char *const allowed[] = {
+        "operation", "result", "transport", "backend", "tier", "le",  "tenant",
+        "stage",     "device", "direction", "reason",  "side", "kind"};
     char portstr[16];
     snprintf(portstr, sizeof(portstr), "%u", (unsigned)trt_port(rt));
     size_t tenant_series = 0;
