@@ -66,6 +66,7 @@
 #include "obs_prom.h"
 #include "proc.h"
 #include "testsrv.h"
+#include "tmpdir.h"
 
 struct kvm_rt;
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
@@ -93,7 +94,7 @@ static struct proc procs[NPROC];
 static testsrv_t *srv;
 static const char *self_exe;
 static char url[256];
-static char capdir[64];
+static char capdir[256];
 static const char *deployment = "obsmetrics";
 static const kvmesh_scope_t sc = {"tenant-a", NULL};
 static const kvmesh_scope_t sc_other = {"tenant-unlisted", NULL};
@@ -115,12 +116,7 @@ static void cleanup_all(void)
         tproc_kill(&procs[i].p, SIGKILL);
     testsrv_stop(srv);
     srv = NULL;
-    if (capdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", capdir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", capdir);
-    }
+    (void)ttmp_remove(capdir); /* what it could not remove is named on stderr */
     pthread_mutex_unlock(&cleanup_mu);
 }
 
@@ -565,8 +561,7 @@ int main(int argc, char **argv)
     if (rc)
         return 1;
     snprintf(url, sizeof(url), "%s", testsrv_url(srv));
-    snprintf(capdir, sizeof(capdir), "/tmp/kvmesh-obs-metrics-XXXXXX");
-    CHECK(mkdtemp(capdir) != NULL);
+    CHECK(ttmp_make(capdir, sizeof(capdir), "kvmesh-obs-metrics") == 0);
     const char *backend = strcmp(argv[1], "redis") == 0 ? "redis" : "etcd";
 
     /* the client: the bootstrap tenant label set is {tenant-a}; tracing samples everything */
