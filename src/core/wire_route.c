@@ -32,16 +32,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/pbwire.h"
 #include "core/util.h"
 #include "core/wire.h"
 #include "core/wire_priv.h"
 
 /* ---- parsed tree (pointers into the input) ------------------------------------------------ */
-
-typedef struct pb_bin {
-    const uint8_t *p; /* NULL when n == 0, as protobuf-c leaves it */
-    size_t n;
-} pb_bin_t;
 
 typedef struct pb_ver {
     bool set;
@@ -89,113 +85,30 @@ typedef struct pb_route {
 
 /* ---- protobuf reader ---------------------------------------------------------------------- */
 
-enum { WT_VARINT = 0, WT_64BIT = 1, WT_LEN = 2, WT_32BIT = 5 };
-
-typedef struct pb_rd {
-    const uint8_t *p, *end;
-} pb_rd_t;
-
 /* One field: its number, wire type and value (varint / fixed64 / length-delimited bytes). */
 typedef struct pb_field {
     uint32_t num;
     uint8_t wt;
-    uint64_t v;   /* WT_VARINT, WT_64BIT */
-    pb_bin_t bin; /* WT_LEN */
+    uint64_t v;   /* PB_WT_VARINT, PB_WT_64BIT */
+    pb_bin_t bin; /* PB_WT_LEN */
 } pb_field_t;
-
-/* protobuf-c's parse_tag_and_wiretype: at most 5 bytes; a first byte without field bits fails. */
-static bool rd_tag(pb_rd_t *r, pb_field_t *f)
-{
-    size_t rem = (size_t)(r->end - r->p);
-    size_t max = rem > 5 ? 5 : rem;
-    const uint8_t *d = r->p;
-    if ((d[0] & 0xf8) == 0)
-        return false;
-    f->wt = d[0] & 7;
-    uint32_t num = (uint32_t)(d[0] & 0x7f) >> 3;
-    if ((d[0] & 0x80) == 0) {
-        f->num = num;
-        r->p += 1;
-        return true;
-    }
-    unsigned shift = 4;
-    for (size_t i = 1; i < max; i++) {
-        if (d[i] & 0x80) {
-            num |= (uint32_t)(d[i] & 0x7f) << shift;
-            shift += 7;
-        } else {
-            num |= (uint32_t)d[i] << shift;
-            f->num = num;
-            r->p += i + 1;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* At most 10 bytes; bits beyond 64 are dropped (protobuf-c's parse_uint64). */
-static bool rd_varint(pb_rd_t *r, uint64_t *out)
-{
-    size_t rem = (size_t)(r->end - r->p);
-    size_t max = rem < 10 ? rem : 10;
-    uint64_t v = 0;
-    for (size_t i = 0; i < max; i++) {
-        uint8_t b = r->p[i];
-        v |= (uint64_t)(b & 0x7f) << (7 * i);
-        if ((b & 0x80) == 0) {
-            r->p += i + 1;
-            *out = v;
-            return true;
-        }
-    }
-    return false;
-}
-
-static bool rd_fixed(pb_rd_t *r, size_t n, uint64_t *out)
-{
-    if ((size_t)(r->end - r->p) < n)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v |= (uint64_t)r->p[i] << (8 * i);
-    r->p += n;
-    *out = v;
-    return true;
-}
-
-/* protobuf-c's scan_length_prefixed_data: a prefix of at most 5 bytes, <= INT_MAX, in bounds. */
-static bool rd_len(pb_rd_t *r, pb_bin_t *out)
-{
-    size_t rem = (size_t)(r->end - r->p);
-    size_t max = rem < 5 ? rem : 5;
-    size_t val = 0, i;
-    for (i = 0; i < max; i++) {
-        val |= (size_t)(r->p[i] & 0x7f) << (7 * i);
-        if ((r->p[i] & 0x80) == 0)
-            break;
-    }
-    if (i == max || val > INT_MAX || i + 1 + val > rem)
-        return false;
-    out->p = val ? r->p + i + 1 : NULL;
-    out->n = val;
-    r->p += i + 1 + val;
-    return true;
-}
 
 /* Reads the next field (tag and value). False on malformed input. */
 static bool rd_field(pb_rd_t *r, pb_field_t *f)
 {
-    if (!rd_tag(r, f))
+    unsigned wt;
+    if (!pb_rd_tag(r, &f->num, &wt))
         return false;
-    switch (f->wt) {
-    case WT_VARINT:
-        return rd_varint(r, &f->v);
-    case WT_64BIT:
-        return rd_fixed(r, 8, &f->v);
-    case WT_LEN:
-        return rd_len(r, &f->bin);
-    case WT_32BIT:
-        return rd_fixed(r, 4, &f->v);
+    f->wt = (uint8_t)wt;
+    switch (wt) {
+    case PB_WT_VARINT:
+        return pb_rd_varint(r, &f->v);
+    case PB_WT_64BIT:
+        return pb_rd_fixed(r, 8, &f->v);
+    case PB_WT_LEN:
+        return pb_rd_len(r, &f->bin);
+    case PB_WT_32BIT:
+        return pb_rd_fixed(r, 4, &f->v);
     default: /* groups (3, 4) and 6, 7 */
         return false;
     }
@@ -210,7 +123,7 @@ static void rd_init(pb_rd_t *r, pb_bin_t b)
 /* Typed accessors: a known field with another wire type is malformed (protobuf-c). */
 static bool get_u64(const pb_field_t *f, uint64_t *out)
 {
-    if (f->wt != WT_VARINT)
+    if (f->wt != PB_WT_VARINT)
         return false;
     *out = f->v;
     return true;
@@ -218,7 +131,7 @@ static bool get_u64(const pb_field_t *f, uint64_t *out)
 
 static bool get_fixed64(const pb_field_t *f, uint64_t *out)
 {
-    if (f->wt != WT_64BIT)
+    if (f->wt != PB_WT_64BIT)
         return false;
     *out = f->v;
     return true;
@@ -226,7 +139,7 @@ static bool get_fixed64(const pb_field_t *f, uint64_t *out)
 
 static bool get_bin(const pb_field_t *f, pb_bin_t *out)
 {
-    if (f->wt != WT_LEN)
+    if (f->wt != PB_WT_LEN)
         return false;
     *out = f->bin;
     return true;
@@ -672,20 +585,10 @@ int wire_route_decode(const uint8_t *buf, size_t len, kvm_route_t *out)
 
 /* ---- encoder: protobuf-c's bytes ---------------------------------------------------------- */
 
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
 /* Size of a field: tag (all route fields are < 16: one byte) + value. */
 static size_t f_varint(uint64_t v)
 {
-    return v ? 1 + varint_len(v) : 0; /* proto3: zero omitted */
+    return v ? 1 + pb_varint_len(v) : 0; /* proto3: zero omitted */
 }
 
 static size_t f_fixed64(uint64_t v)
@@ -695,12 +598,12 @@ static size_t f_fixed64(uint64_t v)
 
 static size_t f_bytes(size_t n)
 {
-    return n ? 1 + varint_len(n) + n : 0;
+    return n ? 1 + pb_varint_len(n) + n : 0;
 }
 
 static size_t f_msg(size_t body)
 {
-    return 1 + varint_len(body) + body; /* a present submessage is written even when empty */
+    return 1 + pb_varint_len(body) + body; /* a present submessage is written even when empty */
 }
 
 static size_t ident_len(const kvm_ident_t *id)
@@ -762,32 +665,16 @@ static size_t route_len(const kvm_route_t *in)
     return n;
 }
 
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
-static uint8_t *put_tag(uint8_t *p, unsigned num, unsigned wt)
-{
-    *p++ = (uint8_t)(num << 3 | wt);
-    return p;
-}
-
 static uint8_t *w_varint(uint8_t *p, unsigned num, uint64_t v)
 {
-    return v ? put_varint(put_tag(p, num, WT_VARINT), v) : p;
+    return v ? pb_put_varint(pb_put_tag(p, num, PB_WT_VARINT), v) : p;
 }
 
 static uint8_t *w_fixed64(uint8_t *p, unsigned num, uint64_t v)
 {
     if (!v)
         return p;
-    p = put_tag(p, num, WT_64BIT);
+    p = pb_put_tag(p, num, PB_WT_64BIT);
     for (int i = 0; i < 8; i++)
         *p++ = (uint8_t)(v >> (8 * i));
     return p;
@@ -797,14 +684,14 @@ static uint8_t *w_bytes(uint8_t *p, unsigned num, const void *data, size_t n)
 {
     if (!n)
         return p;
-    p = put_varint(put_tag(p, num, WT_LEN), n);
+    p = pb_put_varint(pb_put_tag(p, num, PB_WT_LEN), n);
     memcpy(p, data, n);
     return p + n;
 }
 
 static uint8_t *w_msg_hdr(uint8_t *p, unsigned num, size_t body)
 {
-    return put_varint(put_tag(p, num, WT_LEN), body);
+    return pb_put_varint(pb_put_tag(p, num, PB_WT_LEN), body);
 }
 
 static uint8_t *w_ver(uint8_t *p, unsigned num, const kvm_route_version_t *v)

@@ -94,14 +94,20 @@ typedef struct etcd_sock {
     struct etcd_sock *next, *prev;
 } etcd_sock_t;
 
+/* An endpoint's "host:port" and "http://host:port", sized from etcd_endpoint_t.host (whatever it
+ * holds) and the longest port, so formatting one can never truncate. */
+#define ETCD_PORT_TEXT_MAX sizeof(":65535")
+#define ETCD_NAME_MAX      (sizeof(((etcd_endpoint_t *)0)->host) - 1 + ETCD_PORT_TEXT_MAX)
+#define ETCD_BASE_MAX      (sizeof("http://") - 1 + ETCD_NAME_MAX)
+
 typedef struct etcd_be {
     meta_t *m; /* NULL once closed */
     env_t *env;
     uv_loop_t *loop;
     etcd_url_t url;
-    char base[ETCD_MAX_ENDPOINTS][ETCD_HOST_MAX + 16]; /* "http://host:port" */
-    char name[ETCD_MAX_ENDPOINTS][ETCD_HOST_MAX + 8];  /* "host:port" */
-    size_t cur;                                        /* preferred member */
+    char base[ETCD_MAX_ENDPOINTS][ETCD_BASE_MAX]; /* "http://host:port" */
+    char name[ETCD_MAX_ENDPOINTS][ETCD_NAME_MAX]; /* "host:port" */
+    size_t cur;                                   /* preferred member */
     CURLM *multi;
     uv_timer_t timer;
     struct curl_slist *headers;
@@ -679,10 +685,13 @@ static int etcd_open(meta_t *m, const char *url)
         return kvm_errf(rc, "%s (url '%s')", err, url);
     }
     for (size_t i = 0; i < b->url.n_eps; i++) {
-        snprintf(b->base[i], sizeof(b->base[i]), "http://%s:%u", b->url.eps[i].host,
-                 (unsigned)b->url.eps[i].port);
-        snprintf(b->name[i], sizeof(b->name[i]), "%s:%u", b->url.eps[i].host,
-                 (unsigned)b->url.eps[i].port);
+        const etcd_endpoint_t *ep = &b->url.eps[i];
+        int nb =
+            snprintf(b->base[i], sizeof(b->base[i]), "http://%s:%u", ep->host, (unsigned)ep->port);
+        int nn = snprintf(b->name[i], sizeof(b->name[i]), "%s:%u", ep->host, (unsigned)ep->port);
+        /* sized for the longest host and port above */
+        KVM_ASSERT(nb > 0 && (size_t)nb < sizeof(b->base[i]) && nn > 0 &&
+                   (size_t)nn < sizeof(b->name[i]));
     }
     b->m = m;
     b->env = m->env;

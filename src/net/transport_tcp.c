@@ -260,7 +260,8 @@ static int tcp_server_start(struct tp_engine *e)
     }
     socklen_t sl = sizeof(sa);
     getsockname(srv->lfd, (struct sockaddr *)&sa, &sl);
-    snprintf(e->tcp_listen, sizeof(e->tcp_listen), "%s:%u", host, ntohs(sa.sin_port));
+    int n = snprintf(e->tcp_listen, sizeof(e->tcp_listen), "%s:%u", host, ntohs(sa.sin_port));
+    KVM_ASSERT(n > 0 && (size_t)n < sizeof(e->tcp_listen)); /* an IPv4 address and a port */
     if (env_thread_create(&srv->accept_th, tcp_accept_main, srv) != 0) {
         rc = kvm_errf(KVMESH_ENOMEM, "cannot start the tcp accept thread");
         goto fail;

@@ -220,6 +220,75 @@
     V(OBS_DEV_6, "6")                                                                              \
     V(OBS_DEV_7, "7")
 
+/* RPC layer (src/net/rpc.h struct rpc_stats; exported by src/store/rpc_metrics.c at scrape) */
+/* an RPC connection's direction: accepted from a peer, or connected to one */
+#define OBS_RPCDIR_VALUES(V)                                                                       \
+    V(OBS_RPCDIR_INBOUND, "inbound")                                                               \
+    V(OBS_RPCDIR_OUTBOUND, "outbound")
+
+/* a frame's direction on RPC connections */
+#define OBS_RPCFRAME_VALUES(V)                                                                     \
+    V(OBS_RPCFRAME_RECEIVED, "received")                                                           \
+    V(OBS_RPCFRAME_SENT, "sent")
+
+/* why an RPC connection closed: RPC_CLOSE_REASON_LIST of src/net/rpc.h, same order and names
+ * (src/store/rpc_metrics.c asserts the count; the obs_metrics_rt test the names) */
+#define OBS_RPCCLOSE_VALUES(V)                                                                     \
+    V(OBS_RPCCLOSE_LOCAL, "local")                                                                 \
+    V(OBS_RPCCLOSE_PEER_EOF, "peer_eof")                                                           \
+    V(OBS_RPCCLOSE_TRUNCATED, "truncated")                                                         \
+    V(OBS_RPCCLOSE_IO_ERROR, "io_error")                                                           \
+    V(OBS_RPCCLOSE_CONNECT_FAILED, "connect_failed")                                               \
+    V(OBS_RPCCLOSE_BAD_MAGIC, "bad_magic")                                                         \
+    V(OBS_RPCCLOSE_BAD_VERSION, "bad_version")                                                     \
+    V(OBS_RPCCLOSE_BAD_FRAME, "bad_frame")                                                         \
+    V(OBS_RPCCLOSE_OVERSIZED, "oversized")                                                         \
+    V(OBS_RPCCLOSE_BAD_HEADER, "bad_header")                                                       \
+    V(OBS_RPCCLOSE_UNEXPECTED, "unexpected_frame")                                                 \
+    V(OBS_RPCCLOSE_HANDSHAKE_TIMEOUT, "handshake_timeout")                                         \
+    V(OBS_RPCCLOSE_REFUSED, "refused")                                                             \
+    V(OBS_RPCCLOSE_REFUSED_BY_PEER, "refused_by_peer")                                             \
+    V(OBS_RPCCLOSE_NOMEM, "no_memory")                                                             \
+    V(OBS_RPCCLOSE_CONN_LIMIT, "conn_limit")                                                       \
+    V(OBS_RPCCLOSE_WRITE_TIMEOUT, "write_timeout")                                                 \
+    V(OBS_RPCCLOSE_IDLE, "idle")
+
+/* who refused a handshake: this runtime, or the peer */
+#define OBS_RPCSIDE_VALUES(V)                                                                      \
+    V(OBS_RPCSIDE_LOCAL, "local")                                                                  \
+    V(OBS_RPCSIDE_REMOTE, "remote")
+
+/* why: HS_REASON_LIST of src/net/handshake.h without "accepted" (index = reason - 1) */
+#define OBS_HSREASON_VALUES(V)                                                                     \
+    V(OBS_HSREASON_DEPLOYMENT_MISMATCH, "deployment_mismatch")                                     \
+    V(OBS_HSREASON_PROTOCOL_MISMATCH, "protocol_mismatch")                                         \
+    V(OBS_HSREASON_RUNTIME_MISMATCH, "runtime_mismatch")                                           \
+    V(OBS_HSREASON_SELF_CONNECT, "self_connect")                                                   \
+    V(OBS_HSREASON_AUTH_REQUIRED, "auth_required")                                                 \
+    V(OBS_HSREASON_AUTH_FAILED, "auth_failed")                                                     \
+    V(OBS_HSREASON_BAD_MESSAGE, "bad_message")                                                     \
+    V(OBS_HSREASON_AUTH_UNEXPECTED, "auth_unexpected")                                             \
+    V(OBS_HSREASON_STALE_EPOCH, "stale_epoch")
+
+/* an RPC call that ended without its response */
+#define OBS_RPCCALL_VALUES(V)                                                                      \
+    V(OBS_RPCCALL_TIMED_OUT, "timed_out")                                                          \
+    V(OBS_RPCCALL_CANCELED, "canceled")
+
+/* RPC messages other than calls and requests (those are in kvmesh_transport_*_total) */
+#define OBS_RPCMSG_VALUES(V)                                                                       \
+    V(OBS_RPCMSG_REPLY_SENT, "reply_sent")                                                         \
+    V(OBS_RPCMSG_NOTIFY_SENT, "notify_sent")                                                       \
+    V(OBS_RPCMSG_NOTIFY_RECEIVED, "notify_received")                                               \
+    V(OBS_RPCMSG_NOTIFY_DROPPED, "notify_dropped")                                                 \
+    V(OBS_RPCMSG_RESPONSE_LATE, "response_late")
+
+/* a request for a message buffer of the RPC buffer pool (64 KiB - 8 MiB), or its return */
+#define OBS_POOL_VALUES(V)                                                                         \
+    V(OBS_POOL_HIT, "hit")                                                                         \
+    V(OBS_POOL_MISS, "miss")                                                                       \
+    V(OBS_POOL_DROPPED, "dropped")
+
 /* X(dim, label name, value list) */
 #define OBS_DIM_LIST(X)                                                                            \
     X(none, "", OBS_NONE_VALUES)                                                                   \
@@ -243,7 +312,15 @@
     X(qres, "result", OBS_QRES_VALUES)                                                             \
     X(qrecon, "result", OBS_QRECON_VALUES)                                                         \
     X(cpstage, "stage", OBS_CPSTAGE_VALUES)                                                        \
-    X(dev, "device", OBS_DEV_VALUES)
+    X(dev, "device", OBS_DEV_VALUES)                                                               \
+    X(rpcdir, "direction", OBS_RPCDIR_VALUES)                                                      \
+    X(rpcframe, "direction", OBS_RPCFRAME_VALUES)                                                  \
+    X(rpcclose, "reason", OBS_RPCCLOSE_VALUES)                                                     \
+    X(rpcside, "side", OBS_RPCSIDE_VALUES)                                                         \
+    X(hsreason, "reason", OBS_HSREASON_VALUES)                                                     \
+    X(rpccall, "result", OBS_RPCCALL_VALUES)                                                       \
+    X(rpcmsg, "kind", OBS_RPCMSG_VALUES)                                                           \
+    X(pool, "result", OBS_POOL_VALUES)
 
 #define OBS_X_ENUM_V(name, str)          name,
 #define OBS_X_DIM_ENUM(d, label, VALUES) enum obs_dim_##d{VALUES(OBS_X_ENUM_V) OBS__N_##d};
@@ -410,7 +487,36 @@ enum obs_dim_id {
     X(notes_stale_total,                                                                           \
       "COMMIT / RELEASE notes this owner ignored because they named another slot than the one "    \
       "now at their segment and offset (a stale note).",                                           \
-      none, none)
+      none, none)                                                                                  \
+    X(rpc_connections_total, "RPC connections opened, by direction (accepted, connected).",        \
+      rpcdir, none)                                                                                \
+    X(rpc_handshakes_total, "RPC connection handshakes that completed (both sides accepted).",     \
+      none, none)                                                                                  \
+    X(rpc_handshake_refusals_total,                                                                \
+      "RPC handshakes refused, by side (local: this runtime refused; remote: the peer did) and "   \
+      "reason.",                                                                                   \
+      rpcside, hsreason)                                                                           \
+    X(rpc_connections_closed_total, "RPC connections closed, by reason.", rpcclose, none)          \
+    X(rpc_calls_started_total,                                                                     \
+      "RPC calls this runtime started (completed ones: kvmesh_transport_operations_total"          \
+      "{operation=\"rpc_send\"}).",                                                                \
+      none, none)                                                                                  \
+    X(rpc_calls_unanswered_total,                                                                  \
+      "RPC calls that ended without a response: the deadline passed, or the caller cancelled.",    \
+      rpccall, none)                                                                               \
+    X(rpc_messages_total,                                                                          \
+      "RPC replies sent, one-way notifications sent, received and dropped (no handler), and "      \
+      "responses that arrived late (call already finished; dropped).",                             \
+      rpcmsg, none)                                                                                \
+    X(rpc_backpressure_refusals_total,                                                             \
+      "RPC submissions refused by backpressure: a peer's send queue was full, or too many calls "  \
+      "were outstanding to it.",                                                                   \
+      none, none)                                                                                  \
+    X(rpc_frames_total, "Frames received and sent on RPC connections.", rpcframe, none)            \
+    X(rpc_pool_buffers_total,                                                                      \
+      "RPC message buffers of 64 KiB - 8 MiB: taken from the pool (hit), newly allocated (miss), " \
+      "freed on return because the pool was full (dropped).",                                      \
+      pool, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
     X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \
@@ -467,7 +573,11 @@ enum obs_dim_id {
       none, none)                                                                                  \
     X(reservations_held,                                                                           \
       "Reservations past their TTL held by this owner until an exact route lookup settles them.",  \
-      set, none, none)
+      set, none, none)                                                                             \
+    X(rpc_connections_open, "RPC connections open now (both directions).", set, none, none)        \
+    X(rpc_queued_bytes, "Bytes queued for sending on RPC connections now.", set, none, none)       \
+    X(rpc_queued_messages, "Messages queued for sending on RPC connections now.", set, none, none) \
+    X(rpc_pool_cached_bytes, "Bytes the RPC buffer pool holds for reuse now.", set, none, none)
 
 #define OBS_HIST_LIST(X)                                                                           \
     X(request_duration_seconds, "API request latency, by operation.", latency, op, none)           \

@@ -231,7 +231,14 @@ static int open_device(struct kvm_cold *g, uint32_t i, const struct kvm_store_co
                                kvm_hash_seeded(root, rl, 0x64657669u));
     d->kind = bc.kind;
     d->capacity = cd->capacity;
-    snprintf(d->root, sizeof(d->root), "%s", root);
+    int rn = snprintf(d->root, sizeof(d->root), "%s", root);
+    if (rn < 0 || (size_t)rn >= sizeof(d->root)) {
+        snprintf(m, cap,
+                 "cold tier: device %u: its directory resolves to a path of %zu bytes (%.64s...); "
+                 "at most %zu: use a shorter path or symbolic link target",
+                 i, rl, root, sizeof(d->root) - 1);
+        return KVMESH_ECONFIG;
+    }
     snprintf(d->tags, sizeof(d->tags), "%s", cd->tags);
     for (uint32_t k = 0; k < i; k++)
         if (kvm_id128_equal(&g->devs[k].id, &d->id)) {

@@ -40,6 +40,7 @@
 #include "store/cold_glue.h"
 #include "store/quota.h"
 #include "store/repair.h"
+#include "store/rpc_metrics.h"
 #include "store/slot_batch.h"
 #include "store/place_wait.h"
 #include "store/store.h"
@@ -839,6 +840,25 @@ static int tracer_start(kvm_rt_t *rt)
     return 0;
 }
 
+/* The endpoint's RPC figures into the kvmesh_rpc_* families (rpc_metrics.h); [loop]. */
+static void rpc_export_on_loop(void *arg)
+{
+    kvm_rt_t *rt = arg;
+    if (!rt->ep)
+        return; /* closing */
+    struct rpc_stats now;
+    rpc_get_stats(rt->ep, &now);
+    kvm_rpc_metrics_export(rt->metrics, &now, &rt->rpc_exported);
+}
+
+/* Before /metrics renders (HTTP thread): the figures kept on the loop, exported through it. */
+static void admin_before_scrape(void *ctx)
+{
+    kvm_rt_t *rt = ctx;
+    if (!atomic_load(&rt->closing))
+        (void)env_uv_thread_call(rt->thread, rpc_export_on_loop, rt); /* closing: skipped */
+}
+
 static int admin_tenant_quota(void *ctx, const char *tenant, char *buf, size_t cap)
 {
     return kvm_quota_render(ctx, tenant, buf, cap);
@@ -859,6 +879,7 @@ static int admin_start(kvm_rt_t *rt)
         .provider = {.ctx = rt,
                      .health = admin_health,
                      .runtime_stats = admin_stats,
+                     .before_scrape = admin_before_scrape,
                      .cluster_json = admin_cluster,
                      .tenant_quota = admin_tenant_quota},
         .tracer = rt->tracer,

@@ -431,7 +431,8 @@ typedef struct kvm_rt {
     struct kvm_local_seg segs[STORE_MAX_SEGS];
     uint32_t n_segs;
     uint64_t capacity, used;
-    uint64_t notes_stale_counted; /* the core's notes_stale already in notes_stale_total */
+    uint64_t notes_stale_counted;  /* the core's notes_stale already in notes_stale_total */
+    struct rpc_stats rpc_exported; /* ep's figures already in the kvmesh_rpc_* families */
     struct kvm_hitbuf *hitbufs;
     size_t n_hitbufs;
     struct kvm_rt_stats stats;

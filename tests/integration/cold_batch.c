@@ -42,6 +42,7 @@
 #include "env/clock.h"
 #include "kvmesh.h"
 #include "store/data.h"
+#include "tmpdir.h"
 
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
 void kvm_cold_test_refuse_batch(bool on); /* (store/cold_glue.h) */
@@ -218,8 +219,7 @@ int main(int argc, char **argv)
     const char *kind = argc > 1 ? argv[1] : "localdir";
     const char *tp = argc > 2 ? argv[2] : "tcp";
     bool split = argc > 3 && strcmp(argv[3], "split") == 0;
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-batch-XXXXXX");
-    CHECK(mkdtemp(tmpdir) != NULL);
+    CHECK(ttmp_make(tmpdir, sizeof(tmpdir), "kvmesh-cold-batch") == 0);
     char root_a[128], root_b[128];
     snprintf(root_a, sizeof(root_a), "%s/a", tmpdir);
     snprintf(root_b, sizeof(root_b), "%s/b", tmpdir);

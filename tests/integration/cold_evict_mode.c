@@ -30,6 +30,7 @@
 #include "cold_itest.h"
 #include "proc.h"
 #include "obs_prom.h"
+#include "tmpdir.h"
 
 struct kvm_rt;
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
@@ -104,8 +105,7 @@ static void put_all(uint32_t from, uint32_t to, uint8_t *buf)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-evict-XXXXXX");
-    CHECK(mkdtemp(tmpdir) != NULL);
+    CHECK(ttmp_make(tmpdir, sizeof(tmpdir), "kvmesh-cold-evict") == 0);
     char root[128];
     snprintf(root, sizeof(root), "%s/dev", tmpdir);
     CHECK(mkdir(root, 0700) == 0);

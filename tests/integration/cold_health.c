@@ -35,6 +35,7 @@
 #include "proc.h"
 #include "coldfiles.h"
 #include "env/clock.h"
+#include "tmpdir.h"
 
 struct kvm_rt;
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
@@ -89,8 +90,7 @@ static double wait_health(double want, uint32_t ms)
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-health-XXXXXX");
-    CHECK(mkdtemp(tmpdir) != NULL);
+    CHECK(ttmp_make(tmpdir, sizeof(tmpdir), "kvmesh-cold-health") == 0);
     char root[128], ld[160], ld_saved[160], dep[64], url[96];
     snprintf(root, sizeof(root), "%s/dev", tmpdir);
     snprintf(ld, sizeof(ld), "%s/ld", root);

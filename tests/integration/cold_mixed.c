@@ -38,6 +38,7 @@
 #include "env/clock.h"
 #include "kvmesh.h"
 #include "proc.h"
+#include "tmpdir.h"
 
 struct kvm_rt;
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
@@ -189,8 +190,7 @@ int main(void)
 {
     uint64_t t0 = env_clock_mono_ms();
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-mixed-XXXXXX");
-    CHECK(mkdtemp(tmpdir) != NULL);
+    CHECK(ttmp_make(tmpdir, sizeof(tmpdir), "kvmesh-cold-mixed") == 0);
     char root0[128], root1[128], dep[64], url[96];
     snprintf(root0, sizeof(root0), "%s/dev0", tmpdir);
     snprintf(root1, sizeof(root1), "%s/dev1", tmpdir);

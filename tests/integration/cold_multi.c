@@ -29,6 +29,7 @@
 #include "coldfiles.h"
 #include "env/clock.h"
 #include "proc.h"
+#include "tmpdir.h"
 
 void kvm_cold_test_pin_device0(bool on); /* (store/cold_glue.h) */
 
@@ -74,8 +75,7 @@ int main(int argc, char **argv)
     bool single = argc > 1 && strcmp(argv[1], "single") == 0; /* (timing comparison only) */
     uint64_t t0 = env_clock_mono_ms();
     kvm_cold_test_pin_device0(pin);
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-multi-XXXXXX");
-    CHECK(mkdtemp(tmpdir) != NULL);
+    CHECK(ttmp_make(tmpdir, sizeof(tmpdir), "kvmesh-cold-multi") == 0);
     char root0[128], root1[128], extra[160], dep[64], url[96];
     snprintf(root0, sizeof(root0), "%s/dev0", tmpdir);
     snprintf(root1, sizeof(root1), "%s/dev1", tmpdir);

@@ -40,6 +40,7 @@
 #include "kvmesh.h"
 #include "proc.h"
 #include "testsrv.h"
+#include "tmpdir.h"
 
 void kvm_cold_test_skip_offload(bool on); /* (store/cold_glue.h) */
 
@@ -192,8 +193,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "cannot start redis: %s\n", kvmesh_last_error());
         return 1;
     }
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-resume-XXXXXX");
-    CHECK(mkdtemp(tmpdir) != NULL);
+    CHECK(ttmp_make(tmpdir, sizeof(tmpdir), "kvmesh-cold-resume") == 0);
     char ra[128], rb[128], exe[512], dep[64], line[256];
     snprintf(ra, sizeof(ra), "%s/a", tmpdir);
     snprintf(rb, sizeof(rb), "%s/b", tmpdir);

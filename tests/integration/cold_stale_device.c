@@ -37,6 +37,7 @@
 #include "env/clock.h"
 #include "kvmesh.h"
 #include "proc.h"
+#include "tmpdir.h"
 
 void kvm_cold_test_pin_device0(bool on); /* (store/cold_glue.h) */
 void kvm_cold_test_freeze_view(bool on); /* (store/cold_glue.h) */
@@ -180,8 +181,7 @@ static void remote_drained(const char *url, const char *dep, uint8_t *buf)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-stale-XXXXXX");
-    CHECK(mkdtemp(tmpdir) != NULL);
+    CHECK(ttmp_make(tmpdir, sizeof(tmpdir), "kvmesh-cold-stale") == 0);
     char root0[128], root1[128], dep[64], url[96];
     snprintf(root0, sizeof(root0), "%s/dev0", tmpdir);
     snprintf(root1, sizeof(root1), "%s/dev1", tmpdir);

@@ -60,6 +60,7 @@
 #include "cold_itest.h"
 #include "proc.h"
 #include "obs_prom.h"
+#include "tmpdir.h"
 
 struct kvm_rt;
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
@@ -287,8 +288,7 @@ int main(int argc, char **argv)
     /* pair durable: A and B run cold_write_through; A's puts pinned on B wait for B's offload */
     bool durable = pair && argc > 3 && strcmp(argv[3], "durable") == 0;
     const char *transport = staging && argc > 3 ? argv[3] : "tcp";
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-store-XXXXXX");
-    CHECK(mkdtemp(tmpdir) != NULL);
+    CHECK(ttmp_make(tmpdir, sizeof(tmpdir), "kvmesh-cold-store") == 0);
     char root[128];
     snprintf(root, sizeof(root), "%s/dev", tmpdir);
     CHECK(mkdir(root, 0700) == 0);

@@ -47,6 +47,7 @@
 #include "obs_prom.h"
 #include "proc.h"
 #include "testsrv.h"
+#include "tmpdir.h"
 
 #define CHECK(c) TPROC_CHECK(c, cleanup_all)
 
@@ -224,8 +225,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "cannot start redis: %s\n", kvmesh_last_error());
         return 1;
     }
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/kvmesh-cold-crash-XXXXXX");
-    CHECK(mkdtemp(tmpdir) != NULL);
+    CHECK(ttmp_make(tmpdir, sizeof(tmpdir), "kvmesh-cold-crash") == 0);
     char root[128], exe[512], dep[64];
     snprintf(root, sizeof(root), "%s/dev", tmpdir);
     CHECK(mkdir(root, 0700) == 0);

@@ -21,6 +21,7 @@
 
 #include "obs_prom.h"
 #include "obs_testrt.h"
+#include "tmpdir.h"
 
 #define N_KEYS     10000
 #define N_TENANTS  1000
@@ -94,8 +95,7 @@ static void *work(void *arg)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(capdir, sizeof(capdir), "/tmp/kvmesh-obs-ep-XXXXXX");
-    assert_non_null(mkdtemp(capdir));
+    assert_int_equal(ttmp_make_auto(capdir, sizeof(capdir), "kvmesh-obs-ep"), 0);
     assert_int_equal(obs_metrics_set_tenants(bootstrap, 5, LABEL_CAP), 0);
     struct trt_config c = {.name = "rt-endpoints",
                            .sample_rate = 0.01,
@@ -116,9 +116,7 @@ static int teardown(void **state)
 {
     (void)state;
     trt_close(rt);
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", capdir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ttmp_remove(capdir), 0);
     obs_metrics_shutdown();
     return 0;
 }
@@ -180,8 +178,9 @@ static void test_workload_and_metrics(void **state)
     assert_int_equal(p.ns, series_before);
     assert_true(p.ns < 2000);
     /* label names from the closed sets only; values never keys, request ids, addresses */
-    static const char *const allowed[] = {"operation", "result", "transport", "backend", "tier",
-                                          "le",        "tenant", "stage",     "device"};
+    static const char *const allowed[] = {
+        "operation", "result", "transport", "backend", "tier", "le",  "tenant",
+        "stage",     "device", "direction", "reason",  "side", "kind"};
     char portstr[16];
     snprintf(portstr, sizeof(portstr), "%u", (unsigned)trt_port(rt));
     size_t tenant_series = 0;

@@ -12,6 +12,9 @@
  * one in-process client runtime (no memory, tracing on, a bootstrap tenant label set) run a
  * scripted workload; every runtime's /metrics is scraped over HTTP and parsed by the strict
  * parser (obs_prom.h):
+ *   E. the RPC layer's families (kvmesh_rpc_*) under real traffic: 8 single puts and gets of
+ *      64 KiB over tcp (each value in one RPC message): the client's calls started, frames sent
+ *      and received, the others' replies sent and the message buffer pool must all move;
  *   A. exact counts: P acknowledged puts (new keys and overwrites), gets, misses and R removes;
  *      then, summed over every runtime: route CAS applied == P + 2R (a remove publishes a
  *      tombstone and then finalizes it: two CAS); transport write bytes >= bytes written x 2
@@ -63,6 +66,7 @@
 #include "obs_prom.h"
 #include "proc.h"
 #include "testsrv.h"
+#include "tmpdir.h"
 
 struct kvm_rt;
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
@@ -90,7 +94,7 @@ static struct proc procs[NPROC];
 static testsrv_t *srv;
 static const char *self_exe;
 static char url[256];
-static char capdir[64];
+static char capdir[256];
 static const char *deployment = "obsmetrics";
 static const kvmesh_scope_t sc = {"tenant-a", NULL};
 static const kvmesh_scope_t sc_other = {"tenant-unlisted", NULL};
@@ -112,12 +116,7 @@ static void cleanup_all(void)
         tproc_kill(&procs[i].p, SIGKILL);
     testsrv_stop(srv);
     srv = NULL;
-    if (capdir[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", capdir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", capdir);
-    }
+    (void)ttmp_remove(capdir); /* what it could not remove is named on stderr */
     pthread_mutex_unlock(&cleanup_mu);
 }
 
@@ -415,6 +414,64 @@ static void phase_route_fault(void)
 }
 
 /* Phase C' (first half): T_KEYS single-replica objects pinned on runtime 0, the one killed next. */
+/*
+ * E: the RPC layer's families (kvmesh_rpc_*, exported from the endpoints' figures at scrape)
+ * under real traffic: single puts and gets of 64 KiB over tcp from the client, each of which
+ * carries its value in one RPC message (an inline write / inline read, default limits 64 KiB),
+ * so the message buffer pool (64 KiB - 8 MiB buffers) is used as well.
+ */
+#define E_KEYS 8
+#define E_VAL  (64u << 10)
+
+static double e_diff(struct prom *a, struct prom *b, const char *fam, const char *l, const char *v)
+{
+    return sum_all(b, NRT, fam, l, v) - sum_all(a, NRT, fam, l, v);
+}
+
+static void phase_rpc(void)
+{
+    struct prom e0[NRT], e1[NRT];
+    scrape_all(e0);
+    uint8_t *v = malloc(E_VAL), *out = malloc(E_VAL);
+    CHECK(v && out);
+    for (int i = 0; i < E_KEYS; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "rpc-%02d", i);
+        tproc_fill(v, E_VAL, (uint64_t)(1000 + i));
+        CHECK(kvmesh_put(client, &sc, key, strlen(key), v, E_VAL, NULL) == 0);
+        size_t got = 0;
+        CHECK(kvmesh_get_into(client, &sc, key, strlen(key), out, E_VAL, &got) == 0);
+        CHECK(got == E_VAL && memcmp(out, v, E_VAL) == 0);
+    }
+    free(v);
+    free(out);
+    scrape_all(e1);
+    const struct prom *c0 = &e0[NRT - 1], *c1 = &e1[NRT - 1];
+    double started = fam_sum(c1, "kvmesh_rpc_calls_started_total", NULL, NULL) -
+                     fam_sum(c0, "kvmesh_rpc_calls_started_total", NULL, NULL);
+    double fsent = fam_sum(c1, "kvmesh_rpc_frames_total", "direction", "sent") -
+                   fam_sum(c0, "kvmesh_rpc_frames_total", "direction", "sent");
+    double frecv = fam_sum(c1, "kvmesh_rpc_frames_total", "direction", "received") -
+                   fam_sum(c0, "kvmesh_rpc_frames_total", "direction", "received");
+    double replies = e_diff(e0, e1, "kvmesh_rpc_messages_total", "kind", "reply_sent");
+    double pool = e_diff(e0, e1, "kvmesh_rpc_pool_buffers_total", NULL, NULL);
+    double open = fam_sum(c1, "kvmesh_rpc_connections_open", NULL, NULL);
+    double conns = fam_sum(c1, "kvmesh_rpc_connections_total", NULL, NULL); /* both directions */
+    double hs = fam_sum(c1, "kvmesh_rpc_handshakes_total", NULL, NULL);
+    printf("E: %d puts + %d gets of %u bytes: client RPC calls started %.0f, frames sent %.0f, "
+           "received %.0f; replies sent by the others %.0f; pool buffers (all) %.0f; client "
+           "connections open %.0f, opened %.0f, handshakes %.0f\n",
+           E_KEYS, E_KEYS, E_VAL, started, fsent, frecv, replies, pool, open, conns, hs);
+    /* every put and get of the client (no memory) waits on at least one RPC call */
+    CHECK(started >= 2 * E_KEYS);
+    CHECK(fsent >= started && frecv >= 2 * E_KEYS);
+    CHECK(replies >= 2 * E_KEYS);
+    CHECK(pool >= E_KEYS); /* at least each put's message was received into a pooled buffer */
+    CHECK(open >= 1 && conns >= open && hs >= 1);
+    free_all(e0, NRT);
+    free_all(e1, NRT);
+}
+
 static void put_on_victim(char keys[T_KEYS][32], uint8_t vals[T_KEYS][64])
 {
     const char *pin[] = {procs[0].id};
@@ -459,8 +516,9 @@ static void warm_up(void)
     }
 }
 
-static const char *const allowed_labels[] = {"operation", "result", "transport", "backend", "tier",
-                                             "le",        "tenant", "stage",     "device"};
+static const char *const allowed_labels[] = {
+    "operation", "result", "transport", "backend", "tier", "le",  "tenant",
+    "stage",     "device", "direction", "reason",  "side", "kind"};
 
 static void check_labels(const struct prom *p)
 {
@@ -503,8 +561,7 @@ int main(int argc, char **argv)
     if (rc)
         return 1;
     snprintf(url, sizeof(url), "%s", testsrv_url(srv));
-    snprintf(capdir, sizeof(capdir), "/tmp/kvmesh-obs-metrics-XXXXXX");
-    CHECK(mkdtemp(capdir) != NULL);
+    CHECK(ttmp_make(capdir, sizeof(capdir), "kvmesh-obs-metrics") == 0);
     const char *backend = strcmp(argv[1], "redis") == 0 ? "redis" : "etcd";
 
     /* the client: the bootstrap tenant label set is {tenant-a}; tracing samples everything */
@@ -526,6 +583,9 @@ int main(int argc, char **argv)
     }
     wait_members(NPROC);
     warm_up();
+
+    /* ---- E: the RPC layer's families ---- */
+    phase_rpc();
 
     struct prom before[NRT], after[NRT];
     scrape_all(before);
@@ -741,14 +801,23 @@ int main(int argc, char **argv)
         /* a COMMIT / RELEASE naming a slot no longer there: test_store_local test_stale_note
          * makes one and reads this family from the runtime's /metrics and /stats */
         bool stale = strcmp(names[i], "kvmesh_notes_stale_total") == 0;
+        /* RPC refusals, unanswered calls and backpressure do not happen here, and the send
+         * queues are empty once idle: test_store_rpc_metrics exports every rpc_stats field
+         * into its series; rpc_basic and idle_rpc make each happen at the RPC layer */
+        bool rpc_quiet = strcmp(names[i], "kvmesh_rpc_handshake_refusals_total") == 0 ||
+                         strcmp(names[i], "kvmesh_rpc_calls_unanswered_total") == 0 ||
+                         strcmp(names[i], "kvmesh_rpc_backpressure_refusals_total") == 0 ||
+                         strcmp(names[i], "kvmesh_rpc_queued_bytes") == 0 ||
+                         strcmp(names[i], "kvmesh_rpc_queued_messages") == 0;
         printf("  %-52s %.6g%s\n", names[i], total,
                quota       ? "  (quota protocol off here: moved by integration_ops_quota_metrics)"
                : cold_tier ? "  (cold tier off here: moves in cold_store)"
                : rerep     ? "  (0 once idle: sampled by store_rereplicate)"
                : held      ? "  (no lost route update here: moved by test_store_local)"
                : stale     ? "  (no stale slot note here: moved by test_store_local)"
+               : rpc_quiet ? "  (none here: test_store_rpc_metrics, rpc_basic)"
                            : "");
-        if (total == 0 && !quota && !cold_tier && !rerep && !held && !stale) {
+        if (total == 0 && !quota && !cold_tier && !rerep && !held && !stale && !rpc_quiet) {
             fprintf(stderr, "family %s never moved\n", names[i]);
             dead++;
         }

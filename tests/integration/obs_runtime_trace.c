@@ -35,6 +35,7 @@
 #include "jsonl.h"
 #include "kvmesh.h"
 #include "otlp_fake.h"
+#include "tmpdir.h"
 
 #define MAX_SPANS 512
 
@@ -230,10 +231,8 @@ struct pair {
 static void pair_open(struct pair *p, const char *meta, const char *rate_a, const char *rate_b,
                       const char *otlp)
 {
-    snprintf(p->dira, sizeof(p->dira), "/tmp/kvmesh-rtt-a-XXXXXX");
-    snprintf(p->dirb, sizeof(p->dirb), "/tmp/kvmesh-rtt-b-XXXXXX");
-    assert_non_null(mkdtemp(p->dira));
-    assert_non_null(mkdtemp(p->dirb));
+    assert_int_equal(ttmp_make(p->dira, sizeof(p->dira), "kvmesh-rtt-a"), 0);
+    assert_int_equal(ttmp_make(p->dirb, sizeof(p->dirb), "kvmesh-rtt-b"), 0);
     p->a = rt_open(meta, "rt-a", rate_a, p->dira, otlp);
     p->b = rt_open(meta, "rt-b", rate_b, p->dirb, otlp);
     uint64_t ep;
@@ -280,9 +279,8 @@ static void pair_close(struct pair *p)
 
 static void rm_dirs(struct pair *p)
 {
-    char cmd[200];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", p->dira, p->dirb);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ttmp_remove(p->dira), 0);
+    assert_int_equal(ttmp_remove(p->dirb), 0);
 }
 
 static bool has_span(const char *dir, const char *id, const char *name)

@@ -21,6 +21,7 @@
 #include "jsonl.h"
 #include "obs_testrt.h"
 #include "otlp_fake.h"
+#include "tmpdir.h"
 
 /* ---- JSONL reading ----------------------------------------------------------------------- */
 
@@ -92,7 +93,7 @@ static void check_trace(const tspan_t *s, size_t n, const char *root_name, const
     snprintf(trace_out, 33, "%s", tid);
 }
 
-static char dir_a[64], dir_b[64];
+static char dir_a[256], dir_b[256]; /* removed at exit also when an assertion fails */
 
 static void test_connected_trace(void **state)
 {
@@ -100,10 +101,8 @@ static void test_connected_trace(void **state)
     otlp_fake_t *rx = otlp_fake_start(0);
     assert_non_null(rx);
     const char *url = rx->url;
-    snprintf(dir_a, sizeof(dir_a), "/tmp/kvmesh-obs-a-XXXXXX");
-    snprintf(dir_b, sizeof(dir_b), "/tmp/kvmesh-obs-b-XXXXXX");
-    assert_non_null(mkdtemp(dir_a));
-    assert_non_null(mkdtemp(dir_b));
+    assert_int_equal(ttmp_make_auto(dir_a, sizeof(dir_a), "kvmesh-obs-a"), 0);
+    assert_int_equal(ttmp_make_auto(dir_b, sizeof(dir_b), "kvmesh-obs-b"), 0);
     /* B never samples on its own: its spans exist only because A's context says so */
     struct trt_config ca = {
         .name = "rt-a", .sample_rate = 1.0, .capture_dir = dir_a, .otlp_url = url};
@@ -152,7 +151,7 @@ static void test_connected_trace(void **state)
 
     /* JSONL: both runtimes' captures together hold the two traces */
     static tspan_t js[256];
-    char p[128];
+    char p[300];
     snprintf(p, sizeof(p), "%s/spans.jsonl", dir_a);
     size_t n = jsonl_read(p, js, 256);
     snprintf(p, sizeof(p), "%s/spans.jsonl", dir_b);
@@ -176,9 +175,8 @@ static void test_connected_trace(void **state)
     assert_string_equal(o_put, t_put);
     assert_string_equal(o_get, t_get);
     otlp_fake_stop(rx);
-    char cmd[200];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", dir_a, dir_b);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ttmp_remove(dir_a), 0);
+    assert_int_equal(ttmp_remove(dir_b), 0);
 }
 
 static struct obs_registry *spans_reg; /* the tracers of this test count here */

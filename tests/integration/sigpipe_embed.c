@@ -42,6 +42,7 @@
 #include "otlp_fake.h"
 #include "proc.h"
 #include "testsrv.h"
+#include "tmpdir.h"
 
 #define CHECK(c) TPROC_CHECK(c, cleanup_all)
 
@@ -340,9 +341,8 @@ static int masks_main(void)
     /* two runtimes, one per data transport, with tracing to a collector and admin endpoints */
     kvmesh_t *kv[2] = {NULL, NULL};
     const char *transport[2] = {"tcp", "shm"};
-    char dir[64];
-    snprintf(dir, sizeof(dir), "/tmp/kvmesh-sigpipe-XXXXXX");
-    CHECK(mkdtemp(dir) != NULL);
+    static char dir[256]; /* removed at exit also when a CHECK fails */
+    CHECK(ttmp_make_auto(dir, sizeof(dir), "kvmesh-sigpipe") == 0);
     for (int i = 0; i < 2; i++) {
         kvmesh_config_t *c = kvmesh_config_new();
         CHECK(c);
@@ -399,9 +399,7 @@ static int masks_main(void)
     kvmesh_close(kv[0]);
     kvmesh_close(kv[1]);
     CHECK(sigpipe_default()); /* the library left the disposition and the mask alone */
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
+    CHECK(ttmp_remove(dir) == 0);
     cleanup_all();
     return 0;
 }

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tmpdir.h"
+
 static bool is_obj(const char *name)
 {
     size_t l = strlen(name);
@@ -85,13 +87,7 @@ size_t tcold_corrupt_files(const char *root, off_t at)
 
 void tcold_remove_dir(char *dir)
 {
-    if (!dir[0])
-        return;
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-    dir[0] = '\0';
+    (void)ttmp_remove(dir); /* what it could not remove is named on stderr */
 }
 
 bool tcold_devices2(kvmesh_admin_t *adm, kvmesh_admin_device_t *d0, kvmesh_admin_device_t *d1)

@@ -21,29 +21,25 @@
 
 #include "env/clock.h"
 #include "testsrv.h"
+#include "tmpdir.h"
 
 int tdaemon_env_setup(tdaemon_env_t *e, const char *prefix)
 {
     const char *bin = getenv("KVMESH_BIN_DIR");
     snprintf(e->bin_kvmesh, sizeof(e->bin_kvmesh), "%s/kvmesh", bin ? bin : KVMESH_BIN_DIR);
     snprintf(e->bin_kvmeshd, sizeof(e->bin_kvmeshd), "%s/kvmeshd", bin ? bin : KVMESH_BIN_DIR);
-    snprintf(e->tmpdir, sizeof(e->tmpdir), "/tmp/%s-XXXXXX", prefix);
-    if (!mkdtemp(e->tmpdir)) {
-        fprintf(stderr, "cannot make %s: %s\n", e->tmpdir, strerror(errno));
-        return -1;
-    }
+    e->tmpdir[0] = '\0';
+    /* before the directory: a test that cannot run leaves nothing behind */
     if (access(e->bin_kvmesh, X_OK) != 0 || access(e->bin_kvmeshd, X_OK) != 0) {
         fprintf(stderr, "tools not built: %s, %s\n", e->bin_kvmesh, e->bin_kvmeshd);
         return -1;
     }
-    return 0;
+    return ttmp_make(e->tmpdir, sizeof(e->tmpdir), prefix);
 }
 
 int tdaemon_env_teardown(tdaemon_env_t *e)
 {
-    char cmd[400];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return ttmp_remove(e->tmpdir);
 }
 
 char *tdaemon_slurp(const char *path, size_t *len)

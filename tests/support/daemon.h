@@ -59,12 +59,12 @@ typedef struct tdaemon_http {
 
 /*
  * Fills e: the programs from $KVMESH_BIN_DIR (else the build's bin directory) and a fresh
- * /tmp/<prefix>-XXXXXX directory. 0, or -1 (with the reason on stderr) when the directory
- * cannot be made or a program is not built.
+ * <$TMPDIR or /tmp>/<prefix>-XXXXXX directory (tmpdir.h). 0, or -1 (with the reason on stderr)
+ * when a program is not built (then no directory is made) or the directory cannot be made.
  */
 int tdaemon_env_setup(tdaemon_env_t *e, const char *prefix);
 
-/* Removes the scratch directory and everything in it. 0 or -1. */
+/* Removes the scratch directory and everything in it (none: a no-op). 0 or -1. Safe twice. */
 int tdaemon_env_teardown(tdaemon_env_t *e);
 
 /* The whole file at path, NUL-terminated, malloc'd (an empty string when it cannot be read);

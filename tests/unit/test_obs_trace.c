@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "obs/trace.h"
+#include "tmpdir.h"
 
 static struct obs_tracer *mk(double rate, const char *capdir, bool debug, bool plain)
 {
@@ -142,9 +143,9 @@ static json_t *last_line(const char *path)
 static void test_debug_records_and_jsonl(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/kvmesh-obs-unit-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char path[128];
+    static char dir[256]; /* removed at exit also when an assertion fails */
+    assert_int_equal(ttmp_make_auto(dir, sizeof(dir), "kvmesh-obs-unit"), 0);
+    char path[300];
     snprintf(path, sizeof(path), "%s/t.jsonl", dir);
     const char *key = "secret-object-key";
 
@@ -202,9 +203,7 @@ static void test_debug_records_and_jsonl(void **state)
     t = mk(1.0, NULL, false, false);
     assert_int_equal(obs_tracer_capture_start(t, "x"), KVMESH_ENOTSUP);
     obs_tracer_destroy(t);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ttmp_remove(dir), 0);
 }
 
 static void test_breakdown_exclusive(void **state)
@@ -277,8 +276,8 @@ static void test_config_errors(void **state)
 static void test_create_alloc_failures(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/kvmesh-obs-oom-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    static char dir[256]; /* removed at exit also when an assertion fails */
+    assert_int_equal(ttmp_make_auto(dir, sizeof(dir), "kvmesh-obs-oom"), 0);
     struct obs_tracer_config c = {.service = "oom",
                                   .sample_rate = 1.0,
                                   .capture_dir = dir,
@@ -301,9 +300,7 @@ static void test_create_alloc_failures(void **state)
         assert_null(t);
     }
     assert_true(n >= 4 && n < 50); /* tracer, queue, batch, two strings */
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ttmp_remove(dir), 0);
 }
 
 int main(void)

@@ -16,7 +16,6 @@
  * - the owner's span: a traced inline put leaves control.owner_reserve (kvmesh.inline) in S's
  *   JSONL capture, as a plain reservation does.
  */
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -39,6 +38,7 @@
 #include "store/put_inline.h"
 #include "store/slot_core.h"
 #include "store/store.h"
+#include "tmpdir.h"
 
 #define MEM (1u << 20)  /* S's memory: one segment */
 #define OBJ (32u << 10) /* under inline_write_max (64 KiB): every put here is inline */
@@ -266,10 +266,10 @@ static bool file_has(const char *path, const char *a, const char *b)
 static void test_owner_span(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/kvmesh-inline-trace-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    static char dir[256]; /* removed at exit also when an assertion fails below */
+    assert_int_equal(ttmp_make_auto(dir, sizeof(dir), "kvmesh-inline-trace"), 0);
     struct pair p = open_pair("memory://inline-trace", dir);
-    char path[256];
+    char path[512];
     snprintf(path, sizeof(path), "%s/trace-%s.jsonl", dir, kvmesh_runtime_of(p.s)->idhex);
     uint8_t *v = malloc(OBJ);
     fill(v, OBJ, 3);
@@ -280,15 +280,7 @@ static void test_owner_span(void **state)
     assert_true(file_has(path, "\"control.owner_reserve\"", "kvmesh.inline"));
     assert_true(file_has(path, "\"control.owner_commit\"", "")); /* (the capture is S's) */
     free(v);
-    unlink(path);
-    char cpath[256];
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (e->d_name[0] != '.' && snprintf(cpath, sizeof(cpath), "%s/%s", dir, e->d_name) > 0)
-            unlink(cpath);
-    if (d)
-        closedir(d);
-    rmdir(dir);
+    assert_int_equal(ttmp_remove(dir), 0);
 }
 
 int main(void)
