@@ -63,11 +63,14 @@ uint64_t kvm_sum_digest(const struct kvm_sum *s);
 void kvm_sum_update_copy(struct kvm_sum *s, void *dst, const void *src, size_t len);
 
 /*
- * The same for a destination nobody reads soon (a put's bytes going into an owner's pages): dst
- * written with streaming stores (core/copy.h) wherever it is aligned for them, in the same one
- * pass (avx2, avx512); the library variant streams with kvm_copy_stream and hashes in 16 KiB
- * blocks. The stores are weakly ordered: call kvm_copy_stream_fence() after the last call and
- * before anyone is told the bytes are there.
+ * The same with streaming stores into dst (core/copy.h: no read-for-ownership, no eviction of
+ * the cache): for a destination nobody reads soon (a put's bytes going into an owner's pages) or
+ * one too large to stay in cache anyway (a large get's buffer). In the same one pass, and the
+ * bytes hashed are the bytes stored (each source byte read once: a source another process
+ * changes meanwhile hashes as copied, as with kvm_sum_update_copy). avx512 streams to any dst
+ * aligned to 4 bytes, avx2 to one aligned to 32 (else plain stores); the library variant streams
+ * with kvm_copy_stream through a 4 KiB bounce block it hashes. The stores are weakly ordered:
+ * call kvm_copy_stream_fence() after the last call and before anyone is told the bytes are there.
  */
 void kvm_sum_update_copy_stream(struct kvm_sum *s, void *dst, const void *src, size_t len);
 

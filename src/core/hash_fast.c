@@ -56,14 +56,21 @@ static void lib_update_copy(void *state, void *dst, const void *src, size_t len)
     }
 }
 
+/* Streamed in 4 KiB blocks through a bounce block in L1: the source is read once, so the bytes
+ * hashed are the bytes stored even where another process changes the source meanwhile (an
+ * owner's pages: a torn read fails verification). */
+#define LIB_STREAM_BLOCK (4u << 10)
+
 static void lib_update_copy_stream(void *state, void *dst, const void *src, size_t len)
 {
+    _Alignas(64) unsigned char t[LIB_STREAM_BLOCK];
     unsigned char *d = dst;
     const unsigned char *s = src;
     for (size_t o = 0, k; o < len; o += k) {
-        k = KVM_MIN((size_t)LIB_COPY_BLOCK, len - o);
-        kvm_copy_stream(d + o, s + o, k);
-        XXH3_64bits_update((XXH3_state_t *)state, s + o, k); /* the source block, in L1 */
+        k = KVM_MIN((size_t)LIB_STREAM_BLOCK, len - o);
+        memcpy(t, s + o, k);
+        kvm_copy_stream(d + o, t, k);
+        XXH3_64bits_update((XXH3_state_t *)state, t, k);
     }
 }
 

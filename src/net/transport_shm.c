@@ -13,13 +13,13 @@
  * the owner returned for its token (segment, rights, range, expiry; or the one the caller was
  * handed by the owner over another channel: tp_segment_note_grant) and against the mapping
  * size, then copied by the submitting thread (shm_copy: memcpy, or streaming stores for a
- * write of TP_SHM_STREAM_MIN bytes or more; a request with a checksum to fold into,
- * tp_request.sum, copies and hashes in one pass: kvm_sum_update_copy{,_stream}), in
- * TP_SHM_COPY_STEP steps; between
- * steps it checks cancellation and that the owner's control connection is still up, so an owner
- * killed mid-transfer fails the request with KVMESH_ECONN promptly. Grant descriptors are cached
- * per segment and re-asked after TP_SHM_GRANT_RECHECK, so a revocation reaches same-host clients
- * within that time (expiry is exact: checked on every request).
+ * write of TP_SHM_STREAM_MIN bytes or more and a read of SHM_READ_STREAM_MIN bytes or more; a
+ * request with a checksum to fold into, tp_request.sum, copies and hashes in one pass:
+ * kvm_sum_update_copy{,_stream}), in TP_SHM_COPY_STEP steps; between steps it checks cancellation
+ * and that the owner's control connection is still up, so an owner killed mid-transfer fails the
+ * request with KVMESH_ECONN promptly. Grant descriptors are cached per segment and re-asked after
+ * TP_SHM_GRANT_RECHECK, so a revocation reaches same-host clients within that time (expiry is
+ * exact: checked on every request).
  *
  * Peer state: LIVE --(control connection hung up / I/O error)--> DEAD (sticky; reopen makes a
  * new peer).
@@ -513,34 +513,44 @@ static void shm_close(struct tp_segment *s)
     pthread_mutex_unlock(&cl->mu);
 }
 
+/* A read this large goes into the caller's buffer with streaming stores: a destination of
+ * 16 MiB is far larger than this core's L2 and is evicted while it is written anyway; plain
+ * stores then pay a read-for-ownership of every line and push its dirty lines through the
+ * caches. Smaller reads keep plain stores (the caller's buffer may stay in cache for it:
+ * measured slower with streaming at 1-8 MiB; docs/performance.md "Large shm gets: streaming
+ * stores into the caller's buffer"). */
+#define SHM_READ_STREAM_MIN (16u << 20)
+
+/* Whether request r's copies use streaming stores (writes: TP_SHM_STREAM_MIN, reads:
+ * SHM_READ_STREAM_MIN; core/copy.h). */
+static bool shm_streams(const struct tp_request *r)
+{
+    return r->length >= (r->op == TP_WRITE ? TP_SHM_STREAM_MIN : SHM_READ_STREAM_MIN);
+}
+
 /* One step of a request: n bytes at offset done. With r->sum, the copy and the hash are one
- * pass (kvm_sum_update_copy: each 64-byte stripe of the source loaded once, stored and folded
- * from the same registers, the lines 4 KiB ahead prefetched: the owner's pages are read once, at
- * memory speed; docs/performance.md "Large shm gets: the copy and the checksum"). A write of at
- * least TP_SHM_STREAM_MIN bytes goes into the owner's pages with streaming stores (core/copy.h:
- * nobody reads them soon; no read-for-ownership, no eviction of the caller's cache; with a sum
- * in the same pass, kvm_sum_update_copy_stream), fenced at the end of the step. The hash is of
- * the source bytes, which are the bytes written or the bytes the caller gets. */
+ * pass (kvm_sum_update_copy{,_stream}: each 64-byte stripe of the source loaded once, stored
+ * and folded from the same register, the lines 4 KiB ahead prefetched: the owner's pages are
+ * read once, at memory speed, and hashed as copied, so a torn read fails verification;
+ * docs/performance.md "Large shm gets: the copy and the checksum"). A write of at least
+ * TP_SHM_STREAM_MIN bytes goes into the owner's pages with streaming stores (core/copy.h: nobody
+ * reads them soon; no read-for-ownership, no eviction of the caller's cache), and so does a read
+ * of at least SHM_READ_STREAM_MIN into the caller's buffer; fenced at the end of the step. */
 static void shm_copy(const struct tp_request *r, uint8_t *remote, uint64_t done, size_t n)
 {
     uint8_t *local = (uint8_t *)r->local + done;
     remote += done;
-    bool stream = r->op == TP_WRITE && r->length >= TP_SHM_STREAM_MIN;
-    if (r->op == TP_READ) {
-        if (r->sum)
-            kvm_sum_update_copy(r->sum, local, remote, n);
-        else
-            memcpy(local, remote, n);
-    } else if (r->sum) {
-        if (stream)
-            kvm_sum_update_copy_stream(r->sum, remote, local, n);
-        else
-            kvm_sum_update_copy(r->sum, remote, local, n);
-    } else if (stream) {
-        kvm_copy_stream(remote, local, n);
-    } else {
-        memcpy(remote, local, n);
-    }
+    bool stream = shm_streams(r);
+    uint8_t *dst = r->op == TP_READ ? local : remote;
+    const uint8_t *src = r->op == TP_READ ? remote : local;
+    if (r->sum && stream)
+        kvm_sum_update_copy_stream(r->sum, dst, src, n);
+    else if (r->sum)
+        kvm_sum_update_copy(r->sum, dst, src, n);
+    else if (stream)
+        kvm_copy_stream(dst, src, n);
+    else
+        memcpy(dst, src, n);
     if (stream)
         kvm_copy_stream_fence();
 }
