@@ -448,6 +448,7 @@ struct tcp_chunk {
     uint64_t seg_id, offset, length, token;
     struct tcp_sum *sum; /* NULL without one; ci: this chunk's index in it */
     uint64_t ci;
+    struct kvm_sum *dsum; /* a one-chunk request's sum (borrowed), folded in order directly */
     struct tcp_chunk *next;
 };
 
@@ -509,6 +510,20 @@ static void tcp_sum_landed(struct tcp_sum *t, uint64_t ci, uint64_t n)
     }
     t->busy = false;
     pthread_mutex_unlock(&t->mu);
+}
+
+/* n bytes of k at [at, at + n) landed (received or sent), after every byte before them. */
+static void tcp_chunk_landed(const struct tcp_chunk *k, uint64_t at, uint64_t n)
+{
+    if (k->sum)
+        tcp_sum_landed(k->sum, k->ci, n);
+    else if (k->dsum)
+        kvm_sum_update(k->dsum, k->local + at, (size_t)n);
+}
+
+static bool tcp_chunk_sums(const struct tcp_chunk *k)
+{
+    return k->sum || k->dsum;
 }
 
 static void tcp_chunk_free(struct tcp_chunk *k)
@@ -623,7 +638,7 @@ static int tcp_send_req(int fd, const struct tcp_chunk *k, uint8_t *hb, uint64_t
     struct iovec iov[2] = {{hb, TPW_REQ_SIZE}, {k->local, k->length}};
     if (k->op != TP_WRITE)
         return tp_io_send_all_by(fd, iov, 1, dl);
-    if (!k->sum)
+    if (!tcp_chunk_sums(k))
         return tp_io_send_all_by(fd, iov, 2, dl);
     for (uint64_t done = 0; done < k->length;) {
         size_t n = (size_t)KVM_MIN((uint64_t)TCP_SUM_BLOCK, k->length - done);
@@ -631,7 +646,7 @@ static int tcp_send_req(int fd, const struct tcp_chunk *k, uint8_t *hb, uint64_t
         int rc = done ? tp_io_send_all_by(fd, &iov[1], 1, dl) : tp_io_send_all_by(fd, iov, 2, dl);
         if (rc)
             return rc;
-        tcp_sum_landed(k->sum, k->ci, n);
+        tcp_chunk_landed(k, done, n);
         done += n;
     }
     return 0;
@@ -640,14 +655,14 @@ static int tcp_send_req(int fd, const struct tcp_chunk *k, uint8_t *hb, uint64_t
 /* Receives a READ's payload; with a sum, in TCP_SUM_BLOCK blocks, each reported on arrival. */
 static int tcp_recv_payload(int fd, const struct tcp_chunk *k, uint64_t dl)
 {
-    if (!k->sum)
+    if (!tcp_chunk_sums(k))
         return tp_io_recv_all_by(fd, k->local, k->length, dl);
     for (uint64_t done = 0; done < k->length;) {
         size_t n = (size_t)KVM_MIN((uint64_t)TCP_SUM_BLOCK, k->length - done);
         int rc = tp_io_recv_all_by(fd, k->local + done, n, dl);
         if (rc)
             return rc;
-        tcp_sum_landed(k->sum, k->ci, n);
+        tcp_chunk_landed(k, done, n);
         done += n;
     }
     return 0;
@@ -832,8 +847,8 @@ static void tcp_win_finish(struct tcp_win *w, int status, uint8_t why)
     w->rc[w->r] = status;
     w->why[w->r] = why;
     /* a WRITE's bytes were sent (folded as sent, whatever the answer); a READ's landed */
-    if (k->sum && (k->op == TP_WRITE || status == 0))
-        tcp_sum_landed(k->sum, k->ci, k->length);
+    if (k->op == TP_WRITE || status == 0)
+        tcp_chunk_landed(k, 0, k->length);
     w->have = false;
     w->got = 0;
     w->r++;
@@ -1251,7 +1266,7 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
     nk = (r->length + piece - 1) / piece;
     KVM_ASSERT(nk >= 1 && nk <= TCP_MAX_CHUNKS);
     struct tcp_sum *sum = NULL; /* one reference per chunk */
-    if (r->sum && (sum = tcp_sum_new(r, piece, nk)) == NULL)
+    if (r->sum && nk > 1 && (sum = tcp_sum_new(r, piece, nk)) == NULL)
         return kvm_errf(KVMESH_ENOMEM, "checksum state allocation failed");
     struct tcp_chunk *list = NULL, **tailp = &list;
     for (uint64_t i = 0; i < nk; i++) {
@@ -1272,6 +1287,7 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
                                 .length = KVM_MIN(piece, r->length - off),
                                 .token = r->token,
                                 .sum = sum,
+                                .dsum = nk == 1 ? r->sum : NULL,
                                 .ci = i};
         *tailp = k;
         tailp = &k->next;
