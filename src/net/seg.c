@@ -30,8 +30,22 @@ struct seg_grant_ent {
     struct seg_grant_ent *next;
 };
 
+/*
+ * Grant tokens come from getrandom in blocks of SEG_TOKEN_POOL (one syscall per block instead of
+ * one per grant: a batch put grants one write range per item), kept in a page marked
+ * MADV_WIPEONFORK so that a forked child finds the block empty and draws its own instead of its
+ * parent's next tokens. A drawn token is cleared from the block. Where the kernel refuses the
+ * mark, each token is drawn alone as before.
+ */
+#define SEG_TOKEN_POOL 32 /* 256 bytes: one getrandom call, never cut short */
+struct seg_tokens {
+    uint64_t v[SEG_TOKEN_POOL];
+    unsigned n; /* v[0, n) not yet drawn */
+};
+
 struct seg_registry {
     pthread_mutex_t mu;
+    struct seg_tokens *tok; /* NULL: a getrandom per token (guarded by mu) */
     uint32_t epoch;
     uint32_t next_id;
     struct seg *local[SEG_MAX_LOCAL];
@@ -71,6 +85,41 @@ static uint64_t rand_u64(void)
         if (errno != EINTR)
             KVM_ASSERT(!"getrandom failed");
     }
+    return v;
+}
+
+#ifndef MADV_WIPEONFORK
+#define MADV_WIPEONFORK 18 /* Linux >= 4.14 */
+#endif
+
+/* The token block's page, or NULL when it cannot be marked to be wiped on fork. */
+static struct seg_tokens *tokens_new(void)
+{
+    void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (madvise(p, 4096, MADV_WIPEONFORK) != 0) {
+        munmap(p, 4096);
+        return NULL;
+    }
+    return p;
+}
+
+/* A fresh grant token (reg->mu held). */
+static uint64_t token_next_locked(struct seg_registry *reg)
+{
+    struct seg_tokens *t = reg->tok;
+    if (!t)
+        return rand_u64();
+    if (t->n == 0) {
+        while (getrandom(t->v, sizeof(t->v), 0) != (ssize_t)sizeof(t->v)) {
+            if (errno != EINTR)
+                KVM_ASSERT(!"getrandom failed");
+        }
+        t->n = SEG_TOKEN_POOL;
+    }
+    uint64_t v = t->v[--t->n];
+    t->v[t->n] = 0;
     return v;
 }
 
@@ -138,6 +187,7 @@ int seg_registry_new(struct seg_registry **out)
     pthread_mutex_init(&reg->mu, NULL);
     reg->epoch = (uint32_t)rand_u64() | 1u;
     reg->next_id = 1;
+    reg->tok = tokens_new();
     reg->clock = mono_ns;
     *out = reg;
     return 0;
@@ -169,6 +219,10 @@ void seg_registry_free(struct seg_registry *reg)
             free(e);
             e = n;
         }
+    }
+    if (reg->tok) {
+        explicit_bzero(reg->tok, sizeof(*reg->tok));
+        munmap(reg->tok, 4096);
     }
     pthread_mutex_destroy(&reg->mu);
     free(reg);
@@ -451,7 +505,7 @@ int seg_grant(struct seg_registry *reg, uint64_t seg_id, uint64_t offset, uint64
     e->g.rights = rights;
     e->g.expiry_ns = ttl_ns ? now + ttl_ns : 0;
     do {
-        e->g.token = rand_u64();
+        e->g.token = token_next_locked(reg);
     } while (e->g.token == 0);
     size_t b = bucket_of(e->g.token);
     e->next = reg->grants[b];

@@ -78,12 +78,35 @@ static uint64_t tcp_deadline(int io_timeout_ms, uint64_t length)
 
 /* ---- server -------------------------------------------------------------------------------- */
 
+/*
+ * A served connection reads requests through a buffer (one recv takes every header, and the
+ * small WRITE payloads between them, that a pipelining client sent) and gathers the responses
+ * of the requests it found there into one sendmsg (a READ's payload straight from segment
+ * memory, its segment pinned until sent), sent before the thread waits for more bytes: a client
+ * that sends one request at a time gets its response as before.
+ */
+#define TCP_SRV_RBUF      (64u << 10)
+#define TCP_SRV_OUT       64u          /* responses gathered at most */
+#define TCP_SRV_OUT_BYTES (256u << 10) /* READ payload bytes gathered at most */
+
+struct tcp_sout {
+    uint8_t rb[TCP_SRV_OUT][TPW_RESP_SIZE];
+    struct iovec iov[2 * TCP_SRV_OUT];
+    struct seg *pin[TCP_SRV_OUT];
+    unsigned n, niov;
+    uint64_t bytes;
+};
+
 struct tcp_sconn {
     struct tp_tcp_server *srv;
     int fd;
     pthread_t th;
     int done; /* atomic: thread finished */
     struct tcp_sconn *next;
+    size_t rlo, rhi; /* rbuf[rlo, rhi): received, not yet taken */
+    bool drained;    /* the last recv found no more bytes than it returned */
+    struct tcp_sout out;
+    uint8_t rbuf[TCP_SRV_RBUF];
 };
 
 struct tp_tcp_server {
@@ -95,6 +118,114 @@ struct tp_tcp_server {
     unsigned nconns;
     int stopping; /* atomic */
 };
+
+/* Releases the pins of the gathered responses and forgets them. */
+static void tcp_sout_drop(struct tp_engine *e, struct tcp_sout *o)
+{
+    for (unsigned i = 0; i < o->n; i++)
+        if (o->pin[i])
+            seg_unpin(e->reg, o->pin[i]);
+    o->n = o->niov = 0;
+    o->bytes = 0;
+}
+
+/* Sends the gathered responses; 0 or an error that closes the connection. */
+static int tcp_sout_flush(struct tp_engine *e, int fd, struct tcp_sout *o)
+{
+    int rc = 0;
+    if (o->niov)
+        rc = tp_io_send_all_by(fd, o->iov, (int)o->niov, tcp_deadline(e->io_timeout_ms, o->bytes));
+    tcp_sout_drop(e, o);
+    return rc;
+}
+
+/* Gathers a response (with the READ payload at ptr, pinned by pin, when length > 0); sends the
+ * gathered ones when the gathering is full. */
+static int tcp_sout_add(struct tp_engine *e, int fd, struct tcp_sout *o,
+                        const struct tpw_resp *resp, uint8_t *ptr, struct seg *pin)
+{
+    KVM_ASSERT(o->n < TCP_SRV_OUT);
+    tpw_resp_encode(resp, o->rb[o->n]);
+    o->iov[o->niov++] = (struct iovec){o->rb[o->n], TPW_RESP_SIZE};
+    if (resp->length) {
+        o->iov[o->niov++] = (struct iovec){ptr, resp->length};
+        o->bytes += resp->length;
+    }
+    o->pin[o->n++] = pin;
+    if (o->n == TCP_SRV_OUT || o->bytes >= TCP_SRV_OUT_BYTES)
+        return tcp_sout_flush(e, fd, o);
+    return 0;
+}
+
+/* Waits for the connection to become readable: an idle one (nothing of a request buffered) at
+ * most idle_timeout_ms (then it is closed), a started request by its deadline hdr_dl. */
+static int tcp_sconn_wait(struct tcp_sconn *c, uint64_t hdr_dl)
+{
+    struct tp_engine *e = c->srv->e;
+    int ms = -1;
+    if (c->rhi > c->rlo) {
+        uint64_t now = tp_io_now_ms();
+        if (now >= hdr_dl)
+            return KVMESH_ETIMEDOUT;
+        ms = (int)KVM_MIN(hdr_dl - now, (uint64_t)e->io_timeout_ms);
+    } else if (e->idle_timeout_ms) {
+        ms = (int)KVM_MIN(e->idle_timeout_ms, (uint32_t)INT32_MAX);
+    }
+    struct pollfd pf = {.fd = c->fd, .events = POLLIN};
+    int pr;
+    while ((pr = poll(&pf, 1, ms)) < 0)
+        if (errno != EINTR)
+            return KVMESH_ECONN;
+    return pr == 0 ? KVMESH_ETIMEDOUT : 0; /* idle or stalled: closed */
+}
+
+/* Makes the buffer hold a whole request header; the gathered responses are sent before the
+ * thread waits for bytes. */
+static int tcp_sconn_fill(struct tcp_sconn *c)
+{
+    struct tp_engine *e = c->srv->e;
+    uint64_t hdr_dl = 0;
+    while (c->rhi - c->rlo < TPW_REQ_SIZE) {
+        if (c->rlo > 0) { /* to the front */
+            memmove(c->rbuf, c->rbuf + c->rlo, c->rhi - c->rlo);
+            c->rhi -= c->rlo;
+            c->rlo = 0;
+        }
+        int rc;
+        if (c->drained) {
+            if ((rc = tcp_sout_flush(e, c->fd, &c->out)) != 0)
+                return rc;
+            if (c->rhi > 0 && !hdr_dl)
+                hdr_dl = tcp_deadline(e->io_timeout_ms, 0);
+            if ((rc = tcp_sconn_wait(c, hdr_dl)) != 0)
+                return rc;
+        }
+        size_t cap = TCP_SRV_RBUF - c->rhi;
+        ssize_t n = recv(c->fd, c->rbuf + c->rhi, cap, MSG_DONTWAIT);
+        if (n == 0)
+            return KVMESH_ECONN;
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                return KVMESH_ECONN;
+            c->drained = errno != EINTR;
+            continue;
+        }
+        c->rhi += (size_t)n;
+        c->drained = (size_t)n < cap;
+    }
+    return 0;
+}
+
+/* Moves up to len bytes of a request's payload from the buffer to dst (NULL: drops them);
+ * returns how many. */
+static uint64_t tcp_sconn_take(struct tcp_sconn *c, uint8_t *dst, uint64_t len)
+{
+    uint64_t n = KVM_MIN(len, (uint64_t)(c->rhi - c->rlo));
+    if (dst)
+        memcpy(dst, c->rbuf + c->rlo, (size_t)n);
+    c->rlo += (size_t)n;
+    return n;
+}
 
 static int tcp_discard(int fd, uint64_t len, uint64_t deadline)
 {
@@ -110,26 +241,19 @@ static int tcp_discard(int fd, uint64_t len, uint64_t deadline)
 }
 
 /* Serves one request; returns non-zero when the connection must close. */
-static int tcp_serve_one(struct tp_engine *e, int fd)
+static int tcp_serve_one(struct tcp_sconn *c)
 {
-    uint8_t hb[TPW_REQ_SIZE], rb[TPW_RESP_SIZE];
+    struct tp_engine *e = c->srv->e;
     /* an idle connection waits for its next request at most idle_timeout_ms (then it is closed:
      * a client that connected and went silent does not keep a slot); once a request starts,
      * every socket operation is bounded by io_timeout_ms (a stalled client frees the thread) */
-    struct pollfd pf = {.fd = fd, .events = POLLIN};
-    int idle_ms = e->idle_timeout_ms ? (int)KVM_MIN(e->idle_timeout_ms, (uint32_t)INT32_MAX) : -1;
-    int pr;
-    while ((pr = poll(&pf, 1, idle_ms)) < 0)
-        if (errno != EINTR)
-            return KVMESH_ECONN;
-    if (pr == 0)
-        return KVMESH_ETIMEDOUT; /* idle: closed */
-    int rc = tp_io_recv_all_by(fd, hb, sizeof(hb), tcp_deadline(e->io_timeout_ms, 0));
+    int rc = tcp_sconn_fill(c);
     if (rc)
         return rc;
     struct tpw_req q;
-    if ((rc = tpw_req_decode(hb, sizeof(hb), &q)) != 0)
+    if ((rc = tpw_req_decode(c->rbuf + c->rlo, TPW_REQ_SIZE, &q)) != 0)
         return rc; /* a stream we cannot parse cannot be resynchronized */
+    c->rlo += TPW_REQ_SIZE;
     uint64_t dl = tcp_deadline(e->io_timeout_ms, q.length);
     uint8_t *ptr = NULL;
     struct seg *pin = NULL;
@@ -138,36 +262,34 @@ static int tcp_serve_one(struct tp_engine *e, int fd)
     int st = seg_check(e->reg, q.seg_id, q.offset, q.length, op, q.token, &ptr, &pin, &reason);
     struct tpw_resp resp = {.status = st, .reason = (uint8_t)reason, .req_id = q.req_id};
     if (st) {
-        if (q.op == TP_WRITE && (rc = tcp_discard(fd, q.length, dl)) != 0)
-            return rc;
-        tpw_resp_encode(&resp, rb);
-        struct iovec iov[1] = {{rb, sizeof(rb)}};
-        return tp_io_send_all_by(fd, iov, 1, dl);
+        if (q.op == TP_WRITE) {
+            uint64_t rest = q.length - tcp_sconn_take(c, NULL, q.length);
+            if (rest && (rc = tcp_discard(c->fd, rest, dl)) != 0)
+                return rc;
+        }
+        return tcp_sout_add(e, c->fd, &c->out, &resp, NULL, NULL);
     }
     if (q.op == TP_READ) {
         resp.length = q.length;
-        tpw_resp_encode(&resp, rb);
-        struct iovec iov[2] = {{rb, sizeof(rb)}, {ptr, q.length}};
-        rc = tp_io_send_all_by(fd, iov, 2, dl);
-        seg_unpin(e->reg, pin);
-        return rc;
+        return tcp_sout_add(e, c->fd, &c->out, &resp, ptr, pin);
     }
-    rc = tp_io_recv_all_by(fd, ptr, q.length, dl);
+    uint64_t got = tcp_sconn_take(c, ptr, q.length);
+    rc = got < q.length ? tp_io_recv_all_by(c->fd, ptr + got, q.length - got, dl) : 0;
     seg_unpin(e->reg, pin);
     if (rc)
         return rc;
-    tpw_resp_encode(&resp, rb);
-    struct iovec iov[1] = {{rb, sizeof(rb)}};
-    return tp_io_send_all_by(fd, iov, 1, dl);
+    return tcp_sout_add(e, c->fd, &c->out, &resp, NULL, NULL);
 }
 
 static void *tcp_sconn_main(void *arg)
 {
     struct tcp_sconn *c = arg;
+    c->drained = true;
     while (!__atomic_load_n(&c->srv->stopping, __ATOMIC_ACQUIRE)) {
-        if (tcp_serve_one(c->srv->e, c->fd) != 0)
+        if (tcp_serve_one(c) != 0)
             break;
     }
+    tcp_sout_drop(c->srv->e, &c->out);
     shutdown(c->fd, SHUT_RDWR);
     __atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
     return NULL;
@@ -327,6 +449,7 @@ struct tcp_chunk {
     uint64_t seg_id, offset, length, token;
     struct tcp_sum *sum; /* NULL without one; ci: this chunk's index in it */
     uint64_t ci;
+    struct kvm_sum *dsum; /* a one-chunk request's sum (borrowed), folded in order directly */
     struct tcp_chunk *next;
 };
 
@@ -390,6 +513,20 @@ static void tcp_sum_landed(struct tcp_sum *t, uint64_t ci, uint64_t n)
     pthread_mutex_unlock(&t->mu);
 }
 
+/* n bytes of k at [at, at + n) landed (received or sent), after every byte before them. */
+static void tcp_chunk_landed(const struct tcp_chunk *k, uint64_t at, uint64_t n)
+{
+    if (k->sum)
+        tcp_sum_landed(k->sum, k->ci, n);
+    else if (k->dsum)
+        kvm_sum_update(k->dsum, k->local + at, (size_t)n);
+}
+
+static bool tcp_chunk_sums(const struct tcp_chunk *k)
+{
+    return k->sum || k->dsum;
+}
+
 static void tcp_chunk_free(struct tcp_chunk *k)
 {
     tcp_sum_unref(k->sum);
@@ -406,13 +543,15 @@ static void tcp_chunks_free(struct tcp_chunk *list)
 }
 
 struct tcp_peer;
+struct tcp_win;
 
 struct tcp_conn {
     struct tcp_peer *p;
     int fd;
     pthread_t th;
     bool started;
-    struct tcp_chunk *cur; /* the chunk being exchanged (guarded by peer.mu) */
+    struct tcp_chunk *cur; /* the chunks being exchanged, linked by next (guarded by peer.mu) */
+    struct tcp_win *win;   /* the I/O thread's window state (owned by the connection) */
     uint64_t last_ms;      /* tp_io_now_ms() of the last exchange (guarded by peer.mu) */
     struct tcp_chunk *head, *tail;
     uint64_t qbytes;   /* bytes queued or in flight */
@@ -500,7 +639,7 @@ static int tcp_send_req(int fd, const struct tcp_chunk *k, uint8_t *hb, uint64_t
     struct iovec iov[2] = {{hb, TPW_REQ_SIZE}, {k->local, k->length}};
     if (k->op != TP_WRITE)
         return tp_io_send_all_by(fd, iov, 1, dl);
-    if (!k->sum)
+    if (!tcp_chunk_sums(k))
         return tp_io_send_all_by(fd, iov, 2, dl);
     for (uint64_t done = 0; done < k->length;) {
         size_t n = (size_t)KVM_MIN((uint64_t)TCP_SUM_BLOCK, k->length - done);
@@ -508,7 +647,7 @@ static int tcp_send_req(int fd, const struct tcp_chunk *k, uint8_t *hb, uint64_t
         int rc = done ? tp_io_send_all_by(fd, &iov[1], 1, dl) : tp_io_send_all_by(fd, iov, 2, dl);
         if (rc)
             return rc;
-        tcp_sum_landed(k->sum, k->ci, n);
+        tcp_chunk_landed(k, done, n);
         done += n;
     }
     return 0;
@@ -517,14 +656,14 @@ static int tcp_send_req(int fd, const struct tcp_chunk *k, uint8_t *hb, uint64_t
 /* Receives a READ's payload; with a sum, in TCP_SUM_BLOCK blocks, each reported on arrival. */
 static int tcp_recv_payload(int fd, const struct tcp_chunk *k, uint64_t dl)
 {
-    if (!k->sum)
+    if (!tcp_chunk_sums(k))
         return tp_io_recv_all_by(fd, k->local, k->length, dl);
     for (uint64_t done = 0; done < k->length;) {
         size_t n = (size_t)KVM_MIN((uint64_t)TCP_SUM_BLOCK, k->length - done);
         int rc = tp_io_recv_all_by(fd, k->local + done, n, dl);
         if (rc)
             return rc;
-        tcp_sum_landed(k->sum, k->ci, n);
+        tcp_chunk_landed(k, done, n);
         done += n;
     }
     return 0;
@@ -620,6 +759,312 @@ static void tcp_run_here_locked(struct tcp_peer *p, struct tcp_conn *c, struct t
     pthread_mutex_lock(&p->mu);
 }
 
+/* ---- pipelined windows of small chunks ----------------------------------------------------- */
+
+/*
+ * An I/O thread sends the small chunks queued on its connection back to back, up to a window
+ * (TCP_WIN_MAX chunks of at most TCP_WIN_ITEM bytes, TCP_WIN_BYTES in all), in one sendmsg, then
+ * takes their responses, which the owner sends in request order, from a receive buffer filled
+ * by as few recv calls as the bytes allow. The wire format is the one-request protocol's: an
+ * owner serves a connection's requests one after another whether or not they were pipelined.
+ * The socket is used without blocking (MSG_DONTWAIT) and the thread polls for both directions
+ * while requests are left to send, so a window cannot deadlock with an owner blocked sending
+ * responses the client is not yet reading.
+ */
+#define TCP_WIN_MAX    64u
+#define TCP_WIN_ITEM   (64u << 10)
+#define TCP_WIN_BYTES  (512u << 10)
+#define TCP_RBUF       (64u << 10)
+#define TCP_WIN_DIRECT (16u << 10) /* a payload rest this large is received in place */
+
+struct tcp_win {
+    struct tcp_chunk *k[TCP_WIN_MAX];
+    uint64_t id[TCP_WIN_MAX];
+    int rc[TCP_WIN_MAX];
+    uint8_t why[TCP_WIN_MAX];
+    uint8_t hb[TCP_WIN_MAX][TPW_REQ_SIZE];
+    struct iovec iov[2 * TCP_WIN_MAX];
+    unsigned n, niov, sent; /* chunks; iovecs; iovecs sent whole */
+    unsigned r;             /* responses taken */
+    bool have;              /* response r's header taken, its payload not yet whole */
+    uint64_t got;           /* payload bytes of response r taken */
+    uint64_t bytes;         /* payload bytes of the window's chunks */
+    uint64_t left;          /* at most this many response bytes are still to come */
+    size_t rlo, rhi;        /* rbuf[rlo, rhi): received, not yet taken */
+    uint8_t rbuf[TCP_RBUF];
+};
+
+static bool tcp_win_fits(const struct tcp_chunk *k)
+{
+    return k->length <= TCP_WIN_ITEM;
+}
+
+/* Encodes the window's requests into one iovec list. */
+static void tcp_win_prepare(struct tcp_win *w)
+{
+    w->niov = w->sent = w->r = 0;
+    w->have = false;
+    w->got = w->left = 0;
+    w->rlo = w->rhi = 0;
+    for (unsigned i = 0; i < w->n; i++) {
+        const struct tcp_chunk *k = w->k[i];
+        struct tpw_req q = {.op = k->op,
+                            .req_id = w->id[i],
+                            .seg_id = k->seg_id,
+                            .offset = k->offset,
+                            .length = k->length,
+                            .token = k->token};
+        tpw_req_encode(&q, w->hb[i]);
+        w->iov[w->niov++] = (struct iovec){w->hb[i], TPW_REQ_SIZE};
+        if (k->op == TP_WRITE)
+            w->iov[w->niov++] = (struct iovec){k->local, k->length};
+        w->left += TPW_RESP_SIZE + (k->op == TP_READ ? k->length : 0);
+        w->rc[i] = 0;
+        w->why[i] = 0;
+    }
+}
+
+/* Sends what the socket takes now; 0 or an error that breaks the stream. */
+static int tcp_win_send(int fd, struct tcp_win *w)
+{
+    struct msghdr m = {.msg_iov = &w->iov[w->sent], .msg_iovlen = w->niov - w->sent};
+    ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : KVMESH_ECONN;
+    size_t rest = (size_t)n;
+    while (w->sent < w->niov && rest >= w->iov[w->sent].iov_len)
+        rest -= w->iov[w->sent++].iov_len;
+    if (rest) {
+        w->iov[w->sent].iov_base = (uint8_t *)w->iov[w->sent].iov_base + rest;
+        w->iov[w->sent].iov_len -= rest;
+    }
+    return 0;
+}
+
+/* Response r is whole: records its result (status, refusal reason) and folds its sum. */
+static void tcp_win_finish(struct tcp_win *w, int status, uint8_t why)
+{
+    struct tcp_chunk *k = w->k[w->r];
+    w->rc[w->r] = status;
+    w->why[w->r] = why;
+    /* a WRITE's bytes were sent (folded as sent, whatever the answer); a READ's landed */
+    if (k->op == TP_WRITE || status == 0)
+        tcp_chunk_landed(k, 0, k->length);
+    w->have = false;
+    w->got = 0;
+    w->r++;
+}
+
+/* Takes response r's header from the buffer; 0 or KVMESH_EPROTO. */
+static int tcp_win_header(struct tcp_win *w)
+{
+    const struct tcp_chunk *k = w->k[w->r];
+    struct tpw_resp resp;
+    if (tpw_resp_decode(w->rbuf + w->rlo, TPW_RESP_SIZE, &resp) != 0 || resp.req_id != w->id[w->r])
+        return KVMESH_EPROTO;
+    w->rlo += TPW_RESP_SIZE;
+    if (resp.status) {
+        if (k->op == TP_READ)
+            w->left -= k->length; /* refused: no payload follows */
+        tcp_win_finish(w, resp.status, resp.reason);
+        return 0;
+    }
+    if (k->op == TP_WRITE) {
+        if (resp.length != 0)
+            return KVMESH_EPROTO;
+        tcp_win_finish(w, 0, 0);
+        return 0;
+    }
+    if (resp.length != k->length)
+        return KVMESH_EPROTO;
+    w->have = true;
+    return 0;
+}
+
+/* Takes every whole header and payload byte the buffer holds; 0 or KVMESH_EPROTO. */
+static int tcp_win_take(struct tcp_win *w)
+{
+    while (w->r < w->n) {
+        if (!w->have) {
+            if (w->rhi - w->rlo < TPW_RESP_SIZE)
+                break;
+            int rc = tcp_win_header(w);
+            if (rc)
+                return rc;
+            continue;
+        }
+        struct tcp_chunk *k = w->k[w->r];
+        size_t n = (size_t)KVM_MIN((uint64_t)(w->rhi - w->rlo), k->length - w->got);
+        memcpy(k->local + w->got, w->rbuf + w->rlo, n);
+        w->rlo += n;
+        w->got += n;
+        if (w->got < k->length)
+            break;
+        tcp_win_finish(w, 0, 0);
+    }
+    if (w->rlo == w->rhi) {
+        w->rlo = w->rhi = 0;
+    } else if (w->rlo > 0) { /* a partial header: to the front */
+        memmove(w->rbuf, w->rbuf + w->rlo, w->rhi - w->rlo);
+        w->rhi -= w->rlo;
+        w->rlo = 0;
+    }
+    return 0;
+}
+
+/* Receives what the socket holds now (never beyond the window's responses) and takes it.
+ * *more: the socket may hold more. 0 or an error that breaks the stream. */
+static int tcp_win_recv(int fd, struct tcp_win *w, bool *more)
+{
+    *more = false;
+    uint8_t *dst;
+    size_t cap;
+    const struct tcp_chunk *k = w->r < w->n ? w->k[w->r] : NULL;
+    bool direct = w->have && w->rlo == w->rhi && k->length - w->got >= TCP_WIN_DIRECT;
+    if (direct) {
+        dst = k->local + w->got;
+        cap = (size_t)(k->length - w->got);
+    } else {
+        dst = w->rbuf + w->rhi;
+        cap = (size_t)KVM_MIN((uint64_t)(TCP_RBUF - w->rhi), w->left);
+    }
+    if (cap == 0)
+        return KVMESH_EPROTO; /* more bytes than the window's responses */
+    ssize_t n = recv(fd, dst, cap, MSG_DONTWAIT);
+    if (n == 0)
+        return KVMESH_ECONN;
+    if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : KVMESH_ECONN;
+    w->left -= (uint64_t)n;
+    *more = (size_t)n == cap;
+    if (direct)
+        w->got += (uint64_t)n;
+    else
+        w->rhi += (size_t)n;
+    return tcp_win_take(w);
+}
+
+/* Waits until fd is readable (or writable, with want_out) by the exchange deadline dl, at most
+ * io_ms; *in: readable (or hung up). 0 or KVMESH_ETIMEDOUT / KVMESH_ECONN. */
+static int tcp_win_poll(int fd, bool want_out, uint64_t dl, int io_ms, bool *in)
+{
+    uint64_t now = tp_io_now_ms();
+    if (now >= dl)
+        return KVMESH_ETIMEDOUT;
+    int ms = (int)KVM_MIN((uint64_t)io_ms, dl - now);
+    struct pollfd pf = {.fd = fd, .events = (short)(POLLIN | (want_out ? POLLOUT : 0))};
+    int pr = poll(&pf, 1, ms);
+    if (pr < 0)
+        return errno == EINTR ? 0 : KVMESH_ECONN;
+    if (pr == 0)
+        return KVMESH_ETIMEDOUT;
+    *in = (pf.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+    return 0;
+}
+
+/* Exchanges the window on fd: sends its requests, takes its responses (per-chunk results in
+ * w->rc / w->why). 0, or the error that broke the stream (responses from w->r on are lost). */
+static int tcp_win_run(int fd, struct tcp_win *w, int io_ms)
+{
+    tcp_win_prepare(w);
+    uint64_t dl = tcp_deadline(io_ms, w->bytes);
+    bool in = false;
+    int rc = 0;
+    while (!rc && w->r < w->n) {
+        if (w->sent < w->niov && (rc = tcp_win_send(fd, w)) != 0)
+            break;
+        if (in)
+            rc = tcp_win_recv(fd, w, &in);
+        else
+            rc = tcp_win_poll(fd, w->sent < w->niov, dl, io_ms, &in);
+    }
+    return rc;
+}
+
+/* Runs the chunks at the head of c's queue that fit one window (p->mu held, released
+ * meanwhile) and completes them; canceled ones complete with KVMESH_ECANCELED unsent. */
+static void tcp_conn_run_win_locked(struct tcp_conn *c, struct tcp_peer *p)
+{
+    struct tcp_win *w = c->win;
+    struct tcp_chunk *dropped = NULL, **last = &c->cur;
+    w->n = 0;
+    w->bytes = 0;
+    while (c->head && w->n < TCP_WIN_MAX && tcp_win_fits(c->head) &&
+           w->bytes + c->head->length <= TCP_WIN_BYTES) {
+        struct tcp_chunk *k = c->head;
+        c->head = k->next;
+        k->next = NULL;
+        if (tp_batch_canceled(k->b)) {
+            c->qbytes -= k->length;
+            k->next = dropped;
+            dropped = k;
+            continue;
+        }
+        w->id[w->n] = ++p->next_req_id;
+        w->k[w->n++] = k;
+        w->bytes += k->length;
+        *last = k; /* c->cur lists the window's chunks (tcp_abort looks at them) */
+        last = &k->next;
+    }
+    if (!c->head)
+        c->tail = NULL;
+    int rc = w->n ? tcp_conn_ready_locked(c, p) : 0;
+    pthread_mutex_unlock(&p->mu);
+    for (struct tcp_chunk *k = dropped, *n; k; k = n) {
+        n = k->next;
+        tp_chunk_done(k->b, k->idx, KVMESH_ECANCELED, 0);
+        tcp_chunk_free(k);
+    }
+    if (!rc && w->n)
+        rc = tcp_win_run(c->fd, w, p->e->io_timeout_ms);
+    for (unsigned i = w->r; rc && i < w->n; i++)
+        w->rc[i] = rc;
+    pthread_mutex_lock(&p->mu);
+    c->cur = NULL;
+    c->last_ms = tp_io_now_ms();
+    c->qbytes -= w->bytes;
+    if (rc_breaks_stream(rc))
+        tcp_peer_kill_locked(p);
+    for (unsigned i = 0; i < w->n; i++)
+        if (w->rc[i] && p->dead && tp_batch_canceled(w->k[i]->b))
+            w->rc[i] = KVMESH_ECANCELED; /* ended by tp_batch_abort */
+    pthread_mutex_unlock(&p->mu);
+    for (unsigned i = 0; i < w->n; i++) {
+        tp_chunk_done(w->k[i]->b, w->k[i]->idx, w->rc[i], w->why[i]);
+        tcp_chunk_free(w->k[i]);
+    }
+    pthread_mutex_lock(&p->mu);
+}
+
+/* Runs the chunk at the head of c's queue alone (p->mu held, released meanwhile). */
+static void tcp_conn_run_one_locked(struct tcp_conn *c, struct tcp_peer *p)
+{
+    struct tcp_chunk *k = c->head;
+    c->head = k->next;
+    if (!c->head)
+        c->tail = NULL;
+    k->next = NULL;
+    uint64_t req_id = ++p->next_req_id;
+    c->cur = k;
+    int rc = tp_batch_canceled(k->b) ? KVMESH_ECANCELED : tcp_conn_ready_locked(c, p);
+    pthread_mutex_unlock(&p->mu);
+    uint8_t reason = 0;
+    if (!rc)
+        rc = tcp_run_chunk(c, k, req_id, 0, &reason);
+    pthread_mutex_lock(&p->mu);
+    c->cur = NULL;
+    c->last_ms = tp_io_now_ms();
+    if (rc && p->dead && tp_batch_canceled(k->b))
+        rc = KVMESH_ECANCELED; /* ended by tp_batch_abort */
+    c->qbytes -= k->length;
+    if (rc_breaks_stream(rc))
+        tcp_peer_kill_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    tp_chunk_done(k->b, k->idx, rc, reason);
+    tcp_chunk_free(k);
+    pthread_mutex_lock(&p->mu);
+}
+
 static void *tcp_conn_main(void *arg)
 {
     struct tcp_conn *c = arg;
@@ -645,29 +1090,10 @@ static void *tcp_conn_main(void *arg)
                 break;
             continue;
         }
-        struct tcp_chunk *k = c->head;
-        c->head = k->next;
-        if (!c->head)
-            c->tail = NULL;
-        uint64_t req_id = ++p->next_req_id;
-        c->cur = k;
-        int rc = tp_batch_canceled(k->b) ? KVMESH_ECANCELED : tcp_conn_ready_locked(c, p);
-        pthread_mutex_unlock(&p->mu);
-        uint8_t reason = 0;
-        if (!rc)
-            rc = tcp_run_chunk(c, k, req_id, 0, &reason);
-        pthread_mutex_lock(&p->mu);
-        c->cur = NULL;
-        c->last_ms = tp_io_now_ms();
-        if (rc && p->dead && tp_batch_canceled(k->b))
-            rc = KVMESH_ECANCELED; /* ended by tp_batch_abort */
-        c->qbytes -= k->length;
-        if (rc_breaks_stream(rc))
-            tcp_peer_kill_locked(p);
-        pthread_mutex_unlock(&p->mu);
-        tp_chunk_done(k->b, k->idx, rc, reason);
-        tcp_chunk_free(k);
-        pthread_mutex_lock(&p->mu);
+        if (tcp_win_fits(c->head))
+            tcp_conn_run_win_locked(c, p);
+        else
+            tcp_conn_run_one_locked(c, p);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -685,8 +1111,10 @@ static void tcp_peer_free(struct tcp_peer *p)
         if (p->conns[i].fd >= 0)
             close(p->conns[i].fd);
     }
-    for (unsigned i = 0; i < p->n; i++)
+    for (unsigned i = 0; i < p->n; i++) {
         pthread_cond_destroy(&p->conns[i].cv);
+        free(p->conns[i].win);
+    }
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -736,6 +1164,10 @@ static int tcp_peer_new(struct tp_engine *e, const struct tp_addr *a, const char
     int rc = 0;
     for (unsigned i = 0; i < p->n; i++) {
         p->conns[i].p = p;
+        if ((p->conns[i].win = seg_calloc(1, sizeof(struct tcp_win))) == NULL) {
+            rc = kvm_errf(KVMESH_ENOMEM, "tcp window allocation failed");
+            goto fail;
+        }
         if ((rc = tcp_connect(a, e->io_timeout_ms, &p->conns[i].fd)) != 0)
             goto fail;
         if (env_thread_create(&p->conns[i].th, tcp_conn_main, &p->conns[i]) != 0) {
@@ -835,7 +1267,7 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
     nk = (r->length + piece - 1) / piece;
     KVM_ASSERT(nk >= 1 && nk <= TCP_MAX_CHUNKS);
     struct tcp_sum *sum = NULL; /* one reference per chunk */
-    if (r->sum && (sum = tcp_sum_new(r, piece, nk)) == NULL)
+    if (r->sum && nk > 1 && (sum = tcp_sum_new(r, piece, nk)) == NULL)
         return kvm_errf(KVMESH_ENOMEM, "checksum state allocation failed");
     struct tcp_chunk *list = NULL, **tailp = &list;
     for (uint64_t i = 0; i < nk; i++) {
@@ -856,6 +1288,7 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
                                 .length = KVM_MIN(piece, r->length - off),
                                 .token = r->token,
                                 .sum = sum,
+                                .dsum = nk == 1 ? r->sum : NULL,
                                 .ci = i};
         *tailp = k;
         tailp = &k->next;
@@ -901,6 +1334,15 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
     return 0;
 }
 
+/* Whether c is exchanging a chunk of b (its peer's mu held). */
+static bool tcp_conn_carries(const struct tcp_conn *c, const struct tp_batch *b)
+{
+    for (const struct tcp_chunk *k = c->cur; k; k = k->next)
+        if (k->b == b)
+            return true;
+    return false;
+}
+
 /* Shuts down every peer with a connection exchanging a chunk of b: the blocked recv/send
  * returns at once. The peer is dead afterwards (the stream is out of step); its segment
  * handles report !usable and are opened again by their users. */
@@ -915,7 +1357,7 @@ static void tcp_abort(struct tp_engine *e, struct tp_batch *b)
     for (struct tcp_peer *p = cl->peers; p; p = p->next) {
         pthread_mutex_lock(&p->mu);
         for (unsigned i = 0; i < p->n; i++)
-            if (p->conns[i].cur && p->conns[i].cur->b == b) {
+            if (tcp_conn_carries(&p->conns[i], b)) {
                 tcp_peer_kill_locked(p);
                 break;
             }

@@ -204,6 +204,66 @@ static void test_integrity_batch(void **state)
     tp_batch_free(b);
 }
 
+/* Many small requests in one batch (over tcp: pipelined windows on each connection, the owner's
+ * responses gathered), READs and WRITEs mixed with refused ones (wrong token) and with a few
+ * larger than a window item: each request's status and bytes are its own, a refused READ leaves
+ * its buffer alone and a refused WRITE the owner's bytes, and the streams stay in step. */
+static void test_small_mixed_batch(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 1000 };
+    static const uint64_t lens[] = {4096, 1, 65536, 100, 65537, 4096, 333};
+    struct tp_request *r = calloc(N, sizeof(*r));
+    XXH64_hash_t *want = calloc(N, sizeof(*want));
+    assert_non_null(r);
+    assert_non_null(want);
+    fill(f->seg->base, 40u << 20, 91);
+    fill(f->seg->base + (100u << 20), 40u << 20, 92);
+    uint64_t off = 0, loff = 0;
+    for (unsigned i = 0; i < N; i++) {
+        uint64_t n = lens[i % KVM_ARRAY_SIZE(lens)];
+        bool bad = i % 11 == 5;
+        r[i] = (struct tp_request){.op = i % 2 ? TP_WRITE : TP_READ,
+                                   .local = f->buf + loff,
+                                   .length = n,
+                                   .segment = f->rs,
+                                   .remote_offset = off + (i % 2 ? 100u << 20 : 0),
+                                   .token = bad ? f->g.token ^ 0x5a5a : f->g.token};
+        fill(f->buf + loff, n, 1000 + i);
+        if (r[i].op == TP_WRITE && !bad)
+            want[i] = XXH3_64bits(f->buf + loff, n); /* lands in the segment */
+        else if (r[i].op == TP_WRITE)
+            want[i] = XXH3_64bits(f->seg->base + r[i].remote_offset, n); /* stays */
+        else if (!bad)
+            want[i] = XXH3_64bits(f->seg->base + off, n); /* lands in the buffer */
+        else
+            want[i] = XXH3_64bits(f->buf + loff, n); /* stays */
+        off += n + 3;
+        loff += n + 7;
+    }
+    struct tp_batch *b;
+    assert_int_equal(tp_batch_new(f->client, N, &b), 0);
+    for (unsigned i = 0; i < N; i += 100)
+        assert_int_equal(tp_submit(b, r + i, 100), 0);
+    assert_int_equal(tp_batch_wait(b, 30000), 0);
+    for (unsigned i = 0; i < N; i++) {
+        enum seg_reason why = SEG_OK;
+        bool bad = i % 11 == 5;
+        assert_int_equal(tp_status(b, i, &why), bad ? KVMESH_EAUTH : 0);
+        if (bad)
+            assert_int_equal(why, SEG_R_NOGRANT);
+        const uint8_t *p =
+            r[i].op == TP_WRITE ? f->seg->base + r[i].remote_offset : (const uint8_t *)r[i].local;
+        assert_true(XXH3_64bits(p, r[i].length) == want[i]);
+    }
+    tp_batch_free(b);
+    /* still in step: a READ after it all */
+    assert_int_equal(run1(f, TP_READ, f->buf2, 4096, 8192, f->g.token, NULL), 0);
+    assert_true(XXH3_64bits(f->buf2, 8192) == XXH3_64bits(f->seg->base + 4096, 8192));
+    free(r);
+    free(want);
+}
+
 static void test_refusals(void **state)
 {
     struct fixture *f = *state;
@@ -659,6 +719,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_integrity_single, setup, teardown),
         cmocka_unit_test_setup_teardown(test_integrity_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_small_mixed_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_submitters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_destroyed_segment, setup, teardown),

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -309,6 +310,48 @@ static void test_grant_table_bounded(void **state)
     seg_registry_free(reg);
 }
 
+/* Grant tokens are drawn from a block of random bytes: all distinct, and a forked child does not
+ * draw its parent's next tokens (the block's page is wiped on fork). */
+static void test_tokens_distinct_across_fork(void **state)
+{
+    (void)state;
+    struct seg_registry *reg;
+    struct seg *s;
+    assert_int_equal(seg_registry_new(&reg), 0);
+    assert_int_equal(seg_create(reg, 1u << 20, 0, &s), 0);
+    enum { N = 100 };
+    uint64_t tok[N];
+    for (unsigned i = 0; i < N; i++) {
+        struct seg_grant g;
+        assert_int_equal(seg_grant(reg, s->id, 0, 4096, SEG_READ, 0, &g), 0);
+        tok[i] = g.token;
+        for (unsigned j = 0; j < i; j++)
+            assert_true(tok[j] != tok[i]);
+    }
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct seg_grant g;
+        int ok = seg_grant(reg, s->id, 0, 4096, SEG_READ, 0, &g) == 0 &&
+                 write(fds[1], &g.token, sizeof(g.token)) == (ssize_t)sizeof(g.token);
+        _exit(ok ? 0 : 1);
+    }
+    uint64_t child = 0;
+    assert_int_equal(read(fds[0], &child, sizeof(child)), (ssize_t)sizeof(child));
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    struct seg_grant g;
+    assert_int_equal(seg_grant(reg, s->id, 0, 4096, SEG_READ, 0, &g), 0);
+    assert_true(g.token != child);
+    close(fds[0]);
+    close(fds[1]);
+    assert_int_equal(seg_destroy(reg, s->id), 0);
+    seg_registry_free(reg);
+}
+
 static void test_wire_codecs(void **state)
 {
     (void)state;
@@ -383,6 +426,7 @@ int main(void)
         cmocka_unit_test(test_prefault),
         cmocka_unit_test(test_remote_map_requires_size_seals),
         cmocka_unit_test(test_grant_table_bounded),
+        cmocka_unit_test(test_tokens_distinct_across_fork),
         cmocka_unit_test(test_wire_codecs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
