@@ -139,6 +139,8 @@ static uint64_t node_until(const route_table_t *t, const rt_node_t *n, bool *in_
 
 static tomb_ref_t *tomb_of(route_table_t *t, rt_node_t *n)
 {
+    if (t->n_tombs == 0)
+        return NULL; /* (no unpack: a replaced live route's common case) */
     bool fin;
     tomb_ref_t key = {.until = node_until(t, n, &fin), .n = n};
     return fin ? RB_FIND(tomb_tree, &t->by_expiry, &key) : NULL;
