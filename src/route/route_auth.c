@@ -463,7 +463,7 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
     if (rc == 0)
         rc = kvm_route_validate(&nr) == 0 ? 0 : KVMESH_EINVAL;
     if (rc == 0)
-        rc = route_table_put(sh->table, &nr, &e);
+        rc = route_table_put_at(sh->table, e, &nr, &e); /* (e: looked up above) */
     if (rc != 0) {
         reply(svc, raw, req, RMSG_CAS_RESP, sh, rc, NULL, 0);
         return;
