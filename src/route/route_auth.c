@@ -237,14 +237,23 @@ static void use_frame(route_msg_t *m, const mirror_op_t *op)
     }
 }
 
-static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
+/* Ends op: the entry's flags, then the client's answer. e_now/r_now: when op ends within
+ * mirror_start (no peer to wait for), the entry and the route it was started with (still
+ * current: nothing ran in between), else NULL (looked up again: the entry may have changed). */
+static void mirror_finish(route_svc_t *svc, mirror_op_t *op, route_entry_t *e_now,
+                          const kvm_route_t *r_now)
 {
     route_shard_t *sh = &svc->shards[op->shard];
     KVM_ASSERT(sh->mirrors_inflight > 0);
+    KVM_ASSERT((e_now == NULL) == (r_now == NULL));
     sh->mirrors_inflight--;
-    route_entry_t *e = sh->table ? route_table_get(sh->table, &op->ident) : NULL;
-    kvm_route_version_t ev = e ? route_entry_version(e) : KVM_ROUTE_VERSION_NONE;
-    bool current = e && kvm_route_version_equal(&ev, &op->version);
+    route_entry_t *e = e_now;
+    bool current = e_now != NULL;
+    if (!e_now) {
+        e = sh->table ? route_table_get(sh->table, &op->ident) : NULL;
+        kvm_route_version_t ev = e ? route_entry_version(e) : KVM_ROUTE_VERSION_NONE;
+        current = e && kvm_route_version_equal(&ev, &op->version);
+    }
     if (current) {
         e->busy = false;
         e->dirty = op->failed;
@@ -258,10 +267,14 @@ static void mirror_finish(route_svc_t *svc, mirror_op_t *op)
         req.req_id = op->reply_req;
         req.shard = op->shard;
         env_msg_t raw = {.from = op->reply_node};
+        /* the answer's route: op's frame when it has one (the route is then not read:
+         * reply_framed), else unpacked from the entry */
         kvm_route_t view;
-        if (current)
+        const kvm_route_t *rp = r_now;
+        if (current && !rp && !op->frame_len) {
             route_table_view(sh->table, e, &view);
-        const kvm_route_t *rp = current ? &view : NULL;
+            rp = &view;
+        }
         svc->claim_reply = op->claim_reply;
         svc->claim_reply_len = op->claim_reply_len;
         if (op->failed || !current) {
@@ -295,18 +308,18 @@ static void on_mirror_resp(route_svc_t *svc, route_call_t *c, const route_msg_t 
                                   : OBS_MIRROR_ACKED,
               OBS_NONE, 1);
     if (--op->pending == 0)
-        mirror_finish(svc, op);
+        mirror_finish(svc, op, NULL, NULL);
 }
 
-/* Mirrors entry e to every other member of the active set. Returns the op (done if no peer). */
-static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
-                         env_node_t reply_node, uint64_t reply_req)
+/* Mirrors entry e, whose route is *r (a view of e, or the route e was just put from: equal,
+ * route_pack.h), to every other member of the active set; answers the client at once when
+ * there is no peer. r is read during the call only (the op keeps its frame and identity). */
+static void mirror_route(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
+                         const kvm_route_t *r, env_node_t reply_node, uint64_t reply_req)
 {
-    kvm_route_t view;
-    route_table_view(sh->table, e, &view);
-    mirror_op_t *op = mirror_op_new(&view);
+    mirror_op_t *op = mirror_op_new(r);
     op->shard = sh->id;
-    op->version = view.version;
+    op->version = r->version;
     op->reply_node = reply_node;
     op->reply_req = reply_req;
     if (reply_node != ENV_NODE_NONE && svc->claim_seq) { /* a claimed CAS (route_claim.c) */
@@ -325,21 +338,22 @@ static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
     /* Test-only broken variant (CMake KVMESH_CHAOS_BROKEN=ack_before_mirror): acknowledge the
      * CAS without mirroring it, so the chaos checker can show it catches a lost write. */
     if (--op->pending == 0)
-        mirror_finish(svc, op);
+        mirror_finish(svc, op, e, r);
     return;
 #endif
+    bool called = false; /* a peer was called: the entry is looked up again when it ends */
     for (uint32_t i = 0; i < sh->rec.n_set; i++) {
         const route_msg_member_t *mb = &sh->rec.set[i];
         if (is_self(svc, &mb->rt))
             continue;
+        called = true;
         route_msg_t m;
         route_msg_init(&m, RMSG_MIRROR_REQ);
         m.shard = sh->id;
         m.generation = sh->rec.generation;
         m.token = sh->rec.token;
         m.target = mb->rt;
-        const kvm_route_t *rp = &view;
-        m.rptrs = &rp;
+        m.rptrs = &r;
         m.n_routes = 1;
         use_frame(&m, op);
         op->pending++;
@@ -351,8 +365,17 @@ static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
                       1);
         }
     }
-    if (--op->pending == 0)
-        mirror_finish(svc, op);
+    if (--op->pending == 0) /* no peer: nothing ran since e was given r */
+        mirror_finish(svc, op, called ? NULL : e, called ? NULL : r);
+}
+
+/* Mirrors entry e to every other member of the active set (done at once if no peer). */
+static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
+                         env_node_t reply_node, uint64_t reply_req)
+{
+    kvm_route_t view;
+    route_table_view(sh->table, e, &view);
+    mirror_route(svc, sh, e, &view, reply_node, reply_req);
 }
 
 /* ---- request handlers ----------------------------------------------------------------------- */
@@ -440,7 +463,7 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
     if (rc == 0)
         rc = kvm_route_validate(&nr) == 0 ? 0 : KVMESH_EINVAL;
     if (rc == 0)
-        rc = route_table_put(sh->table, &nr, &e);
+        rc = route_table_put_at(sh->table, e, &nr, &e); /* (e: looked up above) */
     if (rc != 0) {
         reply(svc, raw, req, RMSG_CAS_RESP, sh, rc, NULL, 0);
         return;
@@ -452,7 +475,9 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         reply(svc, raw, req, RMSG_CAS_RESP, sh, 0, &rp, 1);
         return;
     }
-    mirror_start(svc, sh, e, raw->from, req->req_id);
+    /* e holds nr now (packing is lossless: route_pack.h): mirrored and answered from nr
+     * instead of unpacking e again */
+    mirror_route(svc, sh, e, &nr, raw->from, req->req_id);
 }
 
 void route_auth_on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,

@@ -6,11 +6,11 @@
  * answers stale_generation/unavailable (never per request in steady state).
  *
  * Client operation life:  WAIT_VIEW <-> IN_FLIGHT -> (backoff) -> ... -> DONE
- *   lookup: one READ to every member of the view's set; the attempt ends when all answered or
- *           ROUTE_ATTEMPT_NS passed; any stale_generation -> refresh and retry; no valid answer
- *           -> refresh and retry; else the highest version wins, equal versions with different
- *           values fail the read (KVMESH_ECORRUPT, protocol_conflicts++), lower/missing copies
- *           get a REPAIR;
+ *   lookup: one READ to every member of the view's set; the attempt ends when every READ call
+ *           ended (answered, or its deadline ROUTE_ATTEMPT_NS passed); any stale_generation ->
+ *           refresh and retry; no valid answer -> refresh and retry; else the highest version
+ *           wins, equal versions with different values fail the read (KVMESH_ECORRUPT,
+ *           protocol_conflicts++), lower/missing copies get a REPAIR;
  *   CAS:    one CAS to the view's primary, never retransmitted (a duplicate could apply twice);
  *           stale/unavailable/busy answers (not applied) retry; a lost reply is ETIMEDOUT;
  *   owner:  one shard at a time from the cursor, from the shard primary's owner index.
@@ -98,9 +98,13 @@ static void op_unlink(route_svc_t *svc, route_op_t *op)
     svc->n_ops--;
 }
 
+/* Clears the answers of op's last attempt: entries at n_members and above are never set (an
+ * attempt sets only its members' entries; a record starts zeroed), so a CAS (no member) clears
+ * nothing instead of ROUTE_MSG_MAX_SET entries of three arrays. */
 static void attempt_clear(route_op_t *op)
 {
-    for (uint32_t i = 0; i < ROUTE_MSG_MAX_SET; i++) {
+    KVM_ASSERT(op->n_members <= ROUTE_MSG_MAX_SET);
+    for (uint32_t i = 0; i < op->n_members; i++) {
         if (op->has[i])
             kvm_route_free(&op->got[i]);
         op->has[i] = false;
@@ -425,15 +429,6 @@ static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *r
         lookup_evaluate(op);
 }
 
-static void attempt_timeout(void *arg)
-{
-    route_op_t *op = arg;
-    op->timer = 0;
-    op->attempt++; /* late answers of this attempt are ignored */
-    if (op->kind == OP_LOOKUP)
-        lookup_evaluate(op);
-}
-
 /* Room for n answers in op->got (zeroed: kvm_route_copy's destination); the answers of an
  * earlier attempt are cleared (attempt_clear) before. */
 static bool got_reserve(route_op_t *op, uint32_t n)
@@ -497,7 +492,12 @@ static void lookup_send(route_op_t *op, route_shard_t *sh)
         op->win_sent = remote; /* the window counts its fan-out once (window_run) */
     else if (op->cost && remote)
         op->cost->rounds++;
-    op->timer = env_timer_start(svc->env, ROUTE_ATTEMPT_NS + ROUTE_RETRY_NS, attempt_timeout, op);
+    /* No timer of the op's own: each READ call ends by its deadline (ROUTE_ATTEMPT_NS), with
+     * an answer or with none from the service's one call timer (route_svc.c calls_sweep), and
+     * the last of them to end evaluates the attempt (on_read_resp). Every call ends so (none
+     * is cancelled without its callback), so the attempt timer this replaced, armed per lookup
+     * for ROUTE_ATTEMPT_NS + ROUTE_RETRY_NS, never fired first: it cost a timer start and a
+     * cancel per lookup. */
 }
 
 /* ---- CAS ------------------------------------------------------------------------------------ */
@@ -569,8 +569,9 @@ static void cas_send(route_op_t *op, route_shard_t *sh)
     m.claim_len = op->claim_len;
     /* a claim CAS also waits for the primary's metadata transaction: two metadata timeouts
      * more, within the op's deadline */
-    uint64_t wait_ns = ROUTE_PEER_CALL_NS + ROUTE_ATTEMPT_NS, now = route_now(svc);
-    if (op->kcb) {
+    uint64_t wait_ns = ROUTE_PEER_CALL_NS + ROUTE_ATTEMPT_NS;
+    if (op->kcb) { /* (the clock is read for a claim CAS only) */
+        uint64_t now = route_now(svc);
         uint64_t longer = wait_ns + 2ull * ROUTE_META_TIMEOUT_MS * 1000000;
         uint64_t left = op->deadline > now ? op->deadline - now : 0;
         wait_ns = left > wait_ns ? (left < longer ? left : longer) : wait_ns;

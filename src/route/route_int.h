@@ -298,9 +298,12 @@ void route_stats_from_registry(const struct obs_registry *reg, route_stats_t *ou
 /* Local deadline after a lease of `remaining_ns` measured from `sent_ns` (conservative). */
 uint64_t route_conservative_deadline(uint64_t sent_ns, uint64_t remaining_ns);
 int route_send(route_svc_t *svc, env_node_t to, route_msg_t *m);
-/* Sends a request and tracks the reply (retransmitted until deadline when retransmit). */
+/* Sends a request and tracks the reply (retransmitted until deadline when retransmit). fn runs
+ * exactly once: with the answer, with NULL at the deadline, or while the service is freed. */
 route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16_t resp_kind,
                          uint64_t timeout_ns, bool retransmit, route_call_fn fn, void *ctx);
+/* Ends c without its callback. Never for a lookup's READ call: the attempt has no timer of its
+ * own and ends when its last call does (route_client.c lookup_send). */
 void route_call_cancel(route_svc_t *svc, route_call_t *c);
 route_mreq_t *route_mreq_new(route_svc_t *svc, route_mreq_fn fn, void *ctx, uint32_t shard);
 void route_mreq_cb(void *arg, const meta_result_t *res); /* meta_cb for route_mreq_t */

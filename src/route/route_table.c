@@ -139,6 +139,8 @@ static uint64_t node_until(const route_table_t *t, const rt_node_t *n, bool *in_
 
 static tomb_ref_t *tomb_of(route_table_t *t, rt_node_t *n)
 {
+    if (t->n_tombs == 0)
+        return NULL; /* (no unpack: a replaced live route's common case) */
     bool fin;
     tomb_ref_t key = {.until = node_until(t, n, &fin), .n = n};
     return fin ? RB_FIND(tomb_tree, &t->by_expiry, &key) : NULL;
@@ -237,14 +239,43 @@ route_entry_t *route_table_get(route_table_t *t, const kvm_ident_t *ident)
     return n ? &n->e : NULL;
 }
 
+/* Rewrites old's packed route with buf (plen bytes, old's own length: a replacing route of the
+ * same shape, the common case), in place: no record, no index update. r: the route packed. */
+static int rewrite(route_table_t *t, rt_node_t *old, const kvm_route_t *r, const uint8_t *buf,
+                   size_t plen)
+{
+    KVM_ASSERT(old->e.priv_len == plen);
+    unref_tomb(t, old); /* (reads the old packed route) */
+    rp_unref(&t->sets, packed(old), plen);
+    memcpy(old->data + old->e.priv_enc_len, buf, plen);
+    if (ref_tomb(t, old, r) != 0) {
+        node_free(t, old);
+        return KVMESH_ENOMEM;
+    }
+    return 0;
+}
+
 int route_table_put(route_table_t *t, const kvm_route_t *r, route_entry_t **out)
+{
+    rt_node_t *old = find(t, &r->ident);
+    return route_table_put_at(t, old ? &old->e : NULL, r, out);
+}
+
+int route_table_put_at(route_table_t *t, route_entry_t *at, const kvm_route_t *r,
+                       route_entry_t **out)
 {
     uint8_t buf[RP_MAX_PACKED];
     size_t plen = 0, elen = r->ident.enc_len;
     KVM_ASSERT(elen <= UINT16_MAX);
     if (rp_pack(&t->sets, r, buf, &plen) != 0) /* before anything of r's entry changes */
         return KVMESH_ENOMEM;
-    rt_node_t *old = find(t, &r->ident);
+    rt_node_t *old = at ? KVM_CONTAINER_OF(at, rt_node_t, e) : NULL;
+    if (old && old->e.priv_len == plen) {
+        int rc = rewrite(t, old, r, buf, plen);
+        if (rc == 0 && out)
+            *out = &old->e;
+        return rc;
+    }
     rt_node_t *n = slab_alloc(&t->pool, sizeof(*n) + elen + plen); /* zeroed */
     if (!n) {
         rp_unref(&t->sets, buf, plen);

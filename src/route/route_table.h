@@ -52,6 +52,11 @@ route_entry_t *route_table_get(route_table_t *t, const kvm_ident_t *ident);
 /* Inserts or replaces the route of r->ident with a packed copy of r (busy/dirty kept on
  * replace; r may be a view of this table). KVMESH_ENOMEM. *out (may be NULL) gets the entry. */
 int route_table_put(route_table_t *t, const kvm_route_t *r, route_entry_t **out);
+/* route_table_put with r->ident's entry already looked up: at is route_table_get(t, &r->ident)
+ * (NULL: absent), unchanged since. A replacing route that packs to the entry's size is written
+ * over the entry in place (*out == at then). */
+int route_table_put_at(route_table_t *t, route_entry_t *at, const kvm_route_t *r,
+                       route_entry_t **out);
 void route_table_del(route_table_t *t, route_entry_t *e);
 
 /*

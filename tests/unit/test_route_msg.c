@@ -390,7 +390,11 @@ static void test_packed_routes(void **state)
             random_route(&g, &model[k], k);
             present[k] = true;
             route_entry_t *e = NULL;
-            assert_int_equal(route_table_put(t, &model[k], &e), 0);
+            if (round % 2) /* the entry looked up first (a CAS's way): in place when sized so */
+                assert_int_equal(
+                    route_table_put_at(t, route_table_get(t, &model[k].ident), &model[k], &e), 0);
+            else
+                assert_int_equal(route_table_put(t, &model[k], &e), 0);
             assert_non_null(e);
         }
         if (round % 500 == 0 || round == ROUNDS - 1) {
@@ -498,6 +502,65 @@ static void test_table_expiry_index(void **state)
     route_table_view(t, route_table_tomb_first(t), &v);
     assert_int_equal(v.retain_until_ms, 980); /* t02 */
     assert_int_equal(route_table_check(t), 0);
+    route_table_free(t);
+}
+
+/* A replacing route of the entry's packed size is written over the entry (same entry, same
+ * memory); its view, the interning counts and the expiry index follow the new route; another
+ * size takes a new record. */
+static void test_table_put_in_place(void **state)
+{
+    (void)state;
+    route_table_t *t = route_table_new();
+    kvm_route_t r, v;
+    route_table_mem_t m0, m1;
+    fixture_route(&r, "k", 1, 2);
+    route_entry_t *e0 = NULL, *e = NULL;
+    assert_int_equal(route_table_put(t, &r, &e0), 0);
+    kvm_route_free(&r);
+    e0->busy = true;
+    route_table_mem(t, &m0);
+    fixture_route(&r, "k", 2, 3); /* another owner and version, the same packed size */
+    assert_int_equal(route_table_put_at(t, e0, &r, &e), 0);
+    assert_ptr_equal(e, e0);
+    assert_true(e->busy); /* the entry's flags are kept */
+    route_table_view(t, e, &v);
+    assert_true(kvm_route_equal(&v, &r));
+    route_table_mem(t, &m1);
+    assert_memory_equal(&m0, &m1, sizeof(m0));
+    assert_int_equal(route_table_check(t), 0); /* owner 1's reference went with the old route */
+    kvm_id128_t o1 = kvm_id128_from_u64(9, 1);
+    assert_null(route_table_owner_next(t, &o1, NULL));
+    /* a tombstone with a deadline, rewritten in place with another: re-indexed at its own */
+    r.tomb = KVM_TOMB_PENDING;
+    r.n_replicas = 0;
+    r.length = r.checksum = 0;
+    r.retain_until_ms = 10;
+    assert_int_equal(route_table_put(t, &r, &e), 0);
+    assert_int_equal(route_table_tomb_count(t), 1);
+    r.tomb = KVM_TOMB_FINALIZED;
+    r.retain_until_ms = 20;
+    route_entry_t *tomb = e;
+    assert_int_equal(route_table_put_at(t, tomb, &r, &e), 0);
+    assert_ptr_equal(e, tomb);
+    assert_int_equal(route_table_tomb_count(t), 1);
+    route_table_view(t, route_table_tomb_first(t), &v);
+    assert_int_equal(v.retain_until_ms, 20);
+    assert_int_equal(v.tomb, KVM_TOMB_FINALIZED);
+    assert_int_equal(route_table_check(t), 0);
+    kvm_route_free(&r);
+    /* another size (two replicas): a new record, out of the expiry index */
+    fixture_route(&r, "k", 1, 4);
+    r.n_replicas = 2;
+    r.replicas[1] = r.replicas[0];
+    r.replicas[1].owner = kvm_id128_from_u64(9, 5);
+    assert_int_equal(route_table_put_at(t, e, &r, &e), 0);
+    assert_int_equal(route_table_tomb_count(t), 0);
+    route_table_view(t, route_table_get(t, &r.ident), &v);
+    assert_true(kvm_route_equal(&v, &r));
+    assert_int_equal(route_table_count(t), 1);
+    assert_int_equal(route_table_check(t), 0);
+    kvm_route_free(&r);
     route_table_free(t);
 }
 
@@ -866,15 +929,11 @@ static void test_read_att(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_all_kinds),
-        cmocka_unit_test(test_record_and_policy),
-        cmocka_unit_test(test_table_and_owner_index),
-        cmocka_unit_test(test_packed_routes),
-        cmocka_unit_test(test_table_expiry_index),
-        cmocka_unit_test(test_batch_codec),
-        cmocka_unit_test(test_route_frame),
-        cmocka_unit_test(test_read_inline),
-        cmocka_unit_test(test_read_att),
+        cmocka_unit_test(test_roundtrip_all_kinds),   cmocka_unit_test(test_record_and_policy),
+        cmocka_unit_test(test_table_and_owner_index), cmocka_unit_test(test_packed_routes),
+        cmocka_unit_test(test_table_expiry_index),    cmocka_unit_test(test_table_put_in_place),
+        cmocka_unit_test(test_batch_codec),           cmocka_unit_test(test_route_frame),
+        cmocka_unit_test(test_read_inline),           cmocka_unit_test(test_read_att),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
