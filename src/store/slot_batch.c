@@ -24,6 +24,8 @@ struct kvm_slotb_box {
     struct slotb_owner o[STORE_SLOTB_OWNERS];
 };
 
+#define STORE_SLOTB_SMALL 8 /* items of a batch encoded on the stack */
+
 /* A batch waiting for its answer (owns b). */
 struct slotb_call {
     kvm_rt_t *rt;
@@ -133,22 +135,18 @@ static void owner_send(kvm_rt_t *rt, struct slotb_owner *o)
         free(b);
         return;
     }
+    uint8_t small[STORE_SLOT_BATCH_LEN(STORE_SLOTB_SMALL)]; /* (a put's COMMIT and RELEASE) */
     size_t cap = STORE_SLOT_BATCH_LEN(b->n), len = 0;
-    uint8_t *body = malloc(cap);
-    struct slotb_call *c = malloc(sizeof(*c));
-    int rc = body && c ? store_slot_batch_encode(b, body, cap, &len) : KVMESH_ENOMEM;
+    uint8_t *body = cap <= sizeof(small) ? small : malloc(cap);
+    int rc = body ? store_slot_batch_encode(b, body, cap, &len) : KVMESH_ENOMEM;
     KVM_ASSERT(rc == 0 || rc == KVMESH_ENOMEM); /* the items were checked as they came */
-    if (rc == 0 && takes_note(rt, &o->rt)) {    /* no answer: best effort, as each item's own */
+    struct slotb_call *c = NULL;
+    if (rc == 0 && takes_note(rt, &o->rt)) { /* no answer: best effort, as each item's own */
         struct rpc_msg msg = {.type = STORE_RPC_SLOT_BATCH, .body = body, .body_len = len};
-        if (rpc_notify(o->peer, &msg, NULL, NULL) == 0) { /* (the body is copied) */
-            free(body);
-            free(c);
-            free(b);
-            return;
-        }
-        rc = KVMESH_EAGAIN; /* not sent: as single notifications */
-    }
-    if (rc == 0) {
+        rc = rpc_notify(o->peer, &msg, NULL, NULL); /* (the body is copied) */
+    } else if (rc == 0 && !(c = malloc(sizeof(*c)))) {
+        rc = KVMESH_ENOMEM;
+    } else if (rc == 0) {
         *c = (struct slotb_call){rt, o->rt, b};
         struct rpc_msg msg = {.type = STORE_RPC_SLOT_BATCH,
                               .body = body,
@@ -156,12 +154,14 @@ static void owner_send(kvm_rt_t *rt, struct slotb_owner *o)
                               .timeout_ms = STORE_SLOTB_TIMEOUT_MS};
         rc = rpc_call(o->peer, &msg, on_answer, c, NULL); /* (the body is copied) */
     }
-    free(body);
+    if (body != small)
+        free(body);
     if (rc != 0) { /* not sent (queue full, no memory): as single notifications */
         free(c);
         send_items(rt, o->peer, b);
-        free(b);
     }
+    if (rc != 0 || !c)
+        free(b); /* (a call's batch is its answer's: on_answer frees it) */
 }
 
 void kvm_slot_batch_flush(kvm_rt_t *rt)
