@@ -19,6 +19,7 @@
 #include "store/ops_int.h"
 #include "store/quota.h"
 #include "store/repair_plan.h"
+#include "store/slot_batch.h"
 #include "store/store.h"
 
 /* ---- publish -------------------------------------------------------------------------------- */
@@ -120,12 +121,16 @@ static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
     kvm_rt_t *rt = op->rt;
     obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_OK, OBS_NONE, it->n_res);
     kvm_hint_put(rt, r);
+    /* the new replicas' COMMITs and the old ones' RELEASEs as one group: to one owner (an
+     * overwrite in place) they leave as one batch, not two notifications (slot_batch.h) */
+    kvm_slot_batch_begin(rt);
     for (uint32_t i = 0; i < it->n_res; i++)
         kvm_ops_commit_res(rt, it, i, op->span);
     kvm_cold_published(rt, r);             /* offload of the new value */
     kvm_cold_reclaim_settle(rt, it, true); /* the old value's cold copy */
     if (it->have_route && !kvm_route_is_tombstone(&it->cur))
         kvm_ops_release_obsolete(rt, &it->cur, r);
+    kvm_slot_batch_end(rt);
     kvm_route_free(&it->route);
     if (kvm_route_copy(&it->route, r) == 0)
         it->have_route = true;

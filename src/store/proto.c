@@ -347,6 +347,38 @@ int store_slot_batch_decode(const uint8_t *buf, size_t len, store_slot_batch_t *
     return rdone(&r, "slot batch");
 }
 
+int store_slot_batch_ans_encode(uint8_t flags, uint8_t *buf, size_t cap, size_t *len)
+{
+    if (flags & ~STORE_SLOT_BATCH_TAKES_NOTE)
+        return kvm_errf(KVMESH_EINVAL, "slot batch answer flags 0x%x", flags);
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf, cap);
+    kvm_wr_u8(&w, STORE_SLOT_BATCH_VERSION);
+    kvm_wr_u8(&w, flags);
+    return wdone(&w, len);
+}
+
+int store_slot_batch_ans_decode(const uint8_t *buf, size_t len, uint8_t *flags)
+{
+    *flags = 0;
+    if (len == 0)
+        return 0; /* an owner that predates the flags */
+    kvm_rd_t r;
+    kvm_rd_init(&r, buf, len);
+    int v = kvm_rd_u8(&r);
+    if (v != STORE_SLOT_BATCH_VERSION)
+        return kvm_errf(KVMESH_EPROTO, "slot batch answer version %d is not %d", v,
+                        STORE_SLOT_BATCH_VERSION);
+    uint8_t f = kvm_rd_u8(&r);
+    if (!kvm_rd_ok(&r) || (f & ~STORE_SLOT_BATCH_TAKES_NOTE))
+        return kvm_errf(KVMESH_EPROTO, "malformed slot batch answer (%zu bytes, flags 0x%x)", len,
+                        f);
+    int rc = rdone(&r, "slot batch answer");
+    if (rc == 0)
+        *flags = f;
+    return rc;
+}
+
 int store_hit_msg_encode(const store_hit_msg_t *m, uint8_t *buf, size_t cap, size_t *len)
 {
     if (m->n > STORE_HIT_MAX)

@@ -49,8 +49,13 @@
  *                                length u64)         (1 <= n <= STORE_SLOT_BATCH_MAX; kind 1 =
  *                                COMMIT, 2 = RELEASE; has as in COMMIT version 2, 0 = no
  *                                identity, then token, hash and length are 0)
- *                      response  empty (status 0: every item applied as its own COMMIT /
- *                                RELEASE notification would be, in order). An owner that
+ *                      response  empty, or ver | flags u8 (status 0: every item applied as
+ *                                its own COMMIT / RELEASE notification would be, in order).
+ *                                flags bit 0 (STORE_SLOT_BATCH_TAKES_NOTE): the owner also takes
+ *                                the same body as a notification (frame kind notify, no
+ *                                answer): the requester sends it so to this owner (id and
+ *                                epoch) from then on. An owner that predates the flag answers
+ *                                empty (it drops a notification of this type). An owner that
  *                                predates the message answers KVMESH_ENOTSUP (no handler): the
  *                                requester sends the items as single notifications.
  *   STORE_RPC_ENV      notify    env message type u32 | bytes (route protocol, env_send)
@@ -92,11 +97,13 @@
 #define STORE_HIT_MAX             512           /* slots per hit report */
 #define STORE_PROTO_MAX           (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
 
-#define STORE_RPC_SLOT_BATCH     0x20a /* request/response: see above (slot_batch.c) */
-#define STORE_SLOT_BATCH_VERSION 1     /* body version of SLOT_BATCH */
-#define STORE_SLOT_BATCH_MAX     256   /* items per batched COMMIT / RELEASE */
-#define STORE_SLOT_BATCH_COMMIT  1     /* item kinds of SLOT_BATCH */
-#define STORE_SLOT_BATCH_RELEASE 2
+#define STORE_RPC_SLOT_BATCH        0x20a /* request/response: see above (slot_batch.c) */
+#define STORE_SLOT_BATCH_VERSION    1     /* body version of SLOT_BATCH */
+#define STORE_SLOT_BATCH_MAX        256   /* items per batched COMMIT / RELEASE */
+#define STORE_SLOT_BATCH_COMMIT     1     /* item kinds of SLOT_BATCH */
+#define STORE_SLOT_BATCH_RELEASE    2
+#define STORE_SLOT_BATCH_TAKES_NOTE 0x01 /* answer flag: the notification form is taken */
+#define STORE_SLOT_BATCH_ANS_LEN    2    /* encoded answer: version and flags */
 
 typedef struct store_reserve_req {
     uint64_t target_epoch;
@@ -203,6 +210,11 @@ int store_slot_msg_decode(const uint8_t *buf, size_t len, store_slot_msg_t *out)
  * or identity bit, or identity fields without their bit; decode KVMESH_EPROTO for the same. */
 int store_slot_batch_encode(const store_slot_batch_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_slot_batch_decode(const uint8_t *buf, size_t len, store_slot_batch_t *out);
+/* SLOT_BATCH answer: its flags (STORE_SLOT_BATCH_TAKES_NOTE). Encode KVMESH_EINVAL for an
+ * unknown flag; decode reads an empty answer (an older owner's) as flags 0 and refuses
+ * (KVMESH_EPROTO) another version, an unknown flag or trailing bytes. */
+int store_slot_batch_ans_encode(uint8_t flags, uint8_t *buf, size_t cap, size_t *len);
+int store_slot_batch_ans_decode(const uint8_t *buf, size_t len, uint8_t *flags);
 int store_hit_msg_encode(const store_hit_msg_t *m, uint8_t *buf, size_t cap, size_t *len);
 int store_hit_msg_decode(const uint8_t *buf, size_t len, store_hit_msg_t *out);
 

@@ -24,6 +24,8 @@ struct kvm_slotb_box {
     struct slotb_owner o[STORE_SLOTB_OWNERS];
 };
 
+#define STORE_SLOTB_SMALL 8 /* items of a batch encoded on the stack */
+
 /* A batch waiting for its answer (owns b). */
 struct slotb_call {
     kvm_rt_t *rt;
@@ -79,12 +81,36 @@ static void refuse(kvm_rt_t *rt, const kvm_runtime_t *owner)
         rt->slotb_refused[rt->n_slotb_refused++ % STORE_SLOTB_REFUSED_MAX] = *owner;
 }
 
+/* ---- owners that take the batch as a notification ------------------------------------------ */
+
+static bool takes_note(const kvm_rt_t *rt, const kvm_runtime_t *owner)
+{
+    uint32_t n =
+        rt->n_slotb_notes < STORE_SLOTB_NOTES_MAX ? rt->n_slotb_notes : STORE_SLOTB_NOTES_MAX;
+    for (uint32_t i = 0; i < n; i++)
+        if (kvm_runtime_equal(&rt->slotb_notes[i], owner))
+            return true;
+    return false;
+}
+
+/* owner's answer said it takes the notification form: remembered (id and epoch; a ring, so an
+ * owner pushed out is asked again with a call, which answers the same). */
+static void note_taker(kvm_rt_t *rt, const kvm_runtime_t *owner)
+{
+    if (!takes_note(rt, owner))
+        rt->slotb_notes[rt->n_slotb_notes++ % STORE_SLOTB_NOTES_MAX] = *owner;
+}
+
 /* ---- batches -------------------------------------------------------------------------------- */
 
 static void on_answer(rpc_call_t *call, struct rpc_result *res, void *arg)
 {
     (void)call;
     struct slotb_call *c = arg;
+    uint8_t flags = 0;
+    if (res->status == 0 && store_slot_batch_ans_decode(res->body, res->body_len, &flags) == 0 &&
+        (flags & STORE_SLOT_BATCH_TAKES_NOTE))
+        note_taker(c->rt, &c->owner);    /* (a malformed answer: the call form stays) */
     if (res->status == KVMESH_ENOTSUP) { /* an older owner: the items go one by one */
         kvm_rt_t *rt = c->rt;
         refuse(rt, &c->owner);
@@ -109,12 +135,18 @@ static void owner_send(kvm_rt_t *rt, struct slotb_owner *o)
         free(b);
         return;
     }
+    uint8_t small[STORE_SLOT_BATCH_LEN(STORE_SLOTB_SMALL)]; /* (a put's COMMIT and RELEASE) */
     size_t cap = STORE_SLOT_BATCH_LEN(b->n), len = 0;
-    uint8_t *body = malloc(cap);
-    struct slotb_call *c = malloc(sizeof(*c));
-    int rc = body && c ? store_slot_batch_encode(b, body, cap, &len) : KVMESH_ENOMEM;
+    uint8_t *body = cap <= sizeof(small) ? small : malloc(cap);
+    int rc = body ? store_slot_batch_encode(b, body, cap, &len) : KVMESH_ENOMEM;
     KVM_ASSERT(rc == 0 || rc == KVMESH_ENOMEM); /* the items were checked as they came */
-    if (rc == 0) {
+    struct slotb_call *c = NULL;
+    if (rc == 0 && takes_note(rt, &o->rt)) { /* no answer: best effort, as each item's own */
+        struct rpc_msg msg = {.type = STORE_RPC_SLOT_BATCH, .body = body, .body_len = len};
+        rc = rpc_notify(o->peer, &msg, NULL, NULL); /* (the body is copied) */
+    } else if (rc == 0 && !(c = malloc(sizeof(*c)))) {
+        rc = KVMESH_ENOMEM;
+    } else if (rc == 0) {
         *c = (struct slotb_call){rt, o->rt, b};
         struct rpc_msg msg = {.type = STORE_RPC_SLOT_BATCH,
                               .body = body,
@@ -122,12 +154,14 @@ static void owner_send(kvm_rt_t *rt, struct slotb_owner *o)
                               .timeout_ms = STORE_SLOTB_TIMEOUT_MS};
         rc = rpc_call(o->peer, &msg, on_answer, c, NULL); /* (the body is copied) */
     }
-    free(body);
+    if (body != small)
+        free(body);
     if (rc != 0) { /* not sent (queue full, no memory): as single notifications */
         free(c);
         send_items(rt, o->peer, b);
-        free(b);
     }
+    if (rc != 0 || !c)
+        free(b); /* (a call's batch is its answer's: on_answer frees it) */
 }
 
 void kvm_slot_batch_flush(kvm_rt_t *rt)
@@ -245,11 +279,11 @@ void kvm_slot_batch_attach(kvm_rt_t *rt)
 
 /* ---- owner side ----------------------------------------------------------------------------- */
 
-static void on_slot_batch(rpc_reply *reply, struct rpc_request *req, void *arg)
+/* Applies every item of the batch in body, in order; 0 or an error (set). */
+static int apply_batch(kvm_rt_t *rt, const uint8_t *body, size_t len)
 {
-    kvm_rt_t *rt = arg;
     store_slot_batch_t *b = malloc(sizeof(*b));
-    int rc = b ? store_slot_batch_decode(req->body, req->body_len, b) : KVMESH_ENOMEM;
+    int rc = b ? store_slot_batch_decode(body, len, b) : KVMESH_ENOMEM;
     if (rc == 0 && b->target_epoch != rt->self.epoch)
         rc = kvm_errf(KVMESH_EUNAVAILABLE, "slot batch for another epoch of this runtime");
     for (uint16_t i = 0; rc == 0 && i < b->n; i++) {
@@ -259,12 +293,53 @@ static void on_slot_batch(rpc_reply *reply, struct rpc_request *req, void *arg)
                         m->has ? &note : NULL);
     }
     free(b);
-    rpc_reply_send(reply, rc, rc ? kvmesh_last_error() : NULL, NULL, NULL, NULL);
+    return rc;
+}
+
+static void on_slot_batch(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    kvm_rt_t *rt = arg;
+    int rc = apply_batch(rt, req->body, req->body_len);
+    uint8_t ans[STORE_SLOT_BATCH_ANS_LEN];
+    size_t len = 0;
+    struct rpc_msg m = {.type = STORE_RPC_SLOT_BATCH, .body = ans};
+    if (rc == 0 && rt->slotb_serve_note) { /* (an empty answer: as an owner before the flag) */
+        int erc = store_slot_batch_ans_encode(STORE_SLOT_BATCH_TAKES_NOTE, ans, sizeof(ans), &len);
+        KVM_ASSERT(erc == 0);
+        m.body_len = len;
+    }
+    if (rpc_reply_send(reply, rc, rc ? kvmesh_last_error() : NULL, len ? &m : NULL, NULL, NULL) ==
+        KVMESH_EAGAIN)
+        rpc_reply_drop(reply); /* the caller's call times out; its items were applied */
+}
+
+/* The notification form: the same body, no answer (a malformed or misdirected one is dropped,
+ * as a single COMMIT / RELEASE notification's is). */
+static void on_slot_batch_note(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    (void)reply;
+    kvm_rt_t *rt = arg;
+    if (rt->slotb_serve_note)
+        (void)apply_batch(rt, req->body, req->body_len);
 }
 
 void kvm_slot_batch_serve(kvm_rt_t *rt, kvm_slot_apply_fn apply)
 {
     KVM_ASSERT(apply != NULL);
     rt->slotb_apply = apply;
+    rt->slotb_serve_note = true;
     rpc_register_handler(rt->ep, STORE_RPC_SLOT_BATCH, on_slot_batch, rt);
+    rpc_register_notify_handler(rt->ep, STORE_RPC_SLOT_BATCH, on_slot_batch_note, rt);
+}
+
+void kvm_slot_batch_test_old_owner(kvm_rt_t *rt)
+{
+    rt->slotb_serve_note = false;
+    rpc_register_notify_handler(rt->ep, STORE_RPC_SLOT_BATCH, NULL, NULL);
+}
+
+void kvm_slot_batch_test_forget(kvm_rt_t *rt)
+{
+    rt->n_slotb_notes = 0;
+    rt->n_slotb_refused = 0;
 }

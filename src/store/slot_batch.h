@@ -9,13 +9,18 @@
  * kvm_slot_batch_attach), an untraced message joins its owner's STORE_RPC_SLOT_BATCH instead,
  * sent when the group closes, when the batch is full, at kvm_slot_batch_flush, or before a
  * traced message to the same owner (so one owner's messages keep their order). A batch of one
- * goes as the plain notification. An owner answering KVMESH_ENOTSUP (older) is remembered and
- * gets the items, and from then on every message, as single notifications. Best effort like the
- * single notification: a lost one is settled by the reservation's TTL and the route.
+ * goes as the plain notification. A batch is a call until its owner's answer says the owner
+ * takes it as a notification (STORE_SLOT_BATCH_TAKES_NOTE); that owner (id and epoch) is
+ * remembered and gets its batches as notifications from then on (no answer: one message per
+ * batch, as a group's COMMIT and RELEASE to one owner are two). An owner answering without the
+ * flag (older) keeps the call form. An owner answering KVMESH_ENOTSUP (older still) is
+ * remembered and gets the items, and from then on every message, as single notifications. Best
+ * effort like the single notification: a lost one is settled by the reservation's TTL and the
+ * route.
  *
- * Owner: kvm_slot_batch_serve registers the STORE_RPC_SLOT_BATCH handler, which runs apply for
- * every item in order, exactly as the item's own notification would (owner.c on_slot), and
- * answers an empty 0.
+ * Owner: kvm_slot_batch_serve registers the STORE_RPC_SLOT_BATCH request and notification
+ * handlers, which run apply for every item in order, exactly as the item's own notification
+ * would (owner.c on_slot); the request is answered 0 with the flag.
  *
  * Loop thread. The outbox lives in kvm_rt_t (slotb_*): allocated by the group's first message,
  * freed when the group closes or, for a group still open when the runtime closes, by
@@ -50,7 +55,15 @@ void kvm_slot_batch_close(kvm_rt_t *rt);
 void kvm_slot_notify(kvm_rt_t *rt, uint16_t type, const struct kvm_member *owner, uint64_t seg,
                      uint64_t off, const slot_note_t *note, struct obs_span *parent);
 
-/* Owner side: registers the STORE_RPC_SLOT_BATCH handler on rt->ep; apply: one item's effect. */
+/* Owner side: registers the STORE_RPC_SLOT_BATCH handlers (request and notification) on rt->ep;
+ * apply: one item's effect. */
 void kvm_slot_batch_serve(kvm_rt_t *rt, kvm_slot_apply_fn apply);
+
+/* Test-only, on rt's loop: rt serves STORE_RPC_SLOT_BATCH as an owner that predates the
+ * notification form (answers without the flag, drops the notification). */
+void kvm_slot_batch_test_old_owner(kvm_rt_t *rt);
+/* Test-only, on rt's loop: rt forgets what owners answered (the notification form taken, the
+ * batch refused), as a requester that never sent them a batch. */
+void kvm_slot_batch_test_forget(kvm_rt_t *rt);
 
 #endif

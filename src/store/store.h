@@ -336,7 +336,8 @@ struct kvm_reg_buf {
 
 #define STORE_WINL_REFUSED_MAX 8
 
-#define STORE_SLOTB_REFUSED_MAX 8 /* owners remembered as refusing STORE_RPC_SLOT_BATCH */
+#define STORE_SLOTB_REFUSED_MAX 8  /* owners remembered as refusing STORE_RPC_SLOT_BATCH */
+#define STORE_SLOTB_NOTES_MAX   32 /* owners remembered as taking it as a notification */
 
 struct kvm_rt;
 struct slot_note;
@@ -388,13 +389,18 @@ typedef struct kvm_rt {
     /* [loop] batched COMMIT / RELEASE (slot_batch.c): the per-owner outbox of the group open
      * (depth > 0; allocated by the group's first message, freed when it closes), whether the
      * route service's group hooks are set, owners (id and epoch) that refused the batch (older
-     * peers: single notifications from then on; a ring), and the owner side's apply */
+     * peers: single notifications from then on; a ring), owners whose answer said they take the
+     * batch as a notification (sent so from then on; a ring), and the owner side's apply and
+     * whether it serves the notification form (false only under a test hook: an older owner) */
     struct kvm_slotb_box *slotb_box;
     unsigned slotb_depth;
     bool slotb_hooked;
     kvm_runtime_t slotb_refused[STORE_SLOTB_REFUSED_MAX];
     uint32_t n_slotb_refused;
+    kvm_runtime_t slotb_notes[STORE_SLOTB_NOTES_MAX];
+    uint32_t n_slotb_notes;
     kvm_slot_apply_fn slotb_apply;
+    bool slotb_serve_note;
     /* [loop] the last STORE_RPC_ENV sender's id string and its parse (runtime.c on_env_msg) */
     char env_from_hex[40];
     kvm_runtime_id_t env_from;

@@ -3,7 +3,7 @@
  * fuzz_store_proto.c — libFuzzer target for the store's peer message decoders (src/store/
  * proto.c), the batched cold read (cases 6, 7), both COMMIT / RELEASE body versions (case 2) and
  * the inline reservation with its payload (case 8) and the batched COMMIT / RELEASE (case 9)
- * included. The first input byte selects the
+ * included, and its answer's flags (case 10). The first input byte selects the
  * decoder; an accepted message is re-encoded and must decode to the same fields (round trip), so
  * decoders never accept what encoders cannot produce.
  */
@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++, size--;
     static uint8_t buf[STORE_PROTO_MAX];
     size_t len = 0;
-    switch (sel % 10) {
+    switch (sel % 11) {
     case 0: {
         store_reserve_req_t m, m2;
         if (store_reserve_req_decode(data, size, &m) != 0)
@@ -151,6 +151,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                        m.it[i].m.token == m2.it[i].m.token &&
                        m.it[i].m.ident_hash == m2.it[i].m.ident_hash &&
                        m.it[i].m.len == m2.it[i].m.len);
+        break;
+    }
+    case 10: {
+        uint8_t f = 0xff, f2 = 0xff, ab[STORE_SLOT_BATCH_ANS_LEN];
+        if (store_slot_batch_ans_decode(data, size, &f) != 0) {
+            KVM_ASSERT(f == 0); /* a refused answer takes no flag */
+            return 0;
+        }
+        KVM_ASSERT(size == 0 || size == STORE_SLOT_BATCH_ANS_LEN);
+        KVM_ASSERT(store_slot_batch_ans_encode(f, ab, sizeof(ab), &len) == 0 &&
+                   len == STORE_SLOT_BATCH_ANS_LEN);
+        KVM_ASSERT(store_slot_batch_ans_decode(ab, len, &f2) == 0 && f == f2);
         break;
     }
     }

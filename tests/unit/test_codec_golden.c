@@ -471,6 +471,31 @@ static void test_store_cold_batch(void **state)
     assert_int_equal(store_cold_batch_resp_decode(b, n - 1, &rd), KVMESH_EPROTO); /* torn */
 }
 
+/* STORE_RPC_SLOT_BATCH's answer: empty (an owner before the flags) or ver | flags; refused: another
+ * version, an unknown flag, short or trailing bytes. */
+static void test_store_slot_batch_ans(void **state)
+{
+    (void)state;
+    uint8_t b[4] = {0}, f = 0xff;
+    size_t n = 0;
+    assert_int_equal(store_slot_batch_ans_encode(STORE_SLOT_BATCH_TAKES_NOTE, b, sizeof(b), &n), 0);
+    check_hex("store slot batch answer", b, n, "0101");
+    assert_int_equal(store_slot_batch_ans_decode(b, n, &f), 0);
+    assert_int_equal(f, STORE_SLOT_BATCH_TAKES_NOTE);
+    assert_int_equal(store_slot_batch_ans_encode(0, b, sizeof(b), &n), 0);
+    check_hex("store slot batch answer, no flag", b, n, "0100");
+    assert_int_equal(store_slot_batch_ans_decode(b, 0, &f), 0);
+    assert_int_equal(f, 0);
+    assert_int_equal(store_slot_batch_ans_encode(0x02, b, sizeof(b), &n), KVMESH_EINVAL);
+    assert_int_equal(store_slot_batch_ans_encode(1, b, 1, &n), KVMESH_ETOOBIG);
+    const uint8_t ver2[] = {2, 1}, unknown[] = {1, 3}, trail[] = {1, 1, 0}, shrt[] = {1};
+    assert_int_equal(store_slot_batch_ans_decode(ver2, sizeof(ver2), &f), KVMESH_EPROTO);
+    assert_int_equal(store_slot_batch_ans_decode(unknown, sizeof(unknown), &f), KVMESH_EPROTO);
+    assert_int_equal(f, 0);
+    assert_int_equal(store_slot_batch_ans_decode(trail, sizeof(trail), &f), KVMESH_EPROTO);
+    assert_int_equal(store_slot_batch_ans_decode(shrt, sizeof(shrt), &f), KVMESH_EPROTO);
+}
+
 /* STORE_RPC_SLOT_BATCH (slot_batch.c): ver | epoch | n | n * (kind | has | seg | offset | token |
  * ident hash | length); malformed bodies and items refused. */
 static const char *const store_slot_batch_hex =
@@ -631,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_route_rec),
         cmocka_unit_test(test_store_proto),
         cmocka_unit_test(test_store_slot_batch),
+        cmocka_unit_test(test_store_slot_batch_ans),
         cmocka_unit_test(test_store_env),
         cmocka_unit_test(test_cold_fingerprint),
         cmocka_unit_test(test_handshake_mac),
