@@ -273,6 +273,9 @@ typedef struct route_stats {
     uint64_t state_lost;
     uint64_t batches_sent, batch_items_sent; /* RMSG_BATCH messages sent, the items in them */
     uint64_t batches_received;               /* RMSG_BATCH messages received and unpacked */
+    /* ident buffers the client's op records allocated (kept with the record: a lookup or CAS on
+     * a reused record copies its ident into it) */
+    uint64_t op_enc_allocs;
 } route_stats_t;
 void route_get_stats(const route_svc_t *svc, route_stats_t *out);
 

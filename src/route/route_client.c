@@ -69,6 +69,11 @@ struct route_op {
      * inline routes made it ~40 KiB to zero each time) */
     kvm_route_t *got;
     uint32_t got_cap;
+    /* the ident's encoding of a lookup (op->ident) or a CAS (op->route.ident), which borrow it:
+     * kept with the record like got (grown, never shrunk), so an op copies its caller's ident
+     * (the caller's may go when the call returns) without an allocation of its own */
+    uint8_t *enc_buf;
+    uint32_t enc_cap;
     bool stale;
     /* inline read (route_lookup_inline): the caller's sink, and the version whose payload its
      * buffer holds in this attempt (inl_have) */
@@ -84,6 +89,7 @@ struct route_op {
 };
 
 #define OWNER_CURSOR_CAP (8 + KVM_WIRE_MAX_RECORD_LEN)
+#define ROUTE_OP_ENC_MIN 64 /* bytes of an op record's first ident buffer (op_ident_copy) */
 
 static void op_step(void *arg);
 
@@ -125,6 +131,7 @@ static void op_release_record(route_op_t *op)
     route_svc_t *svc = op->svc;
     if (svc->freeing || svc->n_op_spare >= ROUTE_OP_SPARE) {
         free(op->got);
+        free(op->enc_buf);
         free(op);
         return;
     }
@@ -143,9 +150,13 @@ static route_op_t *op_record(route_svc_t *svc)
     svc->n_op_spare--;
     kvm_route_t *got = op->got;
     uint32_t got_cap = op->got_cap;
+    uint8_t *enc_buf = op->enc_buf;
+    uint32_t enc_cap = op->enc_cap;
     memset(op, 0, sizeof(*op));
     op->got = got; /* every entry cleared (attempt_clear): reusable as got_reserve's */
     op->got_cap = got_cap;
+    op->enc_buf = enc_buf; /* nothing borrows it now (op_free) */
+    op->enc_cap = enc_cap;
     return op;
 }
 
@@ -155,6 +166,7 @@ static void op_spares_free(route_svc_t *svc)
         route_op_t *op = svc->op_spare;
         svc->op_spare = op->next;
         free(op->got);
+        free(op->enc_buf);
         free(op);
     }
     svc->n_op_spare = 0;
@@ -163,6 +175,10 @@ static void op_spares_free(route_svc_t *svc)
 static void op_free(route_op_t *op)
 {
     attempt_clear(op);
+    if (op->ident.enc && op->ident.enc == op->enc_buf)
+        op->ident.enc = NULL; /* borrowed (op_ident_copy): kept with the record */
+    if (op->route.ident.enc && op->route.ident.enc == op->enc_buf)
+        op->route.ident.enc = NULL;
     kvm_ident_free(&op->ident);
     kvm_route_free(&op->route);
     free(op->cursor);
@@ -741,6 +757,30 @@ static void op_step(void *arg)
     }
 }
 
+/* *dst = a copy of src whose encoding is op's buffer (grown when src's does not fit): dst
+ * borrows it until op_free. dst must be empty (NULL encoding). */
+static int op_ident_copy(route_op_t *op, kvm_ident_t *dst, const kvm_ident_t *src)
+{
+    KVM_ASSERT(dst->enc == NULL);
+    *dst = *src;
+    dst->enc = NULL;
+    if (!src->enc || src->enc_len == 0)
+        return 0; /* no encoding (a CAS's validation refuses it) */
+    if (src->enc_len > op->enc_cap) {
+        uint32_t cap = src->enc_len < ROUTE_OP_ENC_MIN ? ROUTE_OP_ENC_MIN : src->enc_len;
+        uint8_t *b = malloc(cap);
+        if (!b)
+            return KVMESH_ENOMEM;
+        free(op->enc_buf);
+        op->enc_buf = b;
+        op->enc_cap = cap;
+        op->svc->stats.op_enc_allocs++;
+    }
+    memcpy(op->enc_buf, src->enc, src->enc_len);
+    dst->enc = op->enc_buf;
+    return 0;
+}
+
 static route_op_t *op_new(route_svc_t *svc, enum op_kind kind, void *arg)
 {
     if (!svc->ready || svc->n_ops >= ROUTE_MAX_OPS)
@@ -809,7 +849,7 @@ int route_lookup_inline(route_svc_t *svc, const kvm_ident_t *ident, route_lookup
     if (!op)
         return kvm_errf(KVMESH_EAGAIN, "route_lookup: service not ready or %d ops in flight",
                         ROUTE_MAX_OPS);
-    if (kvm_ident_copy(&op->ident, ident) != 0) {
+    if (op_ident_copy(op, &op->ident, ident) != 0) {
         op_free(op);
         return KVMESH_ENOMEM;
     }
@@ -836,7 +876,9 @@ static int cas_op_new(route_svc_t *svc, const kvm_route_version_t *expected,
     if (!op)
         return kvm_errf(KVMESH_EAGAIN, "route_cas: service not ready or %d ops in flight",
                         ROUTE_MAX_OPS);
-    if (kvm_route_copy(&op->route, next) != 0) {
+    op->route = *next; /* its ident's encoding copied into the record's buffer */
+    op->route.ident.enc = NULL;
+    if (op_ident_copy(op, &op->route.ident, &next->ident) != 0) {
         op_free(op);
         return KVMESH_ENOMEM;
     }

@@ -19,8 +19,11 @@ struct slotb_owner {
     store_slot_batch_t *b; /* owned; NULL = nothing queued */
 };
 
+/* Kept from the first group to the runtime's close (kvm_slot_batch_close), with one spare batch
+ * record, so a steady stream of groups (a put's COMMIT and RELEASE) allocates neither. */
 struct kvm_slotb_box {
-    uint32_t n;
+    uint32_t n;                /* owners of the group open (0 between groups) */
+    store_slot_batch_t *spare; /* owned; NULL = none: one sent record kept for the next */
     struct slotb_owner o[STORE_SLOTB_OWNERS];
 };
 
@@ -123,6 +126,31 @@ static void on_answer(rpc_call_t *call, struct rpc_result *res, void *arg)
     free(c);
 }
 
+/* A batch record for the outbox: the spare, else a new one (NULL: no memory). */
+static store_slot_batch_t *batch_new(kvm_rt_t *rt)
+{
+    struct kvm_slotb_box *box = rt->slotb_box;
+    store_slot_batch_t *b = box ? box->spare : NULL;
+    if (b) {
+        box->spare = NULL;
+        return b;
+    }
+    b = malloc(sizeof(*b));
+    if (b)
+        rt->slotb_allocs++;
+    return b;
+}
+
+/* A record whose items went (b owned): kept as the spare when there is none, else freed. */
+static void batch_done(kvm_rt_t *rt, store_slot_batch_t *b)
+{
+    struct kvm_slotb_box *box = rt->slotb_box;
+    if (box && !box->spare)
+        box->spare = b;
+    else
+        free(b);
+}
+
 /* Sends o's queued items (one request; one item: the plain notification) and empties o. */
 static void owner_send(kvm_rt_t *rt, struct slotb_owner *o)
 {
@@ -132,7 +160,7 @@ static void owner_send(kvm_rt_t *rt, struct slotb_owner *o)
         return;
     if (b->n == 1) {
         send_one(rt, o->peer, item_type(b->it[0].kind), &b->it[0].m, NULL);
-        free(b);
+        batch_done(rt, b);
         return;
     }
     uint8_t small[STORE_SLOT_BATCH_LEN(STORE_SLOTB_SMALL)]; /* (a put's COMMIT and RELEASE) */
@@ -161,7 +189,7 @@ static void owner_send(kvm_rt_t *rt, struct slotb_owner *o)
         send_items(rt, o->peer, b);
     }
     if (rc != 0 || !c)
-        free(b); /* (a call's batch is its answer's: on_answer frees it) */
+        batch_done(rt, b); /* (a call's batch is its answer's: on_answer frees it) */
 }
 
 void kvm_slot_batch_flush(kvm_rt_t *rt)
@@ -189,15 +217,18 @@ static bool enqueue(kvm_rt_t *rt, struct slotb_owner *o, const kvm_runtime_t *ow
                     uint8_t kind, const store_slot_msg_t *sm)
 {
     if (!o) {
-        if (!rt->slotb_box && !(rt->slotb_box = calloc(1, sizeof(*rt->slotb_box))))
-            return false;
+        if (!rt->slotb_box) {
+            if (!(rt->slotb_box = calloc(1, sizeof(*rt->slotb_box))))
+                return false;
+            rt->slotb_allocs++;
+        }
         if (rt->slotb_box->n >= STORE_SLOTB_OWNERS)
             return false;
         o = &rt->slotb_box->o[rt->slotb_box->n++];
         *o = (struct slotb_owner){.rt = *owner, .peer = p};
     }
     if (!o->b) {
-        if (!(o->b = malloc(sizeof(*o->b))))
+        if (!(o->b = batch_new(rt)))
             return false;
         o->b->n = 0;
         o->b->target_epoch = owner->epoch;
@@ -247,13 +278,15 @@ void kvm_slot_batch_end(kvm_rt_t *rt)
     if (--rt->slotb_depth)
         return;
     kvm_slot_batch_flush(rt);
-    free(rt->slotb_box);
-    rt->slotb_box = NULL;
+    if (rt->slotb_box) /* kept (with its spare record) for the next group */
+        rt->slotb_box->n = 0;
 }
 
 void kvm_slot_batch_close(kvm_rt_t *rt)
 {
     kvm_slot_batch_flush(rt); /* best effort, as the group's end would have sent them */
+    if (rt->slotb_box)
+        free(rt->slotb_box->spare);
     free(rt->slotb_box);
     rt->slotb_box = NULL;
     rt->slotb_depth = 0; /* no end will come: later messages go alone */

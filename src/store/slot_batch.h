@@ -22,9 +22,10 @@
  * handlers, which run apply for every item in order, exactly as the item's own notification
  * would (owner.c on_slot); the request is answered 0 with the flag.
  *
- * Loop thread. The outbox lives in kvm_rt_t (slotb_*): allocated by the group's first message,
- * freed when the group closes or, for a group still open when the runtime closes, by
- * kvm_slot_batch_close.
+ * Loop thread. The outbox lives in kvm_rt_t (slotb_*): allocated by the first group's first
+ * message and kept, with one spare batch record, until kvm_slot_batch_close (runtime close), so
+ * a steady stream of groups (each overwriting put's COMMIT and RELEASE) allocates neither;
+ * rt->slotb_allocs counts what it allocated (tests read it).
  */
 #ifndef KVMESH_STORE_SLOT_BATCH_H
 #define KVMESH_STORE_SLOT_BATCH_H

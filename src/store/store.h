@@ -387,12 +387,14 @@ typedef struct kvm_rt {
     kvm_runtime_t winl_refused[STORE_WINL_REFUSED_MAX];
     uint32_t n_winl_refused;
     /* [loop] batched COMMIT / RELEASE (slot_batch.c): the per-owner outbox of the group open
-     * (depth > 0; allocated by the group's first message, freed when it closes), whether the
+     * (depth > 0; allocated by the first group's first message, kept with one spare batch record
+     * until kvm_slot_batch_close), how many outboxes and records it allocated, whether the
      * route service's group hooks are set, owners (id and epoch) that refused the batch (older
      * peers: single notifications from then on; a ring), owners whose answer said they take the
      * batch as a notification (sent so from then on; a ring), and the owner side's apply and
      * whether it serves the notification form (false only under a test hook: an older owner) */
     struct kvm_slotb_box *slotb_box;
+    uint64_t slotb_allocs;
     unsigned slotb_depth;
     bool slotb_hooked;
     kvm_runtime_t slotb_refused[STORE_SLOTB_REFUSED_MAX];

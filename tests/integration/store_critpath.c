@@ -363,6 +363,13 @@ static void on_loop(kvmesh_t *R, void (*fn)(kvm_rt_t *rt))
 
 #define SLOT_MSG_PUTS 8 /* overwrites counted by check_put_slot_msgs */
 
+static uint64_t slotb_allocs; /* C's rt->slotb_allocs, read on its loop (read_slotb_allocs) */
+
+static void read_slotb_allocs(kvm_rt_t *rt)
+{
+    slotb_allocs = rt->slotb_allocs;
+}
+
 /* Single overwrites of one key from C, S its only owner and the shard's primary: what S
  * receives per put. The overwrite's COMMIT (new slot) and RELEASE (old slot) leave as one group,
  * so S gets them as one STORE_RPC_SLOT_BATCH: after the first overwrite (a call, whose answer
@@ -370,7 +377,9 @@ static void on_loop(kvmesh_t *R, void (*fn)(kvm_rt_t *rt))
  * notifications, 3 per put). old_owner: S serves the batch as an owner that predates the
  * notification form and C forgot what S answered: the batch is a call every time (2 requests
  * per put), and every slot still settles. The puts are waited for one by one (S settled: no
- * reservation left) and read back after the counted window. */
+ * reservation left) and read back after the counted window. C's outbox and batch record are
+ * kept between groups (slot_batch.c): the counted notification-form overwrites allocate neither
+ * (before: one outbox and one record per put). */
 static void check_put_slot_msgs(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc, bool old_owner)
 {
     if (old_owner) {
@@ -379,23 +388,31 @@ static void check_put_slot_msgs(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *
     }
     static uint8_t v[VSIZE], out[VSIZE];
     struct owner_snap s0, s1;
+    uint64_t a0 = 0;
     for (int round = 0; round < SLOT_MSG_PUTS + 2; round++) {
-        if (round == 2) /* (0: a new key, no RELEASE; 1: the first overwrite, a call) */
+        if (round == 2) { /* (0: a new key, no RELEASE; 1: the first overwrite, a call) */
             owner_settled(S, &s0);
+            on_loop(C, read_slotb_allocs);
+            a0 = slotb_allocs;
+        }
         memset(v, 0x31 + round, sizeof(v));
         CHECK(kvmesh_put(C, sc, "slot-msgs", 9, v, sizeof(v), NULL) == 0);
         owner_settled(S, &s1); /* its COMMIT arrived */
     }
     uint64_t notes = s1.rs.notifies_received - s0.rs.notifies_received;
     uint64_t reqs = s1.rs.requests_received - s0.rs.requests_received;
-    printf("put overwrites x%d at the owner%s: %" PRIu64 " notifications, %" PRIu64 " requests\n",
-           SLOT_MSG_PUTS, old_owner ? " (old owner)" : "", notes, reqs);
+    on_loop(C, read_slotb_allocs);
+    uint64_t allocs = slotb_allocs - a0;
+    printf("put overwrites x%d at the owner%s: %" PRIu64 " notifications, %" PRIu64
+           " requests; %" PRIu64 " slot-batch allocations at the requester\n",
+           SLOT_MSG_PUTS, old_owner ? " (old owner)" : "", notes, reqs, allocs);
     fflush(stdout);
     if (old_owner) {
         CHECK(reqs >= 2 * SLOT_MSG_PUTS); /* each reservation and each batch, a call */
     } else {
         CHECK(reqs == SLOT_MSG_PUTS);          /* each reservation; no batch as a call */
         CHECK(notes <= 2 * SLOT_MSG_PUTS + 2); /* route CAS + the batch (before: 3 per put) */
+        CHECK(allocs == 0); /* the kept outbox and spare record (before: 2 per put) */
     }
     size_t got = 0;
     CHECK(kvmesh_get_into(C, sc, "slot-msgs", 9, out, sizeof(out), &got) == 0);

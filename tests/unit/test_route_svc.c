@@ -469,6 +469,56 @@ static void test_single_runtime_ops(void **state)
 
 /* No shard has a serving authority (the only member is not route-capable): owner enumeration
  * must fail, never answer an empty "complete" page, and lookups/CAS are unavailable. */
+/* A CAS and a lookup copy the caller's ident (freed here as soon as the call returns) into
+ * their op record's buffer, which a reused record keeps: after the first ops no CAS or lookup
+ * allocates one (before: a kvm_route_copy / kvm_ident_copy allocation per op). */
+static void test_ops_copy_ident_into_record(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, "memory://route-unit-enc");
+    waitv_t w;
+    route_svc_t *svc = start(&f, 1, POLICY, &w);
+    assert_int_equal(w.rc, 0);
+    env_set_recv(f.env, (env_recv_fn)route_on_message, svc);
+    push_self(svc, 1);
+    route_stats_t st0, st1;
+    kvm_route_version_t ver[16];
+    for (int round = 0; round < 3; round++) {
+        if (round == 1)
+            route_get_stats(svc, &st0);
+        for (int i = 0; i < 16; i++) {
+            char key[16];
+            snprintf(key, sizeof(key), "enc-%02d", i);
+            kvm_route_t r;
+            mk(&r, key, 1, (uint64_t)round + 1);
+            memset(&w, 0, sizeof(w));
+            assert_int_equal(
+                route_cas(svc, round ? &ver[i] : &KVM_ROUTE_VERSION_NONE, &r, on_route, &w), 0);
+            kvm_ident_t id;
+            assert_int_equal(kvm_ident_copy(&id, &r.ident), 0);
+            kvm_route_free(&r); /* the op holds its own copy */
+            run_until(&f, &w);
+            assert_int_equal(w.rc, 0);
+            ver[i] = w.route.version;
+            kvm_route_free(&w.route);
+            memset(&w, 0, sizeof(w));
+            assert_int_equal(route_lookup(svc, &id, on_route, &w), 0);
+            kvm_ident_free(&id);
+            run_until(&f, &w);
+            assert_int_equal(w.rc, 0);
+            assert_int_equal(w.route.checksum, (uint64_t)round + 1);
+            assert_true(kvm_route_version_equal(&w.route.version, &ver[i]));
+            kvm_route_free(&w.route);
+        }
+    }
+    route_get_stats(svc, &st1);
+    assert_true(st0.op_enc_allocs >= 1);                    /* the first record's buffer */
+    assert_int_equal(st1.op_enc_allocs, st0.op_enc_allocs); /* 64 ops, none allocated */
+    route_svc_free(svc);
+    fx_close(&f);
+}
+
 static void test_no_authority_never_claims_absence(void **state)
 {
     (void)state;
@@ -1076,6 +1126,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policy_bootstrap),
         cmocka_unit_test(test_single_runtime_ops),
+        cmocka_unit_test(test_ops_copy_ident_into_record),
         cmocka_unit_test(test_no_authority_never_claims_absence),
         cmocka_unit_test(test_batch_per_item_results),
         cmocka_unit_test(test_claim_cas),
