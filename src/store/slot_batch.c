@@ -285,11 +285,16 @@ void kvm_slot_batch_end(kvm_rt_t *rt)
 void kvm_slot_batch_close(kvm_rt_t *rt)
 {
     kvm_slot_batch_flush(rt); /* best effort, as the group's end would have sent them */
+    kvm_slot_batch_free(rt);
+    rt->slotb_depth = 0; /* no end will come: later messages go alone */
+}
+
+void kvm_slot_batch_free(kvm_rt_t *rt)
+{
     if (rt->slotb_box)
         free(rt->slotb_box->spare);
     free(rt->slotb_box);
     rt->slotb_box = NULL;
-    rt->slotb_depth = 0; /* no end will come: later messages go alone */
 }
 
 static void group_begin(void *ctx)

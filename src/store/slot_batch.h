@@ -50,6 +50,10 @@ void kvm_slot_batch_flush(kvm_rt_t *rt);
  * awaiting their answer are freed by it (the endpoint's close cancels them). */
 void kvm_slot_batch_close(kvm_rt_t *rt);
 
+/* Frees what kvm_slot_batch_close would, sending nothing: for a runtime whose loop has stopped
+ * without running its close (rt_free). No-op after kvm_slot_batch_close. */
+void kvm_slot_batch_free(kvm_rt_t *rt);
+
 /* COMMIT (type STORE_RPC_COMMIT) or RELEASE of (seg, off) to the remote owner `owner` (this
  * runtime's member record; its epoch is the target). note: the slot's identity (NULL: none).
  * parent: the request's span (NULL = untraced; a sampled one goes alone with a span). */
