@@ -270,15 +270,16 @@ void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out)
 
 /* What a leader saves of its own thread and puts back when it lets go. */
 struct lead_save {
-    sigset_t mask;
+    env_sigpipe_guard_t sigpipe;
     char err[512];
 };
 
 static void lead_enter(env_uv_thread_t *t, struct lead_save *sv)
 {
     /* Loop callbacks write to sockets with write/writev (libuv) and report failures with
-     * kvm_errf: neither a SIGPIPE nor their messages may reach the caller. */
-    env_sigpipe_block(&sv->mask);
+     * kvm_errf: neither a SIGPIPE nor their messages may reach the caller (no mask needed
+     * while SIGPIPE is ignored: env_thread.h). */
+    env_sigpipe_guard_enter(&sv->sigpipe);
     const char *e = kvmesh_last_error();
     size_t n = strlen(e);
     KVM_ASSERT(n < sizeof(sv->err)); /* the thread's message buffer is that size */
@@ -321,7 +322,7 @@ static void lead_leave(env_uv_thread_t *t, const struct lead_save *sv)
         kvm_errf(0, "%s", sv->err);
     else
         kvm_err_clear();
-    env_sigpipe_restore_drop(&sv->mask);
+    env_sigpipe_guard_leave(&sv->sigpipe);
 }
 
 static void on_lead_timer(uv_timer_t *h)

@@ -723,7 +723,8 @@ static struct tcp_conn *tcp_idle_conn_locked(struct tcp_peer *p)
  * by deadline (tp_batch_set_deadline; in the future), and completes it (p->mu held, released
  * meanwhile). c->cur == k keeps c's I/O thread from starting anything and from its idle close;
  * tcp_abort finds the chunk there as on an I/O thread. The socket timeouts are lowered to the
- * time left for the exchange, so a blocked send or receive returns by the deadline.
+ * time left for the exchange, so a blocked send or receive returns by the deadline. k stays the
+ * caller's (on its stack): nothing refers to it once this returns.
  */
 static void tcp_run_here_locked(struct tcp_peer *p, struct tcp_conn *c, struct tcp_chunk *k,
                                 uint64_t deadline)
@@ -754,8 +755,7 @@ static void tcp_run_here_locked(struct tcp_peer *p, struct tcp_conn *c, struct t
     else if (c->head)
         pthread_cond_signal(&c->cv); /* queued behind this exchange meanwhile */
     pthread_mutex_unlock(&p->mu);
-    tp_chunk_done(k->b, k->idx, rc, why);
-    tcp_chunk_free(k);
+    tp_chunk_done(k->b, k->idx, rc, why); /* k is the caller's (tcp_submit_lone) */
     pthread_mutex_lock(&p->mu);
 }
 
@@ -1249,66 +1249,28 @@ static void tcp_close(struct tp_segment *s)
     pthread_mutex_unlock(&p->mu);
 }
 
-static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
+/* Fills k with chunk i (of nk, each piece bytes) of request r (slot idx of b). */
+static void tcp_chunk_init(struct tcp_chunk *k, struct tp_batch *b, unsigned idx,
+                           const struct tp_request *r, uint64_t piece, uint64_t i, uint64_t nk,
+                           struct tcp_sum *sum)
 {
-    const struct tp_request *r = &b->slots[idx].r;
-    struct tp_segment *s = r->segment;
-    struct tcp_peer *p = s->peer;
-    struct tp_engine *e = b->e;
-    /* pieces: spread over the connections, at most chunk_max each (small pieces keep the
-     * bytes in flight cache-resident; see docs/performance.md), at most TCP_MAX_CHUNKS */
-    uint64_t nk = 1;
-    if (r->length > e->stripe_min)
-        nk = KVM_MIN((uint64_t)p->n, (r->length + e->stripe_min - 1) / e->stripe_min);
-    uint64_t piece = (r->length + nk - 1) / nk;
-    if (piece > e->chunk_max)
-        piece = KVM_MAX(e->chunk_max, (r->length + TCP_MAX_CHUNKS - 1) / TCP_MAX_CHUNKS);
-    piece = (piece + TCP_CHUNK_ALIGN - 1) / TCP_CHUNK_ALIGN * TCP_CHUNK_ALIGN;
-    nk = (r->length + piece - 1) / piece;
-    KVM_ASSERT(nk >= 1 && nk <= TCP_MAX_CHUNKS);
-    struct tcp_sum *sum = NULL; /* one reference per chunk */
-    if (r->sum && nk > 1 && (sum = tcp_sum_new(r, piece, nk)) == NULL)
-        return kvm_errf(KVMESH_ENOMEM, "checksum state allocation failed");
-    struct tcp_chunk *list = NULL, **tailp = &list;
-    for (uint64_t i = 0; i < nk; i++) {
-        struct tcp_chunk *k = seg_calloc(1, sizeof(*k));
-        if (!k) {
-            tcp_chunks_free(list);
-            for (uint64_t j = i; j < nk; j++)
-                tcp_sum_unref(sum);
-            return kvm_errf(KVMESH_ENOMEM, "chunk allocation failed");
-        }
-        uint64_t off = i * piece;
-        *k = (struct tcp_chunk){.b = b,
-                                .idx = idx,
-                                .op = (uint8_t)r->op,
-                                .local = (uint8_t *)r->local + off,
-                                .seg_id = s->seg_id,
-                                .offset = r->remote_offset + off,
-                                .length = KVM_MIN(piece, r->length - off),
-                                .token = r->token,
-                                .sum = sum,
-                                .dsum = nk == 1 ? r->sum : NULL,
-                                .ci = i};
-        *tailp = k;
-        tailp = &k->next;
-    }
-    pthread_mutex_lock(&p->mu);
-    if (p->dead) {
-        pthread_mutex_unlock(&p->mu);
-        tcp_chunks_free(list);
-        (void)reason;
-        return kvm_errf(KVMESH_ECONN, "connection to %s lost; reopen the segment", p->key);
-    }
-    tp_slot_set_chunks(b, idx, (uint32_t)nk);
-    /* a lone one-chunk request whose caller only waits for it, with time left: run it here */
-    uint64_t deadline = b->cap == 1 && nk == 1 ? tp_batch_deadline(b) : 0;
-    struct tcp_conn *idle = deadline > tp_io_now_ms() ? tcp_idle_conn_locked(p) : NULL;
-    if (idle) {
-        tcp_run_here_locked(p, idle, list, deadline);
-        pthread_mutex_unlock(&p->mu);
-        return 0;
-    }
+    uint64_t off = i * piece;
+    *k = (struct tcp_chunk){.b = b,
+                            .idx = idx,
+                            .op = (uint8_t)r->op,
+                            .local = (uint8_t *)r->local + off,
+                            .seg_id = r->segment->seg_id,
+                            .offset = r->remote_offset + off,
+                            .length = KVM_MIN(piece, r->length - off),
+                            .token = r->token,
+                            .sum = sum,
+                            .dsum = nk == 1 ? r->sum : NULL,
+                            .ci = i};
+}
+
+/* Queues the chunks of list on p's connections, the least loaded first (p->mu held). */
+static void tcp_enqueue_locked(struct tcp_peer *p, struct tcp_chunk *list)
+{
     bool woke[TP_MAX_CONNS] = {false};
     while (list) {
         struct tcp_chunk *k = list;
@@ -1330,6 +1292,86 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
             pthread_cond_signal(&best->cv); /* its I/O thread is the only waiter */
         }
     }
+}
+
+/*
+ * A lone one-chunk request whose caller only waits for it (b->cap == 1): the chunk lives on this
+ * stack while it runs here (tcp_run_here_locked, with time left and an idle connection), so the
+ * common single get or put allocates nothing; only a chunk queued for an I/O thread is copied to
+ * the heap (that thread frees it).
+ */
+static int tcp_submit_lone(struct tp_batch *b, unsigned idx, uint64_t piece)
+{
+    const struct tp_request *r = &b->slots[idx].r;
+    struct tcp_peer *p = r->segment->peer;
+    struct tcp_chunk k;
+    tcp_chunk_init(&k, b, idx, r, piece, 0, 1, NULL);
+    pthread_mutex_lock(&p->mu);
+    if (p->dead) {
+        pthread_mutex_unlock(&p->mu);
+        return kvm_errf(KVMESH_ECONN, "connection to %s lost; reopen the segment", p->key);
+    }
+    uint64_t deadline = tp_batch_deadline(b);
+    struct tcp_conn *idle = deadline > tp_io_now_ms() ? tcp_idle_conn_locked(p) : NULL;
+    struct tcp_chunk *heap = NULL;
+    if (!idle && (heap = seg_calloc(1, sizeof(*heap))) == NULL) {
+        pthread_mutex_unlock(&p->mu);
+        return kvm_errf(KVMESH_ENOMEM, "chunk allocation failed");
+    }
+    tp_slot_set_chunks(b, idx, 1);
+    if (idle) {
+        tcp_run_here_locked(p, idle, &k, deadline); /* k is not referenced after it returns */
+    } else {
+        *heap = k;
+        tcp_enqueue_locked(p, heap);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
+{
+    (void)reason;
+    const struct tp_request *r = &b->slots[idx].r;
+    struct tcp_peer *p = r->segment->peer;
+    struct tp_engine *e = b->e;
+    /* pieces: spread over the connections, at most chunk_max each (small pieces keep the
+     * bytes in flight cache-resident; see docs/performance.md), at most TCP_MAX_CHUNKS */
+    uint64_t nk = 1;
+    if (r->length > e->stripe_min)
+        nk = KVM_MIN((uint64_t)p->n, (r->length + e->stripe_min - 1) / e->stripe_min);
+    uint64_t piece = (r->length + nk - 1) / nk;
+    if (piece > e->chunk_max)
+        piece = KVM_MAX(e->chunk_max, (r->length + TCP_MAX_CHUNKS - 1) / TCP_MAX_CHUNKS);
+    piece = (piece + TCP_CHUNK_ALIGN - 1) / TCP_CHUNK_ALIGN * TCP_CHUNK_ALIGN;
+    nk = (r->length + piece - 1) / piece;
+    KVM_ASSERT(nk >= 1 && nk <= TCP_MAX_CHUNKS);
+    if (nk == 1 && b->cap == 1)
+        return tcp_submit_lone(b, idx, piece);
+    struct tcp_sum *sum = NULL; /* one reference per chunk */
+    if (r->sum && nk > 1 && (sum = tcp_sum_new(r, piece, nk)) == NULL)
+        return kvm_errf(KVMESH_ENOMEM, "checksum state allocation failed");
+    struct tcp_chunk *list = NULL, **tailp = &list;
+    for (uint64_t i = 0; i < nk; i++) {
+        struct tcp_chunk *k = seg_calloc(1, sizeof(*k));
+        if (!k) {
+            tcp_chunks_free(list);
+            for (uint64_t j = i; j < nk; j++)
+                tcp_sum_unref(sum);
+            return kvm_errf(KVMESH_ENOMEM, "chunk allocation failed");
+        }
+        tcp_chunk_init(k, b, idx, r, piece, i, nk, sum);
+        *tailp = k;
+        tailp = &k->next;
+    }
+    pthread_mutex_lock(&p->mu);
+    if (p->dead) {
+        pthread_mutex_unlock(&p->mu);
+        tcp_chunks_free(list);
+        return kvm_errf(KVMESH_ECONN, "connection to %s lost; reopen the segment", p->key);
+    }
+    tp_slot_set_chunks(b, idx, (uint32_t)nk);
+    tcp_enqueue_locked(p, list);
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
