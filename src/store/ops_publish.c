@@ -186,7 +186,7 @@ static void published(void *arg, int rc, const kvm_route_t *r)
         else
             kvm_hint_drop(rt, &it->ident);
     }
-    if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
+    if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CONFLICT_RETRIES) {
         kvm_route_free(&it->cur);
         it->have_route = false;
         if (r) {
@@ -500,7 +500,7 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
             "not applied (retry the remove)");
         return;
     }
-    if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CAS_RETRIES) {
+    if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CONFLICT_RETRIES) {
         kvm_route_free(&it->cur);
         if (!r || kvm_route_is_tombstone(r)) {
             kvm_cold_reclaim_settle(rt, it, false); /* someone else removed it */

@@ -50,21 +50,22 @@
 #include "store/store_config.h"
 #include "store/waitq.h"
 
-#define STORE_MAX_MEMBERS      256   /* members in a live snapshot */
-#define STORE_MAX_SEGS         64    /* segments per runtime */
-#define STORE_ADDR_MAX         160   /* rpc address string */
-#define STORE_SEG_CACHE_MAX    4096  /* opened remote segment handles per runtime */
-#define STORE_SEG_RETIRED_MAX  1024  /* dead handles replaced by a reopen, kept until close */
-#define STORE_PLACE_TRIES      8     /* owners tried per replica */
-#define STORE_CAS_RETRIES      8     /* publish attempts after a conflict */
-#define STORE_INDET_RETRIES    4     /* publish re-checks after an indeterminate CAS */
-#define STORE_TICK_MS          20    /* owner housekeeping period */
-#define STORE_TICK_BUDGET      256   /* expired reservations examined per housekeeping turn */
-#define STORE_EVICT_INFLIGHT   64    /* eviction CAS in flight per owner */
-#define STORE_RESERVE_WAIT_MAX 512   /* reservations waiting for eviction to free space */
-#define STORE_HIT_FLUSH_MS     100   /* hit reports are batched this long */
-#define STORE_MEMBER_PAGE      256   /* member records per range page */
-#define STORE_HELD_MAX         256   /* env messages held for a refresh that names their sender */
+#define STORE_MAX_MEMBERS      256  /* members in a live snapshot */
+#define STORE_MAX_SEGS         64   /* segments per runtime */
+#define STORE_ADDR_MAX         160  /* rpc address string */
+#define STORE_SEG_CACHE_MAX    4096 /* opened remote segment handles per runtime */
+#define STORE_SEG_RETIRED_MAX  1024 /* dead handles replaced by a reopen, kept until close */
+#define STORE_PLACE_TRIES      8    /* owners tried per replica */
+#define STORE_CAS_RETRIES      8    /* hand-off attempts after a conflict */
+#define STORE_CONFLICT_RETRIES 32   /* put/remove CAS retries after a conflict (deadline-bounded) */
+#define STORE_INDET_RETRIES    4    /* publish re-checks after an indeterminate CAS */
+#define STORE_TICK_MS          20   /* owner housekeeping period */
+#define STORE_TICK_BUDGET      256  /* expired reservations examined per housekeeping turn */
+#define STORE_EVICT_INFLIGHT   64   /* eviction CAS in flight per owner */
+#define STORE_RESERVE_WAIT_MAX 512  /* reservations waiting for eviction to free space */
+#define STORE_HIT_FLUSH_MS     100  /* hit reports are batched this long */
+#define STORE_MEMBER_PAGE      256  /* member records per range page */
+#define STORE_HELD_MAX         256  /* env messages held for a refresh that names their sender */
 #define STORE_HINTS            16384 /* route hints per runtime (power of two; route_hint.c) */
 #define STORE_HINT_WAYS        4     /* route hints: ways per set */
 #define STORE_HINT_REPLICAS    3     /* routes with more replicas are not hinted */
