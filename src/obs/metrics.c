@@ -163,14 +163,29 @@ unsigned obs_bytes_bucket(uint64_t bytes)
     return k > OBS_BYTES_BUCKETS ? OBS_BYTES_BUCKETS : k;
 }
 
+/* Bounds 0, then 2^(k-1), k = 1..6: bucket 0 holds 0, bucket k holds (2^(k-2), 2^(k-1)]. */
+unsigned obs_count_bucket(uint64_t n)
+{
+    if (n == 0)
+        return 0;
+    unsigned k = 1;
+    while (k < OBS_COUNT_BUCKETS && n > (1ull << (k - 1)))
+        k++;
+    return k;
+}
+
 static uint64_t obs_layout_bound(int layout, unsigned i)
 {
+    if (layout == OBS_LAYOUT_count)
+        return i == 0 ? 0 : 1ull << (i - 1);
     return layout == OBS_LAYOUT_latency ? obs_lat_bounds_ns[i] : (1024ull << (2 * i));
 }
 
 static unsigned obs_layout_nb(int layout)
 {
-    return layout == OBS_LAYOUT_latency ? OBS_LAT_BUCKETS : OBS_BYTES_BUCKETS;
+    return layout == OBS_LAYOUT_latency ? OBS_LAT_BUCKETS
+           : layout == OBS_LAYOUT_count ? OBS_COUNT_BUCKETS
+                                        : OBS_BYTES_BUCKETS;
 }
 
 /* ---- registries and shards -------------------------------------------------------------- */

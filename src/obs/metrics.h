@@ -7,7 +7,7 @@
  * Declaring a family: add one line to OBS_COUNTER_LIST, OBS_GAUGE_LIST or OBS_HIST_LIST below.
  *   X(id, help, dim1, dim2)                  counters (id is the name without "kvmesh_")
  *   X(id, help, mode, dim1, dim2)            gauges; mode is set (absolute) or add (up/down)
- *   X(id, help, layout, dim1, dim2)          histograms; layout is latency or bytes
+ *   X(id, help, layout, dim1, dim2)          histograms; layout is latency, bytes or count
  * Each dimension is a closed label set from OBS_DIM_LIST (`none` for no label). A family has at
  * most two dimensions. Label values are compile-time enum constants: a key, domain, route
  * version, request id or peer address can never become a label value by construction.
@@ -39,6 +39,7 @@
  *            1s 2.5s 5s 10s, then +Inf (20 finite buckets)
  *   bytes:   observations in bytes, upper bounds 1KiB 4KiB 16KiB 64KiB 256KiB 1MiB 4MiB 16MiB
  *            64MiB 256MiB 1GiB, then +Inf (11 finite buckets, powers of 4)
+ *   count:   small counts (retries), upper bounds 0 1 2 4 8 16 32, then +Inf (7 finite buckets)
  *
  * Per-tenant labels: the tenant_* families carry a `tenant` label only for the deployment's
  * finite bootstrap policy set, up to a configured cap (obs_metrics_set_tenants, at most
@@ -577,7 +578,11 @@ enum obs_dim_id {
     X(rpc_connections_open, "RPC connections open now (both directions).", set, none, none)        \
     X(rpc_queued_bytes, "Bytes queued for sending on RPC connections now.", set, none, none)       \
     X(rpc_queued_messages, "Messages queued for sending on RPC connections now.", set, none, none) \
-    X(rpc_pool_cached_bytes, "Bytes the RPC buffer pool holds for reuse now.", set, none, none)
+    X(rpc_pool_cached_bytes, "Bytes the RPC buffer pool holds for reuse now.", set, none, none)    \
+    X(op_conflict_retries_max,                                                                     \
+      "The most route CAS conflicts one put or remove item of this runtime retried (since "        \
+      "start).",                                                                                   \
+      set, op, none)
 
 #define OBS_HIST_LIST(X)                                                                           \
     X(request_duration_seconds, "API request latency, by operation.", latency, op, none)           \
@@ -589,7 +594,11 @@ enum obs_dim_id {
     X(cold_restore_duration_seconds,                                                               \
       "Reads of cold-only objects at this runtime, call to verified bytes (local device or "       \
       "remote staging, backpressure retries included).",                                           \
-      latency, none, none)
+      latency, none, none)                                                                         \
+    X(op_conflict_retries,                                                                         \
+      "Route CAS conflicts each put or remove item retried before it ended (any result), by "      \
+      "operation.",                                                                                \
+      count, op, none)
 
 /* Per-tenant families (label `tenant`, bootstrap set only, `other` overflow). X(id, help) */
 #define OBS_TENANT_COUNTER_LIST(X)                                                                 \
@@ -614,8 +623,10 @@ enum obs_dim_id {
 
 #define OBS_LAT_BUCKETS   20
 #define OBS_BYTES_BUCKETS 11
+#define OBS_COUNT_BUCKETS 7
 #define OBS_NB_latency    OBS_LAT_BUCKETS
 #define OBS_NB_bytes      OBS_BYTES_BUCKETS
+#define OBS_NB_count      OBS_COUNT_BUCKETS
 
 /* Limits. */
 #define OBS_MAX_SHARDS           1024 /* private shards in the process, all registries */
@@ -663,6 +674,7 @@ enum {
     OBS__H1_##id = OBS__N_##d1, OBS__H2_##id = OBS__N_##d2, OBS__HL_##id = OBS_LAYOUT_##layout,
         OBS_LAYOUT_latency = 1,
     OBS_LAYOUT_bytes = 2,
+    OBS_LAYOUT_count = 3,
     OBS_HIST_LIST(OBS_X_H)
 #undef OBS_X_H
 };
@@ -779,10 +791,13 @@ static inline void obs_slot_add_i64(struct obs_shard *s, int64_t *p, int64_t v)
 
 unsigned obs_lat_bucket(uint64_t ns);
 unsigned obs_bytes_bucket(uint64_t bytes);
+unsigned obs_count_bucket(uint64_t n);
 
 static inline unsigned obs_layout_bucket(int layout, uint64_t v)
 {
-    return layout == OBS_LAYOUT_latency ? obs_lat_bucket(v) : obs_bytes_bucket(v);
+    return layout == OBS_LAYOUT_latency ? obs_lat_bucket(v)
+           : layout == OBS_LAYOUT_count ? obs_count_bucket(v)
+                                        : obs_bytes_bucket(v);
 }
 
 /* histograms: record one observation (ns for latency layouts, bytes for bytes layouts) */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "store/cas_lane.h"
 #include "store/get_inline.h"
 #include "store/ops_int.h"
 #include "store/proto.h"
@@ -97,10 +98,27 @@ static void item_end(kvm_op_t *op)
     kvm_op_item_done(op);
 }
 
+/* A put's or remove's item ends: its conflict retries are counted, and the publication lane of
+ * its key passes on (cas_lane.h: the next item is resumed by kvm_cas_lane_run after item_end). */
+static void item_ending(kvm_op_t *op, struct kvm_item *it)
+{
+    kvm_rt_t *rt = op->rt;
+    if (op->type == KVM_OP_PUBLISH || op->type == KVM_OP_REMOVE)
+        kvm_cas_lane_count_retries(rt,
+                                   op->cp_op                   ? (unsigned)op->cp_op - 1u
+                                   : op->type == KVM_OP_REMOVE ? OBS_OP_REMOVE
+                                                               : OBS_OP_PUT,
+                                   it->tries);
+    kvm_cas_lane_leave(rt, it);
+}
+
 void kvm_item_done(kvm_op_t *op, struct kvm_item *it)
 {
+    kvm_rt_t *rt = op->rt;
     kvm_item_set_state(it, KVM_ITEM_DONE); /* (asserts it had not ended) */
-    item_end(op);
+    item_ending(op, it);
+    item_end(op); /* (op and it may be gone after this) */
+    kvm_cas_lane_run(rt);
 }
 
 void kvm_item_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...)
@@ -110,9 +128,12 @@ void kvm_item_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, .
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    kvm_rt_t *rt = op->rt;
     kvm_op_fail(op, it, rc, "%s", msg);
     kvm_item_set_state(it, KVM_ITEM_FAILED);
-    item_end(op);
+    item_ending(op, it);
+    item_end(op); /* (op and it may be gone after this) */
+    kvm_cas_lane_run(rt);
 }
 
 /* ---- notifications to owners ----------------------------------------------------------------- */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "store/cas_lane.h"
 #include "store/cold_glue.h"
 #include "store/ops_int.h"
 #include "store/quota.h"
@@ -72,10 +73,10 @@ static void indet_looked_up(void *arg, int rc, const kvm_route_t *r)
                   "replaced); read the key back or retry the put");
 }
 
-/* Whether a failed route CAS is known not to have been applied: an answer that refused it.
- * Anything else (timeout, lost connection, indeterminate mirroring, an authority that went
- * unavailable while the update was in flight, a metadata error after the transaction was sent)
- * may have been applied. */
+/* Whether a failed route CAS is known not to have been applied: an answer that refused it
+ * (EAGAIN included: the primary answers it only without applying). Anything else (timeout, lost
+ * connection, indeterminate mirroring, an authority that went unavailable while the update was
+ * in flight, a metadata error after the transaction was sent) may have been applied. */
 static bool cas_refused(int rc)
 {
     return kvm_cas_refused(rc); /* store/repair_plan.c: shared with the handoff and the simulator */
@@ -111,9 +112,10 @@ static bool quota_claim_made(const struct kvm_item *it)
 
 static bool quota_settle_wanted(kvm_op_t *op, struct kvm_item *it, int rc, bool time_left)
 {
-    return quota_claim_made(it) && !cas_refused(rc) && rc != KVMESH_EINDETERMINATE &&
-           rc != KVMESH_ETIMEDOUT && time_left && ++it->indet_tries <= STORE_INDET_RETRIES &&
-           op->rt->route;
+    /* (EAGAIN was not applied, but "not now" is worth publishing again, as a failure is) */
+    return quota_claim_made(it) && (!cas_refused(rc) || rc == KVMESH_EAGAIN) &&
+           rc != KVMESH_EINDETERMINATE && rc != KVMESH_ETIMEDOUT && time_left &&
+           ++it->indet_tries <= STORE_INDET_RETRIES && op->rt->route;
 }
 
 static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
@@ -121,6 +123,7 @@ static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
     kvm_rt_t *rt = op->rt;
     obs_count(rt->metrics, replicas_published_total, OBS_OUTCOME_OK, OBS_NONE, it->n_res);
     kvm_hint_put(rt, r);
+    kvm_cas_lane_leave(rt, it); /* the next put of the key expects r (resumed at our end) */
     /* the new replicas' COMMITs and the old ones' RELEASEs as one group: to one owner (an
      * overwrite in place) they leave as one batch, not two notifications (slot_batch.h) */
     kvm_slot_batch_begin(rt);
@@ -137,8 +140,10 @@ static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
     it->rc = 0;
     if (rt->cfg.cold_write_through) /* (the wait may answer at once) */
         kvm_item_set_state(it, KVM_ITEM_DURABLE_WAIT);
-    if (kvm_cold_durable_wait(rt, op, it, r, durable_done))
+    if (kvm_cold_durable_wait(rt, op, it, r, durable_done)) {
+        kvm_cas_lane_run(rt); /* (the next put of the key does not wait for our cold copy) */
         return; /* cold_write_through: acknowledged once its cold copy is usage-committed */
+    }
     kvm_item_done(op, it);
 }
 
@@ -348,9 +353,24 @@ static int cas_with_claim(kvm_op_t *op, struct kvm_item *it, const kvm_route_ver
     return rc ? rc : route_cas_claim(op->rt->route, expected, next, blob, n, cb, c, &c->cost);
 }
 
+/* The lane of the item's key passed to it (cas_lane.h): the item that held it ended and left
+ * the route hint its CAS proved (or its last conflict answer's route), the expectation now. */
+static void lane_resumed(kvm_op_t *op, struct kvm_item *it)
+{
+    /* (past its deadline too: the CAS is sent once, and a conflict then ends it, ETIMEDOUT) */
+    kvm_route_free(&it->cur);
+    it->have_route = kvm_hint_get(op->rt, &it->ident, &it->cur);
+    publish_cas_now(op, it);
+}
+
 static void publish_cas_now(kvm_op_t *op, struct kvm_item *it)
 {
     kvm_rt_t *rt = op->rt;
+    /* One CAS of a key in flight from this runtime (a put without tenant quota: a claimed
+     * publication keeps its claim's expectation): later puts of the key wait in its lane; the
+     * holder's conflict retries go ahead of them. */
+    if (!it->q && !kvm_cas_lane_enter(rt, op, it, lane_resumed))
+        return;
     kvm_item_set_state(it, KVM_ITEM_COLD_GATE); /* (the gate may answer at once) */
     if (kvm_cold_reclaim_gate(rt, op, it, publish_gated))
         return; /* the old value's cold copy gets its reclaim record first */
@@ -433,6 +453,7 @@ static void publish_looked_up(void *arg, int rc, const kvm_route_t *r)
  * the claim needs the current version first (quota_item.c), so the route is looked up. */
 void kvm_ops_publish_start(kvm_op_t *op, struct kvm_item *it)
 {
+    it->tries = 0; /* (counted per item at its end: kvm_cas_lane_count_retries) */
     if (it->q) {
         kvm_ops_start_lookup(op, it, KVM_ITEM_LOOKING_UP, publish_looked_up);
         return;

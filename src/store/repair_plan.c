@@ -54,10 +54,17 @@ int kvm_handoff_next(const kvm_route_t *cur, const kvm_hot_replica_t *moving,
     return 0;
 }
 
+/* EAGAIN: a fenced primary answers it only without applying the CAS (src/route/route_auth.c
+ * on_cas: the entry busy mirroring an earlier CAS, a dirty entry whose repair it starts first,
+ * a claim holding the key, a claim-carrying CAS without its claim; route_claim.c: the claim
+ * table full), and the route client sends the CAS again after it, one attempt in flight at a
+ * time, ending the op on any other answer or on a lost one (ETIMEDOUT); MetadataOnly maps a
+ * backend's EAGAIN after its transaction was sent to EUNAVAILABLE. So an EAGAIN result was
+ * never applied. */
 bool kvm_cas_refused(int rc)
 {
     return rc == KVMESH_ECONFLICT || rc == KVMESH_EINVAL || rc == KVMESH_ENOMEM ||
-           rc == KVMESH_EQUOTA || rc == KVMESH_ETOOBIG;
+           rc == KVMESH_EQUOTA || rc == KVMESH_ETOOBIG || rc == KVMESH_EAGAIN;
 }
 
 enum kvm_handoff_step kvm_handoff_outcome(int rc, uint32_t *tries, uint32_t max_retries)

@@ -75,7 +75,8 @@ enum kvm_handoff_step {
 enum kvm_handoff_step kvm_handoff_outcome(int rc, uint32_t *tries, uint32_t max_retries);
 
 /* Whether a CAS result means "not applied" (the store's cas_refused): conflict, invalid, out of
- * memory, quota, too big. Any other failure may have been applied. */
+ * memory, quota, too big, and EAGAIN (the authority's "not now", answered without applying:
+ * repair_plan.c). Any other failure may have been applied. */
 bool kvm_cas_refused(int rc);
 
 #endif

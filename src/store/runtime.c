@@ -37,6 +37,7 @@
 #include "store/place.h"
 #include "store/data.h"
 #include "store/proto.h"
+#include "store/cas_lane.h"
 #include "store/cold_glue.h"
 #include "store/quota.h"
 #include "store/repair.h"
@@ -960,6 +961,7 @@ static void rt_free(kvm_rt_t *rt)
     free(rt->next_members);
     free(rt->hitbufs);
     kvm_hint_fini(rt);
+    kvm_cas_lanes_free(rt);
     obs_tracer_destroy(rt->tracer); /* after the loop: no span is in progress */
     rt->tracer = NULL;
     obs_registry_free(rt->metrics); /* last: every layer that counted into it is gone */

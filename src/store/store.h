@@ -202,6 +202,11 @@ struct kvm_item {
     /* cold tier (cold_place.c): the reclaim planned before a CAS replacing cur's materialized
      * backing (cold_reclaim_of = the cold op it reclaims; nil = none planned) */
     kvm_op_id_t cold_reclaim_op, cold_reclaim_of;
+    /* publication lane of the key (cas_lane.h) [loop]: held, or waiting (lane_op, lane_fn) */
+    bool lane_held;
+    struct kvm_item *lane_next;
+    struct kvm_op *lane_op;
+    void (*lane_fn)(struct kvm_op *op, struct kvm_item *it);
 };
 
 enum kvm_op_type {
@@ -461,6 +466,7 @@ typedef struct kvm_rt {
     struct kvm_fair *fair;        /* [any] soft isolation gate (fair.c); NULL = off */
     struct kvm_place *place;      /* [loop] tenant placement preferences (place.c); NULL = none */
     struct kvm_hints *hints;      /* [loop] route hints (route_hint.c); NULL until first use */
+    struct kvm_cas_lanes *lanes;  /* [loop] per-key CAS lanes (cas_lane.c); NULL until used */
     struct kvm_repair *repair;    /* background re-replication (repair.c); NULL = none */
     struct kvm_cold *cold;        /* [loop] cold tier wiring (cold_glue.c and the cold_*.c files,
                                      cold_int.h); NULL = off */

@@ -116,6 +116,12 @@ static void test_handoff_outcome(void **state)
     assert_int_equal(kvm_handoff_outcome(KVMESH_EINDETERMINATE, &tries, 2), KVM_HANDOFF_KEEP);
     assert_int_equal(kvm_handoff_outcome(KVMESH_EUNAVAILABLE, &tries, 2), KVM_HANDOFF_KEEP);
     assert_int_equal(kvm_handoff_outcome(KVMESH_EINVAL, &tries, 2), KVM_HANDOFF_RECLAIM);
+    /* EAGAIN is answered only without applying: the copy is reclaimed, nothing waits for the
+     * reservation's expiry lookup */
+    assert_int_equal(kvm_handoff_outcome(KVMESH_EAGAIN, &tries, 2), KVM_HANDOFF_RECLAIM);
+    assert_true(kvm_cas_refused(KVMESH_EAGAIN));
+    assert_false(kvm_cas_refused(KVMESH_EUNAVAILABLE));
+    assert_false(kvm_cas_refused(KVMESH_ETIMEDOUT));
     assert_int_equal(tries, 0);
 }
 
