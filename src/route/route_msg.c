@@ -42,7 +42,7 @@ static void r_rt(kvm_rd_t *r, kvm_runtime_t *rt)
 
 void route_msg_init(route_msg_t *m, uint16_t kind)
 {
-    memset(m, 0, offsetof(route_msg_t, route1)); /* the decode storage is written by decode */
+    memset(m, 0, offsetof(route_msg_t, set)); /* set[] and the decode storage: route_msg.h */
     m->kind = kind;
     m->primary_node = ENV_NODE_NONE;
 }
