@@ -78,6 +78,13 @@ int kvm_ident_check_key(const void *key, size_t len)
 int kvm_ident_init_n(kvm_ident_t *out, const char *tenant, size_t tenant_len, const char *domain,
                      size_t domain_len, const void *key, size_t key_len)
 {
+    return kvm_ident_init_n_in(out, NULL, 0, tenant, tenant_len, domain, domain_len, key, key_len);
+}
+
+int kvm_ident_init_n_in(kvm_ident_t *out, uint8_t *store, size_t cap, const char *tenant,
+                        size_t tenant_len, const char *domain, size_t domain_len, const void *key,
+                        size_t key_len)
+{
     memset(out, 0, sizeof(*out));
     int rc = kvm_ident_check_tenant(tenant, tenant_len);
     if (rc)
@@ -90,7 +97,7 @@ int kvm_ident_init_n(kvm_ident_t *out, const char *tenant, size_t tenant_len, co
         domain_len = 0;
     KVM_ASSERT(tenant != NULL && key != NULL); /* the checks above reject NULL */
     size_t n = 1 + 1 + tenant_len + 1 + domain_len + 2 + key_len;
-    uint8_t *enc = malloc(n);
+    uint8_t *enc = store && n <= cap ? store : malloc(n);
     if (!enc)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for an object identity");
     kvm_wr_t w;

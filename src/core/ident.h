@@ -57,6 +57,12 @@ int kvm_ident_init(kvm_ident_t *out, const char *tenant, const char *domain, con
 /* Same, with explicit lengths (domain NULL = none; domain non-NULL with length 0 is rejected). */
 int kvm_ident_init_n(kvm_ident_t *out, const char *tenant, size_t tenant_len, const char *domain,
                      size_t domain_len, const void *key, size_t key_len);
+/* Same, with the encoding written into store (cap bytes) when it fits, else allocated as above.
+ * An identity whose enc == store does not own it: its holder must not kvm_ident_free it (zero
+ * it instead) and must keep store alive and unchanged while it is used. */
+int kvm_ident_init_n_in(kvm_ident_t *out, uint8_t *store, size_t cap, const char *tenant,
+                        size_t tenant_len, const char *domain, size_t domain_len, const void *key,
+                        size_t key_len);
 /* Parses and validates a canonical encoding (e.g. from a metadata key or the wire). Errors:
  * KVMESH_EPROTO for a malformed layout, or the validation codes above. */
 int kvm_ident_from_canonical(kvm_ident_t *out, const void *enc, size_t len);

@@ -78,6 +78,17 @@ int wire_cold_backing_decode(const uint8_t *buf, size_t len, kvm_cold_backing_t 
  * section 7a). */
 int wire_route_encode(const kvm_route_t *in, uint8_t *buf, size_t cap, size_t *out_len);
 int wire_route_decode(const uint8_t *buf, size_t len, kvm_route_t *out);
+/* wire_route_decode with the identity's encoding written into ident_store (cap bytes) when it
+ * fits (kvm_ident_init_n_in: the route then does not own it; a failed decode leaves nothing
+ * owned), so that a decoder with room of its own takes no allocation per route. */
+int wire_route_decode_in(const uint8_t *buf, size_t len, kvm_route_t *out, uint8_t *ident_store,
+                         size_t cap);
+/* The identity frame, hand-written like the route codec (wire_route.c): the bytes, accept and
+ * reject, values, codes and messages of wire_ident_encode / wire_ident_decode (their oracle),
+ * with the decoded encoding in store when it fits (as wire_route_decode_in). */
+int wire_ident_encode_fast(const kvm_ident_t *in, uint8_t *buf, size_t cap, size_t *out_len);
+int wire_ident_decode_in(const uint8_t *buf, size_t len, kvm_ident_t *out, uint8_t *store,
+                         size_t cap);
 
 /* Test oracle: the protobuf-c route codec that wire_route_encode/_decode replaced, kept
  * unchanged so that tests/unit/test_wire_route_codec.c and tests/fuzz/fuzz_wire_route_diff.c

@@ -506,11 +506,12 @@ static int get_cold(const pb_cold_t *pb, kvm_cold_backing_t *out)
     return 0;
 }
 
-static int get_ident(const pb_ident_t *pb, kvm_ident_t *out)
+/* The identity, its encoding in store (cap bytes) when it fits (kvm_ident_init_n_in). */
+static int get_ident(const pb_ident_t *pb, kvm_ident_t *out, uint8_t *store, size_t cap)
 {
     const char *domain = pb->domain.n ? (const char *)pb->domain.p : NULL;
-    int rc = kvm_ident_init_n(out, (const char *)pb->tenant.p, pb->tenant.n, domain, pb->domain.n,
-                              pb->key.p, pb->key.n);
+    int rc = kvm_ident_init_n_in(out, store, cap, (const char *)pb->tenant.p, pb->tenant.n, domain,
+                                 pb->domain.n, pb->key.p, pb->key.n);
     if (rc == KVMESH_ENOMEM)
         return rc;
     return rc ? wire_proto_err("ident") : 0;
@@ -536,12 +537,12 @@ static int get_replicas(const pb_route_t *pb, kvm_route_t *r)
     return 0;
 }
 
-static int route_from_tree(const pb_route_t *pb, kvm_route_t *r)
+static int route_from_tree(const pb_route_t *pb, kvm_route_t *r, uint8_t *store, size_t cap)
 {
     int rc;
     if (!pb->ident.set)
         return kvm_errf(KVMESH_EPROTO, "wire: route has no identity");
-    if ((rc = get_ident(&pb->ident, &r->ident)) != 0)
+    if ((rc = get_ident(&pb->ident, &r->ident, store, cap)) != 0)
         return rc;
     get_version(&pb->version, &r->version);
     get_version(&pb->pred_version, &r->predecessor_version);
@@ -565,6 +566,12 @@ static int route_from_tree(const pb_route_t *pb, kvm_route_t *r)
 
 int wire_route_decode(const uint8_t *buf, size_t len, kvm_route_t *out)
 {
+    return wire_route_decode_in(buf, len, out, NULL, 0);
+}
+
+int wire_route_decode_in(const uint8_t *buf, size_t len, kvm_route_t *out, uint8_t *ident_store,
+                         size_t cap)
+{
     int rc;
     pb_route_t pb;
     kvm_route_init(out);
@@ -577,9 +584,12 @@ int wire_route_decode(const uint8_t *buf, size_t len, kvm_route_t *out)
     pb_bin_t body = {buf + WIRE_HEADER_LEN, len - WIRE_HEADER_LEN};
     if (!parse_route(body, &pb))
         return kvm_errf(KVMESH_EPROTO, "wire: malformed Route message");
-    rc = route_from_tree(&pb, out);
-    if (rc)
+    rc = route_from_tree(&pb, out, ident_store, cap);
+    if (rc) {
+        if (ident_store && out->ident.enc == ident_store)
+            memset(&out->ident, 0, sizeof(out->ident)); /* not owned: nothing to free */
         kvm_route_free(out);
+    }
     return rc;
 }
 
@@ -781,6 +791,45 @@ int wire_route_encode(const kvm_route_t *in, uint8_t *buf, size_t cap, size_t *o
     wire_header_put(buf, WIRE_SCHEMA_ROUTE, WIRE_VERSION);
     uint8_t *end = w_route(buf + WIRE_HEADER_LEN, in);
     KVM_ASSERT((size_t)(end - buf) == n + WIRE_HEADER_LEN);
+    *out_len = n + WIRE_HEADER_LEN;
+    return 0;
+}
+
+/* ---- the identity frame (records.proto `Ident`) -------------------------------------------- */
+
+int wire_ident_decode_in(const uint8_t *buf, size_t len, kvm_ident_t *out, uint8_t *store,
+                         size_t cap)
+{
+    int rc;
+    pb_ident_t pb;
+    memset(out, 0, sizeof(*out));
+    if (len > KVM_WIRE_MAX_RECORD_LEN)
+        return kvm_errf(KVMESH_ETOOBIG, "wire: input is %zu bytes; the maximum record is %d", len,
+                        KVM_WIRE_MAX_RECORD_LEN);
+    if ((rc = wire_header_get(buf, len, WIRE_SCHEMA_IDENT, WIRE_MIN_VERSION, WIRE_VERSION, NULL)) !=
+        0)
+        return rc;
+    pb_bin_t body = {buf + WIRE_HEADER_LEN, len - WIRE_HEADER_LEN};
+    if (!parse_ident(body, &pb))
+        return kvm_errf(KVMESH_EPROTO, "wire: malformed Ident message");
+    return get_ident(&pb, out, store, cap);
+}
+
+int wire_ident_encode_fast(const kvm_ident_t *in, uint8_t *buf, size_t cap, size_t *out_len)
+{
+    *out_len = 0;
+    if (!in->enc)
+        return kvm_errf(KVMESH_EINVAL, "wire: cannot encode an empty identity");
+    size_t n = ident_len(in);
+    int rc = wire_frame_fits(n, buf, cap);
+    if (rc)
+        return rc;
+    wire_header_put(buf, WIRE_SCHEMA_IDENT, WIRE_VERSION);
+    uint8_t *p = buf + WIRE_HEADER_LEN;
+    p = w_bytes(p, 1, kvm_ident_tenant(in), in->tenant_len);
+    p = w_bytes(p, 2, kvm_ident_domain(in), in->domain_len);
+    p = w_bytes(p, 3, kvm_ident_key(in), in->key_len);
+    KVM_ASSERT((size_t)(p - buf) == n + WIRE_HEADER_LEN);
     *out_len = n + WIRE_HEADER_LEN;
     return 0;
 }

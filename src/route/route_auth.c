@@ -240,8 +240,19 @@ static void use_frame(route_msg_t *m, const mirror_op_t *op)
 /* Ends op: the entry's flags, then the client's answer. e_now/r_now: when op ends within
  * mirror_start (no peer to wait for), the entry and the route it was started with (still
  * current: nothing ran in between), else NULL (looked up again: the entry may have changed). */
+static void mirror_end(route_svc_t *svc, mirror_op_t *op, route_entry_t *e_now,
+                       const kvm_route_t *r_now);
+
 static void mirror_finish(route_svc_t *svc, mirror_op_t *op, route_entry_t *e_now,
                           const kvm_route_t *r_now)
+{
+    mirror_end(svc, op, e_now, r_now);
+    mirror_op_free(op);
+}
+
+/* mirror_finish without freeing op (an op of mirror_route's stack: a set of one). */
+static void mirror_end(route_svc_t *svc, mirror_op_t *op, route_entry_t *e_now,
+                       const kvm_route_t *r_now)
 {
     route_shard_t *sh = &svc->shards[op->shard];
     KVM_ASSERT(sh->mirrors_inflight > 0);
@@ -289,7 +300,6 @@ static void mirror_finish(route_svc_t *svc, mirror_op_t *op, route_entry_t *e_no
         svc->claim_reply = NULL;
         svc->claim_reply_len = 0;
     }
-    mirror_op_free(op);
 }
 
 static void on_mirror_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
@@ -317,6 +327,32 @@ static void on_mirror_resp(route_svc_t *svc, route_call_t *c, const route_msg_t 
 static void mirror_route(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
                          const kvm_route_t *r, env_node_t reply_node, uint64_t reply_req)
 {
+    bool peers = false;
+    for (uint32_t i = 0; i < sh->rec.n_set && !peers; i++)
+        peers = !is_self(svc, &sh->rec.set[i].rt);
+    if (!peers) {
+        /* A set of one: nothing to wait for, so the op lives on this stack and ends now, with
+         * no frame (the answer is the route's only encoding), no allocation and no copy of the
+         * identity or of a claim's reply (both outlive the call). */
+        mirror_op_t one;
+        memset(&one, 0, sizeof(one));
+        one.shard = sh->id;
+        one.ident = r->ident;
+        one.version = r->version;
+        one.reply_node = reply_node;
+        one.reply_req = reply_req;
+        if (reply_node != ENV_NODE_NONE && svc->claim_seq) { /* a claimed CAS (route_claim.c) */
+            one.claim = true;
+            if (svc->claim_reply_len) { /* borrowed: mirror_end frees nothing */
+                one.claim_reply = (uint8_t *)svc->claim_reply;
+                one.claim_reply_len = svc->claim_reply_len;
+            }
+        }
+        e->busy = true;
+        sh->mirrors_inflight++;
+        mirror_end(svc, &one, e, r);
+        return;
+    }
     mirror_op_t *op = mirror_op_new(r);
     op->shard = sh->id;
     op->version = r->version;
@@ -380,7 +416,7 @@ static void mirror_start(route_svc_t *svc, route_shard_t *sh, route_entry_t *e,
 
 /* ---- request handlers ----------------------------------------------------------------------- */
 
-static bool expected_matches(route_svc_t *svc, const kvm_route_t *cur,
+static bool expected_matches(route_svc_t *svc, const rp_head_t *cur,
                              const kvm_route_version_t *expected)
 {
     if (!cur)
@@ -427,11 +463,16 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
         reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_EAGAIN, NULL, 0);
         return;
     }
+    /* what the CAS decides on, read from the entry without unpacking its route (a refusal
+     * sends the whole current route) */
+    rp_head_t head;
     kvm_route_t view;
     if (e)
-        route_table_view(sh->table, e, &view);
-    if (!expected_matches(svc, e ? &view : NULL, &req->expected)) {
+        route_table_head(sh->table, e, &head);
+    if (!expected_matches(svc, e ? &head : NULL, &req->expected)) {
         obs_count(svc->metrics, route_cas_total, OBS_CAS_CONFLICT, OBS_NONE, 1);
+        if (e)
+            route_table_view(sh->table, e, &view);
         const kvm_route_t *cur = e ? &view : NULL;
         reply(svc, raw, req, RMSG_CAS_RESP, sh, KVMESH_ECONFLICT, cur ? &cur : NULL, cur ? 1 : 0);
         return;
@@ -444,7 +485,7 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
      * whose identity is borrowed from the request (which outlives this handler);
      * route_table_put copies what it keeps, so nr is never freed. */
     kvm_route_t nr = *next;
-    kvm_route_version_t cur_v = e ? view.version : KVM_ROUTE_VERSION_NONE;
+    kvm_route_version_t cur_v = e ? head.version : KVM_ROUTE_VERSION_NONE;
     uint64_t seq = svc->claim_seq ? svc->claim_seq /* reserved by its claim (route_claim.c) */
                    : as_primary   ? ++sh->seq
                                   : cur_v.primary_sequence + 1; /* BUG variant: local */
@@ -452,10 +493,10 @@ static void on_cas(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *re
     nr.predecessor_version = cur_v;
     memset(&nr.predecessor_op, 0, sizeof(nr.predecessor_op));
     if (e)
-        nr.predecessor_op = view.content_op;
+        nr.predecessor_op = head.content_op;
     if (kvm_op_id_equal(&nr.predecessor_op, &nr.content_op))
         memset(&nr.predecessor_op, 0, sizeof(nr.predecessor_op));
-    kvm_tomb_state_t from = e ? view.tomb : KVM_TOMB_NONE;
+    kvm_tomb_state_t from = e ? head.tomb : KVM_TOMB_NONE;
     int rc = kvm_route_version_cmp(&nr.version, &cur_v) > 0 ? 0 : KVMESH_ECONFLICT;
     if (rc == 0 && !kvm_route_tomb_transition_ok(from, nr.tomb) && from != KVM_TOMB_NONE &&
         nr.tomb != KVM_TOMB_NONE)
@@ -495,10 +536,10 @@ bool route_auth_cas_would_apply(route_svc_t *svc, const route_msg_t *req, route_
     route_entry_t *e = route_table_get(sh->table, &next->ident);
     if ((e && (e->busy || e->dirty)) || route_claim_holds(svc, sh->id, &next->ident))
         return false;
-    kvm_route_t view;
+    rp_head_t head;
     if (e)
-        route_table_view(sh->table, e, &view);
-    return expected_matches(svc, e ? &view : NULL, &req->expected);
+        route_table_head(sh->table, e, &head);
+    return expected_matches(svc, e ? &head : NULL, &req->expected);
 }
 
 static void on_read(route_svc_t *svc, const env_msg_t *raw, const route_msg_t *req,

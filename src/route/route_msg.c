@@ -19,6 +19,7 @@
  */
 #include "route/route_msg.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,7 +42,7 @@ static void r_rt(kvm_rd_t *r, kvm_runtime_t *rt)
 
 void route_msg_init(route_msg_t *m, uint16_t kind)
 {
-    memset(m, 0, sizeof(*m));
+    memset(m, 0, offsetof(route_msg_t, set)); /* set[] and the decode storage: route_msg.h */
     m->kind = kind;
     m->primary_node = ENV_NODE_NONE;
 }
@@ -49,9 +50,13 @@ void route_msg_init(route_msg_t *m, uint16_t kind)
 void route_msg_clear(route_msg_t *m)
 {
     uint16_t kind = m->kind;
-    kvm_ident_free(&m->ident);
+    if (m->ident.enc != m->ident_buf) /* (in the decode storage: not owned) */
+        kvm_ident_free(&m->ident);
     free(m->claim);
-    if (m->routes) {
+    if (m->routes == &m->route1) { /* decoded into the storage: only a long identity to free */
+        if (m->n_routes && m->route1.ident.enc != m->rident_buf)
+            kvm_ident_free(&m->route1.ident);
+    } else if (m->routes) {
         for (uint32_t i = 0; i < m->n_routes; i++)
             kvm_route_free(&m->routes[i]);
         free(m->routes);
@@ -198,13 +203,19 @@ int route_msg_encode(const route_msg_t *m, uint8_t *buf, size_t cap, size_t *out
     kvm_wr_u64le(&w, m->expected.fencing_token);
     kvm_wr_u64le(&w, m->expected.primary_sequence);
     kvm_wr_u8(&w, m->has_ident ? 1 : 0);
-    if (m->has_ident) {
-        uint8_t tmp[KVM_WIRE_MAX_RECORD_LEN];
-        size_t n;
-        int rc = wire_ident_encode(&m->ident, tmp, sizeof(tmp), &n);
-        if (rc)
+    if (m->has_ident) { /* the frame in place after its length */
+        size_t at = w.len, avail = 0, n = 0;
+        kvm_wr_u32le(&w, 0);
+        uint8_t *tail = kvm_wr_tail(&w, 0, &avail);
+        int rc = tail ? wire_ident_encode_fast(&m->ident, tail, avail, &n) : 0;
+        if (rc == KVMESH_ETOOBIG)
+            kvm_wr_fail(&w, KVMESH_ETOOBIG);
+        else if (rc)
             return rc;
-        kvm_wr_lp32le(&w, tmp, n);
+        else if (tail) {
+            kvm_wr_advance(&w, n);
+            kvm_wr_patch_u32le(&w, at, (uint32_t)n);
+        }
     }
     kvm_wr_bytes(&w, m->owner.b, KVM_ID128_LEN);
     kvm_wr_u32le(&w, m->limit);
@@ -303,7 +314,7 @@ int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t 
         const uint8_t *p = kvm_rd_lp32le(&r, &n);
         if (!p)
             return bad(out, "truncated ident");
-        if (wire_ident_decode(p, n, &out->ident) != 0)
+        if (wire_ident_decode_in(p, n, &out->ident, out->ident_buf, sizeof(out->ident_buf)) != 0)
             return bad(out, "bad ident frame");
         out->has_ident = true;
     }
@@ -335,7 +346,19 @@ int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t 
         return bad(out, "route count out of range for the kind");
     if (out->kind == RMSG_READ_REQ && !out->has_ident)
         return bad(out, "read request without an identity");
-    if (nr) {
+    if (nr == 1) { /* in the message's own storage: no allocation */
+        uint32_t n = 0;
+        const uint8_t *p = kvm_rd_lp32le(&r, &n);
+        if (!p)
+            return bad(out, "truncated route");
+        out->routes = &out->route1;
+        out->n_routes = 1;
+        if (wire_route_decode_in(p, n, &out->route1, out->rident_buf, sizeof(out->rident_buf)) !=
+            0) {
+            out->n_routes = 0; /* (a failed decode owns nothing) */
+            return bad(out, "bad route frame");
+        }
+    } else if (nr) {
         out->routes = calloc(nr, sizeof(kvm_route_t));
         if (!out->routes) {
             route_msg_clear(out);

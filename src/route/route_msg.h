@@ -34,6 +34,9 @@
 #define ROUTE_MSG_MAX_ROUTES 64            /* routes per transfer/owner page */
 #define ROUTE_MSG_MAX_SET    32            /* authority set members carried (== WRH_MAX_K) */
 #define ROUTE_MSG_MAX_LEN    (600u * 1024) /* bytes of one encoded message */
+/* Bytes of an identity's canonical encoding a decoded message holds in itself (route_msg_t's
+ * decode storage); a longer one (a long key or scope) is allocated. */
+#define ROUTE_MSG_IDENT_INLINE 192
 
 enum route_msg_kind {
     RMSG_CAS_REQ = 1,      /* client -> primary: expected version + next route */
@@ -109,8 +112,7 @@ typedef struct route_msg {
     uint32_t flags;
     kvm_runtime_t primary;
     env_node_t primary_node;
-    uint32_t n_set;
-    route_msg_member_t set[ROUTE_MSG_MAX_SET];
+    uint32_t n_set; /* members in set[] (at the end: the rest of set[] is not zeroed) */
     /* FETCH_RESP/OWNER_RESP */
     bool more;
     /* routes: CAS_REQ/RESP, READ_RESP, MIRROR, REPAIR: 0 or 1; pages: up to MAX_ROUTES */
@@ -137,9 +139,21 @@ typedef struct route_msg {
     /* decoded and attached (route_msg_attach): the attachment inl points into; a receiver may
      * take its buffer (env.h env_payload_t) */
     env_payload_t *inl_att;
+    /* INSTALL_REQ: the first n_set entries (route_msg_init leaves the array as it is: only
+     * set[0..n_set) is ever read or written) */
+    route_msg_member_t set[ROUTE_MSG_MAX_SET];
+    /* Decode storage (route_msg_decode), so that a message of at most one route decodes with
+     * no allocation: its route (routes == &route1) and the encodings of its identities when
+     * they fit (ident.enc == ident_buf, route1.ident.enc == rident_buf; larger ones are on the
+     * heap). Not zeroed by route_msg_init (nothing here is read before decode writes it); a
+     * decoded message is therefore never copied by value (its pointers point into itself). */
+    kvm_route_t route1;
+    uint8_t ident_buf[ROUTE_MSG_IDENT_INLINE];
+    uint8_t rident_buf[ROUTE_MSG_IDENT_INLINE];
 } route_msg_t;
 
-/* Zeroes m (owns nothing). */
+/* Zeroes m (owns nothing) but for set[] and the decode storage, which are left as they are
+ * (set[0..n_set) with n_set = 0: nothing; ~2 KiB that each message would otherwise zero). */
 void route_msg_init(route_msg_t *m, uint16_t kind);
 /* Frees what a decoded (or caller-filled with owned routes) message owns; m is re-zeroed. */
 void route_msg_clear(route_msg_t *m);

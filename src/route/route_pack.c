@@ -521,6 +521,26 @@ kvm_route_version_t rp_version(const uint8_t *p, size_t len)
     return v;
 }
 
+void rp_head(const rp_sets_t *s, const uint8_t *p, size_t len, rp_head_t *out)
+{
+    rd_t r = {p, len, 0};
+    uint8_t flags;
+    skip_replicas(&r, &flags);
+    out->version.fencing_token = get_v(&r);
+    out->version.primary_sequence = get_v(&r);
+    if (!(flags & F_SAME_TOKEN))
+        (void)get_v(&r); /* the predecessor version */
+    (void)get_v(&r);
+    walk_t wk = {.s = s};
+    get_op(&wk, &r, &out->content_op);
+    if (flags & F_PRED_OP)
+        get_op(&wk, &r, NULL);
+    (void)get_v(&r); /* length, checksum */
+    (void)get_u64(&r);
+    out->tomb = (kvm_tomb_state_t)get_v(&r);
+    out->retain_until_ms = (flags & F_RETAIN) ? get_v(&r) : 0;
+}
+
 bool rp_has_owner(const uint8_t *p, size_t len, uint32_t idx)
 {
     rd_t r = {p, len, 0};

@@ -71,6 +71,16 @@ void rp_unref(rp_sets_t *s, const uint8_t *p, size_t len);
 void rp_unpack(const rp_sets_t *s, const uint8_t *p, size_t len, kvm_route_t *out);
 /* The version alone (reads the replicas and the version only). */
 kvm_route_version_t rp_version(const uint8_t *p, size_t len);
+/* The fields a CAS decides on (route_auth.c), read without unpacking the rest. */
+typedef struct rp_head {
+    kvm_route_version_t version;
+    kvm_op_id_t content_op;
+    kvm_tomb_state_t tomb;
+    uint64_t retain_until_ms;
+} rp_head_t;
+/* Those fields alone: what rp_unpack gives for them, with no replica, predecessor or cold
+ * backing read (only the content op's writer is looked up). */
+void rp_head(const rp_sets_t *s, const uint8_t *p, size_t len, rp_head_t *out);
 /* Does the packed route list owner index idx among its replicas? */
 bool rp_has_owner(const uint8_t *p, size_t len, uint32_t idx);
 /* Recounts the references of every packed route given (counts arrays of in->n entries,

@@ -123,6 +123,12 @@ void route_table_view(const route_table_t *t, const route_entry_t *e, kvm_route_
     out->ident = route_entry_ident(e);
 }
 
+void route_table_head(const route_table_t *t, const route_entry_t *e, rp_head_t *out)
+{
+    const rt_node_t *n = KVM_CONTAINER_OF(e, rt_node_t, e);
+    rp_head(&t->sets, packed(n), e->priv_len, out);
+}
+
 /* A tombstone with a purge deadline (finalized, or pending with one) is in the expiry index. */
 static bool indexed(const kvm_route_t *r)
 {

@@ -33,6 +33,7 @@
 #include <stddef.h>
 
 #include "core/route.h"
+#include "route/route_pack.h"
 
 typedef struct route_entry route_entry_t;
 typedef struct route_table route_table_t;
@@ -68,6 +69,9 @@ void route_table_view(const route_table_t *t, const route_entry_t *e, kvm_route_
 kvm_ident_t route_entry_ident(const route_entry_t *e);
 /* The version of e's route (without unpacking the rest). */
 kvm_route_version_t route_entry_version(const route_entry_t *e);
+/* The version, content op, tombstone state and retention of e's route (rp_head: without
+ * unpacking the rest; what a CAS decides on). */
+void route_table_head(const route_table_t *t, const route_entry_t *e, rp_head_t *out);
 
 /* First entry with ident > after (after NULL = the first entry), or NULL. */
 route_entry_t *route_table_next(route_table_t *t, const kvm_ident_t *after);

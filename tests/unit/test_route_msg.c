@@ -355,6 +355,13 @@ static void test_packed_routes(void **state)
         assert_true(kvm_route_equal(&out, &in[i]));
         kvm_route_version_t v = rp_version(packed[i], plen[i]);
         assert_true(kvm_route_version_equal(&v, &in[i].version));
+        rp_head_t h; /* the fields a CAS decides on, read alone */
+        memset(&h, 0xa5, sizeof(h));
+        rp_head(&sets, packed[i], plen[i], &h);
+        assert_true(kvm_route_version_equal(&h.version, &in[i].version));
+        assert_true(kvm_op_id_equal(&h.content_op, &in[i].content_op));
+        assert_int_equal(h.tomb, in[i].tomb);
+        assert_int_equal(h.retain_until_ms, in[i].retain_until_ms);
         for (uint64_t o = 0; o < 10; o++) {
             kvm_id128_t id = kvm_id128_from_u64(9, o);
             int64_t idx = rp_intern_find(&sets.ids, &id);

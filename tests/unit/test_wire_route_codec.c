@@ -483,12 +483,107 @@ static void test_pinned_merges(void **state)
     kvm_route_free(&a);
 }
 
+/* The identity frame's hand-written codec (wire_ident_encode_fast / wire_ident_decode_in)
+ * against wire_ident_encode / wire_ident_decode (protobuf-c): same bytes, same refusals on a
+ * short buffer; on the frames and their flips, truncations and inserted bytes the same code,
+ * message and identity; a decoded encoding lies in the caller's storage exactly when it fits. And
+ * wire_route_decode_in: the route of wire_route_decode, its identity in the storage when it
+ * fits, nothing owned after a failure. */
+static void test_ident_frame_and_storage(void **state)
+{
+    (void)state;
+    wr_seed(0x5eed0006);
+    static uint8_t b1[KVM_WIRE_MAX_RECORD_LEN], b2[KVM_WIRE_MAX_RECORD_LEN];
+    uint8_t store[192];
+    size_t in_store = 0, on_heap = 0, accepted = 0, refused = 0;
+    for (int i = 0; i < ITERS; i++) {
+        kvm_ident_t a;
+        wr_ident(&a);
+        size_t n1 = 0, n2 = 0;
+        assert_int_equal(wire_ident_encode(&a, b1, sizeof(b1), &n1), 0);
+        assert_int_equal(wire_ident_encode_fast(&a, b2, sizeof(b2), &n2), 0);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(b1, b2, n1);
+        size_t short_cap = (size_t)wr_rnd() % n1;
+        assert_int_equal(wire_ident_encode_fast(&a, b2, short_cap, &n2),
+                         wire_ident_encode(&a, b1 + 0, short_cap, &n1) == 0 ? 0 : KVMESH_ETOOBIG);
+        assert_int_equal(wire_ident_encode(&a, b1, sizeof(b1), &n1), 0);
+        for (int m = 0; m < 9; m++) {
+            uint8_t *p = b1;
+            size_t l = n1, at = (size_t)wr_rnd() % n1;
+            uint8_t keep = p[at];
+            if (m > 0) { /* m == 0: the frame as written */
+                switch (wr_rnd() % 3) {
+                case 0:
+                    p[at] ^= (uint8_t)(1u << (wr_rnd() % 8));
+                    break;
+                case 1:
+                    l = at;
+                    break;
+                default:
+                    p[at] = (uint8_t)wr_rnd();
+                    break;
+                }
+            }
+            kvm_ident_t o, d;
+            int rc_o = wire_ident_decode(p, l, &o);
+            char msg_o[512];
+            snprintf(msg_o, sizeof(msg_o), "%s", rc_o ? kvmesh_last_error() : "");
+            int rc_n = wire_ident_decode_in(p, l, &d, store, sizeof(store));
+            if (rc_n != rc_o)
+                fail_msg("ident decoders disagree: oracle %d (%s), new %d (%s)", rc_o, msg_o, rc_n,
+                         rc_n ? kvmesh_last_error() : "");
+            if (rc_n) {
+                assert_string_equal(kvmesh_last_error(), msg_o);
+                assert_null(d.enc);
+                refused++;
+            } else {
+                assert_true(kvm_ident_equal(&d, &o));
+                assert_int_equal(d.hash, o.hash);
+                accepted++;
+                if (d.enc == store) {
+                    assert_true(d.enc_len <= sizeof(store));
+                    in_store++;
+                } else {
+                    assert_true(d.enc_len > sizeof(store));
+                    on_heap++;
+                    kvm_ident_free(&d);
+                }
+                kvm_ident_free(&o);
+            }
+            p[at] = keep;
+        }
+        kvm_ident_free(&a);
+        /* a route's identity in the storage */
+        kvm_route_t r, x, y;
+        wr_route(&r, i % 6);
+        size_t n = encode_both(&r);
+        size_t l = i % 2 ? n : (size_t)wr_rnd() % n; /* every other one truncated */
+        int rc_x = wire_route_decode(buf, l, &x);
+        int rc_y = wire_route_decode_in(buf, l, &y, store, sizeof(store));
+        assert_int_equal(rc_x, rc_y);
+        if (rc_y == 0) {
+            assert_true(kvm_route_equal(&x, &y));
+            assert_true((y.ident.enc == store) == (y.ident.enc_len <= sizeof(store)));
+            if (y.ident.enc == store)
+                memset(&y.ident, 0, sizeof(y.ident));
+            kvm_route_free(&y);
+            kvm_route_free(&x);
+        } else {
+            assert_null(y.ident.enc);
+        }
+        kvm_route_free(&r);
+    }
+    assert_true(in_store > ITERS / 10 && on_heap > ITERS / 20);
+    assert_true(accepted > ITERS && refused > ITERS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_bytes),          cmocka_unit_test(test_encode_refusals_alike),
         cmocka_unit_test(test_preserving_rewrites), cmocka_unit_test(test_agreement),
-        cmocka_unit_test(test_pinned_merges),
+        cmocka_unit_test(test_pinned_merges),       cmocka_unit_test(test_ident_frame_and_storage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
