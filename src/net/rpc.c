@@ -425,16 +425,16 @@ void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx
     if (!c->out)
         rpc_call_deliver(c);
     /*
-     * else: write_cb delivers once libuv released the payload buffers. The deadline timer stays
-     * armed meanwhile: if the frame is still being written at the deadline (the peer stopped
-     * reading), call_timeout closes the connection so the write ends and the callback runs.
+     * else: the write path delivers once the frame's write ended (rpc_conn.c). The deadline
+     * timer stays armed meanwhile: if the frame is still being written at the deadline (the peer
+     * stopped reading), call_timeout closes the connection so the write ends and the callback runs.
      */
 }
 
 static void call_timeout(struct rpc_timer *t)
 {
     rpc_call_t *c = KVM_CONTAINER_OF(t, struct rpc_call, tmo);
-    /* The frame is handed to libuv (not in a waiting queue) and its write has not ended. */
+    /* The frame is in its connection's write path (not in a waiting queue), not yet ended. */
     struct rpc_out *o = c->out && !c->out->inq ? c->out : NULL;
     if (!c->done) {
         c->ep->st.calls_timed_out++;
@@ -442,9 +442,9 @@ static void call_timeout(struct rpc_timer *t)
     }
     /*
      * A half-written frame cannot be withdrawn from the stream and its payload buffers belong to
-     * libuv until the write ends: close the connection (its writes end with UV_ECANCELED, then
-     * write_cb delivers), so a peer that stops reading cannot hold a call past its deadline.
-     * Here c is still alive when o is set (delivery waits for write_cb).
+     * the write path until the write ends: close the connection (its writes end with
+     * UV_ECANCELED, then the call is delivered), so a peer that stops reading cannot hold a call
+     * past its deadline. Here c is still alive when o is set (delivery waits for the write).
      */
     if (o)
         rpc_conn_close(o->conn, RPC_CLOSE_WRITE_TIMEOUT);
