@@ -61,7 +61,7 @@ static void out_done(struct rpc_out *o, int status)
     rpc_sendq_remove(ep, o);
     if (status == 0) {
         ep->st.frames_out++;
-        obs_count(ep->metrics, transport_bytes_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND,
+        obs_count(ep->metrics, transport_bytes_total, rpc_conn_transport(c), OBS_XOP_RPC_SEND,
                   o->bytes);
     }
     rpc_call_t *call = o->call;
@@ -667,7 +667,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
-    obs_count(ep->metrics, transport_bytes_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_RECEIVE,
+    obs_count(ep->metrics, transport_bytes_total, rpc_conn_transport(c), OBS_XOP_RPC_RECEIVE,
               (uint64_t)nread);
     if ((uint8_t *)buf->base != c->rbuf + c->rlen && c->rxs == RX_PB) {
         /* Direct header read: rx_process moves on once it is whole (and completes a frame

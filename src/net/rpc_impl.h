@@ -231,6 +231,12 @@ struct rpc_endpoint {
     void *closed_arg;
 };
 
+/* The `transport` label of a connection's RPC figures: unix for a unix socket, else tcp. */
+static inline unsigned rpc_conn_transport(const struct rpc_conn *c)
+{
+    return c->u.h.type == UV_NAMED_PIPE ? OBS_TRANSPORT_UNIX : OBS_TRANSPORT_TCP;
+}
+
 /* ---- rpc.c ---- */
 void rpc_timer_arm(rpc_endpoint *ep, struct rpc_timer *t, uint64_t due);
 void rpc_timer_disarm(rpc_endpoint *ep, struct rpc_timer *t);
