@@ -187,4 +187,9 @@ typedef struct env_uv_thread_stats {
 } env_uv_thread_stats_t;
 void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out);
 
+/* Whether the loop thread sleeps between passes now (it runs none; a leader may run the loop):
+ * a lead tried then is refused only if the loop thread wakes first. A snapshot, for tests and
+ * diagnostics; any thread. */
+bool env_uv_thread_parked(env_uv_thread_t *t);
+
 #endif

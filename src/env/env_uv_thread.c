@@ -259,6 +259,11 @@ bool env_uv_thread_is_current(env_uv_thread_t *t)
     return tl_running == t;
 }
 
+bool env_uv_thread_parked(env_uv_thread_t *t)
+{
+    return atomic_load(&t->parked);
+}
+
 void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out)
 {
     out->led = atomic_load(&t->n_led);
