@@ -89,7 +89,8 @@ _Static_assert(sizeof(uv_buf_t) == sizeof(struct iovec) &&
 
 /*
  * Writes what the socket takes now of o's bufs (advanced past what was written; nbufs 0 when
- * all of it). Returns 0 (written whole, or the socket is full) or a negative errno.
+ * all of it): one sendmsg, again only after EINTR. Returns 0 (written whole, or the socket took
+ * part or nothing: wait for room) or a negative errno.
  */
 static int out_write(struct rpc_conn *c, struct rpc_out *o)
 {
@@ -111,8 +112,7 @@ static int out_write(struct rpc_conn *c, struct rpc_out *o)
             return 0;
         o->bufs[0].base += left;
         o->bufs[0].len -= left;
-        if (left == 0 && n == 0)
-            return 0; /* (a zero-byte send of non-empty bufs: wait for readiness) */
+        return 0; /* a short write: the socket is full (another try would only see EAGAIN) */
     }
     return 0;
 }
@@ -150,10 +150,10 @@ static void wq_flush(struct rpc_conn *c)
     wq_complete(c);
     if (c->state == CONN_CLOSING)
         return;
-    if (TAILQ_EMPTY(&c->wq))
-        uv_poll_stop(&c->wpoll);
-    else
+    if (!TAILQ_EMPTY(&c->wq))
         uv_poll_start(&c->wpoll, UV_WRITABLE, wpoll_cb);
+    else if (uv_is_active((uv_handle_t *)&c->wpoll))
+        uv_poll_stop(&c->wpoll); /* (libuv's stop costs an epoll_ctl even when not started) */
 }
 
 static void wpoll_cb(uv_poll_t *h, int status, int events)
