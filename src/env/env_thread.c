@@ -38,37 +38,6 @@ void env_sigpipe_restore_drop(const sigset_t *old)
     env_sigmask_restore(old);
 }
 
-/* Enters left before this thread reads the disposition again (0: read it at the next enter). */
-static _Thread_local unsigned tl_mask_unchecked;
-
-static bool sigpipe_ignored(void)
-{
-    struct sigaction sa;
-    if (sigaction(SIGPIPE, NULL, &sa) != 0)
-        return false; /* cannot fail for a valid signal; masking is the safe answer */
-    return !(sa.sa_flags & SA_SIGINFO) && sa.sa_handler == SIG_IGN;
-}
-
-void env_sigpipe_guard_enter(env_sigpipe_guard_t *g)
-{
-    if (tl_mask_unchecked > 0) {
-        tl_mask_unchecked--;
-    } else if (sigpipe_ignored()) {
-        g->masked = false;
-        return;
-    } else {
-        tl_mask_unchecked = ENV_SIGPIPE_RECHECK - 1;
-    }
-    g->masked = true;
-    env_sigpipe_block(&g->mask);
-}
-
-void env_sigpipe_guard_leave(const env_sigpipe_guard_t *g)
-{
-    if (g->masked)
-        env_sigpipe_restore_drop(&g->mask);
-}
-
 int env_thread_create(pthread_t *th, void *(*fn)(void *), void *arg)
 {
     sigset_t old;

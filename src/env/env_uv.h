@@ -172,9 +172,9 @@ enum env_uv_lead {
  * Before letting go, while the loop thread sleeps, it runs at most two more passes without
  * waiting if work is due at once (callbacks its passes queued: cheaper than waking the loop
  * thread for them). A leader holds the loop only as long as its own wait lasts, plus those.
- * The calling thread keeps its own state: SIGPIPE is blocked while it leads unless the process
- * ignores it (a SIGPIPE raised by a loop write meanwhile is discarded, env_thread.h) and its
- * kvmesh_last_error() message is the same afterwards. Must not race with env_uv_thread_stop() (as
+ * The calling thread keeps its own state: its signal mask is not touched (loop code's socket
+ * writes raise no SIGPIPE, env_thread.h) and its kvmesh_last_error() message is the same
+ * afterwards. Must not race with env_uv_thread_stop() (as
  * env_uv_thread_call).
  */
 enum env_uv_lead env_uv_thread_lead(env_uv_thread_t *t, env_cb cb, void *arg, env_uv_done_fn done,
@@ -186,5 +186,10 @@ typedef struct env_uv_thread_stats {
     uint64_t led, refused, kicks;
 } env_uv_thread_stats_t;
 void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out);
+
+/* Whether the loop thread sleeps between passes now (it runs none; a leader may run the loop):
+ * a lead tried then is refused only if the loop thread wakes first. A snapshot, for tests and
+ * diagnostics; any thread. */
+bool env_uv_thread_parked(env_uv_thread_t *t);
 
 #endif

@@ -259,6 +259,11 @@ bool env_uv_thread_is_current(env_uv_thread_t *t)
     return tl_running == t;
 }
 
+bool env_uv_thread_parked(env_uv_thread_t *t)
+{
+    return atomic_load(&t->parked);
+}
+
 void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out)
 {
     out->led = atomic_load(&t->n_led);
@@ -270,16 +275,13 @@ void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out)
 
 /* What a leader saves of its own thread and puts back when it lets go. */
 struct lead_save {
-    env_sigpipe_guard_t sigpipe;
     char err[512];
 };
 
 static void lead_enter(env_uv_thread_t *t, struct lead_save *sv)
 {
-    /* Loop callbacks write to sockets with write/writev (libuv) and report failures with
-     * kvm_errf: neither a SIGPIPE nor their messages may reach the caller (no mask needed
-     * while SIGPIPE is ignored: env_thread.h). */
-    env_sigpipe_guard_enter(&sv->sigpipe);
+    /* Loop callbacks report failures with kvm_errf: their messages must not reach the caller.
+     * (Their socket writes raise no SIGPIPE: MSG_NOSIGNAL, env_thread.h; no mask is set.) */
     const char *e = kvmesh_last_error();
     size_t n = strlen(e);
     KVM_ASSERT(n < sizeof(sv->err)); /* the thread's message buffer is that size */
@@ -322,7 +324,6 @@ static void lead_leave(env_uv_thread_t *t, const struct lead_save *sv)
         kvm_errf(0, "%s", sv->err);
     else
         kvm_err_clear();
-    env_sigpipe_guard_leave(&sv->sigpipe);
 }
 
 static void on_lead_timer(uv_timer_t *h)

@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -51,6 +52,7 @@
 
 #include "core/hex.h"
 #include "core/util.h"
+#include "env/env_thread.h"
 #include "meta/meta_impl.h"
 #include "meta/meta_redis_lua.h"
 #include "meta/meta_redis_url.h"
@@ -319,6 +321,38 @@ typedef struct mr_poll {
     int events;
 } mr_poll_t;
 
+/*
+ * The socket is writable. hiredis (0.14) writes its output buffer with write(2), which raises
+ * SIGPIPE when the server has closed the connection; the loop may run on an application thread
+ * whose SIGPIPE is neither blocked nor ignored (docs/api.md "Signals"). So the buffer is sent here
+ * with MSG_NOSIGNAL, and hiredis's handler then only sees an empty buffer (it drops the write
+ * interest). hiredis writes itself only while it completes the connect (it sends the commands
+ * queued meanwhile at once) or to report a send error (the same write fails again and it
+ * disconnects): then with SIGPIPE blocked, and one raised meanwhile dropped.
+ */
+static void handle_write(redisAsyncContext *ac)
+{
+    redisContext *c = &ac->c;
+    if ((c->flags & REDIS_CONNECTED) && sdslen(c->obuf) > 0) {
+        ssize_t n;
+        do
+            n = send(c->fd, c->obuf, sdslen(c->obuf), MSG_NOSIGNAL | MSG_DONTWAIT);
+        while (n < 0 && errno == EINTR);
+        if (n >= 0 || errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (n > 0)
+                sdsrange(c->obuf, (int)n, -1);
+            if (sdslen(c->obuf) > 0)
+                return; /* the rest when the socket is writable again (still watched) */
+            redisAsyncHandleWrite(ac); /* writes nothing: stops watching for writable */
+            return;
+        }
+    }
+    sigset_t old;
+    env_sigpipe_block(&old);
+    redisAsyncHandleWrite(ac);
+    env_sigpipe_restore_drop(&old);
+}
+
 static void poll_cb(uv_poll_t *h, int status, int events)
 {
     mr_poll_t *p = h->data;
@@ -327,7 +361,7 @@ static void poll_cb(uv_poll_t *h, int status, int events)
     if (p->ac && (events & UV_READABLE))
         redisAsyncHandleRead(p->ac);
     if (p->ac && (events & UV_WRITABLE))
-        redisAsyncHandleWrite(p->ac);
+        handle_write(p->ac);
 }
 
 static void poll_update(mr_poll_t *p, int events)

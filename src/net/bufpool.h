@@ -4,7 +4,7 @@
  * and bodies sent, protobuf headers and payloads received. glibc gives freed blocks of a few
  * hundred KiB back to the kernel (heap trim, or munmap above the mmap threshold), so without a
  * cache every 256 KiB message faults its pages in again (docs/performance.md "tcp 256 KiB-1
- * MiB"). docs/transport.md "RPC buffer pool" describes it.
+ * MiB"). docs/rpc.md "Message buffers" describes it.
  *
  * Size classes are powers of two from BUFPOOL_MIN_BYTES to BUFPOOL_MAX_BYTES; smaller and larger
  * requests are plain malloc/free and never cached. At most BUFPOOL_PER_CLASS buffers per class,

@@ -383,10 +383,11 @@ void rpc_call_deliver(rpc_call_t *c)
             res.payload_len = c->rx->fh.payload_len;
         }
     }
-    obs_count(ep->metrics, transport_operations_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND, 1);
+    unsigned tr = c->peer->is_unix ? OBS_TRANSPORT_UNIX : OBS_TRANSPORT_TCP;
+    obs_count(ep->metrics, transport_operations_total, tr, OBS_XOP_RPC_SEND, 1);
     if (res.status != 0)
-        obs_count(ep->metrics, transport_failures_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND, 1);
-    obs_observe(ep->metrics, transport_duration_seconds, OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND,
+        obs_count(ep->metrics, transport_failures_total, tr, OBS_XOP_RPC_SEND, 1);
+    obs_observe(ep->metrics, transport_duration_seconds, tr, OBS_XOP_RPC_SEND,
                 uv_hrtime() - c->start_ns);
     c->cb(c, &res, c->arg);
     if (c->rx && res.payload == NULL)
@@ -425,16 +426,16 @@ void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx
     if (!c->out)
         rpc_call_deliver(c);
     /*
-     * else: write_cb delivers once libuv released the payload buffers. The deadline timer stays
-     * armed meanwhile: if the frame is still being written at the deadline (the peer stopped
-     * reading), call_timeout closes the connection so the write ends and the callback runs.
+     * else: the write path delivers once the frame's write ended (rpc_conn.c). The deadline
+     * timer stays armed meanwhile: if the frame is still being written at the deadline (the peer
+     * stopped reading), call_timeout closes the connection so the write ends and the callback runs.
      */
 }
 
 static void call_timeout(struct rpc_timer *t)
 {
     rpc_call_t *c = KVM_CONTAINER_OF(t, struct rpc_call, tmo);
-    /* The frame is handed to libuv (not in a waiting queue) and its write has not ended. */
+    /* The frame is in its connection's write path (not in a waiting queue), not yet ended. */
     struct rpc_out *o = c->out && !c->out->inq ? c->out : NULL;
     if (!c->done) {
         c->ep->st.calls_timed_out++;
@@ -442,9 +443,9 @@ static void call_timeout(struct rpc_timer *t)
     }
     /*
      * A half-written frame cannot be withdrawn from the stream and its payload buffers belong to
-     * libuv until the write ends: close the connection (its writes end with UV_ECANCELED, then
-     * write_cb delivers), so a peer that stops reading cannot hold a call past its deadline.
-     * Here c is still alive when o is set (delivery waits for write_cb).
+     * the write path until the write ends: close the connection (its writes end with
+     * UV_ECANCELED, then the call is delivered), so a peer that stops reading cannot hold a call
+     * past its deadline. Here c is still alive when o is set (delivery waits for the write).
      */
     if (o)
         rpc_conn_close(o->conn, RPC_CLOSE_WRITE_TIMEOUT);
@@ -550,7 +551,8 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         rpc_hdrbuf_put(ep, pb);
         return;
     }
-    obs_count(ep->metrics, transport_operations_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_RECEIVE, 1);
+    obs_count(ep->metrics, transport_operations_total, rpc_conn_transport(c), OBS_XOP_RPC_RECEIVE,
+              1);
     if (c->nreplies >= RPC_MAX_REQUESTS_PER_CONN) {
         /* Too many requests in service on this connection: answer busy, run no handler. */
         char e[96];
@@ -1044,11 +1046,13 @@ int rpc_peer_connected(const rpc_peer *p)
     return p->conn && p->conn->state == CONN_READY;
 }
 
-static uint64_t rd_tcp(const rpc_endpoint *ep, const char *family, unsigned xop)
+/* An RPC figure of the registry: its tcp and unix rows together. */
+static uint64_t rd_rpc(const rpc_endpoint *ep, const char *family, unsigned xop)
 {
-    int64_t v = 0;
+    int64_t v = 0, u = 0;
     (void)obs_metrics_read(ep->metrics, family, OBS_TRANSPORT_TCP, xop, &v);
-    return (uint64_t)v;
+    (void)obs_metrics_read(ep->metrics, family, OBS_TRANSPORT_UNIX, xop, &u);
+    return (uint64_t)v + (uint64_t)u;
 }
 
 void rpc_get_stats(const rpc_endpoint *ep, struct rpc_stats *out)
@@ -1059,12 +1063,12 @@ void rpc_get_stats(const rpc_endpoint *ep, struct rpc_stats *out)
     out->pool_dropped = ep->pool.st.dropped;
     out->pool_cached_bytes = ep->pool.st.cached_bytes;
     /* the fields counted in the registry (once, where they happen) */
-    uint64_t done = rd_tcp(ep, "transport_operations_total", OBS_XOP_RPC_SEND);
-    out->calls_failed = rd_tcp(ep, "transport_failures_total", OBS_XOP_RPC_SEND);
+    uint64_t done = rd_rpc(ep, "transport_operations_total", OBS_XOP_RPC_SEND);
+    out->calls_failed = rd_rpc(ep, "transport_failures_total", OBS_XOP_RPC_SEND);
     out->calls_ok = done - out->calls_failed;
-    out->requests_received = rd_tcp(ep, "transport_operations_total", OBS_XOP_RPC_RECEIVE);
-    out->bytes_out = rd_tcp(ep, "transport_bytes_total", OBS_XOP_RPC_SEND);
-    out->bytes_in = rd_tcp(ep, "transport_bytes_total", OBS_XOP_RPC_RECEIVE);
+    out->requests_received = rd_rpc(ep, "transport_operations_total", OBS_XOP_RPC_RECEIVE);
+    out->bytes_out = rd_rpc(ep, "transport_bytes_total", OBS_XOP_RPC_SEND);
+    out->bytes_in = rd_rpc(ep, "transport_bytes_total", OBS_XOP_RPC_RECEIVE);
 }
 
 const char *rpc_last_refusal(const rpc_endpoint *ep)

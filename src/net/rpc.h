@@ -167,8 +167,9 @@ struct rpc_request {
 typedef void (*rpc_handler_fn)(rpc_reply *reply, struct rpc_request *req, void *arg);
 
 /* Endpoint counters. calls_ok, calls_failed, requests_received, bytes_in and bytes_out are a
- * view of the endpoint's metrics registry (kvmesh_transport_*{transport="tcp",
- * operation="rpc_send"|"rpc_receive"}); the rest are connection diagnostics kept here. */
+ * view of the endpoint's metrics registry (kvmesh_transport_*{transport="tcp"|"unix",
+ * operation="rpc_send"|"rpc_receive"}, both transports summed: unix counts the connections over
+ * unix sockets); the rest are connection diagnostics kept here. */
 struct rpc_stats {
     uint64_t close[RPC_CLOSE_COUNT];            /* connections closed, by reason */
     uint64_t refused_local[HS_REASON_MAX + 1];  /* handshakes we refused, by hs_reason */
@@ -180,7 +181,7 @@ struct rpc_stats {
     uint64_t eagain;         /* submissions refused by backpressure */
     uint64_t frames_in, frames_out, bytes_in, bytes_out;
     uint64_t queued_bytes, queued_msgs; /* gauges: all connections */
-    /* the message buffer pool (rpc_config.pool_bytes; docs/transport.md "RPC buffer pool"):
+    /* the message buffer pool (rpc_config.pool_bytes; docs/rpc.md "Message buffers"):
      * buffers of 64 KiB - 8 MiB reused, newly allocated, freed because the pool was full, and
      * the bytes it holds now */
     uint64_t pool_hits, pool_misses, pool_dropped, pool_cached_bytes;

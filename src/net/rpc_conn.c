@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * rpc_conn.c — one RPC connection (see rpc_impl.h): its write path (uv_write of iovecs, send
- * queue accounting), its receive state machine (fixed header -> protobuf header -> payload, with
- * every limit checked before allocating), the handshake driver on both sides, dialing, accepting
- * and closing with a counted reason.
+ * rpc_conn.c — one RPC connection (see rpc_impl.h): its write path (sendmsg with MSG_NOSIGNAL,
+ * libuv for writable readiness; send queue accounting), its receive state machine (fixed header ->
+ * protobuf header -> payload, with every limit checked before allocating), the handshake driver on
+ * both sides, dialing, accepting and closing with a counted reason.
  *
  * Connection states:
  *
@@ -22,13 +22,35 @@
  */
 #include "net/rpc_impl.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "core/util.h"
 
-/* A frame's write ended (status 0 or a libuv error): accounting, then its call and callbacks. */
+/*
+ * Write path. Frames are written with sendmsg(MSG_NOSIGNAL | MSG_DONTWAIT) on the socket, never
+ * with libuv's write/writev: a write to a peer that closed then fails with EPIPE instead of
+ * raising SIGPIPE, whatever the calling thread's mask and the process's disposition (the loop
+ * may run on an application thread, docs/api.md "Signals"). libuv still tells when the socket
+ * is writable: wpoll watches a dup of the socket (libuv allows one handle per fd; the stream
+ * handle keeps reading on the original). Frames go out in submission order from c->wq.
+ *
+ * A frame written whole inside rpc_conn_submit whose completion runs no callback ends there; one
+ * whose completion runs a callback (a sent callback, a decided call, a refusal that closes)
+ * waits for done_idle, so no callback runs inside rpc_call/rpc_notify/rpc_reply_send. A frame
+ * the socket does not take whole waits in c->wq for wpoll. A write error is kept in c->werr and
+ * ends every frame still in c->wq (status werr), and the connection closes (io_error); frames
+ * left when the connection closes end with UV_ECANCELED in its close path.
+ */
+
+/* A frame's write ended (status 0 or a negative errno): accounting, then its call and
+ * callbacks. The frame is off c->wq. */
 static void out_done(struct rpc_out *o, int status)
 {
     struct rpc_conn *c = o->conn;
@@ -39,7 +61,7 @@ static void out_done(struct rpc_out *o, int status)
     rpc_sendq_remove(ep, o);
     if (status == 0) {
         ep->st.frames_out++;
-        obs_count(ep->metrics, transport_bytes_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND,
+        obs_count(ep->metrics, transport_bytes_total, rpc_conn_transport(c), OBS_XOP_RPC_SEND,
                   o->bytes);
     }
     rpc_call_t *call = o->call;
@@ -60,40 +82,101 @@ static void out_done(struct rpc_out *o, int status)
         rpc_conn_close(c, RPC_CLOSE_REFUSED);
 }
 
-static void write_cb(uv_write_t *wr, int status)
-{
-    out_done(wr->data, status);
-}
+_Static_assert(sizeof(uv_buf_t) == sizeof(struct iovec) &&
+                   offsetof(uv_buf_t, base) == offsetof(struct iovec, iov_base) &&
+                   offsetof(uv_buf_t, len) == offsetof(struct iovec, iov_len),
+               "uv_buf_t is an iovec on unix");
 
 /*
- * Writes what the socket takes now (uv_try_write: one writev, and no write request, completion
- * callback or epoll_ctl when it takes the whole frame, which libuv's uv_write costs even for a
- * write it completes at once). Only for a frame whose completion runs no callback (not a
- * refusal, no sent callback, its call not decided: the call's callback waits for the response),
- * so nothing runs inside rpc_call/rpc_notify/rpc_reply_send. Returns 1 when the whole frame was
- * written; else the bufs left for uv_write are advanced past what was written.
+ * Writes what the socket takes now of o's bufs (advanced past what was written; nbufs 0 when
+ * all of it): one sendmsg, again only after EINTR. Returns 0 (written whole, or the socket took
+ * part or nothing: wait for room) or a negative errno.
  */
-static int try_write_now(struct rpc_conn *c, struct rpc_out *o)
+static int out_write(struct rpc_conn *c, struct rpc_out *o)
 {
-    if (o->sent_cb || o->close_after || (o->call && o->call->done))
-        return 0;
-    int n = uv_try_write(&c->u.s, o->bufs, o->nbufs);
-    if (n <= 0)
-        return 0; /* UV_EAGAIN (or an error uv_write reports again) */
-    size_t left = (size_t)n;
-    unsigned i = 0;
-    while (i < o->nbufs && left >= o->bufs[i].len)
-        left -= o->bufs[i++].len;
-    if (i == o->nbufs)
-        return 1;
-    memmove(o->bufs, o->bufs + i, (o->nbufs - i) * sizeof(o->bufs[0]));
-    o->nbufs -= i;
-    o->bufs[0].base += left;
-    o->bufs[0].len -= left;
+    while (o->nbufs > 0) {
+        struct msghdr m = {.msg_iov = (struct iovec *)o->bufs, .msg_iovlen = o->nbufs};
+        ssize_t n = sendmsg(c->wfd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+        }
+        size_t left = (size_t)n;
+        unsigned i = 0;
+        while (i < o->nbufs && left >= o->bufs[i].len)
+            left -= o->bufs[i++].len;
+        memmove(o->bufs, o->bufs + i, (o->nbufs - i) * sizeof(o->bufs[0]));
+        o->nbufs -= i;
+        if (o->nbufs == 0)
+            return 0;
+        o->bufs[0].base += left;
+        o->bufs[0].len -= left;
+        return 0; /* a short write: the socket is full (another try would only see EAGAIN) */
+    }
     return 0;
 }
 
-/* Hands a frame to libuv. The caller accounted it in a send queue already (or not: raw frames). */
+/* Ends the frames at the head of c->wq that were written whole (all of them with c->werr once a
+ * write failed); stops at the first one still being written, or when the connection closed
+ * (its close path ends the rest). */
+static void wq_complete(struct rpc_conn *c)
+{
+    struct rpc_out *o;
+    while (c->state != CONN_CLOSING && (o = TAILQ_FIRST(&c->wq)) != NULL &&
+           (o->nbufs == 0 || c->werr)) {
+        TAILQ_REMOVE(&c->wq, o, wq);
+        out_done(o, o->nbufs == 0 ? 0 : c->werr);
+    }
+}
+
+static void wpoll_cb(uv_poll_t *h, int status, int events);
+
+/* Writes the frames of c->wq the socket takes, then ends those written; wpoll watches for room
+ * while a frame is left. */
+static void wq_flush(struct rpc_conn *c)
+{
+    struct rpc_out *o;
+    TAILQ_FOREACH(o, &c->wq, wq)
+    {
+        if (c->werr)
+            break;
+        if (o->nbufs == 0)
+            continue;
+        c->werr = out_write(c, o);
+        if (!c->werr && o->nbufs > 0)
+            break; /* the socket is full */
+    }
+    wq_complete(c);
+    if (c->state == CONN_CLOSING)
+        return;
+    if (!TAILQ_EMPTY(&c->wq))
+        uv_poll_start(&c->wpoll, UV_WRITABLE, wpoll_cb);
+    else if (uv_is_active((uv_handle_t *)&c->wpoll))
+        uv_poll_stop(&c->wpoll); /* (libuv's stop costs an epoll_ctl even when not started) */
+}
+
+static void wpoll_cb(uv_poll_t *h, int status, int events)
+{
+    (void)events;
+    struct rpc_conn *c = h->data;
+    if (c->state == CONN_CLOSING)
+        return;
+    if (status < 0 && !c->werr)
+        c->werr = status; /* a socket error (libuv stopped the poll): sendmsg would report it */
+    wq_flush(c);
+}
+
+static void done_idle_cb(uv_idle_t *h)
+{
+    struct rpc_conn *c = h->data;
+    uv_idle_stop(h);
+    if (c->state != CONN_CLOSING)
+        wq_flush(c);
+}
+
+/* Hands a frame to the write path. The caller accounted it in a send queue already (or not:
+ * raw frames). */
 void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o)
 {
     rpc_endpoint *ep = c->ep;
@@ -108,20 +191,51 @@ void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o)
         for (int i = 0; i < 4; i++)
             o->head[16 + i] = (uint8_t)(left >> (24 - 8 * i));
     }
-    o->wr.data = o;
     if (c->writes++ == 0) {
         c->write_progress = c->drain_start = uv_now(ep->loop);
         c->drained = 0;
     }
-    if (try_write_now(c, o)) {
+    if (c->state == CONN_CLOSING || c->wfd < 0) {
+        out_done(o, UV_EBADF); /* (as libuv's write on a closed stream) */
+        return;
+    }
+    if (!TAILQ_EMPTY(&c->wq)) {
+        TAILQ_INSERT_TAIL(&c->wq, o, wq); /* behind frames still being written */
+        return;
+    }
+    if (!c->werr)
+        c->werr = out_write(c, o);
+    /* Ended here only when its completion runs no callback (nothing runs inside rpc_call,
+     * rpc_notify or rpc_reply_send: the call's callback waits for the response). */
+    if (o->nbufs == 0 && !c->werr && !o->sent_cb && !o->close_after &&
+        !(o->call && o->call->done)) {
         out_done(o, 0);
         return;
     }
-    int rc = uv_write(&o->wr, &c->u.s, o->bufs, o->nbufs, write_cb);
-    if (rc != 0) {
-        /* Not queued in libuv: complete it as failed right away. */
-        write_cb(&o->wr, rc);
+    TAILQ_INSERT_TAIL(&c->wq, o, wq);
+    if (o->nbufs == 0 || c->werr)
+        uv_idle_start(&c->done_idle, done_idle_cb);
+    else
+        uv_poll_start(&c->wpoll, UV_WRITABLE, wpoll_cb);
+}
+
+/* The socket is connected: sets up the write path (wfd, wpoll). 0, or closes c (io_error). */
+static int conn_attach_fd(struct rpc_conn *c)
+{
+    uv_os_fd_t fd;
+    if (uv_fileno(&c->u.h, &fd) != 0 || (c->wfd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        goto fail;
+    if (uv_poll_init(c->ep->loop, &c->wpoll, c->wfd) != 0) {
+        close(c->wfd);
+        c->wfd = -1;
+        goto fail;
     }
+    c->wpoll.data = c;
+    c->nhandles++;
+    return 0;
+fail:
+    rpc_conn_close(c, RPC_CLOSE_IO_ERROR);
+    return -1;
 }
 
 static int conn_send_raw(struct rpc_conn *c, uint8_t kind, uint8_t *pb, size_t pb_len,
@@ -154,6 +268,13 @@ static void conn_close_cb(uv_handle_t *h)
 {
     struct rpc_conn *c = h->data;
     rpc_endpoint *ep = c->ep;
+    struct rpc_out *o;
+    while ((o = TAILQ_FIRST(&c->wq)) != NULL) { /* (once: a callback cannot submit here) */
+        TAILQ_REMOVE(&c->wq, o, wq);
+        out_done(o, UV_ECANCELED);
+    }
+    if (--c->nhandles > 0)
+        return;
     KVM_ASSERT(c->writes == 0);
     free(c->rbuf);
     rpc_rx_free(ep, &c->rx);
@@ -223,6 +344,14 @@ void rpc_conn_close(struct rpc_conn *c, enum rpc_close_reason reason)
         rpc_peer_fail_waiting(p, status, why);
     else if (p && !p->conn && !p->retry.armed && !TAILQ_EMPTY(&p->waiting) && !ep->closing)
         rpc_timer_arm(ep, &p->retry, p->next_attempt);
+    uv_close((uv_handle_t *)&c->done_idle, conn_close_cb);
+    if (c->wfd >= 0) {
+        /* The poll stops watching at once (as uv_close closes the stream's socket now): the
+         * socket's last descriptor goes with the stream's, so the peer sees the close now. */
+        uv_close((uv_handle_t *)&c->wpoll, conn_close_cb);
+        close(c->wfd);
+        c->wfd = -1;
+    }
     uv_close(&c->u.h, conn_close_cb);
 }
 
@@ -300,6 +429,11 @@ static struct rpc_conn *conn_new(rpc_endpoint *ep, int is_unix)
     if (!is_unix)
         uv_tcp_nodelay(&c->u.tcp, 1);
     c->u.h.data = c;
+    uv_idle_init(ep->loop, &c->done_idle); /* cannot fail */
+    c->done_idle.data = c;
+    c->nhandles = 2;
+    c->wfd = -1;
+    TAILQ_INIT(&c->wq);
     c->ep = ep;
     c->state = CONN_CONNECTING;
     c->hs_timer.fire = hs_timeout;
@@ -533,7 +667,7 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0)
         return;
-    obs_count(ep->metrics, transport_bytes_total, OBS_TRANSPORT_TCP, OBS_XOP_RPC_RECEIVE,
+    obs_count(ep->metrics, transport_bytes_total, rpc_conn_transport(c), OBS_XOP_RPC_RECEIVE,
               (uint64_t)nread);
     if ((uint8_t *)buf->base != c->rbuf + c->rlen && c->rxs == RX_PB) {
         /* Direct header read: rx_process moves on once it is whole (and completes a frame
@@ -773,6 +907,8 @@ static void connect_cb(uv_connect_t *req, int status)
         return;
     }
     ep->st.conns_connected++;
+    if (conn_attach_fd(c) != 0)
+        return;
     set_state(c, CONN_HS_HELLO);
     uint8_t *pb;
     size_t n;
@@ -848,6 +984,8 @@ void rpc_conn_on_connection(uv_stream_t *server, int status)
         rpc_conn_close(c, RPC_CLOSE_CONN_LIMIT);
         return;
     }
+    if (conn_attach_fd(c) != 0)
+        return;
     set_state(c, CONN_HS_HELLO);
     conn_start_read(c);
 }
@@ -880,6 +1018,8 @@ int rpc_accept_fd(rpc_endpoint *ep, int fd)
         rpc_conn_close(c, RPC_CLOSE_CONN_LIMIT);
         return 0;
     }
+    if (conn_attach_fd(c) != 0)
+        return 0;
     set_state(c, CONN_HS_HELLO);
     conn_start_read(c);
     return 0;

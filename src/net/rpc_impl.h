@@ -59,8 +59,8 @@ struct rpc_freelist {
 TAILQ_HEAD(rpc_out_q, rpc_out);
 struct rpc_out {
     TAILQ_ENTRY(rpc_out) q;
-    struct rpc_out_q *inq; /* the waiting queue holding it, NULL once submitted */
-    uv_write_t wr;
+    struct rpc_out_q *inq;   /* the waiting queue holding it, NULL once submitted */
+    TAILQ_ENTRY(rpc_out) wq; /* its connection's write queue, once submitted (rpc_conn.c) */
     struct rpc_conn *conn;
     struct rpc_sendq *sq;
     uint64_t bytes;
@@ -143,9 +143,15 @@ struct rpc_conn {
     struct rpc_rx rx;
     size_t pb_got;
     uint64_t pay_got;
-    /* send */
+    /* send (rpc_conn.c "Write path") */
+    uv_poll_t wpoll;     /* writable readiness, on wfd */
+    uv_idle_t done_idle; /* runs completions of frames written inside a submit */
+    int wfd;             /* dup of the socket for wpoll, -1 until connected */
+    int werr;            /* first write error (negative errno), 0 if none */
+    unsigned nhandles;   /* open uv handles of this connection (freed at 0) */
+    struct rpc_out_q wq; /* submitted frames not yet completed, in order */
     struct rpc_sendq sq;
-    unsigned writes;         /* uv_write requests in flight */
+    unsigned writes;         /* frames submitted and not yet completed */
     uint64_t write_progress; /* loop ms of the last write completion, or of the submission that
                                 found no write in flight (write stall bound, see idle_fire) */
     uint64_t drain_start;    /* loop ms: the drain window began (drain rate bound, idle_fire) */
@@ -224,6 +230,12 @@ struct rpc_endpoint {
     void (*closed_cb)(void *);
     void *closed_arg;
 };
+
+/* The `transport` label of a connection's RPC figures: unix for a unix socket, else tcp. */
+static inline unsigned rpc_conn_transport(const struct rpc_conn *c)
+{
+    return c->u.h.type == UV_NAMED_PIPE ? OBS_TRANSPORT_UNIX : OBS_TRANSPORT_TCP;
+}
 
 /* ---- rpc.c ---- */
 void rpc_timer_arm(rpc_endpoint *ep, struct rpc_timer *t, uint64_t due);

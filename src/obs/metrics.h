@@ -128,11 +128,12 @@
     V(OBS_MCALL_LEASE_REVOKE, "lease_revoke")                                                      \
     V(OBS_MCALL_LEASE_TTL, "lease_ttl")
 
-/* data-plane transport */
+/* data-plane transport; RPC connections count as tcp, or unix over a unix socket (rpc_* ops) */
 #define OBS_TRANSPORT_VALUES(V)                                                                    \
     V(OBS_TRANSPORT_TCP, "tcp")                                                                    \
     V(OBS_TRANSPORT_SHM, "shm")                                                                    \
-    V(OBS_TRANSPORT_LOCAL, "local")
+    V(OBS_TRANSPORT_LOCAL, "local")                                                                \
+    V(OBS_TRANSPORT_UNIX, "unix")
 
 /* transport operation */
 /* read/write: data-plane segment reads and writes; open: segment opens (tcp: connecting to the

@@ -2,7 +2,11 @@
 /*
  * rpc_metrics.c — the export of an endpoint's RPC figures into the runtime's registry
  * (rpc_metrics.h). Counters add deltas against the figures of the previous export; gauges are
- * set. Label indices map 1:1 onto the RPC layer's own enumerations, checked below.
+ * set. Label indices map 1:1 onto the RPC layer's own enumerations, checked below. The figures
+ * the endpoint counts straight into the registry (calls completed and failed, requests received,
+ * bytes: kvmesh_transport_*{operation="rpc_send"|"rpc_receive"}) are not exported here; the RPC
+ * layer labels them transport="unix" for a connection over a unix socket, "tcp" otherwise
+ * (rpc_conn_transport in net/rpc_impl.h).
  */
 #include "store/rpc_metrics.h"
 

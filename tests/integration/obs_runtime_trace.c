@@ -17,6 +17,7 @@
  */
 #include <arpa/inet.h>
 #include <jansson.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -225,14 +226,22 @@ static void wait_active(kvmesh_t *kv, const char *id)
 struct pair {
     kvmesh_t *a, *b;
     char ida[KVMESH_ID_HEX_LEN + 1], idb[KVMESH_ID_HEX_LEN + 1];
-    char dira[64], dirb[64];
+    char *dira, *dirb; /* dir_a, dir_b */
 };
+
+/* The runtimes' capture directories under $TMPDIR (tests/support/tmpdir.h): removed at exit when
+ * a failed assertion left a test before rm_dirs, and by the next pair_open. */
+static char dir_a[PATH_MAX], dir_b[PATH_MAX];
 
 static void pair_open(struct pair *p, const char *meta, const char *rate_a, const char *rate_b,
                       const char *otlp)
 {
-    assert_int_equal(ttmp_make(p->dira, sizeof(p->dira), "kvmesh-rtt-a"), 0);
-    assert_int_equal(ttmp_make(p->dirb, sizeof(p->dirb), "kvmesh-rtt-b"), 0);
+    p->dira = dir_a;
+    p->dirb = dir_b;
+    (void)ttmp_remove(dir_a); /* (left by a test that failed: nothing when empty) */
+    (void)ttmp_remove(dir_b);
+    assert_int_equal(ttmp_make_auto(dir_a, sizeof(dir_a), "kvmesh-rtt-a"), 0);
+    assert_int_equal(ttmp_make_auto(dir_b, sizeof(dir_b), "kvmesh-rtt-b"), 0);
     p->a = rt_open(meta, "rt-a", rate_a, p->dira, otlp);
     p->b = rt_open(meta, "rt-b", rate_b, p->dirb, otlp);
     uint64_t ep;

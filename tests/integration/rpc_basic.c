@@ -7,6 +7,8 @@
  */
 #include "rpc_testutil.h"
 
+#include "obs/metrics.h"
+
 #include <unistd.h>
 
 struct fx {
@@ -120,10 +122,27 @@ static void test_large_payload(void **state)
     fx_free(f);
 }
 
+static int64_t rd_reg(struct obs_registry *m, const char *family, unsigned tr, unsigned xop)
+{
+    int64_t v = -1;
+    assert_int_equal(obs_metrics_read(m, family, tr, xop, &v), 0);
+    return v;
+}
+
+/* Echoes over tcp (IPv6) and a unix socket; the RPC figures of the unix connection are labelled
+ * transport="unix", those of the tcp one "tcp" (rpc_get_stats sums both). */
 static void test_ipv6_and_unix(void **state)
 {
     (void)state;
-    struct fx *f = fx_new(NULL, NULL);
+    struct obs_registry *ms, *mc;
+    assert_int_equal(obs_registry_new(&ms), 0);
+    assert_int_equal(obs_registry_new(&mc), 0);
+    struct rpc_config sc, cc;
+    cfg_make(&sc, "dep", "srv", NULL);
+    cfg_make(&cc, "dep", "cli", NULL);
+    sc.metrics = ms;
+    cc.metrics = mc;
+    struct fx *f = fx_new(&cc, &sc);
     int port6;
     assert_int_equal(rpc_listen_tcp(f->srv, "::1", 0, &port6), 0);
     char path[64], addr[96];
@@ -139,12 +158,36 @@ static void test_ipv6_and_unix(void **state)
     struct result r;
     do_echo(f, p6, 5000, &r);
     result_free(&r);
+    int64_t tcp_sent = rd_reg(mc, "transport_bytes_total", OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND);
+    int64_t tcp_got = rd_reg(ms, "transport_bytes_total", OBS_TRANSPORT_TCP, OBS_XOP_RPC_RECEIVE);
+    assert_true(tcp_sent > 5000 && tcp_got > 5000);
+    assert_int_equal(rd_reg(mc, "transport_operations_total", OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND),
+                     1);
     do_echo(f, pu, 200000, &r);
     result_free(&r);
     unlink(path);            /* connected already; the name is no longer needed */
     do_echo(f, pu, 100, &r); /* the established unix connection is reused */
     result_free(&r);
+    /* the unix connection's calls, requests and bytes: under unix, none under tcp */
+    assert_int_equal(rd_reg(mc, "transport_operations_total", OBS_TRANSPORT_UNIX, OBS_XOP_RPC_SEND),
+                     2);
+    assert_int_equal(
+        rd_reg(ms, "transport_operations_total", OBS_TRANSPORT_UNIX, OBS_XOP_RPC_RECEIVE), 2);
+    assert_true(rd_reg(mc, "transport_bytes_total", OBS_TRANSPORT_UNIX, OBS_XOP_RPC_SEND) > 200000);
+    assert_true(rd_reg(ms, "transport_bytes_total", OBS_TRANSPORT_UNIX, OBS_XOP_RPC_RECEIVE) >
+                200000);
+    assert_int_equal(rd_reg(mc, "transport_bytes_total", OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND),
+                     tcp_sent);
+    assert_int_equal(rd_reg(ms, "transport_bytes_total", OBS_TRANSPORT_TCP, OBS_XOP_RPC_RECEIVE),
+                     tcp_got);
+    assert_int_equal(rd_reg(mc, "transport_operations_total", OBS_TRANSPORT_TCP, OBS_XOP_RPC_SEND),
+                     1);
+    struct rpc_stats st;
+    rpc_get_stats(f->cli, &st);
+    assert_int_equal(st.calls_ok, 3); /* both transports */
     fx_free(f);
+    obs_registry_free(ms);
+    obs_registry_free(mc);
 }
 
 #define NCONC 1000

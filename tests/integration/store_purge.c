@@ -12,8 +12,8 @@
  * that the deleted object rows record (docs/tenancy.md "Purging a quota tenant's tombstones"),
  * so they are purged like any other; then the accounting rows and operation records of the
  * removed keys go too (2b: only the kept keys' rows remain, no operation record), and step 4
- * checks the committed usage equals the kept objects. Without the purge the route state grows
- * (check_windows fails). --duration sets the churn (default 20 s; docs/reliability.md).
+ * checks the committed usage equals the kept objects. Without the purge during the churn
+ * check_purge_progress fails. --duration sets the churn (default 20 s; docs/reliability.md).
  *
  * In MetadataOnly mode "entries" are the route keys in metadata and "tombstones" the expiry
  * index entries (each tombstone with a deadline has one), counted with a range over each family.
@@ -21,12 +21,12 @@
  * tombstone_retention_ms 2600: above its floor, 2000 + 550) on a real metadata server started by
  * the test:
  *   1. churn for --duration: fresh keys, each put, overwritten and removed, every 10th kept; the
- *      route-table entries summed over the runtimes (every authority's copy) beyond the kept keys
- *      are sampled once a second and must level off (check_windows);
+ *      purge keeps up meanwhile: by the end of the churn its own count (tombs_purged) covers the
+ *      keys removed in the first third, in every authority's table (check_purge_progress; the
+ *      route state beyond the kept keys is sampled once a second and printed);
  *   2. then, within a bounded wait, every tombstone is purged: the tables hold only the kept keys
- *      (<= top_k copies each), the purge count covers every removed key (MetadataOnly: at most
- *      once; see step 2's note), and the sampled maximum stayed well below what keeping every
- *      tombstone would hold;
+ *      (<= top_k copies each) and the purge count covers every removed key (MetadataOnly: at
+ *      most once; see step 2's note);
  *   3. a key put, removed, purged and put again gets a route version above the purged one's.
  * Every loop is bounded in count and time.
  */
@@ -258,9 +258,10 @@ static bool read_usage(tn_usage_t *u)
     return found;
 }
 
-/* One sample of the churn: when, the route state beyond the kept keys, the removes so far. */
+/* One sample of the churn: when, the route state beyond the kept keys, the removes so far and
+ * the purge count so far (kvm_rt_stats.tombs_purged over the runtimes). */
 struct sample {
-    uint64_t t_ms, excess, removed;
+    uint64_t t_ms, excess, removed, purged;
 };
 static struct sample samples[MAX_SAMPL];
 static size_t n_samples;
@@ -271,7 +272,7 @@ static void sample(uint64_t t_ms, uint64_t kept, uint64_t removed, int copies)
     counts(&e, &tb, &p); /* (MetadataOnly: the index entries are checked at 0 after the churn) */
     uint64_t want = kept * (uint64_t)copies;
     if (n_samples < MAX_SAMPL)
-        samples[n_samples++] = (struct sample){t_ms, e > want ? e - want : 0, removed};
+        samples[n_samples++] = (struct sample){t_ms, e > want ? e - want : 0, removed, p};
 }
 
 /* What one removed key leaves in the sampled state without a purge: its tombstone in each of the
@@ -282,34 +283,38 @@ static uint64_t keys_per_remove(int copies)
 }
 
 /*
- * The route state levels off: the most it held beyond the kept keys in the last third of the
- * churn is at most the most in the middle third plus two thirds of what the last third's removes
- * leave. Without a purge it grows by all of that; with one it holds only about the last
- * retention window's (2.6 s + margins), whatever the rate.
+ * The purge keeps up with the churn, by its own count (tombs_purged, which the runtimes export):
+ * by the end of the churn it has purged every key removed in the churn's first third, from every
+ * table that held its tombstone (MetadataOnly: its one route key, up to 1% short: step 2's
+ * note). Those tombstones were due 2.6 s after their removes, so at least two thirds of the
+ * churn minus that (>= 7.4 s under sanitizers) before its end. Without a purge during the churn
+ * the count stays at 0; a purge slower than about two fifths of the remove rate (its backlog
+ * growing) does not reach them. Counts are compared, not rates: a churn slowed by a loaded host
+ * removes fewer keys in its first third and needs fewer purged, whatever the rate in each third.
+ * The route state beyond the kept keys (which follows the rate) is printed, not checked.
  */
-static void check_windows(int copies)
+static void check_purge_progress(int copies, uint64_t purged_end)
 {
-    uint64_t third = churn_ms / 3, mid = 0, last = 0, r_from = UINT64_MAX, r_to = 0;
+    uint64_t third = churn_ms / 3, r1 = 0, mid = 0, last = 0;
     for (size_t i = 0; i < n_samples; i++) {
         const struct sample *x = &samples[i];
+        if (x->t_ms <= third)
+            r1 = x->removed;
         if (x->t_ms >= third && x->t_ms < 2 * third && x->excess > mid)
             mid = x->excess;
-        if (x->t_ms >= 2 * third) {
-            if (x->excess > last)
-                last = x->excess;
-            if (r_from == UINT64_MAX)
-                r_from = x->removed;
-            r_to = x->removed;
-        }
+        if (x->t_ms >= 2 * third && x->excess > last)
+            last = x->excess;
     }
-    uint64_t removed_last = r_from == UINT64_MAX ? 0 : r_to - r_from;
-    uint64_t per = keys_per_remove(copies), bound = mid + removed_last * per * 2 / 3;
-    printf("1w: beyond the kept keys: middle third max %" PRIu64 ", last third max %" PRIu64
-           " (bound %" PRIu64 " = middle + 2/3 of %" PRIu64 " removes x %" PRIu64
-           " keys; %zu samples)\n",
-           mid, last, bound, removed_last, per, n_samples);
-    CHECK(removed_last > 0);
-    CHECK(last <= bound);
+    uint64_t want = r1 * keys_per_remove(copies);
+    if (mo_mode)
+        want -= want / 100;
+    printf("1p: purged by the end of the churn %" PRIu64 ", removes in its first third %" PRIu64
+           " x %" PRIu64 " = %" PRIu64 "%s (beyond the kept keys: middle third max %" PRIu64
+           ", last third max %" PRIu64 "; %zu samples)\n",
+           purged_end, r1, keys_per_remove(copies), want, mo_mode ? " less 1%" : "", mid, last,
+           n_samples);
+    CHECK(r1 > 0);
+    CHECK(purged_end >= want);
 }
 
 int main(int argc, char **argv)
@@ -422,10 +427,11 @@ int main(int argc, char **argv)
            " removed; route state beyond the kept keys peaked at %" PRIu64 "\n",
            created, churn_ms, quota_mode ? " (quota tenant)" : "", kept, removed, max_excess);
     CHECK(removed > 50); /* the churn ran (a loaded host: far fewer than the ~1,000 here) */
-    check_windows(copies);
+    uint64_t entries = 0, tombs = 0, purged = 0;
+    counts(&entries, &tombs, &purged);
+    check_purge_progress(copies, purged);
 
     /* 2. the purge catches up: every tombstone, pending or finalized, goes (exact) */
-    uint64_t entries = 0, tombs = 0, purged = 0;
     for (uint64_t end = env_clock_mono_ms() + 30000;;) {
         counts(&entries, &tombs, &purged);
         if ((tombs == 0 && entries <= kept * (uint64_t)copies) || env_clock_mono_ms() > end)
@@ -451,8 +457,6 @@ int main(int argc, char **argv)
         CHECK(purged <= removed && entries == kept);
     } else
         CHECK(purged >= removed * (uint64_t)copies);
-    /* without a purge every removed key's tombstone would stay (in every authority) */
-    CHECK(max_excess < removed * keys_per_remove(copies) * 3 / 4);
     if (quota_mode) { /* 2b. the accounting of removed keys is purged too (bounded retention) */
         uint64_t rows = 0, recs = 0; /* each runtime's reconciler: pages of 64, one at a time */
         for (uint64_t end = env_clock_mono_ms() + 120000;;) {

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Tombstone purge under churn, three in-process runtimes on a real redis-server and a real etcd
-# started by the test. The Redis pair churns 60 s (the issue's soak, per-window bound), the etcd
+# started by the test. The Redis pair churns 60 s (the issue's soak; purge-progress check), the etcd
 # pair 20 s; under sanitizers every churn is 15 s. A quota tenant's churn (store_purge_redis_quota
 # and store_purge_redis_metadata_only_quota, 15 s each): its tombstones, its deleted object rows
 # and its operation records are purged too (docs/tenancy.md "Purging a quota tenant's tombstones").

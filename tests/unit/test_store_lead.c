@@ -7,7 +7,8 @@
  * its deadline, never before: the route lookup's deadline timer, which the leading thread runs,
  * fails it (KVMESH_EUNAVAILABLE), or the caller abandons it at deadline + slack
  * (KVMESH_ETIMEDOUT), as for a posted op; once S runs again, C's gets succeed (the late answer
- * is dropped).
+ * is dropped). Each attempt that must be led starts once C's loop thread sleeps between passes
+ * (wait_loop_parked: a refused attempt does not make the next one refused too).
  * Every wait is bounded; no timing is asserted beyond "not before the deadline".
  */
 #include <setjmp.h>
@@ -23,6 +24,7 @@
 
 #include "api/kvmesh_tools.h"
 #include "env/clock.h"
+#include "env/env_uv.h"
 #include "kvmesh.h"
 #include "loop_gate.h"
 #include "obs/metrics.h"
@@ -60,6 +62,25 @@ static int64_t rd(kvmesh_t *kv, const char *fam)
     return v;
 }
 
+/*
+ * Waits (bounded: 10 s) until kv's loop thread sleeps between passes, so that a get started next
+ * finds the loop free and leads it (refused only if a timer or I/O wakes the loop thread in
+ * between). Without it the attempts below are not independent: a get that follows a refused
+ * (posted) one starts as soon as the loop thread's pass completed that one, which wakes this
+ * thread while the loop thread still holds the loop for the rest of its pass; on a loaded host
+ * the woken thread often runs first (the loop thread preempted), is refused and posted in turn,
+ * and so on: one refusal chains into all of the attempts' refusals.
+ */
+static void wait_loop_parked(kvmesh_t *kv)
+{
+    env_uv_thread_t *t = kvmesh_runtime_of(kv)->thread;
+    uint64_t end = env_clock_mono_ms() + 10000;
+    while (!env_uv_thread_parked(t)) {
+        assert_true(env_clock_mono_ms() < end);
+        usleep(1000);
+    }
+}
+
 /* Blocks S's loop (tests/support/loop_gate.h). */
 static struct loop_gate gate = LOOP_GATE_INIT;
 
@@ -80,11 +101,13 @@ static void test_led_get_deadline(void **state)
         usleep(100000);
     }
 
-    /* one thread, an idle loop: the get is led (a refusal only when C's loop thread was in a
-     * pass at that instant: then try again) */
+    /* one thread, an idle loop: the get is led (a refusal only when C's loop thread woke for a
+     * pass at that instant: then try again, once it sleeps again) */
     int64_t led0 = rd(C, "op_loop_leads_total"), hand0 = rd(C, "op_handoffs_total");
-    for (int i = 0; i < 50 && rd(C, "op_loop_leads_total") == led0; i++)
+    for (int i = 0; i < 50 && rd(C, "op_loop_leads_total") == led0; i++) {
+        wait_loop_parked(C);
         assert_int_equal(kvmesh_get_into(C, &sc, "k", 1, out, sizeof(out), &got), 0);
+    }
     assert_true(rd(C, "op_loop_leads_total") > led0);
     assert_true(rd(C, "op_loop_leads_total") - led0 <= rd(C, "op_handoffs_total") - hand0);
 
@@ -94,6 +117,7 @@ static void test_led_get_deadline(void **state)
     bool led_timeout = false;
     for (int i = 0; i < 5 && !led_timeout; i++) {
         int64_t l0 = rd(C, "op_loop_leads_total");
+        wait_loop_parked(C); /* (after a posted attempt, its loop pass has ended) */
         uint64_t t0 = env_clock_mono_ms();
         int rc = kvmesh_get_into(C, &sc, "k", 1, out, sizeof(out), &got);
         uint64_t took = env_clock_mono_ms() - t0;

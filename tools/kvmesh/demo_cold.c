@@ -7,8 +7,11 @@
  * device (verified by checksum). The summary counts, from the routes the runtime publishes:
  * offloaded objects (a materialized cold copy), cold-only objects (no hot replica left), restores
  * (cold-only objects read back correct), and lost = acknowledged - verified. The directory is
- * removed at the end unless --keep is given.
+ * made under --dir, else $TMPDIR (when set and not empty), else /tmp, and removed at the end,
+ * after a failure too, unless --keep is given.
  */
+#include <errno.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +25,15 @@
 #define DCOLD_PUT_TRIES   400 /* x DCOLD_SLEEP_MS: a put waits for eviction behind offloads */
 #define DCOLD_SLEEP_MS    20
 #define DCOLD_OBJECTS_MAX 100000
+
+/* nftw callback: removes each entry of the device directory, children first (links not
+ * followed). */
+static int dcold_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 ? 0 : -1;
+}
 
 static void dcold_fill(uint8_t *b, uint64_t len, uint64_t i, uint64_t seed)
 {
@@ -81,7 +93,8 @@ int cmd_demo_cold(int argc, char **argv)
     }
     if (!seed)
         seed = kvmesh_tools_now_ns() | 1;
-    const char *tmp = dir ? dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    const char *envtmp = getenv("TMPDIR");
+    const char *tmp = dir ? dir : envtmp && *envtmp ? envtmp : "/tmp";
     char root[512];
     snprintf(root, sizeof(root), "%s/kvmesh-demo-cold-XXXXXX", tmp);
     if (!mkdtemp(root)) {
@@ -182,11 +195,7 @@ out:
     kvmesh_config_free(cfg);
     free(wbuf);
     free(rbuf);
-    if (!keep) {
-        char cmd[600];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-        if (system(cmd) != 0)
-            fprintf(stderr, "kvmesh demo: could not remove %s\n", root);
-    }
+    if (!keep && nftw(root, dcold_rm, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        fprintf(stderr, "kvmesh demo: could not remove %s: %s\n", root, strerror(errno));
     return rc;
 }
