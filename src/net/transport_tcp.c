@@ -578,16 +578,13 @@ static struct tcp_chunk *tcp_chunk_get_locked(struct tcp_peer *p)
     return k;
 }
 
-/* Drops k's checksum reference once the chunk finished (without p->mu: it takes the sum's). */
-static void tcp_chunk_release(struct tcp_chunk *k)
-{
-    tcp_sum_unref(k->sum);
-    k->sum = NULL;
-}
-
-/* Returns a released chunk to p's pool, or frees it when the pool is full (p->mu held). */
+/* Returns a finished chunk to p's pool (dropping its checksum reference), or frees it when the
+ * pool is full (p->mu held). The I/O threads return a window's chunks before they complete
+ * them, so the pool holds every chunk of a batch by the time its waiter wakes. */
 static void tcp_chunk_put_locked(struct tcp_peer *p, struct tcp_chunk *k)
 {
+    tcp_sum_unref(k->sum); /* (takes only the sum's own lock) */
+    k->sum = NULL;
     if (p->npool >= TCP_CHUNK_POOL) {
         free(k);
         return;
@@ -598,7 +595,7 @@ static void tcp_chunk_put_locked(struct tcp_peer *p, struct tcp_chunk *k)
     p->npool++;
 }
 
-/* Returns the chunks of list (released, not yet linked elsewhere) to p (p->mu held). */
+/* Returns the chunks of list (finished, not linked elsewhere) to p (p->mu held). */
 static void tcp_chunks_put_locked(struct tcp_peer *p, struct tcp_chunk *list)
 {
     while (list) {
@@ -831,7 +828,8 @@ static void tcp_run_here_locked(struct tcp_peer *p, struct tcp_conn *c, struct t
 struct tcp_win {
     struct tcp_chunk *k[TCP_WIN_MAX];
     uint64_t id[TCP_WIN_MAX];
-    unsigned idx[TCP_WIN_MAX]; /* k[i]->idx (tp_chunks_done) */
+    struct tp_batch *b[TCP_WIN_MAX]; /* k[i]->b and ->idx, kept for tp_chunks_done once the */
+    unsigned idx[TCP_WIN_MAX];       /* chunks are back in the pool */
     int rc[TCP_WIN_MAX];
     uint8_t why[TCP_WIN_MAX];
     uint8_t hb[TCP_WIN_MAX][TPW_REQ_SIZE];
@@ -1063,32 +1061,30 @@ static void tcp_conn_run_win_locked(struct tcp_conn *c, struct tcp_peer *p)
         c->tail = NULL;
     int rc = w->n ? tcp_conn_ready_locked(c, p) : 0;
     pthread_mutex_unlock(&p->mu);
-    for (struct tcp_chunk *k = dropped; k; k = k->next) {
+    for (struct tcp_chunk *k = dropped; k; k = k->next)
         tp_chunk_done(k->b, k->idx, KVMESH_ECANCELED, 0);
-        tcp_chunk_release(k);
-    }
     if (!rc && w->n)
         rc = tcp_win_run(c->fd, w, p->e->io_timeout_ms);
     for (unsigned i = w->r; rc && i < w->n; i++)
         w->rc[i] = rc;
     pthread_mutex_lock(&p->mu);
-    for (unsigned i = 0; i < w->n; i++)
+    for (unsigned i = 0; i < w->n; i++) {
         w->rc[i] = tcp_chunk_rc_locked(p, w->k[i], w->rc[i]);
+        w->b[i] = w->k[i]->b;
+    }
     tcp_conn_end_locked(c, p, w->bytes, rc);
+    for (unsigned i = 0; i < w->n; i++)
+        tcp_chunk_put_locked(p, w->k[i]);
+    tcp_chunks_put_locked(p, dropped);
     pthread_mutex_unlock(&p->mu);
     /* the window's chunks complete per batch under one lock each, with one clock read */
     uint64_t now_ns = 0;
     for (unsigned i = 0, j; i < w->n; i = j) {
-        for (j = i + 1; j < w->n && w->k[j]->b == w->k[i]->b; j++)
+        for (j = i + 1; j < w->n && w->b[j] == w->b[i]; j++)
             ;
-        tp_chunks_done(w->k[i]->b, &w->idx[i], &w->rc[i], &w->why[i], j - i, &now_ns);
+        tp_chunks_done(w->b[i], &w->idx[i], &w->rc[i], &w->why[i], j - i, &now_ns);
     }
-    for (unsigned i = 0; i < w->n; i++)
-        tcp_chunk_release(w->k[i]);
     pthread_mutex_lock(&p->mu);
-    for (unsigned i = 0; i < w->n; i++)
-        tcp_chunk_put_locked(p, w->k[i]);
-    tcp_chunks_put_locked(p, dropped);
 }
 
 /* Runs the chunk at the head of c's queue alone (p->mu held, released meanwhile). */
@@ -1109,11 +1105,12 @@ static void tcp_conn_run_one_locked(struct tcp_conn *c, struct tcp_peer *p)
     pthread_mutex_lock(&p->mu);
     int st = tcp_chunk_rc_locked(p, k, rc);
     tcp_conn_end_locked(c, p, k->length, rc);
-    pthread_mutex_unlock(&p->mu);
-    tp_chunk_done(k->b, k->idx, st, reason);
-    tcp_chunk_release(k);
-    pthread_mutex_lock(&p->mu);
+    struct tp_batch *b = k->b;
+    unsigned idx = k->idx;
     tcp_chunk_put_locked(p, k);
+    pthread_mutex_unlock(&p->mu);
+    tp_chunk_done(b, idx, st, reason);
+    pthread_mutex_lock(&p->mu);
 }
 
 static void *tcp_conn_main(void *arg)
@@ -1130,10 +1127,8 @@ static void *tcp_conn_main(void *arg)
             c->head = c->tail = NULL;
             c->qbytes = 0;
             pthread_mutex_unlock(&p->mu);
-            for (struct tcp_chunk *k = list; k; k = k->next) {
+            for (struct tcp_chunk *k = list; k; k = k->next)
                 tp_chunk_done(k->b, k->idx, KVMESH_ECONN, 0);
-                tcp_chunk_release(k);
-            }
             pthread_mutex_lock(&p->mu);
             tcp_chunks_put_locked(p, list);
             if (!c->head)
