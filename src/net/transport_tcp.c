@@ -538,6 +538,8 @@ struct tcp_conn {
     struct tcp_chunk *cur; /* the chunks being exchanged, linked by next (guarded by peer.mu) */
     struct tcp_win *win;   /* the I/O thread's window state (owned by the connection) */
     uint64_t last_ms;      /* tp_io_now_ms() of the last exchange (guarded by peer.mu) */
+    int tmo_ms; /* the socket's send/receive timeouts (tcp_conn_timeout; by the exchanging thread)
+                 */
     struct tcp_chunk *head, *tail;
     uint64_t qbytes;   /* bytes queued or in flight */
     pthread_cond_t cv; /* work for this connection (waited on with peer.mu): a submit wakes only
@@ -642,7 +644,18 @@ static int tcp_conn_ready_locked(struct tcp_conn *c, struct tcp_peer *p)
         return KVMESH_ECONN;
     }
     c->fd = fd;
+    c->tmo_ms = p->e->io_timeout_ms; /* (tcp_connect) */
     return 0;
+}
+
+/* Sets the socket timeouts of c to ms unless they are so already (the thread exchanging on c):
+ * two setsockopt calls only when the bound changes. */
+static void tcp_conn_timeout(struct tcp_conn *c, int ms)
+{
+    if (c->tmo_ms != ms) {
+        tp_io_set_timeout(c->fd, ms);
+        c->tmo_ms = ms;
+    }
 }
 
 struct tp_tcp_client {
@@ -776,8 +789,11 @@ static struct tcp_conn *tcp_idle_conn_locked(struct tcp_peer *p)
  * by deadline (tp_batch_set_deadline; in the future), and completes it (p->mu held, released
  * meanwhile). c->cur == k keeps c's I/O thread from starting anything and from its idle close;
  * tcp_abort finds the chunk there as on an I/O thread. The socket timeouts are lowered to the
- * time left for the exchange, so a blocked send or receive returns by the deadline. k stays the
- * caller's (on its stack): nothing refers to it once this returns.
+ * time left for the exchange, so a blocked send or receive returns by the deadline; a lowered
+ * timeout of an earlier exchange that lies within [3/4, 1] of the time left is kept (calls with
+ * one request timeout find about the same time left each time: no setsockopt per exchange), and
+ * the I/O thread puts io_timeout_ms back before it blocks on c (tcp_conn_run_one_locked). k
+ * stays the caller's (on its stack): nothing refers to it once this returns.
  */
 static void tcp_run_here_locked(struct tcp_peer *p, struct tcp_conn *c, struct tcp_chunk *k,
                                 uint64_t deadline)
@@ -786,17 +802,18 @@ static void tcp_run_here_locked(struct tcp_peer *p, struct tcp_conn *c, struct t
     c->cur = k;
     c->qbytes += k->length;
     uint64_t req_id = ++p->next_req_id;
-    int fd = c->fd, io_ms = (int)p->e->io_timeout_ms;
+    int io_ms = (int)p->e->io_timeout_ms;
     pthread_mutex_unlock(&p->mu);
     uint64_t now = tp_io_now_ms(), left = deadline > now ? deadline - now : 1;
-    bool lowered = left < (uint64_t)io_ms;
-    if (lowered)
-        tp_io_set_timeout(fd, (int)left);
+    if (left < (uint64_t)io_ms) {
+        uint64_t kept = (uint64_t)c->tmo_ms;
+        tcp_conn_timeout(c, kept <= left && kept >= left - left / 4 ? c->tmo_ms : (int)left);
+    } else {
+        tcp_conn_timeout(c, io_ms);
+    }
     uint8_t why = 0;
     int rc =
         tp_batch_canceled(k->b) ? KVMESH_ECANCELED : tcp_run_chunk(c, k, req_id, deadline, &why);
-    if (lowered)
-        tp_io_set_timeout(fd, io_ms);
     pthread_mutex_lock(&p->mu);
     int st = tcp_chunk_rc_locked(p, k, rc);
     tcp_conn_end_locked(c, p, k->length, rc);
@@ -1100,8 +1117,10 @@ static void tcp_conn_run_one_locked(struct tcp_conn *c, struct tcp_peer *p)
     int rc = tp_batch_canceled(k->b) ? KVMESH_ECANCELED : tcp_conn_ready_locked(c, p);
     pthread_mutex_unlock(&p->mu);
     uint8_t reason = 0;
-    if (!rc)
+    if (!rc) {
+        tcp_conn_timeout(c, (int)p->e->io_timeout_ms); /* (lowered by tcp_run_here_locked) */
         rc = tcp_run_chunk(c, k, req_id, 0, &reason);
+    }
     pthread_mutex_lock(&p->mu);
     int st = tcp_chunk_rc_locked(p, k, rc);
     tcp_conn_end_locked(c, p, k->length, rc);
@@ -1219,6 +1238,7 @@ static int tcp_peer_new(struct tp_engine *e, const struct tp_addr *a, const char
         }
         if ((rc = tcp_connect(a, e->io_timeout_ms, &p->conns[i].fd)) != 0)
             goto fail;
+        p->conns[i].tmo_ms = e->io_timeout_ms;
         if (env_thread_create(&p->conns[i].th, tcp_conn_main, &p->conns[i]) != 0) {
             rc = kvm_errf(KVMESH_ENOMEM, "cannot start a tcp I/O thread");
             goto fail;
