@@ -538,8 +538,7 @@ struct tcp_conn {
     struct tcp_chunk *cur; /* the chunks being exchanged, linked by next (guarded by peer.mu) */
     struct tcp_win *win;   /* the I/O thread's window state (owned by the connection) */
     uint64_t last_ms;      /* tp_io_now_ms() of the last exchange (guarded by peer.mu) */
-    int tmo_ms; /* the socket's send/receive timeouts (tcp_conn_timeout; by the exchanging thread)
-                 */
+    int tmo_ms;            /* the socket's timeouts (tcp_conn_timeout; the exchanging thread) */
     struct tcp_chunk *head, *tail;
     uint64_t qbytes;   /* bytes queued or in flight */
     pthread_cond_t cv; /* work for this connection (waited on with peer.mu): a submit wakes only
