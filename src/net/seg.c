@@ -30,6 +30,11 @@ struct seg_grant_ent {
     struct seg_grant_ent *next;
 };
 
+/* Revoked grant entries are kept (wiped) for the next grants, at most SEG_GRANT_SPARE of them
+ * (56 KiB), so that a steady stream of grants and revokes (one write grant per put item)
+ * allocates nothing; freed with the registry. */
+#define SEG_GRANT_SPARE 1024
+
 /*
  * Grant tokens come from getrandom in blocks of SEG_TOKEN_POOL (one syscall per block instead of
  * one per grant: a batch put grants one write range per item), kept in a page marked
@@ -54,6 +59,8 @@ struct seg_registry {
     size_t nremote;
     struct seg_grant_ent *grants[SEG_GRANT_BUCKETS];
     size_t ngrants;
+    struct seg_grant_ent *spare; /* revoked entries kept for reuse, linked by next */
+    size_t nspare;               /* at most SEG_GRANT_SPARE */
     seg_clock_fn clock;
     void *clock_arg;
     bool prefault; /* atomic: seg_registry_set_prefault */
@@ -141,6 +148,13 @@ bool seg_fault_armed(void)
     return __atomic_load_n(&fault_countdown, __ATOMIC_SEQ_CST) != 0;
 }
 
+static uint64_t alloc_count; /* atomic: seg_alloc_count */
+
+uint64_t seg_alloc_count(void)
+{
+    return __atomic_load_n(&alloc_count, __ATOMIC_RELAXED);
+}
+
 void *seg_calloc(size_t n, size_t size)
 {
     unsigned v = __atomic_load_n(&fault_countdown, __ATOMIC_SEQ_CST);
@@ -152,7 +166,10 @@ void *seg_calloc(size_t n, size_t size)
             break;
         }
     }
-    return calloc(n, size);
+    void *p = calloc(n, size);
+    if (p)
+        __atomic_add_fetch(&alloc_count, 1, __ATOMIC_RELAXED);
+    return p;
 }
 
 const char *seg_reason_str(enum seg_reason r)
@@ -219,6 +236,10 @@ void seg_registry_free(struct seg_registry *reg)
             free(e);
             e = n;
         }
+    }
+    for (struct seg_grant_ent *e = reg->spare, *n; e; e = n) {
+        n = e->next;
+        free(e);
     }
     if (reg->tok) {
         explicit_bzero(reg->tok, sizeof(*reg->tok));
@@ -431,6 +452,21 @@ static size_t bucket_of(uint64_t token)
     return (size_t)((token * 0x9E3779B97F4A7C15ull) >> 52) % SEG_GRANT_BUCKETS;
 }
 
+/* Forgets a revoked grant entry (reg->mu held): kept for the next grant, its token wiped, or
+ * freed when enough are kept. */
+static void grant_drop_locked(struct seg_registry *reg, struct seg_grant_ent *e)
+{
+    reg->ngrants--;
+    if (reg->nspare >= SEG_GRANT_SPARE) {
+        free(e);
+        return;
+    }
+    explicit_bzero(&e->g, sizeof(e->g));
+    e->next = reg->spare;
+    reg->spare = e;
+    reg->nspare++;
+}
+
 static void revoke_where_locked(struct seg_registry *reg, uint64_t seg_id, uint64_t expired_at)
 {
     /* seg_id != 0: drop grants of that segment; expired_at != 0: drop grants expired by then */
@@ -442,8 +478,7 @@ static void revoke_where_locked(struct seg_registry *reg, uint64_t seg_id, uint6
                         (expired_at && e->g.expiry_ns && e->g.expiry_ns <= expired_at);
             if (drop) {
                 *pp = e->next;
-                free(e);
-                reg->ngrants--;
+                grant_drop_locked(reg, e);
             } else {
                 pp = &e->next;
             }
@@ -475,9 +510,7 @@ int seg_grant(struct seg_registry *reg, uint64_t seg_id, uint64_t offset, uint64
 {
     if (rights == 0 || (rights & ~(uint32_t)(SEG_READ | SEG_WRITE)))
         return kvm_errf(KVMESH_EINVAL, "grant rights %#x invalid; use SEG_READ|SEG_WRITE", rights);
-    struct seg_grant_ent *e = seg_calloc(1, sizeof(*e));
-    if (!e)
-        return kvm_errf(KVMESH_ENOMEM, "grant allocation failed");
+    struct seg_grant_ent *e = NULL;
     pthread_mutex_lock(&reg->mu);
     struct seg *s = find_locked(reg, seg_id, NULL);
     int rc = 0;
@@ -499,6 +532,13 @@ int seg_grant(struct seg_registry *reg, uint64_t seg_id, uint64_t offset, uint64
                       SEG_MAX_GRANTS);
         goto fail;
     }
+    if ((e = reg->spare) != NULL) {
+        reg->spare = e->next;
+        reg->nspare--;
+    } else if ((e = seg_calloc(1, sizeof(*e))) == NULL) {
+        rc = kvm_errf(KVMESH_ENOMEM, "grant allocation failed");
+        goto fail;
+    }
     e->g.seg_id = seg_id;
     e->g.offset = offset;
     e->g.length = length;
@@ -516,7 +556,6 @@ int seg_grant(struct seg_registry *reg, uint64_t seg_id, uint64_t offset, uint64
     return 0;
 fail:
     pthread_mutex_unlock(&reg->mu);
-    free(e);
     return rc;
 }
 
@@ -528,8 +567,7 @@ int seg_revoke(struct seg_registry *reg, uint64_t token)
         if ((*pp)->g.token == token) {
             struct seg_grant_ent *e = *pp;
             *pp = e->next;
-            free(e);
-            reg->ngrants--;
+            grant_drop_locked(reg, e);
             pthread_mutex_unlock(&reg->mu);
             return 0;
         }

@@ -164,5 +164,8 @@ void seg_fault_alloc_after(unsigned n);
 bool seg_fault_armed(void);
 /* calloc honouring the injected fault; free with free(). */
 void *seg_calloc(size_t n, size_t size);
+/* Allocations seg_calloc made so far, process-wide (tests pin that a steady stream of requests
+ * allocates nothing per request: tcp chunks and grant entries are reused). */
+uint64_t seg_alloc_count(void);
 
 #endif

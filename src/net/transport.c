@@ -474,8 +474,10 @@ void tp_slot_set_chunks(struct tp_batch *b, unsigned idx, uint32_t chunks)
 
 /* Counts one finished request in the engine's registry (the one place data-plane requests are
  * counted): kvmesh_transport_operations_total, _bytes_total (successful bytes), _failures_total
- * and _duration_seconds, labelled by the transport its segment was opened with. */
-static void count_request(const struct tp_engine *e, const struct tp_slot *s)
+ * and _duration_seconds, labelled by the transport its segment was opened with. *now_ns: the
+ * completion time, read here on first use (0 before): one clock read for the requests that
+ * tp_chunks_done completes together. */
+static void count_request(const struct tp_engine *e, const struct tp_slot *s, uint64_t *now_ns)
 {
     struct obs_registry *reg = e->cfg.metrics;
     if (!reg)
@@ -488,37 +490,66 @@ static void count_request(const struct tp_engine *e, const struct tp_slot *s)
         obs_count(reg, transport_failures_total, tr, op, 1);
     else
         obs_count(reg, transport_bytes_total, tr, op, s->r.length);
-    obs_observe(reg, transport_duration_seconds, tr, op, env_clock_mono_ns() - s->start_ns);
+    if (!*now_ns)
+        *now_ns = env_clock_mono_ns();
+    obs_observe(reg, transport_duration_seconds, tr, op, *now_ns - s->start_ns);
 }
 
-void tp_chunk_done(struct tp_batch *b, unsigned idx, int status, uint8_t reason)
+/* Records chunk idx's result (b->mu held); true when it was its request's last one. */
+static bool chunk_done_locked(struct tp_batch *b, unsigned idx, int status, uint8_t reason,
+                              uint64_t *now_ns)
 {
-    pthread_mutex_lock(&b->mu);
     struct tp_slot *s = &b->slots[idx];
     KVM_ASSERT(s->chunks_left > 0);
     if (status && !s->first_err) {
         s->first_err = status;
         s->reason = reason;
     }
-    if (--s->chunks_left > 0) {
-        pthread_mutex_unlock(&b->mu);
-        return;
-    }
+    if (--s->chunks_left > 0)
+        return false;
     __atomic_store_n(&s->status, s->first_err, __ATOMIC_RELEASE);
-    count_request(b->e, s);
+    count_request(b->e, s, now_ns);
     KVM_ASSERT(b->pending > 0);
-    if (--b->pending == 0) {
-        if (b->cb) {
-            tp_batch_cb cb = b->cb;
-            void *arg = b->cb_arg;
-            b->cb_running++;
-            pthread_mutex_unlock(&b->mu);
-            cb(b, arg);
-            pthread_mutex_lock(&b->mu);
-            b->cb_running--;
-        }
-        pthread_cond_broadcast(&b->cv);
+    b->pending--;
+    return true;
+}
+
+/* The batch has nothing pending: runs its callback and wakes its waiters (b->mu held, released
+ * while the callback runs). */
+static void batch_drained_locked(struct tp_batch *b)
+{
+    if (b->cb) {
+        tp_batch_cb cb = b->cb;
+        void *arg = b->cb_arg;
+        b->cb_running++;
+        pthread_mutex_unlock(&b->mu);
+        cb(b, arg);
+        pthread_mutex_lock(&b->mu);
+        b->cb_running--;
     }
+    pthread_cond_broadcast(&b->cv);
+}
+
+void tp_chunk_done(struct tp_batch *b, unsigned idx, int status, uint8_t reason)
+{
+    uint64_t now_ns = 0;
+    pthread_mutex_lock(&b->mu);
+    if (chunk_done_locked(b, idx, status, reason, &now_ns) && b->pending == 0)
+        batch_drained_locked(b);
+    pthread_mutex_unlock(&b->mu);
+}
+
+void tp_chunks_done(struct tp_batch *b, const unsigned *idx, const int *status,
+                    const uint8_t *reason, unsigned n, uint64_t *now_ns)
+{
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&b->mu);
+    for (unsigned i = 0; i < n; i++)
+        chunk_done_locked(b, idx[i], status[i], reason[i], now_ns);
+    /* (pending reaches 0 at the last of them at the earliest: each one's request was pending) */
+    if (b->pending == 0)
+        batch_drained_locked(b);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -548,6 +579,10 @@ int tp_submit(struct tp_batch *b, const struct tp_request *reqs, unsigned n)
     b->n += n;
     b->pending += n;
     pthread_mutex_unlock(&b->mu);
+    /* A run of consecutive valid requests to one transport with submit_run is started in one
+     * call of it (tcp queues the whole run before it wakes its I/O threads). */
+    const struct tp_ops *run_ops = NULL;
+    unsigned run_first = first, run_n = 0;
     for (unsigned i = 0; i < n; i++) {
         unsigned idx = first + i;
         const struct tp_request *r = &reqs[i];
@@ -568,11 +603,28 @@ int tp_submit(struct tp_batch *b, const struct tp_request *reqs, unsigned n)
                           idx);
         else if (tp_batch_canceled(b))
             rc = KVMESH_ECANCELED;
-        else
+        else if (r->segment->ops->submit_run) {
+            if (run_n && run_ops != r->segment->ops) {
+                run_ops->submit_run(b, run_first, run_n);
+                run_n = 0;
+            }
+            if (!run_n) {
+                run_ops = r->segment->ops;
+                run_first = idx;
+            }
+            run_n++;
+            continue;
+        } else
             rc = r->segment->ops->submit(b, idx, &reason);
+        if (run_n) { /* keeps the submission order */
+            run_ops->submit_run(b, run_first, run_n);
+            run_n = 0;
+        }
         if (rc)
             tp_chunk_done(b, idx, rc, (uint8_t)reason);
     }
+    if (run_n)
+        run_ops->submit_run(b, run_first, run_n);
     return 0;
 }
 

@@ -36,6 +36,12 @@ struct tp_ops {
     /* Starts request idx (length/local already validated). 0: it will complete through
      * tp_chunk_done; error: nothing was started, the caller completes it with the error. */
     int (*submit)(struct tp_batch *b, unsigned idx, enum seg_reason *reason);
+    /* Optional, used instead of submit when set: starts requests [first, first + n) of b
+     * (validated, each to a segment of this transport, in submission order); every one of them
+     * completes through tp_chunk_done, one that cannot be started with its error. One call for
+     * a tp_submit's run of requests: tcp queues the whole run before it wakes an I/O thread, so
+     * its first window carries as much of it as fits. */
+    void (*submit_run)(struct tp_batch *b, unsigned first, unsigned n);
     /* Optional: ends the started requests of b at once (they complete with an error). */
     void (*abort)(struct tp_engine *e, struct tp_batch *b);
     /* Optional: false once s can no longer carry requests (its peer died); NULL = always. */
@@ -123,6 +129,11 @@ struct tp_batch {
 void tp_slot_set_chunks(struct tp_batch *b, unsigned idx, uint32_t chunks);
 /* One chunk of request idx finished with status (0 or error) and refusal reason. */
 void tp_chunk_done(struct tp_batch *b, unsigned idx, int status, uint8_t reason);
+/* tp_chunk_done for n chunks of one batch under one lock (a window's chunks): idx, status and
+ * reason per chunk. *now_ns (0 on the first call) holds the completion time once read, so
+ * chunks completed together cost one clock read for the duration metric. */
+void tp_chunks_done(struct tp_batch *b, const unsigned *idx, const int *status,
+                    const uint8_t *reason, unsigned n, uint64_t *now_ns);
 int tp_batch_canceled(const struct tp_batch *b);
 /* The batch's deadline (tp_batch_set_deadline), 0 = none. */
 uint64_t tp_batch_deadline(struct tp_batch *b);

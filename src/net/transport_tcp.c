@@ -527,21 +527,6 @@ static bool tcp_chunk_sums(const struct tcp_chunk *k)
     return k->sum || k->dsum;
 }
 
-static void tcp_chunk_free(struct tcp_chunk *k)
-{
-    tcp_sum_unref(k->sum);
-    free(k);
-}
-
-static void tcp_chunks_free(struct tcp_chunk *list)
-{
-    while (list) {
-        struct tcp_chunk *n = list->next;
-        tcp_chunk_free(list);
-        list = n;
-    }
-}
-
 struct tcp_peer;
 struct tcp_win;
 
@@ -553,6 +538,7 @@ struct tcp_conn {
     struct tcp_chunk *cur; /* the chunks being exchanged, linked by next (guarded by peer.mu) */
     struct tcp_win *win;   /* the I/O thread's window state (owned by the connection) */
     uint64_t last_ms;      /* tp_io_now_ms() of the last exchange (guarded by peer.mu) */
+    int tmo_ms;            /* the socket's timeouts (tcp_conn_timeout; the exchanging thread) */
     struct tcp_chunk *head, *tail;
     uint64_t qbytes;   /* bytes queued or in flight */
     pthread_cond_t cv; /* work for this connection (waited on with peer.mu): a submit wakes only
@@ -569,9 +555,56 @@ struct tcp_peer {
     unsigned n;
     uint64_t next_req_id;
     struct tcp_conn conns[TP_MAX_CONNS];
-    struct tp_addr addr; /* to connect again after an idle close */
+    struct tp_addr addr;    /* to connect again after an idle close */
+    struct tcp_chunk *pool; /* finished chunks kept for the next submits, linked by next */
+    unsigned npool;         /* at most TCP_CHUNK_POOL; freed with the peer */
     struct tcp_peer *next;
 };
+
+/*
+ * Chunks of queued requests come from their peer's pool (refilled as the I/O threads finish
+ * them): a steady stream of requests allocates nothing per request. TCP_CHUNK_POOL keeps four
+ * full windows (TCP_WIN_MAX) per peer, beyond which finished chunks are freed.
+ */
+#define TCP_CHUNK_POOL 256u
+
+/* A chunk for a request (p->mu held): from the pool, else allocated; NULL when that fails. */
+static struct tcp_chunk *tcp_chunk_get_locked(struct tcp_peer *p)
+{
+    struct tcp_chunk *k = p->pool;
+    if (!k)
+        return seg_calloc(1, sizeof(*k));
+    p->pool = k->next;
+    p->npool--;
+    return k;
+}
+
+/* Returns a finished chunk to p's pool (dropping its checksum reference), or frees it when the
+ * pool is full (p->mu held). The I/O threads return a window's chunks before they complete
+ * them, so the pool holds every chunk of a batch by the time its waiter wakes. */
+static void tcp_chunk_put_locked(struct tcp_peer *p, struct tcp_chunk *k)
+{
+    tcp_sum_unref(k->sum); /* (takes only the sum's own lock) */
+    k->sum = NULL;
+    if (p->npool >= TCP_CHUNK_POOL) {
+        free(k);
+        return;
+    }
+    k->b = NULL;
+    k->next = p->pool;
+    p->pool = k;
+    p->npool++;
+}
+
+/* Returns the chunks of list (finished, not linked elsewhere) to p (p->mu held). */
+static void tcp_chunks_put_locked(struct tcp_peer *p, struct tcp_chunk *list)
+{
+    while (list) {
+        struct tcp_chunk *n = list->next;
+        tcp_chunk_put_locked(p, list);
+        list = n;
+    }
+}
 
 static int tcp_connect(const struct tp_addr *a, int timeout_ms, int *fd_out);
 
@@ -610,7 +643,18 @@ static int tcp_conn_ready_locked(struct tcp_conn *c, struct tcp_peer *p)
         return KVMESH_ECONN;
     }
     c->fd = fd;
+    c->tmo_ms = p->e->io_timeout_ms; /* (tcp_connect) */
     return 0;
+}
+
+/* Sets the socket timeouts of c to ms unless they are so already (the thread exchanging on c):
+ * two setsockopt calls only when the bound changes. */
+static void tcp_conn_timeout(struct tcp_conn *c, int ms)
+{
+    if (c->tmo_ms != ms) {
+        tp_io_set_timeout(c->fd, ms);
+        c->tmo_ms = ms;
+    }
 }
 
 struct tp_tcp_client {
@@ -709,6 +753,27 @@ static bool rc_breaks_stream(int rc)
     return rc == KVMESH_ECONN || rc == KVMESH_ETIMEDOUT || rc == KVMESH_EPROTO;
 }
 
+/* The result of chunk k whose exchange ended with rc (p->mu held): a failure after its batch
+ * was aborted (tp_batch_abort shut the peer down) is KVMESH_ECANCELED. */
+static int tcp_chunk_rc_locked(const struct tcp_peer *p, const struct tcp_chunk *k, int rc)
+{
+    return rc && p->dead && tp_batch_canceled(k->b) ? KVMESH_ECANCELED : rc;
+}
+
+/* Ends the exchange of c's current chunks (p->mu held; call after tcp_chunk_rc_locked for each
+ * of them): c is free again, its queue drops their bytes, and an error that broke the stream
+ * (stream_rc) kills the peer. The one end-of-exchange path of the lone, single and windowed
+ * exchanges. */
+static void tcp_conn_end_locked(struct tcp_conn *c, struct tcp_peer *p, uint64_t bytes,
+                                int stream_rc)
+{
+    c->cur = NULL;
+    c->last_ms = tp_io_now_ms();
+    c->qbytes -= bytes;
+    if (rc_breaks_stream(stream_rc))
+        tcp_peer_kill_locked(p);
+}
+
 /* An idle data connection of p with a socket, or NULL (p->mu held). */
 static struct tcp_conn *tcp_idle_conn_locked(struct tcp_peer *p)
 {
@@ -723,8 +788,11 @@ static struct tcp_conn *tcp_idle_conn_locked(struct tcp_peer *p)
  * by deadline (tp_batch_set_deadline; in the future), and completes it (p->mu held, released
  * meanwhile). c->cur == k keeps c's I/O thread from starting anything and from its idle close;
  * tcp_abort finds the chunk there as on an I/O thread. The socket timeouts are lowered to the
- * time left for the exchange, so a blocked send or receive returns by the deadline. k stays the
- * caller's (on its stack): nothing refers to it once this returns.
+ * time left for the exchange, so a blocked send or receive returns by the deadline; a lowered
+ * timeout of an earlier exchange that lies within [3/4, 1] of the time left is kept (calls with
+ * one request timeout find about the same time left each time: no setsockopt per exchange), and
+ * the I/O thread puts io_timeout_ms back before it blocks on c (tcp_conn_run_one_locked). k
+ * stays the caller's (on its stack): nothing refers to it once this returns.
  */
 static void tcp_run_here_locked(struct tcp_peer *p, struct tcp_conn *c, struct tcp_chunk *k,
                                 uint64_t deadline)
@@ -733,29 +801,25 @@ static void tcp_run_here_locked(struct tcp_peer *p, struct tcp_conn *c, struct t
     c->cur = k;
     c->qbytes += k->length;
     uint64_t req_id = ++p->next_req_id;
-    int fd = c->fd, io_ms = (int)p->e->io_timeout_ms;
+    int io_ms = (int)p->e->io_timeout_ms;
     pthread_mutex_unlock(&p->mu);
     uint64_t now = tp_io_now_ms(), left = deadline > now ? deadline - now : 1;
-    bool lowered = left < (uint64_t)io_ms;
-    if (lowered)
-        tp_io_set_timeout(fd, (int)left);
+    if (left < (uint64_t)io_ms) {
+        uint64_t kept = (uint64_t)c->tmo_ms;
+        tcp_conn_timeout(c, kept <= left && kept >= left - left / 4 ? c->tmo_ms : (int)left);
+    } else {
+        tcp_conn_timeout(c, io_ms);
+    }
     uint8_t why = 0;
     int rc =
         tp_batch_canceled(k->b) ? KVMESH_ECANCELED : tcp_run_chunk(c, k, req_id, deadline, &why);
-    if (lowered)
-        tp_io_set_timeout(fd, io_ms);
     pthread_mutex_lock(&p->mu);
-    c->cur = NULL;
-    c->last_ms = tp_io_now_ms();
-    if (rc && p->dead && tp_batch_canceled(k->b))
-        rc = KVMESH_ECANCELED; /* ended by tp_batch_abort */
-    c->qbytes -= k->length;
-    if (rc_breaks_stream(rc))
-        tcp_peer_kill_locked(p);
-    else if (c->head)
+    int st = tcp_chunk_rc_locked(p, k, rc);
+    tcp_conn_end_locked(c, p, k->length, rc);
+    if (!p->dead && c->head)
         pthread_cond_signal(&c->cv); /* queued behind this exchange meanwhile */
     pthread_mutex_unlock(&p->mu);
-    tp_chunk_done(k->b, k->idx, rc, why); /* k is the caller's (tcp_submit_lone) */
+    tp_chunk_done(k->b, k->idx, st, why); /* k is the caller's (tcp_submit_lone) */
     pthread_mutex_lock(&p->mu);
 }
 
@@ -780,6 +844,8 @@ static void tcp_run_here_locked(struct tcp_peer *p, struct tcp_conn *c, struct t
 struct tcp_win {
     struct tcp_chunk *k[TCP_WIN_MAX];
     uint64_t id[TCP_WIN_MAX];
+    struct tp_batch *b[TCP_WIN_MAX]; /* k[i]->b and ->idx, kept for tp_chunks_done once the */
+    unsigned idx[TCP_WIN_MAX];       /* chunks are back in the pool */
     int rc[TCP_WIN_MAX];
     uint8_t why[TCP_WIN_MAX];
     uint8_t hb[TCP_WIN_MAX][TPW_REQ_SIZE];
@@ -1001,6 +1067,7 @@ static void tcp_conn_run_win_locked(struct tcp_conn *c, struct tcp_peer *p)
             continue;
         }
         w->id[w->n] = ++p->next_req_id;
+        w->idx[w->n] = k->idx;
         w->k[w->n++] = k;
         w->bytes += k->length;
         *last = k; /* c->cur lists the window's chunks (tcp_abort looks at them) */
@@ -1010,28 +1077,28 @@ static void tcp_conn_run_win_locked(struct tcp_conn *c, struct tcp_peer *p)
         c->tail = NULL;
     int rc = w->n ? tcp_conn_ready_locked(c, p) : 0;
     pthread_mutex_unlock(&p->mu);
-    for (struct tcp_chunk *k = dropped, *n; k; k = n) {
-        n = k->next;
+    for (struct tcp_chunk *k = dropped; k; k = k->next)
         tp_chunk_done(k->b, k->idx, KVMESH_ECANCELED, 0);
-        tcp_chunk_free(k);
-    }
     if (!rc && w->n)
         rc = tcp_win_run(c->fd, w, p->e->io_timeout_ms);
     for (unsigned i = w->r; rc && i < w->n; i++)
         w->rc[i] = rc;
     pthread_mutex_lock(&p->mu);
-    c->cur = NULL;
-    c->last_ms = tp_io_now_ms();
-    c->qbytes -= w->bytes;
-    if (rc_breaks_stream(rc))
-        tcp_peer_kill_locked(p);
-    for (unsigned i = 0; i < w->n; i++)
-        if (w->rc[i] && p->dead && tp_batch_canceled(w->k[i]->b))
-            w->rc[i] = KVMESH_ECANCELED; /* ended by tp_batch_abort */
-    pthread_mutex_unlock(&p->mu);
     for (unsigned i = 0; i < w->n; i++) {
-        tp_chunk_done(w->k[i]->b, w->k[i]->idx, w->rc[i], w->why[i]);
-        tcp_chunk_free(w->k[i]);
+        w->rc[i] = tcp_chunk_rc_locked(p, w->k[i], w->rc[i]);
+        w->b[i] = w->k[i]->b;
+    }
+    tcp_conn_end_locked(c, p, w->bytes, rc);
+    for (unsigned i = 0; i < w->n; i++)
+        tcp_chunk_put_locked(p, w->k[i]);
+    tcp_chunks_put_locked(p, dropped);
+    pthread_mutex_unlock(&p->mu);
+    /* the window's chunks complete per batch under one lock each, with one clock read */
+    uint64_t now_ns = 0;
+    for (unsigned i = 0, j; i < w->n; i = j) {
+        for (j = i + 1; j < w->n && w->b[j] == w->b[i]; j++)
+            ;
+        tp_chunks_done(w->b[i], &w->idx[i], &w->rc[i], &w->why[i], j - i, &now_ns);
     }
     pthread_mutex_lock(&p->mu);
 }
@@ -1049,19 +1116,18 @@ static void tcp_conn_run_one_locked(struct tcp_conn *c, struct tcp_peer *p)
     int rc = tp_batch_canceled(k->b) ? KVMESH_ECANCELED : tcp_conn_ready_locked(c, p);
     pthread_mutex_unlock(&p->mu);
     uint8_t reason = 0;
-    if (!rc)
+    if (!rc) {
+        tcp_conn_timeout(c, (int)p->e->io_timeout_ms); /* (lowered by tcp_run_here_locked) */
         rc = tcp_run_chunk(c, k, req_id, 0, &reason);
+    }
     pthread_mutex_lock(&p->mu);
-    c->cur = NULL;
-    c->last_ms = tp_io_now_ms();
-    if (rc && p->dead && tp_batch_canceled(k->b))
-        rc = KVMESH_ECANCELED; /* ended by tp_batch_abort */
-    c->qbytes -= k->length;
-    if (rc_breaks_stream(rc))
-        tcp_peer_kill_locked(p);
+    int st = tcp_chunk_rc_locked(p, k, rc);
+    tcp_conn_end_locked(c, p, k->length, rc);
+    struct tp_batch *b = k->b;
+    unsigned idx = k->idx;
+    tcp_chunk_put_locked(p, k);
     pthread_mutex_unlock(&p->mu);
-    tp_chunk_done(k->b, k->idx, rc, reason);
-    tcp_chunk_free(k);
+    tp_chunk_done(b, idx, st, reason);
     pthread_mutex_lock(&p->mu);
 }
 
@@ -1079,13 +1145,10 @@ static void *tcp_conn_main(void *arg)
             c->head = c->tail = NULL;
             c->qbytes = 0;
             pthread_mutex_unlock(&p->mu);
-            while (list) {
-                struct tcp_chunk *n = list->next;
-                tp_chunk_done(list->b, list->idx, KVMESH_ECONN, 0);
-                tcp_chunk_free(list);
-                list = n;
-            }
+            for (struct tcp_chunk *k = list; k; k = k->next)
+                tp_chunk_done(k->b, k->idx, KVMESH_ECONN, 0);
             pthread_mutex_lock(&p->mu);
+            tcp_chunks_put_locked(p, list);
             if (!c->head)
                 break;
             continue;
@@ -1114,6 +1177,10 @@ static void tcp_peer_free(struct tcp_peer *p)
     for (unsigned i = 0; i < p->n; i++) {
         pthread_cond_destroy(&p->conns[i].cv);
         free(p->conns[i].win);
+    }
+    for (struct tcp_chunk *k = p->pool, *n; k; k = n) {
+        n = k->next;
+        free(k);
     }
     pthread_mutex_destroy(&p->mu);
     free(p);
@@ -1170,6 +1237,7 @@ static int tcp_peer_new(struct tp_engine *e, const struct tp_addr *a, const char
         }
         if ((rc = tcp_connect(a, e->io_timeout_ms, &p->conns[i].fd)) != 0)
             goto fail;
+        p->conns[i].tmo_ms = e->io_timeout_ms;
         if (env_thread_create(&p->conns[i].th, tcp_conn_main, &p->conns[i]) != 0) {
             rc = kvm_errf(KVMESH_ENOMEM, "cannot start a tcp I/O thread");
             goto fail;
@@ -1268,10 +1336,11 @@ static void tcp_chunk_init(struct tcp_chunk *k, struct tp_batch *b, unsigned idx
                             .ci = i};
 }
 
-/* Queues the chunks of list on p's connections, the least loaded first (p->mu held). */
-static void tcp_enqueue_locked(struct tcp_peer *p, struct tcp_chunk *list)
+/* Queues the chunks of list on p's connections, the least loaded first (p->mu held), and marks
+ * in wake[] the connections that got one: tcp_wake_locked signals them once the submit queued
+ * all it has. */
+static void tcp_enqueue_locked(struct tcp_peer *p, struct tcp_chunk *list, bool *wake)
 {
-    bool woke[TP_MAX_CONNS] = {false};
     while (list) {
         struct tcp_chunk *k = list;
         list = k->next;
@@ -1286,12 +1355,18 @@ static void tcp_enqueue_locked(struct tcp_peer *p, struct tcp_chunk *list)
         else
             best->head = k;
         best->tail = k;
-        unsigned bi = (unsigned)(best - p->conns);
-        if (!woke[bi]) {
-            woke[bi] = true;
-            pthread_cond_signal(&best->cv); /* its I/O thread is the only waiter */
-        }
+        wake[best - p->conns] = true;
     }
+}
+
+/* Wakes the I/O threads of the connections marked in wake[] and clears the marks (p->mu held). */
+static void tcp_wake_locked(struct tcp_peer *p, bool *wake)
+{
+    for (unsigned i = 0; i < p->n; i++)
+        if (wake[i]) {
+            wake[i] = false;
+            pthread_cond_signal(&p->conns[i].cv); /* its I/O thread is the only waiter */
+        }
 }
 
 /*
@@ -1314,7 +1389,7 @@ static int tcp_submit_lone(struct tp_batch *b, unsigned idx, uint64_t piece)
     uint64_t deadline = tp_batch_deadline(b);
     struct tcp_conn *idle = deadline > tp_io_now_ms() ? tcp_idle_conn_locked(p) : NULL;
     struct tcp_chunk *heap = NULL;
-    if (!idle && (heap = seg_calloc(1, sizeof(*heap))) == NULL) {
+    if (!idle && (heap = tcp_chunk_get_locked(p)) == NULL) {
         pthread_mutex_unlock(&p->mu);
         return kvm_errf(KVMESH_ENOMEM, "chunk allocation failed");
     }
@@ -1322,19 +1397,19 @@ static int tcp_submit_lone(struct tp_batch *b, unsigned idx, uint64_t piece)
     if (idle) {
         tcp_run_here_locked(p, idle, &k, deadline); /* k is not referenced after it returns */
     } else {
+        bool wake[TP_MAX_CONNS] = {false};
         *heap = k;
-        tcp_enqueue_locked(p, heap);
+        tcp_enqueue_locked(p, heap, wake);
+        tcp_wake_locked(p, wake);
     }
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
 
-static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
+/* The chunk size request r is split into on p; returns the number of chunks. */
+static uint64_t tcp_pieces(const struct tp_engine *e, const struct tcp_peer *p,
+                           const struct tp_request *r, uint64_t *piece_out)
 {
-    (void)reason;
-    const struct tp_request *r = &b->slots[idx].r;
-    struct tcp_peer *p = r->segment->peer;
-    struct tp_engine *e = b->e;
     /* pieces: spread over the connections, at most chunk_max each (small pieces keep the
      * bytes in flight cache-resident; see docs/performance.md), at most TCP_MAX_CHUNKS */
     uint64_t nk = 1;
@@ -1346,34 +1421,84 @@ static int tcp_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
     piece = (piece + TCP_CHUNK_ALIGN - 1) / TCP_CHUNK_ALIGN * TCP_CHUNK_ALIGN;
     nk = (r->length + piece - 1) / piece;
     KVM_ASSERT(nk >= 1 && nk <= TCP_MAX_CHUNKS);
-    if (nk == 1 && b->cap == 1)
-        return tcp_submit_lone(b, idx, piece);
+    *piece_out = piece;
+    return nk;
+}
+
+/* Queues request idx of b on p's connections (p->mu held), marking in wake[] the connections
+ * to wake. 0, or the error the request completes with (nothing of it queued). */
+static int tcp_queue_locked(struct tcp_peer *p, struct tp_batch *b, unsigned idx, bool *wake)
+{
+    const struct tp_request *r = &b->slots[idx].r;
+    if (p->dead)
+        return kvm_errf(KVMESH_ECONN, "connection to %s lost; reopen the segment", p->key);
+    uint64_t piece;
+    uint64_t nk = tcp_pieces(b->e, p, r, &piece);
     struct tcp_sum *sum = NULL; /* one reference per chunk */
     if (r->sum && nk > 1 && (sum = tcp_sum_new(r, piece, nk)) == NULL)
         return kvm_errf(KVMESH_ENOMEM, "checksum state allocation failed");
     struct tcp_chunk *list = NULL, **tailp = &list;
     for (uint64_t i = 0; i < nk; i++) {
-        struct tcp_chunk *k = seg_calloc(1, sizeof(*k));
+        struct tcp_chunk *k = tcp_chunk_get_locked(p);
         if (!k) {
-            tcp_chunks_free(list);
-            for (uint64_t j = i; j < nk; j++)
-                tcp_sum_unref(sum);
+            for (struct tcp_chunk *q = list; q; q = q->next)
+                q->sum = NULL; /* (references dropped below, outside the chunks) */
+            tcp_chunks_put_locked(p, list);
+            if (sum) { /* nobody else holds it: free it whole */
+                pthread_mutex_destroy(&sum->mu);
+                free(sum);
+            }
             return kvm_errf(KVMESH_ENOMEM, "chunk allocation failed");
         }
         tcp_chunk_init(k, b, idx, r, piece, i, nk, sum);
         *tailp = k;
         tailp = &k->next;
     }
-    pthread_mutex_lock(&p->mu);
-    if (p->dead) {
-        pthread_mutex_unlock(&p->mu);
-        tcp_chunks_free(list);
-        return kvm_errf(KVMESH_ECONN, "connection to %s lost; reopen the segment", p->key);
-    }
     tp_slot_set_chunks(b, idx, (uint32_t)nk);
-    tcp_enqueue_locked(p, list);
-    pthread_mutex_unlock(&p->mu);
+    tcp_enqueue_locked(p, list, wake);
     return 0;
+}
+
+/* Starts requests [first, first + n) of b: each peer's requests of the run are queued under
+ * one lock, and its I/O threads are woken once they are all queued (a window then carries as
+ * many of them as fit, instead of the first request alone). A lone one-chunk request of a
+ * batch of one may run on this thread (tcp_submit_lone). */
+static void tcp_submit_run(struct tp_batch *b, unsigned first, unsigned n)
+{
+    if (n == 1 && b->cap == 1) {
+        const struct tp_request *r = &b->slots[first].r;
+        uint64_t piece;
+        if (tcp_pieces(b->e, r->segment->peer, r, &piece) == 1) {
+            int rc = tcp_submit_lone(b, first, piece);
+            if (rc)
+                tp_chunk_done(b, first, rc, 0);
+            return;
+        }
+    }
+    struct tcp_peer *p = NULL;
+    bool wake[TP_MAX_CONNS] = {false};
+    for (unsigned idx = first; idx < first + n; idx++) {
+        struct tcp_peer *q = b->slots[idx].r.segment->peer;
+        if (q != p) {
+            if (p) {
+                tcp_wake_locked(p, wake);
+                pthread_mutex_unlock(&p->mu);
+            }
+            p = q;
+            pthread_mutex_lock(&p->mu);
+        }
+        int rc = tcp_queue_locked(p, b, idx, wake);
+        if (rc) { /* completed outside the lock (its callback may submit) */
+            tcp_wake_locked(p, wake);
+            pthread_mutex_unlock(&p->mu);
+            p = NULL;
+            tp_chunk_done(b, idx, rc, 0);
+        }
+    }
+    if (p) {
+        tcp_wake_locked(p, wake);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 /* Whether c is exchanging a chunk of b (its peer's mu held). */
@@ -1438,7 +1563,7 @@ const struct tp_ops tp_tcp_ops = {
     .client_stop = tcp_client_stop,
     .open = tcp_open,
     .close = tcp_close,
-    .submit = tcp_submit,
+    .submit_run = tcp_submit_run,
     .abort = tcp_abort,
     .usable = tcp_usable,
 };

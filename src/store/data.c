@@ -201,28 +201,69 @@ static unsigned get_batch_cap(const struct kvm_sgout *outs, size_t base, size_t 
     return (unsigned)KVM_MAX(KVM_MIN(n, (size_t)TP_MAX_BATCH), (size_t)1);
 }
 
-/* Submits one replica transfer of an item (one request per non-empty iovec). sum (may be NULL)
- * is folded the bytes by a transport that copies them itself (tp_segment_sums). */
-static int add_reqs(struct tp_batch *b, enum tp_op op, const struct iovec *iov, int iovcnt,
-                    struct tp_segment *seg, uint64_t remote_off, uint64_t token,
+/*
+ * The transfers of a round's chunk are gathered and handed to the transport in one tp_submit
+ * (up to DATA_SUBMIT_MAX requests: 4 KiB stack), not one item at a time: tcp then queues them
+ * all before it wakes an I/O thread, and its first window carries as many as fit instead of the
+ * first item alone (shm requests are submitted at once: add_reqs). Flushed when full, before
+ * this thread makes a local copy (the remote transfers gathered so far then run while it
+ * copies) and before the round waits for its batch.
+ * Request indexes are assigned in order, so an item's first index is known when it is added
+ * (subq_count). A request whose tp_submit failed is not in the batch: tp_status reports it
+ * KVMESH_EINVAL, and its item fails as for any failed transfer.
+ */
+#define DATA_SUBMIT_MAX 64
+_Static_assert(DATA_SUBMIT_MAX >= KVMESH_IOV_MAX, "an item's requests fit one submit");
+struct subq {
+    struct tp_request r[DATA_SUBMIT_MAX];
+    unsigned n;
+};
+
+/* Submits the gathered requests to b. */
+static int subq_flush(struct tp_batch *b, struct subq *q)
+{
+    if (!q->n)
+        return 0;
+    int rc = tp_submit(b, q->r, q->n);
+    q->n = 0;
+    return rc;
+}
+
+/* The index the next request added to q will have in b. */
+static unsigned subq_count(const struct tp_batch *b, const struct subq *q)
+{
+    return tp_batch_count(b) + q->n;
+}
+
+/* Adds one replica transfer of an item (one request per non-empty iovec) to q, to be submitted
+ * to b. sum (may be NULL) is folded the bytes by a transport that copies them itself
+ * (tp_segment_sums). */
+static int add_reqs(struct tp_batch *b, struct subq *q, enum tp_op op, const struct iovec *iov,
+                    int iovcnt, struct tp_segment *seg, uint64_t remote_off, uint64_t token,
                     struct kvm_sum *sum)
 {
-    struct tp_request reqs[KVMESH_IOV_MAX];
-    unsigned n = 0;
+    KVM_ASSERT(iovcnt <= DATA_SUBMIT_MAX);
+    if (q->n + (unsigned)iovcnt > DATA_SUBMIT_MAX) {
+        int rc = subq_flush(b, q);
+        if (rc)
+            return rc;
+    }
     uint64_t pos = 0;
     for (int i = 0; i < iovcnt; i++) {
         if (!iov[i].iov_len)
             continue;
-        reqs[n++] = (struct tp_request){.op = op,
-                                        .local = iov[i].iov_base,
-                                        .length = iov[i].iov_len,
-                                        .segment = seg,
-                                        .remote_offset = remote_off + pos,
-                                        .token = token,
-                                        .sum = sum};
+        q->r[q->n++] = (struct tp_request){.op = op,
+                                           .local = iov[i].iov_base,
+                                           .length = iov[i].iov_len,
+                                           .segment = seg,
+                                           .remote_offset = remote_off + pos,
+                                           .token = token,
+                                           .sum = sum};
         pos += iov[i].iov_len;
     }
-    return tp_submit(b, reqs, n);
+    /* shm copies in tp_submit itself and checks the grant the caller just noted (its grant
+     * cache holds TP_SHM_GRANT_CACHE): nothing to gain from waiting, submitted now */
+    return tp_segment_kind(seg) == TP_TCP ? 0 : subq_flush(b, q);
 }
 
 /* A local write this large goes into the segment with streaming stores (core/copy.h). */
@@ -409,6 +450,8 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
             continue; /* the deadline passed in the queue: nothing of the batch was sent */
         struct tmpreg regs[DATA_CHUNK_MAX] = {{0}};
         struct tp_batch *b = NULL;
+        struct subq q;
+        q.n = 0;
         unsigned first[DATA_CHUNK_MAX][KVM_MAX_REPLICAS], count[DATA_CHUNK_MAX][KVM_MAX_REPLICAS];
         memset(count, 0, sizeof(count));
         struct obs_span dsp, *ds = kvm_span_begin(rt, span, false, "data.write", &dsp);
@@ -434,6 +477,8 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                 if (res->written) /* the owner took the bytes with the reservation */
                     continue;
                 if (res->local) {
+                    if (b)
+                        (void)subq_flush(b, &q); /* (a failure fails those items, below) */
                     it->rc = local_copy(rt, SEG_WRITE, res->seg, res->offset, it->len, res->token,
                                         sgs[i].iov, sgs[i].iovcnt, pre ? NULL : &it->checksum);
                     KVM_CP_COUNT(place, op_payload_copies_total, OBS_TRANSPORT_LOCAL, 1);
@@ -461,7 +506,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                     if (!e) /* a lone one-chunk tcp request then runs on this thread */
                         tp_batch_set_deadline(b, deadline);
                 }
-                if (!e && tp_batch_count(b) + (unsigned)sgs[i].iovcnt > TP_MAX_BATCH)
+                if (!e && subq_count(b, &q) + (unsigned)sgs[i].iovcnt > TP_MAX_BATCH)
                     e = KVMESH_ETOOBIG;
                 if (!e) {
                     struct kvm_sum *fuse = NULL; /* digested after the batch (fs) */
@@ -470,10 +515,10 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                     if (!summed && !fuse)
                         it->checksum = sg_checksum(sgs[i].iov, sgs[i].iovcnt);
                     summed = true;
-                    first[i - base][r] = tp_batch_count(b);
-                    e = add_reqs(b, TP_WRITE, sgs[i].iov, sgs[i].iovcnt, seg, res->offset,
+                    first[i - base][r] = subq_count(b, &q);
+                    e = add_reqs(b, &q, TP_WRITE, sgs[i].iov, sgs[i].iovcnt, seg, res->offset,
                                  res->token, fuse);
-                    count[i - base][r] = tp_batch_count(b) - first[i - base][r];
+                    count[i - base][r] = subq_count(b, &q) - first[i - base][r];
                     if (!e)
                         cp_transfer(place, seg, &res->owner.id, &cpo);
                 }
@@ -485,6 +530,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                 it->checksum = sg_checksum(sgs[i].iov, sgs[i].iovcnt);
         }
         if (b) {
+            (void)subq_flush(b, &q); /* (a failure fails those items, below) */
             bool late = batch_wait_by(b, deadline);
             KVM_CP_COUNT(place, op_round_trips_total, OBS_CPSTAGE_PAYLOAD,
                          cpo.n + tp_batch_exchanges(b));
@@ -674,6 +720,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 ds = kvm_span_begin(rt, look->span, false, "data.read", &dsp);
         struct tmpreg regs[DATA_CHUNK_MAX] = {{0}};
         struct tp_batch *b = NULL;
+        struct subq q;
+        q.n = 0;
         unsigned first[DATA_CHUNK_MAX] = {0}, count[DATA_CHUNK_MAX] = {0};
         bool tried[DATA_CHUNK_MAX] = {0};
         uint64_t lsum[DATA_CHUNK_MAX]; /* checksums fused with the local copies (fused[]) */
@@ -697,6 +745,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
             else
                 d_remote++;
             if (a->local) {
+                if (b)
+                    (void)subq_flush(b, &q); /* (a failure fails those items, below) */
                 int e = local_copy(rt, SEG_READ, rep->segment, rep->offset, it->route.length,
                                    a->seg_read_token, o->iov, o->iovcnt,
                                    verify_local ? &lsum[i - base] : NULL);
@@ -714,17 +764,17 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 if (!e) /* a lone one-chunk tcp request then runs on this thread */
                     tp_batch_set_deadline(b, deadline);
             }
-            if (!e && tp_batch_count(b) + (unsigned)o->iovcnt > TP_MAX_BATCH)
+            if (!e && subq_count(b, &q) + (unsigned)o->iovcnt > TP_MAX_BATCH)
                 e = KVMESH_ETOOBIG;
             if (!e) {
                 struct kvm_sum *fuse = NULL; /* verified as received (shm, tcp) */
                 if (verify_remote && tp_segment_sums(seg, nreqs(o->iov, o->iovcnt)))
                     fuse = fuse_start(&fs, i - base);
-                first[i - base] = tp_batch_count(b);
-                e = add_reqs(b, TP_READ, o->iov, o->iovcnt, seg, rep->offset, a->seg_read_token,
+                first[i - base] = subq_count(b, &q);
+                e = add_reqs(b, &q, TP_READ, o->iov, o->iovcnt, seg, rep->offset, a->seg_read_token,
                              fuse);
                 fused[i - base] = fuse != NULL; /* complete when the reads succeeded (below) */
-                count[i - base] = tp_batch_count(b) - first[i - base];
+                count[i - base] = subq_count(b, &q) - first[i - base];
                 if (!e)
                     cp_transfer(look, seg, &rep->owner, &cpo);
             }
@@ -733,6 +783,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 report_bad(rt, &rep->owner);
             }
         }
+        if (b)
+            (void)subq_flush(b, &q); /* (a failure fails those items, below) */
         bool chunk_late = b && batch_wait_by(b, deadline);
         if (b)
             KVM_CP_COUNT(look, op_round_trips_total, OBS_CPSTAGE_PAYLOAD,
