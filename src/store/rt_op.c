@@ -94,6 +94,13 @@ void kvm_op_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...
 
 void kvm_op_complete(kvm_op_t *op, int rc)
 {
+    if (op->on_done) { /* started on the loop, nobody waits (store.h kvm_op_t.on_done) */
+        op->rc = rc;
+        op->done = true;
+        op->on_done(op);
+        kvm_op_unref(op); /* the loop's reference */
+        return;
+    }
     pthread_mutex_lock(&op->mu);
     op->rc = rc;
     op->done = true;
