@@ -253,8 +253,13 @@ static void published(kvm_op_t *op)
     kvm_span_finish(s->sp, rc);
     if (rc == 0 && it->have_route)
         answer(s->reply, STORE_PRIM_PUBLISHED, 0, NULL, &it->route, s->seg, s->off, s->token);
+    else if (rc == 0) /* (published; its route was not kept: out of memory) */
+        answer(s->reply, STORE_PRIM_FAILED, KVMESH_EINDETERMINATE,
+               "the put was published at the route primary, which could not send its route (out "
+               "of memory): read the key back",
+               NULL, 0, 0, 0);
     else
-        answer(s->reply, STORE_PRIM_FAILED, rc ? rc : KVMESH_EINDETERMINATE,
+        answer(s->reply, STORE_PRIM_FAILED, rc,
                op->err_set ? op->err : "the publication at the route primary failed", NULL, 0, 0,
                0);
     serve_free(s);
