@@ -429,8 +429,10 @@ static void rsv_send_one(struct reserve_ctx *c)
                                   .timeout_ms = left_ms,
                                   .trace = c->sp ? &ft : NULL};
             prc = rpc_call(p, &msg, rpc_put_primary, c, NULL);
-            if (!prc)
+            if (!prc) {
                 KVM_CP_COUNT(op, op_round_trips_total, OBS_CPSTAGE_RESERVE, 1);
+                atomic_store(&op->prim_sent, true); /* (an abandoned op: "may have been applied") */
+            }
         }
         free(pbody);
         if (!prc)

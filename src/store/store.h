@@ -297,6 +297,9 @@ typedef struct kvm_op {
      * instead of signalling a waiter, then drops the loop's reference. */
     void (*on_done)(struct kvm_op *op);
     void *done_arg;
+    /* [loop writes, app thread reads once it abandoned the op] a PLACE op sent a put at the
+     * primary (put_primary.c): an abandoned one may have been published by its owner */
+    atomic_bool prim_sent;
 } kvm_op_t;
 
 /* Counts v events of counter family `fam` (label 2: i2) for the API operation op serves. */
