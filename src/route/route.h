@@ -241,6 +241,19 @@ typedef int (*route_claim_fn)(void *ctx, const uint8_t *claim, size_t claim_len,
                               const route_claim_at_t *at, route_claim_done_fn done, void *done_arg);
 void route_set_claim_hook(route_svc_t *svc, route_claim_fn fn, void *ctx);
 
+/*
+ * The shard primary, as hints for the store's one-exchange put (src/store/put_primary.c;
+ * EmbeddedWrh only, loop thread). Neither starts anything or changes the service's state, and
+ * neither is ever a reason to serve a route: every CAS stays fenced at the primary it reaches.
+ *   route_primary_hint: the primary of ident's shard as this runtime's client view has it now
+ *     (0, *primary set: id and epoch); KVMESH_EUNAVAILABLE when the view is not valid (no
+ *     refresh is started); KVMESH_ENOTSUP in MetadataOnly mode.
+ *   route_is_primary_now: whether this runtime's authority is the active primary of ident's
+ *     shard now (as it would admit a CAS of that shard: active, token installed, lease valid).
+ */
+int route_primary_hint(const route_svc_t *svc, const kvm_ident_t *ident, kvm_runtime_t *primary);
+bool route_is_primary_now(route_svc_t *svc, const kvm_ident_t *ident);
+
 /* Owner-to-key enumeration, paginated: routes that reference `owner` in a hot replica. The
  * cursor is opaque (NULL/0-length = start). `complete` is true only when every shard answered
  * and nothing remains — a partial page never claims absence. */

@@ -861,6 +861,27 @@ int route_lookup_inline(route_svc_t *svc, const kvm_ident_t *ident, route_lookup
     return 0;
 }
 
+int route_primary_hint(const route_svc_t *svc, const kvm_ident_t *ident, kvm_runtime_t *primary)
+{
+    if (svc->mo)
+        return KVMESH_ENOTSUP;
+    if (!svc->ready || !svc->shards || !ident || !ident->enc)
+        return KVMESH_EUNAVAILABLE;
+    const route_shard_t *sh = &svc->shards[kvm_ident_shard(ident, svc->policy.n_shards)];
+    if (!sh->v_valid)
+        return KVMESH_EUNAVAILABLE;
+    *primary = sh->view.primary;
+    return 0;
+}
+
+bool route_is_primary_now(route_svc_t *svc, const kvm_ident_t *ident)
+{
+    if (svc->mo || !svc->ready || !svc->shards || !ident || !ident->enc)
+        return false;
+    route_shard_t *sh = &svc->shards[kvm_ident_shard(ident, svc->policy.n_shards)];
+    return sh->ps == RP_ACTIVE && sh->rec.token == sh->m_token && route_auth_read_valid(svc, sh);
+}
+
 int route_cas(route_svc_t *svc, const kvm_route_version_t *expected, const kvm_route_t *next,
               route_cas_cb cb, void *arg)
 {

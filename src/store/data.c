@@ -571,15 +571,18 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
     }
 
     /* Publish what was written; abort the rest (also what the deadline left no time to
-     * publish: nothing of it was sent, so it is known not to be applied). */
+     * publish: nothing of it was sent, so it is known not to be applied). An item its owner
+     * published as the key's shard primary (put_primary.c) is done: neither. */
     if (kvm_deadline_left_ms(deadline) == 0)
         for (size_t i = 0; i < n; i++)
-            if (place->items[i].rc == 0)
+            if (place->items[i].rc == 0 && !place->items[i].published)
                 place->items[i].rc =
                     kvm_errf(KVMESH_ETIMEDOUT, "deadline passed before the route update was "
                                                "sent; the put was not applied (retry)");
     size_t n_ok = 0, n_bad = 0;
     for (size_t i = 0; i < n; i++) {
+        if (place->items[i].published)
+            continue;
         if (place->items[i].rc == 0)
             n_ok++;
         else if (place->items[i].n_res)
@@ -605,7 +608,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
     size_t k = 0, j = 0;
     for (size_t i = 0; i < n; i++) {
         struct kvm_item *it = &place->items[i];
-        kvm_op_t *dst = it->rc == 0 ? pub : it->n_res ? ab : NULL;
+        kvm_op_t *dst = it->published ? NULL : it->rc == 0 ? pub : it->n_res ? ab : NULL;
         if (!dst)
             continue;
         struct kvm_item *d = &dst->items[dst == pub ? k++ : j++];
@@ -633,7 +636,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
     for (size_t i = 0; i < n; i++) {
         struct kvm_item *it = &place->items[i];
         int r = it->rc;
-        if (r == 0)
+        if (r == 0 && !it->published)
             r = rc ? rc : pub->items[k++].rc;
         rcs[i] = r;
         if (r && !first_rc)

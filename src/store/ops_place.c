@@ -19,6 +19,7 @@
 #include "store/place_wait.h"
 #include "store/proto.h"
 #include "store/put_inline.h"
+#include "store/put_primary.h"
 #include "store/quota.h"
 #include "store/store.h"
 
@@ -96,6 +97,7 @@ struct reserve_ctx {
     uint32_t budget_ms;  /* the RPC's timeout: what the call had left */
     rpc_peer *peer;      /* queued for a batched reservation (rsv_flush) */
     bool inl;            /* sent as an inline reservation with the payload (put_inline.c) */
+    bool prim_off;       /* not (again) as a put at the primary: declined or refused */
     struct reserve_ctx *next;
 };
 
@@ -303,6 +305,58 @@ static void rpc_reserved(rpc_call_t *call, struct rpc_result *res, void *arg)
     reserved(arg, rc, err, r.seg, r.offset, r.token);
 }
 
+/* The answer of a put at the primary (put_primary.c): the item ends here when the owner
+ * published it (DONE: data.c publishes nothing) or its publication failed; a failed reservation
+ * goes on as a reservation's; a decline or an older owner sends the inline reservation. */
+static void rpc_put_primary(rpc_call_t *call, struct rpc_result *res, void *arg)
+{
+    (void)call;
+    struct reserve_ctx *c = arg;
+    kvm_op_t *op = c->op;
+    struct kvm_item *it = c->it;
+    kvm_rt_t *rt = op->rt;
+    static _Thread_local struct kvm_prim_answer a;
+    kvm_put_primary_answer(rt, &c->owner, res, &a);
+    if (a.outcome == KVM_PRIM_FALLBACK) { /* nothing reserved: the put as before */
+        c->prim_off = true;
+        rsv_send_one(c);
+        return;
+    }
+    if (a.outcome == KVM_PRIM_NOT_RESERVED) {
+        char err[600];
+        const struct kvm_member *m = kvm_member_find(rt, &c->owner.id);
+        snprintf(err, sizeof(err), "reservation on %s failed: %s%s%s", m ? m->idhex : "(gone)",
+                 kvmesh_strerror(a.status), a.msg[0] ? ": " : "", a.msg);
+        reserved(c, a.status, err, 0, 0, 0);
+        return;
+    }
+    if (c->sp)
+        obs_span_set_int(c->sp, "kvmesh.primary", 1);
+    kvm_span_finish(c->sp, a.outcome == KVM_PRIM_PUBLISHED ? 0 : a.status);
+    free(c->sp);
+    it->placing--;
+    if (a.outcome != KVM_PRIM_PUBLISHED) { /* FAILED or UNKNOWN: nothing is held here */
+        kvm_item_fail(op, it, a.status, "%s", a.msg);
+        free(c);
+        return;
+    }
+    struct kvm_res *r = &it->res[it->n_res++];
+    memset(r, 0, sizeof(*r));
+    r->owner = c->owner;
+    r->seg = a.seg;
+    r->offset = a.offset;
+    r->token = a.token;
+    r->data_addr = c->data_addr;
+    kvm_put_inline_reserved(op, r, true); /* written with the request: its copies counted */
+    kvm_place_count(rt, op, it, &c->owner.id);
+    kvm_hint_put(rt, &a.route); /* the published route: this runtime's next expectation */
+    kvm_route_free(&a.route);
+    it->published = true; /* committed and routed by the owner: no PUBLISH op follows */
+    it->rc = 0;
+    free(c);
+    kvm_item_done(op, it);
+}
+
 static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_member *m)
 {
     kvm_rt_t *rt = op->rt;
@@ -360,6 +414,32 @@ static void rsv_send_one(struct reserve_ctx *c)
                                .ident = it->ident};
     uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
     c->budget_ms = left_ms;
+    /* a small single put to the key's shard primary: reserve, write and publish in one exchange
+     * (put_primary.c; only before the deadline, as an inline reservation) */
+    if (p && left_ms && left_ms != UINT32_MAX && !c->prim_off &&
+        kvm_put_primary_wants(op->rt, op, it, &c->owner, c->data_addr)) {
+        uint8_t *pbody = kvm_put_primary_body(op, it, &c->owner, req.ttl_ms, left_ms, &len);
+        int prc = pbody ? 0 : KVMESH_ENOMEM;
+        if (!prc) {
+            struct frame_trace ft;
+            kvm_span_wire(c->sp, &ft);
+            struct rpc_msg msg = {.type = STORE_RPC_PUT_PRIMARY,
+                                  .body = pbody,
+                                  .body_len = len,
+                                  .timeout_ms = left_ms,
+                                  .trace = c->sp ? &ft : NULL};
+            prc = rpc_call(p, &msg, rpc_put_primary, c, NULL);
+            if (!prc) {
+                KVM_CP_COUNT(op, op_round_trips_total, OBS_CPSTAGE_RESERVE, 1);
+                atomic_store(&op->prim_sent, true); /* (an abandoned op: "may have been applied") */
+            }
+        }
+        free(pbody);
+        if (!prc)
+            return;
+        c->prim_off = true; /* not sent: the inline reservation below */
+        len = 0;
+    }
     /* a small single put's value goes with the reservation (put_inline.c; only before the
      * deadline: the caller's buffer is read now, and the caller waits until deadline + slack) */
     c->inl = p && left_ms && kvm_put_inline_wants(op->rt, op, &c->owner, c->data_addr);

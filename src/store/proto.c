@@ -120,6 +120,97 @@ int store_reserve_inline_req_decode(const uint8_t *buf, size_t len, store_reserv
     return 0;
 }
 
+int store_put_primary_head_encode(const store_put_primary_req_t *m, uint8_t *buf, size_t cap,
+                                  size_t *len)
+{
+    size_t n = 0;
+    int rc = store_reserve_inline_head_encode(&m->w, buf, cap, &n);
+    if (rc)
+        return rc;
+    if (cap - n < 4)
+        return KVMESH_ETOOBIG;
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf + n, cap - n);
+    kvm_wr_u32le(&w, m->budget_ms);
+    rc = wdone(&w, len);
+    *len += n;
+    return rc;
+}
+
+int store_put_primary_req_decode(const uint8_t *buf, size_t len, store_put_primary_req_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    kvm_rd_t r;
+    int rc = rstart(&r, buf, len, true);
+    if (rc)
+        return rc;
+    store_reserve_inline_req_t *w = &out->w;
+    w->r.target_epoch = kvm_rd_u64le(&r);
+    w->r.length = kvm_rd_u64le(&r);
+    w->r.ttl_ms = kvm_rd_u32le(&r);
+    uint16_t il = 0;
+    const uint8_t *enc = kvm_rd_lp16le(&r, &il);
+    w->checksum = kvm_rd_u64le(&r);
+    out->budget_ms = kvm_rd_u32le(&r);
+    if (!kvm_rd_ok(&r))
+        return kvm_errf(KVMESH_EPROTO, "malformed put-at-primary message (%zu bytes)", len);
+    if (w->r.length == 0 || w->r.length > STORE_INLINE_WRITE_MAX)
+        return kvm_errf(KVMESH_EPROTO, "put at the primary of %" PRIu64 " bytes (1..%u)",
+                        w->r.length, STORE_INLINE_WRITE_MAX);
+    if (kvm_rd_remaining(&r) != w->r.length)
+        return kvm_errf(KVMESH_EPROTO, "put at the primary of %" PRIu64 " bytes carries %zu bytes",
+                        w->r.length, kvm_rd_remaining(&r));
+    w->payload = kvm_rd_bytes(&r, (size_t)w->r.length);
+    if (kvm_ident_from_canonical(&w->r.ident, enc, il) != 0)
+        return kvm_errf(KVMESH_EPROTO, "put-at-primary message carries a malformed identity");
+    return 0;
+}
+
+int store_put_primary_resp_encode(const store_put_primary_resp_t *m, uint8_t *buf, size_t cap,
+                                  size_t *len)
+{
+    if (m->outcome > STORE_PRIM_FAILED || (m->route_len && m->outcome != STORE_PRIM_PUBLISHED))
+        return kvm_errf(KVMESH_EINVAL, "put-at-primary answer: outcome %u with a route",
+                        m->outcome);
+    kvm_wr_t w;
+    wstart(&w, buf, cap, true);
+    kvm_wr_u8(&w, m->outcome);
+    kvm_wr_u32le(&w, (uint32_t)m->status);
+    kvm_wr_u64le(&w, m->seg);
+    kvm_wr_u64le(&w, m->offset);
+    kvm_wr_u64le(&w, m->token);
+    kvm_wr_lp16le(&w, m->route, m->route_len);
+    kvm_wr_lp16le(&w, m->msg, m->msg_len < STORE_PRIM_MSG_MAX ? m->msg_len : STORE_PRIM_MSG_MAX);
+    return wdone(&w, len);
+}
+
+int store_put_primary_resp_decode(const uint8_t *buf, size_t len, store_put_primary_resp_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    kvm_rd_t r;
+    int rc = rstart(&r, buf, len, true);
+    if (rc)
+        return rc;
+    out->outcome = kvm_rd_u8(&r);
+    out->status = (int32_t)kvm_rd_u32le(&r);
+    out->seg = kvm_rd_u64le(&r);
+    out->offset = kvm_rd_u64le(&r);
+    out->token = kvm_rd_u64le(&r);
+    out->route = kvm_rd_lp16le(&r, &out->route_len);
+    out->msg = (const char *)kvm_rd_lp16le(&r, &out->msg_len);
+    if ((rc = rdone(&r, "put-at-primary answer")) != 0)
+        return rc;
+    if (out->outcome > STORE_PRIM_FAILED || out->msg_len > STORE_PRIM_MSG_MAX ||
+        (out->outcome == STORE_PRIM_PUBLISHED) != (out->route_len > 0) ||
+        (out->outcome == STORE_PRIM_PUBLISHED || out->outcome == STORE_PRIM_DECLINED) !=
+            (out->status == 0) ||
+        out->status > 0)
+        return kvm_errf(KVMESH_EPROTO,
+                        "put-at-primary answer: outcome %u, status %d, %u route bytes",
+                        out->outcome, out->status, out->route_len);
+    return 0;
+}
+
 int store_reserve_resp_encode(const store_reserve_resp_t *m, uint8_t *buf, size_t cap, size_t *len)
 {
     kvm_wr_t w;

@@ -14,6 +14,20 @@
  *                                only once the bytes are in the slot and match the checksum. An
  *                                older peer answers KVMESH_ENOTSUP (no handler): the requester
  *                                falls back to STORE_RPC_RESERVE + a transport WRITE.
+ *   STORE_RPC_PUT_PRIMARY (a small single put to an owner that is its key's shard primary: the
+ *                      reservation, the bytes and the route CAS in one exchange: put_primary.c)
+ *                      request   ver | target epoch u64 | length u64 | ttl_ms u32 | ident |
+ *                                checksum u64 | budget_ms u32 | payload (exactly length bytes,
+ *                                <= STORE_INLINE_WRITE_MAX)
+ *                      response  ver | outcome u8 | status i32 | seg u64 | offset u64 |
+ *                                token u64 | route lp16 (wire route; PUBLISHED only) |
+ *                                message lp16 (<= STORE_PRIM_MSG_MAX bytes)
+ *                                outcome: STORE_PRIM_PUBLISHED (status 0, the published
+ *                                route), _DECLINED (nothing reserved: not the active primary,
+ *                                or a put that needs the writer's flow: the requester falls
+ *                                back), _NOT_RESERVED (the reservation failed with status,
+ *                                nothing held), _FAILED (reserved, the publication failed with
+ *                                status). An older peer answers KVMESH_ENOTSUP (no handler).
  *   STORE_RPC_RESERVE_BATCH
  *                      request   ver | target epoch u64 | ttl_ms u32 | n u16 |
  *                                n * (length u64 | ident)            (1 <= n <=
@@ -93,8 +107,14 @@
 #define STORE_COLD_BATCH_MAX      64    /* items per batched cold read (a sub-batch) */
 #define STORE_RPC_RESERVE_INLINE  0x209 /* request/response: see above (put_inline.c) */
 #define STORE_INLINE_WRITE_MAX    (256u * 1024) /* payload bytes of one RESERVE_INLINE */
-#define STORE_RESERVE_BATCH_MAX   128           /* items per batched reservation */
-#define STORE_HIT_MAX             512           /* slots per hit report */
+#define STORE_RPC_PUT_PRIMARY     0x20b         /* request/response: see above (put_primary.c) */
+#define STORE_PRIM_PUBLISHED      0             /* PUT_PRIMARY outcomes (see above) */
+#define STORE_PRIM_DECLINED       1
+#define STORE_PRIM_NOT_RESERVED   2
+#define STORE_PRIM_FAILED         3
+#define STORE_PRIM_MSG_MAX        300 /* bytes of a PUT_PRIMARY answer's message */
+#define STORE_RESERVE_BATCH_MAX   128 /* items per batched reservation */
+#define STORE_HIT_MAX             512 /* slots per hit report */
 #define STORE_PROTO_MAX           (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
 
 #define STORE_RPC_SLOT_BATCH        0x20a /* request/response: see above (slot_batch.c) */
@@ -122,6 +142,30 @@ typedef struct store_reserve_inline_req {
 
 /* Bytes of a RESERVE_INLINE request before its payload. */
 #define STORE_RESERVE_INLINE_HEAD_MAX (40 + KVM_IDENT_ENC_MAX_LEN)
+
+/* STORE_RPC_PUT_PRIMARY request: an inline reservation and the time the requester waits for
+ * the answer (the owner's publication ends within it). */
+typedef struct store_put_primary_req {
+    store_reserve_inline_req_t w; /* w.r.ident: decode owned (kvm_ident_free); encode borrowed */
+    uint32_t budget_ms;
+} store_put_primary_req_t;
+
+/* Bytes of a PUT_PRIMARY request before its payload. */
+#define STORE_PUT_PRIMARY_HEAD_MAX (STORE_RESERVE_INLINE_HEAD_MAX + 4)
+
+/* STORE_RPC_PUT_PRIMARY response. */
+typedef struct store_put_primary_resp {
+    uint8_t outcome; /* STORE_PRIM_* */
+    int32_t status;
+    uint64_t seg, offset, token;
+    const uint8_t *route; /* the wire route (PUBLISHED); decode: points into the body */
+    uint16_t route_len;
+    const char *msg; /* decode: points into the body, not terminated */
+    uint16_t msg_len;
+} store_put_primary_resp_t;
+
+/* Bytes of the largest PUT_PRIMARY response. */
+#define STORE_PUT_PRIMARY_RESP_MAX (48 + KVM_WIRE_MAX_RECORD_LEN + STORE_PRIM_MSG_MAX)
 
 typedef struct store_reserve_resp {
     uint64_t seg, offset, token;
@@ -194,6 +238,15 @@ int store_reserve_inline_head_encode(const store_reserve_inline_req_t *m, uint8_
  * bytes; out->payload points into buf. On success out->r.ident is owned (kvm_ident_free). */
 int store_reserve_inline_req_decode(const uint8_t *buf, size_t len,
                                     store_reserve_inline_req_t *out);
+/* PUT_PRIMARY: the request's head (the caller appends exactly m->w.r.length payload bytes) and
+ * the whole request's decoding, as the RESERVE_INLINE codecs; the response (msg_len is cut to
+ * STORE_PRIM_MSG_MAX; route_len must be 0 unless PUBLISHED). */
+int store_put_primary_head_encode(const store_put_primary_req_t *m, uint8_t *buf, size_t cap,
+                                  size_t *len);
+int store_put_primary_req_decode(const uint8_t *buf, size_t len, store_put_primary_req_t *out);
+int store_put_primary_resp_encode(const store_put_primary_resp_t *m, uint8_t *buf, size_t cap,
+                                  size_t *len);
+int store_put_primary_resp_decode(const uint8_t *buf, size_t len, store_put_primary_resp_t *out);
 int store_reserve_batch_req_encode(const store_reserve_batch_req_t *m, uint8_t *buf, size_t cap,
                                    size_t *len);
 /* On success out owns its identities: store_reserve_batch_req_free. */

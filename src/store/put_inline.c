@@ -55,6 +55,11 @@ static bool test_bad_sum(void)
     return n > 0;
 }
 
+bool kvm_put_inline_test_bad_sum(void)
+{
+    return test_bad_sum();
+}
+
 /* ---- requester ------------------------------------------------------------------------------ */
 
 void kvm_put_inline_prepare(kvm_rt_t *rt, kvm_op_t *place, const struct kvm_sg *sgs, size_t n)
@@ -167,41 +172,51 @@ static void reply_err(rpc_reply *reply, int rc, const char *msg)
         rpc_reply_drop(reply); /* the caller times out */
 }
 
-/* The reservation (seg, off, token) fails after its grant: released by its token. */
-static void release_slot(kvm_rt_t *rt, uint64_t seg, uint64_t off, uint64_t token)
+void kvm_put_inline_release(kvm_rt_t *rt, uint64_t seg, uint64_t off, uint64_t token)
 {
     slot_note_t note = {.has = SLOT_NOTE_TOKEN, .token = token};
     kvm_owner_release_note(rt, seg, off, &note);
+}
+
+static void release_slot(kvm_rt_t *rt, uint64_t seg, uint64_t off, uint64_t token)
+{
+    kvm_put_inline_release(rt, seg, off, token);
 }
 
 /* Copies s's bytes into the reserved range with the checksum fused; 0 or an error (msg). */
 static int fill(struct inl_serve *s, uint64_t seg, uint64_t off, uint64_t token, char *msg,
                 size_t cap)
 {
-    if (!s->src) {
-        snprintf(msg, cap, "inline reservation: out of memory for its %" PRIu64 " bytes", s->len);
+    return kvm_put_inline_fill(s->rt, s->src, s->len, s->checksum, seg, off, token, msg, cap);
+}
+
+int kvm_put_inline_fill(kvm_rt_t *rt, const uint8_t *src, uint64_t len, uint64_t checksum,
+                        uint64_t seg, uint64_t off, uint64_t token, char *msg, size_t cap)
+{
+    if (!src) {
+        snprintf(msg, cap, "inline reservation: out of memory for its %" PRIu64 " bytes", len);
         return KVMESH_ENOMEM;
     }
     uint8_t *p = NULL;
     struct seg *pin = NULL;
     enum seg_reason why;
-    if (seg_check(s->rt->reg, seg, off, s->len, SEG_WRITE, token, &p, &pin, &why) != 0) {
+    if (seg_check(rt->reg, seg, off, len, SEG_WRITE, token, &p, &pin, &why) != 0) {
         snprintf(msg, cap, "inline reservation: the reserved range refused the bytes: %s",
                  seg_reason_str(why));
         return KVMESH_EUNAVAILABLE;
     }
     struct kvm_sum st;
     kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
-    for (uint64_t pos = 0; pos < s->len;) {
-        size_t k = s->len - pos < INL_SUM_BLOCK ? (size_t)(s->len - pos) : INL_SUM_BLOCK;
-        memcpy(p + pos, s->src + pos, k);
+    for (uint64_t pos = 0; pos < len;) {
+        size_t k = len - pos < INL_SUM_BLOCK ? (size_t)(len - pos) : INL_SUM_BLOCK;
+        memcpy(p + pos, src + pos, k);
         kvm_sum_update(&st, p + pos, k);
         pos += k;
     }
-    seg_unpin(s->rt->reg, pin);
-    if (kvm_sum_digest(&st) != s->checksum) {
+    seg_unpin(rt->reg, pin);
+    if (kvm_sum_digest(&st) != checksum) {
         snprintf(msg, cap, "inline reservation: the %" PRIu64 " bytes do not match their checksum",
-                 s->len);
+                 len);
         return KVMESH_ECHECKSUM;
     }
     return 0;

@@ -56,6 +56,19 @@ void kvm_put_inline_refused(kvm_rt_t *rt, const kvm_runtime_t *owner);
 /* Before the loop serves requests: registers the owner's STORE_RPC_RESERVE_INLINE handler. */
 void kvm_put_inline_register(kvm_rt_t *rt);
 
+/* Owner's loop: copies the len bytes at src into the reserved range (seg, off) through the
+ * reservation's write grant (token), as a transport WRITE with that grant would, with the checksum
+ * fused into the copy; 0, or an error with msg set (src NULL: KVMESH_ENOMEM; a range the grant
+ * refuses: KVMESH_EUNAVAILABLE; a mismatch: KVMESH_ECHECKSUM). The caller releases the slot
+ * (kvm_put_inline_release, by its token) on failure. Shared with put_primary.c. */
+int kvm_put_inline_fill(kvm_rt_t *rt, const uint8_t *src, uint64_t len, uint64_t checksum,
+                        uint64_t seg, uint64_t off, uint64_t token, char *msg, size_t cap);
+void kvm_put_inline_release(kvm_rt_t *rt, uint64_t seg, uint64_t off, uint64_t token);
+
+/* Test-only: whether the body being built takes one armed bad checksum (put_primary.c's bodies
+ * share the count with inline reservations). */
+bool kvm_put_inline_test_bad_sum(void);
+
 /* Test-only (as quota.h's kvm_quota_test_* hooks): the next n inline reservation bodies built in
  * this process (any runtime) carry a wrong checksum, so their owners answer KVMESH_ECHECKSUM.
  * Returns the count still armed before the call. Any thread. */

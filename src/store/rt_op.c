@@ -49,6 +49,7 @@ kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n)
     op->rt = rt;
     atomic_init(&op->refs, 1);
     atomic_init(&op->abandoned, false);
+    atomic_init(&op->prim_sent, false);
     pthread_mutex_init(&op->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -94,6 +95,13 @@ void kvm_op_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...
 
 void kvm_op_complete(kvm_op_t *op, int rc)
 {
+    if (op->on_done) { /* started on the loop, nobody waits (store.h kvm_op_t.on_done) */
+        op->rc = rc;
+        op->done = true;
+        op->on_done(op);
+        kvm_op_unref(op); /* the loop's reference */
+        return;
+    }
     pthread_mutex_lock(&op->mu);
     op->rc = rc;
     op->done = true;
@@ -163,6 +171,12 @@ static int op_abandoned_err(const kvm_op_t *op, uint32_t timeout_ms)
                         "remove may have been applied (retry the remove)",
                         timeout_ms);
     case KVM_OP_PLACE:
+        if (atomic_load(&op->prim_sent)) /* (put_primary.c) */
+            return kvm_errf(KVMESH_ETIMEDOUT,
+                            "deadline of %u ms passed while the owner, the key's route primary, "
+                            "was writing and publishing it; the put may have been applied (read "
+                            "the key back, or retry the put)",
+                            timeout_ms);
         return kvm_errf(KVMESH_ETIMEDOUT,
                         "deadline of %u ms passed while reserving replica space; the put was not "
                         "applied (owners slow or unreachable; retry)",

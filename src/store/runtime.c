@@ -33,6 +33,7 @@
 #include "store/fair.h"
 #include "store/get_inline.h"
 #include "store/put_inline.h"
+#include "store/put_primary.h"
 #include "store/handoff.h"
 #include "store/place.h"
 #include "store/data.h"
@@ -498,7 +499,8 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
         snprintf(rt->rpc_addr, sizeof(rt->rpc_addr), "tcp:%s:%d", host, bound);
     rpc_register_notify_handler(rt->ep, STORE_RPC_ENV, on_env_msg, rt);
     kvm_owner_register_rpc(rt);
-    kvm_put_inline_register(rt); /* inline reservations (put_inline.c) */
+    kvm_put_inline_register(rt);  /* inline reservations (put_inline.c) */
+    kvm_put_primary_register(rt); /* puts at the primary (put_primary.c) */
     env_uv_set_sender(rt->env, env_sender, rt);
     env_uv_set_sender_att(rt->env, kvm_inline_send_att, rt); /* inline read answers */
     env_set_recv(rt->env, env_recv, rt);

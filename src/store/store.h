@@ -207,6 +207,9 @@ struct kvm_item {
     struct kvm_item *lane_next;
     struct kvm_op *lane_op;
     void (*lane_fn)(struct kvm_op *op, struct kvm_item *it);
+    /* put at the primary (put_primary.c): the owner, the key's shard primary, reserved, wrote
+     * and published the item in one exchange (PLACE ended it DONE): no PUBLISH follows */
+    bool published;
 };
 
 enum kvm_op_type {
@@ -294,6 +297,14 @@ typedef struct kvm_op {
         int iovcnt;
         bool on;
     } winl;
+    /* an op started on the loop with no app thread waiting (put_primary.c's publication at the
+     * owner): NULL for every other op. When set, kvm_op_complete calls on_done(op) on the loop
+     * instead of signalling a waiter, then drops the loop's reference. */
+    void (*on_done)(struct kvm_op *op);
+    void *done_arg;
+    /* [loop writes, app thread reads once it abandoned the op] a PLACE op sent a put at the
+     * primary (put_primary.c): an abandoned one may have been published by its owner */
+    atomic_bool prim_sent;
 } kvm_op_t;
 
 /* Counts v events of counter family `fam` (label 2: i2) for the API operation op serves. */
@@ -392,6 +403,10 @@ typedef struct kvm_rt {
      * peers, sent plain reservations from then on; a ring of the last STORE_WINL_REFUSED_MAX */
     kvm_runtime_t winl_refused[STORE_WINL_REFUSED_MAX];
     uint32_t n_winl_refused;
+    /* [loop] owners (id and epoch) that refused a put at the primary (put_primary.c): older
+     * peers, sent the inline reservation from then on; a ring of the last STORE_WINL_REFUSED_MAX */
+    kvm_runtime_t prim_refused[STORE_WINL_REFUSED_MAX];
+    uint32_t n_prim_refused;
     /* [loop] batched COMMIT / RELEASE (slot_batch.c): the per-owner outbox of the group open
      * (depth > 0; allocated by the first group's first message, kept with one spare batch record
      * until kvm_slot_batch_close), how many outboxes and records it allocated, whether the

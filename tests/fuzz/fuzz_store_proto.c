@@ -3,7 +3,8 @@
  * fuzz_store_proto.c — libFuzzer target for the store's peer message decoders (src/store/
  * proto.c), the batched cold read (cases 6, 7), both COMMIT / RELEASE body versions (case 2) and
  * the inline reservation with its payload (case 8) and the batched COMMIT / RELEASE (case 9)
- * included, and its answer's flags (case 10). The first input byte selects the
+ * included, and its answer's flags (case 10), the put at the primary's request (first byte
+ * 0xf0) and answer (0xf1). The first input byte selects the
  * decoder; an accepted message is re-encoded and must decode to the same fields (round trip), so
  * decoders never accept what encoders cannot produce.
  */
@@ -24,6 +25,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++, size--;
     static uint8_t buf[STORE_PROTO_MAX];
     size_t len = 0;
+    if (sel == 0xf0) { /* the put at the primary: request (with its payload) */
+        store_put_primary_req_t m, m2;
+        static uint8_t big[STORE_PUT_PRIMARY_HEAD_MAX + STORE_INLINE_WRITE_MAX];
+        if (store_put_primary_req_decode(data, size, &m) != 0)
+            return 0;
+        KVM_ASSERT(m.w.payload && m.w.r.length > 0 && m.w.r.length <= STORE_INLINE_WRITE_MAX);
+        KVM_ASSERT(store_put_primary_head_encode(&m, big, STORE_PUT_PRIMARY_HEAD_MAX, &len) == 0);
+        memcpy(big + len, m.w.payload, (size_t)m.w.r.length);
+        KVM_ASSERT(store_put_primary_req_decode(big, len + m.w.r.length, &m2) == 0);
+        KVM_ASSERT(m.w.r.length == m2.w.r.length && m.w.r.ttl_ms == m2.w.r.ttl_ms &&
+                   m.w.r.target_epoch == m2.w.r.target_epoch && m.w.checksum == m2.w.checksum &&
+                   m.budget_ms == m2.budget_ms && kvm_ident_equal(&m.w.r.ident, &m2.w.r.ident) &&
+                   memcmp(m.w.payload, m2.w.payload, (size_t)m.w.r.length) == 0);
+        kvm_ident_free(&m.w.r.ident);
+        kvm_ident_free(&m2.w.r.ident);
+        return 0;
+    }
+    if (sel == 0xf1) { /* and its answer */
+        store_put_primary_resp_t m, m2;
+        static uint8_t rb[STORE_PUT_PRIMARY_RESP_MAX];
+        if (store_put_primary_resp_decode(data, size, &m) != 0)
+            return 0;
+        KVM_ASSERT(store_put_primary_resp_encode(&m, rb, sizeof(rb), &len) == 0);
+        KVM_ASSERT(store_put_primary_resp_decode(rb, len, &m2) == 0);
+        KVM_ASSERT(m.outcome == m2.outcome && m.status == m2.status && m.seg == m2.seg &&
+                   m.offset == m2.offset && m.token == m2.token && m.route_len == m2.route_len &&
+                   m.msg_len == m2.msg_len &&
+                   (m.route_len == 0 || memcmp(m.route, m2.route, m.route_len) == 0) &&
+                   (m.msg_len == 0 || memcmp(m.msg, m2.msg, m.msg_len) == 0));
+        return 0;
+    }
     switch (sel % 11) {
     case 0: {
         store_reserve_req_t m, m2;

@@ -1,0 +1,384 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * put_primary.c — puts at the primary (put_primary.h, docs/store.md "Puts at the primary",
+ * docs/protocol.md "Put at the primary").
+ *
+ * Requester (ops_place.c): a reservation that would be an inline one (put_inline.c) of a single
+ * API put wanting one replica, without tenant quota (its claim needs the writer's flow) and
+ * without a cold tier here, whose owner is the primary of the key's shard in this runtime's route
+ * view, goes as STORE_RPC_PUT_PRIMARY. The answer ends the item: PUBLISHED (the owner's replica
+ * is written, committed and routed: the item ends DONE in the PLACE op, data.c publishes nothing),
+ * NOT_RESERVED (a failed reservation: the next owner is tried), FAILED (the owner's publication
+ * failed: the item fails with its status and message), FALLBACK (declined, or an older owner:
+ * the inline reservation is sent instead and the put goes on as before), or UNKNOWN (no answer:
+ * the owner may have published, so nothing is retried elsewhere: the put fails "may have been
+ * applied", as a publication whose answer was lost and could not be settled does).
+ *
+ * Owner: declines (nothing reserved) unless its route service is the active primary of the
+ * key's shard now (route_is_primary_now: active, token installed, lease valid), the key has no
+ * tenant quota here and this runtime has no cold tier. Otherwise it reserves exactly as
+ * STORE_RPC_RESERVE_INLINE does (same slot core call, TTL, eviction wait) and writes the bytes
+ * through the reservation's write grant with the checksum fused (kvm_put_inline_fill); a failure
+ * releases the slot and answers NOT_RESERVED. Then it checks once more that it is the active
+ * primary (a reservation may have waited for eviction): if not, it releases the slot and
+ * declines. Else it runs a PUBLISH op of that one replica on its own loop (kvm_op_t.on_done: no
+ * thread waits): the same code as the requester's publication (ops_publish.c) — the fenced route
+ * CAS through this runtime's route service (its own authority: no round trip; mirrored to the
+ * shard's set), expecting this runtime's route hint (which its own publications keep current),
+ * conflicts retried from the current route up to STORE_CONFLICT_RETRIES (last writer wins), an
+ * indeterminate or unanswered CAS settled by an exact lookup (the reservation is held meanwhile;
+ * if it stays unsettled it is kept and its expiry asks the route), the slot committed and the
+ * replaced replicas released. Its deadline is the requester's budget from the message, so the
+ * answer comes before the requester stops waiting (barring a slow network: then UNKNOWN above).
+ * The answer carries the outcome and, once published, the route (the requester's hint).
+ * A traced request records control.owner_reserve (kvmesh.inline 1, kvmesh.primary 1) until the
+ * answer, with the publication's control.route_cas under it.
+ */
+#include "store/put_primary.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "core/wire.h"
+#include "route/route.h"
+#include "store/put_inline.h"
+#include "store/quota.h"
+
+static _Atomic uint32_t test_declines; /* kvm_put_primary_test_decline: puts still to decline */
+
+uint32_t kvm_put_primary_test_decline(uint32_t n)
+{
+    return atomic_exchange(&test_declines, n);
+}
+
+static bool test_decline(void)
+{
+    uint32_t n = atomic_load(&test_declines);
+    while (n > 0 && !atomic_compare_exchange_weak(&test_declines, &n, n - 1))
+        ;
+    return n > 0;
+}
+
+/* ---- requester ------------------------------------------------------------------------------ */
+
+static bool refused(const kvm_rt_t *rt, const kvm_runtime_t *owner)
+{
+    uint32_t n =
+        rt->n_prim_refused < STORE_WINL_REFUSED_MAX ? rt->n_prim_refused : STORE_WINL_REFUSED_MAX;
+    for (uint32_t i = 0; i < n; i++)
+        if (kvm_runtime_equal(&rt->prim_refused[i], owner))
+            return true;
+    return false;
+}
+
+bool kvm_put_primary_wants(kvm_rt_t *rt, const kvm_op_t *op, const struct kvm_item *it,
+                           const kvm_runtime_t *owner, const char *data_addr)
+{
+    if (op->cp_op != 1 + OBS_OP_PUT || op->n != 1 || it->want != 1 || it->n_res != 0 || it->q ||
+        !rt->route || rt->cfg.cold_kind != KVM_STORE_COLD_OFF || rt->cfg.cold_write_through ||
+        refused(rt, owner) || !kvm_put_inline_wants(rt, op, owner, data_addr))
+        return false;
+    kvm_runtime_t prim;
+    return route_primary_hint(rt->route, &it->ident, &prim) == 0 && kvm_runtime_equal(&prim, owner);
+}
+
+uint8_t *kvm_put_primary_body(const kvm_op_t *op, const struct kvm_item *it,
+                              const kvm_runtime_t *owner, uint32_t ttl_ms, uint32_t budget_ms,
+                              size_t *len)
+{
+    KVM_ASSERT(op->winl.on && it->len > 0 && it->len <= STORE_INLINE_WRITE_MAX);
+    size_t cap = STORE_PUT_PRIMARY_HEAD_MAX + (size_t)it->len, head = 0;
+    uint8_t *body = malloc(cap);
+    if (!body) {
+        kvm_errf(KVMESH_ENOMEM, "put at the primary of %" PRIu64 " bytes: out of memory", it->len);
+        return NULL;
+    }
+    store_put_primary_req_t m = {.w = {.r = {.target_epoch = owner->epoch,
+                                             .length = it->len,
+                                             .ttl_ms = ttl_ms,
+                                             .ident = it->ident},
+                                       .checksum = it->checksum},
+                                 .budget_ms = budget_ms};
+    if (kvm_put_inline_test_bad_sum())
+        m.w.checksum ^= 1; /* test-only: the owner must refuse these bytes */
+    if (store_put_primary_head_encode(&m, body, STORE_PUT_PRIMARY_HEAD_MAX, &head) != 0) {
+        free(body);
+        return NULL;
+    }
+    uint64_t pos = 0;
+    for (int i = 0; i < op->winl.iovcnt; i++) {
+        KVM_ASSERT(pos + op->winl.iov[i].iov_len <= it->len);
+        memcpy(body + head + pos, op->winl.iov[i].iov_base, op->winl.iov[i].iov_len);
+        pos += op->winl.iov[i].iov_len;
+    }
+    KVM_ASSERT(pos == it->len);
+    *len = head + (size_t)pos;
+    return body;
+}
+
+void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, const struct rpc_result *res,
+                            struct kvm_prim_answer *a)
+{
+    memset(a, 0, sizeof(*a));
+    kvm_route_init(&a->route);
+    if (res->status == KVMESH_ENOTSUP) { /* an owner that predates the message: nothing done */
+        if (!refused(rt, owner))
+            rt->prim_refused[rt->n_prim_refused++ % STORE_WINL_REFUSED_MAX] = *owner;
+        a->outcome = KVM_PRIM_FALLBACK;
+        return;
+    }
+    store_put_primary_resp_t m;
+    int rc = res->status;
+    const char *why = res->error;
+    if (!rc && store_put_primary_resp_decode(res->body, res->body_len, &m) != 0) {
+        rc = KVMESH_EPROTO;
+        why = kvmesh_last_error();
+    }
+    if (rc) {
+        a->outcome = KVM_PRIM_UNKNOWN;
+        a->status = rc == KVMESH_ECONN || rc == KVMESH_ECANCELED ? rc : KVMESH_ETIMEDOUT;
+        snprintf(a->msg, sizeof(a->msg),
+                 "put at the route primary got no answer (%s%s%s); the put may have been applied: "
+                 "read the key back or retry the put",
+                 kvmesh_strerror(rc), why && why[0] ? ": " : "", why ? why : "");
+        return;
+    }
+    a->status = m.status;
+    snprintf(a->msg, sizeof(a->msg), "%.*s", (int)m.msg_len, m.msg ? m.msg : "");
+    switch (m.outcome) {
+    case STORE_PRIM_PUBLISHED:
+        if (wire_route_decode(m.route, m.route_len, &a->route) != 0) {
+            a->outcome = KVM_PRIM_UNKNOWN; /* published, but the route is unreadable */
+            a->status = KVMESH_EPROTO;
+            snprintf(a->msg, sizeof(a->msg),
+                     "put at the route primary answered a malformed route; the put may have been "
+                     "applied: read the key back");
+            return;
+        }
+        a->outcome = KVM_PRIM_PUBLISHED;
+        a->seg = m.seg;
+        a->offset = m.offset;
+        a->token = m.token;
+        return;
+    case STORE_PRIM_DECLINED:
+        a->outcome = KVM_PRIM_FALLBACK;
+        return;
+    case STORE_PRIM_NOT_RESERVED:
+        a->outcome = KVM_PRIM_NOT_RESERVED;
+        return;
+    default:
+        a->outcome = KVM_PRIM_FAILED;
+        return;
+    }
+}
+
+/* ---- owner ---------------------------------------------------------------------------------- */
+
+struct prim_serve {
+    kvm_rt_t *rt;
+    rpc_reply *reply;
+    kvm_ident_t ident; /* owned */
+    uint64_t len, checksum;
+    uint32_t budget_ms;
+    const uint8_t *src; /* the bytes: the request body's (handler running) or own */
+    uint8_t *own;       /* the copy of a reservation that waited; NULL otherwise */
+    bool *answered;     /* the handler's flag while it runs; NULL after */
+    uint64_t seg, off, token;
+    struct obs_span span;
+    struct obs_span *sp; /* &span while traced; NULL: untraced */
+};
+
+static void serve_free(struct prim_serve *s)
+{
+    kvm_ident_free(&s->ident);
+    free(s->own);
+    free(s);
+}
+
+static void answer(rpc_reply *reply, uint8_t outcome, int status, const char *msg,
+                   const kvm_route_t *route, uint64_t seg, uint64_t off, uint64_t token)
+{
+    uint8_t rbuf[KVM_WIRE_MAX_RECORD_LEN];
+    size_t rlen = 0;
+    if (route && wire_route_encode(route, rbuf, sizeof(rbuf), &rlen) != 0) {
+        /* (cannot happen for a route the authority accepted) the requester settles nothing: */
+        outcome = STORE_PRIM_FAILED;
+        status = KVMESH_EINDETERMINATE;
+        msg = "the published route could not be encoded; the put was applied: read the key back";
+        rlen = 0;
+    }
+    static _Thread_local uint8_t body[STORE_PUT_PRIMARY_RESP_MAX];
+    size_t len = 0;
+    store_put_primary_resp_t m = {.outcome = outcome,
+                                  .status = status,
+                                  .seg = seg,
+                                  .offset = off,
+                                  .token = token,
+                                  .route = rlen ? rbuf : NULL,
+                                  .route_len = (uint16_t)rlen,
+                                  .msg = msg,
+                                  .msg_len = msg ? (uint16_t)strnlen(msg, STORE_PRIM_MSG_MAX) : 0};
+    int rc = store_put_primary_resp_encode(&m, body, sizeof(body), &len);
+    KVM_ASSERT(rc == 0); /* (the buffer holds the largest answer) */
+    struct rpc_msg r = {.type = STORE_RPC_PUT_PRIMARY, .body = body, .body_len = len};
+    if (rpc_reply_send(reply, 0, NULL, &r, NULL, NULL) == KVMESH_EAGAIN)
+        rpc_reply_drop(reply); /* the requester times out: "may have been applied" */
+}
+
+static void reply_err(rpc_reply *reply, int rc, const char *msg)
+{
+    if (rpc_reply_send(reply, rc, msg, NULL, NULL, NULL) == KVMESH_EAGAIN)
+        rpc_reply_drop(reply);
+}
+
+/* Whether this runtime may publish `id` as its primary (and takes puts at the primary). */
+static bool may_publish(kvm_rt_t *rt, const kvm_ident_t *id)
+{
+    return rt->route && !atomic_load(&rt->closing) && rt->cfg.cold_kind == KVM_STORE_COLD_OFF &&
+           !rt->cfg.cold_write_through && !kvm_quota_applies(rt, id) &&
+           route_is_primary_now(rt->route, id) && !test_decline();
+}
+
+static void published(kvm_op_t *op)
+{
+    struct prim_serve *s = op->done_arg;
+    struct kvm_item *it = &op->items[0];
+    int rc = it->rc ? it->rc : op->rc;
+    if (s->sp)
+        obs_span_set_int(s->sp, "kvmesh.published", rc == 0);
+    kvm_span_finish(s->sp, rc);
+    if (rc == 0 && it->have_route)
+        answer(s->reply, STORE_PRIM_PUBLISHED, 0, NULL, &it->route, s->seg, s->off, s->token);
+    else if (rc == 0) /* (published; its route was not kept: out of memory) */
+        answer(s->reply, STORE_PRIM_FAILED, KVMESH_EINDETERMINATE,
+               "the put was published at the route primary, which could not send its route (out "
+               "of memory): read the key back",
+               NULL, 0, 0, 0);
+    else
+        answer(s->reply, STORE_PRIM_FAILED, rc,
+               op->err_set ? op->err : "the publication at the route primary failed", NULL, 0, 0,
+               0);
+    serve_free(s);
+}
+
+/* The reservation and its bytes are in place: publish them as the shard's primary. */
+static void publish(struct prim_serve *s)
+{
+    kvm_rt_t *rt = s->rt;
+    kvm_op_t *op = may_publish(rt, &s->ident) ? kvm_op_new(rt, KVM_OP_PUBLISH, 1) : NULL;
+    if (!op) { /* no longer the primary (or out of memory): nothing was published */
+        kvm_put_inline_release(rt, s->seg, s->off, s->token);
+        kvm_span_finish(s->sp, 0);
+        answer(s->reply, STORE_PRIM_DECLINED, 0, NULL, NULL, 0, 0, 0);
+        serve_free(s);
+        return;
+    }
+    struct kvm_item *it = &op->items[0];
+    it->ident = s->ident; /* moved */
+    memset(&s->ident, 0, sizeof(s->ident));
+    it->len = s->len;
+    it->checksum = s->checksum;
+    it->n_res = 1;
+    it->res[0] = (struct kvm_res){.owner = rt->self,
+                                  .local = true,
+                                  .seg = s->seg,
+                                  .offset = s->off,
+                                  .token = s->token,
+                                  .written = true};
+    op->deadline_ms = env_clock_mono_ms() + (s->budget_ms ? s->budget_ms : 1);
+    op->span = s->sp; /* the publication's control.* spans join the owner's span */
+    op->on_done = published;
+    op->done_arg = s;
+    op->pending = 1;
+    atomic_fetch_add(&op->refs, 1); /* the items may all end inside ops_run */
+    rt->ops_run(op);
+    kvm_op_unref(op);
+}
+
+static void prim_reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
+                          uint64_t token)
+{
+    struct prim_serve *s = arg;
+    if (s->answered)
+        *s->answered = true;
+    char msg[160];
+    if (!rc && (rc = kvm_put_inline_fill(s->rt, s->src, s->len, s->checksum, seg, off, token, msg,
+                                         sizeof(msg))) != 0) {
+        kvm_put_inline_release(s->rt, seg, off, token);
+        err = msg;
+    }
+    if (s->sp)
+        obs_span_set_int(s->sp, "kvmesh.waited", s->answered == NULL);
+    if (rc) {
+        kvm_span_finish(s->sp, rc);
+        answer(s->reply, STORE_PRIM_NOT_RESERVED, rc, err ? err : kvmesh_strerror(rc), NULL, 0, 0,
+               0);
+        serve_free(s);
+        return;
+    }
+    s->seg = seg;
+    s->off = off;
+    s->token = token;
+    if (s->sp) {
+        obs_span_set_int(s->sp, "kvmesh.segment", (int64_t)seg);
+        obs_span_set_int(s->sp, "kvmesh.offset", (int64_t)off);
+    }
+    publish(s);
+}
+
+static void on_put_primary(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    kvm_rt_t *rt = arg;
+    store_put_primary_req_t m;
+    if (store_put_primary_req_decode(req->body, req->body_len, &m) != 0) {
+        reply_err(reply, KVMESH_EPROTO, kvmesh_last_error());
+        return;
+    }
+    if (m.w.r.target_epoch != rt->self.epoch) {
+        char msg[128];
+        snprintf(msg, sizeof(msg),
+                 "put at the primary for epoch %" PRIu64 " reached epoch %" PRIu64,
+                 m.w.r.target_epoch, rt->self.epoch);
+        answer(reply, STORE_PRIM_NOT_RESERVED, KVMESH_EUNAVAILABLE, msg, NULL, 0, 0, 0);
+        kvm_ident_free(&m.w.r.ident);
+        return;
+    }
+    struct prim_serve *s = may_publish(rt, &m.w.r.ident) ? calloc(1, sizeof(*s)) : NULL;
+    if (!s) { /* not the active primary now (or out of memory): nothing reserved */
+        answer(reply, STORE_PRIM_DECLINED, 0, NULL, NULL, 0, 0, 0);
+        kvm_ident_free(&m.w.r.ident);
+        return;
+    }
+    bool answered = false;
+    *s = (struct prim_serve){.rt = rt,
+                             .reply = reply,
+                             .ident = m.w.r.ident, /* moved */
+                             .len = m.w.r.length,
+                             .checksum = m.w.checksum,
+                             .budget_ms = m.budget_ms,
+                             .src = m.w.payload,
+                             .answered = &answered};
+    if (req->trace.flags & OBS_TRACE_FLAG_SAMPLED &&
+        (s->sp = kvm_span_remote(rt, &req->trace, "control.owner_reserve", &s->span))) {
+        obs_span_set_int(s->sp, "kvmesh.bytes", (int64_t)m.w.r.length);
+        obs_span_set_int(s->sp, "kvmesh.inline", 1);
+        obs_span_set_int(s->sp, "kvmesh.primary", 1);
+    }
+    kvm_owner_reserve(rt, &s->ident, s->len, m.w.r.ttl_ms, prim_reserved, s);
+    if (!answered) { /* the reservation waits: the body is gone once the handler returns */
+        s->answered = NULL;
+        s->own = malloc((size_t)s->len);
+        if (s->own)
+            memcpy(s->own, m.w.payload, (size_t)s->len);
+        s->src = s->own; /* (NULL: the answer fails with KVMESH_ENOMEM and releases the slot) */
+    }
+}
+
+void kvm_put_primary_register(kvm_rt_t *rt)
+{
+    rpc_register_handler(rt->ep, STORE_RPC_PUT_PRIMARY, on_put_primary, rt);
+}

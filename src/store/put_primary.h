@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * put_primary.h — a single small put in one exchange when its owner is the key's shard primary
+ * (docs/store.md "Puts at the primary", docs/protocol.md "Put at the primary"): the requester
+ * sends STORE_RPC_PUT_PRIMARY (an inline reservation: the reservation's fields, the checksum and
+ * the bytes) to that owner, which reserves and writes the bytes as for STORE_RPC_RESERVE_INLINE
+ * and then publishes the route itself, through its own route service, with the same fenced CAS,
+ * conflict retries, settling, commit and releases as the requester's publication (a PUBLISH op
+ * run on its loop), and answers with the outcome and the published route.
+ *
+ *   loop (ops_place.c)       kvm_put_primary_wants / _body: whether a reservation goes as a put
+ *                            at the primary, and its request body; kvm_put_primary_answer: its
+ *                            answer decoded (an older owner remembered)
+ *   owner's loop             kvm_put_primary_register: the STORE_RPC_PUT_PRIMARY handler
+ */
+#ifndef KVMESH_STORE_PUT_PRIMARY_H
+#define KVMESH_STORE_PUT_PRIMARY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "net/rpc.h"
+#include "store/proto.h"
+#include "store/store.h"
+
+/* Loop: whether the reservation of op's item `it` on the remote owner (data_addr: its transport
+ * address) goes as a put at the primary: an inline reservation (kvm_put_inline_wants) of a
+ * single put (an API put, one replica wanted, none held) without tenant quota and without a
+ * cold tier here, to an owner that this runtime's route view names as the primary of the key's
+ * shard (id and epoch) and that did not refuse the message. */
+bool kvm_put_primary_wants(kvm_rt_t *rt, const kvm_op_t *op, const struct kvm_item *it,
+                           const kvm_runtime_t *owner, const char *data_addr);
+
+/* Loop: the STORE_RPC_PUT_PRIMARY body of op's item for owner (heap, the caller frees), *len
+ * bytes; budget_ms: what the call has left (the owner's publication ends within it). NULL (error
+ * set) when out of memory. */
+uint8_t *kvm_put_primary_body(const kvm_op_t *op, const struct kvm_item *it,
+                              const kvm_runtime_t *owner, uint32_t ttl_ms, uint32_t budget_ms,
+                              size_t *len);
+
+/* What a PUT_PRIMARY answer says to the requester. */
+enum kvm_prim_outcome {
+    KVM_PRIM_PUBLISHED,    /* the put is published: route (and seg/offset/token) set */
+    KVM_PRIM_FALLBACK,     /* nothing was reserved (declined, or an owner that predates the
+                              message, now remembered): the requester takes the normal path */
+    KVM_PRIM_NOT_RESERVED, /* the reservation failed (status, msg): nothing held */
+    KVM_PRIM_FAILED,       /* the publication failed at the owner (status, msg): the owner
+                              released its reservation or, where the CAS may have applied, kept
+                              it for its expiry to settle */
+    KVM_PRIM_UNKNOWN,      /* no answer (timeout, lost connection, malformed): the put may have
+                              been published (status, msg) */
+};
+
+struct kvm_prim_answer {
+    enum kvm_prim_outcome outcome;
+    int status;
+    uint64_t seg, offset, token;
+    kvm_route_t route; /* PUBLISHED: owned (kvm_route_free); else initialized and empty */
+    char msg[STORE_PRIM_MSG_MAX + 64];
+};
+
+/* Loop: decodes the answer of a put at the primary to owner into *a (always filled; the caller
+ * kvm_route_free's a->route). An owner that answers KVMESH_ENOTSUP (no handler) is remembered:
+ * kvm_put_primary_wants is false for it from then on (until it restarts with a new epoch). */
+void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, const struct rpc_result *res,
+                            struct kvm_prim_answer *a);
+
+/* Before the loop serves requests: registers the owner's STORE_RPC_PUT_PRIMARY handler. */
+void kvm_put_primary_register(kvm_rt_t *rt);
+
+/* Test-only (as put_inline.h's hook): the next n puts at the primary that reach an owner in this
+ * process (any runtime) are declined as if it were not the primary. Returns the count still
+ * armed before the call. Any thread. */
+uint32_t kvm_put_primary_test_decline(uint32_t n);
+
+#endif
