@@ -62,7 +62,9 @@
 static atomic_uint_fast64_t allocs; /* every allocation call of the process */
 
 #ifdef GETCOST_SANITIZER
-#include <sanitizer/allocator_interface.h>
+/* (sanitizer/allocator_interface.h: not every toolchain installs it; the runtime exports it) */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
 
 static void on_malloc(const volatile void *p, size_t size)
 {
