@@ -13,8 +13,9 @@
  * process meanwhile: both runtimes, every thread (the caller leading C's loop, C's loop thread,
  * S's loop and I/O threads). A get allocated 17 (shm) to 18 (tcp) times in all before the eighth
  * round; the lookup's op record (a runtime's spare), the route messages' env bodies and the
- * inline answer's head (on the stack) and the route ticks' candidate arrays no longer allocate,
- * which leaves 11: at most GET_ALLOCS_MAX per get is asserted, with room for the background work
+ * inline answer's head (on the stack), the lookup answer's route (moved out of the decoded
+ * message, not copied) and the route ticks' candidate arrays no longer allocate, which leaves
+ * 10: at most GET_ALLOCS_MAX per get is asserted, with room for the background work
  * of the same interval (lease keep-alives, membership refreshes, a read grant's periodic
  * re-check). What is left per get: docs/performance.md "Single 4 KiB get, eighth round".
  *
