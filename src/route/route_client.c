@@ -432,8 +432,15 @@ static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *r
                 op->stale = true;
         }
         if ((resp->status == 0 || resp->status == KVMESH_EAGAIN) && resp->n_routes == 1 &&
-            kvm_ident_equal(&resp->routes[0].ident, &op->ident) &&
-            kvm_route_copy(&op->got[i], &resp->routes[0]) == 0) {
+            kvm_ident_equal(&resp->routes[0].ident, &op->ident)) {
+            /* The answer is the message route_on_message decoded for this call and clears when
+             * it returns (route_svc.c on_response; a timeout passes NULL): its route is moved
+             * into the answer slot (zeroed: got_reserve / attempt_clear), not copied, which
+             * spares a key copy per lookup answer. */
+            kvm_route_t *r = (kvm_route_t *)&resp->routes[0];
+            KVM_ASSERT(op->got[i].ident.enc == NULL);
+            op->got[i] = *r;
+            kvm_route_init(r);
             op->has[i] = true;
             op->unconf[i] = resp->status == KVMESH_EAGAIN;
             inline_take(op, i, resp);

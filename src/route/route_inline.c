@@ -63,6 +63,9 @@ void route_inline_end(route_svc_t *svc)
     svc->inl_set = false;
 }
 
+/* The most head bytes send_att encodes on the stack. */
+#define ROUTE_INLINE_HEAD_STACK 1024
+
 /* The pin of bytes that went as an attachment: given back by the sent callback. */
 typedef struct inl_hold {
     void (*put)(void *ctx, void *pin);
@@ -82,16 +85,25 @@ static void inl_sent(int status, void *arg)
 /* Encodes m (the head form) and sends it with the lent bytes attached; h takes the pin on 0. */
 static int send_att(route_svc_t *svc, env_node_t to, route_msg_t *m, inl_hold_t *h)
 {
-    size_t cap = route_msg_size_bound(m), len = 0;
-    uint8_t *buf = malloc(cap);
-    if (!buf)
-        return KVMESH_ENOMEM;
-    int rc = route_msg_encode(m, buf, cap, &len);
+    /* env_send_att copies the head before it returns: a single get's answer head (one route, a
+     * few hundred bytes) is encoded on the stack, one that does not fit there (its bound is
+     * that of the largest route) on the heap. */
+    uint8_t small[ROUTE_INLINE_HEAD_STACK];
+    uint8_t *buf = small;
+    size_t len = 0;
+    int rc = route_msg_encode(m, small, sizeof(small), &len);
+    if (rc == KVMESH_ETOOBIG) {
+        size_t cap = route_msg_size_bound(m);
+        if (!(buf = malloc(cap)))
+            return KVMESH_ENOMEM;
+        rc = route_msg_encode(m, buf, cap, &len);
+    }
     if (rc == 0) {
         env_att_t att = {.data = svc->inl_data, .len = svc->inl_len, .sent = inl_sent, .arg = h};
         rc = env_send_att(svc->env, to, ROUTE_MSG_BASE + m->kind, buf, len, &att);
     }
-    free(buf);
+    if (buf != small)
+        free(buf);
     return rc;
 }
 

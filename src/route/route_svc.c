@@ -373,7 +373,9 @@ void route_desired_set(route_svc_t *svc, uint32_t shard, route_msg_member_t *set
     size_t nm = svc->n_members;
     if (nm == 0)
         return;
-    wrh_candidate_t *c = calloc(nm, sizeof(*c));
+    /* (every tick ranks every shard: up to 64 members on the stack, no allocation) */
+    wrh_candidate_t small[64];
+    wrh_candidate_t *c = nm <= KVM_ARRAY_SIZE(small) ? small : calloc(nm, sizeof(*c));
     uint32_t idx[ROUTE_MSG_MAX_SET];
     if (!c)
         return;
@@ -392,7 +394,8 @@ void route_desired_set(route_svc_t *svc, uint32_t shard, route_msg_member_t *set
         }
         *n = (uint32_t)got;
     }
-    free(c);
+    if (c != small)
+        free(c);
 }
 
 void route_set_members(route_svc_t *svc, uint64_t generation, const route_member_t *members,

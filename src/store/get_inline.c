@@ -203,15 +203,17 @@ int kvm_inline_send_att(void *ctx, env_node_t to, uint32_t type, const void *dat
     rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
     if (!p)
         return KVMESH_ENOTSUP; /* this runtime itself, or a peer not known yet: the copied way */
-    size_t body_len = 0;
-    uint8_t *body = store_env_msg_encode(type, data, len, &body_len);
+    uint8_t small[STORE_ENV_MSG_STACK]; /* (the RPC copies the body at submit) */
+    size_t body_len = store_env_msg_put(small, sizeof(small), type, data, len);
+    uint8_t *body = body_len ? small : store_env_msg_encode(type, data, len, &body_len);
     if (!body)
         return KVMESH_ENOMEM;
     uv_buf_t iov = uv_buf_init((char *)att->data, (unsigned)att->len);
     struct rpc_msg msg = {
         .type = STORE_RPC_ENV, .body = body, .body_len = body_len, .iov = &iov, .niov = 1};
     int rc = rpc_notify(p, &msg, att->sent, att->arg);
-    free(body);
+    if (body != small)
+        free(body);
     return rc;
 }
 

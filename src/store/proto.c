@@ -509,6 +509,18 @@ uint8_t *store_env_msg_encode(uint32_t env_type, const void *data, size_t len, s
     return kvm_wr_take(&w, out_len);
 }
 
+size_t store_env_msg_put(uint8_t *buf, size_t cap, uint32_t env_type, const void *data, size_t len)
+{
+    if (cap < 4 || len > cap - 4)
+        return 0;
+    kvm_wr_t w;
+    kvm_wr_fixed(&w, buf, cap);
+    kvm_wr_u32le(&w, env_type);
+    kvm_wr_bytes(&w, data, len);
+    size_t n = 0;
+    return kvm_wr_finish(&w, &n) == 0 ? n : 0;
+}
+
 int store_env_msg_decode(const uint8_t *buf, size_t len, uint32_t *env_type, const uint8_t **data,
                          size_t *data_len)
 {

@@ -305,6 +305,11 @@ int store_cold_batch_resp_decode(const uint8_t *buf, size_t len, store_cold_batc
  * of memory; decode points *data into buf (borrowed) and fails with KVMESH_EPROTO for a body
  * shorter than its type. */
 uint8_t *store_env_msg_encode(uint32_t env_type, const void *data, size_t len, size_t *out_len);
+/* The same body into the caller's buffer (a small message's, on the stack: no allocation per
+ * message): its length, or 0 when it does not fit in cap bytes (then use the heap form). */
+size_t store_env_msg_put(uint8_t *buf, size_t cap, uint32_t env_type, const void *data, size_t len);
+/* The largest body the senders keep on the stack (route messages of single ops fit). */
+#define STORE_ENV_MSG_STACK 1024
 int store_env_msg_decode(const uint8_t *buf, size_t len, uint32_t *env_type, const uint8_t **data,
                          size_t *data_len);
 

@@ -31,15 +31,34 @@
 
 /* ---- ops ------------------------------------------------------------------------------------ */
 
-kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n)
+/* A zeroed op record of n items: the runtime's spare for one item (kept by the last unref of
+ * a one-item op: every single get and put makes one or two), else a new one. rt NULL (unit
+ * tests of the item states): no spare. */
+static kvm_op_t *op_record(kvm_rt_t *rt, size_t n)
 {
-    kvm_op_t *op = calloc(1, sizeof(*op));
+    kvm_op_t *op = n == 1 && rt ? atomic_exchange(&rt->op_spare, NULL) : NULL;
+    if (op) {
+        struct kvm_item *items = op->items;
+        memset(op, 0, sizeof(*op));
+        memset(items, 0, sizeof(*items));
+        op->items = items;
+        return op;
+    }
+    op = calloc(1, sizeof(*op));
     if (!op)
         return NULL;
     if (n && !(op->items = calloc(n, sizeof(*op->items)))) {
         free(op);
         return NULL;
     }
+    return op;
+}
+
+kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n)
+{
+    kvm_op_t *op = op_record(rt, n);
+    if (!op)
+        return NULL;
     for (size_t i = 0; i < n; i++) {
         kvm_route_init(&op->items[i].route);
         kvm_route_init(&op->items[i].cur);
@@ -76,7 +95,21 @@ void kvm_op_unref(kvm_op_t *op)
     pthread_cond_destroy(&op->cv);
     free(op->span_own);
     free(op->inl.buf);
+    /* A one-item record becomes the runtime's spare when there is none (the runtime outlives
+     * its ops: the last unref runs on its loop or in a call before close returns). */
+    kvm_op_t *none = NULL;
+    if (op->n == 1 && op->rt && !atomic_load(&op->rt->closing) &&
+        atomic_compare_exchange_strong(&op->rt->op_spare, &none, op))
+        return;
     free(op->items);
+    free(op);
+}
+
+void kvm_op_spare_free(kvm_rt_t *rt)
+{
+    kvm_op_t *op = atomic_exchange(&rt->op_spare, NULL);
+    if (op)
+        free(op->items);
     free(op);
 }
 

@@ -108,13 +108,17 @@ static int env_sender(void *ctx, env_node_t to, uint32_t type, const void *data,
     rpc_peer *p = m ? kvm_rt_peer(rt, m) : NULL;
     if (!p)
         return KVMESH_EUNAVAILABLE;
-    size_t body_len = 0;
-    uint8_t *body = store_env_msg_encode(type, data, len, &body_len);
+    /* The RPC copies the body at submit: a small one (every single op's route message) is
+     * built on the stack, a larger one on the heap. */
+    uint8_t small[STORE_ENV_MSG_STACK];
+    size_t body_len = store_env_msg_put(small, sizeof(small), type, data, len);
+    uint8_t *body = body_len ? small : store_env_msg_encode(type, data, len, &body_len);
     if (!body)
         return KVMESH_ENOMEM;
     struct rpc_msg msg = {.type = STORE_RPC_ENV, .body = body, .body_len = body_len};
     int rc = rpc_notify(p, &msg, NULL, NULL);
-    free(body);
+    if (body != small)
+        free(body);
     return rc;
 }
 
@@ -964,6 +968,7 @@ static void rt_free(kvm_rt_t *rt)
     free(rt->hitbufs);
     kvm_hint_fini(rt);
     kvm_cas_lanes_free(rt);
+    kvm_op_spare_free(rt);          /* after the loop: no op ends any more */
     obs_tracer_destroy(rt->tracer); /* after the loop: no span is in progress */
     rt->tracer = NULL;
     obs_registry_free(rt->metrics); /* last: every layer that counted into it is gone */

@@ -392,6 +392,9 @@ typedef struct kvm_rt {
     atomic_bool closing;
     /* [any] threads inside kvm_op_run (rt_op.c): an op leads the loop only when it is alone */
     atomic_uint ops_running;
+    /* [any] one spare one-item op record with its item (rt_op.c kvm_op_new / kvm_op_unref): a
+     * single get's or put's op reuses it instead of two callocs and frees; freed at close */
+    _Atomic(struct kvm_op *) op_spare;
     /* [any] what application threads wait for (waitq.h), closed at runtime close: room in the
      * request queue (signalled by op_enter), a free transport registration slot (by every
      * store-side tp_unregister_memory), owner slots settling (by local commits and releases;
@@ -555,6 +558,8 @@ static inline uint64_t kvm_rt_tomb_deadline(kvm_rt_t *rt)
 /* ops hand-off */
 kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n);
 void kvm_op_unref(kvm_op_t *op);
+/* Frees rt->op_spare (runtime free, after the loop stopped). */
+void kvm_op_spare_free(kvm_rt_t *rt);
 /* App thread: hands the op to the loop, waits for completion. Returns op->rc; on failure the
  * calling thread's kvmesh_last_error() carries op->err. A bounded op (PLACE, PUBLISH, LOOKUP,
  * REMOVE) is waited for until op->deadline_ms + STORE_DEADLINE_SLACK_MS at most: then the op is

@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * store_getcost — what a steady-state single 4 KiB get costs in heap allocations, pinned on a
+ * real cluster (docs/performance.md "Single 4 KiB get, eighth round").
+ *
+ *   itest_store_getcost tcp|shm [gets]
+ *
+ * Two runtimes in this process on embedded in-memory metadata, the given data-plane transport:
+ * a storage runtime S (the only route authority and the owner of every replica) and a
+ * client-only runtime C, as in `kvmesh bench`. C puts one 4 KiB key, reads it back until every
+ * cache a first read fills is warm (segment handles, read grants, route hints, record pools),
+ * then reads it `gets` more times (default 2000) and counts the heap allocations of the whole
+ * process meanwhile: both runtimes, every thread (the caller leading C's loop, C's loop thread,
+ * S's loop and I/O threads). A get allocated 17 (shm) to 18 (tcp) times in all before the eighth
+ * round; the lookup's op record (a runtime's spare), the route messages' env bodies and the
+ * inline answer's head (on the stack), the lookup answer's route (moved out of the decoded
+ * message, not copied) and the route ticks' candidate arrays no longer allocate, which leaves
+ * 10: at most GET_ALLOCS_MAX per get is asserted, with room for the background work
+ * of the same interval (lease keep-alives, membership refreshes, a read grant's periodic
+ * re-check). What is left per get: docs/performance.md "Single 4 KiB get, eighth round".
+ *
+ * Allocations are counted by the sanitizer's malloc hooks in a sanitizer build, else by this
+ * program's own malloc, calloc and realloc, which take precedence over the C library's in every
+ * library of the process and pass the call on to it. Counts only, no timing; every wait is
+ * bounded.
+ */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/kvmesh_tools.h"
+#include "env/clock.h"
+#include "kvmesh.h"
+#include "obs/metrics.h"
+#include "store/store.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define GETCOST_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define GETCOST_SANITIZER 1
+#endif
+#endif
+
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "CHECK failed %s:%d: %s (%s)\n", __FILE__, __LINE__, #c,               \
+                    kvmesh_last_error());                                                          \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define VSIZE          4096
+#define WARM_GETS      500
+#define GETS           2000
+#define GET_ALLOCS_MAX 12 /* per get, the background included (see above; 17-18 before) */
+
+static atomic_uint_fast64_t allocs; /* every allocation call of the process */
+
+#ifdef GETCOST_SANITIZER
+/* (sanitizer/allocator_interface.h: not every toolchain installs it; the runtime exports it) */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
+
+static void on_malloc(const volatile void *p, size_t size)
+{
+    (void)p;
+    (void)size;
+    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
+}
+
+static void on_free(const volatile void *p)
+{
+    (void)p;
+}
+
+static void count_start(void)
+{
+    CHECK(__sanitizer_install_malloc_and_free_hooks(on_malloc, on_free) != 0);
+}
+#else
+/* glibc's own entry points: this program's malloc family passes every call on to them. */
+extern void *__libc_malloc(size_t size);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t size);
+extern void __libc_free(void *p);
+
+void *malloc(size_t size);
+void *calloc(size_t n, size_t size);
+void *realloc(void *p, size_t size);
+void free(void *p);
+
+void *malloc(size_t size)
+{
+    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
+    return __libc_malloc(size);
+}
+
+void *calloc(size_t n, size_t size)
+{
+    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
+    return __libc_calloc(n, size);
+}
+
+void *realloc(void *p, size_t size)
+{
+    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
+    return __libc_realloc(p, size);
+}
+
+void free(void *p)
+{
+    __libc_free(p);
+}
+
+static void count_start(void) {}
+#endif
+
+static int64_t rd(kvmesh_t *kv, const char *fam, unsigned i1, unsigned i2)
+{
+    int64_t v = 0;
+    CHECK(obs_metrics_read(kvmesh_runtime_of(kv)->metrics, fam, i1, i2, &v) == 0);
+    return v;
+}
+
+static kvmesh_t *open_rt(const char *url, const char *transport, bool storage)
+{
+    kvmesh_config_t *c = kvmesh_config_new();
+    CHECK(c);
+    CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
+    CHECK(kvmesh_config_set(c, "transport", transport) == 0);
+    CHECK(kvmesh_config_set(c, "memory_size", storage ? "67108864" : "0") == 0);
+    CHECK(kvmesh_config_set(c, "segment_size", "67108864") == 0);
+    CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
+    kvmesh_t *kv = NULL;
+    int rc = kvmesh_open(&kv, c);
+    if (rc)
+        fprintf(stderr, "open: %s\n", kvmesh_last_error());
+    CHECK(rc == 0);
+    kvmesh_config_free(c);
+    return kv;
+}
+
+static void get_once(kvmesh_t *C, const kvmesh_scope_t *sc, uint8_t *out, const uint8_t *v)
+{
+    size_t got = 0;
+    out[0] = (uint8_t)~v[0];
+    CHECK(kvmesh_get_into(C, sc, "g", 1, out, VSIZE, &got) == 0);
+    CHECK(got == VSIZE && out[0] == v[0] && out[VSIZE - 1] == v[VSIZE - 1]);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || (strcmp(argv[1], "tcp") && strcmp(argv[1], "shm"))) {
+        fprintf(stderr, "usage: %s tcp|shm [gets]\n", argv[0]);
+        return 2;
+    }
+    const char *xp = argv[1];
+    long gets = argc > 2 ? strtol(argv[2], NULL, 10) : GETS;
+    CHECK(gets > 0 && gets <= 10000000);
+    count_start();
+    char url[64];
+    snprintf(url, sizeof(url), "memory://getcost-%s-%ld", xp, (long)getpid());
+    kvmesh_t *S = open_rt(url, xp, true), *C = open_rt(url, xp, false);
+    const kvmesh_scope_t sc = {"getcost", NULL};
+    static uint8_t v[VSIZE], out[VSIZE];
+    for (size_t i = 0; i < VSIZE; i++)
+        v[i] = (uint8_t)(i * 7 + 1);
+    CHECK(kvmesh_register_buffer(C, out, VSIZE) == 0);
+
+    /* The first put waits until the shard's primary holds its lease (bounded: 120 s). */
+    uint64_t end = env_clock_mono_ms() + 120000;
+    while (kvmesh_put(C, &sc, "g", 1, v, VSIZE, NULL) != 0) {
+        CHECK(env_clock_mono_ms() < end);
+        usleep(100 * 1000);
+    }
+    for (int i = 0; i < WARM_GETS; i++)
+        get_once(C, &sc, out, v);
+    CHECK(memcmp(out, v, VSIZE) == 0);
+
+    int64_t h0 = rd(C, "op_handoffs_total", OBS_OP_GET, OBS_NONE);
+    int64_t l0 = rd(C, "op_round_trips_total", OBS_OP_GET, OBS_CPSTAGE_ROUTE_LOOKUP);
+    uint64_t a0 = atomic_load(&allocs);
+    for (long i = 0; i < gets; i++)
+        get_once(C, &sc, out, v);
+    uint64_t a = atomic_load(&allocs) - a0;
+    int64_t h = rd(C, "op_handoffs_total", OBS_OP_GET, OBS_NONE) - h0;
+    int64_t l = rd(C, "op_round_trips_total", OBS_OP_GET, OBS_CPSTAGE_ROUTE_LOOKUP) - l0;
+    CHECK(memcmp(out, v, VSIZE) == 0);
+    printf("%s: %ld gets of 4 KiB: %" PRIu64 " allocations (%.2f per get), %" PRId64
+           " hand-offs, %" PRId64 " route lookups\n",
+           xp, gets, a, (double)a / (double)gets, h, l);
+    fflush(stdout);
+    CHECK(h == gets); /* one hand-off per get */
+    CHECK(l >= gets); /* every get asked the authority (no cached route served) */
+    CHECK(a <= (uint64_t)gets * GET_ALLOCS_MAX);
+
+    kvmesh_close(C);
+    kvmesh_close(S);
+    return 0;
+}
