@@ -414,6 +414,24 @@ static void inline_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
     op->inl_have = true;
 }
 
+/* Takes the answer's route into *dst (zeroed: got_reserve / attempt_clear). The answer is the
+ * message route_on_message decoded for this call and clears when it returns (route_svc.c
+ * on_response): a route whose identity encoding is on the heap is moved, not copied (a key copy
+ * spared per lookup answer); one whose encoding lies in the message's own decode storage
+ * (route_msg.h ROUTE_MSG_IDENT_INLINE: every short key) is copied, since that storage goes with
+ * the message. False when out of memory (the answer is dropped, as a lost one). */
+static bool got_take(kvm_route_t *dst, const route_msg_t *resp)
+{
+    kvm_route_t *r = (kvm_route_t *)&resp->routes[0];
+    const uint8_t *enc = r->ident.enc;
+    KVM_ASSERT(dst->ident.enc == NULL);
+    if (enc >= (const uint8_t *)resp && enc < (const uint8_t *)(resp + 1))
+        return kvm_route_copy(dst, r) == 0;
+    *dst = *r;
+    kvm_route_init(r);
+    return true;
+}
+
 static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
 {
     route_op_t *op = c->ctx;
@@ -432,15 +450,7 @@ static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *r
                 op->stale = true;
         }
         if ((resp->status == 0 || resp->status == KVMESH_EAGAIN) && resp->n_routes == 1 &&
-            kvm_ident_equal(&resp->routes[0].ident, &op->ident)) {
-            /* The answer is the message route_on_message decoded for this call and clears when
-             * it returns (route_svc.c on_response; a timeout passes NULL): its route is moved
-             * into the answer slot (zeroed: got_reserve / attempt_clear), not copied, which
-             * spares a key copy per lookup answer. */
-            kvm_route_t *r = (kvm_route_t *)&resp->routes[0];
-            KVM_ASSERT(op->got[i].ident.enc == NULL);
-            op->got[i] = *r;
-            kvm_route_init(r);
+            kvm_ident_equal(&resp->routes[0].ident, &op->ident) && got_take(&op->got[i], resp)) {
             op->has[i] = true;
             op->unconf[i] = resp->status == KVMESH_EAGAIN;
             inline_take(op, i, resp);
