@@ -597,6 +597,12 @@ static void place_item(kvm_op_t *op, struct kvm_item *it)
     }
     if (!late && place_park(op, it))
         return;
+    if (late && caller_put(op) && storage_members(op->rt) < it->want) {
+        /* The deadline passed while too few storage members were live (a snapshot woke the
+         * parked put at its deadline): the same outcome as the park's own timer. */
+        place_fail(op, it, false, "; no storage member came back before the deadline");
+        return;
+    }
     place_fail(op, it, late, "");
 }
 
