@@ -44,8 +44,12 @@ static int check_handle(kvmesh_t *kv)
     return 0;
 }
 
-static int make_ident(const kvmesh_scope_t *scope, const void *key, size_t key_len,
-                      kvm_ident_t *out)
+/* An identity's encoding for one call: written into `store` (cap bytes, the caller's stack or a
+ * batch's arena) when it fits, else allocated (ident_done tells the two apart). The store
+ * copies every identity it keeps beyond the call (into its op records), so a call's identities
+ * need to live only as long as the call. */
+static int make_ident_in(const kvmesh_scope_t *scope, const void *key, size_t key_len,
+                         kvm_ident_t *out, uint8_t *store, size_t cap)
 {
     memset(out, 0, sizeof(*out));
     if (!scope)
@@ -54,8 +58,22 @@ static int make_ident(const kvmesh_scope_t *scope, const void *key, size_t key_l
         return kvm_errf(KVMESH_EBADTENANT, "scope.tenant is NULL; a tenant is required");
     if (!key)
         return kvm_errf(KVMESH_EBADKEY, "key is NULL");
-    return kvm_ident_init(out, scope->tenant, scope->domain, key, key_len);
+    return kvm_ident_init_n_in(out, store, cap, scope->tenant, strlen(scope->tenant), scope->domain,
+                               scope->domain ? strlen(scope->domain) : 0, key, key_len);
 }
+
+/* Ends an identity of make_ident_in: frees its encoding unless it lies in [store, store+cap). */
+static void ident_done(kvm_ident_t *id, const uint8_t *store, size_t cap)
+{
+    if (id->enc && store && id->enc >= store && id->enc < store + cap)
+        memset(id, 0, sizeof(*id));
+    else
+        kvm_ident_free(id);
+}
+
+/* A single op's identity encoding on the caller's stack (tenant, domain and key of up to this
+ * many bytes together; longer ones are allocated). */
+#define IDENT_STACK 512
 
 static int check_opts(const kvmesh_put_opts_t *opts)
 {
@@ -244,14 +262,15 @@ static int put_sg(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, si
                   const struct iovec *iov, int iovcnt, uint64_t len, const kvmesh_put_opts_t *opts)
 {
     kvm_ident_t id;
+    uint8_t idbuf[IDENT_STACK];
     int rc;
     if ((rc = check_len(kv, len)) || (rc = check_opts(opts)) ||
-        (rc = make_ident(scope, key, key_len, &id)))
+        (rc = make_ident_in(scope, key, key_len, &id, idbuf, sizeof(idbuf))))
         return rc;
     struct kvm_sg sg = {iov, iovcnt, len};
     int item_rc = 0;
     rc = kvm_store_put(kv->rt, &id, &sg, 1, opts, &item_rc);
-    kvm_ident_free(&id);
+    ident_done(&id, idbuf, sizeof(idbuf));
     return rc ? rc : item_rc;
 }
 
@@ -301,11 +320,12 @@ static int get_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, s
                    struct kvm_sgout *o)
 {
     kvm_ident_t id;
-    int rc = make_ident(scope, key, key_len, &id);
+    uint8_t idbuf[IDENT_STACK];
+    int rc = make_ident_in(scope, key, key_len, &id, idbuf, sizeof(idbuf));
     if (rc)
         return rc;
     rc = kvm_store_get(kv->rt, &id, o, 1);
-    kvm_ident_free(&id);
+    ident_done(&id, idbuf, sizeof(idbuf));
     if (!rc)
         rc = o->rc;
     if (rc == KVMESH_ETOOBIG)
@@ -327,18 +347,14 @@ static int get_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key, 
         return kvm_errf(KVMESH_EINVAL, "out and out_len are required");
     *out = NULL;
     *out_len = 0;
-    struct kvm_sgout *o = calloc(1, sizeof(*o));
-    if (!o)
-        return KVMESH_ENOMEM;
-    o->alloc = true;
-    rc = get_one(kv, scope, key, key_len, o);
+    struct kvm_sgout o = {.alloc = true}; /* (the request record lives on this stack) */
+    rc = get_one(kv, scope, key, key_len, &o);
     if (rc == 0) {
-        *out = o->alloc_buf;
-        *out_len = o->out_len;
+        *out = o.alloc_buf;
+        *out_len = o.out_len;
     } else {
-        free(o->alloc_buf);
+        free(o.alloc_buf);
     }
-    free(o);
     return rc;
 }
 
@@ -360,15 +376,9 @@ static int get_into_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *
         return rc;
     if (!out_len || (!buf && cap))
         return kvm_errf(KVMESH_EINVAL, "out_len is required and buf may be NULL only with cap 0");
-    struct kvm_sgout *o = calloc(1, sizeof(*o));
-    if (!o)
-        return KVMESH_ENOMEM;
-    o->one = (struct iovec){buf, cap};
-    o->iovcnt_in = 1;
-    o->cap = cap;
-    rc = get_one(kv, scope, key, key_len, o);
-    *out_len = (rc == 0 || rc == KVMESH_ETOOBIG) ? o->out_len : 0;
-    free(o);
+    struct kvm_sgout o = {.one = {buf, cap}, .iovcnt_in = 1, .cap = cap};
+    rc = get_one(kv, scope, key, key_len, &o);
+    *out_len = (rc == 0 || rc == KVMESH_ETOOBIG) ? o.out_len : 0;
     return rc;
 }
 
@@ -391,15 +401,9 @@ static int getv_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key,
         return rc;
     if (!out_len)
         return kvm_errf(KVMESH_EINVAL, "out_len is required");
-    struct kvm_sgout *o = calloc(1, sizeof(*o));
-    if (!o)
-        return KVMESH_ENOMEM;
-    o->iov_in = iov;
-    o->iovcnt_in = iovcnt;
-    o->cap = cap;
-    rc = get_one(kv, scope, key, key_len, o);
-    *out_len = (rc == 0 || rc == KVMESH_ETOOBIG) ? o->out_len : 0;
-    free(o);
+    struct kvm_sgout o = {.iov_in = iov, .iovcnt_in = iovcnt, .cap = cap};
+    rc = get_one(kv, scope, key, key_len, &o);
+    *out_len = (rc == 0 || rc == KVMESH_ETOOBIG) ? o.out_len : 0;
     return rc;
 }
 
@@ -417,11 +421,12 @@ static int remove_impl(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *ke
 {
     int rc = check_handle(kv);
     kvm_ident_t id;
-    if (rc || (rc = make_ident(scope, key, key_len, &id)))
+    uint8_t idbuf[IDENT_STACK];
+    if (rc || (rc = make_ident_in(scope, key, key_len, &id, idbuf, sizeof(idbuf))))
         return rc;
     int item = 0;
     rc = kvm_store_remove(kv->rt, &id, 1, &item);
-    kvm_ident_free(&id);
+    ident_done(&id, idbuf, sizeof(idbuf));
     rc = rc ? rc : item;
     if (rc == KVMESH_ENOENT)
         rc = kvm_errf(rc, "no object with this key in this tenant/domain");
@@ -441,11 +446,12 @@ static int lookup_one(kvmesh_t *kv, const kvmesh_scope_t *scope, const void *key
 {
     int rc = check_handle(kv);
     kvm_ident_t id;
-    if (rc || (rc = make_ident(scope, key, key_len, &id)))
+    uint8_t idbuf[IDENT_STACK];
+    if (rc || (rc = make_ident_in(scope, key, key_len, &id, idbuf, sizeof(idbuf))))
         return rc;
     int item = 0;
     rc = kvm_store_lookup(kv->rt, &id, 1, route, &item);
-    kvm_ident_free(&id);
+    ident_done(&id, idbuf, sizeof(idbuf));
     rc = rc ? rc : item;
     if (rc == KVMESH_ENOENT)
         rc = kvm_errf(rc, "no object with this key in this tenant/domain");
@@ -555,6 +561,14 @@ static int batch(kvmesh_t *kv, enum batch_kind kind, const kvmesh_scope_t *scope
         return rc;
     if (n == 0)
         return 0;
+    /* The items' identity encodings in one arena (an allocation per batch, not per item): each
+     * takes at most the bytes of a valid one (a longer part fails validation first). */
+    size_t tl = scope && scope->tenant ? strnlen(scope->tenant, 256) : 0;
+    size_t dl = scope && scope->domain ? strnlen(scope->domain, 256) : 0;
+    size_t arena_cap = 0, arena_at = 0;
+    for (size_t i = 0; i < n; i++)
+        arena_cap += 5 + tl + dl + KVM_MIN(items[i].key_len, (size_t)KVM_KEY_MAX_LEN);
+    uint8_t *arena = malloc(arena_cap); /* (NULL: each identity allocates its own) */
     kvm_ident_t *ids = calloc(n, sizeof(*ids));
     size_t *map = calloc(n, sizeof(*map));
     int *rcs = calloc(n, sizeof(*rcs));
@@ -573,7 +587,8 @@ static int batch(kvmesh_t *kv, enum batch_kind kind, const kvmesh_scope_t *scope
     for (size_t i = 0; i < n; i++) {
         kvmesh_batch_item_t *it = &items[i];
         it->out_len = 0;
-        int r = make_ident(scope, it->key, it->key_len, &ids[m]);
+        int r = make_ident_in(scope, it->key, it->key_len, &ids[m], arena ? arena + arena_at : NULL,
+                              arena_cap - arena_at);
         if (!r && kind == B_PUT) {
             if (!it->buf)
                 r = kvm_errf(KVMESH_EINVAL, "items[%zu].buf is NULL", i);
@@ -584,7 +599,7 @@ static int batch(kvmesh_t *kv, enum batch_kind kind, const kvmesh_scope_t *scope
             r = kvm_errf(KVMESH_EINVAL, "items[%zu].buf is NULL with len %zu", i, it->len);
         it->rc = r;
         if (r) {
-            kvm_ident_free(&ids[m]);
+            ident_done(&ids[m], arena, arena_cap);
             if (!first_bad) {
                 first_bad = r;
                 snprintf(bad_msg, sizeof(bad_msg), "items[%zu]: %s", i, kvmesh_last_error());
@@ -601,6 +616,8 @@ static int batch(kvmesh_t *kv, enum batch_kind kind, const kvmesh_scope_t *scope
         } else if (kind == B_EXISTS) {
             kvm_route_init(&routes[m]);
         }
+        if (arena && ids[m].enc == arena + arena_at)
+            arena_at += ids[m].enc_len;
         map[m++] = i;
     }
     if (m) {
@@ -637,7 +654,8 @@ static int batch(kvmesh_t *kv, enum batch_kind kind, const kvmesh_scope_t *scope
     rc = first;
 out:
     for (size_t j = 0; ids && j < n; j++)
-        kvm_ident_free(&ids[j]);
+        ident_done(&ids[j], arena, arena_cap);
+    free(arena);
     for (size_t j = 0; routes && j < n; j++)
         kvm_route_free(&routes[j]);
     free(ids);

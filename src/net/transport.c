@@ -233,6 +233,8 @@ fail:
     return rc;
 }
 
+static void batch_destroy(struct tp_batch *b);
+
 void tp_engine_free(struct tp_engine *e)
 {
     if (!e)
@@ -241,6 +243,9 @@ void tp_engine_free(struct tp_engine *e)
     tp_tcp_ops.server_stop(e);
     tp_tcp_ops.client_stop(e);
     tp_shm_ops.client_stop(e);
+    struct tp_batch *spare = atomic_exchange(&e->batch_spare, NULL);
+    if (spare)
+        batch_destroy(spare);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
@@ -371,8 +376,23 @@ int tp_batch_new(struct tp_engine *e, unsigned capacity, struct tp_batch **out)
 {
     if (capacity == 0 || capacity > TP_MAX_BATCH)
         return kvm_errf(KVMESH_EINVAL, "batch capacity %u outside [1, %d]", capacity, TP_MAX_BATCH);
-    struct tp_batch *b = seg_calloc(1, sizeof(*b));
-    struct tp_slot *slots = seg_calloc(capacity, sizeof(*slots));
+    unsigned slots_cap = capacity <= TP_BATCH_SPARE_CAP ? TP_BATCH_SPARE_CAP : capacity;
+    struct tp_batch *b =
+        slots_cap == TP_BATCH_SPARE_CAP ? atomic_exchange(&e->batch_spare, NULL) : NULL;
+    if (b) { /* the spare: its lock and condition stay initialized; the rest starts over */
+        memset(b->slots, 0, (size_t)b->slots_cap * sizeof(*b->slots));
+        b->cap = capacity;
+        b->n = b->pending = b->cb_running = 0;
+        __atomic_store_n(&b->exchanges, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&b->canceled, 0, __ATOMIC_RELAXED);
+        b->deadline_ms = 0;
+        b->cb = NULL;
+        b->cb_arg = NULL;
+        *out = b;
+        return 0;
+    }
+    b = seg_calloc(1, sizeof(*b));
+    struct tp_slot *slots = seg_calloc(slots_cap, sizeof(*slots));
     if (!b || !slots) {
         free(b);
         free(slots);
@@ -380,6 +400,7 @@ int tp_batch_new(struct tp_engine *e, unsigned capacity, struct tp_batch **out)
     }
     b->e = e;
     b->cap = capacity;
+    b->slots_cap = slots_cap;
     b->slots = slots;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
@@ -387,16 +408,25 @@ int tp_batch_new(struct tp_engine *e, unsigned capacity, struct tp_batch **out)
     return 0;
 }
 
+static void batch_destroy(struct tp_batch *b)
+{
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b->slots);
+    free(b);
+}
+
 void tp_batch_free(struct tp_batch *b)
 {
     if (!b)
         return;
     tp_cancel(b);
-    tp_batch_wait(b, -1);
-    pthread_cond_destroy(&b->cv);
-    pthread_mutex_destroy(&b->mu);
-    free(b->slots);
-    free(b);
+    tp_batch_wait(b, -1); /* (no request and no callback of b runs any more) */
+    struct tp_batch *none = NULL;
+    if (b->slots_cap == TP_BATCH_SPARE_CAP &&
+        atomic_compare_exchange_strong(&b->e->batch_spare, &none, b))
+        return; /* kept as the engine's spare (freed with the engine) */
+    batch_destroy(b);
 }
 
 void tp_batch_set_callback(struct tp_batch *b, tp_batch_cb cb, void *arg)

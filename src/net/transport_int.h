@@ -13,6 +13,7 @@
 #define KVMESH_NET_TRANSPORT_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "net/transport.h"
 
@@ -78,7 +79,12 @@ struct tp_engine {
     struct tp_shm_client *shm_cli;
     char tcp_listen[80]; /* "IP:PORT" once the tcp server runs */
     char shm_name[64];   /* once the shm server runs */
+    /* one spare batch of TP_BATCH_SPARE_CAP slots (tp_batch_new / tp_batch_free): a small
+     * batch (a single op's reads or writes) reuses it instead of two callocs and frees */
+    _Atomic(struct tp_batch *) batch_spare;
 };
+
+#define TP_BATCH_SPARE_CAP 8 /* batches up to this capacity get slots for this many */
 
 #define TP_SHM_GRANT_CACHE   64
 #define TP_SHM_GRANT_RECHECK (100ull * 1000000ull) /* re-ask the owner after 100 ms */
@@ -113,6 +119,7 @@ struct tp_slot {
 struct tp_batch {
     struct tp_engine *e;
     unsigned cap, n;
+    unsigned slots_cap; /* slots allocated (>= cap) */
     struct tp_slot *slots;
     pthread_mutex_t mu;
     pthread_cond_t cv;

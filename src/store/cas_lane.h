@@ -31,7 +31,7 @@
 #include "store/store.h"
 
 #define CAS_LANE_BUCKETS 256 /* hash buckets of the lane table (power of two) */
-#define CAS_LANE_SPARE   64  /* ended lane records kept for reuse */
+#define CAS_LANE_SPARE   512 /* ended lane records kept for reuse (a batch of 512 keys) */
 
 typedef void (*kvm_cas_lane_fn)(kvm_op_t *op, struct kvm_item *it);
 

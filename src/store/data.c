@@ -138,6 +138,29 @@ static int reg_span(kvm_rt_t *rt, const struct iovec *iov, int iovcnt, struct tm
     return rc;
 }
 
+/* The last remote segment handle a transport round opened: the round's next items on the same
+ * owner's segment (a batch's usual case) take it instead of the runtime's handle cache, whose
+ * lookup takes rt->dp_rw per item (kvm_rt_seg_open; a handle no longer usable is looked up
+ * again there). */
+struct seg_memo {
+    const char *data_addr;
+    uint64_t seg_id;
+    struct tp_segment *h;
+};
+
+static int seg_open_memo(kvm_rt_t *rt, struct seg_memo *m, const char *data_addr, uint64_t seg_id,
+                         uint64_t token, struct tp_segment **out)
+{
+    if (m->h && m->data_addr == data_addr && m->seg_id == seg_id && tp_segment_usable(m->h)) {
+        *out = m->h; /* (kvm_rt_seg_open's cache answers by data_addr and seg_id alike) */
+        return 0;
+    }
+    int rc = kvm_rt_seg_open(rt, data_addr, seg_id, token, out);
+    if (rc == 0)
+        *m = (struct seg_memo){.data_addr = data_addr, .seg_id = seg_id, .h = *out};
+    return rc;
+}
+
 static void reg_drop(kvm_rt_t *rt, struct tmpreg *r)
 {
     if (r->addr) {
@@ -442,6 +465,10 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
     /* Payload: in remote batches of at most put_chunk() items (planned per tenant, fair.c), one
      * transport batch each, each submitted in its tenant's fair-scheduling turn. */
     size_t chunk = put_chunk(rt, place->items, sgs, n);
+    /* put_chunk found every buffer registered (or segment memory): no item needs a temporary
+     * registration, nor its registration looked up again (reg_span) */
+    const bool all_reg = chunk == DATA_CHUNK_MAX;
+    struct seg_memo memo = {.h = NULL};
     char fair_err[400] = "";
     for (size_t base = 0, end; base < n; base = end) {
         end = base + kvm_fair_plan(rt, place->items, base, n, chunk);
@@ -487,8 +514,8 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                 }
                 d_remote++;
                 struct tp_segment *seg;
-                int e = res->data_addr ? kvm_rt_seg_open(rt, res->data_addr, res->seg,
-                                                         res->seg_read_token, &seg)
+                int e = res->data_addr ? seg_open_memo(rt, &memo, res->data_addr, res->seg,
+                                                       res->seg_read_token, &seg)
                                        : KVMESH_EUNAVAILABLE;
                 if (!e) /* the reservation reply is the owner's write grant: no exchange */
                     tp_segment_note_grant(
@@ -499,7 +526,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                                                  .expiry_ns = reserved_from_ns +
                                                               kvm_reserve_ttl_ms(rt) * 1000000ull,
                                                  .token = res->token});
-                if (!e && !regs[i - base].addr)
+                if (!e && !all_reg && !regs[i - base].addr)
                     e = reg_span(rt, sgs[i].iov, sgs[i].iovcnt, &regs[i - base]);
                 if (!e && !b) {
                     e = tp_batch_new(rt->tp, put_batch_cap(place->items, sgs, base, end), &b);
@@ -711,6 +738,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
 {
     int progress = 0;
     size_t chunk = get_chunk(rt, outs, n);
+    const bool all_reg = chunk == DATA_CHUNK_MAX; /* (as in the put's payload, above) */
+    struct seg_memo memo = {.h = NULL};
     for (size_t base = 0, end; base < n; base = end) {
         struct kvm_fair_ticket ft; /* remote reads of this chunk: its tenant's turn (fair.c) */
         if (read_gate(rt, look, outs, base, n, chunk, round, deadline, &end, &ft, late) != 0)
@@ -759,8 +788,8 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
                 continue;
             }
             struct tp_segment *seg;
-            int e = kvm_rt_seg_open(rt, a->data_addr, rep->segment, a->seg_read_token, &seg);
-            if (!e)
+            int e = seg_open_memo(rt, &memo, a->data_addr, rep->segment, a->seg_read_token, &seg);
+            if (!e && !all_reg)
                 e = reg_span(rt, o->iov, o->iovcnt, &regs[i - base]);
             if (!e && !b) {
                 e = tp_batch_new(rt->tp, get_batch_cap(outs, base, end), &b);

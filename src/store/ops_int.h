@@ -71,10 +71,16 @@ struct item_ctx {
     struct obs_span *sp; /* the route call's control.* span; NULL when untraced */
     int stage;           /* OBS_CPSTAGE_* of the route call (-1: not counted) */
     route_cost_t cost;   /* its round trips, counted into op_round_trips_total by kvm_ictx_free */
+    kvm_rt_t *rt;        /* op->rt (NULL in unit tests of the item states) */
+    struct item_ctx *next_spare; /* in rt->ictx_spare (kvm_ictx_free) */
 };
 
 /* A route call's context; with a traced op it also starts the call's span `name` (a child of
- * the request's span), ended by kvm_ictx_free with the call's result. NULL: out of memory. */
+ * the request's span), ended by kvm_ictx_free with the call's result. NULL: out of memory.
+ * Contexts come from and go back to the runtime's spare list (rt->ictx_spare, at most
+ * STORE_ICTX_SPARE_MAX, loop thread only) instead of a malloc and a free per route call; a
+ * context freed once the runtime is closing is freed outright. */
+#define STORE_ICTX_SPARE_MAX 1024 /* spare route-call contexts a runtime keeps (~56 KiB) */
 struct item_ctx *kvm_ictx_named(kvm_op_t *op, struct kvm_item *it, const char *name);
 struct item_ctx *kvm_ictx(kvm_op_t *op, struct kvm_item *it);
 void kvm_ictx_free(struct item_ctx *c, int rc);

@@ -354,8 +354,17 @@ void kvm_ops_fill_access(kvm_rt_t *rt, struct kvm_item *it)
 
 struct item_ctx *kvm_ictx_named(kvm_op_t *op, struct kvm_item *it, const char *name)
 {
-    struct item_ctx *c = malloc(sizeof(*c));
+    kvm_rt_t *rt = op->rt;
+    struct item_ctx *c = rt ? rt->ictx_spare : NULL;
     if (c) {
+        rt->ictx_spare = c->next_spare;
+        rt->n_ictx_spare--;
+    } else {
+        c = malloc(sizeof(*c));
+    }
+    if (c) {
+        c->rt = rt;
+        c->next_spare = NULL;
         c->op = op;
         c->it = it;
         c->sp = NULL;
@@ -389,7 +398,24 @@ void kvm_ictx_free(struct item_ctx *c, int rc)
         kvm_span_finish(c->sp, rc == KVMESH_ENOENT ? 0 : rc);
         free(c->sp);
     }
+    kvm_rt_t *rt = c->rt;
+    if (rt && rt->n_ictx_spare < STORE_ICTX_SPARE_MAX && !atomic_load(&rt->closing)) {
+        c->next_spare = rt->ictx_spare;
+        rt->ictx_spare = c;
+        rt->n_ictx_spare++;
+        return;
+    }
     free(c);
+}
+
+void kvm_ictx_spare_free(kvm_rt_t *rt)
+{
+    while (rt->ictx_spare) {
+        struct item_ctx *c = rt->ictx_spare;
+        rt->ictx_spare = c->next_spare;
+        free(c);
+    }
+    rt->n_ictx_spare = 0;
 }
 
 void kvm_ops_start_lookup(kvm_op_t *op, struct kvm_item *it, enum kvm_item_state state,

@@ -395,6 +395,10 @@ typedef struct kvm_rt {
     /* [any] one spare one-item op record with its item (rt_op.c kvm_op_new / kvm_op_unref): a
      * single get's or put's op reuses it instead of two callocs and frees; freed at close */
     _Atomic(struct kvm_op *) op_spare;
+    /* [loop] spare route-call contexts (ops_item.c kvm_ictx_named / kvm_ictx_free): a list of
+     * at most STORE_ICTX_SPARE_MAX, freed at close (kvm_ictx_spare_free) */
+    struct item_ctx *ictx_spare;
+    unsigned n_ictx_spare;
     /* [any] what application threads wait for (waitq.h), closed at runtime close: room in the
      * request queue (signalled by op_enter), a free transport registration slot (by every
      * store-side tp_unregister_memory), owner slots settling (by local commits and releases;
@@ -560,6 +564,8 @@ kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n);
 void kvm_op_unref(kvm_op_t *op);
 /* Frees rt->op_spare (runtime free, after the loop stopped). */
 void kvm_op_spare_free(kvm_rt_t *rt);
+/* Frees rt->ictx_spare (runtime free, after the loop stopped; ops_item.c). */
+void kvm_ictx_spare_free(kvm_rt_t *rt);
 /* App thread: hands the op to the loop, waits for completion. Returns op->rc; on failure the
  * calling thread's kvmesh_last_error() carries op->err. A bounded op (PLACE, PUBLISH, LOOKUP,
  * REMOVE) is waited for until op->deadline_ms + STORE_DEADLINE_SLACK_MS at most: then the op is
