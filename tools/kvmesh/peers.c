@@ -2,8 +2,10 @@
 /*
  * peers.c — redis-server / memcached processes for the benchmark and their clients (see
  * peers.h). The memcached client speaks the text protocol: "set" with the value sent in the
- * same writev, "get k1 k2 ..." for multi-gets, values received straight into the caller's
- * buffer. The Redis client is hiredis: SET/GET, pipelined with redisAppendCommand for batches.
+ * same sendmsg (MSG_NOSIGNAL: a closed peer is an error, never SIGPIPE), "get k1 k2 ..." for
+ * multi-gets, values received straight into the caller's buffer. The Redis client is hiredis:
+ * SET/GET, pipelined with redisAppendCommand for batches, with SIGPIPE blocked around its calls
+ * (its write(2) takes no MSG_NOSIGNAL).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,6 +13,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -247,10 +250,14 @@ static int cerr(peer_client_t *c, const char *fmt, ...)
 
 /* ---- memcached text protocol --------------------------------------------------------------- */
 
+/* Sends iov[0..n-1] whole. With MSG_NOSIGNAL: a memcached that closed the connection fails the
+ * call with EPIPE (after ECONNRESET) instead of raising SIGPIPE, whatever the caller's SIGPIPE
+ * disposition (a plain writev would end a process that left it at SIG_DFL). */
 static int mc_writev_all(peer_client_t *c, struct iovec *iov, int n)
 {
     while (n > 0) {
-        ssize_t w = writev(c->fd, iov, n > IOV_MAX ? IOV_MAX : n);
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)(n > IOV_MAX ? IOV_MAX : n)};
+        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -442,6 +449,32 @@ static int mc_get_items(peer_client_t *c, peer_item_t *items, size_t n)
 
 /* ---- redis ---------------------------------------------------------------------------------- */
 
+/* hiredis's blocking client writes with write(2), which raises SIGPIPE when redis closed the
+ * connection: its calls run with SIGPIPE blocked on this thread, and one raised meanwhile is
+ * dropped before the mask is restored, so a closed peer is a failed call (hiredis sees EPIPE),
+ * whatever the caller's SIGPIPE disposition. */
+static void rd_pipe_hold(sigset_t *old)
+{
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &s, old);
+}
+
+static void rd_pipe_release(const sigset_t *old)
+{
+    if (!sigismember(old, SIGPIPE)) {
+        sigset_t pend, s;
+        sigemptyset(&s);
+        sigaddset(&s, SIGPIPE);
+        const struct timespec zero = {0, 0};
+        while (sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) &&
+               sigtimedwait(&s, NULL, &zero) == SIGPIPE)
+            ;
+    }
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 static int rd_put_items(peer_client_t *c, peer_item_t *items, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -503,18 +536,33 @@ int peer_get(peer_client_t *c, const char *key, size_t klen, void *buf, size_t c
 
 int peer_batch_put(peer_client_t *c, peer_item_t *items, size_t n)
 {
-    return c->kind == PEER_REDIS ? rd_put_items(c, items, n) : mc_put_items(c, items, n);
+    if (c->kind != PEER_REDIS)
+        return mc_put_items(c, items, n);
+    sigset_t old;
+    rd_pipe_hold(&old);
+    int rc = rd_put_items(c, items, n);
+    rd_pipe_release(&old);
+    return rc;
 }
 
 int peer_batch_get(peer_client_t *c, peer_item_t *items, size_t n)
 {
-    return c->kind == PEER_REDIS ? rd_get_items(c, items, n) : mc_get_items(c, items, n);
+    if (c->kind != PEER_REDIS)
+        return mc_get_items(c, items, n);
+    sigset_t old;
+    rd_pipe_hold(&old);
+    int rc = rd_get_items(c, items, n);
+    rd_pipe_release(&old);
+    return rc;
 }
 
 int peer_flush(peer_client_t *c)
 {
     if (c->kind == PEER_REDIS) {
+        sigset_t old;
+        rd_pipe_hold(&old);
         redisReply *r = redisCommand(c->rc, "FLUSHALL");
+        rd_pipe_release(&old);
         int ok = r && r->type == REDIS_REPLY_STATUS;
         if (r)
             freeReplyObject(r);
@@ -531,7 +579,10 @@ int peer_redis_info_u64(peer_client_t *c, const char *section, const char *field
 {
     if (c->kind != PEER_REDIS)
         return cerr(c, "INFO is a redis command");
+    sigset_t old;
+    rd_pipe_hold(&old);
     redisReply *r = redisCommand(c->rc, "INFO %s", section);
+    rd_pipe_release(&old);
     if (!r || r->type != REDIS_REPLY_STRING) {
         if (r)
             freeReplyObject(r);
