@@ -96,7 +96,7 @@ static int closer_start(struct closer *s, const char *partial)
         listen(s->lfd, 16) != 0 || getsockname(s->lfd, (struct sockaddr *)&a, &al) != 0)
         return -1;
     s->port = ntohs(a.sin_port);
-    return pthread_create(&s->th, NULL, closer_main, s) == 0 ? 0 : -1;
+    return 0;
 }
 
 static void closer_stop(struct closer *s)
@@ -153,11 +153,19 @@ static int run_kind(enum peer_kind kind, const char *partial)
     fflush(stderr);
     pid_t pid = fork();
     if (pid < 0) {
-        closer_stop(&s);
+        close(s.lfd);
         return 1;
     }
     if (pid == 0)
         _exit(client_main(kind, s.port));
+    /* the peer's thread starts after the fork (the child is forked from one thread); the child
+     * connects meanwhile into the listen backlog */
+    if (pthread_create(&s.th, NULL, closer_main, &s) != 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(s.lfd);
+        return 1;
+    }
     int st = 0;
     uint64_t end = env_clock_mono_ms() + CHILD_WAIT_MS;
     pid_t w = 0;
