@@ -27,7 +27,9 @@
 #include "core/limits.h"
 #include "core/util.h"
 #include "route/route.h"
+#include "store/alloc.h"
 #include "store/proto.h"
+#include "store/store.h"
 
 #define MSZ(m) sizeof(((struct kvmesh_config *)0)->m)
 #define OFF(m) offsetof(struct kvmesh_config, m)
@@ -47,6 +49,9 @@
 #define KVM_CFG_TIMEOUT_MAX_MS 3600000u  /* one hour */
 #define KVM_CFG_DRAIN_MAX_MS   86400000u /* one day */
 #define KVM_CFG_VALUE_ECHO_MAX 96        /* bytes of a bad value quoted in an error */
+/* One segment is one allocator (src/store/alloc.h), which takes at most ALLOC_MAX_SIZE (256 GiB),
+ * less than a transport segment may be (SEG_MAX_SIZE, 1 TiB). */
+_Static_assert(KVM_CFG_SEGMENT_MAX <= ALLOC_MAX_SIZE, "segment_size fits one allocator");
 /* An object is at most 4 GiB - 1 byte: the owner's allocator keeps a block's length in 32 bits
  * (ALLOC_MAX_LEN, src/store/alloc.h; docs/store.md "Limits"). */
 
@@ -1160,6 +1165,23 @@ int kvm_config_validate(const struct kvmesh_config *cfg)
                         "memory_size (%s) is smaller than segment_size (%s); set memory_size to "
                         "0 (client-only) or at least one segment",
                         a, b);
+    }
+    /* memory_size is carved into segments of segment_size (src/store/owner.c kvm_owner_init),
+     * at most STORE_MAX_SEGS of them: refuse here what the owner would refuse at open, after
+     * mapping the first STORE_MAX_SEGS segments (each one allocator: KVM_CFG_SEGMENT_MAX, above).
+     */
+    if (cfg->memory_size != 0 &&
+        (cfg->memory_size - 1) / cfg->segment_size + 1 > (uint64_t)STORE_MAX_SEGS) {
+        kvm_config_format_size(cfg->memory_size, a, sizeof(a));
+        kvm_config_format_size(cfg->segment_size, b, sizeof(b));
+        char need[32];
+        uint64_t seg_min = (cfg->memory_size - 1) / STORE_MAX_SEGS + 1;
+        kvm_config_format_size((seg_min - 1) / MIB * MIB + MIB, need, sizeof(need)); /* MiB up */
+        return kvm_errf(KVMESH_ECONFIG,
+                        "memory_size (%s) needs more than %d segments of segment_size (%s); a "
+                        "runtime holds at most %d segments: raise segment_size to at least %s or "
+                        "lower memory_size",
+                        a, STORE_MAX_SEGS, b, STORE_MAX_SEGS, need);
     }
     if (cfg->max_remote_batch_burst_items < cfg->max_remote_batch_items_per_tenant)
         return kvm_errf(KVMESH_ECONFIG,

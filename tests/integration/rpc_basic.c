@@ -8,6 +8,7 @@
 #include "rpc_testutil.h"
 
 #include "obs/metrics.h"
+#include "tmpdir.h"
 
 #include <unistd.h>
 
@@ -145,9 +146,12 @@ static void test_ipv6_and_unix(void **state)
     struct fx *f = fx_new(&cc, &sc);
     int port6;
     assert_int_equal(rpc_listen_tcp(f->srv, "::1", 0, &port6), 0);
-    char path[64], addr[96];
-    snprintf(path, sizeof(path), "/tmp/kvmesh-rpc-%d.sock", (int)getpid());
-    unlink(path);
+    /* the socket under this test's scratch directory, removed at exit also when an assertion
+     * fails (tests/support/tmpdir.h) */
+    static char dir[200];
+    assert_int_equal(ttmp_make_auto(dir, sizeof(dir), "kvmesh-rpc-basic"), 0);
+    char path[256], addr[300];
+    assert_true((size_t)snprintf(path, sizeof(path), "%s/rpc.sock", dir) < sizeof(path));
     assert_int_equal(rpc_listen_unix(f->srv, path), 0);
     rpc_peer *p6, *pu;
     snprintf(addr, sizeof(addr), "tcp:[::1]:%d", port6);
@@ -188,6 +192,7 @@ static void test_ipv6_and_unix(void **state)
     fx_free(f);
     obs_registry_free(ms);
     obs_registry_free(mc);
+    assert_int_equal(ttmp_remove(dir), 0);
 }
 
 #define NCONC 1000

@@ -379,6 +379,23 @@ static void test_validate_cross_fields(void **state)
     assert_non_null(strstr(kvmesh_last_error(), "memory_size (32MiB) is smaller than"));
     assert_int_equal(kvmesh_config_set(c, "memory_size", "0"), 0);
     assert_int_equal(kvm_config_validate(c), 0);
+    /* memory_size is carved into at most STORE_MAX_SEGS (64) segments of segment_size: 64 of
+     * the default 64MiB pass, one byte more would need a 65th (refused at open only after
+     * mapping 64 segments) */
+    assert_int_equal(kvmesh_config_set(c, "memory_size", "4GiB"), 0);
+    assert_int_equal(kvm_config_validate(c), 0);
+    assert_int_equal(kvmesh_config_set(c, "memory_size", "4294967297"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_string_equal(kvmesh_last_error(),
+                        "memory_size (4294967297) needs more than 64 segments of segment_size "
+                        "(64MiB); a runtime holds at most 64 segments: raise segment_size to at "
+                        "least 65MiB or lower memory_size");
+    assert_int_equal(kvmesh_config_set(c, "memory_size", "4TiB"), 0);
+    assert_int_equal(kvm_config_validate(c), KVMESH_ECONFIG);
+    assert_non_null(strstr(kvmesh_last_error(), "raise segment_size to at least 64GiB"));
+    assert_int_equal(kvmesh_config_set(c, "segment_size", "64GiB"), 0);
+    assert_int_equal(kvm_config_validate(c), 0); /* the largest memory_size fits 64 segments */
+    kvm_config_defaults(c);
     /* cold tier watermarks: low below high, high at most evict_high_watermark */
     kvm_config_defaults(c);
     assert_int_equal(kvmesh_config_set(c, "cold_high_watermark", "0.95"), 0);

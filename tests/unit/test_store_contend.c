@@ -29,6 +29,7 @@
 #include "obs/metrics.h"
 #include "store/cas_lane.h"
 #include "store/store.h"
+#include "trt.h"
 
 #define VSIZE     4096
 #define PUTS_EACH 20
@@ -40,39 +41,26 @@ static const char *const les[N_LE] = {"0", "1", "2", "4", "8", "16", "32", "+Inf
 
 static kvmesh_t *open_rt(const char *url)
 {
-    kvmesh_config_t *c = kvmesh_config_new();
-    assert_non_null(c);
-    assert_int_equal(kvmesh_config_set(c, "metadata_url", url), 0);
-    assert_int_equal(kvmesh_config_set(c, "memory_size", "33554432"), 0);
-    assert_int_equal(kvmesh_config_set(c, "segment_size", "33554432"), 0);
-    assert_int_equal(kvmesh_config_set(c, "max_object_size", "1048576"), 0);
-    assert_int_equal(kvmesh_config_set(c, "replicas", "1"), 0);
-    assert_int_equal(kvmesh_config_set(c, "transport", "tcp"), 0);
-    assert_int_equal(kvmesh_config_set(c, "request_timeout_ms", "5000"), 0);
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    if (rc)
-        fprintf(stderr, "open: %s\n", kvmesh_last_error());
-    assert_int_equal(rc, 0);
-    kvmesh_config_free(c);
+    static const char *const base[][2] = {{"memory_size", "33554432"},
+                                          {"segment_size", "33554432"},
+                                          {"max_object_size", "1048576"},
+                                          {"replicas", "1"},
+                                          {"transport", "tcp"},
+                                          {"request_timeout_ms", "5000"},
+                                          {NULL, NULL}};
+    const char *const mine[][2] = {{"metadata_url", url}, {NULL, NULL}};
+    kvmesh_t *kv = trt_open(base, mine);
+    assert_non_null(kv);
     return kv;
 }
 
 /* Until every runtime can put and read a key (leases held, members seen): bounded, 60 s. */
 static void wait_ready(kvmesh_t **rts, int n)
 {
-    static uint8_t v[VSIZE], out[VSIZE];
-    uint64_t end = env_clock_mono_ms() + 60000;
     for (int i = 0; i < n; i++) {
-        size_t got = 0;
         char key[16];
         snprintf(key, sizeof(key), "warm%d", i);
-        while (kvmesh_put(rts[i], &sc, key, strlen(key), v, sizeof(v), NULL) != 0 ||
-               kvmesh_get_into(rts[(i + 1) % n], &sc, key, strlen(key), out, sizeof(out), &got) !=
-                   0) {
-            assert_true(env_clock_mono_ms() < end);
-            usleep(50000);
-        }
+        assert_int_equal(trt_wait_put_get(rts[i], rts[(i + 1) % n], &sc, key, 60000), 0);
     }
 }
 

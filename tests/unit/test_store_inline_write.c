@@ -39,6 +39,7 @@
 #include "store/slot_core.h"
 #include "store/store.h"
 #include "tmpdir.h"
+#include "trt.h"
 
 #define MEM (1u << 20)  /* S's memory: one segment */
 #define OBJ (32u << 10) /* under inline_write_max (64 KiB): every put here is inline */
@@ -52,26 +53,18 @@ struct pair {
 /* trace_dir: NULL, or the JSONL capture directory (rate: the sampling rate) */
 static kvmesh_t *open_rt(const char *url, const char *mem, const char *trace_dir, const char *rate)
 {
-    kvmesh_config_t *c = kvmesh_config_new();
-    if (trace_dir) {
-        assert_int_equal(kvmesh_config_set(c, "trace_capture_dir", trace_dir), 0);
-        assert_int_equal(kvmesh_config_set(c, "trace_sample_rate", rate), 0);
-    }
-    assert_int_equal(kvmesh_config_set(c, "metadata_url", url), 0);
-    assert_int_equal(kvmesh_config_set(c, "route_mode", "metadata_only"), 0);
-    assert_int_equal(kvmesh_config_set(c, "transport", "tcp"), 0);
-    assert_int_equal(kvmesh_config_set(c, "memory_size", mem), 0);
-    assert_int_equal(kvmesh_config_set(c, "segment_size", "1048576"), 0);
-    assert_int_equal(kvmesh_config_set(c, "max_object_size", "65536"), 0);
-    assert_int_equal(kvmesh_config_set(c, "evict_high_watermark", "1.0"), 0);
-    assert_int_equal(kvmesh_config_set(c, "evict_low_watermark", "0.5"), 0);
-    assert_int_equal(kvmesh_config_set(c, "reclaim_grace_ms", "30"), 0);
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    if (rc)
-        fprintf(stderr, "open: %s\n", kvmesh_last_error());
-    assert_int_equal(rc, 0);
-    kvmesh_config_free(c);
+    static const char *const base[][2] = {
+        {"route_mode", "metadata_only"}, {"transport", "tcp"},
+        {"segment_size", "1048576"},     {"max_object_size", "65536"},
+        {"evict_high_watermark", "1.0"}, {"evict_low_watermark", "0.5"},
+        {"reclaim_grace_ms", "30"},      {NULL, NULL}};
+    const char *const traced[][2] = {{"trace_capture_dir", trace_dir},
+                                     {"trace_sample_rate", rate},
+                                     {"metadata_url", url},
+                                     {"memory_size", mem},
+                                     {NULL, NULL}};
+    kvmesh_t *kv = trt_open(base, trace_dir ? traced : traced + 2);
+    assert_non_null(kv);
     return kv;
 }
 

@@ -29,6 +29,7 @@
 #include "loop_gate.h"
 #include "obs/metrics.h"
 #include "store/store.h"
+#include "trt.h"
 
 #define TIMEOUT_MS "400" /* C's request_timeout_ms */
 #define VSIZE      4096
@@ -37,20 +38,16 @@ static const kvmesh_scope_t sc = {"lead", NULL};
 
 static kvmesh_t *open_rt(const char *url, bool storage)
 {
-    kvmesh_config_t *c = kvmesh_config_new();
-    assert_non_null(c);
-    assert_int_equal(kvmesh_config_set(c, "metadata_url", url), 0);
-    assert_int_equal(kvmesh_config_set(c, "memory_size", storage ? "16777216" : "0"), 0);
-    assert_int_equal(kvmesh_config_set(c, "segment_size", "16777216"), 0);
-    assert_int_equal(kvmesh_config_set(c, "max_object_size", "1048576"), 0);
-    assert_int_equal(kvmesh_config_set(c, "replicas", "1"), 0);
-    assert_int_equal(kvmesh_config_set(c, "request_timeout_ms", storage ? "2000" : TIMEOUT_MS), 0);
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    if (rc)
-        fprintf(stderr, "open: %s\n", kvmesh_last_error());
-    assert_int_equal(rc, 0);
-    kvmesh_config_free(c);
+    static const char *const base[][2] = {{"segment_size", "16777216"},
+                                          {"max_object_size", "1048576"},
+                                          {"replicas", "1"},
+                                          {NULL, NULL}};
+    const char *const mine[][2] = {{"metadata_url", url},
+                                   {"memory_size", storage ? "16777216" : "0"},
+                                   {"request_timeout_ms", storage ? "2000" : TIMEOUT_MS},
+                                   {NULL, NULL}};
+    kvmesh_t *kv = trt_open(base, mine);
+    assert_non_null(kv);
     return kv;
 }
 

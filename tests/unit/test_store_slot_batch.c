@@ -32,49 +32,27 @@
 #include "store/proto.h"
 #include "store/slot_batch.h"
 #include "store/store.h"
+#include "trt.h"
 
 static const kvmesh_scope_t SC = {"slotb", NULL};
 
 static kvmesh_t *open_rt(const char *url, const char *mem)
 {
-    kvmesh_config_t *c = kvmesh_config_new();
-    assert_int_equal(kvmesh_config_set(c, "metadata_url", url), 0);
-    assert_int_equal(kvmesh_config_set(c, "route_mode", "metadata_only"), 0);
-    assert_int_equal(kvmesh_config_set(c, "transport", "tcp"), 0);
-    assert_int_equal(kvmesh_config_set(c, "memory_size", mem), 0);
-    assert_int_equal(kvmesh_config_set(c, "segment_size", "1048576"), 0);
-    assert_int_equal(kvmesh_config_set(c, "max_object_size", "65536"), 0);
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    if (rc)
-        fprintf(stderr, "open: %s\n", kvmesh_last_error());
-    assert_int_equal(rc, 0);
-    kvmesh_config_free(c);
+    static const char *const base[][2] = {{"route_mode", "metadata_only"},
+                                          {"transport", "tcp"},
+                                          {"segment_size", "1048576"},
+                                          {"max_object_size", "65536"},
+                                          {NULL, NULL}};
+    const char *const mine[][2] = {{"metadata_url", url}, {"memory_size", mem}, {NULL, NULL}};
+    kvmesh_t *kv = trt_open(base, mine);
+    assert_non_null(kv);
     return kv;
 }
 
 /* Runs fn(arg) on kv's loop and waits for it (bounded). */
-struct on_loop {
-    void (*fn)(kvm_rt_t *rt, void *arg);
-    kvm_rt_t *rt;
-    void *arg;
-    atomic_bool done;
-};
-
-static void on_loop_run(void *p)
-{
-    struct on_loop *l = p;
-    l->fn(l->rt, l->arg);
-    atomic_store(&l->done, true);
-}
-
 static void run_on_loop(kvmesh_t *kv, void (*fn)(kvm_rt_t *rt, void *arg), void *arg)
 {
-    struct on_loop l = {.fn = fn, .rt = kvmesh_runtime_of(kv), .arg = arg};
-    assert_int_equal(env_post(l.rt->env, on_loop_run, &l), 0);
-    for (int t = 0; t < 10000 && !atomic_load(&l.done); t++)
-        usleep(1000);
-    assert_true(atomic_load(&l.done));
+    assert_int_equal(trt_on_loop(kv, fn, arg, 10000), 0);
 }
 
 /* S's slot core: the committed slot's place and token, and the notes ignored so far */

@@ -2,8 +2,10 @@
 /*
  * peers.c — redis-server / memcached processes for the benchmark and their clients (see
  * peers.h). The memcached client speaks the text protocol: "set" with the value sent in the
- * same writev, "get k1 k2 ..." for multi-gets, values received straight into the caller's
- * buffer. The Redis client is hiredis: SET/GET, pipelined with redisAppendCommand for batches.
+ * same sendmsg (MSG_NOSIGNAL: a closed peer is an error, never SIGPIPE), "get k1 k2 ..." for
+ * multi-gets, values received straight into the caller's buffer. The Redis client is hiredis:
+ * SET/GET, pipelined with redisAppendCommand for batches, with SIGPIPE blocked around its calls
+ * (its write(2) takes no MSG_NOSIGNAL).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,8 +13,10 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +42,7 @@ struct peer_client {
     char *rbuf;
     size_t rpos, rlen;
     char err[256];
+    bool rd_guard; /* redis: SIGPIPE was not ignored at connect: block it around hiredis calls */
 };
 
 static void sleep_ms(unsigned ms)
@@ -199,6 +204,10 @@ int peer_connect(const peer_proc_t *p, peer_client_t **out, char *err, size_t er
         }
         int one = 1;
         setsockopt(c->rc->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        /* a process that ignores SIGPIPE (kvmesh bench, from its start) needs no guard: the
+         * peer's rows then pay no signal-mask calls */
+        struct sigaction sa;
+        c->rd_guard = sigaction(SIGPIPE, NULL, &sa) != 0 || sa.sa_handler != SIG_IGN;
         *out = c;
         return 0;
     }
@@ -247,10 +256,14 @@ static int cerr(peer_client_t *c, const char *fmt, ...)
 
 /* ---- memcached text protocol --------------------------------------------------------------- */
 
+/* Sends iov[0..n-1] whole. With MSG_NOSIGNAL: a memcached that closed the connection fails the
+ * call with EPIPE (after ECONNRESET) instead of raising SIGPIPE, whatever the caller's SIGPIPE
+ * disposition (a plain writev would end a process that left it at SIG_DFL). */
 static int mc_writev_all(peer_client_t *c, struct iovec *iov, int n)
 {
     while (n > 0) {
-        ssize_t w = writev(c->fd, iov, n > IOV_MAX ? IOV_MAX : n);
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)(n > IOV_MAX ? IOV_MAX : n)};
+        ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -442,6 +455,36 @@ static int mc_get_items(peer_client_t *c, peer_item_t *items, size_t n)
 
 /* ---- redis ---------------------------------------------------------------------------------- */
 
+/* hiredis's blocking client writes with write(2), which raises SIGPIPE when redis closed the
+ * connection: unless the process ignored SIGPIPE when it connected (c->rd_guard), its calls run
+ * with SIGPIPE blocked on this thread, and one raised meanwhile is dropped before the mask is
+ * restored, so a closed peer is a failed call (hiredis sees EPIPE). */
+static void rd_pipe_hold(const peer_client_t *c, sigset_t *old)
+{
+    if (!c->rd_guard)
+        return;
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &s, old);
+}
+
+static void rd_pipe_release(const peer_client_t *c, const sigset_t *old)
+{
+    if (!c->rd_guard)
+        return;
+    if (!sigismember(old, SIGPIPE)) {
+        sigset_t pend, s;
+        sigemptyset(&s);
+        sigaddset(&s, SIGPIPE);
+        const struct timespec zero = {0, 0};
+        while (sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE) &&
+               sigtimedwait(&s, NULL, &zero) == SIGPIPE)
+            ;
+    }
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 static int rd_put_items(peer_client_t *c, peer_item_t *items, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -503,18 +546,33 @@ int peer_get(peer_client_t *c, const char *key, size_t klen, void *buf, size_t c
 
 int peer_batch_put(peer_client_t *c, peer_item_t *items, size_t n)
 {
-    return c->kind == PEER_REDIS ? rd_put_items(c, items, n) : mc_put_items(c, items, n);
+    if (c->kind != PEER_REDIS)
+        return mc_put_items(c, items, n);
+    sigset_t old;
+    rd_pipe_hold(c, &old);
+    int rc = rd_put_items(c, items, n);
+    rd_pipe_release(c, &old);
+    return rc;
 }
 
 int peer_batch_get(peer_client_t *c, peer_item_t *items, size_t n)
 {
-    return c->kind == PEER_REDIS ? rd_get_items(c, items, n) : mc_get_items(c, items, n);
+    if (c->kind != PEER_REDIS)
+        return mc_get_items(c, items, n);
+    sigset_t old;
+    rd_pipe_hold(c, &old);
+    int rc = rd_get_items(c, items, n);
+    rd_pipe_release(c, &old);
+    return rc;
 }
 
 int peer_flush(peer_client_t *c)
 {
     if (c->kind == PEER_REDIS) {
+        sigset_t old;
+        rd_pipe_hold(c, &old);
         redisReply *r = redisCommand(c->rc, "FLUSHALL");
+        rd_pipe_release(c, &old);
         int ok = r && r->type == REDIS_REPLY_STATUS;
         if (r)
             freeReplyObject(r);
@@ -531,7 +589,10 @@ int peer_redis_info_u64(peer_client_t *c, const char *section, const char *field
 {
     if (c->kind != PEER_REDIS)
         return cerr(c, "INFO is a redis command");
+    sigset_t old;
+    rd_pipe_hold(c, &old);
     redisReply *r = redisCommand(c->rc, "INFO %s", section);
+    rd_pipe_release(c, &old);
     if (!r || r->type != REDIS_REPLY_STRING) {
         if (r)
             freeReplyObject(r);

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* trt.c — see trt.h. */
+#include "trt.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/kvmesh_tools.h"
+#include "env/clock.h"
+#include "env/env.h"
+
+static int set_pairs(kvmesh_config_t *c, const char *const pairs[][2])
+{
+    for (size_t i = 0; pairs && pairs[i][0]; i++)
+        if (kvmesh_config_set(c, pairs[i][0], pairs[i][1]) != 0) {
+            fprintf(stderr, "trt_open: %s = \"%s\": %s\n", pairs[i][0],
+                    pairs[i][1] ? pairs[i][1] : "(null)", kvmesh_last_error());
+            return -1;
+        }
+    return 0;
+}
+
+kvmesh_t *trt_open(const char *const base[][2], const char *const more[][2])
+{
+    kvmesh_config_t *c = kvmesh_config_new();
+    if (!c) {
+        fprintf(stderr, "trt_open: out of memory\n");
+        return NULL;
+    }
+    kvmesh_t *kv = NULL;
+    if (set_pairs(c, base) == 0 && set_pairs(c, more) == 0 && kvmesh_open(&kv, c) != 0) {
+        fprintf(stderr, "trt_open: open: %s\n", kvmesh_last_error());
+        kv = NULL;
+    }
+    kvmesh_config_free(c);
+    return kv;
+}
+
+int trt_wait_put_get(kvmesh_t *writer, kvmesh_t *reader, const kvmesh_scope_t *sc, const char *key,
+                     int timeout_ms)
+{
+    enum { LEN = 4096 };
+    uint8_t *v = malloc(LEN), *out = malloc(LEN);
+    int rc = -1;
+    uint64_t end = env_clock_mono_ms() + (uint64_t)timeout_ms;
+    size_t klen = strlen(key);
+    for (size_t i = 0; v && i < LEN; i++)
+        v[i] = (uint8_t)(i * 7 + klen);
+    while (v && out) {
+        size_t got = 0;
+        if (kvmesh_put(writer, sc, key, klen, v, LEN, NULL) == 0 &&
+            kvmesh_get_into(reader, sc, key, klen, out, LEN, &got) == 0 && got == LEN &&
+            memcmp(v, out, LEN) == 0) {
+            rc = 0;
+            break;
+        }
+        if (env_clock_mono_ms() >= end) {
+            fprintf(stderr, "trt_wait_put_get %s: not ready after %d ms: %s\n", key, timeout_ms,
+                    kvmesh_last_error());
+            break;
+        }
+        usleep(50000);
+    }
+    free(v);
+    free(out);
+    return rc;
+}
+
+struct on_loop {
+    void (*fn)(kvm_rt_t *rt, void *arg);
+    kvm_rt_t *rt;
+    void *arg;
+    atomic_bool done;
+};
+
+static void on_loop_run(void *p)
+{
+    struct on_loop *l = p;
+    l->fn(l->rt, l->arg);
+    atomic_store(&l->done, true);
+}
+
+int trt_on_loop(kvmesh_t *kv, void (*fn)(kvm_rt_t *rt, void *arg), void *arg, int timeout_ms)
+{
+    struct on_loop *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -1;
+    *l = (struct on_loop){.fn = fn, .rt = kvmesh_runtime_of(kv), .arg = arg};
+    if (env_post(l->rt->env, on_loop_run, l) != 0) {
+        fprintf(stderr, "trt_on_loop: cannot post: %s\n", kvmesh_last_error());
+        free(l);
+        return -1;
+    }
+    uint64_t end = env_clock_mono_ms() + (uint64_t)timeout_ms;
+    while (!atomic_load(&l->done) && env_clock_mono_ms() < end)
+        usleep(1000);
+    if (!atomic_load(&l->done)) {
+        fprintf(stderr, "trt_on_loop: not run within %d ms\n", timeout_ms);
+        return -1; /* (l is left to the loop, which may still run it) */
+    }
+    free(l);
+    return 0;
+}

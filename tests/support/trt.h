@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * trt.h — the in-process runtimes of the store tests: open one from lists of configuration
+ * pairs, wait until a pair of runtimes can put and read a key, and run a function on a runtime's
+ * loop thread (where its control state may be read without locks).
+ *
+ *   static const char *const base[][2] = {{"memory_size", "16MiB"}, ..., {NULL, NULL}};
+ *   const char *const mine[][2] = {{"metadata_url", url}, {NULL, NULL}};
+ *   kvmesh_t *kv = trt_open(base, mine);             base's pairs, then mine's (later wins)
+ *   assert_non_null(kv);
+ *
+ * Every call reports what failed on stderr (the field refused, or kvmesh_open's error) and
+ * returns NULL / -1, so a cmocka test asserts on the result and a CHECK-style test checks it.
+ *
+ * Ownership: trt_open returns a runtime the caller closes (kvmesh_close). Threading: any
+ * application thread.
+ */
+#ifndef KVMESH_TESTS_SUPPORT_TRT_H
+#define KVMESH_TESTS_SUPPORT_TRT_H
+
+#include "kvmesh.h"
+#include "store/store.h"
+
+/* A fresh configuration with the pairs {field, value} of base and then of more (each list ends
+ * with a {NULL, NULL} pair; either may be NULL) set in order, opened. The runtime, or NULL with
+ * the reason on stderr. */
+kvmesh_t *trt_open(const char *const base[][2], const char *const more[][2]);
+
+/* Until `writer` puts `key` (a 4 KiB value) and `reader` reads it back whole (leases held,
+ * members seen), retrying every 50 ms for up to timeout_ms. 0, or -1 with the last error on
+ * stderr. */
+int trt_wait_put_get(kvmesh_t *writer, kvmesh_t *reader, const kvmesh_scope_t *sc, const char *key,
+                     int timeout_ms);
+
+/* Runs fn(rt, arg) on kv's loop thread and waits up to timeout_ms for it to return. 0, or -1
+ * (not posted, or not run in time: the call may still run later, so arg must outlive the test;
+ * the caller fails the test). */
+int trt_on_loop(kvmesh_t *kv, void (*fn)(kvm_rt_t *rt, void *arg), void *arg, int timeout_ms);
+
+#endif
