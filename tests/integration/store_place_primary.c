@@ -22,9 +22,10 @@
  *    outside the authority set 2 round trips.
  * 4. A full primary: 2 storage runtimes, one with a 1 MiB segment; a 2 MiB put of a key whose
  *    primary it is: refused there (no segment large enough), placed on the other runtime.
- * Counts only, no timing; every wait is bounded; a key whose shard view in C moved during its
- * put is retried (bounded), since a put placed on a primary that moved meanwhile takes the
- * reservation path by design.
+ * Counts only, no timing; every wait is bounded. In case 2 a put is repeated (bounded, counted
+ * and printed) when C's view of its shard moved during it or it was not one exchange (a primary
+ * between leases on a loaded machine declines by design), a get when a lookup attempt was
+ * repeated (a late authority answer); every get must take its bytes from the lookup.
  */
 #include <inttypes.h>
 #include <stdatomic.h>
