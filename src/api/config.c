@@ -235,6 +235,11 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
           "Per-tenant placement preferences, comma separated tenant:owner[+owner...][:soft|hard] "
           "(owners are runtime ids); soft (default) falls back to other owners, hard fails the "
           "put with KVMESH_EUNAVAILABLE when the owners cannot take the replicas."),
+    F_BOOL(place_on_primary, "true",
+           "Place one replica of a put on its key's shard primary (EmbeddedWrh, when the "
+           "primary is a live storage member) after the preferred owners and this runtime, "
+           "before the WRH order: a small put from a client is one exchange there and a get's "
+           "lookup carries the bytes (docs/store.md \"Placement order\")."),
     F_ENUM(cold_kind, "off",
            "Cold tier device of this runtime (docs/cold.md): off, localdir (one file per object) "
            "or extent (append-only segment files with a journal).",
@@ -1307,6 +1312,7 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     prc = kvm_config_parse_placement(cfg->tenant_placement, out->tenant_placement,
                                      &out->n_tenant_placement, NULL, 0);
     KVM_ASSERT(prc == 0);
+    out->place_on_primary = cfg->place_on_primary;
     out->cold_kind = cfg->cold_kind;
     out->cold_capacity = cfg->cold_capacity;
     out->cold_offload = cfg->cold_offload;

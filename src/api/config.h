@@ -72,6 +72,7 @@ struct kvmesh_config {
     uint32_t fair_queue_depth;                  /* remote batches queued per tenant */
     char tenant_weights[KVM_CFG_STR_MAX];       /* "" or tenant:weight,... */
     char tenant_placement[KVM_CFG_STR_MAX];     /* "" or tenant:owner[+owner][:soft|hard],... */
+    bool place_on_primary;                      /* a replica on the key's shard primary */
     uint32_t cold_kind;                         /* off | localdir | extent (KVM_STORE_COLD_*) */
     char cold_root[KVM_CFG_STR_MAX];            /* cold device directory */
     uint64_t cold_capacity;                     /* cold device payload bytes */

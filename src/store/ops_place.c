@@ -50,7 +50,11 @@ static bool storage_member(kvm_rt_t *rt, const struct kvm_member *m)
 }
 
 /* The next owner for item `it`: preferred owners, then this runtime (local first), then the
- * rest by weighted rendezvous rank of the object's hash. NULL when none is left. */
+ * key's shard primary in this runtime's route view (place_on_primary: a small put from a client
+ * is one exchange there, and a get's lookup at the primary carries the bytes), then the rest by
+ * weighted rendezvous rank of the object's hash. A candidate already holding a replica of the
+ * item or excluded (refused, failed) is skipped: the next in that order is taken. NULL when none
+ * is left (docs/store.md "Placement order"). */
 static const struct kvm_member *next_candidate(kvm_rt_t *rt, kvm_op_t *op, struct kvm_item *it)
 {
     const kvm_runtime_id_t *pref; /* the request's, else the tenant's (place.c) */
@@ -67,6 +71,13 @@ static const struct kvm_member *next_candidate(kvm_rt_t *rt, kvm_op_t *op, struc
     const struct kvm_member *self = kvm_member_find(rt, &rt->self.id);
     if (self && storage_member(rt, self) && !item_excluded(it, &self->rt.id))
         return self;
+    kvm_runtime_t prim;
+    if (kvm_place_primary(rt, &it->ident, &prim)) {
+        const struct kvm_member *m = kvm_member_find(rt, &prim.id);
+        if (m && kvm_runtime_equal(&m->rt, &prim) && storage_member(rt, m) &&
+            !item_excluded(it, &m->rt.id))
+            return m;
+    }
     const struct kvm_member *best = NULL;
     double best_score = -1;
     for (size_t i = 0; i < rt->n_members; i++) {

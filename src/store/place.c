@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * place.c — per-tenant placement preferences (place.h): owns the parsed tenant_placement table
- * (immutable after open, read on the loop) and the kvmesh_placements_total counting.
+ * (immutable after open, read on the loop) and the kvmesh_placements_total counting; names the
+ * key's shard primary as a candidate (place_on_primary).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "core/util.h"
 #include "obs/metrics.h"
+#include "route/route.h"
 #include "store/place.h"
 
 struct kvm_place_entry {
@@ -133,4 +135,10 @@ int kvm_place_pin_failed(kvm_rt_t *rt, const kvm_op_t *op, const struct kvm_item
              "(free space there, or make the pin soft in tenant_placement)",
              (int)it->ident.tenant_len, kvm_ident_tenant(&it->ident), placed, want, owners);
     return KVMESH_EUNAVAILABLE;
+}
+
+bool kvm_place_primary(kvm_rt_t *rt, const kvm_ident_t *ident, kvm_runtime_t *primary)
+{
+    return rt->cfg.place_on_primary && rt->route &&
+           route_primary_hint(rt->route, ident, primary) == 0;
 }

@@ -32,6 +32,13 @@ void kvm_place_pref(kvm_rt_t *rt, const kvm_op_t *op, const struct kvm_item *it,
 void kvm_place_count(kvm_rt_t *rt, const kvm_op_t *op, const struct kvm_item *it,
                      const kvm_runtime_id_t *owner);
 
+/* The key's shard primary as a placement candidate [loop] (docs/store.md "Placement order"):
+ * true with *primary (id and epoch) when place_on_primary is on and this runtime's route client
+ * has a valid view of ident's shard (route_primary_hint: EmbeddedWrh only, a read of the
+ * cached view, no call and no refresh). Only a hint of where to reserve: whether the owner may
+ * publish as the primary is decided by the fenced route CAS wherever the put goes. */
+bool kvm_place_primary(kvm_rt_t *rt, const kvm_ident_t *ident, kvm_runtime_t *primary);
+
 /* Placement of `it` failed [loop]: when a tenant's hard pin applied, counts pin_unsatisfied and
  * returns KVMESH_EUNAVAILABLE with a message naming the tenant and its owners (placed = replicas
  * reserved, want = replicas asked); else returns 0 and does nothing. */

@@ -116,6 +116,7 @@ struct kvm_store_config {
     struct kvm_store_tenant_weight tenant_weights[KVM_STORE_TENANT_SOFT_MAX];
     uint32_t n_tenant_placement;
     struct kvm_store_tenant_placement tenant_placement[KVM_STORE_TENANT_SOFT_MAX];
+    bool place_on_primary; /* one replica on the key's shard primary first (place.c) */
     /* cold tier (src/store/cold_glue.c, docs/cold.md "Store wiring"): device 0 from cold_kind,
      * cold_root, cold_capacity; devices 1..n_cold_extra from cold_devices */
     uint32_t cold_kind;                /* KVM_STORE_COLD_OFF | _LOCALDIR | _EXTENT */

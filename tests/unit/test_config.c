@@ -179,6 +179,9 @@ static const struct {
      "tenant_placement: \"acme:xyz\" entry 1 (acme): owner 'xyz' is not a runtime id (32 hex "
      "digits); allowed empty or up to 16 comma-separated tenant:owner[+owner...][:soft|hard] "
      "(1..4 owners of 32 hex digits, each tenant once), at most 511 bytes"},
+    {"place_on_primary", "maybe",
+     "place_on_primary: \"maybe\" is not a boolean; allowed true|false (also yes|no, on|off, "
+     "1|0)"},
 };
 
 static void test_defaults(void **state)
