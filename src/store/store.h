@@ -410,6 +410,13 @@ typedef struct kvm_rt {
      * peers, sent the inline reservation from then on; a ring of the last STORE_WINL_REFUSED_MAX */
     kvm_runtime_t prim_refused[STORE_WINL_REFUSED_MAX];
     uint32_t n_prim_refused;
+    /* [loop] likewise for the raw-payload form (STORE_RPC_PUT_PRIMARY_RAW, values above
+     * inline_write_max): refused, such puts take the plain path (put_primary.c) */
+    kvm_runtime_t prim_raw_refused[STORE_WINL_REFUSED_MAX];
+    uint32_t n_prim_raw_refused;
+    /* [loop] the buffers a put at the primary stages its raw-payload value in (put_primary.c),
+     * kept for reuse as the RPC endpoint keeps its message buffers; NULL until the first */
+    struct bufpool *prim_pool;
     /* [loop] batched COMMIT / RELEASE (slot_batch.c): the per-owner outbox of the group open
      * (depth > 0; allocated by the first group's first message, kept with one spare batch record
      * until kvm_slot_batch_close), how many outboxes and records it allocated, whether the
