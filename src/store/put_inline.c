@@ -57,6 +57,7 @@ bool kvm_put_inline_test_bad_sum(void)
 void kvm_put_inline_prepare(kvm_rt_t *rt, kvm_op_t *place, const struct kvm_sg *sgs, size_t n)
 {
     place->winl.on = false;
+    place->winl.sum_later = false;
     if (n != 1 || rt->cfg.inline_write_max == 0 || sgs[0].len == 0)
         return;
     /* the largest value a reservation or a put at the primary may carry (put_primary.c): under
@@ -71,15 +72,20 @@ void kvm_put_inline_prepare(kvm_rt_t *rt, kvm_op_t *place, const struct kvm_sg *
         max = STORE_PUT_PRIMARY_RAW_MAX;
     if (sgs[0].len > max)
         return;
+    place->winl.iov = sgs[0].iov;
+    place->winl.iovcnt = sgs[0].iovcnt;
+    place->winl.on = true;
+    /* a value only a put at the primary's raw form may take: summed by the loop as it stages
+     * the value, or by the payload stage if the put goes another way (store.h winl.sum_later) */
+    place->winl.sum_later = sgs[0].len > rt->cfg.inline_write_max;
+    if (place->winl.sum_later)
+        return;
     struct kvm_sum st;
     kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
     for (int i = 0; i < sgs[0].iovcnt; i++)
         kvm_sum_update(&st, sgs[0].iov[i].iov_base, sgs[0].iov[i].iov_len);
     place->items[0].checksum = kvm_sum_digest(&st);
     KVM_CP_COUNT(place, op_checksum_passes_total, OBS_NONE, 1);
-    place->winl.iov = sgs[0].iov;
-    place->winl.iovcnt = sgs[0].iovcnt;
-    place->winl.on = true;
 }
 
 static bool refused(const kvm_rt_t *rt, const kvm_runtime_t *owner)
@@ -139,6 +145,8 @@ uint8_t *kvm_put_inline_body(const kvm_op_t *op, const struct kvm_item *it,
 
 void kvm_put_inline_reserved(kvm_op_t *op, struct kvm_res *r, bool inl)
 {
+    if (op->winl.sum_later) /* reserved without the value: the payload stage sums it */
+        op->winl.on = false;
     r->written = inl;
     if (!inl)
         return;

@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hash.h"
 #include "core/util.h"
 #include "core/wire.h"
 #include "net/bufpool.h"
@@ -151,14 +152,11 @@ uint8_t *kvm_put_primary_body(const kvm_op_t *op, const struct kvm_item *it,
     return body;
 }
 
-uint8_t *kvm_put_primary_raw_body(const kvm_op_t *op, const struct kvm_item *it,
-                                  const kvm_runtime_t *owner, uint32_t ttl_ms, uint32_t budget_ms,
-                                  uint8_t *head, size_t *head_len)
+uint8_t *kvm_put_primary_raw_body(kvm_op_t *op, struct kvm_item *it, const kvm_runtime_t *owner,
+                                  uint32_t ttl_ms, uint32_t budget_ms, uint8_t *head,
+                                  size_t *head_len)
 {
     KVM_ASSERT(op->winl.on && it->len > 0 && it->len <= STORE_PUT_PRIMARY_RAW_MAX);
-    store_put_primary_req_t m = request(it, owner, ttl_ms, budget_ms);
-    if (store_put_primary_raw_encode(&m, head, STORE_PUT_PRIMARY_HEAD_MAX, head_len) != 0)
-        return NULL;
     kvm_rt_t *rt = op->rt;
     if (!rt->prim_pool && (rt->prim_pool = malloc(sizeof(*rt->prim_pool))) != NULL)
         bufpool_init(rt->prim_pool, PRIM_POOL_BYTES);
@@ -167,7 +165,27 @@ uint8_t *kvm_put_primary_raw_body(const kvm_op_t *op, const struct kvm_item *it,
         kvm_errf(KVMESH_ENOMEM, "put at the primary of %" PRIu64 " bytes: out of memory", it->len);
         return NULL;
     }
-    gather(op, it, val);
+    if (op->winl.sum_later) { /* the value's checksum, fused with this copy */
+        struct kvm_sum st;
+        kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
+        uint64_t pos = 0;
+        for (int i = 0; i < op->winl.iovcnt; i++) {
+            KVM_ASSERT(pos + op->winl.iov[i].iov_len <= it->len);
+            kvm_sum_update_copy(&st, val + pos, op->winl.iov[i].iov_base, op->winl.iov[i].iov_len);
+            pos += op->winl.iov[i].iov_len;
+        }
+        KVM_ASSERT(pos == it->len);
+        it->checksum = kvm_sum_digest(&st);
+        op->winl.sum_later = false;
+        KVM_CP_COUNT(op, op_checksum_passes_total, OBS_NONE, 1);
+    } else {
+        gather(op, it, val);
+    }
+    store_put_primary_req_t m = request(it, owner, ttl_ms, budget_ms);
+    if (store_put_primary_raw_encode(&m, head, STORE_PUT_PRIMARY_HEAD_MAX, head_len) != 0) {
+        bufpool_put(rt->prim_pool, val);
+        return NULL;
+    }
     return val;
 }
 

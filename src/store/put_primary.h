@@ -48,11 +48,13 @@ bool kvm_put_primary_raw(const kvm_rt_t *rt, const struct kvm_item *it);
 /* Loop: the STORE_RPC_PUT_PRIMARY_RAW request of op's item for owner: its body (the head) into
  * head (STORE_PUT_PRIMARY_HEAD_MAX bytes), *head_len bytes, and the value gathered into a heap
  * buffer that is returned (the frame's raw payload: the caller keeps it until the call's
- * callback, then gives it back by kvm_put_primary_raw_free). NULL (error set) when out of memory.
+ * callback, then gives it back by kvm_put_primary_raw_free). A value whose checksum the app
+ * thread left to the loop (op->winl.sum_later) is summed in the same copy (it->checksum set). NULL
+ * (error set) when out of memory.
  */
-uint8_t *kvm_put_primary_raw_body(const kvm_op_t *op, const struct kvm_item *it,
-                                  const kvm_runtime_t *owner, uint32_t ttl_ms, uint32_t budget_ms,
-                                  uint8_t *head, size_t *head_len);
+uint8_t *kvm_put_primary_raw_body(kvm_op_t *op, struct kvm_item *it, const kvm_runtime_t *owner,
+                                  uint32_t ttl_ms, uint32_t budget_ms, uint8_t *head,
+                                  size_t *head_len);
 
 /* Loop: gives a value kvm_put_primary_raw_body staged back for reuse (NULL: nothing). */
 void kvm_put_primary_raw_free(kvm_rt_t *rt, uint8_t *val);

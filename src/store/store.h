@@ -296,6 +296,11 @@ typedef struct kvm_op {
         const struct iovec *iov;
         int iovcnt;
         bool on;
+        /* a value above inline_write_max (put_primary.c's raw form): items[0].checksum is not
+         * computed yet; the loop computes it fused with its staging copy when the put goes at
+         * the primary (and clears this), else clears `on` when a reservation is made, so the
+         * payload stage sums the value as it moves it */
+        bool sum_later;
     } winl;
     /* an op started on the loop with no app thread waiting (put_primary.c's publication at the
      * owner): NULL for every other op. When set, kvm_op_complete calls on_done(op) on the loop
