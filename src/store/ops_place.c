@@ -109,6 +109,9 @@ struct reserve_ctx {
     rpc_peer *peer;      /* queued for a batched reservation (rsv_flush) */
     bool inl;            /* sent as an inline reservation with the payload (put_inline.c) */
     bool prim_off;       /* not (again) as a put at the primary: declined or refused */
+    bool prim_raw;       /* the put at the primary in flight is the raw-payload form */
+    uint8_t *prim_val; /* its value staged for the frame (rpc_msg.iov): given back at the answer */
+    uv_buf_t prim_iov;
     struct reserve_ctx *next;
 };
 
@@ -327,7 +330,9 @@ static void rpc_put_primary(rpc_call_t *call, struct rpc_result *res, void *arg)
     struct kvm_item *it = c->it;
     kvm_rt_t *rt = op->rt;
     static _Thread_local struct kvm_prim_answer a;
-    kvm_put_primary_answer(rt, &c->owner, res, &a);
+    kvm_put_primary_raw_free(rt, c->prim_val); /* (the frame's write has ended: rpc.h) */
+    c->prim_val = NULL;
+    kvm_put_primary_answer(rt, &c->owner, c->prim_raw, res, &a);
     if (a.outcome == KVM_PRIM_FALLBACK) { /* nothing reserved: the put as before */
         c->prim_off = true;
         rsv_send_one(c);
@@ -429,14 +434,27 @@ static void rsv_send_one(struct reserve_ctx *c)
      * (put_primary.c; only before the deadline, as an inline reservation) */
     if (p && left_ms && left_ms != UINT32_MAX && !c->prim_off &&
         kvm_put_primary_wants(op->rt, op, it, &c->owner, c->data_addr)) {
-        uint8_t *pbody = kvm_put_primary_body(op, it, &c->owner, req.ttl_ms, left_ms, &len);
-        int prc = pbody ? 0 : KVMESH_ENOMEM;
+        /* (a value above inline_write_max goes as the frame's raw payload, from a staged copy:
+         * the caller's buffer may be gone before the frame's write ends) */
+        uint8_t head[STORE_PUT_PRIMARY_HEAD_MAX];
+        c->prim_raw = kvm_put_primary_raw(op->rt, it);
+        uint8_t *pbody = NULL;
+        if (c->prim_raw)
+            c->prim_val =
+                kvm_put_primary_raw_body(op, it, &c->owner, req.ttl_ms, left_ms, head, &len);
+        else
+            pbody = kvm_put_primary_body(op, it, &c->owner, req.ttl_ms, left_ms, &len);
+        int prc = pbody || c->prim_val ? 0 : KVMESH_ENOMEM;
         if (!prc) {
             struct frame_trace ft;
             kvm_span_wire(c->sp, &ft);
-            struct rpc_msg msg = {.type = STORE_RPC_PUT_PRIMARY,
-                                  .body = pbody,
+            c->prim_iov = uv_buf_init((char *)c->prim_val, (unsigned)it->len);
+            struct rpc_msg msg = {.type = c->prim_raw ? STORE_RPC_PUT_PRIMARY_RAW
+                                                      : STORE_RPC_PUT_PRIMARY,
+                                  .body = c->prim_raw ? head : pbody,
                                   .body_len = len,
+                                  .iov = c->prim_raw ? &c->prim_iov : NULL,
+                                  .niov = c->prim_raw ? 1 : 0,
                                   .timeout_ms = left_ms,
                                   .trace = c->sp ? &ft : NULL};
             prc = rpc_call(p, &msg, rpc_put_primary, c, NULL);
@@ -448,6 +466,8 @@ static void rsv_send_one(struct reserve_ctx *c)
         free(pbody);
         if (!prc)
             return;
+        kvm_put_primary_raw_free(op->rt, c->prim_val);
+        c->prim_val = NULL;
         c->prim_off = true; /* not sent: the inline reservation below */
         len = 0;
     }

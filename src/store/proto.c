@@ -137,6 +137,22 @@ int store_put_primary_head_encode(const store_put_primary_req_t *m, uint8_t *buf
     return rc;
 }
 
+/* The PUT_PRIMARY head's fields into out (not yet checked for length or payload). */
+static int prim_head_decode(kvm_rd_t *r, size_t len, store_put_primary_req_t *out,
+                            const uint8_t **enc, uint16_t *il)
+{
+    store_reserve_inline_req_t *w = &out->w;
+    w->r.target_epoch = kvm_rd_u64le(r);
+    w->r.length = kvm_rd_u64le(r);
+    w->r.ttl_ms = kvm_rd_u32le(r);
+    *enc = kvm_rd_lp16le(r, il);
+    w->checksum = kvm_rd_u64le(r);
+    out->budget_ms = kvm_rd_u32le(r);
+    if (!kvm_rd_ok(r))
+        return kvm_errf(KVMESH_EPROTO, "malformed put-at-primary message (%zu bytes)", len);
+    return 0;
+}
+
 int store_put_primary_req_decode(const uint8_t *buf, size_t len, store_put_primary_req_t *out)
 {
     memset(out, 0, sizeof(*out));
@@ -145,15 +161,10 @@ int store_put_primary_req_decode(const uint8_t *buf, size_t len, store_put_prima
     if (rc)
         return rc;
     store_reserve_inline_req_t *w = &out->w;
-    w->r.target_epoch = kvm_rd_u64le(&r);
-    w->r.length = kvm_rd_u64le(&r);
-    w->r.ttl_ms = kvm_rd_u32le(&r);
     uint16_t il = 0;
-    const uint8_t *enc = kvm_rd_lp16le(&r, &il);
-    w->checksum = kvm_rd_u64le(&r);
-    out->budget_ms = kvm_rd_u32le(&r);
-    if (!kvm_rd_ok(&r))
-        return kvm_errf(KVMESH_EPROTO, "malformed put-at-primary message (%zu bytes)", len);
+    const uint8_t *enc = NULL;
+    if ((rc = prim_head_decode(&r, len, out, &enc, &il)) != 0)
+        return rc;
     if (w->r.length == 0 || w->r.length > STORE_INLINE_WRITE_MAX)
         return kvm_errf(KVMESH_EPROTO, "put at the primary of %" PRIu64 " bytes (1..%u)",
                         w->r.length, STORE_INLINE_WRITE_MAX);
@@ -161,6 +172,48 @@ int store_put_primary_req_decode(const uint8_t *buf, size_t len, store_put_prima
         return kvm_errf(KVMESH_EPROTO, "put at the primary of %" PRIu64 " bytes carries %zu bytes",
                         w->r.length, kvm_rd_remaining(&r));
     w->payload = kvm_rd_bytes(&r, (size_t)w->r.length);
+    if (kvm_ident_from_canonical(&w->r.ident, enc, il) != 0)
+        return kvm_errf(KVMESH_EPROTO, "put-at-primary message carries a malformed identity");
+    return 0;
+}
+
+int store_put_primary_raw_encode(const store_put_primary_req_t *m, uint8_t *buf, size_t cap,
+                                 size_t *len)
+{
+    if (m->w.r.length == 0 || m->w.r.length > STORE_PUT_PRIMARY_RAW_MAX)
+        return kvm_errf(KVMESH_EINVAL, "put at the primary of %" PRIu64 " raw bytes (1..%u)",
+                        m->w.r.length, STORE_PUT_PRIMARY_RAW_MAX);
+    kvm_wr_t w;
+    wstart(&w, buf, cap, true);
+    kvm_wr_u64le(&w, m->w.r.target_epoch);
+    kvm_wr_u64le(&w, m->w.r.length);
+    kvm_wr_u32le(&w, m->w.r.ttl_ms);
+    kvm_wr_lp16le(&w, m->w.r.ident.enc, m->w.r.ident.enc_len);
+    kvm_wr_u64le(&w, m->w.checksum);
+    kvm_wr_u32le(&w, m->budget_ms);
+    return wdone(&w, len);
+}
+
+int store_put_primary_raw_decode(const uint8_t *buf, size_t len, uint64_t raw_len,
+                                 store_put_primary_req_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    kvm_rd_t r;
+    int rc = rstart(&r, buf, len, true);
+    if (rc)
+        return rc;
+    store_reserve_inline_req_t *w = &out->w;
+    uint16_t il = 0;
+    const uint8_t *enc = NULL;
+    if ((rc = prim_head_decode(&r, len, out, &enc, &il)) != 0)
+        return rc;
+    if ((rc = rdone(&r, "put-at-primary (raw)")) != 0)
+        return rc;
+    if (w->r.length == 0 || w->r.length > STORE_PUT_PRIMARY_RAW_MAX || raw_len != w->r.length)
+        return kvm_errf(KVMESH_EPROTO,
+                        "put at the primary of %" PRIu64 " bytes (1..%u) carries %" PRIu64
+                        " raw bytes",
+                        w->r.length, STORE_PUT_PRIMARY_RAW_MAX, raw_len);
     if (kvm_ident_from_canonical(&w->r.ident, enc, il) != 0)
         return kvm_errf(KVMESH_EPROTO, "put-at-primary message carries a malformed identity");
     return 0;

@@ -28,6 +28,13 @@
  *                                back), _NOT_RESERVED (the reservation failed with status,
  *                                nothing held), _FAILED (reserved, the publication failed with
  *                                status). An older peer answers KVMESH_ENOTSUP (no handler).
+ *   STORE_RPC_PUT_PRIMARY_RAW (a single put above the requester's inline_write_max to an owner
+ *                      that is its key's shard primary: put_primary.c)
+ *                      request   as STORE_RPC_PUT_PRIMARY's without the trailing bytes: the value
+ *                                is the frame's raw payload (rpc.h rpc_msg.iov), exactly length
+ *                                bytes, 1..STORE_PUT_PRIMARY_RAW_MAX
+ *                      response  as STORE_RPC_PUT_PRIMARY's. An older peer answers
+ *                                KVMESH_ENOTSUP (no handler).
  *   STORE_RPC_RESERVE_BATCH
  *                      request   ver | target epoch u64 | ttl_ms u32 | n u16 |
  *                                n * (length u64 | ident)            (1 <= n <=
@@ -77,9 +84,11 @@
  *                                payload, when there is one, is the message's attachment
  *                                (env_send_att: an inline read answer's bytes, get_inline.c)
  *
- * Payload bytes travel in these messages only in STORE_RPC_RESERVE_INLINE (at most
- * STORE_INLINE_WRITE_MAX bytes) and as the raw payload of a STORE_RPC_ENV frame (an inline read
- * answer, at most ROUTE_MSG_MAX_INLINE); otherwise the transports move them.
+ * Payload bytes travel in these messages only in STORE_RPC_RESERVE_INLINE and
+ * STORE_RPC_PUT_PRIMARY (at most STORE_INLINE_WRITE_MAX bytes), as the raw payload of a
+ * STORE_RPC_PUT_PRIMARY_RAW frame (at most STORE_PUT_PRIMARY_RAW_MAX) and as the raw payload of a
+ * STORE_RPC_ENV frame (an inline read answer, at most ROUTE_MSG_MAX_INLINE); otherwise the
+ * transports move them.
  */
 #ifndef KVMESH_STORE_PROTO_H
 #define KVMESH_STORE_PROTO_H
@@ -112,7 +121,15 @@
 #define STORE_PRIM_DECLINED       1
 #define STORE_PRIM_NOT_RESERVED   2
 #define STORE_PRIM_FAILED         3
-#define STORE_PRIM_MSG_MAX        300 /* bytes of a PUT_PRIMARY answer's message */
+#define STORE_PRIM_MSG_MAX        300   /* bytes of a PUT_PRIMARY answer's message */
+#define STORE_RPC_PUT_PRIMARY_RAW 0x20c /* request/response: see above (put_primary.c) */
+/* Bytes of one PUT_PRIMARY_RAW value (the requester stages it in one buffer; docs/store.md
+ * "Puts at the primary" says how the bound was measured). */
+#define STORE_PUT_PRIMARY_RAW_MAX (512u << 10)
+/* Bytes of a put at the primary to an owner whose payload writes go through shared memory
+ * (transport shm, or auto to an owner on this host): above it the shared-memory copy and the
+ * requester's CAS cost less than the bytes through the control connection (docs/store.md). */
+#define STORE_PUT_PRIMARY_SHM_MAX (16u << 10)
 #define STORE_RESERVE_BATCH_MAX   128 /* items per batched reservation */
 #define STORE_HIT_MAX             512 /* slots per hit report */
 #define STORE_PROTO_MAX           (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
@@ -244,6 +261,14 @@ int store_reserve_inline_req_decode(const uint8_t *buf, size_t len,
 int store_put_primary_head_encode(const store_put_primary_req_t *m, uint8_t *buf, size_t cap,
                                   size_t *len);
 int store_put_primary_req_decode(const uint8_t *buf, size_t len, store_put_primary_req_t *out);
+/* PUT_PRIMARY_RAW: the request's body (the head alone: m->w.r.length 1..STORE_PUT_PRIMARY_RAW_MAX,
+ * the value goes as the frame's raw payload) and its decoding: the body must end after the head
+ * and raw_len (the frame's raw payload bytes) equal w.r.length; out->w.payload is left NULL (the
+ * caller takes the frame's payload). On success out->w.r.ident is owned (kvm_ident_free). */
+int store_put_primary_raw_encode(const store_put_primary_req_t *m, uint8_t *buf, size_t cap,
+                                 size_t *len);
+int store_put_primary_raw_decode(const uint8_t *buf, size_t len, uint64_t raw_len,
+                                 store_put_primary_req_t *out);
 int store_put_primary_resp_encode(const store_put_primary_resp_t *m, uint8_t *buf, size_t cap,
                                   size_t *len);
 int store_put_primary_resp_decode(const uint8_t *buf, size_t len, store_put_primary_resp_t *out);

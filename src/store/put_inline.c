@@ -36,6 +36,7 @@
 #include "store/get_inline.h"
 #include "store/proto.h"
 #include "store/slot_core.h"
+#include "store/test_hook.h"
 
 #define INL_SUM_BLOCK (64u << 10) /* bytes copied, then hashed while cache-hot */
 
@@ -43,21 +44,12 @@ static _Atomic uint32_t test_bad_sums; /* kvm_put_inline_test_bad_sums: bodies s
 
 uint32_t kvm_put_inline_test_bad_sums(uint32_t n)
 {
-    return atomic_exchange(&test_bad_sums, n);
-}
-
-/* Test-only: whether this body's checksum is to be spoilt (one armed count taken). */
-static bool test_bad_sum(void)
-{
-    uint32_t n = atomic_load(&test_bad_sums);
-    while (n > 0 && !atomic_compare_exchange_weak(&test_bad_sums, &n, n - 1))
-        ;
-    return n > 0;
+    return kvm_test_arm(&test_bad_sums, n);
 }
 
 bool kvm_put_inline_test_bad_sum(void)
 {
-    return test_bad_sum();
+    return kvm_test_take(&test_bad_sums);
 }
 
 /* ---- requester ------------------------------------------------------------------------------ */
@@ -65,8 +57,28 @@ bool kvm_put_inline_test_bad_sum(void)
 void kvm_put_inline_prepare(kvm_rt_t *rt, kvm_op_t *place, const struct kvm_sg *sgs, size_t n)
 {
     place->winl.on = false;
-    if (n != 1 || rt->cfg.inline_write_max == 0 || rt->cfg.transport == TP_SHM || sgs[0].len == 0 ||
-        sgs[0].len > rt->cfg.inline_write_max || sgs[0].len > STORE_INLINE_WRITE_MAX)
+    place->winl.sum_later = false;
+    if (n != 1 || rt->cfg.inline_write_max == 0 || sgs[0].len == 0)
+        return;
+    /* the largest value a reservation or a put at the primary may carry (put_primary.c): under
+     * shm only the latter, up to its shm bound; above inline_write_max only the latter over tcp,
+     * for a put that may take it (one replica, no cold tier) */
+    uint64_t max = rt->cfg.inline_write_max < STORE_INLINE_WRITE_MAX ? rt->cfg.inline_write_max
+                                                                     : STORE_INLINE_WRITE_MAX;
+    if (rt->cfg.transport == TP_SHM)
+        max = max < STORE_PUT_PRIMARY_SHM_MAX ? max : STORE_PUT_PRIMARY_SHM_MAX;
+    else if (place->replicas == 1 && rt->cfg.cold_kind == KVM_STORE_COLD_OFF &&
+             !rt->cfg.cold_write_through)
+        max = STORE_PUT_PRIMARY_RAW_MAX;
+    if (sgs[0].len > max)
+        return;
+    place->winl.iov = sgs[0].iov;
+    place->winl.iovcnt = sgs[0].iovcnt;
+    place->winl.on = true;
+    /* a value only a put at the primary's raw form may take: summed by the loop as it stages
+     * the value, or by the payload stage if the put goes another way (store.h winl.sum_later) */
+    place->winl.sum_later = sgs[0].len > rt->cfg.inline_write_max;
+    if (place->winl.sum_later)
         return;
     struct kvm_sum st;
     kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
@@ -74,9 +86,6 @@ void kvm_put_inline_prepare(kvm_rt_t *rt, kvm_op_t *place, const struct kvm_sg *
         kvm_sum_update(&st, sgs[0].iov[i].iov_base, sgs[0].iov[i].iov_len);
     place->items[0].checksum = kvm_sum_digest(&st);
     KVM_CP_COUNT(place, op_checksum_passes_total, OBS_NONE, 1);
-    place->winl.iov = sgs[0].iov;
-    place->winl.iovcnt = sgs[0].iovcnt;
-    place->winl.on = true;
 }
 
 static bool refused(const kvm_rt_t *rt, const kvm_runtime_t *owner)
@@ -93,8 +102,10 @@ bool kvm_put_inline_wants(kvm_rt_t *rt, const kvm_op_t *op, const kvm_runtime_t 
                           const char *data_addr)
 {
     if (!op->winl.on || op->n != 1 || atomic_load(&op->abandoned) ||
-        kvm_id128_equal(&owner->id, &rt->self.id))
-        return false; /* (an abandoned op's caller may have freed the value) */
+        kvm_id128_equal(&owner->id, &rt->self.id) || rt->cfg.transport == TP_SHM ||
+        op->items[0].len > rt->cfg.inline_write_max || op->items[0].len > STORE_INLINE_WRITE_MAX)
+        return false; /* (an abandoned op's caller may have freed the value; a value prepared
+                         for a put at the primary alone: put_primary.c) */
     if (rt->cfg.transport == TP_AUTO && data_addr && kvm_inline_same_host(rt, data_addr))
         return false;
     return !refused(rt, owner);
@@ -115,7 +126,7 @@ uint8_t *kvm_put_inline_body(const kvm_op_t *op, const struct kvm_item *it,
                                           .ttl_ms = ttl_ms,
                                           .ident = it->ident},
                                     .checksum = it->checksum};
-    if (test_bad_sum())
+    if (kvm_put_inline_test_bad_sum())
         m.checksum ^= 1; /* test-only: the owner must refuse these bytes */
     if (store_reserve_inline_head_encode(&m, body, STORE_RESERVE_INLINE_HEAD_MAX, &head) != 0) {
         free(body);
@@ -134,6 +145,8 @@ uint8_t *kvm_put_inline_body(const kvm_op_t *op, const struct kvm_item *it,
 
 void kvm_put_inline_reserved(kvm_op_t *op, struct kvm_res *r, bool inl)
 {
+    if (op->winl.sum_later) /* reserved without the value: the payload stage sums it */
+        op->winl.on = false;
     r->written = inl;
     if (!inl)
         return;

@@ -13,7 +13,9 @@
  *   owner's loop (runtime.c)       kvm_put_inline_register: the STORE_RPC_RESERVE_INLINE handler
  *
  * Threads as marked. The op's winl fields (store.h kvm_op_t) are written by the app thread
- * before kvm_op_run and only read by the loop.
+ * before kvm_op_run; while the op runs the loop alone reads them and may clear winl.on and
+ * winl.sum_later (a value summed later: kvm_put_inline_reserved, put_primary.c); the app
+ * thread reads winl.on again once the PLACE op completed (data.c: summed already or not).
  */
 #ifndef KVMESH_STORE_PUT_INLINE_H
 #define KVMESH_STORE_PUT_INLINE_H
@@ -27,7 +29,11 @@
 /* App thread, before kvm_op_run(place): for a single put (n == 1) of 1..inline_write_max bytes
  * under transport tcp or auto, records the value (borrowed: the caller waits for the op) in
  * place->winl, computes its checksum into place->items[0].checksum (one pass, counted) and sets
- * place->winl.on. Otherwise leaves place->winl.on false. */
+ * place->winl.on. Under shm the same up to STORE_PUT_PRIMARY_SHM_MAX (a put at the primary's
+ * bound). Above inline_write_max up to STORE_PUT_PRIMARY_RAW_MAX (tcp or auto, one replica, no
+ * cold tier) it records the value without summing it (winl.sum_later: put_primary.c sums it as
+ * it stages it, or the first reservation made clears winl.on so the payload stage sums it).
+ * Otherwise leaves place->winl.on false. */
 void kvm_put_inline_prepare(kvm_rt_t *rt, kvm_op_t *place, const struct kvm_sg *sgs, size_t n);
 
 /* Loop: whether the reservation of op's item on the remote owner (data_addr: its transport
@@ -46,7 +52,8 @@ uint8_t *kvm_put_inline_body(const kvm_op_t *op, const struct kvm_item *it,
 
 /* Loop: a reservation of op answered successfully into r; inl: it was an inline one (the owner
  * holds the bytes): marks r written and counts the payload's copies (both socket copies, as a
- * tcp write's). */
+ * tcp write's). A value not summed yet (winl.sum_later) is left to the payload stage (winl.on
+ * cleared). */
 void kvm_put_inline_reserved(kvm_op_t *op, struct kvm_res *r, bool inl);
 
 /* Loop: owner answered an inline reservation with KVMESH_ENOTSUP (a peer that predates it):

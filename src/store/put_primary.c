@@ -42,48 +42,93 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hash.h"
 #include "core/util.h"
 #include "core/wire.h"
+#include "net/bufpool.h"
 #include "route/route.h"
+#include "store/get_inline.h"
 #include "store/put_inline.h"
 #include "store/quota.h"
+#include "store/test_hook.h"
+
+/* Bytes of staged values a runtime keeps for its next puts at the primary (two of the largest) */
+#define PRIM_POOL_BYTES (2ull * STORE_PUT_PRIMARY_RAW_MAX)
 
 static _Atomic uint32_t test_declines; /* kvm_put_primary_test_decline: puts still to decline */
 
 uint32_t kvm_put_primary_test_decline(uint32_t n)
 {
-    return atomic_exchange(&test_declines, n);
-}
-
-static bool test_decline(void)
-{
-    uint32_t n = atomic_load(&test_declines);
-    while (n > 0 && !atomic_compare_exchange_weak(&test_declines, &n, n - 1))
-        ;
-    return n > 0;
+    return kvm_test_arm(&test_declines, n);
 }
 
 /* ---- requester ------------------------------------------------------------------------------ */
 
-static bool refused(const kvm_rt_t *rt, const kvm_runtime_t *owner)
+static bool in_ring(const kvm_runtime_t *ring, uint32_t count, const kvm_runtime_t *owner)
 {
-    uint32_t n =
-        rt->n_prim_refused < STORE_WINL_REFUSED_MAX ? rt->n_prim_refused : STORE_WINL_REFUSED_MAX;
+    uint32_t n = count < STORE_WINL_REFUSED_MAX ? count : STORE_WINL_REFUSED_MAX;
     for (uint32_t i = 0; i < n; i++)
-        if (kvm_runtime_equal(&rt->prim_refused[i], owner))
+        if (kvm_runtime_equal(&ring[i], owner))
             return true;
     return false;
+}
+
+static bool refused(const kvm_rt_t *rt, const kvm_runtime_t *owner, bool raw)
+{
+    return raw ? in_ring(rt->prim_raw_refused, rt->n_prim_raw_refused, owner)
+               : in_ring(rt->prim_refused, rt->n_prim_refused, owner);
+}
+
+bool kvm_put_primary_raw(const kvm_rt_t *rt, const struct kvm_item *it)
+{
+    return it->len > rt->cfg.inline_write_max;
 }
 
 bool kvm_put_primary_wants(kvm_rt_t *rt, const kvm_op_t *op, const struct kvm_item *it,
                            const kvm_runtime_t *owner, const char *data_addr)
 {
-    if (op->cp_op != 1 + OBS_OP_PUT || op->n != 1 || it->want != 1 || it->n_res != 0 || it->q ||
-        !rt->route || rt->cfg.cold_kind != KVM_STORE_COLD_OFF || rt->cfg.cold_write_through ||
-        refused(rt, owner) || !kvm_put_inline_wants(rt, op, owner, data_addr))
+    if (!op->winl.on || op->cp_op != 1 + OBS_OP_PUT || op->n != 1 || it->want != 1 ||
+        it->n_res != 0 || it->q || !rt->route || rt->cfg.cold_kind != KVM_STORE_COLD_OFF ||
+        rt->cfg.cold_write_through || atomic_load(&op->abandoned) ||
+        kvm_id128_equal(&owner->id, &rt->self.id))
+        return false; /* (an abandoned op's caller may have freed the value) */
+    /* an owner whose payload writes go through shared memory takes small values only */
+    bool shm = rt->cfg.transport == TP_SHM ||
+               (rt->cfg.transport == TP_AUTO && data_addr && kvm_inline_same_host(rt, data_addr));
+    bool raw = kvm_put_primary_raw(rt, it);
+    if (shm ? it->len > STORE_PUT_PRIMARY_SHM_MAX || raw
+            : it->len > (raw ? STORE_PUT_PRIMARY_RAW_MAX : STORE_INLINE_WRITE_MAX))
+        return false;
+    if (refused(rt, owner, raw))
         return false;
     kvm_runtime_t prim;
     return route_primary_hint(rt->route, &it->ident, &prim) == 0 && kvm_runtime_equal(&prim, owner);
+}
+
+static store_put_primary_req_t request(const struct kvm_item *it, const kvm_runtime_t *owner,
+                                       uint32_t ttl_ms, uint32_t budget_ms)
+{
+    store_put_primary_req_t m = {.w = {.r = {.target_epoch = owner->epoch,
+                                             .length = it->len,
+                                             .ttl_ms = ttl_ms,
+                                             .ident = it->ident},
+                                       .checksum = it->checksum},
+                                 .budget_ms = budget_ms};
+    if (kvm_put_inline_test_bad_sum())
+        m.w.checksum ^= 1; /* test-only: the owner must refuse these bytes */
+    return m;
+}
+
+/* Gathers the value of op (winl) into dst (it->len bytes). */
+static void gather(const kvm_op_t *op, const struct kvm_item *it, uint8_t *dst)
+{
+    uint64_t pos = 0;
+    for (int i = 0; i < op->winl.iovcnt; i++) {
+        KVM_ASSERT(pos + op->winl.iov[i].iov_len <= it->len);
+        memcpy(dst + pos, op->winl.iov[i].iov_base, op->winl.iov[i].iov_len);
+        pos += op->winl.iov[i].iov_len;
+    }
+    KVM_ASSERT(pos == it->len); /* (the value's length is the sum of its list) */
 }
 
 uint8_t *kvm_put_primary_body(const kvm_op_t *op, const struct kvm_item *it,
@@ -97,36 +142,79 @@ uint8_t *kvm_put_primary_body(const kvm_op_t *op, const struct kvm_item *it,
         kvm_errf(KVMESH_ENOMEM, "put at the primary of %" PRIu64 " bytes: out of memory", it->len);
         return NULL;
     }
-    store_put_primary_req_t m = {.w = {.r = {.target_epoch = owner->epoch,
-                                             .length = it->len,
-                                             .ttl_ms = ttl_ms,
-                                             .ident = it->ident},
-                                       .checksum = it->checksum},
-                                 .budget_ms = budget_ms};
-    if (kvm_put_inline_test_bad_sum())
-        m.w.checksum ^= 1; /* test-only: the owner must refuse these bytes */
+    store_put_primary_req_t m = request(it, owner, ttl_ms, budget_ms);
     if (store_put_primary_head_encode(&m, body, STORE_PUT_PRIMARY_HEAD_MAX, &head) != 0) {
         free(body);
         return NULL;
     }
-    uint64_t pos = 0;
-    for (int i = 0; i < op->winl.iovcnt; i++) {
-        KVM_ASSERT(pos + op->winl.iov[i].iov_len <= it->len);
-        memcpy(body + head + pos, op->winl.iov[i].iov_base, op->winl.iov[i].iov_len);
-        pos += op->winl.iov[i].iov_len;
-    }
-    KVM_ASSERT(pos == it->len);
-    *len = head + (size_t)pos;
+    gather(op, it, body + head);
+    *len = head + (size_t)it->len;
     return body;
 }
 
-void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, const struct rpc_result *res,
-                            struct kvm_prim_answer *a)
+uint8_t *kvm_put_primary_raw_body(kvm_op_t *op, struct kvm_item *it, const kvm_runtime_t *owner,
+                                  uint32_t ttl_ms, uint32_t budget_ms, uint8_t *head,
+                                  size_t *head_len)
+{
+    KVM_ASSERT(op->winl.on && it->len > 0 && it->len <= STORE_PUT_PRIMARY_RAW_MAX);
+    kvm_rt_t *rt = op->rt;
+    if (!rt->prim_pool && (rt->prim_pool = malloc(sizeof(*rt->prim_pool))) != NULL)
+        bufpool_init(rt->prim_pool, PRIM_POOL_BYTES);
+    uint8_t *val = rt->prim_pool ? bufpool_get(rt->prim_pool, (size_t)it->len) : NULL;
+    if (!val) {
+        kvm_errf(KVMESH_ENOMEM, "put at the primary of %" PRIu64 " bytes: out of memory", it->len);
+        return NULL;
+    }
+    if (op->winl.sum_later) { /* the value's checksum, fused with this copy */
+        struct kvm_sum st;
+        kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
+        uint64_t pos = 0;
+        for (int i = 0; i < op->winl.iovcnt; i++) {
+            KVM_ASSERT(pos + op->winl.iov[i].iov_len <= it->len);
+            kvm_sum_update_copy(&st, val + pos, op->winl.iov[i].iov_base, op->winl.iov[i].iov_len);
+            pos += op->winl.iov[i].iov_len;
+        }
+        KVM_ASSERT(pos == it->len);
+        it->checksum = kvm_sum_digest(&st);
+        op->winl.sum_later = false;
+        KVM_CP_COUNT(op, op_checksum_passes_total, OBS_NONE, 1);
+    } else {
+        gather(op, it, val);
+    }
+    store_put_primary_req_t m = request(it, owner, ttl_ms, budget_ms);
+    if (store_put_primary_raw_encode(&m, head, STORE_PUT_PRIMARY_HEAD_MAX, head_len) != 0) {
+        bufpool_put(rt->prim_pool, val);
+        return NULL;
+    }
+    return val;
+}
+
+void kvm_put_primary_raw_free(kvm_rt_t *rt, uint8_t *val)
+{
+    if (val)
+        bufpool_put(rt->prim_pool, val); /* (the pool exists: it gave val) */
+}
+
+void kvm_put_primary_fini(kvm_rt_t *rt)
+{
+    if (!rt->prim_pool)
+        return;
+    bufpool_clear(rt->prim_pool);
+    free(rt->prim_pool);
+    rt->prim_pool = NULL;
+}
+
+void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, bool raw,
+                            const struct rpc_result *res, struct kvm_prim_answer *a)
 {
     memset(a, 0, sizeof(*a));
     kvm_route_init(&a->route);
     if (res->status == KVMESH_ENOTSUP) { /* an owner that predates the message: nothing done */
-        if (!refused(rt, owner))
+        if (refused(rt, owner, raw))
+            ;
+        else if (raw)
+            rt->prim_raw_refused[rt->n_prim_raw_refused++ % STORE_WINL_REFUSED_MAX] = *owner;
+        else
             rt->prim_refused[rt->n_prim_refused++ % STORE_WINL_REFUSED_MAX] = *owner;
         a->outcome = KVM_PRIM_FALLBACK;
         return;
@@ -181,11 +269,13 @@ void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, const stru
 struct prim_serve {
     kvm_rt_t *rt;
     rpc_reply *reply;
+    uint16_t type;     /* the request's: STORE_RPC_PUT_PRIMARY or _RAW (the answer's) */
     kvm_ident_t ident; /* owned */
     uint64_t len, checksum;
     uint32_t budget_ms;
     const uint8_t *src; /* the bytes: the request body's (handler running) or own */
-    uint8_t *own;       /* the copy of a reservation that waited; NULL otherwise */
+    uint8_t *own;       /* the copy of a body's bytes for a reservation that waited (the raw
+                           form borrows the frame's payload until the answer); NULL otherwise */
     bool *answered;     /* the handler's flag while it runs; NULL after */
     uint64_t seg, off, token;
     struct obs_span span;
@@ -199,7 +289,7 @@ static void serve_free(struct prim_serve *s)
     free(s);
 }
 
-static void answer(rpc_reply *reply, uint8_t outcome, int status, const char *msg,
+static void answer(rpc_reply *reply, uint16_t type, uint8_t outcome, int status, const char *msg,
                    const kvm_route_t *route, uint64_t seg, uint64_t off, uint64_t token)
 {
     uint8_t rbuf[KVM_WIRE_MAX_RECORD_LEN];
@@ -224,7 +314,7 @@ static void answer(rpc_reply *reply, uint8_t outcome, int status, const char *ms
                                   .msg_len = msg ? (uint16_t)strnlen(msg, STORE_PRIM_MSG_MAX) : 0};
     int rc = store_put_primary_resp_encode(&m, body, sizeof(body), &len);
     KVM_ASSERT(rc == 0); /* (the buffer holds the largest answer) */
-    struct rpc_msg r = {.type = STORE_RPC_PUT_PRIMARY, .body = body, .body_len = len};
+    struct rpc_msg r = {.type = type, .body = body, .body_len = len};
     if (rpc_reply_send(reply, 0, NULL, &r, NULL, NULL) == KVMESH_EAGAIN)
         rpc_reply_drop(reply); /* the requester times out: "may have been applied" */
 }
@@ -240,7 +330,7 @@ static bool may_publish(kvm_rt_t *rt, const kvm_ident_t *id)
 {
     return rt->route && !atomic_load(&rt->closing) && rt->cfg.cold_kind == KVM_STORE_COLD_OFF &&
            !rt->cfg.cold_write_through && !kvm_quota_applies(rt, id) &&
-           route_is_primary_now(rt->route, id) && !test_decline();
+           route_is_primary_now(rt->route, id) && !kvm_test_take(&test_declines);
 }
 
 static void published(kvm_op_t *op)
@@ -252,14 +342,15 @@ static void published(kvm_op_t *op)
         obs_span_set_int(s->sp, "kvmesh.published", rc == 0);
     kvm_span_finish(s->sp, rc);
     if (rc == 0 && it->have_route)
-        answer(s->reply, STORE_PRIM_PUBLISHED, 0, NULL, &it->route, s->seg, s->off, s->token);
+        answer(s->reply, s->type, STORE_PRIM_PUBLISHED, 0, NULL, &it->route, s->seg, s->off,
+               s->token);
     else if (rc == 0) /* (published; its route was not kept: out of memory) */
-        answer(s->reply, STORE_PRIM_FAILED, KVMESH_EINDETERMINATE,
+        answer(s->reply, s->type, STORE_PRIM_FAILED, KVMESH_EINDETERMINATE,
                "the put was published at the route primary, which could not send its route (out "
                "of memory): read the key back",
                NULL, 0, 0, 0);
     else
-        answer(s->reply, STORE_PRIM_FAILED, rc,
+        answer(s->reply, s->type, STORE_PRIM_FAILED, rc,
                op->err_set ? op->err : "the publication at the route primary failed", NULL, 0, 0,
                0);
     serve_free(s);
@@ -273,7 +364,7 @@ static void publish(struct prim_serve *s)
     if (!op) { /* no longer the primary (or out of memory): nothing was published */
         kvm_put_inline_release(rt, s->seg, s->off, s->token);
         kvm_span_finish(s->sp, 0);
-        answer(s->reply, STORE_PRIM_DECLINED, 0, NULL, NULL, 0, 0, 0);
+        answer(s->reply, s->type, STORE_PRIM_DECLINED, 0, NULL, NULL, 0, 0, 0);
         serve_free(s);
         return;
     }
@@ -315,8 +406,8 @@ static void prim_reserved(void *arg, int rc, const char *err, uint64_t seg, uint
         obs_span_set_int(s->sp, "kvmesh.waited", s->answered == NULL);
     if (rc) {
         kvm_span_finish(s->sp, rc);
-        answer(s->reply, STORE_PRIM_NOT_RESERVED, rc, err ? err : kvmesh_strerror(rc), NULL, 0, 0,
-               0);
+        answer(s->reply, s->type, STORE_PRIM_NOT_RESERVED, rc, err ? err : kvmesh_strerror(rc),
+               NULL, 0, 0, 0);
         serve_free(s);
         return;
     }
@@ -330,55 +421,82 @@ static void prim_reserved(void *arg, int rc, const char *err, uint64_t seg, uint
     publish(s);
 }
 
-static void on_put_primary(rpc_reply *reply, struct rpc_request *req, void *arg)
+/* Serves a decoded request m (its identity moved here); raw: the value is the frame's raw
+ * payload (taken from req), else the body's bytes (m->w.payload, borrowed while this runs). */
+static void serve(kvm_rt_t *rt, rpc_reply *reply, struct rpc_request *req,
+                  store_put_primary_req_t *m, bool raw)
 {
-    kvm_rt_t *rt = arg;
-    store_put_primary_req_t m;
-    if (store_put_primary_req_decode(req->body, req->body_len, &m) != 0) {
-        reply_err(reply, KVMESH_EPROTO, kvmesh_last_error());
-        return;
-    }
-    if (m.w.r.target_epoch != rt->self.epoch) {
+    if (m->w.r.target_epoch != rt->self.epoch) {
         char msg[128];
         snprintf(msg, sizeof(msg),
                  "put at the primary for epoch %" PRIu64 " reached epoch %" PRIu64,
-                 m.w.r.target_epoch, rt->self.epoch);
-        answer(reply, STORE_PRIM_NOT_RESERVED, KVMESH_EUNAVAILABLE, msg, NULL, 0, 0, 0);
-        kvm_ident_free(&m.w.r.ident);
+                 m->w.r.target_epoch, rt->self.epoch);
+        answer(reply, req->type, STORE_PRIM_NOT_RESERVED, KVMESH_EUNAVAILABLE, msg, NULL, 0, 0, 0);
+        kvm_ident_free(&m->w.r.ident);
         return;
     }
-    struct prim_serve *s = may_publish(rt, &m.w.r.ident) ? calloc(1, sizeof(*s)) : NULL;
+    struct prim_serve *s = may_publish(rt, &m->w.r.ident) ? calloc(1, sizeof(*s)) : NULL;
     if (!s) { /* not the active primary now (or out of memory): nothing reserved */
-        answer(reply, STORE_PRIM_DECLINED, 0, NULL, NULL, 0, 0, 0);
-        kvm_ident_free(&m.w.r.ident);
+        answer(reply, req->type, STORE_PRIM_DECLINED, 0, NULL, NULL, 0, 0, 0);
+        kvm_ident_free(&m->w.r.ident);
         return;
     }
     bool answered = false;
     *s = (struct prim_serve){.rt = rt,
                              .reply = reply,
-                             .ident = m.w.r.ident, /* moved */
-                             .len = m.w.r.length,
-                             .checksum = m.w.checksum,
-                             .budget_ms = m.budget_ms,
-                             .src = m.w.payload,
+                             .type = req->type,
+                             .ident = m->w.r.ident, /* moved */
+                             .len = m->w.r.length,
+                             .checksum = m->w.checksum,
+                             .budget_ms = m->budget_ms,
+                             .src = m->w.payload,
                              .answered = &answered};
+    if (raw) /* the frame's payload, borrowed until the answer (rpc.h: req lives until then),
+                which gives it back to the endpoint's buffer pool */
+        s->src = req->payload;
     if (req->trace.flags & OBS_TRACE_FLAG_SAMPLED &&
         (s->sp = kvm_span_remote(rt, &req->trace, "control.owner_reserve", &s->span))) {
-        obs_span_set_int(s->sp, "kvmesh.bytes", (int64_t)m.w.r.length);
+        obs_span_set_int(s->sp, "kvmesh.bytes", (int64_t)m->w.r.length);
         obs_span_set_int(s->sp, "kvmesh.inline", 1);
         obs_span_set_int(s->sp, "kvmesh.primary", 1);
+        obs_span_set_int(s->sp, "kvmesh.raw", raw);
     }
-    kvm_owner_reserve(rt, &s->ident, s->len, m.w.r.ttl_ms, prim_reserved, s);
-    if (!answered) { /* the reservation waits: the body is gone once the handler returns */
+    kvm_owner_reserve(rt, &s->ident, s->len, m->w.r.ttl_ms, prim_reserved, s);
+    if (!answered && !raw) { /* the reservation waits: the body is gone once the handler returns */
         s->answered = NULL;
         s->own = malloc((size_t)s->len);
         if (s->own)
-            memcpy(s->own, m.w.payload, (size_t)s->len);
+            memcpy(s->own, m->w.payload, (size_t)s->len);
         s->src = s->own; /* (NULL: the answer fails with KVMESH_ENOMEM and releases the slot) */
+    } else if (!answered) {
+        s->answered = NULL; /* (the raw payload stays the request's until the answer) */
     }
+}
+
+static void on_put_primary(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    store_put_primary_req_t m;
+    if (store_put_primary_req_decode(req->body, req->body_len, &m) != 0) {
+        reply_err(reply, KVMESH_EPROTO, kvmesh_last_error());
+        return;
+    }
+    serve(arg, reply, req, &m, false);
+}
+
+static void on_put_primary_raw(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    store_put_primary_req_t m;
+    if (!req->payload ||
+        store_put_primary_raw_decode(req->body, req->body_len, req->payload_len, &m) != 0) {
+        reply_err(reply, KVMESH_EPROTO,
+                  req->payload ? kvmesh_last_error() : "put at the primary without its bytes");
+        return;
+    }
+    serve(arg, reply, req, &m, true);
 }
 
 void kvm_put_primary_register(kvm_rt_t *rt)
 {
     rpc_register_handler(rt->ep, STORE_RPC_PUT_PRIMARY, on_put_primary, rt);
+    rpc_register_handler(rt->ep, STORE_RPC_PUT_PRIMARY_RAW, on_put_primary_raw, rt);
 }

@@ -24,10 +24,14 @@
 #include "store/store.h"
 
 /* Loop: whether the reservation of op's item `it` on the remote owner (data_addr: its transport
- * address) goes as a put at the primary: an inline reservation (kvm_put_inline_wants) of a
- * single put (an API put, one replica wanted, none held) without tenant quota and without a
- * cold tier here, to an owner that this runtime's route view names as the primary of the key's
- * shard (id and epoch) and that did not refuse the message. */
+ * address) goes as a put at the primary: a single put whose value the app thread prepared
+ * (kvm_put_inline_prepare; an API put, one replica wanted, none held, not abandoned) without
+ * tenant quota and without a cold tier here, of at most STORE_PUT_PRIMARY_SHM_MAX bytes to an
+ * owner whose payload writes go through shared memory (transport shm, or auto on this host),
+ * else of at most inline_write_max bytes in the body (STORE_RPC_PUT_PRIMARY) or above it up to
+ * STORE_PUT_PRIMARY_RAW_MAX as the frame's raw payload (STORE_RPC_PUT_PRIMARY_RAW), to an owner
+ * that this runtime's route view names as the primary of the key's shard (id and epoch) and
+ * that did not refuse that message. */
 bool kvm_put_primary_wants(kvm_rt_t *rt, const kvm_op_t *op, const struct kvm_item *it,
                            const kvm_runtime_t *owner, const char *data_addr);
 
@@ -37,6 +41,26 @@ bool kvm_put_primary_wants(kvm_rt_t *rt, const kvm_op_t *op, const struct kvm_it
 uint8_t *kvm_put_primary_body(const kvm_op_t *op, const struct kvm_item *it,
                               const kvm_runtime_t *owner, uint32_t ttl_ms, uint32_t budget_ms,
                               size_t *len);
+
+/* Whether op's item goes in the raw-payload form (its value is above inline_write_max). */
+bool kvm_put_primary_raw(const kvm_rt_t *rt, const struct kvm_item *it);
+
+/* Loop: the STORE_RPC_PUT_PRIMARY_RAW request of op's item for owner: its body (the head) into
+ * head (STORE_PUT_PRIMARY_HEAD_MAX bytes), *head_len bytes, and the value gathered into a heap
+ * buffer that is returned (the frame's raw payload: the caller keeps it until the call's
+ * callback, then gives it back by kvm_put_primary_raw_free). A value whose checksum the app
+ * thread left to the loop (op->winl.sum_later) is summed in the same copy (it->checksum set). NULL
+ * (error set) when out of memory.
+ */
+uint8_t *kvm_put_primary_raw_body(kvm_op_t *op, struct kvm_item *it, const kvm_runtime_t *owner,
+                                  uint32_t ttl_ms, uint32_t budget_ms, uint8_t *head,
+                                  size_t *head_len);
+
+/* Loop: gives a value kvm_put_primary_raw_body staged back for reuse (NULL: nothing). */
+void kvm_put_primary_raw_free(kvm_rt_t *rt, uint8_t *val);
+
+/* At the runtime's last free (runtime.c), once no call is left: frees the kept buffers. */
+void kvm_put_primary_fini(kvm_rt_t *rt);
 
 /* What a PUT_PRIMARY answer says to the requester. */
 enum kvm_prim_outcome {
@@ -59,13 +83,15 @@ struct kvm_prim_answer {
     char msg[STORE_PRIM_MSG_MAX + 64];
 };
 
-/* Loop: decodes the answer of a put at the primary to owner into *a (always filled; the caller
- * kvm_route_free's a->route). An owner that answers KVMESH_ENOTSUP (no handler) is remembered:
- * kvm_put_primary_wants is false for it from then on (until it restarts with a new epoch). */
-void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, const struct rpc_result *res,
-                            struct kvm_prim_answer *a);
+/* Loop: decodes the answer of a put at the primary to owner (raw: the raw-payload form) into *a
+ * (always filled; the caller kvm_route_free's a->route). An owner that answers KVMESH_ENOTSUP
+ * (no handler) is remembered: kvm_put_primary_wants is false for it, for that form, from then on
+ * (until it restarts with a new epoch). */
+void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, bool raw,
+                            const struct rpc_result *res, struct kvm_prim_answer *a);
 
-/* Before the loop serves requests: registers the owner's STORE_RPC_PUT_PRIMARY handler. */
+/* Before the loop serves requests: registers the owner's STORE_RPC_PUT_PRIMARY and
+ * STORE_RPC_PUT_PRIMARY_RAW handlers. */
 void kvm_put_primary_register(kvm_rt_t *rt);
 
 /* Test-only (as put_inline.h's hook): the next n puts at the primary that reach an owner in this

@@ -296,6 +296,11 @@ typedef struct kvm_op {
         const struct iovec *iov;
         int iovcnt;
         bool on;
+        /* a value above inline_write_max (put_primary.c's raw form): items[0].checksum is not
+         * computed yet; the loop computes it fused with its staging copy when the put goes at
+         * the primary (and clears this), else clears `on` when a reservation is made, so the
+         * payload stage sums the value as it moves it */
+        bool sum_later;
     } winl;
     /* an op started on the loop with no app thread waiting (put_primary.c's publication at the
      * owner): NULL for every other op. When set, kvm_op_complete calls on_done(op) on the loop
@@ -414,6 +419,13 @@ typedef struct kvm_rt {
      * peers, sent the inline reservation from then on; a ring of the last STORE_WINL_REFUSED_MAX */
     kvm_runtime_t prim_refused[STORE_WINL_REFUSED_MAX];
     uint32_t n_prim_refused;
+    /* [loop] likewise for the raw-payload form (STORE_RPC_PUT_PRIMARY_RAW, values above
+     * inline_write_max): refused, such puts take the plain path (put_primary.c) */
+    kvm_runtime_t prim_raw_refused[STORE_WINL_REFUSED_MAX];
+    uint32_t n_prim_raw_refused;
+    /* [loop] the buffers a put at the primary stages its raw-payload value in (put_primary.c),
+     * kept for reuse as the RPC endpoint keeps its message buffers; NULL until the first */
+    struct bufpool *prim_pool;
     /* [loop] batched COMMIT / RELEASE (slot_batch.c): the per-owner outbox of the group open
      * (depth > 0; allocated by the first group's first message, kept with one spare batch record
      * until kvm_slot_batch_close), how many outboxes and records it allocated, whether the

@@ -4,7 +4,8 @@
  * proto.c), the batched cold read (cases 6, 7), both COMMIT / RELEASE body versions (case 2) and
  * the inline reservation with its payload (case 8) and the batched COMMIT / RELEASE (case 9)
  * included, and its answer's flags (case 10), the put at the primary's request (first byte
- * 0xf0) and answer (0xf1). The first input byte selects the
+ * 0xf0) and answer (0xf1), and its raw-payload form's request (0xf2: a u32 of the frame's raw
+ * payload length, then the body). The first input byte selects the
  * decoder; an accepted message is re-encoded and must decode to the same fields (round trip), so
  * decoders never accept what encoders cannot produce.
  */
@@ -38,6 +39,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    m.w.r.target_epoch == m2.w.r.target_epoch && m.w.checksum == m2.w.checksum &&
                    m.budget_ms == m2.budget_ms && kvm_ident_equal(&m.w.r.ident, &m2.w.r.ident) &&
                    memcmp(m.w.payload, m2.w.payload, (size_t)m.w.r.length) == 0);
+        kvm_ident_free(&m.w.r.ident);
+        kvm_ident_free(&m2.w.r.ident);
+        return 0;
+    }
+    if (sel == 0xf2) { /* the raw-payload form: the body alone, the value's length apart */
+        if (size < 4)
+            return 0;
+        uint64_t raw_len = (uint64_t)data[0] | (uint64_t)data[1] << 8 | (uint64_t)data[2] << 16 |
+                           (uint64_t)data[3] << 24;
+        store_put_primary_req_t m, m2;
+        static uint8_t head[STORE_PUT_PRIMARY_HEAD_MAX];
+        if (store_put_primary_raw_decode(data + 4, size - 4, raw_len, &m) != 0)
+            return 0;
+        KVM_ASSERT(!m.w.payload && m.w.r.length == raw_len && raw_len > 0 &&
+                   raw_len <= STORE_PUT_PRIMARY_RAW_MAX);
+        KVM_ASSERT(store_put_primary_raw_encode(&m, head, sizeof(head), &len) == 0);
+        KVM_ASSERT(store_put_primary_raw_decode(head, len, raw_len, &m2) == 0);
+        KVM_ASSERT(m.w.r.length == m2.w.r.length && m.w.r.ttl_ms == m2.w.r.ttl_ms &&
+                   m.w.r.target_epoch == m2.w.r.target_epoch && m.w.checksum == m2.w.checksum &&
+                   m.budget_ms == m2.budget_ms && kvm_ident_equal(&m.w.r.ident, &m2.w.r.ident));
         kvm_ident_free(&m.w.r.ident);
         kvm_ident_free(&m2.w.r.ident);
         return 0;

@@ -254,41 +254,57 @@ static void check_get_size(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc, b
     free(out);
 }
 
-/* A single put of a value of `size` bytes from C (a new key, then an overwrite), read back:
- * over tcp 2 round trips and no transport WRITE when inl, else 3 (a WRITE); over shm the payload
- * a shared-memory copy either way. */
-static void check_put_size(kvmesh_t *C, const kvmesh_scope_t *sc, bool tcp, size_t size, bool inl)
+/* How a single put of a given size from C goes (docs/store.md "Inline writes", "Puts at the
+ * primary"). */
+enum put_mode {
+    PUT_INLINE,   /* tcp, <= inline_write_max: at the primary (1), or inline + C's CAS (2) */
+    PUT_RAW,      /* tcp, inline_write_max < size <= STORE_PUT_PRIMARY_RAW_MAX: at the primary
+                     with the value as the frame's raw payload (1), or the plain path (3) */
+    PUT_PLAIN,    /* tcp, above STORE_PUT_PRIMARY_RAW_MAX: reserve + WRITE + C's CAS (3) */
+    PUT_SHM_PRIM, /* shm, <= STORE_PUT_PRIMARY_SHM_MAX: at the primary (1), or a shared-memory
+                     copy + C's CAS */
+    PUT_SHM,      /* shm, above it: a shared-memory copy + C's CAS */
+};
+
+/* A single put of a value of `size` bytes from C (a new key, then an overwrite), read back. A
+ * new key's put may find no view of its shard in C yet and take the path without the primary;
+ * the overwrite finds it current, so where a put at the primary applies it is one exchange. */
+static void check_put_size(kvmesh_t *C, const kvmesh_scope_t *sc, size_t size, enum put_mode mode)
 {
+    static const char *names[] = {"inline", "raw", "plain", "shm prim", "shm"};
     uint8_t *v = malloc(size), *out = malloc(size);
     CHECK(v && out);
     char key[32];
     snprintf(key, sizeof(key), "put-sized-%zu", size);
+    bool may_prim = mode == PUT_INLINE || mode == PUT_RAW || mode == PUT_SHM_PRIM;
     for (int round = 0; round < 2; round++) {
-        memset(v, 0x3c + round, size);
-        v[size - 1] = (uint8_t)(0xc3 + round);
+        for (size_t k = 0; k < size; k++)
+            v[k] = (uint8_t)(k * 7 + round * 13 + size);
         int64_t w0 = tcp_writes(C);
         struct cp a = snap(C, OBS_OP_PUT), d;
         CHECK(kvmesh_put(C, sc, key, strlen(key), v, size, NULL) == 0);
         d = delta(a, snap(C, OBS_OP_PUT));
         int64_t writes = tcp_writes(C) - w0;
         char what[64];
-        snprintf(what, sizeof(what), "put %zu B (%s the bound)", size, inl ? "at" : "above");
+        snprintf(what, sizeof(what), "put %zu B (%s)", size, names[mode]);
         show(what, &d);
         CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1 && d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
-        /* a put at the primary makes no CAS of its own (the owner S publishes) */
-        CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= (tcp && inl ? 0 : 1));
         CHECK(d.checksums == 1);
-        if (tcp && inl) {
-            /* no payload exchange; the inline bytes count as one tcp write in
+        /* a put at the primary makes no CAS of its own (the owner S publishes) */
+        bool prim = d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0;
+        CHECK(may_prim || !prim);
+        CHECK(round == 0 || prim == may_prim); /* (the overwrite: C's view is current) */
+        if (prim) {
+            /* one exchange; the bytes count as one tcp write in
              * kvmesh_transport_operations_total (the replica was written over tcp) */
+            CHECK(total(&d) == BOUND_PUT_PRIMARY && d.handoffs == 1);
+            CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0 && writes == 1);
+            CHECK(d.copies[OBS_TRANSPORT_TCP] == 2 && d.copies[OBS_TRANSPORT_SHM] == 0);
+        } else if (mode == PUT_INLINE) {
             CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0 && writes == 1);
             CHECK(d.copies[OBS_TRANSPORT_TCP] == 2);
-            /* the overwrite: C's view of the shard is current, S is its primary: one exchange
-             * (a new key's put may still find no view and take the inline path and a CAS) */
-            CHECK(round == 0 || (total(&d) == BOUND_PUT_PRIMARY && d.handoffs == 1 &&
-                                 d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0));
             CHECK(total(&d) <= BOUND_PUT_INLINE + 1);
-        } else if (tcp) {
+        } else if (mode == PUT_RAW || mode == PUT_PLAIN) {
             CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 1 && writes >= 1);
             CHECK(round == 0 || total(&d) == BOUND_PUT);
         } else {
@@ -584,6 +600,138 @@ static void *same_reader(void *arg)
     return NULL;
 }
 
+/* On S's loop: S forgets STORE_RPC_PUT_PRIMARY_RAW alone, as a build that predates it. */
+static atomic_bool prim_raw_dropped;
+
+static void drop_primary_raw_handler(kvm_rt_t *rt)
+{
+    CHECK(rpc_register_handler(rt->ep, STORE_RPC_PUT_PRIMARY_RAW, NULL, NULL) == 0);
+    atomic_store(&prim_raw_dropped, true);
+}
+
+#define RAW_SIZE (256 * 1024) /* above inline_write_max: a put at the primary's raw form */
+
+/* One put of RAW_SIZE bytes (fill byte b) of key "prim-raw" from C: its return code, the deltas
+ * in *d. */
+static int put_raw(kvmesh_t *C, const kvmesh_scope_t *sc, uint8_t *v, uint8_t b, struct cp *d)
+{
+    memset(v, b, RAW_SIZE);
+    v[RAW_SIZE - 1] = (uint8_t)~b;
+    struct cp a = snap(C, OBS_OP_PUT);
+    int rc = kvmesh_put(C, sc, "prim-raw", 8, v, RAW_SIZE, NULL);
+    *d = delta(a, snap(C, OBS_OP_PUT));
+    return rc;
+}
+
+static void check_raw_value(kvmesh_t *C, const kvmesh_scope_t *sc, const uint8_t *v, uint8_t *out)
+{
+    size_t got = 0;
+    CHECK(kvmesh_get_into(C, sc, "prim-raw", 8, out, RAW_SIZE, &got) == 0);
+    CHECK(got == RAW_SIZE && memcmp(out, v, RAW_SIZE) == 0);
+}
+
+/* Tcp: the raw form of a put at the primary (a value above inline_write_max) and its fallbacks:
+ * S declines -> the plain path (reservation, transport WRITE, C's CAS); bytes that fail their
+ * checksum -> KVMESH_ECHECKSUM, nothing published, nothing left reserved; an S without the raw
+ * form's handler -> refused once, then the plain path at once, while small puts still go at the
+ * primary. */
+static void check_put_primary_raw(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
+{
+    uint8_t *v = malloc(RAW_SIZE), *out = malloc(RAW_SIZE);
+    CHECK(v && out);
+    struct cp d;
+    CHECK(put_raw(C, sc, v, 0x31, &d) == 0); /* (C's view of its shard) */
+    CHECK(put_raw(C, sc, v, 0x32, &d) == 0);
+    show("put raw (primary)", &d);
+    CHECK(total(&d) == BOUND_PUT_PRIMARY && d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0);
+    check_raw_value(C, sc, v, out);
+
+    kvm_put_primary_test_decline(1);
+    CHECK(put_raw(C, sc, v, 0x33, &d) == 0);
+    show("put raw (primary declines)", &d);
+    CHECK(kvm_put_primary_test_decline(0) == 0); /* (the decline was taken) */
+    CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 2 && d.rt[OBS_CPSTAGE_PAYLOAD] == 1);
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1 && d.handoffs == 2 && d.checksums == 1);
+    check_raw_value(C, sc, v, out);
+
+    uint8_t *bad = malloc(RAW_SIZE);
+    CHECK(bad);
+    kvm_put_inline_test_bad_sums(1);
+    int rc = put_raw(C, sc, bad, 0x34, &d);
+    show("put raw (primary, bad checksum)", &d);
+    CHECK(rc == KVMESH_ECHECKSUM);
+    CHECK(kvm_put_inline_test_bad_sums(0) == 0);
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0 && total(&d) == 1);
+    struct owner_snap os;
+    owner_settled(S, &os);
+    check_raw_value(C, sc, v, out); /* the value before it */
+    free(bad);
+
+    on_loop(S, drop_primary_raw_handler);
+    CHECK(atomic_load(&prim_raw_dropped));
+    for (int round = 0; round < 2; round++) {
+        CHECK(put_raw(C, sc, v, (uint8_t)(0x35 + round), &d) == 0);
+        show(round ? "put raw (primary older, known)" : "put raw (primary older, refused)", &d);
+        CHECK(d.rt[OBS_CPSTAGE_RESERVE] == (round ? 1 : 2) && d.rt[OBS_CPSTAGE_PAYLOAD] == 1);
+        CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1);
+        CHECK(round == 0 || total(&d) == BOUND_PUT);
+        check_raw_value(C, sc, v, out);
+    }
+    /* the small form still goes at the primary */
+    static uint8_t sv[VSIZE], so[VSIZE];
+    memset(sv, 0x37, sizeof(sv));
+    CHECK(kvmesh_put(C, sc, "prim-raw", 8, sv, sizeof(sv), NULL) == 0);
+    struct cp a = snap(C, OBS_OP_PUT);
+    memset(sv, 0x38, sizeof(sv));
+    CHECK(kvmesh_put(C, sc, "prim-raw", 8, sv, sizeof(sv), NULL) == 0);
+    d = delta(a, snap(C, OBS_OP_PUT));
+    show("put (small, raw refused)", &d);
+    CHECK(total(&d) == BOUND_PUT_PRIMARY && d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0);
+    size_t got = 0;
+    CHECK(kvmesh_get_into(C, sc, "prim-raw", 8, so, sizeof(so), &got) == 0);
+    CHECK(got == VSIZE && memcmp(so, sv, VSIZE) == 0);
+    free(v);
+    free(out);
+}
+
+/* Shm: a small put at the primary and its fallbacks: S declines -> the plain reservation, a
+ * shared-memory copy and C's CAS; bytes that fail their checksum -> KVMESH_ECHECKSUM, nothing
+ * published, nothing left reserved. */
+static void check_put_primary_shm(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
+{
+    static uint8_t v[VSIZE], out[VSIZE], bad[VSIZE];
+    struct cp a, d;
+    size_t got = 0;
+    memset(v, 0x41, sizeof(v));
+    CHECK(kvmesh_put(C, sc, "prim-shm", 8, v, sizeof(v), NULL) == 0); /* (C's view) */
+
+    memset(v, 0x42, sizeof(v));
+    kvm_put_primary_test_decline(1);
+    a = snap(C, OBS_OP_PUT);
+    CHECK(kvmesh_put(C, sc, "prim-shm", 8, v, sizeof(v), NULL) == 0);
+    d = delta(a, snap(C, OBS_OP_PUT));
+    show("put shm (primary declines)", &d);
+    CHECK(kvm_put_primary_test_decline(0) == 0);
+    CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 2 && d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1);
+    CHECK(d.handoffs == 2 && d.copies[OBS_TRANSPORT_SHM] == 1 && d.checksums == 1);
+    CHECK(kvmesh_get_into(C, sc, "prim-shm", 8, out, sizeof(out), &got) == 0);
+    CHECK(got == VSIZE && memcmp(out, v, VSIZE) == 0);
+
+    memset(bad, 0x43, sizeof(bad));
+    kvm_put_inline_test_bad_sums(1);
+    a = snap(C, OBS_OP_PUT);
+    int rc = kvmesh_put(C, sc, "prim-shm", 8, bad, sizeof(bad), NULL);
+    d = delta(a, snap(C, OBS_OP_PUT));
+    show("put shm (primary, bad checksum)", &d);
+    CHECK(rc == KVMESH_ECHECKSUM);
+    CHECK(kvm_put_inline_test_bad_sums(0) == 0);
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0 && total(&d) == 1);
+    struct owner_snap os;
+    owner_settled(S, &os);
+    CHECK(kvmesh_get_into(C, sc, "prim-shm", 8, out, sizeof(out), &got) == 0);
+    CHECK(got == VSIZE && memcmp(out, v, VSIZE) == 0);
+}
+
 /* Tcp, S the only owner and every shard's primary: puts at the primary and their fallbacks. */
 static void check_put_primary(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
 {
@@ -852,14 +1000,19 @@ int main(int argc, char **argv)
     show("put (new key, remote)", &d);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
     CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);
-    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0);           /* tcp: inline; shm: a shared-memory copy */
-    CHECK(tcp_writes(C) == writes0 + (tcp ? 1 : 0)); /* tcp: the inline write, counted */
-    /* tcp: a put at the primary (no CAS from C, one hand-off) when C's view of the key's shard
-     * is current, else the inline reservation and C's CAS */
-    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= (tcp ? 0 : 1));
+    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0); /* tcp: inline; shm: a shared-memory copy */
+    /* a put at the primary (no CAS from C, one hand-off, the bytes in the request over tcp:
+     * counted as a tcp write) when C's view of the key's shard is current, else over tcp the
+     * inline reservation and C's CAS, over shm the plain reservation, a shared-memory copy and
+     * C's CAS */
+    bool np = d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0;
+    int64_t w_first = tcp || np ? 1 : 0;
+    CHECK(tcp_writes(C) == writes0 + w_first);
     CHECK(total(&d) <= (tcp ? BOUND_PUT_INLINE + 1 : BOUND_PUT)); /* (a new key's CAS may retry) */
-    CHECK(d.handoffs == (d.rt[OBS_CPSTAGE_ROUTE_CAS] ? 2 : 1));
-    CHECK(d.copies[xt] == per_copy && d.copies[OBS_TRANSPORT_LOCAL] == 0);
+    CHECK(d.handoffs == (np ? 1 : 2));
+    CHECK(tcp || np ? d.copies[OBS_TRANSPORT_TCP] == 2 && d.copies[OBS_TRANSPORT_SHM] == 0
+                    : d.copies[xt] == per_copy);
+    CHECK(d.copies[OBS_TRANSPORT_LOCAL] == 0);
     CHECK(d.checksums == 1);
 
     /* ---- single put, overwrite ---- */
@@ -870,12 +1023,13 @@ int main(int argc, char **argv)
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
     CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);
     CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0);
-    CHECK(tcp_writes(C) == writes0 + (tcp ? 2 : 0)); /* tcp: inline again, no transport WRITE */
-    /* tcp: one exchange with S, the owner and the shard's primary, which publishes */
-    CHECK(tcp ? d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0 : d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1);
-    CHECK(total(&d) <= (tcp ? BOUND_PUT_PRIMARY : BOUND_PUT));
-    CHECK(d.handoffs == (tcp ? 1 : 2));
-    CHECK(d.copies[xt] == per_copy);
+    CHECK(tcp_writes(C) == writes0 + w_first + 1); /* the bytes in the request, no WRITE */
+    /* one exchange with S, the owner and the shard's primary, which publishes (shm too: a
+     * value up to STORE_PUT_PRIMARY_SHM_MAX goes in the request over the control connection) */
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0);
+    CHECK(total(&d) == BOUND_PUT_PRIMARY);
+    CHECK(d.handoffs == 1);
+    CHECK(d.copies[OBS_TRANSPORT_TCP] == 2 && d.copies[OBS_TRANSPORT_SHM] == 0);
     CHECK(d.checksums == 1);
 
     /* ---- single put over a version this runtime has not seen: its hint is stale, the first
@@ -887,14 +1041,9 @@ int main(int argc, char **argv)
     d = delta(a, snap(C, OBS_OP_PUT));
     show("put (written elsewhere)", &d);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
-    if (tcp) { /* S publishes, expecting its own hint (current: S wrote it): one exchange */
-        CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0 && total(&d) == BOUND_PUT_PRIMARY);
-        CHECK(d.handoffs == 1);
-    } else {
-        CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 2);
-        CHECK(total(&d) <= BOUND_PUT + 1);
-        CHECK(d.handoffs == 2);
-    }
+    /* S publishes, expecting its own hint (current: S wrote it): one exchange */
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0 && total(&d) == BOUND_PUT_PRIMARY);
+    CHECK(d.handoffs == 1);
     {
         size_t g = 0;
         CHECK(kvmesh_get_into(C, &sc, "other", 5, outs[0], VSIZE, &g) == 0);
@@ -1031,10 +1180,25 @@ int main(int argc, char **argv)
     check_get_size(S, C, &sc, tcp, INLINE_DEFAULT + 1, false);
     check_get_size(S, C, &sc, tcp, 3 * INLINE_DEFAULT / 2, false);
     /* inline_write_max (same default): at the bound with the reservation, above it a WRITE */
-    check_put_size(C, &sc, tcp, INLINE_DEFAULT, true);
-    check_put_size(C, &sc, tcp, INLINE_DEFAULT + 1, false);
-    if (tcp) /* (then S forgets the message: the puts below take the inline path) */
+    if (tcp) {
+        check_put_size(C, &sc, INLINE_DEFAULT, PUT_INLINE);
+        /* above it, up to STORE_PUT_PRIMARY_RAW_MAX, the value as the frame's raw payload */
+        check_put_size(C, &sc, INLINE_DEFAULT + 1, PUT_RAW);
+        check_put_size(C, &sc, 256 * 1024, PUT_RAW);
+        check_put_size(C, &sc, STORE_PUT_PRIMARY_RAW_MAX, PUT_RAW);
+        check_put_size(C, &sc, STORE_PUT_PRIMARY_RAW_MAX + 1, PUT_PLAIN);
+        check_put_size(C, &sc, 1024 * 1024, PUT_PLAIN);
+    } else {
+        check_put_size(C, &sc, STORE_PUT_PRIMARY_SHM_MAX, PUT_SHM_PRIM);
+        check_put_size(C, &sc, STORE_PUT_PRIMARY_SHM_MAX + 1, PUT_SHM);
+        check_put_size(C, &sc, INLINE_DEFAULT, PUT_SHM);
+    }
+    if (tcp) { /* (then S forgets the messages: the puts below take the inline path) */
+        check_put_primary_raw(S, C, &sc);
         check_put_primary(S, C, &sc);
+    } else {
+        check_put_primary_shm(S, C, &sc);
+    }
     check_put_slot_msgs(S, C, &sc, false);
     if (tcp) { /* (last of the puts: S stays without the handlers) */
         check_put_slot_msgs(S, C, &sc, true);
