@@ -17,6 +17,7 @@
  * Every operation ends by its deadline (request_timeout_ms). An op is freed once it is done and
  * none of its peer calls is pending.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,12 +59,8 @@ struct route_op {
     bool in_window, win_sent;
     bool win_park; /* its shard had no view: moved to the window that waits for views */
     env_node_t win_node;
-    /* read attempt */
+    /* read attempt (its per-member arrays are at the end of the record) */
     uint32_t n_wait, n_members;
-    route_msg_member_t members[ROUTE_MSG_MAX_SET];
-    int st[ROUTE_MSG_MAX_SET];
-    bool has[ROUTE_MSG_MAX_SET];
-    bool unconf[ROUTE_MSG_MAX_SET]; /* got[i] answered EAGAIN: not known mirrored */
     /* the answers: got[i] is set where has[i] (owned); allocated by the first attempt for
      * got_cap >= n_members entries (not inline: an op is allocated per lookup and CAS, and 32
      * inline routes made it ~40 KiB to zero each time) */
@@ -86,6 +83,14 @@ struct route_op {
     kvm_route_t *page;
     bool has_after;
     uint8_t *cursor; /* OWNER_CURSOR_CAP bytes (owned), allocated by route_owner_scan */
+    /* The read attempt's per-member state, last: op_record does not zero it (~1.2 KiB per op).
+     * members[i] is written by the attempt before it is read; st/has/unconf are clear at and
+     * above n_members (never set) and below it once attempt_clear ran, which op_free does
+     * before a record becomes a spare (a new record is calloc'd). */
+    route_msg_member_t members[ROUTE_MSG_MAX_SET];
+    int st[ROUTE_MSG_MAX_SET];
+    bool has[ROUTE_MSG_MAX_SET];
+    bool unconf[ROUTE_MSG_MAX_SET]; /* got[i] answered EAGAIN: not known mirrored */
 };
 
 #define OWNER_CURSOR_CAP (8 + KVM_WIRE_MAX_RECORD_LEN)
@@ -152,7 +157,7 @@ static route_op_t *op_record(route_svc_t *svc)
     uint32_t got_cap = op->got_cap;
     uint8_t *enc_buf = op->enc_buf;
     uint32_t enc_cap = op->enc_cap;
-    memset(op, 0, sizeof(*op));
+    memset(op, 0, offsetof(route_op_t, members)); /* (the attempt's arrays: clear, above) */
     op->got = got; /* every entry cleared (attempt_clear): reusable as got_reserve's */
     op->got_cap = got_cap;
     op->enc_buf = enc_buf; /* nothing borrows it now (op_free) */
@@ -180,7 +185,7 @@ static void op_free(route_op_t *op)
     if (op->route.ident.enc && op->route.ident.enc == op->enc_buf)
         op->route.ident.enc = NULL;
     kvm_ident_free(&op->ident);
-    kvm_route_free(&op->route);
+    kvm_ident_free(&op->route.ident); /* (the rest of the route: zeroed when reused, op_record) */
     free(op->cursor);
     free(op->claim);
     free(op->claim_reply);
@@ -422,6 +427,7 @@ static void inline_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
  * the message. False when out of memory (the answer is dropped, as a lost one). */
 static bool got_take(kvm_route_t *dst, const route_msg_t *resp)
 {
+    route_msg_check_decoded(resp); /* (a copy's storage is not where the check below looks) */
     kvm_route_t *r = (kvm_route_t *)&resp->routes[0];
     const uint8_t *enc = r->ident.enc;
     KVM_ASSERT(dst->ident.enc == NULL);
@@ -808,8 +814,7 @@ static route_op_t *op_new(route_svc_t *svc, enum op_kind kind, void *arg)
     op->svc = svc;
     op->kind = kind;
     op->arg = arg;
-    op->deadline = route_now(svc) + svc->timeout_ns;
-    kvm_route_init(&op->route);
+    op->deadline = route_now(svc) + svc->timeout_ns; /* (op->route: zeroed by op_record) */
     return op;
 }
 
