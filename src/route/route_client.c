@@ -109,6 +109,13 @@ static void op_unlink(route_svc_t *svc, route_op_t *op)
     svc->n_ops--;
 }
 
+/* Whether op->got[i] owns its identity's encoding (got_take: a moved one does, a borrowed one
+ * is op->ident's). */
+static bool got_owned(const route_op_t *op, uint32_t i)
+{
+    return op->got[i].ident.enc != op->ident.enc;
+}
+
 /* Clears the answers of op's last attempt: entries at n_members and above are never set (an
  * attempt sets only its members' entries; a record starts zeroed), so a CAS (no member) clears
  * nothing instead of ROUTE_MSG_MAX_SET entries of three arrays. */
@@ -116,8 +123,11 @@ static void attempt_clear(route_op_t *op)
 {
     KVM_ASSERT(op->n_members <= ROUTE_MSG_MAX_SET);
     for (uint32_t i = 0; i < op->n_members; i++) {
-        if (op->has[i])
+        if (op->has[i]) {
+            if (!got_owned(op, i))
+                op->got[i].ident.enc = NULL; /* op->ident's (got_take) */
             kvm_route_free(&op->got[i]);
+        }
         op->has[i] = false;
         op->unconf[i] = false;
         op->st[i] = 0;
@@ -419,23 +429,25 @@ static void inline_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
     op->inl_have = true;
 }
 
-/* Takes the answer's route into *dst (zeroed: got_reserve / attempt_clear). The answer is the
- * message route_on_message decoded for this call and clears when it returns (route_svc.c
- * on_response): a route whose identity encoding is on the heap is moved, not copied (a key copy
- * spared per lookup answer); one whose encoding lies in the message's own decode storage
- * (route_msg.h ROUTE_MSG_IDENT_INLINE: every short key) is copied, since that storage goes with
- * the message. False when out of memory (the answer is dropped, as a lost one). */
-static bool got_take(kvm_route_t *dst, const route_msg_t *resp)
+/* Takes the answer's route into op->got[i] (zeroed: got_reserve / attempt_clear), with no
+ * allocation. The answer is the message route_on_message decoded for this call and clears when
+ * it returns (route_svc.c on_response), and its identity equals op->ident (the caller checked):
+ * a route whose identity encoding is on the heap is moved; one whose encoding lies in the
+ * message's own decode storage (route_msg.h ROUTE_MSG_IDENT_INLINE: every short key) borrows
+ * op->ident's encoding, the same bytes, which the op keeps until attempt_clear has released
+ * every answer (op_free clears the attempt first). got[i] is read only while the op lives (its
+ * callback gets it borrowed), so the borrow never outlives its lender. */
+static void got_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
 {
     route_msg_check_decoded(resp); /* (a copy's storage is not where the check below looks) */
-    kvm_route_t *r = (kvm_route_t *)&resp->routes[0];
+    kvm_route_t *r = (kvm_route_t *)&resp->routes[0], *dst = &op->got[i];
     const uint8_t *enc = r->ident.enc;
-    KVM_ASSERT(dst->ident.enc == NULL);
-    if (enc >= (const uint8_t *)resp && enc < (const uint8_t *)(resp + 1))
-        return kvm_route_copy(dst, r) == 0;
+    KVM_ASSERT(dst->ident.enc == NULL && r->ident.enc_len == op->ident.enc_len);
     *dst = *r;
-    kvm_route_init(r);
-    return true;
+    if (enc >= (const uint8_t *)resp && enc < (const uint8_t *)(resp + 1))
+        dst->ident.enc = op->ident.enc; /* borrowed: got_owned is false */
+    else
+        memset(&r->ident, 0, sizeof(r->ident)); /* moved: the message frees nothing of it */
 }
 
 static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
@@ -456,7 +468,8 @@ static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *r
                 op->stale = true;
         }
         if ((resp->status == 0 || resp->status == KVMESH_EAGAIN) && resp->n_routes == 1 &&
-            kvm_ident_equal(&resp->routes[0].ident, &op->ident) && got_take(&op->got[i], resp)) {
+            kvm_ident_equal(&resp->routes[0].ident, &op->ident)) {
+            got_take(op, i, resp);
             op->has[i] = true;
             op->unconf[i] = resp->status == KVMESH_EAGAIN;
             inline_take(op, i, resp);
