@@ -23,6 +23,7 @@
 
 typedef struct route_outbox {
     env_node_t node;
+    bool reserved; /* a route_emit_reserve slot is open (encoded into, not yet committed) */
     route_batch_buf_t b;
 } route_outbox_t;
 
@@ -43,25 +44,66 @@ static void outbox_send(route_svc_t *svc, route_outbox_t *o)
     o->b.len = 0;
 }
 
-int route_emit(route_svc_t *svc, env_node_t to, uint32_t type, const uint8_t *buf, size_t len)
+/* The outbox of `to` for a message of env type `type`; NULL: it goes alone (the service does
+ * not coalesce now, the kind is not batchable, or no memory or room for another destination). */
+static route_outbox_t *outbox_for(route_svc_t *svc, env_node_t to, uint32_t type)
 {
     uint32_t kind = type - ROUTE_MSG_BASE;
     if (svc->coalesce == 0 || type < ROUTE_MSG_BASE || !route_msg_batchable((uint16_t)kind))
-        return env_send(svc->env, to, type, buf, len);
+        return NULL;
     if (!svc->outbox && !(svc->outbox = calloc(ROUTE_OUTBOX_NODES, sizeof(route_outbox_t))))
-        return env_send(svc->env, to, type, buf, len);
-    route_outbox_t *o = NULL;
-    for (uint32_t i = 0; i < svc->n_outbox && !o; i++)
+        return NULL;
+    for (uint32_t i = 0; i < svc->n_outbox; i++)
         if (svc->outbox[i].node == to)
-            o = &svc->outbox[i];
-    if (!o) {
-        if (svc->n_outbox >= ROUTE_OUTBOX_NODES) /* bounded: the rest go alone */
-            return env_send(svc->env, to, type, buf, len);
-        o = &svc->outbox[svc->n_outbox++];
-        o->node = to;
-        o->b.n = 0;
-        o->b.len = 0;
+            return &svc->outbox[i];
+    if (svc->n_outbox >= ROUTE_OUTBOX_NODES) /* bounded: the rest go alone */
+        return NULL;
+    route_outbox_t *o = &svc->outbox[svc->n_outbox++];
+    o->node = to;
+    o->reserved = false;
+    o->b.n = 0;
+    o->b.len = 0;
+    return o;
+}
+
+uint8_t *route_emit_reserve(route_svc_t *svc, env_node_t to, uint32_t type, size_t cap,
+                            route_emit_slot_t *slot)
+{
+    slot->o = NULL;
+    route_outbox_t *o = outbox_for(svc, to, type);
+    if (!o)
+        return NULL;
+    KVM_ASSERT(!o->reserved); /* one slot at a time: encoding does not emit */
+    uint8_t *p = NULL;
+    int rc = route_batch_reserve(&o->b, cap, &p);
+    if (rc == KVMESH_ETOOBIG && o->b.n) { /* full: this batch goes now, the item starts the next */
+        outbox_send(svc, o);
+        rc = route_batch_reserve(&o->b, cap, &p);
     }
+    if (rc != 0)
+        return NULL; /* (encoded elsewhere and route_emit'ed: appended or sent alone) */
+    o->reserved = true;
+    slot->o = o;
+    return p;
+}
+
+void route_emit_commit(route_svc_t *svc, route_emit_slot_t *slot, size_t len)
+{
+    (void)svc;
+    route_outbox_t *o = slot->o;
+    KVM_ASSERT(o && o->reserved);
+    o->reserved = false;
+    slot->o = NULL;
+    if (len) /* (queued: sent by route_coalesce_end) */
+        route_batch_commit(&o->b, len);
+}
+
+int route_emit(route_svc_t *svc, env_node_t to, uint32_t type, const uint8_t *buf, size_t len)
+{
+    route_outbox_t *o = outbox_for(svc, to, type);
+    if (!o)
+        return env_send(svc->env, to, type, buf, len);
+    KVM_ASSERT(!o->reserved);
     int rc = route_batch_append(&o->b, buf, len);
     if (rc == KVMESH_ETOOBIG) { /* full: this batch goes now, the item starts the next */
         outbox_send(svc, o);

@@ -17,6 +17,7 @@
  * Every operation ends by its deadline (request_timeout_ms). An op is freed once it is done and
  * none of its peer calls is pending.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,12 +59,8 @@ struct route_op {
     bool in_window, win_sent;
     bool win_park; /* its shard had no view: moved to the window that waits for views */
     env_node_t win_node;
-    /* read attempt */
+    /* read attempt (its per-member arrays are at the end of the record) */
     uint32_t n_wait, n_members;
-    route_msg_member_t members[ROUTE_MSG_MAX_SET];
-    int st[ROUTE_MSG_MAX_SET];
-    bool has[ROUTE_MSG_MAX_SET];
-    bool unconf[ROUTE_MSG_MAX_SET]; /* got[i] answered EAGAIN: not known mirrored */
     /* the answers: got[i] is set where has[i] (owned); allocated by the first attempt for
      * got_cap >= n_members entries (not inline: an op is allocated per lookup and CAS, and 32
      * inline routes made it ~40 KiB to zero each time) */
@@ -86,6 +83,14 @@ struct route_op {
     kvm_route_t *page;
     bool has_after;
     uint8_t *cursor; /* OWNER_CURSOR_CAP bytes (owned), allocated by route_owner_scan */
+    /* The read attempt's per-member state, last: op_record does not zero it (~1.2 KiB per op).
+     * members[i] is written by the attempt before it is read; st/has/unconf are clear at and
+     * above n_members (never set) and below it once attempt_clear ran, which op_free does
+     * before a record becomes a spare (a new record is calloc'd). */
+    route_msg_member_t members[ROUTE_MSG_MAX_SET];
+    int st[ROUTE_MSG_MAX_SET];
+    bool has[ROUTE_MSG_MAX_SET];
+    bool unconf[ROUTE_MSG_MAX_SET]; /* got[i] answered EAGAIN: not known mirrored */
 };
 
 #define OWNER_CURSOR_CAP (8 + KVM_WIRE_MAX_RECORD_LEN)
@@ -104,6 +109,13 @@ static void op_unlink(route_svc_t *svc, route_op_t *op)
     svc->n_ops--;
 }
 
+/* Whether op->got[i] owns its identity's encoding (got_take: a moved one does, a borrowed one
+ * is op->ident's). */
+static bool got_owned(const route_op_t *op, uint32_t i)
+{
+    return op->got[i].ident.enc != op->ident.enc;
+}
+
 /* Clears the answers of op's last attempt: entries at n_members and above are never set (an
  * attempt sets only its members' entries; a record starts zeroed), so a CAS (no member) clears
  * nothing instead of ROUTE_MSG_MAX_SET entries of three arrays. */
@@ -111,8 +123,11 @@ static void attempt_clear(route_op_t *op)
 {
     KVM_ASSERT(op->n_members <= ROUTE_MSG_MAX_SET);
     for (uint32_t i = 0; i < op->n_members; i++) {
-        if (op->has[i])
+        if (op->has[i]) {
+            if (!got_owned(op, i))
+                op->got[i].ident.enc = NULL; /* op->ident's (got_take) */
             kvm_route_free(&op->got[i]);
+        }
         op->has[i] = false;
         op->unconf[i] = false;
         op->st[i] = 0;
@@ -152,7 +167,7 @@ static route_op_t *op_record(route_svc_t *svc)
     uint32_t got_cap = op->got_cap;
     uint8_t *enc_buf = op->enc_buf;
     uint32_t enc_cap = op->enc_cap;
-    memset(op, 0, sizeof(*op));
+    memset(op, 0, offsetof(route_op_t, members)); /* (the attempt's arrays: clear, above) */
     op->got = got; /* every entry cleared (attempt_clear): reusable as got_reserve's */
     op->got_cap = got_cap;
     op->enc_buf = enc_buf; /* nothing borrows it now (op_free) */
@@ -180,7 +195,7 @@ static void op_free(route_op_t *op)
     if (op->route.ident.enc && op->route.ident.enc == op->enc_buf)
         op->route.ident.enc = NULL;
     kvm_ident_free(&op->ident);
-    kvm_route_free(&op->route);
+    kvm_ident_free(&op->route.ident); /* (the rest of the route: zeroed when reused, op_record) */
     free(op->cursor);
     free(op->claim);
     free(op->claim_reply);
@@ -414,22 +429,25 @@ static void inline_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
     op->inl_have = true;
 }
 
-/* Takes the answer's route into *dst (zeroed: got_reserve / attempt_clear). The answer is the
- * message route_on_message decoded for this call and clears when it returns (route_svc.c
- * on_response): a route whose identity encoding is on the heap is moved, not copied (a key copy
- * spared per lookup answer); one whose encoding lies in the message's own decode storage
- * (route_msg.h ROUTE_MSG_IDENT_INLINE: every short key) is copied, since that storage goes with
- * the message. False when out of memory (the answer is dropped, as a lost one). */
-static bool got_take(kvm_route_t *dst, const route_msg_t *resp)
+/* Takes the answer's route into op->got[i] (zeroed: got_reserve / attempt_clear), with no
+ * allocation. The answer is the message route_on_message decoded for this call and clears when
+ * it returns (route_svc.c on_response), and its identity equals op->ident (the caller checked):
+ * a route whose identity encoding is on the heap is moved; one whose encoding lies in the
+ * message's own decode storage (route_msg.h ROUTE_MSG_IDENT_INLINE: every short key) borrows
+ * op->ident's encoding, the same bytes, which the op keeps until attempt_clear has released
+ * every answer (op_free clears the attempt first). got[i] is read only while the op lives (its
+ * callback gets it borrowed), so the borrow never outlives its lender. */
+static void got_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
 {
-    kvm_route_t *r = (kvm_route_t *)&resp->routes[0];
+    route_msg_check_decoded(resp); /* (a copy's storage is not where the check below looks) */
+    kvm_route_t *r = (kvm_route_t *)&resp->routes[0], *dst = &op->got[i];
     const uint8_t *enc = r->ident.enc;
-    KVM_ASSERT(dst->ident.enc == NULL);
-    if (enc >= (const uint8_t *)resp && enc < (const uint8_t *)(resp + 1))
-        return kvm_route_copy(dst, r) == 0;
+    KVM_ASSERT(dst->ident.enc == NULL && r->ident.enc_len == op->ident.enc_len);
     *dst = *r;
-    kvm_route_init(r);
-    return true;
+    if (enc >= (const uint8_t *)resp && enc < (const uint8_t *)(resp + 1))
+        dst->ident.enc = op->ident.enc; /* borrowed: got_owned is false */
+    else
+        memset(&r->ident, 0, sizeof(r->ident)); /* moved: the message frees nothing of it */
 }
 
 static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp)
@@ -450,7 +468,8 @@ static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *r
                 op->stale = true;
         }
         if ((resp->status == 0 || resp->status == KVMESH_EAGAIN) && resp->n_routes == 1 &&
-            kvm_ident_equal(&resp->routes[0].ident, &op->ident) && got_take(&op->got[i], resp)) {
+            kvm_ident_equal(&resp->routes[0].ident, &op->ident)) {
+            got_take(op, i, resp);
             op->has[i] = true;
             op->unconf[i] = resp->status == KVMESH_EAGAIN;
             inline_take(op, i, resp);
@@ -808,8 +827,7 @@ static route_op_t *op_new(route_svc_t *svc, enum op_kind kind, void *arg)
     op->svc = svc;
     op->kind = kind;
     op->arg = arg;
-    op->deadline = route_now(svc) + svc->timeout_ns;
-    kvm_route_init(&op->route);
+    op->deadline = route_now(svc) + svc->timeout_ns; /* (op->route: zeroed by op_record) */
     return op;
 }
 

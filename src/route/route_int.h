@@ -367,6 +367,16 @@ bool route_auth_read_valid(route_svc_t *svc, route_shard_t *sh);
 /* route_batch.c: every route message leaves through route_emit (batched while coalescing). */
 #define ROUTE_OUTBOX_NODES 64 /* destinations one coalescing turn batches; more go alone */
 int route_emit(route_svc_t *svc, env_node_t to, uint32_t type, const uint8_t *buf, size_t len);
+/* Encoding in place: while the service coalesces and type is batchable, room for a message of
+ * at most cap bytes at the end of to's batch (*slot set; NULL: not batched now, or no room:
+ * encode elsewhere and route_emit). The caller encodes into it and ends the slot with
+ * route_emit_commit before anything else is emitted (len 0: nothing was written). */
+typedef struct route_emit_slot {
+    struct route_outbox *o;
+} route_emit_slot_t;
+uint8_t *route_emit_reserve(route_svc_t *svc, env_node_t to, uint32_t type, size_t cap,
+                            route_emit_slot_t *slot);
+void route_emit_commit(route_svc_t *svc, route_emit_slot_t *slot, size_t len);
 void route_coalesce_begin(route_svc_t *svc);
 void route_coalesce_end(route_svc_t *svc); /* at depth 0: sends every batch of the outbox */
 void route_batch_on_message(route_svc_t *svc, const env_msg_t *msg);

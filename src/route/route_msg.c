@@ -49,6 +49,7 @@ void route_msg_init(route_msg_t *m, uint16_t kind)
 
 void route_msg_clear(route_msg_t *m)
 {
+    route_msg_check_decoded(m); /* a copy by value would free the original's storage */
     uint16_t kind = m->kind;
     if (m->ident.enc != m->ident_buf) /* (in the decode storage: not owned) */
         kvm_ident_free(&m->ident);
@@ -279,6 +280,7 @@ static int bad(route_msg_t *out, const char *what)
 int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t *out)
 {
     route_msg_init(out, 0);
+    out->decoded_at = out;
     if (len > ROUTE_MSG_MAX_LEN)
         return kvm_errf(KVMESH_ETOOBIG, "route message of %zu bytes; max %u", len,
                         ROUTE_MSG_MAX_LEN);
@@ -501,6 +503,43 @@ int route_batch_append(route_batch_buf_t *b, const uint8_t *msg, size_t len)
     b->len += 4 + len;
     b->n++;
     return 0;
+}
+
+int route_batch_reserve(route_batch_buf_t *b, size_t cap, uint8_t **out)
+{
+    size_t need = (b->n ? b->len : BATCH_HDR_LEN) + 4 + cap;
+    if (b->n >= KVM_ROUTE_BATCH_MAX || need > ROUTE_MSG_MAX_LEN)
+        return KVMESH_ETOOBIG; /* the caller sends this batch and starts another */
+    if (need > b->cap) {
+        size_t ncap = KVM_MAX(need, b->cap * 2);
+        ncap = KVM_MIN(KVM_MAX(ncap, (size_t)4096), (size_t)ROUTE_MSG_MAX_LEN);
+        uint8_t *nb = realloc(b->buf, ncap);
+        if (!nb)
+            return KVMESH_ENOMEM;
+        b->buf = nb;
+        b->cap = ncap;
+    }
+    if (b->n == 0)
+        b->len = BATCH_HDR_LEN;
+    *out = b->buf + b->len + 4;
+    return 0;
+}
+
+void route_batch_commit(route_batch_buf_t *b, size_t len)
+{
+    uint8_t *p = b->buf + b->len;
+    KVM_ASSERT(b->n < KVM_ROUTE_BATCH_MAX && b->len + 4 + len <= b->cap);
+    KVM_ASSERT(route_msg_batchable(peek_kind(p + 4, len)));
+    p[0] = (uint8_t)len;
+    p[1] = (uint8_t)(len >> 8);
+    p[2] = (uint8_t)(len >> 16);
+    p[3] = (uint8_t)(len >> 24);
+    if (b->n == 0) {
+        b->first_off = b->len + 4;
+        b->first_len = len;
+    }
+    b->len += 4 + len;
+    b->n++;
 }
 
 const uint8_t *route_batch_bytes(route_batch_buf_t *b, size_t *len)

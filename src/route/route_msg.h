@@ -27,6 +27,7 @@
 #include "core/ident.h"
 #include "core/limits.h"
 #include "core/route.h"
+#include "core/util.h"
 #include "core/version.h"
 #include "env/env.h"
 
@@ -139,6 +140,12 @@ typedef struct route_msg {
     /* decoded and attached (route_msg_attach): the attachment inl points into; a receiver may
      * take its buffer (env.h env_payload_t) */
     env_payload_t *inl_att;
+    /* Set by route_msg_decode to the message's own address (NULL when built by a caller): a
+     * decoded message's pointers may point into its own decode storage below, so a copy of it
+     * by value points into the original, which route_msg_clear (or a move out of it) would
+     * then free or read after it is gone. route_msg_clear and route_msg_check_decoded assert
+     * that a decoded message is at the address it was decoded at. */
+    const struct route_msg *decoded_at;
     /* INSTALL_REQ: the first n_set entries (route_msg_init leaves the array as it is: only
      * set[0..n_set) is ever read or written) */
     route_msg_member_t set[ROUTE_MSG_MAX_SET];
@@ -155,8 +162,16 @@ typedef struct route_msg {
 /* Zeroes m (owns nothing) but for set[] and the decode storage, which are left as they are
  * (set[0..n_set) with n_set = 0: nothing; ~2 KiB that each message would otherwise zero). */
 void route_msg_init(route_msg_t *m, uint16_t kind);
-/* Frees what a decoded (or caller-filled with owned routes) message owns; m is re-zeroed. */
+/* Frees what a decoded (or caller-filled with owned routes) message owns; m is re-zeroed.
+ * Asserts that a decoded m was not copied by value (decoded_at). */
 void route_msg_clear(route_msg_t *m);
+/* Asserts that m, when decoded, is the message route_msg_decode wrote (not a copy by value of
+ * it, whose storage pointers would point into the original): for code that takes a decoded
+ * message's routes or identity apart. */
+static inline void route_msg_check_decoded(const route_msg_t *m)
+{
+    KVM_ASSERT(m->decoded_at == NULL || m->decoded_at == m);
+}
 
 /* Encodes into buf (cap bytes); *out_len set. KVMESH_ETOOBIG when it does not fit,
  * KVMESH_EINVAL for an invalid route/ident inside. Routes are borrowed (not freed). */
@@ -198,6 +213,14 @@ void route_batch_buf_free(route_batch_buf_t *b);
  * send it and start another), KVMESH_EINVAL when msg is not a batchable route message,
  * KVMESH_ENOMEM. */
 int route_batch_append(route_batch_buf_t *b, const uint8_t *msg, size_t len);
+/* Room for one message of at most cap bytes at the batch's end, to encode it in place (no
+ * copy): *out points at it, valid until the next append/reserve/free; the message counts once
+ * route_batch_commit adds it. KVMESH_ETOOBIG when the batch has no room for cap more bytes or
+ * items (send it, start another), KVMESH_ENOMEM. */
+int route_batch_reserve(route_batch_buf_t *b, size_t cap, uint8_t **out);
+/* Adds the len bytes written at the last reservation (len <= its cap; a batchable route
+ * message, asserted) as the batch's next item. */
+void route_batch_commit(route_batch_buf_t *b, size_t len);
 /* The encoded batch (n >= 2; valid until the next append/free). */
 const uint8_t *route_batch_bytes(route_batch_buf_t *b, size_t *len);
 

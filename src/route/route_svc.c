@@ -119,11 +119,17 @@ static void enc_give(route_svc_t *svc, uint8_t *buf)
 
 int route_send(route_svc_t *svc, env_node_t to, route_msg_t *m)
 {
-    size_t cap = route_msg_size_bound(m);
+    size_t cap = route_msg_size_bound(m), len = 0;
+    route_emit_slot_t slot;
+    uint8_t *at = route_emit_reserve(svc, to, ROUTE_MSG_BASE + m->kind, cap, &slot);
+    if (at) { /* encoded straight into the destination's batch: no copy */
+        int rc = route_msg_encode(m, at, cap, &len);
+        route_emit_commit(svc, &slot, rc == 0 ? len : 0);
+        return rc;
+    }
     uint8_t *buf = enc_take(svc, cap);
     if (!buf)
         return KVMESH_ENOMEM;
-    size_t len;
     int rc = route_msg_encode(m, buf, cap, &len);
     if (rc == 0)
         rc = route_emit(svc, to, ROUTE_MSG_BASE + m->kind, buf, len);
@@ -310,16 +316,27 @@ route_call_t *route_call(route_svc_t *svc, env_node_t to, route_msg_t *m, uint16
     c->deadline_ns = now + timeout_ns;
     c->type = ROUTE_MSG_BASE + m->kind;
     size_t cap = route_msg_size_bound(m);
-    uint8_t *buf = enc_take(svc, cap);
+    /* encoded straight into the destination's batch while the service coalesces (no copy),
+     * else into the service's buffer and emitted from there */
+    route_emit_slot_t slot;
+    uint8_t *at = route_emit_reserve(svc, to, c->type, cap, &slot);
+    uint8_t *buf = at ? at : enc_take(svc, cap);
     size_t len = 0;
     if (!buf || route_msg_encode(m, buf, cap, &len) != 0 ||
         (retransmit && !call_keep(b, buf, len))) { /* the retransmissions' copy (call_timer) */
-        enc_give(svc, buf);
+        if (at)
+            route_emit_commit(svc, &slot, 0);
+        else
+            enc_give(svc, buf);
         box_release(svc, b);
         return NULL;
     }
-    route_emit(svc, to, c->type, buf, len); /* batched while the service coalesces */
-    enc_give(svc, buf);
+    if (at) {
+        route_emit_commit(svc, &slot, len); /* sent with the batch (route_coalesce_end) */
+    } else {
+        route_emit(svc, to, c->type, buf, len); /* alone: not coalescing, or no room */
+        enc_give(svc, buf);
+    }
     c->next = svc->calls;
     if (svc->calls)
         svc->calls->prev = c;

@@ -15,10 +15,15 @@
  * is the pre-inline encoding, one that asks differs only in that field), an inline READ_RESP
  * round-trips with its bytes as a view into the received buffer, travels in a batch, and every
  * inconsistent form (wrong kind, no route, a length other than the route's, over the bound,
- * truncated, bytes without the flag) is refused by the encoder or the decoder.
+ * truncated, bytes without the flag) is refused by the encoder or the decoder; a batch whose
+ * items are encoded in place into reserved room is the appended batch byte for byte; a decoded
+ * message copied by value asserts where it is cleared or taken apart (forked children).
  */
+#include <fcntl.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
@@ -26,6 +31,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "codec_fixture.h"
 #include "kvmesh.h"
@@ -683,6 +691,156 @@ static void test_batch_codec(void **state)
     kvm_route_free(&r);
 }
 
+/* Encoding in place (route_batch_reserve/commit, what route_emit_reserve uses): a batch whose
+ * items were encoded into its reserved room is byte for byte the batch of the same messages
+ * appended; a reservation left uncommitted adds nothing; the builder is full at the count
+ * bound and refuses a reservation larger than a batch may hold. */
+static void test_batch_reserve(void **state)
+{
+    (void)state;
+    kvm_route_t r;
+    fixture_route(&r, "rk", 1, 5);
+    static const uint16_t kinds[3] = {RMSG_CAS_REQ, RMSG_READ_REQ, RMSG_MIRROR_RESP};
+    route_batch_buf_t a, b;
+    route_batch_buf_init(&a);
+    route_batch_buf_init(&b);
+    uint8_t one[KVM_WIRE_MAX_RECORD_LEN * 2];
+    for (int i = 0; i < 3; i++) {
+        size_t n = enc_one(kinds[i], 200 + (uint64_t)i, &r, one, sizeof(one));
+        assert_int_equal(route_batch_append(&a, one, n), 0);
+        uint8_t *at = NULL;
+        size_t cap = KVM_WIRE_MAX_RECORD_LEN * 2;
+        assert_int_equal(route_batch_reserve(&b, cap, &at), 0);
+        if (i == 1) { /* written into, then abandoned: not an item */
+            memset(at, 0xee, cap);
+            assert_int_equal(route_batch_reserve(&b, cap, &at), 0);
+        }
+        assert_int_equal(enc_one(kinds[i], 200 + (uint64_t)i, &r, at, cap), n);
+        route_batch_commit(&b, n);
+    }
+    assert_int_equal(a.n, 3);
+    assert_int_equal(b.n, 3);
+    assert_int_equal(a.first_off, b.first_off);
+    assert_int_equal(a.first_len, b.first_len);
+    size_t la = 0, lb = 0;
+    const uint8_t *pa = route_batch_bytes(&a, &la), *pb = route_batch_bytes(&b, &lb);
+    assert_int_equal(la, lb);
+    assert_memory_equal(pa, pb, la);
+    /* bounds: the count, and the bytes of one batch */
+    route_batch_buf_free(&b);
+    route_batch_buf_init(&b);
+    uint8_t *at = NULL;
+    assert_int_equal(route_batch_reserve(&b, ROUTE_MSG_MAX_LEN, &at), KVMESH_ETOOBIG);
+    size_t n = enc_one(RMSG_READ_REQ, 1, &r, one, sizeof(one));
+    for (int i = 0; i < KVM_ROUTE_BATCH_MAX; i++) {
+        assert_int_equal(route_batch_reserve(&b, n, &at), 0);
+        memcpy(at, one, n);
+        route_batch_commit(&b, n);
+    }
+    assert_int_equal(route_batch_reserve(&b, n, &at), KVMESH_ETOOBIG);
+    route_batch_view_t *v = malloc(sizeof(*v));
+    const uint8_t *p = route_batch_bytes(&b, &lb);
+    assert_int_equal(route_batch_decode(ROUTE_MSG_BASE + RMSG_BATCH, p, lb, v), 0);
+    assert_int_equal(v->n, KVM_ROUTE_BATCH_MAX);
+    free(v);
+    route_batch_buf_free(&a);
+    route_batch_buf_free(&b);
+    kvm_route_free(&r);
+}
+
+/* Runs fn(arg) in a child with stderr silenced and no core file; true when it died of SIGABRT
+ * (a failed KVM_ASSERT), false when it returned. */
+static bool aborts(void (*fn)(const void *), const void *arg)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0)
+            dup2(devnull, 2);
+        fn(arg);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (WIFEXITED(st))
+        assert_int_equal(WEXITSTATUS(st), 0);
+    return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
+typedef struct enc_bytes {
+    const uint8_t *p;
+    size_t n;
+    uint16_t kind;
+} enc_bytes_t;
+
+/* Decodes e, copies the decoded message by value and clears the copy. */
+static void clear_copy(const void *arg)
+{
+    const enc_bytes_t *e = arg;
+    route_msg_t *m = malloc(sizeof(*m)), *c = malloc(sizeof(*c));
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + e->kind, e->p, e->n, m), 0);
+    memcpy(c, m, sizeof(*c)); /* the copy by value (s7: a route's key freed through a copy) */
+    route_msg_clear(c);
+    free(c);
+    route_msg_clear(m);
+    free(m);
+}
+
+/* Decodes e, copies it by value and checks the copy as a taker of its storage does. */
+static void check_copy(const void *arg)
+{
+    const enc_bytes_t *e = arg;
+    route_msg_t *m = malloc(sizeof(*m)), *c = malloc(sizeof(*c));
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + e->kind, e->p, e->n, m), 0);
+    memcpy(c, m, sizeof(*c));
+    route_msg_check_decoded(c);
+    free(c);
+    route_msg_clear(m);
+    free(m);
+}
+
+/* Decodes e and clears it where it was decoded; then a message built by the caller (never
+ * decoded) is copied and cleared: neither asserts. */
+static void clear_in_place(const void *arg)
+{
+    const enc_bytes_t *e = arg;
+    route_msg_t *m = malloc(sizeof(*m));
+    assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + e->kind, e->p, e->n, m), 0);
+    route_msg_check_decoded(m);
+    route_msg_clear(m);
+    route_msg_clear(m); /* (cleared: owns nothing, decoded nowhere) */
+    route_msg_t built, copy;
+    route_msg_init(&built, RMSG_CAS_RESP);
+    built.status = KVMESH_ECONFLICT;
+    copy = built;
+    route_msg_check_decoded(&copy);
+    route_msg_clear(&copy);
+    free(m);
+}
+
+/* A decoded message copied by value is caught where its storage would be freed or taken apart
+ * (route_msg_clear, route_msg_check_decoded): even one whose copy frees nothing (a status-only
+ * answer), so the copy is caught before the kind of message whose storage it would free. */
+static void test_decoded_copy_asserts(void **state)
+{
+    (void)state;
+    kvm_route_t r;
+    fixture_route(&r, "ck", 1, 5);
+    uint8_t buf[KVM_WIRE_MAX_RECORD_LEN * 2];
+    static const uint16_t kinds[] = {RMSG_MIRROR_RESP, RMSG_CAS_REQ, RMSG_READ_REQ};
+    for (size_t k = 0; k < KVM_ARRAY_SIZE(kinds); k++) {
+        enc_bytes_t e = {buf, enc_one(kinds[k], 9, &r, buf, sizeof(buf)), kinds[k]};
+        assert_false(aborts(clear_in_place, &e));
+        assert_true(aborts(clear_copy, &e));
+        assert_true(aborts(check_copy, &e));
+    }
+    kvm_route_free(&r);
+}
+
 static void read_req(route_msg_t *m, const kvm_route_t *r, uint32_t limit)
 {
     route_msg_init(m, RMSG_READ_REQ);
@@ -941,6 +1099,7 @@ int main(void)
         cmocka_unit_test(test_table_expiry_index),    cmocka_unit_test(test_table_put_in_place),
         cmocka_unit_test(test_batch_codec),           cmocka_unit_test(test_route_frame),
         cmocka_unit_test(test_read_inline),           cmocka_unit_test(test_read_att),
+        cmocka_unit_test(test_batch_reserve),         cmocka_unit_test(test_decoded_copy_asserts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
