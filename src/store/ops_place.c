@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ops_place.c — placement (spec "Write path"): a PLACE op reserves every item's replicas at
- * distinct owners (preferred owners, then this runtime, then by weighted rendezvous rank),
- * batching the remote reservations per (op, owner), and parks an item while too few storage
- * members are in the snapshot (place_wait.h). Item states: NEW / QUOTA_RESERVING -> PLACING
- * (<-> PARKED) -> DONE or FAILED (docs/store.md "Item states"). Loop thread only; calls
- * ops_item.c (ops_int.h), never ops.c or ops_publish.c.
+ * distinct owners (preferred owners, then this runtime, then the key's shard primary, then by
+ * weighted rendezvous rank: docs/store.md "Placement order"), batching the remote reservations
+ * per (op, owner), and parks an item while too few storage members are in the snapshot
+ * (place_wait.h). Item states: NEW / QUOTA_RESERVING -> PLACING (<-> PARKED) -> DONE or FAILED
+ * (docs/store.md "Item states"). Loop thread only; calls ops_item.c (ops_int.h), never ops.c or
+ * ops_publish.c.
  */
 #include <inttypes.h>
 #include <stdio.h>
