@@ -3,9 +3,10 @@
  * env_uv.h — the real environment binding (env.h) on a libuv loop, and a helper that runs such
  * an env on a private loop thread.
  *
- * What it owns: three libuv handles on the caller's loop (one uv_timer_t multiplexing every env
- * timer, one uv_idle_t driving deferred callbacks, one uv_async_t draining the cross-thread post
- * queue), the timer table, the defer list, the bounded post queue and the RNG state.
+ * What it owns: four libuv handles on the caller's loop (one uv_timer_t multiplexing every env
+ * timer, one uv_idle_t driving deferred callbacks, one uv_check_t running the work a pass left
+ * due at once, one uv_async_t draining the cross-thread post queue), the timer table, the defer
+ * list, the bounded post queue and the RNG state.
  *
  * Semantics:
  *   - now_ns: uv_hrtime() (CLOCK_MONOTONIC, ns). wall_ms: CLOCK_REALTIME in ms.
@@ -13,8 +14,15 @@
  *   - timers: keyed by id; expiry order is (deadline, id), so timers armed with the same deadline
  *     fire in the order they were started. Resolution of the underlying uv timer is 1 ms; a timer
  *     never fires before its deadline. Cancelling a fired or unknown id is a no-op.
- *   - defer: the callback runs on a later loop turn (never inside the defer call); callbacks
- *     deferred during a defer batch run on the turn after. At most ENV_UV_DEFER_MAX pending.
+ *   - defer: the callback runs later on the loop, never inside the defer call; callbacks
+ *     deferred during a defer batch run in a later batch. At most ENV_UV_DEFER_MAX pending.
+ *   - work due at once runs in the pass that made it due: at the end of every loop pass (libuv's
+ *     check phase, after the pass's I/O callbacks) the env runs the timers due by then and the
+ *     deferred callbacks, in rounds (due timers, then the defer batch, as a new pass would), for
+ *     up to ENV_UV_DRAIN_ROUNDS rounds while a round ran something; what is left runs on the
+ *     next pass. A chain of 0-delay timers and deferred callbacks (a route op's first attempt, a
+ *     message to this node itself and its answer) thus costs no loop pass (no epoll_wait) per
+ *     step; the bound keeps a chain that never ends from holding off I/O.
  *   - post: any thread; a bounded queue (ENV_UV_POST_CAP) plus uv_async; returns KVMESH_EAGAIN
  *     when full, KVMESH_ECLOSED after env_uv_free() started. Runs in FIFO order on the loop
  *     thread, at most ENV_UV_POST_BATCH per turn.
@@ -38,10 +46,11 @@
 
 #include "env/env.h"
 
-#define ENV_UV_POST_CAP    4096u    /* posted callbacks waiting for the loop, per env */
-#define ENV_UV_TIMER_SPARE 64u      /* fired or cancelled timer records kept for reuse, per env */
-#define ENV_UV_POST_BATCH  256u     /* posted callbacks run per loop turn */
-#define ENV_UV_DEFER_MAX   1048576u /* deferred callbacks pending, per env */
+#define ENV_UV_POST_CAP     4096u    /* posted callbacks waiting for the loop, per env */
+#define ENV_UV_TIMER_SPARE  64u      /* fired or cancelled timer records kept for reuse, per env */
+#define ENV_UV_POST_BATCH   256u     /* posted callbacks run per loop turn */
+#define ENV_UV_DEFER_MAX    1048576u /* deferred callbacks pending, per env */
+#define ENV_UV_DRAIN_ROUNDS 8u       /* rounds of due timers + defer batch at the end of a pass */
 
 /* Outbound message hook: copies or sends (data, len) before returning; returns 0 or a KVMESH_E*
  * code, which env_send() returns to its caller. Called on the loop thread. */

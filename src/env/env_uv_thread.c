@@ -88,7 +88,7 @@ static int loop_pass(env_uv_thread_t *t)
     if (uv_run(&t->loop, UV_RUN_NOWAIT) != 0) {
         tmo = uv_backend_timeout(&t->loop);
         t->park_until_ms = tmo < 0 ? PARK_FOREVER : env_clock_mono_ms() + (uint64_t)tmo;
-        atomic_store(&t->parked, true);
+        atomic_store(&t->parked, tmo != 0); /* 0: the next pass follows at once, no sleep */
     }
     pthread_mutex_unlock(&t->run_mu);
     return tmo;
@@ -140,7 +140,8 @@ static void thread_main(void *arg)
     uv_sem_post(&t->started);
     int tmo;
     while ((tmo = loop_pass(t)) != LOOP_ENDED)
-        park(t, tmo);
+        if (tmo != 0) /* work due at once: the next pass polls the loop's I/O itself */
+            park(t, tmo);
     tl_running = NULL;
 }
 
