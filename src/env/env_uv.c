@@ -98,6 +98,8 @@ typedef struct env_uv {
     post_item_t *post_q;
     uint32_t post_head, post_count;
     bool post_closed;
+    env_cb post_hook; /* env_uv_set_post_hook: run after each accepted post, on the poster */
+    void *post_hook_ctx;
 
     /* messages */
     env_uv_sender_fn sender;
@@ -418,6 +420,8 @@ static int op_post(env_t *env, env_cb cb, void *arg)
         u->post_count++;
         /* sent under the lock: env_uv_free() closes the handle only after taking post_mu */
         uv_async_send(&u->async);
+        if (u->post_hook) /* likewise: the env (and the hook's owner) outlives the lock */
+            u->post_hook(u->post_hook_ctx);
     }
     pthread_mutex_unlock(&u->post_mu);
     return rc;
@@ -579,6 +583,22 @@ void env_uv_set_sender(env_t *env, env_uv_sender_fn fn, void *ctx)
     env_uv_t *u = to_uv(env);
     u->sender = fn;
     u->sender_ctx = ctx;
+}
+
+void env_uv_set_post_hook(env_t *env, env_cb fn, void *ctx)
+{
+    env_uv_t *u = to_uv(env);
+    u->post_hook = fn;
+    u->post_hook_ctx = ctx;
+}
+
+bool env_uv_post_pending(env_t *env)
+{
+    env_uv_t *u = to_uv(env);
+    pthread_mutex_lock(&u->post_mu);
+    bool pending = u->post_count > 0;
+    pthread_mutex_unlock(&u->post_mu);
+    return pending;
 }
 
 void env_uv_set_sender_att(env_t *env, env_uv_sender_att_fn fn, void *ctx)

@@ -75,6 +75,16 @@ void env_uv_free(env_t *env);
 /* Installs the outbound hook (NULL fn removes it). ctx is borrowed. Loop thread only. */
 void env_uv_set_sender(env_t *env, env_uv_sender_fn fn, void *ctx);
 
+/* Installs a hook that env_post() runs on the posting thread for each post it accepted, after
+ * the loop's async handle was signalled, under the post queue's lock (so the env is not released
+ * meanwhile; the hook must not post): env_uv_thread wakes its sleeping loop thread through it
+ * while that thread does not watch the loop's I/O. Set before any other thread may post; ctx is
+ * borrowed. */
+void env_uv_set_post_hook(env_t *env, env_cb fn, void *ctx);
+
+/* Whether posted callbacks wait for the loop (any thread; takes the post queue's lock). */
+bool env_uv_post_pending(env_t *env);
+
 /* Outbound hook of env_send_att (env.h has its contract: the attachment is not copied; on 0
  * att->sent runs once, later; KVMESH_ENOTSUP when the peer cannot take it). Without one,
  * env_send_att answers KVMESH_ENOTSUP. Installed like env_uv_set_sender. */
@@ -181,6 +191,11 @@ enum env_uv_lead {
  * Before letting go, while the loop thread sleeps, it runs at most two more passes without
  * waiting if work is due at once (callbacks its passes queued: cheaper than waking the loop
  * thread for them). A leader holds the loop only as long as its own wait lasts, plus those.
+ * Leads in a row (each beginning within 1 ms of the last one's end, no thread waiting for the
+ * loop without leading) leave the loop's I/O to the leaders: between two of them, I/O nobody
+ * leads for is run by the next lead or by the loop thread within 1 ms (env_uv_thread.c, "The
+ * loop's I/O after a lead"); posts, timers and an isolated lead's I/O wake the loop thread at
+ * once, as before.
  * The calling thread keeps its own state: its signal mask is not touched (loop code's socket
  * writes raise no SIGPIPE, env_thread.h) and its kvmesh_last_error() message is the same
  * afterwards. Must not race with env_uv_thread_stop() (as
@@ -190,11 +205,19 @@ enum env_uv_lead env_uv_thread_lead(env_uv_thread_t *t, env_cb cb, void *arg, en
                                     void *darg, uint64_t deadline_ms);
 
 /* Counters of t since start (any thread; for tests and benchmarks): leads taken (led), leads
- * refused (refused), wake-ups of the sleeping loop thread by a leaving leader (kicks). */
+ * refused (refused), wake-ups of the sleeping loop thread through its kick fd (kicks: by a
+ * leaving leader, a post while the loop thread does not watch I/O, stop), and epoll_ctl calls
+ * that turned the loop's I/O off or on in the loop thread's sleep set (io_toggles). */
 typedef struct env_uv_thread_stats {
-    uint64_t led, refused, kicks;
+    uint64_t led, refused, kicks, io_toggles;
 } env_uv_thread_stats_t;
 void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out);
+
+/* An application thread that handed work to t's loop without leading it (a post, then a wait
+ * for the answer) brackets its wait with begin true / false: while one waits, the loop thread
+ * watches the loop's I/O itself (the leaders' grace, env_uv_thread_lead, is off), so the answer
+ * wakes it at once. Any thread; env_uv_thread_call does it for its own wait. */
+void env_uv_thread_waiting(env_uv_thread_t *t, bool begin);
 
 /* Whether the loop thread sleeps between passes now (it runs none; a leader may run the loop):
  * a lead tried then is refused only if the loop thread wakes first. A snapshot, for tests and
