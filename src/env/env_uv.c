@@ -9,7 +9,9 @@
  *     so a callback may start and cancel timers freely (including its own, now stale, id);
  *   - the idle handle is active exactly while the defer list is non-empty;
  *   - post_q holds at most ENV_UV_POST_CAP entries and is touched only under post_mu;
- *   - the env memory is freed only after all three handles reported their close callbacks;
+ *   - the env memory is freed only after all four handles reported their close callbacks;
+ *   - the check handle is active (unreferenced) for the env's life: each pass ends with the
+ *     timers and deferred callbacks already due (on_uv_check, bounded rounds);
  *   - spare holds at most ENV_UV_TIMER_SPARE freed timer records, linked through next_spare and
  *     in neither tree (a record is reused by the next timer_start instead of a calloc per timer:
  *     route and store ops arm and cancel several timers per op).
@@ -86,6 +88,7 @@ typedef struct env_uv {
 
     /* defer */
     uv_idle_t idle;
+    uv_check_t check; /* runs the work a pass's callbacks left due at once (drain_due) */
     defer_item_t *defer_head, *defer_tail;
     size_t n_defer;
 
@@ -95,6 +98,8 @@ typedef struct env_uv {
     post_item_t *post_q;
     uint32_t post_head, post_count;
     bool post_closed;
+    env_cb post_hook; /* env_uv_set_post_hook: run after each accepted post, on the poster */
+    void *post_hook_ctx;
 
     /* messages */
     env_uv_sender_fn sender;
@@ -219,12 +224,13 @@ static void spares_free(env_uv_t *u)
     u->n_spare = 0;
 }
 
-static void on_uv_timer(uv_timer_t *h)
+/* Runs the timers due at now that were armed before this call (timers armed by these callbacks
+ * wait for the next batch, even with delay 0), then re-arms the uv timer for the first left.
+ * Returns the number run; stops early when a callback freed the env. */
+static unsigned timers_run(env_uv_t *u, uint64_t now)
 {
-    env_uv_t *u = h->data;
-    uint64_t now = uv_hrtime();
-    /* Timers armed by the callbacks of this batch wait for the next turn, even with delay 0. */
     env_timer_id id_limit = u->next_timer_id;
+    unsigned ran = 0;
     for (;;) {
         uvtimer_t *t = RB_MIN(deadline_tree, &u->by_deadline);
         if (!t || t->deadline_ns > now || t->id >= id_limit)
@@ -234,10 +240,18 @@ static void on_uv_timer(uv_timer_t *h)
         void *arg = t->arg;
         timer_release(u, t);
         cb(arg);
+        ran++;
         if (u->freeing)
-            return;
+            return ran;
     }
     timer_rearm(u);
+    return ran;
+}
+
+static void on_uv_timer(uv_timer_t *h)
+{
+    env_uv_t *u = h->data;
+    timers_run(u, uv_hrtime());
 }
 
 static env_timer_id op_timer_start(env_t *env, uint64_t delay_ns, env_cb cb, void *arg)
@@ -309,6 +323,41 @@ static void on_uv_idle(uv_idle_t *h)
         uv_idle_stop(&u->idle);
 }
 
+/*
+ * The check phase of every loop pass (after its I/O callbacks): the timers due by now and the
+ * deferred callbacks that the pass's callbacks left run here, in rounds (timers, then the defer
+ * batch, as the next pass would run them), up to ENV_UV_DRAIN_ROUNDS rounds while a round found
+ * work. Without it each step of a chain of 0-delay timers and deferred callbacks (a route op's
+ * first attempt, a message to this node itself, its answer, the put that completes) cost one
+ * more loop pass, i.e. one more epoll_wait, and, on a loop thread that sleeps between passes,
+ * one more sleep-set poll. The bound keeps the loop polling I/O between rounds of a chain that
+ * never ends.
+ */
+static void on_uv_check(uv_check_t *h)
+{
+    env_uv_t *u = h->data;
+    for (unsigned round = 0; round < ENV_UV_DRAIN_ROUNDS; round++) {
+        bool ran = false;
+        uvtimer_t *first = RB_MIN(deadline_tree, &u->by_deadline);
+        if (first) {
+            uint64_t now = uv_hrtime();
+            if (first->deadline_ns <= now) {
+                ran = timers_run(u, now) > 0;
+                if (u->freeing)
+                    return;
+            }
+        }
+        if (u->defer_head) {
+            on_uv_idle(&u->idle);
+            ran = true;
+            if (u->freeing)
+                return;
+        }
+        if (!ran)
+            return;
+    }
+}
+
 static int op_defer(env_t *env, env_cb cb, void *arg)
 {
     env_uv_t *u = to_uv(env);
@@ -371,6 +420,8 @@ static int op_post(env_t *env, env_cb cb, void *arg)
         u->post_count++;
         /* sent under the lock: env_uv_free() closes the handle only after taking post_mu */
         uv_async_send(&u->async);
+        if (u->post_hook) /* likewise: the env (and the hook's owner) outlives the lock */
+            u->post_hook(u->post_hook_ctx);
     }
     pthread_mutex_unlock(&u->post_mu);
     return rc;
@@ -474,11 +525,17 @@ int env_uv_new(env_t **out, uv_loop_t *loop, env_node_t self)
     uv_idle_init(loop, &u->idle);
     u->idle.data = u;
     u->open_handles++;
+    uv_check_init(loop, &u->check); /* cannot fail either */
+    u->check.data = u;
+    u->open_handles++;
+    uv_check_start(&u->check, on_uv_check);
+    uv_unref((uv_handle_t *)&u->check); /* active in every pass, keeps no loop alive */
     int rc = uv_async_init(loop, &u->async, on_uv_async);
     if (rc != 0) {
         u->freeing = true;
         uv_close((uv_handle_t *)&u->timer, on_handle_closed);
         uv_close((uv_handle_t *)&u->idle, on_handle_closed);
+        uv_close((uv_handle_t *)&u->check, on_handle_closed);
         /* the memory is released by the close callbacks on the next loop turn */
         return kvm_errf(KVMESH_EIO, "uv_async_init failed: %s; check the fd limit",
                         uv_strerror(rc));
@@ -517,6 +574,7 @@ void env_uv_free(env_t *env)
     pthread_mutex_unlock(&u->post_mu);
     uv_close((uv_handle_t *)&u->timer, on_handle_closed);
     uv_close((uv_handle_t *)&u->idle, on_handle_closed);
+    uv_close((uv_handle_t *)&u->check, on_handle_closed);
     uv_close((uv_handle_t *)&u->async, on_handle_closed);
 }
 
@@ -525,6 +583,22 @@ void env_uv_set_sender(env_t *env, env_uv_sender_fn fn, void *ctx)
     env_uv_t *u = to_uv(env);
     u->sender = fn;
     u->sender_ctx = ctx;
+}
+
+void env_uv_set_post_hook(env_t *env, env_cb fn, void *ctx)
+{
+    env_uv_t *u = to_uv(env);
+    u->post_hook = fn;
+    u->post_hook_ctx = ctx;
+}
+
+bool env_uv_post_pending(env_t *env)
+{
+    env_uv_t *u = to_uv(env);
+    pthread_mutex_lock(&u->post_mu);
+    bool pending = u->post_count > 0;
+    pthread_mutex_unlock(&u->post_mu);
+    return pending;
 }
 
 void env_uv_set_sender_att(env_t *env, env_uv_sender_att_fn fn, void *ctx)

@@ -3,9 +3,10 @@
  * env_uv.h — the real environment binding (env.h) on a libuv loop, and a helper that runs such
  * an env on a private loop thread.
  *
- * What it owns: three libuv handles on the caller's loop (one uv_timer_t multiplexing every env
- * timer, one uv_idle_t driving deferred callbacks, one uv_async_t draining the cross-thread post
- * queue), the timer table, the defer list, the bounded post queue and the RNG state.
+ * What it owns: four libuv handles on the caller's loop (one uv_timer_t multiplexing every env
+ * timer, one uv_idle_t driving deferred callbacks, one uv_check_t running the work a pass left
+ * due at once, one uv_async_t draining the cross-thread post queue), the timer table, the defer
+ * list, the bounded post queue and the RNG state.
  *
  * Semantics:
  *   - now_ns: uv_hrtime() (CLOCK_MONOTONIC, ns). wall_ms: CLOCK_REALTIME in ms.
@@ -13,8 +14,15 @@
  *   - timers: keyed by id; expiry order is (deadline, id), so timers armed with the same deadline
  *     fire in the order they were started. Resolution of the underlying uv timer is 1 ms; a timer
  *     never fires before its deadline. Cancelling a fired or unknown id is a no-op.
- *   - defer: the callback runs on a later loop turn (never inside the defer call); callbacks
- *     deferred during a defer batch run on the turn after. At most ENV_UV_DEFER_MAX pending.
+ *   - defer: the callback runs later on the loop, never inside the defer call; callbacks
+ *     deferred during a defer batch run in a later batch. At most ENV_UV_DEFER_MAX pending.
+ *   - work due at once runs in the pass that made it due: at the end of every loop pass (libuv's
+ *     check phase, after the pass's I/O callbacks) the env runs the timers due by then and the
+ *     deferred callbacks, in rounds (due timers, then the defer batch, as a new pass would), for
+ *     up to ENV_UV_DRAIN_ROUNDS rounds while a round ran something; what is left runs on the
+ *     next pass. A chain of 0-delay timers and deferred callbacks (a route op's first attempt, a
+ *     message to this node itself and its answer) thus costs no loop pass (no epoll_wait) per
+ *     step; the bound keeps a chain that never ends from holding off I/O.
  *   - post: any thread; a bounded queue (ENV_UV_POST_CAP) plus uv_async; returns KVMESH_EAGAIN
  *     when full, KVMESH_ECLOSED after env_uv_free() started. Runs in FIFO order on the loop
  *     thread, at most ENV_UV_POST_BATCH per turn.
@@ -38,10 +46,11 @@
 
 #include "env/env.h"
 
-#define ENV_UV_POST_CAP    4096u    /* posted callbacks waiting for the loop, per env */
-#define ENV_UV_TIMER_SPARE 64u      /* fired or cancelled timer records kept for reuse, per env */
-#define ENV_UV_POST_BATCH  256u     /* posted callbacks run per loop turn */
-#define ENV_UV_DEFER_MAX   1048576u /* deferred callbacks pending, per env */
+#define ENV_UV_POST_CAP     4096u    /* posted callbacks waiting for the loop, per env */
+#define ENV_UV_TIMER_SPARE  64u      /* fired or cancelled timer records kept for reuse, per env */
+#define ENV_UV_POST_BATCH   256u     /* posted callbacks run per loop turn */
+#define ENV_UV_DEFER_MAX    1048576u /* deferred callbacks pending, per env */
+#define ENV_UV_DRAIN_ROUNDS 8u       /* rounds of due timers + defer batch at the end of a pass */
 
 /* Outbound message hook: copies or sends (data, len) before returning; returns 0 or a KVMESH_E*
  * code, which env_send() returns to its caller. Called on the loop thread. */
@@ -65,6 +74,16 @@ void env_uv_free(env_t *env);
 
 /* Installs the outbound hook (NULL fn removes it). ctx is borrowed. Loop thread only. */
 void env_uv_set_sender(env_t *env, env_uv_sender_fn fn, void *ctx);
+
+/* Installs a hook that env_post() runs on the posting thread for each post it accepted, after
+ * the loop's async handle was signalled, under the post queue's lock (so the env is not released
+ * meanwhile; the hook must not post): env_uv_thread wakes its sleeping loop thread through it
+ * while that thread does not watch the loop's I/O. Set before any other thread may post; ctx is
+ * borrowed. */
+void env_uv_set_post_hook(env_t *env, env_cb fn, void *ctx);
+
+/* Whether posted callbacks wait for the loop (any thread; takes the post queue's lock). */
+bool env_uv_post_pending(env_t *env);
 
 /* Outbound hook of env_send_att (env.h has its contract: the attachment is not copied; on 0
  * att->sent runs once, later; KVMESH_ENOTSUP when the peer cannot take it). Without one,
@@ -172,6 +191,11 @@ enum env_uv_lead {
  * Before letting go, while the loop thread sleeps, it runs at most two more passes without
  * waiting if work is due at once (callbacks its passes queued: cheaper than waking the loop
  * thread for them). A leader holds the loop only as long as its own wait lasts, plus those.
+ * Leads in a row (each beginning within 1 ms of the last one's end, no thread waiting for the
+ * loop without leading) leave the loop's I/O to the leaders: between two of them, I/O nobody
+ * leads for is run by the next lead or by the loop thread within 1 ms (env_uv_thread.c, "The
+ * loop's I/O after a lead"); posts, timers and an isolated lead's I/O wake the loop thread at
+ * once, as before.
  * The calling thread keeps its own state: its signal mask is not touched (loop code's socket
  * writes raise no SIGPIPE, env_thread.h) and its kvmesh_last_error() message is the same
  * afterwards. Must not race with env_uv_thread_stop() (as
@@ -181,11 +205,19 @@ enum env_uv_lead env_uv_thread_lead(env_uv_thread_t *t, env_cb cb, void *arg, en
                                     void *darg, uint64_t deadline_ms);
 
 /* Counters of t since start (any thread; for tests and benchmarks): leads taken (led), leads
- * refused (refused), wake-ups of the sleeping loop thread by a leaving leader (kicks). */
+ * refused (refused), wake-ups of the sleeping loop thread through its kick fd (kicks: by a
+ * leaving leader, a post while the loop thread does not watch I/O, stop), and epoll_ctl calls
+ * that turned the loop's I/O off or on in the loop thread's sleep set (io_toggles). */
 typedef struct env_uv_thread_stats {
-    uint64_t led, refused, kicks;
+    uint64_t led, refused, kicks, io_toggles;
 } env_uv_thread_stats_t;
 void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out);
+
+/* An application thread that handed work to t's loop without leading it (a post, then a wait
+ * for the answer) brackets its wait with begin true / false: while one waits, the loop thread
+ * watches the loop's I/O itself (the leaders' grace, env_uv_thread_lead, is off), so the answer
+ * wakes it at once. Any thread; env_uv_thread_call does it for its own wait. */
+void env_uv_thread_waiting(env_uv_thread_t *t, bool begin);
 
 /* Whether the loop thread sleeps between passes now (it runs none; a leader may run the loop):
  * a lead tried then is refused only if the loop thread wakes first. A snapshot, for tests and

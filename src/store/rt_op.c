@@ -314,11 +314,16 @@ int kvm_op_run(kvm_op_t *op)
     enum env_uv_lead led = !alone ? ENV_UV_LEAD_REFUSED
                                   : env_uv_thread_lead(rt->thread, op_enter, op, op_is_done, op,
                                                        bounded ? give_up_ms : 0);
-    if (led != ENV_UV_LEAD_REFUSED) {
+    /* A posted op's answer must wake the loop thread at once: it watches the loop's I/O while
+     * this thread waits (env_uv_thread_waiting; leaders in a row leave the I/O to themselves). */
+    bool posted = led == ENV_UV_LEAD_REFUSED;
+    if (!posted) {
         KVM_CP_COUNT(op, op_loop_leads_total, OBS_NONE, 1);
     } else {
+        env_uv_thread_waiting(rt->thread, true);
         int rc = op_post(op);
         if (rc) {
+            env_uv_thread_waiting(rt->thread, false);
             atomic_fetch_sub(&rt->ops_running, 1);
             atomic_fetch_sub(&op->refs, 1);
             return rc;
@@ -341,6 +346,8 @@ int kvm_op_run(kvm_op_t *op)
         }
     }
     pthread_mutex_unlock(&op->mu);
+    if (posted)
+        env_uv_thread_waiting(rt->thread, false);
     atomic_fetch_sub(&rt->ops_running, 1);
     if (real_span && !abandoned) { /* (an abandoned op's span stays the loop's copy) */
         op->span = real_span;      /* the app thread's own uses after the op (data.c) */
