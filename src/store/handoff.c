@@ -102,7 +102,9 @@ int kvm_handoff_decode(const uint8_t *buf, size_t len, struct kvm_handoff *h)
         s->size = kvm_rd_u64le(&r);
         if (!kvm_rd_ok(&r))
             return bad(h, "truncated segment table", i, n_segs);
-        if (s->id == 0 || s->size == 0 || s->size > SEG_MAX_SIZE || s->size % ALLOC_ALIGN)
+        /* (an owner's allocator takes at most ALLOC_MAX_SIZE: below SEG_MAX_SIZE) */
+        if (s->id == 0 || s->size == 0 || s->size > SEG_MAX_SIZE || s->size > ALLOC_MAX_SIZE ||
+            s->size % ALLOC_ALIGN)
             return bad(h, "segment id zero or size invalid", s->id, s->size);
         for (uint32_t j = 0; j < i; j++)
             if (h->segs[j].id == s->id)

@@ -133,6 +133,9 @@ static void test_codec_rejects(void **state)
     make_index(&h, 0);
     h.segs[0].size = 1000; /* not a multiple of the alignment */
     expect_rejected(&h, "segment size");
+    make_index(&h, 0);
+    h.segs[0].size = ALLOC_MAX_SIZE + ALLOC_ALIGN; /* within SEG_MAX_SIZE, beyond an allocator */
+    expect_rejected(&h, "segment above the allocator's bound");
 
     /* byte-level: trailing bytes, truncation, a slot count the input cannot hold, version */
     make_index(&h, 3);
