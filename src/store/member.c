@@ -516,6 +516,19 @@ struct refresh_call {
 
 static int refresh_page(kvm_rt_t *rt, struct refresh_call *c);
 
+/* After a refresh ended (and its callbacks ran): starts the one kvm_member_refresh_next queued,
+ * unless a callback already started another (it then waits for that one). A refresh cancelled
+ * at close drops it, as it drops its own callback. */
+static void refresh_run_next(kvm_rt_t *rt, bool cancelled)
+{
+    kvm_done_cb next = rt->refresh_next;
+    if (!next || rt->refreshing)
+        return;
+    rt->refresh_next = NULL;
+    if (!cancelled)
+        kvm_member_refresh(rt, next);
+}
+
 static void refresh_done(void *arg, const meta_result_t *res)
 {
     struct refresh_call *c = arg;
@@ -530,6 +543,7 @@ static void refresh_done(void *arg, const meta_result_t *res)
             cb(rt, res->rc, res->errmsg);
         if (res->rc != KVMESH_ECANCELED && rt->after_refresh)
             rt->after_refresh(rt);
+        refresh_run_next(rt, res->rc == KVMESH_ECANCELED);
         return;
     }
     for (size_t i = 0; i < res->n_kvs && rt->n_next < STORE_MAX_MEMBERS; i++) {
@@ -552,6 +566,7 @@ static void refresh_done(void *arg, const meta_result_t *res)
         cb(rt, 0, "");
     if (rt->after_refresh)
         rt->after_refresh(rt);
+    refresh_run_next(rt, false);
 }
 
 static int refresh_page(kvm_rt_t *rt, struct refresh_call *c)
@@ -589,6 +604,23 @@ void kvm_member_refresh(kvm_rt_t *rt, kvm_done_cb cb)
         if (cb)
             cb(rt, rc, kvmesh_last_error());
     }
+}
+
+/* The open's refresh (runtime.c) must read the member list after the runtime published itself:
+ * a refresh already running (e.g. one started for a message from a peer not yet in the
+ * snapshot) may have read it before, and refusing the open with "refresh already running" made a
+ * restarted daemon exit while joining. */
+void kvm_member_refresh_next(kvm_rt_t *rt, kvm_done_cb cb)
+{
+    if (!rt->refreshing) {
+        kvm_member_refresh(rt, cb);
+        return;
+    }
+    if (rt->refresh_next) {
+        cb(rt, KVMESH_EAGAIN, "refresh already running");
+        return;
+    }
+    rt->refresh_next = cb;
 }
 
 static void refresh_fire(void *arg);

@@ -431,7 +431,7 @@ static void open_published(kvm_rt_t *rt, int rc, const char *err)
         open_finish(rt, rc, err);
         return;
     }
-    kvm_member_refresh(rt, open_refreshed);
+    kvm_member_refresh_next(rt, open_refreshed); /* (after a running one: member.c) */
 }
 
 static void open_quota_ready(kvm_rt_t *rt, int rc, const char *err)

@@ -457,6 +457,8 @@ typedef struct kvm_rt {
     uint64_t heartbeat;
     env_timer_id keepalive_timer, refresh_timer, tick_timer, hit_timer;
     bool refreshing;
+    /* [loop] kvm_member_refresh_next's callback, waiting for the running refresh to end */
+    void (*refresh_next)(struct kvm_rt *rt, int rc, const char *err); /* a kvm_done_cb */
     char refresh_after[KS_KEY_CAP];
     struct kvm_member *members, *next_members; /* snapshot, next being read */
     size_t n_members, n_next;
@@ -643,6 +645,8 @@ typedef void (*kvm_done_cb)(kvm_rt_t *rt, int rc, const char *err);
 void kvm_member_register(kvm_rt_t *rt, kvm_done_cb cb); /* lease + standby record + epoch */
 void kvm_member_publish(kvm_rt_t *rt, kvm_done_cb cb);  /* writes the record now */
 void kvm_member_refresh(kvm_rt_t *rt, kvm_done_cb cb);  /* one snapshot refresh */
+/* a refresh that starts after this call: now, or once the running one ended (one waits) */
+void kvm_member_refresh_next(kvm_rt_t *rt, kvm_done_cb cb);
 /* [app] Waits (bounded by the deadline) for a membership snapshot refresh that started after
  * this call: for a reader that met an owner its snapshot does not list or cannot reach at the
  * listed address (a runtime that joined or restarted since the last periodic refresh).
