@@ -477,8 +477,22 @@ static void check_lifecycle(struct cluster *c)
     admin_state(c, x, st, sizeof(st));
     assert_string_equal(st, "active");
     wait_app_sees(c, x, "active");
-    if (put_batch(c, "active", x) == 0)
-        fail_msg("after activate none of %d new objects landed on %s", LC_OBJECTS, x);
+    /* new objects land on it once it holds route authority again: puts go first to the key's
+     * shard primary (place_on_primary), and the shards come back to the activated member by
+     * handoff, after its record is active */
+    t0 = env_clock_mono_ms();
+    size_t on_x;
+    int rounds = 0;
+    while ((on_x = put_batch(c, "active", x)) == 0) {
+        rounds++;
+        if (env_clock_mono_ms() - t0 > LC_WAIT_MS)
+            fail_msg("after activate none of %d new objects landed on %s in %d rounds", LC_OBJECTS,
+                     x, rounds);
+        usleep(200000);
+    }
+    fprintf(stderr,
+            "after activate %zu of %d new objects landed on %s (%d rounds before, %llu ms)\n", on_x,
+            LC_OBJECTS, x, rounds, (unsigned long long)(env_clock_mono_ms() - t0));
     check_reads(c, "active");
     check_reads(c, "restarted");
 }
