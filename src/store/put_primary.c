@@ -293,14 +293,14 @@ struct prim_serve {
     struct obs_span *sp; /* &span while traced; NULL: untraced */
     /* the payload sink's part (raw form): */
     enum prim_sink_state st;
-    bool in_sink;      /* the sink's reservation call is running */
-    bool frame_in;     /* the handler ran (reply set) */
-    bool aborted;      /* the RPC layer ended the context (no handler will run) */
-    uint8_t verdict;   /* PS_VERDICT: the answer's outcome */
-    int status;        /* PS_VERDICT, PS_FAILED: the answer's status */
-    struct seg *pin;   /* PS_DIRECT: the segment pinned while the bytes land */
-    uint64_t landed;   /* PS_DIRECT: bytes folded so far */
-    char msg[160];     /* PS_VERDICT, PS_FAILED: the answer's message */
+    bool in_sink;    /* the sink's reservation call is running */
+    bool frame_in;   /* the handler ran (reply set) */
+    bool aborted;    /* the RPC layer ended the context (no handler will run) */
+    uint8_t verdict; /* PS_VERDICT: the answer's outcome */
+    int status;      /* PS_VERDICT, PS_FAILED: the answer's status */
+    struct seg *pin; /* PS_DIRECT: the segment pinned while the bytes land */
+    uint64_t landed; /* PS_DIRECT: bytes folded so far */
+    char msg[160];   /* PS_VERDICT, PS_FAILED: the answer's message */
 };
 
 /* A zeroed prim_serve (aligned for its kvm_sum); NULL when out of memory. */
@@ -544,7 +544,7 @@ static void sink_reserved(void *arg, int rc, const char *err, uint64_t seg, uint
         s->token = token;
     }
     if (s->in_sink)
-        return; /* (sink_offer goes on) */
+        return;       /* (sink_offer goes on) */
     if (s->aborted) { /* the frame never came whole: nothing to publish */
         if (!rc)
             kvm_put_inline_release(s->rt, seg, off, token);
@@ -706,8 +706,8 @@ static void on_put_primary_raw(rpc_reply *reply, struct rpc_request *req, void *
         s->frame_in = true;
         switch (s->st) {
         case PS_VERDICT:
-            answer(reply, req->type, s->verdict, s->status, s->msg[0] ? s->msg : NULL, NULL, 0,
-                   0, 0);
+            answer(reply, req->type, s->verdict, s->status, s->msg[0] ? s->msg : NULL, NULL, 0, 0,
+                   0);
             serve_free(s);
             return;
         case PS_FAILED:
@@ -715,7 +715,7 @@ static void on_put_primary_raw(rpc_reply *reply, struct rpc_request *req, void *
             answer(reply, req->type, STORE_PRIM_NOT_RESERVED, s->status, s->msg, NULL, 0, 0, 0);
             serve_free(s);
             return;
-        case PS_WAIT: /* the reservation is still waiting: the bytes wait for it */
+        case PS_WAIT:              /* the reservation is still waiting: the bytes wait for it */
             s->src = req->payload; /* (borrowed until the answer: rpc.h) */
             return;
         default: /* PS_DIRECT, or PS_HELD after a wait */
