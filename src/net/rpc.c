@@ -583,8 +583,10 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         .sunk = rx->sink.dst || rx->sink.discard,
     };
     struct rpc_handler_slot *slot = &ep->handlers[rx->fh.type];
-    if (req.one_way || c->nreplies >= RPC_MAX_REQUESTS_PER_CONN || !slot->fn)
+    if (req.one_way || c->nreplies >= RPC_MAX_REQUESTS_PER_CONN || !slot->fn) {
         rpc_sink_abort(ep, rx); /* (no handler runs for it below) */
+        req.sink_ctx = NULL;
+    }
     if (req.one_way) {
         ep->st.notifies_received++;
         if (slot->nfn)
