@@ -518,11 +518,51 @@ static void peer_enqueue(rpc_peer *p, struct rpc_out *o)
 
 /* ---- requests, responses, notifications ---------------------------------------------------- */
 
+void rpc_sink_offer(struct rpc_conn *c, struct rpc_rx *rx)
+{
+    rpc_endpoint *ep = c->ep;
+    struct rpc_handler_slot *slot = &ep->handlers[rx->fh.type];
+    struct rpc_hdr h;
+    memset(&rx->sink, 0, sizeof(rx->sink));
+    if (!slot->sfn || !slot->fn || ep->closing || rx->fh.kind != FRAME_REQUEST ||
+        rpc_hdr_decode(rx->pb, rx->fh.header_len, &h) != 0)
+        return; /* (a bad header closes the connection once the frame is whole) */
+    struct rpc_request req = {
+        .type = rx->fh.type,
+        .request_id = rx->fh.request_id,
+        .deadline_ms = rx->fh.deadline_ms,
+        .trace = rx->fh.trace,
+        .body = h.body,
+        .body_len = h.body_len,
+        .payload_len = rx->fh.payload_len,
+        .peer_runtime_id = c->peer_runtime_id,
+    };
+    slot->sfn(&req, slot->arg, &rx->sink);
+    KVM_ASSERT(!rx->sink.ctx || rx->sink.abort);
+    if (rx->sink.dst)
+        ep->st.sink_direct++;
+    else if (rx->sink.discard)
+        ep->st.sink_discarded++;
+}
+
+void rpc_sink_abort(rpc_endpoint *ep, struct rpc_rx *rx)
+{
+    void *ctx = rx->sink.ctx;
+    void (*abort_fn)(void *) = rx->sink.abort;
+    memset(&rx->sink, 0, sizeof(rx->sink));
+    rx->dst = NULL;
+    if (ctx) {
+        ep->st.sink_aborted++;
+        abort_fn(ctx);
+    }
+}
+
 void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
 {
     rpc_endpoint *ep = c->ep;
     struct rpc_hdr h;
     if (rpc_hdr_decode(rx->pb, rx->fh.header_len, &h) != 0) {
+        rpc_sink_abort(ep, rx);
         rpc_rx_free(ep, rx);
         rpc_conn_close(c, RPC_CLOSE_BAD_HEADER);
         return;
@@ -539,8 +579,14 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         .payload = rx->payload,
         .payload_len = rx->fh.payload_len,
         .peer_runtime_id = c->peer_runtime_id,
+        .sink_ctx = rx->sink.ctx,
+        .sunk = rx->sink.dst || rx->sink.discard,
     };
     struct rpc_handler_slot *slot = &ep->handlers[rx->fh.type];
+    if (req.one_way || c->nreplies >= RPC_MAX_REQUESTS_PER_CONN || !slot->fn) {
+        rpc_sink_abort(ep, rx); /* (no handler runs for it below) */
+        req.sink_ctx = NULL;
+    }
     if (req.one_way) {
         ep->st.notifies_received++;
         if (slot->nfn)
@@ -572,6 +618,7 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
     }
     rpc_reply *r = fl_get(&ep->free_replies, sizeof(*r), sizeof(*r));
     if (!r) {
+        rpc_sink_abort(ep, rx);
         bufpool_put(&ep->pool, req.payload);
         rpc_hdrbuf_put(ep, pb);
         rpc_conn_close(c, RPC_CLOSE_NOMEM);
@@ -583,6 +630,7 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
     r->conn = c;
     if (RB_INSERT(rpc_reply_tree, &c->replies, r) != NULL) {
         /* A request id still in service was reused: protocol violation. */
+        rpc_sink_abort(ep, rx);
         bufpool_put(&ep->pool, req.payload);
         rpc_hdrbuf_put(ep, pb);
         fl_put(&ep->free_replies, r);
@@ -942,6 +990,14 @@ int rpc_register_handler(rpc_endpoint *ep, uint16_t type, rpc_handler_fn fn, voi
         return kvm_errf(KVMESH_EINVAL, "message type 0 is reserved");
     ep->handlers[type].fn = fn;
     ep->handlers[type].arg = arg;
+    return 0;
+}
+
+int rpc_register_sink(rpc_endpoint *ep, uint16_t type, rpc_sink_fn fn)
+{
+    if (type == 0)
+        return kvm_errf(KVMESH_EINVAL, "message type 0 is reserved");
+    ep->handlers[type].sfn = fn;
     return 0;
 }
 

@@ -157,6 +157,11 @@ struct rpc_request {
     uint8_t *payload;
     size_t payload_len;
     const char *peer_runtime_id;
+    /* A request whose type has a payload sink (rpc_register_sink): what the sink returned as
+     * its ctx (NULL: none), and whether the payload went to the sink's dst or was discarded
+     * (then payload is NULL; payload_len still the frame's). */
+    void *sink_ctx;
+    int sunk;
 };
 
 /*
@@ -165,6 +170,39 @@ struct rpc_request {
  * (rpc_register_notify_handler) get reply == NULL and req valid during the call only.
  */
 typedef void (*rpc_handler_fn)(rpc_reply *reply, struct rpc_request *req, void *arg);
+
+/*
+ * Payload sinks (docs/rpc.md "Payload sinks"): a request type may name where its raw payload is
+ * received before the payload is read. Once a request frame's fixed header and RpcHeader arrived
+ * (its body readable, payload_len known, payload not yet read), the sink runs with a view of the
+ * request (payload NULL; the view is valid during the call only) and the handler's arg, and
+ * fills *out (zeroed before the call):
+ *  - dst: payload_len bytes of room the payload is received into straight from the socket (no
+ *    intermediate buffer); it must stay valid until the handler or abort ran. NULL: the payload
+ *    goes to a pooled buffer as for any request (req->payload), unless discard;
+ *  - discard (dst NULL): the payload is read and dropped (the stream stays in step);
+ *  - landed (optional, with dst): runs after each run of bytes landed in dst, in order, while
+ *    they are in this core's cache (at most RPC_SINK_BLOCK bytes per run);
+ *  - ctx: handed to the handler as req->sink_ctx; with ctx set, abort is required: it runs
+ *    instead of the handler when the handler will not run for this frame (the connection
+ *    closed before the payload was whole, the request was refused before its handler, or the
+ *    handler was removed meanwhile), and ctx ends there.
+ * The handler then runs as usual once the whole frame is in (req->sunk set when dst or
+ * discard). A sink runs only for requests (not notifications) whose type has a handler too.
+ */
+#define RPC_SINK_BLOCK (128u << 10) /* bytes per landed run (one socket read at most) */
+struct rpc_sink {
+    uint8_t *dst;
+    int discard;
+    void (*landed)(void *ctx, const uint8_t *p, size_t n);
+    void (*abort)(void *ctx);
+    void *ctx;
+};
+typedef void (*rpc_sink_fn)(const struct rpc_request *req, void *arg, struct rpc_sink *out);
+
+/* Registers the payload sink for request type (replacing any previous; fn NULL removes it). The
+ * sink gets the arg of the type's request handler. */
+int rpc_register_sink(rpc_endpoint *ep, uint16_t type, rpc_sink_fn fn);
 
 /* Endpoint counters. calls_ok, calls_failed, requests_received, bytes_in and bytes_out are a
  * view of the endpoint's metrics registry (kvmesh_transport_*{transport="tcp"|"unix",
@@ -185,6 +223,9 @@ struct rpc_stats {
      * buffers of 64 KiB - 8 MiB reused, newly allocated, freed because the pool was full, and
      * the bytes it holds now */
     uint64_t pool_hits, pool_misses, pool_dropped, pool_cached_bytes;
+    /* payload sinks: requests whose payload went straight to a sink's dst, was discarded by
+     * one, and sink contexts aborted (the handler did not run) */
+    uint64_t sink_direct, sink_discarded, sink_aborted;
 };
 
 /* Creates an endpoint on loop. cfg is copied. */

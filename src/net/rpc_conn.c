@@ -277,6 +277,7 @@ static void conn_close_cb(uv_handle_t *h)
         return;
     KVM_ASSERT(c->writes == 0);
     free(c->rbuf);
+    rpc_sink_abort(ep, &c->rx); /* a request whose payload never came whole */
     rpc_rx_free(ep, &c->rx);
     free(c->peer_desc_raw);
     free(c);
@@ -557,6 +558,29 @@ static enum rpc_close_reason frame_err_reason(enum frame_error e)
     }
 }
 
+/* The frame's headers are whole: where its payload goes (a request's sink, rpc.h, else a pooled
+ * buffer), then RX_PAYLOAD. 0, or -1 when the connection was closed (out of memory). */
+static int rx_payload_begin(struct rpc_conn *c)
+{
+    rpc_endpoint *ep = c->ep;
+    c->rxs = RX_PAYLOAD;
+    if (!c->rx.fh.payload_len)
+        return 0;
+    if (c->inbound && c->state == CONN_READY && c->rx.fh.kind == FRAME_REQUEST)
+        rpc_sink_offer(c, &c->rx);
+    if (c->rx.sink.dst || c->rx.sink.discard) {
+        c->rx.dst = c->rx.sink.dst; /* (NULL: discarded) */
+        return 0;
+    }
+    c->rx.payload = bufpool_get(&ep->pool, c->rx.fh.payload_len);
+    if (!c->rx.payload) {
+        rpc_conn_close(c, RPC_CLOSE_NOMEM); /* (its close path aborts the sink's ctx) */
+        return -1;
+    }
+    c->rx.dst = c->rx.payload;
+    return 0;
+}
+
 /* Consumes staged bytes. Returns 0, or -1 when the connection was closed. */
 static int rx_process(struct rpc_conn *c)
 {
@@ -590,13 +614,6 @@ static int rx_process(struct rpc_conn *c)
                     return -1;
                 }
             }
-            if (c->rx.fh.payload_len) {
-                c->rx.payload = bufpool_get(&ep->pool, c->rx.fh.payload_len);
-                if (!c->rx.payload) {
-                    rpc_conn_close(c, RPC_CLOSE_NOMEM);
-                    return -1;
-                }
-            }
             c->rxs = RX_PB;
         } else if (c->rxs == RX_PB) {
             size_t need = c->rx.fh.header_len - c->pb_got;
@@ -607,12 +624,16 @@ static int rx_process(struct rpc_conn *c)
             c->rpos += n;
             if (c->pb_got < c->rx.fh.header_len)
                 return 0;
-            c->rxs = RX_PAYLOAD;
+            if (rx_payload_begin(c) != 0)
+                return -1;
         } else {
             uint64_t need = c->rx.fh.payload_len - c->pay_got;
             size_t n = (size_t)KVM_MIN(need, (uint64_t)avail);
-            if (n)
-                memcpy(c->rx.payload + c->pay_got, p, n);
+            if (n && c->rx.dst) {
+                memcpy(c->rx.dst + c->pay_got, p, n);
+                if (c->rx.sink.landed && c->rx.sink.dst)
+                    c->rx.sink.landed(c->rx.sink.ctx, c->rx.dst + c->pay_got, n);
+            }
             c->pay_got += n;
             c->rpos += n;
             if (c->pay_got < c->rx.fh.payload_len)
@@ -626,13 +647,15 @@ static int rx_process(struct rpc_conn *c)
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct rpc_conn *c = h->data;
-    if (c->rxs == RX_PAYLOAD && c->rpos == c->rlen &&
+    if (c->rxs == RX_PAYLOAD && c->rpos == c->rlen && c->rx.dst &&
         c->rx.fh.payload_len - c->pay_got >= RPC_RX_STAGING) {
-        /* Large payload: read straight into its final buffer. */
+        /* Large payload: read straight into its final buffer (a sink's, rpc.h, in runs of at
+         * most RPC_SINK_BLOCK when it folds the bytes as they land: still in cache). */
         uint64_t left = c->rx.fh.payload_len - c->pay_got;
-        if (left > (1u << 30))
-            left = 1u << 30;
-        *buf = uv_buf_init((char *)c->rx.payload + c->pay_got, (unsigned)left);
+        uint64_t cap = c->rx.sink.landed && c->rx.sink.dst ? RPC_SINK_BLOCK : 1u << 30;
+        if (left > cap)
+            left = cap;
+        *buf = uv_buf_init((char *)c->rx.dst + c->pay_got, (unsigned)left);
         return;
     }
     if (c->rxs == RX_PB && c->rpos == c->rlen &&
@@ -678,6 +701,8 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if ((uint8_t *)buf->base != c->rbuf + c->rlen) {
         /* Direct payload read. */
+        if (c->rx.sink.landed && c->rx.sink.dst)
+            c->rx.sink.landed(c->rx.sink.ctx, (const uint8_t *)buf->base, (size_t)nread);
         c->pay_got += (uint64_t)nread;
         if (c->pay_got == c->rx.fh.payload_len)
             frame_complete(c);

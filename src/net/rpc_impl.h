@@ -38,6 +38,9 @@ struct rpc_rx {
     struct frame_header fh;
     uint8_t *pb;
     uint8_t *payload;
+    uint8_t *dst;         /* where the payload is received: payload, sink.dst, or NULL (none,
+                             or discarded) */
+    struct rpc_sink sink; /* an inbound request's payload sink (rpc.h), zero when none */
 };
 
 /*
@@ -187,6 +190,7 @@ struct rpc_handler_slot {
     void *arg;
     rpc_handler_fn nfn; /* notifications */
     void *narg;
+    rpc_sink_fn sfn; /* requests' payload sink (rpc.h), with fn's arg */
 };
 
 struct rpc_listener {
@@ -246,6 +250,11 @@ void rpc_call_deliver(rpc_call_t *c);
 void rpc_peer_fail_waiting(rpc_peer *p, int status, const char *why);
 void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx);
 void rpc_handle_response(struct rpc_conn *c, struct rpc_rx *rx);
+/* A READY inbound request's RpcHeader is whole, its payload not yet read: runs the type's sink
+ * (if any) into rx->sink. */
+void rpc_sink_offer(struct rpc_conn *c, struct rpc_rx *rx);
+/* The handler will not run for rx: its sink's ctx ends (abort), if any. */
+void rpc_sink_abort(rpc_endpoint *ep, struct rpc_rx *rx);
 struct rpc_out *rpc_out_raw(rpc_endpoint *ep, uint8_t kind, uint64_t id, uint8_t *pb,
                             size_t pb_len);
 void rpc_out_free(rpc_endpoint *ep, struct rpc_out *o);

@@ -266,7 +266,18 @@ void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, bool raw,
 
 /* ---- owner ---------------------------------------------------------------------------------- */
 
+/* Where a raw request served through the RPC layer's payload sink stands (sink_* below). */
+enum prim_sink_state {
+    PS_NONE,    /* not through the sink (the body form, or the sink made no context) */
+    PS_VERDICT, /* answered without a reservation (verdict, status, msg): payload discarded */
+    PS_WAIT,    /* the reservation waits (eviction): the payload goes to a pooled buffer */
+    PS_FAILED,  /* the reservation failed (status, msg): payload discarded */
+    PS_DIRECT,  /* reserved: the payload is received into the slot (pin), its checksum folded */
+    PS_HELD,    /* reserved after a wait: the bytes are copied from the pooled buffer */
+};
+
 struct prim_serve {
+    struct kvm_sum sum; /* PS_DIRECT: the bytes folded as they land (64-byte aligned: first) */
     kvm_rt_t *rt;
     rpc_reply *reply;
     uint16_t type;     /* the request's: STORE_RPC_PUT_PRIMARY or _RAW (the answer's) */
@@ -280,7 +291,27 @@ struct prim_serve {
     uint64_t seg, off, token;
     struct obs_span span;
     struct obs_span *sp; /* &span while traced; NULL: untraced */
+    /* the payload sink's part (raw form): */
+    enum prim_sink_state st;
+    bool in_sink;    /* the sink's reservation call is running */
+    bool frame_in;   /* the handler ran (reply set) */
+    bool aborted;    /* the RPC layer ended the context (no handler will run) */
+    uint8_t verdict; /* PS_VERDICT: the answer's outcome */
+    int status;      /* PS_VERDICT, PS_FAILED: the answer's status */
+    struct seg *pin; /* PS_DIRECT: the segment pinned while the bytes land */
+    uint64_t landed; /* PS_DIRECT: bytes folded so far */
+    char msg[160];   /* PS_VERDICT, PS_FAILED: the answer's message */
 };
+
+/* A zeroed prim_serve (aligned for its kvm_sum); NULL when out of memory. */
+static struct prim_serve *serve_new(void)
+{
+    size_t n = (sizeof(struct prim_serve) + 63) & ~(size_t)63;
+    struct prim_serve *s = aligned_alloc(64, n);
+    if (s)
+        memset(s, 0, n);
+    return s;
+}
 
 static void serve_free(struct prim_serve *s)
 {
@@ -435,7 +466,7 @@ static void serve(kvm_rt_t *rt, rpc_reply *reply, struct rpc_request *req,
         kvm_ident_free(&m->w.r.ident);
         return;
     }
-    struct prim_serve *s = may_publish(rt, &m->w.r.ident) ? calloc(1, sizeof(*s)) : NULL;
+    struct prim_serve *s = may_publish(rt, &m->w.r.ident) ? serve_new() : NULL;
     if (!s) { /* not the active primary now (or out of memory): nothing reserved */
         answer(reply, req->type, STORE_PRIM_DECLINED, 0, NULL, NULL, 0, 0, 0);
         kvm_ident_free(&m->w.r.ident);
@@ -483,8 +514,216 @@ static void on_put_primary(rpc_reply *reply, struct rpc_request *req, void *arg)
     serve(arg, reply, req, &m, false);
 }
 
+/*
+ * The raw form through the RPC layer's payload sink (rpc.h "Payload sinks"): once the request's
+ * head is in and before its payload is read, sink_offer decides as serve() does (epoch, active
+ * primary) and reserves the slot. Reserved at once (the usual case): the payload is received
+ * straight into the reserved range (the segment pinned meanwhile) with the checksum folded as
+ * each run lands (sink_landed), and the handler checks the sum and publishes — one user-space
+ * copy fewer than a receive buffer and a copy into the slot. Declined, or a reservation that
+ * failed: the payload is discarded (the stream stays in step) and the handler answers. A
+ * reservation that waits (eviction): the payload goes to a pooled buffer as before, and
+ * whichever comes second, the reservation or the whole frame, copies it into the slot and
+ * publishes (sink_go). The RPC layer aborts the context when the frame never completes
+ * (connection lost) or its handler does not run: the slot is released (sink_abort).
+ */
+static void sink_go(struct prim_serve *s);
+
+static void sink_reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
+                          uint64_t token)
+{
+    struct prim_serve *s = arg;
+    if (rc) {
+        s->st = PS_FAILED;
+        s->status = rc;
+        snprintf(s->msg, sizeof(s->msg), "%s", err ? err : kvmesh_strerror(rc));
+    } else {
+        s->st = PS_HELD;
+        s->seg = seg;
+        s->off = off;
+        s->token = token;
+    }
+    if (s->in_sink)
+        return;       /* (sink_offer goes on) */
+    if (s->aborted) { /* the frame never came whole: nothing to publish */
+        if (!rc)
+            kvm_put_inline_release(s->rt, seg, off, token);
+        kvm_span_finish(s->sp, rc ? rc : KVMESH_ECONN);
+        serve_free(s);
+        return;
+    }
+    if (!s->frame_in)
+        return; /* the handler goes on once the frame is whole */
+    if (rc) {
+        kvm_span_finish(s->sp, rc);
+        answer(s->reply, s->type, STORE_PRIM_NOT_RESERVED, rc, s->msg, NULL, 0, 0, 0);
+        serve_free(s);
+        return;
+    }
+    sink_go(s); /* the bytes waited in the pooled buffer */
+}
+
+static void sink_landed(void *ctx, const uint8_t *p, size_t n)
+{
+    struct prim_serve *s = ctx;
+    kvm_sum_update(&s->sum, p, n);
+    s->landed += n;
+}
+
+static void sink_abort(void *ctx)
+{
+    struct prim_serve *s = ctx;
+    switch (s->st) {
+    case PS_WAIT:
+        s->aborted = true; /* sink_reserved ends it */
+        return;
+    case PS_DIRECT:
+        seg_unpin(s->rt->reg, s->pin);
+        s->pin = NULL;
+        /* fall through */
+    case PS_HELD:
+        kvm_put_inline_release(s->rt, s->seg, s->off, s->token);
+        break;
+    default:
+        break;
+    }
+    kvm_span_finish(s->sp, KVMESH_ECONN);
+    serve_free(s);
+}
+
+static void sink_offer(const struct rpc_request *req, void *arg, struct rpc_sink *out)
+{
+    kvm_rt_t *rt = arg;
+    store_put_primary_req_t m;
+    if (store_put_primary_raw_decode(req->body, req->body_len, req->payload_len, &m) != 0)
+        return; /* the handler answers KVMESH_EPROTO */
+    struct prim_serve *s = serve_new();
+    if (!s) { /* the handler serves it as before */
+        kvm_ident_free(&m.w.r.ident);
+        return;
+    }
+    *out = (struct rpc_sink){.discard = 1, .abort = sink_abort, .ctx = s};
+    s->rt = rt;
+    s->type = req->type;
+    s->ident = m.w.r.ident; /* moved */
+    s->len = m.w.r.length;
+    s->checksum = m.w.checksum;
+    s->budget_ms = m.budget_ms;
+    if (m.w.r.target_epoch != rt->self.epoch) {
+        s->st = PS_VERDICT;
+        s->verdict = STORE_PRIM_NOT_RESERVED;
+        s->status = KVMESH_EUNAVAILABLE;
+        snprintf(s->msg, sizeof(s->msg),
+                 "put at the primary for epoch %" PRIu64 " reached epoch %" PRIu64,
+                 m.w.r.target_epoch, rt->self.epoch);
+        return;
+    }
+    if (!may_publish(rt, &s->ident)) { /* not the active primary now: nothing reserved */
+        s->st = PS_VERDICT;
+        s->verdict = STORE_PRIM_DECLINED;
+        return;
+    }
+    if (req->trace.flags & OBS_TRACE_FLAG_SAMPLED &&
+        (s->sp = kvm_span_remote(rt, &req->trace, "control.owner_reserve", &s->span))) {
+        obs_span_set_int(s->sp, "kvmesh.bytes", (int64_t)s->len);
+        obs_span_set_int(s->sp, "kvmesh.inline", 1);
+        obs_span_set_int(s->sp, "kvmesh.primary", 1);
+        obs_span_set_int(s->sp, "kvmesh.raw", 1);
+    }
+    s->st = PS_WAIT;
+    s->in_sink = true;
+    kvm_owner_reserve(rt, &s->ident, s->len, m.w.r.ttl_ms, sink_reserved, s);
+    s->in_sink = false;
+    if (s->sp)
+        obs_span_set_int(s->sp, "kvmesh.waited", s->st == PS_WAIT);
+    if (s->st == PS_WAIT) { /* the bytes wait in a pooled buffer for the reservation */
+        out->discard = 0;
+        return;
+    }
+    if (s->st == PS_FAILED)
+        return;
+    uint8_t *p = NULL;
+    enum seg_reason why;
+    if (seg_check(rt->reg, s->seg, s->off, s->len, SEG_WRITE, s->token, &p, &s->pin, &why) != 0) {
+        kvm_put_inline_release(rt, s->seg, s->off, s->token);
+        s->st = PS_FAILED;
+        s->status = KVMESH_EUNAVAILABLE;
+        snprintf(s->msg, sizeof(s->msg),
+                 "inline reservation: the reserved range refused the bytes: %s",
+                 seg_reason_str(why));
+        return;
+    }
+    s->st = PS_DIRECT;
+    kvm_sum_init(&s->sum, KVM_HASH_SEED_CHECKSUM);
+    out->discard = 0;
+    out->dst = p;
+    out->landed = sink_landed;
+}
+
+/* The frame is whole and the reservation held (PS_DIRECT: the bytes are in the slot; PS_HELD:
+ * in s->src): check the sum, then publish; or answer why not. */
+static void sink_go(struct prim_serve *s)
+{
+    kvm_rt_t *rt = s->rt;
+    int rc = 0;
+    char msg[160];
+    if (s->st == PS_DIRECT) {
+        seg_unpin(rt->reg, s->pin);
+        s->pin = NULL;
+        KVM_ASSERT(s->landed == s->len);
+        if (kvm_sum_digest(&s->sum) != s->checksum) {
+            rc = KVMESH_ECHECKSUM;
+            snprintf(msg, sizeof(msg),
+                     "inline reservation: the %" PRIu64 " bytes do not match their checksum",
+                     s->len);
+        }
+    } else {
+        KVM_ASSERT(s->st == PS_HELD);
+        rc = kvm_put_inline_fill(rt, s->src, s->len, s->checksum, s->seg, s->off, s->token, msg,
+                                 sizeof(msg));
+    }
+    s->src = NULL; /* (the request's payload: gone with the answer) */
+    if (rc) {
+        kvm_put_inline_release(rt, s->seg, s->off, s->token);
+        kvm_span_finish(s->sp, rc);
+        answer(s->reply, s->type, STORE_PRIM_NOT_RESERVED, rc, msg, NULL, 0, 0, 0);
+        serve_free(s);
+        return;
+    }
+    if (s->sp) {
+        obs_span_set_int(s->sp, "kvmesh.segment", (int64_t)s->seg);
+        obs_span_set_int(s->sp, "kvmesh.offset", (int64_t)s->off);
+    }
+    s->st = PS_NONE; /* publish() owns it from here */
+    publish(s);
+}
+
 static void on_put_primary_raw(rpc_reply *reply, struct rpc_request *req, void *arg)
 {
+    struct prim_serve *s = req->sink_ctx;
+    if (s) { /* through the payload sink */
+        s->reply = reply;
+        s->frame_in = true;
+        switch (s->st) {
+        case PS_VERDICT:
+            answer(reply, req->type, s->verdict, s->status, s->msg[0] ? s->msg : NULL, NULL, 0, 0,
+                   0);
+            serve_free(s);
+            return;
+        case PS_FAILED:
+            kvm_span_finish(s->sp, s->status);
+            answer(reply, req->type, STORE_PRIM_NOT_RESERVED, s->status, s->msg, NULL, 0, 0, 0);
+            serve_free(s);
+            return;
+        case PS_WAIT:              /* the reservation is still waiting: the bytes wait for it */
+            s->src = req->payload; /* (borrowed until the answer: rpc.h) */
+            return;
+        default: /* PS_DIRECT, or PS_HELD after a wait */
+            s->src = req->payload;
+            sink_go(s);
+            return;
+        }
+    }
     store_put_primary_req_t m;
     if (!req->payload ||
         store_put_primary_raw_decode(req->body, req->body_len, req->payload_len, &m) != 0) {
@@ -499,4 +738,5 @@ void kvm_put_primary_register(kvm_rt_t *rt)
 {
     rpc_register_handler(rt->ep, STORE_RPC_PUT_PRIMARY, on_put_primary, rt);
     rpc_register_handler(rt->ep, STORE_RPC_PUT_PRIMARY_RAW, on_put_primary_raw, rt);
+    rpc_register_sink(rt->ep, STORE_RPC_PUT_PRIMARY_RAW, sink_offer);
 }

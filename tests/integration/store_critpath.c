@@ -640,35 +640,53 @@ static void check_put_primary_raw(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t
     uint8_t *v = malloc(RAW_SIZE), *out = malloc(RAW_SIZE);
     CHECK(v && out);
     struct cp d;
+    struct owner_snap os, os2;
     CHECK(put_raw(C, sc, v, 0x31, &d) == 0); /* (C's view of its shard) */
+    owner_snap(S, &os);
     CHECK(put_raw(C, sc, v, 0x32, &d) == 0);
     show("put raw (primary)", &d);
     CHECK(total(&d) == BOUND_PUT_PRIMARY && d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0);
+    /* S received the value straight into the reserved slot (its RPC payload sink: no receive
+     * buffer, no copy from it) */
+    owner_snap(S, &os2);
+    CHECK(os2.rs.sink_direct == os.rs.sink_direct + 1);
+    CHECK(os2.rs.sink_discarded == os.rs.sink_discarded &&
+          os2.rs.sink_aborted == os.rs.sink_aborted);
     check_raw_value(C, sc, v, out);
 
     kvm_put_primary_test_decline(1);
+    owner_snap(S, &os);
     CHECK(put_raw(C, sc, v, 0x33, &d) == 0);
     show("put raw (primary declines)", &d);
     CHECK(kvm_put_primary_test_decline(0) == 0); /* (the decline was taken) */
     CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 2 && d.rt[OBS_CPSTAGE_PAYLOAD] == 1);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1 && d.handoffs == 2 && d.checksums == 1);
+    /* the declined request's bytes were read and dropped (nothing reserved for them), and the
+     * connection stayed in step: the fallback's messages went over it */
+    owner_settled(S, &os2);
+    CHECK(os2.rs.sink_discarded == os.rs.sink_discarded + 1);
+    CHECK(os2.rs.sink_direct == os.rs.sink_direct && os2.rs.sink_aborted == os.rs.sink_aborted);
+    CHECK(os2.rs.conns_accepted == os.rs.conns_accepted);
     check_raw_value(C, sc, v, out);
 
     uint8_t *bad = malloc(RAW_SIZE);
     CHECK(bad);
     kvm_put_inline_test_bad_sums(1);
+    owner_snap(S, &os);
     int rc = put_raw(C, sc, bad, 0x34, &d);
     show("put raw (primary, bad checksum)", &d);
     CHECK(rc == KVMESH_ECHECKSUM);
     CHECK(kvm_put_inline_test_bad_sums(0) == 0);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0 && total(&d) == 1);
-    struct owner_snap os;
-    owner_settled(S, &os);
+    /* received into the slot, then refused by the sum folded as it landed: released */
+    owner_settled(S, &os2);
+    CHECK(os2.rs.sink_direct == os.rs.sink_direct + 1 && os2.rs.sink_aborted == os.rs.sink_aborted);
     check_raw_value(C, sc, v, out); /* the value before it */
     free(bad);
 
     on_loop(S, drop_primary_raw_handler);
     CHECK(atomic_load(&prim_raw_dropped));
+    owner_snap(S, &os);
     for (int round = 0; round < 2; round++) {
         CHECK(put_raw(C, sc, v, (uint8_t)(0x35 + round), &d) == 0);
         show(round ? "put raw (primary older, known)" : "put raw (primary older, refused)", &d);
@@ -677,6 +695,11 @@ static void check_put_primary_raw(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t
         CHECK(round == 0 || total(&d) == BOUND_PUT);
         check_raw_value(C, sc, v, out);
     }
+    /* without its handler the type's sink is not offered (the refusal reserves nothing) */
+    owner_snap(S, &os2);
+    CHECK(os2.rs.sink_direct == os.rs.sink_direct &&
+          os2.rs.sink_discarded == os.rs.sink_discarded &&
+          os2.rs.sink_aborted == os.rs.sink_aborted);
     /* the small form still goes at the primary */
     static uint8_t sv[VSIZE], so[VSIZE];
     memset(sv, 0x37, sizeof(sv));

@@ -15,6 +15,9 @@
  *   succeeds with no payload exchange and the value reads back byte for byte.
  * - the owner's span: a traced inline put leaves control.owner_reserve (kvmesh.inline) in S's
  *   JSONL capture, as a plain reservation does.
+ * - the waited raw put at the primary (embedded_wrh, C's inline_write_max below OBJ): its
+ *   payload waits in S's pooled buffer instead of landing in the slot through S's payload
+ *   sink, and is copied, verified and published once the late grant comes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,6 +36,7 @@
 #include "api/kvmesh_tools.h"
 #include "env/env.h"
 #include "kvmesh.h"
+#include "net/rpc.h"
 #include "obs/metrics.h"
 #include "store/data.h"
 #include "store/put_inline.h"
@@ -242,6 +246,114 @@ static void test_waited_reservation(void **state)
     close_pair(&p);
 }
 
+/* S's RPC counters, read on S's loop (the endpoint is the loop's). */
+struct rpc_snap {
+    kvm_rt_t *rt;
+    struct rpc_stats rs;
+    atomic_bool done;
+};
+
+static void rpc_read(void *arg)
+{
+    struct rpc_snap *s = arg;
+    rpc_get_stats(s->rt->ep, &s->rs);
+    atomic_store(&s->done, true);
+}
+
+static struct rpc_stats rpc_of(kvmesh_t *kv)
+{
+    struct rpc_snap s = {.rt = kvmesh_runtime_of(kv)};
+    assert_int_equal(env_post(s.rt->env, rpc_read, &s), 0);
+    for (int t = 0; t < 10000 && !atomic_load(&s.done); t++)
+        usleep(1000);
+    assert_true(atomic_load(&s.done));
+    return s.rs;
+}
+
+/*
+ * The raw form of a put at the primary whose reservation waits (docs/store.md "Puts at the
+ * primary"): S is the only storage runtime and route authority (embedded_wrh), C's
+ * inline_write_max is below OBJ, so C's puts go to S as STORE_RPC_PUT_PRIMARY_RAW and land in
+ * the reserved slot through S's payload sink. Once S is full of committed objects, the next
+ * put's reservation waits for eviction when its head arrives: its payload goes to S's pooled
+ * buffer instead (no sink_direct), and once both the frame and the late grant are in, S copies
+ * the bytes into the slot, verifies them and publishes: one exchange (no payload trip), the
+ * value reads back byte for byte, nothing stays reserved.
+ */
+static void test_waited_raw_primary(void **state)
+{
+    (void)state;
+    static const char *const raw[][2] = {{"route_mode", "embedded_wrh"},
+                                         {"inline_write_max", "16384"},
+                                         {"metadata_url", "memory://inline-raw-wait"},
+                                         {"memory_size", "1048576"},
+                                         {NULL, NULL}};
+    static const char *const base[][2] = {{"transport", "tcp"},
+                                          {"segment_size", "1048576"},
+                                          {"max_object_size", "65536"},
+                                          {"evict_high_watermark", "1.0"},
+                                          {"evict_low_watermark", "0.5"},
+                                          {"reclaim_grace_ms", "30"},
+                                          {NULL, NULL}};
+    struct pair p = {.s = trt_open(base, raw)};
+    assert_non_null(p.s);
+    const char *const rawc[][2] = {{"route_mode", "embedded_wrh"},
+                                   {"inline_write_max", "16384"},
+                                   {"metadata_url", "memory://inline-raw-wait"},
+                                   {"memory_size", "0"},
+                                   {NULL, NULL}};
+    p.c = trt_open(base, rawc);
+    assert_non_null(p.c);
+    for (int t = 0; t < 200; t++) {
+        size_t n = 0;
+        kvmesh_members(p.c, NULL, 0, &n);
+        if (n == 2)
+            break;
+        usleep(20000);
+    }
+    uint8_t *v = malloc(OBJ);
+    uint64_t cap = stats(p.s).capacity;
+    assert_true(cap >= 4 * OBJ);
+    /* "late" first: C's view of its shard then names S as the primary (a put to a shard C has
+     * not seen yet takes the plain path) */
+    fill(v, OBJ, 7);
+    put_ok(p.c, "late", v, OBJ);
+    uint32_t n = 0;
+    for (; n < 2 * cap / OBJ && stats(p.s).used + OBJ <= cap; n++) {
+        char key[32];
+        snprintf(key, sizeof(key), "fill-%u", n);
+        fill(v, OBJ, n);
+        put_ok(p.c, key, v, OBJ);
+    }
+    struct kvm_rt_stats st0 = stats(p.s);
+    struct rpc_stats rs0 = rpc_of(p.s);
+    print_message("S full after %u raw puts: %llu of %llu bytes used, waits %llu, landed in the "
+                  "slot %llu\n",
+                  n, (unsigned long long)st0.used, (unsigned long long)st0.capacity,
+                  (unsigned long long)st0.reserve_waits, (unsigned long long)rs0.sink_direct);
+    assert_true(st0.used + OBJ > cap);
+    assert_true(rs0.sink_direct > 0);
+
+    fill(v, OBJ, 0xbeef);
+    int64_t payload0 = payload_trips(p.c);
+    put_ok(p.c, "late", v, OBJ);
+    struct kvm_rt_stats st1 = stats(p.s);
+    struct rpc_stats rs1 = rpc_of(p.s);
+    print_message("late raw put: waits %llu, evictions %llu, landed in the slot %llu\n",
+                  (unsigned long long)st1.reserve_waits, (unsigned long long)st1.evictions,
+                  (unsigned long long)rs1.sink_direct);
+    assert_true(st1.reserve_waits > st0.reserve_waits); /* it did wait */
+    assert_true(st1.evictions > st0.evictions);
+    assert_int_equal(rs1.sink_direct, rs0.sink_direct); /* the bytes waited in a buffer */
+    assert_int_equal(rs1.sink_aborted, rs0.sink_aborted);
+    assert_int_equal(payload_trips(p.c), payload0); /* at the primary: no payload exchange */
+    reads_back(p.c, "late", v, OBJ);
+    reads_back(p.s, "late", v, OBJ);
+    assert_int_equal(core_settled(p.s).n_reserved, 0);
+    free(v);
+    close_pair(&p);
+}
+
 /* Whether the file at path holds both strings (on one line: one span). */
 static bool file_has(const char *path, const char *a, const char *b)
 {
@@ -278,8 +390,8 @@ static void test_owner_span(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_checksum_mismatch),
-                                       cmocka_unit_test(test_waited_reservation),
-                                       cmocka_unit_test(test_owner_span)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_checksum_mismatch), cmocka_unit_test(test_waited_reservation),
+        cmocka_unit_test(test_waited_raw_primary), cmocka_unit_test(test_owner_span)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
