@@ -9,6 +9,7 @@
  * ops_publish.c.
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,7 +105,6 @@ struct reserve_ctx {
      * started (a refresh may replace the snapshot before the reply arrives) */
     const char *data_addr;
     uint32_t n_segs;
-    struct kvm_seg_info segs[STORE_MAX_SEGS];
     struct obs_span *sp; /* control.reserve (allocated when traced; NULL when untraced) */
     uint32_t budget_ms;  /* the RPC's timeout: what the call had left */
     rpc_peer *peer;      /* queued for a batched reservation (rsv_flush) */
@@ -113,8 +113,55 @@ struct reserve_ctx {
     bool prim_raw;       /* the put at the primary in flight is the raw-payload form */
     uint8_t *prim_val; /* its value staged for the frame (rpc_msg.iov): given back at the answer */
     uv_buf_t prim_iov;
-    struct reserve_ctx *next;
+    struct reserve_ctx *next; /* rsv_q's queue, or rt->rsv_spare's list */
+    /* last: only segs[0, n_segs) is ever read, so a context is reset up to here (rsv_ctx_new) */
+    struct kvm_seg_info segs[STORE_MAX_SEGS];
 };
+
+/*
+ * Reservation contexts come from the runtime's spare list (rt->rsv_spare, loop thread only, at
+ * most STORE_RSV_SPARE_MAX) instead of a calloc of ~2.2 KiB and a free per reservation: a
+ * 128-item batch put made 128 of each (docs/performance.md "Store CPU per batch item, tenth
+ * round"). A context freed once the runtime is closing is freed outright; the list at runtime
+ * free (kvm_rsv_spare_free).
+ */
+#define STORE_RSV_SPARE_MAX 256 /* ~570 KiB at most per runtime: two 128-item batches in flight */
+
+static struct reserve_ctx *rsv_ctx_new(kvm_rt_t *rt)
+{
+    struct reserve_ctx *c = rt->rsv_spare;
+    if (c) {
+        rt->rsv_spare = c->next;
+        rt->n_rsv_spare--;
+    } else if ((c = malloc(sizeof(*c))) != NULL) {
+        rt->rsv_allocs++;
+    } else {
+        return NULL;
+    }
+    memset(c, 0, offsetof(struct reserve_ctx, segs));
+    return c;
+}
+
+static void rsv_ctx_free(kvm_rt_t *rt, struct reserve_ctx *c)
+{
+    if (rt->n_rsv_spare < STORE_RSV_SPARE_MAX && !atomic_load(&rt->closing)) {
+        c->next = rt->rsv_spare;
+        rt->rsv_spare = c;
+        rt->n_rsv_spare++;
+        return;
+    }
+    free(c);
+}
+
+void kvm_rsv_spare_free(kvm_rt_t *rt)
+{
+    while (rt->rsv_spare) {
+        struct reserve_ctx *c = rt->rsv_spare;
+        rt->rsv_spare = c->next;
+        free(c);
+    }
+    rt->n_rsv_spare = 0;
+}
 
 /*
  * Batched reservations [loop]: while a PLACE op dispatches its items (or a batched reply is
@@ -174,7 +221,7 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
         snprintf(op->lasterr, sizeof(op->lasterr), "%s", err ? err : "");
         it->rc = rc;
     }
-    free(c);
+    rsv_ctx_free(rt, c);
     if (it->in_place == 0)
         place_item(op, it);
 }
@@ -201,9 +248,10 @@ static void rpc_reserved_batch(rpc_call_t *call, struct rpc_result *res, void *a
     for (uint16_t i = 0; i < rb->n; i++) {
         int irc = rc ? rc : r->r[i].status;
         char err[300];
-        snprintf(err, sizeof(err), "reservation on %s failed: %s%s%s", m ? m->idhex : "(gone)",
-                 kvmesh_strerror(irc), rc && res->error[0] ? ": " : "", rc ? res->error : "");
-        reserved(rb->c[i], irc, err, irc ? 0 : r->r[i].seg, irc ? 0 : r->r[i].offset,
+        if (irc) /* (a granted item's message is never read: formatted only for a failed one) */
+            snprintf(err, sizeof(err), "reservation on %s failed: %s%s%s", m ? m->idhex : "(gone)",
+                     kvmesh_strerror(irc), rc && res->error[0] ? ": " : "", rc ? res->error : "");
+        reserved(rb->c[i], irc, irc ? err : NULL, irc ? 0 : r->r[i].seg, irc ? 0 : r->r[i].offset,
                  irc ? 0 : r->r[i].token);
     }
     free(r);
@@ -353,8 +401,8 @@ static void rpc_put_primary(rpc_call_t *call, struct rpc_result *res, void *arg)
     free(c->sp);
     it->placing--;
     if (a.outcome != KVM_PRIM_PUBLISHED) { /* FAILED or UNKNOWN: nothing is held here */
+        rsv_ctx_free(rt, c);
         kvm_item_fail(op, it, a.status, "%s", a.msg);
-        free(c);
         return;
     }
     struct kvm_res *r = &it->res[it->n_res++];
@@ -370,14 +418,14 @@ static void rpc_put_primary(rpc_call_t *call, struct rpc_result *res, void *arg)
     kvm_route_free(&a.route);
     it->published = true; /* committed and routed by the owner: no PUBLISH op follows */
     it->rc = 0;
-    free(c);
+    rsv_ctx_free(rt, c);
     kvm_item_done(op, it);
 }
 
 static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_member *m)
 {
     kvm_rt_t *rt = op->rt;
-    struct reserve_ctx *c = calloc(1, sizeof(*c));
+    struct reserve_ctx *c = rsv_ctx_new(rt);
     if (!c) {
         item_exclude(it, &m->rt.id);
         return;

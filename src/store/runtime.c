@@ -972,6 +972,7 @@ static void rt_free(kvm_rt_t *rt)
     kvm_cas_lanes_free(rt);
     kvm_op_spare_free(rt);          /* after the loop: no op ends any more */
     kvm_ictx_spare_free(rt);        /* (contexts freed from here on are freed outright) */
+    kvm_rsv_spare_free(rt);         /* (likewise) */
     obs_tracer_destroy(rt->tracer); /* after the loop: no span is in progress */
     rt->tracer = NULL;
     obs_registry_free(rt->metrics); /* last: every layer that counted into it is gone */

@@ -404,6 +404,12 @@ typedef struct kvm_rt {
      * at most STORE_ICTX_SPARE_MAX, freed at close (kvm_ictx_spare_free) */
     struct item_ctx *ictx_spare;
     unsigned n_ictx_spare;
+    /* [loop] spare reservation contexts (ops_place.c place_start / rsv_ctx_free): a list of at
+     * most STORE_RSV_SPARE_MAX, freed at close (kvm_rsv_spare_free); rsv_allocs counts the
+     * contexts allocated (tests read it on the loop) */
+    struct reserve_ctx *rsv_spare;
+    unsigned n_rsv_spare;
+    uint64_t rsv_allocs;
     /* [any] what application threads wait for (waitq.h), closed at runtime close: room in the
      * request queue (signalled by op_enter), a free transport registration slot (by every
      * store-side tp_unregister_memory), owner slots settling (by local commits and releases;
@@ -580,6 +586,8 @@ void kvm_op_unref(kvm_op_t *op);
 void kvm_op_spare_free(kvm_rt_t *rt);
 /* Frees rt->ictx_spare (runtime free, after the loop stopped; ops_item.c). */
 void kvm_ictx_spare_free(kvm_rt_t *rt);
+/* Frees rt->rsv_spare (runtime free, after the loop stopped; ops_place.c). */
+void kvm_rsv_spare_free(kvm_rt_t *rt);
 /* App thread: hands the op to the loop, waits for completion. Returns op->rc; on failure the
  * calling thread's kvmesh_last_error() carries op->err. A bounded op (PLACE, PUBLISH, LOOKUP,
  * REMOVE) is waited for until op->deadline_ms + STORE_DEADLINE_SLACK_MS at most: then the op is
