@@ -37,6 +37,15 @@ route_inline_t *kvm_get_inline_sink(kvm_op_t *op, enum kvm_item_state state);
  * the replica rounds (a transport read). Returns whether the item was served. */
 bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
 
+/* App thread, after the lookup, item 0 of a get whose result the API allocates (outs[0].alloc):
+ * when the lookup returned inline bytes of its route and no local replica is preferred, the
+ * received buffer itself becomes the result (outs[0].alloc_buf, taken from look->inl.buf: no
+ * copy), verified against the route's checksum in one pass (unless verify_reads is never), and
+ * outs[0].rc = 0 with out_len set. A mismatch clears look->inl.got (kvm_get_inline_take does not
+ * try the bytes again) and leaves the item to the caller's usual path (a buffer of its own, the
+ * replica rounds). Returns whether it was served. */
+bool kvm_get_inline_adopt(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
+
 /* Whether the transport address data_addr ("kvt1;host=H;...") names this runtime's host (the
  * transport auto picks shared memory there). False when either has no host part. [any] */
 bool kvm_inline_same_host(kvm_rt_t *rt, const char *data_addr);
