@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * get_inline.c — inline reads of a single small get (get_inline.h, docs/store.md "Inline reads",
+ * get_inline.c — inline reads of a single get (get_inline.h, docs/store.md "Inline reads",
  * docs/protocol.md "Inline reads").
  *
  * Requester: a single get (one item) says, in its route lookup, the most payload bytes it takes

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * get_inline.h — inline reads of a single small get (docs/store.md "Inline reads"): the lookup's
- * answer carries the payload when the route authority that answers owns a committed replica of
- * the version it returns, so a remote get over tcp is one exchange instead of two (lookup, then
- * a transport READ).
+ * get_inline.h — inline reads of a single get, up to inline_read_max (256 KiB by default;
+ * docs/store.md "Inline reads"): the lookup's answer carries the payload when the route
+ * authority that answers owns a committed replica of the version it returns, so a remote get
+ * over tcp is one exchange instead of two (lookup, then a transport READ).
  *
  *   app thread (data.c get_impl)  kvm_get_inline_prepare: says the most bytes it accepts
  *   loop (ops_item.c lookup)      kvm_get_inline_sink: the sink given to route_lookup_inline
  *   app thread, after the lookup  kvm_get_inline_take: copies the bytes into the caller's
  *                                 buffers, verified against the route's checksum per verify_reads
+ *                                 (kvm_get_inline_adopt: the received buffer is the allocated
+ *                                 result of kvmesh_get, verified in place)
  *   authority's loop (runtime.c)  kvm_get_inline_source: the route service's inline source
  *
  * Threads as marked; the op's inl sink (store.h kvm_op_t) is written by the loop before the op
