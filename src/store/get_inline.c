@@ -27,6 +27,7 @@
  */
 #include "store/get_inline.h"
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,10 +158,19 @@ bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, s
     return true;
 }
 
+/* A received buffer becomes an allocated result only when at most 1/ADOPT_SLACK_DIV of it
+ * beyond the value is unused. */
+#define ADOPT_SLACK_DIV 4
+
 bool kvm_get_inline_adopt(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n)
 {
     struct kvm_sgout *o = &outs[0];
     if (n != 1 || !o->alloc || !inline_usable(look, n))
+        return false;
+    /* The receive buffer comes from the RPC layer's pool in size classes: handed to the caller
+     * only when it is not much larger than the value (the caller may keep many results). */
+    size_t usable = malloc_usable_size(look->inl.buf);
+    if (usable - look->inl.len > look->inl.len / ADOPT_SLACK_DIV)
         return false;
     const struct kvm_item *it = &look->items[0];
     bool verify = rt->cfg.verify_reads != KVM_VERIFY_NEVER;

@@ -40,8 +40,9 @@ route_inline_t *kvm_get_inline_sink(kvm_op_t *op, enum kvm_item_state state);
 bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
 
 /* App thread, after the lookup, item 0 of a get whose result the API allocates (outs[0].alloc):
- * when the lookup returned inline bytes of its route and no local replica is preferred, the
- * received buffer itself becomes the result (outs[0].alloc_buf, taken from look->inl.buf: no
+ * when the lookup returned inline bytes of its route, no local replica is preferred and the
+ * received buffer is at most a quarter larger than the value, that buffer itself becomes the
+ * result (outs[0].alloc_buf, taken from look->inl.buf: no
  * copy), verified against the route's checksum in one pass (unless verify_reads is never), and
  * outs[0].rc = 0 with out_len set. A mismatch clears look->inl.got (kvm_get_inline_take does not
  * try the bytes again) and leaves the item to the caller's usual path (a buffer of its own, the
