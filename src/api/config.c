@@ -135,7 +135,7 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "remote), remote (only reads through a transport; copies from this runtime's own "
            "segments are trusted), or never (a corrupted or raced replica is returned as read).",
            "always", "remote", "never"),
-    F_SIZE(inline_read_max, "64KiB", 0, ROUTE_INLINE_MAX,
+    F_SIZE(inline_read_max, "256KiB", 0, ROUTE_INLINE_MAX,
            "Largest value a single get over tcp receives inline with its route lookup (one round "
            "trip instead of two) when the answering route authority owns a committed replica; "
            "the same bound caps what this runtime's authorities send; 0 = off (docs/store.md "

@@ -1008,6 +1008,8 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
                 continue;
             }
             o->out_len = it->route.length;
+            if (o->alloc && kvm_get_inline_adopt(rt, look, outs, n))
+                continue; /* the lookup's bytes are the result (a single get) */
             if (o->alloc) {
                 free(o->alloc_buf);
                 o->alloc_buf = malloc(it->route.length ? it->route.length : 1);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * get_inline.c — inline reads of a single small get (get_inline.h, docs/store.md "Inline reads",
+ * get_inline.c — inline reads of a single get (get_inline.h, docs/store.md "Inline reads",
  * docs/protocol.md "Inline reads").
  *
  * Requester: a single get (one item) says, in its route lookup, the most payload bytes it takes
@@ -27,6 +27,7 @@
  */
 #include "store/get_inline.h"
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,30 +115,83 @@ static uint64_t copy_out(const uint8_t *src, uint64_t len, const struct iovec *i
     return sum ? kvm_sum_digest(&st) : 0;
 }
 
-bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n)
+/* Whether the lookup's inline bytes may serve item 0: bytes of exactly its route, and no local
+ * replica preferred (a local replica is read locally). */
+static bool inline_usable(const kvm_op_t *look, size_t n)
 {
-    if (n != 1 || !look->inl.got || outs[0].rc != KVMESH_EAGAIN)
+    if (n != 1 || !look->inl.got || !look->inl.buf)
         return false;
     const struct kvm_item *it = &look->items[0];
-    struct kvm_sgout *o = &outs[0];
-    if (it->rc || look->inl.len != it->route.length || it->route.n_replicas == 0 ||
-        it->acc[0].local) /* a local replica is read locally */
-        return false;
-    bool verify = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
-    uint64_t sum = copy_out(look->inl.buf, look->inl.len, o->iov, o->iovcnt, verify);
+    return !it->rc && look->inl.len == it->route.length && it->route.n_replicas > 0 &&
+           !it->acc[0].local;
+}
+
+/* Counts a use of the inline bytes (verified or not) and, when `served`, the tcp read. */
+static void inline_count(kvm_rt_t *rt, kvm_op_t *look, bool verify, bool served)
+{
     /* The bytes crossed the RPC connection: the sender's and the receiver's socket copies, as a
-     * tcp read's; this copy out of the answer is the receive side's. */
+     * tcp read's (the user-space copy out of the answer, or none, is not counted) */
     KVM_CP_COUNT(look, op_payload_copies_total, OBS_TRANSPORT_TCP, 2);
-    if (verify) {
+    if (verify)
         KVM_CP_COUNT(look, op_checksum_passes_total, OBS_NONE, 1);
-        if (sum != it->route.checksum)
-            return false; /* the replica rounds read it again (and report a bad owner) */
-    }
-    o->rc = 0;
+    if (!served)
+        return;
     /* the replica's bytes were read over tcp (in the lookup's exchange): counted as the tcp read
      * a transport batch would have made (kvmesh_transport_*{operation="read"}) */
     obs_count(rt->metrics, transport_operations_total, OBS_TRANSPORT_TCP, OBS_XOP_READ, 1);
     obs_count(rt->metrics, transport_bytes_total, OBS_TRANSPORT_TCP, OBS_XOP_READ, look->inl.len);
+}
+
+bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n)
+{
+    if (n != 1 || outs[0].rc != KVMESH_EAGAIN || !inline_usable(look, n))
+        return false;
+    const struct kvm_item *it = &look->items[0];
+    struct kvm_sgout *o = &outs[0];
+    bool verify = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
+    uint64_t sum = copy_out(look->inl.buf, look->inl.len, o->iov, o->iovcnt, verify);
+    bool ok = !verify || sum == it->route.checksum;
+    inline_count(rt, look, verify, ok);
+    if (!ok)
+        return false; /* the replica rounds read it again (and report a bad owner) */
+    o->rc = 0;
+    return true;
+}
+
+/* A received buffer becomes an allocated result only when at most 1/ADOPT_SLACK_DIV of it
+ * beyond the value is unused. */
+#define ADOPT_SLACK_DIV 4
+
+bool kvm_get_inline_adopt(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n)
+{
+    struct kvm_sgout *o = &outs[0];
+    if (n != 1 || !o->alloc || !inline_usable(look, n))
+        return false;
+    /* The receive buffer comes from the RPC layer's pool in size classes: handed to the caller
+     * only when it is not much larger than the value (the caller may keep many results). */
+    size_t usable = malloc_usable_size(look->inl.buf);
+    if (usable - look->inl.len > look->inl.len / ADOPT_SLACK_DIV)
+        return false;
+    const struct kvm_item *it = &look->items[0];
+    bool verify = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
+    /* one pass over the received bytes (no copy): the result is the buffer they arrived in */
+    bool ok = !verify || kvm_checksum(look->inl.buf, look->inl.len) == it->route.checksum;
+    inline_count(rt, look, verify, ok);
+    if (!ok) {
+        look->inl.got = false; /* (not tried again by kvm_get_inline_take) */
+        return false;          /* the replica rounds read it into a buffer of its own */
+    }
+    free(o->alloc_buf);
+    o->alloc_buf = look->inl.buf; /* a malloc'd block of at least len bytes (route.h) */
+    look->inl.buf = NULL;
+    look->inl.got = false;
+    o->one.iov_base = o->alloc_buf;
+    o->one.iov_len = look->inl.len;
+    o->iov = &o->one;
+    o->iovcnt = 1;
+    o->cap = look->inl.len;
+    o->out_len = look->inl.len;
+    o->rc = 0;
     return true;
 }
 

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * get_inline.h — inline reads of a single small get (docs/store.md "Inline reads"): the lookup's
- * answer carries the payload when the route authority that answers owns a committed replica of
- * the version it returns, so a remote get over tcp is one exchange instead of two (lookup, then
- * a transport READ).
+ * get_inline.h — inline reads of a single get, up to inline_read_max (256 KiB by default;
+ * docs/store.md "Inline reads"): the lookup's answer carries the payload when the route
+ * authority that answers owns a committed replica of the version it returns, so a remote get
+ * over tcp is one exchange instead of two (lookup, then a transport READ).
  *
  *   app thread (data.c get_impl)  kvm_get_inline_prepare: says the most bytes it accepts
  *   loop (ops_item.c lookup)      kvm_get_inline_sink: the sink given to route_lookup_inline
  *   app thread, after the lookup  kvm_get_inline_take: copies the bytes into the caller's
  *                                 buffers, verified against the route's checksum per verify_reads
+ *                                 (kvm_get_inline_adopt: the received buffer is the allocated
+ *                                 result of kvmesh_get, verified in place)
  *   authority's loop (runtime.c)  kvm_get_inline_source: the route service's inline source
  *
  * Threads as marked; the op's inl sink (store.h kvm_op_t) is written by the loop before the op
@@ -36,6 +38,16 @@ route_inline_t *kvm_get_inline_sink(kvm_op_t *op, enum kvm_item_state state);
  * (verified unless verify_reads is never) and sets outs[0].rc = 0. A mismatch leaves the item to
  * the replica rounds (a transport read). Returns whether the item was served. */
 bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
+
+/* App thread, after the lookup, item 0 of a get whose result the API allocates (outs[0].alloc):
+ * when the lookup returned inline bytes of its route, no local replica is preferred and the
+ * received buffer is at most a quarter larger than the value, that buffer itself becomes the
+ * result (outs[0].alloc_buf, taken from look->inl.buf: no
+ * copy), verified against the route's checksum in one pass (unless verify_reads is never), and
+ * outs[0].rc = 0 with out_len set. A mismatch clears look->inl.got (kvm_get_inline_take does not
+ * try the bytes again) and leaves the item to the caller's usual path (a buffer of its own, the
+ * replica rounds). Returns whether it was served. */
+bool kvm_get_inline_adopt(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
 
 /* Whether the transport address data_addr ("kvt1;host=H;...") names this runtime's host (the
  * transport auto picks shared memory there). False when either has no host part. [any] */

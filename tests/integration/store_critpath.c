@@ -21,9 +21,9 @@
  * calling thread led the loop itself (docs/architecture.md "Threads"); the led ones
  * (op_loop_leads_total) are a part of them that depends on timing, so only the total is pinned.
  * Inline reads (docs/store.md "Inline reads"): over tcp a single get of a value up to
- * inline_read_max (64 KiB default) takes its payload from the lookup's answer, since S is both
+ * inline_read_max (256 KiB default) takes its payload from the lookup's answer, as S is both
  * the authority and the owner: 1 round trip and no transport READ (counted by C's
- * kvmesh_transport_operations_total); a larger value still takes 2; a value exactly at the
+ * kvmesh_transport_operations_total); a larger value still takes 2; 64 KiB and a value at the
  * bound 1. Over shm no inline bytes are asked for (the reads are shared-memory copies).
  * Inline writes (docs/store.md "Inline writes"): over tcp a single put of a value up to
  * inline_write_max (64 KiB default) from C sends it with the reservation to S: 2 round trips
@@ -82,7 +82,8 @@
 
 #define BATCH          128
 #define VSIZE          4096
-#define INLINE_DEFAULT (64 * 1024) /* inline_read_max's default */
+#define INLINE_DEFAULT (64 * 1024)  /* inline_write_max's default */
+#define READ_INLINE    (256 * 1024) /* inline_read_max's default (store_get_large: more) */
 #define RACE_SIZE      8192
 #define RACE_GETS      400
 #define FILL_SIZE      (512 * 1024)
@@ -1198,10 +1199,11 @@ int main(int argc, char **argv)
         kvmesh_unregister_buffer(C, outs[i]);
     }
     /* ---- (unregistered buffers from here: every registration slot is free again)
-     * inline bound: at inline_read_max inline, above it a transport read ---- */
+     * inline bound: up to inline_read_max inline, above it a transport read ---- */
     check_get_size(S, C, &sc, tcp, INLINE_DEFAULT, true);
-    check_get_size(S, C, &sc, tcp, INLINE_DEFAULT + 1, false);
-    check_get_size(S, C, &sc, tcp, 3 * INLINE_DEFAULT / 2, false);
+    check_get_size(S, C, &sc, tcp, READ_INLINE, true);
+    check_get_size(S, C, &sc, tcp, READ_INLINE + 1, false);
+    check_get_size(S, C, &sc, tcp, 4 * READ_INLINE, false);
     /* inline_write_max (same default): at the bound with the reservation, above it a WRITE */
     if (tcp) {
         check_put_size(C, &sc, INLINE_DEFAULT, PUT_INLINE);

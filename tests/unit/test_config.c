@@ -198,7 +198,7 @@ static void test_defaults(void **state)
     assert_int_equal(c->memory_size, 256ull << 20);
     assert_int_equal(c->segment_size, 64ull << 20);
     assert_int_equal(c->max_object_size, 64ull << 20);
-    assert_int_equal(c->inline_read_max, 64u << 10);
+    assert_int_equal(c->inline_read_max, 256u << 10);
     assert_int_equal(c->inline_write_max, 64u << 10);
     assert_int_equal(c->replicas, 1);
     assert_int_equal(c->route_mode, ROUTE_MODE_EMBEDDED_WRH);
