@@ -148,6 +148,15 @@ void kvm_route_init(kvm_route_t *r)
     memset(r, 0, sizeof(*r));
 }
 
+void kvm_route_init_sparse(kvm_route_t *r)
+{
+    /* (the cold backing is the record's last member, after the replica slots) */
+    KVM_STATIC_ASSERT(offsetof(kvm_route_t, cold) > offsetof(kvm_route_t, replicas),
+                      "kvm_route_t: replicas before cold");
+    memset(r, 0, offsetof(kvm_route_t, replicas));
+    memset(&r->cold, 0, offsetof(kvm_cold_backing_t, u.mat.locator));
+}
+
 void kvm_route_free(kvm_route_t *r)
 {
     kvm_ident_free(&r->ident);

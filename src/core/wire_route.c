@@ -574,7 +574,7 @@ int wire_route_decode_in(const uint8_t *buf, size_t len, kvm_route_t *out, uint8
 {
     int rc;
     pb_route_t pb;
-    kvm_route_init(out);
+    kvm_route_init_sparse(out); /* (route_from_tree writes every field it reads) */
     if (len > KVM_WIRE_MAX_RECORD_LEN)
         return kvm_errf(KVMESH_ETOOBIG, "wire: input is %zu bytes; the maximum record is %d", len,
                         KVM_WIRE_MAX_RECORD_LEN);

@@ -35,7 +35,6 @@ struct route_op {
     enum op_kind kind;
     uint32_t shard;
     kvm_ident_t ident;
-    kvm_route_t route; /* CAS: the next route */
     kvm_route_version_t expected;
     route_lookup_cb lcb;
     route_cas_cb ccb;
@@ -83,10 +82,14 @@ struct route_op {
     kvm_route_t *page;
     bool has_after;
     uint8_t *cursor; /* OWNER_CURSOR_CAP bytes (owned), allocated by route_owner_scan */
-    /* The read attempt's per-member state, last: op_record does not zero it (~1.2 KiB per op).
-     * members[i] is written by the attempt before it is read; st/has/unconf are clear at and
-     * above n_members (never set) and below it once attempt_clear ran, which op_free does
-     * before a record becomes a spare (a new record is calloc'd). */
+    /* Not zeroed by op_record (~2.1 KiB per op), from here on. route: a CAS's next route,
+     * written whole by cas_op_new before it is read; of a reused record only its identity is
+     * cleared (op_free frees it, op_record empties it), the rest is never read by a lookup.
+     * The read attempt's per-member state: members[i] is written by the attempt before it is
+     * read; st/has/unconf are clear at and above n_members (never set) and below it once
+     * attempt_clear ran, which op_free does before a record becomes a spare (a new record is
+     * calloc'd). */
+    kvm_route_t route; /* CAS: the next route */
     route_msg_member_t members[ROUTE_MSG_MAX_SET];
     int st[ROUTE_MSG_MAX_SET];
     bool has[ROUTE_MSG_MAX_SET];
@@ -167,7 +170,8 @@ static route_op_t *op_record(route_svc_t *svc)
     uint32_t got_cap = op->got_cap;
     uint8_t *enc_buf = op->enc_buf;
     uint32_t enc_cap = op->enc_cap;
-    memset(op, 0, offsetof(route_op_t, members)); /* (the attempt's arrays: clear, above) */
+    memset(op, 0, offsetof(route_op_t, route)); /* (the route and the attempt's arrays: above) */
+    memset(&op->route.ident, 0, sizeof(op->route.ident));
     op->got = got; /* every entry cleared (attempt_clear): reusable as got_reserve's */
     op->got_cap = got_cap;
     op->enc_buf = enc_buf; /* nothing borrows it now (op_free) */
@@ -195,7 +199,7 @@ static void op_free(route_op_t *op)
     if (op->route.ident.enc && op->route.ident.enc == op->enc_buf)
         op->route.ident.enc = NULL;
     kvm_ident_free(&op->ident);
-    kvm_ident_free(&op->route.ident); /* (the rest of the route: zeroed when reused, op_record) */
+    kvm_ident_free(&op->route.ident); /* (the rest of the route: written by the next CAS) */
     free(op->cursor);
     free(op->claim);
     free(op->claim_reply);
@@ -827,7 +831,7 @@ static route_op_t *op_new(route_svc_t *svc, enum op_kind kind, void *arg)
     op->svc = svc;
     op->kind = kind;
     op->arg = arg;
-    op->deadline = route_now(svc) + svc->timeout_ns; /* (op->route: zeroed by op_record) */
+    op->deadline = route_now(svc) + svc->timeout_ns; /* (op->route: cas_op_new writes it) */
     return op;
 }
 

@@ -448,7 +448,8 @@ static void walk(walk_t *wk, const uint8_t *p, size_t len)
 
 void rp_unpack(const rp_sets_t *s, const uint8_t *p, size_t len, kvm_route_t *out)
 {
-    kvm_route_init(out);
+    kvm_route_init_sparse(out); /* (walk writes every field of the route: replicas below
+                                   n_replicas, the locator's locator_len bytes) */
     walk_t wk = {.s = s, .out = out};
     walk(&wk, p, len);
 }

@@ -33,7 +33,7 @@ static void looked_up(void *arg, int rc, const kvm_route_t *r)
     else if (rc == KVMESH_ENOENT)
         kvm_hint_drop(op->rt, &it->ident);
     if (rc == 0 && r && !kvm_route_is_tombstone(r)) {
-        if (kvm_route_copy(&it->route, r) != 0) {
+        if (kvm_item_route_take(it, &it->route, r) != 0) { /* (the item's identity borrowed) */
             kvm_item_fail(op, it, KVMESH_ENOMEM, "out of memory");
             return;
         }

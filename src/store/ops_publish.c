@@ -134,8 +134,9 @@ static void publish_ok(kvm_op_t *op, struct kvm_item *it, const kvm_route_t *r)
     if (it->have_route && !kvm_route_is_tombstone(&it->cur))
         kvm_ops_release_obsolete(rt, &it->cur, r);
     kvm_slot_batch_end(rt);
-    kvm_route_free(&it->route);
-    if (kvm_route_copy(&it->route, r) == 0)
+    /* kept with the item's identity borrowed (no copy of its own: kvm_item_route_take) */
+    kvm_item_route_drop(it, &it->route);
+    if (kvm_item_route_take(it, &it->route, r) == 0)
         it->have_route = true;
     it->rc = 0;
     if (rt->cfg.cold_write_through) /* (the wait may answer at once) */
@@ -192,10 +193,10 @@ static void published(void *arg, int rc, const kvm_route_t *r)
             kvm_hint_drop(rt, &it->ident);
     }
     if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CONFLICT_RETRIES) {
-        kvm_route_free(&it->cur);
+        kvm_item_route_drop(it, &it->cur);
         it->have_route = false;
         if (r) {
-            if (kvm_route_copy(&it->cur, r) != 0) {
+            if (kvm_item_route_take(it, &it->cur, r) != 0) {
                 kvm_ops_release_res(rt, it);
                 kvm_item_fail(op, it, KVMESH_ENOMEM, "out of memory");
                 return;
@@ -358,8 +359,8 @@ static int cas_with_claim(kvm_op_t *op, struct kvm_item *it, const kvm_route_ver
 static void lane_resumed(kvm_op_t *op, struct kvm_item *it)
 {
     /* (past its deadline too: the CAS is sent once, and a conflict then ends it, ETIMEDOUT) */
-    kvm_route_free(&it->cur);
-    it->have_route = kvm_hint_get(op->rt, &it->ident, &it->cur);
+    kvm_item_route_drop(it, &it->cur);
+    it->have_route = kvm_hint_get_borrowed(op->rt, &it->ident, &it->cur);
     publish_cas_now(op, it);
 }
 
@@ -435,7 +436,7 @@ static void publish_looked_up(void *arg, int rc, const kvm_route_t *r)
         return;
     }
     if (rc == 0 && r) {
-        if (kvm_route_copy(&it->cur, r) != 0) {
+        if (kvm_item_route_take(it, &it->cur, r) != 0) {
             kvm_ops_release_res(op->rt, it);
             kvm_item_fail(op, it, KVMESH_ENOMEM, "out of memory");
             return;
@@ -458,7 +459,8 @@ void kvm_ops_publish_start(kvm_op_t *op, struct kvm_item *it)
         kvm_ops_start_lookup(op, it, KVM_ITEM_LOOKING_UP, publish_looked_up);
         return;
     }
-    it->have_route = kvm_hint_get(op->rt, &it->ident, &it->cur);
+    kvm_item_route_drop(it, &it->cur); /* (empty: a new item) */
+    it->have_route = kvm_hint_get_borrowed(op->rt, &it->ident, &it->cur);
     it->tries = 0;
     publish_cas(op, it);
 }
@@ -522,14 +524,14 @@ static void removed(void *arg, int rc, const kvm_route_t *r)
         return;
     }
     if (rc == KVMESH_ECONFLICT && ++it->tries <= STORE_CONFLICT_RETRIES) {
-        kvm_route_free(&it->cur);
+        kvm_item_route_drop(it, &it->cur);
         if (!r || kvm_route_is_tombstone(r)) {
             kvm_cold_reclaim_settle(rt, it, false); /* someone else removed it */
             it->rc = KVMESH_ENOENT;
             kvm_item_done(op, it);
             return;
         }
-        if (kvm_route_copy(&it->cur, r) != 0) {
+        if (kvm_item_route_take(it, &it->cur, r) != 0) {
             kvm_item_fail(op, it, KVMESH_ENOMEM, "out of memory");
             return;
         }
@@ -667,7 +669,7 @@ static void remove_looked_up(void *arg, int rc, const kvm_route_t *r)
                       kvmesh_strerror(rc));
         return;
     }
-    if (kvm_route_copy(&it->cur, r) != 0) {
+    if (kvm_item_route_take(it, &it->cur, r) != 0) {
         kvm_item_fail(op, it, KVMESH_ENOMEM, "out of memory");
         return;
     }

@@ -83,8 +83,7 @@ static long slot(kvm_rt_t *rt, const kvm_ident_t *id, bool alloc)
     for (unsigned s = 0; s < 2; s++)
         for (size_t i = set[s]; i < set[s] + STORE_HINT_WAYS; i++) {
             const struct kvm_hint_tag *t = &hs->tag[i];
-            if (!t->used) {
-                KVM_ASSERT(!hs->e[i].ident.enc);
+            if (!t->used) { /* (its entry is not read: a cache miss per empty way) */
                 empty[s] = empty[s] >= 0 ? empty[s] : (long)i;
                 continue;
             }
@@ -100,6 +99,7 @@ static long slot(kvm_rt_t *rt, const kvm_ident_t *id, bool alloc)
         return -1;
     long victim = used[1] < used[0] && empty[1] >= 0 ? empty[1] : empty[0];
     victim = victim >= 0 ? victim : empty[1] >= 0 ? empty[1] : lru;
+    KVM_ASSERT(hs->tag[victim].used || !hs->e[victim].ident.enc); /* an empty way's entry */
     hs->tag[victim].used = ++hs->clock;
     hs->tag[victim].hash = id->hash;
     return victim;
@@ -147,15 +147,16 @@ void kvm_hint_put(kvm_rt_t *rt, const kvm_route_t *r)
     memcpy(h->replicas, r->replicas, r->n_replicas * sizeof(r->replicas[0]));
 }
 
-bool kvm_hint_get(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out)
+/* Fills the empty (zeroed) *out with the hint of id, its identity borrowed from *id: only the
+ * hint's fields are written (the record is not zeroed again), no allocation. */
+bool kvm_hint_get_borrowed(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out)
 {
+    KVM_ASSERT(out->ident.enc == NULL); /* (empty: see above) */
     long i = slot(rt, id, false);
     if (i < 0)
         return false;
     const struct kvm_hint *h = &rt->hints->e[i];
-    kvm_route_init(out);
-    if (kvm_ident_copy(&out->ident, id) != 0)
-        return false;
+    out->ident = *id;
     out->version = h->version;
     out->content_op = h->content_op;
     out->tomb = h->tomb;
@@ -164,6 +165,15 @@ bool kvm_hint_get(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out)
     out->n_replicas = h->n_replicas;
     memcpy(out->replicas, h->replicas, h->n_replicas * sizeof(h->replicas[0]));
     return true;
+}
+
+bool kvm_hint_get(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out)
+{
+    kvm_route_init(out);
+    if (!kvm_hint_get_borrowed(rt, id, out))
+        return false;
+    memset(&out->ident, 0, sizeof(out->ident));
+    return kvm_ident_copy(&out->ident, id) == 0; /* (out of memory: no hint) */
 }
 
 void kvm_hint_fini(kvm_rt_t *rt)

@@ -54,15 +54,44 @@ static kvm_op_t *op_record(kvm_rt_t *rt, size_t n)
     return op;
 }
 
+/* ---- an item's route records ---------------------------------------------------------------- */
+
+/* Frees r's identity unless it borrows the item's (kvm_item_route_take); r->ident is then
+ * empty. The rest of r is left as it is. */
+static void route_ident_release(struct kvm_item *it, kvm_route_t *r)
+{
+    if (r->ident.enc && r->ident.enc == it->ident.enc)
+        r->ident.enc = NULL; /* borrowed: the item frees it */
+    kvm_ident_free(&r->ident);
+}
+
+int kvm_item_route_take(struct kvm_item *it, kvm_route_t *dst, const kvm_route_t *src)
+{
+    KVM_ASSERT(dst->ident.enc == NULL && src != dst);
+    if (!it->ident.enc || !kvm_ident_equal(&src->ident, &it->ident))
+        return kvm_route_copy(dst, src); /* (another key's route: its own identity) */
+    *dst = *src;
+    dst->ident = it->ident; /* borrowed: equal bytes, the item's buffer */
+    return 0;
+}
+
+void kvm_item_route_drop(struct kvm_item *it, kvm_route_t *r)
+{
+    if (!r->ident.enc)
+        return; /* empty: zeroed already (a record is only ever set with an identity) */
+    route_ident_release(it, r);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---- ops ------------------------------------------------------------------------------------ */
+
 kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n)
 {
     kvm_op_t *op = op_record(rt, n);
     if (!op)
         return NULL;
-    for (size_t i = 0; i < n; i++) {
-        kvm_route_init(&op->items[i].route);
-        kvm_route_init(&op->items[i].cur);
-    }
+    /* (the items' route records are empty: zeroed with the record, as kvm_route_init leaves
+     * one; not zeroed again, 1,856 bytes per item) */
     op->n = n;
     op->type = type;
     op->rt = rt;
@@ -83,10 +112,13 @@ void kvm_op_unref(kvm_op_t *op)
     if (!op || atomic_fetch_sub(&op->refs, 1) != 1)
         return;
     for (size_t i = 0; i < op->n; i++) {
-        kvm_ident_free(&op->items[i].ident);
-        kvm_route_free(&op->items[i].route);
-        kvm_route_free(&op->items[i].cur);
-        kvm_quota_item_free(&op->items[i]);
+        struct kvm_item *it = &op->items[i];
+        /* the route records' identities (before the item's, which they may borrow), without
+         * zeroing the records: freed, or zeroed whole when the record is reused (op_record) */
+        route_ident_release(it, &it->route);
+        route_ident_release(it, &it->cur);
+        kvm_ident_free(&it->ident);
+        kvm_quota_item_free(it);
     }
     if (op->list_ident)
         for (size_t i = 0; i < op->list_n; i++)

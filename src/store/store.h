@@ -582,6 +582,16 @@ static inline uint64_t kvm_rt_tomb_deadline(kvm_rt_t *rt)
 /* ops hand-off */
 kvm_op_t *kvm_op_new(kvm_rt_t *rt, enum kvm_op_type type, size_t n);
 void kvm_op_unref(kvm_op_t *op);
+/* An item's route records (it->route, it->cur) [loop] (rt_op.c): a route whose identity equals
+ * the item's is kept with the item's identity encoding borrowed (it->ident.enc) instead of a copy
+ * of its own, so keeping an answered route costs no allocation. kvm_item_route_take fills the
+ * empty *dst (no identity: as kvm_op_new leaves it, or after kvm_item_route_drop) with src,
+ * borrowing when src's identity equals it->ident, else copying it (0, or KVMESH_ENOMEM with *dst
+ * left empty). kvm_item_route_drop empties *r and zeroes it, as kvm_route_free does (the
+ * identity freed only when owned). kvm_op_unref frees both records the same way; it->ident is
+ * never replaced while a record borrows it. */
+int kvm_item_route_take(struct kvm_item *it, kvm_route_t *dst, const kvm_route_t *src);
+void kvm_item_route_drop(struct kvm_item *it, kvm_route_t *r);
 /* Frees rt->op_spare (runtime free, after the loop stopped). */
 void kvm_op_spare_free(kvm_rt_t *rt);
 /* Frees rt->ictx_spare (runtime free, after the loop stopped; ops_item.c). */
@@ -758,6 +768,9 @@ void kvm_owner_stats(kvm_rt_t *rt, struct kvm_rt_stats *st);
 void kvm_hint_put(kvm_rt_t *rt, const kvm_route_t *r);
 void kvm_hint_drop(kvm_rt_t *rt, const kvm_ident_t *id);
 bool kvm_hint_get(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out);
+/* As kvm_hint_get, with out->ident a shallow copy of *id (its encoding borrowed: no allocation;
+ * out never frees it): for an item's it->cur with id = &it->ident (kvm_item_route_drop). */
+bool kvm_hint_get_borrowed(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out);
 void kvm_hint_fini(kvm_rt_t *rt); /* after the loop stopped */
 
 /* ---- ops.c and ops_item.c [loop] (the op / item machinery: ops_int.h) --------------------- */
