@@ -43,7 +43,7 @@
 #define H_RT_ID    "0a0b0c0d0e0f10111213141516171819" /* the opening runtime */
 #define H_PEER_ID  "f0e0d0c0b0a090807060504030201000" /* a runtime no snapshot lists */
 #define H_RANGE_MS 200   /* the member range started by the message: after the publish */
-#define H_WAIT_MS  60000 /* bound of every wait: generous for a loaded sanitizer run */
+#define H_WAIT_MS  90000 /* bound of every wait: generous for a loaded sanitizer run */
 
 struct hook_state {
     pthread_mutex_t mu;
@@ -117,7 +117,10 @@ static void *opener(void *arg)
                                            {"segment_size", "16MiB"},
                                            {"max_object_size", "1MiB"},
                                            {"replicas", "1"},
-                                           {"request_timeout_ms", "30000"},
+                                           /* the publish is held for half of it: room for
+                                            * a loaded sanitizer run to send the message */
+                                           {"request_timeout_ms", "120000"},
+                                           {"tombstone_retention_ms", "130000"},
                                            {NULL, NULL}};
     int rc = c ? 0 : KVMESH_ENOMEM;
     for (size_t i = 0; rc == 0 && pairs[i][0]; i++)
