@@ -17,7 +17,9 @@
  * 0 by default: a later loop turn) and executes it when the timer fires. A partitioned handle
  * parks calls until their deadline and then fails them unapplied. close() cancels every held
  * call's timer and fails it with ECANCELED. A timed-out call whose timer fires later is still
- * applied, like a request that reached a real server after the client gave up.
+ * applied, like a request that reached a real server after the client gave up. A test hook
+ * (meta_memory_set_hook) may add a delay per call, and bring the calls it delayed forward
+ * (meta_memory_expedite), to order two calls exactly.
  */
 #ifndef __unused /* <bsd/sys/tree.h> marks its static functions __unused */
 #define __unused __attribute__((unused))
@@ -105,9 +107,14 @@ struct mm_ctx {
     bool partitioned;
     bool fail;
     bool fail_after_apply;
+    bool hooked; /* delayed by the test hook (meta_memory_expedite may bring it forward) */
     int fail_rc;
     struct mm_ctx *next, *prev;
 };
+
+static pthread_mutex_t mm_hook_lock = PTHREAD_MUTEX_INITIALIZER;
+static meta_memory_hook_fn mm_hook;
+static void *mm_hook_arg;
 
 static pthread_mutex_t mm_registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mm_store *mm_registry;
@@ -612,6 +619,15 @@ static void mm_submit(meta_t *m, meta_call_t *c)
         x->fail_after_apply = f->fail_after_apply;
     }
     pthread_mutex_unlock(&h->faults_lock);
+    pthread_mutex_lock(&mm_hook_lock);
+    meta_memory_hook_fn hook = mm_hook;
+    void *hook_arg = mm_hook_arg;
+    pthread_mutex_unlock(&mm_hook_lock);
+    uint32_t hook_ms = hook && !x->partitioned ? hook(hook_arg, m, h->st->name, c) : 0;
+    if (hook_ms) {
+        delay_ns += (uint64_t)hook_ms * 1000000u;
+        x->hooked = true;
+    }
     x->timer = env_timer_start(m->env, delay_ns, on_fire, x);
     if (!x->timer) {
         free(x);
@@ -682,4 +698,32 @@ int meta_memory_set_faults(meta_t *m, const meta_memory_faults_t *f)
     h->faults = *f;
     pthread_mutex_unlock(&h->faults_lock);
     return 0;
+}
+
+void meta_memory_set_hook(meta_memory_hook_fn fn, void *arg)
+{
+    pthread_mutex_lock(&mm_hook_lock);
+    mm_hook = fn;
+    mm_hook_arg = arg;
+    pthread_mutex_unlock(&mm_hook_lock);
+}
+
+void meta_memory_expedite(meta_t *m)
+{
+    if (!m || m->ops != &meta_memory_ops)
+        return;
+    struct mm_handle *h = m->backend;
+    struct mm_ctx *last = h->held; /* the held list is newest first: re-arm oldest first */
+    while (last && last->next)
+        last = last->next;
+    for (struct mm_ctx *x = last; x; x = x->prev) {
+        if (!x->hooked)
+            continue;
+        env_timer_id now = env_timer_start(m->env, 0, on_fire, x);
+        if (!now)
+            continue; /* (no memory: it keeps its delay) */
+        env_timer_cancel(m->env, x->timer);
+        x->timer = now;
+        x->hooked = false;
+    }
 }

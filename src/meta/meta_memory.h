@@ -41,6 +41,24 @@ typedef struct meta_memory_faults {
  * latency_min_ms > latency_max_ms. */
 int meta_memory_set_faults(meta_t *m, const meta_memory_faults_t *f);
 
+/* Test hook (process-wide; NULL = none): called on the submitting handle's env thread for each
+ * call submitted on a memory:// handle after it is set, outside the backend's locks, with the
+ * handle, the store's NAME and the call (read only). It returns the call's delay in ms, added to
+ * any injected latency: the call is applied and answered when that delay has passed (unless a
+ * meta_memory_expedite brings it forward). Lets a test order calls exactly: hold one call (a
+ * long delay, below the call's deadline) until another is submitted. Any thread may set or
+ * clear it (a call being submitted meanwhile sees the old or the new one); arg must outlive
+ * every call that may still see it. */
+struct meta_call;
+typedef uint32_t (*meta_memory_hook_fn)(void *arg, meta_t *m, const char *store,
+                                        const struct meta_call *c);
+void meta_memory_set_hook(meta_memory_hook_fn fn, void *arg);
+
+/* From the test hook only (on m's env thread): every call of m that the hook delayed and that is
+ * still waiting is applied and answered on the next timer pass, in the order submitted, before
+ * any call with a later due time (the call being submitted, if the hook gives it a delay). */
+void meta_memory_expedite(meta_t *m);
+
 /* Parses "memory://NAME" into name (cap >= META_MEMORY_NAME_MAX + 1; "" for the private store).
  * KVMESH_EURL with a message (kvmesh_last_error) when malformed. */
 int meta_memory_parse_url(const char *url, char *name, size_t cap);

@@ -36,6 +36,7 @@
 #include "kvmesh.h"
 #include "proc.h"
 #include "testsrv.h"
+#include "trt.h"
 
 #define CHECK(c) TPROC_CHECK(c, cleanup_all)
 
@@ -95,7 +96,9 @@ static kvmesh_t *open_client(const char *transport)
     CHECK(kvmesh_config_set(c, "max_object_size", "67108864") == 0);
     CHECK(kvmesh_config_set(c, "replicas", "2") == 0);
     CHECK(kvmesh_config_set(c, "lease_ttl_ms", "2000") == 0);
-    CHECK(kvmesh_config_set(c, "request_timeout_ms", "5000") == 0);
+    /* 20 s, not 5: a 64 MiB put with 2 replicas under ASan/TSan on a loaded 2-core CI host ran
+     * past 5 s (CI: the put's deadline in scenario 1) */
+    CHECK(kvmesh_config_set(c, "request_timeout_ms", "20000") == 0);
     CHECK(kvmesh_config_set(c, "transport", transport) == 0);
     kvmesh_t *kv = NULL;
     int rc = kvmesh_open(&kv, c);
@@ -139,7 +142,7 @@ static int runtime_main(char **argv)
     kvmesh_config_set(c, "segment_size", "75497472"); /* 72 MiB */
     kvmesh_config_set(c, "max_object_size", "67108864");
     kvmesh_config_set(c, "lease_ttl_ms", "2000");
-    kvmesh_config_set(c, "request_timeout_ms", "5000");
+    kvmesh_config_set(c, "request_timeout_ms", "20000"); /* (as the clients': see there) */
     kvmesh_config_set(c, "transport", argv[6]);
     kvmesh_t *kv = tproc_child_open(c);
     if (!kv)
@@ -380,11 +383,12 @@ static void scenario_drain(kvmesh_t *kv, int slot)
     pthread_t r;
     pthread_create(&r, NULL, drain_reader, &l);
     usleep(200000);
-    CHECK(tproc_write(&procs[slot].p, "drain\n") == 0);
     char line[128];
-    CHECK(tproc_read_line(&procs[slot].p, line, sizeof(line), 90000) == 0);
+    /* (a replica that the drain could not move on a loaded host, e.g. a reservation or CAS that
+     * timed out, stays where it is, readable: the drain is asked again, as an operator would) */
+    int drained = tproc_drain(&procs[slot].p, 3, line, sizeof(line), 90000);
     fprintf(stderr, "runtime %d: %s\n", slot, line);
-    CHECK(strcmp(line, "DRAINED 0") == 0);
+    CHECK(drained == 0);
     usleep(300000);
     atomic_store(&l.stop, true);
     pthread_join(r, NULL);
@@ -472,6 +476,10 @@ int main(int argc, char **argv)
     kvmesh_t *a = open_client("auto"), *b = open_client("auto");
     wait_members(a, 3);
     wait_members(b, 3);
+    /* Until a put from a reads back at b (bounded): the members are listed before every shard's
+     * route authority has settled, and beside two busy loops the first put's route update
+     * stayed in flight past its 20 s deadline (store_cluster_etcd, 1 of 2 runs). */
+    CHECK(trt_wait_put_get(a, b, &sc, "warm-up", 120000) == 0);
     scenario_integrity(a, b);
     if (getenv("STORE_CLUSTER_QUICK"))
         goto done;

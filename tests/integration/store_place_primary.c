@@ -28,7 +28,6 @@
  * repeated (a late authority answer); every get must take its bytes from the lookup.
  */
 #include <inttypes.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,11 +37,11 @@
 #include "core/ident.h"
 #include "core/wrh.h"
 #include "env/clock.h"
-#include "env/env.h"
 #include "kvmesh.h"
 #include "obs/metrics.h"
 #include "route/route.h"
 #include "store/store.h"
+#include "trt.h"
 
 #define CHECK(c)                                                                                   \
     do {                                                                                           \
@@ -103,37 +102,13 @@ static int64_t rts(struct cp a, struct cp b)
 
 /* ---- C's route view, read on its loop ------------------------------------------------------- */
 
-struct loop_call {
-    void (*fn)(kvm_rt_t *rt);
-    kvm_rt_t *rt;
-    atomic_bool done;
-};
-
-static void loop_call_run(void *arg)
-{
-    struct loop_call *c = arg;
-    c->fn(c->rt);
-    atomic_store(&c->done, true);
-}
-
-static void on_loop(kvmesh_t *R, void (*fn)(kvm_rt_t *rt))
-{
-    struct loop_call c = {.fn = fn, .rt = kvmesh_runtime_of(R)};
-    atomic_store(&c.done, false);
-    CHECK(env_post(c.rt->env, loop_call_run, &c) == 0);
-    uint64_t end = env_clock_mono_ms() + 10000;
-    while (!atomic_load(&c.done)) {
-        CHECK(env_clock_mono_ms() < end);
-        usleep(1000);
-    }
-}
-
 static kvm_ident_t hint_ident;
 static kvm_runtime_t hint_primary;
 static int hint_rc;
 
-static void read_hint(kvm_rt_t *rt)
+static void read_hint(kvm_rt_t *rt, void *arg)
 {
+    (void)arg;
     hint_rc = route_primary_hint(rt->route, &hint_ident, &hint_primary);
 }
 
@@ -142,7 +117,7 @@ static void read_hint(kvm_rt_t *rt)
 static int primary_of(kvmesh_t *R, const char *key, kvm_id128_t *ids, int n)
 {
     CHECK(kvm_ident_init(&hint_ident, SC.tenant, SC.domain, key, strlen(key)) == 0);
-    on_loop(R, read_hint);
+    CHECK(trt_on_loop(R, read_hint, NULL, 10000) == 0);
     kvm_ident_free(&hint_ident);
     if (hint_rc != 0)
         return -1;
@@ -187,27 +162,21 @@ static int owner_of(kvmesh_t *R, const char *key, const char (*hex)[KVM_ID128_HE
 
 static kvmesh_t *open_rt(const char *url, const char *id, uint64_t mem, uint64_t seg, bool prim)
 {
-    kvmesh_config_t *c = kvmesh_config_new();
-    CHECK(c);
-    char b[32];
-    CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
-    CHECK(kvmesh_config_set(c, "transport", "tcp") == 0);
-    if (id)
-        CHECK(kvmesh_config_set(c, "runtime_id", id) == 0);
-    snprintf(b, sizeof(b), "%" PRIu64, mem);
-    CHECK(kvmesh_config_set(c, "memory_size", b) == 0);
-    snprintf(b, sizeof(b), "%" PRIu64, seg);
-    CHECK(kvmesh_config_set(c, "segment_size", b) == 0);
-    CHECK(kvmesh_config_set(c, "max_object_size", b) == 0);
-    CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
-    CHECK(kvmesh_config_set(c, "top_k", "2") == 0);
-    CHECK(kvmesh_config_set(c, "place_on_primary", prim ? "true" : "false") == 0);
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    if (rc)
-        fprintf(stderr, "open: %s\n", kvmesh_last_error());
-    CHECK(rc == 0);
-    kvmesh_config_free(c);
+    char m[32], sg[32];
+    snprintf(m, sizeof(m), "%" PRIu64, mem);
+    snprintf(sg, sizeof(sg), "%" PRIu64, seg);
+    const char *const pairs[][2] = {{"metadata_url", url},
+                                    {"transport", "tcp"},
+                                    {"memory_size", m},
+                                    {"segment_size", sg},
+                                    {"max_object_size", sg},
+                                    {"replicas", "1"},
+                                    {"top_k", "2"},
+                                    {"place_on_primary", prim ? "true" : "false"},
+                                    {id ? "runtime_id" : NULL, id}, /* (no id: the list ends) */
+                                    {NULL, NULL}};
+    kvmesh_t *kv = trt_open(pairs, NULL);
+    CHECK(kv);
     return kv;
 }
 

@@ -388,10 +388,11 @@ int main(int argc, char **argv)
     uint64_t t0 = env_clock_mono_ms();
     if (drain) {
         char line[64];
-        CHECK(tproc_write(&procs[0].p, "drain\n") == 0);
-        CHECK(tproc_read_line(&procs[0].p, line, sizeof(line), 90000) == 0);
+        /* (a replica that the drain could not move on a loaded host, e.g. a CAS that lost the
+         * race with re-replication or timed out, stays where it is: the drain is asked again) */
+        int drained = tproc_drain(&procs[0].p, 3, line, sizeof(line), 90000);
         printf("2: %s after %" PRIu64 " ms\n", line, env_clock_since_ms(t0));
-        CHECK(strcmp(line, "DRAINED 0") == 0);
+        CHECK(drained == 0);
     } else {
         tproc_kill(&procs[0].p, SIGKILL);
     }

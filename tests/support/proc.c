@@ -209,6 +209,25 @@ int tproc_write(tproc_t *p, const char *s)
     return off == len ? 0 : -1;
 }
 
+int tproc_drain(tproc_t *p, int attempts, char *line, size_t cap, int timeout_ms)
+{
+    char want[32], again[32];
+    snprintf(want, sizeof(want), "DRAINED 0");
+    snprintf(again, sizeof(again), "DRAINED %d", KVMESH_EUNAVAILABLE);
+    for (int a = 1; a <= attempts; a++) {
+        if (tproc_write(p, "drain\n") != 0 || tproc_read_line(p, line, cap, timeout_ms) != 0) {
+            fprintf(stderr, "tproc_drain: no answer to drain %d\n", a);
+            return -1;
+        }
+        fprintf(stderr, "tproc_drain: drain %d of at most %d: %s\n", a, attempts, line);
+        if (strcmp(line, want) == 0)
+            return 0;
+        if (strcmp(line, again) != 0)
+            return -1;
+    }
+    return -1;
+}
+
 static int spawn(tproc_t *p, char *line, size_t line_cap, int timeout_ms)
 {
     int in[2], out[2];

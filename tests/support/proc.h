@@ -116,6 +116,13 @@ int tproc_read_line(tproc_t *p, char *buf, size_t cap, int timeout_ms);
 /* Writes all of s to the child's stdin. 0 or -1. */
 int tproc_write(tproc_t *p, const char *s);
 
+/* Asks a runtime child that obeys "drain" (prints "DRAINED <rc>") to drain, each answer within
+ * timeout_ms, and asks again while it answers KVMESH_EUNAVAILABLE ("could not move N replicas":
+ * an item that failed, e.g. a reservation or route CAS that timed out on a loaded host, keeps
+ * its old replica, and a later drain moves it), at most `attempts` drains. Each answer is
+ * printed on stderr; the last one is left in line. 0 when a drain answered 0, else -1. */
+int tproc_drain(tproc_t *p, int attempts, char *line, size_t cap, int timeout_ms);
+
 /* Sends sig, then reaps the child (bounded: TPROC_REAP_TIMEOUT_MS, then SIGKILL) and closes the
  * pipes. Returns 0, or -1 when the slot ran nothing. */
 int tproc_kill(tproc_t *p, int sig);

@@ -23,117 +23,9 @@
 #include "core/hash.h"
 #include "kvmesh.h"
 #include "meta/meta.h"
+#include "tenv.h"
 
-/* ---- a tiny deterministic env: virtual clock, timers in (due, id) order ---------------------- */
-
-#define TENV_MAX_TIMERS 4096
-
-struct ttimer {
-    uint64_t id, due;
-    env_cb cb;
-    void *arg;
-};
-
-struct tenv {
-    env_t env;
-    uint64_t now, next_id, rng;
-    struct ttimer t[TENV_MAX_TIMERS];
-    size_t n;
-};
-
-static struct tenv *T(env_t *e)
-{
-    return (struct tenv *)e->impl;
-}
-static uint64_t t_now(env_t *e)
-{
-    return T(e)->now;
-}
-static uint64_t t_wall(env_t *e)
-{
-    return 1700000000000ull + T(e)->now / 1000000u;
-}
-static uint64_t t_rand(env_t *e)
-{
-    uint64_t x = T(e)->rng;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return T(e)->rng = x;
-}
-static env_timer_id t_start(env_t *e, uint64_t delay, env_cb cb, void *arg)
-{
-    struct tenv *t = T(e);
-    if (t->n == TENV_MAX_TIMERS)
-        return 0;
-    t->t[t->n++] = (struct ttimer){.id = ++t->next_id, .due = t->now + delay, .cb = cb, .arg = arg};
-    return t->next_id;
-}
-static void t_cancel(env_t *e, env_timer_id id)
-{
-    struct tenv *t = T(e);
-    for (size_t i = 0; i < t->n; i++)
-        if (t->t[i].id == id) {
-            t->t[i] = t->t[--t->n];
-            return;
-        }
-}
-static int t_defer(env_t *e, env_cb cb, void *arg)
-{
-    return t_start(e, 0, cb, arg) ? 0 : KVMESH_ENOMEM;
-}
-static int t_send(env_t *e, env_node_t to, uint32_t type, const void *d, size_t l)
-{
-    (void)e, (void)to, (void)type, (void)d, (void)l;
-    return KVMESH_EUNAVAILABLE;
-}
-static void t_set_recv(env_t *e, env_recv_fn fn, void *ctx)
-{
-    (void)e, (void)fn, (void)ctx;
-}
-static env_node_t t_self(env_t *e)
-{
-    (void)e;
-    return 0;
-}
-static void *t_loop(env_t *e)
-{
-    (void)e;
-    return NULL;
-}
-static const struct env_ops tenv_ops = {
-    .now_ns = t_now,
-    .wall_ms = t_wall,
-    .rand_u64 = t_rand,
-    .timer_start = t_start,
-    .timer_cancel = t_cancel,
-    .defer = t_defer,
-    .post = t_defer,
-    .send = t_send,
-    .set_recv = t_set_recv,
-    .self = t_self,
-    .uv_loop = t_loop,
-};
-
-/* Runs the earliest timer at or before limit (the clock jumps to it); false when none. */
-static bool tenv_step(struct tenv *t, uint64_t limit)
-{
-    if (!t->n)
-        return false;
-    size_t best = 0;
-    for (size_t i = 1; i < t->n; i++)
-        if (t->t[i].due < t->t[best].due ||
-            (t->t[i].due == t->t[best].due && t->t[i].id < t->t[best].id))
-            best = i;
-    if (t->t[best].due > limit)
-        return false;
-    struct ttimer x = t->t[best];
-    t->t[best] = t->t[--t->n];
-    if (x.due > t->now)
-        t->now = x.due;
-    x.cb(x.arg);
-    return true;
-}
+/* ---- the deterministic env (tests/support/tenv.h) ------------------------------------------ */
 
 /* Runs what is due now, without advancing the clock. */
 static void run_now(struct tenv *t)
@@ -236,9 +128,7 @@ static void rt_evict(void *ctx, const kvm_ident_t *id, const cold_evict_expect_t
 static void fx_open(fx_t *f, const cold_config_t *over)
 {
     memset(f, 0, sizeof(*f));
-    f->te.env.ops = &tenv_ops;
-    f->te.env.impl = &f->te;
-    f->te.rng = 0x1234567;
+    tenv_init(&f->te, 0x1234567);
     f->te.now = 1000000000ull;
     assert_int_equal(meta_open(&f->meta, &f->te.env, "memory://", NULL), 0);
     cold_route_ops_t ro = {.lookup = rt_lookup,
@@ -531,8 +421,8 @@ static void test_backoff(void **st)
 static void test_bad_config(void **st)
 {
     (void)st;
-    struct tenv te = {.env = {.ops = &tenv_ops}};
-    te.env.impl = &te;
+    static struct tenv te;
+    tenv_init(&te, 0);
     meta_t *m = NULL;
     assert_int_equal(meta_open(&m, &te.env, "memory://", NULL), 0);
     cold_route_ops_t ro = {.lookup = rt_lookup,
