@@ -207,9 +207,14 @@ enum env_uv_lead env_uv_thread_lead(env_uv_thread_t *t, env_cb cb, void *arg, en
 /* Counters of t since start (any thread; for tests and benchmarks): leads taken (led), leads
  * refused (refused), wake-ups of the sleeping loop thread through its kick fd (kicks: by a
  * leaving leader, a post while the loop thread does not watch I/O, stop), and epoll_ctl calls
- * that turned the loop's I/O off or on in the loop thread's sleep set (io_toggles). */
+ * that turned the loop's I/O off or on in the loop thread's sleep set (io_toggles); the loop
+ * thread's polls (polls: each of its loop passes, one epoll_wait of the loop's, and each of its
+ * sleeps outside the loop, one epoll_wait or poll), of them the passes that slept in the loop's
+ * own poll (loop_sleeps: no thread led lately), and refused leads that woke the loop thread out
+ * of such a sleep (lead_wakes). */
 typedef struct env_uv_thread_stats {
     uint64_t led, refused, kicks, io_toggles;
+    uint64_t polls, loop_sleeps, lead_wakes;
 } env_uv_thread_stats_t;
 void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out);
 
