@@ -25,6 +25,18 @@
  * and while a thread waits for the loop without leading it (env_uv_thread_waiting: a posted op)
  * leads give the I/O back as they let go and the loop thread keeps it.
  *
+ * A loop nobody leads (sleep_in_loop): once no thread has tried to lead, nor let go of a lead, for
+ * LEAD_RECENT_MS (a storage daemon's loop, a runtime whose application threads do not call in),
+ * the loop thread sleeps inside the loop's own poll instead: uv_run(UV_RUN_ONCE) while holding
+ * run_mu, one epoll_wait per wake where the sleep set and the pass that follows cost two. A lead
+ * tried meanwhile is refused (as when the loop thread is in any pass), and wakes the loop thread
+ * through lead_async when it sleeps so (in_loop_sleep); it then sleeps outside the loop, as
+ * above, while leads stay recent, and the next lead finds run_mu free. The try is stamped
+ * (lead_try_ms) before the trylock and in_loop_sleep set before the loop thread checks the stamp
+ * again, both seq_cst: either the loop thread sees the try and does not sleep in the loop, or the
+ * refused thread sees it asleep there and wakes it. No lead waits for the loop thread: a caller
+ * that is refused posts its work (which wakes the loop as any post does).
+ *
  * The loop thread never blocks on run_mu: when a leader holds it (LOOP_BUSY), the leader runs the
  * loop's timers and I/O, and the loop thread sleeps on kick_fd alone for at most
  * LEAD_IO_GRACE_MS before it tries again (blocking on the mutex made each of a run of leaders
@@ -34,12 +46,14 @@
  *   - at most one thread runs the loop; tl_running names the env_uv_thread whose loop the calling
  *     thread runs (the loop thread for its whole life, a leader while it leads), and a thread
  *     runs at most one loop at a time (a loop thread or leader never leads another);
- *   - the loop thread sleeps only right after a pass of its own, for the uv_backend_timeout() that
- *     pass ended with, bounded by LEAD_IO_GRACE_MS while io_on is false (park_until_ms, written
- *     under run_mu, `parked` set before run_mu is let go), or for at most LEAD_IO_GRACE_MS while a
- *     leader holds the loop; a leader that leaves work due sooner than the loop thread's sleep
- *     ends (a timer it armed, pending or closing callbacks, an ended loop) writes kick_fd before
- *     it lets go of run_mu, so no work waits for an unrelated wake-up;
+ *   - the loop thread holds run_mu while it sleeps only inside a UV_RUN_ONCE pass, with
+ *     in_loop_sleep set, and only when no lead was tried nor let go within LEAD_RECENT_MS;
+ *   - the loop thread sleeps outside the loop only right after a pass of its own, for the
+ *     uv_backend_timeout() that pass ended with, bounded by LEAD_IO_GRACE_MS while io_on is false
+ *     (park_until_ms, written under run_mu, `parked` set before run_mu is let go), or for at most
+ *     LEAD_IO_GRACE_MS while a leader holds the loop; a leader that leaves work due sooner than
+ *     the loop thread's sleep ends (a timer it armed, pending or closing callbacks, an ended loop)
+ *     writes kick_fd before it lets go of run_mu, so no work waits for an unrelated wake-up;
  *   - io_on is false only while a thread leads, or while leads let go within LEAD_IO_GRACE_MS of
  *     each other and no thread waits without leading; the loop thread's sleep is then bounded by
  *     LEAD_IO_GRACE_MS;
@@ -427,7 +441,16 @@ bool env_uv_thread_is_current(env_uv_thread_t *t)
 
 bool env_uv_thread_parked(env_uv_thread_t *t)
 {
-    return atomic_load(&t->parked);
+    if (atomic_load(&t->parked))
+        return true;
+    /* Asleep in the loop's own poll, where no lead can take the loop: a lead is wanted (the
+     * caller asks in order to lead next), as if one were tried and refused (sleep_in_loop). */
+    atomic_store(&t->lead_try_ms, env_clock_mono_ms());
+    if (atomic_load(&t->in_loop_sleep)) {
+        uv_async_send(&t->lead_async);
+        atomic_fetch_add(&t->n_lead_wakes, 1);
+    }
+    return false;
 }
 
 void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out)
