@@ -121,18 +121,22 @@ size_t env_uv_timer_spare_count(env_t *env);
  *   must be closed before, e.g. through env_uv_thread_call()), joins the thread and frees
  *   everything. Work still posted is dropped.
  *
- * Who runs the loop (leader/follower): the loop thread does not block inside uv_run. It runs one
- * uv_run(UV_RUN_NOWAIT) pass at a time under a mutex (run_mu) and sleeps outside it, in poll()
- * on uv_backend_fd() for uv_backend_timeout() (libuv's embedding pattern). An application thread
- * that is about to wait for work of its own on the loop may instead run the loop itself while it
- * waits (env_uv_thread_lead): when run_mu is free it runs its callback directly (no post, no
- * eventfd wake of the loop thread) and then the loop, blocking in the loop's own epoll, until its
- * work is done; the answer that completes its work wakes it directly, so one waiting call costs
- * the caller's thread no hand-off to the loop thread and no condition-variable wake-up back.
- * When run_mu is taken (the loop thread is in a pass, or another thread leads), it is refused and
- * the caller posts as before. Everything the loop owns passes between its runners through run_mu
- * (a happens-before edge for TSan as for the hardware); "loop thread only" below means "on the
- * thread that runs the loop at that moment": the loop thread, or a leader inside its lead.
+ * Who runs the loop (leader/follower): while threads lead, the loop thread does not block inside
+ * uv_run. It runs one uv_run(UV_RUN_NOWAIT) pass at a time under a mutex (run_mu) and sleeps
+ * outside it, in epoll_wait on uv_backend_fd() for uv_backend_timeout() (libuv's embedding
+ * pattern). An application thread that is about to wait for work of its own on the loop may instead
+ * run the loop itself while it waits (env_uv_thread_lead): when run_mu is free it runs its callback
+ * directly (no post, no eventfd wake of the loop thread) and then the loop, blocking in the loop's
+ * own epoll, until its work is done; the answer that completes its work wakes it directly, so one
+ * waiting call costs the caller's thread no hand-off to the loop thread and no condition-variable
+ * wake-up back. When run_mu is taken (the loop thread is in a pass, or another thread leads), it is
+ * refused and the caller posts as before. A loop that nobody has led for 100 ms (a storage
+ * daemon's) has its thread sleep in the loop's own poll instead (uv_run(UV_RUN_ONCE) under run_mu:
+ * one epoll_wait per wake, not two); a lead tried then is refused and wakes it, and it sleeps
+ * outside the loop again while leads are recent. Everything the loop owns passes between its
+ * runners through run_mu (a happens-before edge for TSan as for the hardware); "loop thread only"
+ * below means "on the thread that runs the loop at that moment": the loop thread, or a leader
+ * inside its lead.
  */
 typedef struct env_uv_thread env_uv_thread_t;
 
@@ -207,9 +211,14 @@ enum env_uv_lead env_uv_thread_lead(env_uv_thread_t *t, env_cb cb, void *arg, en
 /* Counters of t since start (any thread; for tests and benchmarks): leads taken (led), leads
  * refused (refused), wake-ups of the sleeping loop thread through its kick fd (kicks: by a
  * leaving leader, a post while the loop thread does not watch I/O, stop), and epoll_ctl calls
- * that turned the loop's I/O off or on in the loop thread's sleep set (io_toggles). */
+ * that turned the loop's I/O off or on in the loop thread's sleep set (io_toggles); the loop
+ * thread's polls (polls: each of its loop passes, one epoll_wait of the loop's, and each of its
+ * sleeps outside the loop, one epoll_wait or poll), of them the passes that slept in the loop's
+ * own poll (loop_sleeps: no thread led lately), and refused leads that woke the loop thread out
+ * of such a sleep (lead_wakes). */
 typedef struct env_uv_thread_stats {
     uint64_t led, refused, kicks, io_toggles;
+    uint64_t polls, loop_sleeps, lead_wakes;
 } env_uv_thread_stats_t;
 void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out);
 
@@ -220,8 +229,11 @@ void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out);
 void env_uv_thread_waiting(env_uv_thread_t *t, bool begin);
 
 /* Whether the loop thread sleeps between passes now (it runs none; a leader may run the loop):
- * a lead tried then is refused only if the loop thread wakes first. A snapshot, for tests and
- * diagnostics; any thread. */
+ * a lead tried then is refused only if the loop thread wakes first. False while it sleeps inside
+ * the loop's own poll (nobody led lately), where no lead can take the loop: the call then counts
+ * as a lead wanted (like a refused lead: it wakes the loop thread, which sleeps outside the loop
+ * from its next pass on), so a caller that waits for true before it leads gets there. For tests
+ * and diagnostics; any thread; must not race with env_uv_thread_stop(). */
 bool env_uv_thread_parked(env_uv_thread_t *t);
 
 #endif

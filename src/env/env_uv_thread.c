@@ -25,6 +25,18 @@
  * and while a thread waits for the loop without leading it (env_uv_thread_waiting: a posted op)
  * leads give the I/O back as they let go and the loop thread keeps it.
  *
+ * A loop nobody leads (sleep_in_loop): once no thread has tried to lead, nor let go of a lead, for
+ * LEAD_RECENT_MS (a storage daemon's loop, a runtime whose application threads do not call in),
+ * the loop thread sleeps inside the loop's own poll instead: uv_run(UV_RUN_ONCE) while holding
+ * run_mu, one epoll_wait per wake where the sleep set and the pass that follows cost two. A lead
+ * tried meanwhile is refused (as when the loop thread is in any pass), and wakes the loop thread
+ * through lead_async when it sleeps so (in_loop_sleep); it then sleeps outside the loop, as
+ * above, while leads stay recent, and the next lead finds run_mu free. The try is stamped
+ * (lead_try_ms) before the trylock and in_loop_sleep set before the loop thread checks the stamp
+ * again, both seq_cst: either the loop thread sees the try and does not sleep in the loop, or the
+ * refused thread sees it asleep there and wakes it. No lead waits for the loop thread: a caller
+ * that is refused posts its work (which wakes the loop as any post does).
+ *
  * The loop thread never blocks on run_mu: when a leader holds it (LOOP_BUSY), the leader runs the
  * loop's timers and I/O, and the loop thread sleeps on kick_fd alone for at most
  * LEAD_IO_GRACE_MS before it tries again (blocking on the mutex made each of a run of leaders
@@ -34,12 +46,14 @@
  *   - at most one thread runs the loop; tl_running names the env_uv_thread whose loop the calling
  *     thread runs (the loop thread for its whole life, a leader while it leads), and a thread
  *     runs at most one loop at a time (a loop thread or leader never leads another);
- *   - the loop thread sleeps only right after a pass of its own, for the uv_backend_timeout() that
- *     pass ended with, bounded by LEAD_IO_GRACE_MS while io_on is false (park_until_ms, written
- *     under run_mu, `parked` set before run_mu is let go), or for at most LEAD_IO_GRACE_MS while a
- *     leader holds the loop; a leader that leaves work due sooner than the loop thread's sleep
- *     ends (a timer it armed, pending or closing callbacks, an ended loop) writes kick_fd before
- *     it lets go of run_mu, so no work waits for an unrelated wake-up;
+ *   - the loop thread holds run_mu while it sleeps only inside a UV_RUN_ONCE pass, with
+ *     in_loop_sleep set, and only when no lead was tried nor let go within LEAD_RECENT_MS;
+ *   - the loop thread sleeps outside the loop only right after a pass of its own, for the
+ *     uv_backend_timeout() that pass ended with, bounded by LEAD_IO_GRACE_MS while io_on is false
+ *     (park_until_ms, written under run_mu, `parked` set before run_mu is let go), or for at most
+ *     LEAD_IO_GRACE_MS while a leader holds the loop; a leader that leaves work due sooner than
+ *     the loop thread's sleep ends (a timer it armed, pending or closing callbacks, an ended loop)
+ *     writes kick_fd before it lets go of run_mu, so no work waits for an unrelated wake-up;
  *   - io_on is false only while a thread leads, or while leads let go within LEAD_IO_GRACE_MS of
  *     each other and no thread waits without leading; the loop thread's sleep is then bounded by
  *     LEAD_IO_GRACE_MS;
@@ -80,6 +94,10 @@
 /* While leads come within this many ms of each other, the loop's I/O stays with the leaders and
  * the loop thread sleeps at most this long at a time (file comment). */
 #define LEAD_IO_GRACE_MS 1
+/* The loop thread sleeps inside the loop's own poll (UV_RUN_ONCE, holding run_mu) once no thread
+ * has tried to lead, nor let go of a lead, for this many ms (file comment, "A loop nobody
+ * leads"). */
+#define LEAD_RECENT_MS 100
 
 struct env_uv_thread {
     uv_loop_t loop;
@@ -100,7 +118,11 @@ struct env_uv_thread {
     atomic_bool io_on;         /* [written under run_mu] backend_fd armed in park_fd */
     uint64_t last_lead_end_ms; /* [run_mu] when the last lead let go (0: none yet) */
     atomic_int waiters;        /* threads waiting for work on the loop without leading it */
+    uv_async_t lead_async;     /* a refused lead wakes the loop thread out of its in-loop sleep */
+    atomic_uint_fast64_t lead_try_ms; /* when a thread last tried to lead (0: never) */
+    atomic_bool in_loop_sleep; /* the loop thread holds run_mu for a blocking UV_RUN_ONCE pass */
     atomic_uint_fast64_t n_led, n_refused, n_kicks, n_io_ctl; /* env_uv_thread_stats */
+    atomic_uint_fast64_t n_polls, n_loop_sleeps, n_lead_wakes;
 };
 
 static _Thread_local env_uv_thread_t *tl_running;
@@ -118,15 +140,50 @@ static bool leads_frequent(env_uv_thread_t *t, uint64_t now)
            atomic_load(&t->waiters) == 0;
 }
 
+/* Whether a thread tried to lead, or let go of a lead, within LEAD_RECENT_MS of now: the loop
+ * thread then sleeps outside the loop, where a lead can take it (file comment). Under run_mu. */
+static bool leads_recent(env_uv_thread_t *t, uint64_t now)
+{
+    uint64_t last = atomic_load(&t->lead_try_ms);
+    if (t->last_lead_end_ms > last)
+        last = t->last_lead_end_ms;
+    return last != 0 && now < last + LEAD_RECENT_MS;
+}
+
+/* Whether the loop thread's next sleep is inside the loop (UV_RUN_ONCE under run_mu): no lead
+ * recently. Sets in_loop_sleep first and checks again, so a thread whose lead is refused from
+ * now on either was seen here or sees in_loop_sleep and wakes the loop (env_uv_thread_lead).
+ * Under run_mu. */
+static bool sleep_in_loop(env_uv_thread_t *t, uint64_t now)
+{
+    if (leads_recent(t, now))
+        return false;
+    atomic_store(&t->in_loop_sleep, true);
+    if (leads_recent(t, now)) {
+        atomic_store(&t->in_loop_sleep, false);
+        return false;
+    }
+    return true;
+}
+
 /* One pass of the loop under run_mu. Returns the timeout (ms, -1 = none) for the sleep that
- * follows, LOOP_ENDED, or LOOP_BUSY when a leader holds the loop (the loop thread never blocks
- * on run_mu: a leader that lets go and takes it again at once would wake it each time, in
- * vain). */
+ * follows (0 also after a pass that slept in the loop itself: the next pass follows at once),
+ * LOOP_ENDED, or LOOP_BUSY when a leader holds the loop (the loop thread never blocks on run_mu:
+ * a leader that lets go and takes it again at once would wake it each time, in vain). */
 static int loop_pass(env_uv_thread_t *t)
 {
     if (pthread_mutex_trylock(&t->run_mu) != 0)
         return LOOP_BUSY;
     int tmo = LOOP_ENDED;
+    atomic_fetch_add(&t->n_polls, 1); /* each pass polls the loop's epoll once */
+    if (sleep_in_loop(t, env_clock_mono_ms())) {
+        park_on_io(t, true); /* (already on, unless leads stopped just now) */
+        atomic_fetch_add(&t->n_loop_sleeps, 1);
+        int alive = uv_run(&t->loop, UV_RUN_ONCE);
+        atomic_store(&t->in_loop_sleep, false);
+        pthread_mutex_unlock(&t->run_mu);
+        return alive ? 0 : LOOP_ENDED;
+    }
     if (uv_run(&t->loop, UV_RUN_NOWAIT) != 0) {
         tmo = uv_backend_timeout(&t->loop);
         uint64_t now = env_clock_mono_ms();
@@ -154,6 +211,7 @@ static int loop_pass(env_uv_thread_t *t)
 static void lead_wait(env_uv_thread_t *t)
 {
     struct pollfd p = {.fd = t->kick_fd, .events = POLLIN};
+    atomic_fetch_add(&t->n_polls, 1);
     if (poll(&p, 1, LEAD_IO_GRACE_MS) > 0) {
         uint64_t v;
         ssize_t r = read(t->kick_fd, &v, sizeof(v)); /* resets the eventfd; EAGAIN: raced */
@@ -191,6 +249,7 @@ static void post_kick(void *ctx)
 static void park(env_uv_thread_t *t, int tmo)
 {
     struct epoll_event ev[2];
+    atomic_fetch_add(&t->n_polls, 1);
     int n = epoll_wait(t->park_fd, ev, 2, tmo); /* (EINTR: an early wake; the next pass copes) */
     atomic_store(&t->parked, false);
     for (int i = 0; i < n; i++)
@@ -244,12 +303,18 @@ static void thread_main(void *arg)
     tl_running = NULL;
 }
 
+static void on_lead_async(uv_async_t *h)
+{
+    (void)h; /* the wake is all: the pass it ends lets go of run_mu */
+}
+
 static void on_stop(uv_async_t *h)
 {
     env_uv_thread_t *t = h->data;
     env_uv_free(t->env);
     uv_close((uv_handle_t *)&t->stop_async, NULL);
     uv_close((uv_handle_t *)&t->lead_timer, NULL);
+    uv_close((uv_handle_t *)&t->lead_async, NULL);
 }
 
 /* ---- start / stop --------------------------------------------------------------------------- */
@@ -260,6 +325,7 @@ static void start_unwind(env_uv_thread_t *t)
     env_uv_free(t->env);
     uv_close((uv_handle_t *)&t->stop_async, NULL);
     uv_close((uv_handle_t *)&t->lead_timer, NULL);
+    uv_close((uv_handle_t *)&t->lead_async, NULL);
 }
 
 int env_uv_thread_start(env_uv_thread_t **out, env_node_t self)
@@ -277,6 +343,11 @@ int env_uv_thread_start(env_uv_thread_t **out, env_node_t self)
     atomic_init(&t->n_io_ctl, 0);
     atomic_init(&t->io_on, true);
     atomic_init(&t->waiters, 0);
+    atomic_init(&t->lead_try_ms, 0);
+    atomic_init(&t->in_loop_sleep, false);
+    atomic_init(&t->n_polls, 0);
+    atomic_init(&t->n_loop_sleeps, 0);
+    atomic_init(&t->n_lead_wakes, 0);
     t->kick_fd = t->park_fd = -1;
     int rc = uv_loop_init(&t->loop);
     if (rc != 0) {
@@ -297,6 +368,10 @@ int env_uv_thread_start(env_uv_thread_t **out, env_node_t self)
     env_uv_set_post_hook(t->env, post_kick, t);
     uv_timer_init(&t->loop, &t->lead_timer); /* cannot fail */
     uv_unref((uv_handle_t *)&t->lead_timer);
+    /* (a loop's asyncs share one eventfd, made by the env's first one: this init cannot fail) */
+    rc = uv_async_init(&t->loop, &t->lead_async, on_lead_async);
+    KVM_ASSERT(rc == 0);
+    uv_unref((uv_handle_t *)&t->lead_async);
     t->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (t->kick_fd < 0 || park_open(t) != 0) {
         start_unwind(t);
@@ -366,7 +441,16 @@ bool env_uv_thread_is_current(env_uv_thread_t *t)
 
 bool env_uv_thread_parked(env_uv_thread_t *t)
 {
-    return atomic_load(&t->parked);
+    if (atomic_load(&t->parked))
+        return true;
+    /* Asleep in the loop's own poll, where no lead can take the loop: a lead is wanted (the
+     * caller asks in order to lead next), as if one were tried and refused (sleep_in_loop). */
+    atomic_store(&t->lead_try_ms, env_clock_mono_ms());
+    if (atomic_load(&t->in_loop_sleep)) {
+        uv_async_send(&t->lead_async);
+        atomic_fetch_add(&t->n_lead_wakes, 1);
+    }
+    return false;
 }
 
 void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out)
@@ -375,6 +459,9 @@ void env_uv_thread_stats(env_uv_thread_t *t, env_uv_thread_stats_t *out)
     out->refused = atomic_load(&t->n_refused);
     out->kicks = atomic_load(&t->n_kicks);
     out->io_toggles = atomic_load(&t->n_io_ctl);
+    out->polls = atomic_load(&t->n_polls);
+    out->loop_sleeps = atomic_load(&t->n_loop_sleeps);
+    out->lead_wakes = atomic_load(&t->n_lead_wakes);
 }
 
 void env_uv_thread_waiting(env_uv_thread_t *t, bool begin)
@@ -493,7 +580,20 @@ enum env_uv_lead env_uv_thread_lead(env_uv_thread_t *t, env_cb cb, void *arg, en
                                     void *darg, uint64_t deadline_ms)
 {
     KVM_ASSERT(t != NULL && cb != NULL && done != NULL);
-    if (tl_running || atomic_load(&t->stopping) || pthread_mutex_trylock(&t->run_mu) != 0) {
+    if (tl_running || atomic_load(&t->stopping)) {
+        atomic_fetch_add(&t->n_refused, 1);
+        return ENV_UV_LEAD_REFUSED;
+    }
+    uint64_t started_ms = env_clock_mono_ms();
+    atomic_store(&t->lead_try_ms, started_ms);
+    if (pthread_mutex_trylock(&t->run_mu) != 0) {
+        /* The loop thread sleeping in the loop holds run_mu: wake it, so that it sleeps outside
+         * the loop from its next pass on and a lead tried then finds the loop free
+         * (sleep_in_loop: either it saw the try above, or this sees in_loop_sleep). */
+        if (atomic_load(&t->in_loop_sleep)) {
+            uv_async_send(&t->lead_async);
+            atomic_fetch_add(&t->n_lead_wakes, 1);
+        }
         atomic_fetch_add(&t->n_refused, 1);
         return ENV_UV_LEAD_REFUSED;
     }
@@ -503,7 +603,6 @@ enum env_uv_lead env_uv_thread_lead(env_uv_thread_t *t, env_cb cb, void *arg, en
         return ENV_UV_LEAD_REFUSED;
     }
     atomic_fetch_add(&t->n_led, 1);
-    uint64_t started_ms = env_clock_mono_ms();
     struct lead_save sv;
     lead_enter(t, &sv);
     cb(arg);

@@ -8,8 +8,9 @@
  * mask (untouched while it leads) and error message survive a lead, and several threads racing for
  * the lead against the loop thread's own passes (counted without locks: runs under TSan), leads in
  * a row that leave the loop's I/O to the leaders (no epoll_ctl pair per lead, counted) while I/O
- * and posts that come after such a run still wake the loop thread. Every wait is bounded; no timing
- * is asserted.
+ * and posts that come after such a run still wake the loop thread, and a loop nobody leads whose
+ * thread sleeps in the loop's own poll (one poll per request served, counted; a lead then wakes
+ * it and gets the loop). Every wait is bounded; no timing is asserted.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -576,13 +578,135 @@ static void test_leads_in_a_row(void **state)
     flag_destroy(&w.posted);
 }
 
+/* ---- a loop nobody leads: its thread sleeps in the loop's own poll ----------------------------
+ */
+
+#define SERVE_REQS 300
+
+typedef struct echo {
+    env_uv_thread_t *t;
+    int fds[2]; /* socketpair: the loop answers on fds[0] each byte the test writes to fds[1] */
+    uv_poll_t poll;
+} echo_t;
+
+static void on_request(uv_poll_t *h, int status, int events)
+{
+    echo_t *e = h->data;
+    (void)status;
+    (void)events;
+    char c;
+    if (read(e->fds[0], &c, 1) == 1)
+        assert_int_equal(write(e->fds[0], &c, 1), 1);
+}
+
+static void echo_start(void *arg)
+{
+    echo_t *e = arg;
+    uv_loop_t *loop = env_uv_loop(env_uv_thread_env(e->t));
+    assert_int_equal(uv_poll_init(loop, &e->poll, e->fds[0]), 0);
+    e->poll.data = e;
+    assert_int_equal(uv_poll_start(&e->poll, UV_READABLE, on_request), 0);
+}
+
+static void echo_close(void *arg)
+{
+    echo_t *e = arg;
+    uv_close((uv_handle_t *)&e->poll, NULL);
+}
+
+/* One request a peer would send: a byte, then its answer (bounded). */
+static bool echo_request(echo_t *e)
+{
+    if (write(e->fds[1], "r", 1) != 1)
+        return false;
+    struct pollfd p = {.fd = e->fds[1], .events = POLLIN};
+    char c;
+    return poll(&p, 1, WAIT_MS) == 1 && read(e->fds[1], &c, 1) == 1;
+}
+
+static void test_unled_loop_sleeps_in_its_poll(void **state)
+{
+    (void)state;
+    env_uv_thread_t *t;
+    assert_int_equal(env_uv_thread_start(&t, 9), 0);
+    echo_t e = {.t = t};
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, e.fds), 0);
+    assert_int_equal(env_uv_thread_call(t, echo_start, &e), 0);
+    assert_true(echo_request(&e));
+
+    /* No thread leads (a storage daemon's loop): each request wakes the loop thread once, in the
+     * loop's own poll, and that pass serves it: one poll per request. Before, the loop thread
+     * slept in its own epoll set and then ran a pass whose poll was a second epoll_wait: two per
+     * request. Requests come one at a time, and nothing else wakes this loop (no timer). */
+    env_uv_thread_stats_t before, after;
+    env_uv_thread_stats(t, &before);
+    for (int i = 0; i < SERVE_REQS; i++)
+        assert_true(echo_request(&e));
+    env_uv_thread_stats(t, &after);
+    uint64_t polls = after.polls - before.polls;
+    fprintf(stderr, "%d requests nobody leads for: %llu loop-thread polls, %llu in the loop\n",
+            SERVE_REQS, (unsigned long long)polls,
+            (unsigned long long)(after.loop_sleeps - before.loop_sleeps));
+    /* (a pass is counted as it starts: the one under way at the first count may serve the first
+     * request, and the one waiting for the next after the last is counted too) */
+    assert_true(polls >= SERVE_REQS - 1);
+    assert_true(polls <= SERVE_REQS + SERVE_REQS / 4);
+
+    /* Asking whether the loop thread sleeps between passes (where a lead can take the loop) is
+     * false while it sleeps in the loop, and wakes it: it then parks outside (bounded wait). */
+    assert_false(env_uv_thread_parked(t));
+    uint64_t until = env_clock_mono_ms() + WAIT_MS;
+    while (!env_uv_thread_parked(t) && env_clock_mono_ms() < until)
+        sched_yield();
+    assert_true(env_uv_thread_parked(t));
+    assert_true(echo_request(&e)); /* I/O wakes it there too */
+    /* nobody leads for long enough: it sleeps in the loop again (I/O wakes it after 100 ms) */
+    env_uv_thread_stats_t mid;
+    env_uv_thread_stats(t, &mid);
+    usleep(150 * 1000);
+    assert_true(echo_request(&e));
+    env_uv_thread_stats(t, &after);
+    assert_true(after.loop_sleeps > mid.loop_sleeps);
+
+    /* A thread that wants to lead then is refused while the loop thread sleeps in the loop, and
+     * wakes it: from its next pass on the loop thread sleeps outside the loop, and a lead tried
+     * again finds the loop free (bounded; a loop thread left asleep would refuse for good). */
+    int n = 0;
+    enum env_uv_lead r = ENV_UV_LEAD_REFUSED;
+    env_uv_thread_stats(t, &after);
+    until = env_clock_mono_ms() + WAIT_MS;
+    while (r == ENV_UV_LEAD_REFUSED && env_clock_mono_ms() < until) {
+        r = env_uv_thread_lead(t, count_cb, &n, always_done, NULL, 0);
+        if (r == ENV_UV_LEAD_REFUSED)
+            sched_yield();
+    }
+    assert_int_equal(r, ENV_UV_LEAD_DONE);
+    assert_int_equal(n, 1);
+    env_uv_thread_stats_t led;
+    env_uv_thread_stats(t, &led);
+    assert_true(led.lead_wakes - after.lead_wakes <= led.refused - after.refused);
+    /* and requests still wake the loop thread, now asleep outside the loop */
+    for (int i = 0; i < 10; i++)
+        assert_true(echo_request(&e));
+
+    assert_int_equal(env_uv_thread_call(t, echo_close, &e), 0);
+    env_uv_thread_stop(t);
+    close(e.fds[0]);
+    close(e.fds[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lead_runs_on_caller), cmocka_unit_test(test_lead_refused_when_busy),
-        cmocka_unit_test(test_lead_deadline),       cmocka_unit_test(test_leader_timer_fires_later),
-        cmocka_unit_test(test_stop_while_leading),  cmocka_unit_test(test_lead_keeps_caller_state),
-        cmocka_unit_test(test_lead_race),           cmocka_unit_test(test_leads_in_a_row),
+        cmocka_unit_test(test_lead_runs_on_caller),
+        cmocka_unit_test(test_lead_refused_when_busy),
+        cmocka_unit_test(test_lead_deadline),
+        cmocka_unit_test(test_leader_timer_fires_later),
+        cmocka_unit_test(test_stop_while_leading),
+        cmocka_unit_test(test_lead_keeps_caller_state),
+        cmocka_unit_test(test_lead_race),
+        cmocka_unit_test(test_leads_in_a_row),
+        cmocka_unit_test(test_unled_loop_sleeps_in_its_poll),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
