@@ -208,6 +208,12 @@ enum env_uv_lead {
 enum env_uv_lead env_uv_thread_lead(env_uv_thread_t *t, env_cb cb, void *arg, env_uv_done_fn done,
                                     void *darg, uint64_t deadline_ms);
 
+/* A loop thread sleeps inside the loop's own poll once no thread has tried to lead its loop,
+ * nor let go of a lead, for this long (env_uv_thread.c). Long enough that an application making
+ * an op every second keeps leading (a refused lead posts its op: one wake-up of the loop thread
+ * more), short enough that a daemon's loop, which nothing leads, sleeps in its poll. */
+#define ENV_UV_LEAD_RECENT_MS 1000
+
 /* Counters of t since start (any thread; for tests and benchmarks): leads taken (led), leads
  * refused (refused), wake-ups of the sleeping loop thread through its kick fd (kicks: by a
  * leaving leader, a post while the loop thread does not watch I/O, stop), and epoll_ctl calls

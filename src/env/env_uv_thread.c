@@ -97,7 +97,7 @@
 /* The loop thread sleeps inside the loop's own poll (UV_RUN_ONCE, holding run_mu) once no thread
  * has tried to lead, nor let go of a lead, for this many ms (file comment, "A loop nobody
  * leads"). */
-#define LEAD_RECENT_MS 100
+#define LEAD_RECENT_MS ENV_UV_LEAD_RECENT_MS
 
 struct env_uv_thread {
     uv_loop_t loop;

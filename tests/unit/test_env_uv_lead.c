@@ -660,10 +660,11 @@ static void test_unled_loop_sleeps_in_its_poll(void **state)
         sched_yield();
     assert_true(env_uv_thread_parked(t));
     assert_true(echo_request(&e)); /* I/O wakes it there too */
-    /* nobody leads for long enough: it sleeps in the loop again (I/O wakes it after 100 ms) */
+    /* nobody leads for long enough: it sleeps in the loop again (I/O wakes it after
+     * ENV_UV_LEAD_RECENT_MS) */
     env_uv_thread_stats_t mid;
     env_uv_thread_stats(t, &mid);
-    usleep(150 * 1000);
+    usleep((ENV_UV_LEAD_RECENT_MS + 100) * 1000);
     assert_true(echo_request(&e));
     env_uv_thread_stats(t, &after);
     assert_true(after.loop_sleeps > mid.loop_sleeps);
