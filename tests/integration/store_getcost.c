@@ -40,19 +40,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc_count.h"
 #include "api/kvmesh_tools.h"
 #include "env/clock.h"
 #include "kvmesh.h"
 #include "obs/metrics.h"
 #include "store/store.h"
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define GETCOST_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define GETCOST_SANITIZER 1
-#endif
-#endif
 
 #define CHECK(c)                                                                                   \
     do {                                                                                           \
@@ -78,66 +71,7 @@
 #define BPUT_ALLOCS_MAX_TCP 6.2 /* 7.9 before the ninth round, 5.4 after, 4.4 after the tenth */
 #define BPUT_ALLOCS_MAX_SHM 6.2 /* 7.8 before, 5.5 after, 4.45 after the tenth */
 
-static atomic_uint_fast64_t allocs; /* every allocation call of the process */
-
-#ifdef GETCOST_SANITIZER
-/* (sanitizer/allocator_interface.h: not every toolchain installs it; the runtime exports it) */
-int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
-                                              void (*free_hook)(const volatile void *));
-
-static void on_malloc(const volatile void *p, size_t size)
-{
-    (void)p;
-    (void)size;
-    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
-}
-
-static void on_free(const volatile void *p)
-{
-    (void)p;
-}
-
-static void count_start(void)
-{
-    CHECK(__sanitizer_install_malloc_and_free_hooks(on_malloc, on_free) != 0);
-}
-#else
-/* glibc's own entry points: this program's malloc family passes every call on to them. */
-extern void *__libc_malloc(size_t size);
-extern void *__libc_calloc(size_t n, size_t size);
-extern void *__libc_realloc(void *p, size_t size);
-extern void __libc_free(void *p);
-
-void *malloc(size_t size);
-void *calloc(size_t n, size_t size);
-void *realloc(void *p, size_t size);
-void free(void *p);
-
-void *malloc(size_t size)
-{
-    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
-    return __libc_malloc(size);
-}
-
-void *calloc(size_t n, size_t size)
-{
-    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
-    return __libc_calloc(n, size);
-}
-
-void *realloc(void *p, size_t size)
-{
-    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
-    return __libc_realloc(p, size);
-}
-
-void free(void *p)
-{
-    __libc_free(p);
-}
-
-static void count_start(void) {}
-#endif
+/* every allocation call of the process: tests/support/alloc_count.h */
 
 static int64_t rd(kvmesh_t *kv, const char *fam, unsigned i1, unsigned i2)
 {
@@ -218,10 +152,10 @@ static void batch_cost(kvmesh_t *C, const kvmesh_scope_t *sc, const char *xp, bo
     int64_t h0 = rd(C, "op_handoffs_total", (unsigned)op, OBS_NONE);
     /* (rsv_allocs is the loop's; read after the calls that ran on it ended) */
     uint64_t r0 = kvmesh_runtime_of(C)->rsv_allocs;
-    uint64_t a0 = atomic_load(&allocs);
+    uint64_t a0 = alloc_count_now();
     for (long i = 0; i < calls; i++)
         batch_once(C, sc, put);
-    uint64_t a = atomic_load(&allocs) - a0;
+    uint64_t a = alloc_count_now() - a0;
     uint64_t r = kvmesh_runtime_of(C)->rsv_allocs - r0;
     int64_t h = rd(C, "op_handoffs_total", (unsigned)op, OBS_NONE) - h0;
     double per = (double)a / (double)(calls * BATCH_N);
@@ -251,7 +185,7 @@ int main(int argc, char **argv)
                 : strcmp(row, "get")             ? BATCH_CALLS
                                                  : GETS;
     CHECK(gets > 0 && gets <= 10000000);
-    count_start();
+    CHECK(alloc_count_start() == 0);
     char url[64];
     snprintf(url, sizeof(url), "memory://getcost-%s-%ld", xp, (long)getpid());
     kvmesh_t *S = open_rt(url, xp, true), *C = open_rt(url, xp, false);
@@ -283,10 +217,10 @@ int main(int argc, char **argv)
 
     int64_t h0 = rd(C, "op_handoffs_total", OBS_OP_GET, OBS_NONE);
     int64_t l0 = rd(C, "op_round_trips_total", OBS_OP_GET, OBS_CPSTAGE_ROUTE_LOOKUP);
-    uint64_t a0 = atomic_load(&allocs);
+    uint64_t a0 = alloc_count_now();
     for (long i = 0; i < gets; i++)
         get_once(C, &sc, out, v);
-    uint64_t a = atomic_load(&allocs) - a0;
+    uint64_t a = alloc_count_now() - a0;
     int64_t h = rd(C, "op_handoffs_total", OBS_OP_GET, OBS_NONE) - h0;
     int64_t l = rd(C, "op_round_trips_total", OBS_OP_GET, OBS_CPSTAGE_ROUTE_LOOKUP) - l0;
     CHECK(memcmp(out, v, VSIZE) == 0);

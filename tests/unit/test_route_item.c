@@ -24,81 +24,12 @@
 #include <cmocka.h>
 
 #include "core/wire.h"
+#include "alloc_count.h"
 #include "store/store.h"
 
 /* ---- allocation count: every malloc family call of the process while counting ------------- */
 
-static atomic_uint_fast64_t allocs;
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define ITEM_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define ITEM_SANITIZER 1
-#endif
-#endif
-
-#ifdef ITEM_SANITIZER
-int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
-                                              void (*free_hook)(const volatile void *));
-
-static void on_malloc(const volatile void *p, size_t size)
-{
-    (void)p;
-    (void)size;
-    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
-}
-
-static void on_free(const volatile void *p)
-{
-    (void)p;
-}
-
-static void count_init(void)
-{
-    assert_true(__sanitizer_install_malloc_and_free_hooks(on_malloc, on_free) != 0);
-}
-#else
-extern void *__libc_malloc(size_t size);
-extern void *__libc_calloc(size_t n, size_t size);
-extern void *__libc_realloc(void *p, size_t size);
-extern void __libc_free(void *p);
-
-void *malloc(size_t size);
-void *calloc(size_t n, size_t size);
-void *realloc(void *p, size_t size);
-void free(void *p);
-
-void *malloc(size_t size)
-{
-    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
-    return __libc_malloc(size);
-}
-
-void *calloc(size_t n, size_t size)
-{
-    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
-    return __libc_calloc(n, size);
-}
-
-void *realloc(void *p, size_t size)
-{
-    atomic_fetch_add_explicit(&allocs, 1, memory_order_relaxed);
-    return __libc_realloc(p, size);
-}
-
-void free(void *p)
-{
-    __libc_free(p);
-}
-
-static void count_init(void) {}
-#endif
-
-static uint64_t allocs_now(void)
-{
-    return atomic_load_explicit(&allocs, memory_order_relaxed);
-}
+/* (tests/support/alloc_count.h defines this program's malloc family) */
 
 /* ---- routes ---------------------------------------------------------------------------------- */
 
@@ -156,20 +87,20 @@ static void test_item_route_borrows(void **state)
 
     /* the control: a deep copy allocates its identity, one per item */
     kvm_route_t copies[N_ITEMS];
-    uint64_t a0 = allocs_now();
+    uint64_t a0 = alloc_count_now();
     for (uint32_t i = 0; i < N_ITEMS; i++) {
         kvm_route_init(&copies[i]);
         assert_int_equal(kvm_route_copy(&copies[i], &src[i]), 0);
     }
-    uint64_t copy_allocs = allocs_now() - a0;
+    uint64_t copy_allocs = alloc_count_now() - a0;
     for (uint32_t i = 0; i < N_ITEMS; i++)
         kvm_route_free(&copies[i]);
 
     /* taken into the items: borrowed, no allocation */
-    a0 = allocs_now();
+    a0 = alloc_count_now();
     for (uint32_t i = 0; i < N_ITEMS; i++)
         assert_int_equal(kvm_item_route_take(&op->items[i], &op->items[i].route, &src[i]), 0);
-    uint64_t take_allocs = allocs_now() - a0;
+    uint64_t take_allocs = alloc_count_now() - a0;
     printf("%d routes kept: kvm_route_copy %llu allocations, kvm_item_route_take %llu\n", N_ITEMS,
            (unsigned long long)copy_allocs, (unsigned long long)take_allocs);
     assert_int_equal(copy_allocs, N_ITEMS);
@@ -192,9 +123,9 @@ static void test_item_route_borrows(void **state)
 
     /* another key's route: its own copy (freed by kvm_op_unref, not the item's) */
     struct kvm_item *it1 = &op->items[1];
-    a0 = allocs_now();
+    a0 = alloc_count_now();
     assert_int_equal(kvm_item_route_take(it1, &it1->cur, &other), 0);
-    assert_int_equal(allocs_now() - a0, 1);
+    assert_int_equal(alloc_count_now() - a0, 1);
     assert_true(it1->cur.ident.enc != it1->ident.enc && it1->cur.ident.enc != other.ident.enc);
     assert_true(kvm_route_equal(&it1->cur, &other));
 
@@ -223,17 +154,17 @@ static void test_hint_borrowed(void **state)
     ident_of(&id, 5);
 
     kvm_route_t h; /* the control: an owned identity */
-    uint64_t a0 = allocs_now();
+    uint64_t a0 = alloc_count_now();
     assert_true(kvm_hint_get(rt, &id, &h));
-    uint64_t get_allocs = allocs_now() - a0;
+    uint64_t get_allocs = alloc_count_now() - a0;
     assert_true(h.ident.enc != id.enc);
     kvm_route_free(&h);
 
     kvm_route_t b;
     kvm_route_init(&b);
-    a0 = allocs_now();
+    a0 = alloc_count_now();
     assert_true(kvm_hint_get_borrowed(rt, &id, &b));
-    uint64_t borrowed_allocs = allocs_now() - a0;
+    uint64_t borrowed_allocs = alloc_count_now() - a0;
     printf("hint taken: kvm_hint_get %llu allocations, kvm_hint_get_borrowed %llu\n",
            (unsigned long long)get_allocs, (unsigned long long)borrowed_allocs);
     assert_int_equal(get_allocs, 1);
@@ -317,7 +248,7 @@ static void test_decode_zeroes_sparse(void **state)
 
 int main(void)
 {
-    count_init();
+    assert_int_equal(alloc_count_start(), 0);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_item_route_borrows),
                                        cmocka_unit_test(test_hint_borrowed),
                                        cmocka_unit_test(test_decode_zeroes_sparse)};
