@@ -68,6 +68,7 @@
 #include "proc.h"
 #include "testsrv.h"
 #include "tmpdir.h"
+#include "trt.h"
 
 struct kvm_rt;
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
@@ -503,18 +504,7 @@ static void wait_members(size_t want)
 
 static void warm_up(void)
 {
-    uint64_t end = env_clock_mono_ms() + 120000;
-    for (int k = 0; k < 64; k++) {
-        char key[32];
-        snprintf(key, sizeof(key), "warm-%d", k);
-        uint8_t v[64] = {(uint8_t)k}, out[64];
-        size_t got = 0;
-        while (kvmesh_put(client, &sc, key, strlen(key), v, sizeof(v), NULL) != 0 ||
-               kvmesh_get_into(client, &sc, key, strlen(key), out, sizeof(out), &got) != 0) {
-            CHECK(env_clock_mono_ms() < end);
-            usleep(100000);
-        }
-    }
+    CHECK(trt_warm(&client, 1, &sc, 64, 120000) == 0);
 }
 
 static const char *const allowed_labels[] = {
