@@ -149,27 +149,33 @@ static bool in_clock(const slot_t *s)
     return s->state == SLOT_COMMITTED && !s->evicting;
 }
 
+/* s into a queue after p (p NULL: at the head). */
+static void q_insert_after(slot_t **head, slot_t **tail, slot_t *p, slot_t *s)
+{
+    KVM_ASSERT(!s->queued);
+    s->qprev = p;
+    s->qnext = p ? p->qnext : *head;
+    if (s->qnext)
+        s->qnext->qprev = s;
+    else
+        *tail = s;
+    if (p)
+        p->qnext = s;
+    else
+        *head = s;
+    s->queued = true;
+}
+
 /* Into the reclaim queue in deadline order, from the tail: a slot normally goes last (its grace
  * ends after every earlier one's); only slots held longer for a late write (late_write_hold:
  * rare) are passed over, so that reclaim_due, which stops at the first slot not due, is never
  * kept back by them. */
 static void reclaim_push(slot_core_t *c, slot_t *s)
 {
-    KVM_ASSERT(!s->queued);
     slot_t *p = c->reclaim_tail;
     while (p && p->deadline_ns > s->deadline_ns)
         p = p->qprev;
-    s->qprev = p;
-    s->qnext = p ? p->qnext : c->reclaim_head;
-    if (s->qnext)
-        s->qnext->qprev = s;
-    else
-        c->reclaim_tail = s;
-    if (p)
-        p->qnext = s;
-    else
-        c->reclaim_head = s;
-    s->queued = true;
+    q_insert_after(&c->reclaim_head, &c->reclaim_tail, p, s);
 }
 
 static void clock_add(slot_core_t *c, slot_t *s)
@@ -890,14 +896,7 @@ int slot_core_test_expire(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_
         return KVMESH_ENOENT;
     q_del(&c->reserved_head, &c->reserved_tail, s);
     s->deadline_ns = now;
-    s->qprev = NULL;
-    s->qnext = c->reserved_head;
-    if (c->reserved_head)
-        c->reserved_head->qprev = s;
-    else
-        c->reserved_tail = s;
-    c->reserved_head = s;
-    s->queued = true;
+    q_insert_after(&c->reserved_head, &c->reserved_tail, NULL, s);
     expire_due(c, now);
     return 0;
 }
