@@ -228,6 +228,14 @@
     V(OBS_RPCDIR_INBOUND, "inbound")                                                               \
     V(OBS_RPCDIR_OUTBOUND, "outbound")
 
+/* what a payload sink did with a request's payload (rpc.h "Payload sinks"): received straight
+ * into its destination, discarded (the handler answers without it), or its context aborted (the
+ * frame never completed, or its handler did not run) */
+#define OBS_RPCSINK_VALUES(V)                                                                      \
+    V(OBS_RPCSINK_DIRECT, "direct")                                                                \
+    V(OBS_RPCSINK_DISCARDED, "discarded")                                                          \
+    V(OBS_RPCSINK_ABORTED, "aborted")
+
 /* a frame's direction on RPC connections */
 #define OBS_RPCFRAME_VALUES(V)                                                                     \
     V(OBS_RPCFRAME_RECEIVED, "received")                                                           \
@@ -322,7 +330,8 @@
     X(hsreason, "reason", OBS_HSREASON_VALUES)                                                     \
     X(rpccall, "result", OBS_RPCCALL_VALUES)                                                       \
     X(rpcmsg, "kind", OBS_RPCMSG_VALUES)                                                           \
-    X(pool, "result", OBS_POOL_VALUES)
+    X(pool, "result", OBS_POOL_VALUES)                                                             \
+    X(rpcsink, "result", OBS_RPCSINK_VALUES)
 
 #define OBS_X_ENUM_V(name, str)          name,
 #define OBS_X_DIM_ENUM(d, label, VALUES) enum obs_dim_##d{VALUES(OBS_X_ENUM_V) OBS__N_##d};
@@ -518,7 +527,11 @@ enum obs_dim_id {
     X(rpc_pool_buffers_total,                                                                      \
       "RPC message buffers of 64 KiB - 8 MiB: taken from the pool (hit), newly allocated (miss), " \
       "freed on return because the pool was full (dropped).",                                      \
-      pool, none)
+      pool, none)                                                                                  \
+    X(rpc_payload_sinks_total,                                                                     \
+      "RPC request payloads a payload sink took: received straight into its destination "          \
+      "(direct), discarded, or its context aborted (frame incomplete or no handler run).",         \
+      rpcsink, none)
 
 #define OBS_GAUGE_LIST(X)                                                                          \
     X(requests_in_flight, "API requests currently in progress, by operation.", add, op, none)      \

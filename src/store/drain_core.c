@@ -29,6 +29,7 @@ struct drain_core {
     bool started;
     uint64_t deadline_ns, cursor;
     uint32_t empty_passes;
+    uint32_t round;        /* 1..cfg.rounds */
     uint32_t n, unsettled; /* the page's items; those not yet MOVED / FAILED */
     size_t moved, failed, settled;
     struct ditem items[DRAIN_PAGE_MAX];
@@ -108,8 +109,8 @@ static void finish(drain_core_t *c, int rc)
     else if (rc == KVMESH_ECLOSED)
         rc = kvm_errf(rc, "the runtime closed during the drain");
     else if (rc == 0 && c->failed)
-        rc = kvm_errf(KVMESH_EUNAVAILABLE, "could not move %zu replicas (%zu moved)", c->failed,
-                      c->moved);
+        rc = kvm_errf(KVMESH_EUNAVAILABLE, "could not move %zu replicas (%zu moved) in %u rounds",
+                      c->failed, c->moved, c->round);
     set_state(c, DRAIN_DONE);
     c->fx.done(c->ctx, rc);
 }
@@ -195,6 +196,9 @@ int drain_core_new(const drain_core_cfg_t *cfg, const drain_effects_t *fx, void 
     if (!c)
         return kvm_errf(KVMESH_ENOMEM, "out of memory for the drain core");
     c->cfg = *cfg;
+    if (!c->cfg.rounds)
+        c->cfg.rounds = DRAIN_ROUNDS;
+    c->round = 1;
     c->fx = *fx;
     c->ctx = ctx;
     *out = c;
@@ -232,7 +236,22 @@ static void page_begin(drain_core_t *c, uint32_t n)
  * the drain. */
 static void empty_pass(drain_core_t *c, uint64_t now)
 {
-    if (++c->empty_passes >= 2) {
+    if (++c->empty_passes >= 2 && c->failed && c->round < c->cfg.rounds &&
+        now + c->cfg.writers_ns <= c->deadline_ns) {
+        /* replicas this round could not move are still committed here: another round, from the
+         * first replica, after a writers period (those it moved are no longer listed) */
+        if (c->fx.retry)
+            c->fx.retry(c->ctx, c->round, c->moved, c->failed);
+        c->round++;
+        c->settled -= c->failed;
+        c->failed = 0;
+        c->cursor = 0;
+        c->empty_passes = 0;
+        set_state(c, DRAIN_WAITING);
+        c->fx.arm_timer(c->ctx, now + c->cfg.writers_ns);
+        return;
+    }
+    if (c->empty_passes >= 2) {
         finish(c, 0);
         return;
     }
@@ -355,6 +374,11 @@ void drain_core_counts(const drain_core_t *c, size_t *moved, size_t *failed)
 {
     *moved = c->moved;
     *failed = c->failed;
+}
+
+uint32_t drain_core_round(const drain_core_t *c)
+{
+    return c->round;
 }
 
 int drain_core_check(const drain_core_t *c)

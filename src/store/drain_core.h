@@ -5,11 +5,15 @@
  * replica of a page reserve at another owner, copy, CAS the route from the old replica to the new
  * one, then commit the new slot and release the old one; until two listing passes a writers
  * period apart find nothing new (writers that placed here before they saw the retirement commit
- * within it), the deadline passed, or the shell closed. Every decision is here; every action in
- * the world (list a page, reserve, copy, route CAS, commit, release, arm a timer, report the end)
- * is asked through drain_effects_t, and every answer comes back through an input function that
- * takes the current time. The core never reads a clock and never calls the loop, RPC, the route
- * service or the transport. src/store/data.c is the shell that runs it in a runtime;
+ * within it), the deadline passed, or the shell closed. A round that ends with replicas it could
+ * not move (a reservation, copy or CAS that failed: they are still committed here) is followed
+ * by another from the first replica, a writers period later, while the deadline allows, at most
+ * cfg.rounds rounds: the failures of a loaded moment (no room yet, a CAS that lost a race) are
+ * retried within the drain's own deadline instead of failing the drain. Every decision is here;
+ * every action in the world (list a page, reserve, copy, route CAS, commit, release, arm a timer,
+ * report the end) is asked through drain_effects_t, and every answer comes back through an input
+ * function that takes the current time. The core never reads a clock and never calls the loop, RPC,
+ * the route service or the transport. src/store/data.c is the shell that runs it in a runtime;
  * tests/sim/scen_store.c runs it in the simulator.
  *
  * Drain states (one set_state asserts every transition):
@@ -20,6 +24,8 @@
  *                    |  |   +-----------------> WAITING --- timer fired ---------+--> LISTING
  *                    |  | listed: empty (second) / error / deadline passed        |
  *                    |  +-------------------------------------------------------> DONE
+ *                    |     listed: empty (second) with failures, rounds left:
+ *                    +---- WAITING (a writers period) <--- the next round from cursor 0
  *   close: LISTING / WAITING -> DONE; MOVING -> CLOSING (items in flight settle) -> DONE
  *
  * Item states (one per replica of the current page; item_set_state asserts every edge):
@@ -94,17 +100,23 @@ typedef struct drain_effects {
     void (*release_new)(void *ctx, uint32_t i, enum drain_release why);
     void (*release_old)(void *ctx, uint32_t i);   /* the old replica is no longer referenced */
     void (*arm_timer)(void *ctx, uint64_t at_ns); /* answer: drain_core_timer (at or after) */
-    /* The end: rc 0, KVMESH_ETIMEDOUT, KVMESH_EUNAVAILABLE (some replicas not moved),
-     * KVMESH_ECLOSED or the listing's error; the last error is set for every rc but a listing
-     * error (the shell's own). Asked once. */
+    /* The end: rc 0, KVMESH_ETIMEDOUT, KVMESH_EUNAVAILABLE (some replicas not moved in the last
+     * round), KVMESH_ECLOSED or the listing's error; the last error is set for every rc but a
+     * listing error (the shell's own). Asked once. */
     void (*done)(void *ctx, int rc);
+    /* Optional: a round ended with `failed` replicas not moved and the next (round + 1, from 1)
+     * starts after a writers period: progress for the shell's log. moved: so far. */
+    void (*retry)(void *ctx, uint32_t round, size_t moved, size_t failed);
 } drain_effects_t;
 
 typedef struct drain_core_cfg {
     uint32_t timeout_ms; /* the drain's deadline after drain_core_start */
     uint64_t writers_ns; /* the pause between the two empty passes */
     uint32_t page;       /* replicas per listing, 1..DRAIN_PAGE_MAX */
+    uint32_t rounds;     /* rounds at most while replicas fail to move (0: DRAIN_ROUNDS) */
 } drain_core_cfg_t;
+
+#define DRAIN_ROUNDS 4 /* default cfg.rounds: the first pass and three retries */
 
 struct drain_core;
 typedef struct drain_core drain_core_t;
@@ -128,7 +140,9 @@ void drain_core_close(drain_core_t *c, uint64_t now);
 
 enum drain_state drain_core_state(const drain_core_t *c);
 enum drain_item_state drain_core_item_state(const drain_core_t *c, uint32_t i);
+/* moved: every replica moved; failed: those not moved in the current (or last) round. */
 void drain_core_counts(const drain_core_t *c, size_t *moved, size_t *failed);
+uint32_t drain_core_round(const drain_core_t *c); /* 1 for the first round */
 /* Checks the invariants above; 0 or KVMESH_EINTERNAL with the last error set. */
 int drain_core_check(const drain_core_t *c);
 

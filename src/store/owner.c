@@ -213,6 +213,7 @@ static int core_open(kvm_rt_t *rt)
         .tick_budget = STORE_TICK_BUDGET,
         .evict_inflight_max = STORE_EVICT_INFLIGHT,
         .wait_max = STORE_RESERVE_WAIT_MAX,
+        .late_write_ns = STORE_LATE_WRITE_MS * 1000000ull,
     };
     return slot_core_new(&cfg, &owner_fx, rt, &rt->slots);
 }
@@ -395,6 +396,23 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
     }
     slot_core_reserve(rt->slots, now_ns(rt), id, len, ttl_ms, cb, arg);
     owner_sync(rt);
+}
+
+int kvm_owner_land_begin(kvm_rt_t *rt, uint64_t seg, uint64_t off, uint64_t token)
+{
+    return slot_core_land_begin(rt->slots, now_ns(rt), seg, off, token);
+}
+
+int kvm_owner_land_end(kvm_rt_t *rt, uint64_t seg, uint64_t off, uint64_t token)
+{
+    return slot_core_land_end(rt->slots, now_ns(rt), seg, off, token);
+}
+
+int kvm_owner_test_expire(kvm_rt_t *rt, uint64_t seg, uint64_t off, uint64_t token)
+{
+    int rc = slot_core_test_expire(rt->slots, now_ns(rt), seg, off, token);
+    owner_sync(rt);
+    return rc;
 }
 
 void kvm_owner_commit(kvm_rt_t *rt, uint64_t seg, uint64_t off)

@@ -62,6 +62,13 @@ uint32_t kvm_put_primary_test_decline(uint32_t n)
     return kvm_test_arm(&test_declines, n);
 }
 
+static _Atomic uint32_t test_expire_landing; /* kvm_put_primary_test_expire_landing */
+
+uint32_t kvm_put_primary_test_expire_landing(uint32_t n)
+{
+    return kvm_test_arm(&test_expire_landing, n);
+}
+
 /* ---- requester ------------------------------------------------------------------------------ */
 
 static bool in_ring(const kvm_runtime_t *ring, uint32_t count, const kvm_runtime_t *owner)
@@ -567,6 +574,8 @@ static void sink_landed(void *ctx, const uint8_t *p, size_t n)
 {
     struct prim_serve *s = ctx;
     kvm_sum_update(&s->sum, p, n);
+    if (s->landed == 0 && kvm_test_take(&test_expire_landing))
+        kvm_owner_test_expire(s->rt, s->seg, s->off, s->token);
     s->landed += n;
 }
 
@@ -580,6 +589,7 @@ static void sink_abort(void *ctx)
     case PS_DIRECT:
         seg_unpin(s->rt->reg, s->pin);
         s->pin = NULL;
+        (void)kvm_owner_land_end(s->rt, s->seg, s->off, s->token);
         /* fall through */
     case PS_HELD:
         kvm_put_inline_release(s->rt, s->seg, s->off, s->token);
@@ -653,6 +663,15 @@ static void sink_offer(const struct rpc_request *req, void *arg, struct rpc_sink
                  seg_reason_str(why));
         return;
     }
+    if (kvm_owner_land_begin(rt, s->seg, s->off, s->token) != 0) { /* (the late-payload fence) */
+        seg_unpin(rt->reg, s->pin);
+        s->pin = NULL;
+        kvm_put_inline_release(rt, s->seg, s->off, s->token);
+        s->st = PS_FAILED;
+        s->status = KVMESH_ETIMEDOUT;
+        snprintf(s->msg, sizeof(s->msg), "%s", kvmesh_last_error());
+        return;
+    }
     s->st = PS_DIRECT;
     kvm_sum_init(&s->sum, KVM_HASH_SEED_CHECKSUM);
     out->discard = 0;
@@ -671,7 +690,10 @@ static void sink_go(struct prim_serve *s)
         seg_unpin(rt->reg, s->pin);
         s->pin = NULL;
         KVM_ASSERT(s->landed == s->len);
-        if (kvm_sum_digest(&s->sum) != s->checksum) {
+        if (kvm_owner_land_end(rt, s->seg, s->off, s->token) != 0) { /* its TTL passed meanwhile */
+            rc = KVMESH_ETIMEDOUT;
+            snprintf(msg, sizeof(msg), "%s", kvmesh_last_error());
+        } else if (kvm_sum_digest(&s->sum) != s->checksum) {
             rc = KVMESH_ECHECKSUM;
             snprintf(msg, sizeof(msg),
                      "inline reservation: the %" PRIu64 " bytes do not match their checksum",

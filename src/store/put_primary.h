@@ -98,5 +98,9 @@ void kvm_put_primary_register(kvm_rt_t *rt);
  * process (any runtime) are declined as if it were not the primary. Returns the count still
  * armed before the call. Any thread. */
 uint32_t kvm_put_primary_test_decline(uint32_t n);
+/* Tests: the next n raw puts received through the payload sink have their reservation reach its
+ * TTL while the payload lands (after its first run): the late-payload fence then refuses them
+ * (docs/store.md "Late payloads"). Returns the count still armed before the call. */
+uint32_t kvm_put_primary_test_expire_landing(uint32_t n);
 
 #endif

@@ -88,6 +88,12 @@ static void export_pool(struct obs_registry *m, const struct rpc_stats *n, struc
               delta(n->pool_misses, &s->pool_misses));
     obs_count(m, rpc_pool_buffers_total, OBS_POOL_DROPPED, OBS_NONE,
               delta(n->pool_dropped, &s->pool_dropped));
+    obs_count(m, rpc_payload_sinks_total, OBS_RPCSINK_DIRECT, OBS_NONE,
+              delta(n->sink_direct, &s->sink_direct));
+    obs_count(m, rpc_payload_sinks_total, OBS_RPCSINK_DISCARDED, OBS_NONE,
+              delta(n->sink_discarded, &s->sink_discarded));
+    obs_count(m, rpc_payload_sinks_total, OBS_RPCSINK_ABORTED, OBS_NONE,
+              delta(n->sink_aborted, &s->sink_aborted));
 }
 
 void kvm_rpc_metrics_export(struct obs_registry *m, const struct rpc_stats *now,

@@ -95,7 +95,7 @@ static bool legal(enum slot_state from, enum slot_state to)
 static void set_state(slot_t *s, enum slot_state to)
 {
     KVM_ASSERT(legal(s->state, to));
-    KVM_ASSERT(to != SLOT_FREED || !s->busy);
+    KVM_ASSERT(to != SLOT_FREED || (!s->busy && !s->landing));
     s->state = to;
 }
 
@@ -143,9 +143,44 @@ static void q_del(slot_t **head, slot_t **tail, slot_t *s)
     s->queued = false;
 }
 
+/* Whether s is in the clock ring: COMMITTED and not being evicted (no bit of its own). */
+static bool in_clock(const slot_t *s)
+{
+    return s->state == SLOT_COMMITTED && !s->evicting;
+}
+
+/* s into a queue after p (p NULL: at the head). */
+static void q_insert_after(slot_t **head, slot_t **tail, slot_t *p, slot_t *s)
+{
+    KVM_ASSERT(!s->queued);
+    s->qprev = p;
+    s->qnext = p ? p->qnext : *head;
+    if (s->qnext)
+        s->qnext->qprev = s;
+    else
+        *tail = s;
+    if (p)
+        p->qnext = s;
+    else
+        *head = s;
+    s->queued = true;
+}
+
+/* Into the reclaim queue in deadline order, from the tail: a slot normally goes last (its grace
+ * ends after every earlier one's); only slots held longer for a late write (late_write_hold:
+ * rare) are passed over, so that reclaim_due, which stops at the first slot not due, is never
+ * kept back by them. */
+static void reclaim_push(slot_core_t *c, slot_t *s)
+{
+    slot_t *p = c->reclaim_tail;
+    while (p && p->deadline_ns > s->deadline_ns)
+        p = p->qprev;
+    q_insert_after(&c->reclaim_head, &c->reclaim_tail, p, s);
+}
+
 static void clock_add(slot_core_t *c, slot_t *s)
 {
-    KVM_ASSERT(!s->in_clock && s->state == SLOT_COMMITTED);
+    KVM_ASSERT(in_clock(s) && !s->queued);
     if (!c->clock_hand) {
         s->cnext = s->cprev = s;
         c->clock_hand = s;
@@ -156,13 +191,12 @@ static void clock_add(slot_core_t *c, slot_t *s)
         h->cprev->cnext = s;
         h->cprev = s;
     }
-    s->in_clock = true;
     c->n_clock++;
 }
 
 static void clock_del(slot_core_t *c, slot_t *s)
 {
-    KVM_ASSERT(s->in_clock);
+    KVM_ASSERT(in_clock(s) && c->n_clock > 0);
     if (s->cnext == s) {
         c->clock_hand = NULL;
     } else {
@@ -172,7 +206,6 @@ static void clock_del(slot_core_t *c, slot_t *s)
             c->clock_hand = s->cnext;
     }
     s->cnext = s->cprev = NULL;
-    s->in_clock = false;
     c->n_clock--;
 }
 
@@ -374,6 +407,7 @@ bool slot_core_seg_drained(const slot_core_t *c, uint32_t segi)
 }
 
 static void held_end(slot_core_t *c, slot_t *s);
+static void expire_due(slot_core_t *c, uint64_t now);
 
 /* The remove_undrained broken variant: the segment's idle reserved and reclaim slots are
  * dropped at once (only the drain's list, the committed slots, was waited for). */
@@ -384,7 +418,7 @@ static void drop_undrained(slot_core_t *c, uint32_t segi)
         slot_t **tail = q ? &c->reclaim_tail : &c->reserved_tail;
         for (slot_t *s = *head, *n; s; s = n) {
             n = s->qnext;
-            if (s->segi != segi || s->busy)
+            if (s->segi != segi || s->busy || s->landing)
                 continue;
             q_del(head, tail, s);
             if (q)
@@ -466,14 +500,19 @@ static void to_reclaim(slot_core_t *c, uint64_t now, slot_t *s)
     if (s->state == SLOT_RESERVED || s->state == SLOT_HELD) {
         q_del(&c->reserved_head, &c->reserved_tail, s);
         revoke(c, s);
-    } else if (s->in_clock) {
+    } else if (in_clock(s)) {
         clock_del(c, s);
     } else {
         q_del(&c->evict_head, &c->evict_tail, s); /* released while being evicted */
     }
     set_state(s, SLOT_RECLAIM);
-    s->deadline_ns = (c->bugs & SLOT_BUG_NO_GRACE) ? now : now + c->cfg.reclaim_grace_ns;
-    q_push(&c->reclaim_head, &c->reclaim_tail, s);
+    if (c->bugs & SLOT_BUG_NO_GRACE) {
+        s->deadline_ns = now;
+        q_push(&c->reclaim_head, &c->reclaim_tail, s);
+    } else {
+        s->deadline_ns = now + c->cfg.reclaim_grace_ns;
+        reclaim_push(c, s);
+    }
     c->reclaim_bytes += s->len;
 }
 
@@ -736,6 +775,24 @@ enum slot_settle slot_core_settle_decide(const slot_settle_in_t *in)
     return SLOT_SETTLE_KEEP;
 }
 
+/* An expired reservation settled free (now in RECLAIM): a transport WRITE its grant admitted
+ * before the TTL ended may still be landing in its bytes (the grant is checked at the WRITE's
+ * start; tcp bounds a started WRITE by io_timeout_ms per started MiB plus one: cfg.late_write_ns).
+ * Its bytes stay in RECLAIM until that bound passed too, not only the grace, so that they are
+ * not reserved again under such a WRITE. */
+static void late_write_hold(slot_core_t *c, uint64_t now, slot_t *s)
+{
+    if (!c->cfg.late_write_ns || (c->bugs & SLOT_BUG_NO_GRACE))
+        return;
+    KVM_ASSERT(s->state == SLOT_RECLAIM);
+    uint64_t hold = now + c->cfg.late_write_ns * (1 + ((uint64_t)s->len >> 20));
+    if (hold <= s->deadline_ns)
+        return;
+    q_del(&c->reclaim_head, &c->reclaim_tail, s);
+    s->deadline_ns = hold;
+    reclaim_push(c, s);
+}
+
 static void held_retry(slot_core_t *c, uint64_t now, slot_t *s)
 {
     q_del(&c->reserved_head, &c->reserved_tail, s);
@@ -768,6 +825,7 @@ enum slot_settle slot_core_held_answer(slot_core_t *c, uint64_t now, slot_t *s,
         c->reservations_expired++;
         event(c, SLOT_EV_EXPIRED, s->len);
         to_reclaim(c, now, s);
+        late_write_hold(c, now, s);
         break;
     case SLOT_SETTLE_KEEP: /* ask again later (and check again before any free) */
         s->checked = false;
@@ -793,6 +851,56 @@ void slot_core_held_check_answer(slot_core_t *c, uint64_t now, slot_t *s, enum s
     held_retry(c, now, s);
 }
 
+/* ---- landing: the late-payload fence --------------------------------------------------------- */
+
+int slot_core_land_begin(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off,
+                         uint64_t token)
+{
+    slot_t *s = slot_at(c, seg_id, off);
+    if (!s || !token || s->token != token || s->state == SLOT_NEW || s->state == SLOT_COMMITTED)
+        return kvm_errf(KVMESH_ENOENT,
+                        "owner %s holds no reservation at %016" PRIx64 "+%" PRIu64
+                        " for this write",
+                        c->cfg.name, seg_id, off);
+    if (s->state != SLOT_RESERVED || now >= s->deadline_ns)
+        return kvm_errf(KVMESH_ETIMEDOUT,
+                        "owner %s: the reservation at %016" PRIx64 "+%" PRIu64
+                        " passed its TTL before its payload came",
+                        c->cfg.name, seg_id, off);
+    KVM_ASSERT(!s->landing); /* (one landing per reservation) */
+    s->landing = true;
+    return 0;
+}
+
+int slot_core_land_end(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off, uint64_t token)
+{
+    (void)now;
+    slot_t *s = slot_at(c, seg_id, off);
+    if (!s || !s->landing || s->token != token)
+        return kvm_errf(KVMESH_ENOENT, "owner %s: no payload landing at %016" PRIx64 "+%" PRIu64,
+                        c->cfg.name, seg_id, off);
+    s->landing = false;
+    if (s->state != SLOT_RESERVED)
+        return kvm_errf(KVMESH_ETIMEDOUT,
+                        "owner %s: the reservation at %016" PRIx64 "+%" PRIu64
+                        " passed its TTL (%s) while its payload landed; nothing was published",
+                        c->cfg.name, seg_id, off, slot_state_name(s->state));
+    return 0;
+}
+
+int slot_core_test_expire(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off,
+                          uint64_t token)
+{
+    slot_t *s = slot_at(c, seg_id, off);
+    if (!s || s->token != token || s->state != SLOT_RESERVED)
+        return KVMESH_ENOENT;
+    q_del(&c->reserved_head, &c->reserved_tail, s);
+    s->deadline_ns = now;
+    q_insert_after(&c->reserved_head, &c->reserved_tail, NULL, s);
+    expire_due(c, now);
+    return 0;
+}
+
 /* ---- eviction -------------------------------------------------------------------------------- */
 
 static void evict_back(slot_core_t *c, slot_t *s)
@@ -812,9 +920,9 @@ static void evict_finish(slot_core_t *c, uint64_t now, slot_t *s)
 {
     KVM_ASSERT(s->busy && s->evicting && c->evict_inflight > 0);
     s->busy = false;
-    s->evicting = false;
     c->evict_inflight--;
-    to_reclaim(c, now, s);
+    to_reclaim(c, now, s); /* (still evicting: out of the eviction list, not the ring) */
+    s->evicting = false;
 }
 
 static void evict_some(slot_core_t *c, uint64_t need)
@@ -901,7 +1009,7 @@ static bool reclaim_due(slot_core_t *c, uint64_t now)
         left--;
         slot_t *s = c->reclaim_head;
         q_del(&c->reclaim_head, &c->reclaim_tail, s);
-        if (s->busy) { /* a lookup or CAS still holds it: later */
+        if (s->busy || s->landing) { /* a lookup, CAS or payload still holds it: later */
             s->deadline_ns = now + c->cfg.reclaim_grace_ns;
             q_push(&busy_head, &busy_tail, s);
             continue;
@@ -915,7 +1023,7 @@ static bool reclaim_due(slot_core_t *c, uint64_t now)
     while (busy_head) {
         slot_t *s = busy_head;
         q_del(&busy_head, &busy_tail, s);
-        q_push(&c->reclaim_head, &c->reclaim_tail, s);
+        reclaim_push(c, s);
     }
     return more;
 }
@@ -1117,7 +1225,7 @@ static int check_queues(const slot_core_t *c, size_t *n_q, uint64_t *held, uint6
                             slot_state_name(s->state));
     const slot_t *s = c->clock_hand;
     for (size_t i = 0; i < c->n_clock; i++, s = s->cnext, (*n_q)++)
-        if (!s || s->state != SLOT_COMMITTED || !s->in_clock || s->evicting)
+        if (!s || s->state != SLOT_COMMITTED || s->queued || s->evicting)
             return kvm_errf(KVMESH_EINTERNAL, "clock ring entry %zu is not a committed slot", i);
     if (s != c->clock_hand)
         return kvm_errf(KVMESH_EINTERNAL, "the clock ring does not close after %zu slots",

@@ -30,6 +30,9 @@
  *     whose route CAS removed the replica (or whose lookup proved no route references it);
  *   - a RESERVED slot past its TTL is HELD, never freed, until an exact route lookup settles it
  *     (slot_core_settle_decide);
+ *   - a slot whose payload is landing (slot_core_land_begin) is never freed, and the landing
+ *     began only in a RESERVED slot of the same token before its TTL; an expired reservation
+ *     settled free stays in RECLAIM at least late_write_ns per started MiB plus one;
  *   - every slot is in exactly one place: RESERVED and HELD in the reserved queue, RECLAIM in
  *     the reclaim queue, COMMITTED in the clock ring or, while its eviction is in flight
  *     (evicting), in the eviction list;
@@ -116,7 +119,9 @@ typedef struct slot {
     bool busy : 1;     /* a lookup or CAS for this slot is in flight: never freed */
     bool evicting : 1; /* COMMITTED, out of the ring, its eviction in flight */
     bool checked : 1;  /* HELD: the further check (held_check) said "decide by the route" */
-    bool queued : 1, in_clock : 1;
+    bool queued : 1;
+    bool landing : 1;    /* a payload is being received into the bytes (slot_core_land_begin):
+                            never freed until slot_core_land_end, whatever the state */
     bool bare : 1;       /* an allocator's free-block record (alloc_recs_t), never a slot */
     uint8_t ident_enc[]; /* the identity's canonical encoding (ident.h; not in a bare record) */
 } slot_t;
@@ -203,6 +208,12 @@ typedef struct slot_core_cfg {
                                      (0: SLOT_RECLAIM_CAP) */
     uint32_t evict_inflight_max;
     uint32_t wait_max; /* reservations waiting for space */
+    /* How long a transport write admitted by a reservation's grant may still be landing, per
+     * started MiB of the slot plus one (tcp: the transport's io_timeout_ms; 0: not bounded by
+     * it): an expired reservation settled free keeps its bytes at least late_write_ns * (1 +
+     * len / MiB) in RECLAIM, not only the grace, so that a WRITE the grant admitted before the
+     * TTL ended has landed before the bytes are reserved again (slot_core_land_begin). */
+    uint64_t late_write_ns;
 } slot_core_cfg_t;
 
 int slot_core_new(const slot_core_cfg_t *cfg, const slot_effects_t *fx, void *ctx,
@@ -309,6 +320,29 @@ enum slot_evict_end {
 };
 void slot_core_evict_end(slot_core_t *c, uint64_t now, slot_t *s, enum slot_evict_end e);
 
+/* ---- landing: a reservation's payload received into its bytes ----------------------------- */
+/*
+ * The fence for a payload that lands after its reservation's TTL (docs/store.md "Late
+ * payloads"): a writer that receives the bytes into the slot over time (the raw put's payload
+ * sink) brackets the receive with these two calls, on the core's thread. The token is the
+ * reservation's generation: a later reservation of the same bytes has another.
+ *
+ * slot_core_land_begin: 0 when (seg_id, off) holds a RESERVED slot of this token whose TTL has
+ * not passed (now < its deadline): the slot is marked landing and is never freed (whatever it
+ * becomes meanwhile: HELD, RECLAIM) until slot_core_land_end; else KVMESH_ETIMEDOUT (the TTL
+ * passed, held or released) or KVMESH_ENOENT (no such reservation), nothing marked: the writer
+ * discards the payload. One landing per reservation.
+ *
+ * slot_core_land_end: ends the landing; 0 when the reservation is still RESERVED with this token
+ * (the bytes may be published); else KVMESH_ETIMEDOUT: its TTL passed (HELD, or settled since)
+ * while the payload landed: the writer must not publish the bytes and releases the reservation
+ * (slot_core_release_note with its token), the put fails cleanly. KVMESH_ENOENT: no landing
+ * there (a programmer error in the shell).
+ */
+int slot_core_land_begin(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off,
+                         uint64_t token);
+int slot_core_land_end(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off, uint64_t token);
+
 /* Answers every waiting reservation with rc and msg (close). */
 void slot_core_fail_waiters(slot_core_t *c, int rc, const char *msg);
 
@@ -359,5 +393,10 @@ enum slot_bug {
                                             offset) alone names the slot */
 };
 void slot_core_test_set_bugs(slot_core_t *c, unsigned bugs);
+/* Tests only: the RESERVED slot at (seg_id, off) of this token reaches its TTL now (it moves to
+ * the head of the reserved queue with deadline now and is held, its lookup asked, as a tick
+ * would). KVMESH_ENOENT when no such reservation. */
+int slot_core_test_expire(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off,
+                          uint64_t token);
 
 #endif

@@ -554,6 +554,11 @@ uint32_t kvm_rt_close_bound_ms(const struct kvm_store_config *cfg);
 /* Bound port of the admin HTTP endpoints (0 when admin_listen is off). */
 uint16_t kvm_rt_admin_port(kvm_rt_t *rt);
 
+/* ms per started MiB plus one that a tcp WRITE admitted by a reservation's grant may still be
+ * landing: the transport's io_timeout_ms (runtime.c leaves it at transport.c's default). An
+ * expired reservation's bytes stay in RECLAIM at least that long (slot_core_cfg.late_write_ns). */
+#define STORE_LATE_WRITE_MS 10000
+
 /* ---- rt_op.c ------------------------------------------------------------------------------ */
 /* Interns an address string: the returned pointer is immutable until close ([any]). */
 const char *kvm_rt_intern(kvm_rt_t *rt, const char *s);
@@ -742,6 +747,14 @@ void kvm_owner_reserve(kvm_rt_t *rt, const kvm_ident_t *id, uint64_t len, uint32
                        kvm_reserve_cb cb, void *arg);
 void kvm_owner_commit(kvm_rt_t *rt, uint64_t seg, uint64_t off);
 void kvm_owner_release(kvm_rt_t *rt, uint64_t seg, uint64_t off);
+/* A payload received into a reservation over time (put_primary.c's payload sink) brackets the
+ * receive (slot_core.h slot_core_land_begin / _end: the late-payload fence): begin 0, or
+ * KVMESH_ETIMEDOUT / KVMESH_ENOENT (discard it); end 0 when the bytes may be published, else
+ * KVMESH_ETIMEDOUT (the TTL passed meanwhile: release the reservation, publish nothing).
+ * kvm_owner_test_expire (tests): the reservation reaches its TTL now. */
+int kvm_owner_land_begin(kvm_rt_t *rt, uint64_t seg, uint64_t off, uint64_t token);
+int kvm_owner_land_end(kvm_rt_t *rt, uint64_t seg, uint64_t off, uint64_t token);
+int kvm_owner_test_expire(kvm_rt_t *rt, uint64_t seg, uint64_t off, uint64_t token);
 /* The same with the slot's identity (slot_core.h slot_note_t; NULL: none): a note naming
  * another slot is ignored and counted. */
 struct slot_note;

@@ -31,73 +31,14 @@
 #include "core/hash.h"
 #include "kvmesh.h"
 #include "meta/meta.h"
+#include "tenv.h"
 
 #define NDEV  3
 #define NOBJ  96
 #define MAXSZ (200u << 10)
 
-/* ---- an env that is never driven: the batch path arms no timer and sends nothing ----------- */
-static uint64_t e_now(env_t *e)
-{
-    (void)e;
-    return 1000000000ull;
-}
-static uint64_t e_wall(env_t *e)
-{
-    (void)e;
-    return 1700000000000ull;
-}
-static uint64_t e_rand(env_t *e)
-{
-    (void)e;
-    return 4; /* chosen by a fair die */
-}
-static env_timer_id e_start(env_t *e, uint64_t d, env_cb cb, void *arg)
-{
-    (void)e, (void)d, (void)cb, (void)arg;
-    return 0;
-}
-static void e_cancel(env_t *e, env_timer_id id)
-{
-    (void)e, (void)id;
-}
-static int e_defer(env_t *e, env_cb cb, void *arg)
-{
-    (void)e, (void)cb, (void)arg;
-    return KVMESH_EUNAVAILABLE;
-}
-static int e_send(env_t *e, env_node_t to, uint32_t type, const void *d, size_t l)
-{
-    (void)e, (void)to, (void)type, (void)d, (void)l;
-    return KVMESH_EUNAVAILABLE;
-}
-static void e_set_recv(env_t *e, env_recv_fn fn, void *ctx)
-{
-    (void)e, (void)fn, (void)ctx;
-}
-static env_node_t e_self(env_t *e)
-{
-    (void)e;
-    return 0;
-}
-static void *e_loop(env_t *e)
-{
-    (void)e;
-    return NULL;
-}
-static const struct env_ops e_ops = {
-    .now_ns = e_now,
-    .wall_ms = e_wall,
-    .rand_u64 = e_rand,
-    .timer_start = e_start,
-    .timer_cancel = e_cancel,
-    .defer = e_defer,
-    .post = e_defer,
-    .send = e_send,
-    .set_recv = e_set_recv,
-    .self = e_self,
-    .uv_loop = e_loop,
-};
+/* ---- the env: tests/support/tenv, never stepped: the batch path arms no timer and sends
+ * nothing (its clock stays where the fixture puts it) ----------------------------------------- */
 
 static void r_lookup(void *ctx, const kvm_ident_t *id, cold_lookup_cb cb, void *arg)
 {
@@ -131,7 +72,7 @@ typedef struct fx {
     char root[NDEV][PATH_MAX];
     cold_backend_t be[NDEV];
     kvm_tier_id_t dev[NDEV];
-    env_t env;
+    struct tenv env; /* (f->env.env is the env_t) */
     meta_t *meta;
     cold_t *c;
     obj_t o[NOBJ];
@@ -152,13 +93,13 @@ static int fx_setup(void **state)
 {
     fx_t *f = calloc(1, sizeof(*f));
     assert_non_null(f);
-    f->env.ops = &e_ops;
-    f->env.impl = f;
-    assert_int_equal(meta_open(&f->meta, &f->env, "memory://", NULL), 0);
+    tenv_init(&f->env, 4);
+    f->env.now = 1000000000ull;
+    assert_int_equal(meta_open(&f->meta, &f->env.env, "memory://", NULL), 0);
     cold_route_ops_t ro = {
         .lookup = r_lookup, .read_hot = r_read_hot, .materialize = r_mat, .evict = r_evict};
     cold_config_t cfg = {.deployment = "batch", .self = kvm_id128_from_u64(1, 1)};
-    assert_int_equal(cold_new(&f->c, &f->env, f->meta, &ro, &cfg), 0);
+    assert_int_equal(cold_new(&f->c, &f->env.env, f->meta, &ro, &cfg), 0);
     for (int d = 0; d < NDEV; d++) {
         ct_mkroot(f->root[d], sizeof(f->root[d]), COLD_VARIANTS[d].name);
         cold_backend_config_t bc = {.kind = COLD_VARIANTS[d].kind,

@@ -70,15 +70,10 @@
 #include "store/slot_batch.h"
 #include "store/slot_core.h"
 #include "store/store.h"
+#include "tcheck.h"
+#include "trt.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s (%s)\n", __FILE__, __LINE__, #c,               \
-                    kvmesh_last_error());                                                          \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TCHECK_FATAL(c)
 
 #define BATCH          128
 #define VSIZE          4096
@@ -992,20 +987,7 @@ int main(int argc, char **argv)
 
     /* Warm-up (not counted): until the client can write and read keys across the shards (the
      * shard primary acquires its leases right after start). Bounded: 120 s. */
-    {
-        uint64_t end = env_clock_mono_ms() + 120000;
-        for (int k = 0; k < 64; k++) {
-            char key[32];
-            snprintf(key, sizeof(key), "warm-%d", k);
-            uint8_t v[64] = {(uint8_t)k}, out[64];
-            size_t got = 0;
-            while (kvmesh_put(C, &sc, key, strlen(key), v, sizeof(v), NULL) != 0 ||
-                   kvmesh_get_into(C, &sc, key, strlen(key), out, sizeof(out), &got) != 0) {
-                CHECK(env_clock_mono_ms() < end);
-                usleep(100 * 1000);
-            }
-        }
-    }
+    CHECK(trt_warm(&C, 1, &sc, 64, 120000) == 0);
 
     static uint8_t vals[BATCH][VSIZE], outs[BATCH][VSIZE];
     for (int i = 0; i < BATCH; i++) {

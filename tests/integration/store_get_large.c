@@ -43,15 +43,10 @@
 #include "route/route.h"
 #include "store/get_inline.h"
 #include "store/store.h"
+#include "tcheck.h"
+#include "trt.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s (%s)\n", __FILE__, __LINE__, #c,               \
-                    kvmesh_last_error());                                                          \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TCHECK_FATAL(c)
 
 #define KIB         1024
 #define BIG         ROUTE_INLINE_MAX /* 256 KiB: inline_read_max's default and cap */
@@ -481,18 +476,7 @@ int main(void)
 
     /* Warm-up (not counted): until the client can write and read keys across the shards (the
      * shard primary acquires its leases right after start). Bounded: 120 s. */
-    uint64_t end = env_clock_mono_ms() + 120000;
-    for (int k = 0; k < 64; k++) {
-        char key[32];
-        snprintf(key, sizeof(key), "warm-%d", k);
-        uint8_t v[64] = {(uint8_t)k}, out[64];
-        size_t got = 0;
-        while (kvmesh_put(C, &sc, key, strlen(key), v, sizeof(v), NULL) != 0 ||
-               kvmesh_get_into(C, &sc, key, strlen(key), out, sizeof(out), &got) != 0) {
-            CHECK(env_clock_mono_ms() < end);
-            usleep(100 * 1000);
-        }
-    }
+    CHECK(trt_warm(&C, 1, &sc, 64, 120000) == 0);
 
     check_sizes(S, C, &sc);
     check_alloc(S, C, &sc);

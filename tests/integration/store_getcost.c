@@ -46,15 +46,9 @@
 #include "kvmesh.h"
 #include "obs/metrics.h"
 #include "store/store.h"
+#include "tcheck.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s (%s)\n", __FILE__, __LINE__, #c,               \
-                    kvmesh_last_error());                                                          \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TCHECK_FATAL(c)
 
 #define VSIZE     4096
 #define WARM_GETS 500

@@ -42,15 +42,9 @@
 #include "route/route.h"
 #include "store/store.h"
 #include "trt.h"
+#include "tcheck.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s (%s)\n", __FILE__, __LINE__, #c,               \
-                    kvmesh_last_error());                                                          \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TCHECK_FATAL(c)
 
 #define NS       3    /* storage runtimes */
 #define SHARDS   64   /* the shards default */

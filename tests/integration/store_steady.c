@@ -24,18 +24,13 @@
 #include "env/clock.h"
 #include "kvmesh.h"
 #include "store/data.h"
+#include "tcheck.h"
+#include "trt.h"
 
 #define NRT 3
 #define OPS 10000
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s (%s)\n", __FILE__, __LINE__, #c,               \
-                    kvmesh_last_error());                                                          \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TCHECK_FATAL(c)
 
 static kvmesh_t *rts[NRT];
 
@@ -101,19 +96,7 @@ int main(int argc, char **argv)
      * installing their authority sets right after start. Bounded: 120 s. */
     {
         const kvmesh_scope_t sc = {"steady", NULL};
-        uint64_t end = env_clock_mono_ms() + 120000;
-        for (int k = 0; k < 256; k++) {
-            char key[32];
-            snprintf(key, sizeof(key), "warm-%d", k);
-            uint8_t v[64] = {(uint8_t)k}, out[64];
-            size_t got = 0;
-            while (kvmesh_put(rts[k % NRT], &sc, key, strlen(key), v, sizeof(v), NULL) != 0 ||
-                   kvmesh_get_into(rts[(k + 1) % NRT], &sc, key, strlen(key), out, sizeof(out),
-                                   &got) != 0) {
-                CHECK(env_clock_mono_ms() < end);
-                usleep(100 * 1000);
-            }
-        }
+        CHECK(trt_warm(rts, NRT, &sc, 256, 120000) == 0);
     }
 
     /* Background rate: calls while idle for a while. */

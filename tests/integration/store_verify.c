@@ -39,15 +39,9 @@
 #include "net/seg.h"
 #include "obs/metrics.h"
 #include "store/store.h"
+#include "tcheck.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s (%s)\n", __FILE__, __LINE__, #c,               \
-                    kvmesh_last_error());                                                          \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TCHECK_FATAL(c)
 
 #define VSIZE   (256u << 10)
 #define FLIP_AT 100000u

@@ -70,6 +70,28 @@ int trt_wait_put_get(kvmesh_t *writer, kvmesh_t *reader, const kvmesh_scope_t *s
     return rc;
 }
 
+int trt_warm(kvmesh_t *const *rts, size_t n, const kvmesh_scope_t *sc, int keys, int timeout_ms)
+{
+    uint64_t end = env_clock_mono_ms() + (uint64_t)timeout_ms;
+    for (int k = 0; k < keys; k++) {
+        char key[32];
+        snprintf(key, sizeof(key), "warm-%d", k);
+        uint8_t v[64] = {(uint8_t)k}, out[64];
+        size_t got = 0;
+        kvmesh_t *w = rts[(size_t)k % n], *r = rts[(size_t)(k + 1) % n];
+        while (kvmesh_put(w, sc, key, strlen(key), v, sizeof(v), NULL) != 0 ||
+               kvmesh_get_into(r, sc, key, strlen(key), out, sizeof(out), &got) != 0) {
+            if (env_clock_mono_ms() >= end) {
+                fprintf(stderr, "trt_warm: %s not written and read after %d ms: %s\n", key,
+                        timeout_ms, kvmesh_last_error());
+                return -1;
+            }
+            usleep(100 * 1000);
+        }
+    }
+    return 0;
+}
+
 struct on_loop {
     void (*fn)(kvm_rt_t *rt, void *arg);
     kvm_rt_t *rt;

@@ -32,6 +32,14 @@ kvmesh_t *trt_open(const char *const base[][2], const char *const more[][2]);
 int trt_wait_put_get(kvmesh_t *writer, kvmesh_t *reader, const kvmesh_scope_t *sc, const char *key,
                      int timeout_ms);
 
+/* The shard warm-up of the in-process tests (not counted by them): until keys "warm-0" ..
+ * "warm-<keys-1>" (64-byte values) spread over the shards can each be put by rts[k % n] and read
+ * back by rts[(k + 1) % n] (n == 1: one runtime does both) — right after start the shard
+ * primaries are still acquiring their leases and installing their authority sets. Each key is
+ * retried every 100 ms; the whole is bounded by timeout_ms. 0, or -1 with the key and the last
+ * error on stderr. */
+int trt_warm(kvmesh_t *const *rts, size_t n, const kvmesh_scope_t *sc, int keys, int timeout_ms);
+
 /* Runs fn(rt, arg) on kv's loop thread and waits up to timeout_ms for it to return. 0, or -1
  * (not posted, or not run in time: the call may still run later, so arg must outlive the test;
  * the caller fails the test). */

@@ -3,6 +3,7 @@
  * test_drain_core.c — the drain core (src/store/drain_core.h) driven by hand: effects are logged
  * as text, time is a number. The state edges of a drain and of its items, the empty-pass rule,
  * applied / superseded / refused / indeterminate CASes, a failed reservation and a failed copy,
+ * the rounds that retry what a round could not move (bounded by cfg.rounds and the deadline),
  * close mid-page and while waiting, the deadline, a listing error, the page bounds.
  */
 #include <setjmp.h>
@@ -22,6 +23,8 @@
 struct fx_log {
     char text[1024];
     int done_rc, n_done;
+    int n_retries;
+    size_t retry_moved, retry_failed;
 };
 
 static void logf_(struct fx_log *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -75,6 +78,15 @@ static void fx_done(void *ctx, int rc)
     logf_(ctx, "done;");
 }
 
+static void fx_retry(void *ctx, uint32_t round, size_t moved, size_t failed)
+{
+    struct fx_log *l = ctx;
+    l->n_retries++;
+    l->retry_moved = moved;
+    l->retry_failed = failed;
+    logf_(ctx, "retry %u;", round);
+}
+
 static const drain_effects_t fx = {
     .list = fx_list,
     .reserve = fx_reserve,
@@ -85,6 +97,7 @@ static const drain_effects_t fx = {
     .release_old = fx_release_old,
     .arm_timer = fx_arm_timer,
     .done = fx_done,
+    .retry = fx_retry,
 };
 
 /* The log since the last call (cleared), the core's invariants checked. */
@@ -95,10 +108,11 @@ static void expect(drain_core_t *c, struct fx_log *l, const char *want)
     l->text[0] = '\0';
 }
 
-static drain_core_t *new_core(struct fx_log *l, uint32_t timeout_ms)
+static drain_core_t *new_core_rounds(struct fx_log *l, uint32_t timeout_ms, uint32_t rounds)
 {
     memset(l, 0, sizeof(*l));
-    drain_core_cfg_t cfg = {.timeout_ms = timeout_ms, .writers_ns = 50 * MS, .page = 4};
+    drain_core_cfg_t cfg = {
+        .timeout_ms = timeout_ms, .writers_ns = 50 * MS, .page = 4, .rounds = rounds};
     drain_core_t *c = NULL;
     assert_int_equal(drain_core_new(&cfg, &fx, l, &c), 0);
     assert_int_equal(drain_core_state(c), DRAIN_NEW);
@@ -106,6 +120,11 @@ static drain_core_t *new_core(struct fx_log *l, uint32_t timeout_ms)
     assert_int_equal(drain_core_state(c), DRAIN_LISTING);
     expect(c, l, "list 0 4;");
     return c;
+}
+
+static drain_core_t *new_core(struct fx_log *l, uint32_t timeout_ms)
+{
+    return new_core_rounds(l, timeout_ms, 0); /* DRAIN_ROUNDS */
 }
 
 /* One item of a page moved: reserved, copied, CAS answered ans. */
@@ -175,9 +194,77 @@ static void test_refused_cas(void **state)
     /* the route still names the old replica: it stays; the copy is given back */
     expect(c, &l, "release_new 0 refused;list 3 4;");
     assert_int_equal(drain_core_item_state(c, 0), DITEM_FAILED);
-    two_empty(c, &l, 1 * MS, "list 9 4;");
+    /* the round ends with it not moved: the next round lists from the first replica, a writers
+     * period later, and this time its CAS applies */
+    drain_core_listed(c, 1 * MS, 0, 0, 9);
+    expect(c, &l, "timer 51;");
+    drain_core_timer(c, 51 * MS);
+    expect(c, &l, "list 9 4;");
+    drain_core_listed(c, 52 * MS, 0, 0, 9);
+    expect(c, &l, "retry 1;timer 102;");
+    assert_int_equal(l.n_retries, 1);
+    assert_int_equal(l.retry_failed, 1);
+    assert_int_equal(l.retry_moved, 0);
+    assert_int_equal(drain_core_round(c), 2);
+    size_t moved, failed;
+    drain_core_counts(c, &moved, &failed);
+    assert_int_equal(moved, 0);
+    assert_int_equal(failed, 0); /* (this round's) */
+    drain_core_timer(c, 102 * MS);
+    expect(c, &l, "list 0 4;");
+    drain_core_listed(c, 103 * MS, 0, 1, 3);
+    through_copy(c, 104 * MS, 0);
+    drain_core_cas_answer(c, 105 * MS, 0, DRAIN_CAS_APPLIED);
+    expect(c, &l, "reserve 0;copy 0;cas 0;commit 0;release_old 0;list 3 4;");
+    two_empty(c, &l, 106 * MS, "list 9 4;");
+    assert_int_equal(l.done_rc, 0);
+    drain_core_counts(c, &moved, &failed);
+    assert_int_equal(moved, 1);
+    assert_int_equal(failed, 0);
+    drain_core_free(c);
+}
+
+/* Rounds are bounded: cfg.rounds, and a round starts only when a writers period still fits
+ * before the deadline; the drain then ends saying how many replicas the last round left. */
+static void test_rounds_bounded(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    drain_core_t *c = new_core_rounds(&l, 10000, 2);
+    for (uint32_t r = 1; r <= 2; r++) {
+        uint64_t t = (r - 1) * 200 * MS;
+        if (r > 1) {
+            drain_core_timer(c, t);
+            expect(c, &l, "list 0 4;");
+        }
+        drain_core_listed(c, t, 0, 2, 3);
+        drain_core_reserved(c, t, 0, KVMESH_ENOSPC);
+        through_copy(c, t, 1);
+        drain_core_cas_answer(c, t, 1, r == 1 ? DRAIN_CAS_APPLIED : DRAIN_CAS_REFUSED);
+        l.text[0] = '\0';
+        drain_core_listed(c, t + 1 * MS, 0, 0, 9);
+        drain_core_timer(c, t + 51 * MS);
+        drain_core_listed(c, t + 52 * MS, 0, 0, 9);
+        assert_int_equal(drain_core_check(c), 0);
+        l.text[0] = '\0';
+    }
+    assert_int_equal(l.n_retries, 1);
+    assert_int_equal(l.n_done, 1);
     assert_int_equal(l.done_rc, KVMESH_EUNAVAILABLE);
-    assert_non_null(strstr(kvmesh_last_error(), "could not move 1 replicas (0 moved)"));
+    assert_non_null(strstr(kvmesh_last_error(), "could not move 2 replicas (1 moved) in 2 rounds"));
+    assert_int_equal(drain_core_check(c), 0);
+    drain_core_free(c);
+    /* no room for a writers period before the deadline: no next round */
+    c = new_core(&l, 100);
+    drain_core_listed(c, 0, 0, 1, 3);
+    drain_core_reserved(c, 0, 0, KVMESH_ENOSPC);
+    expect(c, &l, "reserve 0;list 3 4;");
+    drain_core_listed(c, 1 * MS, 0, 0, 9);
+    drain_core_timer(c, 51 * MS);
+    drain_core_listed(c, 52 * MS, 0, 0, 9);
+    expect(c, &l, "timer 51;list 9 4;done;");
+    assert_int_equal(l.done_rc, KVMESH_EUNAVAILABLE);
+    assert_int_equal(l.n_retries, 0);
     drain_core_free(c);
 }
 
@@ -353,7 +440,7 @@ int main(void)
         cmocka_unit_test(test_failed_reserve_and_copy), cmocka_unit_test(test_close_mid_page),
         cmocka_unit_test(test_close_while_waiting),     cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_listing_error),           cmocka_unit_test(test_page_bounds),
-        cmocka_unit_test(test_bug_release_early),
+        cmocka_unit_test(test_bug_release_early),       cmocka_unit_test(test_rounds_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

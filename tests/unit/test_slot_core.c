@@ -82,8 +82,8 @@ static void reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t 
     l->answers++;
 }
 
-static slot_core_t *core_new_cap(struct fx_log *l, bool check, uint64_t seg_size,
-                                 uint32_t reclaim_cap)
+static slot_core_t *core_new_late(struct fx_log *l, bool check, uint64_t seg_size,
+                                  uint32_t reclaim_cap, uint64_t late_write_ns)
 {
     memset(l, 0, sizeof(*l));
     slot_core_cfg_t cfg = {.name = "t",
@@ -95,7 +95,8 @@ static slot_core_t *core_new_cap(struct fx_log *l, bool check, uint64_t seg_size
                            .held_retry_ns = 1000 * MS,
                            .tick_budget = 64,
                            .evict_inflight_max = 4,
-                           .wait_max = 4};
+                           .wait_max = 4,
+                           .late_write_ns = late_write_ns};
     slot_effects_t fx = {.grant = fx_grant,
                          .revoke = fx_revoke,
                          .lookup = fx_lookup,
@@ -107,6 +108,12 @@ static slot_core_t *core_new_cap(struct fx_log *l, bool check, uint64_t seg_size
     assert_int_equal(slot_core_seg_add(c, 7, seg_size, &segi), 0);
     assert_int_equal(segi, 0);
     return c;
+}
+
+static slot_core_t *core_new_cap(struct fx_log *l, bool check, uint64_t seg_size,
+                                 uint32_t reclaim_cap)
+{
+    return core_new_late(l, check, seg_size, reclaim_cap, 0);
 }
 
 static slot_core_t *core_new(struct fx_log *l, bool check, uint64_t seg_size)
@@ -254,7 +261,7 @@ static void test_evict_busy(void **state)
     assert_int_equal(slot_core_evict_answer(c, 701 * MS, w, SLOT_ANS_REFERENCED), SLOT_EVICT_CAS);
     slot_core_evict_end(c, 702 * MS, w, SLOT_EVICT_CONFLICT);
     assert_int_equal(w->state, SLOT_COMMITTED);
-    assert_true(w->in_clock);
+    assert_false(w->evicting || w->queued); /* back in the clock ring */
     assert_int_equal(slot_core_check(c), 0);
     for (int i = 2; i < l.n_lookups; i++) /* the rest: removed by their CAS */
         if (l.lookups[i]->busy)
@@ -677,6 +684,109 @@ static void test_record_pool(void **state)
     slot_core_free(c);
 }
 
+/* The late-payload fence: a payload landing in a reservation keeps its bytes from being freed
+ * (and reserved again) even when the TTL passes and the expiry settles the slot free meanwhile;
+ * the landing's end then says the bytes must not be published. A landing starts only in a live
+ * reservation of the same token before its TTL. */
+static void test_land_fence(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, false, 4096);
+    reserve(c, &l, 0, 4096); /* the whole segment: a reuse could only take these bytes */
+    uint64_t off = l.off, tok = l.token;
+    assert_int_equal(slot_core_land_begin(c, 10 * MS, 7, off, tok + 1), KVMESH_ENOENT);
+    assert_int_equal(slot_core_land_begin(c, 10 * MS, 7, off + 64, tok), KVMESH_ENOENT);
+    assert_int_equal(slot_core_land_begin(c, 10 * MS, 7, off, tok), 0);
+    assert_true(slot_core_find(c, 7, off)->landing);
+    /* the TTL passes while the payload lands: held, looked up, settled free */
+    slot_core_tick(c, 300 * MS);
+    assert_int_equal(state_at(c, off), SLOT_HELD);
+    assert_int_equal(l.n_lookups, 1);
+    slot_settle_in_t absent = {.route = SLOT_ANS_ABSENT};
+    assert_int_equal(slot_core_held_answer(c, 301 * MS, l.lookups[0], &absent), SLOT_SETTLE_FREE);
+    assert_int_equal(state_at(c, off), SLOT_RECLAIM);
+    /* long past the grace: still landing, so not freed and the bytes are not reserved again */
+    for (uint64_t t = 400; t <= 5000; t += 100)
+        slot_core_tick(c, t * MS);
+    assert_int_equal(l.n_freed, 0);
+    assert_int_equal(state_at(c, off), SLOT_RECLAIM);
+    assert_int_equal(slot_core_used(c), 4096);
+    assert_int_equal(slot_core_check(c), 0);
+    /* the landing ends: the reservation it began in is gone, nothing may be published */
+    assert_int_equal(slot_core_land_end(c, 5001 * MS, 7, off, tok), KVMESH_ETIMEDOUT);
+    assert_false(slot_core_find(c, 7, off)->landing);
+    assert_int_equal(slot_core_land_end(c, 5001 * MS, 7, off, tok), KVMESH_ENOENT); /* (once) */
+    slot_core_tick(c, 5100 * MS); /* the grace the last tick gave it passed: freed */
+    assert_int_equal(l.n_freed, 1);
+    kvm_ident_t id;
+    assert_int_equal(kvm_ident_init(&id, "t", NULL, "k2", 2), 0);
+    slot_core_reserve(c, 5100 * MS, &id, 4096, 300, reserved, &l);
+    assert_int_equal(l.rc, 0);
+    uint64_t tok2 = l.token;
+    assert_true(tok2 != tok);
+    /* the old token names nothing now; a landing past the TTL is refused */
+    assert_int_equal(slot_core_land_begin(c, 5101 * MS, 7, off, tok), KVMESH_ENOENT);
+    assert_int_equal(slot_core_land_begin(c, 5400 * MS, 7, off, tok2), KVMESH_ETIMEDOUT);
+    /* in time: the landing ends with the reservation live and the bytes are committed */
+    assert_int_equal(slot_core_land_begin(c, 5101 * MS, 7, off, tok2), 0);
+    slot_core_tick(c, 5200 * MS);
+    assert_int_equal(slot_core_land_end(c, 5201 * MS, 7, off, tok2), 0);
+    assert_non_null(slot_core_commit(c, 5202 * MS, 7, off));
+    assert_int_equal(state_at(c, off), SLOT_COMMITTED);
+    /* a landing that ends after the TTL but before the expiry settled it: held, refused */
+    slot_core_release(c, 5300 * MS, 7, off);
+    slot_core_tick(c, 5400 * MS);
+    assert_int_equal(l.n_freed, 2);
+    slot_core_reserve(c, 5400 * MS, &id, 4096, 300, reserved, &l);
+    assert_int_equal(l.rc, 0);
+    assert_int_equal(slot_core_land_begin(c, 5401 * MS, 7, off, l.token), 0);
+    slot_core_tick(c, 5700 * MS); /* TTL end: held, its lookup asked and not answered yet */
+    assert_int_equal(state_at(c, off), SLOT_HELD);
+    assert_int_equal(slot_core_land_end(c, 5701 * MS, 7, off, l.token), KVMESH_ETIMEDOUT);
+    assert_int_equal(slot_core_check(c), 0);
+    kvm_ident_free(&id);
+    slot_core_free(c);
+}
+
+/* A transport WRITE admitted by a grant before its TTL may still land after the expiry settled
+ * the slot free: the bytes stay in RECLAIM late_write_ns per started MiB plus one, not only the
+ * grace; slots released after it with a shorter grace are freed on time (the queue stays in
+ * deadline order). A slot released by its writer keeps the grace alone. */
+static void test_late_write_hold(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new_late(&l, false, 4 << 20, 0, 1000 * MS);
+    reserve(c, &l, 0, (1 << 20) + 1); /* one MiB started past the first: held 2 x 1000 ms */
+    uint64_t a = l.off;
+    reserve(c, &l, 0, 4096);
+    uint64_t b = l.off;
+    assert_non_null(slot_core_commit(c, 1 * MS, 7, b));
+    slot_core_tick(c, 300 * MS);
+    assert_int_equal(l.n_lookups, 1);
+    slot_settle_in_t absent = {.route = SLOT_ANS_ABSENT};
+    assert_int_equal(slot_core_held_answer(c, 301 * MS, l.lookups[0], &absent), SLOT_SETTLE_FREE);
+    slot_core_release(c, 302 * MS, 7, b); /* grace 100 ms: due at 402 ms */
+    assert_int_equal(slot_core_check(c), 0);
+    slot_core_tick(c, 402 * MS);
+    assert_int_equal(l.n_freed, 1); /* b, though a went into the queue before it */
+    assert_int_equal(state_at(c, b), SLOT_FREED);
+    assert_int_equal(state_at(c, a), SLOT_RECLAIM);
+    slot_core_tick(c, 2300 * MS);
+    assert_int_equal(l.n_freed, 1);
+    slot_core_tick(c, 2301 * MS);
+    assert_int_equal(l.n_freed, 2);
+    assert_int_equal(slot_core_used(c), 0);
+    /* released by its own writer (no expiry): the grace alone */
+    reserve(c, &l, 4000 * MS, 1 << 20);
+    slot_core_release(c, 4001 * MS, 7, l.off);
+    slot_core_tick(c, 4101 * MS);
+    assert_int_equal(l.n_freed, 3);
+    assert_int_equal(slot_core_check(c), 0);
+    slot_core_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -687,6 +797,7 @@ int main(void)
         cmocka_unit_test(test_non_canonical),   cmocka_unit_test(test_record_pool),
         cmocka_unit_test(test_reclaim_backlog), cmocka_unit_test(test_reclaim_rate),
         cmocka_unit_test(test_reclaim_cap),     cmocka_unit_test(test_commit_release_commute),
+        cmocka_unit_test(test_land_fence),      cmocka_unit_test(test_late_write_hold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -63,6 +63,10 @@ static void check_all(const struct obs_registry *m, const struct rpc_stats *st)
     assert_int_equal(rd(m, "rpc_pool_buffers_total", OBS_POOL_HIT, 0), st->pool_hits);
     assert_int_equal(rd(m, "rpc_pool_buffers_total", OBS_POOL_MISS, 0), st->pool_misses);
     assert_int_equal(rd(m, "rpc_pool_buffers_total", OBS_POOL_DROPPED, 0), st->pool_dropped);
+    assert_int_equal(rd(m, "rpc_payload_sinks_total", OBS_RPCSINK_DIRECT, 0), st->sink_direct);
+    assert_int_equal(rd(m, "rpc_payload_sinks_total", OBS_RPCSINK_DISCARDED, 0),
+                     st->sink_discarded);
+    assert_int_equal(rd(m, "rpc_payload_sinks_total", OBS_RPCSINK_ABORTED, 0), st->sink_aborted);
     assert_int_equal(rd(m, "rpc_connections_open", 0, 0), st->conns_open);
     assert_int_equal(rd(m, "rpc_queued_bytes", 0, 0), st->queued_bytes);
     assert_int_equal(rd(m, "rpc_queued_messages", 0, 0), st->queued_msgs);
