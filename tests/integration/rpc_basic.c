@@ -966,6 +966,119 @@ static void test_buffer_pool_reuse(void **state)
     fx_free(f);
 }
 
+/*
+ * When a sent callback runs (rpc_conn.c "Write path"): a reply written whole by a handler (in
+ * the poll phase of a loop pass) ends at the end of that same pass, so the loop's next pass may
+ * sleep in its poll (no idle handle left active, which made libuv's UV_RUN_ONCE poll with
+ * timeout 0 first); a reply written after that pass's completions ran (here from a check
+ * callback of the test's own) still ends before the next pass polls. Never inside
+ * rpc_reply_send itself.
+ */
+#define T_SENT 14
+
+struct sent_fx {
+    int handled;     /* the handler ran */
+    int sent;        /* the reply's sent callback ran */
+    int in_send;     /* inside rpc_reply_send */
+    rpc_reply *held; /* reply kept for the check callback */
+    uv_check_t check;
+};
+
+static void sent_flag_cb(int status, void *arg)
+{
+    struct sent_fx *s = arg;
+    assert_int_equal(status, 0);
+    assert_false(s->in_send);
+    s->sent++;
+}
+
+static void sent_reply(struct sent_fx *s, rpc_reply *reply, const struct rpc_request *req)
+{
+    static const char pay[] = "sent-payload";
+    uv_buf_t iov = uv_buf_init((char *)pay, sizeof(pay));
+    struct rpc_msg m = {.body = req->body, .body_len = req->body_len, .iov = &iov, .niov = 1};
+    s->in_send = 1;
+    assert_int_equal(rpc_reply_send(reply, 0, NULL, &m, sent_flag_cb, s), 0);
+    s->in_send = 0;
+}
+
+static void sent_handler(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    struct sent_fx *s = arg;
+    s->handled++;
+    if (req->body_len == 4 && memcmp(req->body, "hold", 4) == 0)
+        s->held = reply; /* answered by sent_check_cb */
+    else
+        sent_reply(s, reply, req);
+}
+
+static void sent_check_cb(uv_check_t *h)
+{
+    struct sent_fx *s = h->data;
+    uv_check_stop(h);
+    rpc_reply *r = s->held;
+    s->held = NULL;
+    sent_reply(s, r, rpc_reply_request(r));
+}
+
+/* Runs single passes (bounded) until *flag is set; the pass that set it is the last run. */
+static void run_passes_until(uv_loop_t *loop, const int *flag)
+{
+    for (int i = 0; i < 100000 && !*flag; i++)
+        uv_run(loop, UV_RUN_ONCE);
+    assert_true(*flag);
+}
+
+static void test_sent_cb_same_pass(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    struct sent_fx s = {0};
+    rpc_register_handler(f->srv, T_SENT, sent_handler, &s);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result r;
+    do_echo(f, p, 0, &r); /* connected and handshaken */
+    result_free(&r);
+    /* Nothing else is due on the loop from here (no call deadline, no tick timer): a pass
+     * whose completions are all done leaves the loop able to sleep. */
+    for (int round = 0; round < 3; round++) {
+        memset(&r, 0, sizeof(r));
+        s.handled = s.sent = 0;
+        struct rpc_msg m = {.type = T_SENT, .body = (const uint8_t *)"now", .body_len = 3};
+        assert_int_equal(rpc_call(p, &m, result_cb, &r, NULL), 0);
+        run_passes_until(&f->loop, &s.handled);
+        assert_int_equal(s.sent, 1);                           /* ended in the pass that wrote it */
+        assert_int_not_equal(uv_backend_timeout(&f->loop), 0); /* the next pass may sleep */
+        run_passes_until(&f->loop, &r.done);
+        assert_int_equal(r.status, 0);
+        assert_int_equal(r.payload_len, sizeof("sent-payload"));
+        assert_memory_equal(r.payload, "sent-payload", sizeof("sent-payload"));
+        result_free(&r);
+    }
+    /* A reply written in the check phase after the pass's completions ran. */
+    memset(&r, 0, sizeof(r));
+    s.handled = s.sent = 0;
+    struct rpc_msg m = {.type = T_SENT, .body = (const uint8_t *)"hold", .body_len = 4};
+    assert_int_equal(rpc_call(p, &m, result_cb, &r, NULL), 0);
+    run_passes_until(&f->loop, &s.handled);
+    assert_non_null(s.held);
+    uv_check_init(&f->loop, &s.check);
+    s.check.data = &s;
+    uv_check_start(&s.check, sent_check_cb);
+    uv_run(&f->loop, UV_RUN_NOWAIT); /* (nothing would wake a blocking pass) */
+    assert_null(s.held);             /* sent by sent_check_cb, in this pass's check phase */
+    if (!s.sent) /* the next pass runs the completion before it polls: it does not sleep */
+        assert_int_equal(uv_backend_timeout(&f->loop), 0);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(s.sent, 1);
+    run_passes_until(&f->loop, &r.done);
+    assert_int_equal(r.status, 0);
+    result_free(&r);
+    uv_close((uv_handle_t *)&s.check, NULL);
+    fx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -973,6 +1086,7 @@ int main(void)
         cmocka_unit_test(test_large_payload),
         cmocka_unit_test(test_payload_sink),
         cmocka_unit_test(test_buffer_pool_reuse),
+        cmocka_unit_test(test_sent_cb_same_pass),
         cmocka_unit_test(test_ipv6_and_unix),
         cmocka_unit_test(test_concurrent_out_of_order),
         cmocka_unit_test(test_deadline_fires),
