@@ -513,6 +513,7 @@ static void frame_complete(struct rpc_conn *c)
     struct rpc_rx rx = c->rx;
     memset(&c->rx, 0, sizeof(c->rx));
     c->rxs = RX_FIXED;
+    c->rx_head_first = rx.fh.payload_len >= RPC_RX_STAGING;
     c->ep->st.frames_in++;
     c->last_active = uv_now(c->ep->loop); /* complete frames only: trickled bytes do not count */
     switch (rx.fh.kind) {
@@ -690,6 +691,14 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     }
     if (c->rpos == c->rlen) {
         c->rpos = c->rlen = 0;
+        if (c->rxs == RX_FIXED && c->rx_head_first) {
+            /* A frame begins and the last one was large: a large one likely follows (a stream
+             * of raw puts, of large answers), whose payload past its first RPC_RX_HEAD_READ
+             * bytes is then read straight into its buffer instead of being staged and copied.
+             * A small frame that follows takes one read more (its end sets the flag off). */
+            *buf = uv_buf_init((char *)c->rbuf, RPC_RX_HEAD_READ);
+            return;
+        }
     } else if (c->rpos > 0 && RPC_RX_STAGING - c->rlen < FRAME_FIXED_SIZE) {
         memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
         c->rlen -= c->rpos;

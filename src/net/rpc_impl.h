@@ -146,6 +146,8 @@ struct rpc_conn {
     struct rpc_rx rx;
     size_t pb_got;
     uint64_t pay_got;
+    bool rx_head_first; /* the last frame's payload was read directly (>= RPC_RX_STAGING): the
+                           next staged read takes at most RPC_RX_HEAD_READ (rpc_conn.c alloc_cb) */
     /* send (rpc_conn.c "Write path") */
     uv_poll_t wpoll;       /* writable readiness, on wfd */
     uv_idle_t done_idle;   /* runs completions of frames written inside a submit: before the

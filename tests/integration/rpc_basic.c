@@ -135,8 +135,9 @@ struct sinkfx {
     uint64_t landed;
     int in_order; /* every landed run followed the one before, inside RPC_SINK_BLOCK */
     int offered, handled, aborted;
-    int saw_payload; /* the last handler call's req->payload was set */
-    int sunk;        /* the last handler call's req->sunk */
+    int saw_payload;  /* the last handler call's req->payload was set */
+    int sunk;         /* the last handler call's req->sunk */
+    size_t first_run; /* length of the first landed run of the current payload */
 };
 
 static void sinkt_landed(void *ctx, const uint8_t *p, size_t n)
@@ -144,6 +145,8 @@ static void sinkt_landed(void *ctx, const uint8_t *p, size_t n)
     struct sinkfx *s = ctx;
     if (p != s->dst + s->landed || n == 0 || n > RPC_SINK_BLOCK)
         s->in_order = 0;
+    if (s->landed == 0)
+        s->first_run = n;
     s->landed += n;
 }
 
@@ -298,6 +301,55 @@ static void test_payload_sink(void **state)
     rpc_get_stats(f->srv, &st);
     assert_int_equal(st.sink_aborted, 1);
     result_free(&r);
+    free(v);
+    free(s.dst);
+    fx_free(f);
+}
+
+/* After a frame whose payload was read directly, the next frame's first read takes at most
+ * RPC_RX_HEAD_READ bytes (rpc_conn.c alloc_cb): of a large payload that follows, at most that
+ * much passes through the staging buffer (its first landed run), the rest is read straight into
+ * the sink. Frames of every size that follow a large one arrive whole and in step. */
+static void test_head_read_after_large(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    const size_t len = 256u << 10;
+    struct sinkfx s = {.dst = malloc(len)};
+    uint8_t *v = malloc(len);
+    assert_non_null(s.dst);
+    assert_non_null(v);
+    for (size_t i = 0; i < len; i++)
+        v[i] = (uint8_t)(i * 29 + (i >> 9));
+    assert_int_equal(rpc_register_handler(f->srv, T_SINK, sinkt_handler, &s), 0);
+    assert_int_equal(rpc_register_sink(f->srv, T_SINK, sinkt_offer), 0);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result r;
+    for (int i = 0; i < 4; i++) {
+        memset(s.dst, 0, len);
+        s.landed = 0;
+        s.in_order = 1;
+        sink_call(f, p, v, len, &r);
+        assert_true(run_until(&f->loop, pred_result, &r, T_WAIT));
+        assert_int_equal(r.status, 0);
+        assert_int_equal(s.landed, len);
+        assert_true(s.in_order);
+        assert_memory_equal(s.dst, v, len);
+        if (i > 0) /* the connection's previous frame was large */
+            assert_true(s.first_run <= RPC_RX_HEAD_READ - FRAME_FIXED_SIZE);
+        result_free(&r);
+    }
+    /* small, large (pooled), small and empty frames after large ones, both directions */
+    const size_t sizes[] = {100, 70000, 3000, 300000, 0, 65536, 65535, 5000};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        do_echo(f, p, sizes[i], &r);
+        result_free(&r);
+    }
+    struct rpc_stats st;
+    rpc_get_stats(f->srv, &st);
+    assert_int_equal(st.sink_direct, 4);
+    assert_int_equal(st.conns_accepted, 1);
     free(v);
     free(s.dst);
     fx_free(f);
@@ -1085,6 +1137,7 @@ int main(void)
         cmocka_unit_test(test_echo_ipv4_reuses_connection),
         cmocka_unit_test(test_large_payload),
         cmocka_unit_test(test_payload_sink),
+        cmocka_unit_test(test_head_read_after_large),
         cmocka_unit_test(test_buffer_pool_reuse),
         cmocka_unit_test(test_sent_cb_same_pass),
         cmocka_unit_test(test_ipv6_and_unix),
