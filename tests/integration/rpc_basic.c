@@ -784,6 +784,19 @@ static void test_oversized_received_frame_closes(void **state)
     fx_free(f);
 }
 
+/* A call result with the loop time its callback ran at (result.at). */
+struct timed_result {
+    struct result r; /* first: pred_result works on the struct */
+    uv_loop_t *loop;
+};
+
+static void timed_result_cb(rpc_call_t *call, struct rpc_result *res, void *arg)
+{
+    struct timed_result *t = arg;
+    result_cb(call, res, &t->r);
+    t->r.at = uv_now(t->loop);
+}
+
 static void test_reconnect_after_restart(void **state)
 {
     (void)state;
@@ -795,26 +808,26 @@ static void test_reconnect_after_restart(void **state)
     result_free(&r);
     /* Stop the server: the client notices, calls fail with ECONN (connect refused). */
     ep_close_wait(&f->loop, f->srv);
-    struct result r1 = {0};
+    struct timed_result r1 = {.loop = &f->loop};
     struct rpc_msg m = {.type = T_ECHO, .timeout_ms = 5000};
-    assert_int_equal(rpc_call(p, &m, result_cb, &r1, NULL), 0);
-    assert_true(run_until(&f->loop, pred_result, &r1, T_WAIT));
-    assert_int_equal(r1.status, KVMESH_ECONN);
+    assert_int_equal(rpc_call(p, &m, timed_result_cb, &r1, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r1.r, T_WAIT));
+    assert_int_equal(r1.r.status, KVMESH_ECONN);
     assert_non_null(strstr(rpc_peer_last_error(p), "connect"));
-    /* The next attempt waits for the backoff (>= reconnect_min_ms) and fails again. */
-    struct result r2 = {0};
-    uint64_t t0 = uv_now(&f->loop);
-    assert_int_equal(rpc_call(p, &m, result_cb, &r2, NULL), 0);
-    assert_true(run_until(&f->loop, pred_result, &r2, T_WAIT));
-    assert_int_equal(r2.status, KVMESH_ECONN);
-    assert_true(uv_now(&f->loop) - t0 + 2 >= RPC_DEFAULT_RECONNECT_MIN);
+    /* The next attempt waits for the backoff (>= reconnect_min_ms after the failed attempt,
+     * whose failure r1's callback saw: measured from there, not from the next call, which a
+     * loaded host may make well after the failure) and fails again. */
+    struct timed_result r2 = {.loop = &f->loop};
+    assert_int_equal(rpc_call(p, &m, timed_result_cb, &r2, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r2.r, T_WAIT));
+    assert_int_equal(r2.r.status, KVMESH_ECONN);
+    assert_true(r2.r.at - r1.r.at + 2 >= RPC_DEFAULT_RECONNECT_MIN);
     /* The backoff doubled: the third attempt waits about twice as long. */
-    struct result r3 = {0};
-    t0 = uv_now(&f->loop);
-    assert_int_equal(rpc_call(p, &m, result_cb, &r3, NULL), 0);
-    assert_true(run_until(&f->loop, pred_result, &r3, T_WAIT));
-    assert_int_equal(r3.status, KVMESH_ECONN);
-    assert_true(uv_now(&f->loop) - t0 + 2 >= 2 * RPC_DEFAULT_RECONNECT_MIN);
+    struct timed_result r3 = {.loop = &f->loop};
+    assert_int_equal(rpc_call(p, &m, timed_result_cb, &r3, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r3.r, T_WAIT));
+    assert_int_equal(r3.r.status, KVMESH_ECONN);
+    assert_true(r3.r.at - r2.r.at + 2 >= 2 * RPC_DEFAULT_RECONNECT_MIN);
     assert_int_equal(rpc_peer_epoch(p), 1);
     /* Restart the server on the same port with an older epoch: refused as a stale incarnation. */
     struct rpc_config sc;
