@@ -50,7 +50,12 @@
 #define RPC_MAX_REQUESTS_PER_CONN 8192 /* requests in service per inbound connection */
 #define RPC_MAX_ADDRESS           256
 #define RPC_RX_STAGING            (64u << 10) /* small-frame staging buffer per connection */
-#define RPC_TIMERS_PER_TURN       1024        /* bounded deadline expiries per timer callback */
+/* After a frame whose payload was read directly (>= RPC_RX_STAGING), the next frame's first read
+ * into the staging buffer takes at most this many bytes: its headers and little more, so a large
+ * payload that follows is read straight into its buffer rather than its first 64 KiB staged and
+ * copied (rpc_conn.c alloc_cb). */
+#define RPC_RX_HEAD_READ    4096u
+#define RPC_TIMERS_PER_TURN 1024 /* bounded deadline expiries per timer callback */
 
 /* Reserved message type for runtime environment messages (env_send), payload opaque. */
 #define RPC_TYPE_ENV_MESSAGE 1

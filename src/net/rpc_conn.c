@@ -43,7 +43,13 @@
  *
  * A frame written whole inside rpc_conn_submit whose completion runs no callback ends there; one
  * whose completion runs a callback (a sent callback, a decided call, a refusal that closes)
- * waits for done_idle, so no callback runs inside rpc_call/rpc_notify/rpc_reply_send. A frame
+ * waits, so no callback runs inside rpc_call/rpc_notify/rpc_reply_send: it ends at the end of
+ * the loop pass that wrote it (done_check, a check handle: after the pass's I/O callbacks, which
+ * is where a handler answers a request) or, if that pass's check phase has begun already (a
+ * frame written by another check callback, or outside a pass), before the next pass polls
+ * (done_idle). Either handle that runs stops both. An idle handle alone made the next pass poll
+ * with timeout 0 (libuv's UV_RUN_ONCE does not sleep when an idle handle is active as the pass
+ * begins): a loop that answered a request polled twice before it slept. A frame
  * the socket does not take whole waits in c->wq for wpoll. A write error is kept in c->werr and
  * ends every frame still in c->wq (status werr), and the connection closes (io_error); frames
  * left when the connection closes end with UV_ECANCELED in its close path.
@@ -167,12 +173,24 @@ static void wpoll_cb(uv_poll_t *h, int status, int events)
     wq_flush(c);
 }
 
-static void done_idle_cb(uv_idle_t *h)
+/* Runs the completions a submit left (see "Write path"): whichever of done_check and done_idle
+ * runs first stops both. */
+static void done_run(struct rpc_conn *c)
 {
-    struct rpc_conn *c = h->data;
-    uv_idle_stop(h);
+    uv_idle_stop(&c->done_idle);
+    uv_check_stop(&c->done_check);
     if (c->state != CONN_CLOSING)
         wq_flush(c);
+}
+
+static void done_idle_cb(uv_idle_t *h)
+{
+    done_run(h->data);
+}
+
+static void done_check_cb(uv_check_t *h)
+{
+    done_run(h->data);
 }
 
 /* Hands a frame to the write path. The caller accounted it in a send queue already (or not:
@@ -213,9 +231,12 @@ void rpc_conn_submit(struct rpc_conn *c, struct rpc_out *o)
         return;
     }
     TAILQ_INSERT_TAIL(&c->wq, o, wq);
-    if (o->nbufs == 0 || c->werr)
+    if (o->nbufs == 0 || c->werr) {
+        /* (a check handle started inside the check phase runs in the next pass only: the idle
+         * handle then runs it before that pass polls) */
+        uv_check_start(&c->done_check, done_check_cb);
         uv_idle_start(&c->done_idle, done_idle_cb);
-    else
+    } else
         uv_poll_start(&c->wpoll, UV_WRITABLE, wpoll_cb);
 }
 
@@ -346,6 +367,7 @@ void rpc_conn_close(struct rpc_conn *c, enum rpc_close_reason reason)
     else if (p && !p->conn && !p->retry.armed && !TAILQ_EMPTY(&p->waiting) && !ep->closing)
         rpc_timer_arm(ep, &p->retry, p->next_attempt);
     uv_close((uv_handle_t *)&c->done_idle, conn_close_cb);
+    uv_close((uv_handle_t *)&c->done_check, conn_close_cb);
     if (c->wfd >= 0) {
         /* The poll stops watching at once (as uv_close closes the stream's socket now): the
          * socket's last descriptor goes with the stream's, so the peer sees the close now. */
@@ -430,9 +452,11 @@ static struct rpc_conn *conn_new(rpc_endpoint *ep, int is_unix)
     if (!is_unix)
         uv_tcp_nodelay(&c->u.tcp, 1);
     c->u.h.data = c;
-    uv_idle_init(ep->loop, &c->done_idle); /* cannot fail */
+    uv_idle_init(ep->loop, &c->done_idle);   /* cannot fail */
+    uv_check_init(ep->loop, &c->done_check); /* cannot fail either */
     c->done_idle.data = c;
-    c->nhandles = 2;
+    c->done_check.data = c;
+    c->nhandles = 3;
     c->wfd = -1;
     TAILQ_INIT(&c->wq);
     c->ep = ep;
@@ -489,6 +513,7 @@ static void frame_complete(struct rpc_conn *c)
     struct rpc_rx rx = c->rx;
     memset(&c->rx, 0, sizeof(c->rx));
     c->rxs = RX_FIXED;
+    c->rx_head_first = rx.fh.payload_len >= RPC_RX_STAGING;
     c->ep->st.frames_in++;
     c->last_active = uv_now(c->ep->loop); /* complete frames only: trickled bytes do not count */
     switch (rx.fh.kind) {
@@ -666,6 +691,14 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     }
     if (c->rpos == c->rlen) {
         c->rpos = c->rlen = 0;
+        if (c->rxs == RX_FIXED && c->rx_head_first) {
+            /* A frame begins and the last one was large: a large one likely follows (a stream
+             * of raw puts, of large answers), whose payload past its first RPC_RX_HEAD_READ
+             * bytes is then read straight into its buffer instead of being staged and copied.
+             * A small frame that follows takes one read more (its end sets the flag off). */
+            *buf = uv_buf_init((char *)c->rbuf, RPC_RX_HEAD_READ);
+            return;
+        }
     } else if (c->rpos > 0 && RPC_RX_STAGING - c->rlen < FRAME_FIXED_SIZE) {
         memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
         c->rlen -= c->rpos;

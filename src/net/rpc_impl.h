@@ -146,13 +146,17 @@ struct rpc_conn {
     struct rpc_rx rx;
     size_t pb_got;
     uint64_t pay_got;
+    bool rx_head_first; /* the last frame's payload was read directly (>= RPC_RX_STAGING): the
+                           next staged read takes at most RPC_RX_HEAD_READ (rpc_conn.c alloc_cb) */
     /* send (rpc_conn.c "Write path") */
-    uv_poll_t wpoll;     /* writable readiness, on wfd */
-    uv_idle_t done_idle; /* runs completions of frames written inside a submit */
-    int wfd;             /* dup of the socket for wpoll, -1 until connected */
-    int werr;            /* first write error (negative errno), 0 if none */
-    unsigned nhandles;   /* open uv handles of this connection (freed at 0) */
-    struct rpc_out_q wq; /* submitted frames not yet completed, in order */
+    uv_poll_t wpoll;       /* writable readiness, on wfd */
+    uv_idle_t done_idle;   /* runs completions of frames written inside a submit: before the
+                              next pass polls (fallback, see rpc_conn.c "Write path") */
+    uv_check_t done_check; /* the same completions at the end of the pass that wrote them */
+    int wfd;               /* dup of the socket for wpoll, -1 until connected */
+    int werr;              /* first write error (negative errno), 0 if none */
+    unsigned nhandles;     /* open uv handles of this connection (freed at 0) */
+    struct rpc_out_q wq;   /* submitted frames not yet completed, in order */
     struct rpc_sendq sq;
     unsigned writes;         /* frames submitted and not yet completed */
     uint64_t write_progress; /* loop ms of the last write completion, or of the submission that

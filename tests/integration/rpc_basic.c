@@ -135,8 +135,9 @@ struct sinkfx {
     uint64_t landed;
     int in_order; /* every landed run followed the one before, inside RPC_SINK_BLOCK */
     int offered, handled, aborted;
-    int saw_payload; /* the last handler call's req->payload was set */
-    int sunk;        /* the last handler call's req->sunk */
+    int saw_payload;  /* the last handler call's req->payload was set */
+    int sunk;         /* the last handler call's req->sunk */
+    size_t first_run; /* length of the first landed run of the current payload */
 };
 
 static void sinkt_landed(void *ctx, const uint8_t *p, size_t n)
@@ -144,6 +145,8 @@ static void sinkt_landed(void *ctx, const uint8_t *p, size_t n)
     struct sinkfx *s = ctx;
     if (p != s->dst + s->landed || n == 0 || n > RPC_SINK_BLOCK)
         s->in_order = 0;
+    if (s->landed == 0)
+        s->first_run = n;
     s->landed += n;
 }
 
@@ -298,6 +301,55 @@ static void test_payload_sink(void **state)
     rpc_get_stats(f->srv, &st);
     assert_int_equal(st.sink_aborted, 1);
     result_free(&r);
+    free(v);
+    free(s.dst);
+    fx_free(f);
+}
+
+/* After a frame whose payload was read directly, the next frame's first read takes at most
+ * RPC_RX_HEAD_READ bytes (rpc_conn.c alloc_cb): of a large payload that follows, at most that
+ * much passes through the staging buffer (its first landed run), the rest is read straight into
+ * the sink. Frames of every size that follow a large one arrive whole and in step. */
+static void test_head_read_after_large(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    const size_t len = 256u << 10;
+    struct sinkfx s = {.dst = malloc(len)};
+    uint8_t *v = malloc(len);
+    assert_non_null(s.dst);
+    assert_non_null(v);
+    for (size_t i = 0; i < len; i++)
+        v[i] = (uint8_t)(i * 29 + (i >> 9));
+    assert_int_equal(rpc_register_handler(f->srv, T_SINK, sinkt_handler, &s), 0);
+    assert_int_equal(rpc_register_sink(f->srv, T_SINK, sinkt_offer), 0);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result r;
+    for (int i = 0; i < 4; i++) {
+        memset(s.dst, 0, len);
+        s.landed = 0;
+        s.in_order = 1;
+        sink_call(f, p, v, len, &r);
+        assert_true(run_until(&f->loop, pred_result, &r, T_WAIT));
+        assert_int_equal(r.status, 0);
+        assert_int_equal(s.landed, len);
+        assert_true(s.in_order);
+        assert_memory_equal(s.dst, v, len);
+        if (i > 0) /* the connection's previous frame was large */
+            assert_true(s.first_run <= RPC_RX_HEAD_READ - FRAME_FIXED_SIZE);
+        result_free(&r);
+    }
+    /* small, large (pooled), small and empty frames after large ones, both directions */
+    const size_t sizes[] = {100, 70000, 3000, 300000, 0, 65536, 65535, 5000};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        do_echo(f, p, sizes[i], &r);
+        result_free(&r);
+    }
+    struct rpc_stats st;
+    rpc_get_stats(f->srv, &st);
+    assert_int_equal(st.sink_direct, 4);
+    assert_int_equal(st.conns_accepted, 1);
     free(v);
     free(s.dst);
     fx_free(f);
@@ -732,6 +784,19 @@ static void test_oversized_received_frame_closes(void **state)
     fx_free(f);
 }
 
+/* A call result with the loop time its callback ran at (result.at). */
+struct timed_result {
+    struct result r; /* first: pred_result works on the struct */
+    uv_loop_t *loop;
+};
+
+static void timed_result_cb(rpc_call_t *call, struct rpc_result *res, void *arg)
+{
+    struct timed_result *t = arg;
+    result_cb(call, res, &t->r);
+    t->r.at = uv_now(t->loop);
+}
+
 static void test_reconnect_after_restart(void **state)
 {
     (void)state;
@@ -743,26 +808,26 @@ static void test_reconnect_after_restart(void **state)
     result_free(&r);
     /* Stop the server: the client notices, calls fail with ECONN (connect refused). */
     ep_close_wait(&f->loop, f->srv);
-    struct result r1 = {0};
+    struct timed_result r1 = {.loop = &f->loop};
     struct rpc_msg m = {.type = T_ECHO, .timeout_ms = 5000};
-    assert_int_equal(rpc_call(p, &m, result_cb, &r1, NULL), 0);
-    assert_true(run_until(&f->loop, pred_result, &r1, T_WAIT));
-    assert_int_equal(r1.status, KVMESH_ECONN);
+    assert_int_equal(rpc_call(p, &m, timed_result_cb, &r1, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r1.r, T_WAIT));
+    assert_int_equal(r1.r.status, KVMESH_ECONN);
     assert_non_null(strstr(rpc_peer_last_error(p), "connect"));
-    /* The next attempt waits for the backoff (>= reconnect_min_ms) and fails again. */
-    struct result r2 = {0};
-    uint64_t t0 = uv_now(&f->loop);
-    assert_int_equal(rpc_call(p, &m, result_cb, &r2, NULL), 0);
-    assert_true(run_until(&f->loop, pred_result, &r2, T_WAIT));
-    assert_int_equal(r2.status, KVMESH_ECONN);
-    assert_true(uv_now(&f->loop) - t0 + 2 >= RPC_DEFAULT_RECONNECT_MIN);
+    /* The next attempt waits for the backoff (>= reconnect_min_ms after the failed attempt,
+     * whose failure r1's callback saw: measured from there, not from the next call, which a
+     * loaded host may make well after the failure) and fails again. */
+    struct timed_result r2 = {.loop = &f->loop};
+    assert_int_equal(rpc_call(p, &m, timed_result_cb, &r2, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r2.r, T_WAIT));
+    assert_int_equal(r2.r.status, KVMESH_ECONN);
+    assert_true(r2.r.at - r1.r.at + 2 >= RPC_DEFAULT_RECONNECT_MIN);
     /* The backoff doubled: the third attempt waits about twice as long. */
-    struct result r3 = {0};
-    t0 = uv_now(&f->loop);
-    assert_int_equal(rpc_call(p, &m, result_cb, &r3, NULL), 0);
-    assert_true(run_until(&f->loop, pred_result, &r3, T_WAIT));
-    assert_int_equal(r3.status, KVMESH_ECONN);
-    assert_true(uv_now(&f->loop) - t0 + 2 >= 2 * RPC_DEFAULT_RECONNECT_MIN);
+    struct timed_result r3 = {.loop = &f->loop};
+    assert_int_equal(rpc_call(p, &m, timed_result_cb, &r3, NULL), 0);
+    assert_true(run_until(&f->loop, pred_result, &r3.r, T_WAIT));
+    assert_int_equal(r3.r.status, KVMESH_ECONN);
+    assert_true(r3.r.at - r2.r.at + 2 >= 2 * RPC_DEFAULT_RECONNECT_MIN);
     assert_int_equal(rpc_peer_epoch(p), 1);
     /* Restart the server on the same port with an older epoch: refused as a stale incarnation. */
     struct rpc_config sc;
@@ -966,13 +1031,142 @@ static void test_buffer_pool_reuse(void **state)
     fx_free(f);
 }
 
+/*
+ * When a sent callback runs (rpc_conn.c "Write path"): a reply written whole by a handler (in
+ * the poll phase of a loop pass) ends at the end of that same pass, so the loop's next pass may
+ * sleep in its poll (no idle handle left active, which made libuv's UV_RUN_ONCE poll with
+ * timeout 0 first); a reply written after that pass's completions ran (here from a check
+ * callback of the test's own) still ends before the next pass polls. Never inside
+ * rpc_reply_send itself.
+ */
+#define T_SENT 14
+
+struct sent_fx {
+    int handled;     /* the handler ran */
+    int sent;        /* the reply's sent callback ran */
+    int in_send;     /* inside rpc_reply_send */
+    rpc_reply *held; /* reply kept for the check callback */
+    uv_check_t check;
+};
+
+static void sent_flag_cb(int status, void *arg)
+{
+    struct sent_fx *s = arg;
+    assert_int_equal(status, 0);
+    assert_false(s->in_send);
+    s->sent++;
+}
+
+static void sent_reply(struct sent_fx *s, rpc_reply *reply, const struct rpc_request *req)
+{
+    static const char pay[] = "sent-payload";
+    uv_buf_t iov = uv_buf_init((char *)pay, sizeof(pay));
+    struct rpc_msg m = {.body = req->body, .body_len = req->body_len, .iov = &iov, .niov = 1};
+    s->in_send = 1;
+    assert_int_equal(rpc_reply_send(reply, 0, NULL, &m, sent_flag_cb, s), 0);
+    s->in_send = 0;
+}
+
+static void sent_handler(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    struct sent_fx *s = arg;
+    s->handled++;
+    if (req->body_len == 4 && memcmp(req->body, "hold", 4) == 0)
+        s->held = reply; /* answered by sent_check_cb */
+    else
+        sent_reply(s, reply, req);
+}
+
+static void sent_check_cb(uv_check_t *h)
+{
+    struct sent_fx *s = h->data;
+    uv_check_stop(h);
+    rpc_reply *r = s->held;
+    s->held = NULL;
+    sent_reply(s, r, rpc_reply_request(r));
+}
+
+static void count_active_idle(uv_handle_t *h, void *arg)
+{
+    if (h->type == UV_IDLE && uv_is_active(h))
+        ++*(int *)arg;
+}
+
+/* Idle handles active on the loop: one makes libuv's next UV_RUN_ONCE pass poll without
+ * sleeping. */
+static int active_idles(uv_loop_t *loop)
+{
+    int n = 0;
+    uv_walk(loop, count_active_idle, &n);
+    return n;
+}
+
+/* Runs single passes (bounded) until *flag is set; the pass that set it is the last run. */
+static void run_passes_until(uv_loop_t *loop, const int *flag)
+{
+    for (int i = 0; i < 100000 && !*flag; i++)
+        uv_run(loop, UV_RUN_ONCE);
+    assert_true(*flag);
+}
+
+static void test_sent_cb_same_pass(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    struct sent_fx s = {0};
+    rpc_register_handler(f->srv, T_SENT, sent_handler, &s);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    struct result r;
+    do_echo(f, p, 0, &r); /* connected and handshaken */
+    result_free(&r);
+    /* No idle handle of the test's own: one active after a pass is the RPC layer's. */
+    for (int round = 0; round < 3; round++) {
+        memset(&r, 0, sizeof(r));
+        s.handled = s.sent = 0;
+        struct rpc_msg m = {.type = T_SENT, .body = (const uint8_t *)"now", .body_len = 3};
+        assert_int_equal(rpc_call(p, &m, result_cb, &r, NULL), 0);
+        run_passes_until(&f->loop, &s.handled);
+        assert_int_equal(s.sent, 1);                 /* ended in the pass that wrote it */
+        assert_int_equal(active_idles(&f->loop), 0); /* the next pass may sleep */
+        run_passes_until(&f->loop, &r.done);
+        assert_int_equal(r.status, 0);
+        assert_int_equal(r.payload_len, sizeof("sent-payload"));
+        assert_memory_equal(r.payload, "sent-payload", sizeof("sent-payload"));
+        result_free(&r);
+    }
+    /* A reply written in the check phase after the pass's completions ran. */
+    memset(&r, 0, sizeof(r));
+    s.handled = s.sent = 0;
+    struct rpc_msg m = {.type = T_SENT, .body = (const uint8_t *)"hold", .body_len = 4};
+    assert_int_equal(rpc_call(p, &m, result_cb, &r, NULL), 0);
+    run_passes_until(&f->loop, &s.handled);
+    assert_non_null(s.held);
+    uv_check_init(&f->loop, &s.check);
+    s.check.data = &s;
+    uv_check_start(&s.check, sent_check_cb);
+    uv_run(&f->loop, UV_RUN_NOWAIT); /* (nothing would wake a blocking pass) */
+    assert_null(s.held);             /* sent by sent_check_cb, in this pass's check phase */
+    if (!s.sent) /* the next pass runs the completion before it polls: it does not sleep */
+        assert_true(active_idles(&f->loop) > 0);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(s.sent, 1);
+    run_passes_until(&f->loop, &r.done);
+    assert_int_equal(r.status, 0);
+    result_free(&r);
+    uv_close((uv_handle_t *)&s.check, NULL);
+    fx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_echo_ipv4_reuses_connection),
         cmocka_unit_test(test_large_payload),
         cmocka_unit_test(test_payload_sink),
+        cmocka_unit_test(test_head_read_after_large),
         cmocka_unit_test(test_buffer_pool_reuse),
+        cmocka_unit_test(test_sent_cb_same_pass),
         cmocka_unit_test(test_ipv6_and_unix),
         cmocka_unit_test(test_concurrent_out_of_order),
         cmocka_unit_test(test_deadline_fires),
