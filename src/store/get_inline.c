@@ -1,7 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * get_inline.c — inline reads of a single get (get_inline.h, docs/store.md "Inline reads",
- * docs/protocol.md "Inline reads").
+ * get_inline.c — inline reads of a get (get_inline.h, docs/store.md "Inline reads", "Inline
+ * reads of a batch get", docs/protocol.md "Inline reads").
+ *
+ * A batch (n > 1) asks per item, within KVM_GET_INLINE_BATCH_ITEM_MAX an item and
+ * KVM_GET_INLINE_BATCH_MAX over the batch; its items' sinks and the room for their bytes are one
+ * block of the lookup op, and the route client copies an item's bytes into its room (the copied
+ * form inside the answer batch, never an attachment). Everything below holds per item.
  *
  * Requester: a single get (one item) says, in its route lookup, the most payload bytes it takes
  * inline: min(inline_read_max, the caller's buffer); none under transport shm, nor under auto
