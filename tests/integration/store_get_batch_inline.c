@@ -24,9 +24,9 @@
  *   - item results exact: a missing key KVMESH_ENOENT, a buffer smaller than its value
  *     KVMESH_ETOOBIG with its size and the buffer untouched, the others exact, in one batch;
  *   - with S2: keys whose primary is S or S2 (one batch message to each authority) in 1 round
- *     trip; a key pinned to the storage runtime that is not its primary read from its owner (2
- *     round trips), and, last, one corrupted replica (a byte of its slot flipped) refused
- *     (KVMESH_ECHECKSUM) while the others of the same batch are exact.
+ *     trip; keys pinned to the storage runtime that is not their primary read from their owners
+ *     (a payload round more: one READ batch per owner); last, one corrupted replica (a byte of
+ *     its slot flipped) refused (KVMESH_ECHECKSUM) while the others of the same batch are exact.
  */
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -453,7 +453,9 @@ static void check_two_authorities(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t
         show("batch_get 10 x 4 KiB (2 off their primary)", &d);
         for (int i = 0; i < N_MIXED; i++)
             CHECK(it[i].rc == 0 && memcmp(out + i * SMALL, vals + i * SMALL, SMALL) == 0);
-        CHECK(d.payload == 1 && d.lookup >= 1 && d.reads == N_MIXED && d.checksums == N_MIXED);
+        /* (one READ batch per owner: the two may be at S and at S2) */
+        CHECK(d.payload >= 1 && d.payload <= N_AWAY && d.lookup >= 1);
+        CHECK(d.reads == N_MIXED && d.checksums == N_MIXED);
         break;
     }
     /* one replica on its primary corrupted: refused (its inline bytes and its READ fail their
