@@ -49,15 +49,17 @@ void route_inline_begin(route_svc_t *svc, const route_msg_t *req, const kvm_rout
 
 void route_inline_batch_begin(route_svc_t *svc)
 {
-    KVM_ASSERT(!svc->inl_in_batch); /* (a received batch is not handled inside another) */
-    svc->inl_in_batch = true;
-    svc->inl_batch_left = ROUTE_INLINE_BATCH_MAX;
+    /* (a batch handled inside another's handling, were an env to deliver one synchronously,
+     * shares the outer one's budget) */
+    if (svc->inl_in_batch++ == 0)
+        svc->inl_batch_left = ROUTE_INLINE_BATCH_MAX;
 }
 
 void route_inline_batch_end(route_svc_t *svc)
 {
-    svc->inl_in_batch = false;
-    svc->inl_batch_left = 0;
+    KVM_ASSERT(svc->inl_in_batch > 0);
+    if (--svc->inl_in_batch == 0)
+        svc->inl_batch_left = 0;
 }
 
 void route_inline_fill(route_svc_t *svc, route_msg_t *m)

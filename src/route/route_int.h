@@ -272,9 +272,9 @@ struct route_svc {
     uint32_t inl_len;
     void *inl_pin;
     bool inl_set;
-    /* while a received batch message is handled (route_inline_batch_begin/end): the inline
-     * bytes its READs may still be lent (of ROUTE_INLINE_BATCH_MAX) */
-    bool inl_in_batch;
+    /* while a received batch message is handled (route_inline_batch_begin/end, nesting depth):
+     * the inline bytes its READs may still be lent (of ROUTE_INLINE_BATCH_MAX) */
+    uint32_t inl_in_batch;
     uint32_t inl_batch_left;
     /* tombstone purge (route_svc.c purge_tick); the a_* mirrors are read by any thread */
     _Atomic uint64_t a_entries, a_tombs, a_purged;
