@@ -108,7 +108,11 @@ void kvm_get_inline_prepare(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout
     if (n == 0 || rt->cfg.inline_read_max == 0 || rt->cfg.transport == TP_SHM)
         return;
     if (n > 1) {
-        prepare_batch(rt, look, outs, n);
+        /* (transport auto with every storage member on this host at the last batch's lookup:
+         * its reads are shared-memory copies, no room is allocated; the loop looks again at the
+         * first item of every batch lookup: kvm_get_inline_sink) */
+        if (!(rt->cfg.transport == TP_AUTO && atomic_load(&rt->inl_all_local)))
+            prepare_batch(rt, look, outs, n);
         return;
     }
     uint64_t max = rt->cfg.inline_read_max;
@@ -158,19 +162,18 @@ route_inline_t *kvm_get_inline_sink(kvm_op_t *op, const struct kvm_item *it,
 {
     if (op->type != KVM_OP_LOOKUP || state != KVM_ITEM_LOOKING_UP)
         return NULL;
-    route_inline_t *s = NULL;
-    if (op->n == 1) {
-        s = op->inl.max ? &op->inl : NULL;
-    } else {
-        inl_batch_t *b = inl_batch_of(op);
-        size_t i = (size_t)(it - op->items);
-        KVM_ASSERT(i < op->n);
-        /* (an item's lookup starts once; a sink already written is not handed out again) */
-        s = b && b->s[i].max && !b->s[i].buf && !b->s[i].got ? &b->s[i] : NULL;
-    }
-    if (!s || (op->rt->cfg.transport == TP_AUTO && all_same_host(op->rt)))
-        return NULL;
-    return s;
+    kvm_rt_t *rt = op->rt;
+    bool autox = rt->cfg.transport == TP_AUTO;
+    if (op->n == 1)
+        return op->inl.max && !(autox && all_same_host(rt)) ? &op->inl : NULL;
+    size_t i = (size_t)(it - op->items);
+    KVM_ASSERT(i < op->n);
+    if (autox && i == 0) /* (once per batch lookup: its items start in this loop turn) */
+        atomic_store(&rt->inl_all_local, all_same_host(rt));
+    inl_batch_t *b = inl_batch_of(op);
+    /* (an item's lookup starts once; a sink already written is not handed out again) */
+    route_inline_t *s = b && b->s[i].max && !b->s[i].buf && !b->s[i].got ? &b->s[i] : NULL;
+    return s && !(autox && atomic_load(&rt->inl_all_local)) ? s : NULL;
 }
 
 /* Copies len bytes of src into the scatter list, the checksum fused into the same pass. */

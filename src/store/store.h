@@ -534,6 +534,9 @@ typedef struct kvm_rt {
     size_t n_held;
     bool held_refresh;
     struct refresh_waiter *refresh_waiters; /* [loop] kvm_rt_refresh_sync callers */
+    /* [loop writes, any reads] get_inline.c: under transport auto, whether every storage member
+     * was on this host at the last batch get's lookup (a batch then asks for no inline bytes) */
+    atomic_bool inl_all_local;
 
     /* open/close synchronisation */
     pthread_cond_t open_cv;
