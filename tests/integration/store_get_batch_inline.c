@@ -209,7 +209,10 @@ static void set_read_max(kvm_rt_t *rt, void *arg)
     rt->cfg.inline_read_max = *(uint32_t *)arg;
 }
 
-/* One byte of a replica in the runtime's segment, flipped (twice = restored). */
+/* One byte of a replica in the runtime's segment, flipped (twice = restored). The flip is the
+ * test's fault injection: ThreadSanitizer reports it against the transport thread that sent the
+ * slot's bytes earlier (no order between the two), the one report of a TSan run of this test
+ * (which, like store_get_large, is not in CI's TSan stage). */
 struct flip {
     uint64_t seg, off;
     bool ok;
