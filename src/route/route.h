@@ -162,7 +162,10 @@ int route_cas_costed(route_svc_t *svc, const kvm_route_version_t *expected, cons
  * false). The bytes are not verified here: the caller checks them against the route's checksum
  * as it checks a transport read. The caller keeps *inl valid until the callback ran; the service
  * writes it only before the callback. inl NULL or max 0: a plain lookup. MetadataOnly: a plain
- * lookup (got false).
+ * lookup (got false). Lookups started in a batching window (route_batch_begin) may each carry
+ * their own inl (a batch get, with dst set): their READs to one authority travel as one RMSG_BATCH
+ * and the authority answers each that it can inline, within ROUTE_INLINE_BATCH_MAX bytes per
+ * batch message, the bytes inside the batch answer's items (RMSG_READ_INLINE).
  */
 typedef struct route_inline {
     uint32_t max;          /* in: most payload bytes accepted (<= ROUTE_INLINE_MAX) */
@@ -172,8 +175,18 @@ typedef struct route_inline {
     uint32_t len;          /* out */
     bool got;              /* out */
     kvm_runtime_id_t from; /* out: the authority that sent the bytes (when got) */
+    /* in: NULL = the service allocates buf (above); else the caller's room of max bytes, which
+     * the service never allocates or frees: the bytes are copied there and buf == dst when got
+     * (a batch get's items share one block: src/store/get_inline.c); att is then ignored: the
+     * bytes come in the answer itself (RMSG_READ_INLINE), never as an attachment */
+    uint8_t *dst;
 } route_inline_t;
 #define ROUTE_INLINE_MAX (256u * 1024)
+/* The most inline bytes an authority lends to the READs of one received batch message
+ * (route_msg.h RMSG_BATCH: a batch get's lookups at one authority), over all its items; a READ
+ * past it gets a plain answer (its requester reads the replica). A requester asks for no more
+ * than this over the items of one batch op (get_inline.c). */
+#define ROUTE_INLINE_BATCH_MAX (1024u * 1024)
 int route_lookup_inline(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb, void *arg,
                         route_cost_t *cost, route_inline_t *inl);
 

@@ -194,6 +194,7 @@ void route_batch_on_message(route_svc_t *svc, const env_msg_t *msg)
      * destination, instead of one message per item on its own zero timer. */
     route_batch_begin(svc);
     route_coalesce_begin(svc);
+    route_inline_batch_begin(svc); /* its READs' inline bytes: one budget (route_inline.c) */
     bool broken = (svc->bugs & ROUTE_BUG_BATCH_ONE_RESULT) && v->kind[0] == RMSG_CAS_RESP;
     for (uint32_t i = 0; i < v->n && !svc->freeing; i++) {
         if (broken && i > 0 && v->kind[i] == RMSG_CAS_RESP) {
@@ -206,6 +207,7 @@ void route_batch_on_message(route_svc_t *svc, const env_msg_t *msg)
         one.len = v->len[i];
         route_on_message(svc, &one); /* each item exactly as if it came alone */
     }
+    route_inline_batch_end(svc);
     route_coalesce_end(svc);
     route_batch_end(svc);
     free(v);

@@ -231,7 +231,8 @@ static void finish(route_op_t *op, int rc, const kvm_route_t *r)
             op->inl->got = rc == 0 && r && op->inl_have &&
                            kvm_route_version_cmp(&r->version, &op->inl_ver) == 0;
             if (!op->inl->got) {
-                free(op->inl->buf);
+                if (op->inl->buf != op->inl->dst)
+                    free(op->inl->buf); /* (the caller's room is the caller's) */
                 op->inl->buf = NULL;
                 op->inl->len = 0;
             }
@@ -417,7 +418,11 @@ static void inline_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
     if (op->inl_have && kvm_route_version_cmp(&op->got[i].version, &op->inl_ver) <= 0)
         return;
     uint8_t *b = NULL;
-    if (resp->inl_att && resp->inl_att->buf == resp->inl) { /* attached: taken, not copied */
+    if (inl->dst) { /* the caller's room (a batch get's item): copied there */
+        b = inl->dst;
+        if (resp->inl_len)
+            memcpy(b, resp->inl, resp->inl_len);
+    } else if (resp->inl_att && resp->inl_att->buf == resp->inl) { /* attached: taken */
         b = resp->inl_att->buf;
         resp->inl_att->buf = NULL;
     } else if ((b = malloc(resp->inl_len ? resp->inl_len : 1)) && resp->inl_len) {
@@ -425,7 +430,8 @@ static void inline_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
     }
     if (!b)
         return; /* no inline bytes: the caller reads the replica */
-    free(inl->buf);
+    if (inl->buf != inl->dst)
+        free(inl->buf);
     inl->buf = b;
     inl->len = resp->inl_len;
     inl->from = op->members[i].rt.id;
@@ -524,7 +530,7 @@ static void lookup_send(route_op_t *op, route_shard_t *sh)
         m.ident = op->ident; /* borrowed */
         if (op->inl && op->members[i].node != svc->self_node)
             m.limit = op->inl->max; /* (this runtime's own authority: its replica is local) */
-        if (m.limit && op->inl->att)
+        if (m.limit && op->inl->att && !op->inl->dst)
             m.flags |= RMSG_READ_ATT; /* the bytes may come as the answer's attachment */
         route_call_t *c = route_call(svc, op->members[i].node, &m, RMSG_READ_RESP, ROUTE_ATTEMPT_NS,
                                      true, on_read_resp, op);

@@ -7,11 +7,12 @@
  *
  * Invariants: bytes are lent only for a READ whose requester accepts them (req->limit, which a
  * peer that predates inline reads leaves 0), only for a non-tombstone route whose length fits
- * that limit and ROUTE_MSG_MAX_INLINE, and only between begin and end on the loop thread, inside
- * one handler: the pin the source returned is given back before the handler returns, unless the
- * bytes went as the answer's attachment (route_inline_send): then the pin goes with the send and
- * is given back by its sent callback, once the env no longer reads the bytes. The service never
- * calls the source otherwise.
+ * that limit and ROUTE_MSG_MAX_INLINE (and, for the READs of one received batch message, within
+ * ROUTE_INLINE_BATCH_MAX bytes over all of them), and only between begin and end on the loop
+ * thread, inside one handler: the pin the source returned is given back before the handler returns,
+ * unless the bytes went as the answer's attachment (route_inline_send): then the pin goes with the
+ * send and is given back by its sent callback, once the env no longer reads the bytes. The service
+ * never calls the source otherwise.
  */
 #include "route/route_int.h"
 
@@ -23,6 +24,8 @@ void route_inline_begin(route_svc_t *svc, const route_msg_t *req, const kvm_rout
 {
     KVM_ASSERT(!svc->inl_set);
     uint32_t max = req->limit < ROUTE_MSG_MAX_INLINE ? req->limit : ROUTE_MSG_MAX_INLINE;
+    if (svc->inl_in_batch && max > svc->inl_batch_left)
+        max = svc->inl_batch_left; /* (the batch message's budget: route_inline_batch_begin) */
     if (!svc->inline_src.get || req->kind != RMSG_READ_REQ || max == 0 ||
         kvm_route_is_tombstone(route) || route->length > max)
         return;
@@ -40,6 +43,23 @@ void route_inline_begin(route_svc_t *svc, const route_msg_t *req, const kvm_rout
     svc->inl_len = (uint32_t)len;
     svc->inl_pin = pin;
     svc->inl_set = true;
+    if (svc->inl_in_batch)
+        svc->inl_batch_left -= (uint32_t)len; /* (len <= max <= left) */
+}
+
+void route_inline_batch_begin(route_svc_t *svc)
+{
+    /* (a batch handled inside another's handling, were an env to deliver one synchronously,
+     * shares the outer one's budget) */
+    if (svc->inl_in_batch++ == 0)
+        svc->inl_batch_left = ROUTE_INLINE_BATCH_MAX;
+}
+
+void route_inline_batch_end(route_svc_t *svc)
+{
+    KVM_ASSERT(svc->inl_in_batch > 0);
+    if (--svc->inl_in_batch == 0)
+        svc->inl_batch_left = 0;
 }
 
 void route_inline_fill(route_svc_t *svc, route_msg_t *m)

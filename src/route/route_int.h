@@ -272,6 +272,10 @@ struct route_svc {
     uint32_t inl_len;
     void *inl_pin;
     bool inl_set;
+    /* while a received batch message is handled (route_inline_batch_begin/end, nesting depth):
+     * the inline bytes its READs may still be lent (of ROUTE_INLINE_BATCH_MAX) */
+    uint32_t inl_in_batch;
+    uint32_t inl_batch_left;
     /* tombstone purge (route_svc.c purge_tick); the a_* mirrors are read by any thread */
     _Atomic uint64_t a_entries, a_tombs, a_purged;
     _Atomic uint64_t a_mem_entry, a_mem_packed, a_mem_ident, a_mem_other; /* route_table_mem */
@@ -328,6 +332,10 @@ bool route_set_eq(const route_msg_member_t *a, uint32_t na, const route_msg_memb
  * inline source for the payload of `route` when req accepts it, end returns the pin. */
 void route_inline_begin(route_svc_t *svc, const route_msg_t *req, const kvm_route_t *route);
 void route_inline_end(route_svc_t *svc);
+/* Around the items of a received batch message (route_batch.c): its READs share one budget of
+ * ROUTE_INLINE_BATCH_MAX inline bytes. */
+void route_inline_batch_begin(route_svc_t *svc);
+void route_inline_batch_end(route_svc_t *svc);
 /* Fills m's inline part (a READ_RESP) from what route_inline_begin lent, if anything. */
 void route_inline_fill(route_svc_t *svc, route_msg_t *m);
 /* Sends m (a READ_RESP answering req) to `to` with the lent bytes as its attachment when req

@@ -992,7 +992,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
         look->cp_op = 1 + (n == 1 ? OBS_OP_GET : OBS_OP_BATCH_GET);
         for (size_t i = 0; i < n && !rc; i++)
             rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
-        kvm_get_inline_prepare(rt, look, outs, n); /* a single get: its bytes with the route */
+        kvm_get_inline_prepare(rt, look, outs, n); /* the bytes with the routes (get_inline.c) */
         if (rc || (rc = kvm_op_run(look)) != 0) {
             kvm_op_unref(look);
             return get_fail(outs, n, attempt, rc);
@@ -1042,7 +1042,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
             }
             o->rc = KVMESH_EAGAIN; /* to read */
         }
-        (void)kvm_get_inline_take(rt, look, outs, n); /* served by the lookup's answer */
+        (void)kvm_get_inline_take(rt, look, outs, n); /* served by the lookups' answers */
         bool bad_sum = false;
         for (uint32_t round = 0; round < KVM_MAX_REPLICAS && reads_left(look, outs, n, round) &&
                                  kvm_deadline_left_ms(deadline) > 0;

@@ -1,7 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * get_inline.c — inline reads of a single get (get_inline.h, docs/store.md "Inline reads",
- * docs/protocol.md "Inline reads").
+ * get_inline.c — inline reads of a get (get_inline.h, docs/store.md "Inline reads", "Inline
+ * reads of a batch get", docs/protocol.md "Inline reads").
+ *
+ * A batch (n > 1) asks per item, within KVM_GET_INLINE_BATCH_ITEM_MAX an item and
+ * KVM_GET_INLINE_BATCH_MAX over the batch; its items' sinks and the room for their bytes are one
+ * block of the lookup op, and the route client copies an item's bytes into its room (the copied
+ * form inside the answer batch, never an attachment). Everything below holds per item.
  *
  * Requester: a single get (one item) says, in its route lookup, the most payload bytes it takes
  * inline: min(inline_read_max, the caller's buffer); none under transport shm, nor under auto
@@ -39,11 +44,77 @@
 
 /* ---- requester ------------------------------------------------------------------------------ */
 
+/* A batch get's inline sinks (n > 1): one block at look->inl.buf, freed with the op. The room
+ * of the items that asked follows the sinks, each at a 64-byte boundary. */
+typedef struct inl_batch {
+    size_t n;
+    route_inline_t s[];
+} inl_batch_t;
+
+#define INL_ALIGN 64u
+
+static uint64_t inl_round(uint64_t v)
+{
+    return (v + INL_ALIGN - 1) & ~(uint64_t)(INL_ALIGN - 1);
+}
+
+/* The batch block of look, or NULL (a single get, or no item asked). */
+static inl_batch_t *inl_batch_of(const kvm_op_t *look)
+{
+    return look->n > 1 ? (inl_batch_t *)(void *)look->inl.buf : NULL;
+}
+
+static void prepare_batch(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *outs, size_t n)
+{
+    uint64_t item_max = rt->cfg.inline_read_max < KVM_GET_INLINE_BATCH_ITEM_MAX
+                            ? rt->cfg.inline_read_max
+                            : KVM_GET_INLINE_BATCH_ITEM_MAX;
+    uint64_t head = inl_round(sizeof(inl_batch_t) + n * sizeof(route_inline_t));
+    uint64_t room = 0, sum = 0;
+    size_t asked = 0;
+    for (size_t i = 0; i < n; i++) { /* (in order, while the sum stays within the bound) */
+        uint64_t m = !outs[i].alloc && outs[i].cap < item_max ? outs[i].cap : item_max;
+        if (m == 0 || sum + m > KVM_GET_INLINE_BATCH_MAX)
+            continue;
+        sum += m;
+        room += inl_round(m);
+        asked++;
+    }
+    if (!asked)
+        return;
+    uint8_t *blk = malloc(head + room); /* (the room is not zeroed: written before it is read) */
+    if (!blk)
+        return; /* no item asks: each is read from its replica */
+    inl_batch_t *b = (inl_batch_t *)(void *)blk;
+    b->n = n;
+    memset(b->s, 0, n * sizeof(route_inline_t));
+    uint8_t *at = blk + head;
+    sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t m = !outs[i].alloc && outs[i].cap < item_max ? outs[i].cap : item_max;
+        if (m == 0 || sum + m > KVM_GET_INLINE_BATCH_MAX)
+            continue;
+        sum += m;
+        b->s[i].max = (uint32_t)m;
+        b->s[i].dst = at;
+        at += inl_round(m);
+    }
+    look->inl.buf = blk; /* (freed with the op: kvm_op_unref) */
+}
+
 void kvm_get_inline_prepare(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *outs, size_t n)
 {
     look->inl.max = 0;
-    if (n != 1 || rt->cfg.inline_read_max == 0 || rt->cfg.transport == TP_SHM)
+    if (n == 0 || rt->cfg.inline_read_max == 0 || rt->cfg.transport == TP_SHM)
         return;
+    if (n > 1) {
+        /* (transport auto with every storage member on this host at the last batch's lookup:
+         * its reads are shared-memory copies, no room is allocated; the loop looks again at the
+         * first item of every batch lookup: kvm_get_inline_sink) */
+        if (!(rt->cfg.transport == TP_AUTO && atomic_load(&rt->inl_all_local)))
+            prepare_batch(rt, look, outs, n);
+        return;
+    }
     uint64_t max = rt->cfg.inline_read_max;
     if (!outs[0].alloc && outs[0].cap < max)
         max = outs[0].cap;
@@ -86,13 +157,23 @@ static bool all_same_host(kvm_rt_t *rt)
     return true;
 }
 
-route_inline_t *kvm_get_inline_sink(kvm_op_t *op, enum kvm_item_state state)
+route_inline_t *kvm_get_inline_sink(kvm_op_t *op, const struct kvm_item *it,
+                                    enum kvm_item_state state)
 {
-    if (op->type != KVM_OP_LOOKUP || op->n != 1 || op->inl.max == 0 || state != KVM_ITEM_LOOKING_UP)
+    if (op->type != KVM_OP_LOOKUP || state != KVM_ITEM_LOOKING_UP)
         return NULL;
-    if (op->rt->cfg.transport == TP_AUTO && all_same_host(op->rt))
-        return NULL;
-    return &op->inl;
+    kvm_rt_t *rt = op->rt;
+    bool autox = rt->cfg.transport == TP_AUTO;
+    if (op->n == 1)
+        return op->inl.max && !(autox && all_same_host(rt)) ? &op->inl : NULL;
+    size_t i = (size_t)(it - op->items);
+    KVM_ASSERT(i < op->n);
+    if (autox && i == 0) /* (once per batch lookup: its items start in this loop turn) */
+        atomic_store(&rt->inl_all_local, all_same_host(rt));
+    inl_batch_t *b = inl_batch_of(op);
+    /* (an item's lookup starts once; a sink already written is not handed out again) */
+    route_inline_t *s = b && b->s[i].max && !b->s[i].buf && !b->s[i].got ? &b->s[i] : NULL;
+    return s && !(autox && atomic_load(&rt->inl_all_local)) ? s : NULL;
 }
 
 /* Copies len bytes of src into the scatter list, the checksum fused into the same pass. */
@@ -115,19 +196,27 @@ static uint64_t copy_out(const uint8_t *src, uint64_t len, const struct iovec *i
     return sum ? kvm_sum_digest(&st) : 0;
 }
 
-/* Whether the lookup's inline bytes may serve item 0: bytes of exactly its route, and no local
- * replica preferred (a local replica is read locally). */
-static bool inline_usable(const kvm_op_t *look, size_t n)
+/* The sink of item i of look that holds its lookup's inline bytes, or NULL. */
+static route_inline_t *sink_of(kvm_op_t *look, size_t i)
 {
-    if (n != 1 || !look->inl.got || !look->inl.buf)
-        return false;
-    const struct kvm_item *it = &look->items[0];
-    return !it->rc && look->inl.len == it->route.length && it->route.n_replicas > 0 &&
-           !it->acc[0].local;
+    if (look->n == 1)
+        return i == 0 ? &look->inl : NULL;
+    inl_batch_t *b = inl_batch_of(look);
+    return b && i < b->n ? &b->s[i] : NULL;
 }
 
-/* Counts a use of the inline bytes (verified or not) and, when `served`, the tcp read. */
-static void inline_count(kvm_rt_t *rt, kvm_op_t *look, bool verify, bool served)
+/* Whether the lookup's inline bytes in s may serve item i: bytes of exactly its route, and no
+ * local replica preferred (a local replica is read locally). */
+static bool inline_usable(const kvm_op_t *look, size_t i, const route_inline_t *s)
+{
+    if (!s || !s->got || !s->buf)
+        return false;
+    const struct kvm_item *it = &look->items[i];
+    return !it->rc && s->len == it->route.length && it->route.n_replicas > 0 && !it->acc[0].local;
+}
+
+/* Counts a use of inline bytes of len (verified or not) and, when `served`, the tcp read. */
+static void inline_count(kvm_rt_t *rt, kvm_op_t *look, uint32_t len, bool verify, bool served)
 {
     /* The bytes crossed the RPC connection: the sender's and the receiver's socket copies, as a
      * tcp read's (the user-space copy out of the answer, or none, is not counted) */
@@ -139,23 +228,28 @@ static void inline_count(kvm_rt_t *rt, kvm_op_t *look, bool verify, bool served)
     /* the replica's bytes were read over tcp (in the lookup's exchange): counted as the tcp read
      * a transport batch would have made (kvmesh_transport_*{operation="read"}) */
     obs_count(rt->metrics, transport_operations_total, OBS_TRANSPORT_TCP, OBS_XOP_READ, 1);
-    obs_count(rt->metrics, transport_bytes_total, OBS_TRANSPORT_TCP, OBS_XOP_READ, look->inl.len);
+    obs_count(rt->metrics, transport_bytes_total, OBS_TRANSPORT_TCP, OBS_XOP_READ, len);
 }
 
-bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n)
+size_t kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n)
 {
-    if (n != 1 || outs[0].rc != KVMESH_EAGAIN || !inline_usable(look, n))
-        return false;
-    const struct kvm_item *it = &look->items[0];
-    struct kvm_sgout *o = &outs[0];
+    KVM_ASSERT(n == look->n);
     bool verify = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
-    uint64_t sum = copy_out(look->inl.buf, look->inl.len, o->iov, o->iovcnt, verify);
-    bool ok = !verify || sum == it->route.checksum;
-    inline_count(rt, look, verify, ok);
-    if (!ok)
-        return false; /* the replica rounds read it again (and report a bad owner) */
-    o->rc = 0;
-    return true;
+    size_t served = 0;
+    for (size_t i = 0; i < n; i++) {
+        route_inline_t *s = sink_of(look, i);
+        if (outs[i].rc != KVMESH_EAGAIN || !inline_usable(look, i, s))
+            continue;
+        struct kvm_sgout *o = &outs[i];
+        uint64_t sum = copy_out(s->buf, s->len, o->iov, o->iovcnt, verify);
+        bool ok = !verify || sum == look->items[i].route.checksum;
+        inline_count(rt, look, s->len, verify, ok);
+        if (!ok)
+            continue; /* the replica rounds read it again (and report a bad owner) */
+        o->rc = 0;
+        served++;
+    }
+    return served;
 }
 
 /* A received buffer becomes an allocated result only when at most 1/ADOPT_SLACK_DIV of it
@@ -165,7 +259,7 @@ bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, s
 bool kvm_get_inline_adopt(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n)
 {
     struct kvm_sgout *o = &outs[0];
-    if (n != 1 || !o->alloc || !inline_usable(look, n))
+    if (n != 1 || !o->alloc || !inline_usable(look, 0, &look->inl))
         return false;
     /* The receive buffer comes from the RPC layer's pool in size classes: handed to the caller
      * only when it is not much larger than the value (the caller may keep many results). */
@@ -176,7 +270,7 @@ bool kvm_get_inline_adopt(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, 
     bool verify = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
     /* one pass over the received bytes (no copy): the result is the buffer they arrived in */
     bool ok = !verify || kvm_checksum(look->inl.buf, look->inl.len) == it->route.checksum;
-    inline_count(rt, look, verify, ok);
+    inline_count(rt, look, look->inl.len, verify, ok);
     if (!ok) {
         look->inl.got = false; /* (not tried again by kvm_get_inline_take) */
         return false;          /* the replica rounds read it into a buffer of its own */

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * get_inline.h — inline reads of a single get, up to inline_read_max (256 KiB by default;
- * docs/store.md "Inline reads"): the lookup's answer carries the payload when the route
- * authority that answers owns a committed replica of the version it returns, so a remote get
- * over tcp is one exchange instead of two (lookup, then a transport READ).
+ * get_inline.h — inline reads of a get, up to inline_read_max (256 KiB by default; a batch's
+ * items up to KVM_GET_INLINE_BATCH_ITEM_MAX each; docs/store.md "Inline reads"): the lookup's
+ * answer carries the payload when the route authority that answers owns a committed replica of
+ * the version it returns, so a remote get over tcp is one exchange instead of two (lookup, then
+ * a transport READ), and a batch get whose items are on their shards' primaries one exchange
+ * per authority.
  *
  *   app thread (data.c get_impl)  kvm_get_inline_prepare: says the most bytes it accepts
  *   loop (ops_item.c lookup)      kvm_get_inline_sink: the sink given to route_lookup_inline
@@ -22,22 +24,36 @@
 #include "store/data.h"
 #include "store/store.h"
 
-/* App thread, before kvm_op_run of a single get's lookup op (n == 1): sets op->inl.max (the
- * smaller of inline_read_max and the caller's buffer; 0 = none asked: off, a batch, or an
- * shm-only runtime). The route service allocates op->inl.buf only when bytes come. */
+/* The most inline bytes one item of a batch get asks for (the copied form's measured
+ * break-even of a single get, docs/performance.md "Single get over tcp in one exchange"), and
+ * the most over the items of one batch lookup op (the authority's bound of one batch message,
+ * route.h ROUTE_INLINE_BATCH_MAX): items past it are read from their replicas. */
+#define KVM_GET_INLINE_BATCH_ITEM_MAX (64u * 1024)
+#define KVM_GET_INLINE_BATCH_MAX      ROUTE_INLINE_BATCH_MAX
+
+/* App thread, before kvm_op_run of a get's lookup op. A single get (n == 1): sets op->inl.max
+ * (the smaller of inline_read_max and the caller's buffer; 0 = none asked: off or an shm-only
+ * runtime); the route service allocates op->inl.buf only when bytes come. A batch (n > 1): the
+ * items, in order, each ask for the smaller of inline_read_max, KVM_GET_INLINE_BATCH_ITEM_MAX
+ * and its buffer while the sum stays within KVM_GET_INLINE_BATCH_MAX; their sinks and the room
+ * for their bytes are one block at op->inl.buf (op->inl.max stays 0), freed with the op as a
+ * single get's bytes are (an abandoned op's late answers write only there). No memory for it:
+ * no item asks. */
 void kvm_get_inline_prepare(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *outs, size_t n);
 
-/* Loop: the sink of a lookup started for op in `state` (NULL = a plain lookup): only the lookup
- * of a single get that asked, and not when every storage member is on this host under
- * transport auto (its reads go through shared memory). */
-route_inline_t *kvm_get_inline_sink(kvm_op_t *op, enum kvm_item_state state);
+/* Loop: the sink of the lookup of item `it` started for op in `state` (NULL = a plain lookup):
+ * only the lookup of a get's item that asked (kvm_get_inline_prepare), and not when every
+ * storage member is on this host under transport auto (its reads go through shared memory). */
+route_inline_t *kvm_get_inline_sink(kvm_op_t *op, const struct kvm_item *it,
+                                    enum kvm_item_state state);
 
-/* App thread, after the lookup, item 0 planned for reading (outs[0].rc == KVMESH_EAGAIN, its
- * iov trimmed to the route length): when the lookup returned inline bytes of that route and no
- * local replica is preferred, copies them into the caller's buffers with the checksum fused
- * (verified unless verify_reads is never) and sets outs[0].rc = 0. A mismatch leaves the item to
- * the replica rounds (a transport read). Returns whether the item was served. */
-bool kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
+/* App thread, after the lookup, for each item planned for reading (outs[i].rc == KVMESH_EAGAIN,
+ * its iov trimmed to the route length): when the lookup returned inline bytes of that item's
+ * route and no local replica is preferred, copies them into the caller's buffers with the
+ * checksum fused (verified unless verify_reads is never) and sets outs[i].rc = 0. A mismatch
+ * leaves the item to the replica rounds (a transport read). Returns how many items were
+ * served. */
+size_t kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
 
 /* App thread, after the lookup, item 0 of a get whose result the API allocates (outs[0].alloc):
  * when the lookup returned inline bytes of its route, no local replica is preferred and the

@@ -428,7 +428,7 @@ void kvm_ops_start_lookup(kvm_op_t *op, struct kvm_item *it, enum kvm_item_state
         c->stage = OBS_CPSTAGE_ROUTE_LOOKUP;
     struct obs_span *saved = kvm_trace_scope_enter(c ? c->sp : NULL);
     int rc = c ? route_lookup_inline(op->rt->route, &it->ident, cb, c, &c->cost,
-                                     kvm_get_inline_sink(op, state))
+                                     kvm_get_inline_sink(op, it, state))
                : KVMESH_ENOMEM;
     kvm_trace_scope_leave(saved);
     if (rc) {

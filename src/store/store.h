@@ -287,7 +287,9 @@ typedef struct kvm_op {
     uint8_t cp_op;
     /* single get (get_inline.c): the inline read sink of its lookup; inl.max 0 = none asked.
      * inl.buf (allocated by the route service when bytes come) is the op's, freed by
-     * kvm_op_unref; written by the loop before the item completes, read by the app thread after */
+     * kvm_op_unref; written by the loop before the item completes, read by the app thread after.
+     * A batch get (n > 1): inl.buf is the block of its items' sinks and their bytes
+     * (get_inline.c kvm_get_inline_prepare), freed likewise; inl.max stays 0 */
     route_inline_t inl;
     /* single small put (put_inline.c): the caller's value, which the reservations to remote tcp
      * owners carry; set by the app thread before kvm_op_run (items[0].checksum then holds the
@@ -532,6 +534,9 @@ typedef struct kvm_rt {
     size_t n_held;
     bool held_refresh;
     struct refresh_waiter *refresh_waiters; /* [loop] kvm_rt_refresh_sync callers */
+    /* [loop writes, any reads] get_inline.c: under transport auto, whether every storage member
+     * was on this host at the last batch get's lookup (a batch then asks for no inline bytes) */
+    atomic_bool inl_all_local;
 
     /* open/close synchronisation */
     pthread_cond_t open_cv;
