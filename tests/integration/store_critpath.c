@@ -91,15 +91,16 @@
 
 /* Bounds on the round trips of one call (goal from the issue, or today's count where the goal
  * is not reached yet). */
-#define BOUND_GET_REMOTE  2 /* goal <= 2 */
-#define BOUND_GET_INLINE  1 /* tcp, value <= inline_read_max, the authority owns the replica */
-#define BOUND_GET_LOCAL   1 /* goal <= 1 co-located */
-#define BOUND_PUT         3 /* goal <= 3: reserve + payload + CAS (no lookup: route hint) */
-#define BOUND_PUT_INLINE  2 /* tcp, value <= inline_write_max: reserve with the bytes + CAS */
-#define BOUND_PUT_PRIMARY 1 /* tcp, value <= inline_write_max, the owner is the shard primary */
-#define BOUND_BATCH_PUT   4 /* goal <= 4: 1 reserve, 1 payload, 1 route CAS batch */
-#define BOUND_BATCH_GET   4 /* goal <= 4: 1 route lookup batch, 1 payload */
-#define BOUND_REMOVE      2
+#define BOUND_GET_REMOTE        2 /* goal <= 2 */
+#define BOUND_GET_INLINE        1 /* tcp, value <= inline_read_max, the authority owns the replica */
+#define BOUND_GET_LOCAL         1 /* goal <= 1 co-located */
+#define BOUND_PUT               3 /* goal <= 3: reserve + payload + CAS (no lookup: route hint) */
+#define BOUND_PUT_INLINE        2 /* tcp, value <= inline_write_max: reserve with the bytes + CAS */
+#define BOUND_PUT_PRIMARY       1 /* tcp, value <= inline_write_max, the owner is the shard primary */
+#define BOUND_BATCH_PUT         4 /* goal <= 4: 1 reserve, 1 payload, 1 route CAS batch */
+#define BOUND_BATCH_PUT_PRIMARY 1 /* tcp, 4 KiB items, their owner S the shards' primary */
+#define BOUND_BATCH_GET         4 /* goal <= 4: 1 route lookup batch, 1 payload */
+#define BOUND_REMOVE            2
 
 struct cp {
     int64_t rt[OBS__N_cpstage];
@@ -495,7 +496,10 @@ static void check_slot_batch_fallback(kvmesh_t *S, kvmesh_t *C, const kvmesh_sco
         }
         struct owner_snap s0, s1;
         owner_settled(S, &s0);
+        kvm_put_primary_test_decline(BATCH); /* (C's own path: S declines the batch at the
+                                                primary) */
         CHECK(kvmesh_batch_put(C, sc, items, BATCH, NULL) == 0);
+        kvm_put_primary_test_decline(0); /* (disarmed: items without a shard view took none) */
         for (int i = 0; i < BATCH; i++)
             CHECK(items[i].rc == 0);
         owner_settled(S, &s1); /* every COMMIT arrived, one by one */
@@ -1120,15 +1124,28 @@ int main(int argc, char **argv)
     show("batch_put 128 (new keys)", &d);
     for (int i = 0; i < BATCH; i++)
         CHECK(items[i].rc == 0);
-    CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);             /* one batched reservation */
-    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == (tcp ? 1 : 0)); /* one transport batch */
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
-    /* one route CAS batch to S, plus one for the items whose shard C had no view of yet (they
-     * wait for the views together and go as a second batch) */
-    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1 && d.rt[OBS_CPSTAGE_ROUTE_CAS] <= 2);
-    CHECK(total(&d) <= BOUND_BATCH_PUT);
-    CHECK(d.handoffs == 2);
-    CHECK(d.copies[xt] == BATCH * per_copy);
+    if (tcp) {
+        /* the items whose shard C has a view of go at their primary S (one batch message: S
+         * reserves, writes and publishes them); the others, if any, take the batched
+         * reservation, one transport batch and C's route CAS batch(es) */
+        bool all_prim = d.rt[OBS_CPSTAGE_PAYLOAD] == 0 && d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0;
+        CHECK(all_prim ? total(&d) == 1 : d.rt[OBS_CPSTAGE_RESERVE] <= 2);
+        CHECK(d.rt[OBS_CPSTAGE_RESERVE] >= 1);
+        CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] <= 1 && d.rt[OBS_CPSTAGE_ROUTE_CAS] <= 2);
+        CHECK(total(&d) <= BOUND_BATCH_PUT);
+        CHECK(d.handoffs == (all_prim ? 1 : 2));
+        CHECK(d.copies[OBS_TRANSPORT_TCP] == BATCH * 2); /* in the message or by the transport */
+    } else {
+        CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1); /* one batched reservation */
+        CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0); /* shared-memory copies */
+        /* one route CAS batch to S, plus one for the items whose shard C had no view of yet
+         * (they wait for the views together and go as a second batch) */
+        CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1 && d.rt[OBS_CPSTAGE_ROUTE_CAS] <= 2);
+        CHECK(total(&d) <= BOUND_BATCH_PUT);
+        CHECK(d.handoffs == 2);
+        CHECK(d.copies[xt] == BATCH * per_copy);
+    }
     CHECK(d.checksums == BATCH);
 
     /* ---- the same batch again (overwrites; every shard view and route hint is current) ---- */
@@ -1139,14 +1156,27 @@ int main(int argc, char **argv)
     for (int i = 0; i < BATCH; i++)
         CHECK(items[i].rc == 0);
     CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);
-    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == (tcp ? 1 : 0));
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
-    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 1); /* all 128 CAS items in one batch to the primary */
-    CHECK(total(&d) == (tcp ? 3 : 2));
-    CHECK(d.handoffs == 2);
+    if (tcp) { /* one STORE_RPC_PUT_PRIMARY_BATCH to S, which publishes all 128: no CAS from C,
+                  no transport WRITE, no PUBLISH hand-off */
+        CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0 && d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0);
+        CHECK(total(&d) == BOUND_BATCH_PUT_PRIMARY);
+        CHECK(d.handoffs == 1);
+    } else {
+        CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0);
+        CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 1); /* all 128 CAS items in one batch */
+        CHECK(total(&d) == 2);
+        CHECK(d.handoffs == 2);
+    }
     CHECK(d.copies[xt] == BATCH * per_copy);
     CHECK(d.checksums == BATCH);
-    check_slot_batch(S, C, &sc, items); /* and its notifications to the owner, batched */
+    /* and a batch put's notifications to the owner, batched (over tcp S declines the batch at
+     * the primary by the test hook, so C's reservation, payload and CAS path runs) */
+    if (tcp)
+        kvm_put_primary_test_decline(BATCH);
+    check_slot_batch(S, C, &sc, items);
+    if (tcp)
+        CHECK(kvm_put_primary_test_decline(0) == 0); /* (every decline was taken) */
 
     /* ---- the same batch over versions written elsewhere: every hint of C is stale, the first
      * CAS batch is refused item by item (each answer carries the current route) and the 128
@@ -1163,9 +1193,14 @@ int main(int argc, char **argv)
         CHECK(items[i].rc == 0);
     CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
-    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 2); /* the refused batch, then the retried batch */
-    CHECK(total(&d) <= BOUND_BATCH_PUT);
-    CHECK(d.handoffs == 2);
+    if (tcp) { /* S publishes at the primary, expecting its own hints (current: S wrote them) */
+        CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0 && total(&d) == BOUND_BATCH_PUT_PRIMARY);
+        CHECK(d.handoffs == 1);
+    } else {
+        CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 2); /* the refused batch, then the retried batch */
+        CHECK(total(&d) <= BOUND_BATCH_PUT);
+        CHECK(d.handoffs == 2);
+    }
 
     /* ---- batch get of the same 128 keys ---- */
     for (int i = 0; i < BATCH; i++)
