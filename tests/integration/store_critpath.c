@@ -42,9 +42,15 @@
  * fifth reads it: every put succeeds, every read is one whole written value, a last put is what
  * is read back, and S holds no reservation after. With a second storage runtime S2, a put whose
  * owner is not the key's primary in C's view takes the normal path (reservation + C's CAS).
+ * Batch puts at the primary (docs/store.md "Puts at the primary", "Batches"): over tcp a
+ * 128 x 4 KiB overwrite whose owner S is every key's shard primary is one exchange (one
+ * STORE_RPC_PUT_PRIMARY_BATCH: reserve 1, no payload, no CAS from C) and one hand-off, also over
+ * versions S wrote; over shm the batch keeps the batched reservation, the shared-memory copies
+ * and C's CAS batch (2).
  * Batched COMMIT / RELEASE (docs/store.md "Batched COMMIT and RELEASE"): a 128-item batch put's
  * notifications reach the owner S as one message, not 128 or 256 notifications; an S without
- * the message's handler (older) still gets every COMMIT, one by one. A race:
+ * the message's handler (older) still gets every COMMIT, one by one (over tcp S declines those
+ * batches at the primary by the test hook, so C's own publication path runs). A race:
  * S overwrites and removes one key in a thread, and writes more filler bytes than it holds (so
  * it evicts), while C gets the key; every answer C returns is one whole written value (no torn
  * or mixed bytes) or absent.
