@@ -283,14 +283,14 @@ bool kvm_put_primary_batch_wants(kvm_rt_t *rt, const kvm_op_t *op, const struct 
         rt->cfg.cold_write_through || atomic_load(&op->abandoned) ||
         kvm_id128_equal(&owner->id, &rt->self.id))
         return false; /* (an abandoned op's caller may have freed the values) */
-    /* an owner whose payload writes go through shared memory keeps the batched reservation,
-     * the shared-memory copies and the requester's CAS: measured faster for 4 KiB batches than
-     * the bytes over the control connection (docs/performance.md "Batch puts at the primary") */
-    if (rt->cfg.transport == TP_SHM ||
-        (rt->cfg.transport == TP_AUTO && data_addr && kvm_inline_same_host(rt, data_addr)))
-        return false;
+    /* an owner whose payload writes go through shared memory takes small values only, as the
+     * single form (docs/performance.md "Batch puts at the primary": 4 KiB measured) */
+    bool shm = rt->cfg.transport == TP_SHM ||
+               (rt->cfg.transport == TP_AUTO && data_addr && kvm_inline_same_host(rt, data_addr));
     uint64_t max =
         KVM_MIN((uint64_t)rt->cfg.inline_write_max, (uint64_t)STORE_PUT_PRIMARY_BATCH_ITEM_MAX);
+    if (shm)
+        max = KVM_MIN(max, (uint64_t)STORE_PUT_PRIMARY_SHM_MAX);
     if (it->len > max || in_ring(rt->prim_batch_refused, rt->n_prim_batch_refused, owner))
         return false;
     kvm_runtime_t prim;

@@ -101,9 +101,9 @@ void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, bool raw,
 /* Loop: whether op's item `it` (a batch put whose values the app thread lent: op->wbat) goes at
  * the primary to the remote owner (data_addr: its transport address): one replica wanted, none
  * held, no tenant quota, no cold tier here, not abandoned, a value of 1..inline_write_max bytes
- * and at most STORE_PUT_PRIMARY_BATCH_ITEM_MAX, an owner whose payload writes do not go through
- * shared memory (transport shm, or auto on this host: measured slower that way), that this
- * runtime's route view names as the primary of the key's shard and that did not refuse the
+ * and at most STORE_PUT_PRIMARY_BATCH_ITEM_MAX (STORE_PUT_PRIMARY_SHM_MAX to an owner whose
+ * payload writes go through shared memory: transport shm, or auto on this host), an owner that
+ * this runtime's route view names as the primary of the key's shard and that did not refuse the
  * batch message. The caller asks only before op's deadline. */
 bool kvm_put_primary_batch_wants(kvm_rt_t *rt, const kvm_op_t *op, const struct kvm_item *it,
                                  const kvm_runtime_t *owner, const char *data_addr);
