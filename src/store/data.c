@@ -459,6 +459,8 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
      * earlier than from_ns + the reservation ttl (same host for shm: one CLOCK_MONOTONIC). */
     const uint64_t reserved_from_ns = env_clock_mono_ns();
     kvm_put_inline_prepare(rt, place, sgs, n); /* a small single put's value rides along */
+    /* a batch's small items to their shard primary carry their values (put_primary.c) */
+    place->wbat = n > 1 && rt->cfg.inline_write_max ? sgs : NULL;
     if ((rc = kvm_op_run(place)) != 0)
         goto out;
 
@@ -487,7 +489,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
         struct fuse_sums fs = {.st = NULL, .n = end - base};
         for (size_t i = base; i < end; i++) {
             struct kvm_item *it = &place->items[i];
-            if (it->rc)
+            if (it->rc || it->published) /* (published: its owner took the bytes and routed) */
                 continue;
             /* The checksum: fused with the local copy when there is one (distinct owners: at
              * most one replica is local), else with the first remote replica's transfer when the

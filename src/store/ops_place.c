@@ -306,6 +306,134 @@ static void rsv_send_batch(struct reserve_batch *rb)
 
 static void rsv_send_one(struct reserve_ctx *c);
 
+/*
+ * Batch puts at the primary (put_primary.c "Batches"): of a group rsv_flush formed (one op, one
+ * owner), the items that kvm_put_primary_batch_wants go as STORE_RPC_PUT_PRIMARY_BATCH messages
+ * of at most STORE_PUT_PRIMARY_BATCH_BYTES value bytes each (the group holds at most
+ * STORE_PUT_PRIMARY_BATCH_MAX items); the rest stay in the group (a batched reservation). A
+ * message that cannot be sent leaves its items to the group (prim_off: not again).
+ */
+_Static_assert(STORE_RESERVE_BATCH_MAX <= STORE_PUT_PRIMARY_BATCH_MAX,
+               "a reservation group fits one put-at-primary batch by count");
+
+struct prim_batch {
+    uint16_t n;
+    struct reserve_ctx *c[STORE_PUT_PRIMARY_BATCH_MAX];
+};
+
+static void prim_answered(struct reserve_ctx *c, struct kvm_prim_answer *a);
+
+static void rpc_prim_batch(rpc_call_t *call, struct rpc_result *res, void *arg)
+{
+    (void)call;
+    struct prim_batch *pb = arg;
+    kvm_rt_t *rt = pb->c[0]->op->rt;
+    struct kvm_prim_answer *a = malloc((size_t)pb->n * sizeof(*a));
+    rsv_begin(); /* fallbacks and next owners: batched again */
+    if (a)
+        kvm_put_primary_batch_answer(rt, &pb->c[0]->owner, res, pb->n, a);
+    for (uint16_t i = 0; i < pb->n; i++) {
+        if (a) {
+            prim_answered(pb->c[i], &a[i]);
+            continue;
+        }
+        static _Thread_local struct kvm_prim_answer oom; /* (the message may have applied) */
+        memset(&oom, 0, sizeof(oom));
+        kvm_route_init(&oom.route);
+        oom.outcome = KVM_PRIM_UNKNOWN;
+        oom.status = KVMESH_ENOMEM;
+        snprintf(oom.msg, sizeof(oom.msg),
+                 "out of memory reading the put-at-primary answer; the put may have been "
+                 "applied: read the key back or retry the put");
+        prim_answered(pb->c[i], &oom);
+    }
+    free(a);
+    free(pb);
+    rsv_flush();
+}
+
+/* Sends pb (its items' values read now); false (nothing sent) when it could not be sent. */
+static bool prim_send(struct prim_batch *pb)
+{
+    struct reserve_ctx *c0 = pb->c[0];
+    kvm_op_t *op = c0->op;
+    uint32_t left_ms = kvm_deadline_left_ms(op->deadline_ms);
+    if (!left_ms || left_ms == UINT32_MAX) /* (only before the deadline, as the single form) */
+        return false;
+    struct kvm_item *its[STORE_PUT_PRIMARY_BATCH_MAX];
+    for (uint16_t i = 0; i < pb->n; i++) {
+        its[i] = pb->c[i]->it;
+        pb->c[i]->budget_ms = left_ms;
+    }
+    size_t len = 0;
+    uint8_t *body = kvm_put_primary_batch_body(op, its, pb->n, &c0->owner,
+                                               kvm_reserve_ttl_ms(op->rt), left_ms, &len);
+    if (!body)
+        return false;
+    struct frame_trace ft;
+    kvm_span_wire(c0->sp, &ft);
+    struct rpc_msg msg = {.type = STORE_RPC_PUT_PRIMARY_BATCH,
+                          .body = body,
+                          .body_len = len,
+                          .timeout_ms = left_ms,
+                          .trace = c0->sp ? &ft : NULL};
+    int rc = rpc_call(c0->peer, &msg, rpc_prim_batch, pb, NULL);
+    free(body);
+    if (rc)
+        return false;
+    KVM_CP_COUNT(op, op_round_trips_total, OBS_CPSTAGE_RESERVE, 1);
+    atomic_store(&op->prim_sent, true); /* (an abandoned op: "may have been applied") */
+    return true;
+}
+
+/* Sends pb, or gives its items back to rb (at rb->c[*keep...]) for the batched reservation. */
+static void prim_go(struct prim_batch *pb, struct reserve_batch *rb, uint16_t *keep)
+{
+    if (prim_send(pb))
+        return;
+    for (uint16_t i = 0; i < pb->n; i++) {
+        pb->c[i]->prim_off = true;
+        rb->c[(*keep)++] = pb->c[i];
+    }
+    free(pb);
+}
+
+static void prim_split(struct reserve_batch *rb)
+{
+    if (!rb->c[0]->op->wbat)
+        return;
+    struct prim_batch *pb = NULL;
+    uint64_t bytes = 0;
+    uint16_t keep = 0; /* rb->c[0, keep): the items left to the reservation (keep <= i) */
+    for (uint16_t i = 0; i < rb->n; i++) {
+        struct reserve_ctx *c = rb->c[i];
+        kvm_op_t *op = c->op;
+        if (c->prim_off || !c->peer ||
+            !kvm_put_primary_batch_wants(op->rt, op, c->it, &c->owner, c->data_addr)) {
+            rb->c[keep++] = c;
+            continue;
+        }
+        if (pb && bytes + c->it->len > STORE_PUT_PRIMARY_BATCH_BYTES) {
+            prim_go(pb, rb, &keep);
+            pb = NULL;
+        }
+        if (!pb && (pb = malloc(sizeof(*pb))) != NULL) {
+            pb->n = 0;
+            bytes = 0;
+        }
+        if (!pb) { /* out of memory: the reservation */
+            c->prim_off = true;
+            rb->c[keep++] = c;
+            continue;
+        }
+        pb->c[pb->n++] = c;
+        bytes += c->it->len;
+    }
+    if (pb)
+        prim_go(pb, rb, &keep);
+    rb->n = keep;
+}
+
 static void rsv_flush(void)
 {
     KVM_ASSERT(rsv_q.depth > 0);
@@ -337,7 +465,10 @@ static void rsv_flush(void)
             pp = &c->next;
         }
         rsv_q.tail = last;
-        if (rb->n == 1) {
+        prim_split(rb); /* the items going at their shard primary leave as their own batch */
+        if (rb->n == 0) {
+            free(rb);
+        } else if (rb->n == 1) {
             rsv_send_one(rb->c[0]);
             free(rb);
         } else {
@@ -368,58 +499,77 @@ static void rpc_reserved(rpc_call_t *call, struct rpc_result *res, void *arg)
     reserved(arg, rc, err, r.seg, r.offset, r.token);
 }
 
-/* The answer of a put at the primary (put_primary.c): the item ends here when the owner
- * published it (DONE: data.c publishes nothing) or its publication failed; a failed reservation
- * goes on as a reservation's; a decline or an older owner sends the inline reservation. */
-static void rpc_put_primary(rpc_call_t *call, struct rpc_result *res, void *arg)
+/* The answer of a put at the primary (put_primary.c), single or an item of a batch: the item
+ * ends here when the owner published it (DONE: data.c publishes nothing) or its publication
+ * failed; a failed reservation goes on as a reservation's; a decline or an older owner sends the
+ * reservation (batched with others while rsv_q is open). */
+static void prim_answered(struct reserve_ctx *c, struct kvm_prim_answer *a)
 {
-    (void)call;
-    struct reserve_ctx *c = arg;
     kvm_op_t *op = c->op;
     struct kvm_item *it = c->it;
     kvm_rt_t *rt = op->rt;
-    static _Thread_local struct kvm_prim_answer a;
-    kvm_put_primary_raw_free(rt, c->prim_val); /* (the frame's write has ended: rpc.h) */
-    c->prim_val = NULL;
-    kvm_put_primary_answer(rt, &c->owner, c->prim_raw, res, &a);
-    if (a.outcome == KVM_PRIM_FALLBACK) { /* nothing reserved: the put as before */
+    if (a->outcome == KVM_PRIM_FALLBACK) { /* nothing reserved: the put as before */
+        kvm_route_free(&a->route);
         c->prim_off = true;
-        rsv_send_one(c);
+        if (rsv_q.depth && c->peer) {
+            c->next = NULL;
+            if (rsv_q.tail)
+                rsv_q.tail->next = c;
+            else
+                rsv_q.head = c;
+            rsv_q.tail = c;
+        } else {
+            rsv_send_one(c);
+        }
         return;
     }
-    if (a.outcome == KVM_PRIM_NOT_RESERVED) {
+    if (a->outcome == KVM_PRIM_NOT_RESERVED) {
+        kvm_route_free(&a->route);
         char err[600];
         const struct kvm_member *m = kvm_member_find(rt, &c->owner.id);
         snprintf(err, sizeof(err), "reservation on %s failed: %s%s%s", m ? m->idhex : "(gone)",
-                 kvmesh_strerror(a.status), a.msg[0] ? ": " : "", a.msg);
-        reserved(c, a.status, err, 0, 0, 0);
+                 kvmesh_strerror(a->status), a->msg[0] ? ": " : "", a->msg);
+        reserved(c, a->status, err, 0, 0, 0);
         return;
     }
     if (c->sp)
         obs_span_set_int(c->sp, "kvmesh.primary", 1);
-    kvm_span_finish(c->sp, a.outcome == KVM_PRIM_PUBLISHED ? 0 : a.status);
+    kvm_span_finish(c->sp, a->outcome == KVM_PRIM_PUBLISHED ? 0 : a->status);
     free(c->sp);
     it->placing--;
-    if (a.outcome != KVM_PRIM_PUBLISHED) { /* FAILED or UNKNOWN: nothing is held here */
+    if (a->outcome != KVM_PRIM_PUBLISHED) { /* FAILED or UNKNOWN: nothing is held here */
+        kvm_route_free(&a->route);
         rsv_ctx_free(rt, c);
-        kvm_item_fail(op, it, a.status, "%s", a.msg);
+        kvm_item_fail(op, it, a->status, "%s", a->msg);
         return;
     }
     struct kvm_res *r = &it->res[it->n_res++];
     memset(r, 0, sizeof(*r));
     r->owner = c->owner;
-    r->seg = a.seg;
-    r->offset = a.offset;
-    r->token = a.token;
+    r->seg = a->seg;
+    r->offset = a->offset;
+    r->token = a->token;
     r->data_addr = c->data_addr;
     kvm_put_inline_reserved(op, r, true); /* written with the request: its copies counted */
     kvm_place_count(rt, op, it, &c->owner.id);
-    kvm_hint_put(rt, &a.route); /* the published route: this runtime's next expectation */
-    kvm_route_free(&a.route);
+    kvm_hint_put(rt, &a->route); /* the published route: this runtime's next expectation */
+    kvm_route_free(&a->route);
     it->published = true; /* committed and routed by the owner: no PUBLISH op follows */
     it->rc = 0;
     rsv_ctx_free(rt, c);
     kvm_item_done(op, it);
+}
+
+static void rpc_put_primary(rpc_call_t *call, struct rpc_result *res, void *arg)
+{
+    (void)call;
+    struct reserve_ctx *c = arg;
+    kvm_rt_t *rt = c->op->rt;
+    static _Thread_local struct kvm_prim_answer a;
+    kvm_put_primary_raw_free(rt, c->prim_val); /* (the frame's write has ended: rpc.h) */
+    c->prim_val = NULL;
+    kvm_put_primary_answer(rt, &c->owner, c->prim_raw, res, &a);
+    prim_answered(c, &a);
 }
 
 static void place_start(kvm_op_t *op, struct kvm_item *it, const struct kvm_member *m)

@@ -264,6 +264,194 @@ int store_put_primary_resp_decode(const uint8_t *buf, size_t len, store_put_prim
     return 0;
 }
 
+/* ---- PUT_PRIMARY_BATCH ----------------------------------------------------------------------- */
+
+int store_prim_batch_head_encode(uint64_t target_epoch, uint32_t ttl_ms, uint32_t budget_ms,
+                                 uint16_t n, uint8_t *buf, size_t cap, size_t *len)
+{
+    if (n == 0 || n > STORE_PUT_PRIMARY_BATCH_MAX)
+        return kvm_errf(KVMESH_EINVAL, "put at the primary of %u items (1..%d)", n,
+                        STORE_PUT_PRIMARY_BATCH_MAX);
+    kvm_wr_t w;
+    wstart(&w, buf, cap, true);
+    kvm_wr_u64le(&w, target_epoch);
+    kvm_wr_u32le(&w, ttl_ms);
+    kvm_wr_u32le(&w, budget_ms);
+    kvm_wr_u16le(&w, n);
+    return wdone(&w, len);
+}
+
+int store_prim_batch_item_head_encode(uint64_t length, const kvm_ident_t *ident, uint8_t *buf,
+                                      size_t cap, size_t *len)
+{
+    if (length == 0 || length > STORE_PUT_PRIMARY_BATCH_ITEM_MAX)
+        return kvm_errf(KVMESH_EINVAL, "put at the primary: an item of %" PRIu64 " bytes (1..%u)",
+                        length, STORE_PUT_PRIMARY_BATCH_ITEM_MAX);
+    kvm_wr_t w;
+    wstart(&w, buf, cap, false);
+    kvm_wr_u32le(&w, (uint32_t)length);
+    kvm_wr_lp16le(&w, ident->enc, ident->enc_len);
+    return wdone(&w, len);
+}
+
+void store_prim_batch_item_sum(uint8_t *buf, uint64_t checksum)
+{
+    for (int i = 0; i < 8; i++)
+        buf[i] = (uint8_t)(checksum >> (8 * i));
+}
+
+size_t store_prim_batch_req_len(const store_prim_batch_req_t *m)
+{
+    size_t n = STORE_PRIM_BATCH_HEAD_LEN;
+    for (uint16_t i = 0; i < m->n && i < STORE_PUT_PRIMARY_BATCH_MAX; i++)
+        n += 14 + (size_t)m->it[i].ident.enc_len + (size_t)m->it[i].length;
+    return n;
+}
+
+int store_prim_batch_req_encode(const store_prim_batch_req_t *m, uint8_t *buf, size_t cap,
+                                size_t *len)
+{
+    size_t at = 0, n = 0;
+    uint64_t bytes = 0;
+    int rc =
+        store_prim_batch_head_encode(m->target_epoch, m->ttl_ms, m->budget_ms, m->n, buf, cap, &at);
+    for (uint16_t i = 0; !rc && i < m->n; i++) {
+        if ((bytes += m->it[i].length) > STORE_PUT_PRIMARY_BATCH_BYTES)
+            return kvm_errf(KVMESH_EINVAL, "put at the primary of more than %u bytes",
+                            STORE_PUT_PRIMARY_BATCH_BYTES);
+        if ((rc = store_prim_batch_item_head_encode(m->it[i].length, &m->it[i].ident, buf + at,
+                                                    cap - at, &n)) != 0)
+            break;
+        at += n;
+        if (cap - at < m->it[i].length + 8)
+            return KVMESH_ETOOBIG;
+        memcpy(buf + at, m->it[i].payload, (size_t)m->it[i].length);
+        at += (size_t)m->it[i].length;
+        store_prim_batch_item_sum(buf + at, m->it[i].checksum);
+        at += 8;
+    }
+    if (!rc)
+        *len = at;
+    return rc;
+}
+
+void store_prim_batch_req_free(store_prim_batch_req_t *m)
+{
+    for (uint16_t i = 0; i < m->n && i < STORE_PUT_PRIMARY_BATCH_MAX; i++)
+        kvm_ident_free(&m->it[i].ident);
+    m->n = 0;
+}
+
+int store_prim_batch_req_decode(const uint8_t *buf, size_t len, store_prim_batch_req_t *out)
+{
+    out->n = 0;
+    kvm_rd_t r;
+    int rc = rstart(&r, buf, len, true);
+    if (rc)
+        return rc;
+    out->target_epoch = kvm_rd_u64le(&r);
+    out->ttl_ms = kvm_rd_u32le(&r);
+    out->budget_ms = kvm_rd_u32le(&r);
+    uint16_t n = kvm_rd_u16le(&r);
+    if (!kvm_rd_ok(&r) || n == 0 || n > STORE_PUT_PRIMARY_BATCH_MAX)
+        return kvm_errf(KVMESH_EPROTO, "malformed put-at-primary batch (%zu bytes, %u items)", len,
+                        n);
+    uint64_t bytes = 0;
+    for (uint16_t i = 0; i < n; i++) {
+        uint64_t l = kvm_rd_u32le(&r);
+        uint16_t il = 0;
+        const uint8_t *enc = kvm_rd_lp16le(&r, &il);
+        if (!kvm_rd_ok(&r) || l == 0 || l > STORE_PUT_PRIMARY_BATCH_ITEM_MAX ||
+            (bytes += l) > STORE_PUT_PRIMARY_BATCH_BYTES || kvm_rd_remaining(&r) < l + 8) {
+            rc = kvm_errf(KVMESH_EPROTO,
+                          "malformed put-at-primary batch: item %u (%" PRIu64 " bytes)", i, l);
+            break;
+        }
+        out->it[i].length = l;
+        out->it[i].payload = kvm_rd_bytes(&r, (size_t)l);
+        out->it[i].checksum = kvm_rd_u64le(&r);
+        if (kvm_ident_from_canonical(&out->it[i].ident, enc, il) != 0) {
+            rc = kvm_errf(KVMESH_EPROTO, "put-at-primary batch: item %u has a malformed identity",
+                          i);
+            break;
+        }
+        out->n = (uint16_t)(i + 1);
+    }
+    if (!rc)
+        rc = rdone(&r, "put-at-primary batch");
+    if (rc)
+        store_prim_batch_req_free(out);
+    return rc;
+}
+
+/* Whether a PUT_PRIMARY answer's (or answer item's) fields agree with each other. */
+static bool prim_ans_ok(const store_put_primary_resp_t *m)
+{
+    return m->outcome <= STORE_PRIM_FAILED && m->msg_len <= STORE_PRIM_MSG_MAX &&
+           (m->outcome == STORE_PRIM_PUBLISHED) == (m->route_len > 0) &&
+           (m->outcome == STORE_PRIM_PUBLISHED || m->outcome == STORE_PRIM_DECLINED) ==
+               (m->status == 0) &&
+           m->status <= 0;
+}
+
+int store_prim_batch_resp_encode(const store_prim_batch_resp_t *m, uint8_t *buf, size_t cap,
+                                 size_t *len)
+{
+    if (m->n == 0 || m->n > STORE_PUT_PRIMARY_BATCH_MAX)
+        return kvm_errf(KVMESH_EINVAL, "put-at-primary batch answer of %u items", m->n);
+    kvm_wr_t w;
+    wstart(&w, buf, cap, true);
+    kvm_wr_u16le(&w, m->n);
+    for (uint16_t i = 0; i < m->n; i++) {
+        const store_put_primary_resp_t *a = &m->r[i];
+        store_put_primary_resp_t c = *a;
+        if (c.msg_len > STORE_PRIM_MSG_MAX)
+            c.msg_len = STORE_PRIM_MSG_MAX;
+        if (!prim_ans_ok(&c))
+            return kvm_errf(KVMESH_EINVAL,
+                            "put-at-primary batch answer: item %u: outcome %u, "
+                            "status %d, %u route bytes",
+                            i, c.outcome, c.status, c.route_len);
+        kvm_wr_u8(&w, c.outcome);
+        kvm_wr_u32le(&w, (uint32_t)c.status);
+        kvm_wr_u64le(&w, c.seg);
+        kvm_wr_u64le(&w, c.offset);
+        kvm_wr_u64le(&w, c.token);
+        kvm_wr_lp16le(&w, c.route, c.route_len);
+        kvm_wr_lp16le(&w, c.msg, c.msg_len);
+    }
+    return wdone(&w, len);
+}
+
+int store_prim_batch_resp_decode(const uint8_t *buf, size_t len, store_prim_batch_resp_t *out)
+{
+    out->n = 0;
+    kvm_rd_t r;
+    int rc = rstart(&r, buf, len, true);
+    if (rc)
+        return rc;
+    uint16_t n = kvm_rd_u16le(&r);
+    if (!kvm_rd_ok(&r) || n == 0 || n > STORE_PUT_PRIMARY_BATCH_MAX)
+        return kvm_errf(KVMESH_EPROTO, "malformed put-at-primary batch answer (%zu bytes)", len);
+    for (uint16_t i = 0; i < n; i++) {
+        store_put_primary_resp_t *a = &out->r[i];
+        memset(a, 0, sizeof(*a));
+        a->outcome = kvm_rd_u8(&r);
+        a->status = (int32_t)kvm_rd_u32le(&r);
+        a->seg = kvm_rd_u64le(&r);
+        a->offset = kvm_rd_u64le(&r);
+        a->token = kvm_rd_u64le(&r);
+        a->route = kvm_rd_lp16le(&r, &a->route_len);
+        a->msg = (const char *)kvm_rd_lp16le(&r, &a->msg_len);
+        if (!kvm_rd_ok(&r) || !prim_ans_ok(a))
+            return kvm_errf(KVMESH_EPROTO, "malformed put-at-primary batch answer: item %u", i);
+    }
+    if ((rc = rdone(&r, "put-at-primary batch answer")) != 0)
+        return rc;
+    out->n = n;
+    return 0;
+}
+
 int store_reserve_resp_encode(const store_reserve_resp_t *m, uint8_t *buf, size_t cap, size_t *len)
 {
     kvm_wr_t w;

@@ -35,6 +35,18 @@
  *                                bytes, 1..STORE_PUT_PRIMARY_RAW_MAX
  *                      response  as STORE_RPC_PUT_PRIMARY's. An older peer answers
  *                                KVMESH_ENOTSUP (no handler).
+ *   STORE_RPC_PUT_PRIMARY_BATCH (the small items of a batch put whose owner is their key's
+ *                      shard primary, one message per owner: put_primary.c)
+ *                      request   ver | target epoch u64 | ttl_ms u32 | budget_ms u32 | n u16 |
+ *                                n * (length u32 | ident lp16 | value (length bytes) |
+ *                                checksum u64)      (1 <= n <= STORE_PUT_PRIMARY_BATCH_MAX; each
+ *                                length 1..STORE_PUT_PRIMARY_BATCH_ITEM_MAX, their sum <=
+ *                                STORE_PUT_PRIMARY_BATCH_BYTES)
+ *                      response  ver | n u16 | n * (outcome u8 | status i32 | seg u64 |
+ *                                offset u64 | token u64 | route lp16 | message lp16): each item
+ *                                as a STORE_RPC_PUT_PRIMARY answer; one item's outcome never
+ *                                depends on another's. An older peer answers KVMESH_ENOTSUP
+ *                                (no handler).
  *   STORE_RPC_RESERVE_BATCH
  *                      request   ver | target epoch u64 | ttl_ms u32 | n u16 |
  *                                n * (length u64 | ident)            (1 <= n <=
@@ -134,6 +146,13 @@
 #define STORE_HIT_MAX             512 /* slots per hit report */
 #define STORE_PROTO_MAX           (32 + KVM_IDENT_ENC_MAX_LEN + STORE_HIT_MAX * 16)
 
+#define STORE_RPC_PUT_PRIMARY_BATCH 0x20f /* request/response: see above (put_primary.c) */
+/* Bounds of one PUT_PRIMARY_BATCH: items, value bytes in all, bytes of one item's value
+ * (docs/store.md "Puts at the primary" says how they were chosen) */
+#define STORE_PUT_PRIMARY_BATCH_MAX      128
+#define STORE_PUT_PRIMARY_BATCH_BYTES    (1u << 20)
+#define STORE_PUT_PRIMARY_BATCH_ITEM_MAX (64u << 10)
+
 #define STORE_RPC_SLOT_BATCH        0x20a /* request/response: see above (slot_batch.c) */
 #define STORE_SLOT_BATCH_VERSION    1     /* body version of SLOT_BATCH */
 #define STORE_SLOT_BATCH_MAX        256   /* items per batched COMMIT / RELEASE */
@@ -183,6 +202,33 @@ typedef struct store_put_primary_resp {
 
 /* Bytes of the largest PUT_PRIMARY response. */
 #define STORE_PUT_PRIMARY_RESP_MAX (48 + KVM_WIRE_MAX_RECORD_LEN + STORE_PRIM_MSG_MAX)
+
+/* STORE_RPC_PUT_PRIMARY_BATCH request. */
+typedef struct store_prim_batch_req {
+    uint64_t target_epoch;
+    uint32_t ttl_ms, budget_ms;
+    uint16_t n;
+    struct {
+        uint64_t length, checksum;
+        kvm_ident_t ident;      /* decode: owned (store_prim_batch_req_free); encode: borrowed */
+        const uint8_t *payload; /* decode: points into the body; encode: the value */
+    } it[STORE_PUT_PRIMARY_BATCH_MAX];
+} store_prim_batch_req_t;
+
+/* Bytes of a PUT_PRIMARY_BATCH request's head, and of one item's besides its value. */
+#define STORE_PRIM_BATCH_HEAD_LEN  19
+#define STORE_PRIM_BATCH_ITEM_OVER (14 + KVM_IDENT_ENC_MAX_LEN)
+
+/* STORE_RPC_PUT_PRIMARY_BATCH response: each item as a store_put_primary_resp_t. */
+typedef struct store_prim_batch_resp {
+    uint16_t n;
+    store_put_primary_resp_t r[STORE_PUT_PRIMARY_BATCH_MAX];
+} store_prim_batch_resp_t;
+
+/* Bytes of one answer item with route_len route bytes and msg_len message bytes (<=
+ * STORE_PRIM_MSG_MAX), and of the answer's head. */
+#define STORE_PRIM_BATCH_ANS_ITEM_LEN(route_len, msg_len) (33 + (size_t)(route_len) + (msg_len))
+#define STORE_PRIM_BATCH_ANS_HEAD_LEN                     3
 
 typedef struct store_reserve_resp {
     uint64_t seg, offset, token;
@@ -272,6 +318,31 @@ int store_put_primary_raw_decode(const uint8_t *buf, size_t len, uint64_t raw_le
 int store_put_primary_resp_encode(const store_put_primary_resp_t *m, uint8_t *buf, size_t cap,
                                   size_t *len);
 int store_put_primary_resp_decode(const uint8_t *buf, size_t len, store_put_primary_resp_t *out);
+/* PUT_PRIMARY_BATCH request, written in pieces by a requester that gathers each value into the
+ * body itself: the head (epoch, ttl, budget and n; KVMESH_EINVAL for n outside
+ * 1..STORE_PUT_PRIMARY_BATCH_MAX), then per item its head (length 1..
+ * STORE_PUT_PRIMARY_BATCH_ITEM_MAX and identity), exactly length value bytes, and its checksum
+ * (store_prim_batch_item_sum: 8 bytes). The whole request from m (it[i].payload the values):
+ * store_prim_batch_req_encode, KVMESH_EINVAL also for values above STORE_PUT_PRIMARY_BATCH_BYTES
+ * in all. */
+int store_prim_batch_head_encode(uint64_t target_epoch, uint32_t ttl_ms, uint32_t budget_ms,
+                                 uint16_t n, uint8_t *buf, size_t cap, size_t *len);
+int store_prim_batch_item_head_encode(uint64_t length, const kvm_ident_t *ident, uint8_t *buf,
+                                      size_t cap, size_t *len);
+void store_prim_batch_item_sum(uint8_t *buf, uint64_t checksum);
+int store_prim_batch_req_encode(const store_prim_batch_req_t *m, uint8_t *buf, size_t cap,
+                                size_t *len);
+/* Bytes the whole request of m takes. */
+size_t store_prim_batch_req_len(const store_prim_batch_req_t *m);
+/* Decodes a whole request (KVMESH_EPROTO: malformed, out of bounds, trailing bytes); on success
+ * out owns its identities (store_prim_batch_req_free) and it[i].payload points into buf. */
+int store_prim_batch_req_decode(const uint8_t *buf, size_t len, store_prim_batch_req_t *out);
+void store_prim_batch_req_free(store_prim_batch_req_t *m);
+/* PUT_PRIMARY_BATCH answer: each item checked as store_put_primary_resp_encode/_decode do;
+ * decode points route and msg into buf. */
+int store_prim_batch_resp_encode(const store_prim_batch_resp_t *m, uint8_t *buf, size_t cap,
+                                 size_t *len);
+int store_prim_batch_resp_decode(const uint8_t *buf, size_t len, store_prim_batch_resp_t *out);
 int store_reserve_batch_req_encode(const store_reserve_batch_req_t *m, uint8_t *buf, size_t cap,
                                    size_t *len);
 /* On success out owns its identities: store_reserve_batch_req_free. */

@@ -211,6 +211,8 @@ void kvm_put_primary_fini(kvm_rt_t *rt)
     rt->prim_pool = NULL;
 }
 
+static void answer_of(const store_put_primary_resp_t *m, struct kvm_prim_answer *a);
+
 void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, bool raw,
                             const struct rpc_result *res, struct kvm_prim_answer *a)
 {
@@ -242,6 +244,13 @@ void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, bool raw,
                  kvmesh_strerror(rc), why && why[0] ? ": " : "", why ? why : "");
         return;
     }
+    answer_of(&m, a);
+}
+
+/* a from a decoded answer (or answer item) m. */
+static void answer_of(const store_put_primary_resp_t *mp, struct kvm_prim_answer *a)
+{
+    const store_put_primary_resp_t m = *mp;
     a->status = m.status;
     snprintf(a->msg, sizeof(a->msg), "%.*s", (int)m.msg_len, m.msg ? m.msg : "");
     switch (m.outcome) {
@@ -269,6 +278,128 @@ void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, bool raw,
         a->outcome = KVM_PRIM_FAILED;
         return;
     }
+}
+
+/* ---- batches: requester --------------------------------------------------------------------- */
+
+bool kvm_put_primary_batch_wants(kvm_rt_t *rt, const kvm_op_t *op, const struct kvm_item *it,
+                                 const kvm_runtime_t *owner, const char *data_addr)
+{
+    if (!op->wbat || op->cp_op != 1 + OBS_OP_BATCH_PUT || it->want != 1 || it->n_res != 0 ||
+        it->q || it->len == 0 || !rt->route || rt->cfg.cold_kind != KVM_STORE_COLD_OFF ||
+        rt->cfg.cold_write_through || atomic_load(&op->abandoned) ||
+        kvm_id128_equal(&owner->id, &rt->self.id))
+        return false; /* (an abandoned op's caller may have freed the values) */
+    /* an owner whose payload writes go through shared memory takes small values only, as the
+     * single form (docs/performance.md "Batch puts at the primary": 4 KiB measured) */
+    bool shm = rt->cfg.transport == TP_SHM ||
+               (rt->cfg.transport == TP_AUTO && data_addr && kvm_inline_same_host(rt, data_addr));
+    uint64_t max =
+        KVM_MIN((uint64_t)rt->cfg.inline_write_max, (uint64_t)STORE_PUT_PRIMARY_BATCH_ITEM_MAX);
+    if (shm)
+        max = KVM_MIN(max, (uint64_t)STORE_PUT_PRIMARY_SHM_MAX);
+    if (it->len > max || in_ring(rt->prim_batch_refused, rt->n_prim_batch_refused, owner))
+        return false;
+    kvm_runtime_t prim;
+    return route_primary_hint(rt->route, &it->ident, &prim) == 0 && kvm_runtime_equal(&prim, owner);
+}
+
+uint8_t *kvm_put_primary_batch_body(kvm_op_t *op, struct kvm_item *const *its, uint16_t n,
+                                    const kvm_runtime_t *owner, uint32_t ttl_ms, uint32_t budget_ms,
+                                    size_t *len)
+{
+    KVM_ASSERT(op->wbat && n > 0 && n <= STORE_PUT_PRIMARY_BATCH_MAX);
+    size_t cap = STORE_PRIM_BATCH_HEAD_LEN;
+    uint64_t bytes = 0;
+    for (uint16_t i = 0; i < n; i++) {
+        cap += 14 + (size_t)its[i]->ident.enc_len + (size_t)its[i]->len;
+        bytes += its[i]->len;
+    }
+    if (bytes > STORE_PUT_PRIMARY_BATCH_BYTES) {
+        kvm_errf(KVMESH_EINVAL, "put at the primary of %" PRIu64 " bytes in one message", bytes);
+        return NULL;
+    }
+    uint8_t *body = malloc(cap);
+    if (!body) {
+        kvm_errf(KVMESH_ENOMEM, "put at the primary of %u items: out of memory", n);
+        return NULL;
+    }
+    size_t at = 0, hl = 0;
+    if (store_prim_batch_head_encode(owner->epoch, ttl_ms, budget_ms, n, body, cap, &at) != 0)
+        goto fail;
+    for (uint16_t i = 0; i < n; i++) {
+        struct kvm_item *it = its[i];
+        const struct kvm_sg *sg = &op->wbat[it - op->items];
+        KVM_ASSERT(sg->len == it->len);
+        if (store_prim_batch_item_head_encode(it->len, &it->ident, body + at, cap - at, &hl) != 0)
+            goto fail;
+        at += hl;
+        struct kvm_sum st; /* the value's checksum, fused with its copy into the body */
+        kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
+        uint64_t pos = 0;
+        for (int k = 0; k < sg->iovcnt; k++) {
+            KVM_ASSERT(pos + sg->iov[k].iov_len <= it->len);
+            kvm_sum_update_copy(&st, body + at + pos, sg->iov[k].iov_base, sg->iov[k].iov_len);
+            pos += sg->iov[k].iov_len;
+        }
+        KVM_ASSERT(pos == it->len);
+        at += (size_t)it->len;
+        it->checksum = kvm_sum_digest(&st);
+        KVM_CP_COUNT(op, op_checksum_passes_total, OBS_NONE, 1);
+        /* test-only: the owner must refuse these bytes */
+        store_prim_batch_item_sum(body + at,
+                                  it->checksum ^ (kvm_put_inline_test_bad_sum() ? 1u : 0u));
+        at += 8;
+    }
+    KVM_ASSERT(at == cap);
+    *len = at;
+    return body;
+fail:
+    free(body);
+    return NULL;
+}
+
+void kvm_put_primary_batch_answer(kvm_rt_t *rt, const kvm_runtime_t *owner,
+                                  const struct rpc_result *res, uint16_t n,
+                                  struct kvm_prim_answer *a)
+{
+    for (uint16_t i = 0; i < n; i++) {
+        memset(&a[i], 0, sizeof(a[i]));
+        kvm_route_init(&a[i].route);
+    }
+    if (res->status == KVMESH_ENOTSUP) { /* an owner that predates the message: nothing done */
+        if (!in_ring(rt->prim_batch_refused, rt->n_prim_batch_refused, owner))
+            rt->prim_batch_refused[rt->n_prim_batch_refused++ % STORE_WINL_REFUSED_MAX] = *owner;
+        for (uint16_t i = 0; i < n; i++)
+            a[i].outcome = KVM_PRIM_FALLBACK;
+        return;
+    }
+    store_prim_batch_resp_t *m = malloc(sizeof(*m));
+    int rc = res->status;
+    const char *why = res->error;
+    if (!rc && !m) {
+        rc = KVMESH_ENOMEM;
+        why = "out of memory decoding the answer";
+    } else if (!rc && store_prim_batch_resp_decode(res->body, res->body_len, m) != 0) {
+        rc = KVMESH_EPROTO;
+        why = kvmesh_last_error();
+    } else if (!rc && m->n != n) {
+        rc = KVMESH_EPROTO;
+        why = "the answer's item count is not the request's";
+    }
+    for (uint16_t i = 0; i < n; i++) {
+        if (!rc) {
+            answer_of(&m->r[i], &a[i]);
+            continue;
+        }
+        a[i].outcome = KVM_PRIM_UNKNOWN;
+        a[i].status = rc == KVMESH_ECONN || rc == KVMESH_ECANCELED ? rc : KVMESH_ETIMEDOUT;
+        snprintf(a[i].msg, sizeof(a[i].msg),
+                 "put at the route primary got no answer (%s%s%s); the put may have been applied: "
+                 "read the key back or retry the put",
+                 kvmesh_strerror(rc), why && why[0] ? ": " : "", why ? why : "");
+    }
+    free(m);
 }
 
 /* ---- owner ---------------------------------------------------------------------------------- */
@@ -756,9 +887,316 @@ static void on_put_primary_raw(rpc_reply *reply, struct rpc_request *req, void *
     serve(arg, reply, req, &m, true);
 }
 
+/*
+ * Batches at the owner (STORE_RPC_PUT_PRIMARY_BATCH): each item is served as the body form
+ * serves one (epoch, active primary, quota and cold tier checked per item; reserved as
+ * RESERVE_INLINE reserves; its bytes copied into the slot with the checksum fused); once every
+ * item's reservation has answered, the items still held and whose shard this runtime is still
+ * the active primary of are published by ONE PUBLISH op (kvm_ops_run: one route CAS batch, one
+ * mirror batch per secondary), and the answer carries each item's outcome. An item's failure
+ * (declined, not reserved, publication failed) is its own: the others go on.
+ */
+struct bserve_item {
+    struct prim_bserve *b;
+    kvm_ident_t ident; /* owned until moved into the publication */
+    uint64_t len, checksum;
+    const uint8_t *src; /* the bytes: the request body's (handler running) or own */
+    uint8_t *own;       /* the copy of the bytes of a reservation that waited; NULL otherwise */
+    uint64_t seg, off, token;
+    bool waiting;    /* its reservation has not answered yet */
+    bool held;       /* reserved and written: to publish */
+    uint16_t pub;    /* held: its index in the publication op */
+    uint8_t outcome; /* STORE_PRIM_* */
+    int status;
+    const kvm_route_t *route; /* PUBLISHED: the publication op's (valid while it answers) */
+    char msg[200];
+};
+
+struct prim_bserve {
+    kvm_rt_t *rt;
+    rpc_reply *reply;
+    uint32_t budget_ms;
+    uint16_t n, waiting; /* items; reservations not answered yet */
+    bool in_handler;     /* the handler is still running (it publishes once they all answered) */
+    struct obs_span span;
+    struct obs_span *sp; /* &span while traced; NULL: untraced */
+    struct bserve_item it[];
+};
+
+static void bserve_free(struct prim_bserve *b)
+{
+    for (uint16_t i = 0; i < b->n; i++) {
+        kvm_ident_free(&b->it[i].ident);
+        free(b->it[i].own);
+    }
+    free(b);
+}
+
+/* Sends the answer of every item and frees b. */
+static void banswer(struct prim_bserve *b)
+{
+    store_prim_batch_resp_t *m = malloc(sizeof(*m));
+    uint8_t *routes = NULL, *body = NULL;
+    size_t rcap = 0, rlen = 0, cap = STORE_PRIM_BATCH_ANS_HEAD_LEN, len = 0;
+    size_t roff[STORE_PUT_PRIMARY_BATCH_MAX];
+    int rc = m ? 0 : KVMESH_ENOMEM;
+    for (uint16_t i = 0; !rc && i < b->n; i++) {
+        struct bserve_item *x = &b->it[i];
+        store_put_primary_resp_t *a = &m->r[i];
+        *a = (store_put_primary_resp_t){.outcome = x->outcome, .status = x->status};
+        if (x->outcome == STORE_PRIM_PUBLISHED) {
+            uint8_t rb[KVM_WIRE_MAX_RECORD_LEN];
+            size_t rl = 0;
+            if (wire_route_encode(x->route, rb, sizeof(rb), &rl) != 0 || rl == 0 ||
+                rl > UINT16_MAX) { /* (cannot happen for a route the authority accepted) */
+                a->outcome = STORE_PRIM_FAILED;
+                a->status = KVMESH_EINDETERMINATE;
+                snprintf(x->msg, sizeof(x->msg),
+                         "the published route could not be encoded; the "
+                         "put was applied: read the key back");
+            } else {
+                if (rlen + rl > rcap) {
+                    size_t nc = KVM_MAX(rcap * 2, rlen + rl + 4096);
+                    uint8_t *p = realloc(routes, nc);
+                    if (!p) {
+                        rc = KVMESH_ENOMEM;
+                        break;
+                    }
+                    routes = p;
+                    rcap = nc;
+                }
+                memcpy(routes + rlen, rb, rl);
+                roff[i] = rlen;
+                rlen += rl;
+                a->seg = x->seg;
+                a->offset = x->off;
+                a->token = x->token;
+                a->route_len = (uint16_t)rl;
+            }
+        }
+        if (a->outcome != STORE_PRIM_PUBLISHED && a->outcome != STORE_PRIM_DECLINED) {
+            a->msg = x->msg;
+            a->msg_len = (uint16_t)strnlen(x->msg, STORE_PRIM_MSG_MAX);
+        }
+        cap += STORE_PRIM_BATCH_ANS_ITEM_LEN(a->route_len, a->msg_len);
+    }
+    if (!rc) {
+        m->n = b->n;
+        for (uint16_t i = 0; i < b->n; i++)
+            if (m->r[i].route_len)
+                m->r[i].route = routes + roff[i];
+        body = malloc(cap);
+        rc = body ? store_prim_batch_resp_encode(m, body, cap, &len) : KVMESH_ENOMEM;
+        KVM_ASSERT(rc == 0 || rc == KVMESH_ENOMEM); /* (the buffer holds the answer) */
+    }
+    if (!rc) {
+        struct rpc_msg r = {.type = STORE_RPC_PUT_PRIMARY_BATCH, .body = body, .body_len = len};
+        if (rpc_reply_send(b->reply, 0, NULL, &r, NULL, NULL) == KVMESH_EAGAIN)
+            rpc_reply_drop(b->reply); /* the requester times out: "may have been applied" */
+    } else { /* the requester's items fail "may have been applied" (some may be published) */
+        reply_err(b->reply, KVMESH_ENOMEM, "the put-at-primary batch answer: out of memory");
+    }
+    free(body);
+    free(routes);
+    free(m);
+    bserve_free(b);
+}
+
+static void bpublished(kvm_op_t *op)
+{
+    struct prim_bserve *b = op->done_arg;
+    int pubs = 0;
+    for (uint16_t i = 0; i < b->n; i++) {
+        struct bserve_item *x = &b->it[i];
+        if (!x->held)
+            continue;
+        struct kvm_item *it = &op->items[x->pub];
+        int rc = it->rc ? it->rc : op->rc;
+        if (rc == 0 && it->have_route) {
+            x->outcome = STORE_PRIM_PUBLISHED;
+            x->route = &it->route;
+            pubs++;
+        } else if (rc == 0) { /* (published; its route was not kept: out of memory) */
+            x->outcome = STORE_PRIM_FAILED;
+            x->status = KVMESH_EINDETERMINATE;
+            snprintf(x->msg, sizeof(x->msg),
+                     "the put was published at the route primary, which could not send its route "
+                     "(out of memory): read the key back");
+        } else {
+            x->outcome = STORE_PRIM_FAILED;
+            x->status = rc;
+            /* (the op keeps its first failure's message only: named as such) */
+            snprintf(x->msg, sizeof(x->msg),
+                     "the publication at the route primary failed: %s%s%.100s%s",
+                     kvmesh_strerror(rc), op->err_set ? " (the batch's first failure: " : "",
+                     op->err_set ? op->err : "", op->err_set ? ")" : "");
+        }
+    }
+    if (b->sp)
+        obs_span_set_int(b->sp, "kvmesh.published", pubs);
+    kvm_span_finish(b->sp, 0);
+    banswer(b); /* (before the op's routes go with it) */
+}
+
+/* Every reservation answered: publish the items held (one PUBLISH op), or answer. */
+static void bpublish(struct prim_bserve *b)
+{
+    kvm_rt_t *rt = b->rt;
+    uint16_t k = 0;
+    for (uint16_t i = 0; i < b->n; i++) {
+        struct bserve_item *x = &b->it[i];
+        if (!x->held)
+            continue;
+        if (may_publish(rt, &x->ident)) { /* (a reservation may have waited for space) */
+            k++;
+            continue;
+        }
+        kvm_put_inline_release(rt, x->seg, x->off, x->token); /* nothing was published */
+        x->held = false;
+        x->outcome = STORE_PRIM_DECLINED;
+    }
+    kvm_op_t *op = k ? kvm_op_new(rt, KVM_OP_PUBLISH, k) : NULL;
+    if (!op) { /* nothing to publish (or out of memory: declined, released) */
+        for (uint16_t i = 0; i < b->n; i++)
+            if (b->it[i].held) {
+                kvm_put_inline_release(rt, b->it[i].seg, b->it[i].off, b->it[i].token);
+                b->it[i].held = false;
+                b->it[i].outcome = STORE_PRIM_DECLINED;
+            }
+        kvm_span_finish(b->sp, 0);
+        banswer(b);
+        return;
+    }
+    uint16_t j = 0;
+    for (uint16_t i = 0; i < b->n; i++) {
+        struct bserve_item *x = &b->it[i];
+        if (!x->held)
+            continue;
+        struct kvm_item *it = &op->items[j];
+        x->pub = j++;
+        it->ident = x->ident; /* moved */
+        memset(&x->ident, 0, sizeof(x->ident));
+        it->len = x->len;
+        it->checksum = x->checksum;
+        it->n_res = 1;
+        it->res[0] = (struct kvm_res){.owner = rt->self,
+                                      .local = true,
+                                      .seg = x->seg,
+                                      .offset = x->off,
+                                      .token = x->token,
+                                      .written = true};
+    }
+    op->deadline_ms = env_clock_mono_ms() + (b->budget_ms ? b->budget_ms : 1);
+    op->span = b->sp; /* the publication's control.* spans join the owner's span */
+    op->on_done = bpublished;
+    op->done_arg = b;
+    op->pending = k;
+    atomic_fetch_add(&op->refs, 1); /* the items may all end inside ops_run */
+    rt->ops_run(op);
+    kvm_op_unref(op);
+}
+
+static void bres_reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
+                          uint64_t token)
+{
+    struct bserve_item *x = arg;
+    struct prim_bserve *b = x->b;
+    KVM_ASSERT(x->waiting && b->waiting > 0);
+    x->waiting = false;
+    b->waiting--;
+    char msg[160];
+    if (!rc && (rc = kvm_put_inline_fill(b->rt, x->src, x->len, x->checksum, seg, off, token, msg,
+                                         sizeof(msg))) != 0) {
+        kvm_put_inline_release(b->rt, seg, off, token);
+        err = msg;
+    }
+    free(x->own);
+    x->own = NULL;
+    x->src = NULL;
+    if (rc) {
+        x->outcome = STORE_PRIM_NOT_RESERVED;
+        x->status = rc;
+        snprintf(x->msg, sizeof(x->msg), "%s", err ? err : kvmesh_strerror(rc));
+    } else {
+        x->held = true;
+        x->seg = seg;
+        x->off = off;
+        x->token = token;
+    }
+    if (b->waiting == 0 && !b->in_handler)
+        bpublish(b);
+}
+
+static void on_put_primary_batch(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    kvm_rt_t *rt = arg;
+    store_prim_batch_req_t *m = malloc(sizeof(*m));
+    if (!m) {
+        reply_err(reply, KVMESH_ENOMEM, "put-at-primary batch: out of memory");
+        return;
+    }
+    if (store_prim_batch_req_decode(req->body, req->body_len, m) != 0) {
+        reply_err(reply, KVMESH_EPROTO, kvmesh_last_error());
+        free(m);
+        return;
+    }
+    struct prim_bserve *b = calloc(1, sizeof(*b) + (size_t)m->n * sizeof(b->it[0]));
+    if (!b) { /* nothing reserved: the requester's items fail "may have been applied" */
+        store_prim_batch_req_free(m);
+        free(m);
+        reply_err(reply, KVMESH_ENOMEM, "put-at-primary batch: out of memory");
+        return;
+    }
+    *b = (struct prim_bserve){
+        .rt = rt, .reply = reply, .budget_ms = m->budget_ms, .n = m->n, .in_handler = true};
+    if (req->trace.flags & OBS_TRACE_FLAG_SAMPLED &&
+        (b->sp = kvm_span_remote(rt, &req->trace, "control.owner_reserve", &b->span))) {
+        obs_span_set_int(b->sp, "kvmesh.items", (int64_t)m->n);
+        obs_span_set_int(b->sp, "kvmesh.inline", 1);
+        obs_span_set_int(b->sp, "kvmesh.primary", 1);
+    }
+    bool epoch_ok = m->target_epoch == rt->self.epoch;
+    for (uint16_t i = 0; i < m->n; i++) {
+        struct bserve_item *x = &b->it[i];
+        x->b = b;
+        x->ident = m->it[i].ident; /* moved */
+        memset(&m->it[i].ident, 0, sizeof(m->it[i].ident));
+        x->len = m->it[i].length;
+        x->checksum = m->it[i].checksum;
+        x->src = m->it[i].payload;
+        if (!epoch_ok) {
+            x->outcome = STORE_PRIM_NOT_RESERVED;
+            x->status = KVMESH_EUNAVAILABLE;
+            snprintf(x->msg, sizeof(x->msg),
+                     "put at the primary for epoch %" PRIu64 " reached epoch %" PRIu64,
+                     m->target_epoch, rt->self.epoch);
+            continue;
+        }
+        if (!may_publish(rt, &x->ident)) { /* not the active primary now: nothing reserved */
+            x->outcome = STORE_PRIM_DECLINED;
+            continue;
+        }
+        x->waiting = true;
+        b->waiting++;
+        kvm_owner_reserve(rt, &x->ident, x->len, m->ttl_ms, bres_reserved, x);
+        if (x->waiting) { /* the reservation waits: the body is gone once the handler returns */
+            x->own = malloc((size_t)x->len);
+            if (x->own)
+                memcpy(x->own, x->src, (size_t)x->len);
+            x->src = x->own; /* (NULL: the item fails with KVMESH_ENOMEM, its slot released) */
+        }
+    }
+    store_prim_batch_req_free(m); /* (identities moved: nothing left but the struct) */
+    free(m);
+    b->in_handler = false;
+    if (b->waiting == 0)
+        bpublish(b);
+}
+
 void kvm_put_primary_register(kvm_rt_t *rt)
 {
     rpc_register_handler(rt->ep, STORE_RPC_PUT_PRIMARY, on_put_primary, rt);
     rpc_register_handler(rt->ep, STORE_RPC_PUT_PRIMARY_RAW, on_put_primary_raw, rt);
     rpc_register_sink(rt->ep, STORE_RPC_PUT_PRIMARY_RAW, sink_offer);
+    rpc_register_handler(rt->ep, STORE_RPC_PUT_PRIMARY_BATCH, on_put_primary_batch, rt);
 }

@@ -90,8 +90,43 @@ struct kvm_prim_answer {
 void kvm_put_primary_answer(kvm_rt_t *rt, const kvm_runtime_t *owner, bool raw,
                             const struct rpc_result *res, struct kvm_prim_answer *a);
 
-/* Before the loop serves requests: registers the owner's STORE_RPC_PUT_PRIMARY and
- * STORE_RPC_PUT_PRIMARY_RAW handlers. */
+/*
+ * Batches (docs/store.md "Puts at the primary", "Batches"): the items of a batch put whose owner
+ * is their key's shard primary go to it as STORE_RPC_PUT_PRIMARY_BATCH, one message per owner
+ * of at most STORE_PUT_PRIMARY_BATCH_MAX items and STORE_PUT_PRIMARY_BATCH_BYTES value bytes
+ * (ops_place.c groups them); the owner reserves and writes each, publishes them with one PUBLISH
+ * op (one route CAS batch, mirrored as one), and answers each item as the single form would.
+ */
+
+/* Loop: whether op's item `it` (a batch put whose values the app thread lent: op->wbat) goes at
+ * the primary to the remote owner (data_addr: its transport address): one replica wanted, none
+ * held, no tenant quota, no cold tier here, not abandoned, a value of 1..inline_write_max bytes
+ * and at most STORE_PUT_PRIMARY_BATCH_ITEM_MAX (STORE_PUT_PRIMARY_SHM_MAX to an owner whose
+ * payload writes go through shared memory: transport shm, or auto on this host), an owner that
+ * this runtime's route view names as the primary of the key's shard and that did not refuse the
+ * batch message. The caller asks only before op's deadline. */
+bool kvm_put_primary_batch_wants(kvm_rt_t *rt, const kvm_op_t *op, const struct kvm_item *it,
+                                 const kvm_runtime_t *owner, const char *data_addr);
+
+/* Loop: the STORE_RPC_PUT_PRIMARY_BATCH body of op's items its[0, n) for owner (heap, the caller
+ * frees), *len bytes: each value gathered from op->wbat with its checksum fused into the copy
+ * (its->checksum set; one checksum pass counted per item). NULL (error set) when out of memory
+ * or the items exceed the message's bounds. */
+uint8_t *kvm_put_primary_batch_body(kvm_op_t *op, struct kvm_item *const *its, uint16_t n,
+                                    const kvm_runtime_t *owner, uint32_t ttl_ms, uint32_t budget_ms,
+                                    size_t *len);
+
+/* Loop: decodes the answer of a batch sent to owner into a[0, n) (always all filled, as
+ * kvm_put_primary_answer fills one: the caller kvm_route_free's each a[i].route). No answer at
+ * all (timeout, lost connection, malformed, a count that is not n): every item UNKNOWN. An owner
+ * that answers KVMESH_ENOTSUP is remembered (kvm_put_primary_batch_wants false for it from then
+ * on) and every item is FALLBACK. */
+void kvm_put_primary_batch_answer(kvm_rt_t *rt, const kvm_runtime_t *owner,
+                                  const struct rpc_result *res, uint16_t n,
+                                  struct kvm_prim_answer *a);
+
+/* Before the loop serves requests: registers the owner's STORE_RPC_PUT_PRIMARY,
+ * STORE_RPC_PUT_PRIMARY_RAW and STORE_RPC_PUT_PRIMARY_BATCH handlers. */
 void kvm_put_primary_register(kvm_rt_t *rt);
 
 /* Test-only (as put_inline.h's hook): the next n puts at the primary that reach an owner in this

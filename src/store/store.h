@@ -50,6 +50,8 @@
 #include "store/store_config.h"
 #include "store/waitq.h"
 
+struct kvm_sg; /* data.h: a put's value */
+
 #define STORE_MAX_MEMBERS      256  /* members in a live snapshot */
 #define STORE_MAX_SEGS         64   /* segments per runtime */
 #define STORE_ADDR_MAX         160  /* rpc address string */
@@ -304,6 +306,11 @@ typedef struct kvm_op {
          * payload stage sums the value as it moves it */
         bool sum_later;
     } winl;
+    /* batch put (put_primary.c "batches"): the caller's values, one per item (data.h kvm_sg,
+     * borrowed: the caller waits for the op), which the items going at their shard primary
+     * carry; set by the app thread before kvm_op_run when the batch may take that path, read by
+     * the loop only before the op's deadline and while not abandoned. NULL: none. */
+    const struct kvm_sg *wbat;
     /* an op started on the loop with no app thread waiting (put_primary.c's publication at the
      * owner): NULL for every other op. When set, kvm_op_complete calls on_done(op) on the loop
      * instead of signalling a waiter, then drops the loop's reference. */
@@ -431,6 +438,10 @@ typedef struct kvm_rt {
      * inline_write_max): refused, such puts take the plain path (put_primary.c) */
     kvm_runtime_t prim_raw_refused[STORE_WINL_REFUSED_MAX];
     uint32_t n_prim_raw_refused;
+    /* [loop] likewise for the batch form (STORE_RPC_PUT_PRIMARY_BATCH): refused, a batch's items
+     * take the batched reservation (put_primary.c) */
+    kvm_runtime_t prim_batch_refused[STORE_WINL_REFUSED_MAX];
+    uint32_t n_prim_batch_refused;
     /* [loop] the buffers a put at the primary stages its raw-payload value in (put_primary.c),
      * kept for reuse as the RPC endpoint keeps its message buffers; NULL until the first */
     struct bufpool *prim_pool;

@@ -5,7 +5,8 @@
  * the inline reservation with its payload (case 8) and the batched COMMIT / RELEASE (case 9)
  * included, and its answer's flags (case 10), the put at the primary's request (first byte
  * 0xf0) and answer (0xf1), and its raw-payload form's request (0xf2: a u32 of the frame's raw
- * payload length, then the body). The first input byte selects the
+ * payload length, then the body), the batch put at the primary's request (0xf8) and answer
+ * (0xf9). The first input byte selects the
  * decoder; an accepted message is re-encoded and must decode to the same fields (round trip), so
  * decoders never accept what encoders cannot produce.
  */
@@ -61,6 +62,45 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    m.budget_ms == m2.budget_ms && kvm_ident_equal(&m.w.r.ident, &m2.w.r.ident));
         kvm_ident_free(&m.w.r.ident);
         kvm_ident_free(&m2.w.r.ident);
+        return 0;
+    }
+    if (sel == 0xf8) { /* the batch put at the primary: request (values inline) */
+        static store_prim_batch_req_t m, m2;
+        if (store_prim_batch_req_decode(data, size, &m) != 0)
+            return 0;
+        KVM_ASSERT(m.n > 0 && m.n <= STORE_PUT_PRIMARY_BATCH_MAX);
+        KVM_ASSERT(store_prim_batch_req_len(&m) == size); /* (canonical: the exact bytes) */
+        uint8_t *big = malloc(size);
+        KVM_ASSERT(big);
+        KVM_ASSERT(store_prim_batch_req_encode(&m, big, size, &len) == 0 && len == size);
+        KVM_ASSERT(memcmp(big, data, size) == 0);
+        KVM_ASSERT(store_prim_batch_req_decode(big, len, &m2) == 0 && m2.n == m.n);
+        for (uint16_t i = 0; i < m.n; i++)
+            KVM_ASSERT(m.it[i].length == m2.it[i].length && m.it[i].checksum == m2.it[i].checksum &&
+                       kvm_ident_equal(&m.it[i].ident, &m2.it[i].ident) &&
+                       memcmp(m.it[i].payload, m2.it[i].payload, (size_t)m.it[i].length) == 0);
+        store_prim_batch_req_free(&m);
+        store_prim_batch_req_free(&m2);
+        free(big);
+        return 0;
+    }
+    if (sel == 0xf9) { /* and its answer */
+        static store_prim_batch_resp_t m, m2;
+        if (store_prim_batch_resp_decode(data, size, &m) != 0)
+            return 0;
+        uint8_t *rb = malloc(size); /* (re-encoded: the same length) */
+        KVM_ASSERT(rb);
+        KVM_ASSERT(store_prim_batch_resp_encode(&m, rb, size, &len) == 0 && len == size);
+        KVM_ASSERT(store_prim_batch_resp_decode(rb, len, &m2) == 0 && m2.n == m.n);
+        for (uint16_t i = 0; i < m.n; i++) {
+            const store_put_primary_resp_t *x = &m.r[i], *y = &m2.r[i];
+            KVM_ASSERT(x->outcome == y->outcome && x->status == y->status && x->seg == y->seg &&
+                       x->offset == y->offset && x->token == y->token &&
+                       x->route_len == y->route_len && x->msg_len == y->msg_len &&
+                       (x->route_len == 0 || memcmp(x->route, y->route, x->route_len) == 0) &&
+                       (x->msg_len == 0 || memcmp(x->msg, y->msg, x->msg_len) == 0));
+        }
+        free(rb);
         return 0;
     }
     if (sel == 0xf1) { /* and its answer */

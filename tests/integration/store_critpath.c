@@ -44,9 +44,15 @@
  * fifth reads it: every put succeeds, every read is one whole written value, a last put is what
  * is read back, and S holds no reservation after. With a second storage runtime S2, a put whose
  * owner is not the key's primary in C's view takes the normal path (reservation + C's CAS).
+ * Batch puts at the primary (docs/store.md "Puts at the primary", "Batches"): over tcp a
+ * 128 x 4 KiB overwrite whose owner S is every key's shard primary is one exchange (one
+ * STORE_RPC_PUT_PRIMARY_BATCH: reserve 1, no payload, no CAS from C) and one hand-off, also over
+ * versions S wrote; over shm the batch keeps the batched reservation, the shared-memory copies
+ * and C's CAS batch (2).
  * Batched COMMIT / RELEASE (docs/store.md "Batched COMMIT and RELEASE"): a 128-item batch put's
  * notifications reach the owner S as one message, not 128 or 256 notifications; an S without
- * the message's handler (older) still gets every COMMIT, one by one. A race:
+ * the message's handler (older) still gets every COMMIT, one by one (over tcp S declines those
+ * batches at the primary by the test hook, so C's own publication path runs). A race:
  * S overwrites and removes one key in a thread, and writes more filler bytes than it holds (so
  * it evicts), while C gets the key; every answer C returns is one whole written value (no torn
  * or mixed bytes) or absent.
@@ -88,16 +94,17 @@
 
 /* Bounds on the round trips of one call (goal from the issue, or today's count where the goal
  * is not reached yet). */
-#define BOUND_GET_REMOTE  2 /* goal <= 2 */
-#define BOUND_GET_INLINE  1 /* tcp, value <= inline_read_max, the authority owns the replica */
-#define BOUND_GET_LOCAL   1 /* goal <= 1 co-located */
-#define BOUND_PUT         3 /* goal <= 3: reserve + payload + CAS (no lookup: route hint) */
-#define BOUND_PUT_INLINE  2 /* tcp, value <= inline_write_max: reserve with the bytes + CAS */
-#define BOUND_PUT_PRIMARY 1 /* tcp, value <= inline_write_max, the owner is the shard primary */
-#define BOUND_BATCH_PUT   4 /* goal <= 4: 1 reserve, 1 payload, 1 route CAS batch */
-#define BOUND_BATCH_GET   4 /* goal <= 4: 1 route lookup batch, 1 payload */
-#define BOUND_BGET_INLINE 1 /* tcp, 4 KiB items, the authority owns every replica */
-#define BOUND_REMOVE      2
+#define BOUND_GET_REMOTE        2 /* goal <= 2 */
+#define BOUND_GET_INLINE        1 /* tcp, value <= inline_read_max, the authority owns the replica */
+#define BOUND_GET_LOCAL         1 /* goal <= 1 co-located */
+#define BOUND_PUT               3 /* goal <= 3: reserve + payload + CAS (no lookup: route hint) */
+#define BOUND_PUT_INLINE        2 /* tcp, value <= inline_write_max: reserve with the bytes + CAS */
+#define BOUND_PUT_PRIMARY       1 /* tcp, value <= inline_write_max, the owner is the shard primary */
+#define BOUND_BATCH_PUT         4 /* goal <= 4: 1 reserve, 1 payload, 1 route CAS batch */
+#define BOUND_BATCH_PUT_PRIMARY 1 /* tcp, 4 KiB items, their owner S the shards' primary */
+#define BOUND_BATCH_GET         4 /* goal <= 4: 1 route lookup batch, 1 payload */
+#define BOUND_BGET_INLINE       1 /* tcp, 4 KiB items, the authority owns every replica */
+#define BOUND_REMOVE            2
 
 struct cp {
     int64_t rt[OBS__N_cpstage];
@@ -493,7 +500,10 @@ static void check_slot_batch_fallback(kvmesh_t *S, kvmesh_t *C, const kvmesh_sco
         }
         struct owner_snap s0, s1;
         owner_settled(S, &s0);
+        kvm_put_primary_test_decline(BATCH); /* (C's own path: S declines the batch at the
+                                                primary) */
         CHECK(kvmesh_batch_put(C, sc, items, BATCH, NULL) == 0);
+        kvm_put_primary_test_decline(0); /* (disarmed: items without a shard view took none) */
         for (int i = 0; i < BATCH; i++)
             CHECK(items[i].rc == 0);
         owner_settled(S, &s1); /* every COMMIT arrived, one by one */
@@ -1105,15 +1115,23 @@ int main(int argc, char **argv)
     show("batch_put 128 (new keys)", &d);
     for (int i = 0; i < BATCH; i++)
         CHECK(items[i].rc == 0);
-    CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);             /* one batched reservation */
-    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == (tcp ? 1 : 0)); /* one transport batch */
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
-    /* one route CAS batch to S, plus one for the items whose shard C had no view of yet (they
-     * wait for the views together and go as a second batch) */
-    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] >= 1 && d.rt[OBS_CPSTAGE_ROUTE_CAS] <= 2);
-    CHECK(total(&d) <= BOUND_BATCH_PUT);
-    CHECK(d.handoffs == 2);
-    CHECK(d.copies[xt] == BATCH * per_copy);
+    {
+        /* the items whose shard C has a view of go at their primary S (one batch message: S
+         * reserves, writes and publishes them); the others, if any, take the batched
+         * reservation, one transport batch (tcp; shm: copies) and C's route CAS batch(es), one
+         * for the items whose shard C had no view of yet (they wait for the views together) */
+        bool all_prim = d.handoffs == 1; /* (no PUBLISH op of C's) */
+        CHECK(all_prim ? total(&d) == 1 : d.rt[OBS_CPSTAGE_RESERVE] <= 2);
+        CHECK(d.rt[OBS_CPSTAGE_RESERVE] >= 1);
+        CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] <= (tcp ? 1 : 0) && d.rt[OBS_CPSTAGE_ROUTE_CAS] <= 2);
+        CHECK(total(&d) <= BOUND_BATCH_PUT);
+        CHECK(d.handoffs == 1 || d.handoffs == 2);
+        /* 2 tcp copies per item in the message (shm too) or by the tcp transport; 1 shm copy per
+         * item the shm transport wrote */
+        CHECK(d.copies[OBS_TRANSPORT_TCP] % 2 == 0 &&
+              d.copies[OBS_TRANSPORT_TCP] / 2 + d.copies[OBS_TRANSPORT_SHM] == BATCH);
+    }
     CHECK(d.checksums == BATCH);
 
     /* ---- the same batch again (overwrites; every shard view and route hint is current) ---- */
@@ -1124,14 +1142,20 @@ int main(int argc, char **argv)
     for (int i = 0; i < BATCH; i++)
         CHECK(items[i].rc == 0);
     CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);
-    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == (tcp ? 1 : 0));
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
-    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 1); /* all 128 CAS items in one batch to the primary */
-    CHECK(total(&d) == (tcp ? 3 : 2));
-    CHECK(d.handoffs == 2);
-    CHECK(d.copies[xt] == BATCH * per_copy);
+    /* one STORE_RPC_PUT_PRIMARY_BATCH to S, which publishes all 128: no CAS from C, no
+     * transport WRITE (shm: no copy), no PUBLISH hand-off; the bytes in the message count as
+     * tcp copies, shm too */
+    CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 0 && d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0);
+    CHECK(total(&d) == BOUND_BATCH_PUT_PRIMARY);
+    CHECK(d.handoffs == 1);
+    CHECK(d.copies[OBS_TRANSPORT_TCP] == BATCH * 2 && d.copies[OBS_TRANSPORT_SHM] == 0);
     CHECK(d.checksums == BATCH);
-    check_slot_batch(S, C, &sc, items); /* and its notifications to the owner, batched */
+    /* and a batch put's notifications to the owner, batched (S declines the batch at the
+     * primary by the test hook, so C's reservation, payload and CAS path runs) */
+    kvm_put_primary_test_decline(BATCH);
+    check_slot_batch(S, C, &sc, items);
+    CHECK(kvm_put_primary_test_decline(0) == 0); /* (every decline was taken) */
 
     /* ---- the same batch over versions written elsewhere: every hint of C is stale, the first
      * CAS batch is refused item by item (each answer carries the current route) and the 128
@@ -1148,8 +1172,26 @@ int main(int argc, char **argv)
         CHECK(items[i].rc == 0);
     CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 1);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
+    /* S publishes at the primary, expecting its own hints (current: S wrote them) */
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0 && total(&d) == BOUND_BATCH_PUT_PRIMARY);
+    CHECK(d.handoffs == 1);
+    /* C's own CAS path over versions written elsewhere (S declines the batch at the primary by
+     * the test hook): the refused CAS batch, then the 128 retries as one batch */
+    CHECK(kvmesh_batch_put(S, &sc, items, BATCH, NULL) == 0);
+    for (int i = 0; i < BATCH; i++)
+        CHECK(items[i].rc == 0);
+    kvm_put_primary_test_decline(BATCH);
+    a = snap(C, OBS_OP_BATCH_PUT);
+    CHECK(kvmesh_batch_put(C, &sc, items, BATCH, NULL) == 0);
+    d = delta(a, snap(C, OBS_OP_BATCH_PUT));
+    CHECK(kvm_put_primary_test_decline(0) == 0); /* (every decline was taken) */
+    show("batch_put 128 (elsewhere, declined)", &d);
+    for (int i = 0; i < BATCH; i++)
+        CHECK(items[i].rc == 0);
+    CHECK(d.rt[OBS_CPSTAGE_RESERVE] == 2); /* the declined message, the batched reservation */
+    CHECK(d.rt[OBS_CPSTAGE_ROUTE_LOOKUP] == 0);
     CHECK(d.rt[OBS_CPSTAGE_ROUTE_CAS] == 2); /* the refused batch, then the retried batch */
-    CHECK(total(&d) <= BOUND_BATCH_PUT);
+    CHECK(total(&d) <= BOUND_BATCH_PUT + 1); /* (+1: the declined message) */
     CHECK(d.handoffs == 2);
 
     /* ---- batch get of the same 128 keys ---- */
