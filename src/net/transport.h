@@ -166,4 +166,8 @@ bool tp_segment_sums(const struct tp_segment *s, unsigned nreq);
 
 const char *tp_kind_name(enum tp_kind k);
 
+/* Test hook (shm): sets how long a peer found alive is not polled again before a request's first
+ * step (0: the default, 100 us) and returns the number of liveness polls made so far. */
+uint64_t tp_shm_test_alive_recheck(uint64_t ns);
+
 #endif
