@@ -1047,27 +1047,36 @@ static void test_inline_read_batch(void **state)
     }
     static uint8_t room[N_BIG_INL][BIG_INL];
     static route_inline_t inl[N_BIG_INL];
-    memset(w, 0, sizeof(w));
-    route_batch_begin(svc);
-    for (int i = 0; i < N_BIG_INL; i++) {
-        inl[i] = (route_inline_t){.max = BIG_INL, .att = true, .dst = room[i]};
-        assert_int_equal(route_lookup_inline(svc, &r[i].ident, on_route, &w[i], NULL, &inl[i]), 0);
-    }
-    route_batch_end(svc);
-    run_all(&f, w, N_BIG_INL);
+    /* A READ whose attempt timer (ROUTE_ATTEMPT_NS) fired before the batch's answer came, on a
+     * loaded machine (sanitizers beside other tests), is retransmitted alone and served alone:
+     * then more than the bound are served. Such a round is run again (at most 5 rounds); without
+     * the authority's bound every round serves all 24. */
     int served = 0;
-    for (int i = 0; i < N_BIG_INL; i++) {
-        assert_int_equal(w[i].rc, 0);
-        kvm_route_free(&w[i].route);
-        if (!inl[i].got) {
-            assert_null(inl[i].buf);
-            continue;
+    for (int round = 0; round < 5 && served != (int)(ROUTE_INLINE_BATCH_MAX / BIG_INL); round++) {
+        memset(w, 0, sizeof(w));
+        memset(room, 0, sizeof(room));
+        route_batch_begin(svc);
+        for (int i = 0; i < N_BIG_INL; i++) {
+            inl[i] = (route_inline_t){.max = BIG_INL, .att = true, .dst = room[i]};
+            assert_int_equal(route_lookup_inline(svc, &r[i].ident, on_route, &w[i], NULL, &inl[i]),
+                             0);
         }
-        served++;
-        assert_ptr_equal(inl[i].buf, room[i]); /* copied into the caller's room */
-        assert_int_equal(inl[i].len, BIG_INL);
-        assert_int_equal(room[i][0], i + 1);
-        assert_int_equal(room[i][BIG_INL - 1], i + 1);
+        route_batch_end(svc);
+        run_all(&f, w, N_BIG_INL);
+        served = 0;
+        for (int i = 0; i < N_BIG_INL; i++) {
+            assert_int_equal(w[i].rc, 0);
+            kvm_route_free(&w[i].route);
+            if (!inl[i].got) {
+                assert_null(inl[i].buf);
+                continue;
+            }
+            served++;
+            assert_ptr_equal(inl[i].buf, room[i]); /* copied into the caller's room */
+            assert_int_equal(inl[i].len, BIG_INL);
+            assert_int_equal(room[i][0], i + 1);
+            assert_int_equal(room[i][BIG_INL - 1], i + 1);
+        }
     }
     assert_int_equal(served, (int)(ROUTE_INLINE_BATCH_MAX / BIG_INL));
     /* (the rest: max 0, the source not asked; a READ retransmitted alone when its attempt timer
