@@ -42,15 +42,10 @@
 #include "store/put_inline.h"
 #include "store/put_primary.h"
 #include "store/store.h"
+#include "tcheck.h"
+#include "trt.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s (%s)\n", __FILE__, __LINE__, #c,               \
-                    kvmesh_last_error());                                                          \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TCHECK_FATAL(c)
 
 #define N       48
 #define VSIZE   4096
@@ -105,21 +100,16 @@ static void show(const char *what, const struct cp *d)
 
 static kvmesh_t *open_rt(const char *url, bool storage)
 {
-    kvmesh_config_t *c = kvmesh_config_new();
-    CHECK(c);
-    CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
-    CHECK(kvmesh_config_set(c, "transport", "tcp") == 0);
-    CHECK(kvmesh_config_set(c, "memory_size", storage ? "67108864" : "0") == 0);
-    CHECK(kvmesh_config_set(c, "segment_size", "67108864") == 0);
-    CHECK(kvmesh_config_set(c, "max_object_size", "1048576") == 0);
-    CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
-    CHECK(kvmesh_config_set(c, "tenant_policies", TENANT ":1GiB:1000000") == 0);
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    if (rc)
-        fprintf(stderr, "open: %s\n", kvmesh_last_error());
-    CHECK(rc == 0);
-    kvmesh_config_free(c);
+    const char *const base[][2] = {{"transport", "tcp"},
+                                   {"memory_size", storage ? "67108864" : "0"},
+                                   {"segment_size", "67108864"},
+                                   {"max_object_size", "1048576"},
+                                   {"replicas", "1"},
+                                   {"tenant_policies", TENANT ":1GiB:1000000"},
+                                   {NULL, NULL}};
+    const char *const mine[][2] = {{"metadata_url", url}, {NULL, NULL}};
+    kvmesh_t *kv = trt_open(base, mine);
+    CHECK(kv);
     return kv;
 }
 
@@ -161,53 +151,15 @@ static void read_back(kvmesh_t *C, const kvmesh_scope_t *sc, const kvmesh_batch_
 }
 
 /* Runs fn on R's loop and waits for it (bounded). */
-struct loop_call {
-    void (*fn)(kvm_rt_t *rt);
-    kvm_rt_t *rt;
-    atomic_bool done;
-};
-
-static void loop_call_run(void *arg)
+static void on_loop(kvmesh_t *R, void (*fn)(kvm_rt_t *rt, void *arg))
 {
-    struct loop_call *c = arg;
-    c->fn(c->rt);
-    atomic_store(&c->done, true);
+    CHECK(trt_on_loop(R, fn, NULL, 10000) == 0);
 }
 
-static void on_loop(kvmesh_t *R, void (*fn)(kvm_rt_t *rt))
+static void drop_batch_handler(kvm_rt_t *rt, void *arg)
 {
-    struct loop_call c = {.fn = fn, .rt = kvmesh_runtime_of(R)};
-    atomic_store(&c.done, false);
-    CHECK(env_post(c.rt->env, loop_call_run, &c) == 0);
-    uint64_t end = env_clock_mono_ms() + 10000;
-    while (!atomic_load(&c.done)) {
-        CHECK(env_clock_mono_ms() < end);
-        usleep(1000);
-    }
-}
-
-static void drop_batch_handler(kvm_rt_t *rt)
-{
+    (void)arg;
     CHECK(rpc_register_handler(rt->ep, STORE_RPC_PUT_PRIMARY_BATCH, NULL, NULL) == 0);
-}
-
-/* C's route view: the primary of a key's shard (read on C's loop). */
-static kvm_ident_t hint_ident;
-static kvm_runtime_t hint_primary;
-static int hint_rc;
-
-static void read_hint(kvm_rt_t *rt)
-{
-    hint_rc = route_primary_hint(rt->route, &hint_ident, &hint_primary);
-}
-
-static int primary_of(kvmesh_t *C, const kvmesh_scope_t *sc, const char *key, kvm_runtime_t *p)
-{
-    CHECK(kvm_ident_init(&hint_ident, sc->tenant, sc->domain, key, strlen(key)) == 0);
-    on_loop(C, read_hint);
-    kvm_ident_free(&hint_ident);
-    *p = hint_primary;
-    return hint_rc;
 }
 
 /* Puts the batch from C until every item succeeded (a shard may be unavailable for a moment
@@ -332,7 +284,7 @@ int main(void)
         int on1 = 0, on2 = 0;
         for (int i = 0; i < N; i++) {
             kvm_runtime_t p;
-            if (primary_of(C, &sc, keys[i], &p) != 0)
+            if (trt_primary_of(C, &sc, keys[i], &p) != 0)
                 continue;
             on1 += kvm_runtime_equal(&p, &s1->self);
             on2 += kvm_runtime_equal(&p, &s2->self);

@@ -43,15 +43,10 @@
 #include "route/route.h"
 #include "store/get_inline.h"
 #include "store/store.h"
+#include "tcheck.h"
+#include "trt.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "CHECK failed %s:%d: %s (%s)\n", __FILE__, __LINE__, #c,               \
-                    kvmesh_last_error());                                                          \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#define CHECK(c) TCHECK_FATAL(c)
 
 #define KIB   1024
 #define NMAX  128
@@ -62,54 +57,9 @@
 _Static_assert(MID == KVM_GET_INLINE_BATCH_ITEM_MAX, "the item bound");
 _Static_assert(KVM_GET_INLINE_BATCH_MAX / MID < N_MID, "past the batch bound");
 
-struct cp {
-    int64_t lookup, payload, reserve, cas, handoffs, checksums, reads;
-};
-
-static int64_t rd(kvmesh_t *kv, const char *fam, unsigned i1, unsigned i2)
+static trt_cp_t snap(kvmesh_t *kv)
 {
-    int64_t v = 0;
-    CHECK(obs_metrics_read(kvmesh_runtime_of(kv)->metrics, fam, i1, i2, &v) == 0);
-    return v;
-}
-
-static struct cp snap(kvmesh_t *kv)
-{
-    unsigned op = OBS_OP_BATCH_GET;
-    struct cp c = {
-        .lookup = rd(kv, "op_round_trips_total", op, OBS_CPSTAGE_ROUTE_LOOKUP),
-        .payload = rd(kv, "op_round_trips_total", op, OBS_CPSTAGE_PAYLOAD),
-        .reserve = rd(kv, "op_round_trips_total", op, OBS_CPSTAGE_RESERVE),
-        .cas = rd(kv, "op_round_trips_total", op, OBS_CPSTAGE_ROUTE_CAS),
-        .handoffs = rd(kv, "op_handoffs_total", op, OBS_NONE),
-        .checksums = rd(kv, "op_checksum_passes_total", op, OBS_NONE),
-        .reads = rd(kv, "transport_operations_total", OBS_TRANSPORT_TCP, OBS_XOP_READ),
-    };
-    return c;
-}
-
-static struct cp delta(struct cp a, struct cp b)
-{
-    return (struct cp){.lookup = b.lookup - a.lookup,
-                       .payload = b.payload - a.payload,
-                       .reserve = b.reserve - a.reserve,
-                       .cas = b.cas - a.cas,
-                       .handoffs = b.handoffs - a.handoffs,
-                       .checksums = b.checksums - a.checksums,
-                       .reads = b.reads - a.reads};
-}
-
-static int64_t total(const struct cp *d)
-{
-    return d->lookup + d->payload + d->reserve + d->cas;
-}
-
-static void show(const char *what, const struct cp *d)
-{
-    printf("%-46s round trips %" PRId64 " (route_lookup %" PRId64 ", payload %" PRId64
-           "); hand-offs %" PRId64 "; checksum passes %" PRId64 "; tcp reads %" PRId64 "\n",
-           what, total(d), d->lookup, d->payload, d->handoffs, d->checksums, d->reads);
-    fflush(stdout);
+    return trt_cp_snap(kv, OBS_OP_BATCH_GET);
 }
 
 /* A value of size bytes, distinct per (size, b). */
@@ -147,8 +97,8 @@ static void put_keys(kvmesh_t *S, const kvmesh_scope_t *sc, const char *prefix, 
 /* A batch get of keys[0..n) into buffers of size bytes each; every item exact. Returns the
  * counts. A first batch get of the same keys, not counted, gives C views of their shards (a
  * shard's first lookup takes a round more). */
-static struct cp batch_exact(kvmesh_t *C, const kvmesh_scope_t *sc, char keys[][32], int n,
-                             size_t size, const uint8_t *vals, const char *what)
+static trt_cp_t batch_exact(kvmesh_t *C, const kvmesh_scope_t *sc, char keys[][32], int n,
+                            size_t size, const uint8_t *vals, const char *what)
 {
     kvmesh_batch_item_t *it = calloc((size_t)n, sizeof(*it));
     uint8_t *out = calloc((size_t)n, size);
@@ -158,10 +108,10 @@ static struct cp batch_exact(kvmesh_t *C, const kvmesh_scope_t *sc, char keys[][
             .key = keys[i], .key_len = strlen(keys[i]), .buf = out + (size_t)i * size, .len = size};
     CHECK(kvmesh_batch_get(C, sc, it, (size_t)n) == 0); /* (views) */
     memset(out, 0, (size_t)n * size);
-    struct cp a = snap(C), d;
+    trt_cp_t a = snap(C), d;
     CHECK(kvmesh_batch_get(C, sc, it, (size_t)n) == 0);
-    d = delta(a, snap(C));
-    show(what, &d);
+    d = trt_cp_delta(a, snap(C));
+    trt_cp_show(what, &d);
     for (int i = 0; i < n; i++) {
         CHECK(it[i].rc == 0 && it[i].out_len == size);
         CHECK(memcmp(out + (size_t)i * size, vals + (size_t)i * size, size) == 0);
@@ -238,8 +188,9 @@ static void check_all_inline(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
     static char keys[NMAX][32];
     static uint8_t vals[NMAX * SMALL];
     put_keys(S, sc, "small", NMAX, SMALL, vals, keys);
-    struct cp d = batch_exact(C, sc, keys, NMAX, SMALL, vals, "batch_get 128 x 4 KiB");
-    CHECK(d.payload == 0 && total(&d) == 1); /* one exchange: the bytes came with the routes */
+    trt_cp_t d = batch_exact(C, sc, keys, NMAX, SMALL, vals, "batch_get 128 x 4 KiB");
+    CHECK(d.payload == 0 &&
+          trt_cp_round_trips(&d) == 1); /* one exchange: the bytes came with the routes */
 }
 
 static void check_bounds(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
@@ -248,17 +199,17 @@ static void check_bounds(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
     static uint8_t vals[N_MID * MID];
     put_keys(S, sc, "mid", N_MID, MID, vals, keys);
     /* 16 inline (1 MiB), the rest read from the replica: the lookup, then one payload round */
-    struct cp d = batch_exact(C, sc, keys, N_MID, MID, vals, "batch_get 24 x 64 KiB (past 1 MiB)");
-    CHECK(d.payload == 1 && total(&d) == 2);
+    trt_cp_t d = batch_exact(C, sc, keys, N_MID, MID, vals, "batch_get 24 x 64 KiB (past 1 MiB)");
+    CHECK(d.payload == 1 && trt_cp_round_trips(&d) == 2);
     /* the first 16 alone: within the bound, one exchange */
     d = batch_exact(C, sc, keys, (int)(KVM_GET_INLINE_BATCH_MAX / MID), MID, vals,
                     "batch_get 16 x 64 KiB (1 MiB)");
-    CHECK(d.payload == 0 && total(&d) == 1);
+    CHECK(d.payload == 0 && trt_cp_round_trips(&d) == 1);
     static char bkeys[2][32];
     static uint8_t bvals[2 * 2 * MID];
     put_keys(S, sc, "big", 2, 2 * MID, bvals, bkeys);
     d = batch_exact(C, sc, bkeys, 2, 2 * MID, bvals, "batch_get 2 x 128 KiB (items past 64 KiB)");
-    CHECK(d.payload == 1 && total(&d) == 2);
+    CHECK(d.payload == 1 && trt_cp_round_trips(&d) == 2);
 }
 
 static void check_declining(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
@@ -268,14 +219,14 @@ static void check_declining(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
     put_keys(S, sc, "decl", 16, SMALL, vals, keys);
     uint32_t was = kvmesh_runtime_of(S)->cfg.inline_read_max, off = 0, low = 2 * KIB;
     on_loop(S, set_read_max, &off); /* answers as an authority that predates inline reads */
-    struct cp d = batch_exact(C, sc, keys, 16, SMALL, vals, "batch_get 16 x 4 KiB (S declines)");
-    CHECK(d.payload == 1 && total(&d) == 2);
+    trt_cp_t d = batch_exact(C, sc, keys, 16, SMALL, vals, "batch_get 16 x 4 KiB (S declines)");
+    CHECK(d.payload == 1 && trt_cp_round_trips(&d) == 2);
     on_loop(S, set_read_max, &low);
     d = batch_exact(C, sc, keys, 16, SMALL, vals, "batch_get 16 x 4 KiB (S bounded at 2 KiB)");
-    CHECK(d.payload == 1 && total(&d) == 2);
+    CHECK(d.payload == 1 && trt_cp_round_trips(&d) == 2);
     on_loop(S, set_read_max, &was);
     d = batch_exact(C, sc, keys, 16, SMALL, vals, "batch_get 16 x 4 KiB (S current again)");
-    CHECK(d.payload == 0 && total(&d) == 1);
+    CHECK(d.payload == 0 && trt_cp_round_trips(&d) == 1);
 }
 
 /* A missing key and a buffer smaller than its value beside exact items. */
@@ -297,10 +248,10 @@ static void check_item_results(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *s
     static uint8_t twice[SMALL];
     it[9].buf = twice;
     memset(out, 0, sizeof(out));
-    struct cp a = snap(C), d;
+    trt_cp_t a = snap(C), d;
     int rc = kvmesh_batch_get(C, sc, it, 10);
-    d = delta(a, snap(C));
-    show("batch_get 10 (missing, short buffer, twice)", &d);
+    d = trt_cp_delta(a, snap(C));
+    trt_cp_show("batch_get 10 (missing, short buffer, twice)", &d);
     CHECK(rc == KVMESH_ETOOBIG); /* the first failing item's */
     for (int i = 0; i < 8; i++) {
         if (i == 3) {
@@ -314,53 +265,25 @@ static void check_item_results(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *s
     }
     CHECK(it[8].rc == KVMESH_ENOENT);
     CHECK(it[9].rc == 0 && it[9].out_len == SMALL && memcmp(twice, vals, SMALL) == 0);
-    CHECK(d.lookup == 1 && d.payload == 0 && total(&d) == 1);
+    CHECK(d.lookup == 1 && d.payload == 0 && trt_cp_round_trips(&d) == 1);
     CHECK(d.checksums == 8 && d.reads == 8); /* 7 + the key twice; none for the two others */
 }
 
 static kvmesh_t *open_rt(const char *url, bool storage)
 {
-    kvmesh_config_t *c = kvmesh_config_new();
-    CHECK(c);
-    CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
-    CHECK(kvmesh_config_set(c, "transport", "tcp") == 0);
-    CHECK(kvmesh_config_set(c, "memory_size", storage ? "67108864" : "0") == 0);
-    CHECK(kvmesh_config_set(c, "segment_size", "67108864") == 0);
-    CHECK(kvmesh_config_set(c, "max_object_size", "1048576") == 0);
-    CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
-    /* one authority per shard, its primary: a lookup asks the primary alone */
-    CHECK(kvmesh_config_set(c, "top_k", "1") == 0);
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    if (rc)
-        fprintf(stderr, "open: %s\n", kvmesh_last_error());
-    CHECK(rc == 0);
-    kvmesh_config_free(c);
+    const char *const base[][2] = {{"transport", "tcp"},
+                                   {"memory_size", storage ? "67108864" : "0"},
+                                   {"segment_size", "67108864"},
+                                   {"max_object_size", "1048576"},
+                                   {"replicas", "1"},
+                                   /* one authority per shard, its primary: a lookup asks the
+                                    * primary alone */
+                                   {"top_k", "1"},
+                                   {NULL, NULL}};
+    const char *const mine[][2] = {{"metadata_url", url}, {NULL, NULL}};
+    kvmesh_t *kv = trt_open(base, mine);
+    CHECK(kv);
     return kv;
-}
-
-/* The primary of key's shard in C's route view. */
-struct hint {
-    kvm_ident_t ident;
-    kvm_runtime_t primary;
-    int rc;
-};
-
-static void read_hint(kvm_rt_t *rt, void *arg)
-{
-    struct hint *h = arg;
-    h->rc = route_primary_hint(rt->route, &h->ident, &h->primary);
-}
-
-static int primary_of(kvmesh_t *C, const kvmesh_scope_t *sc, const char *key, kvm_runtime_t *p)
-{
-    struct hint h;
-    memset(&h, 0, sizeof(h));
-    CHECK(kvm_ident_init(&h.ident, sc->tenant, sc->domain, key, strlen(key)) == 0);
-    on_loop(C, read_hint, &h);
-    kvm_ident_free(&h.ident);
-    *p = h.primary;
-    return h.rc;
 }
 
 #define N_TWO   8 /* keys on their primaries, of S and of S2 */
@@ -396,7 +319,7 @@ static void check_two_authorities(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t
             size_t got = 0;
             (void)kvmesh_get_into(C, sc, key, strlen(key), probe, sizeof(probe), &got); /* view */
             kvm_runtime_t p;
-            if (primary_of(C, sc, key, &p) != 0) {
+            if (trt_primary_of(C, sc, key, &p) != 0) {
                 usleep(10000); /* (S2 joining: a shard may be unavailable for a moment) */
                 continue;
             }
@@ -428,16 +351,16 @@ static void check_two_authorities(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t
                                           .buf = out + (size_t)i * SMALL,
                                           .len = SMALL};
         memset(out, 0, sizeof(out));
-        struct cp a = snap(C), d;
+        trt_cp_t a = snap(C), d;
         CHECK(kvmesh_batch_get(C, sc, it, N_TWO) == 0);
-        d = delta(a, snap(C));
+        d = trt_cp_delta(a, snap(C));
         for (int i = 0; i < N_TWO; i++)
             CHECK(it[i].rc == 0 && memcmp(out + i * SMALL, vals + i * SMALL, SMALL) == 0);
         bool moved = false;
         for (int i = 0; i < N_MIXED; i++) {
             kvm_runtime_t p;
-            moved |=
-                primary_of(C, sc, keys[i], &p) != 0 || !kvm_runtime_equal(&p, &rr[prim[i]]->self);
+            moved |= trt_primary_of(C, sc, keys[i], &p) != 0 ||
+                     !kvm_runtime_equal(&p, &rr[prim[i]]->self);
         }
         if (moved || d.lookup != 1) {
             printf("(round %d: %s, %" PRId64 " lookup rounds: placed again)\n", round,
@@ -446,14 +369,15 @@ static void check_two_authorities(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t
             continue;
         }
         /* the keys on their primaries: one exchange with each authority, in parallel */
-        show("batch_get 8 x 4 KiB (at S and at S2)", &d);
-        CHECK(d.payload == 0 && total(&d) == 1 && d.reads == N_TWO && d.checksums == N_TWO);
+        trt_cp_show("batch_get 8 x 4 KiB (at S and at S2)", &d);
+        CHECK(d.payload == 0 && trt_cp_round_trips(&d) == 1 && d.reads == N_TWO &&
+              d.checksums == N_TWO);
         /* the whole mixed batch: the two off their primaries take a payload round */
         a = snap(C);
         memset(out, 0, sizeof(out));
         CHECK(kvmesh_batch_get(C, sc, it, N_MIXED) == 0);
-        d = delta(a, snap(C));
-        show("batch_get 10 x 4 KiB (2 off their primary)", &d);
+        d = trt_cp_delta(a, snap(C));
+        trt_cp_show("batch_get 10 x 4 KiB (2 off their primary)", &d);
         for (int i = 0; i < N_MIXED; i++)
             CHECK(it[i].rc == 0 && memcmp(out + i * SMALL, vals + i * SMALL, SMALL) == 0);
         /* (one READ batch per owner: the two may be at S and at S2) */
@@ -476,10 +400,10 @@ static void check_two_authorities(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t
                                       .buf = out + (size_t)i * SMALL,
                                       .len = SMALL};
     memset(out, 0, sizeof(out));
-    struct cp a = snap(C), d;
+    trt_cp_t a = snap(C), d;
     int rc = kvmesh_batch_get(C, sc, it, N_MIXED);
-    d = delta(a, snap(C));
-    show("batch_get 10 x 4 KiB (one corrupted replica)", &d);
+    d = trt_cp_delta(a, snap(C));
+    trt_cp_show("batch_get 10 x 4 KiB (one corrupted replica)", &d);
     CHECK(rc == KVMESH_ECHECKSUM && it[1].rc == KVMESH_ECHECKSUM);
     for (int i = 0; i < N_MIXED; i++)
         CHECK(i == 1 || (it[i].rc == 0 && memcmp(out + i * SMALL, vals + i * SMALL, SMALL) == 0));

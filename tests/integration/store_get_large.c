@@ -56,53 +56,9 @@
 #define RACE_WRITES 20     /* rewrites made meanwhile, at least */
 #define RACE_LIMIT  120000 /* ms: bound of the race */
 
-struct cp {
-    int64_t lookup, payload, reserve, cas, handoffs, checksums, reads;
-};
-
-static int64_t rd(kvmesh_t *kv, const char *fam, unsigned i1, unsigned i2)
+static trt_cp_t snap(kvmesh_t *kv)
 {
-    int64_t v = 0;
-    CHECK(obs_metrics_read(kvmesh_runtime_of(kv)->metrics, fam, i1, i2, &v) == 0);
-    return v;
-}
-
-static struct cp snap(kvmesh_t *kv)
-{
-    struct cp c = {
-        .lookup = rd(kv, "op_round_trips_total", OBS_OP_GET, OBS_CPSTAGE_ROUTE_LOOKUP),
-        .payload = rd(kv, "op_round_trips_total", OBS_OP_GET, OBS_CPSTAGE_PAYLOAD),
-        .reserve = rd(kv, "op_round_trips_total", OBS_OP_GET, OBS_CPSTAGE_RESERVE),
-        .cas = rd(kv, "op_round_trips_total", OBS_OP_GET, OBS_CPSTAGE_ROUTE_CAS),
-        .handoffs = rd(kv, "op_handoffs_total", OBS_OP_GET, OBS_NONE),
-        .checksums = rd(kv, "op_checksum_passes_total", OBS_OP_GET, OBS_NONE),
-        .reads = rd(kv, "transport_operations_total", OBS_TRANSPORT_TCP, OBS_XOP_READ),
-    };
-    return c;
-}
-
-static struct cp delta(struct cp a, struct cp b)
-{
-    return (struct cp){.lookup = b.lookup - a.lookup,
-                       .payload = b.payload - a.payload,
-                       .reserve = b.reserve - a.reserve,
-                       .cas = b.cas - a.cas,
-                       .handoffs = b.handoffs - a.handoffs,
-                       .checksums = b.checksums - a.checksums,
-                       .reads = b.reads - a.reads};
-}
-
-static int64_t total(const struct cp *d)
-{
-    return d->lookup + d->payload + d->reserve + d->cas;
-}
-
-static void show(const char *what, const struct cp *d)
-{
-    printf("%-44s round trips %" PRId64 " (route_lookup %" PRId64 ", payload %" PRId64
-           "); hand-offs %" PRId64 "; checksum passes %" PRId64 "; tcp reads %" PRId64 "\n",
-           what, total(d), d->lookup, d->payload, d->handoffs, d->checksums, d->reads);
-    fflush(stdout);
+    return trt_cp_snap(kv, OBS_OP_GET);
 }
 
 /* A value of size bytes, distinct per (size, b). */
@@ -135,10 +91,10 @@ static void check_get(kvmesh_t *C, const kvmesh_scope_t *sc, const char *key, co
     CHECK(out);
     memset(out, 0, size);
     size_t got = 0;
-    struct cp a = snap(C), d;
+    trt_cp_t a = snap(C), d;
     CHECK(kvmesh_get_into(C, sc, key, strlen(key), out, size, &got) == 0);
-    d = delta(a, snap(C));
-    show(what, &d);
+    d = trt_cp_delta(a, snap(C));
+    trt_cp_show(what, &d);
     CHECK(got == size && memcmp(out, v, size) == 0);
     CHECK(d.lookup >= 1 && d.reserve == 0 && d.cas == 0);
     CHECK(d.handoffs == 1);
@@ -235,12 +191,12 @@ static void check_alloc(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
     put_at(S, sc, "alloc", v, sizeof(v));
     void *out = NULL;
     size_t len = 0;
-    struct cp a = snap(C), d;
+    trt_cp_t a = snap(C), d;
     CHECK(kvmesh_get(C, sc, "alloc", 5, &out, &len) == 0);
-    d = delta(a, snap(C));
-    show("get 256 KiB (allocated result)", &d);
+    d = trt_cp_delta(a, snap(C));
+    trt_cp_show("get 256 KiB (allocated result)", &d);
     CHECK(out && len == sizeof(v) && memcmp(out, v, sizeof(v)) == 0);
-    CHECK(total(&d) == 1 && d.lookup == 1 && d.payload == 0 && d.reads == 1);
+    CHECK(trt_cp_round_trips(&d) == 1 && d.lookup == 1 && d.payload == 0 && d.reads == 1);
     CHECK(d.checksums == 1);
     kvmesh_free(out);
 }
@@ -273,10 +229,10 @@ static void check_corrupt(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
     on_loop(S, flip_byte, &f);
     CHECK(f.ok);
     size_t got = 0;
-    struct cp a = snap(C), d;
+    trt_cp_t a = snap(C), d;
     int rc = kvmesh_get_into(C, sc, "corrupt", 7, out, sizeof(out), &got);
-    d = delta(a, snap(C));
-    show("get 256 KiB (corrupted replica)", &d);
+    d = trt_cp_delta(a, snap(C));
+    trt_cp_show("get 256 KiB (corrupted replica)", &d);
     CHECK(rc == KVMESH_ECHECKSUM);
     /* per look (a checksum failure looks again, up to 3 within the deadline): the lookup's
      * bytes summed and refused, then the READ of the replica, refused too */
@@ -371,48 +327,20 @@ static void check_race(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
 
 static kvmesh_t *open_rt(const char *url, bool storage)
 {
-    kvmesh_config_t *c = kvmesh_config_new();
-    CHECK(c);
-    CHECK(kvmesh_config_set(c, "metadata_url", url) == 0);
-    CHECK(kvmesh_config_set(c, "transport", "tcp") == 0);
-    CHECK(kvmesh_config_set(c, "memory_size", storage ? "67108864" : "0") == 0);
-    CHECK(kvmesh_config_set(c, "segment_size", "67108864") == 0);
-    CHECK(kvmesh_config_set(c, "max_object_size", "1048576") == 0);
-    CHECK(kvmesh_config_set(c, "replicas", "1") == 0);
-    /* one authority per shard, its primary: a lookup asks the primary alone (with mirrors, a
-     * mirror that owns the replica may answer with its bytes first) */
-    CHECK(kvmesh_config_set(c, "top_k", "1") == 0);
-    kvmesh_t *kv = NULL;
-    int rc = kvmesh_open(&kv, c);
-    if (rc)
-        fprintf(stderr, "open: %s\n", kvmesh_last_error());
-    CHECK(rc == 0);
-    kvmesh_config_free(c);
+    const char *const base[][2] = {{"transport", "tcp"},
+                                   {"memory_size", storage ? "67108864" : "0"},
+                                   {"segment_size", "67108864"},
+                                   {"max_object_size", "1048576"},
+                                   {"replicas", "1"},
+                                   /* one authority per shard, its primary: a lookup asks the
+                                    * primary alone (with mirrors, a mirror that owns the
+                                    * replica may answer with its bytes first) */
+                                   {"top_k", "1"},
+                                   {NULL, NULL}};
+    const char *const mine[][2] = {{"metadata_url", url}, {NULL, NULL}};
+    kvmesh_t *kv = trt_open(base, mine);
+    CHECK(kv);
     return kv;
-}
-
-/* The primary of key's shard in C's route view. */
-struct hint {
-    kvm_ident_t ident;
-    kvm_runtime_t primary;
-    int rc;
-};
-
-static void read_hint(kvm_rt_t *rt, void *arg)
-{
-    struct hint *h = arg;
-    h->rc = route_primary_hint(rt->route, &h->ident, &h->primary);
-}
-
-static int primary_of(kvmesh_t *C, const kvmesh_scope_t *sc, const char *key, kvm_runtime_t *p)
-{
-    struct hint h;
-    memset(&h, 0, sizeof(h));
-    CHECK(kvm_ident_init(&h.ident, sc->tenant, sc->domain, key, strlen(key)) == 0);
-    on_loop(C, read_hint, &h);
-    kvm_ident_free(&h.ident);
-    *p = h.primary;
-    return h.rc;
 }
 
 /* Last: S2 joins; a 256 KiB value pinned to the storage runtime that is not its key's primary
@@ -436,7 +364,7 @@ static void check_elsewhere(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc, 
         size_t got = 0;
         /* (a first get gives C a view of the key's shard) */
         (void)kvmesh_get_into(C, sc, key, strlen(key), out, sizeof(out), &got);
-        if (primary_of(C, sc, key, &p0) != 0) {
+        if (trt_primary_of(C, sc, key, &p0) != 0) {
             usleep(10000); /* (S2 joining: a shard may be unavailable for a moment) */
             continue;
         }
@@ -452,16 +380,17 @@ static void check_elsewhere(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc, 
             strcmp(ri.replicas[0].owner, pin[0]) != 0)
             continue;
         memset(out, 0, sizeof(out));
-        struct cp a = snap(C), d;
+        trt_cp_t a = snap(C), d;
         int rc = kvmesh_get_into(C, sc, key, strlen(key), out, sizeof(out), &got);
-        d = delta(a, snap(C));
-        if (rc != 0 || primary_of(C, sc, key, &p1) != 0 || !kvm_runtime_equal(&p0, &p1) ||
+        d = trt_cp_delta(a, snap(C));
+        if (rc != 0 || trt_primary_of(C, sc, key, &p1) != 0 || !kvm_runtime_equal(&p0, &p1) ||
             d.lookup != 1)
             continue; /* (the view moved meanwhile, or a lookup retried: another key) */
-        show(prim_s1 ? "get 256 KiB (owner S2, primary S)" : "get 256 KiB (owner S, primary S2)",
-             &d);
+        trt_cp_show(prim_s1 ? "get 256 KiB (owner S2, primary S)"
+                            : "get 256 KiB (owner S, primary S2)",
+                    &d);
         CHECK(got == sizeof(v) && memcmp(out, v, sizeof(v)) == 0);
-        CHECK(d.payload == 1 && total(&d) == 2 && d.checksums == 1);
+        CHECK(d.payload == 1 && trt_cp_round_trips(&d) == 2 && d.checksums == 1);
         seen++;
     }
     kvmesh_close(S2);

@@ -2,6 +2,7 @@
 /* trt.c — see trt.h. */
 #include "trt.h"
 
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,6 +13,8 @@
 #include "api/kvmesh_tools.h"
 #include "env/clock.h"
 #include "env/env.h"
+#include "obs/metrics.h"
+#include "route/route.h"
 
 static int set_pairs(kvmesh_config_t *c, const char *const pairs[][2])
 {
@@ -126,4 +129,80 @@ int trt_on_loop(kvmesh_t *kv, void (*fn)(kvm_rt_t *rt, void *arg), void *arg, in
     }
     free(l);
     return 0;
+}
+
+static int64_t cp_read(kvmesh_t *kv, const char *fam, unsigned i1, unsigned i2)
+{
+    int64_t v = 0;
+    if (obs_metrics_read(kvmesh_runtime_of(kv)->metrics, fam, i1, i2, &v) != 0) {
+        fprintf(stderr, "trt_cp_snap: cannot read %s\n", fam);
+        exit(1);
+    }
+    return v;
+}
+
+trt_cp_t trt_cp_snap(kvmesh_t *kv, unsigned op)
+{
+    return (trt_cp_t){
+        .lookup = cp_read(kv, "op_round_trips_total", op, OBS_CPSTAGE_ROUTE_LOOKUP),
+        .payload = cp_read(kv, "op_round_trips_total", op, OBS_CPSTAGE_PAYLOAD),
+        .reserve = cp_read(kv, "op_round_trips_total", op, OBS_CPSTAGE_RESERVE),
+        .cas = cp_read(kv, "op_round_trips_total", op, OBS_CPSTAGE_ROUTE_CAS),
+        .handoffs = cp_read(kv, "op_handoffs_total", op, OBS_NONE),
+        .checksums = cp_read(kv, "op_checksum_passes_total", op, OBS_NONE),
+        .reads = cp_read(kv, "transport_operations_total", OBS_TRANSPORT_TCP, OBS_XOP_READ),
+    };
+}
+
+trt_cp_t trt_cp_delta(trt_cp_t a, trt_cp_t b)
+{
+    return (trt_cp_t){.lookup = b.lookup - a.lookup,
+                      .payload = b.payload - a.payload,
+                      .reserve = b.reserve - a.reserve,
+                      .cas = b.cas - a.cas,
+                      .handoffs = b.handoffs - a.handoffs,
+                      .checksums = b.checksums - a.checksums,
+                      .reads = b.reads - a.reads};
+}
+
+int64_t trt_cp_round_trips(const trt_cp_t *d)
+{
+    return d->lookup + d->payload + d->reserve + d->cas;
+}
+
+void trt_cp_show(const char *what, const trt_cp_t *d)
+{
+    printf("%-46s round trips %" PRId64 " (route_lookup %" PRId64 ", payload %" PRId64
+           "); hand-offs %" PRId64 "; checksum passes %" PRId64 "; tcp reads %" PRId64 "\n",
+           what, trt_cp_round_trips(d), d->lookup, d->payload, d->handoffs, d->checksums, d->reads);
+    fflush(stdout);
+}
+
+struct primary_q {
+    kvm_ident_t ident;
+    kvm_runtime_t primary;
+    int rc;
+};
+
+static void primary_read(kvm_rt_t *rt, void *arg)
+{
+    struct primary_q *q = arg;
+    q->rc = route_primary_hint(rt->route, &q->ident, &q->primary);
+}
+
+int trt_primary_of(kvmesh_t *kv, const kvmesh_scope_t *sc, const char *key, kvm_runtime_t *primary)
+{
+    /* (heap: a call not run in time may still run later, after this returns) */
+    struct primary_q *q = calloc(1, sizeof(*q));
+    if (!q || kvm_ident_init(&q->ident, sc->tenant, sc->domain, key, strlen(key)) != 0) {
+        free(q);
+        return -1;
+    }
+    if (trt_on_loop(kv, primary_read, q, 10000) != 0)
+        return -1; /* (q left to the late call) */
+    int rc = q->rc;
+    *primary = q->primary;
+    kvm_ident_free(&q->ident);
+    free(q);
+    return rc;
 }

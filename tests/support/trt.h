@@ -18,6 +18,8 @@
 #ifndef KVMESH_TESTS_SUPPORT_TRT_H
 #define KVMESH_TESTS_SUPPORT_TRT_H
 
+#include <stdint.h>
+
 #include "kvmesh.h"
 #include "store/store.h"
 
@@ -44,5 +46,23 @@ int trt_warm(kvmesh_t *const *rts, size_t n, const kvmesh_scope_t *sc, int keys,
  * (not posted, or not run in time: the call may still run later, so arg must outlive the test;
  * the caller fails the test). */
 int trt_on_loop(kvmesh_t *kv, void (*fn)(kvm_rt_t *rt, void *arg), void *arg, int timeout_ms);
+
+/* The primary of key's shard in kv's route view (route_primary_hint, read on kv's loop thread,
+ * waited for up to 10 s): 0 with *primary set, or the hint's error (-1 when not run in time). */
+int trt_primary_of(kvmesh_t *kv, const kvmesh_scope_t *sc, const char *key, kvm_runtime_t *primary);
+
+/* The critical-path counts of one op kind at kv (docs/observability.md: op_round_trips_total by
+ * stage, op_handoffs_total, op_checksum_passes_total) and kv's tcp reads
+ * (transport_operations_total{tcp,read}). trt_cp_snap exits the test (status 1, the reason on
+ * stderr) when a counter cannot be read. */
+typedef struct trt_cp {
+    int64_t lookup, payload, reserve, cas, handoffs, checksums, reads;
+} trt_cp_t;
+trt_cp_t trt_cp_snap(kvmesh_t *kv, unsigned op); /* op: an OBS_OP_* */
+trt_cp_t trt_cp_delta(trt_cp_t before, trt_cp_t after);
+int64_t trt_cp_round_trips(const trt_cp_t *d); /* lookup + payload + reserve + cas */
+/* One line on stdout: what, the round trips (route_lookup, payload), hand-offs, checksum passes
+ * and tcp reads of d. */
+void trt_cp_show(const char *what, const trt_cp_t *d);
 
 #endif
