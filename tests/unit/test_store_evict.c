@@ -68,6 +68,8 @@ static void test_evict_3x(void **state)
             snprintf(key, sizeof(key), "blk-%u", i - 3);
             size_t n = 0;
             rc = kvmesh_get_into(rt[(i + 1) % NRT], &sc, key, strlen(key), out, OBJ, &n);
+            if (rc != 0 && rc != KVMESH_ENOENT)
+                fprintf(stderr, "get %u under pressure: %d: %s\n", i - 3, rc, kvmesh_last_error());
             assert_true(rc == 0 || rc == KVMESH_ENOENT);
             if (rc == 0) {
                 fill(v, OBJ, i - 3);
