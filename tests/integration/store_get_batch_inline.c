@@ -127,31 +127,10 @@ static trt_cp_t batch_exact(kvmesh_t *C, const kvmesh_scope_t *sc, char keys[][3
 
 /* ---- on a runtime's loop ------------------------------------------------------------------- */
 
-struct loop_call {
-    void (*fn)(kvm_rt_t *rt, void *arg);
-    kvm_rt_t *rt;
-    void *arg;
-    atomic_bool done;
-};
-
-static void loop_call_run(void *arg)
-{
-    struct loop_call *c = arg;
-    c->fn(c->rt, c->arg);
-    atomic_store(&c->done, true);
-}
-
 /* Runs fn on R's loop and waits for it (bounded). */
 static void on_loop(kvmesh_t *R, void (*fn)(kvm_rt_t *rt, void *arg), void *arg)
 {
-    struct loop_call c = {.fn = fn, .rt = kvmesh_runtime_of(R), .arg = arg};
-    atomic_store(&c.done, false);
-    CHECK(env_post(c.rt->env, loop_call_run, &c) == 0);
-    uint64_t end = env_clock_mono_ms() + 10000;
-    while (!atomic_load(&c.done)) {
-        CHECK(env_clock_mono_ms() < end);
-        usleep(1000);
-    }
+    CHECK(trt_on_loop(R, fn, arg, 10000) == 0);
 }
 
 static void set_read_max(kvm_rt_t *rt, void *arg)
