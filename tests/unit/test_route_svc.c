@@ -128,6 +128,10 @@ static void on_start(void *arg, int rc)
 }
 
 static route_inline_src_t g_src; /* the inline source start() gives (none unless a test sets it) */
+/* start()'s request timeout: long enough that a loaded CI host (TSan, two cores) never times out a
+ * call to the test's own loop; a test that waits for a timeout on purpose sets it short. The shard
+ * lease is long for the same reason (no test here waits for a lease to lapse). */
+static uint32_t g_request_timeout_ms = 3000;
 
 static route_svc_t *start(fx_t *f, uint64_t id, route_policy_t p, waitv_t *w)
 {
@@ -137,8 +141,8 @@ static route_svc_t *start(fx_t *f, uint64_t id, route_policy_t p, waitv_t *w)
                           .deployment = "unit",
                           .self = {.id = kvm_id128_from_u64(7, id), .epoch = 1},
                           .policy = p,
-                          .shard_lease_ms = 1000,
-                          .request_timeout_ms = 800};
+                          .shard_lease_ms = 5000,
+                          .request_timeout_ms = g_request_timeout_ms};
     route_svc_t *svc = NULL;
     memset(w, 0, sizeof(*w));
     int src = route_svc_new(&svc, &o, on_start, w);
@@ -525,7 +529,9 @@ static void test_no_authority_never_claims_absence(void **state)
     fx_t f;
     fx_open(&f, "memory://route-unit-noauth");
     waitv_t w;
+    g_request_timeout_ms = 800; /* its calls may end in ETIMEDOUT: do not wait long for them */
     route_svc_t *svc = start(&f, 1, POLICY, &w);
+    g_request_timeout_ms = 3000;
     assert_int_equal(w.rc, 0);
     env_set_recv(f.env, (env_recv_fn)route_on_message, svc);
     route_member_t m = {.rt = {.id = kvm_id128_from_u64(7, 1), .epoch = 1},
