@@ -1271,6 +1271,14 @@ static void bigsrc_put(void *ctx, void *pin)
     s->puts++;
 }
 
+/* Runs the loop until every pin the source lent came back (bounded). */
+static void drain_pins(fx_t *f, bigsrc_t *src)
+{
+    for (int i = 0; i < 100000 && src->puts != src->gets; i++)
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(src->puts, src->gets);
+}
+
 /* A value past the copied form's bound (ROUTE_INLINE_COPIED_MAX) goes only as the attachment:
  * asked attached, it comes attached; asked copied, the authority lends nothing (a plain
  * answer, the source not asked); asked attached but the env cannot carry it (ENOTSUP), a plain
@@ -1312,10 +1320,12 @@ static void test_inline_read_att_large(void **state)
     assert_int_equal(route_lookup_inline(svc, &r.ident, on_route, &w, NULL, &inl), 0);
     run_until(&f, &w);
     assert_int_equal(w.rc, 0);
-    assert_int_equal(g_att.calls, 1);
+    /* (a READ whose attempt timer fired first on a loaded machine is sent again: each answer
+     * lent the bytes attached, and every pin comes back) */
+    assert_true(g_att.calls >= 1);
     assert_int_equal(g_att.len, BIG_ATT);
-    assert_int_equal(src.gets, 1);
-    assert_int_equal(src.puts, 1);
+    assert_int_equal(src.gets, g_att.calls);
+    drain_pins(&f, &src);
     assert_true(inl.got);
     assert_int_equal(inl.len, BIG_ATT);
     assert_true(inl.buf[0] == 0x45 && inl.buf[BIG_ATT - 1] == 0x45);
@@ -1331,21 +1341,23 @@ static void test_inline_read_att_large(void **state)
     assert_int_equal(w.rc, 0);
     assert_false(inl.got);
     assert_null(inl.buf);
-    assert_int_equal(src.gets, 1);
+    assert_int_equal(src.gets, g_att.calls); /* not asked */
     assert_int_equal(w.route.length, BIG_ATT);
     kvm_route_free(&w.route);
 
     /* asked attached, the env cannot carry it: a plain answer, the pin given back */
     inl.att = true;
     g_att.mode = 2;
+    int calls = g_att.calls, gets = src.gets;
     memset(&w, 0, sizeof(w));
     assert_int_equal(route_lookup_inline(svc, &r.ident, on_route, &w, NULL, &inl), 0);
     run_until(&f, &w);
     assert_int_equal(w.rc, 0);
     assert_false(inl.got);
     assert_null(inl.buf);
-    assert_int_equal(src.gets, 2);
-    assert_int_equal(src.puts, 2);
+    assert_true(src.gets > gets);
+    assert_int_equal(g_att.calls, calls);
+    drain_pins(&f, &src);
     assert_int_equal(w.route.length, BIG_ATT);
     kvm_route_free(&w.route);
 
