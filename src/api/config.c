@@ -135,12 +135,16 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
            "remote), remote (only reads through a transport; copies from this runtime's own "
            "segments are trusted), or never (a corrupted or raced replica is returned as read).",
            "always", "remote", "never"),
-    F_SIZE(inline_read_max, "256KiB", 0, ROUTE_INLINE_MAX,
-           "Largest value a single get over tcp receives inline with its route lookup (one round "
-           "trip instead of two) when the answering route authority owns a committed replica; "
-           "a batch get's items each ask for at most the smaller of this and 64KiB, 1MiB a "
-           "batch; the same bound caps what this runtime's authorities send; 0 = off "
-           "(docs/store.md \"Inline reads\")."),
+    F_SIZE(
+        inline_read_max, "256KiB", 0, ROUTE_INLINE_MAX,
+        "Largest value a single get over tcp receives inline with its route lookup (one round "
+        "trip instead of two) when the answering route authority owns a committed replica; "
+        "above 256KiB only as the answer's raw payload (verify_reads always or remote; with "
+        "never, 256KiB at most), and not faster than the replica read today (docs/performance.md "
+        "\"Large gets over tcp, s11\"); "
+        "a batch get's items each ask for at most the smaller of this and 64KiB, 1MiB a "
+        "batch; the same bound caps what this runtime's authorities send; 0 = off "
+        "(docs/store.md \"Inline reads\")."),
     F_SIZE(inline_write_max, "64KiB", 0, STORE_INLINE_WRITE_MAX,
            "Largest value a single put over tcp sends with its reservation to a remote owner "
            "(two round trips instead of three: no transport write); not to an owner on this host "

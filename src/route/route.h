@@ -181,7 +181,12 @@ typedef struct route_inline {
      * bytes come in the answer itself (RMSG_READ_INLINE), never as an attachment */
     uint8_t *dst;
 } route_inline_t;
-#define ROUTE_INLINE_MAX (256u * 1024)
+/* The most inline bytes one lookup takes (route_msg.h ROUTE_MSG_MAX_INLINE_ATT): as the
+ * answer's attachment (att); the copied form (att false, or dst set) carries at most
+ * ROUTE_INLINE_COPIED_MAX (ROUTE_MSG_MAX_INLINE), and an authority that could answer only the
+ * copied way (no attachment sender for that peer) sends a plain answer for a longer value. */
+#define ROUTE_INLINE_MAX        (4u * 1024 * 1024)
+#define ROUTE_INLINE_COPIED_MAX (256u * 1024)
 /* The most inline bytes an authority lends to the READs of one received batch message
  * (route_msg.h RMSG_BATCH: a batch get's lookups at one authority), over all its items; a READ
  * past it gets a plain answer (its requester reads the replica). A requester asks for no more

@@ -7,7 +7,9 @@
  *
  * Invariants: bytes are lent only for a READ whose requester accepts them (req->limit, which a
  * peer that predates inline reads leaves 0), only for a non-tombstone route whose length fits
- * that limit and ROUTE_MSG_MAX_INLINE (and, for the READs of one received batch message, within
+ * that limit and ROUTE_MSG_MAX_INLINE (ROUTE_MSG_MAX_INLINE_ATT for a READ that takes the bytes
+ * attached; a value past ROUTE_MSG_MAX_INLINE whose attachment cannot be sent gets a plain
+ * answer, never a copied one) (and, for the READs of one received batch message, within
  * ROUTE_INLINE_BATCH_MAX bytes over all of them), and only between begin and end on the loop
  * thread, inside one handler: the pin the source returned is given back before the handler returns,
  * unless the bytes went as the answer's attachment (route_inline_send): then the pin goes with the
@@ -18,12 +20,16 @@
 
 #include <stdlib.h>
 
-_Static_assert(ROUTE_INLINE_MAX == ROUTE_MSG_MAX_INLINE, "one bound of inline payload");
+_Static_assert(ROUTE_INLINE_MAX == ROUTE_MSG_MAX_INLINE_ATT, "one bound of attached payload");
+_Static_assert(ROUTE_INLINE_COPIED_MAX == ROUTE_MSG_MAX_INLINE, "one bound of copied payload");
 
 void route_inline_begin(route_svc_t *svc, const route_msg_t *req, const kvm_route_t *route)
 {
     KVM_ASSERT(!svc->inl_set);
-    uint32_t max = req->limit < ROUTE_MSG_MAX_INLINE ? req->limit : ROUTE_MSG_MAX_INLINE;
+    /* (more than the copied form's bound only when the requester takes the bytes attached) */
+    uint32_t bound = (req->flags & RMSG_READ_ATT) && !svc->inl_in_batch ? ROUTE_MSG_MAX_INLINE_ATT
+                                                                        : ROUTE_MSG_MAX_INLINE;
+    uint32_t max = req->limit < bound ? req->limit : bound;
     if (svc->inl_in_batch && max > svc->inl_batch_left)
         max = svc->inl_batch_left; /* (the batch message's budget: route_inline_batch_begin) */
     if (!svc->inline_src.get || req->kind != RMSG_READ_REQ || max == 0 ||
@@ -64,7 +70,8 @@ void route_inline_batch_end(route_svc_t *svc)
 
 void route_inline_fill(route_svc_t *svc, route_msg_t *m)
 {
-    if (!svc->inl_set || m->kind != RMSG_READ_RESP || m->status != 0 || m->n_routes != 1)
+    if (!svc->inl_set || m->kind != RMSG_READ_RESP || m->status != 0 || m->n_routes != 1 ||
+        svc->inl_len > ROUTE_MSG_MAX_INLINE) /* (only attached: a plain answer instead) */
         return;
     m->flags |= RMSG_READ_INLINE;
     m->inl = svc->inl_data;

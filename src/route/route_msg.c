@@ -14,8 +14,8 @@
  * CAS_CLAIM_REQ/RESP (and only they) end with u32 claim_len, claim bytes (<= ROUTE_MSG_MAX_CLAIM).
  * A READ_RESP with RMSG_READ_INLINE in flags (and only it) ends with u32 len, the payload bytes
  * (<= ROUTE_MSG_MAX_INLINE, exactly its one route's length; route_msg.h "Inline reads"); one with
- * RMSG_READ_ATT instead ends with u32 len alone (the bytes travel as the attachment,
- * route_msg_attach; both flags together are refused).
+ * RMSG_READ_ATT instead ends with u32 len alone (<= ROUTE_MSG_MAX_INLINE_ATT: the bytes travel as
+ * the attachment, route_msg_attach; both flags together are refused).
  */
 #include "route/route_msg.h"
 
@@ -112,7 +112,8 @@ static bool is_att(uint16_t kind, uint32_t flags)
 }
 
 /* Encode-side check of the inline payload: only a READ_RESP flagged inline carries it, with its
- * one non-tombstone route, exactly that route's length, within ROUTE_MSG_MAX_INLINE. */
+ * one non-tombstone route, exactly that route's length, within ROUTE_MSG_MAX_INLINE (attached:
+ * ROUTE_MSG_MAX_INLINE_ATT). */
 static int check_inline(const route_msg_t *m)
 {
     if (!has_inline(m->kind, m->flags))
@@ -126,8 +127,8 @@ static int check_inline(const route_msg_t *m)
     if (att && ((m->flags & RMSG_READ_INLINE) || m->inl_len))
         return kvm_errf(KVMESH_EINVAL,
                         "read answer: inline bytes both in the message and attached");
-    if (!r || n > ROUTE_MSG_MAX_INLINE || (!att && ((m->inl_len && !m->inl) || m->att_len)) ||
-        r->length != n)
+    if (!r || n > (att ? ROUTE_MSG_MAX_INLINE_ATT : ROUTE_MSG_MAX_INLINE) ||
+        (!att && ((m->inl_len && !m->inl) || m->att_len)) || r->length != n)
         return kvm_errf(KVMESH_EINVAL, "read answer: %u inline bytes for a route of %llu", n,
                         r ? (unsigned long long)r->length : 0ull);
     return 0;
@@ -397,7 +398,7 @@ int route_msg_decode(uint32_t type, const uint8_t *buf, size_t len, route_msg_t 
         uint32_t n = kvm_rd_u32le(&r);
         if (!kvm_rd_ok(&r))
             return bad(out, "truncated attachment length");
-        if ((out->flags & RMSG_READ_INLINE) || n > ROUTE_MSG_MAX_INLINE || out->n_routes != 1 ||
+        if ((out->flags & RMSG_READ_INLINE) || n > ROUTE_MSG_MAX_INLINE_ATT || out->n_routes != 1 ||
             out->routes[0].length != n)
             return bad(out, "attached inline bytes do not match the route");
         out->att_len = n;

@@ -77,13 +77,19 @@ enum route_msg_kind {
  * at the answering authority (<= ROUTE_MSG_MAX_INLINE, and exactly routes[0].length). */
 #define RMSG_READ_INLINE     4u
 #define ROUTE_MSG_MAX_INLINE (256u * 1024)
+/* The bound of the attached form (RMSG_READ_ATT, below): its bytes are the frame's raw payload,
+ * not part of the message, so they are bounded apart from the copied form's. A peer that predates
+ * it bounds both by ROUTE_MSG_MAX_INLINE: its authority lends no more (route_inline.c clamps the
+ * request's limit to its own bound) and its requester asks no more. */
+#define ROUTE_MSG_MAX_INLINE_ATT (4u * 1024 * 1024)
 /* Inline bytes as an attachment (docs/protocol.md "Inline reads": the frame's raw payload, no
  * copy at the authority). In a READ_REQ: the requester takes the answer's bytes as the
  * message's attachment (env_send_att); a peer that predates it neither sets nor reads the bit.
  * In a READ_RESP (never sent unless the request set it, never with RMSG_READ_INLINE): the head
  * of an inline answer that ends with u32 len and no bytes; the len bytes travel as the
- * attachment, and route_msg_attach joins them (an answer whose attachment is missing or of
- * another length is a plain answer: the requester reads the replica). */
+ * attachment (at most ROUTE_MSG_MAX_INLINE_ATT), and route_msg_attach joins them (an answer
+ * whose attachment is missing or of another length is a plain answer: the requester reads the
+ * replica). */
 #define RMSG_READ_ATT 8u
 
 typedef struct route_msg_member {

@@ -118,11 +118,14 @@ void kvm_get_inline_prepare(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout
     uint64_t max = rt->cfg.inline_read_max;
     if (!outs[0].alloc && outs[0].cap < max)
         max = outs[0].cap;
-    look->inl.max = (uint32_t)max; /* (the bytes get a buffer only when they come) */
     /* The bytes as the answer's attachment are read from the owner's slot while the RPC writes
      * them, as a transport read's are: taken only where they are verified (a reuse of the slot
-     * in between fails the checksum); unverified reads take the copy made in one loop turn. */
+     * in between fails the checksum); unverified reads take the copy made in one loop turn,
+     * which the route message bounds (ROUTE_INLINE_COPIED_MAX). */
     look->inl.att = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
+    if (!look->inl.att && max > ROUTE_INLINE_COPIED_MAX)
+        max = ROUTE_INLINE_COPIED_MAX;
+    look->inl.max = (uint32_t)max; /* (the bytes get a buffer only when they come) */
 }
 
 /* The host part of a transport address ("kvt1;host=H;..."): *len bytes at the result. */

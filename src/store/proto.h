@@ -99,7 +99,7 @@
  * Payload bytes travel in these messages only in STORE_RPC_RESERVE_INLINE and
  * STORE_RPC_PUT_PRIMARY (at most STORE_INLINE_WRITE_MAX bytes), as the raw payload of a
  * STORE_RPC_PUT_PRIMARY_RAW frame (at most STORE_PUT_PRIMARY_RAW_MAX) and as the raw payload of a
- * STORE_RPC_ENV frame (an inline read answer, at most ROUTE_MSG_MAX_INLINE); otherwise the
+ * STORE_RPC_ENV frame (an inline read answer, at most ROUTE_MSG_MAX_INLINE_ATT); otherwise the
  * transports move them.
  */
 #ifndef KVMESH_STORE_PROTO_H

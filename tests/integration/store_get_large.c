@@ -11,12 +11,16 @@
  * only route authority, the owner of every replica) and a client-only runtime C. Every count is
  * read from C's kvmesh_op_* families (round trips by stage, hand-offs, checksum passes) and
  * kvmesh_transport_operations_total (tcp reads); no timing is asserted and every wait is bounded.
- *   - 128 KiB and 256 KiB (inline_read_max, ROUTE_INLINE_MAX) into the caller's buffer, and 256 KiB
+ *   - 128 KiB and 256 KiB (inline_read_max's default) into the caller's buffer, and 256 KiB
  * as an allocated result (kvmesh_get): 1 round trip (the lookup), no payload exchange, the bytes
  *     counted as one tcp read, one checksum pass, the value byte for byte;
  *   - 256 KiB + 1 and 1 MiB: 2 (the lookup, then a transport READ);
  *   - a caller's buffer smaller than the value: KVMESH_ETOOBIG with the size, the buffer
  *     untouched, and then the read of the same key into a big enough buffer is 1;
+ *   - inline_read_max raised to 1 MiB on both sides: 1 MiB (into the caller's buffer and
+ *     allocated) and 1 MiB - 1 take 1, past the requester's bound 2; an authority at 256 KiB
+ *     (a runtime that predates the attached form's own bound) 2 for 1 MiB, 1 for 256 KiB; a
+ *     requester with verify_reads never (the copied form, 256 KiB at most) 2 for 1 MiB;
  *   - an authority that predates large inline reads (S bounded as before, by the 64 KiB of an
  *     older inline_read_max): a 256 KiB get takes 2, a 64 KiB one still 1;
  *   - a get racing overwrites and removes of its 256 KiB key at S: every answer one whole
@@ -49,8 +53,9 @@
 #define CHECK(c) TCHECK_FATAL(c)
 
 #define KIB         1024
-#define BIG         ROUTE_INLINE_MAX /* 256 KiB: inline_read_max's default and cap */
-#define OLD_BOUND   (64 * KIB)       /* an older runtime's inline_read_max default */
+#define BIG         ROUTE_INLINE_COPIED_MAX /* 256 KiB: inline_read_max's default */
+#define OLD_BOUND   (64 * KIB)              /* an older runtime's inline_read_max default */
+#define RAISED      (1024 * KIB) /* inline_read_max raised past the copied form's bound */
 #define RACE_GETS   200
 #define RACE_FOUND  20     /* whole values read, at least */
 #define RACE_WRITES 20     /* rewrites made meanwhile, at least */
@@ -219,6 +224,80 @@ static void check_corrupt(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
     on_loop(S, flip_byte, &f); /* restored */
     CHECK(f.ok);
     check_get(C, sc, "corrupt", v, sizeof(v), true, "get 256 KiB (replica restored)");
+}
+
+static void set_verify(kvm_rt_t *rt, void *arg)
+{
+    rt->cfg.verify_reads = *(enum kvm_verify_reads *)arg;
+}
+
+/* inline_read_max raised past the copied form's bound (ROUTE_INLINE_COPIED_MAX), on both sides:
+ * a 1 MiB get is one exchange, its bytes the answer's raw payload (into the caller's buffer and
+ * as an allocated result); 1 MiB + 1 (past the raised bound) takes 2. With the authority still
+ * at 256 KiB (what a runtime that predates the raised bound lends), and with a requester that
+ * does not verify (its bytes would come copied into the message, bounded at 256 KiB), 1 MiB
+ * takes 2 and 256 KiB still 1. */
+static void check_raised_bound(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
+{
+    kvm_rt_t *s = kvmesh_runtime_of(S), *c = kvmesh_runtime_of(C);
+    uint32_t was_s = s->cfg.inline_read_max, was_c = c->cfg.inline_read_max, raised = RAISED;
+    enum kvm_verify_reads was_v = c->cfg.verify_reads, never = KVM_VERIFY_NEVER;
+    CHECK(was_s == BIG && was_c == BIG && was_v != KVM_VERIFY_NEVER);
+    on_loop(S, set_read_max, &raised);
+    on_loop(C, set_read_max, &raised);
+    uint8_t *v = malloc(RAISED), *w = malloc(RAISED - 1), *x = malloc(BIG);
+    CHECK(v && w && x);
+    fill(v, RAISED, 0x15);
+    fill(w, RAISED - 1, 0x16);
+    fill(x, BIG, 0x17);
+    put_at(S, sc, "raised-1m", v, RAISED);
+    put_at(S, sc, "raised-odd", w, RAISED - 1);
+    put_at(S, sc, "raised-256k", x, BIG);
+    check_get(C, sc, "raised-1m", v, RAISED, true, "get 1 MiB (inline_read_max 1 MiB)");
+    check_get(C, sc, "raised-odd", w, RAISED - 1, true, "get 1 MiB - 1 (inline_read_max 1 MiB)");
+    void *out = NULL;
+    size_t len = 0;
+    trt_cp_t a = snap(C), d;
+    CHECK(kvmesh_get(C, sc, "raised-1m", 9, &out, &len) == 0);
+    d = trt_cp_delta(a, snap(C));
+    trt_cp_show("get 1 MiB (allocated result, inline_read_max 1 MiB)", &d);
+    CHECK(out && len == RAISED && memcmp(out, v, RAISED) == 0);
+    CHECK(trt_cp_round_trips(&d) == 1 && d.payload == 0 && d.reads == 1 && d.checksums == 1);
+    kvmesh_free(out);
+    /* past the raised bound: the lookup, then a transport READ */
+    uint32_t lower = RAISED - 1;
+    on_loop(C, set_read_max, &lower);
+    check_get(C, sc, "raised-1m", v, RAISED, false, "get 1 MiB (requester at 1 MiB - 1)");
+    on_loop(C, set_read_max, &raised);
+    /* an authority that lends no more than 256 KiB */
+    on_loop(S, set_read_max, &was_s);
+    check_get(C, sc, "raised-1m", v, RAISED, false, "get 1 MiB (authority at 256 KiB)");
+    check_get(C, sc, "raised-256k", x, BIG, true, "get 256 KiB (authority at 256 KiB)");
+    on_loop(S, set_read_max, &raised);
+    /* a requester that does not verify: the copied form, at most 256 KiB */
+    on_loop(C, set_verify, &never);
+    size_t got = 0;
+    uint8_t *o = malloc(RAISED);
+    CHECK(o);
+    a = snap(C);
+    CHECK(kvmesh_get_into(C, sc, "raised-1m", 9, o, RAISED, &got) == 0);
+    d = trt_cp_delta(a, snap(C));
+    trt_cp_show("get 1 MiB (verify_reads never)", &d);
+    CHECK(got == RAISED && memcmp(o, v, RAISED) == 0);
+    CHECK(d.payload == 1 && d.checksums == 0);
+    a = snap(C);
+    CHECK(kvmesh_get_into(C, sc, "raised-256k", 11, o, BIG, &got) == 0);
+    d = trt_cp_delta(a, snap(C));
+    trt_cp_show("get 256 KiB (verify_reads never)", &d);
+    CHECK(got == BIG && memcmp(o, x, BIG) == 0);
+    CHECK(d.payload == 0 && trt_cp_round_trips(&d) == 1 && d.checksums == 0);
+    on_loop(C, set_verify, &was_v);
+    on_loop(S, set_read_max, &was_s);
+    on_loop(C, set_read_max, &was_c);
+    free(o);
+    free(v);
+    free(w);
+    free(x);
 }
 
 /* An authority that predates large inline reads: bounded by an older inline_read_max. */
@@ -390,6 +469,7 @@ int main(void)
     check_alloc(S, C, &sc);
     check_small_buffer(S, C, &sc);
     check_old_authority(S, C, &sc);
+    check_raised_bound(S, C, &sc);
     check_race(S, C, &sc);
     check_elsewhere(S, C, &sc, url);
     check_corrupt(S, C, &sc); /* (last: C reports S, whose replica failed its checksum) */

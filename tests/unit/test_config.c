@@ -62,8 +62,8 @@ static const struct {
     {"transport", "udp", "transport: \"udp\" is not allowed; allowed auto|tcp|shm"},
     {"verify_reads", "sometimes",
      "verify_reads: \"sometimes\" is not allowed; allowed always|remote|never"},
-    {"inline_read_max", "512KiB",
-     "inline_read_max: \"512KiB\" is out of range; allowed 0..256KiB (a byte count with optional "
+    {"inline_read_max", "5MiB",
+     "inline_read_max: \"5MiB\" is out of range; allowed 0..4MiB (a byte count with optional "
      "unit B, KiB|K, MiB|M, GiB|G, TiB|T, KB, MB, GB, TB)"},
     {"inline_write_max", "512KiB",
      "inline_write_max: \"512KiB\" is out of range; allowed 0..256KiB (a byte count with optional "

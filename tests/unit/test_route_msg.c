@@ -1091,6 +1091,63 @@ static void test_read_att(void **state)
     kvm_route_free(&r);
 }
 
+/* r's object length and its replicas' (a route's replicas hold the object's length). */
+static void set_length(kvm_route_t *r, uint64_t n)
+{
+    r->length = n;
+    for (uint32_t i = 0; i < r->n_replicas; i++)
+        r->replicas[i].length = n;
+}
+
+/* The attached form is bounded apart from the copied one: a head announcing more than
+ * ROUTE_MSG_MAX_INLINE (up to ROUTE_MSG_MAX_INLINE_ATT) bytes encodes and decodes, one past
+ * ROUTE_MSG_MAX_INLINE_ATT is refused, and the copied form keeps its own bound. */
+static void test_read_att_bound(void **state)
+{
+    (void)state;
+    kvm_route_t r;
+    fixture_route(&r, "att-big", 1, 1);
+    const kvm_route_t *rp = &r;
+    uint8_t *buf = malloc(ROUTE_MSG_MAX_LEN);
+    assert_non_null(buf);
+    route_msg_t m, d;
+    size_t len = 0;
+    _Static_assert(ROUTE_MSG_MAX_INLINE_ATT > ROUTE_MSG_MAX_INLINE, "attached bound above copied");
+    static const uint32_t ok[] = {ROUTE_MSG_MAX_INLINE + 1, 1024u * 1024, ROUTE_MSG_MAX_INLINE_ATT};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        set_length(&r, ok[i]);
+        route_msg_init(&m, RMSG_READ_RESP);
+        m.req_id = 9;
+        m.rptrs = &rp;
+        m.n_routes = 1;
+        m.flags = RMSG_READ_ATT;
+        m.att_len = ok[i];
+        assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), 0);
+        assert_int_equal(route_msg_decode(ROUTE_MSG_BASE + RMSG_READ_RESP, buf, len, &d), 0);
+        assert_int_equal(d.att_len, ok[i]);
+        route_msg_clear(&d);
+    }
+    /* one past the attached bound: refused */
+    set_length(&r, ROUTE_MSG_MAX_INLINE_ATT + 1);
+    m.att_len = ROUTE_MSG_MAX_INLINE_ATT + 1;
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), KVMESH_EINVAL);
+    /* the copied form: past ROUTE_MSG_MAX_INLINE refused, whatever the attached bound */
+    uint8_t *bytes = calloc(1, ROUTE_MSG_MAX_INLINE + 1);
+    assert_non_null(bytes);
+    set_length(&r, ROUTE_MSG_MAX_INLINE + 1);
+    route_msg_init(&m, RMSG_READ_RESP);
+    m.rptrs = &rp;
+    m.n_routes = 1;
+    m.flags = RMSG_READ_INLINE;
+    m.inl = bytes;
+    m.inl_len = ROUTE_MSG_MAX_INLINE + 1;
+    assert_int_equal(route_msg_encode(&m, buf, ROUTE_MSG_MAX_LEN, &len), KVMESH_EINVAL);
+    free(bytes);
+    set_length(&r, 100);
+    free(buf);
+    kvm_route_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1100,6 +1157,7 @@ int main(void)
         cmocka_unit_test(test_batch_codec),           cmocka_unit_test(test_route_frame),
         cmocka_unit_test(test_read_inline),           cmocka_unit_test(test_read_att),
         cmocka_unit_test(test_batch_reserve),         cmocka_unit_test(test_decoded_copy_asserts),
+        cmocka_unit_test(test_read_att_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1250,6 +1250,130 @@ static void test_inline_read_att(void **state)
     fx_close(&f);
 }
 
+/* A source of one large value (past the copied form's bound). */
+#define BIG_ATT (512u * 1024)
+typedef struct bigsrc {
+    int gets, puts;
+    uint8_t *bytes; /* BIG_ATT */
+} bigsrc_t;
+
+static int bigsrc_get(void *ctx, const kvm_route_t *route, uint32_t max, const uint8_t **data,
+                      size_t *len, void **pin)
+{
+    bigsrc_t *s = ctx;
+    s->gets++;
+    assert_true(route->length <= max && route->length == BIG_ATT);
+    memset(s->bytes, (int)(route->checksum & 0xff), BIG_ATT);
+    *data = s->bytes;
+    *len = route->length;
+    *pin = s;
+    return 0;
+}
+
+static void bigsrc_put(void *ctx, void *pin)
+{
+    bigsrc_t *s = ctx;
+    assert_ptr_equal(pin, s);
+    s->puts++;
+}
+
+/* Runs the loop until every pin the source lent came back (bounded). */
+static void drain_pins(fx_t *f, bigsrc_t *src)
+{
+    for (int i = 0; i < 100000 && src->puts != src->gets; i++)
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(src->puts, src->gets);
+}
+
+/* A value past the copied form's bound (ROUTE_INLINE_COPIED_MAX) goes only as the attachment:
+ * asked attached, it comes attached; asked copied, the authority lends nothing (a plain
+ * answer, the source not asked); asked attached but the env cannot carry it (ENOTSUP), a plain
+ * answer rather than a copied one (which the message could not hold). */
+static void test_inline_read_att_large(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, "memory://route-unit-inline-att-large");
+    bigsrc_t src = {.bytes = malloc(BIG_ATT)};
+    assert_non_null(src.bytes);
+    g_src = (route_inline_src_t){.get = bigsrc_get, .put = bigsrc_put, .ctx = &src};
+    waitv_t w;
+    route_svc_t *svc = start(&f, 1, POLICY, &w);
+    g_src = (route_inline_src_t){0};
+    assert_int_equal(w.rc, 0);
+    env_set_recv(f.env, (env_recv_fn)route_on_message, svc);
+    env_uv_set_sender(f.env, sender_as_peer, f.env);
+    env_uv_set_sender_att(f.env, sender_att_as_peer, f.env);
+    isrc_t unused = {0};
+    g_att = (attx_t){.src = &unused};
+    route_member_t m = {.rt = {.id = kvm_id128_from_u64(7, 1), .epoch = 1},
+                        .node = 1,
+                        .weight = 1,
+                        .route_capable = true,
+                        .route_version = ROUTE_PROTOCOL_VERSION};
+    route_set_members(svc, 1, &m, 1);
+    kvm_route_t r;
+    mk(&r, "big", 1, 0x45);
+    r.length = r.replicas[0].length = BIG_ATT;
+    cas(&f, svc, KVM_ROUTE_VERSION_NONE, &r, &w);
+    assert_int_equal(w.rc, 0);
+    kvm_route_free(&w.route);
+    _Static_assert(BIG_ATT > ROUTE_INLINE_COPIED_MAX && BIG_ATT <= ROUTE_INLINE_MAX, "bounds");
+    route_inline_t inl = {.max = 1024u * 1024, .att = true};
+
+    /* asked attached: the bytes come as the attachment */
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(route_lookup_inline(svc, &r.ident, on_route, &w, NULL, &inl), 0);
+    run_until(&f, &w);
+    assert_int_equal(w.rc, 0);
+    /* (a READ whose attempt timer fired first on a loaded machine is sent again: each answer
+     * lent the bytes attached, and every pin comes back) */
+    assert_true(g_att.calls >= 1);
+    assert_int_equal(g_att.len, BIG_ATT);
+    assert_int_equal(src.gets, g_att.calls);
+    drain_pins(&f, &src);
+    assert_true(inl.got);
+    assert_int_equal(inl.len, BIG_ATT);
+    assert_true(inl.buf[0] == 0x45 && inl.buf[BIG_ATT - 1] == 0x45);
+    free(inl.buf);
+    inl.buf = NULL;
+    kvm_route_free(&w.route);
+
+    /* asked copied: nothing lent (past the copied bound), a plain answer */
+    inl.att = false;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(route_lookup_inline(svc, &r.ident, on_route, &w, NULL, &inl), 0);
+    run_until(&f, &w);
+    assert_int_equal(w.rc, 0);
+    assert_false(inl.got);
+    assert_null(inl.buf);
+    assert_int_equal(src.gets, g_att.calls); /* not asked */
+    assert_int_equal(w.route.length, BIG_ATT);
+    kvm_route_free(&w.route);
+
+    /* asked attached, the env cannot carry it: a plain answer, the pin given back */
+    inl.att = true;
+    g_att.mode = 2;
+    int calls = g_att.calls, gets = src.gets;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(route_lookup_inline(svc, &r.ident, on_route, &w, NULL, &inl), 0);
+    run_until(&f, &w);
+    assert_int_equal(w.rc, 0);
+    assert_false(inl.got);
+    assert_null(inl.buf);
+    assert_true(src.gets > gets);
+    assert_int_equal(g_att.calls, calls);
+    drain_pins(&f, &src);
+    assert_int_equal(w.route.length, BIG_ATT);
+    kvm_route_free(&w.route);
+
+    env_uv_set_sender_att(f.env, NULL, NULL);
+    kvm_route_free(&r);
+    route_svc_free(svc);
+    fx_close(&f);
+    free(src.bytes);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1262,6 +1386,7 @@ int main(void)
         cmocka_unit_test(test_inline_read),
         cmocka_unit_test(test_inline_read_att),
         cmocka_unit_test(test_inline_read_batch),
+        cmocka_unit_test(test_inline_read_att_large),
     };
     /* The route operations again in MetadataOnly mode (routes stored in the metadata backend):
      * the same lookup/CAS/owner-scan behaviour through the same route.h service. */
