@@ -22,10 +22,11 @@
  * 10 (8.1 with the route message decode of the same round). The ninth round took the API's
  * identity and request record onto the caller's stack, the route-call contexts from the
  * runtime's spare list and (shm) the transport batch from the engine's spare, which leaves about
- * 5.2 (tcp) and 3.1 (shm): at most GET_ALLOCS_MAX_TCP / _SHM per get is asserted, with room for
- * the background work of the same interval (lease keep-alives, membership refreshes, a read
- * grant's periodic re-check). What is left per get: docs/performance.md "Store CPU per item,
- * ninth round".
+ * 5.2 (tcp) and 3.1 (shm); s11 counts the aligned forms too (alloc_count.h: 2.0 per shm get,
+ * one of them the sum its fused read folded, now on the stack: 1.0-1.1 left). At most
+ * GET_ALLOCS_MAX_TCP / _SHM per get is asserted, with room for the background work of the same
+ * interval (lease keep-alives, membership refreshes, a read grant's periodic re-check). What is
+ * left per get: docs/performance.md "Store CPU per item, ninth round".
  *
  * Allocations are counted by the sanitizer's malloc hooks in a sanitizer build, else by this
  * program's own malloc, calloc and realloc, which take precedence over the C library's in every
@@ -55,8 +56,8 @@
 #define GETS      2000
 /* per get, the background included (see above; 17-18 before the eighth round, 8.1-8.6 before
  * the ninth) */
-#define GET_ALLOCS_MAX_TCP 7
-#define GET_ALLOCS_MAX_SHM 5
+#define GET_ALLOCS_MAX_TCP 7.0
+#define GET_ALLOCS_MAX_SHM 1.6 /* 2.0 (aligned_alloc counted) before s11: the fused read's sum */
 #define BATCH_CALLS        100 /* batch calls counted (BATCH_N items each) */
 /* per batch item, the background included (docs/performance.md "Store CPU per item, ninth
  * round") */
@@ -224,7 +225,8 @@ int main(int argc, char **argv)
     fflush(stdout);
     CHECK(h == gets); /* one hand-off per get */
     CHECK(l >= gets); /* every get asked the authority (no cached route served) */
-    CHECK(a <= (uint64_t)gets * (strcmp(xp, "tcp") == 0 ? GET_ALLOCS_MAX_TCP : GET_ALLOCS_MAX_SHM));
+    CHECK((double)a <=
+          (double)gets * (strcmp(xp, "tcp") == 0 ? GET_ALLOCS_MAX_TCP : GET_ALLOCS_MAX_SHM));
 
     kvmesh_close(C);
     kvmesh_close(S);

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * alloc_count.h — counts every allocation call of the process (malloc, calloc, realloc), for
+ * alloc_count.h — counts every allocation call of the process (malloc, calloc, realloc and the
+ * aligned forms aligned_alloc, posix_memalign, memalign), for
  * the tests that pin allocations per operation (header-only; include it in ONE translation unit
  * of a test program: it defines the program's malloc family). Without a sanitizer the program's
- * malloc/calloc/realloc/free count and pass every call on to glibc's own entry points; under
+ * malloc family counts and passes every call on to glibc's own entry points; under
  * ASan or TSan (which own the malloc family) the sanitizer's malloc hook counts instead.
  *
  *   alloc_count_start()  installs the counting (0, or -1 when the sanitizer refused the hook);
@@ -56,11 +57,15 @@ extern void *__libc_malloc(size_t size);
 extern void *__libc_calloc(size_t n, size_t size);
 extern void *__libc_realloc(void *p, size_t size);
 extern void __libc_free(void *p);
+extern void *__libc_memalign(size_t align, size_t size);
 
 void *malloc(size_t size);
 void *calloc(size_t n, size_t size);
 void *realloc(void *p, size_t size);
 void free(void *p);
+void *aligned_alloc(size_t align, size_t size);
+int posix_memalign(void **out, size_t align, size_t size);
+void *memalign(size_t align, size_t size);
 
 void *malloc(size_t size)
 {
@@ -83,6 +88,30 @@ void *realloc(void *p, size_t size)
 void free(void *p)
 {
     __libc_free(p);
+}
+
+void *aligned_alloc(size_t align, size_t size)
+{
+    atomic_fetch_add_explicit(&alloc_count_calls, 1, memory_order_relaxed);
+    return __libc_memalign(align, size);
+}
+
+void *memalign(size_t align, size_t size)
+{
+    atomic_fetch_add_explicit(&alloc_count_calls, 1, memory_order_relaxed);
+    return __libc_memalign(align, size);
+}
+
+int posix_memalign(void **out, size_t align, size_t size)
+{
+    atomic_fetch_add_explicit(&alloc_count_calls, 1, memory_order_relaxed);
+    if (align < sizeof(void *) || (align & (align - 1)) != 0)
+        return 22; /* EINVAL */
+    void *p = __libc_memalign(align, size);
+    if (!p)
+        return 12; /* ENOMEM */
+    *out = p;
+    return 0;
 }
 
 static inline int alloc_count_start(void)
