@@ -166,8 +166,14 @@ bool tp_segment_sums(const struct tp_segment *s, unsigned nreq);
 
 const char *tp_kind_name(enum tp_kind k);
 
+/* shm: a peer found alive is not polled again before a request's first step for this long
+ * (1 ms): single small requests in a row poll about once per ms, not once per request
+ * (transport_shm.c). */
+#define TP_SHM_ALIVE_RECHECK_NS (1000ull * 1000ull)
+
 /* Test hook (shm): sets how long a peer found alive is not polled again before a request's first
- * step (0: the default, 100 us) and returns the number of liveness polls made so far. */
+ * step (0: the default, 1 ms: TP_SHM_ALIVE_RECHECK_NS) and returns the number of liveness polls
+ * made so far. */
 uint64_t tp_shm_test_alive_recheck(uint64_t ns);
 
 #endif

@@ -251,19 +251,20 @@ static bool shm_peer_alive(struct shm_peer *p)
     return true;
 }
 
-/* Between requests of a batch the owner's liveness is polled at most once per
- * SHM_ALIVE_RECHECK_NS: a poll(2) per 4 KiB item cost more than the item's copy (9.5% of a shm
- * batch_get's samples against 2.8% for the copies). A request that starts within that window
- * after the owner died copies from or into its segment's mapping, which stays valid (the memfd
- * is held by the mapping): a read is verified against the route's checksum and a write is not
- * published without the owner. Each further step of a large request polls. */
-#define SHM_ALIVE_RECHECK_NS (100u * 1000u)
-
-static uint64_t alive_recheck_ns = SHM_ALIVE_RECHECK_NS; /* atomic; tests may widen it */
+/* Before a request's first step the owner's liveness is polled at most once per
+ * TP_SHM_ALIVE_RECHECK_NS (transport.h): a poll(2) per 4 KiB item cost more than the item's
+ * copy (9.5% of a shm batch_get's samples against 2.8% for the copies), and with a 100 us window
+ * a stream of single 4 KiB gets (one every 50-70 us) still polled before about every second one.
+ * A request that starts within that window after the owner died copies from or into its
+ * segment's mapping, which stays valid (the memfd is held by the mapping): a read is verified
+ * against the route's checksum and a write is not published without the owner; the window only
+ * bounds how late a death is noticed before the first step. Each further step of a large
+ * request polls. */
+static uint64_t alive_recheck_ns = TP_SHM_ALIVE_RECHECK_NS; /* atomic; tests may change it */
 
 uint64_t tp_shm_test_alive_recheck(uint64_t ns)
 {
-    __atomic_store_n(&alive_recheck_ns, ns ? ns : SHM_ALIVE_RECHECK_NS, __ATOMIC_RELAXED);
+    __atomic_store_n(&alive_recheck_ns, ns ? ns : TP_SHM_ALIVE_RECHECK_NS, __ATOMIC_RELAXED);
     return __atomic_load_n(&alive_polls, __ATOMIC_RELAXED);
 }
 
@@ -461,11 +462,13 @@ void tp_shm_note_grant(struct tp_segment *s, const struct seg_grant *g)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* The grant descriptor for token: cached, or asked from the owner. */
+/* The grant descriptor for token: cached, or asked from the owner. *now: the caller's clock read,
+ * one per request for the cache's age, the grant's expiry and the owner's liveness window; read
+ * again after an exchange with the owner. */
 static int shm_grant_get(struct tp_segment *s, uint64_t token, struct seg_grant *g,
-                         enum seg_reason *reason, struct tp_batch *b)
+                         enum seg_reason *reason, struct tp_batch *b, uint64_t *now_io)
 {
-    uint64_t now = env_clock_mono_ns();
+    uint64_t now = *now_io;
     pthread_mutex_lock(&s->mu);
     for (unsigned i = 0; i < s->ngrants; i++) {
         if (s->grants[i].token == token && now - s->grant_fetched[i] < TP_SHM_GRANT_RECHECK) {
@@ -480,6 +483,7 @@ static int shm_grant_get(struct tp_segment *s, uint64_t token, struct seg_grant 
     int rc = shm_exchange(s->peer, s->seg_id, token, false, &rep, NULL);
     if (rc)
         return rc;
+    *now_io = env_clock_mono_ns(); /* (the grant's expiry is checked against the time after it) */
     pthread_mutex_lock(&s->mu);
     if (rep.status) {
         shm_cache_drop(s, token);
@@ -593,11 +597,11 @@ static int shm_submit(struct tp_batch *b, unsigned idx, enum seg_reason *reason)
     struct tp_segment *s = r->segment;
     struct shm_peer *p = s->peer;
     struct seg_grant g;
-    int rc = shm_grant_get(s, r->token, &g, reason, b);
+    uint64_t now = env_clock_mono_ns();
+    int rc = shm_grant_get(s, r->token, &g, reason, b, &now);
     if (rc)
         return rc;
     uint32_t op = r->op == TP_READ ? SEG_READ : SEG_WRITE;
-    uint64_t now = env_clock_mono_ns();
     rc =
         seg_grant_allows(&g, s->seg_id, s->map->size, r->remote_offset, r->length, op, now, reason);
     if (rc)

@@ -302,12 +302,14 @@ static unsigned nreqs(const struct iovec *iov, int iovcnt)
 }
 
 /* The checksums a round's transport batch folds as it moves the bytes (tp_segment_sums), one
- * per item of the round: allocated on first use; the transport writes them until the batch
- * completed, so they are read after it and freed after tp_batch_free. */
+ * per item of the round: a round of one item (a single get or put) uses the one in the struct,
+ * a larger one allocates on first use; the transport writes them until the batch completed, so
+ * they are read after it and released (fuse_end) after tp_batch_free. */
 struct fuse_sums {
     struct kvm_sum *st;
     size_t n; /* items in the round: st has room for n sums (one ~0.6 KiB state each) */
     bool on[DATA_CHUNK_MAX];
+    struct kvm_sum one; /* st of a round of one item: no allocation per single op */
 };
 
 /* The initialised sum of item j, or NULL (out of memory: the caller hashes in a pass). */
@@ -315,12 +317,20 @@ static struct kvm_sum *fuse_start(struct fuse_sums *f, size_t j)
 {
     KVM_ASSERT(j < f->n && f->n <= DATA_CHUNK_MAX);
     if (!f->st)
-        f->st = aligned_alloc(_Alignof(struct kvm_sum), f->n * sizeof(struct kvm_sum));
+        f->st = f->n == 1 ? &f->one
+                          : aligned_alloc(_Alignof(struct kvm_sum), f->n * sizeof(struct kvm_sum));
     if (!f->st)
         return NULL;
     kvm_sum_init(&f->st[j], KVM_HASH_SEED_CHECKSUM);
     f->on[j] = true;
     return &f->st[j];
+}
+
+static void fuse_end(struct fuse_sums *f)
+{
+    if (f->st != &f->one)
+        free(f->st);
+    f->st = NULL;
 }
 
 /* Copies len bytes (to the segment at p for SEG_WRITE, from it otherwise) and, with sum set,
@@ -585,7 +595,7 @@ static int put_impl(kvm_rt_t *rt, const kvm_ident_t *ids, const struct kvm_sg *s
                 if (fs.on[i - base] && !place->items[i].rc)
                     place->items[i].checksum = kvm_sum_digest(&fs.st[i - base]);
         }
-        free(fs.st);
+        fuse_end(&fs);
         kvm_fair_release(rt, &ft); /* completed or failed: nothing of it is in flight */
         for (size_t i = base; i < end; i++)
             reg_drop(rt, &regs[i - base]);
@@ -858,7 +868,7 @@ static int get_round(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_
         }
         if (b)
             tp_batch_free(b);
-        free(fs.st);
+        fuse_end(&fs);
         kvm_fair_release(rt, &ft); /* completed or failed: nothing of it is in flight */
         for (size_t i = base; i < end; i++)
             reg_drop(rt, &regs[i - base]);

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * alloc_count.h — counts every allocation call of the process (malloc, calloc, realloc), for
+ * alloc_count.h — counts every allocation call of the process (malloc, calloc, realloc and the
+ * aligned forms aligned_alloc, posix_memalign, memalign), for
  * the tests that pin allocations per operation (header-only; include it in ONE translation unit
  * of a test program: it defines the program's malloc family). Without a sanitizer the program's
- * malloc/calloc/realloc/free count and pass every call on to glibc's own entry points; under
+ * malloc family counts and passes every call on to glibc's own entry points; under
  * ASan or TSan (which own the malloc family) the sanitizer's malloc hook counts instead.
  *
  *   alloc_count_start()  installs the counting (0, or -1 when the sanitizer refused the hook);
  *                        call it once, before the calls to count
  *   alloc_count_now()    the number of allocation calls so far (all threads)
+ *   alloc_count_thread_now()  ... of the calling thread alone
  */
 #ifndef KVMESH_TESTS_SUPPORT_ALLOC_COUNT_H
 #define KVMESH_TESTS_SUPPORT_ALLOC_COUNT_H
@@ -25,7 +27,14 @@
 #endif
 #endif
 
-static atomic_uint_fast64_t alloc_count_calls; /* every allocation call of the process */
+static atomic_uint_fast64_t alloc_count_calls;          /* every allocation call of the process */
+static _Thread_local uint64_t alloc_count_thread_calls; /* ... of the calling thread */
+
+#define ALLOC_COUNT_ONE()                                                                          \
+    do {                                                                                           \
+        atomic_fetch_add_explicit(&alloc_count_calls, 1, memory_order_relaxed);                    \
+        alloc_count_thread_calls++;                                                                \
+    } while (0)
 
 #ifdef ALLOC_COUNT_SANITIZER
 /* (sanitizer/allocator_interface.h: not every toolchain installs it; the runtime exports it) */
@@ -36,7 +45,7 @@ static void alloc_count_on_malloc(const volatile void *p, size_t size)
 {
     (void)p;
     (void)size;
-    atomic_fetch_add_explicit(&alloc_count_calls, 1, memory_order_relaxed);
+    ALLOC_COUNT_ONE();
 }
 
 static void alloc_count_on_free(const volatile void *p)
@@ -56,33 +65,61 @@ extern void *__libc_malloc(size_t size);
 extern void *__libc_calloc(size_t n, size_t size);
 extern void *__libc_realloc(void *p, size_t size);
 extern void __libc_free(void *p);
+extern void *__libc_memalign(size_t align, size_t size);
 
 void *malloc(size_t size);
 void *calloc(size_t n, size_t size);
 void *realloc(void *p, size_t size);
 void free(void *p);
+void *aligned_alloc(size_t align, size_t size);
+int posix_memalign(void **out, size_t align, size_t size);
+void *memalign(size_t align, size_t size);
 
 void *malloc(size_t size)
 {
-    atomic_fetch_add_explicit(&alloc_count_calls, 1, memory_order_relaxed);
+    ALLOC_COUNT_ONE();
     return __libc_malloc(size);
 }
 
 void *calloc(size_t n, size_t size)
 {
-    atomic_fetch_add_explicit(&alloc_count_calls, 1, memory_order_relaxed);
+    ALLOC_COUNT_ONE();
     return __libc_calloc(n, size);
 }
 
 void *realloc(void *p, size_t size)
 {
-    atomic_fetch_add_explicit(&alloc_count_calls, 1, memory_order_relaxed);
+    ALLOC_COUNT_ONE();
     return __libc_realloc(p, size);
 }
 
 void free(void *p)
 {
     __libc_free(p);
+}
+
+void *aligned_alloc(size_t align, size_t size)
+{
+    ALLOC_COUNT_ONE();
+    return __libc_memalign(align, size);
+}
+
+void *memalign(size_t align, size_t size)
+{
+    ALLOC_COUNT_ONE();
+    return __libc_memalign(align, size);
+}
+
+int posix_memalign(void **out, size_t align, size_t size)
+{
+    ALLOC_COUNT_ONE();
+    if (align < sizeof(void *) || (align & (align - 1)) != 0)
+        return 22; /* EINVAL */
+    void *p = __libc_memalign(align, size);
+    if (!p)
+        return 12; /* ENOMEM */
+    *out = p;
+    return 0;
 }
 
 static inline int alloc_count_start(void)
@@ -94,6 +131,11 @@ static inline int alloc_count_start(void)
 static inline uint64_t alloc_count_now(void)
 {
     return atomic_load_explicit(&alloc_count_calls, memory_order_relaxed);
+}
+
+static inline uint64_t alloc_count_thread_now(void)
+{
+    return alloc_count_thread_calls;
 }
 
 #endif
