@@ -280,6 +280,32 @@ static int out_new(rpc_endpoint *ep, uint8_t kind, uint64_t id, const struct rpc
     return 0;
 }
 
+/* A lent payload (rpc_msg.lend) whose frame is not written whole when rpc_call returns: what is
+ * left of its payload (every buf after the head's; the head is bufs[0] while any of it is left)
+ * is copied into own (pooled, room for the whole payload), which the frame keeps and frees. */
+static void out_own_rest(rpc_endpoint *ep, struct rpc_out *o, uint8_t *own)
+{
+    KVM_ASSERT(!o->owned_payload);
+    unsigned first = o->nbufs > 0 && (uint8_t *)o->bufs[0].base >= o->head &&
+                             (uint8_t *)o->bufs[0].base < o->head + o->head_len
+                         ? 1
+                         : 0;
+    size_t rest = 0;
+    for (unsigned i = first; i < o->nbufs; i++) {
+        memcpy(own + rest, o->bufs[i].base, o->bufs[i].len);
+        rest += o->bufs[i].len;
+    }
+    if (rest == 0) { /* (only the head was left) */
+        bufpool_put(&ep->pool, own);
+        return;
+    }
+    o->bufs[first] = uv_buf_init((char *)own, (unsigned)rest);
+    o->nbufs = first + 1;
+    o->owned_payload = own;
+    ep->st.lent_copied++;
+    ep->st.lent_copied_bytes += rest;
+}
+
 /* A handshake or cancel frame (no protobuf RpcHeader). Takes ownership of pb (malloc'd). */
 struct rpc_out *rpc_out_raw(rpc_endpoint *ep, uint8_t kind, uint64_t id, uint8_t *pb, size_t pb_len)
 {
@@ -765,12 +791,21 @@ int rpc_call(rpc_peer *p, const struct rpc_msg *m, rpc_call_cb cb, void *arg, rp
     rc = sendq_admit(ep, &p->sq, plen);
     if (rc)
         return rc;
+    /* a lent payload: the room for its unwritten rest is taken first, so that nothing can fail
+     * once part of it was written (a pooled buffer, given back when the socket took it all) */
+    uint8_t *spare = m->lend && plen ? bufpool_get(&ep->pool, plen) : NULL;
+    if (m->lend && plen && !spare)
+        return kvm_errf(KVMESH_ENOMEM, "out of memory for a lent payload of %llu bytes",
+                        (unsigned long long)plen);
     rpc_call_t *c = call_new(p, cb, arg);
-    if (!c)
+    if (!c) {
+        bufpool_put(&ep->pool, spare);
         return KVMESH_ENOMEM;
+    }
     struct rpc_out *o;
     rc = out_new(ep, FRAME_REQUEST, c->id, m, 0, NULL, 0, &o);
     if (rc) {
+        bufpool_put(&ep->pool, spare);
         fl_put(&ep->free_calls, c);
         return rc;
     }
@@ -785,6 +820,13 @@ int rpc_call(rpc_peer *p, const struct rpc_msg *m, rpc_call_cb cb, void *arg, rp
     if (out)
         *out = c;
     peer_enqueue(p, o);
+    if (spare) {
+        ep->st.lent++;
+        if (c->out) /* (the frame not written whole: waiting for the connection, or for room) */
+            out_own_rest(ep, c->out, spare);
+        else
+            bufpool_put(&ep->pool, spare);
+    }
     return 0;
 }
 

@@ -12,9 +12,10 @@
  *
  * Ownership summary:
  *  - rpc_msg.body bytes are copied at submit; rpc_msg.iov payload buffers are NOT copied (they go
- *    to uv_write as iovecs) and must stay valid until the call's callback (rpc_call) or the
+ *    to sendmsg as iovecs) and must stay valid until the call's callback (rpc_call) or the
  *    sent callback (rpc_notify / rpc_reply_send) has run. With a NULL sent callback the payload
- *    is copied instead.
+ *    is copied instead. A call's payload marked rpc_msg.lend need only stay valid until
+ *    rpc_call returns (its unwritten rest is copied then).
  *  - Received payloads are malloc'd buffers of at least the announced length (large ones come
  *    from the endpoint's buffer pool, bufpool.h, but are plain malloc blocks); a callback/handler
  *    may take one by setting ->payload = NULL after saving the pointer (then it must free() it).
@@ -133,6 +134,11 @@ struct rpc_msg {
     unsigned niov;                   /* <= RPC_MAX_IOV */
     uint32_t timeout_ms;             /* rpc_call only: 0 = no deadline */
     const struct frame_trace *trace; /* NULL = zero trace context */
+    /* rpc_call only: the iov payload is lent until rpc_call returns, not until the callback
+     * (docs/rpc.md "Lent payloads"): rpc_call writes what the socket takes now and copies what
+     * is left of the payload (the socket full, or the peer not connected yet) into a buffer of
+     * its own before it returns, so the caller may reuse or free the bytes at once after. */
+    int lend;
 };
 
 /* Result of a call, valid during the callback only (payload may be taken, see above). */
@@ -231,6 +237,9 @@ struct rpc_stats {
     /* payload sinks: requests whose payload went straight to a sink's dst, was discarded by
      * one, and sink contexts aborted (the handler did not run) */
     uint64_t sink_direct, sink_discarded, sink_aborted;
+    /* lent payloads (rpc_msg.lend): calls sent with one, those whose unwritten rest rpc_call
+     * copied before it returned, and the bytes it copied */
+    uint64_t lent, lent_copied, lent_copied_bytes;
 };
 
 /* Creates an endpoint on loop. cfg is copied. */

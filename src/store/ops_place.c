@@ -633,17 +633,26 @@ static void rsv_send_one(struct reserve_ctx *c)
      * (put_primary.c; only before the deadline, as an inline reservation) */
     if (p && left_ms && left_ms != UINT32_MAX && !c->prim_off &&
         kvm_put_primary_wants(op->rt, op, it, &c->owner, c->data_addr)) {
-        /* (a value above inline_write_max goes as the frame's raw payload, from a staged copy:
-         * the caller's buffer may be gone before the frame's write ends) */
+        /* (a value above inline_write_max goes as the frame's raw payload, lent from the
+         * caller's buffer: the RPC layer copies what it did not write before rpc_call returns,
+         * since the caller's buffer may be gone before the frame's write ends; from a staged
+         * copy when it has more parts than a frame takes) */
         uint8_t head[STORE_PUT_PRIMARY_HEAD_MAX];
+        uv_buf_t lent[RPC_MAX_IOV];
+        unsigned nlent = 0;
         c->prim_raw = kvm_put_primary_raw(op->rt, it);
         uint8_t *pbody = NULL;
+        int prc = 1;
         if (c->prim_raw)
+            prc = kvm_put_primary_raw_lend(op, it, &c->owner, req.ttl_ms, left_ms, head, &len, lent,
+                                           &nlent);
+        if (prc == 1 && c->prim_raw)
             c->prim_val =
                 kvm_put_primary_raw_body(op, it, &c->owner, req.ttl_ms, left_ms, head, &len);
-        else
+        else if (prc == 1)
             pbody = kvm_put_primary_body(op, it, &c->owner, req.ttl_ms, left_ms, &len);
-        int prc = pbody || c->prim_val ? 0 : KVMESH_ENOMEM;
+        if (prc == 1)
+            prc = pbody || c->prim_val ? 0 : KVMESH_ENOMEM;
         if (!prc) {
             struct frame_trace ft;
             kvm_span_wire(c->sp, &ft);
@@ -652,10 +661,15 @@ static void rsv_send_one(struct reserve_ctx *c)
                                                       : STORE_RPC_PUT_PRIMARY,
                                   .body = c->prim_raw ? head : pbody,
                                   .body_len = len,
-                                  .iov = c->prim_raw ? &c->prim_iov : NULL,
-                                  .niov = c->prim_raw ? 1 : 0,
+                                  .iov = !c->prim_raw  ? NULL
+                                         : c->prim_val ? &c->prim_iov
+                                                       : lent,
+                                  .niov = !c->prim_raw  ? 0
+                                          : c->prim_val ? 1
+                                                        : nlent,
                                   .timeout_ms = left_ms,
-                                  .trace = c->sp ? &ft : NULL};
+                                  .trace = c->sp ? &ft : NULL,
+                                  .lend = c->prim_raw && !c->prim_val};
             prc = rpc_call(p, &msg, rpc_put_primary, c, NULL);
             if (!prc) {
                 KVM_CP_COUNT(op, op_round_trips_total, OBS_CPSTAGE_RESERVE, 1);

@@ -32,7 +32,8 @@
  * place->winl.on. Under shm the same up to STORE_PUT_PRIMARY_SHM_MAX (a put at the primary's
  * bound). Above inline_write_max up to STORE_PUT_PRIMARY_RAW_MAX (tcp or auto, one replica, no
  * cold tier) it records the value without summing it (winl.sum_later: put_primary.c sums it as
- * it stages it, or the first reservation made clears winl.on so the payload stage sums it).
+ * it lends or stages it, or the first reservation made clears winl.on so the payload stage sums
+ * it).
  * Otherwise leaves place->winl.on false. */
 void kvm_put_inline_prepare(kvm_rt_t *rt, kvm_op_t *place, const struct kvm_sg *sgs, size_t n);
 

@@ -196,6 +196,42 @@ uint8_t *kvm_put_primary_raw_body(kvm_op_t *op, struct kvm_item *it, const kvm_r
     return val;
 }
 
+int kvm_put_primary_raw_lend(kvm_op_t *op, struct kvm_item *it, const kvm_runtime_t *owner,
+                             uint32_t ttl_ms, uint32_t budget_ms, uint8_t *head, size_t *head_len,
+                             uv_buf_t *iov, unsigned *niov)
+{
+    KVM_ASSERT(op->winl.on && it->len > 0 && it->len <= STORE_PUT_PRIMARY_RAW_MAX);
+    if (op->winl.iovcnt > RPC_MAX_IOV)
+        return 1;
+    bool sum = op->winl.sum_later;
+    struct kvm_sum st;
+    if (sum)
+        kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
+    uint64_t pos = 0;
+    unsigned n = 0;
+    for (int i = 0; i < op->winl.iovcnt; i++) {
+        const struct iovec *v = &op->winl.iov[i];
+        KVM_ASSERT(pos + v->iov_len <= it->len);
+        if (sum)
+            kvm_sum_update(&st, v->iov_base, v->iov_len);
+        if (v->iov_len)
+            iov[n++] = uv_buf_init((char *)v->iov_base, (unsigned)v->iov_len);
+        pos += v->iov_len;
+    }
+    KVM_ASSERT(pos == it->len); /* (the value's length is the sum of its list) */
+    if (sum) {                  /* the value's checksum: its one pass on this side */
+        it->checksum = kvm_sum_digest(&st);
+        op->winl.sum_later = false;
+        KVM_CP_COUNT(op, op_checksum_passes_total, OBS_NONE, 1);
+    }
+    store_put_primary_req_t m = request(it, owner, ttl_ms, budget_ms);
+    int rc = store_put_primary_raw_encode(&m, head, STORE_PUT_PRIMARY_HEAD_MAX, head_len);
+    if (rc)
+        return rc;
+    *niov = n;
+    return 0;
+}
+
 void kvm_put_primary_raw_free(kvm_rt_t *rt, uint8_t *val)
 {
     if (val)

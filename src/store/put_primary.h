@@ -56,6 +56,18 @@ uint8_t *kvm_put_primary_raw_body(kvm_op_t *op, struct kvm_item *it, const kvm_r
                                   uint32_t ttl_ms, uint32_t budget_ms, uint8_t *head,
                                   size_t *head_len);
 
+/* Loop: the STORE_RPC_PUT_PRIMARY_RAW request of op's item for owner with the caller's own value
+ * as the frame's raw payload (no staged copy): its head into head as kvm_put_primary_raw_body,
+ * and the value's parts (op->winl.iov) into iov[0, *niov) for an rpc_msg with `lend` set (the
+ * RPC layer copies whatever it has not written when rpc_call returns: the caller's bytes are
+ * read only while the op runs before its deadline, as the staged copy read them). A value whose
+ * checksum the app thread left to the loop (op->winl.sum_later) is summed in one read-only pass
+ * (it->checksum set). 0; 1 (nothing done) when the value has more than RPC_MAX_IOV parts (then
+ * kvm_put_primary_raw_body); a negative error (set) when the head cannot be encoded. */
+int kvm_put_primary_raw_lend(kvm_op_t *op, struct kvm_item *it, const kvm_runtime_t *owner,
+                             uint32_t ttl_ms, uint32_t budget_ms, uint8_t *head, size_t *head_len,
+                             uv_buf_t *iov, unsigned *niov);
+
 /* Loop: gives a value kvm_put_primary_raw_body staged back for reuse (NULL: nothing). */
 void kvm_put_primary_raw_free(kvm_rt_t *rt, uint8_t *val);
 

@@ -301,9 +301,10 @@ typedef struct kvm_op {
         int iovcnt;
         bool on;
         /* a value above inline_write_max (put_primary.c's raw form): items[0].checksum is not
-         * computed yet; the loop computes it fused with its staging copy when the put goes at
-         * the primary (and clears this), else clears `on` when a reservation is made, so the
-         * payload stage sums the value as it moves it */
+         * computed yet; the loop computes it when the put goes at the primary (one read-only
+         * pass before the value is lent to the RPC layer, or fused with its staging copy) and
+         * clears this, else clears `on` when a reservation is made, so the payload stage sums
+         * the value as it moves it */
         bool sum_later;
     } winl;
     /* batch put (put_primary.c "batches"): the caller's values, one per item (data.h kvm_sg,

@@ -340,6 +340,7 @@ struct owner_snap {
     kvm_rt_t *rt;
     struct rpc_stats rs;
     slot_core_stats_t cs;
+    bool staged; /* the runtime staged a put at the primary's raw value (its pool exists) */
     atomic_bool done;
 };
 
@@ -348,6 +349,7 @@ static void owner_read(void *arg)
     struct owner_snap *s = arg;
     rpc_get_stats(s->rt->ep, &s->rs);
     slot_core_stats(s->rt->slots, &s->cs);
+    s->staged = s->rt->prim_pool != NULL;
     atomic_store(&s->done, true);
 }
 
@@ -650,11 +652,20 @@ static void check_put_primary_raw(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t
     CHECK(v && out);
     struct cp d;
     struct owner_snap os, os2;
+    struct owner_snap cs, cs2;
     CHECK(put_raw(C, sc, v, 0x31, &d) == 0); /* (C's view of its shard) */
     owner_snap(S, &os);
+    owner_snap(C, &cs);
     CHECK(put_raw(C, sc, v, 0x32, &d) == 0);
     show("put raw (primary)", &d);
     CHECK(total(&d) == BOUND_PUT_PRIMARY && d.rt[OBS_CPSTAGE_ROUTE_CAS] == 0);
+    /* C sent the caller's own bytes (a lent payload, rpc_msg.lend): no staged copy of the value
+     * (the staging pool was never made); what rpc_call did not write it copied (shown: how much
+     * a loopback socket takes at once is the kernel's) */
+    owner_snap(C, &cs2);
+    CHECK(cs2.rs.lent == cs.rs.lent + 1 && !cs2.staged);
+    printf("  lent payload: %" PRIu64 " bytes of %d copied by rpc_call\n",
+           cs2.rs.lent_copied_bytes - cs.rs.lent_copied_bytes, RAW_SIZE);
     /* S received the value straight into the reserved slot (its RPC payload sink: no receive
      * buffer, no copy from it) */
     owner_snap(S, &os2);
