@@ -102,6 +102,80 @@ static void att_sent(int status, void *arg)
     att_put(svc, a);
 }
 
+/* Sends b's messages to node without attachment (alone when it holds one), and empties b. */
+static void buf_send(route_svc_t *svc, env_node_t node, route_batch_buf_t *b)
+{
+    if (b->n == 1) {
+        const uint8_t *m = b->buf + b->first_off;
+        uint16_t kind = (uint16_t)(m[2] | (m[3] << 8));
+        env_send(svc->env, node, ROUTE_MSG_BASE + kind, m, b->first_len);
+    } else if (b->n > 1) {
+        size_t len = 0;
+        const uint8_t *p = route_batch_bytes(b, &len);
+        env_send(svc->env, node, ROUTE_MSG_BASE + RMSG_BATCH, p, len);
+    }
+    b->n = 0;
+    b->len = 0;
+}
+
+/* The outbox's message (type, p, len) for a destination the env sends no attachment to (the
+ * binding carries none, or not to this peer): each attached answer re-encoded in the copied form
+ * (its bytes inside it, RMSG_READ_INLINE), as an authority without attachments answers; in as
+ * many batches as their bytes need. An item that cannot be re-encoded goes as it is (a head
+ * without its bytes: a plain answer, its requester reads the replica). */
+static void send_copied(route_svc_t *svc, route_outbox_t *o, uint32_t type, const uint8_t *p,
+                        size_t len)
+{
+    route_batch_view_t *v = malloc(sizeof(*v));
+    if (!v)
+        return; /* (lost, as a message the env could not send) */
+    if (type != ROUTE_MSG_BASE + RMSG_BATCH) {
+        v->n = 1;
+        v->kind[0] = (uint16_t)(type - ROUTE_MSG_BASE);
+        v->item[0] = p;
+        v->len[0] = (uint32_t)len;
+    } else if (route_batch_decode(type, p, len, v) != 0) {
+        free(v);
+        return;
+    }
+    route_batch_buf_t nb;
+    route_batch_buf_init(&nb);
+    size_t off = 0;
+    for (uint32_t i = 0; i < v->n; i++) {
+        const uint8_t *item = v->item[i];
+        size_t il = v->len[i];
+        uint8_t *enc = NULL;
+        route_msg_t m;
+        if (v->kind[i] == RMSG_READ_RESP &&
+            route_msg_decode(ROUTE_MSG_BASE + v->kind[i], item, il, &m) == 0) {
+            if ((m.flags & RMSG_READ_ATT) && o->att_len - off >= m.att_len) {
+                m.flags = (m.flags & ~RMSG_READ_ATT) | RMSG_READ_INLINE;
+                m.inl = o->att->data + off;
+                m.inl_len = m.att_len;
+                m.att_len = 0;
+                off += m.inl_len;
+                size_t cap = route_msg_size_bound(&m), el = 0;
+                if ((enc = malloc(cap)) && route_msg_encode(&m, enc, cap, &el) == 0) {
+                    item = enc;
+                    il = el;
+                }
+            }
+            route_msg_clear(&m);
+        }
+        int rc = route_batch_append(&nb, item, il);
+        if (rc == KVMESH_ETOOBIG && nb.n) { /* full: this batch goes now */
+            buf_send(svc, o->node, &nb);
+            rc = route_batch_append(&nb, item, il);
+        }
+        if (rc != 0)
+            env_send(svc->env, o->node, ROUTE_MSG_BASE + v->kind[i], item, il);
+        free(enc);
+    }
+    buf_send(svc, o->node, &nb);
+    route_batch_buf_free(&nb);
+    free(v);
+}
+
 /* Sends the batch's message (type, p, len), with the outbox's attachment when it has one. */
 static void outbox_emit(route_svc_t *svc, route_outbox_t *o, uint32_t type, const uint8_t *p,
                         size_t len)
@@ -121,9 +195,7 @@ static void outbox_emit(route_svc_t *svc, route_outbox_t *o, uint32_t type, cons
             a->next->prev = a;
         svc->att_busy = a;
     } else if (rc == KVMESH_ENOTSUP || rc == KVMESH_ENOMEM) {
-        /* (route_emit_att asked env_can_att first: a peer unknown to the binding now) the heads
-         * go without their bytes: plain answers, whose requesters read the replicas */
-        env_send(svc->env, o->node, type, p, len);
+        send_copied(svc, o, type, p, len); /* (nothing was sent) */
     }
     o->att_len = 0;
 }
