@@ -5,6 +5,8 @@
  */
 #include "core/bytes.h"
 
+#include <endian.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +22,12 @@
     X(u32be, uint32_t, be, 4)                                                                      \
     X(u64be, uint64_t, be, 8)
 
+/* The per-field helpers below are inlined into each fixed-width reader and writer, so that with
+ * the width a constant the byte loops fold into one load or store and the bound check stays in
+ * line (each was a call of its own per field: rd_le 2.2% and wr_room 1.8% of a 4 KiB batch get's
+ * samples, docs/performance.md "Batch items, eleventh round"). */
+#define KVM_BYTES_INLINE static inline __attribute__((always_inline))
+
 /* ---- reader -------------------------------------------------------------------------------- */
 
 void kvm_rd_init(kvm_rd_t *r, const void *p, size_t len)
@@ -31,7 +39,7 @@ void kvm_rd_init(kvm_rd_t *r, const void *p, size_t len)
     r->bad = false;
 }
 
-static const uint8_t *rd_take(kvm_rd_t *r, size_t n)
+KVM_BYTES_INLINE const uint8_t *rd_take(kvm_rd_t *r, size_t n)
 {
     static const uint8_t empty[1];
     if (r->bad || r->len - r->off < n) {
@@ -67,22 +75,38 @@ void kvm_rd_zeros(kvm_rd_t *r, size_t n)
         }
 }
 
-static uint64_t rd_le(kvm_rd_t *r, int n)
+/* n bytes at b as an unsigned integer, little or big endian (n 1, 2, 4 or 8: one load). */
+KVM_BYTES_INLINE uint64_t load_int(const uint8_t *b, int n, bool be)
 {
-    const uint8_t *b = rd_take(r, (size_t)n);
-    uint64_t v = 0;
-    for (int i = n - 1; b && i >= 0; i--)
-        v = v << 8 | b[i];
-    return v;
+    uint16_t v16;
+    uint32_t v32;
+    uint64_t v64;
+    switch (n) {
+    case 1:
+        return b[0];
+    case 2:
+        memcpy(&v16, b, 2);
+        return be ? be16toh(v16) : le16toh(v16);
+    case 4:
+        memcpy(&v32, b, 4);
+        return be ? be32toh(v32) : le32toh(v32);
+    default:
+        KVM_ASSERT(n == 8);
+        memcpy(&v64, b, 8);
+        return be ? be64toh(v64) : le64toh(v64);
+    }
 }
 
-static uint64_t rd_be(kvm_rd_t *r, int n)
+KVM_BYTES_INLINE uint64_t rd_le(kvm_rd_t *r, int n)
 {
     const uint8_t *b = rd_take(r, (size_t)n);
-    uint64_t v = 0;
-    for (int i = 0; b && i < n; i++)
-        v = v << 8 | b[i];
-    return v;
+    return b ? load_int(b, n, false) : 0;
+}
+
+KVM_BYTES_INLINE uint64_t rd_be(kvm_rd_t *r, int n)
+{
+    const uint8_t *b = rd_take(r, (size_t)n);
+    return b ? load_int(b, n, true) : 0;
 }
 
 /* The fixed-width readers. */
@@ -163,13 +187,9 @@ void kvm_wr_fail(kvm_wr_t *w, int err)
 /* Where 0 bytes go while a writer has no buffer (never written: callers put 0 bytes there). */
 static uint8_t wr_empty[1];
 
-/* Makes room for n more bytes; false (writer failed) when they cannot fit. */
-static bool wr_room(kvm_wr_t *w, size_t n)
+/* wr_room's slow part: grows a growing writer for n more bytes, or fails it. */
+static __attribute__((noinline)) bool wr_grow(kvm_wr_t *w, size_t n)
 {
-    if (w->err)
-        return false;
-    if (w->cap - w->len >= n)
-        return true;
     if (!w->grow || w->max - w->len < n) {
         kvm_wr_fail(w, KVMESH_ETOOBIG);
         return false;
@@ -190,7 +210,17 @@ static bool wr_room(kvm_wr_t *w, size_t n)
     return true;
 }
 
-uint8_t *kvm_wr_reserve(kvm_wr_t *w, size_t n)
+/* Makes room for n more bytes; false (writer failed) when they cannot fit. */
+KVM_BYTES_INLINE bool wr_room(kvm_wr_t *w, size_t n)
+{
+    if (w->err)
+        return false;
+    if (w->cap - w->len >= n)
+        return true;
+    return wr_grow(w, n);
+}
+
+KVM_BYTES_INLINE uint8_t *wr_reserve(kvm_wr_t *w, size_t n)
 {
     if (!wr_room(w, n))
         return NULL;
@@ -201,32 +231,63 @@ uint8_t *kvm_wr_reserve(kvm_wr_t *w, size_t n)
     return p;
 }
 
+uint8_t *kvm_wr_reserve(kvm_wr_t *w, size_t n)
+{
+    return wr_reserve(w, n);
+}
+
 void kvm_wr_bytes(kvm_wr_t *w, const void *src, size_t n)
 {
-    uint8_t *p = kvm_wr_reserve(w, n);
+    uint8_t *p = wr_reserve(w, n);
     if (p && n)
         memcpy(p, src, n);
 }
 
 void kvm_wr_zeros(kvm_wr_t *w, size_t n)
 {
-    uint8_t *p = kvm_wr_reserve(w, n);
+    uint8_t *p = wr_reserve(w, n);
     if (p && n)
         memset(p, 0, n);
 }
 
-static void wr_le(kvm_wr_t *w, uint64_t v, int n)
+/* The low n bytes of v at p, little or big endian (n 1, 2, 4 or 8: one store). */
+KVM_BYTES_INLINE void store_int(uint8_t *p, uint64_t v, int n, bool be)
 {
-    uint8_t *p = kvm_wr_reserve(w, (size_t)n);
-    for (int i = 0; p && i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    uint16_t v16;
+    uint32_t v32;
+    uint64_t v64;
+    switch (n) {
+    case 1:
+        p[0] = (uint8_t)v;
+        break;
+    case 2:
+        v16 = be ? htobe16((uint16_t)v) : htole16((uint16_t)v);
+        memcpy(p, &v16, 2);
+        break;
+    case 4:
+        v32 = be ? htobe32((uint32_t)v) : htole32((uint32_t)v);
+        memcpy(p, &v32, 4);
+        break;
+    default:
+        KVM_ASSERT(n == 8);
+        v64 = be ? htobe64(v) : htole64(v);
+        memcpy(p, &v64, 8);
+        break;
+    }
 }
 
-static void wr_be(kvm_wr_t *w, uint64_t v, int n)
+KVM_BYTES_INLINE void wr_le(kvm_wr_t *w, uint64_t v, int n)
 {
-    uint8_t *p = kvm_wr_reserve(w, (size_t)n);
-    for (int i = 0; p && i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * (n - 1 - i)));
+    uint8_t *p = wr_reserve(w, (size_t)n);
+    if (p)
+        store_int(p, v, n, false);
+}
+
+KVM_BYTES_INLINE void wr_be(kvm_wr_t *w, uint64_t v, int n)
+{
+    uint8_t *p = wr_reserve(w, (size_t)n);
+    if (p)
+        store_int(p, v, n, true);
 }
 
 /* The fixed-width writers. */

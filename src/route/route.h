@@ -177,8 +177,10 @@ typedef struct route_inline {
     kvm_runtime_id_t from; /* out: the authority that sent the bytes (when got) */
     /* in: NULL = the service allocates buf (above); else the caller's room of max bytes, which
      * the service never allocates or frees: the bytes are copied there and buf == dst when got
-     * (a batch get's items share one block: src/store/get_inline.c); att is then ignored: the
-     * bytes come in the answer itself (RMSG_READ_INLINE), never as an attachment */
+     * (a batch get's items share one block: src/store/get_inline.c); with att, the bytes may
+     * come in the attachment of the authority's answer batch (one buffer for the batch's
+     * attached answers, copied once at the authority: route_batch.c route_emit_att) or as a
+     * single answer's attachment, and are copied into dst alike */
     uint8_t *dst;
 } route_inline_t;
 /* The most inline bytes one lookup takes (route_msg.h ROUTE_MSG_MAX_INLINE_ATT): as the
@@ -307,6 +309,10 @@ typedef struct route_stats {
     /* ident buffers the client's op records allocated (kept with the record: a lookup or CAS on
      * a reused record copies its ident into it) */
     uint64_t op_enc_allocs;
+    /* READ answers whose inline bytes this authority sent in a batch's attachment (RMSG_READ_ATT
+     * items of an RMSG_BATCH: route_emit_att), and the attached answers the client took bytes
+     * from */
+    uint64_t att_items_batched, att_items_taken;
 } route_stats_t;
 void route_get_stats(const route_svc_t *svc, route_stats_t *out);
 

@@ -422,7 +422,8 @@ static void inline_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
         b = inl->dst;
         if (resp->inl_len)
             memcpy(b, resp->inl, resp->inl_len);
-    } else if (resp->inl_att && resp->inl_att->buf == resp->inl) { /* attached: taken */
+    } else if (resp->inl_att && !resp->inl_shared &&
+               resp->inl_att->buf == resp->inl) { /* attached alone: taken */
         b = resp->inl_att->buf;
         resp->inl_att->buf = NULL;
     } else if ((b = malloc(resp->inl_len ? resp->inl_len : 1)) && resp->inl_len) {
@@ -430,6 +431,8 @@ static void inline_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
     }
     if (!b)
         return; /* no inline bytes: the caller reads the replica */
+    if (resp->inl_shared)
+        op->svc->stats.att_items_taken++;
     if (inl->buf != inl->dst)
         free(inl->buf);
     inl->buf = b;
@@ -530,7 +533,7 @@ static void lookup_send(route_op_t *op, route_shard_t *sh)
         m.ident = op->ident; /* borrowed */
         if (op->inl && op->members[i].node != svc->self_node)
             m.limit = op->inl->max; /* (this runtime's own authority: its replica is local) */
-        if (m.limit && op->inl->att && !op->inl->dst)
+        if (m.limit && op->inl->att)
             m.flags |= RMSG_READ_ATT; /* the bytes may come as the answer's attachment */
         route_call_t *c = route_call(svc, op->members[i].node, &m, RMSG_READ_RESP, ROUTE_ATTEMPT_NS,
                                      true, on_read_resp, op);

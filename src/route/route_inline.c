@@ -139,6 +139,11 @@ bool route_inline_send(route_svc_t *svc, env_node_t to, const route_msg_t *req, 
     if (!svc->inl_set || svc->inl_len == 0 || !(req->flags & RMSG_READ_ATT) ||
         m->kind != RMSG_READ_RESP || m->status != 0 || m->n_routes != 1)
         return false;
+    /* Answering a received batch (coalescing): the head joins the answer batch and the bytes
+     * its attachment, copied there once in this handler (the pin is given back by
+     * route_inline_end), instead of a message of its own per READ. */
+    if (route_emit_att(svc, to, m, svc->inl_data, svc->inl_len))
+        return true;
     inl_hold_t *h = malloc(sizeof(*h));
     if (!h)
         return false;

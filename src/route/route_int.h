@@ -276,6 +276,13 @@ struct route_svc {
      * the inline bytes its READs may still be lent (of ROUTE_INLINE_BATCH_MAX) */
     uint32_t inl_in_batch;
     uint32_t inl_batch_left;
+    /* while the items of a received batch message with an attachment are handled
+     * (route_batch_on_message): the attachment, and the offset of the next attached answer's
+     * bytes in it (route_on_message hands each its slice, in item order); batch_att_bad: an item
+     * could not be decoded, so the later slices are not known: no more are handed out */
+    const env_payload_t *batch_att;
+    size_t batch_att_off;
+    bool batch_att_bad;
     /* tombstone purge (route_svc.c purge_tick); the a_* mirrors are read by any thread */
     _Atomic uint64_t a_entries, a_tombs, a_purged;
     _Atomic uint64_t a_mem_entry, a_mem_packed, a_mem_ident, a_mem_other; /* route_table_mem */
@@ -286,6 +293,10 @@ struct route_svc {
     void *group_ctx;
     uint32_t n_outbox;
     struct route_outbox *outbox; /* ROUTE_OUTBOX_NODES slots, allocated on first use */
+    /* answer batches' attachment buffers (route_batch.c route_emit_att): kept for reuse, and
+     * those the env is sending */
+    struct route_att_buf *att_spare, *att_busy;
+    uint32_t n_att_spare;
     /* batching windows of the client (route_client.c route_batch_begin/end) */
     unsigned win_depth;
     struct route_window *win_open;    /* being filled */
@@ -373,8 +384,18 @@ void route_claim_free_all(route_svc_t *svc);
 bool route_auth_read_valid(route_svc_t *svc, route_shard_t *sh);
 
 /* route_batch.c: every route message leaves through route_emit (batched while coalescing). */
-#define ROUTE_OUTBOX_NODES 64 /* destinations one coalescing turn batches; more go alone */
+#define ROUTE_OUTBOX_NODES   64 /* destinations one coalescing turn batches; more go alone */
+#define ROUTE_OUTBOX_ATT_MIN (64u * 1024) /* first size of an outbox's attachment buffer */
+#define ROUTE_ATT_SPARES     4            /* attachment buffers kept for reuse */
 int route_emit(route_svc_t *svc, env_node_t to, uint32_t type, const uint8_t *buf, size_t len);
+/* A READ answer m (status 0, one route) with the route's len inline bytes at data, while the
+ * service coalesces and the env sends attachments: its head form (RMSG_READ_ATT, att_len) is
+ * encoded into to's batch and the bytes are copied once to the end of the batch's attachment,
+ * which the env sends with the batch (the receiver hands each attached answer its slice, in
+ * item order: route_svc.c route_on_message). true: queued; false: nothing queued (not
+ * coalescing, no attachments, no memory), m unchanged: send it another way. */
+bool route_emit_att(route_svc_t *svc, env_node_t to, route_msg_t *m, const uint8_t *data,
+                    uint32_t len);
 /* Encoding in place: while the service coalesces and type is batchable, room for a message of
  * at most cap bytes at the end of to's batch (*slot set; NULL: not batched now, or no room:
  * encode elsewhere and route_emit). The caller encodes into it and ends the slot with
@@ -388,6 +409,8 @@ void route_emit_commit(route_svc_t *svc, route_emit_slot_t *slot, size_t len);
 void route_coalesce_begin(route_svc_t *svc);
 void route_coalesce_end(route_svc_t *svc); /* at depth 0: sends every batch of the outbox */
 void route_batch_on_message(route_svc_t *svc, const env_msg_t *msg);
+/* route_svc.c: one item of a received batch (route_on_message, with the batch's attachment). */
+void route_on_batch_item(route_svc_t *svc, const env_msg_t *msg);
 void route_outbox_free(route_svc_t *svc);
 
 /* route_client.c */

@@ -144,8 +144,11 @@ typedef struct route_msg {
      * turns a decoded head into an inline answer */
     uint32_t att_len;
     /* decoded and attached (route_msg_attach): the attachment inl points into; a receiver may
-     * take its buffer (env.h env_payload_t) */
+     * take its buffer (env.h env_payload_t) unless inl_shared */
     env_payload_t *inl_att;
+    /* inl_att is a slice of a batch's attachment (route_svc.c): its bytes are copied, never
+     * taken (the buffer is the batch's) */
+    bool inl_shared;
     /* Set by route_msg_decode to the message's own address (NULL when built by a caller): a
      * decoded message's pointers may point into its own decode storage below, so a copy of it
      * by value points into the original, which route_msg_clear (or a move out of it) would

@@ -878,7 +878,27 @@ void route_svc_free(route_svc_t *svc)
 
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
-void route_on_message(route_svc_t *svc, const env_msg_t *msg)
+/* An attached READ answer m of the received batch being handled: its slice of the batch's
+ * attachment (the answers' bytes follow each other in item order), or, once the slices are not
+ * known (no attachment, too short, an item before could not be decoded), a plain answer. */
+static void batch_attach(route_svc_t *svc, route_msg_t *m, env_payload_t *slice)
+{
+    if (m->kind != RMSG_READ_RESP || !(m->flags & RMSG_READ_ATT))
+        return;
+    const env_payload_t *p = svc->batch_att;
+    if (!p || svc->batch_att_bad || p->len - svc->batch_att_off < m->att_len) {
+        svc->batch_att_bad = true;
+        route_msg_attach(m, NULL); /* its requester reads the replica */
+        return;
+    }
+    slice->buf = p->buf + svc->batch_att_off;
+    slice->len = m->att_len;
+    svc->batch_att_off += m->att_len;
+    route_msg_attach(m, slice);
+    m->inl_shared = true;
+}
+
+static void on_message(route_svc_t *svc, const env_msg_t *msg, bool item)
 {
     if (svc->mo) {
         route_mo_on_message(svc->mo, msg);
@@ -891,10 +911,18 @@ void route_on_message(route_svc_t *svc, const env_msg_t *msg)
         return;
     }
     route_msg_t m;
-    if (route_msg_decode(msg->type, msg->data, msg->len, &m) != 0)
-        return; /* malformed: dropped (counted by the transport) */
-    /* inline bytes sent as the attachment (route_msg.h RMSG_READ_ATT) */
-    route_msg_attach(&m, msg->payload);
+    env_payload_t slice;
+    if (route_msg_decode(msg->type, msg->data, msg->len, &m) != 0) {
+        if (item)
+            svc->batch_att_bad = true; /* (its attached bytes, if any, are not known) */
+        return;                        /* malformed: dropped (counted by the transport) */
+    }
+    /* inline bytes sent as the attachment (route_msg.h RMSG_READ_ATT): a single message's own,
+     * or a batch item's slice of the batch's */
+    if (item)
+        batch_attach(svc, &m, &slice);
+    else
+        route_msg_attach(&m, msg->payload);
     route_localize_msg(svc, &m);
     if (m.shard >= svc->policy.n_shards) {
         route_msg_clear(&m);
@@ -916,6 +944,16 @@ void route_on_message(route_svc_t *svc, const env_msg_t *msg)
         break;
     }
     route_msg_clear(&m);
+}
+
+void route_on_message(route_svc_t *svc, const env_msg_t *msg)
+{
+    on_message(svc, msg, false);
+}
+
+void route_on_batch_item(route_svc_t *svc, const env_msg_t *msg)
+{
+    on_message(svc, msg, true);
 }
 
 static uint64_t rd(const struct obs_registry *reg, const char *family, unsigned i)

@@ -1085,6 +1085,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
             }
         if (look->err_set)
             snprintf(lookup_err, sizeof(lookup_err), "%s", look->err);
+        kvm_get_inline_recycle(rt, look); /* (a batch's inline room: kept for the next) */
         kvm_op_unref(look);
     }
     for (size_t i = 0; i < n; i++)

@@ -82,8 +82,14 @@ static void prepare_batch(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *
     }
     if (!asked)
         return;
-    uint8_t *blk = malloc(head + room); /* (the room is not zeroed: written before it is read) */
-    if (!blk)
+    /* (the room is not zeroed: written before it is read) the last batch's block when it is
+     * large enough (kvm_get_inline_recycle), else a new one */
+    uint8_t *blk = atomic_exchange(&rt->inl_room_spare, NULL);
+    if (blk && malloc_usable_size(blk) < head + room) {
+        free(blk);
+        blk = NULL;
+    }
+    if (!blk && !(blk = malloc(head + room)))
         return; /* no item asks: each is read from its replica */
     inl_batch_t *b = (inl_batch_t *)(void *)blk;
     b->n = n;
@@ -96,6 +102,9 @@ static void prepare_batch(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *
             continue;
         sum += m;
         b->s[i].max = (uint32_t)m;
+        /* (the bytes may come in the authority's answer batch's attachment, copied once there
+         * instead of three times into the answer: verified here as a transport read is) */
+        b->s[i].att = rt->cfg.verify_reads != KVM_VERIFY_NEVER;
         b->s[i].dst = at;
         at += inl_round(m);
     }
@@ -253,6 +262,20 @@ size_t kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs,
         served++;
     }
     return served;
+}
+
+void kvm_get_inline_recycle(kvm_rt_t *rt, kvm_op_t *look)
+{
+    if (look->n < 2 || !look->inl.buf || atomic_load(&look->refs) != 1)
+        return; /* (a single get's buffer, or the loop still holds the op: freed with it) */
+    void *old = atomic_exchange(&rt->inl_room_spare, (void *)look->inl.buf);
+    look->inl.buf = NULL;
+    free(old);
+}
+
+void kvm_get_inline_fini(kvm_rt_t *rt)
+{
+    free(atomic_exchange(&rt->inl_room_spare, NULL));
 }
 
 /* A received buffer becomes an allocated result only when at most 1/ADOPT_SLACK_DIV of it

@@ -55,6 +55,12 @@ route_inline_t *kvm_get_inline_sink(kvm_op_t *op, const struct kvm_item *it,
  * served. */
 size_t kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
 
+/* App thread, done with a batch get's lookup op look of which it holds the only reference: its
+ * sinks-and-room block (if any) is kept as the runtime's spare for the next batch get instead of
+ * being freed with the op. kvm_get_inline_fini (runtime free) frees the spare. */
+void kvm_get_inline_recycle(kvm_rt_t *rt, kvm_op_t *look);
+void kvm_get_inline_fini(kvm_rt_t *rt);
+
 /* App thread, after the lookup, item 0 of a get whose result the API allocates (outs[0].alloc):
  * when the lookup returned inline bytes of its route, no local replica is preferred and the
  * received buffer is at most a quarter larger than the value, that buffer itself becomes the

@@ -954,6 +954,7 @@ static void rt_free(kvm_rt_t *rt)
     kvm_slot_batch_free(rt); /* kept between groups; the close (when it ran) freed it already */
     /* the staging buffers of puts at the primary, kept for reuse */
     kvm_put_primary_fini(rt);
+    kvm_get_inline_fini(rt);
     kvm_owner_fini(rt);
     kvm_fair_close(rt);
     kvm_place_close(rt);

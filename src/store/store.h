@@ -549,6 +549,10 @@ typedef struct kvm_rt {
     /* [loop writes, any reads] get_inline.c: under transport auto, whether every storage member
      * was on this host at the last batch get's lookup (a batch then asks for no inline bytes) */
     atomic_bool inl_all_local;
+    /* [any thread: exchanged] get_inline.c: the last batch get's sinks-and-room block, kept for
+     * the next batch get (a block of ~0.5 MiB malloc'd per call was mapped and faulted in anew
+     * each time); freed by kvm_get_inline_fini */
+    _Atomic(void *) inl_room_spare;
 
     /* open/close synchronisation */
     pthread_cond_t open_cv;

@@ -14,7 +14,9 @@
  * an item served inline counts as one, as a transport READ does); no timing is asserted and
  * every wait is bounded.
  *   - 128 x 4 KiB, every key at S: 1 round trip (the lookups' batch), no payload exchange, 128
- *     tcp reads counted, 128 checksum passes, every value byte for byte;
+ *     tcp reads counted, 128 checksum passes, every value byte for byte; every item's bytes in
+ *     the answer batch's attachment (S's att_items_batched, C's att_items_taken: 128 a call);
+ *     with verify_reads never at C none attached (the bytes in the answers), still 1 round trip;
  *   - past the bound: 24 x 64 KiB (1.5 MiB, over KVM_GET_INLINE_BATCH_MAX): the first 16 items
  *     inline, the other 8 read from the replica: 2 round trips, every value exact; 2 x 128 KiB
  *     (over KVM_GET_INLINE_BATCH_ITEM_MAX): 2, exact;
@@ -97,8 +99,9 @@ static void put_keys(kvmesh_t *S, const kvmesh_scope_t *sc, const char *prefix, 
 /* A batch get of keys[0..n) into buffers of size bytes each; every item exact. Returns the
  * counts. A first batch get of the same keys, not counted, gives C views of their shards (a
  * shard's first lookup takes a round more). */
-static trt_cp_t batch_exact(kvmesh_t *C, const kvmesh_scope_t *sc, char keys[][32], int n,
-                            size_t size, const uint8_t *vals, const char *what)
+/* batch_exact with `sums` checksum passes expected (n: every item verified, 0: none). */
+static trt_cp_t batch_exact_sums(kvmesh_t *C, const kvmesh_scope_t *sc, char keys[][32], int n,
+                                 size_t size, const uint8_t *vals, const char *what, int sums)
 {
     kvmesh_batch_item_t *it = calloc((size_t)n, sizeof(*it));
     uint8_t *out = calloc((size_t)n, size);
@@ -117,12 +120,18 @@ static trt_cp_t batch_exact(kvmesh_t *C, const kvmesh_scope_t *sc, char keys[][3
         CHECK(memcmp(out + (size_t)i * size, vals + (size_t)i * size, size) == 0);
     }
     CHECK(d.reserve == 0 && d.cas == 0 && d.handoffs == 1);
-    CHECK(d.checksums == n); /* one pass per item, inline or read */
-    CHECK(d.reads == n);     /* each item one tcp read (inline ones counted as such) */
-    CHECK(d.lookup == 1);    /* the lookups of one window: one batch message per authority */
+    CHECK(d.checksums == sums); /* one pass per item, inline or read (when verified) */
+    CHECK(d.reads == n);        /* each item one tcp read (inline ones counted as such) */
+    CHECK(d.lookup == 1);       /* the lookups of one window: one batch message per authority */
     free(it);
     free(out);
     return d;
+}
+
+static trt_cp_t batch_exact(kvmesh_t *C, const kvmesh_scope_t *sc, char keys[][32], int n,
+                            size_t size, const uint8_t *vals, const char *what)
+{
+    return batch_exact_sums(C, sc, keys, n, size, vals, what, n);
 }
 
 /* ---- on a runtime's loop ------------------------------------------------------------------- */
@@ -136,6 +145,26 @@ static void on_loop(kvmesh_t *R, void (*fn)(kvm_rt_t *rt, void *arg), void *arg)
 static void set_read_max(kvm_rt_t *rt, void *arg)
 {
     rt->cfg.inline_read_max = *(uint32_t *)arg;
+}
+
+static void set_verify(kvm_rt_t *rt, void *arg)
+{
+    rt->cfg.verify_reads = *(enum kvm_verify_reads *)arg;
+}
+
+static void read_route_stats(kvm_rt_t *rt, void *arg)
+{
+    route_get_stats(rt->route, arg); /* (the service's fields: read on its loop) */
+}
+
+/* The READ answers R's authority sent in an answer batch's attachment, and those whose bytes
+ * R's client took from one (route.h route_stats_t). */
+static void att_counts(kvmesh_t *R, uint64_t *batched, uint64_t *taken)
+{
+    route_stats_t st;
+    on_loop(R, read_route_stats, &st);
+    *batched = st.att_items_batched;
+    *taken = st.att_items_taken;
 }
 
 /* One byte of a replica in the runtime's segment, flipped (twice = restored). The flip is the
@@ -167,9 +196,30 @@ static void check_all_inline(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
     static char keys[NMAX][32];
     static uint8_t vals[NMAX * SMALL];
     put_keys(S, sc, "small", NMAX, SMALL, vals, keys);
+    uint64_t sb0, st0, cb0, ct0, sb1, st1, cb1, ct1;
+    att_counts(S, &sb0, &st0);
+    att_counts(C, &cb0, &ct0);
     trt_cp_t d = batch_exact(C, sc, keys, NMAX, SMALL, vals, "batch_get 128 x 4 KiB");
     CHECK(d.payload == 0 &&
           trt_cp_round_trips(&d) == 1); /* one exchange: the bytes came with the routes */
+    /* (batch_exact gets twice: the first call, uncounted above, settles the views) every item's
+     * bytes went in the answer batch's attachment, copied once at S, and C took each slice */
+    att_counts(S, &sb1, &st1);
+    att_counts(C, &cb1, &ct1);
+    printf("attached answers: S sent %" PRIu64 ", C took %" PRIu64 "\n", sb1 - sb0, ct1 - ct0);
+    CHECK(sb1 - sb0 == 2 * NMAX && ct1 - ct0 == 2 * NMAX && cb1 == cb0 && st1 == st0);
+
+    /* verify_reads never at C: its items do not ask for the attached form (the bytes come in
+     * the answers themselves: one exchange still, nothing attached) */
+    enum kvm_verify_reads never = KVM_VERIFY_NEVER, was = kvmesh_runtime_of(C)->cfg.verify_reads;
+    on_loop(C, set_verify, &never);
+    d = batch_exact_sums(C, sc, keys, NMAX, SMALL, vals,
+                         "batch_get 128 x 4 KiB (verify_reads never)", 0);
+    CHECK(d.payload == 0 && trt_cp_round_trips(&d) == 1);
+    att_counts(S, &sb0, &st0);
+    att_counts(C, &cb0, &ct0);
+    CHECK(sb0 == sb1 && ct0 == ct1);
+    on_loop(C, set_verify, &was);
 }
 
 static void check_bounds(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
