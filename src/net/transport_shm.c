@@ -270,8 +270,10 @@ uint64_t tp_shm_test_alive_recheck(uint64_t ns)
 
 static bool shm_peer_alive_recent(struct shm_peer *p, uint64_t now)
 {
+    /* (now is the request's one clock read, taken before its grant lookup: another thread may
+     * have found the owner alive after it, last > now, which is as recent as can be) */
     uint64_t last = __atomic_load_n(&p->alive_ns, __ATOMIC_RELAXED);
-    if (last && now >= last && now - last < __atomic_load_n(&alive_recheck_ns, __ATOMIC_RELAXED) &&
+    if (last && (now < last || now - last < __atomic_load_n(&alive_recheck_ns, __ATOMIC_RELAXED)) &&
         !__atomic_load_n(&p->dead, __ATOMIC_ACQUIRE))
         return true;
     if (!shm_peer_alive(p))
@@ -471,7 +473,9 @@ static int shm_grant_get(struct tp_segment *s, uint64_t token, struct seg_grant 
     uint64_t now = *now_io;
     pthread_mutex_lock(&s->mu);
     for (unsigned i = 0; i < s->ngrants; i++) {
-        if (s->grants[i].token == token && now - s->grant_fetched[i] < TP_SHM_GRANT_RECHECK) {
+        /* (now may be older than a fetch another thread made since: that fetch is fresh) */
+        if (s->grants[i].token == token &&
+            (now < s->grant_fetched[i] || now - s->grant_fetched[i] < TP_SHM_GRANT_RECHECK)) {
             *g = s->grants[i];
             pthread_mutex_unlock(&s->mu);
             return 0;
@@ -484,6 +488,9 @@ static int shm_grant_get(struct tp_segment *s, uint64_t token, struct seg_grant 
     if (rc)
         return rc;
     *now_io = env_clock_mono_ns(); /* (the grant's expiry is checked against the time after it) */
+    /* the owner answered: alive now, as a liveness poll would have found (the request's first step
+     * then polls no more: one poll, the exchange's own, per request that asks for a grant) */
+    __atomic_store_n(&((struct shm_peer *)s->peer)->alive_ns, *now_io, __ATOMIC_RELAXED);
     pthread_mutex_lock(&s->mu);
     if (rep.status) {
         shm_cache_drop(s, token);
