@@ -145,6 +145,14 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
         "a batch get's items each ask for at most the smaller of this and 64KiB, 1MiB a "
         "batch; the same bound caps what this runtime's authorities send; 0 = off "
         "(docs/store.md \"Inline reads\")."),
+    F_ENUM(rpc_local, "off",
+           "Peer RPC to a runtime on this host: off (loopback tcp, as to any peer) or unix (this "
+           "runtime also listens on a unix socket, /tmp/kvmesh-rpc-<runtime id>.sock, publishes "
+           "it with its host identity (boot id and network namespace) in its membership record, "
+           "and calls a peer that published one from the same host and namespace over it; tcp "
+           "otherwise, and tcp to a peer whose socket could not be connected) "
+           "(docs/performance.md \"Peer RPC over a unix socket, s11\").",
+           "off", "unix"),
     F_SIZE(inline_write_max, "64KiB", 0, STORE_INLINE_WRITE_MAX,
            "Largest value a single put over tcp sends with its reservation to a remote owner "
            "(two round trips instead of three: no transport write); not to an owner on this host "
@@ -1280,6 +1288,7 @@ void kvm_config_to_store(const struct kvmesh_config *cfg, struct kvm_store_confi
     out->verify_reads = (enum kvm_verify_reads)cfg->verify_reads;
     out->inline_read_max = (uint32_t)cfg->inline_read_max;
     out->inline_write_max = (uint32_t)cfg->inline_write_max;
+    out->rpc_local = cfg->rpc_local != 0;
     out->top_k = cfg->top_k;
     out->shards = cfg->shards;
     out->transport = cfg->transport == KVM_TRANSPORT_TCP   ? TP_TCP

@@ -41,6 +41,7 @@ struct kvmesh_config {
     uint32_t verify_reads;       /* enum kvm_verify_reads (src/store/store_config.h) */
     uint64_t inline_read_max;    /* bytes of an inline single get (0 = off, <= ROUTE_INLINE_MAX) */
     uint64_t inline_write_max;   /* bytes of an inline single put (0 = off, <= 256 KiB) */
+    uint32_t rpc_local;          /* 0 = off, 1 = unix: same-host peer RPC over a unix socket */
     double weight;               /* WRH weight of this runtime (> 0) */
     uint32_t lease_ttl_ms;       /* membership lease */
     uint32_t request_timeout_ms; /* end-to-end per request */

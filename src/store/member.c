@@ -145,6 +145,13 @@ static char *record_json(kvm_rt_t *rt)
                   (json_int_t)rt->heartbeat, "segs", segs);
     if (!o)
         return NULL;
+    /* additive (rpc_local = unix): older runtimes ignore both; a record without them means tcp */
+    if (rt->rpc_local_addr[0] &&
+        (json_object_set_new(o, "lrpc", json_string(rt->rpc_local_addr)) != 0 ||
+         json_object_set_new(o, "host", json_string(rt->host_id)) != 0)) {
+        json_decref(o);
+        return NULL;
+    }
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;
@@ -159,6 +166,19 @@ int kvm_member_record_decode(const char *key, const uint8_t *value, size_t len,
                              struct kvm_member *m, char *rpc, size_t rpc_cap, char *data,
                              size_t data_cap)
 {
+    return kvm_member_record_decode_local(key, value, len, m, rpc, rpc_cap, data, data_cap, NULL, 0,
+                                          NULL, 0);
+}
+
+int kvm_member_record_decode_local(const char *key, const uint8_t *value, size_t len,
+                                   struct kvm_member *m, char *rpc, size_t rpc_cap, char *data,
+                                   size_t data_cap, char *lrpc, size_t lrpc_cap, char *host,
+                                   size_t host_cap)
+{
+    if (lrpc && lrpc_cap)
+        lrpc[0] = 0;
+    if (host && host_cap)
+        host[0] = 0;
     memset(m, 0, sizeof(*m));
     ks_parsed_t pk;
     if (ks_parse(key, &pk) != 0 || pk.family != KS_MEMBER ||
@@ -200,6 +220,16 @@ int kvm_member_record_decode(const char *key, const uint8_t *value, size_t len,
         m->segs[i].drained = st && strcmp(st, "drained") == 0;
     }
     m->n_segs = (uint32_t)json_array_size(segs);
+    if (lrpc && host) {
+        /* rpc_local: both or neither; a malformed pair is ignored (tcp), not the record */
+        const char *l = json_string_value(json_object_get(o, "lrpc"));
+        const char *h = json_string_value(json_object_get(o, "host"));
+        if (l && h && strncmp(l, "unix:", 5) == 0 && strlen(l) < lrpc_cap && strlen(h) < host_cap &&
+            h[0]) {
+            snprintf(lrpc, lrpc_cap, "%s", l);
+            snprintf(host, host_cap, "%s", h);
+        }
+    }
     rc = 0;
 out:
     json_decref(o);
@@ -208,14 +238,17 @@ out:
 
 static int record_parse(kvm_rt_t *rt, const meta_kv_t *kv, struct kvm_member *m)
 {
-    char rpc[STORE_ADDR_MAX], data[TP_ADDR_MAX];
-    int rc = kvm_member_record_decode(kv->key, kv->value, kv->value_len, m, rpc, sizeof(rpc), data,
-                                      sizeof(data));
+    char rpc[STORE_ADDR_MAX], data[TP_ADDR_MAX], lrpc[STORE_ADDR_MAX], host[96];
+    int rc =
+        kvm_member_record_decode_local(kv->key, kv->value, kv->value_len, m, rpc, sizeof(rpc), data,
+                                       sizeof(data), lrpc, sizeof(lrpc), host, sizeof(host));
     if (rc)
         return rc;
     m->rpc_addr = kvm_rt_intern(rt, rpc);
     m->data_addr = kvm_rt_intern(rt, data);
-    return m->rpc_addr && m->data_addr ? 0 : KVMESH_ENOMEM;
+    m->rpc_local = kvm_rt_intern(rt, lrpc);
+    m->host = kvm_rt_intern(rt, host);
+    return m->rpc_addr && m->data_addr && m->rpc_local && m->host ? 0 : KVMESH_ENOMEM;
 }
 
 /* Applies the lifecycle request read with a member-record write (kv: its GET; !found = none) to
@@ -454,7 +487,8 @@ static uint64_t refresh_period_ms(kvm_rt_t *rt)
 static bool member_equal(const struct kvm_member *a, const struct kvm_member *b)
 {
     return kvm_runtime_equal(&a->rt, &b->rt) && a->state == b->state && a->weight == b->weight &&
-           a->rpc_addr == b->rpc_addr && a->data_addr == b->data_addr && a->n_segs == b->n_segs &&
+           a->rpc_addr == b->rpc_addr && a->data_addr == b->data_addr &&
+           a->rpc_local == b->rpc_local && a->host == b->host && a->n_segs == b->n_segs &&
            memcmp(a->segs, b->segs, a->n_segs * sizeof(a->segs[0])) == 0;
 }
 

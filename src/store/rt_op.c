@@ -565,10 +565,43 @@ int kvm_rt_unregister(kvm_rt_t *rt, void *addr)
 
 /* ---- RPC ----------------------------------------------------------------------------------- */
 
+/* rpc_local = unix: m's unix-socket peer when both sides published one from the same host
+ * identity (boot id and network namespace) and its connect has not failed; else NULL (tcp). A
+ * unix peer that never completed a handshake and has an error (its connect failed: the socket
+ * gone, or not reachable from here) is given up for good with one line on stderr: tcp from then
+ * on, no flapping between the two. */
+static rpc_peer *local_peer(kvm_rt_t *rt, const struct kvm_member *m)
+{
+    if (!rt->rpc_local_addr[0] || !m->rpc_local || !m->rpc_local[0] || !m->host ||
+        strcmp(m->host, rt->host_id) != 0)
+        return NULL;
+    for (size_t i = 0; i < rt->n_rpc_local_failed; i++)
+        if (rt->rpc_local_failed[i] == m->rpc_local)
+            return NULL;
+    if (rt->n_rpc_local_failed == sizeof(rt->rpc_local_failed) / sizeof(rt->rpc_local_failed[0]))
+        return NULL; /* that many failed: unix sockets do not work here */
+    rpc_peer *p = NULL;
+    if (rpc_peer_get(rt->ep, m->idhex, m->rpc_local, &p) != 0) {
+        kvm_err_clear();
+        return NULL;
+    }
+    if (rpc_peer_epoch(p) == 0 && !rpc_peer_connected(p) && rpc_peer_last_error(p)[0]) {
+        fprintf(stderr, "kvmesh: rpc_local: %s of runtime %s: %s; using %s from now on\n",
+                m->rpc_local, m->idhex, rpc_peer_last_error(p), m->rpc_addr);
+        rt->rpc_local_failed[rt->n_rpc_local_failed++] = m->rpc_local;
+        return NULL;
+    }
+    return p;
+}
+
 rpc_peer *kvm_rt_peer(kvm_rt_t *rt, const struct kvm_member *m)
 {
     rpc_peer *p = NULL;
-    if (!rt->ep || !m->rpc_addr[0] || rpc_peer_get(rt->ep, m->idhex, m->rpc_addr, &p) != 0)
+    if (!rt->ep)
+        return NULL;
+    if ((p = local_peer(rt, m)) != NULL)
+        return p;
+    if (!m->rpc_addr[0] || rpc_peer_get(rt->ep, m->idhex, m->rpc_addr, &p) != 0)
         return NULL;
     return p;
 }

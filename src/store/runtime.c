@@ -25,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/util.h"
 #include "core/wrh.h"
@@ -46,6 +48,7 @@
 #include "store/slot_batch.h"
 #include "store/place_wait.h"
 #include "store/store.h"
+#include "store/test_hook.h"
 
 /* ---- RPC glue ------------------------------------------------------------------------------- */
 
@@ -366,6 +369,65 @@ static void env_recv(void *ctx, const env_msg_t *msg)
 }
 
 /* Splits "host:port" / "[v6]:port". */
+/* ---- rpc_local = unix ------------------------------------------------------------------------ */
+
+_Atomic uint32_t kvm_test_rpc_local_netns;
+
+/* This runtime's host identity for same-host peer RPC: the kernel's boot id and the network
+ * namespace (device and inode of /proc/self/ns/net), "BOOTID/DEV:INO". Two runtimes with equal
+ * identities reach each other's unix sockets and share the network partitions that a namespace
+ * gets (tests/chaos runs "hosts" as namespaces on one machine). -1 when either is unknown. */
+static int host_identity(char *out, size_t cap)
+{
+    char boot[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (fgets(boot, sizeof(boot), f))
+            boot[strcspn(boot, "\n")] = 0;
+        fclose(f);
+    }
+    struct stat st;
+    if (!boot[0] || stat("/proc/self/ns/net", &st) != 0)
+        return -1;
+    uint64_t ino = (uint64_t)st.st_ino;
+    if (kvm_test_take(&kvm_test_rpc_local_netns))
+        ino ^= 0x5a5a; /* test hook: "another host" */
+    int n = snprintf(out, cap, "%s/%" PRIx64 ":%" PRIx64, boot, (uint64_t)st.st_dev, ino);
+    return n > 0 && (size_t)n < cap ? 0 : -1;
+}
+
+/* rpc_local = unix: listens on /tmp/kvmesh-rpc-<id>.sock too (a stale file of that name is
+ * removed first; runtime ids are fresh per open unless configured) and sets rpc_local_addr and
+ * host_id, which the membership record publishes. Any failure leaves both empty (peers use tcp)
+ * and says why on stderr; the runtime opens anyway. */
+static void rpc_local_listen(kvm_rt_t *rt)
+{
+    char path[108], host[sizeof(rt->host_id)];
+    snprintf(path, sizeof(path), "/tmp/kvmesh-rpc-%s.sock", rt->idhex);
+    if (host_identity(host, sizeof(host)) != 0) {
+        fprintf(stderr, "kvmesh: rpc_local: host identity unknown; peer RPC stays on tcp\n");
+        return;
+    }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        fprintf(stderr, "kvmesh: rpc_local: cannot remove stale %s: %s; peer RPC stays on tcp\n",
+                path, strerror(errno));
+        return;
+    }
+    if (rpc_listen_unix(rt->ep, path) != 0) {
+        fprintf(stderr, "kvmesh: rpc_local: %s; peer RPC stays on tcp\n", kvmesh_last_error());
+        kvm_err_clear();
+        return;
+    }
+    snprintf(rt->rpc_local_addr, sizeof(rt->rpc_local_addr), "unix:%s", path);
+    snprintf(rt->host_id, sizeof(rt->host_id), "%s", host);
+}
+
+static void rpc_local_unlink(kvm_rt_t *rt)
+{
+    if (rt->rpc_local_addr[0])
+        (void)unlink(rt->rpc_local_addr + 5);
+}
+
 static int split_hostport(const char *s, char *host, size_t cap, int *port)
 {
     const char *colon = strrchr(s, ':');
@@ -501,6 +563,8 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
         snprintf(rt->rpc_addr, sizeof(rt->rpc_addr), "tcp:%s", rt->cfg.advertise);
     else
         snprintf(rt->rpc_addr, sizeof(rt->rpc_addr), "tcp:%s:%d", host, bound);
+    if (rt->cfg.rpc_local)
+        rpc_local_listen(rt);
     rpc_register_notify_handler(rt->ep, STORE_RPC_ENV, on_env_msg, rt);
     kvm_owner_register_rpc(rt);
     kvm_put_inline_register(rt);  /* inline reservations (put_inline.c) */
@@ -609,6 +673,7 @@ static void close_left(kvm_rt_t *rt, int rc, const char *err)
     if (rt->ep) {
         rpc_endpoint *ep = rt->ep;
         rt->ep = NULL;
+        rpc_local_unlink(rt); /* no new connections; open ones close with the endpoint */
         rpc_endpoint_close(ep, close_signal, rt);
     } else {
         close_signal(rt);

@@ -126,6 +126,10 @@ struct kvm_member {
     uint64_t capacity, used;
     const char *rpc_addr;  /* interned "tcp:IP:PORT" */
     const char *data_addr; /* interned transport address ("" for a client-only runtime) */
+    /* rpc_local = unix (runtime.c): interned "unix:PATH" and host identity ("BOOTID/DEV:INO" of
+     * the network namespace); "" when the record has none (tcp; an older runtime) */
+    const char *rpc_local;
+    const char *host;
     uint32_t n_segs;
     struct kvm_seg_info segs[STORE_MAX_SEGS];
     uint64_t heartbeat;
@@ -385,6 +389,13 @@ typedef struct kvm_rt {
     kvm_runtime_t self;
     char idhex[KVM_ID128_HEX_LEN + 1];
     char rpc_addr[STORE_ADDR_MAX];
+    /* rpc_local = unix: "unix:PATH" this runtime also listens on and its host identity (both ""
+     * when off or not available); the unix sockets of peers whose connect failed (loop only;
+     * interned pointers; tcp to them from then on) */
+    char rpc_local_addr[STORE_ADDR_MAX];
+    char host_id[96];
+    const char *rpc_local_failed[8];
+    size_t n_rpc_local_failed;
     env_uv_thread_t *thread;
     env_t *env;
     struct seg_registry *reg;
@@ -654,14 +665,25 @@ void kvm_op_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...
     __attribute__((format(printf, 4, 5)));
 void kvm_op_item_done(kvm_op_t *op);
 void kvm_op_complete(kvm_op_t *op, int rc);
-/* [loop] RPC peer of a member (created on first use). */
+/* [loop] RPC peer of a member (created on first use): over the member's unix socket when both
+ * run rpc_local = unix on one host and network namespace (and its connect has not failed), else
+ * over tcp. */
 rpc_peer *kvm_rt_peer(kvm_rt_t *rt, const struct kvm_member *m);
+/* Test hook (test_hook.h): taken at open, the runtime advertises a network namespace other than
+ * its own (a peer on "another host"). */
+extern _Atomic uint32_t kvm_test_rpc_local_netns;
 
 /* Decodes a member record (key + JSON value) without interning its addresses (they go to rpc
  * and data). Pure; KVMESH_EPROTO with a message for anything malformed (fuzzed). */
 int kvm_member_record_decode(const char *key, const uint8_t *value, size_t len,
                              struct kvm_member *m, char *rpc, size_t rpc_cap, char *data,
                              size_t data_cap);
+/* As kvm_member_record_decode, and the optional rpc_local fields into lrpc and host ("" when
+ * the record has none). */
+int kvm_member_record_decode_local(const char *key, const uint8_t *value, size_t len,
+                                   struct kvm_member *m, char *rpc, size_t rpc_cap, char *data,
+                                   size_t data_cap, char *lrpc, size_t lrpc_cap, char *host,
+                                   size_t host_cap);
 
 /* Tracing helpers ([any]). kvm_span_begin starts `out` as a child of parent (a new root when
  * parent is NULL and root is true) and returns out, or NULL when tracing is off or there is

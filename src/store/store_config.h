@@ -81,6 +81,7 @@ struct kvm_store_config {
     enum kvm_verify_reads verify_reads;
     uint32_t inline_read_max;    /* inline single-get bytes, both sides (0 = off; get_inline.c) */
     uint32_t inline_write_max;   /* inline single-put bytes, requester (0 = off; put_inline.c) */
+    bool rpc_local;              /* rpc_local = unix: same-host peer RPC over a unix socket */
     double weight;               /* WRH weight of this runtime (> 0) */
     uint32_t lease_ttl_ms;       /* membership lease */
     uint32_t request_timeout_ms; /* end-to-end per request */

@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * store_rpc_local — peer RPC between runtimes of one host over a unix socket (rpc_local = unix;
+ * docs/performance.md "Peer RPC over a unix socket, s11").
+ *
+ *   itest_store_rpc_local
+ *
+ * Runtimes in this process (one host, one network namespace) on embedded in-memory metadata,
+ * transport tcp: a storage runtime S and a client-only runtime C, opened afresh per case. Which
+ * socket C's calls took is read from C's kvmesh_transport_operations_total{transport="tcp"|"unix",
+ * operation="rpc_send"} over 16 puts and 16 gets of 4 KiB values (each read back byte for byte),
+ * after a warm-up that is not counted. Counts only, no timing; every wait is bounded.
+ *   - both on: every call over unix, none over tcp; S's socket file exists while S is open and
+ *     is gone after it closed;
+ *   - both off (the default): every call over tcp, no socket;
+ *   - both on, S advertising another network namespace (test hook: a "host" of the chaos
+ *     harness): tcp;
+ *   - C on, S off (S's record has no rpc_local fields, as an older runtime's): tcp;
+ *   - both on, S's socket file removed before C's first call (its connect fails): C gives the
+ *     socket up once and for all (one line on stderr) and calls over tcp.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api/kvmesh_tools.h"
+#include "kvmesh.h"
+#include "obs/metrics.h"
+#include "store/store.h"
+#include "store/test_hook.h"
+#include "tcheck.h"
+#include "trt.h"
+
+#define CHECK(c) TCHECK_FATAL(c)
+
+#define OPS  16
+#define VLEN 4096
+
+/* What kv sent over one kind of socket: calls (rpc_call) and bytes (calls, replies and
+ * notifications, the route messages among them). */
+struct sent {
+    int64_t calls, bytes;
+};
+
+static struct sent sent_over(kvmesh_t *kv, unsigned transport)
+{
+    struct sent s = {0, 0};
+    const struct obs_registry *m = kvmesh_runtime_of(kv)->metrics;
+    CHECK(obs_metrics_read(m, "transport_operations_total", transport, OBS_XOP_RPC_SEND,
+                           &s.calls) == 0);
+    CHECK(obs_metrics_read(m, "transport_bytes_total", transport, OBS_XOP_RPC_SEND, &s.bytes) == 0);
+    return s;
+}
+
+static kvmesh_t *open_rt(const char *url, bool storage, const char *rpc_local)
+{
+    const char *const base[][2] = {{"transport", "tcp"},
+                                   {"memory_size", storage ? "16777216" : "0"},
+                                   {"segment_size", "16777216"},
+                                   {"max_object_size", "1048576"},
+                                   {"replicas", "1"},
+                                   {NULL, NULL}};
+    const char *const mine[][2] = {{"metadata_url", url}, {"rpc_local", rpc_local}, {NULL, NULL}};
+    kvmesh_t *kv = trt_open(base, mine);
+    CHECK(kv);
+    return kv;
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+struct failed_arg {
+    size_t n;
+};
+
+static void read_failed(kvm_rt_t *rt, void *arg)
+{
+    ((struct failed_arg *)arg)->n = rt->n_rpc_local_failed;
+}
+
+/* One case: S and C opened with rpc_local s_on / c_on; want_unix: C's calls go over unix. */
+static void run_case(const char *name, const char *s_on, const char *c_on, bool other_netns,
+                     bool remove_socket, bool want_unix)
+{
+    char url[96];
+    snprintf(url, sizeof(url), "memory://rpclocal-%ld-%s", (long)getpid(), name);
+    if (other_netns)
+        kvm_test_arm(&kvm_test_rpc_local_netns, 1); /* taken by S's open */
+    kvmesh_t *S = open_rt(url, true, s_on);
+    CHECK(atomic_load(&kvm_test_rpc_local_netns) == 0);
+    kvm_rt_t *s = kvmesh_runtime_of(S);
+    bool s_unix = strcmp(s_on, "unix") == 0;
+    CHECK(s_unix == (s->rpc_local_addr[0] != 0));
+    char path[STORE_ADDR_MAX] = "";
+    if (s_unix) {
+        CHECK(strncmp(s->rpc_local_addr, "unix:", 5) == 0);
+        snprintf(path, sizeof(path), "%s", s->rpc_local_addr + 5);
+        CHECK(exists(path));
+        if (remove_socket)
+            CHECK(unlink(path) == 0);
+    }
+    kvmesh_t *C = open_rt(url, false, c_on);
+    kvm_rt_t *c = kvmesh_runtime_of(C);
+    CHECK((strcmp(c_on, "unix") == 0) == (c->rpc_local_addr[0] != 0));
+    if (s_unix && strcmp(c_on, "unix") == 0)
+        CHECK((strcmp(s->host_id, c->host_id) == 0) == !other_netns);
+
+    const kvmesh_scope_t sc = {"rpclocal", NULL};
+    CHECK(trt_warm(&C, 1, &sc, 32, 120000) == 0);
+
+    struct sent u0 = sent_over(C, OBS_TRANSPORT_UNIX), t0 = sent_over(C, OBS_TRANSPORT_TCP);
+    static uint8_t v[VLEN], out[VLEN];
+    for (int i = 0; i < OPS; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "k-%d", i);
+        for (size_t j = 0; j < VLEN; j++)
+            v[j] = (uint8_t)(i * 31 + j * 7);
+        CHECK(kvmesh_put(C, &sc, key, strlen(key), v, VLEN, NULL) == 0);
+        size_t got = 0;
+        memset(out, 0, sizeof(out));
+        CHECK(kvmesh_get_into(C, &sc, key, strlen(key), out, sizeof(out), &got) == 0);
+        CHECK(got == VLEN && memcmp(out, v, VLEN) == 0);
+    }
+    struct sent u1 = sent_over(C, OBS_TRANSPORT_UNIX), t1 = sent_over(C, OBS_TRANSPORT_TCP);
+    struct sent du = {u1.calls - u0.calls, u1.bytes - u0.bytes};
+    struct sent dt = {t1.calls - t0.calls, t1.bytes - t0.bytes};
+    printf("%s: C sent over unix %lld calls %lld bytes, over tcp %lld calls %lld bytes\n", name,
+           (long long)du.calls, (long long)du.bytes, (long long)dt.calls, (long long)dt.bytes);
+    /* every put is at least one call; the 32 ops' messages carry at least their values */
+    struct sent *on = want_unix ? &du : &dt, *off = want_unix ? &dt : &du;
+    CHECK(on->calls >= OPS && on->bytes >= (int64_t)OPS * VLEN);
+    CHECK(off->calls == 0 && off->bytes == 0);
+    struct failed_arg fa = {0};
+    CHECK(trt_on_loop(C, read_failed, &fa, 10000) == 0);
+    CHECK(fa.n == (remove_socket ? 1u : 0u));
+
+    kvmesh_close(C);
+    kvmesh_close(S);
+    if (path[0])
+        CHECK(!exists(path)); /* removed on close */
+}
+
+int main(void)
+{
+    run_case("on", "unix", "unix", false, false, true);
+    run_case("off", "off", "off", false, false, false);
+    run_case("netns", "unix", "unix", true, false, false);
+    run_case("old", "off", "unix", false, false, false);
+    run_case("gone", "unix", "unix", false, true, false);
+    printf("peer RPC over unix sockets between same-host runtimes only\n");
+    return 0;
+}
