@@ -1014,6 +1014,38 @@ static void bsrc_put(void *ctx, void *pin)
     s->puts++;
 }
 
+/* The inline batch tests' set-up: a service started with src as its inline source (src zeroed),
+ * the test's env sending to it as a peer, one route-capable member, and N_BIG_INL routes of
+ * BIG_INL bytes (keys prefix0.., checksum i + 1) put into r (w[0] used for the CASes). */
+static route_svc_t *inline_batch_open(fx_t *f, bsrc_t *src, const char *prefix, kvm_route_t *r,
+                                      waitv_t *w)
+{
+    memset(src, 0, sizeof(*src));
+    g_src = (route_inline_src_t){.get = bsrc_get, .put = bsrc_put, .ctx = src};
+    waitv_t w0;
+    route_svc_t *svc = start(f, 1, POLICY, &w0);
+    g_src = (route_inline_src_t){0};
+    assert_int_equal(w0.rc, 0);
+    env_set_recv(f->env, (env_recv_fn)route_on_message, svc);
+    env_uv_set_sender(f->env, sender_as_peer, f->env);
+    route_member_t m = {.rt = {.id = kvm_id128_from_u64(7, 1), .epoch = 1},
+                        .node = 1,
+                        .weight = 1,
+                        .route_capable = true,
+                        .route_version = ROUTE_PROTOCOL_VERSION};
+    route_set_members(svc, 1, &m, 1);
+    for (int i = 0; i < N_BIG_INL; i++) {
+        char key[8];
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        mk(&r[i], key, 1, (uint64_t)i + 1);
+        r[i].length = r[i].replicas[0].length = BIG_INL;
+        cas(f, svc, KVM_ROUTE_VERSION_NONE, &r[i], &w[0]);
+        assert_int_equal(w[0].rc, 0);
+        kvm_route_free(&w[0].route);
+    }
+    return svc;
+}
+
 /* The lookups of one batching window, each with its own sink into the caller's room (dst): their
  * READs travel as one batch message, and the authority lends at most ROUTE_INLINE_BATCH_MAX bytes
  * over its items (here 16 of the 24 x 64 KiB asked); each served item's bytes are in its room
@@ -1026,31 +1058,9 @@ static void test_inline_read_batch(void **state)
     fx_t f;
     fx_open(&f, "memory://route-unit-inline-batch");
     static bsrc_t src;
-    memset(&src, 0, sizeof(src));
-    g_src = (route_inline_src_t){.get = bsrc_get, .put = bsrc_put, .ctx = &src};
-    waitv_t w0;
-    route_svc_t *svc = start(&f, 1, POLICY, &w0);
-    g_src = (route_inline_src_t){0};
-    assert_int_equal(w0.rc, 0);
-    env_set_recv(f.env, (env_recv_fn)route_on_message, svc);
-    env_uv_set_sender(f.env, sender_as_peer, f.env);
-    route_member_t m = {.rt = {.id = kvm_id128_from_u64(7, 1), .epoch = 1},
-                        .node = 1,
-                        .weight = 1,
-                        .route_capable = true,
-                        .route_version = ROUTE_PROTOCOL_VERSION};
-    route_set_members(svc, 1, &m, 1);
     static waitv_t w[N_BIG_INL];
     static kvm_route_t r[N_BIG_INL];
-    for (int i = 0; i < N_BIG_INL; i++) {
-        char key[8];
-        snprintf(key, sizeof(key), "B%d", i);
-        mk(&r[i], key, 1, (uint64_t)i + 1);
-        r[i].length = r[i].replicas[0].length = BIG_INL;
-        cas(&f, svc, KVM_ROUTE_VERSION_NONE, &r[i], &w[0]);
-        assert_int_equal(w[0].rc, 0);
-        kvm_route_free(&w[0].route);
-    }
+    route_svc_t *svc = inline_batch_open(&f, &src, "B", r, w);
     static uint8_t room[N_BIG_INL][BIG_INL];
     static route_inline_t inl[N_BIG_INL];
     /* A READ whose attempt timer (ROUTE_ATTEMPT_NS) fired before the batch's answer came, on a
@@ -1387,34 +1397,12 @@ static void test_inline_read_batch_att(void **state)
     fx_t f;
     fx_open(&f, "memory://route-unit-inline-batch-att");
     static bsrc_t src;
-    memset(&src, 0, sizeof(src));
-    g_src = (route_inline_src_t){.get = bsrc_get, .put = bsrc_put, .ctx = &src};
-    waitv_t w0;
-    route_svc_t *svc = start(&f, 1, POLICY, &w0);
-    g_src = (route_inline_src_t){0};
-    assert_int_equal(w0.rc, 0);
-    env_set_recv(f.env, (env_recv_fn)route_on_message, svc);
-    env_uv_set_sender(f.env, sender_as_peer, f.env);
+    static waitv_t w[N_BIG_INL];
+    static kvm_route_t r[N_BIG_INL];
+    route_svc_t *svc = inline_batch_open(&f, &src, "A", r, w);
     env_uv_set_sender_att(f.env, sender_att_as_peer, f.env);
     static isrc_t none; /* (g_att reads its puts: the batch form gives every pin back at once) */
     g_att = (attx_t){.src = &none};
-    route_member_t m = {.rt = {.id = kvm_id128_from_u64(7, 1), .epoch = 1},
-                        .node = 1,
-                        .weight = 1,
-                        .route_capable = true,
-                        .route_version = ROUTE_PROTOCOL_VERSION};
-    route_set_members(svc, 1, &m, 1);
-    static waitv_t w[N_BIG_INL];
-    static kvm_route_t r[N_BIG_INL];
-    for (int i = 0; i < N_BIG_INL; i++) {
-        char key[8];
-        snprintf(key, sizeof(key), "A%d", i);
-        mk(&r[i], key, 1, (uint64_t)i + 1);
-        r[i].length = r[i].replicas[0].length = BIG_INL;
-        cas(&f, svc, KVM_ROUTE_VERSION_NONE, &r[i], &w[0]);
-        assert_int_equal(w[0].rc, 0);
-        kvm_route_free(&w[0].route);
-    }
     static uint8_t room[N_BIG_INL][BIG_INL];
     static route_inline_t inl[N_BIG_INL];
     const int bound = (int)(ROUTE_INLINE_BATCH_MAX / BIG_INL);
