@@ -722,6 +722,52 @@ void slot_core_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *id, uint
     cb(arg, rc, msg, 0, 0, 0);
 }
 
+int slot_core_bind(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off, uint64_t token,
+                   uint64_t len, const kvm_ident_t *from, const kvm_ident_t *to, uint64_t margin_ns)
+{
+    slot_t *s = slot_at(c, seg_id, off);
+    if (!s || s->state != SLOT_RESERVED || s->token != token || token == 0 || s->len != len ||
+        s->busy || s->landing || !from || from->enc_len != slot_ident(s).enc_len ||
+        memcmp(from->enc, s->ident_enc, from->enc_len) != 0)
+        return kvm_errf(KVMESH_ENOENT,
+                        "owner %s holds no such granted range (segment %#" PRIx64
+                        ", offset %" PRIu64 ", %" PRIu64 " bytes): taken, expired or released",
+                        c->cfg.name, seg_id, off, len);
+    if (now >= s->deadline_ns || s->deadline_ns - now <= margin_ns)
+        return kvm_errf(KVMESH_ETIMEDOUT,
+                        "owner %s: the granted range at offset %" PRIu64
+                        " expires too soon to bind",
+                        c->cfg.name, off);
+    slot_t *n = NULL;
+    int rc = slot_new(c, to, &n);
+    if (rc)
+        return rc;
+    struct slot_seg *g = &c->segs[s->segi];
+    uint16_t segi = s->segi;
+    uint64_t deadline = s->deadline_ns;
+    slot_t *prev = s->qprev;
+    q_del(&c->reserved_head, &c->reserved_tail, s);
+    rc = alloc_release(g->alloc, off); /* (takes s: not read again) */
+    KVM_ASSERT(rc == 0);
+    rc = alloc_reserve_at_rec(g->alloc, off, len, &n->blk);
+    if (rc) { /* the bytes are free again: the grant ends with the reservation */
+        rec_free(c, &n->blk);
+        c->used -= len;
+        c->n_live--;
+        if (c->fx.revoke)
+            c->fx.revoke(c->ctx, token);
+        return kvm_errf(rc, "owner %s: the granted range at offset %" PRIu64 " could not be bound",
+                        c->cfg.name, off);
+    }
+    n->segi = segi;
+    n->token = token;
+    KVM_ASSERT(n->len == len);
+    set_state(n, SLOT_RESERVED);
+    n->deadline_ns = deadline;
+    q_insert_after(&c->reserved_head, &c->reserved_tail, prev, n);
+    return 0;
+}
+
 static void waiters_run(slot_core_t *c, uint64_t now)
 {
     while (c->waiters) {

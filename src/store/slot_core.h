@@ -241,6 +241,24 @@ int slot_core_seg_remove(slot_core_t *c, uint32_t segi, uint64_t *n_slots);
  * waits (FIFO, at most wait_max) for eviction and is answered by a later tick. */
 void slot_core_reserve(slot_core_t *c, uint64_t now, const kvm_ident_t *ident, uint64_t len,
                        uint32_t ttl_ms, slot_reserve_cb cb, void *arg);
+/* Binds a reservation to another identity (pre-granted ranges: docs/performance.md "shm puts
+ * above 16 KiB", the first piece): the RESERVED slot at (seg_id, off) whose write grant is token,
+ * whose length is len and whose identity is `from` (a placeholder nothing publishes) gets the
+ * identity `to`, its TTL end more than margin_ns after now. The identity lives inline in the
+ * allocator's block record, so the slot's record is replaced: the bytes are released and
+ * reserved again at the same offset and length for a new record, in this one call (nothing runs
+ * between: the loop thread), keeping the token (the grant stays live), the TTL end and the
+ * place in the reserved queue; used bytes and live slots unchanged. After it, a lookup, commit,
+ * release or expiry of the slot is that of `to`'s reservation, and a second bind of the range
+ * finds `to`, not `from`. Returns 0; KVMESH_ENOENT when no slot matches (state, token, length,
+ * identity) or it is busy or landing; KVMESH_ETIMEDOUT when its TTL ends within margin_ns (the
+ * reservation is left to expire); KVMESH_EINVAL for a non-canonical `to` and KVMESH_ENOMEM
+ * without a record for it (nothing changed); KVMESH_ENOMEM when the re-reservation needed a free
+ * record and got none: then the reservation is gone (grant revoked, bytes free, nothing
+ * published from them). An error message is set. */
+int slot_core_bind(slot_core_t *c, uint64_t now, uint64_t seg_id, uint64_t off, uint64_t token,
+                   uint64_t len, const kvm_ident_t *from, const kvm_ident_t *to,
+                   uint64_t margin_ns);
 /* Which slot a COMMIT or RELEASE means besides (segment, offset), which a later slot reusing
  * the same bytes shares (docs/store.md "Slot identity in COMMIT and RELEASE"):
  *   - SLOT_NOTE_TOKEN: the write-grant token the reservation answered (its writer's own

@@ -893,8 +893,15 @@ static void test_reconnect_after_restart(void **state)
     struct result r;
     do_echo(f, p, 100, &r);
     result_free(&r);
-    /* Stop the server: the client notices, calls fail with ECONN (connect refused). */
+    /* Stop the server: the client notices, calls fail with ECONN (connect refused). The server's
+     * close callback can end ep_close_wait's run before a pass reads the client side's EOF: a
+     * call made then would go out on the lost connection and fail without the failed attempt
+     * whose backoff r2 measures (a lost ready connection is redialled at once), so the test
+     * waits (bounded) for the client to see the loss first. */
     ep_close_wait(&f->loop, f->srv);
+    for (int g = 0; g < 10000 && rpc_peer_connected(p); g++)
+        run_for(&f->loop, 1);
+    assert_false(rpc_peer_connected(p));
     struct timed_result r1 = {.loop = &f->loop};
     struct rpc_msg m = {.type = T_ECHO, .timeout_ms = 5000};
     assert_int_equal(rpc_call(p, &m, timed_result_cb, &r1, NULL), 0);

@@ -30,7 +30,9 @@
  * Inline writes (docs/store.md "Inline writes"): over tcp a single put of a value up to
  * inline_write_max (64 KiB default) from C sends it with the reservation to S: 2 round trips
  * (reserve, route CAS) and no transport WRITE; a larger value still takes 3; over shm the
- * reservation is plain and the payload a shared-memory copy. An owner that predates inline
+ * reservation is plain and the payload a shared-memory copy: a put above
+ * STORE_PUT_PRIMARY_SHM_MAX (16 KiB, 64 KiB, 256 KiB, 1 MiB) is exactly 2 round trips (reserve,
+ * C's route CAS) and 2 hand-offs, new key and overwrite alike. An owner that predates inline
  * writes (S with its STORE_RPC_RESERVE_INLINE handler removed: the RPC layer answers
  * KVMESH_ENOTSUP) still takes the put: the first one sends the plain reservation after the
  * refusal and the payload by a transport WRITE, later ones the plain reservation at once.
@@ -105,6 +107,9 @@
 #define BOUND_BATCH_GET         4 /* goal <= 4: 1 route lookup batch, 1 payload */
 #define BOUND_BGET_INLINE       1 /* tcp, 4 KiB items, the authority owns every replica */
 #define BOUND_REMOVE            2
+#define BOUND_PUT_SHM                                                                              \
+    2 /* shm, value > STORE_PUT_PRIMARY_SHM_MAX: reserve + C's CAS (goal                           \
+         1: docs/performance.md "shm puts in one round trip") */
 
 struct cp {
     int64_t rt[OBS__N_cpstage];
@@ -314,7 +319,12 @@ static void check_put_size(kvmesh_t *C, const kvmesh_scope_t *sc, size_t size, e
             CHECK(d.rt[OBS_CPSTAGE_PAYLOAD] == 1 && writes >= 1);
             CHECK(round == 0 || total(&d) == BOUND_PUT);
         } else {
+            /* the plain reservation (1), the shared-memory copy by C's thread (no payload round
+             * trip), C's route CAS (1); two hand-offs (PLACE, PUBLISH) */
             CHECK(writes == 0 && d.copies[OBS_TRANSPORT_SHM] == 1);
+            CHECK(d.copies[OBS_TRANSPORT_TCP] == 0 && d.rt[OBS_CPSTAGE_PAYLOAD] == 0);
+            CHECK(total(&d) == BOUND_PUT_SHM && d.rt[OBS_CPSTAGE_ROUTE_CAS] == 1);
+            CHECK(d.handoffs == 2);
         }
         size_t got = 0;
         CHECK(kvmesh_get_into(C, sc, key, strlen(key), out, size, &got) == 0);
@@ -1261,6 +1271,8 @@ int main(int argc, char **argv)
         check_put_size(C, &sc, STORE_PUT_PRIMARY_SHM_MAX, PUT_SHM_PRIM);
         check_put_size(C, &sc, STORE_PUT_PRIMARY_SHM_MAX + 1, PUT_SHM);
         check_put_size(C, &sc, INLINE_DEFAULT, PUT_SHM);
+        check_put_size(C, &sc, 256 * 1024, PUT_SHM);
+        check_put_size(C, &sc, 1024 * 1024, PUT_SHM); /* (streaming stores: TP_SHM_STREAM_MIN) */
     }
     if (tcp) { /* (then S forgets the messages: the puts below take the inline path) */
         check_put_primary_raw(S, C, &sc);

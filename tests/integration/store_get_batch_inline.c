@@ -167,28 +167,6 @@ static void att_counts(kvmesh_t *R, uint64_t *batched, uint64_t *taken)
     *taken = st.att_items_taken;
 }
 
-/* One byte of a replica in the runtime's segment, flipped (twice = restored). The flip is the
- * test's fault injection: ThreadSanitizer reports it against the transport thread that sent the
- * slot's bytes earlier (no order between the two), the one report of a TSan run of this test
- * (which, like store_get_large, is not in CI's TSan stage). */
-struct flip {
-    uint64_t seg, off;
-    bool ok;
-};
-
-static void flip_byte(kvm_rt_t *rt, void *arg)
-{
-    struct flip *f = arg;
-    f->ok = false;
-    for (uint32_t s = 0; s < rt->n_segs; s++) {
-        struct seg *sg = rt->segs[s].seg;
-        if (sg && sg->id == f->seg && f->off < sg->size) {
-            sg->base[f->off] ^= 0x5a;
-            f->ok = true;
-        }
-    }
-}
-
 /* ---- cases ----------------------------------------------------------------------------------- */
 
 static void check_all_inline(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
@@ -419,9 +397,9 @@ static void check_two_authorities(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t
     kvmesh_route_info_t ri;
     CHECK(kvmesh_route_query(C, sc, keys[1], strlen(keys[1]), &ri) == 0 && ri.n_replicas == 1);
     int owner = strcmp(ri.replicas[0].owner, hex[0]) == 0 ? 0 : 1;
-    struct flip f = {.seg = ri.replicas[0].segment, .off = ri.replicas[0].offset + 100};
-    on_loop(R[owner], flip_byte, &f);
-    CHECK(f.ok);
+    /* (through the segment's memfd: trt_flip_byte) */
+    uint64_t seg = ri.replicas[0].segment, off = ri.replicas[0].offset + 100;
+    CHECK(trt_flip_byte(R[owner], seg, off) == 0);
     kvmesh_batch_item_t it[N_MIXED];
     for (int i = 0; i < N_MIXED; i++)
         it[i] = (kvmesh_batch_item_t){.key = keys[i],
@@ -436,9 +414,8 @@ static void check_two_authorities(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t
     CHECK(rc == KVMESH_ECHECKSUM && it[1].rc == KVMESH_ECHECKSUM);
     for (int i = 0; i < N_MIXED; i++)
         CHECK(i == 1 || (it[i].rc == 0 && memcmp(out + i * SMALL, vals + i * SMALL, SMALL) == 0));
-    CHECK(d.payload >= 1);            /* (the corrupted item's READs) */
-    on_loop(R[owner], flip_byte, &f); /* restored */
-    CHECK(f.ok);
+    CHECK(d.payload >= 1);                         /* (the corrupted item's READs) */
+    CHECK(trt_flip_byte(R[owner], seg, off) == 0); /* restored */
     kvmesh_close(S2);
 }
 

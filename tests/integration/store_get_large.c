@@ -121,25 +121,6 @@ static void on_loop(kvmesh_t *R, void (*fn)(kvm_rt_t *rt, void *arg), void *arg)
     CHECK(trt_on_loop(R, fn, arg, 10000) == 0);
 }
 
-/* One byte of a replica in S's segment, flipped (twice = restored). */
-struct flip {
-    uint64_t seg, off;
-    bool ok;
-};
-
-static void flip_byte(kvm_rt_t *rt, void *arg)
-{
-    struct flip *f = arg;
-    f->ok = false;
-    for (uint32_t s = 0; s < rt->n_segs; s++) {
-        struct seg *sg = rt->segs[s].seg;
-        if (sg && sg->id == f->seg && f->off < sg->size) {
-            sg->base[f->off] ^= 0x5a;
-            f->ok = true;
-        }
-    }
-}
-
 static void set_read_max(kvm_rt_t *rt, void *arg)
 {
     rt->cfg.inline_read_max = *(uint32_t *)arg;
@@ -209,9 +190,9 @@ static void check_corrupt(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
     kvmesh_route_info_t ri;
     CHECK(kvmesh_route_query(S, sc, "corrupt", 7, &ri) == 0);
     CHECK(ri.n_replicas == 1 && ri.length == sizeof(v));
-    struct flip f = {.seg = ri.replicas[0].segment, .off = ri.replicas[0].offset + 1000};
-    on_loop(S, flip_byte, &f);
-    CHECK(f.ok);
+    /* (through the segment's memfd: trt_flip_byte) */
+    uint64_t seg = ri.replicas[0].segment, off = ri.replicas[0].offset + 1000;
+    CHECK(trt_flip_byte(S, seg, off) == 0);
     size_t got = 0;
     trt_cp_t a = snap(C), d;
     int rc = kvmesh_get_into(C, sc, "corrupt", 7, out, sizeof(out), &got);
@@ -221,8 +202,7 @@ static void check_corrupt(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
     /* per look (a checksum failure looks again, up to 3 within the deadline): the lookup's
      * bytes summed and refused, then the READ of the replica, refused too */
     CHECK(d.lookup >= 1 && d.payload >= 1 && d.checksums > d.payload);
-    on_loop(S, flip_byte, &f); /* restored */
-    CHECK(f.ok);
+    CHECK(trt_flip_byte(S, seg, off) == 0); /* restored */
     check_get(C, sc, "corrupt", v, sizeof(v), true, "get 256 KiB (replica restored)");
 }
 

@@ -40,9 +40,11 @@
 #include "kvmesh.h"
 #include "meta/keyspace.h"
 #include "meta/meta.h"
+#include "route/route.h"
 #include "store/data.h"
 #include "tenant/tenant.h"
 #include "testsrv.h"
+#include "trt.h"
 
 struct kvm_rt *kvmesh_runtime_of(kvmesh_t *kv);
 
@@ -120,6 +122,54 @@ static uint64_t purge_unknown(void)
         n += st.tombs_purge_unknown;
     }
     return n;
+}
+
+/* Route authority handovers so far, over the runtimes (route.h route_stats_t: state transfers,
+ * and acquisitions that began empty). EmbeddedWrh counts one purge per table that held a
+ * tombstone; a handover changes which tables those are: a member that was out of a shard's set
+ * (its lease lapsed on a loaded host) misses the tombstones written and purged meanwhile, and a
+ * member's table replaced by the new primary's install drops the copies the merged state no
+ * longer holds, both uncounted. Seen once in ten quota runs beside two busy loops (179 keys in
+ * 15 s: the host was that slow): 478 purged for 161 removes x 3 tables, none left; a lapsed
+ * runtime lease (lease_ttl_ms 2000) is the likely way there. */
+static void read_handovers(kvm_rt_t *rt, void *arg)
+{
+    route_stats_t st;
+    route_get_stats(rt->route, &st); /* (the service's fields: read on its loop) */
+    ((uint64_t *)arg)[0] = st.state_transfers;
+    ((uint64_t *)arg)[1] = st.state_lost;
+}
+
+static void handovers(uint64_t *transfers, uint64_t *lost)
+{
+    *transfers = *lost = 0;
+    if (mo_mode)
+        return; /* (MetadataOnly: no authority tables) */
+    for (int i = 0; i < NRT; i++) {
+        static uint64_t v[2]; /* static: a call not run in time may still run later */
+        CHECK(trt_on_loop(rts[i], read_handovers, v, 10000) == 0);
+        *transfers += v[0];
+        *lost += v[1];
+    }
+}
+
+/* The purge count a removed key must reach: one purge per table (copies) when no handover
+ * happened since its tombstones were written (transfers and lost as at the first remove), else
+ * at least one (the merged state a new primary installs keeps every tombstone some source still
+ * held, and that table purges it), or none to require once an acquisition began empty. */
+static uint64_t t_first = UINT64_MAX, l_first = UINT64_MAX;
+static uint64_t per_remove(uint64_t copies, const char *step)
+{
+    if (mo_mode || t_first == UINT64_MAX)
+        return copies;
+    uint64_t t, l;
+    handovers(&t, &l);
+    if (t == t_first && l == l_first)
+        return copies;
+    printf("%s: route authority handovers since the first remove: %" PRIu64
+           " state transfers, %" PRIu64 " begun empty: per removed key %s purge counted\n",
+           step, t - t_first, l - l_first, l != l_first ? "no" : "at least one");
+    return l != l_first ? 0 : 1;
 }
 
 /* An operation that a busy CI host may time out or find unavailable is retried (bounded). */
@@ -305,14 +355,14 @@ static void check_purge_progress(int copies, uint64_t purged_end)
         if (x->t_ms >= 2 * third && x->excess > last)
             last = x->excess;
     }
-    uint64_t want = r1 * keys_per_remove(copies);
+    uint64_t each = per_remove(keys_per_remove(copies), "1p");
+    uint64_t want = r1 * each;
     if (mo_mode)
         want -= want / 100;
     printf("1p: purged by the end of the churn %" PRIu64 ", removes in its first third %" PRIu64
            " x %" PRIu64 " = %" PRIu64 "%s (beyond the kept keys: middle third max %" PRIu64
            ", last third max %" PRIu64 "; %zu samples)\n",
-           purged_end, r1, keys_per_remove(copies), want, mo_mode ? " less 1%" : "", mid, last,
-           n_samples);
+           purged_end, r1, each, want, mo_mode ? " less 1%" : "", mid, last, n_samples);
     CHECK(r1 > 0);
     CHECK(purged_end >= want);
 }
@@ -393,6 +443,21 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    /* the shards' authorities settle where the members' ranking puts them (a state transfer
+     * each as the members joined) before the churn, so that a handover counted during it is one
+     * a loaded host caused (per_remove); bounded: the churn starts after 30 s regardless */
+    uint64_t t_prev = UINT64_MAX, l_prev = 0;
+    for (uint64_t end = env_clock_mono_ms() + 30000, still = 0; env_clock_mono_ms() < end;) {
+        uint64_t t, l;
+        handovers(&t, &l);
+        still = t == t_prev && l == l_prev ? still + 1 : 0;
+        if (mo_mode || still >= 4)
+            break;
+        t_prev = t;
+        l_prev = l;
+        usleep(500000);
+    }
+
     /* 1. churn */
     static uint8_t v[VAL];
     uint64_t created = 0, kept = 0, removed = 0, next_sample = 0;
@@ -410,6 +475,8 @@ int main(int argc, char **argv)
             kept++;
             continue;
         }
+        if (removed == 0) /* handovers before any tombstone change no purge count */
+            handovers(&t_first, &l_first);
         rc = retry(do_remove, key, v);
         if (rc)
             fprintf(stderr, "remove %s: %s\n", key, kvmesh_last_error());
@@ -456,7 +523,7 @@ int main(int argc, char **argv)
                unknown, removed > purged ? removed - purged : 0);
         CHECK(purged <= removed && entries == kept);
     } else
-        CHECK(purged >= removed * (uint64_t)copies);
+        CHECK(purged >= removed * per_remove((uint64_t)copies, "2"));
     if (quota_mode) { /* 2b. the accounting of removed keys is purged too (bounded retention) */
         uint64_t rows = 0, recs = 0; /* each runtime's reconciler: pages of 64, one at a time */
         for (uint64_t end = env_clock_mono_ms() + 120000;;) {

@@ -2,6 +2,7 @@
 /* trt.c — see trt.h. */
 #include "trt.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -13,6 +14,7 @@
 #include "api/kvmesh_tools.h"
 #include "env/clock.h"
 #include "env/env.h"
+#include "net/seg.h"
 #include "obs/metrics.h"
 #include "route/route.h"
 
@@ -205,4 +207,45 @@ int trt_primary_of(kvmesh_t *kv, const kvmesh_scope_t *sc, const char *key, kvm_
     kvm_ident_free(&q->ident);
     free(q);
     return rc;
+}
+
+struct flip_at {
+    uint64_t seg, off;
+    int fd; /* the segment's memfd, -1: none found */
+};
+
+static void flip_find(kvm_rt_t *rt, void *arg)
+{
+    struct flip_at *f = arg;
+    for (uint32_t s = 0; s < rt->n_segs && f->fd < 0; s++) {
+        struct seg *sg = rt->segs[s].seg;
+        if (sg && sg->id == f->seg && f->off < sg->size)
+            f->fd = sg->fd;
+    }
+}
+
+int trt_flip_byte(kvmesh_t *kv, uint64_t seg, uint64_t off)
+{
+    /* static: a find that did not run in time may still run later (trt_on_loop) */
+    static struct flip_at f;
+    f = (struct flip_at){.seg = seg, .off = off, .fd = -1};
+    if (trt_on_loop(kv, flip_find, &f, 10000) != 0)
+        return -1;
+    if (f.fd < 0) {
+        fprintf(stderr, "trt_flip_byte: no local segment %" PRIu64 " holding offset %" PRIu64 "\n",
+                seg, off);
+        return -1;
+    }
+    /* the segment stays mapped (and its memfd open) while the runtime is open */
+    uint8_t b;
+    if (pread(f.fd, &b, 1, (off_t)off) != 1) {
+        fprintf(stderr, "trt_flip_byte: pread: %s\n", strerror(errno));
+        return -1;
+    }
+    b ^= 0x5a;
+    if (pwrite(f.fd, &b, 1, (off_t)off) != 1) {
+        fprintf(stderr, "trt_flip_byte: pwrite: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
 }

@@ -47,6 +47,17 @@ int trt_warm(kvmesh_t *const *rts, size_t n, const kvmesh_scope_t *sc, int keys,
  * the caller fails the test). */
 int trt_on_loop(kvmesh_t *kv, void (*fn)(kvm_rt_t *rt, void *arg), void *arg, int timeout_ms);
 
+/* Flips (XOR 0x5a) the byte at offset off of kv's local segment seg, the way a byte goes bad in
+ * the owner's memory, for tests of checksum refusals; twice restores it. The segment is found on
+ * kv's loop thread (its segment table is the loop's); the byte is read and written through the
+ * segment's memfd (pread/pwrite), not by a store into the mapping: the runtime's transport threads
+ * read that memory without any order against a test thread (a served READ's send, or a landing),
+ * so a plain store would be a data race (ThreadSanitizer reports it); the kernel's write is not
+ * one, and every mapping of the memfd sees it. 0, or -1 with the reason on stderr (no such
+ * segment or offset, the loop did not run it in time, or the memfd refused: a hugetlbfs segment
+ * takes no write()). */
+int trt_flip_byte(kvmesh_t *kv, uint64_t seg, uint64_t off);
+
 /* The primary of key's shard in kv's route view (route_primary_hint, read on kv's loop thread,
  * waited for up to 10 s): 0 with *primary set, or the hint's error (-1 when not run in time). */
 int trt_primary_of(kvmesh_t *kv, const kvmesh_scope_t *sc, const char *key, kvm_runtime_t *primary);

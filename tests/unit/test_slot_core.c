@@ -6,7 +6,7 @@
  * COMMIT / RELEASE notes that name an earlier slot at the same bytes (ignored, counted), and
  * reclaim that keeps up with releases faster than tick_budget slots per tick, a reclaim backlog
  * above the per-pass cap drained by bounded re-runs, and COMMIT / RELEASE of one slot in either
- * order.
+ * order, and a reservation bound to another identity (slot_core_bind: pre-granted ranges).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -787,17 +787,167 @@ static void test_late_write_hold(void **state)
     slot_core_free(c);
 }
 
+/* reserve len bytes for id (ttl 300 ms) at now: the offset */
+static uint64_t reserve_id(slot_core_t *c, struct fx_log *l, uint64_t now, const kvm_ident_t *id,
+                           uint64_t len)
+{
+    int before = l->answers;
+    slot_core_reserve(c, now, id, len, 300, reserved, l);
+    assert_int_equal(l->answers, before + 1);
+    assert_int_equal(l->rc, 0);
+    return l->off;
+}
+
+static bool slot_is(slot_core_t *c, uint64_t off, const kvm_ident_t *id)
+{
+    const slot_t *s = slot_core_find(c, 7, off);
+    if (!s)
+        return false;
+    kvm_ident_t v = slot_ident(s);
+    return kvm_ident_equal(&v, id);
+}
+
+/* Pre-granted ranges: a reservation for a placeholder identity is bound to the key it is
+ * published as (slot_core_bind): the same bytes, token, TTL end and queue place, used bytes
+ * unchanged, a second bind refused, wrong token / length / identity / state refused with nothing
+ * changed, a bind too near the TTL refused; an unbound grant expires through its lookup (HELD ->
+ * RECLAIM -> FREED after the grace), a bound one's lookup asks for the key; a bound slot commits
+ * and releases as any reservation; the bind of a range whose neighbour is free (the release
+ * merges, the reserve splits) keeps every byte of the neighbour free and the core consistent. */
+static void test_bind(void **state)
+{
+    (void)state;
+    struct fx_log l;
+    slot_core_t *c = core_new(&l, false, 1 << 20);
+    kvm_ident_t ph, ph2, key, key2, other;
+    assert_int_equal(kvm_ident_init(&ph, "kvmesh-grant", NULL, "g-0001", 6), 0);
+    assert_int_equal(kvm_ident_init(&ph2, "kvmesh-grant", NULL, "g-0002", 6), 0);
+    assert_int_equal(kvm_ident_init(&key, "tenant-a", "dom", "a-longer-key/0001", 17), 0);
+    assert_int_equal(kvm_ident_init(&key2, "t", NULL, "k", 1), 0);
+    assert_int_equal(kvm_ident_init(&other, "t", NULL, "other", 5), 0);
+
+    /* A (free later), G (the grant), B: G's predecessor becomes free before the bind */
+    uint64_t a = reserve_id(c, &l, 0, &other, 4096);
+    uint64_t g = reserve_id(c, &l, 0, &ph, 10000);
+    uint64_t gtok = l.token;
+    uint64_t b = reserve_id(c, &l, 0, &other, 4096);
+    slot_core_release(c, 1 * MS, 7, a);
+    slot_core_tick(c, 150 * MS); /* past the grace: A's bytes are free */
+    assert_null(slot_core_find(c, 7, a));
+    slot_core_stats_t st0, st;
+    slot_core_stats(c, &st0);
+    int revoked0 = l.n_revoked;
+
+    /* refusals change nothing */
+    assert_int_equal(slot_core_bind(c, 160 * MS, 7, g, gtok + 1, 10000, &ph, &key, 0),
+                     KVMESH_ENOENT);
+    assert_int_equal(slot_core_bind(c, 160 * MS, 7, g, gtok, 9999, &ph, &key, 0), KVMESH_ENOENT);
+    assert_int_equal(slot_core_bind(c, 160 * MS, 7, g, gtok, 10000, &ph2, &key, 0), KVMESH_ENOENT);
+    assert_int_equal(slot_core_bind(c, 160 * MS, 8, g, gtok, 10000, &ph, &key, 0), KVMESH_ENOENT);
+    assert_int_equal(slot_core_bind(c, 160 * MS, 7, g + 64, gtok, 10000, &ph, &key, 0),
+                     KVMESH_ENOENT);
+    kvm_ident_t bad = key;
+    bad.enc_len = key.enc_len - 1;
+    assert_int_equal(slot_core_bind(c, 160 * MS, 7, g, gtok, 10000, &ph, &bad, 0), KVMESH_EINVAL);
+    /* the TTL (300 ms) ends within the margin */
+    assert_int_equal(slot_core_bind(c, 160 * MS, 7, g, gtok, 10000, &ph, &key, 140 * MS + 1),
+                     KVMESH_ETIMEDOUT);
+    assert_true(slot_is(c, g, &ph));
+    assert_int_equal(state_at(c, g), SLOT_RESERVED);
+    assert_int_equal(slot_core_check(c), 0);
+
+    /* the bind */
+    assert_int_equal(slot_core_bind(c, 160 * MS, 7, g, gtok, 10000, &ph, &key, 100 * MS), 0);
+    assert_true(slot_is(c, g, &key));
+    const slot_t *s = slot_core_find(c, 7, g);
+    assert_int_equal(s->state, SLOT_RESERVED);
+    assert_int_equal(s->token, gtok);
+    assert_int_equal(s->len, 10000);
+    assert_int_equal(slot_off(s), g);
+    assert_int_equal(s->deadline_ns, 300 * MS);
+    assert_int_equal(l.n_revoked, revoked0); /* the grant stays live */
+    slot_core_stats(c, &st);
+    assert_int_equal(st.used, st0.used);
+    assert_int_equal(st.n_reserved, st0.n_reserved);
+    assert_int_equal(slot_core_check(c), 0);
+    /* A's bytes are free again: a reservation of them gets them */
+    uint64_t a2 = reserve_id(c, &l, 170 * MS, &other, 4096);
+    assert_int_equal(a2, a);
+    /* not twice */
+    assert_int_equal(slot_core_bind(c, 170 * MS, 7, g, gtok, 10000, &ph, &key2, 0), KVMESH_ENOENT);
+    assert_true(slot_is(c, g, &key));
+
+    /* an unbound grant expires through its lookup of the placeholder: HELD, absent, RECLAIM */
+    uint64_t g2 = reserve_id(c, &l, 200 * MS, &ph2, 20000);
+    uint64_t g2tok = l.token;
+    slot_core_commit(c, 200 * MS, 7, g); /* the bound one commits as any reservation */
+    assert_int_equal(state_at(c, g), SLOT_COMMITTED);
+    assert_int_equal(l.n_revoked, revoked0 + 1);
+    slot_core_tick(c, 500 * MS);
+    assert_int_equal(state_at(c, g2), SLOT_HELD);
+    /* (b and a2 expire too: every lookup names its own slot's identity) */
+    int lg2 = -1;
+    for (int i = 0; i < l.n_lookups; i++)
+        if (slot_off(l.lookups[i]) == g2)
+            lg2 = i;
+    assert_true(lg2 >= 0);
+    assert_true(slot_is(c, g2, &ph2));
+    assert_int_equal(slot_core_bind(c, 501 * MS, 7, g2, g2tok, 20000, &ph2, &key2, 0),
+                     KVMESH_ENOENT); /* HELD: past its TTL, never bound */
+    slot_settle_in_t absent = {.route = SLOT_ANS_ABSENT};
+    assert_int_equal(slot_core_held_answer(c, 502 * MS, l.lookups[lg2], &absent), SLOT_SETTLE_FREE);
+    assert_int_equal(state_at(c, g2), SLOT_RECLAIM);
+    int freed0 = l.n_freed;
+    slot_core_tick(c, 700 * MS); /* the grace passed */
+    assert_null(slot_core_find(c, 7, g2));
+    assert_true(l.n_freed > freed0);
+    assert_int_equal(slot_core_check(c), 0);
+
+    /* a bound grant that is never committed expires as the key's reservation */
+    uint64_t g3 = reserve_id(c, &l, 1000 * MS, &ph, 5000);
+    uint64_t g3tok = l.token;
+    assert_int_equal(slot_core_bind(c, 1001 * MS, 7, g3, g3tok, 5000, &ph, &key2, 0), 0);
+    int n0 = l.n_lookups;
+    slot_core_tick(c, 1300 * MS);
+    assert_int_equal(state_at(c, g3), SLOT_HELD);
+    int lg3 = -1;
+    for (int i = n0; i < l.n_lookups; i++)
+        if (slot_off(l.lookups[i]) == g3)
+            lg3 = i;
+    assert_true(lg3 >= 0);
+    kvm_ident_t v = slot_ident(l.lookups[lg3]);
+    assert_true(kvm_ident_equal(&v, &key2));
+    assert_int_equal(slot_core_check(c), 0);
+    (void)b;
+
+    kvm_ident_free(&ph);
+    kvm_ident_free(&ph2);
+    kvm_ident_free(&key);
+    kvm_ident_free(&key2);
+    kvm_ident_free(&other);
+    slot_core_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grace),           cmocka_unit_test(test_held),
-        cmocka_unit_test(test_held_check),      cmocka_unit_test(test_evict_busy),
-        cmocka_unit_test(test_waiter),          cmocka_unit_test(test_settle_decide),
-        cmocka_unit_test(test_stale_note),      cmocka_unit_test(test_ident_view),
-        cmocka_unit_test(test_non_canonical),   cmocka_unit_test(test_record_pool),
-        cmocka_unit_test(test_reclaim_backlog), cmocka_unit_test(test_reclaim_rate),
-        cmocka_unit_test(test_reclaim_cap),     cmocka_unit_test(test_commit_release_commute),
-        cmocka_unit_test(test_land_fence),      cmocka_unit_test(test_late_write_hold),
+        cmocka_unit_test(test_grace),
+        cmocka_unit_test(test_held),
+        cmocka_unit_test(test_held_check),
+        cmocka_unit_test(test_evict_busy),
+        cmocka_unit_test(test_waiter),
+        cmocka_unit_test(test_settle_decide),
+        cmocka_unit_test(test_stale_note),
+        cmocka_unit_test(test_ident_view),
+        cmocka_unit_test(test_non_canonical),
+        cmocka_unit_test(test_record_pool),
+        cmocka_unit_test(test_reclaim_backlog),
+        cmocka_unit_test(test_reclaim_rate),
+        cmocka_unit_test(test_reclaim_cap),
+        cmocka_unit_test(test_commit_release_commute),
+        cmocka_unit_test(test_land_fence),
+        cmocka_unit_test(test_late_write_hold),
+        cmocka_unit_test(test_bind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
