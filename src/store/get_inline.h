@@ -51,8 +51,9 @@ route_inline_t *kvm_get_inline_sink(kvm_op_t *op, const struct kvm_item *it,
  * its iov trimmed to the route length): when the lookup returned inline bytes of that item's
  * route and no local replica is preferred, copies them into the caller's buffers with the
  * checksum fused (verified unless verify_reads is never) and sets outs[i].rc = 0. A mismatch
- * leaves the item to the replica rounds (a transport read). Returns how many items were
- * served. */
+ * leaves the item to the replica rounds (a transport read). A single get whose answer was
+ * received straight into its lent buffer (kvm_get_inline_lend) is not copied: the digest folded
+ * as the bytes landed is compared. Returns how many items were served. */
 size_t kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
 
 /* App thread, done with a batch get's lookup op look of which it holds the only reference: its
