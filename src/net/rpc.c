@@ -550,12 +550,15 @@ void rpc_sink_offer(struct rpc_conn *c, struct rpc_rx *rx)
     struct rpc_handler_slot *slot = &ep->handlers[rx->fh.type];
     struct rpc_hdr h;
     memset(&rx->sink, 0, sizeof(rx->sink));
-    if (!slot->sfn || !slot->fn || ep->closing || rx->fh.kind != FRAME_REQUEST ||
+    bool one_way = rx->fh.kind == FRAME_NOTIFY;
+    rpc_sink_fn fn = one_way ? (slot->nfn ? slot->nsfn : NULL) : (slot->fn ? slot->sfn : NULL);
+    if (!fn || ep->closing || (rx->fh.kind != FRAME_REQUEST && !one_way) ||
         rpc_hdr_decode(rx->pb, rx->fh.header_len, &h) != 0)
         return; /* (a bad header closes the connection once the frame is whole) */
     struct rpc_request req = {
         .type = rx->fh.type,
-        .request_id = rx->fh.request_id,
+        .one_way = one_way,
+        .request_id = one_way ? 0 : rx->fh.request_id,
         .deadline_ms = rx->fh.deadline_ms,
         .trace = rx->fh.trace,
         .body = h.body,
@@ -563,7 +566,7 @@ void rpc_sink_offer(struct rpc_conn *c, struct rpc_rx *rx)
         .payload_len = rx->fh.payload_len,
         .peer_runtime_id = c->peer_runtime_id,
     };
-    slot->sfn(&req, slot->arg, &rx->sink);
+    fn(&req, one_way ? slot->narg : slot->arg, &rx->sink);
     KVM_ASSERT(!rx->sink.ctx || rx->sink.abort);
     if (rx->sink.dst)
         ep->st.sink_direct++;
@@ -609,14 +612,14 @@ void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx)
         .sunk = rx->sink.dst || rx->sink.discard,
     };
     struct rpc_handler_slot *slot = &ep->handlers[rx->fh.type];
-    if (req.one_way || c->nreplies >= RPC_MAX_REQUESTS_PER_CONN || !slot->fn) {
+    if (req.one_way ? !slot->nfn : (c->nreplies >= RPC_MAX_REQUESTS_PER_CONN || !slot->fn)) {
         rpc_sink_abort(ep, rx); /* (no handler runs for it below) */
         req.sink_ctx = NULL;
     }
     if (req.one_way) {
         ep->st.notifies_received++;
         if (slot->nfn)
-            slot->nfn(NULL, &req, slot->narg);
+            slot->nfn(NULL, &req, slot->narg); /* (a sink's ctx ends there) */
         else
             ep->st.notifies_dropped++;
         bufpool_put(&ep->pool, req.payload);
@@ -1040,6 +1043,14 @@ int rpc_register_sink(rpc_endpoint *ep, uint16_t type, rpc_sink_fn fn)
     if (type == 0)
         return kvm_errf(KVMESH_EINVAL, "message type 0 is reserved");
     ep->handlers[type].sfn = fn;
+    return 0;
+}
+
+int rpc_register_notify_sink(rpc_endpoint *ep, uint16_t type, rpc_sink_fn fn)
+{
+    if (type == 0)
+        return kvm_errf(KVMESH_EINVAL, "message type 0 is reserved");
+    ep->handlers[type].nsfn = fn;
     return 0;
 }
 

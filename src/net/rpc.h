@@ -25,6 +25,8 @@
 #ifndef KVMESH_NET_RPC_H
 #define KVMESH_NET_RPC_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -198,8 +200,15 @@ typedef void (*rpc_handler_fn)(rpc_reply *reply, struct rpc_request *req, void *
  *    instead of the handler when the handler will not run for this frame (the connection
  *    closed before the payload was whole, the request was refused before its handler, or the
  *    handler was removed meanwhile), and ctx ends there.
+ *  - hold / release (optional, with dst): hold runs before each write into dst (a socket read
+ *    straight into it, or a copy of staged bytes) and release after that write and its landed
+ *    call; a hold that returns false (the owner of dst let it go) sends the rest of the payload
+ *    to discard, and no byte lands in dst from then on (ctx still ends at the handler or
+ *    abort). They let another thread take dst back at any time: it waits out one write at most.
  * The handler then runs as usual once the whole frame is in (req->sunk set when dst or
- * discard). A sink runs only for requests (not notifications) whose type has a handler too.
+ * discard). A sink runs only for requests whose type has a handler too, and for notifications
+ * whose type has a notification handler (rpc_register_notify_sink): the notification handler
+ * gets req->sink_ctx and req->sunk as a request handler does.
  */
 #define RPC_SINK_BLOCK (128u << 10) /* bytes per landed run (one socket read at most) */
 struct rpc_sink {
@@ -207,13 +216,25 @@ struct rpc_sink {
     int discard;
     void (*landed)(void *ctx, const uint8_t *p, size_t n);
     void (*abort)(void *ctx);
+    bool (*hold)(void *ctx);
+    void (*release)(void *ctx);
     void *ctx;
 };
 typedef void (*rpc_sink_fn)(const struct rpc_request *req, void *arg, struct rpc_sink *out);
 
+/* Test hook (0 in production): while set, a connection whose payload is being received into a
+ * sink with a hold (a get's lent buffer) stops reading after the first run that landed there
+ * and resumes once the hook is cleared (checked every RPC_TEST_STALL_POLL_MS): the frame stays
+ * half received for as long as a test needs. */
+extern _Atomic uint32_t rpc_test_sink_stall;
+#define RPC_TEST_STALL_POLL_MS 10
+
 /* Registers the payload sink for request type (replacing any previous; fn NULL removes it). The
  * sink gets the arg of the type's request handler. */
 int rpc_register_sink(rpc_endpoint *ep, uint16_t type, rpc_sink_fn fn);
+/* The same for notifications of type: the sink gets the arg of the type's notification
+ * handler (rpc_register_notify_handler). */
+int rpc_register_notify_sink(rpc_endpoint *ep, uint16_t type, rpc_sink_fn fn);
 
 /* Endpoint counters. calls_ok, calls_failed, requests_received, bytes_in and bytes_out are a
  * view of the endpoint's metrics registry (kvmesh_transport_*{transport="tcp"|"unix",
@@ -237,6 +258,8 @@ struct rpc_stats {
     /* payload sinks: requests whose payload went straight to a sink's dst, was discarded by
      * one, and sink contexts aborted (the handler did not run) */
     uint64_t sink_direct, sink_discarded, sink_aborted;
+    /* payloads whose sink's hold refused (its dst let go): their rest discarded */
+    uint64_t sink_let_go;
     /* lent payloads (rpc_msg.lend): calls sent with one, those whose unwritten rest rpc_call
      * copied before it returned, and the bytes it copied */
     uint64_t lent, lent_copied, lent_copied_bytes;

@@ -285,6 +285,8 @@ static void set_state(struct rpc_conn *c, enum conn_state to)
     c->state = to;
 }
 
+static void stall_fire(struct rpc_timer *t);
+
 static void conn_close_cb(uv_handle_t *h)
 {
     struct rpc_conn *c = h->data;
@@ -317,6 +319,7 @@ void rpc_conn_close(struct rpc_conn *c, enum rpc_close_reason reason)
     ep->st.conns_open--;
     rpc_timer_disarm(ep, &c->hs_timer);
     rpc_timer_disarm(ep, &c->idle_timer);
+    rpc_timer_disarm(ep, &c->stall_timer);
     LIST_REMOVE(c, link);
     if (c->inbound)
         ep->ninbound--;
@@ -462,6 +465,7 @@ static struct rpc_conn *conn_new(rpc_endpoint *ep, int is_unix)
     c->ep = ep;
     c->state = CONN_CONNECTING;
     c->hs_timer.fire = hs_timeout;
+    c->stall_timer.fire = stall_fire;
     c->idle_timer.fire = idle_fire;
     RB_INIT(&c->pending);
     RB_INIT(&c->replies);
@@ -591,7 +595,8 @@ static int rx_payload_begin(struct rpc_conn *c)
     c->rxs = RX_PAYLOAD;
     if (!c->rx.fh.payload_len)
         return 0;
-    if (c->inbound && c->state == CONN_READY && c->rx.fh.kind == FRAME_REQUEST)
+    if (c->inbound && c->state == CONN_READY &&
+        (c->rx.fh.kind == FRAME_REQUEST || c->rx.fh.kind == FRAME_NOTIFY))
         rpc_sink_offer(c, &c->rx);
     if (c->rx.sink.dst || c->rx.sink.discard) {
         c->rx.dst = c->rx.sink.dst; /* (NULL: discarded) */
@@ -604,6 +609,28 @@ static int rx_payload_begin(struct rpc_conn *c)
     }
     c->rx.dst = c->rx.payload;
     return 0;
+}
+
+/* Before a write into the payload's dst: whether the bytes may land there. A sink with a hold
+ * (rpc.h) is held (the caller releases it after the write, rx_sink_release); one whose hold
+ * refuses has let its dst go: the rest of the payload is discarded (dst NULL). */
+static bool rx_sink_hold(struct rpc_conn *c)
+{
+    if (!c->rx.dst)
+        return false;
+    if (!c->rx.sink.hold || c->rx.dst != c->rx.sink.dst)
+        return true;
+    if (c->rx.sink.hold(c->rx.sink.ctx))
+        return true;
+    c->rx.dst = NULL;
+    c->ep->st.sink_let_go++;
+    return false;
+}
+
+static void rx_sink_release(struct rpc_conn *c)
+{
+    if (c->rx.sink.release && c->rx.dst && c->rx.dst == c->rx.sink.dst)
+        c->rx.sink.release(c->rx.sink.ctx);
 }
 
 /* Consumes staged bytes. Returns 0, or -1 when the connection was closed. */
@@ -654,10 +681,11 @@ static int rx_process(struct rpc_conn *c)
         } else {
             uint64_t need = c->rx.fh.payload_len - c->pay_got;
             size_t n = (size_t)KVM_MIN(need, (uint64_t)avail);
-            if (n && c->rx.dst) {
+            if (n && rx_sink_hold(c)) {
                 memcpy(c->rx.dst + c->pay_got, p, n);
                 if (c->rx.sink.landed && c->rx.sink.dst)
                     c->rx.sink.landed(c->rx.sink.ctx, c->rx.dst + c->pay_got, n);
+                rx_sink_release(c);
             }
             c->pay_got += n;
             c->rpos += n;
@@ -673,7 +701,9 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct rpc_conn *c = h->data;
     if (c->rxs == RX_PAYLOAD && c->rpos == c->rlen && c->rx.dst &&
-        c->rx.fh.payload_len - c->pay_got >= RPC_RX_STAGING) {
+        c->rx.fh.payload_len - c->pay_got >= RPC_RX_STAGING && rx_sink_hold(c)) {
+        /* (held until read_cb: the read lands in dst between the two) */
+        c->rx_held = c->rx.sink.hold && c->rx.dst == c->rx.sink.dst;
         /* Large payload: read straight into its final buffer (a sink's, rpc.h, in runs of at
          * most RPC_SINK_BLOCK when it folds the bytes as they land: still in cache). */
         uint64_t left = c->rx.fh.payload_len - c->pay_got;
@@ -707,10 +737,32 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init((char *)c->rbuf + c->rlen, (unsigned)(RPC_RX_STAGING - c->rlen));
 }
 
+_Atomic uint32_t rpc_test_sink_stall;
+
+static void conn_start_read(struct rpc_conn *c);
+
+/* The test hook's stall (rpc.h rpc_test_sink_stall): reading resumes once the hook is off. */
+static void stall_fire(struct rpc_timer *t)
+{
+    struct rpc_conn *c = KVM_CONTAINER_OF(t, struct rpc_conn, stall_timer);
+    if (c->state == CONN_CLOSING)
+        return;
+    if (atomic_load(&rpc_test_sink_stall))
+        rpc_timer_arm(c->ep, &c->stall_timer, uv_now(c->ep->loop) + RPC_TEST_STALL_POLL_MS);
+    else
+        conn_start_read(c);
+}
+
 static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct rpc_conn *c = s->data;
     rpc_endpoint *ep = c->ep;
+    bool held = c->rx_held; /* (alloc_cb held the sink for this read: released once it landed) */
+    c->rx_held = false;
+    if (held && (c->state == CONN_CLOSING || nread <= 0)) {
+        rx_sink_release(c);
+        held = false;
+    }
     if (c->state == CONN_CLOSING)
         return;
     if (nread < 0) {
@@ -736,7 +788,14 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         /* Direct payload read. */
         if (c->rx.sink.landed && c->rx.sink.dst)
             c->rx.sink.landed(c->rx.sink.ctx, (const uint8_t *)buf->base, (size_t)nread);
+        if (held)
+            rx_sink_release(c);
         c->pay_got += (uint64_t)nread;
+        if (held && c->pay_got < c->rx.fh.payload_len && atomic_load(&rpc_test_sink_stall)) {
+            uv_read_stop(&c->u.s); /* (the test hook: the rest waits, stall_fire) */
+            rpc_timer_arm(ep, &c->stall_timer, uv_now(ep->loop) + RPC_TEST_STALL_POLL_MS);
+            return;
+        }
         if (c->pay_got == c->rx.fh.payload_len)
             frame_complete(c);
         if (c->state != CONN_CLOSING)

@@ -132,8 +132,9 @@ struct rpc_conn {
     enum conn_state state;
     enum hs_reason refusal; /* why the handshake was refused (either side), HS_OK if not */
     struct rpc_timer hs_timer;
-    struct rpc_timer idle_timer; /* armed while READY when cfg.idle_timeout_ms */
-    uint64_t last_active;        /* loop ms of the last complete frame in or frame submitted */
+    struct rpc_timer idle_timer;  /* armed while READY when cfg.idle_timeout_ms */
+    struct rpc_timer stall_timer; /* the test hook rpc_test_sink_stall (rpc.h) */
+    uint64_t last_active;         /* loop ms of the last complete frame in or frame submitted */
     uint8_t nonce_c[HS_NONCE_LEN], nonce_s[HS_NONCE_LEN];
     uint8_t *peer_desc_raw;
     size_t peer_desc_len;
@@ -146,6 +147,8 @@ struct rpc_conn {
     struct rpc_rx rx;
     size_t pb_got;
     uint64_t pay_got;
+    bool rx_held;       /* a direct read into a sink's dst is under its hold (alloc_cb to
+                           read_cb) */
     bool rx_head_first; /* the last frame's payload was read directly (>= RPC_RX_STAGING): the
                            next staged read takes at most RPC_RX_HEAD_READ (rpc_conn.c alloc_cb) */
     /* send (rpc_conn.c "Write path") */
@@ -194,7 +197,8 @@ struct rpc_handler_slot {
     void *arg;
     rpc_handler_fn nfn; /* notifications */
     void *narg;
-    rpc_sink_fn sfn; /* requests' payload sink (rpc.h), with fn's arg */
+    rpc_sink_fn sfn;  /* requests' payload sink (rpc.h), with fn's arg */
+    rpc_sink_fn nsfn; /* notifications' payload sink, with nfn's narg */
 };
 
 struct rpc_listener {

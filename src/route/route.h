@@ -182,6 +182,10 @@ typedef struct route_inline {
      * attached answers, copied once at the authority: route_batch.c route_emit_att) or as a
      * single answer's attachment, and are copied into dst alike */
     uint8_t *dst;
+    /* in: NULL, or the caller's buffer that a single answer's attachment may be received
+     * straight into (its payload sink: src/store/get_inline.c): buf may then equal it (the
+     * bytes landed there whole), and the service never frees it */
+    uint8_t *lent;
 } route_inline_t;
 /* The most inline bytes one lookup takes (route_msg.h ROUTE_MSG_MAX_INLINE_ATT): as the
  * answer's attachment (att); the copied form (att false, or dst set) carries at most
@@ -196,6 +200,14 @@ typedef struct route_inline {
 #define ROUTE_INLINE_BATCH_MAX (1024u * 1024)
 int route_lookup_inline(route_svc_t *svc, const kvm_ident_t *ident, route_lookup_cb cb, void *arg,
                         route_cost_t *cost, route_inline_t *inl);
+
+/* The sink of the pending lookup that msg answers, when msg (as received from msg->from, before
+ * route_on_message) is a READ answer whose bytes follow as its attachment (RMSG_READ_ATT) to a
+ * READ of the lookup's current attempt, within its inl->max; *att_len then receives the
+ * attachment's length. NULL otherwise (another message, a call no longer pending, a plain or
+ * failed answer). Lets a receiver put the attachment straight into inl->lent before the message
+ * is delivered. Loop thread. */
+route_inline_t *route_inline_pending(route_svc_t *svc, const env_msg_t *msg, uint32_t *att_len);
 
 /*
  * Batching window: route_lookup*() and route_cas*() calls made between route_batch_begin() and

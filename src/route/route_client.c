@@ -231,7 +231,7 @@ static void finish(route_op_t *op, int rc, const kvm_route_t *r)
             op->inl->got = rc == 0 && r && op->inl_have &&
                            kvm_route_version_cmp(&r->version, &op->inl_ver) == 0;
             if (!op->inl->got) {
-                if (op->inl->buf != op->inl->dst)
+                if (op->inl->buf != op->inl->dst && op->inl->buf != op->inl->lent)
                     free(op->inl->buf); /* (the caller's room is the caller's) */
                 op->inl->buf = NULL;
                 op->inl->len = 0;
@@ -433,13 +433,41 @@ static void inline_take(route_op_t *op, uint32_t i, const route_msg_t *resp)
         return; /* no inline bytes: the caller reads the replica */
     if (resp->inl_shared)
         op->svc->stats.att_items_taken++;
-    if (inl->buf != inl->dst)
+    if (inl->buf != inl->dst && inl->buf != inl->lent)
         free(inl->buf);
     inl->buf = b;
     inl->len = resp->inl_len;
     inl->from = op->members[i].rt.id;
     op->inl_ver = op->got[i].version;
     op->inl_have = true;
+}
+
+static void on_read_resp(route_svc_t *svc, route_call_t *c, const route_msg_t *resp);
+
+route_inline_t *route_inline_pending(route_svc_t *svc, const env_msg_t *msg, uint32_t *att_len)
+{
+    if (svc->mo || !svc->ready || svc->freeing || msg->type != ROUTE_MSG_BASE + RMSG_READ_RESP)
+        return NULL;
+    route_msg_t m;
+    if (route_msg_decode(msg->type, msg->data, msg->len, &m) != 0)
+        return NULL;
+    route_inline_t *inl = NULL;
+    if (m.status == 0 && (m.flags & RMSG_READ_ATT) && m.n_routes == 1 &&
+        m.att_len == m.routes[0].length) {
+        for (route_call_t *c = svc->calls_tail; c; c = c->prev) {
+            if (c->req_id != m.req_id)
+                continue;
+            route_op_t *op = c->fn == on_read_resp ? c->ctx : NULL;
+            if (op && c->resp_kind == RMSG_READ_RESP && c->node == msg->from && !op->done &&
+                c->u64 == op->attempt && op->inl && m.att_len <= op->inl->max) {
+                inl = op->inl;
+                *att_len = m.att_len;
+            }
+            break;
+        }
+    }
+    route_msg_clear(&m);
+    return inl;
 }
 
 /* Takes the answer's route into op->got[i] (zeroed: got_reserve / attempt_clear), with no

@@ -978,6 +978,7 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
     char lookup_err[512] = "";
     uint64_t deadline = kvm_deadline_new(rt); /* one deadline for lookups and every read round */
     bool late = false, refresh = false;
+    struct kvm_sum isum; /* a lent buffer's checksum, folded by the loop (kvm_get_inline_lend) */
     for (size_t i = 0; i < n; i++) { /* what an item no attempt reached answers */
         outs[i].rc = KVMESH_ETIMEDOUT;
         outs[i].read_failed = true;
@@ -1005,7 +1006,11 @@ static int get_impl(kvm_rt_t *rt, const kvm_ident_t *ids, struct kvm_sgout *outs
         for (size_t i = 0; i < n && !rc; i++)
             rc = kvm_ident_copy(&look->items[i].ident, &ids[i]);
         kvm_get_inline_prepare(rt, look, outs, n); /* the bytes with the routes (get_inline.c) */
-        if (rc || (rc = kvm_op_run(look)) != 0) {
+        kvm_get_inline_lend(rt, look, outs, n, &isum); /* ... received into the caller's buffer */
+        if (!rc)
+            rc = kvm_op_run(look);
+        kvm_get_inline_detach(look); /* (nothing lands in the caller's buffer after this) */
+        if (rc) {
             kvm_op_unref(look);
             return get_fail(outs, n, attempt, rc);
         }

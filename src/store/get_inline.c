@@ -33,6 +33,7 @@
 #include "store/get_inline.h"
 
 #include <malloc.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -253,8 +254,18 @@ size_t kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs,
         if (outs[i].rc != KVMESH_EAGAIN || !inline_usable(look, i, s))
             continue;
         struct kvm_sgout *o = &outs[i];
-        uint64_t sum = copy_out(s->buf, s->len, o->iov, o->iovcnt, verify);
-        bool ok = !verify || sum == look->items[i].route.checksum;
+        bool ok;
+        if (n == 1 && s->buf == look->idst.buf) {
+            /* received in place, whole (kvm_get_inline_sunk), the checksum folded as it landed;
+             * the buffer is the caller's again (detached) */
+            KVM_ASSERT(look->idst.whole && look->idst.detached && o->iovcnt >= 1 &&
+                       o->iov[0].iov_base == (void *)s->buf);
+            ok = !verify || (look->idst.st ? look->idst.digest : kvm_checksum(s->buf, s->len)) ==
+                                look->items[i].route.checksum;
+        } else {
+            uint64_t sum = copy_out(s->buf, s->len, o->iov, o->iovcnt, verify);
+            ok = !verify || sum == look->items[i].route.checksum;
+        }
         inline_count(rt, look, s->len, verify, ok);
         if (!ok)
             continue; /* the replica rounds read it again (and report a bad owner) */
@@ -313,6 +324,133 @@ bool kvm_get_inline_adopt(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, 
     o->out_len = look->inl.len;
     o->rc = 0;
     return true;
+}
+
+/* ---- the answer's attachment in the caller's buffer ----------------------------------------- */
+
+/*
+ * A single get into a buffer of the caller's (one contiguous run, not allocated by the API)
+ * whose lookup asks for the bytes as the answer's attachment lends that buffer to the lookup
+ * (look->idst, look->inl.lent): the RPC layer receives the attachment straight into it (the
+ * STORE_RPC_ENV notification's payload sink, runtime.c) instead of into a pooled buffer that
+ * kvm_get_inline_take then copies out of, and the checksum is folded over each landed run while
+ * it is in this core's cache (verified reads).
+ *
+ * Rules (look->mu guards idst):
+ *  - the first attached answer to a READ of the lookup's current attempt claims the buffer for
+ *    good (claimed): any other answer (another authority, a later attempt, a retransmission's)
+ *    goes to a pooled buffer as before, so two frames never land in one buffer;
+ *  - every write into the buffer and into the caller's checksum state happens under the RPC
+ *    sink's hold (rpc.h), i.e. with mu held and only while not detached; a hold refused
+ *    discards the rest of the frame;
+ *  - the app thread detaches after every kvm_op_run (kvm_get_inline_detach), whether the op
+ *    completed or was abandoned at its deadline: from then on nothing lands in the buffer, so a
+ *    get that returned never sees its buffer written behind its back;
+ *  - the answer is delivered to the route service with the buffer as its attachment only when
+ *    every byte landed and the buffer was not let go (whole), else as a plain answer (the caller
+ *    reads a replica); the route service never frees a lent buffer (route.h inl.lent);
+ *  - kvm_get_inline_take finds the bytes in place (inl.buf == the lent buffer) and compares
+ *    the folded digest with the route's checksum instead of copying.
+ */
+
+void kvm_get_inline_lend(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *outs, size_t n,
+                         struct kvm_sum *st)
+{
+    (void)rt;
+    if (n != 1 || !look->inl.max || !look->inl.att || outs[0].alloc)
+        return;
+    const struct kvm_sgout *o = &outs[0];
+    const struct iovec *v = o->iov_in ? o->iov_in : &o->one;
+    if (o->iovcnt_in != 1 || !v->iov_base || v->iov_len == 0)
+        return; /* (a scatter list: the bytes are copied into it from a pooled buffer) */
+    look->idst.buf = v->iov_base;
+    look->idst.cap = v->iov_len;
+    look->idst.st = st;
+    look->inl.lent = v->iov_base;
+}
+
+void kvm_get_inline_detach(kvm_op_t *look)
+{
+    if (!look->idst.buf)
+        return;
+    pthread_mutex_lock(&look->mu); /* (waits out a write in progress: rpc.h sink hold) */
+    look->idst.detached = true;
+    pthread_mutex_unlock(&look->mu);
+}
+
+static bool dst_hold(void *ctx)
+{
+    kvm_op_t *op = ctx;
+    pthread_mutex_lock(&op->mu);
+    if (!op->idst.detached)
+        return true; /* (released by dst_release after the write) */
+    pthread_mutex_unlock(&op->mu);
+    return false;
+}
+
+static void dst_release(void *ctx)
+{
+    pthread_mutex_unlock(&((kvm_op_t *)ctx)->mu);
+}
+
+/* A run landed in the buffer (under the hold): folded while in cache. */
+static void dst_landed(void *ctx, const uint8_t *p, size_t n)
+{
+    kvm_op_t *op = ctx;
+    if (op->idst.st)
+        kvm_sum_update(op->idst.st, p, n);
+    op->idst.landed += n;
+}
+
+static void dst_abort(void *ctx)
+{
+    kvm_get_inline_sink_end(ctx); /* (the claim stays: the buffer is taken by no other frame) */
+}
+
+void kvm_get_inline_env_sink(kvm_rt_t *rt, const env_msg_t *msg, uint64_t payload_len,
+                             struct rpc_sink *out)
+{
+    uint32_t att_len = 0;
+    route_inline_t *inl = rt->route ? route_inline_pending(rt->route, msg, &att_len) : NULL;
+    if (!inl || !inl->lent || att_len != payload_len || att_len == 0)
+        return;
+    kvm_op_t *op = (kvm_op_t *)(void *)((uint8_t *)inl - offsetof(kvm_op_t, inl));
+    KVM_ASSERT(op->n == 1 && op->idst.buf == inl->lent);
+    pthread_mutex_lock(&op->mu);
+    bool take = !op->idst.claimed && !op->idst.detached && att_len <= op->idst.cap;
+    if (take) {
+        op->idst.claimed = true;
+        op->idst.len = att_len;
+        if (op->idst.st)
+            kvm_sum_init(op->idst.st, KVM_HASH_SEED_CHECKSUM);
+    }
+    pthread_mutex_unlock(&op->mu);
+    if (!take)
+        return;                     /* (a pooled buffer, as for any answer) */
+    atomic_fetch_add(&op->refs, 1); /* (the sink's: dropped by kvm_get_inline_sink_end) */
+    out->dst = op->idst.buf;
+    out->landed = dst_landed;
+    out->hold = dst_hold;
+    out->release = dst_release;
+    out->abort = dst_abort;
+    out->ctx = op;
+}
+
+void kvm_get_inline_sunk(void *ctx, env_payload_t *pl)
+{
+    kvm_op_t *op = ctx;
+    pthread_mutex_lock(&op->mu);
+    op->idst.whole = !op->idst.detached && op->idst.landed == op->idst.len;
+    if (op->idst.whole && op->idst.st)
+        op->idst.digest = kvm_sum_digest(op->idst.st);
+    pthread_mutex_unlock(&op->mu);
+    pl->buf = op->idst.whole ? op->idst.buf : NULL; /* (NULL: a plain answer) */
+    pl->len = op->idst.len;
+}
+
+void kvm_get_inline_sink_end(void *ctx)
+{
+    kvm_op_unref(ctx);
 }
 
 /* ---- authority (the route service's inline source) ------------------------------------------ */

@@ -51,8 +51,9 @@ route_inline_t *kvm_get_inline_sink(kvm_op_t *op, const struct kvm_item *it,
  * its iov trimmed to the route length): when the lookup returned inline bytes of that item's
  * route and no local replica is preferred, copies them into the caller's buffers with the
  * checksum fused (verified unless verify_reads is never) and sets outs[i].rc = 0. A mismatch
- * leaves the item to the replica rounds (a transport read). Returns how many items were
- * served. */
+ * leaves the item to the replica rounds (a transport read). A single get whose answer was
+ * received straight into its lent buffer (kvm_get_inline_lend) is not copied: the digest folded
+ * as the bytes landed is compared. Returns how many items were served. */
 size_t kvm_get_inline_take(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
 
 /* App thread, done with a batch get's lookup op look of which it holds the only reference: its
@@ -70,6 +71,29 @@ void kvm_get_inline_fini(kvm_rt_t *rt);
  * try the bytes again) and leaves the item to the caller's usual path (a buffer of its own, the
  * replica rounds). Returns whether it was served. */
 bool kvm_get_inline_adopt(kvm_rt_t *rt, kvm_op_t *look, struct kvm_sgout *outs, size_t n);
+
+/* The answer's attachment in the caller's buffer (get_inline.c "The answer's attachment in the
+ * caller's buffer").
+ * App thread, after kvm_get_inline_prepare, before kvm_op_run of a single get's lookup: lends
+ * the caller's buffer (outs[0], when it is one contiguous run and the bytes would come as the
+ * attachment) to the lookup; st (the caller's, valid until kvm_get_inline_detach) folds the
+ * checksum as the bytes land when reads are verified. */
+void kvm_get_inline_lend(kvm_rt_t *rt, kvm_op_t *look, const struct kvm_sgout *outs, size_t n,
+                         struct kvm_sum *st);
+/* App thread, after every kvm_op_run of such a lookup (done, failed or abandoned), before the
+ * buffer is used or the call returns: no byte lands in it from here on (a write in progress is
+ * waited out; the rest of a frame still coming is discarded). */
+void kvm_get_inline_detach(kvm_op_t *look);
+/* Loop: the payload sink of a received STORE_RPC_ENV notification msg (decoded, msg->from set)
+ * whose frame payload is payload_len bytes: the lent buffer of the pending single get whose READ
+ * it answers, when it has one not claimed yet (fills *out, ctx = the op with a reference). */
+void kvm_get_inline_env_sink(kvm_rt_t *rt, const env_msg_t *msg, uint64_t payload_len,
+                             struct rpc_sink *out);
+/* Loop: the handler of a notification whose payload went to that sink (ctx): *pl becomes the
+ * lent buffer when the bytes landed there whole (else buf NULL: a plain answer). */
+void kvm_get_inline_sunk(void *ctx, env_payload_t *pl);
+/* Loop: ends the sink's ctx (after the message was delivered, or not). */
+void kvm_get_inline_sink_end(void *ctx);
 
 /* Whether the transport address data_addr ("kvt1;host=H;...") names this runtime's host (the
  * transport auto picks shared memory there). False when either has no host part. [any] */

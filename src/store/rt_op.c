@@ -126,7 +126,8 @@ void kvm_op_unref(kvm_op_t *op)
     pthread_mutex_destroy(&op->mu);
     pthread_cond_destroy(&op->cv);
     free(op->span_own);
-    free(op->inl.buf);
+    if (op->inl.buf != op->inl.lent) /* (a lent buffer is the caller's) */
+        free(op->inl.buf);
     /* A one-item record becomes the runtime's spare when there is none (the runtime outlives
      * its ops: the last unref runs on its loop or in a call before close returns). */
     kvm_op_t *none = NULL;

@@ -348,17 +348,39 @@ static void on_env_msg(rpc_reply *reply, struct rpc_request *req, void *arg)
     kvm_rt_t *rt = arg;
     kvm_runtime_id_t from;
     env_msg_t msg = {.to = 0};
+    env_payload_t pl = {.buf = req->payload, .len = req->payload_len};
+    if (req->sink_ctx) /* received into a get's buffer (kvm_get_inline_env_sink) */
+        kvm_get_inline_sunk(req->sink_ctx, &pl);
     if (!req->peer_runtime_id || env_from_id(rt, req->peer_runtime_id, &from) != 0 ||
         store_env_msg_decode(req->body, req->body_len, &msg.type, &msg.data, &msg.len) != 0)
-        return;
+        goto out;
     if (held_push(rt, &from, &msg))
-        return; /* (without its payload: an inline answer's bytes, the requester reads again) */
-    env_payload_t pl = {.buf = req->payload, .len = req->payload_len};
+        goto out; /* (without its payload: an inline answer's bytes, the requester reads again) */
     msg.payload = req->payload_len ? &pl : NULL; /* the frame payload: an env attachment */
     msg.from = kvm_member_node_of(rt, &from);
     env_uv_deliver(rt->env, &msg);
-    if (!pl.buf)
+    if (!pl.buf && req->payload)
         req->payload = NULL; /* taken by the receiver (env.h env_payload_t) */
+out:
+    if (req->sink_ctx)
+        kvm_get_inline_sink_end(req->sink_ctx);
+}
+
+/* The payload sink of a STORE_RPC_ENV notification: an inline read's attachment for a single
+ * get that lent its buffer goes straight there (get_inline.c), anything else to a pooled
+ * buffer. Only from a known member while no message waits in the held queue (a held message's
+ * attachment is dropped). */
+static void env_sink(const struct rpc_request *req, void *arg, struct rpc_sink *out)
+{
+    kvm_rt_t *rt = arg;
+    kvm_runtime_id_t from;
+    env_msg_t msg = {.to = 0};
+    if (!req->peer_runtime_id || rt->held_head ||
+        env_from_id(rt, req->peer_runtime_id, &from) != 0 || !kvm_member_find(rt, &from) ||
+        store_env_msg_decode(req->body, req->body_len, &msg.type, &msg.data, &msg.len) != 0)
+        return;
+    msg.from = kvm_member_node_of(rt, &from);
+    kvm_get_inline_env_sink(rt, &msg, req->payload_len, out);
 }
 
 static void env_recv(void *ctx, const env_msg_t *msg)
@@ -566,6 +588,7 @@ static void open_registered(kvm_rt_t *rt, int rc, const char *err)
     if (rt->cfg.rpc_local)
         rpc_local_listen(rt);
     rpc_register_notify_handler(rt->ep, STORE_RPC_ENV, on_env_msg, rt);
+    rpc_register_notify_sink(rt->ep, STORE_RPC_ENV, env_sink); /* inline reads' bytes */
     kvm_owner_register_rpc(rt);
     kvm_put_inline_register(rt);  /* inline reservations (put_inline.c) */
     kvm_put_primary_register(rt); /* puts at the primary (put_primary.c) */

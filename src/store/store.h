@@ -297,6 +297,20 @@ typedef struct kvm_op {
      * A batch get (n > 1): inl.buf is the block of its items' sinks and their bytes
      * (get_inline.c kvm_get_inline_prepare), freed likewise; inl.max stays 0 */
     route_inline_t inl;
+    /* single get with the caller's buffer lent to its lookup's answer (get_inline.c "The
+     * answer's attachment in the caller's buffer"; inl.lent == buf): the first attached answer
+     * to a READ of the lookup claims it for good and its bytes are received straight into it.
+     * Set by the app thread before kvm_op_run (buf, cap, st); the rest under mu: the loop writes
+     * into buf and *st only while not detached, the app thread sets detached after kvm_op_run
+     * and then owns buf again. st (the app thread's, valid while not detached): the checksum
+     * folded over the landed runs, NULL when not verified. */
+    struct {
+        uint8_t *buf;
+        uint64_t cap;
+        struct kvm_sum *st;
+        bool claimed, detached, whole;
+        uint64_t len, landed, digest;
+    } idst;
     /* single small put (put_inline.c): the caller's value, which the reservations to remote tcp
      * owners carry; set by the app thread before kvm_op_run (items[0].checksum then holds the
      * value's checksum), read by the loop while the op runs (the caller waits) */

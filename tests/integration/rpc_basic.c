@@ -306,6 +306,146 @@ static void test_payload_sink(void **state)
     fx_free(f);
 }
 
+/* ---- notification sinks and holds (rpc.h) ---- */
+
+#define T_NSINK 21
+
+struct nsinkfx {
+    uint8_t *dst;
+    uint64_t landed;
+    int holds, releases, held; /* held: inside a hold now */
+    int allow;                 /* holds granted before the sink lets dst go (-1: all) */
+    int offered, handled, aborted, nested;
+    int sunk, saw_payload;
+};
+
+static bool nsink_hold(void *ctx)
+{
+    struct nsinkfx *s = ctx;
+    if (s->allow >= 0 && s->holds >= s->allow)
+        return false;
+    s->nested += s->held;
+    s->held = 1;
+    s->holds++;
+    return true;
+}
+
+static void nsink_release(void *ctx)
+{
+    struct nsinkfx *s = ctx;
+    s->held = 0;
+    s->releases++;
+}
+
+static void nsink_landed(void *ctx, const uint8_t *p, size_t n)
+{
+    struct nsinkfx *s = ctx;
+    s->nested += !s->held; /* (runs inside its hold) */
+    (void)p;
+    s->landed += n;
+}
+
+static void nsink_abort(void *ctx)
+{
+    ((struct nsinkfx *)ctx)->aborted++;
+}
+
+static void nsink_offer(const struct rpc_request *req, void *arg, struct rpc_sink *out)
+{
+    struct nsinkfx *s = arg;
+    s->offered++;
+    assert_true(req->one_way);
+    assert_null(req->payload);
+    out->dst = s->dst;
+    out->landed = nsink_landed;
+    out->hold = nsink_hold;
+    out->release = nsink_release;
+    out->abort = nsink_abort;
+    out->ctx = s;
+}
+
+static void nsink_handler(rpc_reply *reply, struct rpc_request *req, void *arg)
+{
+    struct nsinkfx *s = arg;
+    assert_null(reply);
+    assert_ptr_equal(req->sink_ctx, s);
+    s->handled++;
+    s->sunk = req->sunk;
+    s->saw_payload = req->payload != NULL;
+}
+
+static int pred_nhandled(void *arg)
+{
+    return ((struct nsinkfx *)arg)->handled > 0;
+}
+
+/* A notification type with a payload sink (rpc_register_notify_sink): its payload lands in dst
+ * under the sink's hold (every write between a hold and its release, landed inside), and the
+ * notification handler gets the sink's ctx. A sink whose hold refuses after the first write (its
+ * owner let dst go): the rest of the frame is discarded (sink_let_go), nothing past the bytes
+ * landed before is written (the guard pattern there stays), the handler still ends the ctx, and
+ * the connection stays in step (an echo after it). */
+static void test_notify_sink_hold(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new(NULL, NULL);
+    const size_t len = (1u << 20) + 7;
+    struct nsinkfx s = {.dst = malloc(len), .allow = -1};
+    uint8_t *v = malloc(len);
+    assert_non_null(s.dst);
+    assert_non_null(v);
+    for (size_t i = 0; i < len; i++)
+        v[i] = (uint8_t)(i * 37 + (i >> 10));
+    assert_int_equal(rpc_register_notify_handler(f->srv, T_NSINK, nsink_handler, &s), 0);
+    assert_int_equal(rpc_register_notify_sink(f->srv, T_NSINK, nsink_offer), 0);
+    rpc_peer *p;
+    assert_int_equal(rpc_peer_get(f->cli, "srv", f->addr, &p), 0);
+    uv_buf_t iov = uv_buf_init((char *)v, (unsigned)len);
+    struct rpc_msg m = {
+        .type = T_NSINK, .body = (const uint8_t *)"n", .body_len = 1, .iov = &iov, .niov = 1};
+    memset(s.dst, 0, len);
+    assert_int_equal(rpc_notify(p, &m, NULL, NULL), 0);
+    assert_true(run_until(&f->loop, pred_nhandled, &s, T_WAIT));
+    assert_int_equal(s.offered, 1);
+    assert_true(s.sunk);
+    assert_false(s.saw_payload);
+    assert_int_equal(s.landed, len);
+    assert_memory_equal(s.dst, v, len);
+    assert_true(s.holds >= 2); /* (at least a staged copy and a direct read, or several reads) */
+    assert_int_equal(s.holds, s.releases);
+    assert_int_equal(s.nested, 0);
+    struct rpc_stats st;
+    rpc_get_stats(f->srv, &st);
+    assert_int_equal(st.sink_direct, 1);
+    assert_int_equal(st.sink_let_go, 0);
+
+    /* the owner lets dst go after the first write */
+    memset(s.dst, 0xa5, len);
+    s.landed = 0;
+    s.holds = s.releases = s.handled = 0;
+    s.allow = 1;
+    assert_int_equal(rpc_notify(p, &m, NULL, NULL), 0);
+    assert_true(run_until(&f->loop, pred_nhandled, &s, T_WAIT));
+    assert_int_equal(s.offered, 2);
+    assert_int_equal(s.holds, 1);
+    assert_int_equal(s.releases, 1);
+    assert_int_equal(s.nested, 0);
+    assert_true(s.landed > 0 && s.landed < len);
+    assert_memory_equal(s.dst, v, s.landed);
+    for (size_t i = s.landed; i < len; i++)
+        assert_int_equal(s.dst[i], 0xa5);
+    assert_int_equal(s.aborted, 0);
+    rpc_get_stats(f->srv, &st);
+    assert_int_equal(st.sink_direct, 2);
+    assert_int_equal(st.sink_let_go, 1);
+    struct result r;
+    do_echo(f, p, 70000, &r); /* the stream is in step after the discarded rest */
+    result_free(&r);
+    free(v);
+    free(s.dst);
+    fx_free(f);
+}
+
 /* After a frame whose payload was read directly, the next frame's first read takes at most
  * RPC_RX_HEAD_READ bytes (rpc_conn.c alloc_cb): of a large payload that follows, at most that
  * much passes through the staging buffer (its first landed run), the rest is read straight into
@@ -1259,6 +1399,7 @@ int main(void)
         cmocka_unit_test(test_large_payload),
         cmocka_unit_test(test_payload_sink),
         cmocka_unit_test(test_head_read_after_large),
+        cmocka_unit_test(test_notify_sink_hold),
         cmocka_unit_test(test_lent_payload),
         cmocka_unit_test(test_buffer_pool_reuse),
         cmocka_unit_test(test_sent_cb_same_pass),

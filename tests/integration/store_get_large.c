@@ -25,6 +25,11 @@
  *     older inline_read_max): a 256 KiB get takes 2, a 64 KiB one still 1;
  *   - a get racing overwrites and removes of its 256 KiB key at S: every answer one whole
  *     written value or absent;
+ *   - every get served in one exchange into the caller's buffer (verified reads) had its
+ *     bytes received straight into that buffer (C's sink_direct, nothing let go); a get
+ *     abandoned with its answer half received there (C stops reading that connection by a test
+ *     hook until the get returned): the rest of the frame is discarded, the buffer the test then
+ *     fills with a guard pattern stays whole, and the next gets on the connection are whole;
  *   - last, a second storage runtime S2: a 256 KiB value pinned to the storage runtime that is
  *     not its key's primary takes 2 (the lookup at the primary, the READ at the owner);
  *   - a corrupted replica (one byte of S's slot flipped): the inline bytes are refused and so is
@@ -87,6 +92,8 @@ static void put_at(kvmesh_t *S, const kvmesh_scope_t *sc, const char *key, const
     }
 }
 
+static struct rpc_stats rpc_stats_of(kvmesh_t *R);
+
 /* A get of key from C into a buffer of cap bytes; checks the value and the round trips: `one`
  * = 1 (the lookup carried the bytes), else 2 (the lookup and a transport READ). */
 static void check_get(kvmesh_t *C, const kvmesh_scope_t *sc, const char *key, const uint8_t *v,
@@ -96,14 +103,20 @@ static void check_get(kvmesh_t *C, const kvmesh_scope_t *sc, const char *key, co
     CHECK(out);
     memset(out, 0, size);
     size_t got = 0;
+    struct rpc_stats s0 = rpc_stats_of(C), s1;
     trt_cp_t a = snap(C), d;
     CHECK(kvmesh_get_into(C, sc, key, strlen(key), out, size, &got) == 0);
     d = trt_cp_delta(a, snap(C));
+    s1 = rpc_stats_of(C);
     trt_cp_show(what, &d);
     CHECK(got == size && memcmp(out, v, size) == 0);
     CHECK(d.lookup >= 1 && d.reserve == 0 && d.cas == 0);
     CHECK(d.handoffs == 1);
     CHECK(d.checksums == 1);
+    if (one && kvmesh_runtime_of(C)->cfg.verify_reads != KVM_VERIFY_NEVER) {
+        /* the answer's attachment received straight into out (get_inline.c) */
+        CHECK(s1.sink_direct == s0.sink_direct + 1 && s1.sink_let_go == s0.sink_let_go);
+    }
     if (one) {
         /* no payload exchange; the bytes count as one tcp read (the replica was read over tcp) */
         CHECK(d.payload == 0 && d.reads == 1);
@@ -204,6 +217,69 @@ static void check_corrupt(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
     CHECK(d.lookup >= 1 && d.payload >= 1 && d.checksums > d.payload);
     CHECK(trt_flip_byte(S, seg, off) == 0); /* restored */
     check_get(C, sc, "corrupt", v, sizeof(v), true, "get 256 KiB (replica restored)");
+}
+
+/* C's RPC counters, read on its loop. */
+static void read_rpc_stats(kvm_rt_t *rt, void *arg)
+{
+    rpc_get_stats(rt->ep, arg);
+}
+
+static struct rpc_stats rpc_stats_of(kvmesh_t *R)
+{
+    struct rpc_stats st;
+    on_loop(R, read_rpc_stats, &st);
+    return st;
+}
+
+static void set_timeout(kvm_rt_t *rt, void *arg)
+{
+    rt->cfg.request_timeout_ms = *(uint32_t *)arg;
+}
+
+/* A get abandoned while its answer's bytes are half received into the caller's buffer: C's
+ * connection from S stops reading after the first run landed there (rpc_test_sink_stall, held
+ * until the get returned), so the get's deadline passes mid-payload and the get fails. The test
+ * then fills the buffer with a guard pattern and lets the rest of the frame come: it is
+ * discarded (sink_let_go), the guard stays whole, and the next gets on that connection read
+ * whole values in one exchange (the stream is in step). */
+static void check_stalled(kvmesh_t *S, kvmesh_t *C, const kvmesh_scope_t *sc)
+{
+    static uint8_t v[BIG], out[BIG];
+    fill(v, sizeof(v), 0x2b);
+    put_at(S, sc, "stalled", v, sizeof(v));
+    check_get(C, sc, "stalled", v, sizeof(v), true, "get 256 KiB (before the stall)");
+    uint32_t was = kvmesh_runtime_of(C)->cfg.request_timeout_ms, shorter = 300;
+    on_loop(C, set_timeout, &shorter);
+    struct rpc_stats a = rpc_stats_of(C);
+    atomic_store(&rpc_test_sink_stall, 1);
+    memset(out, 0, sizeof(out));
+    size_t got = 0;
+    int rc = kvmesh_get_into(C, sc, "stalled", 7, out, sizeof(out), &got);
+    struct rpc_stats b = rpc_stats_of(C);
+    printf("stalled get: rc %d, sinks direct %" PRIu64 ", let go %" PRIu64 "\n", rc,
+           b.sink_direct - a.sink_direct, b.sink_let_go - a.sink_let_go);
+    CHECK(rc != 0);                            /* (its deadline passed with the bytes half in) */
+    CHECK(b.sink_direct == a.sink_direct + 1); /* the answer went to the caller's buffer... */
+    CHECK(b.sink_let_go == a.sink_let_go);     /* ...and is still half received */
+    memset(out, 0xa5, sizeof(out));            /* the buffer is the caller's again */
+    atomic_store(&rpc_test_sink_stall, 0);
+    /* the rest of the frame comes (its notification is then handled: the connection stopped
+     * reading mid-frame, so nothing else came from S meanwhile), and what S sent after it */
+    uint64_t end = env_clock_mono_ms() + 60000;
+    struct rpc_stats e;
+    while ((e = rpc_stats_of(C)).notifies_received == b.notifies_received) {
+        CHECK(env_clock_mono_ms() < end);
+        usleep(5000);
+    }
+    usleep(100 * 1000);
+    e = rpc_stats_of(C);
+    for (size_t i = 0; i < sizeof(out); i++)
+        CHECK(out[i] == 0xa5);
+    CHECK(e.sink_let_go == a.sink_let_go + 1); /* its rest was discarded */
+    on_loop(C, set_timeout, &was);
+    for (int i = 0; i < 3; i++)
+        check_get(C, sc, "stalled", v, sizeof(v), true, "get 256 KiB (after the stall)");
 }
 
 static void set_verify(kvm_rt_t *rt, void *arg)
@@ -451,6 +527,7 @@ int main(void)
     check_old_authority(S, C, &sc);
     check_raised_bound(S, C, &sc);
     check_race(S, C, &sc);
+    check_stalled(S, C, &sc);
     check_elsewhere(S, C, &sc, url);
     check_corrupt(S, C, &sc); /* (last: C reports S, whose replica failed its checksum) */
     kvmesh_close(C);
