@@ -395,6 +395,7 @@ typedef struct kvm_rt {
     char rpc_local_addr[STORE_ADDR_MAX];
     char host_id[96];
     size_t n_rpc_local_failed;
+    unsigned rpc_local_swept; /* stale sockets of ended runtimes removed at open (runtime.c) */
     env_uv_thread_t *thread;
     env_t *env;
     struct seg_registry *reg;

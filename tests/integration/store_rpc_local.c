@@ -20,7 +20,12 @@
  *     replaced by a socket that nobody listens on (ECONNREFUSED): no warm-up, C's very first put
  *     and get each succeed on their first try (the calls queued on the unix peer when its connect
  *     failed went over tcp), C gives the socket up once and for all, and says so in exactly one
- *     line on stderr naming the socket's path, the error and tcp.
+ *     line on stderr naming the socket's path, the error and tcp;
+ *   - stale sockets (what a runtime killed with SIGKILL leaves: a socket file nobody listens on):
+ *     a runtime opening with rpc_local = unix removes one of another id that is 2 minutes old,
+ *     and leaves a young one, an old one that is listening (a live runtime's), an old regular file
+ *     of that name pattern, and an old name of another pattern; a runtime opened with the id of a
+ *     stale file replaces it with its own listening socket.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -29,6 +34,7 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -226,6 +232,91 @@ static void run_case(const char *name, const char *s_on, const char *c_on, bool 
         CHECK(!exists(path)); /* removed on close */
 }
 
+/* A unix socket file at path, its mtime age_s ago; listening or not (then the descriptor is
+ * closed at once: nobody will ever accept on it). Returns the listening descriptor or -1. */
+static int make_sock(const char *path, bool listening, int age_s)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    (void)unlink(path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    if (listening)
+        CHECK(listen(fd, 8) == 0);
+    struct timeval tv[2];
+    CHECK(gettimeofday(&tv[0], NULL) == 0);
+    tv[0].tv_sec -= age_s;
+    tv[1] = tv[0];
+    CHECK(utimes(path, tv) == 0);
+    if (!listening) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool connectable(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+static void sweep_case(void)
+{
+    char url[96], stale[96], young[96], live[96], plain[96], other[96], own[96], own_id[40];
+    long pid = (long)getpid();
+    snprintf(url, sizeof(url), "memory://rpclocal-%ld-sweep", pid);
+    /* ids of this process's own (the pid in them): no other run's files are touched here */
+    snprintf(stale, sizeof(stale), "/tmp/kvmesh-rpc-%08lx00000000000000000000000a.sock", pid);
+    snprintf(young, sizeof(young), "/tmp/kvmesh-rpc-%08lx00000000000000000000000b.sock", pid);
+    snprintf(live, sizeof(live), "/tmp/kvmesh-rpc-%08lx00000000000000000000000c.sock", pid);
+    snprintf(plain, sizeof(plain), "/tmp/kvmesh-rpc-%08lx00000000000000000000000d.sock", pid);
+    snprintf(other, sizeof(other), "/tmp/kvmesh-rpc-%08lx-e.sock", pid);
+    snprintf(own_id, sizeof(own_id), "%08lx00000000000000000000000f", pid);
+    snprintf(own, sizeof(own), "/tmp/kvmesh-rpc-%s.sock", own_id);
+    make_sock(stale, false, 120);
+    make_sock(young, false, 0);
+    int lfd = make_sock(live, true, 120);
+    make_sock(other, false, 120);
+    make_sock(own, false, 0); /* young: only its own runtime may take it */
+    FILE *f = fopen(plain, "w");
+    CHECK(f && fclose(f) == 0);
+    struct timeval tv[2];
+    CHECK(gettimeofday(&tv[0], NULL) == 0);
+    tv[0].tv_sec -= 120;
+    tv[1] = tv[0];
+    CHECK(utimes(plain, tv) == 0);
+    CHECK(!connectable(stale) && !connectable(own) && connectable(live));
+
+    kvmesh_t *A = open_rt(url, false, "unix");
+    CHECK(kvmesh_runtime_of(A)->rpc_local_swept >= 1); /* (a crashed run's file may count too) */
+    CHECK(!exists(stale));
+    CHECK(exists(young) && exists(live) && exists(plain) && exists(other) && exists(own));
+
+    /* the runtime whose id a stale file bears: listens there itself */
+    const char *const base[][2] = {{"transport", "tcp"},   {"memory_size", "0"},
+                                   {"metadata_url", url},  {"rpc_local", "unix"},
+                                   {"runtime_id", own_id}, {NULL, NULL}};
+    kvmesh_t *B = trt_open(base, NULL);
+    CHECK(B);
+    char want[STORE_ADDR_MAX];
+    snprintf(want, sizeof(want), "unix:%s", own);
+    CHECK(strcmp(kvmesh_runtime_of(B)->rpc_local_addr, want) == 0);
+    CHECK(connectable(own));
+    kvmesh_close(B);
+    CHECK(!exists(own));
+    kvmesh_close(A);
+
+    close(lfd);
+    CHECK(unlink(young) == 0 && unlink(live) == 0 && unlink(plain) == 0 && unlink(other) == 0);
+    printf("sweep: a stale socket removed at open; young, live, non-socket and other names kept\n");
+}
+
 int main(void)
 {
     run_case("on", "unix", "unix", false, SOCK_KEEP, true);
@@ -234,6 +325,7 @@ int main(void)
     run_case("old", "off", "unix", false, SOCK_KEEP, false);
     run_case("gone", "unix", "unix", false, SOCK_GONE, false);
     run_case("deaf", "unix", "unix", false, SOCK_DEAF, false);
+    sweep_case();
     printf("peer RPC over unix sockets between same-host runtimes only\n");
     return 0;
 }
