@@ -938,6 +938,17 @@ static int admin_cluster(void *ctx, struct obs_buf *b)
         obs_buf_printf(b, ",\"self\":%s,\"epoch\":%" PRIu64 ",\"address\":",
                        strcmp(m[i].id, rt->idhex) == 0 ? "true" : "false", m[i].epoch);
         obs_buf_json_str(b, m[i].address, strnlen(m[i].address, sizeof(m[i].address)));
+        /* rpc_local = unix: the member's unix socket and host identity, null when unpublished */
+        obs_buf_puts(b, ",\"local_rpc\":");
+        if (m[i].local_rpc[0])
+            obs_buf_json_str(b, m[i].local_rpc, strnlen(m[i].local_rpc, sizeof(m[i].local_rpc)));
+        else
+            obs_buf_puts(b, "null");
+        obs_buf_puts(b, ",\"host\":");
+        if (m[i].host[0])
+            obs_buf_json_str(b, m[i].host, strnlen(m[i].host, sizeof(m[i].host)));
+        else
+            obs_buf_puts(b, "null");
         obs_buf_puts(b, ",\"state\":");
         obs_buf_json_str(b, m[i].state, strnlen(m[i].state, sizeof(m[i].state)));
         obs_buf_printf(b,

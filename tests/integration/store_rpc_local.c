@@ -12,7 +12,7 @@
  * after a warm-up that is not counted. Counts only, no timing; every wait is bounded.
  *   - both on: every call over unix, none over tcp; S's socket file exists while S is open and
  *     is gone after it closed;
- *   - both off (the default): every call over tcp, no socket;
+ *   - both off: every call over tcp, no socket;
  *   - both on, S advertising another network namespace (test hook: a "host" of the chaos
  *     harness): tcp;
  *   - C on, S off (S's record has no rpc_local fields, as an older runtime's): tcp;
