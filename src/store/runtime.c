@@ -450,7 +450,12 @@ static unsigned rpc_local_sweep(const char *own_name)
             now - st.st_mtime < RPC_LOCAL_STALE_S)
             continue;
         probed++;
-        if (rpc_local_refused(path) && unlink(path) == 0)
+        /* the same file still (a runtime of that id may have replaced it meanwhile: then the
+         * inode differs; the window left is between this lstat and the unlink, and a socket lost
+         * there only sends its peers to tcp, rt_op.c local_peer) */
+        struct stat again;
+        if (rpc_local_refused(path) && lstat(path, &again) == 0 && again.st_ino == st.st_ino &&
+            again.st_dev == st.st_dev && unlink(path) == 0)
             removed++;
     }
     closedir(d);
