@@ -246,6 +246,10 @@ typedef struct kvmesh_member_info {
     double weight;
     uint64_t capacity_bytes;
     uint64_t used_bytes;
+    /* rpc_local = unix: the member's unix-socket RPC address ("unix:PATH") and host identity
+     * ("BOOTID/DEV:INO": boot id and network namespace) from its record; "" when not published */
+    char local_rpc[112];
+    char host[96];
 } kvmesh_member_info_t;
 
 /* Fills up to cap entries from the runtime's live snapshot; *n receives the member count. */

@@ -145,13 +145,14 @@ static const kvm_cfg_field_t kvm_cfg_fields[] = {
         "a batch get's items each ask for at most the smaller of this and 64KiB, 1MiB a "
         "batch; the same bound caps what this runtime's authorities send; 0 = off "
         "(docs/store.md \"Inline reads\")."),
-    F_ENUM(rpc_local, "off",
-           "Peer RPC to a runtime on this host: off (loopback tcp, as to any peer) or unix (this "
-           "runtime also listens on a unix socket, /tmp/kvmesh-rpc-<runtime id>.sock, publishes "
-           "it with its host identity (boot id and network namespace) in its membership record, "
-           "and calls a peer that published one from the same host and namespace over it; tcp "
-           "otherwise, and tcp to a peer whose socket could not be connected) "
-           "(docs/performance.md \"Peer RPC over a unix socket, s11\").",
+    F_ENUM(rpc_local, "unix",
+           "Peer RPC to a runtime on this host: unix (this runtime also listens on a unix socket, "
+           "/tmp/kvmesh-rpc-<runtime id>.sock, publishes it with its host identity (boot id and "
+           "network namespace) in its membership record, and calls a peer that published one "
+           "from the same host and namespace over it; tcp otherwise, and tcp for good to a peer "
+           "whose socket could not be connected, its queued calls included; at open it removes "
+           "such sockets that ended runtimes left and nothing listens on) or off (loopback tcp, "
+           "as to any peer) (docs/rpc.md \"Same-host peers over a unix socket\").",
            "off", "unix"),
     F_SIZE(inline_write_max, "64KiB", 0, STORE_INLINE_WRITE_MAX,
            "Largest value a single put over tcp sends with its reservation to a remote owner "

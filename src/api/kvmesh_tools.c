@@ -288,8 +288,9 @@ static void member_from_kv(const meta_kv_t *kv, kvmesh_admin_member_t *o, struct
     o->lease = kv->lease;
     o->mod_rev = kv->mod_rev;
     memset(m, 0, sizeof(*m));
-    if (kvm_member_record_decode(kv->key, kv->value, kv->value_len, m, o->rpc, sizeof(o->rpc),
-                                 o->data, sizeof(o->data)) != 0) {
+    if (kvm_member_record_decode_local(kv->key, kv->value, kv->value_len, m, o->rpc, sizeof(o->rpc),
+                                       o->data, sizeof(o->data), o->local_rpc, sizeof(o->local_rpc),
+                                       o->host, sizeof(o->host)) != 0) {
         o->malformed = true;
         return;
     }

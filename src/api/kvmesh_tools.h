@@ -166,8 +166,9 @@ typedef struct kvmesh_admin_member {
     double weight;
     uint64_t capacity_bytes, used_bytes, heartbeat;
     char rpc[128], data[128];
-    int64_t lease;   /* the metadata lease the record is bound to (0 = none) */
-    int64_t mod_rev; /* revision of its last write */
+    char local_rpc[128], host[96]; /* rpc_local = unix: "unix:PATH" and host identity; "" = none */
+    int64_t lease;                 /* the metadata lease the record is bound to (0 = none) */
+    int64_t mod_rev;               /* revision of its last write */
     uint32_t n_segments;
     struct {
         uint64_t id, size;

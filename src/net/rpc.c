@@ -542,6 +542,67 @@ static void peer_enqueue(rpc_peer *p, struct rpc_out *o)
         rpc_timer_arm(ep, &p->retry, KVM_MAX(uv_now(ep->loop), p->next_attempt));
 }
 
+int rpc_peer_fall_back(rpc_peer *p, const char *why)
+{
+    rpc_peer *fb = p->fallback;
+    if (!fb || p->fell_back || p->epoch != 0 || p->ep->closing)
+        return 0;
+    p->fell_back = 1;
+    /* Detach the queue first (as rpc_peer_fail_waiting): the frames keep their order on fb. */
+    struct rpc_out_q local = TAILQ_HEAD_INITIALIZER(local);
+    struct rpc_out *o;
+    TAILQ_CONCAT(&local, &p->waiting, q);
+    while ((o = TAILQ_FIRST(&local)) != NULL) {
+        TAILQ_REMOVE(&local, o, q);
+        o->inq = NULL;
+        rpc_sendq_remove(p->ep, o);
+        if (o->call) {
+            KVM_ASSERT(p->ncalls > 0);
+            p->ncalls--;
+            fb->ncalls++;
+            o->call->peer = fb;
+        }
+        peer_enqueue(fb, o);
+    }
+    if (p->fallback_cb)
+        p->fallback_cb(p, why, p->fallback_arg);
+    return 1;
+}
+
+void rpc_peer_set_fallback(rpc_peer *p, rpc_peer *fb, rpc_fallback_cb cb, void *arg)
+{
+    KVM_ASSERT(fb != p && !fb->fallback && strcmp(fb->runtime_id, p->runtime_id) == 0);
+    p->fallback = fb;
+    p->fallback_cb = cb;
+    p->fallback_arg = arg;
+}
+
+int rpc_peer_fell_back(const rpc_peer *p)
+{
+    return p->fell_back;
+}
+
+rpc_peer *rpc_peer_fallback(const rpc_peer *p)
+{
+    return p->fallback;
+}
+
+const char *rpc_peer_runtime_id(const rpc_peer *p)
+{
+    return p->runtime_id;
+}
+
+const char *rpc_peer_address(const rpc_peer *p)
+{
+    return p->address;
+}
+
+/* The peer that carries p's frames: its fallback once it fell back. */
+static rpc_peer *peer_route(rpc_peer *p)
+{
+    return p->fell_back ? p->fallback : p;
+}
+
 /* ---- requests, responses, notifications ---------------------------------------------------- */
 
 void rpc_sink_offer(struct rpc_conn *c, struct rpc_rx *rx)
@@ -777,6 +838,7 @@ static rpc_call_t *call_new(rpc_peer *p, rpc_call_cb cb, void *arg)
 
 int rpc_call(rpc_peer *p, const struct rpc_msg *m, rpc_call_cb cb, void *arg, rpc_call_t **out)
 {
+    p = peer_route(p);
     rpc_endpoint *ep = p->ep;
     uint64_t plen;
     if (ep->closing)
@@ -835,6 +897,7 @@ int rpc_call(rpc_peer *p, const struct rpc_msg *m, rpc_call_cb cb, void *arg, rp
 
 int rpc_notify(rpc_peer *p, const struct rpc_msg *m, rpc_sent_cb sent_cb, void *arg)
 {
+    p = peer_route(p);
     rpc_endpoint *ep = p->ep;
     uint64_t plen;
     if (ep->closing)

@@ -317,6 +317,23 @@ uint64_t rpc_peer_epoch(const rpc_peer *p);
 int rpc_peer_connected(const rpc_peer *p);
 
 /*
+ * A fallback for p (the same runtime at another address: a unix-socket peer's tcp peer). When a
+ * connection to p fails before p ever completed a handshake (epoch 0: its connect failed, was
+ * refused or timed out), p falls back for good: the frames waiting on p move to fb in order (their
+ * callers see no error, their deadlines unchanged), cb(p, why, arg) runs once (on the loop), and
+ * every later call and notification on p goes to fb. fb must be another peer of the same runtime
+ * id with no fallback of its own; setting it again replaces it.
+ */
+typedef void (*rpc_fallback_cb)(rpc_peer *p, const char *why, void *arg);
+void rpc_peer_set_fallback(rpc_peer *p, rpc_peer *fb, rpc_fallback_cb cb, void *arg);
+/* 1 once p fell back (its calls go to its fallback peer). */
+int rpc_peer_fell_back(const rpc_peer *p);
+/* p's fallback peer (NULL when none was set), its runtime id and its address. */
+rpc_peer *rpc_peer_fallback(const rpc_peer *p);
+const char *rpc_peer_runtime_id(const rpc_peer *p);
+const char *rpc_peer_address(const rpc_peer *p);
+
+/*
  * Sends a request. On 0, cb runs exactly once (later, never inside rpc_call); *out (may be NULL)
  * receives the handle for rpc_cancel. Errors (cb not called): KVMESH_EAGAIN (send queue full),
  * KVMESH_EINVAL/ETOOBIG (bad message), KVMESH_ECLOSED.

@@ -331,6 +331,8 @@ void rpc_conn_close(struct rpc_conn *c, enum rpc_close_reason reason)
         snprintf(why, sizeof(why), "%s", p->last_error);
     else if (p && reason == RPC_CLOSE_REFUSED)
         snprintf(why, sizeof(why), "%s", p->last_error);
+    else if (p && reason == RPC_CLOSE_CONNECT_FAILED && p->last_error[0])
+        snprintf(why, sizeof(why), "%s", p->last_error); /* "connect to ADDR failed: ERRNO" */
     else
         snprintf(why, sizeof(why), "connection %s: %s", was_ready ? "lost" : "failed",
                  rpc_close_reason_name(reason));
@@ -365,7 +367,7 @@ void rpc_conn_close(struct rpc_conn *c, enum rpc_close_reason reason)
         r->canceled = 1;
     }
     c->nreplies = 0;
-    if (p && !was_ready)
+    if (p && !was_ready && !rpc_peer_fall_back(p, why))
         rpc_peer_fail_waiting(p, status, why);
     else if (p && !p->conn && !p->retry.armed && !TAILQ_EMPTY(&p->waiting) && !ep->closing)
         rpc_timer_arm(ep, &p->retry, p->next_attempt);

@@ -189,6 +189,10 @@ struct rpc_peer {
     uint64_t epoch;  /* highest runtime epoch seen from this peer, 0 = never connected */
     unsigned ncalls; /* calls not yet delivered, <= RPC_MAX_PENDING_CALLS */
     char last_error[HS_MSG_MAX + 128];
+    struct rpc_peer *fallback; /* rpc_peer_set_fallback: used once fell_back */
+    rpc_fallback_cb fallback_cb;
+    void *fallback_arg;
+    int fell_back;
 };
 LIST_HEAD(rpc_peer_list, rpc_peer);
 
@@ -256,6 +260,9 @@ void rpc_timer_disarm(rpc_endpoint *ep, struct rpc_timer *t);
 void rpc_call_finish(rpc_call_t *c, int status, const char *error, struct rpc_rx *rx);
 void rpc_call_deliver(rpc_call_t *c);
 void rpc_peer_fail_waiting(rpc_peer *p, int status, const char *why);
+/* A connection to p failed before its handshake: moves p's waiting frames to its fallback peer
+ * (rpc_peer_set_fallback) when it has one and never connected; 0 when it did not (no fallback). */
+int rpc_peer_fall_back(rpc_peer *p, const char *why);
 void rpc_handle_request(struct rpc_conn *c, struct rpc_rx *rx);
 void rpc_handle_response(struct rpc_conn *c, struct rpc_rx *rx);
 /* A READY inbound request's RpcHeader is whole, its payload not yet read: runs the type's sink

@@ -66,6 +66,8 @@ static void members_copy(kvm_op_t *op)
         o->weight = m->weight;
         o->capacity_bytes = m->capacity;
         o->used_bytes = kvm_id128_equal(&m->rt.id, &rt->self.id) ? rt->used : m->used;
+        snprintf(o->local_rpc, sizeof(o->local_rpc), "%s", m->rpc_local ? m->rpc_local : "");
+        snprintf(o->host, sizeof(o->host), "%s", m->host ? m->host : "");
     }
 }
 

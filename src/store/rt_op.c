@@ -566,31 +566,46 @@ int kvm_rt_unregister(kvm_rt_t *rt, void *addr)
 
 /* ---- RPC ----------------------------------------------------------------------------------- */
 
+/* rpc_local = unix: a unix peer could not be reached before its first handshake (the socket file
+ * gone, nothing listening on it, or not reachable from here): its calls, those queued on it among
+ * them, went to the member's tcp peer (rpc_peer_set_fallback) and later ones go there too. One
+ * line on stderr per peer given up, saying what failed and what happens next. */
+static void local_fell_back(rpc_peer *p, const char *why, void *arg)
+{
+    kvm_rt_t *rt = arg;
+    rt->n_rpc_local_failed++;
+    fprintf(stderr,
+            "kvmesh: rpc_local: runtime %s: %s; its calls go over tcp from now on (%s); this "
+            "runtime has given up %zu unix socket%s\n",
+            rpc_peer_runtime_id(p), why[0] ? why : "connection failed",
+            rpc_peer_address(rpc_peer_fallback(p)), rt->n_rpc_local_failed,
+            rt->n_rpc_local_failed == 1 ? "" : "s");
+}
+
 /* rpc_local = unix: m's unix-socket peer when both sides published one from the same host
- * identity (boot id and network namespace) and its connect has not failed; else NULL (tcp). A
- * unix peer that never completed a handshake and has an error (its connect failed: the socket
- * gone, or not reachable from here) is given up for good with one line on stderr: tcp from then
- * on, no flapping between the two. */
+ * identity (boot id and network namespace) and it has not fallen back; else NULL (tcp). The unix
+ * peer falls back to m's tcp peer for good when its first connection fails (local_fell_back): no
+ * call fails because the unix socket was unavailable, and no flapping between the two. */
 static rpc_peer *local_peer(kvm_rt_t *rt, const struct kvm_member *m)
 {
     if (!rt->rpc_local_addr[0] || !m->rpc_local || !m->rpc_local[0] || !m->host ||
-        strcmp(m->host, rt->host_id) != 0)
+        strcmp(m->host, rt->host_id) != 0 || !m->rpc_addr[0])
         return NULL;
-    for (size_t i = 0; i < rt->n_rpc_local_failed; i++)
-        if (rt->rpc_local_failed[i] == m->rpc_local)
-            return NULL;
-    if (rt->n_rpc_local_failed == sizeof(rt->rpc_local_failed) / sizeof(rt->rpc_local_failed[0]))
+    if (rt->n_rpc_local_failed >= KVM_RPC_LOCAL_FAILED_MAX)
         return NULL; /* that many failed: unix sockets do not work here */
-    rpc_peer *p = NULL;
+    rpc_peer *p = NULL, *tcp = NULL;
     if (rpc_peer_get(rt->ep, m->idhex, m->rpc_local, &p) != 0) {
         kvm_err_clear();
         return NULL;
     }
-    if (rpc_peer_epoch(p) == 0 && !rpc_peer_connected(p) && rpc_peer_last_error(p)[0]) {
-        fprintf(stderr, "kvmesh: rpc_local: %s of runtime %s: %s; using %s from now on\n",
-                m->rpc_local, m->idhex, rpc_peer_last_error(p), m->rpc_addr);
-        rt->rpc_local_failed[rt->n_rpc_local_failed++] = m->rpc_local;
+    if (rpc_peer_fell_back(p))
         return NULL;
+    if (!rpc_peer_fallback(p)) {
+        if (rpc_peer_get(rt->ep, m->idhex, m->rpc_addr, &tcp) != 0) {
+            kvm_err_clear();
+            return NULL; /* (no unix peer without its tcp fallback) */
+        }
+        rpc_peer_set_fallback(p, tcp, local_fell_back, rt);
     }
     return p;
 }

@@ -20,12 +20,15 @@
  * revoke the lease, close the endpoint, close meta -> [app] stop the loop thread, close segment
  * handles, free the engine, the allocators and the segments.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -418,14 +421,86 @@ static int host_identity(char *out, size_t cap)
     return n > 0 && (size_t)n < cap ? 0 : -1;
 }
 
+/* A unix socket file at path that refuses a connection: nothing listens on it (its runtime ended
+ * without closing: killed, crashed). A live runtime's socket accepts (the probe connection closes
+ * at once, before any handshake) or is busy (EAGAIN); any other answer counts as not stale. */
+static bool rpc_local_refused(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return false;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    bool refused = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 && errno == ECONNREFUSED;
+    close(fd);
+    return refused;
+}
+
+/* rpc_local = unix, at open: removes the sockets that runtimes which ended without closing left in
+ * RPC_LOCAL_DIR (a new runtime id never reuses their names, so they would pile up). A file is
+ * removed only when all hold: its name is kvmesh-rpc-<32 hex>.sock (never this runtime's own),
+ * it is a unix socket owned by this user, it was last modified RPC_LOCAL_STALE_S or more ago (a
+ * runtime binds and listens in one step, so a live one is never caught between the two), and a
+ * connection to it is refused. At most RPC_LOCAL_SWEEP_MAX files are probed per open. Returns
+ * how many were removed. */
+#define RPC_LOCAL_DIR       "/tmp"
+#define RPC_LOCAL_STALE_S   60
+#define RPC_LOCAL_SWEEP_MAX 64
+
+static unsigned rpc_local_sweep(const char *own_name)
+{
+    DIR *d = opendir(RPC_LOCAL_DIR);
+    if (!d)
+        return 0;
+    unsigned removed = 0, probed = 0;
+    time_t now = time(NULL);
+    uid_t me = geteuid();
+    struct dirent *e;
+    const size_t pre = strlen("kvmesh-rpc-"), id = KVM_ID128_HEX_LEN, suf = strlen(".sock");
+    while (probed < RPC_LOCAL_SWEEP_MAX && (e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (strlen(n) != pre + id + suf || strncmp(n, "kvmesh-rpc-", pre) != 0 ||
+            strcmp(n + pre + id, ".sock") != 0 || strspn(n + pre, "0123456789abcdef") != id ||
+            strcmp(n, own_name) == 0)
+            continue;
+        char path[sizeof(RPC_LOCAL_DIR) + 64];
+        snprintf(path, sizeof(path), RPC_LOCAL_DIR "/%s", n);
+        struct stat st;
+        if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_uid != me ||
+            now - st.st_mtime < RPC_LOCAL_STALE_S)
+            continue;
+        probed++;
+        /* the same file still (a runtime of that id may have replaced it meanwhile: then the
+         * inode differs; the window left is between this lstat and the unlink, and a socket lost
+         * there only sends its peers to tcp, rt_op.c local_peer) */
+        struct stat again;
+        if (rpc_local_refused(path) && lstat(path, &again) == 0 && again.st_ino == st.st_ino &&
+            again.st_dev == st.st_dev && unlink(path) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
+}
+
 /* rpc_local = unix: listens on /tmp/kvmesh-rpc-<id>.sock too (a stale file of that name is
- * removed first; runtime ids are fresh per open unless configured) and sets rpc_local_addr and
- * host_id, which the membership record publishes. Any failure leaves both empty (peers use tcp)
- * and says why on stderr; the runtime opens anyway. */
+ * removed first; runtime ids are fresh per open unless configured; stale files of other ids are
+ * swept, rpc_local_sweep) and sets rpc_local_addr and host_id, which the membership record
+ * publishes. Any failure leaves both empty (peers use tcp) and says why on stderr; the runtime
+ * opens anyway. */
 static void rpc_local_listen(kvm_rt_t *rt)
 {
-    char path[108], host[sizeof(rt->host_id)];
-    snprintf(path, sizeof(path), "/tmp/kvmesh-rpc-%s.sock", rt->idhex);
+    char path[108], name[64], host[sizeof(rt->host_id)];
+    snprintf(name, sizeof(name), "kvmesh-rpc-%s.sock", rt->idhex);
+    snprintf(path, sizeof(path), RPC_LOCAL_DIR "/%s", name);
+    unsigned swept = rpc_local_sweep(name);
+    rt->rpc_local_swept = swept;
+    if (swept)
+        fprintf(stderr,
+                "kvmesh: rpc_local: removed %u stale socket%s from " RPC_LOCAL_DIR
+                " (kvmesh-rpc-*.sock of runtimes that ended without closing: nothing listened)\n",
+                swept, swept == 1 ? "" : "s");
     if (host_identity(host, sizeof(host)) != 0) {
         fprintf(stderr, "kvmesh: rpc_local: host identity unknown; peer RPC stays on tcp\n");
         return;
@@ -891,6 +966,17 @@ static int admin_cluster(void *ctx, struct obs_buf *b)
         obs_buf_printf(b, ",\"self\":%s,\"epoch\":%" PRIu64 ",\"address\":",
                        strcmp(m[i].id, rt->idhex) == 0 ? "true" : "false", m[i].epoch);
         obs_buf_json_str(b, m[i].address, strnlen(m[i].address, sizeof(m[i].address)));
+        /* rpc_local = unix: the member's unix socket and host identity, null when unpublished */
+        obs_buf_puts(b, ",\"local_rpc\":");
+        if (m[i].local_rpc[0])
+            obs_buf_json_str(b, m[i].local_rpc, strnlen(m[i].local_rpc, sizeof(m[i].local_rpc)));
+        else
+            obs_buf_puts(b, "null");
+        obs_buf_puts(b, ",\"host\":");
+        if (m[i].host[0])
+            obs_buf_json_str(b, m[i].host, strnlen(m[i].host, sizeof(m[i].host)));
+        else
+            obs_buf_puts(b, "null");
         obs_buf_puts(b, ",\"state\":");
         obs_buf_json_str(b, m[i].state, strnlen(m[i].state, sizeof(m[i].state)));
         obs_buf_printf(b,

@@ -404,12 +404,12 @@ typedef struct kvm_rt {
     char idhex[KVM_ID128_HEX_LEN + 1];
     char rpc_addr[STORE_ADDR_MAX];
     /* rpc_local = unix: "unix:PATH" this runtime also listens on and its host identity (both ""
-     * when off or not available); the unix sockets of peers whose connect failed (loop only;
-     * interned pointers; tcp to them from then on) */
+     * when off or not available); how many peers' unix sockets fell back to tcp (loop only; at
+     * KVM_RPC_LOCAL_FAILED_MAX no unix peer is used any more) */
     char rpc_local_addr[STORE_ADDR_MAX];
     char host_id[96];
-    const char *rpc_local_failed[8];
     size_t n_rpc_local_failed;
+    unsigned rpc_local_swept; /* stale sockets of ended runtimes removed at open (runtime.c) */
     env_uv_thread_t *thread;
     env_t *env;
     struct seg_registry *reg;
@@ -680,12 +680,13 @@ void kvm_op_fail(kvm_op_t *op, struct kvm_item *it, int rc, const char *fmt, ...
 void kvm_op_item_done(kvm_op_t *op);
 void kvm_op_complete(kvm_op_t *op, int rc);
 /* [loop] RPC peer of a member (created on first use): over the member's unix socket when both
- * run rpc_local = unix on one host and network namespace (and its connect has not failed), else
- * over tcp. */
+ * run rpc_local = unix on one host and network namespace (and it has not fallen back to tcp: its
+ * first connection failed, and what was queued on it went over tcp), else over tcp. */
 rpc_peer *kvm_rt_peer(kvm_rt_t *rt, const struct kvm_member *m);
 /* Test hook (test_hook.h): taken at open, the runtime advertises a network namespace other than
  * its own (a peer on "another host"). */
 extern _Atomic uint32_t kvm_test_rpc_local_netns;
+#define KVM_RPC_LOCAL_FAILED_MAX 8
 
 /* Decodes a member record (key + JSON value) without interning its addresses (they go to rpc
  * and data). Pure; KVMESH_EPROTO with a message for anything malformed (fuzzed). */

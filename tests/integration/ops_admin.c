@@ -3,7 +3,8 @@
  * ops_admin.c — `kvmesh admin` as a real process against kvmeshd daemons on a real Redis and a
  * real etcd (the same checks on each):
  *   - members: every daemon's record with state, capacity and its segments, as a table and as
- *     JSON (parsed here), the same over pages of one record (--page 1);
+ *     JSON (parsed here), the same over pages of one record (--page 1); its unix socket and host
+ *     identity (rpc_local = unix, the default) in both;
  *   - segments: one line per segment of every daemon (memory_size / segment_size each), and
  *     the same as JSON (each active, no request);
  *   - shards: once the authorities settled, one record per shard, each primary a live daemon,
@@ -120,8 +121,12 @@ static void check_admin(struct cluster *c)
     /* members: table */
     admin(&o, c, "members", NULL, NULL, NULL);
     OPS_ASSERT_RUN(&o, 0);
-    for (int i = 0; i < ADM_DAEMONS; i++)
+    for (int i = 0; i < ADM_DAEMONS; i++) {
         OPS_ASSERT_HAS(o.out, c->d[i].id);
+        char lr[96];
+        snprintf(lr, sizeof(lr), " unix:/tmp/kvmesh-rpc-%s.sock host=", c->d[i].id);
+        OPS_ASSERT_HAS(o.out, lr); /* rpc_local = unix, the default */
+    }
     OPS_ASSERT_HAS(o.out, "64MiB");
     OPS_ASSERT_HAS(o.out, "active");
     tdaemon_out_free(&o);
@@ -144,6 +149,11 @@ static void check_admin(struct cluster *c)
             assert_int_equal(json_array_size(json_object_get(m, "segments")), 4);
             assert_true(json_integer_value(json_object_get(m, "lease")) != 0);
             assert_true(json_integer_value(json_object_get(m, "epoch")) > 0);
+            /* rpc_local = unix (the default): the daemon's unix socket and host identity */
+            char lr[96];
+            snprintf(lr, sizeof(lr), "unix:/tmp/kvmesh-rpc-%s.sock", id);
+            assert_string_equal(json_string_value(json_object_get(m, "local_rpc")) ?: "", lr);
+            assert_true(json_string_length(json_object_get(m, "host")) > 0);
         }
         assert_int_equal(daemons, ADM_DAEMONS);
         json_decref(j);

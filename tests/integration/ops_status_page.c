@@ -17,6 +17,8 @@
  *     of the members table: daemon 0's cold devices, capacity, used and reserved bytes and health
  *     against its /cluster, and /cluster against `kvmesh admin devices --json`; no cold device
  *     for daemons 1 and 2, and no device view at all on the application runtime (cold_kind off);
+ *     every daemon's local_rpc (its unix socket: rpc_local = unix, the default) and host identity
+ *     in /cluster;
  *   - screenshots of both pages are saved in <build>/test-artifacts/.
  * Bounded: the load stops after OPS_LOAD_MAX operations or OPS_LOAD_MAX_MS; every wait is
  * bounded; every process is started here and stopped by pid.
@@ -414,6 +416,15 @@ static void check_cold(const tdaemon_t *d, const char *cfg_path, const char *dom
         assert_true(json_is_null(json_object_get(cluster_member(cl, d[i].id), "cold")));
         snprintf(key, sizeof(key), "member.%s.cold", d[i].id);
         dom_expect(dom, key, "none");
+    }
+    /* rpc_local = unix (the default): each member's unix socket and host identity, as published */
+    for (int i = 0; i < OPS_DAEMONS; i++) {
+        json_t *m = cluster_member(cl, d[i].id);
+        const char *lr = json_string_value(json_object_get(m, "local_rpc"));
+        snprintf(key, sizeof(key), "unix:/tmp/kvmesh-rpc-%s.sock", d[i].id);
+        if (!lr || strcmp(lr, key) != 0)
+            fail_msg("/cluster: member %s local_rpc %s, want %s", d[i].id, lr ? lr : "null", key);
+        assert_true(json_string_length(json_object_get(m, "host")) > 0);
     }
 
     /* /cluster against the device record in metadata. */

@@ -309,6 +309,9 @@ static void common_config(kvmesh_config_t *c)
     /* a stopped runtime stays a listed member for the whole test: the worst case for callers */
     kvmesh_config_set(c, "lease_ttl_ms", "60000");
     kvmesh_config_set(c, "transport", "tcp");
+    /* Peer RPC over tcp only: C is reached through the proxy at its advertised tcp address, which
+     * a same-host peer's unix socket (rpc_local = unix, the default) would bypass. */
+    kvmesh_config_set(c, "rpc_local", "off");
 }
 
 static int runtime_main(char **argv)

@@ -201,7 +201,7 @@ static void test_defaults(void **state)
     assert_int_equal(c->max_object_size, 64ull << 20);
     assert_int_equal(c->inline_read_max, 256u << 10);
     assert_int_equal(c->inline_write_max, 64u << 10);
-    assert_int_equal(c->rpc_local, 0); /* off */
+    assert_int_equal(c->rpc_local, 1); /* unix */
     assert_int_equal(c->replicas, 1);
     assert_int_equal(c->route_mode, ROUTE_MODE_EMBEDDED_WRH);
     assert_int_equal(c->top_k, 3);
@@ -332,8 +332,8 @@ static void test_sizes_and_values(void **state)
     assert_int_equal(kvmesh_config_set(c, "advertise", ""), 0);
     assert_int_equal(kvmesh_config_set(c, "transport", "shm"), 0);
     assert_int_equal(c->transport, KVM_TRANSPORT_SHM);
-    assert_int_equal(kvmesh_config_set(c, "rpc_local", "unix"), 0);
-    assert_int_equal(c->rpc_local, 1);
+    assert_int_equal(kvmesh_config_set(c, "rpc_local", "off"), 0);
+    assert_int_equal(c->rpc_local, 0);
     assert_int_equal(kvmesh_config_set(c, "route_mode", "metadata_only"), 0);
     assert_int_equal(c->route_mode, ROUTE_MODE_METADATA_ONLY);
     assert_int_equal(kvmesh_config_set(c, "hugepages", "yes"), 0);

@@ -3,6 +3,7 @@
  * admin.c — `kvmesh admin`: the operator's view of a deployment's metadata, read directly
  * (no runtime joins) in bounded pages through api/kvmesh_tools.h:
  *   members    member records: id, epoch, state, weight, capacity, used, heartbeat, addresses
+ *              (rpc, data, and rpc_local = unix's unix socket and host identity)
  *   segments   the memory segments each member record lists, active or drained; drain /
  *              activate one segment through the member's lifecycle request (lifecycle.c)
  *   shards     shard-authority records: generation, fencing token, state, primary, set, and
@@ -1236,6 +1237,16 @@ static int do_members(struct adm *x, bool segments)
                    ",\"heartbeat\":%" PRIu64 ",\"rpc\":",
                    e->weight, e->capacity_bytes, e->used_bytes, e->heartbeat);
             admin_json_str(e->rpc);
+            printf(",\"local_rpc\":"); /* rpc_local = unix; null when not published */
+            if (e->local_rpc[0])
+                admin_json_str(e->local_rpc);
+            else
+                printf("null");
+            printf(",\"host\":");
+            if (e->host[0])
+                admin_json_str(e->host);
+            else
+                printf("null");
             printf(",\"data\":");
             admin_json_str(e->data);
             const char *req = request_of(&rq, e->id);
@@ -1277,8 +1288,9 @@ static int do_members(struct adm *x, bool segments)
             kvmesh_tools_format_size(e->used_bytes, used, sizeof(used));
             const char *req = request_of(&rq, e->id);
             bool pending = req && strcmp(req, e->state) != 0;
-            printf("%-32s %6" PRIu64 " %-9s %7.3g %12s %12s %9u  %s%s%s%s\n", e->id, e->epoch,
-                   e->state, e->weight, cap, used, e->n_segments, e->rpc,
+            printf("%-32s %6" PRIu64 " %-9s %7.3g %12s %12s %9u  %s%s%s%s%s%s%s%s\n", e->id,
+                   e->epoch, e->state, e->weight, cap, used, e->n_segments, e->rpc,
+                   e->local_rpc[0] ? " " : "", e->local_rpc, e->host[0] ? " host=" : "", e->host,
                    pending ? "  (requested: " : "", pending ? req : "", pending ? ")" : "");
         }
         printf("%zu member record(s)%s\n", m.n,
@@ -1519,7 +1531,9 @@ int cmd_admin(int argc, char **argv)
         "[abort|reconcile [--apply]] | quota TENANT object KEY [--domain D] [options]";
     static const char desc[] =
         "Reads the deployment's metadata directly (no runtime joins), in bounded pages:\n"
-        "members   member records: id, epoch, state, weight, capacity, used, segments, rpc\n"
+        "members   member records: id, epoch, state, weight, capacity, used, segments, rpc (and "
+        "the\n"
+        "          unix socket and host identity of rpc_local = unix)\n"
         "segments  [list]: the memory segments of every member record, each active or drained\n"
         "          drain MEMBER SEGMENT (ids, or unique prefixes): that segment takes no new\n"
         "          placements (they go to the member's other segments or other owners); its\n"
