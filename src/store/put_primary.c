@@ -1156,7 +1156,7 @@ static void bpublish(struct prim_bserve *b)
  * read-for-ownership of each (about 70% of the fused copy's samples in a 128 x 4 KiB batch), and
  * the batch's bytes, more than this core's L2, would evict it for values read back, if at all,
  * long after (the threshold of a single value's streamed write, data.c DATA_STREAM_MIN;
- * docs/performance.md "4 KiB batches at the primary: streamed slot writes"). */
+ * docs/performance.md "4 KiB batches, twelfth round"). */
 #define PRIM_BATCH_STREAM_MIN (256u << 10)
 
 /* Item x's bytes into its reserved range, as kvm_put_inline_fill (put_inline.c) writes them,
