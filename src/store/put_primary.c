@@ -42,12 +42,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/copy.h"
 #include "core/hash.h"
 #include "core/util.h"
 #include "core/wire.h"
 #include "net/bufpool.h"
-#include "net/seg.h"
 #include "route/route.h"
 #include "store/get_inline.h"
 #include "store/put_inline.h"
@@ -69,13 +67,6 @@ static _Atomic uint32_t test_expire_landing; /* kvm_put_primary_test_expire_land
 uint32_t kvm_put_primary_test_expire_landing(uint32_t n)
 {
     return kvm_test_arm(&test_expire_landing, n);
-}
-
-static _Atomic uint64_t test_streamed; /* kvm_put_primary_test_streamed */
-
-uint64_t kvm_put_primary_test_streamed(void)
-{
-    return atomic_load_explicit(&test_streamed, memory_order_relaxed);
 }
 
 /* ---- requester ------------------------------------------------------------------------------ */
@@ -965,8 +956,6 @@ struct prim_bserve {
     uint32_t budget_ms;
     uint16_t n, waiting; /* items; reservations not answered yet */
     bool in_handler;     /* the handler is still running (it publishes once they all answered) */
-    bool stream;         /* the items' bytes go into their slots with streaming stores */
-    uint16_t streamed;   /* items that did: fenced before the publication or the answer */
     struct obs_span span;
     struct obs_span *sp; /* &span while traced; NULL: untraced */
     struct bserve_item it[];
@@ -1091,10 +1080,6 @@ static void bpublished(kvm_op_t *op)
 static void bpublish(struct prim_bserve *b)
 {
     kvm_rt_t *rt = b->rt;
-    if (b->streamed) { /* (the slots' bytes are there before anyone is told: core/copy.h) */
-        kvm_copy_stream_fence();
-        atomic_fetch_add_explicit(&test_streamed, b->streamed, memory_order_relaxed);
-    }
     uint16_t k = 0;
     for (uint16_t i = 0; i < b->n; i++) {
         struct bserve_item *x = &b->it[i];
@@ -1151,46 +1136,6 @@ static void bpublish(struct prim_bserve *b)
     kvm_op_unref(op);
 }
 
-/* A batch whose items' bytes come to PRIM_BATCH_STREAM_MIN or more writes them into their
- * slots with streaming stores: a fresh slot's lines are not in cache, so plain stores pay a
- * read-for-ownership of each (about 70% of the fused copy's samples in a 128 x 4 KiB batch), and
- * the batch's bytes, more than this core's L2, would evict it for values read back, if at all,
- * long after (the threshold of a single value's streamed write, data.c DATA_STREAM_MIN;
- * docs/performance.md "4 KiB batches, twelfth round"). */
-#define PRIM_BATCH_STREAM_MIN (256u << 10)
-
-/* Item x's bytes into its reserved range, as kvm_put_inline_fill (put_inline.c) writes them,
- * with streaming stores where b->stream (fenced once in bpublish); 0 or an error (msg). */
-static int bfill(struct prim_bserve *b, struct bserve_item *x, uint64_t seg, uint64_t off,
-                 uint64_t token, char *msg, size_t cap)
-{
-    if (!b->stream)
-        return kvm_put_inline_fill(b->rt, x->src, x->len, x->checksum, seg, off, token, msg, cap);
-    if (!x->src) {
-        snprintf(msg, cap, "inline reservation: out of memory for its %" PRIu64 " bytes", x->len);
-        return KVMESH_ENOMEM;
-    }
-    uint8_t *p = NULL;
-    struct seg *pin = NULL;
-    enum seg_reason why;
-    if (seg_check(b->rt->reg, seg, off, x->len, SEG_WRITE, token, &p, &pin, &why) != 0) {
-        snprintf(msg, cap, "inline reservation: the reserved range refused the bytes: %s",
-                 seg_reason_str(why));
-        return KVMESH_EUNAVAILABLE;
-    }
-    struct kvm_sum st; /* (one pass: the bytes hashed are the bytes stored, core/hash.h) */
-    kvm_sum_init(&st, KVM_HASH_SEED_CHECKSUM);
-    kvm_sum_update_copy_stream(&st, p, x->src, (size_t)x->len);
-    b->streamed++;
-    seg_unpin(b->rt->reg, pin);
-    if (kvm_sum_digest(&st) != x->checksum) {
-        snprintf(msg, cap, "inline reservation: the %" PRIu64 " bytes do not match their checksum",
-                 x->len);
-        return KVMESH_ECHECKSUM;
-    }
-    return 0;
-}
-
 static void bres_reserved(void *arg, int rc, const char *err, uint64_t seg, uint64_t off,
                           uint64_t token)
 {
@@ -1200,7 +1145,8 @@ static void bres_reserved(void *arg, int rc, const char *err, uint64_t seg, uint
     x->waiting = false;
     b->waiting--;
     char msg[160];
-    if (!rc && (rc = bfill(b, x, seg, off, token, msg, sizeof(msg))) != 0) {
+    if (!rc && (rc = kvm_put_inline_fill(b->rt, x->src, x->len, x->checksum, seg, off, token, msg,
+                                         sizeof(msg))) != 0) {
         kvm_put_inline_release(b->rt, seg, off, token);
         err = msg;
     }
@@ -1249,10 +1195,6 @@ static void on_put_primary_batch(rpc_reply *reply, struct rpc_request *req, void
         obs_span_set_int(b->sp, "kvmesh.inline", 1);
         obs_span_set_int(b->sp, "kvmesh.primary", 1);
     }
-    uint64_t bytes = 0;
-    for (uint16_t i = 0; i < m->n; i++)
-        bytes += m->it[i].length;
-    b->stream = bytes >= PRIM_BATCH_STREAM_MIN;
     bool epoch_ok = m->target_epoch == rt->self.epoch;
     for (uint16_t i = 0; i < m->n; i++) {
         struct bserve_item *x = &b->it[i];

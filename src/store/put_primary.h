@@ -149,8 +149,5 @@ uint32_t kvm_put_primary_test_decline(uint32_t n);
  * TTL while the payload lands (after its first run): the late-payload fence then refuses them
  * (docs/store.md "Late payloads"). Returns the count still armed before the call. */
 uint32_t kvm_put_primary_test_expire_landing(uint32_t n);
-/* Tests: items of batches at the primary that owners in this process (any runtime) wrote into
- * their slots with streaming stores (a batch of 256 KiB or more), since the process started. */
-uint64_t kvm_put_primary_test_streamed(void);
 
 #endif

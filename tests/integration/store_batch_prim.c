@@ -15,9 +15,6 @@
  *   bad sum    the first item's checksum spoiled in the message (kvm_put_inline_test_bad_sums):
  *              S refuses that item alone (KVMESH_ECHECKSUM, nothing published: no other owner
  *              exists), every other item is published; the refused key keeps its old value
- *   streamed   the bad-sum case again with 8 KiB values (a 384 KiB batch): S writes every item
- *              with streaming stores (kvm_put_primary_test_streamed: 48; none in the cases before,
- *              batches under 256 KiB), refuses the spoiled item alone, the rest read back
  *   quota      a batch in the tenant with a quota: none goes at the primary (the claim needs the
  *              writer's flow): the batched reservation, payload and C's CAS
  *   old owner  S without the batch message's handler: the first batch is refused once
@@ -197,7 +194,6 @@ int main(void)
     read_back(C, &sc, items, N, vals);
 
     /* ---- all at the primary: one message, no CAS from C ---- */
-    uint64_t streamed = kvm_put_primary_test_streamed();
     fill("k", 2, items, N);
     int64_t ps = published(S), pc = published(C);
     a = snap(C);
@@ -248,36 +244,6 @@ int main(void)
         want[i] = vals[i];
     want[0] = old0; /* nothing of it was published */
     read_back(C, &sc, items, N, want);
-    CHECK(kvm_put_primary_test_streamed() == streamed); /* (batches under 256 KiB) */
-
-    /* ---- streamed: the same with 8 KiB values, the batch's bytes written with streaming
-     * stores ---- */
-    for (int i = 0; i < N; i++)
-        vlen[i] = 2 * VSIZE;
-    static uint8_t old0s[2 * VSIZE];
-    fill("s", 5, items, N);
-    put_all(C, &sc, items, N); /* (new keys: C's views of their shards) */
-    memcpy(old0s, vals[0], 2 * VSIZE);
-    fill("s", 6, items, N);
-    streamed = kvm_put_primary_test_streamed();
-    kvm_put_inline_test_bad_sums(1);
-    a = snap(C);
-    rc = kvmesh_batch_put(C, &sc, items, N, NULL);
-    d = delta(a, snap(C));
-    show("batch streamed, one bad checksum", &d);
-    CHECK(kvm_put_inline_test_bad_sums(0) == 0);
-    printf("items streamed at S: %" PRIu64 "\n", kvm_put_primary_test_streamed() - streamed);
-    CHECK(rc == KVMESH_ECHECKSUM && items[0].rc == KVMESH_ECHECKSUM);
-    for (int i = 1; i < N; i++)
-        CHECK(items[i].rc == 0);
-    CHECK(d.res == 1 && d.pay == 0 && d.cas == 0 && d.handoffs == 1);
-    CHECK(kvm_put_primary_test_streamed() - streamed == N);
-    for (int i = 0; i < N; i++)
-        want[i] = vals[i];
-    want[0] = old0s;
-    read_back(C, &sc, items, N, want);
-    for (int i = 0; i < N; i++)
-        vlen[i] = VSIZE;
 
     /* ---- quota: the tenant's batch takes C's own path ---- */
     fill("q", 5, items, N);
