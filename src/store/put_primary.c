@@ -436,6 +436,8 @@ void kvm_put_primary_batch_answer(kvm_rt_t *rt, const kvm_runtime_t *owner,
                  kvmesh_strerror(rc), why && why[0] ? ": " : "", why ? why : "");
     }
     free(m);
+    /* (each PUBLISHED item's route becomes this runtime's hint next: prim_answered) */
+    kvm_hint_prefetch(rt, &a[0].route.ident, sizeof(a[0]), n);
 }
 
 /* ---- owner ---------------------------------------------------------------------------------- */
@@ -1122,6 +1124,8 @@ static void bpublish(struct prim_bserve *b)
                                       .token = x->token,
                                       .written = true};
     }
+    /* (the publication reads each item's hint as its CAS's expectation, then keeps the route) */
+    kvm_hint_prefetch(rt, &op->items[0].ident, sizeof(op->items[0]), k);
     op->deadline_ms = env_clock_mono_ms() + (b->budget_ms ? b->budget_ms : 1);
     op->span = b->sp; /* the publication's control.* spans join the owner's span */
     op->on_done = bpublished;

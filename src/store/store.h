@@ -843,6 +843,9 @@ bool kvm_hint_get(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out);
  * out never frees it): for an item's it->cur with id = &it->ident (kvm_item_route_drop). */
 bool kvm_hint_get_borrowed(kvm_rt_t *rt, const kvm_ident_t *id, kvm_route_t *out);
 void kvm_hint_fini(kvm_rt_t *rt); /* after the loop stopped */
+/* Prefetches (no change) what the hint lookups of n identities (ids, every `stride` bytes: an
+ * array of structs holding one) will read, for a batch about to look them all up. */
+void kvm_hint_prefetch(kvm_rt_t *rt, const kvm_ident_t *ids, size_t stride, size_t n);
 
 /* ---- ops.c and ops_item.c [loop] (the op / item machinery: ops_int.h) --------------------- */
 void kvm_ops_run(kvm_op_t *op);

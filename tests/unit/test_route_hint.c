@@ -8,7 +8,8 @@
  * a key apart under pressure (a fill of many other keys evicts, never aliases), and a working set
  * of half the table's capacity, written round robin as the bench's batch puts do, keeps a hint
  * for every key (with one candidate set per key, about 14% of such keys lost theirs to over-full
- * sets on every round, and nearly every 128-item batch put took a second CAS round). */
+ * sets on every round, and nearly every 128-item batch put took a second CAS round). And a
+ * batch's prefetch of its lookups (kvm_hint_prefetch) leaves every hint as it was. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -145,9 +146,81 @@ static void test_half_capacity_round_robin(void **state)
     free(rt);
 }
 
+/* kvm_hint_prefetch (a batch's lookups prefetched) changes nothing: a runtime without a table
+ * gets none, and two runtimes fed the same puts past the table's capacity (LRU evictions), one of
+ * them prefetching each batch of 64 keys (written before, new, and zeroed identities, as an
+ * array of structs) before its puts (of two thirds of them: a prefetch that touched the LRU
+ * clock would keep the others' hints longer), end with the same hints for every key. */
+struct pf_item {
+    uint32_t pad;
+    kvm_ident_t id;
+    char more[40];
+};
+
+static void test_prefetch_changes_nothing(void **state)
+{
+    (void)state;
+    kvm_rt_t *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+    assert_non_null(a);
+    assert_non_null(b);
+    static struct pf_item items[64];
+    memset(items, 0, sizeof(items));
+    kvm_hint_prefetch(a, &items[0].id, sizeof(items[0]), 64);
+    assert_null(a->hints); /* (no table yet: none made) */
+    const uint32_t nkeys = 2 * STORE_HINTS;
+    for (uint32_t base = 0; base < 3 * nkeys; base += 64) {
+        for (uint32_t k = 0; k < 64; k++) {
+            char key[32];
+            snprintf(key, sizeof(key), "pf-%u", (base + k * 7919u) % nkeys);
+            kvm_ident_free(&items[k].id);
+            if (k % 16 != 15) /* (every 16th left zeroed) */
+                assert_int_equal(kvm_ident_init(&items[k].id, written[k % 4].tenant,
+                                                written[k % 4].domain, key, strlen(key)),
+                                 0);
+        }
+        kvm_hint_prefetch(a, &items[0].id, sizeof(items[0]), 64);
+        for (uint32_t k = 0; k < 64; k++) {
+            if (!items[k].id.enc || k % 3 == 2) /* (a third prefetched, not put) */
+                continue;
+            kvm_route_t r;
+            kvm_route_init(&r);
+            assert_int_equal(kvm_ident_copy(&r.ident, &items[k].id), 0);
+            r.version = (kvm_route_version_t){1, base + k};
+            r.length = base + k;
+            kvm_hint_put(a, &r);
+            kvm_hint_put(b, &r);
+            kvm_route_free(&r);
+        }
+    }
+    size_t kept = 0;
+    for (uint32_t n = 0; n < nkeys; n++)
+        for (size_t s = 0; s < 4; s++) {
+            char key[32];
+            snprintf(key, sizeof(key), "pf-%u", n);
+            kvm_route_t ha, hb;
+            bool fa = hint_of(a, &written[s], key, &ha), fb = hint_of(b, &written[s], key, &hb);
+            assert_int_equal(fa, fb);
+            if (!fa)
+                continue;
+            kept++;
+            assert_int_equal(ha.length, hb.length);
+            assert_int_equal(ha.version.primary_sequence, hb.version.primary_sequence);
+            kvm_route_free(&ha);
+            kvm_route_free(&hb);
+        }
+    assert_true(kept > 0 && kept <= STORE_HINTS);
+    for (uint32_t k = 0; k < 64; k++)
+        kvm_ident_free(&items[k].id);
+    kvm_hint_fini(a);
+    kvm_hint_fini(b);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_hints_per_scope),
-                                       cmocka_unit_test(test_half_capacity_round_robin)};
+                                       cmocka_unit_test(test_half_capacity_round_robin),
+                                       cmocka_unit_test(test_prefetch_changes_nothing)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
